@@ -1,0 +1,46 @@
+# Two commands on a fresh machine: `make dataset` and `make test`.
+PY ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install dataset test lint bench clean
+
+install: $(STAMP)
+
+# torch first and pinned: 2.13.0 is the CPU wheel these machines carry on disk; an unpinned
+# torch would pull a multi-GB CUDA build.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+data/demo-raw/.done: $(STAMP) prep/demo.py
+	rm -rf data/demo-raw
+	$(BIN)/prep demo data/demo-raw
+	touch $@
+
+dataset: $(STAMP) data/demo-raw/.done
+	$(BIN)/prep pack --config configs/default.toml --overwrite
+	$(BIN)/prep verify data/demo-packed
+	$(BIN)/prep info data/demo-packed
+	@echo
+	@echo "Packed dataset: data/demo-packed. Load it in training with:"
+	@echo "  from loaders import ImageShardDataset, make_loader"
+	@echo "  ds = ImageShardDataset('data/demo-packed', size=256, fields=('image', 'label'))"
+	@echo "  loader = make_loader(ds, batch_size=64, shuffle=True, num_workers=2)"
+
+lint: $(STAMP)
+	$(BIN)/ruff check prep loaders tests bench
+	$(BIN)/mypy
+
+test: $(STAMP) lint
+	$(BIN)/python -m pytest
+
+bench: $(STAMP)
+	$(BIN)/python bench/bench.py
+
+clean:
+	rm -rf $(VENV) data .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -1,0 +1,369 @@
+"""The on-disk contract between `prep` (writer) and `loaders` (reader). See FORMAT.md.
+
+A packed dataset is a folder. `manifest.json` is written last, atomically; a folder without it is
+an unfinished run. The manifest lists every array (its field, size, dtype and per-sample shape)
+and every shard (its sample count, the file and first-axis length of each array, and the byte
+size and sha256 of each file). Arrays are `.npy` files (one per array and shard) or datasets in
+one contiguous, uncompressed `.h5` file per shard; either way they are read as memory maps.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+
+FORMAT_NAME = "prep"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+REJECTS = "rejects.jsonl"
+# A fixed-size .npy header lets a writer stream samples first and fill in the count last,
+# and puts the data of every .npy file at the same offset. 128 bytes holds any 4-D shape.
+NPY_HEADER_BYTES = 128
+STORAGES = ("npy", "h5")
+
+
+class FormatError(ValueError):
+    """The dataset folder does not match its manifest, or the manifest is not one we read."""
+
+
+@dataclass(frozen=True)
+class ArraySpec:
+    """One array of the dataset: `field` at `size` px (None for size-free fields like labels).
+
+    `shape` is the shape of one sample (one token for token arrays); the array on disk is
+    (length, *shape)."""
+
+    field: str
+    size: int | None
+    dtype: str
+    shape: tuple[int, ...]
+
+
+@dataclass
+class ArrayRef:
+    file: str
+    length: int
+    key: str | None = None  # dataset name inside an .h5 file; None for .npy
+
+
+@dataclass
+class FileInfo:
+    bytes: int
+    sha256: str
+
+
+@dataclass
+class Shard:
+    count: int
+    arrays: dict[str, ArrayRef]
+    files: dict[str, FileInfo]
+    split: str | None = None
+
+    @classmethod
+    def from_dict(cls, s: dict[str, Any]) -> Shard:
+        return cls(
+            count=s["count"],
+            arrays={k: ArrayRef(**a) for k, a in s["arrays"].items()},
+            files={k: FileInfo(**f) for k, f in s["files"].items()},
+            split=s.get("split"),
+        )
+
+
+@dataclass
+class Manifest:
+    kind: str  # "images" or "tokens"
+    storage: str  # "npy" or "h5"
+    arrays: dict[str, ArraySpec]
+    shards: list[Shard]
+    config: dict[str, Any] = field(default_factory=dict)
+    classes: list[str] | None = None
+    rejects: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+    tool_version: str = ""
+    format_version: int = FORMAT_VERSION
+
+    @property
+    def num_samples(self) -> int:
+        return sum(s.count for s in self.shards)
+
+    def to_json(self) -> str:
+        d = asdict(self)
+        d = {"format": FORMAT_NAME, "num_samples": self.num_samples, **d}
+        return json.dumps(d, indent=1, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Manifest:
+        if d.get("format") != FORMAT_NAME:
+            raise FormatError("not a prep manifest (no 'format': 'prep')")
+        version = d.get("format_version")
+        if version != FORMAT_VERSION:
+            raise FormatError(
+                f"format version {version} is not {FORMAT_VERSION}. "
+                "HINT: repack with this version of prep, or install the prep that wrote it."
+            )
+        arrays = {
+            k: ArraySpec(v["field"], v["size"], v["dtype"], tuple(v["shape"]))
+            for k, v in d["arrays"].items()
+        }
+        shards = [Shard.from_dict(s) for s in d["shards"]]
+        return cls(
+            kind=d["kind"],
+            storage=d["storage"],
+            arrays=arrays,
+            shards=shards,
+            config=d.get("config", {}),
+            classes=d.get("classes"),
+            rejects=d.get("rejects", 0),
+            extra=d.get("extra", {}),
+            tool_version=d.get("tool_version", ""),
+            format_version=version,
+        )
+
+    def fields(self) -> list[str]:
+        return sorted({a.field for a in self.arrays.values()})
+
+    def sizes(self) -> list[int]:
+        return sorted({a.size for a in self.arrays.values() if a.size is not None})
+
+
+def array_name(field_name: str, size: int | None) -> str:
+    """`image_256` for a sized field, `label` for a size-free one."""
+    return field_name if size is None else f"{field_name}_{size}"
+
+
+# ---------------------------------------------------------------- writing helpers (used by prep)
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write to a temp file beside `path`, fsync, then rename: readers see all or nothing."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def npy_header(dtype: np.dtype[Any], shape: tuple[int, ...]) -> bytes:
+    """A version 1.0 .npy header padded to exactly NPY_HEADER_BYTES."""
+    d = np.lib.format.header_data_from_array_1_0(np.empty((0,), dtype))
+    text = repr({"descr": d["descr"], "fortran_order": False, "shape": tuple(shape)})
+    body = len(text) + 1
+    pad = NPY_HEADER_BYTES - 10 - body
+    if pad < 0:
+        raise ValueError(f"shape {shape} does not fit a {NPY_HEADER_BYTES}-byte .npy header")
+    magic = b"\x93NUMPY\x01\x00" + (NPY_HEADER_BYTES - 10).to_bytes(2, "little")
+    return magic + (text + " " * pad + "\n").encode("latin1")
+
+
+class NpyWriter:
+    """Streams samples of one shape into a .npy file; the sample count is written on close.
+
+    Memory stays at one sample whatever the number of samples."""
+
+    def __init__(self, path: Path, dtype: str | np.dtype[Any], sample_shape: tuple[int, ...]):
+        self.path = path
+        self.dtype = np.dtype(dtype)
+        self.sample_shape = tuple(sample_shape)
+        self.length = 0
+        self._f: BinaryIO = open(path, "wb")
+        self._f.write(b"\0" * NPY_HEADER_BYTES)
+
+    def append(self, sample: np.ndarray) -> None:
+        if sample.shape != self.sample_shape or sample.dtype != self.dtype:
+            raise ValueError(
+                f"{self.path.name}: sample {sample.dtype}{sample.shape} is not "
+                f"{self.dtype}{self.sample_shape}"
+            )
+        self._f.write(np.ascontiguousarray(sample).data)
+        self.length += 1
+
+    def extend(self, samples: np.ndarray) -> None:
+        """Append many samples (first axis) in one write, e.g. a run of tokens."""
+        if samples.shape[1:] != self.sample_shape or samples.dtype != self.dtype:
+            raise ValueError(f"{self.path.name}: {samples.dtype}{samples.shape[1:]} mismatch")
+        self._f.write(np.ascontiguousarray(samples).data)
+        self.length += len(samples)
+
+    def close(self) -> None:
+        self._f.seek(0)
+        self._f.write(npy_header(self.dtype, (self.length, *self.sample_shape)))
+        self._f.flush()
+        os.fsync(self._f.fileno())
+        self._f.close()
+
+    def abort(self) -> None:
+        self._f.close()
+        self.path.unlink(missing_ok=True)
+
+
+def smallest_uint(max_value: int) -> str:
+    """The narrowest unsigned dtype holding 0..max_value; 256 classes fit uint8, 257 do not.
+
+    >>> smallest_uint(255), smallest_uint(256), smallest_uint(65535), smallest_uint(65536)
+    ('uint8', 'uint16', 'uint16', 'uint32')
+    """
+    for dt in ("uint8", "uint16", "uint32", "uint64"):
+        if max_value <= np.iinfo(dt).max:
+            return dt
+    raise ValueError(f"{max_value} does not fit uint64")
+
+
+# ---------------------------------------------------------------- reading
+
+
+def safe_path(root: Path, rel: str) -> Path:
+    """`root/rel`, refusing manifest paths that escape the dataset folder."""
+    p = Path(rel)
+    if p.is_absolute() or ".." in p.parts or not rel:
+        raise FormatError(f"manifest path {rel!r} escapes the dataset folder {root}")
+    full = root / p
+    real_root = root.resolve()
+    if not full.resolve().is_relative_to(real_root):
+        raise FormatError(f"{full} links outside the dataset folder {root}")
+    return full
+
+
+def read_manifest(root: str | os.PathLike[str]) -> Manifest:
+    root = Path(root)
+    path = root / MANIFEST
+    if not path.is_file():
+        if (root.parent / (root.name + ".partial")).exists():
+            hint = f"an unfinished run is in {root.name}.partial: rerun prep with --resume"
+        else:
+            hint = "pack it with `prep pack SRC OUT`"
+        raise FormatError(f"{root} has no {MANIFEST}. HINT: {hint}")
+    try:
+        return Manifest.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    except (KeyError, TypeError, json.JSONDecodeError) as e:
+        raise FormatError(f"{path} is malformed ({e!r}). HINT: repack the dataset") from e
+
+
+def _h5_layout(path: Path, key: str) -> tuple[int, np.dtype[Any], tuple[int, ...]]:
+    """Byte offset, dtype and shape of a contiguous, uncompressed HDF5 dataset."""
+    import h5py  # only for .h5 datasets; the handle is closed before any worker forks
+
+    with h5py.File(path, "r") as f:
+        ds = f[key]
+        offset = ds.id.get_offset()
+        if offset is None or ds.chunks is not None or ds.compression is not None:
+            if ds.size == 0:
+                return 0, ds.dtype, ds.shape
+            raise FormatError(f"{path}:{key} is chunked or compressed; it cannot be memory-mapped")
+        return int(offset), ds.dtype, ds.shape
+
+
+def _npy_layout(path: Path) -> tuple[int, np.dtype[Any], tuple[int, ...]]:
+    with open(path, "rb") as f:
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+        else:
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+        offset = f.tell()
+    if dtype.hasobject:
+        raise FormatError(f"{path} holds Python objects; refusing to unpickle it")
+    if fortran:
+        raise FormatError(f"{path} is Fortran-ordered; prep writes C order only")
+    return offset, dtype, tuple(shape)
+
+
+def open_array(root: Path, ref: ArrayRef, spec: ArraySpec, name: str = "") -> np.ndarray:
+    """A read-only memory map of one shard's array, checked against the manifest."""
+    path = safe_path(root, ref.file)
+    try:
+        offset, dtype, shape = _h5_layout(path, ref.key) if ref.key else _npy_layout(path)
+    except FormatError:
+        raise
+    except (OSError, ValueError, KeyError) as e:
+        raise FormatError(f"{path}: cannot read array {name or spec.field} ({e})") from e
+    expected = (ref.length, *spec.shape)
+    if np.dtype(dtype) != np.dtype(spec.dtype) or tuple(shape) != expected:
+        raise FormatError(
+            f"{path}: array {name or spec.field} is {dtype}{tuple(shape)}, manifest says "
+            f"{spec.dtype}{expected}. HINT: the file was changed after packing; repack"
+        )
+    if ref.length == 0 or np.prod(shape) == 0:
+        return np.empty(shape, dtype)
+    return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=tuple(shape))
+
+
+def check_files(root: Path, manifest: Manifest, checksums: bool = False) -> list[str]:
+    """Problems found in the folder, one line each naming the shard and file (empty: all good).
+
+    Always checks presence, byte sizes, dtypes and shapes; `checksums` also recomputes sha256."""
+    problems: list[str] = []
+    for i, shard in enumerate(manifest.shards):
+        for rel, info in shard.files.items():
+            try:
+                path = safe_path(root, rel)
+            except FormatError as e:
+                problems.append(f"shard {i}: {e}")
+                continue
+            if not path.is_file():
+                problems.append(f"shard {i}: {path} is missing")
+            elif path.stat().st_size != info.bytes:
+                problems.append(
+                    f"shard {i}: {path} is {path.stat().st_size} bytes, manifest says {info.bytes}"
+                )
+            elif checksums and sha256_file(path) != info.sha256:
+                problems.append(f"shard {i}: {path} checksum differs from the manifest")
+        if problems:
+            continue
+        for name, ref in shard.arrays.items():
+            if name not in manifest.arrays:
+                problems.append(f"shard {i}: array {name} is not declared in the manifest")
+                continue
+            try:
+                open_array(root, ref, manifest.arrays[name], name)
+            except FormatError as e:
+                problems.append(f"shard {i}: {e}")
+    return problems
+
+
+def load_manifest(root: str | os.PathLike[str]) -> Manifest:
+    """Read and validate a dataset folder; raise FormatError naming the first problems."""
+    manifest = read_manifest(root)
+    problems = check_files(Path(root), manifest)
+    if problems:
+        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        raise FormatError("; ".join(problems[:3]) + more + ". HINT: run `prep verify`, repack")
+    return manifest
+
+
+def iter_rejects(root: Path) -> Iterator[dict[str, Any]]:
+    path = root / REJECTS
+    if path.is_file():
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                if line.strip():
+                    yield json.loads(line)

@@ -1,0 +1,150 @@
+"""ImageShardDataset: packed image shards as a map-style torch Dataset of uint8 tensors."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset, get_worker_info
+
+from loaders.format import FormatError, Manifest, array_name, load_manifest, open_array, read_manifest
+from loaders.loader import Batch
+
+# Fields whose arrays exist once per size; the others (label, orig_size) are size-free.
+SIZED_FIELDS = ("image", "mask")
+
+
+def _empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """An output tensor; inside a DataLoader worker it is made in shared memory directly, so the
+    batch is not copied again when it is sent to the main process."""
+    out = torch.empty(shape, dtype=dtype)
+    return out.share_memory_() if get_worker_info() is not None else out
+
+
+class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
+    """Samples of a packed image dataset, as a tuple in `fields` order:
+
+    - "image": uint8 (C, H, W), a channels-last view of the HWC storage (no copy, no permute);
+    - "mask": uint8 (H, W) class ids;  "label": int64 ();  "orig_size": int64 (2,) source (h, w).
+
+    Shard files are memory-mapped lazily, once per process, and never pickled: the object pickles
+    to a few KB for spawn workers. Batches are read with one vectorised read per shard through
+    `__getitems__`; use `make_loader` (or `collate_fn=collate_batch`) to keep that path.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        size: int | None = None,
+        fields: Sequence[str] = ("image", "label"),
+    ):
+        self.root = Path(root)
+        manifest = load_manifest(self.root)
+        if manifest.kind != "images":
+            raise FormatError(f"{self.root} holds {manifest.kind}, not images")
+        self.fields = tuple(fields)
+        have = manifest.fields()
+        missing = [f for f in self.fields if f not in have]
+        if missing or not self.fields:
+            raise ValueError(f"{self.root} has no field {missing}; it has {have}")
+        self.sizes = manifest.sizes()
+        if size is None:
+            if len(self.sizes) != 1:
+                raise ValueError(f"{self.root} has sizes {self.sizes}: pass size=")
+            size = self.sizes[0]
+        self.classes = manifest.classes
+        self._starts = np.cumsum([0] + [s.count for s in manifest.shards])
+        # The current size lives in shared memory so that set_size() reaches persistent
+        # DataLoader workers (forked or spawned) before the next epoch starts.
+        self._size = torch.zeros((), dtype=torch.int64).share_memory_()
+        self._manifest: Manifest | None = manifest
+        self._maps: dict[tuple[int, str], np.ndarray] = {}
+        self.set_size(size)
+
+    # -- size ----------------------------------------------------------------------------------
+
+    @property
+    def size(self) -> int:
+        return int(self._size)
+
+    def set_size(self, size: int) -> None:
+        """Switch every sized field to `size` px (progressive resizing between epochs)."""
+        if size not in self.sizes:
+            raise ValueError(f"{self.root} has no size {size}; it has {self.sizes}")
+        self._size.fill_(size)
+
+    # -- storage -------------------------------------------------------------------------------
+
+    @property
+    def manifest(self) -> Manifest:
+        if self._manifest is None:  # after unpickling in a worker: validated by the parent
+            self._manifest = read_manifest(self.root)
+        return self._manifest
+
+    def _array(self, shard: int, field: str) -> np.ndarray:
+        name = array_name(field, self.size if field in SIZED_FIELDS else None)
+        key = (shard, name)
+        arr = self._maps.get(key)
+        if arr is None:
+            m = self.manifest
+            arr = self._maps[key] = open_array(self.root, m.shards[shard].arrays[name],
+                                               m.arrays[name], name)
+        return arr
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_manifest"] = None
+        state["_maps"] = {}
+        return state
+
+    # -- access --------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return int(self._starts[-1])
+
+    def _locate(self, indices: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        n = len(self)
+        if idx.size and (idx.min() < -n or idx.max() >= n):
+            bad = idx[(idx < -n) | (idx >= n)][0]
+            raise IndexError(f"index {bad} out of range for a dataset of {n} samples")
+        idx = np.where(idx < 0, idx + n, idx)
+        shard = np.searchsorted(self._starts, idx, side="right") - 1
+        return shard, idx - self._starts[shard]
+
+    def _out(self, field: str, batch: int) -> torch.Tensor:
+        if field in ("label", "orig_size"):
+            shape = self.manifest.arrays[field].shape
+            return _empty((batch, *shape), torch.int64)
+        spec = self.manifest.arrays[array_name(field, self.size)]
+        return _empty((batch, *spec.shape), torch.uint8)
+
+    def __getitems__(self, indices: Sequence[int]) -> Batch:
+        shard, local = self._locate(indices)
+        outs = []
+        for field in self.fields:
+            out = self._out(field, len(shard))
+            dst = out.numpy()
+            shards = np.unique(shard)
+            for s in shards:
+                arr = self._array(int(s), field)
+                if len(shards) == 1 and arr.dtype == dst.dtype:
+                    np.take(arr, local, axis=0, out=dst)  # the whole batch in one shard: one read
+                else:
+                    pos = np.flatnonzero(shard == s)
+                    dst[pos] = arr[local[pos]]
+            outs.append(out.permute(0, 3, 1, 2) if field == "image" else out)
+        return Batch(tuple(outs))
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, ...]:
+        return self.__getitems__([index])[0]
+
+    def __repr__(self) -> str:
+        return (
+            f"ImageShardDataset({str(self.root)!r}, size={self.size}, fields={self.fields}, "
+            f"samples={len(self)}, shards={len(self._starts) - 1}, sizes={self.sizes})"
+        )

@@ -1,0 +1,179 @@
+"""The `prep` command line: thin Typer commands over plain functions (no torch imported here)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, Optional, TypeVar
+
+import typer
+
+from loaders.format import FormatError
+from prep import PrepError, __version__
+
+app = typer.Typer(
+    help="Pack raw images and text once, offline, into uint8 shards that `loaders` memory-maps.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+F = TypeVar("F", bound=Callable[..., Any])
+EXIT_FAILED, EXIT_INTERRUPTED = 1, 130
+
+
+def friendly(fn: F) -> F:
+    """A user-fixable problem becomes one line on stderr and a non-zero exit, not a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (PrepError, FormatError) as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(EXIT_FAILED) from None
+        except KeyboardInterrupt:
+            typer.echo("interrupted: temp files removed, finished shards kept; "
+                       "rerun with --resume to finish", err=True)
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def int_list(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        return [int(x) for x in text.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not a comma-separated list of sizes, e.g. 128,256")
+
+
+ConfigOpt = Annotated[Optional[Path], typer.Option(
+    "--config", "-c", help="TOML config; default configs/default.toml when SRC is not given.")]
+JobsOpt = Annotated[Optional[int], typer.Option("--jobs", "-j", help="Worker processes (0: all cores).")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
+
+
+def _pack_command(name: str, doc: str, default_gray: bool | None) -> None:
+    @friendly
+    def command(
+        src: Annotated[Optional[Path], typer.Argument(
+            help="Folder of images (class sub-folders give labels) or a .csv/.jsonl list.")] = None,
+        out: Annotated[Optional[Path], typer.Argument(help="Output dataset folder.")] = None,
+        sizes: Annotated[Optional[str], typer.Option(
+            "--sizes", "--size", "-s", help="Side(s) in px, comma-separated: 128,256,512.")] = None,
+        mode: Annotated[Optional[str], typer.Option(
+            help="fill: crop to square | fit: pad to square | stretch: ignore aspect.")] = None,
+        gray: Annotated[Optional[bool], typer.Option(
+            "--gray/--rgb", help="One channel, converted at decode time.")] = default_gray,
+        masks: Annotated[Optional[Path], typer.Option(
+            help="Folder of masks with the images' relative stems.")] = None,
+        format: Annotated[Optional[str], typer.Option("--format", help="npy | h5")] = None,
+        shard_size: Annotated[Optional[int], typer.Option(help="Samples per shard.")] = None,
+        jobs: JobsOpt = None,
+        pad_value: Annotated[Optional[int], typer.Option(help="fit mode pad colour.")] = None,
+        max_pixels: Annotated[Optional[int], typer.Option(
+            help="Refuse larger images before decoding.")] = None,
+        max_rejects: Annotated[Optional[float], typer.Option(
+            help="Fail when more than this fraction of inputs is rejected.")] = None,
+        limit: Annotated[Optional[int], typer.Option(help="Only the first N inputs.")] = None,
+        overwrite: Annotated[Optional[bool], typer.Option(
+            "--overwrite", help="Replace a non-empty OUT (kept readable until done).")] = None,
+        resume: Annotated[Optional[bool], typer.Option(
+            "--resume", help="Finish an interrupted run, reusing its verified shards.")] = None,
+        config: ConfigOpt = None,
+        quiet: QuietOpt = False,
+    ) -> None:
+        from prep.config import PackConfig, load_config
+        from prep.pack import pack
+
+        overrides = dict(
+            src=str(src) if src else None, out=str(out) if out else None, sizes=int_list(sizes),
+            mode=mode, gray=gray, masks=str(masks) if masks else None, format=format,
+            shard_size=shard_size, jobs=jobs, pad_value=pad_value, max_pixels=max_pixels,
+            max_rejects=max_rejects, limit=limit, overwrite=overwrite, resume=resume,
+        )
+        cfg = load_config(PackConfig, "pack", config, overrides)
+        typer.echo(pack(cfg, show_progress=not quiet).line())
+
+    command.__doc__ = doc
+    app.command(name)(command)
+
+
+_pack_command("pack", """Pack images into uint8 shards at one or more sizes, from ONE decode each.
+
+Example: prep pack data/raw/images data/packed --sizes 128,256 --masks data/raw/masks
+""", None)
+_pack_command("resize", """Pack at one size (pack with a single --size).
+
+Example: prep resize data/raw/images data/resized --size 512 --mode fit
+""", None)
+_pack_command("grayscale", """Pack one-channel images, converted at decode time (pack --gray).
+
+Example: prep grayscale data/raw/images data/gray --size 256
+""", True)
+
+
+@app.command()
+@friendly
+def demo(
+    raw: Annotated[Path, typer.Argument(help="Folder to write the raw demo data into.")],
+    count: Annotated[int, typer.Option(help="Number of images.")] = 64,
+    seed: Annotated[int, typer.Option(help="Same seed, same bytes.")] = 0,
+    max_side: Annotated[int, typer.Option(help="Largest image side in px.")] = 4032,
+    jobs: JobsOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Write a deterministic demo raw dataset: class folders of photo-like images, masks, text.
+
+    Example: prep demo data/demo-raw --count 64 --seed 0
+    """
+    import os
+
+    from prep.demo import make_demo
+
+    make_demo(raw, count, seed, jobs or os.cpu_count() or 1, max_side, not quiet)
+    typer.echo(f"{raw}: {count} images in {raw / 'images'}, masks in {raw / 'masks'}, "
+               f"text in {raw / 'text'}")
+
+
+@app.command()
+@friendly
+def info(
+    root: Annotated[Path, typer.Argument(help="A packed dataset folder.")],
+    batch_size: Annotated[int, typer.Option(help="Batch size for the RAM column.")] = 256,
+) -> None:
+    """Counts, fields, shapes, dtypes, bytes on disk and RAM per batch of a packed dataset.
+
+    Example: prep info data/demo-packed --batch-size 128
+    """
+    from prep.report import info as describe
+
+    typer.echo(describe(root, batch_size))
+
+
+@app.command()
+@friendly
+def verify(root: Annotated[Path, typer.Argument(help="A packed dataset folder.")]) -> None:
+    """Recompute every checksum and shape; exit 1 naming each bad file.
+
+    Example: prep verify data/demo-packed
+    """
+    from prep.report import verify as check
+
+    manifest, problems = check(root)
+    for p in problems:
+        typer.echo(f"bad: {p}", err=True)
+    if problems:
+        raise typer.Exit(EXIT_FAILED)
+    files = sum(len(s.files) for s in manifest.shards)
+    typer.echo(f"{root}: ok, {manifest.num_samples} samples, {files} files verified")
+
+
+@app.callback(invoke_without_command=True)
+def main(version: Annotated[bool, typer.Option("--version", help="Print the version.")] = False
+         ) -> None:
+    if version:
+        typer.echo(f"prep {__version__}")
+        raise typer.Exit()

@@ -1,0 +1,95 @@
+"""Config as plain data: dataclass defaults < TOML file section < command-line overrides.
+
+The effective config is saved in the dataset's manifest."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, TypeVar
+
+from prep import PrepError
+
+DEFAULT_CONFIG = Path("configs/default.toml")
+
+
+@dataclass
+class PackConfig:
+    src: str | None = None
+    out: str | None = None
+    sizes: list[int] = field(default_factory=lambda: [256])
+    mode: str = "fill"  # fill | fit | stretch
+    gray: bool = False
+    masks: str | None = None
+    format: str = "npy"  # npy | h5
+    shard_size: int = 1000
+    pad_value: int = 0  # fit mode: the colour of the padding (0-255)
+    mask_pad_value: int = 0  # fit mode: the class id of padded mask pixels
+    max_pixels: int = 100_000_000  # larger images are refused before decoding
+    max_rejects: float = 0.01  # fail when more than this fraction of inputs is rejected
+    limit: int | None = None  # pack only the first N inputs
+    jobs: int = 0  # 0: all cores
+    backend: str = "loky"
+    scheduler: str | None = None
+    overwrite: bool = False
+    resume: bool = False
+
+    # Keys that do not change the output bytes: a resumed run may differ in these.
+    RUNTIME = ("jobs", "backend", "scheduler", "overwrite", "resume", "max_rejects")
+
+    def output_config(self) -> dict[str, Any]:
+        """What the output bytes depend on (saved in the manifest, compared on --resume)."""
+        return {k: v for k, v in asdict(self).items() if k not in self.RUNTIME}
+
+    def validate(self) -> None:
+        from prep.images import MODES
+        from loaders.format import STORAGES
+
+        if not self.src or not self.out:
+            raise PrepError("no SRC/OUT given. HINT: `prep pack SRC OUT` or set src/out in "
+                            "the [pack] section of the config")
+        if not self.sizes or any(s < 1 or s > 16384 for s in self.sizes):
+            raise PrepError(f"sizes {self.sizes} must be 1..16384 px. HINT: --sizes 128,256")
+        if self.mode not in MODES:
+            raise PrepError(f"mode {self.mode!r} is not one of {', '.join(MODES)}")
+        if self.format not in STORAGES:
+            raise PrepError(f"format {self.format!r} is not one of {', '.join(STORAGES)}")
+        if self.shard_size < 1:
+            raise PrepError(f"shard size {self.shard_size} must be at least 1")
+        if not (0 <= self.pad_value <= 255 and 0 <= self.mask_pad_value <= 255):
+            raise PrepError("pad values must be 0..255")
+        self.sizes = sorted(set(self.sizes))
+
+    @property
+    def n_jobs(self) -> int:
+        return self.jobs if self.jobs > 0 else (os.cpu_count() or 1)
+
+
+C = TypeVar("C")
+
+
+def load_config(cls: type[C], section: str, path: Path | None,
+                overrides: dict[str, Any]) -> C:
+    """`cls` defaults, then `[section]` of the TOML file, then overrides that are not None.
+
+    With no path and no SRC on the command line the default config is read when it exists (so
+    `make dataset` needs no flags, and `prep pack SRC OUT` takes nothing from the demo config)."""
+    values: dict[str, Any] = {}
+    if path is None and overrides.get("src") is None and DEFAULT_CONFIG.is_file():
+        path = DEFAULT_CONFIG
+    if path is not None:
+        try:
+            with open(path, "rb") as f:
+                data = tomllib.load(f)
+        except (OSError, tomllib.TOMLDecodeError) as e:
+            raise PrepError(f"config {path}: {e}. HINT: check the TOML syntax") from e
+        values = dict(data.get(section, {}))
+        known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise PrepError(f"config {path} [{section}]: unknown keys {unknown}. "
+                            f"HINT: known keys are {sorted(known)}")
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return cls(**values)

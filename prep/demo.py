@@ -1,0 +1,119 @@
+"""`prep demo`: a deterministic raw dataset that looks like real data (same seed, same bytes).
+
+RAW/images/<class>/NNNN.jpg  photo-like JPEGs of varied sizes (some 2048 px and larger, some
+                             portrait, some EXIF-rotated), some PNG, some grayscale
+RAW/masks/<class>/NNNN.png   a segmentation mask per image: 0 background, k+1 for class k's shape
+RAW/text/NNN.txt             a small text corpus (non-ASCII included) for `prep tokenize`
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import cv2
+import numpy as np
+from PIL import Image
+
+CLASSES = ("circle", "square", "triangle", "cross")
+# (width, height): phone photos, DSLR-ish, portrait, small web images.
+SHAPES = ((640, 480), (480, 640), (1024, 768), (2048, 1536), (1536, 2048), (800, 600),
+          (2304, 1728), (500, 500), (4032, 3024), (300, 400))
+WORDS = ("the data loader reads packed shards from the page cache while the model trains on "
+         "uint8 pixels normalised on the GPU café naïve Zürich 東京 データ 🙂 résumé").split()
+
+
+def _texture(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
+    """Smooth colour fields with fine grain: compresses and resizes like a photo."""
+    low = rng.integers(0, 256, (max(2, h // 128), max(2, w // 128), 3), dtype=np.uint8)
+    img = cv2.resize(low, (w, h), interpolation=cv2.INTER_CUBIC).astype(np.int16)
+    tile = rng.integers(-12, 13, (64, 64, 1), dtype=np.int16)
+    img += np.tile(tile, (h // 64 + 1, w // 64 + 1, 3))[:h, :w]
+    return np.clip(img, 0, 255).astype(np.uint8)
+
+
+def _draw(img: np.ndarray, mask: np.ndarray, cls: int, rng: np.random.Generator) -> None:
+    """One object of class `cls` on image and mask, at the same place."""
+    h, w = mask.shape
+    r = int(min(h, w) * rng.uniform(0.15, 0.35))
+    cx, cy = int(rng.uniform(r, w - r)), int(rng.uniform(r, h - r))
+    colour = tuple(int(c) for c in rng.integers(0, 256, 3))
+    for target, value in ((img, colour), (mask, cls + 1)):
+        if cls == 0:
+            cv2.circle(target, (cx, cy), r, value, -1)
+        elif cls == 1:
+            cv2.rectangle(target, (cx - r, cy - r), (cx + r, cy + r), value, -1)
+        elif cls == 2:
+            pts = np.array([(cx, cy - r), (cx - r, cy + r), (cx + r, cy + r)], np.int32)
+            cv2.fillPoly(target, [pts], value)
+        else:
+            t = max(2, r // 3)
+            cv2.rectangle(target, (cx - r, cy - t), (cx + r, cy + t), value, -1)
+            cv2.rectangle(target, (cx - t, cy - r), (cx + t, cy + r), value, -1)
+
+
+def make_image(i: int, seed: int, max_side: int = 4032) -> tuple[int, Image.Image, Image.Image, str]:
+    """Sample i: (class, image, mask, extension). Deterministic in (i, seed)."""
+    rng = np.random.default_rng([seed, i])
+    cls = i % len(CLASSES)
+    w, h = SHAPES[int(rng.integers(len(SHAPES)))]
+    scale = min(1.0, max_side / max(w, h))
+    w, h = max(16, int(w * scale)), max(16, int(h * scale))
+    img = _texture(rng, h, w)
+    mask = np.zeros((h, w), np.uint8)
+    _draw(img, mask, cls, rng)
+    kind = i % 8
+    pil = Image.fromarray(img)
+    if kind == 3:
+        pil = pil.convert("L")
+    return cls, pil, Image.fromarray(mask), ".png" if kind == 5 else ".jpg"
+
+
+def write_sample(raw: Path, i: int, seed: int, max_side: int = 4032) -> None:
+    cls, img, mask, ext = make_image(i, seed, max_side)
+    name = f"{i:05d}"
+    (raw / "images" / CLASSES[cls]).mkdir(parents=True, exist_ok=True)
+    (raw / "masks" / CLASSES[cls]).mkdir(parents=True, exist_ok=True)
+    path = raw / "images" / CLASSES[cls] / (name + ext)
+    if ext == ".png":
+        img.save(path, optimize=False)
+    elif i % 8 == 6:
+        # A phone photo held upright: stored sideways with EXIF orientation 6 (rotate 90 CW to
+        # view). The mask is drawn upright, so the packer must apply the orientation.
+        exif = Image.Exif()
+        exif[0x0112] = 6
+        img.transpose(Image.Transpose.ROTATE_90).save(path, quality=90, exif=exif)
+    else:
+        img.save(path, quality=90)
+    mask.save(raw / "masks" / CLASSES[cls] / f"{name}.png", optimize=False)
+
+
+def write_text(raw: Path, seed: int, docs: int = 40) -> None:
+    rng = np.random.default_rng([seed, 1 << 20])
+    (raw / "text").mkdir(parents=True, exist_ok=True)
+    for d in range(docs):
+        lines = []
+        for _ in range(int(rng.integers(1, 12))):
+            words = [WORDS[int(j)] for j in rng.integers(0, len(WORDS), int(rng.integers(4, 30)))]
+            lines.append(" ".join(words).capitalize() + ".")
+        (raw / "text" / f"{d:03d}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def make_demo(raw: Path, count: int = 64, seed: int = 0, jobs: int = 1, max_side: int = 4032,
+              show_progress: bool = True) -> None:
+    from prep.pack import progress, run_tasks
+
+    bar = progress(count, "img", "demo") if show_progress else None
+    chunks = [(raw, list(range(i, min(i + 32, count))), seed, max_side)
+              for i in range(0, count, 32)]
+    for n in run_tasks(_write_chunk, chunks, jobs):
+        if bar is not None:
+            bar.update(n)
+    if bar is not None:
+        bar.close()
+    write_text(raw, seed)
+
+
+def _write_chunk(raw: Path, indices: list[int], seed: int, max_side: int) -> int:
+    for i in indices:
+        write_sample(raw, i, seed, max_side)
+    return len(indices)

@@ -1,0 +1,326 @@
+"""prep pack: plan shards from the sorted inputs, run one joblib task per shard, manifest last.
+
+A run builds OUT.partial/ beside OUT. Each task decodes its inputs once, writes every requested
+size to temp files, renames them, then records the shard as done (.prep-run/NNNNN.json). The
+parent only gathers those small records; when all shards are done it writes rejects.jsonl and
+manifest.json, then swaps OUT.partial into place. A killed run is finished by `--resume`, which
+redoes only the shards without a verified record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from loaders.format import (
+    MANIFEST,
+    REJECTS,
+    ArrayRef,
+    ArraySpec,
+    FileInfo,
+    Manifest,
+    NpyWriter,
+    Shard,
+    array_name,
+    atomic_write_text,
+    sha256_file,
+    smallest_uint,
+)
+from prep import PrepError, __version__
+from prep.config import PackConfig
+from prep.images import BACKGROUND, Reject, decode_image, decode_mask, sizes_from
+from prep.sources import Item, list_images, reject_record
+
+RUN_DIR = ".prep-run"  # inside OUT.partial: the plan and one record per finished shard
+PLAN = "plan.json"
+
+
+@dataclass
+class PackSummary:
+    out: Path
+    inputs: int
+    packed: int
+    rejected: int
+    shards: int
+    reused: int
+    bytes: int
+    seconds: float
+
+    def line(self) -> str:
+        rate = self.packed / self.seconds if self.seconds else 0.0
+        return (
+            f"{self.out}: {self.inputs} inputs, {self.packed} packed, {self.rejected} rejected, "
+            f"{self.shards} shards ({self.reused} reused), {self.bytes / 1e6:.1f} MB written, "
+            f"{self.seconds:.1f} s, {rate:.0f} items/s"
+        )
+
+
+def staging_dir(out: Path) -> Path:
+    return out.with_name(out.name + ".partial")
+
+
+def plan_shards(items: list[Item], shard_size: int) -> list[list[Item]]:
+    return [items[i : i + shard_size] for i in range(0, len(items), shard_size)]
+
+
+def array_specs(cfg: PackConfig, max_label: int | None, masks: bool) -> dict[str, ArraySpec]:
+    """Every array of the dataset: images and masks per size, then the size-free fields."""
+    channels = 1 if cfg.gray else 3
+    specs: dict[str, ArraySpec] = {}
+    for s in cfg.sizes:
+        specs[array_name("image", s)] = ArraySpec("image", s, "uint8", (s, s, channels))
+        if masks:
+            specs[array_name("mask", s)] = ArraySpec("mask", s, "uint8", (s, s))
+    if max_label is not None:
+        specs["label"] = ArraySpec("label", None, smallest_uint(max_label), ())
+    # uint32: source sides above 65535 px exist (panoramas, slides).
+    specs["orig_size"] = ArraySpec("orig_size", None, "uint32", (2,))
+    return specs
+
+
+def encode_item(item: Item, cfg: PackConfig, specs: dict[str, ArraySpec]) -> dict[str, np.ndarray]:
+    """One input -> one sample per array. Raises Reject for an input that cannot be used."""
+    img, upright = decode_image(item.path, tuple(cfg.sizes), cfg.gray, cfg.max_pixels, cfg.mode)
+    out: dict[str, np.ndarray] = {}
+    for s, arr in sizes_from(img, upright, cfg.sizes, cfg.mode, cfg.pad_value).items():
+        out[array_name("image", s)] = arr[..., None] if cfg.gray else arr
+    if item.mask is not None:
+        try:
+            mask = decode_mask(item.mask, cfg.max_pixels)
+        except Reject as r:
+            raise Reject(r.code if r.code.startswith("mask") else f"mask_{r.code}",
+                         f"mask {item.mask.name}: {r.message}") from r
+        if mask.shape != upright:
+            raise Reject("mask_size", f"mask {item.mask.name} is {mask.shape[1]}x{mask.shape[0]}, "
+                         f"image is {upright[1]}x{upright[0]}")
+        for s, m in sizes_from(mask, upright, cfg.sizes, cfg.mode, cfg.mask_pad_value, True).items():
+            out[array_name("mask", s)] = m
+    if "label" in specs:
+        out["label"] = np.asarray(item.label, dtype=specs["label"].dtype)
+    out["orig_size"] = np.asarray(upright, dtype=np.uint32)
+    return out
+
+
+def _write_h5(path: Path, parts: dict[str, Path]) -> None:
+    """Copy the shard's temp .npy arrays into one contiguous, uncompressed HDF5 file."""
+    import h5py
+
+    with h5py.File(path, "w") as f:
+        for name, npy in parts.items():
+            src = np.load(npy, mmap_mode="r", allow_pickle=False)
+            ds = f.create_dataset(name, shape=src.shape, dtype=src.dtype, track_times=False)
+            step = max(1, (64 << 20) // max(1, src[:1].nbytes))  # 64 MB at a time
+            for start in range(0, len(src), step):
+                ds[start : start + step] = src[start : start + step]
+        f.flush()
+    with open(path, "rb+") as fh:
+        os.fsync(fh.fileno())
+
+
+def pack_shard(index: int, items: list[Item], cfg: PackConfig, specs: dict[str, ArraySpec],
+               staging: Path) -> dict[str, Any]:
+    """The joblib task: encode `items` into shard `index` under `staging`; return its record.
+
+    Memory holds one sample at a time whatever the shard size; no pixels leave the process."""
+    import cv2
+
+    cv2.setNumThreads(1)  # one task per core already
+    stem = f"{index:05d}"
+    tmp = {name: staging / f".{name}-{stem}.npy.tmp" for name in specs}
+    writers = {name: NpyWriter(tmp[name], s.dtype, s.shape) for name, s in specs.items()}
+    rejects: list[dict[str, Any]] = []
+    try:
+        for item in items:
+            try:
+                sample = encode_item(item, cfg, specs)
+            except Reject as r:
+                rejects.append(reject_record(item.rel, r.code, r.message))
+                continue
+            for name, w in writers.items():
+                w.append(sample[name])
+        for w in writers.values():
+            w.close()
+    except BaseException:
+        for w in writers.values():
+            w.abort()
+        raise
+    count = len(items) - len(rejects)
+    if cfg.format == "h5":
+        final = f"shard-{stem}.h5"
+        h5tmp = staging / f".{final}.tmp"
+        _write_h5(h5tmp, tmp)
+        for p in tmp.values():
+            p.unlink()
+        renames = {h5tmp: final}
+        arrays = {name: ArrayRef(final, count, name) for name in specs}
+    else:
+        renames = {tmp[name]: f"{name}-{stem}.npy" for name in specs}
+        arrays = {name: ArrayRef(f"{name}-{stem}.npy", count) for name in specs}
+    files = {}
+    for src, final in renames.items():
+        os.replace(src, staging / final)
+        files[final] = FileInfo((staging / final).stat().st_size, sha256_file(staging / final))
+    record = {"index": index, "shard": asdict(Shard(count, arrays, files)), "rejects": rejects}
+    atomic_write_text(staging / RUN_DIR / f"{stem}.json", json.dumps(record))
+    return record
+
+
+def _load_record(staging: Path, index: int, verify: bool) -> dict[str, Any] | None:
+    """The record of a finished shard whose files are all present and intact, else None."""
+    path = staging / RUN_DIR / f"{index:05d}.json"
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    for rel, info in record["shard"]["files"].items():
+        f = staging / rel
+        if not f.is_file() or f.stat().st_size != info["bytes"]:
+            return None
+        if verify and sha256_file(f) != info["sha256"]:
+            return None
+    return record
+
+
+def _prepare_staging(cfg: PackConfig, out: Path, plan: dict[str, Any]) -> Path:
+    """Create OUT.partial, or reuse it for --resume when it was started with the same plan."""
+    staging = staging_dir(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not cfg.overwrite:
+        raise PrepError(f"{out} already exists and is not empty. HINT: pass --overwrite to replace "
+                        "it (the old dataset stays readable until the new one is complete)")
+    if staging.exists():
+        old = staging / RUN_DIR / PLAN
+        if cfg.resume and old.is_file():
+            before = json.loads(old.read_text())
+            if before != plan:
+                diff = [k for k in sorted(set(before["config"]) | set(plan["config"]))
+                        if before["config"].get(k) != plan["config"].get(k)]
+                what = f"config keys {diff}" if diff else "the input files"
+                raise PrepError(f"cannot resume {staging}: {what} changed since it was started. "
+                                "HINT: rerun with the same options and inputs, or --overwrite")
+            return staging
+        if not (cfg.resume or cfg.overwrite):
+            raise PrepError(f"{staging} holds an unfinished run. HINT: --resume to finish it, "
+                            "--overwrite to start again")
+        shutil.rmtree(staging)
+    (staging / RUN_DIR).mkdir(parents=True)
+    atomic_write_text(staging / RUN_DIR / PLAN, json.dumps(plan, sort_keys=True))
+    return staging
+
+
+def _cleanup_temps(staging: Path) -> None:
+    for p in staging.glob(".*.tmp"):
+        p.unlink(missing_ok=True)
+
+
+def _install(staging: Path, out: Path) -> None:
+    """Swap the finished dataset into place; an old OUT is removed only after the swap."""
+    shutil.rmtree(staging / RUN_DIR)
+    old = None
+    if out.exists():
+        old = out.with_name(f"{out.name}.old-{os.getpid()}")
+        os.replace(out, old)
+    os.replace(staging, out)
+    if old is not None:
+        shutil.rmtree(old) if old.is_dir() else old.unlink()
+
+
+def run_tasks(fn: Callable[..., dict[str, Any]], args: list[tuple[Any, ...]], n_jobs: int,
+              backend: str = "loky") -> Iterator[dict[str, Any]]:
+    """Run `fn(*a)` for each a on a joblib backend, yielding results as they finish.
+
+    With one job (or one task) everything runs in this process: no pickling, easy to debug."""
+    from joblib import Parallel, delayed
+
+    if n_jobs == 1 or len(args) <= 1:
+        yield from (fn(*a) for a in args)
+        return
+    parallel = Parallel(n_jobs=min(n_jobs, len(args)), backend=backend,
+                        return_as="generator_unordered")
+    yield from parallel(delayed(fn)(*a) for a in args)
+
+
+def progress(total: int, unit: str, desc: str) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit=unit, desc=desc, dynamic_ncols=True, leave=False,
+                disable=None)  # None: off when stderr is not a terminal
+
+
+def pack(cfg: PackConfig, show_progress: bool = True) -> PackSummary:
+    """Pack cfg.src into cfg.out; see the module docstring for the guarantees."""
+    cfg.validate()
+    start = time.perf_counter()
+    src, out = Path(str(cfg.src)), Path(str(cfg.out))
+    if out.exists() and any(out.iterdir()) and not cfg.overwrite:  # fail before listing
+        _prepare_staging(cfg, out, {})
+    listing = list_images(src, Path(cfg.masks) if cfg.masks else None, cfg.limit)
+    if not listing.items:
+        raise PrepError(f"no usable images in {src} ({len(listing.rejects)} rejected). "
+                        "HINT: SRC holds class folders of .jpg/.png files, or is a .csv/.jsonl list")
+    labels = [it.label for it in listing.items if it.label is not None]
+    max_label = max(labels, default=None)
+    if listing.classes is not None:
+        max_label = len(listing.classes) - 1
+    has_masks = any(it.mask is not None for it in listing.items)
+    specs = array_specs(cfg, max_label, has_masks)
+    plan = {"config": cfg.output_config(),
+            "inputs": hashlib.sha256(json.dumps(listing.fingerprint).encode()).hexdigest()}
+    staging = _prepare_staging(cfg, out, plan)
+    shards = plan_shards(listing.items, cfg.shard_size)
+    records: dict[int, dict[str, Any]] = {}
+    for i in range(len(shards)):
+        rec = _load_record(staging, i, verify=True) if cfg.resume else None
+        if rec is not None:
+            records[i] = rec
+    reused = len(records)
+
+    todo = [(i, shards[i], cfg, specs, staging) for i in range(len(shards)) if i not in records]
+    bar = progress(sum(len(t[1]) for t in todo), "img", f"pack {out.name}") if show_progress else None
+    try:
+        for rec in run_tasks(pack_shard, todo, cfg.n_jobs, cfg.backend):
+            records[rec["index"]] = rec
+            if bar is not None:
+                bar.update(len(shards[rec["index"]]))
+    except BaseException:
+        _cleanup_temps(staging)
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+    return _finish(cfg, out, staging, listing.rejects, records, specs, listing.classes,
+                   len(listing.items) + len(listing.rejects), reused, start)
+
+
+def _finish(cfg: PackConfig, out: Path, staging: Path, list_rejects: list[dict[str, Any]],
+            records: dict[int, dict[str, Any]], specs: dict[str, ArraySpec],
+            classes: list[str] | None, n_inputs: int, reused: int, start: float) -> PackSummary:
+    ordered = [records[i] for i in sorted(records)]
+    rejects = list_rejects + [r for rec in ordered for r in rec["rejects"]]
+    atomic_write_text(staging / REJECTS, "".join(json.dumps(r, ensure_ascii=False) + "\n"
+                                                 for r in rejects))
+    if n_inputs and len(rejects) / n_inputs > cfg.max_rejects:
+        raise PrepError(
+            f"{len(rejects)} of {n_inputs} inputs rejected ({len(rejects) / n_inputs:.1%} > "
+            f"--max-rejects {cfg.max_rejects:g}); see {staging / REJECTS}. HINT: fix or remove "
+            "them and rerun with --resume, or raise --max-rejects"
+        )
+    manifest = Manifest(
+        kind="images", storage=cfg.format, arrays=specs,
+        shards=[Shard.from_dict(rec["shard"]) for rec in ordered], config=cfg.output_config(),
+        classes=classes, rejects=len(rejects), tool_version=__version__,
+        extra={"background": list(BACKGROUND)},
+    )
+    atomic_write_text(staging / MANIFEST, manifest.to_json())
+    _install(staging, out)
+    total = sum(f.bytes for s in manifest.shards for f in s.files.values())
+    return PackSummary(out, n_inputs, manifest.num_samples, len(rejects), len(ordered), reused,
+                       total, time.perf_counter() - start)

@@ -1,0 +1,170 @@
+"""Listing inputs: image folders (class sub-folders give labels), CSV/JSONL lists, masks.
+
+The list is made once, in a fixed order that does not depend on how the file system lists
+entries, so the shard plan depends only on the inputs and the config."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prep import PrepError
+
+IMAGE_EXTS = frozenset(
+    ".jpg .jpeg .jpe .png .bmp .gif .tif .tiff .webp .ppm .pgm .pbm .pnm .jfif".split()
+)
+
+
+@dataclass(frozen=True)
+class Item:
+    path: Path
+    rel: str  # the name recorded in rejects and used for pairing masks (posix, relative)
+    label: int | None = None
+    mask: Path | None = None
+
+
+@dataclass
+class Listing:
+    items: list[Item]
+    classes: list[str] | None
+    rejects: list[dict[str, Any]] = field(default_factory=list)
+    fingerprint: list[tuple[str, int, int]] = field(default_factory=list)
+
+
+def reject_record(rel: str, code: str, message: str) -> dict[str, Any]:
+    return {"path": rel, "reason": code, "message": message}
+
+
+def _walk(root: Path) -> tuple[list[tuple[str, Path]], list[dict[str, Any]]]:
+    """Files under root with an image extension, as sorted (rel, path); rejects for links that
+    go nowhere and special files. Directory links are not followed (no loops)."""
+    found: list[tuple[str, Path]] = []
+    rejects: list[dict[str, Any]] = []
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+        for name in filenames + [d for d in dirnames if (Path(dirpath) / d).is_symlink()]:
+            if name.startswith(".") or Path(name).suffix.lower() not in IMAGE_EXTS:
+                continue
+            path = Path(dirpath) / name
+            rel = path.relative_to(root).as_posix()
+            try:
+                st = path.stat()
+            except OSError as e:  # broken link, link loop, permission
+                rejects.append(reject_record(rel, "unreadable", f"cannot stat: {e.strerror}"))
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                rejects.append(reject_record(rel, "not_file", "not a regular file (FIFO, device, folder)"))
+                continue
+            found.append((rel, path))
+    found.sort()
+    rejects.sort(key=lambda r: r["path"])
+    return found, rejects
+
+
+def _mask_index(masks: Path) -> dict[str, Path]:
+    """Masks by relative stem ("cat/001" -> masks/cat/001.png)."""
+    files, _ = _walk(masks)
+    index: dict[str, Path] = {}
+    for rel, path in files:
+        index.setdefault(rel.rsplit(".", 1)[0], path)  # sorted: .png before .tif for one stem
+    return index
+
+
+def _fingerprint(items: list[Item]) -> list[tuple[str, int, int]]:
+    out = []
+    for it in items:
+        st = it.path.stat()
+        out.append((it.rel, st.st_size, st.st_mtime_ns))
+    return out
+
+
+def list_folder(src: Path) -> tuple[list[Item], list[str] | None, list[dict[str, Any]]]:
+    """Class sub-folders (sorted names, like torchvision's ImageFolder) or a flat folder."""
+    files, rejects = _walk(src)
+    top = [rel for rel, _ in files if "/" not in rel]
+    has_classes = any("/" in rel for rel, _ in files)
+    if not has_classes:
+        return [Item(p, rel) for rel, p in files], None, rejects
+    classes = sorted({rel.split("/", 1)[0] for rel, _ in files if "/" in rel})
+    label_of = {c: i for i, c in enumerate(classes)}
+    items = [Item(p, rel, label_of[rel.split("/", 1)[0]]) for rel, p in files if "/" in rel]
+    for rel in top:
+        rejects.append(reject_record(
+            rel, "no_class", "image beside class folders: move it into one, or list it in a CSV"
+        ))
+    return items, classes, rejects
+
+
+def list_file(src: Path) -> tuple[list[Item], list[str] | None, list[dict[str, Any]]]:
+    """A CSV or JSONL list with `path` (relative to the list), optional `label` and `mask`.
+
+    Rows keep the list's order. Integer labels are used as they are; class names map to their
+    index in the sorted set of names."""
+    base = src.parent
+    try:
+        if src.suffix.lower() == ".csv":
+            with open(src, newline="", encoding="utf-8-sig") as f:
+                rows: list[dict[str, Any]] = list(csv.DictReader(f))
+        else:
+            with open(src, encoding="utf-8-sig") as f:
+                rows = [json.loads(line) for line in f if line.strip()]
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, csv.Error) as e:
+        raise PrepError(f"{src}: cannot read the list ({e}). HINT: a CSV with a header row or "
+                        "JSON lines with a 'path' key") from e
+    if rows and "path" not in rows[0]:
+        raise PrepError(f"{src}: no 'path' column. HINT: name the image column 'path'")
+    labels = [r.get("label") for r in rows]
+    named = [str(x) for x in labels if x not in (None, "")]
+    numeric = all(str(x).lstrip("-").isdigit() for x in named)
+    classes = None if numeric or not named else sorted(set(named))
+    index = {c: i for i, c in enumerate(classes or [])}
+    items: list[Item] = []
+    rejects: list[dict[str, Any]] = []
+    for r, label in zip(rows, labels, strict=True):
+        rel = str(r["path"])
+        path = base / rel
+        if not path.is_file():
+            rejects.append(reject_record(rel, "missing", f"listed in {src.name} but not found"))
+            continue
+        lab = None if label in (None, "") else (int(label) if numeric else index[str(label)])
+        if lab is not None and lab < 0:
+            rejects.append(reject_record(rel, "bad_label", f"label {lab} is negative"))
+            continue
+        mask = base / str(r["mask"]) if r.get("mask") else None
+        items.append(Item(path, rel, lab, mask))
+    if named and len(named) != len(rows):
+        raise PrepError(f"{src}: some rows have a label and some do not. HINT: label every row")
+    return items, classes, rejects
+
+
+def list_images(src: Path, masks: Path | None = None, limit: int | None = None) -> Listing:
+    """Every image input of SRC (a folder or a .csv/.jsonl list), paired with its mask."""
+    if not src.exists():
+        raise PrepError(f"{src} does not exist. HINT: pass a folder of images or a .csv/.jsonl list")
+    if src.is_dir():
+        items, classes, rejects = list_folder(src)
+    elif src.suffix.lower() in (".csv", ".jsonl", ".json"):
+        items, classes, rejects = list_file(src)
+    else:
+        raise PrepError(f"{src} is not a folder or a .csv/.jsonl list")
+    if limit is not None:
+        items = items[:limit]
+    if masks is not None and not masks.is_dir():
+        raise PrepError(f"mask folder {masks} does not exist. HINT: --masks DIR")
+    index = _mask_index(masks) if masks is not None else {}
+    if masks is not None or any(it.mask for it in items):
+        paired = []
+        for it in items:
+            mask = it.mask or index.get(it.rel.rsplit(".", 1)[0])
+            if mask is None:
+                rejects.append(reject_record(it.rel, "mask_missing", "no mask with the same stem"
+                                             f" under {masks}" if masks else "no mask listed"))
+                continue
+            paired.append(Item(it.path, it.rel, it.label, mask))
+        items = paired
+    return Listing(items, classes, rejects, _fingerprint(items))
