@@ -34,6 +34,7 @@ dataset: $(STAMP) data/demo-raw/.done
 
 lint: $(STAMP)
 	$(BIN)/ruff check prep loaders tests bench
+	$(BIN)/ruff format --check prep loaders tests bench
 	$(BIN)/mypy
 
 test: $(STAMP) lint

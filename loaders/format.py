@@ -195,7 +195,7 @@ class NpyWriter:
         self.dtype = np.dtype(dtype)
         self.sample_shape = tuple(sample_shape)
         self.length = 0
-        self._f: BinaryIO = open(path, "wb")
+        self._f: BinaryIO = open(path, "wb")  # noqa: SIM115 - closed by close() or abort()
         self._f.write(b"\0" * NPY_HEADER_BYTES)
 
     def append(self, sample: np.ndarray) -> None:

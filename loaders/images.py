@@ -11,7 +11,14 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, get_worker_info
 
-from loaders.format import FormatError, Manifest, array_name, load_manifest, open_array, read_manifest
+from loaders.format import (
+    FormatError,
+    Manifest,
+    array_name,
+    load_manifest,
+    open_array,
+    read_manifest,
+)
 from loaders.loader import Batch
 
 # Fields whose arrays exist once per size; the others (label, orig_size) are size-free.
@@ -91,8 +98,9 @@ class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
         arr = self._maps.get(key)
         if arr is None:
             m = self.manifest
-            arr = self._maps[key] = open_array(self.root, m.shards[shard].arrays[name],
-                                               m.arrays[name], name)
+            arr = self._maps[key] = open_array(
+                self.root, m.shards[shard].arrays[name], m.arrays[name], name
+            )
         return arr
 
     def __getstate__(self) -> dict[str, Any]:

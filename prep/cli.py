@@ -33,8 +33,11 @@ def friendly(fn: F) -> F:
             typer.echo(f"error: {e}", err=True)
             raise typer.Exit(EXIT_FAILED) from None
         except KeyboardInterrupt:
-            typer.echo("interrupted: temp files removed, finished shards kept; "
-                       "rerun with --resume to finish", err=True)
+            typer.echo(
+                "interrupted: temp files removed, finished shards kept; "
+                "rerun with --resume to finish",
+                err=True,
+            )
             raise typer.Exit(EXIT_INTERRUPTED) from None
 
     return wrapper  # type: ignore[return-value]
@@ -46,42 +49,72 @@ def int_list(text: str | None) -> list[int] | None:
     try:
         return [int(x) for x in text.replace(" ", "").split(",") if x]
     except ValueError:
-        raise typer.BadParameter(f"{text!r} is not a comma-separated list of sizes, e.g. 128,256")
+        raise typer.BadParameter(f"{text!r} is not a list of sizes, e.g. 128,256") from None
 
 
-ConfigOpt = Annotated[Optional[Path], typer.Option(
-    "--config", "-c", help="TOML config; default configs/default.toml when SRC is not given.")]
-JobsOpt = Annotated[Optional[int], typer.Option("--jobs", "-j", help="Worker processes (0: all cores).")]
+ConfigOpt = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--config", "-c", help="TOML config; default configs/default.toml when SRC is not given."
+    ),
+]
+JobsOpt = Annotated[
+    Optional[int], typer.Option("--jobs", "-j", help="Worker processes (0: all cores).")
+]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
 
 
 def _pack_command(name: str, doc: str, default_gray: bool | None) -> None:
     @friendly
     def command(
-        src: Annotated[Optional[Path], typer.Argument(
-            help="Folder of images (class sub-folders give labels) or a .csv/.jsonl list.")] = None,
+        src: Annotated[
+            Optional[Path],
+            typer.Argument(
+                help="Folder of images (class sub-folders give labels) or a .csv/.jsonl list."
+            ),
+        ] = None,
         out: Annotated[Optional[Path], typer.Argument(help="Output dataset folder.")] = None,
-        sizes: Annotated[Optional[str], typer.Option(
-            "--sizes", "--size", "-s", help="Side(s) in px, comma-separated: 128,256,512.")] = None,
-        mode: Annotated[Optional[str], typer.Option(
-            help="fill: crop to square | fit: pad to square | stretch: ignore aspect.")] = None,
-        gray: Annotated[Optional[bool], typer.Option(
-            "--gray/--rgb", help="One channel, converted at decode time.")] = default_gray,
-        masks: Annotated[Optional[Path], typer.Option(
-            help="Folder of masks with the images' relative stems.")] = None,
+        sizes: Annotated[
+            Optional[str],
+            typer.Option(
+                "--sizes", "--size", "-s", help="Side(s) in px, comma-separated: 128,256,512."
+            ),
+        ] = None,
+        mode: Annotated[
+            Optional[str],
+            typer.Option(
+                help="fill: crop to square | fit: pad to square | stretch: ignore aspect."
+            ),
+        ] = None,
+        gray: Annotated[
+            Optional[bool],
+            typer.Option("--gray/--rgb", help="One channel, converted at decode time."),
+        ] = default_gray,
+        masks: Annotated[
+            Optional[Path], typer.Option(help="Folder of masks with the images' relative stems.")
+        ] = None,
         format: Annotated[Optional[str], typer.Option("--format", help="npy | h5")] = None,
         shard_size: Annotated[Optional[int], typer.Option(help="Samples per shard.")] = None,
         jobs: JobsOpt = None,
         pad_value: Annotated[Optional[int], typer.Option(help="fit mode pad colour.")] = None,
-        max_pixels: Annotated[Optional[int], typer.Option(
-            help="Refuse larger images before decoding.")] = None,
-        max_rejects: Annotated[Optional[float], typer.Option(
-            help="Fail when more than this fraction of inputs is rejected.")] = None,
+        max_pixels: Annotated[
+            Optional[int], typer.Option(help="Refuse larger images before decoding.")
+        ] = None,
+        max_rejects: Annotated[
+            Optional[float],
+            typer.Option(help="Fail when more than this fraction of inputs is rejected."),
+        ] = None,
         limit: Annotated[Optional[int], typer.Option(help="Only the first N inputs.")] = None,
-        overwrite: Annotated[Optional[bool], typer.Option(
-            "--overwrite", help="Replace a non-empty OUT (kept readable until done).")] = None,
-        resume: Annotated[Optional[bool], typer.Option(
-            "--resume", help="Finish an interrupted run, reusing its verified shards.")] = None,
+        overwrite: Annotated[
+            Optional[bool],
+            typer.Option("--overwrite", help="Replace a non-empty OUT (kept readable until done)."),
+        ] = None,
+        resume: Annotated[
+            Optional[bool],
+            typer.Option(
+                "--resume", help="Finish an interrupted run, reusing its verified shards."
+            ),
+        ] = None,
         config: ConfigOpt = None,
         quiet: QuietOpt = False,
     ) -> None:
@@ -89,10 +122,21 @@ def _pack_command(name: str, doc: str, default_gray: bool | None) -> None:
         from prep.pack import pack
 
         overrides = dict(
-            src=str(src) if src else None, out=str(out) if out else None, sizes=int_list(sizes),
-            mode=mode, gray=gray, masks=str(masks) if masks else None, format=format,
-            shard_size=shard_size, jobs=jobs, pad_value=pad_value, max_pixels=max_pixels,
-            max_rejects=max_rejects, limit=limit, overwrite=overwrite, resume=resume,
+            src=str(src) if src else None,
+            out=str(out) if out else None,
+            sizes=int_list(sizes),
+            mode=mode,
+            gray=gray,
+            masks=str(masks) if masks else None,
+            format=format,
+            shard_size=shard_size,
+            jobs=jobs,
+            pad_value=pad_value,
+            max_pixels=max_pixels,
+            max_rejects=max_rejects,
+            limit=limit,
+            overwrite=overwrite,
+            resume=resume,
         )
         cfg = load_config(PackConfig, "pack", config, overrides)
         typer.echo(pack(cfg, show_progress=not quiet).line())
@@ -101,18 +145,30 @@ def _pack_command(name: str, doc: str, default_gray: bool | None) -> None:
     app.command(name)(command)
 
 
-_pack_command("pack", """Pack images into uint8 shards at one or more sizes, from ONE decode each.
+_pack_command(
+    "pack",
+    """Pack images into uint8 shards at one or more sizes, from ONE decode each.
 
 Example: prep pack data/raw/images data/packed --sizes 128,256 --masks data/raw/masks
-""", None)
-_pack_command("resize", """Pack at one size (pack with a single --size).
+""",
+    None,
+)
+_pack_command(
+    "resize",
+    """Pack at one size (pack with a single --size).
 
 Example: prep resize data/raw/images data/resized --size 512 --mode fit
-""", None)
-_pack_command("grayscale", """Pack one-channel images, converted at decode time (pack --gray).
+""",
+    None,
+)
+_pack_command(
+    "grayscale",
+    """Pack one-channel images, converted at decode time (pack --gray).
 
 Example: prep grayscale data/raw/images data/gray --size 256
-""", True)
+""",
+    True,
+)
 
 
 @app.command()
@@ -134,8 +190,10 @@ def demo(
     from prep.demo import make_demo
 
     make_demo(raw, count, seed, jobs or os.cpu_count() or 1, max_side, not quiet)
-    typer.echo(f"{raw}: {count} images in {raw / 'images'}, masks in {raw / 'masks'}, "
-               f"text in {raw / 'text'}")
+    typer.echo(
+        f"{raw}: {count} images in {raw / 'images'}, masks in {raw / 'masks'}, "
+        f"text in {raw / 'text'}"
+    )
 
 
 @app.command()
@@ -172,8 +230,9 @@ def verify(root: Annotated[Path, typer.Argument(help="A packed dataset folder.")
 
 
 @app.callback(invoke_without_command=True)
-def main(version: Annotated[bool, typer.Option("--version", help="Print the version.")] = False
-         ) -> None:
+def main(
+    version: Annotated[bool, typer.Option("--version", help="Print the version.")] = False,
+) -> None:
     if version:
         typer.echo(f"prep {__version__}")
         raise typer.Exit()

@@ -44,12 +44,14 @@ class PackConfig:
         return {k: v for k, v in asdict(self).items() if k not in self.RUNTIME}
 
     def validate(self) -> None:
-        from prep.images import MODES
         from loaders.format import STORAGES
+        from prep.images import MODES
 
         if not self.src or not self.out:
-            raise PrepError("no SRC/OUT given. HINT: `prep pack SRC OUT` or set src/out in "
-                            "the [pack] section of the config")
+            raise PrepError(
+                "no SRC/OUT given. HINT: `prep pack SRC OUT` or set src/out in "
+                "the [pack] section of the config"
+            )
         if not self.sizes or any(s < 1 or s > 16384 for s in self.sizes):
             raise PrepError(f"sizes {self.sizes} must be 1..16384 px. HINT: --sizes 128,256")
         if self.mode not in MODES:
@@ -70,8 +72,7 @@ class PackConfig:
 C = TypeVar("C")
 
 
-def load_config(cls: type[C], section: str, path: Path | None,
-                overrides: dict[str, Any]) -> C:
+def load_config(cls: type[C], section: str, path: Path | None, overrides: dict[str, Any]) -> C:
     """`cls` defaults, then `[section]` of the TOML file, then overrides that are not None.
 
     With no path and no SRC on the command line the default config is read when it exists (so
@@ -89,7 +90,9 @@ def load_config(cls: type[C], section: str, path: Path | None,
         known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
         unknown = sorted(set(values) - known)
         if unknown:
-            raise PrepError(f"config {path} [{section}]: unknown keys {unknown}. "
-                            f"HINT: known keys are {sorted(known)}")
+            raise PrepError(
+                f"config {path} [{section}]: unknown keys {unknown}. "
+                f"HINT: known keys are {sorted(known)}"
+            )
     values.update({k: v for k, v in overrides.items() if v is not None})
     return cls(**values)

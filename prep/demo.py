@@ -16,10 +16,48 @@ from PIL import Image
 
 CLASSES = ("circle", "square", "triangle", "cross")
 # (width, height): phone photos, DSLR-ish, portrait, small web images.
-SHAPES = ((640, 480), (480, 640), (1024, 768), (2048, 1536), (1536, 2048), (800, 600),
-          (2304, 1728), (500, 500), (4032, 3024), (300, 400))
-WORDS = ("the data loader reads packed shards from the page cache while the model trains on "
-         "uint8 pixels normalised on the GPU café naïve Zürich 東京 データ 🙂 résumé").split()
+SHAPES = (
+    (640, 480),
+    (480, 640),
+    (1024, 768),
+    (2048, 1536),
+    (1536, 2048),
+    (800, 600),
+    (2304, 1728),
+    (500, 500),
+    (4032, 3024),
+    (300, 400),
+)
+WORDS = [
+    "the",
+    "data",
+    "loader",
+    "reads",
+    "packed",
+    "shards",
+    "from",
+    "the",
+    "page",
+    "cache",
+    "while",
+    "the",
+    "model",
+    "trains",
+    "on",
+    "uint8",
+    "pixels",
+    "normalised",
+    "on",
+    "the",
+    "GPU",
+    "café",
+    "naïve",
+    "Zürich",
+    "東京",
+    "データ",
+    "🙂",
+    "résumé",
+]
 
 
 def _texture(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
@@ -51,7 +89,9 @@ def _draw(img: np.ndarray, mask: np.ndarray, cls: int, rng: np.random.Generator)
             cv2.rectangle(target, (cx - t, cy - r), (cx + t, cy + r), value, -1)
 
 
-def make_image(i: int, seed: int, max_side: int = 4032) -> tuple[int, Image.Image, Image.Image, str]:
+def make_image(
+    i: int, seed: int, max_side: int = 4032
+) -> tuple[int, Image.Image, Image.Image, str]:
     """Sample i: (class, image, mask, extension). Deterministic in (i, seed)."""
     rng = np.random.default_rng([seed, i])
     cls = i % len(CLASSES)
@@ -98,13 +138,20 @@ def write_text(raw: Path, seed: int, docs: int = 40) -> None:
         (raw / "text" / f"{d:03d}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-def make_demo(raw: Path, count: int = 64, seed: int = 0, jobs: int = 1, max_side: int = 4032,
-              show_progress: bool = True) -> None:
-    from prep.pack import progress, run_tasks
+def make_demo(
+    raw: Path,
+    count: int = 64,
+    seed: int = 0,
+    jobs: int = 1,
+    max_side: int = 4032,
+    show_progress: bool = True,
+) -> None:
+    from prep.parallel import progress, run_tasks
 
     bar = progress(count, "img", "demo") if show_progress else None
-    chunks = [(raw, list(range(i, min(i + 32, count))), seed, max_side)
-              for i in range(0, count, 32)]
+    chunks = [
+        (raw, list(range(i, min(i + 32, count))), seed, max_side) for i in range(0, count, 32)
+    ]
     for n in run_tasks(_write_chunk, chunks, jobs):
         if bar is not None:
             bar.update(n)

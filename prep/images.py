@@ -100,7 +100,7 @@ def _orientation(im: Image.Image) -> int:
     try:
         value = im.getexif().get(0x0112, 1)
         return int(value) if int(value) in _ORIENT else 1
-    except Exception:  # noqa: BLE001 - malformed EXIF of any kind: show the stored pixels as is
+    except Exception:
         return 1
 
 
@@ -120,7 +120,9 @@ def _to_mode(im: Image.Image, gray: bool) -> Image.Image:
         im = _to_8bit(im)
     if im.mode == "P":
         im = im.convert("RGBA" if "transparency" in im.info else "RGB")
-    if im.mode in ("RGBA", "LA", "PA", "RGBa", "La") or (im.mode == "RGB" and "transparency" in im.info):
+    if im.mode in ("RGBA", "LA", "PA", "RGBa", "La") or (
+        im.mode == "RGB" and "transparency" in im.info
+    ):
         rgba = im.convert("RGBA")
         bg = Image.new("RGBA", rgba.size, (*BACKGROUND, 255))
         im = Image.alpha_composite(bg, rgba).convert("RGB")
@@ -162,7 +164,7 @@ def _load(im: Image.Image) -> None:
 
 def decode_image(
     path: Path,
-    hint: tuple[int, int] | None = None,
+    hint: tuple[int, ...] | None = None,
     gray: bool = False,
     max_pixels: int = 100_000_000,
     mode: str = "fill",
@@ -229,4 +231,3 @@ def sizes_from(
         out[size] = place(content, g, pad_value)
         src = content
     return out
-

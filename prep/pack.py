@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,7 @@ from loaders.format import (
 from prep import PrepError, __version__
 from prep.config import PackConfig
 from prep.images import BACKGROUND, Reject, decode_image, decode_mask, sizes_from
+from prep.parallel import progress, run_tasks
 from prep.sources import Item, list_images, reject_record
 
 RUN_DIR = ".prep-run"  # inside OUT.partial: the plan and one record per finished shard
@@ -97,12 +97,19 @@ def encode_item(item: Item, cfg: PackConfig, specs: dict[str, ArraySpec]) -> dic
         try:
             mask = decode_mask(item.mask, cfg.max_pixels)
         except Reject as r:
-            raise Reject(r.code if r.code.startswith("mask") else f"mask_{r.code}",
-                         f"mask {item.mask.name}: {r.message}") from r
+            raise Reject(
+                r.code if r.code.startswith("mask") else f"mask_{r.code}",
+                f"mask {item.mask.name}: {r.message}",
+            ) from r
         if mask.shape != upright:
-            raise Reject("mask_size", f"mask {item.mask.name} is {mask.shape[1]}x{mask.shape[0]}, "
-                         f"image is {upright[1]}x{upright[0]}")
-        for s, m in sizes_from(mask, upright, cfg.sizes, cfg.mode, cfg.mask_pad_value, True).items():
+            raise Reject(
+                "mask_size",
+                f"mask {item.mask.name} is {mask.shape[1]}x{mask.shape[0]}, "
+                f"image is {upright[1]}x{upright[0]}",
+            )
+        for s, m in sizes_from(
+            mask, upright, cfg.sizes, cfg.mode, cfg.mask_pad_value, True
+        ).items():
             out[array_name("mask", s)] = m
     if "label" in specs:
         out["label"] = np.asarray(item.label, dtype=specs["label"].dtype)
@@ -126,8 +133,9 @@ def _write_h5(path: Path, parts: dict[str, Path]) -> None:
         os.fsync(fh.fileno())
 
 
-def pack_shard(index: int, items: list[Item], cfg: PackConfig, specs: dict[str, ArraySpec],
-               staging: Path) -> dict[str, Any]:
+def pack_shard(
+    index: int, items: list[Item], cfg: PackConfig, specs: dict[str, ArraySpec], staging: Path
+) -> dict[str, Any]:
     """The joblib task: encode `items` into shard `index` under `staging`; return its record.
 
     Memory holds one sample at a time whatever the shard size; no pixels leave the process."""
@@ -194,22 +202,31 @@ def _prepare_staging(cfg: PackConfig, out: Path, plan: dict[str, Any]) -> Path:
     """Create OUT.partial, or reuse it for --resume when it was started with the same plan."""
     staging = staging_dir(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not cfg.overwrite:
-        raise PrepError(f"{out} already exists and is not empty. HINT: pass --overwrite to replace "
-                        "it (the old dataset stays readable until the new one is complete)")
+        raise PrepError(
+            f"{out} already exists and is not empty. HINT: pass --overwrite to replace "
+            "it (the old dataset stays readable until the new one is complete)"
+        )
     if staging.exists():
         old = staging / RUN_DIR / PLAN
         if cfg.resume and old.is_file():
             before = json.loads(old.read_text())
             if before != plan:
-                diff = [k for k in sorted(set(before["config"]) | set(plan["config"]))
-                        if before["config"].get(k) != plan["config"].get(k)]
+                diff = [
+                    k
+                    for k in sorted(set(before["config"]) | set(plan["config"]))
+                    if before["config"].get(k) != plan["config"].get(k)
+                ]
                 what = f"config keys {diff}" if diff else "the input files"
-                raise PrepError(f"cannot resume {staging}: {what} changed since it was started. "
-                                "HINT: rerun with the same options and inputs, or --overwrite")
+                raise PrepError(
+                    f"cannot resume {staging}: {what} changed since it was started. "
+                    "HINT: rerun with the same options and inputs, or --overwrite"
+                )
             return staging
         if not (cfg.resume or cfg.overwrite):
-            raise PrepError(f"{staging} holds an unfinished run. HINT: --resume to finish it, "
-                            "--overwrite to start again")
+            raise PrepError(
+                f"{staging} holds an unfinished run. HINT: --resume to finish it, "
+                "--overwrite to start again"
+            )
         shutil.rmtree(staging)
     (staging / RUN_DIR).mkdir(parents=True)
     atomic_write_text(staging / RUN_DIR / PLAN, json.dumps(plan, sort_keys=True))
@@ -233,28 +250,6 @@ def _install(staging: Path, out: Path) -> None:
         shutil.rmtree(old) if old.is_dir() else old.unlink()
 
 
-def run_tasks(fn: Callable[..., dict[str, Any]], args: list[tuple[Any, ...]], n_jobs: int,
-              backend: str = "loky") -> Iterator[dict[str, Any]]:
-    """Run `fn(*a)` for each a on a joblib backend, yielding results as they finish.
-
-    With one job (or one task) everything runs in this process: no pickling, easy to debug."""
-    from joblib import Parallel, delayed
-
-    if n_jobs == 1 or len(args) <= 1:
-        yield from (fn(*a) for a in args)
-        return
-    parallel = Parallel(n_jobs=min(n_jobs, len(args)), backend=backend,
-                        return_as="generator_unordered")
-    yield from parallel(delayed(fn)(*a) for a in args)
-
-
-def progress(total: int, unit: str, desc: str) -> Any:
-    from tqdm import tqdm
-
-    return tqdm(total=total, unit=unit, desc=desc, dynamic_ncols=True, leave=False,
-                disable=None)  # None: off when stderr is not a terminal
-
-
 def pack(cfg: PackConfig, show_progress: bool = True) -> PackSummary:
     """Pack cfg.src into cfg.out; see the module docstring for the guarantees."""
     cfg.validate()
@@ -264,16 +259,20 @@ def pack(cfg: PackConfig, show_progress: bool = True) -> PackSummary:
         _prepare_staging(cfg, out, {})
     listing = list_images(src, Path(cfg.masks) if cfg.masks else None, cfg.limit)
     if not listing.items:
-        raise PrepError(f"no usable images in {src} ({len(listing.rejects)} rejected). "
-                        "HINT: SRC holds class folders of .jpg/.png files, or is a .csv/.jsonl list")
+        raise PrepError(
+            f"no usable images in {src} ({len(listing.rejects)} rejected). "
+            "HINT: SRC holds class folders of .jpg/.png files, or is a .csv/.jsonl list"
+        )
     labels = [it.label for it in listing.items if it.label is not None]
     max_label = max(labels, default=None)
     if listing.classes is not None:
         max_label = len(listing.classes) - 1
     has_masks = any(it.mask is not None for it in listing.items)
     specs = array_specs(cfg, max_label, has_masks)
-    plan = {"config": cfg.output_config(),
-            "inputs": hashlib.sha256(json.dumps(listing.fingerprint).encode()).hexdigest()}
+    plan = {
+        "config": cfg.output_config(),
+        "inputs": hashlib.sha256(json.dumps(listing.fingerprint).encode()).hexdigest(),
+    }
     staging = _prepare_staging(cfg, out, plan)
     shards = plan_shards(listing.items, cfg.shard_size)
     records: dict[int, dict[str, Any]] = {}
@@ -284,7 +283,9 @@ def pack(cfg: PackConfig, show_progress: bool = True) -> PackSummary:
     reused = len(records)
 
     todo = [(i, shards[i], cfg, specs, staging) for i in range(len(shards)) if i not in records]
-    bar = progress(sum(len(t[1]) for t in todo), "img", f"pack {out.name}") if show_progress else None
+    bar = (
+        progress(sum(len(t[1]) for t in todo), "img", f"pack {out.name}") if show_progress else None
+    )
     try:
         for rec in run_tasks(pack_shard, todo, cfg.n_jobs, cfg.backend):
             records[rec["index"]] = rec
@@ -296,17 +297,37 @@ def pack(cfg: PackConfig, show_progress: bool = True) -> PackSummary:
     finally:
         if bar is not None:
             bar.close()
-    return _finish(cfg, out, staging, listing.rejects, records, specs, listing.classes,
-                   len(listing.items) + len(listing.rejects), reused, start)
+    return _finish(
+        cfg,
+        out,
+        staging,
+        listing.rejects,
+        records,
+        specs,
+        listing.classes,
+        len(listing.items) + len(listing.rejects),
+        reused,
+        start,
+    )
 
 
-def _finish(cfg: PackConfig, out: Path, staging: Path, list_rejects: list[dict[str, Any]],
-            records: dict[int, dict[str, Any]], specs: dict[str, ArraySpec],
-            classes: list[str] | None, n_inputs: int, reused: int, start: float) -> PackSummary:
+def _finish(
+    cfg: PackConfig,
+    out: Path,
+    staging: Path,
+    list_rejects: list[dict[str, Any]],
+    records: dict[int, dict[str, Any]],
+    specs: dict[str, ArraySpec],
+    classes: list[str] | None,
+    n_inputs: int,
+    reused: int,
+    start: float,
+) -> PackSummary:
     ordered = [records[i] for i in sorted(records)]
     rejects = list_rejects + [r for rec in ordered for r in rec["rejects"]]
-    atomic_write_text(staging / REJECTS, "".join(json.dumps(r, ensure_ascii=False) + "\n"
-                                                 for r in rejects))
+    atomic_write_text(
+        staging / REJECTS, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rejects)
+    )
     if n_inputs and len(rejects) / n_inputs > cfg.max_rejects:
         raise PrepError(
             f"{len(rejects)} of {n_inputs} inputs rejected ({len(rejects) / n_inputs:.1%} > "
@@ -314,13 +335,26 @@ def _finish(cfg: PackConfig, out: Path, staging: Path, list_rejects: list[dict[s
             "them and rerun with --resume, or raise --max-rejects"
         )
     manifest = Manifest(
-        kind="images", storage=cfg.format, arrays=specs,
-        shards=[Shard.from_dict(rec["shard"]) for rec in ordered], config=cfg.output_config(),
-        classes=classes, rejects=len(rejects), tool_version=__version__,
+        kind="images",
+        storage=cfg.format,
+        arrays=specs,
+        shards=[Shard.from_dict(rec["shard"]) for rec in ordered],
+        config=cfg.output_config(),
+        classes=classes,
+        rejects=len(rejects),
+        tool_version=__version__,
         extra={"background": list(BACKGROUND)},
     )
     atomic_write_text(staging / MANIFEST, manifest.to_json())
     _install(staging, out)
     total = sum(f.bytes for s in manifest.shards for f in s.files.values())
-    return PackSummary(out, n_inputs, manifest.num_samples, len(rejects), len(ordered), reused,
-                       total, time.perf_counter() - start)
+    return PackSummary(
+        out,
+        n_inputs,
+        manifest.num_samples,
+        len(rejects),
+        len(ordered),
+        reused,
+        total,
+        time.perf_counter() - start,
+    )

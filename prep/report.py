@@ -24,13 +24,17 @@ def info(root: Path, batch_size: int = 256) -> str:
     if m.classes:
         shown = ", ".join(m.classes[:10]) + (" ..." if len(m.classes) > 10 else "")
         lines.append(f"classes ({len(m.classes)}): {shown}")
-    lines.append(f"{'array':<16}{'dtype':<8}{'per sample':<18}{'on disk':>12}"
-                 f"{'batch of ' + str(batch_size):>16}")
+    lines.append(
+        f"{'array':<16}{'dtype':<8}{'per sample':<18}{'on disk':>12}"
+        f"{'batch of ' + str(batch_size):>16}"
+    )
     for name, spec in sorted(m.arrays.items()):
         per = int(np.prod(spec.shape, dtype=np.int64)) * np.dtype(spec.dtype).itemsize
         on_disk = per * sum(s.arrays[name].length for s in m.shards if name in s.arrays)
-        lines.append(f"{name:<16}{spec.dtype:<8}{str(spec.shape):<18}{_mb(on_disk):>12}"
-                     f"{_mb(per * batch_size):>16}")
+        lines.append(
+            f"{name:<16}{spec.dtype:<8}{spec.shape!s:<18}{_mb(on_disk):>12}"
+            f"{_mb(per * batch_size):>16}"
+        )
     total = sum(f.bytes for s in m.shards for f in s.files.values())
     lines.append(f"total on disk: {_mb(total)}")
     return "\n".join(lines)

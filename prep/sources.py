@@ -16,7 +16,22 @@ from typing import Any
 from prep import PrepError
 
 IMAGE_EXTS = frozenset(
-    ".jpg .jpeg .jpe .png .bmp .gif .tif .tiff .webp .ppm .pgm .pbm .pnm .jfif".split()
+    [
+        ".jpg",
+        ".jpeg",
+        ".jpe",
+        ".png",
+        ".bmp",
+        ".gif",
+        ".tif",
+        ".tiff",
+        ".webp",
+        ".ppm",
+        ".pgm",
+        ".pbm",
+        ".pnm",
+        ".jfif",
+    ]
 )
 
 
@@ -58,7 +73,9 @@ def _walk(root: Path) -> tuple[list[tuple[str, Path]], list[dict[str, Any]]]:
                 rejects.append(reject_record(rel, "unreadable", f"cannot stat: {e.strerror}"))
                 continue
             if not stat.S_ISREG(st.st_mode):
-                rejects.append(reject_record(rel, "not_file", "not a regular file (FIFO, device, folder)"))
+                rejects.append(
+                    reject_record(rel, "not_file", "not a regular file (FIFO, device, folder)")
+                )
                 continue
             found.append((rel, path))
     found.sort()
@@ -94,9 +111,11 @@ def list_folder(src: Path) -> tuple[list[Item], list[str] | None, list[dict[str,
     label_of = {c: i for i, c in enumerate(classes)}
     items = [Item(p, rel, label_of[rel.split("/", 1)[0]]) for rel, p in files if "/" in rel]
     for rel in top:
-        rejects.append(reject_record(
-            rel, "no_class", "image beside class folders: move it into one, or list it in a CSV"
-        ))
+        rejects.append(
+            reject_record(
+                rel, "no_class", "image beside class folders: move it into one, or list it in a CSV"
+            )
+        )
     return items, classes, rejects
 
 
@@ -114,8 +133,10 @@ def list_file(src: Path) -> tuple[list[Item], list[str] | None, list[dict[str, A
             with open(src, encoding="utf-8-sig") as f:
                 rows = [json.loads(line) for line in f if line.strip()]
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, csv.Error) as e:
-        raise PrepError(f"{src}: cannot read the list ({e}). HINT: a CSV with a header row or "
-                        "JSON lines with a 'path' key") from e
+        raise PrepError(
+            f"{src}: cannot read the list ({e}). HINT: a CSV with a header row or "
+            "JSON lines with a 'path' key"
+        ) from e
     if rows and "path" not in rows[0]:
         raise PrepError(f"{src}: no 'path' column. HINT: name the image column 'path'")
     labels = [r.get("label") for r in rows]
@@ -145,7 +166,9 @@ def list_file(src: Path) -> tuple[list[Item], list[str] | None, list[dict[str, A
 def list_images(src: Path, masks: Path | None = None, limit: int | None = None) -> Listing:
     """Every image input of SRC (a folder or a .csv/.jsonl list), paired with its mask."""
     if not src.exists():
-        raise PrepError(f"{src} does not exist. HINT: pass a folder of images or a .csv/.jsonl list")
+        raise PrepError(
+            f"{src} does not exist. HINT: pass a folder of images or a .csv/.jsonl list"
+        )
     if src.is_dir():
         items, classes, rejects = list_folder(src)
     elif src.suffix.lower() in (".csv", ".jsonl", ".json"):
@@ -162,8 +185,13 @@ def list_images(src: Path, masks: Path | None = None, limit: int | None = None) 
         for it in items:
             mask = it.mask or index.get(it.rel.rsplit(".", 1)[0])
             if mask is None:
-                rejects.append(reject_record(it.rel, "mask_missing", "no mask with the same stem"
-                                             f" under {masks}" if masks else "no mask listed"))
+                rejects.append(
+                    reject_record(
+                        it.rel,
+                        "mask_missing",
+                        f"no mask with the same stem under {masks}" if masks else "no mask listed",
+                    )
+                )
                 continue
             paired.append(Item(it.path, it.rel, it.label, mask))
         items = paired

@@ -1,0 +1,54 @@
+"""Shared fixtures: a small demo raw dataset and packs of it, made once per session.
+
+Session-scoped folders are shared: a test that changes files works on a copy (`copy_dataset`)."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from prep.config import PackConfig
+from prep.demo import make_demo
+from prep.pack import PackSummary, pack
+
+PackFn = Callable[..., PackSummary]
+
+
+def run_pack(src: Path, out: Path, **options: Any) -> PackSummary:
+    """prep pack through the Python API, quietly, one job unless asked."""
+    options.setdefault("jobs", 1)
+    return pack(PackConfig(src=str(src), out=str(out), **options), show_progress=False)
+
+
+@pytest.fixture(scope="session")
+def raw_demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    raw = tmp_path_factory.mktemp("demo") / "raw"
+    make_demo(raw, count=24, seed=0, jobs=1, max_side=1024, show_progress=False)
+    return raw
+
+
+@pytest.fixture(scope="session")
+def packed(raw_demo: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo at 64 and 96 px with labels and masks, in shards of 8 (3 shards)."""
+    out = tmp_path_factory.mktemp("packed") / "ds"
+    run_pack(raw_demo / "images", out, sizes=[64, 96], masks=str(raw_demo / "masks"), shard_size=8)
+    return out
+
+
+@pytest.fixture
+def pack_to() -> PackFn:
+    return run_pack
+
+
+@pytest.fixture
+def copy_dataset(tmp_path: Path) -> Callable[[Path], Path]:
+    def copy(src: Path) -> Path:
+        dst = tmp_path / f"copy-{src.name}"
+        shutil.copytree(src, dst)
+        return dst
+
+    return copy
