@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -38,10 +37,8 @@ from prep import PrepError, __version__
 from prep.config import PackConfig
 from prep.images import BACKGROUND, Reject, decode_image, decode_mask, sizes_from
 from prep.parallel import progress, run_tasks
+from prep.run import cleanup_temps, install, load_record, prepare_staging, write_record
 from prep.sources import Item, list_images, reject_record
-
-RUN_DIR = ".prep-run"  # inside OUT.partial: the plan and one record per finished shard
-PLAN = "plan.json"
 
 
 @dataclass
@@ -62,10 +59,6 @@ class PackSummary:
             f"{self.shards} shards ({self.reused} reused), {self.bytes / 1e6:.1f} MB written, "
             f"{self.seconds:.1f} s, {rate:.0f} items/s"
         )
-
-
-def staging_dir(out: Path) -> Path:
-    return out.with_name(out.name + ".partial")
 
 
 def plan_shards(items: list[Item], shard_size: int) -> list[list[Item]]:
@@ -178,76 +171,8 @@ def pack_shard(
         os.replace(src, staging / final)
         files[final] = FileInfo((staging / final).stat().st_size, sha256_file(staging / final))
     record = {"index": index, "shard": asdict(Shard(count, arrays, files)), "rejects": rejects}
-    atomic_write_text(staging / RUN_DIR / f"{stem}.json", json.dumps(record))
+    write_record(staging, index, record)
     return record
-
-
-def _load_record(staging: Path, index: int, verify: bool) -> dict[str, Any] | None:
-    """The record of a finished shard whose files are all present and intact, else None."""
-    path = staging / RUN_DIR / f"{index:05d}.json"
-    try:
-        record = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    for rel, info in record["shard"]["files"].items():
-        f = staging / rel
-        if not f.is_file() or f.stat().st_size != info["bytes"]:
-            return None
-        if verify and sha256_file(f) != info["sha256"]:
-            return None
-    return record
-
-
-def _prepare_staging(cfg: PackConfig, out: Path, plan: dict[str, Any]) -> Path:
-    """Create OUT.partial, or reuse it for --resume when it was started with the same plan."""
-    staging = staging_dir(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not cfg.overwrite:
-        raise PrepError(
-            f"{out} already exists and is not empty. HINT: pass --overwrite to replace "
-            "it (the old dataset stays readable until the new one is complete)"
-        )
-    if staging.exists():
-        old = staging / RUN_DIR / PLAN
-        if cfg.resume and old.is_file():
-            before = json.loads(old.read_text())
-            if before != plan:
-                diff = [
-                    k
-                    for k in sorted(set(before["config"]) | set(plan["config"]))
-                    if before["config"].get(k) != plan["config"].get(k)
-                ]
-                what = f"config keys {diff}" if diff else "the input files"
-                raise PrepError(
-                    f"cannot resume {staging}: {what} changed since it was started. "
-                    "HINT: rerun with the same options and inputs, or --overwrite"
-                )
-            return staging
-        if not (cfg.resume or cfg.overwrite):
-            raise PrepError(
-                f"{staging} holds an unfinished run. HINT: --resume to finish it, "
-                "--overwrite to start again"
-            )
-        shutil.rmtree(staging)
-    (staging / RUN_DIR).mkdir(parents=True)
-    atomic_write_text(staging / RUN_DIR / PLAN, json.dumps(plan, sort_keys=True))
-    return staging
-
-
-def _cleanup_temps(staging: Path) -> None:
-    for p in staging.glob(".*.tmp"):
-        p.unlink(missing_ok=True)
-
-
-def _install(staging: Path, out: Path) -> None:
-    """Swap the finished dataset into place; an old OUT is removed only after the swap."""
-    shutil.rmtree(staging / RUN_DIR)
-    old = None
-    if out.exists():
-        old = out.with_name(f"{out.name}.old-{os.getpid()}")
-        os.replace(out, old)
-    os.replace(staging, out)
-    if old is not None:
-        shutil.rmtree(old) if old.is_dir() else old.unlink()
 
 
 def pack(cfg: PackConfig, show_progress: bool = True) -> PackSummary:
@@ -256,7 +181,7 @@ def pack(cfg: PackConfig, show_progress: bool = True) -> PackSummary:
     start = time.perf_counter()
     src, out = Path(str(cfg.src)), Path(str(cfg.out))
     if out.exists() and any(out.iterdir()) and not cfg.overwrite:  # fail before listing
-        _prepare_staging(cfg, out, {})
+        prepare_staging(out, {}, cfg.overwrite, cfg.resume)
     listing = list_images(src, Path(cfg.masks) if cfg.masks else None, cfg.limit)
     if not listing.items:
         raise PrepError(
@@ -273,11 +198,11 @@ def pack(cfg: PackConfig, show_progress: bool = True) -> PackSummary:
         "config": cfg.output_config(),
         "inputs": hashlib.sha256(json.dumps(listing.fingerprint).encode()).hexdigest(),
     }
-    staging = _prepare_staging(cfg, out, plan)
+    staging = prepare_staging(out, plan, cfg.overwrite, cfg.resume)
     shards = plan_shards(listing.items, cfg.shard_size)
     records: dict[int, dict[str, Any]] = {}
     for i in range(len(shards)):
-        rec = _load_record(staging, i, verify=True) if cfg.resume else None
+        rec = load_record(staging, i, verify=True) if cfg.resume else None
         if rec is not None:
             records[i] = rec
     reused = len(records)
@@ -292,7 +217,7 @@ def pack(cfg: PackConfig, show_progress: bool = True) -> PackSummary:
             if bar is not None:
                 bar.update(len(shards[rec["index"]]))
     except BaseException:
-        _cleanup_temps(staging)
+        cleanup_temps(staging)
         raise
     finally:
         if bar is not None:
@@ -346,7 +271,7 @@ def _finish(
         extra={"background": list(BACKGROUND)},
     )
     atomic_write_text(staging / MANIFEST, manifest.to_json())
-    _install(staging, out)
+    install(staging, out)
     total = sum(f.bytes for s in manifest.shards for f in s.files.values())
     return PackSummary(
         out,

@@ -1,0 +1,149 @@
+"""Walking skeleton: pack then load, through the public API and the CLI."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from typer.testing import CliRunner
+
+from loaders import ImageShardDataset, Normalize, make_loader
+from loaders.format import read_manifest
+from prep.cli import app
+from prep.demo import CLASSES
+from prep.images import decode_image, geometry, place, resize
+
+
+def test_round_trip_pixels_and_labels(packed: Path, raw_demo: Path) -> None:
+    ds = ImageShardDataset(packed, size=96, fields=("image", "label"))
+    manifest = read_manifest(packed)
+    assert manifest.classes == sorted(CLASSES)
+    files = sorted((raw_demo / "images").rglob("*.*"))
+    assert len(ds) == len(files) == 24
+    for i in (0, 7, 8, 23):  # shard edges
+        image, label = ds[i]
+        shard, local = divmod(i, 8)
+        stored = np.load(packed / f"image_96-{shard:05d}.npy")[local]
+        assert image.shape == (3, 96, 96) and image.dtype == torch.uint8
+        assert np.array_equal(image.permute(1, 2, 0).numpy(), stored)
+        assert manifest.classes[int(label)] == files[i].parent.name
+
+
+def test_batch_is_channels_last_view(packed: Path) -> None:
+    ds = ImageShardDataset(packed, size=64, fields=("image", "label", "mask", "orig_size"))
+    images, labels, masks, orig = ds.__getitems__([5, 17, 2]).tensors
+    assert images.shape == (3, 3, 64, 64)
+    assert images.is_contiguous(memory_format=torch.channels_last)
+    assert labels.dtype == torch.int64 and masks.shape == (3, 64, 64) and orig.shape == (3, 2)
+    singles = [ds[i] for i in (5, 17, 2)]
+    assert all(torch.equal(images[j], singles[j][0]) for j in range(3))
+
+
+def test_packed_image_close_to_reference_resize(packed: Path, raw_demo: Path) -> None:
+    ds = ImageShardDataset(packed, size=96, fields=("image",))
+    files = sorted((raw_demo / "images").rglob("*.*"))
+    for i in (0, 5, 11):
+        with Image.open(files[i]) as im:
+            from PIL import ImageOps
+
+            ref = np.asarray(ImageOps.exif_transpose(im).convert("RGB"))
+        g = geometry(ref.shape[0], ref.shape[1], 96, "fill")
+        expected = place(resize(ref, g.content), g, 0)
+        got = ds[i][0].permute(1, 2, 0).numpy()
+        assert np.abs(got.astype(int) - expected.astype(int)).mean() < 3
+
+
+def test_jobs_do_not_change_bytes(raw_demo: Path, tmp_path: Path, pack_to) -> None:
+    for jobs in (1, 2):
+        pack_to(raw_demo / "images", tmp_path / f"j{jobs}", sizes=[32], shard_size=5, jobs=jobs)
+    a, b = sorted((tmp_path / "j1").iterdir()), sorted((tmp_path / "j2").iterdir())
+    assert [p.name for p in a] == [p.name for p in b]
+    for pa, pb in zip(a, b, strict=True):
+        if pa.name == "manifest.json":  # equal but for the output path it records
+            ja, jb = json.loads(pa.read_text()), json.loads(pb.read_text())
+            assert ja["config"].pop("out") != jb["config"].pop("out")
+            assert ja == jb
+        else:
+            assert pa.read_bytes() == pb.read_bytes(), pa.name
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_dataloader_workers_same_samples(packed: Path, workers: int) -> None:
+    ds = ImageShardDataset(packed, size=64, fields=("image", "label"))
+    loader = make_loader(ds, batch_size=5, shuffle=False, num_workers=workers)
+    images = torch.cat([b[0] for b in loader])
+    labels = torch.cat([b[1] for b in loader])
+    ref = ds.__getitems__(list(range(len(ds)))).tensors
+    assert torch.equal(images, ref[0]) and torch.equal(labels, ref[1])
+
+
+def test_pickles_small(packed: Path) -> None:
+    ds = ImageShardDataset(packed, size=64)
+    ds[3]  # opens memory maps, which must not travel
+    data = pickle.dumps(ds)
+    assert len(data) < 64 * 1024
+    assert torch.equal(pickle.loads(data)[3][0], ds[3][0])
+
+
+def test_normalize_pixel_units() -> None:
+    x = torch.full((2, 3, 4, 4), 255, dtype=torch.uint8)
+    y = Normalize([127.5] * 3, [127.5] * 3)(x)
+    assert y.dtype == torch.float32 and torch.allclose(y, torch.ones_like(y))
+    gray = Normalize([0.221 * 255], [0.242 * 255])(torch.zeros(1, 1, 2, 2, dtype=torch.uint8))
+    assert torch.allclose(gray, torch.full_like(gray, -0.221 / 0.242))
+
+
+def test_verify_catches_flipped_byte(packed: Path, copy_dataset) -> None:
+    ds = copy_dataset(packed)
+    runner = CliRunner()
+    assert runner.invoke(app, ["verify", str(ds)]).exit_code == 0
+    target = ds / "image_64-00001.npy"
+    data = bytearray(target.read_bytes())
+    data[500] ^= 0xFF
+    target.write_bytes(bytes(data))
+    result = runner.invoke(app, ["verify", str(ds)])
+    assert result.exit_code == 1
+    assert "image_64-00001.npy" in result.output and "checksum" in result.output
+
+
+def test_cli_missing_src_is_one_line(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["pack", str(tmp_path / "nope"), str(tmp_path / "out")])
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "nope does not exist" in lines[0]
+
+
+def test_cli_non_empty_out_is_one_line(raw_demo: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    result = CliRunner().invoke(app, ["pack", str(raw_demo / "images"), str(out), "-q"])
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "--overwrite" in lines[0]
+    assert (out / "keep.txt").read_text() == "mine"
+
+
+def test_cli_pack_info(raw_demo: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    runner = CliRunner()
+    result = runner.invoke(
+        app, ["resize", str(raw_demo / "images"), str(out), "--size", "48", "-j", "1", "-q"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "24 packed, 0 rejected" in result.output
+    result = runner.invoke(app, ["info", str(out), "--batch-size", "10"])
+    assert "image_48" in result.output and "(48, 48, 3)" in result.output
+
+
+def test_decode_respects_exif(raw_demo: Path) -> None:
+    rotated = sorted((raw_demo / "images").rglob("00006.jpg"))[0]  # stored sideways, EXIF 6
+    img, upright = decode_image(rotated)
+    with Image.open(rotated) as im:
+        w, h = im.size
+    assert upright == (w, h) and img.shape[:2] == (w, h)
