@@ -1,0 +1,491 @@
+"""`make bench`: prep against its baselines, measured side by side in one run, as ratios.
+
+Machines here are shared and noisy: absolute times drift, ratios measured in the same run hold.
+Each row prints our figure, the reference figure, the ratio and the goal. Data comes from
+`prep demo` at benchmark scale and is cached under bench/out/ between runs.
+
+    python bench/bench.py                 # the full table (under 10 minutes on 2 cores)
+    python bench/bench.py --smoke         # a tiny run that checks the script works (CI)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+PREP = [str(Path(sys.executable).parent / "prep")]  # the installed console script
+
+
+@dataclass
+class Row:
+    name: str
+    ours: float
+    ref: float
+    unit: str
+    goal: str
+    met: bool | None
+
+    @property
+    def ratio(self) -> float:
+        return self.ours / self.ref if self.ref else float("nan")
+
+
+def timed(fn: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def run(args: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, check=True, text=True, capture_output=True, **kw)
+
+
+def prep(*args: str) -> float:
+    """Seconds for one `prep` command, run as a user runs it (a fresh process)."""
+    return timed(lambda: run([*PREP, *args, "-q"]))
+
+
+def child_peak_rss_mb(args: list[str]) -> float:
+    """Peak RSS of a child process (MB), from the kernel's accounting of that child alone."""
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    if status != 0:
+        raise RuntimeError(f"{args} failed: {proc.stderr.read() if proc.stderr else ''}")
+    return usage.ru_maxrss / 1024
+
+
+# ------------------------------------------------------------------------------ references
+
+
+def naive_one(path: str, out: str, size: int) -> None:
+    """What a user writes by hand: PIL open, convert, resize, np.save."""
+    from PIL import Image
+
+    with Image.open(path) as im:
+        arr = np.asarray(im.convert("RGB").resize((size, size), Image.Resampling.BILINEAR))
+    np.save(out, arr)
+
+
+def bare_one(path: str, size: int) -> None:
+    """The fastest decode+resize we know, no I/O but the read: DCT-reduced decode, area resize."""
+    import cv2
+    from PIL import Image
+
+    cv2.setNumThreads(1)
+    with Image.open(path) as im:
+        im.draft("RGB", (size, size))
+        arr = np.asarray(im.convert("RGB"))
+    cv2.resize(arr, (size, size), interpolation=cv2.INTER_AREA)
+
+
+def bare_chunk(paths: list[str], size: int) -> int:
+    for p in paths:
+        bare_one(p, size)
+    return len(paths)
+
+
+def naive_chunk(paths: list[str], out: str, size: int) -> int:
+    for i, p in enumerate(paths):
+        naive_one(p, f"{out}/{Path(p).stem}-{i}.npy", size)
+    return len(paths)
+
+
+def parallel_rate(fn: Callable[..., int], chunks: list[tuple[Any, ...]], jobs: int) -> float:
+    """Images per second of fn over chunks on `jobs` loky workers (workers started beforehand)."""
+    from joblib import Parallel, delayed
+
+    with Parallel(n_jobs=jobs, backend="loky") as par:
+        par(delayed(os.getpid)() for _ in range(jobs))  # warm the pool: not part of the rate
+        start = time.perf_counter()
+        n = sum(par(delayed(fn)(*c) for c in chunks))
+        return n / (time.perf_counter() - start)
+
+
+def chunked(paths: list[str], n: int) -> list[list[str]]:
+    return [paths[i : i + n] for i in range(0, len(paths), n)]
+
+
+class FolderDataset:
+    """torchvision ImageFolder's work per sample: PIL decode, convert, resize, to tensor."""
+
+    def __init__(self, paths: list[str], size: int):
+        self.paths, self.size = paths, size
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i: int) -> Any:
+        import torch
+        from PIL import Image
+
+        with Image.open(self.paths[i]) as im:
+            im = im.convert("RGB").resize((self.size, self.size), Image.Resampling.BILINEAR)
+        return torch.from_numpy(np.asarray(im).copy()).permute(2, 0, 1), 0
+
+
+# ------------------------------------------------------------------------------ measures
+
+
+def bench_pack(raw: Path, work: Path, jobs: int, sample: int) -> list[Row]:
+    images = raw / "images"
+    paths = sorted(str(p) for p in images.rglob("*.*"))
+    n = len(paths)
+    t_ours = prep(
+        "pack",
+        str(images),
+        str(work / "p256"),
+        "--sizes",
+        "256",
+        "-j",
+        str(jobs),
+        "--overwrite",
+        "--shard-size",
+        "256",
+    )
+    ours = n / t_ours
+    sub = paths[:sample]
+    naive_dir = work / "naive"
+    shutil.rmtree(naive_dir, ignore_errors=True)
+    naive_dir.mkdir(parents=True)
+    naive = parallel_rate(naive_chunk, [(c, str(naive_dir), 256) for c in chunked(sub, 16)], jobs)
+    bare = parallel_rate(bare_chunk, [(c, 256) for c in chunked(paths, 32)], jobs)
+    t_multi = prep(
+        "pack",
+        str(images),
+        str(work / "pmulti"),
+        "--sizes",
+        "128,256,512",
+        "-j",
+        str(jobs),
+        "--overwrite",
+        "--shard-size",
+        "256",
+    )
+    t_512 = prep(
+        "pack",
+        str(images),
+        str(work / "p512"),
+        "--sizes",
+        "512",
+        "-j",
+        str(jobs),
+        "--overwrite",
+        "--shard-size",
+        "256",
+    )
+    t_gray = prep(
+        "pack",
+        str(images),
+        str(work / "pgray"),
+        "--sizes",
+        "256",
+        "--gray",
+        "-j",
+        str(jobs),
+        "--overwrite",
+        "--shard-size",
+        "256",
+    )
+    return [
+        Row("1a pack 256px vs naive PIL loop", ours, naive, "img/s", ">= 3x", ours / naive >= 3),
+        Row(
+            "1b pack 256px vs bare decode+resize",
+            ours,
+            bare,
+            "img/s",
+            ">= 0.85x",
+            ours / bare >= 0.85,
+        ),
+        Row(
+            "2  pack 128+256+512 vs 512 only",
+            t_multi,
+            t_512,
+            "s",
+            "<= 1.25x",
+            t_multi / t_512 <= 1.25,
+        ),
+        Row("3  pack gray vs rgb (256px)", t_gray, t_ours, "s", "< 1x", t_gray < t_ours),
+    ]
+
+
+def epoch_rate(loader: Any) -> float:
+    n = 0
+    start = time.perf_counter()
+    for batch in loader:
+        n += len(batch[0])
+    return n / (time.perf_counter() - start)
+
+
+def bench_load(raw: Path, work: Path, sample: int) -> list[Row]:
+    import torch
+
+    from loaders import ImageShardDataset, make_loader
+
+    ds = ImageShardDataset(work / "p256", size=256, fields=("image", "label"))
+    rows = []
+    data_bytes = len(ds) * 256 * 256 * 3
+    src = np.concatenate(
+        [np.load(p, mmap_mode="r") for p in sorted((work / "p256").glob("image_256-*.npy"))]
+    )
+    dst = np.empty_like(src)
+    np.copyto(dst, src)  # warm
+    t_copy = min(timed(lambda: np.copyto(dst, src)) for _ in range(3))
+    copy_rate = len(ds) / t_copy
+    paths = sorted(str(p) for p in (raw / "images").rglob("*.*"))[:sample]
+    folder = FolderDataset(paths, 256)
+    for workers in (0, 2):
+        loader = make_loader(ds, batch_size=256, shuffle=True, num_workers=workers)
+        epoch_rate(loader)  # warm: page cache, worker start-up
+        ours = max(epoch_rate(loader) for _ in range(2))
+        ref_loader = torch.utils.data.DataLoader(
+            folder, batch_size=64, shuffle=True, num_workers=workers
+        )
+        ref = epoch_rate(ref_loader)
+        rows.append(
+            Row(
+                f"4a load, {workers} workers, vs ImageFolder+PIL",
+                ours,
+                ref,
+                "img/s",
+                ">= 20x",
+                ours / ref >= 20,
+            )
+        )
+        rows.append(
+            Row(
+                f"4b load, {workers} workers, vs np.copyto",
+                ours,
+                copy_rate,
+                "img/s",
+                ">= 0.5x",
+                ours / copy_rate >= 0.5,
+            )
+        )
+    print(f"   (load: {len(ds)} samples, {data_bytes / 1e6:.0f} MB per epoch)", file=sys.stderr)
+    return rows
+
+
+def bench_tokenize(raw: Path, work: Path, jobs: int, docs: int) -> list[Row]:
+    """`prep tokenize --tokenizer bpe` with a given tokenizer vs tokenizers' encode_batch."""
+    corpus = work / "corpus"
+    if not corpus.exists():
+        corpus.mkdir(parents=True)
+        texts = sorted((raw / "text").glob("*.txt"))
+        base = [t.read_text(encoding="utf-8") for t in texts]
+        for i in range(docs):
+            (corpus / f"{i:05d}.txt").write_text(
+                base[i % len(base)] * (1 + i % 7), encoding="utf-8"
+            )
+    first = work / "tok-train"
+    prep(
+        "tokenize",
+        str(corpus),
+        str(first),
+        "--tokenizer",
+        "bpe",
+        "--vocab-size",
+        "2048",
+        "-j",
+        str(jobs),
+        "--overwrite",
+    )
+    tok_file = first / "tokenizer.json"
+    texts = [p.read_text(encoding="utf-8") for p in sorted(corpus.glob("*.txt"))]
+    n_bytes = sum(len(t.encode()) for t in texts)
+    t_ours = prep(
+        "tokenize",
+        str(corpus),
+        str(work / "tok"),
+        "--tokenizer",
+        str(tok_file),
+        "-j",
+        str(jobs),
+        "--overwrite",
+    )
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(tok_file))
+    n_tokens = 0
+
+    def direct() -> None:
+        nonlocal n_tokens
+        n_tokens = sum(len(e.ids) for e in tok.encode_batch(texts))
+
+    t_ref = timed(direct)
+    t_bytes = prep(
+        "tokenize",
+        str(corpus),
+        str(work / "tok-bytes"),
+        "--tokenizer",
+        "bytes",
+        "-j",
+        str(jobs),
+        "--overwrite",
+    )
+    return [
+        Row(
+            "5a tokenize bpe vs encode_batch",
+            n_tokens / t_ours,
+            n_tokens / t_ref,
+            "tok/s",
+            ">= 0.8x",
+            t_ref / t_ours >= 0.8,
+        ),
+        Row(
+            "5b tokenize bytes (MB/s of text)",
+            n_bytes / t_bytes / 1e6,
+            n_bytes / t_ref / 1e6,
+            "MB/s",
+            "info (ref: bpe encode_batch)",
+            None,
+        ),
+    ]
+
+
+def worker_rss_mb(pid: int) -> float:
+    """Private (anonymous) resident memory of a process: what a worker costs beyond the shared
+    page cache."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def bench_memory(raw: Path, work: Path, sample: int) -> list[Row]:
+    from loaders import ImageShardDataset, make_loader
+
+    images = raw / "images"
+    rss = {}
+    for shard in (256, 4096):
+        rss[shard] = child_peak_rss_mb(
+            [
+                *PREP,
+                "pack",
+                str(images),
+                str(work / f"rss{shard}"),
+                "--sizes",
+                "256",
+                "-j",
+                "1",
+                "-q",
+                "--overwrite",
+                "--limit",
+                str(sample),
+                "--shard-size",
+                str(shard),
+            ]
+        )
+    ds = ImageShardDataset(work / "p256", size=256, fields=("image", "label"))
+    loader = make_loader(ds, batch_size=256, shuffle=True, num_workers=2)
+    per_epoch = []
+    for _ in range(5):
+        for _batch in loader:
+            pass
+        # Persistent workers: the same processes every epoch (a private attribute, bench only).
+        per_epoch.append(sum(worker_rss_mb(w.pid) for w in loader._iterator._workers))
+    return [
+        Row(
+            "6a pack worker peak RSS, shard 4096 vs 256",
+            rss[4096],
+            rss[256],
+            "MB",
+            "<= 1.1x",
+            rss[4096] <= 1.1 * rss[256],
+        ),
+        Row(
+            "6b 2 loader workers' private RSS, epoch 5 vs 1",
+            per_epoch[-1],
+            per_epoch[0],
+            "MB",
+            "<= 1.1x",
+            per_epoch[-1] <= 1.1 * per_epoch[0] + 5,
+        ),
+    ]
+
+
+def table(rows: list[Row]) -> str:
+    head = (
+        f"| {'measure':<48} | {'ours':>10} | {'reference':>10} | unit  | ratio | goal     | met |"
+    )
+    lines = [head, "|" + "|".join("-" * (len(c)) for c in head.split("|")[1:-1]) + "|"]
+    for r in rows:
+        met = {True: "yes", False: "NO", None: "-"}[r.met]
+        lines.append(
+            f"| {r.name:<48} | {r.ours:>10.1f} | {r.ref:>10.1f} | {r.unit:<5} | "
+            f"{r.ratio:>5.2f} | {r.goal:<8} | {met:<3} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--count", type=int, default=2000, help="demo images to pack")
+    ap.add_argument(
+        "--sample",
+        type=int,
+        default=300,
+        help="images for the slow references (their rate is per image)",
+    )
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--out", type=Path, default=HERE / "out")
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes: check the script runs")
+    ap.add_argument("--only", default="pack,load,tokenize,memory")
+    args = ap.parse_args()
+    if args.smoke:
+        args.count, args.sample, args.out = 24, 12, args.out / "smoke"
+    work = args.out / f"n{args.count}"
+    raw = work / "raw"
+    stamp = raw / ".done"
+    start = time.perf_counter()
+    if not stamp.exists():
+        shutil.rmtree(raw, ignore_errors=True)
+        max_side = "1024" if args.smoke else "4032"
+        run(
+            [
+                *PREP,
+                "demo",
+                str(raw),
+                "--count",
+                str(args.count),
+                "--max-side",
+                max_side,
+                "-j",
+                str(args.jobs),
+                "-q",
+            ]
+        )
+        stamp.touch()
+    print(f"data ready in {time.perf_counter() - start:.0f} s", file=sys.stderr)
+    rows: list[Row] = []
+    only = args.only.split(",")
+    if "pack" in only or "load" in only or "memory" in only:
+        rows += bench_pack(raw, work, args.jobs, args.sample)
+    if "load" in only:
+        rows += bench_load(raw, work, args.sample)
+    if "tokenize" in only:
+        rows += bench_tokenize(raw, work, args.jobs, 200 if args.smoke else 4000)
+    if "memory" in only:
+        rows += bench_memory(raw, work, args.sample)
+    cpu = platform.processor() or platform.machine()
+    print(
+        f"\nprep bench: {args.count} images, {args.jobs} jobs, {os.cpu_count()} cores ({cpu}), "
+        f"python {platform.python_version()}, {time.perf_counter() - start:.0f} s total\n"
+    )
+    print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
