@@ -28,8 +28,13 @@ SIZED_FIELDS = ("image", "mask")
 def _empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     """An output tensor; inside a DataLoader worker it is made in shared memory directly, so the
     batch is not copied again when it is sent to the main process."""
-    out = torch.empty(shape, dtype=dtype)
-    return out.share_memory_() if get_worker_info() is not None else out
+    if get_worker_info() is None:
+        return torch.empty(shape, dtype=dtype)
+    # As default_collate does: allocate in shared memory. `share_memory_()` on a new tensor
+    # would copy its garbage into a fresh segment (6x slower for a 256-image batch).
+    nbytes = int(torch.Size(shape).numel()) * torch.empty((), dtype=dtype).element_size()
+    storage = torch.UntypedStorage._new_shared(nbytes)
+    return torch.empty(0, dtype=dtype).set_(storage, 0, shape)  # type: ignore[call-overload]
 
 
 class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
