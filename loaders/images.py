@@ -143,13 +143,18 @@ class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
             out = self._out(field, len(shard))
             dst = out.numpy()
             shards = np.unique(shard)
-            for s in shards:
-                arr = self._array(int(s), field)
-                if len(shards) == 1 and arr.dtype == dst.dtype:
-                    np.take(arr, local, axis=0, out=dst)  # the whole batch in one shard: one read
-                else:
+            if len(shards) == 1 and dst.dtype == self._array(int(shards[0]), field).dtype:
+                # The whole batch in one shard: one vectorised read, straight into the output.
+                np.take(self._array(int(shards[0]), field), local, axis=0, out=dst)
+            elif field in SIZED_FIELDS:
+                # Across shards: copy each sample once into place (a gather per shard followed
+                # by a scatter would copy every pixel twice).
+                for j, (s, k) in enumerate(zip(shard.tolist(), local.tolist(), strict=True)):
+                    dst[j] = self._array(s, field)[k]
+            else:
+                for s in shards:
                     pos = np.flatnonzero(shard == s)
-                    dst[pos] = arr[local[pos]]
+                    dst[pos] = self._array(int(s), field)[local[pos]]
             outs.append(out.permute(0, 3, 1, 2) if field == "image" else out)
         return Batch(tuple(outs))
 
