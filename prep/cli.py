@@ -62,6 +62,10 @@ JobsOpt = Annotated[
     Optional[int], typer.Option("--jobs", "-j", help="Worker processes (0: all cores).")
 ]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
+ProfileOpt = Annotated[
+    bool,
+    typer.Option("--profile", help="After the summary, print where the time went per stage."),
+]
 
 
 def _pack_command(name: str, doc: str, default_gray: bool | None) -> None:
@@ -117,9 +121,11 @@ def _pack_command(name: str, doc: str, default_gray: bool | None) -> None:
         ] = None,
         config: ConfigOpt = None,
         quiet: QuietOpt = False,
+        profile: ProfileOpt = False,
     ) -> None:
         from prep.config import PackConfig, load_config
         from prep.pack import pack
+        from prep.profile import profile_table
 
         overrides = dict(
             src=str(src) if src else None,
@@ -139,7 +145,11 @@ def _pack_command(name: str, doc: str, default_gray: bool | None) -> None:
             resume=resume,
         )
         cfg = load_config(PackConfig, "pack", config, overrides)
-        typer.echo(pack(cfg, show_progress=not quiet).line())
+        summary = pack(cfg, show_progress=not quiet, profile=profile)
+        typer.echo(summary.line())
+        if summary.stages is not None:
+            workers = min(cfg.n_jobs, max(1, summary.shards - summary.reused))
+            typer.echo(profile_table(summary.stages, workers=workers))
 
     command.__doc__ = doc
     app.command(name)(command)
@@ -213,20 +223,94 @@ def info(
 
 @app.command()
 @friendly
-def verify(root: Annotated[Path, typer.Argument(help="A packed dataset folder.")]) -> None:
+def verify(
+    root: Annotated[Path, typer.Argument(help="A packed dataset folder.")],
+    limit: Annotated[
+        Optional[int], typer.Option(help="Only the shards holding the first N samples.")
+    ] = None,
+) -> None:
     """Recompute every checksum and shape; exit 1 naming each bad file.
 
     Example: prep verify data/demo-packed
     """
     from prep.report import verify as check
 
-    manifest, problems = check(root)
+    manifest, problems = check(root, limit)
     for p in problems:
         typer.echo(f"bad: {p}", err=True)
     if problems:
         raise typer.Exit(EXIT_FAILED)
     files = sum(len(s.files) for s in manifest.shards)
     typer.echo(f"{root}: ok, {manifest.num_samples} samples, {files} files verified")
+
+
+@app.command()
+@friendly
+def preview(
+    root: Annotated[Path, typer.Argument(help="A packed dataset folder.")],
+    size: Annotated[
+        Optional[int], typer.Option("--size", "-s", help="Stored size in px (default: smallest).")
+    ] = None,
+    count: Annotated[
+        int, typer.Option("--count", "--limit", "-n", help="Tiles: the first N samples.")
+    ] = 64,
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="Image to write (.png; .jpg is smaller).")
+    ] = Path("sheet.png"),
+    columns: Annotated[
+        Optional[int], typer.Option(help="Tiles per row (default: a square sheet).")
+    ] = None,
+    masks: Annotated[bool, typer.Option("--masks/--no-masks", help="Overlay masks.")] = True,
+) -> None:
+    """A contact sheet of packed samples: index and class under each tile, masks overlaid in
+    colour. Shows a wrong rotation, a bad crop or a misaligned mask at a glance.
+
+    Example: prep preview data/demo-packed --size 128 --count 32 --output sheet.png
+    """
+    from prep.preview import preview as sheet
+
+    typer.echo(sheet(root, size, count, output, columns, masks).line())
+
+
+@app.command()
+@friendly
+def tune(
+    root: Annotated[Path, typer.Argument(help="A packed image dataset folder.")],
+    size: Annotated[
+        Optional[int], typer.Option("--size", "-s", help="Stored size in px (default: smallest).")
+    ] = None,
+    batch_size: Annotated[int, typer.Option("--batch-size", "-b", help="Samples per batch.")] = 64,
+    seconds: Annotated[float, typer.Option(help="Timed seconds per worker count.")] = 3.0,
+    workers: Annotated[
+        Optional[str],
+        typer.Option(help="Worker counts to try, e.g. 0,2,4 (default: 0, 1, 2, ... cores)."),
+    ] = None,
+    prefetch_factor: Annotated[int, typer.Option(help="Batches in flight per worker.")] = 2,
+    limit: Annotated[Optional[int], typer.Option(help="Only the first N samples.")] = None,
+    plot: Annotated[
+        Optional[Path], typer.Option(help="Also draw samples/s against workers to this PNG.")
+    ] = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Time the real loader (make_loader over ImageShardDataset) at 0, 1, 2, ... workers:
+    samples/s, CPU use and the RAM of batches in flight (workers x prefetch x batch bytes);
+    then recommend a worker count and batch settings.
+
+    Example: prep tune data/demo-packed --size 256 --batch-size 64 --plot tune.png
+    """
+    from prep.tune import plot as draw
+    from prep.tune import tune as run
+
+    try:
+        counts = [int(w) for w in workers.split(",") if w.strip()] if workers else None
+    except ValueError:
+        raise typer.BadParameter(f"{workers!r} is not a list of counts, e.g. 0,2,4") from None
+    result = run(root, size, batch_size, seconds, counts, prefetch_factor, limit, not quiet)
+    typer.echo(result.table())
+    typer.echo(result.advice())
+    if plot is not None:
+        draw(result, plot)
+        typer.echo(f"plot: {plot}")
 
 
 @app.callback(invoke_without_command=True)

@@ -16,6 +16,8 @@ import cv2
 import numpy as np
 from PIL import Image, ImageFile, UnidentifiedImageError
 
+from prep.profile import timed
+
 MODES = ("fill", "fit", "stretch")
 BACKGROUND = (255, 255, 255)  # alpha is composited on white, as a browser shows a PNG
 ImageFile.LOAD_TRUNCATED_IMAGES = False  # a truncated file must raise, not turn grey
@@ -129,6 +131,7 @@ def _to_mode(im: Image.Image, gray: bool) -> Image.Image:
     return im if im.mode == target else im.convert(target)
 
 
+@timed("read")  # opening and the header; Pillow reads the pixel data while decoding
 def _open(path: Path, max_pixels: int) -> Image.Image:
     try:
         with warnings.catch_warnings():
@@ -162,6 +165,7 @@ def _load(im: Image.Image) -> None:
         raise Reject(code, f"cannot decode: {text}") from e
 
 
+@timed("decode")
 def decode_image(
     path: Path,
     hint: tuple[int, ...] | None = None,
@@ -191,6 +195,7 @@ def decode_image(
         return np.asarray(out), upright
 
 
+@timed("decode")
 def decode_mask(path: Path, max_pixels: int = 100_000_000) -> np.ndarray:
     """A mask of class ids (H, W) uint8: L or palette images, the palette index is the class id."""
     with _open(path, max_pixels) as im:
@@ -212,6 +217,7 @@ def decode_mask(path: Path, max_pixels: int = 100_000_000) -> np.ndarray:
         )
 
 
+@timed("resize")
 def sizes_from(
     img: np.ndarray,
     upright: tuple[int, int],

@@ -9,6 +9,7 @@ redoes only the shards without a verified record.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -36,7 +37,8 @@ from loaders.format import (
 from prep import PrepError, __version__
 from prep.config import PackConfig
 from prep.images import BACKGROUND, Reject, decode_image, decode_mask, sizes_from
-from prep.parallel import progress, run_tasks
+from prep.parallel import ShardProgress, run_tasks
+from prep.profile import StageTimer, run_profiled, stage
 from prep.run import cleanup_temps, install, load_record, prepare_staging, write_record
 from prep.sources import Item, list_images, reject_record
 
@@ -51,6 +53,7 @@ class PackSummary:
     reused: int
     bytes: int
     seconds: float
+    stages: dict[str, float] | None = None  # with profile=True: seconds per stage, all workers
 
     def line(self) -> str:
         rate = self.packed / self.seconds if self.seconds else 0.0
@@ -137,7 +140,8 @@ def pack_shard(
     cv2.setNumThreads(1)  # one task per core already
     stem = f"{index:05d}"
     tmp = {name: staging / f".{name}-{stem}.npy.tmp" for name in specs}
-    writers = {name: NpyWriter(tmp[name], s.dtype, s.shape) for name, s in specs.items()}
+    with stage("write"):
+        writers = {name: NpyWriter(tmp[name], s.dtype, s.shape) for name, s in specs.items()}
     rejects: list[dict[str, Any]] = []
     try:
         for item in items:
@@ -146,10 +150,12 @@ def pack_shard(
             except Reject as r:
                 rejects.append(reject_record(item.rel, r.code, r.message))
                 continue
-            for name, w in writers.items():
-                w.append(sample[name])
-        for w in writers.values():
-            w.close()
+            with stage("write"):
+                for name, w in writers.items():
+                    w.append(sample[name])
+        with stage("write"):
+            for w in writers.values():
+                w.close()
     except BaseException:
         for w in writers.values():
             w.abort()
@@ -158,7 +164,8 @@ def pack_shard(
     if cfg.format == "h5":
         final = f"shard-{stem}.h5"
         h5tmp = staging / f".{final}.tmp"
-        _write_h5(h5tmp, tmp)
+        with stage("write"):
+            _write_h5(h5tmp, tmp)
         for p in tmp.values():
             p.unlink()
         renames = {h5tmp: final}
@@ -169,20 +176,27 @@ def pack_shard(
     files = {}
     for src, final in renames.items():
         os.replace(src, staging / final)
-        files[final] = FileInfo((staging / final).stat().st_size, sha256_file(staging / final))
+        with stage("checksum"):
+            digest = sha256_file(staging / final)
+        files[final] = FileInfo((staging / final).stat().st_size, digest)
     record = {"index": index, "shard": asdict(Shard(count, arrays, files)), "rejects": rejects}
-    write_record(staging, index, record)
+    with stage("write"):
+        write_record(staging, index, record)
     return record
 
 
-def pack(cfg: PackConfig, show_progress: bool = True) -> PackSummary:
-    """Pack cfg.src into cfg.out; see the module docstring for the guarantees."""
+def pack(cfg: PackConfig, show_progress: bool = True, profile: bool = False) -> PackSummary:
+    """Pack cfg.src into cfg.out; see the module docstring for the guarantees.
+
+    `profile`: the summary's `stages` holds the seconds per stage of this run (prep.profile)."""
     cfg.validate()
     start = time.perf_counter()
     src, out = Path(str(cfg.src)), Path(str(cfg.out))
     if out.exists() and any(out.iterdir()) and not cfg.overwrite:  # fail before listing
         prepare_staging(out, {}, cfg.overwrite, cfg.resume)
-    listing = list_images(src, Path(cfg.masks) if cfg.masks else None, cfg.limit)
+    timer = StageTimer()
+    with timer.stage("list"):
+        listing = list_images(src, Path(cfg.masks) if cfg.masks else None, cfg.limit)
     if not listing.items:
         raise PrepError(
             f"no usable images in {src} ({len(listing.rejects)} rejected). "
@@ -209,20 +223,24 @@ def pack(cfg: PackConfig, show_progress: bool = True) -> PackSummary:
 
     todo = [(i, shards[i], cfg, specs, staging) for i in range(len(shards)) if i not in records]
     bar = (
-        progress(sum(len(t[1]) for t in todo), "img", f"pack {out.name}") if show_progress else None
+        ShardProgress(sum(len(t[1]) for t in todo), len(todo), "img", f"pack {out.name}")
+        if show_progress
+        else None
     )
+    task = functools.partial(run_profiled, profile, pack_shard)
     try:
-        for rec in run_tasks(pack_shard, todo, cfg.n_jobs, cfg.backend):
+        for rec in run_tasks(task, todo, cfg.n_jobs, cfg.backend):
+            timer.add(rec.pop("stages", {}))
             records[rec["index"]] = rec
             if bar is not None:
-                bar.update(len(shards[rec["index"]]))
+                bar.shard_done(len(shards[rec["index"]]))
     except BaseException:
         cleanup_temps(staging)
         raise
     finally:
         if bar is not None:
             bar.close()
-    return _finish(
+    summary = _finish(
         cfg,
         out,
         staging,
@@ -234,6 +252,8 @@ def pack(cfg: PackConfig, show_progress: bool = True) -> PackSummary:
         reused,
         start,
     )
+    summary.stages = timer.seconds if profile else None
+    return summary
 
 
 def _finish(

@@ -31,3 +31,21 @@ def progress(total: int, unit: str, desc: str) -> Any:
     return tqdm(
         total=total, unit=unit, desc=desc, dynamic_ncols=True, leave=False, disable=None
     )  # None: off when stderr is not a terminal
+
+
+class ShardProgress:
+    """One bar for a run of shard tasks: items with rate and ETA, and shards done as a postfix."""
+
+    def __init__(self, items: int, shards: int, unit: str, desc: str) -> None:
+        self.bar = progress(items, unit, desc)
+        self.shards, self.done = shards, 0
+        self.bar.set_postfix_str(f"0/{shards} shards", refresh=False)
+
+    def shard_done(self, items: int) -> None:
+        """One more shard finished, holding `items` inputs (packed or rejected)."""
+        self.done += 1
+        self.bar.set_postfix_str(f"{self.done}/{self.shards} shards", refresh=False)
+        self.bar.update(items)
+
+    def close(self) -> None:
+        self.bar.close()

@@ -1,12 +1,14 @@
-"""Looking at packed datasets: info and verify."""
+"""Looking at packed datasets: info and verify (preview and tune: prep.preview, prep.tune)."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
 
 from loaders.format import Manifest, check_files, read_manifest
+from prep import PrepError
 
 
 def _mb(n: float) -> str:
@@ -40,7 +42,16 @@ def info(root: Path, batch_size: int = 256) -> str:
     return "\n".join(lines)
 
 
-def verify(root: Path) -> tuple[Manifest, list[str]]:
-    """Recompute every checksum and check every shape: the problems, one line each."""
+def verify(root: Path, limit: int | None = None) -> tuple[Manifest, list[str]]:
+    """Recompute every checksum and check every shape: the problems, one line each.
+
+    `limit`: only the shards holding the first `limit` samples; the manifest returned lists
+    just those shards."""
     m = read_manifest(root)
+    if limit is not None:
+        if limit < 1:
+            raise PrepError("--limit must be at least 1")
+        ends = np.cumsum([s.count for s in m.shards])
+        keep = int(np.searchsorted(ends, limit)) + 1  # shards up to the one holding `limit`
+        m = dataclasses.replace(m, shards=m.shards[:keep])
     return m, check_files(root, m, checksums=True)

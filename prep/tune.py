@@ -1,0 +1,314 @@
+"""prep tune: time the real loader at several worker counts and recommend one ("Efficient
+PyTorch", advice 4).
+
+Each setting runs `loaders.make_loader` over `loaders.ImageShardDataset` (shuffled, as in
+training) for `seconds` after its first batch, so worker start-up is left out: persistent
+workers pay it once per training run. torch is imported here, never by `prep --help`.
+
+The RAM column is the article's arithmetic: batches in flight x bytes per batch, where a
+DataLoader with W > 0 workers keeps W x prefetch_factor batches in flight and W = 0 builds one
+batch at a time in the main process. Bytes per batch count the tensors the loader returns:
+uint8 images and masks, int64 labels.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from loaders.format import Manifest, array_name, read_manifest
+from prep import PrepError
+
+PREFETCH = 2  # make_loader's default prefetch_factor
+GOOD_ENOUGH = 0.9  # recommend the fewest workers within 10% of the best throughput
+TRAIN_FIELDS = ("image", "label", "mask")  # what a training loop reads; orig_size is for eval
+# Bytes per element of what the loader returns (loaders.images: labels widen to int64).
+OUT_ITEMSIZE = {"image": 1, "mask": 1, "label": 8, "orig_size": 8}
+
+
+@dataclass
+class TuneRow:
+    workers: int
+    samples_per_s: float
+    cpu_percent: float | None  # of one core, as top shows it; None where /proc is missing
+    batches_in_flight: int
+    ram_bytes: int
+
+
+@dataclass
+class TuneResult:
+    root: Path
+    size: int
+    batch_size: int
+    prefetch_factor: int
+    fields: tuple[str, ...]
+    samples: int
+    batch_bytes: int
+    rows: list[TuneRow] = field(default_factory=list)
+
+    @property
+    def candidates(self) -> list[TuneRow]:
+        """Settings with workers when any was tried: with 0 workers the main process loads
+        every batch in the training step's own time, while workers overlap it with the step."""
+        return [r for r in self.rows if r.workers > 0] or self.rows
+
+    @property
+    def best(self) -> TuneRow:
+        return max(self.candidates, key=lambda r: r.samples_per_s)
+
+    @property
+    def recommended(self) -> TuneRow:
+        """The fewest workers within 10% of the best rate: each worker costs a core and
+        prefetch_factor batches of RAM, for little gain past that point."""
+        floor = GOOD_ENOUGH * self.best.samples_per_s
+        return min(
+            (r for r in self.candidates if r.samples_per_s >= floor), key=lambda r: r.workers
+        )
+
+    def table(self) -> str:
+        lines = [
+            f"{self.root}: {self.samples} samples at {self.size} px, fields {self.fields}, "
+            f"batch {self.batch_size} = {_mb(self.batch_bytes)}, prefetch_factor "
+            f"{self.prefetch_factor}",
+            f"{'workers':>7}{'samples/s':>12}{'cpu':>8}{'batches':>9}{'RAM in flight':>15}",
+        ]
+        for r in self.rows:
+            cpu = "n/a" if r.cpu_percent is None else f"{r.cpu_percent:.0f}%"
+            mark = "  <- recommended" if r is self.recommended else ""
+            lines.append(
+                f"{r.workers:>7}{r.samples_per_s:>12,.0f}{cpu:>8}{r.batches_in_flight:>9}"
+                f"{_mb(r.ram_bytes):>15}{mark}"
+            )
+        return "\n".join(lines)
+
+    def advice(self) -> str:
+        r, best, tried = self.recommended, self.best, max(x.workers for x in self.rows)
+        lines = [
+            f"recommended: num_workers={r.workers}, batch_size={self.batch_size}, "
+            f"prefetch_factor={self.prefetch_factor}: {r.samples_per_s:,.0f} samples/s "
+            f"({r.samples_per_s / self.batch_size:,.1f} batches/s), "
+            f"{r.batches_in_flight} x {_mb(self.batch_bytes)} = {_mb(r.ram_bytes)} in flight",
+            f"  loader = make_loader(ds, batch_size={self.batch_size}, shuffle=True, "
+            f"num_workers={r.workers})",
+        ]
+        if best.workers == tried and len(self.candidates) > 1:
+            lines.append(
+                "  throughput still grows at the most workers tried: the loader is CPU-bound "
+                "here; try more workers (--workers) on a machine with more cores"
+            )
+        zero = next((x for x in self.rows if x.workers == 0), None)
+        if zero is not None and r.workers > 0:
+            ms = 1000 * self.batch_size / zero.samples_per_s
+            lines.append(
+                f"  num_workers=0 reads {zero.samples_per_s:,.0f} samples/s, but adds {ms:.1f} "
+                "ms to every training step; workers load the next batches during the step"
+            )
+        return "\n".join(lines)
+
+
+def _mb(n: float) -> str:
+    return f"{n / 1e6:,.1f} MB"
+
+
+def worker_counts(cores: int) -> list[int]:
+    """0, 1, 2, ... up to `cores`; past 4, steps of about x1.5 so a big machine stays quick.
+
+    >>> worker_counts(2), worker_counts(16)
+    ([0, 1, 2], [0, 1, 2, 3, 4, 6, 8, 12, 16])
+    """
+    counts = [n for n in range(5) if n <= cores]
+    n = 4
+    while n < cores:
+        n = min(cores, n + max(2, n // 2))
+        counts.append(n)
+    return counts
+
+
+def batch_bytes(m: Manifest, size: int, fields: Sequence[str], batch_size: int) -> int:
+    """Bytes of one batch as the loader returns it (see the module docstring)."""
+    per_sample = 0
+    for f in fields:
+        spec = m.arrays[array_name(f, size if f in ("image", "mask") else None)]
+        per_sample += int(np.prod(spec.shape, dtype=np.int64)) * OUT_ITEMSIZE[f]
+    return per_sample * batch_size
+
+
+def in_flight(workers: int, prefetch_factor: int) -> int:
+    return workers * prefetch_factor if workers > 0 else 1
+
+
+def _children_cpu() -> float | None:
+    """CPU seconds (user + system) of this process's live children, the DataLoader workers:
+    read from /proc because they are still running (os.times counts only waited-for ones)."""
+    me, tick = os.getpid(), os.sysconf("SC_CLK_TCK")
+    try:
+        pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return None
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+        except OSError:  # exited meanwhile
+            continue
+        after = stat.rsplit(")", 1)[1].split()  # fields after the (command name)
+        if int(after[1]) == me:  # ppid; then utime and stime are fields 14 and 15
+            total += int(after[11]) + int(after[12])
+    return total / tick
+
+
+def _cpu() -> float | None:
+    t = os.times()
+    children = _children_cpu()
+    return None if children is None else t.user + t.system + children
+
+
+def _forever(loader: Any) -> Generator[Any, None, None]:
+    while True:
+        yield from loader  # a new epoch each time; persistent workers stay up
+
+
+def measure(
+    dataset: Any, batch_size: int, workers: int, prefetch: int, seconds: float, nbytes: int
+) -> TuneRow:
+    """One setting: samples/s and CPU use over `seconds` after the first batch; `nbytes` is
+    the size of one batch, for the RAM column."""
+    from torch.utils.data import RandomSampler
+
+    from loaders import make_loader
+
+    extra: dict[str, Any] = {"prefetch_factor": prefetch} if workers > 0 else {}
+    # Shuffled as in training, in one long epoch of many permutations: a small dataset would
+    # otherwise time the epoch restarts (a pause of every worker), which a real epoch of
+    # thousands of batches does not notice.
+    epoch = max(len(dataset), batch_size) * 1000
+    extra["sampler"] = RandomSampler(dataset, num_samples=epoch)
+    loader = make_loader(dataset, batch_size, num_workers=workers, **extra)
+    batches = _forever(loader)
+    try:
+        next(batches)  # workers started, first batch out
+        cpu0, t0 = _cpu(), time.perf_counter()
+        samples, elapsed = 0, 0.0
+        while elapsed < seconds:
+            samples += len(next(batches)[0])
+            elapsed = time.perf_counter() - t0
+        cpu1 = _cpu()
+    finally:
+        batches.close()
+        del loader  # shuts persistent workers down
+    cpu = None if cpu0 is None or cpu1 is None else 100.0 * (cpu1 - cpu0) / elapsed
+    batches_in_flight = in_flight(workers, prefetch)
+    return TuneRow(workers, samples / elapsed, cpu, batches_in_flight, batches_in_flight * nbytes)
+
+
+def tune(
+    root: Path,
+    size: int | None = None,
+    batch_size: int = 64,
+    seconds: float = 3.0,
+    workers: Sequence[int] | None = None,
+    prefetch_factor: int = PREFETCH,
+    limit: int | None = None,
+    show_progress: bool = True,
+) -> TuneResult:
+    """Time the loader at each worker count (default: worker_counts(cpu cores))."""
+    from torch.utils.data import Subset
+
+    from loaders import ImageShardDataset
+    from prep.parallel import progress
+
+    m = read_manifest(root)
+    if m.kind != "images":
+        raise PrepError(f"{root} holds {m.kind}; tune times image datasets")
+    sizes = m.sizes()
+    size = min(sizes) if size is None else size
+    if size not in sizes:
+        raise PrepError(f"{root} has no size {size}. HINT: --size one of {sizes}")
+    if batch_size < 1 or prefetch_factor < 1 or seconds <= 0:
+        raise PrepError("--batch-size, --prefetch-factor and --seconds must be positive")
+    if limit is not None and limit < 1:
+        raise PrepError("--limit must be at least 1")
+    counts = sorted(set(workers)) if workers else worker_counts(os.cpu_count() or 1)
+    if counts[0] < 0:
+        raise PrepError(f"worker counts {counts} must be 0 or more")
+    fields = tuple(f for f in TRAIN_FIELDS if f in m.fields())
+    ds: Any = ImageShardDataset(root, size=size, fields=fields)
+    if limit is not None:
+        ds = Subset(ds, range(min(limit, len(ds))))
+    nbytes = batch_bytes(m, size, fields, batch_size)
+    result = TuneResult(root, size, batch_size, prefetch_factor, fields, len(ds), nbytes)
+    bar = progress(len(counts), "setting", f"tune {root.name}") if show_progress else None
+    try:
+        for w in counts:
+            result.rows.append(measure(ds, batch_size, w, prefetch_factor, seconds, nbytes))
+            if bar is not None:
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+    return result
+
+
+def plot(result: TuneResult, path: Path, width: int = 640, height: int = 400) -> None:
+    """Samples/s against workers as a PNG (Pillow only): one point per setting, labelled with
+    its CPU use, the recommended one in orange."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    font = ImageFont.load_default()
+    img = Image.new("RGB", (width, height), "white")
+    d = ImageDraw.Draw(img)
+    left, right, top, bottom = 70, 100, 40, 50
+    x0, x1, y0, y1 = left, width - right, height - bottom, top  # y grows downwards
+    xs = [r.workers for r in result.rows]
+    xmax = max(max(xs), 1)
+    ymax = _nice_ceiling(max(r.samples_per_s for r in result.rows) * 1.1)
+
+    def px(w: float, rate: float) -> tuple[float, float]:
+        return x0 + (x1 - x0) * w / xmax, y0 - (y0 - y1) * rate / ymax
+
+    d.text(
+        (left, 12),
+        f"{result.root.name}: loader throughput, {result.size} px, batch {result.batch_size}",
+        fill="black",
+        font=font,
+    )
+    for i in range(6):  # horizontal grid and y ticks
+        rate = ymax * i / 5
+        _, y = px(0, rate)
+        d.line([(x0, y), (x1, y)], fill=(225, 225, 225))
+        label = f"{rate:,.0f}"
+        d.text((x0 - 8 - d.textlength(label, font=font), y - 6), label, fill="black", font=font)
+    for w in xs:
+        x, _ = px(w, 0)
+        d.line([(x, y0), (x, y0 + 4)], fill="black")
+        d.text((x - d.textlength(str(w), font=font) / 2, y0 + 7), str(w), fill="black", font=font)
+    d.line([(x0, y1), (x0, y0), (x1, y0)], fill="black")
+    d.text(((x0 + x1) / 2 - 25, height - 22), "workers", fill="black", font=font)
+    d.text((8, top - 22), "samples/s", fill="black", font=font)
+    points = [px(r.workers, r.samples_per_s) for r in result.rows]
+    d.line(points, fill=(31, 119, 180), width=2)
+    rec = result.recommended
+    for r, (x, y) in zip(result.rows, points, strict=True):
+        colour = (255, 127, 14) if r is rec else (31, 119, 180)
+        d.ellipse([(x - 5, y - 5), (x + 5, y + 5)], fill=colour)
+        cpu = "" if r.cpu_percent is None else f"cpu {r.cpu_percent:.0f}%"
+        d.text((x + 8, y - 16), cpu, fill=(90, 90, 90), font=font)
+    x, y = px(rec.workers, rec.samples_per_s)
+    d.text((x + 8, y + 2), "recommended", fill=(255, 127, 14), font=font)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    img.save(path)
+
+
+def _nice_ceiling(v: float) -> float:
+    """The next round number (1, 1.5, 2, 2.5, 3, 4, 5, 6, 8 x 10^k) at or above v."""
+    if v <= 0:
+        return 1.0
+    exp = 10 ** np.floor(np.log10(v))
+    return float(next(m * exp for m in (1, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10) if m * exp >= v))

@@ -1,0 +1,131 @@
+"""prep.profile (the stage timer) and pack's --profile / --limit, through the API and the CLI."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from loaders.format import read_manifest
+from prep import profile
+from prep.cli import app
+from prep.profile import OTHER, StageTimer, profile_table, run_profiled, stage, timed
+
+PACK_STAGES = ("list", "read", "decode", "resize", "write", "checksum")
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """A fake perf_counter: the test sets now[0]."""
+    now = [0.0]
+    monkeypatch.setattr(profile.time, "perf_counter", lambda: now[0])
+    return now
+
+
+def test_nested_stages_are_exclusive(clock: list[float]) -> None:
+    t = StageTimer()
+    with t.stage("decode"):
+        clock[0] = 1.0
+        with t.stage("read"):
+            clock[0] = 3.0
+        clock[0] = 3.5
+        with t.stage("read"):
+            clock[0] = 4.0
+        clock[0] = 6.0
+    assert t.seconds == {"decode": 3.5, "read": 2.5}  # 0-1, 3-3.5, 4-6 | 1-3, 3.5-4
+
+
+def test_stage_and_timed_report_only_to_the_active_timer(clock: list[float]) -> None:
+    @timed("resize")
+    def work(x: int) -> int:
+        clock[0] += 2.0
+        return x + 1
+
+    assert work(1) == 2  # no timer active: a plain call
+    with stage("write"):
+        clock[0] += 1.0
+    t = StageTimer()
+    with t.active():
+        assert work(2) == 3
+        with stage("write"):
+            clock[0] += 0.5
+    assert work(3) == 4  # deactivated again
+    assert t.seconds == {"resize": 2.0, "write": 0.5}
+
+
+def _task(index: int) -> dict[str, object]:
+    with stage("decode"):
+        pass
+    return {"index": index}
+
+
+def test_run_profiled_adds_stages_only_when_enabled() -> None:
+    assert run_profiled(False, _task, 3) == {"index": 3}
+    rec = run_profiled(True, _task, 3)
+    assert rec["index"] == 3 and set(rec["stages"]) == {"decode", OTHER}
+
+
+def test_table_orders_stages_and_shares_sum_to_100() -> None:
+    seconds = {OTHER: 1.0, "write": 2.0, "zip": 1.0, "list": 4.0, "decode": 12.0}
+    text = profile_table(seconds, workers=3)
+    names = [line.split()[0] for line in text.splitlines()[1:]]
+    assert names == ["list", "decode", "write", "zip", OTHER, "total"]
+    assert "list" in text and "20.0%" in text  # 4 of 20 s
+    assert "summed over 3 workers" in text
+
+
+def _parse_table(output: str) -> dict[str, float]:
+    """{stage: share %} from the --profile table."""
+    rows = re.findall(r"^(\w+)\s+([\d.]+)\s+([\d.]+)%", output, flags=re.M)
+    return {name: float(share) for name, _, share in rows if name != "total"}
+
+
+def test_cli_profile_shares_sum_to_100(raw_demo: Path, tmp_path: Path) -> None:
+    out = tmp_path / "p"
+    args = ["pack", str(raw_demo / "images"), str(out), "--sizes", "32,16", "--limit", "6"]
+    args += ["--masks", str(raw_demo / "masks"), "--shard-size", "3", "-j", "1", "--profile"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    shares = _parse_table(result.output)
+    assert set(PACK_STAGES) <= set(shares), result.output
+    assert sum(shares.values()) == pytest.approx(100, abs=0.5)
+    # The named stages cover the work: "other" is what no hook claims (a few Python lines).
+    assert shares.get(OTHER, 0.0) < 50, result.output
+    lines = result.output.splitlines()
+    assert "6 inputs, 6 packed, 0 rejected" in lines[0]  # the summary comes first
+    assert "summed over 1 worker" in lines[-1]
+
+
+def test_profile_sums_stages_from_worker_processes(raw_demo: Path, tmp_path: Path) -> None:
+    from prep.config import PackConfig
+    from prep.pack import pack
+
+    cfg = PackConfig(
+        src=str(raw_demo / "images"), out=str(tmp_path / "p"), sizes=[16], limit=4, shard_size=2
+    )
+    cfg.jobs = 2  # two loky processes: the records cross a process boundary
+    summary = pack(cfg, show_progress=False, profile=True)
+    assert summary.stages is not None and summary.packed == 4
+    assert set(PACK_STAGES) <= set(summary.stages)
+    assert '"stages":' not in (tmp_path / "p" / "manifest.json").read_text()
+
+
+def test_profile_is_off_by_default(raw_demo: Path, tmp_path: Path, pack_to) -> None:
+    summary = pack_to(raw_demo / "images", tmp_path / "off", sizes=[16], limit=2)
+    assert summary.stages is None
+
+
+@pytest.mark.parametrize("limit", [1, 5])
+def test_limit_packs_exactly_n(raw_demo: Path, tmp_path: Path, limit: int) -> None:
+    out = tmp_path / f"l{limit}"
+    args = ["pack", str(raw_demo / "images"), str(out), "--sizes", "16", "--limit", str(limit)]
+    result = CliRunner().invoke(app, [*args, "-j", "1", "--shard-size", "2"])
+    assert result.exit_code == 0, result.output
+    m = read_manifest(out)
+    assert m.num_samples == limit
+    assert len(m.shards) == -(-limit // 2)
+    assert f"{limit} inputs, {limit} packed" in result.output
+    assert json.loads((out / "manifest.json").read_text())["config"]["limit"] == limit
