@@ -100,6 +100,17 @@ def _pack_command(name: str, doc: str, default_gray: bool | None) -> None:
         format: Annotated[Optional[str], typer.Option("--format", help="npy | h5")] = None,
         shard_size: Annotated[Optional[int], typer.Option(help="Samples per shard.")] = None,
         jobs: JobsOpt = None,
+        backend: Annotated[
+            Optional[str],
+            typer.Option(help="loky: processes here | dask: a distributed cluster (prep[dask])."),
+        ] = None,
+        scheduler: Annotated[
+            Optional[str],
+            typer.Option(
+                help="dask scheduler tcp://HOST:PORT (workers see SRC and OUT at the same "
+                "paths); none: a LocalCluster of --jobs processes here."
+            ),
+        ] = None,
         pad_value: Annotated[Optional[int], typer.Option(help="fit mode pad colour.")] = None,
         max_pixels: Annotated[
             Optional[int], typer.Option(help="Refuse larger images before decoding.")
@@ -137,6 +148,8 @@ def _pack_command(name: str, doc: str, default_gray: bool | None) -> None:
             format=format,
             shard_size=shard_size,
             jobs=jobs,
+            backend=backend,
+            scheduler=scheduler,
             pad_value=pad_value,
             max_pixels=max_pixels,
             max_rejects=max_rejects,

@@ -37,7 +37,7 @@ from loaders.format import (
 from prep import PrepError, __version__
 from prep.config import PackConfig
 from prep.images import BACKGROUND, Reject, decode_image, decode_mask, sizes_from
-from prep.parallel import ShardProgress, run_tasks
+from prep.parallel import ShardProgress, check_backend, run_tasks
 from prep.profile import StageTimer, run_profiled, stage
 from prep.run import cleanup_temps, install, load_record, prepare_staging, write_record
 from prep.sources import Item, list_images, reject_record
@@ -190,13 +190,15 @@ def pack(cfg: PackConfig, show_progress: bool = True, profile: bool = False) -> 
 
     `profile`: the summary's `stages` holds the seconds per stage of this run (prep.profile)."""
     cfg.validate()
+    check_backend(cfg.backend, cfg.scheduler)
     start = time.perf_counter()
-    src, out = Path(str(cfg.src)), Path(str(cfg.out))
+    # Absolute: the tasks may run on other machines (--backend dask), in other folders.
+    src, out = Path(str(cfg.src)).absolute(), Path(str(cfg.out))
     if out.exists() and any(out.iterdir()) and not cfg.overwrite:  # fail before listing
         prepare_staging(out, {}, cfg.overwrite, cfg.resume)
     timer = StageTimer()
     with timer.stage("list"):
-        listing = list_images(src, Path(cfg.masks) if cfg.masks else None, cfg.limit)
+        listing = list_images(src, Path(cfg.masks).absolute() if cfg.masks else None, cfg.limit)
     if not listing.items:
         raise PrepError(
             f"no usable images in {src} ({len(listing.rejects)} rejected). "
@@ -221,7 +223,11 @@ def pack(cfg: PackConfig, show_progress: bool = True, profile: bool = False) -> 
             records[i] = rec
     reused = len(records)
 
-    todo = [(i, shards[i], cfg, specs, staging) for i in range(len(shards)) if i not in records]
+    todo = [
+        (i, shards[i], cfg, specs, staging.absolute())
+        for i in range(len(shards))
+        if i not in records
+    ]
     bar = (
         ShardProgress(sum(len(t[1]) for t in todo), len(todo), "img", f"pack {out.name}")
         if show_progress
@@ -229,7 +235,7 @@ def pack(cfg: PackConfig, show_progress: bool = True, profile: bool = False) -> 
     )
     task = functools.partial(run_profiled, profile, pack_shard)
     try:
-        for rec in run_tasks(task, todo, cfg.n_jobs, cfg.backend):
+        for rec in run_tasks(task, todo, cfg.n_jobs, cfg.backend, cfg.scheduler):
             timer.add(rec.pop("stages", {}))
             records[rec["index"]] = rec
             if bar is not None:
