@@ -26,11 +26,17 @@ dataset: $(STAMP) data/demo-raw/.done
 	$(BIN)/prep pack --config configs/default.toml --overwrite
 	$(BIN)/prep verify data/demo-packed
 	$(BIN)/prep info data/demo-packed
+	$(BIN)/prep tokenize --config configs/default.toml --overwrite
+	$(BIN)/prep verify data/demo-tokens
+	$(BIN)/prep info data/demo-tokens
 	@echo
 	@echo "Packed dataset: data/demo-packed. Load it in training with:"
 	@echo "  from loaders import ImageShardDataset, make_loader"
 	@echo "  ds = ImageShardDataset('data/demo-packed', size=256, fields=('image', 'label'))"
 	@echo "  loader = make_loader(ds, batch_size=64, shuffle=True, num_workers=2)"
+	@echo "Token dataset: data/demo-tokens. Load it with:"
+	@echo "  from loaders import TokenWindowDataset"
+	@echo "  ds = TokenWindowDataset('data/demo-tokens', block_size=256, split='train')"
 
 lint: $(STAMP)
 	$(BIN)/ruff check prep loaders tests bench

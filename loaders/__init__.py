@@ -10,6 +10,8 @@ from typing import Any
 
 _EXPORTS = {
     "ImageShardDataset": "loaders.images",
+    "TokenWindowDataset": "loaders.tokens",
+    "DocumentDataset": "loaders.tokens",
     "Normalize": "loaders.gpu",
     "make_loader": "loaders.loader",
     "collate_batch": "loaders.loader",

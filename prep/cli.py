@@ -196,6 +196,90 @@ Example: prep grayscale data/raw/images data/gray --size 256
 
 @app.command()
 @friendly
+def tokenize(
+    src: Annotated[
+        Optional[Path],
+        typer.Argument(help="Folder of .txt files, one .txt file, or a .jsonl file."),
+    ] = None,
+    out: Annotated[Optional[Path], typer.Argument(help="Output dataset folder.")] = None,
+    tokenizer: Annotated[
+        Optional[str],
+        typer.Option(
+            "--tokenizer", "-t", help="bytes (default) | char | bpe | path/to/tokenizer.json."
+        ),
+    ] = None,
+    vocab_size: Annotated[
+        Optional[int], typer.Option(help="bpe: vocabulary size to train (default 8192).")
+    ] = None,
+    val_fraction: Annotated[
+        Optional[float],
+        typer.Option(help="Share of documents in val, chosen by a hash of their text."),
+    ] = None,
+    split_lines: Annotated[
+        Optional[bool],
+        typer.Option("--split-lines", help=".txt: one document per line, not per file."),
+    ] = None,
+    text_field: Annotated[
+        Optional[str], typer.Option(help=".jsonl: the field holding the text.")
+    ] = None,
+    errors: Annotated[
+        Optional[str],
+        typer.Option(help="Invalid UTF-8: strict (reject the document) | replace (U+FFFD)."),
+    ] = None,
+    shard_mb: Annotated[
+        Optional[float], typer.Option(help="MB of text per shard (one task each).")
+    ] = None,
+    max_doc_mb: Annotated[
+        Optional[float], typer.Option(help="Reject longer documents (memory stays bounded).")
+    ] = None,
+    max_rejects: Annotated[
+        Optional[float],
+        typer.Option(help="Fail when more than this fraction of documents is rejected."),
+    ] = None,
+    limit: Annotated[Optional[int], typer.Option(help="Only the first N documents.")] = None,
+    jobs: JobsOpt = None,
+    overwrite: Annotated[
+        Optional[bool],
+        typer.Option("--overwrite", help="Replace a non-empty OUT (kept readable until done)."),
+    ] = None,
+    resume: Annotated[
+        Optional[bool],
+        typer.Option("--resume", help="Finish an interrupted run, reusing its verified shards."),
+    ] = None,
+    config: ConfigOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Tokenize text into flat token shards (uint8/16/32) with document offsets, split into
+    train and val; the tokenizer file travels in OUT.
+
+    Example: prep tokenize data/demo-raw/text data/demo-tokens --tokenizer bpe --vocab-size 512
+    """
+    from prep.config import TokenizeConfig, load_config
+    from prep.tokenize import tokenize as run
+
+    overrides = dict(
+        src=str(src) if src else None,
+        out=str(out) if out else None,
+        tokenizer=tokenizer,
+        vocab_size=vocab_size,
+        val_fraction=val_fraction,
+        split_lines=split_lines,
+        text_field=text_field,
+        errors=errors,
+        shard_mb=shard_mb,
+        max_doc_mb=max_doc_mb,
+        max_rejects=max_rejects,
+        limit=limit,
+        jobs=jobs,
+        overwrite=overwrite,
+        resume=resume,
+    )
+    cfg = load_config(TokenizeConfig, "tokenize", config, overrides)
+    typer.echo(run(cfg, show_progress=not quiet).line())
+
+
+@app.command()
+@friendly
 def demo(
     raw: Annotated[Path, typer.Argument(help="Folder to write the raw demo data into.")],
     count: Annotated[int, typer.Option(help="Number of images.")] = 64,

@@ -96,3 +96,51 @@ def load_config(cls: type[C], section: str, path: Path | None, overrides: dict[s
             )
     values.update({k: v for k, v in overrides.items() if v is not None})
     return cls(**values)
+
+
+@dataclass
+class TokenizeConfig:
+    src: str | None = None
+    out: str | None = None
+    tokenizer: str = "bytes"  # bytes | char | bpe | path/to/tokenizer.json
+    vocab_size: int = 8192  # bpe only
+    val_fraction: float = 0.01  # share of documents in "val", chosen by a hash of their text
+    split_lines: bool = False  # .txt: one document per line instead of per file
+    text_field: str = "text"  # .jsonl: the field holding the text
+    errors: str = "strict"  # invalid UTF-8: strict (reject) | replace (U+FFFD)
+    shard_mb: float = 64.0  # text per shard (one joblib task each)
+    max_doc_mb: float = 64.0  # longer documents are rejected, read in bounded chunks
+    max_rejects: float = 0.01
+    limit: int | None = None  # only the first N documents
+    jobs: int = 0  # 0: all cores
+    backend: str = "loky"
+    overwrite: bool = False
+    resume: bool = False
+
+    RUNTIME = ("jobs", "backend", "overwrite", "resume", "max_rejects")
+
+    def output_config(self) -> dict[str, Any]:
+        """What the output bytes depend on (saved in the manifest, compared on --resume)."""
+        return {k: v for k, v in asdict(self).items() if k not in self.RUNTIME}
+
+    def validate(self) -> None:
+        from prep.text import ERRORS, check_tokenizer
+
+        if not self.src or not self.out:
+            raise PrepError(
+                "no SRC/OUT given. HINT: `prep tokenize SRC OUT` or set src/out in "
+                "the [tokenize] section of the config"
+            )
+        check_tokenizer(self.tokenizer, self.vocab_size)
+        if not 0 <= self.val_fraction < 1:
+            raise PrepError(f"val fraction {self.val_fraction} must be in [0, 1). HINT: 0.01")
+        if self.errors not in ERRORS:
+            raise PrepError(f"errors {self.errors!r} is not one of {', '.join(ERRORS)}")
+        if self.shard_mb <= 0 or self.max_doc_mb <= 0:
+            raise PrepError("--shard-mb and --max-doc-mb must be positive")
+        if self.limit is not None and self.limit < 1:
+            raise PrepError(f"--limit {self.limit} must be at least 1")
+
+    @property
+    def n_jobs(self) -> int:
+        return self.jobs if self.jobs > 0 else (os.cpu_count() or 1)

@@ -1,0 +1,371 @@
+"""prep tokenize and the token datasets: round trips, dtypes, splits, parallel runs, windows."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import pickle
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from loaders import DocumentDataset, TokenWindowDataset, make_loader
+from loaders.format import read_manifest
+from prep import PrepError
+from prep.cli import app
+from prep.config import TokenizeConfig
+from prep.text import ByteTokenizer, DocumentReader, Piece, list_text, load_tokenizer
+from prep.tokenize import (
+    TokenizeSummary,
+    fit_ids,
+    plan_shards,
+    token_dtype,
+    tokenize,
+)
+
+# Raw file bytes -> the document text decode(tokens) must give back (see prep/text.py).
+DOCS: dict[str, tuple[bytes, str]] = {
+    "a.txt": ("Naïve café, 東京 and 🙂 emoji.\n".encode(), "Naïve café, 東京 and 🙂 emoji.\n"),
+    "b.txt": (b"windows\r\nline\r\nlone\rcr\r\n", "windows\nline\nlone\rcr\n"),
+    "c.txt": (b"", ""),
+    "d.txt": (
+        "\ufeffbom then text, then \U0001f469\u200d\U0001f4bb".encode(),
+        "bom then text, then \U0001f469\u200d\U0001f4bb",
+    ),
+    "e.txt": (
+        b"special <|endoftext|> text is plain text",
+        "special <|endoftext|> text is plain text",
+    ),
+    "f.txt": (b"  spaces\t\ttabs  \n\n\n", "  spaces\t\ttabs  \n\n\n"),
+}
+
+
+def run(src: Path, out: Path, **options: Any) -> TokenizeSummary:
+    options.setdefault("jobs", 1)
+    options.setdefault("val_fraction", 0.0)
+    return tokenize(TokenizeConfig(src=str(src), out=str(out), **options), show_progress=False)
+
+
+def write_docs(folder: Path, docs: dict[str, bytes]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, data in docs.items():
+        (folder / name).write_bytes(data)
+    return folder
+
+
+def decoded(out: Path, split: str = "train") -> list[str]:
+    tok = load_tokenizer(out)
+    return [tok.decode(t) for t in DocumentDataset(out, split=split)]
+
+
+def stream(out: Path, split: str = "train") -> np.ndarray:
+    m = read_manifest(out)
+    parts = [np.load(out / s.arrays["tokens"].file) for s in m.shards if s.split == split]
+    return np.concatenate(parts)
+
+
+def corpus(tmp_path: Path, n: int = 30) -> Path:
+    words = ["alpha", "béta", "γάμμα", "東京", "🙂", "delta", "\n", "shard", "token"]
+    rng = np.random.default_rng(0)
+    docs = {
+        f"doc{i:02d}.txt": " ".join(words[j] for j in rng.integers(0, len(words), 40)).encode()
+        for i in range(n)
+    }
+    return write_docs(tmp_path / "corpus", docs)
+
+
+@pytest.fixture(scope="module")
+def user_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tokenizer.json brought by the user: here one trained by an earlier bpe run."""
+    tmp = tmp_path_factory.mktemp("user")
+    src = corpus(tmp)
+    run(src, tmp / "trained", tokenizer="bpe", vocab_size=300)
+    return tmp / "trained" / "tokenizer.json"
+
+
+# ---------------------------------------------------------------- what comes back
+
+
+@pytest.mark.parametrize("name", ["bytes", "char", "bpe", "json"])
+def test_round_trip_every_tokenizer(name: str, tmp_path: Path, user_tokenizer: Path) -> None:
+    src = write_docs(tmp_path / "src", {k: v[0] for k, v in DOCS.items()})
+    spec = str(user_tokenizer) if name == "json" else name
+    summary = run(src, tmp_path / "out", tokenizer=spec, vocab_size=300)
+    assert decoded(tmp_path / "out") == [text for _, text in DOCS.values()]
+    m = read_manifest(tmp_path / "out")
+    assert m.extra["tokenizer"]["name"] == name and summary.docs == len(DOCS)
+    docs = DocumentDataset(tmp_path / "out", split="train")
+    ids = stream(tmp_path / "out")
+    eot = m.extra["eot_id"]
+    assert (eot is None) == (name == "bytes")
+    if eot is not None:  # one eot after every document, the empty one too; none inside
+        ends = [docs.span(i)[1] - 1 for i in range(len(docs))]
+        assert np.flatnonzero(ids == eot).tolist() == ends
+    assert m.extra["splits"]["train"]["tokens"] == len(ids) == summary.tokens
+    if name == "json":  # used as it is: the user's file, byte for byte
+        assert (tmp_path / "out" / "tokenizer.json").read_bytes() == user_tokenizer.read_bytes()
+
+
+def test_split_lines_and_jsonl_documents(tmp_path: Path) -> None:
+    lines = tmp_path / "lines.txt"
+    lines.write_bytes("\ufeffone\r\n\r\ntwo 🙂\rthree\nlast, no newline".encode())
+    run(lines, tmp_path / "l", tokenizer="char", split_lines=True)
+    assert decoded(tmp_path / "l") == ["one", "", "two 🙂\rthree", "last, no newline"]
+
+    records = ['{"body": "x\\r\\ny"}', "", '{"body": "東京"}', "not json", '{"other": 1}']
+    jl = tmp_path / "docs.jsonl"
+    jl.write_bytes(("\ufeff" + "\n".join(records) + "\n").encode())
+    summary = run(jl, tmp_path / "j", tokenizer="bytes", text_field="body", max_rejects=1)
+    assert decoded(tmp_path / "j") == ["x\ny", "東京"]
+    rejects = [json.loads(x) for x in (tmp_path / "j" / "rejects.jsonl").read_text().splitlines()]
+    assert [r["reason"] for r in rejects] == ["json", "no_text"] and summary.rejected == 2
+    assert all(r["path"] == "docs.jsonl" for r in rejects)
+
+
+def test_invalid_utf8_rejected_with_byte_offset_or_replaced(tmp_path: Path) -> None:
+    src = write_docs(tmp_path / "src", {"good.txt": b"fine", "bad.txt": b"caf\xc3(e and more"})
+    with pytest.raises(PrepError, match=r"1 of 2 documents rejected.*HINT"):
+        run(src, tmp_path / "strict")
+    run(src, tmp_path / "strict", max_rejects=0.5, resume=True)
+    (reject,) = [
+        json.loads(x) for x in (tmp_path / "strict/rejects.jsonl").read_text().split("\n") if x
+    ]
+    assert reject["path"] == "bad.txt" and reject["reason"] == "utf8"
+    assert "byte 3" in reject["message"] and "--errors replace" in reject["message"]
+    assert decoded(tmp_path / "strict") == ["fine"]
+
+    run(src, tmp_path / "replace", errors="replace", tokenizer="char")
+    assert decoded(tmp_path / "replace") == ["caf\ufffd(e and more", "fine"]
+
+    lines = tmp_path / "lines.txt"
+    lines.write_bytes(b"ok\nab\xffc\n")
+    run(lines, tmp_path / "l", split_lines=True, max_rejects=1)
+    (reject,) = [json.loads(x) for x in (tmp_path / "l/rejects.jsonl").read_text().splitlines()]
+    assert "byte 5" in reject["message"]  # offset in the file, not in the line
+
+
+def test_long_lines_rejected_with_bounded_memory(tmp_path: Path) -> None:
+    big = tmp_path / "big.txt"
+    with open(big, "wb") as f:
+        f.write(b"short\n" + b"x" * (24 << 20) + b"\nafter\n")
+    reader = DocumentReader("text", "strict", 1 << 20)
+    tracemalloc.start()
+    docs = list(reader.read(Piece(str(big), "big.txt", 0, big.stat().st_size, "lines")))
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert docs == ["short", "after"]
+    assert [r["reason"] for r in reader.rejects] == ["too_long"]
+    assert peak < 4 << 20, f"peak {peak / 2**20:.1f} MB reading a 24 MB line"
+
+
+# ---------------------------------------------------------------- dtypes
+
+
+@pytest.mark.parametrize(
+    ("vocab", "dtype"),
+    [
+        (255, "uint8"),
+        (256, "uint8"),
+        (257, "uint16"),
+        (65535, "uint16"),
+        (65536, "uint16"),
+        (65537, "uint32"),
+    ],
+)
+def test_dtype_at_vocabulary_boundaries(vocab: int, dtype: str, tmp_path: Path) -> None:
+    assert token_dtype(vocab) == dtype
+    # End to end with the char tokenizer: vocab - 1 distinct characters plus its eot id.
+    points = [c for c in range(0x20, 0x30000) if not 0xD800 <= c <= 0xDFFF][: vocab - 1]
+    text = "".join(map(chr, points))
+    src = write_docs(tmp_path / "src", {"all.txt": text.encode()})
+    summary = run(src, tmp_path / "out", tokenizer="char")
+    assert summary.vocab_size == vocab and summary.dtype == dtype
+    assert np.load(tmp_path / "out" / "tokens-train-00000.npy").dtype == dtype
+    assert decoded(tmp_path / "out") == [text]
+
+
+def test_id_outside_dtype_is_an_error_never_a_wrap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(PrepError, match="token id 256 does not fit uint8"):
+        fit_ids(np.array([0, 255, 256]), "uint8", "x.txt")
+    with pytest.raises(PrepError, match="token id -1 does not fit uint16"):
+        fit_ids(np.array([-1, 3]), "uint16", "x.txt")
+    assert fit_ids(np.array([0, 65535]), "uint16", "x.txt").dtype == np.uint16
+
+    def wrong(self: ByteTokenizer, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        return np.array([65, 300], np.int64), np.array([2], np.int64)
+
+    monkeypatch.setattr(ByteTokenizer, "encode", wrong)
+    src = write_docs(tmp_path / "src", {"one.txt": b"A"})
+    with pytest.raises(PrepError, match=r"one\.txt: token id 300 does not fit uint8.*HINT"):
+        run(src, tmp_path / "out")
+
+
+# ---------------------------------------------------------------- plan, parallel, split
+
+
+def test_plan_cuts_line_files_at_line_starts(tmp_path: Path) -> None:
+    path = tmp_path / "l.txt"
+    data = b"".join(b"line %d %s\n" % (i, b"y" * (i % 17)) for i in range(300))
+    path.write_bytes(data)
+    pieces, _ = list_text(path, split_lines=True)
+    shards = plan_shards(pieces, 500)
+    flat = [p for s in shards for p in s]
+    assert len(shards) > 5 and flat[0].start == 0 and flat[-1].end == len(data)
+    assert all(a.end == b.start for a, b in itertools.pairwise(flat))
+    assert all(data[p.start - 1 : p.start] == b"\n" for p in flat[1:])
+
+
+@pytest.mark.parametrize("name", ["char", "bpe"])
+def test_same_bytes_for_any_jobs(name: str, tmp_path: Path) -> None:
+    src = corpus(tmp_path)
+    big = write_docs(src, {"lines.txt": b"".join(b"%d line\r\n" % i for i in range(400))})
+    for jobs in (1, 2):
+        s = run(
+            big,
+            tmp_path / f"j{jobs}",
+            tokenizer=name,
+            vocab_size=300,
+            jobs=jobs,
+            shard_mb=0.002,
+            split_lines=True,
+            val_fraction=0.2,
+        )
+        assert s.shards > 3
+    a, b = sorted((tmp_path / "j1").iterdir()), sorted((tmp_path / "j2").iterdir())
+    assert [p.name for p in a] == [p.name for p in b]
+    for pa, pb in zip(a, b, strict=True):
+        if pa.name == "manifest.json":
+            ja, jb = json.loads(pa.read_text()), json.loads(pb.read_text())
+            assert ja["config"].pop("out") != jb["config"].pop("out")
+            assert ja == jb
+        else:
+            assert pa.read_bytes() == pb.read_bytes(), pa.name
+
+
+def test_split_depends_on_content_not_names_order_or_shards(tmp_path: Path) -> None:
+    src = corpus(tmp_path, n=40)
+    first = run(src, tmp_path / "a", val_fraction=0.3)
+    assert 0 < first.val_docs < first.docs
+    val, train = set(decoded(tmp_path / "a", "val")), set(decoded(tmp_path / "a", "train"))
+    moved = tmp_path / "renamed"
+    moved.mkdir()
+    for i, p in enumerate(sorted(src.iterdir(), reverse=True)):  # reversed order, new names
+        p.rename(moved / f"{i:03d}-{p.stem[::-1]}.txt")
+    run(moved, tmp_path / "b", val_fraction=0.3, shard_mb=0.001, jobs=2)
+    assert set(decoded(tmp_path / "b", "val")) == val
+    assert set(decoded(tmp_path / "b", "train")) == train
+    assert decoded(tmp_path / "b", "val") != decoded(tmp_path / "a", "val")  # order did change
+
+
+# ---------------------------------------------------------------- run folder
+
+
+def test_limit_overwrite_and_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    lines = tmp_path / "l.txt"
+    lines.write_bytes(b"".join(b"doc %d\n" % i for i in range(300)))
+    run(lines, tmp_path / "out", split_lines=True, limit=7)
+    assert decoded(tmp_path / "out") == [f"doc {i}" for i in range(7)]
+    with pytest.raises(PrepError, match=r"already exists.*--overwrite"):
+        run(lines, tmp_path / "out", split_lines=True)
+
+    import prep.tokenize as tk
+
+    real = tk.tokenize_shard
+
+    def dies_on_shard_2(index: int, *args: Any) -> dict[str, Any]:
+        if index == 2:
+            raise KeyboardInterrupt
+        return real(index, *args)
+
+    monkeypatch.setattr(tk, "tokenize_shard", dies_on_shard_2)
+    opts: dict[str, Any] = {"split_lines": True, "shard_mb": 0.0002, "tokenizer": "char"}
+    with pytest.raises(KeyboardInterrupt):
+        run(lines, tmp_path / "out", overwrite=True, **opts)
+    assert decoded(tmp_path / "out") == [f"doc {i}" for i in range(7)]  # old one still there
+    monkeypatch.setattr(tk, "tokenize_shard", real)
+    assert (tmp_path / "out.partial").is_dir()
+    summary = run(lines, tmp_path / "out", resume=True, overwrite=True, **opts)
+    assert summary.reused == 2 and summary.shards > 3
+    assert decoded(tmp_path / "out") == [f"doc {i}" for i in range(300)]
+
+
+def test_no_input_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(PrepError, match=r"no readable \.txt.*HINT"):
+        run(tmp_path / "empty", tmp_path / "out")
+    with pytest.raises(PrepError, match=r"unknown tokenizer 'gpt9'.*HINT"):
+        run(tmp_path / "empty", tmp_path / "out", tokenizer="gpt9")
+
+
+def test_cli(tmp_path: Path) -> None:
+    src = write_docs(tmp_path / "src", {"a.txt": "héllo".encode(), "b.txt": b"world"})
+    runner = CliRunner()
+    res = runner.invoke(app, ["tokenize", str(src), str(tmp_path / "o"), "-t", "char", "-q"])
+    assert res.exit_code == 0, res.output
+    assert "2 documents" in res.output and "char vocabulary 8 as uint8" in res.output
+    res = runner.invoke(app, ["tokenize", str(src), str(tmp_path / "o2"), "--errors", "ignore"])
+    assert res.exit_code == 1 and "errors 'ignore'" in res.output
+
+
+# ---------------------------------------------------------------- loading
+
+
+@pytest.fixture(scope="module")
+def windows_ds(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """bytes tokens, no eot, several train shards: windows cross documents and shards."""
+    tmp = tmp_path_factory.mktemp("win")
+    src = corpus(tmp, n=40)
+    run(src, tmp / "out", shard_mb=0.0005, val_fraction=0.2)
+    return tmp / "out"
+
+
+@pytest.mark.parametrize("block", [1, 7, 64])
+def test_windows_are_shifted_pairs_over_the_split(windows_ds: Path, block: int) -> None:
+    ids = stream(windows_ds).astype(np.int64)
+    m = read_manifest(windows_ds)
+    ds = TokenWindowDataset(windows_ds, block_size=block, split="train")
+    assert len(ds) == (len(ids) - 1) // block
+    x, y = ds.__getitems__(list(range(len(ds)))).tensors
+    assert x.dtype == y.dtype == torch.int64 and x.shape == y.shape == (len(ds), block)
+    assert x.is_contiguous() and y.is_contiguous()
+    want = np.lib.stride_tricks.sliding_window_view(ids, block + 1)[::block][: len(ds)]
+    assert np.array_equal(x.numpy(), want[:, :-1]) and np.array_equal(y.numpy(), want[:, 1:])
+    ends = np.cumsum([s.arrays["tokens"].length for s in m.shards if s.split == "train"])
+    starts = np.arange(len(ds)) * block
+    assert ((starts[:, None] < ends) & (starts[:, None] + block >= ends)).any()  # spans a shard
+    assert torch.equal(ds[-1][0], x[-1]) and torch.equal(ds[3][1], y[3])
+
+
+def test_window_dataset_pickles_small_and_loads(windows_ds: Path) -> None:
+    ds = TokenWindowDataset(windows_ds, block_size=16, split="val", stride=5)
+    ds[0]  # opens maps, which must not travel
+    blob = pickle.dumps(ds)
+    assert len(blob) < 2048
+    again = pickle.loads(blob)
+    assert torch.equal(again[4][0], ds[4][0]) and ds[1][0][5] == ds[0][0][10]
+    batches = list(make_loader(ds, batch_size=4, shuffle=False))
+    assert torch.equal(
+        torch.cat([b[1] for b in batches]), ds.__getitems__(range(len(ds))).tensors[1]
+    )
+    with pytest.raises(IndexError):
+        ds[len(ds)]
+    with pytest.raises(ValueError, match="too few"):
+        TokenWindowDataset(windows_ds, block_size=10**9, split="val")
+
+
+def test_document_dataset_and_eot_spans(tmp_path: Path) -> None:
+    src = write_docs(tmp_path / "src", {"a.txt": b"ab", "b.txt": b"", "c.txt": b"cde"})
+    run(src, tmp_path / "out", tokenizer="char", shard_mb=0.000001)
+    docs = DocumentDataset(tmp_path / "out", split="train")
+    assert [d.tolist() for d in docs] == [[0, 1], [], [2, 3, 4]]
+    assert [docs.span(i) for i in range(3)] == [(0, 3), (3, 4), (4, 8)]
+    assert stream(tmp_path / "out").tolist() == [0, 1, 5, 5, 2, 3, 4, 5]
+    with pytest.raises(ValueError, match="no 'val' documents"):
+        DocumentDataset(tmp_path / "out", split="val")
