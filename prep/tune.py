@@ -73,9 +73,9 @@ class TuneResult:
 
     def table(self) -> str:
         lines = [
-            f"{self.root}: {self.samples} samples at {self.size} px, fields {self.fields}, "
-            f"batch {self.batch_size} = {_mb(self.batch_bytes)}, prefetch_factor "
-            f"{self.prefetch_factor}",
+            f"{self.root}: {self.samples} samples at {self.size} px, fields "
+            f"{', '.join(self.fields)}, batch {self.batch_size} = {_mb(self.batch_bytes)}, "
+            f"prefetch_factor {self.prefetch_factor}",
             f"{'workers':>7}{'samples/s':>12}{'cpu':>8}{'batches':>9}{'RAM in flight':>15}",
         ]
         for r in self.rows:
@@ -117,16 +117,17 @@ def _mb(n: float) -> str:
 
 
 def worker_counts(cores: int) -> list[int]:
-    """0, 1, 2, ... up to `cores`; past 4, steps of about x1.5 so a big machine stays quick.
+    """0, 1, 2, 3, 4, then 6, 8, 12, 16, 24, ... (2^k and 1.5 x 2^k) below `cores`, and `cores`:
+    every count on a small machine, a dozen settings on a big one.
 
-    >>> worker_counts(2), worker_counts(16)
-    ([0, 1, 2], [0, 1, 2, 3, 4, 6, 8, 12, 16])
+    >>> worker_counts(2), worker_counts(20)
+    ([0, 1, 2], [0, 1, 2, 3, 4, 6, 8, 12, 16, 20])
     """
     counts = [n for n in range(5) if n <= cores]
     n = 4
     while n < cores:
-        n = min(cores, n + max(2, n // 2))
-        counts.append(n)
+        n = n * 3 // 2 if n & (n - 1) == 0 else n * 4 // 3  # 4 -> 6 -> 8 -> 12 -> 16 ...
+        counts.append(min(n, cores))
     return counts
 
 
@@ -264,7 +265,7 @@ def plot(result: TuneResult, path: Path, width: int = 640, height: int = 400) ->
     font = ImageFont.load_default()
     img = Image.new("RGB", (width, height), "white")
     d = ImageDraw.Draw(img)
-    left, right, top, bottom = 70, 100, 40, 50
+    left, right, top, bottom = 70, 100, 40, 64
     x0, x1, y0, y1 = left, width - right, height - bottom, top  # y grows downwards
     xs = [r.workers for r in result.rows]
     xmax = max(max(xs), 1)
@@ -290,7 +291,7 @@ def plot(result: TuneResult, path: Path, width: int = 640, height: int = 400) ->
         d.line([(x, y0), (x, y0 + 4)], fill="black")
         d.text((x - d.textlength(str(w), font=font) / 2, y0 + 7), str(w), fill="black", font=font)
     d.line([(x0, y1), (x0, y0), (x1, y0)], fill="black")
-    d.text(((x0 + x1) / 2 - 25, height - 22), "workers", fill="black", font=font)
+    d.text(((x0 + x1) / 2 - 20, height - 38), "workers", fill="black", font=font)
     d.text((8, top - 22), "samples/s", fill="black", font=font)
     points = [px(r.workers, r.samples_per_s) for r in result.rows]
     d.line(points, fill=(31, 119, 180), width=2)
@@ -302,6 +303,9 @@ def plot(result: TuneResult, path: Path, width: int = 640, height: int = 400) ->
         d.text((x + 8, y - 16), cpu, fill=(90, 90, 90), font=font)
     x, y = px(rec.workers, rec.samples_per_s)
     d.text((x + 8, y + 2), "recommended", fill=(255, 127, 14), font=font)
+    if any(r.workers == 0 for r in result.rows):
+        note = "0 workers: the training loop loads each batch itself, in its own time"
+        d.text((8, height - 16), note, fill=(120, 120, 120), font=font)
     path.parent.mkdir(parents=True, exist_ok=True)
     img.save(path)
 

@@ -1,0 +1,183 @@
+"""Looking at packed datasets: preview (contact sheet), tune (loader workers), verify --limit."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+from typer.testing import CliRunner
+
+from loaders import ImageShardDataset
+from loaders.format import read_manifest
+from prep.cli import app
+from prep.preview import GAP, PALETTE, preview
+from prep.report import verify
+from prep.tune import TuneResult, TuneRow, batch_bytes, plot, tune, worker_counts
+
+
+def _stored(root: Path, name: str, i: int, shard_size: int = 8) -> np.ndarray:
+    shard, local = divmod(i, shard_size)
+    return np.load(root / f"{name}-{shard:05d}.npy")[local]
+
+
+# -- preview ---------------------------------------------------------------------------------
+
+
+def test_preview_sheet_size_and_tiles(packed: Path, tmp_path: Path) -> None:
+    out = tmp_path / "sheet.png"
+    res = preview(packed, size=64, count=10, output=out, columns=4)
+    sheet = np.asarray(Image.open(out).convert("RGB"))
+    layout = res.layout
+    assert (layout.columns, layout.rows) == (4, 3)
+    assert sheet.shape[1] == GAP + 4 * (64 + GAP)  # 4 tiles of 64 px and their gaps
+    assert (sheet.shape[1], sheet.shape[0]) == layout.size
+    # Sample 9 sits in row 2, column 1.
+    x, y = layout.origin(9)
+    assert x == GAP + 1 * (64 + GAP)
+    assert y == layout.header + 2 * (64 + layout.caption + GAP)
+    tile = sheet[y : y + 64, x : x + 64].astype(int)
+    image = _stored(packed, "image_64", 9).astype(int)
+    mask = _stored(packed, "mask_64", 9)
+    assert mask.any() and not mask.all()
+    background = mask == 0
+    assert np.array_equal(tile[background], image[background])  # the stored pixels, untouched
+    # Masked pixels moved towards their class colour.
+    colour = PALETTE[(mask[~background].astype(int) - 1) % len(PALETTE)]
+    before = np.abs(image[~background] - colour).sum()
+    after = np.abs(tile[~background] - colour).sum()
+    assert after < 0.7 * before
+
+
+def test_preview_without_masks_shows_stored_pixels(packed: Path, tmp_path: Path) -> None:
+    res = preview(packed, size=96, count=3, output=tmp_path / "s.png", masks=False)
+    sheet = np.asarray(Image.open(tmp_path / "s.png").convert("RGB"))
+    for i in range(3):
+        x, y = res.layout.origin(i)
+        assert np.array_equal(sheet[y : y + 96, x : x + 96], _stored(packed, "image_96", i))
+    assert not res.masks
+
+
+def test_preview_gray_tiles(raw_demo: Path, tmp_path: Path, pack_to) -> None:
+    gray = tmp_path / "gray"
+    pack_to(raw_demo / "images", gray, sizes=[16], gray=True, limit=2)
+    res = preview(gray, count=5, output=tmp_path / "g.png")
+    assert res.tiles == 2 and res.size == 16  # count capped at the dataset
+    sheet = np.asarray(Image.open(tmp_path / "g.png").convert("RGB"))
+    x, y = res.layout.origin(1)
+    stored = np.load(gray / "image_16-00000.npy")[1]  # (16, 16, 1)
+    assert np.array_equal(sheet[y : y + 16, x : x + 16], np.repeat(stored, 3, axis=2))
+
+
+def test_cli_preview_and_its_errors(packed: Path, tmp_path: Path) -> None:
+    runner = CliRunner()
+    out = tmp_path / "docs" / "sheet.png"
+    result = runner.invoke(app, ["preview", str(packed), "--limit", "4", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "4 samples at 64 px" in result.output and Image.open(out).format == "PNG"
+    bad = runner.invoke(app, ["preview", str(packed), "--size", "50", "-o", str(out)])
+    assert bad.exit_code == 1 and "HINT: --size one of [64, 96]" in bad.output
+
+
+# -- tune ------------------------------------------------------------------------------------
+
+
+def test_worker_counts() -> None:
+    assert worker_counts(1) == [0, 1]
+    assert worker_counts(4) == [0, 1, 2, 3, 4]
+    assert worker_counts(64) == [0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64]
+    assert worker_counts(20) == [0, 1, 2, 3, 4, 6, 8, 12, 16, 20]
+
+
+def test_tune_recommends_a_tried_count_and_ram_is_the_arithmetic(packed: Path) -> None:
+    res = tune(packed, size=64, batch_size=4, seconds=0.2, show_progress=False)
+    tried = [r.workers for r in res.rows]
+    assert tried == worker_counts(os.cpu_count() or 1)
+    assert res.recommended.workers in tried
+    # image 64x64x3 uint8 + mask 64x64 uint8 + label int64, four samples a batch
+    per_batch = (64 * 64 * 3 + 64 * 64 + 8) * 4
+    assert res.batch_bytes == per_batch
+    for r in res.rows:
+        in_flight = r.workers * 2 if r.workers else 1  # workers x prefetch_factor
+        assert r.batches_in_flight == in_flight
+        assert r.ram_bytes == in_flight * per_batch
+        assert r.samples_per_s > 0
+    # The arithmetic counts what the loader really returns.
+    ds = ImageShardDataset(packed, size=64, fields=res.fields)
+    assert sum(t.nbytes for t in ds.__getitems__([0, 1, 2, 3]).tensors) == per_batch
+
+
+def _row(workers: int, rate: float) -> TuneRow:
+    return TuneRow(workers, rate, None, max(1, 2 * workers), 0)
+
+
+def test_recommendation_is_the_fewest_workers_near_the_best(packed: Path) -> None:
+    res = TuneResult(packed, 64, 4, 2, ("image",), 24, 100)
+    res.rows = [_row(0, 9000), _row(1, 1000), _row(2, 1900), _row(3, 2000), _row(4, 1500)]
+    assert res.recommended.workers == 2  # 1900 is within 10% of 2000; 0 workers never wins
+    assert "num_workers=2" in res.advice() and "adds" in res.advice()
+    res.rows = [_row(0, 500)]
+    assert res.recommended.workers == 0
+
+
+def test_batch_bytes_without_masks(raw_demo: Path, tmp_path: Path, pack_to) -> None:
+    plain = tmp_path / "plain"
+    pack_to(raw_demo / "images", plain, sizes=[8, 16], limit=2)
+    m = read_manifest(plain)
+    assert batch_bytes(m, 16, ("image", "label"), 10) == (16 * 16 * 3 + 8) * 10
+
+
+def test_cli_tune_limit_and_plot(packed: Path, tmp_path: Path) -> None:
+    png = tmp_path / "tune.png"
+    args = ["tune", str(packed), "--workers", "0,1", "--seconds", "0.2", "-b", "4"]
+    result = CliRunner().invoke(app, [*args, "--limit", "6", "--plot", str(png), "-q"])
+    assert result.exit_code == 0, result.output
+    assert "6 samples at 64 px" in result.output
+    assert "recommended: num_workers=1" in result.output  # the only count with workers
+    assert Image.open(png).size == (640, 400)
+    bad = CliRunner().invoke(app, ["tune", str(packed), "--workers", "a,b"])
+    assert bad.exit_code != 0 and "not a list of counts" in bad.output
+
+
+def test_plot_marks_the_recommended_point(packed: Path, tmp_path: Path) -> None:
+    res = TuneResult(packed, 64, 4, 2, ("image",), 24, 100)
+    res.rows = [_row(0, 100), _row(1, 300), _row(2, 310)]
+    plot(res, tmp_path / "p.png")
+    pixels = np.asarray(Image.open(tmp_path / "p.png").convert("RGB")).reshape(-1, 3)
+    orange = np.all(pixels == (255, 127, 14), axis=1).sum()
+    assert orange > 50  # the recommended dot (and its label) are drawn in orange
+
+
+# -- verify --limit, imports -------------------------------------------------------------------
+
+
+def test_verify_limit_checks_only_the_first_shards(packed: Path, copy_dataset) -> None:
+    ds = copy_dataset(packed)
+    bad = ds / "image_64-00002.npy"  # the third shard: samples 16-23
+    data = bytearray(bad.read_bytes())
+    data[-1] ^= 0xFF
+    bad.write_bytes(bytes(data))
+    m, problems = verify(ds, limit=16)
+    assert len(m.shards) == 2 and problems == []
+    m, problems = verify(ds, limit=17)
+    assert len(m.shards) == 3 and len(problems) == 1 and "image_64-00002.npy" in problems[0]
+    result = CliRunner().invoke(app, ["verify", str(ds), "--limit", "9"])
+    assert result.exit_code == 0 and "16 samples" in result.output
+
+
+def test_report_modules_do_not_import_torch() -> None:
+    code = (
+        "import sys, prep.cli, prep.preview, prep.tune, prep.profile; print('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("count", [0, -1])
+def test_preview_rejects_empty_counts(packed: Path, tmp_path: Path, count: int) -> None:
+    result = CliRunner().invoke(app, ["preview", str(packed), "-n", str(count)])
+    assert result.exit_code == 1 and "at least 1" in result.output
