@@ -248,6 +248,7 @@ def tokenize(
     ] = None,
     config: ConfigOpt = None,
     quiet: QuietOpt = False,
+    profile: ProfileOpt = False,
 ) -> None:
     """Tokenize text into flat token shards (uint8/16/32) with document offsets, split into
     train and val; the tokenizer file travels in OUT.
@@ -275,7 +276,13 @@ def tokenize(
         resume=resume,
     )
     cfg = load_config(TokenizeConfig, "tokenize", config, overrides)
-    typer.echo(run(cfg, show_progress=not quiet).line())
+    summary = run(cfg, show_progress=not quiet, profile=profile)
+    typer.echo(summary.line())
+    if summary.stages is not None:
+        from prep.profile import TEXT_STAGES, profile_table
+
+        workers = min(cfg.n_jobs, max(1, summary.shards - summary.reused))
+        typer.echo(profile_table(summary.stages, TEXT_STAGES, workers))
 
 
 @app.command()

@@ -17,17 +17,18 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 from typing import Any, ParamSpec, TypeVar
 
 P = ParamSpec("P")
 R = TypeVar("R")
+T = TypeVar("T")
 
 # The pipeline's stages in the order a sample meets them; a table lists these first.
 IMAGE_STAGES = ("list", "read", "decode", "resize", "write", "checksum")
-TEXT_STAGES = ("list", "read", "tokenize", "write", "checksum")
+TEXT_STAGES = ("list", "fit", "read", "tokenize", "write", "checksum")
 OTHER = "other"
 
 _ACTIVE: ContextVar[StageTimer | None] = ContextVar("prep_stage_timer", default=None)
@@ -95,6 +96,19 @@ def timed(name: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
         return wrapper
 
     return decorate
+
+
+def timed_iter(name: str, items: Iterable[T]) -> Iterator[T]:
+    """Iterate `items`, timing each step (the work a generator does to make its next item) as
+    stage `name`."""
+    it = iter(items)
+    while True:
+        with stage(name):
+            try:
+                item = next(it)
+            except StopIteration:
+                return
+        yield item
 
 
 def run_profiled(enabled: bool, task: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:

@@ -15,6 +15,7 @@ per shard that writes its own files and record, manifest last, then the swap.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -43,6 +44,7 @@ from loaders.format import (
 from prep import PrepError, __version__
 from prep.config import TokenizeConfig
 from prep.parallel import progress, run_tasks
+from prep.profile import StageTimer, run_profiled, stage, timed_iter
 from prep.run import cleanup_temps, install, load_record, prepare_staging, write_record
 from prep.text import (
     DocumentReader,
@@ -79,6 +81,7 @@ class TokenizeSummary:
     tokenizer: str
     vocab_size: int
     dtype: str
+    stages: dict[str, float] | None = None  # with profile=True: seconds per stage, all workers
 
     @property
     def tokens_per_s(self) -> float:
@@ -211,7 +214,9 @@ class SplitWriter:
             final = self.staging / self.final[name]
             os.replace(w.path, final)
             arrays[name] = ArrayRef(final.name, w.length)
-            files[final.name] = FileInfo(final.stat().st_size, sha256_file(final))
+            with stage("checksum"):
+                digest = sha256_file(final)
+            files[final.name] = FileInfo(final.stat().st_size, digest)
         return Shard(self.docs, arrays, files, self.split)
 
 
@@ -251,25 +256,29 @@ def tokenize_shard(
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
     tok = load_saved(tok_name, staging, tok_file)
     reader = DocumentReader(cfg.text_field, cfg.errors, int(cfg.max_doc_mb * MB))
-    writers = {s: SplitWriter(staging, s, index, dtype) for s in SPLITS}
+    with stage("write"):
+        writers = {s: SplitWriter(staging, s, index, dtype) for s in SPLITS}
     try:
-        for texts, names in _batches(reader, pieces):
+        for texts, names in timed_iter("read", _batches(reader, pieces)):
             where = ", ".join(names[:3]) + (" ..." if len(names) > 3 else "")
             try:
-                ids, lengths = tok.encode(texts)
+                with stage("tokenize"):
+                    ids, lengths = tok.encode(texts)
             except ValueError as e:
                 raise PrepError(
                     f"{where}: {e}. HINT: the inputs changed during the run; rerun with --overwrite"
                 ) from e
             ids = fit_ids(ids, dtype, where)
             val = np.fromiter((is_val(t, cfg.val_fraction) for t in texts), bool, len(texts))
-            if val.any():
-                in_val = np.repeat(val, lengths)
-                writers["val"].add(ids[in_val], lengths[val])
-                writers["train"].add(ids[~in_val], lengths[~val])
-            else:
-                writers["train"].add(ids, lengths)
-        shards = [w.close() for w in writers.values()]
+            with stage("write"):
+                if val.any():
+                    in_val = np.repeat(val, lengths)
+                    writers["val"].add(ids[in_val], lengths[val])
+                    writers["train"].add(ids[~in_val], lengths[~val])
+                else:
+                    writers["train"].add(ids, lengths)
+        with stage("write"):
+            shards = [w.close() for w in writers.values()]
     except BaseException:
         for w in writers.values():
             w.abort()
@@ -284,7 +293,8 @@ def tokenize_shard(
         "rejects": reader.rejects,
         "inputs": reader.inputs,
     }
-    write_record(staging, index, record)
+    with stage("write"):
+        write_record(staging, index, record)
     return record
 
 
@@ -313,14 +323,20 @@ def _tokenizer(
     return load_saved(name, staging, file), name, file
 
 
-def tokenize(cfg: TokenizeConfig, show_progress: bool = True) -> TokenizeSummary:
-    """Tokenize cfg.src into cfg.out; see the module docstring for the guarantees."""
+def tokenize(
+    cfg: TokenizeConfig, show_progress: bool = True, profile: bool = False
+) -> TokenizeSummary:
+    """Tokenize cfg.src into cfg.out; see the module docstring for the guarantees.
+
+    `profile`: the summary's `stages` holds the seconds per stage of this run (prep.profile)."""
     cfg.validate()
     start = time.perf_counter()
     src, out = Path(str(cfg.src)), Path(str(cfg.out))
     if out.exists() and any(out.iterdir()) and not cfg.overwrite:  # fail before listing
         prepare_staging(out, {}, cfg.overwrite, cfg.resume)
-    pieces, list_rejects = list_text(src, cfg.split_lines)
+    timer = StageTimer()
+    with timer.stage("list"):
+        pieces, list_rejects = list_text(src, cfg.split_lines)
     if not pieces:
         raise PrepError(
             f"no readable .txt or .jsonl input in {src} ({len(list_rejects)} rejected). "
@@ -338,7 +354,8 @@ def tokenize(cfg: TokenizeConfig, show_progress: bool = True) -> TokenizeSummary
         for p in pieces:
             yield from reader.read(p)
 
-    tok, name, file = _tokenizer(cfg, staging, corpus)
+    with timer.stage("fit"):
+        tok, name, file = _tokenizer(cfg, staging, corpus)
     tok_sha = sha256_file(staging / file) if file else ""
     dtype = token_dtype(tok.vocab_size)
     records: dict[int, dict[str, Any]] = {}
@@ -356,7 +373,9 @@ def tokenize(cfg: TokenizeConfig, show_progress: bool = True) -> TokenizeSummary
     kb = {i: max(1, sum(p.nbytes for p in shards[i]) >> 10) for i in todo_ids}
     bar = progress(sum(kb.values()), "kB", f"tokenize {out.name}") if show_progress else None
     try:
-        for rec in run_tasks(tokenize_shard, todo, cfg.n_jobs, cfg.backend):
+        task = functools.partial(run_profiled, profile, tokenize_shard)
+        for rec in run_tasks(task, todo, cfg.n_jobs, cfg.backend):
+            timer.add(rec.pop("stages", {}))
             records[rec["index"]] = rec
             if bar is not None:
                 bar.update(kb[rec["index"]])
@@ -428,4 +447,5 @@ def tokenize(cfg: TokenizeConfig, show_progress: bool = True) -> TokenizeSummary
         tokenizer=name,
         vocab_size=tok.vocab_size,
         dtype=dtype,
+        stages=timer.seconds if profile else None,
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,15 @@ from typer.testing import CliRunner
 from loaders.format import read_manifest
 from prep import profile
 from prep.cli import app
-from prep.profile import OTHER, StageTimer, profile_table, run_profiled, stage, timed
+from prep.profile import (
+    OTHER,
+    StageTimer,
+    profile_table,
+    run_profiled,
+    stage,
+    timed,
+    timed_iter,
+)
 
 PACK_STAGES = ("list", "read", "decode", "resize", "write", "checksum")
 
@@ -129,3 +138,29 @@ def test_limit_packs_exactly_n(raw_demo: Path, tmp_path: Path, limit: int) -> No
     assert len(m.shards) == -(-limit // 2)
     assert f"{limit} inputs, {limit} packed" in result.output
     assert json.loads((out / "manifest.json").read_text())["config"]["limit"] == limit
+
+
+def test_cli_tokenize_profile(raw_demo: Path, tmp_path: Path) -> None:
+    args = ["tokenize", str(raw_demo / "text"), str(tmp_path / "t"), "-j", "1", "--limit", "8"]
+    result = CliRunner().invoke(app, [*args, "--profile"])
+    assert result.exit_code == 0, result.output
+    shares = _parse_table(result.output)
+    assert {"list", "fit", "read", "tokenize", "write", "checksum"} <= set(shares)
+    assert sum(shares.values()) == pytest.approx(100, abs=0.5)
+    assert "8 documents" in result.output.splitlines()[0]
+
+
+def test_timed_iter_times_each_step(clock: list[float]) -> None:
+    def slow() -> Iterator[int]:
+        for i in range(3):
+            clock[0] += 1.0
+            yield i
+        clock[0] += 0.5  # the work before StopIteration counts too
+
+    t = StageTimer()
+    with t.active():
+        items = []
+        for i in timed_iter("read", slow()):
+            items.append(i)
+            clock[0] += 10.0  # the loop body is not the iterator's time
+    assert items == [0, 1, 2] and t.seconds == {"read": 3.5}
