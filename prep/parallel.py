@@ -144,7 +144,7 @@ class ShardProgress:
     def __init__(self, items: int, shards: int, unit: str, desc: str) -> None:
         self.bar = progress(items, unit, desc)
         self.shards, self.done = shards, 0
-        self.bar.set_postfix_str(f"0/{shards} shards", refresh=False)
+        self.bar.set_postfix_str(f"0/{shards} shards")
 
     def shard_done(self, items: int) -> None:
         """One more shard finished, holding `items` inputs (packed or rejected)."""

@@ -43,7 +43,7 @@ from loaders.format import (
 )
 from prep import PrepError, __version__
 from prep.config import TokenizeConfig
-from prep.parallel import progress, run_tasks
+from prep.parallel import ShardProgress, run_tasks
 from prep.profile import StageTimer, run_profiled, stage, timed_iter
 from prep.run import cleanup_temps, install, load_record, prepare_staging, write_record
 from prep.text import (
@@ -371,14 +371,18 @@ def tokenize(
     threads = cfg.n_jobs == 1 or len(todo_ids) <= 1
     todo = [(i, shards[i], cfg, name, file, tok_sha, dtype, staging, threads) for i in todo_ids]
     kb = {i: max(1, sum(p.nbytes for p in shards[i]) >> 10) for i in todo_ids}
-    bar = progress(sum(kb.values()), "kB", f"tokenize {out.name}") if show_progress else None
+    bar = (
+        ShardProgress(sum(kb.values()), len(todo), "kB", f"tokenize {out.name}")
+        if show_progress
+        else None
+    )
     try:
         task = functools.partial(run_profiled, profile, tokenize_shard)
         for rec in run_tasks(task, todo, cfg.n_jobs, cfg.backend):
             timer.add(rec.pop("stages", {}))
             records[rec["index"]] = rec
             if bar is not None:
-                bar.update(kb[rec["index"]])
+                bar.shard_done(kb[rec["index"]])
     except BaseException:
         cleanup_temps(staging)
         raise
