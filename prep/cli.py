@@ -366,8 +366,9 @@ def preview(
     ] = None,
     masks: Annotated[bool, typer.Option("--masks/--no-masks", help="Overlay masks.")] = True,
 ) -> None:
-    """A contact sheet of packed samples: index and class under each tile, masks overlaid in
-    colour. Shows a wrong rotation, a bad crop or a misaligned mask at a glance.
+    """A contact sheet of packed samples: index and class under each tile, masks in colour.
+
+    Shows a wrong rotation, a bad crop or a misaligned mask at a glance.
 
     Example: prep preview data/demo-packed --size 128 --count 32 --output sheet.png
     """
@@ -396,9 +397,10 @@ def tune(
     ] = None,
     quiet: QuietOpt = False,
 ) -> None:
-    """Time the real loader (make_loader over ImageShardDataset) at 0, 1, 2, ... workers:
-    samples/s, CPU use and the RAM of batches in flight (workers x prefetch x batch bytes);
-    then recommend a worker count and batch settings.
+    """Time the real loader at 0, 1, 2, ... workers and recommend a worker count.
+
+    Runs make_loader over ImageShardDataset for --seconds per worker count and prints samples/s,
+    CPU use and the RAM of batches in flight (workers x prefetch x batch bytes).
 
     Example: prep tune data/demo-packed --size 256 --batch-size 64 --plot tune.png
     """
