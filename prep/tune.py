@@ -243,6 +243,8 @@ def tune(
     ds: Any = ImageShardDataset(root, size=size, fields=fields)
     if limit is not None:
         ds = Subset(ds, range(min(limit, len(ds))))
+    if len(ds) == 0:
+        raise PrepError(f"{root} holds no samples to load")
     nbytes = batch_bytes(m, size, fields, batch_size)
     result = TuneResult(root, size, batch_size, prefetch_factor, fields, len(ds), nbytes)
     bar = progress(len(counts), "setting", f"tune {root.name}") if show_progress else None
