@@ -9,9 +9,11 @@ one contiguous, uncompressed `.h5` file per shard; either way they are read as m
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -113,7 +115,16 @@ class Manifest:
             k: ArraySpec(v["field"], v["size"], v["dtype"], tuple(v["shape"]))
             for k, v in d["arrays"].items()
         }
+        for name, spec in arrays.items():
+            _check_spec(name, spec)
         shards = [Shard.from_dict(s) for s in d["shards"]]
+        for i, shard in enumerate(shards):
+            _check_shard(i, shard)
+        total = sum(s.count for s in shards)
+        if d.get("num_samples", total) != total:
+            raise FormatError(
+                f"the manifest says {d['num_samples']} samples but its shards hold {total}"
+            )
         return cls(
             kind=d["kind"],
             storage=d["storage"],
@@ -134,6 +145,33 @@ class Manifest:
         return sorted({a.size for a in self.arrays.values() if a.size is not None})
 
 
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _check_spec(name: str, spec: ArraySpec) -> None:
+    """Plain numbers only: a dtype holding Python objects would make numpy unpickle."""
+    try:
+        dtype = np.dtype(spec.dtype)
+    except TypeError as e:
+        raise FormatError(f"array {name}: dtype {spec.dtype!r} is not a numpy dtype") from e
+    if dtype.kind not in "biuf" or dtype.hasobject:
+        raise FormatError(f"array {name}: dtype {spec.dtype!r} is not a plain numeric dtype")
+    if not all(_count(n) for n in spec.shape):
+        raise FormatError(f"array {name}: shape {list(spec.shape)} is not a list of sizes")
+
+
+def _check_shard(index: int, shard: Shard) -> None:
+    if not _count(shard.count):
+        raise FormatError(f"shard {index}: count {shard.count!r} is not a number of samples")
+    for name, ref in shard.arrays.items():
+        if not _count(ref.length) or not isinstance(ref.file, str):
+            raise FormatError(f"shard {index}: array {name} has a bad file or length")
+    for rel, info in shard.files.items():
+        if not _count(info.bytes) or not isinstance(info.sha256, str):
+            raise FormatError(f"shard {index}: file {rel} has a bad byte size or sha256")
+
+
 def array_name(field_name: str, size: int | None) -> str:
     """`image_256` for a sized field, `label` for a size-free one."""
     return field_name if size is None else f"{field_name}_{size}"
@@ -150,16 +188,28 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+def named(e: OSError, path: Path | str) -> OSError:
+    """`e` with the file it is about: a failed write() or fsync() does not say which file."""
+    if e.filename is not None:
+        return e
+    return OSError(e.errno, e.strerror or str(e), str(path))
+
+
 def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        raise named(e, path) from e
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write to a temp file beside `path`, fsync, then rename: readers see all or nothing."""
+    """Write to a temp file beside `path`, fsync, then rename: readers see all or nothing.
+
+    An OSError (disk full...) names the file; no temp file is left behind."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -167,6 +217,9 @@ def atomic_write_text(path: Path, text: str) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise named(e, tmp) from e
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -188,15 +241,25 @@ def npy_header(dtype: np.dtype[Any], shape: tuple[int, ...]) -> bytes:
 class NpyWriter:
     """Streams samples of one shape into a .npy file; the sample count is written on close.
 
-    Memory stays at one sample whatever the number of samples."""
+    Memory stays at one sample whatever the number of samples. An OSError (disk full...) names
+    the file; call abort() to remove it."""
 
     def __init__(self, path: Path, dtype: str | np.dtype[Any], sample_shape: tuple[int, ...]):
         self.path = path
         self.dtype = np.dtype(dtype)
         self.sample_shape = tuple(sample_shape)
         self.length = 0
-        self._f: BinaryIO = open(path, "wb")  # noqa: SIM115 - closed by close() or abort()
-        self._f.write(b"\0" * NPY_HEADER_BYTES)
+        try:
+            self._f: BinaryIO = open(path, "wb")  # noqa: SIM115 - closed by close() or abort()
+        except OSError as e:
+            raise named(e, path) from e
+        self._write(b"\0" * NPY_HEADER_BYTES)
+
+    def _write(self, data: Any) -> None:
+        try:
+            self._f.write(data)
+        except OSError as e:
+            raise named(e, self.path) from e
 
     def append(self, sample: np.ndarray) -> None:
         if sample.shape != self.sample_shape or sample.dtype != self.dtype:
@@ -204,25 +267,29 @@ class NpyWriter:
                 f"{self.path.name}: sample {sample.dtype}{sample.shape} is not "
                 f"{self.dtype}{self.sample_shape}"
             )
-        self._f.write(np.ascontiguousarray(sample).data)
+        self._write(np.ascontiguousarray(sample).data)
         self.length += 1
 
     def extend(self, samples: np.ndarray) -> None:
         """Append many samples (first axis) in one write, e.g. a run of tokens."""
         if samples.shape[1:] != self.sample_shape or samples.dtype != self.dtype:
             raise ValueError(f"{self.path.name}: {samples.dtype}{samples.shape[1:]} mismatch")
-        self._f.write(np.ascontiguousarray(samples).data)
+        self._write(np.ascontiguousarray(samples).data)
         self.length += len(samples)
 
     def close(self) -> None:
-        self._f.seek(0)
-        self._f.write(npy_header(self.dtype, (self.length, *self.sample_shape)))
-        self._f.flush()
-        os.fsync(self._f.fileno())
-        self._f.close()
+        try:
+            self._f.seek(0)
+            self._f.write(npy_header(self.dtype, (self.length, *self.sample_shape)))
+            self._f.flush()
+            os.fsync(self._f.fileno())
+            self._f.close()
+        except OSError as e:
+            raise named(e, self.path) from e
 
     def abort(self) -> None:
-        self._f.close()
+        with contextlib.suppress(OSError):  # flushing may fail again (disk full): it goes anyway
+            self._f.close()
         self.path.unlink(missing_ok=True)
 
 
@@ -242,13 +309,19 @@ def smallest_uint(max_value: int) -> str:
 
 
 def safe_path(root: Path, rel: str) -> Path:
-    """`root/rel`, refusing manifest paths that escape the dataset folder."""
+    """`root/rel`, refusing manifest paths that escape the dataset folder: absolute paths, `..`,
+    and links that resolve outside it."""
+    if not isinstance(rel, str) or not rel or "\0" in rel:
+        raise FormatError(f"manifest path {rel!r} is not a file name")
     p = Path(rel)
-    if p.is_absolute() or ".." in p.parts or not rel:
+    if p.is_absolute() or ".." in p.parts:
         raise FormatError(f"manifest path {rel!r} escapes the dataset folder {root}")
     full = root / p
-    real_root = root.resolve()
-    if not full.resolve().is_relative_to(real_root):
+    try:
+        inside = full.resolve().is_relative_to(root.resolve())
+    except (OSError, RuntimeError) as e:  # a link loop
+        raise FormatError(f"{full} cannot be resolved ({e})") from e
+    if not inside:
         raise FormatError(f"{full} links outside the dataset folder {root}")
     return full
 
@@ -263,8 +336,13 @@ def read_manifest(root: str | os.PathLike[str]) -> Manifest:
             hint = "pack it with `prep pack SRC OUT`"
         raise FormatError(f"{root} has no {MANIFEST}. HINT: {hint}")
     try:
-        return Manifest.from_dict(json.loads(path.read_text(encoding="utf-8")))
-    except (KeyError, TypeError, json.JSONDecodeError) as e:
+        d = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(d, dict):
+            raise TypeError(f"a JSON {type(d).__name__}, not an object")
+        return Manifest.from_dict(d)
+    except FormatError as e:
+        raise FormatError(f"{path}: {e}") from e
+    except (KeyError, TypeError, ValueError, AttributeError) as e:  # JSON and schema errors
         raise FormatError(f"{path} is malformed ({e!r}). HINT: repack the dataset") from e
 
 
@@ -274,6 +352,10 @@ def _h5_layout(path: Path, key: str) -> tuple[int, np.dtype[Any], tuple[int, ...
 
     with h5py.File(path, "r") as f:
         ds = f[key]
+        if not isinstance(ds, h5py.Dataset):
+            raise FormatError(f"{path}:{key} is not a dataset")
+        if ds.dtype.hasobject:
+            raise FormatError(f"{path}:{key} holds Python objects or strings, not numbers")
         offset = ds.id.get_offset()
         if offset is None or ds.chunks is not None or ds.compression is not None:
             if ds.size == 0:
@@ -283,12 +365,16 @@ def _h5_layout(path: Path, key: str) -> tuple[int, np.dtype[Any], tuple[int, ...
 
 
 def _npy_layout(path: Path) -> tuple[int, np.dtype[Any], tuple[int, ...]]:
+    """Byte offset, dtype and shape from the header: the header is parsed as a literal, never
+    unpickled (numpy's allow_pickle=False reading)."""
     with open(path, "rb") as f:
         version = np.lib.format.read_magic(f)
         if version == (1, 0):
             shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
-        else:
+        elif version == (2, 0):
             shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+        else:
+            raise FormatError(f"{path} is .npy version {version}; prep reads 1.0 and 2.0")
         offset = f.tell()
     if dtype.hasobject:
         raise FormatError(f"{path} holds Python objects; refusing to unpickle it")
@@ -298,55 +384,83 @@ def _npy_layout(path: Path) -> tuple[int, np.dtype[Any], tuple[int, ...]]:
 
 
 def open_array(root: Path, ref: ArrayRef, spec: ArraySpec, name: str = "") -> np.ndarray:
-    """A read-only memory map of one shard's array, checked against the manifest."""
+    """A read-only memory map of one shard's array, checked against the manifest: a regular
+    file, its header's dtype and shape, and enough bytes for them."""
     path = safe_path(root, ref.file)
+    label = f"array {name or spec.field}"
     try:
+        st = os.stat(path)  # never opens: a FIFO in place of a shard cannot block here
+        if not stat.S_ISREG(st.st_mode):
+            raise FormatError(f"{path}: {label} is not a regular file")
         offset, dtype, shape = _h5_layout(path, ref.key) if ref.key else _npy_layout(path)
     except FormatError:
         raise
-    except (OSError, ValueError, KeyError) as e:
-        raise FormatError(f"{path}: cannot read array {name or spec.field} ({e})") from e
+    except (OSError, ValueError, KeyError, TypeError, SyntaxError) as e:
+        raise FormatError(f"{path}: cannot read {label} ({e})") from e
     expected = (ref.length, *spec.shape)
+    if dtype.hasobject:
+        raise FormatError(f"{path}: {label} holds Python objects; refusing to unpickle it")
     if np.dtype(dtype) != np.dtype(spec.dtype) or tuple(shape) != expected:
         raise FormatError(
-            f"{path}: array {name or spec.field} is {dtype}{tuple(shape)}, manifest says "
+            f"{path}: {label} is {dtype}{tuple(shape)}, manifest says "
             f"{spec.dtype}{expected}. HINT: the file was changed after packing; repack"
         )
     if ref.length == 0 or np.prod(shape) == 0:
         return np.empty(shape, dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if offset + nbytes > st.st_size:
+        raise FormatError(
+            f"{path}: {label} needs {offset + nbytes} bytes, the file has {st.st_size}. "
+            "HINT: the file is truncated; repack"
+        )
     return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=tuple(shape))
 
 
 def check_files(root: Path, manifest: Manifest, checksums: bool = False) -> list[str]:
-    """Problems found in the folder, one line each naming the shard and file (empty: all good).
+    """Problems found in the folder, one line each naming the shard and the file or array at
+    fault (empty: all good).
 
-    Always checks presence, byte sizes, dtypes and shapes; `checksums` also recomputes sha256."""
+    Always checks that every declared array has a file listed in its shard, presence, byte
+    sizes, per-sample counts (image datasets), dtypes and shapes; `checksums` also recomputes
+    sha256."""
     problems: list[str] = []
     for i, shard in enumerate(manifest.shards):
+        found: list[str] = []
         for rel, info in shard.files.items():
             try:
                 path = safe_path(root, rel)
             except FormatError as e:
-                problems.append(f"shard {i}: {e}")
-                continue
-            if not path.is_file():
-                problems.append(f"shard {i}: {path} is missing")
-            elif path.stat().st_size != info.bytes:
-                problems.append(
-                    f"shard {i}: {path} is {path.stat().st_size} bytes, manifest says {info.bytes}"
-                )
-            elif checksums and sha256_file(path) != info.sha256:
-                problems.append(f"shard {i}: {path} checksum differs from the manifest")
-        if problems:
-            continue
-        for name, ref in shard.arrays.items():
-            if name not in manifest.arrays:
-                problems.append(f"shard {i}: array {name} is not declared in the manifest")
+                found.append(f"shard {i}: {e}")
                 continue
             try:
-                open_array(root, ref, manifest.arrays[name], name)
-            except FormatError as e:
-                problems.append(f"shard {i}: {e}")
+                st = os.stat(path)
+            except OSError:
+                found.append(f"shard {i}: {path} is missing")
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                found.append(f"shard {i}: {path} is not a regular file")
+            elif st.st_size != info.bytes:
+                found.append(f"shard {i}: {path} is {st.st_size} bytes, manifest says {info.bytes}")
+            elif checksums and sha256_file(path) != info.sha256:
+                found.append(f"shard {i}: {path} checksum differs from the manifest")
+        for name in sorted(set(manifest.arrays) - set(shard.arrays)):
+            found.append(f"shard {i}: array {name} is declared in the manifest but has no file")
+        for name, ref in shard.arrays.items():
+            if name not in manifest.arrays:
+                found.append(f"shard {i}: array {name} is not declared in the manifest")
+            elif ref.file not in shard.files:
+                found.append(f"shard {i}: array {name} is in {ref.file}, not among its files")
+            elif manifest.kind == "images" and ref.length != shard.count:
+                found.append(
+                    f"shard {i}: array {name} has {ref.length} samples, the shard {shard.count}"
+                )
+        if not found:  # the files are there and whole: read their headers
+            for name, ref in shard.arrays.items():
+                try:
+                    open_array(root, ref, manifest.arrays[name], name)
+                except FormatError as e:
+                    found.append(f"shard {i}: {e}")
+        problems += found
     return problems
 
 

@@ -4,11 +4,17 @@ Pixel policy (see README "Pixel policy"): decode by content, not by extension; E
 applied (malformed EXIF is ignored); first frame of animations; palette, CMYK and other modes to
 RGB (or L); 16-bit scaled to 8-bit (v >> 8); alpha composited on BACKGROUND; decompression bombs
 refused from the header, before decoding; truncated files rejected, never padded with grey.
+Every input that cannot be used raises `Reject` with one of the README's reject codes.
 """
 
 from __future__ import annotations
 
+import os
+import stat
+import struct
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,11 +23,16 @@ import numpy as np
 from PIL import Image, ImageFile, UnidentifiedImageError
 
 from prep.profile import timed
+from prep.sources import os_reject_code
 
 MODES = ("fill", "fit", "stretch")
 BACKGROUND = (255, 255, 255)  # alpha is composited on white, as a browser shows a PNG
 ImageFile.LOAD_TRUNCATED_IMAGES = False  # a truncated file must raise, not turn grey
 Image.MAX_IMAGE_PIXELS = None  # we check `max_pixels` ourselves, before decoding
+# What Pillow raises on malformed files: OSError (truncated, broken stream), SyntaxError and
+# struct.error (bad headers), ValueError, EOFError, IndexError, TypeError (its fuzzers' list).
+_DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, IndexError, TypeError, struct.error)
+_HIGH_BIT_DEPTH = ("I", "F")  # and every "I;16*" mode
 # EXIF orientation -> the transpose that displays the stored pixels upright.
 _ORIENT = {
     2: (Image.Transpose.FLIP_LEFT_RIGHT,),
@@ -117,30 +128,42 @@ def _to_8bit(im: Image.Image) -> Image.Image:
 
 
 def _to_mode(im: Image.Image, gray: bool) -> Image.Image:
+    """Any Pillow mode to RGB (or L): see the module docstring for the policy."""
     target = "L" if gray else "RGB"
-    if im.mode in ("I", "I;16", "I;16B", "I;16L", "I;16N", "F"):
+    if im.mode in _HIGH_BIT_DEPTH or im.mode.startswith("I;16"):
         im = _to_8bit(im)
-    if im.mode == "P":
-        im = im.convert("RGBA" if "transparency" in im.info else "RGB")
-    if im.mode in ("RGBA", "LA", "PA", "RGBa", "La") or (
-        im.mode == "RGB" and "transparency" in im.info
-    ):
+    # Alpha, and a transparent colour or palette entry ("transparency": P, L, RGB, 1).
+    if "A" in im.mode or "a" in im.mode or "transparency" in im.info:
         rgba = im.convert("RGBA")
         bg = Image.new("RGBA", rgba.size, (*BACKGROUND, 255))
         im = Image.alpha_composite(bg, rgba).convert("RGB")
+    if im.mode not in ("L", "RGB"):  # P, 1, CMYK, YCbCr, LAB, HSV...: Pillow's RGB conversion
+        im = im.convert("L" if im.mode == "1" else "RGB")
     return im if im.mode == target else im.convert(target)
 
 
 @timed("read")  # opening and the header; Pillow reads the pixel data while decoding
 def _open(path: Path, max_pixels: int) -> Image.Image:
+    """The image with only its header read; refuses what must not be decoded."""
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # e.g. "Corrupt EXIF data": handled as no orientation
-            im = Image.open(path)
-    except UnidentifiedImageError as e:
-        raise Reject("not_image", f"not an image file Pillow can read ({e})") from e
+        # stat never blocks: a FIFO or device is refused here, before open() could wait on it.
+        st = os.stat(path)
     except OSError as e:
-        raise Reject("unreadable", f"cannot open: {e}") from e
+        raise Reject(os_reject_code(e), f"cannot open: {e.strerror}") from e
+    if not stat.S_ISREG(st.st_mode):
+        raise Reject("not_file", "not a regular file (FIFO, device or folder)")
+    if st.st_size == 0:
+        raise Reject("empty", "zero-byte file")
+    try:
+        im = Image.open(path)
+    except UnidentifiedImageError as e:
+        raise Reject("not_image", "not an image format Pillow reads (decoded by content)") from e
+    except OSError as e:
+        if e.errno is not None:  # the file system failed, not the format
+            raise Reject(os_reject_code(e), f"cannot read: {e.strerror}") from e
+        raise _decode_reject(e) from e
+    except _DECODE_ERRORS as e:
+        raise _decode_reject(e) from e
     w, h = im.size
     if w * h > max_pixels:
         im.close()
@@ -151,18 +174,43 @@ def _open(path: Path, max_pixels: int) -> Image.Image:
         )
     if w == 0 or h == 0:
         im.close()
-        raise Reject("not_image", f"image has size {w}x{h}")
+        raise Reject("corrupt", f"image has size {w}x{h}")
     return im
+
+
+def _decode_reject(e: BaseException) -> Reject:
+    text = str(e) or type(e).__name__
+    truncated = isinstance(e, EOFError) or any(
+        word in text.lower() for word in ("truncated", "premature", "end of file")
+    )
+    return Reject("truncated" if truncated else "corrupt", f"cannot decode: {text}")
 
 
 def _load(im: Image.Image) -> None:
     try:
         im.seek(0)  # first frame of an animation
         im.load()
-    except (OSError, SyntaxError, ValueError, EOFError, Image.DecompressionBombError) as e:
-        text = str(e)
-        code = "truncated" if "truncated" in text or "premature" in text.lower() else "corrupt"
-        raise Reject(code, f"cannot decode: {text}") from e
+    except OSError as e:
+        if e.errno is not None:  # e.g. EIO while reading the pixel data
+            raise Reject(os_reject_code(e), f"cannot read: {e.strerror}") from e
+        raise _decode_reject(e) from e
+    except _DECODE_ERRORS as e:
+        raise _decode_reject(e) from e
+
+
+@contextmanager
+def _quiet() -> Iterator[None]:
+    """Pillow's warnings about a file ("Corrupt EXIF data", "Truncated File Read") are noise
+    here: the policy decides what they mean, and a worker would print each one."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+def _transpose(im: Image.Image, orientation: int) -> Image.Image:
+    for op in _ORIENT.get(orientation, ()):
+        im = im.transpose(op)
+    return im
 
 
 @timed("decode")
@@ -176,8 +224,9 @@ def decode_image(
     """Decode upright pixels: (H, W, 3) or, gray, (H, W) uint8, and the full-size upright (h, w).
 
     `hint` = (size, ...) lets a JPEG be decoded at a DCT-reduced scale (1/2, 1/4, 1/8) that still
-    covers the largest requested `size` in `mode`: 4-8x less work on a phone photo."""
-    with _open(path, max_pixels) as im:
+    covers the largest requested `size` in `mode`: 4-8x less work on a phone photo.
+    Raises Reject for an input that cannot be used."""
+    with _quiet(), _open(path, max_pixels) as im:
         orientation = _orientation(im)
         w, h = im.size
         upright = (w, h) if orientation in (5, 6, 7, 8) else (h, w)
@@ -188,22 +237,21 @@ def decode_image(
             req = (need_h, need_w) if orientation in (5, 6, 7, 8) else (need_w, need_h)
             im.draft("L" if gray else "RGB", req)
         _load(im)
-        out = im
-        for op in _ORIENT.get(orientation, ()):
-            out = out.transpose(op)
-        out = _to_mode(out, gray)
+        out = _transpose(im, orientation)
+        try:
+            out = _to_mode(out, gray)
+        except (ValueError, OSError) as e:  # a colour mode Pillow cannot convert
+            raise Reject("unsupported", f"colour mode {out.mode}: {e}") from e
         return np.asarray(out), upright
 
 
 @timed("decode")
 def decode_mask(path: Path, max_pixels: int = 100_000_000) -> np.ndarray:
     """A mask of class ids (H, W) uint8: L or palette images, the palette index is the class id."""
-    with _open(path, max_pixels) as im:
+    with _quiet(), _open(path, max_pixels) as im:
         orientation = _orientation(im)
         _load(im)
-        out = im
-        for op in _ORIENT.get(orientation, ()):
-            out = out.transpose(op)
+        out = _transpose(im, orientation)
         if out.mode in ("L", "P", "1"):
             return np.asarray(out.convert("L") if out.mode == "1" else out, dtype=np.uint8)
         if out.mode.startswith("I"):

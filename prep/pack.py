@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,8 @@ from loaders.format import (
     Shard,
     array_name,
     atomic_write_text,
+    named,
+    read_manifest,
     sha256_file,
     smallest_uint,
 )
@@ -39,7 +42,15 @@ from prep.config import PackConfig
 from prep.images import BACKGROUND, Reject, decode_image, decode_mask, sizes_from
 from prep.parallel import ShardProgress, check_backend, run_tasks
 from prep.profile import StageTimer, run_profiled, stage
-from prep.run import cleanup_temps, install, load_record, prepare_staging, write_record
+from prep.run import (
+    cleanup_temps,
+    finished,
+    install,
+    load_record,
+    prepare_staging,
+    write_error,
+    write_record,
+)
 from prep.sources import Item, list_images, reject_record
 
 
@@ -129,22 +140,47 @@ def _write_h5(path: Path, parts: dict[str, Path]) -> None:
         os.fsync(fh.fileno())
 
 
+# Set by pack() for its worker processes: a worker whose parent is gone (SIGKILL) stops, so that
+# it cannot race the --resume run that follows.
+PARENT_ENV = "PREP_PACK_PID"
+
+
+def _orphaned() -> bool:
+    """True in a joblib worker whose `prep pack` parent has died (a getppid call: cheap)."""
+    parent = os.environ.get(PARENT_ENV)
+    return parent is not None and int(parent) != os.getpid() and os.getppid() != int(parent)
+
+
 def pack_shard(
     index: int, items: list[Item], cfg: PackConfig, specs: dict[str, ArraySpec], staging: Path
 ) -> dict[str, Any]:
     """The joblib task: encode `items` into shard `index` under `staging`; return its record.
 
-    Memory holds one sample at a time whatever the shard size; no pixels leave the process."""
+    Memory holds one sample at a time whatever the shard size; no pixels leave the process.
+    A failed write raises PrepError naming the file and leaves no file of the shard behind."""
+    try:
+        return _write_shard(index, items, cfg, specs, staging)
+    except OSError as e:
+        raise write_error(e) from e
+
+
+def _write_shard(
+    index: int, items: list[Item], cfg: PackConfig, specs: dict[str, ArraySpec], staging: Path
+) -> dict[str, Any]:
     import cv2
 
     cv2.setNumThreads(1)  # one task per core already
     stem = f"{index:05d}"
-    tmp = {name: staging / f".{name}-{stem}.npy.tmp" for name in specs}
+    # Temp names are per process: a worker the dead parent left running cannot write into the
+    # files of the --resume run redoing the same shard (both would write the same bytes).
+    tmp = {name: staging / f".{name}-{stem}.{os.getpid()}.npy.tmp" for name in specs}
     with stage("write"):
         writers = {name: NpyWriter(tmp[name], s.dtype, s.shape) for name, s in specs.items()}
     rejects: list[dict[str, Any]] = []
     try:
         for item in items:
+            if _orphaned():
+                raise RuntimeError(f"prep pack (pid {os.environ[PARENT_ENV]}) is gone")
             try:
                 sample = encode_item(item, cfg, specs)
             except Reject as r:
@@ -163,9 +199,16 @@ def pack_shard(
     count = len(items) - len(rejects)
     if cfg.format == "h5":
         final = f"shard-{stem}.h5"
-        h5tmp = staging / f".{final}.tmp"
-        with stage("write"):
-            _write_h5(h5tmp, tmp)
+        h5tmp = staging / f".{final}.{os.getpid()}.tmp"
+        try:
+            with stage("write"):
+                _write_h5(h5tmp, tmp)
+        except BaseException as e:
+            for p in (h5tmp, *tmp.values()):
+                p.unlink(missing_ok=True)
+            if isinstance(e, OSError):
+                raise named(e, h5tmp) from e
+            raise
         for p in tmp.values():
             p.unlink()
         renames = {h5tmp: final}
@@ -191,11 +234,18 @@ def pack(cfg: PackConfig, show_progress: bool = True, profile: bool = False) -> 
     `profile`: the summary's `stages` holds the seconds per stage of this run (prep.profile)."""
     cfg.validate()
     check_backend(cfg.backend, cfg.scheduler)
+    if not 0 <= cfg.max_rejects <= 1 or cfg.max_pixels < 1:
+        raise PrepError(
+            f"--max-rejects {cfg.max_rejects:g} must be a fraction 0..1 and --max-pixels "
+            f"{cfg.max_pixels} at least 1. HINT: --max-rejects 0.05 allows 5% bad inputs"
+        )
     start = time.perf_counter()
     # Absolute: the tasks may run on other machines (--backend dask), in other folders.
     src, out = Path(str(cfg.src)).absolute(), Path(str(cfg.out))
-    if out.exists() and any(out.iterdir()) and not cfg.overwrite:  # fail before listing
-        prepare_staging(out, {}, cfg.overwrite, cfg.resume)
+    if cfg.resume and not cfg.overwrite and finished(out, {"config": cfg.output_config()}):
+        return _already_done(out, start)  # killed after the swap: nothing left to do
+    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not cfg.overwrite:
+        prepare_staging(out, {}, cfg.overwrite, cfg.resume)  # fail before listing
     timer = StageTimer()
     with timer.stage("list"):
         listing = list_images(src, Path(cfg.masks).absolute() if cfg.masks else None, cfg.limit)
@@ -213,6 +263,7 @@ def pack(cfg: PackConfig, show_progress: bool = True, profile: bool = False) -> 
     plan = {
         "config": cfg.output_config(),
         "inputs": hashlib.sha256(json.dumps(listing.fingerprint).encode()).hexdigest(),
+        "count": len(listing.items),
     }
     staging = prepare_staging(out, plan, cfg.overwrite, cfg.resume)
     shards = plan_shards(listing.items, cfg.shard_size)
@@ -234,6 +285,7 @@ def pack(cfg: PackConfig, show_progress: bool = True, profile: bool = False) -> 
         else None
     )
     task = functools.partial(run_profiled, profile, pack_shard)
+    os.environ[PARENT_ENV] = str(os.getpid())  # inherited by the worker processes
     try:
         for rec in run_tasks(task, todo, cfg.n_jobs, cfg.backend, cfg.scheduler):
             timer.add(rec.pop("stages", {}))
@@ -246,20 +298,54 @@ def pack(cfg: PackConfig, show_progress: bool = True, profile: bool = False) -> 
     finally:
         if bar is not None:
             bar.close()
-    summary = _finish(
-        cfg,
-        out,
-        staging,
-        listing.rejects,
-        records,
-        specs,
-        listing.classes,
-        len(listing.items) + len(listing.rejects),
-        reused,
-        start,
-    )
+    try:
+        summary = _finish(
+            cfg,
+            out,
+            staging,
+            listing.rejects,
+            records,
+            specs,
+            listing.classes,
+            len(listing.items) + len(listing.rejects),
+            reused,
+            start,
+        )
+    except OSError as e:
+        raise write_error(e, str(staging)) from e
     summary.stages = timer.seconds if profile else None
     return summary
+
+
+def _by_path(record: dict[str, Any]) -> str:
+    return str(record["path"])
+
+
+def _jsonl(record: dict[str, Any]) -> str:
+    """One line of rejects.jsonl. Names stay readable (UTF-8); a name that is not valid UTF-8
+    (undecodable bytes, kept by Python as lone surrogates) is written \\u-escaped instead."""
+    line = json.dumps(record, ensure_ascii=False)
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError:
+        line = json.dumps(record)
+    return line + "\n"
+
+
+def _already_done(out: Path, start: float) -> PackSummary:
+    m = read_manifest(out)
+    total = sum(f.bytes for s in m.shards for f in s.files.values())
+    n = len(m.shards)
+    return PackSummary(
+        out,
+        m.num_samples + m.rejects,
+        m.num_samples,
+        m.rejects,
+        n,
+        n,
+        total,
+        time.perf_counter() - start,
+    )
 
 
 def _finish(
@@ -275,15 +361,18 @@ def _finish(
     start: float,
 ) -> PackSummary:
     ordered = [records[i] for i in sorted(records)]
-    rejects = list_rejects + [r for rec in ordered for r in rec["rejects"]]
-    atomic_write_text(
-        staging / REJECTS, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rejects)
-    )
+    # By name, as the inputs are listed: the same file whatever the order shards finished in.
+    rejects = sorted(list_rejects + [r for rec in ordered for r in rec["rejects"]], key=_by_path)
+    atomic_write_text(staging / REJECTS, "".join(_jsonl(r) for r in rejects))
     if n_inputs and len(rejects) / n_inputs > cfg.max_rejects:
+        reasons = Counter(r["reason"] for r in rejects).most_common()
         raise PrepError(
             f"{len(rejects)} of {n_inputs} inputs rejected ({len(rejects) / n_inputs:.1%} > "
-            f"--max-rejects {cfg.max_rejects:g}); see {staging / REJECTS}. HINT: fix or remove "
-            "them and rerun with --resume, or raise --max-rejects"
+            f"--max-rejects {cfg.max_rejects:g}: "
+            + ", ".join(f"{n} {reason}" for reason, n in reasons)
+            + f"); each is a line of {staging / REJECTS}. HINT: rerun with --resume and a "
+            "higher --max-rejects to keep the rest (finished shards are reused), or fix the "
+            "inputs and rerun with --overwrite"
         )
     manifest = Manifest(
         kind="images",

@@ -4,21 +4,37 @@ A command builds OUT.partial/ beside OUT. `.prep-run/plan.json` holds what the o
 (config and inputs); each finished shard leaves `.prep-run/NNNNN.json` (its files, sizes, sha256,
 rejects), written after its files were renamed to their final names. `--resume` reuses every shard
 whose record and files check out; `install` swaps the finished folder into place, last.
+
+Whatever moment a run is killed at, OUT.partial holds complete files under final names, temp
+files (`.*.tmp`, removed by the next run) and records only for shards whose files are complete.
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import json
 import os
 import shutil
 from pathlib import Path
 from typing import Any
 
-from loaders.format import atomic_write_text, sha256_file
+from loaders.format import MANIFEST, atomic_write_text, sha256_file
 from prep import PrepError
 
 RUN_DIR = ".prep-run"  # inside OUT.partial: the plan and one record per finished shard
 PLAN = "plan.json"
+
+
+def write_error(e: OSError, what: str = "the output") -> PrepError:
+    """A failed write (disk full, quota, permissions, read-only file system) as one line naming
+    the file; the run's finished shards stay in OUT.partial for --resume."""
+    where = e.filename or what
+    reason = e.strerror or str(e)
+    return PrepError(
+        f"cannot write {where}: {reason}. HINT: free space or fix permissions on that disk, "
+        "then rerun the same command with --resume (finished shards are kept)"
+    )
 
 
 def write_record(staging: Path, index: int, record: dict[str, Any]) -> None:
@@ -34,15 +50,37 @@ def load_record(staging: Path, index: int, verify: bool) -> dict[str, Any] | Non
     path = staging / RUN_DIR / f"{index:05d}.json"
     try:
         record = json.loads(path.read_text())
+        files = record["shard"]["files"]
+        for rel, info in files.items():
+            f = staging / rel
+            if not f.is_file() or f.stat().st_size != info["bytes"]:
+                return None
+            if verify and sha256_file(f) != info["sha256"]:
+                return None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None  # absent or unreadable: the shard is redone
+    return record
+
+
+def _read_plan(staging: Path) -> dict[str, Any] | None:
+    try:
+        plan = json.loads((staging / RUN_DIR / PLAN).read_text())
     except (OSError, ValueError):
         return None
-    for rel, info in record["shard"]["files"].items():
-        f = staging / rel
-        if not f.is_file() or f.stat().st_size != info["bytes"]:
-            return None
-        if verify and sha256_file(f) != info["sha256"]:
-            return None
-    return record
+    return plan if isinstance(plan, dict) else None
+
+
+def _changed(before: dict[str, Any], plan: dict[str, Any]) -> str:
+    """What differs between two plans, in words."""
+    old, new = before.get("config", {}), plan.get("config", {})
+    keys = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+    if keys:
+        shown = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys)
+        return f"the config changed ({shown})"
+    counts = before.get("count"), plan.get("count")
+    if None not in counts and counts[0] != counts[1]:
+        return f"the input files changed ({counts[0]} then, {counts[1]} now)"
+    return "the input files changed (names, sizes or modification times)"
 
 
 def prepare_staging(out: Path, plan: dict[str, Any], overwrite: bool, resume: bool) -> Path:
@@ -53,45 +91,96 @@ def prepare_staging(out: Path, plan: dict[str, Any], overwrite: bool, resume: bo
             f"{out} already exists and is not empty. HINT: pass --overwrite to replace "
             "it (the old dataset stays readable until the new one is complete)"
         )
-    if staging.exists():
-        old = staging / RUN_DIR / PLAN
-        if resume and old.is_file():
-            before = json.loads(old.read_text())
-            if before != plan:
-                diff = [
-                    k
-                    for k in sorted(set(before["config"]) | set(plan["config"]))
-                    if before["config"].get(k) != plan["config"].get(k)
-                ]
-                what = f"config keys {diff}" if diff else "the input files"
+    try:
+        if staging.exists():
+            before = _read_plan(staging)
+            if resume and before is not None:
+                if before != plan:
+                    raise PrepError(
+                        f"cannot resume {staging}: {_changed(before, plan)} since it was "
+                        "started. HINT: rerun with the same options and inputs, or pass "
+                        "--overwrite to start again"
+                    )
+                cleanup_temps(staging)  # left by the killed run
+                return staging
+            if not (resume or overwrite):
                 raise PrepError(
-                    f"cannot resume {staging}: {what} changed since it was started. "
-                    "HINT: rerun with the same options and inputs, or --overwrite"
+                    f"{staging} holds an unfinished run. HINT: --resume to finish it, "
+                    "--overwrite to start again"
                 )
-            return staging
-        if not (resume or overwrite):
-            raise PrepError(
-                f"{staging} holds an unfinished run. HINT: --resume to finish it, "
-                "--overwrite to start again"
-            )
-        shutil.rmtree(staging)
-    (staging / RUN_DIR).mkdir(parents=True)
-    atomic_write_text(staging / RUN_DIR / PLAN, json.dumps(plan, sort_keys=True))
+            _remove(staging)
+        (staging / RUN_DIR).mkdir(parents=True)
+        atomic_write_text(staging / RUN_DIR / PLAN, json.dumps(plan, sort_keys=True))
+    except OSError as e:
+        raise write_error(e, str(staging)) from e
     return staging
 
 
 def cleanup_temps(staging: Path) -> None:
-    for p in staging.glob(".*.tmp"):
-        p.unlink(missing_ok=True)
+    """Remove the temp files of unfinished writes (this run's, or a killed run's)."""
+    for folder in (staging, staging / RUN_DIR):
+        for p in folder.glob(".*.tmp"):
+            p.unlink(missing_ok=True)
+
+
+def finished(out: Path, plan: dict[str, Any]) -> bool:
+    """True when OUT is a complete dataset written with `plan`'s config and no run is pending:
+    --resume after a kill that came once the swap was done has nothing left to do."""
+    if staging_dir(out).exists():
+        return False
+    try:
+        manifest = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    if not isinstance(manifest, dict) or manifest.get("config") != plan.get("config"):
+        if isinstance(manifest, dict):
+            diff = _changed({"config": manifest.get("config") or {}}, plan)
+            raise PrepError(
+                f"cannot resume {out}: it is complete, and {diff} since it was packed. "
+                "HINT: pass --overwrite to pack it again with the new options"
+            )
+        return False
+    return True
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink()
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one atomic step (Linux renameat2 RENAME_EXCHANGE): readers of `b` see
+    the old folder or the new one, never none. False where the system cannot."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):  # not glibc >= 2.28
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EXDEV, errno.EPERM):
+        return False  # e.g. a file system without exchange: fall back to two renames
+    raise OSError(err, os.strerror(err), str(b))
 
 
 def install(staging: Path, out: Path) -> None:
-    """Swap the finished dataset into place; an old OUT is removed only after the swap."""
-    shutil.rmtree(staging / RUN_DIR)
-    old = None
-    if out.exists():
-        old = out.with_name(f"{out.name}.old-{os.getpid()}")
-        os.replace(out, old)
-    os.replace(staging, out)
-    if old is not None:
-        shutil.rmtree(old) if old.is_dir() else old.unlink()
+    """Swap the finished dataset into place; an old OUT stays readable until the swap, and is
+    removed only after it."""
+    try:
+        cleanup_temps(staging)  # e.g. left by a dask worker that died mid-shard
+        shutil.rmtree(staging / RUN_DIR)
+        if out.exists() and _exchange(staging, out):
+            _remove(staging)  # now the old dataset
+            return
+        old = None
+        if out.exists():
+            old = out.with_name(f"{out.name}.old-{os.getpid()}")
+            os.replace(out, old)
+        os.replace(staging, out)
+        if old is not None:
+            _remove(old)
+    except OSError as e:
+        raise write_error(e, str(out)) from e

@@ -6,6 +6,7 @@ entries, so the shard plan depends only on the inputs and the config."""
 from __future__ import annotations
 
 import csv
+import errno
 import json
 import os
 import stat
@@ -55,29 +56,76 @@ def reject_record(rel: str, code: str, message: str) -> dict[str, Any]:
     return {"path": rel, "reason": code, "message": message}
 
 
+def os_reject_code(e: OSError) -> str:
+    """The reject code of a file the OS cannot give us (the README's table)."""
+    if e.errno == errno.ELOOP:
+        return "link_loop"
+    if e.errno in (errno.ENOENT, errno.ENOTDIR):
+        return "missing"  # vanished, or a link to nothing (see _check_file)
+    return "unreadable"
+
+
+def _check_file(path: Path, rel: str) -> dict[str, Any] | None:
+    """None for a regular file (links followed), else its reject record. stat never opens the
+    file, so a FIFO or device cannot block here."""
+    try:
+        st = path.stat()
+    except OSError as e:
+        code = os_reject_code(e)
+        if code == "missing" and path.is_symlink():
+            return reject_record(rel, "broken_link", f"link to nothing ({os.readlink(path)})")
+        return reject_record(rel, code, f"cannot stat: {e.strerror}")
+    if not stat.S_ISREG(st.st_mode):
+        return reject_record(rel, "not_file", "not a regular file (FIFO, device or folder)")
+    return None
+
+
 def _walk(root: Path) -> tuple[list[tuple[str, Path]], list[dict[str, Any]]]:
-    """Files under root with an image extension, as sorted (rel, path); rejects for links that
-    go nowhere and special files. Directory links are not followed (no loops)."""
+    """Files under root with an image extension, as sorted (rel, path), and rejects for what
+    cannot be read: broken links, link loops, special files, folders we may not list.
+
+    Folder links are followed (class folders are often links), each folder once: a second way
+    into a folder (a loop, or two links to one folder) is a `link_loop` reject. Folders are
+    visited in sorted order, so which path wins never depends on the file system's order."""
     found: list[tuple[str, Path]] = []
     rejects: list[dict[str, Any]] = []
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
-        for name in filenames + [d for d in dirnames if (Path(dirpath) / d).is_symlink()]:
+    seen: dict[tuple[int, int], str] = {}
+
+    def rel_of(path: str | Path) -> str:
+        return Path(path).relative_to(root).as_posix()
+
+    def unlistable(e: OSError) -> None:
+        rejects.append(
+            reject_record(rel_of(e.filename), os_reject_code(e), f"cannot list: {e.strerror}")
+        )
+
+    for dirpath, dirnames, filenames in os.walk(root, onerror=unlistable, followlinks=True):
+        here = rel_of(dirpath)
+        try:
+            st = os.stat(dirpath)
+        except OSError as e:
+            unlistable(e)
+            dirnames[:] = []
+            continue
+        key = (st.st_dev, st.st_ino)
+        if key in seen:
+            rejects.append(
+                reject_record(here, "link_loop", f"the folder {seen[key]!r} again, via a link")
+            )
+            dirnames[:] = []
+            continue
+        seen[key] = here
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in filenames:
             if name.startswith(".") or Path(name).suffix.lower() not in IMAGE_EXTS:
                 continue
             path = Path(dirpath) / name
-            rel = path.relative_to(root).as_posix()
-            try:
-                st = path.stat()
-            except OSError as e:  # broken link, link loop, permission
-                rejects.append(reject_record(rel, "unreadable", f"cannot stat: {e.strerror}"))
-                continue
-            if not stat.S_ISREG(st.st_mode):
-                rejects.append(
-                    reject_record(rel, "not_file", "not a regular file (FIFO, device, folder)")
-                )
-                continue
-            found.append((rel, path))
+            rel = rel_of(path)
+            problem = _check_file(path, rel)
+            if problem is None:
+                found.append((rel, path))
+            else:
+                rejects.append(problem)
     found.sort()
     rejects.sort(key=lambda r: r["path"])
     return found, rejects
@@ -93,10 +141,16 @@ def _mask_index(masks: Path) -> dict[str, Path]:
 
 
 def _fingerprint(items: list[Item]) -> list[tuple[str, int, int]]:
+    """(name, bytes, mtime) of every input and mask: what --resume compares with the first run."""
     out = []
     for it in items:
-        st = it.path.stat()
-        out.append((it.rel, st.st_size, st.st_mtime_ns))
+        for path, name in ((it.path, it.rel), (it.mask, f"{it.rel} mask")):
+            if path is not None:
+                try:
+                    st = path.stat()
+                    out.append((name, st.st_size, st.st_mtime_ns))
+                except OSError:  # gone since it was listed: decoding will reject it
+                    out.append((name, -1, -1))
     return out
 
 
@@ -149,8 +203,11 @@ def list_file(src: Path) -> tuple[list[Item], list[str] | None, list[dict[str, A
     for r, label in zip(rows, labels, strict=True):
         rel = str(r["path"])
         path = base / rel
-        if not path.is_file():
-            rejects.append(reject_record(rel, "missing", f"listed in {src.name} but not found"))
+        problem = _check_file(path, rel)
+        if problem is not None:
+            if problem["reason"] == "missing":
+                problem["message"] = f"listed in {src.name} but not found"
+            rejects.append(problem)
             continue
         lab = None if label in (None, "") else (int(label) if numeric else index[str(label)])
         if lab is not None and lab < 0:
