@@ -14,6 +14,7 @@ _EXPORTS = {
     "DocumentDataset": "loaders.tokens",
     "Normalize": "loaders.gpu",
     "make_loader": "loaders.loader",
+    "ShardSampler": "loaders.samplers",
     "collate_batch": "loaders.loader",
     "Batch": "loaders.loader",
     "FormatError": "loaders.format",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -46,6 +47,10 @@ class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
     Shard files are memory-mapped lazily, once per process, and never pickled: the object pickles
     to a few KB for spawn workers. Batches are read with one vectorised read per shard through
     `__getitems__`; use `make_loader` (or `collate_fn=collate_batch`) to keep that path.
+
+    `in_memory=True` reads the requested fields, at every size the dataset holds (so set_size
+    still works), into shared memory once, here: for slow or network disks. DataLoader workers,
+    forked or spawned, map that one copy instead of copying it or reading the disk.
     """
 
     def __init__(
@@ -53,6 +58,7 @@ class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
         root: str | os.PathLike[str],
         size: int | None = None,
         fields: Sequence[str] = ("image", "label"),
+        in_memory: bool = False,
     ):
         self.root = Path(root)
         manifest = load_manifest(self.root)
@@ -75,7 +81,10 @@ class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
         self._size = torch.zeros((), dtype=torch.int64).share_memory_()
         self._manifest: Manifest | None = manifest
         self._maps: dict[tuple[int, str], np.ndarray] = {}
+        self._memory: dict[str, torch.Tensor] = {}  # array name -> its bytes, all shards
         self.set_size(size)
+        if in_memory:
+            self._load_into_memory()
 
     # -- size ----------------------------------------------------------------------------------
 
@@ -97,15 +106,49 @@ class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
             self._manifest = read_manifest(self.root)
         return self._manifest
 
+    @property
+    def shard_sizes(self) -> list[int]:
+        """Samples per shard, in order (for shard-aware samplers)."""
+        return np.diff(self._starts).tolist()
+
+    def _array_names(self) -> list[str]:
+        """The arrays of the requested fields, at every size."""
+        return [
+            array_name(f, s)
+            for f in self.fields
+            for s in (self.sizes if f in SIZED_FIELDS else [None])
+        ]
+
+    def _load_into_memory(self) -> None:
+        m = self.manifest
+        for name in self._array_names():
+            spec = m.arrays[name]
+            nbytes = len(self) * np.dtype(spec.dtype).itemsize * math.prod(spec.shape)
+            storage = torch.UntypedStorage._new_shared(nbytes)  # no copy of garbage, as _empty
+            self._memory[name] = torch.empty(0, dtype=torch.uint8).set_(storage)
+            whole = self._memory_array(name, writeable=True)
+            for shard, info in enumerate(m.shards):
+                start, end = self._starts[shard], self._starts[shard + 1]
+                whole[start:end] = open_array(self.root, info.arrays[name], spec, name)
+
+    def _memory_array(self, name: str, writeable: bool = False) -> np.ndarray:
+        """Array `name` of every shard, as a view of its shared-memory bytes."""
+        spec = self.manifest.arrays[name]
+        whole = self._memory[name].numpy().view(spec.dtype).reshape(len(self), *spec.shape)
+        whole.flags.writeable = writeable  # the readers' copy is shared: never write to it
+        return whole
+
     def _array(self, shard: int, field: str) -> np.ndarray:
         name = array_name(field, self.size if field in SIZED_FIELDS else None)
         key = (shard, name)
         arr = self._maps.get(key)
         if arr is None:
             m = self.manifest
-            arr = self._maps[key] = open_array(
-                self.root, m.shards[shard].arrays[name], m.arrays[name], name
-            )
+            if name in self._memory:
+                arr = self._memory_array(name)[self._starts[shard] : self._starts[shard + 1]]
+            else:
+                arr = open_array(self.root, m.shards[shard].arrays[name], m.arrays[name], name)
+            self._maps[key] = arr
         return arr
 
     def __getstate__(self) -> dict[str, Any]:

@@ -9,6 +9,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 from torch.utils.data._utils.collate import default_collate
 
+from loaders.samplers import ShardSampler
+
 
 class Batch(Sequence[tuple[torch.Tensor, ...]]):
     """A whole batch read at once by a dataset's `__getitems__`: one tensor per field.
@@ -41,18 +43,73 @@ def make_loader(
     batch_size: int,
     shuffle: bool = False,
     num_workers: int = 0,
+    *,
+    order: str | None = None,
+    seed: int = 0,
+    window: int = 8,
+    distributed: bool | None = None,
+    drop_last: bool = False,
     **dataloader_kwargs: Any,
 ) -> DataLoader[Any]:
     """A DataLoader reading whole batches per call, with pinned memory when a GPU is present and
     persistent workers (so progressive resizing and memory maps survive epochs). Any other
-    DataLoader argument passes through and wins over these defaults."""
+    DataLoader argument passes through and wins over these defaults.
+
+    Order and ranks (a `ShardSampler` in `loader.sampler`, see loaders.samplers):
+
+    - `order`: "sequential", "random" or "quasi_random" (shuffle the shards, then the samples
+      within windows of `window` shards); default "random" with `shuffle`, else "sequential".
+      Shuffled orders depend only on (`seed`, epoch): the same for any `num_workers`; each pass
+      over the loader advances the epoch (`loader.sampler.set_epoch(e)` sets it).
+    - `distributed`: each rank reads a disjoint share of every epoch, all ranks the same number
+      of batches. Default: on when torch.distributed is initialised.
+    - `drop_last`: False pads the ranks' shares by repeating the epoch's first samples and keeps
+      a last, smaller batch; True leaves the remainder out of the epoch (different samples each
+      epoch) so that every batch is full.
+    """
+    ddp = torch.distributed.is_available() and torch.distributed.is_initialized()
+    if distributed is None:
+        distributed = ddp
+    elif distributed and not ddp:
+        raise ValueError(
+            "distributed=True needs torch.distributed initialised first: call "
+            "torch.distributed.init_process_group() (torchrun sets its environment)"
+        )
+    if order is None:
+        order = "random" if shuffle else "sequential"
+    elif shuffle and order == "sequential":
+        raise ValueError("shuffle=True contradicts order='sequential'; pass one of them")
     kwargs: dict[str, Any] = {
         "collate_fn": collate_batch,
         "pin_memory": torch.cuda.is_available(),
         "persistent_workers": num_workers > 0,
+        "drop_last": drop_last,
     }
     if num_workers > 0:
         kwargs["prefetch_factor"] = 2
+    if distributed or order != "sequential":
+        if "sampler" in dataloader_kwargs or "batch_sampler" in dataloader_kwargs:
+            raise ValueError(
+                "a sampler of your own replaces order=/distributed=; pass one or the other"
+            )
+        sizes = getattr(dataset, "shard_sizes", None)
+        if sizes is None:
+            if order == "quasi_random":
+                raise ValueError(
+                    f"{type(dataset).__name__} has no shard_sizes, which order='quasi_random' "
+                    "needs; use order='random'"
+                )
+            sizes = [len(dataset)]  # type: ignore[arg-type]
+        kwargs["sampler"] = ShardSampler(
+            sizes,
+            order,
+            seed,
+            window,
+            num_replicas=None if distributed else 1,
+            rank=None if distributed else 0,
+            drop_last=drop_last,
+        )
+        shuffle = False  # the sampler orders
     kwargs.update(dataloader_kwargs)
     return DataLoader(
         dataset, batch_size=batch_size, shuffle=shuffle, num_workers=num_workers, **kwargs

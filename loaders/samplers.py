@@ -1,0 +1,138 @@
+"""Which samples each rank reads in an epoch, and in what order.
+
+An epoch's order is a permutation of the whole dataset that depends only on (seed, epoch) and the
+shard sizes: never on the rank count, the DataLoader worker count or the process. Each rank then
+takes every `num_replicas`-th index of it, as torch's DistributedSampler does, so the ranks'
+shares are disjoint, cover the epoch, and have the same length (the last batches line up in DDP).
+
+Orders:
+
+- "sequential": the dataset's order.
+- "random": a full shuffle.
+- "quasi_random": shuffle the shards, then the samples within each window of `window` shards.
+  A dataset larger than RAM is then read `window` shards at a time instead of randomly across
+  the whole disk. A batch mixes only the classes of those shards: when the inputs were packed
+  sorted by class (one class per shard), a batch holds about `window` classes.
+
+>>> epoch_order([3, 3], "quasi_random", seed=3, epoch=0, window=1).tolist()  # shard 1, then 0
+[3, 5, 4, 0, 1, 2]
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Sequence
+
+import numpy as np
+import torch.distributed as dist
+from torch.utils.data import Sampler
+
+OrderFn = Callable[[np.ndarray, np.random.Generator, int], np.ndarray]
+
+
+def _sequential(sizes: np.ndarray, rng: np.random.Generator, window: int) -> np.ndarray:
+    return np.arange(int(sizes.sum()), dtype=np.int64)
+
+
+def _random(sizes: np.ndarray, rng: np.random.Generator, window: int) -> np.ndarray:
+    return rng.permutation(int(sizes.sum())).astype(np.int64)
+
+
+def _quasi_random(sizes: np.ndarray, rng: np.random.Generator, window: int) -> np.ndarray:
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    shards = rng.permutation(len(sizes))
+    parts = []
+    for w in range(0, len(shards), window):
+        idx = np.concatenate([np.arange(starts[s], starts[s + 1]) for s in shards[w : w + window]])
+        parts.append(rng.permutation(idx))
+    return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
+
+
+ORDERS: dict[str, OrderFn] = {
+    "sequential": _sequential,
+    "random": _random,
+    "quasi_random": _quasi_random,
+}
+
+
+def epoch_order(
+    shard_sizes: Sequence[int], order: str, seed: int, epoch: int, window: int = 8
+) -> np.ndarray:
+    """Every index of the dataset once, in `order` for (seed, epoch): int64 (sum(shard_sizes),)."""
+    if order not in ORDERS:
+        raise ValueError(f"order {order!r} is not one of {', '.join(ORDERS)}")
+    if window < 1:
+        raise ValueError(f"window {window} must be at least 1 shard")
+    rng = np.random.default_rng([seed, epoch])  # same (seed, epoch): same order, any platform
+    return ORDERS[order](np.asarray(shard_sizes, dtype=np.int64), rng, window)
+
+
+def rank_share(order: np.ndarray, rank: int, num_replicas: int, drop_last: bool) -> np.ndarray:
+    """Rank `rank`'s indices of an epoch `order`, every `num_replicas`-th from `rank` on.
+
+    All ranks get the same count: with `drop_last` the tail that does not divide evenly is left
+    out of this epoch (len(order) // num_replicas each); without, the order is padded by repeating
+    its start (ceil(len(order) / num_replicas) each, a few samples seen twice), as torch's
+    DistributedSampler does.
+
+    >>> rank_share(np.arange(5), 1, 2, drop_last=False).tolist()
+    [1, 3, 0]
+    """
+    n = len(order)
+    per_rank = n // num_replicas if drop_last else math.ceil(n / num_replicas)
+    total = per_rank * num_replicas
+    if n:  # np.resize repeats the order from its start to fill the padding
+        order = order[:total] if drop_last else np.resize(order, total)
+    return order[rank:total:num_replicas]
+
+
+class ShardSampler(Sampler[int]):
+    """This rank's share of each epoch's order (see the module docstring); yields indices.
+
+    Every pass over the sampler advances the epoch by one, so each epoch has its own order without
+    a call; `set_epoch(e)` sets the epoch of the next pass explicitly (as with DistributedSampler:
+    call it every epoch, e.g. when resuming from a checkpoint). The order is computed here, in the
+    main process, so DataLoader workers never change it.
+
+    `num_replicas` and `rank` default to torch.distributed's when it is initialised, else 1 and 0.
+    """
+
+    def __init__(
+        self,
+        shard_sizes: Sequence[int],
+        order: str = "random",
+        seed: int = 0,
+        window: int = 8,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+        drop_last: bool = False,
+    ):
+        if order not in ORDERS:
+            raise ValueError(f"order {order!r} is not one of {', '.join(ORDERS)}")
+        if window < 1:
+            raise ValueError(f"window {window} must be at least 1 shard")
+        ddp = dist.is_available() and dist.is_initialized()
+        self.num_replicas = num_replicas or (dist.get_world_size() if ddp else 1)
+        self.rank = rank if rank is not None else (dist.get_rank() if ddp else 0)
+        if not 0 <= self.rank < self.num_replicas:
+            raise ValueError(f"rank {self.rank} is not in [0, {self.num_replicas})")
+        self.shard_sizes = [int(s) for s in shard_sizes]
+        self.order, self.seed, self.window, self.drop_last = order, seed, window, drop_last
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def indices(self, epoch: int) -> np.ndarray:
+        """This rank's indices of `epoch`, in order."""
+        order = epoch_order(self.shard_sizes, self.order, self.seed, epoch, self.window)
+        return rank_share(order, self.rank, self.num_replicas, self.drop_last)
+
+    def __iter__(self) -> Iterator[int]:
+        share = self.indices(self.epoch)
+        self.epoch += 1
+        return iter(share.tolist())
+
+    def __len__(self) -> int:
+        n = sum(self.shard_sizes)
+        return n // self.num_replicas if self.drop_last else math.ceil(n / self.num_replicas)
