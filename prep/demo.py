@@ -89,34 +89,37 @@ def _draw(img: np.ndarray, mask: np.ndarray, cls: int, rng: np.random.Generator)
             cv2.rectangle(target, (cx - t, cy - r), (cx + t, cy + r), value, -1)
 
 
+# Kinds of file, drawn per image independently of its class: mostly plain JPEGs, some PNGs
+# (web graphics: at most 1024 px), some grayscale JPEGs, some phone photos with EXIF rotation.
+KINDS = ("jpeg",) * 5 + ("png", "gray", "exif")
+
+
 def make_image(
     i: int, seed: int, max_side: int = 4032
-) -> tuple[int, Image.Image, Image.Image, str]:
-    """Sample i: (class, image, mask, extension). Deterministic in (i, seed)."""
+) -> tuple[int, str, Image.Image, Image.Image]:
+    """Sample i: (class, kind, upright image, mask). Deterministic in (i, seed)."""
     rng = np.random.default_rng([seed, i])
     cls = i % len(CLASSES)
+    kind = KINDS[int(rng.integers(len(KINDS)))]
     w, h = SHAPES[int(rng.integers(len(SHAPES)))]
-    scale = min(1.0, max_side / max(w, h))
+    scale = min(1.0, (1024 if kind == "png" else max_side) / max(w, h))
     w, h = max(16, int(w * scale)), max(16, int(h * scale))
     img = _texture(rng, h, w)
     mask = np.zeros((h, w), np.uint8)
     _draw(img, mask, cls, rng)
-    kind = i % 8
     pil = Image.fromarray(img)
-    if kind == 3:
-        pil = pil.convert("L")
-    return cls, pil, Image.fromarray(mask), ".png" if kind == 5 else ".jpg"
+    return cls, kind, pil.convert("L") if kind == "gray" else pil, Image.fromarray(mask)
 
 
 def write_sample(raw: Path, i: int, seed: int, max_side: int = 4032) -> None:
-    cls, img, mask, ext = make_image(i, seed, max_side)
+    cls, kind, img, mask = make_image(i, seed, max_side)
     name = f"{i:05d}"
     (raw / "images" / CLASSES[cls]).mkdir(parents=True, exist_ok=True)
     (raw / "masks" / CLASSES[cls]).mkdir(parents=True, exist_ok=True)
-    path = raw / "images" / CLASSES[cls] / (name + ext)
-    if ext == ".png":
+    path = raw / "images" / CLASSES[cls] / (name + (".png" if kind == "png" else ".jpg"))
+    if kind == "png":
         img.save(path, optimize=False)
-    elif i % 8 == 6:
+    elif kind == "exif":
         # A phone photo held upright: stored sideways with EXIF orientation 6 (rotate 90 CW to
         # view). The mask is drawn upright, so the packer must apply the orientation.
         exif = Image.Exif()

@@ -142,7 +142,11 @@ def test_cli_pack_info(raw_demo: Path, tmp_path: Path) -> None:
 
 
 def test_decode_respects_exif(raw_demo: Path) -> None:
-    rotated = sorted((raw_demo / "images").rglob("00006.jpg"))[0]  # stored sideways, EXIF 6
+    rotated = next(
+        p
+        for p in sorted((raw_demo / "images").rglob("*.jpg"))
+        if Image.open(p).getexif().get(0x0112) == 6
+    )  # stored sideways
     img, upright = decode_image(rotated)
     with Image.open(rotated) as im:
         w, h = im.size
