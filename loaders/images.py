@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset, get_worker_info
+from torch.utils.data import Dataset
 
 from loaders.format import (
     FormatError,
@@ -20,22 +20,10 @@ from loaders.format import (
     open_array,
     read_manifest,
 )
-from loaders.loader import Batch
+from loaders.loader import Batch, BufferPool, new_batch
 
 # Fields whose arrays exist once per size; the others (label, orig_size) are size-free.
 SIZED_FIELDS = ("image", "mask")
-
-
-def _empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-    """An output tensor; inside a DataLoader worker it is made in shared memory directly, so the
-    batch is not copied again when it is sent to the main process."""
-    if get_worker_info() is None:
-        return torch.empty(shape, dtype=dtype)
-    # As default_collate does: allocate in shared memory. `share_memory_()` on a new tensor
-    # would copy its garbage into a fresh segment (6x slower for a 256-image batch).
-    nbytes = int(torch.Size(shape).numel()) * torch.empty((), dtype=dtype).element_size()
-    storage = torch.UntypedStorage._new_shared(nbytes)
-    return torch.empty(0, dtype=dtype).set_(storage, 0, shape)  # type: ignore[call-overload]
 
 
 class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
@@ -81,6 +69,7 @@ class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
         self._size = torch.zeros((), dtype=torch.int64).share_memory_()
         self._manifest: Manifest | None = manifest
         self._maps: dict[tuple[int, str], np.ndarray] = {}
+        self._buffers = BufferPool()
         self._memory: dict[str, torch.Tensor] = {}  # array name -> its bytes, all shards
         self.set_size(size)
         if in_memory:
@@ -124,7 +113,7 @@ class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
         for name in self._array_names():
             spec = m.arrays[name]
             nbytes = len(self) * np.dtype(spec.dtype).itemsize * math.prod(spec.shape)
-            storage = torch.UntypedStorage._new_shared(nbytes)  # no copy of garbage, as _empty
+            storage = torch.UntypedStorage._new_shared(nbytes)  # no copy of garbage, as new_batch
             self._memory[name] = torch.empty(0, dtype=torch.uint8).set_(storage)
             whole = self._memory_array(name, writeable=True)
             for shard, info in enumerate(m.shards):
@@ -138,8 +127,8 @@ class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
         whole.flags.writeable = writeable  # the readers' copy is shared: never write to it
         return whole
 
-    def _array(self, shard: int, field: str) -> np.ndarray:
-        name = array_name(field, self.size if field in SIZED_FIELDS else None)
+    def _array(self, shard: int, field: str, size: int) -> np.ndarray:
+        name = array_name(field, size if field in SIZED_FIELDS else None)
         key = (shard, name)
         arr = self._maps.get(key)
         if arr is None:
@@ -147,7 +136,10 @@ class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
             if name in self._memory:
                 arr = self._memory_array(name)[self._starts[shard] : self._starts[shard + 1]]
             else:
-                arr = open_array(self.root, m.shards[shard].arrays[name], m.arrays[name], name)
+                # A plain ndarray view: indexing a np.memmap subclass costs 5x more.
+                arr = np.asarray(
+                    open_array(self.root, m.shards[shard].arrays[name], m.arrays[name], name)
+                )
             self._maps[key] = arr
         return arr
 
@@ -155,6 +147,7 @@ class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
         state = self.__dict__.copy()
         state["_manifest"] = None
         state["_maps"] = {}
+        state["_buffers"] = BufferPool()
         return state
 
     # -- access --------------------------------------------------------------------------------
@@ -172,32 +165,35 @@ class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
         shard = np.searchsorted(self._starts, idx, side="right") - 1
         return shard, idx - self._starts[shard]
 
-    def _out(self, field: str, batch: int) -> torch.Tensor:
+    def _out(self, field: str, batch: int, size: int) -> torch.Tensor:
         if field in ("label", "orig_size"):
-            shape = self.manifest.arrays[field].shape
-            return _empty((batch, *shape), torch.int64)
-        spec = self.manifest.arrays[array_name(field, self.size)]
-        return _empty((batch, *spec.shape), torch.uint8)
+            shape, dtype = (batch, *self.manifest.arrays[field].shape), torch.int64
+        else:
+            shape = (batch, *self.manifest.arrays[array_name(field, size)].shape)
+            dtype = torch.uint8
+        return new_batch(shape, dtype, self._buffers, field)
 
     def __getitems__(self, indices: Sequence[int]) -> Batch:
         shard, local = self._locate(indices)
+        size = self.size  # read once: set_size may run between batches, never within one
+        shards = np.unique(shard).tolist()
         outs = []
         for field in self.fields:
-            out = self._out(field, len(shard))
+            out = self._out(field, len(shard), size)
             dst = out.numpy()
-            shards = np.unique(shard)
-            if len(shards) == 1 and dst.dtype == self._array(int(shards[0]), field).dtype:
+            arrays = {s: self._array(s, field, size) for s in shards}
+            if len(shards) == 1 and dst.dtype == arrays[shards[0]].dtype:
                 # The whole batch in one shard: one vectorised read, straight into the output.
-                np.take(self._array(int(shards[0]), field), local, axis=0, out=dst)
+                np.take(arrays[shards[0]], local, axis=0, out=dst)
             elif field in SIZED_FIELDS:
                 # Across shards: copy each sample once into place (a gather per shard followed
                 # by a scatter would copy every pixel twice).
                 for j, (s, k) in enumerate(zip(shard.tolist(), local.tolist(), strict=True)):
-                    dst[j] = self._array(s, field)[k]
+                    dst[j] = arrays[s][k]
             else:
-                for s in shards:
+                for s, arr in arrays.items():
                     pos = np.flatnonzero(shard == s)
-                    dst[pos] = self._array(int(s), field)[local[pos]]
+                    dst[pos] = arr[local[pos]]
             outs.append(out.permute(0, 3, 1, 2) if field == "image" else out)
         return Batch(tuple(outs))
 

@@ -17,8 +17,7 @@ import torch
 from torch.utils.data import Dataset
 
 from loaders.format import FormatError, Manifest, load_manifest, open_array, read_manifest
-from loaders.images import _empty
-from loaders.loader import Batch
+from loaders.loader import Batch, new_batch
 
 
 class _TokenSplit:
@@ -130,8 +129,8 @@ class TokenWindowDataset(_TokenSplit, Dataset[tuple[torch.Tensor, torch.Tensor]]
         buf = np.empty((len(idx), self.block_size + 1), self.dtype)
         for row, i in enumerate(idx):
             self._read(int(i) * self.stride, buf[row])
-        x = _empty((len(idx), self.block_size), torch.int64)
-        y = _empty((len(idx), self.block_size), torch.int64)
+        x = new_batch((len(idx), self.block_size), torch.int64)
+        y = new_batch((len(idx), self.block_size), torch.int64)
         x.numpy()[:] = buf[:, :-1]
         y.numpy()[:] = buf[:, 1:]
         return Batch((x, y))
