@@ -238,6 +238,13 @@ def _batches(reader: DocumentReader, pieces: list[Piece]) -> Iterator[tuple[list
         yield texts, names
 
 
+@functools.lru_cache(maxsize=2)
+def _load_tokenizer(name: str, folder: Path, file: str | None, sha: str) -> Tokenizer:
+    """Once per process and tokenizer file (`sha` tells a changed file apart): joblib reuses
+    its workers for many shards, and the tokenizer's word cache stays warm between them."""
+    return load_saved(name, folder, file)
+
+
 def tokenize_shard(
     index: int,
     pieces: list[Piece],
@@ -254,7 +261,7 @@ def tokenize_shard(
     Memory holds one batch of documents; only counts, checksums and rejects leave the process."""
     if not threads:  # one task per core already; read by tokenizers at every call
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    tok = load_saved(tok_name, staging, tok_file)
+    tok = _load_tokenizer(tok_name, staging, tok_file, tok_sha)
     reader = DocumentReader(cfg.text_field, cfg.errors, int(cfg.max_doc_mb * MB))
     with stage("write"):
         writers = {s: SplitWriter(staging, s, index, dtype) for s in SPLITS}
