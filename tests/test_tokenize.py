@@ -369,3 +369,10 @@ def test_document_dataset_and_eot_spans(tmp_path: Path) -> None:
     assert stream(tmp_path / "out").tolist() == [0, 1, 5, 5, 2, 3, 4, 5]
     with pytest.raises(ValueError, match="no 'val' documents"):
         DocumentDataset(tmp_path / "out", split="val")
+    # Shards [a] and [b, c]: windows run over document ends (eot 5) and shard ends.
+    windows = TokenWindowDataset(tmp_path / "out", block_size=3)
+    assert len(read_manifest(tmp_path / "out").shards) == 2 and len(windows) == 2
+    assert [[t.tolist() for t in windows[i]] for i in range(2)] == [
+        [[0, 1, 5], [1, 5, 5]],
+        [[5, 2, 3], [2, 3, 4]],
+    ]
