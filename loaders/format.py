@@ -376,8 +376,6 @@ def _npy_layout(path: Path) -> tuple[int, np.dtype[Any], tuple[int, ...]]:
         else:
             raise FormatError(f"{path} is .npy version {version}; prep reads 1.0 and 2.0")
         offset = f.tell()
-    if dtype.hasobject:
-        raise FormatError(f"{path} holds Python objects; refusing to unpickle it")
     if fortran:
         raise FormatError(f"{path} is Fortran-ordered; prep writes C order only")
     return offset, dtype, tuple(shape)

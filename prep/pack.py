@@ -13,6 +13,7 @@ import functools
 import hashlib
 import json
 import os
+import threading
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass
@@ -140,15 +141,26 @@ def _write_h5(path: Path, parts: dict[str, Path]) -> None:
         os.fsync(fh.fileno())
 
 
-# Set by pack() for its worker processes: a worker whose parent is gone (SIGKILL) stops, so that
-# it cannot race the --resume run that follows.
+# Set by pack() for its loky worker processes, which exit when their parent is gone (SIGKILL):
+# an orphan must not write beside the --resume run that follows, nor idle on for minutes.
 PARENT_ENV = "PREP_PACK_PID"
+_watching: list[int] = []
 
 
-def _orphaned() -> bool:
-    """True in a joblib worker whose `prep pack` parent has died (a getppid call: cheap)."""
-    parent = os.environ.get(PARENT_ENV)
-    return parent is not None and int(parent) != os.getpid() and os.getppid() != int(parent)
+def _exit_with_parent() -> None:
+    """In a loky worker: start a thread that ends this process once the parent has died. Its
+    temp files stay behind; the next run removes them (prep.run.cleanup_temps)."""
+    parent = int(os.environ.get(PARENT_ENV, os.getpid()))
+    if _watching or parent == os.getpid():
+        return
+    _watching.append(parent)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.2)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="prep-exit-with-parent", daemon=True).start()
 
 
 def pack_shard(
@@ -169,6 +181,7 @@ def _write_shard(
 ) -> dict[str, Any]:
     import cv2
 
+    _exit_with_parent()
     cv2.setNumThreads(1)  # one task per core already
     stem = f"{index:05d}"
     # Temp names are per process: a worker the dead parent left running cannot write into the
@@ -179,8 +192,6 @@ def _write_shard(
     rejects: list[dict[str, Any]] = []
     try:
         for item in items:
-            if _orphaned():
-                raise RuntimeError(f"prep pack (pid {os.environ[PARENT_ENV]}) is gone")
             try:
                 sample = encode_item(item, cfg, specs)
             except Reject as r:
@@ -285,7 +296,8 @@ def pack(cfg: PackConfig, show_progress: bool = True, profile: bool = False) -> 
         else None
     )
     task = functools.partial(run_profiled, profile, pack_shard)
-    os.environ[PARENT_ENV] = str(os.getpid())  # inherited by the worker processes
+    if cfg.backend == "loky":
+        os.environ[PARENT_ENV] = str(os.getpid())  # inherited by the worker processes
     try:
         for rec in run_tasks(task, todo, cfg.n_jobs, cfg.backend, cfg.scheduler):
             timer.add(rec.pop("stages", {}))
