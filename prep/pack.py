@@ -141,17 +141,14 @@ def _write_h5(path: Path, parts: dict[str, Path]) -> None:
         os.fsync(fh.fileno())
 
 
-# Set by pack() for its loky worker processes, which exit when their parent is gone (SIGKILL):
-# an orphan must not write beside the --resume run that follows, nor idle on for minutes.
-PARENT_ENV = "PREP_PACK_PID"
-_watching: list[int] = []
+_watching: list[int] = []  # the parent pid this worker process watches, once started
 
 
-def _exit_with_parent() -> None:
-    """In a loky worker: start a thread that ends this process once the parent has died. Its
-    temp files stay behind; the next run removes them (prep.run.cleanup_temps)."""
-    parent = int(os.environ.get(PARENT_ENV, os.getpid()))
-    if _watching or parent == os.getpid():
+def _exit_with_parent(parent: int | None) -> None:
+    """In a loky worker of `parent`: start a thread that ends this process once the parent has
+    died (SIGKILL), so that no orphan writes beside the --resume run that follows, nor idles on
+    for minutes. Its temp files stay behind; the next run removes them (prep.run.cleanup_temps)."""
+    if _watching or parent is None or parent == os.getpid():
         return
     _watching.append(parent)
 
@@ -164,13 +161,21 @@ def _exit_with_parent() -> None:
 
 
 def pack_shard(
-    index: int, items: list[Item], cfg: PackConfig, specs: dict[str, ArraySpec], staging: Path
+    index: int,
+    items: list[Item],
+    cfg: PackConfig,
+    specs: dict[str, ArraySpec],
+    staging: Path,
+    parent: int | None = None,
 ) -> dict[str, Any]:
     """The joblib task: encode `items` into shard `index` under `staging`; return its record.
+
+    `parent`: the pid of the `prep pack` process whose loky worker runs this (None elsewhere).
 
     Memory holds one sample at a time whatever the shard size; no pixels leave the process.
     A failed write raises PrepError naming the file and leaves no file of the shard behind."""
     try:
+        _exit_with_parent(parent)
         return _write_shard(index, items, cfg, specs, staging)
     except OSError as e:
         raise write_error(e) from e
@@ -181,7 +186,6 @@ def _write_shard(
 ) -> dict[str, Any]:
     import cv2
 
-    _exit_with_parent()
     cv2.setNumThreads(1)  # one task per core already
     stem = f"{index:05d}"
     # Temp names are per process: a worker the dead parent left running cannot write into the
@@ -285,8 +289,9 @@ def pack(cfg: PackConfig, show_progress: bool = True, profile: bool = False) -> 
             records[i] = rec
     reused = len(records)
 
+    parent = os.getpid() if cfg.backend == "loky" else None  # see _exit_with_parent
     todo = [
-        (i, shards[i], cfg, specs, staging.absolute())
+        (i, shards[i], cfg, specs, staging.absolute(), parent)
         for i in range(len(shards))
         if i not in records
     ]
@@ -296,8 +301,6 @@ def pack(cfg: PackConfig, show_progress: bool = True, profile: bool = False) -> 
         else None
     )
     task = functools.partial(run_profiled, profile, pack_shard)
-    if cfg.backend == "loky":
-        os.environ[PARENT_ENV] = str(os.getpid())  # inherited by the worker processes
     try:
         for rec in run_tasks(task, todo, cfg.n_jobs, cfg.backend, cfg.scheduler):
             timer.add(rec.pop("stages", {}))
