@@ -234,8 +234,15 @@ def decode_image(
         orientation = _orientation(im)
         w, h = im.size
         upright = (w, h) if orientation in (5, 6, 7, 8) else (h, w)
+        g = geometry(upright[0], upright[1], max(hint or (1,)), mode)
+        if hint is not None and g.content[0] * g.content[1] > max_pixels:
+            # A 1 x 100000 strip in fill mode would be resized to 256 x 25.6M before its crop.
+            raise Reject(
+                "too_large",
+                f"{w}x{h} is too elongated for --mode {mode} at {max(hint)} px: resizing would "
+                f"make {g.content[1]}x{g.content[0]} pixels, over --max-pixels {max_pixels:,}",
+            )
         if hint is not None and im.format == "JPEG":
-            g = geometry(upright[0], upright[1], max(hint), mode)
             need_h, need_w = g.content
             # draft() takes the stored (w, h): swap back for rotated photos.
             req = (need_h, need_w) if orientation in (5, 6, 7, 8) else (need_w, need_h)

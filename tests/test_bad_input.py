@@ -212,6 +212,10 @@ def test_decompression_bombs_refused_before_decoding(tmp_path: Path) -> None:
         assert info.value.code == "too_large" and "--max-pixels" in info.value.message
     # Decoding any of them would take gigabytes; refusing them took next to nothing.
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200_000
+    strip = write(tmp_path / "strip.png", encode(Image.new("RGB", (100_000, 1)), "PNG"))
+    with pytest.raises(Reject, match="too elongated for --mode fill at 64 px"):
+        decode_image(strip, (64,), mode="fill")  # 64 x 6.4M pixels before the crop
+    assert decode_image(strip, (64,), mode="fit")[0].shape == (1, 100_000, 3)
     small = write(tmp_path / "small.png", encode(Image.fromarray(gradient(30, 40)), "PNG"))
     assert code_of(small, max_pixels=1199) == "too_large"  # the limit is the --max-pixels flag
     assert decode_image(small, max_pixels=1200)[0].shape == (30, 40, 3)
@@ -602,12 +606,15 @@ def test_list_file_rejects_without_blocking(tmp_path: Path, pack_to: Any) -> Non
     write(tmp_path / "m.png", encode(Image.new("L", (16, 16), 1), "PNG"))
     os.mkfifo(tmp_path / "pipe.png")
     os.mkfifo(tmp_path / "pipe-mask.png")
+    mask = encode(Image.fromarray(np.arange(120 * 160, dtype=np.uint8).reshape(120, 160)), "PNG")
+    write(tmp_path / "cut-mask.png", mask[: len(mask) // 2])
     rows = [
         {"path": "ok.png", "mask": "m.png"},
         {"path": "pipe.png", "mask": "m.png"},
         {"path": "gone.png", "mask": "m.png"},
         {"path": "ok.png", "mask": "pipe-mask.png"},
         {"path": "ok.png", "mask": "gone-mask.png"},
+        {"path": "ok.png", "mask": "cut-mask.png"},
     ]
     lst = write(tmp_path / "list.jsonl", "".join(json.dumps(r) + "\n" for r in rows).encode())
     with no_hang():
@@ -618,6 +625,7 @@ def test_list_file_rejects_without_blocking(tmp_path: Path, pack_to: Any) -> Non
         ("gone.png", "missing"),
         ("ok.png", "mask_not_file"),
         ("ok.png", "mask_missing"),
+        ("ok.png", "mask_truncated"),
         ("pipe.png", "not_file"),
     ]
 
