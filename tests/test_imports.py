@@ -22,9 +22,7 @@ def test_prep_cli_does_not_import_torch() -> None:
 
 
 def test_loaders_import_no_prep_side_libraries() -> None:
-    mods = modules_after(
-        "import loaders\nfor name in loaders.__all__: getattr(loaders, name)"
-    )
+    mods = modules_after("import loaders\nfor name in loaders.__all__: getattr(loaders, name)")
     assert "torch" in mods
     assert not mods & {"prep", "cv2", "PIL", "joblib", "typer", "tokenizers", "h5py"}
 
