@@ -10,7 +10,6 @@ Every input that cannot be used raises `Reject` with one of the README's reject 
 from __future__ import annotations
 
 import os
-import stat
 import struct
 import warnings
 from collections.abc import Iterator
@@ -23,7 +22,7 @@ import numpy as np
 from PIL import Image, ImageFile, UnidentifiedImageError
 
 from prep.profile import timed
-from prep.sources import os_reject_code
+from prep.sources import check_file, os_reject_code
 
 MODES = ("fill", "fit", "stretch")
 BACKGROUND = (255, 255, 255)  # alpha is composited on white, as a browser shows a PNG
@@ -149,15 +148,15 @@ def _to_mode(im: Image.Image, gray: bool) -> Image.Image:
 @timed("read")  # opening and the header; Pillow reads the pixel data while decoding
 def _open(path: Path, max_pixels: int) -> Image.Image:
     """The image with only its header read; refuses what must not be decoded."""
+    # stat never blocks: a FIFO or device is refused here, before open() could wait on it.
+    problem = check_file(path, str(path))
+    if problem is not None:
+        raise Reject(problem["reason"], problem["message"])
     try:
-        # stat never blocks: a FIFO or device is refused here, before open() could wait on it.
-        st = os.stat(path)
-    except OSError as e:
+        if os.path.getsize(path) == 0:
+            raise Reject("empty", "zero-byte file")
+    except OSError as e:  # gone since
         raise Reject(os_reject_code(e), f"cannot open: {e.strerror}") from e
-    if not stat.S_ISREG(st.st_mode):
-        raise Reject("not_file", "not a regular file (FIFO, device or folder)")
-    if st.st_size == 0:
-        raise Reject("empty", "zero-byte file")
     try:
         im = Image.open(path)
     except UnidentifiedImageError as e:

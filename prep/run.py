@@ -88,7 +88,7 @@ def prepare_staging(out: Path, plan: dict[str, Any], overwrite: bool, resume: bo
     staging = staging_dir(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
         raise PrepError(
-            f"{out} already exists and is not empty. HINT: pass --overwrite to replace "
+            f"{out} already exists and is not an empty folder. HINT: pass --overwrite to replace "
             "it (the old dataset stays readable until the new one is complete)"
         )
     try:

@@ -65,9 +65,9 @@ def os_reject_code(e: OSError) -> str:
     return "unreadable"
 
 
-def _check_file(path: Path, rel: str) -> dict[str, Any] | None:
-    """None for a regular file (links followed), else its reject record. stat never opens the
-    file, so a FIFO or device cannot block here."""
+def check_file(path: Path, rel: str) -> dict[str, Any] | None:
+    """None for a regular file (links followed), else its reject record with its reason code.
+    stat never opens the file, so a FIFO or device cannot block here."""
     try:
         st = path.stat()
     except OSError as e:
@@ -121,7 +121,7 @@ def _walk(root: Path) -> tuple[list[tuple[str, Path]], list[dict[str, Any]]]:
                 continue
             path = Path(dirpath) / name
             rel = rel_of(path)
-            problem = _check_file(path, rel)
+            problem = check_file(path, rel)
             if problem is None:
                 found.append((rel, path))
             else:
@@ -132,11 +132,14 @@ def _walk(root: Path) -> tuple[list[tuple[str, Path]], list[dict[str, Any]]]:
 
 
 def _mask_index(masks: Path) -> dict[str, Path]:
-    """Masks by relative stem ("cat/001" -> masks/cat/001.png)."""
-    files, _ = _walk(masks)
+    """Masks by relative stem ("cat/001" -> masks/cat/001.png). A mask that cannot be read (a
+    FIFO, a broken link) is indexed too: its image is rejected for it (mask_not_file...)."""
+    files, rejects = _walk(masks)
     index: dict[str, Path] = {}
     for rel, path in files:
         index.setdefault(rel.rsplit(".", 1)[0], path)  # sorted: .png before .tif for one stem
+    for r in rejects:
+        index.setdefault(r["path"].rsplit(".", 1)[0], masks / r["path"])
     return index
 
 
@@ -203,7 +206,7 @@ def list_file(src: Path) -> tuple[list[Item], list[str] | None, list[dict[str, A
     for r, label in zip(rows, labels, strict=True):
         rel = str(r["path"])
         path = base / rel
-        problem = _check_file(path, rel)
+        problem = check_file(path, rel)
         if problem is not None:
             if problem["reason"] == "missing":
                 problem["message"] = f"listed in {src.name} but not found"

@@ -630,6 +630,26 @@ def test_list_file_rejects_without_blocking(tmp_path: Path, pack_to: Any) -> Non
     ]
 
 
+def test_mask_folder_with_special_files(tmp_path: Path, pack_to: Any) -> None:
+    png = encode(Image.fromarray(gradient()), "PNG")
+    for name in ("a", "b", "c"):
+        write(tmp_path / "src" / f"{name}.png", png)
+    write(tmp_path / "masks" / "a.png", encode(Image.new("L", (16, 16), 3), "PNG"))
+    os.mkfifo(tmp_path / "masks" / "b.png")
+    os.symlink("nowhere.png", tmp_path / "masks" / "c.png")
+    with no_hang():
+        summary = pack_to(
+            tmp_path / "src",
+            tmp_path / "out",
+            sizes=[16],
+            masks=str(tmp_path / "masks"),
+            max_rejects=1.0,
+        )
+    assert summary.packed == 1
+    reasons = {r["path"]: r["reason"] for r in iter_rejects(tmp_path / "out")}
+    assert reasons == {"b.png": "mask_not_file", "c.png": "mask_broken_link"}
+
+
 def test_no_usable_input_is_an_error(tmp_path: Path, pack_to: Any) -> None:
     write(tmp_path / "src" / "notes.txt", b"no image extension")
     os.symlink("nowhere.png", tmp_path / "src" / "broken.png")
