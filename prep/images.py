@@ -10,6 +10,7 @@ Every input that cannot be used raises `Reject` with one of the README's reject 
 from __future__ import annotations
 
 import os
+import stat
 import struct
 import warnings
 from collections.abc import Iterator
@@ -149,14 +150,17 @@ def _to_mode(im: Image.Image, gray: bool) -> Image.Image:
 def _open(path: Path, max_pixels: int) -> Image.Image:
     """The image with only its header read; refuses what must not be decoded."""
     # stat never blocks: a FIFO or device is refused here, before open() could wait on it.
-    problem = check_file(path, str(path))
-    if problem is not None:
-        raise Reject(problem["reason"], problem["message"])
     try:
-        if os.path.getsize(path) == 0:
-            raise Reject("empty", "zero-byte file")
-    except OSError as e:  # gone since
-        raise Reject(os_reject_code(e), f"cannot open: {e.strerror}") from e
+        st = os.stat(path)
+    except OSError:
+        st = None
+    if st is None or not stat.S_ISREG(st.st_mode):
+        problem = check_file(path, str(path))  # the reason: broken link, loop, FIFO...
+        if problem is None:  # it changed between the two looks: not worth a race
+            raise Reject("unreadable", "the file changed while being opened")
+        raise Reject(problem["reason"], problem["message"])
+    if st.st_size == 0:
+        raise Reject("empty", "zero-byte file")
     try:
         im = Image.open(path)
     except UnidentifiedImageError as e:
