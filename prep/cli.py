@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from pathlib import Path
@@ -52,6 +53,13 @@ def int_list(text: str | None) -> list[int] | None:
         raise typer.BadParameter(f"{text!r} is not a list of sizes, e.g. 128,256") from None
 
 
+def config_overrides(cls: type, values: dict[str, Any]) -> dict[str, Any]:
+    """The command's values for the fields of config class `cls` (paths as strings); None means
+    "not given", so the config file or the default applies."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {k: str(v) if isinstance(v, Path) else v for k, v in values.items() if k in names}
+
+
 ConfigOpt = Annotated[
     Optional[Path],
     typer.Option(
@@ -62,6 +70,19 @@ JobsOpt = Annotated[
     Optional[int], typer.Option("--jobs", "-j", help="Worker processes (0: all cores).")
 ]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
+LimitOpt = Annotated[Optional[int], typer.Option(help="Only the first N inputs.")]
+MaxRejectsOpt = Annotated[
+    Optional[float],
+    typer.Option(help="Fail when more than this fraction of inputs is rejected."),
+]
+OverwriteOpt = Annotated[
+    Optional[bool],
+    typer.Option("--overwrite", help="Replace a non-empty OUT (kept readable until done)."),
+]
+ResumeOpt = Annotated[
+    Optional[bool],
+    typer.Option("--resume", help="Finish an interrupted run, reusing its verified shards."),
+]
 ProfileOpt = Annotated[
     bool,
     typer.Option("--profile", help="After the summary, print where the time went per stage."),
@@ -115,21 +136,10 @@ def _pack_command(name: str, doc: str, default_gray: bool | None) -> None:
         max_pixels: Annotated[
             Optional[int], typer.Option(help="Refuse larger images before decoding.")
         ] = None,
-        max_rejects: Annotated[
-            Optional[float],
-            typer.Option(help="Fail when more than this fraction of inputs is rejected."),
-        ] = None,
-        limit: Annotated[Optional[int], typer.Option(help="Only the first N inputs.")] = None,
-        overwrite: Annotated[
-            Optional[bool],
-            typer.Option("--overwrite", help="Replace a non-empty OUT (kept readable until done)."),
-        ] = None,
-        resume: Annotated[
-            Optional[bool],
-            typer.Option(
-                "--resume", help="Finish an interrupted run, reusing its verified shards."
-            ),
-        ] = None,
+        max_rejects: MaxRejectsOpt = None,
+        limit: LimitOpt = None,
+        overwrite: OverwriteOpt = None,
+        resume: ResumeOpt = None,
         config: ConfigOpt = None,
         quiet: QuietOpt = False,
         profile: ProfileOpt = False,
@@ -138,25 +148,7 @@ def _pack_command(name: str, doc: str, default_gray: bool | None) -> None:
         from prep.pack import pack
         from prep.profile import profile_table
 
-        overrides = dict(
-            src=str(src) if src else None,
-            out=str(out) if out else None,
-            sizes=int_list(sizes),
-            mode=mode,
-            gray=gray,
-            masks=str(masks) if masks else None,
-            format=format,
-            shard_size=shard_size,
-            jobs=jobs,
-            backend=backend,
-            scheduler=scheduler,
-            pad_value=pad_value,
-            max_pixels=max_pixels,
-            max_rejects=max_rejects,
-            limit=limit,
-            overwrite=overwrite,
-            resume=resume,
-        )
+        overrides = config_overrides(PackConfig, {**locals(), "sizes": int_list(sizes)})
         cfg = load_config(PackConfig, "pack", config, overrides)
         summary = pack(cfg, show_progress=not quiet, profile=profile)
         typer.echo(summary.line())
@@ -232,20 +224,11 @@ def tokenize(
     max_doc_mb: Annotated[
         Optional[float], typer.Option(help="Reject longer documents (memory stays bounded).")
     ] = None,
-    max_rejects: Annotated[
-        Optional[float],
-        typer.Option(help="Fail when more than this fraction of documents is rejected."),
-    ] = None,
-    limit: Annotated[Optional[int], typer.Option(help="Only the first N documents.")] = None,
+    max_rejects: MaxRejectsOpt = None,
+    limit: LimitOpt = None,
     jobs: JobsOpt = None,
-    overwrite: Annotated[
-        Optional[bool],
-        typer.Option("--overwrite", help="Replace a non-empty OUT (kept readable until done)."),
-    ] = None,
-    resume: Annotated[
-        Optional[bool],
-        typer.Option("--resume", help="Finish an interrupted run, reusing its verified shards."),
-    ] = None,
+    overwrite: OverwriteOpt = None,
+    resume: ResumeOpt = None,
     config: ConfigOpt = None,
     quiet: QuietOpt = False,
     profile: ProfileOpt = False,
@@ -258,23 +241,7 @@ def tokenize(
     from prep.config import TokenizeConfig, load_config
     from prep.tokenize import tokenize as run
 
-    overrides = dict(
-        src=str(src) if src else None,
-        out=str(out) if out else None,
-        tokenizer=tokenizer,
-        vocab_size=vocab_size,
-        val_fraction=val_fraction,
-        split_lines=split_lines,
-        text_field=text_field,
-        errors=errors,
-        shard_mb=shard_mb,
-        max_doc_mb=max_doc_mb,
-        max_rejects=max_rejects,
-        limit=limit,
-        jobs=jobs,
-        overwrite=overwrite,
-        resume=resume,
-    )
+    overrides = config_overrides(TokenizeConfig, locals())
     cfg = load_config(TokenizeConfig, "tokenize", config, overrides)
     summary = run(cfg, show_progress=not quiet, profile=profile)
     typer.echo(summary.line())
