@@ -20,7 +20,7 @@ from loaders.format import (
     open_array,
     read_manifest,
 )
-from loaders.loader import Batch, BufferPool, new_batch
+from loaders.loader import Batch, BufferPool, check_indices, new_batch
 
 # Fields whose arrays exist once per size; the others (label, orig_size) are size-free.
 SIZED_FIELDS = ("image", "mask")
@@ -156,12 +156,7 @@ class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
         return int(self._starts[-1])
 
     def _locate(self, indices: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
-        n = len(self)
-        if idx.size and (idx.min() < -n or idx.max() >= n):
-            bad = idx[(idx < -n) | (idx >= n)][0]
-            raise IndexError(f"index {bad} out of range for a dataset of {n} samples")
-        idx = np.where(idx < 0, idx + n, idx)
+        idx = check_indices(indices, len(self))
         shard = np.searchsorted(self._starts, idx, side="right") - 1
         return shard, idx - self._starts[shard]
 

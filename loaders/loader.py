@@ -5,11 +5,27 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, get_worker_info
 from torch.utils.data._utils.collate import default_collate
 
 from loaders.samplers import ShardSampler
+
+
+def check_indices(indices: Sequence[int] | np.ndarray, n: int) -> np.ndarray:
+    """Indices into a dataset of `n` items as int64, negatives counted from the end.
+
+    Raises IndexError for one out of range and TypeError for a non-integer (a float index is
+    a bug in the sampler, never silently truncated)."""
+    idx = np.asarray(indices).reshape(-1)
+    if idx.size and idx.dtype.kind not in "iu":
+        raise TypeError(f"dataset indices must be integers, got {idx.dtype}: {idx[:3].tolist()}")
+    idx = idx.astype(np.int64, copy=False)
+    if idx.size and (idx.min() < -n or idx.max() >= n):
+        bad = idx[(idx < -n) | (idx >= n)][0]
+        raise IndexError(f"index {bad} out of range for a dataset of {n} items")
+    return np.where(idx < 0, idx + n, idx)
 
 
 class Batch(Sequence[tuple[torch.Tensor, ...]]):

@@ -17,7 +17,7 @@ import torch
 from torch.utils.data import Dataset
 
 from loaders.format import FormatError, Manifest, load_manifest, open_array, read_manifest
-from loaders.loader import Batch, new_batch
+from loaders.loader import Batch, check_indices, new_batch
 
 
 class _TokenSplit:
@@ -85,13 +85,6 @@ class _TokenSplit:
         return state
 
 
-def _check_index(idx: np.ndarray, n: int) -> np.ndarray:
-    if idx.size and (idx.min() < -n or idx.max() >= n):
-        bad = idx[(idx < -n) | (idx >= n)][0]
-        raise IndexError(f"index {bad} out of range for a dataset of {n} items")
-    return np.where(idx < 0, idx + n, idx)
-
-
 class TokenWindowDataset(_TokenSplit, Dataset[tuple[torch.Tensor, torch.Tensor]]):
     """Training windows over one split: item i is (x, y), int64 (block_size,) each, where x is
     the split's tokens [i * stride, i * stride + block_size) and y the same shifted by one.
@@ -125,7 +118,7 @@ class TokenWindowDataset(_TokenSplit, Dataset[tuple[torch.Tensor, torch.Tensor]]
         return self._len
 
     def __getitems__(self, indices: Sequence[int]) -> Batch:
-        idx = _check_index(np.asarray(indices, dtype=np.int64).reshape(-1), len(self))
+        idx = check_indices(indices, len(self))
         buf = np.empty((len(idx), self.block_size + 1), self.dtype)
         for row, i in enumerate(idx):
             self._read(int(i) * self.stride, buf[row])
@@ -160,7 +153,7 @@ class DocumentDataset(_TokenSplit, Dataset[torch.Tensor]):
     def span(self, index: int) -> tuple[int, int]:
         """The document's [start, end) in the split's token stream, its end-of-document token
         included."""
-        i = int(_check_index(np.asarray([index], dtype=np.int64), len(self))[0])
+        i = int(check_indices([index], len(self))[0])
         k = int(np.searchsorted(self._doc_starts, i, side="right")) - 1
         offsets = self._array(k, "doc_offsets")
         local = i - int(self._doc_starts[k])

@@ -151,3 +151,12 @@ def test_decode_respects_exif(raw_demo: Path) -> None:
     with Image.open(rotated) as im:
         w, h = im.size
     assert upright == (w, h) and img.shape[:2] == (w, h)
+
+
+def test_indices_are_checked(packed: Path) -> None:
+    ds = ImageShardDataset(packed, size=64, fields=("label",))
+    assert torch.equal(ds[-1][0], ds[len(ds) - 1][0])
+    with pytest.raises(IndexError, match="index 24 out of range"):
+        ds.__getitems__([0, 24])
+    with pytest.raises(TypeError, match="must be integers"):
+        ds.__getitems__([1.5])
