@@ -1,0 +1,28 @@
+"""`make bench` stays runnable: a tiny run of the benchmark script prints its whole table."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench.py"
+
+
+@pytest.mark.slow
+def test_bench_smoke_prints_every_row(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, str(BENCH), "--smoke", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [
+        line for line in out.stdout.splitlines() if line.startswith("| ") and "measure" not in line
+    ]
+    names = [r.split("|")[1].split()[0] for r in rows]
+    for measure in ("1a", "1b", "2", "3", "4a", "4b", "5a", "5b", "6a", "6b"):
+        assert measure in names, out.stdout
