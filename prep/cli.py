@@ -138,6 +138,13 @@ def _pack_command(name: str, doc: str, default_gray: bool | None) -> None:
         ] = None,
         max_rejects: MaxRejectsOpt = None,
         limit: LimitOpt = None,
+        shuffle_seed: Annotated[
+            Optional[int],
+            typer.Option(
+                help="Store inputs in this seeded random order (mixes classes across "
+                "shards for order='quasi_random'); default: sorted."
+            ),
+        ] = None,
         overwrite: OverwriteOpt = None,
         resume: ResumeOpt = None,
         config: ConfigOpt = None,

@@ -30,6 +30,7 @@ class PackConfig:
     max_pixels: int = 100_000_000  # larger images are refused before decoding
     max_rejects: float = 0.01  # fail when more than this fraction of inputs is rejected
     limit: int | None = None  # pack only the first N inputs
+    shuffle_seed: int | None = None  # store inputs in this seeded random order, not sorted
     jobs: int = 0  # 0: all cores
     backend: str = "loky"
     scheduler: str | None = None
@@ -62,6 +63,11 @@ class PackConfig:
             raise PrepError(f"shard size {self.shard_size} must be at least 1")
         if not (0 <= self.pad_value <= 255 and 0 <= self.mask_pad_value <= 255):
             raise PrepError("pad values must be 0..255")
+        if not 0 <= self.max_rejects <= 1 or self.max_pixels < 1:
+            raise PrepError(
+                f"--max-rejects {self.max_rejects:g} must be a fraction 0..1 and --max-pixels "
+                f"{self.max_pixels} at least 1. HINT: --max-rejects 0.05 allows 5% bad inputs"
+            )
         self.sizes = sorted(set(self.sizes))
 
     @property

@@ -160,3 +160,22 @@ def test_indices_are_checked(packed: Path) -> None:
         ds.__getitems__([0, 24])
     with pytest.raises(TypeError, match="must be integers"):
         ds.__getitems__([1.5])
+
+
+def test_shuffle_seed_mixes_classes_into_every_shard(raw_demo: Path, tmp_path: Path, pack_to):
+    src = raw_demo / "images"
+    pack_to(src, tmp_path / "sorted", sizes=[16], shard_size=6)
+    pack_to(src, tmp_path / "a", sizes=[16], shard_size=6, shuffle_seed=3)
+    pack_to(src, tmp_path / "b", sizes=[16], shard_size=6, shuffle_seed=3, jobs=2)
+    for f in (tmp_path / "a").glob("*.npy"):
+        assert f.read_bytes() == (tmp_path / "b" / f.name).read_bytes()  # deterministic
+
+    def samples(root: Path) -> list[tuple[int, bytes]]:
+        ds = ImageShardDataset(root, fields=("label", "image"))
+        labels, images = ds.__getitems__(list(range(len(ds)))).tensors
+        return [(int(la), im.numpy().tobytes()) for la, im in zip(labels, images, strict=True)]
+
+    ordered, shuffled = samples(tmp_path / "sorted"), samples(tmp_path / "a")
+    assert ordered != shuffled and sorted(ordered) == sorted(shuffled)  # same pairs, new order
+    first_shard = {label for label, _ in shuffled[:6]}
+    assert len(first_shard) > 1 and {label for label, _ in ordered[:6]} == {0}
