@@ -7,7 +7,14 @@ from pathlib import Path
 
 import numpy as np
 
-from loaders.format import Manifest, check_files, read_manifest
+from loaders.format import (
+    FormatError,
+    Manifest,
+    check_files,
+    read_manifest,
+    safe_path,
+    sha256_file,
+)
 from prep import PrepError
 
 
@@ -19,24 +26,33 @@ def info(root: Path, batch_size: int = 256) -> str:
     """A human summary: counts, fields, shapes, dtypes, bytes on disk per size, and the RAM one
     batch of `batch_size` needs at each size (size x size x channels x batch)."""
     m = read_manifest(root)
+    images = m.kind == "images"
+    items = "samples" if images else "documents"
     lines = [
-        f"{root}: {m.kind}, {m.num_samples:,} samples in {len(m.shards)} {m.storage} shards, "
+        f"{root}: {m.kind}, {m.num_samples:,} {items} in {len(m.shards)} {m.storage} shards, "
         f"{m.rejects} rejected, format v{m.format_version}, written by prep {m.tool_version}",
     ]
     if m.classes:
         shown = ", ".join(m.classes[:10]) + (" ..." if len(m.classes) > 10 else "")
         lines.append(f"classes ({len(m.classes)}): {shown}")
-    lines.append(
-        f"{'array':<16}{'dtype':<8}{'per sample':<18}{'on disk':>12}"
-        f"{'batch of ' + str(batch_size):>16}"
-    )
+    tok = m.extra.get("tokenizer")
+    if not images and isinstance(tok, dict):
+        lines.append(
+            f"tokenizer {tok.get('name')} ({tok.get('file')}): vocabulary "
+            f"{m.extra.get('vocab_size')}, end-of-document id {m.extra.get('eot_id')}"
+        )
+        for split, n in sorted(m.extra.get("splits", {}).items()):
+            lines.append(
+                f"{split}: {n.get('tokens', 0):,} tokens in {n.get('docs', 0):,} "
+                f"documents, {n.get('shards', 0)} shards"
+            )
+    batch_col = f"{'batch of ' + str(batch_size):>16}" if images else ""
+    lines.append(f"{'array':<16}{'dtype':<8}{'per item':<18}{'on disk':>12}{batch_col}")
     for name, spec in sorted(m.arrays.items()):
         per = int(np.prod(spec.shape, dtype=np.int64)) * np.dtype(spec.dtype).itemsize
         on_disk = per * sum(s.arrays[name].length for s in m.shards if name in s.arrays)
-        lines.append(
-            f"{name:<16}{spec.dtype:<8}{spec.shape!s:<18}{_mb(on_disk):>12}"
-            f"{_mb(per * batch_size):>16}"
-        )
+        batch = f"{_mb(per * batch_size):>16}" if images else ""
+        lines.append(f"{name:<16}{spec.dtype:<8}{spec.shape!s:<18}{_mb(on_disk):>12}{batch}")
     total = sum(f.bytes for s in m.shards for f in s.files.values())
     lines.append(f"total on disk: {_mb(total)}")
     return "\n".join(lines)
@@ -54,4 +70,15 @@ def verify(root: Path, limit: int | None = None) -> tuple[Manifest, list[str]]:
         ends = np.cumsum([s.count for s in m.shards])
         keep = int(np.searchsorted(ends, limit)) + 1  # shards up to the one holding `limit`
         m = dataclasses.replace(m, shards=m.shards[:keep])
-    return m, check_files(root, m, checksums=True)
+    problems = check_files(root, m, checksums=True)
+    tok = m.extra.get("tokenizer")
+    if isinstance(tok, dict) and tok.get("file"):  # token datasets carry their tokenizer
+        try:
+            path = safe_path(root, str(tok["file"]))
+            if not path.is_file():
+                problems.append(f"tokenizer: {path} is missing")
+            elif sha256_file(path) != tok.get("sha256"):
+                problems.append(f"tokenizer: {path} checksum differs from the manifest")
+        except FormatError as e:
+            problems.append(f"tokenizer: {e}")
+    return m, problems

@@ -312,6 +312,13 @@ def test_cli(tmp_path: Path) -> None:
     assert "2 documents" in res.output and "char vocabulary 8 as uint8" in res.output
     res = runner.invoke(app, ["tokenize", str(src), str(tmp_path / "o2"), "--errors", "ignore"])
     assert res.exit_code == 1 and "errors 'ignore'" in res.output
+    info = runner.invoke(app, ["info", str(tmp_path / "o")])
+    assert "2 documents" in info.output and "tokenizer char" in info.output
+    assert "train: 12 tokens in 2 documents" in info.output  # 10 characters, 2 end tokens
+    assert runner.invoke(app, ["verify", str(tmp_path / "o")]).exit_code == 0
+    (tmp_path / "o" / "chars.json").write_text("{}")  # the tokenizer, tampered: verify names it
+    res = runner.invoke(app, ["verify", str(tmp_path / "o")])
+    assert res.exit_code == 1 and "chars.json checksum differs" in res.output
 
 
 # ---------------------------------------------------------------- loading
