@@ -141,25 +141,6 @@ def _write_h5(path: Path, parts: dict[str, Path]) -> None:
         os.fsync(fh.fileno())
 
 
-_watching: list[int] = []  # the parent pid this worker process watches, once started
-
-
-def _exit_with_parent(parent: int | None) -> None:
-    """In a loky worker of `parent`: start a thread that ends this process once the parent has
-    died (SIGKILL), so that no orphan writes beside the --resume run that follows, nor idles on
-    for minutes. Its temp files stay behind; the next run removes them (prep.run.cleanup_temps)."""
-    if _watching or parent is None or parent == os.getpid():
-        return
-    _watching.append(parent)
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(0.2)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="prep-exit-with-parent", daemon=True).start()
-
-
 def pack_shard(
     index: int,
     items: list[Item],
@@ -175,7 +156,7 @@ def pack_shard(
     Memory holds one sample at a time whatever the shard size; no pixels leave the process.
     A failed write raises PrepError naming the file and leaves no file of the shard behind."""
     try:
-        _exit_with_parent(parent)
+        exit_with_parent(parent)
         return _write_shard(index, items, cfg, specs, staging)
     except OSError as e:
         raise write_error(e) from e
@@ -252,9 +233,8 @@ def pack(cfg: PackConfig, show_progress: bool = True, profile: bool = False) -> 
     start = time.perf_counter()
     # Absolute: the tasks may run on other machines (--backend dask), in other folders.
     src, out = Path(str(cfg.src)).absolute(), Path(str(cfg.out))
-    if cfg.resume and not cfg.overwrite and finished(out, {"config": cfg.output_config()}):
-        return _already_done(out, start)  # killed after the swap: nothing left to do
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not cfg.overwrite:
+    occupied = out.exists() and (not out.is_dir() or any(out.iterdir()))
+    if occupied and not (cfg.overwrite or cfg.resume):
         prepare_staging(out, {}, cfg.overwrite, cfg.resume)  # fail before listing
     timer = StageTimer()
     with timer.stage("list"):
@@ -270,11 +250,17 @@ def pack(cfg: PackConfig, show_progress: bool = True, profile: bool = False) -> 
         max_label = len(listing.classes) - 1
     has_masks = any(it.mask is not None for it in listing.items)
     specs = array_specs(cfg, max_label, has_masks)
+    # What the output depends on besides the config: the files (names, sizes, times) and what
+    # a list says of them (labels, masks, class names), so --resume never reuses a stale shard.
+    said = [(it.rel, it.label, str(it.mask) if it.mask else None) for it in listing.items]
+    inputs = hashlib.sha256(json.dumps([listing.fingerprint, said, listing.classes]).encode())
     plan = {
         "config": cfg.output_config(),
-        "inputs": hashlib.sha256(json.dumps(listing.fingerprint).encode()).hexdigest(),
+        "inputs": inputs.hexdigest(),
         "count": len(listing.items),
     }
+    if cfg.resume and not cfg.overwrite and finished(out, plan):
+        return _already_done(out, start)  # killed after the swap: nothing left to do
     staging = prepare_staging(out, plan, cfg.overwrite, cfg.resume)
     items = listing.items
     if cfg.shuffle_seed is not None:
@@ -289,7 +275,7 @@ def pack(cfg: PackConfig, show_progress: bool = True, profile: bool = False) -> 
             records[i] = rec
     reused = len(records)
 
-    parent = os.getpid() if cfg.backend == "loky" else None  # see _exit_with_parent
+    parent = os.getpid() if cfg.backend == "loky" else None  # see prep.run.exit_with_parent
     todo = [
         (i, shards[i], cfg, specs, staging.absolute(), parent)
         for i in range(len(shards))
@@ -329,26 +315,12 @@ def pack(cfg: PackConfig, show_progress: bool = True, profile: bool = False) -> 
             len(listing.items) + len(listing.rejects),
             reused,
             start,
+            inputs.hexdigest(),
         )
     except OSError as e:
         raise write_error(e, str(staging)) from e
     summary.stages = timer.seconds if profile else None
     return summary
-
-
-def _by_path(record: dict[str, Any]) -> str:
-    return str(record["path"])
-
-
-def _jsonl(record: dict[str, Any]) -> str:
-    """One line of rejects.jsonl. Names stay readable (UTF-8); a name that is not valid UTF-8
-    (undecodable bytes, kept by Python as lone surrogates) is written \\u-escaped instead."""
-    line = json.dumps(record, ensure_ascii=False)
-    try:
-        line.encode("utf-8")
-    except UnicodeEncodeError:
-        line = json.dumps(record)
-    return line + "\n"
 
 
 def _already_done(out: Path, start: float) -> PackSummary:
@@ -378,6 +350,7 @@ def _finish(
     n_inputs: int,
     reused: int,
     start: float,
+    inputs: str,
 ) -> PackSummary:
     ordered = [records[i] for i in sorted(records)]
     # By name, as the inputs are listed: the same file whatever the order shards finished in.
@@ -402,7 +375,7 @@ def _finish(
         classes=classes,
         rejects=len(rejects),
         tool_version=__version__,
-        extra={"background": list(BACKGROUND)},
+        extra={"background": list(BACKGROUND), "inputs": inputs},  # as the plan: see finished()
     )
     atomic_write_text(staging / MANIFEST, manifest.to_json())
     install(staging, out)

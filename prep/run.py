@@ -16,10 +16,12 @@ import errno
 import json
 import os
 import shutil
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
-from loaders.format import MANIFEST, atomic_write_text, sha256_file
+from loaders.format import MANIFEST, REJECTS, atomic_write_text, sha256_file
 from prep import PrepError
 
 RUN_DIR = ".prep-run"  # inside OUT.partial: the plan and one record per finished shard
@@ -35,6 +37,44 @@ def write_error(e: OSError, what: str = "the output") -> PrepError:
         f"cannot write {where}: {reason}. HINT: free space or fix permissions on that disk, "
         "then rerun the same command with --resume (finished shards are kept)"
     )
+
+
+def _jsonl(record: dict[str, Any]) -> str:
+    """One line of rejects.jsonl. Names stay readable (UTF-8); a name that is not valid UTF-8
+    (undecodable bytes, kept by Python as lone surrogates) is written \\u-escaped instead."""
+    line = json.dumps(record, ensure_ascii=False)
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError:
+        line = json.dumps(record)
+    return line + "\n"
+
+
+def write_rejects(staging: Path, rejects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Write `staging`/rejects.jsonl, sorted by path as the inputs are listed (the same file
+    whatever the order shards finished in); return the sorted records."""
+    ordered = sorted(rejects, key=lambda r: str(r["path"]))
+    atomic_write_text(staging / REJECTS, "".join(_jsonl(r) for r in ordered))
+    return ordered
+
+
+_watching: list[int] = []  # the parent pid this worker process watches, once started
+
+
+def exit_with_parent(parent: int | None) -> None:
+    """In a loky worker of `parent`: start a thread that ends this process once the parent has
+    died (SIGKILL), so that no orphan writes beside the --resume run that follows, nor idles on
+    for minutes. Its temp files stay behind; the next run removes them (cleanup_temps)."""
+    if _watching or parent is None or parent == os.getpid():
+        return
+    _watching.append(parent)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.2)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="prep-exit-with-parent", daemon=True).start()
 
 
 def write_record(staging: Path, index: int, record: dict[str, Any]) -> None:
@@ -132,14 +172,16 @@ def finished(out: Path, plan: dict[str, Any]) -> bool:
         manifest = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-    if not isinstance(manifest, dict) or manifest.get("config") != plan.get("config"):
-        if isinstance(manifest, dict):
-            diff = _changed({"config": manifest.get("config") or {}}, plan)
-            raise PrepError(
-                f"cannot resume {out}: it is complete, and {diff} since it was packed. "
-                "HINT: pass --overwrite to pack it again with the new options"
-            )
+    if not isinstance(manifest, dict):
         return False
+    extra = manifest.get("extra")
+    recorded = extra.get("inputs") if isinstance(extra, dict) else None
+    before = {"config": manifest.get("config") or {}, "inputs": recorded or plan.get("inputs")}
+    if before["config"] != plan.get("config") or before["inputs"] != plan.get("inputs"):
+        raise PrepError(
+            f"cannot resume {out}: it is complete, and {_changed(before, plan)} since it was "
+            "packed. HINT: pass --overwrite to pack it again"
+        )
     return True
 
 
@@ -171,16 +213,17 @@ def install(staging: Path, out: Path) -> None:
     removed only after it."""
     try:
         cleanup_temps(staging)  # e.g. left by a dask worker that died mid-shard
-        shutil.rmtree(staging / RUN_DIR)
         if out.exists() and _exchange(staging, out):
             _remove(staging)  # now the old dataset
-            return
-        old = None
-        if out.exists():
-            old = out.with_name(f"{out.name}.old-{os.getpid()}")
-            os.replace(out, old)
-        os.replace(staging, out)
-        if old is not None:
-            _remove(old)
+        else:
+            old = None
+            if out.exists():
+                old = out.with_name(f"{out.name}.old-{os.getpid()}")
+                os.replace(out, old)
+            os.replace(staging, out)
+            if old is not None:
+                _remove(old)
+        # Only now: killed before this, --resume still finds the plan and reuses every shard.
+        shutil.rmtree(out / RUN_DIR)
     except OSError as e:
         raise write_error(e, str(out)) from e

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -179,3 +180,33 @@ def test_shuffle_seed_mixes_classes_into_every_shard(raw_demo: Path, tmp_path: P
     assert ordered != shuffled and sorted(ordered) == sorted(shuffled)  # same pairs, new order
     first_shard = {label for label, _ in shuffled[:6]}
     assert len(first_shard) > 1 and {label for label, _ in ordered[:6]} == {0}
+
+
+def test_resume_refuses_changed_list_labels(raw_demo: Path, tmp_path: Path, pack_to) -> None:
+    from prep import PrepError
+
+    files = sorted((raw_demo / "images").rglob("*.jpg"))[:4]
+    lst = tmp_path / "list.csv"
+    rows = [f"{f},{lab}\n" for f, lab in zip(files, "dcdc", strict=True)] + ["nope.jpg,d\n"]
+    lst.write_text("path,label\n" + "".join(rows))
+    out = tmp_path / "ds"
+    with pytest.raises(PrepError, match="inputs rejected"):  # the missing file: run kept
+        pack_to(lst, out, sizes=[16], shard_size=2, max_rejects=0)
+    lst.write_text(lst.read_text().replace(",d\n", ",x\n"))  # same files, other labels
+    with pytest.raises(PrepError, match="input files changed"):
+        pack_to(lst, out, sizes=[16], shard_size=2, max_rejects=0.5, resume=True)
+
+
+def test_resume_of_a_finished_dataset(raw_demo: Path, tmp_path: Path, pack_to) -> None:
+    from prep import PrepError
+
+    src = tmp_path / "src"
+    shutil.copytree(raw_demo / "images" / "circle", src / "circle")
+    out = tmp_path / "ds"
+    pack_to(src, out, sizes=[16])
+    again = pack_to(src, out, sizes=[16], resume=True)  # done already: nothing to redo
+    assert again.reused == again.shards == 1
+    assert not (out / ".prep-run").exists()
+    next(src.rglob("*.jpg")).unlink()
+    with pytest.raises(PrepError, match="input files changed"):
+        pack_to(src, out, sizes=[16], resume=True)
