@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import tomllib
+import types
+import typing
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
@@ -61,6 +63,8 @@ class PackConfig:
             raise PrepError(f"format {self.format!r} is not one of {', '.join(STORAGES)}")
         if self.shard_size < 1:
             raise PrepError(f"shard size {self.shard_size} must be at least 1")
+        if self.limit is not None and self.limit < 1:
+            raise PrepError(f"--limit {self.limit} must be at least 1")
         if not (0 <= self.pad_value <= 255 and 0 <= self.mask_pad_value <= 255):
             raise PrepError("pad values must be 0..255")
         if not 0 <= self.max_rejects <= 1 or self.max_pixels < 1:
@@ -101,7 +105,34 @@ def load_config(cls: type[C], section: str, path: Path | None, overrides: dict[s
                 f"HINT: known keys are {sorted(known)}"
             )
     values.update({k: v for k, v in overrides.items() if v is not None})
+    hints = typing.get_type_hints(cls)
+    for key, value in values.items():
+        if not _fits(value, hints[key]):
+            raise PrepError(
+                f"[{section}] {key} = {value!r} is not {_type_name(hints[key])}. HINT: e.g. "
+                "sizes = [128, 256], limit = 100, gray = true"
+            )
     return cls(**values)
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    """Whether a config value has its field's type: int, float, bool, str, None, list[int]."""
+    if isinstance(hint, types.UnionType):
+        return any(_fits(value, h) for h in typing.get_args(hint))
+    if typing.get_origin(hint) is list:
+        (item,) = typing.get_args(hint)
+        return isinstance(value, list) and all(_fits(v, item) for v in value)
+    if hint is type(None):
+        return value is None
+    if hint is float:  # an integer is a fine fraction or size
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, hint)
+
+
+def _type_name(hint: Any) -> str:
+    return str(hint).replace("typing.", "").replace("<class '", "").replace("'>", "")
 
 
 @dataclass

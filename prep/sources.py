@@ -176,11 +176,13 @@ def list_folder(src: Path) -> tuple[list[Item], list[str] | None, list[dict[str,
     return items, classes, rejects
 
 
-def list_file(src: Path) -> tuple[list[Item], list[str] | None, list[dict[str, Any]]]:
+def list_file(
+    src: Path, limit: int | None = None
+) -> tuple[list[Item], list[str] | None, list[dict[str, Any]]]:
     """A CSV or JSONL list with `path` (relative to the list), optional `label` and `mask`.
 
-    Rows keep the list's order. Integer labels are used as they are; class names map to their
-    index in the sorted set of names."""
+    Rows keep the list's order; `limit` keeps the first rows. Integer labels are used as they
+    are; class names map to their index in the sorted set of all the list's names."""
     base = src.parent
     try:
         if src.suffix.lower() == ".csv":
@@ -194,8 +196,12 @@ def list_file(src: Path) -> tuple[list[Item], list[str] | None, list[dict[str, A
             f"{src}: cannot read the list ({e}). HINT: a CSV with a header row or "
             "JSON lines with a 'path' key"
         ) from e
-    if rows and "path" not in rows[0]:
-        raise PrepError(f"{src}: no 'path' column. HINT: name the image column 'path'")
+    for n, r in enumerate(rows, start=2 if src.suffix.lower() == ".csv" else 1):
+        if not isinstance(r, dict) or not r.get("path"):
+            raise PrepError(
+                f"{src}: line {n} has no 'path'. HINT: every row names its image "
+                "in a 'path' column (CSV with a header row) or key (JSON lines)"
+            )
     labels = [r.get("label") for r in rows]
     named = [str(x) for x in labels if x not in (None, "")]
     numeric = all(str(x).lstrip("-").isdigit() for x in named)
@@ -203,7 +209,7 @@ def list_file(src: Path) -> tuple[list[Item], list[str] | None, list[dict[str, A
     index = {c: i for i, c in enumerate(classes or [])}
     items: list[Item] = []
     rejects: list[dict[str, Any]] = []
-    for r, label in zip(rows, labels, strict=True):
+    for r, label in list(zip(rows, labels, strict=True))[:limit]:
         rel = str(r["path"])
         path = base / rel
         problem = check_file(path, rel)
@@ -231,12 +237,17 @@ def list_images(src: Path, masks: Path | None = None, limit: int | None = None) 
         )
     if src.is_dir():
         items, classes, rejects = list_folder(src)
+        if limit is not None:  # the first N names, usable or not: rejects count among them
+            names = sorted(
+                [(it.rel, i, True) for i, it in enumerate(items)]
+                + [(str(r["path"]), i, False) for i, r in enumerate(rejects)]
+            )[:limit]
+            items = [items[i] for _, i, usable in names if usable]
+            rejects = [rejects[i] for _, i, usable in names if not usable]
     elif src.suffix.lower() in (".csv", ".jsonl", ".json"):
-        items, classes, rejects = list_file(src)
+        items, classes, rejects = list_file(src, limit)
     else:
         raise PrepError(f"{src} is not a folder or a .csv/.jsonl list")
-    if limit is not None:
-        items = items[:limit]
     if masks is not None and not masks.is_dir():
         raise PrepError(f"mask folder {masks} does not exist. HINT: --masks DIR")
     index = _mask_index(masks) if masks is not None else {}
