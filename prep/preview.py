@@ -168,9 +168,16 @@ def preview(
     tiles = [overlay(images[i], None if mask_arr is None else mask_arr[i]) for i in range(count)]
     title = f"{root.name}: samples 0-{count - 1} of {m.num_samples} at {size} px"
     sheet, layout = contact_sheet(tiles, captions, title, columns)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        sheet.save(output)
-    except (ValueError, KeyError) as e:  # Pillow: unknown extension
-        raise PrepError(f"cannot write {output} ({e}). HINT: end --output with .png") from e
+    save_image(sheet, output)
     return PreviewResult(output, count, size, has_masks, layout)
+
+
+def save_image(image: Image.Image, path: Path) -> None:
+    """Save a picture for the user; a bad path or extension is one clear error."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        image.save(path)
+    except (OSError, ValueError, KeyError) as e:  # Pillow: unknown extension -> ValueError
+        raise PrepError(
+            f"cannot write {path} ({e}). HINT: a writable path ending in .png or .jpg"
+        ) from e

@@ -264,6 +264,8 @@ def plot(result: TuneResult, path: Path, width: int = 640, height: int = 400) ->
     its CPU use, the recommended one in orange."""
     from PIL import Image, ImageDraw, ImageFont
 
+    from prep.preview import save_image
+
     font = ImageFont.load_default()
     img = Image.new("RGB", (width, height), "white")
     d = ImageDraw.Draw(img)
@@ -308,8 +310,7 @@ def plot(result: TuneResult, path: Path, width: int = 640, height: int = 400) ->
     if any(r.workers == 0 for r in result.rows):
         note = "0 workers: the training loop loads each batch itself, in its own time"
         d.text((8, height - 16), note, fill=(120, 120, 120), font=font)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    img.save(path)
+    save_image(img, path)
 
 
 def _nice_ceiling(v: float) -> float:

@@ -181,3 +181,17 @@ def test_report_modules_do_not_import_torch() -> None:
 def test_preview_rejects_empty_counts(packed: Path, tmp_path: Path, count: int) -> None:
     result = CliRunner().invoke(app, ["preview", str(packed), "-n", str(count)])
     assert result.exit_code == 1 and "at least 1" in result.output
+
+
+def test_bad_output_paths_are_one_line(packed: Path, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from prep.cli import app
+
+    runner = CliRunner()
+    for args in (
+        ["preview", str(packed), "-o", str(tmp_path / "sheet.foo")],
+        ["tune", str(packed), "--seconds", "0.1", "--workers", "0", "--plot", "/proc/x.png"],
+    ):
+        res = runner.invoke(app, args)
+        assert res.exit_code == 1 and "HINT: a writable path" in res.output, res.output
