@@ -89,7 +89,7 @@ ProfileOpt = Annotated[
 ]
 
 
-def _pack_command(name: str, doc: str, default_gray: bool | None) -> None:
+def _pack_command(name: str, doc: str, default_gray: bool | None, one_size: bool) -> None:
     @friendly
     def command(
         src: Annotated[
@@ -157,6 +157,10 @@ def _pack_command(name: str, doc: str, default_gray: bool | None) -> None:
 
         overrides = config_overrides(PackConfig, {**locals(), "sizes": int_list(sizes)})
         cfg = load_config(PackConfig, "pack", config, overrides)
+        if one_size and len(cfg.sizes) != 1:
+            raise typer.BadParameter(
+                f"prep {name} makes one size, not {cfg.sizes}: use prep pack --sizes for several"
+            )
         summary = pack(cfg, show_progress=not quiet, profile=profile)
         typer.echo(summary.line())
         if summary.stages is not None:
@@ -174,6 +178,7 @@ _pack_command(
 Example: prep pack data/raw/images data/packed --sizes 128,256 --masks data/raw/masks
 """,
     None,
+    one_size=False,
 )
 _pack_command(
     "resize",
@@ -182,6 +187,7 @@ _pack_command(
 Example: prep resize data/raw/images data/resized --size 512 --mode fit
 """,
     None,
+    one_size=True,
 )
 _pack_command(
     "grayscale",
@@ -190,6 +196,7 @@ _pack_command(
 Example: prep grayscale data/raw/images data/gray --size 256
 """,
     True,
+    one_size=True,
 )
 
 
@@ -317,6 +324,11 @@ def verify(
     for p in problems:
         typer.echo(f"bad: {p}", err=True)
     if problems:
+        typer.echo(
+            f"error: {len(problems)} problems in {root}. HINT: restore the files named above, "
+            "or pack the dataset again (--overwrite)",
+            err=True,
+        )
         raise typer.Exit(EXIT_FAILED)
     files = sum(len(s.files) for s in manifest.shards)
     typer.echo(f"{root}: ok, {manifest.num_samples} samples, {files} files verified")

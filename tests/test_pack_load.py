@@ -110,6 +110,7 @@ def test_verify_catches_flipped_byte(packed: Path, copy_dataset) -> None:
     result = runner.invoke(app, ["verify", str(ds)])
     assert result.exit_code == 1
     assert "image_64-00001.npy" in result.output and "checksum" in result.output
+    assert result.output.strip().splitlines()[-1].startswith("error: 1 problems")
 
 
 def test_cli_missing_src_is_one_line(tmp_path: Path) -> None:
@@ -138,6 +139,10 @@ def test_cli_pack_info(raw_demo: Path, tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     assert "24 packed, 0 rejected" in result.output
+    two = runner.invoke(
+        app, ["resize", str(raw_demo / "images"), str(tmp_path / "o2"), "-s", "8,16"]
+    )
+    assert two.exit_code == 2 and "makes one size" in two.output
     result = runner.invoke(app, ["info", str(out), "--batch-size", "10"])
     assert "image_48" in result.output and "(48, 48, 3)" in result.output
 
