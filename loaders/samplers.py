@@ -89,9 +89,11 @@ def rank_share(order: np.ndarray, rank: int, num_replicas: int, drop_last: bool)
 class ShardSampler(Sampler[int]):
     """This rank's share of each epoch's order (see the module docstring); yields indices.
 
-    Every pass over the sampler advances the epoch by one, so each epoch has its own order without
-    a call; `set_epoch(e)` sets the epoch of the next pass explicitly (as with DistributedSampler:
-    call it every epoch, e.g. when resuming from a checkpoint). The order is computed here, in the
+    In one process every pass over the sampler advances the epoch by one, so each epoch has its
+    own order without a call. With more than one rank the epoch changes only by `set_epoch(e)`,
+    as with DistributedSampler: call it every epoch on every rank. A rank that iterated once more
+    than the others (a peek at a batch) would otherwise read another epoch's order than they do,
+    and the shares would overlap. The order is computed here, in the
     main process, so DataLoader workers never change it.
 
     `num_replicas` and `rank` default to torch.distributed's when it is initialised, else 1 and 0.
@@ -130,7 +132,8 @@ class ShardSampler(Sampler[int]):
 
     def __iter__(self) -> Iterator[int]:
         share = self.indices(self.epoch)
-        self.epoch += 1
+        if self.num_replicas == 1:
+            self.epoch += 1
         return iter(share.tolist())
 
     def __len__(self) -> int:
