@@ -326,7 +326,11 @@ def safe_path(root: Path, rel: str) -> Path:
     return full
 
 
-def read_manifest(root: str | os.PathLike[str]) -> Manifest:
+def read_manifest(root: str | os.PathLike[str], expect_sha256: str | None = None) -> Manifest:
+    """The manifest of a dataset folder (not checked against the files: see load_manifest).
+
+    `expect_sha256`: refuse a manifest that is not that file any more (the folder was
+    repacked while a dataset object made from the old one was in use)."""
     root = Path(root)
     path = root / MANIFEST
     if not path.is_file():
@@ -336,7 +340,16 @@ def read_manifest(root: str | os.PathLike[str]) -> Manifest:
             hint = "pack it with `prep pack SRC OUT`"
         raise FormatError(f"{root} has no {MANIFEST}. HINT: {hint}")
     try:
-        d = json.loads(path.read_text(encoding="utf-8"))
+        data = path.read_bytes()
+    except OSError as e:
+        raise FormatError(f"{path}: {e}") from e
+    if expect_sha256 is not None and hashlib.sha256(data).hexdigest() != expect_sha256:
+        raise FormatError(
+            f"{path} changed since the dataset was opened (repacked with --overwrite?). "
+            "HINT: make the dataset object again, and restart the DataLoader's workers"
+        )
+    try:
+        d = json.loads(data.decode("utf-8"))
         if not isinstance(d, dict):
             raise TypeError(f"a JSON {type(d).__name__}, not an object")
         return Manifest.from_dict(d)
@@ -479,3 +492,44 @@ def iter_rejects(root: Path) -> Iterator[dict[str, Any]]:
             for line in f:
                 if line.strip():
                     yield json.loads(line)
+
+
+class ShardStore:
+    """What every dataset of `loaders` keeps of its folder: the manifest, validated once when
+    the dataset is made, and the shard arrays, memory-mapped lazily once per process.
+
+    Neither is pickled: a worker process reads the manifest again (checking that it is still the
+    same file) and maps the arrays it needs itself, so the dataset pickles to a few KB."""
+
+    def _open_store(self, root: str | os.PathLike[str], kind: str) -> Manifest:
+        self.root = Path(root)
+        manifest = load_manifest(self.root)
+        if manifest.kind != kind:
+            raise FormatError(f"{self.root} holds {manifest.kind}, not {kind}")
+        self._manifest: Manifest | None = manifest
+        self._manifest_sha256 = sha256_file(self.root / MANIFEST)
+        self._maps: dict[tuple[int, str], np.ndarray] = {}
+        return manifest
+
+    @property
+    def manifest(self) -> Manifest:
+        if self._manifest is None:  # after unpickling in a worker
+            self._manifest = read_manifest(self.root, self._manifest_sha256)
+        return self._manifest
+
+    def _map(self, shard: int, name: str) -> np.ndarray:
+        """Array `name` of shard `shard` (its index in the manifest), mapped once per process.
+
+        A plain ndarray view of the map: indexing the np.memmap subclass costs 5x more."""
+        arr = self._maps.get((shard, name))
+        if arr is None:
+            m = self.manifest
+            ref, spec = m.shards[shard].arrays[name], m.arrays[name]
+            arr = self._maps[(shard, name)] = np.asarray(open_array(self.root, ref, spec, name))
+        return arr
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_manifest"] = None
+        state["_maps"] = {}
+        return state

@@ -5,36 +5,29 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from loaders.format import (
-    FormatError,
-    Manifest,
-    array_name,
-    load_manifest,
-    open_array,
-    read_manifest,
-)
+from loaders.format import ShardStore, array_name, open_array
 from loaders.loader import Batch, BufferPool, check_indices, new_batch
 
 # Fields whose arrays exist once per size; the others (label, orig_size) are size-free.
 SIZED_FIELDS = ("image", "mask")
 
 
-class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
+class ImageShardDataset(ShardStore, Dataset[tuple[torch.Tensor, ...]]):
     """Samples of a packed image dataset, as a tuple in `fields` order:
 
     - "image": uint8 (C, H, W), a channels-last view of the HWC storage (no copy, no permute);
     - "mask": uint8 (H, W) class ids;  "label": int64 ();  "orig_size": int64 (2,) source (h, w).
 
     Shard files are memory-mapped lazily, once per process, and never pickled: the object pickles
-    to a few KB for spawn workers. Batches are read with one vectorised read per shard through
-    `__getitems__`; use `make_loader` (or `collate_fn=collate_batch`) to keep that path.
+    to a few KB for spawn workers. A batch is read by `__getitems__` in one call: one
+    vectorised read when it lies in one shard, else one copy per sample straight into place;
+    use `make_loader` (or `collate_fn=collate_batch`) to keep that path.
 
     `in_memory=True` reads the requested fields, at every size the dataset holds (so set_size
     still works), into shared memory once, here: for slow or network disks. DataLoader workers,
@@ -48,10 +41,7 @@ class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
         fields: Sequence[str] = ("image", "label"),
         in_memory: bool = False,
     ):
-        self.root = Path(root)
-        manifest = load_manifest(self.root)
-        if manifest.kind != "images":
-            raise FormatError(f"{self.root} holds {manifest.kind}, not images")
+        manifest = self._open_store(root, "images")
         self.fields = tuple(fields)
         have = manifest.fields()
         missing = [f for f in self.fields if f not in have]
@@ -67,8 +57,6 @@ class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
         # The current size lives in shared memory so that set_size() reaches persistent
         # DataLoader workers (forked or spawned) before the next epoch starts.
         self._size = torch.zeros((), dtype=torch.int64).share_memory_()
-        self._manifest: Manifest | None = manifest
-        self._maps: dict[tuple[int, str], np.ndarray] = {}
         self._buffers = BufferPool()
         self._memory: dict[str, torch.Tensor] = {}  # array name -> its bytes, all shards
         self.set_size(size)
@@ -88,12 +76,6 @@ class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
         self._size.fill_(size)
 
     # -- storage -------------------------------------------------------------------------------
-
-    @property
-    def manifest(self) -> Manifest:
-        if self._manifest is None:  # after unpickling in a worker: validated by the parent
-            self._manifest = read_manifest(self.root)
-        return self._manifest
 
     @property
     def shard_sizes(self) -> list[int]:
@@ -129,26 +111,17 @@ class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
 
     def _array(self, shard: int, field: str, size: int) -> np.ndarray:
         name = array_name(field, size if field in SIZED_FIELDS else None)
+        if name not in self._memory:
+            return self._map(shard, name)
         key = (shard, name)
-        arr = self._maps.get(key)
-        if arr is None:
-            m = self.manifest
-            if name in self._memory:
-                arr = self._memory_array(name)[self._starts[shard] : self._starts[shard + 1]]
-            else:
-                # A plain ndarray view: indexing a np.memmap subclass costs 5x more.
-                arr = np.asarray(
-                    open_array(self.root, m.shards[shard].arrays[name], m.arrays[name], name)
-                )
-            self._maps[key] = arr
-        return arr
+        if key not in self._maps:
+            self._maps[key] = self._memory_array(name)[
+                self._starts[shard] : self._starts[shard + 1]
+            ]
+        return self._maps[key]
 
     def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_manifest"] = None
-        state["_maps"] = {}
-        state["_buffers"] = BufferPool()
-        return state
+        return super().__getstate__() | {"_buffers": BufferPool()}
 
     # -- access --------------------------------------------------------------------------------
 
@@ -179,7 +152,9 @@ class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
             arrays = {s: self._array(s, field, size) for s in shards}
             if len(shards) == 1 and dst.dtype == arrays[shards[0]].dtype:
                 # The whole batch in one shard: one vectorised read, straight into the output.
-                np.take(arrays[shards[0]], local, axis=0, out=dst)
+                # mode="clip": the indices are checked already, and the default ("raise")
+                # buffers the whole output before copying it into `out`.
+                np.take(arrays[shards[0]], local, axis=0, out=dst, mode="clip")
             elif field in SIZED_FIELDS:
                 # Across shards: copy each sample once into place (a gather per shard followed
                 # by a scatter would copy every pixel twice).

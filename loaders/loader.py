@@ -21,6 +21,8 @@ def check_indices(indices: Sequence[int] | np.ndarray, n: int) -> np.ndarray:
     idx = np.asarray(indices).reshape(-1)
     if idx.size and idx.dtype.kind not in "iu":
         raise TypeError(f"dataset indices must be integers, got {idx.dtype}: {idx[:3].tolist()}")
+    if idx.size and idx.dtype.kind == "u" and idx.max() >= n:  # before the cast can wrap it
+        raise IndexError(f"index {idx.max()} out of range for a dataset of {n} items")
     idx = idx.astype(np.int64, copy=False)
     if idx.size and (idx.min() < -n or idx.max() >= n):
         bad = idx[(idx < -n) | (idx >= n)][0]
@@ -63,7 +65,10 @@ class BufferPool:
 
     A fresh 50 MB tensor costs three times its copy in page faults (glibc maps big blocks anew
     each time). A buffer is reused only when no tensor, view or numpy array but ours refers to
-    its storage, so a batch the caller still holds is never overwritten."""
+    its storage, and never once it was moved to shared memory (sent through a multiprocessing
+    queue), so a batch the caller still holds is never overwritten. The one hold it cannot see
+    is the storage object alone (`batch.untyped_storage()` kept, every tensor of it dropped):
+    torch reuses one such object for a storage, so ours and the caller's look alike."""
 
     def __init__(self, keep: int = 2, shapes: int = 8):
         self.keep, self.shapes = keep, shapes
@@ -77,8 +82,9 @@ class BufferPool:
                 del self._bufs[next(iter(self._bufs))]  # the oldest
             bufs = self._bufs[key] = []
         if _storage_users is not None:
+            bufs[:] = [b for b in bufs if not b.is_shared()]  # sent to another process: theirs
             for buf in bufs:
-                # 2: our tensor and the temporary storage object made to ask.
+                # 2: our tensor and the storage object made to ask.
                 if _storage_users(buf.untyped_storage()._cdata) <= 2:
                     return buf.view(shape)  # a new view: the caller's hold is counted
         buf = torch.empty(shape, dtype=dtype)
@@ -149,8 +155,6 @@ def make_loader(
         "persistent_workers": num_workers > 0,
         "drop_last": drop_last,
     }
-    if num_workers > 0:
-        kwargs["prefetch_factor"] = 2
     if distributed or order != "sequential":
         if "sampler" in dataloader_kwargs or "batch_sampler" in dataloader_kwargs:
             raise ValueError(

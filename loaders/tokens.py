@@ -9,25 +9,20 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from loaders.format import FormatError, Manifest, load_manifest, open_array, read_manifest
+from loaders.format import ShardStore
 from loaders.loader import Batch, check_indices, new_batch
 
 
-class _TokenSplit:
+class _TokenSplit(ShardStore):
     """The shards of one split of a token dataset, opened lazily per process."""
 
     def __init__(self, root: str | os.PathLike[str], split: str):
-        self.root = Path(root)
-        manifest = load_manifest(self.root)
-        if manifest.kind != "tokens":
-            raise FormatError(f"{self.root} holds {manifest.kind}, not tokens")
+        manifest = self._open_store(root, "tokens")
         self.split = split
         self._shards = [i for i, s in enumerate(manifest.shards) if s.split == split]
         if not self._shards:
@@ -43,29 +38,14 @@ class _TokenSplit:
         # Cumulative token and document counts of the split, one entry per shard plus one.
         self._token_starts = np.cumsum([0] + [s.arrays["tokens"].length for s in shards])
         self._doc_starts = np.cumsum([0] + [s.count for s in shards])
-        self._manifest: Manifest | None = manifest
-        self._maps: dict[tuple[int, str], np.ndarray] = {}
 
     @property
     def num_tokens(self) -> int:
         return int(self._token_starts[-1])
 
-    @property
-    def manifest(self) -> Manifest:
-        if self._manifest is None:  # after unpickling in a worker: validated by the parent
-            self._manifest = read_manifest(self.root)
-        return self._manifest
-
     def _array(self, k: int, name: str) -> np.ndarray:
-        """Array `name` of the k-th shard of this split, as a read-only memory map."""
-        arr = self._maps.get((k, name))
-        if arr is None:
-            m = self.manifest
-            shard = m.shards[self._shards[k]]
-            arr = self._maps[(k, name)] = open_array(
-                self.root, shard.arrays[name], m.arrays[name], name
-            )
-        return arr
+        """Array `name` of the k-th shard of this split."""
+        return self._map(self._shards[k], name)
 
     def _read(self, start: int, out: np.ndarray) -> None:
         """Fill `out` with the split's tokens from `start` on, across shards if it must."""
@@ -78,11 +58,18 @@ class _TokenSplit:
             out[filled : filled + n] = tokens[local : local + n]
             filled, pos, k = filled + n, pos + n, k + 1
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_manifest"] = None
-        state["_maps"] = {}
-        return state
+    def _read_windows(self, starts: np.ndarray, out: np.ndarray) -> None:
+        """Fill row r of `out` (n, width) with the tokens from starts[r] on: one gather per shard
+        for the windows that lie inside it, a piecewise read for those that cross an end."""
+        width = out.shape[1]
+        k = np.searchsorted(self._token_starts, starts, side="right") - 1
+        inside = starts + width <= self._token_starts[k + 1]
+        for shard in np.unique(k[inside]).tolist():
+            rows = np.flatnonzero(inside & (k == shard))
+            local = starts[rows] - self._token_starts[shard]
+            out[rows] = self._array(shard, "tokens")[local[:, None] + np.arange(width)]
+        for row in np.flatnonzero(~inside).tolist():
+            self._read(int(starts[row]), out[row])
 
 
 class TokenWindowDataset(_TokenSplit, Dataset[tuple[torch.Tensor, torch.Tensor]]):
@@ -120,8 +107,7 @@ class TokenWindowDataset(_TokenSplit, Dataset[tuple[torch.Tensor, torch.Tensor]]
     def __getitems__(self, indices: Sequence[int]) -> Batch:
         idx = check_indices(indices, len(self))
         buf = np.empty((len(idx), self.block_size + 1), self.dtype)
-        for row, i in enumerate(idx):
-            self._read(int(i) * self.stride, buf[row])
+        self._read_windows(idx * self.stride, buf)
         x = new_batch((len(idx), self.block_size), torch.int64)
         y = new_batch((len(idx), self.block_size), torch.int64)
         x.numpy()[:] = buf[:, :-1]

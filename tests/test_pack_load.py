@@ -215,3 +215,36 @@ def test_resume_of_a_finished_dataset(raw_demo: Path, tmp_path: Path, pack_to) -
     next(src.rglob("*.jpg")).unlink()
     with pytest.raises(PrepError, match="input files changed"):
         pack_to(src, out, sizes=[16], resume=True)
+
+
+def test_a_held_batch_is_never_overwritten(packed: Path) -> None:
+    ds = ImageShardDataset(packed, size=64, fields=("image",))
+    first = ds.__getitems__([0, 1]).tensors[0]
+    view = first[1].numpy()  # a numpy view of one sample is a hold
+    kept = view.copy()
+    del first
+    ds.__getitems__([5, 6])
+    assert np.array_equal(view, kept)
+    del view
+    sent = ds.__getitems__([2, 3]).tensors[0]
+    sent.share_memory_()  # what a multiprocessing queue does to a tensor it sends
+    copy = sent.clone()
+    del sent
+    after = ds.__getitems__([7, 8]).tensors[0]
+    assert not after.is_shared() and not torch.equal(after, copy)
+    del after
+    pooled = {b.data_ptr() for bufs in ds._buffers._bufs.values() for b in bufs}
+    assert ds.__getitems__([9, 10]).tensors[0].data_ptr() in pooled  # reused once let go
+
+
+def test_workers_refuse_a_repacked_folder(packed: Path, copy_dataset) -> None:
+    from loaders.format import FormatError
+
+    root = copy_dataset(packed)
+    ds = ImageShardDataset(root, size=64, fields=("label",))
+    clone = pickle.loads(pickle.dumps(ds))  # what a spawned worker gets
+    manifest = json.loads((root / "manifest.json").read_text())
+    manifest["shards"].reverse()  # a repack with another order, same files
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(FormatError, match="changed since the dataset was opened"):
+        clone[0]
