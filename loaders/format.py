@@ -30,6 +30,7 @@ REJECTS = "rejects.jsonl"
 # and puts the data of every .npy file at the same offset. 128 bytes holds any 4-D shape.
 NPY_HEADER_BYTES = 128
 STORAGES = ("npy", "h5")
+KINDS = ("images", "tokens")
 
 
 class FormatError(ValueError):
@@ -120,6 +121,10 @@ class Manifest:
         shards = [Shard.from_dict(s) for s in d["shards"]]
         for i, shard in enumerate(shards):
             _check_shard(i, shard)
+        if d["kind"] not in KINDS or d["storage"] not in STORAGES:
+            raise FormatError(
+                f"kind {d['kind']!r} / storage {d['storage']!r} is not one of {KINDS} / {STORAGES}"
+            )
         total = sum(s.count for s in shards)
         if d.get("num_samples", total) != total:
             raise FormatError(
@@ -159,6 +164,10 @@ def _check_spec(name: str, spec: ArraySpec) -> None:
         raise FormatError(f"array {name}: dtype {spec.dtype!r} is not a plain numeric dtype")
     if not all(_count(n) for n in spec.shape):
         raise FormatError(f"array {name}: shape {list(spec.shape)} is not a list of sizes")
+    if not (spec.size is None or _count(spec.size)) or name != array_name(spec.field, spec.size):
+        raise FormatError(
+            f"array {name}: field {spec.field!r} at size {spec.size!r} is not named {name!r}"
+        )
 
 
 def _check_shard(index: int, shard: Shard) -> None:
@@ -471,8 +480,28 @@ def check_files(root: Path, manifest: Manifest, checksums: bool = False) -> list
                     open_array(root, ref, manifest.arrays[name], name)
                 except FormatError as e:
                     found.append(f"shard {i}: {e}")
+        if not found and manifest.kind == "tokens":
+            found += _check_offsets(root, manifest, i)
         problems += found
     return problems
+
+
+def _check_offsets(root: Path, manifest: Manifest, i: int) -> list[str]:
+    """A token shard's document offsets: count + 1 of them, from 0, never decreasing, up to
+    the shard's token count (read whole: 8 bytes a document)."""
+    shard = manifest.shards[i]
+    refs = shard.arrays
+    if "doc_offsets" not in refs or "tokens" not in refs:
+        return [f"shard {i}: a token shard needs arrays tokens and doc_offsets"]
+    spec = manifest.arrays["doc_offsets"]
+    off = np.asarray(open_array(root, refs["doc_offsets"], spec, "doc_offsets")).reshape(-1)
+    ok = (
+        len(off) == shard.count + 1
+        and off[0] == 0
+        and off[-1] == refs["tokens"].length
+        and bool(np.all(np.diff(off) >= 0))
+    )
+    return [] if ok else [f"shard {i}: doc_offsets do not run from 0 to its token count"]
 
 
 def load_manifest(root: str | os.PathLike[str]) -> Manifest:

@@ -1,0 +1,55 @@
+"""Manifest checks added after review: names of arrays, kinds, token document offsets."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from loaders.format import FormatError, load_manifest
+from prep.config import TokenizeConfig
+from prep.tokenize import tokenize
+
+
+def edit_manifest(root: Path, change) -> None:
+    path = root / "manifest.json"
+    m = json.loads(path.read_text())
+    change(m)
+    path.write_text(json.dumps(m))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda m: m["arrays"]["image_64"].update(size=96), "is not named 'image_64'"),
+        (lambda m: m.update(kind="audio"), "kind 'audio'"),
+        (lambda m: m.update(storage="zarr"), "storage 'zarr'"),
+    ],
+)
+def test_array_names_kind_and_storage_are_checked(packed: Path, copy_dataset, change, message):
+    root = copy_dataset(packed)
+    edit_manifest(root, change)
+    with pytest.raises(FormatError, match=message):
+        load_manifest(root)
+
+
+def test_token_offsets_are_checked(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(3):
+        (src / f"{i}.txt").write_text(f"document number {i} " * (i + 1))
+    out = tmp_path / "tok"
+    tokenize(
+        TokenizeConfig(src=str(src), out=str(out), jobs=1, val_fraction=0), show_progress=False
+    )
+    load_manifest(out)
+    path = next(out.glob("doc_offsets-*.npy"))
+    off = np.load(path)
+    off[1], off[2] = off[2], off[1]  # same size on disk, out of order
+    with open(path, "r+b") as f:
+        f.seek(128)  # prep's fixed .npy header
+        f.write(off.tobytes())
+    with pytest.raises(FormatError, match="doc_offsets do not run from 0"):
+        load_manifest(out)
