@@ -18,7 +18,8 @@ from loaders.format import (
 from prep import PrepError
 
 
-def _mb(n: float) -> str:
+def mb(n: float) -> str:
+    """Bytes as MB for people: 16,777,216 -> '16.8 MB'."""
     return f"{n / 1e6:,.1f} MB"
 
 
@@ -51,10 +52,10 @@ def info(root: Path, batch_size: int = 256) -> str:
     for name, spec in sorted(m.arrays.items()):
         per = int(np.prod(spec.shape, dtype=np.int64)) * np.dtype(spec.dtype).itemsize
         on_disk = per * sum(s.arrays[name].length for s in m.shards if name in s.arrays)
-        batch = f"{_mb(per * batch_size):>16}" if images else ""
-        lines.append(f"{name:<16}{spec.dtype:<8}{spec.shape!s:<18}{_mb(on_disk):>12}{batch}")
+        batch = f"{mb(per * batch_size):>16}" if images else ""
+        lines.append(f"{name:<16}{spec.dtype:<8}{spec.shape!s:<18}{mb(on_disk):>12}{batch}")
     total = sum(f.bytes for s in m.shards for f in s.files.values())
-    lines.append(f"total on disk: {_mb(total)}")
+    lines.append(f"total on disk: {mb(total)}")
     return "\n".join(lines)
 
 

@@ -24,6 +24,7 @@ import numpy as np
 
 from loaders.format import Manifest, array_name, read_manifest
 from prep import PrepError
+from prep.report import mb
 
 PREFETCH = 2  # make_loader's default prefetch_factor
 GOOD_ENOUGH = 0.9  # recommend the fewest workers within 10% of the best throughput
@@ -74,7 +75,7 @@ class TuneResult:
     def table(self) -> str:
         lines = [
             f"{self.root}: {self.samples} samples at {self.size} px, fields "
-            f"{', '.join(self.fields)}, batch {self.batch_size} = {_mb(self.batch_bytes)}, "
+            f"{', '.join(self.fields)}, batch {self.batch_size} = {mb(self.batch_bytes)}, "
             f"prefetch_factor {self.prefetch_factor}",
             f"{'workers':>7}{'samples/s':>12}{'cpu':>8}{'batches':>9}{'RAM in flight':>15}",
         ]
@@ -83,7 +84,7 @@ class TuneResult:
             mark = "  <- recommended" if r is self.recommended else ""
             lines.append(
                 f"{r.workers:>7}{r.samples_per_s:>12,.0f}{cpu:>8}{r.batches_in_flight:>9}"
-                f"{_mb(r.ram_bytes):>15}{mark}"
+                f"{mb(r.ram_bytes):>15}{mark}"
             )
         return "\n".join(lines)
 
@@ -93,7 +94,7 @@ class TuneResult:
             f"recommended: num_workers={r.workers}, batch_size={self.batch_size}, "
             f"prefetch_factor={self.prefetch_factor}: {r.samples_per_s:,.0f} samples/s "
             f"({r.samples_per_s / self.batch_size:,.1f} batches/s), "
-            f"{r.batches_in_flight} x {_mb(self.batch_bytes)} = {_mb(r.ram_bytes)} in flight",
+            f"{r.batches_in_flight} x {mb(self.batch_bytes)} = {mb(r.ram_bytes)} in flight",
             f"  loader = make_loader(ds, batch_size={self.batch_size}, shuffle=True, "
             f"num_workers={r.workers})",
         ]
@@ -110,10 +111,6 @@ class TuneResult:
                 "ms to every training step; workers load the next batches during the step"
             )
         return "\n".join(lines)
-
-
-def _mb(n: float) -> str:
-    return f"{n / 1e6:,.1f} MB"
 
 
 def worker_counts(cores: int) -> list[int]:
