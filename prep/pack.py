@@ -13,7 +13,6 @@ import functools
 import hashlib
 import json
 import os
-import threading
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass
@@ -45,12 +44,14 @@ from prep.parallel import ShardProgress, check_backend, run_tasks
 from prep.profile import StageTimer, run_profiled, stage
 from prep.run import (
     cleanup_temps,
+    exit_with_parent,
     finished,
     install,
     load_record,
     prepare_staging,
     write_error,
     write_record,
+    write_rejects,
 )
 from prep.sources import Item, list_images, reject_record
 
@@ -354,8 +355,7 @@ def _finish(
 ) -> PackSummary:
     ordered = [records[i] for i in sorted(records)]
     # By name, as the inputs are listed: the same file whatever the order shards finished in.
-    rejects = sorted(list_rejects + [r for rec in ordered for r in rec["rejects"]], key=_by_path)
-    atomic_write_text(staging / REJECTS, "".join(_jsonl(r) for r in rejects))
+    rejects = write_rejects(staging, list_rejects + [r for rec in ordered for r in rec["rejects"]])
     if n_inputs and len(rejects) / n_inputs > cfg.max_rejects:
         reasons = Counter(r["reason"] for r in rejects).most_common()
         raise PrepError(

@@ -15,10 +15,10 @@ a path to a Hugging Face `tokenizer.json` is used as it is. Nothing is downloade
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
-import stat
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -29,7 +29,7 @@ import numpy as np
 
 from loaders.format import atomic_write_text, fsync_dir
 from prep import PrepError
-from prep.sources import reject_record
+from prep.sources import check_file, os_reject_code, reject_record
 
 EOT = "<|endoftext|>"
 # End-of-document tokens looked up, in this order, in a tokenizer.json the user brings.
@@ -87,27 +87,63 @@ def list_text(src: Path, split_lines: bool) -> tuple[list[Piece], list[dict[str,
         raise PrepError(f"{src} is not a .txt or .jsonl file. HINT: pass a folder of .txt files")
     found: list[Piece] = []
     rejects: list[dict[str, Any]] = []
-    for dirpath, dirnames, filenames in os.walk(src, followlinks=False):
-        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
-        for name in filenames:
-            if name.startswith(".") or Path(name).suffix.lower() not in TEXT_EXTS:
-                continue
-            path = Path(dirpath) / name
-            rel = path.relative_to(src).as_posix()
+    for rel, path in _walk_text(src, rejects):
+        # The same checks, and reject codes, as prep pack's listing (prep.sources.check_file):
+        # a broken link, a link loop, a FIFO or device is rejected and never opened.
+        problem = check_file(path, rel)
+        if problem is not None:
+            rejects.append(problem)
+        elif not os.access(path, os.R_OK):  # planning reads line files: fail here, by name
+            rejects.append(reject_record(rel, "unreadable", "cannot read: no read permission"))
+        else:
             try:
-                st = path.stat()
-            except OSError as e:  # broken link, link loop, permission
-                rejects.append(reject_record(rel, "unreadable", f"cannot stat: {e.strerror}"))
+                size = path.stat().st_size
+            except OSError as e:  # gone since check_file
+                rejects.append(reject_record(rel, os_reject_code(e), f"cannot stat: {e.strerror}"))
                 continue
-            if not stat.S_ISREG(st.st_mode):  # never open a FIFO: it would block
-                rejects.append(reject_record(rel, "not_file", "not a regular file"))
-            elif not os.access(path, os.R_OK):
-                rejects.append(reject_record(rel, "unreadable", "no read permission"))
-            else:
-                found.append(Piece(str(path), rel, 0, st.st_size, line_mode))
+            found.append(Piece(str(path), rel, 0, size, line_mode))
     found.sort(key=lambda p: p.rel)
     rejects.sort(key=lambda r: str(r["path"]))
     return found, rejects
+
+
+def _walk_text(root: Path, rejects: list[dict[str, Any]]) -> list[tuple[str, Path]]:
+    """(rel, path) of the `.txt` names under `root`, hidden names skipped, as prep pack walks
+    image folders: folder links are followed and each folder is listed once (a second way in is
+    a `link_loop` reject); a folder that cannot be listed is an `unreadable` reject."""
+
+    def rel_of(path: str | Path) -> str:
+        return Path(path).relative_to(root).as_posix()
+
+    def unlistable(e: OSError) -> None:
+        rejects.append(
+            reject_record(rel_of(e.filename), os_reject_code(e), f"cannot list: {e.strerror}")
+        )
+
+    found: list[tuple[str, Path]] = []
+    seen: dict[tuple[int, int], str] = {}
+    for dirpath, dirnames, filenames in os.walk(root, onerror=unlistable, followlinks=True):
+        here = rel_of(dirpath)
+        try:
+            st = os.stat(dirpath)
+        except OSError as e:
+            unlistable(e)
+            dirnames[:] = []
+            continue
+        key = (st.st_dev, st.st_ino)
+        if key in seen:
+            rejects.append(
+                reject_record(here, "link_loop", f"the folder {seen[key]!r} again, via a link")
+            )
+            dirnames[:] = []
+            continue
+        seen[key] = here
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in filenames:
+            if not name.startswith(".") and Path(name).suffix.lower() in TEXT_EXTS:
+                path = Path(dirpath) / name
+                found.append((rel_of(path), path))
+    return found
 
 
 def iter_lines(
@@ -189,6 +225,7 @@ class DocumentReader:
         self.max_bytes = max_bytes
         self.rejects: list[dict[str, Any]] = []
         self.inputs = 0  # documents met, rejected ones included
+        self._pos = 0  # where the line file being read is: the offset a read error names
 
     def _reject(self, rel: str, code: str, message: str) -> None:
         self.rejects.append(reject_record(rel, code, message))
@@ -248,30 +285,41 @@ class DocumentReader:
                 return
             try:
                 data = Path(piece.path).read_bytes()
-            except OSError as e:
-                self._reject(piece.rel, "unreadable", f"cannot read: {e.strerror}")
+            except OSError as e:  # vanished since it was listed, or an I/O error
+                self._reject(piece.rel, os_reject_code(e), f"cannot read: {e.strerror}")
                 return
             text = self._decode(data, piece.rel, 0)
             if text is not None:
                 yield text
             return
-        with open(piece.path, "rb") as f:
-            for offset, _, line in iter_lines(f, piece.start, piece.end, self.max_bytes):
-                if piece.mode == "jsonl" and line is not None and not line.strip():
-                    continue
-                self.inputs += 1
-                if line is None:
-                    self._reject(
-                        piece.rel,
-                        "too_long",
-                        f"line at byte {offset} is over --max-doc-mb. HINT: raise --max-doc-mb",
-                    )
-                    continue
-                text = self._decode(line, piece.rel, offset)
-                if text is not None and piece.mode == "jsonl":
-                    text = self._from_json(text, piece.rel, offset)
-                if text is not None:
-                    yield text
+        self._pos = piece.start
+        try:
+            with open(piece.path, "rb") as f:
+                yield from self._lines(f, piece)
+        except OSError as e:  # at open or mid-file: a read error, the rest of the range goes
+            self.inputs += 1
+            self._reject(
+                piece.rel, os_reject_code(e), f"cannot read from byte {self._pos}: {e.strerror}"
+            )
+
+    def _lines(self, f: BinaryIO, piece: Piece) -> Iterator[str]:
+        for offset, nxt, line in iter_lines(f, piece.start, piece.end, self.max_bytes):
+            self._pos = nxt
+            if piece.mode == "jsonl" and line is not None and not line.strip():
+                continue
+            self.inputs += 1
+            if line is None:
+                self._reject(
+                    piece.rel,
+                    "too_long",
+                    f"line at byte {offset} is over --max-doc-mb. HINT: raise --max-doc-mb",
+                )
+                continue
+            text = self._decode(line, piece.rel, offset)
+            if text is not None and piece.mode == "jsonl":
+                text = self._from_json(text, piece.rel, offset)
+            if text is not None:
+                yield text
 
 
 # ---------------------------------------------------------------- tokenizers
@@ -421,14 +469,8 @@ class HFTokenizer(Tokenizer):
     def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         runs = [e.ids for e in self._tok.encode_batch_fast(texts, add_special_tokens=False)]
         lengths = np.fromiter(map(len, runs), np.int64, len(runs))
-        flat: list[int] = []
-        for run in runs:
-            flat += run
-            if self.eot_id is not None:
-                flat.append(self.eot_id)
-        if self.eot_id is not None:
-            lengths += 1
-        return np.array(flat, dtype=np.int64), lengths
+        ids = np.fromiter(itertools.chain.from_iterable(runs), np.int64, int(lengths.sum()))
+        return with_eot(ids, lengths, self.eot_id)
 
     def decode(self, ids: Iterable[int] | np.ndarray) -> str:
         arr = ids.tolist() if isinstance(ids, np.ndarray) else [int(i) for i in ids]

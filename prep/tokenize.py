@@ -38,6 +38,7 @@ from loaders.format import (
     NpyWriter,
     Shard,
     atomic_write_text,
+    read_manifest,
     sha256_file,
     smallest_uint,
 )
@@ -45,7 +46,17 @@ from prep import PrepError, __version__
 from prep.config import TokenizeConfig
 from prep.parallel import ShardProgress, run_tasks
 from prep.profile import StageTimer, run_profiled, stage, timed_iter
-from prep.run import cleanup_temps, install, load_record, prepare_staging, write_record
+from prep.run import (
+    cleanup_temps,
+    exit_with_parent,
+    finished,
+    install,
+    load_record,
+    prepare_staging,
+    write_error,
+    write_record,
+    write_rejects,
+)
 from prep.text import (
     DocumentReader,
     Piece,
@@ -184,10 +195,14 @@ class SplitWriter:
 
     def __init__(self, staging: Path, split: str, index: int, dtype: str):
         self.staging = staging
-        self.final = {name: f"{name}-{split}-{index:05d}.npy" for name in ARRAYS}
+        stems = {name: f"{name}-{split}-{index:05d}" for name in ARRAYS}
+        self.final = {name: f"{stem}.npy" for name, stem in stems.items()}
         self.split = split
-        self.tokens = NpyWriter(staging / f".{self.final['tokens']}.tmp", dtype, ())
-        self.offsets = NpyWriter(staging / f".{self.final['doc_offsets']}.tmp", "int64", ())
+        # Temp names are per process (as prep pack's): a worker that its killed parent left
+        # running cannot rename the files of the --resume run redoing the same shard.
+        tmp = {name: staging / f".{stem}.{os.getpid()}.npy.tmp" for name, stem in stems.items()}
+        self.tokens = NpyWriter(tmp["tokens"], dtype, ())
+        self.offsets = NpyWriter(tmp["doc_offsets"], "int64", ())
         self.offsets.extend(np.zeros(1, np.int64))
         self.total = 0
         self.docs = 0
@@ -202,15 +217,21 @@ class SplitWriter:
         self.tokens.abort()
         self.offsets.abort()
 
-    def close(self) -> Shard | None:
-        """Rename the files to their final names; None (and no files) for a split with no
-        documents in this task."""
+    def close(self) -> None:
+        """Finish the temp files (header, fsync); a split with no documents keeps none."""
         if self.docs == 0:
             self.abort()
+            return
+        self.tokens.close()
+        self.offsets.close()
+
+    def rename(self) -> Shard | None:
+        """After close(): the files under their final names; None for a split with no
+        documents in this task."""
+        if self.docs == 0:
             return None
         arrays, files = {}, {}
         for name, w in (("tokens", self.tokens), ("doc_offsets", self.offsets)):
-            w.close()
             final = self.staging / self.final[name]
             os.replace(w.path, final)
             arrays[name] = ArrayRef(final.name, w.length)
@@ -255,10 +276,35 @@ def tokenize_shard(
     dtype: str,
     staging: Path,
     threads: bool,
+    parent: int | None = None,
 ) -> dict[str, Any]:
     """The joblib task: tokenize `pieces` into shard `index` of each split; return its record.
 
-    Memory holds one batch of documents; only counts, checksums and rejects leave the process."""
+    `parent`: the pid of the `prep tokenize` process whose loky worker runs this (None
+    elsewhere); the worker ends when that process dies (prep.run.exit_with_parent).
+
+    Memory holds one batch of documents; only counts, checksums and rejects leave the process.
+    A failed write raises PrepError naming the file and leaves no temp file of the shard."""
+    try:
+        exit_with_parent(parent)
+        return _write_shard(
+            index, pieces, cfg, tok_name, tok_file, tok_sha, dtype, staging, threads
+        )
+    except OSError as e:
+        raise write_error(e) from e
+
+
+def _write_shard(
+    index: int,
+    pieces: list[Piece],
+    cfg: TokenizeConfig,
+    tok_name: str,
+    tok_file: str | None,
+    tok_sha: str,
+    dtype: str,
+    staging: Path,
+    threads: bool,
+) -> dict[str, Any]:
     if not threads:  # one task per core already; read by tokenizers at every call
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
     tok = _load_tokenizer(tok_name, staging, tok_file, tok_sha)
@@ -285,11 +331,13 @@ def tokenize_shard(
                 else:
                     writers["train"].add(ids, lengths)
         with stage("write"):
-            shards = [w.close() for w in writers.values()]
+            for w in writers.values():
+                w.close()
     except BaseException:
         for w in writers.values():
             w.abort()
         raise
+    shards = [w.rename() for w in writers.values()]
     done = [asdict(s) for s in shards if s is not None]
     record = {
         "index": index,
@@ -339,7 +387,10 @@ def tokenize(
     cfg.validate()
     start = time.perf_counter()
     src, out = Path(str(cfg.src)), Path(str(cfg.out))
-    if out.exists() and any(out.iterdir()) and not cfg.overwrite:  # fail before listing
+    # The checks of prep pack: an OUT that is a file or a non-empty folder fails before listing,
+    # unless --overwrite, or --resume of a run that may be finished already (checked below).
+    occupied = out.exists() and (not out.is_dir() or any(out.iterdir()))
+    if occupied and not (cfg.overwrite or cfg.resume):
         prepare_staging(out, {}, cfg.overwrite, cfg.resume)
     timer = StageTimer()
     with timer.stage("list"):
@@ -353,7 +404,10 @@ def tokenize(
     if cfg.limit is not None:
         pieces = limit_documents(pieces, cfg.limit, max_bytes)
     shards = plan_shards(pieces, max(1, int(cfg.shard_mb * MB)))
-    plan = {"config": cfg.output_config(), "inputs": _fingerprint(pieces, cfg.tokenizer)}
+    inputs = _fingerprint(pieces, cfg.tokenizer)
+    plan = {"config": cfg.output_config(), "inputs": inputs}
+    if cfg.resume and not cfg.overwrite and finished(out, plan):
+        return _already_done(out, start)  # killed after the swap: nothing left to do
     staging = prepare_staging(out, plan, cfg.overwrite, cfg.resume)
 
     def corpus() -> Iterator[str]:
@@ -361,8 +415,11 @@ def tokenize(
         for p in pieces:
             yield from reader.read(p)
 
-    with timer.stage("fit"):
-        tok, name, file = _tokenizer(cfg, staging, corpus)
+    try:
+        with timer.stage("fit"):
+            tok, name, file = _tokenizer(cfg, staging, corpus)
+    except OSError as e:  # saving it: the first file of the run
+        raise write_error(e, str(staging)) from e
     tok_sha = sha256_file(staging / file) if file else ""
     dtype = token_dtype(tok.vocab_size)
     records: dict[int, dict[str, Any]] = {}
@@ -376,7 +433,10 @@ def tokenize(
 
     todo_ids = [i for i in range(len(shards)) if i not in records]
     threads = cfg.n_jobs == 1 or len(todo_ids) <= 1
-    todo = [(i, shards[i], cfg, name, file, tok_sha, dtype, staging, threads) for i in todo_ids]
+    parent = os.getpid() if cfg.backend == "loky" else None  # see prep.run.exit_with_parent
+    todo = [
+        (i, shards[i], cfg, name, file, tok_sha, dtype, staging, threads, parent) for i in todo_ids
+    ]
     kb = {i: max(1, sum(p.nbytes for p in shards[i]) >> 10) for i in todo_ids}
     bar = (
         ShardProgress(sum(kb.values()), len(todo), "kB", f"tokenize {out.name}")
@@ -396,12 +456,47 @@ def tokenize(
     finally:
         if bar is not None:
             bar.close()
-
-    ordered = [records[i] for i in sorted(records)]
-    rejects = list_rejects + [r for rec in ordered for r in rec["rejects"]]
-    atomic_write_text(
-        staging / REJECTS, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rejects)
+    try:
+        tok_info = {"name": name, "file": file, "sha256": tok_sha or None}
+        manifest = _finish(
+            cfg, src, out, staging, list_rejects, records, tok, tok_info, dtype, inputs
+        )
+    except OSError as e:
+        raise write_error(e, str(staging)) from e
+    splits = manifest.extra["splits"]
+    return TokenizeSummary(
+        out=out,
+        docs=manifest.num_samples,
+        val_docs=splits["val"]["docs"],
+        tokens=sum(s["tokens"] for s in splits.values()),
+        rejected=manifest.rejects,
+        shards=len(records),
+        reused=reused,
+        bytes=_bytes(out, manifest),
+        seconds=time.perf_counter() - start,
+        fit_seconds=fit_seconds,
+        tokenizer=manifest.extra["tokenizer"]["name"],
+        vocab_size=tok.vocab_size,
+        dtype=dtype,
+        stages=timer.seconds if profile else None,
     )
+
+
+def _finish(
+    cfg: TokenizeConfig,
+    src: Path,
+    out: Path,
+    staging: Path,
+    list_rejects: list[dict[str, Any]],
+    records: dict[int, dict[str, Any]],
+    tok: Tokenizer,
+    tok_info: dict[str, Any],
+    dtype: str,
+    inputs: str,
+) -> Manifest:
+    """rejects.jsonl, the max-rejects check, the manifest, then the swap into place."""
+    ordered = [records[i] for i in sorted(records)]
+    rejects = write_rejects(staging, list_rejects + [r for rec in ordered for r in rec["rejects"]])
     n_inputs = len(list_rejects) + sum(rec["inputs"] for rec in ordered)
     if n_inputs and len(rejects) / n_inputs > cfg.max_rejects:
         raise PrepError(
@@ -437,26 +532,40 @@ def tokenize(
         extra={
             "vocab_size": tok.vocab_size,
             "eot_id": tok.eot_id,
-            "tokenizer": {"name": name, "file": file, "sha256": tok_sha or None},
+            "tokenizer": tok_info,
             "splits": splits,
+            "inputs": inputs,  # as the plan's: see prep.run.finished
         },
     )
     atomic_write_text(staging / MANIFEST, manifest.to_json())
     install(staging, out)
+    return manifest
+
+
+def _bytes(out: Path, m: Manifest) -> int:
+    """The bytes of the dataset's shards and tokenizer file."""
+    file = m.extra["tokenizer"]["file"]
+    shards = sum(f.bytes for s in m.shards for f in s.files.values())
+    return shards + ((out / file).stat().st_size if file else 0)
+
+
+def _already_done(out: Path, start: float) -> TokenizeSummary:
+    """The summary of a complete dataset that --resume leaves as it is."""
+    m = read_manifest(out)
+    splits = m.extra["splits"]
+    tasks = {s.arrays["tokens"].file.rsplit("-", 1)[1] for s in m.shards}  # one per index
     return TokenizeSummary(
         out=out,
-        docs=manifest.num_samples,
+        docs=m.num_samples,
         val_docs=splits["val"]["docs"],
         tokens=sum(s["tokens"] for s in splits.values()),
-        rejected=len(rejects),
-        shards=len(ordered),
-        reused=reused,
-        bytes=sum(f.bytes for s in parts for f in s.files.values())
-        + ((out / file).stat().st_size if file else 0),
+        rejected=m.rejects,
+        shards=len(tasks),
+        reused=len(tasks),
+        bytes=_bytes(out, m),
         seconds=time.perf_counter() - start,
-        fit_seconds=fit_seconds,
-        tokenizer=name,
-        vocab_size=tok.vocab_size,
-        dtype=dtype,
-        stages=timer.seconds if profile else None,
+        fit_seconds=0.0,
+        tokenizer=m.extra["tokenizer"]["name"],
+        vocab_size=m.extra["vocab_size"],
+        dtype=m.arrays["tokens"].dtype,
     )

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import itertools
 import json
+import os
 import pickle
+import re
+import resource
+import signal
+import subprocess
+import sys
+import time
 import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +29,7 @@ from loaders.format import read_manifest
 from prep import PrepError
 from prep.cli import app
 from prep.config import TokenizeConfig
+from prep.run import RUN_DIR
 from prep.text import ByteTokenizer, DocumentReader, Piece, list_text, load_tokenizer
 from prep.tokenize import (
     TokenizeSummary,
@@ -383,3 +394,261 @@ def test_document_dataset_and_eot_spans(tmp_path: Path) -> None:
         [[0, 1, 5], [1, 5, 5]],
         [[5, 2, 3], [2, 3, 4]],
     ]
+
+
+# ---------------------------------------------------------------- the run mechanics of pack
+
+PREP = str(Path(sys.executable).with_name("prep"))
+
+
+def rejects_of(folder: Path) -> list[dict[str, Any]]:
+    raw = (folder / "rejects.jsonl").read_bytes()
+    return [json.loads(line) for line in raw.decode("utf-8").splitlines()]
+
+
+def temps(staging: Path) -> list[str]:
+    return sorted(p.name for p in staging.rglob("*.tmp")) if staging.exists() else []
+
+
+def test_rejects_file_sorted_with_undecodable_names(tmp_path: Path) -> None:
+    src = write_docs(tmp_path / "src", {"good.txt": b"fine", "b.txt": b"b"})
+    os.mkfifo(src / "a.txt")  # a listing reject: it comes first in the listing
+    (src / os.fsdecode(b"0-\xff.txt")).write_bytes(b"bad \xc3(")  # a shard reject
+    summary = run(src, tmp_path / "out", max_rejects=1)
+    assert summary.rejected == 2
+    raw = (tmp_path / "out" / "rejects.jsonl").read_bytes()
+    assert "0-\\udcff.txt" in raw.decode("utf-8")  # valid UTF-8 whatever the file names
+    rejects = rejects_of(tmp_path / "out")
+    assert [(r["path"], r["reason"]) for r in rejects] == [
+        (os.fsdecode(b"0-\xff.txt"), "utf8"),  # sorted by path, like prep pack's
+        ("a.txt", "not_file"),
+    ]
+
+
+def _rlimit(max_bytes: int) -> Callable[[], None]:
+    def limit() -> None:  # in the child: Python ignores SIGXFSZ, so a write fails with EFBIG
+        resource.setrlimit(resource.RLIMIT_FSIZE, (max_bytes, max_bytes))
+
+    return limit
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_write_error_in_a_shard_is_one_line(tmp_path: Path, jobs: str) -> None:
+    src = write_docs(tmp_path / "src", {f"{i}.txt": b"x" * 30_000 for i in range(2)})
+    out = tmp_path / "out"
+    args = [str(src), str(out), "--shard-mb", "0.01", "--val-fraction", "0", "-j", jobs, "-q"]
+    p = subprocess.run(
+        [PREP, "tokenize", *args],
+        capture_output=True,
+        text=True,
+        preexec_fn=_rlimit(20_000),
+        cwd=tmp_path,
+        check=False,
+    )
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
+    temp = r"out\.partial/\.tokens-train-\d{5}\.\d+\.npy\.tmp"  # .{array}-{split}-{shard}.{pid}
+    assert re.match(rf"error: cannot write .*{temp}: File too large\. HINT: ", p.stderr)
+    staging = tmp_path / "out.partial"
+    assert temps(staging) == [] and not out.exists()
+    assert sorted(p.name for p in staging.iterdir()) == [RUN_DIR]  # nothing under a final name
+    res = CliRunner().invoke(app, ["tokenize", *args, "--resume"])
+    assert res.exit_code == 0, res.output
+    assert decoded(out) == ["x" * 30_000] * 2
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc")
+@pytest.mark.parametrize("name", ["manifest.json", "rejects.jsonl"])
+def test_write_error_when_finishing(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    src = write_docs(tmp_path / "src", {"a.txt": b"a", "b.txt": b"b"})
+    real = os.fsync
+
+    def fsync(fd: int) -> None:  # a full disk, at the last writes of the run
+        if name in os.readlink(f"/proc/self/fd/{fd}"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    with pytest.raises(
+        PrepError,
+        match=rf"cannot write .*/out\.partial/\.{re.escape(name)}\.\w+\.tmp: No space left on "
+        r"device\. HINT: .*--resume",
+    ):
+        run(src, tmp_path / "out")
+    assert temps(tmp_path / "out.partial") == [] and not (tmp_path / "out").exists()
+    monkeypatch.undo()
+    assert run(src, tmp_path / "out", resume=True).reused == 1
+    assert decoded(tmp_path / "out") == ["a", "b"]
+
+
+def test_resume_of_a_finished_dataset_and_out_a_file(tmp_path: Path) -> None:
+    src = write_docs(tmp_path / "src", {"a.txt": b"one", "b.txt": b"two"})
+    out = tmp_path / "out"
+    first = run(src, out, tokenizer="char", shard_mb=0.000001)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    again = run(src, out, tokenizer="char", shard_mb=0.000001, resume=True)
+    assert (again.docs, again.tokens, again.bytes) == (first.docs, first.tokens, first.bytes)
+    assert again.shards == again.reused == first.shards == 2
+    assert (again.tokenizer, again.vocab_size, again.dtype) == ("char", 6, "uint8")
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # left as it is
+    runner = CliRunner()
+    args = ["tokenize", str(src), str(out), "-t", "char", "--shard-mb", "0.000001", "-q"]
+    res = runner.invoke(app, [*args, "--val-fraction", "0", "--resume"])
+    assert res.exit_code == 0, res.output  # the README: a complete dataset, exit 0
+    assert "2 shards (2 reused)" in res.output
+    with pytest.raises(PrepError, match=r"cannot resume .*out: it is complete.*HINT"):
+        run(src, out, tokenizer="bytes", shard_mb=0.000001, resume=True)
+
+    plain = tmp_path / "file"
+    plain.write_text("not a dataset")
+    for resume in (False, True):
+        with pytest.raises(PrepError, match=r"file already exists and is not an empty folder"):
+            run(src, plain, resume=resume)
+    res = runner.invoke(app, ["tokenize", str(src), str(plain), "-q"])
+    assert res.exit_code == 1 and res.output.startswith("error: ") and res.exception is not None
+    assert isinstance(res.exception, SystemExit)  # a one-line error, not a traceback
+
+
+SLOW_SHARD_HOOK = """
+import os
+if os.environ.get("PREP_TEST_SLOW_SHARD"):  # the shard tasks of this test wait before reading
+    import time
+    import prep.text
+    read = prep.text.DocumentReader.read
+    def slow(self, piece):
+        time.sleep(float(os.environ["PREP_TEST_SLOW_SHARD"]))
+        yield from read(self, piece)
+    prep.text.DocumentReader.read = slow
+"""
+
+
+def shard_temps(staging: Path) -> list[str]:
+    return [n for n in temps(staging) if n.endswith(".npy.tmp")]
+
+
+def _group_gone(pgid: int, limit_s: float) -> bool:
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_workers_end_with_a_killed_parent(tmp_path: Path) -> None:
+    """SIGKILL of the parent alone: its loky workers stop mid-shard, so none of them can write
+    (or rename into final names) beside the --resume run that follows."""
+    src = write_docs(tmp_path / "src", {f"{i}.txt": b"doc %d " % i * 300 for i in range(4)})
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(SLOW_SHARD_HOOK)
+    out, staging = tmp_path / "out", tmp_path / "out.partial"
+    args = ["tokenize", str(src), str(out), "--shard-mb", "0.001", "--val-fraction", "0", "-q"]
+    path = os.pathsep.join(x for x in (str(hook), os.environ.get("PYTHONPATH")) if x)
+    env = {**os.environ, "PYTHONPATH": path, "PREP_TEST_SLOW_SHARD": "60"}
+    # Output to a file, not a pipe: the workers inherit it, and reading a pipe to its end would
+    # wait for them.
+    log = open(tmp_path / "log.txt", "wb")  # noqa: SIM115 - closed below
+    p = subprocess.Popen(
+        [PREP, *args, "-j", "2"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        cwd=tmp_path,
+        start_new_session=True,  # its own process group: the parent and its workers
+    )
+    log.close()
+    try:
+        deadline = time.monotonic() + 120
+        while p.poll() is None and not shard_temps(staging) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        names = shard_temps(staging)  # the workers are in their shards, waiting before reading
+        assert names and p.poll() is None, (tmp_path / "log.txt").read_text()
+        pattern = r"\.(tokens|doc_offsets)-(train|val)-\d{5}\.(\d+)\.npy\.tmp"
+        pids = {int(re.fullmatch(pattern, n)[3]) for n in names}  # type: ignore[index]
+        assert p.pid not in pids  # written by the workers, under their own pid
+        os.kill(p.pid, signal.SIGKILL)  # the parent only: its workers are orphaned
+        p.wait()
+        assert _group_gone(p.pid, limit_s=20), "a worker outlived its parent"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGKILL)
+    assert not list(staging.glob("*.npy"))  # nothing under a final name
+    res = CliRunner().invoke(app, [*args, "-j", "1", "--resume"])
+    assert res.exit_code == 0, res.output
+    assert temps(out) == [] and decoded(out) == [(b"doc %d " % i * 300).decode() for i in range(4)]
+
+
+# ---------------------------------------------------------------- listing and reject codes
+
+
+def test_listing_rejects_like_pack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    src = tmp_path / "src"
+    for sub in ("sub", "locked", ".hidden"):
+        (src / sub).mkdir(parents=True)
+    write_docs(src, {"a.txt": b"a", "sub/b.txt": b"b", "locked/c.txt": b"c", "e.md": b"e"})
+    write_docs(src, {".h.txt": b"h", ".hidden/f.txt": b"f"})  # hidden names: not inputs
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "d.txt").write_bytes(b"d")
+    (src / "broken.txt").symlink_to(tmp_path / "nothing.txt")
+    (src / "linked").symlink_to(tmp_path / "elsewhere")  # a folder link: followed
+    (src / "sub" / "loop").symlink_to(src)  # the top folder again
+    os.mkfifo(src / "fifo.txt")
+    scandir = os.scandir
+
+    def refuse_locked(path: Any = ".") -> Any:  # as chmod 000 would (root lists anything)
+        if str(path).endswith("locked"):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", refuse_locked)
+    pieces, rejects = list_text(src, split_lines=False)
+    assert [p.rel for p in pieces] == ["a.txt", "linked/d.txt", "sub/b.txt"]
+    assert {r["path"]: r["reason"] for r in rejects} == {
+        "broken.txt": "broken_link",
+        "fifo.txt": "not_file",
+        "locked": "unreadable",
+        "sub/loop": "link_loop",
+    }
+    assert [r["path"] for r in rejects] == sorted(r["path"] for r in rejects)
+
+
+def test_every_tokenize_reject_code_is_in_the_readme() -> None:
+    root = Path(__file__).resolve().parents[1]
+    table = set(re.findall(r"^\| `(\w+)` \|", (root / "README.md").read_text(), re.M))
+    source = (root / "prep" / "text.py").read_text()
+    emitted = set(re.findall(r"(?:_reject|reject_record)\(\s*[\w.]+,\s*\"(\w+)\"", source))
+    assert {"utf8", "json", "no_text", "too_long", "unreadable"} <= emitted  # the regex works
+    # os_reject_code and check_file (prep.sources) give the listing's codes, as for pack.
+    emitted |= {"missing", "broken_link", "link_loop", "not_file"}
+    assert emitted <= table, f"not in the README's reject codes: {sorted(emitted - table)}"
+
+
+# ---------------------------------------------------------------- the encoders
+
+
+def test_hf_encode_builds_ids_with_numpy_and_with_eot(monkeypatch: pytest.MonkeyPatch) -> None:
+    import prep.text
+
+    texts = ["alpha béta", "", "东京 🙂 alpha", "x", ""]
+    tok = prep.text.fit_tokenizer("bpe", lambda: iter(texts * 5), 300)
+    calls: list[int | None] = []
+    real = prep.text.with_eot
+
+    def spy(ids: np.ndarray, lengths: np.ndarray, eot: int | None) -> Any:
+        calls.append(eot)
+        return real(ids, lengths, eot)
+
+    monkeypatch.setattr(prep.text, "with_eot", spy)
+    ids, lengths = tok.encode(texts)
+    assert calls == [tok.eot_id] and tok.eot_id is not None  # one eot insertion, shared
+    runs = [tok._tok.encode(t, add_special_tokens=False).ids for t in texts]  # type: ignore[attr-defined]
+    want = [i for r in runs for i in [*r, tok.eot_id]]
+    assert ids.dtype == np.int64 and ids.tolist() == want
+    assert lengths.dtype == np.int64 and lengths.tolist() == [len(r) + 1 for r in runs]
+    empty_ids, empty_lengths = tok.encode([])
+    assert empty_ids.size == 0 and empty_lengths.size == 0
