@@ -80,9 +80,11 @@ def check_file(path: Path, rel: str) -> dict[str, Any] | None:
     return None
 
 
-def _walk(root: Path) -> tuple[list[tuple[str, Path]], list[dict[str, Any]]]:
-    """Files under root with an image extension, as sorted (rel, path), and rejects for what
-    cannot be read: broken links, link loops, special files, folders we may not list.
+def walk(
+    root: Path, exts: frozenset[str] = IMAGE_EXTS
+) -> tuple[list[tuple[str, Path]], list[dict[str, Any]]]:
+    """Files under root with one of `exts`, as sorted (rel, path), and rejects for what cannot
+    be read: broken links, link loops, special files, folders we may not list.
 
     Folder links are followed (class folders are often links), each folder once: a second way
     into a folder (a loop, or two links to one folder) is a `link_loop` reject. Folders are
@@ -117,7 +119,7 @@ def _walk(root: Path) -> tuple[list[tuple[str, Path]], list[dict[str, Any]]]:
         seen[key] = here
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         for name in filenames:
-            if name.startswith(".") or Path(name).suffix.lower() not in IMAGE_EXTS:
+            if name.startswith(".") or Path(name).suffix.lower() not in exts:
                 continue
             path = Path(dirpath) / name
             rel = rel_of(path)
@@ -134,7 +136,7 @@ def _walk(root: Path) -> tuple[list[tuple[str, Path]], list[dict[str, Any]]]:
 def _mask_index(masks: Path) -> dict[str, Path]:
     """Masks by relative stem ("cat/001" -> masks/cat/001.png). A mask that cannot be read (a
     FIFO, a broken link) is indexed too: its image is rejected for it (mask_not_file...)."""
-    files, rejects = _walk(masks)
+    files, rejects = walk(masks)
     index: dict[str, Path] = {}
     for rel, path in files:
         index.setdefault(rel.rsplit(".", 1)[0], path)  # sorted: .png before .tif for one stem
@@ -159,7 +161,7 @@ def _fingerprint(items: list[Item]) -> list[tuple[str, int, int]]:
 
 def list_folder(src: Path) -> tuple[list[Item], list[str] | None, list[dict[str, Any]]]:
     """Class sub-folders (sorted names, like torchvision's ImageFolder) or a flat folder."""
-    files, rejects = _walk(src)
+    files, rejects = walk(src)
     top = [rel for rel, _ in files if "/" not in rel]
     has_classes = any("/" in rel for rel, _ in files)
     if not has_classes:

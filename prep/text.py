@@ -29,7 +29,7 @@ import numpy as np
 
 from loaders.format import atomic_write_text, fsync_dir
 from prep import PrepError
-from prep.sources import check_file, os_reject_code, reject_record
+from prep.sources import os_reject_code, reject_record, walk
 
 EOT = "<|endoftext|>"
 # End-of-document tokens looked up, in this order, in a tokenizer.json the user brings.
@@ -86,64 +86,20 @@ def list_text(src: Path, split_lines: bool) -> tuple[list[Piece], list[dict[str,
             return [Piece(str(src), src.name, 0, src.stat().st_size, line_mode)], []
         raise PrepError(f"{src} is not a .txt or .jsonl file. HINT: pass a folder of .txt files")
     found: list[Piece] = []
-    rejects: list[dict[str, Any]] = []
-    for rel, path in _walk_text(src, rejects):
-        # The same checks, and reject codes, as prep pack's listing (prep.sources.check_file):
-        # a broken link, a link loop, a FIFO or device is rejected and never opened.
-        problem = check_file(path, rel)
-        if problem is not None:
-            rejects.append(problem)
-        elif not os.access(path, os.R_OK):  # planning reads line files: fail here, by name
+    files, rejects = walk(src, TEXT_EXTS)  # the same checks and reject codes as prep pack's
+    for rel, path in files:
+        if not os.access(path, os.R_OK):  # planning reads line files: fail here, by name
             rejects.append(reject_record(rel, "unreadable", "cannot read: no read permission"))
-        else:
-            try:
-                size = path.stat().st_size
-            except OSError as e:  # gone since check_file
-                rejects.append(reject_record(rel, os_reject_code(e), f"cannot stat: {e.strerror}"))
-                continue
-            found.append(Piece(str(path), rel, 0, size, line_mode))
+            continue
+        try:
+            size = path.stat().st_size
+        except OSError as e:  # gone since it was listed
+            rejects.append(reject_record(rel, os_reject_code(e), f"cannot stat: {e.strerror}"))
+            continue
+        found.append(Piece(str(path), rel, 0, size, line_mode))
     found.sort(key=lambda p: p.rel)
     rejects.sort(key=lambda r: str(r["path"]))
     return found, rejects
-
-
-def _walk_text(root: Path, rejects: list[dict[str, Any]]) -> list[tuple[str, Path]]:
-    """(rel, path) of the `.txt` names under `root`, hidden names skipped, as prep pack walks
-    image folders: folder links are followed and each folder is listed once (a second way in is
-    a `link_loop` reject); a folder that cannot be listed is an `unreadable` reject."""
-
-    def rel_of(path: str | Path) -> str:
-        return Path(path).relative_to(root).as_posix()
-
-    def unlistable(e: OSError) -> None:
-        rejects.append(
-            reject_record(rel_of(e.filename), os_reject_code(e), f"cannot list: {e.strerror}")
-        )
-
-    found: list[tuple[str, Path]] = []
-    seen: dict[tuple[int, int], str] = {}
-    for dirpath, dirnames, filenames in os.walk(root, onerror=unlistable, followlinks=True):
-        here = rel_of(dirpath)
-        try:
-            st = os.stat(dirpath)
-        except OSError as e:
-            unlistable(e)
-            dirnames[:] = []
-            continue
-        key = (st.st_dev, st.st_ino)
-        if key in seen:
-            rejects.append(
-                reject_record(here, "link_loop", f"the folder {seen[key]!r} again, via a link")
-            )
-            dirnames[:] = []
-            continue
-        seen[key] = here
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        for name in filenames:
-            if not name.startswith(".") and Path(name).suffix.lower() in TEXT_EXTS:
-                path = Path(dirpath) / name
-                found.append((rel_of(path), path))
-    return found
 
 
 def iter_lines(
