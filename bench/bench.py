@@ -260,7 +260,33 @@ def bench_load(raw: Path, work: Path, sample: int) -> list[Row]:
             )
         )
     print(f"   (load: {len(ds)} samples, {data_bytes / 1e6:.0f} MB per epoch)", file=sys.stderr)
+    rows.append(worker_batch_cost(src[:256]))
     return rows
+
+
+def worker_batch_cost(batch: np.ndarray) -> Row:
+    """Where a DataLoader worker's time goes for one batch: making fresh shared memory for it
+    and faulting its pages in (what torch's worker protocol needs per batch), against the copy
+    of the pixels into memory that is already there."""
+    import torch
+
+    out = np.empty_like(batch)
+    np.copyto(out, batch)
+
+    def fresh() -> None:
+        storage = torch.UntypedStorage._new_shared(batch.nbytes)
+        torch.empty(0, dtype=torch.uint8).set_(storage).numpy().fill(0)
+
+    t_fresh = min(timed(fresh) for _ in range(5))
+    t_copy = min(timed(lambda: np.copyto(out, batch)) for _ in range(5))
+    return Row(
+        "4c worker batch: fresh shared memory vs copy",
+        t_fresh * 1e3,
+        t_copy * 1e3,
+        "ms",
+        "info (why 4b)",
+        None,
+    )
 
 
 def bench_tokenize(raw: Path, work: Path, jobs: int, docs: int, reps: int) -> list[Row]:
