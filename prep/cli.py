@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import signal
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Optional, TypeVar
@@ -28,6 +30,10 @@ def friendly(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        # SIGTERM (a batch scheduler's stop, `kill`) ends a run as Ctrl-C does: workers stopped,
+        # temp files removed, finished shards kept for --resume.
+        in_main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGTERM, _interrupt) if in_main else None
         try:
             return fn(*args, **kwargs)
         except (PrepError, FormatError) as e:
@@ -40,8 +46,15 @@ def friendly(fn: F) -> F:
                 err=True,
             )
             raise typer.Exit(EXIT_INTERRUPTED) from None
+        finally:
+            if in_main:
+                signal.signal(signal.SIGTERM, previous)
 
     return wrapper  # type: ignore[return-value]
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 def int_list(text: str | None) -> list[int] | None:

@@ -199,6 +199,21 @@ def test_ctrl_c_stops_workers_removes_temps(src: Path, tmp_path: Path, reference
     assert_same(out, ref)
 
 
+@pytest.mark.slow
+def test_sigterm_to_the_parent_ends_like_ctrl_c(src: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    staging = tmp_path / "out.partial"
+    p = start(src, out, "-j", "2")
+    wait_for(p, lambda: len(finished_shards(staging)) >= 1)
+    os.kill(p.pid, signal.SIGTERM)  # the parent only, as `kill` or a scheduler's stop
+    _, err = p.communicate()
+    assert p.returncode == 130, err
+    assert err.strip().splitlines()[-1].startswith("interrupted: temp files removed")
+    assert temps(staging) == [] and not out.exists()
+    assert not (staging / "manifest.json").exists()
+    assert group_gone(p.pid), "workers left running"
+
+
 def test_keyboard_interrupt_in_process(src: Path, tmp_path: Path, monkeypatch: Any) -> None:
     encode, calls = prep.pack.encode_item, []
 
