@@ -146,6 +146,11 @@ class Manifest:
     def fields(self) -> list[str]:
         return sorted({a.field for a in self.arrays.values()})
 
+    def array_for(self, field_name: str, size: int) -> str:
+        """The array holding `field_name` at `size`: its sized one, or the size-free one."""
+        sized = array_name(field_name, size)
+        return sized if sized in self.arrays else field_name
+
     def sizes(self) -> list[int]:
         return sorted({a.size for a in self.arrays.values() if a.size is not None})
 

@@ -44,11 +44,11 @@ from prep.parallel import ShardProgress, check_backend, run_tasks
 from prep.profile import StageTimer, run_profiled, stage
 from prep.run import (
     cleanup_temps,
-    exit_with_parent,
     finished,
     install,
     load_record,
     prepare_staging,
+    shard_task,
     write_error,
     write_record,
     write_rejects,
@@ -142,30 +142,14 @@ def _write_h5(path: Path, parts: dict[str, Path]) -> None:
         os.fsync(fh.fileno())
 
 
+@shard_task
 def pack_shard(
-    index: int,
-    items: list[Item],
-    cfg: PackConfig,
-    specs: dict[str, ArraySpec],
-    staging: Path,
-    parent: int | None = None,
+    index: int, items: list[Item], cfg: PackConfig, specs: dict[str, ArraySpec], staging: Path
 ) -> dict[str, Any]:
     """The joblib task: encode `items` into shard `index` under `staging`; return its record.
 
-    `parent`: the pid of the `prep pack` process whose loky worker runs this (None elsewhere).
-
     Memory holds one sample at a time whatever the shard size; no pixels leave the process.
     A failed write raises PrepError naming the file and leaves no file of the shard behind."""
-    try:
-        exit_with_parent(parent)
-        return _write_shard(index, items, cfg, specs, staging)
-    except OSError as e:
-        raise write_error(e) from e
-
-
-def _write_shard(
-    index: int, items: list[Item], cfg: PackConfig, specs: dict[str, ArraySpec], staging: Path
-) -> dict[str, Any]:
     import cv2
 
     cv2.setNumThreads(1)  # one task per core already

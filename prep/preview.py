@@ -140,13 +140,7 @@ def preview(
 ) -> PreviewResult:
     """Write a contact sheet of the first `count` samples at `size` px (default: the smallest
     stored size) to `output` (any format Pillow writes, by extension)."""
-    m = read_manifest(root)
-    if m.kind != "images":
-        raise PrepError(f"{root} holds {m.kind}; preview shows image datasets")
-    sizes = m.sizes()
-    size = min(sizes) if size is None else size
-    if size not in sizes:
-        raise PrepError(f"{root} has no size {size}. HINT: --size one of {sizes}")
+    m, size = image_dataset(root, size, "preview shows")
     if count < 1 or (columns is not None and columns < 1):
         raise PrepError("--count and --columns must be at least 1")
     count = min(count, m.num_samples)
@@ -170,6 +164,18 @@ def preview(
     sheet, layout = contact_sheet(tiles, captions, title, columns)
     save_image(sheet, output)
     return PreviewResult(output, count, size, has_masks, layout)
+
+
+def image_dataset(root: Path, size: int | None, what: str) -> tuple[Manifest, int]:
+    """The manifest of an image dataset and the stored size to use (default: the smallest)."""
+    m = read_manifest(root)
+    if m.kind != "images":
+        raise PrepError(f"{root} holds {m.kind}; {what} image datasets")
+    sizes = m.sizes()
+    size = min(sizes) if size is None else size
+    if size not in sizes:
+        raise PrepError(f"{root} has no size {size}. HINT: --size one of {sizes}")
+    return m, size
 
 
 def save_image(image: Image.Image, path: Path) -> None:

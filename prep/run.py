@@ -13,16 +13,20 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import json
 import os
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from loaders.format import MANIFEST, REJECTS, atomic_write_text, sha256_file
 from prep import PrepError
+
+T = TypeVar("T")
 
 RUN_DIR = ".prep-run"  # inside OUT.partial: the plan and one record per finished shard
 PLAN = "plan.json"
@@ -59,6 +63,24 @@ def write_rejects(staging: Path, rejects: list[dict[str, Any]]) -> list[dict[str
 
 
 _watching: list[int] = []  # the parent pid this worker process watches, once started
+
+
+def shard_task(write: Callable[..., T]) -> Callable[..., T]:
+    """Make a shard writer the joblib task that runs it. The task takes the writer's arguments
+    and then `parent`: the pid of the command whose loky worker runs it (None elsewhere); the
+    worker ends when that process dies (exit_with_parent). A failed write becomes one PrepError
+    line naming the file (write_error)."""
+
+    @functools.wraps(write)
+    def task(*args: Any) -> T:
+        *write_args, parent = args
+        try:
+            exit_with_parent(parent)
+            return write(*write_args)
+        except OSError as e:
+            raise write_error(e) from e
+
+    return task
 
 
 def exit_with_parent(parent: int | None) -> None:

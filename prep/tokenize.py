@@ -48,11 +48,11 @@ from prep.parallel import ShardProgress, run_tasks
 from prep.profile import StageTimer, run_profiled, stage, timed_iter
 from prep.run import (
     cleanup_temps,
-    exit_with_parent,
     finished,
     install,
     load_record,
     prepare_staging,
+    shard_task,
     write_error,
     write_record,
     write_rejects,
@@ -266,6 +266,7 @@ def _load_tokenizer(name: str, folder: Path, file: str | None, sha: str) -> Toke
     return load_saved(name, folder, file)
 
 
+@shard_task
 def tokenize_shard(
     index: int,
     pieces: list[Piece],
@@ -276,35 +277,11 @@ def tokenize_shard(
     dtype: str,
     staging: Path,
     threads: bool,
-    parent: int | None = None,
 ) -> dict[str, Any]:
     """The joblib task: tokenize `pieces` into shard `index` of each split; return its record.
 
-    `parent`: the pid of the `prep tokenize` process whose loky worker runs this (None
-    elsewhere); the worker ends when that process dies (prep.run.exit_with_parent).
-
     Memory holds one batch of documents; only counts, checksums and rejects leave the process.
     A failed write raises PrepError naming the file and leaves no temp file of the shard."""
-    try:
-        exit_with_parent(parent)
-        return _write_shard(
-            index, pieces, cfg, tok_name, tok_file, tok_sha, dtype, staging, threads
-        )
-    except OSError as e:
-        raise write_error(e) from e
-
-
-def _write_shard(
-    index: int,
-    pieces: list[Piece],
-    cfg: TokenizeConfig,
-    tok_name: str,
-    tok_file: str | None,
-    tok_sha: str,
-    dtype: str,
-    staging: Path,
-    threads: bool,
-) -> dict[str, Any]:
     if not threads:  # one task per core already; read by tokenizers at every call
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
     tok = _load_tokenizer(tok_name, staging, tok_file, tok_sha)

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from loaders.format import Manifest, array_name, read_manifest
+from loaders.format import Manifest
 from prep import PrepError
 from prep.report import mb
 
@@ -132,7 +132,7 @@ def batch_bytes(m: Manifest, size: int, fields: Sequence[str], batch_size: int) 
     """Bytes of one batch as the loader returns it (see the module docstring)."""
     per_sample = 0
     for f in fields:
-        spec = m.arrays[array_name(f, size if f in ("image", "mask") else None)]
+        spec = m.arrays[m.array_for(f, size)]
         per_sample += int(np.prod(spec.shape, dtype=np.int64)) * OUT_ITEMSIZE[f]
     return per_sample * batch_size
 
@@ -221,14 +221,9 @@ def tune(
 
     from loaders import ImageShardDataset
     from prep.parallel import progress
+    from prep.preview import image_dataset
 
-    m = read_manifest(root)
-    if m.kind != "images":
-        raise PrepError(f"{root} holds {m.kind}; tune times image datasets")
-    sizes = m.sizes()
-    size = min(sizes) if size is None else size
-    if size not in sizes:
-        raise PrepError(f"{root} has no size {size}. HINT: --size one of {sizes}")
+    m, size = image_dataset(root, size, "tune times")
     if batch_size < 1 or prefetch_factor < 1 or seconds <= 0:
         raise PrepError("--batch-size, --prefetch-factor and --seconds must be positive")
     if limit is not None and limit < 1:

@@ -10,17 +10,15 @@ import json
 import os
 import re
 import resource
-import signal
 import struct
 import zlib
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import cv2
 import numpy as np
 import pytest
+from helpers import no_hang
 from PIL import Image, ImageOps
 from typer.testing import CliRunner
 
@@ -58,22 +56,6 @@ def code_of(path: Path, **kw: Any) -> str:
     with pytest.raises(Reject) as info:
         decode_image(path, **kw)
     return info.value.code
-
-
-@contextmanager
-def no_hang(seconds: int = 60) -> Iterator[None]:
-    """Fail instead of blocking forever (a FIFO opened for reading waits for a writer)."""
-
-    def fail(signum: int, frame: Any) -> None:
-        raise TimeoutError(f"blocked for {seconds} s")
-
-    old = signal.signal(signal.SIGALRM, fail)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def png_chunk(kind: bytes, body: bytes) -> bytes:

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers import group_gone
 from typer.testing import CliRunner
 
 import prep.pack
@@ -99,17 +100,6 @@ def wait_for(p: subprocess.Popen[str], ready: Callable[[], bool], limit_s: float
     deadline = time.monotonic() + limit_s
     while p.poll() is None and not ready() and time.monotonic() < deadline:
         time.sleep(0.005)
-
-
-def group_gone(pgid: int, limit_s: float = 60) -> bool:
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return True
-        time.sleep(0.02)
-    return False
 
 
 def finished_shards(staging: Path) -> dict[str, tuple[int, int]]:

@@ -10,9 +10,7 @@ import json
 import os
 import pickle
 import re
-import signal
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +18,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from helpers import no_hang
 
 from loaders import ImageShardDataset, make_loader
 from loaders.format import FormatError, check_files, load_manifest, read_manifest
@@ -57,20 +56,6 @@ def refused(root: Path, *parts: str) -> str:
 @pytest.fixture
 def ds(packed: Path, copy_dataset: Callable[[Path], Path]) -> Path:
     return copy_dataset(packed)
-
-
-@contextmanager
-def no_hang(seconds: int = 60) -> Iterator[None]:
-    def fail(signum: int, frame: Any) -> None:
-        raise TimeoutError(f"blocked for {seconds} s")
-
-    old = signal.signal(signal.SIGALRM, fail)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 # ---------------------------------------------------------------- the manifest itself

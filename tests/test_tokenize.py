@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from helpers import group_gone
 from typer.testing import CliRunner
 
 from loaders import DocumentDataset, TokenWindowDataset, make_loader
@@ -528,17 +529,6 @@ def shard_temps(staging: Path) -> list[str]:
     return [n for n in temps(staging) if n.endswith(".npy.tmp")]
 
 
-def _group_gone(pgid: int, limit_s: float) -> bool:
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def test_workers_end_with_a_killed_parent(tmp_path: Path) -> None:
     """SIGKILL of the parent alone: its loky workers stop mid-shard, so none of them can write
     (or rename into final names) beside the --resume run that follows."""
@@ -573,7 +563,7 @@ def test_workers_end_with_a_killed_parent(tmp_path: Path) -> None:
         assert p.pid not in pids  # written by the workers, under their own pid
         os.kill(p.pid, signal.SIGKILL)  # the parent only: its workers are orphaned
         p.wait()
-        assert _group_gone(p.pid, limit_s=20), "a worker outlived its parent"
+        assert group_gone(p.pid, limit_s=20), "a worker outlived its parent"
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(p.pid, signal.SIGKILL)
