@@ -80,7 +80,8 @@ def naive_one(path: str, out: str, size: int) -> None:
 
 def bare_one(path: str, size: int) -> None:
     """The fastest decode+resize we know with no I/O but the read: DCT-reduced decode, then the
-    cheapest resize that reaches the size (bilinear under 2x: see prep.images.resize)."""
+    cheapest resize that reaches the size (bilinear under 2x: see
+    prep.kinds.images.decode.resize)."""
     import cv2
     from PIL import Image
 

@@ -11,8 +11,9 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from loaders.format import ShardStore, array_name, open_array
+from loaders.format import array_name, open_array
 from loaders.loader import Batch, BufferPool, check_indices, new_batch
+from loaders.store import ShardStore
 
 # Fields whose arrays exist once per size; the others (label, orig_size) are size-free.
 SIZED_FIELDS = ("image", "mask")

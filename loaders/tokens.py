@@ -14,8 +14,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from loaders.format import ShardStore
 from loaders.loader import Batch, check_indices, new_batch
+from loaders.store import ShardStore
 
 
 class _TokenSplit(ShardStore):

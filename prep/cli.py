@@ -165,8 +165,8 @@ def _pack_command(name: str, doc: str, default_gray: bool | None, one_size: bool
         profile: ProfileOpt = False,
     ) -> None:
         from prep.config import PackConfig, load_config
-        from prep.pack import pack
-        from prep.profile import profile_table
+        from prep.kinds.images.pack import pack
+        from prep.run.profile import profile_table
 
         overrides = config_overrides(PackConfig, {**locals(), "sizes": int_list(sizes)})
         cfg = load_config(PackConfig, "pack", config, overrides)
@@ -266,14 +266,14 @@ def tokenize(
     Example: prep tokenize data/demo-raw/text data/demo-tokens --tokenizer bpe --vocab-size 512
     """
     from prep.config import TokenizeConfig, load_config
-    from prep.tokenize import tokenize as run
+    from prep.kinds.text.tokenize import tokenize as run
 
     overrides = config_overrides(TokenizeConfig, locals())
     cfg = load_config(TokenizeConfig, "tokenize", config, overrides)
     summary = run(cfg, show_progress=not quiet, profile=profile)
     typer.echo(summary.line())
     if summary.stages is not None:
-        from prep.profile import TEXT_STAGES, profile_table
+        from prep.run.profile import TEXT_STAGES, profile_table
 
         workers = min(cfg.n_jobs, max(1, summary.shards - summary.reused))
         typer.echo(profile_table(summary.stages, TEXT_STAGES, workers))
@@ -314,7 +314,7 @@ def info(
 
     Example: prep info data/demo-packed --batch-size 128
     """
-    from prep.report import info as describe
+    from prep.inspect.report import info as describe
 
     typer.echo(describe(root, batch_size))
 
@@ -331,7 +331,7 @@ def verify(
 
     Example: prep verify data/demo-packed
     """
-    from prep.report import verify as check
+    from prep.inspect.report import verify as check
 
     manifest, problems = check(root, limit)
     for p in problems:
@@ -371,7 +371,7 @@ def preview(
 
     Example: prep preview data/demo-packed --size 128 --count 32 --output sheet.png
     """
-    from prep.preview import preview as sheet
+    from prep.inspect.preview import preview as sheet
 
     typer.echo(sheet(root, size, count, output, columns, masks).line())
 
@@ -403,8 +403,8 @@ def tune(
 
     Example: prep tune data/demo-packed --size 256 --batch-size 64 --plot tune.png
     """
-    from prep.tune import plot as draw
-    from prep.tune import tune as run
+    from prep.inspect.tune import plot as draw
+    from prep.inspect.tune import tune as run
 
     try:
         counts = [int(w) for w in workers.split(",") if w.strip()] if workers else None

@@ -48,7 +48,7 @@ class PackConfig:
 
     def validate(self) -> None:
         from loaders.format import STORAGES
-        from prep.images import MODES
+        from prep.kinds.images.decode import MODES
 
         if not self.src or not self.out:
             raise PrepError(
@@ -161,7 +161,8 @@ class TokenizeConfig:
         return {k: v for k, v in asdict(self).items() if k not in self.RUNTIME}
 
     def validate(self) -> None:
-        from prep.text import ERRORS, check_tokenizer
+        from prep.kinds.text.documents import ERRORS
+        from prep.kinds.text.tokenizers import check_tokenizer
 
         if not self.src or not self.out:
             raise PrepError(

@@ -149,7 +149,7 @@ def make_demo(
     max_side: int = 4032,
     show_progress: bool = True,
 ) -> None:
-    from prep.parallel import progress, run_tasks
+    from prep.run.parallel import progress, run_tasks
 
     bar = progress(count, "img", "demo") if show_progress else None
     chunks = [

@@ -13,7 +13,7 @@ import pytest
 
 from prep.config import PackConfig
 from prep.demo import make_demo
-from prep.pack import PackSummary, pack
+from prep.kinds.images.pack import PackSummary, pack
 
 PackFn = Callable[..., PackSummary]
 

@@ -26,8 +26,8 @@ from loaders import ImageShardDataset
 from loaders.format import iter_rejects, read_manifest
 from prep import PrepError
 from prep.cli import app
-from prep.images import BACKGROUND, Reject, decode_image
-from prep.sources import list_images
+from prep.kinds.images.decode import BACKGROUND, Reject, decode_image
+from prep.kinds.images.sources import list_images
 
 # ---------------------------------------------------------------- helpers
 

@@ -10,7 +10,7 @@ import pytest
 
 from prep import PrepError
 from prep.config import PackConfig, TokenizeConfig, load_config
-from prep.sources import list_images
+from prep.kinds.images.sources import list_images
 
 
 @pytest.mark.parametrize(

@@ -26,12 +26,12 @@ import pytest
 from helpers import group_gone
 from typer.testing import CliRunner
 
-import prep.pack
+import prep.kinds.images.pack
 from loaders import ImageShardDataset
 from loaders.format import check_files, read_manifest
 from prep import PrepError
 from prep.cli import app
-from prep.run import RUN_DIR, load_record
+from prep.run.staging import RUN_DIR, load_record
 
 PREP = str(Path(sys.executable).with_name("prep"))
 OPTIONS = ["--sizes", "32,48", "--shard-size", "3", "--max-rejects", "0.5", "-q"]
@@ -73,8 +73,8 @@ def reference(src: Path, tmp_path_factory: pytest.TempPathFactory) -> Callable[[
 
     def get(out: Path) -> Path:
         if out not in made:
-            prep.pack.pack(
-                prep.pack.PackConfig(src=str(src), out=str(out), jobs=1, **PACK),
+            prep.kinds.images.pack.pack(
+                prep.kinds.images.pack.PackConfig(src=str(src), out=str(out), jobs=1, **PACK),
                 show_progress=False,
             )
             made[out] = keep / f"ref{len(made)}"
@@ -205,7 +205,7 @@ def test_sigterm_to_the_parent_ends_like_ctrl_c(src: Path, tmp_path: Path) -> No
 
 
 def test_keyboard_interrupt_in_process(src: Path, tmp_path: Path, monkeypatch: Any) -> None:
-    encode, calls = prep.pack.encode_item, []
+    encode, calls = prep.kinds.images.pack.encode_item, []
 
     def interrupted(*args: Any) -> Any:
         calls.append(1)
@@ -213,7 +213,7 @@ def test_keyboard_interrupt_in_process(src: Path, tmp_path: Path, monkeypatch: A
             raise KeyboardInterrupt
         return encode(*args)
 
-    monkeypatch.setattr(prep.pack, "encode_item", interrupted)
+    monkeypatch.setattr(prep.kinds.images.pack, "encode_item", interrupted)
     out = tmp_path / "out"
     result = CliRunner().invoke(app, ["pack", str(src), str(out), *OPTIONS, "-j", "1"])
     assert result.exit_code == 130
@@ -282,7 +282,7 @@ def test_overwrite_keeps_the_old_dataset(
     pack_to(src, out, sizes=[24], shard_size=50, max_rejects=0.5)
     old = files_of(out)
     old_images = ImageShardDataset(out, fields=("image",)).__getitems__(list(range(24))).tensors[0]
-    encode, checked = prep.pack.encode_item, []
+    encode, checked = prep.kinds.images.pack.encode_item, []
 
     def check_old_then_encode(*args: Any) -> Any:  # during the new run: the old one still reads
         if not checked:
@@ -293,7 +293,7 @@ def test_overwrite_keeps_the_old_dataset(
             checked.append(True)
         return encode(*args)
 
-    monkeypatch.setattr(prep.pack, "encode_item", check_old_then_encode)
+    monkeypatch.setattr(prep.kinds.images.pack, "encode_item", check_old_then_encode)
     _fail_fsync_of("manifest.json", monkeypatch)  # the new run fails at its very last write
     with pytest.raises(
         PrepError, match=r"cannot write .*/out\.partial/\.manifest\.json\.\w+\.tmp: No space"
@@ -301,7 +301,7 @@ def test_overwrite_keeps_the_old_dataset(
         pack_to(src, out, overwrite=True, **PACK)
     assert checked and files_of(out) == old
     monkeypatch.undo()
-    monkeypatch.setattr(prep.pack, "encode_item", check_old_then_encode)
+    monkeypatch.setattr(prep.kinds.images.pack, "encode_item", check_old_then_encode)
     checked.clear()
     pack_to(src, out, overwrite=True, **PACK)  # and when it succeeds, the new one replaces it
     assert checked and read_manifest(out).sizes() == [32, 48]

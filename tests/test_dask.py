@@ -21,8 +21,8 @@ from typer.testing import CliRunner
 from prep import PrepError
 from prep.cli import app
 from prep.config import PackConfig
-from prep.pack import pack
-from prep.parallel import check_backend, run_tasks
+from prep.kinds.images.pack import pack
+from prep.run.parallel import check_backend, run_tasks
 
 PACK = {"sizes": [32], "shard_size": 4}  # the 24 demo images: 6 shards
 
@@ -63,9 +63,9 @@ def cluster() -> Iterator[Any]:
 def kill_worker_in_shard(marker: str, after_items: int) -> None:
     """Run on every worker: the first worker to encode `after_items` + 1 items of one shard
     SIGKILLs itself there, once per marker, leaving that shard's temp files half written."""
-    import prep.pack
+    import prep.kinds.images.pack
 
-    encode = prep.pack.encode_item
+    encode = prep.kinds.images.pack.encode_item
     seen: dict[int, int] = {}
 
     def encode_or_die(item: Any, cfg: Any, specs: Any) -> Any:
@@ -81,14 +81,14 @@ def kill_worker_in_shard(marker: str, after_items: int) -> None:
         return encode(item, cfg, specs)
 
     encode_or_die.original = encode  # type: ignore[attr-defined]
-    prep.pack.encode_item = encode_or_die
+    prep.kinds.images.pack.encode_item = encode_or_die
 
 
 def restore_encode() -> None:
-    import prep.pack
+    import prep.kinds.images.pack
 
-    while hasattr(prep.pack.encode_item, "original"):
-        prep.pack.encode_item = prep.pack.encode_item.original
+    while hasattr(prep.kinds.images.pack.encode_item, "original"):
+        prep.kinds.images.pack.encode_item = prep.kinds.images.pack.encode_item.original
 
 
 def drain(client: Any) -> None:
@@ -182,7 +182,7 @@ def test_backend_errors(backend: str, scheduler: str | None, message: str) -> No
 
 
 def test_unreachable_scheduler(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("prep.parallel.CONNECT_TIMEOUT_S", 1)
+    monkeypatch.setattr("prep.run.parallel.CONNECT_TIMEOUT_S", 1)
     with socket.socket() as s:  # a free port that nothing listens on once closed
         s.bind(("127.0.0.1", 0))
         address = f"tcp://127.0.0.1:{s.getsockname()[1]}"

@@ -10,7 +10,7 @@ import pytest
 
 from loaders.format import FormatError, load_manifest
 from prep.config import TokenizeConfig
-from prep.tokenize import tokenize
+from prep.kinds.text.tokenize import tokenize
 
 
 def edit_manifest(root: Path, change) -> None:

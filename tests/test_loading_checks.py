@@ -221,7 +221,7 @@ def test_no_pickle_anywhere() -> None:
 @pytest.fixture(scope="module")
 def packed_h5(raw_demo: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     from prep.config import PackConfig
-    from prep.pack import pack
+    from prep.kinds.images.pack import pack
 
     out = tmp_path_factory.mktemp("h5") / "ds"
     pack(

@@ -11,9 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 from loaders.format import read_manifest
-from prep import profile
 from prep.cli import app
-from prep.profile import (
+from prep.run import profile
+from prep.run.profile import (
     OTHER,
     StageTimer,
     profile_table,
@@ -110,7 +110,7 @@ def test_cli_profile_shares_sum_to_100(raw_demo: Path, tmp_path: Path) -> None:
 
 def test_profile_sums_stages_from_worker_processes(raw_demo: Path, tmp_path: Path) -> None:
     from prep.config import PackConfig
-    from prep.pack import pack
+    from prep.kinds.images.pack import pack
 
     cfg = PackConfig(
         src=str(raw_demo / "images"), out=str(tmp_path / "p"), sizes=[16], limit=4, shard_size=2

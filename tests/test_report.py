@@ -15,9 +15,9 @@ from typer.testing import CliRunner
 from loaders import ImageShardDataset
 from loaders.format import read_manifest
 from prep.cli import app
-from prep.preview import GAP, PALETTE, preview
-from prep.report import verify
-from prep.tune import TuneResult, TuneRow, batch_bytes, plot, tune, worker_counts
+from prep.inspect.preview import GAP, PALETTE, preview
+from prep.inspect.report import verify
+from prep.inspect.tune import TuneResult, TuneRow, batch_bytes, plot, tune, worker_counts
 
 
 def _stored(root: Path, name: str, i: int, shard_size: int = 8) -> np.ndarray:
@@ -171,7 +171,8 @@ def test_verify_limit_checks_only_the_first_shards(packed: Path, copy_dataset) -
 
 def test_report_modules_do_not_import_torch() -> None:
     code = (
-        "import sys, prep.cli, prep.preview, prep.tune, prep.profile; print('torch' in sys.modules)"
+        "import sys, prep.cli, prep.inspect.preview, prep.inspect.tune, prep.run.profile; "
+        "print('torch' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -22,8 +22,8 @@ import cv2
 import numpy as np
 from PIL import Image, ImageFile, UnidentifiedImageError
 
-from prep.profile import timed
-from prep.sources import check_file, os_reject_code
+from prep.run.inputs import check_file, os_reject_code
+from prep.run.profile import timed
 
 MODES = ("fill", "fit", "stretch")
 BACKGROUND = (255, 255, 255)  # alpha is composited on white, as a browser shows a PNG

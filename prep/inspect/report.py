@@ -1,4 +1,4 @@
-"""Looking at packed datasets: info and verify (preview and tune: prep.preview, prep.tune)."""
+"""Looking at packed datasets: info and verify (preview and tune have modules of their own)."""
 
 from __future__ import annotations
 
@@ -7,15 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
-from loaders.format import (
-    FormatError,
-    Manifest,
-    check_files,
-    read_manifest,
-    safe_path,
-    sha256_file,
-)
+from loaders.format import FormatError, Manifest, check_files, read_manifest, safe_path
 from prep import PrepError
+from prep.run.files import sha256_file
 
 
 def mb(n: float) -> str:

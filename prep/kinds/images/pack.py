@@ -28,21 +28,19 @@ from loaders.format import (
     ArraySpec,
     FileInfo,
     Manifest,
-    NpyWriter,
     Shard,
     array_name,
-    atomic_write_text,
-    named,
     read_manifest,
-    sha256_file,
-    smallest_uint,
 )
 from prep import PrepError, __version__
 from prep.config import PackConfig
-from prep.images import BACKGROUND, Reject, decode_image, decode_mask, sizes_from
-from prep.parallel import ShardProgress, check_backend, run_tasks
-from prep.profile import StageTimer, run_profiled, stage
-from prep.run import (
+from prep.kinds.images.decode import BACKGROUND, Reject, decode_image, decode_mask, sizes_from
+from prep.kinds.images.sources import Item, list_images
+from prep.run.files import NpyWriter, atomic_write_text, named, sha256_file, smallest_uint
+from prep.run.inputs import reject_record
+from prep.run.parallel import ShardProgress, check_backend, run_tasks
+from prep.run.profile import StageTimer, run_profiled, stage
+from prep.run.staging import (
     cleanup_temps,
     finished,
     install,
@@ -53,7 +51,6 @@ from prep.run import (
     write_record,
     write_rejects,
 )
-from prep.sources import Item, list_images, reject_record
 
 
 @dataclass
@@ -212,7 +209,7 @@ def pack_shard(
 def pack(cfg: PackConfig, show_progress: bool = True, profile: bool = False) -> PackSummary:
     """Pack cfg.src into cfg.out; see the module docstring for the guarantees.
 
-    `profile`: the summary's `stages` holds the seconds per stage of this run (prep.profile)."""
+    `profile`: the summary's `stages` holds the seconds per stage of this run (prep.run.profile)."""
     cfg.validate()
     check_backend(cfg.backend, cfg.scheduler)
     start = time.perf_counter()
@@ -260,7 +257,7 @@ def pack(cfg: PackConfig, show_progress: bool = True, profile: bool = False) -> 
             records[i] = rec
     reused = len(records)
 
-    parent = os.getpid() if cfg.backend == "loky" else None  # see prep.run.exit_with_parent
+    parent = os.getpid() if cfg.backend == "loky" else None  # see prep.run.staging.exit_with_parent
     todo = [
         (i, shards[i], cfg, specs, staging.absolute(), parent)
         for i in range(len(shards))

@@ -6,15 +6,13 @@ entries, so the shard plan depends only on the inputs and the config."""
 from __future__ import annotations
 
 import csv
-import errno
 import json
-import os
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from prep import PrepError
+from prep.run.inputs import check_file, reject_record, walk
 
 IMAGE_EXTS = frozenset(
     [
@@ -52,91 +50,10 @@ class Listing:
     fingerprint: list[tuple[str, int, int]] = field(default_factory=list)
 
 
-def reject_record(rel: str, code: str, message: str) -> dict[str, Any]:
-    return {"path": rel, "reason": code, "message": message}
-
-
-def os_reject_code(e: OSError) -> str:
-    """The reject code of a file the OS cannot give us (the README's table)."""
-    if e.errno == errno.ELOOP:
-        return "link_loop"
-    if e.errno in (errno.ENOENT, errno.ENOTDIR):
-        return "missing"  # vanished, or a link to nothing (see _check_file)
-    return "unreadable"
-
-
-def check_file(path: Path, rel: str) -> dict[str, Any] | None:
-    """None for a regular file (links followed), else its reject record with its reason code.
-    stat never opens the file, so a FIFO or device cannot block here."""
-    try:
-        st = path.stat()
-    except OSError as e:
-        code = os_reject_code(e)
-        if code == "missing" and path.is_symlink():
-            return reject_record(rel, "broken_link", f"link to nothing ({os.readlink(path)})")
-        return reject_record(rel, code, f"cannot stat: {e.strerror}")
-    if not stat.S_ISREG(st.st_mode):
-        return reject_record(rel, "not_file", "not a regular file (FIFO, device or folder)")
-    return None
-
-
-def walk(
-    root: Path, exts: frozenset[str] = IMAGE_EXTS
-) -> tuple[list[tuple[str, Path]], list[dict[str, Any]]]:
-    """Files under root with one of `exts`, as sorted (rel, path), and rejects for what cannot
-    be read: broken links, link loops, special files, folders we may not list.
-
-    Folder links are followed (class folders are often links), each folder once: a second way
-    into a folder (a loop, or two links to one folder) is a `link_loop` reject. Folders are
-    visited in sorted order, so which path wins never depends on the file system's order."""
-    found: list[tuple[str, Path]] = []
-    rejects: list[dict[str, Any]] = []
-    seen: dict[tuple[int, int], str] = {}
-
-    def rel_of(path: str | Path) -> str:
-        return Path(path).relative_to(root).as_posix()
-
-    def unlistable(e: OSError) -> None:
-        rejects.append(
-            reject_record(rel_of(e.filename), os_reject_code(e), f"cannot list: {e.strerror}")
-        )
-
-    for dirpath, dirnames, filenames in os.walk(root, onerror=unlistable, followlinks=True):
-        here = rel_of(dirpath)
-        try:
-            st = os.stat(dirpath)
-        except OSError as e:
-            unlistable(e)
-            dirnames[:] = []
-            continue
-        key = (st.st_dev, st.st_ino)
-        if key in seen:
-            rejects.append(
-                reject_record(here, "link_loop", f"the folder {seen[key]!r} again, via a link")
-            )
-            dirnames[:] = []
-            continue
-        seen[key] = here
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        for name in filenames:
-            if name.startswith(".") or Path(name).suffix.lower() not in exts:
-                continue
-            path = Path(dirpath) / name
-            rel = rel_of(path)
-            problem = check_file(path, rel)
-            if problem is None:
-                found.append((rel, path))
-            else:
-                rejects.append(problem)
-    found.sort()
-    rejects.sort(key=lambda r: r["path"])
-    return found, rejects
-
-
 def _mask_index(masks: Path) -> dict[str, Path]:
     """Masks by relative stem ("cat/001" -> masks/cat/001.png). A mask that cannot be read (a
     FIFO, a broken link) is indexed too: its image is rejected for it (mask_not_file...)."""
-    files, rejects = walk(masks)
+    files, rejects = walk(masks, IMAGE_EXTS)
     index: dict[str, Path] = {}
     for rel, path in files:
         index.setdefault(rel.rsplit(".", 1)[0], path)  # sorted: .png before .tif for one stem
@@ -161,7 +78,7 @@ def _fingerprint(items: list[Item]) -> list[tuple[str, int, int]]:
 
 def list_folder(src: Path) -> tuple[list[Item], list[str] | None, list[dict[str, Any]]]:
     """Class sub-folders (sorted names, like torchvision's ImageFolder) or a flat folder."""
-    files, rejects = walk(src)
+    files, rejects = walk(src, IMAGE_EXTS)
     top = [rel for rel, _ in files if "/" not in rel]
     has_classes = any("/" in rel for rel, _ in files)
     if not has_classes:

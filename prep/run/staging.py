@@ -23,8 +23,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from loaders.format import MANIFEST, REJECTS, atomic_write_text, sha256_file
+from loaders.format import MANIFEST, REJECTS
 from prep import PrepError
+from prep.run.files import atomic_write_text, sha256_file
 
 T = TypeVar("T")
 

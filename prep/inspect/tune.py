@@ -24,7 +24,7 @@ import numpy as np
 
 from loaders.format import Manifest
 from prep import PrepError
-from prep.report import mb
+from prep.inspect.report import mb
 
 PREFETCH = 2  # make_loader's default prefetch_factor
 GOOD_ENOUGH = 0.9  # recommend the fewest workers within 10% of the best throughput
@@ -220,8 +220,8 @@ def tune(
     from torch.utils.data import Subset
 
     from loaders import ImageShardDataset
-    from prep.parallel import progress
-    from prep.preview import image_dataset
+    from prep.inspect.preview import image_dataset
+    from prep.run.parallel import progress
 
     m, size = image_dataset(root, size, "tune times")
     if batch_size < 1 or prefetch_factor < 1 or seconds <= 0:
@@ -256,7 +256,7 @@ def plot(result: TuneResult, path: Path, width: int = 640, height: int = 400) ->
     its CPU use, the recommended one in orange."""
     from PIL import Image, ImageDraw, ImageFont
 
-    from prep.preview import save_image
+    from prep.inspect.preview import save_image
 
     font = ImageFont.load_default()
     img = Image.new("RGB", (width, height), "white")

@@ -35,18 +35,17 @@ from loaders.format import (
     ArraySpec,
     FileInfo,
     Manifest,
-    NpyWriter,
     Shard,
-    atomic_write_text,
     read_manifest,
-    sha256_file,
-    smallest_uint,
 )
 from prep import PrepError, __version__
 from prep.config import TokenizeConfig
-from prep.parallel import ShardProgress, run_tasks
-from prep.profile import StageTimer, run_profiled, stage, timed_iter
-from prep.run import (
+from prep.kinds.text.documents import DocumentReader, Piece, count_documents, line_starts, list_text
+from prep.kinds.text.tokenizers import Tokenizer, fit_tokenizer, load_saved, tokenizer_identity
+from prep.run.files import NpyWriter, atomic_write_text, sha256_file, smallest_uint
+from prep.run.parallel import ShardProgress, run_tasks
+from prep.run.profile import StageTimer, run_profiled, stage, timed_iter
+from prep.run.staging import (
     cleanup_temps,
     finished,
     install,
@@ -56,17 +55,6 @@ from prep.run import (
     write_error,
     write_record,
     write_rejects,
-)
-from prep.text import (
-    DocumentReader,
-    Piece,
-    Tokenizer,
-    count_documents,
-    fit_tokenizer,
-    line_starts,
-    list_text,
-    load_saved,
-    tokenizer_identity,
 )
 
 SPLITS = ("train", "val")
@@ -360,7 +348,7 @@ def tokenize(
 ) -> TokenizeSummary:
     """Tokenize cfg.src into cfg.out; see the module docstring for the guarantees.
 
-    `profile`: the summary's `stages` holds the seconds per stage of this run (prep.profile)."""
+    `profile`: the summary's `stages` holds the seconds per stage of this run (prep.run.profile)."""
     cfg.validate()
     start = time.perf_counter()
     src, out = Path(str(cfg.src)), Path(str(cfg.out))
@@ -410,7 +398,7 @@ def tokenize(
 
     todo_ids = [i for i in range(len(shards)) if i not in records]
     threads = cfg.n_jobs == 1 or len(todo_ids) <= 1
-    parent = os.getpid() if cfg.backend == "loky" else None  # see prep.run.exit_with_parent
+    parent = os.getpid() if cfg.backend == "loky" else None  # see prep.run.staging.exit_with_parent
     todo = [
         (i, shards[i], cfg, name, file, tok_sha, dtype, staging, threads, parent) for i in todo_ids
     ]
@@ -511,7 +499,7 @@ def _finish(
             "eot_id": tok.eot_id,
             "tokenizer": tok_info,
             "splits": splits,
-            "inputs": inputs,  # as the plan's: see prep.run.finished
+            "inputs": inputs,  # as the plan's: see prep.run.staging.finished
         },
     )
     atomic_write_text(staging / MANIFEST, manifest.to_json())

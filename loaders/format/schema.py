@@ -1,0 +1,184 @@
+"""The on-disk contract between `prep` (writer) and `loaders` (reader). See FORMAT.md.
+
+A packed dataset is a folder. `manifest.json` is written last, atomically; a folder without it is
+an unfinished run. The manifest lists every array (its field, size, dtype and per-sample shape)
+and every shard (its sample count, the file and first-axis length of each array, and the byte
+size and sha256 of each file). Arrays are `.npy` files (one per array and shard) or datasets in
+one contiguous, uncompressed `.h5` file per shard; either way they are read as memory maps.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+FORMAT_NAME = "prep"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+REJECTS = "rejects.jsonl"
+# A fixed-size .npy header lets a writer stream samples first and fill in the count last,
+# and puts the data of every .npy file at the same offset. 128 bytes holds any 4-D shape.
+NPY_HEADER_BYTES = 128
+STORAGES = ("npy", "h5")
+KINDS = ("images", "tokens")
+
+
+class FormatError(ValueError):
+    """The dataset folder does not match its manifest, or the manifest is not one we read."""
+
+
+@dataclass(frozen=True)
+class ArraySpec:
+    """One array of the dataset: `field` at `size` px (None for size-free fields like labels).
+
+    `shape` is the shape of one sample (one token for token arrays); the array on disk is
+    (length, *shape)."""
+
+    field: str
+    size: int | None
+    dtype: str
+    shape: tuple[int, ...]
+
+
+@dataclass
+class ArrayRef:
+    file: str
+    length: int
+    key: str | None = None  # dataset name inside an .h5 file; None for .npy
+
+
+@dataclass
+class FileInfo:
+    bytes: int
+    sha256: str
+
+
+@dataclass
+class Shard:
+    count: int
+    arrays: dict[str, ArrayRef]
+    files: dict[str, FileInfo]
+    split: str | None = None
+
+    @classmethod
+    def from_dict(cls, s: dict[str, Any]) -> Shard:
+        return cls(
+            count=s["count"],
+            arrays={k: ArrayRef(**a) for k, a in s["arrays"].items()},
+            files={k: FileInfo(**f) for k, f in s["files"].items()},
+            split=s.get("split"),
+        )
+
+
+@dataclass
+class Manifest:
+    kind: str  # "images" or "tokens"
+    storage: str  # "npy" or "h5"
+    arrays: dict[str, ArraySpec]
+    shards: list[Shard]
+    config: dict[str, Any] = field(default_factory=dict)
+    classes: list[str] | None = None
+    rejects: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+    tool_version: str = ""
+    format_version: int = FORMAT_VERSION
+
+    @property
+    def num_samples(self) -> int:
+        return sum(s.count for s in self.shards)
+
+    def to_json(self) -> str:
+        d = asdict(self)
+        d = {"format": FORMAT_NAME, "num_samples": self.num_samples, **d}
+        return json.dumps(d, indent=1, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Manifest:
+        if d.get("format") != FORMAT_NAME:
+            raise FormatError("not a prep manifest (no 'format': 'prep')")
+        version = d.get("format_version")
+        if version != FORMAT_VERSION:
+            raise FormatError(
+                f"format version {version} is not {FORMAT_VERSION}. "
+                "HINT: repack with this version of prep, or install the prep that wrote it."
+            )
+        arrays = {
+            k: ArraySpec(v["field"], v["size"], v["dtype"], tuple(v["shape"]))
+            for k, v in d["arrays"].items()
+        }
+        for name, spec in arrays.items():
+            _check_spec(name, spec)
+        shards = [Shard.from_dict(s) for s in d["shards"]]
+        for i, shard in enumerate(shards):
+            _check_shard(i, shard)
+        if d["kind"] not in KINDS or d["storage"] not in STORAGES:
+            raise FormatError(
+                f"kind {d['kind']!r} / storage {d['storage']!r} is not one of {KINDS} / {STORAGES}"
+            )
+        total = sum(s.count for s in shards)
+        if d.get("num_samples", total) != total:
+            raise FormatError(
+                f"the manifest says {d['num_samples']} samples but its shards hold {total}"
+            )
+        return cls(
+            kind=d["kind"],
+            storage=d["storage"],
+            arrays=arrays,
+            shards=shards,
+            config=d.get("config", {}),
+            classes=d.get("classes"),
+            rejects=d.get("rejects", 0),
+            extra=d.get("extra", {}),
+            tool_version=d.get("tool_version", ""),
+            format_version=version,
+        )
+
+    def fields(self) -> list[str]:
+        return sorted({a.field for a in self.arrays.values()})
+
+    def array_for(self, field_name: str, size: int) -> str:
+        """The array holding `field_name` at `size`: its sized one, or the size-free one."""
+        sized = array_name(field_name, size)
+        return sized if sized in self.arrays else field_name
+
+    def sizes(self) -> list[int]:
+        return sorted({a.size for a in self.arrays.values() if a.size is not None})
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _check_spec(name: str, spec: ArraySpec) -> None:
+    """Plain numbers only: a dtype holding Python objects would make numpy unpickle."""
+    try:
+        dtype = np.dtype(spec.dtype)
+    except TypeError as e:
+        raise FormatError(f"array {name}: dtype {spec.dtype!r} is not a numpy dtype") from e
+    if dtype.kind not in "biuf" or dtype.hasobject:
+        raise FormatError(f"array {name}: dtype {spec.dtype!r} is not a plain numeric dtype")
+    if not all(_count(n) for n in spec.shape):
+        raise FormatError(f"array {name}: shape {list(spec.shape)} is not a list of sizes")
+    if not (spec.size is None or _count(spec.size)) or name != array_name(spec.field, spec.size):
+        raise FormatError(
+            f"array {name}: field {spec.field!r} at size {spec.size!r} is not named {name!r}"
+        )
+
+
+def _check_shard(index: int, shard: Shard) -> None:
+    if not _count(shard.count):
+        raise FormatError(f"shard {index}: count {shard.count!r} is not a number of samples")
+    for name, ref in shard.arrays.items():
+        if not _count(ref.length) or not isinstance(ref.file, str):
+            raise FormatError(f"shard {index}: array {name} has a bad file or length")
+    for rel, info in shard.files.items():
+        if not _count(info.bytes) or not isinstance(info.sha256, str):
+            raise FormatError(f"shard {index}: file {rel} has a bad byte size or sha256")
+
+
+def array_name(field_name: str, size: int | None) -> str:
+    """`image_256` for a sized field, `label` for a size-free one."""
+    return field_name if size is None else f"{field_name}_{size}"

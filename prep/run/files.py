@@ -1,0 +1,139 @@
+"""Writing files so that a reader sees all or nothing: temp names, fsync, atomic renames, and
+.npy files streamed sample by sample."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from loaders.format import NPY_HEADER_BYTES
+
+# ---------------------------------------------------------------- writing helpers (used by prep)
+
+
+def sha256_file(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def named(e: OSError, path: Path | str) -> OSError:
+    """`e` with the file it is about: a failed write() or fsync() does not say which file."""
+    if e.filename is not None:
+        return e
+    return OSError(e.errno, e.strerror or str(e), str(path))
+
+
+def fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        raise named(e, path) from e
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write to a temp file beside `path`, fsync, then rename: readers see all or nothing.
+
+    An OSError (disk full...) names the file; no temp file is left behind."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise named(e, tmp) from e
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def npy_header(dtype: np.dtype[Any], shape: tuple[int, ...]) -> bytes:
+    """A version 1.0 .npy header padded to exactly NPY_HEADER_BYTES."""
+    d = np.lib.format.header_data_from_array_1_0(np.empty((0,), dtype))
+    text = repr({"descr": d["descr"], "fortran_order": False, "shape": tuple(shape)})
+    body = len(text) + 1
+    pad = NPY_HEADER_BYTES - 10 - body
+    if pad < 0:
+        raise ValueError(f"shape {shape} does not fit a {NPY_HEADER_BYTES}-byte .npy header")
+    magic = b"\x93NUMPY\x01\x00" + (NPY_HEADER_BYTES - 10).to_bytes(2, "little")
+    return magic + (text + " " * pad + "\n").encode("latin1")
+
+
+class NpyWriter:
+    """Streams samples of one shape into a .npy file; the sample count is written on close.
+
+    Memory stays at one sample whatever the number of samples. An OSError (disk full...) names
+    the file; call abort() to remove it."""
+
+    def __init__(self, path: Path, dtype: str | np.dtype[Any], sample_shape: tuple[int, ...]):
+        self.path = path
+        self.dtype = np.dtype(dtype)
+        self.sample_shape = tuple(sample_shape)
+        self.length = 0
+        try:
+            self._f: BinaryIO = open(path, "wb")  # noqa: SIM115 - closed by close() or abort()
+        except OSError as e:
+            raise named(e, path) from e
+        self._write(b"\0" * NPY_HEADER_BYTES)
+
+    def _write(self, data: Any) -> None:
+        try:
+            self._f.write(data)
+        except OSError as e:
+            raise named(e, self.path) from e
+
+    def append(self, sample: np.ndarray) -> None:
+        if sample.shape != self.sample_shape or sample.dtype != self.dtype:
+            raise ValueError(
+                f"{self.path.name}: sample {sample.dtype}{sample.shape} is not "
+                f"{self.dtype}{self.sample_shape}"
+            )
+        self._write(np.ascontiguousarray(sample).data)
+        self.length += 1
+
+    def extend(self, samples: np.ndarray) -> None:
+        """Append many samples (first axis) in one write, e.g. a run of tokens."""
+        if samples.shape[1:] != self.sample_shape or samples.dtype != self.dtype:
+            raise ValueError(f"{self.path.name}: {samples.dtype}{samples.shape[1:]} mismatch")
+        self._write(np.ascontiguousarray(samples).data)
+        self.length += len(samples)
+
+    def close(self) -> None:
+        try:
+            self._f.seek(0)
+            self._f.write(npy_header(self.dtype, (self.length, *self.sample_shape)))
+            self._f.flush()
+            os.fsync(self._f.fileno())
+            self._f.close()
+        except OSError as e:
+            raise named(e, self.path) from e
+
+    def abort(self) -> None:
+        with contextlib.suppress(OSError):  # flushing may fail again (disk full): it goes anyway
+            self._f.close()
+        self.path.unlink(missing_ok=True)
+
+
+def smallest_uint(max_value: int) -> str:
+    """The narrowest unsigned dtype holding 0..max_value; 256 classes fit uint8, 257 do not.
+
+    >>> smallest_uint(255), smallest_uint(256), smallest_uint(65535), smallest_uint(65536)
+    ('uint8', 'uint16', 'uint16', 'uint32')
+    """
+    for dt in ("uint8", "uint16", "uint32", "uint64"):
+        if max_value <= np.iinfo(dt).max:
+            return dt
+    raise ValueError(f"{max_value} does not fit uint64")
