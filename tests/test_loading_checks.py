@@ -268,11 +268,15 @@ def test_h5_strings_refused(packed_h5: Path, copy_dataset: Any) -> None:
 def test_h5_checks_like_npy(packed_h5: Path, copy_dataset: Any) -> None:
     ds = copy_dataset(packed_h5)
     assert len(ImageShardDataset(ds)) == 24
-    edit_manifest(ds, lambda d: d["arrays"]["orig_size"].update(dtype="uint16"))
+    edit_manifest(ds, lambda d: d["arrays"]["label"].update(dtype="uint16"))
     with pytest.raises(
-        FormatError, match=r"shard 0: .*array orig_size is uint32\(8, 2\), manifest says uint16"
+        FormatError, match=r"shard 0: .*array label is uint8\(8,\), manifest says uint16"
     ):
         ImageShardDataset(ds)
+    edit_manifest(ds, lambda d: d["arrays"]["label"].update(dtype="uint8"))
+    edit_manifest(ds, lambda d: d["arrays"]["orig_size"].update(dtype="uint16"))
+    with pytest.raises(FormatError, match=r"array orig_size: dtype uint16 is not one of"):
+        ImageShardDataset(ds)  # the field registry: orig_size is stored as uint32
     edit_manifest(ds, lambda d: d["arrays"]["orig_size"].update(dtype="uint32"))
     (ds / "shard-00002.h5").unlink()
     with pytest.raises(FormatError, match=r"shard 2: .*shard-00002\.h5 is missing"):

@@ -166,6 +166,14 @@ def _check_spec(name: str, spec: ArraySpec) -> None:
         raise FormatError(
             f"array {name}: field {spec.field!r} at size {spec.size!r} is not named {name!r}"
         )
+    from loaders.fields import FIELDS  # the registry imports this module's types
+
+    kind = FIELDS.get(spec.field)
+    if kind is None:
+        raise FormatError(f"array {name}: field {spec.field!r} is not one of {sorted(FIELDS)}")
+    problem = kind.problem(spec)
+    if problem is not None:
+        raise FormatError(f"array {name}: {problem}")
 
 
 def _check_shard(index: int, shard: Shard) -> None:

@@ -1,0 +1,96 @@
+"""The field registry: for each kind of field, what is stored, how it is checked, what it becomes.
+
+Writers (`prep`) ask a field for the spec of the array to write; readers (`loaders`) check every
+array of a manifest against its field and turn its samples into tensors the field's way. Adding
+a field kind is one entry in `FIELDS`. Imports neither torch nor anything of `prep`.
+
+>>> FIELDS["label"].spec(None, max_value=300).dtype
+'uint16'
+>>> FIELDS["image"].problem(ArraySpec("image", 64, "float64", (64, 64, 3)))
+"dtype float64 is not one of ('uint8',)"
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from loaders.format.schema import ArraySpec
+
+UNSIGNED = ("uint8", "uint16", "uint32", "uint64")
+
+
+def smallest_uint(max_value: int) -> str:
+    """The narrowest unsigned dtype holding 0..max_value: 255 fits uint8, 256 needs uint16.
+
+    >>> smallest_uint(255), smallest_uint(256), smallest_uint(65536)
+    ('uint8', 'uint16', 'uint32')
+    """
+    if not 0 <= max_value < 2**64:
+        raise ValueError(f"{max_value} does not fit an unsigned 64-bit integer")
+    return np.min_scalar_type(max_value).name
+
+
+@dataclass(frozen=True)
+class Field:
+    """One kind of field.
+
+    `shape(size, channels)` is the shape of one stored sample; `dtypes` the stored dtypes a
+    reader accepts (the first is what a writer stores when no `max_value` narrows it);
+    `out_dtype` the dtype of the tensor a dataset returns; `codec` how samples are stored
+    (`raw`: fixed-shape samples, memory-mapped)."""
+
+    name: str
+    sized: bool  # one array per size (image_256), or one for all sizes (label)
+    shape: Callable[[int | None, int], tuple[int, ...]]
+    dtypes: tuple[str, ...]
+    out_dtype: str
+    codec: str = "raw"
+    channels_last: bool = False  # stored HWC, returned (C, H, W) as a view: no copy
+
+    def spec(
+        self, size: int | None, *, channels: int = 3, max_value: int | None = None
+    ) -> ArraySpec:
+        """The array a writer stores for this field at `size` (None for size-free fields);
+        `max_value`: the largest value it will hold, for fields stored in the smallest dtype."""
+        dtype = self.dtypes[0] if max_value is None else smallest_uint(max_value)
+        if dtype not in self.dtypes:
+            raise ValueError(f"{self.name}: {max_value} needs {dtype}, not one of {self.dtypes}")
+        return ArraySpec(self.name, size if self.sized else None, dtype, self.shape(size, channels))
+
+    def problem(self, spec: ArraySpec) -> str | None:
+        """Why `spec` is not an array of this field (None when it is)."""
+        if spec.dtype not in self.dtypes:
+            return f"dtype {spec.dtype} is not one of {self.dtypes}"
+        if (spec.size is not None) != self.sized:
+            return f"field {self.name} is {'sized' if self.sized else 'size-free'}"
+        channels = spec.shape[-1] if self.channels_last and spec.shape else 3
+        if channels not in (1, 3) or tuple(spec.shape) != self.shape(spec.size, channels):
+            return f"shape {list(spec.shape)} is not {self.name}'s at size {spec.size}"
+        return None
+
+    def to_tensor(self, batch: Any) -> Any:
+        """A batch tensor (B, *shape) as the dataset returns it: images as channels-last
+        (B, C, H, W) views of their HWC storage."""
+        return batch.permute(0, 3, 1, 2) if self.channels_last else batch
+
+
+def _square(size: int | None, channels: int) -> tuple[int, ...]:
+    return (size or 0, size or 0, channels)
+
+
+FIELDS: dict[str, Field] = {
+    f.name: f
+    for f in (
+        Field("image", True, _square, ("uint8",), "uint8", channels_last=True),
+        Field("mask", True, lambda s, c: (s or 0, s or 0), ("uint8",), "uint8"),
+        Field("label", False, lambda s, c: (), UNSIGNED, "int64"),
+        # uint32: source sides above 65535 px exist (panoramas, slides).
+        Field("orig_size", False, lambda s, c: (2,), ("uint32",), "int64"),
+        Field("tokens", False, lambda s, c: (), UNSIGNED[:3], "int64"),
+        Field("doc_offsets", False, lambda s, c: (), ("int64",), "int64"),
+    )
+}
