@@ -9,3 +9,10 @@ class PrepError(Exception):
     Messages name the file at fault and end with a HINT on how to fix it."""
 
     exit_code = 1
+
+
+class UsageError(PrepError):
+    """A bad option or config value: the CLI prints it as one line and exits 2, as for an
+    unknown option."""
+
+    exit_code = 2

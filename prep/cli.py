@@ -38,7 +38,7 @@ def friendly(fn: F) -> F:
             return fn(*args, **kwargs)
         except (PrepError, FormatError) as e:
             typer.echo(f"error: {e}", err=True)
-            raise typer.Exit(EXIT_FAILED) from None
+            raise typer.Exit(getattr(e, "exit_code", EXIT_FAILED)) from None
         except KeyboardInterrupt:
             typer.echo(
                 "interrupted: temp files removed, finished shards kept; "
