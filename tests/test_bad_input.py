@@ -26,7 +26,7 @@ from loaders import ImageShardDataset
 from loaders.format import iter_rejects, read_manifest
 from prep import PrepError
 from prep.cli import app
-from prep.kinds.images.decode import BACKGROUND, Reject, decode_image
+from prep.kinds.images.decode import BACKGROUND, Reject, decode_image, decode_mask
 from prep.kinds.images.sources import list_images
 
 # ---------------------------------------------------------------- helpers
@@ -309,6 +309,58 @@ def test_exif_orientation_same_as_opencv(tmp_path: Path, orientation: int) -> No
     )
 
 
+# Where the stored image's top-left and top-right corners end up once upright, by the EXIF
+# spec's wording of each orientation (row 0 / column 0 of the stored image is the ... side):
+# 1 top-left, 2 top-right (mirrored), 3 bottom-right, 4 bottom-left, 5 left-top (transposed),
+# 6 right-top (turn 90 clockwise), 7 right-bottom (transverse), 8 left-bottom (90 anticlockwise).
+CORNERS = {
+    1: ("TL", "TR"),
+    2: ("TR", "TL"),
+    3: ("BR", "BL"),
+    4: ("BL", "BR"),
+    5: ("TL", "BL"),
+    6: ("TR", "BR"),
+    7: ("BR", "TR"),
+    8: ("BL", "TL"),
+}
+
+
+def _corner(img: np.ndarray, corner: str, k: int) -> np.ndarray:
+    """The k x k block of `img` in a corner ("TL", "BR"...)."""
+    rows = slice(0, k) if corner[0] == "T" else slice(img.shape[0] - k, None)
+    cols = slice(0, k) if corner[1] == "L" else slice(img.shape[1] - k, None)
+    return img[rows, cols]
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "JPEG"])
+@pytest.mark.parametrize("orientation", ORIENTATIONS)
+def test_exif_orientation_moves_the_corners(tmp_path: Path, orientation: int, fmt: str) -> None:
+    """Ground truth from the EXIF spec, not from another decoder: a red block in the stored
+    top-left corner and a green one in the top-right land where the orientation says, for the
+    full decode and for JPEG's DCT-reduced one."""
+    h, w, k = 48, 80, 16
+    stored = np.zeros((h, w, 3), np.uint8)
+    stored[:k, :k] = (255, 0, 0)
+    stored[:k, -k:] = (0, 255, 0)
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    options = {"quality": 95} if fmt == "JPEG" else {}
+    data = encode(Image.fromarray(stored), fmt, exif=exif.tobytes(), **options)
+    path = write(tmp_path / f"o{orientation}.{fmt.lower()}", data)
+    red, green = CORNERS[orientation]
+    for hint, scale in ((None, 1), ((24,), 2 if fmt == "JPEG" else 1)):
+        img, upright = decode_image(path, hint)
+        assert upright == ((w, h) if orientation >= 5 else (h, w))
+        assert img.shape[:2] == (upright[0] // scale, upright[1] // scale)
+        inner = k // scale - 2  # away from the block's edge, where JPEG blurs
+        for corner, colour in ((red, (255, 0, 0)), (green, (0, 255, 0))):
+            block = _corner(img, corner, inner).astype(int)
+            assert np.abs(block - colour).max() <= 24, (orientation, hint, corner)
+        others = {"TL", "TR", "BL", "BR"} - {red, green}
+        for corner in others:  # the two corners without a block stay black
+            assert _corner(img, corner, inner).max() <= 24, (orientation, hint, corner)
+
+
 def _exif_image(pixels: np.ndarray, orientation: int) -> Image.Image:
     im = Image.fromarray(pixels)
     exif = im.getexif()
@@ -357,6 +409,49 @@ def test_animation_first_frame(tmp_path: Path, fmt: str, options: dict[str, Any]
         assert im.n_frames == 3
     img = decode_image(path)[0]
     assert img.shape == (6, 8, 3) and np.all(img == [255, 0, 0])
+
+
+# ---------------------------------------------------------------- masks
+
+
+def test_mask_class_ids_by_mode(tmp_path: Path) -> None:
+    """A mask's pixel values are class ids: bilevel gives 0/1 (never 0/255), L and palette give
+    their values and indices, 16-bit ids up to 255 pass; colour and larger ids are refused."""
+    ids = (np.arange(16 * 16) % 7).reshape(16, 16).astype(np.uint8)
+    binary = (ids % 2).astype(bool)
+    for fmt in ("PNG", "TIFF", "BMP"):
+        path = write(tmp_path / f"bilevel.{fmt.lower()}", encode(Image.fromarray(binary), fmt))
+        with Image.open(path) as im:
+            assert im.mode == "1"
+        got = decode_mask(path)
+        assert got.dtype == np.uint8 and np.array_equal(got, binary.astype(np.uint8)), fmt
+    path = write(tmp_path / "l.png", encode(Image.fromarray(ids, "L"), "PNG"))
+    assert np.array_equal(decode_mask(path), ids)
+    pal = Image.fromarray(ids, "P")
+    pal.putpalette([255 - i for i in range(256)] * 3)  # index, not colour, is the class id
+    assert np.array_equal(decode_mask(write(tmp_path / "p.png", encode(pal, "PNG"))), ids)
+    wide = write(tmp_path / "16.png", encode(Image.fromarray(ids.astype(np.uint16) * 36), "PNG"))
+    assert np.array_equal(decode_mask(wide), ids * 36)
+    over = write(
+        tmp_path / "300.png", encode(Image.fromarray(np.full((4, 4), 300, np.uint16)), "PNG")
+    )
+    with pytest.raises(Reject) as info:
+        decode_mask(over)
+    assert info.value.code == "mask_values"
+    rgb = write(tmp_path / "rgb.png", encode(Image.fromarray(gradient()), "PNG"))
+    with pytest.raises(Reject) as info:
+        decode_mask(rgb)
+    assert info.value.code == "mask_mode"
+
+
+def test_mask_turned_upright_like_its_image(tmp_path: Path) -> None:
+    ids = np.zeros((6, 10), np.uint8)
+    ids[0, 0] = 3
+    exif = Image.Exif()
+    exif[0x0112] = 6  # turn 90 degrees clockwise: the stored top-left goes top-right
+    path = write(tmp_path / "m.png", encode(Image.fromarray(ids), "PNG", exif=exif.tobytes()))
+    got = decode_mask(path)
+    assert got.shape == (10, 6) and got[0, 5] == 3 and got.sum() == 3
 
 
 # ---------------------------------------------------------------- the corpus, packed

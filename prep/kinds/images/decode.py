@@ -261,13 +261,15 @@ def decode_image(
 
 @timed("decode")
 def decode_mask(path: Path, max_pixels: int = 100_000_000) -> np.ndarray:
-    """A mask of class ids (H, W) uint8: L or palette images, the palette index is the class id."""
+    """A mask of class ids (H, W) uint8: L or palette images (the palette index is the class
+    id), bilevel images (classes 0 and 1), or 16/32-bit images whose ids are at most 255."""
     with _quiet(), _open(path, max_pixels) as im:
         orientation = _orientation(im)
         _load(im)
         out = _transpose(im, orientation)
         if out.mode in ("L", "P", "1"):
-            return np.asarray(out.convert("L") if out.mode == "1" else out, dtype=np.uint8)
+            # Bilevel reads as bool, so its ids are 0/1; convert("L") would make them 0/255.
+            return np.asarray(out, dtype=np.uint8)
         if out.mode.startswith("I"):
             a = np.asarray(out)
             if a.max(initial=0) > 255 or a.min(initial=0) < 0:
