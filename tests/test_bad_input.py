@@ -707,6 +707,43 @@ def test_list_file_rejects_without_blocking(tmp_path: Path, pack_to: Any) -> Non
     ]
 
 
+def test_list_paths_no_file_can_have(tmp_path: Path) -> None:
+    """A NUL byte or a lone surrogate in a list's path or mask: a reject, never a traceback."""
+    write(tmp_path / "ok.png", encode(Image.fromarray(gradient()), "PNG"))
+    write(tmp_path / "m.png", encode(Image.new("L", (16, 16), 1), "PNG"))
+    rows = [
+        {"path": "ok.png", "mask": "m.png"},
+        {"path": "nul\x00.png", "mask": "m.png"},
+        {"path": "lone-\ud800.png", "mask": "m.png"},
+        {"path": "ok.png", "mask": "m\x00.png"},
+        {"path": "ok.png", "mask": "\udfff.png"},
+    ]
+    lst = write(tmp_path / "list.jsonl", "".join(json.dumps(r) + "\n" for r in rows).encode())
+    out = tmp_path / "out"
+    args = ["pack", str(lst), str(out), "--size", "16", "--max-rejects", "1", "-q"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "1 packed, 4 rejected" in result.output
+    assert [(r["path"], r["reason"]) for r in iter_rejects(out)] == [
+        ("lone-\ud800.png", "bad_path"),
+        ("nul\x00.png", "bad_path"),
+        ("ok.png", "mask_bad_path"),
+        ("ok.png", "mask_bad_path"),
+    ]
+
+
+def test_every_pack_reject_code_is_in_the_readme() -> None:
+    root = Path(__file__).resolve().parents[1]
+    table = set(re.findall(r"^\| `(\w+)` \|", (root / "README.md").read_text(), re.M))
+    sources = ["kinds/images/decode.py", "kinds/images/sources.py", "kinds/images/pack.py"]
+    text = "".join((root / "prep" / f).read_text() for f in [*sources, "run/inputs.py"])
+    emitted = set(re.findall(r"(?:Reject\(|reject_record\(\s*[\w.]+,)\s*\"(\w+)\"", text))
+    emitted |= set(re.findall(r"return \"(\w+)\"", text))  # os_reject_code's
+    assert {"empty", "too_large", "no_class", "bad_label", "bad_path", "link_loop"} <= emitted
+    table |= {f"mask_{code}" for code in table}  # the table's `mask_<reason>` row
+    assert emitted <= table, f"not in the README's reject codes: {sorted(emitted - table)}"
+
+
 def test_mask_folder_with_special_files(tmp_path: Path, pack_to: Any) -> None:
     png = encode(Image.fromarray(gradient()), "PNG")
     for name in ("a", "b", "c"):

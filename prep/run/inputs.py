@@ -23,9 +23,27 @@ def os_reject_code(e: OSError) -> str:
     return "unreadable"
 
 
+def bad_path(path: Path | str) -> str | None:
+    """Why no file can have this name (a list can hold any string), or None.
+
+    A NUL byte ends a C string; a lone surrogate other than U+DC80..U+DCFF (which Python uses
+    for the undecodable bytes 0x80..0xFF of a real name) has no bytes to encode it."""
+    name = str(path)
+    if "\0" in name:
+        return "the path holds a NUL byte, which no file name can"
+    try:
+        os.fsencode(name)
+    except UnicodeEncodeError as e:
+        return f"the path holds U+{ord(name[e.start]):04X}, a lone surrogate no file name can"
+    return None
+
+
 def check_file(path: Path, rel: str) -> dict[str, Any] | None:
     """None for a regular file (links followed), else its reject record with its reason code.
     stat never opens the file, so a FIFO or device cannot block here."""
+    why = bad_path(path)
+    if why is not None:
+        return reject_record(rel, "bad_path", f"{why}. HINT: fix the name in the list")
     try:
         st = path.stat()
     except OSError as e:

@@ -152,7 +152,7 @@ def _open(path: Path, max_pixels: int) -> Image.Image:
     # stat never blocks: a FIFO or device is refused here, before open() could wait on it.
     try:
         st = os.stat(path)
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a name no file can have (a NUL byte...)
         st = None
     if st is None or not stat.S_ISREG(st.st_mode):
         problem = check_file(path, str(path))  # the reason: broken link, loop, FIFO...

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,7 +72,7 @@ def _fingerprint(items: list[Item]) -> list[tuple[str, int, int]]:
                 try:
                     st = path.stat()
                     out.append((name, st.st_size, st.st_mtime_ns))
-                except OSError:  # gone since it was listed: decoding will reject it
+                except (OSError, ValueError):  # gone, or a bad name: decoding rejects it
                     out.append((name, -1, -1))
     return out
 
@@ -95,56 +96,126 @@ def list_folder(src: Path) -> tuple[list[Item], list[str] | None, list[dict[str,
     return items, classes, rejects
 
 
+MAX_LABEL = 2**31 - 1  # the largest class id: it fits int32, and every label dtype we store
+_INTEGER = re.compile(r"-?[0-9]+")  # ASCII only: "²" and "٣" pass str.isdigit, int() takes "٣"
+_HINT_KINDS = "labels are all integers (class ids, ASCII digits) or all class names"
+
+Label = int | str | None  # an integer label, a class name, or none
+
+
+def _read_rows(src: Path) -> list[tuple[int, Any]]:
+    """(line number, row) of every row of a CSV (header first) or JSONL list (blank lines
+    skipped); the line number is where the row ends."""
+    try:
+        with open(src, newline="", encoding="utf-8-sig") as f:
+            if src.suffix.lower() == ".csv":
+                reader = csv.DictReader(f)
+                return [(reader.line_num, row) for row in reader]
+            return [(n, json.loads(line)) for n, line in enumerate(f, 1) if line.strip()]
+    except (OSError, ValueError, csv.Error) as e:  # ValueError: bad UTF-8, JSON, huge ints
+        raise PrepError(
+            f"{src}: cannot read the list ({e}). HINT: a CSV with a header row or "
+            "JSON lines with a 'path' key"
+        ) from e
+
+
+def _check_paths(src: Path, rows: list[tuple[int, Any]]) -> None:
+    for n, r in rows:
+        if not isinstance(r, dict) or r.get("path") in (None, ""):
+            raise PrepError(
+                f"{src}: line {n} has no 'path'. HINT: every row names its image "
+                "in a 'path' column (CSV with a header row) or key (JSON lines)"
+            )
+        for key in ("path", "mask"):
+            if r.get(key) is not None and not isinstance(r[key], str):
+                raise PrepError(
+                    f"{src}: line {n} has a {key!r} that is not a string ({r[key]!r}). "
+                    "HINT: write the file name as a JSON string"
+                )
+
+
+def _label(src: Path, n: int, value: Any) -> Label:
+    """A label as read: an int when it is an ASCII decimal integer, else a class name."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        if not _INTEGER.fullmatch(value):
+            return value
+        sign, digits = value[: value.startswith("-")], value.lstrip("-").lstrip("0") or "0"
+        return int(sign + digits[:100])  # int() refuses 4300 digits; 100 are past any bound
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise PrepError(
+        f"{src}: line {n} has the label {value!r}, not an integer or a string. HINT: {_HINT_KINDS}"
+    )
+
+
+def _labels(src: Path, rows: list[tuple[int, Any]]) -> tuple[list[int | None], list[str] | None]:
+    """Every row's label (ints, or class indices) and the class names, if they are names.
+
+    Labels that mix integers and names fail, naming the first row of the rarer kind: turning
+    every label into a class name would silently renumber them."""
+    labels = [_label(src, n, r.get("label")) for n, r in rows]
+    given = [(n, x) for (n, _), x in zip(rows, labels, strict=True) if x is not None]
+    if given and len(given) != len(rows):
+        n = next(n for (n, _), x in zip(rows, labels, strict=True) if x is None)
+        raise PrepError(
+            f"{src}: line {n} has no label, while {len(given)} rows have one. HINT: label every row"
+        )
+    ints = [(n, x) for n, x in given if isinstance(x, int)]
+    names = [(n, x) for n, x in given if isinstance(x, str)]
+    if ints and names:
+        odd, other = (ints, names) if len(ints) < len(names) else (names, ints)
+        (n, value), (m, example) = odd[0], other[0]
+        raise PrepError(
+            f"{src}: line {n} has the label {str(value)!r}, but {len(other)} rows have "
+            f"{'integer labels' if other is ints else 'class names'} (line {m}: "
+            f"{str(example)!r}). HINT: {_HINT_KINDS}; fix that row"
+        )
+    if not names:
+        return [x if isinstance(x, int) else None for x in labels], None
+    classes = sorted({x for _, x in names})
+    index = {c: i for i, c in enumerate(classes)}
+    return [index[x] if isinstance(x, str) else None for x in labels], classes
+
+
+def _bad_label(label: int) -> str | None:
+    if label < 0:
+        return f"label {label} is negative"
+    if label > MAX_LABEL:
+        shown = str(label) if len(str(label)) <= 30 else f"{str(label)[:20]}..."
+        return f"label {shown} is over {MAX_LABEL}, the largest class id"
+    return None
+
+
 def list_file(
     src: Path, limit: int | None = None
 ) -> tuple[list[Item], list[str] | None, list[dict[str, Any]]]:
     """A CSV or JSONL list with `path` (relative to the list), optional `label` and `mask`.
 
-    Rows keep the list's order; `limit` keeps the first rows. Integer labels are used as they
-    are; class names map to their index in the sorted set of all the list's names."""
-    base = src.parent
-    try:
-        if src.suffix.lower() == ".csv":
-            with open(src, newline="", encoding="utf-8-sig") as f:
-                rows: list[dict[str, Any]] = list(csv.DictReader(f))
-        else:
-            with open(src, encoding="utf-8-sig") as f:
-                rows = [json.loads(line) for line in f if line.strip()]
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, csv.Error) as e:
-        raise PrepError(
-            f"{src}: cannot read the list ({e}). HINT: a CSV with a header row or "
-            "JSON lines with a 'path' key"
-        ) from e
-    for n, r in enumerate(rows, start=2 if src.suffix.lower() == ".csv" else 1):
-        if not isinstance(r, dict) or not r.get("path"):
-            raise PrepError(
-                f"{src}: line {n} has no 'path'. HINT: every row names its image "
-                "in a 'path' column (CSV with a header row) or key (JSON lines)"
-            )
-    labels = [r.get("label") for r in rows]
-    named = [str(x) for x in labels if x not in (None, "")]
-    numeric = all(str(x).lstrip("-").isdigit() for x in named)
-    classes = None if numeric or not named else sorted(set(named))
-    index = {c: i for i, c in enumerate(classes or [])}
+    Rows keep the list's order; `limit` keeps the first rows. Integer labels (ASCII decimal,
+    0..MAX_LABEL) are used as they are; class names map to their index in the sorted set of all
+    the list's names."""
+    rows = _read_rows(src)
+    _check_paths(src, rows)
+    labels, classes = _labels(src, rows)
     items: list[Item] = []
     rejects: list[dict[str, Any]] = []
-    for r, label in list(zip(rows, labels, strict=True))[:limit]:
+    for (_, r), label in list(zip(rows, labels, strict=True))[:limit]:
         rel = str(r["path"])
-        path = base / rel
+        path = src.parent / rel
         problem = check_file(path, rel)
         if problem is not None:
             if problem["reason"] == "missing":
                 problem["message"] = f"listed in {src.name} but not found"
             rejects.append(problem)
             continue
-        lab = None if label in (None, "") else (int(label) if numeric else index[str(label)])
-        if lab is not None and lab < 0:
-            rejects.append(reject_record(rel, "bad_label", f"label {lab} is negative"))
+        bad = None if label is None or classes is not None else _bad_label(label)
+        if bad is not None:
+            rejects.append(reject_record(rel, "bad_label", bad))
             continue
-        mask = base / str(r["mask"]) if r.get("mask") else None
-        items.append(Item(path, rel, lab, mask))
-    if named and len(named) != len(rows):
-        raise PrepError(f"{src}: some rows have a label and some do not. HINT: label every row")
+        mask = src.parent / r["mask"] if r.get("mask") else None
+        items.append(Item(path, rel, label, mask))
     return items, classes, rejects
 
 
