@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from PIL import Image
+from PIL import Image, ImageOps
 
 from loaders import ImageShardDataset, make_loader
 from loaders.format import read_manifest
@@ -81,24 +81,34 @@ def test_round_trip_every_combination(shapes: Path, tmp_path: Path, pack_to, col
 
 
 def test_multi_size_equals_single_and_reference(raw_demo: Path, tmp_path: Path, pack_to) -> None:
+    """Every size of a multi-size pack against a pack of that size alone and against a direct
+    resize of the upright source. The largest is the same bytes; each smaller one is made from
+    the next larger (sizes_from), which differs from its own decode by about a level."""
     src = raw_demo / "images"
-    pack_to(src, tmp_path / "multi", sizes=[32, 64, 128], shard_size=24)
-    pack_to(src, tmp_path / "single", sizes=[128], shard_size=24)
-    assert (tmp_path / "multi" / "image_128-00000.npy").read_bytes() == (
-        tmp_path / "single" / "image_128-00000.npy"
-    ).read_bytes()
-    small = np.load(tmp_path / "multi" / "image_32-00000.npy")
+    sizes = [32, 64, 128]
+    pack_to(src, tmp_path / "multi", sizes=sizes, shard_size=24)
+    for size in sizes:
+        pack_to(src, tmp_path / f"single{size}", sizes=[size], shard_size=24)
     files = sorted(src.rglob("*.*"))
-    diffs = []
-    for i, f in enumerate(files):
+    refs = []
+    for f in files:
         with Image.open(f) as im:
-            from PIL import ImageOps
-
-            ref = np.asarray(ImageOps.exif_transpose(im).convert("RGB"))
-        g = geometry(ref.shape[0], ref.shape[1], 32, "fill")
-        direct = place(resize(ref, g.content), g, 0)
-        diffs.append(np.abs(small[i].astype(int) - direct.astype(int)).mean())
-    assert np.mean(diffs) < 2, diffs
+            refs.append(np.asarray(ImageOps.exif_transpose(im).convert("RGB")))
+    for size in sizes:
+        multi = np.load(tmp_path / "multi" / f"image_{size}-00000.npy")
+        single = np.load(tmp_path / f"single{size}" / f"image_{size}-00000.npy")
+        assert multi.shape == single.shape == (len(files), size, size, 3)
+        if size == max(sizes):
+            assert np.array_equal(multi, single)
+        to_single = np.abs(multi.astype(int) - single.astype(int)).mean(axis=(1, 2, 3))
+        assert to_single.max() < 3 and to_single.mean() < 1.5, (size, to_single)
+        for i, ref in enumerate(refs):
+            g = geometry(ref.shape[0], ref.shape[1], size, "fill")
+            direct = place(resize(ref, g.content), g, 0).astype(int)
+            assert np.abs(multi[i].astype(int) - direct).mean() < 3, (size, files[i].name)
+    for name in ("label", "orig_size"):  # the other arrays do not depend on the sizes
+        a = (tmp_path / "multi" / f"{name}-00000.npy").read_bytes()
+        assert all(a == (tmp_path / f"single{s}" / f"{name}-00000.npy").read_bytes() for s in sizes)
 
 
 def test_set_size_reaches_persistent_workers(shapes: Path, tmp_path: Path, pack_to) -> None:
