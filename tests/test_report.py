@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -14,10 +15,20 @@ from typer.testing import CliRunner
 
 from loaders import ImageShardDataset
 from loaders.format import read_manifest
+from prep import PrepError
 from prep.cli import app
 from prep.inspect.preview import GAP, PALETTE, preview
 from prep.inspect.report import verify
-from prep.inspect.tune import TuneResult, TuneRow, batch_bytes, plot, tune, worker_counts
+from prep.inspect.tune import (
+    TuneResult,
+    TuneRow,
+    batch_bytes,
+    check_plot,
+    cpu_seconds,
+    plot,
+    tune,
+    worker_counts,
+)
 
 
 def _stored(root: Path, name: str, i: int, shard_size: int = 8) -> np.ndarray:
@@ -93,11 +104,10 @@ def test_worker_counts() -> None:
     assert worker_counts(20) == [0, 1, 2, 3, 4, 6, 8, 12, 16, 20]
 
 
-def test_tune_recommends_a_tried_count_and_ram_is_the_arithmetic(packed: Path) -> None:
+def test_tune_rows_and_ram_is_the_arithmetic(packed: Path) -> None:
     res = tune(packed, size=64, batch_size=4, seconds=0.2, show_progress=False)
-    tried = [r.workers for r in res.rows]
-    assert tried == worker_counts(os.cpu_count() or 1)
-    assert res.recommended.workers in tried
+    assert [r.workers for r in res.rows] == worker_counts(os.cpu_count() or 1)
+    assert res.recommended.workers > 0  # workers were tried, so 0 is never the advice
     # image 64x64x3 uint8 + mask 64x64 uint8 + label int64, four samples a batch
     per_batch = (64 * 64 * 3 + 64 * 64 + 8) * 4
     assert res.batch_bytes == per_batch
@@ -105,23 +115,62 @@ def test_tune_recommends_a_tried_count_and_ram_is_the_arithmetic(packed: Path) -
         in_flight = r.workers * 2 if r.workers else 1  # workers x prefetch_factor
         assert r.batches_in_flight == in_flight
         assert r.ram_bytes == in_flight * per_batch
-        assert r.samples_per_s > 0
+        assert r.samples_per_s > 0 and r.cpu_percent > 0
     # The arithmetic counts what the loader really returns.
     ds = ImageShardDataset(packed, size=64, fields=res.fields)
     assert sum(t.nbytes for t in ds.__getitems__([0, 1, 2, 3]).tensors) == per_batch
 
 
+def test_cpu_seconds_count_live_children() -> None:
+    """A child that is still running counts (os.times would wait for it to end)."""
+    script = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5: pass\n"
+    child = subprocess.Popen([sys.executable, "-c", script + "time.sleep(30)"])
+    try:
+        before = cpu_seconds()
+        time.sleep(1.5)  # the child burns 0.5 s of CPU, then sleeps; this process idles
+        assert cpu_seconds() - before > 0.3
+    finally:
+        child.kill()
+        child.wait()
+
+
 def _row(workers: int, rate: float) -> TuneRow:
-    return TuneRow(workers, rate, None, max(1, 2 * workers), 0)
+    return TuneRow(workers, rate, 100.0, max(1, 2 * workers), 0)
 
 
-def test_recommendation_is_the_fewest_workers_near_the_best(packed: Path) -> None:
+@pytest.mark.parametrize(
+    ("rates", "best", "recommended"),
+    [
+        # the fastest setting with workers is 3; 2 is within 10% of it; 0 is fastest but loads
+        # in the training step's own time, so it is never counted when workers were tried
+        ({0: 9000, 1: 1000, 2: 1900, 3: 2000, 4: 1500}, 3, 2),
+        ({0: 10000, 1: 10}, 1, 1),
+        ({0: 500}, 0, 0),  # only 0 tried: it is the only candidate
+        ({1: 900, 2: 1000}, 2, 1),  # exactly 90% of the best is near enough
+        ({1: 899, 2: 1000}, 2, 2),  # just under is not
+        ({1: 950, 2: 500, 4: 1000}, 4, 1),  # any count near the best, not only its neighbours
+        ({4: 1000, 2: 950, 3: 990}, 4, 2),  # rows in any order
+        ({1: 1000, 2: 800, 3: 990}, 1, 1),  # the fastest is also the fewest
+    ],
+)
+def test_recommendation_is_the_fewest_workers_within_10_percent_of_the_best(
+    packed: Path, rates: dict[int, float], best: int, recommended: int
+) -> None:
     res = TuneResult(packed, 64, 4, 2, ("image",), 24, 100)
-    res.rows = [_row(0, 9000), _row(1, 1000), _row(2, 1900), _row(3, 2000), _row(4, 1500)]
-    assert res.recommended.workers == 2  # 1900 is within 10% of 2000; 0 workers never wins
-    assert "num_workers=2" in res.advice() and "adds" in res.advice()
-    res.rows = [_row(0, 500)]
-    assert res.recommended.workers == 0
+    res.rows = [_row(w, rate) for w, rate in rates.items()]
+    assert (res.best.workers, res.recommended.workers) == (best, recommended)
+    assert f"recommended: num_workers={recommended}," in res.advice()
+
+
+def test_advice_explains_zero_workers_and_cpu_bound(packed: Path) -> None:
+    res = TuneResult(packed, 64, 4, 2, ("image",), 24, 100)
+    res.rows = [_row(0, 8000), _row(1, 1000), _row(2, 1900)]
+    advice = res.advice()
+    assert "still grows at the most workers tried" in advice  # best at the most workers
+    assert "adds 0.5 ms to every training step" in advice  # 4 samples at 8000/s
+    for rates in ((2000, 1900), (1000, 1050)):  # the most workers are not faster by 10%
+        res.rows = [_row(0, 8000), _row(1, rates[0]), _row(2, rates[1])]
+        assert "still grows" not in res.advice()
 
 
 def test_batch_bytes_without_masks(raw_demo: Path, tmp_path: Path, pack_to) -> None:
@@ -147,9 +196,26 @@ def test_plot_marks_the_recommended_point(packed: Path, tmp_path: Path) -> None:
     res = TuneResult(packed, 64, 4, 2, ("image",), 24, 100)
     res.rows = [_row(0, 100), _row(1, 300), _row(2, 310)]
     plot(res, tmp_path / "p.png")
-    pixels = np.asarray(Image.open(tmp_path / "p.png").convert("RGB")).reshape(-1, 3)
-    orange = np.all(pixels == (255, 127, 14), axis=1).sum()
+    image = Image.open(tmp_path / "p.png")
+    assert (image.format, image.size) == ("PNG", (640, 400))
+    pixels = np.asarray(image.convert("RGB")).reshape(-1, 3)
+    orange = np.all(pixels == (255, 127, 14), axis=1).sum()  # matplotlib's tab:orange
     assert orange > 50  # the recommended dot (and its label) are drawn in orange
+    res.rows = [_row(0, 100)]  # nothing recommended in orange but the one point
+    plot(res, tmp_path / "q.png")
+
+
+def test_plot_without_matplotlib_is_one_line_with_a_hint(
+    packed: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    with pytest.raises(PrepError, match=r"HINT: pip install 'prep\[plot\]'"):
+        check_plot()
+    args = ["tune", str(packed), "--workers", "0", "--seconds", "0.1", "-q"]
+    result = CliRunner().invoke(app, [*args, "--plot", str(tmp_path / "t.png")])
+    assert result.exit_code == 1
+    assert result.output.splitlines()[-1].startswith("error: --plot needs matplotlib")
+    assert not (tmp_path / "t.png").exists()
 
 
 # -- verify --limit, imports -------------------------------------------------------------------

@@ -8,13 +8,14 @@ pixels, not rescaled) with a caption strip under it ("index class"), GAP px betw
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
+from loaders.fields import FIELDS
 from loaders.format import Manifest, array_name, open_array, read_manifest
 from prep import PrepError
 
@@ -118,6 +119,11 @@ def contact_sheet(
     return sheet, layout
 
 
+def _array(field: str, size: int) -> str:
+    """The array of `field` at `size`: image_64 for a sized field, label for a size-free one."""
+    return array_name(field, size if FIELDS[field].sized else None)
+
+
 def _first(root: Path, m: Manifest, name: str, count: int) -> np.ndarray:
     """The first `count` samples of array `name`, concatenated across shards."""
     parts, left = [], count
@@ -146,11 +152,11 @@ def preview(
     count = min(count, m.num_samples)
     if count == 0:
         raise PrepError(f"{root} holds no samples")
-    images = _first(root, m, array_name("image", size), count)
-    mask_name = array_name("mask", size)
+    images = _first(root, m, _array("image", size), count)
+    mask_name, label_name = _array("mask", size), _array("label", size)
     has_masks = masks and mask_name in m.arrays
     mask_arr = _first(root, m, mask_name, count) if has_masks else None
-    labels = _first(root, m, "label", count) if "label" in m.arrays else None
+    labels = _first(root, m, label_name, count) if label_name in m.arrays else None
     captions = []
     for i in range(count):
         if labels is None:
@@ -162,7 +168,7 @@ def preview(
     tiles = [overlay(images[i], None if mask_arr is None else mask_arr[i]) for i in range(count)]
     title = f"{root.name}: samples 0-{count - 1} of {m.num_samples} at {size} px"
     sheet, layout = contact_sheet(tiles, captions, title, columns)
-    save_image(sheet, output)
+    save_image(sheet.save, output)
     return PreviewResult(output, count, size, has_masks, layout)
 
 
@@ -178,12 +184,13 @@ def image_dataset(root: Path, size: int | None, what: str) -> tuple[Manifest, in
     return m, size
 
 
-def save_image(image: Image.Image, path: Path) -> None:
-    """Save a picture for the user; a bad path or extension is one clear error."""
+def save_image(save: Callable[[Path], object], path: Path) -> None:
+    """Write a picture for the user with `save(path)` (Pillow's Image.save, matplotlib's
+    Figure.savefig); a bad path or extension is one clear error."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        image.save(path)
-    except (OSError, ValueError, KeyError) as e:  # Pillow: unknown extension -> ValueError
+        save(path)
+    except (OSError, ValueError, KeyError) as e:  # both: unknown extension -> ValueError
         raise PrepError(
             f"cannot write {path} ({e}). HINT: a writable path ending in .png or .jpg"
         ) from e

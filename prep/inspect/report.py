@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from loaders.fields import FIELDS
 from loaders.format import FormatError, Manifest, check_files, read_manifest, safe_path
 from prep import PrepError
 from prep.run.files import sha256_file
@@ -19,7 +20,8 @@ def mb(n: float) -> str:
 
 def info(root: Path, batch_size: int = 256) -> str:
     """A human summary: counts, fields, shapes, dtypes, bytes on disk per size, and the RAM one
-    batch of `batch_size` needs at each size (size x size x channels x batch)."""
+    batch of `batch_size` needs at each size (size x size x channels x batch), in the dtype the
+    loader returns (loaders.fields: labels widen to int64)."""
     m = read_manifest(root)
     images = m.kind == "images"
     items = "samples" if images else "documents"
@@ -44,9 +46,11 @@ def info(root: Path, batch_size: int = 256) -> str:
     batch_col = f"{'batch of ' + str(batch_size):>16}" if images else ""
     lines.append(f"{'array':<16}{'dtype':<8}{'per item':<18}{'on disk':>12}{batch_col}")
     for name, spec in sorted(m.arrays.items()):
-        per = int(np.prod(spec.shape, dtype=np.int64)) * np.dtype(spec.dtype).itemsize
+        elems = int(np.prod(spec.shape, dtype=np.int64))
+        per = elems * np.dtype(spec.dtype).itemsize
         on_disk = per * sum(s.arrays[name].length for s in m.shards if name in s.arrays)
-        batch = f"{mb(per * batch_size):>16}" if images else ""
+        out = elems * np.dtype(FIELDS[spec.field].out_dtype).itemsize
+        batch = f"{mb(out * batch_size):>16}" if images else ""
         lines.append(f"{name:<16}{spec.dtype:<8}{spec.shape!s:<18}{mb(on_disk):>12}{batch}")
     total = sum(f.bytes for s in m.shards for f in s.files.values())
     lines.append(f"total on disk: {mb(total)}")

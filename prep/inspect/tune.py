@@ -7,8 +7,11 @@ workers pay it once per training run. torch is imported here, never by `prep --h
 
 The RAM column is the article's arithmetic: batches in flight x bytes per batch, where a
 DataLoader with W > 0 workers keeps W x prefetch_factor batches in flight and W = 0 builds one
-batch at a time in the main process. Bytes per batch count the tensors the loader returns:
-uint8 images and masks, int64 labels.
+batch at a time in the main process. Bytes per batch count the tensors the loader returns, in
+each field's `out_dtype` (loaders.fields): uint8 images and masks, int64 labels.
+
+`--plot` draws with matplotlib, the optional `[plot]` extra: `check_plot` fails before the timed
+run where it is missing.
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 
+from loaders.fields import FIELDS
 from loaders.format import Manifest
 from prep import PrepError
 from prep.inspect.report import mb
@@ -29,15 +34,13 @@ from prep.inspect.report import mb
 PREFETCH = 2  # make_loader's default prefetch_factor
 GOOD_ENOUGH = 0.9  # recommend the fewest workers within 10% of the best throughput
 TRAIN_FIELDS = ("image", "label", "mask")  # what a training loop reads; orig_size is for eval
-# Bytes per element of what the loader returns (loaders.images: labels widen to int64).
-OUT_ITEMSIZE = {"image": 1, "mask": 1, "label": 8, "orig_size": 8}
 
 
 @dataclass
 class TuneRow:
     workers: int
     samples_per_s: float
-    cpu_percent: float | None  # of one core, as top shows it; None where /proc is missing
+    cpu_percent: float  # of one core, as top shows it: the main process and its workers
     batches_in_flight: int
     ram_bytes: int
 
@@ -80,16 +83,16 @@ class TuneResult:
             f"{'workers':>7}{'samples/s':>12}{'cpu':>8}{'batches':>9}{'RAM in flight':>15}",
         ]
         for r in self.rows:
-            cpu = "n/a" if r.cpu_percent is None else f"{r.cpu_percent:.0f}%"
             mark = "  <- recommended" if r is self.recommended else ""
             lines.append(
-                f"{r.workers:>7}{r.samples_per_s:>12,.0f}{cpu:>8}{r.batches_in_flight:>9}"
+                f"{r.workers:>7}{r.samples_per_s:>12,.0f}{r.cpu_percent:>7.0f}%"
+                f"{r.batches_in_flight:>9}"
                 f"{mb(r.ram_bytes):>15}{mark}"
             )
         return "\n".join(lines)
 
     def advice(self) -> str:
-        r, best, tried = self.recommended, self.best, max(x.workers for x in self.rows)
+        r, tried = self.recommended, max(x.workers for x in self.rows)
         lines = [
             f"recommended: num_workers={r.workers}, batch_size={self.batch_size}, "
             f"prefetch_factor={self.prefetch_factor}: {r.samples_per_s:,.0f} samples/s "
@@ -98,7 +101,8 @@ class TuneResult:
             f"  loader = make_loader(ds, batch_size={self.batch_size}, shuffle=True, "
             f"num_workers={r.workers})",
         ]
-        if best.workers == tried and len(self.candidates) > 1:
+        # Every fewer count fell over 10% short: more workers may still pay off.
+        if r.workers == tried and len(self.candidates) > 1:
             lines.append(
                 "  throughput still grows at the most workers tried: the loader is CPU-bound "
                 "here; try more workers (--workers) on a machine with more cores"
@@ -133,7 +137,8 @@ def batch_bytes(m: Manifest, size: int, fields: Sequence[str], batch_size: int) 
     per_sample = 0
     for f in fields:
         spec = m.arrays[m.array_for(f, size)]
-        per_sample += int(np.prod(spec.shape, dtype=np.int64)) * OUT_ITEMSIZE[f]
+        itemsize = np.dtype(FIELDS[f].out_dtype).itemsize  # labels widen to int64
+        per_sample += int(np.prod(spec.shape, dtype=np.int64)) * itemsize
     return per_sample * batch_size
 
 
@@ -141,31 +146,18 @@ def in_flight(workers: int, prefetch_factor: int) -> int:
     return workers * prefetch_factor if workers > 0 else 1
 
 
-def _children_cpu() -> float | None:
-    """CPU seconds (user + system) of this process's live children, the DataLoader workers:
-    read from /proc because they are still running (os.times counts only waited-for ones)."""
-    me, tick = os.getpid(), os.sysconf("SC_CLK_TCK")
-    try:
-        pids = [p for p in os.listdir("/proc") if p.isdigit()]
-    except OSError:
-        return None
-    total = 0
-    for pid in pids:
+def cpu_seconds() -> float:
+    """CPU seconds (user + system) of this process and its live children, the DataLoader
+    workers: psutil reads them while they run, where os.times counts only waited-for children."""
+    me = psutil.Process()
+    total = 0.0
+    for p in [me, *me.children(recursive=True)]:
         try:
-            with open(f"/proc/{pid}/stat") as f:
-                stat = f.read()
-        except OSError:  # exited meanwhile
+            t = p.cpu_times()
+        except psutil.NoSuchProcess:  # exited meanwhile
             continue
-        after = stat.rsplit(")", 1)[1].split()  # fields after the (command name)
-        if int(after[1]) == me:  # ppid; then utime and stime are fields 14 and 15
-            total += int(after[11]) + int(after[12])
-    return total / tick
-
-
-def _cpu() -> float | None:
-    t = os.times()
-    children = _children_cpu()
-    return None if children is None else t.user + t.system + children
+        total += t.user + t.system
+    return total
 
 
 def _forever(loader: Any) -> Generator[Any, None, None]:
@@ -192,16 +184,16 @@ def measure(
     batches = _forever(loader)
     try:
         next(batches)  # workers started, first batch out
-        cpu0, t0 = _cpu(), time.perf_counter()
+        cpu0, t0 = cpu_seconds(), time.perf_counter()
         samples, elapsed = 0, 0.0
         while elapsed < seconds:
             samples += len(next(batches)[0])
             elapsed = time.perf_counter() - t0
-        cpu1 = _cpu()
+        cpu1 = cpu_seconds()
     finally:
         batches.close()
         del loader  # shuts persistent workers down
-    cpu = None if cpu0 is None or cpu1 is None else 100.0 * (cpu1 - cpu0) / elapsed
+    cpu = 100.0 * (cpu1 - cpu0) / elapsed
     batches_in_flight = in_flight(workers, prefetch)
     return TuneRow(workers, samples / elapsed, cpu, batches_in_flight, batches_in_flight * nbytes)
 
@@ -251,63 +243,53 @@ def tune(
     return result
 
 
+def check_plot() -> None:
+    """Fail before a timed run whose plot cannot be drawn: matplotlib is the [plot] extra."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise PrepError(
+            "--plot needs matplotlib, which is not installed. HINT: pip install 'prep[plot]'"
+        ) from None
+
+
 def plot(result: TuneResult, path: Path, width: int = 640, height: int = 400) -> None:
-    """Samples/s against workers as a PNG (Pillow only): one point per setting, labelled with
-    its CPU use, the recommended one in orange."""
-    from PIL import Image, ImageDraw, ImageFont
+    """Samples/s against workers, `width` x `height` px: one point per setting, labelled with its
+    CPU use, the recommended one in orange. Drawn by Agg (a file, no display)."""
+    check_plot()
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
     from prep.inspect.preview import save_image
 
-    font = ImageFont.load_default()
-    img = Image.new("RGB", (width, height), "white")
-    d = ImageDraw.Draw(img)
-    left, right, top, bottom = 70, 100, 40, 64
-    x0, x1, y0, y1 = left, width - right, height - bottom, top  # y grows downwards
-    xs = [r.workers for r in result.rows]
-    xmax = max(max(xs), 1)
-    ymax = _nice_ceiling(max(r.samples_per_s for r in result.rows) * 1.1)
-
-    def px(w: float, rate: float) -> tuple[float, float]:
-        return x0 + (x1 - x0) * w / xmax, y0 - (y0 - y1) * rate / ymax
-
-    d.text(
-        (left, 12),
-        f"{result.root.name}: loader throughput, {result.size} px, batch {result.batch_size}",
-        fill="black",
-        font=font,
+    dpi = 100
+    fig = Figure(figsize=(width / dpi, height / dpi), dpi=dpi, layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    rows, rec = sorted(result.rows, key=lambda r: r.workers), result.recommended
+    ax.plot([r.workers for r in rows], [r.samples_per_s for r in rows], "o-", color="tab:blue")
+    ax.plot(rec.workers, rec.samples_per_s, "o", color="tab:orange", markersize=10)
+    point: dict[str, Any] = {"textcoords": "offset points", "fontsize": "small"}
+    ax.annotate(
+        "recommended", (rec.workers, rec.samples_per_s), (8, -14), **point, color="tab:orange"
     )
-    for i in range(6):  # horizontal grid and y ticks
-        rate = ymax * i / 5
-        _, y = px(0, rate)
-        d.line([(x0, y), (x1, y)], fill=(225, 225, 225))
-        label = f"{rate:,.0f}"
-        d.text((x0 - 8 - d.textlength(label, font=font), y - 6), label, fill="black", font=font)
-    for w in xs:
-        x, _ = px(w, 0)
-        d.line([(x, y0), (x, y0 + 4)], fill="black")
-        d.text((x - d.textlength(str(w), font=font) / 2, y0 + 7), str(w), fill="black", font=font)
-    d.line([(x0, y1), (x0, y0), (x1, y0)], fill="black")
-    d.text(((x0 + x1) / 2 - 20, height - 38), "workers", fill="black", font=font)
-    d.text((8, top - 22), "samples/s", fill="black", font=font)
-    points = [px(r.workers, r.samples_per_s) for r in result.rows]
-    d.line(points, fill=(31, 119, 180), width=2)
-    rec = result.recommended
-    for r, (x, y) in zip(result.rows, points, strict=True):
-        colour = (255, 127, 14) if r is rec else (31, 119, 180)
-        d.ellipse([(x - 5, y - 5), (x + 5, y + 5)], fill=colour)
-        cpu = "" if r.cpu_percent is None else f"cpu {r.cpu_percent:.0f}%"
-        d.text((x + 8, y - 16), cpu, fill=(90, 90, 90), font=font)
-    x, y = px(rec.workers, rec.samples_per_s)
-    d.text((x + 8, y + 2), "recommended", fill=(255, 127, 14), font=font)
-    if any(r.workers == 0 for r in result.rows):
-        note = "0 workers: the training loop loads each batch itself, in its own time"
-        d.text((8, height - 16), note, fill=(120, 120, 120), font=font)
-    save_image(img, path)
-
-
-def _nice_ceiling(v: float) -> float:
-    """The next round number (1, 1.5, 2, 2.5, 3, 4, 5, 6, 8 x 10^k) at or above v."""
-    if v <= 0:
-        return 1.0
-    exp = 10 ** np.floor(np.log10(v))
-    return float(next(m * exp for m in (1, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10) if m * exp >= v))
+    for r in rows:
+        xy = (r.workers, r.samples_per_s)
+        ax.annotate(f"cpu {r.cpu_percent:.0f}%", xy, (8, 4), **point, color="0.35")
+    ax.set_xticks([r.workers for r in rows])
+    ax.margins(x=0.12)  # room for the last point's label
+    ax.set_ylim(0, 1.15 * max(r.samples_per_s for r in rows))
+    ax.yaxis.set_major_formatter("{x:,.0f}")
+    ax.grid(axis="y", color="0.9")
+    ax.set(xlabel="workers", ylabel="samples/s")
+    ax.set_title(
+        f"{result.root.name}: loader throughput, {result.size} px, batch {result.batch_size}",
+        fontsize="medium",
+    )
+    if any(r.workers == 0 for r in rows):
+        fig.supxlabel(
+            "0 workers: the training loop loads each batch itself, in its own time",
+            fontsize="small",
+            color="0.45",
+        )
+    save_image(fig.savefig, path)
