@@ -11,6 +11,7 @@ Each row prints our figure, the reference figure, the ratio and the goal. Data c
 from __future__ import annotations
 
 import argparse
+import operator
 import os
 import platform
 import shutil
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 
 HERE = Path(__file__).resolve().parent
 PREP = [str(Path(sys.executable).parent / "prep")]  # the installed console script
@@ -40,6 +42,19 @@ class Row:
     @property
     def ratio(self) -> float:
         return self.ours / self.ref if self.ref else float("nan")
+
+
+GOALS = {">=": operator.ge, "<=": operator.le, "<": operator.lt}
+
+
+def versus(name: str, ours: float, ref: float, unit: str, goal: str) -> Row:
+    """A row whose goal is a ratio of ours to ref, e.g. ">= 3x": met when the ratio meets it."""
+    op, target = goal.split()
+    return Row(name, ours, ref, unit, goal, GOALS[op](ours / ref, float(target.rstrip("x"))))
+
+
+def info(name: str, ours: float, ref: float, unit: str, note: str) -> Row:
+    return Row(name, ours, ref, unit, note, None)
 
 
 def timed(fn: Callable[[], Any]) -> float:
@@ -153,57 +168,33 @@ def bench_pack(raw: Path, work: Path, jobs: int, sample: int, count: int, reps: 
     lst, paths = jpeg_list(raw, count)
     print(f"   (pack: {len(paths)} JPEGs listed in {lst})", file=sys.stderr)
 
-    def pack(out: str, *options: str) -> float:
-        return prep(
-            "pack",
-            str(lst),
-            str(work / out),
-            "-j",
-            str(jobs),
-            "--overwrite",
-            "--shard-size",
-            "256",
-            *options,
-        )
+    def pack(out: str, sizes: str, *options: str) -> float:
+        common = ["-j", str(jobs), "--overwrite", "--shard-size", "256", "--sizes", sizes]
+        return prep("pack", str(lst), str(work / out), *common, *options)
 
     sub = paths[:: max(1, len(paths) // sample)]  # spread over the classes and file kinds
     naive_dir = work / "naive"
     shutil.rmtree(naive_dir, ignore_errors=True)
     naive_dir.mkdir(parents=True)
     # Interleaved repeats, best of each: a noisy neighbour slows one run, not the comparison.
-    runs: dict[str, list[float]] = {"ours": [], "naive": [], "bare": [], "multi": [], "512": []}
+    # Rates, and times negated, so that the best is the largest of each.
+    runs: dict[str, list[float]] = {k: [] for k in ("ours", "bare", "naive", "multi", "512")}
     runs["gray"] = []
     for _ in range(reps):
-        runs["ours"].append(len(paths) / pack("p256", "--sizes", "256"))
+        runs["ours"].append(len(paths) / pack("p256", "256"))
         runs["bare"].append(parallel_rate(bare_chunk, [(c, 256) for c in chunked(paths, 32)], jobs))
-        runs["naive"].append(
-            parallel_rate(naive_chunk, [(c, str(naive_dir), 256) for c in chunked(sub, 16)], jobs)
-        )
-        runs["multi"].append(-pack("pmulti", "--sizes", "128,256,512"))
-        runs["512"].append(-pack("p512", "--sizes", "512"))
-        runs["gray"].append(-pack("pgray", "--sizes", "256", "--gray"))
-    ours, naive, bare = max(runs["ours"]), max(runs["naive"]), max(runs["bare"])
+        naive = [(c, str(naive_dir), 256) for c in chunked(sub, 16)]
+        runs["naive"].append(parallel_rate(naive_chunk, naive, jobs))
+        runs["multi"].append(-pack("pmulti", "128,256,512"))
+        runs["512"].append(-pack("p512", "512"))
+        runs["gray"].append(-pack("pgray", "256", "--gray"))
+    ours, naive_rate, bare = max(runs["ours"]), max(runs["naive"]), max(runs["bare"])
     t_multi, t_512, t_gray = (-max(runs[k]) for k in ("multi", "512", "gray"))
-    t_ours = len(paths) / ours
     return [
-        Row("1a pack 256px vs naive PIL loop", ours, naive, "img/s", ">= 3x", ours / naive >= 3),
-        Row(
-            "1b pack 256px vs bare decode+resize",
-            ours,
-            bare,
-            "img/s",
-            ">= 0.85x",
-            ours / bare >= 0.85,
-        ),
-        Row(
-            "2  pack 128+256+512 vs 512 only",
-            t_multi,
-            t_512,
-            "s",
-            "<= 1.25x",
-            t_multi / t_512 <= 1.25,
-        ),
-        Row("3  pack gray vs rgb (256px)", t_gray, t_ours, "s", "< 1x", t_gray < t_ours),
+        versus("1a pack 256px vs naive PIL loop", ours, naive_rate, "img/s", ">= 3x"),
+        versus("1b pack 256px vs bare decode+resize", ours, bare, "img/s", ">= 0.85x"),
+        versus("2  pack 128+256+512 vs 512 only", t_multi, t_512, "s", "<= 1.25x"),
+        versus("3  pack gray vs rgb (256px)", t_gray, len(paths) / ours, "s", "< 1x"),
     ]
 
 
@@ -240,26 +231,9 @@ def bench_load(raw: Path, work: Path, sample: int) -> list[Row]:
             folder, batch_size=64, shuffle=True, num_workers=workers
         )
         ref = epoch_rate(ref_loader)
-        rows.append(
-            Row(
-                f"4a load, {workers} workers, vs ImageFolder+PIL",
-                ours,
-                ref,
-                "img/s",
-                ">= 20x",
-                ours / ref >= 20,
-            )
-        )
-        rows.append(
-            Row(
-                f"4b load, {workers} workers, vs np.copyto",
-                ours,
-                copy_rate,
-                "img/s",
-                ">= 0.5x",
-                ours / copy_rate >= 0.5,
-            )
-        )
+        name = f"load, {workers} workers, vs"
+        rows.append(versus(f"4a {name} ImageFolder+PIL", ours, ref, "img/s", ">= 20x"))
+        rows.append(versus(f"4b {name} np.copyto", ours, copy_rate, "img/s", ">= 0.5x"))
     print(f"   (load: {len(ds)} samples, {data_bytes / 1e6:.0f} MB per epoch)", file=sys.stderr)
     rows.append(worker_batch_cost(src[:256]))
     return rows
@@ -280,44 +254,35 @@ def worker_batch_cost(batch: np.ndarray) -> Row:
 
     t_fresh = min(timed(fresh) for _ in range(5))
     t_copy = min(timed(lambda: np.copyto(out, batch)) for _ in range(5))
-    return Row(
-        "4c worker batch: fresh shared memory vs copy",
-        t_fresh * 1e3,
-        t_copy * 1e3,
-        "ms",
-        "info (why 4b)",
-        None,
-    )
+    name = "4c worker batch: fresh shared memory vs copy"
+    return info(name, t_fresh * 1e3, t_copy * 1e3, "ms", "info (why 4b)")
+
+
+def make_corpus(raw: Path, corpus: Path, docs: int) -> None:
+    """`docs` documents cut from the demo texts, of 1 to 7 copies each."""
+    if corpus.exists():
+        return
+    corpus.mkdir(parents=True)
+    base = [t.read_text(encoding="utf-8") for t in sorted((raw / "text").glob("*.txt"))]
+    for i in range(docs):
+        text = base[i % len(base)] * (1 + i % 7)
+        (corpus / f"{i:05d}.txt").write_text(text, encoding="utf-8")
 
 
 def bench_tokenize(raw: Path, work: Path, jobs: int, docs: int, reps: int) -> list[Row]:
     """`prep tokenize --tokenizer bpe` with a given tokenizer vs tokenizers' encode_batch."""
-    corpus = work / "corpus"
-    if not corpus.exists():
-        corpus.mkdir(parents=True)
-        texts = sorted((raw / "text").glob("*.txt"))
-        base = [t.read_text(encoding="utf-8") for t in texts]
-        for i in range(docs):
-            (corpus / f"{i:05d}.txt").write_text(
-                base[i % len(base)] * (1 + i % 7), encoding="utf-8"
-            )
-    first = work / "tok-train"
-    prep(
-        "tokenize",
-        str(corpus),
-        str(first),
-        "--tokenizer",
-        "bpe",
-        "--vocab-size",
-        "2048",
-        "-j",
-        str(jobs),
-        "--overwrite",
-    )
-    tok_file = first / "tokenizer.json"
-    n_bytes = sum(p.stat().st_size for p in corpus.glob("*.txt"))
     from tokenizers import Tokenizer
 
+    corpus = work / "corpus"
+    make_corpus(raw, corpus, docs)
+
+    def tokenize(out: str, tokenizer: str, *options: str) -> float:
+        common = ["-j", str(jobs), "--overwrite", "--tokenizer", tokenizer]
+        return prep("tokenize", str(corpus), str(work / out), *common, *options)
+
+    tokenize("tok-train", "bpe", "--vocab-size", "2048")
+    tok_file = work / "tok-train" / "tokenizer.json"
+    n_bytes = sum(p.stat().st_size for p in corpus.glob("*.txt"))
     n_tokens = 0
 
     def direct() -> None:
@@ -329,57 +294,23 @@ def bench_tokenize(raw: Path, work: Path, jobs: int, docs: int, reps: int) -> li
 
     t_ours, t_ref = float("inf"), float("inf")
     for _ in range(reps):  # interleaved, best of each
-        t_ours = min(
-            t_ours,
-            prep(
-                "tokenize",
-                str(corpus),
-                str(work / "tok"),
-                "--tokenizer",
-                str(tok_file),
-                "-j",
-                str(jobs),
-                "--overwrite",
-            ),
-        )
+        t_ours = min(t_ours, tokenize("tok", str(tok_file)))
         t_ref = min(t_ref, timed(direct))
-    t_bytes = prep(
-        "tokenize",
-        str(corpus),
-        str(work / "tok-bytes"),
-        "--tokenizer",
-        "bytes",
-        "-j",
-        str(jobs),
-        "--overwrite",
-    )
+    t_bytes = tokenize("tok-bytes", "bytes")
+    rate, ref = n_tokens / t_ours, n_tokens / t_ref
+    mb_ours, mb_ref = n_bytes / t_bytes / 1e6, n_bytes / t_ref / 1e6
+    note = "info (ref: bpe encode_batch)"
     return [
-        Row(
-            "5a tokenize bpe vs encode_batch",
-            n_tokens / t_ours,
-            n_tokens / t_ref,
-            "tok/s",
-            ">= 0.8x",
-            t_ref / t_ours >= 0.8,
-        ),
-        Row(
-            "5b tokenize bytes (MB/s of text)",
-            n_bytes / t_bytes / 1e6,
-            n_bytes / t_ref / 1e6,
-            "MB/s",
-            "info (ref: bpe encode_batch)",
-            None,
-        ),
+        versus("5a tokenize bpe vs encode_batch", rate, ref, "tok/s", ">= 0.8x"),
+        info("5b tokenize bytes (MB/s of text)", mb_ours, mb_ref, "MB/s", note),
     ]
 
 
 def private_mb(pid: int) -> float:
-    """Memory a process has written to itself (Private_Dirty): what a worker costs beyond the
-    page cache and the pages it shares with its parent."""
-    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-        if line.startswith("Private_Dirty:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+    """Memory a process has written to itself (Private_Dirty, over all its mappings): what a
+    worker costs beyond the page cache and the pages it shares with its parent. Not psutil's
+    uss, which adds clean private pages: shard pages that only this worker has mapped."""
+    return sum(m.private_dirty for m in psutil.Process(pid).memory_maps(grouped=True)) / 2**20
 
 
 def bench_pack_memory(raw: Path, work: Path, sample: int) -> Row:
@@ -388,30 +319,11 @@ def bench_pack_memory(raw: Path, work: Path, sample: int) -> Row:
     lst, _ = jpeg_list(raw, sample)
     rss = {}
     for shard in (256, 4096):
-        rss[shard] = child_peak_rss_mb(
-            [
-                *PREP,
-                "pack",
-                str(lst),
-                str(work / f"rss{shard}"),
-                "--sizes",
-                "256",
-                "-j",
-                "1",
-                "-q",
-                "--overwrite",
-                "--shard-size",
-                str(shard),
-            ]
-        )
-    return Row(
-        "6a pack worker peak RSS, shard 4096 vs 256",
-        rss[4096],
-        rss[256],
-        "MB",
-        "<= 1.1x",
-        rss[4096] <= 1.1 * rss[256],
-    )
+        out = str(work / f"rss{shard}")
+        options = ["--sizes", "256", "-j", "1", "-q", "--overwrite", "--shard-size", str(shard)]
+        rss[shard] = child_peak_rss_mb([*PREP, "pack", str(lst), out, *options])
+    name = "6a pack worker peak RSS, shard 4096 vs 256"
+    return versus(name, rss[4096], rss[256], "MB", "<= 1.1x")
 
 
 def bench_loader_memory(work: Path) -> Row:
@@ -425,14 +337,9 @@ def bench_loader_memory(work: Path) -> Row:
             pass
         # Persistent workers: the same processes every epoch (a private attribute, bench only).
         per_epoch.append(sum(private_mb(w.pid) for w in loader._iterator._workers))
-    return Row(
-        "6b 2 loader workers' private memory, epoch 5 vs 1",
-        per_epoch[-1],
-        per_epoch[0],
-        "MB",
-        "<= 1.1x",
-        per_epoch[-1] <= 1.1 * per_epoch[0] + 5,
-    )
+    first, last = per_epoch[0], per_epoch[-1]
+    name = "6b 2 loader workers' private memory, epoch 5 vs 1"
+    return Row(name, last, first, "MB", "<= 1.1x", last <= 1.1 * first + 5)  # 5 MB: noise
 
 
 def table(rows: list[Row]) -> str:
@@ -449,47 +356,21 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--count", type=int, default=2000, help="demo images to pack")
-    ap.add_argument(
-        "--sample",
-        type=int,
-        default=300,
-        help="images for the slow references (their rate is per image)",
-    )
-    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
-    ap.add_argument("--reps", type=int, default=2, help="interleaved repeats; the best counts")
-    ap.add_argument("--out", type=Path, default=HERE / "out")
-    ap.add_argument("--smoke", action="store_true", help="tiny sizes: check the script runs")
-    ap.add_argument("--only", default="pack,load,tokenize,memory")
-    args = ap.parse_args()
-    if args.smoke:
-        args.count, args.sample, args.reps, args.out = 24, 12, 1, args.out / "smoke"
-    work = args.out / f"n{args.count}"
-    raw = work / "raw"
+def demo_data(raw: Path, count: int, smoke: bool, jobs: int) -> None:
+    """The demo dataset at benchmark scale, made once and kept (bench/out/)."""
     stamp = raw / ".done"
-    start = time.perf_counter()
-    if not stamp.exists():
-        shutil.rmtree(raw, ignore_errors=True)
-        max_side = "1024" if args.smoke else "4032"
-        demo_count = args.count * 8 // 7 + 16  # 1 in 8 demo files is a PNG: not packed here
-        run(
-            [
-                *PREP,
-                "demo",
-                str(raw),
-                "--count",
-                str(demo_count),
-                "--max-side",
-                max_side,
-                "-j",
-                str(args.jobs),
-                "-q",
-            ]
-        )
-        stamp.touch()
-    print(f"data ready in {time.perf_counter() - start:.0f} s", file=sys.stderr)
+    if stamp.exists():
+        return
+    shutil.rmtree(raw, ignore_errors=True)
+    max_side = "1024" if smoke else "4032"
+    demo_count = count * 8 // 7 + 16  # 1 in 8 demo files is a PNG: not packed here
+    options = ["--count", str(demo_count), "--max-side", max_side, "-j", str(jobs), "-q"]
+    run([*PREP, "demo", str(raw), *options])
+    stamp.touch()
+
+
+def measure(args: argparse.Namespace, raw: Path, work: Path) -> list[Row]:
+    """The rows `--only` asks for. Pack makes the datasets that load and memory read."""
     rows: list[Row] = []
     only = args.only.split(",")
     if "memory" in only:
@@ -502,6 +383,27 @@ def main() -> int:
         rows += bench_tokenize(raw, work, args.jobs, 200 if args.smoke else 8000, args.reps)
     if "memory" in only:
         rows.append(bench_loader_memory(work))
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--count", type=int, default=2000, help="demo images to pack")
+    slow = "images for the slow references (their rate is per image)"
+    ap.add_argument("--sample", type=int, default=300, help=slow)
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--reps", type=int, default=2, help="interleaved repeats; the best counts")
+    ap.add_argument("--out", type=Path, default=HERE / "out")
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes: check the script runs")
+    ap.add_argument("--only", default="pack,load,tokenize,memory")
+    args = ap.parse_args()
+    if args.smoke:
+        args.count, args.sample, args.reps, args.out = 24, 12, 1, args.out / "smoke"
+    work = args.out / f"n{args.count}"
+    start = time.perf_counter()
+    demo_data(work / "raw", args.count, args.smoke, args.jobs)
+    print(f"data ready in {time.perf_counter() - start:.0f} s", file=sys.stderr)
+    rows = measure(args, work / "raw", work)
     cpu = platform.processor() or platform.machine()
     print(
         f"\nprep bench: {args.count} images, {args.jobs} jobs, {os.cpu_count()} cores ({cpu}), "
