@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -60,7 +61,7 @@ def test_list_rows_without_path_name_the_line(tmp_path: Path) -> None:
         list_images(lst)
 
 
-def _list(tmp_path: Path, labels: list[object], kind: str = "csv") -> Path:
+def _list(tmp_path: Path, labels: Sequence[object], kind: str = "csv") -> Path:
     """A list of existing images (x0.png, x1.png...) with these labels."""
     for i in range(len(labels)):
         (tmp_path / f"x{i}.png").write_bytes(b"listing never decodes")

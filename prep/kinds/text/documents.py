@@ -1,4 +1,4 @@
-"""Text in, token ids out: reading documents under one text policy, and the tokenizers.
+"""Text in: reading documents under one text policy (the tokenizers: tokenizers.py).
 
 What a document's text is (decoding its tokens gives back exactly this string):
 
@@ -8,9 +8,6 @@ What a document's text is (decoding its tokens gives back exactly this string):
 - one leading U+FEFF (a byte order mark) dropped;
 - CRLF turned into LF (a lone CR is kept); a line's own terminator is not part of the line;
 - nothing else changed: no Unicode normalisation, no stripping; an empty document is kept.
-
-Tokenizers share one small interface (`Tokenizer`) and are found in one table (`TOKENIZERS`);
-a path to a Hugging Face `tokenizer.json` is used as it is. Nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -25,16 +22,11 @@ from typing import Any, BinaryIO
 from prep import PrepError
 from prep.run.inputs import os_reject_code, reject_record, walk
 
-EOT = "<|endoftext|>"
-# End-of-document tokens looked up, in this order, in a tokenizer.json the user brings.
-EOT_CANDIDATES = (EOT, "<|end_of_text|>", "</s>", "<eos>", "[EOS]")
 ERRORS = ("strict", "replace")
 MODES = ("file", "lines", "jsonl")  # one document per file, per line, per JSON line
 TEXT_EXTS = frozenset([".txt"])
 JSONL_EXTS = frozenset([".jsonl", ".ndjson"])
 _CHUNK = 1 << 20
-
-# ---------------------------------------------------------------- documents
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import shutil
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -14,19 +13,15 @@ from typing import Any
 
 import numpy as np
 
-from prep import PrepError
-from prep.run.files import atomic_write_text, fsync_dir
+from prep import PrepError, UsageError
+from prep.run.files import atomic_write_text
 
 EOT = "<|endoftext|>"
 # End-of-document tokens looked up, in this order, in a tokenizer.json the user brings.
 EOT_CANDIDATES = (EOT, "<|end_of_text|>", "</s>", "<eos>", "[EOS]")
-ERRORS = ("strict", "replace")
-MODES = ("file", "lines", "jsonl")  # one document per file, per line, per JSON line
-TEXT_EXTS = frozenset([".txt"])
-JSONL_EXTS = frozenset([".jsonl", ".ndjson"])
-_CHUNK = 1 << 20
-
-# ---------------------------------------------------------------- tokenizers
+# The largest --vocab-size: 64x the largest vocabularies in use (~256k). The bpe trainer
+# reserves about 2 bytes an id up front (~50 MB here); 10**11 would ask for terabytes.
+MAX_VOCAB = 1 << 24
 
 
 def with_eot(
@@ -162,13 +157,14 @@ class HFTokenizer(Tokenizer):
             ) from e
 
     def save(self, folder: Path) -> None:
-        tmp = folder / f".{self.file}.tmp"
+        # Serialized here, not by tokenizers' own save(): that neither fsyncs nor names the
+        # file, and a full disk raises a bare Exception from it.
         if self.source is not None:
-            shutil.copyfile(self.source, tmp)
+            with open(self.source, encoding="utf-8", newline="") as f:  # byte for byte
+                text = f.read()
         else:
-            self._tok.save(str(tmp))
-        os.replace(tmp, folder / str(self.file))
-        fsync_dir(folder)
+            text = self._tok.to_str(pretty=True)
+        atomic_write_text(folder / str(self.file), text)
 
     def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         runs = [e.ids for e in self._tok.encode_batch_fast(texts, add_special_tokens=False)]
@@ -250,11 +246,12 @@ def tokenizer_identity(spec: str) -> tuple[str, str | None]:
 
 def check_tokenizer(spec: str, vocab_size: int | None = None) -> None:
     """Fail early on a tokenizer that is neither a registered name nor an existing .json file,
-    and on a bpe vocabulary too small for the 256 bytes and the end-of-document token."""
-    if spec == "bpe" and vocab_size is not None and vocab_size < 257:
-        raise PrepError(
-            f"--vocab-size {vocab_size} is too small for bpe: it needs the 256 bytes and the "
-            "end-of-document token. HINT: --vocab-size 512 or more"
+    and on a bpe vocabulary under 257 (the bytes and the eot token) or over MAX_VOCAB."""
+    if spec == "bpe" and vocab_size is not None and not 257 <= vocab_size <= MAX_VOCAB:
+        raise UsageError(
+            f"--vocab-size {vocab_size} is outside 257..{MAX_VOCAB:,} for bpe: 256 bytes and "
+            "the end-of-document token at least, 2**24 (far above any vocabulary in use) at "
+            "most. HINT: --vocab-size 8192 (GPT-2 has 50257)"
         )
     if spec in TOKENIZERS:
         return
@@ -262,7 +259,7 @@ def check_tokenizer(spec: str, vocab_size: int | None = None) -> None:
         if not Path(spec).is_file():
             raise PrepError(f"tokenizer file {spec} does not exist. HINT: check the path")
         return
-    raise PrepError(
+    raise UsageError(
         f"unknown tokenizer {spec!r}. HINT: one of {', '.join(TOKENIZERS)}, or a path to a "
         "tokenizer.json"
     )
