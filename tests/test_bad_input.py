@@ -677,23 +677,28 @@ def test_unlistable_folder_is_a_reject(tmp_path: Path, monkeypatch: pytest.Monke
     ]
 
 
+def listed(root: Path, rows: list[tuple[str, str]]) -> Path:
+    """root/list.jsonl of these (path, mask) rows, beside an image ok.png and its mask m.png."""
+    write(root / "ok.png", encode(Image.fromarray(gradient()), "PNG"))
+    write(root / "m.png", encode(Image.new("L", (16, 16), 1), "PNG"))
+    lines = [json.dumps({"path": path, "mask": mask}) + "\n" for path, mask in rows]
+    return write(root / "list.jsonl", "".join(lines).encode())
+
+
 def test_list_file_rejects_without_blocking(tmp_path: Path, pack_to: Any) -> None:
-    png = encode(Image.fromarray(gradient()), "PNG")
-    write(tmp_path / "ok.png", png)
-    write(tmp_path / "m.png", encode(Image.new("L", (16, 16), 1), "PNG"))
     os.mkfifo(tmp_path / "pipe.png")
     os.mkfifo(tmp_path / "pipe-mask.png")
     mask = encode(Image.fromarray(np.arange(120 * 160, dtype=np.uint8).reshape(120, 160)), "PNG")
     write(tmp_path / "cut-mask.png", mask[: len(mask) // 2])
     rows = [
-        {"path": "ok.png", "mask": "m.png"},
-        {"path": "pipe.png", "mask": "m.png"},
-        {"path": "gone.png", "mask": "m.png"},
-        {"path": "ok.png", "mask": "pipe-mask.png"},
-        {"path": "ok.png", "mask": "gone-mask.png"},
-        {"path": "ok.png", "mask": "cut-mask.png"},
+        ("ok.png", "m.png"),
+        ("pipe.png", "m.png"),
+        ("gone.png", "m.png"),
+        ("ok.png", "pipe-mask.png"),
+        ("ok.png", "gone-mask.png"),
+        ("ok.png", "cut-mask.png"),
     ]
-    lst = write(tmp_path / "list.jsonl", "".join(json.dumps(r) + "\n" for r in rows).encode())
+    lst = listed(tmp_path, rows)
     with no_hang():
         summary = pack_to(lst, tmp_path / "out", sizes=[16], max_rejects=1.0)
     assert summary.packed == 1
@@ -709,16 +714,14 @@ def test_list_file_rejects_without_blocking(tmp_path: Path, pack_to: Any) -> Non
 
 def test_list_paths_no_file_can_have(tmp_path: Path) -> None:
     """A NUL byte or a lone surrogate in a list's path or mask: a reject, never a traceback."""
-    write(tmp_path / "ok.png", encode(Image.fromarray(gradient()), "PNG"))
-    write(tmp_path / "m.png", encode(Image.new("L", (16, 16), 1), "PNG"))
     rows = [
-        {"path": "ok.png", "mask": "m.png"},
-        {"path": "nul\x00.png", "mask": "m.png"},
-        {"path": "lone-\ud800.png", "mask": "m.png"},
-        {"path": "ok.png", "mask": "m\x00.png"},
-        {"path": "ok.png", "mask": "\udfff.png"},
+        ("ok.png", "m.png"),
+        ("nul\x00.png", "m.png"),
+        ("lone-\ud800.png", "m.png"),
+        ("ok.png", "m\x00.png"),
+        ("ok.png", "\udfff.png"),
     ]
-    lst = write(tmp_path / "list.jsonl", "".join(json.dumps(r) + "\n" for r in rows).encode())
+    lst = listed(tmp_path, rows)
     out = tmp_path / "out"
     args = ["pack", str(lst), str(out), "--size", "16", "--max-rejects", "1", "-q"]
     result = CliRunner().invoke(app, args)
