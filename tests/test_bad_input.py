@@ -457,21 +457,45 @@ def test_mask_turned_upright_like_its_image(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- the corpus, packed
 
 
+def corpus_rejects(root: Path) -> dict[str, str]:
+    """The broken inputs of the corpus, written under root: each one's reject code."""
+    write(root / "empty.jpg", b"")
+    write(root / "text.png", b"just text\n" * 10)
+    big = encode(Image.fromarray(gradient(120, 160)), "JPEG", quality=90)
+    sos = big.rindex(b"\xff\xda")
+    write(root / "truncated.jpg", big[: (sos + len(big)) // 2])
+    png = encode(Image.fromarray(gradient(120, 160)), "PNG")
+    write(root / "truncated.png", png[: len(png) // 2])
+    write(root / os.fsdecode(b"cut-\xff.jpg"), big[: sos + 40])
+    write(root / "bomb.png", png_bomb(50_000, 50_000))
+    os.mkfifo(root / "pipe.png")
+    os.symlink("nowhere.png", root / "broken.png")
+    os.symlink("loop.png", root / "loop.png")
+    (root / "sub").mkdir()
+    os.symlink("..", root / "sub" / "up")  # a folder loop: listed once, no images in sub
+    return {
+        "empty.jpg": "empty",
+        "text.png": "not_image",
+        "truncated.jpg": "truncated",
+        "truncated.png": "truncated",
+        os.fsdecode(b"cut-\xff.jpg"): "truncated",
+        "bomb.png": "too_large",
+        "pipe.png": "not_file",
+        "broken.png": "broken_link",
+        "loop.png": "link_loop",
+        "sub/up": "link_loop",
+    }
+
+
 def make_corpus(root: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """Good and broken inputs side by side (flat folder, 16 x 16 so that packing at 16 px keeps
     every pixel): returns the pixels each good input must pack to, and each reject's code."""
     rgb = gradient()
     good: dict[str, np.ndarray] = {}
-    bad: dict[str, str] = {}
 
-    def add(
-        name: str, data: bytes, pixels: np.ndarray | None = None, code: str | None = None
-    ) -> None:
+    def add(name: str, data: bytes, pixels: np.ndarray | None = None) -> None:
         write(root / name, data)
-        if code is None:
-            good[name] = rgb if pixels is None else pixels
-        else:
-            bad[name] = code
+        good[name] = rgb if pixels is None else pixels
 
     add("rgb.png", encode(Image.fromarray(rgb), "PNG"))
     add("png named.jpg", encode(Image.fromarray(rgb), "PNG"))
@@ -503,27 +527,9 @@ def make_corpus(root: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     add("exif6.jpg", with_exif_orientation(jpeg, 6), np.rot90(jpeg_pixels, -1))
     add("bad exif.jpg", with_app1(jpeg, b"Exif\0\0" + b"\x00" * 40), jpeg_pixels)
 
-    add("empty.jpg", b"", code="empty")
-    add("text.png", b"just text\n" * 10, code="not_image")
-    big = encode(Image.fromarray(gradient(120, 160)), "JPEG", quality=90)
-    sos = big.rindex(b"\xff\xda")
-    add("truncated.jpg", big[: (sos + len(big)) // 2], code="truncated")
-    png = encode(Image.fromarray(gradient(120, 160)), "PNG")
-    add("truncated.png", png[: len(png) // 2], code="truncated")
-    add(os.fsdecode(b"cut-\xff.jpg"), big[: sos + 40], code="truncated")
-    add("bomb.png", png_bomb(50_000, 50_000), code="too_large")
-    os.mkfifo(root / "pipe.png")
-    bad["pipe.png"] = "not_file"
-    os.symlink("nowhere.png", root / "broken.png")
-    bad["broken.png"] = "broken_link"
-    os.symlink("loop.png", root / "loop.png")
-    bad["loop.png"] = "link_loop"
-    (root / "sub").mkdir()
-    os.symlink("..", root / "sub" / "up")  # a folder loop: listed once, no images in sub
-    bad["sub/up"] = "link_loop"
     write(root / "readme.txt", b"not an image extension: not an input")
     write(root / ".hidden.png", b"hidden files are not inputs")
-    return good, bad
+    return good, corpus_rejects(root)
 
 
 @pytest.fixture

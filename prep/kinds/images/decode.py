@@ -13,8 +13,6 @@ import os
 import stat
 import struct
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -205,15 +203,6 @@ def _load(im: Image.Image) -> None:
         raise _decode_reject(e) from e
 
 
-@contextmanager
-def _quiet() -> Iterator[None]:
-    """Pillow's warnings about a file ("Corrupt EXIF data", "Truncated File Read") are noise
-    here: the policy decides what they mean, and a worker would print each one."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
-
-
 def _transpose(im: Image.Image, orientation: int) -> Image.Image:
     for op in _ORIENT.get(orientation, ()):
         im = im.transpose(op)
@@ -233,7 +222,9 @@ def decode_image(
     `hint` = (size, ...) lets a JPEG be decoded at a DCT-reduced scale (1/2, 1/4, 1/8) that still
     covers the largest requested `size` in `mode`: 4-8x less work on a phone photo.
     Raises Reject for an input that cannot be used."""
-    with _quiet(), _open(path, max_pixels) as im:
+    # Pillow's warnings about a file ("Corrupt EXIF data", "Truncated File Read") are noise
+    # here: the policy decides what they mean, and a worker would print each one.
+    with warnings.catch_warnings(action="ignore"), _open(path, max_pixels) as im:
         orientation = _orientation(im)
         w, h = im.size
         upright = (w, h) if orientation in (5, 6, 7, 8) else (h, w)
@@ -263,7 +254,7 @@ def decode_image(
 def decode_mask(path: Path, max_pixels: int = 100_000_000) -> np.ndarray:
     """A mask of class ids (H, W) uint8: L or palette images (the palette index is the class
     id), bilevel images (classes 0 and 1), or 16/32-bit images whose ids are at most 255."""
-    with _quiet(), _open(path, max_pixels) as im:
+    with warnings.catch_warnings(action="ignore"), _open(path, max_pixels) as im:
         orientation = _orientation(im)
         _load(im)
         out = _transpose(im, orientation)
