@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import signal
 import threading
@@ -13,7 +12,7 @@ from typing import Annotated, Any, Optional, TypeVar
 import typer
 
 from loaders.format import FormatError
-from prep import PrepError, __version__
+from prep import PrepError, UsageError, __version__, options
 
 app = typer.Typer(
     help="Pack raw images and text once, offline, into uint8 shards that `loaders` memory-maps.",
@@ -57,226 +56,85 @@ def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def int_list(text: str | None) -> list[int] | None:
-    if text is None:
-        return None
-    try:
-        return [int(x) for x in text.replace(" ", "").split(",") if x]
-    except ValueError:
-        raise typer.BadParameter(f"{text!r} is not a list of sizes, e.g. 128,256") from None
-
-
-def config_overrides(cls: type, values: dict[str, Any]) -> dict[str, Any]:
-    """The command's values for the fields of config class `cls` (paths as strings); None means
-    "not given", so the config file or the default applies."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    return {k: str(v) if isinstance(v, Path) else v for k, v in values.items() if k in names}
-
-
-ConfigOpt = Annotated[
-    Optional[Path],
-    typer.Option(
-        "--config", "-c", help="TOML config; default configs/default.toml when SRC is not given."
-    ),
-]
 JobsOpt = Annotated[
     Optional[int], typer.Option("--jobs", "-j", help="Worker processes (0: all cores).")
 ]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
-LimitOpt = Annotated[Optional[int], typer.Option(help="Only the first N inputs.")]
-MaxRejectsOpt = Annotated[
-    Optional[float],
-    typer.Option(help="Fail when more than this fraction of inputs is rejected."),
-]
-OverwriteOpt = Annotated[
-    Optional[bool],
-    typer.Option("--overwrite", help="Replace a non-empty OUT (kept readable until done)."),
-]
-ResumeOpt = Annotated[
-    Optional[bool],
-    typer.Option("--resume", help="Finish an interrupted run, reusing its verified shards."),
-]
-ProfileOpt = Annotated[
-    bool,
-    typer.Option("--profile", help="After the summary, print where the time went per stage."),
-]
 
 
-def _pack_command(name: str, doc: str, default_gray: bool | None, one_size: bool) -> None:
-    @friendly
-    def command(
-        src: Annotated[
-            Optional[Path],
-            typer.Argument(
-                help="Folder of images (class sub-folders give labels) or a .csv/.jsonl list."
-            ),
-        ] = None,
-        out: Annotated[Optional[Path], typer.Argument(help="Output dataset folder.")] = None,
-        sizes: Annotated[
-            Optional[str],
-            typer.Option(
-                "--sizes", "--size", "-s", help="Side(s) in px, comma-separated: 128,256,512."
-            ),
-        ] = None,
-        mode: Annotated[
-            Optional[str],
-            typer.Option(
-                help="fill: crop to square | fit: pad to square | stretch: ignore aspect."
-            ),
-        ] = None,
-        gray: Annotated[
-            Optional[bool],
-            typer.Option("--gray/--rgb", help="One channel, converted at decode time."),
-        ] = default_gray,
-        masks: Annotated[
-            Optional[Path], typer.Option(help="Folder of masks with the images' relative stems.")
-        ] = None,
-        format: Annotated[Optional[str], typer.Option("--format", help="npy | h5")] = None,
-        shard_size: Annotated[Optional[int], typer.Option(help="Samples per shard.")] = None,
-        jobs: JobsOpt = None,
-        backend: Annotated[
-            Optional[str],
-            typer.Option(help="loky: processes here | dask: a distributed cluster (prep[dask])."),
-        ] = None,
-        scheduler: Annotated[
-            Optional[str],
-            typer.Option(
-                help="dask scheduler tcp://HOST:PORT (workers see SRC and OUT at the same "
-                "paths); none: a LocalCluster of --jobs processes here."
-            ),
-        ] = None,
-        pad_value: Annotated[Optional[int], typer.Option(help="fit mode pad colour.")] = None,
-        max_pixels: Annotated[
-            Optional[int], typer.Option(help="Refuse larger images before decoding.")
-        ] = None,
-        max_rejects: MaxRejectsOpt = None,
-        limit: LimitOpt = None,
-        shuffle_seed: Annotated[
-            Optional[int],
-            typer.Option(
-                help="Store inputs in this seeded random order (mixes classes across "
-                "shards for order='quasi_random'); default: sorted."
-            ),
-        ] = None,
-        overwrite: OverwriteOpt = None,
-        resume: ResumeOpt = None,
-        config: ConfigOpt = None,
-        quiet: QuietOpt = False,
-        profile: ProfileOpt = False,
-    ) -> None:
-        from prep.config import PackConfig, load_config
+def _pack(name: str, doc: str, gray: bool | None = None, one_size: bool = False) -> None:
+    from prep.config import PackConfig
+
+    def run(cfg: Any, quiet: bool, profile: bool) -> None:
         from prep.kinds.images.pack import pack
-        from prep.run.profile import profile_table
 
-        overrides = config_overrides(PackConfig, {**locals(), "sizes": int_list(sizes)})
-        cfg = load_config(PackConfig, "pack", config, overrides)
         if one_size and len(cfg.sizes) != 1:
-            raise typer.BadParameter(
+            raise UsageError(
                 f"prep {name} makes one size, not {cfg.sizes}: use prep pack --sizes for several"
             )
-        summary = pack(cfg, show_progress=not quiet, profile=profile)
-        typer.echo(summary.line())
-        if summary.stages is not None:
-            workers = min(cfg.n_jobs, max(1, summary.shards - summary.reused))
-            typer.echo(profile_table(summary.stages, workers=workers))
+        _report(cfg, pack(cfg, show_progress=not quiet, profile=profile), "images")
 
+    command = friendly(options.command(PackConfig, run, {"gray": gray}))
     command.__doc__ = doc
     app.command(name)(command)
 
 
-_pack_command(
+def _report(cfg: Any, summary: Any, kind: str) -> None:
+    """The summary line, then the --profile table."""
+    from prep.run.profile import IMAGE_STAGES, TEXT_STAGES, profile_table
+
+    typer.echo(summary.line())
+    if summary.stages is not None:
+        workers = min(cfg.n_jobs, max(1, summary.shards - summary.reused))
+        stages = IMAGE_STAGES if kind == "images" else TEXT_STAGES
+        typer.echo(profile_table(summary.stages, stages, workers))
+
+
+_pack(
     "pack",
     """Pack images into uint8 shards at one or more sizes, from ONE decode each.
 
 Example: prep pack data/raw/images data/packed --sizes 128,256 --masks data/raw/masks
 """,
-    None,
-    one_size=False,
 )
-_pack_command(
+_pack(
     "resize",
     """Pack at one size (pack with a single --size).
 
 Example: prep resize data/raw/images data/resized --size 512 --mode fit
 """,
-    None,
     one_size=True,
 )
-_pack_command(
+_pack(
     "grayscale",
     """Pack one-channel images, converted at decode time (pack --gray).
 
 Example: prep grayscale data/raw/images data/gray --size 256
 """,
-    True,
+    gray=True,
     one_size=True,
 )
 
 
-@app.command()
-@friendly
-def tokenize(
-    src: Annotated[
-        Optional[Path],
-        typer.Argument(help="Folder of .txt files, one .txt file, or a .jsonl file."),
-    ] = None,
-    out: Annotated[Optional[Path], typer.Argument(help="Output dataset folder.")] = None,
-    tokenizer: Annotated[
-        Optional[str],
-        typer.Option(
-            "--tokenizer", "-t", help="bytes (default) | char | bpe | path/to/tokenizer.json."
-        ),
-    ] = None,
-    vocab_size: Annotated[
-        Optional[int], typer.Option(help="bpe: vocabulary size to train (default 8192).")
-    ] = None,
-    val_fraction: Annotated[
-        Optional[float],
-        typer.Option(help="Share of documents in val, chosen by a hash of their text."),
-    ] = None,
-    split_lines: Annotated[
-        Optional[bool],
-        typer.Option("--split-lines", help=".txt: one document per line, not per file."),
-    ] = None,
-    text_field: Annotated[
-        Optional[str], typer.Option(help=".jsonl: the field holding the text.")
-    ] = None,
-    errors: Annotated[
-        Optional[str],
-        typer.Option(help="Invalid UTF-8: strict (reject the document) | replace (U+FFFD)."),
-    ] = None,
-    shard_mb: Annotated[
-        Optional[float], typer.Option(help="MB of text per shard (one task each).")
-    ] = None,
-    max_doc_mb: Annotated[
-        Optional[float], typer.Option(help="Reject longer documents (memory stays bounded).")
-    ] = None,
-    max_rejects: MaxRejectsOpt = None,
-    limit: LimitOpt = None,
-    jobs: JobsOpt = None,
-    overwrite: OverwriteOpt = None,
-    resume: ResumeOpt = None,
-    config: ConfigOpt = None,
-    quiet: QuietOpt = False,
-    profile: ProfileOpt = False,
-) -> None:
-    """Tokenize text into flat token shards (uint8/16/32) with document offsets, split into
-    train and val; the tokenizer file travels in OUT.
+def _tokenize(cfg: Any, quiet: bool, profile: bool) -> None:
+    from prep.kinds.text.tokenize import tokenize
 
-    Example: prep tokenize data/demo-raw/text data/demo-tokens --tokenizer bpe --vocab-size 512
-    """
-    from prep.config import TokenizeConfig, load_config
-    from prep.kinds.text.tokenize import tokenize as run
+    _report(cfg, tokenize(cfg, show_progress=not quiet, profile=profile), "text")
 
-    overrides = config_overrides(TokenizeConfig, locals())
-    cfg = load_config(TokenizeConfig, "tokenize", config, overrides)
-    summary = run(cfg, show_progress=not quiet, profile=profile)
-    typer.echo(summary.line())
-    if summary.stages is not None:
-        from prep.run.profile import TEXT_STAGES, profile_table
 
-        workers = min(cfg.n_jobs, max(1, summary.shards - summary.reused))
-        typer.echo(profile_table(summary.stages, TEXT_STAGES, workers))
+def _tokenize_command() -> None:
+    from prep.config import TokenizeConfig
+
+    command = friendly(options.command(TokenizeConfig, _tokenize))
+    command.__doc__ = """Tokenize text into flat token shards (uint8/16/32) with document offsets,
+split into train and val; the tokenizer file travels in OUT.
+
+Example: prep tokenize data/demo-raw/text data/demo-tokens --tokenizer bpe --vocab-size 512
+"""
+    app.command("tokenize")(command)
+
+
+_tokenize_command()
 
 
 @app.command()

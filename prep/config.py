@@ -1,92 +1,184 @@
 """Config as plain data: dataclass defaults < TOML file section < command-line overrides.
 
-The effective config is saved in the dataset's manifest."""
+Each option is declared once, here: its type, default and help (`opt`); the Typer commands are
+made from these dataclasses (prep.options). The effective config is saved in the manifest."""
 
 from __future__ import annotations
 
 import os
 import tomllib
-import types
 import typing
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
-from prep import PrepError
+from prep import PrepError, UsageError
 
 DEFAULT_CONFIG = Path("configs/default.toml")
+BACKENDS = ("loky", "dask")
+
+
+def opt(default: Any, help: str, *flags: str) -> Any:
+    """A config field with its command-line help and flags (default: --field-name)."""
+    meta = {"help": help, "flags": flags}
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=meta)
+    return field(default=default, metadata=meta)
 
 
 @dataclass
-class PackConfig:
-    src: str | None = None
-    out: str | None = None
-    sizes: list[int] = field(default_factory=lambda: [256])
-    mode: str = "fill"  # fill | fit | stretch
-    gray: bool = False
-    masks: str | None = None
-    format: str = "npy"  # npy | h5
-    shard_size: int = 1000
-    pad_value: int = 0  # fit mode: the colour of the padding (0-255)
-    mask_pad_value: int = 0  # fit mode: the class id of padded mask pixels
-    max_pixels: int = 100_000_000  # larger images are refused before decoding
-    max_rejects: float = 0.01  # fail when more than this fraction of inputs is rejected
-    limit: int | None = None  # pack only the first N inputs
-    shuffle_seed: int | None = None  # store inputs in this seeded random order, not sorted
-    jobs: int = 0  # 0: all cores
-    backend: str = "loky"
-    scheduler: str | None = None
-    overwrite: bool = False
-    resume: bool = False
+class RunConfig:
+    """What every writing command takes: where from and to, how many rejects, how to run."""
 
+    src: str | None = opt(None, "Input folder or list.")
+    out: str | None = opt(None, "Output dataset folder.")
+    max_rejects: float = opt(0.01, "Fail when more than this fraction of inputs is rejected.")
+    limit: int | None = opt(None, "Only the first N inputs.")
+    jobs: int = opt(0, "Worker processes (0: all cores).", "--jobs", "-j")
+    backend: str = opt(
+        "loky", "loky: processes here | dask: a distributed cluster (the dask extra)."
+    )
+    scheduler: str | None = opt(
+        None,
+        "dask scheduler tcp://HOST:PORT (workers see SRC and OUT at the same paths); none: a "
+        "LocalCluster of --jobs processes here.",
+    )
+    overwrite: bool = opt(False, "Replace an OUT that prep wrote (kept readable until done).")
+    resume: bool = opt(False, "Finish an interrupted run, reusing its verified shards.")
+
+    SECTION: ClassVar[str] = ""
     # Keys that do not change the output bytes: a resumed run may differ in these.
-    RUNTIME = ("jobs", "backend", "scheduler", "overwrite", "resume", "max_rejects")
+    RUNTIME: ClassVar[tuple[str, ...]] = (
+        "jobs",
+        "backend",
+        "scheduler",
+        "overwrite",
+        "resume",
+        "max_rejects",
+    )
 
     def output_config(self) -> dict[str, Any]:
         """What the output bytes depend on (saved in the manifest, compared on --resume)."""
         return {k: v for k, v in asdict(self).items() if k not in self.RUNTIME}
 
     def validate(self) -> None:
-        from loaders.format import STORAGES
-        from prep.kinds.images.decode import MODES
-
+        """Check values the type alone does not: a bad one is a UsageError (exit 2)."""
         if not self.src or not self.out:
-            raise PrepError(
-                "no SRC/OUT given. HINT: `prep pack SRC OUT` or set src/out in "
-                "the [pack] section of the config"
+            raise UsageError(
+                f"no SRC/OUT given. HINT: `prep {self.SECTION} SRC OUT` or set src/out in "
+                f"the [{self.SECTION}] section of the config"
             )
-        if not self.sizes or any(s < 1 or s > 16384 for s in self.sizes):
-            raise PrepError(f"sizes {self.sizes} must be 1..16384 px. HINT: --sizes 128,256")
-        if self.mode not in MODES:
-            raise PrepError(f"mode {self.mode!r} is not one of {', '.join(MODES)}")
-        if self.format not in STORAGES:
-            raise PrepError(f"format {self.format!r} is not one of {', '.join(STORAGES)}")
-        if self.shard_size < 1:
-            raise PrepError(f"shard size {self.shard_size} must be at least 1")
-        if self.limit is not None and self.limit < 1:
-            raise PrepError(f"--limit {self.limit} must be at least 1")
-        if not (0 <= self.pad_value <= 255 and 0 <= self.mask_pad_value <= 255):
-            raise PrepError("pad values must be 0..255")
-        if not 0 <= self.max_rejects <= 1 or self.max_pixels < 1:
-            raise PrepError(
-                f"--max-rejects {self.max_rejects:g} must be a fraction 0..1 and --max-pixels "
-                f"{self.max_pixels} at least 1. HINT: --max-rejects 0.05 allows 5% bad inputs"
+        if len(os.fsencode(Path(self.out).name + ".partial")) > 255:
+            raise UsageError(
+                f"OUT name {Path(self.out).name[:40]}... is longer than a file name may be "
+                "(255 bytes, with prep's .partial suffix). HINT: choose a shorter OUT"
             )
-        self.sizes = sorted(set(self.sizes))
+        check(0 <= self.max_rejects <= 1, f"--max-rejects {self.max_rejects:g}", "a fraction 0..1")
+        check(self.limit is None or self.limit >= 1, f"--limit {self.limit}", "at least 1")
+        check(self.jobs >= 0, f"--jobs {self.jobs}", "0 (all cores) or more")
+        check(self.backend in BACKENDS, f"--backend {self.backend}", " | ".join(BACKENDS))
+        if self.scheduler and self.backend != "dask":
+            raise UsageError(
+                f"--scheduler {self.scheduler} needs the dask backend. HINT: add --backend dask"
+            )
 
     @property
     def n_jobs(self) -> int:
         return self.jobs if self.jobs > 0 else (os.cpu_count() or 1)
 
 
-C = TypeVar("C")
+def check(ok: bool, what: str, should: str) -> None:
+    if not ok:
+        raise UsageError(f"{what} must be {should}")
+
+
+def choice(value: str, allowed: tuple[str, ...], what: str) -> None:
+    check(value in allowed, f"{what} {value!r}", "one of " + ", ".join(allowed))
+
+
+@dataclass
+class PackConfig(RunConfig):
+    src: str | None = opt(
+        None, "Folder of images (class sub-folders give labels) or a .csv/.jsonl list."
+    )
+    sizes: list[int] = opt(
+        [256], "Side(s) in px, comma-separated: 128,256,512.", "--sizes", "--size", "-s"
+    )
+    mode: str = opt("fill", "fill: crop to square | fit: pad to square | stretch: ignore aspect.")
+    gray: bool = opt(False, "One channel, converted at decode time.", "--gray/--rgb")
+    masks: str | None = opt(None, "Folder of masks with the images' relative stems.")
+    format: str = opt("npy", "npy | h5")
+    shard_size: int = opt(1000, "Samples per shard.")
+    pad_value: int = opt(0, "fit mode: the colour of the padding (0-255).")
+    mask_pad_value: int = opt(0, "fit mode: the class id of padded mask pixels (0-255).")
+    max_pixels: int = opt(100_000_000, "Refuse larger images before decoding.")
+    shuffle_seed: int | None = opt(
+        None,
+        "Store inputs in this seeded random order (mixes classes across shards for "
+        "order='quasi_random'); default: sorted.",
+    )
+
+    SECTION: ClassVar[str] = "pack"
+
+    def validate(self) -> None:
+        from loaders.format import STORAGES
+        from prep.kinds.images.decode import MODES
+
+        super().validate()
+        check(
+            bool(self.sizes) and all(1 <= s <= 16384 for s in self.sizes),
+            f"--sizes {','.join(map(str, self.sizes))}",
+            "1..16384 px, e.g. --sizes 128,256",
+        )
+        choice(self.mode, MODES, "--mode")
+        choice(self.format, STORAGES, "--format")
+        check(self.shard_size >= 1, f"--shard-size {self.shard_size}", "at least 1")
+        for name in ("pad_value", "mask_pad_value"):
+            value = getattr(self, name)
+            check(0 <= value <= 255, f"--{name.replace('_', '-')} {value}", "0..255")
+        check(self.max_pixels >= 1, f"--max-pixels {self.max_pixels}", "at least 1")
+        self.sizes = sorted(set(self.sizes))
+
+
+@dataclass
+class TokenizeConfig(RunConfig):
+    src: str | None = opt(None, "Folder of .txt files, one .txt file, or a .jsonl file.")
+    tokenizer: str = opt(
+        "bytes", "bytes (default) | char | bpe | path/to/tokenizer.json.", "--tokenizer", "-t"
+    )
+    vocab_size: int = opt(8192, "bpe: vocabulary size to train (default 8192).")
+    val_fraction: float = opt(0.01, "Share of documents in val, chosen by a hash of their text.")
+    split_lines: bool = opt(False, ".txt: one document per line, not per file.", "--split-lines")
+    text_field: str = opt("text", ".jsonl: the field holding the text.")
+    errors: str = opt("strict", "Invalid UTF-8: strict (reject the document) | replace (U+FFFD).")
+    shard_mb: float = opt(64.0, "MB of text per shard (one task each).")
+    max_doc_mb: float = opt(64.0, "Reject longer documents (memory stays bounded).")
+
+    SECTION: ClassVar[str] = "tokenize"
+
+    def validate(self) -> None:
+        from prep.kinds.text.documents import ERRORS
+        from prep.kinds.text.tokenizers import check_tokenizer
+
+        super().validate()
+        check_tokenizer(self.tokenizer, self.vocab_size)
+        check(0 <= self.val_fraction < 1, f"--val-fraction {self.val_fraction}", "in [0, 1)")
+        choice(self.errors, ERRORS, "--errors")
+        check(self.shard_mb > 0, f"--shard-mb {self.shard_mb}", "positive")
+        check(self.max_doc_mb > 0, f"--max-doc-mb {self.max_doc_mb}", "positive")
+
+
+C = TypeVar("C", bound=RunConfig)
 
 
 def load_config(cls: type[C], section: str, path: Path | None, overrides: dict[str, Any]) -> C:
     """`cls` defaults, then `[section]` of the TOML file, then overrides that are not None.
 
     With no path and no SRC on the command line the default config is read when it exists (so
-    `make dataset` needs no flags, and `prep pack SRC OUT` takes nothing from the demo config)."""
+    `make dataset` needs no flags, and `prep pack SRC OUT` takes nothing from the demo config).
+    Values are type-checked (pydantic, strict: no "1" for 1, no true for 1)."""
+    from pydantic import TypeAdapter, ValidationError
+
     values: dict[str, Any] = {}
     if path is None and overrides.get("src") is None and DEFAULT_CONFIG.is_file():
         path = DEFAULT_CONFIG
@@ -97,88 +189,27 @@ def load_config(cls: type[C], section: str, path: Path | None, overrides: dict[s
         except (OSError, tomllib.TOMLDecodeError) as e:
             raise PrepError(f"config {path}: {e}. HINT: check the TOML syntax") from e
         values = dict(data.get(section, {}))
-        known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+        known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise PrepError(
+            raise UsageError(
                 f"config {path} [{section}]: unknown keys {unknown}. "
                 f"HINT: known keys are {sorted(known)}"
             )
     values.update({k: v for k, v in overrides.items() if v is not None})
     hints = typing.get_type_hints(cls)
     for key, value in values.items():
-        if not _fits(value, hints[key]):
-            raise PrepError(
-                f"[{section}] {key} = {value!r} is not {_type_name(hints[key])}. HINT: e.g. "
+        try:
+            TypeAdapter(hints[key]).validate_python(value, strict=True)
+        except ValidationError as e:
+            raise UsageError(
+                f"[{section}] {key} = {value!r} is not {_type_name(hints[key])} "
+                f"({e.errors()[0]['msg'].lower()}). HINT: e.g. "
                 "sizes = [128, 256], limit = 100, gray = true"
-            )
+            ) from None
     return cls(**values)
 
 
-def _fits(value: Any, hint: Any) -> bool:
-    """Whether a config value has its field's type: int, float, bool, str, None, list[int]."""
-    if isinstance(hint, types.UnionType):
-        return any(_fits(value, h) for h in typing.get_args(hint))
-    if typing.get_origin(hint) is list:
-        (item,) = typing.get_args(hint)
-        return isinstance(value, list) and all(_fits(v, item) for v in value)
-    if hint is type(None):
-        return value is None
-    if hint is float:  # an integer is a fine fraction or size
-        return isinstance(value, int | float) and not isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, hint)
-
-
 def _type_name(hint: Any) -> str:
+    """`int | None`, `list[int]`, `bool`: a type as the config file's reader would write it."""
     return str(hint).replace("typing.", "").replace("<class '", "").replace("'>", "")
-
-
-@dataclass
-class TokenizeConfig:
-    src: str | None = None
-    out: str | None = None
-    tokenizer: str = "bytes"  # bytes | char | bpe | path/to/tokenizer.json
-    vocab_size: int = 8192  # bpe only
-    val_fraction: float = 0.01  # share of documents in "val", chosen by a hash of their text
-    split_lines: bool = False  # .txt: one document per line instead of per file
-    text_field: str = "text"  # .jsonl: the field holding the text
-    errors: str = "strict"  # invalid UTF-8: strict (reject) | replace (U+FFFD)
-    shard_mb: float = 64.0  # text per shard (one joblib task each)
-    max_doc_mb: float = 64.0  # longer documents are rejected, read in bounded chunks
-    max_rejects: float = 0.01
-    limit: int | None = None  # only the first N documents
-    jobs: int = 0  # 0: all cores
-    backend: str = "loky"
-    overwrite: bool = False
-    resume: bool = False
-
-    RUNTIME = ("jobs", "backend", "overwrite", "resume", "max_rejects")
-
-    def output_config(self) -> dict[str, Any]:
-        """What the output bytes depend on (saved in the manifest, compared on --resume)."""
-        return {k: v for k, v in asdict(self).items() if k not in self.RUNTIME}
-
-    def validate(self) -> None:
-        from prep.kinds.text.documents import ERRORS
-        from prep.kinds.text.tokenizers import check_tokenizer
-
-        if not self.src or not self.out:
-            raise PrepError(
-                "no SRC/OUT given. HINT: `prep tokenize SRC OUT` or set src/out in "
-                "the [tokenize] section of the config"
-            )
-        check_tokenizer(self.tokenizer, self.vocab_size)
-        if not 0 <= self.val_fraction < 1:
-            raise PrepError(f"val fraction {self.val_fraction} must be in [0, 1). HINT: 0.01")
-        if self.errors not in ERRORS:
-            raise PrepError(f"errors {self.errors!r} is not one of {', '.join(ERRORS)}")
-        if self.shard_mb <= 0 or self.max_doc_mb <= 0:
-            raise PrepError("--shard-mb and --max-doc-mb must be positive")
-        if self.limit is not None and self.limit < 1:
-            raise PrepError(f"--limit {self.limit} must be at least 1")
-
-    @property
-    def n_jobs(self) -> int:
-        return self.jobs if self.jobs > 0 else (os.cpu_count() or 1)

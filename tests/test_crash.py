@@ -238,7 +238,7 @@ def test_write_error_names_the_file(src: Path, tmp_path: Path, jobs: str) -> Non
     _, err = p.communicate()
     assert p.returncode == 1
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
-    temp = r"out\.partial/\.image_\d+-\d+\.\d+\.npy\.tmp"  # .{array}-{shard}.{pid}.npy.tmp
+    temp = r"out\.partial/\.image_\d+-\d+\.npy\.[\w.-]+-\d+-[0-9a-f]{8}\.tmp"  # .NAME.HOST-PID-RANDOM.tmp
     assert re.match(rf"error: cannot write .*{temp}: File too large\. HINT: ", err)
     staging = tmp_path / "out.partial"
     assert temps(staging) == [] and not out.exists()
@@ -263,7 +263,7 @@ def test_disk_full_on_a_shard(src: Path, tmp_path: Path, pack_to: Any, monkeypat
     out = tmp_path / "out"
     with pytest.raises(
         PrepError,
-        match=r"cannot write .*/\.image_48-00002\.\d+\.npy\.tmp: No space left on device\. HINT",
+        match=r"cannot write .*/\.image_48-00002\.npy\.[\w.-]+\.tmp: No space left on device\. HINT",
     ):
         pack_to(src, out, **PACK)
     staging = tmp_path / "out.partial"
@@ -296,7 +296,7 @@ def test_overwrite_keeps_the_old_dataset(
     monkeypatch.setattr(prep.kinds.images.pack, "encode_item", check_old_then_encode)
     _fail_fsync_of("manifest.json", monkeypatch)  # the new run fails at its very last write
     with pytest.raises(
-        PrepError, match=r"cannot write .*/out\.partial/\.manifest\.json\.\w+\.tmp: No space"
+        PrepError, match=r"cannot write .*/out\.partial/\.manifest\.json\.[\w.-]+\.tmp: No space"
     ):
         pack_to(src, out, overwrite=True, **PACK)
     assert checked and files_of(out) == old

@@ -6,7 +6,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import tempfile
+import secrets
+import socket
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -14,7 +15,18 @@ import numpy as np
 
 from loaders.format import NPY_HEADER_BYTES
 
-# ---------------------------------------------------------------- writing helpers (used by prep)
+HOST = socket.gethostname()
+
+
+def temp_path(final: Path) -> Path:
+    """A temp name beside `final`, unique across processes and hosts (a dask cluster on a
+    shared file system has equal pids on different machines): `.NAME.HOST-PID-RANDOM.tmp`.
+    Every temp name of prep matches `.*.tmp`, which a later run removes (staging.cleanup_temps).
+
+    >>> temp_path(Path("d/a.npy")).name.startswith(".a.npy.")
+    True
+    """
+    return final.with_name(f".{final.name}.{HOST}-{os.getpid()}-{secrets.token_hex(4)}.tmp")
 
 
 def sha256_file(path: Path) -> str:
@@ -44,18 +56,21 @@ def atomic_write_text(path: Path, text: str) -> None:
     """Write to a temp file beside `path`, fsync, then rename: readers see all or nothing.
 
     An OSError (disk full...) names the file; no temp file is left behind."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = temp_path(path)
     try:
+        # os.open with 0o666 honours the umask, as the shard files do (mkstemp would make 0600,
+        # and another account, a shared training user, could not read the manifest).
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except OSError as e:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise named(e, tmp) from e
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
     fsync_dir(path.parent)
 
@@ -125,15 +140,3 @@ class NpyWriter:
         with contextlib.suppress(OSError):  # flushing may fail again (disk full): it goes anyway
             self._f.close()
         self.path.unlink(missing_ok=True)
-
-
-def smallest_uint(max_value: int) -> str:
-    """The narrowest unsigned dtype holding 0..max_value; 256 classes fit uint8, 257 do not.
-
-    >>> smallest_uint(255), smallest_uint(256), smallest_uint(65535), smallest_uint(65536)
-    ('uint8', 'uint16', 'uint16', 'uint32')
-    """
-    for dt in ("uint8", "uint16", "uint32", "uint64"):
-        if max_value <= np.iinfo(dt).max:
-            return dt
-    raise ValueError(f"{max_value} does not fit uint64")

@@ -1,9 +1,9 @@
-"""The run folder every writing command shares: OUT.partial/, its plan, shard records, the swap.
+"""The run folder every writing command shares: OUT.partial/, its plan and shard records.
 
 A command builds OUT.partial/ beside OUT. `.prep-run/plan.json` holds what the output depends on
 (config and inputs); each finished shard leaves `.prep-run/NNNNN.json` (its files, sizes, sha256,
 rejects), written after its files were renamed to their final names. `--resume` reuses every shard
-whose record and files check out; `install` swaps the finished folder into place, last.
+whose record and files check out; prep.run.install swaps the finished folder into place, last.
 
 Whatever moment a run is killed at, OUT.partial holds complete files under final names, temp
 files (`.*.tmp`, removed by the next run) and records only for shards whose files are complete.
@@ -11,37 +11,23 @@ files (`.*.tmp`, removed by the next run) and records only for shards whose file
 
 from __future__ import annotations
 
-import ctypes
-import errno
-import functools
 import json
-import os
 import shutil
-import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from loaders.format import MANIFEST, REJECTS
 from prep import PrepError
 from prep.run.files import atomic_write_text, sha256_file
-
-T = TypeVar("T")
+from prep.run.tasks import write_error
 
 RUN_DIR = ".prep-run"  # inside OUT.partial: the plan and one record per finished shard
 PLAN = "plan.json"
+OLD = ".prep-old"  # inside the new OUT while the old one is removed (where exchange is not had)
 
 
-def write_error(e: OSError, what: str = "the output") -> PrepError:
-    """A failed write (disk full, quota, permissions, read-only file system) as one line naming
-    the file; the run's finished shards stay in OUT.partial for --resume."""
-    where = e.filename or what
-    reason = e.strerror or str(e)
-    return PrepError(
-        f"cannot write {where}: {reason}. HINT: free space or fix permissions on that disk, "
-        "then rerun the same command with --resume (finished shards are kept)"
-    )
+def staging_dir(out: Path) -> Path:
+    return out.with_name(out.name + ".partial")
 
 
 def _jsonl(record: dict[str, Any]) -> str:
@@ -63,49 +49,8 @@ def write_rejects(staging: Path, rejects: list[dict[str, Any]]) -> list[dict[str
     return ordered
 
 
-_watching: list[int] = []  # the parent pid this worker process watches, once started
-
-
-def shard_task(write: Callable[..., T]) -> Callable[..., T]:
-    """Make a shard writer the joblib task that runs it. The task takes the writer's arguments
-    and then `parent`: the pid of the command whose loky worker runs it (None elsewhere); the
-    worker ends when that process dies (exit_with_parent). A failed write becomes one PrepError
-    line naming the file (write_error)."""
-
-    @functools.wraps(write)
-    def task(*args: Any) -> T:
-        *write_args, parent = args
-        try:
-            exit_with_parent(parent)
-            return write(*write_args)
-        except OSError as e:
-            raise write_error(e) from e
-
-    return task
-
-
-def exit_with_parent(parent: int | None) -> None:
-    """In a loky worker of `parent`: start a thread that ends this process once the parent has
-    died (SIGKILL), so that no orphan writes beside the --resume run that follows, nor idles on
-    for minutes. Its temp files stay behind; the next run removes them (cleanup_temps)."""
-    if _watching or parent is None or parent == os.getpid():
-        return
-    _watching.append(parent)
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(0.2)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="prep-exit-with-parent", daemon=True).start()
-
-
 def write_record(staging: Path, index: int, record: dict[str, Any]) -> None:
     atomic_write_text(staging / RUN_DIR / f"{index:05d}.json", json.dumps(record))
-
-
-def staging_dir(out: Path) -> Path:
-    return out.with_name(out.name + ".partial")
 
 
 def load_record(staging: Path, index: int, verify: bool) -> dict[str, Any] | None:
@@ -147,13 +92,9 @@ def _changed(before: dict[str, Any], plan: dict[str, Any]) -> str:
 
 
 def prepare_staging(out: Path, plan: dict[str, Any], overwrite: bool, resume: bool) -> Path:
-    """Create OUT.partial, or reuse it for --resume when it was started with the same plan."""
+    """Create OUT.partial, or reuse it for --resume when it was started with the same plan.
+    Called with OUT's lock held (prep.run.guard), so no other run is writing it."""
     staging = staging_dir(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
-        raise PrepError(
-            f"{out} already exists and is not an empty folder. HINT: pass --overwrite to replace "
-            "it (the old dataset stays readable until the new one is complete)"
-        )
     try:
         if staging.exists():
             before = _read_plan(staging)
@@ -171,7 +112,11 @@ def prepare_staging(out: Path, plan: dict[str, Any], overwrite: bool, resume: bo
                     f"{staging} holds an unfinished run. HINT: --resume to finish it, "
                     "--overwrite to start again"
                 )
-            _remove(staging)
+            if not (staging / RUN_DIR).is_dir() and not (staging / MANIFEST).is_file():
+                raise PrepError(
+                    f"{staging} is in the way and is not a prep run folder. HINT: move it away"
+                )
+            remove(staging)
         (staging / RUN_DIR).mkdir(parents=True)
         atomic_write_text(staging / RUN_DIR / PLAN, json.dumps(plan, sort_keys=True))
     except OSError as e:
@@ -208,45 +153,8 @@ def finished(out: Path, plan: dict[str, Any]) -> bool:
     return True
 
 
-def _remove(path: Path) -> None:
+def remove(path: Path) -> None:
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path)
     else:
         path.unlink()
-
-
-def _exchange(a: Path, b: Path) -> bool:
-    """Swap two paths in one atomic step (Linux renameat2 RENAME_EXCHANGE): readers of `b` see
-    the old folder or the new one, never none. False where the system cannot."""
-    try:
-        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
-    except (OSError, AttributeError):  # not glibc >= 2.28
-        return False
-    at_fdcwd, rename_exchange = -100, 2
-    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
-        return True
-    err = ctypes.get_errno()
-    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EXDEV, errno.EPERM):
-        return False  # e.g. a file system without exchange: fall back to two renames
-    raise OSError(err, os.strerror(err), str(b))
-
-
-def install(staging: Path, out: Path) -> None:
-    """Swap the finished dataset into place; an old OUT stays readable until the swap, and is
-    removed only after it."""
-    try:
-        cleanup_temps(staging)  # e.g. left by a dask worker that died mid-shard
-        if out.exists() and _exchange(staging, out):
-            _remove(staging)  # now the old dataset
-        else:
-            old = None
-            if out.exists():
-                old = out.with_name(f"{out.name}.old-{os.getpid()}")
-                os.replace(out, old)
-            os.replace(staging, out)
-            if old is not None:
-                _remove(old)
-        # Only now: killed before this, --resume still finds the plan and reuses every shard.
-        shutil.rmtree(out / RUN_DIR)
-    except OSError as e:
-        raise write_error(e, str(out)) from e
