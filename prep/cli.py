@@ -155,6 +155,8 @@ def demo(
 
     from prep.demo import make_demo
 
+    if raw.exists() and not raw.is_dir():
+        raise PrepError(f"{raw} is a file, not a folder. HINT: name a new folder for the demo")
     make_demo(raw, count, seed, jobs or os.cpu_count() or 1, max_side, not quiet)
     typer.echo(
         f"{raw}: {count} images in {raw / 'images'}, masks in {raw / 'masks'}, "
