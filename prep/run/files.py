@@ -8,12 +8,14 @@ import hashlib
 import os
 import secrets
 import socket
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Protocol
 
 import numpy as np
 
-from loaders.format import NPY_HEADER_BYTES
+from loaders.format import NPY_HEADER_BYTES, FileInfo
+from prep.run.profile import stage
 
 HOST = socket.gethostname()
 
@@ -140,3 +142,31 @@ class NpyWriter:
         with contextlib.suppress(OSError):  # flushing may fail again (disk full): it goes anyway
             self._f.close()
         self.path.unlink(missing_ok=True)
+
+
+class Writer(Protocol):
+    def close(self) -> None: ...
+    def abort(self) -> None: ...
+
+
+@contextlib.contextmanager
+def writing(writers: Iterable[Writer]) -> Iterator[None]:
+    """Close every writer once the block is done; when it fails (or is interrupted), abort them
+    all instead, which removes their temp files."""
+    try:
+        yield
+        with stage("write"):
+            for w in writers:
+                w.close()
+    except BaseException:
+        for w in writers:
+            w.abort()
+        raise
+
+
+def publish(tmp: Path, final: Path) -> FileInfo:
+    """Rename a finished temp file to its final name; its size and sha256 for the manifest."""
+    os.replace(tmp, final)
+    with stage("checksum"):
+        digest = sha256_file(final)
+    return FileInfo(final.stat().st_size, digest)

@@ -18,13 +18,13 @@ from typing import Any
 import numpy as np
 
 from loaders.fields import FIELDS
-from loaders.format import ArrayRef, ArraySpec, FileInfo, Manifest, Shard, array_name
+from loaders.format import ArrayRef, ArraySpec, Manifest, Shard, array_name
 from prep import PrepError
 from prep.config import PackConfig
 from prep.kinds.images.decode import BACKGROUND, Reject, decode_image, decode_mask, sizes_from
 from prep.kinds.images.sources import Item, Listing, list_images
 from prep.run.driver import Inputs, Kind, RunSummary, run
-from prep.run.files import NpyWriter, named, sha256_file, temp_path
+from prep.run.files import NpyWriter, named, publish, temp_path, writing
 from prep.run.inputs import reject_record
 from prep.run.profile import stage
 from prep.run.staging import write_record
@@ -113,7 +113,7 @@ def pack_shard(
     with stage("write"):
         writers = {name: NpyWriter(tmp[name], s.dtype, s.shape) for name, s in specs.items()}
     rejects: list[dict[str, Any]] = []
-    try:
+    with writing(writers.values()):
         for item in items:
             try:
                 sample = encode_item(item, cfg, specs)
@@ -123,13 +123,6 @@ def pack_shard(
             with stage("write"):
                 for name, w in writers.items():
                     w.append(sample[name])
-        with stage("write"):
-            for w in writers.values():
-                w.close()
-    except BaseException:
-        for w in writers.values():
-            w.abort()
-        raise
     count = len(items) - len(rejects)
     if cfg.format == "h5":
         final = f"shard-{stem}.h5"
@@ -150,12 +143,7 @@ def pack_shard(
     else:
         renames = {tmp[name]: f"{name}-{stem}.npy" for name in specs}
         arrays = {name: ArrayRef(f"{name}-{stem}.npy", count) for name in specs}
-    files = {}
-    for src, final in renames.items():
-        os.replace(src, staging / final)
-        with stage("checksum"):
-            digest = sha256_file(staging / final)
-        files[final] = FileInfo((staging / final).stat().st_size, digest)
+    files = {final: publish(src, staging / final) for src, final in renames.items()}
     record = {"index": index, "shard": asdict(Shard(count, arrays, files)), "rejects": rejects}
     with stage("write"):
         write_record(staging, index, record)

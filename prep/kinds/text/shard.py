@@ -1,0 +1,187 @@
+"""The tokenize shard task: documents in, one split's tokens and document offsets out."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+from collections.abc import Iterator
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from loaders.format import ArrayRef, Shard
+from prep import PrepError
+from prep.config import TokenizeConfig
+from prep.kinds.text.documents import DocumentReader, Piece
+from prep.kinds.text.tokenizers import Tokenizer, load_saved
+from prep.run.files import NpyWriter, publish, temp_path, writing
+from prep.run.profile import stage, timed_iter
+from prep.run.staging import write_record
+from prep.run.tasks import shard_task
+
+SPLITS = ("train", "val")
+ARRAYS = ("tokens", "doc_offsets")
+# One encode call per batch: big enough for tokenizers' own threads, small enough for memory.
+BATCH_BYTES = 4 << 20
+BATCH_DOCS = 4096
+MB = 1 << 20
+
+
+def fit_ids(ids: np.ndarray, dtype: str, where: str) -> np.ndarray:
+    """`ids` as `dtype`, checked: an id the dtype cannot hold is an error, never a wrap-around."""
+    target = np.dtype(dtype)
+    if np.can_cast(ids.dtype, target, "safe"):
+        return ids.astype(target, copy=False)
+    top = np.iinfo(target).max
+    if ids.size:
+        lo, hi = int(ids.min()), int(ids.max())
+        if lo < 0 or hi > top:
+            bad = hi if hi > top else lo
+            raise PrepError(
+                f"{where}: token id {bad} does not fit {dtype} (0..{top}). HINT: the tokenizer "
+                "returned an id outside its vocabulary; check its tokenizer.json"
+            )
+    return ids.astype(target)
+
+
+def is_val(text: str, val_fraction: float) -> bool:
+    """A document's split, from its text alone: the first 8 bytes of its BLAKE2b digest, read
+    as a fraction of 2**64, below `val_fraction` means "val". Renaming, reordering or sharding
+    the inputs differently never moves a document; identical documents share a split."""
+    if val_fraction <= 0:
+        return False
+    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "little") < int(val_fraction * 2**64)
+
+
+class SplitWriter:
+    """One split's shard of one task: tokens and doc_offsets (docs + 1 int64, from 0)."""
+
+    def __init__(self, staging: Path, split: str, index: int, dtype: str):
+        self.staging = staging
+        stems = {name: f"{name}-{split}-{index:05d}" for name in ARRAYS}
+        self.final = {name: f"{stem}.npy" for name, stem in stems.items()}
+        self.split = split
+        # Temp names are per process and host (as prep pack's): a worker that its killed parent
+        # left running cannot rename the files of the --resume run redoing the same shard.
+        tmp = {name: temp_path(staging / f"{stem}.npy") for name, stem in stems.items()}
+        self.tokens = NpyWriter(tmp["tokens"], dtype, ())
+        self.offsets = NpyWriter(tmp["doc_offsets"], "int64", ())
+        self.offsets.extend(np.zeros(1, np.int64))
+        self.total = 0
+        self.docs = 0
+
+    def add(self, ids: np.ndarray, lengths: np.ndarray) -> None:
+        self.tokens.extend(ids)
+        self.offsets.extend(self.total + np.cumsum(lengths, dtype=np.int64))
+        self.total += len(ids)
+        self.docs += len(lengths)
+
+    def abort(self) -> None:
+        self.tokens.abort()
+        self.offsets.abort()
+
+    def close(self) -> None:
+        """Finish the temp files (header, fsync); a split with no documents keeps none."""
+        if self.docs == 0:
+            self.abort()
+            return
+        self.tokens.close()
+        self.offsets.close()
+
+    def rename(self) -> Shard | None:
+        """After close(): the files under their final names; None for a split with no
+        documents in this task."""
+        if self.docs == 0:
+            return None
+        arrays, files = {}, {}
+        for name, w in (("tokens", self.tokens), ("doc_offsets", self.offsets)):
+            final = self.staging / self.final[name]
+            files[final.name] = publish(w.path, final)
+            arrays[name] = ArrayRef(final.name, w.length)
+        return Shard(self.docs, arrays, files, self.split)
+
+
+def _batches(reader: DocumentReader, pieces: list[Piece]) -> Iterator[tuple[list[str], list[str]]]:
+    """(texts, names of the files they came from), about BATCH_BYTES of text at a time."""
+    texts: list[str] = []
+    names: list[str] = []
+    size = 0
+    for p in pieces:
+        for text in reader.read(p):
+            texts.append(text)
+            if not names or names[-1] != p.rel:
+                names.append(p.rel)
+            size += len(text)
+            if size >= BATCH_BYTES or len(texts) >= BATCH_DOCS:
+                yield texts, names
+                texts, names, size = [], [], 0
+    if texts:
+        yield texts, names
+
+
+@functools.lru_cache(maxsize=2)
+def _load_tokenizer(name: str, folder: Path, file: str | None, sha: str) -> Tokenizer:
+    """Once per process and tokenizer file (`sha` tells a changed file apart): joblib reuses
+    its workers for many shards, and the tokenizer's word cache stays warm between them."""
+    return load_saved(name, folder, file)
+
+
+@shard_task
+def tokenize_shard(
+    index: int,
+    pieces: list[Piece],
+    cfg: TokenizeConfig,
+    tok_name: str,
+    tok_file: str | None,
+    tok_sha: str,
+    dtype: str,
+    staging: Path,
+    threads: bool,
+) -> dict[str, Any]:
+    """The joblib task: tokenize `pieces` into shard `index` of each split; return its record.
+
+    Memory holds one batch of documents; only counts, checksums and rejects leave the process.
+    A failed write raises PrepError naming the file and leaves no temp file of the shard."""
+    if not threads:  # one task per core already; read by tokenizers at every call
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    tok = _load_tokenizer(tok_name, staging, tok_file, tok_sha)
+    reader = DocumentReader(cfg.text_field, cfg.errors, int(cfg.max_doc_mb * MB))
+    with stage("write"):
+        writers = {s: SplitWriter(staging, s, index, dtype) for s in SPLITS}
+    with writing(writers.values()):
+        for texts, names in timed_iter("read", _batches(reader, pieces)):
+            where = ", ".join(names[:3]) + (" ..." if len(names) > 3 else "")
+            try:
+                with stage("tokenize"):
+                    ids, lengths = tok.encode(texts)
+            except ValueError as e:
+                raise PrepError(
+                    f"{where}: {e}. HINT: the inputs changed during the run; rerun with --overwrite"
+                ) from e
+            ids = fit_ids(ids, dtype, where)
+            val = np.fromiter((is_val(t, cfg.val_fraction) for t in texts), bool, len(texts))
+            with stage("write"):
+                if val.any():
+                    in_val = np.repeat(val, lengths)
+                    writers["val"].add(ids[in_val], lengths[val])
+                    writers["train"].add(ids[~in_val], lengths[~val])
+                else:
+                    writers["train"].add(ids, lengths)
+    shards = [w.rename() for w in writers.values()]
+    done = [asdict(s) for s in shards if s is not None]
+    record = {
+        "index": index,
+        "tokenizer_sha256": tok_sha,
+        # prep.run checks the files of record["shard"]: here, those of every split's shard.
+        "shard": {"files": {k: v for s in done for k, v in s["files"].items()}},
+        "splits": done,
+        "rejects": reader.rejects,
+        "inputs": reader.inputs,
+    }
+    with stage("write"):
+        write_record(staging, index, record)
+    return record

@@ -1,0 +1,91 @@
+"""Typer parameters made from a config dataclass: each option is declared once, in prep.config.
+
+`config_parameters(PackConfig)` gives SRC and OUT as arguments and every other field as an
+option whose default is None ("not given": the config file or the dataclass default applies),
+with the field's help and flags. `command(...)` wraps a function taking the loaded config."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, Optional, get_args, get_origin, get_type_hints
+
+import typer
+
+from prep.config import RunConfig, load_config
+
+ARGUMENTS = ("src", "out")
+
+
+def int_list(text: str | None) -> list[int] | None:
+    """`--sizes 128,256` as [128, 256]."""
+    if text is None:
+        return None
+    try:
+        return [int(x) for x in text.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not a list of sizes, e.g. 128,256") from None
+
+
+def _parameter(f: dataclasses.Field[Any], hint: Any, default: Any) -> inspect.Parameter:
+    """One dataclass field as a Typer parameter (None default: not given)."""
+    args = get_args(hint)
+    base = next(a for a in args if a is not type(None)) if type(None) in args else hint  # X | None
+    help_text = f.metadata.get("help", "")
+    if f.name in ARGUMENTS:
+        info: Any = typer.Argument(help=help_text, show_default=False)
+        base = Path
+    else:
+        flags = f.metadata.get("flags") or ()
+        if get_origin(base) is list:  # list[int]: "128,256"
+            base = str
+        info = typer.Option(*flags, help=help_text, show_default=False)
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    return inspect.Parameter(
+        f.name, kind, default=default, annotation=Annotated[Optional[base], info]
+    )
+
+
+def config_parameters(cls: type[RunConfig], defaults: dict[str, Any]) -> list[inspect.Parameter]:
+    hints = get_type_hints(cls)
+    fields = sorted(dataclasses.fields(cls), key=lambda f: f.name not in ARGUMENTS)
+    return [_parameter(f, hints[f.name], defaults.get(f.name)) for f in fields]
+
+
+ConfigOpt = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--config", "-c", help="TOML config; default configs/default.toml when SRC is not given."
+    ),
+]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
+ProfileOpt = Annotated[
+    bool, typer.Option("--profile", help="After the summary, print where the time went per stage.")
+]
+EXTRA = {"config": (ConfigOpt, None), "quiet": (QuietOpt, False), "profile": (ProfileOpt, False)}
+
+
+def command(
+    cls: type[RunConfig],
+    run: Callable[[Any, bool, bool], None],
+    defaults: dict[str, Any] | None = None,
+) -> Callable[..., None]:
+    """A Typer command function for config class `cls`: it loads the config (defaults < file
+    < command line) and calls `run(cfg, quiet, profile)`."""
+
+    def body(**values: Any) -> None:
+        config, quiet, profile = (values.pop(k) for k in EXTRA)
+        given = {k: str(v) if isinstance(v, Path) else v for k, v in values.items()}
+        if isinstance(given.get("sizes"), str):
+            given["sizes"] = int_list(given["sizes"])
+        run(load_config(cls, cls.SECTION, config, given), quiet, profile)
+
+    params = config_parameters(cls, defaults or {})
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    params += [inspect.Parameter(k, kind, default=d, annotation=a) for k, (a, d) in EXTRA.items()]
+    wrapper = functools.wraps(body)(lambda **kw: body(**kw))
+    wrapper.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    return wrapper

@@ -1,0 +1,269 @@
+"""The run driver every writing command uses: list -> plan -> one task per shard -> records ->
+manifest last -> install.
+
+A data kind (prep.kinds) supplies a small protocol, `Kind`: list its inputs (with a fingerprint
+for --resume), plan its shards, say what each task is, build the manifest from the tasks'
+records, and word its summary line. Everything else is here, once: OUT's guards and lock, the
+run folder, resuming verified shards, the progress bar, the backends, rejects and the
+--max-rejects check, and the swap into place (prep.run.staging).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from abc import ABC, abstractmethod
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Generic, TypeVar
+
+from loaders.format import MANIFEST, REJECTS, Manifest, read_manifest
+from prep import PrepError, __version__
+from prep.config import RunConfig
+from prep.run import staging as st
+from prep.run.files import atomic_write_text
+from prep.run.guard import check_out, locked
+from prep.run.install import install, recover
+from prep.run.parallel import ShardProgress, check_backend, run_tasks
+from prep.run.profile import StageTimer, run_profiled
+from prep.run.tasks import write_error
+
+C = TypeVar("C", bound=RunConfig)
+S = TypeVar("S")  # what one shard task is given: its inputs
+
+
+@dataclass
+class Inputs:
+    """What a kind listed: how many usable inputs, those refused while listing, and a
+    fingerprint of everything the output depends on besides the config."""
+
+    count: int
+    rejects: list[dict[str, Any]]
+    fingerprint: str
+
+
+@dataclass
+class RunSummary:
+    out: Path
+    inputs: int  # inputs seen: used or rejected
+    packed: int  # samples (documents) written
+    rejected: int
+    shards: int  # shard tasks
+    reused: int  # of those, finished by an earlier run
+    bytes: int
+    seconds: float
+    manifest: Manifest
+    prepare_seconds: float = 0.0  # listing, planning and preparing (a tokenizer) before the tasks
+    stages: dict[str, float] | None = field(default=None)  # with profile: seconds per stage
+
+    def line(self) -> str:
+        rate = self.packed / self.seconds if self.seconds else 0.0
+        return (
+            f"{self.out}: {self.inputs} inputs, {self.packed} packed, {self.rejected} rejected, "
+            f"{self.shards} shards ({self.reused} reused), {self.bytes / 1e6:.1f} MB written, "
+            f"{self.seconds:.1f} s, {rate:.0f} items/s"
+        )
+
+
+class Kind(ABC, Generic[C, S]):
+    """One data kind: what the driver asks of it. A kind object lives for one run."""
+
+    name: ClassVar[str]  # the manifest's `kind`
+    unit: ClassVar[str] = "img"  # of the progress bar: what `weight` counts
+    noun: ClassVar[str] = "inputs"  # what --max-rejects counts
+    summary: ClassVar[type[RunSummary]] = RunSummary
+    prepare_stage: ClassVar[str | None] = None  # the profile's name for `prepare`, if it works
+    task: Callable[..., dict[str, Any]]  # the shard task: a module-level function (it pickles)
+
+    def __init__(self, cfg: C):
+        self.cfg = cfg
+
+    def sources(self) -> list[Path]:
+        """Paths the run reads: OUT may not hold any of them (--overwrite would delete them)."""
+        return [Path(str(self.cfg.src))]
+
+    @abstractmethod
+    def list_inputs(self) -> Inputs: ...
+
+    @abstractmethod
+    def plan(self) -> Sequence[S]:
+        """The shards' inputs in manifest order; depends on the inputs and config only."""
+
+    def prepare(self, staging: Path, resume: bool) -> None:
+        """Called once the run folder exists, before any task (e.g. fit and save a tokenizer)."""
+
+    def weight(self, shard: S) -> int:
+        """The shard's share of the work, in `unit`s: what the progress bar counts."""
+        return len(shard)  # type: ignore[arg-type]
+
+    def cost(self, shard: S) -> int:
+        """The shard's expected time, in any unit: the costliest shards run first, so that no
+        core waits long for the last one. The output does not depend on it."""
+        return self.weight(shard)
+
+    @abstractmethod
+    def task_args(self, index: int, shard: S, staging: Path) -> tuple[Any, ...]:
+        """The arguments of `task` for shard `index` (small and picklable)."""
+
+    def reusable(self, record: dict[str, Any]) -> bool:
+        """Whether a verified record of an earlier run still fits this run."""
+        return True
+
+    def seen(self, inputs: Inputs, records: list[dict[str, Any]]) -> int:
+        """How many inputs the run saw, used or rejected (what --max-rejects divides by)."""
+        return inputs.count + len(inputs.rejects)
+
+    @abstractmethod
+    def manifest(self, records: list[dict[str, Any]]) -> Manifest:
+        """The dataset's manifest from the task records in shard order; the driver adds the
+        config, the reject count, the tool version and the inputs' fingerprint."""
+
+    def tasks(self, manifest: Manifest) -> int:
+        """How many shard tasks wrote `manifest` (for the summary of a finished dataset)."""
+        return len(manifest.shards)
+
+    def bytes(self, out: Path, manifest: Manifest) -> int:
+        return sum(f.bytes for s in manifest.shards for f in s.files.values())
+
+
+def run(kind: Kind[Any, Any], show_progress: bool = True, profile: bool = False) -> RunSummary:
+    """Write `kind.cfg.out` from `kind.cfg.src`. See prep.run.staging for the guarantees."""
+    cfg = kind.cfg
+    cfg.validate()
+    check_backend(cfg.backend, cfg.scheduler)
+    start = time.perf_counter()
+    out = Path(os.path.abspath(str(cfg.out)))
+    check_out(out, kind.sources(), cfg.overwrite, cfg.resume)  # before listing
+    with locked(out):
+        recover(out)
+        timer = StageTimer()
+        with timer.stage("list"):
+            inputs = kind.list_inputs()
+        plan = {"config": cfg.output_config(), "inputs": inputs.fingerprint, "count": inputs.count}
+        if cfg.resume and not cfg.overwrite and st.finished(out, plan):
+            manifest = read_manifest(out)  # killed after the swap: nothing left to do
+            n = kind.tasks(manifest)
+            return _summary(
+                kind, out, manifest, manifest.num_samples + manifest.rejects, n, n, start
+            )
+        staging = st.prepare_staging(out, plan, cfg.overwrite, cfg.resume)
+        if kind.prepare_stage is not None:
+            try:
+                with timer.stage(kind.prepare_stage):
+                    kind.prepare(staging, cfg.resume)
+            except OSError as e:
+                raise write_error(e, str(staging)) from e
+        shards = kind.plan()
+        records = _reused(kind, staging, len(shards)) if cfg.resume else {}
+        reused, prepared = len(records), time.perf_counter() - start
+        records |= _run_shards(kind, shards, records, staging, timer, show_progress, profile)
+        ordered = [records[i] for i in sorted(records)]
+        try:
+            manifest = _finish(kind, inputs, ordered, staging, out)
+        except OSError as e:
+            raise write_error(e, str(staging)) from e
+    seen = kind.seen(inputs, ordered)
+    summary = _summary(kind, out, manifest, seen, len(ordered), reused, start)
+    summary.prepare_seconds = prepared
+    summary.stages = timer.seconds if profile else None
+    return summary
+
+
+def _reused(kind: Kind[Any, Any], staging: Path, n: int) -> dict[int, dict[str, Any]]:
+    found = {i: st.load_record(staging, i, verify=True) for i in range(n)}
+    return {i: r for i, r in found.items() if r is not None and kind.reusable(r)}
+
+
+def _run_shards(
+    kind: Kind[Any, Any],
+    shards: Sequence[Any],
+    done: dict[int, dict[str, Any]],
+    staging: Path,
+    timer: StageTimer,
+    show_progress: bool,
+    profile: bool,
+) -> dict[int, dict[str, Any]]:
+    """Run the shard tasks not `done`, costliest first; their records by shard index."""
+    cfg = kind.cfg
+    todo = sorted(
+        (i for i in range(len(shards)) if i not in done), key=lambda i: -kind.cost(shards[i])
+    )
+    parent = os.getpid() if cfg.backend == "loky" else None  # see staging.exit_with_parent
+    args = [(*kind.task_args(i, shards[i], staging.absolute()), parent) for i in todo]
+    bar = None
+    if show_progress:
+        total = sum(kind.weight(shards[i]) for i in todo)
+        bar = ShardProgress(total, len(todo), kind.unit, f"{cfg.SECTION} {staging.name}")
+    task = functools.partial(run_profiled, profile, kind.task)
+    records: dict[int, dict[str, Any]] = {}
+    try:
+        for rec in run_tasks(task, args, cfg.n_jobs, cfg.backend, cfg.scheduler):
+            timer.add(rec.pop("stages", {}))
+            records[rec["index"]] = rec
+            if bar is not None:
+                bar.shard_done(kind.weight(shards[rec["index"]]))
+    except BaseException:
+        st.cleanup_temps(staging)
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+    return records
+
+
+def _finish(
+    kind: Kind[Any, Any],
+    inputs: Inputs,
+    records: list[dict[str, Any]],
+    staging: Path,
+    out: Path,
+) -> Manifest:
+    """rejects.jsonl, the --max-rejects check, the manifest (last), then the swap into place."""
+    cfg = kind.cfg
+    rejects = st.write_rejects(
+        staging, inputs.rejects + [r for rec in records for r in rec["rejects"]]
+    )
+    seen = kind.seen(inputs, records)
+    if seen and len(rejects) / seen > cfg.max_rejects:
+        reasons = Counter(r["reason"] for r in rejects).most_common()
+        raise PrepError(
+            f"{len(rejects)} of {seen} {kind.noun} rejected ({len(rejects) / seen:.1%} > "
+            f"--max-rejects {cfg.max_rejects:g}: "
+            + ", ".join(f"{n} {reason}" for reason, n in reasons)
+            + f"); each is a line of {staging / REJECTS}. HINT: rerun with --resume and a "
+            "higher --max-rejects to keep the rest (finished shards are reused), or fix the "
+            "inputs and rerun with --overwrite"
+        )
+    manifest = kind.manifest(records)
+    manifest.config = cfg.output_config()
+    manifest.rejects = len(rejects)
+    manifest.tool_version = __version__
+    manifest.extra["inputs"] = inputs.fingerprint  # as the plan's: see staging.finished
+    atomic_write_text(staging / MANIFEST, manifest.to_json())
+    install(staging, out)
+    return manifest
+
+
+def _summary(
+    kind: Kind[Any, Any],
+    out: Path,
+    m: Manifest,
+    seen: int,
+    shards: int,
+    reused: int,
+    start: float,
+) -> RunSummary:
+    return kind.summary(
+        out=Path(str(kind.cfg.out)),
+        inputs=seen,
+        packed=m.num_samples,
+        rejected=m.rejects,
+        shards=shards,
+        reused=reused,
+        bytes=kind.bytes(out, m),
+        seconds=time.perf_counter() - start,
+        manifest=m,
+    )

@@ -1,0 +1,120 @@
+"""What a run checks of OUT before it touches anything, and the lock that keeps runs apart.
+
+- OUT may not hold what the run reads (SRC, a mask folder, a tokenizer file): replacing OUT
+  would delete it.
+- A non-empty OUT must be a prep dataset holding only what prep wrote: --overwrite replaces
+  it whole, so a file of the user's in it would be lost.
+- One run at a time per OUT: a lock file `.OUT.prep-lock` beside OUT (flock), held from listing
+  to the swap and removed at the end. A second run exits 1 naming the pid and host of the first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from loaders.format import MANIFEST, REJECTS
+from prep import PrepError, UsageError
+from prep.run.files import HOST
+from prep.run.staging import OLD, RUN_DIR, staging_dir
+
+
+def check_out(out: Path, sources: list[Path], overwrite: bool, resume: bool) -> None:
+    """Refuse an OUT that would lose a user's file (see the module docstring)."""
+    if not out.name:
+        raise UsageError(f"OUT {out} is not a folder prep can write. HINT: name a new folder")
+    for src in sources:
+        inner = src.resolve()
+        for folder in (out, staging_dir(out)):
+            outer = folder.resolve()
+            if inner == outer or outer in inner.parents:
+                raise PrepError(
+                    f"OUT {out} holds {src}, which this run reads: replacing OUT would delete "
+                    "it. HINT: write the dataset to a folder outside the inputs"
+                )
+    if out.exists() and not out.is_dir():
+        raise PrepError(
+            f"{out} already exists and is not an empty folder (a file). HINT: choose another OUT"
+        )
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    foreign = foreign_files(out)
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (
+            f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+        )
+        raise PrepError(
+            f"{out} already exists and is not an empty folder, and it holds files prep did not "
+            f"write ({shown}). HINT: choose an empty or new OUT; --overwrite replaces only a "
+            "dataset prep wrote"
+        )
+    if not (overwrite or resume):
+        raise PrepError(
+            f"{out} already exists and is not an empty folder. HINT: pass --overwrite to replace "
+            "it (the old dataset stays readable until the new one is complete)"
+        )
+
+
+def foreign_files(out: Path) -> list[str]:
+    """The names in folder `out` that are not part of the prep dataset it holds (all of them
+    when it holds none): what replacing it would delete."""
+    names = sorted(os.listdir(out))
+    try:
+        manifest = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
+        files = [f for s in manifest["shards"] for f in s["files"]]
+        extra = manifest.get("extra") or {}
+        files.append((extra.get("tokenizer") or {}).get("file") or MANIFEST)
+        if manifest.get("format") != "prep":
+            return names
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return names
+    ours = {MANIFEST, REJECTS, RUN_DIR, OLD} | {Path(f).parts[0] for f in files if f}
+    return [n for n in names if n not in ours]
+
+
+def lock_path(out: Path) -> Path:
+    return out.with_name(f".{out.name}.prep-lock")
+
+
+@contextlib.contextmanager
+def locked(out: Path) -> Iterator[None]:
+    """Hold OUT's lock for the block, or fail at once naming the run that holds it."""
+    path = lock_path(out)
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as e:
+            raise PrepError(
+                f"cannot create the lock {path}: {e.strerror}. HINT: OUT's folder must be writable"
+            ) from e
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            if e.errno not in (errno.EWOULDBLOCK, errno.EACCES):
+                raise
+            raise PrepError(
+                f"{out} is being written by {holder}. HINT: wait for that run to end, or stop "
+                "it (Ctrl-C), then rerun"
+            ) from None
+        try:  # the holder before us may have removed the file after we opened it: open again
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {HOST}\n".encode(), 0)
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            path.unlink()  # while still holding it: a waiting opener sees another inode
+        os.close(fd)
