@@ -17,6 +17,8 @@ _EXPORTS = {
     "ShardSampler": "loaders.samplers",
     "collate_batch": "loaders.loader",
     "Batch": "loaders.loader",
+    "ShardStore": "loaders.store",
+    "LocalBackend": "loaders.store",
     "FormatError": "loaders.format",
     "load_manifest": "loaders.format",
 }

@@ -5,30 +5,32 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
+from functools import cached_property
 from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from loaders.format import array_name, open_array
+from loaders.fields import FIELDS
+from loaders.format import array_name
 from loaders.loader import Batch, BufferPool, check_indices, new_batch
-from loaders.store import ShardStore
-
-# Fields whose arrays exist once per size; the others (label, orig_size) are size-free.
-SIZED_FIELDS = ("image", "mask")
+from loaders.store import DEFAULT_MAX_OPEN, ShardStore, pickled_state
 
 
-class ImageShardDataset(ShardStore, Dataset[tuple[torch.Tensor, ...]]):
-    """Samples of a packed image dataset, as a tuple in `fields` order:
+class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
+    """Samples of a packed image dataset, as a tuple in `fields` order, each as its field in
+    `loaders.fields.FIELDS` makes it:
 
     - "image": uint8 (C, H, W), a channels-last view of the HWC storage (no copy, no permute);
     - "mask": uint8 (H, W) class ids;  "label": int64 ();  "orig_size": int64 (2,) source (h, w).
 
-    Shard files are memory-mapped lazily, once per process, and never pickled: the object pickles
-    to a few KB for spawn workers. A batch is read by `__getitems__` in one call: one
-    vectorised read when it lies in one shard, else one copy per sample straight into place;
-    use `make_loader` (or `collate_fn=collate_batch`) to keep that path.
+    Shard files are memory-mapped lazily by `self.store`, at most `max_open` at a time, and never
+    pickled: the object pickles to under 1 KB for spawn workers, whatever its shard and class
+    count. A batch is read by `__getitems__` in one call: one vectorised read when it lies in
+    one shard, else one copy per sample straight into place; use `make_loader` (or
+    `collate_fn=collate_batch`) to keep that path. Each batch first checks that the folder was
+    not repacked since the dataset was made (FormatError if it was).
 
     `in_memory=True` reads the requested fields, at every size the dataset holds (so set_size
     still works), into shared memory once, here: for slow or network disks. DataLoader workers,
@@ -41,28 +43,53 @@ class ImageShardDataset(ShardStore, Dataset[tuple[torch.Tensor, ...]]):
         size: int | None = None,
         fields: Sequence[str] = ("image", "label"),
         in_memory: bool = False,
+        *,
+        max_open: int = DEFAULT_MAX_OPEN,
     ):
-        manifest = self._open_store(root, "images")
+        self.store = ShardStore(root, "images", max_open=max_open)
         self.fields = tuple(fields)
-        have = manifest.fields()
+        have = self.store.manifest.fields()
         missing = [f for f in self.fields if f not in have]
         if missing or not self.fields:
-            raise ValueError(f"{self.root} has no field {missing}; it has {have}")
-        self.sizes = manifest.sizes()
+            raise ValueError(f"{self.store.root} has no field {missing}; it has {have}")
         if size is None:
             if len(self.sizes) != 1:
-                raise ValueError(f"{self.root} has sizes {self.sizes}: pass size=")
+                raise ValueError(f"{self.store.root} has sizes {self.sizes}: pass size=")
             size = self.sizes[0]
-        self.classes = manifest.classes
-        self._starts = np.cumsum([0] + [s.count for s in manifest.shards])
         # The current size lives in shared memory so that set_size() reaches persistent
         # DataLoader workers (forked or spawned) before the next epoch starts.
         self._size = torch.zeros((), dtype=torch.int64).share_memory_()
-        self._buffers = BufferPool()
         self._memory: dict[str, torch.Tensor] = {}  # array name -> its bytes, all shards
         self.set_size(size)
         if in_memory:
             self._load_into_memory()
+
+    # -- what the manifest says: recomputed after unpickling, never pickled ------------------
+
+    @cached_property
+    def sizes(self) -> list[int]:
+        return self.store.manifest.sizes()
+
+    @cached_property
+    def classes(self) -> list[str] | None:
+        return self.store.manifest.classes
+
+    @cached_property
+    def _starts(self) -> np.ndarray:
+        """Cumulative sample counts: shard s holds samples [_starts[s], _starts[s + 1])."""
+        return np.cumsum([0] + [s.count for s in self.store.manifest.shards])
+
+    @cached_property
+    def _buffers(self) -> BufferPool:
+        return BufferPool()
+
+    @cached_property
+    def _views(self) -> dict[str, np.ndarray]:
+        """In-memory arrays as numpy views, made once per process."""
+        return {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return pickled_state(self)
 
     # -- size ----------------------------------------------------------------------------------
 
@@ -73,7 +100,7 @@ class ImageShardDataset(ShardStore, Dataset[tuple[torch.Tensor, ...]]):
     def set_size(self, size: int) -> None:
         """Switch every sized field to `size` px (progressive resizing between epochs)."""
         if size not in self.sizes:
-            raise ValueError(f"{self.root} has no size {size}; it has {self.sizes}")
+            raise ValueError(f"{self.store.root} has no size {size}; it has {self.sizes}")
         self._size.fill_(size)
 
     # -- storage -------------------------------------------------------------------------------
@@ -83,46 +110,37 @@ class ImageShardDataset(ShardStore, Dataset[tuple[torch.Tensor, ...]]):
         """Samples per shard, in order (for shard-aware samplers)."""
         return np.diff(self._starts).tolist()
 
-    def _array_names(self) -> list[str]:
-        """The arrays of the requested fields, at every size."""
-        return [
-            array_name(f, s)
-            for f in self.fields
-            for s in (self.sizes if f in SIZED_FIELDS else [None])
-        ]
+    def _name(self, field: str, size: int | None) -> str:
+        return array_name(field, size if FIELDS[field].sized else None)
 
     def _load_into_memory(self) -> None:
-        m = self.manifest
-        for name in self._array_names():
-            spec = m.arrays[name]
+        """Every size of the requested fields (so that set_size still works)."""
+        names = {self._name(f, s) for f in self.fields for s in self.sizes}
+        for name in sorted(names):
+            spec = self.store.manifest.arrays[name]
             nbytes = len(self) * np.dtype(spec.dtype).itemsize * math.prod(spec.shape)
             storage = torch.UntypedStorage._new_shared(nbytes)  # no copy of garbage, as new_batch
             self._memory[name] = torch.empty(0, dtype=torch.uint8).set_(storage)
             whole = self._memory_array(name, writeable=True)
-            for shard, info in enumerate(m.shards):
-                start, end = self._starts[shard], self._starts[shard + 1]
-                whole[start:end] = open_array(self.root, info.arrays[name], spec, name)
+            for shard in range(len(self._starts) - 1):
+                whole[self._starts[shard] : self._starts[shard + 1]] = self.store.array(shard, name)
 
     def _memory_array(self, name: str, writeable: bool = False) -> np.ndarray:
         """Array `name` of every shard, as a view of its shared-memory bytes."""
-        spec = self.manifest.arrays[name]
-        whole = self._memory[name].numpy().view(spec.dtype).reshape(len(self), *spec.shape)
-        whole.flags.writeable = writeable  # the readers' copy is shared: never write to it
+        whole = self._views.get(name)
+        if whole is None or writeable:
+            spec = self.store.manifest.arrays[name]
+            whole = self._memory[name].numpy().view(spec.dtype).reshape(len(self), *spec.shape)
+            whole.flags.writeable = writeable  # the readers' copy is shared: never write to it
+            if not writeable:
+                self._views[name] = whole
         return whole
 
     def _array(self, shard: int, field: str, size: int) -> np.ndarray:
-        name = array_name(field, size if field in SIZED_FIELDS else None)
+        name = self._name(field, size)
         if name not in self._memory:
-            return self._map(shard, name)
-        key = (shard, name)
-        if key not in self._maps:
-            self._maps[key] = self._memory_array(name)[
-                self._starts[shard] : self._starts[shard + 1]
-            ]
-        return self._maps[key]
-
-    def __getstate__(self) -> dict[str, Any]:
-        return super().__getstate__() | {"_buffers": BufferPool()}
+            return self.store.array(shard, name)
+        return self._memory_array(name)[self._starts[shard] : self._starts[shard + 1]]
 
     # -- access --------------------------------------------------------------------------------
 
@@ -135,44 +153,68 @@ class ImageShardDataset(ShardStore, Dataset[tuple[torch.Tensor, ...]]):
         return shard, idx - self._starts[shard]
 
     def _out(self, field: str, batch: int, size: int) -> torch.Tensor:
-        if field in ("label", "orig_size"):
-            shape, dtype = (batch, *self.manifest.arrays[field].shape), torch.int64
-        else:
-            shape = (batch, *self.manifest.arrays[array_name(field, size)].shape)
-            dtype = torch.uint8
+        shape = (batch, *self.store.manifest.arrays[self._name(field, size)].shape)
+        dtype = getattr(torch, FIELDS[field].out_dtype)
         return new_batch(shape, dtype, self._buffers, field)
 
     def __getitems__(self, indices: Sequence[int]) -> Batch:
+        self.store.check()  # a repacked folder: refuse it rather than mix two datasets
         shard, local = self._locate(indices)
         size = self.size  # read once: set_size may run between batches, never within one
-        shards = np.unique(shard).tolist()
+        groups = _by_shard(shard)
         outs = []
         for field in self.fields:
             out = self._out(field, len(shard), size)
-            dst = out.numpy()
-            arrays = {s: self._array(s, field, size) for s in shards}
-            if len(shards) == 1 and dst.dtype == arrays[shards[0]].dtype:
+            self._fill(out.numpy(), field, size, groups, local)
+            outs.append(FIELDS[field].to_tensor(out))
+        return Batch(tuple(outs))
+
+    def _fill(
+        self,
+        dst: np.ndarray,
+        field: str,
+        size: int,
+        groups: list[tuple[int, np.ndarray]],
+        local: np.ndarray,
+    ) -> None:
+        """Samples `local` of their shards into `dst`, one shard's map at a time (a batch across
+        more shards than the store keeps open still holds one map at a time)."""
+        if len(groups) == 1:
+            arr = self._array(groups[0][0], field, size)
+            if dst.dtype == arr.dtype:
                 # The whole batch in one shard: one vectorised read, straight into the output.
                 # mode="clip": the indices are checked already, and the default ("raise")
-                # buffers the whole output before copying it into `out`.
-                np.take(arrays[shards[0]], local, axis=0, out=dst, mode="clip")
-            elif field in SIZED_FIELDS:
-                # Across shards: copy each sample once into place (a gather per shard followed
-                # by a scatter would copy every pixel twice).
-                for j, (s, k) in enumerate(zip(shard.tolist(), local.tolist(), strict=True)):
-                    dst[j] = arrays[s][k]
+                # buffers the whole output before copying it into `dst`.
+                np.take(arr, local, axis=0, out=dst, mode="clip")
+                return
+        for s, pos in groups:
+            arr = self._array(s, field, size)
+            if FIELDS[field].sized:
+                # Big samples: copy each once into place (a gather per shard followed by a
+                # scatter would copy every pixel twice).
+                for j, k in zip(pos.tolist(), local[pos].tolist(), strict=True):
+                    dst[j] = arr[k]
             else:
-                for s, arr in arrays.items():
-                    pos = np.flatnonzero(shard == s)
-                    dst[pos] = arr[local[pos]]
-            outs.append(out.permute(0, 3, 1, 2) if field == "image" else out)
-        return Batch(tuple(outs))
+                dst[pos] = arr[local[pos]]
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, ...]:
         return self.__getitems__([index])[0]
 
     def __repr__(self) -> str:
         return (
-            f"ImageShardDataset({str(self.root)!r}, size={self.size}, fields={self.fields}, "
+            f"ImageShardDataset({str(self.store.root)!r}, size={self.size}, fields={self.fields}, "
             f"samples={len(self)}, shards={len(self._starts) - 1}, sizes={self.sizes})"
         )
+
+
+def _by_shard(shard: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """(shard, positions in the batch of its samples) for each shard of a batch, in shard order.
+
+    >>> [(s, p.tolist()) for s, p in _by_shard(np.array([2, 0, 2]))]
+    [(0, [1]), (2, [0, 2])]
+    """
+    if len(shard) == 0:
+        return []
+    order = np.argsort(shard, kind="stable")
+    cuts = np.flatnonzero(np.diff(shard[order])) + 1
+    return [(int(shard[g[0]]), g) for g in np.split(order, cuts)]

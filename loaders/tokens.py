@@ -9,35 +9,65 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from functools import cached_property
+from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from loaders.fields import FIELDS
 from loaders.loader import Batch, check_indices, new_batch
-from loaders.store import ShardStore
+from loaders.store import DEFAULT_MAX_OPEN, ShardStore, pickled_state
+
+# What windows and documents come out as (int64: what embedding layers and losses index with).
+OUT_DTYPE = FIELDS["tokens"].out_dtype
 
 
-class _TokenSplit(ShardStore):
-    """The shards of one split of a token dataset, opened lazily per process."""
+class _TokenSplit:
+    """The shards of one split of a token dataset, in `self.store`. What is derived from the
+    manifest (shard offsets) is computed again after unpickling, never pickled."""
 
-    def __init__(self, root: str | os.PathLike[str], split: str):
-        manifest = self._open_store(root, "tokens")
+    def __init__(self, root: str | os.PathLike[str], split: str, max_open: int):
+        self.store = ShardStore(root, "tokens", max_open=max_open)
         self.split = split
-        self._shards = [i for i, s in enumerate(manifest.shards) if s.split == split]
         if not self._shards:
-            have = sorted({str(s.split) for s in manifest.shards})
+            have = sorted({str(s.split) for s in self.store.manifest.shards})
             raise ValueError(
-                f"{self.root} has no {split!r} documents; it has splits {have}. HINT: "
+                f"{self.store.root} has no {split!r} documents; it has splits {have}. HINT: "
                 "retokenize with a larger --val-fraction, or use another split"
             )
-        self.vocab_size: int = manifest.extra["vocab_size"]
-        self.eot_id: int | None = manifest.extra["eot_id"]
-        self.dtype = np.dtype(manifest.arrays["tokens"].dtype)
-        shards = [manifest.shards[i] for i in self._shards]
-        # Cumulative token and document counts of the split, one entry per shard plus one.
-        self._token_starts = np.cumsum([0] + [s.arrays["tokens"].length for s in shards])
-        self._doc_starts = np.cumsum([0] + [s.count for s in shards])
+
+    @cached_property
+    def vocab_size(self) -> int:
+        return int(self.store.manifest.extra["vocab_size"])
+
+    @cached_property
+    def eot_id(self) -> int | None:
+        eot = self.store.manifest.extra["eot_id"]
+        return None if eot is None else int(eot)
+
+    @cached_property
+    def dtype(self) -> np.dtype[Any]:
+        return np.dtype(self.store.manifest.arrays["tokens"].dtype)
+
+    @cached_property
+    def _shards(self) -> list[int]:
+        """The manifest indices of this split's shards."""
+        return [i for i, s in enumerate(self.store.manifest.shards) if s.split == self.split]
+
+    @cached_property
+    def _token_starts(self) -> np.ndarray:
+        """Cumulative token counts of the split, one entry per shard plus one."""
+        shards = self.store.manifest.shards
+        return np.cumsum([0] + [shards[i].arrays["tokens"].length for i in self._shards])
+
+    @cached_property
+    def _doc_starts(self) -> np.ndarray:
+        return np.cumsum([0] + [self.store.manifest.shards[i].count for i in self._shards])
+
+    def __getstate__(self) -> dict[str, Any]:
+        return pickled_state(self)
 
     @property
     def num_tokens(self) -> int:
@@ -45,7 +75,7 @@ class _TokenSplit(ShardStore):
 
     def _array(self, k: int, name: str) -> np.ndarray:
         """Array `name` of the k-th shard of this split."""
-        return self._map(self._shards[k], name)
+        return self.store.array(self._shards[k], name)
 
     def _read(self, start: int, out: np.ndarray) -> None:
         """Fill `out` with the split's tokens from `start` on, across shards if it must."""
@@ -87,8 +117,10 @@ class TokenWindowDataset(_TokenSplit, Dataset[tuple[torch.Tensor, torch.Tensor]]
         block_size: int,
         split: str = "train",
         stride: int | None = None,
+        *,
+        max_open: int = DEFAULT_MAX_OPEN,
     ):
-        super().__init__(root, split)
+        super().__init__(root, split, max_open)
         if block_size < 1 or (stride is not None and stride < 1):
             raise ValueError(f"block_size {block_size} and stride {stride} must be positive")
         self.block_size = block_size
@@ -97,7 +129,7 @@ class TokenWindowDataset(_TokenSplit, Dataset[tuple[torch.Tensor, torch.Tensor]]
         self._len = n // self.stride + 1 if n >= 0 else 0
         if self._len == 0:
             raise ValueError(
-                f"{self.root} split {split!r} has {self.num_tokens} tokens, too few for one "
+                f"{self.store.root} split {split!r} has {self.num_tokens} tokens, too few for one "
                 f"window of {block_size} + 1. HINT: a smaller block_size, or more text"
             )
 
@@ -105,11 +137,12 @@ class TokenWindowDataset(_TokenSplit, Dataset[tuple[torch.Tensor, torch.Tensor]]
         return self._len
 
     def __getitems__(self, indices: Sequence[int]) -> Batch:
+        self.store.check()  # a repacked folder: refuse it rather than mix two datasets
         idx = check_indices(indices, len(self))
         buf = np.empty((len(idx), self.block_size + 1), self.dtype)
         self._read_windows(idx * self.stride, buf)
-        x = new_batch((len(idx), self.block_size), torch.int64)
-        y = new_batch((len(idx), self.block_size), torch.int64)
+        x = new_batch((len(idx), self.block_size), getattr(torch, OUT_DTYPE))
+        y = new_batch((len(idx), self.block_size), getattr(torch, OUT_DTYPE))
         x.numpy()[:] = buf[:, :-1]
         y.numpy()[:] = buf[:, 1:]
         return Batch((x, y))
@@ -120,7 +153,7 @@ class TokenWindowDataset(_TokenSplit, Dataset[tuple[torch.Tensor, torch.Tensor]]
 
     def __repr__(self) -> str:
         return (
-            f"TokenWindowDataset({str(self.root)!r}, block_size={self.block_size}, "
+            f"TokenWindowDataset({str(self.store.root)!r}, block_size={self.block_size}, "
             f"split={self.split!r}, stride={self.stride}, windows={len(self)}, "
             f"tokens={self.num_tokens}, vocab_size={self.vocab_size})"
         )
@@ -130,8 +163,10 @@ class DocumentDataset(_TokenSplit, Dataset[torch.Tensor]):
     """The documents of one split, in order: item i is its tokens, int64 (length,), without the
     end-of-document token (so the tokenizer decodes it to the document's text exactly)."""
 
-    def __init__(self, root: str | os.PathLike[str], split: str = "val"):
-        super().__init__(root, split)
+    def __init__(
+        self, root: str | os.PathLike[str], split: str = "val", *, max_open: int = DEFAULT_MAX_OPEN
+    ):
+        super().__init__(root, split, max_open)
 
     def __len__(self) -> int:
         return int(self._doc_starts[-1])
@@ -139,6 +174,7 @@ class DocumentDataset(_TokenSplit, Dataset[torch.Tensor]):
     def span(self, index: int) -> tuple[int, int]:
         """The document's [start, end) in the split's token stream, its end-of-document token
         included."""
+        self.store.check()
         i = int(check_indices([index], len(self))[0])
         k = int(np.searchsorted(self._doc_starts, i, side="right")) - 1
         offsets = self._array(k, "doc_offsets")
@@ -153,10 +189,10 @@ class DocumentDataset(_TokenSplit, Dataset[torch.Tensor]):
         out = np.empty(end - start, self.dtype)
         if len(out):
             self._read(start, out)
-        return torch.from_numpy(out.astype(np.int64))
+        return torch.from_numpy(out.astype(OUT_DTYPE))
 
     def __repr__(self) -> str:
         return (
-            f"DocumentDataset({str(self.root)!r}, split={self.split!r}, documents={len(self)}, "
-            f"tokens={self.num_tokens}, vocab_size={self.vocab_size})"
+            f"DocumentDataset({str(self.store.root)!r}, split={self.split!r}, "
+            f"documents={len(self)}, tokens={self.num_tokens}, vocab_size={self.vocab_size})"
         )

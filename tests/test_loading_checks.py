@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -90,8 +89,17 @@ def test_missing_manifest_says_how_to_finish(ds: Path) -> None:
         (lambda d: d["shards"][1].update(count=-8), "shard 1: count -8"),
         (lambda d: d["shards"][2]["arrays"]["label"].update(length="8"), "shard 2: array label"),
         (lambda d: d.update(num_samples=25), "says 25 samples but its shards hold 24"),
+        (lambda d: d.update(classes="abcd"), "classes abcd is not a list of names"),
     ],
-    ids=["object-dtype", "bad-dtype", "bad-shape", "negative-count", "bad-length", "total"],
+    ids=[
+        "object-dtype",
+        "bad-dtype",
+        "bad-shape",
+        "negative-count",
+        "bad-length",
+        "total",
+        "classes",
+    ],
 )
 def test_manifest_values_are_checked(ds: Path, change: Edit, message: str) -> None:
     edit_manifest(ds, change)
@@ -120,6 +128,23 @@ def test_dtype_and_shape_against_the_header(ds: Path) -> None:
     refused(
         ds, "shard 0:", "array image_64 is uint8(8, 64, 64, 3), manifest says uint8(8, 64, 64, 1)"
     )
+
+
+def test_dtype_and_shape_must_be_the_fields(ds: Path) -> None:
+    """The field registry: image arrays are uint8 (S, S, 1 or 3), whatever the files say."""
+    edit_manifest(ds, lambda d: d["arrays"]["image_64"].update(dtype="float64"))
+    refused(ds, "array image_64: dtype float64 is not one of ('uint8',)")
+    edit_manifest(ds, lambda d: d["arrays"]["image_64"].update(dtype="uint8", shape=[64, 64, 4]))
+    refused(ds, "array image_64: shape [64, 64, 4] is not image's at size 64")
+
+
+def test_labels_are_checked_against_classes(ds: Path) -> None:
+    path = ds / "label-00001.npy"
+    assert np.load(path).dtype == np.uint8 and len(read_manifest(ds).classes or []) == 4
+    with open(path, "r+b") as f:  # the size on disk stays the same
+        f.seek(128 + 3)  # prep's fixed .npy header, then sample 3
+        f.write(bytes([4]))
+    refused(ds, "shard 1:", "label-00001.npy", "label 4", "4 classes")
 
 
 def test_counts(ds: Path) -> None:
@@ -206,13 +231,33 @@ def test_pickle_named_npy_is_refused(ds: Path) -> None:
     refused(ds, "shard 0:", "cannot read array label")
 
 
-def test_no_pickle_anywhere() -> None:
-    """Every np.load in the project passes allow_pickle=False; none passes True."""
-    root = Path(__file__).resolve().parents[1]
-    for folder in ("loaders", "prep"):
-        for source in (root / folder).glob("*.py"):
-            calls = re.findall(r"np\.load\([^)]*\)", source.read_text())
-            assert all("allow_pickle=False" in call for call in calls), (source, calls)
+class Unpickled(Exception):
+    pass
+
+
+def _no_unpickling(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make any unpickling fail loudly (numpy's allow_pickle=True path calls pickle.load)."""
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise Unpickled("the reader unpickled")
+
+    monkeypatch.setattr(pickle, "load", refuse)
+    monkeypatch.setattr(pickle, "loads", refuse)
+    monkeypatch.setattr(pickle, "Unpickler", refuse)
+
+
+def test_never_unpickles(ds: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full read of every array, then an object-dtype file, with unpickling made to fail."""
+    _no_unpickling(monkeypatch)
+    fields = ("image", "mask", "label", "orig_size")
+    data = ImageShardDataset(ds, size=64, fields=fields)
+    for size in (64, 96):
+        data.set_size(size)
+        assert [len(t) for t in data.__getitems__(range(len(data))).tensors] == [24] * 4
+    path = ds / "label-00000.npy"
+    np.save(path, np.array([{"a": 1}] * 8, dtype=object), allow_pickle=True)
+    set_bytes(ds, 0, path.name)
+    refused(ds, "shard 0:", "array label holds Python objects")
 
 
 # ---------------------------------------------------------------- h5 datasets
@@ -254,8 +299,12 @@ def test_h5_compressed_refused(
         ImageShardDataset(ds)
 
 
-def test_h5_strings_refused(packed_h5: Path, copy_dataset: Any) -> None:
+def test_h5_strings_refused(
+    packed_h5: Path, copy_dataset: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ds = copy_dataset(packed_h5)
+    _no_unpickling(monkeypatch)
+    assert len(ImageShardDataset(ds).__getitems__(range(24)).tensors[0]) == 24
     path = ds / "shard-00002.h5"
     with h5py.File(path, "a") as f:
         del f["label"]
@@ -316,5 +365,5 @@ def test_pickled_copy_reads_the_same_samples(packed: Path) -> None:
     """A worker's copy carries no memory map and reads the manifest again: same samples."""
     ds = ImageShardDataset(packed, size=64)
     copy = pickle.loads(pickle.dumps(ds))
-    assert copy._manifest is None and torch.equal(copy[17][0], ds[17][0])
+    assert copy.store._manifest is None and torch.equal(copy[17][0], ds[17][0])
     assert read_manifest(packed).num_samples == len(copy)

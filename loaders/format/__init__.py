@@ -10,11 +10,16 @@ one contiguous, uncompressed `.h5` file per shard; either way they are read as m
 """
 
 from loaders.format.arrays import (
+    check_array,
     check_files,
     iter_rejects,
     load_manifest,
+    map_array,
+    map_layout,
     open_array,
+    problems_error,
     read_manifest,
+    read_manifest_file,
     safe_path,
 )
 from loaders.format.schema import (
@@ -49,10 +54,15 @@ __all__ = [
     "Manifest",
     "Shard",
     "array_name",
+    "check_array",
     "check_files",
     "iter_rejects",
     "load_manifest",
+    "map_array",
+    "map_layout",
     "open_array",
+    "problems_error",
     "read_manifest",
+    "read_manifest_file",
     "safe_path",
 ]

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import io
 import json
+import math
+import mmap
 import os
 import stat
-from collections.abc import Iterator
+import struct
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +24,10 @@ from loaders.format.schema import (
     ArraySpec,
     FormatError,
     Manifest,
+    Shard,
 )
+
+Layout = tuple[int, np.dtype[Any], tuple[int, ...]]  # byte offset, dtype, shape
 
 
 def safe_path(root: Path, rel: str) -> Path:
@@ -31,6 +39,8 @@ def safe_path(root: Path, rel: str) -> Path:
     if p.is_absolute() or ".." in p.parts:
         raise FormatError(f"manifest path {rel!r} escapes the dataset folder {root}")
     full = root / p
+    if len(p.parts) == 1 and not full.is_symlink():  # an entry of root itself: inside it
+        return full
     try:
         inside = full.resolve().is_relative_to(root.resolve())
     except (OSError, RuntimeError) as e:  # a link loop
@@ -40,40 +50,33 @@ def safe_path(root: Path, rel: str) -> Path:
     return full
 
 
-def read_manifest(root: str | os.PathLike[str], expect_sha256: str | None = None) -> Manifest:
-    """The manifest of a dataset folder (not checked against the files: see load_manifest).
-
-    `expect_sha256`: refuse a manifest that is not that file any more (the folder was
-    repacked while a dataset object made from the old one was in use)."""
-    root = Path(root)
+def read_manifest_file(root: Path) -> tuple[bytes, os.stat_result]:
+    """The bytes of `root`'s manifest and the stat of the file they were read from: one open,
+    so that a rename in between cannot pair one file's bytes with another's stat."""
     path = root / MANIFEST
-    if not path.is_file():
+    try:  # O_NONBLOCK: a FIFO in place of the manifest cannot block the open
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise FormatError(f"{path} is not a regular file. HINT: repack the dataset")
+            return f.read(), st
+    except FileNotFoundError:
         if (root.parent / (root.name + ".partial")).exists():
             hint = f"an unfinished run is in {root.name}.partial: rerun prep with --resume"
         else:
             hint = "pack it with `prep pack SRC OUT`"
-        raise FormatError(f"{root} has no {MANIFEST}. HINT: {hint}")
-    try:
-        data = path.read_bytes()
+        raise FormatError(f"{root} has no {MANIFEST}. HINT: {hint}") from None
     except OSError as e:
-        raise FormatError(f"{path}: {e}") from e
-    if expect_sha256 is not None and hashlib.sha256(data).hexdigest() != expect_sha256:
-        raise FormatError(
-            f"{path} changed since the dataset was opened (repacked with --overwrite?). "
-            "HINT: make the dataset object again, and restart the DataLoader's workers"
-        )
-    try:
-        d = json.loads(data.decode("utf-8"))
-        if not isinstance(d, dict):
-            raise TypeError(f"a JSON {type(d).__name__}, not an object")
-        return Manifest.from_dict(d)
-    except FormatError as e:
-        raise FormatError(f"{path}: {e}") from e
-    except (KeyError, TypeError, ValueError, AttributeError) as e:  # JSON and schema errors
-        raise FormatError(f"{path} is malformed ({e!r}). HINT: repack the dataset") from e
+        raise FormatError(f"{path}: {e}. HINT: check that the folder is readable") from e
 
 
-def _h5_layout(path: Path, key: str) -> tuple[int, np.dtype[Any], tuple[int, ...]]:
+def read_manifest(root: str | os.PathLike[str]) -> Manifest:
+    """The manifest of a dataset folder (not checked against the files: see load_manifest)."""
+    root = Path(root)
+    return Manifest.from_json(read_manifest_file(root)[0], root / MANIFEST)
+
+
+def _h5_layout(path: Path, key: str) -> Layout:
     """Byte offset, dtype and shape of a contiguous, uncompressed HDF5 dataset."""
     import h5py  # only for .h5 datasets; the handle is closed before any worker forks
 
@@ -91,27 +94,40 @@ def _h5_layout(path: Path, key: str) -> tuple[int, np.dtype[Any], tuple[int, ...
         return int(offset), ds.dtype, ds.shape
 
 
-def _npy_layout(path: Path) -> tuple[int, np.dtype[Any], tuple[int, ...]]:
+# Per .npy version: its header's length field, and numpy's reader of the header (a literal).
+_NPY = {
+    (1, 0): ("<H", np.lib.format.read_array_header_1_0),
+    (2, 0): ("<I", np.lib.format.read_array_header_2_0),
+}
+
+
+def _npy_layout(path: Path) -> Layout:
     """Byte offset, dtype and shape from the header: the header is parsed as a literal, never
     unpickled (numpy's allow_pickle=False reading)."""
     with open(path, "rb") as f:
         version = np.lib.format.read_magic(f)
-        if version == (1, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
-        elif version == (2, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
-        else:
+        if version not in _NPY:
             raise FormatError(f"{path} is .npy version {version}; prep reads 1.0 and 2.0")
+        length = f.read(struct.calcsize(_NPY[version][0]))
+        (n,) = struct.unpack(_NPY[version][0], length)
+        shape, fortran, dtype = _npy_header(version, length + f.read(n))
         offset = f.tell()
     if fortran:
         raise FormatError(f"{path} is Fortran-ordered; prep writes C order only")
-    return offset, dtype, tuple(shape)
+    return offset, dtype, shape
 
 
-def open_array(root: Path, ref: ArrayRef, spec: ArraySpec, name: str = "") -> np.ndarray:
-    """A read-only memory map of one shard's array, checked against the manifest: a regular
-    file, its header's dtype and shape, and enough bytes for them."""
-    path = safe_path(root, ref.file)
+@functools.lru_cache(maxsize=1024)
+def _npy_header(version: tuple[int, int], raw: bytes) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """(shape, Fortran order, dtype) of a .npy header (its length field and text). Cached:
+    the shards of a dataset mostly share one header, and parsing it costs 0.1 ms."""
+    shape, fortran, dtype = _NPY[version][1](io.BytesIO(raw))
+    return tuple(shape), bool(fortran), dtype
+
+
+def check_array(path: Path, ref: ArrayRef, spec: ArraySpec, name: str = "") -> Layout:
+    """Where the array lies in its file, checked against the manifest: a regular file, its
+    header's dtype and shape, and enough bytes for them. Opens the file only to read the header."""
     label = f"array {name or spec.field}"
     try:
         st = os.stat(path)  # never opens: a FIFO in place of a shard cannot block here
@@ -130,15 +146,40 @@ def open_array(root: Path, ref: ArrayRef, spec: ArraySpec, name: str = "") -> np
             f"{path}: {label} is {dtype}{tuple(shape)}, manifest says "
             f"{spec.dtype}{expected}. HINT: the file was changed after packing; repack"
         )
-    if ref.length == 0 or np.prod(shape) == 0:
-        return np.empty(shape, dtype)
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    if offset + nbytes > st.st_size:
+    if nbytes and offset + nbytes > st.st_size:
         raise FormatError(
             f"{path}: {label} needs {offset + nbytes} bytes, the file has {st.st_size}. "
             "HINT: the file is truncated; repack"
         )
-    return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=tuple(shape))
+    return offset, dtype, tuple(shape)
+
+
+def map_array(path: Path, ref: ArrayRef, spec: ArraySpec, name: str = "") -> np.ndarray:
+    """A read-only memory map of one shard's array in `path`, checked as check_array does."""
+    return map_layout(path, check_array(path, ref, spec, name))
+
+
+def map_layout(path: Path, layout: Layout) -> np.ndarray:
+    """A read-only ndarray over a memory map of `path`, laid out as check_array found it. The
+    map keeps a file descriptor (a dup) until it is garbage-collected: loaders.store bounds them."""
+    offset, dtype, shape = layout
+    if 0 in shape:
+        return np.empty(shape, dtype)
+    with open(path, "rb") as f:
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    return np.frombuffer(mm, dtype, math.prod(shape), offset).reshape(shape)
+
+
+def read_layout(path: Path, layout: Layout) -> np.ndarray:
+    """The array read into memory (no map, no descriptor kept)."""
+    offset, dtype, shape = layout
+    return np.fromfile(path, dtype, math.prod(shape), offset=offset).reshape(shape)
+
+
+def open_array(root: Path, ref: ArrayRef, spec: ArraySpec, name: str = "") -> np.ndarray:
+    """map_array of the array's file in the folder `root`, refusing paths out of it."""
+    return map_array(safe_path(root, ref.file), ref, spec, name)
 
 
 def check_files(root: Path, manifest: Manifest, checksums: bool = False) -> list[str]:
@@ -146,67 +187,102 @@ def check_files(root: Path, manifest: Manifest, checksums: bool = False) -> list
     fault (empty: all good).
 
     Always checks that every declared array has a file listed in its shard, presence, byte
-    sizes, per-sample counts (image datasets), dtypes and shapes; `checksums` also recomputes
-    sha256."""
+    sizes, dtypes and shapes, then the checks of the manifest's kind (SHARD_CHECKS); `checksums`
+    also recomputes sha256."""
     problems: list[str] = []
     for i, shard in enumerate(manifest.shards):
-        found: list[str] = []
-        for rel, info in shard.files.items():
-            try:
-                path = safe_path(root, rel)
-            except FormatError as e:
-                found.append(f"shard {i}: {e}")
-                continue
-            try:
-                st = os.stat(path)
-            except OSError:
-                found.append(f"shard {i}: {path} is missing")
-                continue
-            if not stat.S_ISREG(st.st_mode):
-                found.append(f"shard {i}: {path} is not a regular file")
-            elif st.st_size != info.bytes:
-                found.append(f"shard {i}: {path} is {st.st_size} bytes, manifest says {info.bytes}")
-            elif checksums and _sha256(path) != info.sha256:
-                found.append(f"shard {i}: {path} checksum differs from the manifest")
-        for name in sorted(set(manifest.arrays) - set(shard.arrays)):
-            found.append(f"shard {i}: array {name} is declared in the manifest but has no file")
-        for name, ref in shard.arrays.items():
-            if name not in manifest.arrays:
-                found.append(f"shard {i}: array {name} is not declared in the manifest")
-            elif ref.file not in shard.files:
-                found.append(f"shard {i}: array {name} is in {ref.file}, not among its files")
-            elif manifest.kind == "images" and ref.length != shard.count:
-                found.append(
-                    f"shard {i}: array {name} has {ref.length} samples, the shard {shard.count}"
-                )
+        found = _file_problems(root, shard, checksums) + _array_problems(manifest, shard)
+        layouts: dict[str, tuple[Path, Layout]] = {}
         if not found:  # the files are there and whole: read their headers
             for name, ref in shard.arrays.items():
                 try:
-                    open_array(root, ref, manifest.arrays[name], name)
+                    path = safe_path(root, ref.file)
+                    layouts[name] = path, check_array(path, ref, manifest.arrays[name], name)
                 except FormatError as e:
-                    found.append(f"shard {i}: {e}")
-        if not found and manifest.kind == "tokens":
-            found += _check_offsets(root, manifest, i)
-        problems += found
+                    found.append(str(e))
+        if not found:
+            found = SHARD_CHECKS[manifest.kind](manifest, shard, layouts)
+        problems += [f"shard {i}: {p}" for p in found]
     return problems
 
 
-def _check_offsets(root: Path, manifest: Manifest, i: int) -> list[str]:
+def _file_problems(root: Path, shard: Shard, checksums: bool) -> list[str]:
+    found = []
+    for rel, info in shard.files.items():
+        try:
+            path = safe_path(root, rel)
+            st = os.stat(path)
+        except FormatError as e:
+            found.append(str(e))
+        except OSError:
+            found.append(f"{root / rel} is missing")
+        else:
+            if not stat.S_ISREG(st.st_mode):
+                found.append(f"{path} is not a regular file")
+            elif st.st_size != info.bytes:
+                found.append(f"{path} is {st.st_size} bytes, manifest says {info.bytes}")
+            elif checksums and _sha256(path) != info.sha256:
+                found.append(f"{path} checksum differs from the manifest")
+    return found
+
+
+def _array_problems(manifest: Manifest, shard: Shard) -> list[str]:
+    found = [
+        f"array {name} is declared in the manifest but has no file"
+        for name in sorted(set(manifest.arrays) - set(shard.arrays))
+    ]
+    for name, ref in shard.arrays.items():
+        if name not in manifest.arrays:
+            found.append(f"array {name} is not declared in the manifest")
+        elif ref.file not in shard.files:
+            found.append(f"array {name} is in {ref.file}, not among its files")
+    return found
+
+
+Arrays = dict[str, tuple[Path, Layout]]  # a shard's arrays: name -> file, checked layout
+
+
+def _check_images(manifest: Manifest, shard: Shard, arrays: Arrays) -> list[str]:
+    """Every array has the shard's count of samples; labels index `classes` (read whole: a
+    few bytes a sample)."""
+    found = [
+        f"array {name} has {ref.length} samples, the shard {shard.count}"
+        for name, ref in shard.arrays.items()
+        if ref.length != shard.count
+    ]
+    if found or "label" not in arrays or manifest.classes is None or not shard.count:
+        return found
+    path, layout = arrays["label"]
+    top, n = int(read_layout(path, layout).max()), len(manifest.classes)
+    return [f"{path}: label {top} is not one of the {n} classes"] if top >= n else []
+
+
+def _check_offsets(manifest: Manifest, shard: Shard, arrays: Arrays) -> list[str]:
     """A token shard's document offsets: count + 1 of them, from 0, never decreasing, up to
     the shard's token count (read whole: 8 bytes a document)."""
-    shard = manifest.shards[i]
-    refs = shard.arrays
-    if "doc_offsets" not in refs or "tokens" not in refs:
-        return [f"shard {i}: a token shard needs arrays tokens and doc_offsets"]
-    spec = manifest.arrays["doc_offsets"]
-    off = np.asarray(open_array(root, refs["doc_offsets"], spec, "doc_offsets")).reshape(-1)
+    if "doc_offsets" not in arrays or "tokens" not in arrays:
+        return ["a token shard needs arrays tokens and doc_offsets"]
+    off = read_layout(*arrays["doc_offsets"]).reshape(-1)
     ok = (
         len(off) == shard.count + 1
         and off[0] == 0
-        and off[-1] == refs["tokens"].length
+        and off[-1] == shard.arrays["tokens"].length
         and bool(np.all(np.diff(off) >= 0))
     )
-    return [] if ok else [f"shard {i}: doc_offsets do not run from 0 to its token count"]
+    return [] if ok else ["doc_offsets do not run from 0 to its token count"]
+
+
+# The checks of one shard that depend on the manifest's kind, run once its headers are good.
+SHARD_CHECKS: dict[str, Callable[[Manifest, Shard, Arrays], list[str]]] = {
+    "images": _check_images,
+    "tokens": _check_offsets,
+}
+
+
+def problems_error(problems: list[str]) -> FormatError:
+    """One FormatError line for check_files' problems: the first three, and how many more."""
+    more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+    return FormatError("; ".join(problems[:3]) + more + ". HINT: run `prep verify`, repack")
 
 
 def load_manifest(root: str | os.PathLike[str]) -> Manifest:
@@ -214,18 +290,14 @@ def load_manifest(root: str | os.PathLike[str]) -> Manifest:
     manifest = read_manifest(root)
     problems = check_files(Path(root), manifest)
     if problems:
-        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
-        raise FormatError("; ".join(problems[:3]) + more + ". HINT: run `prep verify`, repack")
+        raise problems_error(problems)
     return manifest
 
 
 def iter_rejects(root: Path) -> Iterator[dict[str, Any]]:
-    path = root / REJECTS
-    if path.is_file():
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                if line.strip():
-                    yield json.loads(line)
+    if (root / REJECTS).is_file():
+        with open(root / REJECTS, encoding="utf-8") as f:
+            yield from (json.loads(line) for line in f if line.strip())
 
 
 def _sha256(path: Path) -> str:

@@ -96,6 +96,20 @@ class Manifest:
         return json.dumps(d, indent=1, sort_keys=True) + "\n"
 
     @classmethod
+    def from_json(cls, data: bytes, source: object) -> Manifest:
+        """The manifest in `data` (the bytes of `source`, named in errors); not checked against
+        the files (see loaders.format.check_files)."""
+        try:
+            d = json.loads(data.decode("utf-8"))
+            if not isinstance(d, dict):
+                raise TypeError(f"a JSON {type(d).__name__}, not an object")
+            return cls.from_dict(d)
+        except FormatError as e:
+            raise FormatError(f"{source}: {e}") from e
+        except (KeyError, TypeError, ValueError, AttributeError) as e:  # JSON and schema errors
+            raise FormatError(f"{source} is malformed ({e!r}). HINT: repack the dataset") from e
+
+    @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Manifest:
         if d.get("format") != FORMAT_NAME:
             raise FormatError("not a prep manifest (no 'format': 'prep')")
@@ -118,6 +132,11 @@ class Manifest:
             raise FormatError(
                 f"kind {d['kind']!r} / storage {d['storage']!r} is not one of {KINDS} / {STORAGES}"
             )
+        classes = d.get("classes")
+        if classes is not None and not (
+            isinstance(classes, list) and all(isinstance(c, str) for c in classes)
+        ):
+            raise FormatError(f"classes {str(classes)[:40]} is not a list of names or null")
         total = sum(s.count for s in shards)
         if d.get("num_samples", total) != total:
             raise FormatError(
@@ -129,7 +148,7 @@ class Manifest:
             arrays=arrays,
             shards=shards,
             config=d.get("config", {}),
-            classes=d.get("classes"),
+            classes=classes,
             rejects=d.get("rejects", 0),
             extra=d.get("extra", {}),
             tool_version=d.get("tool_version", ""),
