@@ -263,6 +263,7 @@ def tune(
 
     Example: prep tune data/demo-packed --size 256 --batch-size 64 --plot tune.png
     """
+    from prep.inspect.tune import check_plot
     from prep.inspect.tune import plot as draw
     from prep.inspect.tune import tune as run
 
@@ -270,6 +271,8 @@ def tune(
         counts = [int(w) for w in workers.split(",") if w.strip()] if workers else None
     except ValueError:
         raise typer.BadParameter(f"{workers!r} is not a list of counts, e.g. 0,2,4") from None
+    if plot is not None:
+        check_plot()  # matplotlib is the [plot] extra: fail before the timed run
     result = run(root, size, batch_size, seconds, counts, prefetch_factor, limit, not quiet)
     typer.echo(result.table())
     typer.echo(result.advice())

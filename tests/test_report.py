@@ -215,6 +215,7 @@ def test_plot_without_matplotlib_is_one_line_with_a_hint(
     result = CliRunner().invoke(app, [*args, "--plot", str(tmp_path / "t.png")])
     assert result.exit_code == 1
     assert result.output.splitlines()[-1].startswith("error: --plot needs matplotlib")
+    assert "recommended" not in result.output  # refused before the timed run
     assert not (tmp_path / "t.png").exists()
 
 
