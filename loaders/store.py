@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import resource
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Protocol
@@ -33,8 +34,17 @@ from loaders.format import (
 )
 from loaders.format.arrays import Layout
 
-# Well under the common limit of 1,024 descriptors a process, with room for DataLoader pipes.
-DEFAULT_MAX_OPEN = 128
+
+def _default_max_open() -> int:
+    """A quarter of this process's open-file limit, 16 to 512: each map holds a descriptor, and
+    the rest stay for DataLoader pipes, sockets and the user's files (1,024, a common limit,
+    gives 256; `ulimit -n 256` gives 64). Random order over more arrays than this re-maps files:
+    raise `ulimit -n`, or read in quasi-random order."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return 512 if soft == resource.RLIM_INFINITY else min(512, max(16, soft // 4))
+
+
+DEFAULT_MAX_OPEN = _default_max_open()
 
 Stamp = tuple[int, int, int, int]  # st_dev, st_ino, st_size, st_mtime_ns of manifest.json
 
