@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from PIL import Image
+from PIL import Image, ImageOps
 from typer.testing import CliRunner
 
 from loaders import ImageShardDataset, Normalize, make_loader
@@ -157,7 +157,11 @@ def test_decode_respects_exif(raw_demo: Path) -> None:
     img, upright = decode_image(rotated)
     with Image.open(rotated) as im:
         w, h = im.size
+        want = np.asarray(ImageOps.exif_transpose(im).convert("RGB"))
     assert upright == (w, h) and img.shape[:2] == (w, h)
+    # The pixels, not only the shape: a rotation the wrong way round has the same shape.
+    assert np.abs(img.astype(int) - want).mean() < 1.0
+    assert np.abs(img.astype(int) - np.rot90(want, 2)).mean() > 10
 
 
 def test_indices_are_checked(packed: Path) -> None:
