@@ -127,6 +127,12 @@ def test_a_second_run_on_one_out_is_refused(images: Path, tmp_path: Path) -> Non
     assert not lock_path(out).exists()
 
 
+def test_out_in_a_new_folder_is_made(images: Path, tmp_path: Path) -> None:
+    out = tmp_path / "new" / "deeper" / "out"
+    assert cli("pack", str(images), str(out), "--sizes", "32").exit_code == 0
+    assert len(ImageShardDataset(out)) > 0 and not lock_path(out).exists()
+
+
 def test_temp_names_differ_across_hosts_and_processes(tmp_path: Path) -> None:
     a, b = temp_path(tmp_path / "x.npy"), temp_path(tmp_path / "x.npy")
     assert a != b and a.parent == tmp_path

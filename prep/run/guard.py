@@ -87,6 +87,7 @@ def locked(out: Path) -> Iterator[None]:
     path = lock_path(out)
     while True:
         try:
+            path.parent.mkdir(parents=True, exist_ok=True)  # OUT's folder may be new
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
         except OSError as e:
             raise PrepError(
