@@ -11,6 +11,7 @@ Each row prints our figure, the reference figure, the ratio and the goal. Data c
 from __future__ import annotations
 
 import argparse
+import importlib
 import operator
 import os
 import platform
@@ -369,6 +370,11 @@ def demo_data(raw: Path, count: int, smoke: bool, jobs: int) -> None:
     stamp.touch()
 
 
+# Rows of other data kinds, each in a module of its own beside this file (bench/NAME.py) with
+# `rows(args, work) -> list[Row]`; `--only GROUP` picks them like the built-in groups.
+GROUPS: dict[str, str] = {}
+
+
 def measure(args: argparse.Namespace, raw: Path, work: Path) -> list[Row]:
     """The rows `--only` asks for. Pack makes the datasets that load and memory read."""
     rows: list[Row] = []
@@ -383,6 +389,9 @@ def measure(args: argparse.Namespace, raw: Path, work: Path) -> list[Row]:
         rows += bench_tokenize(raw, work, args.jobs, 200 if args.smoke else 8000, args.reps)
     if "memory" in only:
         rows.append(bench_loader_memory(work))
+    for group, module in GROUPS.items():
+        if group in only:
+            rows += importlib.import_module(module).rows(args, work)
     return rows
 
 
@@ -395,7 +404,7 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=2, help="interleaved repeats; the best counts")
     ap.add_argument("--out", type=Path, default=HERE / "out")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: check the script runs")
-    ap.add_argument("--only", default="pack,load,tokenize,memory")
+    ap.add_argument("--only", default=",".join(["pack", "load", "tokenize", "memory", *GROUPS]))
     args = ap.parse_args()
     if args.smoke:
         args.count, args.sample, args.reps, args.out = 24, 12, 1, args.out / "smoke"
