@@ -137,14 +137,7 @@ def make_loader(
       a last, smaller batch; True leaves the remainder out of the epoch (different samples each
       epoch) so that every batch is full.
     """
-    ddp = torch.distributed.is_available() and torch.distributed.is_initialized()
-    if distributed is None:
-        distributed = ddp
-    elif distributed and not ddp:
-        raise ValueError(
-            "distributed=True needs torch.distributed initialised first: call "
-            "torch.distributed.init_process_group() (torchrun sets its environment)"
-        )
+    distributed = _distributed(distributed)
     if order is None:
         order = "random" if shuffle else "sequential"
     elif shuffle and order == "sequential":
@@ -160,25 +153,35 @@ def make_loader(
             raise ValueError(
                 "a sampler of your own replaces order=/distributed=; pass one or the other"
             )
-        sizes = getattr(dataset, "shard_sizes", None)
-        if sizes is None:
-            if order == "quasi_random":
-                raise ValueError(
-                    f"{type(dataset).__name__} has no shard_sizes, which order='quasi_random' "
-                    "needs; use order='random'"
-                )
-            sizes = [len(dataset)]  # type: ignore[arg-type]
-        kwargs["sampler"] = ShardSampler(
-            sizes,
-            order,
-            seed,
-            window,
-            num_replicas=None if distributed else 1,
-            rank=None if distributed else 0,
-            drop_last=drop_last,
-        )
+        kwargs["sampler"] = _sampler(dataset, order, seed, window, distributed, drop_last)
         shuffle = False  # the sampler orders
     kwargs.update(dataloader_kwargs)
     return DataLoader(
         dataset, batch_size=batch_size, shuffle=shuffle, num_workers=num_workers, **kwargs
     )
+
+
+def _distributed(asked: bool | None) -> bool:
+    """Whether to share epochs between ranks: default, when torch.distributed is initialised."""
+    ddp = torch.distributed.is_available() and torch.distributed.is_initialized()
+    if asked and not ddp:
+        raise ValueError(
+            "distributed=True needs torch.distributed initialised first: call "
+            "torch.distributed.init_process_group() (torchrun sets its environment)"
+        )
+    return ddp if asked is None else asked
+
+
+def _sampler(
+    dataset: Dataset[Any], order: str, seed: int, window: int, distributed: bool, drop_last: bool
+) -> ShardSampler:
+    sizes = getattr(dataset, "shard_sizes", None)
+    if sizes is None:
+        if order == "quasi_random":
+            raise ValueError(
+                f"{type(dataset).__name__} has no shard_sizes, which order='quasi_random' "
+                "needs; use order='random'"
+            )
+        sizes = [len(dataset)]  # type: ignore[arg-type]
+    ranks = {} if distributed else {"num_replicas": 1, "rank": 0}
+    return ShardSampler(sizes, order, seed, window, drop_last=drop_last, **ranks)
