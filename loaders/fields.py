@@ -41,7 +41,7 @@ class Field:
     `shape(size, channels)` is the shape of one stored sample; `dtypes` the stored dtypes a
     reader accepts (the first is what a writer stores when no `max_value` narrows it);
     `out_dtype` the dtype of the tensor a dataset returns; `codec` how samples are stored
-    (`raw`: fixed-shape samples, memory-mapped)."""
+    (`raw`: fixed-shape samples, memory-mapped; `made`: never stored, made by the dataset)."""
 
     name: str
     sized: bool  # one array per size (image_256), or one for all sizes (label)
@@ -63,6 +63,8 @@ class Field:
 
     def problem(self, spec: ArraySpec) -> str | None:
         """Why `spec` is not an array of this field (None when it is)."""
+        if self.codec == "made":
+            return f"field {self.name} is made by the dataset, never stored"
         if spec.dtype not in self.dtypes:
             return f"dtype {spec.dtype} is not one of {self.dtypes}"
         if (spec.size is not None) != self.sized:
@@ -88,6 +90,8 @@ FIELDS: dict[str, Field] = {
         Field("image", True, _square, ("uint8",), "uint8", channels_last=True),
         Field("mask", True, lambda s, c: (s or 0, s or 0), ("uint8",), "uint8"),
         Field("label", False, lambda s, c: (), UNSIGNED, "int64"),
+        # The sample's dataset index, which per-sample augmentation draws from (transforms).
+        Field("index", False, lambda s, c: (), ("int64",), "int64", codec="made"),
         # uint32: source sides above 65535 px exist (panoramas, slides).
         Field("orig_size", False, lambda s, c: (2,), ("uint32",), "int64"),
         Field("tokens", False, lambda s, c: (), UNSIGNED[:3], "int64"),

@@ -23,7 +23,8 @@ class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
     `loaders.fields.FIELDS` makes it:
 
     - "image": uint8 (C, H, W), a channels-last view of the HWC storage (no copy, no permute);
-    - "mask": uint8 (H, W) class ids;  "label": int64 ();  "orig_size": int64 (2,) source (h, w).
+    - "mask": uint8 (H, W) class ids;  "label": int64 ();  "orig_size": int64 (2,) source (h, w);
+    - "index": int64 (), the sample's dataset index, never stored (for loaders.transforms).
 
     Shard files are memory-mapped lazily by `self.store`, at most `max_open` at a time, and never
     pickled: the object pickles to under 1 KB for spawn workers, whatever its shard and class
@@ -48,7 +49,7 @@ class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
     ):
         self.store = ShardStore(root, "images", max_open=max_open)
         self.fields = tuple(fields)
-        have = self.store.manifest.fields()
+        have = [*self.store.manifest.fields(), "index"]
         missing = [f for f in self.fields if f not in have]
         if missing or not self.fields:
             raise ValueError(f"{self.store.root} has no field {missing}; it has {have}")
@@ -115,7 +116,8 @@ class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
 
     def _load_into_memory(self) -> None:
         """Every size of the requested fields (so that set_size still works)."""
-        names = {self._name(f, s) for f in self.fields for s in self.sizes}
+        stored = [f for f in self.fields if FIELDS[f].codec != "made"]
+        names = {self._name(f, s) for f in stored for s in self.sizes}
         for name in sorted(names):
             spec = self.store.manifest.arrays[name]
             nbytes = len(self) * np.dtype(spec.dtype).itemsize * math.prod(spec.shape)
@@ -164,6 +166,11 @@ class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
         groups = _by_shard(shard)
         outs = []
         for field in self.fields:
+            if field == "index":
+                out = new_batch((len(shard),), torch.int64, self._buffers, field)
+                out.numpy()[:] = self._starts[shard] + local
+                outs.append(out)
+                continue
             out = self._out(field, len(shard), size)
             self._fill(out.numpy(), field, size, groups, local)
             outs.append(FIELDS[field].to_tensor(out))

@@ -102,14 +102,15 @@ class _TokenSplit:
             self._read(int(starts[row]), out[row])
 
 
-class TokenWindowDataset(_TokenSplit, Dataset[tuple[torch.Tensor, torch.Tensor]]):
+class TokenWindowDataset(_TokenSplit, Dataset[tuple[torch.Tensor, ...]]):
     """Training windows over one split: item i is (x, y), int64 (block_size,) each, where x is
     the split's tokens [i * stride, i * stride + block_size) and y the same shifted by one.
 
     Windows run over document ends (the end-of-document token marks them, as in GPT-2
     training) and over shard ends (the split is one stream). `len(ds)` is the number of whole
     windows; the stride defaults to block_size, so the windows cover the split once.
-    Use `make_loader` (or `collate_fn=collate_batch`) to keep the batched `__getitems__`."""
+    Use `make_loader` (or `collate_fn=collate_batch`) to keep the batched `__getitems__`.
+    `index=True` adds the window's index, int64 (), as a third item (for loaders.transforms)."""
 
     def __init__(
         self,
@@ -119,11 +120,12 @@ class TokenWindowDataset(_TokenSplit, Dataset[tuple[torch.Tensor, torch.Tensor]]
         stride: int | None = None,
         *,
         max_open: int = DEFAULT_MAX_OPEN,
+        index: bool = False,
     ):
         super().__init__(root, split, max_open)
         if block_size < 1 or (stride is not None and stride < 1):
             raise ValueError(f"block_size {block_size} and stride {stride} must be positive")
-        self.block_size = block_size
+        self.block_size, self.with_index = block_size, index
         self.stride = stride or block_size
         n = self.num_tokens - block_size - 1  # the last window must still have its y
         self._len = n // self.stride + 1 if n >= 0 else 0
@@ -145,11 +147,10 @@ class TokenWindowDataset(_TokenSplit, Dataset[tuple[torch.Tensor, torch.Tensor]]
         y = new_batch((len(idx), self.block_size), getattr(torch, OUT_DTYPE))
         x.numpy()[:] = buf[:, :-1]
         y.numpy()[:] = buf[:, 1:]
-        return Batch((x, y))
+        return Batch((x, y, torch.from_numpy(idx)) if self.with_index else (x, y))
 
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        x, y = self.__getitems__([index]).tensors
-        return x[0], y[0]
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, ...]:
+        return self.__getitems__([index])[0]
 
     def __repr__(self) -> str:
         return (

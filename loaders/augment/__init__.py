@@ -1,0 +1,1 @@
+"""The batch augmentation ops behind `loaders.transforms` (import them from there)."""

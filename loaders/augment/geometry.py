@@ -1,0 +1,187 @@
+"""Geometric batch ops: crops and flips, per sample, the mask moving with its image.
+
+Every output pixel's source position is computed for all samples at once: a crop is one
+`grid_sample` of the batch (one gather for masks and padded crops), so an op is a fixed number
+of tensor operations at any batch size.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from loaders.augment.base import Op, Sample, to_images, working
+from loaders.augment.random import stream_key, uniform
+
+TRIES = 10  # as torchvision's RandomResizedCrop: boxes drawn until one fits, then the centre
+
+
+def _pair(size: int | Sequence[int]) -> tuple[int, int]:
+    h, w = (size, size) if isinstance(size, int) else tuple(size)
+    if h < 1 or w < 1:
+        raise ValueError(f"size {size} must be positive")
+    return int(h), int(w)
+
+
+def _take(x: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+    """x[b, rows[b, i], cols[b, j]] for x (B, H, W, ...): (B, len(rows), len(cols), ...)."""
+    b = torch.arange(x.shape[0], device=x.device).view(-1, 1, 1)
+    return x[b, rows[:, :, None], cols[:, None, :]]
+
+
+def _centres(start: torch.Tensor, length: torch.Tensor, out: int) -> torch.Tensor:
+    """Source coordinates (B, out) of the centres of `out` pixels over [start, start + length)."""
+    j = torch.arange(out, device=start.device, dtype=torch.float64) + 0.5
+    return start[:, None] + j[None, :] * (length[:, None] / out)
+
+
+def resized_crop(sample: Sample, boxes: torch.Tensor, size: tuple[int, int]) -> Sample:
+    """Each sample's box (top, left, height, width) resized to `size`: bilinear for images (one
+    `grid_sample` of the whole batch), nearest for the mask (one gather)."""
+    top, left, h, w = (boxes[:, i].to(torch.float64) for i in range(4))
+    ys, xs = _centres(top, h, size[0]), _centres(left, w, size[1])
+    x = sample.images
+    H, W = x.shape[-2:]
+    f = working(x)
+    # grid_sample's coordinates (align_corners=False: -1 and 1 are the image's outer edges),
+    # written straight into the grid (affine_grid's matmul costs twice the sampling here).
+    grid = torch.empty(len(boxes), *size, 2, dtype=f.dtype, device=x.device)
+    grid[..., 0] = (2 * xs / W - 1).to(f.dtype)[:, None, :]
+    grid[..., 1] = (2 * ys / H - 1).to(f.dtype)[:, :, None]
+    out = F.grid_sample(f, grid, mode="bilinear", padding_mode="border", align_corners=False)
+    mask = sample.mask
+    if mask is not None:
+        r = ys.floor().to(torch.int64).clamp(0, H - 1)
+        c = xs.floor().to(torch.int64).clamp(0, W - 1)
+        mask = _take(mask, r, c)
+    return sample.but(images=to_images(out, x), mask=mask)
+
+
+class RandomResizedCrop(Op):
+    """A box of `scale` of the image's area and aspect ratio (w / h) in `ratio` (drawn uniformly
+    in log ratio), resized to `size`: torchvision's algorithm, drawn per sample from (seed,
+    epoch, index). Bilinear without antialiasing (the boxes shrink by little at training sizes).
+
+    `boxes()` is the generator alone, for decode-time crops: the same (seed, epoch, index) gives
+    the same box there as here, for images of the same size."""
+
+    def __init__(
+        self,
+        size: int | Sequence[int],
+        scale: tuple[float, float] = (0.08, 1.0),
+        ratio: tuple[float, float] = (3 / 4, 4 / 3),
+    ):
+        super().__init__()
+        if not (0 < scale[0] <= scale[1] and 0 < ratio[0] <= ratio[1]):
+            raise ValueError(f"scale {scale} and ratio {ratio} must be increasing and positive")
+        self.size, self.scale, self.ratio = _pair(size), scale, ratio
+
+    def boxes(
+        self,
+        index: torch.Tensor,
+        height: int | torch.Tensor,
+        width: int | torch.Tensor,
+        *,
+        seed: int = 0,
+        epoch: int = 0,
+        name: str = "RandomResizedCrop",
+    ) -> torch.Tensor:
+        """int64 (N, 4) boxes (top, left, height, width) in images of `height` x `width` px
+        (ints, or (N,) tensors of each image's size), for the samples `index`."""
+        u = uniform(stream_key(seed, epoch, name), index, 2 * TRIES + 2)
+        return self._boxes(u, height, width)
+
+    def _boxes(
+        self, u: torch.Tensor, height: int | torch.Tensor, width: int | torch.Tensor
+    ) -> torch.Tensor:
+        H, W = (
+            torch.as_tensor(side, dtype=torch.float64, device=u.device).reshape(-1, 1)
+            for side in (height, width)
+        )
+        area = H * W * (self.scale[0] + (self.scale[1] - self.scale[0]) * u[:, :TRIES])
+        lo, hi = math.log(self.ratio[0]), math.log(self.ratio[1])
+        aspect = torch.exp(lo + (hi - lo) * u[:, TRIES : 2 * TRIES])
+        w, h = torch.sqrt(area * aspect).round(), torch.sqrt(area / aspect).round()
+        fits = (w > 0) & (h > 0) & (w <= W) & (h <= H)
+        first = fits.to(torch.int8).argmax(1, keepdim=True)
+        # None fits: the whole image, cut to the nearest allowed ratio (torchvision's fallback).
+        image_ratio = W / H
+        fw = torch.where(image_ratio > self.ratio[1], (H * self.ratio[1]).round(), W)
+        fh = torch.where(image_ratio < self.ratio[0], (W / self.ratio[0]).round(), H)
+        found = fits.any(1, keepdim=True)
+        w = torch.where(found, w.gather(1, first), fw)
+        h = torch.where(found, h.gather(1, first), fh)
+        centre = torch.full_like(u[:, :2], 0.5)
+        pos = torch.where(found, u[:, 2 * TRIES :], centre)
+        top = torch.where(found, (pos[:, :1] * (H - h + 1)).floor(), ((H - h) / 2).floor())
+        left = torch.where(found, (pos[:, 1:] * (W - w + 1)).floor(), ((W - w) / 2).floor())
+        return torch.cat([top, left, h, w], 1).to(torch.int64)
+
+    def augment(self, sample: Sample, key: int) -> Sample:
+        H, W = sample.images.shape[-2:]
+        boxes = self._boxes(self.draws(key, sample, 2 * TRIES + 2), H, W)
+        return resized_crop(sample, boxes, self.size)
+
+    def extra_repr(self) -> str:
+        return f"size={self.size}, scale={self.scale}, ratio={self.ratio}"
+
+
+class RandomCrop(Op):
+    """A `size` crop at a random place of the image padded by `padding` px on every side
+    (`fill` for images, `mask_fill` for masks: 255 is a common "ignore" class)."""
+
+    def __init__(
+        self, size: int | Sequence[int], padding: int = 0, fill: float = 0, mask_fill: int = 0
+    ):
+        super().__init__()
+        if padding < 0:
+            raise ValueError(f"padding {padding} must be non-negative")
+        self.size, self.padding, self.fill, self.mask_fill = _pair(size), padding, fill, mask_fill
+
+    def augment(self, sample: Sample, key: int) -> Sample:
+        H, W = sample.images.shape[-2:]
+        (sh, sw), p = self.size, self.padding
+        if sh > H + 2 * p or sw > W + 2 * p:
+            raise ValueError(f"crop {self.size} is larger than the padded image {(H, W)} + {p}")
+        u = self.draws(key, sample, 2)
+        top = (u[:, 0] * (H + 2 * p - sh + 1)).floor().to(torch.int64) - p
+        left = (u[:, 1] * (W + 2 * p - sw + 1)).floor().to(torch.int64) - p
+        rows = top[:, None] + torch.arange(sh, device=top.device)
+        cols = left[:, None] + torch.arange(sw, device=top.device)
+        inside = ((rows >= 0) & (rows < H))[:, :, None] & ((cols >= 0) & (cols < W))[:, None, :]
+        r, c = rows.clamp(0, H - 1), cols.clamp(0, W - 1)
+        x = sample.images.permute(0, 2, 3, 1)
+        fill = torch.tensor(self.fill, dtype=x.dtype, device=x.device)
+        images = torch.where(inside[..., None], _take(x, r, c), fill).permute(0, 3, 1, 2)
+        mask = sample.mask
+        if mask is not None:
+            mfill = torch.tensor(self.mask_fill, dtype=mask.dtype, device=mask.device)
+            mask = torch.where(inside, _take(mask, r, c), mfill)
+        return sample.but(images=images, mask=mask)
+
+    def extra_repr(self) -> str:
+        return f"size={self.size}, padding={self.padding}"
+
+
+class RandomHorizontalFlip(Op):
+    """Each sample mirrored left-right with probability p, its mask with it."""
+
+    def __init__(self, p: float = 0.5):
+        super().__init__()
+        if not 0 <= p <= 1:
+            raise ValueError(f"p {p} must be a probability")
+        self.p = p
+
+    def augment(self, sample: Sample, key: int) -> Sample:
+        flip = self.draws(key, sample, 1)[:, 0] < self.p
+        images = torch.where(flip.view(-1, 1, 1, 1), sample.images.flip(-1), sample.images)
+        mask = sample.mask
+        if mask is not None:
+            mask = torch.where(flip.view(-1, 1, 1), mask.flip(-1), mask)
+        return sample.but(images=images, mask=mask)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
