@@ -36,6 +36,10 @@ class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
     `in_memory=True` reads the requested fields, at every size the dataset holds (so set_size
     still works), into shared memory once, here: for slow or network disks. DataLoader workers,
     forked or spawned, map that one copy instead of copying it or reading the disk.
+
+    `root` may be an fsspec URL (s3://, gs://, http(s)://): shard files are fetched once per
+    node into `cache_dir` (default ~/.cache/prep), verified, and mapped; `cache_limit` (bytes or
+    "200GB") bounds it; `storage_options` passes through to fsspec (see loaders.remote).
     """
 
     def __init__(
@@ -46,8 +50,18 @@ class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
         in_memory: bool = False,
         *,
         max_open: int = DEFAULT_MAX_OPEN,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | str | None = None,
+        storage_options: dict[str, Any] | None = None,
     ):
-        self.store = ShardStore(root, "images", max_open=max_open)
+        self.store = ShardStore(
+            root,
+            "images",
+            max_open=max_open,
+            cache_dir=cache_dir,
+            cache_limit=cache_limit,
+            storage_options=storage_options,
+        )
         self.fields = tuple(fields)
         have = [*self.store.manifest.fields(), "index"]
         missing = [f for f in self.fields if f not in have]

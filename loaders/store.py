@@ -56,7 +56,7 @@ def _stamp(st: os.stat_result) -> Stamp:
 class Backend(Protocol):
     """Where a dataset's files are: the manifest's bytes, and a local path to map per file."""
 
-    root: Path
+    root: Any  # a Path; for a remote backend a loaders.remote.Url (a str joined like a Path)
 
     def read_manifest(self) -> tuple[bytes, Stamp]: ...
 
@@ -93,6 +93,19 @@ class LocalBackend:
         return check_files(self.root, manifest)
 
 
+def make_backend(root: str | os.PathLike[str], max_open: int, **remote: Any) -> Backend:
+    """The backend for `root`: a URL is read through loaders.remote (fsspec, imported only
+    then) with `remote`'s cache_dir, cache_limit and storage_options; a path is local."""
+    from loaders.remote import RemoteBackend, url_of  # fsspec itself only for a URL
+
+    url = url_of(root)
+    if url is not None:
+        return RemoteBackend(url, hold=max_open, **remote)
+    if any(v is not None for v in remote.values()):
+        raise ValueError(f"{root} is a local folder: {', '.join(remote)} are for a URL only")
+    return LocalBackend(root)
+
+
 class ShardStore:
     """A dataset folder of kind `kind`: its manifest, validated against the files once when the
     store is made, and its shard arrays, mapped lazily, at most `max_open` at a time (least
@@ -108,10 +121,11 @@ class ShardStore:
         *,
         max_open: int = DEFAULT_MAX_OPEN,
         backend: Backend | None = None,
+        **remote: Any,
     ):
         if max_open < 1:
             raise ValueError(f"max_open {max_open} must be at least 1 open map")
-        self.backend = backend or LocalBackend(root)
+        self.backend = backend or make_backend(root, max_open, **remote)
         self.root, self.kind, self.max_open = self.backend.root, kind, max_open
         data, self._stamp = self.backend.read_manifest()
         manifest = Manifest.from_json(data, self.root / MANIFEST)
@@ -189,6 +203,8 @@ class ShardStore:
             path = self.backend.local_path(ref.file)
             layout = check_array(path, ref, m.arrays[name], name)
             found = self._layouts[(shard, name)] = path, layout
+        elif not isinstance(self.backend, LocalBackend):  # a cached copy may have been evicted
+            found = self.backend.local_path(self.manifest.shards[shard].arrays[name].file), found[1]
         return found
 
     def __getstate__(self) -> dict[str, Any]:

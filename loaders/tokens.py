@@ -28,8 +28,8 @@ class _TokenSplit:
     """The shards of one split of a token dataset, in `self.store`. What is derived from the
     manifest (shard offsets) is computed again after unpickling, never pickled."""
 
-    def __init__(self, root: str | os.PathLike[str], split: str, max_open: int):
-        self.store = ShardStore(root, "tokens", max_open=max_open)
+    def __init__(self, root: str | os.PathLike[str], split: str, max_open: int, **remote: Any):
+        self.store = ShardStore(root, "tokens", max_open=max_open, **remote)
         self.split = split
         if not self._shards:
             have = sorted({str(s.split) for s in self.store.manifest.shards})
@@ -121,8 +121,11 @@ class TokenWindowDataset(_TokenSplit, Dataset[tuple[torch.Tensor, ...]]):
         *,
         max_open: int = DEFAULT_MAX_OPEN,
         index: bool = False,
+        **remote: Any,
     ):
-        super().__init__(root, split, max_open)
+        """`remote`: for a URL root, cache_dir=, cache_limit= and storage_options= (as
+        ImageShardDataset)."""
+        super().__init__(root, split, max_open, **remote)
         if block_size < 1 or (stride is not None and stride < 1):
             raise ValueError(f"block_size {block_size} and stride {stride} must be positive")
         self.block_size, self.with_index = block_size, index
@@ -165,9 +168,14 @@ class DocumentDataset(_TokenSplit, Dataset[torch.Tensor]):
     end-of-document token (so the tokenizer decodes it to the document's text exactly)."""
 
     def __init__(
-        self, root: str | os.PathLike[str], split: str = "val", *, max_open: int = DEFAULT_MAX_OPEN
+        self,
+        root: str | os.PathLike[str],
+        split: str = "val",
+        *,
+        max_open: int = DEFAULT_MAX_OPEN,
+        **remote: Any,
     ):
-        super().__init__(root, split, max_open)
+        super().__init__(root, split, max_open, **remote)
 
     def __len__(self) -> int:
         return int(self._doc_starts[-1])

@@ -45,6 +45,11 @@ class RunConfig:
     )
     overwrite: bool = opt(False, "Replace an OUT that prep wrote (kept readable until done).")
     resume: bool = opt(False, "Finish an interrupted run, reusing its verified shards.")
+    staging: str | None = opt(
+        None,
+        "For a remote OUT (s3://, gs://, ...): the local folder the dataset is built in before "
+        "the upload (default: ~/.cache/prep/staging, or $PREP_CACHE/staging).",
+    )
 
     SECTION: ClassVar[str] = ""
     # Keys that do not change the output bytes: a resumed run may differ in these.
@@ -55,6 +60,7 @@ class RunConfig:
         "overwrite",
         "resume",
         "max_rejects",
+        "staging",
     )
 
     def output_config(self) -> dict[str, Any]:

@@ -9,6 +9,7 @@ import numpy as np
 
 from loaders.fields import FIELDS
 from loaders.format import FormatError, Manifest, check_files, read_manifest, safe_path
+from loaders.remote import open_remote
 from prep import PrepError
 from prep.run.files import sha256_file
 
@@ -22,11 +23,13 @@ def info(root: Path, batch_size: int = 256) -> str:
     """A human summary: counts, fields, shapes, dtypes, bytes on disk per size, and the RAM one
     batch of `batch_size` needs at each size (size x size x channels x batch), in the dtype the
     loader returns (loaders.fields: labels widen to int64)."""
-    m = read_manifest(root)
+    remote = open_remote(root)  # an fsspec URL: loaders.remote
+    m = remote[1] if remote else read_manifest(root)
+    where = remote[0].root if remote else root
     images = m.kind == "images"
     items = "samples" if images else "documents"
     lines = [
-        f"{root}: {m.kind}, {m.num_samples:,} {items} in {len(m.shards)} {m.storage} shards, "
+        f"{where}: {m.kind}, {m.num_samples:,} {items} in {len(m.shards)} {m.storage} shards, "
         f"{m.rejects} rejected, format v{m.format_version}, written by prep {m.tool_version}",
     ]
     if m.classes:
@@ -62,13 +65,16 @@ def verify(root: Path, limit: int | None = None) -> tuple[Manifest, list[str]]:
 
     `limit`: only the shards holding the first `limit` samples; the manifest returned lists
     just those shards."""
-    m = read_manifest(root)
+    remote = open_remote(root)  # an fsspec URL: loaders.remote
+    m = remote[1] if remote else read_manifest(root)
     if limit is not None:
         if limit < 1:
             raise PrepError("--limit must be at least 1")
         ends = np.cumsum([s.count for s in m.shards])
         keep = int(np.searchsorted(ends, limit)) + 1  # shards up to the one holding `limit`
         m = dataclasses.replace(m, shards=m.shards[:keep])
+    if remote:
+        return m, remote[0].problems(m, checksums=True)
     problems = check_files(root, m, checksums=True)
     tok = m.extra.get("tokenizer")
     if isinstance(tok, dict) and tok.get("file"):  # token datasets carry their tokenizer

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
 from loaders.format import MANIFEST, REJECTS, Manifest, read_manifest
+from loaders.remote import url_of
 from prep import PrepError, __version__
 from prep.config import RunConfig
 from prep.run import staging as st
@@ -132,6 +133,10 @@ class Kind(ABC, Generic[C, S]):
 def run(kind: Kind[Any, Any], show_progress: bool = True, profile: bool = False) -> RunSummary:
     """Write `kind.cfg.out` from `kind.cfg.src`. See prep.run.staging for the guarantees."""
     cfg = kind.cfg
+    if cfg.staging is not None or url_of(cfg.out) is not None:  # a remote OUT: prep.run.remote
+        from prep.run.remote import run_remote
+
+        return run_remote(kind, run, show_progress, profile)
     cfg.validate()
     check_backend(cfg.backend, cfg.scheduler)
     start = time.perf_counter()

@@ -1,0 +1,258 @@
+"""Datasets on object storage: any fsspec URL (s3://, gs://, http(s)://, file://).
+
+`RemoteBackend` is the shard store's backend for a URL: it reads the manifest, then fetches each
+shard file on first use into a local cache shared by every process of the node
+(loaders.remote.cache), verified against the manifest's size and sha256, and hands the store
+the cached file to map. Credentials come from fsspec's own configuration (environment,
+profiles); `storage_options` passes through to the file system. fsspec is imported only here,
+only for a URL.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, BinaryIO, TypeVar
+
+from loaders.format import MANIFEST, FormatError, Manifest
+from loaders.remote.cache import CHUNK, FileCache, default_cache_dir, parse_bytes
+
+T = TypeVar("T")
+RETRIES = 4  # tries of one read before it fails
+BACKOFF = 0.5  # seconds before the second try, doubling after each
+CHECK_EVERY = 10.0  # seconds between two looks at the remote manifest (a request each)
+_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):/+(.*)$")
+
+Stamp = tuple[int, int, int, int]
+
+
+def url_of(root: object) -> str | None:
+    """The URL `root` names, or None for a local path. A URL that went through `Path` (which
+    folds `s3://b` into `s3:/b`) is mended."""
+    m = _URL.match(os.fspath(root) if isinstance(root, os.PathLike) else str(root))
+    if not m or len(m.group(1)) < 2:  # one letter: a Windows drive, not a scheme
+        return None
+    scheme, rest = m.group(1).lower(), m.group(2).rstrip("/")
+    return f"file:///{rest}" if scheme == "file" else f"{scheme}://{rest}"
+
+
+class Url(str):
+    """A URL that joins like a Path: `Url('s3://b/ds') / 'manifest.json'`."""
+
+    def __truediv__(self, name: str) -> Url:
+        return Url(f"{self.rstrip('/')}/{name}")
+
+    @property
+    def name(self) -> str:
+        return self.rstrip("/").rsplit("/", 1)[-1]
+
+
+def filesystem(url: str, storage_options: dict[str, Any] | None = None) -> Any:
+    """The fsspec file system of `url` (fsspec imported here, on first use)."""
+    try:
+        import fsspec
+    except ImportError as e:
+        raise FormatError(
+            f"{url}: reading a URL needs fsspec. HINT: pip install fsspec (and s3fs for s3://, "
+            "gcsfs for gs://, aiohttp for http://)"
+        ) from e
+    try:
+        fs, _ = fsspec.core.url_to_fs(url, **(storage_options or {}))
+    except (ImportError, ValueError) as e:
+        raise FormatError(
+            f"{url}: no file system for it ({e}). HINT: pip install 'prep[s3]' for s3://"
+        ) from e
+    return fs
+
+
+def retried(what: str, fn: Callable[[], T], tries: int | None = None) -> T:
+    """`fn()`, tried again with backoff on a network error; then one OSError naming `what`.
+    A missing file or refused credentials fail at once (FormatError): trying again cannot help."""
+    tries = tries or RETRIES
+    for attempt in range(tries):
+        try:
+            return fn()
+        except FileNotFoundError as e:
+            if not _network(e):
+                raise FormatError(
+                    f"{what} does not exist. HINT: check the URL (bucket and folder), and "
+                    "that the dataset was uploaded (its manifest.json is put last)"
+                ) from None
+            error: Exception = e
+        except PermissionError as e:
+            raise FormatError(
+                f"{what}: access refused ({e}). HINT: check the credentials fsspec finds "
+                "(environment, profile) or pass storage_options="
+            ) from None
+        except FormatError:
+            raise
+        except Exception as e:  # fsspec implementations raise their own network errors
+            error = e
+        if attempt + 1 == tries:
+            cause = error.__cause__ or error
+            raise OSError(
+                f"{what}: cannot read it after {tries} tries ({type(cause).__name__}: {cause}). "
+                "HINT: check the network and the server; the cache keeps what was fetched"
+            ) from error
+        time.sleep(BACKOFF * 2**attempt)
+    raise AssertionError("unreachable")
+
+
+def _network(e: FileNotFoundError) -> bool:
+    """fsspec's HTTP file system reports a refused connection as FileNotFoundError, caused by
+    the network error: that one is worth trying again."""
+    cause = e.__cause__
+    return isinstance(cause, (OSError, TimeoutError)) and not isinstance(cause, FileNotFoundError)
+
+
+def open_remote(root: object) -> tuple[RemoteBackend, Manifest] | None:
+    """For `prep info`/`verify`: the backend and manifest of a URL `root` (None: a path)."""
+    url = url_of(root)
+    if url is None:
+        return None
+    backend = RemoteBackend(url)
+    data, _ = backend.read_manifest()
+    return backend, Manifest.from_json(data, backend.root / MANIFEST)
+
+
+class RemoteBackend:
+    """A dataset at a URL, read through a verified local cache (see the module docstring)."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | str | None = None,
+        storage_options: dict[str, Any] | None = None,
+        hold: int = 128,
+    ):
+        self.root = Url(url)
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+        self.cache_limit = parse_bytes(cache_limit)
+        self.storage_options = storage_options or {}
+        self.hold = hold
+        self._init_process()
+
+    def _init_process(self) -> None:
+        self._fs: Any = None
+        self._files: dict[str, tuple[int, str]] = {}  # name -> (bytes, sha256)
+        self._cache = FileCache(self.cache_dir, self.cache_limit, self.hold)
+        self._checked: tuple[float, Stamp | None] | None = None
+
+    @property
+    def fs(self) -> Any:
+        if self._fs is None:
+            self._fs = filesystem(self.root, self.storage_options)
+        return self._fs
+
+    def read_manifest(self) -> tuple[bytes, Stamp]:
+        url = self.root / MANIFEST
+        stamp = self._remote_stamp()
+        if stamp is None:
+            raise FormatError(
+                f"{url} does not exist. HINT: check the URL (bucket and folder), and that the "
+                "dataset was uploaded (its manifest.json is put last)"
+            )
+        data: bytes = retried(url, lambda: self.fs.cat_file(url))
+        m = Manifest.from_json(data, url)
+        self._files = {n: (f.bytes, f.sha256) for s in m.shards for n, f in s.files.items()}
+        self._checked = time.monotonic(), stamp
+        return data, stamp
+
+    def _remote_stamp(self) -> Stamp | None:
+        url = self.root / MANIFEST
+        try:
+            info = retried(url, lambda: self.fs.info(url))
+        except FormatError as e:
+            if "does not exist" in str(e):
+                return None
+            raise
+        tag = str(info.get("ETag") or info.get("etag") or info.get("LastModified") or "")
+        digest = int.from_bytes(hashlib.blake2b(tag.encode(), digest_size=7).digest(), "big")
+        return 0, 0, int(info.get("size") or 0), digest
+
+    def manifest_stamp(self) -> Stamp | None:
+        """The remote manifest's size and ETag, looked at most every CHECK_EVERY seconds."""
+        now = time.monotonic()
+        if self._checked is None or now - self._checked[0] >= CHECK_EVERY:
+            self._checked = now, self._remote_stamp()
+        return self._checked[1]
+
+    def local_path(self, name: str) -> Path:
+        """The cached copy of `name`, fetched (once per node) if needed."""
+        if not self._files:
+            self.read_manifest()
+        if name not in self._files:
+            raise FormatError(f"{self.root}: manifest path {name!r} is not a listed file")
+        size, sha256 = self._files[name]
+        url = self.root / name
+        return self._cache.get(sha256, size, url, lambda f: self._download(url, f))
+
+    def _download(self, url: str, dst: BinaryIO) -> None:
+        def once() -> None:
+            dst.seek(0)
+            dst.truncate()
+            with self.fs.open(url, "rb", block_size=CHUNK) as src:
+                while chunk := src.read(CHUNK):
+                    dst.write(chunk)
+
+        retried(url, once)
+
+    def listing(self) -> dict[str, int]:
+        """Remote file name -> byte size, for the files under the dataset's URL."""
+        found = retried(self.root, lambda: self.fs.find(self.root, detail=True))
+        base = self.fs._strip_protocol(self.root).rstrip("/") + "/"
+        return {p[len(base) :]: int(i.get("size") or 0) for p, i in found.items()}
+
+    def sha256(self, name: str) -> str:
+        """The sha256 of remote file `name`, streamed (not cached)."""
+        url = self.root / name
+
+        def once() -> str:
+            h = hashlib.sha256()
+            with self.fs.open(url, "rb", block_size=CHUNK) as src:
+                while chunk := src.read(CHUNK):
+                    h.update(chunk)
+            return h.hexdigest()
+
+        return retried(url, once)
+
+    def _size(self, name: str) -> int:
+        url = self.root / name
+        return int(retried(url, lambda: self.fs.size(url)))
+
+    def problems(self, manifest: Manifest, checksums: bool = False) -> list[str]:
+        """Files the manifest lists that are missing remotely or have another byte size (and,
+        with `checksums`, another sha256: every file is read)."""
+        if not self.root.startswith(("http://", "https://")):
+            have = self.listing()
+        else:  # HTTP has no listing: ask each file's size
+            have = {n: self._size(n) for s in manifest.shards for n in s.files}
+        problems = []
+        for i, shard in enumerate(manifest.shards):
+            for name, info in shard.files.items():
+                if name not in have:
+                    problems.append(f"shard {i}: {self.root / name} is missing")
+                elif have[name] != info.bytes:
+                    problems.append(
+                        f"shard {i}: {self.root / name} has {have[name]} bytes, the manifest "
+                        f"says {info.bytes}"
+                    )
+                elif checksums and self.sha256(name) != info.sha256:
+                    problems.append(
+                        f"shard {i}: {self.root / name} checksum differs from the manifest"
+                    )
+        return problems
+
+    def __getstate__(self) -> dict[str, Any]:
+        keep = ("root", "cache_dir", "cache_limit", "storage_options", "hold")
+        return {k: self.__dict__[k] for k in keep}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._init_process()

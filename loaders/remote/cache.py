@@ -1,0 +1,170 @@
+"""The local cache of remote shard files, shared by every process of a node.
+
+Layout under `cache_dir` (default `$PREP_CACHE`, else `~/.cache/prep`): `files/XX/SHA256`, the
+file whose sha256 is SHA256 (XX: its first two hex digits), so that two datasets or two
+versions of one never collide, with two empty lock files beside it: `SHA256.fetch` (held
+exclusively by the one process that downloads it) and `SHA256.use` (held shared by each process
+that reads it; eviction takes it exclusively, without waiting, and skips a file it cannot get).
+
+A download goes to `SHA256.HOST-PID-RANDOM.tmp`, is checked against the manifest's byte size and
+sha256 as it streams, and is renamed: a reader sees a whole, verified file or none. The
+modification time of an entry is its last use (LRU across processes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import re
+import secrets
+import socket
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from loaders.format import FormatError
+
+CHUNK = 1 << 22  # bytes a read while downloading
+HOST = socket.gethostname()
+UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
+UNITS |= {"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("PREP_CACHE") or Path.home() / ".cache" / "prep")
+
+
+def parse_bytes(limit: int | str | None) -> int | None:
+    """'200GB' -> 200 * 10**9 (KB/MB/GB/TB powers of 1000, KiB/MiB/GiB/TiB of 1024)."""
+    if limit is None or isinstance(limit, int):
+        if limit is not None and limit < 1:
+            raise ValueError(f"cache_limit {limit} must be at least 1 byte")
+        return limit
+    m = re.fullmatch(r"\s*([0-9.]+)\s*([A-Za-z]*)\s*", limit)
+    if not m or m.group(2).upper() not in UNITS:
+        raise ValueError(f"cache_limit {limit!r} is not a size like '200GB' or '512MiB'")
+    return parse_bytes(max(1, int(float(m.group(1)) * UNITS[m.group(2).upper()])))
+
+
+@contextlib.contextmanager
+def _flocked(path: Path, how: int) -> Iterator[int]:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, how)
+        yield fd
+    finally:
+        os.close(fd)
+
+
+class FileCache:
+    """The files of one cache folder that this process uses: it keeps a shared `.use` lock on
+    the last `hold` files it handed out (a file it maps, or the window it reads), so that no
+    other process evicts them."""
+
+    def __init__(self, cache_dir: Path, limit: int | None, hold: int):
+        self.dir, self.limit, self.hold = cache_dir / "files", limit, max(1, hold)
+        self._held: OrderedDict[str, int] = OrderedDict()  # sha256 -> fd of its .use lock
+
+    def entry(self, sha256: str) -> Path:
+        return self.dir / sha256[:2] / sha256
+
+    def get(
+        self, sha256: str, size: int, source: str, download: Callable[[BinaryIO], None]
+    ) -> Path:
+        """The cached file `sha256` of `size` bytes, downloading it from `source` (through
+        `download(file)`) first unless a whole copy is there. Only one process downloads it."""
+        path = self.entry(sha256)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._use(sha256)  # before looking: eviction now skips it
+        if not _whole(path, size):
+            with _flocked(path.with_name(sha256 + ".fetch"), fcntl.LOCK_EX):
+                if not _whole(path, size):  # not fetched by another process meanwhile
+                    self._fetch(path, sha256, size, source, download)
+                    self.evict()
+        with contextlib.suppress(OSError):
+            os.utime(path)  # its last use, for LRU eviction
+        return path
+
+    def _fetch(
+        self, path: Path, sha256: str, size: int, source: str, download: Callable[[BinaryIO], None]
+    ) -> None:
+        tmp = path.with_name(f"{sha256}.{HOST}-{os.getpid()}-{secrets.token_hex(4)}.tmp")
+        try:
+            with open(tmp, "wb") as f:
+                download(f)
+                f.flush()
+                os.fsync(f.fileno())
+            got_size, got = tmp.stat().st_size, _sha256(tmp)
+            if (got_size, got) != (size, sha256):
+                raise FormatError(
+                    f"{source}: {got_size} bytes with sha256 {got[:16]}..., the manifest says "
+                    f"{size} bytes with sha256 {sha256[:16]}... (changed or corrupted remotely); "
+                    "refused, not cached. HINT: run `prep verify` on the dataset's URL, repack"
+                )
+            os.replace(tmp, path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+
+    def _use(self, sha256: str) -> None:
+        """Hold `sha256`'s .use lock (shared), dropping the oldest past `hold`."""
+        fd = self._held.pop(sha256, None)
+        if fd is None:
+            path = self.entry(sha256).with_name(sha256 + ".use")
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+            fcntl.flock(fd, fcntl.LOCK_SH)  # waits only while an evictor checks it
+        self._held[sha256] = fd
+        while len(self._held) > self.hold:
+            os.close(self._held.pop(next(iter(self._held))))
+
+    def release(self) -> None:
+        for fd in self._held.values():
+            os.close(fd)
+        self._held.clear()
+
+    def evict(self) -> int:
+        """Remove least recently used files that no process holds until the cache is under
+        its limit; the bytes left."""
+        entries = []
+        for p in self.dir.glob("??/*"):
+            if len(p.name) == 64 and "." not in p.name:
+                with contextlib.suppress(FileNotFoundError):
+                    st = p.stat()
+                    entries.append((st.st_mtime_ns, st.st_size, p))
+        total = sum(e[1] for e in entries)
+        if self.limit is None:
+            return total
+        for _, size, p in sorted(entries):
+            if total <= self.limit:
+                break
+            if p.name in self._held:
+                continue
+            fd = os.open(p.with_name(p.name + ".use"), os.O_RDWR | os.O_CREAT, 0o666)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # another process reads it
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    p.unlink()
+                    total -= size
+            finally:
+                os.close(fd)
+        return total
+
+
+def _whole(path: Path, size: int) -> bool:
+    """A complete cache entry: renamed into place only once verified, so its size suffices (a
+    file truncated or damaged later, with another size, is fetched again)."""
+    try:
+        return path.stat().st_size == size
+    except FileNotFoundError:
+        return False
+
+
+def _sha256(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()

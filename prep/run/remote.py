@@ -1,0 +1,173 @@
+"""A remote OUT (any fsspec URL): build the dataset in a local staging folder, upload its files,
+then put the manifest last, in one PUT, so that a reader sees the old dataset or the new one.
+
+1. OUT is checked: a URL holding files prep did not write is refused; one holding a dataset (or
+   an unfinished upload) needs --overwrite or --resume.
+2. The run builds `STAGING/NAME-HASH` (`--staging`, default `~/.cache/prep/staging`, or
+   `$PREP_CACHE/staging`) with the local driver: guards, lock, --resume of verified shards.
+3. `.prep-upload.json` is put first: the remote names this upload writes, so that a later run
+   knows them as prep's. Each file is uploaded unless the remote copy has its size (with
+   --resume) or is the same file of the old manifest.
+4. manifest.json is put, in one PUT. Then (--overwrite) the old dataset's files the new manifest
+   does not list are removed, and `.prep-upload.json` last.
+
+With --overwrite, a new file whose name the old manifest lists with other bytes is uploaded as
+`v-HASH/NAME` (HASH: of the new manifest) and the manifest names it so: a reader of the old
+manifest keeps reading the old bytes until the new manifest is in place.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from loaders.format import MANIFEST, REJECTS, FormatError, Manifest, read_manifest
+from loaders.remote import RemoteBackend, Url, retried, url_of
+from loaders.remote.cache import default_cache_dir
+from prep import PrepError, UsageError
+
+MARKER = ".prep-upload.json"
+
+
+def staging_for(url: str, staging: str | None) -> Path:
+    """The local folder the dataset for `url` is built in."""
+    base = Path(staging) if staging else default_cache_dir() / "staging"
+    return base.absolute() / f"{Url(url).name}-{hashlib.sha256(url.encode()).hexdigest()[:12]}"
+
+
+def _remote_state(backend: RemoteBackend) -> tuple[dict[str, str], dict[str, int]]:
+    """The old dataset's files (name -> sha256, from its manifest, or the names an unfinished
+    upload wrote) and the remote listing (name -> bytes). Refuses files prep did not write."""
+    try:
+        have = backend.listing()
+    except (FormatError, OSError) as e:
+        raise PrepError(f"cannot list {backend.root}: {e}") from e
+    old: dict[str, str] = {}
+    if MANIFEST in have:
+        data = retried(
+            backend.root / MANIFEST, lambda: backend.fs.cat_file(backend.root / MANIFEST)
+        )
+        m = Manifest.from_json(data, backend.root / MANIFEST)
+        old = {n: f.sha256 for s in m.shards for n, f in s.files.items()}
+        tok = m.extra.get("tokenizer") or {}
+        if tok.get("file"):
+            old[str(tok["file"])] = str(tok.get("sha256"))
+    if MARKER in have:
+        marker = json.loads(backend.fs.cat_file(backend.root / MARKER))
+        old |= {n: old.get(n, "") for n in marker["files"]}
+    foreign = sorted(set(have) - set(old) - {MANIFEST, REJECTS, MARKER})
+    if foreign:
+        raise PrepError(
+            f"{backend.root} holds files prep did not write ({', '.join(foreign[:3])}"
+            f"{' ...' if len(foreign) > 3 else ''}). HINT: choose an empty or new OUT URL"
+        )
+    return old, have
+
+
+def check_remote_out(url: str, overwrite: bool, resume: bool) -> RemoteBackend:
+    """Step 1 of the module docstring, before any work."""
+    backend = RemoteBackend(url)
+    _, have = _remote_state(backend)
+    if have and not (overwrite or resume):
+        raise PrepError(
+            f"{url} already holds a dataset (or an unfinished upload). HINT: pass --overwrite "
+            "to replace it (readers see the old one until the new manifest is put), or --resume"
+        )
+    return backend
+
+
+def _local_files(local: Path, m: Manifest) -> dict[str, str]:
+    """Name -> sha256 of each file of the built dataset that is uploaded before the manifest."""
+    files = {n: f.sha256 for s in m.shards for n, f in s.files.items()}
+    tok = m.extra.get("tokenizer") or {}
+    if tok.get("file"):
+        files[str(tok["file"])] = str(tok.get("sha256"))
+    if (local / REJECTS).is_file():
+        files[REJECTS] = ""
+    return files
+
+
+def _renamed(m: Manifest, names: dict[str, str], url: str) -> Manifest:
+    """The manifest as uploaded: its files under their remote names, `out` the URL."""
+    shards = [
+        dataclasses.replace(
+            s,
+            arrays={k: dataclasses.replace(a, file=names[a.file]) for k, a in s.arrays.items()},
+            files={names[n]: f for n, f in s.files.items()},
+        )
+        for s in m.shards
+    ]
+    extra = dict(m.extra)
+    if isinstance(extra.get("tokenizer"), dict) and extra["tokenizer"].get("file"):
+        extra["tokenizer"] = extra["tokenizer"] | {"file": names[extra["tokenizer"]["file"]]}
+    return dataclasses.replace(m, shards=shards, extra=extra, config=m.config | {"out": url})
+
+
+def put(fs: Any, local: Path, remote: str) -> None:
+    """One file up (a function of its own: one PUT, or a multipart upload that shows only once
+    complete)."""
+    retried(remote, lambda: fs.put_file(str(local), remote))
+
+
+def _remove(fs: Any, url: str) -> None:
+    retried(url, lambda: fs.rm_file(url))
+
+
+def upload(backend: RemoteBackend, local: Path, resume: bool) -> int:
+    """Steps 3 and 4 of the module docstring; how many files were uploaded."""
+    old, have = _remote_state(backend)
+    m = read_manifest(local)
+    files = _local_files(local, m)
+    gen = "v-" + hashlib.sha256(m.to_json().encode()).hexdigest()[:12]
+    names = {n: f"{gen}/{n}" if old.get(n, sha) not in (sha, "") else n for n, sha in files.items()}
+    root, fs = backend.root, backend.fs
+    fs.pipe_file(root / MARKER, json.dumps({"files": sorted(names.values())}).encode())
+    sent = 0
+    for name, remote in names.items():
+        size = (local / name).stat().st_size
+        same = old.get(remote) == files[name] and files[name] != ""
+        if have.get(remote) == size and (resume or same):
+            continue
+        put(fs, local / name, root / remote)
+        sent += 1
+    data = _renamed(m, names, str(root)).to_json().encode()
+    retried(root / MANIFEST, lambda: fs.pipe_file(root / MANIFEST, data))  # the one PUT
+    stale = sorted((set(old) | set(have)) - set(names.values()) - {MANIFEST, MARKER})
+    for name in [*stale, MARKER]:
+        _remove(fs, root / name)
+    return sent
+
+
+def is_remote(out: object) -> bool:
+    return url_of(out) is not None
+
+
+def run_remote(kind: Any, run_local: Any, show_progress: bool, profile: bool) -> Any:
+    """prep.run.driver.run for a remote OUT (the module docstring); its RunSummary."""
+    cfg = kind.cfg
+    url = url_of(cfg.out)
+    if url is None:
+        raise UsageError(
+            f"--staging {cfg.staging}: only for a remote OUT (s3://, gs://, ...). HINT: drop it"
+        )
+    cfg.validate()
+    backend = check_remote_out(url, cfg.overwrite, cfg.resume)
+    local = staging_for(url, cfg.staging)
+    saved = cfg.out, cfg.overwrite, cfg.staging
+    cfg.out, cfg.overwrite, cfg.staging = str(local), not cfg.resume, None
+    try:
+        summary = run_local(kind, show_progress, profile)
+    finally:
+        cfg.out, cfg.overwrite, cfg.staging = saved
+    try:
+        upload(backend, local, cfg.resume)
+    except (OSError, FormatError) as e:
+        raise PrepError(
+            f"{url}: upload failed ({e}). HINT: rerun the same command with --resume: the "
+            f"dataset built in {local} is kept and only the missing files are uploaded"
+        ) from e
+    summary.out = Url(url)
+    return summary

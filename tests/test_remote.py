@@ -1,0 +1,194 @@
+"""Datasets on object storage, against real servers on loopback: moto's S3 API server (through
+s3fs, as a user would reach AWS) and an http.server. No other address is contacted."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from s3server import BUCKET, http_server, s3_server  # noqa: F401  (the fixture `s3`)
+
+import loaders.remote
+import prep.run.remote
+from loaders import ImageShardDataset
+from loaders.format import MANIFEST, FormatError
+from loaders.remote import url_of
+from prep import PrepError
+from prep.inspect.report import info, verify
+
+pytestmark = pytest.mark.usefixtures("s3")
+
+
+def same_samples(a: ImageShardDataset, b: ImageShardDataset) -> None:
+    assert len(a) == len(b)
+    for i in range(len(a)):
+        for x, y in zip(a[i], b[i], strict=True):
+            assert np.array_equal(x.numpy(), y.numpy())
+
+
+@pytest.fixture(scope="module")
+def remote_ds(raw_demo: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    """The demo packed to s3://BUCKET/ds (shards of 8), and the same pack made locally."""
+    from conftest import run_pack
+
+    url = f"s3://{BUCKET}/ds"
+    staging = tmp_path_factory.mktemp("staging")
+    run_pack(raw_demo / "images", url, sizes=[64], shard_size=8, staging=str(staging))
+    local = tmp_path_factory.mktemp("local") / "ds"
+    run_pack(raw_demo / "images", local, sizes=[64], shard_size=8)
+    return url, local
+
+
+def test_url_of_mends_urls_that_went_through_path() -> None:
+    assert url_of(Path("s3://b/ds")) == "s3://b/ds"
+    assert url_of("http://127.0.0.1:80/x/") == "http://127.0.0.1:80/x"
+    assert url_of(Path("file:///tmp/ds")) == "file:///tmp/ds"
+    assert url_of("/tmp/ds") is None and url_of("ds") is None
+
+
+def test_pack_to_s3_then_load_equals_a_local_pack(
+    remote_ds: tuple[str, Path], tmp_path: Path, s3: Any
+) -> None:
+    url, local = remote_ds
+    names = {p.rsplit("/", 1)[-1] for p in s3.find(url)}
+    assert names == {p.name for p in local.iterdir()}  # no marker left, nothing else
+    ds = ImageShardDataset(url, size=64, fields=("image", "label"), cache_dir=tmp_path)
+    same_samples(ds, ImageShardDataset(local, size=64, fields=("image", "label")))
+    assert "s3://" in repr(ds)
+
+
+def test_info_and_verify_a_url(remote_ds: tuple[str, Path], s3: Any) -> None:
+    url, local = remote_ds
+    assert info(Path(url)).splitlines()[1:] == info(local).splitlines()[1:]
+    m, problems = verify(Path(url))
+    assert problems == [] and m.num_samples == 24
+
+
+def test_an_existing_remote_out_needs_overwrite(raw_demo: Path, remote_ds: Any) -> None:
+    from conftest import run_pack
+
+    with pytest.raises(PrepError, match=r"already holds a dataset.*HINT: pass --overwrite"):
+        run_pack(raw_demo / "images", remote_ds[0], sizes=[64], shard_size=8)
+
+
+def test_files_prep_did_not_write_are_refused(raw_demo: Path, s3: Any) -> None:
+    from conftest import run_pack
+
+    s3.pipe_file(f"{BUCKET}/mine/notes.txt", b"mine")
+    with pytest.raises(PrepError, match=r"holds files prep did not write \(notes.txt\)"):
+        run_pack(raw_demo / "images", f"s3://{BUCKET}/mine", sizes=[64], overwrite=True)
+
+
+class Killed(BaseException):
+    """What a kill during the upload looks like to the run: it stops between two PUTs."""
+
+
+def test_a_kill_during_upload_then_resume_uploads_only_the_rest(
+    raw_demo: Path, tmp_path: Path, s3: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from conftest import run_pack
+
+    url, staging = f"s3://{BUCKET}/killed", str(tmp_path / "staging")
+    real, sent = prep.run.remote.put, []
+
+    def put_then_die(fs: Any, local: Path, remote: str) -> None:
+        if len(sent) == 3:
+            raise Killed
+        real(fs, local, remote)
+        sent.append(remote)
+
+    monkeypatch.setattr(prep.run.remote, "put", put_then_die)
+    with pytest.raises(Killed):
+        run_pack(raw_demo / "images", url, sizes=[64], shard_size=4, staging=staging)
+    assert not s3.exists(f"{url}/{MANIFEST}")  # readers see no dataset
+    with pytest.raises(FormatError, match=r"manifest\.json does not exist"):
+        ImageShardDataset(url, size=64, cache_dir=tmp_path / "cache")
+    first = list(sent)
+    sent.clear()
+    monkeypatch.setattr(prep.run.remote, "put", lambda *a: (real(*a), sent.append(a[2])))
+    summary = run_pack(raw_demo / "images", url, sizes=[64], shard_size=4, staging=staging,
+                       resume=True)  # fmt: skip
+    assert summary.reused == summary.shards == 6  # the local build is reused
+    total = sum(len(s.files) for s in summary.manifest.shards) + 1  # and rejects.jsonl
+    assert len(sent) == total - 3 and not set(sent) & set(first)
+    ds = ImageShardDataset(url, size=64, fields=("image", "label"), cache_dir=tmp_path / "c")
+    assert len(ds) == 24 and ds[23][1] == ImageShardDataset(url, size=64)[23][1]
+
+
+def test_overwrite_keeps_the_old_dataset_readable_until_the_new_manifest(
+    raw_demo: Path, tmp_path: Path, s3: Any
+) -> None:
+    from conftest import run_pack
+
+    url, staging = f"s3://{BUCKET}/over", str(tmp_path / "staging")
+    run_pack(raw_demo / "images", url, sizes=[64], shard_size=8, staging=staging)
+    old = ImageShardDataset(url, size=64, fields=("image",), cache_dir=tmp_path / "c")
+    run_pack(raw_demo / "images", url, sizes=[64], shard_size=8, staging=staging, overwrite=True,
+             mode="fit")  # fmt: skip
+    new = ImageShardDataset(url, size=64, fields=("image",), cache_dir=tmp_path / "c")
+    files = {p.split(f"{BUCKET}/over/", 1)[1] for p in s3.find(url)}
+    listed = {f for s in new.store.manifest.shards for f in s.files}
+    assert files == listed | {MANIFEST, "rejects.jsonl"}  # the old shards are gone
+    # new images under the old names would change the old dataset: they go under v-HASH/;
+    # the labels are the same bytes and stay
+    assert {f.startswith("v-") for f in listed if "image" in f} == {True}
+    assert {f.startswith("v-") for f in listed if "label" in f} == {False}
+    with pytest.raises(FormatError, match="changed since the dataset was opened"):
+        old.store._reload()
+
+
+def test_a_tampered_remote_file_is_refused_and_not_cached(
+    remote_ds: tuple[str, Path], tmp_path: Path, s3: Any
+) -> None:
+    url, _ = remote_ds
+    bad = f"s3://{BUCKET}/tampered"
+    s3.copy(url + "/", bad + "/", recursive=True)
+    name = "image_64-00001.npy"
+    data = bytearray(s3.cat_file(f"{bad}/{name}"))
+    data[-1] ^= 0xFF  # same size: only the hash tells
+    s3.pipe_file(f"{bad}/{name}", bytes(data))
+    ds = ImageShardDataset(bad, size=64, fields=("image",), cache_dir=tmp_path)
+    ds[0]  # shard 0 is fine
+    with pytest.raises(FormatError, match=f"{name}: .*sha256.*refused, not cached"):
+        ds[8]
+    cached = [p.name for p in (tmp_path / "files").glob("??/*") if "." not in p.name]
+    assert len(cached) == 1 and not list((tmp_path / "files").glob("??/*.tmp"))
+    assert verify(Path(bad))[1] == [f"shard 1: {bad}/{name} checksum differs from the manifest"]
+
+
+def _read_all(url: str, cache: str) -> int:
+    ds = ImageShardDataset(url, size=64, fields=("image", "label"), cache_dir=cache)
+    return int(sum(int(ds[i][0].sum()) for i in range(len(ds))))
+
+
+def test_eight_readers_download_each_file_once(packed: Path, tmp_path: Path) -> None:
+    with http_server(packed) as (url, starts):
+        expected = _read_all(url, str(tmp_path / "first"))
+        starts.clear()
+        with mp.get_context("fork").Pool(8) as pool:
+            sums = pool.starmap(_read_all, [(url, str(tmp_path / "shared"))] * 8)
+    assert sums == [expected] * 8  # zero corrupt reads
+    fetched = {k: v for k, v in starts.items() if k != MANIFEST}
+    assert fetched == {f"{a}-{i:05d}.npy": 1 for a in ("image_64", "label") for i in range(3)}
+
+
+def test_a_network_failure_is_one_clear_error(
+    packed: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(loaders.remote, "BACKOFF", 0.01)
+    copy = shutil.copytree(packed, tmp_path / "served")
+    with http_server(copy) as (url, _):
+        ds = ImageShardDataset(url, size=64, fields=("image",), cache_dir=tmp_path / "c")
+        ds[0]
+    with pytest.raises(OSError, match=r"image_64-00001.npy: cannot read it after 4 tries.*HINT"):
+        ds[8]  # the server is gone
+    assert ds[1][0].shape == (3, 64, 64)  # what was cached still reads
+
+
+def test_a_missing_bucket_is_one_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(FormatError, match=r"s3://no-such-bucket/ds/manifest.json does not exist"):
+        ImageShardDataset("s3://no-such-bucket/ds", size=64, cache_dir=tmp_path)
