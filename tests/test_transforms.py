@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 
-from loaders import ImageShardDataset, Normalize, make_loader
+from loaders import ImageShardDataset, Normalize, TokenWindowDataset, make_loader
 from loaders import transforms as T
 from loaders.augment.random import beta, uniform
 
@@ -69,6 +70,22 @@ def test_the_index_field_is_the_dataset_index(packed: Path) -> None:
     index, _ = ds.__getitems__([5, 17, 2]).tensors
     assert index.dtype == torch.int64 and index.tolist() == [5, 17, 2]
     assert int(ds[9][0]) == 9
+
+
+def test_token_windows_can_return_their_index(tmp_path: Path) -> None:
+    from prep.config import TokenizeConfig
+    from prep.kinds.text.tokenize import tokenize
+
+    (tmp_path / "text").mkdir()
+    (tmp_path / "text" / "a.txt").write_text("the quick brown fox " * 20)
+    config = TokenizeConfig(
+        src=str(tmp_path / "text"), out=str(tmp_path / "tok"), tokenizer="bytes", jobs=1
+    )
+    tokenize(config, show_progress=False)
+    ds = TokenWindowDataset(tmp_path / "tok", block_size=8, index=True)
+    x, y, index = ds.__getitems__([3, 1]).tensors
+    assert index.tolist() == [3, 1] and torch.equal(x[0], ds[3][0])
+    assert len(TokenWindowDataset(tmp_path / "tok", block_size=8)[0]) == 2
 
 
 def reference_boxes(n: int, h: int, w: int) -> list[tuple[int, int]]:
@@ -186,6 +203,19 @@ def test_color_jitter_is_torchvisions_formulas_in_one_matrix() -> None:
     x = c * x + (1 - c) * (x * luma).sum(1, keepdim=True).mean((2, 3), keepdim=True)
     x = s * x + (1 - s) * (x * luma).sum(1, keepdim=True)
     assert torch.allclose(got, x, atol=1e-3)
+
+
+def test_a_resized_crop_is_a_bilinear_resize_of_its_box() -> None:
+    from loaders.augment.base import Sample
+    from loaders.augment.geometry import resized_crop
+
+    x = torch.rand(2, 3, 10, 20)
+    boxes = torch.tensor([[0, 0, 10, 20], [2, 4, 5, 10]])
+    out = resized_crop(Sample(x, torch.arange(2)), boxes, (10, 20)).images
+    assert torch.allclose(out[0], x[0], atol=1e-6)  # the whole image at its size: itself
+    ref = F.interpolate(x[1:, :, 2:7, 4:14], size=(10, 20), mode="bilinear", align_corners=False)
+    # Inside, the same samples; on the edge we read the pixels beyond the box, not its border.
+    assert torch.allclose(out[1, :, 1:-1, 1:-1], ref[0, :, 1:-1, 1:-1], atol=1e-5)
 
 
 def test_uint8_and_float_batches_crop_alike() -> None:

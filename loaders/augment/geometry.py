@@ -41,19 +41,22 @@ def _centres(start: torch.Tensor, length: torch.Tensor, out: int) -> torch.Tenso
 def resized_crop(sample: Sample, boxes: torch.Tensor, size: tuple[int, int]) -> Sample:
     """Each sample's box (top, left, height, width) resized to `size`: bilinear for images (one
     `grid_sample` of the whole batch), nearest for the mask (one gather)."""
-    top, left, h, w = (boxes[:, i].to(torch.float64) for i in range(4))
-    ys, xs = _centres(top, h, size[0]), _centres(left, w, size[1])
+    top, left, h, w = boxes.to(torch.float64).unbind(1)
     x = sample.images
     H, W = x.shape[-2:]
     f = working(x)
-    # grid_sample's coordinates (align_corners=False: -1 and 1 are the image's outer edges),
-    # written straight into the grid (affine_grid's matmul costs twice the sampling here).
-    grid = torch.empty(len(boxes), *size, 2, dtype=f.dtype, device=x.device)
-    grid[..., 0] = (2 * xs / W - 1).to(f.dtype)[:, None, :]
-    grid[..., 1] = (2 * ys / H - 1).to(f.dtype)[:, :, None]
+    # grid_sample's coordinates (align_corners=False: -1 and 1 are the image's outer edges) of
+    # output pixel centres: each sample's box scales and shifts one grid over [0, 1)^2, in one
+    # fused op (affine_grid's matmul costs twice the sampling here).
+    unit = [(torch.arange(n, device=x.device, dtype=f.dtype) + 0.5) / n for n in size]
+    base = torch.stack(torch.meshgrid(unit[1], unit[0], indexing="xy"), -1)  # (h, w, 2): x, y
+    scale = torch.stack([2 * w / W, 2 * h / H], 1).to(f.dtype).view(-1, 1, 1, 2)
+    shift = torch.stack([2 * left / W - 1, 2 * top / H - 1], 1).to(f.dtype).view(-1, 1, 1, 2)
+    grid = torch.addcmul(shift, scale, base)
     out = F.grid_sample(f, grid, mode="bilinear", padding_mode="border", align_corners=False)
     mask = sample.mask
     if mask is not None:
+        ys, xs = _centres(top, h, size[0]), _centres(left, w, size[1])
         r = ys.floor().to(torch.int64).clamp(0, H - 1)
         c = xs.floor().to(torch.int64).clamp(0, W - 1)
         mask = _take(mask, r, c)
