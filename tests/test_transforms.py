@@ -203,6 +203,8 @@ def test_color_jitter_is_torchvisions_formulas_in_one_matrix() -> None:
     x = c * x + (1 - c) * (x * luma).sum(1, keepdim=True).mean((2, 3), keepdim=True)
     x = s * x + (1 - s) * (x * luma).sum(1, keepdim=True)
     assert torch.allclose(got, x, atol=1e-3)
+    as_uint8 = jitter(images.to(torch.uint8), index=index)
+    assert (as_uint8.float() - x.clamp(0, 255)).abs().max() <= 0.5 + 1e-3
 
 
 def test_a_resized_crop_is_a_bilinear_resize_of_its_box() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from loaders.augment.base import Op, Sample, to_images, working
+from loaders.augment.base import Op, Sample, working
 
 # ITU-R 601-2 luma, as torchvision's rgb_to_grayscale and prep's --gray.
 LUMA = (0.299, 0.587, 0.114)
@@ -57,11 +57,12 @@ class ColorJitter(Op):
         pixels = working(x.reshape(B, C, H * W))
         means = pixels.mean(2) if self.amounts[1] else pixels.new_zeros(B, C)
         matrix, offset = self.matrices(self.draws(key, sample, 3), means)
-        dt = pixels.dtype
-        out = torch.baddbmm(offset.transpose(1, 2).to(dt), matrix.to(dt), pixels)
-        if x.dtype == torch.uint8:
-            out.clamp_(0, 255)
-        return sample.but(images=to_images(out, x).view(B, C, H, W))
+        dt, uint8 = pixels.dtype, x.dtype == torch.uint8
+        # uint8: +0.5 in the offset and a clip to [0.5, 255.5], so truncation rounds (one pass).
+        offset = offset.transpose(1, 2).to(dt) + (0.5 if uint8 else 0.0)
+        out = torch.baddbmm(offset, matrix.to(dt), pixels)
+        out = out.clamp_(0.5, 255.5).to(torch.uint8) if uint8 else out.to(x.dtype)
+        return sample.but(images=out.view(B, C, H, W))
 
     def extra_repr(self) -> str:
         b, c, s = self.amounts

@@ -179,12 +179,20 @@ class RandomHorizontalFlip(Op):
         self.p = p
 
     def augment(self, sample: Sample, key: int) -> Sample:
-        flip = self.draws(key, sample, 1)[:, 0] < self.p
-        images = torch.where(flip.view(-1, 1, 1, 1), sample.images.flip(-1), sample.images)
-        mask = sample.mask
-        if mask is not None:
-            mask = torch.where(flip.view(-1, 1, 1), mask.flip(-1), mask)
+        flip = self.draws(key, sample, 1)[:, :1] < self.p
+        W = sample.images.shape[-1]
+        j = torch.arange(W, device=sample.images.device)
+        cols = torch.where(flip, W - 1 - j, j)  # (B, W): each sample's source columns
+        # One gather (where(flip, x.flip(-1), x) reads and writes the batch three times).
+        images = _columns(sample.images, cols)
+        mask = None if sample.mask is None else _columns(sample.mask, cols)
         return sample.but(images=images, mask=mask)
 
     def extra_repr(self) -> str:
         return f"p={self.p}"
+
+
+def _columns(x: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+    """x (B, ..., W) with each sample's columns taken in the order cols (B, W)."""
+    view = cols.view(len(cols), *([1] * (x.dim() - 2)), cols.shape[1])
+    return x.gather(-1, view.expand_as(x))
