@@ -29,6 +29,9 @@ dataset: $(STAMP) data/demo-raw/.done
 	$(BIN)/prep tokenize --config configs/default.toml --overwrite
 	$(BIN)/prep verify data/demo-tokens
 	$(BIN)/prep info data/demo-tokens
+	$(BIN)/prep table data/demo-raw/table/houses.csv data/demo-table --target price --drop id \
+		--val-fraction 0.1 --overwrite -q
+	$(BIN)/prep info data/demo-table
 	@echo
 	@echo "Packed dataset: data/demo-packed. Load it in training with:"
 	@echo "  from loaders import ImageShardDataset, make_loader"
@@ -37,6 +40,9 @@ dataset: $(STAMP) data/demo-raw/.done
 	@echo "Token dataset: data/demo-tokens. Load it with:"
 	@echo "  from loaders import TokenWindowDataset"
 	@echo "  ds = TokenWindowDataset('data/demo-tokens', block_size=256, split='train')"
+	@echo "Table dataset: data/demo-table. Load it with:"
+	@echo "  from loaders import TableDataset"
+	@echo "  ds = TableDataset('data/demo-table', split='train')   # (x_num, x_cat, y) batches"
 
 lint: $(STAMP)
 	$(BIN)/ruff check prep loaders tests bench

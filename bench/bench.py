@@ -372,7 +372,7 @@ def demo_data(raw: Path, count: int, smoke: bool, jobs: int) -> None:
 
 # Rows of other data kinds, each in a module of its own beside this file (bench/NAME.py) with
 # `rows(args, work) -> list[Row]`; `--only GROUP` picks them like the built-in groups.
-GROUPS: dict[str, str] = {"augment": "bench_augment"}
+GROUPS: dict[str, str] = {"table": "bench_table", "augment": "bench_augment"}
 
 
 def measure(args: argparse.Namespace, raw: Path, work: Path) -> list[Row]:

@@ -12,6 +12,7 @@ _EXPORTS = {
     "ImageShardDataset": "loaders.images",
     "TokenWindowDataset": "loaders.tokens",
     "DocumentDataset": "loaders.tokens",
+    "TableDataset": "loaders.tables",
     "Normalize": "loaders.gpu",
     "make_loader": "loaders.loader",
     "ShardSampler": "loaders.samplers",

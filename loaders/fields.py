@@ -21,6 +21,7 @@ import numpy as np
 from loaders.format.schema import ArraySpec
 
 UNSIGNED = ("uint8", "uint16", "uint32", "uint64")
+NUMBERS = ("float32", "float16", "int8", "int16", "int32", "int64", *UNSIGNED)
 
 
 def smallest_uint(max_value: int) -> str:
@@ -96,5 +97,11 @@ FIELDS: dict[str, Field] = {
         Field("orig_size", False, lambda s, c: (2,), ("uint32",), "int64"),
         Field("tokens", False, lambda s, c: (), UNSIGNED[:3], "int64"),
         Field("doc_offsets", False, lambda s, c: (), ("int64",), "int64"),
+        # Table columns (prep table): one array per column, its index in `size` (num_3, cat_0);
+        # narrow stored types, widened per batch: numbers to float32, codes to int64.
+        Field("num", True, lambda s, c: (), NUMBERS, "float32"),
+        Field("cat", True, lambda s, c: (), UNSIGNED[:3], "int64"),
+        Field("target", False, lambda s, c: (), NUMBERS, "float32"),  # integer targets: int64
+        Field("missing", True, lambda s, c: (), ("uint8",), "bool"),
     )
 }

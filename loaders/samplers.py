@@ -9,6 +9,8 @@ Orders:
 
 - "sequential": the dataset's order.
 - "random": a full shuffle.
+- "blocks": shuffled blocks of BLOCK_ROWS consecutive rows (tables larger than RAM: a batch
+  is one or two contiguous slices per column).
 - "quasi_random": shuffle the shards, then the samples within each window of `window` shards.
   A dataset larger than RAM is then read `window` shards at a time instead of randomly across
   the whole disk. A batch mixes only the classes of those shards: when the inputs were packed
@@ -48,10 +50,26 @@ def _quasi_random(sizes: np.ndarray, rng: np.random.Generator, window: int) -> n
     return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
 
 
+BLOCK_ROWS = 4096  # "blocks": a batch of up to this many rows is one or two slices a column
+
+
+def _blocks(sizes: np.ndarray, rng: np.random.Generator, window: int) -> np.ndarray:
+    """Each shard cut into blocks of BLOCK_ROWS consecutive indices; the blocks shuffled."""
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    bounds = [
+        (a, min(a + BLOCK_ROWS, int(starts[s + 1])))
+        for s in range(len(sizes))
+        for a in range(int(starts[s]), int(starts[s + 1]), BLOCK_ROWS)
+    ]
+    parts = [np.arange(*bounds[b]) for b in rng.permutation(len(bounds))]
+    return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
+
+
 ORDERS: dict[str, OrderFn] = {
     "sequential": _sequential,
     "random": _random,
     "quasi_random": _quasi_random,
+    "blocks": _blocks,
 }
 
 

@@ -137,6 +137,28 @@ Example: prep tokenize data/demo-raw/text data/demo-tokens --tokenizer bpe --voc
 _tokenize_command()
 
 
+def _table(cfg: Any, quiet: bool, profile: bool) -> None:
+    from prep.kinds.table.pack import pack_table
+
+    _report(cfg, pack_table(cfg, show_progress=not quiet, profile=profile), "table")
+
+
+def _table_command() -> None:
+    from prep.config import TableConfig
+
+    command = friendly(options.command(TableConfig, _table))
+    command.__doc__ = """Pack CSV/TSV/JSONL/Parquet tables into typed column arrays: integers
+narrowed, floats float32, text and --categorical columns as codes with their vocabulary, rows
+split train/val by a hash.
+
+Example: prep table data/train.parquet packed-tab/ --target label --categorical city,device
+"""
+    app.command("table")(command)
+
+
+_table_command()
+
+
 @app.command()
 @friendly
 def demo(
@@ -231,8 +253,14 @@ def preview(
 
     Example: prep preview data/demo-packed --size 128 --count 32 --output sheet.png
     """
+    from loaders.format import read_manifest
     from prep.inspect.preview import preview as sheet
 
+    if read_manifest(root).kind == "table":  # rows decoded back, as text
+        from prep.kinds.table.show import first_rows
+
+        typer.echo(first_rows(root, min(count, 20)))
+        return
     typer.echo(sheet(root, size, count, output, columns, masks).line())
 
 

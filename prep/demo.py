@@ -4,6 +4,8 @@ RAW/images/<class>/NNNN.jpg  photo-like JPEGs of varied sizes (some 2048 px and 
                              portrait, some EXIF-rotated), some PNG, some grayscale
 RAW/masks/<class>/NNNN.png   a segmentation mask per image: 0 background, k+1 for class k's shape
 RAW/text/NNN.txt             a small text corpus (non-ASCII included) for `prep tokenize`
+RAW/table/houses.csv         500 rows of mixed types (text, int, float, bool, date; some
+                             missing) for `prep table`
 """
 
 from __future__ import annotations
@@ -141,6 +143,25 @@ def write_text(raw: Path, seed: int, docs: int = 40) -> None:
         (raw / "text" / f"{d:03d}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
+def write_table(raw: Path, seed: int, rows: int = 500) -> None:
+    """Houses: id, city (text, 5% missing), rooms, area (m², 8% missing), garden, built (a
+    date) and price (the target, in k€)."""
+    rng = np.random.default_rng([seed, 1 << 21])
+    cities = ("Oslo", "Lima", "Rome", "Kyoto", "Porto", "São Paulo")
+    lines = ["id,city,rooms,area,garden,built,price"]
+    for i in range(rows):
+        city = "" if rng.random() < 0.05 else cities[int(rng.integers(0, len(cities)))]
+        rooms = int(rng.integers(1, 9))
+        area = rooms * 18 + float(rng.normal(10, 8))
+        garden = bool(rng.random() < 0.4)
+        built = np.datetime64("1950-01-01") + int(rng.integers(0, 27000))
+        price = area * 3.1 + 40 * garden + float(rng.normal(0, 20))
+        area_text = "" if rng.random() < 0.08 else f"{area:.1f}"
+        lines.append(f"{i},{city},{rooms},{area_text},{str(garden).lower()},{built},{price:.1f}")
+    (raw / "table").mkdir(parents=True, exist_ok=True)
+    (raw / "table" / "houses.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
 def make_demo(
     raw: Path,
     count: int = 64,
@@ -161,6 +182,7 @@ def make_demo(
     if bar is not None:
         bar.close()
     write_text(raw, seed)
+    write_table(raw, seed)
 
 
 def _write_chunk(raw: Path, indices: list[int], seed: int, max_side: int) -> int:

@@ -46,6 +46,10 @@ def info(root: Path, batch_size: int = 256) -> str:
                 f"{split}: {n.get('tokens', 0):,} tokens in {n.get('docs', 0):,} "
                 f"documents, {n.get('shards', 0)} shards"
             )
+    if m.kind == "table":
+        from prep.kinds.table.show import describe
+
+        lines += describe(m)
     batch_col = f"{'batch of ' + str(batch_size):>16}" if images else ""
     lines.append(f"{'array':<16}{'dtype':<8}{'per item':<18}{'on disk':>12}{batch_col}")
     for name, spec in sorted(m.arrays.items()):

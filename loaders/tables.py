@@ -1,0 +1,209 @@
+"""Table datasets written by `prep table`: one memory-mapped array per column, shard and split.
+
+A batch is read whole (`__getitems__`): indices that form a few contiguous runs inside shards
+(order "sequential" or "blocks") are read as one slice per column and run; any other order as
+one vectorised gather per column and shard. The narrow stored types are widened once a batch:
+numeric columns to float32 (B, n_num) with NaN for missing (times: ns since the epoch), codes
+to int64 (B, n_cat), the target to float32 (float targets) or int64 (integer and coded ones).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Sequence
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from loaders.loader import Batch, check_indices, new_batch
+from loaders.store import DEFAULT_MAX_OPEN, ShardStore, pickled_state
+
+NAT = np.iinfo(np.int64).min
+MAX_RUNS = 16  # more contiguous runs than this in a batch: gather instead
+
+
+class TableDataset(Dataset[tuple[torch.Tensor, ...]]):
+    """The rows of one split: item i is (x_num, x_cat, y), or (x_num, x_cat) for a table packed
+    without --target, plus the missing mask (bool, (n_num,)) with `missing_mask=True` (the
+    dataset must have been packed with --missing-mask).
+
+    `numeric_columns`, `categorical_columns`: the column names in x's order; `vocab[name]`: the
+    values of codes 2, 3, ... (0 is missing, 1 a value unseen in train); `mean`, `std`: float32
+    (n_num,) over the train rows, for (x_num - mean) / std on the GPU."""
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        split: str = "train",
+        *,
+        missing_mask: bool = False,
+        max_open: int = DEFAULT_MAX_OPEN,
+    ):
+        self.store = ShardStore(root, "table", max_open=max_open)
+        self.split, self.missing_mask = split, missing_mask
+        if not self._shards:
+            raise ValueError(
+                f"{self.store.root} has no {split!r} rows (rows per split: "
+                f"{self.store.manifest.extra['splits']}). HINT: repack with --val-fraction, "
+                "or use split='train'"
+            )
+
+    def __getstate__(self) -> dict[str, Any]:
+        return pickled_state(self)
+
+    @cached_property
+    def _columns(self) -> dict[str, dict[str, Any]]:
+        return {c["name"]: c for c in self.store.manifest.extra["columns"]}
+
+    @cached_property
+    def _arrays(self) -> dict[str, str]:
+        """Array name -> column name."""
+        return dict(self.store.manifest.extra["arrays"])
+
+    def _names(self, field: str) -> list[str]:
+        names = [a for a in self._arrays if a.startswith(field + "_")]
+        return sorted(names, key=lambda a: int(a.rsplit("_", 1)[1]))
+
+    @cached_property
+    def numeric_columns(self) -> list[str]:
+        return [self._arrays[a] for a in self._names("num")]
+
+    @cached_property
+    def categorical_columns(self) -> list[str]:
+        return [self._arrays[a] for a in self._names("cat")]
+
+    @cached_property
+    def target(self) -> str | None:
+        return self._arrays.get("target")
+
+    @cached_property
+    def vocab(self) -> dict[str, list[str]]:
+        return {n: list(c["vocab"]) for n, c in self._columns.items() if "vocab" in c}
+
+    @cached_property
+    def mean(self) -> torch.Tensor:
+        return torch.tensor([self._columns[n].get("mean", 0.0) for n in self.numeric_columns])
+
+    @cached_property
+    def std(self) -> torch.Tensor:
+        stds = [self._columns[n].get("std") or 1.0 for n in self.numeric_columns]
+        return torch.tensor(stds, dtype=torch.float32)
+
+    def embedding_sizes(self) -> dict[str, int]:
+        """Rows an embedding table needs per categorical column: its vocabulary + 2."""
+        return {n: len(self.vocab[n]) + 2 for n in self.categorical_columns}
+
+    @cached_property
+    def _shards(self) -> list[int]:
+        return [i for i, s in enumerate(self.store.manifest.shards) if s.split == self.split]
+
+    @cached_property
+    def _starts(self) -> np.ndarray:
+        counts = [self.store.manifest.shards[i].count for i in self._shards]
+        return np.cumsum([0, *counts]).astype(np.int64)
+
+    @cached_property
+    def shard_sizes(self) -> list[int]:
+        return np.diff(self._starts).tolist()
+
+    @cached_property
+    def _times(self) -> np.ndarray:
+        return np.array([self._columns[n]["kind"] == "time" for n in self.numeric_columns])
+
+    @cached_property
+    def _y_dtype(self) -> torch.dtype:
+        spec = self.store.manifest.arrays.get("target")
+        floats = spec is not None and np.dtype(spec.dtype).kind == "f"
+        return torch.float32 if floats else torch.int64
+
+    def __len__(self) -> int:
+        return int(self._starts[-1])
+
+    def _slices(self, idx: np.ndarray) -> list[tuple[int, slice, slice]] | None:
+        """(shard, rows of the batch, rows of the shard) for each contiguous run of idx inside
+        one shard; None when there are more than MAX_RUNS (gather instead)."""
+        k = np.searchsorted(self._starts, idx, side="right") - 1
+        breaks = np.flatnonzero((np.diff(idx) != 1) | (np.diff(k) != 0)) + 1
+        if len(breaks) >= MAX_RUNS:
+            return None
+        runs = []
+        for a, b in itertools.pairwise([0, *breaks.tolist(), len(idx)]):
+            local = int(idx[a] - self._starts[k[a]])
+            runs.append((int(k[a]), slice(a, b), slice(local, local + b - a)))
+        return runs
+
+    def _fill(self, out: np.ndarray, names: list[str], idx: np.ndarray) -> None:
+        """out[:, j] (or out, 1-D) = array names[j] at idx, in idx's order."""
+        cols = out.reshape(len(idx), -1)
+        runs = self._slices(idx)
+        if runs is not None:
+            for shard, dst, src in runs:
+                for j, name in enumerate(names):
+                    cols[dst, j] = self.store.array(self._shards[shard], name)[src]
+            return
+        # A gather: indices sorted, so that each column is read front to back (the cache and
+        # the prefetcher help), into a column-major buffer; then one row permutation.
+        order = np.argsort(idx, kind="stable")
+        ordered = idx[order]
+        bounds = np.searchsorted(ordered, self._starts)
+        buf = np.empty((len(names), len(idx)), out.dtype)
+        for shard, (a, b) in enumerate(itertools.pairwise(bounds.tolist())):
+            if a == b:
+                continue
+            local = ordered[a:b] - self._starts[shard]
+            for j, name in enumerate(names):
+                buf[j, a:b] = self.store.array(self._shards[shard], name)[local]
+        cols[order] = buf.T
+
+    def __getitems__(self, indices: Sequence[int]) -> Batch:
+        self.store.check()  # a repacked folder: refuse it rather than mix two datasets
+        idx = check_indices(indices, len(self))
+        b, nums, cats = len(idx), self._names("num"), self._names("cat")
+        x_num = new_batch((b, len(nums)), torch.float32)
+        x_cat = new_batch((b, len(cats)), torch.int64)
+        self._fill(x_num.numpy(), nums, idx)
+        self._fill(x_cat.numpy(), cats, idx)
+        if self._times.any():
+            self._fix_times(x_num.numpy(), nums, idx)
+        out = [x_num, x_cat]
+        if self.target is not None:
+            y = new_batch((b,), self._y_dtype)
+            self._fill(y.numpy(), ["target"], idx)
+            out.append(y)
+        if self.missing_mask:
+            mask = new_batch((b, len(nums)), torch.bool)
+            mask.numpy()[:] = False
+            present = [a for a in self._names("missing")]
+            cols = [nums.index("num_" + a.rsplit("_", 1)[1]) for a in present]
+            if present:
+                got = np.zeros((b, len(present)), np.uint8)
+                self._fill(got, present, idx)
+                mask.numpy()[:, cols] = got.astype(bool)
+            out.append(mask)
+        return Batch(tuple(out))
+
+    def _fix_times(self, x: np.ndarray, nums: list[str], idx: np.ndarray) -> None:
+        """Time columns: the float32 of NaT (INT64_MIN) becomes NaN."""
+        for j in np.flatnonzero(self._times).tolist():
+            raw = np.zeros(len(idx), np.int64)
+            self._fill(raw, [nums[j]], idx)
+            x[raw == NAT, j] = np.nan
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, ...]:
+        return tuple(t[0] for t in self.__getitems__([index]).tensors)
+
+    def decode(self, column: str, codes: Any) -> list[str | None]:
+        """Codes of a categorical column back to its values (None: missing, '<unseen>')."""
+        names = [None, "<unseen>", *self.vocab[column]]
+        return [names[int(c)] for c in np.asarray(codes).reshape(-1)]
+
+    def __repr__(self) -> str:
+        return (
+            f"TableDataset({str(self.store.root)!r}, split={self.split!r}, rows={len(self)}, "
+            f"numeric={len(self.numeric_columns)}, categorical={len(self.categorical_columns)}, "
+            f"target={self.target!r})"
+        )

@@ -1,0 +1,217 @@
+"""prep table: the tabular kind of the run driver (prep.run.driver).
+
+1. The table files are listed in sorted order (prep.kinds.table.sources).
+2. `prepare` scans every row once (prep.kinds.table.scan): the columns' stored types, the train
+   vocabularies, mean and std, and the row count of each block of bounded bytes.
+3. Shards are consecutive blocks of about --shard-rows rows; each task reads its blocks again,
+   puts each row in "train" or "val" by its hash (prep.kinds.table.split), and writes one .npy
+   per column and split. The plan depends on the files and config only, never on --jobs.
+4. The manifest records the columns (role, kind, dtype, vocabulary, statistics) in `extra`.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from loaders.fields import FIELDS
+from loaders.format import ArrayRef, ArraySpec, Manifest, Shard
+from prep import PrepError
+from prep.config import TableConfig
+from prep.kinds.table.encode import arrow_type, encode
+from prep.kinds.table.scan import Scan, read_text, scan
+from prep.kinds.table.sources import Block, list_tables
+from prep.kinds.table.split import val_mask
+from prep.kinds.table.types import FIRST_CODE, Column
+from prep.run.driver import Inputs, Kind, RunSummary, run
+from prep.run.files import NpyWriter, publish, temp_path, writing
+from prep.run.profile import stage
+from prep.run.staging import write_record
+from prep.run.tasks import shard_task
+
+SPLITS = ("train", "val")
+
+
+def array_names(columns: list[Column], missing_mask: bool) -> dict[str, Column]:
+    """Array name -> column: num_{j} and cat_{k} in header order, target, and missing_{j} for
+    each numeric column with missing values when asked."""
+    names: dict[str, Column] = {}
+    nums = [c for c in columns if c.role == "num"]
+    names |= {f"num_{j}": c for j, c in enumerate(nums)}
+    names |= {f"cat_{k}": c for k, c in enumerate(c for c in columns if c.role == "cat")}
+    names |= {"target": c for c in columns if c.role == "target"}  # noqa: B035 - one at most
+    if missing_mask:
+        names |= {f"missing_{j}": c for j, c in enumerate(nums) if c.missing}
+    return names
+
+
+def array_spec(name: str, col: Column) -> ArraySpec:
+    field, _, index = name.partition("_")
+    dtype = "uint8" if field == "missing" else col.dtype
+    return ArraySpec(field, int(index) if index else None, dtype, FIELDS[field].shape(None, 0))
+
+
+class _SplitArrays:
+    """One task's shard of one split: a .npy writer per array, renamed once all are written."""
+
+    def __init__(self, staging: Path, split: str, index: int, specs: dict[str, ArraySpec]):
+        self.staging, self.split, self.rows = staging, split, 0
+        self.final = {name: f"{name}-{split}-{index:05d}.npy" for name in specs}
+        self.writers = {
+            name: NpyWriter(temp_path(staging / self.final[name]), s.dtype, ())
+            for name, s in specs.items()
+        }
+
+    def add(self, arrays: dict[str, np.ndarray]) -> None:
+        for name, w in self.writers.items():
+            w.extend(arrays[name])
+        self.rows += len(next(iter(arrays.values())))
+
+    def shard(self) -> dict[str, Any] | None:
+        """After close: the files under their final names (None for a split with no row)."""
+        if not self.rows:
+            for w in self.writers.values():
+                w.path.unlink(missing_ok=True)
+            return None
+        files = {
+            self.final[n]: publish(w.path, self.staging / self.final[n])
+            for n, w in self.writers.items()
+        }
+        arrays = {n: ArrayRef(self.final[n], w.length) for n, w in self.writers.items()}
+        return asdict(Shard(self.rows, arrays, files, self.split))
+
+
+def encode_rows(
+    table: Any, arrays: dict[str, Column], lookups: dict[str, dict[str, int]]
+) -> dict[str, np.ndarray]:
+    """One block's arrays in their stored dtypes."""
+    out: dict[str, np.ndarray] = {}
+    for name, col in arrays.items():
+        cells = table.column(col.name).combine_chunks()
+        if name.startswith("missing_"):
+            out[name] = np.asarray(cells.is_null(), dtype=np.uint8)
+        else:
+            out[name] = encode(cells, col, lookups.get(col.name))
+    return out
+
+
+@shard_task
+def table_shard(
+    index: int,
+    shard: list[Block],
+    cfg: TableConfig,
+    columns: list[Column],
+    hashed: list[str],
+    staging: Path,
+) -> dict[str, Any]:
+    """The joblib task: read `shard`'s blocks, write shard `index` of each split; its record."""
+    arrays = array_names(columns, cfg.missing_mask)
+    specs = {n: array_spec(n, c) for n, c in arrays.items()}
+    lookups = {
+        c.name: {v: i + FIRST_CODE for i, v in enumerate(c.vocab)} for c in columns if c.vocab
+    }
+    types = {c.name: arrow_type(c) for c in columns}
+    rejects: list[dict[str, Any]] = []
+    with stage("write"):
+        splits = {s: _SplitArrays(staging, s, index, specs) for s in SPLITS}
+    writers = [w for s in splits.values() for w in s.writers.values()]
+    with writing(writers):
+        for block in shard:
+            with stage("read"):
+                table = read_text(block, cfg, rejects, types)
+            val = val_mask(table, hashed, cfg.val_fraction)
+            with stage("encode"):
+                encoded = encode_rows(table, arrays, lookups)
+            with stage("write"):
+                splits["train"].add({n: a[~val] for n, a in encoded.items()})
+                if val.any():
+                    splits["val"].add({n: a[val] for n, a in encoded.items()})
+    done = [d for d in (s.shard() for s in splits.values()) if d is not None]
+    record = {
+        "index": index,
+        "shard": {"files": {k: v for d in done for k, v in d["files"].items()}},
+        "splits": done,
+        "rejects": rejects,
+        "rows": sum(b.rows for b in shard) + len(rejects),
+    }
+    with stage("write"):
+        write_record(staging, index, record)
+    return record
+
+
+def plan_shards(blocks: list[Block], shard_rows: int) -> list[list[Block]]:
+    """Consecutive blocks grouped until a group holds `shard_rows` rows."""
+    shards: list[list[Block]] = []
+    group: list[Block] = []
+    for b in blocks:
+        group.append(b)
+        if sum(x.rows for x in group) >= shard_rows:
+            shards.append(group)
+            group = []
+    return [*shards, group] if group else shards
+
+
+class TableKind(Kind[TableConfig, list[Block]]):
+    """Tables (CSV, TSV, JSONL, Parquet) as one typed .npy per column, shard and split."""
+
+    name = "table"
+    unit = "row"
+    noun = "rows"
+    prepare_stage = "scan"
+    task = staticmethod(table_shard)
+
+    def sources(self) -> list[Path]:
+        src = str(self.cfg.src)
+        return [Path(p) for p in glob.glob(src)] if glob.has_magic(src) else [Path(src)]
+
+    def list_inputs(self) -> Inputs:
+        self.files, rejects = list_tables(str(self.cfg.src))
+        if not self.files:
+            raise PrepError(
+                f"no readable table file in {self.cfg.src} ({len(rejects)} rejected). HINT: "
+                "SRC is a .csv/.tsv/.jsonl/.parquet file, a folder of them or a quoted glob"
+            )
+        seen = [(rel, p.stat().st_size, p.stat().st_mtime_ns) for rel, p in self.files]
+        digest = hashlib.sha256(json.dumps(seen).encode()).hexdigest()
+        return Inputs(len(self.files), rejects, digest)
+
+    def prepare(self, staging: Path, resume: bool) -> None:
+        self.scan: Scan = scan(self.files, self.cfg)
+
+    def plan(self) -> list[list[Block]]:
+        return plan_shards(self.scan.blocks, self.cfg.shard_rows)
+
+    def weight(self, shard: list[Block]) -> int:
+        return sum(b.rows for b in shard)
+
+    def task_args(self, index: int, shard: list[Block], staging: Path) -> tuple[Any, ...]:
+        return (index, shard, self.cfg, self.scan.columns, self.scan.hashed, staging)
+
+    def seen(self, inputs: Inputs, records: list[dict[str, Any]]) -> int:
+        return len(inputs.rejects) + sum(rec["rows"] for rec in records)
+
+    def manifest(self, records: list[dict[str, Any]]) -> Manifest:
+        parts = [Shard.from_dict(s) for rec in records for s in rec["splits"]]
+        arrays = array_names(self.scan.columns, self.cfg.missing_mask)
+        extra = {
+            "columns": [c.to_dict() for c in self.scan.columns],
+            "arrays": {name: c.name for name, c in arrays.items()},
+            "target": self.cfg.target,
+            "splits": {s: sum(p.count for p in parts if p.split == s) for s in SPLITS},
+        }
+        specs = {n: array_spec(n, c) for n, c in arrays.items()}
+        return Manifest(kind="table", storage="npy", arrays=specs, shards=parts, extra=extra)
+
+    def tasks(self, manifest: Manifest) -> int:
+        return len({f.rsplit("-", 1)[1] for s in manifest.shards for f in s.files})
+
+
+def pack_table(cfg: TableConfig, show_progress: bool = True, profile: bool = False) -> RunSummary:
+    """Pack cfg.src into cfg.out (prep.run.driver has the guarantees)."""
+    return run(TableKind(cfg), show_progress, profile)

@@ -1,0 +1,73 @@
+"""Which rows go to "val": a 64-bit hash of the row's --key cell (or of all its cells) below
+`val_fraction * 2**64`. The hash depends on the cells' text alone, never on the file, the row's
+position or the other rows, so reordering or re-splitting the inputs never moves a row.
+
+The hash is vectorised (no Python per row): each cell's UTF-8 bytes b_0..b_{n-1} give
+sum(b_i * P**i) mod 2**64, computed for a whole column from one running sum over its data
+buffer, then mixed with the length by splitmix64; a row combines its columns in name order.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+P = np.uint64(0x100000001B3)  # odd, so that it has an inverse mod 2**64
+P_INV = np.uint64(pow(int(P), -1, 2**64))
+NULL_HASH = np.uint64(0x9E3779B97F4A7C15)
+
+
+def splitmix64(x: np.ndarray) -> np.ndarray:
+    """A bijective 64-bit mixer (Steele, Lea and Flood's SplitMix64 finaliser)."""
+    with np.errstate(over="ignore"):
+        x = x + np.uint64(0x9E3779B97F4A7C15)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
+def _powers(base: np.uint64, n: int) -> np.ndarray:
+    out = np.full(n, base, dtype=np.uint64)
+    if n:
+        out[0] = 1
+    with np.errstate(over="ignore"):
+        return np.cumprod(out, dtype=np.uint64)
+
+
+def cell_hash(arr: pa.Array) -> np.ndarray:
+    """uint64 per cell of a column, from its text (numbers and times as pyarrow writes them)."""
+    if not pa.types.is_binary(arr.type):
+        arr = arr.cast(pa.string()).cast(pa.binary())
+    n = len(arr)
+    offsets = np.frombuffer(arr.buffers()[1], np.int32, n + 1, 4 * arr.offset).astype(np.int64)
+    data_buf = arr.buffers()[2]
+    data = (
+        np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+    )
+    data = data[offsets[0] : offsets[-1]]
+    offsets -= offsets[0]
+    with np.errstate(over="ignore"):
+        run = np.zeros(len(data) + 1, dtype=np.uint64)
+        np.cumsum(data.astype(np.uint64) * _powers(P, len(data)), out=run[1:])
+        inv = _powers(P_INV, len(data) + 1)
+        h = (run[offsets[1:]] - run[offsets[:-1]]) * inv[offsets[:-1]]
+        h = splitmix64(h ^ splitmix64(np.diff(offsets).astype(np.uint64)))
+    valid = np.asarray(arr.is_valid())
+    return np.where(valid, h, NULL_HASH)
+
+
+def row_hash(table: pa.Table, columns: list[str]) -> np.ndarray:
+    """uint64 per row, combining the hashes of `columns` in sorted name order."""
+    h = np.zeros(table.num_rows, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for name in sorted(columns):
+            col = table.column(name).combine_chunks()
+            h = splitmix64(h * np.uint64(31) + cell_hash(col))
+    return h
+
+
+def val_mask(table: pa.Table, columns: list[str], val_fraction: float) -> np.ndarray:
+    """True for the rows in "val"."""
+    if val_fraction <= 0:
+        return np.zeros(table.num_rows, dtype=bool)
+    return row_hash(table, columns) < np.uint64(int(val_fraction * 2**64))

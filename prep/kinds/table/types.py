@@ -1,0 +1,289 @@
+"""The type rules of a table column: decided once over every row, recorded in the manifest.
+
+Per block, a column's values get a kind (null < bool, int < float, time, string); the kinds of
+its blocks combine (int and float give float, any other mix gives string). Then:
+
+- int: the narrowest type holding [min, max] (unsigned when min >= 0): 255 fits uint8;
+- float: float32 (float16 with --float16 when every finite value is within +-65504);
+- bool: uint8 0/1;
+- a numeric column with missing values: float32 (or float16), missing as NaN;
+- time (dates, timestamps): int64 ns since the epoch, missing as INT64_MIN (NaT);
+- string or --categorical: codes in the narrowest unsigned type, 0 missing, 1 unseen (in train),
+  2.. the sorted train vocabulary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from loaders.fields import smallest_uint
+from prep import PrepError
+
+MISSING, UNSEEN, FIRST_CODE = 0, 1, 2
+NAT = np.iinfo(np.int64).min
+FLOAT16_MAX = 65504.0
+MAX_CODES = 2**32  # codes are at most uint32
+NUMBER = r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$"
+NUMERIC = ("bool", "int", "float", "time")
+
+
+def int_dtype(lo: int, hi: int) -> str:
+    """The narrowest integer dtype holding lo..hi.
+
+    >>> int_dtype(0, 255), int_dtype(0, 256), int_dtype(-128, 127), int_dtype(-129, 0)
+    ('uint8', 'uint16', 'int8', 'int16')
+    """
+    if lo >= 0:
+        return smallest_uint(hi)
+    for bits in (8, 16, 32, 64):
+        if -(2 ** (bits - 1)) <= lo and hi < 2 ** (bits - 1):
+            return f"int{bits}"
+    raise PrepError(f"integers {lo}..{hi} do not fit int64")
+
+
+def code_dtype(vocab_size: int, column: str = "") -> str:
+    """Codes 0 (missing), 1 (unseen) and 2..vocab_size+1: the narrowest unsigned dtype.
+
+    >>> code_dtype(254), code_dtype(255)
+    ('uint8', 'uint16')
+    """
+    top = vocab_size + FIRST_CODE - 1
+    if top >= MAX_CODES:
+        raise PrepError(
+            f"column {column}: {vocab_size:,} distinct values do not fit uint32 codes (2^32 - 2 "
+            "at most). HINT: --drop the column, or hash it into fewer values before packing"
+        )
+    return smallest_uint(top)
+
+
+def float_dtype(float16: bool, amax: float) -> str:
+    """float16 when asked and every finite value fits it (|x| <= 65504), else float32."""
+    return "float16" if float16 and amax <= FLOAT16_MAX else "float32"
+
+
+def as_text(arr: pa.Array, rel: str, column: str, first_row: int) -> pa.Array:
+    """Binary cells (CSV) as UTF-8 strings; the first invalid one is an error naming its row."""
+    if not pa.types.is_binary(arr.type):
+        return arr
+    try:
+        return arr.cast(pa.string())
+    except pa.ArrowInvalid:
+        for i, value in enumerate(arr.to_pylist()):
+            try:
+                _ = value is None or value.decode("utf-8")
+            except UnicodeDecodeError:
+                raise PrepError(
+                    f"{rel}: row {first_row + i}, column {column}: not UTF-8 "
+                    f"({value[:20]!r}). HINT: convert the file to UTF-8 (iconv -t utf-8)"
+                ) from None
+        raise
+
+
+def _casts(arr: pa.Array, to: pa.DataType) -> bool:
+    """Whether every cell converts; a failing cast costs a whole pass (0.2 s for 131,072 cells),
+    so a sample of the first cells is tried first."""
+    try:
+        arr.drop_null().slice(0, 64).cast(to)
+        arr.cast(to)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return False
+    return True
+
+
+def classify(arr: pa.Array) -> str:
+    """The kind of one block of a column (text cells tried as int, float, bool, time)."""
+    t = arr.type
+    if arr.null_count == len(arr) or pa.types.is_null(t):
+        return "null"
+    if pa.types.is_boolean(t):
+        return "bool"
+    if pa.types.is_integer(t):
+        return "int"
+    if pa.types.is_floating(t):
+        return "float"
+    if pa.types.is_temporal(t):
+        return "time"
+    if pa.types.is_dictionary(t):
+        return "string"
+    if not (pa.types.is_string(t) or pa.types.is_large_string(t)):
+        raise PrepError(f"type {t} is not a table type prep packs (nested?)")
+    for kind, to in (("int", pa.int64()), ("float", pa.float64())):
+        if _casts(arr, to):
+            return kind
+    lower = pc.utf8_lower(arr.drop_null())
+    if pc.all(pc.is_in(lower, pa.array(["true", "false"]))).as_py():
+        return "bool"
+    return "time" if _casts(arr, pa.timestamp("ns")) else "string"
+
+
+def combine(a: str, b: str) -> str:
+    if a == b or b == "null":
+        return a
+    if a == "null":
+        return b
+    return "float" if {a, b} == {"int", "float"} else "string"
+
+
+def as_float(arr: pa.Array, kind: str) -> np.ndarray:
+    """A numeric-kind block as float64 with NaN for missing (statistics, float storage)."""
+    if kind == "bool":
+        arr = pc.equal(pc.utf8_lower(arr), "true") if pa.types.is_string(arr.type) else arr
+        arr = arr.cast(pa.uint8())
+    elif kind == "time":
+        arr = arr.cast(pa.timestamp("ns")).cast(pa.int64())
+    return np.asarray(arr.cast(pa.float64(), safe=False).fill_null(np.nan), dtype=np.float64)
+
+
+@dataclass
+class Column:
+    """One column as stored: `role` num | cat | target, the combined `kind`, the dtype, and
+    what the loader and the user need (missing count, range, train mean/std, vocabulary)."""
+
+    name: str
+    role: str
+    kind: str = "null"
+    dtype: str = "float32"
+    missing: int = 0
+    lo: float | None = None
+    hi: float | None = None
+    mean: float | None = None
+    std: float | None = None
+    vocab: list[str] | None = None
+    counts: list[int] | None = None
+
+    @property
+    def coded(self) -> bool:
+        return self.vocab is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+@dataclass
+class Stats:
+    """What the scan gathers of one column, block by block."""
+
+    kind: str = "null"
+    rows: int = 0
+    missing: int = 0
+    numeric: int = 0  # values that look like numbers (the 'N/A' rule)
+    bad: tuple[str, int, str] | None = None  # the first text that is not a number: where
+    where: str = ""  # the first file with a block of text
+    lo: float = np.inf
+    hi: float = -np.inf
+    amax: float = 0.0
+    sums: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])  # train n, sum, sum sq
+    counts: dict[str, int] = field(default_factory=dict)  # train values of text blocks
+    typed: bool = False  # a block had numbers, times or booleans (not counted as text)
+
+    def update(self, arr: pa.Array, train: np.ndarray, at: tuple[str, int], coded: bool) -> None:
+        """Add one block of the column; `at`: its file and the file's row number of its start."""
+        kind = classify(arr)
+        self.kind = combine(self.kind, kind)
+        self.rows += len(arr)
+        self.missing += arr.null_count
+        if kind in NUMERIC:
+            self._numbers(arr, kind, train)
+        if kind == "string" or coded:
+            self._count(arr, train)
+        if kind == "string" and pa.types.is_string(arr.type) and not coded:
+            self._looks(arr, at)
+        if kind == "string" and not self.where:
+            self.where = at[0]
+
+    def merge(self, other: Stats, offset: int) -> None:
+        """Add the statistics of the next block; `offset`: rows before it in its file that its
+        own row numbers left out (0 when they are the file's)."""
+        self.kind = combine(self.kind, other.kind)
+        self.rows += other.rows
+        self.missing += other.missing
+        self.numeric += other.numeric
+        if self.bad is None and other.bad is not None:
+            self.bad = other.bad[0], other.bad[1] + offset, other.bad[2]
+        self.where = self.where or other.where
+        self.lo, self.hi = min(self.lo, other.lo), max(self.hi, other.hi)
+        self.amax = max(self.amax, other.amax)
+        self.sums = [a + b for a, b in zip(self.sums, other.sums, strict=True)]
+        for v, n in other.counts.items():
+            self.counts[v] = self.counts.get(v, 0) + n
+        self.typed |= other.typed
+
+    def _looks(self, arr: pa.Array, at: tuple[str, int]) -> None:
+        """Count the cells that look like numbers (the regex runs once per distinct value) and
+        keep the first that does not."""
+        vc = pc.value_counts(arr.drop_null()).flatten()
+        looks = np.asarray(pc.match_substring_regex(vc[0], NUMBER))
+        self.numeric += int(np.asarray(vc[1])[looks].sum())
+        if self.bad is None and not looks.all():
+            i = int(np.flatnonzero(np.asarray(pc.is_in(arr, vc[0].filter(~looks))))[0])
+            self.bad = at[0], at[1] + i, str(arr[i].as_py())
+
+    def _numbers(self, arr: pa.Array, kind: str, train: np.ndarray) -> None:
+        x = as_float(arr, kind)
+        self.typed = True
+        if kind != "time":
+            self.numeric += len(arr) - arr.null_count
+        finite = x[np.isfinite(x)]
+        if finite.size:
+            self.lo, self.hi = min(self.lo, finite.min()), max(self.hi, finite.max())
+            self.amax = max(self.amax, float(np.abs(finite).max()))
+        t = x[train & np.isfinite(x)]
+        self.sums = [self.sums[0] + t.size, self.sums[1] + t.sum(), self.sums[2] + (t * t).sum()]
+
+    def _count(self, arr: pa.Array, train: np.ndarray) -> None:
+        values = arr.filter(pa.array(train)).drop_null()
+        if not pa.types.is_string(values.type):
+            values = values.cast(pa.string())
+        for item in pc.value_counts(values).to_pylist():
+            v = item["values"]
+            self.counts[v] = self.counts.get(v, 0) + item["counts"]
+
+
+def decide(name: str, role: str, coded: bool, st: Stats, float16: bool) -> Column:
+    """The stored column from its scan statistics (the module docstring's rules); `role` is
+    num or target, `coded` a --categorical column."""
+    col = Column(name, role, st.kind, missing=st.missing)
+    if coded or st.kind == "string":
+        col.role = "cat" if role == "num" else role
+        if not coded:
+            _check_text(col, st)
+        vocab = sorted(st.counts)
+        col.vocab, col.counts = vocab, [st.counts[v] for v in vocab]
+        col.dtype = code_dtype(len(vocab), name)
+        return col
+    if np.isfinite(st.lo):
+        col.lo, col.hi = float(st.lo), float(st.hi)
+    n, s, sq = st.sums
+    if n:
+        col.mean = s / n
+        col.std = float(np.sqrt(max(sq / n - col.mean**2, 0.0)))
+    if st.kind == "time":
+        col.dtype = "int64"
+    elif st.kind in ("int", "bool") and st.missing == 0:
+        col.dtype = int_dtype(int(st.lo), int(st.hi)) if col.lo is not None else "uint8"
+    else:
+        col.dtype = float_dtype(float16, st.amax)
+    return col
+
+
+def _check_text(col: Column, st: Stats) -> None:
+    """A text column that is mostly numbers holds a bad value (the first one is named); one
+    that mixes number blocks with text blocks cannot be coded from text counts alone."""
+    texts = st.rows - st.missing
+    if st.bad is not None and 2 * st.numeric > texts:
+        rel, row, value = st.bad
+        raise PrepError(
+            f"{rel}: row {row}, column {col.name}: {value!r} is not a number ({st.numeric:,} "
+            f"of {texts:,} values are). HINT: --na-values {value} declares it missing, or "
+            f"--categorical {col.name} keeps the column as text"
+        )
+    if st.typed:
+        raise PrepError(
+            f"{st.where}: column {col.name} holds numbers in some rows and text in others. "
+            f"HINT: --categorical {col.name} packs it as text codes"
+        )
