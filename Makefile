@@ -22,13 +22,22 @@ data/demo-raw/.done: $(STAMP) prep/demo.py
 	$(BIN)/prep demo data/demo-raw
 	touch $@
 
-dataset: $(STAMP) data/demo-raw/.done
+data/demo-ct/.done: $(STAMP) prep/kinds/volumes/phantoms.py
+	rm -rf data/demo-ct
+	$(BIN)/prep demo --volumes data/demo-ct
+	touch $@
+
+dataset: $(STAMP) data/demo-raw/.done data/demo-ct/.done
 	$(BIN)/prep pack --config configs/default.toml --overwrite
 	$(BIN)/prep verify data/demo-packed
 	$(BIN)/prep info data/demo-packed
 	$(BIN)/prep tokenize --config configs/default.toml --overwrite
 	$(BIN)/prep verify data/demo-tokens
 	$(BIN)/prep info data/demo-tokens
+	$(BIN)/prep volumes data/demo-ct/images data/demo-volumes --labels data/demo-ct/labels \
+		--spacing 1.5,1.5,1.5 --window -1000,400 --crop-foreground --overwrite -q
+	$(BIN)/prep verify data/demo-volumes
+	$(BIN)/prep info data/demo-volumes
 	$(BIN)/prep table data/demo-raw/table/houses.csv data/demo-table --target price --drop id \
 		--val-fraction 0.1 --overwrite -q
 	$(BIN)/prep info data/demo-table
@@ -40,6 +49,9 @@ dataset: $(STAMP) data/demo-raw/.done
 	@echo "Token dataset: data/demo-tokens. Load it with:"
 	@echo "  from loaders import TokenWindowDataset"
 	@echo "  ds = TokenWindowDataset('data/demo-tokens', block_size=256, split='train')"
+	@echo "Volume dataset: data/demo-volumes. Load patches with:"
+	@echo "  from loaders import PatchDataset"
+	@echo "  ds = PatchDataset('data/demo-volumes', patch=(48, 48, 48), per_volume=4)"
 	@echo "Table dataset: data/demo-table. Load it with:"
 	@echo "  from loaders import TableDataset"
 	@echo "  ds = TableDataset('data/demo-table', split='train')   # (x_num, x_cat, y) batches"

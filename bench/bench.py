@@ -373,6 +373,7 @@ def demo_data(raw: Path, count: int, smoke: bool, jobs: int) -> None:
 # Rows of other data kinds, each in a module of its own beside this file (bench/NAME.py) with
 # `rows(args, work) -> list[Row]`; `--only GROUP` picks them like the built-in groups.
 GROUPS: dict[str, str] = {"table": "bench_table", "augment": "bench_augment"}
+GROUPS["volumes"] = "bench_volumes"  # bench/bench_volumes.py
 
 
 def measure(args: argparse.Namespace, raw: Path, work: Path) -> list[Row]:

@@ -12,6 +12,8 @@ _EXPORTS = {
     "ImageShardDataset": "loaders.images",
     "TokenWindowDataset": "loaders.tokens",
     "DocumentDataset": "loaders.tokens",
+    "VolumeDataset": "loaders.volumes",
+    "PatchDataset": "loaders.volumes",
     "TableDataset": "loaders.tables",
     "Normalize": "loaders.gpu",
     "make_loader": "loaders.loader",

@@ -97,6 +97,17 @@ FIELDS: dict[str, Field] = {
         Field("orig_size", False, lambda s, c: (2,), ("uint32",), "int64"),
         Field("tokens", False, lambda s, c: (), UNSIGNED[:3], "int64"),
         Field("doc_offsets", False, lambda s, c: (), ("int64",), "int64"),
+        # Volumes differ in shape, so their arrays are flat: one voxel a sample, back to back
+        # per shard, cut into volumes by volume_shape and voxel_offsets (FORMAT.md). Voxels are
+        # returned in their stored dtype (int16 HU, uint8 windowed, float16): cast on the GPU.
+        Field("voxels", False, lambda s, c: (), ("int16", "uint8", "float16"), "int16"),
+        Field("label_voxels", False, lambda s, c: (), ("uint8",), "uint8"),
+        Field("volume_shape", False, lambda s, c: (3,), ("uint32",), "int64"),
+        Field("voxel_offsets", False, lambda s, c: (), ("int64",), "int64"),
+        # The foreground index: labelled voxels as flat uint32 indices, and per volume the
+        # bounds of each class 1..255 in them (256 int64).
+        Field("fg_voxels", False, lambda s, c: (), ("uint32",), "int64"),
+        Field("fg_offsets", False, lambda s, c: (256,), ("int64",), "int64"),
         # Table columns (prep table): one array per column, its index in `size` (num_3, cat_0);
         # narrow stored types, widened per batch: numbers to float32, codes to int64.
         Field("num", True, lambda s, c: (), NUMBERS, "float32"),

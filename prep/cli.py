@@ -137,6 +137,27 @@ Example: prep tokenize data/demo-raw/text data/demo-tokens --tokenizer bpe --voc
 _tokenize_command()
 
 
+def _volumes(cfg: Any, quiet: bool, profile: bool) -> None:
+    from prep.kinds.volumes.pack import volumes
+
+    _report(cfg, volumes(cfg, show_progress=not quiet, profile=profile), "volumes")
+
+
+def _volumes_command() -> None:
+    from prep.config import VolumeConfig
+
+    command = friendly(options.command(VolumeConfig, _volumes))
+    command.__doc__ = """Pack 3-D scans (NIfTI) once: reorient, resample, window or keep HU,
+crop to the foreground; PatchDataset then reads random patches through memory maps.
+
+Example: prep volumes scans/ packed-ct/ --labels segs/ --spacing 1.5,1.5,1.5 --window -1000,400
+"""
+    app.command("volumes")(command)
+
+
+_volumes_command()
+
+
 def _table(cfg: Any, quiet: bool, profile: bool) -> None:
     from prep.kinds.table.pack import pack_table
 
@@ -162,21 +183,40 @@ _table_command()
 @app.command()
 @friendly
 def demo(
-    raw: Annotated[Path, typer.Argument(help="Folder to write the raw demo data into.")],
+    raw: Annotated[
+        Optional[Path], typer.Argument(help="Folder to write the raw demo data into.")
+    ] = None,
     count: Annotated[int, typer.Option(help="Number of images.")] = 64,
     seed: Annotated[int, typer.Option(help="Same seed, same bytes.")] = 0,
     max_side: Annotated[int, typer.Option(help="Largest image side in px.")] = 4032,
     jobs: JobsOpt = None,
     quiet: QuietOpt = False,
+    volumes: Annotated[
+        Optional[Path], typer.Option(help="Also write CT-like NIfTI phantoms with labels here.")
+    ] = None,
 ) -> None:
     """Write a deterministic demo raw dataset: class folders of photo-like images, masks, text.
 
-    Example: prep demo data/demo-raw --count 64 --seed 0
+    Example: prep demo data/demo-raw --count 64 --seed 0; prep demo --volumes data/demo-ct
     """
     import os
 
     from prep.demo import make_demo
 
+    if volumes is not None:
+        from prep.kinds.volumes.phantoms import make_phantoms
+
+        if volumes.exists() and not volumes.is_dir():
+            raise PrepError(f"{volumes} is a file, not a folder. HINT: name a new folder")
+        n = len(make_phantoms(volumes, seed=seed)) // 2
+        typer.echo(
+            f"{volumes}: {n} CT phantoms (one a DICOM series) in {volumes / 'images'}, "
+            f"labels in {volumes / 'labels'}"
+        )
+    if raw is None:
+        if volumes is None:
+            raise UsageError("prep demo needs RAW, --volumes DIR, or both")
+        return
     if raw.exists() and not raw.is_dir():
         raise PrepError(f"{raw} is a file, not a folder. HINT: name a new folder for the demo")
     make_demo(raw, count, seed, jobs or os.cpu_count() or 1, max_side, not quiet)

@@ -272,10 +272,41 @@ def _check_offsets(manifest: Manifest, shard: Shard, arrays: Arrays) -> list[str
     return [] if ok else ["doc_offsets do not run from 0 to its token count"]
 
 
+def _check_volumes(manifest: Manifest, shard: Shard, arrays: Arrays) -> list[str]:
+    """A volume shard: `count` shapes, `count + 1` voxel offsets from 0 that step by each
+    volume's voxel count up to the voxels' length, labels as long as the voxels, and a
+    foreground index inside its volumes (read whole: a few bytes a volume and indexed voxel)."""
+    n, length = shard.count, {name: ref.length for name, ref in shard.arrays.items()}
+    if "voxels" not in arrays or "volume_shape" not in arrays or "voxel_offsets" not in arrays:
+        return ["a volume shard needs arrays voxels, volume_shape and voxel_offsets"]
+    if length["volume_shape"] != n or length["voxel_offsets"] != n + 1:
+        return [f"volume_shape and voxel_offsets do not hold {n} volumes"]
+    sizes = np.prod(read_layout(*arrays["volume_shape"]).astype(np.int64), axis=1)
+    off = read_layout(*arrays["voxel_offsets"])
+    if off[0] != 0 or not np.array_equal(np.diff(off), sizes) or off[-1] != length["voxels"]:
+        return ["voxel_offsets do not step by the volumes' sizes up to the voxel count"]
+    if "label_voxels" in length and length["label_voxels"] != length["voxels"]:
+        return ["label_voxels and voxels differ in length"]
+    if "fg_offsets" not in arrays or not n:
+        return []
+    bounds = read_layout(*arrays["fg_offsets"])
+    fg = read_layout(*arrays["fg_voxels"])
+    ok = length["fg_offsets"] == n and bool(np.all(np.diff(bounds, axis=1) >= 0))
+    ok = ok and bounds[0, 0] == 0 and bounds[-1, -1] == len(fg)
+    ok = ok and bool(np.all(bounds[1:, 0] == bounds[:-1, -1]))
+    if not ok:
+        return ["fg_offsets do not bound each volume's classes in fg_voxels"]
+    tops = [int(fg[a:b].max()) for a, b in zip(bounds[:, 0], bounds[:, -1], strict=True) if b > a]
+    used = [int(s) for s, a, b in zip(sizes, bounds[:, 0], bounds[:, -1], strict=True) if b > a]
+    ok = all(t < s for t, s in zip(tops, used, strict=True))
+    return [] if ok else ["fg_voxels hold a voxel outside its volume"]
+
+
 # The checks of one shard that depend on the manifest's kind, run once its headers are good.
 SHARD_CHECKS: dict[str, Callable[[Manifest, Shard, Arrays], list[str]]] = {
     "images": _check_images,
     "tokens": _check_offsets,
+    "volumes": _check_volumes,
     "table": _check_images,  # every column has the shard's count of rows
 }
 

@@ -23,7 +23,7 @@ REJECTS = "rejects.jsonl"
 # and puts the data of every .npy file at the same offset. 128 bytes holds any 4-D shape.
 NPY_HEADER_BYTES = 128
 STORAGES = ("npy", "h5")
-KINDS = ("images", "tokens", "table")
+KINDS = ("images", "tokens", "volumes", "table")
 
 
 class FormatError(ValueError):

@@ -145,7 +145,12 @@ def preview(
     masks: bool = True,
 ) -> PreviewResult:
     """Write a contact sheet of the first `count` samples at `size` px (default: the smallest
-    stored size) to `output` (any format Pillow writes, by extension)."""
+    stored size) to `output` (any format Pillow writes, by extension). A volume dataset
+    shows the middle slices of its volumes (prep.kinds.volumes.preview)."""
+    if read_manifest(root).kind == "volumes":
+        from prep.kinds.volumes.preview import preview_volumes
+
+        return preview_volumes(root, count, output, columns, masks)
     m, size = image_dataset(root, size, "preview shows")
     if count < 1 or (columns is not None and columns < 1):
         raise PrepError("--count and --columns must be at least 1")

@@ -27,7 +27,7 @@ def info(root: Path, batch_size: int = 256) -> str:
     m = remote[1] if remote else read_manifest(root)
     where = remote[0].root if remote else root
     images = m.kind == "images"
-    items = "samples" if images else "documents"
+    items = {"images": "samples", "volumes": "volumes"}.get(m.kind, "documents")
     lines = [
         f"{where}: {m.kind}, {m.num_samples:,} {items} in {len(m.shards)} {m.storage} shards, "
         f"{m.rejects} rejected, format v{m.format_version}, written by prep {m.tool_version}",

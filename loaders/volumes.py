@@ -1,0 +1,212 @@
+"""Volume datasets written by `prep volumes`: whole volumes, and random patches read in place.
+
+Volume v of a shard is a C-order view `voxels[off[v]:off[v + 1]].reshape(shape[v])` of the
+shard's memory map (FORMAT.md), axis k increasing toward letter k of the manifest's `orient`. A
+patch is one slice of that view: only the pages of its rows are read, and DataLoader workers
+and ranks share them through the page cache (no per-process copy of any volume).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from loaders.loader import Batch, check_indices, new_batch
+from loaders.store import DEFAULT_MAX_OPEN, ShardStore, pickled_state
+
+# What a dataset's fields read: "image" the voxels, "label" the class ids (uint8).
+ARRAYS = {"image": "voxels", "label": "label_voxels"}
+
+
+class VolumeDataset(Dataset[tuple[torch.Tensor, ...]]):
+    """Whole volumes of a packed volume dataset: item v is a tuple in `fields` order
+    (default: "image", and "label" when the dataset has labels) of (1, D, H, W) tensors, the
+    image in its stored dtype (int16, uint8 or float16), the label uint8. Volumes differ in
+    shape: batch them with batch_size=1, or use PatchDataset.
+
+    `meta(v)` gives the volume's geometry (shape, spacing, origin, direction, affine) as stored
+    and as in its source scan, to map a prediction back to the scan."""
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        fields: Sequence[str] | None = None,
+        *,
+        max_open: int = DEFAULT_MAX_OPEN,
+    ):
+        self.store = ShardStore(root, "volumes", max_open=max_open)
+        have = [f for f, name in ARRAYS.items() if name in self.store.manifest.arrays]
+        self.fields = tuple(have if fields is None else fields)
+        missing = [f for f in self.fields if f not in have]
+        if missing or not self.fields:
+            raise ValueError(f"{self.store.root} has no field {missing}; it has {have}")
+
+    @cached_property
+    def _starts(self) -> np.ndarray:
+        """Cumulative volume counts: shard s holds volumes [_starts[s], _starts[s + 1])."""
+        return np.cumsum([0] + [s.count for s in self.store.manifest.shards])
+
+    @property
+    def shard_sizes(self) -> list[int]:
+        """Volumes per shard, in manifest order (for order="quasi_random")."""
+        return np.diff(self._starts).tolist()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return pickled_state(self)
+
+    def __len__(self) -> int:
+        return int(self._starts[-1])
+
+    def meta(self, index: int) -> dict[str, Any]:
+        v = int(check_indices([index], len(self))[0])
+        return dict(self.store.manifest.extra["volumes"][v])
+
+    def _locate(self, v: int) -> tuple[int, int]:
+        shard = int(np.searchsorted(self._starts, v, side="right")) - 1
+        return shard, v - int(self._starts[shard])
+
+    def shape(self, v: int) -> tuple[int, int, int]:
+        shard, local = self._locate(v)
+        d, h, w = self.store.array(shard, "volume_shape")[local].tolist()
+        return d, h, w
+
+    def volume(self, v: int, field: str = "image") -> np.ndarray:
+        """Volume v of `field` as a read-only view of the memory map (no voxel read yet)."""
+        shard, local = self._locate(v)
+        start, stop = self.store.array(shard, "voxel_offsets")[local : local + 2].tolist()
+        flat = self.store.array(shard, ARRAYS[field])[start:stop]
+        return flat.reshape(self.store.array(shard, "volume_shape")[local].tolist())
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, ...]:
+        self.store.check()
+        v = int(check_indices([index], len(self))[0])
+        return tuple(torch.from_numpy(np.array(self.volume(v, f))[None]) for f in self.fields)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self.store.root)!r}, volumes={len(self)})"
+
+
+class PatchDataset(VolumeDataset):
+    """Random patches: item i is a patch of volume i // per_volume, a tuple in `fields` order
+    of (1, *patch) tensors (as VolumeDataset's). Read with `make_loader` for whole batches.
+
+    The patch centre depends only on (seed, epoch, i): the same for any number of workers or
+    ranks. With probability `foreground` (and a labelled volume) it is a labelled voxel, of a
+    class drawn uniformly among the volume's classes (so small structures are seen as often as
+    large ones); otherwise the patch lies anywhere inside the volume. Patches are kept inside
+    the volume; along an axis shorter than the patch the volume is centred and padded (images
+    with the value the volume was padded with when packed, labels with 0).
+    Call `set_epoch(e)` before each epoch for new patches; it reaches persistent workers."""
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        patch: Sequence[int],
+        per_volume: int = 1,
+        foreground: float = 0.33,
+        seed: int = 0,
+        fields: Sequence[str] | None = None,
+        *,
+        max_open: int = DEFAULT_MAX_OPEN,
+    ):
+        super().__init__(root, fields, max_open=max_open)
+        self.patch = tuple(int(p) for p in patch)
+        if len(self.patch) != 3 or min(self.patch) < 1 or per_volume < 1:
+            raise ValueError(f"patch {patch} must be 3 positive sizes, per_volume at least 1")
+        if not 0 <= foreground <= 1:
+            raise ValueError(f"foreground {foreground} must be a fraction 0..1")
+        self.per_volume, self.foreground, self.seed = per_volume, foreground, seed
+        self._labelled = "fg_offsets" in self.store.manifest.arrays
+        # In shared memory, so that set_epoch() reaches persistent workers, forked or spawned.
+        self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
+
+    def set_epoch(self, epoch: int) -> None:
+        self._epoch.fill_(epoch)
+
+    @property
+    def epoch(self) -> int:
+        return int(self._epoch)
+
+    def __len__(self) -> int:
+        return super().__len__() * self.per_volume
+
+    @property
+    def shard_sizes(self) -> list[int]:
+        return [n * self.per_volume for n in super().shard_sizes]
+
+    def start(self, index: int) -> np.ndarray:
+        """The patch's first voxel in its volume (negative along axes shorter than the patch)."""
+        v = index // self.per_volume
+        shape, patch = np.asarray(self.shape(v)), np.asarray(self.patch)
+        rng = np.random.default_rng([self.seed, self.epoch, index])
+        centre = self._foreground_voxel(v, shape, rng) if rng.random() < self.foreground else None
+        if centre is None:
+            start = np.asarray([rng.integers(0, max(n, 0) + 1) for n in shape - patch])
+        else:
+            start = np.clip(centre - patch // 2, 0, np.maximum(shape - patch, 0))
+        return np.where(shape < patch, (shape - patch) // 2, start)
+
+    def _foreground_voxel(
+        self, v: int, shape: np.ndarray, rng: np.random.Generator
+    ) -> np.ndarray | None:
+        """A labelled voxel of volume v (None when it has none): a class uniformly, then one of
+        its indexed voxels uniformly."""
+        if not self._labelled:
+            return None
+        shard, local = self._locate(v)
+        bounds = self.store.array(shard, "fg_offsets")[local]
+        classes = np.flatnonzero(np.diff(bounds))
+        if not classes.size:
+            return None
+        c = int(rng.choice(classes))
+        flat = self.store.array(shard, "fg_voxels")[rng.integers(bounds[c], bounds[c + 1])]
+        return np.asarray(np.unravel_index(int(flat), tuple(shape.tolist())))
+
+    def read(
+        self, index: int, field: str, out: np.ndarray, start: np.ndarray | None = None
+    ) -> None:
+        """Fill `out` (the patch shape) with item `index`'s patch of `field` (from `start`, by
+        default `self.start(index)`): one slice of the volume's map, so only the pages of the
+        patch's rows are read."""
+        v = index // self.per_volume
+        vol = self.volume(v, field)
+        start = self.start(index) if start is None else start
+        src, dst = [], []
+        for s, p, n in zip(start.tolist(), self.patch, vol.shape, strict=True):
+            lo, hi = max(s, 0), min(s + p, n)
+            src.append(slice(lo, hi))
+            dst.append(slice(lo - s, hi - s))
+        if any(d.stop - d.start < p for d, p in zip(dst, self.patch, strict=True)):
+            pad = self.store.manifest.extra["volumes"][v]["pad"] if field == "image" else 0
+            out.fill(pad)
+        out[tuple(dst)] = vol[tuple(src)]
+
+    def __getitems__(self, indices: Sequence[int]) -> Batch:
+        self.store.check()  # a repacked folder: refuse it rather than mix two datasets
+        idx = check_indices(indices, len(self)).tolist()
+        starts = [self.start(i) for i in idx]
+        tensors = []
+        for field in self.fields:
+            dtype = self.store.manifest.arrays[ARRAYS[field]].dtype
+            batch = new_batch((len(idx), 1, *self.patch), getattr(torch, dtype))
+            view = batch.numpy()
+            for row, i in enumerate(idx):
+                self.read(i, field, view[row, 0], starts[row])
+            tensors.append(batch)
+        return Batch(tuple(tensors))
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, ...]:
+        return tuple(t[0] for t in self.__getitems__([index]).tensors)
+
+    def __repr__(self) -> str:
+        return (
+            f"PatchDataset({str(self.store.root)!r}, patch={self.patch}, "
+            f"per_volume={self.per_volume}, foreground={self.foreground}, seed={self.seed}, "
+            f"volumes={super().__len__()}, patches={len(self)})"
+        )

@@ -1,0 +1,213 @@
+"""prep volumes: the 3-D kind of the run driver (prep.run.driver).
+
+Each shard task reads its scans one at a time (prep.kinds.volumes.sources) and runs the offline
+steps in order (prep.kinds.volumes.transform): reorient, resample, window or dtype, crop to the
+foreground, fit to one shape. Volumes differ in shape, so a shard stores its volumes' voxels
+back to back in one flat array per field, with each volume's shape and voxel offset: volume v
+of a shard is `voxels[off[v]:off[v + 1]].reshape(shape[v])`, a C-order view of the map.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from loaders.fields import FIELDS
+from loaders.format import ArrayRef, ArraySpec, Manifest, Shard
+from prep import PrepError
+from prep.config import VolumeConfig, float_list
+from prep.kinds.images.decode import Reject
+from prep.kinds.volumes import transform as tf
+from prep.kinds.volumes.sources import Item, list_volumes, read_pair
+from prep.run.driver import Inputs, Kind, RunSummary, run
+from prep.run.files import NpyWriter, publish, temp_path, writing
+from prep.run.inputs import reject_record
+from prep.run.profile import stage
+from prep.run.staging import write_record
+from prep.run.tasks import shard_task
+
+MAX_VOXELS = 2**32 - 1  # fg_voxels holds flat voxel indices as uint32
+LABELLED = ("label_voxels", "fg_voxels", "fg_offsets")
+
+
+def array_specs(dtype: str, labels: bool) -> dict[str, ArraySpec]:
+    """The arrays of a volume dataset (FORMAT.md): voxels in `dtype`, shapes and offsets, and
+    with labels their class ids and foreground index."""
+    specs = {"voxels": ArraySpec("voxels", None, dtype, ())}
+    names = ["volume_shape", "voxel_offsets", *(LABELLED if labels else ())]
+    specs |= {name: FIELDS[name].spec(None) for name in names}
+    for name, spec in specs.items():
+        problem = FIELDS[name].problem(spec)
+        if problem is not None:
+            raise ValueError(f"{name}: {problem}")
+    return specs
+
+
+def geometry(affine: np.ndarray, shape: tuple[int, ...]) -> dict[str, Any]:
+    """A grid as the manifest keeps it: shape, spacing (mm), origin (world mm of voxel 0),
+    direction (unit columns) and the affine itself."""
+    spacing = tf.spacing_of(affine)
+    return {
+        "shape": [int(n) for n in shape],
+        "spacing": spacing.tolist(),
+        "origin": affine[:3, 3].tolist(),
+        "direction": (affine[:3, :3] / spacing).tolist(),
+        "affine": affine.tolist(),
+    }
+
+
+def encode_volume(
+    item: Item, cfg: VolumeConfig
+) -> tuple[np.ndarray, np.ndarray | None, dict[str, Any]]:
+    """One scan -> (stored image, stored label or None, its manifest entry); Reject on bad
+    input. The steps run in the order README gives."""
+    with stage("read"):
+        scan, label = read_pair(item, cfg.volume_index)
+    with stage("transform"):
+        img, affine = tf.reorient(scan.data, scan.affine, cfg.orient)
+        lab = None if label is None else tf.reorient(label.data, label.affine, cfg.orient)[0]
+        spacing = float_list(cfg.spacing, 3, "--spacing")
+        if spacing is not None:
+            if lab is not None:
+                lab = tf.resample(lab, affine, spacing, linear=False)[0]
+            img, affine = tf.resample(img, affine, spacing, linear=True)
+        window = float_list(cfg.window, 2, "--window")
+        lo_hi = None if window is None else (window[0], window[1])
+        img = tf.to_stored(img, cfg.stored_dtype, lo_hi)
+        pad = img.min().item()
+        boxes = []
+        if cfg.crop_foreground:
+            lo, hi = tf.foreground_box(img, lab, cfg.margin)
+            boxes.append((lo, tuple(int(n) for n in hi - lo)))
+        if cfg.shape is not None:
+            size = tuple(int(float(n)) for n in cfg.shape.split(","))
+            boxes.append((None, size))
+        for start, size in boxes:
+            start = tf.centred_start(img.shape, size) if start is None else start
+            img = tf.box(img, start, size, pad)
+            lab = None if lab is None else tf.box(lab, start, size, 0)
+            affine = tf.translate(affine, start)
+    if img.size > MAX_VOXELS:
+        raise Reject("too_large", f"{img.size} voxels after resampling; at most {MAX_VOXELS}")
+    meta = {"path": item.rel, **geometry(affine, img.shape), "pad": pad}
+    meta["source"] = geometry(scan.affine, scan.data.shape)
+    return img, lab, meta
+
+
+def _writers(staging: Path, index: int, specs: dict[str, ArraySpec]) -> dict[str, NpyWriter]:
+    tmp = {name: temp_path(staging / f"{name}-{index:05d}.npy") for name in specs}
+    writers = {name: NpyWriter(tmp[name], s.dtype, s.shape) for name, s in specs.items()}
+    writers["voxel_offsets"].extend(np.zeros(1, np.int64))
+    return writers
+
+
+def _append(
+    writers: dict[str, NpyWriter], img: np.ndarray, lab: np.ndarray | None, end: int
+) -> None:
+    writers["voxels"].extend(img.reshape(-1))
+    writers["volume_shape"].append(np.asarray(img.shape, np.uint32))
+    writers["voxel_offsets"].extend(np.asarray([end + img.size], np.int64))
+    if lab is not None:
+        index = tf.foreground_index(lab)
+        writers["label_voxels"].extend(lab.reshape(-1))
+        writers["fg_offsets"].append(index.bounds + writers["fg_voxels"].length)
+        writers["fg_voxels"].extend(index.voxels)
+
+
+@shard_task
+def volumes_shard(
+    index: int, items: list[Item], cfg: VolumeConfig, specs: dict[str, ArraySpec], staging: Path
+) -> dict[str, Any]:
+    """The joblib task: volumes `items` into shard `index` under `staging`; return its record.
+
+    Memory holds one volume (and its resampled copies) at a time; no voxel leaves the process."""
+    with stage("write"):
+        writers = _writers(staging, index, specs)
+    rejects: list[dict[str, Any]] = []
+    volumes: list[dict[str, Any]] = []
+    with writing(writers.values()):
+        for item in items:
+            try:
+                img, lab, meta = encode_volume(item, cfg)
+            except Reject as r:
+                rejects.append(reject_record(item.rel, r.code, r.message))
+                continue
+            with stage("write"):
+                _append(writers, img, lab if "label_voxels" in writers else None, _end(writers))
+            volumes.append(meta)
+    names = {name: f"{name}-{index:05d}.npy" for name in specs}
+    files = {names[n]: publish(w.path, staging / names[n]) for n, w in writers.items()}
+    arrays = {n: ArrayRef(names[n], w.length) for n, w in writers.items()}
+    record = {
+        "index": index,
+        "shard": asdict(Shard(len(volumes), arrays, files)),
+        "rejects": rejects,
+        "volumes": volumes,
+    }
+    with stage("write"):
+        write_record(staging, index, record)
+    return record
+
+
+def _end(writers: dict[str, NpyWriter]) -> int:
+    return writers["voxels"].length
+
+
+class VolumesKind(Kind[VolumeConfig, list[Item]]):
+    """3-D scans (and label volumes) reoriented, resampled, windowed and cropped once."""
+
+    name = "volumes"
+    unit = "vol"
+    noun = "volumes"
+    task = staticmethod(volumes_shard)
+
+    def sources(self) -> list[Path]:
+        return [Path(p) for p in (self.cfg.src, self.cfg.labels) if p]
+
+    def list_inputs(self) -> Inputs:
+        cfg = self.cfg
+        labels = Path(cfg.labels).absolute() if cfg.labels else None
+        items, rejects, seen = list_volumes(Path(str(cfg.src)).absolute(), labels)
+        if cfg.limit is not None:
+            items = items[: cfg.limit]
+        if not items:
+            raise PrepError(
+                f"no NIfTI scans in {cfg.src} ({len(rejects)} rejected). "
+                "HINT: SRC is a folder of .nii/.nii.gz files, or one such file"
+            )
+        self.items = items
+        self.specs = array_specs(cfg.stored_dtype, labels is not None)
+        self.sizes = {path: size for path, size, _ in seen}
+        said = [(it.rel, str(it.label)) for it in items]
+        fingerprint = hashlib.sha256(json.dumps([seen, said]).encode()).hexdigest()
+        return Inputs(len(items), rejects, fingerprint)
+
+    def plan(self) -> list[list[Item]]:
+        n = self.cfg.shard_size
+        return [self.items[i : i + n] for i in range(0, len(self.items), n)]
+
+    def cost(self, shard: list[Item]) -> int:
+        return sum(self.sizes.get(str(it.path), 0) for it in shard)
+
+    def task_args(self, index: int, shard: list[Item], staging: Path) -> tuple[Any, ...]:
+        return (index, shard, self.cfg, self.specs, staging)
+
+    def manifest(self, records: list[dict[str, Any]]) -> Manifest:
+        volumes = [v for rec in records for v in rec["volumes"]]
+        return Manifest(
+            kind="volumes",
+            storage="npy",
+            arrays=self.specs,
+            shards=[Shard.from_dict(rec["shard"]) for rec in records],
+            extra={"orient": self.cfg.orient.upper(), "volumes": volumes},
+        )
+
+
+def volumes(cfg: VolumeConfig, show_progress: bool = True, profile: bool = False) -> RunSummary:
+    """Pack cfg.src's scans into cfg.out (prep.run.driver has the guarantees)."""
+    return run(VolumesKind(cfg), show_progress, profile)

@@ -1,0 +1,168 @@
+"""The offline steps of `prep volumes`, as pure functions: arrays and affines in, arrays out.
+
+A volume is a C-order array whose axis k increases toward letter k of its orientation code
+(RAS: axis 0 toward Right, 1 toward Anterior, 2 toward Superior) and a 4x4 affine mapping voxel
+indices (i, j, k, 1) to world millimetres. Every step returns the new array with the affine of
+its grid, so that a voxel of the stored volume maps to the same world point as in the scan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from prep.kinds.images.decode import Reject
+
+# Foreground sampling needs a few thousand voxels per class, not all of them (nnU-Net keeps
+# 10,000): the index then stays small whatever the organ's size.
+FG_PER_CLASS = 10_000
+MAX_CLASS = 255  # labels are stored as uint8 class ids
+FG_BOUNDS = MAX_CLASS + 1  # fg_offsets per volume: class c lies in [row[c - 1], row[c])
+STORED = {"int16": (-32768, 32767), "uint8": (0, 255), "float16": (-65504.0, 65504.0)}
+AXIS_PAIRS = ("RL", "AP", "SI")
+
+
+def check_orient(code: str) -> bool:
+    """Whether `code` is three letters naming each axis pair once: RAS, LPS, PIR ..."""
+    pairs = sorted(next((p for p in AXIS_PAIRS if c in p), "?") for c in code.upper())
+    return len(code) == 3 and pairs == sorted(AXIS_PAIRS)
+
+
+def spacing_of(affine: np.ndarray) -> np.ndarray:
+    """Voxel size (mm) along each array axis: the lengths of the affine's columns."""
+    return np.linalg.norm(affine[:3, :3], axis=0)
+
+
+def reorient(data: np.ndarray, affine: np.ndarray, code: str) -> tuple[np.ndarray, np.ndarray]:
+    """Flip and transpose `data` so axis k increases toward letter k of `code` (nibabel's
+    closest-axis orientation: an oblique scan keeps its tilt in the affine)."""
+    import nibabel.orientations as nio
+
+    now = nio.io_orientation(affine)
+    change = nio.ornt_transform(now, nio.axcodes2ornt(tuple(code.upper())))
+    out = np.ascontiguousarray(nio.apply_orientation(data, change))
+    return out, affine @ nio.inv_ornt_aff(change, data.shape)
+
+
+def _resample_axis(x: np.ndarray, axis: int, step: float, linear: bool) -> np.ndarray:
+    """Samples at old positions 0, step, 2 step ... along `axis` (all inside the old grid)."""
+    n = x.shape[axis]
+    count = int(np.floor((n - 1) / step + 1e-6)) + 1
+    pos = np.arange(count) * step
+    if not linear or n == 1:
+        return np.take(x, np.minimum(np.floor(pos + 0.5).astype(np.int64), n - 1), axis=axis)
+    lo = np.minimum(np.floor(pos).astype(np.int64), n - 2)
+    shape = [1] * x.ndim
+    shape[axis] = count
+    w = (pos - lo).astype(np.float32).reshape(shape)
+    return np.take(x, lo, axis=axis) * (1 - w) + np.take(x, lo + 1, axis=axis) * w
+
+
+def resample(
+    data: np.ndarray, affine: np.ndarray, spacing: tuple[float, ...], linear: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """`data` on a grid of `spacing` mm with the same first voxel: trilinear (`linear`, as
+    float32) or nearest neighbour. Trilinear interpolation is separable, so one axis at a time
+    gives the same values as interpolating all three at once, with a fraction of the memory."""
+    steps = np.asarray(spacing, np.float64) / spacing_of(affine)
+    out = data.astype(np.float32) if linear else data
+    for axis, step in enumerate(steps):
+        if abs(step - 1) > 1e-9:
+            out = _resample_axis(out, axis, float(step), linear)
+    return np.ascontiguousarray(out), affine @ np.diag([*steps, 1.0])
+
+
+def to_stored(data: np.ndarray, dtype: str, window: tuple[float, float] | None) -> np.ndarray:
+    """Intensities as stored: a window clips to [lo, hi] and scales to 0..255 (uint8);
+    otherwise values are rounded (integer dtypes) and must fit `dtype`, or the volume is a
+    `out_of_range` reject: a value is never wrapped or clipped silently."""
+    if window is not None:
+        lo, hi = window
+        scaled = (data.astype(np.float32) - lo) * np.float32(255 / (hi - lo))
+        return np.rint(np.clip(scaled, 0, 255)).astype(np.uint8)
+    values = data if dtype == "float16" else np.rint(data)
+    bottom, top = STORED[dtype]
+    low, high = float(values.min()), float(values.max())
+    if low < bottom or high > top:
+        raise Reject(
+            "out_of_range",
+            f"values {low:g}..{high:g} do not fit {dtype} ({bottom:g}..{top:g}); "
+            "HINT: --window LO,HI to store uint8, or another --dtype",
+        )
+    return values.astype(dtype)
+
+
+def box(data: np.ndarray, start: np.ndarray, size: tuple[int, ...], pad: float) -> np.ndarray:
+    """The box of `size` voxels from `start` (may be negative or run past the end): the part
+    inside the volume copied, the rest `pad`."""
+    out = np.full(size, pad, data.dtype)
+    src, dst = [], []
+    for a, (s, n) in enumerate(zip(start.tolist(), size, strict=True)):
+        lo, hi = max(s, 0), min(s + n, data.shape[a])
+        src.append(slice(lo, max(lo, hi)))
+        dst.append(slice(lo - s, lo - s + max(0, hi - lo)))
+    out[tuple(dst)] = data[tuple(src)]
+    return out
+
+
+def translate(affine: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """The affine of a grid whose voxel 0 is voxel `start` of `affine`'s grid."""
+    shift = np.eye(4)
+    shift[:3, 3] = start
+    return affine @ shift
+
+
+def foreground_box(image: np.ndarray, label: np.ndarray | None, margin: int) -> np.ndarray:
+    """(start, stop) per axis, shape (2, 3): the bounding box of the voxels above the volume's
+    lowest stored value (air, the scanner's padding) or labelled, grown by `margin` voxels and
+    kept inside the volume. The whole volume when it is uniform."""
+    mask = image > image.min()
+    if label is not None:
+        mask |= label > 0
+    shape = np.asarray(image.shape)
+    if not mask.any():
+        return np.stack([np.zeros(3, np.int64), shape])
+    lo, hi = [], []
+    for a in range(3):
+        hit = np.flatnonzero(mask.any(axis=tuple(b for b in range(3) if b != a)))
+        lo.append(int(hit[0]))
+        hi.append(int(hit[-1]) + 1)
+    return np.stack(
+        [np.maximum(np.asarray(lo) - margin, 0), np.minimum(np.asarray(hi) + margin, shape)]
+    )
+
+
+def centred_start(shape: tuple[int, ...], size: tuple[int, ...]) -> np.ndarray:
+    """Where a box of `size` starts to be centred on a volume of `shape` (negative: padding)."""
+    return (np.asarray(shape) - np.asarray(size)) // 2
+
+
+@dataclass
+class Index:
+    """A volume's foreground index: labelled voxels as flat C-order indices, sorted by class;
+    class c's are voxels[bounds[c - 1]:bounds[c]] (bounds: FG_BOUNDS values from 0)."""
+
+    voxels: np.ndarray  # uint32
+    bounds: np.ndarray  # int64 (FG_BOUNDS,)
+
+
+def foreground_index(label: np.ndarray, per_class: int = FG_PER_CLASS) -> Index:
+    """At most `per_class` voxels of each class, evenly spread over its sorted voxel indices
+    (deterministic: the same label, the same index)."""
+    flat = label.reshape(-1)
+    where = np.flatnonzero(flat)
+    order = np.argsort(flat[where], kind="stable")  # by class, then by voxel index
+    where = where[order]
+    counts = np.bincount(flat[where], minlength=FG_BOUNDS)[1:]
+    ends = np.cumsum(counts)
+    kept, bounds = [], [0]
+    for c, n in enumerate(counts.tolist()):
+        if n:
+            run = where[ends[c] - n : ends[c]]
+            if n > per_class:
+                run = run[np.linspace(0, n - 1, per_class).round().astype(np.int64)]
+            kept.append(run)
+        bounds.append(bounds[-1] + min(n, per_class))
+    voxels = np.concatenate(kept) if kept else np.zeros(0, np.int64)
+    return Index(voxels.astype(np.uint32), np.asarray(bounds, np.int64))
