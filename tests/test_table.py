@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from loaders import TableDataset, make_loader
@@ -132,6 +133,22 @@ def test_loader_orders_read_the_same_rows(tmp_path: Path) -> None:
         )
         key = np.lexsort(rows.T[::-1])
         np.testing.assert_array_equal(rows[key], full[np.lexsort(full.T[::-1])])
+
+
+def test_in_memory_reads_the_same_batches(tmp_path: Path) -> None:
+    out = _pack(
+        _write(_table(500), tmp_path / "t.csv"),
+        tmp_path / "o",
+        target="label",
+        shard_rows=200,
+        missing_mask=True,
+    )
+    order = np.random.default_rng(2).permutation(500)[:300]
+    mapped = TableDataset(out, missing_mask=True).__getitems__(order).tensors
+    memory = TableDataset(out, missing_mask=True, in_memory=True).__getitems__(order).tensors
+    assert len(mapped) == len(memory) == 4
+    for a, b in zip(mapped, memory, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
 
 
 def test_blocks_order_is_contiguous_runs() -> None:
