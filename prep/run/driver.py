@@ -16,6 +16,7 @@ import time
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
@@ -76,7 +77,7 @@ class Kind(ABC, Generic[C, S]):
     unit: ClassVar[str] = "img"  # of the progress bar: what `weight` counts
     noun: ClassVar[str] = "inputs"  # what --max-rejects counts
     summary: ClassVar[type[RunSummary]] = RunSummary
-    prepare_stage: ClassVar[str | None] = None  # the profile's name for `prepare`, if it works
+    prepare_stage: ClassVar[str | None] = None  # the profile's stage for `prepare` (None: untimed)
     task: Callable[..., dict[str, Any]]  # the shard task: a module-level function (it pickles)
 
     def __init__(self, cfg: C):
@@ -155,12 +156,11 @@ def run(kind: Kind[Any, Any], show_progress: bool = True, profile: bool = False)
                 kind, out, manifest, manifest.num_samples + manifest.rejects, n, n, start
             )
         staging = st.prepare_staging(out, plan, cfg.overwrite, cfg.resume)
-        if kind.prepare_stage is not None:
-            try:
-                with timer.stage(kind.prepare_stage):
-                    kind.prepare(staging, cfg.resume)
-            except OSError as e:
-                raise write_error(e, str(staging)) from e
+        try:
+            with timer.stage(kind.prepare_stage) if kind.prepare_stage else nullcontext():
+                kind.prepare(staging, cfg.resume)
+        except OSError as e:
+            raise write_error(e, str(staging)) from e
         shards = kind.plan()
         records = _reused(kind, staging, len(shards)) if cfg.resume else {}
         reused, prepared = len(records), time.perf_counter() - start
