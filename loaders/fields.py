@@ -108,6 +108,9 @@ FIELDS: dict[str, Field] = {
         # bounds of each class 1..255 in them (256 int64).
         Field("fg_voxels", False, lambda s, c: (), ("uint32",), "int64"),
         Field("fg_offsets", False, lambda s, c: (256,), ("int64",), "int64"),
+        # --targets: one array per CSV column, its index in `size` (volume_target_0), one value
+        # per volume in the smallest dtype; read as float32 when a column is float, else int64.
+        Field("volume_target", True, lambda s, c: (), NUMBERS, "float32"),
         # Table columns (prep table): one array per column, its index in `size` (num_3, cat_0);
         # narrow stored types, widened per batch: numbers to float32, codes to int64.
         Field("num", True, lambda s, c: (), NUMBERS, "float32"),

@@ -20,8 +20,10 @@ from torch.utils.data import Dataset
 from loaders.loader import Batch, check_indices, new_batch
 from loaders.store import DEFAULT_MAX_OPEN, ShardStore, pickled_state
 
-# What a dataset's fields read: "image" the voxels, "label" the class ids (uint8).
+# What a dataset's fields read: "image" the voxels, "label" the class ids (uint8); "target"
+# reads the volume's values of `prep volumes --targets` (arrays volume_target_0, ...).
 ARRAYS = {"image": "voxels", "label": "label_voxels"}
+TARGET = "volume_target"
 
 
 class VolumeDataset(Dataset[tuple[torch.Tensor, ...]]):
@@ -29,6 +31,10 @@ class VolumeDataset(Dataset[tuple[torch.Tensor, ...]]):
     (default: "image", and "label" when the dataset has labels) of (1, D, H, W) tensors, the
     image in its stored dtype (int16, uint8 or float16), the label uint8. Volumes differ in
     shape: batch them with batch_size=1, or use PatchDataset.
+
+    "target" (packed with --targets, asked for in `fields`) is the volume's row: a 0-d tensor
+    for one target column, else (n_columns,); float32 when a column is float, else int64
+    (class names are indices into `extra["targets"][j]["classes"]`).
 
     `meta(v)` gives the volume's geometry (shape, spacing, origin, direction, affine) as stored
     and as in its source scan, to map a prediction back to the scan."""
@@ -41,8 +47,12 @@ class VolumeDataset(Dataset[tuple[torch.Tensor, ...]]):
         max_open: int = DEFAULT_MAX_OPEN,
     ):
         self.store = ShardStore(root, "volumes", max_open=max_open)
-        have = [f for f, name in ARRAYS.items() if name in self.store.manifest.arrays]
+        arrays = self.store.manifest.arrays
+        have = [f for f, name in ARRAYS.items() if name in arrays]
         self.fields = tuple(have if fields is None else fields)
+        self._targets = [n for n in arrays if arrays[n].field == TARGET]
+        self._targets.sort(key=lambda n: arrays[n].size or 0)
+        have += ["target"] if self._targets else []
         missing = [f for f in self.fields if f not in have]
         if missing or not self.fields:
             raise ValueError(f"{self.store.root} has no field {missing}; it has {have}")
@@ -76,6 +86,19 @@ class VolumeDataset(Dataset[tuple[torch.Tensor, ...]]):
         d, h, w = self.store.array(shard, "volume_shape")[local].tolist()
         return d, h, w
 
+    @cached_property
+    def _target_dtype(self) -> torch.dtype:
+        arrays = self.store.manifest.arrays
+        floats = any(np.dtype(arrays[n].dtype).kind == "f" for n in self._targets)
+        return torch.float32 if floats else torch.int64
+
+    def target(self, v: int) -> torch.Tensor:
+        """Volume v's targets: a 0-d tensor for one column, else one value per column."""
+        shard, local = self._locate(v)
+        values = [self.store.array(shard, name)[local].item() for name in self._targets]
+        out = torch.tensor(values, dtype=self._target_dtype)
+        return out[0] if len(values) == 1 else out
+
     def volume(self, v: int, field: str = "image") -> np.ndarray:
         """Volume v of `field` as a read-only view of the memory map (no voxel read yet)."""
         shard, local = self._locate(v)
@@ -86,7 +109,10 @@ class VolumeDataset(Dataset[tuple[torch.Tensor, ...]]):
     def __getitem__(self, index: int) -> tuple[torch.Tensor, ...]:
         self.store.check()
         v = int(check_indices([index], len(self))[0])
-        return tuple(torch.from_numpy(np.array(self.volume(v, f))[None]) for f in self.fields)
+        return tuple(
+            self.target(v) if f == "target" else torch.from_numpy(np.array(self.volume(v, f))[None])
+            for f in self.fields
+        )
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({str(self.store.root)!r}, volumes={len(self)})"
@@ -193,6 +219,9 @@ class PatchDataset(VolumeDataset):
         starts = [self.start(i) for i in idx]
         tensors = []
         for field in self.fields:
+            if field == "target":  # each patch carries its volume's targets
+                tensors.append(torch.stack([self.target(i // self.per_volume) for i in idx]))
+                continue
             dtype = self.store.manifest.arrays[ARRAYS[field]].dtype
             batch = new_batch((len(idx), 1, *self.patch), getattr(torch, dtype))
             view = batch.numpy()

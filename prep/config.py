@@ -272,6 +272,9 @@ def float_list(text: str | None, n: int, what: str) -> tuple[float, ...] | None:
 class VolumeConfig(RunConfig):
     src: str | None = opt(None, "Folder of NIfTI scans (.nii, .nii.gz), or one scan.")
     labels: str | None = opt(None, "Folder of label volumes with the scans' relative stems.")
+    targets: str | None = opt(
+        None, "CSV of per-volume targets: the scan's path or stem, then target columns."
+    )
     orient: str = opt("RAS", "Axis codes: axis k of the stored array increases toward letter k.")
     spacing: str | None = opt(None, "Resample to this voxel size in mm, e.g. 1.5,1.5,2.")
     window: str | None = opt(None, "LO,HI: clip to the window and scale to uint8 (CT: -1000,400).")

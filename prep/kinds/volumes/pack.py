@@ -22,6 +22,7 @@ from loaders.format import ArrayRef, ArraySpec, Manifest, Shard
 from prep import PrepError
 from prep.config import VolumeConfig, float_list
 from prep.kinds.images.decode import Reject
+from prep.kinds.volumes import targets as tg
 from prep.kinds.volumes import transform as tf
 from prep.kinds.volumes.sources import Item, list_volumes, read_pair
 from prep.run.driver import Inputs, Kind, RunSummary, run
@@ -35,14 +36,18 @@ MAX_VOXELS = 2**32 - 1  # fg_voxels holds flat voxel indices as uint32
 LABELLED = ("label_voxels", "fg_voxels", "fg_offsets")
 
 
-def array_specs(dtype: str, labels: bool) -> dict[str, ArraySpec]:
-    """The arrays of a volume dataset (FORMAT.md): voxels in `dtype`, shapes and offsets, and
-    with labels their class ids and foreground index."""
+def array_specs(
+    dtype: str, labels: bool, targets: tg.Targets | None = None
+) -> dict[str, ArraySpec]:
+    """The arrays of a volume dataset (FORMAT.md): voxels in `dtype`, shapes and offsets, with
+    labels their class ids and foreground index, with targets one array per target column."""
     specs = {"voxels": ArraySpec("voxels", None, dtype, ())}
     names = ["volume_shape", "voxel_offsets", *(LABELLED if labels else ())]
     specs |= {name: FIELDS[name].spec(None) for name in names}
+    for j, col in enumerate(targets.columns if targets is not None else []):
+        specs[f"{tg.FIELD}_{j}"] = ArraySpec(tg.FIELD, j, col.dtype, FIELDS[tg.FIELD].shape(j, 0))
     for name, spec in specs.items():
-        problem = FIELDS[name].problem(spec)
+        problem = FIELDS[spec.field].problem(spec)
         if problem is not None:
             raise ValueError(f"{name}: {problem}")
     return specs
@@ -107,9 +112,13 @@ def _writers(staging: Path, index: int, specs: dict[str, ArraySpec]) -> dict[str
 
 
 def _append(
-    writers: dict[str, NpyWriter], img: np.ndarray, lab: np.ndarray | None, end: int
+    writers: dict[str, NpyWriter], item: Item, img: np.ndarray, lab: np.ndarray | None
 ) -> None:
+    end = writers["voxels"].length
     writers["voxels"].extend(img.reshape(-1))
+    for j, value in enumerate(item.target or ()):
+        w = writers[f"{tg.FIELD}_{j}"]
+        w.extend(np.asarray([value], w.dtype))
     writers["volume_shape"].append(np.asarray(img.shape, np.uint32))
     writers["voxel_offsets"].extend(np.asarray([end + img.size], np.int64))
     if lab is not None:
@@ -138,7 +147,7 @@ def volumes_shard(
                 rejects.append(reject_record(item.rel, r.code, r.message))
                 continue
             with stage("write"):
-                _append(writers, img, lab if "label_voxels" in writers else None, _end(writers))
+                _append(writers, item, img, lab if "label_voxels" in writers else None)
             volumes.append(meta)
     names = {name: f"{name}-{index:05d}.npy" for name in specs}
     files = {names[n]: publish(w.path, staging / names[n]) for n, w in writers.items()}
@@ -154,10 +163,6 @@ def volumes_shard(
     return record
 
 
-def _end(writers: dict[str, NpyWriter]) -> int:
-    return writers["voxels"].length
-
-
 class VolumesKind(Kind[VolumeConfig, list[Item]]):
     """3-D scans (and label volumes) reoriented, resampled, windowed and cropped once."""
 
@@ -167,23 +172,32 @@ class VolumesKind(Kind[VolumeConfig, list[Item]]):
     task = staticmethod(volumes_shard)
 
     def sources(self) -> list[Path]:
-        return [Path(p) for p in (self.cfg.src, self.cfg.labels) if p]
+        return [Path(p) for p in (self.cfg.src, self.cfg.labels, self.cfg.targets) if p]
 
     def list_inputs(self) -> Inputs:
         cfg = self.cfg
         labels = Path(cfg.labels).absolute() if cfg.labels else None
         items, rejects, seen = list_volumes(Path(str(cfg.src)).absolute(), labels)
+        self.targets = tg.read_targets(Path(cfg.targets)) if cfg.targets else None
+        if self.targets is not None and items:
+            listed = [it.rel for it in items] + [str(r["path"]) for r in rejects]
+            tg.check_rows(self.targets, {tg.scan_key(rel) for rel in listed})
+            st = self.targets.path.stat()
+            seen.append((str(self.targets.path.absolute()), st.st_size, st.st_mtime_ns))
         if cfg.limit is not None:
             items = items[: cfg.limit]
+        if self.targets is not None:
+            items, missing = tg.attach(self.targets, items)
+            rejects += missing
         if not items:
             raise PrepError(
                 f"no NIfTI scans in {cfg.src} ({len(rejects)} rejected). "
                 "HINT: SRC is a folder of .nii/.nii.gz files, or one such file"
             )
         self.items = items
-        self.specs = array_specs(cfg.stored_dtype, labels is not None)
+        self.specs = array_specs(cfg.stored_dtype, labels is not None, self.targets)
         self.sizes = {path: size for path, size, _ in seen}
-        said = [(it.rel, str(it.label)) for it in items]
+        said = [(it.rel, str(it.label)) for it in items]  # targets: the CSV is in `seen`
         fingerprint = hashlib.sha256(json.dumps([seen, said]).encode()).hexdigest()
         return Inputs(len(items), rejects, fingerprint)
 
@@ -199,12 +213,17 @@ class VolumesKind(Kind[VolumeConfig, list[Item]]):
 
     def manifest(self, records: list[dict[str, Any]]) -> Manifest:
         volumes = [v for rec in records for v in rec["volumes"]]
+        extra: dict[str, Any] = {"orient": self.cfg.orient.upper(), "volumes": volumes}
+        columns = self.targets.columns if self.targets is not None else []
+        if self.targets is not None:
+            extra["targets"] = tg.manifest_entry(self.targets)
         return Manifest(
             kind="volumes",
             storage="npy",
             arrays=self.specs,
             shards=[Shard.from_dict(rec["shard"]) for rec in records],
-            extra={"orient": self.cfg.orient.upper(), "volumes": volumes},
+            classes=columns[0].classes if len(columns) == 1 else None,
+            extra=extra,
         )
 
 

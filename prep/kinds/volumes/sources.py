@@ -29,6 +29,7 @@ class Item:
     rel: str  # path under SRC, posix
     path: Path
     label: Path | None = None
+    target: tuple[int | float, ...] | None = None  # one value per --targets column
 
 
 def stem(rel: str) -> str | None:
