@@ -374,6 +374,7 @@ def demo_data(raw: Path, count: int, smoke: bool, jobs: int) -> None:
 # `rows(args, work) -> list[Row]`; `--only GROUP` picks them like the built-in groups.
 GROUPS: dict[str, str] = {"table": "bench_table", "augment": "bench_augment"}
 GROUPS["volumes"] = "bench_volumes"  # bench/bench_volumes.py
+GROUPS["remote"] = "bench_remote"  # bench/bench_remote.py: S3 and HTTP on loopback
 
 
 def measure(args: argparse.Namespace, raw: Path, work: Path) -> list[Row]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -110,8 +112,9 @@ def test_a_kill_during_upload_then_resume_uploads_only_the_rest(
     first = list(sent)
     sent.clear()
     monkeypatch.setattr(prep.run.remote, "put", lambda *a: (real(*a), sent.append(a[2])))
-    summary = run_pack(raw_demo / "images", url, sizes=[64], shard_size=4, staging=staging,
-                       resume=True)  # fmt: skip
+    summary = run_pack(
+        raw_demo / "images", url, sizes=[64], shard_size=4, staging=staging, resume=True
+    )
     assert summary.reused == summary.shards == 6  # the local build is reused
     total = sum(len(s.files) for s in summary.manifest.shards) + 1  # and rejects.jsonl
     assert len(sent) == total - 3 and not set(sent) & set(first)
@@ -127,8 +130,15 @@ def test_overwrite_keeps_the_old_dataset_readable_until_the_new_manifest(
     url, staging = f"s3://{BUCKET}/over", str(tmp_path / "staging")
     run_pack(raw_demo / "images", url, sizes=[64], shard_size=8, staging=staging)
     old = ImageShardDataset(url, size=64, fields=("image",), cache_dir=tmp_path / "c")
-    run_pack(raw_demo / "images", url, sizes=[64], shard_size=8, staging=staging, overwrite=True,
-             mode="fit")  # fmt: skip
+    run_pack(
+        raw_demo / "images",
+        url,
+        sizes=[64],
+        shard_size=8,
+        staging=staging,
+        overwrite=True,
+        mode="fit",
+    )
     new = ImageShardDataset(url, size=64, fields=("image",), cache_dir=tmp_path / "c")
     files = {p.split(f"{BUCKET}/over/", 1)[1] for p in s3.find(url)}
     listed = {f for s in new.store.manifest.shards for f in s.files}
@@ -192,3 +202,78 @@ def test_a_network_failure_is_one_clear_error(
 def test_a_missing_bucket_is_one_clear_error(tmp_path: Path) -> None:
     with pytest.raises(FormatError, match=r"s3://no-such-bucket/ds/manifest.json does not exist"):
         ImageShardDataset("s3://no-such-bucket/ds", size=64, cache_dir=tmp_path)
+
+
+def _cached(cache: Path) -> set[str]:
+    return {p.name for p in (cache / "files").glob("??/*") if "." not in p.name}
+
+
+def test_a_small_cache_limit_evicts_without_breaking_the_epoch(
+    packed: Path, tmp_path: Path
+) -> None:
+    local = ImageShardDataset(packed, size=64, fields=("image", "mask", "label"))
+    one = max(f.bytes for s in local.store.manifest.shards for f in s.files.values())
+    cache = tmp_path / "cache"
+    with http_server(packed) as (url, starts):
+        holder = ImageShardDataset(url, size=64, fields=("image",), cache_dir=cache, max_open=1)
+        holder[0]  # another reader holds shard 0's image file
+        held = _cached(cache)
+        with pytest.warns(UserWarning, match=r"cache_limit .* below one window.*HINT"):
+            ds = ImageShardDataset(
+                url,
+                size=64,
+                fields=("image", "mask", "label"),
+                cache_dir=cache,
+                cache_limit=2 * one,
+                max_open=2,
+            )
+        for _epoch in range(2):
+            same_samples(ds, local)  # every file fetched again after eviction reads right
+        assert held <= _cached(cache)  # never evicted while another process uses it
+        files = len(local.store.manifest.shards) * 3 + 1  # and shard 0's image, held
+        assert sum(starts.values()) > files  # evicted files were downloaded again
+    total = sum(p.stat().st_size for p in (cache / "files").glob("??/*") if "." not in p.name)
+    assert total <= 2 * one + one  # the limit, and the one file the holder keeps
+
+
+def test_tokenize_to_s3_then_info_verify_and_load(tmp_path: Path, s3: Any) -> None:
+    from typer.testing import CliRunner
+
+    from loaders import DocumentDataset, TokenWindowDataset
+    from prep.cli import app
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(6):
+        (src / f"d{i}.txt").write_text(f"document {i} " * (i + 20))
+    url, local = f"s3://{BUCKET}/tok", tmp_path / "tok"
+    runner = CliRunner()
+    for out in (url, str(local)):
+        args = ["tokenize", str(src), out, "-t", "char", "-q", "--staging", str(tmp_path / "s")]
+        res = runner.invoke(app, args if out == url else args[:-2])
+        assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["info", url])
+    assert (
+        res.exit_code == 0
+        and res.output.startswith(f"{url}: tokens")
+        and "tokenizer char" in res.output
+    )
+    assert runner.invoke(app, ["verify", url]).exit_code == 0
+    cache = tmp_path / "cache"
+    a = TokenWindowDataset(url, block_size=16, cache_dir=cache)
+    b = TokenWindowDataset(local, block_size=16)
+    assert len(a) == len(b) and all(np.array_equal(a[i][0], b[i][0]) for i in range(len(a)))
+    assert len(DocumentDataset(url, split="train", cache_dir=cache)) == 6
+    s3.pipe_file(f"{url}/chars.json", b"{}")
+    res = runner.invoke(app, ["verify", url])
+    assert res.exit_code == 1 and f"tokenizer: {url}/chars.json checksum differs" in res.output
+
+
+def test_local_datasets_never_import_fsspec(packed: Path) -> None:
+    code = (
+        "import sys; sys.modules['fsspec'] = None\n"  # any import of fsspec now fails
+        "from loaders import ImageShardDataset\n"
+        f"ds = ImageShardDataset({str(packed)!r}, size=64); ds[0]\n"
+        "import prep.run.driver, prep.inspect.report\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

@@ -19,7 +19,13 @@ from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
 from loaders.format import MANIFEST, FormatError, Manifest
-from loaders.remote.cache import CHUNK, FileCache, default_cache_dir, parse_bytes
+from loaders.remote.cache import (
+    CHUNK,
+    FileCache,
+    default_cache_dir,
+    parse_bytes,
+    warn_small_cache,
+)
 
 T = TypeVar("T")
 RETRIES = 4  # tries of one read before it fails
@@ -61,7 +67,10 @@ def filesystem(url: str, storage_options: dict[str, Any] | None = None) -> Any:
             "gcsfs for gs://, aiohttp for http://)"
         ) from e
     try:
-        fs, _ = fsspec.core.url_to_fs(url, **(storage_options or {}))
+        # No listings cache: a file replaced remotely (a repack) must not be read with the
+        # size and ETag seen before; an instance of its own per backend and process.
+        options = {"use_listings_cache": False, "skip_instance_cache": True}
+        fs, _ = fsspec.core.url_to_fs(url, **(options | (storage_options or {})))
     except (ImportError, ValueError) as e:
         raise FormatError(
             f"{url}: no file system for it ({e}). HINT: pip install 'prep[s3]' for s3://"
@@ -162,6 +171,8 @@ class RemoteBackend:
         m = Manifest.from_json(data, url)
         self._files = {n: (f.bytes, f.sha256) for s in m.shards for n, f in s.files.items()}
         self._checked = time.monotonic(), stamp
+        shard_bytes = [sum(f.bytes for f in s.files.values()) for s in m.shards]
+        warn_small_cache(self.root, self.cache_limit, shard_bytes)
         return data, stamp
 
     def _remote_stamp(self) -> Stamp | None:
@@ -247,7 +258,19 @@ class RemoteBackend:
                     problems.append(
                         f"shard {i}: {self.root / name} checksum differs from the manifest"
                     )
-        return problems
+        return problems + (self._tokenizer_problems(manifest) if checksums else [])
+
+    def _tokenizer_problems(self, manifest: Manifest) -> list[str]:
+        """A token dataset's tokenizer file, checked as `prep verify` checks a local one."""
+        tok = manifest.extra.get("tokenizer")
+        if not (isinstance(tok, dict) and tok.get("file")):
+            return []
+        url = self.root / str(tok["file"])
+        try:
+            same = self.sha256(str(tok["file"])) == tok.get("sha256")
+        except FormatError:
+            return [f"tokenizer: {url} is missing"]
+        return [] if same else [f"tokenizer: {url} checksum differs from the manifest"]
 
     def __getstate__(self) -> dict[str, Any]:
         keep = ("root", "cache_dir", "cache_limit", "storage_options", "hold")

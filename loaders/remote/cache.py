@@ -20,6 +20,7 @@ import os
 import re
 import secrets
 import socket
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -47,6 +48,24 @@ def parse_bytes(limit: int | str | None) -> int | None:
     if not m or m.group(2).upper() not in UNITS:
         raise ValueError(f"cache_limit {limit!r} is not a size like '200GB' or '512MiB'")
     return parse_bytes(max(1, int(float(m.group(1)) * UNITS[m.group(2).upper()])))
+
+
+WINDOW = 8  # make_loader's default quasi_random window, in shards
+_warned: set[str] = set()
+
+
+def warn_small_cache(url: str, limit: int | None, shard_bytes: list[int]) -> None:
+    """Warn once per dataset when `limit` is below one window of its largest shards: every
+    epoch then downloads every shard again."""
+    window = sum(sorted(shard_bytes)[-WINDOW:])
+    if limit is not None and limit < window and url not in _warned:
+        _warned.add(url)
+        warnings.warn(
+            f"{url}: cache_limit {limit:,} bytes is below one window of {WINDOW} shards "
+            f"({window:,} bytes): each epoch downloads every shard again. HINT: raise "
+            "cache_limit, or pack smaller shards",
+            stacklevel=4,
+        )
 
 
 @contextlib.contextmanager

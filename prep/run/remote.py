@@ -50,11 +50,7 @@ def _remote_state(backend: RemoteBackend) -> tuple[dict[str, str], dict[str, int
         data = retried(
             backend.root / MANIFEST, lambda: backend.fs.cat_file(backend.root / MANIFEST)
         )
-        m = Manifest.from_json(data, backend.root / MANIFEST)
-        old = {n: f.sha256 for s in m.shards for n, f in s.files.items()}
-        tok = m.extra.get("tokenizer") or {}
-        if tok.get("file"):
-            old[str(tok["file"])] = str(tok.get("sha256"))
+        old = _files_of(Manifest.from_json(data, backend.root / MANIFEST))
     if MARKER in have:
         marker = json.loads(backend.fs.cat_file(backend.root / MARKER))
         old |= {n: old.get(n, "") for n in marker["files"]}
@@ -79,14 +75,12 @@ def check_remote_out(url: str, overwrite: bool, resume: bool) -> RemoteBackend:
     return backend
 
 
-def _local_files(local: Path, m: Manifest) -> dict[str, str]:
-    """Name -> sha256 of each file of the built dataset that is uploaded before the manifest."""
+def _files_of(m: Manifest) -> dict[str, str]:
+    """Name -> sha256 of each file `m` lists: its shards' and its tokenizer's."""
     files = {n: f.sha256 for s in m.shards for n, f in s.files.items()}
     tok = m.extra.get("tokenizer") or {}
     if tok.get("file"):
         files[str(tok["file"])] = str(tok.get("sha256"))
-    if (local / REJECTS).is_file():
-        files[REJECTS] = ""
     return files
 
 
@@ -120,7 +114,7 @@ def upload(backend: RemoteBackend, local: Path, resume: bool) -> int:
     """Steps 3 and 4 of the module docstring; how many files were uploaded."""
     old, have = _remote_state(backend)
     m = read_manifest(local)
-    files = _local_files(local, m)
+    files = _files_of(m) | ({REJECTS: ""} if (local / REJECTS).is_file() else {})
     gen = "v-" + hashlib.sha256(m.to_json().encode()).hexdigest()[:12]
     names = {n: f"{gen}/{n}" if old.get(n, sha) not in (sha, "") else n for n, sha in files.items()}
     root, fs = backend.root, backend.fs
