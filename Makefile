@@ -57,8 +57,8 @@ dataset: $(STAMP) data/demo-raw/.done data/demo-ct/.done
 	@echo "  ds = TableDataset('data/demo-table', split='train')   # (x_num, x_cat, y) batches"
 
 lint: $(STAMP)
-	$(BIN)/ruff check prep loaders tests bench
-	$(BIN)/ruff format --check prep loaders tests bench
+	$(BIN)/ruff check prep loaders tests bench examples
+	$(BIN)/ruff format --check prep loaders tests bench examples
 	$(BIN)/mypy
 
 test: $(STAMP) lint
