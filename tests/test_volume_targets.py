@@ -131,3 +131,22 @@ def test_float16_when_exact(scans: Path, tmp_path: Path) -> None:
     ds = VolumeDataset(tmp_path / "out", fields=("target",))
     assert ds.store.manifest.arrays["volume_target_0"].dtype == "float16"
     assert np.array_equal([ds[v][0].item() for v in range(3)], [0.5, -3.0, 1000.0])
+
+
+def test_a_target_array_of_another_length_is_refused(packed: Path, tmp_path: Path) -> None:
+    import shutil
+
+    from loaders import FormatError
+
+    copy = tmp_path / "copy"
+    shutil.copytree(packed, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    shard = manifest["shards"][0]
+    name = shard["arrays"]["volume_target_1"]["file"]
+    values = np.load(copy / name)
+    np.save(copy / name, values[:-1])  # one volume's target lost
+    shard["arrays"]["volume_target_1"]["length"] -= 1
+    shard["files"][name]["bytes"] = (copy / name).stat().st_size
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(FormatError, match="volume_target array does not hold"):
+        VolumeDataset(copy)

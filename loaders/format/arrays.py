@@ -287,6 +287,9 @@ def _check_volumes(manifest: Manifest, shard: Shard, arrays: Arrays) -> list[str
         return ["voxel_offsets do not step by the volumes' sizes up to the voxel count"]
     if "label_voxels" in length and length["label_voxels"] != length["voxels"]:
         return ["label_voxels and voxels differ in length"]
+    targets = [k for k in length if k.startswith("volume_target")]
+    if any(length[k] != n for k in targets):  # one value per volume (a --targets column)
+        return [f"a volume_target array does not hold {n} values"]
     if "fg_offsets" not in arrays or not n:
         return []
     bounds = read_layout(*arrays["fg_offsets"])
