@@ -190,6 +190,7 @@ def test_a_network_failure_is_one_clear_error(
     packed: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(loaders.remote, "BACKOFF", 0.01)
+    monkeypatch.setattr(loaders.remote, "CHECK_EVERY", 0.0)  # a look at the manifest a batch
     copy = shutil.copytree(packed, tmp_path / "served")
     with http_server(copy) as (url, _):
         ds = ImageShardDataset(url, size=64, fields=("image",), cache_dir=tmp_path / "c")
@@ -197,6 +198,7 @@ def test_a_network_failure_is_one_clear_error(
     with pytest.raises(OSError, match=r"image_64-00001.npy: cannot read it after 4 tries.*HINT"):
         ds[8]  # the server is gone
     assert ds[1][0].shape == (3, 64, 64)  # what was cached still reads
+    ds.__getitems__([0, 1])  # a batch looks at the remote manifest: that fails, and is let be
 
 
 def test_a_missing_bucket_is_one_clear_error(tmp_path: Path) -> None:

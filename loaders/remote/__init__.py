@@ -188,10 +188,15 @@ class RemoteBackend:
         return 0, 0, int(info.get("size") or 0), digest
 
     def manifest_stamp(self) -> Stamp | None:
-        """The remote manifest's size and ETag, looked at most every CHECK_EVERY seconds."""
+        """The remote manifest's size and ETag, looked at most every CHECK_EVERY seconds. When
+        the look fails (the network), the last one stands: cached files keep reading."""
         now = time.monotonic()
         if self._checked is None or now - self._checked[0] >= CHECK_EVERY:
-            self._checked = now, self._remote_stamp()
+            last = self._checked[1] if self._checked else None
+            try:
+                self._checked = now, self._remote_stamp()
+            except OSError:
+                self._checked = now, last
         return self._checked[1]
 
     def local_path(self, name: str) -> Path:
