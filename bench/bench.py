@@ -375,6 +375,7 @@ def demo_data(raw: Path, count: int, smoke: bool, jobs: int) -> None:
 GROUPS: dict[str, str] = {"table": "bench_table", "augment": "bench_augment"}
 GROUPS["volumes"] = "bench_volumes"  # bench/bench_volumes.py
 GROUPS["remote"] = "bench_remote"  # bench/bench_remote.py: S3 and HTTP on loopback
+GROUPS["train"] = "bench_train"  # bench/bench_train.py: a training loop fed three ways
 
 
 def measure(args: argparse.Namespace, raw: Path, work: Path) -> list[Row]:

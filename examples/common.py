@@ -134,16 +134,19 @@ class Stats:
 
 
 def timed(loader: Iterable[Any], stats: Stats) -> Iterator[Any]:
-    """The loader's batches; the time blocked in `next` counts as data wait."""
+    """The loader's batches; the time blocked in `iter` (workers start or reset: persistent
+    ones resume) and in `next`, the last call that ends the epoch included, is data wait."""
+    start = time.perf_counter()
     it = iter(loader)
     while True:
-        start = time.perf_counter()
         try:
             batch = next(it)
         except StopIteration:
+            stats.wait += time.perf_counter() - start
             return
         stats.wait += time.perf_counter() - start
         yield batch
+        start = time.perf_counter()
 
 
 class Trainer:
