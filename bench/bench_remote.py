@@ -39,7 +39,7 @@ def _checksum(root: str, cache: str) -> int:
     return int(sum(int(images.sum()) for images, _ in _loader(root, Path(cache))))
 
 
-def _s3_rows(local: Path, raw: Path, work: Path, reps: int) -> list[Row]:
+def _s3_rows(local: Path, raw: Path, work: Path, reps: int, epochs: int) -> list[Row]:
     from moto.server import ThreadedMotoServer
     from s3fs import S3FileSystem
     from s3server import free_port
@@ -62,7 +62,7 @@ def _s3_rows(local: Path, raw: Path, work: Path, reps: int) -> list[Row]:
         cache = Path(tempfile.mkdtemp(dir=work))
         first = epoch_rate(_loader(url, cache))  # the cache empty: every file downloaded
         cached, ref = 0.0, 0.0
-        for _ in range(max(5, 2 * reps)):  # interleaved; an epoch is short: the best of many
+        for _ in range(epochs):  # interleaved; an epoch is short: the best of many
             cached = max(cached, epoch_rate(_loader(url, cache)))
             ref = max(ref, epoch_rate(_loader(local, cache)))
         shutil.rmtree(cache)
@@ -75,13 +75,13 @@ def _s3_rows(local: Path, raw: Path, work: Path, reps: int) -> list[Row]:
     ]
 
 
-def _shared_cache_rows(local: Path, work: Path) -> list[Row]:
+def _shared_cache_rows(local: Path, work: Path, readers: int = READERS) -> list[Row]:
     from s3server import http_server
 
     cache = Path(tempfile.mkdtemp(dir=work))
     expected = _checksum(str(local), str(cache))
-    with http_server(local) as (url, starts), mp.get_context("spawn").Pool(READERS) as pool:
-        sums = pool.starmap(_checksum, [(url, str(cache))] * READERS)
+    with http_server(local) as (url, starts), mp.get_context("spawn").Pool(readers) as pool:
+        sums = pool.starmap(_checksum, [(url, str(cache))] * readers)
     shutil.rmtree(cache)
     m = read_manifest(local)
     # The cache is keyed by content: files with equal bytes (labels of a one-class shard) are
@@ -91,7 +91,7 @@ def _shared_cache_rows(local: Path, work: Path) -> list[Row]:
     corrupt = sum(s != expected for s in sums)
     return [
         Row(
-            f"9c {READERS} readers, one cache: GETs per distinct file",
+            f"9c {readers} readers, one cache: GETs per distinct file",
             gets / len(files),
             1.0,
             "GET",
@@ -99,9 +99,9 @@ def _shared_cache_rows(local: Path, work: Path) -> list[Row]:
             gets == len(files),
         ),
         Row(
-            f"9d {READERS} readers, one cache: corrupt of reads",
+            f"9d {readers} readers, one cache: corrupt of reads",
             corrupt,
-            READERS,
+            readers,
             "reads",
             "0 corrupt",
             corrupt == 0,
@@ -127,10 +127,12 @@ def rows(args: argparse.Namespace, work: Path) -> list[Row]:
                 "-q",
             ]
         )
+    readers = 2 if args.smoke else READERS  # the smoke run checks the script, briefly
     try:
         import moto.server  # noqa: F401  (the dev extra)
         import s3fs  # noqa: F401
     except ImportError:
         print("   (remote: no moto[server]/s3fs: rows 9a-9b left out)", file=sys.stderr)
-        return _shared_cache_rows(local, work)
-    return _s3_rows(local, raw, work, args.reps) + _shared_cache_rows(local, work)
+        return _shared_cache_rows(local, work, readers)
+    epochs = 1 if args.smoke else max(5, 2 * args.reps)
+    return _s3_rows(local, raw, work, args.reps, epochs) + _shared_cache_rows(local, work, readers)

@@ -101,7 +101,7 @@ def rows(args: argparse.Namespace, work: Path) -> list[Row]:
     from loaders import TableDataset, make_loader
 
     torch.set_num_threads(1)  # the limit and ours, one thread each
-    n = 20_000 if args.smoke else 1_000_000
+    n = 2_000 if args.smoke else 1_000_000
     csv = work.parent / "table" / f"rows{n}.csv"
     make_csv(csv, n)
     out = work / "table-packed"
