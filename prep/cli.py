@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import importlib
 import signal
 import threading
 from collections.abc import Callable
@@ -13,6 +14,8 @@ import typer
 
 from loaders.format import FormatError
 from prep import PrepError, UsageError, __version__, options
+from prep.config import PackConfig, RunConfig, TableConfig, TokenizeConfig, VolumeConfig
+from prep.run.profile import IMAGE_STAGES, TEXT_STAGES
 
 app = typer.Typer(
     help="Pack raw images and text once, offline, into uint8 shards that `loaders` memory-maps.",
@@ -63,8 +66,6 @@ QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar."
 
 
 def _pack(name: str, doc: str, gray: bool | None = None, one_size: bool = False) -> None:
-    from prep.config import PackConfig
-
     def run(cfg: Any, quiet: bool, profile: bool) -> None:
         from prep.kinds.images.pack import pack
 
@@ -72,21 +73,20 @@ def _pack(name: str, doc: str, gray: bool | None = None, one_size: bool = False)
             raise UsageError(
                 f"prep {name} makes one size, not {cfg.sizes}: use prep pack --sizes for several"
             )
-        _report(cfg, pack(cfg, show_progress=not quiet, profile=profile), "images")
+        _report(cfg, pack(cfg, show_progress=not quiet, profile=profile), IMAGE_STAGES)
 
     command = friendly(options.command(PackConfig, run, {"gray": gray}))
     command.__doc__ = doc
     app.command(name)(command)
 
 
-def _report(cfg: Any, summary: Any, kind: str) -> None:
-    """The summary line, then the --profile table."""
-    from prep.run.profile import IMAGE_STAGES, TEXT_STAGES, profile_table
+def _report(cfg: Any, summary: Any, stages: tuple[str, ...]) -> None:
+    """The summary line, then the --profile table (known `stages` first, in their order)."""
+    from prep.run.profile import profile_table
 
     typer.echo(summary.line())
     if summary.stages is not None:
         workers = min(cfg.n_jobs, max(1, summary.shards - summary.reused))
-        stages = IMAGE_STAGES if kind == "images" else TEXT_STAGES
         typer.echo(profile_table(summary.stages, stages, workers))
 
 
@@ -116,68 +116,61 @@ Example: prep grayscale data/raw/images data/gray --size 256
 )
 
 
-def _tokenize(cfg: Any, quiet: bool, profile: bool) -> None:
-    from prep.kinds.text.tokenize import tokenize
+def _kind(
+    name: str, config: type[RunConfig], runner: str, stages: tuple[str, ...], doc: str
+) -> None:
+    """A writing command: load its config, run `runner` ("module:function"), report."""
 
-    _report(cfg, tokenize(cfg, show_progress=not quiet, profile=profile), "text")
+    def run(cfg: Any, quiet: bool, profile: bool) -> None:
+        module, function = runner.split(":")
+        write = getattr(importlib.import_module(module), function)
+        _report(cfg, write(cfg, show_progress=not quiet, profile=profile), stages)
+
+    command = friendly(options.command(config, run))
+    command.__doc__ = doc
+    app.command(name)(command)
 
 
-def _tokenize_command() -> None:
-    from prep.config import TokenizeConfig
+# The run driver's data kinds beside pack: adding a kind is one entry here (its module is
+# imported only when its command runs).
+KINDS: dict[str, tuple[type[RunConfig], str, tuple[str, ...], str]] = {
+    "tokenize": (
+        TokenizeConfig,
+        "prep.kinds.text.tokenize:tokenize",
+        TEXT_STAGES,
+        """Tokenize text into flat token shards with document offsets, split train/val.
 
-    command = friendly(options.command(TokenizeConfig, _tokenize))
-    command.__doc__ = """Tokenize text into flat token shards (uint8/16/32) with document offsets,
-split into train and val; the tokenizer file travels in OUT.
+Tokens are uint8/16/32, the narrowest that holds the vocabulary; the tokenizer file travels in OUT.
 
 Example: prep tokenize data/demo-raw/text data/demo-tokens --tokenizer bpe --vocab-size 512
-"""
-    app.command("tokenize")(command)
+""",
+    ),
+    "volumes": (
+        VolumeConfig,
+        "prep.kinds.volumes.pack:volumes",
+        (),
+        """Pack 3-D scans (NIfTI, DICOM) once: reorient, resample, window, crop.
 
-
-_tokenize_command()
-
-
-def _volumes(cfg: Any, quiet: bool, profile: bool) -> None:
-    from prep.kinds.volumes.pack import volumes
-
-    _report(cfg, volumes(cfg, show_progress=not quiet, profile=profile), "volumes")
-
-
-def _volumes_command() -> None:
-    from prep.config import VolumeConfig
-
-    command = friendly(options.command(VolumeConfig, _volumes))
-    command.__doc__ = """Pack 3-D scans (NIfTI) once: reorient, resample, window or keep HU,
-crop to the foreground; PatchDataset then reads random patches through memory maps.
+PatchDataset then reads random patches through memory maps.
 
 Example: prep volumes scans/ packed-ct/ --labels segs/ --spacing 1.5,1.5,1.5 --window -1000,400
-"""
-    app.command("volumes")(command)
+""",
+    ),
+    "table": (
+        TableConfig,
+        "prep.kinds.table.pack:pack_table",
+        (),
+        """Pack CSV/TSV/JSONL/Parquet tables into typed column arrays.
 
-
-_volumes_command()
-
-
-def _table(cfg: Any, quiet: bool, profile: bool) -> None:
-    from prep.kinds.table.pack import pack_table
-
-    _report(cfg, pack_table(cfg, show_progress=not quiet, profile=profile), "table")
-
-
-def _table_command() -> None:
-    from prep.config import TableConfig
-
-    command = friendly(options.command(TableConfig, _table))
-    command.__doc__ = """Pack CSV/TSV/JSONL/Parquet tables into typed column arrays: integers
-narrowed, floats float32, text and --categorical columns as codes with their vocabulary, rows
-split train/val by a hash.
+Integers narrowed, floats float32, text and --categorical columns as codes with their
+vocabulary, rows split train/val by a hash.
 
 Example: prep table data/train.parquet packed-tab/ --target label --categorical city,device
-"""
-    app.command("table")(command)
-
-
-_table_command()
+""",
+    ),
+}
+for _name, _entry in KINDS.items():
+    _kind(_name, *_entry)
 
 
 @app.command()
