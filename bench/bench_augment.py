@@ -126,9 +126,9 @@ def rows(args: argparse.Namespace, work: Path) -> list[Row]:
     t = _best(fns, max(2, args.reps))
     shape = f"{n}x3x{side}x{side}->{size}"
     out = [
-        versus(f"9a augment {shape} vs kornia", n / t["ours"], n / t["kornia"], "img/s", ">= 2x"),
+        versus(f"11a augment {shape} vs kornia", n / t["ours"], n / t["kornia"], "img/s", ">= 2x"),
         versus(
-            f"9b augment {shape} vs per-image loop", n / t["ours"], n / t["loop"], "img/s", ">= 5x"
+            f"11b augment {shape} vs per-image loop", n / t["ours"], n / t["loop"], "img/s", ">= 5x"
         ),
     ]
     for letter, op in zip("cde", ("crop", "flip", "jitter"), strict=True):

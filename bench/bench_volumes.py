@@ -114,21 +114,21 @@ def rows(args: argparse.Namespace, work: Path) -> list[Row]:
     patch_mb = patch**3 * 3 / 2**20  # int16 image + uint8 label
     return [
         versus(
-            f"9a patches/s {patch}^3, 2 workers, vs nibabel+resample",
+            f"12a patches/s {patch}^3, 2 workers, vs nibabel+resample",
             ours,
             ref,
             "patch/s",
             ">= 20x",
         ),
         versus(
-            "9b packed int16 + labels vs a float32 cache",
+            "12b packed int16 + labels vs a float32 cache",
             packed / 1e6,
             voxels * 8 / 1e6,
             "MB",
             "<= 0.5x",
         ),
         Row(
-            "9c patch epoch: worker private memory growth, vs one patch",
+            "12c patch epoch: worker private memory growth, vs one patch",
             growth,
             patch_mb,
             "MB",
@@ -136,7 +136,7 @@ def rows(args: argparse.Namespace, work: Path) -> list[Row]:
             growth <= 4 * patch_mb + 2,
         ),  # 2 MB: noise
         info(
-            "9d prep volumes once, per scan, vs the baseline per patch",
+            "12d prep volumes once, per scan, vs the baseline per patch",
             pack_s / VOLUMES,
             1 / ref,
             "s",
