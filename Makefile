@@ -40,6 +40,7 @@ dataset: $(STAMP) data/demo-raw/.done data/demo-ct/.done
 	$(BIN)/prep info data/demo-volumes
 	$(BIN)/prep table data/demo-raw/table/houses.csv data/demo-table --target price --drop id \
 		--val-fraction 0.1 --overwrite -q
+	$(BIN)/prep verify data/demo-table
 	$(BIN)/prep info data/demo-table
 	@echo
 	@echo "Packed dataset: data/demo-packed. Load it in training with:"

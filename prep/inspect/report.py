@@ -27,7 +27,8 @@ def info(root: Path, batch_size: int = 256) -> str:
     m = remote[1] if remote else read_manifest(root)
     where = remote[0].root if remote else root
     images = m.kind == "images"
-    items = {"images": "samples", "volumes": "volumes"}.get(m.kind, "documents")
+    nouns = {"images": "samples", "volumes": "volumes", "table": "rows", "tokens": "documents"}
+    items = nouns[m.kind]
     lines = [
         f"{where}: {m.kind}, {m.num_samples:,} {items} in {len(m.shards)} {m.storage} shards, "
         f"{m.rejects} rejected, format v{m.format_version}, written by prep {m.tool_version}",
