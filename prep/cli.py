@@ -14,7 +14,9 @@ import typer
 
 from loaders.format import FormatError
 from prep import PrepError, UsageError, __version__, options
-from prep.config import PackConfig, RunConfig, TableConfig, TokenizeConfig, VolumeConfig
+from prep.config import PackConfig, RunConfig, TokenizeConfig
+from prep.kinds.table.config import TableConfig
+from prep.kinds.volumes.config import VolumeConfig
 from prep.run.profile import IMAGE_STAGES, TEXT_STAGES
 
 app = typer.Typer(

@@ -174,41 +174,6 @@ class TokenizeConfig(RunConfig):
         check(self.max_doc_mb > 0, f"--max-doc-mb {self.max_doc_mb}", "positive")
 
 
-@dataclass
-class TableConfig(RunConfig):
-    src: str | None = opt(
-        None, "A .csv/.tsv/.jsonl/.parquet file, a folder of them, or a quoted glob 'data/*.csv'."
-    )
-    limit: int | None = opt(None, "Only the first N rows.")
-    target: str | None = opt(None, "The column to predict (y); none: batches are (x_num, x_cat).")
-    categorical: str | None = opt(None, "Columns to code as categories, comma-separated.")
-    drop: str | None = opt(None, "Columns to leave out, comma-separated.")
-    key: str | None = opt(None, "Split by a hash of this column (default: of the whole row).")
-    val_fraction: float = opt(0.0, "Share of rows in val, chosen by a hash of --key or the row.")
-    na_values: str | None = opt(None, "Cell texts meaning missing besides '', e.g. N/A,-.")
-    float16: bool = opt(False, "Store floats as float16 where every value fits (|x| <= 65504).")
-    missing_mask: bool = opt(False, "Also store a 0/1 mask per numeric column with missing values.")
-    shard_rows: int = opt(262144, "Rows per shard (one task each).")
-
-    SECTION: ClassVar[str] = "table"
-
-    def names(self, key: str) -> list[str]:
-        """A comma-separated option as a list of column names."""
-        value = getattr(self, key)
-        return [n.strip() for n in value.split(",") if n.strip()] if value else []
-
-    def validate(self) -> None:
-        super().validate()
-        check(0 <= self.val_fraction < 1, f"--val-fraction {self.val_fraction}", "in [0, 1)")
-        check(self.shard_rows >= 1, f"--shard-rows {self.shard_rows}", "at least 1")
-        dropped = set(self.names("drop"))
-        for key in ("target", "key"):
-            value = getattr(self, key)
-            check(value not in dropped, f"--{key} {value}", "a column that is not dropped")
-        used = self.key is None or self.val_fraction > 0
-        check(used, f"--key {self.key}", "used with --val-fraction above 0")
-
-
 C = TypeVar("C", bound=RunConfig)
 
 
@@ -254,66 +219,3 @@ def load_config(cls: type[C], section: str, path: Path | None, overrides: dict[s
 def _type_name(hint: Any) -> str:
     """`int | None`, `list[int]`, `bool`: a type as the config file's reader would write it."""
     return str(hint).replace("typing.", "").replace("<class '", "").replace("'>", "")
-
-
-def float_list(text: str | None, n: int, what: str) -> tuple[float, ...] | None:
-    """`"1.5,1.5,2"` as (1.5, 1.5, 2.0); a bad or wrong-length list is a UsageError."""
-    if text is None:
-        return None
-    try:
-        values = tuple(float(x) for x in text.replace(" ", "").split(","))
-    except ValueError:
-        values = ()
-    check(len(values) == n, f"{what} {text!r}", f"{n} comma-separated numbers")
-    return values
-
-
-@dataclass
-class VolumeConfig(RunConfig):
-    src: str | None = opt(None, "Folder of NIfTI scans (.nii, .nii.gz), or one scan.")
-    labels: str | None = opt(None, "Folder of label volumes with the scans' relative stems.")
-    targets: str | None = opt(
-        None, "CSV of per-volume targets: the scan's path or stem, then target columns."
-    )
-    orient: str = opt("RAS", "Axis codes: axis k of the stored array increases toward letter k.")
-    spacing: str | None = opt(None, "Resample to this voxel size in mm, e.g. 1.5,1.5,2.")
-    window: str | None = opt(None, "LO,HI: clip to the window and scale to uint8 (CT: -1000,400).")
-    dtype: str = opt("int16", "Without --window: int16 | uint8 | float16 (values must fit).")
-    crop_foreground: bool = opt(
-        False, "Crop to the box of the non-background voxels.", "--crop-foreground"
-    )
-    margin: int = opt(0, "--crop-foreground: voxels kept around the box.")
-    shape: str | None = opt(None, "D,H,W: centre-crop or pad every volume to this shape.")
-    volume_index: int | None = opt(None, "4-D scans: the volume of the 4th axis to pack.")
-    shard_size: int = opt(8, "Volumes per shard (one task each).")
-
-    SECTION: ClassVar[str] = "volumes"
-
-    def validate(self) -> None:
-        from prep.kinds.volumes.transform import STORED, check_orient
-
-        super().validate()
-        check(check_orient(self.orient), f"--orient {self.orient}", "3 axis codes, e.g. RAS")
-        spacing = float_list(self.spacing, 3, "--spacing")
-        check(spacing is None or min(spacing) > 0, f"--spacing {self.spacing}", "positive mm")
-        window = float_list(self.window, 2, "--window")
-        check(window is None or window[0] < window[1], f"--window {self.window}", "LO < HI")
-        choice(self.dtype, tuple(STORED), "--dtype")
-        check(
-            window is None or self.dtype in ("int16", "uint8"),
-            f"--window with --dtype {self.dtype}",
-            "left out: a window stores uint8",
-        )
-        shape = float_list(self.shape, 3, "--shape")
-        check(
-            shape is None or all(s >= 1 and s == int(s) for s in shape),
-            f"--shape {self.shape}",
-            "3 whole voxel counts",
-        )
-        check(self.margin >= 0, f"--margin {self.margin}", "0 or more")
-        check(self.volume_index is None or self.volume_index >= 0, "--volume-index", ">= 0")
-        check(self.shard_size >= 1, f"--shard-size {self.shard_size}", "at least 1")
-
-    @property
-    def stored_dtype(self) -> str:
-        return "uint8" if self.window else self.dtype

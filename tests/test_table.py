@@ -19,7 +19,7 @@ from loaders.format import read_manifest
 from loaders.samplers import BLOCK_ROWS, epoch_order
 from prep import PrepError
 from prep.cli import app
-from prep.config import TableConfig
+from prep.kinds.table.config import TableConfig
 from prep.kinds.table.pack import pack_table
 from prep.kinds.table.types import code_dtype, float_dtype, int_dtype
 

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from loaders import FormatError, VolumeDataset, load_manifest
 from prep.cli import app
-from prep.config import VolumeConfig
+from prep.kinds.volumes.config import VolumeConfig
 from prep.kinds.volumes.pack import volumes
 from prep.kinds.volumes.phantoms import make_phantoms
 from prep.kinds.volumes.transform import foreground_index

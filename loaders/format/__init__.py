@@ -11,17 +11,15 @@ one contiguous, uncompressed `.h5` file per shard; either way they are read as m
 
 from loaders.format.arrays import (
     check_array,
-    check_files,
     iter_rejects,
-    load_manifest,
     map_array,
     map_layout,
     open_array,
-    problems_error,
     read_manifest,
     read_manifest_file,
     safe_path,
 )
+from loaders.format.checks import check_files, load_manifest, problems_error
 from loaders.format.schema import (
     FORMAT_NAME,
     FORMAT_VERSION,

@@ -23,7 +23,7 @@ import numpy as np
 from loaders.fields import FIELDS
 from loaders.format import ArrayRef, ArraySpec, Manifest, Shard
 from prep import PrepError
-from prep.config import TableConfig
+from prep.kinds.table.config import TableConfig
 from prep.kinds.table.encode import arrow_type, encode
 from prep.kinds.table.scan import Scan, read_text, scan
 from prep.kinds.table.sources import Block, list_tables

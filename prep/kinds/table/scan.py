@@ -11,7 +11,7 @@ from typing import Any
 import pyarrow as pa
 
 from prep import PrepError
-from prep.config import TableConfig
+from prep.kinds.table.config import TableConfig
 from prep.kinds.table.sources import Block, blocks, read_block
 from prep.kinds.table.split import val_mask
 from prep.kinds.table.types import Column, Stats, as_text, decide

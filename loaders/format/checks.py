@@ -1,0 +1,168 @@
+"""Checking a dataset folder against its manifest: every file, every array's header, then the
+checks of the manifest's kind (SHARD_CHECKS: sample counts, labels against classes, token and
+voxel offsets, foreground indices)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from loaders.format.arrays import Layout, check_array, read_layout, read_manifest, safe_path
+from loaders.format.schema import FormatError, Manifest, Shard
+
+
+def check_files(root: Path, manifest: Manifest, checksums: bool = False) -> list[str]:
+    """Problems found in the folder, one line each naming the shard and the file or array at
+    fault (empty: all good).
+
+    Always checks that every declared array has a file listed in its shard, presence, byte
+    sizes, dtypes and shapes, then the checks of the manifest's kind (SHARD_CHECKS); `checksums`
+    also recomputes sha256."""
+    problems: list[str] = []
+    for i, shard in enumerate(manifest.shards):
+        found = _file_problems(root, shard, checksums) + _array_problems(manifest, shard)
+        layouts: dict[str, tuple[Path, Layout]] = {}
+        if not found:  # the files are there and whole: read their headers
+            for name, ref in shard.arrays.items():
+                try:
+                    path = safe_path(root, ref.file)
+                    layouts[name] = path, check_array(path, ref, manifest.arrays[name], name)
+                except FormatError as e:
+                    found.append(str(e))
+        if not found:
+            found = SHARD_CHECKS[manifest.kind](manifest, shard, layouts)
+        problems += [f"shard {i}: {p}" for p in found]
+    return problems
+
+
+def _file_problems(root: Path, shard: Shard, checksums: bool) -> list[str]:
+    found = []
+    for rel, info in shard.files.items():
+        try:
+            path = safe_path(root, rel)
+            st = os.stat(path)
+        except FormatError as e:
+            found.append(str(e))
+        except OSError:
+            found.append(f"{root / rel} is missing")
+        else:
+            if not stat.S_ISREG(st.st_mode):
+                found.append(f"{path} is not a regular file")
+            elif st.st_size != info.bytes:
+                found.append(f"{path} is {st.st_size} bytes, manifest says {info.bytes}")
+            elif checksums and _sha256(path) != info.sha256:
+                found.append(f"{path} checksum differs from the manifest")
+    return found
+
+
+def _array_problems(manifest: Manifest, shard: Shard) -> list[str]:
+    found = [
+        f"array {name} is declared in the manifest but has no file"
+        for name in sorted(set(manifest.arrays) - set(shard.arrays))
+    ]
+    for name, ref in shard.arrays.items():
+        if name not in manifest.arrays:
+            found.append(f"array {name} is not declared in the manifest")
+        elif ref.file not in shard.files:
+            found.append(f"array {name} is in {ref.file}, not among its files")
+    return found
+
+
+Arrays = dict[str, tuple[Path, Layout]]  # a shard's arrays: name -> file, checked layout
+
+
+def _check_images(manifest: Manifest, shard: Shard, arrays: Arrays) -> list[str]:
+    """Every array has the shard's count of samples; labels index `classes` (read whole: a
+    few bytes a sample)."""
+    found = [
+        f"array {name} has {ref.length} samples, the shard {shard.count}"
+        for name, ref in shard.arrays.items()
+        if ref.length != shard.count
+    ]
+    if found or "label" not in arrays or manifest.classes is None or not shard.count:
+        return found
+    path, layout = arrays["label"]
+    top, n = int(read_layout(path, layout).max()), len(manifest.classes)
+    return [f"{path}: label {top} is not one of the {n} classes"] if top >= n else []
+
+
+def _check_offsets(manifest: Manifest, shard: Shard, arrays: Arrays) -> list[str]:
+    """A token shard's document offsets: count + 1 of them, from 0, never decreasing, up to
+    the shard's token count (read whole: 8 bytes a document)."""
+    if "doc_offsets" not in arrays or "tokens" not in arrays:
+        return ["a token shard needs arrays tokens and doc_offsets"]
+    off = read_layout(*arrays["doc_offsets"]).reshape(-1)
+    ok = (
+        len(off) == shard.count + 1
+        and off[0] == 0
+        and off[-1] == shard.arrays["tokens"].length
+        and bool(np.all(np.diff(off) >= 0))
+    )
+    return [] if ok else ["doc_offsets do not run from 0 to its token count"]
+
+
+def _check_volumes(manifest: Manifest, shard: Shard, arrays: Arrays) -> list[str]:
+    """A volume shard: `count` shapes, `count + 1` voxel offsets from 0 that step by each
+    volume's voxel count up to the voxels' length, labels as long as the voxels, and a
+    foreground index inside its volumes (read whole: a few bytes a volume and indexed voxel)."""
+    n, length = shard.count, {name: ref.length for name, ref in shard.arrays.items()}
+    if "voxels" not in arrays or "volume_shape" not in arrays or "voxel_offsets" not in arrays:
+        return ["a volume shard needs arrays voxels, volume_shape and voxel_offsets"]
+    if length["volume_shape"] != n or length["voxel_offsets"] != n + 1:
+        return [f"volume_shape and voxel_offsets do not hold {n} volumes"]
+    sizes = np.prod(read_layout(*arrays["volume_shape"]).astype(np.int64), axis=1)
+    off = read_layout(*arrays["voxel_offsets"])
+    if off[0] != 0 or not np.array_equal(np.diff(off), sizes) or off[-1] != length["voxels"]:
+        return ["voxel_offsets do not step by the volumes' sizes up to the voxel count"]
+    if "label_voxels" in length and length["label_voxels"] != length["voxels"]:
+        return ["label_voxels and voxels differ in length"]
+    targets = [k for k in length if k.startswith("volume_target")]
+    if any(length[k] != n for k in targets):  # one value per volume (a --targets column)
+        return [f"a volume_target array does not hold {n} values"]
+    if "fg_offsets" not in arrays or not n:
+        return []
+    bounds = read_layout(*arrays["fg_offsets"])
+    fg = read_layout(*arrays["fg_voxels"])
+    ok = length["fg_offsets"] == n and bool(np.all(np.diff(bounds, axis=1) >= 0))
+    ok = ok and bounds[0, 0] == 0 and bounds[-1, -1] == len(fg)
+    ok = ok and bool(np.all(bounds[1:, 0] == bounds[:-1, -1]))
+    if not ok:
+        return ["fg_offsets do not bound each volume's classes in fg_voxels"]
+    tops = [int(fg[a:b].max()) for a, b in zip(bounds[:, 0], bounds[:, -1], strict=True) if b > a]
+    used = [int(s) for s, a, b in zip(sizes, bounds[:, 0], bounds[:, -1], strict=True) if b > a]
+    ok = all(t < s for t, s in zip(tops, used, strict=True))
+    return [] if ok else ["fg_voxels hold a voxel outside its volume"]
+
+
+# The checks of one shard that depend on the manifest's kind, run once its headers are good.
+SHARD_CHECKS: dict[str, Callable[[Manifest, Shard, Arrays], list[str]]] = {
+    "images": _check_images,
+    "tokens": _check_offsets,
+    "volumes": _check_volumes,
+    "table": _check_images,  # every column has the shard's count of rows
+}
+
+
+def problems_error(problems: list[str]) -> FormatError:
+    """One FormatError line for check_files' problems: the first three, and how many more."""
+    more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+    return FormatError("; ".join(problems[:3]) + more + ". HINT: run `prep verify`, repack")
+
+
+def load_manifest(root: str | os.PathLike[str]) -> Manifest:
+    """Read and validate a dataset folder; raise FormatError naming the first problems."""
+    manifest = read_manifest(root)
+    problems = check_files(Path(root), manifest)
+    if problems:
+        raise problems_error(problems)
+    return manifest
+
+
+def _sha256(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()

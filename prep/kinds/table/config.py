@@ -1,0 +1,43 @@
+"""`prep table` options (prep.config has the options every command shares)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from prep.config import RunConfig, check, opt
+
+
+@dataclass
+class TableConfig(RunConfig):
+    src: str | None = opt(
+        None, "A .csv/.tsv/.jsonl/.parquet file, a folder of them, or a quoted glob 'data/*.csv'."
+    )
+    limit: int | None = opt(None, "Only the first N rows.")
+    target: str | None = opt(None, "The column to predict (y); none: batches are (x_num, x_cat).")
+    categorical: str | None = opt(None, "Columns to code as categories, comma-separated.")
+    drop: str | None = opt(None, "Columns to leave out, comma-separated.")
+    key: str | None = opt(None, "Split by a hash of this column (default: of the whole row).")
+    val_fraction: float = opt(0.0, "Share of rows in val, chosen by a hash of --key or the row.")
+    na_values: str | None = opt(None, "Cell texts meaning missing besides '', e.g. N/A,-.")
+    float16: bool = opt(False, "Store floats as float16 where every value fits (|x| <= 65504).")
+    missing_mask: bool = opt(False, "Also store a 0/1 mask per numeric column with missing values.")
+    shard_rows: int = opt(262144, "Rows per shard (one task each).")
+
+    SECTION: ClassVar[str] = "table"
+
+    def names(self, key: str) -> list[str]:
+        """A comma-separated option as a list of column names."""
+        value = getattr(self, key)
+        return [n.strip() for n in value.split(",") if n.strip()] if value else []
+
+    def validate(self) -> None:
+        super().validate()
+        check(0 <= self.val_fraction < 1, f"--val-fraction {self.val_fraction}", "in [0, 1)")
+        check(self.shard_rows >= 1, f"--shard-rows {self.shard_rows}", "at least 1")
+        dropped = set(self.names("drop"))
+        for key in ("target", "key"):
+            value = getattr(self, key)
+            check(value not in dropped, f"--{key} {value}", "a column that is not dropped")
+        used = self.key is None or self.val_fraction > 0
+        check(used, f"--key {self.key}", "used with --val-fraction above 0")
