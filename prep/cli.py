@@ -15,8 +15,10 @@ import typer
 from loaders.format import FormatError
 from prep import PrepError, UsageError, __version__, options
 from prep.config import PackConfig, RunConfig, TokenizeConfig
+from prep.inspect import commands as inspect
 from prep.kinds.table.config import TableConfig
 from prep.kinds.volumes.config import VolumeConfig
+from prep.options import QuietOpt
 from prep.run.profile import IMAGE_STAGES, TEXT_STAGES
 
 app = typer.Typer(
@@ -64,7 +66,6 @@ def _interrupt(signum: int, frame: Any) -> None:
 JobsOpt = Annotated[
     Optional[int], typer.Option("--jobs", "-j", help="Worker processes (0: all cores).")
 ]
-QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
 
 
 def _pack(name: str, doc: str, gray: bool | None = None, one_size: bool = False) -> None:
@@ -221,127 +222,9 @@ def demo(
     )
 
 
-@app.command()
-@friendly
-def info(
-    root: Annotated[Path, typer.Argument(help="A packed dataset folder.")],
-    batch_size: Annotated[int, typer.Option(help="Batch size for the RAM column.")] = 256,
-) -> None:
-    """Counts, fields, shapes, dtypes, bytes on disk and RAM per batch of a packed dataset.
-
-    Example: prep info data/demo-packed --batch-size 128
-    """
-    from prep.inspect.report import info as describe
-
-    typer.echo(describe(root, batch_size))
-
-
-@app.command()
-@friendly
-def verify(
-    root: Annotated[Path, typer.Argument(help="A packed dataset folder.")],
-    limit: Annotated[
-        Optional[int], typer.Option(help="Only the shards holding the first N samples.")
-    ] = None,
-) -> None:
-    """Recompute every checksum and shape; exit 1 naming each bad file.
-
-    Example: prep verify data/demo-packed
-    """
-    from prep.inspect.report import verify as check
-
-    manifest, problems = check(root, limit)
-    for p in problems:
-        typer.echo(f"bad: {p}", err=True)
-    if problems:
-        typer.echo(
-            f"error: {len(problems)} problems in {root}. HINT: restore the files named above, "
-            "or pack the dataset again (--overwrite)",
-            err=True,
-        )
-        raise typer.Exit(EXIT_FAILED)
-    files = sum(len(s.files) for s in manifest.shards)
-    typer.echo(f"{root}: ok, {manifest.num_samples} samples, {files} files verified")
-
-
-@app.command()
-@friendly
-def preview(
-    root: Annotated[Path, typer.Argument(help="A packed dataset folder.")],
-    size: Annotated[
-        Optional[int], typer.Option("--size", "-s", help="Stored size in px (default: smallest).")
-    ] = None,
-    count: Annotated[
-        int, typer.Option("--count", "--limit", "-n", help="Tiles: the first N samples.")
-    ] = 64,
-    output: Annotated[
-        Path, typer.Option("--output", "-o", help="Image to write (.png; .jpg is smaller).")
-    ] = Path("sheet.png"),
-    columns: Annotated[
-        Optional[int], typer.Option(help="Tiles per row (default: a square sheet).")
-    ] = None,
-    masks: Annotated[bool, typer.Option("--masks/--no-masks", help="Overlay masks.")] = True,
-) -> None:
-    """A contact sheet of packed samples: index and class under each tile, masks in colour.
-
-    Shows a wrong rotation, a bad crop or a misaligned mask at a glance.
-
-    Example: prep preview data/demo-packed --size 128 --count 32 --output sheet.png
-    """
-    from loaders.format import read_manifest
-    from prep.inspect.preview import preview as sheet
-
-    if read_manifest(root).kind == "table":  # rows decoded back, as text
-        from prep.kinds.table.show import first_rows
-
-        typer.echo(first_rows(root, min(count, 20)))
-        return
-    typer.echo(sheet(root, size, count, output, columns, masks).line())
-
-
-@app.command()
-@friendly
-def tune(
-    root: Annotated[Path, typer.Argument(help="A packed image dataset folder.")],
-    size: Annotated[
-        Optional[int], typer.Option("--size", "-s", help="Stored size in px (default: smallest).")
-    ] = None,
-    batch_size: Annotated[int, typer.Option("--batch-size", "-b", help="Samples per batch.")] = 64,
-    seconds: Annotated[float, typer.Option(help="Timed seconds per worker count.")] = 3.0,
-    workers: Annotated[
-        Optional[str],
-        typer.Option(help="Worker counts to try, e.g. 0,2,4 (default: 0, 1, 2, ... cores)."),
-    ] = None,
-    prefetch_factor: Annotated[int, typer.Option(help="Batches in flight per worker.")] = 2,
-    limit: Annotated[Optional[int], typer.Option(help="Only the first N samples.")] = None,
-    plot: Annotated[
-        Optional[Path], typer.Option(help="Also draw samples/s against workers to this PNG.")
-    ] = None,
-    quiet: QuietOpt = False,
-) -> None:
-    """Time the real loader at 0, 1, 2, ... workers and recommend a worker count.
-
-    Runs make_loader over ImageShardDataset for --seconds per worker count and prints samples/s,
-    CPU use and the RAM of batches in flight (workers x prefetch x batch bytes).
-
-    Example: prep tune data/demo-packed --size 256 --batch-size 64 --plot tune.png
-    """
-    from prep.inspect.tune import check_plot
-    from prep.inspect.tune import plot as draw
-    from prep.inspect.tune import tune as run
-
-    try:
-        counts = [int(w) for w in workers.split(",") if w.strip()] if workers else None
-    except ValueError:
-        raise typer.BadParameter(f"{workers!r} is not a list of counts, e.g. 0,2,4") from None
-    if plot is not None:
-        check_plot()  # matplotlib is the [plot] extra: fail before the timed run
-    result = run(root, size, batch_size, seconds, counts, prefetch_factor, limit, not quiet)
-    typer.echo(result.table())
-    typer.echo(result.advice())
-    if plot is not None:
-        draw(result, plot)
-        typer.echo(f"plot: {plot}")
+# info, verify, preview, tune: the commands that look at a packed dataset (prep.inspect).
+for _look in (inspect.info, inspect.verify, inspect.preview, inspect.tune):
+    app.command()(friendly(_look))
 
 
 @app.callback(invoke_without_command=True)
