@@ -18,6 +18,7 @@ from loaders.format.arrays import (
     read_manifest,
     read_manifest_file,
     safe_path,
+    sha256_file,
 )
 from loaders.format.checks import check_files, load_manifest, problems_error
 from loaders.format.schema import (
@@ -63,4 +64,5 @@ __all__ = [
     "read_manifest",
     "read_manifest_file",
     "safe_path",
+    "sha256_file",
 ]

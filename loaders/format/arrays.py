@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import io
 import json
 import math
@@ -184,3 +185,9 @@ def iter_rejects(root: Path) -> Iterator[dict[str, Any]]:
     if (root / REJECTS).is_file():
         with open(root / REJECTS, encoding="utf-8") as f:
             yield from (json.loads(line) for line in f if line.strip())
+
+
+def sha256_file(path: Path) -> str:
+    """The hex sha256 of a file's bytes (the manifest's `sha256`)."""
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()

@@ -4,7 +4,6 @@ voxel offsets, foreground indices)."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
 from collections.abc import Callable
@@ -12,7 +11,14 @@ from pathlib import Path
 
 import numpy as np
 
-from loaders.format.arrays import Layout, check_array, read_layout, read_manifest, safe_path
+from loaders.format.arrays import (
+    Layout,
+    check_array,
+    read_layout,
+    read_manifest,
+    safe_path,
+    sha256_file,
+)
 from loaders.format.schema import FormatError, Manifest, Shard
 
 
@@ -55,7 +61,7 @@ def _file_problems(root: Path, shard: Shard, checksums: bool) -> list[str]:
                 found.append(f"{path} is not a regular file")
             elif st.st_size != info.bytes:
                 found.append(f"{path} is {st.st_size} bytes, manifest says {info.bytes}")
-            elif checksums and _sha256(path) != info.sha256:
+            elif checksums and sha256_file(path) != info.sha256:
                 found.append(f"{path} checksum differs from the manifest")
     return found
 
@@ -161,8 +167,3 @@ def load_manifest(root: str | os.PathLike[str]) -> Manifest:
     if problems:
         raise problems_error(problems)
     return manifest
-
-
-def _sha256(path: Path) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()

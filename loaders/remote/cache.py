@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import os
 import re
 import secrets
@@ -26,7 +25,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from loaders.format import FormatError
+from loaders.format import FormatError, sha256_file
 
 CHUNK = 1 << 22  # bytes a read while downloading
 HOST = socket.gethostname()
@@ -116,7 +115,7 @@ class FileCache:
                 download(f)
                 f.flush()
                 os.fsync(f.fileno())
-            got_size, got = tmp.stat().st_size, _sha256(tmp)
+            got_size, got = tmp.stat().st_size, sha256_file(tmp)
             if (got_size, got) != (size, sha256):
                 raise FormatError(
                     f"{source}: {got_size} bytes with sha256 {got[:16]}..., the manifest says "
@@ -182,8 +181,3 @@ def _whole(path: Path, size: int) -> bool:
         return path.stat().st_size == size
     except FileNotFoundError:
         return False
-
-
-def _sha256(path: Path) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()

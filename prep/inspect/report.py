@@ -8,10 +8,9 @@ from pathlib import Path
 import numpy as np
 
 from loaders.fields import FIELDS
-from loaders.format import FormatError, Manifest, check_files, read_manifest, safe_path
+from loaders.format import FormatError, Manifest, check_files, read_manifest, safe_path, sha256_file
 from loaders.remote import open_remote
 from prep import PrepError
-from prep.run.files import sha256_file
 
 
 def mb(n: float) -> str:

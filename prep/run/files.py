@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import secrets
 import socket
@@ -14,7 +13,7 @@ from typing import Any, BinaryIO, Protocol
 
 import numpy as np
 
-from loaders.format import NPY_HEADER_BYTES, FileInfo
+from loaders.format import NPY_HEADER_BYTES, FileInfo, sha256_file
 from prep.run.profile import stage
 
 HOST = socket.gethostname()
@@ -29,11 +28,6 @@ def temp_path(final: Path) -> Path:
     True
     """
     return final.with_name(f".{final.name}.{HOST}-{os.getpid()}-{secrets.token_hex(4)}.tmp")
-
-
-def sha256_file(path: Path) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def named(e: OSError, path: Path | str) -> OSError:

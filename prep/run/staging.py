@@ -16,9 +16,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from loaders.format import MANIFEST, REJECTS
+from loaders.format import MANIFEST, REJECTS, sha256_file
 from prep import PrepError
-from prep.run.files import atomic_write_text, sha256_file
+from prep.run.files import atomic_write_text
 from prep.run.tasks import write_error
 
 RUN_DIR = ".prep-run"  # inside OUT.partial: the plan and one record per finished shard

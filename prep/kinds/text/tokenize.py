@@ -22,14 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from loaders.fields import FIELDS
-from loaders.format import Manifest, Shard
+from loaders.format import Manifest, Shard, sha256_file
 from prep import PrepError
 from prep.config import TokenizeConfig
 from prep.kinds.text.documents import DocumentReader, Piece, count_documents, line_starts, list_text
 from prep.kinds.text.shard import MB, SPLITS, fit_ids, is_val, tokenize_shard
 from prep.kinds.text.tokenizers import fit_tokenizer, load_saved, tokenizer_identity
 from prep.run.driver import Inputs, Kind, RunSummary, run
-from prep.run.files import sha256_file
 
 __all__ = ["TokenizeSummary", "fit_ids", "is_val", "plan_shards", "token_dtype", "tokenize"]
 
