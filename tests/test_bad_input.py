@@ -26,8 +26,9 @@ from loaders import ImageShardDataset
 from loaders.format import iter_rejects, read_manifest
 from prep import PrepError
 from prep.cli import app
-from prep.kinds.images.decode import BACKGROUND, Reject, decode_image, decode_mask
+from prep.kinds.images.decode import BACKGROUND, decode_image, decode_mask
 from prep.kinds.images.sources import list_images
+from prep.run.inputs import Reject
 
 # ---------------------------------------------------------------- helpers
 

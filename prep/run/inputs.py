@@ -3,11 +3,16 @@ what cannot be read (the README's reject codes)."""
 
 from __future__ import annotations
 
+import csv
 import errno
+import json
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
+
+from prep import PrepError
 
 
 def reject_record(rel: str, code: str, message: str) -> dict[str, Any]:
@@ -105,3 +110,32 @@ def walk(root: Path, exts: frozenset[str]) -> tuple[list[tuple[str, Path]], list
     found.sort()
     rejects.sort(key=lambda r: r["path"])
     return found, rejects
+
+
+class Reject(Exception):
+    """An input that cannot be used; `code` is one of the README's reject codes."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+# An integer in a list or CSV: ASCII only ("²" and "٣" pass str.isdigit, and int() takes "٣").
+INTEGER = re.compile(r"-?[0-9]+")
+
+
+def read_rows(src: Path) -> list[tuple[int, Any]]:
+    """(line number, row) of every row of a CSV (header first) or JSONL list (blank lines
+    skipped); the line number is where the row ends."""
+    try:
+        with open(src, newline="", encoding="utf-8-sig") as f:
+            if src.suffix.lower() == ".csv":
+                reader = csv.DictReader(f)
+                return [(reader.line_num, row) for row in reader]
+            return [(n, json.loads(line)) for n, line in enumerate(f, 1) if line.strip()]
+    except (OSError, ValueError, csv.Error) as e:  # ValueError: bad UTF-8, JSON, huge ints
+        raise PrepError(
+            f"{src}: cannot read the list ({e}). HINT: a CSV with a header row or "
+            "JSON lines with a 'path' key"
+        ) from e

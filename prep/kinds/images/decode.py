@@ -20,7 +20,7 @@ import cv2
 import numpy as np
 from PIL import Image, ImageFile, UnidentifiedImageError
 
-from prep.run.inputs import check_file, os_reject_code
+from prep.run.inputs import Reject, check_file, os_reject_code
 from prep.run.profile import timed
 
 MODES = ("fill", "fit", "stretch")
@@ -41,15 +41,6 @@ _ORIENT = {
     7: (Image.Transpose.TRANSVERSE,),
     8: (Image.Transpose.ROTATE_90,),
 }
-
-
-class Reject(Exception):
-    """An input that cannot be used; `code` is one of the README's reject codes."""
-
-    def __init__(self, code: str, message: str):
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 @dataclass(frozen=True)

@@ -21,11 +21,11 @@ from loaders.fields import FIELDS
 from loaders.format import ArrayRef, ArraySpec, Manifest, Shard, array_name
 from prep import PrepError
 from prep.config import PackConfig
-from prep.kinds.images.decode import BACKGROUND, Reject, decode_image, decode_mask, sizes_from
+from prep.kinds.images.decode import BACKGROUND, decode_image, decode_mask, sizes_from
 from prep.kinds.images.sources import Item, Listing, list_images
 from prep.run.driver import Inputs, Kind, RunSummary, run
 from prep.run.files import NpyWriter, named, publish, temp_path, writing
-from prep.run.inputs import reject_record
+from prep.run.inputs import Reject, reject_record
 from prep.run.profile import stage
 from prep.run.staging import write_record
 from prep.run.tasks import shard_task

@@ -5,15 +5,12 @@ entries, so the shard plan depends only on the inputs and the config."""
 
 from __future__ import annotations
 
-import csv
-import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from prep import PrepError
-from prep.run.inputs import check_file, reject_record, walk
+from prep.run.inputs import INTEGER, check_file, read_rows, reject_record, walk
 
 IMAGE_EXTS = frozenset(
     [
@@ -97,26 +94,9 @@ def list_folder(src: Path) -> tuple[list[Item], list[str] | None, list[dict[str,
 
 
 MAX_LABEL = 2**31 - 1  # the largest class id: it fits int32, and every label dtype we store
-_INTEGER = re.compile(r"-?[0-9]+")  # ASCII only: "²" and "٣" pass str.isdigit, int() takes "٣"
 _HINT_KINDS = "labels are all integers (class ids, ASCII digits) or all class names"
 
 Label = int | str | None  # an integer label, a class name, or none
-
-
-def _read_rows(src: Path) -> list[tuple[int, Any]]:
-    """(line number, row) of every row of a CSV (header first) or JSONL list (blank lines
-    skipped); the line number is where the row ends."""
-    try:
-        with open(src, newline="", encoding="utf-8-sig") as f:
-            if src.suffix.lower() == ".csv":
-                reader = csv.DictReader(f)
-                return [(reader.line_num, row) for row in reader]
-            return [(n, json.loads(line)) for n, line in enumerate(f, 1) if line.strip()]
-    except (OSError, ValueError, csv.Error) as e:  # ValueError: bad UTF-8, JSON, huge ints
-        raise PrepError(
-            f"{src}: cannot read the list ({e}). HINT: a CSV with a header row or "
-            "JSON lines with a 'path' key"
-        ) from e
 
 
 def _check_paths(src: Path, rows: list[tuple[int, Any]]) -> None:
@@ -139,7 +119,7 @@ def _label(src: Path, n: int, value: Any) -> Label:
     if value is None or value == "":
         return None
     if isinstance(value, str):
-        if not _INTEGER.fullmatch(value):
+        if not INTEGER.fullmatch(value):
             return value
         sign, digits = value[: value.startswith("-")], value.lstrip("-").lstrip("0") or "0"
         return int(sign + digits[:100])  # int() refuses 4300 digits; 100 are past any bound
@@ -196,7 +176,7 @@ def list_file(
     Rows keep the list's order; `limit` keeps the first rows. Integer labels (ASCII decimal,
     0..MAX_LABEL) are used as they are; class names map to their index in the sorted set of all
     the list's names."""
-    rows = _read_rows(src)
+    rows = read_rows(src)
     _check_paths(src, rows)
     labels, classes = _labels(src, rows)
     items: list[Item] = []

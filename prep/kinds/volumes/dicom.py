@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from prep.kinds.images.decode import Reject
+from prep.run.inputs import Reject
 
 LPS_TO_RAS = np.diag([-1.0, -1.0, 1.0, 1.0])  # DICOM's patient axes are L, P, S
 GAP_TOLERANCE = 0.01  # of the slice spacing: scanners round positions to about a micron

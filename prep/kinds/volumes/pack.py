@@ -20,14 +20,13 @@ import numpy as np
 from loaders.fields import FIELDS
 from loaders.format import ArrayRef, ArraySpec, Manifest, Shard
 from prep import PrepError
-from prep.kinds.images.decode import Reject
 from prep.kinds.volumes import targets as tg
 from prep.kinds.volumes import transform as tf
 from prep.kinds.volumes.config import VolumeConfig, float_list
 from prep.kinds.volumes.sources import Item, list_volumes, read_pair
 from prep.run.driver import Inputs, Kind, RunSummary, run
 from prep.run.files import NpyWriter, publish, temp_path, writing
-from prep.run.inputs import reject_record
+from prep.run.inputs import Reject, reject_record
 from prep.run.profile import stage
 from prep.run.staging import write_record
 from prep.run.tasks import shard_task

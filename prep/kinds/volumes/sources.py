@@ -13,10 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from prep.kinds.images.decode import Reject
 from prep.kinds.volumes.dicom import read_series
 from prep.kinds.volumes.transform import MAX_CLASS
-from prep.run.inputs import check_file, walk
+from prep.run.inputs import Reject, check_file, walk
 
 NIFTI = (".nii.gz", ".nii")
 # What nibabel raises for a cut or damaged file: gzip streams that end early (EOFError), bad

@@ -20,10 +20,9 @@ import numpy as np
 
 from loaders.fields import FIELDS
 from prep import PrepError
-from prep.kinds.images.sources import _INTEGER, _read_rows
 from prep.kinds.table.types import NUMBER, int_dtype
 from prep.kinds.volumes.sources import Item, stem
-from prep.run.inputs import reject_record
+from prep.run.inputs import INTEGER, read_rows, reject_record
 
 FIELD = "volume_target"  # arrays volume_target_0, volume_target_1, ... in column order
 _NUMBER = re.compile(NUMBER)
@@ -59,7 +58,7 @@ def read_targets(path: Path) -> Targets:
     """The targets of a CSV with a header row; PrepError naming the file and line when bad."""
     if path.suffix.lower() != ".csv" or not path.is_file():
         raise PrepError(f"--targets {path}: no such CSV file. HINT: a .csv with a header row")
-    rows = _read_rows(path)
+    rows = read_rows(path)
     header = list(rows[0][1]) if rows else []
     if len(header) < 2:
         raise PrepError(
@@ -105,7 +104,7 @@ def _column(path: Path, name: str, cells: list[tuple[int, str]]) -> tuple[Column
         index = {c: i for i, c in enumerate(classes)}
         dtype = FIELDS[FIELD].spec(0, max_value=len(classes) - 1).dtype
         return Column(name, dtype, classes), [index[v] for _, v in names]
-    if all(_INTEGER.fullmatch(v) for _, v in numbers):
+    if all(INTEGER.fullmatch(v) for _, v in numbers):
         ints: list[Value] = [int(v) for _, v in numbers]
         try:
             dtype = int_dtype(int(min(ints)), int(max(ints)))

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from prep.kinds.images.decode import Reject
+from prep.run.inputs import Reject
 
 # Foreground sampling needs a few thousand voxels per class, not all of them (nnU-Net keeps
 # 10,000): the index then stays small whatever the organ's size.
