@@ -24,9 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import psutil
-
 HERE = Path(__file__).resolve().parent
 PREP = [str(Path(sys.executable).parent / "prep")]  # the installed console script
 
@@ -82,181 +79,7 @@ def child_peak_rss_mb(args: list[str]) -> float:
     return usage.ru_maxrss / 1024
 
 
-# ------------------------------------------------------------------------------ references
-
-
-def naive_one(path: str, out: str, size: int) -> None:
-    """What a user writes by hand: PIL open, convert, resize, np.save."""
-    from PIL import Image
-
-    with Image.open(path) as im:
-        arr = np.asarray(im.convert("RGB").resize((size, size), Image.Resampling.BILINEAR))
-    np.save(out, arr)
-
-
-def bare_one(path: str, size: int) -> None:
-    """The fastest decode+resize we know with no I/O but the read: DCT-reduced decode, then the
-    cheapest resize that reaches the size (bilinear under 2x: see
-    prep.kinds.images.decode.resize)."""
-    import cv2
-    from PIL import Image
-
-    cv2.setNumThreads(1)
-    with Image.open(path) as im:
-        im.draft("RGB", (size, size))
-        arr = np.asarray(im.convert("RGB"))
-    cv2.resize(arr, (size, size), interpolation=cv2.INTER_LINEAR)
-
-
-def bare_chunk(paths: list[str], size: int) -> int:
-    for p in paths:
-        bare_one(p, size)
-    return len(paths)
-
-
-def naive_chunk(paths: list[str], out: str, size: int) -> int:
-    for i, p in enumerate(paths):
-        naive_one(p, f"{out}/{Path(p).stem}-{i}.npy", size)
-    return len(paths)
-
-
-def parallel_rate(fn: Callable[..., int], chunks: list[tuple[Any, ...]], jobs: int) -> float:
-    """Images per second of fn over chunks on `jobs` loky workers (workers started beforehand)."""
-    from joblib import Parallel, delayed
-
-    with Parallel(n_jobs=jobs, backend="loky") as par:
-        par(delayed(os.getpid)() for _ in range(jobs))  # warm the pool: not part of the rate
-        start = time.perf_counter()
-        n = sum(par(delayed(fn)(*c) for c in chunks))
-        return n / (time.perf_counter() - start)
-
-
-def chunked(paths: list[str], n: int) -> list[list[str]]:
-    return [paths[i : i + n] for i in range(0, len(paths), n)]
-
-
-class FolderDataset:
-    """torchvision ImageFolder's work per sample: PIL decode, convert, resize, to tensor."""
-
-    def __init__(self, paths: list[str], size: int):
-        self.paths, self.size = paths, size
-
-    def __len__(self) -> int:
-        return len(self.paths)
-
-    def __getitem__(self, i: int) -> Any:
-        import torch
-        from PIL import Image
-
-        with Image.open(self.paths[i]) as im:
-            im = im.convert("RGB").resize((self.size, self.size), Image.Resampling.BILINEAR)
-        return torch.from_numpy(np.asarray(im).copy()).permute(2, 0, 1), 0
-
-
 # ------------------------------------------------------------------------------ measures
-
-
-def jpeg_list(raw: Path, count: int) -> tuple[Path, list[str]]:
-    """A CSV of the first `count` JPEGs of the demo (the bench packs photos, not PNGs)."""
-    paths = sorted(p for p in (raw / "images").rglob("*.jpg"))[:count]
-    lst = raw / "jpegs.csv"
-    rows = [f"{p.relative_to(raw).as_posix()},{p.parent.name}\n" for p in paths]
-    lst.write_text("path,label\n" + "".join(rows))
-    return lst, [str(p) for p in paths]
-
-
-def bench_pack(raw: Path, work: Path, jobs: int, sample: int, count: int, reps: int) -> list[Row]:
-    lst, paths = jpeg_list(raw, count)
-    print(f"   (pack: {len(paths)} JPEGs listed in {lst})", file=sys.stderr)
-
-    def pack(out: str, sizes: str, *options: str) -> float:
-        common = ["-j", str(jobs), "--overwrite", "--shard-size", "256", "--sizes", sizes]
-        return prep("pack", str(lst), str(work / out), *common, *options)
-
-    sub = paths[:: max(1, len(paths) // sample)]  # spread over the classes and file kinds
-    naive_dir = work / "naive"
-    shutil.rmtree(naive_dir, ignore_errors=True)
-    naive_dir.mkdir(parents=True)
-    # Interleaved repeats, best of each: a noisy neighbour slows one run, not the comparison.
-    # Rates, and times negated, so that the best is the largest of each.
-    runs: dict[str, list[float]] = {k: [] for k in ("ours", "bare", "naive", "multi", "512")}
-    runs["gray"] = []
-    for _ in range(reps):
-        runs["ours"].append(len(paths) / pack("p256", "256"))
-        runs["bare"].append(parallel_rate(bare_chunk, [(c, 256) for c in chunked(paths, 32)], jobs))
-        naive = [(c, str(naive_dir), 256) for c in chunked(sub, 16)]
-        runs["naive"].append(parallel_rate(naive_chunk, naive, jobs))
-        runs["multi"].append(-pack("pmulti", "128,256,512"))
-        runs["512"].append(-pack("p512", "512"))
-        runs["gray"].append(-pack("pgray", "256", "--gray"))
-    ours, naive_rate, bare = max(runs["ours"]), max(runs["naive"]), max(runs["bare"])
-    t_multi, t_512, t_gray = (-max(runs[k]) for k in ("multi", "512", "gray"))
-    return [
-        versus("1a pack 256px vs naive PIL loop", ours, naive_rate, "img/s", ">= 3x"),
-        versus("1b pack 256px vs bare decode+resize", ours, bare, "img/s", ">= 0.85x"),
-        versus("2  pack 128+256+512 vs 512 only", t_multi, t_512, "s", "<= 1.25x"),
-        versus("3  pack gray vs rgb (256px)", t_gray, len(paths) / ours, "s", "< 1x"),
-    ]
-
-
-def epoch_rate(loader: Any) -> float:
-    n = 0
-    start = time.perf_counter()
-    for batch in loader:
-        n += len(batch[0])
-    return n / (time.perf_counter() - start)
-
-
-def bench_load(raw: Path, work: Path, sample: int) -> list[Row]:
-    import torch
-
-    from loaders import ImageShardDataset, make_loader
-
-    ds = ImageShardDataset(work / "p256", size=256, fields=("image", "label"))
-    rows = []
-    data_bytes = len(ds) * 256 * 256 * 3
-    src = np.concatenate(
-        [np.load(p, mmap_mode="r") for p in sorted((work / "p256").glob("image_256-*.npy"))]
-    )
-    dst = np.empty_like(src)
-    np.copyto(dst, src)  # warm
-    t_copy = min(timed(lambda: np.copyto(dst, src)) for _ in range(3))
-    copy_rate = len(ds) / t_copy
-    paths = sorted(str(p) for p in (raw / "images").rglob("*.*"))[:sample]
-    folder = FolderDataset(paths, 256)
-    for workers in (0, 2):
-        loader = make_loader(ds, batch_size=256, shuffle=True, num_workers=workers)
-        epoch_rate(loader)  # warm: page cache, worker start-up
-        ours = max(epoch_rate(loader) for _ in range(2))
-        ref_loader = torch.utils.data.DataLoader(
-            folder, batch_size=64, shuffle=True, num_workers=workers
-        )
-        ref = epoch_rate(ref_loader)
-        name = f"load, {workers} workers, vs"
-        rows.append(versus(f"4a {name} ImageFolder+PIL", ours, ref, "img/s", ">= 20x"))
-        rows.append(versus(f"4b {name} np.copyto", ours, copy_rate, "img/s", ">= 0.5x"))
-    print(f"   (load: {len(ds)} samples, {data_bytes / 1e6:.0f} MB per epoch)", file=sys.stderr)
-    rows.append(worker_batch_cost(src[:256]))
-    return rows
-
-
-def worker_batch_cost(batch: np.ndarray) -> Row:
-    """Where a DataLoader worker's time goes for one batch: making fresh shared memory for it
-    and faulting its pages in (what torch's worker protocol needs per batch), against the copy
-    of the pixels into memory that is already there."""
-    import torch
-
-    out = np.empty_like(batch)
-    np.copyto(out, batch)
-
-    def fresh() -> None:
-        storage = torch.UntypedStorage._new_shared(batch.nbytes)
-        torch.empty(0, dtype=torch.uint8).set_(storage).numpy().fill(0)
-
-    t_fresh = min(timed(fresh) for _ in range(5))
-    t_copy = min(timed(lambda: np.copyto(out, batch)) for _ in range(5))
-    name = "4c worker batch: fresh shared memory vs copy"
-    return info(name, t_fresh * 1e3, t_copy * 1e3, "ms", "info (why 4b)")
 
 
 def make_corpus(raw: Path, corpus: Path, docs: int) -> None:
@@ -307,42 +130,6 @@ def bench_tokenize(raw: Path, work: Path, jobs: int, docs: int, reps: int) -> li
     ]
 
 
-def private_mb(pid: int) -> float:
-    """Memory a process has written to itself (Private_Dirty, over all its mappings): what a
-    worker costs beyond the page cache and the pages it shares with its parent. Not psutil's
-    uss, which adds clean private pages: shard pages that only this worker has mapped."""
-    return sum(m.private_dirty for m in psutil.Process(pid).memory_maps(grouped=True)) / 2**20
-
-
-def bench_pack_memory(raw: Path, work: Path, sample: int) -> Row:
-    """Run first, while this process is small: a child's peak RSS counts what it had before
-    exec, a copy of ours."""
-    lst, _ = jpeg_list(raw, sample)
-    rss = {}
-    for shard in (256, 4096):
-        out = str(work / f"rss{shard}")
-        options = ["--sizes", "256", "-j", "1", "-q", "--overwrite", "--shard-size", str(shard)]
-        rss[shard] = child_peak_rss_mb([*PREP, "pack", str(lst), out, *options])
-    name = "6a pack worker peak RSS, shard 4096 vs 256"
-    return versus(name, rss[4096], rss[256], "MB", "<= 1.1x")
-
-
-def bench_loader_memory(work: Path) -> Row:
-    from loaders import ImageShardDataset, make_loader
-
-    ds = ImageShardDataset(work / "p256", size=256, fields=("image", "label"))
-    loader = make_loader(ds, batch_size=256, shuffle=True, num_workers=2)
-    per_epoch = []
-    for _ in range(5):
-        for _batch in loader:
-            pass
-        # Persistent workers: the same processes every epoch (a private attribute, bench only).
-        per_epoch.append(sum(private_mb(w.pid) for w in loader._iterator._workers))
-    first, last = per_epoch[0], per_epoch[-1]
-    name = "6b 2 loader workers' private memory, epoch 5 vs 1"
-    return Row(name, last, first, "MB", "<= 1.1x", last <= 1.1 * first + 5)  # 5 MB: noise
-
-
 def table(rows: list[Row]) -> str:
     head = (
         f"| {'measure':<48} | {'ours':>10} | {'reference':>10} | unit  | ratio | goal     | met |"
@@ -380,18 +167,21 @@ GROUPS["train"] = "bench_train"  # bench/bench_train.py: a training loop fed thr
 
 def measure(args: argparse.Namespace, raw: Path, work: Path) -> list[Row]:
     """The rows `--only` asks for. Pack makes the datasets that load and memory read."""
+    import bench_load  # bench/bench_load.py
+    import bench_pack  # bench/bench_pack.py
+
     rows: list[Row] = []
     only = args.only.split(",")
     if "memory" in only:
-        rows.append(bench_pack_memory(raw, work, args.sample))
+        rows.append(bench_pack.bench_pack_memory(raw, work, args.sample))
     if "pack" in only or "load" in only or "memory" in only:
-        rows += bench_pack(raw, work, args.jobs, args.sample, args.count, args.reps)
+        rows += bench_pack.bench_pack(raw, work, args.jobs, args.sample, args.count, args.reps)
     if "load" in only:
-        rows += bench_load(raw, work, args.sample)
+        rows += bench_load.bench_load(raw, work, args.sample)
     if "tokenize" in only:
         rows += bench_tokenize(raw, work, args.jobs, 200 if args.smoke else 8000, args.reps)
     if "memory" in only:
-        rows.append(bench_loader_memory(work))
+        rows.append(bench_load.bench_loader_memory(work))
     for group, module in GROUPS.items():
         if group in only:
             rows += importlib.import_module(module).rows(args, work)

@@ -19,7 +19,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench import HERE, PREP, Row, epoch_rate, info, run, timed, versus
+from bench_load import epoch_rate
+
+from bench import HERE, PREP, Row, info, run, timed, versus
 from loaders.format import read_manifest
 
 sys.path.insert(0, str(HERE.parent / "tests"))  # the loopback servers the tests use
