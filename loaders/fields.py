@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from loaders.format.schema import ArraySpec
+from loaders.format.schema import CODECS, ArraySpec
 
 UNSIGNED = ("uint8", "uint16", "uint32", "uint64")
 NUMBERS = ("float32", "float16", "int8", "int16", "int32", "int64", *UNSIGNED)
@@ -41,31 +41,42 @@ class Field:
 
     `shape(size, channels)` is the shape of one stored sample; `dtypes` the stored dtypes a
     reader accepts (the first is what a writer stores when no `max_value` narrows it);
-    `out_dtype` the dtype of the tensor a dataset returns; `codec` how samples are stored
-    (`raw`: fixed-shape samples, memory-mapped; `made`: never stored, made by the dataset)."""
+    `out_dtype` the dtype of the tensor a dataset returns; `codecs` how samples may be stored
+    (`raw`: fixed-shape samples, memory-mapped; `ragged`: samples of their own shapes, flat with
+    offsets; `jpeg`: JPEG bytes, flat with offsets; none: never stored, made by the dataset)."""
 
     name: str
     sized: bool  # one array per size (image_256), or one for all sizes (label)
     shape: Callable[[int | None, int], tuple[int, ...]]
     dtypes: tuple[str, ...]
     out_dtype: str
-    codec: str = "raw"
+    codecs: tuple[str, ...] = ("raw",)
     channels_last: bool = False  # stored HWC, returned (C, H, W) as a view: no copy
 
     def spec(
-        self, size: int | None, *, channels: int = 3, max_value: int | None = None
+        self,
+        size: int | None,
+        *,
+        channels: int = 3,
+        max_value: int | None = None,
+        codec: str = "raw",
     ) -> ArraySpec:
         """The array a writer stores for this field at `size` (None for size-free fields);
         `max_value`: the largest value it will hold, for fields stored in the smallest dtype."""
         dtype = self.dtypes[0] if max_value is None else smallest_uint(max_value)
         if dtype not in self.dtypes:
             raise ValueError(f"{self.name}: {max_value} needs {dtype}, not one of {self.dtypes}")
-        return ArraySpec(self.name, size if self.sized else None, dtype, self.shape(size, channels))
+        if codec not in self.codecs:
+            raise ValueError(f"{self.name}: codec {codec} is not one of {self.codecs}")
+        shape = self.shape(size, channels)
+        return ArraySpec(self.name, size if self.sized else None, dtype, shape, codec)
 
     def problem(self, spec: ArraySpec) -> str | None:
         """Why `spec` is not an array of this field (None when it is)."""
-        if self.codec == "made":
+        if not self.codecs:
             return f"field {self.name} is made by the dataset, never stored"
+        if spec.codec not in self.codecs:
+            return f"codec {spec.codec} is not one of {self.codecs}"
         if spec.dtype not in self.dtypes:
             return f"dtype {spec.dtype} is not one of {self.dtypes}"
         if (spec.size is not None) != self.sized:
@@ -88,11 +99,13 @@ def _square(size: int | None, channels: int) -> tuple[int, ...]:
 FIELDS: dict[str, Field] = {
     f.name: f
     for f in (
-        Field("image", True, _square, ("uint8",), "uint8", channels_last=True),
-        Field("mask", True, lambda s, c: (s or 0, s or 0), ("uint8",), "uint8"),
+        Field("image", True, _square, ("uint8",), "uint8", CODECS, channels_last=True),
+        Field("mask", True, lambda s, c: (s or 0, s or 0), ("uint8",), "uint8", CODECS[:2]),
+        # --mode keep: each sample's stored (h, w) at that size (sides <= 16384 fit uint16).
+        Field("hw", True, lambda s, c: (2,), ("uint16",), "int64"),
         Field("label", False, lambda s, c: (), UNSIGNED, "int64"),
         # The sample's dataset index, which per-sample augmentation draws from (transforms).
-        Field("index", False, lambda s, c: (), ("int64",), "int64", codec="made"),
+        Field("index", False, lambda s, c: (), ("int64",), "int64", codecs=()),
         # uint32: source sides above 65535 px exist (panoramas, slides).
         Field("orig_size", False, lambda s, c: (2,), ("uint32",), "int64"),
         Field("tokens", False, lambda s, c: (), UNSIGNED[:3], "int64"),

@@ -130,7 +130,7 @@ class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
 
     def _load_into_memory(self) -> None:
         """Every size of the requested fields (so that set_size still works)."""
-        stored = [f for f in self.fields if FIELDS[f].codec != "made"]
+        stored = [f for f in self.fields if FIELDS[f].codecs]
         names = {self._name(f, s) for f in stored for s in self.sizes}
         for name in sorted(names):
             spec = self.store.manifest.arrays[name]

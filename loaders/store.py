@@ -198,13 +198,12 @@ class ShardStore:
         first time in this process."""
         found = self._layouts.get((shard, name))
         if found is None:
-            m = self.manifest
-            ref = m.shards[shard].arrays[name]
+            ref, spec = self.manifest.ref(shard, name)  # name + OFFSETS: a ragged one's offsets
             path = self.backend.local_path(ref.file)
-            layout = check_array(path, ref, m.arrays[name], name)
+            layout = check_array(path, ref, spec, name)
             found = self._layouts[(shard, name)] = path, layout
         elif not isinstance(self.backend, LocalBackend):  # a cached copy may have been evicted
-            found = self.backend.local_path(self.manifest.shards[shard].arrays[name].file), found[1]
+            found = self.backend.local_path(self.manifest.ref(shard, name)[0].file), found[1]
         return found
 
     def __getstate__(self) -> dict[str, Any]:

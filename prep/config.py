@@ -16,6 +16,7 @@ from prep import PrepError, UsageError
 
 DEFAULT_CONFIG = Path("configs/default.toml")
 BACKENDS = ("loky", "dask")
+CODECS = ("raw", "jpeg")  # --codec; mode keep stores raw samples ragged
 
 
 def opt(default: Any, help: str, *flags: str) -> Any:
@@ -110,11 +111,25 @@ class PackConfig(RunConfig):
     sizes: list[int] = opt(
         [256], "Side(s) in px, comma-separated: 128,256,512.", "--sizes", "--size", "-s"
     )
-    mode: str = opt("fill", "fill: crop to square | fit: pad to square | stretch: ignore aspect.")
+    mode: str = opt(
+        "fill",
+        "fill: crop to square | fit: pad to square | stretch: ignore aspect | keep: longer side "
+        "<= size, never enlarged, each sample its own shape (load with crop=).",
+    )
+    codec: str = opt(
+        "raw",
+        "raw | jpeg: one for all sizes, or one per size in --sizes order (raw,raw,jpeg). "
+        "Masks, labels and other fields stay raw.",
+    )
+    quality: int = opt(90, "jpeg: the JPEG quality, 1-100 (4:2:0 chroma below 95, else 4:4:4).")
     gray: bool = opt(False, "One channel, converted at decode time.", "--gray/--rgb")
     masks: str | None = opt(None, "Folder of masks with the images' relative stems.")
     format: str = opt("npy", "npy | h5")
-    shard_size: int = opt(1000, "Samples per shard.")
+    shard_size: int | None = opt(
+        None,
+        "Samples per shard (one task each); default: from the input count alone, 32 shards "
+        "of at least 16 up to 1000 a shard, so every core works at any count.",
+    )
     pad_value: int = opt(0, "fit mode: the colour of the padding (0-255).")
     mask_pad_value: int = opt(0, "fit mode: the class id of padded mask pixels (0-255).")
     max_pixels: int = opt(100_000_000, "Refuse larger images before decoding.")
@@ -136,14 +151,34 @@ class PackConfig(RunConfig):
             f"--sizes {','.join(map(str, self.sizes))}",
             "1..16384 px, e.g. --sizes 128,256",
         )
-        choice(self.mode, MODES, "--mode")
+        choice(self.mode, (*MODES, "keep"), "--mode")
         choice(self.format, STORAGES, "--format")
-        check(self.shard_size >= 1, f"--shard-size {self.shard_size}", "at least 1")
+        check(1 <= self.quality <= 100, f"--quality {self.quality}", "1..100")
+        codecs = self.codecs_by_size()
+        size = self.shard_size
+        check(size is None or size >= 1, f"--shard-size {size}", "at least 1 (none: auto)")
         for name in ("pad_value", "mask_pad_value"):
             value = getattr(self, name)
             check(0 <= value <= 255, f"--{name.replace('_', '-')} {value}", "0..255")
         check(self.max_pixels >= 1, f"--max-pixels {self.max_pixels}", "at least 1")
         self.sizes = sorted(set(self.sizes))
+        # Saved in size order, so that the manifest's config reads like its arrays.
+        ordered = [codecs[s] for s in self.sizes]
+        self.codec = ordered[0] if len(set(ordered)) == 1 else ",".join(ordered)
+
+    def codecs_by_size(self) -> dict[int, str]:
+        """The codec of each size: --codec's one value, or one value per --sizes entry."""
+        codecs = self.codec.replace(" ", "").split(",")
+        what = f"--codec {self.codec}"
+        for c in codecs:
+            choice(c, CODECS, "--codec")
+        check(
+            len(codecs) in (1, len(self.sizes)), what, f"one value or {len(self.sizes)} (--sizes)"
+        )
+        pairs = list(zip(self.sizes, codecs * (len(self.sizes) // len(codecs)), strict=True))
+        found = dict(pairs)
+        check(len(found) == len(set(pairs)), what, "one codec per size")
+        return found
 
 
 @dataclass

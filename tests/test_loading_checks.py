@@ -61,8 +61,8 @@ def ds(packed: Path, copy_dataset: Callable[[Path], Path]) -> Path:
 
 
 def test_unknown_format_version(ds: Path) -> None:
-    edit_manifest(ds, lambda d: d.update(format_version=2))
-    refused(ds, "format version 2 is not 1", "HINT")
+    edit_manifest(ds, lambda d: d.update(format_version=3))
+    refused(ds, "format version 3 is not one of [1, 2]", "HINT")
 
 
 @pytest.mark.parametrize(

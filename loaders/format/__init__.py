@@ -22,11 +22,14 @@ from loaders.format.arrays import (
 )
 from loaders.format.checks import check_files, load_manifest, problems_error
 from loaders.format.schema import (
+    CODECS,
     FORMAT_NAME,
     FORMAT_VERSION,
     KINDS,
     MANIFEST,
     NPY_HEADER_BYTES,
+    OFFSETS,
+    READ_VERSIONS,
     REJECTS,
     STORAGES,
     ArrayRef,
@@ -39,11 +42,14 @@ from loaders.format.schema import (
 )
 
 __all__ = [
+    "CODECS",
     "FORMAT_NAME",
     "FORMAT_VERSION",
     "KINDS",
     "MANIFEST",
     "NPY_HEADER_BYTES",
+    "OFFSETS",
+    "READ_VERSIONS",
     "REJECTS",
     "STORAGES",
     "ArrayRef",

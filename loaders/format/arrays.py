@@ -126,7 +126,8 @@ def _npy_header(version: tuple[int, int], raw: bytes) -> tuple[tuple[int, ...], 
 
 def check_array(path: Path, ref: ArrayRef, spec: ArraySpec, name: str = "") -> Layout:
     """Where the array lies in its file, checked against the manifest: a regular file, its
-    header's dtype and shape, and enough bytes for them. Opens the file only to read the header."""
+    header's dtype and shape, and enough bytes for them (a ragged array: flat, `length` long).
+    Opens the file only to read the header."""
     label = f"array {name or spec.field}"
     try:
         st = os.stat(path)  # never opens: a FIFO in place of a shard cannot block here
@@ -137,7 +138,7 @@ def check_array(path: Path, ref: ArrayRef, spec: ArraySpec, name: str = "") -> L
         raise
     except (OSError, ValueError, KeyError, TypeError, SyntaxError) as e:
         raise FormatError(f"{path}: cannot read {label} ({e})") from e
-    expected = (ref.length, *spec.shape)
+    expected = (ref.length,) if spec.ragged else (ref.length, *spec.shape)
     if dtype.hasobject:
         raise FormatError(f"{path}: {label} holds Python objects; refusing to unpickle it")
     if np.dtype(dtype) != np.dtype(spec.dtype) or tuple(shape) != expected:

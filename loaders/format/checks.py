@@ -19,7 +19,7 @@ from loaders.format.arrays import (
     safe_path,
     sha256_file,
 )
-from loaders.format.schema import FormatError, Manifest, Shard
+from loaders.format.schema import OFFSETS, FormatError, Manifest, Shard, array_name
 
 
 def check_files(root: Path, manifest: Manifest, checksums: bool = False) -> list[str]:
@@ -34,10 +34,12 @@ def check_files(root: Path, manifest: Manifest, checksums: bool = False) -> list
         found = _file_problems(root, shard, checksums) + _array_problems(manifest, shard)
         layouts: dict[str, tuple[Path, Layout]] = {}
         if not found:  # the files are there and whole: read their headers
-            for name, ref in shard.arrays.items():
+            names = [(n, n + OFFSETS) if r.offsets else (n,) for n, r in shard.arrays.items()]
+            for name in (n for group in names for n in group):
+                ref, spec = manifest.ref(i, name)
                 try:
                     path = safe_path(root, ref.file)
-                    layouts[name] = path, check_array(path, ref, manifest.arrays[name], name)
+                    layouts[name] = path, check_array(path, ref, spec, name)
                 except FormatError as e:
                     found.append(str(e))
         if not found:
@@ -76,6 +78,8 @@ def _array_problems(manifest: Manifest, shard: Shard) -> list[str]:
             found.append(f"array {name} is not declared in the manifest")
         elif ref.file not in shard.files:
             found.append(f"array {name} is in {ref.file}, not among its files")
+        elif ref.offsets is not None and ref.offsets.file not in shard.files:
+            found.append(f"array {name} has offsets in {ref.offsets.file}, not among its files")
     return found
 
 
@@ -88,13 +92,47 @@ def _check_images(manifest: Manifest, shard: Shard, arrays: Arrays) -> list[str]
     found = [
         f"array {name} has {ref.length} samples, the shard {shard.count}"
         for name, ref in shard.arrays.items()
-        if ref.length != shard.count
+        if ref.offsets is None and ref.length != shard.count
+    ]
+    found += [
+        p
+        for name, ref in shard.arrays.items()
+        if ref.offsets is not None
+        for p in _ragged_problems(manifest, name, shard.count, arrays)
     ]
     if found or "label" not in arrays or manifest.classes is None or not shard.count:
         return found
     path, layout = arrays["label"]
     top, n = int(read_layout(path, layout).max()), len(manifest.classes)
     return [f"{path}: label {top} is not one of the {n} classes"] if top >= n else []
+
+
+def _ragged_problems(manifest: Manifest, name: str, count: int, arrays: Arrays) -> list[str]:
+    """A ragged or jpeg image array: count + 1 offsets from 0, never decreasing, up to its
+    data's length; with `hw_{size}` (mode keep) sides of 1..size, and raw samples of h * w * C
+    elements (read whole: 8 bytes a sample)."""
+    spec, (path, layout) = manifest.arrays[name], arrays[name + OFFSETS]
+    off = read_layout(path, layout)
+    if len(off) != count + 1 or (count and (off[0] != 0 or np.any(np.diff(off) < 0))):
+        return [f"{path}: the offsets of {name} are not {count + 1} from 0, never decreasing"]
+    if off[-1] != layout_length(arrays[name][1]):
+        return [f"{path}: the offsets of {name} end at {off[-1]}, not at its data's end"]
+    hw_name = array_name("hw", spec.size)
+    if hw_name not in arrays:
+        return (
+            [f"array {name} is ragged raw, which needs {hw_name}"] if spec.codec == "ragged" else []
+        )
+    hw = read_layout(*arrays[hw_name]).astype(np.int64)
+    if len(hw) and (hw.min() < 1 or hw.max() > (spec.size or 0)):
+        return [f"{arrays[hw_name][0]}: a side is not 1..{spec.size} px"]
+    channels = spec.shape[2] if len(spec.shape) == 3 else 1
+    if spec.codec == "ragged" and not np.array_equal(np.diff(off), hw[:, 0] * hw[:, 1] * channels):
+        return [f"{path}: the offsets of {name} do not step by each sample's h * w * {channels}"]
+    return []
+
+
+def layout_length(layout: Layout) -> int:
+    return layout[2][0] if layout[2] else 0
 
 
 def _check_offsets(manifest: Manifest, shard: Shard, arrays: Arrays) -> list[str]:

@@ -5,6 +5,10 @@ an unfinished run. The manifest lists every array (its field, size, dtype and pe
 and every shard (its sample count, the file and first-axis length of each array, and the byte
 size and sha256 of each file). Arrays are `.npy` files (one per array and shard) or datasets in
 one contiguous, uncompressed `.h5` file per shard; either way they are read as memory maps.
+
+Version 2 adds a codec per array: `raw` (fixed-shape samples), `ragged` (samples of their own
+shapes back to back) and `jpeg` (one JPEG file's bytes a sample, back to back). A ragged or jpeg
+array is a flat uint8 data array plus int64 offsets: sample i is data[off[i]:off[i + 1]].
 """
 
 from __future__ import annotations
@@ -16,7 +20,10 @@ from typing import Any
 import numpy as np
 
 FORMAT_NAME = "prep"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # what prep writes
+READ_VERSIONS = (1, 2)  # what loaders read: version 1 is version 2 with raw arrays only
+CODECS = ("raw", "ragged", "jpeg")
+OFFSETS = ".offsets"  # Manifest.ref(shard, "image_256.offsets"): a ragged array's offsets
 MANIFEST = "manifest.json"
 REJECTS = "rejects.jsonl"
 # A fixed-size .npy header lets a writer stream samples first and fill in the count last,
@@ -40,14 +47,26 @@ class ArraySpec:
     field: str
     size: int | None
     dtype: str
-    shape: tuple[int, ...]
+    shape: tuple[int, ...]  # mode keep: the largest; each sample's (h, w) is in hw_{size}
+    codec: str = "raw"
+
+    @property
+    def ragged(self) -> bool:
+        """Stored as flat data plus offsets (one sample a byte range), not (length, *shape)."""
+        return self.codec != "raw"
 
 
 @dataclass
 class ArrayRef:
     file: str
-    length: int
+    length: int  # first-axis length: samples, or (ragged) the data's elements
     key: str | None = None  # dataset name inside an .h5 file; None for .npy
+    offsets: ArrayRef | None = None  # ragged: count + 1 int64 offsets into the data
+
+    @classmethod
+    def from_dict(cls, a: dict[str, Any]) -> ArrayRef:
+        off = a.get("offsets")
+        return cls(a["file"], a["length"], a.get("key"), None if off is None else cls(**off))
 
 
 @dataclass
@@ -67,7 +86,7 @@ class Shard:
     def from_dict(cls, s: dict[str, Any]) -> Shard:
         return cls(
             count=s["count"],
-            arrays={k: ArrayRef(**a) for k, a in s["arrays"].items()},
+            arrays={k: ArrayRef.from_dict(a) for k, a in s["arrays"].items()},
             files={k: FileInfo(**f) for k, f in s["files"].items()},
             split=s.get("split"),
         )
@@ -114,20 +133,24 @@ class Manifest:
         if d.get("format") != FORMAT_NAME:
             raise FormatError("not a prep manifest (no 'format': 'prep')")
         version = d.get("format_version")
-        if version != FORMAT_VERSION:
+        if version not in READ_VERSIONS or isinstance(version, bool):
             raise FormatError(
-                f"format version {version} is not {FORMAT_VERSION}. "
+                f"format version {version} is not one of {list(READ_VERSIONS)}. "
                 "HINT: repack with this version of prep, or install the prep that wrote it."
             )
         arrays = {
-            k: ArraySpec(v["field"], v["size"], v["dtype"], tuple(v["shape"]))
+            k: ArraySpec(
+                v["field"], v["size"], v["dtype"], tuple(v["shape"]), v.get("codec", "raw")
+            )
             for k, v in d["arrays"].items()
         }
         for name, spec in arrays.items():
             _check_spec(name, spec)
+            if spec.ragged and version < 2:
+                raise FormatError(f"array {name}: codec {spec.codec} needs format version 2")
         shards = [Shard.from_dict(s) for s in d["shards"]]
         for i, shard in enumerate(shards):
-            _check_shard(i, shard)
+            _check_shard(i, shard, arrays)
         if d["kind"] not in KINDS or d["storage"] not in STORAGES:
             raise FormatError(
                 f"kind {d['kind']!r} / storage {d['storage']!r} is not one of {KINDS} / {STORAGES}"
@@ -154,6 +177,17 @@ class Manifest:
             tool_version=d.get("tool_version", ""),
             format_version=version,
         )
+
+    def ref(self, shard: int, name: str) -> tuple[ArrayRef, ArraySpec]:
+        """Where array `name` of shard `shard` is and what it holds; `name + OFFSETS` is a
+        ragged array's offsets (int64, count + 1)."""
+        if name.endswith(OFFSETS):
+            name = name.removesuffix(OFFSETS)
+            spec = self.arrays[name]
+            off = self.shards[shard].arrays[name].offsets
+            assert off is not None  # checked when the manifest was read
+            return off, ArraySpec(spec.field, spec.size, "int64", ())
+        return self.shards[shard].arrays[name], self.arrays[name]
 
     def fields(self) -> list[str]:
         return sorted({a.field for a in self.arrays.values()})
@@ -190,17 +224,26 @@ def _check_spec(name: str, spec: ArraySpec) -> None:
     kind = FIELDS.get(spec.field)
     if kind is None:
         raise FormatError(f"array {name}: field {spec.field!r} is not one of {sorted(FIELDS)}")
+    if spec.codec not in CODECS:
+        raise FormatError(f"array {name}: codec {spec.codec!r} is not one of {CODECS}")
     problem = kind.problem(spec)
     if problem is not None:
         raise FormatError(f"array {name}: {problem}")
 
 
-def _check_shard(index: int, shard: Shard) -> None:
+def _check_shard(index: int, shard: Shard, arrays: dict[str, ArraySpec]) -> None:
     if not _count(shard.count):
         raise FormatError(f"shard {index}: count {shard.count!r} is not a number of samples")
     for name, ref in shard.arrays.items():
-        if not _count(ref.length) or not isinstance(ref.file, str):
+        refs = [ref] if ref.offsets is None else [ref, ref.offsets]
+        if not all(_count(r.length) and isinstance(r.file, str) for r in refs):
             raise FormatError(f"shard {index}: array {name} has a bad file or length")
+        spec = arrays.get(name)
+        if spec is not None and spec.ragged != (ref.offsets is not None):
+            raise FormatError(
+                f"shard {index}: array {name} is {spec.codec} but "
+                f"{'has no' if spec.ragged else 'has'} offsets"
+            )
     for rel, info in shard.files.items():
         if not _count(info.bytes) or not isinstance(info.sha256, str):
             raise FormatError(f"shard {index}: file {rel} has a bad byte size or sha256")

@@ -51,17 +51,42 @@ def info(root: Path, batch_size: int = 256) -> str:
 
         lines += describe(m)
     batch_col = f"{'batch of ' + str(batch_size):>16}" if images else ""
-    lines.append(f"{'array':<16}{'dtype':<8}{'per item':<18}{'on disk':>12}{batch_col}")
+    lines.append(
+        f"{'array':<16}{'dtype':<8}{'per item':<18}{'codec':<8}{'on disk':>12}"
+        f"{'bytes/item':>12}{'of raw':>8}{batch_col}"
+    )
     for name, spec in sorted(m.arrays.items()):
         elems = int(np.prod(spec.shape, dtype=np.int64))
-        per = elems * np.dtype(spec.dtype).itemsize
-        on_disk = per * sum(s.arrays[name].length for s in m.shards if name in s.arrays)
+        per = elems * np.dtype(spec.dtype).itemsize  # raw, fixed shape: the largest (mode keep)
+        on_disk = _bytes_on_disk(m, name)
+        items_n = m.num_samples if spec.ragged else sum(s.arrays[name].length for s in m.shards)
+        each = on_disk / items_n if items_n else 0.0
+        ratio = f"{each / per:>8.3f}" if per and FIELDS[spec.field].codecs[1:] else f"{'':>8}"
         out = elems * np.dtype(FIELDS[spec.field].out_dtype).itemsize
         batch = f"{mb(out * batch_size):>16}" if images else ""
-        lines.append(f"{name:<16}{spec.dtype:<8}{spec.shape!s:<18}{mb(on_disk):>12}{batch}")
+        lines.append(
+            f"{name:<16}{spec.dtype:<8}{spec.shape!s:<18}{spec.codec:<8}{mb(on_disk):>12}"
+            f"{each:>12,.0f}{ratio}{batch}"
+        )
     total = sum(f.bytes for s in m.shards for f in s.files.values())
     lines.append(f"total on disk: {mb(total)}")
     return "\n".join(lines)
+
+
+def _bytes_on_disk(m: Manifest, name: str) -> int:
+    """Bytes of array `name` in every shard: its data (and a ragged array's int64 offsets)."""
+    spec = m.arrays[name]
+    itemsize = np.dtype(spec.dtype).itemsize
+    total = 0
+    for shard in m.shards:
+        ref = shard.arrays.get(name)
+        if ref is None:
+            continue
+        if ref.offsets is None:
+            total += ref.length * itemsize * int(np.prod(spec.shape, dtype=np.int64))
+        else:
+            total += ref.length * itemsize + 8 * ref.offsets.length
+    return total
 
 
 def verify(root: Path, limit: int | None = None) -> tuple[Manifest, list[str]]:

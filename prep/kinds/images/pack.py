@@ -18,10 +18,11 @@ from typing import Any
 import numpy as np
 
 from loaders.fields import FIELDS
-from loaders.format import ArrayRef, ArraySpec, Manifest, Shard, array_name
+from loaders.format import OFFSETS, ArrayRef, ArraySpec, Manifest, Shard, array_name
 from prep import PrepError
 from prep.config import PackConfig
 from prep.kinds.images.decode import BACKGROUND, decode_image, decode_mask, sizes_from
+from prep.kinds.images.encode import RaggedWriter, keep_sizes, stored, subsampling
 from prep.kinds.images.sources import Item, Listing, list_images
 from prep.run.driver import Inputs, Kind, RunSummary, run
 from prep.run.files import NpyWriter, named, publish, temp_path, writing
@@ -34,15 +35,24 @@ PackSummary = RunSummary
 
 
 def array_specs(cfg: PackConfig, max_label: int | None, masks: bool) -> dict[str, ArraySpec]:
-    """Every array of the dataset, as the field registry stores it: images and masks per size,
-    then the size-free fields."""
-    channels = 1 if cfg.gray else 3
-    wanted = [("image", s) for s in cfg.sizes] + ([("mask", s) for s in cfg.sizes] if masks else [])
-    specs = [FIELDS[f].spec(s, channels=channels) for f, s in wanted]
+    """Every array of the dataset, as the field registry stores it: images and masks per size
+    (and mode keep's sample shapes, hw), then the size-free fields."""
+    channels, keep = 1 if cfg.gray else 3, cfg.mode == "keep"
+    codecs = cfg.codecs_by_size()
+    specs = [
+        FIELDS["image"].spec(s, channels=channels, codec=_codec(codecs[s], keep)) for s in cfg.sizes
+    ]
+    specs += [FIELDS["mask"].spec(s, codec=_codec("raw", keep)) for s in cfg.sizes if masks]
+    specs += [FIELDS["hw"].spec(s) for s in cfg.sizes if keep]
     if max_label is not None:
         specs.append(FIELDS["label"].spec(None, max_value=max_label))
     specs.append(FIELDS["orig_size"].spec(None))
     return {array_name(s.field, s.size): s for s in sorted(specs, key=_array_order)}
+
+
+def _codec(codec: str, keep: bool) -> str:
+    """What a raw sample of mode keep is stored as: ragged (its own shape)."""
+    return "ragged" if keep and codec == "raw" else codec
 
 
 def _array_order(spec: ArraySpec) -> tuple[int, int]:
@@ -51,10 +61,17 @@ def _array_order(spec: ArraySpec) -> tuple[int, int]:
 
 def encode_item(item: Item, cfg: PackConfig, specs: dict[str, ArraySpec]) -> dict[str, np.ndarray]:
     """One input -> one sample per array. Raises Reject for an input that cannot be used."""
-    img, upright = decode_image(item.path, tuple(cfg.sizes), cfg.gray, cfg.max_pixels, cfg.mode)
+    keep = cfg.mode == "keep"
+    # keep: decoded as fit would (DCT-reduced to cover the longer side), resized without padding
+    mode = "fit" if keep else cfg.mode
+    img, upright = decode_image(item.path, tuple(cfg.sizes), cfg.gray, cfg.max_pixels, mode)
     out: dict[str, np.ndarray] = {}
-    for s, arr in sizes_from(img, upright, cfg.sizes, cfg.mode, cfg.pad_value).items():
-        out[array_name("image", s)] = arr[..., None] if cfg.gray else arr
+    images = keep_sizes(img, upright, cfg.sizes) if keep else None
+    for s, arr in (images or sizes_from(img, upright, cfg.sizes, mode, cfg.pad_value)).items():
+        name = array_name("image", s)
+        out[name] = stored(arr[..., None] if cfg.gray else arr, specs[name], cfg.quality)
+        if keep:
+            out[array_name("hw", s)] = np.asarray(arr.shape[:2], dtype=np.uint16)
     if item.mask is not None:
         try:
             mask = decode_mask(item.mask, cfg.max_pixels)
@@ -69,10 +86,14 @@ def encode_item(item: Item, cfg: PackConfig, specs: dict[str, ArraySpec]) -> dic
                 f"mask {item.mask.name} is {mask.shape[1]}x{mask.shape[0]}, "
                 f"image is {upright[1]}x{upright[0]}",
             )
-        for s, m in sizes_from(
-            mask, upright, cfg.sizes, cfg.mode, cfg.mask_pad_value, True
-        ).items():
-            out[array_name("mask", s)] = m
+        masks = (
+            keep_sizes(mask, upright, cfg.sizes, True)
+            if keep
+            else sizes_from(mask, upright, cfg.sizes, mode, cfg.mask_pad_value, True)
+        )
+        for s, m in masks.items():
+            name = array_name("mask", s)
+            out[name] = stored(m, specs[name], cfg.quality)
     if "label" in specs:
         out["label"] = np.asarray(item.label, dtype=specs["label"].dtype)
     out["orig_size"] = np.asarray(upright, dtype=np.uint32)
@@ -109,9 +130,10 @@ def pack_shard(
     stem = f"{index:05d}"
     # Temp names are per process and host: a worker the dead parent left running cannot write
     # into the files of the --resume run redoing the same shard (both would write the same bytes).
-    tmp = {name: temp_path(staging / f"{name}-{stem}.npy") for name in specs}
+    parts = [(n, n + OFFSETS) if s.ragged else (n,) for n, s in specs.items()]
+    tmp = {p: temp_path(staging / _part_file(p, stem)) for group in parts for p in group}
     with stage("write"):
-        writers = {name: NpyWriter(tmp[name], s.dtype, s.shape) for name, s in specs.items()}
+        writers = {name: _writer(name, s, tmp) for name, s in specs.items()}
     rejects: list[dict[str, Any]] = []
     with writing(writers.values()):
         for item in items:
@@ -139,15 +161,45 @@ def pack_shard(
         for p in tmp.values():
             p.unlink()
         renames = {h5tmp: final}
-        arrays = {name: ArrayRef(final, count, name) for name in specs}
+        arrays = {name: _ref(name, w, count, (final, final), True) for name, w in writers.items()}
     else:
-        renames = {tmp[name]: f"{name}-{stem}.npy" for name in specs}
-        arrays = {name: ArrayRef(f"{name}-{stem}.npy", count) for name in specs}
+        renames = {path: _part_file(part, stem) for part, path in tmp.items()}
+        arrays = {
+            name: _ref(
+                name, w, count, (_part_file(name, stem), _part_file(name + OFFSETS, stem)), False
+            )
+            for name, w in writers.items()
+        }
     files = {final: publish(src, staging / final) for src, final in renames.items()}
     record = {"index": index, "shard": asdict(Shard(count, arrays, files)), "rejects": rejects}
     with stage("write"):
         write_record(staging, index, record)
     return record
+
+
+def _part_file(part: str, stem: str) -> str:
+    """image_256-00000.npy; a ragged array's offsets: image_256-offsets-00000.npy."""
+    if part.endswith(OFFSETS):
+        return f"{part.removesuffix(OFFSETS)}-offsets-{stem}.npy"
+    return f"{part}-{stem}.npy"
+
+
+def _writer(name: str, spec: ArraySpec, tmp: dict[str, Path]) -> NpyWriter | RaggedWriter:
+    if spec.ragged:
+        return RaggedWriter(tmp[name], tmp[name + OFFSETS], spec.dtype)
+    return NpyWriter(tmp[name], spec.dtype, spec.shape)
+
+
+def _ref(
+    name: str, w: NpyWriter | RaggedWriter, count: int, files: tuple[str, str], h5: bool
+) -> ArrayRef:
+    """A shard's array in `files` (its data's, its offsets'): `count` samples, or (ragged) its
+    data's length and count + 1 offsets. In an .h5 file both are datasets, keyed by name."""
+    key = name if h5 else None
+    if not isinstance(w, RaggedWriter):
+        return ArrayRef(files[0], count, key)
+    offsets = ArrayRef(files[1], count + 1, name + OFFSETS if h5 else None)
+    return ArrayRef(files[0], w.length, key, offsets)
 
 
 class ImagesKind(Kind[PackConfig, list[Item]]):
@@ -200,8 +252,15 @@ class ImagesKind(Kind[PackConfig, list[Item]]):
             arrays=self.specs,
             shards=[Shard.from_dict(rec["shard"]) for rec in records],
             classes=self.listing.classes,
-            extra={"background": list(BACKGROUND)},
+            extra=_extra(self.cfg),
         )
+
+
+def _extra(cfg: PackConfig) -> dict[str, Any]:
+    extra: dict[str, Any] = {"background": list(BACKGROUND)}
+    if "jpeg" in cfg.codecs_by_size().values():
+        extra["jpeg"] = {"quality": cfg.quality, "subsampling": subsampling(cfg.quality)}
+    return extra
 
 
 def _fingerprint(listing: Listing) -> str:
