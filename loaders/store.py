@@ -189,7 +189,9 @@ class ShardStore:
                 ) from e
             self.check()  # mapped after a repack's swap: refuse it, as the next batch would
             if len(self._maps) >= self.max_open:
-                del self._maps[next(iter(self._maps))]
+                # list() copies the keys in one step: make_loader's threads share the store
+                for oldest in list(self._maps)[:1]:
+                    self._maps.pop(oldest, None)
         self._maps[key] = arr  # now the most recently used
         return arr
 

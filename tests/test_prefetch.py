@@ -1,0 +1,152 @@
+"""make_loader's threads (loaders.prefetch): the batches of the plain path, in its order; held
+batches never overwritten by the ring; errors and early exits."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from loaders import ImageShardDataset, make_loader
+from loaders.loader import Batch
+
+
+def loader_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("prep-loader")]
+
+
+def as_arrays(batch: Sequence[torch.Tensor]) -> list[np.ndarray]:
+    return [t.numpy().copy() for t in batch]
+
+
+def epochs(loader: Any, n: int) -> list[list[np.ndarray]]:
+    return [as_arrays(b) for _ in range(n) for b in loader]
+
+
+class PerItem(torch.utils.data.Dataset[tuple[torch.Tensor, int]]):
+    """A dataset without __getitems__: the loader's threads fetch and collate item by item."""
+
+    def __len__(self) -> int:
+        return 23
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        return torch.full((3,), float(i)), i
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"shuffle": False},
+        {"shuffle": True, "seed": 5},
+        {"order": "quasi_random", "window": 2, "drop_last": True},
+    ],
+)
+def test_threads_read_the_batches_of_the_plain_path(packed: Path, options: dict) -> None:
+    ds = ImageShardDataset(packed, size=64, fields=("image", "label", "index"))
+    plain = make_loader(ds, batch_size=5, threads=0, **options)
+    want = epochs(plain, 3)
+    for threads in (1, 3):
+        loader = make_loader(ds, batch_size=5, threads=threads, **options)
+        assert loader.threads == threads and len(loader) == len(plain)
+        got = epochs(loader, 3)  # each pass a new epoch, as without threads
+        assert len(got) == len(want)
+        for g, w in zip(got, want, strict=True):
+            assert all(np.array_equal(a, b) for a, b in zip(g, w, strict=True))
+        if hasattr(loader.sampler, "set_epoch"):  # a ShardSampler: set_epoch picks the epoch
+            loader.sampler.set_epoch(1)
+            plain.sampler.set_epoch(1)
+        assert all(
+            np.array_equal(a[0], b[0])
+            for a, b in zip(epochs(loader, 1), epochs(plain, 1), strict=True)
+        )
+    per_item = [as_arrays(b) for b in make_loader(PerItem(), batch_size=4, shuffle=True)]
+    plain_items = [as_arrays(b) for b in make_loader(PerItem(), 4, shuffle=True, threads=0)]
+    assert all(np.array_equal(a[0], b[0]) for a, b in zip(per_item, plain_items, strict=True))
+
+
+def test_held_batches_are_never_overwritten_by_the_ring(packed: Path) -> None:
+    ds = ImageShardDataset(packed, size=64, fields=("image", "label"))
+    loader = make_loader(ds, batch_size=4, shuffle=True, threads=2)
+    want = epochs(make_loader(ds, batch_size=4, shuffle=True, threads=0), 2)
+    held: list[Any] = []
+    for j, batch in enumerate(loader):  # epoch 0: hold every batch, each in another way
+        image = batch[0]
+        held.append([image, image.numpy(), image[1:3], image.to("cpu"), batch][j % 5])
+    for j, batch in enumerate(loader):  # epoch 1 reads while epoch 0's batches are held
+        assert np.array_equal(batch[0].numpy(), want[len(held) + j][0])
+    for j, h in enumerate(held):
+        image = h[0] if isinstance(h, tuple) else h
+        expect = want[j][0][1:3] if j % 5 == 2 else want[j][0]
+        assert np.array_equal(np.asarray(image), expect)
+    # Let go, the ring's buffers are reused: a full batch comes from at most `keep` of them.
+    del held, batch, image, h
+    gc.collect()
+    seen = {b[0].data_ptr() for _ in range(3) for b in loader if len(b[0]) == 4}
+    assert len(seen) <= loader.ring.keep
+
+
+class Failing(ImageShardDataset):
+    def __getitems__(self, indices: Sequence[int]) -> Batch:
+        if 7 in indices:
+            raise_deep(7)
+        return super().__getitems__(indices)
+
+
+def raise_deep(i: int) -> None:
+    raise KeyError(f"sample {i} is broken")
+
+
+def test_an_error_in_a_thread_surfaces_with_its_traceback(packed: Path) -> None:
+    ds = Failing(packed, size=64, fields=("label",))
+    loader = make_loader(ds, batch_size=4, threads=2)
+    with pytest.raises(KeyError, match="sample 7 is broken") as err:
+        list(loader)
+    frames = [f.name for f in traceback.extract_tb(err.value.__traceback__)]
+    assert "raise_deep" in frames and "__getitems__" in frames
+    gc.collect()
+    assert loader_threads() == []
+
+
+class Slow(ImageShardDataset):
+    def __getitems__(self, indices: Sequence[int]) -> Batch:
+        threading.Event().wait(0.02)  # a read still running when the caller leaves
+        return super().__getitems__(indices)
+
+
+def test_leaving_an_epoch_early_ends_its_threads(packed: Path) -> None:
+    ds = Slow(packed, size=64, fields=("index",))
+    loader = make_loader(ds, batch_size=2, threads=3)
+    for _ in range(3):
+        for _batch in loader:
+            assert len(loader_threads()) == 3
+            break
+    first = next(iter(loader))  # an iterator dropped without a loop
+    del _batch
+    gc.collect()
+    assert loader_threads() == []
+    assert first[0].tolist() == [0, 1]  # each pass starts at the start
+    assert [int(i) for b in loader for i in b[0]] == list(range(len(ds)))
+    assert loader_threads() == []
+
+
+def test_threads_only_without_worker_processes(packed: Path) -> None:
+    ds = ImageShardDataset(packed, size=64, fields=("label",))
+    assert make_loader(ds, batch_size=4).threads > 0  # the default
+    assert make_loader(ds, batch_size=4, num_workers=1).threads == 0
+    with pytest.raises(ValueError, match="threads -1"):
+        make_loader(ds, batch_size=4, threads=-1)
+
+
+def test_threads_share_a_store_that_keeps_one_map_open(packed: Path) -> None:
+    """Every read of another shard evicts a map while the other threads read theirs."""
+    ds = ImageShardDataset(packed, size=64, fields=("image", "index"), max_open=1)
+    want = epochs(make_loader(ds, batch_size=3, shuffle=True, threads=0), 4)
+    got = epochs(make_loader(ds, batch_size=3, shuffle=True, threads=3), 4)
+    assert all(np.array_equal(g[0], w[0]) for g, w in zip(got, want, strict=True))
