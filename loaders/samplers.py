@@ -40,14 +40,28 @@ def _random(sizes: np.ndarray, rng: np.random.Generator, window: int) -> np.ndar
     return rng.permutation(int(sizes.sum())).astype(np.int64)
 
 
+def _windows(shards: np.ndarray, window: int) -> list[np.ndarray]:
+    return [shards[w : w + window] for w in range(0, len(shards), window)]
+
+
 def _quasi_random(sizes: np.ndarray, rng: np.random.Generator, window: int) -> np.ndarray:
     starts = np.concatenate([[0], np.cumsum(sizes)])
-    shards = rng.permutation(len(sizes))
     parts = []
-    for w in range(0, len(shards), window):
-        idx = np.concatenate([np.arange(starts[s], starts[s + 1]) for s in shards[w : w + window]])
+    for group in _windows(rng.permutation(len(sizes)), window):  # the first draw: see windows()
+        idx = np.concatenate([np.arange(starts[s], starts[s + 1]) for s in group])
         parts.append(rng.permutation(idx))
     return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
+
+
+def windows(num_shards: int, seed: int, epoch: int, window: int = 8) -> list[np.ndarray]:
+    """The shards of each window of epoch `epoch` in order "quasi_random", in reading order:
+    what a remote dataset prefetches (loaders.remote.prefetch).
+
+    >>> [w.tolist() for w in windows(3, seed=3, epoch=0, window=2)]
+    [[2, 1], [0]]
+    """
+    rng = np.random.default_rng([seed, epoch])  # as epoch_order: its first draw is the shards'
+    return _windows(rng.permutation(num_shards), window)
 
 
 BLOCK_ROWS = 4096  # "blocks": a batch of up to this many rows is one or two slices a column
@@ -139,6 +153,18 @@ class ShardSampler(Sampler[int]):
         self.shard_sizes = [int(s) for s in shard_sizes]
         self.order, self.seed, self.window, self.drop_last = order, seed, window, drop_last
         self.epoch = 0
+        # Called as the sampler starts yielding window k of `epoch` ("quasi_random" only).
+        self.on_window: Callable[[int, int], None] | None = None
+
+    def follow(self, dataset: object) -> None:
+        """Let a remote dataset fetch each "quasi_random" window's shards ahead of the reading,
+        and keep the windows being read out of its cache's eviction (loaders.remote.prefetch).
+        make_loader calls it; a local dataset ignores it."""
+        store = getattr(dataset, "store", None)
+        follow = getattr(getattr(store, "backend", None), "follow_windows", None)
+        ours = store is not None and len(store.manifest.shards) == len(self.shard_sizes)
+        if self.order == "quasi_random" and follow is not None and ours:
+            self.on_window = follow(self.seed, self.window)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -149,10 +175,26 @@ class ShardSampler(Sampler[int]):
         return rank_share(order, self.rank, self.num_replicas, self.drop_last)
 
     def __iter__(self) -> Iterator[int]:
-        share = self.indices(self.epoch)
+        epoch = self.epoch
+        share = self.indices(epoch)
         if self.num_replicas == 1:
             self.epoch += 1
-        return iter(share.tolist())
+        if self.on_window is None or self.order != "quasi_random":
+            return iter(share.tolist())
+        return self._by_window(share, epoch)
+
+    def _by_window(self, share: np.ndarray, epoch: int) -> Iterator[int]:
+        """`share`, calling on_window(epoch, k) before the first index of window k."""
+        assert self.on_window is not None
+        sizes = np.asarray(self.shard_sizes, dtype=np.int64)
+        groups = windows(len(sizes), self.seed, epoch, self.window)
+        starts = np.cumsum([0] + [int(sizes[g].sum()) for g in groups[:-1]])
+        # Global position p is this rank's index (p - rank) / num_replicas: the first of a
+        # window starting at p is ceil((p - rank) / num_replicas).
+        cuts = np.clip(-((self.rank - starts) // self.num_replicas), 0, len(share)).tolist()
+        for k, (a, b) in enumerate(zip(cuts, [*cuts[1:], len(share)], strict=True)):
+            self.on_window(epoch, k)
+            yield from share[a:b].tolist()
 
     def __len__(self) -> int:
         n = sum(self.shard_sizes)

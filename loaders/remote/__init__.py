@@ -4,19 +4,18 @@
 shard file on first use into a local cache shared by every process of the node
 (loaders.remote.cache), verified against the manifest's size and sha256, and hands the store
 the cached file to map. Credentials come from fsspec's own configuration (environment,
-profiles); `storage_options` passes through to the file system. fsspec is imported only here,
-only for a URL.
+profiles); `storage_options` passes through to the file system. fsspec is imported only for
+a URL (loaders.remote.fs).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import re
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, BinaryIO, TypeVar
+from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
 from loaders.format import MANIFEST, FormatError, Manifest
 from loaders.remote.cache import (
@@ -26,56 +25,18 @@ from loaders.remote.cache import (
     parse_bytes,
     warn_small_cache,
 )
+from loaders.remote.fs import Url, filesystem, url_of
 
+if TYPE_CHECKING:  # torch only for a loader that follows windows, not for `prep` commands
+    from loaders.remote.prefetch import Follower, WindowPlan
+
+__all__ = ["RemoteBackend", "Url", "filesystem", "open_remote", "retried", "url_of"]
 T = TypeVar("T")
 RETRIES = 4  # tries of one read before it fails
 BACKOFF = 0.5  # seconds before the second try, doubling after each
 CHECK_EVERY = 10.0  # seconds between two looks at the remote manifest (a request each)
-_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):/+(.*)$")
 
 Stamp = tuple[int, int, int, int]
-
-
-def url_of(root: object) -> str | None:
-    """The URL `root` names, or None for a local path. A URL that went through `Path` (which
-    folds `s3://b` into `s3:/b`) is mended."""
-    m = _URL.match(os.fspath(root) if isinstance(root, os.PathLike) else str(root))
-    if not m or len(m.group(1)) < 2:  # one letter: a Windows drive, not a scheme
-        return None
-    scheme, rest = m.group(1).lower(), m.group(2).rstrip("/")
-    return f"file:///{rest}" if scheme == "file" else f"{scheme}://{rest}"
-
-
-class Url(str):
-    """A URL that joins like a Path: `Url('s3://b/ds') / 'manifest.json'`."""
-
-    def __truediv__(self, name: str) -> Url:
-        return Url(f"{self.rstrip('/')}/{name}")
-
-    @property
-    def name(self) -> str:
-        return self.rstrip("/").rsplit("/", 1)[-1]
-
-
-def filesystem(url: str, storage_options: dict[str, Any] | None = None) -> Any:
-    """The fsspec file system of `url` (fsspec imported here, on first use)."""
-    try:
-        import fsspec
-    except ImportError as e:
-        raise FormatError(
-            f"{url}: reading a URL needs fsspec. HINT: pip install fsspec (and s3fs for s3://, "
-            "gcsfs for gs://, aiohttp for http://)"
-        ) from e
-    try:
-        # No listings cache: a file replaced remotely (a repack) must not be read with the
-        # size and ETag seen before; an instance of its own per backend and process.
-        options = {"use_listings_cache": False, "skip_instance_cache": True}
-        fs, _ = fsspec.core.url_to_fs(url, **(options | (storage_options or {})))
-    except (ImportError, ValueError) as e:
-        raise FormatError(
-            f"{url}: no file system for it ({e}). HINT: pip install 'prep[s3]' for s3://"
-        ) from e
-    return fs
 
 
 def retried(what: str, fn: Callable[[], T], tries: int | None = None) -> T:
@@ -145,18 +106,40 @@ class RemoteBackend:
         self.cache_limit = parse_bytes(cache_limit)
         self.storage_options = storage_options or {}
         self.hold = hold
+        self.plan: WindowPlan | None = None  # set by follow_windows
         self._init_process()
 
     def _init_process(self) -> None:
         self._fs: Any = None
+        self._fs_pid = 0
         self._files: dict[str, tuple[int, str]] = {}  # name -> (bytes, sha256)
+        self._shards: list[dict[str, tuple[str, int, str]]] = []  # array -> (name, bytes, sha)
+        self._array_of: dict[str, str] = {}  # file name -> an array it holds
         self._cache = FileCache(self.cache_dir, self.cache_limit, self.hold)
         self._checked: tuple[float, Stamp | None] | None = None
+        self._follower: Follower | None = None
+        if self.plan is not None:
+            from loaders.remote.prefetch import Follower
+
+            self._follower = Follower(self.plan, self.cache_limit)
+
+    def follow_windows(self, seed: int, window: int) -> Callable[[int, int], None]:
+        """Share the sampler's "quasi_random" position with every process reading this
+        dataset (loaders.remote.prefetch); the sampler calls what this returns."""
+        from loaders.remote.prefetch import Follower, WindowPlan
+
+        if not self._shards:
+            self.read_manifest()
+        self.plan = WindowPlan(len(self._shards), seed, window)
+        self._follower = Follower(self.plan, self.cache_limit)
+        return self.plan.set
 
     @property
     def fs(self) -> Any:
-        if self._fs is None:
-            self._fs = filesystem(self.root, self.storage_options)
+        # fsspec's async file systems (s3, http) refuse to run in a forked child, such as a
+        # DataLoader worker: each process makes its own.
+        if self._fs is None or self._fs_pid != os.getpid():
+            self._fs, self._fs_pid = filesystem(self.root, self.storage_options), os.getpid()
         return self._fs
 
     def read_manifest(self) -> tuple[bytes, Stamp]:
@@ -170,6 +153,10 @@ class RemoteBackend:
         data: bytes = retried(url, lambda: self.fs.cat_file(url))
         m = Manifest.from_json(data, url)
         self._files = {n: (f.bytes, f.sha256) for s in m.shards for n, f in s.files.items()}
+        self._shards = [
+            {a: (r.file, *self._files[r.file]) for a, r in s.arrays.items()} for s in m.shards
+        ]
+        self._array_of = {f[0]: a for arrays in self._shards for a, f in arrays.items()}
         self._checked = time.monotonic(), stamp
         shard_bytes = [sum(f.bytes for f in s.files.values()) for s in m.shards]
         warn_small_cache(self.root, self.cache_limit, shard_bytes)
@@ -197,6 +184,9 @@ class RemoteBackend:
                 self._checked = now, self._remote_stamp()
             except OSError:
                 self._checked = now, last
+        if self._follower is not None:  # looked at once a batch: follow the sampler too
+            rank = self._follower.follow(self._shards, self.local_path)
+            self._cache.rank = rank or self._cache.rank
         return self._checked[1]
 
     def local_path(self, name: str) -> Path:
@@ -206,6 +196,8 @@ class RemoteBackend:
         if name not in self._files:
             raise FormatError(f"{self.root}: manifest path {name!r} is not a listed file")
         size, sha256 = self._files[name]
+        if self._follower is not None:  # learn which arrays the dataset reads
+            self._follower.read.add(self._array_of[name])
         url = self.root / name
         return self._cache.get(sha256, size, url, lambda f: self._download(url, f))
 
@@ -278,7 +270,7 @@ class RemoteBackend:
         return [] if same else [f"tokenizer: {url} checksum differs from the manifest"]
 
     def __getstate__(self) -> dict[str, Any]:
-        keep = ("root", "cache_dir", "cache_limit", "storage_options", "hold")
+        keep = ("root", "cache_dir", "cache_limit", "storage_options", "hold", "plan")
         return {k: self.__dict__[k] for k in keep}
 
     def __setstate__(self, state: dict[str, Any]) -> None:

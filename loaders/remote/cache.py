@@ -19,6 +19,7 @@ import os
 import re
 import secrets
 import socket
+import threading
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -85,6 +86,10 @@ class FileCache:
     def __init__(self, cache_dir: Path, limit: int | None, hold: int):
         self.dir, self.limit, self.hold = cache_dir / "files", limit, max(1, hold)
         self._held: OrderedDict[str, int] = OrderedDict()  # sha256 -> fd of its .use lock
+        self._lock = threading.Lock()  # prefetch threads share `_held`
+        # Eviction order: a key per entry, (sha256, mtime_ns) -> smaller first, None: keep it
+        # (loaders.remote.prefetch sets it from the sampler's windows); default LRU.
+        self.rank: Callable[[str, int], tuple[int, int] | None] = lambda sha, mtime: (0, mtime)
 
     def entry(self, sha256: str) -> Path:
         return self.dir / sha256[:2] / sha256
@@ -129,19 +134,21 @@ class FileCache:
 
     def _use(self, sha256: str) -> None:
         """Hold `sha256`'s .use lock (shared), dropping the oldest past `hold`."""
-        fd = self._held.pop(sha256, None)
-        if fd is None:
-            path = self.entry(sha256).with_name(sha256 + ".use")
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-            fcntl.flock(fd, fcntl.LOCK_SH)  # waits only while an evictor checks it
-        self._held[sha256] = fd
-        while len(self._held) > self.hold:
-            os.close(self._held.pop(next(iter(self._held))))
+        with self._lock:
+            fd = self._held.pop(sha256, None)
+            if fd is None:
+                path = self.entry(sha256).with_name(sha256 + ".use")
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+                fcntl.flock(fd, fcntl.LOCK_SH)  # waits only while an evictor checks it
+            self._held[sha256] = fd
+            while len(self._held) > self.hold:
+                os.close(self._held.pop(next(iter(self._held))))
 
     def release(self) -> None:
-        for fd in self._held.values():
-            os.close(fd)
-        self._held.clear()
+        with self._lock:
+            for fd in self._held.values():
+                os.close(fd)
+            self._held.clear()
 
     def evict(self) -> int:
         """Remove least recently used files that no process holds until the cache is under
@@ -155,7 +162,8 @@ class FileCache:
         total = sum(e[1] for e in entries)
         if self.limit is None:
             return total
-        for _, size, p in sorted(entries):
+        ranked = [(key, size, p) for t, size, p in entries if (key := self.rank(p.name, t))]
+        for _, size, p in sorted(ranked):
             if total <= self.limit:
                 break
             if p.name in self._held:
