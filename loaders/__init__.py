@@ -10,6 +10,8 @@ from typing import Any
 
 _EXPORTS = {
     "ImageShardDataset": "loaders.images",
+    "CenterCrop": "loaders.crops",
+    "RandomResizedCrop": "loaders.crops",
     "TokenWindowDataset": "loaders.tokens",
     "DocumentDataset": "loaders.tokens",
     "VolumeDataset": "loaders.volumes",

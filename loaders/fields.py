@@ -103,6 +103,9 @@ FIELDS: dict[str, Field] = {
         Field("mask", True, lambda s, c: (s or 0, s or 0), ("uint8",), "uint8", CODECS[:2]),
         # --mode keep: each sample's stored (h, w) at that size (sides <= 16384 fit uint16).
         Field("hw", True, lambda s, c: (2,), ("uint16",), "int64"),
+        # jpeg images: each sample's CRC-32 (zlib.crc32), checked before it is decoded, so that
+        # bit rot is a FormatError rather than a picture with a smear.
+        Field("crc", True, lambda s, c: (), ("uint32",), "int64"),
         Field("label", False, lambda s, c: (), UNSIGNED, "int64"),
         # The sample's dataset index, which per-sample augmentation draws from (transforms).
         Field("index", False, lambda s, c: (), ("int64",), "int64", codecs=()),

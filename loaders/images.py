@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Sequence
 from functools import cached_property
@@ -12,10 +11,15 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from loaders.crops import Crop, whole
+from loaders.decode import Pool, fill, jobs_for
 from loaders.fields import FIELDS
 from loaders.format import array_name
 from loaders.loader import Batch, BufferPool, check_indices, new_batch
+from loaders.memory import SharedArrays
 from loaders.store import DEFAULT_MAX_OPEN, ShardStore, pickled_state
+
+CROPPED = ("image", "mask")  # the fields a crop= applies to
 
 
 class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
@@ -35,7 +39,14 @@ class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
 
     `in_memory=True` reads the requested fields, at every size the dataset holds (so set_size
     still works), into shared memory once, here: for slow or network disks. DataLoader workers,
-    forked or spawned, map that one copy instead of copying it or reading the disk.
+    forked or spawned, map that one copy instead of copying it or reading the disk. JPEG sizes
+    stay compressed there (about 1/7 of their pixels' RAM at q90).
+
+    `crop=` (`CenterCrop(s)`, `RandomResizedCrop(s, scale, ratio, seed)`: loaders.crops) crops
+    images and masks to one shape: required for `--mode keep` sizes. Boxes depend on (seed,
+    epoch, index): call `set_epoch(e)`. JPEG is decoded on `threads` threads (default: up to 4
+    cores; one in a DataLoader worker), or by `decode="cuda"` on the GPU, a batch at once in
+    the main process (the `gpu` extra). Bad bytes raise FormatError naming shard and sample.
 
     `root` may be an fsspec URL (s3://, gs://, http(s)://): shard files are fetched once per
     node into `cache_dir` (default ~/.cache/prep), verified, and mapped; `cache_limit` (bytes or
@@ -49,6 +60,9 @@ class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
         fields: Sequence[str] = ("image", "label"),
         in_memory: bool = False,
         *,
+        crop: Crop | None = None,
+        decode: str = "cpu",
+        threads: int | None = None,
         max_open: int = DEFAULT_MAX_OPEN,
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit: int | str | None = None,
@@ -71,13 +85,18 @@ class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
             if len(self.sizes) != 1:
                 raise ValueError(f"{self.store.root} has sizes {self.sizes}: pass size=")
             size = self.sizes[0]
-        # The current size lives in shared memory so that set_size() reaches persistent
-        # DataLoader workers (forked or spawned) before the next epoch starts.
-        self._size = torch.zeros((), dtype=torch.int64).share_memory_()
-        self._memory: dict[str, torch.Tensor] = {}  # array name -> its bytes, all shards
+        # The current size and epoch live in shared memory so that set_size() and set_epoch()
+        # reach persistent DataLoader workers (forked or spawned) before the next epoch starts.
+        self._now = torch.zeros(2, dtype=torch.int64).share_memory_()  # size, epoch
+        self._memory: dict[str, torch.Tensor] = {}  # in_memory's copy: name -> its bytes
+        if decode not in ("cpu", "cuda"):
+            raise ValueError(f"decode={decode!r} is not 'cpu' or 'cuda'")
+        self.crop, self.decode, self._threads = crop, decode, threads
         self.set_size(size)
-        if in_memory:
-            self._load_into_memory()
+        if in_memory:  # every size of the requested fields, so that set_size still works
+            stored = [f for f in self.fields if FIELDS[f].codecs]
+            stored += ["hw", "crc"] if set(stored) & set(CROPPED) else []
+            self.arrays.load({self._name(f, s) for f in stored for s in self.sizes})
 
     # -- what the manifest says: recomputed after unpickling, never pickled ------------------
 
@@ -99,9 +118,12 @@ class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
         return BufferPool()
 
     @cached_property
-    def _views(self) -> dict[str, np.ndarray]:
-        """In-memory arrays as numpy views, made once per process."""
-        return {}
+    def arrays(self) -> SharedArrays:  # the store's maps, or in_memory's copy of them
+        return SharedArrays(self.store, self._memory)
+
+    @cached_property
+    def _pool(self) -> Pool:
+        return Pool(self._threads or min(4, len(os.sched_getaffinity(0))))
 
     def __getstate__(self) -> dict[str, Any]:
         return pickled_state(self)
@@ -110,13 +132,29 @@ class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
 
     @property
     def size(self) -> int:
-        return int(self._size)
+        return int(self._now[0])
 
     def set_size(self, size: int) -> None:
         """Switch every sized field to `size` px (progressive resizing between epochs)."""
         if size not in self.sizes:
             raise ValueError(f"{self.store.root} has no size {size}; it has {self.sizes}")
-        self._size.fill_(size)
+        if self.crop is None and array_name("hw", size) in self.store.manifest.arrays:
+            raise ValueError(
+                f"{self.store.root} was packed with --mode keep at {size} px: its samples have "
+                "their own shapes. HINT: pass crop=CenterCrop(224) or RandomResizedCrop(224) "
+                "(from loaders)"
+            )
+        self._now[0] = size
+
+    @property
+    def epoch(self) -> int:
+        return int(self._now[1])
+
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch random crops draw from (with their seed and each sample's index)."""
+        if epoch < 0:
+            raise ValueError(f"epoch {epoch} must be non-negative")
+        self._now[1] = epoch
 
     # -- storage -------------------------------------------------------------------------------
 
@@ -127,36 +165,6 @@ class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
 
     def _name(self, field: str, size: int | None) -> str:
         return array_name(field, size if FIELDS[field].sized else None)
-
-    def _load_into_memory(self) -> None:
-        """Every size of the requested fields (so that set_size still works)."""
-        stored = [f for f in self.fields if FIELDS[f].codecs]
-        names = {self._name(f, s) for f in stored for s in self.sizes}
-        for name in sorted(names):
-            spec = self.store.manifest.arrays[name]
-            nbytes = len(self) * np.dtype(spec.dtype).itemsize * math.prod(spec.shape)
-            storage = torch.UntypedStorage._new_shared(nbytes)  # no copy of garbage, as new_batch
-            self._memory[name] = torch.empty(0, dtype=torch.uint8).set_(storage)
-            whole = self._memory_array(name, writeable=True)
-            for shard in range(len(self._starts) - 1):
-                whole[self._starts[shard] : self._starts[shard + 1]] = self.store.array(shard, name)
-
-    def _memory_array(self, name: str, writeable: bool = False) -> np.ndarray:
-        """Array `name` of every shard, as a view of its shared-memory bytes."""
-        whole = self._views.get(name)
-        if whole is None or writeable:
-            spec = self.store.manifest.arrays[name]
-            whole = self._memory[name].numpy().view(spec.dtype).reshape(len(self), *spec.shape)
-            whole.flags.writeable = writeable  # the readers' copy is shared: never write to it
-            if not writeable:
-                self._views[name] = whole
-        return whole
-
-    def _array(self, shard: int, field: str, size: int) -> np.ndarray:
-        name = self._name(field, size)
-        if name not in self._memory:
-            return self.store.array(shard, name)
-        return self._memory_array(name)[self._starts[shard] : self._starts[shard + 1]]
 
     # -- access --------------------------------------------------------------------------------
 
@@ -169,26 +177,77 @@ class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
         return shard, idx - self._starts[shard]
 
     def _out(self, field: str, batch: int, size: int) -> torch.Tensor:
-        shape = (batch, *self.store.manifest.arrays[self._name(field, size)].shape)
+        shape = self.store.manifest.arrays[self._name(field, size)].shape
+        if self.crop is not None and field in CROPPED:
+            shape = (*self.crop.size, *shape[2:])
         dtype = getattr(torch, FIELDS[field].out_dtype)
-        return new_batch(shape, dtype, self._buffers, field)
+        return new_batch((batch, *shape), dtype, self._buffers, field)
+
+    def _decoded(self, field: str, size: int) -> bool:  # cropped, ragged or JPEG: loaders.decode
+        spec = self.store.manifest.arrays.get(self._name(field, size))
+        return field in CROPPED and (self.crop is not None or (spec is not None and spec.ragged))
 
     def __getitems__(self, indices: Sequence[int]) -> Batch:
         self.store.check()  # a repacked folder: refuse it rather than mix two datasets
         shard, local = self._locate(indices)
         size = self.size  # read once: set_size may run between batches, never within one
         groups = _by_shard(shard)
+        index = self._starts[shard] + local
+        boxes: np.ndarray | None = None
         outs = []
         for field in self.fields:
             if field == "index":
                 out = new_batch((len(shard),), torch.int64, self._buffers, field)
-                out.numpy()[:] = self._starts[shard] + local
+                out.numpy()[:] = index
                 outs.append(out)
                 continue
-            out = self._out(field, len(shard), size)
-            self._fill(out.numpy(), field, size, groups, local)
-            outs.append(FIELDS[field].to_tensor(out))
+            if not self._decoded(field, size):
+                out = self._out(field, len(shard), size)
+                self._fill(out.numpy(), field, size, groups, local)
+                outs.append(FIELDS[field].to_tensor(out))
+                continue
+            if boxes is None:  # once a batch: the image and its mask share their boxes
+                stored = self._per_sample("hw", size, groups, local)  # mode keep: their own
+                hw = np.full((len(local), 2), size) if stored is None else stored
+                boxes = whole(hw) if self.crop is None else self.crop.boxes(index, hw, self.epoch)
+            outs.append(self._decode_field(field, size, groups, local, hw, boxes))
         return Batch(tuple(outs))
+
+    def _per_sample(
+        self, field: str, size: int, groups: list[tuple[int, np.ndarray]], local: np.ndarray
+    ) -> np.ndarray | None:
+        """The batch's int64 values of `field` (hw, crc) at `size`; None: the dataset has none."""
+        spec = self.store.manifest.arrays.get(array_name(field, size))
+        if spec is None:
+            return None
+        out = np.empty((len(local), *spec.shape), dtype=np.int64)
+        self._fill(out, field, size, groups, local)
+        return out
+
+    def _decode_field(
+        self,
+        field: str,
+        size: int,
+        groups: list[tuple[int, np.ndarray]],
+        local: np.ndarray,
+        hw: np.ndarray,
+        boxes: np.ndarray,
+    ) -> torch.Tensor:
+        """A batch of `field` through loaders.decode: each sample's bytes or pixels, decoded
+        (JPEG), cropped to its box and resized to the crop's size."""
+        name = self._name(field, size)
+        spec = self.store.manifest.arrays[name]
+        srcs, wheres = self.arrays.samples(name, groups, local)
+        crcs = self._per_sample("crc", size, groups, local) if spec.codec == "jpeg" else None
+        if self.decode == "cuda" and spec.codec == "jpeg":
+            from loaders.gpu_decode import decode_cuda  # torchvision, imported only here
+
+            out_hw = self.crop.size if self.crop is not None else (size, size)
+            return decode_cuda(srcs, crcs, hw, boxes, out_hw, spec.shape[-1], wheres)
+        out = self._out(field, len(local), size)
+        jobs = jobs_for(out.numpy(), srcs, spec.codec == "jpeg", hw, boxes, crcs, wheres)
+        fill(jobs, self._pool, nearest=field == "mask")
+        return FIELDS[field].to_tensor(out)
 
     def _fill(
         self,
@@ -201,7 +260,7 @@ class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
         """Samples `local` of their shards into `dst`, one shard's map at a time (a batch across
         more shards than the store keeps open still holds one map at a time)."""
         if len(groups) == 1:
-            arr = self._array(groups[0][0], field, size)
+            arr = self.arrays.array(groups[0][0], self._name(field, size))
             if dst.dtype == arr.dtype:
                 # The whole batch in one shard: one vectorised read, straight into the output.
                 # mode="clip": the indices are checked already, and the default ("raise")
@@ -209,7 +268,7 @@ class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
                 np.take(arr, local, axis=0, out=dst, mode="clip")
                 return
         for s, pos in groups:
-            arr = self._array(s, field, size)
+            arr = self.arrays.array(s, self._name(field, size))
             if FIELDS[field].sized:
                 # Big samples: copy each once into place (a gather per shard followed by a
                 # scatter would copy every pixel twice).

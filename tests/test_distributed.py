@@ -121,7 +121,7 @@ def test_in_memory_reads_the_same_and_shares_one_copy(packed: Path) -> None:
     # Spawned workers receive handles to the shared memory, not the bytes.
     assert len(ForkingPickler.dumps(ram)) < 4096 < stored
     with pytest.raises(ValueError, match="read-only"):
-        ram._array(0, "image", 96)[0, 0, 0, 0] = 1
+        ram.arrays.array(0, "image_96")[0, 0, 0, 0] = 1
     batches = make_loader(ram, batch_size=6, num_workers=2, shuffle=True)
     assert sum(len(b[0]) for b in batches) == 24
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import zlib
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from prep.config import PackConfig
 from prep.kinds.images.decode import BACKGROUND, decode_image, decode_mask, sizes_from
 from prep.kinds.images.encode import RaggedWriter, keep_sizes, stored, subsampling
 from prep.kinds.images.sources import Item, Listing, list_images
-from prep.run.driver import Inputs, Kind, RunSummary, run
+from prep.run.driver import Inputs, Kind, RunSummary, run, shard_size
 from prep.run.files import NpyWriter, named, publish, temp_path, writing
 from prep.run.inputs import Reject, reject_record
 from prep.run.profile import stage
@@ -44,6 +45,7 @@ def array_specs(cfg: PackConfig, max_label: int | None, masks: bool) -> dict[str
     ]
     specs += [FIELDS["mask"].spec(s, codec=_codec("raw", keep)) for s in cfg.sizes if masks]
     specs += [FIELDS["hw"].spec(s) for s in cfg.sizes if keep]
+    specs += [FIELDS["crc"].spec(s) for s in cfg.sizes if codecs[s] == "jpeg"]
     if max_label is not None:
         specs.append(FIELDS["label"].spec(None, max_value=max_label))
     specs.append(FIELDS["orig_size"].spec(None))
@@ -72,6 +74,8 @@ def encode_item(item: Item, cfg: PackConfig, specs: dict[str, ArraySpec]) -> dic
         out[name] = stored(arr[..., None] if cfg.gray else arr, specs[name], cfg.quality)
         if keep:
             out[array_name("hw", s)] = np.asarray(arr.shape[:2], dtype=np.uint16)
+        if specs[name].codec == "jpeg":
+            out[array_name("crc", s)] = np.asarray(zlib.crc32(out[name].data), dtype=np.uint32)
     if item.mask is not None:
         try:
             mask = decode_mask(item.mask, cfg.max_pixels)
@@ -235,7 +239,7 @@ class ImagesKind(Kind[PackConfig, list[Item]]):
             # Shards then hold every class, so shard-aware (quasi-random) loading mixes classes.
             order = np.random.default_rng(self.cfg.shuffle_seed).permutation(len(items))
             items = [items[i] for i in order]
-        size = self.cfg.shard_size
+        size = shard_size(len(items), self.cfg.shard_size)
         self.input_bytes = {name: n for name, n, _ in self.listing.fingerprint}
         return [items[i : i + size] for i in range(0, len(items), size)]
 

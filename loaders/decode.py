@@ -1,0 +1,229 @@
+"""Turning stored samples into a batch's pixels on the CPU: JPEG decoding, crops, resizing.
+
+Each sample is a `Job`: its stored bytes or pixels, its (h, w), its crop box (or none), and the
+batch row it fills. `fill(jobs, threads)` runs them on a few threads: libjpeg-turbo (simplejpeg)
+and OpenCV release the GIL, so two threads decode on two cores. PIL is the fallback decoder.
+
+A JPEG sample is decoded at 1/2, 1/4 or 1/8 scale (DCT reduction, in the decoder) when its crop's
+output is at most that fraction of the box, then its box is resized to the output: bilinear,
+or area averaging when it still shrinks by more than 2 (as prep resizes); nearest for masks.
+Bad bytes (a checksum that differs, a stream the decoder refuses, a size that is not the stored
+one) raise FormatError naming the shard file and sample; no grey or partial image is returned.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import threading
+import zlib
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+from loaders.format import FormatError
+
+FACTORS = (8, 4, 2)  # libjpeg's power-of-two DCT scales, largest first
+_local = threading.local()  # per thread: a scratch buffer for decoded images
+
+
+@dataclass
+class Job:
+    """One sample of a batch: `src` (JPEG bytes, or pixels (h, w[, C])), `dst` its batch row."""
+
+    dst: np.ndarray  # (oh, ow, C) or (oh, ow), uint8, C-contiguous
+    src: np.ndarray
+    jpeg: bool
+    hw: tuple[int, int]  # the stored image's (h, w)
+    box: tuple[int, ...]  # (top, left, height, width) in it
+    crc: int | None  # the stored CRC-32 of a JPEG sample's bytes
+    where: str  # "FILE (shard S, sample K)": for errors
+    nearest: bool = False  # a mask: class ids are never blended
+
+
+def factor(box_hw: tuple[int, int], out_hw: tuple[int, int]) -> int:
+    """The DCT scale divisor for a box shrunk to `out_hw`: 2, 4 or 8 when the output is at most
+    that fraction of the box on both sides, else 1.
+
+    >>> factor((448, 500), (224, 224)), factor((300, 300), (224, 224)), factor((64, 64), (8, 8))
+    (2, 1, 8)
+    """
+    for f in FACTORS:
+        if box_hw[0] >= f * out_hw[0] and box_hw[1] >= f * out_hw[1]:
+            return f
+    return 1
+
+
+def _scratch(nbytes: int) -> bytearray:
+    buf: bytearray | None = getattr(_local, "buf", None)
+    if buf is None or len(buf) < nbytes:
+        buf = _local.buf = bytearray(nbytes)
+    return buf
+
+
+def decode_jpeg(
+    data: np.ndarray, hw: tuple[int, int], f: int, channels: int, out: np.ndarray | None = None
+) -> np.ndarray:
+    """The JPEG in `data` decoded at 1/f scale: (ceil(h / f), ceil(w / f), channels) uint8,
+    into `out` when given (its shape must be that). Raises ValueError or OSError for bad bytes."""
+    h, w = math.ceil(hw[0] / f), math.ceil(hw[1] / f)
+    try:
+        import simplejpeg
+    except ImportError:  # the fallback: PIL's draft() gives the same DCT scales
+        return _decode_pil(data, (h, w), channels, out)
+    buf = out if out is not None else _scratch(h * w * channels)
+    img = simplejpeg.decode_jpeg(
+        data,
+        colorspace="GRAY" if channels == 1 else "RGB",
+        min_height=h,
+        min_width=w,
+        buffer=buf,
+        strict=True,  # "Premature end of JPEG file" and other warnings raise
+    )
+    if img.shape != (h, w, channels):
+        raise ValueError(f"decoded {img.shape[1]}x{img.shape[0]}, stored {hw[1]}x{hw[0]}")
+    return img
+
+
+def _decode_pil(
+    data: np.ndarray, hw: tuple[int, int], channels: int, out: np.ndarray | None
+) -> np.ndarray:
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data.tobytes())) as im:
+        mode = "L" if channels == 1 else "RGB"
+        im.draft(mode, (hw[1], hw[0]))  # the smallest DCT scale still covering (w, h)
+        im.load()  # LOAD_TRUNCATED_IMAGES is off by default: a truncated stream raises
+        img = np.asarray(im.convert(mode)).reshape(im.height, im.width, channels)
+    if img.shape[:2] != hw:
+        raise ValueError(f"decoded {img.shape[1]}x{img.shape[0]}, expected {hw[1]}x{hw[0]}")
+    if out is not None:
+        out[...] = img
+        return out
+    return img
+
+
+def _resize(src: np.ndarray, dst: np.ndarray, nearest: bool) -> None:
+    """`src` (h, w[, C]) resized into `dst` (oh, ow[, C]), in place."""
+    if src.shape[:2] == dst.shape[:2]:
+        dst[...] = src
+        return
+    import cv2  # only when a crop resizes: `import loaders` stays without it
+
+    if nearest:
+        interp = cv2.INTER_NEAREST_EXACT
+    elif src.shape[0] > 2 * dst.shape[0] or src.shape[1] > 2 * dst.shape[1]:
+        interp = cv2.INTER_AREA
+    else:
+        interp = cv2.INTER_LINEAR
+    if src.ndim == 3 and src.shape[2] == 1:  # OpenCV drops a last axis of 1
+        src, dst = src[..., 0], dst[..., 0]
+    out = cv2.resize(src, (dst.shape[1], dst.shape[0]), dst=dst, interpolation=interp)
+    if out is not dst and not np.shares_memory(out, dst):  # OpenCV made a new array
+        dst[...] = out
+
+
+def _run(job: Job) -> None:
+    oh, ow = job.dst.shape[:2]
+    channels = job.dst.shape[2] if job.dst.ndim == 3 else 1
+    box = job.box
+    if not job.jpeg:
+        img = job.src.reshape(*job.hw, *job.dst.shape[2:])
+        top, left, bh, bw = box
+        _resize(img[top : top + bh, left : left + bw], job.dst, job.nearest)
+        return
+    if job.crc is not None and zlib.crc32(job.src.data) != job.crc:
+        raise FormatError(
+            f"{job.where}: the JPEG bytes differ from their checksum (bit rot, or a file "
+            "changed after packing). HINT: run `prep verify`, then repack"
+        )
+    f = factor((box[2], box[3]), (oh, ow))
+    direct = f == 1 and box == (0, 0, *job.hw) and job.hw == (oh, ow)
+    try:
+        img = decode_jpeg(job.src, job.hw, f, channels, job.dst if direct else None)
+    except (ValueError, OSError, SyntaxError) as e:
+        raise FormatError(
+            f"{job.where}: the JPEG sample cannot be decoded ({e}). HINT: run `prep verify`, "
+            "then repack"
+        ) from e
+    if direct:
+        return
+    top, left, bh, bw = box
+    # The box at 1/f scale: whole decoded pixels covering it (at most one more on each side).
+    t, lft = top // f, left // f
+    b, r = -(-(top + bh) // f), -(-(left + bw) // f)
+    _resize(img[t:b, lft:r], job.dst, False)
+
+
+class Pool:
+    """A few decode threads of one process, made on first use (never pickled, and made again
+    in a forked child: threads do not survive a fork). Inside a DataLoader worker the worker
+    decodes alone: the workers are the parallelism there."""
+
+    def __init__(self, threads: int):
+        self.threads = threads
+        self._pool: ThreadPoolExecutor | None = None
+        self._pid = 0
+        self._lock = threading.Lock()  # loader threads may share one dataset
+
+    def map(self, fn: Callable[[Sequence[Job]], None], jobs: Sequence[Job]) -> None:
+        from torch.utils.data import get_worker_info
+
+        n = min(self.threads, len(jobs))
+        if n <= 1 or get_worker_info() is not None:
+            fn(jobs)
+            return
+        with self._lock:
+            if self._pool is None or self._pid != os.getpid():
+                self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="prep-decode")
+                self._pid = os.getpid()
+        step = -(-len(jobs) // n)  # one contiguous chunk a thread: few futures a batch
+        futures = [self._pool.submit(fn, jobs[i : i + step]) for i in range(0, len(jobs), step)]
+        for fut in futures:
+            fut.result()  # re-raises a FormatError of any sample
+
+    def __getstate__(self) -> dict[str, object]:
+        return {"threads": self.threads, "_pool": None, "_pid": 0}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state, _lock=threading.Lock())
+
+
+def jobs_for(
+    dst: np.ndarray,
+    srcs: Sequence[np.ndarray],
+    jpeg: bool,
+    hw: np.ndarray,
+    boxes: np.ndarray,
+    crcs: np.ndarray | None,
+    wheres: Sequence[str],
+) -> list[Job]:
+    """One Job a batch row: `dst` (B, oh, ow[, C]), each sample's source, stored (h, w) and
+    box (B, 4), the stored CRC-32s (B,) of JPEG samples, and where each one is (for errors)."""
+    return [
+        Job(
+            dst[j],
+            src,
+            jpeg,
+            (int(hw[j, 0]), int(hw[j, 1])),
+            tuple(int(v) for v in boxes[j]),
+            None if crcs is None else int(crcs[j]),
+            wheres[j],
+        )
+        for j, src in enumerate(srcs)
+    ]
+
+
+def fill(jobs: Sequence[Job], pool: Pool, nearest: bool = False) -> None:
+    """Run every job on `pool`'s threads; `nearest`: class ids (masks), never blended."""
+    for job in jobs:
+        job.nearest = nearest
+    pool.map(_run_all, jobs)
+
+
+def _run_all(jobs: Sequence[Job]) -> None:
+    for job in jobs:
+        _run(job)

@@ -1,0 +1,111 @@
+"""A dataset's arrays read from its shard store, or from one copy of them in shared memory.
+
+`SharedArrays.load(names)` copies arrays of every shard into shared memory once (in_memory=True:
+for slow or network disks); DataLoader workers, forked or spawned, map that one copy. Raw arrays
+become one (samples, *shape) array; ragged and jpeg ones their data back to back with count + 1
+offsets in all, so that JPEG sizes stay compressed in RAM.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from loaders.format import OFFSETS
+from loaders.store import ShardStore
+
+
+def _shared(nbytes: int, dtype: torch.dtype = torch.uint8) -> torch.Tensor:
+    """A tensor over new shared memory, not zeroed (no copy of garbage, as new_batch)."""
+    return torch.empty(0, dtype=dtype).set_(torch.UntypedStorage._new_shared(nbytes))
+
+
+class SharedArrays:
+    """Array `name` of shard `s`: `array(s, name)`, `ragged(s, name)` (data, offsets)."""
+
+    def __init__(self, store: ShardStore, memory: dict[str, torch.Tensor]):
+        self.store = store
+        self._memory = memory  # array name -> its bytes, all shards (the dataset's: pickled)
+        self._views: dict[str, np.ndarray] = {}  # per process: never pickled
+
+    @property
+    def _starts(self) -> np.ndarray:
+        starts = self._views.get("")
+        if starts is None:  # cumulative sample counts, made once per process
+            starts = self._views[""] = np.cumsum(
+                [0] + [s.count for s in self.store.manifest.shards]
+            )
+        return starts
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._memory
+
+    def load(self, names: set[str]) -> None:
+        arrays = self.store.manifest.arrays
+        starts, n = self._starts, int(self._starts[-1])
+        for name in sorted(names & set(arrays)):
+            spec = arrays[name]
+            if spec.ragged:
+                self._load_ragged(name)
+                continue
+            self._memory[name] = _shared(n * np.dtype(spec.dtype).itemsize * math.prod(spec.shape))
+            whole = self._whole(name, writeable=True)
+            for shard in range(len(starts) - 1):
+                whole[starts[shard] : starts[shard + 1]] = self.store.array(shard, name)
+
+    def _load_ragged(self, name: str) -> None:
+        """The data of every shard back to back, and count + 1 offsets in all into it."""
+        refs = [s.arrays[name] for s in self.store.manifest.shards]
+        starts = self._starts
+        data = _shared(sum(r.length for r in refs))
+        off = torch.zeros(int(starts[-1]) + 1, dtype=torch.int64).share_memory_()
+        d, o, pos = data.numpy(), off.numpy(), 0
+        for s, ref in enumerate(refs):
+            d[pos : pos + ref.length] = self.store.array(s, name)
+            o[starts[s] : starts[s + 1] + 1] = self.store.array(s, name + OFFSETS) + pos
+            pos += ref.length
+        self._memory[name], self._memory[name + OFFSETS] = data, off
+
+    def _whole(self, name: str, writeable: bool = False) -> np.ndarray:
+        """Array `name` of every shard, as a view of its shared-memory bytes."""
+        whole = self._views.get(name)
+        if whole is None or writeable:
+            spec = self.store.manifest.arrays[name]
+            n = int(self._starts[-1])
+            whole = self._memory[name].numpy().view(spec.dtype).reshape(n, *spec.shape)
+            whole.flags.writeable = writeable  # the readers' copy is shared: never write to it
+            if not writeable:
+                self._views[name] = whole
+        return whole
+
+    def array(self, shard: int, name: str) -> np.ndarray:
+        if name not in self._memory:
+            return self.store.array(shard, name)
+        return self._whole(name)[self._starts[shard] : self._starts[shard + 1]]
+
+    def samples(
+        self, name: str, groups: list[tuple[int, np.ndarray]], local: np.ndarray
+    ) -> tuple[list[np.ndarray], list[str]]:
+        """Each sample of a batch (`groups`: (shard, batch positions), `local`: index in its
+        shard) of array `name`, as a view (a raw one's pixels, a ragged one's byte range), and
+        where it is ("FILE (shard S, sample K)", for errors)."""
+        spec = self.store.manifest.arrays[name]
+        srcs: list[np.ndarray] = [np.empty(0)] * len(local)
+        wheres = [""] * len(local)
+        for s, pos in groups:
+            file = self.store.root / self.store.manifest.shards[s].arrays[name].file
+            data, off = self.ragged(s, name) if spec.ragged else (self.array(s, name), None)
+            for j in pos.tolist():
+                k = int(local[j])
+                srcs[j] = data[k] if off is None else data[off[k] : off[k + 1]]
+                wheres[j] = f"{file} (shard {s}, sample {k})"
+        return srcs, wheres
+
+    def ragged(self, shard: int, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """A ragged array of one shard: its data, and count + 1 offsets into it."""
+        if name not in self._memory:
+            return self.store.array(shard, name), self.store.array(shard, name + OFFSETS)
+        start, end = self._starts[shard], self._starts[shard + 1]
+        return self._memory[name].numpy(), self._memory[name + OFFSETS].numpy()[start : end + 1]
