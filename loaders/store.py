@@ -140,6 +140,7 @@ class ShardStore:
         self._sha256 = hashlib.sha256(data).digest()
         self._manifest: Manifest | None = manifest
         self._maps: dict[tuple[int, str], np.ndarray] = {}  # in use order: oldest first
+        self._windows: frozenset[int] | None = None  # the backend's, when last looked at
         # Where each array mapped once lies in its file: a map evicted and needed again is
         # mapped without reading its header again (a few small tuples a shard).
         self._layouts: dict[tuple[int, str], tuple[Path, Layout]] = {}
@@ -169,6 +170,11 @@ class ShardStore:
         a re-read only when the stat changed. Datasets call it once a batch."""
         if self._manifest is None or self.backend.manifest_stamp() != self._stamp:
             self._reload()
+        windows = getattr(self.backend, "windows", None)  # a remote dataset read quasi_random
+        if windows is not None and windows is not self._windows:  # the sampler moved on: a
+            self._windows = windows  # map outside its windows would pin an evicted file
+            for key in [k for k in list(self._maps) if k[0] not in windows]:
+                self._maps.pop(key, None)
 
     def array(self, shard: int, name: str) -> np.ndarray:
         """Array `name` of shard `shard` (its index in the manifest), read-only.
@@ -209,7 +215,7 @@ class ShardStore:
         return found
 
     def __getstate__(self) -> dict[str, Any]:
-        return self.__dict__ | {"_manifest": None, "_maps": {}, "_layouts": {}}
+        return self.__dict__ | {"_manifest": None, "_maps": {}, "_layouts": {}, "_windows": None}
 
 
 def pickled_state(obj: object) -> dict[str, Any]:

@@ -4,9 +4,11 @@ s3fs, as a user would reach AWS) and an http.server. No other address is contact
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +18,10 @@ from s3server import BUCKET, http_server, s3_server  # noqa: F401  (the fixture 
 
 import loaders.remote
 import prep.run.remote
-from loaders import ImageShardDataset
+from loaders import ImageShardDataset, make_loader
 from loaders.format import MANIFEST, FormatError
 from loaders.remote import url_of
+from loaders.samplers import ShardSampler, windows
 from prep import PrepError
 from prep.inspect.report import info, verify
 
@@ -279,3 +282,119 @@ def test_local_datasets_never_import_fsspec(packed: Path) -> None:
         "import prep.run.driver, prep.inspect.report\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def many(raw_demo: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo at 32 px (and masks) in 12 shards of 2."""
+    from conftest import run_pack
+
+    out = tmp_path_factory.mktemp("many") / "ds"
+    masks = str(raw_demo / "masks")
+    run_pack(raw_demo / "images", out, sizes=[32], masks=masks, shard_size=2)
+    return out
+
+
+def _wait_for(done: Any, seconds: float = 20.0) -> bool:
+    end = time.monotonic() + seconds
+    while not done():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def test_the_next_window_is_fetched_while_the_current_one_is_read(
+    many: Path, tmp_path: Path
+) -> None:
+    from torch.utils.data import DataLoader
+
+    from loaders.loader import collate_batch
+
+    with http_server(many) as (url, starts):
+        ds = ImageShardDataset(url, size=32, fields=("image", "label"), cache_dir=tmp_path)
+        sampler = ShardSampler(ds.shard_sizes, "quasi_random", seed=1, window=3)
+        sampler.follow(ds)
+        it = iter(DataLoader(ds, batch_size=2, sampler=sampler, collate_fn=collate_batch))
+        next(it)  # one batch of window 0: the sampler yields nothing more yet
+        assert ds.store.backend.plan is not None and ds.store.backend.plan.position() == 0
+        ahead = [int(s) for s in windows(12, seed=1, epoch=0, window=3)[1]]
+        wanted = {f"image_32-{s:05d}.npy" for s in ahead}  # (labels: equal bytes, one file)
+        assert _wait_for(lambda: wanted <= set(starts))  # fetched, not read
+        rest = sum(len(b[0]) for b in it)
+        assert rest == 22 and not any(k.startswith("mask") for k in starts)  # not read: not fetched
+        assert set(starts.values()) == {1}  # prefetch and reads: one download a file
+
+
+@pytest.mark.filterwarnings("ignore:.*below one window of 8")  # windows of 3 here
+def test_a_small_cache_follows_the_windows_with_workers(many: Path, tmp_path: Path) -> None:
+    local = ImageShardDataset(many, size=32, fields=("image", "label"))
+    expected = sorted(int(local[i][0].sum()) * 100 + int(local[i][1]) for i in range(len(local)))
+    shard = local.store.manifest.shards[0]
+    window_bytes = 3 * sum(shard.files[shard.arrays[a].file].bytes for a in ("image_32", "label"))
+    with http_server(many) as (url, starts):
+        ds = ImageShardDataset(
+            url,
+            size=32,
+            fields=("image", "label"),
+            cache_dir=tmp_path,
+            cache_limit=3 * window_bytes,  # the windows around the sampler, of 4
+        )
+        loader = make_loader(ds, batch_size=2, order="quasi_random", window=3, num_workers=2)
+        for _epoch in range(2):
+            got = [
+                int(image.sum()) * 100 + int(label)
+                for images, labels in loader
+                for image, label in zip(images, labels, strict=True)
+            ]
+            assert sorted(got) == expected  # every sample once, right, under eviction
+    images = sum(n for name, n in starts.items() if name.startswith("image"))
+    assert images > 12  # files were evicted and fetched again
+    assert _cached_bytes(tmp_path) <= 3 * window_bytes
+
+
+def _cached_bytes(cache: Path) -> int:
+    return sum(p.stat().st_size for p in (cache / "files").glob("??/*") if "." not in p.name)
+
+
+def test_eviction_keeps_the_windows_being_read_and_drops_what_was_read_first(
+    tmp_path: Path,
+) -> None:
+    from loaders.remote.cache import FileCache
+    from loaders.remote.prefetch import Follower, WindowPlan
+
+    sha = [f"{s:064x}" for s in range(7)]  # 6 shards of this dataset; 6: another one's file
+    files = [{"image": (f"image-{s}", 10, sha[s])} for s in range(6)]
+    order = [int(w[0]) for w in windows(6, seed=5, epoch=0, window=1)]
+    cache = FileCache(tmp_path, limit=30, hold=1)
+    for age, s in enumerate([order[0], 6, order[5], order[4], order[3], order[2], order[1]]):
+        path = cache.entry(sha[s])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"x" * 10)
+        os.utime(path, ns=(age * 10**9, age * 10**9))  # oldest first: plain LRU's order
+    plan, fetched = WindowPlan(6, seed=5, window=1), []
+    follower = Follower(plan, limit=30)
+    follower.read.add("image")
+    plan.set(0, 2)  # the sampler yields window 2; the workers may still read window 1
+    moved = follower.follow(files, fetched.append)
+    assert moved is not None and follower._pool is not None
+    rank, guarded, shards = moved
+    assert guarded == {sha[order[k]] for k in (1, 2, 3)} and shards == {order[k] for k in (1, 2, 3)}
+    follower._pool.shutdown(wait=True)
+    assert sorted(fetched) == sorted(f"image-{order[k]}" for k in (2, 3))  # now and next
+    cache.rank = rank
+    gone = []
+    for left in (6, 5, 4, 3):  # one file over the limit at a time
+        cache.limit = left * 10
+        before = _cached(tmp_path)
+        cache.evict()
+        gone += sorted(before - _cached(tmp_path))
+    # read this epoch (window 0), another dataset's, then the one needed last (window 5);
+    # windows 1-3 never (LRU would drop the oldest: window 0, the other one, window 5, 4)
+    assert gone == [sha[order[0]], sha[6], sha[order[5]], sha[order[4]]]
+    cache.limit = 10
+    cache.evict()
+    assert _cached(tmp_path) == {sha[order[k]] for k in (1, 2, 3)}  # over the limit: kept
+    small = Follower(plan, limit=15)  # two windows do not fit: no prefetch
+    small.read.add("image")
+    assert small.follow(files, fetched.append) is not None and small._pool is None

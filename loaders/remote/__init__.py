@@ -118,6 +118,7 @@ class RemoteBackend:
         self._cache = FileCache(self.cache_dir, self.cache_limit, self.hold)
         self._checked: tuple[float, Stamp | None] | None = None
         self._follower: Follower | None = None
+        self.windows: frozenset[int] | None = None  # the shards the store keeps mapped
         if self.plan is not None:
             from loaders.remote.prefetch import Follower
 
@@ -185,8 +186,10 @@ class RemoteBackend:
             except OSError:
                 self._checked = now, last
         if self._follower is not None:  # looked at once a batch: follow the sampler too
-            rank = self._follower.follow(self._shards, self.local_path)
-            self._cache.rank = rank or self._cache.rank
+            moved = self._follower.follow(self._shards, self.local_path)
+            if moved is not None:
+                self._cache.rank, self.windows = moved.rank, moved.shards
+                self._cache.hold_only(moved.files)
         return self._checked[1]
 
     def local_path(self, name: str) -> Path:

@@ -144,6 +144,13 @@ class FileCache:
             while len(self._held) > self.hold:
                 os.close(self._held.pop(next(iter(self._held))))
 
+    def hold_only(self, keep: set[str]) -> None:
+        """Let go of the files not in `keep` (the windows around the sampler): others may evict
+        them, and a map of one this process still has keeps its bytes until it is dropped."""
+        with self._lock:
+            for sha256 in [s for s in self._held if s not in keep]:
+                os.close(self._held.pop(sha256))
+
     def release(self) -> None:
         with self._lock:
             for fd in self._held.values():

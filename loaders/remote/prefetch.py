@@ -23,7 +23,7 @@ import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -33,6 +33,16 @@ from loaders.samplers import windows
 
 THREADS = 4  # downloads at once per process (a worker fetches only its share)
 Rank = Callable[[str, int], "tuple[int, int] | None"]
+
+
+class Moved(NamedTuple):
+    """What a process keeps once the sampler moved: the eviction order of the cache (`rank`),
+    the sha256 of the files of the windows around the sampler (`files`, held) and their shards
+    (`shards`, kept mapped)."""
+
+    rank: Rank
+    files: set[str]
+    shards: frozenset[int]
 
 
 class WindowPlan:
@@ -84,20 +94,21 @@ class Follower:
 
     def follow(
         self, files: list[dict[str, tuple[str, int, str]]], fetch: Callable[[str], object]
-    ) -> Rank | None:
+    ) -> Moved | None:
         """When the sampler moved (or this process learnt another array it reads): start the
-        prefetch, and return the eviction rank of this position (None: nothing new)."""
+        prefetch, and say what stays (None: nothing new)."""
         at = self.plan.position()
         with self._lock:  # the loader's reading threads all look
             if at is None or (at, len(self.read)) == self._done:
                 return None
             self._done = at, len(self.read)
+        shards = frozenset(s for d in (-1, 0, 1) for s in self.plan.shards(at + d).tolist())
         near = {at + d: self._files(files, at + d) for d in (-1, 0, 1)}
         guarded = {sha for group in near.values() for _, _, sha in group}
         wanted = [f for group in (near[at], near[at + 1]) for f in group]
         if self.limit is None or sum({sha: b for _, b, sha in wanted}.values()) <= self.limit:
             self._prefetch(sorted({name for name, _, _ in wanted}), fetch)
-        return self._rank(files, at, guarded)
+        return Moved(self._rank(files, at, guarded), guarded, shards)
 
     def _files(
         self, files: list[dict[str, tuple[str, int, str]]], at: int
