@@ -246,6 +246,7 @@ def test_tokenize_to_s3_then_info_verify_and_load(tmp_path: Path, s3: Any) -> No
 
     from loaders import DocumentDataset, TokenWindowDataset
     from prep.cli import app
+    from prep.kinds.text.tokenizers import load_tokenizer
 
     src = tmp_path / "src"
     src.mkdir()
@@ -268,10 +269,17 @@ def test_tokenize_to_s3_then_info_verify_and_load(tmp_path: Path, s3: Any) -> No
     a = TokenWindowDataset(url, block_size=16, cache_dir=cache)
     b = TokenWindowDataset(local, block_size=16)
     assert len(a) == len(b) and all(np.array_equal(a[i][0], b[i][0]) for i in range(len(a)))
-    assert len(DocumentDataset(url, split="train", cache_dir=cache)) == 6
-    s3.pipe_file(f"{url}/chars.json", b"{}")
-    res = runner.invoke(app, ["verify", url])
-    assert res.exit_code == 1 and f"tokenizer: {url}/chars.json checksum differs" in res.output
+    docs = DocumentDataset(url, split="train", cache_dir=cache)
+    assert len(docs) == 6
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("PREP_CACHE", str(cache))  # where load_tokenizer caches the file
+        assert load_tokenizer(url).decode(docs[0]) == load_tokenizer(local).decode(docs[0])
+        s3.pipe_file(f"{url}/chars.json", b"{}")
+        res = runner.invoke(app, ["verify", url])
+        assert res.exit_code == 1 and f"tokenizer: {url}/chars.json checksum differs" in res.output
+        env.setenv("PREP_CACHE", str(tmp_path / "fresh"))
+        with pytest.raises(FormatError, match=r"chars.json: .*refused, not cached"):
+            load_tokenizer(url)
 
 
 def test_local_datasets_never_import_fsspec(packed: Path) -> None:

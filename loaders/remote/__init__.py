@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
-from loaders.format import MANIFEST, FormatError, Manifest
+from loaders.format import MANIFEST, FormatError, Manifest, read_manifest, safe_path
 from loaders.remote.cache import (
     CHUNK,
     FileCache,
@@ -30,13 +30,14 @@ from loaders.remote.fs import Url, filesystem, url_of
 if TYPE_CHECKING:  # torch only for a loader that follows windows, not for `prep` commands
     from loaders.remote.prefetch import Follower, WindowPlan
 
-__all__ = ["RemoteBackend", "Url", "filesystem", "open_remote", "retried", "url_of"]
+__all__ = ["RemoteBackend", "Url", "dataset_file", "filesystem", "open_remote", "retried", "url_of"]
 T = TypeVar("T")
 RETRIES = 4  # tries of one read before it fails
 BACKOFF = 0.5  # seconds before the second try, doubling after each
 CHECK_EVERY = 10.0  # seconds between two looks at the remote manifest (a request each)
 
 Stamp = tuple[int, int, int, int]
+FileAt = Callable[[str, str], Path]  # (name, sha256) -> a local path of that file
 
 
 def retried(what: str, fn: Callable[[], T], tries: int | None = None) -> T:
@@ -87,6 +88,18 @@ def open_remote(root: object) -> tuple[RemoteBackend, Manifest] | None:
     backend = RemoteBackend(url)
     data, _ = backend.read_manifest()
     return backend, Manifest.from_json(data, backend.root / MANIFEST)
+
+
+def dataset_file(root: str | os.PathLike[str], kind: str) -> tuple[Manifest, FileAt]:
+    """The manifest of a dataset of `kind` at a path or URL, and a function giving a local
+    path of one of its files by name and sha256 (at a URL: fetched into the cache, checked)."""
+    remote = open_remote(root)
+    m = remote[1] if remote else read_manifest(Path(root))
+    if m.kind != kind:
+        raise FormatError(f"{root} holds {m.kind}, not {kind}")
+    if remote is None:
+        return m, lambda name, sha256: safe_path(Path(root), name)
+    return m, remote[0].named_file
 
 
 class RemoteBackend:
@@ -232,6 +245,12 @@ class RemoteBackend:
             return h.hexdigest()
 
         return retried(url, once)
+
+    def named_file(self, name: str, sha256: str) -> Path:
+        """A file the manifest names beside its shards (a tokenizer), fetched into the cache
+        and checked against `sha256` as a shard file is."""
+        url = self.root / name
+        return self._cache.get(sha256, self._size(name), url, lambda f: self._download(url, f))
 
     def _size(self, name: str) -> int:
         url = self.root / name

@@ -285,16 +285,15 @@ def load_saved(name: str, folder: Path, file: str | None) -> Tokenizer:
 
 
 def load_tokenizer(root: str | os.PathLike[str]) -> Tokenizer:
-    """The tokenizer of a token dataset folder, to decode its ids.
+    """The tokenizer of a token dataset (a folder, or a URL: its file fetched into the cache
+    and checked against the manifest's sha256), to decode its ids.
 
     >>> tok = load_tokenizer("data/demo-tokens")  # doctest: +SKIP
     >>> tok.decode(DocumentDataset("data/demo-tokens", split="val")[0])  # doctest: +SKIP
     """
-    from loaders.format import FormatError, read_manifest
+    from loaders.remote import dataset_file
 
-    root = Path(root)
-    m = read_manifest(root)
-    if m.kind != "tokens":
-        raise FormatError(f"{root} holds {m.kind}, not tokens")
+    m, local = dataset_file(root, "tokens")
     t = m.extra["tokenizer"]
-    return load_saved(t["name"], root, t["file"])
+    path = local(t["file"], t["sha256"]) if t["file"] else Path(os.devnull)  # bytes: no file
+    return load_saved(t["name"], path.parent, path.name if t["file"] else None)
