@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
@@ -24,6 +25,17 @@ from loaders.store import DEFAULT_MAX_OPEN, ShardStore, pickled_state
 
 NAT = np.iinfo(np.int64).min
 MAX_RUNS = 16  # more contiguous runs than this in a batch: gather instead
+
+
+@dataclass
+class _Plan:
+    """A batch of `size` rows: contiguous `runs` (shard, batch rows, shard rows), or `parts`
+    (shard, a, b, local rows) gathered into batch rows order[a:b] (a:b when order is None)."""
+
+    size: int
+    runs: list[tuple[int, slice, slice]] = field(default_factory=list)
+    order: np.ndarray | None = None
+    parts: list[tuple[int, int, int, np.ndarray]] = field(default_factory=list)
 
 
 class TableDataset(Dataset[tuple[torch.Tensor, ...]]):
@@ -126,41 +138,57 @@ class TableDataset(Dataset[tuple[torch.Tensor, ...]]):
     def __len__(self) -> int:
         return int(self._starts[-1])
 
-    def _slices(self, idx: np.ndarray) -> list[tuple[int, slice, slice]] | None:
-        """(shard, rows of the batch, rows of the shard) for each contiguous run of idx inside
-        one shard; None when there are more than MAX_RUNS (gather instead)."""
+    def _plan(self, idx: np.ndarray) -> _Plan:
+        """Where a batch's rows lie: one shard lookup for every array of the batch."""
+        if not len(idx):
+            return _Plan(0)
         k = np.searchsorted(self._starts, idx, side="right") - 1
         breaks = np.flatnonzero((np.diff(idx) != 1) | (np.diff(k) != 0)) + 1
-        if len(breaks) >= MAX_RUNS:
-            return None
-        runs = []
-        for a, b in itertools.pairwise([0, *breaks.tolist(), len(idx)]):
-            local = int(idx[a] - self._starts[k[a]])
-            runs.append((int(k[a]), slice(a, b), slice(local, local + b - a)))
-        return runs
+        if len(breaks) < MAX_RUNS:
+            runs = []
+            for a, b in itertools.pairwise([0, *breaks.tolist(), len(idx)]):
+                local = int(idx[a] - self._starts[k[a]])
+                runs.append((int(k[a]), slice(a, b), slice(local, local + b - a)))
+            return _Plan(len(idx), runs=runs)
+        # A gather in the batch's order within each shard: sorting the rows would read each
+        # column front to back, but costs more than it saves (bench row 8a).
+        if (k == k[0]).all():
+            order, parts = None, [(int(k[0]), 0, len(idx), idx - self._starts[k[0]])]
+        else:
+            order = np.argsort(k.astype(np.int32), kind="stable")  # a radix sort: few shards
+            grouped = idx[order]
+            bounds = np.searchsorted(k[order], np.arange(len(self._shards) + 1))
+            parts = [
+                (s, a, b, grouped[a:b] - self._starts[s])
+                for s, (a, b) in enumerate(itertools.pairwise(bounds.tolist()))
+                if a < b
+            ]
+        return _Plan(len(idx), order=order, parts=parts)
 
-    def _fill(self, out: np.ndarray, names: list[str], idx: np.ndarray) -> None:
-        """out[:, j] (or out, 1-D) = array names[j] at idx, in idx's order."""
-        cols = out.reshape(len(idx), -1)
-        runs = self._slices(idx)
-        if runs is not None:
-            for shard, dst, src in runs:
-                for j, name in enumerate(names):
-                    cols[dst, j] = self.store.array(self._shards[shard], name)[src]
-            return
-        # A gather: indices sorted, so that each column is read front to back (the cache and
-        # the prefetcher help), into a column-major buffer; then one row permutation.
-        order = np.argsort(idx, kind="stable")
-        ordered = idx[order]
-        bounds = np.searchsorted(ordered, self._starts)
-        buf = np.empty((len(names), len(idx)), out.dtype)
-        for shard, (a, b) in enumerate(itertools.pairwise(bounds.tolist())):
-            if a == b:
-                continue
-            local = ordered[a:b] - self._starts[shard]
+    def _fill(self, out: np.ndarray, names: list[str], plan: _Plan) -> None:
+        """out[:, j] (or out, 1-D) = array names[j] at the plan's rows, in the batch's order."""
+        cols = out.reshape(plan.size, -1)
+        for shard, dst, src in plan.runs:
             for j, name in enumerate(names):
-                buf[j, a:b] = self.store.array(self._shards[shard], name)[local]
-        cols[order] = buf.T
+                cols[dst, j] = self.store.array(self._shards[shard], name)[src]
+        if not plan.parts:
+            return
+        # One gather per array and shard into a column-major buffer of the stored dtype (the
+        # arrays' own when they share one: np.take writes in place, no temporary), then one
+        # copy into the batch's rows that also widens.
+        kinds = {self.store.manifest.arrays[n].dtype for n in names}
+        buf = np.empty((len(names), plan.size), kinds.pop() if len(kinds) == 1 else out.dtype)
+        for shard, a, b, local in plan.parts:
+            for j, name in enumerate(names):
+                arr = self.store.array(self._shards[shard], name)
+                if arr.dtype == buf.dtype:
+                    arr.take(local, out=buf[j, a:b], mode="clip")  # rows checked already
+                else:
+                    buf[j, a:b] = arr.take(local, mode="clip")
+        if plan.order is None:
+            cols[:] = buf.T
+        else:
+            cols[plan.order] = buf.T
 
     @cached_property
     def _memory(self) -> tuple[torch.Tensor, ...]:
@@ -182,16 +210,17 @@ class TableDataset(Dataset[tuple[torch.Tensor, ...]]):
     def _read(self, idx: np.ndarray) -> Batch:
         """The batch of rows idx from the memory maps."""
         b, nums, cats = len(idx), self._names("num"), self._names("cat")
+        plan = self._plan(idx)
         x_num = new_batch((b, len(nums)), torch.float32)
         x_cat = new_batch((b, len(cats)), torch.int64)
-        self._fill(x_num.numpy(), nums, idx)
-        self._fill(x_cat.numpy(), cats, idx)
+        self._fill(x_num.numpy(), nums, plan)
+        self._fill(x_cat.numpy(), cats, plan)
         if self._times.any():
-            self._fix_times(x_num.numpy(), nums, idx)
+            self._fix_times(x_num.numpy(), nums, plan)
         out = [x_num, x_cat]
         if self.target is not None:
             y = new_batch((b,), self._y_dtype)
-            self._fill(y.numpy(), ["target"], idx)
+            self._fill(y.numpy(), ["target"], plan)
             out.append(y)
         if self.missing_mask:
             mask = new_batch((b, len(nums)), torch.bool)
@@ -200,16 +229,16 @@ class TableDataset(Dataset[tuple[torch.Tensor, ...]]):
             cols = [nums.index("num_" + a.rsplit("_", 1)[1]) for a in present]
             if present:
                 got = np.zeros((b, len(present)), np.uint8)
-                self._fill(got, present, idx)
+                self._fill(got, present, plan)
                 mask.numpy()[:, cols] = got.astype(bool)
             out.append(mask)
         return Batch(tuple(out))
 
-    def _fix_times(self, x: np.ndarray, nums: list[str], idx: np.ndarray) -> None:
+    def _fix_times(self, x: np.ndarray, nums: list[str], plan: _Plan) -> None:
         """Time columns: the float32 of NaT (INT64_MIN) becomes NaN."""
         for j in np.flatnonzero(self._times).tolist():
-            raw = np.zeros(len(idx), np.int64)
-            self._fill(raw, [nums[j]], idx)
+            raw = np.zeros(plan.size, np.int64)
+            self._fill(raw, [nums[j]], plan)
             x[raw == NAT, j] = np.nan
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, ...]:

@@ -1,5 +1,5 @@
-"""A column's cells in their stored dtype (the rules of prep.kinds.table.types), one block at a
-time, and the arrow type a shard task's CSV parser reads each column as."""
+"""A column's cells in their stored dtype (the rules of prep.kinds.table.types), one block at
+a time, and the form the scan keeps a parsed block in for the shard tasks."""
 
 from __future__ import annotations
 
@@ -9,26 +9,35 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from prep.kinds.table.types import MISSING, NAT, UNSEEN, Column, as_float
+from prep.kinds.table.types import (
+    FIRST_CODE,
+    MISSING,
+    NAT,
+    UNSEEN,
+    Column,
+    as_dictionary,
+    as_float,
+    filled,
+)
 
-ARROW = {"bool": pa.bool_(), "int": pa.int64(), "float": pa.float64(), "time": pa.timestamp("ns")}
+
+def kept_form(arr: pa.Array, float16: bool) -> pa.Array:
+    """Floats as float32, the dtype they are stored in whatever the other blocks hold, unless
+    --float16 (rounded once, from the parsed value); every other type as parsed."""
+    if pa.types.is_floating(arr.type) and arr.type != pa.float32() and not float16:
+        return arr.cast(pa.float32(), safe=False)  # no range check: out of range is inf
+    return arr
 
 
-def arrow_type(col: Column) -> pa.DataType:
-    """What a shard task's CSV parser reads the column as: its codes' text as a dictionary."""
+def encode(arr: pa.Array, col: Column, vocab: pa.Array | None = None) -> np.ndarray:
+    """One block of a column in its stored dtype. `vocab`: the column's vocabulary (coded)."""
     if col.coded:
-        return pa.dictionary(pa.int32(), pa.string())
-    return ARROW.get(col.kind, pa.float64())
-
-
-def encode(arr: pa.Array, col: Column, lookup: dict[str, int] | None = None) -> np.ndarray:
-    """One block of a column in its stored dtype. `lookup`: value -> code (coded columns)."""
-    if col.coded:
-        assert lookup is not None
-        return _codes(arr, lookup, np.dtype(col.dtype))
+        assert vocab is not None
+        return _codes(arr, vocab, np.dtype(col.dtype))
     if col.kind == "time":
-        ns = arr.cast(pa.timestamp("ns")).cast(pa.int64()).fill_null(NAT)
-        return np.asarray(ns, dtype=np.int64)
+        return filled(arr.cast(pa.timestamp("ns")).cast(pa.int64()), NAT)
+    if arr.type == pa.float32() and col.dtype == "float32":
+        return filled(arr, np.nan)
     x = as_float(arr, col.kind) if col.kind != "null" else np.full(len(arr), np.nan)
     if np.dtype(col.dtype).kind in "iu":
         if col.kind in ("int", "bool") and pa.types.is_integer(arr.type):
@@ -38,12 +47,11 @@ def encode(arr: pa.Array, col: Column, lookup: dict[str, int] | None = None) -> 
     return x.astype(col.dtype)
 
 
-def _codes(arr: pa.Array, lookup: dict[str, int], dtype: np.dtype[Any]) -> np.ndarray:
-    """Codes of a block: each distinct value looked up once (not once a row)."""
-    if pa.types.is_dictionary(arr.type):
-        enc = arr
-    else:
-        enc = pc.dictionary_encode(arr if pa.types.is_string(arr.type) else arr.cast(pa.string()))
-    lut = np.array([lookup.get(v, UNSEEN) for v in enc.dictionary.to_pylist()] + [MISSING], dtype)
-    idx = np.asarray(enc.indices.fill_null(len(enc.dictionary)), dtype=np.int64)
-    return lut[idx]
+def _codes(arr: pa.Array, vocab: pa.Array, dtype: np.dtype[Any]) -> np.ndarray:
+    """Codes of a block: each distinct value looked up once (not once a row), in one
+    vectorised search of the vocabulary."""
+    enc = as_dictionary(arr)
+    pos = pc.index_in(enc.dictionary, value_set=vocab)  # null: not in the train vocabulary
+    lut = np.asarray(pc.add(pos.cast(pa.int64()), FIRST_CODE).fill_null(UNSEEN), dtype=np.int64)
+    idx = filled(enc.indices, len(lut))
+    return np.append(lut, MISSING).astype(dtype)[idx]

@@ -1,11 +1,13 @@
 """prep table: the tabular kind of the run driver (prep.run.driver).
 
 1. The table files are listed in sorted order (prep.kinds.table.sources).
-2. `prepare` scans every row once (prep.kinds.table.scan): the columns' stored types, the train
-   vocabularies, mean and std, and the row count of each block of bounded bytes.
-3. Shards are consecutive blocks of about --shard-rows rows; each task reads its blocks again,
-   puts each row in "train" or "val" by its hash (prep.kinds.table.split), and writes one .npy
-   per column and split. The plan depends on the files and config only, never on --jobs.
+2. `prepare` parses every row once, in parallel (prep.kinds.table.scan): the columns' stored
+   types, the train vocabularies, mean and std, each row's split (its hash,
+   prep.kinds.table.split) and the row count of each block of bounded bytes; each parsed block
+   is kept in the run folder.
+3. Shards are consecutive blocks of about --shard-rows rows; each task encodes its parsed
+   blocks in the decided dtypes and writes one .npy per column and split. The plan depends on
+   the files and config only, never on --jobs.
 4. The manifest records the columns (role, kind, dtype, vocabulary, statistics) in `extra`.
 """
 
@@ -19,20 +21,20 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from loaders.fields import FIELDS
 from loaders.format import ArrayRef, ArraySpec, Manifest, Shard
 from prep import PrepError
 from prep.kinds.table.config import TableConfig
-from prep.kinds.table.encode import arrow_type, encode
-from prep.kinds.table.scan import Scan, read_text, scan
+from prep.kinds.table.encode import encode
+from prep.kinds.table.scan import BLOCKS, Scan, read_spill, scan
 from prep.kinds.table.sources import Block, list_tables
-from prep.kinds.table.split import val_mask
-from prep.kinds.table.types import FIRST_CODE, Column
+from prep.kinds.table.types import Column
 from prep.run.driver import Inputs, Kind, RunSummary, run
 from prep.run.files import NpyWriter, publish, temp_path, writing
 from prep.run.profile import stage
-from prep.run.staging import write_record
+from prep.run.staging import RUN_DIR, write_record
 from prep.run.tasks import shard_task
 
 SPLITS = ("train", "val")
@@ -88,16 +90,17 @@ class _SplitArrays:
 
 
 def encode_rows(
-    table: Any, arrays: dict[str, Column], lookups: dict[str, dict[str, int]]
+    table: pa.Table, columns: list[Column], arrays: dict[str, Column], vocabs: dict[str, pa.Array]
 ) -> dict[str, np.ndarray]:
-    """One block's arrays in their stored dtypes."""
+    """One parsed block's arrays in their stored dtypes (its columns in `columns`' order)."""
+    position = {c.name: i for i, c in enumerate(columns)}
     out: dict[str, np.ndarray] = {}
     for name, col in arrays.items():
-        cells = table.column(col.name).combine_chunks()
+        cells = table.column(position[col.name]).combine_chunks()
         if name.startswith("missing_"):
             out[name] = np.asarray(cells.is_null(), dtype=np.uint8)
         else:
-            out[name] = encode(cells, col, lookups.get(col.name))
+            out[name] = encode(cells, col, vocabs.get(col.name))
     return out
 
 
@@ -107,31 +110,30 @@ def table_shard(
     shard: list[Block],
     cfg: TableConfig,
     columns: list[Column],
-    hashed: list[str],
+    rejects: list[dict[str, Any]],
     staging: Path,
 ) -> dict[str, Any]:
-    """The joblib task: read `shard`'s blocks, write shard `index` of each split; its record."""
+    """The joblib task: encode `shard`'s blocks as the scan kept them, write shard `index` of
+    each split; its record. `rejects`: the blocks' rows with wrong field counts."""
     arrays = array_names(columns, cfg.missing_mask)
     specs = {n: array_spec(n, c) for n, c in arrays.items()}
-    lookups = {
-        c.name: {v: i + FIRST_CODE for i, v in enumerate(c.vocab)} for c in columns if c.vocab
-    }
-    types = {c.name: arrow_type(c) for c in columns}
-    rejects: list[dict[str, Any]] = []
+    vocabs = {c.name: pa.array(c.vocab, pa.string()) for c in columns if c.vocab is not None}
     with stage("write"):
         splits = {s: _SplitArrays(staging, s, index, specs) for s in SPLITS}
     writers = [w for s in splits.values() for w in s.writers.values()]
     with writing(writers):
         for block in shard:
             with stage("read"):
-                table = read_text(block, cfg, rejects, types)
-            val = val_mask(table, hashed, cfg.val_fraction)
+                table = read_spill(staging / RUN_DIR / BLOCKS, block)
+                val = np.asarray(table.column(len(columns)), dtype=bool)  # the last: the split
             with stage("encode"):
-                encoded = encode_rows(table, arrays, lookups)
+                encoded = encode_rows(table, columns, arrays, vocabs)
             with stage("write"):
+                if not val.any():
+                    splits["train"].add(encoded)
+                    continue
                 splits["train"].add({n: a[~val] for n, a in encoded.items()})
-                if val.any():
-                    splits["val"].add({n: a[val] for n, a in encoded.items()})
+                splits["val"].add({n: a[val] for n, a in encoded.items()})
     done = [d for d in (s.shard() for s in splits.values()) if d is not None]
     record = {
         "index": index,
@@ -182,7 +184,7 @@ class TableKind(Kind[TableConfig, list[Block]]):
         return Inputs(len(self.files), rejects, digest)
 
     def prepare(self, staging: Path, resume: bool) -> None:
-        self.scan: Scan = scan(self.files, self.cfg)
+        self.scan: Scan = scan(self.files, self.cfg, staging / RUN_DIR / BLOCKS)
 
     def plan(self) -> list[list[Block]]:
         return plan_shards(self.scan.blocks, self.cfg.shard_rows)
@@ -191,7 +193,8 @@ class TableKind(Kind[TableConfig, list[Block]]):
         return sum(b.rows for b in shard)
 
     def task_args(self, index: int, shard: list[Block], staging: Path) -> tuple[Any, ...]:
-        return (index, shard, self.cfg, self.scan.columns, self.scan.hashed, staging)
+        rejects = [r for b in shard for r in self.scan.rejects[b.index]]
+        return (index, shard, self.cfg, self.scan.columns, rejects, staging)
 
     def seen(self, inputs: Inputs, records: list[dict[str, Any]]) -> int:
         return len(inputs.rejects) + sum(rec["rows"] for rec in records)

@@ -1,6 +1,9 @@
-"""The scan: every block of every table file read once, before any shard is written, to decide
-the columns' types (prep.kinds.table.types), their train vocabularies and statistics, and each
-block's row count (what the shards are planned from)."""
+"""The scan: every block of every table file parsed once, the only parse, before any shard is
+written. It decides the columns' types (prep.kinds.table.types), their train vocabularies and
+statistics, and each block's row count (what the shards are planned from), and keeps each
+parsed block in the run folder (`.prep-run/blocks/NNNNN.arrow`, Arrow IPC: text columns as
+dictionaries, floats as float32 unless --float16, and which rows go to val) for the shard tasks
+to encode in the decided dtypes. The run folder goes once the dataset is in place."""
 
 from __future__ import annotations
 
@@ -12,30 +15,45 @@ import pyarrow as pa
 
 from prep import PrepError
 from prep.kinds.table.config import TableConfig
+from prep.kinds.table.encode import kept_form
 from prep.kinds.table.sources import Block, blocks, read_block
 from prep.kinds.table.split import val_mask
-from prep.kinds.table.types import Column, Stats, as_text, decide
-from prep.run.parallel import run_tasks
+from prep.kinds.table.stats import Stats
+from prep.kinds.table.types import Column, as_text, decide
+
+BLOCKS = "blocks"  # in the run folder: the parsed blocks
 
 
 @dataclass
 class Scan:
     blocks: list[Block]
     columns: list[Column]  # header order, dropped ones left out
-    hashed: list[str]  # the columns the split hashes
+    rejects: dict[int, list[dict[str, Any]]]  # block index -> its rows with wrong field counts
 
 
-def read_text(
-    block: Block,
-    cfg: TableConfig,
-    rejects: list[dict[str, Any]],
-    types: dict[str, pa.DataType] | None = None,
-) -> pa.Table:
-    """A block's rows (at most block.rows when the scan counted them), without the dropped
-    columns, text cells checked as UTF-8; CSV columns read as `types` where given."""
-    table = read_block(block, cfg.names("na_values"), rejects, types)
-    if block.rows:
-        table = table.slice(0, block.rows)
+@dataclass
+class _Block:
+    names: list[str]
+    rows: int
+    stats: dict[str, Stats]
+    rejects: list[dict[str, Any]]
+
+
+def spill_path(folder: Path, block: Block) -> Path:
+    return folder / f"{block.index:05d}.arrow"
+
+
+def read_spill(folder: Path, block: Block) -> pa.Table:
+    """A parsed block as the scan kept it: its columns in header order, then the val mask."""
+    with pa.memory_map(str(spill_path(folder, block))) as f:
+        return pa.ipc.open_file(f).read_all()
+
+
+def read_text(block: Block, cfg: TableConfig, rejects: list[dict[str, Any]]) -> pa.Table:
+    """A block's rows without the dropped columns, text cells checked as UTF-8 (--categorical
+    CSV columns read as text: a code's value is its text, "01" is not 1)."""
+    coded = {n: pa.binary() for n in cfg.names("categorical")}
+    table = read_block(block, cfg.names("na_values"), rejects, coded)
     keep = [n for n in table.column_names if n not in set(cfg.names("drop"))]
     cols = [as_text(table.column(n).combine_chunks(), block.rel, n, block.first_row) for n in keep]
     return pa.table(cols, names=keep)
@@ -59,28 +77,39 @@ def _check_columns(
             )
 
 
-def scan_block(
-    block: Block, cfg: TableConfig, keep: int | None
-) -> tuple[list[str], int, dict[str, Stats]]:
-    """One block's columns, row count and statistics (rows numbered from block.first_row);
-    `keep`: at most that many rows (--limit)."""
+def scan_block(block: Block, cfg: TableConfig, keep: int | None, folder: Path) -> _Block:
+    """One block's columns, row count and statistics (rows numbered from block.first_row),
+    its parsed cells kept in `folder`; `keep`: at most that many rows (--limit)."""
     coded = set(cfg.names("categorical"))
-    table = read_text(block, cfg, [], {n: pa.string() for n in coded})  # codes: the text
+    rejects: list[dict[str, Any]] = []
+    table = read_text(block, cfg, rejects)
     if keep is not None:
         table = table.slice(0, keep)
     names = table.column_names
-    train = ~val_mask(table, [cfg.key] if cfg.key else names, cfg.val_fraction)
+    val = val_mask(table, [cfg.key] if cfg.key else names, cfg.val_fraction)
     stats = {n: Stats() for n in names}
+    kept = []
     for n, st in stats.items():
-        st.update(table.column(n).combine_chunks(), train, (block.rel, block.first_row), n in coded)
-    return names, table.num_rows, stats
+        cells = table.column(n).combine_chunks()
+        at = (block.rel, block.first_row)
+        kept.append(kept_form(st.update(cells, ~val, at, n in coded), cfg.float16))
+    # The tasks read the columns by position: the last is the split, whatever the names.
+    spill = pa.table([*kept, pa.array(val)], names=[*names, "val"])
+    with (
+        pa.OSFile(str(spill_path(folder, block)), "wb") as f,
+        pa.ipc.new_file(f, spill.schema) as w,
+    ):
+        w.write_table(spill)
+    return _Block(names, table.num_rows, stats, rejects)
 
 
-def _scan_all(todo: list[Block], cfg: TableConfig) -> list[tuple[list[str], int, dict[str, Stats]]]:
+def _scan_all(todo: list[Block], cfg: TableConfig, folder: Path) -> list[_Block]:
     """Every block at once, one task per block (no --limit). The row numbers in a block's
     errors need the rows before it: on an error the scan runs again in order, to name them."""
-    found: dict[int, tuple[list[str], int, dict[str, Stats]]] = {}
-    args = [(i, b, cfg) for i, b in enumerate(todo)]
+    from prep.run.parallel import run_tasks
+
+    found: dict[int, _Block] = {}
+    args = [(b, cfg, folder) for b in todo]
     try:
         for i, result in run_tasks(_indexed, args, cfg.n_jobs, "loky"):
             found[i] = result
@@ -89,15 +118,17 @@ def _scan_all(todo: list[Block], cfg: TableConfig) -> list[tuple[list[str], int,
     return [found[i] for i in range(len(todo))]
 
 
-def _indexed(i: int, block: Block, cfg: TableConfig) -> tuple[int, Any]:
-    return i, scan_block(block, cfg, None)
+def _indexed(block: Block, cfg: TableConfig, folder: Path) -> tuple[int, _Block]:
+    return block.index, scan_block(block, cfg, None, folder)
 
 
-def scan(files: list[tuple[str, Path]], cfg: TableConfig) -> Scan:
+def scan(files: list[tuple[str, Path]], cfg: TableConfig, folder: Path) -> Scan:
     """Read everything once (memory: a block per worker); see the module docstring."""
-    todo = [b for rel, path in files for b in blocks(rel, path)]
-    results = _scan_all(todo, cfg) if cfg.limit is None and cfg.backend == "loky" else []
+    folder.mkdir(parents=True, exist_ok=True)
+    todo = [replace(b, index=i) for i, b in enumerate(b for r, p in files for b in blocks(r, p))]
+    results = _scan_all(todo, cfg, folder) if cfg.limit is None and cfg.backend == "loky" else []
     found: list[Block] = []
+    rejects: dict[int, list[dict[str, Any]]] = {}
     stats: dict[str, Stats] = {}
     names: list[str] | None = None
     left = cfg.limit if cfg.limit is not None else -1
@@ -105,17 +136,16 @@ def scan(files: list[tuple[str, Path]], cfg: TableConfig) -> Scan:
     for i, block in enumerate(todo):
         row = 1 if block.rel != rel else row
         rel, block = block.rel, replace(block, first_row=row)
-        got, n, block_stats = (
-            results[i] if results else scan_block(block, cfg, left if left >= 0 else None)
-        )
-        _check_columns(got, names, block.rel, cfg)
-        names = names or got
-        for name, st in block_stats.items():
+        got = results[i] if results else scan_block(block, cfg, left if left >= 0 else None, folder)
+        _check_columns(got.names, names, block.rel, cfg)
+        names = names or got.names
+        for name, st in got.stats.items():
             stats.setdefault(name, Stats()).merge(st, row - 1 if results else 0)
-        if n:
-            found.append(replace(block, rows=n))
-        row += n
-        left -= n if left >= 0 else 0
+        if got.rows:
+            found.append(replace(block, rows=got.rows))
+            rejects[block.index] = got.rejects
+        row += got.rows
+        left -= got.rows if left >= 0 else 0
         if left == 0:
             break
     if names is None or not found:
@@ -127,4 +157,4 @@ def scan(files: list[tuple[str, Path]], cfg: TableConfig) -> Scan:
         decide(n, "target" if n == cfg.target else "num", n in coded, stats[n], cfg.float16)
         for n in names
     ]
-    return Scan(found, columns, [cfg.key] if cfg.key else names)
+    return Scan(found, columns, rejects)

@@ -1,13 +1,12 @@
 """Table inputs: which files, and reading them as blocks of rows of bounded memory.
 
 A CSV, TSV or JSONL file is cut into blocks of about BLOCK_BYTES at line ends that lie outside
-quoted fields; a Parquet file into its row groups. The scan (prep.kinds.table.scan) reads every
-block once and records its row count; a shard task reads its blocks again by byte range, so no
-row is parsed twice by tasks and the blocks never depend on --jobs.
+quoted fields; a Parquet file into its row groups. The scan (prep.kinds.table.scan) parses every
+block once, in parallel, and keeps it parsed for the shard tasks: no row is parsed twice, and
+the blocks never depend on --jobs.
 
-CSV and TSV cells are typed by pyarrow's parser per block in the scan (the blocks' kinds are
-combined by prep.kinds.table.types), and read with the decided types by the shard tasks; JSONL
-and Parquet keep the types their format has.
+CSV and TSV cells are typed by pyarrow's parser per block (the blocks' kinds are combined by
+prep.kinds.table.types); JSONL and Parquet keep the types their format has.
 """
 
 from __future__ import annotations
@@ -33,7 +32,8 @@ HINT_ENCODING = "HINT: convert the file to UTF-8 (iconv -f latin1 -t utf-8)"
 @dataclass(frozen=True)
 class Block:
     """Rows of one file: bytes [start, end) (text formats) or row group `start` (Parquet);
-    `first_row` is the file's 1-based number of its first row, `rows` how many it holds."""
+    `first_row` is the file's 1-based number of its first row, `rows` how many it holds,
+    `index` its place among all the blocks of the run (its parsed copy's name)."""
 
     path: str
     rel: str
@@ -42,6 +42,7 @@ class Block:
     end: int
     first_row: int = 1
     rows: int = 0
+    index: int = 0
 
 
 def list_tables(src: str) -> tuple[list[tuple[str, Path]], list[dict[str, Any]]]:

@@ -14,8 +14,8 @@ its blocks combine (int and float give float, any other mix gives string). Then:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -23,6 +23,9 @@ import pyarrow.compute as pc
 
 from loaders.fields import smallest_uint
 from prep import PrepError
+
+if TYPE_CHECKING:
+    from prep.kinds.table.stats import Stats
 
 MISSING, UNSEEN, FIRST_CODE = 0, 1, 2
 NAT = np.iinfo(np.int64).min
@@ -95,8 +98,9 @@ def _casts(arr: pa.Array, to: pa.DataType) -> bool:
     return True
 
 
-def classify(arr: pa.Array) -> str:
-    """The kind of one block of a column (text cells tried as int, float, bool, time)."""
+def classify(arr: pa.Array, values: pa.Array | None = None) -> str:
+    """The kind of one block of a column (text cells tried as int, float, bool, time);
+    `values`: the distinct values of a text block (each is tried once, not once a row)."""
     t = arr.type
     if arr.null_count == len(arr) or pa.types.is_null(t):
         return "null"
@@ -112,13 +116,22 @@ def classify(arr: pa.Array) -> str:
         return "string"
     if not (pa.types.is_string(t) or pa.types.is_large_string(t)):
         raise PrepError(f"type {t} is not a table type prep packs (nested?)")
+    cells = arr.drop_null() if values is None else values
     for kind, to in (("int", pa.int64()), ("float", pa.float64())):
-        if _casts(arr, to):
+        if _casts(cells, to):
             return kind
-    lower = pc.utf8_lower(arr.drop_null())
-    if pc.all(pc.is_in(lower, pa.array(["true", "false"]))).as_py():
+    if pc.all(pc.is_in(pc.utf8_lower(cells), pa.array(["true", "false"]))).as_py():
         return "bool"
-    return "time" if _casts(arr, pa.timestamp("ns")) else "string"
+    return "time" if _casts(cells, pa.timestamp("ns")) else "string"
+
+
+def as_dictionary(arr: pa.Array) -> pa.Array:
+    """Text cells as a dictionary array of strings (numbers as their text)."""
+    if pa.types.is_dictionary(arr.type):
+        return (
+            arr if pa.types.is_string(arr.type.value_type) else as_dictionary(arr.cast(pa.string()))
+        )
+    return pc.dictionary_encode(arr if pa.types.is_string(arr.type) else arr.cast(pa.string()))
 
 
 def combine(a: str, b: str) -> str:
@@ -136,7 +149,12 @@ def as_float(arr: pa.Array, kind: str) -> np.ndarray:
         arr = arr.cast(pa.uint8())
     elif kind == "time":
         arr = arr.cast(pa.timestamp("ns")).cast(pa.int64())
-    return np.asarray(arr.cast(pa.float64(), safe=False).fill_null(np.nan), dtype=np.float64)
+    return filled(arr.cast(pa.float64(), safe=False), np.nan)
+
+
+def filled(arr: pa.Array, value: Any) -> np.ndarray:
+    """The cells as numpy, `value` for missing (no copy when none is missing)."""
+    return np.asarray(arr.fill_null(value) if arr.null_count else arr)
 
 
 @dataclass
@@ -161,87 +179,9 @@ class Column:
         return self.vocab is not None
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v is not None}
-
-
-@dataclass
-class Stats:
-    """What the scan gathers of one column, block by block."""
-
-    kind: str = "null"
-    rows: int = 0
-    missing: int = 0
-    numeric: int = 0  # values that look like numbers (the 'N/A' rule)
-    bad: tuple[str, int, str] | None = None  # the first text that is not a number: where
-    where: str = ""  # the first file with a block of text
-    lo: float = np.inf
-    hi: float = -np.inf
-    amax: float = 0.0
-    sums: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])  # train n, sum, sum sq
-    counts: dict[str, int] = field(default_factory=dict)  # train values of text blocks
-    typed: bool = False  # a block had numbers, times or booleans (not counted as text)
-
-    def update(self, arr: pa.Array, train: np.ndarray, at: tuple[str, int], coded: bool) -> None:
-        """Add one block of the column; `at`: its file and the file's row number of its start."""
-        kind = classify(arr)
-        self.kind = combine(self.kind, kind)
-        self.rows += len(arr)
-        self.missing += arr.null_count
-        if kind in NUMERIC:
-            self._numbers(arr, kind, train)
-        if kind == "string" or coded:
-            self._count(arr, train)
-        if kind == "string" and pa.types.is_string(arr.type) and not coded:
-            self._looks(arr, at)
-        if kind == "string" and not self.where:
-            self.where = at[0]
-
-    def merge(self, other: Stats, offset: int) -> None:
-        """Add the statistics of the next block; `offset`: rows before it in its file that its
-        own row numbers left out (0 when they are the file's)."""
-        self.kind = combine(self.kind, other.kind)
-        self.rows += other.rows
-        self.missing += other.missing
-        self.numeric += other.numeric
-        if self.bad is None and other.bad is not None:
-            self.bad = other.bad[0], other.bad[1] + offset, other.bad[2]
-        self.where = self.where or other.where
-        self.lo, self.hi = min(self.lo, other.lo), max(self.hi, other.hi)
-        self.amax = max(self.amax, other.amax)
-        self.sums = [a + b for a, b in zip(self.sums, other.sums, strict=True)]
-        for v, n in other.counts.items():
-            self.counts[v] = self.counts.get(v, 0) + n
-        self.typed |= other.typed
-
-    def _looks(self, arr: pa.Array, at: tuple[str, int]) -> None:
-        """Count the cells that look like numbers (the regex runs once per distinct value) and
-        keep the first that does not."""
-        vc = pc.value_counts(arr.drop_null()).flatten()
-        looks = np.asarray(pc.match_substring_regex(vc[0], NUMBER))
-        self.numeric += int(np.asarray(vc[1])[looks].sum())
-        if self.bad is None and not looks.all():
-            i = int(np.flatnonzero(np.asarray(pc.is_in(arr, vc[0].filter(~looks))))[0])
-            self.bad = at[0], at[1] + i, str(arr[i].as_py())
-
-    def _numbers(self, arr: pa.Array, kind: str, train: np.ndarray) -> None:
-        x = as_float(arr, kind)
-        self.typed = True
-        if kind != "time":
-            self.numeric += len(arr) - arr.null_count
-        finite = x[np.isfinite(x)]
-        if finite.size:
-            self.lo, self.hi = min(self.lo, finite.min()), max(self.hi, finite.max())
-            self.amax = max(self.amax, float(np.abs(finite).max()))
-        t = x[train & np.isfinite(x)]
-        self.sums = [self.sums[0] + t.size, self.sums[1] + t.sum(), self.sums[2] + (t * t).sum()]
-
-    def _count(self, arr: pa.Array, train: np.ndarray) -> None:
-        values = arr.filter(pa.array(train)).drop_null()
-        if not pa.types.is_string(values.type):
-            values = values.cast(pa.string())
-        for item in pc.value_counts(values).to_pylist():
-            v = item["values"]
-            self.counts[v] = self.counts.get(v, 0) + item["counts"]
+        """The manifest's entry (shallow: asdict would deep-copy every vocabulary value)."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {k: v for k, v in values.items() if v is not None}
 
 
 def decide(name: str, role: str, coded: bool, st: Stats, float16: bool) -> Column:
@@ -252,9 +192,8 @@ def decide(name: str, role: str, coded: bool, st: Stats, float16: bool) -> Colum
         col.role = "cat" if role == "num" else role
         if not coded:
             _check_text(col, st)
-        vocab = sorted(st.counts)
-        col.vocab, col.counts = vocab, [st.counts[v] for v in vocab]
-        col.dtype = code_dtype(len(vocab), name)
+        col.vocab, col.counts = st.vocab()
+        col.dtype = code_dtype(len(col.vocab), name)
         return col
     if np.isfinite(st.lo):
         col.lo, col.hi = float(st.lo), float(st.hi)
