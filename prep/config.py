@@ -15,7 +15,7 @@ from typing import Any, ClassVar, TypeVar
 from prep import PrepError, UsageError
 
 DEFAULT_CONFIG = Path("configs/default.toml")
-BACKENDS = ("loky", "dask")
+BACKENDS = ("auto", "threads", "loky", "dask")
 CODECS = ("raw", "jpeg")  # --codec; mode keep stores raw samples ragged
 
 
@@ -35,9 +35,11 @@ class RunConfig:
     out: str | None = opt(None, "Output dataset folder.")
     max_rejects: float = opt(0.01, "Fail when more than this fraction of inputs is rejected.")
     limit: int | None = opt(None, "Only the first N inputs.")
-    jobs: int = opt(0, "Worker processes (0: all cores).", "--jobs", "-j")
+    jobs: int = opt(0, "Workers: threads or processes (0: all cores).", "--jobs", "-j")
     backend: str = opt(
-        "loky", "loky: processes here | dask: a distributed cluster (the dask extra)."
+        "auto",
+        "auto: threads for images (their decoding releases the GIL), else loky | threads | "
+        "loky: processes here | dask: a distributed cluster (the dask extra).",
     )
     scheduler: str | None = opt(
         None,

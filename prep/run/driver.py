@@ -35,6 +35,22 @@ from prep.run.tasks import write_error
 
 C = TypeVar("C", bound=RunConfig)
 S = TypeVar("S")  # what one shard task is given: its inputs
+# The default shard size: AUTO_SHARDS tasks, enough to keep 2-16 cores busy to the end (the
+# costliest run first) at any input count, of at least AUTO_MIN samples (a shard's fixed cost,
+# a few files and fsyncs, stays small beside its decoding) and at most AUTO_MAX.
+AUTO_SHARDS, AUTO_MIN, AUTO_MAX = 32, 16, 1000
+
+
+def shard_size(count: int, chosen: int | None) -> int:
+    """Samples per shard: `chosen` (--shard-size), else one from the input count alone, never
+    from --jobs or the machine, so that the bytes are the same for any --jobs, anywhere.
+
+    >>> [shard_size(n, None) for n in (24, 180, 720, 2000, 10**6)], shard_size(180, 50)
+    ([16, 16, 23, 63, 1000], 50)
+    """
+    if chosen is not None:
+        return chosen
+    return min(AUTO_MAX, max(AUTO_MIN, -(-count // AUTO_SHARDS)))
 
 
 @dataclass
@@ -78,6 +94,9 @@ class Kind(ABC, Generic[C, S]):
     noun: ClassVar[str] = "inputs"  # what --max-rejects counts
     summary: ClassVar[type[RunSummary]] = RunSummary
     prepare_stage: ClassVar[str | None] = None  # the profile's stage for `prepare` (None: untimed)
+    # Whether the shard task spends its time in C code that releases the GIL: --backend auto
+    # then runs it in threads (prep.run.parallel), else in loky processes.
+    threads: ClassVar[bool] = False
     task: Callable[..., dict[str, Any]]  # the shard task: a module-level function (it pickles)
 
     def __init__(self, cfg: C):
@@ -134,6 +153,8 @@ class Kind(ABC, Generic[C, S]):
 def run(kind: Kind[Any, Any], show_progress: bool = True, profile: bool = False) -> RunSummary:
     """Write `kind.cfg.out` from `kind.cfg.src`. See prep.run.staging for the guarantees."""
     cfg = kind.cfg
+    if cfg.backend == "auto":
+        cfg.backend = "threads" if kind.threads else "loky"
     if cfg.staging is not None or url_of(cfg.out) is not None:  # a remote OUT: prep.run.remote
         from prep.run.remote import run_remote
 

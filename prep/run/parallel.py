@@ -2,7 +2,12 @@
 
 Backends (`--backend`):
 
-- `loky` (default): joblib worker processes on this machine.
+- `auto` (default): `threads` for kinds whose tasks spend their time in C code that releases
+  the GIL (images: decoding, resizing, hashing, writing), else `loky`. The driver resolves it.
+- `threads`: threads of this process. No worker starts (half a second a process: an
+  interpreter, numpy, OpenCV...) and nothing is pickled, which is what small runs pay for.
+  A run stopped by Ctrl-C or an error stops the running tasks (see `_run_threads`).
+- `loky`: joblib worker processes on this machine.
 - `dask`: a `distributed` cluster, at `--scheduler ADDRESS` or, with no address, a `LocalCluster`
   of `--jobs` worker processes started here for the run. Every task runs on a worker; tasks read
   and write paths that every worker must see (a shared file system) and only their small return
@@ -18,6 +23,9 @@ generator, and runs every task in the client when the cluster has a single worke
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import queue
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -26,7 +34,7 @@ from prep import PrepError
 
 T = TypeVar("T")
 
-BACKENDS = ("loky", "dask")
+BACKENDS = ("auto", "threads", "loky", "dask")
 DASK_HINT = "HINT: pip install 'prep[dask]' (dask[distributed]) on the client and every worker"
 CONNECT_TIMEOUT_S = 30  # an unreachable scheduler: retry connecting this long, then fail
 WAIT_FOR_WORKERS_S = 60  # a scheduler with no worker yet: wait this long, then fail
@@ -68,10 +76,68 @@ def run_tasks(
     if n_jobs == 1 or len(args) <= 1:
         yield from (fn(*a) for a in args)
         return
+    if backend == "threads":
+        yield from _run_threads(fn, args, n_jobs)
+        return
     parallel = Parallel(
         n_jobs=min(n_jobs, len(args)), backend=backend, return_as="generator_unordered"
     )
     yield from parallel(delayed(fn)(*a) for a in args)
+
+
+class _Stop(BaseException):
+    """Raised inside a task thread to end it: the run stopped (Ctrl-C, another task failed)."""
+
+
+def _run_threads(fn: Callable[..., T], args: list[tuple[Any, ...]], n_jobs: int) -> Iterator[T]:
+    """`n_jobs` threads take the tasks in order. When the caller stops (an exception, or it
+    closes the generator), each running task gets `_Stop` raised in its thread at its next
+    Python line (a decode in C finishes first), once, so that its own cleanup runs (a shard
+    writer removes its temp files); every thread has ended before this returns."""
+    todo: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+    done: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
+    for a in args:
+        todo.put(a)
+    stopping = threading.Event()
+    busy: dict[int, bool] = {}  # thread id -> running a task (a dict item set is atomic)
+
+    def work() -> None:
+        me = threading.get_ident()
+        busy[me] = False
+        try:
+            while not stopping.is_set():
+                try:
+                    a = todo.get_nowait()
+                except queue.Empty:
+                    return
+                busy[me] = True
+                try:
+                    done.put((True, fn(*a)))
+                except BaseException as e:  # handed to the caller, raised there
+                    done.put((False, e))
+                    return  # the run stops: take no other task
+                busy[me] = False
+        except _Stop:  # between two tasks
+            return
+
+    n = min(n_jobs, len(args))
+    threads = [threading.Thread(target=work, name=f"prep-task-{i}", daemon=True) for i in range(n)]
+    for t in threads:
+        t.start()
+    try:
+        for _ in args:
+            ok, value = done.get()
+            if not ok:
+                raise value
+            yield value
+    finally:
+        stopping.set()
+        for ident, running in list(busy.items()):
+            if running:
+                stop = ctypes.py_object(_Stop)
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), stop)
+        for t in threads:
+            t.join()
 
 
 def _run_dask(

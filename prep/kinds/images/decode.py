@@ -20,6 +20,7 @@ import cv2
 import numpy as np
 from PIL import Image, ImageFile, UnidentifiedImageError
 
+from prep.kinds.images.turbo import decode_jpeg
 from prep.run.inputs import Reject, check_file, os_reject_code
 from prep.run.profile import timed
 
@@ -231,6 +232,9 @@ def decode_image(
             need_h, need_w = g.content
             # draft() takes the stored (w, h): swap back for rotated photos.
             req = (need_h, need_w) if orientation in (5, 6, 7, 8) else (need_w, need_h)
+            fast = decode_jpeg(im, req, orientation, gray)  # the same pixels, faster
+            if fast is not None:
+                return fast, upright
             im.draft("L" if gray else "RGB", req)
         _load(im)
         out = _transpose(im, orientation)

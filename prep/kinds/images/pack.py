@@ -211,6 +211,7 @@ class ImagesKind(Kind[PackConfig, list[Item]]):
 
     name = "images"
     task = staticmethod(pack_shard)
+    threads = True  # decoding, resizing, hashing and writing release the GIL
 
     def sources(self) -> list[Path]:
         return [Path(p) for p in (self.cfg.src, self.cfg.masks) if p]
