@@ -22,7 +22,12 @@ from torch import nn
 
 from loaders.augment.base import Op, Sample
 from loaders.augment.color import ColorJitter
-from loaders.augment.geometry import RandomCrop, RandomHorizontalFlip, RandomResizedCrop
+from loaders.augment.geometry import (
+    RandomCrop,
+    RandomHorizontalFlip,
+    RandomResizedCrop,
+    settle,
+)
 from loaders.augment.mix import CutMix, MixUp
 from loaders.augment.random import stream_key, uniform
 from loaders.gpu import Normalize
@@ -96,12 +101,17 @@ class Compose(nn.Module):
         sample = Sample(images, index, labels, mask)
         for name, op in zip(self._names, self.ops, strict=True):
             if isinstance(op, Op):
-                sample = op.augment(sample, stream_key(self.seed, self.epoch, name))
+                sample = op.augment(settle(sample) if not op.lazy else sample, self.key(name))
             else:
+                sample = settle(sample)
                 sample = sample.but(images=op(sample.images))
+        sample = settle(sample)
         pairs = ((sample.labels, labels), (sample.mask, mask))
         given = [t for t, asked in pairs if asked is not None and t is not None]
         return (sample.images, *given) if given else sample.images
+
+    def key(self, name: str) -> int:
+        return stream_key(self.seed, self.epoch, name)
 
     def extra_repr(self) -> str:
         return f"seed={self.seed}, epoch={self.epoch}"

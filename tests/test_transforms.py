@@ -265,3 +265,43 @@ def test_cpu_and_gpu_agree() -> None:
     x, y, m = (t.cpu() for t in gpu)
     assert (x.int() - cpu[0].int()).abs().max() <= 1  # within one level
     assert torch.allclose(y, cpu[1]) and torch.equal(m, cpu[2])
+
+
+def test_a_flip_after_a_crop_is_folded_into_it_exactly() -> None:
+    from loaders.augment.base import Sample
+    from loaders.augment.geometry import resized_crop
+
+    images, mask = square_batch(32)
+    images = images | batch(32).bitwise_and(127)
+    index = torch.arange(200, 232)
+    crop = T.RandomResizedCrop(40, scale=CROP)
+    x, m = T.Compose([crop, T.RandomHorizontalFlip(0.5)])(images, index=index, mask=mask)
+    ref = resized_crop(Sample(images, index, mask=mask), crop.boxes(index, 48, 48), (40, 40))
+    flips = uniform(T.stream_key(0, 0, "RandomHorizontalFlip"), index, 1)[:, 0] < 0.5
+    assert 0 < int(flips.sum()) < 32
+    assert torch.equal(x, torch.where(flips.view(-1, 1, 1, 1), ref.images.flip(-1), ref.images))
+    assert ref.mask is not None
+    assert torch.equal(m, torch.where(flips.view(-1, 1, 1), ref.mask.flip(-1), ref.mask))
+
+
+def yiq(x: torch.Tensor) -> torch.Tensor:
+    """(B, 3, H, W) RGB to YIQ (NTSC), for the hue tests."""
+    from loaders.augment.color import YIQ
+
+    return torch.einsum("rc,bchw->brhw", torch.tensor(YIQ, dtype=x.dtype), x)
+
+
+def test_hue_turns_each_pixels_chroma_by_its_samples_draw() -> None:
+    images, index = batch(8).double(), torch.arange(8)
+    got = T.ColorJitter(hue=0.5)(images, index=index)
+    turns = 0.5 * (2 * uniform(T.stream_key(0, 0, "ColorJitter"), index, 4)[:, 3] - 1)
+    before, after = yiq(images), yiq(got)
+    assert torch.allclose(after[:, 0], before[:, 0], atol=1e-6)  # luma kept
+    chroma = [torch.complex(t[:, 1], t[:, 2]) for t in (before, after)]
+    turn = torch.polar(torch.ones(8, dtype=torch.float64), 2 * math.pi * turns).view(8, 1, 1)
+    assert torch.allclose(chroma[1], chroma[0] * turn, atol=1e-6)  # each turned by its draw
+    assert turns.abs().max() > 0.3 and (turns > 0).any() and (turns < 0).any()
+    grey = torch.full((8, 3, 4, 4), 77, dtype=torch.uint8)
+    assert torch.equal(T.ColorJitter(hue=0.5)(grey, index=index), grey)  # grey stays grey
+    with pytest.raises(ValueError, match="hue"):
+        T.ColorJitter(hue=0.6)

@@ -1,46 +1,77 @@
-"""ColorJitter: per-sample brightness, contrast and saturation, as one colour matrix a sample."""
+"""ColorJitter: per-sample brightness, contrast, saturation and hue as one matrix a sample."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 
-from loaders.augment.base import Op, Sample, working
+from loaders.augment.base import Op, Sample, empty_like, working
+from loaders.augment.geometry import settle
 
 # ITU-R 601-2 luma, as torchvision's rgb_to_grayscale and prep's --gray.
 LUMA = (0.299, 0.587, 0.114)
+# RGB to YIQ (NTSC): luma, then two chroma axes whose rows sum to 0 (grey has no chroma).
+YIQ = (LUMA, (0.596, -0.274, -0.322), (0.211, -0.523, 0.312))
+
+
+def hue_rotations(turns: torch.Tensor) -> torch.Tensor:
+    """(B, 3, 3) RGB matrices that turn each pixel's chroma by `turns` (B,) of a circle about
+    the grey axis in YIQ space: luma and chroma magnitude kept, grey left grey."""
+    yiq = torch.tensor(YIQ, dtype=turns.dtype, device=turns.device)
+    cos, sin = torch.cos(2 * math.pi * turns), torch.sin(2 * math.pi * turns)
+    one, zero = torch.ones_like(cos), torch.zeros_like(cos)
+    rows = [[one, zero, zero], [zero, cos, -sin], [zero, sin, cos]]
+    rotation = torch.stack([torch.stack(row, -1) for row in rows], -2)
+    return torch.linalg.inv(yiq) @ rotation @ yiq
 
 
 class ColorJitter(Op):
     """Each sample's brightness, contrast and saturation scaled by its own factors b, c, s,
-    drawn uniformly in [1 - amount, 1 + amount] (never below 0), applied in that order:
+    drawn uniformly in [1 - amount, 1 + amount] (never below 0), then its hue turned by h,
+    drawn uniformly in [-hue, hue] turns (hue <= 0.5), applied in that order:
 
     - brightness x -> b x;  contrast: a blend with the image's mean luma m;  saturation: a blend
       with the pixel's luma (a no-op on one channel): torchvision's adjust_* formulas.
-    - The three are linear, so a sample's jitter is one 3x3 matrix and an offset,
-      y = c b S x + (1 - c) b m with S = s I + (1 - s) 1 luma^T: one batched matmul for the
+    - hue: a rotation of the chroma plane in YIQ space by 2 pi h (a no-op on one channel). It
+      keeps each pixel's luma, where torchvision's HSV shift keeps its max channel: the same
+      turn of the colour wheel, not the same pixels (an HSV round trip is not a matrix).
+    - The four are linear, so a sample's jitter is one 3x3 matrix and an offset,
+      y = c b H S x + (1 - c) b m with S = s I + (1 - s) 1 luma^T: one batched matmul for the
       whole batch (NVIDIA DALI's color_twist does the same). Unlike torchvision, which clips to
       0..255 after each step, uint8 images are clipped once, at the end, and return as uint8;
       float images are not clipped (put ColorJitter before Normalize, in pixel units).
-    - No hue: torchvision's hue is an HSV round trip, not a matrix; it is left out rather than
-      made slow or different.
+    - Right after a RandomResizedCrop, it takes the crop's float result before rounding: one
+      rounding to uint8 for both.
     """
 
-    def __init__(self, brightness: float = 0.0, contrast: float = 0.0, saturation: float = 0.0):
+    lazy = True
+
+    def __init__(
+        self,
+        brightness: float = 0.0,
+        contrast: float = 0.0,
+        saturation: float = 0.0,
+        hue: float = 0.0,
+    ):
         super().__init__()
-        if min(brightness, contrast, saturation) < 0:
-            raise ValueError("brightness, contrast and saturation amounts must be >= 0")
+        if min(brightness, contrast, saturation) < 0 or not 0 <= hue <= 0.5:
+            raise ValueError("brightness, contrast and saturation must be >= 0, hue in [0, 0.5]")
         self.amounts = (brightness, contrast, saturation)
+        self.hue = hue
 
     def matrices(self, u: torch.Tensor, means: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Each sample's matrix (B, C, C) and offset (B, 1, C) from its draws u (B, 3) and its
+        """Each sample's matrix (B, C, C) and offset (B, 1, C) from its draws u (B, 4) and its
         per-channel mean pixel values (B, C)."""
         amounts = torch.tensor(self.amounts, dtype=u.dtype, device=u.device)
-        b, c, s = (1 + amounts * (2 * u - 1)).clamp_min(0).unbind(1)
+        b, c, s = (1 + amounts * (2 * u[:, :3] - 1)).clamp_min(0).unbind(1)
         channels = means.shape[1]
         eye = torch.eye(channels, dtype=u.dtype, device=u.device)
         if channels == 3:
             luma = torch.tensor(LUMA, dtype=u.dtype, device=u.device)
             sat = s[:, None, None] * eye + (1 - s)[:, None, None] * luma.expand(3, 3)
+            if self.hue:
+                sat = hue_rotations(self.hue * (2 * u[:, 3] - 1)) @ sat
             gray_mean = means.to(u.dtype) @ luma
         else:
             sat, gray_mean = eye.expand(len(u), channels, channels), means[:, 0].to(u.dtype)
@@ -49,21 +80,24 @@ class ColorJitter(Op):
         return matrix, offset
 
     def augment(self, sample: Sample, key: int) -> Sample:
-        x = sample.images
-        if not any(self.amounts):
+        if not (any(self.amounts) or self.hue):
             return sample
+        dtype = sample.images.dtype  # of the batch given, before a pending crop
+        sample = settle(sample, rounded=False)
+        x = sample.images
         B, C, H, W = x.shape
         # (B, C, H * W) is a view for contiguous and channels-last batches alike.
         pixels = working(x.reshape(B, C, H * W))
         means = pixels.mean(2) if self.amounts[1] else pixels.new_zeros(B, C)
-        matrix, offset = self.matrices(self.draws(key, sample, 3), means)
-        dt, uint8 = pixels.dtype, x.dtype == torch.uint8
+        matrix, offset = self.matrices(self.draws(key, sample, 4), means)
+        dt, uint8 = pixels.dtype, dtype == torch.uint8
         # uint8: +0.5 in the offset and a clip to [0.5, 255.5], so truncation rounds (one pass).
         offset = offset.transpose(1, 2).to(dt) + (0.5 if uint8 else 0.0)
-        out = torch.baddbmm(offset, matrix.to(dt), pixels)
-        out = out.clamp_(0.5, 255.5).to(torch.uint8) if uint8 else out.to(x.dtype)
-        return sample.but(images=out.view(B, C, H, W))
+        out = torch.baddbmm(offset, matrix.to(dt), pixels, out=empty_like(pixels, dt))
+        if uint8:
+            out = empty_like(out, torch.uint8).copy_(out.clamp_(0.5, 255.5))
+        return sample.but(images=out.to(dtype).view(B, C, H, W))
 
     def extra_repr(self) -> str:
         b, c, s = self.amounts
-        return f"brightness={b}, contrast={c}, saturation={s}"
+        return f"brightness={b}, contrast={c}, saturation={s}, hue={self.hue}"

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
-from loaders.augment.base import Op, Sample, to_images, working
+from loaders.augment.base import Op, Resize, Sample, empty, to_images, working
 from loaders.augment.random import stream_key, uniform
 
 TRIES = 10  # as torchvision's RandomResizedCrop: boxes drawn until one fits, then the centre
@@ -38,29 +38,53 @@ def _centres(start: torch.Tensor, length: torch.Tensor, out: int) -> torch.Tenso
     return start[:, None] + j[None, :] * (length[:, None] / out)
 
 
-def resized_crop(sample: Sample, boxes: torch.Tensor, size: tuple[int, int]) -> Sample:
-    """Each sample's box (top, left, height, width) resized to `size`: bilinear for images (one
-    `grid_sample` of the whole batch), nearest for the mask (one gather)."""
+def resized_crop(
+    sample: Sample,
+    boxes: torch.Tensor,
+    size: tuple[int, int],
+    flip: torch.Tensor | None = None,
+    *,
+    rounded: bool = True,
+) -> Sample:
+    """Each sample's box (top, left, height, width) resized to `size`, mirrored where `flip`
+    (bool (B,)): bilinear for images (one `grid_sample` of the whole batch), nearest for the mask
+    (one gather). rounded=False leaves a uint8 batch's result in float32 (for an op that
+    computes in float next: ColorJitter rounds it once, at its end)."""
     top, left, h, w = boxes.to(torch.float64).unbind(1)
     x = sample.images
     H, W = x.shape[-2:]
     f = working(x)
     # grid_sample's coordinates (align_corners=False: -1 and 1 are the image's outer edges) of
-    # output pixel centres: each sample's box scales and shifts one grid over [0, 1)^2, in one
-    # fused op (affine_grid's matmul costs twice the sampling here).
-    unit = [(torch.arange(n, device=x.device, dtype=f.dtype) + 0.5) / n for n in size]
-    base = torch.stack(torch.meshgrid(unit[1], unit[0], indexing="xy"), -1)  # (h, w, 2): x, y
-    scale = torch.stack([2 * w / W, 2 * h / H], 1).to(f.dtype).view(-1, 1, 1, 2)
-    shift = torch.stack([2 * left / W - 1, 2 * top / H - 1], 1).to(f.dtype).view(-1, 1, 1, 2)
-    grid = torch.addcmul(shift, scale, base)
+    # output pixel centres over [0, 1): each sample's box scales and shifts them, and a flip
+    # reads them backwards (the very values a flip of the result would put there).
+    ys, xs = (_unit(n, x.device, f.dtype) for n in size)
+    cols = xs.expand(len(boxes), -1) if flip is None else torch.where(flip[:, None], xs.flip(0), xs)
+    gx = torch.addcmul(
+        (2 * left / W - 1)[:, None].to(f.dtype), (2 * w / W)[:, None].to(f.dtype), cols
+    )
+    gy = torch.addcmul((2 * top / H - 1)[:, None].to(f.dtype), (2 * h / H)[:, None].to(f.dtype), ys)
+    grid = empty((len(boxes), *size, 2), f.dtype, x.device)
+    grid[..., 0], grid[..., 1] = gx[:, None, :], gy[:, :, None]  # (B, h, w, 2): x, y
     out = F.grid_sample(f, grid, mode="bilinear", padding_mode="border", align_corners=False)
     mask = sample.mask
     if mask is not None:
-        ys, xs = _centres(top, h, size[0]), _centres(left, w, size[1])
-        r = ys.floor().to(torch.int64).clamp(0, H - 1)
-        c = xs.floor().to(torch.int64).clamp(0, W - 1)
+        r = _centres(top, h, size[0]).floor().to(torch.int64).clamp(0, H - 1)
+        c = _centres(left, w, size[1]).floor().to(torch.int64).clamp(0, W - 1)
+        c = c if flip is None else torch.where(flip[:, None], c.flip(1), c)
         mask = _take(mask, r, c)
-    return sample.but(images=to_images(out, x), mask=mask)
+    images = to_images(out, x) if rounded else out
+    return sample.but(images=images, mask=mask, pending=None)
+
+
+def settle(sample: Sample, rounded: bool = True) -> Sample:
+    """The sample with its pending crop (if any) made."""
+    p = sample.pending
+    return sample if p is None else resized_crop(sample, p.boxes, p.size, p.flip, rounded=rounded)
+
+
+def _unit(n: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """The centres of n pixels over [0, 1)."""
+    return (torch.arange(n, device=device, dtype=dtype) + 0.5) / n
 
 
 class RandomResizedCrop(Op):
@@ -126,7 +150,7 @@ class RandomResizedCrop(Op):
     def augment(self, sample: Sample, key: int) -> Sample:
         H, W = sample.images.shape[-2:]
         boxes = self._boxes(self.draws(key, sample, 2 * TRIES + 2), H, W)
-        return resized_crop(sample, boxes, self.size)
+        return sample.but(pending=Resize(boxes, self.size))  # made by the next op but a lazy one
 
     def extra_repr(self) -> str:
         return f"size={self.size}, scale={self.scale}, ratio={self.ratio}"
@@ -170,7 +194,10 @@ class RandomCrop(Op):
 
 
 class RandomHorizontalFlip(Op):
-    """Each sample mirrored left-right with probability p, its mask with it."""
+    """Each sample mirrored left-right with probability p, its mask with it. Right after a
+    RandomResizedCrop, the flip is folded into the crop's sampling (no pass of its own)."""
+
+    lazy = True
 
     def __init__(self, p: float = 0.5):
         super().__init__()
@@ -180,6 +207,10 @@ class RandomHorizontalFlip(Op):
 
     def augment(self, sample: Sample, key: int) -> Sample:
         flip = self.draws(key, sample, 1)[:, :1] < self.p
+        p = sample.pending
+        if p is not None:
+            flip = flip[:, 0] if p.flip is None else flip[:, 0] ^ p.flip
+            return sample.but(pending=Resize(p.boxes, p.size, flip))
         W = sample.images.shape[-1]
         j = torch.arange(W, device=sample.images.device)
         cols = torch.where(flip, W - 1 - j, j)  # (B, W): each sample's source columns
