@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -61,6 +62,11 @@ def collate_batch(batch: Any) -> Any:
 _storage_users = getattr(torch._C, "_storage_Use_Count", None)
 
 
+def storage_users(cdata: int) -> int:
+    """References to a storage (`storage._cdata`); a large number where torch cannot tell."""
+    return _storage_users(cdata) if _storage_users is not None else 1 << 30
+
+
 class BufferPool:
     """Batch buffers for the main process, reused once the caller has let go of them.
 
@@ -116,23 +122,29 @@ def read_into(alloc: Alloc | None) -> None:
 def new_batch(
     shape: tuple[int, ...], dtype: torch.dtype, pool: BufferPool | None = None, key: str = ""
 ) -> torch.Tensor:
-    """An output tensor for a batch. Inside a DataLoader worker it is made in shared memory
-    directly, so the batch is not copied again when it is sent to the main process; in one of
-    make_loader's threads it comes from the loader's ring (or pinned memory); else from `pool`
-    when one is given."""
+    """An output tensor for a batch. In one of make_loader's threads it comes from the loader's
+    ring (or pinned memory), in one of its worker processes from that worker's ring of shared
+    memory (see `read_into`). Inside another DataLoader's worker it is made in shared memory
+    directly, so the batch is not copied again when it is sent to the main process; in the
+    main process it comes from `pool` when one is given."""
+    alloc = getattr(_reading, "alloc", None)
+    if alloc is not None:
+        return alloc(key, shape, dtype)
     if get_worker_info() is None:
-        alloc = getattr(_reading, "alloc", None)
-        if alloc is not None:
-            return alloc(key, shape, dtype)
         return pool.get(key, shape, dtype) if pool is not None else torch.empty(shape, dtype=dtype)
-    # As default_collate does: allocate in shared memory. `share_memory_()` on a new tensor
-    # would copy its garbage into a fresh segment (6x slower for a 256-image batch).
     nbytes = int(torch.Size(shape).numel()) * torch.empty((), dtype=dtype).element_size()
-    storage = torch.UntypedStorage._new_shared(nbytes)
-    return torch.empty(0, dtype=dtype).set_(storage, 0, shape)  # type: ignore[call-overload]
+    return torch.empty(0, dtype=dtype).set_(new_shared(nbytes), 0, shape)  # type: ignore[call-overload]
 
 
-THREADS = 2  # make_loader's default reading threads (bench row 4: 1 to 4 threads on 2 cores)
+def new_shared(nbytes: int) -> torch.UntypedStorage:
+    """Shared memory for a batch, as default_collate makes it. `share_memory_()` on a new
+    tensor would copy its garbage into a fresh segment (6x slower for a 256-image batch)."""
+    return torch.UntypedStorage._new_shared(nbytes)
+
+
+# make_loader's default reading threads. On 2 busy cores 1 thread hid loading best (bench row
+# 4d): reads in parallel each take longer, and the caller waits for them in order.
+THREADS = 1 if (os.cpu_count() or 1) <= 2 else 2
 
 
 def make_loader(

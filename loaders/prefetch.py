@@ -28,20 +28,34 @@ from torch.utils.data._utils.fetch import _MapDatasetFetcher
 from torch.utils.data._utils.pin_memory import pin_memory
 
 from loaders.loader import Alloc, BufferPool, read_into
+from loaders.workers import CopyOut, StartWorker, pinned
 
 
 class Loader(DataLoader[Any]):
-    """A DataLoader whose pass with `num_workers=0` reads `threads` batches ahead in threads.
+    """A DataLoader whose pass with `num_workers=0` reads `threads` batches ahead in threads,
+    and whose worker processes (`num_workers > 0`, with `shared_ring`) reuse their shared
+    memory (loaders.workers).
 
-    `threads=0`, worker processes, or an IterableDataset: exactly DataLoader. Everything else
-    (sampler, batch_sampler, len, batch_size, drop_last, pin_memory) is DataLoader's."""
+    `threads=0` and no ring, or an IterableDataset: exactly DataLoader. Everything else
+    (sampler, batch_sampler, len, batch_size, drop_last) is DataLoader's; with the ring,
+    `pin_memory` reads False and `pins` says whether batches come out pinned."""
 
-    def __init__(self, dataset: Any, *args: Any, threads: int = 0, **kwargs: Any):
+    def __init__(self, dataset: Any, *, threads: int = 0, shared_ring: bool = True, **kw: Any):
         if threads < 0:
             raise ValueError(f"threads {threads} must be 0 or more")
-        super().__init__(dataset, *args, **kwargs)
+        workers = kw.get("num_workers", 0)
+        self.pins = bool(kw.get("pin_memory")) and torch.cuda.is_available()
+        self.shares = shared_ring and workers > 0
+        if self.shares:  # the main process pins as it copies out of the ring
+            keep = (kw.get("prefetch_factor") or 2) + 2  # in flight, being made, being copied
+            self.passes = torch.zeros((), dtype=torch.int64).share_memory_()
+            kw["worker_init_fn"] = StartWorker(keep, self.passes, kw.get("worker_init_fn"))
+            # Segments of the workers' rings, two fields a batch, held across passes.
+            self.seen: deque[Any] = deque(maxlen=4 * workers * keep)
+            kw["pin_memory"] = False
+        super().__init__(dataset, **kw)
         iterable = isinstance(dataset, IterableDataset)
-        self.threads = threads if self.num_workers == 0 and not iterable else 0
+        self.threads = threads if workers == 0 and not iterable else 0
         # Batches in flight: one a thread, and one more so that no thread waits while the
         # caller takes a batch. The ring holds those, the caller's batch and the one before it
         # (still bound to the loop variable while the next is asked for): more, and a batch is
@@ -50,13 +64,13 @@ class Loader(DataLoader[Any]):
         self.ring = BufferPool(keep=self.depth + 2)
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
-        if self.threads == 0:
+        if self.threads:
+            return ThreadedIter(self)
+        if not self.shares:
             return super().__iter__()
-        return ThreadedIter(self)
-
-
-def _pinned(key: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-    return torch.empty(shape, dtype=dtype, pin_memory=True)
+        self.passes += 1  # before the workers are reset: see SharedRing
+        batches = super().__iter__()
+        return CopyOut(batches, self.ring, self.pins, self.seen)
 
 
 def _read(fetcher: _MapDatasetFetcher, pin: bool, index: Any) -> Any:
@@ -65,16 +79,17 @@ def _read(fetcher: _MapDatasetFetcher, pin: bool, index: Any) -> Any:
 
 
 class ThreadedIter(Iterator[Any]):
-    """One pass over a Loader: `loader.depth` batches read ahead by `loader.threads` threads.
+    """One pass over a Loader: `loader.depth` batches read ahead by `loader.threads` threads
+    (the first batch alone).
 
-    An exception raised while reading a batch is raised here, when that batch is asked for,
-    with its original traceback. The threads end with the pass: at its end, at an exception,
-    or when the iterator is dropped (a `break` out of the loop); reads already running finish
-    first (one batch each), reads not started are cancelled."""
+        An exception raised while reading a batch is raised here, when that batch is asked for,
+        with its original traceback. The threads end with the pass: at its end, at an exception,
+        or when the iterator is dropped (a `break` out of the loop); reads already running finish
+        first (one batch each), reads not started are cancelled."""
 
     def __init__(self, loader: Loader):
-        self._pin = loader.pin_memory and torch.cuda.is_available()
-        alloc: Alloc = _pinned if self._pin else loader.ring.get
+        self._pin = loader.pins
+        alloc: Alloc = pinned if self._pin else loader.ring.get
         self._fetcher = _MapDatasetFetcher(
             loader.dataset, loader._auto_collation, loader.collate_fn, loader.drop_last
         )
@@ -83,9 +98,10 @@ class ThreadedIter(Iterator[Any]):
             loader.threads, "prep-loader", initializer=read_into, initargs=(alloc,)
         )
         self._pending: deque[Future[Any]] = deque()
-        self._done = False
-        for _ in range(loader.depth):  # start reading now, as DataLoader's workers do
-            self._submit()
+        self._done, self._depth = False, loader.depth
+        # Start reading now, as DataLoader's workers do, but the first batch alone: on busy
+        # cores reads in parallel would each take longer, and the caller waits for the first.
+        self._submit()
 
     def _submit(self) -> None:
         if self._done:
@@ -107,12 +123,14 @@ class ThreadedIter(Iterator[Any]):
             self.close()
             raise StopIteration
         future = self._pending.popleft()
-        self._submit()  # keep `depth` batches in flight while this one is waited for
         try:
-            return future.result()
+            batch = future.result()
         except BaseException:
             self.close()
             raise
+        while len(self._pending) < self._depth and not self._done:
+            self._submit()  # `depth` batches in flight while the caller uses this one
+        return batch
 
     def close(self) -> None:
         """Stop reading ahead: cancel the reads not started, wait for the running ones."""

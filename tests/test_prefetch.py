@@ -150,3 +150,39 @@ def test_threads_share_a_store_that_keeps_one_map_open(packed: Path) -> None:
     want = epochs(make_loader(ds, batch_size=3, shuffle=True, threads=0), 4)
     got = epochs(make_loader(ds, batch_size=3, shuffle=True, threads=3), 4)
     assert all(np.array_equal(g[0], w[0]) for g, w in zip(got, want, strict=True))
+
+
+def test_worker_rings_are_reused_and_never_reach_the_caller(packed: Path) -> None:
+    ds = ImageShardDataset(packed, size=64, fields=("image", "index"))
+    want = epochs(make_loader(ds, batch_size=2, shuffle=True, threads=0), 4)
+    loader = make_loader(ds, batch_size=2, shuffle=True, num_workers=2)
+    held = [b for b in loader]  # epoch 0, every batch held while epochs 1-3 are read
+    for _batch in loader:
+        break  # left early: the persistent workers drop what is in flight
+    loader.sampler.set_epoch(2)
+    got = epochs(loader, 2)
+    assert all(np.array_equal(g[0], w[0]) for g, w in zip(got, want[24:], strict=True))
+    assert all(np.array_equal(h[0].numpy(), w[0]) for h, w in zip(held, want[:12], strict=True))
+    assert not any(t.is_shared() for h in held for t in h)  # copies, never a worker's segment
+    # The main process maps each segment once (torch reuses the mapping of a segment received
+    # again): 12 batches of 2 fields an epoch, from rings of 4 per field in each of 2 workers.
+    segments = {s.data_ptr() for s in loader.seen}
+    assert 0 < len(segments) <= 2 * 4 * 2
+
+
+def test_a_ring_segment_is_written_again_only_once_copied_out_and_let_go() -> None:
+    from collections import deque
+
+    from loaders.workers import SharedRing, copy_out
+
+    ring, seen = SharedRing(keep=2), deque()
+    a = ring.get("image", (2, 3), torch.uint8)
+    a.fill_(7)
+    b = ring.get("image", (2, 3), torch.uint8)  # a is busy: another segment
+    assert a.data_ptr() != b.data_ptr() and a.is_shared()
+    out = copy_out((a, [b]), lambda k, s, d: torch.empty(s, dtype=d), seen)
+    assert out[0].tolist() == [[7] * 3] * 2 and not out[0].is_shared()
+    c = ring.get("image", (2, 3), torch.uint8)  # both free, but this process still holds a
+    assert c.data_ptr() not in (a.data_ptr(), b.data_ptr())
+    del a
+    assert ring.get("image", (2, 3), torch.uint8).data_ptr() != c.data_ptr()
