@@ -133,13 +133,13 @@ def _copy(x: Any, alloc: Alloc, copies: dict[int, torch.Tensor], heads: list[tor
     src = x.untyped_storage()
     flat = copies.get(src.data_ptr())
     if flat is None:
-        whole = torch.empty(0, dtype=torch.uint8).set_(src)  # type: ignore[call-overload]
+        whole = torch.empty(0, dtype=torch.uint8).set_(src)
         flat = copies[src.data_ptr()] = alloc("worker", (src.nbytes() - HEADER,), torch.uint8)
         np.copyto(flat.numpy(), whole.numpy()[HEADER:])  # a memcpy: twice torch's copy_ here
         heads.append(head)
     offset = x.storage_offset() - HEADER // x.element_size()
     out = torch.empty(0, dtype=x.dtype)
-    return out.set_(flat.untyped_storage(), offset, x.shape, x.stride())  # type: ignore[call-overload]
+    return out.set_(flat.untyped_storage(), offset, x.shape, x.stride())
 
 
 class CopyOut:
