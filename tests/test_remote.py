@@ -406,3 +406,21 @@ def test_eviction_keeps_the_windows_being_read_and_drops_what_was_read_first(
     small = Follower(plan, limit=15)  # two windows do not fit: no prefetch
     small.read.add("image")
     assert small.follow(files, fetched.append) is not None and small._pool is None
+
+
+def test_dask_workers_upload_their_own_shards(
+    raw_demo: Path, remote_ds: tuple[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from conftest import run_pack
+
+    pytest.importorskip("distributed")
+    url, local = f"s3://{BUCKET}/dask", remote_ds[1]
+    real, sent = prep.run.remote.put, []
+    monkeypatch.setattr(prep.run.remote, "put", lambda *a: (real(*a), sent.append(a[2])))
+    staging = tmp_path / "staging"
+    opts = {"sizes": [64], "shard_size": 8, "staging": str(staging), "backend": "dask"}
+    run_pack(raw_demo / "images", url, jobs=1, **opts)  # a LocalCluster of one worker
+    assert [name.rsplit("/", 1)[-1] for name in sent] == ["rejects.jsonl"]  # the client's one
+    assert not list(staging.glob("*/*.npy"))  # the workers removed what they uploaded
+    ds = ImageShardDataset(url, size=64, fields=("image", "label"), cache_dir=tmp_path / "c")
+    same_samples(ds, ImageShardDataset(local, size=64, fields=("image", "label")))

@@ -12,15 +12,23 @@ then put the manifest last, in one PUT, so that a reader sees the old dataset or
    does not list are removed, and `.prep-upload.json` last.
 
 With --overwrite, a new file whose name the old manifest lists with other bytes is uploaded as
-`v-HASH/NAME` (HASH: of the new manifest) and the manifest names it so: a reader of the old
+`v-HASH/NAME` (HASH: the start of its sha256) and the manifest names it so: a reader of the old
 manifest keeps reading the old bytes until the new manifest is in place.
+
+With `--backend dask`, `.prep-upload.json` is put before the tasks (marking every file under OUT
+as this upload's), and each worker uploads the shard files it wrote as soon as they are
+written, then removes its local copies (`upload_own`): only the small records travel back, so
+the workers need not see the client's disk (they still read the inputs at their paths). Step 3
+then uploads only rejects.jsonl, and checks that every shard file is there.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +36,7 @@ from loaders.format import MANIFEST, REJECTS, FormatError, Manifest, read_manife
 from loaders.remote import RemoteBackend, Url, retried, url_of
 from loaders.remote.cache import default_cache_dir
 from prep import PrepError, UsageError
+from prep.run.staging import RUN_DIR, staging_dir
 
 MARKER = ".prep-upload.json"
 
@@ -53,7 +62,7 @@ def _remote_state(backend: RemoteBackend) -> tuple[dict[str, str], dict[str, int
         old = _files_of(Manifest.from_json(data, backend.root / MANIFEST))
     if MARKER in have:
         marker = json.loads(backend.fs.cat_file(backend.root / MARKER))
-        old |= {n: old.get(n, "") for n in marker["files"]}
+        old |= {n: old.get(n, "") for n in (have if marker.get("workers") else marker["files"])}
     foreign = sorted(set(have) - set(old) - {MANIFEST, REJECTS, MARKER})
     if foreign:
         raise PrepError(
@@ -110,17 +119,27 @@ def _remove(fs: Any, url: str) -> None:
     retried(url, lambda: fs.rm_file(url))
 
 
+def remote_name(name: str, sha256: str, old: dict[str, str]) -> str:
+    """Where file `name` goes: under its own name, unless the old dataset's manifest lists that
+    name with other bytes (a reader of the old manifest may still read them)."""
+    return name if old.get(name, sha256) in (sha256, "") else f"v-{sha256[:12]}/{name}"
+
+
 def upload(backend: RemoteBackend, local: Path, resume: bool) -> int:
     """Steps 3 and 4 of the module docstring; how many files were uploaded."""
     old, have = _remote_state(backend)
     m = read_manifest(local)
     files = _files_of(m) | ({REJECTS: ""} if (local / REJECTS).is_file() else {})
-    gen = "v-" + hashlib.sha256(m.to_json().encode()).hexdigest()[:12]
-    names = {n: f"{gen}/{n}" if old.get(n, sha) not in (sha, "") else n for n, sha in files.items()}
+    names = {n: remote_name(n, sha, old) for n, sha in files.items()}
+    sizes = {n: f.bytes for s in m.shards for n, f in s.files.items()}
     root, fs = backend.root, backend.fs
     fs.pipe_file(root / MARKER, json.dumps({"files": sorted(names.values())}).encode())
     sent = 0
     for name, remote in names.items():
+        if not (local / name).is_file():  # a dask worker's shard: uploaded by the worker
+            if have.get(remote) != sizes.get(name):
+                raise FormatError(f"{root / remote} is missing: its worker did not upload it")
+            continue
         size = (local / name).stat().st_size
         same = old.get(remote) == files[name] and files[name] != ""
         if have.get(remote) == size and (resume or same):
@@ -150,12 +169,18 @@ def run_remote(kind: Any, run_local: Any, show_progress: bool, profile: bool) ->
     cfg.validate()
     backend = check_remote_out(url, cfg.overwrite, cfg.resume)
     local = staging_for(url, cfg.staging)
+    if cfg.backend == "dask":  # the workers upload their own shards
+        backend.fs.pipe_file(backend.root / MARKER, json.dumps({"workers": True}).encode())
+        run = uuid.uuid4().hex  # the workers read the old manifest once a run
+        folder = str(staging_dir(local))  # the driver's run folder
+        kind.task = functools.partial(upload_own, type(kind).task, url, folder, run)
     saved = cfg.out, cfg.overwrite, cfg.staging
     cfg.out, cfg.overwrite, cfg.staging = str(local), not cfg.resume, None
     try:
         summary = run_local(kind, show_progress, profile)
     finally:
         cfg.out, cfg.overwrite, cfg.staging = saved
+        vars(kind).pop("task", None)
     try:
         upload(backend, local, cfg.resume)
     except (OSError, FormatError) as e:
@@ -165,3 +190,35 @@ def run_remote(kind: Any, run_local: Any, show_progress: bool, profile: bool) ->
         ) from e
     summary.out = Url(url)
     return summary
+
+
+_old_of_run: dict[str, dict[str, str]] = {}  # in a worker process: run -> its old files
+
+
+def upload_own(task: Any, url: str, folder: str, run: str, *args: Any) -> dict[str, Any]:
+    """A dask worker's shard task for a remote OUT (the module docstring): the run folder made
+    here, the shard written, its files uploaded and removed; its record returned."""
+    Path(folder, RUN_DIR).mkdir(parents=True, exist_ok=True)  # a worker with a disk of its own
+    record: dict[str, Any] = task(*args)
+    backend = RemoteBackend(url)
+    try:
+        if run not in _old_of_run:
+            _old_of_run.clear()
+            _old_of_run[run] = _old_files(backend)
+        for name, info in record["shard"]["files"].items():
+            remote = remote_name(name, info["sha256"], _old_of_run[run])
+            put(backend.fs, Path(folder, name), backend.root / remote)
+            Path(folder, name).unlink()
+    except (OSError, FormatError) as e:
+        raise PrepError(
+            f"{url}: a worker's upload failed ({e}). HINT: rerun the same command with --resume"
+        ) from e
+    return record
+
+
+def _old_files(backend: RemoteBackend) -> dict[str, str]:
+    """Name -> sha256 of the files the dataset at the URL lists now (none: no dataset)."""
+    url = backend.root / MANIFEST
+    if not retried(url, lambda: backend.fs.exists(url)):
+        return {}
+    return _files_of(Manifest.from_json(retried(url, lambda: backend.fs.cat_file(url)), url))
