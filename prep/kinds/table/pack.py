@@ -118,21 +118,23 @@ def table_shard(
     arrays = array_names(columns, cfg.missing_mask)
     specs = {n: array_spec(n, c) for n, c in arrays.items()}
     vocabs = {c.name: pa.array(c.vocab, pa.string()) for c in columns if c.vocab is not None}
-    with stage("write"):
-        splits = {s: _SplitArrays(staging, s, index, specs) for s in SPLITS}
+    with stage("read"):  # memory maps: the rows are read as they are encoded
+        tables = [read_spill(staging / RUN_DIR / BLOCKS, b) for b in shard]
+        vals = [np.asarray(t.column(len(columns)), dtype=bool) for t in tables]  # the split
+    present = {"train": not all(v.all() for v in vals), "val": any(v.any() for v in vals)}
+    with stage("write"):  # a split's files only where it has rows
+        splits = {s: _SplitArrays(staging, s, index, specs) for s in SPLITS if present[s]}
     writers = [w for s in splits.values() for w in s.writers.values()]
     with writing(writers):
-        for block in shard:
-            with stage("read"):
-                table = read_spill(staging / RUN_DIR / BLOCKS, block)
-                val = np.asarray(table.column(len(columns)), dtype=bool)  # the last: the split
+        for table, val in zip(tables, vals, strict=True):
             with stage("encode"):
                 encoded = encode_rows(table, columns, arrays, vocabs)
             with stage("write"):
                 if not val.any():
                     splits["train"].add(encoded)
                     continue
-                splits["train"].add({n: a[~val] for n, a in encoded.items()})
+                if not val.all():
+                    splits["train"].add({n: a[~val] for n, a in encoded.items()})
                 splits["val"].add({n: a[val] for n, a in encoded.items()})
     done = [d for d in (s.shard() for s in splits.values()) if d is not None]
     record = {

@@ -52,7 +52,7 @@ def read_spill(folder: Path, block: Block) -> pa.Table:
 def read_text(block: Block, cfg: TableConfig, rejects: list[dict[str, Any]]) -> pa.Table:
     """A block's rows without the dropped columns, text cells checked as UTF-8 (--categorical
     CSV columns read as text: a code's value is its text, "01" is not 1)."""
-    coded = {n: pa.binary() for n in cfg.names("categorical")}
+    coded = {n: pa.dictionary(pa.int32(), pa.binary()) for n in cfg.names("categorical")}
     table = read_block(block, cfg.names("na_values"), rejects, coded)
     keep = [n for n in table.column_names if n not in set(cfg.names("drop"))]
     cols = [as_text(table.column(n).combine_chunks(), block.rel, n, block.first_row) for n in keep]

@@ -194,6 +194,10 @@ def _read_csv(
         false_values=["false", "False", "FALSE"],
         strings_can_be_null=True,
         quoted_strings_can_be_null=False,
+        # Text as dictionaries: made while converting, about free, and each distinct value is
+        # then typed, checked and looked up once (the cardinality limit is per 1 MB chunk).
+        auto_dict_encode=True,
+        auto_dict_max_cardinality=2**31 - 1,
     )
     read = pcsv.ReadOptions(column_names=names, use_threads=False)
     return pcsv.read_csv(io.BytesIO(data), read, parse, convert)

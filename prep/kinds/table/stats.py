@@ -43,10 +43,12 @@ class Stats:
     ) -> pa.Array:
         """Add one block of the column; `at`: its file and the file's row number of its start.
         Returns the cells as the shard tasks encode them: text as a dictionary."""
-        textual, t = pa.types.is_string(arr.type), arr.type
-        text = textual or pa.types.is_large_string(t) or pa.types.is_dictionary(t)
+        t = arr.type
+        text = pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_dictionary(t)
         enc = as_dictionary(arr) if text or coded else None
         kind = classify(arr, enc.dictionary if text and enc is not None else None)
+        if pa.types.is_dictionary(t) and kind in NUMERIC:
+            arr = arr.dictionary_decode()  # text holding numbers (not from CSV: typed by pyarrow)
         self.kind = combine(self.kind, kind)
         self.rows += len(arr)
         self.missing += arr.null_count
@@ -54,7 +56,7 @@ class Stats:
             self._numbers(arr, kind, train)
         if (kind == "string" or coded) and enc is not None:
             counts = self._count(enc, train)
-            if kind == "string" and textual and not coded:
+            if kind == "string" and text and not coded:
                 self._looks(enc, counts, at)
             arr = enc
         if kind == "string" and not self.where:

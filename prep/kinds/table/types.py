@@ -70,7 +70,14 @@ def float_dtype(float16: bool, amax: float) -> str:
 
 
 def as_text(arr: pa.Array, rel: str, column: str, first_row: int) -> pa.Array:
-    """Binary cells (CSV) as UTF-8 strings; the first invalid one is an error naming its row."""
+    """Binary cells (CSV) as UTF-8 strings; the first invalid one is an error naming its row.
+    A dictionary is checked once a distinct value."""
+    t = arr.type
+    if pa.types.is_dictionary(t) and pa.types.is_binary(t.value_type):
+        try:
+            return arr.cast(pa.dictionary(t.index_type, pa.string()))
+        except pa.ArrowInvalid:
+            arr = arr.dictionary_decode()  # to name the row
     if not pa.types.is_binary(arr.type):
         return arr
     try:
@@ -112,9 +119,11 @@ def classify(arr: pa.Array, values: pa.Array | None = None) -> str:
         return "float"
     if pa.types.is_temporal(t):
         return "time"
-    if pa.types.is_dictionary(t):
+    if pa.types.is_dictionary(t) and not pa.types.is_string(t.value_type):
         return "string"
-    if not (pa.types.is_string(t) or pa.types.is_large_string(t)):
+    if pa.types.is_dictionary(t):
+        values = arr.dictionary if values is None else values
+    elif not (pa.types.is_string(t) or pa.types.is_large_string(t)):
         raise PrepError(f"type {t} is not a table type prep packs (nested?)")
     cells = arr.drop_null() if values is None else values
     for kind, to in (("int", pa.int64()), ("float", pa.float64())):
