@@ -79,7 +79,7 @@ def bench_load(raw: Path, work: Path, sample: int, reps: int = 5) -> list[Row]:
         [np.load(p, mmap_mode="r") for p in sorted((work / "p256").glob("image_256-*.npy"))]
     )
     labels = np.zeros(len(src), np.int64)
-    default = f"default ({THREADS} threads)"
+    default = f"default ({THREADS} thread{'s' if THREADS > 1 else ''})"
     loaders = {
         default: make_loader(ds, batch_size=256, shuffle=True),
         "0 threads": make_loader(ds, batch_size=256, shuffle=True, threads=0),
@@ -99,7 +99,7 @@ def bench_load(raw: Path, work: Path, sample: int, reps: int = 5) -> list[Row]:
     rows = []
     goals = {default: ">= 0.9x", "2 workers": ">= 0.6x"}
     for name, rate in best.items():
-        row = f"4b load, {name}, vs fresh-buffer copy"
+        row = f"4b load, {name}, vs fresh batches"
         goal = goals.get(name)
         note = "info (0 threads: the step waits)"
         rows.append(
@@ -107,7 +107,13 @@ def bench_load(raw: Path, work: Path, sample: int, reps: int = 5) -> list[Row]:
         )
     step_ms = f"{STEP * 1000:.0f} ms"
     rows.append(
-        versus(f"4d epoch with {step_ms} steps vs the steps alone", overlap, alone, "s", "<= 1.1x")
+        versus(
+            f"4d epoch with {step_ms} steps vs the steps alone",
+            1e3 * overlap,
+            1e3 * alone,
+            "ms",
+            "<= 1.1x",
+        )
     )
     paths = sorted(str(p) for p in (raw / "images").rglob("*.*"))[:sample]
     folder = FolderDataset(paths, 256)

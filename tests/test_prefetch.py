@@ -186,3 +186,19 @@ def test_a_ring_segment_is_written_again_only_once_copied_out_and_let_go() -> No
     assert c.data_ptr() not in (a.data_ptr(), b.data_ptr())
     del a
     assert ring.get("image", (2, 3), torch.uint8).data_ptr() != c.data_ptr()
+
+
+def test_tune_weighs_threads_and_workers_alike(packed: Path) -> None:
+    from prep.inspect.tune import TuneResult, TuneRow
+
+    def row(workers: int, threads: int, rate: float) -> TuneRow:
+        return TuneRow(workers, rate, 100.0, 1, 0, threads)
+
+    res = TuneResult(packed, 64, 4, 2, ("image",), 24, 100)
+    res.rows = [row(0, 0, 9000), row(0, 1, 8000), row(0, 2, 8300), row(2, 0, 8500)]
+    assert (res.recommended.workers, res.recommended.threads) == (0, 1)  # cheapest within 10%
+    assert "make_loader(ds, batch_size=4, shuffle=True, threads=1)" in res.advice()
+    res.rows = [row(0, 0, 9000), row(0, 1, 3000), row(1, 0, 6000), row(2, 0, 8000)]
+    assert (res.recommended.workers, res.recommended.threads) == (2, 0)
+    assert "recommended: num_workers=2, prefetch_factor=2" in res.advice()
+    assert "in the step" in res.table() and "1 thread" in res.table()

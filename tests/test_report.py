@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -26,6 +27,7 @@ from prep.inspect.tune import (
     check_plot,
     cpu_seconds,
     plot,
+    thread_counts,
     tune,
     worker_counts,
 )
@@ -106,13 +108,16 @@ def test_worker_counts() -> None:
 
 def test_tune_rows_and_ram_is_the_arithmetic(packed: Path) -> None:
     res = tune(packed, size=64, batch_size=4, seconds=0.2, show_progress=False)
-    assert [r.workers for r in res.rows] == worker_counts(os.cpu_count() or 1)
-    assert res.recommended.workers > 0  # workers were tried, so 0 is never the advice
+    threads = thread_counts(os.cpu_count() or 1)  # first, then the worker counts
+    assert [r.threads for r in res.rows[: len(threads)]] == threads
+    assert [r.workers for r in res.rows[len(threads) :]] == worker_counts(os.cpu_count() or 1)
+    assert res.recommended.overlaps  # threads and workers were tried: never in the step
     # image 64x64x3 uint8 + mask 64x64 uint8 + label int64, four samples a batch
     per_batch = (64 * 64 * 3 + 64 * 64 + 8) * 4
     assert res.batch_bytes == per_batch
     for r in res.rows:
-        in_flight = r.workers * 2 if r.workers else 1  # workers x prefetch_factor
+        # workers x prefetch_factor; threads + 1; in the step, one
+        in_flight = r.workers * 2 if r.workers else r.threads + 1
         assert r.batches_in_flight == in_flight
         assert r.ram_bytes == in_flight * per_batch
         assert r.samples_per_s > 0 and r.cpu_percent > 0
@@ -186,7 +191,8 @@ def test_cli_tune_limit_and_plot(packed: Path, tmp_path: Path) -> None:
     result = CliRunner().invoke(app, [*args, "--limit", "6", "--plot", str(png), "-q"])
     assert result.exit_code == 0, result.output
     assert "6 samples at 64 px" in result.output
-    assert "recommended: num_workers=1" in result.output  # the only count with workers
+    # The fastest of 1 (or 2) threads and 1 worker: threads when within 10% of it.
+    assert re.search(r"recommended: num_workers=(1, prefetch|0, threads=[12],)", result.output)
     assert Image.open(png).size == (640, 400)
     bad = CliRunner().invoke(app, ["tune", str(packed), "--workers", "a,b"])
     assert bad.exit_code != 0 and "not a list of counts" in bad.output

@@ -1,17 +1,23 @@
-"""prep tune: time the real loader at several worker counts and recommend one ("Efficient
-PyTorch", advice 4).
+"""prep tune: time the real loader with reading threads and with worker processes, and
+recommend a setting ("Efficient PyTorch", advice 4).
 
 Each setting runs `loaders.make_loader` over `loaders.ImageShardDataset` (shuffled, as in
 training) for `seconds` after its first batch, so worker start-up is left out: persistent
 workers pay it once per training run. torch is imported here, never by `prep --help`.
 
-The RAM column is the article's arithmetic: batches in flight x bytes per batch, where a
-DataLoader with W > 0 workers keeps W x prefetch_factor batches in flight and W = 0 builds one
-batch at a time in the main process. Bytes per batch count the tensors the loader returns, in
-each field's `out_dtype` (loaders.fields): uint8 images and masks, int64 labels.
+Threads (num_workers=0, threads=T > 0) and workers (num_workers=W > 0) both read the next
+batches while the training step runs, so both are candidates, compared on the same samples/s;
+at a tie threads win (no process, no pickling, no shared memory), then the fewest of either.
+0 workers and 0 threads builds each batch in the step's own time: shown, never recommended
+when a setting that overlaps was tried.
 
-`--plot` draws with matplotlib, the optional `[plot]` extra: `check_plot` fails before the timed
-run where it is missing.
+The RAM column is the article's arithmetic: batches in flight x bytes per batch, where a
+DataLoader with W > 0 workers keeps W x prefetch_factor batches in flight, T threads keep T + 1
+(loaders.prefetch) and neither builds one batch at a time. Bytes per batch count the tensors
+the loader returns, in each field's `out_dtype` (loaders.fields): uint8 images and masks, int64
+labels.
+
+`--plot` draws with matplotlib (prep.inspect.tuneplot, re-exported here).
 """
 
 from __future__ import annotations
@@ -30,6 +36,9 @@ from loaders.fields import FIELDS
 from loaders.format import Manifest
 from prep import PrepError
 from prep.inspect.report import mb
+from prep.inspect.tuneplot import check_plot, plot
+
+__all__ = ["TuneResult", "TuneRow", "check_plot", "plot", "tune"]
 
 PREFETCH = 2  # make_loader's default prefetch_factor
 GOOD_ENOUGH = 0.9  # recommend the fewest workers within 10% of the best throughput
@@ -43,6 +52,20 @@ class TuneRow:
     cpu_percent: float  # of one core, as top shows it: the main process and its workers
     batches_in_flight: int
     ram_bytes: int
+    threads: int = 0  # reading threads of the main process (with workers == 0)
+
+    @property
+    def overlaps(self) -> bool:
+        """Whether the batches are read while the training step runs."""
+        return self.workers > 0 or self.threads > 0
+
+    @property
+    def setting(self) -> str:
+        if self.workers:
+            return f"{self.workers} worker{'s' if self.workers > 1 else ''}"
+        if self.threads:
+            return f"{self.threads} thread{'s' if self.threads > 1 else ''}"
+        return "in the step"
 
 
 @dataclass
@@ -58,9 +81,9 @@ class TuneResult:
 
     @property
     def candidates(self) -> list[TuneRow]:
-        """Settings with workers when any was tried: with 0 workers the main process loads
-        every batch in the training step's own time, while workers overlap it with the step."""
-        return [r for r in self.rows if r.workers > 0] or self.rows
+        """Settings that overlap the step (threads or workers) when any was tried: without
+        either the main process loads every batch in the training step's own time."""
+        return [r for r in self.rows if r.overlaps] or self.rows
 
     @property
     def best(self) -> TuneRow:
@@ -68,11 +91,12 @@ class TuneResult:
 
     @property
     def recommended(self) -> TuneRow:
-        """The fewest workers within 10% of the best rate: each worker costs a core and
-        prefetch_factor batches of RAM, for little gain past that point."""
+        """The cheapest setting within 10% of the best rate: threads before workers (each
+        worker costs a process, a core and prefetch_factor batches of RAM), then the fewest."""
         floor = GOOD_ENOUGH * self.best.samples_per_s
         return min(
-            (r for r in self.candidates if r.samples_per_s >= floor), key=lambda r: r.workers
+            (r for r in self.candidates if r.samples_per_s >= floor),
+            key=lambda r: (r.workers, r.threads),
         )
 
     def table(self) -> str:
@@ -80,12 +104,12 @@ class TuneResult:
             f"{self.root}: {self.samples} samples at {self.size} px, fields "
             f"{', '.join(self.fields)}, batch {self.batch_size} = {mb(self.batch_bytes)}, "
             f"prefetch_factor {self.prefetch_factor}",
-            f"{'workers':>7}{'samples/s':>12}{'cpu':>8}{'batches':>9}{'RAM in flight':>15}",
+            f"{'setting':>11}{'samples/s':>12}{'cpu':>8}{'batches':>9}{'RAM in flight':>15}",
         ]
         for r in self.rows:
             mark = "  <- recommended" if r is self.recommended else ""
             lines.append(
-                f"{r.workers:>7}{r.samples_per_s:>12,.0f}{r.cpu_percent:>7.0f}%"
+                f"{r.setting:>11}{r.samples_per_s:>12,.0f}{r.cpu_percent:>7.0f}%"
                 f"{r.batches_in_flight:>9}"
                 f"{mb(r.ram_bytes):>15}{mark}"
             )
@@ -93,26 +117,28 @@ class TuneResult:
 
     def advice(self) -> str:
         r, tried = self.recommended, max(x.workers for x in self.rows)
+        how = f"prefetch_factor={self.prefetch_factor}" if r.workers else f"threads={r.threads}"
         lines = [
-            f"recommended: num_workers={r.workers}, batch_size={self.batch_size}, "
-            f"prefetch_factor={self.prefetch_factor}: {r.samples_per_s:,.0f} samples/s "
+            f"recommended: num_workers={r.workers}, {how}, batch_size={self.batch_size}: "
+            f"{r.samples_per_s:,.0f} samples/s "
             f"({r.samples_per_s / self.batch_size:,.1f} batches/s), "
             f"{r.batches_in_flight} x {mb(self.batch_bytes)} = {mb(r.ram_bytes)} in flight",
             f"  loader = make_loader(ds, batch_size={self.batch_size}, shuffle=True, "
-            f"num_workers={r.workers})",
+            + (f"num_workers={r.workers})" if r.workers else f"threads={r.threads})"),
         ]
         # Every fewer count fell over 10% short: more workers may still pay off.
-        if r.workers == tried and len(self.candidates) > 1:
+        if r.workers and r.workers == tried and len(self.candidates) > 1:
             lines.append(
                 "  throughput still grows at the most workers tried: the loader is CPU-bound "
                 "here; try more workers (--workers) on a machine with more cores"
             )
-        zero = next((x for x in self.rows if x.workers == 0), None)
-        if zero is not None and r.workers > 0:
+        zero = next((x for x in self.rows if not x.overlaps), None)
+        if zero is not None and r.overlaps:
             ms = 1000 * self.batch_size / zero.samples_per_s
             lines.append(
-                f"  num_workers=0 reads {zero.samples_per_s:,.0f} samples/s, but adds {ms:.1f} "
-                "ms to every training step; workers load the next batches during the step"
+                f"  without threads or workers: {zero.samples_per_s:,.0f} samples/s, but it "
+                f"adds {ms:.1f} ms to every training step; threads and workers load the next "
+                "batches during the step"
             )
         return "\n".join(lines)
 
@@ -142,8 +168,20 @@ def batch_bytes(m: Manifest, size: int, fields: Sequence[str], batch_size: int) 
     return per_sample * batch_size
 
 
-def in_flight(workers: int, prefetch_factor: int) -> int:
-    return workers * prefetch_factor if workers > 0 else 1
+def thread_counts(cores: int) -> list[int]:
+    """Reading threads to try: 1, 2, 4, ... up to the cores, at most 8 (a copy per batch
+    saturates memory bandwidth long before).
+
+    >>> thread_counts(1), thread_counts(2), thread_counts(64)
+    ([1], [1, 2], [1, 2, 4, 8])
+    """
+    return [t for t in (1, 2, 4, 8) if t <= max(1, cores)]
+
+
+def in_flight(workers: int, prefetch_factor: int, threads: int = 0) -> int:
+    if workers > 0:
+        return workers * prefetch_factor
+    return threads + 1 if threads else 1
 
 
 def cpu_seconds() -> float:
@@ -166,7 +204,13 @@ def _forever(loader: Any) -> Generator[Any, None, None]:
 
 
 def measure(
-    dataset: Any, batch_size: int, workers: int, prefetch: int, seconds: float, nbytes: int
+    dataset: Any,
+    batch_size: int,
+    workers: int,
+    prefetch: int,
+    seconds: float,
+    nbytes: int,
+    threads: int = 0,
 ) -> TuneRow:
     """One setting: samples/s and CPU use over `seconds` after the first batch; `nbytes` is
     the size of one batch, for the RAM column."""
@@ -180,7 +224,7 @@ def measure(
     # thousands of batches does not notice.
     epoch = max(len(dataset), batch_size) * 1000
     extra["sampler"] = RandomSampler(dataset, num_samples=epoch)
-    loader = make_loader(dataset, batch_size, num_workers=workers, **extra)
+    loader = make_loader(dataset, batch_size, num_workers=workers, threads=threads, **extra)
     batches = _forever(loader)
     try:
         next(batches)  # workers started, first batch out
@@ -194,8 +238,8 @@ def measure(
         batches.close()
         del loader  # shuts persistent workers down
     cpu = 100.0 * (cpu1 - cpu0) / elapsed
-    batches_in_flight = in_flight(workers, prefetch)
-    return TuneRow(workers, samples / elapsed, cpu, batches_in_flight, batches_in_flight * nbytes)
+    n = in_flight(workers, prefetch, threads)
+    return TuneRow(workers, samples / elapsed, cpu, n, n * nbytes, threads)
 
 
 def tune(
@@ -207,11 +251,13 @@ def tune(
     prefetch_factor: int = PREFETCH,
     limit: int | None = None,
     show_progress: bool = True,
+    threads: Sequence[int] | None = None,
 ) -> TuneResult:
-    """Time the loader at each worker count (default: worker_counts(cpu cores))."""
+    """Time the loader at each thread count (default: thread_counts(cpu cores)), then at each
+    worker count (default: worker_counts(cpu cores); 0: no thread, no worker)."""
     from torch.utils.data import Subset
 
-    from loaders import ImageShardDataset
+    from loaders import CenterCrop, ImageShardDataset
     from prep.inspect.preview import image_dataset
     from prep.run.parallel import progress
 
@@ -220,76 +266,29 @@ def tune(
         raise PrepError("--batch-size, --prefetch-factor and --seconds must be positive")
     if limit is not None and limit < 1:
         raise PrepError("--limit must be at least 1")
-    counts = sorted(set(workers)) if workers else worker_counts(os.cpu_count() or 1)
-    if counts[0] < 0:
-        raise PrepError(f"worker counts {counts} must be 0 or more")
+    cores = os.cpu_count() or 1
+    counts = sorted(set(workers)) if workers else worker_counts(cores)
+    tcounts = sorted(set(threads)) if threads is not None else thread_counts(cores)
+    if counts[0] < 0 or (tcounts and tcounts[0] < 0):
+        raise PrepError(f"worker counts {counts} and thread counts {tcounts} must be 0 or more")
+    settings = [(0, t) for t in tcounts if t > 0] + [(w, 0) for w in counts]
     fields = tuple(f for f in TRAIN_FIELDS if f in m.fields())
-    ds: Any = ImageShardDataset(root, size=size, fields=fields)
+    keep = f"hw_{size}" in m.arrays  # --mode keep: one shape a batch needs a crop
+    crop = CenterCrop(size, ratio=1.0) if keep else None
+    ds: Any = ImageShardDataset(root, size=size, fields=fields, crop=crop)
     if limit is not None:
         ds = Subset(ds, range(min(limit, len(ds))))
     if len(ds) == 0:
         raise PrepError(f"{root} holds no samples to load")
     nbytes = batch_bytes(m, size, fields, batch_size)
     result = TuneResult(root, size, batch_size, prefetch_factor, fields, len(ds), nbytes)
-    bar = progress(len(counts), "setting", f"tune {root.name}") if show_progress else None
+    bar = progress(len(settings), "setting", f"tune {root.name}") if show_progress else None
     try:
-        for w in counts:
-            result.rows.append(measure(ds, batch_size, w, prefetch_factor, seconds, nbytes))
+        for w, t in settings:
+            result.rows.append(measure(ds, batch_size, w, prefetch_factor, seconds, nbytes, t))
             if bar is not None:
                 bar.update(1)
     finally:
         if bar is not None:
             bar.close()
     return result
-
-
-def check_plot() -> None:
-    """Fail before a timed run whose plot cannot be drawn: matplotlib is the [plot] extra."""
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise PrepError(
-            "--plot needs matplotlib, which is not installed. HINT: pip install 'prep[plot]'"
-        ) from None
-
-
-def plot(result: TuneResult, path: Path, width: int = 640, height: int = 400) -> None:
-    """Samples/s against workers, `width` x `height` px: one point per setting, labelled with its
-    CPU use, the recommended one in orange. Drawn by Agg (a file, no display)."""
-    check_plot()
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    from prep.inspect.preview import save_image
-
-    dpi = 100
-    fig = Figure(figsize=(width / dpi, height / dpi), dpi=dpi, layout="constrained")
-    FigureCanvasAgg(fig)
-    ax = fig.subplots()
-    rows, rec = sorted(result.rows, key=lambda r: r.workers), result.recommended
-    ax.plot([r.workers for r in rows], [r.samples_per_s for r in rows], "o-", color="tab:blue")
-    ax.plot(rec.workers, rec.samples_per_s, "o", color="tab:orange", markersize=10)
-    point: dict[str, Any] = {"textcoords": "offset points", "fontsize": "small"}
-    ax.annotate(
-        "recommended", (rec.workers, rec.samples_per_s), (8, -14), **point, color="tab:orange"
-    )
-    for r in rows:
-        xy = (r.workers, r.samples_per_s)
-        ax.annotate(f"cpu {r.cpu_percent:.0f}%", xy, (8, 4), **point, color="0.35")
-    ax.set_xticks([r.workers for r in rows])
-    ax.margins(x=0.12)  # room for the last point's label
-    ax.set_ylim(0, 1.15 * max(r.samples_per_s for r in rows))
-    ax.yaxis.set_major_formatter("{x:,.0f}")
-    ax.grid(axis="y", color="0.9")
-    ax.set(xlabel="workers", ylabel="samples/s")
-    ax.set_title(
-        f"{result.root.name}: loader throughput, {result.size} px, batch {result.batch_size}",
-        fontsize="medium",
-    )
-    if any(r.workers == 0 for r in rows):
-        fig.supxlabel(
-            "0 workers: the training loop loads each batch itself, in its own time",
-            fontsize="small",
-            color="0.45",
-        )
-    save_image(fig.savefig, path)
