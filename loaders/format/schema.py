@@ -14,7 +14,7 @@ array is a flat uint8 data array plus int64 offsets: sample i is data[off[i]:off
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -110,7 +110,8 @@ class Manifest:
         return sum(s.count for s in self.shards)
 
     def to_json(self) -> str:
-        d = asdict(self)
+        # `extra` as it is: asdict deep-copies (0.4 s for the vocabularies of a 1M-row table).
+        d = {**asdict(replace(self, extra={})), "extra": self.extra}
         d = {"format": FORMAT_NAME, "num_samples": self.num_samples, **d}
         return json.dumps(d, indent=1, sort_keys=True) + "\n"
 
