@@ -261,11 +261,29 @@ def test_text_in_a_numeric_column(tmp_path: Path) -> None:
     assert x[:, 1].isnan().tolist() == [False, True, False]
 
 
-def test_non_utf8(tmp_path: Path) -> None:
+@pytest.mark.parametrize("coded", [False, True])
+def test_non_utf8(tmp_path: Path, coded: bool) -> None:
     src = tmp_path / "t.csv"
     src.write_bytes(b"a,name\n1,ok\n2,caf\xe9\n")
-    r = _cli(str(src), str(tmp_path / "o"))
+    r = _cli(str(src), str(tmp_path / "o"), *(["--categorical", "name"] if coded else []))
     assert r.exit_code == 1 and "t.csv: row 2, column name: not UTF-8" in r.output
+
+
+def test_resume_reuses_the_shards_of_a_failed_run(tmp_path: Path) -> None:
+    src = tmp_path / "src"  # a shard holds whole blocks: one file each here
+    src.mkdir()
+    for k in range(3):
+        rows = "".join(f"{i},{i % 7}\n" for i in range(100 * k, 100 * k + 100))
+        (src / f"{k}.csv").write_text("a,b\n" + rows + ("1\n" if k == 1 else ""))
+    cfg = {"src": str(src), "out": str(tmp_path / "o"), "shard_rows": 100, "categorical": "b"}
+    with pytest.raises(PrepError, match="--max-rejects"):  # every shard written, then refused
+        pack_table(TableConfig(**cfg, max_rejects=0), show_progress=False)
+    done = pack_table(TableConfig(**cfg, max_rejects=0.5, resume=True), show_progress=False)
+    assert done.reused == done.shards == 3 and done.rejected == 1
+    assert not (tmp_path / "o" / ".prep-run").exists()  # nor the parsed blocks kept there
+    x_num, x_cat = TableDataset(tmp_path / "o").__getitems__(np.arange(300)).tensors
+    assert x_num[:, 0].tolist() == list(range(300))
+    assert TableDataset(tmp_path / "o").decode("b", x_cat[:, 0]) == [str(i % 7) for i in range(300)]
 
 
 def test_empty_files(tmp_path: Path) -> None:
