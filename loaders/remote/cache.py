@@ -86,13 +86,14 @@ class FileCache:
     def __init__(self, cache_dir: Path, limit: int | None, hold: int):
         self.dir, self.limit, self.hold = cache_dir / "files", limit, max(1, hold)
         self._held: OrderedDict[str, int] = OrderedDict()  # sha256 -> fd of its .use lock
+        self._whole: set[str] = set()  # of those, the ones found whole: handed out at once
         self._lock = threading.Lock()  # prefetch threads share `_held`
         # Eviction order: a key per entry, (sha256, mtime_ns) -> smaller first, None: keep it
         # (loaders.remote.prefetch sets it from the sampler's windows); default LRU.
         self.rank: Callable[[str, int], tuple[int, int] | None] = lambda sha, mtime: (0, mtime)
 
     def entry(self, sha256: str) -> Path:
-        return self.dir / sha256[:2] / sha256
+        return Path(f"{self.dir}/{sha256[:2]}/{sha256}")
 
     def get(
         self, sha256: str, size: int, source: str, download: Callable[[BinaryIO], None]
@@ -100,7 +101,10 @@ class FileCache:
         """The cached file `sha256` of `size` bytes, downloading it from `source` (through
         `download(file)`) first unless a whole copy is there. Only one process downloads it."""
         path = self.entry(sha256)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        with self._lock:
+            if sha256 in self._whole:  # whole when handed out, and held since: still there
+                self._held.move_to_end(sha256)
+                return path
         self._use(sha256)  # before looking: eviction now skips it
         if not _whole(path, size):
             with _flocked(path.with_name(sha256 + ".fetch"), fcntl.LOCK_EX):
@@ -109,6 +113,9 @@ class FileCache:
                     self.evict()
         with contextlib.suppress(OSError):
             os.utime(path)  # its last use, for LRU eviction
+        with self._lock:
+            if sha256 in self._held:
+                self._whole.add(sha256)
         return path
 
     def _fetch(
@@ -137,25 +144,36 @@ class FileCache:
         with self._lock:
             fd = self._held.pop(sha256, None)
             if fd is None:
-                path = self.entry(sha256).with_name(sha256 + ".use")
-                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+                path = f"{self.dir}/{sha256[:2]}/{sha256}.use"
+                try:
+                    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+                except FileNotFoundError:  # the first file of its folder
+                    os.makedirs(os.path.dirname(path), exist_ok=True)
+                    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
                 fcntl.flock(fd, fcntl.LOCK_SH)  # waits only while an evictor checks it
             self._held[sha256] = fd
             while len(self._held) > self.hold:
-                os.close(self._held.pop(next(iter(self._held))))
+                self._drop(next(iter(self._held)))
 
     def hold_only(self, keep: set[str]) -> None:
         """Let go of the files not in `keep` (the windows around the sampler): others may evict
         them, and a map of one this process still has keeps its bytes until it is dropped."""
         with self._lock:
             for sha256 in [s for s in self._held if s not in keep]:
-                os.close(self._held.pop(sha256))
+                self._drop(sha256)
 
     def release(self) -> None:
         with self._lock:
-            for fd in self._held.values():
-                os.close(fd)
-            self._held.clear()
+            for sha256 in list(self._held):
+                self._drop(sha256)
+
+    def _drop(self, sha256: str) -> None:
+        """Let go of a held file (the lock taken): its last use is now, for LRU eviction."""
+        os.close(self._held.pop(sha256))
+        if sha256 in self._whole:
+            self._whole.discard(sha256)
+            with contextlib.suppress(OSError):
+                os.utime(self.entry(sha256))
 
     def evict(self) -> int:
         """Remove least recently used files that no process holds until the cache is under
