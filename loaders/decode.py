@@ -30,6 +30,21 @@ FACTORS = (8, 4, 2)  # libjpeg's power-of-two DCT scales, largest first
 _local = threading.local()  # per thread: a scratch buffer for decoded images
 
 
+class Places(Sequence[str]):
+    """Where each sample of a batch is, for errors: "FILE (shard S, sample K)", made only when
+    one is asked for (a string a sample would cost more than checking its checksum)."""
+
+    def __init__(self, files: dict[int, object], shard: np.ndarray, local: np.ndarray):
+        self.files, self.shard, self.local = files, shard, local
+
+    def __len__(self) -> int:
+        return len(self.local)
+
+    def __getitem__(self, j: int) -> str:  # type: ignore[override]
+        s = int(self.shard[j])
+        return f"{self.files[s]} (shard {s}, sample {int(self.local[j])})"
+
+
 @dataclass
 class Job:
     """One sample of a batch: `src` (JPEG bytes, or pixels (h, w[, C])), `dst` its batch row."""
@@ -40,7 +55,8 @@ class Job:
     hw: tuple[int, int]  # the stored image's (h, w)
     box: tuple[int, ...]  # (top, left, height, width) in it
     crc: int | None  # the stored CRC-32 of a JPEG sample's bytes
-    where: str  # "FILE (shard S, sample K)": for errors
+    places: Places  # where the batch's samples are, for errors
+    row: int  # this sample's row in the batch
     nearest: bool = False  # a mask: class ids are never blended
 
 
@@ -137,7 +153,7 @@ def _run(job: Job) -> None:
         return
     if job.crc is not None and zlib.crc32(job.src.data) != job.crc:
         raise FormatError(
-            f"{job.where}: the JPEG bytes differ from their checksum (bit rot, or a file "
+            f"{job.places[job.row]}: the JPEG bytes differ from their checksum (bit rot, or a file "
             "changed after packing). HINT: run `prep verify`, then repack"
         )
     f = factor((box[2], box[3]), (oh, ow))
@@ -146,8 +162,8 @@ def _run(job: Job) -> None:
         img = decode_jpeg(job.src, job.hw, f, channels, job.dst if direct else None)
     except (ValueError, OSError, SyntaxError) as e:
         raise FormatError(
-            f"{job.where}: the JPEG sample cannot be decoded ({e}). HINT: run `prep verify`, "
-            "then repack"
+            f"{job.places[job.row]}: the JPEG sample cannot be decoded ({e}). "
+            "HINT: run `prep verify`, then repack"
         ) from e
     if direct:
         return
@@ -199,20 +215,17 @@ def jobs_for(
     hw: np.ndarray,
     boxes: np.ndarray,
     crcs: np.ndarray | None,
-    wheres: Sequence[str],
+    places: Places,
 ) -> list[Job]:
     """One Job a batch row: `dst` (B, oh, ow[, C]), each sample's source, stored (h, w) and
     box (B, 4), the stored CRC-32s (B,) of JPEG samples, and where each one is (for errors)."""
+    sides, box, crc = (
+        hw.tolist(),
+        boxes.tolist(),
+        [None] * len(srcs) if crcs is None else crcs.tolist(),
+    )
     return [
-        Job(
-            dst[j],
-            src,
-            jpeg,
-            (int(hw[j, 0]), int(hw[j, 1])),
-            tuple(int(v) for v in boxes[j]),
-            None if crcs is None else int(crcs[j]),
-            wheres[j],
-        )
+        Job(dst[j], src, jpeg, tuple(sides[j]), tuple(box[j]), crc[j], places, j)
         for j, src in enumerate(srcs)
     ]
 

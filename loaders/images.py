@@ -237,15 +237,15 @@ class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
         (JPEG), cropped to its box and resized to the crop's size."""
         name = self._name(field, size)
         spec = self.store.manifest.arrays[name]
-        srcs, wheres = self.arrays.samples(name, groups, local)
+        srcs, places = self.arrays.samples(name, groups, local)
         crcs = self._per_sample("crc", size, groups, local) if spec.codec == "jpeg" else None
         if self.decode == "cuda" and spec.codec == "jpeg":
             from loaders.gpu_decode import decode_cuda  # torchvision, imported only here
 
             out_hw = self.crop.size if self.crop is not None else (size, size)
-            return decode_cuda(srcs, crcs, hw, boxes, out_hw, spec.shape[-1], wheres)
+            return decode_cuda(srcs, crcs, hw, boxes, out_hw, spec.shape[-1], places)
         out = self._out(field, len(local), size)
-        jobs = jobs_for(out.numpy(), srcs, spec.codec == "jpeg", hw, boxes, crcs, wheres)
+        jobs = jobs_for(out.numpy(), srcs, spec.codec == "jpeg", hw, boxes, crcs, places)
         fill(jobs, self._pool, nearest=field == "mask")
         return FIELDS[field].to_tensor(out)
 

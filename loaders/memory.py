@@ -13,6 +13,7 @@ import math
 import numpy as np
 import torch
 
+from loaders.decode import Places
 from loaders.format import OFFSETS
 from loaders.store import ShardStore
 
@@ -87,21 +88,28 @@ class SharedArrays:
 
     def samples(
         self, name: str, groups: list[tuple[int, np.ndarray]], local: np.ndarray
-    ) -> tuple[list[np.ndarray], list[str]]:
+    ) -> tuple[list[np.ndarray], Places]:
         """Each sample of a batch (`groups`: (shard, batch positions), `local`: index in its
         shard) of array `name`, as a view (a raw one's pixels, a ragged one's byte range), and
         where it is ("FILE (shard S, sample K)", for errors)."""
-        spec = self.store.manifest.arrays[name]
+        m = self.store.manifest
+        spec = m.arrays[name]
         srcs: list[np.ndarray] = [np.empty(0)] * len(local)
-        wheres = [""] * len(local)
+        shard = np.empty(len(local), dtype=np.int64)
+        ks = local.tolist()
         for s, pos in groups:
-            file = self.store.root / self.store.manifest.shards[s].arrays[name].file
+            shard[pos] = s
             data, off = self.ragged(s, name) if spec.ragged else (self.array(s, name), None)
-            for j in pos.tolist():
-                k = int(local[j])
-                srcs[j] = data[k] if off is None else data[off[k] : off[k + 1]]
-                wheres[j] = f"{file} (shard {s}, sample {k})"
-        return srcs, wheres
+            if off is None:
+                for j in pos.tolist():
+                    srcs[j] = data[ks[j]]
+            else:
+                o = off.tolist() if len(pos) * 8 > len(off) else None  # few: index the map
+                for j in pos.tolist():
+                    k = ks[j]
+                    srcs[j] = data[o[k] : o[k + 1]] if o else data[off[k] : off[k + 1]]
+        files = {s: self.store.root / m.shards[s].arrays[name].file for s, _ in groups}
+        return srcs, Places(files, shard, local)
 
     def ragged(self, shard: int, name: str) -> tuple[np.ndarray, np.ndarray]:
         """A ragged array of one shard: its data, and count + 1 offsets into it."""

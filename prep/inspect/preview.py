@@ -126,6 +126,14 @@ def _array(field: str, size: int) -> str:
 
 def _first(root: Path, m: Manifest, name: str, count: int) -> np.ndarray:
     """The first `count` samples of array `name`, concatenated across shards."""
+    spec = m.arrays[name]
+    if spec.ragged and spec.size is not None:  # jpeg or --mode keep: decoded, centre-cropped
+        from loaders import CenterCrop, ImageShardDataset
+
+        crop = CenterCrop(spec.size, ratio=1.0)
+        ds = ImageShardDataset(root, spec.size, (spec.field,), crop=crop, threads=1)
+        out = ds.__getitems__(list(range(count))).tensors[0]
+        return (out.permute(0, 2, 3, 1) if out.ndim == 4 else out).numpy()
     parts, left = [], count
     for shard in m.shards:
         if left <= 0:
