@@ -22,7 +22,7 @@ class TableConfig(RunConfig):
     na_values: str | None = opt(None, "Cell texts meaning missing besides '', e.g. N/A,-.")
     float16: bool = opt(False, "Store floats as float16 where every value fits (|x| <= 65504).")
     missing_mask: bool = opt(False, "Also store a 0/1 mask per numeric column with missing values.")
-    shard_rows: int = opt(262144, "Rows per shard (one task each).")
+    shard_rows: int = opt(524288, "Rows per shard (one task each).")
 
     SECTION: ClassVar[str] = "table"
 
