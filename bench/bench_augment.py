@@ -1,4 +1,4 @@
-"""Rows 9a-9f: loaders.transforms on a uint8 batch against kornia and a per-image loop.
+"""Rows 11a-11e: loaders.transforms on a uint8 batch against kornia and a per-image loop.
 
 One synthetic batch, 256 x 3 x 256 x 256 uint8 (the smoke run: 32 x 3 x 64 x 64), channels-last
 as the datasets return it, cropped to 224 (56), flipped and colour-jittered per sample. No
@@ -133,5 +133,5 @@ def rows(args: argparse.Namespace, work: Path) -> list[Row]:
     ]
     for letter, op in zip("cde", ("crop", "flip", "jitter"), strict=True):
         ms, kms = 1000 * t[op], 1000 * t[f"kornia {op}"]
-        out.append(info(f"9{letter} {op} alone vs kornia (ms a batch)", ms, kms, "ms", "info"))
+        out.append(info(f"11{letter} {op} alone vs kornia (ms a batch)", ms, kms, "ms", "info"))
     return out
