@@ -1,9 +1,10 @@
-"""Rows 9a-9d: datasets at a URL (issue 15), against real servers on loopback.
+"""Rows 9a-9e: datasets at a URL (issue 15), against real servers on loopback.
 
 The demo images packed at 128 px (shards of 64) three ways: locally, and with `prep pack` to
 moto's S3 server on 127.0.0.1 (the dev extra; AWS_* test credentials, nothing else reached).
 9a/9b: an epoch (sequential, 0 workers, batch 256) from S3 with an empty cache, then from the
-cache, against the local copy. An epoch of the demo is a tenth of a second, too short to time
+cache, against the local copy; 9e: a first epoch from S3 in order quasi_random, with and without
+the next window's prefetch. An epoch of the demo is a tenth of a second, too short to time
 alone on a shared machine: 9b times PASSES fresh loaders back to back, after a warm-up pass of
 each side, interleaved, the best of each side. 9c/9d: 8 processes reading every sample through
 one cache from an http.server that counts GETs: downloads per file (goal: exactly one) and
@@ -70,13 +71,33 @@ def _s3_rows(local: Path, raw: Path, work: Path, samples: int) -> list[Row]:
         first = epoch_rate(_loader(url, cache))  # the cache empty: every file downloaded
         cached, ref = _best_rates(url, local, cache, samples)
         shutil.rmtree(cache)
+        ahead, on_use = 0.0, 0.0
+        for _ in range(1 if samples == 1 else 2):  # interleaved, the best of each
+            ahead = max(ahead, _first_epoch(url, work, follow=True))
+            on_use = max(on_use, _first_epoch(url, work, follow=False))
     finally:
         server.stop()
     print(f"   (remote: prep pack to S3 on loopback took {upload_s:.1f} s)", file=sys.stderr)
     return [
         info("9a epoch 1 from loopback S3 vs local copy", first, ref, "img/s", "info"),
         versus("9b epoch 2 from the cache vs local copy", cached, ref, "img/s", ">= 0.9x"),
+        info("9e epoch 1 quasi_random: prefetch vs none", ahead, on_use, "img/s", "info"),
     ]
+
+
+def _first_epoch(url: str, work: Path, follow: bool) -> float:
+    """img/s of a first epoch from S3 in order quasi_random (windows of 4 shards), with the next
+    window fetched ahead (`follow`), or each file fetched when first read."""
+    from loaders import ImageShardDataset, make_loader
+
+    cache = Path(tempfile.mkdtemp(dir=work))
+    ds = ImageShardDataset(url, size=128, fields=("image", "label"), cache_dir=cache)
+    loader = make_loader(ds, batch_size=256, order="quasi_random", window=4)
+    if not follow:
+        loader.sampler.on_window = None  # the sampler shares nothing: no prefetch
+    rate = epoch_rate(loader)
+    shutil.rmtree(cache)
+    return rate
 
 
 def _passes_rate(root: str | Path, cache: Path, passes: int) -> float:
