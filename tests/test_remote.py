@@ -424,3 +424,20 @@ def test_dask_workers_upload_their_own_shards(
     assert not list(staging.glob("*/*.npy"))  # the workers removed what they uploaded
     ds = ImageShardDataset(url, size=64, fields=("image", "label"), cache_dir=tmp_path / "c")
     same_samples(ds, ImageShardDataset(local, size=64, fields=("image", "label")))
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_the_sampler_says_each_window_before_its_first_index(rank: int) -> None:
+    sizes = [3, 5, 2, 4, 6]
+    sampler = ShardSampler(sizes, "quasi_random", seed=2, window=2, num_replicas=2, rank=rank)
+    said: list[tuple[int, int]] = []
+    sampler.on_window = lambda epoch, k: said.append((epoch, k))
+    starts = np.cumsum([0, *sizes])
+    shard_of = {i: s for s in range(len(sizes)) for i in range(starts[s], starts[s + 1])}
+    groups = [set(w.tolist()) for w in windows(len(sizes), seed=2, epoch=0, window=2)]
+    seen = []
+    for i in sampler:
+        seen.append(i)
+        k = said[-1][1]
+        assert shard_of[i] in groups[k]  # 20 samples: no padding
+    assert seen == sampler.indices(0).tolist() and [k for _, k in said] == [0, 1, 2]
