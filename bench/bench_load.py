@@ -4,6 +4,7 @@ a training step, and the loader workers' memory over epochs."""
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -126,7 +127,12 @@ def bench_load(raw: Path, work: Path, sample: int, reps: int = 5) -> list[Row]:
         rows.append(
             versus(f"4a load, {name}, vs ImageFolder+PIL", best[name], pil, "img/s", ">= 20x")
         )
-    print(f"   (load: {len(ds)} samples, {data_bytes / 1e6:.0f} MB per epoch)", file=sys.stderr)
+    busy = os.getloadavg()[0]  # 4d needs a free core: reading hides behind the step only then
+    print(
+        f"   (load: {len(ds)} samples, {data_bytes / 1e6:.0f} MB per epoch; load average "
+        f"{busy:.1f} on {os.cpu_count()} cores)",
+        file=sys.stderr,
+    )
     rows.append(worker_batch_cost(src[:256]))
     return rows
 
