@@ -22,9 +22,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from bench_load import FolderDataset
+from bench_pack import jpeg_list
 from torch import nn
 
-from bench import PREP, FolderDataset, Row, info, jpeg_list, run, versus
+from bench import PREP, Row, info, run, versus
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: `examples`
 
