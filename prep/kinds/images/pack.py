@@ -54,7 +54,9 @@ def array_specs(cfg: PackConfig, max_label: int | None, masks: bool) -> dict[str
 
 def _codec(codec: str, keep: bool) -> str:
     """What a raw sample of mode keep is stored as: ragged (its own shape)."""
-    return "ragged" if keep and codec == "raw" else codec
+    if keep and codec == "raw":
+        codec = "ragged"
+    return codec
 
 
 def _array_order(spec: ArraySpec) -> tuple[int, int]:
