@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import sys
 import zlib
 from pathlib import Path
 
@@ -182,3 +183,13 @@ def test_cuda_decode_matches_the_cpu(keep: Path) -> None:
     b = gpu.__getitems__(list(range(12))).tensors[0]
     assert b.is_cuda and b.shape == a.shape
     assert (b.float().cpu() - a).abs().mean() < 3
+
+
+def test_pil_fallback_decodes_the_same(keep: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def batch() -> torch.Tensor:
+        ds = ImageShardDataset(keep, size=48, fields=("image",), crop=CenterCrop(12, 1.0))
+        return ds.__getitems__(list(range(12))).tensors[0]
+
+    fast = batch()
+    monkeypatch.setitem(sys.modules, "simplejpeg", None)  # as if it were not installed
+    assert torch.equal(batch(), fast)  # one libjpeg-turbo underneath: the same pixels
