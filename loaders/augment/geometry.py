@@ -2,7 +2,8 @@
 
 Every output pixel's source position is computed for all samples at once: a crop is one
 `grid_sample` of the batch (one gather for masks and padded crops), so an op is a fixed number
-of tensor operations at any batch size.
+of tensor operations at any batch size. RandomResizedCrop only draws its boxes (Sample.pending);
+the next op makes the crop, unless it is a flip, which folds itself into the crop's grid.
 """
 
 from __future__ import annotations
