@@ -89,7 +89,7 @@ def decode_jpeg(
     try:
         import simplejpeg
     except ImportError:  # the fallback: PIL's draft() gives the same DCT scales
-        return _decode_pil(data, (h, w), channels, out)
+        return _decode_pil(data, hw, f, channels, out)
     buf = out if out is not None else _scratch(h * w * channels)
     img = simplejpeg.decode_jpeg(
         data,
@@ -105,17 +105,23 @@ def decode_jpeg(
 
 
 def _decode_pil(
-    data: np.ndarray, hw: tuple[int, int], channels: int, out: np.ndarray | None
+    data: np.ndarray, hw: tuple[int, int], f: int, channels: int, out: np.ndarray | None
 ) -> np.ndarray:
     from PIL import Image
 
+    want = (math.ceil(hw[0] / f), math.ceil(hw[1] / f))
     with Image.open(io.BytesIO(data.tobytes())) as im:
+        if im.size != (hw[1], hw[0]):
+            raise ValueError(f"{im.width}x{im.height}, stored {hw[1]}x{hw[0]}")
         mode = "L" if channels == 1 else "RGB"
-        im.draft(mode, (hw[1], hw[0]))  # the smallest DCT scale still covering (w, h)
+        # Pillow picks the DCT scale from whole multiples (w // req): ask for sides // f.
+        im.draft(mode, (max(1, hw[1] // f), max(1, hw[0] // f)))
         im.load()  # LOAD_TRUNCATED_IMAGES is off by default: a truncated stream raises
         img = np.asarray(im.convert(mode)).reshape(im.height, im.width, channels)
-    if img.shape[:2] != hw:
-        raise ValueError(f"decoded {img.shape[1]}x{img.shape[0]}, expected {hw[1]}x{hw[0]}")
+    if img.shape[:2] != want:  # a scale Pillow would not take (sides of a few px): resize
+        import cv2
+
+        img = cv2.resize(img, want[::-1], interpolation=cv2.INTER_AREA).reshape(*want, channels)
     if out is not None:
         out[...] = img
         return out
