@@ -9,6 +9,7 @@ offsets in all, so that JPEG sizes stay compressed in RAM.
 from __future__ import annotations
 
 import math
+from functools import cached_property
 
 import numpy as np
 import torch
@@ -24,21 +25,17 @@ def _shared(nbytes: int, dtype: torch.dtype = torch.uint8) -> torch.Tensor:
 
 
 class SharedArrays:
-    """Array `name` of shard `s`: `array(s, name)`, `ragged(s, name)` (data, offsets)."""
+    """Array `name` of shard `s`: `array(s, name)`, `ragged(s, name)` (data, offsets). Made per
+    process (a dataset's cached property, never pickled); `memory` is the dataset's, pickled."""
 
     def __init__(self, store: ShardStore, memory: dict[str, torch.Tensor]):
         self.store = store
         self._memory = memory  # array name -> its bytes, all shards (the dataset's: pickled)
-        self._views: dict[str, np.ndarray] = {}  # per process: never pickled
+        self._views: dict[str, np.ndarray] = {}  # numpy views of memory
 
-    @property
-    def _starts(self) -> np.ndarray:
-        starts = self._views.get("")
-        if starts is None:  # cumulative sample counts, made once per process
-            starts = self._views[""] = np.cumsum(
-                [0] + [s.count for s in self.store.manifest.shards]
-            )
-        return starts
+    @cached_property
+    def _starts(self) -> np.ndarray:  # cumulative sample counts
+        return np.cumsum([0] + [s.count for s in self.store.manifest.shards])
 
     def __contains__(self, name: str) -> bool:
         return name in self._memory
