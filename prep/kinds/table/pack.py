@@ -168,6 +168,7 @@ class TableKind(Kind[TableConfig, list[Block]]):
     unit = "row"
     noun = "rows"
     prepare_stage = "scan"
+    threads = True  # parsing (pyarrow), encoding, hashing and writing release the GIL
     task = staticmethod(table_shard)
 
     def sources(self) -> list[Path]:

@@ -111,7 +111,7 @@ def _scan_all(todo: list[Block], cfg: TableConfig, folder: Path) -> list[_Block]
     found: dict[int, _Block] = {}
     args = [(b, cfg, folder) for b in todo]
     try:
-        for i, result in run_tasks(_indexed, args, cfg.n_jobs, "loky"):
+        for i, result in run_tasks(_indexed, args, cfg.n_jobs, cfg.backend):
             found[i] = result
     except PrepError:
         return []
@@ -126,7 +126,8 @@ def scan(files: list[tuple[str, Path]], cfg: TableConfig, folder: Path) -> Scan:
     """Read everything once (memory: a block per worker); see the module docstring."""
     folder.mkdir(parents=True, exist_ok=True)
     todo = [replace(b, index=i) for i, b in enumerate(b for r, p in files for b in blocks(r, p))]
-    results = _scan_all(todo, cfg, folder) if cfg.limit is None and cfg.backend == "loky" else []
+    local = cfg.backend in ("threads", "loky")  # dask: the scan runs here, in order
+    results = _scan_all(todo, cfg, folder) if cfg.limit is None and local else []
     found: list[Block] = []
     rejects: dict[int, list[dict[str, Any]]] = {}
     stats: dict[str, Stats] = {}
