@@ -71,14 +71,14 @@ def run_tasks(
     if backend == "dask":
         yield from _run_dask(fn, args, n_jobs, scheduler)
         return
-    from joblib import Parallel, delayed
-
     if n_jobs == 1 or len(args) <= 1:
         yield from (fn(*a) for a in args)
         return
     if backend == "threads":
         yield from _run_threads(fn, args, n_jobs)
         return
+    from joblib import Parallel, delayed
+
     parallel = Parallel(
         n_jobs=min(n_jobs, len(args)), backend=backend, return_as="generator_unordered"
     )
