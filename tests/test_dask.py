@@ -172,7 +172,7 @@ def test_local_cluster_without_address(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("backend", "scheduler", "message"),
     [
-        ("spark", None, "backend 'spark' is not one of loky, dask"),
+        ("spark", None, "backend 'spark' is not one of auto, threads, loky, dask"),
         ("loky", "tcp://127.0.0.1:8786", "needs the dask backend. HINT: add --backend dask"),
     ],
 )
