@@ -48,7 +48,8 @@ class Op(nn.Module):
 
     Called alone, `op(images, labels, index=index, mask=mask)` runs it as a one-op pipeline
     (see loaders.transforms.Compose, which gives each op its key from (seed, epoch)).
-    `lazy` ops take a sample whose `pending` crop is not made yet; Compose makes it for others."""
+    `lazy` ops take a sample whose `pending` crop is not made yet; for the others Compose makes
+    it first (loaders.augment.geometry.settle), as a caller of `augment` must."""
 
     lazy = False
 
