@@ -23,7 +23,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import BatchSampler, DataLoader, IterableDataset
 from torch.utils.data._utils.fetch import _MapDatasetFetcher
 from torch.utils.data._utils.pin_memory import pin_memory
 
@@ -73,6 +73,17 @@ class Loader(DataLoader[Any]):
         return CopyOut(batches, self.ring, self.pins, self.seen)
 
 
+def _index_batches(loader: Loader) -> Iterator[Any]:
+    """The pass's batches of indices: a ShardSampler's as numpy slices of its epoch order (a
+    Python int per index costs a quarter of a table epoch), any other sampler's as DataLoader
+    makes them."""
+    bs = loader.batch_sampler
+    batches = getattr(getattr(bs, "sampler", None), "batches", None)
+    if type(bs) is BatchSampler and batches is not None:
+        return iter(batches(bs.batch_size, bs.drop_last))
+    return iter(loader._index_sampler)
+
+
 def _read(fetcher: _MapDatasetFetcher, pin: bool, index: Any) -> Any:
     data = fetcher.fetch(index)
     return pin_memory(data) if pin else data  # a no-op for tensors pinned already
@@ -93,7 +104,7 @@ class ThreadedIter(Iterator[Any]):
         self._fetcher = _MapDatasetFetcher(
             loader.dataset, loader._auto_collation, loader.collate_fn, loader.drop_last
         )
-        self._indices = iter(loader._index_sampler)  # the epoch advances here, as without threads
+        self._indices = _index_batches(loader)  # the epoch advances here, as without threads
         self._pool = ThreadPoolExecutor(
             loader.threads, "prep-loader", initializer=read_into, initargs=(alloc,)
         )

@@ -22,6 +22,7 @@ Orders:
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Iterator, Sequence
 
@@ -183,6 +184,18 @@ class ShardSampler(Sampler[int]):
             return iter(share.tolist())
         return self._by_window(share, epoch)
 
+    def batches(self, size: int, drop_last: bool) -> Iterator[np.ndarray]:
+        """One pass, `size` indices at a time, as numpy arrays: what iterating the sampler and
+        batching gives (the epoch advances alike), without a Python int per index."""
+        if self.on_window is not None and self.order == "quasi_random":
+            return _chunks(iter(self), size, drop_last)  # windows announced index by index
+        epoch = self.epoch
+        share = self.indices(epoch)
+        if self.num_replicas == 1:
+            self.epoch += 1
+        stop = len(share) - len(share) % size if drop_last else len(share)
+        return (share[i : i + size] for i in range(0, stop, size))
+
     def _by_window(self, share: np.ndarray, epoch: int) -> Iterator[int]:
         """`share`, calling on_window(epoch, k) before the first index of window k."""
         assert self.on_window is not None
@@ -199,3 +212,9 @@ class ShardSampler(Sampler[int]):
     def __len__(self) -> int:
         n = sum(self.shard_sizes)
         return n // self.num_replicas if self.drop_last else math.ceil(n / self.num_replicas)
+
+
+def _chunks(it: Iterator[int], size: int, drop_last: bool) -> Iterator[np.ndarray]:
+    while len(batch := np.fromiter(itertools.islice(it, size), np.int64)):
+        if len(batch) == size or not drop_last:
+            yield batch

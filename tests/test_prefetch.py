@@ -202,3 +202,23 @@ def test_tune_weighs_threads_and_workers_alike(packed: Path) -> None:
     assert (res.recommended.workers, res.recommended.threads) == (2, 0)
     assert "recommended: num_workers=2, prefetch_factor=2" in res.advice()
     assert "in the step" in res.table() and "1 thread" in res.table()
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+@pytest.mark.parametrize("announced", [False, True])
+def test_sampler_batches_are_the_batched_indices(drop_last: bool, announced: bool) -> None:
+    """The threads' numpy batches of a ShardSampler equal torch's BatchSampler over it, epoch
+    after epoch, and a followed sampler still announces every window (remote prefetch)."""
+    from torch.utils.data import BatchSampler
+
+    from loaders.samplers import ShardSampler
+
+    made = [ShardSampler([7, 5, 9], "quasi_random", seed=2, window=2) for _ in range(2)]
+    seen: list[tuple[int, int]] = []
+    if announced:
+        made[0].on_window = lambda epoch, k: seen.append((epoch, k))
+    ours, theirs = made
+    for _ in range(3):
+        got = [b.tolist() for b in ours.batches(4, drop_last)]
+        assert got == list(BatchSampler(theirs, 4, drop_last))
+    assert seen == ([(e, k) for e in range(3) for k in range(2)] if announced else [])
