@@ -174,7 +174,9 @@ def test_ctrl_c_stops_workers_removes_temps(src: Path, tmp_path: Path, reference
     out = tmp_path / "out"
     ref = reference(out)
     staging = tmp_path / "out.partial"
-    p = start(src, out, "-j", "2")
+    # Worker processes: the threads of --backend auto finish these tiny shards before a
+    # signal lands (their stop is tested in test_pack_parallel and in-process below).
+    p = start(src, out, "-j", "2", "--backend", "loky")
     wait_for(p, lambda: len(finished_shards(staging)) >= 1)
     os.killpg(p.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
     _, err = p.communicate()
@@ -193,7 +195,7 @@ def test_ctrl_c_stops_workers_removes_temps(src: Path, tmp_path: Path, reference
 def test_sigterm_to_the_parent_ends_like_ctrl_c(src: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     staging = tmp_path / "out.partial"
-    p = start(src, out, "-j", "2")
+    p = start(src, out, "-j", "2", "--backend", "loky")  # worker processes, as above
     wait_for(p, lambda: len(finished_shards(staging)) >= 1)
     os.kill(p.pid, signal.SIGTERM)  # the parent only, as `kill` or a scheduler's stop
     _, err = p.communicate()

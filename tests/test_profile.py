@@ -163,7 +163,7 @@ def test_profile_sums_stages_from_worker_processes(raw_demo: Path, tmp_path: Pat
     cfg = PackConfig(
         src=str(raw_demo / "images"), out=str(tmp_path / "p"), sizes=[16], limit=4, shard_size=2
     )
-    cfg.jobs = 2  # two loky processes: the records cross a process boundary
+    cfg.jobs, cfg.backend = 2, "loky"  # two processes: the records cross a process boundary
     summary = pack(cfg, show_progress=False, profile=True)
     assert summary.stages is not None and summary.packed == 4
     assert set(PACK_STAGES) <= set(summary.stages)
