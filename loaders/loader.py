@@ -161,14 +161,11 @@ def make_loader(
     threads: int | None = None,
     **dataloader_kwargs: Any,
 ) -> DataLoader[Any]:
-    """A DataLoader reading whole batches per call, with pinned memory when a GPU is present and
-    persistent workers (so progressive resizing and memory maps survive epochs). Any other
-    DataLoader argument passes through and wins over these defaults.
-
-    With `num_workers=0` (the default), `threads` threads (default THREADS) read the next
-    batches while the caller's step runs, into a small ring of reused buffers: the same
-    batches in the same order as without them (`threads=0`); see loaders.prefetch. Worker
-    processes are for datasets whose reading is Python-heavy (the GIL serialises threads).
+    """A DataLoader reading whole batches per call, pinned when a GPU is present, with persistent
+    workers; any other DataLoader argument passes through and wins over these defaults. With
+    `num_workers=0`, `threads` threads (default THREADS) read ahead while the step runs, into a
+    ring of reused buffers, the batches of `threads=0` in its order (loaders.prefetch). Worker
+    processes are for Python-heavy datasets (the GIL serialises threads).
 
     Order and ranks (a `ShardSampler` in `loader.sampler`, see loaders.samplers):
 
@@ -194,10 +191,8 @@ def make_loader(
         "drop_last": drop_last,
     }
     if distributed or order != "sequential":
-        if "sampler" in dataloader_kwargs or "batch_sampler" in dataloader_kwargs:
-            raise ValueError(
-                "a sampler of your own replaces order=/distributed=; pass one or the other"
-            )
+        if {"sampler", "batch_sampler"} & dataloader_kwargs.keys():
+            raise ValueError("a sampler of your own replaces order=/distributed=: pass one")
         kwargs["sampler"] = _sampler(dataset, order, seed, window, distributed, drop_last)
         shuffle = False  # the sampler orders
     kwargs.update(dataloader_kwargs)
