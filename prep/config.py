@@ -38,7 +38,7 @@ class RunConfig:
     jobs: int = opt(0, "Workers: threads or processes (0: all cores).", "--jobs", "-j")
     backend: str = opt(
         "auto",
-        "auto: threads for images (their decoding releases the GIL), else loky | threads | "
+        "auto: threads for images and tables (their work releases the GIL), else loky | threads | "
         "loky: processes here | dask: a distributed cluster (the dask extra).",
     )
     scheduler: str | None = opt(
