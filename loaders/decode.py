@@ -222,24 +222,24 @@ def jobs_for(
     boxes: np.ndarray,
     crcs: np.ndarray | None,
     places: Places,
+    nearest: bool = False,
 ) -> list[Job]:
     """One Job a batch row: `dst` (B, oh, ow[, C]), each sample's source, stored (h, w) and
-    box (B, 4), the stored CRC-32s (B,) of JPEG samples, and where each one is (for errors)."""
+    box (B, 4), the stored CRC-32s (B,) of JPEG samples, and where each one is (for errors);
+    `nearest`: class ids (masks), never blended."""
     sides, box, crc = (
         hw.tolist(),
         boxes.tolist(),
         [None] * len(srcs) if crcs is None else crcs.tolist(),
     )
     return [
-        Job(dst[j], src, jpeg, tuple(sides[j]), tuple(box[j]), crc[j], places, j)
+        Job(dst[j], src, jpeg, tuple(sides[j]), tuple(box[j]), crc[j], places, j, nearest)
         for j, src in enumerate(srcs)
     ]
 
 
-def fill(jobs: Sequence[Job], pool: Pool, nearest: bool = False) -> None:
-    """Run every job on `pool`'s threads; `nearest`: class ids (masks), never blended."""
-    for job in jobs:
-        job.nearest = nearest
+def fill(jobs: Sequence[Job], pool: Pool) -> None:
+    """Run every job on `pool`'s threads."""
     pool.map(_run_all, jobs)
 
 

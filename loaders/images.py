@@ -111,7 +111,7 @@ class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
     @cached_property
     def _starts(self) -> np.ndarray:
         """Cumulative sample counts: shard s holds samples [_starts[s], _starts[s + 1])."""
-        return np.cumsum([0] + [s.count for s in self.store.manifest.shards])
+        return self.arrays._starts
 
     @cached_property
     def _buffers(self) -> BufferPool:
@@ -245,8 +245,10 @@ class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
             out_hw = self.crop.size if self.crop is not None else (size, size)
             return decode_cuda(srcs, crcs, hw, boxes, out_hw, spec.shape[-1], places)
         out = self._out(field, len(local), size)
-        jobs = jobs_for(out.numpy(), srcs, spec.codec == "jpeg", hw, boxes, crcs, places)
-        fill(jobs, self._pool, nearest=field == "mask")
+        jpeg = spec.codec == "jpeg"
+        fill(
+            jobs_for(out.numpy(), srcs, jpeg, hw, boxes, crcs, places, field == "mask"), self._pool
+        )
         return FIELDS[field].to_tensor(out)
 
     def _fill(

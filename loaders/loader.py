@@ -132,7 +132,7 @@ def new_batch(
         return alloc(key, shape, dtype)
     if get_worker_info() is None:
         return pool.get(key, shape, dtype) if pool is not None else torch.empty(shape, dtype=dtype)
-    nbytes = int(torch.Size(shape).numel()) * torch.empty((), dtype=dtype).element_size()
+    nbytes = int(torch.Size(shape).numel()) * dtype.itemsize
     return torch.empty(0, dtype=dtype).set_(new_shared(nbytes), 0, shape)  # type: ignore[call-overload]
 
 

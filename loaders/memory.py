@@ -16,12 +16,13 @@ import torch
 
 from loaders.decode import Places
 from loaders.format import OFFSETS
+from loaders.loader import new_shared
 from loaders.store import ShardStore
 
 
-def _shared(nbytes: int, dtype: torch.dtype = torch.uint8) -> torch.Tensor:
-    """A tensor over new shared memory, not zeroed (no copy of garbage, as new_batch)."""
-    return torch.empty(0, dtype=dtype).set_(torch.UntypedStorage._new_shared(nbytes))
+def _shared(nbytes: int) -> torch.Tensor:
+    """uint8 over new shared memory, not zeroed (no copy of garbage, as new_batch)."""
+    return torch.empty(0, dtype=torch.uint8).set_(new_shared(nbytes))
 
 
 class SharedArrays:

@@ -61,7 +61,7 @@ class SharedRing:
             if len(self._segments) >= self.shapes:
                 del self._segments[next(iter(self._segments))]  # the oldest
             heads = self._segments[key] = []
-        itemsize = torch.empty((), dtype=dtype).element_size()
+        itemsize = dtype.itemsize
         for head in heads:
             # Free: the main process copied it out, and this process keeps no tensor of it
             # (2: the header's tensor and the storage object made to ask).
