@@ -441,3 +441,29 @@ def test_the_sampler_says_each_window_before_its_first_index(rank: int) -> None:
         k = said[-1][1]
         assert shard_of[i] in groups[k]  # 20 samples: no padding
     assert seen == sampler.indices(0).tolist() and [k for _, k in said] == [0, 1, 2]
+
+
+def test_a_remote_jpeg_dataset_reads_in_quasi_random_windows(
+    raw_demo: Path, tmp_path: Path
+) -> None:
+    """Ragged arrays' offsets files are followed like their data (a KeyError before)."""
+    from conftest import run_pack
+
+    from loaders import CenterCrop, make_loader
+
+    out = tmp_path / "jpeg"
+    run_pack(raw_demo / "images", out, sizes=[32], codec="jpeg", shard_size=4)
+    local = ImageShardDataset(out, size=32, fields=("image", "label"), crop=CenterCrop(32, 1.0))
+    want = sorted(int(local[i][0].sum()) for i in range(len(local)))
+    with http_server(out) as (url, starts):
+        ds = ImageShardDataset(
+            url,
+            size=32,
+            fields=("image", "label"),
+            cache_dir=tmp_path / "c",
+            crop=CenterCrop(32, 1.0),
+        )
+        loader = make_loader(ds, batch_size=3, order="quasi_random", window=2)
+        got = sorted(int(x.sum()) for b in loader for x in b[0])
+        assert got == want
+        assert any("offsets" in name for name in starts)

@@ -91,6 +91,11 @@ class Shard:
             split=s.get("split"),
         )
 
+    def refs(self) -> dict[str, ArrayRef]:
+        """Every array, a ragged one's offsets too (as `NAME + OFFSETS`, Manifest.ref's name)."""
+        offsets = {a + OFFSETS: r.offsets for a, r in self.arrays.items() if r.offsets}
+        return {**self.arrays, **offsets}
+
 
 @dataclass
 class Manifest:

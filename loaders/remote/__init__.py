@@ -168,7 +168,7 @@ class RemoteBackend:
         m = Manifest.from_json(data, url)
         self._files = {n: (f.bytes, f.sha256) for s in m.shards for n, f in s.files.items()}
         self._shards = [
-            {a: (r.file, *self._files[r.file]) for a, r in s.arrays.items()} for s in m.shards
+            {a: (r.file, *self._files[r.file]) for a, r in s.refs().items()} for s in m.shards
         ]
         self._array_of = {f[0]: a for arrays in self._shards for a, f in arrays.items()}
         self._checked = time.monotonic(), stamp
