@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from prep import PrepError, UsageError
+from prep.run.parallel import BACKENDS
 
 DEFAULT_CONFIG = Path("configs/default.toml")
-BACKENDS = ("auto", "threads", "loky", "dask")
 CODECS = ("raw", "jpeg")  # --codec; mode keep stores raw samples ragged
 
 
