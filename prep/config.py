@@ -153,7 +153,7 @@ class PackConfig(RunConfig):
             f"--sizes {','.join(map(str, self.sizes))}",
             "1..16384 px, e.g. --sizes 128,256",
         )
-        choice(self.mode, (*MODES, "keep"), "--mode")
+        choice(self.mode, MODES, "--mode")
         choice(self.format, STORAGES, "--format")
         check(1 <= self.quality <= 100, f"--quality {self.quality}", "1..100")
         codecs = self.codecs_by_size()

@@ -24,7 +24,7 @@ from prep.kinds.images.turbo import decode_jpeg
 from prep.run.inputs import Reject, check_file, os_reject_code
 from prep.run.profile import timed
 
-MODES = ("fill", "fit", "stretch")
+MODES = ("fill", "fit", "stretch", "keep")
 BACKGROUND = (255, 255, 255)  # alpha is composited on white, as a browser shows a PNG
 ImageFile.LOAD_TRUNCATED_IMAGES = False  # a truncated file must raise, not turn grey
 Image.MAX_IMAGE_PIXELS = None  # we check `max_pixels` ourselves, before decoding
@@ -54,7 +54,8 @@ class Geometry:
 
 
 def geometry(h: int, w: int, size: int, mode: str) -> Geometry:
-    """fill: shorter side to size, centre crop; fit: longer side to size, pad; stretch: squash.
+    """fill: shorter side to size, centre crop; fit: longer side to size, pad; stretch: squash;
+    keep: longer side to at most size (never enlarged), no crop, no pad.
 
     >>> geometry(3024, 4032, 256, "fill").content, geometry(3024, 4032, 256, "fit").content
     ((256, 341), (192, 256))
@@ -62,6 +63,8 @@ def geometry(h: int, w: int, size: int, mode: str) -> Geometry:
     if mode == "stretch":
         return Geometry((size, size), size, mode)
     scale = size / (min(h, w) if mode == "fill" else max(h, w))
+    if mode == "keep":
+        scale = min(scale, 1.0)
     ch, cw = max(1, round(h * scale)), max(1, round(w * scale))
     if mode == "fill":
         ch, cw = max(ch, size), max(cw, size)
@@ -89,10 +92,10 @@ def resize(img: np.ndarray, hw: tuple[int, int], nearest: bool = False) -> np.nd
 
 
 def place(content: np.ndarray, g: Geometry, pad_value: int) -> np.ndarray:
-    """Centre-crop (fill) or centre-pad (fit) `content` to g.size x g.size."""
+    """Centre-crop (fill) or centre-pad (fit) `content` to g.size x g.size; keep: as it is."""
     h, w = content.shape[:2]
     s = g.size
-    if (h, w) == (s, s):
+    if (h, w) == (s, s) or g.mode == "keep":
         return np.ascontiguousarray(content)
     if g.mode == "fill":
         top, left = (h - s) // 2, (w - s) // 2

@@ -1,4 +1,4 @@
-"""How a sample is stored: mode keep's own-shape sizes, JPEG encoding, ragged array writing.
+"""How a sample is stored: mode keep's shapes, JPEG encoding, ragged array writing.
 
 Arrays in, bytes out; the shard task (prep.kinds.images.pack) calls these once per sample.
 """
@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from loaders.format import ArraySpec
-from prep.kinds.images.decode import resize
+from prep.kinds.images.decode import geometry
 from prep.run.files import NpyWriter
 from prep.run.profile import timed
 
@@ -21,20 +21,7 @@ def keep_side(h: int, w: int, size: int) -> tuple[int, int]:
     >>> keep_side(3024, 4032, 256), keep_side(100, 50, 256), keep_side(1, 5000, 64)
     ((192, 256), (100, 50), (1, 64))
     """
-    scale = min(1.0, size / max(h, w))
-    return max(1, round(h * scale)), max(1, round(w * scale))
-
-
-def keep_sizes(
-    img: np.ndarray, upright: tuple[int, int], sizes: list[int], nearest: bool = False
-) -> dict[int, np.ndarray]:
-    """Every size of mode keep from one decode, each from the next larger (as sizes_from).
-    `upright` is the source's full (h, w): a DCT-reduced decode gives the same shapes."""
-    out: dict[int, np.ndarray] = {}
-    src = img
-    for size in sorted(sizes, reverse=True):
-        src = out[size] = np.ascontiguousarray(resize(src, keep_side(*upright, size), nearest))
-    return out
+    return geometry(h, w, size, "keep").content
 
 
 def subsampling(quality: int) -> str:

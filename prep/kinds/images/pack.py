@@ -23,7 +23,7 @@ from loaders.format import OFFSETS, ArrayRef, ArraySpec, Manifest, Shard, array_
 from prep import PrepError
 from prep.config import PackConfig
 from prep.kinds.images.decode import BACKGROUND, decode_image, decode_mask, sizes_from
-from prep.kinds.images.encode import RaggedWriter, keep_sizes, stored, subsampling
+from prep.kinds.images.encode import RaggedWriter, stored, subsampling
 from prep.kinds.images.sources import Item, Listing, list_images
 from prep.run.driver import Inputs, Kind, RunSummary, run, shard_size
 from prep.run.files import NpyWriter, named, publish, temp_path, writing
@@ -65,16 +65,13 @@ def _array_order(spec: ArraySpec) -> tuple[int, int]:
 
 def encode_item(item: Item, cfg: PackConfig, specs: dict[str, ArraySpec]) -> dict[str, np.ndarray]:
     """One input -> one sample per array. Raises Reject for an input that cannot be used."""
-    keep = cfg.mode == "keep"
-    # keep: decoded as fit would (DCT-reduced to cover the longer side), resized without padding
-    mode = "fit" if keep else cfg.mode
+    mode = cfg.mode
     img, upright = decode_image(item.path, tuple(cfg.sizes), cfg.gray, cfg.max_pixels, mode)
     out: dict[str, np.ndarray] = {}
-    images = keep_sizes(img, upright, cfg.sizes) if keep else None
-    for s, arr in (images or sizes_from(img, upright, cfg.sizes, mode, cfg.pad_value)).items():
+    for s, arr in sizes_from(img, upright, cfg.sizes, mode, cfg.pad_value).items():
         name = array_name("image", s)
         out[name] = stored(arr[..., None] if cfg.gray else arr, specs[name], cfg.quality)
-        if keep:
+        if mode == "keep":
             out[array_name("hw", s)] = np.asarray(arr.shape[:2], dtype=np.uint16)
         if specs[name].codec == "jpeg":
             out[array_name("crc", s)] = np.asarray(zlib.crc32(out[name].data), dtype=np.uint32)
@@ -92,11 +89,7 @@ def encode_item(item: Item, cfg: PackConfig, specs: dict[str, ArraySpec]) -> dic
                 f"mask {item.mask.name} is {mask.shape[1]}x{mask.shape[0]}, "
                 f"image is {upright[1]}x{upright[0]}",
             )
-        masks = (
-            keep_sizes(mask, upright, cfg.sizes, True)
-            if keep
-            else sizes_from(mask, upright, cfg.sizes, mode, cfg.mask_pad_value, True)
-        )
+        masks = sizes_from(mask, upright, cfg.sizes, mode, cfg.mask_pad_value, True)
         for s, m in masks.items():
             name = array_name("mask", s)
             out[name] = stored(m, specs[name], cfg.quality)
