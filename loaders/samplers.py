@@ -22,7 +22,6 @@ Orders:
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Callable, Iterator, Sequence
 
@@ -175,46 +174,60 @@ class ShardSampler(Sampler[int]):
         order = epoch_order(self.shard_sizes, self.order, self.seed, epoch, self.window)
         return rank_share(order, self.rank, self.num_replicas, self.drop_last)
 
-    def __iter__(self) -> Iterator[int]:
+    def _take(self) -> tuple[int, np.ndarray]:
+        """This pass's epoch and share; in one process each pass advances the epoch."""
         epoch = self.epoch
-        share = self.indices(epoch)
         if self.num_replicas == 1:
             self.epoch += 1
+        return epoch, self.indices(epoch)
+
+    def __iter__(self) -> Iterator[int]:
+        epoch, share = self._take()
         if self.on_window is None or self.order != "quasi_random":
             return iter(share.tolist())
         return self._by_window(share, epoch)
 
     def batches(self, size: int, drop_last: bool) -> Iterator[np.ndarray]:
         """One pass, `size` indices at a time, as numpy arrays: what iterating the sampler and
-        batching gives (the epoch advances alike), without a Python int per index."""
-        if self.on_window is not None and self.order == "quasi_random":
-            return _chunks(iter(self), size, drop_last)  # windows announced index by index
-        epoch = self.epoch
-        share = self.indices(epoch)
-        if self.num_replicas == 1:
-            self.epoch += 1
+        batching gives (the epoch and the windows' announcements alike), without a Python int
+        per index."""
+        epoch, share = self._take()
         stop = len(share) - len(share) % size if drop_last else len(share)
-        return (share[i : i + size] for i in range(0, stop, size))
+        if self.on_window is None or self.order != "quasi_random":
+            return (share[i : i + size] for i in range(0, stop, size))
+        return self._announced(share, epoch, size, stop)
 
-    def _by_window(self, share: np.ndarray, epoch: int) -> Iterator[int]:
-        """`share`, calling on_window(epoch, k) before the first index of window k."""
-        assert self.on_window is not None
+    def _cuts(self, share: np.ndarray, epoch: int) -> list[int]:
+        """Where in `share` each window of `epoch` starts."""
         sizes = np.asarray(self.shard_sizes, dtype=np.int64)
         groups = windows(len(sizes), self.seed, epoch, self.window)
         starts = np.cumsum([0] + [int(sizes[g].sum()) for g in groups[:-1]])
         # Global position p is this rank's index (p - rank) / num_replicas: the first of a
         # window starting at p is ceil((p - rank) / num_replicas).
-        cuts = np.clip(-((self.rank - starts) // self.num_replicas), 0, len(share)).tolist()
+        return np.clip(-((self.rank - starts) // self.num_replicas), 0, len(share)).tolist()
+
+    def _by_window(self, share: np.ndarray, epoch: int) -> Iterator[int]:
+        """`share`, calling on_window(epoch, k) before the first index of window k."""
+        assert self.on_window is not None
+        cuts = self._cuts(share, epoch)
         for k, (a, b) in enumerate(zip(cuts, [*cuts[1:], len(share)], strict=True)):
             self.on_window(epoch, k)
             yield from share[a:b].tolist()
 
+    def _announced(
+        self, share: np.ndarray, epoch: int, size: int, stop: int
+    ) -> Iterator[np.ndarray]:
+        """The batches of `share[:stop]`, each window announced before its first batch."""
+        assert self.on_window is not None
+        cuts, k = self._cuts(share, epoch), 0
+        for i in range(0, stop, size):
+            while k < len(cuts) and cuts[k] < i + size:
+                self.on_window(epoch, k)
+                k += 1
+            yield share[i : i + size]
+        for rest in range(k, len(cuts)):  # as iterating reaches them (the batches left out too)
+            self.on_window(epoch, rest)
+
     def __len__(self) -> int:
         n = sum(self.shard_sizes)
         return n // self.num_replicas if self.drop_last else math.ceil(n / self.num_replicas)
-
-
-def _chunks(it: Iterator[int], size: int, drop_last: bool) -> Iterator[np.ndarray]:
-    while len(batch := np.fromiter(itertools.islice(it, size), np.int64)):
-        if len(batch) == size or not drop_last:
-            yield batch
