@@ -98,7 +98,7 @@ def _check_images(manifest: Manifest, shard: Shard, arrays: Arrays) -> list[str]
         p
         for name, ref in shard.arrays.items()
         if ref.offsets is not None
-        for p in _ragged_problems(manifest, name, shard.count, arrays)
+        for p in _ragged_problems(manifest, name, shard.count, ref.length, arrays)
     ]
     if found or "label" not in arrays or manifest.classes is None or not shard.count:
         return found
@@ -107,7 +107,9 @@ def _check_images(manifest: Manifest, shard: Shard, arrays: Arrays) -> list[str]
     return [f"{path}: label {top} is not one of the {n} classes"] if top >= n else []
 
 
-def _ragged_problems(manifest: Manifest, name: str, count: int, arrays: Arrays) -> list[str]:
+def _ragged_problems(
+    manifest: Manifest, name: str, count: int, length: int, arrays: Arrays
+) -> list[str]:
     """A ragged or jpeg image array: count + 1 offsets from 0, never decreasing, up to its
     data's length; with `hw_{size}` (mode keep) sides of 1..size, and raw samples of h * w * C
     elements (read whole: 8 bytes a sample)."""
@@ -115,7 +117,7 @@ def _ragged_problems(manifest: Manifest, name: str, count: int, arrays: Arrays) 
     off = read_layout(path, layout)
     if len(off) != count + 1 or (count and (off[0] != 0 or np.any(np.diff(off) < 0))):
         return [f"{path}: the offsets of {name} are not {count + 1} from 0, never decreasing"]
-    if off[-1] != layout_length(arrays[name][1]):
+    if off[-1] != length:  # the data's length, checked against its file already
         return [f"{path}: the offsets of {name} end at {off[-1]}, not at its data's end"]
     hw_name = array_name("hw", spec.size)
     if hw_name not in arrays:
@@ -129,10 +131,6 @@ def _ragged_problems(manifest: Manifest, name: str, count: int, arrays: Arrays) 
     if spec.codec == "ragged" and not np.array_equal(np.diff(off), hw[:, 0] * hw[:, 1] * channels):
         return [f"{path}: the offsets of {name} do not step by each sample's h * w * {channels}"]
     return []
-
-
-def layout_length(layout: Layout) -> int:
-    return layout[2][0] if layout[2] else 0
 
 
 def _check_offsets(manifest: Manifest, shard: Shard, arrays: Arrays) -> list[str]:
