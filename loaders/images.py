@@ -238,17 +238,16 @@ class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
         name = self._name(field, size)
         spec = self.store.manifest.arrays[name]
         srcs, places = self.arrays.samples(name, groups, local)
-        crcs = self._per_sample("crc", size, groups, local) if spec.codec == "jpeg" else None
-        if self.decode == "cuda" and spec.codec == "jpeg":
+        jpeg = spec.codec == "jpeg"
+        crcs = self._per_sample("crc", size, groups, local) if jpeg else None
+        if self.decode == "cuda" and jpeg:
             from loaders.gpu_decode import decode_cuda  # torchvision, imported only here
 
             out_hw = self.crop.size if self.crop is not None else (size, size)
             return decode_cuda(srcs, crcs, hw, boxes, out_hw, spec.shape[-1], places)
         out = self._out(field, len(local), size)
-        jpeg = spec.codec == "jpeg"
-        fill(
-            jobs_for(out.numpy(), srcs, jpeg, hw, boxes, crcs, places, field == "mask"), self._pool
-        )
+        jobs = jobs_for(out.numpy(), srcs, jpeg, hw, boxes, crcs, places, field == "mask")
+        fill(jobs, self._pool)
         return FIELDS[field].to_tensor(out)
 
     def _fill(
