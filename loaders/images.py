@@ -108,9 +108,8 @@ class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
     def classes(self) -> list[str] | None:
         return self.store.manifest.classes
 
-    @cached_property
-    def _starts(self) -> np.ndarray:
-        """Cumulative sample counts: shard s holds samples [_starts[s], _starts[s + 1])."""
+    @property
+    def _starts(self) -> np.ndarray:  # shard s holds samples [_starts[s], _starts[s + 1])
         return self.arrays._starts
 
     @cached_property
