@@ -21,6 +21,7 @@ import zlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
@@ -180,6 +181,9 @@ def _run(job: Job) -> None:
     _resize(img[t:b, lft:r], job.dst, False)
 
 
+T = TypeVar("T")  # what a pool's threads are given: jobs, or ranges of a batch
+
+
 class Pool:
     """A few decode threads of one process, made on first use (never pickled, and made again
     in a forked child: threads do not survive a fork). Inside a DataLoader worker the worker
@@ -191,7 +195,7 @@ class Pool:
         self._pid = 0
         self._lock = threading.Lock()  # loader threads may share one dataset
 
-    def map(self, fn: Callable[[Sequence[Job]], None], jobs: Sequence[Job]) -> None:
+    def map(self, fn: Callable[[Sequence[T]], None], jobs: Sequence[T]) -> None:
         from torch.utils.data import get_worker_info
 
         n = min(self.threads, len(jobs))

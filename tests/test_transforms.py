@@ -305,3 +305,31 @@ def test_hue_turns_each_pixels_chroma_by_its_samples_draw() -> None:
     assert torch.equal(T.ColorJitter(hue=0.5)(grey, index=index), grey)  # grey stays grey
     with pytest.raises(ValueError, match="hue"):
         T.ColorJitter(hue=0.6)
+
+
+@pytest.mark.parametrize("channels", [3, 1])
+def test_the_cpu_kernel_agrees_with_torchs_batched_ops(
+    channels: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """loaders.augment.kernel (a uint8 batch on the CPU) against the grid_sample path that CUDA
+    and float batches take: within one level, the mask the same, and every op of it used."""
+    from loaders.augment import kernel
+
+    images, mask = square_batch(32)
+    images = (images | batch(32).bitwise_and(127))[:, :channels].contiguous()  # not channels-last
+    index = torch.arange(300, 332)
+    jitter = T.ColorJitter(0.3, 0.3, 0.3, hue=0.1 if channels == 3 else 0.0)
+    pipes = [
+        pipeline(seed=2),
+        T.Compose([T.RandomResizedCrop(24, scale=CROP), T.RandomHorizontalFlip(0.5)]),
+        T.Compose([T.RandomCrop(40, padding=4), jitter]),  # jitter alone: the whole image
+    ]
+    assert kernel.fits(images)
+    fast = [aug(images, index=index, mask=mask) for aug in pipes]
+    monkeypatch.setattr(kernel, "fits", lambda x, color=False: False)
+    for aug, (x, m) in zip(pipes, fast, strict=True):
+        ref, ref_mask = aug(images, index=index, mask=mask)
+        assert x.shape == ref.shape and x.dtype == torch.uint8
+        assert (x.int() - ref.int()).abs().max() <= 1
+        assert (x != ref).float().mean() < 0.01  # rounding ties only
+        assert torch.equal(m, ref_mask)

@@ -6,8 +6,10 @@ import math
 
 import torch
 
+from loaders.augment import kernel
 from loaders.augment.base import Op, Sample, empty_like, working
 from loaders.augment.geometry import settle
+from loaders.augment.kernel import Color
 
 # ITU-R 601-2 luma, as torchvision's rgb_to_grayscale and prep's --gray.
 LUMA = (0.299, 0.587, 0.114)
@@ -60,40 +62,40 @@ class ColorJitter(Op):
         self.amounts = (brightness, contrast, saturation)
         self.hue = hue
 
-    def matrices(self, u: torch.Tensor, means: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Each sample's matrix (B, C, C) and offset (B, 1, C) from its draws u (B, 4) and its
-        per-channel mean pixel values (B, C)."""
+    def matrices(self, u: torch.Tensor, channels: int) -> Color:
+        """Each sample's matrix (B, C, C), the weight (B,) of its offset and the grey weights
+        (C,), from its draws u (B, 4): a pixel p of a sample whose mean pixel is m becomes
+        matrix @ p + shift * (grey . m) on every channel."""
         amounts = torch.tensor(self.amounts, dtype=u.dtype, device=u.device)
         b, c, s = (1 + amounts * (2 * u[:, :3] - 1)).clamp_min(0).unbind(1)
-        channels = means.shape[1]
         eye = torch.eye(channels, dtype=u.dtype, device=u.device)
         if channels == 3:
-            luma = torch.tensor(LUMA, dtype=u.dtype, device=u.device)
-            sat = s[:, None, None] * eye + (1 - s)[:, None, None] * luma.expand(3, 3)
+            grey = torch.tensor(LUMA, dtype=u.dtype, device=u.device)
+            sat = s[:, None, None] * eye + (1 - s)[:, None, None] * grey.expand(3, 3)
             if self.hue:
                 sat = hue_rotations(self.hue * (2 * u[:, 3] - 1)) @ sat
-            gray_mean = means.to(u.dtype) @ luma
         else:
-            sat, gray_mean = eye.expand(len(u), channels, channels), means[:, 0].to(u.dtype)
-        matrix = (c * b)[:, None, None] * sat
-        offset = ((1 - c) * b * gray_mean)[:, None, None].expand(-1, 1, channels)
-        return matrix, offset
+            sat, grey = eye.expand(len(u), channels, channels), eye[0]
+        return (c * b)[:, None, None] * sat, (1 - c) * b, grey
 
     def augment(self, sample: Sample, key: int) -> Sample:
         if not (any(self.amounts) or self.hue):
             return sample
         dtype = sample.images.dtype  # of the batch given, before a pending crop
+        color = self.matrices(self.draws(key, sample, 4), sample.images.shape[1])
+        if kernel.fits(sample.images, color=True):  # uint8 RGB on the CPU: all in one pass
+            return settle(sample, color=color)
         sample = settle(sample, rounded=False)
         x = sample.images
         B, C, H, W = x.shape
         # (B, C, H * W) is a view for contiguous and channels-last batches alike.
         pixels = working(x.reshape(B, C, H * W))
-        means = pixels.mean(2) if self.amounts[1] else pixels.new_zeros(B, C)
-        matrix, offset = self.matrices(self.draws(key, sample, 4), means)
+        matrix, shift, grey = color
+        means = pixels.mean(2).to(grey.dtype) if self.amounts[1] else pixels.new_zeros(B, C)
         dt, uint8 = pixels.dtype, dtype == torch.uint8
         # uint8: +0.5 in the offset and a clip to [0.5, 255.5], so truncation rounds (one pass).
-        offset = offset.transpose(1, 2).to(dt) + (0.5 if uint8 else 0.0)
-        out = torch.baddbmm(offset, matrix.to(dt), pixels, out=empty_like(pixels, dt))
+        offset = (shift * (means.to(grey.dtype) @ grey))[:, None, None] + (0.5 if uint8 else 0.0)
+        out = torch.baddbmm(offset.to(dt), matrix.to(dt), pixels, out=empty_like(pixels, dt))
         if uint8:
             out = empty_like(out, torch.uint8).copy_(out.clamp_(0.5, 255.5))
         return sample.but(images=out.to(dtype).view(B, C, H, W))
