@@ -16,7 +16,7 @@ from loaders.decode import Pool, fill, jobs_for
 from loaders.fields import FIELDS
 from loaders.format import array_name
 from loaders.loader import Batch, BufferPool, check_indices, new_batch
-from loaders.memory import SharedArrays
+from loaders.memory import SharedArrays, by_shard
 from loaders.store import DEFAULT_MAX_OPEN, ShardStore, pickled_state
 
 CROPPED = ("image", "mask")  # the fields a crop= applies to
@@ -130,6 +130,14 @@ class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
     # -- size ----------------------------------------------------------------------------------
 
     @property
+    def read_threads(self) -> int | None:
+        """make_loader's default reading threads for this dataset: 2 when batches are decoded
+        on the CPU (JPEG, crops), so that one batch's bookkeeping overlaps the decoding of the
+        other on the pool's threads (bench rows 13b, 13c); None: the loader's default."""
+        decodes = any(self._decoded(f, self.size) for f in self.fields)
+        return 2 if decodes and self.decode == "cpu" else None
+
+    @property
     def size(self) -> int:
         return int(self._now[0])
 
@@ -190,7 +198,7 @@ class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
         self.store.check()  # a repacked folder: refuse it rather than mix two datasets
         shard, local = self._locate(indices)
         size = self.size  # read once: set_size may run between batches, never within one
-        groups = _by_shard(shard)
+        groups = by_shard(shard)
         index = self._starts[shard] + local
         boxes: np.ndarray | None = None
         outs = []
@@ -285,16 +293,3 @@ class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
             f"ImageShardDataset({str(self.store.root)!r}, size={self.size}, fields={self.fields}, "
             f"samples={len(self)}, shards={len(self._starts) - 1}, sizes={self.sizes})"
         )
-
-
-def _by_shard(shard: np.ndarray) -> list[tuple[int, np.ndarray]]:
-    """(shard, positions in the batch of its samples) for each shard of a batch, in shard order.
-
-    >>> [(s, p.tolist()) for s, p in _by_shard(np.array([2, 0, 2]))]
-    [(0, [1]), (2, [0, 2])]
-    """
-    if len(shard) == 0:
-        return []
-    order = np.argsort(shard, kind="stable")
-    cuts = np.flatnonzero(np.diff(shard[order])) + 1
-    return [(int(shard[g[0]]), g) for g in np.split(order, cuts)]

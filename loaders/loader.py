@@ -143,7 +143,8 @@ def new_shared(nbytes: int) -> torch.UntypedStorage:
 
 
 # make_loader's default reading threads. On 2 busy cores 1 thread hid loading best (bench row
-# 4d): reads in parallel each take longer, and the caller waits for them in order.
+# 4d): reads in parallel each take longer, and the caller waits for them in order. A dataset
+# may ask for more (`read_threads`: ImageShardDataset's decoding ones, whose pool does the work).
 THREADS = 1 if (os.cpu_count() or 1) <= 2 else 2
 
 
@@ -163,9 +164,10 @@ def make_loader(
 ) -> DataLoader[Any]:
     """A DataLoader reading whole batches per call, pinned when a GPU is present, with persistent
     workers; any other DataLoader argument passes through and wins over these defaults. With
-    `num_workers=0`, `threads` threads (default THREADS) read ahead while the step runs, into a
-    ring of reused buffers, the batches of `threads=0` in its order (loaders.prefetch). Worker
-    processes are for Python-heavy datasets (the GIL serialises threads).
+    `num_workers=0`, `threads` threads (default: the dataset's `read_threads`, else THREADS)
+    read ahead while the step runs, into a ring of reused buffers, the batches of `threads=0` in
+    its order (loaders.prefetch). Worker processes are for Python-heavy datasets (the GIL
+    serialises threads).
 
     Order and ranks (a `ShardSampler` in `loader.sampler`, see loaders.samplers):
 
@@ -203,7 +205,7 @@ def make_loader(
         batch_size=batch_size,
         shuffle=shuffle,
         num_workers=num_workers,
-        threads=THREADS if threads is None else threads,
+        threads=(getattr(dataset, "read_threads", None) or THREADS) if threads is None else threads,
         **kwargs,
     )
 

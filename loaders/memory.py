@@ -115,3 +115,16 @@ class SharedArrays:
             return self.store.array(shard, name), self.store.array(shard, name + OFFSETS)
         start, end = self._starts[shard], self._starts[shard + 1]
         return self._memory[name].numpy(), self._memory[name + OFFSETS].numpy()[start : end + 1]
+
+
+def by_shard(shard: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """(shard, positions in the batch of its samples) for each shard of a batch, in shard order.
+
+    >>> [(s, p.tolist()) for s, p in by_shard(np.array([2, 0, 2]))]
+    [(0, [1]), (2, [0, 2])]
+    """
+    if len(shard) == 0:
+        return []
+    order = np.argsort(shard, kind="stable")
+    cuts = np.flatnonzero(np.diff(shard[order])) + 1
+    return [(int(shard[g[0]]), g) for g in np.split(order, cuts)]
