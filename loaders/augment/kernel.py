@@ -110,6 +110,8 @@ def resample(
     B, C, H, W = x.shape
     src = x.permute(0, 2, 3, 1).contiguous().numpy()  # a view for channels-last batches
     out = empty((B, rows.shape[1], cols.shape[1], C), torch.uint8, x.device)
+    if B == 0:
+        return out.permute(0, 3, 1, 2)
     y0, y1, wy = _taps(rows, H)
     x0, x1, wx = _taps(cols, W)
     span = np.stack([np.minimum(x0, x1).min(1), np.maximum(x0, x1).max(1) + 1], 1)
