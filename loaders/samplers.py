@@ -157,14 +157,15 @@ class ShardSampler(Sampler[int]):
         self.on_window: Callable[[int, int], None] | None = None
 
     def follow(self, dataset: object) -> None:
-        """Let a remote dataset fetch each "quasi_random" window's shards ahead of the reading,
-        and keep the windows being read out of its cache's eviction (loaders.remote.prefetch).
-        make_loader calls it; a local dataset ignores it."""
+        """Tell a remote dataset the order: for "quasi_random" it fetches each window's shards
+        ahead of the reading and keeps the windows being read out of its cache's eviction
+        (loaders.remote.prefetch); for any order it warns if its cache_limit is too small for
+        it. make_loader calls it; a local dataset ignores it."""
         store = getattr(dataset, "store", None)
-        follow = getattr(getattr(store, "backend", None), "follow_windows", None)
+        follow = getattr(getattr(store, "backend", None), "follow", None)
         ours = store is not None and len(store.manifest.shards) == len(self.shard_sizes)
-        if self.order == "quasi_random" and follow is not None and ours:
-            self.on_window = follow(self.seed, self.window)
+        if follow is not None and ours:
+            self.on_window = follow(self.order, self.seed, self.window)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch

@@ -223,15 +223,18 @@ def test_a_small_cache_limit_evicts_without_breaking_the_epoch(
         holder = ImageShardDataset(url, size=64, fields=("image",), cache_dir=cache, max_open=1)
         holder[0]  # another reader holds shard 0's image file
         held = _cached(cache)
-        with pytest.warns(UserWarning, match=r"cache_limit .* below one window.*HINT"):
-            ds = ImageShardDataset(
-                url,
-                size=64,
-                fields=("image", "mask", "label"),
-                cache_dir=cache,
-                cache_limit=2 * one,
-                max_open=2,
-            )
+        ds = ImageShardDataset(
+            url,
+            size=64,
+            fields=("image", "mask", "label"),
+            cache_dir=cache,
+            cache_limit=2 * one,
+            max_open=2,
+        )
+        with pytest.warns(UserWarning, match=r"cache_limit .* below the dataset.*quasi_random"):
+            make_loader(ds, batch_size=4, shuffle=True)  # random order: all shards in use
+        with pytest.warns(UserWarning, match=r"cache_limit .* below one window of 8.*HINT"):
+            make_loader(ds, batch_size=4, order="quasi_random")
         for _epoch in range(2):
             same_samples(ds, local)  # every file fetched again after eviction reads right
         assert held <= _cached(cache)  # never evicted while another process uses it
@@ -334,7 +337,7 @@ def test_the_next_window_is_fetched_while_the_current_one_is_read(
         assert set(starts.values()) == {1}  # prefetch and reads: one download a file
 
 
-@pytest.mark.filterwarnings("ignore:.*below one window of 8")  # windows of 3 here
+@pytest.mark.filterwarnings("error:.*cache_limit")  # 3 windows of 3 shards fit: no warning
 def test_a_small_cache_follows_the_windows_with_workers(many: Path, tmp_path: Path) -> None:
     local = ImageShardDataset(many, size=32, fields=("image", "label"))
     expected = sorted(int(local[i][0].sum()) * 100 + int(local[i][1]) for i in range(len(local)))

@@ -18,13 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
 from loaders.format import MANIFEST, FormatError, Manifest, read_manifest, safe_path
-from loaders.remote.cache import (
-    CHUNK,
-    FileCache,
-    default_cache_dir,
-    parse_bytes,
-    warn_small_cache,
-)
+from loaders.remote.cache import CHUNK, FileCache, default_cache_dir, parse_bytes, warn_small_cache
 from loaders.remote.fs import Url, filesystem, url_of
 
 if TYPE_CHECKING:  # torch only for a loader that follows windows, not for `prep` commands
@@ -119,7 +113,7 @@ class RemoteBackend:
         self.cache_limit = parse_bytes(cache_limit)
         self.storage_options = storage_options or {}
         self.hold = hold
-        self.plan: WindowPlan | None = None  # set by follow_windows
+        self.plan: WindowPlan | None = None  # set by follow
         self._init_process()
 
     def _init_process(self) -> None:
@@ -127,6 +121,7 @@ class RemoteBackend:
         self._fs_pid = 0
         self._files: dict[str, tuple[int, str]] = {}  # name -> (bytes, sha256)
         self._shards: list[dict[str, tuple[str, int, str]]] = []  # array -> (name, bytes, sha)
+        self._shard_bytes: list[int] = []  # each shard's files, in bytes
         self._array_of: dict[str, str] = {}  # file name -> an array it holds
         self._cache = FileCache(self.cache_dir, self.cache_limit, self.hold)
         self._checked: tuple[float, Stamp | None] | None = None
@@ -137,13 +132,18 @@ class RemoteBackend:
 
             self._follower = Follower(self.plan, self.cache_limit)
 
-    def follow_windows(self, seed: int, window: int) -> Callable[[int, int], None]:
-        """Share the sampler's "quasi_random" position with every process reading this
-        dataset (loaders.remote.prefetch); the sampler calls what this returns."""
-        from loaders.remote.prefetch import Follower, WindowPlan
-
+    def follow(self, order: str, seed: int, window: int) -> Callable[[int, int], None] | None:
+        """The sampler's order, told by it (make_loader): for "quasi_random", share its position
+        with every process reading this dataset (loaders.remote.prefetch) and return what the
+        sampler calls at each window. Warns if cache_limit is below what the order keeps in use."""
         if not self._shards:
             self.read_manifest()
+        quasi = order == "quasi_random"
+        warn_small_cache(self.root, self.cache_limit, self._shard_bytes, window if quasi else 0)
+        if not quasi:
+            return None
+        from loaders.remote.prefetch import Follower, WindowPlan
+
         self.plan = WindowPlan(len(self._shards), seed, window)
         self._follower = Follower(self.plan, self.cache_limit)
         return self.plan.set
@@ -172,8 +172,7 @@ class RemoteBackend:
         ]
         self._array_of = {f[0]: a for arrays in self._shards for a, f in arrays.items()}
         self._checked = time.monotonic(), stamp
-        shard_bytes = [sum(f.bytes for f in s.files.values()) for s in m.shards]
-        warn_small_cache(self.root, self.cache_limit, shard_bytes)
+        self._shard_bytes = [sum(f.bytes for f in s.files.values()) for s in m.shards]
         return data, stamp
 
     def _remote_stamp(self) -> Stamp | None:

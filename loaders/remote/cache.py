@@ -50,22 +50,28 @@ def parse_bytes(limit: int | str | None) -> int | None:
     return parse_bytes(max(1, int(float(m.group(1)) * UNITS[m.group(2).upper()])))
 
 
-WINDOW = 8  # make_loader's default quasi_random window, in shards
-_warned: set[str] = set()
+_warned: set[tuple[str, int]] = set()  # (url, window): once each
 
 
-def warn_small_cache(url: str, limit: int | None, shard_bytes: list[int]) -> None:
-    """Warn once per dataset when `limit` is below one window of its largest shards: every
-    epoch then downloads every shard again."""
-    window = sum(sorted(shard_bytes)[-WINDOW:])
-    if limit is not None and limit < window and url not in _warned:
-        _warned.add(url)
-        warnings.warn(
-            f"{url}: cache_limit {limit:,} bytes is below one window of {WINDOW} shards "
-            f"({window:,} bytes): each epoch downloads every shard again. HINT: raise "
-            "cache_limit, or pack smaller shards",
-            stacklevel=4,
-        )
+def warn_small_cache(url: str, limit: int | None, shard_bytes: list[int], window: int) -> None:
+    """Warn once per dataset when `limit` is below what its reading order keeps in use: one
+    window of its largest shards for "quasi_random" (`window` shards), else the whole dataset
+    (window 0): every epoch then downloads every shard again."""
+    need = sum(sorted(shard_bytes)[-window:]) if window else sum(shard_bytes)
+    if limit is None or limit >= need or (url, window) in _warned:
+        return
+    _warned.add((url, window))
+    what = f"one window of {window} shards" if window else "the dataset, read in random order"
+    hint = (
+        "raise cache_limit, or pack smaller shards"
+        if window
+        else ("use make_loader(..., order='quasi_random'), or raise cache_limit")
+    )
+    warnings.warn(
+        f"{url}: cache_limit {limit:,} bytes is below {what} ({need:,} bytes): each epoch "
+        f"downloads every shard again. HINT: {hint}",
+        stacklevel=4,
+    )
 
 
 @contextlib.contextmanager
