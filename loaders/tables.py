@@ -41,9 +41,12 @@ class _Plan:
 class TableDataset(Dataset[tuple[torch.Tensor, ...]]):
     """The rows of one split: item i is (x_num, x_cat, y), or (x_num, x_cat) for a table packed
     without --target, plus the missing mask (bool, (n_num,)) with `missing_mask=True` (the
-    dataset must have been packed with --missing-mask). `in_memory=True` reads the split into
-    RAM once per process (n x (4 n_num + 8 n_cat + 8) bytes): a shuffled batch is then one row
-    gather per tensor; without it, batches come from the memory maps, a column at a time.
+    dataset must have been packed with --missing-mask), plus, last, the row's index in the split,
+    int64 (), with `index=True` (never stored: for per-sample augmentation, and to know where a
+    run stopped in an epoch). `in_memory=True` reads the split into RAM once per process
+    (n x (4 n_num + 8 n_cat + 8) bytes; the index is made per batch, never kept): a shuffled
+    batch is then one row gather per tensor; without it, batches come from the memory maps, a
+    column at a time.
 
     `numeric_columns`, `categorical_columns`: the column names in x's order; `vocab[name]`: the
     values of codes 2, 3, ... (0 is missing, 1 a value unseen in train); `mean`, `std`: float32
@@ -56,10 +59,12 @@ class TableDataset(Dataset[tuple[torch.Tensor, ...]]):
         *,
         missing_mask: bool = False,
         in_memory: bool = False,
+        index: bool = False,
         max_open: int = DEFAULT_MAX_OPEN,
     ):
         self.store = ShardStore(root, "table", max_open=max_open)
         self.split, self.missing_mask, self.in_memory = split, missing_mask, in_memory
+        self.with_index = index
         if not self._shards:
             raise ValueError(
                 f"{self.store.root} has no {split!r} rows (rows per split: "
@@ -199,12 +204,17 @@ class TableDataset(Dataset[tuple[torch.Tensor, ...]]):
         self.store.check()  # a repacked folder: refuse it rather than mix two datasets
         idx = check_indices(indices, len(self))
         if not self.in_memory:
-            return self._read(idx)
-        rows = torch.from_numpy(idx)
-        out = []
-        for t in self._memory:  # one row gather per tensor, as from in-memory tensors
-            buf = new_batch((len(idx), *t.shape[1:]), t.dtype)
-            out.append(torch.index_select(t, 0, rows, out=buf))
+            out = list(self._read(idx).tensors)
+        else:
+            rows = torch.from_numpy(idx)
+            out = []
+            for t in self._memory:  # one row gather per tensor, as from in-memory tensors
+                buf = new_batch((len(idx), *t.shape[1:]), t.dtype)
+                out.append(torch.index_select(t, 0, rows, out=buf))
+        if self.with_index:  # made here, never read: the in-memory copy holds no index
+            index = new_batch((len(idx),), torch.int64, key="index")
+            index.numpy()[:] = idx
+            out.append(index)
         return Batch(tuple(out))
 
     def _read(self, idx: np.ndarray) -> Batch:

@@ -163,9 +163,14 @@ class TokenWindowDataset(_TokenSplit, Dataset[tuple[torch.Tensor, ...]]):
         )
 
 
-class DocumentDataset(_TokenSplit, Dataset[torch.Tensor]):
+class DocumentDataset(_TokenSplit, Dataset[Any]):
     """The documents of one split, in order: item i is its tokens, int64 (length,), without the
-    end-of-document token (so the tokenizer decodes it to the document's text exactly)."""
+    end-of-document token (so the tokenizer decodes it to the document's text exactly).
+
+    `index=True` makes item i (tokens, index), the index int64 () (as TokenWindowDataset's):
+    to know which documents a run has seen. Documents differ in length, so default_collate
+    (make_loader's) stacks batches of one: (1, length) and (1,); for longer batches pass a
+    collate_fn of your own (`collate_fn=list`: the batch's items as they are)."""
 
     def __init__(
         self,
@@ -173,9 +178,11 @@ class DocumentDataset(_TokenSplit, Dataset[torch.Tensor]):
         split: str = "val",
         *,
         max_open: int = DEFAULT_MAX_OPEN,
+        index: bool = False,
         **remote: Any,
     ):
         super().__init__(root, split, max_open, **remote)
+        self.with_index = index
 
     def __len__(self) -> int:
         return int(self._doc_starts[-1])
@@ -191,14 +198,18 @@ class DocumentDataset(_TokenSplit, Dataset[torch.Tensor]):
         base = int(self._token_starts[k])
         return base + int(offsets[local]), base + int(offsets[local + 1])
 
-    def __getitem__(self, index: int) -> torch.Tensor:
+    # Any: a tensor, or (tensor, index) with index=True; either form type-checks at the caller.
+    def __getitem__(self, index: int) -> Any:
         start, end = self.span(index)
         if self.eot_id is not None:
             end -= 1  # every document ends with the eot token; the text is before it
         out = np.empty(end - start, self.dtype)
         if len(out):
             self._read(start, out)
-        return torch.from_numpy(out.astype(OUT_DTYPE))
+        tokens = torch.from_numpy(out.astype(OUT_DTYPE))
+        if not self.with_index:
+            return tokens
+        return tokens, torch.tensor(int(check_indices([index], len(self))[0]), dtype=torch.int64)
 
     def __repr__(self) -> str:
         return (

@@ -34,7 +34,9 @@ class VolumeDataset(Dataset[tuple[torch.Tensor, ...]]):
 
     "target" (packed with --targets, asked for in `fields`) is the volume's row: a 0-d tensor
     for one target column, else (n_columns,); float32 when a column is float, else int64
-    (class names are indices into `extra["targets"][j]["classes"]`).
+    (class names are indices into `extra["targets"][j]["classes"]`). "index" (asked for in
+    `fields`, never stored) is the item's dataset index, int64 () (int64 (B,) in a batch): what
+    per-sample augmentation draws from, and where a run stopped in an epoch.
 
     `meta(v)` gives the volume's geometry (shape, spacing, origin, direction, affine) as stored
     and as in its source scan, to map a prediction back to the scan."""
@@ -52,7 +54,7 @@ class VolumeDataset(Dataset[tuple[torch.Tensor, ...]]):
         self.fields = tuple(have if fields is None else fields)
         self._targets = [n for n in arrays if arrays[n].field == TARGET]
         self._targets.sort(key=lambda n: arrays[n].size or 0)
-        have += ["target"] if self._targets else []
+        have += [*(["target"] if self._targets else []), "index"]
         missing = [f for f in self.fields if f not in have]
         if missing or not self.fields:
             raise ValueError(f"{self.store.root} has no field {missing}; it has {have}")
@@ -109,10 +111,15 @@ class VolumeDataset(Dataset[tuple[torch.Tensor, ...]]):
     def __getitem__(self, index: int) -> tuple[torch.Tensor, ...]:
         self.store.check()
         v = int(check_indices([index], len(self))[0])
-        return tuple(
-            self.target(v) if f == "target" else torch.from_numpy(np.array(self.volume(v, f))[None])
-            for f in self.fields
-        )
+        return tuple(self._item(v, f) for f in self.fields)
+
+    def _item(self, v: int, field: str) -> torch.Tensor:
+        """Volume v's tensor of `field`: its index, its targets, or a copy of its voxels."""
+        if field == "index":
+            return torch.tensor(v, dtype=torch.int64)
+        if field == "target":
+            return self.target(v)
+        return torch.from_numpy(np.array(self.volume(v, field))[None])
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({str(self.store.root)!r}, volumes={len(self)})"
@@ -120,7 +127,8 @@ class VolumeDataset(Dataset[tuple[torch.Tensor, ...]]):
 
 class PatchDataset(VolumeDataset):
     """Random patches: item i is a patch of volume i // per_volume, a tuple in `fields` order
-    of (1, *patch) tensors (as VolumeDataset's). Read with `make_loader` for whole batches.
+    of (1, *patch) tensors (as VolumeDataset's; "index" is i, the patch's index, not its
+    volume's). Read with `make_loader` for whole batches.
 
     The patch centre depends only on (seed, epoch, i): the same for any number of workers or
     ranks. With probability `foreground` (and a labelled volume) it is a labelled voxel, of a
@@ -219,6 +227,11 @@ class PatchDataset(VolumeDataset):
         starts = [self.start(i) for i in idx]
         tensors = []
         for field in self.fields:
+            if field == "index":  # the patch's own index: its crop depends on it, not v
+                index = new_batch((len(idx),), torch.int64, key=field)
+                index.numpy()[:] = idx
+                tensors.append(index)
+                continue
             if field == "target":  # each patch carries its volume's targets
                 tensors.append(torch.stack([self.target(i // self.per_volume) for i in idx]))
                 continue
