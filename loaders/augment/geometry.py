@@ -95,7 +95,7 @@ def settle(sample: Sample, rounded: bool = True, color: kernel.Color | None = No
         return sample
     if p is None:
         H, W = sample.images.shape[-2:]
-        whole = torch.tensor([[0, 0, H, W]], device=sample.index.device)
+        whole = torch.tensor([[0, 0, H, W]], device=sample.images.device)
         p = Resize(whole.expand(len(sample.index), 4), (H, W))
     return resized_crop(sample, p.boxes, p.size, p.flip, rounded=rounded, color=color)
 

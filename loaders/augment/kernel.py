@@ -105,8 +105,8 @@ def resample(
     x: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, color: Color | None = None
 ) -> torch.Tensor:
     """x (B, C, H, W) uint8 sampled at source pixel coordinates rows (B, oh) and cols (B, ow)
-    (float64, pixel centres at k + 0.5 - 0.5 = k), then colour-jittered by `color`:
-    (B, C, oh, ow) uint8, channels-last."""
+    (float64; pixel k's centre is at k), then colour-jittered by `color`: (B, C, oh, ow) uint8,
+    channels-last."""
     B, C, H, W = x.shape
     src = x.permute(0, 2, 3, 1).contiguous().numpy()  # a view for channels-last batches
     out = empty((B, rows.shape[1], cols.shape[1], C), torch.uint8, x.device)
@@ -118,15 +118,11 @@ def resample(
     lane = np.arange(C)
     ia0, ia1 = (((i - span[:, :1])[:, :, None] * C + lane).reshape(B, -1) for i in (x0, x1))
     fx = np.repeat(wx, C, axis=1)
-    if color is None:
-        mat, shift, grey = (
-            np.zeros((B, C, C), np.float32),
-            *(np.zeros(k, np.float32) for k in (B, C)),
-        )
-    else:
-        mat, shift, grey = (t.to(torch.float32).numpy() for t in color)
     kernel, jitter = _compiled(), color is not None
     assert kernel is not None, "resample() is for batches that fits() takes"
+    if color is None:  # unused by the pass: arrays of the types it was compiled for
+        color = (torch.zeros(B, C, C), torch.zeros(B), torch.zeros(C))
+    mat, shift, grey = (t.to(torch.float32).numpy() for t in color)
     dst = out.numpy()
     args = (src, dst, y0, y1, wy, span, ia0, ia1, fx, mat, shift, grey, jitter)
     _pool.map(lambda part: kernel(*args, part[0], part[-1] + 1), range(B))
