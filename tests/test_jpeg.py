@@ -14,6 +14,7 @@ import pytest
 import torch
 from PIL import Image
 
+import loaders.decode as decode
 from loaders import CenterCrop, FormatError, ImageShardDataset, RandomResizedCrop, make_loader
 from loaders.format import check_files, read_manifest
 from prep.kinds.images.encode import keep_side
@@ -192,4 +193,48 @@ def test_pil_fallback_decodes_the_same(keep: Path, monkeypatch: pytest.MonkeyPat
 
     fast = batch()
     monkeypatch.setitem(sys.modules, "simplejpeg", None)  # as if it were not installed
+    monkeypatch.setattr(decode, "_roi", None)  # and loaders._jpegroi not built
     assert torch.equal(batch(), fast)  # one libjpeg-turbo underneath: the same pixels
+
+
+needs_roi = pytest.mark.skipif(
+    decode._roi is None, reason="loaders._jpegroi is not built (no C compiler or libjpeg headers)"
+)
+
+
+@needs_roi
+@pytest.mark.parametrize("quality", [90, 100])  # 4:2:0 and 4:4:4 chroma
+def test_a_box_decoded_alone_has_the_pixels_of_the_whole_decode(quality: int) -> None:
+    import simplejpeg
+
+    rng = np.random.default_rng(quality)
+    y, x = np.mgrid[0:77, 0:101] / 100
+    base = np.stack([np.sin(5 * x), np.cos(7 * y), x * y], -1) * 100 + 120
+    img = np.clip(base + rng.normal(0, 20, base.shape), 0, 255).astype(np.uint8)
+    for channels, pixels in ((3, img), (1, np.ascontiguousarray(img[..., :1]))):
+        sub = "444" if quality >= 95 else "420"
+        data = np.frombuffer(
+            simplejpeg.encode_jpeg(pixels, quality, "GRAY" if channels == 1 else "RGB", sub),
+            np.uint8,
+        )
+        for f in (1, 2, 4):
+            h, w = -(-77 // f), -(-101 // f)
+            for _ in range(12):
+                top, left = int(rng.integers(0, h - 1)), int(rng.integers(0, w - 1))
+                rows, cols = int(rng.integers(1, h - top + 1)), int(rng.integers(1, w - left + 1))
+                box = (top, left, rows, cols)
+                alone = np.empty((rows, cols, channels), np.uint8)
+                decode._roi.decode_box(data, alone, h, w, *box, f, channels)
+                whole = decode.decode_jpeg(data, (77, 101), f, channels)
+                assert np.array_equal(alone, whole[top : top + rows, left : left + cols]), box
+                small = decode.decode_region(data, (77, 101), f, (0, 0, 2, 3), channels)
+                assert np.array_equal(small, whole[:2, :3])  # decode_region takes it too
+        out = np.empty((10, 5, channels), np.uint8)
+        with pytest.raises(ValueError, match="inside the image"):
+            decode._roi.decode_box(data, out, 77, 101, 70, 0, 10, 5, 1, channels)
+        with pytest.raises(ValueError, match="stored"):
+            decode._roi.decode_box(data, out, 76, 101, 0, 0, 10, 5, 1, channels)
+        cut = np.concatenate([data[: len(data) // 2], np.frombuffer(b"\xff\xd9", np.uint8)])
+        decode._roi.decode_box(cut, out, 77, 101, 0, 0, 10, 5, 1, channels)  # above the cut
+        with pytest.raises(ValueError, match=r"(?i)premature end"):  # a warning is an error
+            decode._roi.decode_box(cut, out, 77, 101, 67, 0, 10, 5, 1, channels)
