@@ -152,7 +152,7 @@ class ShardSampler(Sampler[int]):
             raise ValueError(f"rank {self.rank} is not in [0, {self.num_replicas})")
         self.shard_sizes = [int(s) for s in shard_sizes]
         self.order, self.seed, self.window, self.drop_last = order, seed, window, drop_last
-        self.epoch = 0
+        self.epoch, self._skip = 0, 0
         # Called as the sampler starts yielding window k of `epoch` ("quasi_random" only).
         self.on_window: Callable[[int, int], None] | None = None
 
@@ -170,6 +170,16 @@ class ShardSampler(Sampler[int]):
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
+    def skip(self, samples: int) -> None:
+        """Start the next pass after the first `samples` indices of this rank's share: to resume
+        an epoch where a run stopped (`set_epoch(e)` first; `samples` is what this rank read of
+        it, batches done x batch size). The pass then yields what the whole one would have after
+        them: the same order and batches, and with loaders.transforms the same augmentations
+        (drawn from each sample's index). Later passes are whole."""
+        if samples < 0:
+            raise ValueError(f"skip({samples}): a count of samples already read, 0 or more")
+        self._skip = samples
+
     def indices(self, epoch: int) -> np.ndarray:
         """This rank's indices of `epoch`, in order."""
         order = epoch_order(self.shard_sizes, self.order, self.seed, epoch, self.window)
@@ -177,10 +187,10 @@ class ShardSampler(Sampler[int]):
 
     def _take(self) -> tuple[int, np.ndarray]:
         """This pass's epoch and share; in one process each pass advances the epoch."""
-        epoch = self.epoch
+        epoch, skip, self._skip = self.epoch, self._skip, 0
         if self.num_replicas == 1:
             self.epoch += 1
-        return epoch, self.indices(epoch)
+        return epoch, self.indices(epoch)[skip:]
 
     def __iter__(self) -> Iterator[int]:
         epoch, share = self._take()
@@ -204,8 +214,9 @@ class ShardSampler(Sampler[int]):
         groups = windows(len(sizes), self.seed, epoch, self.window)
         starts = np.cumsum([0] + [int(sizes[g].sum()) for g in groups[:-1]])
         # Global position p is this rank's index (p - rank) / num_replicas: the first of a
-        # window starting at p is ceil((p - rank) / num_replicas).
-        return np.clip(-((self.rank - starts) // self.num_replicas), 0, len(share)).tolist()
+        # window starting at p is ceil((p - rank) / num_replicas); a skipped start shifts them.
+        firsts = -((self.rank - starts) // self.num_replicas) - (self._full() - len(share))
+        return np.clip(firsts, 0, len(share)).tolist()
 
     def _by_window(self, share: np.ndarray, epoch: int) -> Iterator[int]:
         """`share`, calling on_window(epoch, k) before the first index of window k."""
@@ -221,7 +232,7 @@ class ShardSampler(Sampler[int]):
         """The batches of `share[:stop]`, each window announced before its first batch."""
         assert self.on_window is not None
         cuts, k = self._cuts(share, epoch), 0
-        for i in range(0, stop, size):
+        for i in range(0, stop, size):  # (windows wholly skipped: announced at the first batch)
             while k < len(cuts) and cuts[k] < i + size:
                 self.on_window(epoch, k)
                 k += 1
@@ -229,6 +240,9 @@ class ShardSampler(Sampler[int]):
         for rest in range(k, len(cuts)):  # as iterating reaches them (the batches left out too)
             self.on_window(epoch, rest)
 
-    def __len__(self) -> int:
+    def _full(self) -> int:  # the length of a share before a skip (every epoch's)
         n = sum(self.shard_sizes)
         return n // self.num_replicas if self.drop_last else math.ceil(n / self.num_replicas)
+
+    def __len__(self) -> int:  # of the next pass
+        return max(0, self._full() - self._skip)

@@ -80,6 +80,45 @@ def test_sampler_advances_its_epoch_and_set_epoch_sets_it() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("order", "world"), [("random", 1), ("quasi_random", 1), ("quasi_random", 2)]
+)
+def test_skip_resumes_an_epoch_where_a_run_stopped(order: str, world: int) -> None:
+    def sampler() -> tuple[ShardSampler, list[tuple[int, int]]]:
+        s = ShardSampler(SIZES, order, seed=5, window=2, num_replicas=world, rank=world - 1)
+        said: list[tuple[int, int]] = []
+        s.on_window = lambda epoch, k: said.append((epoch, k))
+        s.set_epoch(3)
+        return s, said
+
+    whole, said_whole = sampler()
+    batches = [b.tolist() for b in whole.batches(4, False)]
+    resumed, said = sampler()
+    resumed.skip(2 * 4)  # two batches trained on before the run stopped
+    assert len(resumed) == len(whole) - 8
+    assert [b.tolist() for b in resumed.batches(4, False)] == batches[2:]
+    if order == "quasi_random":  # every window announced, the skipped ones at the first batch
+        assert said == said_whole
+    again, _ = sampler()
+    again.skip(5)
+    assert list(again) == [i for b in batches for i in b][5:]  # iterating: the same share
+    if world == 1:  # the pass after a resumed one is the next epoch, whole
+        assert list(again) == list(ShardSampler(SIZES, order, seed=5, window=2).indices(4))
+    with pytest.raises(ValueError, match="0 or more"):
+        again.skip(-1)
+
+
+def test_a_resumed_loader_gives_the_rest_of_the_epoch(packed: Path) -> None:
+    ds = ImageShardDataset(packed, size=64, fields=("image", "index"))
+    whole = [(x.clone(), i.tolist()) for x, i in make_loader(ds, batch_size=5, shuffle=True)]
+    loader = make_loader(ds, batch_size=5, shuffle=True)
+    loader.sampler.skip(3 * 5)  # type: ignore[attr-defined]
+    rest = list(loader)
+    assert len(rest) == len(whole) - 3
+    for (x, i), (wx, wi) in zip(rest, whole[3:], strict=True):
+        assert i.tolist() == wi and torch.equal(x, wx)
+
+
 def test_loader_order_does_not_depend_on_workers(packed: Path) -> None:
     ds = ImageShardDataset(packed, size=64, fields=("orig_size", "label"))
 
