@@ -91,7 +91,7 @@ class ColorJitter(Op):
         # (B, C, H * W) is a view for contiguous and channels-last batches alike.
         pixels = working(x.reshape(B, C, H * W))
         matrix, shift, grey = color
-        means = pixels.mean(2).to(grey.dtype) if self.amounts[1] else pixels.new_zeros(B, C)
+        means = pixels.mean(2) if self.amounts[1] else pixels.new_zeros(B, C)
         dt, uint8 = pixels.dtype, dtype == torch.uint8
         # uint8: +0.5 in the offset and a clip to [0.5, 255.5], so truncation rounds (one pass).
         offset = (shift * (means.to(grey.dtype) @ grey))[:, None, None] + (0.5 if uint8 else 0.0)

@@ -64,7 +64,7 @@ def resized_crop(
         r, c = (t.floor().to(torch.int64).clamp(0, n - 1) for t, n in ((rows, H), (cols, W)))
         mask = _take(mask, r, c)
     if kernel.fits(x) and (rounded or color is not None):
-        images = kernel.resample(x.cpu(), rows - 0.5, cols - 0.5, color)
+        images = kernel.resample(x, rows - 0.5, cols - 0.5, color)
         return sample.but(images=images, mask=mask, pending=None)
     if color is not None:
         raise ValueError("a colour folded into the crop needs a uint8 CPU batch (kernel.fits)")

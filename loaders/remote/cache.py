@@ -62,11 +62,9 @@ def warn_small_cache(url: str, limit: int | None, shard_bytes: list[int], window
         return
     _warned.add((url, window))
     what = f"one window of {window} shards" if window else "the dataset, read in random order"
-    hint = (
-        "raise cache_limit, or pack smaller shards"
-        if window
-        else ("use make_loader(..., order='quasi_random'), or raise cache_limit")
-    )
+    hint = "raise cache_limit, or pack smaller shards"
+    if not window:
+        hint = "use make_loader(..., order='quasi_random'), or raise cache_limit"
     warnings.warn(
         f"{url}: cache_limit {limit:,} bytes is below {what} ({need:,} bytes): each epoch "
         f"downloads every shard again. HINT: {hint}",
