@@ -50,7 +50,9 @@ class TableDataset(Dataset[tuple[torch.Tensor, ...]]):
 
     `numeric_columns`, `categorical_columns`: the column names in x's order; `vocab[name]`: the
     values of codes 2, 3, ... (0 is missing, 1 a value unseen in train); `mean`, `std`: float32
-    (n_num,) over the train rows, for (x_num - mean) / std on the GPU."""
+    (n_num,) over the train rows, for (x_num - mean) / std on the GPU. A text or --categorical
+    target is a class id 0..K-1 (what F.cross_entropy takes): `classes` are their names and
+    `num_classes` is K (an integer target's max + 1)."""
 
     def __init__(
         self,
@@ -112,6 +114,30 @@ class TableDataset(Dataset[tuple[torch.Tensor, ...]]):
     def std(self) -> torch.Tensor:
         stds = [self._columns[n].get("std") or 1.0 for n in self.numeric_columns]
         return torch.tensor(stds, dtype=torch.float32)
+
+    @cached_property
+    def _target_first(self) -> int:
+        """The code of a coded target's first class: 0 (class ids), or 2 in datasets packed
+        before targets were class ids."""
+        col = self._columns.get(self.target or "", {})
+        return int(col.get("first_code", 2))
+
+    @cached_property
+    def classes(self) -> list[str] | None:
+        """The class names of a text or --categorical target (class id i is classes[i])."""
+        col = self._columns.get(self.target or "", {})
+        return list(col["vocab"]) if "vocab" in col and self._target_first == 0 else None
+
+    @cached_property
+    def num_classes(self) -> int | None:
+        """K for a classification target: its class count, or an integer target's max + 1
+        (ids 0..max); None without a target or for a float one."""
+        col = self._columns.get(self.target or "", {})
+        if "vocab" in col:
+            return len(col["vocab"]) + self._target_first
+        if col.get("kind") in ("int", "bool") and col.get("lo", -1) >= 0:
+            return int(col.get("hi", 0)) + 1
+        return None
 
     def embedding_sizes(self) -> dict[str, int]:
         """Rows an embedding table needs per categorical column: its vocabulary + 2."""
@@ -255,8 +281,11 @@ class TableDataset(Dataset[tuple[torch.Tensor, ...]]):
         return tuple(t[0] for t in self.__getitems__([index]).tensors)
 
     def decode(self, column: str, codes: Any) -> list[str | None]:
-        """Codes of a categorical column back to its values (None: missing, '<unseen>')."""
-        names = [None, "<unseen>", *self.vocab[column]]
+        """Codes of a categorical column back to its values (None: missing, '<unseen>'), or
+        a coded target's class ids back to their names."""
+        names: list[str | None] = [None, "<unseen>", *self.vocab[column]]
+        if column == self.target and self._target_first == 0:
+            names = list(self.vocab[column])
         return [names[int(c)] for c in np.asarray(codes).reshape(-1)]
 
     def __repr__(self) -> str:

@@ -9,10 +9,17 @@ import json
 import os
 import re
 import stat
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from prep import PrepError
+
+
+def warn(message: str) -> None:
+    """A warning line on stderr; the run goes on."""
+    print(f"warning: {message}", file=sys.stderr)
 
 
 def reject_record(rel: str, code: str, message: str) -> dict[str, Any]:
@@ -61,9 +68,12 @@ def check_file(path: Path, rel: str) -> dict[str, Any] | None:
     return None
 
 
-def walk(root: Path, exts: frozenset[str]) -> tuple[list[tuple[str, Path]], list[dict[str, Any]]]:
-    """Files under root with one of `exts`, as sorted (rel, path), and rejects for what cannot
-    be read: broken links, link loops, special files, folders we may not list.
+def walk(
+    root: Path, exts: frozenset[str] | Callable[[str], bool]
+) -> tuple[list[tuple[str, Path]], list[dict[str, Any]]]:
+    """Files under root with one of `exts` (or whose name `exts` keeps, a test of the name), as
+    sorted (rel, path), and rejects for what cannot be read: broken links, link loops, special
+    files, folders we may not list.
 
     Folder links are followed (class folders are often links), each folder once: a second way
     into a folder (a loop, or two links to one folder) is a `link_loop` reject. Folders are
@@ -71,6 +81,7 @@ def walk(root: Path, exts: frozenset[str]) -> tuple[list[tuple[str, Path]], list
     found: list[tuple[str, Path]] = []
     rejects: list[dict[str, Any]] = []
     seen: dict[tuple[int, int], str] = {}
+    keep = exts if callable(exts) else lambda name: Path(name).suffix.lower() in exts
 
     def rel_of(path: str | Path) -> str:
         return Path(path).relative_to(root).as_posix()
@@ -98,7 +109,7 @@ def walk(root: Path, exts: frozenset[str]) -> tuple[list[tuple[str, Path]], list
         seen[key] = here
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         for name in filenames:
-            if name.startswith(".") or Path(name).suffix.lower() not in exts:
+            if name.startswith(".") or not keep(name):
                 continue
             path = Path(dirpath) / name
             rel = rel_of(path)

@@ -7,11 +7,18 @@ from typing import ClassVar
 
 from prep.config import RunConfig, check, opt
 
+DELIMITERS = {"tab": "\t", "\\t": "\t", "space": " "}
+
 
 @dataclass
 class TableConfig(RunConfig):
-    src: str | None = opt(
-        None, "A .csv/.tsv/.jsonl/.parquet file, a folder of them, or a quoted glob 'data/*.csv'."
+    src: str | list[str] | None = opt(  # type: ignore[assignment]  # several SRC: tables only
+        None,
+        "One or more .csv/.tsv/.jsonl/.parquet files (.csv.gz, .bz2, .zst too), folders of "
+        "them, or quoted globs 'data/*.csv'.",
+    )
+    delimiter: str | None = opt(
+        None, "The CSV field separator, one character or tab | space (default , and tab for .tsv)."
     )
     limit: int | None = opt(None, "Only the first N rows.")
     target: str | None = opt(None, "The column to predict (y); none: batches are (x_num, x_cat).")
@@ -33,6 +40,15 @@ class TableConfig(RunConfig):
 
     def validate(self) -> None:
         super().validate()
+        if isinstance(self.src, list) and len(self.src) == 1:
+            self.src = self.src[0]  # one SRC is saved as a string, as before
+        if self.delimiter is not None:
+            self.delimiter = DELIMITERS.get(self.delimiter.lower(), self.delimiter)
+            check(
+                len(self.delimiter) == 1 and self.delimiter not in '"\r\n',
+                f"--delimiter {self.delimiter!r}",
+                "one character (not a quote or a line end), tab or space",
+            )
         check(0 <= self.val_fraction < 1, f"--val-fraction {self.val_fraction}", "in [0, 1)")
         check(self.shard_rows >= 1, f"--shard-rows {self.shard_rows}", "at least 1")
         dropped = set(self.names("drop"))

@@ -33,7 +33,8 @@ def encode(arr: pa.Array, col: Column, vocab: pa.Array | None = None) -> np.ndar
     """One block of a column in its stored dtype. `vocab`: the column's vocabulary (coded)."""
     if col.coded:
         assert vocab is not None
-        return _codes(arr, vocab, np.dtype(col.dtype))
+        first = FIRST_CODE if col.first_code is None else col.first_code
+        return _codes(arr, vocab, np.dtype(col.dtype), first)
     if col.kind == "time":
         return filled(arr.cast(pa.timestamp("ns")).cast(pa.int64()), NAT)
     if arr.type == pa.float32() and col.dtype == "float32":
@@ -47,11 +48,12 @@ def encode(arr: pa.Array, col: Column, vocab: pa.Array | None = None) -> np.ndar
     return x.astype(col.dtype)
 
 
-def _codes(arr: pa.Array, vocab: pa.Array, dtype: np.dtype[Any]) -> np.ndarray:
+def _codes(arr: pa.Array, vocab: pa.Array, dtype: np.dtype[Any], first: int) -> np.ndarray:
     """Codes of a block: each distinct value looked up once (not once a row), in one
-    vectorised search of the vocabulary."""
+    vectorised search of the vocabulary; vocab[0] is code `first` (0 for a target's class ids:
+    its vocabulary holds every row's value and no row misses it)."""
     enc = as_dictionary(arr)
     pos = pc.index_in(enc.dictionary, value_set=vocab)  # null: not in the train vocabulary
-    lut = np.asarray(pc.add(pos.cast(pa.int64()), FIRST_CODE).fill_null(UNSEEN), dtype=np.int64)
+    lut = np.asarray(pc.add(pos.cast(pa.int64()), first).fill_null(UNSEEN), dtype=np.int64)
     idx = filled(enc.indices, len(lut))
     return np.append(lut, MISSING).astype(dtype)[idx]

@@ -29,7 +29,7 @@ from prep import PrepError
 from prep.kinds.table.config import TableConfig
 from prep.kinds.table.encode import encode
 from prep.kinds.table.scan import BLOCKS, Scan, read_spill, scan
-from prep.kinds.table.sources import Block, list_tables
+from prep.kinds.table.sources import Block, list_tables, sources_of
 from prep.kinds.table.types import Column
 from prep.run.driver import Inputs, Kind, RunSummary, run
 from prep.run.files import NpyWriter, publish, temp_path, writing
@@ -172,15 +172,18 @@ class TableKind(Kind[TableConfig, list[Block]]):
     task = staticmethod(table_shard)
 
     def sources(self) -> list[Path]:
-        src = str(self.cfg.src)
-        return [Path(p) for p in glob.glob(src)] if glob.has_magic(src) else [Path(src)]
+        found = []
+        for src in sources_of(self.cfg.src):
+            found += [Path(p) for p in glob.glob(src)] if glob.has_magic(src) else [Path(src)]
+        return found
 
     def list_inputs(self) -> Inputs:
-        self.files, rejects = list_tables(str(self.cfg.src))
+        self.files, rejects = list_tables(sources_of(self.cfg.src))
         if not self.files:
             raise PrepError(
-                f"no readable table file in {self.cfg.src} ({len(rejects)} rejected). HINT: "
-                "SRC is a .csv/.tsv/.jsonl/.parquet file, a folder of them or a quoted glob"
+                f"no readable table file in {' '.join(sources_of(self.cfg.src))} "
+                f"({len(rejects)} rejected). HINT: SRC is .csv/.tsv/.jsonl(.gz)/.parquet files, "
+                "folders of them or quoted globs"
             )
         seen = [(rel, p.stat().st_size, p.stat().st_mtime_ns) for rel, p in self.files]
         digest = hashlib.sha256(json.dumps(seen).encode()).hexdigest()

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from loaders.format import Manifest, open_array, read_manifest
-from prep.kinds.table.types import FIRST_CODE, MISSING, NAT
+from prep.kinds.table.types import MISSING, NAT, first_of
 
 
 def describe(m: Manifest) -> list[str]:
@@ -31,10 +31,10 @@ def describe(m: Manifest) -> list[str]:
 
 def _cell(value: Any, col: dict[str, Any]) -> str:
     if "vocab" in col:
-        code = int(value)
-        return (
-            "" if code == MISSING else col["vocab"][code - FIRST_CODE] if code >= 2 else "<unseen>"
-        )
+        code, first = int(value), first_of(col)
+        if code >= first:
+            return str(col["vocab"][code - first])
+        return "" if code == MISSING else "<unseen>"
     if col["kind"] == "time":
         return "" if int(value) == NAT else str(np.datetime64(int(value), "ns"))[:19]
     if isinstance(value, np.floating) and np.isnan(value):

@@ -25,6 +25,10 @@ from prep import PrepError
 from prep.run.inputs import check_file, reject_record, walk
 
 FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".parquet": "parquet"}
+# Compressed text tables are decompressed into the run folder first (prep.kinds.table.scan):
+# a block is a byte range, and a compressed stream cannot be entered at one.
+COMPRESSED = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".lz4": "lz4"}
+SUFFIXES = frozenset([*FORMATS, *(f + c for f in (".csv", ".tsv", ".jsonl") for c in COMPRESSED)])
 BLOCK_BYTES = 16 << 20  # a block's bytes: its parse holds a few times this in memory
 HINT_ENCODING = "HINT: convert the file to UTF-8 (iconv -f latin1 -t utf-8)"
 
@@ -45,34 +49,91 @@ class Block:
     index: int = 0
 
 
-def list_tables(src: str) -> tuple[list[tuple[str, Path]], list[dict[str, Any]]]:
-    """The table files of `src` (a file, a folder, or a quoted glob such as 'data/*.csv'), as
-    sorted (rel, path), and rejects for those that cannot be read or are empty."""
+def table_format(path: Path) -> tuple[str, str | None]:
+    """The file's format and compression from its name ("" when prep reads no such file).
+
+    >>> table_format(Path("a.csv.gz")), table_format(Path("b.parquet")), table_format(Path("c"))
+    (('csv', 'gzip'), ('parquet', None), ('', None))
+    """
+    name = path.name.lower()
+    codec = next((c for s, c in COMPRESSED.items() if name.endswith(s)), None)
+    if codec is not None:
+        name = name.rsplit(".", 1)[0]
+    fmt = FORMATS.get(Path(name).suffix, "")
+    return ("", None) if fmt == "parquet" and codec else (fmt, codec)
+
+
+def _is_table(name: str) -> bool:
+    return bool(table_format(Path(name))[0])
+
+
+def _listed(src: str, many: bool) -> tuple[list[tuple[str, Path]], list[dict[str, Any]]]:
+    """One SRC's table files as (rel, path), and rejects; `many`: one of several SRC paths
+    (a file is then named as given, else by its name)."""
     root = Path(src)
     if root.is_dir():
-        found, rejects = walk(root, frozenset(FORMATS))
-    elif glob.has_magic(src):
-        paths = sorted(Path(p) for p in glob.glob(src, recursive=True))
+        return walk(root, _is_table)
+    if glob.has_magic(src) and not root.exists():
         found, rejects = [], []
-        for p in paths:
-            if p.suffix.lower() in FORMATS:
+        for p in sorted(Path(p) for p in glob.glob(src, recursive=True)):
+            if _is_table(p.name):
                 problem = check_file(p, str(p))
                 (rejects.append(problem) if problem else found.append((str(p), p)))
-    elif root.suffix.lower() in FORMATS:
-        problem = check_file(root, root.name)
-        found, rejects = ([], [problem]) if problem else ([(root.name, root)], [])
-    else:
-        raise PrepError(
-            f"{src} is not a folder, a glob or a .csv/.tsv/.jsonl/.parquet file. HINT: quote a "
-            "glob so that prep expands it: 'data/*.csv'"
-        )
-    kept = []
+        return found, rejects
+    if _is_table(root.name):
+        rel = src if many else root.name
+        problem = check_file(root, rel)
+        return ([], [problem]) if problem else ([(rel, root)], [])
+    raise PrepError(
+        f"{src} is not a folder, a glob or a .csv/.tsv/.jsonl(.gz)/.parquet file. HINT: name "
+        "table files, folders of them, or a quoted glob 'data/*.csv'"
+    )
+
+
+def sources_of(src: str | list[str] | None) -> list[str]:
+    """SRC as a list: one path or glob, or several (a shell's expansion of data/*.csv)."""
+    return [src] if isinstance(src, str) else list(src or [])
+
+
+def list_tables(
+    src: str | list[str],
+) -> tuple[list[tuple[str, Path]], list[dict[str, Any]]]:
+    """The table files of `src` (files, folders, or quoted globs such as 'data/*.csv'), as
+    (rel, path) in SRC order (each folder or glob sorted), and rejects for those that cannot
+    be read or are empty. A file named twice is read once."""
+    paths = sources_of(src)
+    found: list[tuple[str, Path]] = []
+    rejects: list[dict[str, Any]] = []
+    for one in paths:
+        listed, refused = _listed(one, len(paths) > 1)
+        found += listed
+        rejects += refused
+    kept, seen = [], set()
     for rel, path in found:
+        if path.resolve() in seen:
+            continue
+        seen.add(path.resolve())
         if path.stat().st_size == 0:
             rejects.append(reject_record(rel, "empty", "the file is empty (0 bytes)"))
         else:
             kept.append((rel, path))
     return kept, rejects
+
+
+def decompressed(rel: str, path: Path, folder: Path, index: int) -> Path:
+    """A compressed table as a plain file in `folder` (the run folder), streamed in bounded
+    memory; a plain one as it is."""
+    fmt, codec = table_format(path)
+    if codec is None:
+        return path
+    plain = folder / f"{index:05d}.{fmt}"
+    try:
+        with pa.input_stream(str(path), compression=codec) as f, open(plain, "wb") as out:
+            while chunk := f.read(BLOCK_BYTES):
+                out.write(chunk)
+    except (pa.ArrowException, OSError) as e:
+        raise PrepError(f"{rel}: cannot decompress it ({e}). HINT: check the file") from e
+    return plain
 
 
 def _cuts(path: Path, size: int, quoted: bool) -> Iterator[tuple[int, int]]:
@@ -99,7 +160,7 @@ def _cuts(path: Path, size: int, quoted: bool) -> Iterator[tuple[int, int]]:
 
 def blocks(rel: str, path: Path, block_bytes: int = BLOCK_BYTES) -> Iterator[Block]:
     """The file's blocks in order, without their row counts (the scan fills them in)."""
-    fmt = FORMATS[path.suffix.lower()]
+    fmt = table_format(path)[0]
     if fmt == "parquet":
         import pyarrow.parquet as pq
 
@@ -129,10 +190,12 @@ def read_block(
     na_values: list[str],
     rejects: list[dict[str, Any]],
     types: dict[str, pa.DataType] | None = None,
+    delimiter: str | None = None,
 ) -> pa.Table:
     """The block's rows; rows with too many or too few fields are skipped and recorded in
-    `rejects`. CSV columns get `types` where given, else pyarrow's inference (text that is not
-    UTF-8 comes back as binary: the caller names its row)."""
+    `rejects`, each with its `row` in the block (from 1: the caller makes it the file's).
+    CSV columns get `types` where given, else pyarrow's inference (text that is not UTF-8
+    comes back as binary: the caller names its row). `delimiter`: default , (CSV) or tab."""
     path = Path(block.path)
     if block.fmt == "parquet":
         import pyarrow.parquet as pq
@@ -147,7 +210,8 @@ def read_block(
             import pyarrow.json as pj
 
             return pj.read_json(io.BytesIO(data))
-        return _read_csv(head, data, block, na_values, rejects, types or {})
+        sep = delimiter or ("\t" if block.fmt == "tsv" else ",")
+        return _read_csv(head, data, block, (na_values, sep), rejects, types or {})
     except pa.ArrowInvalid as e:
         raise PrepError(
             f"{block.rel}: cannot parse the rows from row {block.first_row} on ({e}). "
@@ -159,31 +223,34 @@ def _read_csv(
     head: bytes,
     data: bytes,
     block: Block,
-    na_values: list[str],
+    how: tuple[list[str], str],
     rejects: list[dict[str, Any]],
     types: dict[str, pa.DataType],
 ) -> pa.Table:
+    """`how`: the --na-values and the delimiter."""
     import pyarrow.csv as pcsv
+
+    na_values, sep = how
 
     try:
         line = head.decode("utf-8").rstrip("\r\n")
     except UnicodeDecodeError as e:
         raise PrepError(f"{block.rel}: row 0 (the header) is not UTF-8. {HINT_ENCODING}") from e
-    names = next(csv.reader([line], delimiter="\t" if block.fmt == "tsv" else ","), [])
+    names = next(csv.reader([line], delimiter=sep), [])
 
     def bad_row(row: Any) -> str:
-        rejects.append(
-            reject_record(
-                block.rel,
-                "fields",
-                f"a row has {row.actual_columns} fields, the header {row.expected_columns}: "
-                f"{row.text[:80]!r}",
-            )
+        found = reject_record(
+            block.rel,
+            "fields",
+            f"the row has {row.actual_columns} fields, the header {row.expected_columns}: "
+            f"{row.text[:80]!r}",
         )
+        fields = [row.actual_columns, row.expected_columns]  # the scan's check, not stored
+        rejects.append(found | {"row": row.number, "fields": fields})
         return "skip"
 
     parse = pcsv.ParseOptions(
-        delimiter="\t" if block.fmt == "tsv" else ",",
+        delimiter=sep,
         newlines_in_values=b'"' in data,  # only quoted cells hold newlines (parses 1.5x faster)
         invalid_row_handler=bad_row,
     )

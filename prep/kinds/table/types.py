@@ -9,7 +9,10 @@ its blocks combine (int and float give float, any other mix gives string). Then:
 - a numeric column with missing values: float32 (or float16), missing as NaN;
 - time (dates, timestamps): int64 ns since the epoch, missing as INT64_MIN (NaT);
 - string or --categorical: codes in the narrowest unsigned type, 0 missing, 1 unseen (in train),
-  2.. the sorted train vocabulary.
+  2.. the sorted train vocabulary;
+- a text or --categorical target: class ids 0..K-1 of the sorted values of every row (train and
+  val: a class only val holds is still a class), `first_code` 0 in the manifest; a row with a
+  missing target is a reject (prep.kinds.table.scan).
 """
 
 from __future__ import annotations
@@ -49,19 +52,26 @@ def int_dtype(lo: int, hi: int) -> str:
     raise PrepError(f"integers {lo}..{hi} do not fit int64")
 
 
-def code_dtype(vocab_size: int, column: str = "") -> str:
-    """Codes 0 (missing), 1 (unseen) and 2..vocab_size+1: the narrowest unsigned dtype.
+def code_dtype(vocab_size: int, column: str = "", first: int = FIRST_CODE) -> str:
+    """Codes 0 (missing), 1 (unseen) and 2..vocab_size+1 (class ids 0..vocab_size-1 when
+    `first` is 0): the narrowest unsigned dtype.
 
-    >>> code_dtype(254), code_dtype(255)
-    ('uint8', 'uint16')
+    >>> code_dtype(254), code_dtype(255), code_dtype(256, first=0)
+    ('uint8', 'uint16', 'uint8')
     """
-    top = vocab_size + FIRST_CODE - 1
+    top = max(vocab_size + first - 1, 0)
     if top >= MAX_CODES:
         raise PrepError(
             f"column {column}: {vocab_size:,} distinct values do not fit uint32 codes (2^32 - 2 "
             "at most). HINT: --drop the column, or hash it into fewer values before packing"
         )
     return smallest_uint(top)
+
+
+def first_of(col: dict[str, Any]) -> int:
+    """The code of a coded column's first value: 0 for a target's class ids, else FIRST_CODE
+    (datasets packed before class ids have no first_code: their targets start at 2 too)."""
+    return int(col.get("first_code", FIRST_CODE))
 
 
 def float_dtype(float16: bool, amax: float) -> str:
@@ -182,6 +192,7 @@ class Column:
     std: float | None = None
     vocab: list[str] | None = None
     counts: list[int] | None = None
+    first_code: int | None = None  # a coded target's: 0 (class ids); others FIRST_CODE
 
     @property
     def coded(self) -> bool:
@@ -202,7 +213,8 @@ def decide(name: str, role: str, coded: bool, st: Stats, float16: bool) -> Colum
         if not coded:
             _check_text(col, st)
         col.vocab, col.counts = st.vocab()
-        col.dtype = code_dtype(len(col.vocab), name)
+        col.first_code = 0 if role == "target" else None
+        col.dtype = code_dtype(len(col.vocab), name, FIRST_CODE if role != "target" else 0)
         return col
     if np.isfinite(st.lo):
         col.lo, col.hi = float(st.lo), float(st.hi)
