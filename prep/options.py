@@ -30,18 +30,42 @@ def int_list(text: str | None) -> list[int] | None:
         raise typer.BadParameter(f"{text!r} is not a list of sizes, e.g. 128,256") from None
 
 
+def shown_default(f: dataclasses.Field[Any], given: Any) -> str:
+    """The default --help shows for a field: the command's own (`given`), else the dataclass
+    default, as it is typed (256,512; a flag's side, e.g. rgb of --gray/--rgb); "": none."""
+    value = given if given is not None else f.default
+    if value is dataclasses.MISSING and f.default_factory is not dataclasses.MISSING:
+        value = f.default_factory()
+    if value is None or value is dataclasses.MISSING:
+        return ""
+    if isinstance(value, bool):
+        pair = next((x for x in f.metadata.get("flags") or () if "/" in x), None)
+        if pair is not None:
+            return pair.split("/")[0 if value else 1].lstrip("-")
+        return "on" if value else "off"
+    if isinstance(value, list):
+        return ",".join(map(str, value))
+    return str(value)
+
+
 def _parameter(f: dataclasses.Field[Any], hint: Any, default: Any) -> inspect.Parameter:
-    """One dataclass field as a Typer parameter (None default: not given)."""
+    """One dataclass field as a Typer parameter (None default: not given, the config file's
+    or the dataclass default applies; --help shows the latter)."""
     args = get_args(hint)
     base = next(a for a in args if a is not type(None)) if type(None) in args else hint  # X | None
     help_text = f.metadata.get("help", "")
     if f.name in ARGUMENTS:
         info: Any = typer.Argument(help=help_text, show_default=False)
-        base = Path
+        # str | list[str]: SRC takes several paths (a shell's expansion of data/*.csv)
+        base = list[Path] if any(get_origin(a) is list for a in args) else Path
     else:
         flags = f.metadata.get("flags") or ()
         if get_origin(base) is list:  # list[int]: "128,256"
             base = str
+        shown = shown_default(f, default)
+        # In the help text, not show_default= (Typer shows a given text as "[default: (x)]");
+        # no brackets: Rich would read them as markup.
+        help_text += f" (default: {shown})" if shown else ""
         info = typer.Option(*flags, help=help_text, show_default=False)
     kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
     return inspect.Parameter(
@@ -68,6 +92,13 @@ ProfileOpt = Annotated[
 EXTRA = {"config": (ConfigOpt, None), "quiet": (QuietOpt, False), "profile": (ProfileOpt, False)}
 
 
+def _text(value: Any) -> Any:
+    """Paths as the strings the config holds (a list of them too)."""
+    if isinstance(value, list):
+        return [_text(v) for v in value] or None
+    return str(value) if isinstance(value, Path) else value
+
+
 def command(
     cls: type[RunConfig],
     run: Callable[[Any, bool, bool], None],
@@ -78,7 +109,7 @@ def command(
 
     def body(**values: Any) -> None:
         config, quiet, profile = (values.pop(k) for k in EXTRA)
-        given = {k: str(v) if isinstance(v, Path) else v for k, v in values.items()}
+        given = {k: _text(v) for k, v in values.items()}
         if isinstance(given.get("sizes"), str):
             given["sizes"] = int_list(given["sizes"])
         run(load_config(cls, cls.SECTION, config, given), quiet, profile)

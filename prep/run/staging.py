@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -107,10 +108,15 @@ def prepare_staging(out: Path, plan: dict[str, Any], overwrite: bool, resume: bo
                     )
                 cleanup_temps(staging)  # left by the killed run
                 return staging
-            if not (resume or overwrite):
+            if not (resume or overwrite) and not _nothing_finished(staging):
                 raise PrepError(
-                    f"{staging} holds an unfinished run. HINT: --resume to finish it, "
-                    "--overwrite to start again"
+                    f"{staging} holds an unfinished run with finished shards. HINT: --resume "
+                    "to finish it, --overwrite to start again"
+                )
+            if not (resume or overwrite):  # a failed run that kept nothing: nothing to lose
+                print(
+                    f"note: {staging} held a run that finished no shard: starting again",
+                    file=sys.stderr,
                 )
             if not (staging / RUN_DIR).is_dir() and not (staging / MANIFEST).is_file():
                 raise PrepError(
@@ -122,6 +128,12 @@ def prepare_staging(out: Path, plan: dict[str, Any], overwrite: bool, resume: bo
     except OSError as e:
         raise write_error(e, str(staging)) from e
     return staging
+
+
+def _nothing_finished(staging: Path) -> bool:
+    """Whether `staging` is a prep run folder that holds no finished shard's record."""
+    run = staging / RUN_DIR
+    return run.is_dir() and not any(p.name[0].isdigit() for p in run.glob("*.json"))
 
 
 def cleanup_temps(staging: Path) -> None:

@@ -1,0 +1,67 @@
+"""What a newcomer meets around every writing command (issue 24): defaults in --help, a failed
+run's folder that holds nothing worth keeping, text files of any extension."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from prep.cli import app
+
+
+def _run(*args: str) -> Any:
+    return CliRunner().invoke(app, list(args))
+
+
+def _flat(text: str) -> str:
+    """Help text without Rich's boxes and line breaks."""
+    return re.sub(r"[\s│╭╮╰╯─]+", " ", text)
+
+
+@pytest.mark.parametrize(
+    ("command", "shown"),
+    [
+        ("pack", ["(default: 256)", "(default: fill)", "(default: raw)", "(default: rgb)"]),
+        ("grayscale", ["(default: gray)"]),
+        ("tokenize", ["(default: bytes)", "(default: 8192)", "(default: 0.01)"]),
+        ("volumes", ["(default: 0.01)"]),
+        ("table", ["(default: 524288)", "(default: 0.0)", "(default: off)"]),
+    ],
+)
+def test_help_shows_the_defaults(command: str, shown: list[str]) -> None:
+    r = _run(command, "--help")
+    assert r.exit_code == 0
+    text = _flat(r.output)
+    for s in shown:
+        assert s in text, (command, s)
+    assert "(default: auto)" in text and "[default: (" not in text
+
+
+def _csv(path: Path, bad_rows: int = 0) -> Path:
+    rows = [f"{i},{i % 3}" for i in range(40)] + ["1,2,3"] * bad_rows
+    path.write_text("a,label\n" + "\n".join(rows) + "\n")
+    return path
+
+
+def test_a_failed_run_that_finished_no_shard_starts_again(tmp_path: Path) -> None:
+    src, out = _csv(tmp_path / "t.csv"), tmp_path / "o"
+    typo = _run("table", str(src), str(out), "--target", "Label", "-q")
+    assert typo.exit_code == 1 and (tmp_path / "o.partial").is_dir()
+    fixed = _run("table", str(src), str(out), "--target", "label", "-q")
+    assert fixed.exit_code == 0, fixed.output
+    assert "finished no shard: starting again" in fixed.output
+    assert (out / "manifest.json").is_file() and not (tmp_path / "o.partial").exists()
+
+
+def test_a_failed_run_with_finished_shards_asks(tmp_path: Path) -> None:
+    src, out = _csv(tmp_path / "t.csv", bad_rows=1), tmp_path / "o"
+    failed = _run("table", str(src), str(out), "--max-rejects", "0", "-q")
+    assert failed.exit_code == 1 and "rejected" in failed.output
+    again = _run("table", str(src), str(out), "-q")
+    assert again.exit_code == 1
+    assert "holds an unfinished run" in again.output and "--resume" in again.output
+    assert "--overwrite" in again.output
