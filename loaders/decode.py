@@ -46,15 +46,22 @@ class Places(Sequence[str]):
     """Where each sample of a batch is, for errors: "FILE (shard S, sample K)", made only when
     one is asked for (a string a sample would cost more than checking its checksum)."""
 
-    def __init__(self, files: dict[int, object], shard: np.ndarray, local: np.ndarray):
-        self.files, self.shard, self.local = files, shard, local
+    def __init__(
+        self,
+        files: dict[int, object],
+        shard: np.ndarray,
+        local: np.ndarray,
+        source: Callable[[int, int], str | None] | None = None,  # ShardStore.source
+    ):
+        self.files, self.shard, self.local, self.source = files, shard, local, source
 
     def __len__(self) -> int:
         return len(self.local)
 
     def __getitem__(self, j: int) -> str:  # type: ignore[override]
-        s = int(self.shard[j])
-        return f"{self.files[s]} (shard {s}, sample {int(self.local[j])})"
+        s, k = int(self.shard[j]), int(self.local[j])
+        src = self.source(s, k) if self.source is not None else None
+        return f"{self.files[s]} (shard {s}, sample {k}){f', packed from {src}' if src else ''}"
 
 
 @dataclass

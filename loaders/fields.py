@@ -107,6 +107,9 @@ FIELDS: dict[str, Field] = {
         # bit rot is a FormatError rather than a picture with a smear.
         Field("crc", True, lambda s, c: (), ("uint32",), "int64"),
         Field("label", False, lambda s, c: (), UNSIGNED, "int64"),
+        # The input a sample (an image, a document) came from: its path relative to SRC, as
+        # UTF-8 bytes (encode_source / decode_source); read by the datasets' source(i).
+        Field("source", False, lambda s, c: (), ("uint8",), "uint8", ("ragged",)),
         # The sample's dataset index, which per-sample augmentation draws from (transforms).
         Field("index", False, lambda s, c: (), ("int64",), "int64", codecs=()),
         # uint32: source sides above 65535 px exist (panoramas, slides).
@@ -135,3 +138,18 @@ FIELDS: dict[str, Field] = {
         Field("missing", True, lambda s, c: (), ("uint8",), "bool"),
     )
 }
+
+
+def encode_source(path: str) -> np.ndarray:
+    """A source path as stored: its UTF-8 bytes, uint8 (n,) (surrogates from undecodable file
+    names kept as their bytes).
+
+    >>> decode_source(encode_source("cat/001.jpg"))
+    'cat/001.jpg'
+    """
+    return np.frombuffer(path.encode("utf-8", "surrogateescape"), dtype=np.uint8)
+
+
+def decode_source(data: np.ndarray) -> str:
+    """A stored source path back as text (bytes that are not UTF-8 shown as U+FFFD)."""
+    return np.asarray(data, dtype=np.uint8).tobytes().decode("utf-8", "replace")

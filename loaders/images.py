@@ -288,6 +288,10 @@ class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
     def __getitem__(self, index: int) -> tuple[torch.Tensor, ...]:
         return self.__getitems__([index])[0]
 
+    def source(self, index: int) -> str | None:
+        """Sample `index`'s input file, relative to SRC (None: packed before prep stored it)."""
+        return self.store.source(*(int(a[0]) for a in self._locate([index])))  # shard, sample
+
     def __repr__(self) -> str:
         return (
             f"ImageShardDataset({str(self.store.root)!r}, size={self.size}, fields={self.fields}, "

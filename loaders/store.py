@@ -21,8 +21,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from loaders.fields import decode_source
 from loaders.format import (
     MANIFEST,
+    OFFSETS,
     FormatError,
     Manifest,
     check_array,
@@ -200,6 +202,14 @@ class ShardStore:
                     self._maps.pop(oldest, None)
         self._maps[key] = arr  # now the most recently used
         return arr
+
+    def source(self, shard: int, k: int) -> str | None:
+        """The input file of sample `k` of shard `shard` as the dataset stores it (field
+        "source": a path relative to the packed SRC); None for a dataset packed without."""
+        if "source" not in self.manifest.arrays:
+            return None
+        data, off = self.array(shard, "source"), self.array(shard, "source" + OFFSETS)
+        return decode_source(data[off[k] : off[k + 1]])
 
     def _layout(self, shard: int, name: str) -> tuple[Path, Layout]:
         """The array's local file and where it lies in it, checked against the manifest the

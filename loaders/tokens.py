@@ -198,6 +198,14 @@ class DocumentDataset(_TokenSplit, Dataset[Any]):
         base = int(self._token_starts[k])
         return base + int(offsets[local]), base + int(offsets[local + 1])
 
+    def source(self, index: int) -> str | None:
+        """The file document `index` came from, relative to SRC (None: a dataset tokenized
+        before prep stored sources)."""
+        self.store.check()
+        i = int(check_indices([index], len(self))[0])
+        k = int(np.searchsorted(self._doc_starts, i, side="right")) - 1
+        return self.store.source(self._shards[k], i - int(self._doc_starts[k]))
+
     # Any: a tensor, or (tensor, index) with index=True; either form type-checks at the caller.
     def __getitem__(self, index: int) -> Any:
         start, end = self.span(index)

@@ -120,6 +120,8 @@ def _ragged_problems(
     if off[-1] != length:  # the data's length, checked against its file already
         return [f"{path}: the offsets of {name} end at {off[-1]}, not at its data's end"]
     hw_name = array_name("hw", spec.size)
+    if spec.size is None:  # a size-free field (source paths): bytes of any length
+        return []
     if hw_name not in arrays:
         return (
             [f"array {name} is ragged raw, which needs {hw_name}"] if spec.codec == "ragged" else []

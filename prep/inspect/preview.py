@@ -1,8 +1,10 @@
 """prep preview: a contact sheet of packed samples, to see a wrong rotation, a bad crop or a
 misaligned mask at a glance. Numpy and Pillow only: samples are read from the shards' memory maps.
 
-Sheet layout: a header line, then tiles in row-major order, each `tile` px square (the stored
-pixels, not rescaled) with a caption strip under it ("index class"), GAP px between tiles.
+Sheet layout: a header line, then tiles in row-major order, each `tile` px square with a caption
+strip under it ("index class", then the source file when the dataset stores it), GAP px between
+tiles. A sample is shown as stored: no rescaling, no crop; a `--mode keep` sample smaller than
+its tile sits in its centre on the sheet's colour.
 """
 
 from __future__ import annotations
@@ -15,14 +17,16 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from loaders.fields import FIELDS
-from loaders.format import Manifest, array_name, open_array, read_manifest
+from loaders.fields import FIELDS, decode_source
+from loaders.format import Manifest, array_name, read_manifest
 from prep import PrepError
+from prep.inspect.stored import first_samples, open_images
 
 GAP = 4
 MASK_ALPHA = 0.45  # mask colour weight where the class id is not 0
 SHEET_BG = (24, 24, 24)
 TEXT = (235, 235, 235)
+BLANK_SHARE = 0.99  # a sample with more of its pixels in one colour looks blank
 # Class id k > 0 is drawn in PALETTE[(k - 1) % len(PALETTE)]; id 0 (background) is left as is.
 PALETTE = np.array(
     [
@@ -70,13 +74,20 @@ class PreviewResult:
     size: int
     masks: bool
     layout: SheetLayout
+    blank: int = 0  # samples more than BLANK_SHARE one colour
 
     def line(self) -> str:
         w, h = self.layout.size
         overlay = ", masks overlaid" if self.masks else ""
+        blank = (
+            f"; {self.blank} of {self.tiles} look blank (over {BLANK_SHARE:.0%} one colour). "
+            "HINT: transparent PNGs? repack with --background R,G,B"
+            if self.blank
+            else ""
+        )
         return (
             f"{self.output}: {self.tiles} samples at {self.size} px, "
-            f"{self.layout.columns}x{self.layout.rows} tiles, {w}x{h} px{overlay}"
+            f"{self.layout.columns}x{self.layout.rows} tiles, {w}x{h} px{overlay}{blank}"
         )
 
 
@@ -92,22 +103,62 @@ def overlay(image: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
     return out.astype(np.uint8)
 
 
+def one_colour_share(image: np.ndarray) -> float:
+    """The share of an (H, W, C) uint8 image's pixels in its most common colour.
+
+    >>> one_colour_share(np.zeros((4, 5, 3), np.uint8))
+    1.0
+    """
+    flat = image.reshape(-1, image.shape[-1]).astype(np.uint32)
+    if not len(flat):
+        return 0.0
+    keys = flat[:, 0] if flat.shape[1] == 1 else (flat[:, 0] << 16) | (flat[:, 1] << 8) | flat[:, 2]
+    return float(np.unique(keys, return_counts=True)[1].max() / len(keys))
+
+
+def in_tile(rgb: np.ndarray, side: int) -> np.ndarray:
+    """An (h, w, 3) sample centred in a (side, side, 3) tile of SHEET_BG, never enlarged; one
+    larger than the tile is shrunk to fit it."""
+    h, w = rgb.shape[:2]
+    if max(h, w) > side:
+        k = side / max(h, w)
+        h, w = max(1, round(h * k)), max(1, round(w * k))
+        rgb = np.asarray(Image.fromarray(rgb, "RGB").resize((w, h), Image.Resampling.BOX))
+    tile = np.empty((side, side, 3), np.uint8)
+    tile[:] = SHEET_BG
+    top, left = (side - h) // 2, (side - w) // 2
+    tile[top : top + h, left : left + w] = rgb
+    return tile
+
+
+def _fit_text(text: str, font: ImageFont.ImageFont | ImageFont.FreeTypeFont, width: int) -> str:
+    """`text`, its start cut ("...tail") until it is at most `width` px wide: a path's file name
+    is what tells samples apart."""
+    if font.getlength(text) <= width:
+        return text
+    while len(text) > 1 and font.getlength("..." + text) > width:
+        text = text[1:]
+    return "..." + text
+
+
 def contact_sheet(
     tiles: Sequence[np.ndarray], captions: Sequence[str], title: str, columns: int | None = None
 ) -> tuple[Image.Image, SheetLayout]:
-    """Tiles (each (S, S, 3) uint8) on one sheet, captioned, in row-major order."""
+    """Tiles (each (S, S, 3) uint8) on one sheet, captioned, in row-major order; a caption's
+    lines ("\\n") are each cut to the tile's width."""
     if not tiles:
         raise ValueError("no tiles")
     font = ImageFont.load_default()
     _, top, _, bottom = font.getbbox("0123456789 Agjy")
     text_h = int(bottom - top)
+    lines = max(c.count("\n") + 1 for c in captions)
     cols = columns or math.ceil(math.sqrt(len(tiles)))
     layout = SheetLayout(
         tile=tiles[0].shape[0],
         columns=cols,
         rows=math.ceil(len(tiles) / cols),
         header=text_h + 2 * GAP,
-        caption=text_h + GAP,
+        caption=lines * (text_h + 1) + GAP,
     )
     sheet = Image.new("RGB", layout.size, SHEET_BG)
     draw = ImageDraw.Draw(sheet)
@@ -115,7 +166,9 @@ def contact_sheet(
     for i, (tile, caption) in enumerate(zip(tiles, captions, strict=True)):
         x, y = layout.origin(i)
         sheet.paste(Image.fromarray(tile, "RGB"), (x, y))
-        draw.text((x, y + layout.tile + 1), caption, fill=TEXT, font=font)
+        for k, line in enumerate(caption.split("\n")):
+            text = _fit_text(line, font, layout.tile)
+            draw.text((x, y + layout.tile + 1 + k * (text_h + 1)), text, fill=TEXT, font=font)
     return sheet, layout
 
 
@@ -124,24 +177,19 @@ def _array(field: str, size: int) -> str:
     return array_name(field, size if FIELDS[field].sized else None)
 
 
-def _first(root: Path, m: Manifest, name: str, count: int) -> np.ndarray:
-    """The first `count` samples of array `name`, concatenated across shards."""
-    spec = m.arrays[name]
-    if spec.ragged and spec.size is not None:  # jpeg or --mode keep: decoded, centre-cropped
-        from loaders import CenterCrop, ImageShardDataset
-
-        crop = CenterCrop(spec.size, ratio=1.0)
-        ds = ImageShardDataset(root, spec.size, (spec.field,), crop=crop, threads=1)
-        out = ds.__getitems__(list(range(count))).tensors[0]
-        return (out.permute(0, 2, 3, 1) if out.ndim == 4 else out).numpy()
-    parts, left = [], count
-    for shard in m.shards:
-        if left <= 0:
-            break
-        arr = open_array(root, shard.arrays[name], m.arrays[name], name)
-        parts.append(np.asarray(arr[:left]))
-        left -= len(parts[-1])
-    return np.concatenate(parts)
+def _captions(
+    m: Manifest, count: int, labels: list[np.ndarray] | None, sources: list[str] | None
+) -> list[str]:
+    """ "index class" (or "index label N", or "index"), then the source file on a line of its
+    own when the dataset stores it."""
+    out = []
+    for i in range(count):
+        text = str(i)
+        if labels is not None:
+            label = int(labels[i])
+            text += f" {m.classes[label]}" if m.classes else f" label {label}"
+        out.append(text if sources is None else f"{text}\n{sources[i]}")
+    return out
 
 
 def preview(
@@ -159,42 +207,31 @@ def preview(
         from prep.kinds.volumes.preview import preview_volumes
 
         return preview_volumes(root, count, output, columns, masks)
-    m, size = image_dataset(root, size, "preview shows")
     if count < 1 or (columns is not None and columns < 1):
         raise PrepError("--count and --columns must be at least 1")
+    store, size = open_images(root, size, "preview shows")
+    m = store.manifest
     count = min(count, m.num_samples)
     if count == 0:
         raise PrepError(f"{root} holds no samples")
-    images = _first(root, m, _array("image", size), count)
+    images = first_samples(store, _array("image", size), count, size)
     mask_name, label_name = _array("mask", size), _array("label", size)
     has_masks = masks and mask_name in m.arrays
-    mask_arr = _first(root, m, mask_name, count) if has_masks else None
-    labels = _first(root, m, label_name, count) if label_name in m.arrays else None
-    captions = []
-    for i in range(count):
-        if labels is None:
-            captions.append(str(i))
-        elif m.classes:
-            captions.append(f"{i} {m.classes[int(labels[i])]}")
-        else:
-            captions.append(f"{i} label {int(labels[i])}")
-    tiles = [overlay(images[i], None if mask_arr is None else mask_arr[i]) for i in range(count)]
+    mask_arr = first_samples(store, mask_name, count, size) if has_masks else None
+    labels = first_samples(store, label_name, count, size) if label_name in m.arrays else None
+    sources = None
+    if "source" in m.arrays:  # datasets packed before sources were stored have none
+        sources = [decode_source(b) for b in first_samples(store, "source", count, None)]
+    captions = _captions(m, count, labels, sources)
+    blank = sum(one_colour_share(img) > BLANK_SHARE for img in images)
+    tiles = [
+        in_tile(overlay(img, None if mask_arr is None else mask_arr[i]), size)
+        for i, img in enumerate(images)
+    ]
     title = f"{root.name}: samples 0-{count - 1} of {m.num_samples} at {size} px"
     sheet, layout = contact_sheet(tiles, captions, title, columns)
     save_image(sheet.save, output)
-    return PreviewResult(output, count, size, has_masks, layout)
-
-
-def image_dataset(root: Path, size: int | None, what: str) -> tuple[Manifest, int]:
-    """The manifest of an image dataset and the stored size to use (default: the smallest)."""
-    m = read_manifest(root)
-    if m.kind != "images":
-        raise PrepError(f"{root} holds {m.kind}; {what} image datasets")
-    sizes = m.sizes()
-    size = min(sizes) if size is None else size
-    if size not in sizes:
-        raise PrepError(f"{root} has no size {size}. HINT: --size one of {sizes}")
-    return m, size
+    return PreviewResult(output, count, size, has_masks, layout, blank)
 
 
 def save_image(save: Callable[[Path], object], path: Path) -> None:

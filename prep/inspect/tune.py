@@ -258,7 +258,7 @@ def tune(
     from torch.utils.data import Subset
 
     from loaders import CenterCrop, ImageShardDataset
-    from prep.inspect.preview import image_dataset
+    from prep.inspect.stored import image_dataset
     from prep.run.parallel import progress
 
     m, size = image_dataset(root, size, "tune times")

@@ -2,8 +2,9 @@
 
 Pixel policy (see README "Pixel policy"): decode by content, not by extension; EXIF orientation
 applied (malformed EXIF is ignored); first frame of animations; palette, CMYK and other modes to
-RGB (or L); 16-bit scaled to 8-bit (v >> 8); alpha composited on BACKGROUND; decompression bombs
-refused from the header, before decoding; truncated files rejected, never padded with grey.
+RGB (or L); 16-bit scaled to 8-bit (v >> 8); alpha composited on BACKGROUND (or --background);
+decompression bombs refused from the header, before decoding; truncated files rejected, never
+padded with grey.
 Every input that cannot be used raises `Reject` with one of the README's reject codes.
 """
 
@@ -124,15 +125,16 @@ def _to_8bit(im: Image.Image) -> Image.Image:
     return Image.fromarray(a8, "L")
 
 
-def _to_mode(im: Image.Image, gray: bool) -> Image.Image:
-    """Any Pillow mode to RGB (or L): see the module docstring for the policy."""
+def _to_mode(im: Image.Image, gray: bool, background: tuple[int, ...] = BACKGROUND) -> Image.Image:
+    """Any Pillow mode to RGB (or L): see the module docstring for the policy; alpha is
+    composited on `background` (R, G, B)."""
     target = "L" if gray else "RGB"
     if im.mode in _HIGH_BIT_DEPTH or im.mode.startswith("I;16"):
         im = _to_8bit(im)
     # Alpha, and a transparent colour or palette entry ("transparency": P, L, RGB, 1).
     if "A" in im.mode or "a" in im.mode or "transparency" in im.info:
         rgba = im.convert("RGBA")
-        bg = Image.new("RGBA", rgba.size, (*BACKGROUND, 255))
+        bg = Image.new("RGBA", rgba.size, (*background[:3], 255))
         im = Image.alpha_composite(bg, rgba).convert("RGB")
     if im.mode not in ("L", "RGB"):  # P, 1, CMYK, YCbCr, LAB, HSV...: Pillow's RGB conversion
         im = im.convert("L" if im.mode == "1" else "RGB")
@@ -211,11 +213,13 @@ def decode_image(
     gray: bool = False,
     max_pixels: int = 100_000_000,
     mode: str = "fill",
+    background: tuple[int, ...] = BACKGROUND,
 ) -> tuple[np.ndarray, tuple[int, int]]:
     """Decode upright pixels: (H, W, 3) or, gray, (H, W) uint8, and the full-size upright (h, w).
 
     `hint` = (size, ...) lets a JPEG be decoded at a DCT-reduced scale (1/2, 1/4, 1/8) that still
     covers the largest requested `size` in `mode`: 4-8x less work on a phone photo.
+    Transparent pixels are composited on `background` (R, G, B).
     Raises Reject for an input that cannot be used."""
     # Pillow's warnings about a file ("Corrupt EXIF data", "Truncated File Read") are noise
     # here: the policy decides what they mean, and a worker would print each one.
@@ -242,7 +246,7 @@ def decode_image(
         _load(im)
         out = _transpose(im, orientation)
         try:
-            out = _to_mode(out, gray)
+            out = _to_mode(out, gray, background)
         except (ValueError, OSError) as e:  # a colour mode Pillow cannot convert
             raise Reject("unsupported", f"colour mode {out.mode}: {e}") from e
         return np.asarray(out), upright

@@ -18,11 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from loaders.fields import FIELDS
+from loaders.fields import FIELDS, encode_source
 from loaders.format import OFFSETS, ArrayRef, ArraySpec, Manifest, Shard, array_name
 from prep import PrepError
 from prep.config import PackConfig
-from prep.kinds.images.decode import BACKGROUND, decode_image, decode_mask, sizes_from
+from prep.kinds.images.decode import decode_image, decode_mask, sizes_from
 from prep.kinds.images.encode import RaggedWriter, stored, subsampling
 from prep.kinds.images.sources import Item, Listing, list_images
 from prep.run.driver import Inputs, Kind, RunSummary, run, shard_size
@@ -49,6 +49,7 @@ def array_specs(cfg: PackConfig, max_label: int | None, masks: bool) -> dict[str
     if max_label is not None:
         specs.append(FIELDS["label"].spec(None, max_value=max_label))
     specs.append(FIELDS["orig_size"].spec(None))
+    specs.append(FIELDS["source"].spec(None, codec="ragged"))  # the input's path, relative to SRC
     return {array_name(s.field, s.size): s for s in sorted(specs, key=_array_order)}
 
 
@@ -66,7 +67,8 @@ def _array_order(spec: ArraySpec) -> tuple[int, int]:
 def encode_item(item: Item, cfg: PackConfig, specs: dict[str, ArraySpec]) -> dict[str, np.ndarray]:
     """One input -> one sample per array. Raises Reject for an input that cannot be used."""
     mode = cfg.mode
-    img, upright = decode_image(item.path, tuple(cfg.sizes), cfg.gray, cfg.max_pixels, mode)
+    bg = cfg.background_rgb()
+    img, upright = decode_image(item.path, tuple(cfg.sizes), cfg.gray, cfg.max_pixels, mode, bg)
     out: dict[str, np.ndarray] = {}
     for s, arr in sizes_from(img, upright, cfg.sizes, mode, cfg.pad_value).items():
         name = array_name("image", s)
@@ -96,6 +98,7 @@ def encode_item(item: Item, cfg: PackConfig, specs: dict[str, ArraySpec]) -> dic
     if "label" in specs:
         out["label"] = np.asarray(item.label, dtype=specs["label"].dtype)
     out["orig_size"] = np.asarray(upright, dtype=np.uint32)
+    out["source"] = encode_source(item.rel)
     return out
 
 
@@ -257,7 +260,7 @@ class ImagesKind(Kind[PackConfig, list[Item]]):
 
 
 def _extra(cfg: PackConfig) -> dict[str, Any]:
-    extra: dict[str, Any] = {"background": list(BACKGROUND)}
+    extra: dict[str, Any] = {"background": list(cfg.background_rgb())}
     if "jpeg" in cfg.codecs_by_size().values():
         extra["jpeg"] = {"quality": cfg.quality, "subsampling": subsampling(cfg.quality)}
     return extra

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from loaders.fields import encode_source
 from loaders.format import ArrayRef, Shard
 from prep import PrepError
 from prep.config import TokenizeConfig
@@ -23,7 +24,7 @@ from prep.run.staging import write_record
 from prep.run.tasks import shard_task
 
 SPLITS = ("train", "val")
-ARRAYS = ("tokens", "doc_offsets")
+ARRAYS = ("tokens", "doc_offsets", "source", "source-offsets")  # source: ragged, per document
 # One encode call per batch: big enough for tokenizers' own threads, small enough for memory.
 BATCH_BYTES = 4 << 20
 BATCH_DOCS = 4096
@@ -58,7 +59,11 @@ def is_val(text: str, val_fraction: float) -> bool:
 
 
 class SplitWriter:
-    """One split's shard of one task: tokens and doc_offsets (docs + 1 int64, from 0)."""
+    """One split's shard of one task: tokens, doc_offsets (docs + 1 int64, from 0), and each
+    document's source file (its path relative to SRC: UTF-8 bytes, with docs + 1 offsets).
+
+    Sources are held as runs (a file's documents are consecutive: a few tuples a shard) and
+    written last, in close(): the tokens' files are the only ones written while reading."""
 
     def __init__(self, staging: Path, split: str, index: int, dtype: str):
         self.staging = staging
@@ -67,22 +72,47 @@ class SplitWriter:
         self.split = split
         # Temp names are per process and host (as prep pack's): a worker that its killed parent
         # left running cannot rename the files of the --resume run redoing the same shard.
-        tmp = {name: temp_path(staging / f"{stem}.npy") for name, stem in stems.items()}
-        self.tokens = NpyWriter(tmp["tokens"], dtype, ())
-        self.offsets = NpyWriter(tmp["doc_offsets"], "int64", ())
+        self.tmp = {name: temp_path(staging / f"{stem}.npy") for name, stem in stems.items()}
+        self.tokens = NpyWriter(self.tmp["tokens"], dtype, ())
+        self.offsets = NpyWriter(self.tmp["doc_offsets"], "int64", ())
         self.offsets.extend(np.zeros(1, np.int64))
+        self.sources: list[NpyWriter] = []  # source and its offsets, made by close()
+        self.runs: list[tuple[str, int]] = []  # (file, documents in a row)
         self.total = 0
         self.docs = 0
 
-    def add(self, ids: np.ndarray, lengths: np.ndarray) -> None:
+    def add(self, ids: np.ndarray, lengths: np.ndarray, sources: list[str]) -> None:
+        """Documents: their tokens back to back, their lengths, the file each came from."""
         self.tokens.extend(ids)
         self.offsets.extend(self.total + np.cumsum(lengths, dtype=np.int64))
+        for name in sources:
+            if self.runs and self.runs[-1][0] == name:
+                self.runs[-1] = (name, self.runs[-1][1] + 1)
+            else:
+                self.runs.append((name, 1))
         self.total += len(ids)
         self.docs += len(lengths)
 
+    def _write_sources(self) -> None:
+        data = NpyWriter(self.tmp["source"], "uint8", ())
+        self.sources.append(data)
+        off = NpyWriter(self.tmp["source-offsets"], "int64", ())
+        self.sources.append(off)
+        off.extend(np.zeros(1, np.int64))
+        for name, n in self.runs:
+            path = encode_source(name)
+            for start in range(0, n, 1 << 16):  # bounded memory for a file of many lines
+                k = min(n - start, 1 << 16)
+                off.extend(data.length + len(path) * np.arange(1, k + 1, dtype=np.int64))
+                data.extend(np.tile(path, k))
+
+    @property
+    def _writers(self) -> list[NpyWriter]:
+        return [self.tokens, self.offsets, *self.sources]
+
     def abort(self) -> None:
-        self.tokens.abort()
-        self.offsets.abort()
+        for w in self._writers:
+            w.abort()
 
     def close(self) -> None:
         """Finish the temp files (header, fsync); a split with no documents keeps none."""
@@ -91,30 +121,36 @@ class SplitWriter:
             return
         self.tokens.close()
         self.offsets.close()
+        self._write_sources()
+        for w in self.sources:
+            w.close()
 
     def rename(self) -> Shard | None:
         """After close(): the files under their final names; None for a split with no
         documents in this task."""
         if self.docs == 0:
             return None
-        arrays, files = {}, {}
-        for name, w in (("tokens", self.tokens), ("doc_offsets", self.offsets)):
+        refs, files = {}, {}
+        for name, w in zip(ARRAYS, self._writers, strict=True):
             final = self.staging / self.final[name]
             files[final.name] = publish(w.path, final)
-            arrays[name] = ArrayRef(final.name, w.length)
+            refs[name] = ArrayRef(final.name, w.length)
+        arrays = {name: refs[name] for name in ("tokens", "doc_offsets")}
+        arrays["source"] = ArrayRef(
+            refs["source"].file, refs["source"].length, None, refs["source-offsets"]
+        )
         return Shard(self.docs, arrays, files, self.split)
 
 
 def _batches(reader: DocumentReader, pieces: list[Piece]) -> Iterator[tuple[list[str], list[str]]]:
-    """(texts, names of the files they came from), about BATCH_BYTES of text at a time."""
+    """(texts, the file each came from), about BATCH_BYTES of text at a time."""
     texts: list[str] = []
     names: list[str] = []
     size = 0
     for p in pieces:
         for text in reader.read(p):
             texts.append(text)
-            if not names or names[-1] != p.rel:
-                names.append(p.rel)
+            names.append(p.rel)
             size += len(text)
             if size >= BATCH_BYTES or len(texts) >= BATCH_DOCS:
                 yield texts, names
@@ -154,7 +190,8 @@ def tokenize_shard(
         writers = {s: SplitWriter(staging, s, index, dtype) for s in SPLITS}
     with writing(writers.values()):
         for texts, names in timed_iter("read", _batches(reader, pieces)):
-            where = ", ".join(names[:3]) + (" ..." if len(names) > 3 else "")
+            files = list(dict.fromkeys(names))  # each file once, in order
+            where = ", ".join(files[:3]) + (" ..." if len(files) > 3 else "")
             try:
                 with stage("tokenize"):
                     ids, lengths = tok.encode(texts)
@@ -167,10 +204,11 @@ def tokenize_shard(
             with stage("write"):
                 if val.any():
                     in_val = np.repeat(val, lengths)
-                    writers["val"].add(ids[in_val], lengths[val])
-                    writers["train"].add(ids[~in_val], lengths[~val])
+                    sources = np.asarray(names, dtype=object)
+                    writers["val"].add(ids[in_val], lengths[val], list(sources[val]))
+                    writers["train"].add(ids[~in_val], lengths[~val], list(sources[~val]))
                 else:
-                    writers["train"].add(ids, lengths)
+                    writers["train"].add(ids, lengths, names)
     shards = [w.rename() for w in writers.values()]
     done = [asdict(s) for s in shards if s is not None]
     record = {

@@ -223,6 +223,7 @@ class TextKind(Kind[TokenizeConfig, list[Piece]]):
         }
         arrays = {"tokens": FIELDS["tokens"].spec(None, max_value=max(self.tok.vocab_size - 1, 0))}
         arrays["doc_offsets"] = FIELDS["doc_offsets"].spec(None)
+        arrays["source"] = FIELDS["source"].spec(None, codec="ragged")  # each document's file
         return Manifest(kind="tokens", storage="npy", arrays=arrays, shards=parts, extra=extra)
 
     def tasks(self, manifest: Manifest) -> int:
