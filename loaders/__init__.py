@@ -17,6 +17,7 @@ _EXPORTS = {
     "VolumeDataset": "loaders.volumes",
     "PatchDataset": "loaders.volumes",
     "TableDataset": "loaders.tables",
+    "SampleDataset": "loaders.samples.dataset",
     "Normalize": "loaders.gpu",
     "make_loader": "loaders.loader",
     "ShardSampler": "loaders.samplers",

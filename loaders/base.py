@@ -1,0 +1,118 @@
+"""ShardedDataset: what every dataset over a packed folder shares: its shard store, the shard
+lookup of an index, the epoch (and size) that reach DataLoader workers, and pickling without
+what the manifest gives.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from functools import cached_property
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from loaders.loader import BufferPool, check_indices
+from loaders.memory import SharedArrays
+from loaders.store import DEFAULT_MAX_OPEN, ShardStore, pickled_state
+
+
+class ShardedDataset(Dataset[Any]):
+    """A packed dataset of kind `kind` at `root` (a folder or an fsspec URL: `cache_dir`,
+    `cache_limit` and `storage_options` are loaders.remote's). Subclasses read batches in
+    `__getitems__`; `__getitem__` is a batch of one.
+
+    Shard files are mapped lazily by `self.store`, never pickled: the object pickles to a few
+    hundred bytes for spawn workers. The size and epoch live in shared memory so that
+    `set_epoch` (and a subclass's size) reach persistent DataLoader workers."""
+
+    kind: ClassVar[str]
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        max_open: int = DEFAULT_MAX_OPEN,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | str | None = None,
+        storage_options: dict[str, Any] | None = None,
+    ):
+        self.store = ShardStore(
+            root,
+            self.kind,
+            max_open=max_open,
+            cache_dir=cache_dir,
+            cache_limit=cache_limit,
+            storage_options=storage_options,
+        )
+        self._now = torch.zeros(2, dtype=torch.int64).share_memory_()  # size, epoch
+        self._memory: dict[str, torch.Tensor] = {}  # in_memory's copy: name -> its bytes
+
+    @cached_property
+    def arrays(self) -> SharedArrays:  # the store's maps, or in_memory's copy of them
+        return SharedArrays(self.store, self._memory)
+
+    @property
+    def _starts(self) -> np.ndarray:  # shard s holds samples [_starts[s], _starts[s + 1])
+        return self.arrays._starts
+
+    @cached_property
+    def _buffers(self) -> BufferPool:
+        return BufferPool()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return pickled_state(self)
+
+    @property
+    def epoch(self) -> int:
+        return int(self._now[1])
+
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch random crops and transforms draw from (with their seed and the index)."""
+        if epoch < 0:
+            raise ValueError(f"epoch {epoch} must be non-negative")
+        self._now[1] = epoch
+
+    @property
+    def shard_sizes(self) -> list[int]:
+        """Samples per shard, in order (for shard-aware samplers)."""
+        return np.diff(self._starts).tolist()
+
+    def __len__(self) -> int:
+        return int(self._starts[-1])
+
+    def _locate(self, indices: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """Each index's shard, and its index in that shard."""
+        idx = check_indices(indices, len(self))
+        shard = np.searchsorted(self._starts, idx, side="right") - 1
+        return shard, idx - self._starts[shard]
+
+    def gather(
+        self, dst: np.ndarray, name: str, groups: list[tuple[int, np.ndarray]], local: np.ndarray
+    ) -> None:
+        """Samples `local` of array `name` into `dst`, one shard's map at a time."""
+        if len(groups) == 1:
+            arr = self.arrays.array(groups[0][0], name)
+            if dst.dtype == arr.dtype:
+                # The whole batch in one shard: one vectorised read, straight into the output.
+                # mode="clip": the indices are checked already, and the default ("raise")
+                # buffers the whole output before copying it into `dst`.
+                np.take(arr, local, axis=0, out=dst, mode="clip")
+                return
+        for s, pos in groups:
+            arr = self.arrays.array(s, name)
+            if dst[:1].nbytes > 4096:
+                # Big samples: copy each once into place (a gather per shard followed by a
+                # scatter would copy every pixel twice).
+                for j, k in zip(pos.tolist(), local[pos].tolist(), strict=True):
+                    dst[j] = arr[k]
+            else:
+                dst[pos] = arr[local[pos]]
+
+    def __getitem__(self, index: int) -> Any:
+        return self.__getitems__([index])[0]
+
+    def __getitems__(self, indices: Sequence[int]) -> Any:
+        raise NotImplementedError

@@ -1,0 +1,230 @@
+"""SampleDataset: a dataset packed by `prep.pack_samples`, read as a dict of fields a batch."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+import torch
+
+from loaders.base import ShardedDataset
+from loaders.crops import Crop, whole
+from loaders.decode import Pool, fill, jobs_for
+from loaders.format import array_name
+from loaders.loader import Batch, new_batch
+from loaders.memory import by_shard
+from loaders.samples.fields import RAGGED_POLICIES, SampleField
+from loaders.samples.image import Image, Mask, hw_name
+from loaders.samples.registry import fields_from
+from loaders.store import DEFAULT_MAX_OPEN
+
+
+class SampleBatch(Batch):
+    """A batch read at once: a dict of the fields (tensors, lists of str...). `collate_batch`
+    returns the dict; a plain DataLoader's default collate gets it as a sequence of dicts."""
+
+    def __init__(self, fields: dict[str, Any], n: int):
+        self.tensors = fields  # type: ignore[assignment]
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, j: int) -> dict[str, Any]:  # type: ignore[override]
+        return {k: v[j] for k, v in self.tensors.items()}  # type: ignore[attr-defined]
+
+
+class SampleDataset(ShardedDataset):
+    """Samples of a `prep.pack_samples` dataset as dicts of `fields` (default: every field).
+
+    Each field comes as its kind makes it (loaders.samples): fixed arrays stacked; ragged ones
+    by `ragged` (one policy, or a dict of field -> policy): "pad" (padded with zeros to the
+    batch's longest, with `NAME_len`), "list" (a tensor a sample) or "jagged" (a nested tensor);
+    text as a list of str, JSON as a list of objects, bytes as a list of bytes; labels int64;
+    images uint8 (B, C, H, W) at `size` (any of the dataset's sizes; `set_size` switches), with
+    `crop=` as ImageShardDataset has it (required for mode keep) and `decode="cuda"` for JPEG.
+    "index" gives each sample's dataset index. `in_memory=True` reads the fields into shared
+    memory once. `root` may be a URL (see ShardedDataset)."""
+
+    kind = "samples"
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        fields: Sequence[str] | None = None,
+        size: int | None = None,
+        *,
+        crop: Crop | None = None,
+        ragged: str | Mapping[str, str] = "pad",
+        decode: str = "cpu",
+        threads: int | None = None,
+        in_memory: bool = False,
+        max_open: int = DEFAULT_MAX_OPEN,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | str | None = None,
+        storage_options: dict[str, Any] | None = None,
+    ):
+        super().__init__(
+            root,
+            max_open=max_open,
+            cache_dir=cache_dir,
+            cache_limit=cache_limit,
+            storage_options=storage_options,
+        )
+        have = [*self.declared, "index"]
+        self.fields = tuple(self.declared if fields is None else fields)
+        missing = [f for f in self.fields if f not in have]
+        if missing or not self.fields:
+            raise ValueError(f"{self.store.root} has no field {missing}; it has {have}")
+        policies = {f: ragged for f in self.fields} if isinstance(ragged, str) else dict(ragged)
+        bad = {f: p for f, p in policies.items() if p not in RAGGED_POLICIES or f not in have}
+        if bad:
+            raise ValueError(f"ragged={bad}: each a field of {have} -> one of {RAGGED_POLICIES}")
+        if decode not in ("cpu", "cuda"):
+            raise ValueError(f"decode={decode!r} is not 'cpu' or 'cuda'")
+        self.policies, self.crop, self.decode, self._threads = policies, crop, decode, threads
+        images = [f for f in self.fields if isinstance(self.declared.get(f), (Image, Mask))]
+        if images:
+            if size is None and len(self.sizes) != 1:
+                raise ValueError(f"{self.store.root} has sizes {self.sizes}: pass size=")
+            self.set_size(self.sizes[0] if size is None else size)
+        if in_memory:
+            stored = [a for f in self.fields if f != "index" for a in self._arrays_of(f)]
+            self.arrays.load(set(stored))
+
+    # -- what the manifest says: recomputed after unpickling, never pickled ------------------
+
+    @cached_property
+    def declared(self) -> dict[str, SampleField]:
+        """Every field of the dataset, as its manifest describes it."""
+        return fields_from(self.store.manifest.extra.get("fields"), self.store.root)
+
+    @cached_property
+    def sizes(self) -> list[int]:
+        return self.store.manifest.sizes()
+
+    @cached_property
+    def _pool(self) -> Pool:
+        return Pool(self._threads or min(4, len(os.sched_getaffinity(0))))
+
+    def _arrays_of(self, field: str) -> list[str]:
+        names = [array_name(s.field, s.size) for s in self.declared[field].arrays(field)]
+        if isinstance(self.declared[field], Mask):  # its image's stored shapes
+            names += [hw_name(self.declared[field].image, s) for s in self.sizes]  # type: ignore[attr-defined]
+        return [n for n in names if n in self.store.manifest.arrays]
+
+    # -- size ----------------------------------------------------------------------------------
+
+    @property
+    def size(self) -> int | None:
+        return int(self._now[0]) if self.sizes else None
+
+    def set_size(self, size: int) -> None:
+        """Switch every image and mask field to `size` px (progressive resizing)."""
+        if size not in self.sizes:
+            raise ValueError(f"{self.store.root} has no size {size}; it has {self.sizes}")
+        keep = [f for f, d in self.declared.items() if isinstance(d, Image) and d.mode == "keep"]
+        if self.crop is None and any(f in self.fields for f in keep):
+            raise ValueError(
+                f"{self.store.root}: field {keep[0]} was packed with mode keep: its samples "
+                "have their own shapes. HINT: pass crop=CenterCrop(224) or "
+                "RandomResizedCrop(224) (from loaders)"
+            )
+        self._now[0] = size
+
+    @property
+    def read_threads(self) -> int | None:
+        """make_loader's reading threads: 2 when images are decoded on the CPU (as
+        ImageShardDataset), so that one batch's bookkeeping overlaps the other's decoding."""
+        images = [self.declared[f] for f in self.fields if f != "index"]
+        decodes = any(
+            isinstance(d, Image) and (d.codec == "jpeg" or self.crop is not None) for d in images
+        )
+        return 2 if decodes and self.decode == "cpu" else None
+
+    # -- access --------------------------------------------------------------------------------
+
+    def __getitems__(self, indices: Sequence[int]) -> SampleBatch:
+        self.store.check()  # a repacked folder: refuse it rather than mix two datasets
+        shard, local = self._locate(indices)
+        reading = _Reading(self, by_shard(shard), local, self._starts[shard] + local)
+        out: dict[str, Any] = {}
+        for f in self.fields:
+            if f == "index":
+                out[f] = torch.from_numpy(reading.index)
+            else:
+                out |= self.declared[f].read(reading, f, self.policies.get(f, "pad"))
+        return SampleBatch(out, len(local))
+
+    def __repr__(self) -> str:
+        return (
+            f"SampleDataset({str(self.store.root)!r}, fields={self.fields}, samples={len(self)}, "
+            f"shards={len(self._starts) - 1}, sizes={self.sizes})"
+        )
+
+
+class _Reading:
+    """One batch being read: what a field's `read` asks of the dataset (loaders.samples.fields
+    .Reading)."""
+
+    def __init__(
+        self,
+        ds: SampleDataset,
+        groups: list[tuple[int, np.ndarray]],
+        local: np.ndarray,
+        index: np.ndarray,
+    ):
+        self.ds, self.groups, self.local, self.index = ds, groups, local, index
+        self.size = ds.size  # read once: set_size may run between batches, never within one
+        self._boxes: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # image -> (hw, boxes)
+
+    def values(self, name: str) -> np.ndarray:
+        spec = self.ds.store.manifest.arrays[name]
+        out = np.empty((len(self.local), *spec.shape), dtype=spec.dtype)
+        self.ds.gather(out, name, self.groups, self.local)
+        return out
+
+    def pieces(self, name: str) -> list[np.ndarray]:
+        return self.ds.arrays.samples(name, self.groups, self.local)[0]
+
+    def _hw_boxes(self, image: str) -> tuple[np.ndarray, np.ndarray]:
+        """The batch's stored (h, w) of image field `image`, and its crop boxes: once a batch,
+        shared by the image and its masks."""
+        found = self._boxes.get(image)
+        if found is None:
+            size, ds = self.size or 0, self.ds
+            keep = hw_name(image, size) in ds.store.manifest.arrays
+            hw = self.values(hw_name(image, size)).astype(np.int64) if keep else None
+            hw = np.full((len(self.local), 2), size, dtype=np.int64) if hw is None else hw
+            boxes = whole(hw) if ds.crop is None else ds.crop.boxes(self.index, hw, ds.epoch)
+            found = self._boxes[image] = hw, boxes
+        return found
+
+    def images(self, field: SampleField, name: str) -> torch.Tensor:
+        """Field `name` (an Image or a Mask) at the batch's size: uint8 (B, C, H, W) views of
+        HWC batches for images, (B, H, W) for masks."""
+        ds, size, b = self.ds, self.size or 0, len(self.local)
+        mask = isinstance(field, Mask)
+        arr = array_name(name, size)
+        spec = ds.store.manifest.arrays[arr]
+        shape = spec.shape if ds.crop is None else (*ds.crop.size, *spec.shape[2:])
+        if not spec.ragged and ds.crop is None:  # stored as returned: a copy out of the map
+            out = new_batch((b, *shape), torch.uint8, ds._buffers, arr)
+            ds.gather(out.numpy(), arr, self.groups, self.local)
+            return out if mask else out.permute(0, 3, 1, 2)
+        hw, boxes = self._hw_boxes(field.image if isinstance(field, Mask) else name)
+        srcs, places = ds.arrays.samples(arr, self.groups, self.local)
+        jpeg = spec.codec == "jpeg"
+        crcs = self.values(array_name(f"{name}_crc", size)).astype(np.int64) if jpeg else None
+        if ds.decode == "cuda" and jpeg:
+            from loaders.gpu_decode import decode_cuda  # torchvision, imported only here
+
+            out_hw = ds.crop.size if ds.crop is not None else (size, size)
+            return decode_cuda(srcs, crcs, hw, boxes, out_hw, spec.shape[-1], places)
+        out = new_batch((b, *shape), torch.uint8, ds._buffers, arr)
+        fill(jobs_for(out.numpy(), srcs, jpeg, hw, boxes, crcs, places, mask), ds._pool)
+        return out if mask else out.permute(0, 3, 1, 2)
+

@@ -1,0 +1,36 @@
+"""The sample field kinds, by the name the manifest records (`extra.fields[NAME].kind`).
+Adding a kind: a SampleField subclass in its own module, and its entry here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loaders.format.schema import FormatError
+from loaders.samples.arrays import Array, Label, Scalar, Tokens
+from loaders.samples.fields import SampleField, check_name
+from loaders.samples.image import Image, Mask
+from loaders.samples.text import Bytes, Json, Text
+
+KINDS: dict[str, type[SampleField]] = {
+    cls.kind: cls for cls in (Array, Scalar, Label, Tokens, Text, Bytes, Json, Image, Mask)
+}
+
+
+def fields_from(described: Any, source: object) -> dict[str, SampleField]:
+    """The fields a manifest's `extra.fields` describes; FormatError naming `source` if odd."""
+    if not isinstance(described, dict) or not described:
+        raise FormatError(f"{source}: extra.fields is not a mapping of field names")
+    out: dict[str, SampleField] = {}
+    for name, d in described.items():
+        problem = check_name(name)
+        cls = KINDS.get(d.get("kind")) if isinstance(d, dict) else None
+        if problem is None and cls is None:
+            problem = f"field {name!r} has no kind of {sorted(KINDS)}"
+        if problem is None:
+            try:
+                out[name] = cls.from_description(d)  # type: ignore[union-attr]
+            except (TypeError, ValueError) as e:
+                problem = f"field {name!r} is not a {d['kind']} field ({e})"
+        if problem is not None:
+            raise FormatError(f"{source}: {problem}. HINT: repack the dataset")
+    return out

@@ -1,0 +1,10 @@
+"""The fields a sample may have, for `prep.pack_samples` (and a recipe's FIELDS).
+
+>>> from prep.fields import Image, Array, Label
+>>> fields = {"image": Image(sizes=(256,)), "boxes": Array("float32", (None, 4)), "y": Label()}
+"""
+
+from loaders.samples import Array, Bytes, Json, Label, Scalar, Text
+from prep.kinds.samples.fields import Image, Mask, Tokens
+
+__all__ = ["Array", "Bytes", "Image", "Json", "Label", "Mask", "Scalar", "Text", "Tokens"]
