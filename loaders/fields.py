@@ -21,6 +21,9 @@ import numpy as np
 from loaders.format.schema import CODECS, ArraySpec
 
 UNSIGNED = ("uint8", "uint16", "uint32", "uint64")
+# The largest side in px of a sized pixel field: prep's largest --sizes, and what a reader may
+# allocate a batch for before any file is read (hw stores sides as uint16).
+MAX_SIDE = 16384
 NUMBERS = ("float32", "float16", "int8", "int16", "int32", "int64", *UNSIGNED)
 
 
@@ -52,6 +55,7 @@ class Field:
     out_dtype: str
     codecs: tuple[str, ...] = ("raw",)
     channels_last: bool = False  # stored HWC, returned (C, H, W) as a view: no copy
+    pixels: bool = False  # sized in px (1..MAX_SIDE), not by a column's index
 
     def spec(
         self,
@@ -81,6 +85,8 @@ class Field:
             return f"dtype {spec.dtype} is not one of {self.dtypes}"
         if (spec.size is not None) != self.sized:
             return f"field {self.name} is {'sized' if self.sized else 'size-free'}"
+        if self.pixels and not 1 <= (spec.size or 0) <= MAX_SIDE:
+            return f"size {spec.size} is not 1..{MAX_SIDE} px"
         channels = spec.shape[-1] if self.channels_last and spec.shape else 3
         if channels not in (1, 3) or tuple(spec.shape) != self.shape(spec.size, channels):
             return f"shape {list(spec.shape)} is not {self.name}'s at size {spec.size}"
@@ -96,16 +102,20 @@ def _square(size: int | None, channels: int) -> tuple[int, ...]:
     return (size or 0, size or 0, channels)
 
 
+def _plane(size: int | None, channels: int) -> tuple[int, ...]:
+    return (size or 0, size or 0)
+
+
 FIELDS: dict[str, Field] = {
     f.name: f
     for f in (
-        Field("image", True, _square, ("uint8",), "uint8", CODECS, channels_last=True),
-        Field("mask", True, lambda s, c: (s or 0, s or 0), ("uint8",), "uint8", CODECS[:2]),
+        Field("image", True, _square, ("uint8",), "uint8", CODECS, channels_last=True, pixels=True),
+        Field("mask", True, _plane, ("uint8",), "uint8", CODECS[:2], pixels=True),
         # --mode keep: each sample's stored (h, w) at that size (sides <= 16384 fit uint16).
-        Field("hw", True, lambda s, c: (2,), ("uint16",), "int64"),
+        Field("hw", True, lambda s, c: (2,), ("uint16",), "int64", pixels=True),
         # jpeg images: each sample's CRC-32 (zlib.crc32), checked before it is decoded, so that
         # bit rot is a FormatError rather than a picture with a smear.
-        Field("crc", True, lambda s, c: (), ("uint32",), "int64"),
+        Field("crc", True, lambda s, c: (), ("uint32",), "int64", pixels=True),
         Field("label", False, lambda s, c: (), UNSIGNED, "int64"),
         # The input a sample (an image, a document) came from: its path relative to SRC, as
         # UTF-8 bytes (encode_source / decode_source); read by the datasets' source(i).
