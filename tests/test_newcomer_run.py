@@ -65,3 +65,24 @@ def test_a_failed_run_with_finished_shards_asks(tmp_path: Path) -> None:
     assert again.exit_code == 1
     assert "holds an unfinished run" in again.output and "--resume" in again.output
     assert "--overwrite" in again.output
+
+
+def test_tokenize_glob_reads_text_of_any_extension(tmp_path: Path) -> None:
+    from loaders.format import read_manifest
+
+    src = tmp_path / "code"
+    (src / "pkg").mkdir(parents=True)
+    (src / "pkg" / "a.py").write_text("def f():\n    return 'é'\n")
+    (src / "b.py").write_text("x = 1\n")
+    (src / "notes.md").write_text("# title\n")
+    plain = _run("tokenize", str(src), str(tmp_path / "none"), "-q", "-j", "1")
+    assert plain.exit_code == 1 and "--glob '*.py,*.md'" in plain.output
+    r = _run("tokenize", str(src), str(tmp_path / "o"), "--glob", "*.py", "-q", "-j", "1")
+    assert r.exit_code == 0, r.output
+    assert ": 2 documents" in r.output
+    m = read_manifest(tmp_path / "o")
+    assert m.config["glob"] == "*.py"
+    both = _run("tokenize", str(src), str(tmp_path / "o2"), "--glob", "*.py, *.md", "-q")
+    assert both.exit_code == 0 and ": 3 documents" in both.output
+    sub = _run("tokenize", str(src), str(tmp_path / "o3"), "--glob", "pkg/*.py", "-q")
+    assert sub.exit_code == 0 and ": 1 documents" in sub.output

@@ -4,6 +4,9 @@ voxel offsets, foreground indices)."""
 
 from __future__ import annotations
 
+import functools
+import itertools
+import math
 import os
 import stat
 from collections.abc import Callable
@@ -12,7 +15,6 @@ from pathlib import Path
 import numpy as np
 
 from loaders.format.arrays import (
-    Layout,
     check_array,
     read_layout,
     read_manifest,
@@ -20,44 +22,71 @@ from loaders.format.arrays import (
     sha256_file,
 )
 from loaders.format.schema import OFFSETS, FormatError, Manifest, Shard, array_name
+from loaders.format.values import Arrays, value_problems
+
+PathOf = Callable[[str], Path]  # a manifest file name -> the local file (FormatError: refused)
 
 
-def check_files(root: Path, manifest: Manifest, checksums: bool = False) -> list[str]:
+def check_files(
+    root: Path, manifest: Manifest, checksums: bool = False, values: bool | None = None
+) -> list[str]:
     """Problems found in the folder, one line each naming the shard and the file or array at
-    fault (empty: all good).
+    fault (empty: all good): check_shard of every shard, its files in `root`.
 
-    Always checks that every declared array has a file listed in its shard, presence, byte
-    sizes, dtypes and shapes, then the checks of the manifest's kind (SHARD_CHECKS); `checksums`
-    also recomputes sha256."""
+    `values` defaults to `checksums`: a pass that reads every byte (`prep verify`) also checks
+    every value against the manifest."""
+    path_of = functools.partial(safe_path, Path(root))
+    values = checksums if values is None else values
     problems: list[str] = []
-    for i, shard in enumerate(manifest.shards):
-        found = _file_problems(root, shard, checksums) + _array_problems(manifest, shard)
-        layouts: dict[str, tuple[Path, Layout]] = {}
-        if not found:  # the files are there and whole: read their headers
-            names = [(n, n + OFFSETS) if r.offsets else (n,) for n, r in shard.arrays.items()]
-            for name in (n for group in names for n in group):
-                ref, spec = manifest.ref(i, name)
-                try:
-                    path = safe_path(root, ref.file)
-                    layouts[name] = path, check_array(path, ref, spec, name)
-                except FormatError as e:
-                    found.append(str(e))
-        if not found:
-            found = SHARD_CHECKS[manifest.kind](manifest, shard, layouts)
-        problems += [f"shard {i}: {p}" for p in found]
+    for i in range(len(manifest.shards)):
+        problems += check_shard(manifest, i, path_of, checksums=checksums, values=values)
     return problems
 
 
-def _file_problems(root: Path, shard: Shard, checksums: bool) -> list[str]:
+def check_shard(
+    manifest: Manifest,
+    index: int,
+    path_of: PathOf,
+    *,
+    checksums: bool = False,
+    values: bool = False,
+) -> list[str]:
+    """Problems of shard `index`, whose files `path_of` finds (a folder's, or a cache's copies),
+    one line each starting "shard INDEX: ".
+
+    Always checks that every declared array has a file listed in the shard, presence, byte
+    sizes, dtypes and shapes, then the checks of the manifest's kind (SHARD_CHECKS);
+    `checksums` also recomputes sha256, and `values` reads every value against the manifest
+    (loaders.format.values: token ids, table and target codes; chunked, bounded memory)."""
+    shard = manifest.shards[index]
+    found = _file_problems(path_of, shard, checksums) + _array_problems(manifest, shard)
+    layouts: Arrays = {}
+    if not found:  # the files are there and whole: read their headers
+        names = [(n, n + OFFSETS) if r.offsets else (n,) for n, r in shard.arrays.items()]
+        for name in (n for group in names for n in group):
+            ref, spec = manifest.ref(index, name)
+            try:
+                path = path_of(ref.file)
+                layouts[name] = path, check_array(path, ref, spec, name)
+            except FormatError as e:
+                found.append(str(e))
+    if not found:
+        found = SHARD_CHECKS[manifest.kind](manifest, shard, layouts)
+    if not found and values:
+        found = value_problems(manifest, shard, layouts)
+    return [f"shard {index}: {p}" for p in found]
+
+
+def _file_problems(path_of: PathOf, shard: Shard, checksums: bool) -> list[str]:
     found = []
     for rel, info in shard.files.items():
         try:
-            path = safe_path(root, rel)
+            path = path_of(rel)
             st = os.stat(path)
         except FormatError as e:
             found.append(str(e))
         except OSError:
-            found.append(f"{root / rel} is missing")
+            found.append(f"{path} is missing")
         else:
             if not stat.S_ISREG(st.st_mode):
                 found.append(f"{path} is not a regular file")
@@ -81,9 +110,6 @@ def _array_problems(manifest: Manifest, shard: Shard) -> list[str]:
         elif ref.offsets is not None and ref.offsets.file not in shard.files:
             found.append(f"array {name} has offsets in {ref.offsets.file}, not among its files")
     return found
-
-
-Arrays = dict[str, tuple[Path, Layout]]  # a shard's arrays: name -> file, checked layout
 
 
 def _check_images(manifest: Manifest, shard: Shard, arrays: Arrays) -> list[str]:
@@ -115,7 +141,7 @@ def _ragged_problems(
     elements (read whole: 8 bytes a sample)."""
     spec, (path, layout) = manifest.arrays[name], arrays[name + OFFSETS]
     off = read_layout(path, layout)
-    if len(off) != count + 1 or (count and (off[0] != 0 or np.any(np.diff(off) < 0))):
+    if len(off) != count + 1 or (count and (off[0] != 0 or not _rising(off))):
         return [f"{path}: the offsets of {name} are not {count + 1} from 0, never decreasing"]
     if off[-1] != length:  # the data's length, checked against its file already
         return [f"{path}: the offsets of {name} end at {off[-1]}, not at its data's end"]
@@ -135,6 +161,16 @@ def _ragged_problems(
     return []
 
 
+def _rising(off: np.ndarray) -> bool:
+    """Whether int64 offsets never decrease: compared, not subtracted (np.diff wraps around
+    int64, and [0, 2**63 - 1, -2, 5] once passed as never decreasing).
+
+    >>> _rising(np.array([0, 2**63 - 1, -2, 5])), _rising(np.array([0, 0, 3]))
+    (False, True)
+    """
+    return bool(np.all(off[1:] >= off[:-1]))
+
+
 def _check_offsets(manifest: Manifest, shard: Shard, arrays: Arrays) -> list[str]:
     """A token shard's document offsets: count + 1 of them, from 0, never decreasing, up to
     the shard's token count (read whole: 8 bytes a document)."""
@@ -145,7 +181,7 @@ def _check_offsets(manifest: Manifest, shard: Shard, arrays: Arrays) -> list[str
         len(off) == shard.count + 1
         and off[0] == 0
         and off[-1] == shard.arrays["tokens"].length
-        and bool(np.all(np.diff(off) >= 0))
+        and _rising(off)
     )
     return [] if ok else ["doc_offsets do not run from 0 to its token count"]
 
@@ -159,9 +195,12 @@ def _check_volumes(manifest: Manifest, shard: Shard, arrays: Arrays) -> list[str
         return ["a volume shard needs arrays voxels, volume_shape and voxel_offsets"]
     if length["volume_shape"] != n or length["voxel_offsets"] != n + 1:
         return [f"volume_shape and voxel_offsets do not hold {n} volumes"]
-    sizes = np.prod(read_layout(*arrays["volume_shape"]).astype(np.int64), axis=1)
-    off = read_layout(*arrays["voxel_offsets"])
-    if off[0] != 0 or not np.array_equal(np.diff(off), sizes) or off[-1] != length["voxels"]:
+    # Python ints: three uint32 sides overflow int64, and a size wrapped negative once let
+    # negative offsets pass (a read then returned another volume's voxels).
+    sizes = [math.prod(s) for s in read_layout(*arrays["volume_shape"]).tolist()]
+    off = read_layout(*arrays["voxel_offsets"]).tolist()
+    steps = [b - a for a, b in itertools.pairwise(off)]
+    if off[0] != 0 or steps != sizes or off[-1] != length["voxels"]:
         return ["voxel_offsets do not step by the volumes' sizes up to the voxel count"]
     if "label_voxels" in length and length["label_voxels"] != length["voxels"]:
         return ["label_voxels and voxels differ in length"]
@@ -172,7 +211,7 @@ def _check_volumes(manifest: Manifest, shard: Shard, arrays: Arrays) -> list[str
         return []
     bounds = read_layout(*arrays["fg_offsets"])
     fg = read_layout(*arrays["fg_voxels"])
-    ok = length["fg_offsets"] == n and bool(np.all(np.diff(bounds, axis=1) >= 0))
+    ok = length["fg_offsets"] == n and bool(np.all(bounds[:, 1:] >= bounds[:, :-1]))
     ok = ok and bounds[0, 0] == 0 and bounds[-1, -1] == len(fg)
     ok = ok and bool(np.all(bounds[1:, 0] == bounds[:-1, -1]))
     if not ok:

@@ -14,6 +14,7 @@ array is a flat uint8 data array plus int64 offsets: sample i is data[off[i]:off
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -31,6 +32,7 @@ REJECTS = "rejects.jsonl"
 NPY_HEADER_BYTES = 128
 STORAGES = ("npy", "h5")
 KINDS = ("images", "tokens", "volumes", "table")
+SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 class FormatError(ValueError):
@@ -133,6 +135,8 @@ class Manifest:
             raise FormatError(f"{source}: {e}") from e
         except (KeyError, TypeError, ValueError, AttributeError) as e:  # JSON and schema errors
             raise FormatError(f"{source} is malformed ({e!r}). HINT: repack the dataset") from e
+        except RecursionError as e:  # JSON nested thousands deep: no manifest of prep's
+            raise FormatError(f"{source} is nested too deep. HINT: repack the dataset") from e
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Manifest:
@@ -171,6 +175,11 @@ class Manifest:
             raise FormatError(
                 f"the manifest says {d['num_samples']} samples but its shards hold {total}"
             )
+        if not isinstance(d.get("config", {}), dict):
+            raise FormatError(f"config {str(d['config'])[:40]} is not an object")
+        from loaders.format.extras import check_extra  # it imports this module's types
+
+        check_extra(d["kind"], d.get("extra", {}), arrays, total)
         return cls(
             kind=d["kind"],
             storage=d["storage"],
@@ -251,8 +260,17 @@ def _check_shard(index: int, shard: Shard, arrays: dict[str, ArraySpec]) -> None
                 f"{'has no' if spec.ragged else 'has'} offsets"
             )
     for rel, info in shard.files.items():
-        if not _count(info.bytes) or not isinstance(info.sha256, str):
-            raise FormatError(f"shard {index}: file {rel} has a bad byte size or sha256")
+        if not _count(info.bytes) or not is_sha256(info.sha256):
+            raise FormatError(
+                f"shard {index}: file {rel} has a bad byte size or sha256 (64 lowercase hex "
+                f"characters), {str(info.sha256)[:70]!r}"
+            )
+
+
+def is_sha256(value: object) -> bool:
+    """Whether `value` is a sha256 digest as prep writes it: 64 lowercase hex characters (the
+    remote cache names files by it: never a path)."""
+    return isinstance(value, str) and SHA256.fullmatch(value) is not None
 
 
 def array_name(field_name: str, size: int | None) -> str:

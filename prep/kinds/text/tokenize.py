@@ -27,6 +27,7 @@ from prep import PrepError
 from prep.config import TokenizeConfig
 from prep.kinds.text.documents import DocumentReader, Piece, count_documents, line_starts, list_text
 from prep.kinds.text.shard import MB, SPLITS, fit_ids, is_val, tokenize_shard
+from prep.kinds.text.sources import list_matching
 from prep.kinds.text.tokenizers import fit_tokenizer, load_saved, tokenizer_identity
 from prep.run.driver import Inputs, Kind, RunSummary, run
 
@@ -154,11 +155,15 @@ class TextKind(Kind[TokenizeConfig, list[Piece]]):
 
     def list_inputs(self) -> Inputs:
         cfg = self.cfg
-        pieces, rejects = list_text(Path(str(cfg.src)), cfg.split_lines)
+        if cfg.glob is not None:
+            pieces, rejects = list_matching(Path(str(cfg.src)), cfg.glob, cfg.split_lines)
+        else:
+            pieces, rejects = list_text(Path(str(cfg.src)), cfg.split_lines)
         if not pieces:
+            what = f"file matching --glob {cfg.glob!r}" if cfg.glob else ".txt or .jsonl input"
             raise PrepError(
-                f"no readable .txt or .jsonl input in {cfg.src} ({len(rejects)} rejected). "
-                "HINT: SRC is a folder of .txt files, a .txt file or a .jsonl file"
+                f"no readable {what} in {cfg.src} ({len(rejects)} rejected). HINT: SRC is a "
+                "folder of .txt files, a .txt or a .jsonl file; --glob '*.py,*.md' reads others"
             )
         if cfg.limit is not None:
             pieces = limit_documents(pieces, cfg.limit, int(cfg.max_doc_mb * MB))
