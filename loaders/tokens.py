@@ -209,11 +209,13 @@ class DocumentDataset(_TokenSplit, Dataset[Any]):
     # Any: a tensor, or (tensor, index) with index=True; either form type-checks at the caller.
     def __getitem__(self, index: int) -> Any:
         start, end = self.span(index)
-        if self.eot_id is not None:
-            end -= 1  # every document ends with the eot token; the text is before it
         out = np.empty(end - start, self.dtype)
         if len(out):
             self._read(start, out)
+        # prep ends every document with eot_id (when the tokenizer has one): the text is before
+        # it. An empty document, or one written without it, has nothing to take off.
+        if self.eot_id is not None and len(out) and out[-1] == self.eot_id:
+            out = out[:-1]
         tokens = torch.from_numpy(out.astype(OUT_DTYPE))
         if not self.with_index:
             return tokens

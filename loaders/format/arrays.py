@@ -80,9 +80,11 @@ def _h5_layout(path: Path, key: str) -> Layout:
     import h5py  # only for .h5 datasets; the handle is closed before any worker forks
 
     with h5py.File(path, "r") as f:
-        ds = f[key]
-        if not isinstance(ds, h5py.Dataset):
-            raise FormatError(f"{path}:{key} is not a dataset")
+        ds = _h5_dataset(f, path, key)
+        if ds.external or ds.is_virtual:  # its bytes live in other files
+            raise FormatError(f"{path}:{key} keeps its data in other files. HINT: repack")
+        if ds.shape is None:  # an empty dataspace (h5py.Empty): no array at all
+            raise FormatError(f"{path}:{key} holds no array")
         if ds.dtype.hasobject:
             raise FormatError(f"{path}:{key} holds Python objects or strings, not numbers")
         offset = ds.id.get_offset()
@@ -91,6 +93,28 @@ def _h5_layout(path: Path, key: str) -> Layout:
                 return 0, ds.dtype, ds.shape
             raise FormatError(f"{path}:{key} is chunked or compressed; it cannot be memory-mapped")
         return int(offset), ds.dtype, ds.shape
+
+
+def _h5_dataset(f: Any, path: Path, key: str) -> Any:
+    """Dataset `key` of the open h5py.File `f`, reached through hard links only: a soft link
+    or an external link (to another file, anywhere) would map this file at another one's
+    offsets."""
+    import h5py
+
+    node = f
+    for part in (p for p in key.split("/") if p):
+        link = node.get(part, getlink=True)
+        if link is None:
+            raise FormatError(f"{path}:{key} is missing. HINT: the file was changed; repack")
+        if not isinstance(link, h5py.HardLink):
+            raise FormatError(
+                f"{path}:{key} is reached through a {type(link).__name__} (a link); prep "
+                "writes datasets of the file itself. HINT: repack"
+            )
+        node = node[part]
+    if not isinstance(node, h5py.Dataset):
+        raise FormatError(f"{path}:{key} is not a dataset")
+    return node
 
 
 # Per .npy version: its header's length field, and numpy's reader of the header (a literal).
@@ -146,7 +170,7 @@ def check_array(path: Path, ref: ArrayRef, spec: ArraySpec, name: str = "") -> L
             f"{path}: {label} is {dtype}{tuple(shape)}, manifest says "
             f"{spec.dtype}{expected}. HINT: the file was changed after packing; repack"
         )
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    nbytes = math.prod(int(n) for n in shape) * dtype.itemsize  # Python ints: never wraps
     if nbytes and offset + nbytes > st.st_size:
         raise FormatError(
             f"{path}: {label} needs {offset + nbytes} bytes, the file has {st.st_size}. "

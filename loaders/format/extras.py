@@ -1,0 +1,125 @@
+"""The `extra` of each kind's manifest: what the datasets and `prep info` read from it, checked
+when the manifest is read. A manifest that JSON accepts but prep did not write (`extra` a list,
+a table without columns, a string for `eot_id`) is then one FormatError line at open, never a
+KeyError or AttributeError where the value is used.
+
+>>> check_extra("tokens", {"vocab_size": 256, "eot_id": "0"}, {}, 1)
+Traceback (most recent call last):
+...
+loaders.format.schema.FormatError: extra.eot_id '0' is not null or an id below vocab_size 256
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from loaders.format.schema import ArraySpec, FormatError, is_sha256
+
+COLUMNS = ("num", "cat", "target", "missing")  # the fields of a table's columns
+
+
+def _int(value: object, low: int = 0) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _strings(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _need(ok: bool, what: str) -> None:
+    if not ok:
+        raise FormatError(f"extra.{what}")
+
+
+def _tokens(extra: dict[str, Any], arrays: dict[str, ArraySpec], count: int) -> None:
+    vocab, eot = extra.get("vocab_size"), extra.get("eot_id", "missing")
+    _need(_int(vocab, 1), f"vocab_size {vocab!r} is not a vocabulary size")
+    ok = eot is None or (_int(eot) and eot < vocab)
+    _need(ok, f"eot_id {eot!r} is not null or an id below vocab_size {vocab}")
+    tok = extra.get("tokenizer", {})
+    _need(isinstance(tok, dict), f"tokenizer {str(tok)[:40]} is not an object")
+    file, sha = tok.get("file"), tok.get("sha256")
+    _need(file is None or isinstance(file, str), f"tokenizer.file {file!r} is not a file name")
+    _need(sha is None or is_sha256(sha), f"tokenizer.sha256 {str(sha)[:70]!r} is not a digest")
+    splits = extra.get("splits", {})
+    ok = isinstance(splits, dict) and all(isinstance(s, dict) for s in splits.values())
+    _need(ok, f"splits {str(splits)[:40]} is not an object of objects")
+
+
+def _column(c: object) -> str:
+    """A table column's name, once its entry holds what TableDataset and `prep info` read."""
+    _need(isinstance(c, dict) and isinstance(c.get("name"), str), f"columns: {c!r:.40} unnamed")
+    assert isinstance(c, dict)
+    name = c["name"]
+    for key in ("role", "kind", "dtype"):
+        _need(isinstance(c.get(key), str), f"columns: {name}'s {key} {c.get(key)!r} is not a name")
+    _need(_int(c.get("missing")), f"columns: {name}'s missing count is not a count")
+    _need("vocab" not in c or _strings(c["vocab"]), f"columns: {name}'s vocab is not a list")
+    _need(_int(c.get("first_code", 0)), f"columns: {name}'s first_code is not a code")
+    for key in ("mean", "std", "lo", "hi"):
+        value = c.get(key)
+        _need(
+            value is None or _number(value), f"columns: {name}'s {key} {value!r:.40} is no number"
+        )
+    return name
+
+
+def _table(extra: dict[str, Any], arrays: dict[str, ArraySpec], count: int) -> None:
+    columns = extra.get("columns")
+    _need(isinstance(columns, list), f"columns {str(columns)[:40]} is not a list of columns")
+    names = {_column(c) for c in columns}
+    stored = extra.get("arrays")
+    _need(isinstance(stored, dict), f"arrays {str(stored)[:40]} is not an object")
+    for array, column in stored.items():
+        _need(array in arrays, f"arrays: {array!r:.40} is not an array of the manifest")
+        _need(column in names, f"arrays: {array} holds {column!r:.40}, not one of the columns")
+    unnamed = sorted(a for a, spec in arrays.items() if spec.field in COLUMNS and a not in stored)
+    _need(not unnamed, f"arrays: {', '.join(unnamed)[:60]} name no column")
+    splits = extra.get("splits")
+    ok = isinstance(splits, dict) and all(_int(n) for n in splits.values())
+    _need(ok, f"splits {str(splits)[:40]} is not an object of row counts")
+
+
+def _volumes(extra: dict[str, Any], arrays: dict[str, ArraySpec], count: int) -> None:
+    meta = extra.get("volumes")
+    ok = isinstance(meta, list) and len(meta) == count
+    _need(ok, f"volumes is not a list of the {count} volumes' metadata")
+    ok = all(isinstance(v, dict) and _number(v.get("pad")) for v in meta)
+    _need(ok, "volumes: a volume's metadata has no pad value")
+    for t in extra.get("targets") or []:
+        ok = isinstance(t, dict) and t.get("array") in arrays
+        _need(ok, f"targets: {t!r:.40} names no array of the manifest")
+        ok = t.get("classes") is None or _strings(t["classes"])
+        _need(ok, f"targets: {t['array']}'s classes are not null or a list of names")
+
+
+# What each kind's datasets read from `extra` (images read nothing from it).
+
+
+def _samples(extra: dict[str, Any], arrays: dict[str, ArraySpec], count: int) -> None:
+    from loaders.samples.checks import check_manifest  # the field kinds import this package
+
+    check_manifest(extra, arrays, count)
+
+
+EXTRAS: dict[str, Callable[[dict[str, Any], dict[str, ArraySpec], int], None]] = {
+    "tokens": _tokens,
+    "table": _table,
+    "volumes": _volumes,
+    "samples": _samples,
+}
+
+
+def check_extra(kind: str, extra: object, arrays: dict[str, ArraySpec], count: int) -> None:
+    """Raise FormatError unless `extra` holds what datasets of `kind` (with `arrays` and `count`
+    samples) read from it."""
+    if not isinstance(extra, dict):
+        raise FormatError(f"extra {str(extra)[:40]} is not an object")
+    check = EXTRAS.get(kind)
+    if check is not None:
+        check(extra, arrays, count)
