@@ -16,6 +16,7 @@ from loaders.format import FormatError
 from prep import PrepError, UsageError, __version__, options
 from prep.config import PackConfig, RunConfig, TokenizeConfig
 from prep.inspect import commands as inspect
+from prep.kinds.samples.config import SamplesConfig
 from prep.kinds.table.config import TableConfig
 from prep.kinds.volumes.config import VolumeConfig
 from prep.options import QuietOpt
@@ -157,6 +158,18 @@ Example: prep tokenize data/demo-raw/text data/demo-tokens --tokenizer bpe --voc
 PatchDataset then reads random patches through memory maps.
 
 Example: prep volumes scans/ packed-ct/ --labels segs/ --spacing 1.5,1.5,1.5 --window -1000,400
+""",
+    ),
+    "samples": (
+        SamplesConfig,
+        "prep.kinds.samples.pack:pack_recipe",
+        IMAGE_STAGES,
+        """Pack samples of any shape: a recipe's make(input) returns a dict of its FIELDS.
+
+Inputs: a .csv/.jsonl/.parquet file (each row a dict), a .txt of paths, or a folder (paths).
+make() returns None to skip an input, or raises prep.Reject("why") to record it as a reject.
+
+Example: prep samples annotations.jsonl packed --recipe recipes/detection.py --jobs 2
 """,
     ),
     "table": (

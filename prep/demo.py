@@ -6,10 +6,14 @@ RAW/masks/<class>/NNNN.png   a segmentation mask per image: 0 background, k+1 fo
 RAW/text/NNN.txt             a small text corpus (non-ASCII included) for `prep tokenize`
 RAW/table/houses.csv         500 rows of mixed types (text, int, float, bool, date; some
                              missing) for `prep table`
+RAW/detection.jsonl          a row per image: its path, each shape's box (x0, y0, x1, y1 as
+                             fractions of the upright image's width and height), class name and
+                             a caption, for `prep samples` (recipes/detection.py)
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import cv2
@@ -113,7 +117,8 @@ def make_image(
     return cls, kind, pil.convert("L") if kind == "gray" else pil, Image.fromarray(mask)
 
 
-def write_sample(raw: Path, i: int, seed: int, max_side: int = 4032) -> None:
+def write_sample(raw: Path, i: int, seed: int, max_side: int = 4032) -> dict[str, object]:
+    """Write image i and its mask; return its detection row (see the module's docstring)."""
     cls, kind, img, mask = make_image(i, seed, max_side)
     name = f"{i:05d}"
     (raw / "images" / CLASSES[cls]).mkdir(parents=True, exist_ok=True)
@@ -130,6 +135,16 @@ def write_sample(raw: Path, i: int, seed: int, max_side: int = 4032) -> None:
     else:
         img.save(path, quality=90)
     mask.save(raw / "masks" / CLASSES[cls] / f"{name}.png", optimize=False)
+    ys, xs = np.nonzero(np.asarray(mask))
+    h, w = mask.height, mask.width
+    box = [xs.min() / w, ys.min() / h, (xs.max() + 1) / w, (ys.max() + 1) / h]
+    return {
+        "id": i,
+        "path": path.relative_to(raw).as_posix(),
+        "boxes": [[round(float(v), 6) for v in box]],
+        "labels": [CLASSES[cls]],
+        "caption": f"a {kind} photo of a {CLASSES[cls]}",
+    }
 
 
 def write_text(raw: Path, seed: int, docs: int = 40) -> None:
@@ -176,16 +191,19 @@ def make_demo(
     chunks = [
         (raw, list(range(i, min(i + 32, count))), seed, max_side) for i in range(0, count, 32)
     ]
-    for n in run_tasks(_write_chunk, chunks, jobs):
+    rows: list[dict[str, object]] = []
+    for chunk in run_tasks(_write_chunk, chunks, jobs):
+        rows += chunk
         if bar is not None:
-            bar.update(n)
+            bar.update(len(chunk))
+    rows.sort(key=lambda r: int(r["id"]))  # type: ignore[call-overload]
+    lines = [json.dumps(r, ensure_ascii=False) for r in rows]
+    (raw / "detection.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     if bar is not None:
         bar.close()
     write_text(raw, seed)
     write_table(raw, seed)
 
 
-def _write_chunk(raw: Path, indices: list[int], seed: int, max_side: int) -> int:
-    for i in indices:
-        write_sample(raw, i, seed, max_side)
-    return len(indices)
+def _write_chunk(raw: Path, indices: list[int], seed: int, max_side: int) -> list[dict[str, object]]:
+    return [write_sample(raw, i, seed, max_side) for i in indices]

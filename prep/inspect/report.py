@@ -27,6 +27,7 @@ def info(root: Path, batch_size: int = 256) -> str:
     where = remote[0].root if remote else root
     images = m.kind == "images"
     nouns = {"images": "samples", "volumes": "volumes", "table": "rows", "tokens": "documents"}
+    nouns["samples"] = "samples"
     items = nouns[m.kind]
     lines = [
         f"{where}: {m.kind}, {m.num_samples:,} {items} in {len(m.shards)} {m.storage} shards, "
@@ -50,6 +51,9 @@ def info(root: Path, batch_size: int = 256) -> str:
         from prep.kinds.table.show import describe
 
         lines += describe(m)
+    for name, d in m.extra.get("fields", {}).items() if m.kind == "samples" else ():
+        said = ", ".join(f"{k}={v}" for k, v in d.items() if k != "kind")
+        lines.append(f"field {name}: {d['kind']}({said})")
     batch_col = f"{'batch of ' + str(batch_size):>16}" if images else ""
     lines.append(
         f"{'array':<16}{'dtype':<8}{'per item':<18}{'codec':<8}{'on disk':>12}"
@@ -61,8 +65,9 @@ def info(root: Path, batch_size: int = 256) -> str:
         on_disk = _bytes_on_disk(m, name)
         items_n = m.num_samples if spec.ragged else sum(s.arrays[name].length for s in m.shards)
         each = on_disk / items_n if items_n else 0.0
-        ratio = f"{each / per:>8.3f}" if per and FIELDS[spec.field].codecs[1:] else f"{'':>8}"
-        out = elems * np.dtype(FIELDS[spec.field].out_dtype).itemsize
+        kind = FIELDS[spec.kind or spec.field]
+        ratio = f"{each / per:>8.3f}" if per and kind.codecs[1:] else f"{'':>8}"
+        out = elems * np.dtype(kind.out_dtype or spec.dtype).itemsize
         batch = f"{mb(out * batch_size):>16}" if images else ""
         lines.append(
             f"{name:<16}{spec.dtype:<8}{spec.shape!s:<18}{spec.codec:<8}{mb(on_disk):>12}"

@@ -10,6 +10,7 @@ Every input that cannot be used raises `Reject` with one of the README's reject 
 
 from __future__ import annotations
 
+import io
 import os
 import stat
 import struct
@@ -142,19 +143,14 @@ def _to_mode(im: Image.Image, gray: bool, background: tuple[int, ...] = BACKGROU
 
 
 @timed("read")  # opening and the header; Pillow reads the pixel data while decoding
-def _open(path: Path, max_pixels: int) -> Image.Image:
-    """The image with only its header read; refuses what must not be decoded."""
-    # stat never blocks: a FIFO or device is refused here, before open() could wait on it.
-    try:
-        st = os.stat(path)
-    except (OSError, ValueError):  # ValueError: a name no file can have (a NUL byte...)
-        st = None
-    if st is None or not stat.S_ISREG(st.st_mode):
-        problem = check_file(path, str(path))  # the reason: broken link, loop, FIFO...
-        if problem is None:  # it changed between the two looks: not worth a race
-            raise Reject("unreadable", "the file changed while being opened")
-        raise Reject(problem["reason"], problem["message"])
-    if st.st_size == 0:
+def _open(path: Path | io.BytesIO, max_pixels: int) -> Image.Image:
+    """The image (a file, or an encoded file's bytes) with only its header read; refuses what
+    must not be decoded."""
+    if isinstance(path, io.BytesIO):
+        size = path.getbuffer().nbytes
+    else:
+        size = _regular_size(path)
+    if size == 0:
         raise Reject("empty", "zero-byte file")
     try:
         im = Image.open(path)
@@ -178,6 +174,21 @@ def _open(path: Path, max_pixels: int) -> Image.Image:
         im.close()
         raise Reject("corrupt", f"image has size {w}x{h}")
     return im
+
+
+def _regular_size(path: Path) -> int:
+    """The size of a regular file; Reject for anything else."""
+    # stat never blocks: a FIFO or device is refused here, before open() could wait on it.
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):  # ValueError: a name no file can have (a NUL byte...)
+        st = None
+    if st is None or not stat.S_ISREG(st.st_mode):
+        problem = check_file(path, str(path))  # the reason: broken link, loop, FIFO...
+        if problem is None:  # it changed between the two looks: not worth a race
+            raise Reject("unreadable", "the file changed while being opened")
+        raise Reject(problem["reason"], problem["message"])
+    return st.st_size
 
 
 def _decode_reject(e: BaseException) -> Reject:
@@ -208,7 +219,7 @@ def _transpose(im: Image.Image, orientation: int) -> Image.Image:
 
 @timed("decode")
 def decode_image(
-    path: Path,
+    path: Path | io.BytesIO,
     hint: tuple[int, ...] | None = None,
     gray: bool = False,
     max_pixels: int = 100_000_000,
