@@ -52,10 +52,22 @@ class Batch(Sequence[tuple[torch.Tensor, ...]]):
 
 
 def collate_batch(batch: Any) -> Any:
-    """Collate for datasets with a batched `__getitems__`: a Batch is already collated."""
+    """Collate for datasets with a batched `__getitems__`: a Batch is already collated.
+    Samples of different shapes are said to be so, not with torch's bare stack error."""
     if isinstance(batch, Batch):
         return batch.tensors
-    return default_collate(batch)
+    try:
+        return default_collate(batch)
+    except RuntimeError as e:
+        if "equal size" not in str(e):
+            raise
+        parts = [t for s in batch for t in (s if isinstance(s, (tuple, list)) else (s,))]
+        shapes = sorted({tuple(t.shape) for t in parts if torch.is_tensor(t)})
+        raise ValueError(
+            f"the samples of a batch differ in shape ({', '.join(map(str, shapes[:3]))}): they "
+            "cannot be stacked. HINT: pack one shape (prep volumes --shape, prep pack without "
+            "--mode keep), read fixed-size patches (PatchDataset), or load with batch_size=1"
+        ) from None
 
 
 # How many tensors share a storage (a private torch function; without it buffers are not reused).
@@ -181,6 +193,10 @@ def make_loader(
       a last, smaller batch; True leaves the remainder out of the epoch (different samples each
       epoch) so that every batch is full.
     """
+    problem = getattr(dataset, "batch_problem", None)  # whole volumes of several shapes
+    said = problem(batch_size) if problem is not None else None
+    if said is not None:
+        raise ValueError(said)
     distributed = _distributed(distributed)
     if order is None:
         order = "random" if shuffle else "sequential"

@@ -113,6 +113,24 @@ class VolumeDataset(Dataset[tuple[torch.Tensor, ...]]):
         v = int(check_indices([index], len(self))[0])
         return tuple(self._item(v, f) for f in self.fields)
 
+    def batch_problem(self, batch_size: int) -> str | None:
+        """Why batches of `batch_size` whole volumes cannot be stacked (make_loader asks before
+        torch's bare "stack expects each tensor to be equal size"), or None."""
+        if batch_size <= 1 or set(self.fields) <= {"index", "target"}:
+            return None
+        n = len(self.store.manifest.shards)
+        every = np.concatenate([self.store.array(s, "volume_shape") for s in range(n)])
+        shapes = {tuple(row) for row in every.tolist()}
+        if len(shapes) <= 1:
+            return None
+        shown = ", ".join("x".join(map(str, s)) for s in sorted(shapes)[:3])
+        more = f" and {len(shapes) - 3} more" if len(shapes) > 3 else ""
+        return (
+            f"{self.store.root}: the volumes differ in shape ({shown}{more}), so batches of "
+            f"{batch_size} cannot be stacked. HINT: pack one shape (prep volumes --shape D,H,W), "
+            "read fixed-size patches (PatchDataset), or load with batch_size=1"
+        )
+
     def _item(self, v: int, field: str) -> torch.Tensor:
         """Volume v's tensor of `field`: its index, its targets, or a copy of its voxels."""
         if field == "index":
@@ -137,6 +155,9 @@ class PatchDataset(VolumeDataset):
     the volume; along an axis shorter than the patch the volume is centred and padded (images
     with the value the volume was padded with when packed, labels with 0).
     Call `set_epoch(e)` before each epoch for new patches; it reaches persistent workers."""
+
+    def batch_problem(self, batch_size: int) -> str | None:
+        return None  # patches share one shape
 
     def __init__(
         self,

@@ -51,6 +51,10 @@ def info(root: Path, batch_size: int = 256) -> str:
         from prep.kinds.table.show import describe
 
         lines += describe(m)
+    if m.kind == "volumes":
+        from prep.kinds.volumes.show import describe_volumes
+
+        lines += describe_volumes(m)
     for name, d in m.extra.get("fields", {}).items() if m.kind == "samples" else ():
         said = ", ".join(f"{k}={v}" for k, v in d.items() if k != "kind")
         lines.append(f"field {name}: {d['kind']}({said})")

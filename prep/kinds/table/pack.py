@@ -56,7 +56,8 @@ def array_names(columns: list[Column], missing_mask: bool) -> dict[str, Column]:
 def array_spec(name: str, col: Column) -> ArraySpec:
     field, _, index = name.partition("_")
     dtype = "uint8" if field == "missing" else col.dtype
-    return ArraySpec(field, int(index) if index else None, dtype, FIELDS[field].shape(None, 0))
+    shape = FIELDS[field].shape  # scalar fields: ()
+    return ArraySpec(field, int(index) if index else None, dtype, shape(None, 0) if shape else ())
 
 
 class _SplitArrays:

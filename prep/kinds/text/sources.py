@@ -63,7 +63,7 @@ def list_matching(
     if src.is_file():
         if not matches(src.name, pats):
             raise PrepError(f"{src} does not match --glob {glob!r}. HINT: fix the pattern")
-        listed, rejects = [(src.name, src)], []
+        listed, rejects = [(src.name, src)], list[dict[str, Any]]()
     else:
         listed, rejects = walk(src, lambda name: True)
         listed = [(rel, p) for rel, p in listed if matches(rel, pats)]

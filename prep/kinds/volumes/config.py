@@ -22,7 +22,9 @@ def float_list(text: str | None, n: int, what: str) -> tuple[float, ...] | None:
 
 @dataclass
 class VolumeConfig(RunConfig):
-    src: str | None = opt(None, "Folder of NIfTI scans (.nii, .nii.gz), or one scan.")
+    src: str | None = opt(
+        None, "Folder of NIfTI scans (.nii, .nii.gz) or DICOM series folders, or one scan."
+    )
     labels: str | None = opt(None, "Folder of label volumes with the scans' relative stems.")
     targets: str | None = opt(
         None, "CSV of per-volume targets: the scan's path or stem, then target columns."

@@ -44,7 +44,8 @@ def array_specs(
     names = ["volume_shape", "voxel_offsets", *(LABELLED if labels else ())]
     specs |= {name: FIELDS[name].spec(None) for name in names}
     for j, col in enumerate(targets.columns if targets is not None else []):
-        specs[f"{tg.FIELD}_{j}"] = ArraySpec(tg.FIELD, j, col.dtype, FIELDS[tg.FIELD].shape(j, 0))
+        shape = FIELDS[tg.FIELD].shape  # a scalar per volume: ()
+        specs[f"{tg.FIELD}_{j}"] = ArraySpec(tg.FIELD, j, col.dtype, shape(j, 0) if shape else ())
     for name, spec in specs.items():
         problem = FIELDS[spec.field].problem(spec)
         if problem is not None:
@@ -190,8 +191,10 @@ class VolumesKind(Kind[VolumeConfig, list[Item]]):
             rejects += missing
         if not items:
             raise PrepError(
-                f"no NIfTI scans in {cfg.src} ({len(rejects)} rejected). "
-                "HINT: SRC is a folder of .nii/.nii.gz files, or one such file"
+                f"no NIfTI scans or DICOM series in {cfg.src} ({len(rejects)} rejected). "
+                "HINT: SRC is a folder of .nii/.nii.gz files or of DICOM series folders (one "
+                "series of .dcm slices each), or one such file or folder; images (JPEG, PNG) "
+                "are packed by prep pack"
             )
         self.items = items
         self.specs = array_specs(cfg.stored_dtype, labels is not None, self.targets)

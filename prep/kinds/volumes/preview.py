@@ -2,9 +2,10 @@
 volume, labels overlaid, one row per volume, to see a flipped axis, a bad crop or a shifted
 label at a glance.
 
-Each tile shows the stored voxels unscaled (one voxel one pixel), centred on a square of the
-largest side shown: the plane's first axis runs to the right, its second upward. int16 and
-float16 volumes are shown from their 0.5th to 99.5th percentile; uint8 as stored.
+Each slice is scaled to its tile (nearest neighbour: a voxel is a block of pixels, so a
+4x5x7 volume is not a dot), its longer side to the tile's side, centred on the square tile: the
+plane's first axis runs to the right, its second upward. int16 and float16 volumes are shown
+from their 0.5th to 99.5th percentile; uint8 as stored.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import numpy as np
 from loaders.format import open_array, read_manifest
 from prep import PrepError
 from prep.inspect.preview import PreviewResult, contact_sheet, overlay, save_image
+
+TILE_MIN, TILE_MAX = 128, 256  # px: a tiny volume is enlarged, a large one reduced
 
 
 def _gray(vol: np.ndarray) -> np.ndarray:
@@ -31,6 +34,27 @@ def middle_slices(vol: np.ndarray) -> list[np.ndarray]:
     and its second upward (rows from the top: the second axis decreasing)."""
     planes = [np.take(vol, vol.shape[a] // 2, axis=a) for a in range(3)]
     return [np.ascontiguousarray(p.T[::-1]) for p in planes]
+
+
+def tile_side(largest: int) -> int:
+    """The tiles' side in px: the largest volume side, within TILE_MIN..TILE_MAX."""
+    return min(max(largest, TILE_MIN), TILE_MAX)
+
+
+def scaled(plane: np.ndarray, side: int) -> np.ndarray:
+    """The plane by nearest neighbour, its longer side `side` (the aspect kept).
+
+    >>> scaled(np.arange(6).reshape(2, 3), 6)
+    array([[0, 0, 1, 1, 2, 2],
+           [0, 0, 1, 1, 2, 2],
+           [3, 3, 4, 4, 5, 5],
+           [3, 3, 4, 4, 5, 5]])
+    """
+    h, w = plane.shape[:2]
+    f = side / max(h, w)
+    rows = (np.arange(max(1, round(h * f))) / f).astype(np.int64).clip(0, h - 1)
+    cols = (np.arange(max(1, round(w * f))) / f).astype(np.int64).clip(0, w - 1)
+    return plane[rows[:, None], cols[None, :]]
 
 
 def _square(plane: np.ndarray, side: int) -> np.ndarray:
@@ -68,12 +92,12 @@ def preview_volumes(
     images = _volumes(root, count, "image")
     has_masks = masks and "label_voxels" in m.arrays
     labels = _volumes(root, count, "label") if has_masks else [None] * count
-    side = max(max(v.shape) for v in images)
+    side = tile_side(max(max(v.shape) for v in images))
     tiles, captions = [], []
     orient = str(m.extra.get("orient", "???"))
     for v, (img, lab) in enumerate(zip(images, labels, strict=True)):
-        planes = middle_slices(_gray(img))
-        marks = middle_slices(lab) if lab is not None else [None] * 3
+        planes = [scaled(p, side) for p in middle_slices(_gray(img))]
+        marks = [scaled(p, side) for p in middle_slices(lab)] if lab is not None else [None] * 3
         for axis, (plane, mark) in enumerate(zip(planes, marks, strict=True)):
             tiles.append(_square(overlay(plane[..., None], mark), side))
             captions.append(f"{v} {orient[axis]}")
