@@ -86,3 +86,30 @@ def test_tokenize_glob_reads_text_of_any_extension(tmp_path: Path) -> None:
     assert both.exit_code == 0 and ": 3 documents" in both.output
     sub = _run("tokenize", str(src), str(tmp_path / "o3"), "--glob", "pkg/*.py", "-q")
     assert sub.exit_code == 0 and ": 1 documents" in sub.output
+
+
+def test_tune_on_a_keep_dataset_recommends_its_crop(tmp_path: Path) -> None:
+    from prep.inspect.tune import TuneResult, TuneRow
+
+    fields = ("image", "label")
+    result = TuneResult(tmp_path / "d", 128, 32, 2, fields, 100, 1 << 20, keep=True)
+    result.rows.append(TuneRow(0, 1000.0, 100.0, 3, 3 << 20, threads=2))
+    advice = result.advice()
+    assert "crop=CenterCrop(128, ratio=1.0)" in advice and "make_loader(ds, " in advice
+    result.keep = False
+    assert "crop=" not in result.advice()
+
+
+def test_tune_on_a_table_fails_before_loading_torch(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    out = tmp_path / "o"
+    assert _run("table", str(_csv(tmp_path / "t.csv")), str(out), "-q").exit_code == 0
+    code = (
+        "import sys\nfrom prep import PrepError\nfrom prep.inspect.tune import tune\n"
+        f"try:\n    tune({str(out)!r})\nexcept PrepError as e:\n    print(e)\n"
+        "print('torch' in sys.modules)\n"
+    )
+    said = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert said.stdout.splitlines() == [f"{out} holds table; tune times image datasets", "False"]

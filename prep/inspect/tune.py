@@ -15,9 +15,7 @@ The RAM column is the article's arithmetic: batches in flight x bytes per batch,
 DataLoader with W > 0 workers keeps W x prefetch_factor batches in flight, T threads keep T + 1
 (loaders.prefetch) and neither builds one batch at a time. Bytes per batch count the tensors
 the loader returns, in each field's `out_dtype` (loaders.fields): uint8 images and masks, int64
-labels.
-
-`--plot` draws with matplotlib (prep.inspect.tuneplot, re-exported here).
+labels. `--plot` draws with matplotlib (prep.inspect.tuneplot, re-exported here).
 """
 
 from __future__ import annotations
@@ -36,6 +34,7 @@ from loaders.fields import FIELDS
 from loaders.format import Manifest
 from prep import PrepError
 from prep.inspect.report import mb
+from prep.inspect.stored import image_dataset
 from prep.inspect.tuneplot import check_plot, plot
 
 __all__ = ["TuneResult", "TuneRow", "check_plot", "plot", "tune"]
@@ -78,6 +77,7 @@ class TuneResult:
     samples: int
     batch_bytes: int
     rows: list[TuneRow] = field(default_factory=list)
+    keep: bool = False  # --mode keep: timed with crop=CenterCrop(size, ratio=1.0)
 
     @property
     def candidates(self) -> list[TuneRow]:
@@ -126,6 +126,11 @@ class TuneResult:
             f"  loader = make_loader(ds, batch_size={self.batch_size}, shuffle=True, "
             + (f"num_workers={r.workers})" if r.workers else f"threads={r.threads})"),
         ]
+        if self.keep:  # mode keep: samples differ in shape, a batch needs the crop timed here
+            crop = f"crop=CenterCrop({self.size}, ratio=1.0)"
+            lines.insert(
+                1, f"  ds = ImageShardDataset({str(self.root)!r}, size={self.size}, {crop})"
+            )
         # Every fewer count fell over 10% short: more workers may still pay off.
         if r.workers and r.workers == tried and len(self.candidates) > 1:
             lines.append(
@@ -255,17 +260,16 @@ def tune(
 ) -> TuneResult:
     """Time the loader at each thread count (default: thread_counts(cpu cores)), then at each
     worker count (default: worker_counts(cpu cores); 0: no thread, no worker)."""
-    from torch.utils.data import Subset
-
-    from loaders import CenterCrop, ImageShardDataset
-    from prep.inspect.stored import image_dataset
-    from prep.run.parallel import progress
-
-    m, size = image_dataset(root, size, "tune times")
+    m, size = image_dataset(root, size, "tune times")  # checked before torch loads (seconds)
     if batch_size < 1 or prefetch_factor < 1 or seconds <= 0:
         raise PrepError("--batch-size, --prefetch-factor and --seconds must be positive")
     if limit is not None and limit < 1:
         raise PrepError("--limit must be at least 1")
+    from torch.utils.data import Subset
+
+    from loaders import CenterCrop, ImageShardDataset
+    from prep.run.parallel import progress
+
     cores = os.cpu_count() or 1
     counts = sorted(set(workers)) if workers else worker_counts(cores)
     tcounts = sorted(set(threads)) if threads is not None else thread_counts(cores)
@@ -281,7 +285,7 @@ def tune(
     if len(ds) == 0:
         raise PrepError(f"{root} holds no samples to load")
     nbytes = batch_bytes(m, size, fields, batch_size)
-    result = TuneResult(root, size, batch_size, prefetch_factor, fields, len(ds), nbytes)
+    result = TuneResult(root, size, batch_size, prefetch_factor, fields, len(ds), nbytes, keep=keep)
     bar = progress(len(settings), "setting", f"tune {root.name}") if show_progress else None
     try:
         for w, t in settings:
