@@ -205,5 +205,7 @@ def make_demo(
     write_table(raw, seed)
 
 
-def _write_chunk(raw: Path, indices: list[int], seed: int, max_side: int) -> list[dict[str, object]]:
+def _write_chunk(
+    raw: Path, indices: list[int], seed: int, max_side: int
+) -> list[dict[str, object]]:
     return [write_sample(raw, i, seed, max_side) for i in indices]

@@ -51,7 +51,7 @@ class Array(SampleField):
         return [spec(name, "array", self.dtype, self.row, "ragged" if self.is_ragged() else "raw")]
 
     def encode(self, value: Any) -> dict[str, np.ndarray]:
-        arr = as_array(value, np.dtype(self.dtype), f"a {self.kind}")
+        arr = as_array(value, np.dtype(self.dtype))
         if arr.ndim != len(self.shape) or arr.shape[self.is_ragged() :] != self.row:
             raise FieldError(
                 "field_shape", f"shape {list(arr.shape)} is not {list(self.shape)} (None: any)"
@@ -147,7 +147,7 @@ class Tokens(SampleField):
     def encode(self, value: Any) -> dict[str, np.ndarray]:
         if isinstance(value, np.ndarray) and value.dtype.kind in "iu":
             value = value.astype(np.int64)  # any integer ids: their range is checked below
-        ids = as_array(value, np.dtype("int64"), "tokens")
+        ids = as_array(value, np.dtype("int64"))
         if ids.ndim != 1:
             raise FieldError("field_shape", f"token ids of shape {list(ids.shape)}, not (n,)")
         if len(ids) and (ids.min() < 0 or ids.max() >= self.vocab_size):

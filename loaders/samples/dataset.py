@@ -33,8 +33,10 @@ class SampleBatch(Batch):
     def __len__(self) -> int:
         return self.n
 
-    def __getitem__(self, j: int) -> dict[str, Any]:  # type: ignore[override]
-        return {k: v[j] for k, v in self.tensors.items()}  # type: ignore[attr-defined]
+    def __getitem__(self, j: int | str) -> Any:  # type: ignore[override]
+        """Field `j`'s batch (a str), or sample `j` as a dict (an int)."""
+        fields: dict[str, Any] = self.tensors  # type: ignore[assignment]
+        return fields[j] if isinstance(j, str) else {k: v[j] for k, v in fields.items()}
 
 
 class SampleDataset(ShardedDataset):
@@ -227,4 +229,3 @@ class _Reading:
         out = new_batch((b, *shape), torch.uint8, ds._buffers, arr)
         fill(jobs_for(out.numpy(), srcs, jpeg, hw, boxes, crcs, places, mask), ds._pool)
         return out if mask else out.permute(0, 3, 1, 2)
-

@@ -75,7 +75,7 @@ class SampleField:
 
     def describe(self) -> dict[str, Any]:
         """The declaration, as JSON: the manifest's `extra.fields[name]`."""
-        d = {"kind": self.kind}
+        d: dict[str, Any] = {"kind": self.kind}
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
             d[f.name] = list(v) if isinstance(v, tuple) else v
@@ -106,15 +106,15 @@ def check_name(name: str) -> str | None:
     return None
 
 
-def as_array(value: Any, dtype: np.dtype[Any], what: str) -> np.ndarray:
+def as_array(value: Any, dtype: np.dtype[Any]) -> np.ndarray:
     """`value` as an ndarray of `dtype`: an ndarray must have it already (no silent cast);
     numbers and lists are converted, refusing values that do not fit."""
     if isinstance(value, np.ndarray):
         if value.dtype != dtype:
-            raise FieldError("field_dtype", f"{what}: dtype {value.dtype}, the field says {dtype}")
+            raise FieldError("field_dtype", f"dtype {value.dtype}, the field says {dtype}")
         return value
     if isinstance(value, (str, bytes, dict)) or value is None:
-        raise FieldError("field_type", f"{what}: a {type(value).__name__}, not numbers")
+        raise FieldError("field_type", f"a {type(value).__name__}, not numbers")
     try:
         arr = np.asarray(value)
         if arr.dtype.kind not in "biuf" or (arr.dtype.kind == "f" and dtype.kind in "iub"):
@@ -123,7 +123,7 @@ def as_array(value: Any, dtype: np.dtype[Any], what: str) -> np.ndarray:
         if not np.array_equal(out, arr, equal_nan=dtype.kind == "f") and dtype.kind != "f":
             raise ValueError(f"values out of {dtype}'s range")
     except (ValueError, TypeError, OverflowError) as e:
-        raise FieldError("field_dtype", f"{what}: not {dtype} numbers ({e})") from None
+        raise FieldError("field_dtype", f"not {dtype} numbers ({e})") from None
     return out
 
 
@@ -138,4 +138,4 @@ def sized(
     return ArraySpec(name, size, dtype, tuple(shape), codec, kind)
 
 
-__all__ = ["FieldError", "SampleField", "array_name", "as_array", "check_name", "spec", "sized"]
+__all__ = ["FieldError", "SampleField", "array_name", "as_array", "check_name", "sized", "spec"]

@@ -23,7 +23,7 @@ def fields_from(described: Any, source: object) -> dict[str, SampleField]:
     out: dict[str, SampleField] = {}
     for name, d in described.items():
         problem = check_name(name)
-        cls = KINDS.get(d.get("kind")) if isinstance(d, dict) else None
+        cls = KINDS.get(str(d.get("kind"))) if isinstance(d, dict) else None
         if problem is None and cls is None:
             problem = f"field {name!r} has no kind of {sorted(KINDS)}"
         if problem is None:

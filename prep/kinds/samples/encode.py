@@ -23,12 +23,16 @@ def encode_sample(
     if sample is None:
         return None
     if not isinstance(sample, dict):
-        raise Reject("not_a_sample", f"{_name(make)} returned a {type(sample).__name__}, not a dict")
+        raise Reject(
+            "not_a_sample", f"{_name(make)} returned a {type(sample).__name__}, not a dict"
+        )
     missing = [n for n in fields if n not in sample]
     extra = [str(n) for n in sample if n not in fields]
     if missing or extra:
         what = f"field {missing[0]} is missing" if missing else f"field {extra[0]} is not declared"
-        raise Reject("field_missing" if missing else "field_extra", f"{what} (declared: {list(fields)})")
+        raise Reject(
+            "field_missing" if missing else "field_extra", f"{what} (declared: {list(fields)})"
+        )
     out: dict[str, np.ndarray] = {}
     uprights: dict[str, tuple[int, int]] = {}
     for name, field in fields.items():  # images before their masks: see ordered()

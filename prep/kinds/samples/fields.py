@@ -30,7 +30,7 @@ class Image(kinds.Image):
 
         if isinstance(value, (str, Path, bytes, bytearray, memoryview)):
             data = Path(value) if isinstance(value, (str, Path)) else io.BytesIO(bytes(value))
-            return decode_image(data, self.sizes, self.gray, self.max_pixels, self.mode)  # type: ignore[arg-type]
+            return decode_image(data, self.sizes, self.gray, self.max_pixels, self.mode)
         return _array_pixels(value, self.gray, self.max_pixels)
 
     def encode(self, value: Any) -> dict[str, np.ndarray]:
@@ -40,7 +40,9 @@ class Image(kinds.Image):
         img, upright = self.pixels(value)
         out: dict[str, np.ndarray] = {"upright": np.asarray(upright, np.int64)}
         specs = {s.size: s for s in self.arrays("") if s.kind == "image"}
-        for size, arr in sizes_from(img, upright, list(self.sizes), self.mode, self.pad_value).items():
+        for size, arr in sizes_from(
+            img, upright, list(self.sizes), self.mode, self.pad_value
+        ).items():
             data = stored(arr[..., None] if self.gray else arr, specs[size], self.quality)
             out[f"_{size}"] = data
             if self.mode == "keep":
@@ -58,7 +60,9 @@ def _array_pixels(value: Any, gray: bool, max_pixels: int) -> tuple[np.ndarray, 
         value = np.asarray(value.convert("L" if gray else "RGB"))
     if not isinstance(value, np.ndarray) or value.dtype != np.uint8:
         what = value.dtype if isinstance(value, np.ndarray) else type(value).__name__
-        raise FieldError("field_type", f"an image is a path, bytes, PIL image or uint8 array, not {what}")
+        raise FieldError(
+            "field_type", f"an image is a path, bytes, PIL image or uint8 array, not {what}"
+        )
     if value.ndim == 3 and value.shape[2] == 1:
         value = value[..., 0]
     if value.ndim not in (2, 3) or (value.ndim == 3 and value.shape[2] != 3) or 0 in value.shape:

@@ -72,7 +72,9 @@ def _file_items(src: Path) -> list[Item]:
             lines = src.read_text(encoding="utf-8").splitlines()
         except (OSError, UnicodeDecodeError) as e:
             raise PrepError(f"{src}: cannot read the list of paths ({e})") from e
-        return [Item(f"{src.name}:{n}", line.strip()) for n, line in enumerate(lines, 1) if line.strip()]
+        return [
+            Item(f"{src.name}:{n}", line.strip()) for n, line in enumerate(lines, 1) if line.strip()
+        ]
     raise PrepError(
         f"{src}: inputs are a folder or a {', '.join(ROWS)} or .txt file, not {suffix or 'this'}"
     )

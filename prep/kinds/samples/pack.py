@@ -55,11 +55,15 @@ class SamplesKind(Kind[SamplesConfig, list[Item]]):
     task = staticmethod(pack_samples_shard)
     threads = True  # images decode in C without the GIL; --backend loky for Python-heavy make()
 
-    def __init__(self, cfg: SamplesConfig, make: Callable[[Any], Any], fields: dict[str, Any], inputs: Any):
+    def __init__(
+        self, cfg: SamplesConfig, make: Callable[[Any], Any], fields: dict[str, Any], inputs: Any
+    ):
         super().__init__(cfg)
         self.make, self.inputs = make, inputs
         self.fields = ordered(bind_fields(fields))
-        self.specs = {n: s for name, f in self.fields.items() for n, s in arrays_of(name, f).items()}
+        self.specs = {
+            n: s for name, f in self.fields.items() for n, s in arrays_of(name, f).items()
+        }
 
     def sources(self) -> list[Path]:
         return [Path(self.inputs)] if isinstance(self.inputs, (str, Path)) else []
@@ -161,7 +165,9 @@ def pack_samples(
     return run(SamplesKind(cfg, make, fields, inputs), show_progress, profile)
 
 
-def pack_recipe(cfg: SamplesConfig, show_progress: bool = True, profile: bool = False) -> RunSummary:
+def pack_recipe(
+    cfg: SamplesConfig, show_progress: bool = True, profile: bool = False
+) -> RunSummary:
     """`prep samples SRC OUT --recipe FILE`: FILE's FIELDS and make()."""
     if not cfg.recipe:
         raise UsageError("prep samples needs --recipe FILE (a .py defining FIELDS and make)")
