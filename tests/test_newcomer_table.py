@@ -55,6 +55,9 @@ def test_text_target_is_a_class_id(tmp_path: Path) -> None:
     assert torch.isfinite(F.cross_entropy(logits, y))  # was: "Target 4 is out of bounds"
     for _x, _, y in make_loader(ds, batch_size=16):
         F.cross_entropy(torch.zeros(len(y), 3), y)
+    from prep.inspect.report import info
+
+    assert "classes (3), ids 0..2: setosa, versicolor, virginica" in info(out)
     (reject,) = _rejects(out)  # the row with no species: a reject, not code 0
     assert reject["reason"] == "target" and reject["row"] == 5
     assert reject["message"].startswith("row 5: ")

@@ -17,6 +17,11 @@ def describe(m: Manifest) -> list[str]:
     arrays = {col: name for name, col in m.extra["arrays"].items() if not name.startswith("miss")}
     splits = ", ".join(f"{n:,} {s}" for s, n in m.extra["splits"].items())
     lines = [f"rows: {splits}; target {m.extra.get('target')}"]
+    target = next((c for c in m.extra["columns"] if c.get("role") == "target"), {})
+    if "vocab" in target and first_of(target) == 0:  # class ids 0..K-1
+        names = target["vocab"]
+        shown = ", ".join(map(str, names[:10])) + (" ..." if len(names) > 10 else "")
+        lines.append(f"classes ({len(names)}), ids 0..{len(names) - 1}: {shown}")
     lines.append(
         f"{'column':<20}{'array':<10}{'role':<8}{'kind':<8}{'dtype':<9}{'missing':>9}  vocab"
     )
