@@ -176,12 +176,12 @@ Example: prep samples annotations.jsonl packed --recipe recipes/detection.py --j
         TableConfig,
         "prep.kinds.table.pack:pack_table",
         (),
-        """Pack CSV/TSV/JSONL/Parquet tables into typed column arrays.
+        """Pack CSV/TSV/JSONL/Parquet tables (.csv.gz too) into typed column arrays.
 
 Integers narrowed, floats float32, text and --categorical columns as codes with their
-vocabulary, rows split train/val by a hash.
+vocabulary, a text target as class ids 0..K-1, rows split train/val by a hash.
 
-Example: prep table data/train.parquet packed-tab/ --target label --categorical city,device
+Example: prep table data/*.csv packed-tab/ --target label --categorical city,device
 """,
     ),
 }
