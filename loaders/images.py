@@ -77,7 +77,7 @@ class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
             storage_options=storage_options,
         )
         self.fields = tuple(fields)
-        have = [*self.store.manifest.fields(), "index"]
+        have = [*(f for f in self.store.manifest.fields() if f != "source"), "index"]  # source(i)
         missing = [f for f in self.fields if f not in have]
         if missing or not self.fields:
             raise ValueError(f"{self.store.root} has no field {missing}; it has {have}")

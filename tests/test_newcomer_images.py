@@ -74,6 +74,8 @@ def test_image_sources_trace_shuffled_samples_back_to_their_files(tmp_path: Path
         assert name is not None and ds.classes[int(ds[i][1])] == name.split("/")[0]
     with pytest.raises(IndexError):
         ds.source(len(ds))
+    with pytest.raises(ValueError, match="no field"):  # bytes, not a tensor: ds.source(i)
+        ImageShardDataset(out, 32, ("image", "source"))
 
 
 def test_preview_captions_hold_the_source(tmp_path: Path) -> None:
