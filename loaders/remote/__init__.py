@@ -17,8 +17,23 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
-from loaders.format import MANIFEST, FormatError, Manifest, read_manifest, safe_path
+from loaders.format import (
+    MANIFEST,
+    FormatError,
+    Manifest,
+    problems_error,
+    read_manifest,
+    safe_path,
+)
 from loaders.remote.cache import CHUNK, FileCache, default_cache_dir, parse_bytes, warn_small_cache
+from loaders.remote.checks import (
+    checked_with,
+    copy_problems,
+    files_of,
+    name_problem,
+    structure_problems,
+    url_problems,
+)
 from loaders.remote.fs import Url, filesystem, url_of
 
 if TYPE_CHECKING:  # torch only for a loader that follows windows, not for `prep` commands
@@ -81,7 +96,11 @@ def open_remote(root: object) -> tuple[RemoteBackend, Manifest] | None:
         return None
     backend = RemoteBackend(url)
     data, _ = backend.read_manifest()
-    return backend, Manifest.from_json(data, backend.root / MANIFEST)
+    manifest = Manifest.from_json(data, backend.root / MANIFEST)
+    problems = structure_problems(manifest, backend.root)
+    if problems:  # a shard without an array: a KeyError where it is looked up, else
+        raise problems_error(problems)
+    return backend, manifest
 
 
 def dataset_file(root: str | os.PathLike[str], kind: str) -> tuple[Manifest, FileAt]:
@@ -120,6 +139,9 @@ class RemoteBackend:
         self._fs: Any = None
         self._fs_pid = 0
         self._files: dict[str, tuple[int, str]] = {}  # name -> (bytes, sha256)
+        self._manifest: Manifest | None = None  # the one _files was read from
+        self._shard_of: dict[str, int] = {}  # file name -> its shard
+        self._checked_files: set[str] = set()  # checked on arrival (their arrays)
         self._shards: list[dict[str, tuple[str, int, str]]] = []  # array -> (name, bytes, sha)
         self._shard_bytes: list[int] = []  # each shard's files, in bytes
         self._array_of: dict[str, str] = {}  # file name -> an array it holds
@@ -165,10 +187,12 @@ class RemoteBackend:
                 "dataset was uploaded (its manifest.json is put last)"
             )
         data: bytes = retried(url, lambda: self.fs.cat_file(url))
-        m = Manifest.from_json(data, url)
+        m = self._manifest = Manifest.from_json(data, url)
         self._files = {n: (f.bytes, f.sha256) for s in m.shards for n, f in s.files.items()}
-        self._shards = [
-            {a: (r.file, *self._files[r.file]) for a, r in s.refs().items()} for s in m.shards
+        self._shard_of = {n: i for i, s in reversed(list(enumerate(m.shards))) for n in s.files}
+        self._shards = [  # an array in a file its shard does not list: refused at open
+            {a: (r.file, *self._files[r.file]) for a, r in s.refs().items() if r.file in s.files}
+            for s in m.shards
         ]
         self._array_of = {f[0]: a for arrays in self._shards for a, f in arrays.items()}
         self._checked = time.monotonic(), stamp
@@ -210,11 +234,29 @@ class RemoteBackend:
             self.read_manifest()
         if name not in self._files:
             raise FormatError(f"{self.root}: manifest path {name!r} is not a listed file")
-        size, sha256 = self._files[name]
         if self._follower is not None:  # learn which arrays the dataset reads
             self._follower.read.add(self._array_of[name])
-        url = self.root / name
+        path = self._fetch(name)
+        if name not in self._checked_files:
+            self._check_arrival(name, path)
+        return path
+
+    def _fetch(self, name: str) -> Path:
+        size, sha256 = self._files[name]
+        url = self._url(name)
         return self._cache.get(sha256, size, url, lambda f: self._download(url, f))
+
+    def _check_arrival(self, name: str, path: Path) -> None:
+        """The folder checks of the arrays read with `name`, on their cached copies, before
+        its first use in this process (loaders.remote.checks); FormatError naming the file."""
+        assert self._manifest is not None  # read with _files
+        i = self._shard_of[name]
+        arrays = checked_with(self._manifest, i, name)
+        copies = {n: self._fetch(n) for n in files_of(self._manifest.shards[i], arrays)}
+        problems = copy_problems(self._manifest, i, arrays, copies | {name: path}, self.root)
+        if problems:
+            raise problems_error(problems)
+        self._checked_files.add(name)
 
     def _download(self, url: str, dst: BinaryIO) -> None:
         def once() -> None:
@@ -234,7 +276,7 @@ class RemoteBackend:
 
     def sha256(self, name: str) -> str:
         """The sha256 of remote file `name`, streamed (not cached)."""
-        url = self.root / name
+        url = self._url(name)
 
         def once() -> str:
             h = hashlib.sha256()
@@ -248,47 +290,28 @@ class RemoteBackend:
     def named_file(self, name: str, sha256: str) -> Path:
         """A file the manifest names beside its shards (a tokenizer), fetched into the cache
         and checked against `sha256` as a shard file is."""
-        url = self.root / name
+        url = self._url(name)
         return self._cache.get(sha256, self._size(name), url, lambda f: self._download(url, f))
 
     def _size(self, name: str) -> int:
-        url = self.root / name
+        url = self._url(name)
         return int(retried(url, lambda: self.fs.size(url)))
 
     def problems(self, manifest: Manifest, checksums: bool = False) -> list[str]:
-        """Files the manifest lists that are missing remotely or have another byte size (and,
-        with `checksums`, another sha256: every file is read)."""
-        if not self.root.startswith(("http://", "https://")):
-            have = self.listing()
-        else:  # HTTP has no listing: ask each file's size
-            have = {n: self._size(n) for s in manifest.shards for n in s.files}
-        problems = []
-        for i, shard in enumerate(manifest.shards):
-            for name, info in shard.files.items():
-                if name not in have:
-                    problems.append(f"shard {i}: {self.root / name} is missing")
-                elif have[name] != info.bytes:
-                    problems.append(
-                        f"shard {i}: {self.root / name} has {have[name]} bytes, the manifest "
-                        f"says {info.bytes}"
-                    )
-                elif checksums and self.sha256(name) != info.sha256:
-                    problems.append(
-                        f"shard {i}: {self.root / name} checksum differs from the manifest"
-                    )
-        return problems + (self._tokenizer_problems(manifest) if checksums else [])
+        """check_files' lines for the URL (loaders.remote.checks.url_problems)."""
+        return url_problems(self, manifest, checksums)
 
-    def _tokenizer_problems(self, manifest: Manifest) -> list[str]:
-        """A token dataset's tokenizer file, checked as `prep verify` checks a local one."""
-        tok = manifest.extra.get("tokenizer")
-        if not (isinstance(tok, dict) and tok.get("file")):
-            return []
-        url = self.root / str(tok["file"])
-        try:
-            same = self.sha256(str(tok["file"])) == tok.get("sha256")
-        except FormatError:
-            return [f"tokenizer: {url} is missing"]
-        return [] if same else [f"tokenizer: {url} checksum differs from the manifest"]
+    def _url(self, name: str) -> Url:
+        """The URL of the dataset's file `name`; a name that would leave the dataset (`..`, a
+        query) is refused."""
+        problem = name_problem(self.root, name)
+        if problem:
+            raise FormatError(f"{problem}. HINT: the manifest was edited or damaged: repack")
+        return self.root / name
+
+    def download_to(self, name: str, path: Path) -> None:
+        with open(path, "wb") as f:
+            self._download(self._url(name), f)
 
     def __getstate__(self) -> dict[str, Any]:
         keep = ("root", "cache_dir", "cache_limit", "storage_options", "hold", "plan")

@@ -32,6 +32,7 @@ CHUNK = 1 << 22  # bytes a read while downloading
 HOST = socket.gethostname()
 UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
 UNITS |= {"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+SHA256 = re.compile(r"[0-9a-f]{64}")  # an entry's name: never a path, whatever a manifest says
 
 
 def default_cache_dir() -> Path:
@@ -96,7 +97,14 @@ class FileCache:
         # (loaders.remote.prefetch sets it from the sampler's windows); default LRU.
         self.rank: Callable[[str, int], tuple[int, int] | None] = lambda sha, mtime: (0, mtime)
 
-    def entry(self, sha256: str) -> Path:
+    def entry(self, sha256: str, source: str = "") -> Path:
+        """The cached file `sha256` (of `source`, named in errors). Refuses a sha256 that is not
+        64 lowercase hex digits: a manifest's "../../x" would name a file outside the cache."""
+        if not (isinstance(sha256, str) and SHA256.fullmatch(sha256)):
+            raise FormatError(
+                f"{source or self.dir}: the manifest's sha256 {str(sha256)[:80]!r} is not 64 "
+                "lowercase hex digits; refused. HINT: the manifest was edited or damaged: repack"
+            )
         return Path(f"{self.dir}/{sha256[:2]}/{sha256}")
 
     def get(
@@ -104,7 +112,7 @@ class FileCache:
     ) -> Path:
         """The cached file `sha256` of `size` bytes, downloading it from `source` (through
         `download(file)`) first unless a whole copy is there. Only one process downloads it."""
-        path = self.entry(sha256)
+        path = self.entry(sha256, source)
         with self._lock:
             if sha256 in self._whole:  # whole when handed out, and held since: still there
                 self._held.move_to_end(sha256)
@@ -148,7 +156,7 @@ class FileCache:
         with self._lock:
             fd = self._held.pop(sha256, None)
             if fd is None:
-                path = f"{self.dir}/{sha256[:2]}/{sha256}.use"
+                path = f"{self.entry(sha256)}.use"
                 try:
                     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
                 except FileNotFoundError:  # the first file of its folder

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -10,6 +12,17 @@ import typer
 
 from prep import PrepError
 from prep.options import QuietOpt
+
+
+@contextlib.contextmanager
+def reading(root: Path) -> Iterator[None]:
+    """A dataset that cannot be read (a server down, a folder refused) is one line: the OSError
+    `loaders.remote.retried` raises already names the URL and the fix."""
+    try:
+        yield
+    except OSError as e:
+        name = f"{e.filename}: " if e.filename and str(e.filename) not in str(e) else ""
+        raise PrepError(f"{name}{e.strerror or e}. HINT: check that {root} can be read") from None
 
 
 def info(
@@ -20,9 +33,17 @@ def info(
 
     Example: prep info data/demo-packed --batch-size 128
     """
+    from loaders.format import problems_error, read_manifest
+    from loaders.remote import url_of
+    from loaders.remote.checks import structure_problems
     from prep.inspect.report import info as describe
 
-    typer.echo(describe(root, batch_size))
+    with reading(root):
+        if url_of(root) is None:  # a URL's are checked as it is opened (loaders.remote)
+            problems = structure_problems(read_manifest(root), root)
+            if problems:  # a shard without an array: a KeyError in the table below
+                raise problems_error(problems)
+        typer.echo(describe(root, batch_size))
 
 
 def verify(
@@ -37,7 +58,8 @@ def verify(
     """
     from prep.inspect.report import verify as check
 
-    manifest, problems = check(root, limit)
+    with reading(root):
+        manifest, problems = check(root, limit)
     for p in problems:
         typer.echo(f"bad: {p}", err=True)
     if problems:
@@ -73,15 +95,24 @@ def preview(
 
     Example: prep preview data/demo-packed --size 128 --count 32 --output sheet.png
     """
-    from loaders.format import read_manifest
+    from loaders.format import load_manifest
+    from loaders.remote import url_of
     from prep.inspect.preview import preview as sheet
 
-    if read_manifest(root).kind == "table":  # rows decoded back, as text
-        from prep.kinds.table.show import first_rows
+    if url_of(root) is not None:
+        raise PrepError(
+            f"{url_of(root)}: prep preview reads a dataset folder, not a URL. HINT: `prep verify "
+            "URL` checks it; copy it to a folder to preview it"
+        )
+    with reading(root):
+        # The folder's checks first: preview reads arrays that a bad header or offset would
+        # make it misread (a volume's shape, a label out of range).
+        if load_manifest(root).kind == "table":  # rows decoded back, as text
+            from prep.kinds.table.show import first_rows
 
-        typer.echo(first_rows(root, min(count, 20)))
-        return
-    typer.echo(sheet(root, size, count, output, columns, masks).line())
+            typer.echo(first_rows(root, min(count, 20)))
+            return
+        typer.echo(sheet(root, size, count, output, columns, masks).line())
 
 
 def tune(

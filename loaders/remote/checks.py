@@ -1,0 +1,190 @@
+"""The folder checks of loaders.format, run on a remote dataset's local copies: the same code and
+the same lines for a URL as for a folder, with the URL's file names in them.
+
+`check_files` checks a folder laid out as the manifest says. A URL's files are elsewhere: in the
+cache (`files/XX/SHA256`) as they arrive for reading, or in a temporary folder for `prep verify`.
+So each check runs on a one-shard copy of the manifest whose files are renamed to the local
+copies' paths under one root, and its lines name the remote files again.
+
+- Reading: when a file arrives, the arrays checked together with it (`checked_with`: the arrays
+  it holds, their sides and the labels; a token or volume shard whole) are checked on their
+  cached copies before the first read (`RemoteBackend.local_path`).
+- `prep verify URL`: every file of a shard is downloaded to a temporary folder in the cache's
+  folder, checked with checksums like a folder's, and deleted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import secrets
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from loaders.format import ArrayRef, FormatError, Manifest, Shard, array_name, check_files
+from loaders.format.checks import _array_problems  # the shard's arrays against its files
+from loaders.remote.fs import Url
+
+if TYPE_CHECKING:
+    from loaders.remote import RemoteBackend
+
+WHOLE = ("tokens", "volumes")  # kinds whose shard checks read every array of the shard
+
+
+_PART = re.compile(r"[^/\\\0?#%]+")  # no separators, queries, fragments or %-escapes
+
+
+def name_problem(url: object, name: object) -> str | None:
+    """Why a manifest's file name may not be joined to the dataset's URL (None: it may): an
+    absolute or `..` path, or a query, would read another object (a folder's reader refuses
+    them too: loaders.format.safe_path)."""
+    parts = name.split("/") if isinstance(name, str) else [""]
+    if all(_PART.fullmatch(p) and p not in (".", "..") for p in parts):
+        return None
+    return f"manifest path {str(name)[:80]!r} escapes the dataset {url}"
+
+
+def structure_problems(manifest: Manifest, url: object) -> list[str]:
+    """What check_files finds without reading a file: file names that leave the dataset,
+    declared arrays without a file, arrays in files the shard does not list. Checked when a URL
+    is opened (a KeyError or a read elsewhere later, else)."""
+    found = [
+        f"shard {i}: {p}"
+        for i, s in enumerate(manifest.shards)
+        for p in [name_problem(url, n) for n in s.files] + _array_problems(manifest, s)
+        if p
+    ]
+    return found
+
+
+def checked_with(manifest: Manifest, shard: int, file: str) -> list[str]:
+    """The arrays whose checks need file `file` of shard `shard`: the arrays it holds (or the
+    offsets of), with their `hw_{size}` sides; every array of a token or volume shard (their
+    checks read them together). Only what is read is fetched: labels are checked when read."""
+    if manifest.kind in WHOLE:
+        return sorted(manifest.arrays)
+    refs = manifest.shards[shard].arrays
+    held = [a for a, r in refs.items() if file in (r.file, r.offsets and r.offsets.file)]
+    sides = [array_name("hw", manifest.arrays[a].size) for a in held if a in manifest.arrays]
+    names = {*held, *sides}
+    return sorted(n for n in names if n in manifest.arrays)
+
+
+def files_of(shard: Shard, arrays: list[str]) -> list[str]:
+    """The files holding `arrays` (and their offsets) in `shard`, as it lists them."""
+    refs = [shard.arrays[a] for a in arrays if a in shard.arrays]
+    names = {r.file for r in refs} | {r.offsets.file for r in refs if r.offsets}
+    return sorted(n for n in names if n in shard.files)
+
+
+def copy_problems(
+    manifest: Manifest,
+    index: int,
+    arrays: list[str],
+    copies: dict[str, Path],
+    url: Url,
+    checksums: bool = False,
+) -> list[str]:
+    """check_files' lines for `arrays` of shard `index`, read from `copies` (the shard's file
+    names -> local copies, all under one folder), naming the files at `url`."""
+    root = Path(os.path.commonpath([p.parent for p in copies.values()])) if copies else Path()
+    local = {name: str(p.relative_to(root)) for name, p in copies.items()}
+    shard = manifest.shards[index]
+
+    def moved(ref: ArrayRef) -> ArrayRef:
+        off = ref.offsets and dataclasses.replace(
+            ref.offsets, file=local.get(ref.offsets.file, ref.offsets.file)
+        )
+        return dataclasses.replace(ref, file=local.get(ref.file, ref.file), offsets=off)
+
+    one = Shard(
+        shard.count,
+        {a: moved(shard.arrays[a]) for a in arrays if a in shard.arrays},
+        {local[n]: shard.files[n] for n in local},
+        shard.split,
+    )
+    specs = {a: manifest.arrays[a] for a in arrays if a in manifest.arrays}
+    found = check_files(root, dataclasses.replace(manifest, arrays=specs, shards=[one]), checksums)
+    names = sorted(((str(root / r), str(url / n)) for n, r in local.items()), reverse=True)
+    out = []
+    for line in found:
+        for path, remote in names:
+            line = line.replace(path, remote)
+        out.append(f"shard {index}: {line.removeprefix('shard 0: ')}")
+    return out
+
+
+def verify_shards(
+    manifest: Manifest,
+    url: Url,
+    tmp_parent: Path,
+    download: Callable[[str, Path], None],
+    skip: set[int],
+) -> list[str]:
+    """`prep verify`'s checks of every shard at `url`: its files downloaded (`download(name,
+    path)`) into a temporary folder under `tmp_parent`, checked as a folder's are (checksums,
+    headers, the kind's checks), then deleted. Shards in `skip` (found wanting already) are
+    not downloaded."""
+    problems: list[str] = []
+    for i, shard in enumerate(manifest.shards):
+        if i in skip:
+            continue
+        tmp = tmp_parent / f"verify-{os.getpid()}-{secrets.token_hex(4)}"
+        tmp.mkdir(parents=True)
+        try:
+            copies = {n: tmp / f"{k:06d}" for k, n in enumerate(sorted(shard.files))}
+            for name, path in copies.items():
+                download(name, path)
+            arrays = sorted({*manifest.arrays, *shard.arrays})
+            problems += copy_problems(manifest, i, arrays, copies, url, checksums=True)
+        except FormatError as e:
+            problems.append(f"shard {i}: {e}")
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return problems
+
+
+def url_problems(backend: RemoteBackend, manifest: Manifest, checksums: bool) -> list[str]:
+    """What check_files finds in a folder, found at the backend's URL: the shards' arrays
+    against their files, files missing remotely or of another byte size; with `checksums`
+    (`prep verify`), every file downloaded and checked as a folder's files are (checksums,
+    headers, the kind's checks) and the tokenizer's checksum."""
+    root = backend.root
+    found = {-1: structure_problems(manifest, root)}
+    if found[-1]:
+        return found[-1]
+    if not root.startswith(("http://", "https://")):
+        have = backend.listing()
+    else:  # HTTP has no listing: ask each file's size
+        have = {n: backend._size(n) for s in manifest.shards for n in s.files}
+    for i, shard in enumerate(manifest.shards):
+        for name, info in shard.files.items():
+            if name not in have:
+                found.setdefault(i, []).append(f"shard {i}: {root / name} is missing")
+            elif have[name] != info.bytes:
+                found.setdefault(i, []).append(
+                    f"shard {i}: {root / name} has {have[name]} bytes, the manifest says "
+                    f"{info.bytes}"
+                )
+    problems = [p for lines in found.values() for p in lines]
+    if not checksums:
+        return problems
+    backend.cache_dir.mkdir(parents=True, exist_ok=True)
+    problems += verify_shards(manifest, root, backend.cache_dir, backend.download_to, set(found))
+    return problems + _tokenizer_problems(backend, manifest)
+
+
+def _tokenizer_problems(backend: RemoteBackend, manifest: Manifest) -> list[str]:
+    """A token dataset's tokenizer file, checked as `prep verify` checks a local one."""
+    tok = manifest.extra.get("tokenizer")
+    if not (isinstance(tok, dict) and tok.get("file")):
+        return []
+    url = backend.root / str(tok["file"])
+    try:
+        same = backend.sha256(str(tok["file"])) == tok.get("sha256")
+    except FormatError as e:
+        return [f"tokenizer: {url} is missing" if "does not exist" in str(e) else f"tokenizer: {e}"]
+    return [] if same else [f"tokenizer: {url} checksum differs from the manifest"]

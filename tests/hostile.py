@@ -1,0 +1,343 @@
+"""The hostile-dataset corpus of issue 23: small datasets made with prep, then changed the way
+someone else's dataset could be (a manifest that lies, a file swapped, a header that claims
+more than the file holds), each with its checksums recomputed so that only the content lies.
+
+`make_bases(folder, raw)` packs one dataset of each kind; `build(case, bases, out, outside)`
+copies the case's base to `out` and applies its change (`outside`: a folder beside it, for the
+files a case points at). `CASES` lists them; tests/test_hostile.py opens each one with every
+reader. Run as a script, it writes the corpus to a folder: `python tests/hostile.py DIR`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+Manifest = dict[str, Any]
+OPEN, VERIFY, INFO, PREVIEW = "open", "verify", "info", "preview"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One hostile dataset: `base` changed by `change(root, outside)`. `refuse`: the readers
+    that must refuse it, with an error matching `names` (the file at fault); the others may
+    also refuse it, in one line. `url`: it can be put at a URL (a FIFO or a link cannot)."""
+
+    name: str
+    base: str
+    change: Callable[[Path, Path], None]
+    refuse: frozenset[str]
+    names: str
+    url: bool = True
+    note: str = ""
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+def load(root: Path) -> Manifest:
+    return json.loads((root / "manifest.json").read_text())
+
+
+def save(root: Path, m: Manifest, text: str | None = None) -> None:
+    (root / "manifest.json").write_text(text if text is not None else json.dumps(m))
+
+
+def digest(root: Path) -> None:
+    """Every listed file's byte size and sha256 recomputed: the lie is in the content only."""
+    m = load(root)
+    for shard in m["shards"]:
+        for rel, info in shard["files"].items():
+            path = Path(rel) if os.path.isabs(rel) else root / rel
+            if path.is_file():
+                data = path.read_bytes()
+                info.update(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+    save(root, m)
+
+
+def rewrite(root: Path, rel: str, data: np.ndarray, **save_kw: Any) -> None:
+    """File `rel` holds `data` now (a .npy), its checksums recomputed."""
+    with open(root / rel, "wb") as f:
+        np.save(f, data, **save_kw)
+    digest(root)
+
+
+def edit(change: Callable[[Manifest], None]) -> Callable[[Path, Path], None]:
+    def apply(root: Path, outside: Path) -> None:
+        m = load(root)
+        change(m)
+        save(root, m)
+
+    return apply
+
+
+def npy(root: Path, rel: str) -> np.ndarray:
+    return np.load(root / rel)
+
+
+# --- the seven defects -------------------------------------------------------------------
+
+
+def _sha_path(m: Manifest) -> None:
+    m["shards"][0]["files"]["label-00000.npy"]["sha256"] = "../../../../some/where/label.npy"
+
+
+def _labels(root: Path, outside: Path) -> None:
+    rewrite(root, "label-00001.npy", np.full(4, 99, np.uint8))
+
+
+def _backwards(root: Path, outside: Path) -> None:
+    off = npy(root, "image_32-offsets-00000.npy")
+    off[1], off[2] = off[2], off[1]
+    rewrite(root, "image_32-offsets-00000.npy", off)
+
+
+def _hw_zero(root: Path, outside: Path) -> None:
+    hw = npy(root, "hw_32-00000.npy")
+    hw[0] = 0
+    rewrite(root, "hw_32-00000.npy", hw)
+
+
+def _external_link(root: Path, outside: Path) -> None:
+    import h5py
+
+    with h5py.File(outside / "elsewhere.h5", "w") as f:
+        f["label"] = np.full(4, 7, np.uint8)
+    with h5py.File(root / "shard-00000.h5", "a") as f:
+        del f["label"]
+        f["label"] = h5py.ExternalLink(str(outside / "elsewhere.h5"), "label")
+    digest(root)
+
+
+def _volume_wrap(root: Path, outside: Path) -> None:
+    shape = npy(root, "volume_shape-00000.npy")
+    shape[0] = (2**21, 2**21, 2**22)  # 2**64 voxels: 0 in int64
+    rewrite(root, "volume_shape-00000.npy", shape)
+
+
+def _npy_wrap(root: Path, outside: Path) -> None:
+    """A header claiming (4, 2**32, 2**32, 3), the manifest agreeing: 2**66 bytes wrap to 0."""
+    m = load(root)
+    m["arrays"]["image_32"]["shape"] = [2**32, 2**32, 3]
+    save(root, m)
+    path = root / "image_32-00000.npy"
+    data = path.read_bytes()
+    shape = (4, 2**32, 2**32, 3)
+    header = f"{{'descr': '|u1', 'fortran_order': False, 'shape': {shape}, }}"
+    text = header.ljust(128 - 10 - 1) + "\n"
+    path.write_bytes(
+        b"\x93NUMPY\x01\x00" + len(text).to_bytes(2, "little") + text.encode() + data[128:]
+    )
+    digest(root)
+
+
+def _huge_size(m: Manifest) -> None:
+    """A JPEG array at 1,000,000 px: a batch of it would be a 48 TB allocation."""
+    big = 1_000_000
+    for old, new in (("image_32", f"image_{big}"), ("crc_32", f"crc_{big}")):
+        spec = m["arrays"].pop(old)
+        m["arrays"][new] = spec | {"size": big}
+        for shard in m["shards"]:
+            shard["arrays"][new] = shard["arrays"].pop(old)
+    m["arrays"][f"image_{big}"]["shape"] = [big, big, 3]
+
+
+# --- manifests a JSON parser takes --------------------------------------------------------
+
+
+def _deep(root: Path, outside: Path) -> None:
+    text = (root / "manifest.json").read_text()
+    deep = "[" * 100_000 + "]" * 100_000
+    save(root, {}, text.replace('"extra": {', f'"deep": {deep}, "extra": {{', 1))
+
+
+def _extra_list(m: Manifest) -> None:
+    m["extra"] = []
+
+
+def _no_columns(m: Manifest) -> None:
+    del m["extra"]["columns"]
+
+
+def _no_eot(m: Manifest) -> None:
+    del m["extra"]["eot_id"]
+
+
+def _eot_string(m: Manifest) -> None:
+    m["extra"]["eot_id"] = "0"
+
+
+def _no_label(m: Manifest) -> None:
+    del m["shards"][0]["arrays"]["label"]
+    del m["shards"][0]["files"]["label-00000.npy"]
+
+
+# --- values the GPU would trip over -------------------------------------------------------
+
+
+def _token_ids(root: Path, outside: Path) -> None:
+    tokens = npy(root, "tokens-train-00000.npy")
+    tokens[3] = 200  # the vocabulary has 16
+    rewrite(root, "tokens-train-00000.npy", tokens)
+
+
+def _codes(root: Path, outside: Path) -> None:
+    codes = npy(root, "cat_0-train-00000.npy")
+    codes[2] = codes.max() + 50
+    rewrite(root, "cat_0-train-00000.npy", codes)
+
+
+def _empty_document(root: Path, outside: Path) -> None:
+    off = npy(root, "doc_offsets-train-00000.npy")
+    off[1] = 0  # document 0 holds no tokens now; document 1 holds both
+    rewrite(root, "doc_offsets-train-00000.npy", off)
+
+
+# --- what holds today ---------------------------------------------------------------------
+
+
+def _renamed(root: Path, new: str) -> None:
+    m = load(root)
+    shard = m["shards"][0]
+    shard["files"][new] = shard["files"].pop("label-00000.npy")
+    shard["arrays"]["label"]["file"] = new
+    save(root, m)
+
+
+def _dotdot(root: Path, outside: Path) -> None:
+    shutil.copy(root / "label-00000.npy", root.parent / "label-00000.npy")
+    _renamed(root, "../label-00000.npy")
+
+
+def _absolute(root: Path, outside: Path) -> None:
+    shutil.copy(root / "label-00000.npy", outside / "label.npy")
+    _renamed(root, str(outside / "label.npy"))
+
+
+def _symlink(root: Path, outside: Path) -> None:
+    shutil.copy(root / "label-00000.npy", outside / "label.npy")
+    (root / "label-00000.npy").unlink()
+    (root / "label-00000.npy").symlink_to(outside / "label.npy")
+
+
+def _fifo(root: Path, outside: Path) -> None:
+    (root / "label-00000.npy").unlink()
+    os.mkfifo(root / "label-00000.npy")
+
+
+def _object(root: Path, outside: Path) -> None:
+    rewrite(root, "label-00000.npy", np.array([0, 1, 0, 1], dtype=object), allow_pickle=True)
+
+
+def _lying_header(root: Path, outside: Path) -> None:
+    """The header (and the manifest) say 40 samples; the file holds 4."""
+    m = load(root)
+    m["shards"][0]["arrays"]["image_32"]["length"] = 40
+    save(root, m)
+    path = root / "image_32-00000.npy"
+    data = path.read_bytes()
+    path.write_bytes(data[:128].replace(b"(4, 32, 32, 3)", b"(40, 32, 32, 3)") + data[128:])
+    digest(root)
+
+
+def _tampered_jpeg(root: Path, outside: Path) -> None:
+    path = root / "image_32-00000.npy"
+    data = bytearray(path.read_bytes())
+    for k in range(200, 400, 7):
+        data[k] ^= 0x5A
+    path.write_bytes(bytes(data))
+    digest(root)
+
+
+ALL = frozenset((OPEN, VERIFY, INFO, PREVIEW))
+READ = frozenset((OPEN, VERIFY))
+CASES = [
+    Case("sha256 is a path", "images", edit(_sha_path), READ, "sha256", note="defect 1"),
+    Case("labels outside classes", "images", _labels, READ, "label-00001.npy", note="defect 2"),
+    Case("ragged offsets backwards", "jpeg", _backwards, READ, "offsets", note="defect 2"),
+    Case("a side of 0 px", "keep", _hw_zero, READ, "hw_32-00000.npy", note="defect 2"),
+    Case("HDF5 external link", "h5", _external_link, READ, "shard-00000.h5", note="defect 3"),
+    Case("volume size wraps int64", "volumes", _volume_wrap, READ, "volume", note="defect 4"),
+    Case("npy byte count wraps int64", "images", _npy_wrap, READ, "image_32", note="defect 5"),
+    Case("image size unbounded", "jpeg", edit(_huge_size), READ, "image_1000000", note="6"),
+    Case("manifest nested 100,000 deep", "images", _deep, ALL, "manifest.json"),
+    Case("extra is a list", "images", edit(_extra_list), ALL, "extra"),
+    Case("table without columns", "table", edit(_no_columns), ALL, "columns"),
+    Case("tokens without eot_id", "tokens", edit(_no_eot), ALL, "eot_id"),
+    Case("eot_id a string", "tokens", edit(_eot_string), ALL, "eot_id"),
+    Case("a shard without labels", "images", edit(_no_label), ALL, "label"),
+    Case("token ids beyond vocab_size", "tokens", _token_ids, frozenset((VERIFY,)), "tokens"),
+    Case("category codes beyond vocabulary", "table", _codes, frozenset((VERIFY,)), "cat_0"),
+    Case("a document of zero tokens", "tokens", _empty_document, frozenset(), ""),
+    Case("a .. path", "images", _dotdot, READ, r"\.\./label-00000\.npy"),
+    Case("an absolute path", "images", _absolute, READ, "label"),
+    Case("a link out", "images", _symlink, READ, "label-00000.npy", url=False),
+    Case("a FIFO", "images", _fifo, READ, "label-00000.npy", url=False),
+    Case("object dtype", "images", _object, READ, "label-00000.npy"),
+    Case("a header claiming more", "images", _lying_header, READ, "image_32-00000.npy"),
+    Case("tampered JPEG bytes", "jpeg", _tampered_jpeg, frozenset((OPEN,)), "JPEG|image_32"),
+]
+KIND = {"images": "images", "jpeg": "images", "keep": "images", "h5": "images"}
+KIND |= {"tokens": "tokens", "table": "table", "volumes": "volumes"}
+
+
+def make_bases(folder: Path, raw: Path) -> dict[str, Path]:
+    """One small pack of each base a case starts from (about a second in all): 12 demo images
+    at 32 px in shards of 4 (raw, jpeg, keep, h5), 6 documents, a 20-row table, 2 volumes."""
+    from typer.testing import CliRunner
+
+    from prep.cli import app
+    from prep.demo import make_demo
+    from prep.kinds.volumes.phantoms import make_phantoms
+
+    make_demo(raw, count=12, seed=0, jobs=1, max_side=256, show_progress=False)
+    (raw / "text").mkdir(exist_ok=True)
+    for i in range(6):
+        (raw / "text" / f"d{i}.txt").write_text(f"document {i} " * (i + 5))
+    rows = "".join(f"{'abc'[i % 3]},{i * 1.5},{i % 2}\n" for i in range(20))
+    (raw / "rows.csv").write_text("city,price,label\n" + rows)
+    make_phantoms(raw / "ct", count=2, seed=1, side=16, dicom=False)
+    images = [str(raw / "images"), "--sizes", "32", "--shard-size", "4", "-j", "1"]
+    runs = {
+        "images": ["pack", *images],
+        "jpeg": ["pack", *images, "--codec", "jpeg"],
+        "keep": ["pack", *images, "--mode", "keep"],
+        "h5": ["pack", *images, "--format", "h5"],
+        "tokens": ["tokenize", str(raw / "text"), "-t", "char"],
+        "table": ["table", str(raw / "rows.csv"), "--target", "label", "--categorical", "city"],
+        "volumes": ["volumes", str(raw / "ct" / "images"), "--labels", str(raw / "ct" / "labels")],
+    }
+    bases = {}
+    for name, args in runs.items():
+        out = folder / name
+        res = CliRunner().invoke(app, [args[0], args[1], str(out), *args[2:], "-q"])
+        assert res.exit_code == 0, res.output
+        bases[name] = out
+    return bases
+
+
+def build(case: Case, bases: dict[str, Path], out: Path, outside: Path) -> Path:
+    """The case's dataset at `out` (a copy of its base, changed)."""
+    shutil.copytree(bases[case.base], out)
+    outside.mkdir(parents=True, exist_ok=True)
+    case.change(out, outside)
+    return out
+
+
+def main(folder: str) -> None:
+    root = Path(folder)
+    bases = make_bases(root / "bases", root / "raw")
+    for i, case in enumerate(CASES):
+        out = build(case, bases, root / f"case-{i:02d}", root / f"outside-{i:02d}")
+        print(f"{out}: {case.name} ({case.base})")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

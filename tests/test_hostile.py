@@ -1,0 +1,256 @@
+"""Opening datasets someone else made (issue 23): every case of the hostile corpus
+(tests/hostile.py) opened by each dataset class that reads its kind, read through make_loader,
+and run through `prep verify`, `info` and `preview`, as a folder, a file:// URL and an s3:// URL
+(moto's server on loopback). Each ends in one clear error naming the file, or reads right; none
+in a traceback, and nothing is written outside the dataset and the cache."""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hostile import CASES, KIND, OPEN, PREVIEW, VERIFY, Case, build, make_bases
+from s3server import BUCKET, s3_server  # noqa: F401  (the fixture `s3`)
+
+from loaders import (
+    CenterCrop,
+    DocumentDataset,
+    ImageShardDataset,
+    PatchDataset,
+    TableDataset,
+    TokenWindowDataset,
+    VolumeDataset,
+    make_loader,
+)
+from loaders.format import FormatError
+from prep import PrepError
+from prep.cli import app
+
+Opener = Callable[[str], Any]
+CROP = CenterCrop(32, 1.0)
+OPENERS: dict[str, list[Opener]] = {
+    "images": [lambda r: ImageShardDataset(r, crop=CROP)],
+    "tokens": [
+        lambda r: TokenWindowDataset(r, block_size=8),
+        lambda r: DocumentDataset(r, split="train"),
+    ],
+    "table": [lambda r: TableDataset(r)],
+    "volumes": [lambda r: VolumeDataset(r), lambda r: PatchDataset(r, patch=(4, 4, 4))],
+}
+CLEAN = (FormatError, PrepError)  # the errors that are one line for the user
+MODES = ("folder", "file", "s3")
+FOLDER_ONLY = "prep preview reads a dataset folder, not a URL"
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory, s3: Any) -> list[tuple[Case, Path, str]]:
+    """Each case built once, and put on the S3 server too: (case, folder, s3 URL)."""
+    root = tmp_path_factory.mktemp("hostile")
+    bases = make_bases(root / "bases", root / "raw")
+    built = []
+    for i, case in enumerate(CASES):
+        out = build(case, bases, root / f"case-{i:02d}" / "ds", root / f"case-{i:02d}" / "out")
+        url = f"s3://{BUCKET}/hostile/case-{i:02d}"
+        if case.url:
+            s3.put(str(out), url, recursive=True)
+        built.append((case, out, url))
+    return built
+
+
+def where(case: Case, folder: Path, url: str, mode: str) -> str | None:
+    if mode != "folder" and not case.url:
+        return None  # a FIFO or a link cannot be put at a URL
+    return {"folder": str(folder), "file": f"file://{folder}", "s3": url}[mode]
+
+
+def outcome(fn: Callable[[], object], case: Case) -> str:
+    """ok, refused (a clean error naming the file), vague (clean, not naming it), or crash."""
+    try:
+        fn()
+    except CLEAN as e:
+        return "refused" if re.search(case.names, str(e)) else f"vague: {e}"
+    except Exception as e:  # what the corpus is for: anything else is a traceback
+        return f"crash: {type(e).__name__}: {e}"
+    return "ok"
+
+
+def read_all(make: Opener, root: str, workers: int) -> None:
+    ds = make(root)
+    for i in range(len(ds)):
+        ds[i]
+    if workers or isinstance(ds, ImageShardDataset | TokenWindowDataset | TableDataset):
+        for _ in make_loader(ds, batch_size=4, num_workers=workers):
+            pass
+
+
+def cli(args: list[str], case: Case) -> str:
+    from typer.testing import CliRunner
+
+    res = CliRunner().invoke(app, args)
+    text = res.output
+    if res.exception is not None and not isinstance(res.exception, SystemExit):
+        return f"crash: {type(res.exception).__name__}: {res.exception}"
+    if "Traceback" in text or res.exit_code not in (0, 1):
+        return f"crash: exit {res.exit_code}: {text[-300:]}"
+    if res.exit_code == 0:
+        return "ok"
+    errors = [line for line in text.splitlines() if line.startswith("error:")]
+    if len(errors) != 1:
+        return f"crash: not one error line: {text[-300:]}"
+    return "refused" if re.search(case.names, text) else f"vague: {text.strip()[-200:]}"
+
+
+def run_case(case: Case, root: str, scratch: Path, workers: int) -> dict[str, str]:
+    """Every reader of the case's kind on `root`: reader -> outcome."""
+    kind = KIND[case.base]
+    got = {
+        f"{OPEN}[{k}]": outcome(functools.partial(read_all, make, root, workers), case)
+        for k, make in enumerate(OPENERS[kind])
+    }
+    if workers:
+        return got
+    got[VERIFY] = cli(["verify", root], case)
+    got["info"] = cli(["info", root], case)
+    got[PREVIEW] = cli(["preview", root, "-n", "4", "-o", str(scratch / "sheet.png")], case)
+    return got
+
+
+def judge(case: Case, got: dict[str, str], mode: str) -> list[str]:
+    """What is wrong with the outcomes: a crash anywhere, or a reader of `refuse` that did not
+    refuse (naming the file)."""
+    bad = [f"{r}: {o}" for r, o in got.items() if o.startswith("crash")]
+    for reader, o in got.items():
+        if reader == PREVIEW and mode != "folder" and FOLDER_ONLY in o:
+            continue  # prep preview reads folders: one line saying so
+        if reader.split("[")[0] in case.refuse and o != "refused":
+            bad.append(f"{reader} should refuse naming /{case.names}/: {o}")
+    return bad
+
+
+def snapshot(root: Path, skip: Path) -> set[str]:
+    return {
+        os.path.join(d, f)
+        for d, dirs, files in os.walk(root)
+        if not d.startswith(str(skip))
+        for f in files + dirs
+    }
+
+
+def check_corpus(
+    corpus: list[tuple[Case, Path, str]], modes: tuple[str, ...], workers: int, tmp: Path
+) -> Counter[tuple[str, str]]:
+    cache = tmp / "x" / "y" / "z" / "cache"  # a sha256 "../../../../a" would leave it in tmp
+    scratch = tmp / "scratch"
+    scratch.mkdir()
+    cache.mkdir(parents=True)
+    top = corpus[0][1].parent.parent
+    before = snapshot(top, top / "nothing") | snapshot(tmp, cache)
+    failures: list[str] = []
+    tally: Counter[tuple[str, str]] = Counter()
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("PREP_CACHE", str(cache))
+        for case, folder, url in corpus:
+            for mode in modes:
+                root = where(case, folder, url, mode)
+                if root is None:
+                    continue
+                bad = judge(case, run_case(case, root, scratch, workers), mode)
+                tally["fail" if bad else "pass", mode] += 1
+                failures += [f"{case.name} ({case.note or case.base}) as {mode}: {b}" for b in bad]
+    after = snapshot(top, top / "nothing") | snapshot(tmp, cache)
+    written = sorted(p for p in after - before if not p.startswith(str(scratch)))
+    assert not written, f"written outside the datasets and the cache: {written[:5]}"
+    print("\n".join(failures))
+    counts = ", ".join(
+        f"{m}: {tally['pass', m]}/{tally['pass', m] + tally['fail', m]}" for m in modes
+    )
+    print(f"{len(corpus)} cases; passing {counts}")
+    assert not failures, f"{len(failures)} failures, e.g. {failures[:8]}"
+    return tally
+
+
+def test_the_corpus_holds_every_case() -> None:
+    names = [c.name for c in CASES]
+    assert len(names) == len(set(names)) == 24
+    assert {c.note for c in CASES if c.note} >= {f"defect {i}" for i in (1, 2, 3, 4, 5)}
+
+
+def test_every_hostile_dataset_is_one_clear_error(
+    corpus: list[tuple[Case, Path, str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import loaders.remote
+
+    monkeypatch.setattr(loaders.remote, "BACKOFF", 0.01)
+    check_corpus(corpus, MODES, 0, tmp_path)
+
+
+@pytest.mark.slow
+def test_every_hostile_dataset_through_two_workers(
+    corpus: list[tuple[Case, Path, str]], tmp_path: Path
+) -> None:
+    """Workers read what the main process did not: a URL's files arrive, and are checked, in
+    the worker that reads them first."""
+    check_corpus(corpus, ("folder", "file"), 2, tmp_path)
+
+
+def test_a_lock_that_is_a_link_is_refused_and_its_target_kept(tmp_path: Path) -> None:
+    """`ln -s victim.txt .OUT.prep-lock; prep pack SRC OUT` truncated victim.txt (defect 7)."""
+    from typer.testing import CliRunner
+
+    from prep.demo import make_demo
+
+    make_demo(tmp_path / "raw", count=2, seed=0, jobs=1, max_side=64, show_progress=False)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    out = tmp_path / "OUT"
+    lock = tmp_path / ".OUT.prep-lock"
+    args = ["pack", str(tmp_path / "raw" / "images"), str(out), "--sizes", "16", "-q"]
+    for planted in ("link", "hard link", "other text", "fifo"):
+        if planted == "link":
+            lock.symlink_to(victim)
+        elif planted == "hard link":
+            os.link(victim, lock)
+        elif planted == "other text":
+            lock.write_text("not a lock\n")
+        else:
+            os.mkfifo(lock)
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 1 and "Traceback" not in res.output, (planted, res.output)
+        assert res.output.count("\n") == 1 and str(lock) in res.output, res.output
+        assert victim.read_text() == "precious\n" and not out.exists()
+        lock.unlink()
+    stale = f"pid 12 on {os.uname().nodename}\n"  # a run killed before removing its lock
+    lock.write_text(stale)
+    assert CliRunner().invoke(app, args).exit_code == 0 and not lock.exists()
+
+
+@pytest.mark.parametrize("command", ["verify", "info"])
+def test_a_server_that_is_down_is_one_line(command: str, tmp_path: Path) -> None:
+    """`prep verify s3://...` and `prep info s3://...` printed an OSError traceback."""
+    from s3server import free_port
+
+    env = os.environ | {
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{free_port()}",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_MAX_ATTEMPTS": "1",
+        "PREP_CACHE": str(tmp_path),
+    }
+    code = (
+        "import loaders.remote as r; r.BACKOFF = 0.01; from prep.cli import app; "
+        f"app(['{command}', 's3://{BUCKET}/ds'])"
+    )
+    start = time.monotonic()
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    assert res.stderr.count("\n") == 1 and f"s3://{BUCKET}/ds/manifest.json" in res.stderr
+    assert time.monotonic() - start < 60
