@@ -470,3 +470,74 @@ def test_a_remote_jpeg_dataset_reads_in_quasi_random_windows(
         got = sorted(int(x.sum()) for b in loader for x in b[0])
         assert got == want
         assert any("offsets" in name for name in starts)
+
+
+def test_the_cache_never_takes_a_sha256_as_a_path(tmp_path: Path) -> None:
+    """A manifest's sha256 "../../../../some/where/label.npy" made the cache map that file as
+    the shard (its size matched) and create folders and a .use file beside it (issue 23)."""
+    from loaders.remote.cache import FileCache
+
+    cache = FileCache(tmp_path / "a" / "b" / "c" / "cache", None, 4)
+    sha = "../../../../some/where/label.npy"
+    outside = tmp_path / "some" / "where" / "label.npy"
+    outside.parent.mkdir(parents=True)
+    outside.write_bytes(b"x" * 10)
+    with pytest.raises(FormatError, match=r"src: the manifest's sha256 '\.\./.*64 lowercase hex"):
+        cache.get(sha, 10, "src", lambda f: f.write(b"y" * 10))
+    with pytest.raises(FormatError, match="64 lowercase hex"):
+        cache.get("A" * 64, 10, "src", lambda f: f.write(b"y" * 10))  # upper case: not ours
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["label.npy", "some", "where"]
+
+
+def test_a_manifest_sha256_path_at_a_url_writes_nothing_outside(
+    packed: Path, tmp_path: Path
+) -> None:
+    import json
+
+    ds = shutil.copytree(packed, tmp_path / "served" / "ds")
+    m = json.loads((ds / MANIFEST).read_text())
+    m["shards"][0]["files"]["label-00000.npy"]["sha256"] = "../../../../some/where/label.npy"
+    (ds / MANIFEST).write_text(json.dumps(m))
+    cache = tmp_path / "a" / "b" / "c" / "cache"
+    before = set(tmp_path.rglob("*"))
+    with pytest.raises(FormatError, match="sha256"):
+        ImageShardDataset(f"file://{ds}", size=64, cache_dir=cache)[0]
+    assert {p for p in set(tmp_path.rglob("*")) - before if cache not in p.parents} <= {cache}
+
+
+@pytest.fixture(scope="module")
+def bases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    from hostile import make_bases
+
+    root = tmp_path_factory.mktemp("bases")
+    return make_bases(root / "bases", root / "raw")
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("labels outside classes", r"label-00001.npy: label 99 is not one of the \d+ classes"),
+        ("ragged offsets backwards", r"image_32-offsets-00000.npy: the offsets of image_32"),
+        ("a side of 0 px", r"hw_32-00000.npy: a side is not 1..32 px"),
+    ],
+)
+def test_a_url_dataset_gets_the_folder_checks(
+    case: str, message: str, bases: dict[str, Path], tmp_path: Path, s3: Any
+) -> None:
+    """A URL's files were compared by size only: labels outside classes, backwards offsets and
+    sides of 0 px were read silently, and `prep verify URL` said ok (issue 23)."""
+    from hostile import CASES, build
+
+    from loaders import CenterCrop
+
+    hostile = next(c for c in CASES if c.name == case)
+    folder = build(hostile, bases, tmp_path / "ds", tmp_path / "outside")
+    url = f"s3://{BUCKET}/checks/{hostile.base}"
+    s3.put(str(folder), url, recursive=True)
+    for root in (str(folder), f"file://{folder}", url):
+        with pytest.raises(FormatError, match=message):  # at open (a folder), or at first read
+            cache = {} if root == str(folder) else {"cache_dir": tmp_path / "cache"}
+            ds = ImageShardDataset(root, crop=CenterCrop(32, 1.0), **cache)
+            [ds[i] for i in range(len(ds))]
+    local = verify(folder)[1]
+    assert local and verify(Path(url))[1] == [p.replace(str(folder), url) for p in local]
