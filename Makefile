@@ -43,6 +43,10 @@ dataset: $(STAMP) data/demo-raw/.done data/demo-ct/.done
 		--val-fraction 0.1 --overwrite -q
 	$(BIN)/prep verify data/demo-table
 	$(BIN)/prep info data/demo-table
+	$(BIN)/prep samples data/demo-raw/detection.jsonl data/demo-samples \
+		--recipe recipes/detection.py --overwrite -q
+	$(BIN)/prep verify data/demo-samples
+	$(BIN)/prep info data/demo-samples
 	@echo
 	@echo "Packed dataset: data/demo-packed. Load it in training with:"
 	@echo "  from loaders import ImageShardDataset, make_loader"
@@ -57,6 +61,9 @@ dataset: $(STAMP) data/demo-raw/.done data/demo-ct/.done
 	@echo "Table dataset: data/demo-table. Load it with:"
 	@echo "  from loaders import TableDataset"
 	@echo "  ds = TableDataset('data/demo-table', split='train')   # (x_num, x_cat, y) batches"
+	@echo "Detection samples: data/demo-samples. Load them with:"
+	@echo "  from loaders import SampleDataset, CenterCrop"
+	@echo "  ds = SampleDataset('data/demo-samples', crop=CenterCrop(224))   # dict batches"
 
 lint: $(STAMP)
 	$(BIN)/ruff check prep loaders tests bench examples

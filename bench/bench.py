@@ -164,6 +164,7 @@ GROUPS["volumes"] = "bench_volumes"  # bench/bench_volumes.py
 GROUPS["remote"] = "bench_remote"  # bench/bench_remote.py: S3 and HTTP on loopback
 GROUPS["train"] = "bench_train"  # bench/bench_train.py: a training loop fed three ways
 GROUPS["jpeg"] = "bench_jpeg"  # bench/bench_jpeg.py: JPEG shards (issue 13)
+GROUPS["samples"] = "bench_samples"  # bench/bench_samples.py: samples of any shape (issue 25)
 
 
 def measure(args: argparse.Namespace, raw: Path, work: Path) -> list[Row]:

@@ -12,13 +12,14 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import torch
 
 
 def ragged_batch(
     name: str, pieces: list[np.ndarray], row: tuple[int, ...], policy: str
 ) -> dict[str, Any]:
     """`pieces`: each sample's flat elements; `row`: the shape of one of its rows."""
+    import torch  # here: the field kinds (and so packing) need numpy only
+
     rows = [p.reshape(-1, *row) for p in pieces]
     if policy == "list":
         return {name: [torch.from_numpy(np.array(r)) for r in rows]}  # copies: maps are read-only

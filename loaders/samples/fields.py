@@ -22,7 +22,7 @@ from loaders.format.schema import ArraySpec, array_name
 
 RAGGED_POLICIES = ("pad", "list", "jagged")
 # Array names the format gives meaning to: a sample field may not take them.
-RESERVED = frozenset({"index", "hw", "crc", "label", "source", "orig_size"})
+RESERVED = frozenset({"index"})  # the dataset index, which every dataset can return
 RESERVED_SUFFIXES = ("_len", "_hw", "_crc", ".offsets")
 
 
@@ -100,7 +100,7 @@ def check_name(name: str) -> str | None:
     if not isinstance(name, str) or not name.isidentifier():
         return f"field name {name!r} is not a Python identifier"
     if name in RESERVED or name.endswith(RESERVED_SUFFIXES):
-        return f"field name {name!r} clashes with the format's own names ({sorted(RESERVED)})"
+        return f"field name {name!r} clashes with the names datasets add (index, NAME_len...)"
     if re.fullmatch(r".*_[0-9]+", name):
         return f"field name {name!r} ends like a sized array's name (NAME_SIZE)"
     return None
