@@ -53,8 +53,23 @@ def test_a_failed_run_that_finished_no_shard_starts_again(tmp_path: Path) -> Non
     assert typo.exit_code == 1 and (tmp_path / "o.partial").is_dir()
     fixed = _run("table", str(src), str(out), "--target", "label", "-q")
     assert fixed.exit_code == 0, fixed.output
-    assert "finished no shard: starting again" in fixed.output
+    assert "packed nothing: starting again" in fixed.output
     assert (out / "manifest.json").is_file() and not (tmp_path / "o.partial").exists()
+
+
+def test_a_run_that_rejected_every_input_starts_again(tmp_path: Path) -> None:
+    from PIL import Image
+
+    src, out = tmp_path / "imgs" / "a", tmp_path / "o"
+    src.mkdir(parents=True)
+    for i in range(3):
+        (src / f"{i}.jpg").write_bytes(b"not a jpeg")
+    failed = _run("pack", str(src.parent), str(out), "-s", "16", "-q", "-j", "1")
+    assert failed.exit_code == 1 and "3 of 3 inputs rejected" in failed.output
+    for i in range(3):
+        Image.new("RGB", (20, 20), (i, 0, 0)).save(src / f"{i}.jpg")
+    fixed = _run("pack", str(src.parent), str(out), "-s", "16", "-q", "-j", "1")
+    assert fixed.exit_code == 0 and "packed nothing: starting again" in fixed.output
 
 
 def test_a_failed_run_with_finished_shards_asks(tmp_path: Path) -> None:

@@ -115,7 +115,7 @@ def prepare_staging(out: Path, plan: dict[str, Any], overwrite: bool, resume: bo
                 )
             if not (resume or overwrite):  # a failed run that kept nothing: nothing to lose
                 print(
-                    f"note: {staging} held a run that finished no shard: starting again",
+                    f"note: {staging} held a failed run that packed nothing: starting again",
                     file=sys.stderr,
                 )
             if not (staging / RUN_DIR).is_dir() and not (staging / MANIFEST).is_file():
@@ -130,10 +130,23 @@ def prepare_staging(out: Path, plan: dict[str, Any], overwrite: bool, resume: bo
     return staging
 
 
+def _held(record_path: Path) -> int:
+    """Samples a shard record holds (1 when it cannot be read: assume there is something)."""
+    try:
+        record = json.loads(record_path.read_text())
+        if "splits" in record:  # tables and tokens: a shard per split
+            return sum(int(s["count"]) for s in record["splits"])
+        return int(record["shard"].get("count", 1))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return 1
+
+
 def _nothing_finished(staging: Path) -> bool:
-    """Whether `staging` is a prep run folder that holds no finished shard's record."""
+    """Whether `staging` is a prep run folder whose finished shards hold no sample (none ran,
+    or every input was rejected): nothing a --resume would keep."""
     run = staging / RUN_DIR
-    return run.is_dir() and not any(p.name[0].isdigit() for p in run.glob("*.json"))
+    records = [p for p in run.glob("*.json") if p.name[0].isdigit()] if run.is_dir() else []
+    return run.is_dir() and not any(_held(p) for p in records)
 
 
 def cleanup_temps(staging: Path) -> None:
