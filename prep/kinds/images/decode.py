@@ -146,10 +146,7 @@ def _to_mode(im: Image.Image, gray: bool, background: tuple[int, ...] = BACKGROU
 def _open(path: Path | io.BytesIO, max_pixels: int) -> Image.Image:
     """The image (a file, or an encoded file's bytes) with only its header read; refuses what
     must not be decoded."""
-    if isinstance(path, io.BytesIO):
-        size = path.getbuffer().nbytes
-    else:
-        size = _regular_size(path)
+    size = path.getbuffer().nbytes if isinstance(path, io.BytesIO) else _regular_size(path)
     if size == 0:
         raise Reject("empty", "zero-byte file")
     try:

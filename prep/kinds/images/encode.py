@@ -1,17 +1,14 @@
-"""How a sample is stored: mode keep's shapes, JPEG encoding, ragged array writing.
+"""How a sample is stored: mode keep's shapes, JPEG encoding (prep.run.shardwriter writes it).
 
 Arrays in, bytes out; the shard task (prep.kinds.images.pack) calls these once per sample.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
 from loaders.format import ArraySpec
 from prep.kinds.images.decode import geometry
-from prep.run.files import NpyWriter
 from prep.run.profile import timed
 
 
@@ -50,37 +47,3 @@ def stored(arr: np.ndarray, spec: ArraySpec, quality: int) -> np.ndarray:
     if spec.codec == "jpeg":
         return encode_jpeg(arr, quality)
     return arr.reshape(-1) if spec.ragged else arr
-
-
-class RaggedWriter:
-    """Streams samples of any length into a flat .npy (uint8) and their count + 1 int64
-    offsets into another: sample i is data[off[i]:off[i + 1]]."""
-
-    def __init__(self, data: Path, offsets: Path, dtype: str):
-        self.data = NpyWriter(data, dtype, ())
-        try:
-            self.offsets = NpyWriter(offsets, "int64", ())
-        except BaseException:
-            self.data.abort()
-            raise
-        self.offsets.append(np.zeros((), np.int64))
-
-    @property
-    def length(self) -> int:
-        return self.data.length
-
-    def append(self, sample: np.ndarray) -> None:
-        self.data.extend(sample.reshape(-1))
-        self.offsets.append(np.asarray(self.data.length, np.int64))
-
-    def close(self) -> None:
-        try:
-            self.data.close()
-            self.offsets.close()
-        except BaseException:
-            self.abort()
-            raise
-
-    def abort(self) -> None:
-        self.data.abort()
-        self.offsets.abort()

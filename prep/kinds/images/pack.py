@@ -8,28 +8,25 @@ folder into place.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
-import os
 import zlib
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from loaders.fields import FIELDS, encode_source
-from loaders.format import OFFSETS, ArrayRef, ArraySpec, Manifest, Shard, array_name
+from loaders.format import ArraySpec, Manifest, Shard, array_name
 from prep import PrepError
 from prep.config import PackConfig
 from prep.kinds.images.decode import decode_image, decode_mask, sizes_from
-from prep.kinds.images.encode import RaggedWriter, stored, subsampling
+from prep.kinds.images.encode import stored, subsampling
 from prep.kinds.images.sources import Item, Listing, list_images
 from prep.run.driver import Inputs, Kind, RunSummary, run, shard_size
-from prep.run.files import NpyWriter, named, publish, temp_path, writing
-from prep.run.inputs import Reject, reject_record
-from prep.run.profile import stage
-from prep.run.staging import write_record
+from prep.run.inputs import Reject
+from prep.run.shardwriter import write_shard
 from prep.run.tasks import shard_task
 
 PackSummary = RunSummary
@@ -102,106 +99,21 @@ def encode_item(item: Item, cfg: PackConfig, specs: dict[str, ArraySpec]) -> dic
     return out
 
 
-def _write_h5(path: Path, parts: dict[str, Path]) -> None:
-    """Copy the shard's temp .npy arrays into one contiguous, uncompressed HDF5 file."""
-    import h5py
-
-    with h5py.File(path, "w") as f:
-        for name, npy in parts.items():
-            src = np.load(npy, mmap_mode="r", allow_pickle=False)
-            ds = f.create_dataset(name, shape=src.shape, dtype=src.dtype, track_times=False)
-            step = max(1, (64 << 20) // max(1, src[:1].nbytes))  # 64 MB at a time
-            for start in range(0, len(src), step):
-                ds[start : start + step] = src[start : start + step]
-        f.flush()
-    with open(path, "rb+") as fh:
-        os.fsync(fh.fileno())
-
-
 @shard_task
 def pack_shard(
     index: int, items: list[Item], cfg: PackConfig, specs: dict[str, ArraySpec], staging: Path
 ) -> dict[str, Any]:
-    """The joblib task: encode `items` into shard `index` under `staging`; return its record.
-
-    Memory holds one sample at a time whatever the shard size; no pixels leave the process.
-    A failed write raises PrepError naming the file and leaves no file of the shard behind."""
+    """The joblib task: encode `items` into shard `index` under `staging` (prep.run.shardwriter);
+    return its record. No pixels leave the process."""
     import cv2
 
     cv2.setNumThreads(1)  # one task per core already
-    stem = f"{index:05d}"
-    # Temp names are per process and host: a worker the dead parent left running cannot write
-    # into the files of the --resume run redoing the same shard (both would write the same bytes).
-    parts = [(n, n + OFFSETS) if s.ragged else (n,) for n, s in specs.items()]
-    tmp = {p: temp_path(staging / _part_file(p, stem)) for group in parts for p in group}
-    with stage("write"):
-        writers = {name: _writer(name, s, tmp) for name, s in specs.items()}
-    rejects: list[dict[str, Any]] = []
-    with writing(writers.values()):
-        for item in items:
-            try:
-                sample = encode_item(item, cfg, specs)
-            except Reject as r:
-                rejects.append(reject_record(item.rel, r.code, r.message))
-                continue
-            with stage("write"):
-                for name, w in writers.items():
-                    w.append(sample[name])
-    count = len(items) - len(rejects)
-    if cfg.format == "h5":
-        final = f"shard-{stem}.h5"
-        h5tmp = temp_path(staging / final)
-        try:
-            with stage("write"):
-                _write_h5(h5tmp, tmp)
-        except BaseException as e:
-            for p in (h5tmp, *tmp.values()):
-                p.unlink(missing_ok=True)
-            if isinstance(e, OSError):
-                raise named(e, h5tmp) from e
-            raise
-        for p in tmp.values():
-            p.unlink()
-        renames = {h5tmp: final}
-        arrays = {name: _ref(name, w, count, (final, final), True) for name, w in writers.items()}
-    else:
-        renames = {path: _part_file(part, stem) for part, path in tmp.items()}
-        arrays = {
-            name: _ref(
-                name, w, count, (_part_file(name, stem), _part_file(name + OFFSETS, stem)), False
-            )
-            for name, w in writers.items()
-        }
-    files = {final: publish(src, staging / final) for src, final in renames.items()}
-    record = {"index": index, "shard": asdict(Shard(count, arrays, files)), "rejects": rejects}
-    with stage("write"):
-        write_record(staging, index, record)
-    return record
+    encode = functools.partial(encode_item, cfg=cfg, specs=specs)
+    return write_shard(index, items, encode, _rel, specs, cfg.format, staging)
 
 
-def _part_file(part: str, stem: str) -> str:
-    """image_256-00000.npy; a ragged array's offsets: image_256-offsets-00000.npy."""
-    if part.endswith(OFFSETS):
-        return f"{part.removesuffix(OFFSETS)}-offsets-{stem}.npy"
-    return f"{part}-{stem}.npy"
-
-
-def _writer(name: str, spec: ArraySpec, tmp: dict[str, Path]) -> NpyWriter | RaggedWriter:
-    if spec.ragged:
-        return RaggedWriter(tmp[name], tmp[name + OFFSETS], spec.dtype)
-    return NpyWriter(tmp[name], spec.dtype, spec.shape)
-
-
-def _ref(
-    name: str, w: NpyWriter | RaggedWriter, count: int, files: tuple[str, str], h5: bool
-) -> ArrayRef:
-    """A shard's array in `files` (its data's, its offsets'): `count` samples, or (ragged) its
-    data's length and count + 1 offsets. In an .h5 file both are datasets, keyed by name."""
-    key = name if h5 else None
-    if not isinstance(w, RaggedWriter):
-        return ArrayRef(files[0], count, key)
-    offsets = ArrayRef(files[1], count + 1, name + OFFSETS if h5 else None)
-    return ArrayRef(files[0], w.length, key, offsets)
+def _rel(item: Item) -> str:
+    return item.rel
 
 
 class ImagesKind(Kind[PackConfig, list[Item]]):
