@@ -177,9 +177,8 @@ def make_loader(
     """A DataLoader reading whole batches per call, pinned when a GPU is present, with persistent
     workers; any other DataLoader argument passes through and wins over these defaults. With
     `num_workers=0`, `threads` threads (default: the dataset's `read_threads`, else THREADS)
-    read ahead while the step runs, into a ring of reused buffers, the batches of `threads=0` in
-    its order (loaders.prefetch). Worker processes are for Python-heavy datasets (the GIL
-    serialises threads).
+    read ahead while the step runs, into a ring of reused buffers, in `threads=0`'s batch order
+    (loaders.prefetch). Worker processes are for Python-heavy datasets (the GIL serialises threads).
 
     Order and ranks (a `ShardSampler` in `loader.sampler`, see loaders.samplers):
 
@@ -193,10 +192,7 @@ def make_loader(
       a last, smaller batch; True leaves the remainder out of the epoch (different samples each
       epoch) so that every batch is full.
     """
-    problem = getattr(dataset, "batch_problem", None)  # whole volumes of several shapes
-    said = problem(batch_size) if problem is not None else None
-    if said is not None:
-        raise ValueError(said)
+    _check_batches(dataset, batch_size)
     distributed = _distributed(distributed)
     if order is None:
         order = "random" if shuffle else "sequential"
@@ -224,6 +220,15 @@ def make_loader(
         threads=(getattr(dataset, "read_threads", None) or THREADS) if threads is None else threads,
         **kwargs,
     )
+
+
+def _check_batches(dataset: Dataset[Any], batch_size: int) -> None:
+    """Refuse at once a dataset whose samples cannot be stacked into batches of this size
+    (VolumeDataset.batch_problem: whole volumes of several shapes)."""
+    problem = getattr(dataset, "batch_problem", None)
+    said = problem(batch_size) if problem is not None else None
+    if said is not None:
+        raise ValueError(said)
 
 
 def _distributed(asked: bool | None) -> bool:

@@ -47,14 +47,7 @@ def info(root: Path, batch_size: int = 256) -> str:
                 f"{split}: {n.get('tokens', 0):,} tokens in {n.get('docs', 0):,} "
                 f"documents, {n.get('shards', 0)} shards"
             )
-    if m.kind == "table":
-        from prep.kinds.table.show import describe
-
-        lines += describe(m)
-    if m.kind == "volumes":
-        from prep.kinds.volumes.show import describe_volumes
-
-        lines += describe_volumes(m)
+    lines += _described(m)
     for name, d in m.extra.get("fields", {}).items() if m.kind == "samples" else ():
         said = ", ".join(f"{k}={v}" for k, v in d.items() if k != "kind")
         lines.append(f"field {name}: {d['kind']}({said})")
@@ -80,6 +73,19 @@ def info(root: Path, batch_size: int = 256) -> str:
     total = sum(f.bytes for s in m.shards for f in s.files.values())
     lines.append(f"total on disk: {mb(total)}")
     return "\n".join(lines)
+
+
+def _described(m: Manifest) -> list[str]:
+    """A kind's own lines: a table's columns, each volume's shape and spacing."""
+    if m.kind == "table":
+        from prep.kinds.table.show import describe
+
+        return describe(m)
+    if m.kind == "volumes":
+        from prep.kinds.volumes.show import describe_volumes
+
+        return describe_volumes(m)
+    return []
 
 
 def _bytes_on_disk(m: Manifest, name: str) -> int:
