@@ -17,7 +17,7 @@ def describe(m: Manifest) -> list[str]:
     arrays = {col: name for name, col in m.extra["arrays"].items() if not name.startswith("miss")}
     splits = ", ".join(f"{n:,} {s}" for s, n in m.extra["splits"].items())
     lines = [f"rows: {splits}; target {m.extra.get('target')}"]
-    target = next((c for c in m.extra["columns"] if c.get("role") == "target"), {})
+    target: dict[str, Any] = next((c for c in m.extra["columns"] if c.get("role") == "target"), {})
     if "vocab" in target and first_of(target) == 0:  # class ids 0..K-1
         names = target["vocab"]
         shown = ", ".join(map(str, names[:10])) + (" ..." if len(names) > 10 else "")
