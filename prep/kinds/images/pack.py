@@ -8,7 +8,6 @@ folder into place.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import zlib
@@ -108,7 +107,9 @@ def pack_shard(
     import cv2
 
     cv2.setNumThreads(1)  # one task per core already
-    encode = functools.partial(encode_item, cfg=cfg, specs=specs)
+    def encode(item: Item) -> dict[str, np.ndarray]:
+        return encode_item(item, cfg, specs)
+
     return write_shard(index, items, encode, _rel, specs, cfg.format, staging)
 
 
