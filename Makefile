@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install dataset test lint bench clean
+.PHONY: install dataset test lint fuzz bench clean
 
 install: $(STAMP)
 
@@ -72,6 +72,14 @@ lint: $(STAMP)
 
 test: $(STAMP) lint
 	$(BIN)/python -m pytest
+
+# The fuzz targets of tests/test_fuzz.py (.npy headers, manifests, JPEG samples), each for
+# FUZZ_SECONDS instead of make test's 1.5 s; FUZZ_SEED=N starts elsewhere. A failure saves its
+# input and prints how to rerun it.
+FUZZ_SECONDS ?= 300
+FUZZ_SEED ?= 0
+fuzz: $(STAMP)
+	FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_SEED=$(FUZZ_SEED) $(BIN)/python -m pytest tests/test_fuzz.py
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench.py

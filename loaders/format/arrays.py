@@ -13,6 +13,7 @@ import stat
 import struct
 from collections.abc import Iterator
 from pathlib import Path
+from tokenize import TokenError
 from typing import Any
 
 import numpy as np
@@ -160,7 +161,8 @@ def check_array(path: Path, ref: ArrayRef, spec: ArraySpec, name: str = "") -> L
         offset, dtype, shape = _h5_layout(path, ref.key) if ref.key else _npy_layout(path)
     except FormatError:
         raise
-    except (OSError, ValueError, KeyError, TypeError, SyntaxError) as e:
+    # numpy parses a header as a Python literal: tokenize and ast errors for a mangled one
+    except (OSError, ValueError, KeyError, TypeError, SyntaxError, TokenError, RecursionError) as e:
         raise FormatError(f"{path}: cannot read {label} ({e})") from e
     expected = (ref.length,) if spec.ragged else (ref.length, *spec.shape)
     if dtype.hasobject:

@@ -36,26 +36,37 @@ def _need(ok: bool, what: str) -> None:
         raise FormatError(f"extra.{what}")
 
 
+def _list(value: object, what: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise FormatError(f"extra.{what} {str(value)[:40]} is not a list")
+    return value
+
+
+def _dict(value: object, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise FormatError(f"extra.{what} {str(value)[:40]} is not an object")
+    return value
+
+
 def _tokens(extra: dict[str, Any], arrays: dict[str, ArraySpec], count: int) -> None:
     vocab, eot = extra.get("vocab_size"), extra.get("eot_id", "missing")
     _need(_int(vocab, 1), f"vocab_size {vocab!r} is not a vocabulary size")
     ok = eot is None or (_int(eot) and eot < vocab)
     _need(ok, f"eot_id {eot!r} is not null or an id below vocab_size {vocab}")
-    tok = extra.get("tokenizer", {})
-    _need(isinstance(tok, dict), f"tokenizer {str(tok)[:40]} is not an object")
+    tok = _dict(extra.get("tokenizer", {}), "tokenizer")
     file, sha = tok.get("file"), tok.get("sha256")
     _need(file is None or isinstance(file, str), f"tokenizer.file {file!r} is not a file name")
     _need(sha is None or is_sha256(sha), f"tokenizer.sha256 {str(sha)[:70]!r} is not a digest")
-    splits = extra.get("splits", {})
-    ok = isinstance(splits, dict) and all(isinstance(s, dict) for s in splits.values())
-    _need(ok, f"splits {str(splits)[:40]} is not an object of objects")
+    splits = _dict(extra.get("splits", {}), "splits")
+    _need(all(isinstance(s, dict) for s in splits.values()), "splits: a split is not an object")
 
 
 def _column(c: object) -> str:
     """A table column's name, once its entry holds what TableDataset and `prep info` read."""
-    _need(isinstance(c, dict) and isinstance(c.get("name"), str), f"columns: {c!r:.40} unnamed")
-    assert isinstance(c, dict)
-    name = c["name"]
+    c = _dict(c, "columns: a column")
+    name = c.get("name")
+    if not isinstance(name, str):
+        raise FormatError(f"extra.columns: {c!r:.40} has no name")
     for key in ("role", "kind", "dtype"):
         _need(isinstance(c.get(key), str), f"columns: {name}'s {key} {c.get(key)!r} is not a name")
     _need(_int(c.get("missing")), f"columns: {name}'s missing count is not a count")
@@ -70,30 +81,25 @@ def _column(c: object) -> str:
 
 
 def _table(extra: dict[str, Any], arrays: dict[str, ArraySpec], count: int) -> None:
-    columns = extra.get("columns")
-    _need(isinstance(columns, list), f"columns {str(columns)[:40]} is not a list of columns")
-    names = {_column(c) for c in columns}
-    stored = extra.get("arrays")
-    _need(isinstance(stored, dict), f"arrays {str(stored)[:40]} is not an object")
+    names = {_column(c) for c in _list(extra.get("columns"), "columns")}
+    stored = _dict(extra.get("arrays"), "arrays")
     for array, column in stored.items():
         _need(array in arrays, f"arrays: {array!r:.40} is not an array of the manifest")
         _need(column in names, f"arrays: {array} holds {column!r:.40}, not one of the columns")
     unnamed = sorted(a for a, spec in arrays.items() if spec.field in COLUMNS and a not in stored)
     _need(not unnamed, f"arrays: {', '.join(unnamed)[:60]} name no column")
-    splits = extra.get("splits")
-    ok = isinstance(splits, dict) and all(_int(n) for n in splits.values())
-    _need(ok, f"splits {str(splits)[:40]} is not an object of row counts")
+    splits = _dict(extra.get("splits"), "splits")
+    _need(all(_int(n) for n in splits.values()), "splits: a split's row count is not a count")
 
 
 def _volumes(extra: dict[str, Any], arrays: dict[str, ArraySpec], count: int) -> None:
-    meta = extra.get("volumes")
-    ok = isinstance(meta, list) and len(meta) == count
-    _need(ok, f"volumes is not a list of the {count} volumes' metadata")
+    meta = _list(extra.get("volumes"), "volumes")
+    _need(len(meta) == count, f"volumes lists {len(meta)} volumes' metadata, not {count}")
     ok = all(isinstance(v, dict) and _number(v.get("pad")) for v in meta)
     _need(ok, "volumes: a volume's metadata has no pad value")
-    for t in extra.get("targets") or []:
-        ok = isinstance(t, dict) and t.get("array") in arrays
-        _need(ok, f"targets: {t!r:.40} names no array of the manifest")
+    for t in _list(extra.get("targets") or [], "targets"):
+        t = _dict(t, "targets: a target")
+        _need(t.get("array") in arrays, f"targets: {t!r:.40} names no array of the manifest")
         ok = t.get("classes") is None or _strings(t["classes"])
         _need(ok, f"targets: {t['array']}'s classes are not null or a list of names")
 

@@ -220,11 +220,16 @@ def _count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
+def _names(file: object, key: object) -> bool:
+    """A file name, and a dataset name in it (.h5) or None (.npy)."""
+    return isinstance(file, str) and (key is None or (isinstance(key, str) and bool(key)))
+
+
 def _check_spec(name: str, spec: ArraySpec) -> None:
     """Plain numbers only: a dtype holding Python objects would make numpy unpickle."""
     try:
         dtype = np.dtype(spec.dtype)
-    except TypeError as e:
+    except (TypeError, ValueError, SyntaxError) as e:  # "a,b" is parsed as a record's fields
         raise FormatError(f"array {name}: dtype {spec.dtype!r} is not a numpy dtype") from e
     if dtype.kind not in "biuf" or dtype.hasobject:
         raise FormatError(f"array {name}: dtype {spec.dtype!r} is not a plain numeric dtype")
@@ -251,7 +256,7 @@ def _check_shard(index: int, shard: Shard, arrays: dict[str, ArraySpec]) -> None
         raise FormatError(f"shard {index}: count {shard.count!r} is not a number of samples")
     for name, ref in shard.arrays.items():
         refs = [ref] if ref.offsets is None else [ref, ref.offsets]
-        if not all(_count(r.length) and isinstance(r.file, str) for r in refs):
+        if not all(_count(r.length) and _names(r.file, r.key) for r in refs):
             raise FormatError(f"shard {index}: array {name} has a bad file or length")
         spec = arrays.get(name)
         if spec is not None and spec.ragged != (ref.offsets is not None):

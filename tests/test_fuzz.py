@@ -1,0 +1,324 @@
+"""Fuzzing the parsers a dataset someone else made reaches (issue 23): `.npy` headers, manifests
+and JPEG samples (through loaders._jpegroi where it is built). Seeded random mutations of valid
+inputs, stdlib only; any exception but FormatError is a failure, and the input that raised it
+is written to the test's tmp_path (and its repr shown).
+
+`make test` runs each target for FUZZ_SECONDS (default 1.5 s); `make fuzz` for 300 s, with
+FUZZ_SEED to start elsewhere."""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import math
+import os
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from test_untrusted_format import images, tokens, volumes
+
+from loaders.decode import Job, Places, _run
+from loaders.fields import FIELDS
+from loaders.format import (
+    MANIFEST,
+    ArrayRef,
+    ArraySpec,
+    FormatError,
+    Manifest,
+    check_array,
+    check_files,
+    map_array,
+)
+
+SECONDS = float(os.environ.get("FUZZ_SECONDS", "1.5"))  # per target
+SEED = int(os.environ.get("FUZZ_SEED", "0"))
+
+# Bytes and words that parsers trip on: numbers at the edges of their types, quotes, brackets.
+TOKENS = [
+    b"0",
+    b"-1",
+    b"255",
+    b"65536",
+    b"2147483648",
+    b"4294967296",
+    b"9223372036854775808",
+    b"18446744073709551616",
+    b"1e999",
+    b"NaN",
+    b"'",
+    b'"',
+    b"(",
+    b")",
+    b"[",
+    b"]",
+    b"{",
+    b"}",
+    b",",
+    b":",
+    b"\\",
+    b"\x00",
+    b"\xff",
+    b"|O",
+    b"<U8",
+    b">u2",
+    b"|V4",
+    b"True",
+    b"None",
+    b"..",
+    b"/",
+]
+
+
+def mutate(data: bytes, rng: random.Random, focus: int | None = None) -> bytes:
+    """One to four random edits of `data`: flipped bits, random or special bytes, inserted
+    words, cut or repeated ranges; `focus`: edit mostly within the first `focus` bytes."""
+    buf = bytearray(data)
+    for _ in range(rng.randint(1, 4)):
+        span = len(buf) if focus is None or rng.random() < 0.1 else min(focus, len(buf))
+        pos = rng.randrange(span) if span else 0
+        op = rng.randrange(6)
+        if op == 0 and buf:
+            buf[pos] ^= 1 << rng.randrange(8)
+        elif op == 1 and buf:
+            buf[pos] = rng.choice((0, 1, 0x7F, 0x80, 0xFF, rng.randrange(256)))
+        elif op == 2:
+            buf[pos:pos] = rng.choice(TOKENS)
+        elif op == 3:
+            word = rng.choice(TOKENS)
+            buf[pos : pos + len(word)] = word
+        elif op == 4:
+            del buf[pos : pos + rng.randint(1, 16)]
+        else:
+            buf[pos:pos] = buf[pos : pos + rng.randint(1, 16)]
+    return bytes(buf)
+
+
+def fuzz(
+    target: Callable[[bytes], None], make: Callable[[random.Random], bytes], where: Path
+) -> int:
+    """Run `target` on inputs from `make` for SECONDS; FormatError is the only way to refuse.
+    Returns the number of inputs tried."""
+    rng = random.Random(SEED)
+    deadline, tried = time.monotonic() + SECONDS, 0
+    while time.monotonic() < deadline:
+        data = make(rng)
+        try:
+            target(data)
+        except FormatError:
+            pass
+        except Exception as e:
+            crash = where / "crash.bin"
+            crash.write_bytes(data)
+            raise AssertionError(
+                f"input {tried} (FUZZ_SEED={SEED}, saved in {crash}) raised {e!r}: {data[:400]!r}"
+            ) from e
+        tried += 1
+    return tried
+
+
+# ---------------------------------------------------------------- .npy headers
+
+
+def _npy_seeds(folder: Path) -> list[tuple[bytes, ArrayRef, ArraySpec]]:
+    """Valid .npy files as prep and numpy write them, with the ref and spec they satisfy."""
+    seeds = []
+    cases: list[tuple[np.ndarray, ArraySpec]] = [
+        (np.zeros((3, 4, 4, 3), np.uint8), FIELDS["image"].spec(4)),
+        (np.arange(5, dtype=np.uint16), ArraySpec("tokens", None, "uint16", ())),
+        (np.arange(4, dtype=np.int64), FIELDS["doc_offsets"].spec(None)),
+        (np.ones((2, 3), np.uint32), FIELDS["volume_shape"].spec(None)),
+    ]
+    for i, (arr, spec) in enumerate(cases):
+        for version in ((1, 0), (2, 0)):
+            path = folder / f"seed{i}-{version[0]}.npy"
+            with open(path, "wb") as f:
+                np.lib.format.write_array(f, arr, version=version, allow_pickle=False)
+            seeds.append((path.read_bytes(), ArrayRef(path.name, len(arr)), spec))
+    return seeds
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::SyntaxWarning")
+def test_fuzz_npy_header(tmp_path: Path) -> None:
+    seeds = _npy_seeds(tmp_path)
+    path = tmp_path / "fuzzed.npy"
+    current: dict[str, Any] = {}
+
+    def make(rng: random.Random) -> bytes:
+        data, ref, spec = rng.choice(seeds)
+        current.update(ref=ref, spec=spec)
+        return mutate(data, rng, focus=128)
+
+    def target(data: bytes) -> None:
+        path.write_bytes(data)
+        arr = map_array(path, current["ref"], current["spec"])
+        arr.sum()  # every byte the header claims is there to read
+
+    tried = fuzz(target, make, tmp_path)
+    assert tried > 50
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::SyntaxWarning")
+def test_fuzz_check_array_headers(tmp_path: Path) -> None:
+    """Headers made up whole: random dtypes, shapes and orders against one spec."""
+    path = tmp_path / "made.npy"
+    spec = FIELDS["image"].spec(2)
+    descrs = ["'|u1'", "'<u2'", "'|O'", "'<U3'", "[('a', '|u1')]", "'>u1'", "'|b1'", "1", "None"]
+    dims = [0, 1, 2, 3, -1, 2**31, 2**32, 2**63, 2**64, "'x'", "1.5", "None", "()"]
+
+    def make(rng: random.Random) -> bytes:
+        shape = ", ".join(str(rng.choice(dims)) for _ in range(rng.randint(0, 5)))
+        order = rng.choice(["False", "True", "0", "'x'"])
+        text = f"{{'descr': {rng.choice(descrs)}, 'fortran_order': {order}, 'shape': ({shape},), }}"
+        text = text.ljust(117) + "\n"
+        head = b"\x93NUMPY\x01\x00" + len(text).to_bytes(2, "little") + text.encode()
+        return head + bytes(rng.choice([0, 12, 48, 4096]))
+
+    def target(data: bytes) -> None:
+        path.write_bytes(data)
+        check_array(path, ArrayRef(path.name, 4), spec)
+
+    assert fuzz(target, make, tmp_path) > 50
+
+
+# ---------------------------------------------------------------- manifests
+
+ODD: list[Any] = [
+    None,
+    True,
+    0,
+    -1,
+    1,
+    2**31,
+    2**63,
+    2**64,
+    1e308,
+    -0.5,
+    math.nan,
+    math.inf,
+    "",
+    "x",
+    "../x",
+    "/etc/passwd",
+    "a" * 64,
+    [],
+    {},
+    [1],
+    {"a": 1},
+    [[[[[]]]]],
+]
+
+
+def _paths(node: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every path to a value in a JSON tree."""
+    found = [path]
+    if isinstance(node, dict):
+        for k, v in node.items():
+            found += _paths(v, (*path, k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            found += _paths(v, (*path, i))
+    return found
+
+
+def mutate_tree(tree: dict[str, Any], rng: random.Random) -> dict[str, Any]:
+    """A copy of `tree` with one to three values replaced, removed or duplicated."""
+    tree = copy.deepcopy(tree)
+    for _ in range(rng.randint(1, 3)):
+        path = rng.choice(_paths(tree)[1:])
+        parent = tree
+        for key in path[:-1]:
+            parent = parent[key]
+        key, op = path[-1], rng.randrange(4)
+        if op == 0 and isinstance(parent, dict):
+            del parent[key]
+        elif op == 1 and isinstance(parent, list):
+            parent.insert(key, copy.deepcopy(parent[key]))
+        elif op == 2 and isinstance(parent[key], int | float) and not isinstance(parent[key], bool):
+            parent[key] = rng.choice([parent[key] + 1, parent[key] - 1, -parent[key], 2**64])
+        else:
+            parent[key] = copy.deepcopy(rng.choice(ODD))
+    return tree
+
+
+@pytest.fixture(scope="module")
+def datasets(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """A small valid dataset of each kind and storage the format holds."""
+    base = tmp_path_factory.mktemp("fuzz")
+    return [
+        images(base / "images"),
+        images(base / "h5", h5=True),
+        tokens(base / "tokens", [[1, 2, 0], [3, 0], [0]], eot_id=0),
+        volumes(base / "volumes", [(1, 2, 2), (2, 1, 2)], [0, 4, 8], 8),
+    ]
+
+
+def test_fuzz_manifest(datasets: list[Path]) -> None:
+    """Mutated manifests read and checked against their (valid) folders, as `prep verify`."""
+    seeds = [(root, (root / MANIFEST).read_bytes()) for root in datasets]
+    trees = {root: json.loads(data) for root, data in seeds}
+    where: dict[str, Path] = {}
+
+    def make(rng: random.Random) -> bytes:
+        root, data = rng.choice(seeds)
+        where["root"] = root
+        if rng.random() < 0.3:
+            return mutate(data, rng)
+        return json.dumps(mutate_tree(trees[root], rng)).encode()
+
+    def target(data: bytes) -> None:
+        root = where["root"]
+        manifest = Manifest.from_json(data, root / MANIFEST)
+        check_files(root, manifest, checksums=True)
+
+    assert fuzz(target, make, datasets[0].parent) > 50
+
+
+# ---------------------------------------------------------------- JPEG samples
+
+
+def _jpegs() -> list[tuple[bytes, tuple[int, int], int]]:
+    """Small JPEGs (bytes, (h, w), channels): colour and grey, baseline and progressive, with
+    restart markers, odd sizes."""
+    from PIL import Image
+
+    rng = np.random.default_rng(SEED)
+    out = []
+    for h, w, mode, options in [
+        (16, 16, "RGB", {}),
+        (33, 47, "RGB", {"progressive": True}),
+        (24, 40, "L", {}),
+        (64, 48, "RGB", {"subsampling": 0, "restart_marker_blocks": 1}),
+    ]:
+        pixels = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+        buf = io.BytesIO()
+        Image.fromarray(pixels).convert(mode).save(buf, "JPEG", quality=80, **options)
+        out.append((buf.getvalue(), (h, w), 1 if mode == "L" else 3))
+    return out
+
+
+def test_fuzz_jpeg_samples(tmp_path: Path) -> None:
+    """Mutated JPEG bytes decoded as a batch row is, to random boxes and output sizes (the
+    C extension decodes boxes where it is built)."""
+    seeds = _jpegs()
+    places = Places({0: "fuzzed.jpg"}, np.zeros(1, np.int64), np.zeros(1, np.int64))
+    job: dict[str, Any] = {}
+
+    def make(rng: random.Random) -> bytes:
+        data, (h, w), channels = rng.choice(seeds)
+        top, left = rng.randrange(h), rng.randrange(w)
+        box = (top, left, rng.randint(1, h - top), rng.randint(1, w - left))
+        out_hw = rng.choice([(box[2], box[3]), (4, 4), (max(1, box[2] // 3), box[3])])
+        job.update(hw=(h, w), box=box, dst=np.empty((*out_hw, channels), np.uint8))
+        return mutate(data, rng)
+
+    def target(data: bytes) -> None:
+        src = np.frombuffer(data, np.uint8)
+        _run(Job(job["dst"], src, True, job["hw"], job["box"], None, places, 0))
+
+    assert fuzz(target, make, tmp_path) > 50
