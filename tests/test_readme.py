@@ -24,7 +24,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 BIN = Path(sys.executable).parent  # the venv's, where prep is installed
-BUILDS = ("demo", "pack", "tokenize", "volumes", "table")  # what makes data (not verify/info)
+BUILDS = ("demo", "pack", "tokenize", "volumes", "table", "samples")  # not verify, info
 
 pytestmark = pytest.mark.slow
 
@@ -43,24 +43,27 @@ def python_blocks(text: str) -> list[tuple[int, str]]:
     return blocks
 
 
-def makefile_commands(makefile: Path) -> list[list[str]]:
-    """The prep commands that make data, in the order `make dataset` runs them: the recipes of
-    data/demo-raw/.done, data/demo-ct/.done and dataset, continuation lines joined."""
-    recipes: dict[str, list[str]] = {}
+def makefile_commands(makefile: Path) -> list[tuple[list[str], list[str]]]:
+    """The prep commands that make data, in the order `make dataset` runs them, each with its
+    rule's file prerequisites: the recipes of data/demo-raw/.done, data/demo-ct/.done and
+    dataset, continuation lines joined."""
+    recipes: dict[str, tuple[list[str], list[str]]] = {}
     target = None
     for line in makefile.read_text().replace("\\\n", " ").splitlines():
-        head = re.match(r"^([\w./-]+):", line)
+        head = re.match(r"^([\w./-]+):(.*)$", line)
         if head:
             target = head.group(1)
-            recipes[target] = []
+            files = [p for p in head.group(2).split() if "$" not in p and "/" in p]
+            recipes[target] = ([], files)
         elif line.startswith("\t") and target is not None:
-            recipes[target].append(line.strip())
+            recipes[target][0].append(line.strip())
     out = []
     for name in ("data/demo-raw/.done", "data/demo-ct/.done", "dataset"):
-        for line in recipes.get(name, []):
+        lines, files = recipes.get(name, ([], []))
+        for line in lines:
             args = shlex.split(line.replace("$(BIN)/", ""))
             if args and args[0] == "prep" and args[1] in BUILDS:
-                out.append(args)
+                out.append((args, files))
     return out
 
 
@@ -75,13 +78,18 @@ def _out(args: list[str]) -> Path:
     return ROOT / paths[-1] if args[1] == "demo" else ROOT / paths[1]
 
 
-def _done(out: Path) -> bool:
-    return (out / "manifest.json").is_file() or (out / ".done").is_file()
+def _done(out: Path, prerequisites: list[str]) -> bool:
+    """A dataset, or demo data newer than its rule's files (as make decides)."""
+    if (out / "manifest.json").is_file():
+        return True
+    done = out / ".done"
+    newest = max((os.stat(ROOT / p).st_mtime for p in prerequisites), default=0.0)
+    return done.is_file() and done.stat().st_mtime >= newest
 
 
-def _prep(args: list[str]) -> None:
+def _prep(args: list[str], prerequisites: list[str] = []) -> None:  # noqa: B006 - read only
     out = _out(args)
-    if _done(out):
+    if _done(out, prerequisites):
         return
     shutil.rmtree(out, ignore_errors=True)
     cmd = [str(BIN / "prep"), *args[1:]]
@@ -98,8 +106,8 @@ def _prep(args: list[str]) -> None:
 @pytest.fixture(scope="module")
 def demo_data() -> None:
     """The datasets `make dataset` makes, under data/ (kept when they are there already)."""
-    for args in makefile_commands(ROOT / "Makefile"):
-        _prep(args)
+    for args, prerequisites in makefile_commands(ROOT / "Makefile"):
+        _prep(args, prerequisites)
 
 
 BLOCKS = python_blocks(README.read_text())
@@ -107,7 +115,7 @@ BLOCKS = python_blocks(README.read_text())
 
 def test_the_readme_has_python_blocks_and_the_makefile_makes_data() -> None:
     assert len(BLOCKS) >= 5
-    names = [a[1] for a in makefile_commands(ROOT / "Makefile")]
+    names = [a[1] for a, _ in makefile_commands(ROOT / "Makefile")]
     assert "demo" in names and "pack" in names and "tokenize" in names
 
 
