@@ -142,3 +142,28 @@ def test_delimiter_option_and_the_single_column_warning(tmp_path: Path) -> None:
     assert "--delimiter ';'" in r.output
     bad = _cli(str(semi), str(tmp_path / "bad"), "--delimiter", ";;")
     assert bad.exit_code == 2 and "--delimiter" in bad.output
+
+
+def test_reject_rows_are_the_files_across_blocks(tmp_path: Path, monkeypatch: Any) -> None:
+    import functools
+
+    import prep.kinds.table.scan as scan
+    from prep.kinds.table.sources import blocks
+
+    monkeypatch.setattr(scan, "blocks", functools.partial(blocks, block_bytes=64))
+    src = tmp_path / "t.csv"
+    body = [f"{i},{i % 3}" for i in range(1, 201)]
+    body[149] = "150,0,extra"  # data row 150, many blocks in
+    body[179] = ","  # data row 180: no target
+    src.write_text("a,y\n" + "\n".join(body) + "\n")
+    for name, extra in (("all", ()), ("limit", ("--limit", "190"))):
+        out = tmp_path / name
+        args = ("--target", "y", "--categorical", "y", "--max-rejects", "0.05", *extra)
+        r = _cli(str(src), str(out), *args)
+        assert r.exit_code == 0, r.output
+        found = [(x["reason"], x["row"]) for x in _rejects(out)]
+        assert found == [("fields", 150), ("target", 180)]
+    header_only = tmp_path / "h.csv"
+    header_only.write_text("a,y\n")
+    r = _cli(str(header_only), str(tmp_path / "h"))
+    assert r.exit_code == 1 and "the files hold a header only" in r.output
