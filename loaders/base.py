@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from loaders.loader import BufferPool, check_indices
+from loaders.batches import BufferPool, check_indices
 from loaders.memory import SharedArrays
 from loaders.store import DEFAULT_MAX_OPEN, ShardStore, pickled_state
 

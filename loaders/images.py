@@ -11,11 +11,11 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from loaders.batches import Batch, BufferPool, check_indices, new_batch
 from loaders.crops import Crop, whole
 from loaders.decode import Pool, fill, jobs_for
 from loaders.fields import FIELDS
 from loaders.format import array_name
-from loaders.loader import Batch, BufferPool, check_indices, new_batch
 from loaders.memory import SharedArrays, by_shard
 from loaders.store import DEFAULT_MAX_OPEN, ShardStore, pickled_state
 

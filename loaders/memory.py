@@ -14,9 +14,9 @@ from functools import cached_property
 import numpy as np
 import torch
 
+from loaders.batches import new_shared
 from loaders.decode import Places
 from loaders.format import OFFSETS
-from loaders.loader import new_shared
 from loaders.store import ShardStore
 
 

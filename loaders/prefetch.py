@@ -27,7 +27,7 @@ from torch.utils.data import BatchSampler, DataLoader, IterableDataset
 from torch.utils.data._utils.fetch import _MapDatasetFetcher
 from torch.utils.data._utils.pin_memory import pin_memory
 
-from loaders.loader import Alloc, BufferPool, read_into
+from loaders.batches import Alloc, BufferPool, read_into
 from loaders.workers import CopyOut, StartWorker, pinned
 
 

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from loaders.loader import Batch, check_indices, new_batch
+from loaders.batches import Batch, check_indices, new_batch
 from loaders.store import DEFAULT_MAX_OPEN, ShardStore, pickled_state
 
 NAT = np.iinfo(np.int64).min

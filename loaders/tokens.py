@@ -16,8 +16,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from loaders.batches import Batch, check_indices, new_batch
 from loaders.fields import FIELDS
-from loaders.loader import Batch, check_indices, new_batch
 from loaders.store import DEFAULT_MAX_OPEN, ShardStore, pickled_state
 
 # What windows and documents come out as (int64: what embedding layers and losses index with).

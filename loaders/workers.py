@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from loaders.loader import Alloc, BufferPool, new_shared, read_into, storage_users
+from loaders.batches import Alloc, BufferPool, Ring, new_shared, read_into, storage_users
 
 HEADER = 64  # bytes before a segment's data: a multiple of every dtype's size
 MAGIC = b"prepring"
@@ -35,7 +35,7 @@ def _header(storage: torch.UntypedStorage) -> torch.Tensor:
     return torch.empty(0, dtype=torch.uint8).set_(storage, 0, (HEADER,))  # type: ignore[call-overload]
 
 
-class SharedRing:
+class SharedRing(Ring[torch.Tensor]):
     """A worker's ring of shared-memory segments, `keep` per (field, shape, dtype).
 
     `passes` (shared with the main process, which counts its passes over the loader there)
@@ -43,9 +43,9 @@ class SharedRing:
     is dropped by the main process before it sends the new pass's first indices."""
 
     def __init__(self, keep: int, passes: torch.Tensor | None = None, shapes: int = 8):
-        self.keep, self.shapes, self.passes = keep, shapes, passes
+        super().__init__(keep, shapes)  # the segments' headers
+        self.passes = passes
         self._pass = self._now()
-        self._segments: dict[tuple[Any, ...], list[torch.Tensor]] = {}  # their headers
 
     def _now(self) -> int:
         return int(self.passes) if self.passes is not None else 0
@@ -53,26 +53,25 @@ class SharedRing:
     def get(self, field: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         if self._now() != self._pass:
             self._pass = self._now()
-            for head in (h for heads in self._segments.values() for h in heads):
+            for head in self.all():
                 head[BUSY] = 0
-        key = (field, shape, dtype)
-        heads = self._segments.get(key)
-        if heads is None:
-            if len(self._segments) >= self.shapes:
-                del self._segments[next(iter(self._segments))]  # the oldest
-            heads = self._segments[key] = []
-        itemsize = dtype.itemsize
-        for head in heads:
-            # Free: the main process copied it out, and this process keeps no tensor of it
-            # (2: the header's tensor and the storage object made to ask).
-            if int(head[BUSY]) == 0 and storage_users(head.untyped_storage()._cdata) <= 2:
-                return _hand_out(head, shape, dtype, itemsize)
-        nbytes = int(torch.Size(shape).numel()) * itemsize
-        head = _header(new_shared(HEADER + nbytes))
-        head[:BUSY] = torch.frombuffer(bytearray(MAGIC), dtype=torch.uint8)
-        if len(heads) < self.keep:
-            heads.append(head)
-        return _hand_out(head, shape, dtype, itemsize)
+        nbytes = int(torch.Size(shape).numel()) * dtype.itemsize
+        slots = self.slots((field, shape, dtype))
+        head = self.take(slots, _free, lambda: _segment(nbytes))
+        return _hand_out(head, shape, dtype, dtype.itemsize)
+
+
+def _free(head: torch.Tensor) -> bool:
+    """The main process copied the segment out, and this process keeps no tensor of it (2: the
+    header's tensor and the storage object made to ask)."""
+    return int(head[BUSY]) == 0 and storage_users(head.untyped_storage()._cdata) <= 2
+
+
+def _segment(nbytes: int) -> torch.Tensor:
+    """A new segment of shared memory for `nbytes`, as its header."""
+    head = _header(new_shared(HEADER + nbytes))
+    head[:BUSY] = torch.frombuffer(bytearray(MAGIC), dtype=torch.uint8)
+    return head
 
 
 def _hand_out(

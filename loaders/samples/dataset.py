@@ -11,10 +11,10 @@ import numpy as np
 import torch
 
 from loaders.base import ShardedDataset
+from loaders.batches import Batch, new_batch
 from loaders.crops import Crop, whole
 from loaders.decode import Pool, fill, jobs_for
 from loaders.format import array_name
-from loaders.loader import Batch, new_batch
 from loaders.memory import by_shard
 from loaders.samples.fields import RAGGED_POLICIES, SampleField
 from loaders.samples.image import Image, Mask, hw_name
