@@ -21,6 +21,7 @@ import re
 import secrets
 import shutil
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,6 +32,7 @@ from loaders.remote.fs import Url
 if TYPE_CHECKING:
     from loaders.remote import RemoteBackend
 
+THREADS = 4  # downloads at once while verifying
 WHOLE = ("tokens", "volumes")  # kinds whose shard checks read every array of the shard
 
 
@@ -136,8 +138,8 @@ def verify_shards(
         tmp.mkdir(parents=True)
         try:
             copies = {n: tmp / f"{k:06d}" for k, n in enumerate(sorted(shard.files))}
-            for name, path in copies.items():
-                download(name, path)
+            with ThreadPoolExecutor(THREADS) as pool:  # one request at a time waits mostly
+                list(pool.map(download, copies, copies.values()))
             arrays = sorted({*manifest.arrays, *shard.arrays})
             problems += copy_problems(manifest, i, arrays, copies, url, checksums=True)
         except FormatError as e:
