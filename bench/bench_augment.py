@@ -17,8 +17,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-
-from bench import Row, info, versus
+from rows import Row, info, versus
 
 SCALE, RATIO, JITTER = (0.35, 1.0), (3 / 4, 4 / 3), 0.2
 

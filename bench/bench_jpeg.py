@@ -16,8 +16,7 @@ from typing import Any
 import numpy as np
 from bench_load import epoch_rate
 from bench_pack import jpeg_list
-
-from bench import Row, info, prep, versus
+from rows import Row, info, prep, versus
 
 SIZE, BATCH = 256, 256
 REPS = 5  # interleaved repeats at least: 2 shared cores make single epochs noisy

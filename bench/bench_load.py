@@ -12,8 +12,7 @@ from typing import Any
 
 import numpy as np
 import psutil
-
-from bench import Row, info, timed, versus
+from rows import Row, info, timed, versus
 
 
 class FolderDataset:

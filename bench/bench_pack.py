@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from bench import PREP, Row, child_peak_rss_mb, prep, versus
+from rows import PREP, Row, child_peak_rss_mb, prep, versus
 
 
 def naive_one(path: str, out: str, size: int) -> None:

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from bench_load import epoch_rate
+from rows import HERE, PREP, Row, info, run, timed, versus
 
-from bench import HERE, PREP, Row, info, run, timed, versus
 from loaders.format import read_manifest
 
 sys.path.insert(0, str(HERE.parent / "tests"))  # the loopback servers the tests use

@@ -15,8 +15,7 @@ from typing import Any
 import numpy as np
 from bench_jpeg import bare_rate
 from bench_pack import jpeg_list
-
-from bench import Row, prep, versus
+from rows import Row, prep, versus
 
 SIZE, BATCH = 256, 256
 REPS = 3

@@ -11,8 +11,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-
-from bench import PREP, Row, run, timed, versus
+from rows import PREP, Row, run, timed, versus
 
 BATCH = 4096
 NUM, CAT = 24, 8

@@ -24,9 +24,8 @@ from typing import Any
 import torch
 from bench_load import FolderDataset
 from bench_pack import jpeg_list
+from rows import PREP, Row, info, run, versus
 from torch import nn
-
-from bench import PREP, Row, info, run, versus
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: `examples`
 

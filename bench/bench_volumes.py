@@ -15,8 +15,7 @@ from typing import Any
 
 import numpy as np
 from bench_load import private_mb
-
-from bench import PREP, Row, info, run, versus
+from rows import PREP, Row, info, run, versus
 
 SIDE, PATCH, VOLUMES, SPACING = 256, 96, 4, 1.5
 BATCH = 2
