@@ -415,6 +415,18 @@ def test_token_ids_beyond_vocab(tmp_path: Path) -> None:
     assert check_files(root, read_manifest(root)) == []  # opening reads no token
 
 
+def test_prep_verify_checks_values(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from prep.cli import app
+
+    root = tokens(tmp_path / "tok", [[1, 2, 299, 3]], vocab_size=300)
+    assert CliRunner().invoke(app, ["verify", str(root)]).exit_code == 0
+    edit_manifest(root, lambda d: d["extra"].update(vocab_size=200))
+    result = CliRunner().invoke(app, ["verify", str(root)])
+    assert result.exit_code == 1 and "token id 299 is not below vocab_size 200" in result.output
+
+
 def test_table_codes_beyond_vocab(table: Path, tmp_path: Path) -> None:
     root = _copy(table, tmp_path / "t")
     m = read_manifest(root)
