@@ -20,14 +20,10 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
-from loaders.augment.base import Op, Sample
+from loaders.augment.base import Op, run
+from loaders.augment.batch import Sample
 from loaders.augment.color import ColorJitter
-from loaders.augment.geometry import (
-    RandomCrop,
-    RandomHorizontalFlip,
-    RandomResizedCrop,
-    settle,
-)
+from loaders.augment.geometry import RandomCrop, RandomHorizontalFlip, RandomResizedCrop
 from loaders.augment.mix import CutMix, MixUp
 from loaders.augment.random import stream_key, uniform
 from loaders.gpu import Normalize
@@ -91,24 +87,8 @@ class Compose(nn.Module):
         index: torch.Tensor,
         mask: torch.Tensor | None = None,
     ) -> torch.Tensor | tuple[torch.Tensor, ...]:
-        if images.dim() != 4 or index.shape != images.shape[:1]:
-            raise ValueError(
-                f"expected images (B, C, H, W) and index (B,), got {tuple(images.shape)} and "
-                f"{tuple(index.shape)}. HINT: ask the dataset for fields=(..., 'index')"
-            )
-        if mask is not None and mask.shape != images.shape[:1] + images.shape[2:]:
-            raise ValueError(f"mask {tuple(mask.shape)} is not (B, H, W) of {tuple(images.shape)}")
-        sample = Sample(images, index, labels, mask)
-        for name, op in zip(self._names, self.ops, strict=True):
-            if isinstance(op, Op):
-                sample = op.augment(settle(sample) if not op.lazy else sample, self.key(name))
-            else:
-                sample = settle(sample)
-                sample = sample.but(images=op(sample.images))
-        sample = settle(sample)
-        pairs = ((sample.labels, labels), (sample.mask, mask))
-        given = [t for t, asked in pairs if asked is not None and t is not None]
-        return (sample.images, *given) if given else sample.images
+        ops = [(op, self.key(name)) for name, op in zip(self._names, self.ops, strict=True)]
+        return run(ops, images, labels, index=index, mask=mask)
 
     def key(self, name: str) -> int:
         return stream_key(self.seed, self.epoch, name)

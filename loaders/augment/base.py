@@ -1,46 +1,15 @@
-"""What every batch augmentation shares: the batch it works on and the draws it makes."""
+"""What every batch augmentation shares: the Op, and the one loop a pipeline runs."""
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, replace
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
-from loaders.augment.random import uniform
-
-
-@dataclass
-class Sample:
-    """A batch on its way through a pipeline.
-
-    images: (B, C, H, W), uint8 or float; labels: int64 (B,) class ids, or float (B, classes)
-    soft labels once mixed; mask: uint8 (B, H, W), moved by geometric ops only; index: int64 (B,),
-    the dataset index of each sample, which its random draws are made from. pending: a resized
-    crop drawn but not made yet (see Resize), so that the ops after it fold into one sampling."""
-
-    images: torch.Tensor
-    index: torch.Tensor
-    labels: torch.Tensor | None = None
-    mask: torch.Tensor | None = None
-    pending: Resize | None = None
-
-    def but(self, **changes: Any) -> Sample:
-        """A copy with some tensors replaced: ops never change the batch they were given."""
-        return replace(self, **changes)
-
-
-@dataclass
-class Resize:
-    """Each sample's box (top, left, height, width), int64 (B, 4), to resample to `size`, and
-    whether to mirror its columns (bool (B,), None for none): a crop and its flip in one pass."""
-
-    boxes: torch.Tensor
-    size: tuple[int, int]
-    flip: torch.Tensor | None = None
+from loaders.augment.batch import Sample
+from loaders.augment.random import stream_key, uniform
+from loaders.augment.resample import settle
 
 
 class Op(nn.Module):
@@ -64,49 +33,37 @@ class Op(nn.Module):
         self, images: torch.Tensor, labels: torch.Tensor | None = None, **kw: Any
     ) -> torch.Tensor | tuple[torch.Tensor, ...]:
         """`kw`: index= and mask= as for Compose, and seed=, epoch= (default 0)."""
-        from loaders.transforms import Compose
-
         seed, epoch = kw.pop("seed", 0), kw.pop("epoch", 0)
-        return Compose([self], seed=seed, epoch=epoch)(images, labels, **kw)
+        key = stream_key(seed, epoch, type(self).__name__)  # as Compose's first op of its class
+        return run([(self, key)], images, labels, **kw)
 
 
-NUMPY = {torch.uint8: np.uint8, torch.float32: np.float32, torch.float64: np.float64}
-HUGE = 1 << 22  # numpy madvises huge pages for buffers of 4 MiB and more
-
-
-def empty(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """torch.empty, but large CPU buffers come from numpy, whose allocator asks Linux for
-    transparent huge pages: torch's takes one page fault per 4 KiB of a fresh buffer, which on
-    the 2-core VM of the bench cost more than the op that fills it (154 MB: ~100 ms, not ~30)."""
-    size = math.prod(shape) * dtype.itemsize
-    if device.type == "cpu" and dtype in NUMPY and size >= HUGE:
-        return torch.from_numpy(np.empty(shape, dtype=NUMPY[dtype]))
-    return torch.empty(shape, dtype=dtype, device=device)
-
-
-def empty_like(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """An uninitialised tensor of x's shape, device and layout (channels-last or contiguous)."""
-    if x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last):
-        B, C, H, W = x.shape
-        return empty((B, H, W, C), dtype, x.device).permute(0, 3, 1, 2)
-    return empty(tuple(x.shape), dtype, x.device)
-
-
-def to_images(x: torch.Tensor, like: torch.Tensor | torch.dtype) -> torch.Tensor:
-    """An op's float result `x` (a new tensor, rounded in place) back to the dtype of `like`:
-    uint8 input gives uint8 output, float input stays float. For uint8, x must lie in 0..255
-    (blends and bilinear samples of pixels do), so +0.5 and truncation round it."""
-    dtype = like if isinstance(like, torch.dtype) else like.dtype
-    if dtype == torch.uint8:
-        return empty_like(x, torch.uint8).copy_(x.add_(0.5))
-    return x.to(dtype)
-
-
-def working(x: torch.Tensor) -> torch.Tensor:
-    """The float form an op computes in: float32 for uint8, the float dtype itself otherwise."""
-    return x if x.is_floating_point() else empty_like(x, torch.float32).copy_(x)
-
-
-def per_sample(values: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """(B,) values shaped to broadcast over x (B, ...), in x's working dtype."""
-    return values.to(working(x[:0]).dtype).view(-1, *([1] * (x.dim() - 1)))
+def run(
+    ops: list[tuple[nn.Module, int]],
+    images: torch.Tensor,
+    labels: torch.Tensor | None = None,
+    *,
+    index: torch.Tensor,
+    mask: torch.Tensor | None = None,
+) -> torch.Tensor | tuple[torch.Tensor, ...]:
+    """A batch through `ops`, each with the key of its stream of draws (Compose gives them from
+    (seed, epoch)); any other module (Normalize) gets the images only. Returns the images alone,
+    or a tuple of the images and those of labels and mask that were given, in that order."""
+    if images.dim() != 4 or index.shape != images.shape[:1]:
+        raise ValueError(
+            f"expected images (B, C, H, W) and index (B,), got {tuple(images.shape)} and "
+            f"{tuple(index.shape)}. HINT: ask the dataset for fields=(..., 'index')"
+        )
+    if mask is not None and mask.shape != images.shape[:1] + images.shape[2:]:
+        raise ValueError(f"mask {tuple(mask.shape)} is not (B, H, W) of {tuple(images.shape)}")
+    sample = Sample(images, index, labels, mask)
+    for op, key in ops:
+        if isinstance(op, Op):
+            sample = op.augment(settle(sample) if not op.lazy else sample, key)
+        else:
+            sample = settle(sample)
+            sample = sample.but(images=op(sample.images))
+    sample = settle(sample)
+    pairs = ((sample.labels, labels), (sample.mask, mask))
+    given = [t for t, asked in pairs if asked is not None and t is not None]
+    return (sample.images, *given) if given else sample.images

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from loaders.augment.base import empty
+from loaders.augment.batch import empty
 from loaders.decode import Pool
 
 # A colour jitter folded into the pass: each sample's matrix (B, C, C), its offset's weight

@@ -10,7 +10,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from loaders.augment.base import Op, Sample, per_sample, to_images, working
+from loaders.augment.base import Op
+from loaders.augment.batch import Sample, per_sample, to_images, working
 from loaders.augment.random import BETA_DRAWS, beta
 
 

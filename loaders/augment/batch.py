@@ -1,0 +1,83 @@
+"""The batch an augmentation pipeline works on (Sample, and a pending crop: Resize), and the
+tensor helpers every op uses (buffers with huge pages, the float working form, rounding back)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import torch
+
+
+@dataclass
+class Sample:
+    """A batch on its way through a pipeline.
+
+    images: (B, C, H, W), uint8 or float; labels: int64 (B,) class ids, or float (B, classes)
+    soft labels once mixed; mask: uint8 (B, H, W), moved by geometric ops only; index: int64 (B,),
+    the dataset index of each sample, which its random draws are made from. pending: a resized
+    crop drawn but not made yet (see Resize), so that the ops after it fold into one sampling."""
+
+    images: torch.Tensor
+    index: torch.Tensor
+    labels: torch.Tensor | None = None
+    mask: torch.Tensor | None = None
+    pending: Resize | None = None
+
+    def but(self, **changes: Any) -> Sample:
+        """A copy with some tensors replaced: ops never change the batch they were given."""
+        return replace(self, **changes)
+
+
+@dataclass
+class Resize:
+    """Each sample's box (top, left, height, width), int64 (B, 4), to resample to `size`, and
+    whether to mirror its columns (bool (B,), None for none): a crop and its flip in one pass."""
+
+    boxes: torch.Tensor
+    size: tuple[int, int]
+    flip: torch.Tensor | None = None
+
+
+NUMPY = {torch.uint8: np.uint8, torch.float32: np.float32, torch.float64: np.float64}
+HUGE = 1 << 22  # numpy madvises huge pages for buffers of 4 MiB and more
+
+
+def empty(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """torch.empty, but large CPU buffers come from numpy, whose allocator asks Linux for
+    transparent huge pages: torch's takes one page fault per 4 KiB of a fresh buffer, which on
+    the 2-core VM of the bench cost more than the op that fills it (154 MB: ~100 ms, not ~30)."""
+    size = math.prod(shape) * dtype.itemsize
+    if device.type == "cpu" and dtype in NUMPY and size >= HUGE:
+        return torch.from_numpy(np.empty(shape, dtype=NUMPY[dtype]))
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
+def empty_like(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """An uninitialised tensor of x's shape, device and layout (channels-last or contiguous)."""
+    if x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last):
+        B, C, H, W = x.shape
+        return empty((B, H, W, C), dtype, x.device).permute(0, 3, 1, 2)
+    return empty(tuple(x.shape), dtype, x.device)
+
+
+def to_images(x: torch.Tensor, like: torch.Tensor | torch.dtype) -> torch.Tensor:
+    """An op's float result `x` (a new tensor, rounded in place) back to the dtype of `like`:
+    uint8 input gives uint8 output, float input stays float. For uint8, x must lie in 0..255
+    (blends and bilinear samples of pixels do), so +0.5 and truncation round it."""
+    dtype = like if isinstance(like, torch.dtype) else like.dtype
+    if dtype == torch.uint8:
+        return empty_like(x, torch.uint8).copy_(x.add_(0.5))
+    return x.to(dtype)
+
+
+def working(x: torch.Tensor) -> torch.Tensor:
+    """The float form an op computes in: float32 for uint8, the float dtype itself otherwise."""
+    return x if x.is_floating_point() else empty_like(x, torch.float32).copy_(x)
+
+
+def per_sample(values: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """(B,) values shaped to broadcast over x (B, ...), in x's working dtype."""
+    return values.to(working(x[:0]).dtype).view(-1, *([1] * (x.dim() - 1)))
