@@ -16,7 +16,8 @@ from typer.testing import CliRunner
 from loaders import DocumentDataset, ImageShardDataset
 from loaders.format import FormatError, read_manifest
 from prep.cli import app
-from prep.inspect.preview import SHEET_BG, one_colour_share, preview
+from prep.inspect.preview import preview
+from prep.inspect.sheet import SHEET_BG, one_colour_share
 
 
 def _gradient(h: int, w: int) -> np.ndarray:

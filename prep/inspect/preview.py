@@ -9,167 +9,23 @@ its tile sits in its centre on the sheet's colour.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from PIL import Image, ImageDraw, ImageFont
 
 from loaders.fields import FIELDS, decode_source
 from loaders.format import Manifest, array_name, read_manifest
 from prep import PrepError
-from prep.inspect.stored import first_samples, open_images
-
-GAP = 4
-MASK_ALPHA = 0.45  # mask colour weight where the class id is not 0
-SHEET_BG = (24, 24, 24)
-TEXT = (235, 235, 235)
-BLANK_SHARE = 0.99  # a sample with more of its pixels in one colour looks blank
-# Class id k > 0 is drawn in PALETTE[(k - 1) % len(PALETTE)]; id 0 (background) is left as is.
-PALETTE = np.array(
-    [
-        (230, 25, 75),
-        (60, 180, 75),
-        (255, 225, 25),
-        (0, 130, 200),
-        (245, 130, 48),
-        (145, 30, 180),
-        (70, 240, 240),
-        (240, 50, 230),
-    ],
-    dtype=np.float32,
+from prep.inspect.sheet import (
+    BLANK_SHARE,
+    PreviewResult,
+    contact_sheet,
+    in_tile,
+    one_colour_share,
+    overlay,
+    save_image,
 )
-
-
-@dataclass(frozen=True)
-class SheetLayout:
-    """Where tile i lies on the sheet."""
-
-    tile: int
-    columns: int
-    rows: int
-    header: int  # px above the first row
-    caption: int  # px under each tile
-
-    def origin(self, i: int) -> tuple[int, int]:
-        """(x, y) of the top-left pixel of tile i."""
-        r, c = divmod(i, self.columns)
-        return GAP + c * (self.tile + GAP), self.header + r * (self.tile + self.caption + GAP)
-
-    @property
-    def size(self) -> tuple[int, int]:
-        """(width, height) of the sheet."""
-        return (
-            GAP + self.columns * (self.tile + GAP),
-            self.header + self.rows * (self.tile + self.caption + GAP),
-        )
-
-
-@dataclass
-class PreviewResult:
-    output: Path
-    tiles: int
-    size: int
-    masks: bool
-    layout: SheetLayout
-    blank: int = 0  # samples more than BLANK_SHARE one colour
-
-    def line(self) -> str:
-        w, h = self.layout.size
-        overlay = ", masks overlaid" if self.masks else ""
-        blank = (
-            f"; {self.blank} of {self.tiles} look blank (over {BLANK_SHARE:.0%} one colour). "
-            "HINT: transparent PNGs? repack with --background R,G,B"
-            if self.blank
-            else ""
-        )
-        return (
-            f"{self.output}: {self.tiles} samples at {self.size} px, "
-            f"{self.layout.columns}x{self.layout.rows} tiles, {w}x{h} px{overlay}{blank}"
-        )
-
-
-def overlay(image: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
-    """(H, W, 3) uint8 RGB of an (H, W, C) uint8 sample (C = 1 or 3), with class ids > 0 of an
-    (H, W) mask blended in their PALETTE colour at MASK_ALPHA."""
-    rgb = np.repeat(image, 3, axis=2) if image.shape[2] == 1 else image
-    if mask is None or not mask.any():
-        return np.ascontiguousarray(rgb)
-    colour = PALETTE[(mask.astype(np.int64) - 1) % len(PALETTE)]
-    blend = (1 - MASK_ALPHA) * rgb.astype(np.float32) + MASK_ALPHA * colour
-    out = np.where((mask > 0)[..., None], np.rint(blend), rgb)
-    return out.astype(np.uint8)
-
-
-def one_colour_share(image: np.ndarray) -> float:
-    """The share of an (H, W, C) uint8 image's pixels in its most common colour.
-
-    >>> one_colour_share(np.zeros((4, 5, 3), np.uint8))
-    1.0
-    """
-    flat = image.reshape(-1, image.shape[-1]).astype(np.uint32)
-    if not len(flat):
-        return 0.0
-    keys = flat[:, 0] if flat.shape[1] == 1 else (flat[:, 0] << 16) | (flat[:, 1] << 8) | flat[:, 2]
-    return float(np.unique(keys, return_counts=True)[1].max() / len(keys))
-
-
-def in_tile(rgb: np.ndarray, side: int) -> np.ndarray:
-    """An (h, w, 3) sample centred in a (side, side, 3) tile of SHEET_BG, never enlarged; one
-    larger than the tile is shrunk to fit it."""
-    h, w = rgb.shape[:2]
-    if max(h, w) > side:
-        k = side / max(h, w)
-        h, w = max(1, round(h * k)), max(1, round(w * k))
-        rgb = np.asarray(Image.fromarray(rgb, "RGB").resize((w, h), Image.Resampling.BOX))
-    tile = np.empty((side, side, 3), np.uint8)
-    tile[:] = SHEET_BG
-    top, left = (side - h) // 2, (side - w) // 2
-    tile[top : top + h, left : left + w] = rgb
-    return tile
-
-
-def _fit_text(text: str, font: ImageFont.ImageFont | ImageFont.FreeTypeFont, width: int) -> str:
-    """`text`, its start cut ("...tail") until it is at most `width` px wide: a path's file name
-    is what tells samples apart."""
-    if font.getlength(text) <= width:
-        return text
-    while len(text) > 1 and font.getlength("..." + text) > width:
-        text = text[1:]
-    return "..." + text
-
-
-def contact_sheet(
-    tiles: Sequence[np.ndarray], captions: Sequence[str], title: str, columns: int | None = None
-) -> tuple[Image.Image, SheetLayout]:
-    """Tiles (each (S, S, 3) uint8) on one sheet, captioned, in row-major order; a caption's
-    lines ("\\n") are each cut to the tile's width."""
-    if not tiles:
-        raise ValueError("no tiles")
-    font = ImageFont.load_default()
-    _, top, _, bottom = font.getbbox("0123456789 Agjy")
-    text_h = int(bottom - top)
-    lines = max(c.count("\n") + 1 for c in captions)
-    cols = columns or math.ceil(math.sqrt(len(tiles)))
-    layout = SheetLayout(
-        tile=tiles[0].shape[0],
-        columns=cols,
-        rows=math.ceil(len(tiles) / cols),
-        header=text_h + 2 * GAP,
-        caption=lines * (text_h + 1) + GAP,
-    )
-    sheet = Image.new("RGB", layout.size, SHEET_BG)
-    draw = ImageDraw.Draw(sheet)
-    draw.text((GAP, GAP), title, fill=TEXT, font=font)
-    for i, (tile, caption) in enumerate(zip(tiles, captions, strict=True)):
-        x, y = layout.origin(i)
-        sheet.paste(Image.fromarray(tile, "RGB"), (x, y))
-        for k, line in enumerate(caption.split("\n")):
-            text = _fit_text(line, font, layout.tile)
-            draw.text((x, y + layout.tile + 1 + k * (text_h + 1)), text, fill=TEXT, font=font)
-    return sheet, layout
+from prep.inspect.stored import first_samples, open_images
 
 
 def _array(field: str, size: int) -> str:
@@ -232,15 +88,3 @@ def preview(
     sheet, layout = contact_sheet(tiles, captions, title, columns)
     save_image(sheet.save, output)
     return PreviewResult(output, count, size, has_masks, layout, blank)
-
-
-def save_image(save: Callable[[Path], object], path: Path) -> None:
-    """Write a picture for the user with `save(path)` (Pillow's Image.save, matplotlib's
-    Figure.savefig); a bad path or extension is one clear error."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        save(path)
-    except (OSError, ValueError, KeyError) as e:  # both: unknown extension -> ValueError
-        raise PrepError(
-            f"cannot write {path} ({e}). HINT: a writable path ending in .png or .jpg"
-        ) from e

@@ -30,7 +30,7 @@ def plot(result: TuneResult, path: Path, width: int = 640, height: int = 400) ->
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from prep.inspect.preview import save_image
+    from prep.inspect.sheet import save_image
 
     dpi = 100
     fig = Figure(figsize=(width / dpi, height / dpi), dpi=dpi, layout="constrained")
