@@ -2,27 +2,27 @@
 someone else's dataset could be (a manifest that lies, a file swapped, a header that claims
 more than the file holds), each with its checksums recomputed so that only the content lies.
 
-`make_bases(folder, raw)` packs one dataset of each kind; `build(case, bases, out, outside)`
-copies the case's base to `out` and applies its change (`outside`: a folder beside it, for the
-files a case points at). `CASES` lists them; tests/test_hostile.py opens each one with every
-reader. Run as a script, it writes the corpus to a folder: `python tests/hostile.py DIR`.
+`make_bases(folder, raw)` (tests/hostile_base.py) packs one dataset of each kind;
+`build(case, bases, out, outside)` copies the case's base to `out` and applies its change
+(`outside`: a folder beside it, for the files a case points at). `CASES` lists them;
+tests/test_hostile.py opens each one with every reader. Run as a script, it writes the corpus
+to a folder: `python tests/hostile.py DIR`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import shutil
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
+from hostile_base import Manifest, digest, edit, load, make_bases, npy, rewrite, save
 
-Manifest = dict[str, Any]
+__all__ = ["CASES", "KIND", "Case", "build", "make_bases"]
+
 OPEN, VERIFY, INFO, PREVIEW = "open", "verify", "info", "preview"
 
 
@@ -39,47 +39,6 @@ class Case:
     names: str
     url: bool = True
     note: str = ""
-    fields: dict[str, Any] = field(default_factory=dict)
-
-
-def load(root: Path) -> Manifest:
-    return json.loads((root / "manifest.json").read_text())
-
-
-def save(root: Path, m: Manifest, text: str | None = None) -> None:
-    (root / "manifest.json").write_text(text if text is not None else json.dumps(m))
-
-
-def digest(root: Path) -> None:
-    """Every listed file's byte size and sha256 recomputed: the lie is in the content only."""
-    m = load(root)
-    for shard in m["shards"]:
-        for rel, info in shard["files"].items():
-            path = Path(rel) if os.path.isabs(rel) else root / rel
-            if path.is_file():
-                data = path.read_bytes()
-                info.update(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
-    save(root, m)
-
-
-def rewrite(root: Path, rel: str, data: np.ndarray, **save_kw: Any) -> None:
-    """File `rel` holds `data` now (a .npy), its checksums recomputed."""
-    with open(root / rel, "wb") as f:
-        np.save(f, data, **save_kw)
-    digest(root)
-
-
-def edit(change: Callable[[Manifest], None]) -> Callable[[Path, Path], None]:
-    def apply(root: Path, outside: Path) -> None:
-        m = load(root)
-        change(m)
-        save(root, m)
-
-    return apply
-
-
-def npy(root: Path, rel: str) -> np.ndarray:
-    return np.load(root / rel)
 
 
 # --- the seven defects -------------------------------------------------------------------
@@ -266,7 +225,7 @@ CASES = [
     Case("HDF5 external link", "h5", _external_link, READ, "shard-00000.h5", note="defect 3"),
     Case("volume size wraps int64", "volumes", _volume_wrap, READ, "volume", note="defect 4"),
     Case("npy byte count wraps int64", "images", _npy_wrap, READ, "image_32", note="defect 5"),
-    Case("image size unbounded", "jpeg", edit(_huge_size), READ, "image_1000000", note="6"),
+    Case("image size unbounded", "jpeg", edit(_huge_size), READ, "image_1000000", note="defect 6"),
     Case("manifest nested 100,000 deep", "images", _deep, ALL, "manifest.json"),
     Case("extra is a list", "images", edit(_extra_list), ALL, "extra"),
     Case("table without columns", "table", edit(_no_columns), ALL, "columns"),
@@ -286,41 +245,6 @@ CASES = [
 ]
 KIND = {"images": "images", "jpeg": "images", "keep": "images", "h5": "images"}
 KIND |= {"tokens": "tokens", "table": "table", "volumes": "volumes"}
-
-
-def make_bases(folder: Path, raw: Path) -> dict[str, Path]:
-    """One small pack of each base a case starts from (about a second in all): 12 demo images
-    at 32 px in shards of 4 (raw, jpeg, keep, h5), 6 documents, a 20-row table, 2 volumes."""
-    from typer.testing import CliRunner
-
-    from prep.cli import app
-    from prep.demo import make_demo
-    from prep.kinds.volumes.phantoms import make_phantoms
-
-    make_demo(raw, count=12, seed=0, jobs=1, max_side=256, show_progress=False)
-    (raw / "text").mkdir(exist_ok=True)
-    for i in range(6):
-        (raw / "text" / f"d{i}.txt").write_text(f"document {i} " * (i + 5))
-    rows = "".join(f"{'abc'[i % 3]},{i * 1.5},{i % 2}\n" for i in range(20))
-    (raw / "rows.csv").write_text("city,price,label\n" + rows)
-    make_phantoms(raw / "ct", count=2, seed=1, side=16, dicom=False)
-    images = [str(raw / "images"), "--sizes", "32", "--shard-size", "4", "-j", "1"]
-    runs = {
-        "images": ["pack", *images],
-        "jpeg": ["pack", *images, "--codec", "jpeg"],
-        "keep": ["pack", *images, "--mode", "keep"],
-        "h5": ["pack", *images, "--format", "h5"],
-        "tokens": ["tokenize", str(raw / "text"), "-t", "char"],
-        "table": ["table", str(raw / "rows.csv"), "--target", "label", "--categorical", "city"],
-        "volumes": ["volumes", str(raw / "ct" / "images"), "--labels", str(raw / "ct" / "labels")],
-    }
-    bases = {}
-    for name, args in runs.items():
-        out = folder / name
-        res = CliRunner().invoke(app, [args[0], args[1], str(out), *args[2:], "-q"])
-        assert res.exit_code == 0, res.output
-        bases[name] = out
-    return bases
 
 
 def build(case: Case, bases: dict[str, Path], out: Path, outside: Path) -> Path:

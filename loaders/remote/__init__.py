@@ -17,23 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
-from loaders.format import (
-    MANIFEST,
-    FormatError,
-    Manifest,
-    problems_error,
-    read_manifest,
-    safe_path,
-)
+from loaders.format import MANIFEST, FormatError, Manifest, problems_error, read_manifest, safe_path
 from loaders.remote.cache import CHUNK, FileCache, default_cache_dir, parse_bytes, warn_small_cache
-from loaders.remote.checks import (
-    checked_with,
-    copy_problems,
-    files_of,
-    name_problem,
-    structure_problems,
-    url_problems,
-)
+from loaders.remote.checks import arrival_problems, name_problem, structure_problems, url_problems
 from loaders.remote.fs import Url, filesystem, url_of
 
 if TYPE_CHECKING:  # torch only for a loader that follows windows, not for `prep` commands
@@ -243,7 +229,7 @@ class RemoteBackend:
 
     def _fetch(self, name: str) -> Path:
         size, sha256 = self._files[name]
-        url = self._url(name)
+        url = self.url(name)
         return self._cache.get(sha256, size, url, lambda f: self._download(url, f))
 
     def _check_arrival(self, name: str, path: Path) -> None:
@@ -251,9 +237,7 @@ class RemoteBackend:
         its first use in this process (loaders.remote.checks); FormatError naming the file."""
         assert self._manifest is not None  # read with _files
         i = self._shard_of[name]
-        arrays = checked_with(self._manifest, i, name)
-        copies = {n: self._fetch(n) for n in files_of(self._manifest.shards[i], arrays)}
-        problems = copy_problems(self._manifest, i, arrays, copies | {name: path}, self.root)
+        problems = arrival_problems(self._manifest, i, name, path, self._fetch, self.root)
         if problems:
             raise problems_error(problems)
         self._checked_files.add(name)
@@ -274,34 +258,21 @@ class RemoteBackend:
         base = self.fs._strip_protocol(self.root).rstrip("/") + "/"
         return {p[len(base) :]: int(i.get("size") or 0) for p, i in found.items()}
 
-    def sha256(self, name: str) -> str:
-        """The sha256 of remote file `name`, streamed (not cached)."""
-        url = self._url(name)
-
-        def once() -> str:
-            h = hashlib.sha256()
-            with self.fs.open(url, "rb", block_size=CHUNK) as src:
-                while chunk := src.read(CHUNK):
-                    h.update(chunk)
-            return h.hexdigest()
-
-        return retried(url, once)
-
     def named_file(self, name: str, sha256: str) -> Path:
         """A file the manifest names beside its shards (a tokenizer), fetched into the cache
         and checked against `sha256` as a shard file is."""
-        url = self._url(name)
+        url = self.url(name)
         return self._cache.get(sha256, self._size(name), url, lambda f: self._download(url, f))
 
     def _size(self, name: str) -> int:
-        url = self._url(name)
+        url = self.url(name)
         return int(retried(url, lambda: self.fs.size(url)))
 
     def problems(self, manifest: Manifest, checksums: bool = False) -> list[str]:
         """check_files' lines for the URL (loaders.remote.checks.url_problems)."""
         return url_problems(self, manifest, checksums)
 
-    def _url(self, name: str) -> Url:
+    def url(self, name: str) -> Url:
         """The URL of the dataset's file `name`; a name that would leave the dataset (`..`, a
         query) is refused."""
         problem = name_problem(self.root, name)
@@ -311,7 +282,7 @@ class RemoteBackend:
 
     def download_to(self, name: str, path: Path) -> None:
         with open(path, "wb") as f:
-            self._download(self._url(name), f)
+            self._download(self.url(name), f)
 
     def __getstate__(self) -> dict[str, Any]:
         keep = ("root", "cache_dir", "cache_limit", "storage_options", "hold", "plan")

@@ -16,6 +16,7 @@ copies' paths under one root, and its lines name the remote files again.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import re
 import secrets
@@ -27,10 +28,12 @@ from typing import TYPE_CHECKING
 
 from loaders.format import ArrayRef, FormatError, Manifest, Shard, array_name, check_files
 from loaders.format.checks import _array_problems  # the shard's arrays against its files
+from loaders.remote.cache import CHUNK
 from loaders.remote.fs import Url
 
 if TYPE_CHECKING:
     from loaders.remote import RemoteBackend
+
 
 THREADS = 4  # downloads at once while verifying
 WHOLE = ("tokens", "volumes")  # kinds whose shard checks read every array of the shard
@@ -186,7 +189,33 @@ def _tokenizer_problems(backend: RemoteBackend, manifest: Manifest) -> list[str]
         return []
     url = backend.root / str(tok["file"])
     try:
-        same = backend.sha256(str(tok["file"])) == tok.get("sha256")
+        same = remote_sha256(backend, str(tok["file"])) == tok.get("sha256")
     except FormatError as e:
         return [f"tokenizer: {url} is missing" if "does not exist" in str(e) else f"tokenizer: {e}"]
     return [] if same else [f"tokenizer: {url} checksum differs from the manifest"]
+
+
+def arrival_problems(
+    manifest: Manifest, index: int, name: str, path: Path, fetch: Callable[[str], Path], url: Url
+) -> list[str]:
+    """The folder checks of the arrays read with file `name` of shard `index` (its copy at
+    `path`), the other files they need fetched (`fetch(name)`: a cached copy)."""
+    arrays = checked_with(manifest, index, name)
+    copies = {n: fetch(n) for n in files_of(manifest.shards[index], arrays)}
+    return copy_problems(manifest, index, arrays, copies | {name: path}, url)
+
+
+def remote_sha256(backend: RemoteBackend, name: str) -> str:
+    """The sha256 of the dataset's file `name`, streamed (not cached)."""
+    from loaders.remote import retried  # which imports this module
+
+    url = backend.url(name)
+
+    def once() -> str:
+        h = hashlib.sha256()
+        with backend.fs.open(url, "rb", block_size=CHUNK) as src:
+            while chunk := src.read(CHUNK):
+                h.update(chunk)
+        return h.hexdigest()
+
+    return retried(url, once)
