@@ -3,7 +3,7 @@ when the manifest is read. A manifest that JSON accepts but prep did not write (
 a table without columns, a string for `eot_id`) is then one FormatError line at open, never a
 KeyError or AttributeError where the value is used.
 
->>> check_extra("tokens", {"vocab_size": 256, "eot_id": "0"}, {}, 1)
+>>> check_extra({"kind": "tokens", "extra": {"vocab_size": 256, "eot_id": "0"}}, {}, 1)
 Traceback (most recent call last):
 ...
 loaders.format.schema.FormatError: extra.eot_id '0' is not null or an id below vocab_size 256
@@ -14,9 +14,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from loaders.format.schema import ArraySpec, FormatError, is_sha256
+from loaders.format.schema import SHA256, ArraySpec, FormatError
 
 COLUMNS = ("num", "cat", "target", "missing")  # the fields of a table's columns
+
+
+def is_sha256(value: object) -> bool:
+    """Whether `value` is a sha256 digest as prep writes it: 64 lowercase hex characters (a
+    remote cache names its files by it: never a path)."""
+    return isinstance(value, str) and SHA256.fullmatch(value) is not None
 
 
 def _int(value: object, low: int = 0) -> bool:
@@ -121,11 +127,12 @@ EXTRAS: dict[str, Callable[[dict[str, Any], dict[str, ArraySpec], int], None]] =
 }
 
 
-def check_extra(kind: str, extra: object, arrays: dict[str, ArraySpec], count: int) -> None:
-    """Raise FormatError unless `extra` holds what datasets of `kind` (with `arrays` and `count`
-    samples) read from it."""
-    if not isinstance(extra, dict):
-        raise FormatError(f"extra {str(extra)[:40]} is not an object")
-    check = EXTRAS.get(kind)
+def check_extra(d: dict[str, Any], arrays: dict[str, ArraySpec], count: int) -> None:
+    """Raise FormatError unless the manifest `d` (its JSON object, with `arrays` and `count`
+    samples) has a `config` object and an `extra` holding what datasets of its kind read."""
+    extra, config = d.get("extra", {}), d.get("config", {})
+    if not isinstance(extra, dict) or not isinstance(config, dict):
+        raise FormatError(f"extra {str(extra)[:40]} or config {str(config)[:40]} is no object")
+    check = EXTRAS.get(d["kind"])
     if check is not None:
         check(extra, arrays, count)

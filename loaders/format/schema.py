@@ -32,7 +32,7 @@ REJECTS = "rejects.jsonl"
 NPY_HEADER_BYTES = 128
 STORAGES = ("npy", "h5")
 KINDS = ("images", "tokens", "volumes", "table")
-SHA256 = re.compile(r"[0-9a-f]{64}")
+SHA256 = re.compile(r"[0-9a-f]{64}")  # a file's digest, lowercase hex (a cache's file name)
 
 
 class FormatError(ValueError):
@@ -175,11 +175,9 @@ class Manifest:
             raise FormatError(
                 f"the manifest says {d['num_samples']} samples but its shards hold {total}"
             )
-        if not isinstance(d.get("config", {}), dict):
-            raise FormatError(f"config {str(d['config'])[:40]} is not an object")
         from loaders.format.extras import check_extra  # it imports this module's types
 
-        check_extra(d["kind"], d.get("extra", {}), arrays, total)
+        check_extra(d, arrays, total)
         return cls(
             kind=d["kind"],
             storage=d["storage"],
@@ -265,17 +263,9 @@ def _check_shard(index: int, shard: Shard, arrays: dict[str, ArraySpec]) -> None
                 f"{'has no' if spec.ragged else 'has'} offsets"
             )
     for rel, info in shard.files.items():
-        if not _count(info.bytes) or not is_sha256(info.sha256):
-            raise FormatError(
-                f"shard {index}: file {rel} has a bad byte size or sha256 (64 lowercase hex "
-                f"characters), {str(info.sha256)[:70]!r}"
-            )
-
-
-def is_sha256(value: object) -> bool:
-    """Whether `value` is a sha256 digest as prep writes it: 64 lowercase hex characters (the
-    remote cache names files by it: never a path)."""
-    return isinstance(value, str) and SHA256.fullmatch(value) is not None
+        digest = isinstance(info.sha256, str) and SHA256.fullmatch(info.sha256)
+        if not _count(info.bytes) or not digest:
+            raise FormatError(f"shard {index}: file {rel} has a bad byte size or sha256")
 
 
 def array_name(field_name: str, size: int | None) -> str:
