@@ -14,7 +14,9 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from loaders.batches import BufferPool, check_indices
+from loaders.batches import BufferPool, check_indices, new_batch
+from loaders.crops import Crop
+from loaders.decode import Pool, fill, jobs_for
 from loaders.memory import SharedArrays
 from loaders.store import DEFAULT_MAX_OPEN, ShardStore, pickled_state
 
@@ -29,6 +31,9 @@ class ShardedDataset(Dataset[Any]):
     `set_epoch` (and a subclass's size) reach persistent DataLoader workers."""
 
     kind: ClassVar[str]
+    crop: Crop | None = None  # images: each sample's box, resized to one shape (loaders.crops)
+    decode: str = "cpu"  # JPEG images: "cuda" decodes a batch with nvJPEG (loaders.gpu_decode)
+    _threads: int | None = None  # JPEG decoding threads (None: up to 4 cores)
 
     def __init__(
         self,
@@ -61,6 +66,10 @@ class ShardedDataset(Dataset[Any]):
     @cached_property
     def _buffers(self) -> BufferPool:
         return BufferPool()
+
+    @cached_property
+    def _pool(self) -> Pool:
+        return Pool(self._threads or min(4, len(os.sched_getaffinity(0))))
 
     def __getstate__(self) -> dict[str, Any]:
         return pickled_state(self)
@@ -110,6 +119,34 @@ class ShardedDataset(Dataset[Any]):
                     dst[j] = arr[k]
             else:
                 dst[pos] = arr[local[pos]]
+
+    def decoded(
+        self,
+        name: str,
+        groups: list[tuple[int, np.ndarray]],
+        local: np.ndarray,
+        hw: np.ndarray,
+        boxes: np.ndarray,
+        crcs: np.ndarray | None,
+        mask: bool = False,
+    ) -> torch.Tensor:
+        """Array `name`'s samples (images HWC, or masks) through loaders.decode: each sample's
+        bytes or pixels decoded (JPEG, its `crcs` checked first), cropped to its box and resized
+        to the crop's size (or the stored size): uint8 (B, C, H, W) images, channels-last
+        views of their HWC batch (on the GPU for decode="cuda"), or (B, H, W) masks."""
+        spec = self.store.manifest.arrays[name]
+        srcs, places = self.arrays.samples(name, groups, local)
+        jpeg = spec.codec == "jpeg"
+        if self.decode == "cuda" and jpeg:
+            from loaders.gpu_decode import decode_cuda  # torchvision, imported only here
+
+            size = spec.size or 0
+            out_hw = self.crop.size if self.crop is not None else (size, size)
+            return decode_cuda(srcs, crcs, hw, boxes, out_hw, spec.shape[-1], places)
+        shape = spec.shape if self.crop is None else (*self.crop.size, *spec.shape[2:])
+        out = new_batch((len(local), *shape), torch.uint8, self._buffers, spec.field)
+        fill(jobs_for(out.numpy(), srcs, jpeg, hw, boxes, crcs, places, mask), self._pool)
+        return out if mask else out.permute(0, 3, 1, 2)
 
     def __getitem__(self, index: int) -> Any:
         return self.__getitems__([index])[0]

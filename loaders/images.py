@@ -9,20 +9,19 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
 
-from loaders.batches import Batch, BufferPool, check_indices, new_batch
+from loaders.base import ShardedDataset
+from loaders.batches import Batch, new_batch
 from loaders.crops import Crop, whole
-from loaders.decode import Pool, fill, jobs_for
 from loaders.fields import FIELDS
 from loaders.format import array_name
-from loaders.memory import SharedArrays, by_shard
-from loaders.store import DEFAULT_MAX_OPEN, ShardStore, pickled_state
+from loaders.memory import by_shard
+from loaders.store import DEFAULT_MAX_OPEN
 
 CROPPED = ("image", "mask")  # the fields a crop= applies to
 
 
-class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
+class ImageShardDataset(ShardedDataset):
     """Samples of a packed image dataset, as a tuple in `fields` order, each as its field in
     `loaders.fields.FIELDS` makes it:
 
@@ -53,6 +52,8 @@ class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
     "200GB") bounds it; `storage_options` passes through to fsspec (see loaders.remote).
     """
 
+    kind = "images"
+
     def __init__(
         self,
         root: str | os.PathLike[str],
@@ -68,9 +69,8 @@ class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
         cache_limit: int | str | None = None,
         storage_options: dict[str, Any] | None = None,
     ):
-        self.store = ShardStore(
+        super().__init__(
             root,
-            "images",
             max_open=max_open,
             cache_dir=cache_dir,
             cache_limit=cache_limit,
@@ -85,10 +85,6 @@ class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
             if len(self.sizes) != 1:
                 raise ValueError(f"{self.store.root} has sizes {self.sizes}: pass size=")
             size = self.sizes[0]
-        # The current size and epoch live in shared memory so that set_size() and set_epoch()
-        # reach persistent DataLoader workers (forked or spawned) before the next epoch starts.
-        self._now = torch.zeros(2, dtype=torch.int64).share_memory_()  # size, epoch
-        self._memory: dict[str, torch.Tensor] = {}  # in_memory's copy: name -> its bytes
         if decode not in ("cpu", "cuda"):
             raise ValueError(f"decode={decode!r} is not 'cpu' or 'cuda'")
         self.crop, self.decode, self._threads = crop, decode, threads
@@ -107,25 +103,6 @@ class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
     @cached_property
     def classes(self) -> list[str] | None:
         return self.store.manifest.classes
-
-    @property
-    def _starts(self) -> np.ndarray:  # shard s holds samples [_starts[s], _starts[s + 1])
-        return self.arrays._starts
-
-    @cached_property
-    def _buffers(self) -> BufferPool:
-        return BufferPool()
-
-    @cached_property
-    def arrays(self) -> SharedArrays:  # the store's maps, or in_memory's copy of them
-        return SharedArrays(self.store, self._memory)
-
-    @cached_property
-    def _pool(self) -> Pool:
-        return Pool(self._threads or min(4, len(os.sched_getaffinity(0))))
-
-    def __getstate__(self) -> dict[str, Any]:
-        return pickled_state(self)
 
     # -- size ----------------------------------------------------------------------------------
 
@@ -153,35 +130,12 @@ class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
             )
         self._now[0] = size
 
-    @property
-    def epoch(self) -> int:
-        return int(self._now[1])
-
-    def set_epoch(self, epoch: int) -> None:
-        """The epoch random crops draw from (with their seed and each sample's index)."""
-        if epoch < 0:
-            raise ValueError(f"epoch {epoch} must be non-negative")
-        self._now[1] = epoch
-
     # -- storage -------------------------------------------------------------------------------
-
-    @property
-    def shard_sizes(self) -> list[int]:
-        """Samples per shard, in order (for shard-aware samplers)."""
-        return np.diff(self._starts).tolist()
 
     def _name(self, field: str, size: int | None) -> str:
         return array_name(field, size if FIELDS[field].sized else None)
 
     # -- access --------------------------------------------------------------------------------
-
-    def __len__(self) -> int:
-        return int(self._starts[-1])
-
-    def _locate(self, indices: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-        idx = check_indices(indices, len(self))
-        shard = np.searchsorted(self._starts, idx, side="right") - 1
-        return shard, idx - self._starts[shard]
 
     def _out(self, field: str, batch: int, size: int) -> torch.Tensor:
         shape = self.store.manifest.arrays[self._name(field, size)].shape
@@ -210,7 +164,7 @@ class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
                 continue
             if not self._decoded(field, size):
                 out = self._out(field, len(shard), size)
-                self._fill(out.numpy(), field, size, groups, local)
+                self.gather(out.numpy(), self._name(field, size), groups, local)
                 outs.append(FIELDS[field].to_tensor(out))
                 continue
             if boxes is None:  # once a batch: the image and its mask share their boxes
@@ -228,7 +182,7 @@ class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
         if spec is None:
             return None
         out = np.empty((len(local), *spec.shape), dtype=np.int64)
-        self._fill(out, field, size, groups, local)
+        self.gather(out, array_name(field, size), groups, local)
         return out
 
     def _decode_field(
@@ -240,50 +194,11 @@ class ImageShardDataset(Dataset[tuple[torch.Tensor, ...]]):
         hw: np.ndarray,
         boxes: np.ndarray,
     ) -> torch.Tensor:
-        """A batch of `field` through loaders.decode: each sample's bytes or pixels, decoded
-        (JPEG), cropped to its box and resized to the crop's size."""
+        """A batch of `field` (image or mask) decoded, cropped and resized (ShardedDataset)."""
         name = self._name(field, size)
-        spec = self.store.manifest.arrays[name]
-        srcs, places = self.arrays.samples(name, groups, local)
-        jpeg = spec.codec == "jpeg"
+        jpeg = self.store.manifest.arrays[name].codec == "jpeg"
         crcs = self._per_sample("crc", size, groups, local) if jpeg else None
-        if self.decode == "cuda" and jpeg:
-            from loaders.gpu_decode import decode_cuda  # torchvision, imported only here
-
-            out_hw = self.crop.size if self.crop is not None else (size, size)
-            return decode_cuda(srcs, crcs, hw, boxes, out_hw, spec.shape[-1], places)
-        out = self._out(field, len(local), size)
-        jobs = jobs_for(out.numpy(), srcs, jpeg, hw, boxes, crcs, places, field == "mask")
-        fill(jobs, self._pool)
-        return FIELDS[field].to_tensor(out)
-
-    def _fill(
-        self,
-        dst: np.ndarray,
-        field: str,
-        size: int,
-        groups: list[tuple[int, np.ndarray]],
-        local: np.ndarray,
-    ) -> None:
-        """Samples `local` of their shards into `dst`, one shard's map at a time (a batch across
-        more shards than the store keeps open still holds one map at a time)."""
-        if len(groups) == 1:
-            arr = self.arrays.array(groups[0][0], self._name(field, size))
-            if dst.dtype == arr.dtype:
-                # The whole batch in one shard: one vectorised read, straight into the output.
-                # mode="clip": the indices are checked already, and the default ("raise")
-                # buffers the whole output before copying it into `dst`.
-                np.take(arr, local, axis=0, out=dst, mode="clip")
-                return
-        for s, pos in groups:
-            arr = self.arrays.array(s, self._name(field, size))
-            if FIELDS[field].sized:
-                # Big samples: copy each once into place (a gather per shard followed by a
-                # scatter would copy every pixel twice).
-                for j, k in zip(pos.tolist(), local[pos].tolist(), strict=True):
-                    dst[j] = arr[k]
-            else:
-                dst[pos] = arr[local[pos]]
+        return self.decoded(name, groups, local, hw, boxes, crcs, field == "mask")
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, ...]:
         return self.__getitems__([index])[0]

@@ -13,7 +13,6 @@ import torch
 from loaders.base import ShardedDataset
 from loaders.batches import Batch, new_batch
 from loaders.crops import Crop, whole
-from loaders.decode import Pool, fill, jobs_for
 from loaders.format import array_name
 from loaders.memory import by_shard
 from loaders.samples.fields import RAGGED_POLICIES, SampleField
@@ -107,10 +106,6 @@ class SampleDataset(ShardedDataset):
     @cached_property
     def sizes(self) -> list[int]:
         return self.store.manifest.sizes()
-
-    @cached_property
-    def _pool(self) -> Pool:
-        return Pool(self._threads or min(4, len(os.sched_getaffinity(0))))
 
     def _arrays_of(self, field: str) -> list[str]:
         names = [array_name(s.field, s.size) for s in self.declared[field].arrays(field)]
@@ -212,20 +207,11 @@ class _Reading:
         mask = isinstance(field, Mask)
         arr = array_name(name, size)
         spec = ds.store.manifest.arrays[arr]
-        shape = spec.shape if ds.crop is None else (*ds.crop.size, *spec.shape[2:])
         if not spec.ragged and ds.crop is None:  # stored as returned: a copy out of the map
-            out = new_batch((b, *shape), torch.uint8, ds._buffers, arr)
+            out = new_batch((b, *spec.shape), torch.uint8, ds._buffers, arr)
             ds.gather(out.numpy(), arr, self.groups, self.local)
             return out if mask else out.permute(0, 3, 1, 2)
         hw, boxes = self._hw_boxes(field.image if isinstance(field, Mask) else name)
-        srcs, places = ds.arrays.samples(arr, self.groups, self.local)
         jpeg = spec.codec == "jpeg"
         crcs = self.values(array_name(f"{name}_crc", size)).astype(np.int64) if jpeg else None
-        if ds.decode == "cuda" and jpeg:
-            from loaders.gpu_decode import decode_cuda  # torchvision, imported only here
-
-            out_hw = ds.crop.size if ds.crop is not None else (size, size)
-            return decode_cuda(srcs, crcs, hw, boxes, out_hw, spec.shape[-1], places)
-        out = new_batch((b, *shape), torch.uint8, ds._buffers, arr)
-        fill(jobs_for(out.numpy(), srcs, jpeg, hw, boxes, crcs, places, mask), ds._pool)
-        return out if mask else out.permute(0, 3, 1, 2)
+        return ds.decoded(arr, self.groups, self.local, hw, boxes, crcs, mask)
