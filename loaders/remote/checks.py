@@ -1,16 +1,15 @@
 """The folder checks of loaders.format, run on a remote dataset's local copies: the same code and
 the same lines for a URL as for a folder, with the URL's file names in them.
 
-`check_files` checks a folder laid out as the manifest says. A URL's files are elsewhere: in the
-cache (`files/XX/SHA256`) as they arrive for reading, or in a temporary folder for `prep verify`.
-So each check runs on a one-shard copy of the manifest whose files are renamed to the local
-copies' paths under one root, and its lines name the remote files again.
+`check_shard` checks one shard whose files a function finds. A URL's files are in the cache
+(`files/XX/SHA256`) as they arrive for reading, or in a temporary folder for `prep verify`; the
+lines name the remote files again.
 
 - Reading: when a file arrives, the arrays checked together with it (`checked_with`: the arrays
-  it holds, their sides and the labels; a token or volume shard whole) are checked on their
-  cached copies before the first read (`RemoteBackend.local_path`).
+  it holds and their sides; a token or volume shard whole) are checked on their cached copies
+  before the first read (`RemoteBackend.local_path`), in the process that reads it.
 - `prep verify URL`: every file of a shard is downloaded to a temporary folder in the cache's
-  folder, checked with checksums like a folder's, and deleted.
+  folder, checked with checksums and values like a folder's, and deleted.
 """
 
 from __future__ import annotations
@@ -26,8 +25,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from loaders.format import ArrayRef, FormatError, Manifest, Shard, array_name, check_files
-from loaders.format.checks import _array_problems  # the shard's arrays against its files
+from loaders.format import FormatError, Manifest, Shard, array_name
+from loaders.format.checks import (
+    _array_problems,  # the shard's arrays against its files
+    check_shard,
+)
 from loaders.remote.cache import CHUNK
 from loaders.remote.fs import Url
 
@@ -93,32 +95,32 @@ def copy_problems(
     url: Url,
     checksums: bool = False,
 ) -> list[str]:
-    """check_files' lines for `arrays` of shard `index`, read from `copies` (the shard's file
-    names -> local copies, all under one folder), naming the files at `url`."""
-    root = Path(os.path.commonpath([p.parent for p in copies.values()])) if copies else Path()
-    local = {name: str(p.relative_to(root)) for name, p in copies.items()}
+    """check_shard's lines for `arrays` of shard `index`, read from `copies` (the shard's file
+    names -> local copies), naming the files at `url`; `checksums` also checks every value
+    against the manifest, as `prep verify` does for a folder."""
     shard = manifest.shards[index]
-
-    def moved(ref: ArrayRef) -> ArrayRef:
-        off = ref.offsets and dataclasses.replace(
-            ref.offsets, file=local.get(ref.offsets.file, ref.offsets.file)
-        )
-        return dataclasses.replace(ref, file=local.get(ref.file, ref.file), offsets=off)
-
-    one = Shard(
+    shards = list(manifest.shards)
+    shards[index] = Shard(
         shard.count,
-        {a: moved(shard.arrays[a]) for a in arrays if a in shard.arrays},
-        {local[n]: shard.files[n] for n in local},
+        {a: shard.arrays[a] for a in arrays if a in shard.arrays},
+        {n: shard.files[n] for n in copies if n in shard.files},
         shard.split,
     )
     specs = {a: manifest.arrays[a] for a in arrays if a in manifest.arrays}
-    found = check_files(root, dataclasses.replace(manifest, arrays=specs, shards=[one]), checksums)
-    names = sorted(((str(root / r), str(url / n)) for n, r in local.items()), reverse=True)
+    view = dataclasses.replace(manifest, arrays=specs, shards=shards)
+
+    def path_of(name: str) -> Path:
+        if name not in copies:  # listed in the shard, so fetched: never, but not a KeyError
+            raise FormatError(f"{url / name} was not fetched")
+        return copies[name]
+
+    found = check_shard(view, index, path_of, checksums=checksums, values=checksums)
+    names = sorted(((str(p), str(url / n)) for n, p in copies.items()), reverse=True)
     out = []
-    for line in found:
+    for line in found:  # the local copies' paths -> the URLs they came from
         for path, remote in names:
             line = line.replace(path, remote)
-        out.append(f"shard {index}: {line.removeprefix('shard 0: ')}")
+        out.append(line)
     return out
 
 
