@@ -443,6 +443,21 @@ def test_table_codes_beyond_vocab(table: Path, tmp_path: Path) -> None:
         assert check_files(root, read_manifest(root), checksums=True) == []
 
 
+def test_volume_target_codes_beyond_classes(tmp_path: Path) -> None:
+    root = volumes(tmp_path / "vol", [(1, 1, 4), (1, 1, 4)], [0, 4, 8], 8)
+    m = read_manifest(root)
+    rel = "volume_target_0-00000.npy"
+    np.save(root / rel, np.array([2, 3], np.uint8))
+    m.arrays["volume_target_0"] = FIELDS["volume_target"].spec(0, max_value=3)
+    m.shards[0].arrays["volume_target_0"] = ArrayRef(rel, 2)
+    m.shards[0].files[rel] = _digest(root / rel)
+    m.extra["targets"] = [{"column": "grade", "array": "volume_target_0", "classes": list("abc")}]
+    (root / MANIFEST).write_text(m.to_json())
+    assert check_files(root, read_manifest(root)) == []  # opening reads no target
+    problems = check_files(root, read_manifest(root), values=True)
+    assert len(problems) == 1 and "code 3 is beyond column grade's codes 0..2" in problems[0]
+
+
 def test_value_checks_run_in_bounded_memory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
