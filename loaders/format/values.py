@@ -9,6 +9,7 @@ against `classes` are checked when a dataset is opened (a few bytes a sample), n
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -28,7 +29,7 @@ def value_range(path: Path, layout: Layout) -> tuple[int, int] | None:
 
     The layout must be check_array's: the file holds every element it claims."""
     offset, dtype, shape = layout
-    left = int(np.prod(shape, dtype=np.float64))  # exact below 2**53 elements: any real file
+    left = math.prod(shape)
     step = max(1, CHUNK_BYTES // dtype.itemsize)
     low, high = None, None
     with open(path, "rb") as f:
