@@ -278,3 +278,26 @@ def test_a_server_that_is_down_is_one_line(command: str, tmp_path: Path) -> None
     assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
     assert res.stderr.count("\n") == 1 and f"s3://{BUCKET}/ds/manifest.json" in res.stderr
     assert time.monotonic() - start < 60
+
+
+@pytest.mark.parametrize("planted", ["nested", "fifo"])
+def test_an_out_with_a_hostile_manifest_is_one_line(planted: str, tmp_path: Path) -> None:
+    """Packing over an OUT reads its manifest to tell prep's files from the user's: a manifest
+    nested 100,000 deep was a RecursionError, and a FIFO there blocked the run."""
+    from typer.testing import CliRunner
+
+    from prep.demo import make_demo
+
+    make_demo(tmp_path / "raw", count=2, seed=0, jobs=1, max_side=64, show_progress=False)
+    out = tmp_path / "OUT"
+    out.mkdir()
+    if planted == "fifo":
+        os.mkfifo(out / "manifest.json")
+    else:
+        (out / "manifest.json").write_text(
+            '{"format": "prep", "x": ' + "[" * 10**5 + "]" * 10**5 + "}"
+        )
+    args = ["pack", str(tmp_path / "raw" / "images"), str(out), "--sizes", "16", "-q"]
+    res = CliRunner().invoke(app, [*args, "--overwrite"])
+    assert res.exit_code == 1 and "Traceback" not in res.output, res.output
+    assert "holds files prep did not write (manifest.json)" in res.output

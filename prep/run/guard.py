@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from loaders.format import MANIFEST, REJECTS
-from prep import PrepError, UsageError
+from prep.errors import PrepError, UsageError
 from prep.run.files import HOST
 from prep.run.staging import OLD, RUN_DIR, staging_dir
 
@@ -67,14 +67,16 @@ def foreign_files(out: Path) -> list[str]:
     when it holds none): what replacing it would delete."""
     names = sorted(os.listdir(out))
     try:
+        if not (out / MANIFEST).is_file():  # a FIFO there would block the read
+            return names
         manifest = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
         files = [f for s in manifest["shards"] for f in s["files"]]
         extra = manifest.get("extra") or {}
         files.append((extra.get("tokenizer") or {}).get("file") or MANIFEST)
         if manifest.get("format") != "prep":
             return names
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
-        return names
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
+        return names  # not a manifest prep wrote (RecursionError: JSON nested too deep)
     ours = {MANIFEST, REJECTS, RUN_DIR, OLD} | {Path(f).parts[0] for f in files if f}
     return [n for n in names if n not in ours]
 
