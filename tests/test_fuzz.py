@@ -82,7 +82,7 @@ def mutate(data: bytes, rng: random.Random, focus: int | None = None) -> bytes:
     for _ in range(rng.randint(1, 4)):
         span = len(buf) if focus is None or rng.random() < 0.1 else min(focus, len(buf))
         pos = rng.randrange(span) if span else 0
-        op = rng.randrange(6)
+        op = rng.randrange(7)
         if op == 0 and buf:
             buf[pos] ^= 1 << rng.randrange(8)
         elif op == 1 and buf:
@@ -94,6 +94,8 @@ def mutate(data: bytes, rng: random.Random, focus: int | None = None) -> bytes:
             buf[pos : pos + len(word)] = word
         elif op == 4:
             del buf[pos : pos + rng.randint(1, 16)]
+        elif op == 5:
+            del buf[pos:]  # a file cut short
         else:
             buf[pos:pos] = buf[pos : pos + rng.randint(1, 16)]
     return bytes(buf)

@@ -250,6 +250,16 @@ def test_byte_count_that_wraps_int64_is_too_short(tmp_path: Path) -> None:
         check_array(path, ArrayRef("image.npy", 16), spec)
 
 
+def test_every_truncated_header_is_refused(tmp_path: Path) -> None:
+    """A .npy file cut anywhere in its header (a struct.error once, 10 bytes in)."""
+    whole = npy_header((4,), "<i8") + bytes(32)
+    path, spec = tmp_path / "cut.npy", FIELDS["doc_offsets"].spec(None)
+    for end in range(len(whole)):
+        path.write_bytes(whole[:end])
+        with pytest.raises(FormatError, match=r"cut\.npy"):
+            check_array(path, ArrayRef("cut.npy", 4), spec)
+
+
 # ---------------------------------------------------------------- 5. image sizes are bounded
 
 

@@ -133,6 +133,8 @@ def _npy_layout(path: Path) -> Layout:
         if version not in _NPY:
             raise FormatError(f"{path} is .npy version {version}; prep reads 1.0 and 2.0")
         length = f.read(struct.calcsize(_NPY[version][0]))
+        if len(length) < struct.calcsize(_NPY[version][0]):
+            raise FormatError(f"{path} ends inside its .npy header. HINT: repack")
         (n,) = struct.unpack(_NPY[version][0], length)
         shape, fortran, dtype = _npy_header(version, length + f.read(n))
         offset = f.tell()
