@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
 from loaders.format import MANIFEST, FormatError, Manifest, problems_error, read_manifest, safe_path
 from loaders.remote.cache import CHUNK, FileCache, default_cache_dir, parse_bytes, warn_small_cache
-from loaders.remote.checks import arrival_problems, name_problem, structure_problems, url_problems
+from loaders.remote.checks import arrival_problems, name_problem, url_problems
 from loaders.remote.fs import Url, filesystem, url_of
 
 if TYPE_CHECKING:  # torch only for a loader that follows windows, not for `prep` commands
@@ -82,11 +82,7 @@ def open_remote(root: object) -> tuple[RemoteBackend, Manifest] | None:
         return None
     backend = RemoteBackend(url)
     data, _ = backend.read_manifest()
-    manifest = Manifest.from_json(data, backend.root / MANIFEST)
-    problems = structure_problems(manifest, backend.root)
-    if problems:  # a shard without an array: a KeyError where it is looked up, else
-        raise problems_error(problems)
-    return backend, manifest
+    return backend, Manifest.from_json(data, backend.root / MANIFEST)
 
 
 def dataset_file(root: str | os.PathLike[str], kind: str) -> tuple[Manifest, FileAt]:

@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from prep import PrepError
+from prep.errors import PrepError
 from prep.options import QuietOpt
 
 
@@ -34,15 +34,15 @@ def info(
     Example: prep info data/demo-packed --batch-size 128
     """
     from loaders.format import problems_error, read_manifest
-    from loaders.remote import url_of
+    from loaders.remote import open_remote
     from loaders.remote.checks import structure_problems
     from prep.inspect.report import info as describe
 
     with reading(root):
-        if url_of(root) is None:  # a URL's are checked as it is opened (loaders.remote)
-            problems = structure_problems(read_manifest(root), root)
-            if problems:  # a shard without an array: a KeyError in the table below
-                raise problems_error(problems)
+        remote = open_remote(root)  # a URL: its manifest read through loaders.remote
+        problems = structure_problems(remote[1] if remote else read_manifest(root), root)
+        if problems:  # a shard without an array: a KeyError in the table below
+            raise problems_error(problems)
         typer.echo(describe(root, batch_size))
 
 
