@@ -50,7 +50,7 @@ class Field:
 
     name: str
     sized: bool  # one array per size (image_256), or one for all sizes (label)
-    shape: Callable[[int | None, int], tuple[int, ...]]
+    shape: Callable[[int | None, int], tuple[int, ...]] | None  # None: any shape (samples)
     dtypes: tuple[str, ...]
     out_dtype: str
     codecs: tuple[str, ...] = ("raw",)
@@ -72,6 +72,8 @@ class Field:
             raise ValueError(f"{self.name}: {max_value} needs {dtype}, not one of {self.dtypes}")
         if codec not in self.codecs:
             raise ValueError(f"{self.name}: codec {codec} is not one of {self.codecs}")
+        if self.shape is None:
+            raise ValueError(f"{self.name}: a field of any shape is declared by its sample field")
         shape = self.shape(size, channels)
         return ArraySpec(self.name, size if self.sized else None, dtype, shape, codec)
 
@@ -87,6 +89,8 @@ class Field:
             return f"field {self.name} is {'sized' if self.sized else 'size-free'}"
         if self.pixels and not 1 <= (spec.size or 0) <= MAX_SIDE:
             return f"size {spec.size} is not 1..{MAX_SIDE} px"
+        if self.shape is None:
+            return None
         channels = spec.shape[-1] if self.channels_last and spec.shape else 3
         if channels not in (1, 3) or tuple(spec.shape) != self.shape(spec.size, channels):
             return f"shape {list(spec.shape)} is not {self.name}'s at size {spec.size}"
@@ -124,7 +128,8 @@ FIELDS: dict[str, Field] = {
         Field("index", False, lambda s, c: (), ("int64",), "int64", codecs=()),
         # uint32: source sides above 65535 px exist (panoramas, slides).
         Field("orig_size", False, lambda s, c: (2,), ("uint32",), "int64"),
-        Field("tokens", False, lambda s, c: (), UNSIGNED[:3], "int64"),
+        # Token datasets: one flat array; samples datasets: ragged, a sample's ids each.
+        Field("tokens", False, lambda s, c: (), UNSIGNED[:3], "int64", ("raw", "ragged")),
         Field("doc_offsets", False, lambda s, c: (), ("int64",), "int64"),
         # Volumes differ in shape, so their arrays are flat: one voxel a sample, back to back
         # per shard, cut into volumes by volume_shape and voxel_offsets (FORMAT.md). Voxels are
@@ -146,6 +151,12 @@ FIELDS: dict[str, Field] = {
         Field("cat", True, lambda s, c: (), UNSIGNED[:3], "int64"),
         Field("target", False, lambda s, c: (), NUMBERS, "float32"),  # integer targets: int64
         Field("missing", True, lambda s, c: (), ("uint8",), "bool"),
+        # Samples datasets (loaders.samples): numbers of any shape, fixed or ragged, and byte
+        # strings (UTF-8 text, opaque bytes, JSON), ragged. Their array names are the user's.
+        Field("array", False, None, (*NUMBERS, "float64", "bool"), "", ("raw", "ragged")),
+        Field("text", False, lambda s, c: (), ("uint8",), "uint8", ("ragged",)),
+        Field("bytes", False, lambda s, c: (), ("uint8",), "uint8", ("ragged",)),
+        Field("json", False, lambda s, c: (), ("uint8",), "uint8", ("ragged",)),
     )
 }
 

@@ -13,14 +13,18 @@ from typing import Annotated, Any, Optional, TypeVar
 import typer
 
 from loaders.format import FormatError
-from prep import PrepError, UsageError, __version__, options
-from prep.config import PackConfig, RunConfig, TokenizeConfig
+from prep import options
+from prep.config import RunConfig
+from prep.errors import PrepError, UsageError
 from prep.inspect import commands as inspect
+from prep.kinds.images.config import PackConfig
 from prep.kinds.samples.config import SamplesConfig
 from prep.kinds.table.config import TableConfig
+from prep.kinds.text.config import TokenizeConfig
 from prep.kinds.volumes.config import VolumeConfig
 from prep.options import QuietOpt
 from prep.run.profile import IMAGE_STAGES, TEXT_STAGES
+from prep.version import __version__
 
 app = typer.Typer(
     help="Pack raw images and text once, offline, into uint8 shards that `loaders` memory-maps.",

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from prep.config import PackConfig
 from prep.demo import make_demo
+from prep.kinds.images.config import PackConfig
 from prep.kinds.images.pack import PackSummary, pack
 
 PackFn = Callable[..., PackSummary]

@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 from prep import PrepError
-from prep.config import PackConfig, TokenizeConfig, load_config
+from prep.config import load_config
+from prep.kinds.images.config import PackConfig
 from prep.kinds.images.sources import list_images
+from prep.kinds.text.config import TokenizeConfig
 
 
 @pytest.mark.parametrize(

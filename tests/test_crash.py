@@ -221,7 +221,8 @@ def test_keyboard_interrupt_in_process(src: Path, tmp_path: Path, monkeypatch: A
     assert result.exit_code == 130
     staging = tmp_path / "out.partial"
     assert temps(staging) == [] and not out.exists() and not (staging / "manifest.json").exists()
-    assert len(finished_shards(staging)) == 4  # the first shard's four arrays
+    # the first shard's four arrays, and its source paths (data and offsets: issue 24)
+    assert len(finished_shards(staging)) == 6
 
 
 def _rlimit(max_bytes: int) -> Callable[[], None]:

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 from prep import PrepError
 from prep.cli import app
-from prep.config import PackConfig
+from prep.kinds.images.config import PackConfig
 from prep.kinds.images.pack import pack
 from prep.run.parallel import check_backend, run_tasks
 

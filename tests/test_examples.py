@@ -11,7 +11,7 @@ import pytest
 from conftest import run_pack
 
 from examples import train_classifier, train_gpt, train_segmentation, train_volumes
-from prep.config import TokenizeConfig
+from prep.kinds.text.config import TokenizeConfig
 from prep.kinds.text.tokenize import tokenize
 from prep.kinds.volumes.config import VolumeConfig
 from prep.kinds.volumes.pack import volumes

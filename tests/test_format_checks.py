@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from loaders.format import FormatError, load_manifest
-from prep.config import TokenizeConfig
+from prep.kinds.text.config import TokenizeConfig
 from prep.kinds.text.tokenize import tokenize
 
 

@@ -265,7 +265,7 @@ def test_never_unpickles(ds: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(scope="module")
 def packed_h5(raw_demo: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from prep.config import PackConfig
+    from prep.kinds.images.config import PackConfig
     from prep.kinds.images.pack import pack
 
     out = tmp_path_factory.mktemp("h5") / "ds"

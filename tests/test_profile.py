@@ -157,7 +157,7 @@ def test_cli_profile_shares(raw_demo: Path, tmp_path: Path) -> None:
 
 
 def test_profile_sums_stages_from_worker_processes(raw_demo: Path, tmp_path: Path) -> None:
-    from prep.config import PackConfig
+    from prep.kinds.images.config import PackConfig
     from prep.kinds.images.pack import pack
 
     cfg = PackConfig(

@@ -29,7 +29,7 @@ from loaders import DocumentDataset, TokenWindowDataset, make_loader
 from loaders.format import read_manifest
 from prep import PrepError
 from prep.cli import app
-from prep.config import TokenizeConfig
+from prep.kinds.text.config import TokenizeConfig
 from prep.kinds.text.documents import DocumentReader, Piece, list_text
 from prep.kinds.text.tokenize import TokenizeSummary, fit_ids, plan_shards, token_dtype, tokenize
 from prep.kinds.text.tokenizers import ByteTokenizer, load_tokenizer

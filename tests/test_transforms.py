@@ -73,7 +73,7 @@ def test_the_index_field_is_the_dataset_index(packed: Path) -> None:
 
 
 def test_token_windows_can_return_their_index(tmp_path: Path) -> None:
-    from prep.config import TokenizeConfig
+    from prep.kinds.text.config import TokenizeConfig
     from prep.kinds.text.tokenize import tokenize
 
     (tmp_path / "text").mkdir()

@@ -223,11 +223,18 @@ def _check_volumes(manifest: Manifest, shard: Shard, arrays: Arrays) -> list[str
 
 
 # The checks of one shard that depend on the manifest's kind, run once its headers are good.
+def _check_samples(manifest: Manifest, shard: Shard, arrays: Arrays) -> list[str]:
+    from loaders.samples.checks import check_samples  # the field kinds import this package
+
+    return check_samples(manifest, shard, arrays)
+
+
 SHARD_CHECKS: dict[str, Callable[[Manifest, Shard, Arrays], list[str]]] = {
     "images": _check_images,
     "tokens": _check_offsets,
     "volumes": _check_volumes,
     "table": _check_images,  # every column has the shard's count of rows
+    "samples": _check_samples,
 }
 
 

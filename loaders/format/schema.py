@@ -21,8 +21,11 @@ from typing import Any
 import numpy as np
 
 FORMAT_NAME = "prep"
-FORMAT_VERSION = 2  # what prep writes
-READ_VERSIONS = (1, 2)  # what loaders read: version 1 is version 2 with raw arrays only
+FORMAT_VERSION = 2  # what prep writes for images, tokens, volumes and tables
+# Version 3 adds the samples kind: arrays of any field name, each naming its field kind (`kind`,
+# an entry of loaders.fields.FIELDS), described in `extra.fields` (loaders.samples).
+SAMPLES_VERSION = 3
+READ_VERSIONS = (1, 2, 3)  # what loaders read: version 1 is version 2 with raw arrays only
 CODECS = ("raw", "ragged", "jpeg")
 OFFSETS = ".offsets"  # Manifest.ref(shard, "image_256.offsets"): a ragged array's offsets
 MANIFEST = "manifest.json"
@@ -31,7 +34,7 @@ REJECTS = "rejects.jsonl"
 # and puts the data of every .npy file at the same offset. 128 bytes holds any 4-D shape.
 NPY_HEADER_BYTES = 128
 STORAGES = ("npy", "h5")
-KINDS = ("images", "tokens", "volumes", "table")
+KINDS = ("images", "tokens", "volumes", "table", "samples")
 SHA256 = re.compile(r"[0-9a-f]{64}")  # a file's digest, lowercase hex (a cache's file name)
 
 
@@ -51,6 +54,9 @@ class ArraySpec:
     dtype: str
     shape: tuple[int, ...]  # mode keep: the largest; each sample's (h, w) is in hw_{size}
     codec: str = "raw"
+    # Version 3: the field kind of loaders.fields.FIELDS when `field` is a name of the user's
+    # (a samples dataset's "boxes" is an "array"); None: `field` is the kind.
+    kind: str | None = None
 
     @property
     def ragged(self) -> bool:
@@ -119,6 +125,9 @@ class Manifest:
     def to_json(self) -> str:
         # `extra` as it is: asdict deep-copies (0.4 s for the vocabularies of a 1M-row table).
         d = {**asdict(replace(self, extra={})), "extra": self.extra}
+        for a in d["arrays"].values():
+            if a["kind"] is None:  # versions 1 and 2 have no array kinds
+                del a["kind"]
         d = {"format": FORMAT_NAME, "num_samples": self.num_samples, **d}
         return json.dumps(d, indent=1, sort_keys=True) + "\n"
 
@@ -150,7 +159,12 @@ class Manifest:
             )
         arrays = {
             k: ArraySpec(
-                v["field"], v["size"], v["dtype"], tuple(v["shape"]), v.get("codec", "raw")
+                v["field"],
+                v["size"],
+                v["dtype"],
+                tuple(v["shape"]),
+                v.get("codec", "raw"),
+                v.get("kind") if version >= SAMPLES_VERSION else None,
             )
             for k, v in d["arrays"].items()
         }
@@ -165,6 +179,8 @@ class Manifest:
             raise FormatError(
                 f"kind {d['kind']!r} / storage {d['storage']!r} is not one of {KINDS} / {STORAGES}"
             )
+        if d["kind"] == "samples" and version < SAMPLES_VERSION:
+            raise FormatError(f"a samples manifest needs format version 3, not {version}")
         classes = d.get("classes")
         if classes is not None and not (
             isinstance(classes, list) and all(isinstance(c, str) for c in classes)
@@ -239,9 +255,11 @@ def _check_spec(name: str, spec: ArraySpec) -> None:
         )
     from loaders.fields import FIELDS  # the registry imports this module's types
 
-    kind = FIELDS.get(spec.field)
+    kind = FIELDS.get(spec.kind or spec.field)
     if kind is None:
-        raise FormatError(f"array {name}: field {spec.field!r} is not one of {sorted(FIELDS)}")
+        raise FormatError(
+            f"array {name}: field {spec.kind or spec.field!r} is not one of {sorted(FIELDS)}"
+        )
     if spec.codec not in CODECS:
         raise FormatError(f"array {name}: codec {spec.codec!r} is not one of {CODECS}")
     problem = kind.problem(spec)

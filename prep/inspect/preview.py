@@ -15,7 +15,7 @@ import numpy as np
 
 from loaders.fields import FIELDS, decode_source
 from loaders.format import Manifest, array_name, read_manifest
-from prep import PrepError
+from prep.errors import PrepError
 from prep.inspect.sheet import (
     BLANK_SHARE,
     PreviewResult,

@@ -10,7 +10,7 @@ import numpy as np
 from loaders.fields import FIELDS
 from loaders.format import FormatError, Manifest, check_files, read_manifest, safe_path, sha256_file
 from loaders.remote import open_remote
-from prep import PrepError
+from prep.errors import PrepError
 
 
 def mb(n: float) -> str:

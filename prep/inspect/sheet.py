@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from prep import PrepError
+from prep.errors import PrepError
 
 GAP = 4
 MASK_ALPHA = 0.45  # mask colour weight where the class id is not 0

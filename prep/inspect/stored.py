@@ -11,7 +11,7 @@ import numpy as np
 
 from loaders.format import OFFSETS, FormatError, Manifest, array_name, read_manifest
 from loaders.store import ShardStore
-from prep import PrepError
+from prep.errors import PrepError
 
 
 def open_images(root: Path, size: int | None, what: str) -> tuple[ShardStore, int]:

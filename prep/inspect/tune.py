@@ -32,7 +32,7 @@ import psutil
 
 from loaders.fields import FIELDS
 from loaders.format import Manifest
-from prep import PrepError
+from prep.errors import PrepError
 from prep.inspect.report import mb
 from prep.inspect.stored import image_dataset
 from prep.inspect.tuneplot import check_plot, plot

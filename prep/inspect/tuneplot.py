@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from prep import PrepError
+from prep.errors import PrepError
 
 if TYPE_CHECKING:
     from prep.inspect.tune import TuneResult

@@ -23,8 +23,8 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from loaders.format import MANIFEST, REJECTS, Manifest, read_manifest
 from loaders.remote import url_of
-from prep import PrepError, __version__
 from prep.config import RunConfig
+from prep.errors import PrepError
 from prep.run import staging as st
 from prep.run.files import atomic_write_text
 from prep.run.guard import check_out, locked
@@ -32,6 +32,7 @@ from prep.run.install import install, recover
 from prep.run.parallel import ShardProgress, check_backend, run_tasks
 from prep.run.profile import StageTimer, run_profiled
 from prep.run.tasks import write_error
+from prep.version import __version__
 
 C = TypeVar("C", bound=RunConfig)
 S = TypeVar("S")  # what one shard task is given: its inputs

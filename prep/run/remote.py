@@ -35,7 +35,7 @@ from typing import Any
 from loaders.format import MANIFEST, REJECTS, FormatError, Manifest, read_manifest
 from loaders.remote import RemoteBackend, Url, retried, url_of
 from loaders.remote.cache import default_cache_dir
-from prep import PrepError, UsageError
+from prep.errors import PrepError, UsageError
 from prep.run.staging import RUN_DIR, staging_dir
 
 MARKER = ".prep-upload.json"

@@ -18,8 +18,8 @@ import numpy as np
 
 from loaders.fields import FIELDS, encode_source
 from loaders.format import ArraySpec, Manifest, Shard, array_name
-from prep import PrepError
-from prep.config import PackConfig
+from prep.errors import PrepError
+from prep.kinds.images.config import PackConfig
 from prep.kinds.images.decode import decode_image, decode_mask, sizes_from
 from prep.kinds.images.encode import stored, subsampling
 from prep.kinds.images.sources import Item, Listing, list_images
@@ -107,6 +107,7 @@ def pack_shard(
     import cv2
 
     cv2.setNumThreads(1)  # one task per core already
+
     def encode(item: Item) -> dict[str, np.ndarray]:
         return encode_item(item, cfg, specs)
 

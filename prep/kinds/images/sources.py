@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prep import PrepError
+from prep.errors import PrepError
 from prep.run.inputs import INTEGER, check_file, read_rows, reject_record, walk
 
 IMAGE_EXTS = frozenset(

@@ -11,7 +11,7 @@ import numpy as np
 
 from loaders.samples import Image, Mask, SampleField
 from loaders.samples.fields import FieldError
-from prep import Reject as UserReject
+from prep.errors import Reject as UserReject
 from prep.run.inputs import Reject
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prep import PrepError
+from prep.errors import PrepError
 from prep.run.inputs import read_rows, walk
 
 ROWS = (".csv", ".jsonl", ".parquet")

@@ -16,7 +16,7 @@ from loaders.format import ArraySpec, Manifest, Shard
 from loaders.format.schema import SAMPLES_VERSION
 from loaders.samples import Image, Mask, SampleField, Tokens
 from loaders.samples.fields import check_name
-from prep import PrepError, UsageError
+from prep.errors import PrepError, UsageError
 from prep.kinds.samples.config import SamplesConfig
 from prep.kinds.samples.encode import encode_sample, ordered
 from prep.kinds.samples.fields import arrays_of

@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from loaders.fields import FIELDS
 from loaders.format import ArrayRef, ArraySpec, Manifest, Shard
-from prep import PrepError
+from prep.errors import PrepError
 from prep.kinds.table.config import TableConfig
 from prep.kinds.table.encode import encode
 from prep.kinds.table.scan import BLOCKS, Scan, read_spill, scan

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from prep import PrepError
+from prep.errors import PrepError
 from prep.kinds.table.config import TableConfig
 from prep.kinds.table.encode import kept_form
 from prep.kinds.table.sources import Block, blocks, decompressed, read_block, sources_of

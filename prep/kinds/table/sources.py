@@ -21,7 +21,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from prep import PrepError
+from prep.errors import PrepError
 from prep.run.inputs import check_file, reject_record, walk
 
 FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".parquet": "parquet"}

@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from loaders.fields import smallest_uint
-from prep import PrepError
+from prep.errors import PrepError
 
 if TYPE_CHECKING:
     from prep.kinds.table.stats import Stats

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from prep import PrepError
+from prep.errors import PrepError
 from prep.run.inputs import os_reject_code, reject_record, walk
 
 ERRORS = ("strict", "replace")

@@ -14,8 +14,8 @@ import numpy as np
 
 from loaders.fields import encode_source
 from loaders.format import ArrayRef, Shard
-from prep import PrepError
-from prep.config import TokenizeConfig
+from prep.errors import PrepError
+from prep.kinds.text.config import TokenizeConfig
 from prep.kinds.text.documents import DocumentReader, Piece
 from prep.kinds.text.tokenizers import Tokenizer, load_saved
 from prep.run.files import NpyWriter, publish, temp_path, writing

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from prep import PrepError
+from prep.errors import PrepError
 from prep.kinds.text.documents import JSONL_EXTS, Piece
 from prep.run.inputs import check_file, os_reject_code, reject_record, walk
 

@@ -23,8 +23,8 @@ from typing import Any
 
 from loaders.fields import FIELDS
 from loaders.format import Manifest, Shard, sha256_file
-from prep import PrepError
-from prep.config import TokenizeConfig
+from prep.errors import PrepError
+from prep.kinds.text.config import TokenizeConfig
 from prep.kinds.text.documents import DocumentReader, Piece, count_documents, line_starts, list_text
 from prep.kinds.text.shard import MB, SPLITS, fit_ids, is_val, tokenize_shard
 from prep.kinds.text.sources import list_matching

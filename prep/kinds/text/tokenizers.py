@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from prep import PrepError, UsageError
+from prep.errors import PrepError, UsageError
 from prep.run.files import atomic_write_text
 
 EOT = "<|endoftext|>"

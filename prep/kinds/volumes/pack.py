@@ -19,7 +19,7 @@ import numpy as np
 
 from loaders.fields import FIELDS
 from loaders.format import ArrayRef, ArraySpec, Manifest, Shard
-from prep import PrepError
+from prep.errors import PrepError
 from prep.kinds.volumes import targets as tg
 from prep.kinds.volumes import transform as tf
 from prep.kinds.volumes.config import VolumeConfig, float_list

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from loaders.format import open_array, read_manifest
-from prep import PrepError
+from prep.errors import PrepError
 from prep.inspect.sheet import PreviewResult, contact_sheet, overlay, save_image
 
 TILE_MIN, TILE_MAX = 128, 256  # px: a tiny volume is enlarged, a large one reduced

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from loaders.fields import FIELDS
-from prep import PrepError
+from prep.errors import PrepError
 from prep.kinds.table.types import NUMBER, int_dtype
 from prep.kinds.volumes.sources import Item, stem
 from prep.run.inputs import INTEGER, read_rows, reject_record

@@ -1,0 +1,105 @@
+"""`prep pack` (resize, grayscale) options (prep.config has the options every command shares)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from prep.config import RunConfig, check, choice, opt
+
+CODECS = ("raw", "jpeg")  # --codec; mode keep stores raw samples ragged
+
+
+@dataclass
+class PackConfig(RunConfig):
+    src: str | None = opt(
+        None, "Folder of images (class sub-folders give labels) or a .csv/.jsonl list."
+    )
+    sizes: list[int] = opt(
+        [256], "Side(s) in px, comma-separated: 128,256,512.", "--sizes", "--size", "-s"
+    )
+    mode: str = opt(
+        "fill",
+        "fill: crop to square | fit: pad to square | stretch: ignore aspect | keep: longer side "
+        "<= size, never enlarged, each sample its own shape (load with crop=).",
+    )
+    codec: str = opt(
+        "raw",
+        "raw | jpeg: one for all sizes, or one per size in --sizes order (raw,raw,jpeg). "
+        "Masks, labels and other fields stay raw.",
+    )
+    quality: int = opt(90, "jpeg: the JPEG quality, 1-100 (4:2:0 chroma below 95, else 4:4:4).")
+    gray: bool = opt(False, "One channel, converted at decode time.", "--gray/--rgb")
+    masks: str | None = opt(None, "Folder of masks with the images' relative stems.")
+    format: str = opt("npy", "npy | h5")
+    shard_size: int | None = opt(
+        None,
+        "Samples per shard (one task each); default: from the input count alone, 32 shards "
+        "of at least 16 up to 1000 a shard, so every core works at any count.",
+    )
+    pad_value: int = opt(0, "fit mode: the colour of the padding (0-255).")
+    mask_pad_value: int = opt(0, "fit mode: the class id of padded mask pixels (0-255).")
+    max_pixels: int = opt(100_000_000, "Refuse larger images before decoding.")
+    background: str = opt(
+        "255,255,255",
+        "R,G,B (0-255 each) that transparent pixels are composited on: white, as a browser "
+        "shows a PNG; a dark one for white shapes on transparency.",
+    )
+    shuffle_seed: int | None = opt(
+        None,
+        "Store inputs in this seeded random order (mixes classes across shards for "
+        "order='quasi_random'); default: sorted.",
+    )
+
+    SECTION: ClassVar[str] = "pack"
+
+    def validate(self) -> None:
+        from loaders.format import STORAGES
+        from prep.kinds.images.decode import MODES
+
+        super().validate()
+        check(
+            bool(self.sizes) and all(1 <= s <= 16384 for s in self.sizes),
+            f"--sizes {','.join(map(str, self.sizes))}",
+            "1..16384 px, e.g. --sizes 128,256",
+        )
+        choice(self.mode, MODES, "--mode")
+        choice(self.format, STORAGES, "--format")
+        check(1 <= self.quality <= 100, f"--quality {self.quality}", "1..100")
+        codecs = self.codecs_by_size()
+        size = self.shard_size
+        check(size is None or size >= 1, f"--shard-size {size}", "at least 1 (none: auto)")
+        for name in ("pad_value", "mask_pad_value"):
+            value = getattr(self, name)
+            check(0 <= value <= 255, f"--{name.replace('_', '-')} {value}", "0..255")
+        check(self.max_pixels >= 1, f"--max-pixels {self.max_pixels}", "at least 1")
+        self.background_rgb()  # checked here, once
+        self.sizes = sorted(set(self.sizes))
+        # Saved in size order, so that the manifest's config reads like its arrays.
+        ordered = [codecs[s] for s in self.sizes]
+        self.codec = ordered[0] if len(set(ordered)) == 1 else ",".join(ordered)
+
+    def background_rgb(self) -> tuple[int, int, int]:
+        """--background as (R, G, B): "0,0,0" -> (0, 0, 0)."""
+        parts = self.background.replace(" ", "").split(",")
+        rgb = tuple(int(p) for p in parts if p.isdigit() and len(p) <= 3)
+        check(
+            len(parts) == 3 and len(rgb) == 3 and all(v <= 255 for v in rgb),
+            f"--background {self.background!r}",
+            "three values 0-255, R,G,B (e.g. 0,0,0 for black)",
+        )
+        return rgb[0], rgb[1], rgb[2]
+
+    def codecs_by_size(self) -> dict[int, str]:
+        """The codec of each size: --codec's one value, or one value per --sizes entry."""
+        codecs = self.codec.replace(" ", "").split(",")
+        what = f"--codec {self.codec}"
+        for c in codecs:
+            choice(c, CODECS, "--codec")
+        check(
+            len(codecs) in (1, len(self.sizes)), what, f"one value or {len(self.sizes)} (--sizes)"
+        )
+        pairs = list(zip(self.sizes, codecs * (len(self.sizes) // len(codecs)), strict=True))
+        found = dict(pairs)
+        check(len(found) == len(set(pairs)), what, "one codec per size")
+        return found

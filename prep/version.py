@@ -1,0 +1,3 @@
+"""The version prep writes into every manifest it makes."""
+
+__version__ = "0.1.0"
