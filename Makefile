@@ -73,9 +73,9 @@ lint: $(STAMP)
 test: $(STAMP) lint
 	$(BIN)/python -m pytest
 
-# The fuzz targets of tests/test_fuzz.py (.npy headers, manifests, JPEG samples), each for
-# FUZZ_SECONDS instead of make test's 1.5 s; FUZZ_SEED=N starts elsewhere. A failure saves its
-# input and prints how to rerun it.
+# The fuzz targets of tests/test_fuzz.py (.npy headers, .h5 shards, manifests, JPEG samples),
+# each for FUZZ_SECONDS instead of make test's 1.5 s; FUZZ_SEED=N starts elsewhere. A failure
+# saves its input and prints how to rerun it.
 FUZZ_SECONDS ?= 300
 FUZZ_SEED ?= 0
 fuzz: $(STAMP)

@@ -1,7 +1,7 @@
-"""Fuzzing the parsers a dataset someone else made reaches (issue 23): `.npy` headers, manifests
-and JPEG samples (through loaders._jpegroi where it is built). Seeded random mutations of valid
-inputs, stdlib only; any exception but FormatError is a failure, and the input that raised it
-is written to the test's tmp_path (and its repr shown).
+"""Fuzzing the parsers a dataset someone else made reaches (issue 23): `.npy` headers, `.h5`
+shards, manifests and JPEG samples (through loaders._jpegroi where it is built). Seeded random
+mutations of valid inputs, stdlib only; any exception but FormatError is a failure, and the
+input that raised it is written to the test's tmp_path (and its repr shown).
 
 `make test` runs each target for FUZZ_SECONDS (default 1.5 s); `make fuzz` for 300 s, with
 FUZZ_SEED to start elsewhere."""
@@ -186,6 +186,23 @@ def test_fuzz_check_array_headers(tmp_path: Path) -> None:
         check_array(path, ArrayRef(path.name, 4), spec)
 
     assert fuzz(target, make, tmp_path) > 50
+
+
+def test_fuzz_h5_shard(tmp_path: Path) -> None:
+    """A mutated .h5 shard's arrays located, mapped and read (h5py raised RuntimeError for a
+    structure pointing past the file's end)."""
+    root = images(tmp_path / "h5", h5=True)
+    manifest = Manifest.from_json((root / MANIFEST).read_bytes(), root)
+    seed = (root / "shard-00000.h5").read_bytes()
+    path = tmp_path / "fuzzed.h5"
+
+    def target(data: bytes) -> None:
+        path.write_bytes(data)
+        for name in ("image_8", "label"):
+            ref, spec = manifest.ref(0, name)
+            map_array(path, ArrayRef(path.name, ref.length, ref.key), spec, name).sum()
+
+    assert fuzz(target, lambda rng: mutate(seed, rng), tmp_path) > 50
 
 
 # ---------------------------------------------------------------- manifests

@@ -80,20 +80,28 @@ def _h5_layout(path: Path, key: str) -> Layout:
     """Byte offset, dtype and shape of a contiguous, uncompressed HDF5 dataset."""
     import h5py  # only for .h5 datasets; the handle is closed before any worker forks
 
-    with h5py.File(path, "r") as f:
-        ds = _h5_dataset(f, path, key)
-        if ds.external or ds.is_virtual:  # its bytes live in other files
-            raise FormatError(f"{path}:{key} keeps its data in other files. HINT: repack")
-        if ds.shape is None:  # an empty dataspace (h5py.Empty): no array at all
-            raise FormatError(f"{path}:{key} holds no array")
-        if ds.dtype.hasobject:
-            raise FormatError(f"{path}:{key} holds Python objects or strings, not numbers")
-        offset = ds.id.get_offset()
-        if offset is None or ds.chunks is not None or ds.compression is not None:
-            if ds.size == 0:
-                return 0, ds.dtype, ds.shape
-            raise FormatError(f"{path}:{key} is chunked or compressed; it cannot be memory-mapped")
-        return int(offset), ds.dtype, ds.shape
+    try:
+        with h5py.File(path, "r") as f:
+            return _h5_array(f, path, key)
+    except RuntimeError as e:  # h5py's error for a structure that points nowhere
+        raise FormatError(f"{path}:{key} cannot be read ({e}). HINT: repack") from e
+
+
+def _h5_array(f: Any, path: Path, key: str) -> Layout:
+    """_h5_layout's work in the open h5py.File `f`."""
+    ds = _h5_dataset(f, path, key)
+    if ds.external or ds.is_virtual:  # its bytes live in other files
+        raise FormatError(f"{path}:{key} keeps its data in other files. HINT: repack")
+    if ds.shape is None:  # an empty dataspace (h5py.Empty): no array at all
+        raise FormatError(f"{path}:{key} holds no array")
+    if ds.dtype.hasobject:
+        raise FormatError(f"{path}:{key} holds Python objects or strings, not numbers")
+    offset = ds.id.get_offset()
+    if offset is None or ds.chunks is not None or ds.compression is not None:
+        if ds.size == 0:
+            return 0, ds.dtype, ds.shape
+        raise FormatError(f"{path}:{key} is chunked or compressed; it cannot be memory-mapped")
+    return int(offset), ds.dtype, ds.shape
 
 
 def _h5_dataset(f: Any, path: Path, key: str) -> Any:
