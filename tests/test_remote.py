@@ -482,10 +482,14 @@ def test_the_cache_never_takes_a_sha256_as_a_path(tmp_path: Path) -> None:
     outside = tmp_path / "some" / "where" / "label.npy"
     outside.parent.mkdir(parents=True)
     outside.write_bytes(b"x" * 10)
+
+    def download(f: Any) -> None:
+        f.write(b"y" * 10)
+
     with pytest.raises(FormatError, match=r"src: the manifest's sha256 '\.\./.*64 lowercase hex"):
-        cache.get(sha, 10, "src", lambda f: f.write(b"y" * 10))
+        cache.get(sha, 10, "src", download)
     with pytest.raises(FormatError, match="64 lowercase hex"):
-        cache.get("A" * 64, 10, "src", lambda f: f.write(b"y" * 10))  # upper case: not ours
+        cache.get("A" * 64, 10, "src", download)  # upper case: not ours
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["label.npy", "some", "where"]
 
 
