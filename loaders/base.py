@@ -1,6 +1,6 @@
-"""ShardedDataset: what every dataset over a packed folder shares: its shard store, the shard
-lookup of an index, the epoch (and size) that reach DataLoader workers, and pickling without
-what the manifest gives.
+"""ShardedDataset: what every dataset over a packed folder shares: its shard store (a folder or a
+URL), the shards it reads (all, or one split's), the shard lookup of an index, the epoch (and
+size) that reach DataLoader workers, and pickling without what the manifest gives.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from functools import cached_property
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict, Unpack
 
 import numpy as np
 import torch
@@ -21,9 +21,19 @@ from loaders.memory import SharedArrays
 from loaders.store import DEFAULT_MAX_OPEN, ShardStore, pickled_state
 
 
+class Remote(TypedDict, total=False):
+    """What a dataset at a URL takes besides it (loaders.remote): shard files are fetched once
+    per node into `cache_dir` (default ~/.cache/prep), verified and mapped; `cache_limit`
+    (bytes, or "200GB") bounds the cache; `storage_options` pass through to fsspec."""
+
+    cache_dir: str | os.PathLike[str] | None
+    cache_limit: int | str | None
+    storage_options: dict[str, Any] | None
+
+
 class ShardedDataset(Dataset[Any]):
-    """A packed dataset of kind `kind` at `root` (a folder or an fsspec URL: `cache_dir`,
-    `cache_limit` and `storage_options` are loaders.remote's). Subclasses read batches in
+    """A packed dataset of kind `kind` at `root` (a folder or an fsspec URL: see Remote), read
+    from its shards of split `split` (None: every shard). Subclasses read batches in
     `__getitems__`; `__getitem__` is a batch of one.
 
     Shard files are mapped lazily by `self.store`, never pickled: the object pickles to a few
@@ -39,19 +49,12 @@ class ShardedDataset(Dataset[Any]):
         self,
         root: str | os.PathLike[str],
         *,
+        split: str | None = None,
         max_open: int = DEFAULT_MAX_OPEN,
-        cache_dir: str | os.PathLike[str] | None = None,
-        cache_limit: int | str | None = None,
-        storage_options: dict[str, Any] | None = None,
+        **remote: Unpack[Remote],
     ):
-        self.store = ShardStore(
-            root,
-            self.kind,
-            max_open=max_open,
-            cache_dir=cache_dir,
-            cache_limit=cache_limit,
-            storage_options=storage_options,
-        )
+        self.store = ShardStore(root, self.kind, max_open=max_open, **remote)
+        self.split = split
         self._now = torch.zeros(2, dtype=torch.int64).share_memory_()  # size, epoch
         self._memory: dict[str, torch.Tensor] = {}  # in_memory's copy: name -> its bytes
 
@@ -59,9 +62,18 @@ class ShardedDataset(Dataset[Any]):
     def arrays(self) -> SharedArrays:  # the store's maps, or in_memory's copy of them
         return SharedArrays(self.store, self._memory)
 
-    @property
-    def _starts(self) -> np.ndarray:  # shard s holds samples [_starts[s], _starts[s + 1])
-        return self.arrays._starts
+    @cached_property
+    def _shards(self) -> list[int]:
+        """The manifest indices of the shards the dataset reads, in order: its split's, or all."""
+        shards = self.store.manifest.shards
+        return [i for i, s in enumerate(shards) if self.split in (None, s.split)]
+
+    @cached_property
+    def _starts(self) -> np.ndarray:
+        """Cumulative sample counts: the k-th shard read (`_shards[k]`) holds samples
+        [_starts[k], _starts[k + 1])."""
+        shards = self.store.manifest.shards
+        return np.cumsum([0, *(shards[i].count for i in self._shards)], dtype=np.int64)
 
     @cached_property
     def _buffers(self) -> BufferPool:
@@ -93,10 +105,12 @@ class ShardedDataset(Dataset[Any]):
         return int(self._starts[-1])
 
     def _locate(self, indices: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-        """Each index's shard, and its index in that shard."""
-        idx = check_indices(indices, len(self))
-        shard = np.searchsorted(self._starts, idx, side="right") - 1
-        return shard, idx - self._starts[shard]
+        """Each sample's shard (its manifest index, as the store and `gather` take it), and its
+        index in that shard."""
+        idx = check_indices(indices, int(self._starts[-1]))
+        k = np.searchsorted(self._starts, idx, side="right") - 1
+        shard = k if self.split is None else np.asarray(self._shards)[k]
+        return shard, idx - self._starts[k]
 
     def gather(
         self, dst: np.ndarray, name: str, groups: list[tuple[int, np.ndarray]], local: np.ndarray

@@ -10,27 +10,31 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from functools import cached_property
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
 
+from loaders.base import Remote, ShardedDataset
 from loaders.batches import Batch, check_indices, new_batch
 from loaders.fields import FIELDS
-from loaders.store import DEFAULT_MAX_OPEN, ShardStore, pickled_state
+from loaders.store import DEFAULT_MAX_OPEN
 
 # What windows and documents come out as (int64: what embedding layers and losses index with).
 OUT_DTYPE = FIELDS["tokens"].out_dtype
 
 
-class _TokenSplit:
-    """The shards of one split of a token dataset, in `self.store`. What is derived from the
-    manifest (shard offsets) is computed again after unpickling, never pickled."""
+class _TokenSplit(ShardedDataset):
+    """The shards of one split of a token dataset (ShardedDataset: `_starts` counts its
+    documents). What is derived from the manifest (shard offsets) is computed again after
+    unpickling, never pickled."""
 
-    def __init__(self, root: str | os.PathLike[str], split: str, max_open: int, **remote: Any):
-        self.store = ShardStore(root, "tokens", max_open=max_open, **remote)
-        self.split = split
+    kind = "tokens"
+
+    def __init__(
+        self, root: str | os.PathLike[str], split: str, max_open: int, **remote: Unpack[Remote]
+    ):
+        super().__init__(root, split=split, max_open=max_open, **remote)
         if not self._shards:
             have = sorted({str(s.split) for s in self.store.manifest.shards})
             raise ValueError(
@@ -52,22 +56,10 @@ class _TokenSplit:
         return np.dtype(self.store.manifest.arrays["tokens"].dtype)
 
     @cached_property
-    def _shards(self) -> list[int]:
-        """The manifest indices of this split's shards."""
-        return [i for i, s in enumerate(self.store.manifest.shards) if s.split == self.split]
-
-    @cached_property
     def _token_starts(self) -> np.ndarray:
         """Cumulative token counts of the split, one entry per shard plus one."""
         shards = self.store.manifest.shards
         return np.cumsum([0] + [shards[i].arrays["tokens"].length for i in self._shards])
-
-    @cached_property
-    def _doc_starts(self) -> np.ndarray:
-        return np.cumsum([0] + [self.store.manifest.shards[i].count for i in self._shards])
-
-    def __getstate__(self) -> dict[str, Any]:
-        return pickled_state(self)
 
     @property
     def num_tokens(self) -> int:
@@ -75,7 +67,7 @@ class _TokenSplit:
 
     def _array(self, k: int, name: str) -> np.ndarray:
         """Array `name` of the k-th shard of this split."""
-        return self.store.array(self._shards[k], name)
+        return self.arrays.array(self._shards[k], name)
 
     def _read(self, start: int, out: np.ndarray) -> None:
         """Fill `out` with the split's tokens from `start` on, across shards if it must."""
@@ -102,7 +94,7 @@ class _TokenSplit:
             self._read(int(starts[row]), out[row])
 
 
-class TokenWindowDataset(_TokenSplit, Dataset[tuple[torch.Tensor, ...]]):
+class TokenWindowDataset(_TokenSplit):
     """Training windows over one split: item i is (x, y), int64 (block_size,) each, where x is
     the split's tokens [i * stride, i * stride + block_size) and y the same shifted by one.
 
@@ -121,10 +113,8 @@ class TokenWindowDataset(_TokenSplit, Dataset[tuple[torch.Tensor, ...]]):
         *,
         max_open: int = DEFAULT_MAX_OPEN,
         index: bool = False,
-        **remote: Any,
+        **remote: Unpack[Remote],
     ):
-        """`remote`: for a URL root, cache_dir=, cache_limit= and storage_options= (as
-        ImageShardDataset)."""
         super().__init__(root, split, max_open, **remote)
         if block_size < 1 or (stride is not None and stride < 1):
             raise ValueError(f"block_size {block_size} and stride {stride} must be positive")
@@ -141,6 +131,13 @@ class TokenWindowDataset(_TokenSplit, Dataset[tuple[torch.Tensor, ...]]):
     def __len__(self) -> int:
         return self._len
 
+    @property
+    def shard_sizes(self) -> list[int]:
+        """Windows per shard of the split, each counted in the shard it starts in (for order
+        "quasi_random": a window of shards at a time, but for the windows over their ends)."""
+        first = -(-self._token_starts // self.stride)  # each shard's first window: a ceil
+        return np.diff(np.minimum(first, len(self))).tolist()
+
     def __getitems__(self, indices: Sequence[int]) -> Batch:
         self.store.check()  # a repacked folder: refuse it rather than mix two datasets
         idx = check_indices(indices, len(self))
@@ -152,9 +149,6 @@ class TokenWindowDataset(_TokenSplit, Dataset[tuple[torch.Tensor, ...]]):
         y.numpy()[:] = buf[:, 1:]
         return Batch((x, y, torch.from_numpy(idx)) if self.with_index else (x, y))
 
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, ...]:
-        return self.__getitems__([index])[0]
-
     def __repr__(self) -> str:
         return (
             f"TokenWindowDataset({str(self.store.root)!r}, block_size={self.block_size}, "
@@ -163,7 +157,7 @@ class TokenWindowDataset(_TokenSplit, Dataset[tuple[torch.Tensor, ...]]):
         )
 
 
-class DocumentDataset(_TokenSplit, Dataset[Any]):
+class DocumentDataset(_TokenSplit):
     """The documents of one split, in order: item i is its tokens, int64 (length,), without the
     end-of-document token (so the tokenizer decodes it to the document's text exactly).
 
@@ -179,22 +173,19 @@ class DocumentDataset(_TokenSplit, Dataset[Any]):
         *,
         max_open: int = DEFAULT_MAX_OPEN,
         index: bool = False,
-        **remote: Any,
+        **remote: Unpack[Remote],
     ):
         super().__init__(root, split, max_open, **remote)
         self.with_index = index
-
-    def __len__(self) -> int:
-        return int(self._doc_starts[-1])
 
     def span(self, index: int) -> tuple[int, int]:
         """The document's [start, end) in the split's token stream, its end-of-document token
         included."""
         self.store.check()
         i = int(check_indices([index], len(self))[0])
-        k = int(np.searchsorted(self._doc_starts, i, side="right")) - 1
+        k = int(np.searchsorted(self._starts, i, side="right")) - 1
         offsets = self._array(k, "doc_offsets")
-        local = i - int(self._doc_starts[k])
+        local = i - int(self._starts[k])
         base = int(self._token_starts[k])
         return base + int(offsets[local]), base + int(offsets[local + 1])
 
@@ -202,9 +193,10 @@ class DocumentDataset(_TokenSplit, Dataset[Any]):
         """The file document `index` came from, relative to SRC (None: a dataset tokenized
         before prep stored sources)."""
         self.store.check()
-        i = int(check_indices([index], len(self))[0])
-        k = int(np.searchsorted(self._doc_starts, i, side="right")) - 1
-        return self.store.source(self._shards[k], i - int(self._doc_starts[k]))
+        return self.store.source(*(int(a[0]) for a in self._locate([index])))  # shard, document
+
+    def __getitems__(self, indices: Sequence[int]) -> list[Any]:
+        return [self[i] for i in indices]  # documents differ in length: read one at a time
 
     # Any: a tensor, or (tensor, index) with index=True; either form type-checks at the caller.
     def __getitem__(self, index: int) -> Any:
