@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from loaders.format.schema import CODECS, ArraySpec
+from loaders.format.spec import CODECS, ArraySpec
 
 UNSIGNED = ("uint8", "uint16", "uint32", "uint64")
 # The largest side in px of a sized pixel field: prep's largest --sizes, and what a reader may

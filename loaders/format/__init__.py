@@ -6,40 +6,84 @@ and every shard (its sample count, the file and first-axis length of each array,
 size and sha256 of each file). Arrays are `.npy` files (one per array and shard) or datasets in
 one contiguous, uncompressed `.h5` file per shard; either way they are read as memory maps.
 
-`schema` holds the manifest's types and their checks, `arrays` the reading of the files.
+`spec` is the leaf (FormatError, ArraySpec), `schema` holds the manifest's types and their
+checks, `arrays` the reading of the files, `checks` the folder's checks. The names below load
+when first asked for, so that `loaders.format.spec` alone imports nothing else.
 """
 
-from loaders.format.arrays import (
-    check_array,
-    iter_rejects,
-    map_array,
-    map_layout,
-    open_array,
-    read_manifest,
-    read_manifest_file,
-    safe_path,
-    sha256_file,
-)
-from loaders.format.checks import check_files, load_manifest, problems_error
-from loaders.format.schema import (
-    CODECS,
-    FORMAT_NAME,
-    FORMAT_VERSION,
-    KINDS,
-    MANIFEST,
-    NPY_HEADER_BYTES,
-    OFFSETS,
-    READ_VERSIONS,
-    REJECTS,
-    STORAGES,
-    ArrayRef,
-    ArraySpec,
-    FileInfo,
-    FormatError,
-    Manifest,
-    Shard,
-    array_name,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from loaders.format.arrays import (
+        check_array,
+        iter_rejects,
+        map_array,
+        map_layout,
+        open_array,
+        read_manifest,
+        read_manifest_file,
+        safe_path,
+        sha256_file,
+    )
+    from loaders.format.checks import (
+        check_files,
+        load_manifest,
+        problems_error,
+    )
+    from loaders.format.schema import (
+        CODECS,
+        FORMAT_NAME,
+        FORMAT_VERSION,
+        KINDS,
+        MANIFEST,
+        NPY_HEADER_BYTES,
+        OFFSETS,
+        READ_VERSIONS,
+        REJECTS,
+        STORAGES,
+        ArrayRef,
+        ArraySpec,
+        FileInfo,
+        FormatError,
+        Manifest,
+        Shard,
+        array_name,
+    )
+
+_EXPORTS = {
+    "check_array": "loaders.format.arrays",
+    "iter_rejects": "loaders.format.arrays",
+    "map_array": "loaders.format.arrays",
+    "map_layout": "loaders.format.arrays",
+    "open_array": "loaders.format.arrays",
+    "read_manifest": "loaders.format.arrays",
+    "read_manifest_file": "loaders.format.arrays",
+    "safe_path": "loaders.format.arrays",
+    "sha256_file": "loaders.format.arrays",
+    "check_files": "loaders.format.checks",
+    "load_manifest": "loaders.format.checks",
+    "problems_error": "loaders.format.checks",
+    "CODECS": "loaders.format.schema",
+    "FORMAT_NAME": "loaders.format.schema",
+    "FORMAT_VERSION": "loaders.format.schema",
+    "KINDS": "loaders.format.schema",
+    "MANIFEST": "loaders.format.schema",
+    "NPY_HEADER_BYTES": "loaders.format.schema",
+    "OFFSETS": "loaders.format.schema",
+    "READ_VERSIONS": "loaders.format.schema",
+    "REJECTS": "loaders.format.schema",
+    "STORAGES": "loaders.format.schema",
+    "ArrayRef": "loaders.format.schema",
+    "ArraySpec": "loaders.format.schema",
+    "FileInfo": "loaders.format.schema",
+    "FormatError": "loaders.format.schema",
+    "Manifest": "loaders.format.schema",
+    "Shard": "loaders.format.schema",
+    "array_name": "loaders.format.schema",
+}
 
 __all__ = [
     "CODECS",
@@ -72,3 +116,9 @@ __all__ = [
     "safe_path",
     "sha256_file",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'loaders.format' has no attribute {name!r}")

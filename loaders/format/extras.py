@@ -14,15 +14,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from loaders.format.schema import SHA256, ArraySpec, FormatError
+from loaders.format.spec import ArraySpec, FormatError, is_sha256
 
 COLUMNS = ("num", "cat", "target", "missing")  # the fields of a table's columns
-
-
-def is_sha256(value: object) -> bool:
-    """Whether `value` is a sha256 digest as prep writes it: 64 lowercase hex characters (a
-    remote cache names its files by it: never a path)."""
-    return isinstance(value, str) and SHA256.fullmatch(value) is not None
 
 
 def _int(value: object, low: int = 0) -> bool:
@@ -114,7 +108,7 @@ def _volumes(extra: dict[str, Any], arrays: dict[str, ArraySpec], count: int) ->
 
 
 def _samples(extra: dict[str, Any], arrays: dict[str, ArraySpec], count: int) -> None:
-    from loaders.samples.checks import check_manifest  # the field kinds import this package
+    from loaders.samples.registry import check_manifest  # the field kinds: loaded when needed
 
     check_manifest(extra, arrays, count)
 

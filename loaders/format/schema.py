@@ -14,20 +14,29 @@ array is a flat uint8 data array plus int64 offsets: sample i is data[off[i]:off
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
+
+import loaders.fields as registry  # a module: the registry builds on loaders.format.spec alone
+from loaders.format.extras import check_extra
+from loaders.format.spec import (  # noqa: F401  (re-exported: the contract's names, in one place)
+    CODECS,
+    OFFSETS,
+    SHA256,
+    ArraySpec,
+    FormatError,
+    array_name,
+    is_sha256,
+)
 
 FORMAT_NAME = "prep"
 FORMAT_VERSION = 2  # what prep writes for images, tokens, volumes and tables
 # Version 3 adds the samples kind: arrays of any field name, each naming its field kind (`kind`,
 # an entry of loaders.fields.FIELDS), described in `extra.fields` (loaders.samples).
 SAMPLES_VERSION = 3
-READ_VERSIONS = (1, 2, 3)  # what loaders read: version 1 is version 2 with raw arrays only
-CODECS = ("raw", "ragged", "jpeg")
-OFFSETS = ".offsets"  # Manifest.ref(shard, "image_256.offsets"): a ragged array's offsets
+READ_VERSIONS = (1, 2)  # what loaders read of the four kinds: version 1 is 2 with raw arrays only
 MANIFEST = "manifest.json"
 REJECTS = "rejects.jsonl"
 # A fixed-size .npy header lets a writer stream samples first and fill in the count last,
@@ -35,33 +44,6 @@ REJECTS = "rejects.jsonl"
 NPY_HEADER_BYTES = 128
 STORAGES = ("npy", "h5")
 KINDS = ("images", "tokens", "volumes", "table", "samples")
-SHA256 = re.compile(r"[0-9a-f]{64}")  # a file's digest, lowercase hex (a cache's file name)
-
-
-class FormatError(ValueError):
-    """The dataset folder does not match its manifest, or the manifest is not one we read."""
-
-
-@dataclass(frozen=True)
-class ArraySpec:
-    """One array of the dataset: `field` at `size` px (None for size-free fields like labels).
-
-    `shape` is the shape of one sample (one token for token arrays); the array on disk is
-    (length, *shape)."""
-
-    field: str
-    size: int | None
-    dtype: str
-    shape: tuple[int, ...]  # mode keep: the largest; each sample's (h, w) is in hw_{size}
-    codec: str = "raw"
-    # Version 3: the field kind of loaders.fields.FIELDS when `field` is a name of the user's
-    # (a samples dataset's "boxes" is an "array"); None: `field` is the kind.
-    kind: str | None = None
-
-    @property
-    def ragged(self) -> bool:
-        """Stored as flat data plus offsets (one sample a byte range), not (length, *shape)."""
-        return self.codec != "raw"
 
 
 @dataclass
@@ -152,9 +134,10 @@ class Manifest:
         if d.get("format") != FORMAT_NAME:
             raise FormatError("not a prep manifest (no 'format': 'prep')")
         version = d.get("format_version")
-        if version not in READ_VERSIONS or isinstance(version, bool):
+        reads = (SAMPLES_VERSION,) if d.get("kind") == "samples" else READ_VERSIONS
+        if version not in reads or isinstance(version, bool):
             raise FormatError(
-                f"format version {version} is not one of {list(READ_VERSIONS)}. "
+                f"format version {version} is not one of {list(reads)}. "
                 "HINT: repack with this version of prep, or install the prep that wrote it."
             )
         arrays = {
@@ -179,8 +162,6 @@ class Manifest:
             raise FormatError(
                 f"kind {d['kind']!r} / storage {d['storage']!r} is not one of {KINDS} / {STORAGES}"
             )
-        if d["kind"] == "samples" and version < SAMPLES_VERSION:
-            raise FormatError(f"a samples manifest needs format version 3, not {version}")
         classes = d.get("classes")
         if classes is not None and not (
             isinstance(classes, list) and all(isinstance(c, str) for c in classes)
@@ -191,8 +172,6 @@ class Manifest:
             raise FormatError(
                 f"the manifest says {d['num_samples']} samples but its shards hold {total}"
             )
-        from loaders.format.extras import check_extra  # it imports this module's types
-
         check_extra(d, arrays, total)
         return cls(
             kind=d["kind"],
@@ -253,8 +232,7 @@ def _check_spec(name: str, spec: ArraySpec) -> None:
         raise FormatError(
             f"array {name}: field {spec.field!r} at size {spec.size!r} is not named {name!r}"
         )
-    from loaders.fields import FIELDS  # the registry imports this module's types
-
+    FIELDS = registry.FIELDS
     kind = FIELDS.get(spec.kind or spec.field)
     if kind is None:
         raise FormatError(
@@ -281,11 +259,5 @@ def _check_shard(index: int, shard: Shard, arrays: dict[str, ArraySpec]) -> None
                 f"{'has no' if spec.ragged else 'has'} offsets"
             )
     for rel, info in shard.files.items():
-        digest = isinstance(info.sha256, str) and SHA256.fullmatch(info.sha256)
-        if not _count(info.bytes) or not digest:
+        if not _count(info.bytes) or not is_sha256(info.sha256):
             raise FormatError(f"shard {index}: file {rel} has a bad byte size or sha256")
-
-
-def array_name(field_name: str, size: int | None) -> str:
-    """`image_256` for a sized field, `label` for a size-free one."""
-    return field_name if size is None else f"{field_name}_{size}"

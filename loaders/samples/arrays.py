@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from loaders.fields import NUMBERS, smallest_uint
-from loaders.format.schema import ArraySpec
+from loaders.format.spec import ArraySpec
 from loaders.samples.batching import ragged_batch
 from loaders.samples.fields import FieldError, Reading, SampleField, as_array, spec
 

@@ -9,22 +9,9 @@ from typing import Any
 import numpy as np
 
 from loaders.format.arrays import Layout, read_layout
-from loaders.format.schema import OFFSETS, ArraySpec, FormatError, Manifest, Shard, array_name
+from loaders.format.schema import OFFSETS, Manifest, Shard, array_name
 from loaders.samples.image import Image, Mask, hw_name
 from loaders.samples.registry import fields_from
-
-
-def check_manifest(extra: dict[str, Any], arrays: dict[str, ArraySpec], count: int) -> None:
-    """The fields of `extra.fields` store exactly the manifest's arrays, as they declare them."""
-    fields = fields_from(extra.get("fields"), "extra.fields")
-    declared = {
-        array_name(s.field, s.size): s for name, f in fields.items() for s in f.arrays(name)
-    }
-    if declared != arrays:
-        odd = sorted(set(declared) ^ set(arrays)) or [
-            n for n in arrays if declared.get(n) != arrays[n]
-        ]
-        raise FormatError(f"array {odd[0]} is not what extra.fields declares")
 
 
 def check_samples(

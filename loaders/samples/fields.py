@@ -18,7 +18,7 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
-from loaders.format.schema import ArraySpec, array_name
+from loaders.format.spec import ArraySpec, array_name
 
 RAGGED_POLICIES = ("pad", "list", "jagged")
 # Array names the format gives meaning to: a sample field may not take them.

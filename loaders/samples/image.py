@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from loaders.format.schema import ArraySpec, array_name
+from loaders.format.spec import ArraySpec, array_name
 from loaders.samples.fields import Reading, SampleField, sized, spec
 
 MODES = ("fill", "fit", "stretch", "keep")

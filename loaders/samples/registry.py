@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from loaders.format.schema import FormatError
+from loaders.format.spec import ArraySpec, FormatError, array_name
 from loaders.samples.arrays import Array, Label, Scalar, Tokens
 from loaders.samples.fields import SampleField, check_name
 from loaders.samples.image import Image, Mask
@@ -34,3 +34,16 @@ def fields_from(described: Any, source: object) -> dict[str, SampleField]:
         if problem is not None:
             raise FormatError(f"{source}: {problem}. HINT: repack the dataset")
     return out
+
+
+def check_manifest(extra: dict[str, Any], arrays: dict[str, ArraySpec], count: int) -> None:
+    """The fields of `extra.fields` store exactly the manifest's arrays, as they declare them."""
+    fields = fields_from(extra.get("fields"), "extra.fields")
+    declared = {
+        array_name(s.field, s.size): s for name, f in fields.items() for s in f.arrays(name)
+    }
+    if declared != arrays:
+        odd = sorted(set(declared) ^ set(arrays)) or [
+            n for n in arrays if declared.get(n) != arrays[n]
+        ]
+        raise FormatError(f"array {odd[0]} is not what extra.fields declares")

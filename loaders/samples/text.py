@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from loaders.format.schema import ArraySpec
+from loaders.format.spec import ArraySpec
 from loaders.samples.fields import FieldError, Reading, SampleField, spec
 
 MAX_JSON_BYTES = 1 << 20  # "small JSON": per-sample metadata, not a payload
