@@ -11,14 +11,14 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from functools import cached_property
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
 
+from loaders.base import Remote, ShardedDataset
 from loaders.batches import Batch, check_indices, new_batch
-from loaders.store import DEFAULT_MAX_OPEN, ShardStore, pickled_state
+from loaders.store import DEFAULT_MAX_OPEN
 
 # What a dataset's fields read: "image" the voxels, "label" the class ids (uint8); "target"
 # reads the volume's values of `prep volumes --targets` (arrays volume_target_0, ...).
@@ -26,7 +26,7 @@ ARRAYS = {"image": "voxels", "label": "label_voxels"}
 TARGET = "volume_target"
 
 
-class VolumeDataset(Dataset[tuple[torch.Tensor, ...]]):
+class VolumeDataset(ShardedDataset):
     """Whole volumes of a packed volume dataset: item v is a tuple in `fields` order
     (default: "image", and "label" when the dataset has labels) of (1, D, H, W) tensors, the
     image in its stored dtype (int16, uint8 or float16), the label uint8. Volumes differ in
@@ -39,7 +39,10 @@ class VolumeDataset(Dataset[tuple[torch.Tensor, ...]]):
     per-sample augmentation draws from, and where a run stopped in an epoch.
 
     `meta(v)` gives the volume's geometry (shape, spacing, origin, direction, affine) as stored
-    and as in its source scan, to map a prediction back to the scan."""
+    and as in its source scan, to map a prediction back to the scan. `root` may be a URL (see
+    ShardedDataset)."""
+
+    kind = "volumes"
 
     def __init__(
         self,
@@ -47,8 +50,9 @@ class VolumeDataset(Dataset[tuple[torch.Tensor, ...]]):
         fields: Sequence[str] | None = None,
         *,
         max_open: int = DEFAULT_MAX_OPEN,
+        **remote: Unpack[Remote],
     ):
-        self.store = ShardStore(root, "volumes", max_open=max_open)
+        super().__init__(root, max_open=max_open, **remote)
         arrays = self.store.manifest.arrays
         have = [f for f, name in ARRAYS.items() if name in arrays]
         self.fields = tuple(have if fields is None else fields)
@@ -59,33 +63,18 @@ class VolumeDataset(Dataset[tuple[torch.Tensor, ...]]):
         if missing or not self.fields:
             raise ValueError(f"{self.store.root} has no field {missing}; it has {have}")
 
-    @cached_property
-    def _starts(self) -> np.ndarray:
-        """Cumulative volume counts: shard s holds volumes [_starts[s], _starts[s + 1])."""
-        return np.cumsum([0] + [s.count for s in self.store.manifest.shards])
-
-    @property
-    def shard_sizes(self) -> list[int]:
-        """Volumes per shard, in manifest order (for order="quasi_random")."""
-        return np.diff(self._starts).tolist()
-
-    def __getstate__(self) -> dict[str, Any]:
-        return pickled_state(self)
-
-    def __len__(self) -> int:
-        return int(self._starts[-1])
-
     def meta(self, index: int) -> dict[str, Any]:
         v = int(check_indices([index], len(self))[0])
         return dict(self.store.manifest.extra["volumes"][v])
 
-    def _locate(self, v: int) -> tuple[int, int]:
-        shard = int(np.searchsorted(self._starts, v, side="right")) - 1
-        return shard, v - int(self._starts[shard])
+    def _where(self, v: int) -> tuple[int, int]:
+        """Volume v's shard, and its index in that shard (`_locate` for one checked index)."""
+        k = int(np.searchsorted(self._starts, v, side="right")) - 1
+        return self._shards[k], v - int(self._starts[k])
 
     def shape(self, v: int) -> tuple[int, int, int]:
-        shard, local = self._locate(v)
-        d, h, w = self.store.array(shard, "volume_shape")[local].tolist()
+        shard, local = self._where(v)
+        d, h, w = self.arrays.array(shard, "volume_shape")[local].tolist()
         return d, h, w
 
     @cached_property
@@ -96,22 +85,25 @@ class VolumeDataset(Dataset[tuple[torch.Tensor, ...]]):
 
     def target(self, v: int) -> torch.Tensor:
         """Volume v's targets: a 0-d tensor for one column, else one value per column."""
-        shard, local = self._locate(v)
-        values = [self.store.array(shard, name)[local].item() for name in self._targets]
+        shard, local = self._where(v)
+        values = [self.arrays.array(shard, name)[local].item() for name in self._targets]
         out = torch.tensor(values, dtype=self._target_dtype)
         return out[0] if len(values) == 1 else out
 
     def volume(self, v: int, field: str = "image") -> np.ndarray:
         """Volume v of `field` as a read-only view of the memory map (no voxel read yet)."""
-        shard, local = self._locate(v)
-        start, stop = self.store.array(shard, "voxel_offsets")[local : local + 2].tolist()
-        flat = self.store.array(shard, ARRAYS[field])[start:stop]
-        return flat.reshape(self.store.array(shard, "volume_shape")[local].tolist())
+        shard, local = self._where(v)
+        start, stop = self.arrays.array(shard, "voxel_offsets")[local : local + 2].tolist()
+        flat = self.arrays.array(shard, ARRAYS[field])[start:stop]
+        return flat.reshape(self.arrays.array(shard, "volume_shape")[local].tolist())
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, ...]:
         self.store.check()
         v = int(check_indices([index], len(self))[0])
         return tuple(self._item(v, f) for f in self.fields)
+
+    def __getitems__(self, indices: Sequence[int]) -> Sequence[tuple[torch.Tensor, ...]]:
+        return [self[i] for i in indices]  # whole volumes: one at a time, shapes of their own
 
     def batch_problem(self, batch_size: int) -> str | None:
         """Why batches of `batch_size` whole volumes cannot be stacked (make_loader asks before
@@ -119,7 +111,7 @@ class VolumeDataset(Dataset[tuple[torch.Tensor, ...]]):
         if batch_size <= 1 or set(self.fields) <= {"index", "target"}:
             return None
         n = len(self.store.manifest.shards)
-        every = np.concatenate([self.store.array(s, "volume_shape") for s in range(n)])
+        every = np.concatenate([self.arrays.array(s, "volume_shape") for s in range(n)])
         shapes = {tuple(row) for row in every.tolist()}
         if len(shapes) <= 1:
             return None
@@ -169,8 +161,9 @@ class PatchDataset(VolumeDataset):
         fields: Sequence[str] | None = None,
         *,
         max_open: int = DEFAULT_MAX_OPEN,
+        **remote: Unpack[Remote],
     ):
-        super().__init__(root, fields, max_open=max_open)
+        super().__init__(root, fields, max_open=max_open, **remote)
         self.patch = tuple(int(p) for p in patch)
         if len(self.patch) != 3 or min(self.patch) < 1 or per_volume < 1:
             raise ValueError(f"patch {patch} must be 3 positive sizes, per_volume at least 1")
@@ -178,15 +171,6 @@ class PatchDataset(VolumeDataset):
             raise ValueError(f"foreground {foreground} must be a fraction 0..1")
         self.per_volume, self.foreground, self.seed = per_volume, foreground, seed
         self._labelled = "fg_offsets" in self.store.manifest.arrays
-        # In shared memory, so that set_epoch() reaches persistent workers, forked or spawned.
-        self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
-
-    def set_epoch(self, epoch: int) -> None:
-        self._epoch.fill_(epoch)
-
-    @property
-    def epoch(self) -> int:
-        return int(self._epoch)
 
     def __len__(self) -> int:
         return super().__len__() * self.per_volume
@@ -214,13 +198,13 @@ class PatchDataset(VolumeDataset):
         its indexed voxels uniformly."""
         if not self._labelled:
             return None
-        shard, local = self._locate(v)
-        bounds = self.store.array(shard, "fg_offsets")[local]
+        shard, local = self._where(v)
+        bounds = self.arrays.array(shard, "fg_offsets")[local]
         classes = np.flatnonzero(np.diff(bounds))
         if not classes.size:
             return None
         c = int(rng.choice(classes))
-        flat = self.store.array(shard, "fg_voxels")[rng.integers(bounds[c], bounds[c + 1])]
+        flat = self.arrays.array(shard, "fg_voxels")[rng.integers(bounds[c], bounds[c + 1])]
         return np.asarray(np.unravel_index(int(flat), tuple(shape.tolist())))
 
     def read(
@@ -265,7 +249,7 @@ class PatchDataset(VolumeDataset):
         return Batch(tuple(tensors))
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, ...]:
-        return tuple(t[0] for t in self.__getitems__([index]).tensors)
+        return self.__getitems__([index])[0]  # a patch is a batch of one, not a whole volume
 
     def __repr__(self) -> str:
         return (
