@@ -18,7 +18,7 @@ import numpy as np
 from loaders.format.arrays import Layout
 from loaders.format.schema import Manifest, Shard
 
-CHUNK_BYTES = 64 << 20  # read at a time: 64 MB
+CHUNK_BYTES = 16 << 20  # read at a time (one chunk in memory: 16 MB)
 
 Arrays = dict[str, tuple[Path, Layout]]  # a shard's arrays: name -> file, checked layout
 Limit = tuple[int, Callable[[int], str]]  # the largest value allowed, and the problem past it
@@ -40,6 +40,7 @@ def value_range(path: Path, layout: Layout) -> tuple[int, int] | None:
                 raise OSError(f"{path} ended early")
             left -= len(chunk)
             lo, hi = int(chunk.min()), int(chunk.max())
+            del chunk  # before the next one is read
             low, high = lo if low is None else min(low, lo), hi if high is None else max(high, hi)
     return None if low is None or high is None else (low, high)
 
