@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import tomllib
 import typing
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -18,6 +19,7 @@ from prep.errors import PrepError, UsageError
 from prep.run.parallel import BACKENDS
 
 DEFAULT_CONFIG = Path("configs/default.toml")
+T = TypeVar("T")
 
 
 def opt(default: Any, help: str, *flags: str) -> Any:
@@ -100,6 +102,25 @@ class RunConfig:
 def check(ok: bool, what: str, should: str) -> None:
     if not ok:
         raise UsageError(f"{what} must be {should}")
+
+
+def listed(text: str, what: str, convert: Callable[[str], T], n: int | None = None) -> list[T]:
+    """A comma-separated option as a list of `convert`ed values, blanks dropped: the one parser
+    of every list option (--sizes, --spacing, --codec, --drop...). A value `convert` refuses,
+    or a list that is not `n` long, is a UsageError naming `what`.
+
+    >>> listed("128, 256", "--sizes", int), listed("a,,b", "--drop", str)
+    ([128, 256], ['a', 'b'])
+    """
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    try:
+        values = [convert(p) for p in parts]
+    except ValueError:
+        values = []
+    kind = getattr(convert, "__name__", "value")
+    should = f"{n} comma-separated {kind} values" if n else f"comma-separated {kind} values"
+    check(bool(values) and (n is None or len(values) == n), f"{what} {text!r}", should)
+    return values
 
 
 def choice(value: str, allowed: tuple[str, ...], what: str) -> None:

@@ -15,19 +15,9 @@ from typing import Annotated, Any, Optional, get_args, get_origin, get_type_hint
 
 import typer
 
-from prep.config import RunConfig, load_config
+from prep.config import RunConfig, listed, load_config
 
 ARGUMENTS = ("src", "out")
-
-
-def int_list(text: str | None) -> list[int] | None:
-    """`--sizes 128,256` as [128, 256]."""
-    if text is None:
-        return None
-    try:
-        return [int(x) for x in text.replace(" ", "").split(",") if x]
-    except ValueError:
-        raise typer.BadParameter(f"{text!r} is not a list of sizes, e.g. 128,256") from None
 
 
 def shown_default(f: dataclasses.Field[Any], given: Any) -> str:
@@ -111,7 +101,7 @@ def command(
         config, quiet, profile = (values.pop(k) for k in EXTRA)
         given = {k: _text(v) for k, v in values.items()}
         if isinstance(given.get("sizes"), str):
-            given["sizes"] = int_list(given["sizes"])
+            given["sizes"] = listed(given["sizes"], "--sizes", int)
         run(load_config(cls, cls.SECTION, config, given), quiet, profile)
 
     params = config_parameters(cls, defaults or {})

@@ -133,7 +133,7 @@ class Manifest:
     def from_dict(cls, d: dict[str, Any]) -> Manifest:
         if d.get("format") != FORMAT_NAME:
             raise FormatError("not a prep manifest (no 'format': 'prep')")
-        version = d.get("format_version")
+        version: int = d.get("format_version")  # type: ignore[assignment]  # checked next
         reads = (SAMPLES_VERSION,) if d.get("kind") == "samples" else READ_VERSIONS
         if version not in reads or isinstance(version, bool):
             raise FormatError(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from prep.config import RunConfig, check, choice, opt
+from prep.config import RunConfig, check, choice, listed, opt
 
 CODECS = ("raw", "jpeg")  # --codec; mode keep stores raw samples ragged
 
@@ -81,10 +81,9 @@ class PackConfig(RunConfig):
 
     def background_rgb(self) -> tuple[int, int, int]:
         """--background as (R, G, B): "0,0,0" -> (0, 0, 0)."""
-        parts = self.background.replace(" ", "").split(",")
-        rgb = tuple(int(p) for p in parts if p.isdigit() and len(p) <= 3)
+        rgb = listed(self.background, "--background", int, 3)
         check(
-            len(parts) == 3 and len(rgb) == 3 and all(v <= 255 for v in rgb),
+            all(0 <= v <= 255 for v in rgb),
             f"--background {self.background!r}",
             "three values 0-255, R,G,B (e.g. 0,0,0 for black)",
         )
@@ -92,7 +91,7 @@ class PackConfig(RunConfig):
 
     def codecs_by_size(self) -> dict[int, str]:
         """The codec of each size: --codec's one value, or one value per --sizes entry."""
-        codecs = self.codec.replace(" ", "").split(",")
+        codecs = listed(self.codec, "--codec", str)
         what = f"--codec {self.codec}"
         for c in codecs:
             choice(c, CODECS, "--codec")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from prep.config import RunConfig, check, opt
+from prep.config import RunConfig, check, listed, opt
 
 DELIMITERS = {"tab": "\t", "\\t": "\t", "space": " "}
 
@@ -36,7 +36,7 @@ class TableConfig(RunConfig):
     def names(self, key: str) -> list[str]:
         """A comma-separated option as a list of column names."""
         value = getattr(self, key)
-        return [n.strip() for n in value.split(",") if n.strip()] if value else []
+        return listed(value, f"--{key.replace('_', '-')}", str) if value else []
 
     def validate(self) -> None:
         super().validate()

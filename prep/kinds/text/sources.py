@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from prep.config import listed
 from prep.errors import PrepError
 from prep.kinds.text.documents import JSONL_EXTS, Piece
 from prep.run.inputs import check_file, os_reject_code, reject_record, walk
@@ -20,7 +21,7 @@ from prep.run.inputs import check_file, os_reject_code, reject_record, walk
 
 def patterns(text: str) -> list[str]:
     """--glob '*.py, *.md' as ['*.py', '*.md']."""
-    return [p.strip() for p in text.split(",") if p.strip()]
+    return listed(text, "--glob", str)
 
 
 def matches(rel: str, pats: list[str]) -> bool:

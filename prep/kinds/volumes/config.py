@@ -5,19 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from prep.config import RunConfig, check, choice, opt
+from prep.config import RunConfig, check, choice, listed, opt
 
 
 def float_list(text: str | None, n: int, what: str) -> tuple[float, ...] | None:
     """`"1.5,1.5,2"` as (1.5, 1.5, 2.0); a bad or wrong-length list is a UsageError."""
-    if text is None:
-        return None
-    try:
-        values = tuple(float(x) for x in text.replace(" ", "").split(","))
-    except ValueError:
-        values = ()
-    check(len(values) == n, f"{what} {text!r}", f"{n} comma-separated numbers")
-    return values
+    return None if text is None else tuple(listed(text, what, float, n))
 
 
 @dataclass

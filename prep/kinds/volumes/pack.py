@@ -90,7 +90,7 @@ def encode_volume(
             lo, hi = tf.foreground_box(img, lab, cfg.margin)
             boxes.append((lo, tuple(int(n) for n in hi - lo)))
         if cfg.shape is not None:
-            size = tuple(int(float(n)) for n in cfg.shape.split(","))
+            size = tuple(int(n) for n in float_list(cfg.shape, 3, "--shape") or ())
             boxes.append((None, size))
         for start, size in boxes:
             start = tf.centred_start(img.shape, size) if start is None else start
