@@ -79,6 +79,16 @@ class Job:
     nearest: bool = False  # a mask: class ids are never blended
 
 
+def check_crc(src: np.ndarray, crc: int | None, places: Sequence[str], row: int) -> None:
+    """Refuse a JPEG sample whose bytes differ from their stored CRC-32 (None: not stored), on
+    the CPU and before a GPU decode alike: bit rot is a FormatError, never a smeared picture."""
+    if crc is not None and zlib.crc32(src.data) != crc:
+        raise FormatError(
+            f"{places[row]}: the JPEG bytes differ from their checksum (bit rot, or a file "
+            "changed after packing). HINT: run `prep verify`, then repack"
+        )
+
+
 def factor(box_hw: tuple[int, int], out_hw: tuple[int, int]) -> int:
     """The DCT scale divisor for a box shrunk to `out_hw`: 2, 4 or 8 when the output is at most
     that fraction of the box on both sides, else 1.
@@ -186,11 +196,7 @@ def _run(job: Job) -> None:
         top, left, bh, bw = box
         _resize(img[top : top + bh, left : left + bw], job.dst, job.nearest)
         return
-    if job.crc is not None and zlib.crc32(job.src.data) != job.crc:
-        raise FormatError(
-            f"{job.places[job.row]}: the JPEG bytes differ from their checksum (bit rot, or a file "
-            "changed after packing). HINT: run `prep verify`, then repack"
-        )
+    check_crc(job.src, job.crc, job.places, job.row)
     f = factor((box[2], box[3]), (oh, ow))
     top, left, bh, bw = box
     # The box at 1/f scale: whole decoded pixels covering it (at most one more on each side).

@@ -7,12 +7,12 @@ the bytes, one `torchvision.io.decode_jpeg(list, device="cuda")` call decodes th
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Sequence
 
 import numpy as np
 import torch
 
+from loaders.decode import check_crc
 from loaders.format import FormatError
 
 
@@ -41,11 +41,7 @@ def decode_cuda(
             "decode='cuda' needs torchvision. HINT: pip install '.[gpu]' (or decode='cpu')"
         ) from e
     for j, src in enumerate(srcs):
-        if crcs is not None and zlib.crc32(src.data) != int(crcs[j]):
-            raise FormatError(
-                f"{wheres[j]}: the JPEG bytes differ from their checksum. HINT: run `prep "
-                "verify`, then repack"
-            )
+        check_crc(src, None if crcs is None else int(crcs[j]), wheres, j)
     data = [torch.from_numpy(np.array(src)) for src in srcs]  # a copy: the maps are read-only
     mode = ImageReadMode.GRAY if channels == 1 else ImageReadMode.RGB
     try:
