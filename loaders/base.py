@@ -41,9 +41,6 @@ class ShardedDataset(Dataset[Any]):
     `set_epoch` (and a subclass's size) reach persistent DataLoader workers."""
 
     kind: ClassVar[str]
-    crop: Crop | None = None  # images: each sample's box, resized to one shape (loaders.crops)
-    decode: str = "cpu"  # JPEG images: "cuda" decodes a batch with nvJPEG (loaders.gpu_decode)
-    _threads: int | None = None  # JPEG decoding threads (None: up to 4 cores)
 
     def __init__(
         self,
@@ -78,10 +75,6 @@ class ShardedDataset(Dataset[Any]):
     @cached_property
     def _buffers(self) -> BufferPool:
         return BufferPool()
-
-    @cached_property
-    def _pool(self) -> Pool:
-        return Pool(self._threads or min(4, len(os.sched_getaffinity(0))))
 
     def __getstate__(self) -> dict[str, Any]:
         return pickled_state(self)
@@ -134,6 +127,25 @@ class ShardedDataset(Dataset[Any]):
             else:
                 dst[pos] = arr[local[pos]]
 
+    def __getitem__(self, index: int) -> Any:
+        return self.__getitems__([index])[0]
+
+    def __getitems__(self, indices: Sequence[int]) -> Any:
+        raise NotImplementedError
+
+
+class DecodingDataset(ShardedDataset):
+    """A ShardedDataset with image fields: a batch of them is decoded (JPEG), cropped and resized
+    on a pool of threads, or decoded on the GPU (ImageShardDataset, SampleDataset)."""
+
+    crop: Crop | None = None  # each sample's box, resized to one shape (loaders.crops)
+    decode: str = "cpu"  # JPEG: "cuda" decodes a batch with nvJPEG (loaders.gpu_decode)
+    _threads: int | None = None  # JPEG decoding threads (None: up to 4 cores)
+
+    @cached_property
+    def _pool(self) -> Pool:
+        return Pool(self._threads or min(4, len(os.sched_getaffinity(0))))
+
     def decoded(
         self,
         name: str,
@@ -161,9 +173,3 @@ class ShardedDataset(Dataset[Any]):
         out = new_batch((len(local), *shape), torch.uint8, self._buffers, spec.field)
         fill(jobs_for(out.numpy(), srcs, jpeg, hw, boxes, crcs, places, mask), self._pool)
         return out if mask else out.permute(0, 3, 1, 2)
-
-    def __getitem__(self, index: int) -> Any:
-        return self.__getitems__([index])[0]
-
-    def __getitems__(self, indices: Sequence[int]) -> Any:
-        raise NotImplementedError

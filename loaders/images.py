@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from loaders.base import ShardedDataset
+from loaders.base import DecodingDataset
 from loaders.batches import Batch, new_batch
 from loaders.crops import Crop, whole
 from loaders.fields import FIELDS
@@ -21,7 +21,7 @@ from loaders.store import DEFAULT_MAX_OPEN
 CROPPED = ("image", "mask")  # the fields a crop= applies to
 
 
-class ImageShardDataset(ShardedDataset):
+class ImageShardDataset(DecodingDataset):
     """Samples of a packed image dataset, as a tuple in `fields` order, each as its field in
     `loaders.fields.FIELDS` makes it:
 
@@ -194,7 +194,7 @@ class ImageShardDataset(ShardedDataset):
         hw: np.ndarray,
         boxes: np.ndarray,
     ) -> torch.Tensor:
-        """A batch of `field` (image or mask) decoded, cropped and resized (ShardedDataset)."""
+        """A batch of `field` (image or mask) decoded, cropped and resized (DecodingDataset)."""
         name = self._name(field, size)
         jpeg = self.store.manifest.arrays[name].codec == "jpeg"
         crcs = self._per_sample("crc", size, groups, local) if jpeg else None

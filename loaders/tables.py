@@ -14,14 +14,14 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
 
+from loaders.base import Remote, ShardedDataset
 from loaders.batches import Batch, check_indices, new_batch
-from loaders.store import DEFAULT_MAX_OPEN, ShardStore, pickled_state
+from loaders.store import DEFAULT_MAX_OPEN
 
 NAT = np.iinfo(np.int64).min
 MAX_RUNS = 16  # more contiguous runs than this in a batch: gather instead
@@ -38,7 +38,7 @@ class _Plan:
     parts: list[tuple[int, int, int, np.ndarray]] = field(default_factory=list)
 
 
-class TableDataset(Dataset[tuple[torch.Tensor, ...]]):
+class TableDataset(ShardedDataset):
     """The rows of one split: item i is (x_num, x_cat, y), or (x_num, x_cat) for a table packed
     without --target, plus the missing mask (bool, (n_num,)) with `missing_mask=True` (the
     dataset must have been packed with --missing-mask), plus, last, the row's index in the split,
@@ -52,7 +52,9 @@ class TableDataset(Dataset[tuple[torch.Tensor, ...]]):
     values of codes 2, 3, ... (0 is missing, 1 a value unseen in train); `mean`, `std`: float32
     (n_num,) over the train rows, for (x_num - mean) / std on the GPU. A text or --categorical
     target is a class id 0..K-1 (what F.cross_entropy takes): `classes` are their names and
-    `num_classes` is K (an integer target's max + 1)."""
+    `num_classes` is K (an integer target's max + 1). `root` may be a URL (see ShardedDataset)."""
+
+    kind = "table"
 
     def __init__(
         self,
@@ -63,19 +65,16 @@ class TableDataset(Dataset[tuple[torch.Tensor, ...]]):
         in_memory: bool = False,
         index: bool = False,
         max_open: int = DEFAULT_MAX_OPEN,
+        **remote: Unpack[Remote],
     ):
-        self.store = ShardStore(root, "table", max_open=max_open)
-        self.split, self.missing_mask, self.in_memory = split, missing_mask, in_memory
-        self.with_index = index
+        super().__init__(root, split=split, max_open=max_open, **remote)
+        self.missing_mask, self.in_memory, self.with_index = missing_mask, in_memory, index
         if not self._shards:
             raise ValueError(
                 f"{self.store.root} has no {split!r} rows (rows per split: "
                 f"{self.store.manifest.extra['splits']}). HINT: repack with --val-fraction, "
                 "or use split='train'"
             )
-
-    def __getstate__(self) -> dict[str, Any]:
-        return pickled_state(self)
 
     @cached_property
     def _columns(self) -> dict[str, dict[str, Any]]:
@@ -144,19 +143,6 @@ class TableDataset(Dataset[tuple[torch.Tensor, ...]]):
         return {n: len(self.vocab[n]) + 2 for n in self.categorical_columns}
 
     @cached_property
-    def _shards(self) -> list[int]:
-        return [i for i, s in enumerate(self.store.manifest.shards) if s.split == self.split]
-
-    @cached_property
-    def _starts(self) -> np.ndarray:
-        counts = [self.store.manifest.shards[i].count for i in self._shards]
-        return np.cumsum([0, *counts]).astype(np.int64)
-
-    @cached_property
-    def shard_sizes(self) -> list[int]:
-        return np.diff(self._starts).tolist()
-
-    @cached_property
     def _times(self) -> np.ndarray:
         return np.array([self._columns[n]["kind"] == "time" for n in self.numeric_columns])
 
@@ -165,9 +151,6 @@ class TableDataset(Dataset[tuple[torch.Tensor, ...]]):
         spec = self.store.manifest.arrays.get("target")
         floats = spec is not None and np.dtype(spec.dtype).kind == "f"
         return torch.float32 if floats else torch.int64
-
-    def __len__(self) -> int:
-        return int(self._starts[-1])
 
     def _plan(self, idx: np.ndarray) -> _Plan:
         """Where a batch's rows lie: one shard lookup for every array of the batch."""
@@ -201,7 +184,7 @@ class TableDataset(Dataset[tuple[torch.Tensor, ...]]):
         cols = out.reshape(plan.size, -1)
         for shard, dst, src in plan.runs:
             for j, name in enumerate(names):
-                cols[dst, j] = self.store.array(self._shards[shard], name)[src]
+                cols[dst, j] = self.arrays.array(self._shards[shard], name)[src]
         if not plan.parts:
             return
         # One gather per array and shard into a column-major buffer of the stored dtype (the
@@ -211,7 +194,7 @@ class TableDataset(Dataset[tuple[torch.Tensor, ...]]):
         buf = np.empty((len(names), plan.size), kinds.pop() if len(kinds) == 1 else out.dtype)
         for shard, a, b, local in plan.parts:
             for j, name in enumerate(names):
-                arr = self.store.array(self._shards[shard], name)
+                arr = self.arrays.array(self._shards[shard], name)
                 if arr.dtype == buf.dtype:
                     arr.take(local, out=buf[j, a:b], mode="clip")  # rows checked already
                 else:
@@ -222,7 +205,7 @@ class TableDataset(Dataset[tuple[torch.Tensor, ...]]):
             cols[plan.order] = buf.T
 
     @cached_property
-    def _memory(self) -> tuple[torch.Tensor, ...]:
+    def _rows(self) -> tuple[torch.Tensor, ...]:
         """The split's batch tensors for every row, read once per process (in_memory)."""
         return self._read(np.arange(len(self))).tensors
 
@@ -234,7 +217,7 @@ class TableDataset(Dataset[tuple[torch.Tensor, ...]]):
         else:
             rows = torch.from_numpy(idx)
             out = []
-            for t in self._memory:  # one row gather per tensor, as from in-memory tensors
+            for t in self._rows:  # one row gather per tensor, as from in-memory tensors
                 buf = new_batch((len(idx), *t.shape[1:]), t.dtype)
                 out.append(torch.index_select(t, 0, rows, out=buf))
         if self.with_index:  # made here, never read: the in-memory copy holds no index
@@ -276,9 +259,6 @@ class TableDataset(Dataset[tuple[torch.Tensor, ...]]):
             raw = np.zeros(plan.size, np.int64)
             self._fill(raw, [nums[j]], plan)
             x[raw == NAT, j] = np.nan
-
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, ...]:
-        return tuple(t[0] for t in self.__getitems__([index]).tensors)
 
     def decode(self, column: str, codes: Any) -> list[str | None]:
         """Codes of a categorical column back to its values (None: missing, '<unseen>'), or

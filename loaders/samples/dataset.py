@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from loaders.base import ShardedDataset
+from loaders.base import DecodingDataset
 from loaders.batches import Batch, new_batch
 from loaders.crops import Crop, whole
 from loaders.format import array_name
@@ -38,7 +38,7 @@ class SampleBatch(Batch):
         return fields[j] if isinstance(j, str) else {k: v[j] for k, v in fields.items()}
 
 
-class SampleDataset(ShardedDataset):
+class SampleDataset(DecodingDataset):
     """Samples of a `prep.pack_samples` dataset as dicts of `fields` (default: every field).
 
     Each field comes as its kind makes it (loaders.samples): fixed arrays stacked; ragged ones
