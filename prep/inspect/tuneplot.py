@@ -4,12 +4,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from prep.errors import PrepError
-
-if TYPE_CHECKING:
-    from prep.inspect.tune import TuneResult
+from prep.inspect.tuned import TuneResult
 
 
 def check_plot() -> None:
