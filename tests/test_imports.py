@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
+from pathlib import Path
 
 
 def modules_after(code: str) -> set[str]:
@@ -34,3 +36,84 @@ def test_prep_help_runs() -> None:
         text=True,
     )
     assert out.returncode == 0 and "pack" in out.stdout
+
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("prep", "loaders", "bench")
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Each module of prep, loaders and bench -> the modules of theirs it imports (at the top
+    or inside a function: both count)."""
+    mods: dict[str, Path] = {}
+    for pkg in PACKAGES:
+        for f in sorted((ROOT / pkg).rglob("*.py")):
+            name = ".".join(f.relative_to(ROOT).with_suffix("").parts)
+            mods[name.removesuffix(".__init__")] = f
+    graph: dict[str, set[str]] = {}
+    for name, f in mods.items():
+        package = name if f.name == "__init__.py" else name.rpartition(".")[0]
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*up, base] if base else up)
+                found |= {base} | {f"{base}.{a.name}" for a in node.names}
+        if name.startswith("bench"):  # bench/ runs as a folder of scripts: `import rows`
+            found |= {f"bench.{m}" for m in found}
+        graph[name] = {m for m in found if m in mods and m != name}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            part = []
+            while True:
+                w = stack.pop()
+                part.append(w)
+                if w == v:
+                    break
+            if len(part) > 1:
+                out.append(sorted(part))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    assert circles(import_graph()) == []
+
+
+if __name__ == "__main__":  # `python tests/test_imports.py`: the graph by folder, and circles
+    edges = sorted(
+        {
+            (a.rsplit(".", 1)[0] if a.count(".") > 1 else a, b.rsplit(".", 1)[0])
+            for a, deps in import_graph().items()
+            for b in deps
+            if a.split(".")[:2] != b.split(".")[:2]
+        }
+    )
+    for a, b in edges:
+        print(f"{a} -> {b}")
+    print("circles:", circles(import_graph()) or "none")
