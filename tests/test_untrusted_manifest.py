@@ -1,0 +1,204 @@
+"""Opening a dataset someone else made (issue 23): manifests a JSON parser accepts but prep does
+not write are one FormatError line at open, and `prep verify` reads every value against the
+manifest (token ids, table and target codes) in bounded memory."""
+
+from __future__ import annotations
+
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from untrusted import copy, digest, edit_manifest, images, packed_table, rewrite, tokens, volumes
+
+from loaders import DocumentDataset, ImageShardDataset, TableDataset
+from loaders.fields import FIELDS
+from loaders.format import MANIFEST, ArrayRef, FormatError, check_files, read_manifest
+
+# ---------------------------------------------------------------- 6. manifests JSON accepts
+
+
+def test_deeply_nested_manifest(tmp_path: Path) -> None:
+    root = images(tmp_path / "ds")
+    (root / MANIFEST).write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(FormatError, match=r"manifest\.json"):
+        read_manifest(root)
+
+
+def test_deeply_nested_extra(tmp_path: Path) -> None:
+    root = images(tmp_path / "ds")
+    text = (
+        (root / MANIFEST)
+        .read_text()
+        .replace('"extra": {}', '"extra": ' + "[" * 100_000 + "]" * 100_000)
+    )
+    (root / MANIFEST).write_text(text)
+    with pytest.raises(FormatError, match=r"manifest\.json"):
+        ImageShardDataset(root)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda d: d.update(extra=[1, 2]), "extra"),
+        (lambda d: d.update(config="x"), "config"),
+        (lambda d: d["extra"].pop("eot_id"), "eot_id"),
+        (lambda d: d["extra"].update(eot_id="5"), "eot_id"),
+        (lambda d: d["extra"].update(eot_id=True), "eot_id"),
+        (lambda d: d["extra"].update(eot_id=300), "eot_id"),
+        (lambda d: d["extra"].pop("vocab_size"), "vocab_size"),
+        (lambda d: d["extra"].update(vocab_size=2.5), "vocab_size"),
+        (lambda d: d["extra"].update(vocab_size=0), "vocab_size"),
+    ],
+    ids=[
+        "extra-list",
+        "config-str",
+        "no-eot",
+        "eot-str",
+        "eot-bool",
+        "eot-too-big",
+        "no-vocab",
+        "vocab-float",
+        "vocab-0",
+    ],
+)
+def test_token_manifest_extra(tmp_path: Path, change: Any, message: str) -> None:
+    root = edit_manifest(tokens(tmp_path / "tok", [[1, 2, 3]], eot_id=3), change)
+    with pytest.raises(FormatError, match=message):
+        read_manifest(root)
+    with pytest.raises(FormatError, match=message):
+        DocumentDataset(root, split="train")
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return packed_table(tmp_path_factory.mktemp("table"))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda d: d["extra"].pop("columns"), "columns"),
+        (lambda d: d["extra"].update(columns={"a": 1}), "columns"),
+        (lambda d: d["extra"]["columns"].append(5), "columns"),
+        (lambda d: d["extra"].pop("arrays"), "arrays"),
+        (lambda d: d["extra"]["arrays"].update(cat_0="nowhere"), "nowhere"),
+        (lambda d: d["extra"]["arrays"].pop("cat_0"), "cat_0"),
+        (lambda d: d["extra"]["columns"][1].update(vocab="abc"), "vocab"),
+        (lambda d: d["extra"]["columns"][0].pop("kind"), "kind"),
+        (lambda d: d["extra"]["columns"][0].update(mean="x"), "mean"),
+    ],
+    ids=[
+        "no-columns",
+        "columns-dict",
+        "column-int",
+        "no-arrays",
+        "unknown-column",
+        "array-unnamed",
+        "vocab-str",
+        "no-kind",
+        "mean-str",
+    ],
+)
+def test_table_manifest_extra(table: Path, tmp_path: Path, change: Any, message: str) -> None:
+    root = edit_manifest(copy(table, tmp_path / "t"), change)
+    with pytest.raises(FormatError, match=message):
+        read_manifest(root)
+    with pytest.raises(FormatError, match=message):
+        TableDataset(root)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda d: d["extra"].pop("volumes"),
+        lambda d: d["extra"]["volumes"].pop(),
+        lambda d: d["extra"]["volumes"][0].update(pad="0"),
+        lambda d: d["extra"].update(targets=[{"array": "nowhere", "classes": None}]),
+    ],
+    ids=["no-volumes", "too-few", "pad-str", "target-array"],
+)
+def test_volume_manifest_extra(tmp_path: Path, change: Any) -> None:
+    root = edit_manifest(volumes(tmp_path / "vol", [(1, 1, 4)], [0, 4], 4), change)
+    with pytest.raises(FormatError, match=r"extra\.(volumes|targets)"):
+        read_manifest(root)
+
+
+# ---------------------------------------------------------------- 7. values against the manifest
+
+
+def test_token_ids_beyond_vocab(tmp_path: Path) -> None:
+    root = tokens(tmp_path / "tok", [[1, 2, 299, 3], [4]], vocab_size=300)
+    assert check_files(root, read_manifest(root), checksums=True) == []
+    edit_manifest(root, lambda d: d["extra"].update(vocab_size=299))
+    problems = check_files(root, read_manifest(root), checksums=True)
+    assert (
+        len(problems) == 1
+        and "tokens-00000.npy: token id 299 is not below vocab_size 299" in (problems[0])
+    )
+    assert check_files(root, read_manifest(root)) == []  # opening reads no token
+
+
+def test_prep_verify_checks_values(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from prep.cli import app
+
+    root = tokens(tmp_path / "tok", [[1, 2, 299, 3]], vocab_size=300)
+    assert CliRunner().invoke(app, ["verify", str(root)]).exit_code == 0
+    edit_manifest(root, lambda d: d["extra"].update(vocab_size=200))
+    result = CliRunner().invoke(app, ["verify", str(root)])
+    assert result.exit_code == 1 and "token id 299 is not below vocab_size 200" in result.output
+
+
+def test_table_codes_beyond_vocab(table: Path, tmp_path: Path) -> None:
+    root = copy(table, tmp_path / "t")
+    m = read_manifest(root)
+    assert check_files(root, m, checksums=True) == []
+    for name, top in (("cat_0", 4), ("target", 1)):  # 0, 1, then 3 cities; 2 classes
+        rel = m.shards[0].arrays[name].file
+        codes = np.load(root / rel)
+        codes[-1] = top + 1
+        rewrite(root, rel, codes)
+        problems = check_files(root, read_manifest(root), checksums=True)
+        assert any(f"{rel}: code {top + 1} is beyond" in p for p in problems), problems
+        codes[-1] = top
+        rewrite(root, rel, codes)
+        assert check_files(root, read_manifest(root), checksums=True) == []
+
+
+def test_volume_target_codes_beyond_classes(tmp_path: Path) -> None:
+    root = volumes(tmp_path / "vol", [(1, 1, 4), (1, 1, 4)], [0, 4, 8], 8)
+    m = read_manifest(root)
+    rel = "volume_target_0-00000.npy"
+    np.save(root / rel, np.array([2, 3], np.uint8))
+    m.arrays["volume_target_0"] = FIELDS["volume_target"].spec(0, max_value=3)
+    m.shards[0].arrays["volume_target_0"] = ArrayRef(rel, 2)
+    m.shards[0].files[rel] = digest(root / rel)
+    m.extra["targets"] = [{"column": "grade", "array": "volume_target_0", "classes": list("abc")}]
+    (root / MANIFEST).write_text(m.to_json())
+    assert check_files(root, read_manifest(root)) == []  # opening reads no target
+    problems = check_files(root, read_manifest(root), values=True)
+    assert len(problems) == 1 and "code 3 is beyond column grade's codes 0..2" in problems[0]
+
+
+def test_value_checks_run_in_bounded_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chunked pass: 8 MB of tokens read 1 MB at a time, the bad id in the last chunk."""
+    n = 4_000_000
+    root = tokens(tmp_path / "tok", [[1] * (n - 1) + [299]], vocab_size=300)
+    from loaders.format import values
+
+    monkeypatch.setattr(values, "CHUNK_BYTES", 1 << 20)
+    edit_manifest(root, lambda d: d["extra"].update(vocab_size=299))
+    m = read_manifest(root)
+    tracemalloc.start()
+    try:
+        problems = check_files(root, m, values=True)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(problems) == 1 and "299" in problems[0]
+    assert peak < 4 << 20, peak
