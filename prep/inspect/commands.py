@@ -95,7 +95,7 @@ def preview(
 
     Example: prep preview data/demo-packed --size 128 --count 32 --output sheet.png
     """
-    from loaders.format import load_manifest
+    from loaders.format import check_files, load_manifest, problems_error
     from loaders.remote import url_of
     from prep.inspect.preview import preview as sheet
 
@@ -107,8 +107,13 @@ def preview(
     with reading(root):
         # The folder's checks first: preview reads arrays that a bad header or offset would
         # make it misread (a volume's shape, a label out of range).
-        if load_manifest(root).kind == "table":  # rows decoded back, as text
+        m = load_manifest(root)
+        if m.kind == "table":  # rows decoded back, as text: their codes checked first
             from prep.kinds.table.show import first_rows
+
+            problems = check_files(root, m, values=True)
+            if problems:
+                raise problems_error(problems)
 
             typer.echo(first_rows(root, min(count, 20)))
             return
