@@ -335,3 +335,29 @@ def test_a_url_out_on_s3(det: Path, tmp_path: Path, s3: Any) -> None:
     x, y = remote.__getitems__(list(range(12))), local.__getitems__(list(range(12)))
     assert torch.equal(x["image"], y["image"]) and x["meta"] == y["meta"]
     assert torch.equal(x["boxes"], y["boxes"])
+
+
+def test_inputs_from_parquet_txt_and_a_folder_with_limit(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "imgs").mkdir()
+    for i in range(4):
+        PILImage.fromarray(IMAGES[i]).save(tmp_path / "imgs" / f"{i}.png")
+    rows = tmp_path / "rows.parquet"
+    pq.write_table(pa.table({"path": [f"imgs/{i}.png" for i in range(4)], "y": [3, 2, 1, 0]}), rows)
+    (tmp_path / "list.txt").write_text("".join(f"imgs/{i}.png\n" for i in range(4)))
+    fields = {"image": Image(sizes=(16,)), "y": Label()}
+
+    def make(x: Any) -> dict[str, Any]:
+        path = x["path"] if isinstance(x, dict) else x
+        return {"image": path, "y": x["y"] if isinstance(x, dict) else int(Path(path).stem)}
+
+    want = SampleDataset(pack(rows, tmp_path / "p", fields, make) and tmp_path / "p")
+    assert want.__getitems__([0, 1, 2, 3])["y"].tolist() == [3, 2, 1, 0]
+    for src in ("list.txt", "imgs"):
+        s = pack(tmp_path / src, tmp_path / f"o-{src}", fields, make, limit=3)
+        assert s.packed == 3
+        got = SampleDataset(tmp_path / f"o-{src}").__getitems__([0, 1, 2])
+        assert got["y"].tolist() == [0, 1, 2]
+        assert torch.equal(got["image"], want.__getitems__([0, 1, 2])["image"])
