@@ -361,3 +361,22 @@ def test_inputs_from_parquet_txt_and_a_folder_with_limit(tmp_path: Path) -> None
         got = SampleDataset(tmp_path / f"o-{src}").__getitems__([0, 1, 2])
         assert got["y"].tolist() == [0, 1, 2]
         assert torch.equal(got["image"], want.__getitems__([0, 1, 2])["image"])
+
+
+def test_ranks_quasi_random_order_skip_and_transforms(det: Path) -> None:
+    from loaders import transforms as T
+    from loaders.samplers import ShardSampler
+
+    ds = SampleDataset(det, fields=("image", "meta", "index"), crop=CenterCrop(16))
+    shares = []
+    for rank in (0, 1):
+        sampler = ShardSampler(ds.shard_sizes, "quasi_random", 3, 2, num_replicas=2, rank=rank)
+        loader = make_loader(ds, batch_size=2, sampler=sampler)
+        whole = [m["id"] for b in loader for m in b["meta"]]
+        sampler.skip(2)  # one batch read before a restart: the rest, in the same order
+        assert [m["id"] for b in loader for m in b["meta"]] == whole[2:]
+        shares.append(whole)
+    assert sorted(shares[0] + shares[1]) == list(range(12))  # two ranks, disjoint, whole
+    aug = T.Compose([T.RandomResizedCrop(8), T.RandomHorizontalFlip()], seed=0)
+    batch = ds.__getitems__([5, 1])
+    assert aug(batch["image"], index=batch["index"]).shape == (2, 3, 8, 8)
