@@ -380,3 +380,20 @@ def test_ranks_quasi_random_order_skip_and_transforms(det: Path) -> None:
     aug = T.Compose([T.RandomResizedCrop(8), T.RandomHorizontalFlip()], seed=0)
     batch = ds.__getitems__([5, 1])
     assert aug(batch["image"], index=batch["index"]).shape == (2, 3, 8, 8)
+
+
+def test_lying_values_are_refused_at_open(tmp_path: Path) -> None:
+    rows = [{"y": i % 2, "v": np.zeros((i, 2), np.float32)} for i in range(4)]
+    fields = {"y": Label(("a", "b")), "v": Array("float32", (None, 2))}
+    out = tmp_path / "ds"
+    pack(rows, out, fields)
+    SampleDataset(out)  # as packed: fine
+    y = np.load(out / "y-00000.npy")
+    np.save(out / "y-00000.npy", np.full_like(y, 7))  # a class beyond the two
+    m = json.loads((out / "manifest.json").read_text())
+    m["shards"][0]["files"]["y-00000.npy"]["sha256"] = "0" * 64
+    (out / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(FormatError, match="label 7 of y is not one of its classes"):
+        SampleDataset(out)
+    result = CliRunner().invoke(app, ["verify", str(out)])
+    assert result.exit_code == 1 and "y-00000.npy" in result.output
