@@ -59,7 +59,7 @@ def check_shard(
     `checksums` also recomputes sha256, and `values` reads every value against the manifest
     (loaders.format.values: token ids, table and target codes; chunked, bounded memory)."""
     shard = manifest.shards[index]
-    found = _file_problems(path_of, shard, checksums) + _array_problems(manifest, shard)
+    found = _file_problems(path_of, shard, checksums) + array_problems(manifest, shard)
     layouts: Arrays = {}
     if not found:  # the files are there and whole: read their headers
         names = [(n, n + OFFSETS) if r.offsets else (n,) for n, r in shard.arrays.items()]
@@ -97,7 +97,9 @@ def _file_problems(path_of: PathOf, shard: Shard, checksums: bool) -> list[str]:
     return found
 
 
-def _array_problems(manifest: Manifest, shard: Shard) -> list[str]:
+def array_problems(manifest: Manifest, shard: Shard) -> list[str]:
+    """The shard's arrays against the manifest and the shard's files, without reading a file:
+    declared arrays it lacks, arrays not declared, arrays in files it does not list."""
     found = [
         f"array {name} is declared in the manifest but has no file"
         for name in sorted(set(manifest.arrays) - set(shard.arrays))

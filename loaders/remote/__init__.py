@@ -4,8 +4,8 @@
 shard file on first use into a local cache shared by every process of the node
 (loaders.remote.cache), verified against the manifest's size and sha256, and hands the store
 the cached file to map. Credentials come from fsspec's own configuration (environment,
-profiles); `storage_options` passes through to the file system. fsspec is imported only for
-a URL (loaders.remote.fs).
+profiles); `storage_options` passes through to the file system. Every request to the URL goes
+through loaders.remote.storage, which prep's uploads use too; fsspec is imported only there.
 """
 
 from __future__ import annotations
@@ -15,64 +15,33 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from loaders.format import MANIFEST, FormatError, Manifest, problems_error, read_manifest, safe_path
-from loaders.remote.cache import CHUNK, FileCache, default_cache_dir, parse_bytes, warn_small_cache
-from loaders.remote.checks import arrival_problems, name_problem, url_problems
-from loaders.remote.fs import Url, filesystem, url_of
+from loaders.remote.cache import FileCache, default_cache_dir, parse_bytes, warn_small_cache
+from loaders.remote.checks import arrival_problems, url_problems
+from loaders.remote.storage import BACKOFF, RETRIES, Storage, Url, filesystem, retried, url_of
 
 if TYPE_CHECKING:  # torch only for a loader that follows windows, not for `prep` commands
     from loaders.remote.prefetch import Follower, WindowPlan
 
-__all__ = ["RemoteBackend", "Url", "dataset_file", "filesystem", "open_remote", "retried", "url_of"]
-T = TypeVar("T")
-RETRIES = 4  # tries of one read before it fails
-BACKOFF = 0.5  # seconds before the second try, doubling after each
+__all__ = [
+    "RemoteBackend",
+    "Storage",
+    "Url",
+    "dataset_file",
+    "filesystem",
+    "open_remote",
+    "retried",
+    "url_of",
+]
+# A reader's requests are tried RETRIES times, BACKOFF seconds apart (doubling): storage's
+# defaults, read from this module when a RemoteBackend is made, so that
+# `loaders.remote.BACKOFF = 0.01` tunes the readers made after it.
 CHECK_EVERY = 10.0  # seconds between two looks at the remote manifest (a request each)
 
 Stamp = tuple[int, int, int, int]
 FileAt = Callable[[str, str], Path]  # (name, sha256) -> a local path of that file
-
-
-def retried(what: str, fn: Callable[[], T], tries: int | None = None) -> T:
-    """`fn()`, tried again with backoff on a network error; then one OSError naming `what`.
-    A missing file or refused credentials fail at once (FormatError): trying again cannot help."""
-    tries = tries or RETRIES
-    for attempt in range(tries):
-        try:
-            return fn()
-        except FileNotFoundError as e:
-            if not _network(e):
-                raise FormatError(
-                    f"{what} does not exist. HINT: check the URL (bucket and folder), and "
-                    "that the dataset was uploaded (its manifest.json is put last)"
-                ) from None
-            error: Exception = e
-        except PermissionError as e:
-            raise FormatError(
-                f"{what}: access refused ({e}). HINT: check the credentials fsspec finds "
-                "(environment, profile) or pass storage_options="
-            ) from None
-        except FormatError:
-            raise
-        except Exception as e:  # fsspec implementations raise their own network errors
-            error = e
-        if attempt + 1 == tries:
-            cause = error.__cause__ or error
-            raise OSError(
-                f"{what}: cannot read it after {tries} tries ({type(cause).__name__}: {cause}). "
-                "HINT: check the network and the server; the cache keeps what was fetched"
-            ) from error
-        time.sleep(BACKOFF * 2**attempt)
-    raise AssertionError("unreachable")
-
-
-def _network(e: FileNotFoundError) -> bool:
-    """fsspec's HTTP file system reports a refused connection as FileNotFoundError, caused by
-    the network error: that one is worth trying again."""
-    cause = e.__cause__
-    return isinstance(cause, (OSError, TimeoutError)) and not isinstance(cause, FileNotFoundError)
 
 
 def open_remote(root: object) -> tuple[RemoteBackend, Manifest] | None:
@@ -98,7 +67,8 @@ def dataset_file(root: str | os.PathLike[str], kind: str) -> tuple[Manifest, Fil
 
 
 class RemoteBackend:
-    """A dataset at a URL, read through a verified local cache (see the module docstring)."""
+    """A dataset at a URL, read through a verified local cache (see the module docstring); its
+    requests go through `storage` (loaders.remote.storage)."""
 
     def __init__(
         self,
@@ -109,17 +79,15 @@ class RemoteBackend:
         storage_options: dict[str, Any] | None = None,
         hold: int = 128,
     ):
-        self.root = Url(url)
+        self.storage = Storage(url, storage_options, tries=RETRIES, backoff=BACKOFF)
+        self.root = self.storage.root
         self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         self.cache_limit = parse_bytes(cache_limit)
-        self.storage_options = storage_options or {}
         self.hold = hold
         self.plan: WindowPlan | None = None  # set by follow
         self._init_process()
 
     def _init_process(self) -> None:
-        self._fs: Any = None
-        self._fs_pid = 0
         self._files: dict[str, tuple[int, str]] = {}  # name -> (bytes, sha256)
         self._manifest: Manifest | None = None  # the one _files was read from
         self._shard_of: dict[str, int] = {}  # file name -> its shard
@@ -152,24 +120,15 @@ class RemoteBackend:
         self._follower = Follower(self.plan, self.cache_limit)
         return self.plan.set
 
-    @property
-    def fs(self) -> Any:
-        # fsspec's async file systems (s3, http) refuse to run in a forked child, such as a
-        # DataLoader worker: each process makes its own.
-        if self._fs is None or self._fs_pid != os.getpid():
-            self._fs, self._fs_pid = filesystem(self.root, self.storage_options), os.getpid()
-        return self._fs
-
     def read_manifest(self) -> tuple[bytes, Stamp]:
-        url = self.root / MANIFEST
         stamp = self._remote_stamp()
         if stamp is None:
             raise FormatError(
-                f"{url} does not exist. HINT: check the URL (bucket and folder), and that the "
-                "dataset was uploaded (its manifest.json is put last)"
+                f"{self.root / MANIFEST} does not exist. HINT: check the URL (bucket and "
+                "folder), and that the dataset was uploaded (its manifest.json is put last)"
             )
-        data: bytes = retried(url, lambda: self.fs.cat_file(url))
-        m = self._manifest = Manifest.from_json(data, url)
+        data = self.storage.read(MANIFEST)
+        m = self._manifest = Manifest.from_json(data, self.root / MANIFEST)
         self._files = {n: (f.bytes, f.sha256) for s in m.shards for n, f in s.files.items()}
         self._shard_of = {n: i for i, s in reversed(list(enumerate(m.shards))) for n in s.files}
         self._shards = [  # an array in a file its shard does not list: refused at open
@@ -182,13 +141,9 @@ class RemoteBackend:
         return data, stamp
 
     def _remote_stamp(self) -> Stamp | None:
-        url = self.root / MANIFEST
-        try:
-            info = retried(url, lambda: self.fs.info(url))
-        except FormatError as e:
-            if "does not exist" in str(e):
-                return None
-            raise
+        info = self.storage.info(MANIFEST)
+        if info is None:
+            return None
         tag = str(info.get("ETag") or info.get("etag") or info.get("LastModified") or "")
         digest = int.from_bytes(hashlib.blake2b(tag.encode(), digest_size=7).digest(), "big")
         return 0, 0, int(info.get("size") or 0), digest
@@ -225,8 +180,11 @@ class RemoteBackend:
 
     def _fetch(self, name: str) -> Path:
         size, sha256 = self._files[name]
-        url = self.url(name)
-        return self._cache.get(sha256, size, url, lambda f: self._download(url, f))
+        return self._cached(name, size, sha256)
+
+    def _cached(self, name: str, size: int, sha256: str) -> Path:
+        url = self.storage.url(name)  # refuses a name that leaves the dataset
+        return self._cache.get(sha256, size, url, lambda f: self.storage.download(name, f))
 
     def _check_arrival(self, name: str, path: Path) -> None:
         """The folder checks of the arrays read with `name`, on their cached copies, before
@@ -238,50 +196,18 @@ class RemoteBackend:
             raise problems_error(problems)
         self._checked_files.add(name)
 
-    def _download(self, url: str, dst: BinaryIO) -> None:
-        def once() -> None:
-            dst.seek(0)
-            dst.truncate()
-            with self.fs.open(url, "rb", block_size=CHUNK) as src:
-                while chunk := src.read(CHUNK):
-                    dst.write(chunk)
-
-        retried(url, once)
-
-    def listing(self) -> dict[str, int]:
-        """Remote file name -> byte size, for the files under the dataset's URL."""
-        found = retried(self.root, lambda: self.fs.find(self.root, detail=True))
-        base = self.fs._strip_protocol(self.root).rstrip("/") + "/"
-        return {p[len(base) :]: int(i.get("size") or 0) for p, i in found.items()}
-
     def named_file(self, name: str, sha256: str) -> Path:
         """A file the manifest names beside its shards (a tokenizer), fetched into the cache
         and checked against `sha256` as a shard file is."""
-        url = self.url(name)
-        return self._cache.get(sha256, self._size(name), url, lambda f: self._download(url, f))
-
-    def _size(self, name: str) -> int:
-        url = self.url(name)
-        return int(retried(url, lambda: self.fs.size(url)))
+        return self._cached(name, self.storage.size(name), sha256)
 
     def problems(self, manifest: Manifest, checksums: bool = False) -> list[str]:
-        """check_files' lines for the URL (loaders.remote.checks.url_problems)."""
-        return url_problems(self, manifest, checksums)
-
-    def url(self, name: str) -> Url:
-        """The URL of the dataset's file `name`; a name that would leave the dataset (`..`, a
-        query) is refused."""
-        problem = name_problem(self.root, name)
-        if problem:
-            raise FormatError(f"{problem}. HINT: the manifest was edited or damaged: repack")
-        return self.root / name
-
-    def download_to(self, name: str, path: Path) -> None:
-        with open(path, "wb") as f:
-            self._download(self.url(name), f)
+        """check_files' lines for the URL (loaders.remote.checks.url_problems); `prep verify`
+        downloads into a temporary folder in the cache's folder."""
+        return url_problems(self.storage, manifest, checksums, self.cache_dir)
 
     def __getstate__(self) -> dict[str, Any]:
-        keep = ("root", "cache_dir", "cache_limit", "storage_options", "hold", "plan")
+        keep = ("storage", "root", "cache_dir", "cache_limit", "hold", "plan")
         return {k: self.__dict__[k] for k in keep}
 
     def __setstate__(self, state: dict[str, Any]) -> None:

@@ -27,12 +27,11 @@ from pathlib import Path
 from typing import BinaryIO
 
 from loaders.format import FormatError, sha256_file
+from loaders.format.spec import is_sha256
 
-CHUNK = 1 << 22  # bytes a read while downloading
 HOST = socket.gethostname()
 UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
 UNITS |= {"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
-SHA256 = re.compile(r"[0-9a-f]{64}")  # an entry's name: never a path, whatever a manifest says
 
 
 def default_cache_dir() -> Path:
@@ -100,7 +99,7 @@ class FileCache:
     def entry(self, sha256: str, source: str = "") -> Path:
         """The cached file `sha256` (of `source`, named in errors). Refuses a sha256 that is not
         64 lowercase hex digits: a manifest's "../../x" would name a file outside the cache."""
-        if not (isinstance(sha256, str) and SHA256.fullmatch(sha256)):
+        if not is_sha256(sha256):  # an entry's name: never a path, whatever a manifest says
             raise FormatError(
                 f"{source or self.dir}: the manifest's sha256 {str(sha256)[:80]!r} is not 64 "
                 "lowercase hex digits; refused. HINT: the manifest was edited or damaged: repack"

@@ -15,43 +15,19 @@ lines name the remote files again.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
-import re
 import secrets
 import shutil
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from loaders.format import FormatError, Manifest, Shard, array_name
-from loaders.format.checks import (
-    _array_problems,  # the shard's arrays against its files
-    check_shard,
-)
-from loaders.remote.cache import CHUNK
-from loaders.remote.fs import Url
-
-if TYPE_CHECKING:
-    from loaders.remote import RemoteBackend
-
+from loaders.format.checks import array_problems, check_shard
+from loaders.remote.storage import Storage, Url, name_problem
 
 THREADS = 4  # downloads at once while verifying
 WHOLE = ("tokens", "volumes")  # kinds whose shard checks read every array of the shard
-
-
-_PART = re.compile(r"[^/\\\0?#%]+")  # no separators, queries, fragments or %-escapes
-
-
-def name_problem(url: object, name: object) -> str | None:
-    """Why a manifest's file name may not be joined to the dataset's URL (None: it may): an
-    absolute or `..` path, or a query, would read another object (a folder's reader refuses
-    them too: loaders.format.safe_path)."""
-    parts = name.split("/") if isinstance(name, str) else [""]
-    if all(_PART.fullmatch(p) and p not in (".", "..") for p in parts):
-        return None
-    return f"manifest path {str(name)[:80]!r} escapes the dataset {url}"
 
 
 def structure_problems(manifest: Manifest, url: object) -> list[str]:
@@ -61,7 +37,7 @@ def structure_problems(manifest: Manifest, url: object) -> list[str]:
     found = [
         f"shard {i}: {p}"
         for i, s in enumerate(manifest.shards)
-        for p in [name_problem(url, n) for n in s.files] + _array_problems(manifest, s)
+        for p in [name_problem(url, n) for n in s.files] + array_problems(manifest, s)
         if p
     ]
     return found
@@ -125,16 +101,17 @@ def copy_problems(
 
 
 def verify_shards(
-    manifest: Manifest,
-    url: Url,
-    tmp_parent: Path,
-    download: Callable[[str, Path], None],
-    skip: set[int],
+    manifest: Manifest, storage: Storage, tmp_parent: Path, skip: set[int]
 ) -> list[str]:
-    """`prep verify`'s checks of every shard at `url`: its files downloaded (`download(name,
-    path)`) into a temporary folder under `tmp_parent`, checked as a folder's are (checksums,
-    headers, the kind's checks), then deleted. Shards in `skip` (found wanting already) are
-    not downloaded."""
+    """`prep verify`'s checks of every shard at the storage's URL: its files downloaded into a
+    temporary folder under `tmp_parent`, checked as a folder's are (checksums, headers, the
+    kind's checks), then deleted. Shards in `skip` (found wanting already) are not
+    downloaded."""
+
+    def download(name: str, path: Path) -> None:
+        with open(path, "wb") as f:
+            storage.download(name, f)
+
     problems: list[str] = []
     for i, shard in enumerate(manifest.shards):
         if i in skip:
@@ -146,7 +123,7 @@ def verify_shards(
             with ThreadPoolExecutor(THREADS) as pool:  # one request at a time waits mostly
                 list(pool.map(download, copies, copies.values()))
             arrays = sorted({*manifest.arrays, *shard.arrays})
-            problems += copy_problems(manifest, i, arrays, copies, url, checksums=True)
+            problems += copy_problems(manifest, i, arrays, copies, storage.root, checksums=True)
         except FormatError as e:
             problems.append(f"shard {i}: {e}")
         finally:
@@ -154,19 +131,21 @@ def verify_shards(
     return problems
 
 
-def url_problems(backend: RemoteBackend, manifest: Manifest, checksums: bool) -> list[str]:
-    """What check_files finds in a folder, found at the backend's URL: the shards' arrays
+def url_problems(
+    storage: Storage, manifest: Manifest, checksums: bool, tmp_parent: Path
+) -> list[str]:
+    """What check_files finds in a folder, found at the storage's URL: the shards' arrays
     against their files, files missing remotely or of another byte size; with `checksums`
-    (`prep verify`), every file downloaded and checked as a folder's files are (checksums,
-    headers, the kind's checks) and the tokenizer's checksum."""
-    root = backend.root
+    (`prep verify`), every file downloaded (under `tmp_parent`) and checked as a folder's
+    files are (checksums, headers, the kind's checks) and the tokenizer's checksum."""
+    root = storage.root
     found = {-1: structure_problems(manifest, root)}
     if found[-1]:
         return found[-1]
-    if not root.startswith(("http://", "https://")):
-        have = backend.listing()
-    else:  # HTTP has no listing: ask each file's size
-        have = {n: backend._size(n) for s in manifest.shards for n in s.files}
+    if storage.lists:
+        have = storage.listing()
+    else:
+        have = {n: storage.size(n) for s in manifest.shards for n in s.files}
     for i, shard in enumerate(manifest.shards):
         for name, info in shard.files.items():
             if name not in have:
@@ -179,19 +158,19 @@ def url_problems(backend: RemoteBackend, manifest: Manifest, checksums: bool) ->
     problems = [p for lines in found.values() for p in lines]
     if not checksums:
         return problems
-    backend.cache_dir.mkdir(parents=True, exist_ok=True)
-    problems += verify_shards(manifest, root, backend.cache_dir, backend.download_to, set(found))
-    return problems + _tokenizer_problems(backend, manifest)
+    tmp_parent.mkdir(parents=True, exist_ok=True)
+    problems += verify_shards(manifest, storage, tmp_parent, set(found))
+    return problems + _tokenizer_problems(storage, manifest)
 
 
-def _tokenizer_problems(backend: RemoteBackend, manifest: Manifest) -> list[str]:
+def _tokenizer_problems(storage: Storage, manifest: Manifest) -> list[str]:
     """A token dataset's tokenizer file, checked as `prep verify` checks a local one."""
     tok = manifest.extra.get("tokenizer")
     if not (isinstance(tok, dict) and tok.get("file")):
         return []
-    url = backend.root / str(tok["file"])
+    url = storage.root / str(tok["file"])
     try:
-        same = remote_sha256(backend, str(tok["file"])) == tok.get("sha256")
+        same = storage.sha256(str(tok["file"])) == tok.get("sha256")
     except FormatError as e:
         return [f"tokenizer: {url} is missing" if "does not exist" in str(e) else f"tokenizer: {e}"]
     return [] if same else [f"tokenizer: {url} checksum differs from the manifest"]
@@ -205,19 +184,3 @@ def arrival_problems(
     arrays = checked_with(manifest, index, name)
     copies = {n: fetch(n) for n in files_of(manifest.shards[index], arrays)}
     return copy_problems(manifest, index, arrays, copies | {name: path}, url)
-
-
-def remote_sha256(backend: RemoteBackend, name: str) -> str:
-    """The sha256 of the dataset's file `name`, streamed (not cached)."""
-    from loaders.remote import retried  # which imports this module
-
-    url = backend.url(name)
-
-    def once() -> str:
-        h = hashlib.sha256()
-        with backend.fs.open(url, "rb", block_size=CHUNK) as src:
-            while chunk := src.read(CHUNK):
-                h.update(chunk)
-        return h.hexdigest()
-
-    return retried(url, once)

@@ -20,6 +20,9 @@ as this upload's), and each worker uploads the shard files it wrote as soon as t
 written, then removes its local copies (`upload_own`): only the small records travel back, so
 the workers need not see the client's disk (they still read the inputs at their paths). Step 3
 then uploads only rejects.jsonl, and checks that every shard file is there.
+
+Every request to the URL (listing, reads, puts with their retries, removals) is a call to
+loaders.remote.storage, the module the readers use too: this module holds the run's order only.
 """
 
 from __future__ import annotations
@@ -33,8 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from loaders.format import MANIFEST, REJECTS, FormatError, Manifest, read_manifest
-from loaders.remote import RemoteBackend, Url, retried, url_of
 from loaders.remote.cache import default_cache_dir
+from loaders.remote.storage import Storage, Url, url_of
 from prep.errors import PrepError, UsageError
 from prep.run.staging import RUN_DIR, staging_dir
 
@@ -47,41 +50,41 @@ def staging_for(url: str, staging: str | None) -> Path:
     return base.absolute() / f"{Url(url).name}-{hashlib.sha256(url.encode()).hexdigest()[:12]}"
 
 
-def _remote_state(backend: RemoteBackend) -> tuple[dict[str, str], dict[str, int]]:
+def _remote_state(storage: Storage) -> tuple[dict[str, str], dict[str, int]]:
     """The old dataset's files (name -> sha256, from its manifest, or the names an unfinished
     upload wrote) and the remote listing (name -> bytes). Refuses files prep did not write."""
     try:
-        have = backend.listing()
+        have = storage.listing()
     except (FormatError, OSError) as e:
-        raise PrepError(f"cannot list {backend.root}: {e}") from e
-    old: dict[str, str] = {}
-    if MANIFEST in have:
-        data = retried(
-            backend.root / MANIFEST, lambda: backend.fs.cat_file(backend.root / MANIFEST)
-        )
-        old = _files_of(Manifest.from_json(data, backend.root / MANIFEST))
+        raise PrepError(f"cannot list {storage.root}: {e}") from e
+    old = _listed(storage) if MANIFEST in have else {}
     if MARKER in have:
-        marker = json.loads(backend.fs.cat_file(backend.root / MARKER))
+        marker = json.loads(storage.read(MARKER))
         old |= {n: old.get(n, "") for n in (have if marker.get("workers") else marker["files"])}
     foreign = sorted(set(have) - set(old) - {MANIFEST, REJECTS, MARKER})
     if foreign:
         raise PrepError(
-            f"{backend.root} holds files prep did not write ({', '.join(foreign[:3])}"
+            f"{storage.root} holds files prep did not write ({', '.join(foreign[:3])}"
             f"{' ...' if len(foreign) > 3 else ''}). HINT: choose an empty or new OUT URL"
         )
     return old, have
 
 
-def check_remote_out(url: str, overwrite: bool, resume: bool) -> RemoteBackend:
+def _listed(storage: Storage) -> dict[str, str]:
+    """Name -> sha256 of the files the manifest at the URL lists."""
+    return _files_of(Manifest.from_json(storage.read(MANIFEST), storage.root / MANIFEST))
+
+
+def check_remote_out(url: str, overwrite: bool, resume: bool) -> Storage:
     """Step 1 of the module docstring, before any work."""
-    backend = RemoteBackend(url)
-    _, have = _remote_state(backend)
+    storage = Storage(url)
+    _, have = _remote_state(storage)
     if have and not (overwrite or resume):
         raise PrepError(
             f"{url} already holds a dataset (or an unfinished upload). HINT: pass --overwrite "
             "to replace it (readers see the old one until the new manifest is put), or --resume"
         )
-    return backend
+    return storage
 
 
 def _files_of(m: Manifest) -> dict[str, str]:
@@ -109,14 +112,10 @@ def _renamed(m: Manifest, names: dict[str, str], url: str) -> Manifest:
     return dataclasses.replace(m, shards=shards, extra=extra, config=m.config | {"out": url})
 
 
-def put(fs: Any, local: Path, remote: str) -> None:
-    """One file up (a function of its own: one PUT, or a multipart upload that shows only once
-    complete)."""
-    retried(remote, lambda: fs.put_file(str(local), remote))
-
-
-def _remove(fs: Any, url: str) -> None:
-    retried(url, lambda: fs.rm_file(url))
+def put(storage: Storage, local: Path, name: str) -> None:
+    """One data file up, as `name` (every upload of a run goes through here, the workers'
+    too: the one place a run can stop between two PUTs)."""
+    storage.put(local, name)
 
 
 def remote_name(name: str, sha256: str, old: dict[str, str]) -> str:
@@ -125,37 +124,31 @@ def remote_name(name: str, sha256: str, old: dict[str, str]) -> str:
     return name if old.get(name, sha256) in (sha256, "") else f"v-{sha256[:12]}/{name}"
 
 
-def upload(backend: RemoteBackend, local: Path, resume: bool) -> int:
+def upload(storage: Storage, local: Path, resume: bool) -> int:
     """Steps 3 and 4 of the module docstring; how many files were uploaded."""
-    old, have = _remote_state(backend)
+    old, have = _remote_state(storage)
     m = read_manifest(local)
     files = _files_of(m) | ({REJECTS: ""} if (local / REJECTS).is_file() else {})
     names = {n: remote_name(n, sha, old) for n, sha in files.items()}
     sizes = {n: f.bytes for s in m.shards for n, f in s.files.items()}
-    root, fs = backend.root, backend.fs
-    fs.pipe_file(root / MARKER, json.dumps({"files": sorted(names.values())}).encode())
+    storage.write(MARKER, json.dumps({"files": sorted(names.values())}).encode())
     sent = 0
     for name, remote in names.items():
         if not (local / name).is_file():  # a dask worker's shard: uploaded by the worker
             if have.get(remote) != sizes.get(name):
-                raise FormatError(f"{root / remote} is missing: its worker did not upload it")
+                raise FormatError(f"{storage.url(remote)} is missing: its worker did not upload it")
             continue
         size = (local / name).stat().st_size
         same = old.get(remote) == files[name] and files[name] != ""
         if have.get(remote) == size and (resume or same):
             continue
-        put(fs, local / name, root / remote)
+        put(storage, local / name, remote)
         sent += 1
-    data = _renamed(m, names, str(root)).to_json().encode()
-    retried(root / MANIFEST, lambda: fs.pipe_file(root / MANIFEST, data))  # the one PUT
+    storage.write(MANIFEST, _renamed(m, names, str(storage.root)).to_json().encode())  # one PUT
     stale = sorted((set(old) | set(have)) - set(names.values()) - {MANIFEST, MARKER})
     for name in [*stale, MARKER]:
-        _remove(fs, root / name)
+        storage.remove(name)
     return sent
-
-
-def is_remote(out: object) -> bool:
-    return url_of(out) is not None
 
 
 def run_remote(kind: Any, run_local: Any, show_progress: bool, profile: bool) -> Any:
@@ -167,10 +160,10 @@ def run_remote(kind: Any, run_local: Any, show_progress: bool, profile: bool) ->
             f"--staging {cfg.staging}: only for a remote OUT (s3://, gs://, ...). HINT: drop it"
         )
     cfg.validate()
-    backend = check_remote_out(url, cfg.overwrite, cfg.resume)
+    storage = check_remote_out(url, cfg.overwrite, cfg.resume)
     local = staging_for(url, cfg.staging)
     if cfg.backend == "dask":  # the workers upload their own shards
-        backend.fs.pipe_file(backend.root / MARKER, json.dumps({"workers": True}).encode())
+        storage.write(MARKER, json.dumps({"workers": True}).encode())
         run = uuid.uuid4().hex  # the workers read the old manifest once a run
         folder = str(staging_dir(local))  # the driver's run folder
         kind.task = functools.partial(upload_own, type(kind).task, url, folder, run)
@@ -182,7 +175,7 @@ def run_remote(kind: Any, run_local: Any, show_progress: bool, profile: bool) ->
         cfg.out, cfg.overwrite, cfg.staging = saved
         vars(kind).pop("task", None)
     try:
-        upload(backend, local, cfg.resume)
+        upload(storage, local, cfg.resume)
     except (OSError, FormatError) as e:
         raise PrepError(
             f"{url}: upload failed ({e}). HINT: rerun the same command with --resume: the "
@@ -200,25 +193,17 @@ def upload_own(task: Any, url: str, folder: str, run: str, *args: Any) -> dict[s
     here, the shard written, its files uploaded and removed; its record returned."""
     Path(folder, RUN_DIR).mkdir(parents=True, exist_ok=True)  # a worker with a disk of its own
     record: dict[str, Any] = task(*args)
-    backend = RemoteBackend(url)
+    storage = Storage(url)
     try:
         if run not in _old_of_run:
             _old_of_run.clear()
-            _old_of_run[run] = _old_files(backend)
+            _old_of_run[run] = _listed(storage) if storage.exists(MANIFEST) else {}
         for name, info in record["shard"]["files"].items():
             remote = remote_name(name, info["sha256"], _old_of_run[run])
-            put(backend.fs, Path(folder, name), backend.root / remote)
+            put(storage, Path(folder, name), remote)
             Path(folder, name).unlink()
     except (OSError, FormatError) as e:
         raise PrepError(
             f"{url}: a worker's upload failed ({e}). HINT: rerun the same command with --resume"
         ) from e
     return record
-
-
-def _old_files(backend: RemoteBackend) -> dict[str, str]:
-    """Name -> sha256 of the files the dataset at the URL lists now (none: no dataset)."""
-    url = backend.root / MANIFEST
-    if not retried(url, lambda: backend.fs.exists(url)):
-        return {}
-    return _files_of(Manifest.from_json(retried(url, lambda: backend.fs.cat_file(url)), url))

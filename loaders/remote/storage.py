@@ -1,0 +1,253 @@
+"""Object storage: the one place that talks to a URL, for reading a dataset (loaders.remote) and
+for writing one (prep.run.remote). `Storage` is a folder at any fsspec URL; every request it
+makes (list, get, put, delete, exists) is retried on a network error, and fails in one
+OSError or FormatError that names the URL and the fix. fsspec is imported on first use.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, BinaryIO, TypeVar
+
+from loaders.format.spec import FormatError
+
+T = TypeVar("T")
+RETRIES = 4  # tries of one request before it fails
+BACKOFF = 0.5  # seconds before the second try, doubling after each
+CHUNK = 1 << 22  # bytes a read while streaming a file
+
+_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):/+(.*)$")
+_PART = re.compile(r"[^/\\\0?#%]+")  # no separators, queries, fragments or %-escapes
+
+
+def url_of(root: object) -> str | None:
+    """The URL `root` names, or None for a local path. A URL that went through `Path` (which
+    folds `s3://b` into `s3:/b`) is mended."""
+    m = _URL.match(os.fspath(root) if isinstance(root, os.PathLike) else str(root))
+    if not m or len(m.group(1)) < 2:  # one letter: a Windows drive, not a scheme
+        return None
+    scheme, rest = m.group(1).lower(), m.group(2).rstrip("/")
+    return f"file:///{rest}" if scheme == "file" else f"{scheme}://{rest}"
+
+
+class Url(str):
+    """A URL that joins like a Path: `Url('s3://b/ds') / 'manifest.json'`."""
+
+    def __truediv__(self, name: str) -> Url:
+        return Url(f"{self.rstrip('/')}/{name}")
+
+    @property
+    def name(self) -> str:
+        return self.rstrip("/").rsplit("/", 1)[-1]
+
+
+def name_problem(url: object, name: object) -> str | None:
+    """Why a file name may not be joined to the dataset's URL (None: it may): an absolute or
+    `..` path, or a query, would reach another object (a folder's reader refuses them too:
+    loaders.format.safe_path)."""
+    parts = name.split("/") if isinstance(name, str) else [""]
+    if all(_PART.fullmatch(p) and p not in (".", "..") for p in parts):
+        return None
+    return f"manifest path {str(name)[:80]!r} escapes the dataset {url}"
+
+
+def filesystem(url: str, storage_options: dict[str, Any] | None = None) -> Any:
+    """The fsspec file system of `url` (fsspec imported here, on first use)."""
+    try:
+        import fsspec
+    except ImportError as e:
+        raise FormatError(
+            f"{url}: reading a URL needs fsspec. HINT: pip install fsspec (and s3fs for s3://, "
+            "gcsfs for gs://, aiohttp for http://)"
+        ) from e
+    try:
+        # No listings cache: a file replaced remotely (a repack) must not be read with the
+        # size and ETag seen before; an instance of its own per backend and process.
+        options = {"use_listings_cache": False, "skip_instance_cache": True}
+        fs, _ = fsspec.core.url_to_fs(url, **(options | (storage_options or {})))
+    except (ImportError, ValueError) as e:
+        raise FormatError(
+            f"{url}: no file system for it ({e}). HINT: pip install 'prep[s3]' for s3://"
+        ) from e
+    return fs
+
+
+def retried(
+    what: str,
+    fn: Callable[[], T],
+    tries: int | None = None,
+    backoff: float | None = None,
+    doing: str = "read",
+) -> T:
+    """`fn()`, tried again with backoff on a network error; then one OSError naming `what` (it
+    could not be `doing`). A missing file or refused credentials fail at once (FormatError):
+    trying again cannot help."""
+    tries, backoff = tries or RETRIES, BACKOFF if backoff is None else backoff
+    for attempt in range(tries):
+        try:
+            return fn()
+        except FileNotFoundError as e:
+            if not _network(e):
+                raise FormatError(
+                    f"{what} does not exist. HINT: check the URL (bucket and folder), and "
+                    "that the dataset was uploaded (its manifest.json is put last)"
+                ) from None
+            error: Exception = e
+        except PermissionError as e:
+            raise FormatError(
+                f"{what}: access refused ({e}). HINT: check the credentials fsspec finds "
+                "(environment, profile) or pass storage_options="
+            ) from None
+        except FormatError:
+            raise
+        except Exception as e:  # fsspec implementations raise their own network errors
+            error = e
+        if attempt + 1 == tries:
+            cause = error.__cause__ or error
+            raise OSError(
+                f"{what}: cannot {doing} it after {tries} tries ({type(cause).__name__}: "
+                f"{cause}). HINT: check the network and the server"
+                + ("; the cache keeps what was fetched" if doing == "read" else "")
+            ) from error
+        time.sleep(backoff * 2**attempt)
+    raise AssertionError("unreachable")
+
+
+def _network(e: FileNotFoundError) -> bool:
+    """fsspec's HTTP file system reports a refused connection as FileNotFoundError, caused by
+    the network error: that one is worth trying again."""
+    cause = e.__cause__
+    return isinstance(cause, (OSError, TimeoutError)) and not isinstance(cause, FileNotFoundError)
+
+
+class Storage:
+    """A folder at a URL: its files by name (relative to `root`), each request retried (see the
+    module docstring). Each process makes its own file system: fsspec's async ones (s3, http)
+    refuse to run in a forked child, such as a DataLoader worker. Pickles without it."""
+
+    def __init__(
+        self,
+        url: str,
+        storage_options: dict[str, Any] | None = None,
+        *,
+        tries: int | None = None,
+        backoff: float | None = None,
+    ):
+        self.root = Url(url)
+        self.storage_options = storage_options or {}
+        self.tries, self.backoff = tries, backoff  # None: this module's RETRIES and BACKOFF
+        self._fs: Any = None
+        self._pid = 0
+
+    @property
+    def fs(self) -> Any:
+        if self._fs is None or self._pid != os.getpid():
+            self._fs, self._pid = filesystem(self.root, self.storage_options), os.getpid()
+        return self._fs
+
+    def url(self, name: str) -> Url:
+        """The URL of file `name`; a name that would leave the folder (`..`, a query) is
+        refused."""
+        problem = name_problem(self.root, name)
+        if problem:
+            raise FormatError(f"{problem}. HINT: the manifest was edited or damaged: repack")
+        return self.root / name
+
+    def _retried(self, url: str, fn: Callable[[], T], doing: str = "read") -> T:
+        return retried(url, fn, self.tries, self.backoff, doing)
+
+    @property
+    def lists(self) -> bool:
+        """Whether the URL can be listed (HTTP cannot: ask each file's size)."""
+        return not self.root.startswith(("http://", "https://"))
+
+    def listing(self) -> dict[str, int]:
+        """File name -> byte size, for every file under the folder."""
+        found = self._retried(self.root, lambda: self.fs.find(self.root, detail=True))
+        base = self.fs._strip_protocol(self.root).rstrip("/") + "/"
+        return {p[len(base) :]: int(i.get("size") or 0) for p, i in found.items()}
+
+    def info(self, name: str) -> dict[str, Any] | None:
+        """fsspec's info of file `name` (its size, ETag...); None when there is no such file."""
+        url = self.url(name)
+
+        def once() -> dict[str, Any] | None:
+            try:
+                return dict(self.fs.info(url))
+            except FileNotFoundError as e:
+                if _network(e):
+                    raise
+                return None
+
+        return self._retried(url, once)
+
+    def exists(self, name: str) -> bool:
+        return self.info(name) is not None
+
+    def size(self, name: str) -> int:
+        url = self.url(name)
+        return int(self._retried(url, lambda: self.fs.size(url)))
+
+    def read(self, name: str) -> bytes:
+        """The whole of file `name` (a manifest: small)."""
+        url = self.url(name)
+        data: bytes = self._retried(url, lambda: self.fs.cat_file(url))
+        return data
+
+    def download(self, name: str, dst: BinaryIO) -> None:
+        """File `name` streamed into `dst` (from its start again on each try)."""
+        url = self.url(name)
+
+        def once() -> None:
+            dst.seek(0)
+            dst.truncate()
+            with self.fs.open(url, "rb", block_size=CHUNK) as src:
+                while chunk := src.read(CHUNK):
+                    dst.write(chunk)
+
+        self._retried(url, once)
+
+    def sha256(self, name: str) -> str:
+        """The sha256 of file `name`, streamed (nothing kept)."""
+        url = self.url(name)
+
+        def once() -> str:
+            h = hashlib.sha256()
+            with self.fs.open(url, "rb", block_size=CHUNK) as src:
+                while chunk := src.read(CHUNK):
+                    h.update(chunk)
+            return h.hexdigest()
+
+        return self._retried(url, once)
+
+    def put(self, local: Path, name: str) -> None:
+        """The local file up as `name`: one PUT, or a multipart upload that shows only once
+        complete."""
+        url = self.url(name)
+        self._retried(url, lambda: self.fs.put_file(str(local), url), "write")
+
+    def write(self, name: str, data: bytes) -> None:
+        """`data` as file `name`, in one PUT: a reader sees the old file or the new one."""
+        url = self.url(name)
+        self._retried(url, lambda: self.fs.pipe_file(url, data), "write")
+
+    def remove(self, name: str) -> None:
+        """File `name` removed (already gone: nothing to do)."""
+        url = self.url(name)
+
+        def once() -> None:
+            try:
+                self.fs.rm_file(url)
+            except FileNotFoundError as e:
+                if _network(e):
+                    raise
+
+        self._retried(url, once, "remove")
+
+    def __getstate__(self) -> dict[str, Any]:
+        return self.__dict__ | {"_fs": None, "_pid": 0}
