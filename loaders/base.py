@@ -33,8 +33,10 @@ class Remote(TypedDict, total=False):
 
 class ShardedDataset(Dataset[Any]):
     """A packed dataset of kind `kind` at `root` (a folder or an fsspec URL: see Remote), read
-    from its shards of split `split` (None: every shard). Subclasses read batches in
-    `__getitems__`; `__getitem__` is a batch of one.
+    from its shards of split `split` (None: every shard). Subclasses read a batch in
+    `__getitems__` (`__getitem__` is then a batch of one), or, for samples of shapes of their
+    own (whole volumes, documents), an item in `__getitem__` and a list of them in
+    `__getitems__`, as torch's default does.
 
     Shard files are mapped lazily by `self.store`, never pickled: the object pickles to a few
     hundred bytes for spawn workers. The size and epoch live in shared memory so that
