@@ -138,6 +138,46 @@ class NpyWriter:
         self.path.unlink(missing_ok=True)
 
 
+class RaggedWriter:
+    """Streams samples of any length into a flat .npy and their count + 1 int64 offsets into
+    another: sample i is data[off[i]:off[i + 1]]."""
+
+    def __init__(self, data: Path, offsets: Path, dtype: str | np.dtype[Any]):
+        self.data = NpyWriter(data, dtype, ())
+        try:
+            self.offsets = NpyWriter(offsets, "int64", ())
+        except BaseException:
+            self.data.abort()
+            raise
+        self.offsets.append(np.zeros((), np.int64))
+
+    @property
+    def length(self) -> int:
+        return self.data.length
+
+    def append(self, sample: np.ndarray) -> None:
+        self.data.extend(sample.reshape(-1))
+        self.offsets.append(np.asarray(self.data.length, np.int64))
+
+    def extend(self, values: np.ndarray, lengths: np.ndarray) -> None:
+        """Append len(lengths) samples in one write each: `values` is their elements back to
+        back (lengths.sum() of them)."""
+        self.offsets.extend(self.data.length + np.cumsum(lengths, dtype=np.int64))
+        self.data.extend(values)
+
+    def close(self) -> None:
+        try:
+            self.data.close()
+            self.offsets.close()
+        except BaseException:
+            self.abort()
+            raise
+
+    def abort(self) -> None:
+        self.data.abort()
+        self.offsets.abort()
+
+
 class Writer(Protocol):
     def close(self) -> None: ...
     def abort(self) -> None: ...

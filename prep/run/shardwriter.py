@@ -1,9 +1,14 @@
-"""The one shard writer: a shard task's samples streamed into one array file each (or one .h5
-file a shard), under temp names, renamed once whole, with the shard's record.
+"""The one shard writer: a shard's named arrays streamed into one file each (or one .h5 file a
+shard), under temp names, renamed once whole, with the shard's record.
 
-A kind's task gives `write_shard` its inputs and a function that turns one input into one
-sample (array name -> its value: fixed-shape, or flat for a ragged array), returns None to skip
-it, or raises Reject. Memory holds one sample at a time whatever the shard size.
+`ShardFiles` is the file side every kind shares: arrays opened to temp names, written, then
+closed and published together as the shard's `{files, arrays}`, or aborted leaving no file.
+A kind keeps its own batching (a batch of documents, a block of table rows, one volume).
+
+`write_shard` is the sample loop on top of it: a kind's task gives it its inputs and a
+function that turns one input into one sample (array name -> its value: fixed-shape, or flat
+for a ragged array), returns None to skip it, or raises Reject. Memory holds one sample at a
+time whatever the shard size.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from loaders.format import OFFSETS, ArrayRef, ArraySpec, Shard
-from prep.run.files import NpyWriter, named, publish, temp_path, writing
+from prep.run.files import NpyWriter, RaggedWriter, named, publish, temp_path, writing
 from prep.run.inputs import Reject, reject_record
 from prep.run.profile import stage
 from prep.run.staging import write_record
@@ -25,108 +30,118 @@ from prep.run.staging import write_record
 T = TypeVar("T")
 
 
-class RaggedWriter:
-    """Streams samples of any length into a flat .npy and their count + 1 int64 offsets into
-    another: sample i is data[off[i]:off[i + 1]]."""
+def part_file(part: str, stem: str) -> str:
+    """image_256-00000.npy; a ragged array's offsets: image_256-offsets-00000.npy.
 
-    def __init__(self, data: Path, offsets: Path, dtype: str):
-        self.data = NpyWriter(data, dtype, ())
-        try:
-            self.offsets = NpyWriter(offsets, "int64", ())
-        except BaseException:
-            self.data.abort()
-            raise
-        self.offsets.append(np.zeros((), np.int64))
+    >>> part_file("tokens", "train-00003"), part_file("source" + OFFSETS, "train-00003")
+    ('tokens-train-00003.npy', 'source-offsets-train-00003.npy')
+    """
+    if part.endswith(OFFSETS):
+        return f"{part.removesuffix(OFFSETS)}-offsets-{stem}.npy"
+    return f"{part}-{stem}.npy"
 
-    @property
-    def length(self) -> int:
-        return self.data.length
 
-    def append(self, sample: np.ndarray) -> None:
-        self.data.extend(sample.reshape(-1))
-        self.offsets.append(np.asarray(self.data.length, np.int64))
+class ShardFiles:
+    """One shard's arrays under `staging`, each in `part_file(name, stem)` once published.
+
+    An array is fixed-shape (one sample a row; shape () and extend() for a flat one) or ragged
+    (flat data and count + 1 int64 offsets). A ragged array's offsets are part of its ref
+    (`NAME.offsets`), or, for the formats that store them so (tokens' doc_offsets, volumes'
+    voxel_offsets), an array of their own. Temp names are per process and host: a worker that
+    a dead parent left running cannot write into the files of the --resume run redoing the
+    same shard. Use inside `writing([...])`, which closes it, or aborts it on failure."""
+
+    def __init__(self, staging: Path, stem: str):
+        self.staging, self.stem = staging, stem
+        self.writers: dict[str, NpyWriter | RaggedWriter] = {}
+        self.parts: dict[str, Path] = {}  # file part (array, offsets) -> its temp file
+        self.offsets: dict[str, str] = {}  # ragged array -> its offsets' part
+
+    def _temp(self, part: str) -> Path:
+        if part in self.parts:
+            raise ValueError(f"{part}: opened twice in shard {self.stem}")
+        self.parts[part] = temp_path(self.staging / part_file(part, self.stem))
+        return self.parts[part]
+
+    def array(
+        self, name: str, dtype: str | np.dtype[Any], shape: tuple[int, ...] = ()
+    ) -> NpyWriter:
+        w = self.writers[name] = NpyWriter(self._temp(name), dtype, shape)
+        return w
+
+    def ragged(self, name: str, dtype: str | np.dtype[Any], offsets: str = "") -> RaggedWriter:
+        """A ragged array; `offsets` names its offsets' own array (else `NAME.offsets`)."""
+        self.offsets[name] = offsets or name + OFFSETS
+        data, off = self._temp(name), self._temp(self.offsets[name])
+        w = self.writers[name] = RaggedWriter(data, off, dtype)
+        return w
+
+    def open_all(self, specs: dict[str, ArraySpec]) -> None:
+        for name, s in specs.items():
+            if s.ragged:
+                self.ragged(name, s.dtype)
+            else:
+                self.array(name, s.dtype, s.shape)
+
+    def append(self, sample: dict[str, np.ndarray]) -> None:
+        """One sample of every array: fixed-shape, or a ragged array's values (any shape)."""
+        for name, w in self.writers.items():
+            w.append(sample[name])
 
     def close(self) -> None:
-        try:
-            self.data.close()
-            self.offsets.close()
-        except BaseException:
-            self.abort()
-            raise
+        for w in self.writers.values():
+            w.close()
 
     def abort(self) -> None:
-        self.data.abort()
-        self.offsets.abort()
+        for w in self.writers.values():
+            w.abort()
 
+    def publish(self, count: int, split: str | None = None, h5: bool = False) -> Shard:
+        """After close(): the files under their final names, a shard of `count` samples.
+        h5: the arrays copied into one `shard-STEM.h5` first, keyed by part name."""
+        h5_file = f"shard-{self.stem}.h5" if h5 else None
+        if h5_file is not None:
+            renames = {self._as_h5(h5_file): h5_file}
+        else:
+            renames = {path: part_file(part, self.stem) for part, path in self.parts.items()}
+        files = {name: publish(tmp, self.staging / name) for tmp, name in renames.items()}
+        return Shard(count, self._refs(h5_file), files, split)
 
-def write_shard(
-    index: int,
-    items: Sequence[T],
-    encode: Callable[[T], dict[str, np.ndarray] | None],
-    rel: Callable[[T], str],
-    specs: dict[str, ArraySpec],
-    storage: str,
-    staging: Path,
-) -> dict[str, Any]:
-    """Encode `items` into shard `index` of `specs`' arrays under `staging` (`storage` npy or
-    h5); return its record (the shard, and a reject record a refused input, named by `rel`).
-    A failed write leaves no file of the shard behind."""
-    stem = f"{index:05d}"
-    # Temp names are per process and host: a worker the dead parent left running cannot write
-    # into the files of the --resume run redoing the same shard (both would write the same bytes).
-    parts = [(n, n + OFFSETS) if s.ragged else (n,) for n, s in specs.items()]
-    tmp = {p: temp_path(staging / part_file(p, stem)) for group in parts for p in group}
-    with stage("write"):
-        writers = {name: _writer(name, s, tmp) for name, s in specs.items()}
-    rejects: list[dict[str, Any]] = []
-    count = 0
-    with writing(writers.values()):
-        for item in items:
-            try:
-                sample = encode(item)
-            except Reject as r:
-                rejects.append(reject_record(rel(item), r.code, r.message))
-                continue
-            if sample is None:  # skipped by the user's function: neither a sample nor a reject
-                continue
-            count += 1
+    def _refs(self, h5: str | None) -> dict[str, ArrayRef]:
+        """Each array's ref: its file (the .h5's dataset) and length; a ragged one's offsets
+        nested in it, or as an array of their own."""
+
+        def ref(part: str, length: int) -> ArrayRef:
+            return (
+                ArrayRef(h5, length, part) if h5 else ArrayRef(part_file(part, self.stem), length)
+            )
+
+        refs: dict[str, ArrayRef] = {}
+        for name, w in self.writers.items():
+            refs[name] = ref(name, w.length)
+            if isinstance(w, RaggedWriter):
+                off = ref(self.offsets[name], w.offsets.length)
+                if self.offsets[name] == name + OFFSETS:
+                    refs[name].offsets = off
+                else:
+                    refs[self.offsets[name]] = off
+        return refs
+
+    def _as_h5(self, final: str) -> Path:
+        """The temp .npy parts copied into one temp .h5 file (the parts removed once copied)."""
+        h5tmp = temp_path(self.staging / final)
+        try:
             with stage("write"):
-                for name, w in writers.items():
-                    w.append(sample[name])
-    if storage == "h5":
-        renames, arrays = _as_h5(stem, tmp, writers, count, staging)
-    else:
-        renames = {path: part_file(part, stem) for part, path in tmp.items()}
-        arrays = {
-            name: _ref(name, w, count, (part_file(name, stem), part_file(name + OFFSETS, stem)))
-            for name, w in writers.items()
-        }
-    files = {final: publish(src, staging / final) for src, final in renames.items()}
-    record = {"index": index, "shard": asdict(Shard(count, arrays, files)), "rejects": rejects}
-    with stage("write"):
-        write_record(staging, index, record)
-    return record
-
-
-def _as_h5(
-    stem: str, tmp: dict[str, Path], writers: dict[str, Any], count: int, staging: Path
-) -> tuple[dict[Path, str], dict[str, ArrayRef]]:
-    """The shard's temp .npy arrays copied into one temp .h5 file (removed once copied)."""
-    final = f"shard-{stem}.h5"
-    h5tmp = temp_path(staging / final)
-    try:
-        with stage("write"):
-            _write_h5(h5tmp, tmp)
-    except BaseException as e:
-        for p in (h5tmp, *tmp.values()):
-            p.unlink(missing_ok=True)
-        if isinstance(e, OSError):
-            raise named(e, h5tmp) from e
-        raise
-    for p in tmp.values():
-        p.unlink()
-    arrays = {name: _ref(name, w, count, (final, final), True) for name, w in writers.items()}
-    return {h5tmp: final}, arrays
+                _write_h5(h5tmp, self.parts)
+        except BaseException as e:
+            for p in (h5tmp, *self.parts.values()):
+                p.unlink(missing_ok=True)
+            if isinstance(e, OSError):
+                raise named(e, h5tmp) from e
+            raise
+        for p in self.parts.values():
+            p.unlink()
+        return h5tmp
 
 
 def _write_h5(path: Path, parts: dict[str, Path]) -> None:
@@ -145,26 +160,37 @@ def _write_h5(path: Path, parts: dict[str, Path]) -> None:
         os.fsync(fh.fileno())
 
 
-def part_file(part: str, stem: str) -> str:
-    """image_256-00000.npy; a ragged array's offsets: image_256-offsets-00000.npy."""
-    if part.endswith(OFFSETS):
-        return f"{part.removesuffix(OFFSETS)}-offsets-{stem}.npy"
-    return f"{part}-{stem}.npy"
-
-
-def _writer(name: str, spec: ArraySpec, tmp: dict[str, Path]) -> NpyWriter | RaggedWriter:
-    if spec.ragged:
-        return RaggedWriter(tmp[name], tmp[name + OFFSETS], spec.dtype)
-    return NpyWriter(tmp[name], spec.dtype, spec.shape)
-
-
-def _ref(
-    name: str, w: NpyWriter | RaggedWriter, count: int, files: tuple[str, str], h5: bool = False
-) -> ArrayRef:
-    """A shard's array in `files` (its data's, its offsets'): `count` samples, or (ragged) its
-    data's length and count + 1 offsets. In an .h5 file both are datasets, keyed by name."""
-    key = name if h5 else None
-    if not isinstance(w, RaggedWriter):
-        return ArrayRef(files[0], count, key)
-    offsets = ArrayRef(files[1], count + 1, name + OFFSETS if h5 else None)
-    return ArrayRef(files[0], w.length, key, offsets)
+def write_shard(
+    index: int,
+    items: Sequence[T],
+    encode: Callable[[T], dict[str, np.ndarray] | None],
+    rel: Callable[[T], str],
+    specs: dict[str, ArraySpec],
+    storage: str,
+    staging: Path,
+) -> dict[str, Any]:
+    """Encode `items` into shard `index` of `specs`' arrays under `staging` (`storage` npy or
+    h5); return its record (the shard, and a reject record a refused input, named by `rel`).
+    A failed write leaves no file of the shard behind."""
+    out = ShardFiles(staging, f"{index:05d}")
+    rejects: list[dict[str, Any]] = []
+    count = 0
+    with writing([out]):
+        with stage("write"):
+            out.open_all(specs)
+        for item in items:
+            try:
+                sample = encode(item)
+            except Reject as r:
+                rejects.append(reject_record(rel(item), r.code, r.message))
+                continue
+            if sample is None:  # skipped by the user's function: neither a sample nor a reject
+                continue
+            count += 1
+            with stage("write"):
+                out.append(sample)
+    shard = out.publish(count, h5=storage == "h5")
+    record = {"index": index, "shard": asdict(shard), "rejects": rejects}
+    with stage("write"):
+        write_record(staging, index, record)
+    return record

@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 
 from loaders.fields import FIELDS
-from loaders.format import ArrayRef, ArraySpec, Manifest, Shard
+from loaders.format import ArraySpec, Manifest, Shard
 from prep.errors import PrepError
 from prep.kinds.table.config import TableConfig
 from prep.kinds.table.encode import encode
@@ -32,8 +32,9 @@ from prep.kinds.table.scan import BLOCKS, Scan, read_spill, scan
 from prep.kinds.table.sources import Block, list_tables, sources_of
 from prep.kinds.table.types import Column
 from prep.run.driver import Inputs, Kind, RunSummary, run
-from prep.run.files import NpyWriter, publish, temp_path, writing
+from prep.run.files import NpyWriter, writing
 from prep.run.profile import stage
+from prep.run.shardwriter import ShardFiles
 from prep.run.staging import RUN_DIR, write_record
 from prep.run.tasks import shard_task
 
@@ -60,34 +61,28 @@ def array_spec(name: str, col: Column) -> ArraySpec:
     return ArraySpec(field, int(index) if index else None, dtype, shape(None, 0) if shape else ())
 
 
-class _SplitArrays:
-    """One task's shard of one split: a .npy writer per array, renamed once all are written."""
+class _Split:
+    """One task's shard of one split: a flat .npy per array, a block of rows at a time."""
 
-    def __init__(self, staging: Path, split: str, index: int, specs: dict[str, ArraySpec]):
-        self.staging, self.split, self.rows = staging, split, 0
-        self.final = {name: f"{name}-{split}-{index:05d}.npy" for name in specs}
-        self.writers = {
-            name: NpyWriter(temp_path(staging / self.final[name]), s.dtype, ())
-            for name, s in specs.items()
-        }
+    def __init__(self, staging: Path, split: str, index: int):
+        self.split, self.rows = split, 0
+        self.files = ShardFiles(staging, f"{split}-{index:05d}")
+        self.columns: dict[str, NpyWriter] = {}
+
+    def open(self, specs: dict[str, ArraySpec]) -> None:
+        self.columns = {name: self.files.array(name, s.dtype) for name, s in specs.items()}
 
     def add(self, arrays: dict[str, np.ndarray]) -> None:
-        for name, w in self.writers.items():
+        for name, w in self.columns.items():
             w.extend(arrays[name])
         self.rows += len(next(iter(arrays.values())))
 
     def shard(self) -> dict[str, Any] | None:
         """After close: the files under their final names (None for a split with no row)."""
         if not self.rows:
-            for w in self.writers.values():
-                w.path.unlink(missing_ok=True)
+            self.files.abort()
             return None
-        files = {
-            self.final[n]: publish(w.path, self.staging / self.final[n])
-            for n, w in self.writers.items()
-        }
-        arrays = {n: ArrayRef(self.final[n], w.length) for n, w in self.writers.items()}
-        return asdict(Shard(self.rows, arrays, files, self.split))
+        return asdict(self.files.publish(self.rows, self.split))
 
 
 def encode_rows(
@@ -123,10 +118,11 @@ def table_shard(
         tables = [read_spill(staging / RUN_DIR / BLOCKS, b) for b in shard]
         vals = [np.asarray(t.column(len(columns)), dtype=bool) for t in tables]  # the split
     present = {"train": not all(v.all() for v in vals), "val": any(v.any() for v in vals)}
-    with stage("write"):  # a split's files only where it has rows
-        splits = {s: _SplitArrays(staging, s, index, specs) for s in SPLITS if present[s]}
-    writers = [w for s in splits.values() for w in s.writers.values()]
-    with writing(writers):
+    splits = {s: _Split(staging, s, index) for s in SPLITS if present[s]}
+    with writing([s.files for s in splits.values()]):
+        with stage("write"):  # a split's files only where it has rows
+            for split in splits.values():
+                split.open(specs)
         for table, val in zip(tables, vals, strict=True):
             with stage("encode"):
                 encoded = encode_rows(table, columns, arrays, vocabs)

@@ -13,18 +13,18 @@ from typing import Any
 import numpy as np
 
 from loaders.fields import encode_source
-from loaders.format import ArrayRef, Shard
+from loaders.format import Shard
 from prep.errors import PrepError
 from prep.kinds.text.config import TokenizeConfig
 from prep.kinds.text.documents import DocumentReader, Piece
 from prep.kinds.text.tokenizers import Tokenizer, load_saved
-from prep.run.files import NpyWriter, publish, temp_path, writing
+from prep.run.files import writing
 from prep.run.profile import stage, timed_iter
+from prep.run.shardwriter import ShardFiles
 from prep.run.staging import write_record
 from prep.run.tasks import shard_task
 
 SPLITS = ("train", "val")
-ARRAYS = ("tokens", "doc_offsets", "source", "source-offsets")  # source: ragged, per document
 # One encode call per batch: big enough for tokenizers' own threads, small enough for memory.
 BATCH_BYTES = 4 << 20
 BATCH_DOCS = 4096
@@ -59,87 +59,52 @@ def is_val(text: str, val_fraction: float) -> bool:
 
 
 class SplitWriter:
-    """One split's shard of one task: tokens, doc_offsets (docs + 1 int64, from 0), and each
-    document's source file (its path relative to SRC: UTF-8 bytes, with docs + 1 offsets).
+    """One split's shard of one task: tokens with their doc_offsets (docs + 1 int64, from 0),
+    and each document's source file (its path relative to SRC: UTF-8 bytes, ragged).
 
     Sources are held as runs (a file's documents are consecutive: a few tuples a shard) and
     written last, in close(): the tokens' files are the only ones written while reading."""
 
     def __init__(self, staging: Path, split: str, index: int, dtype: str):
-        self.staging = staging
-        stems = {name: f"{name}-{split}-{index:05d}" for name in ARRAYS}
-        self.final = {name: f"{stem}.npy" for name, stem in stems.items()}
         self.split = split
-        # Temp names are per process and host (as prep pack's): a worker that its killed parent
-        # left running cannot rename the files of the --resume run redoing the same shard.
-        self.tmp = {name: temp_path(staging / f"{stem}.npy") for name, stem in stems.items()}
-        self.tokens = NpyWriter(self.tmp["tokens"], dtype, ())
-        self.offsets = NpyWriter(self.tmp["doc_offsets"], "int64", ())
-        self.offsets.extend(np.zeros(1, np.int64))
-        self.sources: list[NpyWriter] = []  # source and its offsets, made by close()
+        self.files = ShardFiles(staging, f"{split}-{index:05d}")
+        self.tokens = self.files.ragged("tokens", dtype, offsets="doc_offsets")
         self.runs: list[tuple[str, int]] = []  # (file, documents in a row)
-        self.total = 0
         self.docs = 0
 
     def add(self, ids: np.ndarray, lengths: np.ndarray, sources: list[str]) -> None:
         """Documents: their tokens back to back, their lengths, the file each came from."""
-        self.tokens.extend(ids)
-        self.offsets.extend(self.total + np.cumsum(lengths, dtype=np.int64))
+        self.tokens.extend(ids, lengths)
         for name in sources:
             if self.runs and self.runs[-1][0] == name:
                 self.runs[-1] = (name, self.runs[-1][1] + 1)
             else:
                 self.runs.append((name, 1))
-        self.total += len(ids)
         self.docs += len(lengths)
 
     def _write_sources(self) -> None:
-        data = NpyWriter(self.tmp["source"], "uint8", ())
-        self.sources.append(data)
-        off = NpyWriter(self.tmp["source-offsets"], "int64", ())
-        self.sources.append(off)
-        off.extend(np.zeros(1, np.int64))
+        source = self.files.ragged("source", "uint8")
         for name, n in self.runs:
             path = encode_source(name)
             for start in range(0, n, 1 << 16):  # bounded memory for a file of many lines
                 k = min(n - start, 1 << 16)
-                off.extend(data.length + len(path) * np.arange(1, k + 1, dtype=np.int64))
-                data.extend(np.tile(path, k))
-
-    @property
-    def _writers(self) -> list[NpyWriter]:
-        return [self.tokens, self.offsets, *self.sources]
+                source.extend(np.tile(path, k), np.full(k, len(path)))
 
     def abort(self) -> None:
-        for w in self._writers:
-            w.abort()
+        self.files.abort()
 
     def close(self) -> None:
         """Finish the temp files (header, fsync); a split with no documents keeps none."""
         if self.docs == 0:
             self.abort()
             return
-        self.tokens.close()
-        self.offsets.close()
         self._write_sources()
-        for w in self.sources:
-            w.close()
+        self.files.close()
 
-    def rename(self) -> Shard | None:
+    def publish(self) -> Shard | None:
         """After close(): the files under their final names; None for a split with no
         documents in this task."""
-        if self.docs == 0:
-            return None
-        refs, files = {}, {}
-        for name, w in zip(ARRAYS, self._writers, strict=True):
-            final = self.staging / self.final[name]
-            files[final.name] = publish(w.path, final)
-            refs[name] = ArrayRef(final.name, w.length)
-        arrays = {name: refs[name] for name in ("tokens", "doc_offsets")}
-        arrays["source"] = ArrayRef(
-            refs["source"].file, refs["source"].length, None, refs["source-offsets"]
-        )
-        return Shard(self.docs, arrays, files, self.split)
+        return self.files.publish(self.docs, self.split) if self.docs else None
 
 
 def _batches(reader: DocumentReader, pieces: list[Piece]) -> Iterator[tuple[list[str], list[str]]]:
@@ -209,7 +174,7 @@ def tokenize_shard(
                     writers["train"].add(ids[~in_val], lengths[~val], list(sources[~val]))
                 else:
                     writers["train"].add(ids, lengths, names)
-    shards = [w.rename() for w in writers.values()]
+    shards = [w.publish() for w in writers.values()]
     done = [asdict(s) for s in shards if s is not None]
     record = {
         "index": index,

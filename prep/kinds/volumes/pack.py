@@ -18,16 +18,17 @@ from typing import Any
 import numpy as np
 
 from loaders.fields import FIELDS
-from loaders.format import ArrayRef, ArraySpec, Manifest, Shard
+from loaders.format import ArraySpec, Manifest, Shard
 from prep.errors import PrepError
 from prep.kinds.volumes import targets as tg
 from prep.kinds.volumes import transform as tf
 from prep.kinds.volumes.config import VolumeConfig, float_list
 from prep.kinds.volumes.sources import Item, list_volumes, read_pair
 from prep.run.driver import Inputs, Kind, RunSummary, run
-from prep.run.files import NpyWriter, publish, temp_path, writing
+from prep.run.files import writing
 from prep.run.inputs import Reject, reject_record
 from prep.run.profile import stage
+from prep.run.shardwriter import ShardFiles
 from prep.run.staging import write_record
 from prep.run.tasks import shard_task
 
@@ -104,28 +105,31 @@ def encode_volume(
     return img, lab, meta
 
 
-def _writers(staging: Path, index: int, specs: dict[str, ArraySpec]) -> dict[str, NpyWriter]:
-    tmp = {name: temp_path(staging / f"{name}-{index:05d}.npy") for name in specs}
-    writers = {name: NpyWriter(tmp[name], s.dtype, s.shape) for name, s in specs.items()}
-    writers["voxel_offsets"].extend(np.zeros(1, np.int64))
-    return writers
+class _Volumes:
+    """One shard's volumes: voxels (and label voxels) back to back, with the per-volume
+    arrays beside them (FORMAT.md)."""
 
+    def __init__(self, files: ShardFiles, specs: dict[str, ArraySpec]):
+        self.voxels = files.ragged("voxels", specs["voxels"].dtype, offsets="voxel_offsets")
+        ragged = ("voxels", "voxel_offsets")
+        self.arrays = {
+            name: files.array(name, s.dtype, s.shape)
+            for name, s in specs.items()
+            if name not in ragged
+        }
 
-def _append(
-    writers: dict[str, NpyWriter], item: Item, img: np.ndarray, lab: np.ndarray | None
-) -> None:
-    end = writers["voxels"].length
-    writers["voxels"].extend(img.reshape(-1))
-    for j, value in enumerate(item.target or ()):
-        w = writers[f"{tg.FIELD}_{j}"]
-        w.extend(np.asarray([value], w.dtype))
-    writers["volume_shape"].append(np.asarray(img.shape, np.uint32))
-    writers["voxel_offsets"].extend(np.asarray([end + img.size], np.int64))
-    if lab is not None:
-        index = tf.foreground_index(lab)
-        writers["label_voxels"].extend(lab.reshape(-1))
-        writers["fg_offsets"].append(index.bounds + writers["fg_voxels"].length)
-        writers["fg_voxels"].extend(index.voxels)
+    def append(self, item: Item, img: np.ndarray, lab: np.ndarray | None) -> None:
+        self.voxels.append(img)
+        for j, value in enumerate(item.target or ()):
+            w = self.arrays[f"{tg.FIELD}_{j}"]
+            w.extend(np.asarray([value], w.dtype))
+        self.arrays["volume_shape"].append(np.asarray(img.shape, np.uint32))
+        if lab is not None and "label_voxels" in self.arrays:
+            index = tf.foreground_index(lab)
+            fg = self.arrays["fg_voxels"]
+            self.arrays["label_voxels"].extend(lab.reshape(-1))
+            self.arrays["fg_offsets"].append(index.bounds + fg.length)
+            fg.extend(index.voxels)
 
 
 @shard_task
@@ -135,11 +139,12 @@ def volumes_shard(
     """The joblib task: volumes `items` into shard `index` under `staging`; return its record.
 
     Memory holds one volume (and its resampled copies) at a time; no voxel leaves the process."""
-    with stage("write"):
-        writers = _writers(staging, index, specs)
+    files = ShardFiles(staging, f"{index:05d}")
     rejects: list[dict[str, Any]] = []
     volumes: list[dict[str, Any]] = []
-    with writing(writers.values()):
+    with writing([files]):
+        with stage("write"):
+            out = _Volumes(files, specs)
         for item in items:
             try:
                 img, lab, meta = encode_volume(item, cfg)
@@ -147,17 +152,10 @@ def volumes_shard(
                 rejects.append(reject_record(item.rel, r.code, r.message))
                 continue
             with stage("write"):
-                _append(writers, item, img, lab if "label_voxels" in writers else None)
+                out.append(item, img, lab)
             volumes.append(meta)
-    names = {name: f"{name}-{index:05d}.npy" for name in specs}
-    files = {names[n]: publish(w.path, staging / names[n]) for n, w in writers.items()}
-    arrays = {n: ArrayRef(names[n], w.length) for n, w in writers.items()}
-    record = {
-        "index": index,
-        "shard": asdict(Shard(len(volumes), arrays, files)),
-        "rejects": rejects,
-        "volumes": volumes,
-    }
+    shard = files.publish(len(volumes))
+    record = {"index": index, "shard": asdict(shard), "rejects": rejects, "volumes": volumes}
     with stage("write"):
         write_record(staging, index, record)
     return record
