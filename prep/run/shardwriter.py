@@ -88,6 +88,13 @@ class ShardFiles:
         for name, w in self.writers.items():
             w.append(sample[name])
 
+    def extend(self, block: dict[str, np.ndarray]) -> None:
+        """Many samples of every array (their first axis): a block of table rows."""
+        for name, w in self.writers.items():
+            if isinstance(w, RaggedWriter):
+                raise TypeError(f"{name} is ragged: append() its samples one at a time")
+            w.extend(block[name])
+
     def close(self) -> None:
         for w in self.writers.values():
             w.close()

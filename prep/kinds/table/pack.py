@@ -32,7 +32,7 @@ from prep.kinds.table.scan import BLOCKS, Scan, read_spill, scan
 from prep.kinds.table.sources import Block, list_tables, sources_of
 from prep.kinds.table.types import Column
 from prep.run.driver import Inputs, Kind, RunSummary, run
-from prep.run.files import NpyWriter, writing
+from prep.run.files import writing
 from prep.run.profile import stage
 from prep.run.shardwriter import ShardFiles
 from prep.run.staging import RUN_DIR, write_record
@@ -59,30 +59,6 @@ def array_spec(name: str, col: Column) -> ArraySpec:
     dtype = "uint8" if field == "missing" else col.dtype
     shape = FIELDS[field].shape  # scalar fields: ()
     return ArraySpec(field, int(index) if index else None, dtype, shape(None, 0) if shape else ())
-
-
-class _Split:
-    """One task's shard of one split: a flat .npy per array, a block of rows at a time."""
-
-    def __init__(self, staging: Path, split: str, index: int):
-        self.split, self.rows = split, 0
-        self.files = ShardFiles(staging, f"{split}-{index:05d}")
-        self.columns: dict[str, NpyWriter] = {}
-
-    def open(self, specs: dict[str, ArraySpec]) -> None:
-        self.columns = {name: self.files.array(name, s.dtype) for name, s in specs.items()}
-
-    def add(self, arrays: dict[str, np.ndarray]) -> None:
-        for name, w in self.columns.items():
-            w.extend(arrays[name])
-        self.rows += len(next(iter(arrays.values())))
-
-    def shard(self) -> dict[str, Any] | None:
-        """After close: the files under their final names (None for a split with no row)."""
-        if not self.rows:
-            self.files.abort()
-            return None
-        return asdict(self.files.publish(self.rows, self.split))
 
 
 def encode_rows(
@@ -117,23 +93,23 @@ def table_shard(
     with stage("read"):  # memory maps: the rows are read as they are encoded
         tables = [read_spill(staging / RUN_DIR / BLOCKS, b) for b in shard]
         vals = [np.asarray(t.column(len(columns)), dtype=bool) for t in tables]  # the split
-    present = {"train": not all(v.all() for v in vals), "val": any(v.any() for v in vals)}
-    splits = {s: _Split(staging, s, index) for s in SPLITS if present[s]}
-    with writing([s.files for s in splits.values()]):
+    rows = {"train": sum(int((~v).sum()) for v in vals), "val": sum(int(v.sum()) for v in vals)}
+    splits = {s: ShardFiles(staging, f"{s}-{index:05d}") for s in SPLITS if rows[s]}
+    with writing(splits.values()):
         with stage("write"):  # a split's files only where it has rows
-            for split in splits.values():
-                split.open(specs)
+            for files in splits.values():
+                files.open_all(specs)
         for table, val in zip(tables, vals, strict=True):
             with stage("encode"):
                 encoded = encode_rows(table, columns, arrays, vocabs)
             with stage("write"):
                 if not val.any():
-                    splits["train"].add(encoded)
+                    splits["train"].extend(encoded)
                     continue
                 if not val.all():
-                    splits["train"].add({n: a[~val] for n, a in encoded.items()})
-                splits["val"].add({n: a[val] for n, a in encoded.items()})
-    done = [d for d in (s.shard() for s in splits.values()) if d is not None]
+                    splits["train"].extend({n: a[~val] for n, a in encoded.items()})
+                splits["val"].extend({n: a[val] for n, a in encoded.items()})
+    done = [asdict(files.publish(rows[s], s)) for s, files in splits.items()]
     record = {
         "index": index,
         "shard": {"files": {k: v for d in done for k, v in d["files"].items()}},

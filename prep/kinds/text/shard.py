@@ -65,12 +65,14 @@ class SplitWriter:
     Sources are held as runs (a file's documents are consecutive: a few tuples a shard) and
     written last, in close(): the tokens' files are the only ones written while reading."""
 
-    def __init__(self, staging: Path, split: str, index: int, dtype: str):
+    def __init__(self, staging: Path, split: str, index: int):
         self.split = split
         self.files = ShardFiles(staging, f"{split}-{index:05d}")
-        self.tokens = self.files.ragged("tokens", dtype, offsets="doc_offsets")
         self.runs: list[tuple[str, int]] = []  # (file, documents in a row)
         self.docs = 0
+
+    def open(self, dtype: str) -> None:
+        self.tokens = self.files.ragged("tokens", dtype, offsets="doc_offsets")
 
     def add(self, ids: np.ndarray, lengths: np.ndarray, sources: list[str]) -> None:
         """Documents: their tokens back to back, their lengths, the file each came from."""
@@ -151,9 +153,11 @@ def tokenize_shard(
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
     tok = _load_tokenizer(tok_name, staging, tok_file, tok_sha)
     reader = DocumentReader(cfg.text_field, cfg.errors, int(cfg.max_doc_mb * MB))
-    with stage("write"):
-        writers = {s: SplitWriter(staging, s, index, dtype) for s in SPLITS}
+    writers = {s: SplitWriter(staging, s, index) for s in SPLITS}
     with writing(writers.values()):
+        with stage("write"):
+            for w in writers.values():
+                w.open(dtype)
         for texts, names in timed_iter("read", _batches(reader, pieces)):
             files = list(dict.fromkeys(names))  # each file once, in order
             where = ", ".join(files[:3]) + (" ..." if len(files) > 3 else "")
