@@ -19,8 +19,8 @@ from prep.kinds.table.config import TableConfig
 from prep.kinds.table.encode import kept_form
 from prep.kinds.table.sources import Block, blocks, decompressed, read_block, sources_of
 from prep.kinds.table.split import val_mask
-from prep.kinds.table.stats import Stats
-from prep.kinds.table.types import Column, as_text, decide
+from prep.kinds.table.stats import Stats, decide
+from prep.kinds.table.types import Column, as_text
 from prep.run.inputs import reject_record, warn
 
 BLOCKS = "blocks"  # in the run folder: the parsed blocks

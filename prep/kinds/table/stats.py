@@ -1,5 +1,5 @@
 """What the scan gathers of a column, block by block, to decide its stored type
-(prep.kinds.table.types.decide): kinds, missing counts, ranges, train sums and values."""
+(decide, below): kinds, missing counts, ranges, train sums and values."""
 
 from __future__ import annotations
 
@@ -9,14 +9,20 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from prep.errors import PrepError
 from prep.kinds.table.types import (
+    FIRST_CODE,
     NUMBER,
     NUMERIC,
+    Column,
     as_dictionary,
     as_float,
     classify,
+    code_dtype,
     combine,
     filled,
+    float_dtype,
+    int_dtype,
 )
 
 
@@ -119,3 +125,48 @@ class Stats:
         total = pa.table({"v": values, "n": n}).group_by("v").aggregate([("n", "sum")])
         total = total.sort_by("v")
         return total["v"].to_pylist(), total["n_sum"].to_pylist()
+
+
+def decide(name: str, role: str, coded: bool, st: Stats, float16: bool) -> Column:
+    """The stored column from its scan statistics (the module docstring's rules); `role` is
+    num or target, `coded` a --categorical column."""
+    col = Column(name, role, st.kind, missing=st.missing)
+    if coded or st.kind == "string":
+        col.role = "cat" if role == "num" else role
+        if not coded:
+            _check_text(col, st)
+        col.vocab, col.counts = st.vocab()
+        col.first_code = 0 if role == "target" else None
+        col.dtype = code_dtype(len(col.vocab), name, FIRST_CODE if role != "target" else 0)
+        return col
+    if np.isfinite(st.lo):
+        col.lo, col.hi = float(st.lo), float(st.hi)
+    n, s, sq = st.sums
+    if n:
+        col.mean = s / n
+        col.std = float(np.sqrt(max(sq / n - col.mean**2, 0.0)))
+    if st.kind == "time":
+        col.dtype = "int64"
+    elif st.kind in ("int", "bool") and st.missing == 0:
+        col.dtype = int_dtype(int(st.lo), int(st.hi)) if col.lo is not None else "uint8"
+    else:
+        col.dtype = float_dtype(float16, st.amax)
+    return col
+
+
+def _check_text(col: Column, st: Stats) -> None:
+    """A text column that is mostly numbers holds a bad value (the first one is named); one
+    that mixes number blocks with text blocks cannot be coded from text counts alone."""
+    texts = st.rows - st.missing
+    if st.bad is not None and 2 * st.numeric > texts:
+        rel, row, value = st.bad
+        raise PrepError(
+            f"{rel}: row {row}, column {col.name}: {value!r} is not a number ({st.numeric:,} "
+            f"of {texts:,} values are). HINT: --na-values {value} declares it missing, or "
+            f"--categorical {col.name} keeps the column as text"
+        )
+    if st.typed:
+        raise PrepError(
+            f"{st.where}: column {col.name} holds numbers in some rows and text in others. "
+            f"HINT: --categorical {col.name} packs it as text codes"
+        )

@@ -18,7 +18,7 @@ its blocks combine (int and float give float, any other mix gives string). Then:
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -26,9 +26,6 @@ import pyarrow.compute as pc
 
 from loaders.fields import smallest_uint
 from prep.errors import PrepError
-
-if TYPE_CHECKING:
-    from prep.kinds.table.stats import Stats
 
 MISSING, UNSEEN, FIRST_CODE = 0, 1, 2
 NAT = np.iinfo(np.int64).min
@@ -202,48 +199,3 @@ class Column:
         """The manifest's entry (shallow: asdict would deep-copy every vocabulary value)."""
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         return {k: v for k, v in values.items() if v is not None}
-
-
-def decide(name: str, role: str, coded: bool, st: Stats, float16: bool) -> Column:
-    """The stored column from its scan statistics (the module docstring's rules); `role` is
-    num or target, `coded` a --categorical column."""
-    col = Column(name, role, st.kind, missing=st.missing)
-    if coded or st.kind == "string":
-        col.role = "cat" if role == "num" else role
-        if not coded:
-            _check_text(col, st)
-        col.vocab, col.counts = st.vocab()
-        col.first_code = 0 if role == "target" else None
-        col.dtype = code_dtype(len(col.vocab), name, FIRST_CODE if role != "target" else 0)
-        return col
-    if np.isfinite(st.lo):
-        col.lo, col.hi = float(st.lo), float(st.hi)
-    n, s, sq = st.sums
-    if n:
-        col.mean = s / n
-        col.std = float(np.sqrt(max(sq / n - col.mean**2, 0.0)))
-    if st.kind == "time":
-        col.dtype = "int64"
-    elif st.kind in ("int", "bool") and st.missing == 0:
-        col.dtype = int_dtype(int(st.lo), int(st.hi)) if col.lo is not None else "uint8"
-    else:
-        col.dtype = float_dtype(float16, st.amax)
-    return col
-
-
-def _check_text(col: Column, st: Stats) -> None:
-    """A text column that is mostly numbers holds a bad value (the first one is named); one
-    that mixes number blocks with text blocks cannot be coded from text counts alone."""
-    texts = st.rows - st.missing
-    if st.bad is not None and 2 * st.numeric > texts:
-        rel, row, value = st.bad
-        raise PrepError(
-            f"{rel}: row {row}, column {col.name}: {value!r} is not a number ({st.numeric:,} "
-            f"of {texts:,} values are). HINT: --na-values {value} declares it missing, or "
-            f"--categorical {col.name} keeps the column as text"
-        )
-    if st.typed:
-        raise PrepError(
-            f"{st.where}: column {col.name} holds numbers in some rows and text in others. "
-            f"HINT: --categorical {col.name} packs it as text codes"
-        )
