@@ -128,8 +128,8 @@ class Stats:
 
 
 def decide(name: str, role: str, coded: bool, st: Stats, float16: bool) -> Column:
-    """The stored column from its scan statistics (the module docstring's rules); `role` is
-    num or target, `coded` a --categorical column."""
+    """The stored column from its scan statistics (the rules of prep.kinds.table.types'
+    docstring); `role` is num or target, `coded` a --categorical column."""
     col = Column(name, role, st.kind, missing=st.missing)
     if coded or st.kind == "string":
         col.role = "cat" if role == "num" else role
