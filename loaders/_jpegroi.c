@@ -142,7 +142,8 @@ static PyObject *decode_box(PyObject *self, PyObject *args) {
     } else if (job.denom != 1 && job.denom != 2 && job.denom != 4 && job.denom != 8) {
         bad = "denom must be 1, 2, 4 or 8";
     } else if (job.rows < 1 || job.cols < 1 || job.top < 0 || job.left < 0 ||
-               job.top + job.rows > job.height || job.left + job.cols > job.width) {
+               job.top > job.height - job.rows || job.left > job.width - job.cols) {
+        /* compared without a sum: top + rows could overflow an int */
         bad = "the box must lie inside the image";
     } else if (!PyBuffer_IsContiguous(&out, 'C') ||
                out.len != (Py_ssize_t)job.rows * job.cols * job.channels) {
