@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from s3server import s3_server  # noqa: F401  (the fixture `s3`: one server a session)
 
 from prep.demo import make_demo
 from prep.kinds.images.config import PackConfig

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from hostile import CASES, KIND, OPEN, PREVIEW, VERIFY, Case, build, make_bases
-from s3server import BUCKET, s3_server  # noqa: F401  (the fixture `s3`)
+from s3server import BUCKET
 
 from loaders import (
     CenterCrop,

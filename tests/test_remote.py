@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from s3server import BUCKET, http_server, s3_server  # noqa: F401  (the fixture `s3`)
+from s3server import BUCKET, http_server
 
 import loaders.remote
 import prep.run.remote

@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image as PILImage
-from s3server import s3_server  # noqa: F401  (the fixture `s3`)
 from typer.testing import CliRunner
 
 import prep
