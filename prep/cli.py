@@ -16,6 +16,7 @@ from loaders.format import FormatError
 from prep import options
 from prep.config import RunConfig
 from prep.errors import PrepError, UsageError
+from prep.importers.cli import app as import_app
 from prep.inspect import commands as inspect
 from prep.kinds.images.config import PackConfig
 from prep.kinds.samples.config import SamplesConfig
@@ -242,6 +243,11 @@ def demo(
 # info, verify, preview, tune: the commands that look at a packed dataset (prep.inspect).
 for _look in (inspect.info, inspect.verify, inspect.preview, inspect.tune):
     app.command()(friendly(_look))
+
+# prep import SOURCE: a sub-app of its own (prep.importers.cli), each command made friendly here.
+for _imported in import_app.registered_commands:
+    _imported.callback = friendly(_imported.callback)  # type: ignore[arg-type]
+app.add_typer(import_app, name="import")
 
 
 @app.callback(invoke_without_command=True)
