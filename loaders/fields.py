@@ -157,6 +157,8 @@ FIELDS: dict[str, Field] = {
         Field("text", False, lambda s, c: (), ("uint8",), "uint8", ("ragged",)),
         Field("bytes", False, lambda s, c: (), ("uint8",), "uint8", ("ragged",)),
         Field("json", False, lambda s, c: (), ("uint8",), "uint8", ("ragged",)),
+        # Boxes (x0, y0, x1, y1) in the pixels of an image field as stored at each size.
+        Field("boxes", True, lambda s, c: (4,), ("float32",), "float32", ("ragged",), pixels=True),
     )
 }
 

@@ -246,7 +246,7 @@ for _look in (inspect.info, inspect.verify, inspect.preview, inspect.tune):
 
 # prep import SOURCE: a sub-app of its own (prep.importers.cli), each command made friendly here.
 for _imported in import_app.registered_commands:
-    _imported.callback = friendly(_imported.callback)  # type: ignore[arg-type]
+    _imported.callback = friendly(_imported.callback)  # type: ignore[type-var]
 app.add_typer(import_app, name="import")
 
 

@@ -9,13 +9,14 @@ from typing import Any
 
 from loaders.samples.arrays import Array, Label, Scalar, Tokens
 from loaders.samples.fields import FieldError, SampleField
-from loaders.samples.image import Image, Mask
+from loaders.samples.image import Boxes, Image, Mask
 from loaders.samples.registry import KINDS
 from loaders.samples.text import Bytes, Json, Text
 
 __all__ = [
     "KINDS",
     "Array",
+    "Boxes",
     "Bytes",
     "FieldError",
     "Image",

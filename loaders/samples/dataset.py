@@ -16,7 +16,7 @@ from loaders.crops import Crop, whole
 from loaders.format import array_name
 from loaders.memory import by_shard
 from loaders.samples.fields import RAGGED_POLICIES, SampleField
-from loaders.samples.image import Image, Mask, hw_name
+from loaders.samples.image import Boxes, Image, Mask, hw_name
 from loaders.samples.registry import fields_from
 from loaders.store import DEFAULT_MAX_OPEN
 
@@ -87,7 +87,8 @@ class SampleDataset(DecodingDataset):
         if decode not in ("cpu", "cuda"):
             raise ValueError(f"decode={decode!r} is not 'cpu' or 'cuda'")
         self.policies, self.crop, self.decode, self._threads = policies, crop, decode, threads
-        images = [f for f in self.fields if isinstance(self.declared.get(f), (Image, Mask))]
+        sized = (Image, Mask, Boxes)
+        images = [f for f in self.fields if isinstance(self.declared.get(f), sized)]
         if images:
             if size is None and len(self.sizes) != 1:
                 raise ValueError(f"{self.store.root} has sizes {self.sizes}: pass size=")
@@ -199,6 +200,11 @@ class _Reading:
             boxes = whole(hw) if ds.crop is None else ds.crop.boxes(self.index, hw, ds.epoch)
             found = self._boxes[image] = hw, boxes
         return found
+
+    def crops(self, image: str) -> tuple[np.ndarray, tuple[int, int]] | None:
+        if self.ds.crop is None:
+            return None
+        return self._hw_boxes(image)[1], self.ds.crop.size
 
     def images(self, field: SampleField, name: str) -> torch.Tensor:
         """Field `name` (an Image or a Mask) at the batch's size: uint8 (B, C, H, W) views of

@@ -1,6 +1,7 @@
 """Image sample fields, as the reader sees them: `Image` (raw, mode keep's own shapes, or
-JPEG, at one or more sizes) and `Mask` (class ids, cropped and resized like its image). The
-writer's side (decoding any input, the pixel policy, resizing) is prep.fields.Image's.
+JPEG, at one or more sizes), `Mask` (class ids, cropped and resized like its image) and `Boxes`
+(x0, y0, x1, y1 in its image's stored pixels). The writer's side (decoding any input, the pixel
+policy, resizing) is prep.fields.Image's.
 """
 
 from __future__ import annotations
@@ -8,7 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from loaders.format.spec import ArraySpec, array_name
+from loaders.samples.batching import ragged_batch
 from loaders.samples.fields import Reading, SampleField, sized, spec
 
 MODES = ("fill", "fit", "stretch", "keep")
@@ -78,9 +82,58 @@ class Mask(SampleField):
         return {name: batch.images(self, name)}
 
 
+@dataclass(frozen=True)
+class Boxes(SampleField):
+    """Boxes (N, 4) float32, (x0, y0, x1, y1), in the pixels of image field `image` as stored
+    at each of its sizes: resized, cropped and padded with it (its `sizes` and `mode` are the
+    image's). Ragged: N boxes a sample, 0 allowed. A load-time `crop=` moves them with the
+    pixels and clips them to the crop (a box it leaves with no area stays, of zero area)."""
+
+    image: str = "image"
+    sizes: tuple[int, ...] = ()
+    mode: str = "fill"
+    kind = "boxes"
+    ragged = True
+
+    def arrays(self, name: str) -> list[ArraySpec]:
+        return [sized(name, s, "boxes", "float32", (4,), "ragged") for s in self.sizes]
+
+    def read(self, batch: Reading, name: str, policy: str) -> dict[str, Any]:
+        pieces = batch.pieces(array_name(name, batch.size or 0))
+        crops = batch.crops(self.image)
+        if crops is not None:
+            pieces = [crop_boxes(p, box, crops[1]) for p, box in zip(pieces, crops[0], strict=True)]
+        return ragged_batch(name, pieces, (4,), policy)
+
+    def problems(self, name: str, arrays: dict[str, np.ndarray]) -> list[str]:
+        for s in self.sizes:
+            values, off = arrays[array_name(name, s)], arrays.get(array_name(name, s) + ".offsets")
+            if off is not None and np.any(np.diff(off) % 4):
+                return [f"a sample of {name} at {s} is not whole boxes of 4 numbers"]
+            b = values.reshape(-1, 4)
+            inside = (b >= 0).all() and (b <= s).all()  # nan fails both
+            if not inside or (b[:, 2:] < b[:, :2]).any():
+                return [f"a box of {name} at {s} is not x0 <= x1, y0 <= y1 within 0..{s} px"]
+        return []
+
+
+def crop_boxes(flat: np.ndarray, crop: np.ndarray, out_hw: tuple[int, int]) -> np.ndarray:
+    """Boxes (flat x0, y0, x1, y1) moved into crop (top, left, height, width) of their image
+    resized to `out_hw`, and clipped to it.
+
+    >>> crop_boxes(np.array([10, 20, 50, 60], np.float32), np.array([0, 10, 100, 100]), (50, 50))
+    array([ 0., 10., 20., 30.], dtype=float32)
+    """
+    top, left, h, w = (float(v) for v in crop)
+    b = flat.reshape(-1, 4).astype(np.float32)  # a copy: the map is read-only
+    b[:, 0::2] = np.clip((b[:, 0::2] - left) * (out_hw[1] / w), 0, out_hw[1])
+    b[:, 1::2] = np.clip((b[:, 1::2] - top) * (out_hw[0] / h), 0, out_hw[0])
+    return b.reshape(-1)
+
+
 def hw_name(image: str, size: int) -> str:
     """The array of an image field's stored (h, w) at `size` (mode keep)."""
     return array_name(f"{image}_hw", size)
 
 
-__all__ = ["Image", "Mask", "hw_name", "spec"]
+__all__ = ["Boxes", "Image", "Mask", "hw_name", "spec"]

@@ -54,6 +54,17 @@ class Geometry:
     size: int
     mode: str
 
+    @property
+    def origin(self) -> tuple[int, int]:
+        """Where the content's top-left pixel lands in the sample, (top, left): negative where
+        fill crops it, positive where fit pads it; (0, 0) for keep and stretch."""
+        (h, w), s = self.content, self.size
+        if self.mode == "fill":
+            return -((h - s) // 2), -((w - s) // 2)
+        if self.mode == "fit":
+            return (s - h) // 2, (s - w) // 2
+        return 0, 0
+
 
 def geometry(h: int, w: int, size: int, mode: str) -> Geometry:
     """fill: shorter side to size, centre crop; fit: longer side to size, pad; stretch: squash;
@@ -99,11 +110,10 @@ def place(content: np.ndarray, g: Geometry, pad_value: int) -> np.ndarray:
     s = g.size
     if (h, w) == (s, s) or g.mode == "keep":
         return np.ascontiguousarray(content)
+    top, left = g.origin
     if g.mode == "fill":
-        top, left = (h - s) // 2, (w - s) // 2
-        return np.ascontiguousarray(content[top : top + s, left : left + s])
+        return np.ascontiguousarray(content[-top : -top + s, -left : -left + s])
     out = np.full((s, s, *content.shape[2:]), pad_value, dtype=content.dtype)
-    top, left = (s - h) // 2, (s - w) // 2
     out[top : top + h, left : left + w] = content
     return out
 

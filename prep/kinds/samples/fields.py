@@ -15,7 +15,7 @@ import numpy as np
 
 from loaders import samples as kinds
 from loaders.format import ArraySpec, array_name
-from loaders.samples.fields import FieldError
+from loaders.samples.fields import FieldError, as_array
 from prep.run.inputs import Reject
 
 
@@ -97,6 +97,39 @@ class Mask(kinds.Mask):
         masks = sizes_from(mask, upright, list(self.sizes), self.mode, self.pad_value, True)
         codec = "ragged" if self.mode == "keep" else "raw"
         return {f"_{s}": m.reshape(-1) if codec == "ragged" else m for s, m in masks.items()}
+
+
+class Boxes(kinds.Boxes):
+    """Boxes (N, 4) float32 (x0, y0, x1, y1) in the pixels of the upright full-size image of
+    field `image`, stored as they land in each of its stored sizes (prep.kinds.samples.boxes:
+    the image's own geometry). A value is the boxes, or {"xyxy": boxes, "hw": [h, w]}: boxes
+    drawn on an (h, w) image, which must be the image's upright size (a `box_frame` reject).
+    A box outside its image is a `box_outside` reject; one that the crop leaves with no area
+    is kept with none (`prep import coco` drops those first, with their labels: boxes.kept)."""
+
+    def encode_for(self, value: Any, upright: tuple[int, int]) -> dict[str, np.ndarray]:
+        from prep.kinds.samples.boxes import outside, place_boxes
+
+        if isinstance(value, dict):
+            h, w = value.get("hw", (0, 0))
+            if (int(h), int(w)) != tuple(upright):
+                raise Reject(
+                    "box_frame",
+                    f"boxes drawn on a {w}x{h} image; it is {upright[1]}x{upright[0]} upright "
+                    "(EXIF orientation applied)",
+                )
+            value = value.get("xyxy")
+        boxes = as_array(value, np.dtype("float32"))
+        if boxes.ndim != 2 or boxes.shape[1] != 4:
+            raise FieldError("field_shape", f"boxes of shape {list(boxes.shape)}, not (N, 4)")
+        bad = outside(boxes, upright)
+        if bad is not None:
+            raise Reject(
+                "box_outside",
+                f"box {bad} {[round(float(v), 1) for v in boxes[bad]]} is not inside the "
+                f"{upright[1]}x{upright[0]} image",
+            )
+        return {f"_{s}": place_boxes(boxes, upright, s, self.mode).reshape(-1) for s in self.sizes}
 
 
 class Tokens(kinds.Tokens):

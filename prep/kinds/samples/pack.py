@@ -14,7 +14,7 @@ from typing import Any
 
 from loaders.format import ArraySpec, Manifest, Shard
 from loaders.format.schema import SAMPLES_VERSION
-from loaders.samples import Image, Mask, SampleField, Tokens
+from loaders.samples import Boxes, Image, Mask, SampleField, Tokens
 from loaders.samples.fields import check_name
 from prep.errors import PrepError, UsageError
 from prep.kinds.samples.config import SamplesConfig
@@ -111,7 +111,8 @@ class SamplesKind(Kind[SamplesConfig, list[Item]]):
 
 
 def bind_fields(fields: Any) -> dict[str, SampleField]:
-    """Check the declared fields (exit 2 for a bad one); a Mask takes its image's sizes."""
+    """Check the declared fields (exit 2 for a bad one); a Mask or Boxes takes its image's
+    sizes and mode."""
     if not isinstance(fields, dict) or not fields:
         raise UsageError("fields must be a dict of field name -> field (prep.fields)")
     for name, f in fields.items():
@@ -122,10 +123,10 @@ def bind_fields(fields: Any) -> dict[str, SampleField]:
             raise UsageError(problem)
     out = dict(fields)
     for name, f in fields.items():
-        if isinstance(f, Mask):
+        if isinstance(f, (Mask, Boxes)):
             image = fields.get(f.image)
             if not isinstance(image, Image):
-                raise UsageError(f"mask {name}: image={f.image!r} is not an Image field")
+                raise UsageError(f"{f.kind} {name}: image={f.image!r} is not an Image field")
             out[name] = dataclasses.replace(f, sizes=image.sizes, mode=image.mode)
     return out
 
