@@ -1,0 +1,58 @@
+"""`prep import hf SRC OUT`: a Hugging Face dataset saved to disk (`save_to_disk`) or a folder
+of its Parquet files, as samples: a field a feature (prep.importers.hffeatures has the table),
+each split in its own shards. Read with pyarrow: `datasets` is not needed.
+
+The manifest records the source's features (`extra.hf.features`), which column each field
+holds (`extra.hf.columns`) and each split's count (`extra.splits`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from prep.config import opt
+from prep.importers.config import ImportConfig
+
+
+@dataclass
+class HFConfig(ImportConfig):
+    src: str | None = opt(
+        None,
+        "A save_to_disk folder (dataset_dict.json or state.json and .arrow files) or a folder "
+        "of .parquet files.",
+    )
+
+    SECTION: ClassVar[str] = "hf"
+
+
+def image_field(cfg: ImportConfig) -> Any:
+    """The import's Image field, from the command's image options."""
+    from prep.fields import Image
+
+    return Image(
+        sizes=tuple(cfg.sizes),
+        mode=cfg.mode,
+        codec=cfg.codec,
+        gray=cfg.gray,
+        quality=cfg.quality,
+        pad_value=cfg.pad_value,
+        max_pixels=cfg.max_pixels,
+    )
+
+
+def import_hf(cfg: HFConfig, show_progress: bool = True, profile: bool = False) -> Any:
+    """Pack `cfg.src` into `cfg.out`; the RunSummary."""
+    from prep.errors import UsageError
+    from prep.importers.hfsource import list_source
+    from prep.importers.listing import run_source
+
+    cfg.validate()
+    src = Path(str(cfg.src))
+    if not src.is_dir():
+        raise UsageError(f"{src}: not a folder. HINT: give a save_to_disk or Parquet folder")
+    source, rows = list_source(src)
+    image = image_field(cfg)
+    fields = {c.name: c.field or image for c in rows.columns}
+    return run_source(cfg, rows, fields, source, show_progress, profile)

@@ -1,0 +1,179 @@
+"""A Hugging Face dataset on disk, read with pyarrow alone: a `save_to_disk` folder (Arrow IPC
+stream files, `state.json`, `dataset_info.json`; a `dataset_dict.json` and a folder a split) or
+a folder of Parquet files (the Hub's `data/train-00000-of-00002.parquet`, or `train/0000.parquet`:
+the split is the name before `-NNNNN-of-NNNNN`, else the parent folder).
+
+Each row is an input named `FILE:ROW`; `HFRows` reads it back in the workers, a file's Arrow
+table (memory-mapped) or a Parquet row group at a time, cached per process.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from prep.errors import PrepError, Reject, UsageError
+from prep.importers.hffeatures import Column, Unsupported, columns_of, features_of_schema, value_of
+from prep.importers.listing import Source, file_stats
+from prep.kinds.samples.inputs import Item
+
+SHARD_NAME = re.compile(r"^(?P<split>[\w.]+?)-\d+-of-\d+$")  # train-00000-of-00004
+
+
+@dataclass(frozen=True)
+class Part:
+    split: str | None
+    path: Path
+
+
+def find_parts(src: Path) -> tuple[str, list[Part]]:
+    """The layout ("save_to_disk" or "parquet") and its files, split by split, in order."""
+    if (src / "dataset_dict.json").is_file():
+        splits = _json(src / "dataset_dict.json").get("splits", [])
+        return "save_to_disk", [p for s in splits for p in _arrow_parts(src / s, s)]
+    if (src / "state.json").is_file() or any(src.glob("*.arrow")):
+        return "save_to_disk", _arrow_parts(src, None)
+    files = sorted(src.rglob("*.parquet"))
+    if not files:
+        raise UsageError(
+            f"{src}: no dataset_dict.json, state.json, .arrow or .parquet file. HINT: give the "
+            "folder of Dataset.save_to_disk, or a folder of Parquet files"
+        )
+    parts = [Part(_split_of(src, f), f) for f in files]
+    order = list(dict.fromkeys(p.split for p in parts))
+    return "parquet", sorted(parts, key=lambda p: order.index(p.split))
+
+
+def _arrow_parts(folder: Path, split: str | None) -> list[Part]:
+    state = folder / "state.json"
+    if state.is_file():
+        names = [d["filename"] for d in _json(state).get("_data_files", [])]
+        split = split or _json(state).get("_split")
+    else:
+        names = sorted(p.name for p in folder.glob("*.arrow"))
+    return [Part(split, folder / n) for n in names]
+
+
+def _split_of(src: Path, f: Path) -> str | None:
+    m = SHARD_NAME.match(f.stem)
+    if m:
+        return m["split"]
+    return f.parent.name if f.parent != src else None
+
+
+def _json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise PrepError(f"{path}: cannot read it as JSON ({e})") from e
+
+
+def features_of(part: Path, schema: Any) -> dict[str, Any]:
+    """The `Features` JSON of a file: its schema's, dataset_info.json's, else the schema's types."""
+    meta = (schema.metadata or {}).get(b"huggingface")
+    if meta:
+        features = json.loads(meta).get("info", {}).get("features")
+        if features:
+            return dict(features)
+    info = part.parent / "dataset_info.json"
+    if info.is_file() and _json(info).get("features"):
+        return dict(_json(info)["features"])
+    return features_of_schema(schema)
+
+
+def _schema_and_chunks(path: Path) -> tuple[Any, list[int]]:
+    """A file's schema and the rows of each chunk (an Arrow file is one; a Parquet row group)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        if path.suffix == ".parquet":
+            meta = pq.ParquetFile(path).metadata
+            groups = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+            return meta.schema.to_arrow_schema(), groups
+        table = _chunk(str(path), 0)
+        return table.schema, [table.num_rows]
+    except (OSError, pa.ArrowException) as e:
+        raise PrepError(f"{path}: cannot read it ({e}). HINT: is the dataset whole?") from e
+
+
+def list_source(src: Path) -> tuple[Source, HFRows]:
+    """The rows of `src` as inputs, and the function that makes a sample of one."""
+    layout, parts = find_parts(src)
+    if not parts:
+        raise UsageError(f"{src}: its dataset_dict.json or state.json lists no data file")
+    items: list[Item] = []
+    splits: dict[str | None, int] = {}
+    features: dict[str, Any] | None = None
+    for i, part in enumerate(parts):
+        schema, chunks = _schema_and_chunks(part.path)
+        mine = features_of(part.path, schema)
+        if features is None:
+            features = mine
+        elif mine != features:
+            raise UsageError(
+                f"{part.path}: its features differ from {parts[0].path}'s. HINT: import one "
+                "configuration (folder) at a time"
+            )
+        rel, row = part.path.relative_to(src).as_posix(), 0
+        for c, n in enumerate(chunks):
+            items += [Item(f"{rel}:{row + r}", (i, c, r)) for r in range(n)]
+            row += n
+        splits[part.split] = splits.get(part.split, 0) + row
+    assert features is not None
+    try:
+        columns = columns_of(features, src)
+    except Unsupported as e:
+        raise UsageError(
+            f"{src}: {e}. HINT: prep import hf reads Image, ClassLabel, Value, List/Sequence, "
+            "Array2D-5D and dicts of them; save the dataset without that column"
+        ) from None
+    extra = {
+        "hf": {
+            "layout": layout,
+            "features": features,
+            "columns": {c.name: c.source() for c in columns},
+        }
+    }
+    stats = file_stats([p.path for p in parts])
+    rows = HFRows(tuple(str(p.path) for p in parts), tuple(columns), str(src))
+    return Source(items, splits, [], stats, extra), rows
+
+
+@dataclass(frozen=True)
+class HFRows:
+    """make() of the import: (file, chunk, row) -> the sample's values by field name."""
+
+    files: tuple[str, ...]
+    columns: tuple[Column, ...]
+    root: str
+
+    def __call__(self, ref: tuple[int, int, int]) -> dict[str, Any]:
+        part, chunk, row = ref
+        values = _chunk(self.files[part], chunk).slice(row, 1).to_pylist()[0]
+        out = {}
+        for c in self.columns:
+            try:
+                out[c.name] = value_of(values, c, Path(self.root))
+            except (ValueError, TypeError) as e:  # a null inside a list of numbers
+                raise Reject(f"field {c.name}: {e}", "field_type") from None
+        return out
+
+
+@lru_cache(maxsize=8)
+def _chunk(path: str, chunk: int) -> Any:
+    """An Arrow file's table (memory-mapped: no copy) or a Parquet row group, once a process."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if path.endswith(".parquet"):
+        return pq.ParquetFile(path).read_row_group(chunk)
+    mapped = pa.memory_map(path)  # the table's buffers keep the mapping open
+    try:
+        return pa.ipc.open_stream(mapped).read_all()
+    except pa.ArrowInvalid:  # the IPC file format (with a footer), which some tools write
+        return pa.ipc.open_file(mapped).read_all()
