@@ -1,0 +1,107 @@
+"""`prep import pairs`: image-caption pairs from a .csv, .jsonl or .parquet (a row each) as
+samples: the image (a path relative to the file's folder, or encoded bytes: a Parquet binary
+column, or a struct with "bytes" as Hugging Face writes images), the caption as UTF-8 text, and
+with --tokenizer its token ids too.
+
+A pair whose image fails is a reject (the image's own reject code); so is an empty caption
+(`empty_caption`), unless --allow-empty.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+from loaders.format import Manifest
+from prep.errors import Reject, UsageError
+from prep.importers.config import PairsConfig
+from prep.kinds.samples.pack import SamplesKind
+from prep.run.driver import Inputs, RunSummary, run
+
+
+def fields_of(cfg: PairsConfig) -> dict[str, Any]:
+    from prep.fields import Image, Text, Tokens
+
+    image = Image(
+        sizes=tuple(cfg.sizes),
+        mode=cfg.mode,
+        codec=cfg.codec,
+        gray=cfg.gray,
+        quality=cfg.quality,
+        pad_value=cfg.pad_value,
+        max_pixels=cfg.max_pixels,
+    )
+    fields: dict[str, Any] = {"image": image, "caption": Text()}
+    if cfg.tokenizer:
+        if not Path(cfg.tokenizer).is_file():
+            raise UsageError(f"--tokenizer {cfg.tokenizer}: no such file (a tokenizer.json)")
+        fields["tokens"] = Tokens(cfg.tokenizer)
+    return fields
+
+
+def make_pair(
+    row: dict[str, Any], image_column: str, text_column: str, tokens: bool, allow_empty: bool
+) -> dict[str, Any]:
+    """One row -> its sample; a missing image or an empty caption raises Reject."""
+    image = row.get(image_column)
+    if isinstance(image, dict):  # {"bytes": b"...", "path": "..."}: an HF Image in Parquet
+        image = image.get("bytes") or image.get("path")
+    if image is None or (isinstance(image, (str, bytes)) and not image):
+        raise Reject(f"no image in column {image_column!r}", code="missing_image")
+    caption = row.get(text_column)
+    if caption is None:
+        caption = ""
+    if not isinstance(caption, str):
+        raise Reject(f"column {text_column!r} holds a {type(caption).__name__}", code="bad_caption")
+    if not caption.strip() and not allow_empty:
+        raise Reject(
+            f"empty caption in column {text_column!r} (--allow-empty keeps it)",
+            code="empty_caption",
+        )
+    sample = {"image": image, "caption": caption}
+    return sample | {"tokens": caption} if tokens else sample
+
+
+class PairsKind(SamplesKind):
+    """The samples kind over a file of pairs, with its columns checked before any work."""
+
+    def __init__(self, cfg: PairsConfig):
+        make = functools.partial(
+            make_pair,
+            image_column=cfg.image_column,
+            text_column=cfg.text_column,
+            tokens=bool(cfg.tokenizer),
+            allow_empty=cfg.allow_empty,
+        )
+        super().__init__(cfg, make, fields_of(cfg), cfg.src)  # type: ignore[arg-type]
+        self.pairs = cfg
+
+    def list_inputs(self) -> Inputs:
+        inputs = super().list_inputs()
+        first = self.listing.items[0].value
+        if not isinstance(first, dict):
+            raise UsageError(f"{self.pairs.src}: pairs are rows of a .csv, .jsonl or .parquet")
+        for option, column in (
+            ("--image-column", self.pairs.image_column),
+            ("--text-column", self.pairs.text_column),
+        ):
+            if column not in first:
+                raise UsageError(
+                    f"{option} {column}: {Path(str(self.pairs.src)).name} has no such column. "
+                    f"HINT: its columns are {', '.join(map(str, first))}"
+                )
+        return inputs
+
+    def manifest(self, records: list[dict[str, Any]]) -> Manifest:
+        out = super().manifest(records)
+        out.extra["pairs"] = {
+            "source": Path(str(self.pairs.src)).name,
+            "image_column": self.pairs.image_column,
+            "text_column": self.pairs.text_column,
+        }
+        return out
+
+
+def import_pairs(cfg: PairsConfig, show_progress: bool = True, profile: bool = False) -> RunSummary:
+    return run(PairsKind(cfg), show_progress, profile)
