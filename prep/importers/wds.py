@@ -1,0 +1,141 @@
+"""`prep import webdataset 'shards/train-{000000..000099}.tar' OUT`: WebDataset tars as samples,
+a field an extension (prep.importers.wdssource reads the tars):
+
+- `.jpg`, `.jpeg`, `.png`, `.webp` -> `Image` (the command's sizes, mode and codec);
+- `.cls` -> `Label` (an ASCII integer); `.txt` -> `Text`; `.json` -> `Json`;
+- `.npy` -> `Array`: the dtype of the first sample's; its shape when every sample has it, else
+  a ragged leading dimension when only that one differs (the rest as the first sample's);
+- any other -> `Bytes`; and `__key__`, the sample's key, as `Text`.
+
+The fields are every extension the tars hold (a field's name: the extension, `seg.png` ->
+`seg_png`), or those `--fields` names; a sample missing one is a `field_missing` reject.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from prep.config import listed, opt
+from prep.importers.config import ImportConfig
+
+
+@dataclass
+class WdsConfig(ImportConfig):
+    src: str | None = opt(
+        None,
+        "Tar shards: a path or URL with braces ('shards/train-{000000..000099}.tar'), or a "
+        "folder of .tar files.",
+    )
+    fields: str | None = opt(
+        None, "The extensions to import, comma-separated: jpg,cls (default: all the tars hold)."
+    )
+
+    SECTION: ClassVar[str] = "webdataset"
+
+
+def shard_paths(src: str) -> list[str]:
+    """The tars SRC names: a folder's .tar files (sorted), or the pattern's expansion."""
+    from loaders.remote.storage import url_of
+    from prep.importers.wdssource import expand
+
+    if url_of(src) is None and Path(src).is_dir():
+        return sorted(str(p) for p in Path(src).iterdir() if ".tar" in p.name)
+    return expand(url_of(src) or src)
+
+
+def list_shards(cfg: WdsConfig, image: Any) -> tuple[Any, Any, dict[str, Any]]:
+    """The samples of cfg.src's tars as inputs, the function that reads one, and the fields."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from prep.importers.hffeatures import field_name
+    from prep.importers.listing import Source, file_stats
+    from prep.importers.wdssource import Declared, WdsSamples, kind_of, scan
+    from prep.kinds.samples.inputs import Item
+
+    paths = shard_paths(str(cfg.src))
+    with ThreadPoolExecutor(8) as pool:  # headers: reads that wait on the disk or network
+        scans = list(pool.map(scan, paths))
+    seen: dict[str, int] = {}
+    for s in scans:
+        for _, members in s.samples:
+            for ext, _, _ in members:
+                seen[ext] = seen.get(ext, 0) + 1
+    exts = listed(cfg.fields, "--fields", str) if cfg.fields else sorted(seen)
+    unknown = [e for e in exts if e not in seen]
+    if unknown or not exts:
+        raise _usage(cfg.src, f"no member has extension {unknown[0]!r}" if unknown else "")
+    declared = tuple(Declared(field_name(e), e, kind_of(e)) for e in exts)
+    fields = {"__key__": _text()} | {d.name: _field(d, scans, image) for d in declared}
+    items = [
+        Item(f"{path}:{key}", (t, key, members))
+        for t, (path, s) in enumerate(zip(paths, scans, strict=True))
+        for key, members in s.samples
+    ]
+    local = [Path(p) for p, s in zip(paths, scans, strict=True) if "://" not in p and s.samples]
+    extra = {
+        "webdataset": {
+            "shards": paths,
+            "fields": {d.name: d.ext for d in declared},
+            "ignored": {e: n for e, n in seen.items() if e not in exts},
+        }
+    }
+    rejects = [r for s in scans for r in s.rejects]
+    source = Source(items, {None: len(items)}, rejects, [*file_stats(local), *paths], extra)
+    return source, WdsSamples(tuple(paths), declared), fields
+
+
+def _text() -> Any:
+    from prep.fields import Text
+
+    return Text()
+
+
+def _usage(src: object, what: str) -> Exception:
+    from prep.errors import UsageError
+
+    what = what or "no tar holds a member"
+    return UsageError(f"{src}: {what}. HINT: check the shard pattern and --fields")
+
+
+def _field(d: Any, scans: list[Any], image: Any) -> Any:
+    """Declared field `d` as a field of prep.fields (an .npy's dtype and shape from the tars)."""
+    from prep import fields
+
+    if d.kind == "array":
+        return _array(d, [h for s in scans for (_, ext), h in s.npy.items() if ext == d.ext])
+    if d.kind == "image":
+        return image
+    kinds = {"label": fields.Label, "text": fields.Text, "json": fields.Json}
+    return kinds.get(d.kind, fields.Bytes)()
+
+
+def _array(d: Any, headers: list[tuple[str, tuple[int, ...]]]) -> Any:
+    """Array of the first sample's dtype; its shape if all share it, else a ragged leading
+    dimension (samples whose other dimensions differ from the first's are rejects)."""
+    from prep.fields import Array
+    from prep.importers.hffeatures import NUMERIC
+
+    if not headers:
+        raise _usage(f"field {d.name}", "no .npy member that numpy reads")
+    dtype, shape = headers[0]
+    if dtype not in NUMERIC:
+        raise _usage(f"field {d.name}", f"the first .npy holds {dtype}, not numbers")
+    if all(s == shape for _, s in headers) or not shape:
+        return Array(dtype, shape)
+    return Array(dtype, (None, *shape[1:]))
+
+
+def import_webdataset(cfg: WdsConfig, show_progress: bool = True, profile: bool = False) -> Any:
+    """Pack the tars of `cfg.src` into `cfg.out`; the RunSummary."""
+    from prep.errors import PrepError
+    from prep.importers.hf import image_field
+    from prep.importers.listing import run_source
+
+    cfg.validate()
+    source, samples, fields = list_shards(cfg, image_field(cfg))
+    if not source.items:
+        first = source.rejects[0]["message"] if source.rejects else "no samples"
+        raise PrepError(f"{cfg.src}: no sample to import ({first}). HINT: check the pattern")
+    return run_source(cfg, samples, fields, source, show_progress, profile)

@@ -1,0 +1,230 @@
+"""WebDataset tar shards, read with the standard library: the shard list (braces expanded), each
+tar's members grouped into samples by key (the member's path up to the first dot of its file
+name; consecutive members of one key are one sample) and a field an extension.
+
+Listing reads the tar headers only (and the header of each .npy); the workers read each member
+by its offset, into memory: nothing is ever extracted. A tar that ends early (no end-of-archive
+blocks) loses its last sample, which may be incomplete, as a `truncated_tar` reject.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import io
+import lzma
+import re
+import tarfile
+import threading
+import zlib
+from dataclasses import dataclass
+from typing import IO, Any
+
+from prep.errors import PrepError, UsageError
+from prep.run.inputs import reject_record
+
+BRACES = re.compile(r"\{([^{}]*)\}")
+Member = tuple[str, int, int]  # extension, offset of its data, size
+
+
+def expand(pattern: str) -> list[str]:
+    """The shard names a pattern gives, braces expanded as the shell and WebDataset do.
+
+    >>> expand("s/train-{00..02}.tar"), expand("{a,b}-{1..2}")
+    (['s/train-00.tar', 's/train-01.tar', 's/train-02.tar'], ['a-1', 'a-2', 'b-1', 'b-2'])
+    """
+    m = BRACES.search(pattern)
+    if m is None:
+        return [pattern]
+    head, body, tail = pattern[: m.start()], m[1], pattern[m.end() :]
+    span = re.fullmatch(r"(\d+)\.\.(\d+)", body)
+    if span:
+        lo, hi = int(span[1]), int(span[2])
+        if hi < lo:
+            raise UsageError(f"{pattern}: the range {{{body}}} runs backwards")
+        width = len(span[1]) if span[1].startswith("0") else 0
+        choices = [f"{i:0{width}d}" for i in range(lo, hi + 1)]
+    else:
+        choices = body.split(",")
+    return [head + c + rest for c in choices for rest in expand(tail)]
+
+
+def open_tar(path: str) -> IO[bytes]:
+    """The tar's bytes, seekable: a local file, a URL through fsspec, decompressed if it is
+    a .tar.gz, .tar.bz2 or .tar.xz (by its first bytes)."""
+    from loaders.remote.storage import filesystem, url_of
+
+    url = url_of(path)
+    raw: IO[bytes] = filesystem(url).open(url, "rb") if url else open(path, "rb")  # noqa: SIM115
+    magic = raw.read(6)
+    raw.seek(0)
+    if magic.startswith(b"\x1f\x8b"):
+        return gzip.GzipFile(fileobj=raw)  # type: ignore[return-value]
+    if magic.startswith(b"BZh"):
+        return bz2.BZ2File(raw)
+    if magic.startswith(b"\xfd7zXZ"):
+        return lzma.LZMAFile(raw)
+    return raw
+
+
+def key_and_ext(name: str) -> tuple[str, str]:
+    """("dir/s1", "seg.png") of "dir/s1.seg.png", as WebDataset splits a member's path."""
+    folder, _, base = name.rpartition("/")
+    stem, _, ext = base.partition(".")
+    return (f"{folder}/{stem}" if folder else stem), ext
+
+
+@dataclass
+class Scan:
+    """One tar's samples (key -> its members), in order, and its rejects."""
+
+    samples: list[tuple[str, tuple[Member, ...]]]
+    rejects: list[dict[str, Any]]
+    npy: dict[tuple[str, str], tuple[str, tuple[int, ...]]]  # (key, ext) -> dtype, shape
+
+
+def scan(path: str) -> Scan:
+    """The samples of tar `path` (its headers read, never its data but .npy headers)."""
+    errors = (tarfile.TarError, EOFError, OSError, zlib.error, lzma.LZMAError, ValueError)
+    members: list[tuple[str, Member]] = []
+    try:
+        with open_tar(path) as f, tarfile.open(fileobj=f, mode="r:") as tar:
+            for m in tar:
+                key, ext = key_and_ext(m.name)
+                if m.isfile() and key and ext:
+                    members.append((key, (ext, m.offset_data, m.size)))
+            f.seek(tar.offset)
+            whole = f.read(1024) == bytes(1024)  # the end-of-archive blocks
+            npy = _npy_headers(f, members)
+    except FileNotFoundError:
+        return Scan([], [reject_record(path, "missing", "no such shard")], {})
+    except errors as e:
+        if not members:
+            return Scan([], [reject_record(path, "bad_tar", f"not a readable tar ({e})")], {})
+        whole, npy = False, {}
+    samples = _grouped(members)
+    rejects = []
+    if not whole and samples:
+        key, _ = samples.pop()
+        why = "the tar ends early, inside or after this sample: it may have lost members"
+        rejects.append(reject_record(f"{path}:{key}", "truncated_tar", why))
+    return Scan(samples, rejects, npy)
+
+
+def _grouped(members: list[tuple[str, Member]]) -> list[tuple[str, tuple[Member, ...]]]:
+    out: list[tuple[str, list[Member]]] = []
+    for key, member in members:
+        if not out or out[-1][0] != key:
+            out.append((key, []))
+        out[-1][1].append(member)
+    return [(key, tuple(ms)) for key, ms in out]
+
+
+def _npy_headers(
+    f: IO[bytes], members: list[tuple[str, Member]]
+) -> dict[tuple[str, str], tuple[str, tuple[int, ...]]]:
+    import numpy as np
+    import numpy.lib.format as npf
+
+    out = {}
+    for key, (ext, offset, size) in members:
+        if ext.rsplit(".", 1)[-1] == "npy":
+            f.seek(offset)
+            head = io.BytesIO(f.read(min(size, 65536)))
+            try:
+                version = np.lib.format.read_magic(head)
+                read = (npf.read_array_header_1_0, npf.read_array_header_2_0)[version[0] - 1]
+                shape, _, dtype = read(head)
+            except (ValueError, IndexError):
+                continue  # not an .npy that numpy reads: its sample is a reject when read
+            out[key, ext] = (dtype.newbyteorder("=").name, tuple(shape))
+    return out
+
+
+_open = threading.local()  # each thread's last tar: a shard's samples come from few tars
+
+
+def read_member(path: str, offset: int, size: int) -> bytes:
+    """A member's bytes, read in memory from its tar (a handle kept per thread)."""
+    if getattr(_open, "path", None) != path:
+        if getattr(_open, "file", None) is not None:
+            _open.file.close()
+        _open.path, _open.file = None, None
+        _open.file = open_tar(path)
+        _open.path = path
+    _open.file.seek(offset)
+    data: bytes = _open.file.read(size)
+    if len(data) != size:
+        raise PrepError(f"{path}: a member ends early ({len(data)} of {size} bytes)")
+    return data
+
+
+# The field kind of an extension (its last part: "seg.png" is a png); any other is Bytes.
+KINDS = {
+    "jpg": "image",
+    "jpeg": "image",
+    "png": "image",
+    "webp": "image",
+    "cls": "label",
+    "txt": "text",
+    "json": "json",
+    "npy": "array",
+}
+
+
+def kind_of(ext: str) -> str:
+    return KINDS.get(ext.rsplit(".", 1)[-1].lower(), "bytes")
+
+
+@dataclass(frozen=True)
+class Declared:
+    """A field of the import: the extension of its members and its kind."""
+
+    name: str
+    ext: str
+    kind: str
+
+
+@dataclass(frozen=True)
+class WdsSamples:
+    """make() of the import: (tar, key, members) -> the sample's values by field name."""
+
+    tars: tuple[str, ...]
+    declared: tuple[Declared, ...]
+
+    def __call__(self, ref: tuple[int, str, tuple[Member, ...]]) -> dict[str, Any]:
+        tar, key, members = ref
+        by_ext = {d.ext: d for d in self.declared}
+        out: dict[str, Any] = {"__key__": key}
+        for ext, offset, size in members:
+            d = by_ext.get(ext)
+            if d is not None:
+                out[d.name] = value_of(d, read_member(self.tars[tar], offset, size))
+        return out
+
+
+def value_of(d: Declared, data: bytes) -> Any:
+    """A member's bytes as its field takes them (images, text and bytes as they are)."""
+    import json
+
+    from prep.errors import Reject
+
+    if d.kind == "label":
+        try:
+            return int(data.decode("ascii").strip())
+        except (UnicodeDecodeError, ValueError):
+            raise Reject(f"field {d.name}: {data[:20]!r} is not a class id", "bad_label") from None
+    if d.kind == "json":
+        try:
+            return json.loads(data)
+        except ValueError as e:
+            raise Reject(f"field {d.name}: not JSON ({e})", "field_json") from None
+    if d.kind == "array":
+        import numpy as np
+
+        try:
+            arr = np.load(io.BytesIO(data), allow_pickle=False)
+        except (ValueError, OSError, EOFError) as e:
+            raise Reject(f"field {d.name}: not an .npy array ({e})", "field_type") from None
+        return arr.astype(arr.dtype.newbyteorder("="), copy=False)
+    return data
