@@ -18,6 +18,8 @@ import typer
 from prep import options
 from prep.config import RunConfig
 from prep.importers.config import CocoConfig, PairsConfig
+from prep.importers.hf import HFConfig
+from prep.importers.wds import WdsConfig
 
 app = typer.Typer(
     help="Import data that sits in another format (COCO, image-text pairs, ...) as samples.",
@@ -84,5 +86,30 @@ _add(
     """Import image-caption pairs from a .csv, .jsonl or .parquet: image, caption (and tokens).
 
 Example: prep import pairs captions.parquet packed/pairs --image-column path --text-column caption
+""",
+)
+_add(
+    "hf",
+    HFConfig,
+    "prep.importers.hf:import_hf",
+    """Import a Hugging Face dataset from disk (save_to_disk, or Parquet files), read with pyarrow.
+
+Features become fields: Image -> image, ClassLabel -> label with its names, Value -> scalar,
+text or bytes, List/Sequence -> ragged array (JSON for strings), Array2D-5D -> array, a dict ->
+a field a key. Each split gets its own shards; the manifest records the splits and features.
+
+Example: prep import hf ~/hf/my_dataset packed/hf --sizes 224
+""",
+)
+_add(
+    "webdataset",
+    WdsConfig,
+    "prep.importers.wds:import_webdataset",
+    """Import WebDataset tar shards: samples grouped by key, a field an extension.
+
+.jpg/.png/.webp -> image, .cls -> label, .txt -> text, .json -> JSON, .npy -> array, other ->
+bytes, and __key__. A sample missing a field (--fields: which) or a truncated tar is a reject.
+
+Example: prep import webdataset 'shards/train-{000000..000099}.tar' packed/wds --sizes 224
 """,
 )
