@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -30,6 +31,31 @@ class Normalize(nn.Module):
         self.dtype = dtype
         self.register_buffer("mean", torch.tensor(mean, dtype=dtype).view(-1, 1, 1))
         self.register_buffer("std", torch.tensor(std, dtype=dtype).view(-1, 1, 1))
+
+    @classmethod
+    def from_dataset(
+        cls, ds: Any, size: int | None = None, dtype: torch.dtype = torch.float32
+    ) -> Normalize:
+        """The mean and std per channel of `ds`'s train split (every sample, for a dataset
+        without splits) at `size` (default: the dataset's current size), as `prep pack` stored
+        them in the manifest (`extra.stats`, prep.kinds.images.stats)."""
+        store = getattr(ds, "store", None)
+        if store is None:
+            raise ValueError(
+                f"a {type(ds).__name__} has no manifest of its own. HINT: pass one of its "
+                "packed image datasets (its sources: `.datasets[k]`), or Normalize(mean, std)"
+            )
+        size = size if size is not None else getattr(ds, "size", None)
+        stats = (store.manifest.extra.get("stats") or {}).get("sizes", {})
+        if not stats:
+            raise ValueError(
+                f"{store.root} has no pixel statistics (packed before prep stored them). HINT: "
+                "repack it with this prep, or pass Normalize(mean=..., std=...)"
+            )
+        at = stats.get(str(size))
+        if at is None:
+            raise ValueError(f"{store.root} has pixel statistics at {list(stats)} px, not {size}")
+        return cls(at["mean"], [s or 1.0 for s in at["std"]], dtype)  # a constant channel: centred
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         channels = self.mean.shape[0]

@@ -68,7 +68,7 @@ def kill_worker_in_shard(marker: str, after_items: int) -> None:
     encode = prep.kinds.images.pack.encode_item
     seen: dict[int, int] = {}
 
-    def encode_or_die(item: Any, cfg: Any, specs: Any) -> Any:
+    def encode_or_die(item: Any, cfg: Any, specs: Any, *sums: Any) -> Any:
         key = id(specs)  # one specs object per task call
         seen[key] = seen.get(key, 0) + 1
         if seen[key] > after_items:
@@ -78,7 +78,7 @@ def kill_worker_in_shard(marker: str, after_items: int) -> None:
                 pass
             else:
                 os.kill(os.getpid(), signal.SIGKILL)
-        return encode(item, cfg, specs)
+        return encode(item, cfg, specs, *sums)
 
     encode_or_die.original = encode  # type: ignore[attr-defined]
     prep.kinds.images.pack.encode_item = encode_or_die

@@ -23,9 +23,11 @@ from prep.kinds.images.config import PackConfig
 from prep.kinds.images.decode import decode_image, decode_mask, sizes_from
 from prep.kinds.images.encode import stored, subsampling
 from prep.kinds.images.sources import Item, Listing, list_images
+from prep.kinds.images.stats import PixelSums, combine
 from prep.run.driver import Inputs, Kind, RunSummary, run, shard_size
 from prep.run.inputs import Reject
 from prep.run.shardwriter import write_shard
+from prep.run.staging import write_record
 from prep.run.tasks import shard_task
 
 PackSummary = RunSummary
@@ -60,13 +62,17 @@ def _array_order(spec: ArraySpec) -> tuple[int, int]:
     return (0 if spec.size is not None else 1, spec.size or 0)
 
 
-def encode_item(item: Item, cfg: PackConfig, specs: dict[str, ArraySpec]) -> dict[str, np.ndarray]:
-    """One input -> one sample per array. Raises Reject for an input that cannot be used."""
+def encode_item(
+    item: Item, cfg: PackConfig, specs: dict[str, ArraySpec], sums: PixelSums | None = None
+) -> dict[str, np.ndarray]:
+    """One input -> one sample per array. Raises Reject for an input that cannot be used.
+    `sums` counts the pixels of each size of a sample that is not rejected."""
     mode = cfg.mode
     bg = cfg.background_rgb()
     img, upright = decode_image(item.path, tuple(cfg.sizes), cfg.gray, cfg.max_pixels, mode, bg)
     out: dict[str, np.ndarray] = {}
-    for s, arr in sizes_from(img, upright, cfg.sizes, mode, cfg.pad_value).items():
+    pixels = sizes_from(img, upright, cfg.sizes, mode, cfg.pad_value)
+    for s, arr in pixels.items():
         name = array_name("image", s)
         out[name] = stored(arr[..., None] if cfg.gray else arr, specs[name], cfg.quality)
         if mode == "keep":
@@ -95,6 +101,8 @@ def encode_item(item: Item, cfg: PackConfig, specs: dict[str, ArraySpec]) -> dic
         out["label"] = np.asarray(item.label, dtype=specs["label"].dtype)
     out["orig_size"] = np.asarray(upright, dtype=np.uint32)
     out["source"] = encode_source(item.rel)
+    if sums is not None:
+        sums.add(pixels)
     return out
 
 
@@ -108,10 +116,15 @@ def pack_shard(
 
     cv2.setNumThreads(1)  # one task per core already
 
-    def encode(item: Item) -> dict[str, np.ndarray]:
-        return encode_item(item, cfg, specs)
+    sums = PixelSums()  # the pixel statistics of the manifest's extra.stats
 
-    return write_shard(index, items, encode, _rel, specs, cfg.format, staging)
+    def encode(item: Item) -> dict[str, np.ndarray]:
+        return encode_item(item, cfg, specs, sums)
+
+    record = write_shard(index, items, encode, _rel, specs, cfg.format, staging)
+    record["stats"] = sums.record()
+    write_record(staging, index, record)  # again, with the sums: what --resume reads back
+    return record
 
 
 def _rel(item: Item) -> str:
@@ -162,6 +175,9 @@ class ImagesKind(Kind[PackConfig, list[Item]]):
     def task_args(self, index: int, shard: list[Item], staging: Path) -> tuple[Any, ...]:
         return (index, shard, self.cfg, self.specs, staging)
 
+    def reusable(self, record: dict[str, Any]) -> bool:
+        return "stats" in record  # a shard of a prep before pixel statistics: redone
+
     def manifest(self, records: list[dict[str, Any]]) -> Manifest:
         return Manifest(
             kind="images",
@@ -169,12 +185,14 @@ class ImagesKind(Kind[PackConfig, list[Item]]):
             arrays=self.specs,
             shards=[Shard.from_dict(rec["shard"]) for rec in records],
             classes=self.listing.classes,
-            extra=_extra(self.cfg),
+            extra=_extra(self.cfg, combine(records)),
         )
 
 
-def _extra(cfg: PackConfig) -> dict[str, Any]:
+def _extra(cfg: PackConfig, stats: dict[str, Any] | None) -> dict[str, Any]:
     extra: dict[str, Any] = {"background": list(cfg.background_rgb())}
+    if stats is not None:
+        extra["stats"] = stats  # per-channel mean and std (prep.kinds.images.stats)
     if "jpeg" in cfg.codecs_by_size().values():
         extra["jpeg"] = {"quality": cfg.quality, "subsampling": subsampling(cfg.quality)}
     return extra
