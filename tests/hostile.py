@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 from hostile_base import Manifest, digest, edit, load, make_bases, npy, rewrite, save
 
-__all__ = ["CASES", "KIND", "Case", "build", "make_bases"]
+__all__ = ["CASES", "KIND", "ONE_OF_EACH", "Case", "build", "make_bases"]
 
 OPEN, VERIFY, INFO, PREVIEW = "open", "verify", "info", "preview"
 
@@ -243,6 +243,19 @@ CASES = [
     Case("a header claiming more", "images", _lying_header, READ, "image_32-00000.npy"),
     Case("tampered JPEG bytes", "jpeg", _tampered_jpeg, frozenset((OPEN,)), "JPEG|image_32"),
 ]
+# One case of each family of defect: the slow passes of tests/test_hostile.py (s3, two
+# workers) take these, the folder and file:// pass every case.
+ONE_OF_EACH = (
+    "sha256 is a path",  # a manifest's value taken as a path (defect 1)
+    "ragged offsets backwards",  # values checked when a file arrives (defect 2)
+    "HDF5 external link",  # a file that reads another file (defect 3)
+    "volume size wraps int64",  # sizes that overflow (defects 4 and 5)
+    "image size unbounded",  # an allocation without bound (defect 6)
+    "manifest nested 100,000 deep",  # manifests a JSON parser takes
+    "token ids beyond vocab_size",  # values the GPU would trip over
+    "a .. path",  # names that leave the dataset
+    "a header claiming more",  # files whose content lies
+)
 KIND = {"images": "images", "jpeg": "images", "keep": "images", "h5": "images"}
 KIND |= {"tokens": "tokens", "table": "table", "volumes": "volumes"}
 

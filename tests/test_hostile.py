@@ -1,24 +1,22 @@
 """Opening datasets someone else made (issue 23): every case of the hostile corpus
 (tests/hostile.py) opened by each dataset class that reads its kind, read through make_loader,
-and run through `prep verify`, `info` and `preview`, as a folder, a file:// URL and an s3:// URL
-(moto's server on loopback). Each ends in one clear error naming the file, or reads right; none
-in a traceback, and nothing is written outside the dataset and the cache."""
+and run through `prep verify`, `info` and `preview`, as a folder and a file:// URL; one case of
+each family also as an s3:// URL (moto's server on loopback) and through two workers. Each
+ends in one clear error naming the file, or reads right; none in a traceback, and nothing is
+written outside the dataset and the cache."""
 
 from __future__ import annotations
 
 import functools
 import os
 import re
-import subprocess
-import sys
-import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hostile import CASES, KIND, OPEN, PREVIEW, VERIFY, Case, build, make_bases
+from hostile import CASES, KIND, ONE_OF_EACH, OPEN, PREVIEW, VERIFY, Case, build, make_bases
 from s3server import BUCKET
 
 from loaders import (
@@ -53,6 +51,10 @@ FOLDER_ONLY = "prep preview reads a dataset folder, not a URL"
 Built = list[tuple[Case, Path, str]]  # (case, its folder, its s3 URL)
 
 
+def one_of_each(built: Built) -> Built:
+    return [b for b in built if b[0].name in ONE_OF_EACH]
+
+
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> Built:
     """Each case built once."""
@@ -70,12 +72,11 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Built:
 
 @pytest.fixture(scope="module")
 def at_s3(corpus: Built, s3: Any) -> Built:
-    """The corpus put on the S3 server too (the cases a bucket can hold)."""
+    """One case of each family put on the S3 server too."""
     built = []
-    for i, (case, folder, _) in enumerate(corpus):
-        url = f"s3://{BUCKET}/hostile/case-{i:02d}"
-        if case.url:
-            s3.put(str(folder), url, recursive=True)
+    for case, folder, _ in one_of_each(corpus):
+        url = f"s3://{BUCKET}/hostile/{folder.parent.name}"
+        s3.put(str(folder), url, recursive=True)
         built.append((case, folder, url))
     return built
 
@@ -90,10 +91,13 @@ def outcome(fn: Callable[[], object], case: Case) -> str:
     """ok, refused (a clean error naming the file), vague (clean, not naming it), or crash."""
     try:
         fn()
-    except CLEAN as e:
+    except Exception as e:
+        # torch raises a worker's error again from a local: in a cycle with its traceback, the
+        # loader's workers are stopped by gc, 5 s each, after their queues are gone. Not so now.
+        e.__traceback__ = None
+        if not isinstance(e, CLEAN):  # what the corpus is for: anything else is a traceback
+            return f"crash: {type(e).__name__}: {e}"
         return "refused" if re.search(case.names, str(e)) else f"vague: {e}"
-    except Exception as e:  # what the corpus is for: anything else is a traceback
-        return f"crash: {type(e).__name__}: {e}"
     return "ok"
 
 
@@ -199,6 +203,7 @@ def check_corpus(
 def test_the_corpus_holds_every_case() -> None:
     assert len({c.name for c in CASES}) == len(CASES) == 24  # the 7th defect: the lock test
     assert {c.note for c in CASES if c.note} == {f"defect {i}" for i in range(1, 7)}
+    assert set(ONE_OF_EACH) <= {c.name for c in CASES if c.url}  # cases a bucket can hold
 
 
 def test_every_hostile_dataset_is_one_clear_error(corpus: Built, tmp_path: Path) -> None:
@@ -206,7 +211,7 @@ def test_every_hostile_dataset_is_one_clear_error(corpus: Built, tmp_path: Path)
 
 
 @pytest.mark.slow
-def test_every_hostile_dataset_at_s3_is_one_clear_error(
+def test_each_family_of_hostile_dataset_at_s3_is_one_clear_error(
     at_s3: Built, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import loaders.remote
@@ -216,10 +221,10 @@ def test_every_hostile_dataset_at_s3_is_one_clear_error(
 
 
 @pytest.mark.slow
-def test_every_hostile_dataset_through_two_workers(corpus: Built, tmp_path: Path) -> None:
+def test_each_family_of_hostile_dataset_through_two_workers(corpus: Built, tmp_path: Path) -> None:
     """Workers read what the main process did not: a URL's files arrive, and are checked, in
     the worker that reads them first."""
-    check_corpus(corpus, ("file",), 2, tmp_path)
+    check_corpus(one_of_each(corpus), ("file",), 2, tmp_path)
 
 
 def test_a_lock_that_is_a_link_is_refused_and_its_target_kept(tmp_path: Path) -> None:
@@ -251,29 +256,6 @@ def test_a_lock_that_is_a_link_is_refused_and_its_target_kept(tmp_path: Path) ->
     stale = f"pid 12 on {os.uname().nodename}\n"  # a run killed before removing its lock
     lock.write_text(stale)
     assert CliRunner().invoke(app, args).exit_code == 0 and not lock.exists()
-
-
-@pytest.mark.parametrize("command", ["verify", "info"])
-def test_a_server_that_is_down_is_one_line(command: str, tmp_path: Path) -> None:
-    """`prep verify s3://...` and `prep info s3://...` printed an OSError traceback."""
-    from s3server import free_port
-
-    env = os.environ | {
-        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{free_port()}",
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_MAX_ATTEMPTS": "1",
-        "PREP_CACHE": str(tmp_path),
-    }
-    code = (
-        "import loaders.remote as r; r.BACKOFF = 0.01; from prep.cli import app; "
-        f"app(['{command}', 's3://{BUCKET}/ds'])"
-    )
-    start = time.monotonic()
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
-    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
-    assert res.stderr.count("\n") == 1 and f"s3://{BUCKET}/ds/manifest.json" in res.stderr
-    assert time.monotonic() - start < 60
 
 
 @pytest.mark.parametrize("planted", ["nested", "fifo"])

@@ -69,6 +69,8 @@ def filesystem(url: str, storage_options: dict[str, Any] | None = None) -> Any:
         # No listings cache: a file replaced remotely (a repack) must not be read with the
         # size and ETag seen before; an instance of its own per backend and process.
         options = {"use_listings_cache": False, "skip_instance_cache": True}
+        if url.startswith("file:"):  # folders exist on disk (a bucket's keys need none)
+            options["auto_mkdir"] = True
         fs, _ = fsspec.core.url_to_fs(url, **(options | (storage_options or {})))
     except (ImportError, ValueError) as e:
         raise FormatError(
