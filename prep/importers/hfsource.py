@@ -21,6 +21,7 @@ from prep.importers.hffeatures import Column, Unsupported, columns_of, features_
 from prep.importers.listing import Source, file_stats
 from prep.kinds.samples.inputs import Item
 
+USUAL = ("train", "validation", "valid", "dev", "test")
 SHARD_NAME = re.compile(r"^(?P<split>[\w.]+?)-\d+-of-\d+$")  # train-00000-of-00004
 
 
@@ -44,8 +45,12 @@ def find_parts(src: Path) -> tuple[str, list[Part]]:
             "folder of Dataset.save_to_disk, or a folder of Parquet files"
         )
     parts = [Part(_split_of(src, f), f) for f in files]
-    order = list(dict.fromkeys(p.split for p in parts))
-    return "parquet", sorted(parts, key=lambda p: order.index(p.split))
+    return "parquet", sorted(parts, key=lambda p: (_rank(p.split), p.split or "", p.path))
+
+
+def _rank(split: str | None) -> int:
+    """Parquet splits in the usual order, train first; others after, by name."""
+    return USUAL.index(split) if split in USUAL else len(USUAL)
 
 
 def _arrow_parts(folder: Path, split: str | None) -> list[Part]:
