@@ -47,6 +47,14 @@ dataset: $(STAMP) data/demo-raw/.done data/demo-ct/.done
 		--recipe recipes/detection.py --overwrite -q
 	$(BIN)/prep verify data/demo-samples
 	$(BIN)/prep info data/demo-samples
+	$(BIN)/prep import coco data/demo-raw/coco.json data/demo-raw/images data/demo-coco \
+		--sizes 256 --mode keep --codec jpeg --overwrite -q
+	$(BIN)/prep verify data/demo-coco
+	$(BIN)/prep info data/demo-coco
+	$(BIN)/prep import pairs data/demo-raw/captions.csv data/demo-pairs --image-column path \
+		--text-column caption --sizes 224 --overwrite -q
+	$(BIN)/prep verify data/demo-pairs
+	$(BIN)/prep info data/demo-pairs
 	@echo
 	@echo "Packed dataset: data/demo-packed. Load it in training with:"
 	@echo "  from loaders import ImageShardDataset, make_loader"
@@ -64,6 +72,9 @@ dataset: $(STAMP) data/demo-raw/.done data/demo-ct/.done
 	@echo "Detection samples: data/demo-samples. Load them with:"
 	@echo "  from loaders import SampleDataset, CenterCrop"
 	@echo "  ds = SampleDataset('data/demo-samples', crop=CenterCrop(224))   # dict batches"
+	@echo "Imported COCO and caption pairs: data/demo-coco, data/demo-pairs. Load them with:"
+	@echo "  ds = SampleDataset('data/demo-coco', crop=CenterCrop(224))   # boxes follow the crop"
+	@echo "  ds = SampleDataset('data/demo-pairs')   # image, caption"
 
 lint: $(STAMP)
 	$(BIN)/ruff check prep loaders tests bench examples

@@ -9,12 +9,17 @@ RAW/table/houses.csv         500 rows of mixed types (text, int, float, bool, da
 RAW/detection.jsonl          a row per image: its path, each shape's box (x0, y0, x1, y1 as
                              fractions of the upright image's width and height), class name and
                              a caption, for `prep samples` (recipes/detection.py)
+RAW/coco.json                the same boxes as a COCO instances file (file names relative to
+                             RAW/images, boxes in upright pixels), for `prep import coco`
+RAW/captions.csv             path,caption rows, for `prep import pairs`
 """
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
+from typing import Any
 
 import cv2
 import numpy as np
@@ -117,7 +122,7 @@ def make_image(
     return cls, kind, pil.convert("L") if kind == "gray" else pil, Image.fromarray(mask)
 
 
-def write_sample(raw: Path, i: int, seed: int, max_side: int = 4032) -> dict[str, object]:
+def write_sample(raw: Path, i: int, seed: int, max_side: int = 4032) -> dict[str, Any]:
     """Write image i and its mask; return its detection row (see the module's docstring)."""
     cls, kind, img, mask = make_image(i, seed, max_side)
     name = f"{i:05d}"
@@ -144,7 +149,39 @@ def write_sample(raw: Path, i: int, seed: int, max_side: int = 4032) -> dict[str
         "boxes": [[round(float(v), 6) for v in box]],
         "labels": [CLASSES[cls]],
         "caption": f"a {kind} photo of a {CLASSES[cls]}",
+        "width": w,
+        "height": h,
     }
+
+
+def write_coco(raw: Path, rows: list[dict[str, Any]]) -> None:
+    """RAW/coco.json: the detection rows as COCO instances (category ids from 1, as COCO's)."""
+    images: list[dict[str, Any]] = []
+    annotations: list[dict[str, Any]] = []
+    for row in rows:
+        w, h = row["width"], row["height"]
+        name = Path(row["path"]).relative_to("images").as_posix()
+        images.append({"id": row["id"] + 1, "file_name": name, "width": w, "height": h})
+        for (x0, y0, x1, y1), label in zip(row["boxes"], row["labels"], strict=True):
+            bbox = [round(x0 * w, 2), round(y0 * h, 2), round((x1 - x0) * w, 2)]
+            bbox.append(round((y1 - y0) * h, 2))
+            annotations.append(
+                {
+                    "id": len(annotations) + 1,
+                    "image_id": row["id"] + 1,
+                    "category_id": CLASSES.index(label) + 1,
+                    "bbox": bbox,
+                    "area": round(bbox[2] * bbox[3], 2),
+                    "iscrowd": 0,
+                }
+            )
+    categories = [{"id": k + 1, "name": c, "supercategory": "shape"} for k, c in enumerate(CLASSES)]
+    coco = {"images": images, "annotations": annotations, "categories": categories}
+    (raw / "coco.json").write_text(json.dumps(coco, indent=1) + "\n", encoding="utf-8")
+    with open(raw / "captions.csv", "w", newline="", encoding="utf-8") as f:
+        out = csv.writer(f)
+        out.writerow(["path", "caption"])
+        out.writerows([row["path"], row["caption"]] for row in rows)
 
 
 def write_text(raw: Path, seed: int, docs: int = 40) -> None:
@@ -191,21 +228,20 @@ def make_demo(
     chunks = [
         (raw, list(range(i, min(i + 32, count))), seed, max_side) for i in range(0, count, 32)
     ]
-    rows: list[dict[str, object]] = []
+    rows: list[dict[str, Any]] = []
     for chunk in run_tasks(_write_chunk, chunks, jobs):
         rows += chunk
         if bar is not None:
             bar.update(len(chunk))
-    rows.sort(key=lambda r: int(r["id"]))  # type: ignore[call-overload]
+    rows.sort(key=lambda r: int(r["id"]))
     lines = [json.dumps(r, ensure_ascii=False) for r in rows]
     (raw / "detection.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_coco(raw, rows)
     if bar is not None:
         bar.close()
     write_text(raw, seed)
     write_table(raw, seed)
 
 
-def _write_chunk(
-    raw: Path, indices: list[int], seed: int, max_side: int
-) -> list[dict[str, object]]:
+def _write_chunk(raw: Path, indices: list[int], seed: int, max_side: int) -> list[dict[str, Any]]:
     return [write_sample(raw, i, seed, max_side) for i in indices]

@@ -179,3 +179,23 @@ def test_same_bytes_for_any_jobs_and_boxes_follow_a_load_crop(tmp_path: Path) ->
         want += [(x1 - left) * 32 / side, (y1 - top) * 32 / side]
         want = [min(max(v, 0), 32) for v in want]
         np.testing.assert_allclose(cropped.__getitems__([i])["boxes"][0][0], want, atol=1e-4)
+
+
+def test_the_demo_coco_file_matches_its_detection_rows(raw_demo: Path, tmp_path: Path) -> None:
+    """`prep demo`'s coco.json (EXIF-rotated photos among them) against its detection.jsonl,
+    read independently: the same boxes, in the stored pixels."""
+    args = ["import", "coco", str(raw_demo / "coco.json"), str(raw_demo / "images")]
+    result = CliRunner().invoke(app, [*args, str(tmp_path / "ds"), "-q", "--sizes", "64"])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in (raw_demo / "detection.jsonl").open()]
+    ds = SampleDataset(tmp_path / "ds", fields=("boxes", "labels"), ragged="list")
+    assert len(ds) == len(rows)
+    for i, row in enumerate(rows):
+        w, h = row["width"], row["height"]
+        b = ds.__getitems__([i])
+        for got, (x0, y0, x1, y1) in zip(b["boxes"][0], row["boxes"], strict=True):
+            box = [x0 * w, y0 * h, (x1 - x0) * w, (y1 - y0) * h]
+            np.testing.assert_allclose(got, expected(box, w, h, 64, "fill"), atol=0.5)
+        assert b["labels"][0].tolist() == [
+            ("circle", "square", "triangle", "cross").index(c) for c in row["labels"]
+        ]
