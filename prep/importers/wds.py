@@ -57,6 +57,11 @@ def list_shards(cfg: WdsConfig, image: Any) -> tuple[Any, Any, dict[str, Any]]:
     paths = shard_paths(str(cfg.src))
     with ThreadPoolExecutor(8) as pool:  # headers: reads that wait on the disk or network
         scans = list(pool.map(scan, paths))
+    if not any(s.samples for s in scans):
+        from prep.errors import PrepError
+
+        first = next((f"{r['path']}: {r['message']}" for s in scans for r in s.rejects), "")
+        raise PrepError(f"{cfg.src}: no sample to import ({first}). HINT: check the pattern")
     seen: dict[str, int] = {}
     for s in scans:
         for _, members in s.samples:
@@ -95,7 +100,6 @@ def _text() -> Any:
 def _usage(src: object, what: str) -> Exception:
     from prep.errors import UsageError
 
-    what = what or "no tar holds a member"
     return UsageError(f"{src}: {what}. HINT: check the shard pattern and --fields")
 
 
@@ -129,13 +133,9 @@ def _array(d: Any, headers: list[tuple[str, tuple[int, ...]]]) -> Any:
 
 def import_webdataset(cfg: WdsConfig, show_progress: bool = True, profile: bool = False) -> Any:
     """Pack the tars of `cfg.src` into `cfg.out`; the RunSummary."""
-    from prep.errors import PrepError
     from prep.importers.hf import image_field
     from prep.importers.listing import run_source
 
     cfg.validate()
     source, samples, fields = list_shards(cfg, image_field(cfg))
-    if not source.items:
-        first = source.rejects[0]["message"] if source.rejects else "no samples"
-        raise PrepError(f"{cfg.src}: no sample to import ({first}). HINT: check the pattern")
     return run_source(cfg, samples, fields, source, show_progress, profile)
