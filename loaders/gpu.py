@@ -38,12 +38,15 @@ class Normalize(nn.Module):
     ) -> Normalize:
         """The mean and std per channel of `ds`'s train split (every sample, for a dataset
         without splits) at `size` (default: the dataset's current size), as `prep pack` stored
-        them in the manifest (`extra.stats`, prep.kinds.images.stats)."""
+        them in the manifest (`extra.stats`, prep.kinds.images.stats). A MixedDataset's: its
+        sources' combined in its weights' proportions."""
+        if isinstance(getattr(ds, "datasets", None), list) and hasattr(ds, "weights"):
+            return cls._mixed([cls.from_dataset(d, size) for d in ds.datasets], ds.weights, dtype)
         store = getattr(ds, "store", None)
-        if store is None:
+        if store is None or store.manifest.kind != "images":
             raise ValueError(
-                f"a {type(ds).__name__} has no manifest of its own. HINT: pass one of its "
-                "packed image datasets (its sources: `.datasets[k]`), or Normalize(mean, std)"
+                f"prep stores pixel statistics in image packs only, and {ds!r:.80} is none. "
+                "HINT: pass Normalize(mean=..., std=...)"
             )
         size = size if size is not None else getattr(ds, "size", None)
         stats = (store.manifest.extra.get("stats") or {}).get("sizes", {})
@@ -56,6 +59,16 @@ class Normalize(nn.Module):
         if at is None:
             raise ValueError(f"{store.root} has pixel statistics at {list(stats)} px, not {size}")
         return cls(at["mean"], [s or 1.0 for s in at["std"]], dtype)  # a constant channel: centred
+
+    @classmethod
+    def _mixed(cls, parts: list[Normalize], weights: Any, dtype: torch.dtype) -> Normalize:
+        """The statistics of a mixture: E[x] and E[x^2] are the weighted sums of the parts'."""
+        w = torch.as_tensor(weights, dtype=torch.float64).view(-1, 1, 1, 1)
+        means = torch.stack([p.mean.double() for p in parts])
+        mean = (w * means).sum(0)
+        second = (w * (torch.stack([p.std.double() for p in parts]) ** 2 + means**2)).sum(0)
+        std = (second - mean**2).clamp(min=0).sqrt()
+        return cls(mean.flatten().tolist(), (std.flatten() + (std.flatten() == 0)).tolist(), dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         channels = self.mean.shape[0]

@@ -23,6 +23,7 @@ and skip apply to the mixture as to any dataset.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,6 +37,7 @@ from loaders.samples.dataset import SampleBatch, SampleDataset
 
 EXHAUSTED = ("wrap", "stop")
 PASSES_KEPT = 4  # permutations cached per source (a batch of a big source spans at most 2)
+_KEEPING = threading.Lock()  # around changes to the caches of permutations
 
 
 def counts(length: int, weights: np.ndarray) -> np.ndarray:
@@ -156,14 +158,17 @@ class MixedDataset(Dataset[Any]):
         return plan
 
     def _pass(self, k: int, p: int) -> np.ndarray:
-        """Pass `p` over source k: a permutation of its indices."""
+        """Pass `p` over source k: a permutation of its indices (4 bytes a sample)."""
         kept = self._perms[k]
-        if p not in kept:
-            if len(kept) >= PASSES_KEPT:
-                del kept[next(iter(kept))]  # the oldest
+        perm = kept.get(p)
+        if perm is None:
             perm = np.random.default_rng([self.seed, 1, k, p]).permutation(int(self.sizes[k]))
-            kept[p] = perm.astype(np.int32 if self.sizes[k] < 2**31 else np.int64)
-        return kept[p]
+            perm = perm.astype(np.int32 if self.sizes[k] < 2**31 else np.int64)
+            with _KEEPING:  # make_loader's threads read batches at once
+                while len(kept) >= PASSES_KEPT:
+                    del kept[next(iter(kept))]  # the oldest
+                kept[p] = perm
+        return perm
 
     def locate(self, indices: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Each index's source and its index in that source, in the current epoch."""

@@ -60,8 +60,16 @@ def test_normalize_from_dataset(packed: Path) -> None:
     assert torch.allclose(x.mean(dim=(0, 2, 3)), torch.zeros(3), atol=1e-3)
     assert torch.allclose(x.std(dim=(0, 2, 3)), torch.ones(3), atol=1e-3)
     assert torch.equal(Normalize.from_dataset(ds, size=64).mean, _mean(packed, 64))
-    with pytest.raises(ValueError, match=r"no manifest.*datasets"):
-        Normalize.from_dataset(MixedDataset([ds, ds], [0.5, 0.5]))
+    small = ImageShardDataset(packed, size=64, fields=("image",))
+    mixed = Normalize.from_dataset(MixedDataset([ds, small], [0.25, 0.75], fields=("image",)))
+    small_pixels = stored_pixels(packed, 64)  # a pixel of the mixture: a source by weight, then
+    both = np.concatenate([pixels, small_pixels], axis=1)  # one of its pixels
+    n, m = pixels.shape[1], small_pixels.shape[1]
+    p = np.repeat([0.25 / n, 0.75 / m], [n, m])
+    mean = (both * p).sum(axis=1)
+    std = np.sqrt((both**2 * p).sum(axis=1) - mean**2)
+    assert np.allclose(mixed.mean.flatten().numpy(), mean, atol=1e-3)
+    assert np.allclose(mixed.std.flatten().numpy(), std, atol=1e-3)
 
 
 def _mean(root: Path, size: int) -> torch.Tensor:
