@@ -13,7 +13,15 @@ import pytest
 import torch
 
 import prep
-from loaders import ImageShardDataset, MixedDataset, SampleDataset, ShardSampler, make_loader
+from loaders import (
+    DocumentDataset,
+    ImageShardDataset,
+    MixedDataset,
+    SampleDataset,
+    ShardSampler,
+    TokenWindowDataset,
+    make_loader,
+)
 from loaders.mixed import counts
 from prep.fields import Array, Label, Text
 
@@ -64,8 +72,12 @@ def test_same_samples_for_0_and_2_workers(packed: Path) -> None:
     ds = mix(packed, length=300, seed=5)
     ds.set_epoch(2)
     alone = drawn(make_loader(ds, batch_size=32, shuffle=True, seed=7))
-    loader = make_loader(pickle.loads(pickle.dumps(ds)), 32, shuffle=True, seed=7, num_workers=2)
+    loader = make_loader(ds, 32, shuffle=True, seed=7, num_workers=2)
     assert np.array_equal(drawn(loader), alone)
+    ds.set_epoch(3)  # reaches the persistent workers
+    fresh = make_loader(pickle.loads(pickle.dumps(ds)), 32, shuffle=True, seed=7)
+    fresh.sampler.set_epoch(1)  # the order of the loader's second pass
+    assert np.array_equal(drawn(loader), drawn(fresh))
 
 
 def test_same_samples_for_1_and_2_ranks(packed: Path) -> None:
@@ -168,3 +180,32 @@ def test_samples_mix_as_dicts_padding_ragged_fields(tmp_path: Path) -> None:
         assert batch["caption"][j] == f"{n}:{local[j]}" and batch["labels_len"][j] == n
         assert batch["labels"][j, :n].tolist() == list(range(local[j], local[j] + n))
         assert batch["labels"][j, n:].eq(0).all()
+
+
+def test_token_windows_and_documents(tmp_path: Path) -> None:
+    from prep.kinds.text.config import TokenizeConfig
+    from prep.kinds.text.tokenize import tokenize
+
+    roots = []
+    for n, word in ((6, b"alpha beta "), (9, b"gamma ")):
+        src = tmp_path / f"src{n}"
+        src.mkdir()
+        for i in range(n):
+            (src / f"d{i}.txt").write_bytes(word * (i + 1))
+        cfg = TokenizeConfig(src=str(src), out=str(tmp_path / f"t{n}"), jobs=1, val_fraction=0.0)
+        tokenize(cfg, show_progress=False)
+        roots.append(tmp_path / f"t{n}")
+    windows = [TokenWindowDataset(r, block_size=8) for r in roots]
+    ds = MixedDataset(windows, [0.5, 0.5], length=30, seed=2)
+    x, y, source = next(iter(make_loader(ds, batch_size=30)))
+    assert torch.equal(x[:, 1:], y[:, :-1])  # shifted pairs, each from one source
+    which, local = ds.locate(range(30))
+    assert x.shape == (30, 8) and source.tolist() == which.tolist()
+    for j in range(30):
+        assert torch.equal(x[j], windows[which[j]][int(local[j])][0])
+    docs = MixedDataset([DocumentDataset(r, split="train") for r in roots], length=15)
+    items = docs.__getitems__(list(range(15)))
+    which, local = docs.locate(range(15))
+    for item, k, i in zip(items, which.tolist(), local.tolist(), strict=True):
+        tokens, source = item
+        assert torch.equal(tokens, docs.datasets[k][i]) and int(source) == k
