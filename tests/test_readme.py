@@ -24,7 +24,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 BIN = Path(sys.executable).parent  # the venv's, where prep is installed
-BUILDS = ("demo", "pack", "tokenize", "volumes", "table", "samples")  # not verify, info
+BUILDS = ("demo", "pack", "tokenize", "volumes", "table", "samples", "import")  # not verify
 
 pytestmark = pytest.mark.slow
 
@@ -75,7 +75,8 @@ def _out(args: list[str]) -> Path:
         cfg = tomllib.loads((ROOT / args[args.index("--config") + 1]).read_text())
         return ROOT / cfg[args[1]]["out"]
     paths = [a for a in args[2:] if not a.startswith("-") and "/" in a]
-    return ROOT / paths[-1] if args[1] == "demo" else ROOT / paths[1]
+    last = args[1] in ("demo", "import")  # import coco takes two sources before OUT
+    return ROOT / paths[-1] if last else ROOT / paths[1]
 
 
 def _done(out: Path, prerequisites: list[str]) -> bool:
