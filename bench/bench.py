@@ -105,6 +105,7 @@ GROUPS["remote"] = "bench_remote"  # bench/bench_remote.py: S3 and HTTP on loopb
 GROUPS["train"] = "bench_train"  # bench/bench_train.py: a training loop fed three ways
 GROUPS["jpeg"] = "bench_jpeg"  # bench/bench_jpeg.py: JPEG shards (issue 13)
 GROUPS["samples"] = "bench_samples"  # bench/bench_samples.py: samples of any shape (issue 25)
+GROUPS["import"] = "bench_import"  # bench/bench_import.py: imported HF and WebDataset (26)
 
 
 def measure(args: argparse.Namespace, raw: Path, work: Path) -> list[Row]:
