@@ -179,9 +179,10 @@ class MixedDataset(Dataset[Any]):
         step = self.counts[which] if self.exhausted == "wrap" else self.sizes[which]
         passes, offset = np.divmod(epoch * step + rank[idx], self.sizes[which])
         local = np.empty(len(idx), dtype=np.int64)
-        for k, p in {(int(k), int(p)) for k, p in zip(which, passes, strict=True)}:
-            here = (which == k) & (passes == p)
-            local[here] = self._pass(k, p)[offset[here]]
+        span = int(passes.max(initial=0)) + 1
+        for key in np.unique(which * span + passes).tolist():  # each (source, pass) of the batch
+            here = which * span + passes == key
+            local[here] = self._pass(*divmod(key, span))[offset[here]]
         return which, local
 
     # -- reading ---------------------------------------------------------------------------

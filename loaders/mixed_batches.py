@@ -117,7 +117,13 @@ def merge(name: str, pieces: list[tuple[np.ndarray, Any]], padded: bool = False)
     for rows, v in pieces:
         at = torch.from_numpy(rows).to(v.device)
         if tuple(v.shape[1:]) == shape:
-            out_t.index_copy_(0, at, v)
+            # Channels-last images copied as the (B, H, W, C) rows they are in memory; on the
+            # CPU by numpy, 15x faster than torch's uint8 index_copy_ (1.3 ms for 2 MB).
+            dst, src = (_stored(out_t), _stored(v)) if _channels_last(v) else (out_t, v)
+            if dst.device.type == "cpu" and dst.is_contiguous() and src.is_contiguous():
+                dst.numpy()[rows] = src.numpy()
+            else:
+                dst.index_copy_(0, at, src)
         else:
             where: tuple[Any, ...] = (at, *(slice(0, d) for d in v.shape[1:]))
             out_t[where] = v
@@ -128,14 +134,21 @@ def _empty_like(like: torch.Tensor, name: str, shape: tuple[int, ...]) -> torch.
     """A batch tensor in the loader's buffers, channels-last when `like` is (images)."""
     if like.device.type != "cpu":  # decode="cuda"
         return torch.empty(shape, dtype=like.dtype, device=like.device)
-    if (
-        like.dim() == 4
-        and not like.is_contiguous()
-        and like.is_contiguous(memory_format=torch.channels_last)
-    ):
+    if _channels_last(like):
         b, c, h, w = shape
         return new_batch((b, h, w, c), like.dtype, key=name).permute(0, 3, 1, 2)
     return new_batch(shape, like.dtype, key=name)
+
+
+def _channels_last(t: torch.Tensor) -> bool:
+    """A (B, C, H, W) view of (B, H, W, C) memory (loaders.images' batches)."""
+    last = t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last)
+    return last and not t.is_contiguous()
+
+
+def _stored(t: torch.Tensor) -> torch.Tensor:
+    """A channels-last view as the tensor its memory holds: (B, H, W, C)."""
+    return t.permute(0, 2, 3, 1) if _channels_last(t) else t
 
 
 def to_items(
