@@ -199,3 +199,49 @@ def test_the_demo_coco_file_matches_its_detection_rows(raw_demo: Path, tmp_path:
         assert b["labels"][0].tolist() == [
             ("circle", "square", "triangle", "cross").index(c) for c in row["labels"]
         ]
+
+
+def rle_string(counts: list[int]) -> str:
+    """COCO's compressed RLE, written out here: 5-bit groups from '0', 0x20 for more, a sign
+    bit; from the fourth count on, the difference from the count two before."""
+    out = []
+    for i, x in enumerate(counts):
+        x = x - counts[i - 2] if i > 2 else x
+        more = True
+        while more:
+            c, x = x & 0x1F, x >> 5
+            more = x != -1 if c & 0x10 else x != 0
+            out.append(chr((c | 0x20 if more else c) + 48))
+    return "".join(out)
+
+
+def runs(mask: np.ndarray) -> list[int]:
+    """Run lengths of the column-major mask, from a run of 0s."""
+    flat = mask.T.reshape(-1)
+    edges = np.flatnonzero(np.diff(flat)) + 1
+    counts = np.diff(np.concatenate([[0], edges, [len(flat)]])).tolist()
+    return counts if flat[0] == 0 else [0, *counts]
+
+
+def test_masks_from_polygons_and_rle_land_on_their_pixels(tmp_path: Path) -> None:
+    src = write_coco(tmp_path / "coco")
+    data = json.loads(src.read_text())
+    for i, ann in enumerate(data["annotations"]):
+        (w, h), (x, y, bw, bh) = IMAGES[i]
+        mask = np.zeros((h, w), np.uint8)
+        mask[y : y + bh, x : x + bw] = 1
+        ann["segmentation"] = [
+            [[x, y, x + bw, y, x + bw, y + bh, x, y + bh]],  # a polygon
+            {"counts": runs(mask), "size": [h, w]},  # RLE
+            {"counts": rle_string(runs(mask)), "size": [h, w]},  # compressed RLE
+        ][i]
+    src.write_text(json.dumps(data))
+    result = run_import(src, tmp_path / "ds", "--sizes", "64", "--masks")
+    assert result.exit_code == 0, result.output
+    ds = SampleDataset(tmp_path / "ds", fields=("image", "mask", "labels"), ragged="list")
+    for i in range(len(IMAGES)):
+        b = ds.__getitems__([i])
+        bright, mask = b["image"][0, 0].numpy() > 127, b["mask"][0].numpy()
+        assert set(np.unique(mask)) == {0, int(b["labels"][0][0]) + 1}
+        iou = (bright & (mask > 0)).sum() / (bright | (mask > 0)).sum()
+        assert iou > 0.9, (i, iou)

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from loaders.format import Manifest
-from prep.errors import PrepError
+from prep.errors import PrepError, Reject, UsageError
 from prep.importers.config import CocoConfig
 from prep.kinds.samples.boxes import kept, outside
 from prep.kinds.samples.inputs import Item, Listing
@@ -53,7 +53,7 @@ class Categories:
 
 
 def fields_of(cfg: CocoConfig) -> dict[str, Any]:
-    from prep.fields import Array, Boxes, Image, Scalar
+    from prep.fields import Array, Boxes, Image, Mask, Scalar
 
     image = Image(
         sizes=tuple(cfg.sizes),
@@ -64,7 +64,7 @@ def fields_of(cfg: CocoConfig) -> dict[str, Any]:
         pad_value=cfg.pad_value,
         max_pixels=cfg.max_pixels,
     )
-    return {
+    fields = {
         "image": image,
         "boxes": Boxes(image="image"),
         "labels": Array("int64", (None,)),
@@ -72,12 +72,13 @@ def fields_of(cfg: CocoConfig) -> dict[str, Any]:
         "area": Array("float32", (None,)),
         "image_id": Scalar("int64"),
     }
+    return fields | ({"mask": Mask(image="image")} if cfg.masks else {})
 
 
 def make_sample(value: dict[str, Any]) -> dict[str, Any]:
     """One listed image -> its sample (the boxes with the (h, w) they were drawn on, which the
-    Boxes field checks against the decoded image)."""
-    return {
+    Boxes field checks against the decoded image); with --masks, its class-id mask."""
+    sample = {
         "image": value["path"],
         "boxes": {"xyxy": value["boxes"], "hw": value["hw"]},
         "labels": value["labels"],
@@ -85,6 +86,14 @@ def make_sample(value: dict[str, Any]) -> dict[str, Any]:
         "area": value["area"],
         "image_id": value["image_id"],
     }
+    if "segmentation" in value:
+        from prep.importers.coco_masks import semantic
+
+        try:
+            sample["mask"] = semantic(value["segmentation"], value["labels"], value["hw"])
+        except (ValueError, TypeError, KeyError) as e:
+            raise Reject(f"a segmentation that cannot be drawn: {e}", "bad_segmentation") from e
+    return sample
 
 
 def read_coco(path: Path) -> dict[str, Any]:
@@ -129,6 +138,11 @@ class CocoKind(SamplesKind):
         path = Path(str(self.coco.src))
         data = read_coco(path)
         self.categories = categories_of(data, path)
+        if self.coco.masks and len(self.categories.ids) > 255:
+            raise UsageError(
+                f"--masks: {path} has {len(self.categories.ids)} categories; a class-id mask "
+                "holds 255 (label + 1, 0 for background)"
+            )
         items, rejects = self._items(data, Path(str(self.coco.images)).absolute())
         items = items[: self.coco.limit]
         self.boxes = sum(len(it.value["labels"]) for it in items)
@@ -189,7 +203,7 @@ class CocoKind(SamplesKind):
         if self.coco.skip_empty and not len(anns):
             return None
         labels = np.array([label[c] for c in cats], np.int64)[keep]
-        return {
+        value = {
             "path": str(path),
             "hw": hw,
             "boxes": boxes[keep].astype(np.float32),
@@ -198,6 +212,9 @@ class CocoKind(SamplesKind):
             "area": area[keep],
             "image_id": image_id,
         }
+        if self.coco.masks:  # the kept instances' only: a mask matches the boxes
+            value["segmentation"] = [anns[j].get("segmentation", []) for j in np.flatnonzero(keep)]
+        return value
 
     def manifest(self, records: list[dict[str, Any]]) -> Manifest:
         out = super().manifest(records)

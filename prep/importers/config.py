@@ -45,6 +45,11 @@ class CocoConfig(ImportConfig):
     src: str | None = opt(None, "A COCO instances JSON (annotations/instances_train2017.json).")
     images: str | None = opt(None, "The folder its images' file_name are relative to.")
     skip_empty: bool = opt(False, "Leave out images without annotations (default: keep them).")
+    masks: bool = opt(
+        False,
+        "Also a class-id mask (label + 1; 0: background) from the segmentations (polygons, RLE), "
+        "placed like the image.",
+    )
 
     SECTION: ClassVar[str] = "coco"
 

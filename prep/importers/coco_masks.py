@@ -1,0 +1,79 @@
+"""COCO segmentations to pixels: polygons (lists of x0 y0 x1 y1 ... in source pixels) and RLE
+(run lengths over the column-major mask, as a list, or as COCO's compressed string), each
+rasterised at the image's full (h, w). `semantic` paints the instances of a sample into one mask
+of class ids (label + 1; 0 is background), later annotations over earlier ones.
+
+>>> rle_decode({"counts": [2, 3, 1], "size": [3, 2]}).T.tolist()
+[[0, 0, 1], [1, 1, 0]]
+>>> rle_counts("52203")  # the 4th and 5th are 0 and 3 more than the 2nd and 3rd
+[5, 2, 2, 2, 5]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+SHIFT = 4  # polygon vertices to 1/16 px (cv2.fillPoly's fixed point)
+
+
+def rle_counts(text: str) -> list[int]:
+    """COCO's compressed RLE string: each count in 5-bit groups (low first, as characters from
+    '0'), bit 6 of a group for "more", a sign bit in the last; from the third count on, each is
+    stored as its difference from the count two before."""
+    counts: list[int] = []
+    p = 0
+    while p < len(text):
+        x = k = 0
+        more = True
+        while more:
+            c = ord(text[p]) - 48
+            x |= (c & 0x1F) << (5 * k)
+            more = bool(c & 0x20)
+            p, k = p + 1, k + 1
+            if not more and c & 0x10:
+                x |= -1 << (5 * k)
+        if len(counts) > 2:
+            x += counts[-2]
+        counts.append(x)
+    return counts
+
+
+def rle_decode(rle: dict[str, Any]) -> np.ndarray:
+    """An RLE (uncompressed or compressed) as a uint8 (h, w) mask of 0 and 1."""
+    h, w = (int(v) for v in rle["size"])
+    counts = rle["counts"]
+    counts = rle_counts(counts) if isinstance(counts, str) else [int(c) for c in counts]
+    if any(c < 0 for c in counts) or sum(counts) != h * w:
+        raise ValueError(f"RLE counts sum to {sum(counts)}, not {h} x {w}")
+    values = np.arange(len(counts)) % 2  # runs of 0, then 1, alternating
+    flat = np.repeat(values.astype(np.uint8), counts)
+    return flat.reshape(w, h).T  # column-major, as COCO stores it
+
+
+def rasterise(segmentation: Any, hw: tuple[int, int]) -> np.ndarray:
+    """One annotation's segmentation as a uint8 (h, w) mask of 0 and 1; ValueError if odd."""
+    import cv2
+
+    if isinstance(segmentation, dict):
+        if isinstance(segmentation.get("counts"), bytes):
+            segmentation = {**segmentation, "counts": segmentation["counts"].decode()}
+        mask = rle_decode(segmentation)
+        if mask.shape != tuple(hw):
+            raise ValueError(f"RLE of {mask.shape[1]}x{mask.shape[0]} on a {hw[1]}x{hw[0]} image")
+        return np.ascontiguousarray(mask)
+    mask = np.zeros(hw, np.uint8)
+    polygons = [np.asarray(p, np.float64).reshape(-1, 2) for p in segmentation]
+    points = [np.round(p * (1 << SHIFT)).astype(np.int32) for p in polygons if len(p) >= 3]
+    if points:
+        cv2.fillPoly(mask, points, 1, lineType=cv2.LINE_8, shift=SHIFT)
+    return mask
+
+
+def semantic(segmentations: list[Any], labels: np.ndarray, hw: tuple[int, int]) -> np.ndarray:
+    """The class-id mask (h, w) uint8 of a sample's instances: label + 1 where each lies."""
+    out = np.zeros(hw, np.uint8)
+    for seg, label in zip(segmentations, labels, strict=True):
+        out[rasterise(seg, hw) > 0] = int(label) + 1  # labels < 255: checked by the importer
+    return out
