@@ -17,6 +17,7 @@ from loaders import (
     DocumentDataset,
     ImageShardDataset,
     MixedDataset,
+    Normalize,
     SampleDataset,
     ShardSampler,
     TokenWindowDataset,
@@ -209,3 +210,21 @@ def test_token_windows_and_documents(tmp_path: Path) -> None:
     for item, k, i in zip(items, which.tolist(), local.tolist(), strict=True):
         tokens, source = item
         assert torch.equal(tokens, docs.datasets[k][i]) and int(source) == k
+
+
+def test_a_remote_source(raw_demo: Path, packed: Path, s3: Any, tmp_path: Path) -> None:
+    from conftest import run_pack
+    from s3server import BUCKET
+
+    url = f"s3://{BUCKET}/mixed"
+    run_pack(raw_demo / "images", url, sizes=[64], shard_size=8, staging=str(tmp_path / "st"))
+    remote = ImageShardDataset(url, size=64, cache_dir=tmp_path / "cache")
+    ds = MixedDataset([remote, ImageShardDataset(packed, size=64)], [0.5, 0.5], length=40)
+    images, labels, source = next(iter(make_loader(ds, batch_size=40)))  # in the plan's order
+    which, local = ds.locate(range(40))
+    assert source.tolist() == which.tolist() and set(which.tolist()) == {0, 1}
+    for j in range(40):
+        image, label = ds.datasets[int(which[j])][int(local[j])]
+        assert torch.equal(images[j], image) and labels[j] == label
+    local_stats = Normalize.from_dataset(ds.datasets[1])  # a pack to a URL has its stats too
+    assert torch.equal(Normalize.from_dataset(remote).mean, local_stats.mean)
