@@ -45,7 +45,7 @@ def image_field(cfg: ImportConfig) -> Any:
 def import_hf(cfg: HFConfig, show_progress: bool = True, profile: bool = False) -> Any:
     """Pack `cfg.src` into `cfg.out`; the RunSummary."""
     from prep.errors import UsageError
-    from prep.importers.hfsource import list_source
+    from prep.importers.hfsource import forget, list_source
     from prep.importers.listing import run_source
 
     cfg.validate()
@@ -55,4 +55,7 @@ def import_hf(cfg: HFConfig, show_progress: bool = True, profile: bool = False) 
     source, rows = list_source(src)
     image = image_field(cfg)
     fields = {c.name: c.field or image for c in rows.columns}
-    return run_source(cfg, rows, fields, source, show_progress, profile)
+    try:
+        return run_source(cfg, rows, fields, source, show_progress, profile)
+    finally:
+        forget()

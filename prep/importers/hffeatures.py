@@ -111,7 +111,10 @@ def _list(name: str, path: tuple[Step, ...], f: dict[str, Any]) -> list[Column]:
                 {"_type": "List", "feature": sub, "length": length},
             )
         ]
-    shape = _shape(f)
+    try:
+        shape = _shape(f)
+    except Unsupported as e:
+        raise Unsupported(f"column {name}: {e}") from None
     if shape is None:
         return [Column(name, path, Json(), "value")]
     dtype, dims = shape

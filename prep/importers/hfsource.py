@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -100,7 +101,7 @@ def _schema_and_chunks(path: Path) -> tuple[Any, list[int]]:
             meta = pq.ParquetFile(path).metadata
             groups = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
             return meta.schema.to_arrow_schema(), groups
-        table = _chunk(str(path), 0)
+        table = read_chunk(str(path), 0)
         return table.schema, [table.num_rows]
     except (OSError, pa.ArrowException) as e:
         raise PrepError(f"{path}: cannot read it ({e}). HINT: is the dataset whole?") from e
@@ -156,10 +157,11 @@ class HFRows:
     files: tuple[str, ...]
     columns: tuple[Column, ...]
     root: str
+    run: str = field(default_factory=lambda: uuid.uuid4().hex, repr=False, compare=False)
 
     def __call__(self, ref: tuple[int, int, int]) -> dict[str, Any]:
         part, chunk, row = ref
-        values = _chunk(self.files[part], chunk).slice(row, 1).to_pylist()[0]
+        values = _chunk(self.run, self.files[part], chunk).slice(row, 1).to_pylist()[0]
         out = {}
         for c in self.columns:
             try:
@@ -170,8 +172,18 @@ class HFRows:
 
 
 @lru_cache(maxsize=8)
-def _chunk(path: str, chunk: int) -> Any:
-    """An Arrow file's table (memory-mapped: no copy) or a Parquet row group, once a process."""
+def _chunk(run: str, path: str, chunk: int) -> Any:
+    """read_chunk once a process and run (a file rewritten since an earlier run is read again)."""
+    return read_chunk(path, chunk)
+
+
+def forget() -> None:
+    """Let go of the chunks this process holds (a Parquet row group is in memory)."""
+    _chunk.cache_clear()
+
+
+def read_chunk(path: str, chunk: int) -> Any:
+    """An Arrow file's table (memory-mapped: no copy) or a Parquet row group."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 

@@ -135,7 +135,11 @@ def import_webdataset(cfg: WdsConfig, show_progress: bool = True, profile: bool 
     """Pack the tars of `cfg.src` into `cfg.out`; the RunSummary."""
     from prep.importers.hf import image_field
     from prep.importers.listing import run_source
+    from prep.importers.wdssource import let_go
 
     cfg.validate()
     source, samples, fields = list_shards(cfg, image_field(cfg))
-    return run_source(cfg, samples, fields, source, show_progress, profile)
+    try:
+        return run_source(cfg, samples, fields, source, show_progress, profile)
+    finally:
+        let_go(samples.run)

@@ -16,8 +16,9 @@ import lzma
 import re
 import tarfile
 import threading
+import uuid
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO, Any
 
 from prep.errors import PrepError, UsageError
@@ -91,7 +92,7 @@ def scan(path: str) -> Scan:
         with open_tar(path) as f, tarfile.open(fileobj=f, mode="r:") as tar:
             for m in tar:
                 key, ext = key_and_ext(m.name)
-                if m.isfile() and key and ext:
+                if m.isfile() and key.rpartition("/")[2] and ext:  # not .hidden nor README
                     members.append((key, (ext, m.offset_data, m.size)))
             f.seek(tar.offset)
             whole = f.read(1024) == bytes(1024)  # the end-of-archive blocks
@@ -141,22 +142,30 @@ def _npy_headers(
     return out
 
 
-_open = threading.local()  # each thread's last tar: a shard's samples come from few tars
+# Each run's open tar a thread ((run, thread) -> (path, file)): a shard's samples come from
+# few tars, read in order. A new run opens its tars again (one may have been rewritten).
+_held: dict[tuple[str, int], tuple[str, IO[bytes]]] = {}
 
 
-def read_member(path: str, offset: int, size: int) -> bytes:
-    """A member's bytes, read in memory from its tar (a handle kept per thread)."""
-    if getattr(_open, "path", None) != path:
-        if getattr(_open, "file", None) is not None:
-            _open.file.close()
-        _open.path, _open.file = None, None
-        _open.file = open_tar(path)
-        _open.path = path
-    _open.file.seek(offset)
-    data: bytes = _open.file.read(size)
+def read_member(run: str, path: str, offset: int, size: int) -> bytes:
+    """A member's bytes, read in memory from its tar."""
+    key = (run, threading.get_ident())
+    held = _held.get(key)
+    if held is None or held[0] != path:
+        if held is not None:
+            held[1].close()
+        _held[key] = held = (path, open_tar(path))
+    held[1].seek(offset)
+    data: bytes = held[1].read(size)
     if len(data) != size:
         raise PrepError(f"{path}: a member ends early ({len(data)} of {size} bytes)")
     return data
+
+
+def let_go(run: str) -> None:
+    """Close the tars run `run` holds open in this process."""
+    for key in [k for k in _held if k[0] == run]:
+        _held.pop(key)[1].close()
 
 
 # The field kind of an extension (its last part: "seg.png" is a png); any other is Bytes.
@@ -191,6 +200,7 @@ class WdsSamples:
 
     tars: tuple[str, ...]
     declared: tuple[Declared, ...]
+    run: str = field(default_factory=lambda: uuid.uuid4().hex, repr=False, compare=False)
 
     def __call__(self, ref: tuple[int, str, tuple[Member, ...]]) -> dict[str, Any]:
         tar, key, members = ref
@@ -199,7 +209,7 @@ class WdsSamples:
         for ext, offset, size in members:
             d = by_ext.get(ext)
             if d is not None:
-                out[d.name] = value_of(d, read_member(self.tars[tar], offset, size))
+                out[d.name] = value_of(d, read_member(self.run, self.tars[tar], offset, size))
         return out
 
 
