@@ -148,3 +148,18 @@ def test_brace_expansion() -> None:
         "val-1.tar",
     ]
     assert expand("plain.tar") == ["plain.tar"]
+
+
+def test_gzipped_and_rewritten_tars_read_as_they_are_now(tmp_path: Path) -> None:
+    """A .tar.gz reads like a .tar; a tar rewritten between two imports in one process is read
+    anew (no handle of the earlier run is reused)."""
+    for text in ("one", "two"):
+        with tarfile.open(tmp_path / "a.tar.gz", "w:gz") as t:
+            for key in ("k0", "k1"):
+                info = tarfile.TarInfo(f"{key}.txt")
+                data = f"{text} {key}".encode()
+                info.size = len(data)
+                t.addfile(info, io.BytesIO(data))
+        imported(str(tmp_path / "a.tar.gz"), tmp_path / "ds", overwrite=True)
+        ds = SampleDataset(tmp_path / "ds")
+        assert ds.__getitems__([0, 1])["txt"] == [f"{text} k0", f"{text} k1"]
