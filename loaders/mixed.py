@@ -194,7 +194,7 @@ class MixedDataset(Dataset[Any]):
         which, local = self.locate(indices)
         parts: list[tuple[np.ndarray, dict[str, Any]]] = []
         with scratch():
-            for k in np.unique(which).tolist():  # one read a source
+            for k in np.unique(which).tolist() or [0]:  # one read a source (an empty batch: 0)
                 rows = np.flatnonzero(which == k)
                 ds = self.datasets[k]
                 read = getattr(ds, "__getitems__", None)
