@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from loaders.format import Manifest
+from prep.errors import PrepError
 from prep.kinds.samples.inputs import Item, Listing
 from prep.kinds.samples.pack import SamplesKind
 from prep.kinds.samples.recipe import check_shippable
@@ -54,6 +55,9 @@ class SourceKind(SamplesKind):
 
     def list_inputs(self) -> Inputs:
         items = self.source.items[: self.cfg.limit]
+        if not items:
+            n = len(self.source.rejects)
+            raise PrepError(f"no inputs in {self.cfg.src} ({n} rejected). HINT: check SRC")
         said = [self.source.stats, len(items), self.described(), repr(self.make)]
         digest = hashlib.sha256(json.dumps(said, default=str).encode()).hexdigest()
         self.listing = Listing(items, self.source.rejects, None, digest)
