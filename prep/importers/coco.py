@@ -13,6 +13,7 @@ import hashlib
 import json
 from collections import defaultdict
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,7 @@ class Categories:
     ids: list[int]  # COCO's category ids, in label order (sorted)
     names: list[str]
 
-    @property
+    @cached_property
     def label(self) -> dict[int, int]:
         return {c: i for i, c in enumerate(self.ids)}
 
