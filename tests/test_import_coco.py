@@ -58,8 +58,10 @@ def run_import(src: Path, out: Path, *args: str) -> Any:
 def expected(box: list[float], w: int, h: int, size: int, mode: str) -> list[float]:
     """The README's rule, written out here: scale as the image is scaled (fill: shorter side to
     size; fit and keep: longer side to size, keep never enlarging), then centre-crop (fill) or
-    centre-pad (fit) to size x size, and clip to the stored image."""
+    centre-pad (fit) to size x size, and clip to the stored image; stretch: squash."""
     x, y, bw, bh = box
+    if mode == "stretch":
+        return [x * size / w, y * size / h, (x + bw) * size / w, (y + bh) * size / h]
     if mode == "fill":
         scale = size / min(w, h)
     else:
@@ -75,7 +77,7 @@ def expected(box: list[float], w: int, h: int, size: int, mode: str) -> list[flo
     return [min(max(v, 0), lim) for v, lim in zip(out, [right, bottom] * 2, strict=True)]
 
 
-@pytest.mark.parametrize("mode", ["fill", "fit", "keep"])
+@pytest.mark.parametrize("mode", ["fill", "fit", "keep", "stretch"])
 def test_boxes_land_where_their_pixels_land(tmp_path: Path, mode: str) -> None:
     src = write_coco(tmp_path / "coco")
     result = run_import(src, tmp_path / "ds", "--sizes", "64,96", "--mode", mode)
