@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from loaders import SampleDataset
 from loaders.format import read_manifest
+from prep import UsageError
 from prep.cli import app
 from prep.importers.hf import HFConfig, import_hf
 
@@ -180,6 +181,20 @@ def test_unsupported_feature_is_one_line(tmp_path: Path) -> None:
     lines = res.output.strip().splitlines()
     assert len(lines) == 1 and "column a: feature Audio" in lines[0], res.output
     assert not (tmp_path / "ds").exists()
+    res = CliRunner().invoke(
+        app, ["import", "hf", str(tmp_path / "src"), str(tmp_path / "ds"), "--columns", "n"]
+    )
+    assert res.exit_code == 0, res.output  # the column left out
+
+
+def test_splits_and_columns_chosen(saved: Path, tmp_path: Path) -> None:
+    ds = imported(saved / "disk", tmp_path / "ds", splits="test", columns="y,obj")
+    assert sorted(ds.declared) == ["obj_bbox", "obj_cat", "y"] and len(ds) == 2
+    assert read_manifest(tmp_path / "ds").extra["splits"] == {"test": 2}
+    with pytest.raises(UsageError, match="no split 'val'; it has train, test"):
+        imported(saved / "disk", tmp_path / "ds2", splits="val")
+    with pytest.raises(UsageError, match="no column 'nope'; it has img, y"):
+        imported(saved / "pq", tmp_path / "ds2", columns="y,nope")
 
 
 def test_missing_label_is_a_reject(saved: Path, tmp_path: Path) -> None:

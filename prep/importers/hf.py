@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from prep.config import opt
+from prep.config import listed, opt
 from prep.importers.config import ImportConfig
 
 
@@ -22,6 +22,11 @@ class HFConfig(ImportConfig):
         None,
         "A save_to_disk folder (dataset_dict.json or state.json and .arrow files) or a folder "
         "of .parquet files.",
+    )
+
+    splits: str | None = opt(None, "The splits to import, comma-separated (default: all).")
+    columns: str | None = opt(
+        None, "The columns to import, comma-separated (default: all; a dict's keys come along)."
     )
 
     SECTION: ClassVar[str] = "hf"
@@ -52,7 +57,9 @@ def import_hf(cfg: HFConfig, show_progress: bool = True, profile: bool = False) 
     src = Path(str(cfg.src))
     if not src.is_dir():
         raise UsageError(f"{src}: not a folder. HINT: give a save_to_disk or Parquet folder")
-    source, rows = list_source(src)
+    splits = listed(cfg.splits, "--splits", str) if cfg.splits else None
+    only = listed(cfg.columns, "--columns", str) if cfg.columns else None
+    source, rows = list_source(src, splits, only)
     image = image_field(cfg)
     fields = {c.name: c.field or image for c in rows.columns}
     try:

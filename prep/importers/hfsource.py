@@ -107,13 +107,14 @@ def _schema_and_chunks(path: Path) -> tuple[Any, list[int]]:
         raise PrepError(f"{path}: cannot read it ({e}). HINT: is the dataset whole?") from e
 
 
-def list_source(src: Path) -> tuple[Source, HFRows]:
-    """The rows of `src` as inputs, and the function that makes a sample of one."""
-    layout, parts = find_parts(src)
-    if not parts:
-        raise UsageError(f"{src}: its dataset_dict.json or state.json lists no data file")
+def list_source(
+    src: Path, splits: list[str] | None = None, only: list[str] | None = None
+) -> tuple[Source, HFRows]:
+    """The rows of `src` as inputs (those of `splits`; None: all), and the function that makes
+    a sample of one, of its columns `only` (None: all)."""
+    layout, parts = _chosen(src, splits)
     items: list[Item] = []
-    splits: dict[str | None, int] = {}
+    counts: dict[str | None, int] = {}
     features: dict[str, Any] | None = None
     for i, part in enumerate(parts):
         schema, chunks = _schema_and_chunks(part.path)
@@ -129,15 +130,9 @@ def list_source(src: Path) -> tuple[Source, HFRows]:
         for c, n in enumerate(chunks):
             items += [Item(f"{rel}:{row + r}", (i, c, r)) for r in range(n)]
             row += n
-        splits[part.split] = splits.get(part.split, 0) + row
+        counts[part.split] = counts.get(part.split, 0) + row
     assert features is not None
-    try:
-        columns = columns_of(features, src)
-    except Unsupported as e:
-        raise UsageError(
-            f"{src}: {e}. HINT: prep import hf reads Image, ClassLabel, Value, List/Sequence, "
-            "Array2D-5D and dicts of them; save the dataset without that column"
-        ) from None
+    columns = _columns(src, features, only)
     extra = {
         "hf": {
             "layout": layout,
@@ -147,7 +142,32 @@ def list_source(src: Path) -> tuple[Source, HFRows]:
     }
     stats = file_stats([p.path for p in parts])
     rows = HFRows(tuple(str(p.path) for p in parts), tuple(columns), str(src))
-    return Source(items, splits, [], stats, extra), rows
+    return Source(items, counts, [], stats, extra), rows
+
+
+def _chosen(src: Path, splits: list[str] | None) -> tuple[str, list[Part]]:
+    layout, parts = find_parts(src)
+    if not parts:
+        raise UsageError(f"{src}: its dataset_dict.json or state.json lists no data file")
+    have = list(dict.fromkeys(str(p.split) for p in parts))
+    unknown = [s for s in splits or () if s not in have]
+    if unknown:
+        raise UsageError(f"{src}: no split {unknown[0]!r}; it has {', '.join(have)}")
+    return layout, [p for p in parts if splits is None or str(p.split) in splits]
+
+
+def _columns(src: Path, features: dict[str, Any], only: list[str] | None) -> list[Column]:
+    unknown = [c for c in only or () if c not in features]
+    if unknown:
+        raise UsageError(f"{src}: no column {unknown[0]!r}; it has {', '.join(features)}")
+    chosen = features if only is None else {c: features[c] for c in only}
+    try:
+        return columns_of(chosen, src)
+    except Unsupported as e:
+        raise UsageError(
+            f"{src}: {e}. HINT: prep import hf reads Image, ClassLabel, Value, List/Sequence, "
+            "Array2D-5D and dicts of them; leave that column out with --columns"
+        ) from None
 
 
 @dataclass(frozen=True)
