@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import nn
+
+from loaders.format import FormatError
 
 
 class Normalize(nn.Module):
@@ -49,16 +52,21 @@ class Normalize(nn.Module):
                 "HINT: pass Normalize(mean=..., std=...)"
             )
         size = size if size is not None else getattr(ds, "size", None)
-        stats = (store.manifest.extra.get("stats") or {}).get("sizes", {})
-        if not stats:
+        stats = store.manifest.extra.get("stats")
+        sizes = stats.get("sizes") if isinstance(stats, dict) else None
+        if not isinstance(sizes, dict) or not sizes:
             raise ValueError(
                 f"{store.root} has no pixel statistics (packed before prep stored them). HINT: "
                 "repack it with this prep, or pass Normalize(mean=..., std=...)"
             )
-        at = stats.get(str(size))
+        at = sizes.get(str(size))
         if at is None:
-            raise ValueError(f"{store.root} has pixel statistics at {list(stats)} px, not {size}")
-        return cls(at["mean"], [s or 1.0 for s in at["std"]], dtype)  # a constant channel: centred
+            raise ValueError(f"{store.root} has pixel statistics at {list(sizes)} px, not {size}")
+        got: tuple[Any, Any] = (at.get("mean"), at.get("std")) if isinstance(at, dict) else ([], [])
+        mean, std = got
+        if not (_numbers(mean) and _numbers(std) and len(mean) == len(std) and min(std) >= 0):
+            raise FormatError(f"{store.root}: extra.stats at {size} px is not a mean and std")
+        return cls(mean, [s or 1.0 for s in std], dtype)  # a constant channel: only centred
 
     @classmethod
     def _mixed(cls, parts: list[Normalize], weights: Any, dtype: torch.dtype) -> Normalize:
@@ -79,3 +87,9 @@ class Normalize(nn.Module):
 
     def extra_repr(self) -> str:
         return f"mean={self.mean.flatten().tolist()}, std={self.std.flatten().tolist()}"
+
+
+def _numbers(values: Any) -> bool:
+    """A non-empty list of finite numbers (what prep writes in extra.stats)."""
+    ok = isinstance(values, list) and bool(values)
+    return ok and all(isinstance(v, int | float) and math.isfinite(v) for v in values)

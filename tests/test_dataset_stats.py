@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from loaders import ImageShardDataset, MixedDataset, Normalize
-from loaders.format import read_manifest
+from loaders.format import FormatError, read_manifest
 
 
 def stored_pixels(root: Path, size: int) -> np.ndarray:
@@ -87,3 +87,7 @@ def test_older_datasets_say_to_repack(packed: Path, copy_dataset: Any) -> None:
         Normalize.from_dataset(ds)
     with pytest.raises(ValueError, match="not 48"):
         Normalize.from_dataset(ImageShardDataset(packed, size=64), size=48)
+    manifest["extra"]["stats"] = {"sizes": {"64": {"mean": [1, 2, 3], "std": "x"}}}
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(FormatError, match=r"extra\.stats at 64 px"):
+        Normalize.from_dataset(ImageShardDataset(old, size=64))
