@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_pack import jpeg_list
-from rows import Row, prep, versus
+from bench_pack import chunked, jpeg_list, parallel_rate
+from rows import Row, info, prep, versus
 
 SIZE, BATCH, REPS = 256, 128, 3
 
@@ -90,6 +90,37 @@ def references(pattern: str, hf: Path) -> dict[str, Any]:
     }
 
 
+def tar_jpegs(pattern: str) -> list[bytes]:
+    """Every .jpg member of the tars, in order."""
+    import tarfile
+
+    from prep.importers.wdssource import expand
+
+    out = []
+    for path in expand(pattern):
+        with tarfile.open(path) as tar:
+            for m in tar:
+                f = tar.extractfile(m) if m.name.endswith(".jpg") else None
+                if f is not None:
+                    out.append(f.read())
+    return out
+
+
+def bare_bytes(blobs: list[bytes], size: int) -> int:
+    """bench_pack's bare loop (Pillow's DCT-reduced decode, OpenCV's area resize) on bytes."""
+    import cv2
+    import numpy as np
+    from PIL import Image
+
+    cv2.setNumThreads(1)
+    for b in blobs:
+        with Image.open(io.BytesIO(b)) as im:
+            im.draft("RGB", (size, size))
+            arr = np.asarray(im.convert("RGB"))
+        cv2.resize(arr, (size, size), interpolation=cv2.INTER_AREA)
+    return len(blobs)
+
+
 def rate(loader: Any) -> float:
     """Samples/s over one pass of a loader of dict or tuple batches."""
     n, start = 0, time.perf_counter()
@@ -109,6 +140,8 @@ def rows(args: argparse.Namespace, work: Path) -> list[Row]:
         "wds": prep("import", "webdataset", pattern, str(work / "i-wds"), *common),
         "hf": prep("import", "hf", str(hf), str(work / "i-hf"), *common),
     }
+    blobs = tar_jpegs(pattern)
+    bare = parallel_rate(bare_bytes, [(c, SIZE) for c in chunked(blobs, 8)], args.jobs)
     loaders = references(pattern, hf)
     for name, fields in (("wds", ("jpg", "cls")), ("hf", ("image", "label"))):
         ds = SampleDataset(work / f"i-{name}", fields=fields)
@@ -137,5 +170,12 @@ def rows(args: argparse.Namespace, work: Path) -> list[Row]:
             best["hf ref"],
             "img/s",
             ">= 3x",
+        ),
+        info(
+            "26c prep import webdataset vs bare decode+resize",
+            count / took["wds"],
+            bare,
+            "img/s",
+            "info: CLI start, listing and fsyncs count",
         ),
     ]
