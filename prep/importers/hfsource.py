@@ -181,7 +181,9 @@ class HFRows:
 
     def __call__(self, ref: tuple[int, int, int]) -> dict[str, Any]:
         part, chunk, row = ref
-        values = _chunk(self.run, self.files[part], chunk).slice(row, 1).to_pylist()[0]
+        names = tuple(dict.fromkeys(c.path[0][1] for c in self.columns))  # the file's columns
+        table = _chunk(self.run, self.files[part], chunk, names)
+        values = table.slice(row, 1).to_pylist()[0]
         out = {}
         for c in self.columns:
             try:
@@ -192,9 +194,9 @@ class HFRows:
 
 
 @lru_cache(maxsize=8)
-def _chunk(run: str, path: str, chunk: int) -> Any:
+def _chunk(run: str, path: str, chunk: int, names: tuple[str, ...]) -> Any:
     """read_chunk once a process and run (a file rewritten since an earlier run is read again)."""
-    return read_chunk(path, chunk)
+    return read_chunk(path, chunk, list(names))
 
 
 def forget() -> None:
@@ -202,15 +204,17 @@ def forget() -> None:
     _chunk.cache_clear()
 
 
-def read_chunk(path: str, chunk: int) -> Any:
-    """An Arrow file's table (memory-mapped: no copy) or a Parquet row group."""
+def read_chunk(path: str, chunk: int, names: list[str] | None = None) -> Any:
+    """An Arrow file's table (memory-mapped: no copy) or a Parquet row group (of the columns
+    `names` only: the others are not read), with columns `names` (None: all)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     if path.endswith(".parquet"):
-        return pq.ParquetFile(path).read_row_group(chunk)
+        return pq.ParquetFile(path).read_row_group(chunk, columns=names)
     mapped = pa.memory_map(path)  # the table's buffers keep the mapping open
     try:
-        return pa.ipc.open_stream(mapped).read_all()
+        table = pa.ipc.open_stream(mapped).read_all()
     except pa.ArrowInvalid:  # the IPC file format (with a footer), which some tools write
-        return pa.ipc.open_file(mapped).read_all()
+        table = pa.ipc.open_file(mapped).read_all()
+    return table if names is None else table.select(names)
