@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from loaders.format import Manifest
+from loaders.remote.storage import url_of
 from prep.errors import PrepError
 from prep.kinds.samples.inputs import Item, Listing
 from prep.kinds.samples.pack import SamplesKind
@@ -51,7 +52,8 @@ class SourceKind(SamplesKind):
         self.source = source
 
     def sources(self) -> list[Path]:
-        return [Path(str(self.cfg.src))] if "://" not in str(self.cfg.src) else []
+        """SRC, which OUT may not hold (a pattern's folder counts: OUT may not be it)."""
+        return [] if url_of(self.cfg.src) else [Path(str(self.cfg.src))]
 
     def list_inputs(self) -> Inputs:
         items = self.source.items[: self.cfg.limit]
