@@ -91,7 +91,7 @@ def saved(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     dd.save_to_disk(str(root / "disk"))
     for name, ds in dd.items():
-        ds.to_parquet(str(root / "pq" / "data" / f"{name}-00000-of-00001.parquet"))
+        ds.to_parquet(str(root / "pq" / "data" / f"{name}-00000-of-00001.parquet"), batch_size=2)
     return root
 
 
