@@ -159,6 +159,8 @@ FIELDS: dict[str, Field] = {
         Field("json", False, lambda s, c: (), ("uint8",), "uint8", ("ragged",)),
         # Boxes (x0, y0, x1, y1) in the pixels of an image field as stored at each size.
         Field("boxes", True, lambda s, c: (4,), ("float32",), "float32", ("ragged",), pixels=True),
+        # Instance masks (N, S, S) a sample, ragged in N (mode keep: the image's stored h, w).
+        Field("instances", True, _plane, ("uint8",), "uint8", ("ragged",), pixels=True),
     )
 }
 

@@ -5,6 +5,18 @@
 """
 
 from loaders.samples import Array, Bytes, Json, Label, Scalar, Text
-from prep.kinds.samples.fields import Boxes, Image, Mask, Tokens
+from prep.kinds.samples.fields import Boxes, Image, Instances, Mask, Tokens
 
-__all__ = ["Array", "Boxes", "Bytes", "Image", "Json", "Label", "Mask", "Scalar", "Text", "Tokens"]
+__all__ = [
+    "Array",
+    "Boxes",
+    "Bytes",
+    "Image",
+    "Instances",
+    "Json",
+    "Label",
+    "Mask",
+    "Scalar",
+    "Text",
+    "Tokens",
+]

@@ -247,3 +247,28 @@ def test_masks_from_polygons_and_rle_land_on_their_pixels(tmp_path: Path) -> Non
         assert set(np.unique(mask)) == {0, int(b["labels"][0][0]) + 1}
         iou = (bright & (mask > 0)).sum() / (bright | (mask > 0)).sum()
         assert iou > 0.9, (i, iou)
+
+
+@pytest.mark.parametrize("mode", ["fill", "keep"])
+def test_instance_masks_are_stacked_and_placed_like_the_image(tmp_path: Path, mode: str) -> None:
+    src = write_coco(tmp_path / "coco")
+    data = json.loads(src.read_text())
+    for i, ann in enumerate(data["annotations"]):
+        _, (x, y, bw, bh) = IMAGES[i]
+        ann["segmentation"] = [[x, y, x + bw, y, x + bw, y + bh, x, y + bh]]
+    second = _ann(7, 100, 3, [90, 60, 20, 20], segmentation=[[90, 60, 110, 60, 110, 80, 90, 80]])
+    data["annotations"].append(second)  # image 0: two instances
+    src.write_text(json.dumps(data))
+    args = ["--sizes", "64", "--mode", mode, "--instances", "--masks"]
+    assert run_import(src, tmp_path / "ds", *args).exit_code == 0
+    fields = ("image", "instances", "mask", "boxes")
+    crop = CenterCrop(64, ratio=1.0) if mode == "keep" else None
+    ds = SampleDataset(tmp_path / "ds", fields=fields, crop=crop, ragged="list")
+    for i in range(len(IMAGES)):
+        b = ds.__getitems__([i])
+        stack, mask = b["instances"][0].numpy(), b["mask"][0].numpy()
+        assert stack.shape == (2 if i == 0 else 1, 64, 64) and set(np.unique(stack)) <= {0, 1}
+        assert np.array_equal(stack.max(axis=0) > 0, mask > 0)  # the semantic mask's union
+        ys, xs = np.nonzero(stack[0])
+        found = [xs.min(), ys.min(), xs.max() + 1, ys.max() + 1]
+        np.testing.assert_allclose(found, b["boxes"][0][0], atol=1.0)

@@ -10,6 +10,7 @@ from typing import Any
 from loaders.samples.arrays import Array, Label, Scalar, Tokens
 from loaders.samples.fields import FieldError, SampleField
 from loaders.samples.image import Boxes, Image, Mask
+from loaders.samples.instances import Instances
 from loaders.samples.registry import KINDS
 from loaders.samples.text import Bytes, Json, Text
 
@@ -20,6 +21,7 @@ __all__ = [
     "Bytes",
     "FieldError",
     "Image",
+    "Instances",
     "Json",
     "Label",
     "Mask",

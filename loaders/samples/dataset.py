@@ -17,6 +17,7 @@ from loaders.format import array_name
 from loaders.memory import by_shard
 from loaders.samples.fields import RAGGED_POLICIES, SampleField
 from loaders.samples.image import Boxes, Image, Mask, hw_name
+from loaders.samples.instances import Instances
 from loaders.samples.registry import fields_from
 from loaders.store import DEFAULT_MAX_OPEN
 
@@ -87,7 +88,7 @@ class SampleDataset(DecodingDataset):
         if decode not in ("cpu", "cuda"):
             raise ValueError(f"decode={decode!r} is not 'cpu' or 'cuda'")
         self.policies, self.crop, self.decode, self._threads = policies, crop, decode, threads
-        sized = (Image, Mask, Boxes)
+        sized = (Image, Mask, Boxes, Instances)
         images = [f for f in self.fields if isinstance(self.declared.get(f), sized)]
         if images:
             if size is None and len(self.sizes) != 1:
@@ -110,7 +111,7 @@ class SampleDataset(DecodingDataset):
 
     def _arrays_of(self, field: str) -> list[str]:
         names = [array_name(s.field, s.size) for s in self.declared[field].arrays(field)]
-        if isinstance(self.declared[field], Mask):  # its image's stored shapes
+        if isinstance(self.declared[field], (Mask, Instances)):  # its image's stored shapes
             names += [hw_name(self.declared[field].image, s) for s in self.sizes]  # type: ignore[attr-defined]
         return [n for n in names if n in self.store.manifest.arrays]
 

@@ -9,10 +9,12 @@ from loaders.format.spec import ArraySpec, FormatError, array_name
 from loaders.samples.arrays import Array, Label, Scalar, Tokens
 from loaders.samples.fields import SampleField, check_name
 from loaders.samples.image import Boxes, Image, Mask
+from loaders.samples.instances import Instances
 from loaders.samples.text import Bytes, Json, Text
 
 KINDS: dict[str, type[SampleField]] = {
-    cls.kind: cls for cls in (Array, Scalar, Label, Tokens, Text, Bytes, Json, Image, Mask, Boxes)
+    cls.kind: cls
+    for cls in (Array, Scalar, Label, Tokens, Text, Bytes, Json, Image, Mask, Boxes, Instances)
 }
 
 

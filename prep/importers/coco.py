@@ -54,7 +54,7 @@ class Categories:
 
 
 def fields_of(cfg: CocoConfig) -> dict[str, Any]:
-    from prep.fields import Array, Boxes, Image, Mask, Scalar
+    from prep.fields import Array, Boxes, Image, Instances, Mask, Scalar
 
     image = Image(
         sizes=tuple(cfg.sizes),
@@ -65,7 +65,7 @@ def fields_of(cfg: CocoConfig) -> dict[str, Any]:
         pad_value=cfg.pad_value,
         max_pixels=cfg.max_pixels,
     )
-    fields = {
+    fields: dict[str, Any] = {
         "image": image,
         "boxes": Boxes(image="image"),
         "labels": Array("int64", (None,)),
@@ -73,12 +73,17 @@ def fields_of(cfg: CocoConfig) -> dict[str, Any]:
         "area": Array("float32", (None,)),
         "image_id": Scalar("int64"),
     }
-    return fields | ({"mask": Mask(image="image")} if cfg.masks else {})
+    if cfg.masks:
+        fields["mask"] = Mask(image="image")
+    if cfg.instances:
+        fields["instances"] = Instances(image="image")
+    return fields
 
 
 def make_sample(value: dict[str, Any]) -> dict[str, Any]:
     """One listed image -> its sample (the boxes with the (h, w) they were drawn on, which the
-    Boxes field checks against the decoded image); with --masks, its class-id mask."""
+    Boxes field checks against the decoded image); with --masks, its class-id mask; with
+    --instances, its instances' masks."""
     sample = {
         "image": value["path"],
         "boxes": {"xyxy": value["boxes"], "hw": value["hw"]},
@@ -88,10 +93,15 @@ def make_sample(value: dict[str, Any]) -> dict[str, Any]:
         "image_id": value["image_id"],
     }
     if "segmentation" in value:
-        from prep.importers.coco_masks import semantic
+        from prep.importers.coco_masks import rasterise, semantic
 
+        segs, hw = value["segmentation"], value["hw"]
         try:
-            sample["mask"] = semantic(value["segmentation"], value["labels"], value["hw"])
+            if "mask" in value["drawn"]:
+                sample["mask"] = semantic(segs, value["labels"], hw)
+            if "instances" in value["drawn"]:
+                masks = [rasterise(seg, hw) for seg in segs]
+                sample["instances"] = np.stack(masks) if masks else np.zeros((0, *hw), np.uint8)
         except (ValueError, TypeError, KeyError) as e:
             raise Reject(f"a segmentation that cannot be drawn: {e}", "bad_segmentation") from e
     return sample
@@ -213,8 +223,12 @@ class CocoKind(SamplesKind):
             "area": area[keep],
             "image_id": image_id,
         }
-        if self.coco.masks:  # the kept instances' only: a mask matches the boxes
+        drawn = [
+            k for k, on in (("mask", self.coco.masks), ("instances", self.coco.instances)) if on
+        ]
+        if drawn:  # the kept instances' only: the masks match the boxes
             value["segmentation"] = [anns[j].get("segmentation", []) for j in np.flatnonzero(keep)]
+            value["drawn"] = drawn
         return value
 
     def manifest(self, records: list[dict[str, Any]]) -> Manifest:

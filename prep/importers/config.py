@@ -50,6 +50,11 @@ class CocoConfig(ImportConfig):
         "Also a class-id mask (label + 1; 0: background) from the segmentations (polygons, RLE), "
         "placed like the image.",
     )
+    instances: bool = opt(
+        False,
+        "Also each instance's mask (N, H, W of 0 and 1), placed like the image: N x H x W bytes "
+        "a sample.",
+    )
 
     SECTION: ClassVar[str] = "coco"
 

@@ -9,10 +9,12 @@ from typing import Any
 
 import numpy as np
 
-from loaders.samples import Boxes, Image, Mask, SampleField
+from loaders.samples import Boxes, Image, Instances, Mask, SampleField
 from loaders.samples.fields import FieldError
 from prep.errors import Reject as UserReject
 from prep.run.inputs import Reject
+
+PLACED = (Mask, Boxes, Instances)  # the fields bound to an image field, placed like it
 
 
 def encode_sample(
@@ -40,7 +42,7 @@ def encode_sample(
         if isinstance(field, (Image, Mask)) and isinstance(v, (str, Path)) and base is not None:
             v = base / v  # an absolute path stays as it is
         try:
-            if isinstance(field, (Mask, Boxes)):  # placed like their image
+            if isinstance(field, PLACED):  # placed like their image
                 got = field.encode_for(v, uprights[field.image])  # type: ignore[union-attr]
             else:
                 got = field.encode(v)
@@ -70,4 +72,4 @@ def _name(fn: Callable[..., Any]) -> str:
 
 def ordered(fields: dict[str, SampleField]) -> dict[str, SampleField]:
     """Images first, so that each mask's (and boxes') image is encoded before it."""
-    return dict(sorted(fields.items(), key=lambda kv: isinstance(kv[1], (Mask, Boxes))))
+    return dict(sorted(fields.items(), key=lambda kv: isinstance(kv[1], PLACED)))

@@ -132,6 +132,32 @@ class Boxes(kinds.Boxes):
         return {f"_{s}": place_boxes(boxes, upright, s, self.mode).reshape(-1) for s in self.sizes}
 
 
+class Instances(kinds.Instances):
+    """Instance masks (N, H, W) uint8, 0 and 1, at the upright full size of field `image`'s
+    image (a `mask_size` reject otherwise), each resized with nearest neighbour and placed like
+    the image at each of its sizes."""
+
+    def encode_for(self, value: Any, upright: tuple[int, int]) -> dict[str, np.ndarray]:
+        from prep.kinds.images.decode import sizes_from
+
+        stack = as_array(value, np.dtype("uint8"))
+        if stack.ndim != 3 or stack.shape[1:] != tuple(upright):
+            raise Reject(
+                "mask_size",
+                f"instance masks of shape {list(stack.shape)}; the image is (N, {upright[0]}, "
+                f"{upright[1]}) upright",
+            )
+        out: dict[str, list[np.ndarray]] = {f"_{s}": [] for s in self.sizes}
+        for i in range(0, len(stack), CV_CHANNELS):  # cv2 resizes 128 channels at a time
+            hwc = np.ascontiguousarray(np.moveaxis(stack[i : i + CV_CHANNELS], 0, -1))
+            for s, m in sizes_from(hwc, upright, list(self.sizes), self.mode, 0, True).items():
+                out[f"_{s}"].append(np.moveaxis(m.reshape(*m.shape[:2], -1), -1, 0).reshape(-1))
+        return {k: np.concatenate(v) if v else np.zeros(0, np.uint8) for k, v in out.items()}
+
+
+CV_CHANNELS = 128
+
+
 class Tokens(kinds.Tokens):
     """Token ids of a str, by the tokenizer in `tokenizer` (a tokenizer.json), or ids given as
     they are. The file is kept in the dataset as NAME.tokenizer.json."""

@@ -14,11 +14,11 @@ from typing import Any
 
 from loaders.format import ArraySpec, Manifest, Shard
 from loaders.format.schema import SAMPLES_VERSION
-from loaders.samples import Boxes, Image, Mask, SampleField, Tokens
+from loaders.samples import Image, SampleField, Tokens
 from loaders.samples.fields import check_name
 from prep.errors import PrepError, UsageError
 from prep.kinds.samples.config import SamplesConfig
-from prep.kinds.samples.encode import encode_sample, ordered
+from prep.kinds.samples.encode import PLACED, encode_sample, ordered
 from prep.kinds.samples.fields import arrays_of
 from prep.kinds.samples.inputs import Item, Listing, list_inputs
 from prep.kinds.samples.recipe import check_shippable, load_recipe
@@ -111,8 +111,8 @@ class SamplesKind(Kind[SamplesConfig, list[Item]]):
 
 
 def bind_fields(fields: Any) -> dict[str, SampleField]:
-    """Check the declared fields (exit 2 for a bad one); a Mask or Boxes takes its image's
-    sizes and mode."""
+    """Check the declared fields (exit 2 for a bad one); a Mask, Boxes or Instances takes its
+    image's sizes and mode."""
     if not isinstance(fields, dict) or not fields:
         raise UsageError("fields must be a dict of field name -> field (prep.fields)")
     for name, f in fields.items():
@@ -123,7 +123,7 @@ def bind_fields(fields: Any) -> dict[str, SampleField]:
             raise UsageError(problem)
     out = dict(fields)
     for name, f in fields.items():
-        if isinstance(f, (Mask, Boxes)):
+        if isinstance(f, PLACED):
             image = fields.get(f.image)
             if not isinstance(image, Image):
                 raise UsageError(f"{f.kind} {name}: image={f.image!r} is not an Image field")

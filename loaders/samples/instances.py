@@ -1,0 +1,76 @@
+"""Instance masks: one (H, W) mask of 0 and 1 an instance, N a sample (ragged in N), of an image
+field, resized with nearest neighbour and placed exactly like it at each of its sizes. The
+writer's side (resizing) is prep.fields.Instances'.
+
+>>> crop_masks(np.arange(16, dtype=np.uint8).reshape(1, 4, 4), np.array([0, 2, 4, 2]), (2, 1))
+array([[[ 7],
+        [15]]], dtype=uint8)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from loaders.format.spec import ArraySpec, array_name
+from loaders.samples.batching import ragged_batch
+from loaders.samples.fields import Reading, SampleField, sized
+from loaders.samples.image import hw_name
+
+
+@dataclass(frozen=True)
+class Instances(SampleField):
+    """Masks (N, H, W) uint8 of image field `image`, H x W its stored size (its `sizes` and
+    `mode` are the image's); N a sample, 0 allowed. Batches follow `ragged=` with (H, W) rows;
+    with `crop=` each mask is cropped and resized (nearest) as its image is; mode keep without
+    a crop gives a list (each sample its own shape). Stored raw: N x H x W bytes a sample."""
+
+    image: str = "image"
+    sizes: tuple[int, ...] = ()
+    mode: str = "fill"
+    kind = "instances"
+    ragged = True
+
+    def arrays(self, name: str) -> list[ArraySpec]:
+        return [sized(name, s, "instances", "uint8", (s, s), "ragged") for s in self.sizes]
+
+    def read(self, batch: Reading, name: str, policy: str) -> dict[str, Any]:
+        size = batch.size or 0
+        pieces = batch.pieces(array_name(name, size))
+        if self.mode == "keep":
+            hws = batch.values(hw_name(self.image, size)).astype(np.int64)
+        else:
+            hws = np.full((len(pieces), 2), size, dtype=np.int64)
+        stacks = [p.reshape(-1, int(h), int(w)) for p, (h, w) in zip(pieces, hws, strict=True)]
+        crops = batch.crops(self.image)
+        if crops is not None:
+            boxes, row = crops
+            stacks = [crop_masks(m, box, row) for m, box in zip(stacks, boxes, strict=True)]
+        elif self.mode == "keep":
+            import torch
+
+            return {name: [torch.from_numpy(np.array(m)) for m in stacks]}
+        else:
+            row = (size, size)
+        return ragged_batch(name, [m.reshape(-1) for m in stacks], tuple(row), policy)
+
+    def problems(self, name: str, arrays: dict[str, np.ndarray]) -> list[str]:
+        for s in self.sizes:
+            off = arrays.get(array_name(name, s) + ".offsets")
+            if self.mode != "keep" and off is not None and np.any(np.diff(off) % (s * s)):
+                return [f"a sample of {name} at {s} is not whole {s} x {s} masks"]
+        return []
+
+
+def crop_masks(masks: np.ndarray, crop: np.ndarray, out_hw: tuple[int, int]) -> np.ndarray:
+    """Masks (N, h, w) cut to crop (top, left, height, width) and resized to `out_hw` by
+    nearest neighbour (each output pixel takes the source pixel under its centre)."""
+    top, left, h, w = (int(v) for v in crop)
+    rows = top + np.minimum(((np.arange(out_hw[0]) + 0.5) * h / out_hw[0]).astype(np.int64), h - 1)
+    cols = left + np.minimum(((np.arange(out_hw[1]) + 0.5) * w / out_hw[1]).astype(np.int64), w - 1)
+    return np.ascontiguousarray(masks[:, rows][:, :, cols])
+
+
+__all__ = ["Instances", "crop_masks"]
