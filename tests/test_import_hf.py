@@ -211,3 +211,16 @@ def test_missing_label_is_a_reject(saved: Path, tmp_path: Path) -> None:
     assert (summary.packed, summary.rejected) == (2, 1)
     reject = json.loads((tmp_path / "ds" / "rejects.jsonl").read_text())
     assert reject["reason"] == "bad_label" and reject["path"] == "data-00000-of-00001.arrow:1"
+
+
+def test_the_datasets_cache_folder(tmp_path: Path) -> None:
+    """What load_dataset leaves in its cache (json-train.arrow...): a split a file."""
+    for split, text in (("train", "a"), ("validation", "b")):
+        (tmp_path / f"{split}.jsonl").write_text(f'{{"t": "{text}", "n": 1}}\n' * 2)
+    files = {s: str(tmp_path / f"{s}.jsonl") for s in ("train", "validation")}
+    datasets.load_dataset("json", data_files=files, cache_dir=str(tmp_path / "cache"))
+    folder = next((tmp_path / "cache").rglob("json-train.arrow")).parent
+    ds = imported(folder, tmp_path / "ds")
+    assert ds.__getitems__([0, 1, 2, 3])["t"] == ["a", "a", "b", "b"]
+    m = read_manifest(tmp_path / "ds")
+    assert m.extra["splits"] == {"train": 2, "validation": 2} and m.extra["hf"]["layout"] == "cache"

@@ -1,6 +1,7 @@
 """A Hugging Face dataset on disk, read with pyarrow alone: a `save_to_disk` folder (Arrow IPC
-stream files, `state.json`, `dataset_info.json`; a `dataset_dict.json` and a folder a split) or
-a folder of Parquet files (the Hub's `data/train-00000-of-00002.parquet`, or `train/0000.parquet`:
+stream files, `state.json`, `dataset_info.json`; a `dataset_dict.json` and a folder a split), a
+folder of the `datasets` cache (`json-train.arrow`: the split after the name) or a folder of
+Parquet files (the Hub's `data/train-00000-of-00002.parquet`, or `train/0000.parquet`:
 the split is the name before `-NNNNN-of-NNNNN`, else the parent folder).
 
 Each row is an input named `FILE:ROW`; `HFRows` reads it back in the workers, a file's Arrow
@@ -38,7 +39,8 @@ def find_parts(src: Path) -> tuple[str, list[Part]]:
         splits = _json(src / "dataset_dict.json").get("splits", [])
         return "save_to_disk", [p for s in splits for p in _arrow_parts(src / s, s)]
     if (src / "state.json").is_file() or any(src.glob("*.arrow")):
-        return "save_to_disk", _arrow_parts(src, None)
+        layout = "save_to_disk" if (src / "state.json").is_file() else "cache"
+        return layout, _arrow_parts(src, None)
     files = sorted(src.rglob("*.parquet"))
     if not files:
         raise UsageError(
@@ -59,9 +61,21 @@ def _arrow_parts(folder: Path, split: str | None) -> list[Part]:
     if state.is_file():
         names = [d["filename"] for d in _json(state).get("_data_files", [])]
         split = split or _json(state).get("_split")
-    else:
+    else:  # the `datasets` cache: NAME-SPLIT[-00000-of-00002].arrow, its splits in its info
         names = sorted(p.name for p in folder.glob("*.arrow"))
+        info = folder / "dataset_info.json"
+        known = list(_json(info).get("splits") or {}) if info.is_file() else []
+        parts = [Part(split or _cached_split(n, known), folder / n) for n in names]
+        return sorted(parts, key=lambda p: (_rank(p.split), p.split or "", p.path))
     return [Part(split, folder / n) for n in names]
+
+
+def _cached_split(name: str, known: list[str]) -> str | None:
+    """The split of a cache file (json-train.arrow, glue-test-00000-of-00002.arrow)."""
+    for split in known:
+        if re.search(rf"-{re.escape(split)}(-\d+-of-\d+)?\.arrow$", name):
+            return split
+    return None
 
 
 def _split_of(src: Path, f: Path) -> str | None:
