@@ -13,7 +13,6 @@ import hashlib
 import json
 from collections import defaultdict
 from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +20,9 @@ import numpy as np
 
 from loaders.format import Manifest
 from prep.errors import PrepError, Reject, UsageError
+from prep.importers.coco_json import categories_of, image_order, read_coco
 from prep.importers.config import CocoConfig
-from prep.kinds.samples.boxes import kept, outside
+from prep.kinds.samples.boxes import kept, outside_rows
 from prep.kinds.samples.inputs import Item, Listing
 from prep.kinds.samples.pack import SamplesKind
 from prep.run.driver import Inputs, RunSummary, run
@@ -41,16 +41,6 @@ class CocoSummary(RunSummary):
             f"{super().line()}; {self.boxes} boxes, {self.dropped} dropped (no area in the "
             f"stored image){more}"
         )
-
-
-@dataclass
-class Categories:
-    ids: list[int]  # COCO's category ids, in label order (sorted)
-    names: list[str]
-
-    @cached_property
-    def label(self) -> dict[int, int]:
-        return {c: i for i, c in enumerate(self.ids)}
 
 
 def fields_of(cfg: CocoConfig) -> dict[str, Any]:
@@ -107,31 +97,6 @@ def make_sample(value: dict[str, Any]) -> dict[str, Any]:
     return sample
 
 
-def read_coco(path: Path) -> dict[str, Any]:
-    """The instances JSON, with its three lists checked to be there."""
-    try:
-        data = json.loads(path.read_bytes())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise PrepError(f"{path}: cannot read it as JSON ({e})") from e
-    lists = ("images", "annotations", "categories")
-    if not isinstance(data, dict) or not all(isinstance(data.get(k), list) for k in lists):
-        raise PrepError(
-            f"{path}: not a COCO instances file. HINT: it needs the lists {', '.join(lists)}"
-        )
-    return data
-
-
-def categories_of(data: dict[str, Any], path: Path) -> Categories:
-    try:
-        found = sorted((int(c["id"]), str(c["name"])) for c in data["categories"])
-    except (KeyError, TypeError, ValueError) as e:
-        raise PrepError(f"{path}: a category without an integer id and a name ({e})") from e
-    ids = [c for c, _ in found]
-    if not ids or len(set(ids)) != len(ids):
-        raise PrepError(f"{path}: categories are empty or repeat an id")
-    return Categories(ids, [n for _, n in found])
-
-
 class CocoKind(SamplesKind):
     """The samples kind over a COCO file's images (sorted by image id)."""
 
@@ -157,6 +122,7 @@ class CocoKind(SamplesKind):
         items, rejects = self._items(data, Path(str(self.coco.images)).absolute())
         items = items[: self.coco.limit]
         self.boxes = sum(len(it.value["labels"]) for it in items)
+        self.dropped = sum(it.value["dropped"] for it in items)
         st = path.stat()
         said = [path.name, st.st_size, st.st_mtime_ns, str(self.coco.images), self.described()]
         digest = hashlib.sha256(json.dumps(said).encode()).hexdigest()
@@ -166,28 +132,34 @@ class CocoKind(SamplesKind):
         return Inputs(len(items), rejects, digest)
 
     def _items(self, data: dict[str, Any], root: Path) -> tuple[list[Item], list[dict[str, Any]]]:
+        """The images in id order, each parsed, its boxes checked (a frame size at a time:
+        numpy over every box of the images of that size), then made an input or a reject."""
         by_image: dict[Any, list[Any]] = defaultdict(list)
         for a in data["annotations"]:
             by_image[a.get("image_id") if isinstance(a, dict) else None].append(a)
-        items, rejects = [], []
-        for n, im in sorted(enumerate(data["images"]), key=lambda e: _image_order(*e)):
+        parsed: list[tuple[str, _Parsed | _Refused]] = []
+        for n, im in sorted(enumerate(data["images"]), key=lambda e: image_order(*e)):
             name = str(im.get("file_name", f"images[{n}]")) if isinstance(im, dict) else f"#{n}"
             try:
-                value = self._image(im, by_image.get(im.get("id"), []), root)
+                parsed.append((name, self._parse(im, by_image.get(im.get("id"), []), root)))
             except _Refused as r:
-                rejects.append(reject(name, r.code, r.message))
-                continue
+                parsed.append((name, r))
             except AttributeError:  # not a dict
-                rejects.append(reject(name, "bad_annotation", "an image entry is not an object"))
-                continue
-            if value is None:
+                parsed.append((name, _Refused("bad_annotation", "an image entry is not an object")))
+        checks = self._check([p for _, p in parsed if isinstance(p, _Parsed)])
+        items, rejects = [], []
+        for name, p in parsed:
+            if isinstance(p, _Parsed):
+                p = self._value(p, *checks[id(p)])
+            if isinstance(p, _Refused):
+                rejects.append(reject(name, p.code, p.message))
+            elif p is None:
                 self.skipped += 1
-                continue
-            items.append(Item(name, value))
+            else:
+                items.append(Item(name, p))
         return items, rejects
 
-    def _image(self, im: Any, anns: list[Any], root: Path) -> dict[str, Any] | None:
-        """An image's input value; None: skipped (empty, --skip-empty)."""
+    def _parse(self, im: Any, anns: list[Any], root: Path) -> _Parsed:
         try:
             hw = (int(im["height"]), int(im["width"]))
             path, image_id = root / str(im["file_name"]), int(im["id"])
@@ -202,32 +174,51 @@ class CocoKind(SamplesKind):
         if unknown:
             raise _Refused("unknown_category", f"category_id {unknown[0]} is not in categories")
         boxes = np.concatenate([xywh[:, :2], xywh[:, :2] + xywh[:, 2:]], axis=1)
-        bad = outside(boxes, hw)
-        if bad is not None:
-            raise _Refused(
+        labels = np.array([label[c] for c in cats], np.int64)
+        return _Parsed(str(path), hw, image_id, anns, boxes, labels, crowd, area)
+
+    def _check(self, parsed: list[_Parsed]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """Each image's (boxes outside it, boxes kept), by id(): one numpy pass a frame size."""
+        frames: dict[tuple[int, int], list[_Parsed]] = defaultdict(list)
+        for p in parsed:
+            frames[p.hw].append(p)
+        out = {}
+        for hw, group in frames.items():
+            boxes = np.concatenate([p.boxes for p in group])
+            bad = outside_rows(boxes, hw)
+            keep = kept(boxes, hw, self.coco.sizes, self.coco.mode)
+            cuts = np.cumsum([len(p.boxes) for p in group])[:-1]
+            for p, b, k in zip(group, np.split(bad, cuts), np.split(keep, cuts), strict=True):
+                out[id(p)] = b, k
+        return out
+
+    def _value(self, p: _Parsed, bad: np.ndarray, keep: np.ndarray) -> Any:
+        """An image's input value, a _Refused, or None: skipped (empty, --skip-empty)."""
+        if bad.any():
+            a = p.anns[int(np.flatnonzero(bad)[0])]
+            return _Refused(
                 "box_outside",
-                f"annotation {anns[bad].get('id')}: bbox {anns[bad]['bbox']} is not inside "
-                f"the {hw[1]}x{hw[0]} image",
+                f"annotation {a.get('id')}: bbox {a['bbox']} is not inside the "
+                f"{p.hw[1]}x{p.hw[0]} image",
             )
-        keep = kept(boxes, hw, self.coco.sizes, self.coco.mode)
-        self.dropped += int((~keep).sum())
-        if self.coco.skip_empty and not len(anns):
+        if self.coco.skip_empty and not len(p.anns):
             return None
-        labels = np.array([label[c] for c in cats], np.int64)[keep]
         value = {
-            "path": str(path),
-            "hw": hw,
-            "boxes": boxes[keep].astype(np.float32),
-            "labels": labels,
-            "iscrowd": crowd[keep],
-            "area": area[keep],
-            "image_id": image_id,
+            "path": p.path,
+            "hw": p.hw,
+            "boxes": p.boxes[keep].astype(np.float32),
+            "labels": p.labels[keep],
+            "iscrowd": p.crowd[keep],
+            "area": p.area[keep],
+            "image_id": p.image_id,
+            "dropped": int((~keep).sum()),
         }
-        drawn = [
-            k for k, on in (("mask", self.coco.masks), ("instances", self.coco.instances)) if on
-        ]
+        wanted = (("mask", self.coco.masks), ("instances", self.coco.instances))
+        drawn = [field for field, on in wanted if on]
         if drawn:  # the kept instances' only: the masks match the boxes
-            value["segmentation"] = [anns[j].get("segmentation", []) for j in np.flatnonzero(keep)]
+            value["segmentation"] = [
+                p.anns[j].get("segmentation", []) for j in np.flatnonzero(keep)
+            ]
             value["drawn"] = drawn
         return value
 
@@ -245,17 +236,24 @@ class CocoKind(SamplesKind):
         return out
 
 
+@dataclass
+class _Parsed:
+    """An image entry and its annotations, read (boxes as x0 y0 x1 y1), not yet checked."""
+
+    path: str
+    hw: tuple[int, int]
+    image_id: int
+    anns: list[Any]
+    boxes: np.ndarray
+    labels: np.ndarray
+    crowd: np.ndarray
+    area: np.ndarray
+
+
 class _Refused(Exception):
     def __init__(self, code: str, message: str):
         super().__init__(message)
         self.code, self.message = code, message
-
-
-def _image_order(n: int, im: Any) -> tuple[int, str, int]:
-    """By image id (numbers first), as COCO's ids are unique: what reordering the JSON's list
-    does not change."""
-    i = im.get("id") if isinstance(im, dict) else None
-    return (0, f"{i:020d}", n) if isinstance(i, int) and i >= 0 else (1, str(i), n)
 
 
 def import_coco(cfg: CocoConfig, show_progress: bool = True, profile: bool = False) -> RunSummary:

@@ -45,12 +45,22 @@ def kept(
     return keep
 
 
-def outside(boxes: np.ndarray, upright: tuple[int, int], slack: float = 1.0) -> int | None:
-    """The index of the first box that is not x0 <= x1, y0 <= y1 within the (h, w) image
-    (`slack` px allowed beyond its edges: annotation tools round), or None."""
+def outside_rows(boxes: np.ndarray, upright: tuple[int, int], slack: float = 1.0) -> np.ndarray:
+    """bool (N,): the boxes that are not x0 <= x1, y0 <= y1 within the (h, w) image (`slack`
+    px allowed beyond its edges: annotation tools round), NaN included."""
     b = np.asarray(boxes, np.float64).reshape(-1, 4)
     h, w = upright
     bad = ~np.isfinite(b).all(axis=1) | (b[:, 0] < -slack) | (b[:, 1] < -slack)
-    bad |= (b[:, 2] > w + slack) | (b[:, 3] > h + slack) | (b[:, 2] < b[:, 0]) | (b[:, 3] < b[:, 1])
-    found = np.flatnonzero(bad)
+    return (
+        bad
+        | (b[:, 2] > w + slack)
+        | (b[:, 3] > h + slack)
+        | (b[:, 2] < b[:, 0])
+        | (b[:, 3] < b[:, 1])
+    )
+
+
+def outside(boxes: np.ndarray, upright: tuple[int, int], slack: float = 1.0) -> int | None:
+    """The index of the first box outside the (h, w) image (see outside_rows), or None."""
+    found = np.flatnonzero(outside_rows(boxes, upright, slack))
     return int(found[0]) if len(found) else None

@@ -1,0 +1,54 @@
+"""Reading a COCO instances file: the JSON with its three lists, the categories in label order
+(sorted by id), and the order of its images (by id)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from prep.errors import PrepError
+
+
+@dataclass
+class Categories:
+    ids: list[int]  # COCO's category ids, in label order (sorted)
+    names: list[str]
+
+    @cached_property
+    def label(self) -> dict[int, int]:
+        return {c: i for i, c in enumerate(self.ids)}
+
+
+def read_coco(path: Path) -> dict[str, Any]:
+    """The instances JSON, with its three lists checked to be there."""
+    try:
+        data = json.loads(path.read_bytes())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise PrepError(f"{path}: cannot read it as JSON ({e})") from e
+    lists = ("images", "annotations", "categories")
+    if not isinstance(data, dict) or not all(isinstance(data.get(k), list) for k in lists):
+        raise PrepError(
+            f"{path}: not a COCO instances file. HINT: it needs the lists {', '.join(lists)}"
+        )
+    return data
+
+
+def categories_of(data: dict[str, Any], path: Path) -> Categories:
+    try:
+        found = sorted((int(c["id"]), str(c["name"])) for c in data["categories"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise PrepError(f"{path}: a category without an integer id and a name ({e})") from e
+    ids = [c for c, _ in found]
+    if not ids or len(set(ids)) != len(ids):
+        raise PrepError(f"{path}: categories are empty or repeat an id")
+    return Categories(ids, [n for _, n in found])
+
+
+def image_order(n: int, im: Any) -> tuple[int, str, int]:
+    """By image id (numbers first), as COCO's ids are unique: what reordering the JSON's list
+    does not change."""
+    i = im.get("id") if isinstance(im, dict) else None
+    return (0, f"{i:020d}", n) if isinstance(i, int) and i >= 0 else (1, str(i), n)
