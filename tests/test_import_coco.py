@@ -114,17 +114,18 @@ def test_labels_categories_and_the_other_fields(tmp_path: Path) -> None:
 
 
 def test_bad_sources_are_one_line_rejects(tmp_path: Path) -> None:
-    more = [((50, 40), [1, 1, 10, 10])] * 4
+    more = [((50, 40), [1, 1, 10, 10])] * 5
     extra = [
         _ann(10, 104, 42, [1, 1, 5, 5]),  # image 4: an unknown category
         _ann(11, 105, 3, [30, 30, 40, 5]),  # image 5: a box beyond the 50 px edge
+        {"id": 12, "image_id": 107, "category_id": 3},  # image 7: an annotation without bbox
     ]
     src = write_coco(tmp_path / "coco", IMAGES + more, extra)
     (tmp_path / "coco" / "003.png").unlink()  # image 3: missing
     data = json.loads(src.read_text())
     data["images"][6]["width"] = 40  # image 6: the file is 50 x 40, the JSON says 40 x 40
     src.write_text(json.dumps(data))
-    result = run_import(src, tmp_path / "ds", "--sizes", "32", "--max-rejects", "0.6")
+    result = run_import(src, tmp_path / "ds", "--sizes", "32", "--max-rejects", "0.7")
     assert result.exit_code == 0, result.output
     rejects = [json.loads(line) for line in (tmp_path / "ds" / "rejects.jsonl").open()]
     by_path = {r["path"]: r["reason"] for r in rejects}
@@ -133,6 +134,7 @@ def test_bad_sources_are_one_line_rejects(tmp_path: Path) -> None:
         "004.png": "unknown_category",
         "005.png": "box_outside",
         "006.png": "box_frame",
+        "007.png": "bad_annotation",
     }
     assert all("\n" not in r["message"] for r in rejects)
     assert "category_id 42" in next(r["message"] for r in rejects if r["path"] == "004.png")

@@ -69,7 +69,9 @@ def test_parquet_bytes_and_tokens(tmp_path: Path) -> None:
     tok = Tokenizer(models.WordLevel({"[UNK]": 0, "line": 1, "one": 2, "two": 3}, "[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.save(str(tmp_path / "tok.json"))
-    table = {"jpg": [image_bytes(i) for i in range(4)], "text": CAPTIONS}
+    # Hugging Face writes an Image feature as a struct of bytes and path.
+    jpg = [{"bytes": image_bytes(i), "path": None} for i in range(4)]
+    table = {"jpg": jpg, "text": CAPTIONS}
     pq.write_table(pa.table(table), tmp_path / "pairs.parquet")
     args = [
         "--image-column",
