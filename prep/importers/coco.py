@@ -123,8 +123,9 @@ class CocoKind(SamplesKind):
         items = items[: self.coco.limit]
         self.boxes = sum(len(it.value["labels"]) for it in items)
         self.dropped = sum(it.value["dropped"] for it in items)
-        st = path.stat()
-        said = [path.name, st.st_size, st.st_mtime_ns, str(self.coco.images), self.described()]
+        # What the output depends on besides the config: the JSON and every image file (as
+        # prep pack's listing has it: a changed image is not resumed as the same).
+        said = [_stat(path), self.described()] + [_stat(Path(it.value["path"])) for it in items]
         digest = hashlib.sha256(json.dumps(said).encode()).hexdigest()
         self.listing = Listing(items, rejects, None, digest)
         if not items:
@@ -254,6 +255,14 @@ class _Refused(Exception):
     def __init__(self, code: str, message: str):
         super().__init__(message)
         self.code, self.message = code, message
+
+
+def _stat(path: Path) -> tuple[str, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:  # a missing image: its reject comes when it is decoded
+        return None
+    return str(path), st.st_size, st.st_mtime_ns
 
 
 def import_coco(cfg: CocoConfig, show_progress: bool = True, profile: bool = False) -> RunSummary:
