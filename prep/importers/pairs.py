@@ -10,6 +10,8 @@ A pair whose image fails is a reject (the image's own reject code); so is an emp
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +93,12 @@ class PairsKind(SamplesKind):
                     f"{option} {column}: {Path(str(self.pairs.src)).name} has no such column. "
                     f"HINT: its columns are {', '.join(map(str, first))}"
                 )
+        # The image files too (as prep pack's listing has them): a changed image is not
+        # resumed as the same.
+        base = self.listing.base or Path()
+        paths = [it.value.get(self.pairs.image_column) for it in self.listing.items]
+        said = [inputs.fingerprint, [_stat(base / p) for p in paths if isinstance(p, str)]]
+        inputs.fingerprint = hashlib.sha256(json.dumps(said).encode()).hexdigest()
         return inputs
 
     def manifest(self, records: list[dict[str, Any]]) -> Manifest:
@@ -101,6 +109,14 @@ class PairsKind(SamplesKind):
             "text_column": self.pairs.text_column,
         }
         return out
+
+
+def _stat(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except (OSError, ValueError):  # a missing image: its reject comes when it is decoded
+        return None
+    return st.st_size, st.st_mtime_ns
 
 
 def import_pairs(cfg: PairsConfig, show_progress: bool = True, profile: bool = False) -> RunSummary:
