@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -274,3 +275,15 @@ def test_instance_masks_are_stacked_and_placed_like_the_image(tmp_path: Path, mo
         ys, xs = np.nonzero(stack[0])
         found = [xs.min(), ys.min(), xs.max() + 1, ys.max() + 1]
         np.testing.assert_allclose(found, b["boxes"][0][0], atol=1.0)
+
+
+def test_resume_reuses_and_a_changed_image_is_not_resumed(tmp_path: Path) -> None:
+    src = write_coco(tmp_path / "coco")
+    args = ["--sizes", "32", "--shard-size", "1"]
+    assert run_import(src, tmp_path / "ds", *args).exit_code == 0
+    result = run_import(src, tmp_path / "ds", *args, "--resume")
+    assert result.exit_code == 0 and "(3 reused)" in result.output
+    image = tmp_path / "coco" / "001.png"
+    os.utime(image, ns=(image.stat().st_atime_ns, image.stat().st_mtime_ns + 10**9))
+    result = run_import(src, tmp_path / "ds", *args, "--resume")
+    assert result.exit_code == 1 and "changed" in result.output
