@@ -161,6 +161,8 @@ FIELDS: dict[str, Field] = {
         Field("boxes", True, lambda s, c: (4,), ("float32",), "float32", ("ragged",), pixels=True),
         # Instance masks (N, S, S) a sample, ragged in N (mode keep: the image's stored h, w).
         Field("instances", True, _plane, ("uint8",), "uint8", ("ragged",), pixels=True),
+        # Keypoints (N, K, 3): x, y in the pixels of an image field as stored, visibility.
+        Field("keypoints", True, None, ("float32",), "float32", ("ragged",), pixels=True),
     )
 }
 

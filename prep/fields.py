@@ -5,7 +5,7 @@
 """
 
 from loaders.samples import Array, Bytes, Json, Label, Scalar, Text
-from prep.kinds.samples.fields import Boxes, Image, Instances, Mask, Tokens
+from prep.kinds.samples.fields import Boxes, Image, Instances, Keypoints, Mask, Tokens
 
 __all__ = [
     "Array",
@@ -14,6 +14,7 @@ __all__ = [
     "Image",
     "Instances",
     "Json",
+    "Keypoints",
     "Label",
     "Mask",
     "Scalar",

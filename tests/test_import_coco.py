@@ -287,3 +287,36 @@ def test_resume_reuses_and_a_changed_image_is_not_resumed(tmp_path: Path) -> Non
     os.utime(image, ns=(image.stat().st_atime_ns, image.stat().st_mtime_ns + 10**9))
     result = run_import(src, tmp_path / "ds", *args, "--resume")
     assert result.exit_code == 1 and "changed" in result.output
+
+
+@pytest.mark.parametrize("mode", ["fill", "fit", "keep"])
+def test_keypoints_land_like_boxes_and_cut_ones_are_zero(tmp_path: Path, mode: str) -> None:
+    src = write_coco(tmp_path / "coco")
+    data = json.loads(src.read_text())
+    data["categories"][1]["keypoints"] = ["nose", "tail"]  # category 3
+    data["categories"][1]["skeleton"] = [[1, 2]]
+    for i, ann in enumerate(data["annotations"]):
+        (w, h), (x, y, bw, bh) = IMAGES[i]
+        # The box's centre and corner; image 1's corner on its bottom row, which fill crops.
+        ann["keypoints"] = [x + bw / 2, y + bh / 2, 2, x + bw, h - 1 if i == 1 else y + bh, 1]
+    data["annotations"][2]["keypoints"] = [1, 1, 0]  # one point, not labelled
+    src.write_text(json.dumps(data))
+    result = run_import(src, tmp_path / "ds", "--sizes", "64", "--mode", mode, "--keypoints")
+    assert result.exit_code == 0, result.output
+    cats = read_manifest(tmp_path / "ds").extra["coco"]["categories"]
+    assert cats[0]["keypoints"] == ["nose", "tail"] and cats[0]["skeleton"] == [[1, 2]]
+    ds = SampleDataset(tmp_path / "ds", fields=("keypoints",), ragged="list")
+    for i, ((w, h), (x, y, bw, bh)) in enumerate(IMAGES):
+        got = ds.__getitems__([i])["keypoints"][0].numpy()
+        assert got.shape == (1, 2, 3)
+        if i == 2:
+            assert not got.any()  # not labelled: zeros, the missing second point too
+            continue
+        y1 = h - 1 if i == 1 else y + bh
+        a = expected([x + bw / 2, y + bh / 2, 0, 0], w, h, 64, mode)[:2]
+        b = expected([x + bw, y1, 0, 0], w, h, 64, mode)[:2]
+        np.testing.assert_allclose(got[0, 0], [*a, 2], atol=0.5)
+        if i == 1 and mode == "fill":
+            assert not got[0, 1].any()  # cut away by the crop
+        else:
+            np.testing.assert_allclose(got[0, 1], [*b, 1], atol=0.5)

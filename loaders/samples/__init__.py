@@ -9,7 +9,7 @@ from typing import Any
 
 from loaders.samples.arrays import Array, Label, Scalar, Tokens
 from loaders.samples.fields import FieldError, SampleField
-from loaders.samples.image import Boxes, Image, Mask
+from loaders.samples.image import Boxes, Image, Keypoints, Mask
 from loaders.samples.instances import Instances
 from loaders.samples.registry import KINDS
 from loaders.samples.text import Bytes, Json, Text
@@ -23,6 +23,7 @@ __all__ = [
     "Image",
     "Instances",
     "Json",
+    "Keypoints",
     "Label",
     "Mask",
     "SampleDataset",

@@ -16,7 +16,7 @@ from loaders.crops import Crop, whole
 from loaders.format import array_name
 from loaders.memory import by_shard
 from loaders.samples.fields import RAGGED_POLICIES, SampleField
-from loaders.samples.image import Boxes, Image, Mask, hw_name
+from loaders.samples.image import Boxes, Image, Keypoints, Mask, hw_name
 from loaders.samples.instances import Instances
 from loaders.samples.registry import fields_from
 from loaders.store import DEFAULT_MAX_OPEN
@@ -88,7 +88,7 @@ class SampleDataset(DecodingDataset):
         if decode not in ("cpu", "cuda"):
             raise ValueError(f"decode={decode!r} is not 'cpu' or 'cuda'")
         self.policies, self.crop, self.decode, self._threads = policies, crop, decode, threads
-        sized = (Image, Mask, Boxes, Instances)
+        sized = (Image, Mask, Boxes, Instances, Keypoints)
         images = [f for f in self.fields if isinstance(self.declared.get(f), sized)]
         if images:
             if size is None and len(self.sizes) != 1:

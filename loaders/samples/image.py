@@ -117,6 +117,53 @@ class Boxes(SampleField):
         return []
 
 
+@dataclass(frozen=True)
+class Keypoints(SampleField):
+    """Keypoints (N, `joints`, 3) float32, (x, y, visibility), of image field `image`, in its
+    stored pixels at each of its sizes as Boxes are; (0, 0, 0) for a point not labelled or cut
+    away by the crop. A load-time `crop=` moves them with the pixels (and zeroes those it cuts)."""
+
+    image: str = "image"
+    joints: int = 1
+    sizes: tuple[int, ...] = ()
+    mode: str = "fill"
+    kind = "keypoints"
+    ragged = True
+
+    def arrays(self, name: str) -> list[ArraySpec]:
+        row = (self.joints, 3)
+        return [sized(name, s, "keypoints", "float32", row, "ragged") for s in self.sizes]
+
+    def read(self, batch: Reading, name: str, policy: str) -> dict[str, Any]:
+        pieces = batch.pieces(array_name(name, batch.size or 0))
+        crops = batch.crops(self.image)
+        if crops is not None:
+            pieces = [
+                crop_points(p, box, crops[1]) for p, box in zip(pieces, crops[0], strict=True)
+            ]
+        return ragged_batch(name, pieces, (self.joints, 3), policy)
+
+    def problems(self, name: str, arrays: dict[str, np.ndarray]) -> list[str]:
+        step = 3 * self.joints
+        for s in self.sizes:
+            off = arrays.get(array_name(name, s) + ".offsets")
+            if off is not None and np.any(np.diff(off) % step):
+                return [f"a sample of {name} at {s} is not whole instances of {self.joints} points"]
+        return []
+
+
+def crop_points(flat: np.ndarray, crop: np.ndarray, out_hw: tuple[int, int]) -> np.ndarray:
+    """Keypoints (flat x, y, v) moved into crop (top, left, height, width) resized to `out_hw`;
+    a point outside it, or not labelled, becomes (0, 0, 0)."""
+    top, left, h, w = (float(v) for v in crop)
+    p = flat.reshape(-1, 3).astype(np.float32)  # a copy: the map is read-only
+    p[:, 0] = (p[:, 0] - left) * (out_hw[1] / w)
+    p[:, 1] = (p[:, 1] - top) * (out_hw[0] / h)
+    gone = (p[:, 2] <= 0) | (p[:, 0] < 0) | (p[:, 1] < 0)
+    p[gone | (p[:, 0] > out_hw[1]) | (p[:, 1] > out_hw[0])] = 0
+    return p.reshape(-1)
+
+
 def crop_boxes(flat: np.ndarray, crop: np.ndarray, out_hw: tuple[int, int]) -> np.ndarray:
     """Boxes (flat x0, y0, x1, y1) moved into crop (top, left, height, width) of their image
     resized to `out_hw`, and clipped to it.
@@ -136,4 +183,4 @@ def hw_name(image: str, size: int) -> str:
     return array_name(f"{image}_hw", size)
 
 
-__all__ = ["Boxes", "Image", "Mask", "hw_name", "spec"]
+__all__ = ["Boxes", "Image", "Keypoints", "Mask", "hw_name", "spec"]

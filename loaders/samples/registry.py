@@ -8,13 +8,26 @@ from typing import Any
 from loaders.format.spec import ArraySpec, FormatError, array_name
 from loaders.samples.arrays import Array, Label, Scalar, Tokens
 from loaders.samples.fields import SampleField, check_name
-from loaders.samples.image import Boxes, Image, Mask
+from loaders.samples.image import Boxes, Image, Keypoints, Mask
 from loaders.samples.instances import Instances
 from loaders.samples.text import Bytes, Json, Text
 
 KINDS: dict[str, type[SampleField]] = {
     cls.kind: cls
-    for cls in (Array, Scalar, Label, Tokens, Text, Bytes, Json, Image, Mask, Boxes, Instances)
+    for cls in (
+        Array,
+        Scalar,
+        Label,
+        Tokens,
+        Text,
+        Bytes,
+        Json,
+        Image,
+        Mask,
+        Boxes,
+        Instances,
+        Keypoints,
+    )
 }
 
 

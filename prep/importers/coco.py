@@ -20,7 +20,7 @@ import numpy as np
 
 from loaders.format import Manifest
 from prep.errors import PrepError, Reject, UsageError
-from prep.importers.coco_json import categories_of, image_order, read_coco
+from prep.importers.coco_json import categories_of, image_order, keypoints_of, read_coco
 from prep.importers.config import CocoConfig
 from prep.kinds.samples.boxes import kept, outside_rows
 from prep.kinds.samples.inputs import Item, Listing
@@ -43,8 +43,8 @@ class CocoSummary(RunSummary):
         )
 
 
-def fields_of(cfg: CocoConfig) -> dict[str, Any]:
-    from prep.fields import Array, Boxes, Image, Instances, Mask, Scalar
+def fields_of(cfg: CocoConfig, joints: int) -> dict[str, Any]:
+    from prep.fields import Array, Boxes, Image, Instances, Keypoints, Mask, Scalar
 
     image = Image(
         sizes=tuple(cfg.sizes),
@@ -67,6 +67,10 @@ def fields_of(cfg: CocoConfig) -> dict[str, Any]:
         fields["mask"] = Mask(image="image")
     if cfg.instances:
         fields["instances"] = Instances(image="image")
+    if cfg.keypoints:
+        if not joints:
+            raise UsageError(f"--keypoints: no category of {cfg.src} names its keypoints")
+        fields["keypoints"] = Keypoints(image="image", joints=joints)
     return fields
 
 
@@ -82,6 +86,8 @@ def make_sample(value: dict[str, Any]) -> dict[str, Any]:
         "area": value["area"],
         "image_id": value["image_id"],
     }
+    if "keypoints" in value:
+        sample["keypoints"] = value["keypoints"]
     if "segmentation" in value:
         from prep.importers.coco_masks import rasterise, semantic
 
@@ -103,7 +109,11 @@ class CocoKind(SamplesKind):
     summary = CocoSummary
 
     def __init__(self, cfg: CocoConfig):
-        super().__init__(cfg, make_sample, fields_of(cfg), cfg.src)  # type: ignore[arg-type]
+        path = Path(str(cfg.src))
+        self.data: dict[str, Any] | None = read_coco(path)  # once: the fields need its keypoints
+        self.categories = categories_of(self.data, path)
+        fields = fields_of(cfg, self.categories.joints)
+        super().__init__(cfg, make_sample, fields, cfg.src)  # type: ignore[arg-type]
         self.coco = cfg
         self.boxes = self.dropped = self.skipped = 0
 
@@ -112,8 +122,7 @@ class CocoKind(SamplesKind):
 
     def list_inputs(self) -> Inputs:
         path = Path(str(self.coco.src))
-        data = read_coco(path)
-        self.categories = categories_of(data, path)
+        data, self.data = self.data or read_coco(path), None  # not kept through the run
         if self.coco.masks and len(self.categories.ids) > 255:
             raise UsageError(
                 f"--masks: {path} has {len(self.categories.ids)} categories; a class-id mask "
@@ -176,7 +185,13 @@ class CocoKind(SamplesKind):
             raise _Refused("unknown_category", f"category_id {unknown[0]} is not in categories")
         boxes = np.concatenate([xywh[:, :2], xywh[:, :2] + xywh[:, 2:]], axis=1)
         labels = np.array([label[c] for c in cats], np.int64)
-        return _Parsed(str(path), hw, image_id, anns, boxes, labels, crowd, area)
+        points = None
+        if self.coco.keypoints:
+            try:
+                points = keypoints_of(anns, self.categories.joints)
+            except (TypeError, ValueError) as e:
+                raise _Refused("bad_annotation", f"keypoints: {e}") from e
+        return _Parsed(str(path), hw, image_id, anns, boxes, labels, crowd, area, points)
 
     def _check(self, parsed: list[_Parsed]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
         """Each image's (boxes outside it, boxes kept), by id(): one numpy pass a frame size."""
@@ -214,6 +229,8 @@ class CocoKind(SamplesKind):
             "image_id": p.image_id,
             "dropped": int((~keep).sum()),
         }
+        if p.points is not None:
+            value["keypoints"] = p.points[keep]
         wanted = (("mask", self.coco.masks), ("instances", self.coco.instances))
         drawn = [field for field, on in wanted if on]
         if drawn:  # the kept instances' only: the masks match the boxes
@@ -229,10 +246,7 @@ class CocoKind(SamplesKind):
         out.classes = list(cats.names)
         out.extra["coco"] = {
             "annotations": Path(str(self.coco.src)).name,
-            "categories": [
-                {"id": c, "name": n, "label": i}
-                for i, (c, n) in enumerate(zip(cats.ids, cats.names, strict=True))
-            ],
+            "categories": cats.described,
         }
         return out
 
@@ -249,6 +263,7 @@ class _Parsed:
     labels: np.ndarray
     crowd: np.ndarray
     area: np.ndarray
+    points: np.ndarray | None  # (N, K, 3) with --keypoints
 
 
 class _Refused(Exception):

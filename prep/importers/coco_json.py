@@ -1,5 +1,5 @@
 """Reading a COCO instances file: the JSON with its three lists, the categories in label order
-(sorted by id), and the order of its images (by id)."""
+(sorted by id), the order of its images (by id), and keypoints."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from prep.errors import PrepError
 
 
@@ -16,10 +18,16 @@ from prep.errors import PrepError
 class Categories:
     ids: list[int]  # COCO's category ids, in label order (sorted)
     names: list[str]
+    described: list[dict[str, Any]]  # for the manifest: id, name, label, keypoints, skeleton
 
     @cached_property
     def label(self) -> dict[int, int]:
         return {c: i for i, c in enumerate(self.ids)}
+
+    @property
+    def joints(self) -> int:
+        """The most keypoints a category names (COCO's person: 17); 0 when none does."""
+        return max((len(d.get("keypoints", ())) for d in self.described), default=0)
 
 
 def read_coco(path: Path) -> dict[str, Any]:
@@ -38,13 +46,30 @@ def read_coco(path: Path) -> dict[str, Any]:
 
 def categories_of(data: dict[str, Any], path: Path) -> Categories:
     try:
-        found = sorted((int(c["id"]), str(c["name"])) for c in data["categories"])
+        found = sorted((int(c["id"]), str(c["name"]), c) for c in data["categories"])
     except (KeyError, TypeError, ValueError) as e:
         raise PrepError(f"{path}: a category without an integer id and a name ({e})") from e
-    ids = [c for c, _ in found]
+    ids = [c for c, _, _ in found]
     if not ids or len(set(ids)) != len(ids):
         raise PrepError(f"{path}: categories are empty or repeat an id")
-    return Categories(ids, [n for _, n in found])
+    described = []
+    for label, (i, name, c) in enumerate(found):
+        d = {"id": i, "name": name, "label": label}
+        d |= {k: c[k] for k in ("supercategory", "keypoints", "skeleton") if k in c}
+        described.append(d)
+    return Categories(ids, [n for _, n, _ in found], described)
+
+
+def keypoints_of(anns: list[Any], joints: int) -> np.ndarray:
+    """float32 (N, joints, 3) of the annotations' `keypoints` (x, y, v flat); none or fewer:
+    zeros (not labelled). ValueError for a list that is not whole points or too long."""
+    out = np.zeros((len(anns), joints, 3), np.float32)
+    for i, a in enumerate(anns):
+        flat = np.asarray(a.get("keypoints") or [], np.float32).reshape(-1, 3)
+        if len(flat) > joints:
+            raise ValueError(f"annotation {a.get('id')} has {len(flat)} keypoints, not {joints}")
+        out[i, : len(flat)] = flat
+    return out
 
 
 def image_order(n: int, im: Any) -> tuple[int, str, int]:

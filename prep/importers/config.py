@@ -50,6 +50,9 @@ class CocoConfig(ImportConfig):
         "Also a class-id mask (label + 1; 0: background) from the segmentations (polygons, RLE), "
         "placed like the image.",
     )
+    keypoints: bool = opt(
+        False, "Also each instance's keypoints (N, K, 3: x, y, visibility), placed like the boxes."
+    )
     instances: bool = opt(
         False,
         "Also each instance's mask (N, H, W of 0 and 1), placed like the image: N x H x W bytes "

@@ -20,17 +20,43 @@ import numpy as np
 from prep.kinds.images.decode import geometry
 
 
-def place_boxes(boxes: np.ndarray, upright: tuple[int, int], size: int, mode: str) -> np.ndarray:
-    """float32 (N, 4) boxes in the pixels of the sample `size` px in `mode`, clipped to it."""
+def place_xy(xy: np.ndarray, upright: tuple[int, int], size: int, mode: str) -> np.ndarray:
+    """float64 (N, 2) points (x, y) of the upright image in the pixels of the sample `size` px
+    in `mode`, not clipped: scaled as the image is resized, moved by its crop or padding."""
     g = geometry(upright[0], upright[1], size, mode)
     (ch, cw), (top, left) = g.content, g.origin
-    out = np.asarray(boxes, np.float64).reshape(-1, 4).copy()
-    out[:, 0::2] = out[:, 0::2] * (cw / upright[1]) + left
-    out[:, 1::2] = out[:, 1::2] * (ch / upright[0]) + top
-    h, w = (ch, cw) if mode == "keep" else (size, size)
+    out = np.asarray(xy, np.float64).reshape(-1, 2).copy()
+    out[:, 0] = out[:, 0] * (cw / upright[1]) + left
+    out[:, 1] = out[:, 1] * (ch / upright[0]) + top
+    return out
+
+
+def stored_hw(upright: tuple[int, int], size: int, mode: str) -> tuple[int, int]:
+    """The (h, w) of the stored sample: size x size, or keep's own shape."""
+    return geometry(upright[0], upright[1], size, mode).content if mode == "keep" else (size, size)
+
+
+def place_boxes(boxes: np.ndarray, upright: tuple[int, int], size: int, mode: str) -> np.ndarray:
+    """float32 (N, 4) boxes in the pixels of the sample `size` px in `mode`, clipped to it."""
+    out = place_xy(np.asarray(boxes).reshape(-1, 2), upright, size, mode).reshape(-1, 4)
+    h, w = stored_hw(upright, size, mode)
     out[:, 0::2] = np.clip(out[:, 0::2], 0, w)
     out[:, 1::2] = np.clip(out[:, 1::2], 0, h)
     return out.astype(np.float32)
+
+
+def place_keypoints(
+    points: np.ndarray, upright: tuple[int, int], size: int, mode: str
+) -> np.ndarray:
+    """float32 (N, K, 3) keypoints (x, y, visibility) in the pixels of the sample; one that
+    lands outside it (cut by fill's crop) or was not labelled (v = 0) becomes (0, 0, 0)."""
+    pts = np.asarray(points, np.float64).reshape(-1, 3).copy()
+    pts[:, :2] = place_xy(pts[:, :2], upright, size, mode)
+    h, w = stored_hw(upright, size, mode)
+    x, y = pts[:, 0], pts[:, 1]
+    gone = (pts[:, 2] <= 0) | (x < 0) | (y < 0) | (x > w) | (y > h)
+    pts[gone] = 0
+    return pts.reshape(np.shape(points)).astype(np.float32)
 
 
 def kept(

@@ -9,12 +9,12 @@ from typing import Any
 
 import numpy as np
 
-from loaders.samples import Boxes, Image, Instances, Mask, SampleField
+from loaders.samples import Boxes, Image, Instances, Keypoints, Mask, SampleField
 from loaders.samples.fields import FieldError
 from prep.errors import Reject as UserReject
 from prep.run.inputs import Reject
 
-PLACED = (Mask, Boxes, Instances)  # the fields bound to an image field, placed like it
+PLACED = (Mask, Boxes, Instances, Keypoints)  # the fields bound to an image field, placed like it
 
 
 def encode_sample(

@@ -158,6 +158,26 @@ class Instances(kinds.Instances):
 CV_CHANNELS = 128
 
 
+class Keypoints(kinds.Keypoints):
+    """Keypoints (N, joints, 3): x, y in the pixels of the upright full-size image of field
+    `image`, and a visibility (COCO's 0: not labelled, 1: hidden, 2: visible), stored at each of
+    its sizes as they land in the stored image; a point cut away or not labelled is (0, 0, 0)."""
+
+    def encode_for(self, value: Any, upright: tuple[int, int]) -> dict[str, np.ndarray]:
+        from prep.kinds.samples.boxes import place_keypoints
+
+        points = as_array(value, np.dtype("float32"))
+        if points.ndim != 3 or points.shape[1:] != (self.joints, 3):
+            raise FieldError(
+                "field_shape", f"keypoints of shape {list(points.shape)}, not (N, {self.joints}, 3)"
+            )
+        if not np.isfinite(points).all():
+            raise FieldError("field_nan", "keypoints hold NaN or infinity")
+        return {
+            f"_{s}": place_keypoints(points, upright, s, self.mode).reshape(-1) for s in self.sizes
+        }
+
+
 class Tokens(kinds.Tokens):
     """Token ids of a str, by the tokenizer in `tokenizer` (a tokenizer.json), or ids given as
     they are. The file is kept in the dataset as NAME.tokenizer.json."""
