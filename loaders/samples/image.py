@@ -154,7 +154,11 @@ class Keypoints(SampleField):
 
 def crop_points(flat: np.ndarray, crop: np.ndarray, out_hw: tuple[int, int]) -> np.ndarray:
     """Keypoints (flat x, y, v) moved into crop (top, left, height, width) resized to `out_hw`;
-    a point outside it, or not labelled, becomes (0, 0, 0)."""
+    a point outside it, or not labelled, becomes (0, 0, 0).
+
+    >>> crop_points(np.array([10, 20, 2, 5, 5, 1], np.float32), np.array([10, 0, 50, 50]), (25, 25))
+    array([5., 5., 2., 0., 0., 0.], dtype=float32)
+    """
     top, left, h, w = (float(v) for v in crop)
     p = flat.reshape(-1, 3).astype(np.float32)  # a copy: the map is read-only
     p[:, 0] = (p[:, 0] - left) * (out_hw[1] / w)
