@@ -20,7 +20,13 @@ import numpy as np
 
 from loaders.format import Manifest
 from prep.errors import PrepError, Reject, UsageError
-from prep.importers.coco_json import categories_of, image_order, keypoints_of, read_coco
+from prep.importers.coco_json import (
+    Categories,
+    categories_of,
+    image_order,
+    keypoints_of,
+    read_coco,
+)
 from prep.importers.config import CocoConfig
 from prep.kinds.samples.boxes import kept, outside_rows
 from prep.kinds.samples.inputs import Item, Listing
@@ -43,7 +49,7 @@ class CocoSummary(RunSummary):
         )
 
 
-def fields_of(cfg: CocoConfig, joints: int) -> dict[str, Any]:
+def fields_of(cfg: CocoConfig, categories: Categories) -> dict[str, Any]:
     from prep.fields import Array, Boxes, Image, Instances, Keypoints, Mask, Scalar
 
     image = Image(
@@ -64,13 +70,18 @@ def fields_of(cfg: CocoConfig, joints: int) -> dict[str, Any]:
         "image_id": Scalar("int64"),
     }
     if cfg.masks:
+        if len(categories.ids) > 255:
+            raise UsageError(
+                f"--masks: {cfg.src} has {len(categories.ids)} categories; a class-id mask "
+                "holds 255 (label + 1, 0 for background). HINT: use --instances"
+            )
         fields["mask"] = Mask(image="image")
     if cfg.instances:
         fields["instances"] = Instances(image="image")
     if cfg.keypoints:
-        if not joints:
+        if not categories.joints:
             raise UsageError(f"--keypoints: no category of {cfg.src} names its keypoints")
-        fields["keypoints"] = Keypoints(image="image", joints=joints)
+        fields["keypoints"] = Keypoints(image="image", joints=categories.joints)
     return fields
 
 
@@ -109,10 +120,11 @@ class CocoKind(SamplesKind):
     summary = CocoSummary
 
     def __init__(self, cfg: CocoConfig):
+        cfg.validate()  # before reading SRC: a missing SRC is a usage error
         path = Path(str(cfg.src))
         self.data: dict[str, Any] | None = read_coco(path)  # once: the fields need its keypoints
         self.categories = categories_of(self.data, path)
-        fields = fields_of(cfg, self.categories.joints)
+        fields = fields_of(cfg, self.categories)
         super().__init__(cfg, make_sample, fields, cfg.src)  # type: ignore[arg-type]
         self.coco = cfg
         self.boxes = self.dropped = self.skipped = 0
@@ -123,11 +135,6 @@ class CocoKind(SamplesKind):
     def list_inputs(self) -> Inputs:
         path = Path(str(self.coco.src))
         data, self.data = self.data or read_coco(path), None  # not kept through the run
-        if self.coco.masks and len(self.categories.ids) > 255:
-            raise UsageError(
-                f"--masks: {path} has {len(self.categories.ids)} categories; a class-id mask "
-                "holds 255 (label + 1, 0 for background)"
-            )
         items, rejects = self._items(data, Path(str(self.coco.images)).absolute())
         items = items[: self.coco.limit]
         self.boxes = sum(len(it.value["labels"]) for it in items)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from prep.config import RunConfig, check, choice, opt
+from prep.errors import UsageError
 
 
 @dataclass
@@ -26,10 +27,21 @@ class ImportConfig(RunConfig):
     format: str = opt("npy", "Shard files: npy (one per array) | h5 (one per shard).")
     shard_size: int | None = opt(None, "Samples per shard (default: from the input count).")
 
+    USAGE: ClassVar[str] = "SRC OUT"
+
+    def given(self) -> bool:
+        """Whether the arguments of USAGE are all given."""
+        return bool(self.src and self.out)
+
     def validate(self) -> None:
         from loaders.format import STORAGES
         from loaders.samples.image import MODES
 
+        if not self.given():
+            raise UsageError(
+                f"no {self.USAGE.replace(' ', '/')} given. HINT: `prep import {self.SECTION} "
+                f"{self.USAGE}`, or set them in the [{self.SECTION}] section of --config"
+            )
         super().validate()
         check(bool(self.sizes) and min(self.sizes) >= 1, f"--sizes {self.sizes}", "1 px or more")
         choice(self.mode, MODES, "--mode")
@@ -60,10 +72,10 @@ class CocoConfig(ImportConfig):
     )
 
     SECTION: ClassVar[str] = "coco"
+    USAGE: ClassVar[str] = "ANNOTATIONS IMAGES_DIR OUT"
 
-    def validate(self) -> None:
-        super().validate()
-        check(bool(self.images), "IMAGES_DIR", "the folder of the images")
+    def given(self) -> bool:
+        return super().given() and bool(self.images)
 
 
 @dataclass
