@@ -48,7 +48,7 @@ dataset: $(STAMP) data/demo-raw/.done data/demo-ct/.done
 	$(BIN)/prep verify data/demo-samples
 	$(BIN)/prep info data/demo-samples
 	$(BIN)/prep import coco data/demo-raw/coco.json data/demo-raw/images data/demo-coco \
-		--sizes 256 --mode keep --codec jpeg --overwrite -q
+		--sizes 256 --mode keep --codec jpeg --masks --overwrite -q
 	$(BIN)/prep verify data/demo-coco
 	$(BIN)/prep info data/demo-coco
 	$(BIN)/prep import pairs data/demo-raw/captions.csv data/demo-pairs --image-column path \

@@ -10,7 +10,8 @@ RAW/detection.jsonl          a row per image: its path, each shape's box (x0, y0
                              fractions of the upright image's width and height), class name and
                              a caption, for `prep samples` (recipes/detection.py)
 RAW/coco.json                the same boxes as a COCO instances file (file names relative to
-                             RAW/images, boxes in upright pixels), for `prep import coco`
+                             RAW/images, boxes in upright pixels, each shape's mask as RLE),
+                             for `prep import coco`
 RAW/captions.csv             path,caption rows, for `prep import pairs`
 """
 
@@ -24,6 +25,8 @@ from typing import Any
 import cv2
 import numpy as np
 from PIL import Image
+
+from prep.importers.coco_masks import rle_encode
 
 CLASSES = ("circle", "square", "triangle", "cross")
 # (width, height): phone photos, DSLR-ish, portrait, small web images.
@@ -151,6 +154,7 @@ def write_sample(raw: Path, i: int, seed: int, max_side: int = 4032) -> dict[str
         "caption": f"a {kind} photo of a {CLASSES[cls]}",
         "width": w,
         "height": h,
+        "segmentation": rle_encode(np.asarray(mask)),  # for coco.json only
     }
 
 
@@ -167,6 +171,7 @@ def write_coco(raw: Path, rows: list[dict[str, Any]]) -> None:
             bbox.append(round((y1 - y0) * h, 2))
             annotations.append(
                 {
+                    "segmentation": row["segmentation"],  # one shape an image: its mask
                     "id": len(annotations) + 1,
                     "image_id": row["id"] + 1,
                     "category_id": CLASSES.index(label) + 1,
@@ -234,13 +239,17 @@ def make_demo(
         if bar is not None:
             bar.update(len(chunk))
     rows.sort(key=lambda r: int(r["id"]))
-    lines = [json.dumps(r, ensure_ascii=False) for r in rows]
+    lines = [json.dumps(r, ensure_ascii=False) for r in _without(rows, "segmentation")]
     (raw / "detection.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     write_coco(raw, rows)
     if bar is not None:
         bar.close()
     write_text(raw, seed)
     write_table(raw, seed)
+
+
+def _without(rows: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
+    return [{k: v for k, v in r.items() if k != key} for r in rows]
 
 
 def _write_chunk(raw: Path, indices: list[int], seed: int, max_side: int) -> list[dict[str, Any]]:

@@ -320,3 +320,26 @@ def test_keypoints_land_like_boxes_and_cut_ones_are_zero(tmp_path: Path, mode: s
             assert not got[0, 1].any()  # cut away by the crop
         else:
             np.testing.assert_allclose(got[0, 1], [*b, 1], atol=0.5)
+
+
+def test_the_demo_masks_from_rle_equal_prep_packs_masks(
+    raw_demo: Path, packed: Path, tmp_path: Path
+) -> None:
+    """The demo's coco.json holds each shape's mask PNG as compressed RLE: imported with
+    --masks, each sample's mask is exactly what `prep pack --masks` stores for that PNG."""
+    from loaders import ImageShardDataset
+
+    args = ["import", "coco", str(raw_demo / "coco.json"), str(raw_demo / "images")]
+    result = CliRunner().invoke(
+        app, [*args, str(tmp_path / "ds"), "-q", "--sizes", "64,96", "--masks"]
+    )
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in (raw_demo / "detection.jsonl").open()]
+    for size in (64, 96):
+        ours = SampleDataset(tmp_path / "ds", fields=("mask",), size=size)
+        ref = ImageShardDataset(packed, size=size, fields=("mask",))
+        where = {ref.source(j): j for j in range(len(ref))}
+        for i, row in enumerate(rows):
+            j = where[row["path"].removeprefix("images/")]
+            want = ref.__getitems__([j]).tensors[0][0]
+            assert np.array_equal(ours.__getitems__([i])["mask"][0].numpy(), want.numpy())

@@ -40,6 +40,28 @@ def rle_counts(text: str) -> list[int]:
     return counts
 
 
+def rle_encode(mask: np.ndarray) -> dict[str, Any]:
+    """A (h, w) mask (nonzero: inside) as COCO's compressed RLE: the inverse of rle_decode.
+
+    >>> rle_encode(np.array([[0, 1], [0, 1], [1, 0]], np.uint8))
+    {'counts': '231', 'size': [3, 2]}
+    """
+    flat = (np.asarray(mask).T.reshape(-1) > 0).astype(np.int8)  # column-major
+    edges = np.flatnonzero(np.diff(flat)) + 1
+    counts = np.diff(np.concatenate([[0], edges, [len(flat)]])).tolist()
+    if len(flat) and flat[0]:
+        counts = [0, *counts]  # runs start with 0s
+    out = []
+    for i, x in enumerate(counts):
+        x = x - counts[i - 2] if i > 2 else x
+        more = True
+        while more:
+            c, x = x & 0x1F, x >> 5
+            more = x != -1 if c & 0x10 else x != 0
+            out.append(chr((c | 0x20 if more else c) + 48))
+    return {"counts": "".join(out), "size": [int(mask.shape[0]), int(mask.shape[1])]}
+
+
 def rle_decode(rle: dict[str, Any]) -> np.ndarray:
     """An RLE (uncompressed or compressed) as a uint8 (h, w) mask of 0 and 1."""
     h, w = (int(v) for v in rle["size"])
