@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from functools import cached_property
-from typing import Any
+from typing import Unpack
 
 import numpy as np
 import torch
 
-from loaders.base import DecodingDataset
+from loaders.base import DecodingDataset, Remote
 from loaders.batches import Batch, new_batch
 from loaders.crops import Crop, whole
 from loaders.fields import FIELDS
@@ -65,17 +65,9 @@ class ImageShardDataset(DecodingDataset):
         decode: str = "cpu",
         threads: int | None = None,
         max_open: int = DEFAULT_MAX_OPEN,
-        cache_dir: str | os.PathLike[str] | None = None,
-        cache_limit: int | str | None = None,
-        storage_options: dict[str, Any] | None = None,
+        **remote: Unpack[Remote],
     ):
-        super().__init__(
-            root,
-            max_open=max_open,
-            cache_dir=cache_dir,
-            cache_limit=cache_limit,
-            storage_options=storage_options,
-        )
+        super().__init__(root, max_open=max_open, **remote)
         self.fields = tuple(fields)
         have = [*(f for f in self.store.manifest.fields() if f != "source"), "index"]  # source(i)
         missing = [f for f in self.fields if f not in have]

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 from PIL import Image, ImageOps
 
-from prep.kinds.images.decode import decode_image, geometry, sizes_from
+from prep.kinds.images.decode import decode_image
+from prep.kinds.images.geometry import geometry, sizes_from
 from prep.kinds.images.turbo import decode_jpeg, draft_scale
 from prep.run.inputs import Reject
 

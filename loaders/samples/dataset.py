@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from functools import cached_property
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 import torch
 
-from loaders.base import DecodingDataset
+from loaders.base import DecodingDataset, Remote
 from loaders.batches import Batch, new_batch
 from loaders.crops import Crop, whole
 from loaders.format import array_name
@@ -65,17 +65,9 @@ class SampleDataset(DecodingDataset):
         threads: int | None = None,
         in_memory: bool = False,
         max_open: int = DEFAULT_MAX_OPEN,
-        cache_dir: str | os.PathLike[str] | None = None,
-        cache_limit: int | str | None = None,
-        storage_options: dict[str, Any] | None = None,
+        **remote: Unpack[Remote],
     ):
-        super().__init__(
-            root,
-            max_open=max_open,
-            cache_dir=cache_dir,
-            cache_limit=cache_limit,
-            storage_options=storage_options,
-        )
+        super().__init__(root, max_open=max_open, **remote)
         have = [*self.declared, "index"]
         self.fields = tuple(self.declared if fields is None else fields)
         missing = [f for f in self.fields if f not in have]

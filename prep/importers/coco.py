@@ -27,7 +27,7 @@ from prep.importers.coco_json import (
     keypoints_of,
     read_coco,
 )
-from prep.importers.config import CocoConfig
+from prep.importers.config import CocoConfig, image_field
 from prep.kinds.samples.boxes import kept, outside_rows
 from prep.kinds.samples.inputs import Item, Listing
 from prep.kinds.samples.pack import SamplesKind
@@ -50,17 +50,9 @@ class CocoSummary(RunSummary):
 
 
 def fields_of(cfg: CocoConfig, categories: Categories) -> dict[str, Any]:
-    from prep.fields import Array, Boxes, Image, Instances, Keypoints, Mask, Scalar
+    from prep.fields import Array, Boxes, Instances, Keypoints, Mask, Scalar
 
-    image = Image(
-        sizes=tuple(cfg.sizes),
-        mode=cfg.mode,
-        codec=cfg.codec,
-        gray=cfg.gray,
-        quality=cfg.quality,
-        pad_value=cfg.pad_value,
-        max_pixels=cfg.max_pixels,
-    )
+    image = image_field(cfg)
     fields: dict[str, Any] = {
         "image": image,
         "boxes": Boxes(image="image"),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from prep.config import RunConfig, check, choice, opt
 from prep.errors import UsageError
@@ -89,3 +89,18 @@ class PairsConfig(ImportConfig):
     allow_empty: bool = opt(False, "Keep pairs whose caption is empty (default: a reject).")
 
     SECTION: ClassVar[str] = "pairs"
+
+
+def image_field(cfg: ImportConfig) -> Any:
+    """The import's Image field, from the command's image options."""
+    from prep.fields import Image
+
+    return Image(
+        sizes=tuple(cfg.sizes),
+        mode=cfg.mode,
+        codec=cfg.codec,
+        gray=cfg.gray,
+        quality=cfg.quality,
+        pad_value=cfg.pad_value,
+        max_pixels=cfg.max_pixels,
+    )

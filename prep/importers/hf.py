@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from prep.config import listed, opt
-from prep.importers.config import ImportConfig
+from prep.importers.config import ImportConfig, image_field
 
 
 @dataclass
@@ -30,21 +30,6 @@ class HFConfig(ImportConfig):
     )
 
     SECTION: ClassVar[str] = "hf"
-
-
-def image_field(cfg: ImportConfig) -> Any:
-    """The import's Image field, from the command's image options."""
-    from prep.fields import Image
-
-    return Image(
-        sizes=tuple(cfg.sizes),
-        mode=cfg.mode,
-        codec=cfg.codec,
-        gray=cfg.gray,
-        quality=cfg.quality,
-        pad_value=cfg.pad_value,
-        max_pixels=cfg.max_pixels,
-    )
 
 
 def import_hf(cfg: HFConfig, show_progress: bool = True, profile: bool = False) -> Any:

@@ -17,23 +17,15 @@ from typing import Any
 
 from loaders.format import Manifest
 from prep.errors import Reject, UsageError
-from prep.importers.config import PairsConfig
+from prep.importers.config import PairsConfig, image_field
 from prep.kinds.samples.pack import SamplesKind
 from prep.run.driver import Inputs, RunSummary, run
 
 
 def fields_of(cfg: PairsConfig) -> dict[str, Any]:
-    from prep.fields import Image, Text, Tokens
+    from prep.fields import Text, Tokens
 
-    image = Image(
-        sizes=tuple(cfg.sizes),
-        mode=cfg.mode,
-        codec=cfg.codec,
-        gray=cfg.gray,
-        quality=cfg.quality,
-        pad_value=cfg.pad_value,
-        max_pixels=cfg.max_pixels,
-    )
+    image = image_field(cfg)
     fields: dict[str, Any] = {"image": image, "caption": Text()}
     if cfg.tokenizer:
         if not Path(cfg.tokenizer).is_file():

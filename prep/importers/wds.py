@@ -133,7 +133,7 @@ def _array(d: Any, headers: list[tuple[str, tuple[int, ...]]]) -> Any:
 
 def import_webdataset(cfg: WdsConfig, show_progress: bool = True, profile: bool = False) -> Any:
     """Pack the tars of `cfg.src` into `cfg.out`; the RunSummary."""
-    from prep.importers.hf import image_field
+    from prep.importers.config import image_field
     from prep.importers.listing import run_source
     from prep.importers.wdssource import let_go
 

@@ -55,7 +55,7 @@ class PackConfig(RunConfig):
 
     def validate(self) -> None:
         from loaders.format import STORAGES
-        from prep.kinds.images.decode import MODES
+        from prep.kinds.images.geometry import MODES
 
         super().validate()
         check(

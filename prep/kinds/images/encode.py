@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from loaders.format import ArraySpec
-from prep.kinds.images.decode import geometry
+from prep.kinds.images.geometry import geometry
 from prep.run.profile import timed
 
 

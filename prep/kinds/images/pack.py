@@ -20,8 +20,9 @@ from loaders.fields import FIELDS, encode_source
 from loaders.format import ArraySpec, Manifest, Shard, array_name
 from prep.errors import PrepError
 from prep.kinds.images.config import PackConfig
-from prep.kinds.images.decode import decode_image, decode_mask, sizes_from
+from prep.kinds.images.decode import decode_image, decode_mask
 from prep.kinds.images.encode import stored, subsampling
+from prep.kinds.images.geometry import sizes_from
 from prep.kinds.images.sources import Item, Listing, list_images
 from prep.kinds.images.stats import PixelSums, combine
 from prep.run.driver import Inputs, Kind, RunSummary, run, shard_size

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from prep.kinds.images.decode import geometry
+from prep.kinds.images.geometry import geometry
 
 
 def place_xy(xy: np.ndarray, upright: tuple[int, int], size: int, mode: str) -> np.ndarray:

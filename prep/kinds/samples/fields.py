@@ -34,8 +34,8 @@ class Image(kinds.Image):
         return _array_pixels(value, self.gray, self.max_pixels)
 
     def encode(self, value: Any) -> dict[str, np.ndarray]:
-        from prep.kinds.images.decode import sizes_from
         from prep.kinds.images.encode import stored
+        from prep.kinds.images.geometry import sizes_from
 
         img, upright = self.pixels(value)
         out: dict[str, np.ndarray] = {"upright": np.asarray(upright, np.int64)}
@@ -81,7 +81,8 @@ class Mask(kinds.Mask):
     image's full size; resized with nearest neighbour and placed exactly like the image."""
 
     def encode_for(self, value: Any, upright: tuple[int, int]) -> dict[str, np.ndarray]:
-        from prep.kinds.images.decode import decode_mask, sizes_from
+        from prep.kinds.images.decode import decode_mask
+        from prep.kinds.images.geometry import sizes_from
 
         if isinstance(value, (str, Path)):
             mask = decode_mask(Path(value))
@@ -138,7 +139,7 @@ class Instances(kinds.Instances):
     the image at each of its sizes."""
 
     def encode_for(self, value: Any, upright: tuple[int, int]) -> dict[str, np.ndarray]:
-        from prep.kinds.images.decode import sizes_from
+        from prep.kinds.images.geometry import sizes_from
 
         stack = as_array(value, np.dtype("uint8"))
         if stack.ndim != 3 or stack.shape[1:] != tuple(upright):
