@@ -177,7 +177,7 @@ class ImagesKind(Kind[PackConfig, list[Item]]):
         return (index, shard, self.cfg, self.specs, staging)
 
     def reusable(self, record: dict[str, Any]) -> bool:
-        return "stats" in record  # a shard of a prep before pixel statistics: redone
+        return record.get("stats") is not None  # a shard of a prep before pixel stats: redone
 
     def manifest(self, records: list[dict[str, Any]]) -> Manifest:
         return Manifest(
