@@ -85,6 +85,17 @@ def reference(src: Path, tmp_path_factory: pytest.TempPathFactory) -> Callable[[
 
 
 def start(src: Path, out: Path, *extra: str, **kw: Any) -> subprocess.Popen[str]:
+    then = kw.pop("preexec_fn", None)
+
+    def child() -> None:
+        # A terminal's foreground job takes Ctrl-C; a job started with `&` by a shell without
+        # job control (a CI script) inherits SIGINT ignored, and Python then never raises
+        # KeyboardInterrupt: give the run the terminal's default, as the tests mean it.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        if then is not None:
+            then()
+
+    kw["preexec_fn"] = child
     return subprocess.Popen(
         [PREP, "pack", str(src), str(out), *OPTIONS, *extra],
         stdout=subprocess.PIPE,
