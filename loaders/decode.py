@@ -80,13 +80,10 @@ class Job:
 
 
 def check_crc(src: np.ndarray, crc: int | None, places: Sequence[str], row: int) -> None:
-    """Refuse a JPEG sample whose bytes differ from their stored CRC-32 (None: not stored), on
-    the CPU and before a GPU decode alike: bit rot is a FormatError, never a smeared picture."""
+    """Bit rot is a FormatError, never a smeared picture (CPU and GPU; crc None: not stored)."""
     if crc is not None and zlib.crc32(src.data) != crc:
-        raise FormatError(
-            f"{places[row]}: the JPEG bytes differ from their checksum (bit rot, or a file "
-            "changed after packing). HINT: run `prep verify`, then repack"
-        )
+        why = "the JPEG bytes differ from their checksum (bit rot, or a file changed after packing)"
+        raise FormatError(f"{places[row]}: {why}. HINT: run `prep verify`, then repack")
 
 
 def factor(box_hw: tuple[int, int], out_hw: tuple[int, int]) -> int:
