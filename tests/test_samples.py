@@ -3,6 +3,7 @@ a reject naming its field, and the run engine's guarantees (bytes, resume, Dask,
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -396,3 +397,19 @@ def test_lying_values_are_refused_at_open(tmp_path: Path) -> None:
         SampleDataset(out)
     result = CliRunner().invoke(app, ["verify", str(out)])
     assert result.exit_code == 1 and "y-00000.npy" in result.output
+
+
+def test_token_ids_beyond_the_vocabulary_are_a_verify_problem(tmp_path: Path) -> None:
+    from loaders.samples import Tokens as TokenIds  # ids as they are: no tokenizer
+
+    out = tmp_path / "ds"
+    pack([np.array([1, 2]), np.array([0])], out, {"t": TokenIds(vocab_size=3)}, lambda v: {"t": v})
+    data = out / "t-00000.npy"
+    ids = np.load(data)
+    np.save(data, np.full_like(ids, 9))
+    m = json.loads((out / "manifest.json").read_text())
+    m["shards"][0]["files"]["t-00000.npy"]["sha256"] = hashlib.sha256(data.read_bytes()).hexdigest()
+    (out / "manifest.json").write_text(json.dumps(m))
+    SampleDataset(out)  # opening reads offsets, never every id
+    result = CliRunner().invoke(app, ["verify", str(out)])
+    assert result.exit_code == 1 and "token id 9 is not below vocab_size 3" in result.output

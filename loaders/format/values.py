@@ -1,6 +1,7 @@
-"""The values of a shard's arrays against the manifest: token ids below `vocab_size`, table
-codes inside their column's vocabulary, volume target codes inside their classes. Values out of
-range pass every other check, then fail on the GPU (an embedding's device-side assert).
+"""The values of a shard's arrays against the manifest: token ids below `vocab_size` (token
+datasets, a samples dataset's Tokens fields), table codes inside their column's vocabulary,
+volume target codes inside their classes. Values out of range pass every other check, then
+fail on the GPU (an embedding's device-side assert).
 
 Each array is read once in chunks of CHUNK_BYTES, so memory stays bounded whatever the dataset's
 size: `prep verify` runs these (check_files' `values`), and so can a remote backend on the
@@ -46,8 +47,7 @@ def value_range(path: Path, layout: Layout) -> tuple[int, int] | None:
 
 
 def _token_limits(m: Manifest) -> dict[str, Limit]:
-    vocab = int(m.extra["vocab_size"])  # checked when the manifest was read
-    return {"tokens": (vocab - 1, lambda v: f"token id {v} is not below vocab_size {vocab}")}
+    return {"tokens": _vocab_limit(int(m.extra["vocab_size"]))}  # checked when read
 
 
 def _code_limit(column: str, vocab: int, first: int) -> Limit:
@@ -76,7 +76,23 @@ def _volume_limits(m: Manifest) -> dict[str, Limit]:
     }
 
 
+def _sample_limits(m: Manifest) -> dict[str, Limit]:
+    """A samples dataset's Tokens fields: ids below their vocab_size (extra.fields, checked
+    when the manifest was read)."""
+    fields = m.extra["fields"]
+    return {
+        name: _vocab_limit(int(d["vocab_size"]))
+        for name, d in fields.items()
+        if d["kind"] == "tokens"
+    }
+
+
+def _vocab_limit(vocab: int) -> Limit:
+    return vocab - 1, lambda v: f"token id {v} is not below vocab_size {vocab}"
+
+
 LIMITS: dict[str, Callable[[Manifest], dict[str, Limit]]] = {
+    "samples": _sample_limits,
     "tokens": _token_limits,
     "table": _table_limits,
     "volumes": _volume_limits,

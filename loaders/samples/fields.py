@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
@@ -73,7 +73,7 @@ class SampleField:
         """A batch of this field as the dataset returns it."""
         raise NotImplementedError
 
-    def problems(self, name: str, arrays: dict[str, np.ndarray]) -> list[str]:
+    def problems(self, name: str, arrays: Mapping[str, np.ndarray]) -> list[str]:
         """What is wrong with one shard's values of this field (read whole: small arrays)."""
         return []
 

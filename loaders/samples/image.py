@@ -6,6 +6,7 @@ policy, resizing) is prep.fields.Image's.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,7 +106,7 @@ class Boxes(SampleField):
             pieces = [crop_boxes(p, box, crops[1]) for p, box in zip(pieces, crops[0], strict=True)]
         return ragged_batch(name, pieces, (4,), policy)
 
-    def problems(self, name: str, arrays: dict[str, np.ndarray]) -> list[str]:
+    def problems(self, name: str, arrays: Mapping[str, np.ndarray]) -> list[str]:
         for s in self.sizes:
             values, off = arrays[array_name(name, s)], arrays.get(array_name(name, s) + ".offsets")
             if off is not None and np.any(np.diff(off) % 4):
@@ -143,7 +144,7 @@ class Keypoints(SampleField):
             ]
         return ragged_batch(name, pieces, (self.joints, 3), policy)
 
-    def problems(self, name: str, arrays: dict[str, np.ndarray]) -> list[str]:
+    def problems(self, name: str, arrays: Mapping[str, np.ndarray]) -> list[str]:
         step = 3 * self.joints
         for s in self.sizes:
             off = arrays.get(array_name(name, s) + ".offsets")

@@ -9,6 +9,7 @@ array([[[ 7],
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,7 +57,7 @@ class Instances(SampleField):
             row = (size, size)
         return ragged_batch(name, [m.reshape(-1) for m in stacks], tuple(row), policy)
 
-    def problems(self, name: str, arrays: dict[str, np.ndarray]) -> list[str]:
+    def problems(self, name: str, arrays: Mapping[str, np.ndarray]) -> list[str]:
         for s in self.sizes:
             off = arrays.get(array_name(name, s) + ".offsets")
             if self.mode != "keep" and off is not None and np.any(np.diff(off) % (s * s)):
