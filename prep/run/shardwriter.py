@@ -7,8 +7,9 @@ A kind keeps its own batching (a batch of documents, a block of table rows, one 
 
 `write_shard` is the sample loop on top of it: a kind's task gives it its inputs and a
 function that turns one input into one sample (array name -> its value: fixed-shape, or flat
-for a ragged array), returns None to skip it, or raises Reject. Memory holds one sample at a
-time whatever the shard size.
+for a ragged array) or a list of them (a long video or recording cut into several), returns
+None to skip it, or raises Reject. Memory holds one input's samples at a time whatever the
+shard size.
 """
 
 from __future__ import annotations
@@ -170,7 +171,7 @@ def _write_h5(path: Path, parts: dict[str, Path]) -> None:
 def write_shard(
     index: int,
     items: Sequence[T],
-    encode: Callable[[T], dict[str, np.ndarray] | None],
+    encode: Callable[[T], dict[str, np.ndarray] | list[dict[str, np.ndarray]] | None],
     rel: Callable[[T], str],
     specs: dict[str, ArraySpec],
     storage: str,
@@ -193,9 +194,10 @@ def write_shard(
                 continue
             if sample is None:  # skipped by the user's function: neither a sample nor a reject
                 continue
-            count += 1
-            with stage("write"):
-                out.append(sample)
+            for one in sample if isinstance(sample, list) else [sample]:
+                count += 1
+                with stage("write"):
+                    out.append(one)
     shard = out.publish(count, h5=storage == "h5")
     record = {"index": index, "shard": asdict(shard), "rejects": rejects}
     with stage("write"):
