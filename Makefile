@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml setup.py loaders/_jpegroi.c
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -e '.[dev,media]'
 	touch $(STAMP)
 
 data/demo-raw/.done: $(STAMP) prep/demo.py
