@@ -163,6 +163,11 @@ FIELDS: dict[str, Field] = {
         Field("instances", True, _plane, ("uint8",), "uint8", ("ragged",), pixels=True),
         # Keypoints (N, K, 3): x, y in the pixels of an image field as stored, visibility.
         Field("keypoints", True, None, ("float32",), "float32", ("ragged",), pixels=True),
+        # Videos (prep video): a video's frames back to back, raw (h * w * C each) or as one
+        # JPEG file each; the shape is one frame's at `size` (each video's (h, w) in its hw).
+        # frame_ends: per video, where each frame's bytes end in the video's data.
+        Field("video", True, _square, ("uint8",), "uint8", CODECS[1:], True, pixels=True),
+        Field("frame_ends", True, lambda s, c: (), ("int64",), "int64", ("ragged",), pixels=True),
     )
 }
 

@@ -13,6 +13,7 @@ from loaders.samples.image import Boxes, Image, Keypoints, Mask
 from loaders.samples.instances import Instances
 from loaders.samples.registry import KINDS
 from loaders.samples.text import Bytes, Json, Text
+from loaders.samples.video import Video
 
 __all__ = [
     "KINDS",
@@ -31,6 +32,7 @@ __all__ = [
     "Scalar",
     "Text",
     "Tokens",
+    "Video",
 ]
 
 

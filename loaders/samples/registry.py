@@ -11,6 +11,7 @@ from loaders.samples.fields import SampleField, check_name
 from loaders.samples.image import Boxes, Image, Keypoints, Mask
 from loaders.samples.instances import Instances
 from loaders.samples.text import Bytes, Json, Text
+from loaders.samples.video import Video
 
 KINDS: dict[str, type[SampleField]] = {
     cls.kind: cls
@@ -27,6 +28,7 @@ KINDS: dict[str, type[SampleField]] = {
         Boxes,
         Instances,
         Keypoints,
+        Video,
     )
 }
 

@@ -1,0 +1,56 @@
+"""Listing videos: a folder (class sub-folders give labels, as for images) or a CSV/JSONL
+list with `path` and an optional `label` (prep.kinds.images.sources reads lists)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prep.errors import PrepError
+from prep.kinds.images.sources import Item, list_file
+from prep.run.inputs import reject_record, walk
+
+VIDEO_EXTS = frozenset(
+    [
+        ".mp4",
+        ".m4v",
+        ".mov",
+        ".mkv",
+        ".webm",
+        ".avi",
+        ".mpg",
+        ".mpeg",
+        ".ts",
+        ".flv",
+        ".wmv",
+        ".3gp",
+        ".ogv",
+        ".gif",
+    ]
+)
+
+
+def list_videos(
+    src: Path, limit: int | None = None
+) -> tuple[list[Item], list[str] | None, list[dict[str, Any]]]:
+    """Every video of SRC, in a fixed order: (items, class names or None, rejects)."""
+    if not src.exists():
+        raise PrepError(f"{src} does not exist. HINT: pass a folder of videos or a .csv list")
+    if src.is_file():
+        if src.suffix.lower() not in (".csv", ".jsonl", ".json"):
+            raise PrepError(f"{src} is not a folder or a .csv/.jsonl list of videos")
+        return list_file(src, limit)
+    files, rejects = walk(src, VIDEO_EXTS)
+    nested = any("/" in rel for rel, _ in files)
+    classes = sorted({rel.split("/", 1)[0] for rel, _ in files if "/" in rel}) or None
+    items: list[Item] = []
+    for rel, path in files:
+        if nested and "/" not in rel:
+            why = "video beside class folders: move it into one, or list it in a CSV"
+            rejects.append(reject_record(rel, "no_class", why))
+        else:
+            label = classes.index(rel.split("/", 1)[0]) if classes else None
+            items.append(Item(path, rel, label))
+    if limit is not None:
+        items = items[:limit]
+    return items, classes, rejects
