@@ -22,6 +22,7 @@ from prep.kinds.images.config import PackConfig
 from prep.kinds.samples.config import SamplesConfig
 from prep.kinds.table.config import TableConfig
 from prep.kinds.text.config import TokenizeConfig
+from prep.kinds.video.config import VideoConfig
 from prep.kinds.volumes.config import VolumeConfig
 from prep.options import QuietOpt
 from prep.run.profile import IMAGE_STAGES, TEXT_STAGES
@@ -189,6 +190,19 @@ vocabulary, a text target as class ids 0..K-1, rows split train/val by a hash.
 Example: prep table data/*.csv packed-tab/ --target label --categorical city,device
 """,
     ),
+    "video": (
+        VideoConfig,
+        "prep.kinds.video.pack:pack_video",
+        ("read", "decode", "resize", "encode", "write"),
+        """Decode videos once at a fixed --fps and --size: frames raw or JPEG, one video a sample.
+
+Frames are picked by timestamp (variable frame rates come out right) and turned upright by the
+file's rotation; class sub-folders give labels; --max-frames / --clip-seconds cut long videos.
+ClipDataset then reads clips of --frames frames straight from the maps.
+
+Example: prep video data/demo-video data/packed-video --fps 8 --size 64 --codec jpeg
+""",
+    ),
 }
 for _name, _entry in KINDS.items():
     _kind(_name, *_entry)
@@ -207,6 +221,9 @@ def demo(
     quiet: QuietOpt = False,
     volumes: Annotated[
         Optional[Path], typer.Option(help="Also write CT-like NIfTI phantoms with labels here.")
+    ] = None,
+    video: Annotated[
+        Optional[Path], typer.Option(help="Also write short clips of moving shapes here (PyAV).")
     ] = None,
 ) -> None:
     """Write a deterministic demo raw dataset: class folders of photo-like images, masks, text.
@@ -227,9 +244,16 @@ def demo(
             f"{volumes}: {n} CT phantoms (one a DICOM series) in {volumes / 'images'}, "
             f"labels in {volumes / 'labels'}"
         )
+    if video is not None:
+        from prep.kinds.video.demo import make_video_demo
+
+        if video.exists() and not video.is_dir():
+            raise PrepError(f"{video} is a file, not a folder. HINT: name a new folder")
+        n = len(make_video_demo(video, seed=seed))
+        typer.echo(f"{video}: {n} clips of moving shapes in class folders (one VFR, one rotated)")
     if raw is None:
-        if volumes is None:
-            raise UsageError("prep demo needs RAW, --volumes DIR, or both")
+        if volumes is None and video is None:
+            raise UsageError("prep demo needs RAW, --volumes DIR, --video DIR, or some of them")
         return
     if raw.exists() and not raw.is_dir():
         raise PrepError(f"{raw} is a file, not a folder. HINT: name a new folder for the demo")
