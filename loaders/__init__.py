@@ -18,6 +18,7 @@ _EXPORTS = {
     "PatchDataset": "loaders.volumes",
     "TableDataset": "loaders.tables",
     "SampleDataset": "loaders.samples.dataset",
+    "ClipDataset": "loaders.clips",
     "MixedDataset": "loaders.mixed",
     "Normalize": "loaders.gpu",
     "make_loader": "loaders.loader",
