@@ -18,6 +18,7 @@ from prep.config import RunConfig
 from prep.errors import PrepError, UsageError
 from prep.importers.cli import app as import_app
 from prep.inspect import commands as inspect
+from prep.kinds.audio.config import AudioConfig
 from prep.kinds.images.config import PackConfig
 from prep.kinds.samples.config import SamplesConfig
 from prep.kinds.table.config import TableConfig
@@ -153,6 +154,18 @@ KINDS: dict[str, tuple[type[RunConfig], str, tuple[str, ...], str]] = {
 Tokens are uint8/16/32, the narrowest that holds the vocabulary; the tokenizer file travels in OUT.
 
 Example: prep tokenize data/demo-raw/text data/demo-tokens --tokenizer bpe --vocab-size 512
+""",
+    ),
+    "audio": (
+        AudioConfig,
+        "prep.kinds.audio.pack:audio",
+        ("list", "read", "resample", "write", "checksum"),
+        """Decode sound files once, resample with soxr, store int16 (or float16) clips, ragged.
+
+WAV, FLAC, OGG/Vorbis, Opus and MP3 through libsndfile, other formats through FFmpeg (PyAV).
+Class sub-folders (or a CSV/JSONL list, or --labels) give labels; AudioDataset reads windows.
+
+Example: prep audio speech/ packed/speech --rate 16000 --mono --max-seconds 30
 """,
     ),
     "volumes": (

@@ -1,0 +1,180 @@
+"""A sound file decoded once, down-mixed or fitted to the stored channels, resampled with soxr
+and converted to the stored dtype. Arrays in, arrays out, but for the file read at the top.
+
+soundfile (libsndfile) reads WAV, FLAC, OGG/Vorbis, Opus, MP3 and the other formats it knows;
+a file it does not recognise goes to PyAV (FFmpeg: AAC, M4A, WMA...). Bad input raises Reject
+with one of the README's codes: `empty`, `corrupt`, `truncated`, `no_audio`, `bad_rate`,
+`not_finite`, `channels`.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from prep.run.inputs import Reject
+from prep.run.profile import stage
+
+QUALITY = "HQ"  # soxr's high quality: 20-bit precision, flat to 0.9 of the lower Nyquist
+# libsndfile's log of a WAV/AIFF whose data chunk says more bytes than the file holds.
+_SHORT_CHUNK = re.compile(r"^\s*(?:data|SSND)\s*:\s*(\d+)\s*\(should be (\d+)\)", re.M)
+# A decode that ends this much before the header's length is a cut file, not rounding.
+SHORT_FRACTION, SHORT_FRAMES = 0.02, 2304  # two MP3 frames
+# libsndfile's error codes that mean "not mine": try FFmpeg instead.
+_NOT_RECOGNISED = (1, 4)
+
+
+@dataclass
+class Decoded:
+    samples: np.ndarray  # float32 (frames, channels) at the source rate
+    rate: int  # the source's sample rate, Hz
+
+
+def _short(got: int, expected: int) -> bool:
+    return expected - got > max(SHORT_FRAMES, SHORT_FRACTION * expected)
+
+
+def _wav_rate(path: Path) -> int | None:
+    """The sample rate a RIFF/WAVE header states (None: not a WAV, or no fmt chunk)."""
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    at = head.find(b"fmt ")
+    if head[:4] != b"RIFF" or head[8:12] != b"WAVE" or at < 0 or len(head) < at + 16:
+        return None
+    return int(struct.unpack_from("<I", head, at + 12)[0])
+
+
+def read_soundfile(path: Path) -> Decoded | None:
+    """The file through libsndfile, or None when libsndfile does not know its format."""
+    import soundfile as sf
+
+    try:
+        f = sf.SoundFile(path)
+    except sf.LibsndfileError as e:
+        if e.code in _NOT_RECOGNISED:
+            return None
+        if _wav_rate(path) == 0:
+            raise Reject("bad_rate", "the WAV header gives a sample rate of 0") from None
+        raise Reject("corrupt", f"libsndfile cannot open it ({e.error_string})") from None
+    with f:
+        rate, frames, log = f.samplerate, f.frames, f.extra_info
+        cut = _SHORT_CHUNK.search(log)
+        if cut and int(cut.group(1)) > int(cut.group(2)):
+            raise Reject(
+                "truncated",
+                f"its data chunk says {cut.group(1)} bytes, the file holds {cut.group(2)}",
+            )
+        try:
+            data = f.read(dtype="float32", always_2d=True)
+        except sf.LibsndfileError as e:
+            raise Reject("corrupt", f"decoding fails ({e.error_string})") from None
+    if _short(len(data), frames):
+        raise Reject("truncated", f"{len(data)} of the {frames} frames its header gives")
+    return Decoded(data, rate)
+
+
+def read_pyav(path: Path) -> Decoded:
+    """The first audio stream through FFmpeg, as float32 at its own rate and channels."""
+    import av
+
+    try:
+        container = av.open(str(path), metadata_errors="replace")
+    except (av.error.FFmpegError, UnicodeDecodeError) as e:
+        raise Reject("corrupt", f"not a sound file libsndfile or FFmpeg reads ({e})") from None
+    with container:
+        if not container.streams.audio:
+            kinds = sorted({str(s.type) for s in container.streams}) or ["no"]
+            raise Reject("no_audio", f"no audio stream ({', '.join(kinds)} streams only)")
+        stream = container.streams.audio[0]
+        rate = int(stream.codec_context.sample_rate or stream.rate or 0)
+        if rate <= 0:
+            raise Reject("bad_rate", "the audio stream's sample rate is 0")
+        planes = _frames(container, stream)
+        expected = 0
+        if stream.duration is not None and stream.time_base is not None:
+            expected = int(stream.duration * stream.time_base * rate)
+    data = np.concatenate(planes, axis=1).T if planes else np.zeros((0, 1), np.float32)
+    if expected and _short(len(data), expected):
+        raise Reject("truncated", f"{len(data)} of the {expected} samples its header gives")
+    return Decoded(np.ascontiguousarray(data, dtype=np.float32), rate)
+
+
+def _frames(container: Any, stream: Any) -> list[np.ndarray]:
+    """Every frame of `stream` as float32 (channels, n): FFmpeg's planar float, rate kept."""
+    import av
+
+    resampler = av.AudioResampler(format="fltp")
+    planes = []
+    try:
+        for frame in container.decode(stream):
+            for out in resampler.resample(frame):
+                planes.append(out.to_ndarray())
+    except av.error.FFmpegError as e:
+        raise Reject("corrupt", f"decoding fails after {len(planes)} frames ({e})") from None
+    return planes
+
+
+def read_audio(path: Path) -> Decoded:
+    """`path` decoded, by libsndfile or else FFmpeg; checked for a rate and finite samples."""
+    if path.stat().st_size == 0:
+        raise Reject("empty", "a zero-byte file")
+    got = read_soundfile(path)
+    decoded = got if got is not None else read_pyav(path)
+    if decoded.rate <= 0:
+        raise Reject("bad_rate", f"a sample rate of {decoded.rate}")
+    if not len(decoded.samples):
+        raise Reject("empty", "no audio samples")
+    if not np.isfinite(decoded.samples).all():
+        bad = int((~np.isfinite(decoded.samples)).sum())
+        raise Reject("not_finite", f"{bad} NaN or infinite samples")
+    return decoded
+
+
+def fit_channels(samples: np.ndarray, channels: int, mono: bool) -> np.ndarray:
+    """(frames, C) -> (frames,) averaged for `mono`, else (frames, channels): a one-channel
+    source repeated, any other count than `channels` a Reject.
+
+    >>> fit_channels(np.array([[1.0, 3.0]], np.float32), 1, True).tolist()
+    [2.0]
+    """
+    if mono:
+        return samples.mean(axis=1, dtype=np.float32) if samples.shape[1] > 1 else samples[:, 0]
+    if samples.shape[1] == channels:
+        return samples
+    if samples.shape[1] == 1:
+        return np.repeat(samples, channels, axis=1)
+    raise Reject(
+        "channels", f"{samples.shape[1]} channels, not {channels}: pass --mono or --channels"
+    )
+
+
+def to_stored(x: np.ndarray, dtype: str) -> np.ndarray:
+    """Float samples (full scale 1.0) as stored: int16 rounds x * 32768 and clips at full
+    scale, as any int16 writer does; float16 keeps the value (clipped to its finite range).
+
+    >>> to_stored(np.array([-1.0, 0.5, 1.0]), "int16").tolist()
+    [-32768, 16384, 32767]
+    """
+    if dtype == "int16":
+        return np.clip(np.rint(x * 32768.0), -32768, 32767).astype(np.int16)
+    return np.clip(x, -65504.0, 65504.0).astype(np.float16)
+
+
+def decode_clip(
+    path: Path, rate: int, channels: int, mono: bool, dtype: str
+) -> tuple[np.ndarray, int]:
+    """The file at `rate` Hz in `dtype`, (frames,) or (frames, channels), and its source rate."""
+    import soxr
+
+    with stage("read"):
+        decoded = read_audio(path)
+    with stage("resample"):
+        x = fit_channels(decoded.samples, channels, mono)
+        if decoded.rate != rate:
+            x = soxr.resample(np.ascontiguousarray(x), decoded.rate, rate, quality=QUALITY)
+        return to_stored(x, dtype), decoded.rate

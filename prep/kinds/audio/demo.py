@@ -1,0 +1,56 @@
+"""`prep demo --audio DIR`: a small labelled sound dataset, synthesised: class folders of
+tones, chirps and noise at several source rates and channel counts, in WAV, FLAC, OGG/Vorbis
+and MP3 (each written by libsndfile). The same seed gives the same files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+RATES = (8000, 22050, 44100, 48000)
+# (extension, libsndfile format, subtype): MP3 only where this libsndfile can write it.
+FORMATS = (("wav", "WAV", "PCM_16"), ("flac", "FLAC", "PCM_16"), ("ogg", "OGG", "VORBIS"))
+MP3 = ("mp3", "MP3", "MPEG_LAYER_III")
+
+
+def formats() -> tuple[tuple[str, str, str], ...]:
+    import soundfile as sf
+
+    can = MP3[2] in sf.available_subtypes(MP3[1])
+    return (*FORMATS, MP3) if can else FORMATS
+
+
+def synth(kind: str, rate: int, seconds: float, rng: np.random.Generator) -> np.ndarray:
+    """float32 (n,) at full scale below 0.5: a tone, a rising chirp or band-limited noise."""
+    t = np.arange(round(seconds * rate)) / rate
+    if kind == "tone":
+        x = np.sin(2 * np.pi * rng.uniform(220, 880) * t)
+    elif kind == "chirp":
+        f0, f1 = rng.uniform(200, 500), rng.uniform(1500, min(3500, rate / 2.5))
+        x = np.sin(2 * np.pi * (f0 * t + (f1 - f0) * t**2 / (2 * seconds)))
+    else:
+        x = np.convolve(rng.standard_normal(len(t)), np.ones(4) / 4, mode="same")
+    fade = np.minimum(1.0, np.minimum(t, t[-1] - t) / 0.01)  # 10 ms ramps: no clicks
+    return (rng.uniform(0.2, 0.45) * x * fade).astype(np.float32)
+
+
+def make_audio_demo(out: Path, per_class: int = 12, seed: int = 0) -> list[Path]:
+    """Write `per_class` files into each of out/{tone,chirp,noise}; the paths written."""
+    import soundfile as sf
+
+    rng = np.random.default_rng(seed)
+    kinds, written = ("tone", "chirp", "noise"), []
+    fmts = formats()
+    for c, kind in enumerate(kinds):
+        (out / kind).mkdir(parents=True, exist_ok=True)
+        for i in range(per_class):
+            ext, fmt, subtype = fmts[(i + c) % len(fmts)]
+            rate = RATES[(i * 3 + c) % len(RATES)]
+            x = synth(kind, rate, float(rng.uniform(0.6, 2.5)), rng)
+            if i % 4 == 3:  # some stereo files, channels a little apart
+                x = np.stack([x, np.roll(x, 7)], axis=1)
+            path = out / kind / f"{kind}_{i:03d}.{ext}"
+            sf.write(path, x, rate, format=fmt, subtype=subtype)
+            written.append(path)
+    return written
