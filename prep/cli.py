@@ -238,6 +238,9 @@ def demo(
     video: Annotated[
         Optional[Path], typer.Option(help="Also write short clips of moving shapes here (PyAV).")
     ] = None,
+    audio: Annotated[
+        Optional[Path], typer.Option(help="Also write tones, chirps and noise in class folders.")
+    ] = None,
 ) -> None:
     """Write a deterministic demo raw dataset: class folders of photo-like images, masks, text.
 
@@ -264,9 +267,18 @@ def demo(
             raise PrepError(f"{video} is a file, not a folder. HINT: name a new folder")
         n = len(make_video_demo(video, seed=seed))
         typer.echo(f"{video}: {n} clips of moving shapes in class folders (one VFR, one rotated)")
+    if audio is not None:
+        from prep.kinds.audio.demo import make_audio_demo
+
+        if audio.exists() and not audio.is_dir():
+            raise PrepError(f"{audio} is a file, not a folder. HINT: name a new folder")
+        n = len(make_audio_demo(audio, seed=seed))
+        typer.echo(f"{audio}: {n} sound files (wav, flac, ogg, mp3) in class folders")
     if raw is None:
-        if volumes is None and video is None:
-            raise UsageError("prep demo needs RAW, --volumes DIR, --video DIR, or some of them")
+        if volumes is None and video is None and audio is None:
+            raise UsageError(
+                "prep demo needs RAW, --volumes DIR, --video DIR, --audio DIR, or some of them"
+            )
         return
     if raw.exists() and not raw.is_dir():
         raise PrepError(f"{raw} is a file, not a folder. HINT: name a new folder for the demo")
