@@ -18,6 +18,7 @@ from prep.config import RunConfig
 from prep.errors import PrepError, UsageError
 from prep.importers.cli import app as import_app
 from prep.inspect import commands as inspect
+from prep.inspect.reportcmd import report as html_report
 from prep.kinds.audio.config import AudioConfig
 from prep.kinds.images.config import PackConfig
 from prep.kinds.samples.config import SamplesConfig
@@ -290,7 +291,7 @@ def demo(
 
 
 # info, verify, preview, tune: the commands that look at a packed dataset (prep.inspect).
-for _look in (inspect.info, inspect.verify, inspect.preview, inspect.tune):
+for _look in (inspect.info, inspect.verify, inspect.preview, inspect.tune, html_report):
     app.command()(friendly(_look))
 
 # prep import SOURCE: a sub-app of its own (prep.importers.cli), each command made friendly here.

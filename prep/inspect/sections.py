@@ -1,0 +1,150 @@
+"""prep report's sections that every kind of dataset shares or that read only the manifest:
+the header, counts per split and class, source sizes, rejects by reason, pixel statistics."""
+
+from __future__ import annotations
+
+import datetime
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from loaders.format import Manifest
+from prep.inspect import charts
+from prep.inspect.html import Section, esc, para, table
+
+FIRST_REJECTS = 5  # paths shown a reject reason
+NOUNS = {"images": "samples", "samples": "samples", "volumes": "volumes", "table": "rows"}
+
+
+def lead(root: Path, m: Manifest) -> list[str]:
+    """The header's lines: what the dataset is, who wrote it, when the report was made."""
+    on_disk = sum(f.bytes for s in m.shards for f in s.files.values())
+    return [
+        f"{root}: {m.kind}, {m.num_samples:,} {NOUNS.get(m.kind, 'documents')} in "
+        f"{len(m.shards)} {m.storage} shards ({on_disk / 1e6:,.1f} MB), {m.rejects:,} rejected",
+        f"format v{m.format_version}, written by prep {m.tool_version}; report made "
+        f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC",
+    ]
+
+
+def split_of(m: Manifest) -> np.ndarray:
+    """Each sample's split name ("all" for a dataset without splits)."""
+    return np.repeat(
+        np.array([s.split or "all" for s in m.shards], dtype=object), [s.count for s in m.shards]
+    )
+
+
+def counts(
+    m: Manifest, labels: np.ndarray | None, what: str = "samples", names: Sequence[str] = ()
+) -> Section:
+    """Bars of the samples per split and class (`labels`: one class id a sample, or an object's
+    class ids with `what="objects"`), the imbalance ratio, and classes no sample has."""
+    classes = list(names or m.classes or [])
+    if labels is None:
+        per = Counter[str]()
+        for s in m.shards:
+            per[s.split or "all"] += s.count
+        return Section("counts", "Counts", table(["split", what], sorted(per.items())))
+    splits = split_of(m) if what == "samples" else np.full(len(labels), "all", dtype=object)
+    series: dict[str, dict[str, int]] = {}
+    for split in dict.fromkeys(splits.tolist()):
+        ids, n = np.unique(labels[splits == split], return_counts=True)
+        name = [classes[i] if 0 <= i < len(classes) else f"label {i}" for i in ids.tolist()]
+        series[str(split)] = dict(zip(name, n.tolist(), strict=True))
+    total = Counter[str]()
+    for part in series.values():
+        total.update(part)
+    chart = charts.bars(series, f"{what} per class" + (" and split" if len(series) > 1 else ""))
+    body = f'<div class="charts">{chart}</div>'
+    if total:
+        big, small = max(total.values()), min(total.values())
+        body += para(
+            f"{len(total)} classes; largest {big:,} {what}, smallest {small:,}: "
+            f"imbalance {big / small:.1f}x"
+        )
+    missing = [c for c in classes if c not in total]
+    if missing:
+        shown = ", ".join(missing[:20]) + (" ..." if len(missing) > 20 else "")
+        body += para(f"{len(missing)} classes with no {what}: {shown}", "bad")
+    rows = [(c, *(part.get(c, 0) for part in series.values())) for c in total]
+    body += f"<details><summary>table</summary>{table(['class', *series], rows)}</details>"
+    return Section("counts", "Counts", body)
+
+
+def sizes(orig: np.ndarray | None, stored: np.ndarray | None = None) -> Section:
+    """Histograms of the sources' width, height and aspect ratio (w / h), from `orig_size`
+    ((N, 2) h, w); without it, of the stored sides (`stored`, mode keep), said so."""
+    hw, said = (orig, "source") if orig is not None else (stored, "stored")
+    if hw is None or not len(hw):
+        return Section("sizes", "Source sizes", para("this dataset stores no orig_size", "note"))
+    h, w = hw[:, 0].astype(np.float64), hw[:, 1].astype(np.float64)
+    aspect = w / np.maximum(h, 1)
+    panels = [(f"{said} width (px)", w), (f"{said} height (px)", h), ("aspect (w / h)", aspect)]
+    text = (
+        f"{len(hw):,} samples: width {w.min():.0f}-{w.max():.0f} px (median {np.median(w):.0f}), "
+        f"height {h.min():.0f}-{h.max():.0f} px (median {np.median(h):.0f}); "
+        f"{int((aspect > 2).sum() + (aspect < 0.5).sum()):,} with an aspect past 2:1"
+    )
+    return Section("sizes", f"Sizes ({said})", charts.histograms(panels) + para(text))
+
+
+def rejects(m: Manifest, found: Iterable[Mapping[str, object]]) -> Section:
+    """Rejects by reason (bars), each reason with its first FIRST_REJECTS paths and messages;
+    `found`: rejects.jsonl's records, read once."""
+    by = Counter[str]()
+    first: dict[str, list[Mapping[str, object]]] = {}
+    for r in found:
+        reason = str(r.get("reason", "?"))
+        by[reason] += 1
+        if by[reason] <= FIRST_REJECTS:
+            first.setdefault(reason, []).append(r)
+    if not by:
+        return Section("rejects", "Rejects", para(f"no rejects ({m.rejects} in the manifest)"))
+    order = [r for r, _ in by.most_common()]
+    chart = charts.categories([("rejected inputs", order, [by[r] for r in order])])
+    rows = [(why, r.get("path", ""), r.get("message", "")) for why in order for r in first[why]]
+    body = (
+        para(f"{by.total():,} rejected inputs, {len(by)} reasons (rejects.jsonl)", "bad")
+        + chart
+        + table(["reason", "path", "message"], rows)
+    )
+    return Section("rejects", "Rejects", body)
+
+
+def stats(m: Manifest) -> Section:
+    """The per-channel mean and std that `prep pack` stored (extra.stats) at each size, as
+    `loaders.Normalize.from_dataset` reads them."""
+    got = m.extra.get("stats")
+    sizes_ = got.get("sizes") if isinstance(got, dict) else None
+    if not isinstance(sizes_, dict) or not sizes_:
+        text = "no pixel statistics stored (packed before prep stored them): repack to get them"
+        return Section("stats", "Pixel statistics", para(text, "note"))
+    rows, chart = [], ""
+    for size, at in sizes_.items():
+        mean, std = at.get("mean", []), at.get("std", [])
+        rows.append((f"{size} px", _nums(mean), _nums(std), f"{at.get('pixels', 0):,}"))
+        if not chart:
+            chart = charts.channels(mean, std, f"mean ± std at {size} px")
+    split = got.get("split") if isinstance(got, dict) else None
+    text = f"over the {split} split" if split else "over every sample"
+    code = "Normalize.from_dataset(ds)"
+    body = (
+        chart
+        + table(["size", "mean (0-255)", "std (0-255)", "pixels"], rows)
+        + f"<p>{esc(text)}; <code>{esc(code)}</code> reads them.</p>"
+    )
+    return Section("stats", "Pixel statistics", body)
+
+
+def _nums(values: Sequence[float]) -> str:
+    return ", ".join(f"{v:.2f}" for v in values)
+
+
+def fields(m: Manifest) -> Section:
+    """The arrays: field, dtype, per-item shape and codec (`prep info` has their bytes)."""
+    rows = []
+    for name, spec in sorted(m.arrays.items()):
+        rows.append((name, spec.field, spec.dtype, str(list(spec.shape)), spec.codec))
+    return Section("fields", "Fields", table(["array", "field", "dtype", "shape", "codec"], rows))
