@@ -90,6 +90,8 @@ def decode_video(path: Path, fps: float, size: int, mode: str) -> Decoded:
             raise Reject("corrupt", f"the video cannot be decoded ({e})") from None
         frames, duration, rotation, decoded = out
         _check_whole(container, stream, decoded, duration, float(rate))
+    if not frames:
+        raise Reject("no_frames", "the video ends before its first frame")
     return Decoded(frames, float(rate), duration, rotation)
 
 
@@ -126,8 +128,6 @@ def _pick(
     while shown is not None and k / fps < end - EPS:
         fitted = _emit(out, shown, fitted, rotation, size, mode)
         k += 1
-    if not out:
-        raise Reject("no_frames", "the video ends before its first frame")
     return out, end, rotation, n
 
 
