@@ -57,7 +57,7 @@ def reference(path: Path) -> tuple[list[np.ndarray], list[float], float, int]:
 
 def stored(ds: SampleDataset, name: str) -> dict[str, Any]:
     names = [ds.__getitems__([i])["source"][0] for i in range(len(ds))]
-    return ds.__getitems__([names.index(name)])[0]  # type: ignore[no-any-return]
+    return ds.__getitems__([names.index(name)])[0]
 
 
 @pytest.mark.parametrize("name", ["down/down_00.mp4", "left/left_00.mp4"])
