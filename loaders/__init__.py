@@ -19,6 +19,7 @@ _EXPORTS = {
     "TableDataset": "loaders.tables",
     "SampleDataset": "loaders.samples.dataset",
     "ClipDataset": "loaders.clips",
+    "AudioDataset": "loaders.audio",
     "MixedDataset": "loaders.mixed",
     "Normalize": "loaders.gpu",
     "make_loader": "loaders.loader",
