@@ -6,6 +6,14 @@
     aug.set_epoch(epoch)
     x, y = aug(images, labels, index=index)      # index: the dataset's "index" field
 
+Boxes and keypoints move with the pixels (float32 x0, y0, x1, y1 and x, y, visibility, in
+pixels; ragged: a list of (Ni, 4) tensors, a jagged nested tensor, or padded (B, N, 4) with
+`lengths=`), and the boxes a pipeline leaves narrower or lower than `min_size` px once clipped
+to the image are dropped, with their keypoints and the `per_box` fields (torchvision's
+SanitizeBoundingBoxes):
+
+    x, boxes, extra = aug(images, index=index, boxes=boxes, per_box={"labels": labels})
+
 Every op draws its random parameters per sample from (seed, epoch, op, dataset index): a sample
 gets the same crop at any batch size, worker count or device, and a run resumed in the middle of
 an epoch draws what the uninterrupted run drew. Each op is a fixed number of tensor operations
@@ -15,20 +23,29 @@ whatever the batch size (no loop over samples). Images are (B, C, H, W) uint8, o
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import torch
 from torch import nn
 
 from loaders.augment.base import Op, run
 from loaders.augment.batch import Sample
+from loaders.augment.boxes import Ragged
 from loaders.augment.color import ColorJitter
-from loaders.augment.geometry import RandomCrop, RandomHorizontalFlip, RandomResizedCrop
+from loaders.augment.geometry import (
+    RandomCrop,
+    RandomHorizontalFlip,
+    RandomResizedCrop,
+    RandomVerticalFlip,
+)
 from loaders.augment.mix import CutMix, MixUp
 from loaders.augment.random import stream_key, uniform
+from loaders.augment.resize import CenterCrop, Resize
 from loaders.gpu import Normalize
 
 __all__ = [
+    "CenterCrop",
     "ColorJitter",
     "Compose",
     "CutMix",
@@ -38,6 +55,8 @@ __all__ = [
     "RandomCrop",
     "RandomHorizontalFlip",
     "RandomResizedCrop",
+    "RandomVerticalFlip",
+    "Resize",
     "Sample",
     "stream_key",
     "uniform",
@@ -61,17 +80,23 @@ def stream_names(ops: Iterable[nn.Module]) -> list[str]:
 
 
 class Compose(nn.Module):
-    """Ops applied in order to a batch: `aug(images, labels=None, *, index, mask=None)`.
+    """Ops applied in order to a batch: `aug(images, labels=None, *, index, mask=None,
+    boxes=None, keypoints=None, lengths=None, per_box=None)`.
 
-    Returns the images alone, or a tuple of the images and those of labels and mask that were
-    given, in that order. `Op`s see the whole batch; any other module (Normalize) gets the
-    images only. `set_epoch(e)` before each epoch changes every draw; `.to(device)` moves the
-    modules' buffers, and the draws are made on the batch's device."""
+    Returns the images alone, or a tuple of the images and those of labels, mask, boxes,
+    keypoints, lengths and per_box that were given, in that order: boxes and keypoints (N, K, 3)
+    moved with the pixels, in the form given, on the images' device; lengths (padded forms: each
+    sample's rows, given and returned) and per_box (a dict of per-box fields, each in its form)
+    for the boxes kept (see loaders.augment.boxes). `Op`s see the whole batch; any other module
+    (Normalize) gets the images only. `set_epoch(e)` before each epoch changes every draw;
+    `.to(device)` moves the modules' buffers, and the draws are made on the batch's device."""
 
-    def __init__(self, ops: Iterable[nn.Module], seed: int = 0, epoch: int = 0):
+    def __init__(
+        self, ops: Iterable[nn.Module], seed: int = 0, epoch: int = 0, min_size: float = 1.0
+    ):
         super().__init__()
         self.ops = nn.ModuleList(ops)
-        self.seed, self.epoch = seed, epoch
+        self.seed, self.epoch, self.min_size = seed, epoch, min_size
         stream_key(seed, epoch, "")  # refuse a negative seed or epoch now
         self._names = stream_names(self.ops)
 
@@ -86,9 +111,23 @@ class Compose(nn.Module):
         *,
         index: torch.Tensor,
         mask: torch.Tensor | None = None,
-    ) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        boxes: Ragged = None,
+        keypoints: Ragged = None,
+        lengths: torch.Tensor | None = None,
+        per_box: Mapping[str, Ragged] | None = None,
+    ) -> torch.Tensor | tuple[Any, ...]:
         ops = [(op, self.key(name)) for name, op in zip(self._names, self.ops, strict=True)]
-        return run(ops, images, labels, index=index, mask=mask)
+        instances = {"boxes": boxes, "keypoints": keypoints, "lengths": lengths}
+        return run(
+            ops,
+            images,
+            labels,
+            index=index,
+            mask=mask,
+            per_box=per_box,
+            min_size=self.min_size,
+            **instances,
+        )
 
     def key(self, name: str) -> int:
         return stream_key(self.seed, self.epoch, name)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch import nn
 
 from loaders.augment.batch import Sample
+from loaders.augment.boxes import Ragged, Targets, outputs
 from loaders.augment.random import stream_key, uniform
 from loaders.augment.resample import settle
 
@@ -31,8 +33,8 @@ class Op(nn.Module):
 
     def forward(
         self, images: torch.Tensor, labels: torch.Tensor | None = None, **kw: Any
-    ) -> torch.Tensor | tuple[torch.Tensor, ...]:
-        """`kw`: index= and mask= as for Compose, and seed=, epoch= (default 0)."""
+    ) -> torch.Tensor | tuple[Any, ...]:
+        """`kw`: index=, mask=, boxes=... as for Compose, and seed=, epoch= (default 0)."""
         seed, epoch = kw.pop("seed", 0), kw.pop("epoch", 0)
         key = stream_key(seed, epoch, type(self).__name__)  # as Compose's first op of its class
         return run([(self, key)], images, labels, **kw)
@@ -45,10 +47,16 @@ def run(
     *,
     index: torch.Tensor,
     mask: torch.Tensor | None = None,
-) -> torch.Tensor | tuple[torch.Tensor, ...]:
+    boxes: Ragged = None,
+    keypoints: Ragged = None,
+    lengths: torch.Tensor | None = None,
+    per_box: Mapping[str, Ragged] | None = None,
+    min_size: float = 1.0,
+) -> torch.Tensor | tuple[Any, ...]:
     """A batch through `ops`, each with the key of its stream of draws (Compose gives them from
     (seed, epoch)); any other module (Normalize) gets the images only. Returns the images alone,
-    or a tuple of the images and those of labels and mask that were given, in that order."""
+    or a tuple of the images and those of labels, mask, boxes, keypoints, lengths and per_box
+    that were given, in that order (loaders.augment.boxes: the instances, sanitized)."""
     if images.dim() != 4 or index.shape != images.shape[:1]:
         raise ValueError(
             f"expected images (B, C, H, W) and index (B,), got {tuple(images.shape)} and "
@@ -56,7 +64,12 @@ def run(
         )
     if mask is not None and mask.shape != images.shape[:1] + images.shape[2:]:
         raise ValueError(f"mask {tuple(mask.shape)} is not (B, H, W) of {tuple(images.shape)}")
-    sample = Sample(images, index, labels, mask)
+    if per_box is not None and boxes is None:
+        raise ValueError("per_box= drops rows with their boxes: pass boxes= too")
+    targets = None
+    if boxes is not None or keypoints is not None:
+        targets = Targets.of(len(images), boxes, keypoints, lengths).to(images.device)
+    sample = Sample(images, index, labels, mask, targets=targets)
     for op, key in ops:
         if isinstance(op, Op):
             sample = op.augment(settle(sample) if not op.lazy else sample, key)
@@ -65,5 +78,9 @@ def run(
             sample = sample.but(images=op(sample.images))
     sample = settle(sample)
     pairs = ((sample.labels, labels), (sample.mask, mask))
-    given = [t for t, asked in pairs if asked is not None and t is not None]
+    given: list[Any] = [t for t, asked in pairs if asked is not None and t is not None]
+    if sample.targets is not None:
+        asked = {"boxes": boxes, "keypoints": keypoints, "per_box": per_box}
+        hw = sample.canvas
+        given += outputs(sample.targets, hw, min_size, asked, lengths)
     return (sample.images, *given) if given else sample.images

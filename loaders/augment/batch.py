@@ -10,6 +10,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from loaders.augment.boxes import Targets
+
 
 @dataclass
 class Sample:
@@ -18,13 +20,24 @@ class Sample:
     images: (B, C, H, W), uint8 or float; labels: int64 (B,) class ids, or float (B, classes)
     soft labels once mixed; mask: uint8 (B, H, W), moved by geometric ops only; index: int64 (B,),
     the dataset index of each sample, which its random draws are made from. pending: a resized
-    crop drawn but not made yet (see Resize), so that the ops after it fold into one sampling."""
+    crop drawn but not made yet (see Resize), so that the ops after it fold into one sampling.
+    targets: boxes and keypoints (loaders.augment.boxes), moved by each geometric op as it
+    draws, in the pixels of `canvas` (the pending crop's size, or the images')."""
 
     images: torch.Tensor
     index: torch.Tensor
     labels: torch.Tensor | None = None
     mask: torch.Tensor | None = None
     pending: Resize | None = None
+    targets: Targets | None = None
+
+    @property
+    def canvas(self) -> tuple[int, int]:
+        """(H, W) of the images once the pending crop is made."""
+        if self.pending is not None:
+            return self.pending.size
+        H, W = self.images.shape[-2:]
+        return int(H), int(W)
 
     def but(self, **changes: Any) -> Sample:
         """A copy with some tensors replaced: ops never change the batch they were given."""

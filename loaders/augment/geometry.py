@@ -1,4 +1,5 @@
-"""Geometric batch ops: crops and flips, per sample, the mask moving with its image.
+"""Geometric batch ops: crops, resizes and flips, per sample, the mask, boxes and keypoints
+moving with the image (loaders.augment.boxes: the boxes with torchvision's box math).
 
 Every output pixel's source position is computed for all samples at once: a crop is one
 `grid_sample` of the batch (one gather for masks and padded crops), so an op is a fixed number
@@ -14,7 +15,8 @@ from collections.abc import Sequence
 import torch
 
 from loaders.augment.base import Op
-from loaders.augment.batch import Resize, Sample
+from loaders.augment.batch import Resize as Pending
+from loaders.augment.batch import Sample
 from loaders.augment.random import stream_key, uniform
 from loaders.augment.resample import resized_crop, settle, take  # noqa: F401  (resized_crop: tests)
 
@@ -91,7 +93,12 @@ class RandomResizedCrop(Op):
     def augment(self, sample: Sample, key: int) -> Sample:
         H, W = sample.images.shape[-2:]
         boxes = self._boxes(self.draws(key, sample, 2 * TRIES + 2), H, W)
-        return sample.but(pending=Resize(boxes, self.size))  # made by the next op but a lazy one
+        t = sample.targets
+        if t is not None:
+            top, left, h, w = boxes.to(torch.float64).unbind(1)
+            t = t.moved(top, left, self.size[0] / h, self.size[1] / w, self.size)
+        # made by the next op but a lazy one
+        return sample.but(pending=Pending(boxes, self.size), targets=t)
 
     def extra_repr(self) -> str:
         return f"size={self.size}, scale={self.scale}, ratio={self.ratio}"
@@ -117,18 +124,7 @@ class RandomCrop(Op):
         u = self.draws(key, sample, 2)
         top = (u[:, 0] * (H + 2 * p - sh + 1)).floor().to(torch.int64) - p
         left = (u[:, 1] * (W + 2 * p - sw + 1)).floor().to(torch.int64) - p
-        rows = top[:, None] + torch.arange(sh, device=top.device)
-        cols = left[:, None] + torch.arange(sw, device=top.device)
-        inside = ((rows >= 0) & (rows < H))[:, :, None] & ((cols >= 0) & (cols < W))[:, None, :]
-        r, c = rows.clamp(0, H - 1), cols.clamp(0, W - 1)
-        x = sample.images.permute(0, 2, 3, 1)
-        fill = torch.tensor(self.fill, dtype=x.dtype, device=x.device)
-        images = torch.where(inside[..., None], take(x, r, c), fill).permute(0, 3, 1, 2)
-        mask = sample.mask
-        if mask is not None:
-            mfill = torch.tensor(self.mask_fill, dtype=mask.dtype, device=mask.device)
-            mask = torch.where(inside, take(mask, r, c), mfill)
-        return sample.but(images=images, mask=mask)
+        return crop(sample, top, left, self.size, self.fill, self.mask_fill)
 
     def extra_repr(self) -> str:
         return f"size={self.size}, padding={self.padding}"
@@ -148,23 +144,83 @@ class RandomHorizontalFlip(Op):
 
     def augment(self, sample: Sample, key: int) -> Sample:
         flip = self.draws(key, sample, 1)[:, :1] < self.p
+        t = sample.targets
+        t = None if t is None else t.flipped_x(flip[:, 0], sample.canvas[1])
         p = sample.pending
         if p is not None:
-            flip = flip[:, 0] if p.flip is None else flip[:, 0] ^ p.flip
-            return sample.but(pending=Resize(p.boxes, p.size, flip))
+            turned = flip[:, 0] if p.flip is None else flip[:, 0] ^ p.flip
+            return sample.but(pending=Pending(p.boxes, p.size, turned), targets=t)
         W = sample.images.shape[-1]
         j = torch.arange(W, device=sample.images.device)
         cols = torch.where(flip, W - 1 - j, j)  # (B, W): each sample's source columns
         # One gather (where(flip, x.flip(-1), x) reads and writes the batch three times).
         images = _columns(sample.images, cols)
         mask = None if sample.mask is None else _columns(sample.mask, cols)
-        return sample.but(images=images, mask=mask)
+        return sample.but(images=images, mask=mask, targets=t)
 
     def extra_repr(self) -> str:
         return f"p={self.p}"
+
+
+class RandomVerticalFlip(Op):
+    """Each sample mirrored top-bottom with probability p, its mask, boxes and keypoints with
+    it: one gather of the rows (after any pending crop is made)."""
+
+    def __init__(self, p: float = 0.5):
+        super().__init__()
+        if not 0 <= p <= 1:
+            raise ValueError(f"p {p} must be a probability")
+        self.p = p
+
+    def augment(self, sample: Sample, key: int) -> Sample:
+        flip = self.draws(key, sample, 1)[:, 0] < self.p
+        H = sample.images.shape[-2]
+        i = torch.arange(H, device=sample.images.device)
+        rows = torch.where(flip[:, None], H - 1 - i, i)  # (B, H): each sample's source rows
+        images = _rows(sample.images, rows)
+        mask = None if sample.mask is None else _rows(sample.mask, rows)
+        t = None if sample.targets is None else sample.targets.flipped_y(flip, H)
+        return sample.but(images=images, mask=mask, targets=t)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
+
+
+def crop(
+    sample: Sample,
+    top: torch.Tensor,
+    left: torch.Tensor,
+    size: tuple[int, int],
+    fill: float = 0,
+    mask_fill: int = 0,
+) -> Sample:
+    """Each sample's `size` crop at (top, left) (int64 (B,), negative or past the edge in the
+    padding): `fill` outside the image, `mask_fill` outside its mask; one gather."""
+    H, W = sample.images.shape[-2:]
+    (sh, sw), device = size, top.device
+    rows = top[:, None] + torch.arange(sh, device=device)
+    cols = left[:, None] + torch.arange(sw, device=device)
+    inside = ((rows >= 0) & (rows < H))[:, :, None] & ((cols >= 0) & (cols < W))[:, None, :]
+    r, c = rows.clamp(0, H - 1), cols.clamp(0, W - 1)
+    x = sample.images.permute(0, 2, 3, 1)
+    value = torch.tensor(fill, dtype=x.dtype, device=x.device)
+    images = torch.where(inside[..., None], take(x, r, c), value).permute(0, 3, 1, 2)
+    mask = sample.mask
+    if mask is not None:
+        mfill = torch.tensor(mask_fill, dtype=mask.dtype, device=mask.device)
+        mask = torch.where(inside, take(mask, r, c), mfill)
+    t = sample.targets
+    t = None if t is None else t.moved(top, left, 1.0, 1.0, size)
+    return sample.but(images=images, mask=mask, targets=t)
 
 
 def _columns(x: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
     """x (B, ..., W) with each sample's columns taken in the order cols (B, W)."""
     view = cols.view(len(cols), *([1] * (x.dim() - 2)), cols.shape[1])
     return x.gather(-1, view.expand_as(x))
+
+
+def _rows(x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """x (B, ..., H, W) with each sample's rows taken in the order rows (B, H)."""
+    view = rows.view(len(rows), *([1] * (x.dim() - 3)), rows.shape[1], 1)
+    return x.gather(-2, view.expand_as(x))

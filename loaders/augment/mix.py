@@ -32,6 +32,13 @@ class _Mix(Op):
         keep = keep.to(torch.float32)[:, None]
         return torch.lerp(labels.roll(1, 0), labels, keep)
 
+    def refuse_boxes(self, sample: Sample) -> None:
+        if sample.targets is not None:
+            raise ValueError(
+                f"{type(self).__name__} blends two samples' pixels; their boxes would need "
+                "merging, which it does not do. HINT: leave it out of a pipeline given boxes="
+            )
+
     def lam(self, key: int, sample: Sample) -> torch.Tensor:
         return beta(self.alpha, self.draws(key, sample, BETA_DRAWS + 2)[:, :BETA_DRAWS])
 
@@ -43,6 +50,7 @@ class MixUp(_Mix):
     """images λ x_i + (1 - λ) x_(i-1), labels the same, λ ~ Beta(alpha, alpha) per sample."""
 
     def augment(self, sample: Sample, key: int) -> Sample:
+        self.refuse_boxes(sample)
         x = sample.images
         lam = self.lam(key, sample)
         f = working(x)
@@ -66,6 +74,7 @@ class CutMix(_Mix):
         return torch.stack([top, left, bottom, right], 1).to(torch.int64)
 
     def augment(self, sample: Sample, key: int) -> Sample:
+        self.refuse_boxes(sample)
         x = sample.images
         H, W = x.shape[-2:]
         top, left, bottom, right = self.boxes(key, sample).unbind(1)

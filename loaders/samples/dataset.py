@@ -19,7 +19,9 @@ from loaders.samples.fields import RAGGED_POLICIES, SampleField
 from loaders.samples.image import Boxes, Image, Keypoints, Mask, hw_name
 from loaders.samples.instances import Instances
 from loaders.samples.registry import fields_from
+from loaders.samples.transforming import roles_of, transform
 from loaders.store import DEFAULT_MAX_OPEN
+from loaders.transforms import Compose
 
 
 class SampleBatch(Batch):
@@ -49,7 +51,12 @@ class SampleDataset(DecodingDataset):
     images uint8 (B, C, H, W) at `size` (any of the dataset's sizes; `set_size` switches), with
     `crop=` as ImageShardDataset has it (required for mode keep) and `decode="cuda"` for JPEG.
     "index" gives each sample's dataset index. `in_memory=True` reads the fields into shared
-    memory once. `root` may be a URL (see ShardedDataset)."""
+    memory once. `root` may be a URL (see ShardedDataset). `split=` reads one split's shards.
+
+    `transforms=`: a loaders.transforms.Compose run on each batch as it is read (in the
+    loader's workers), drawing from (its seed, the dataset's epoch, index): the image field's
+    pixels, with its mask, boxes and keypoints moved along and the boxes it leaves degenerate
+    dropped with their per-box fields (loaders.samples.transforming says which)."""
 
     kind = "samples"
 
@@ -64,10 +71,12 @@ class SampleDataset(DecodingDataset):
         decode: str = "cpu",
         threads: int | None = None,
         in_memory: bool = False,
+        transforms: Compose | None = None,
+        split: str | None = None,
         max_open: int = DEFAULT_MAX_OPEN,
         **remote: Unpack[Remote],
     ):
-        super().__init__(root, max_open=max_open, **remote)
+        super().__init__(root, split=split, max_open=max_open, **remote)
         have = [*self.declared, "index"]
         self.fields = tuple(self.declared if fields is None else fields)
         missing = [f for f in self.fields if f not in have]
@@ -86,6 +95,11 @@ class SampleDataset(DecodingDataset):
             if size is None and len(self.sizes) != 1:
                 raise ValueError(f"{self.store.root} has sizes {self.sizes}: pass size=")
             self.set_size(self.sizes[0] if size is None else size)
+        self.transforms, self._roles = transforms, None
+        if transforms is not None:
+            if not isinstance(transforms, Compose):
+                raise TypeError(f"transforms= takes a loaders.transforms.Compose, not {transforms}")
+            self._roles = roles_of(self.declared, self.fields, self.store.root)
         if in_memory:
             stored = [a for f in self.fields if f != "index" for a in self._arrays_of(f)]
             self.arrays.load(set(stored))
@@ -148,6 +162,8 @@ class SampleDataset(DecodingDataset):
                 out[f] = torch.from_numpy(reading.index)
             else:
                 out |= self.declared[f].read(reading, f, self.policies.get(f, "pad"))
+        if self._roles is not None:
+            out = transform(self.transforms, out, self._roles, reading.index, self.epoch)
         return SampleBatch(out, len(local))
 
     def __repr__(self) -> str:

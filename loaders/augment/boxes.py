@@ -1,0 +1,233 @@
+"""Boxes and keypoints moved with their pixels by the geometric ops, and the degenerate boxes
+dropped at the end of a pipeline, with torchvision.transforms.v2's rules.
+
+A batch's instances travel padded: boxes (B, N, 4) float64 x0, y0, x1, y1 in the pixels of
+the image (edges at integers: a box of the whole W x H image is (0, 0, W, H)), keypoints
+(B, N, K, 3) x, y, visibility, and `valid` (B, N), which rows are instances. A crop clips the
+boxes to itself (torchvision's crop and pad clamp); a keypoint it cuts away, or one not
+labelled (visibility <= 0), is (0, 0, 0), as loaders.samples' Keypoints has it. `sanitize` is
+SanitizeBoundingBoxes(min_size): after clipping to the image, a box narrower or lower than
+min_size is dropped, with its keypoints and every per-box field. The caller's forms come back:
+a list of (Ni, ...) tensors, a jagged nested tensor, or padded (B, N, ...) with `lengths`.
+
+>>> boxes = torch.tensor([[[10.0, 0, 30, 8]], [[0, 0, 5, 5]]])
+>>> t = Targets.of(2, boxes, None, torch.tensor([1, 1]))
+>>> t = t.flipped_x(torch.tensor([True, False]), 40).moved(0, 0, 1.0, 0.5, (8, 20))
+>>> sanitize(t, (8, 20), 1.0).boxes.tolist()
+[[[5.0, 0.0, 15.0, 8.0]], [[0.0, 0.0, 2.5, 5.0]]]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+
+Ragged = Any  # list[Tensor] | a jagged nested tensor | a padded (B, N, ...) tensor
+Number = float | torch.Tensor  # one value for the batch, or (B,)
+
+
+def _b(v: Number, like: torch.Tensor) -> torch.Tensor:
+    """v as (B, 1) float64 on like's device, to broadcast over N."""
+    return torch.as_tensor(v, dtype=torch.float64, device=like.device).reshape(-1, 1)
+
+
+@dataclass
+class Targets:
+    """The instances of a batch, padded (see the module's docstring)."""
+
+    boxes: torch.Tensor | None  # (B, N, 4) float64
+    points: torch.Tensor | None  # (B, N, K, 3) float64
+    valid: torch.Tensor  # (B, N) bool
+    rows: torch.Tensor  # (B,) int64: the instances given a sample
+
+    @staticmethod
+    def of(batch: int, boxes: Ragged, keypoints: Ragged, lengths: torch.Tensor | None) -> Targets:
+        """The caller's boxes and keypoints (each a list, nested or padded tensor, or None)."""
+        b, nb = padded(boxes, lengths, batch, "boxes", (4,))
+        p, np_ = padded(keypoints, lengths, batch, "keypoints", None)
+        b, p = (None if v is None else v.to(torch.float64) for v in (b, p))
+        if b is not None and p is not None and not torch.equal(nb, np_):
+            raise ValueError(
+                f"boxes count {nb.tolist()} and keypoints {np_.tolist()} instances a sample: "
+                "keypoints are per box (N, K, 3)"
+            )
+        if p is not None and (p.dim() != 4 or p.shape[-1] != 3):
+            raise ValueError(f"keypoints {tuple(p.shape)} are not (B, N, K, 3): x, y, visibility")
+        counts = nb if b is not None else np_
+        n = (b if b is not None else p).shape[1]  # type: ignore[union-attr]
+        valid = torch.arange(n, device=counts.device) < counts[:, None]
+        p = None if p is None else _cut(p, valid[..., None])
+        return Targets(b, p, valid, counts)
+
+    def to(self, device: torch.device) -> Targets:
+        b, p = (None if v is None else v.to(device) for v in (self.boxes, self.points))
+        return Targets(b, p, self.valid.to(device), self.rows.to(device))
+
+    def moved(
+        self, top: Number, left: Number, sy: Number, sx: Number, out_hw: tuple[int, int]
+    ) -> Targets:
+        """Into the crop at (top, left) (px, per sample or one), scaled by (sy, sx), of an
+        output image of out_hw: boxes clipped to it, keypoints outside it cut."""
+        like = self.valid
+        t, le, y, x = (_b(v, like) for v in (top, left, sy, sx))
+        H, W = out_hw
+        boxes = points = None
+        if self.boxes is not None:
+            b = self.boxes
+            xs = ((b[..., 0::2] - le[..., None]) * x[..., None]).clamp(0, W)
+            ys = ((b[..., 1::2] - t[..., None]) * y[..., None]).clamp(0, H)
+            boxes = torch.stack([xs[..., 0], ys[..., 0], xs[..., 1], ys[..., 1]], -1)
+        if self.points is not None:
+            p = self.points
+            px = (p[..., 0] - le[..., None]) * x[..., None]
+            py = (p[..., 1] - t[..., None]) * y[..., None]
+            inside = (p[..., 2] > 0) & (px >= 0) & (py >= 0) & (px <= W) & (py <= H)
+            points = _cut(torch.stack([px, py, p[..., 2]], -1), inside)
+        return replace(self, boxes=boxes, points=points)
+
+    def flipped_x(self, flip: torch.Tensor, width: int) -> Targets:
+        """Mirrored left-right in an image `width` px wide where flip (bool (B,))."""
+        return self._flipped(flip, width, 0)
+
+    def flipped_y(self, flip: torch.Tensor, height: int) -> Targets:
+        return self._flipped(flip, height, 1)
+
+    def _flipped(self, flip: torch.Tensor, side: int, axis: int) -> Targets:
+        f = flip.to(self.valid.device).reshape(-1, 1)
+        boxes = points = None
+        if self.boxes is not None:
+            b = self.boxes
+            mirrored = b.clone()
+            mirrored[..., axis], mirrored[..., axis + 2] = (
+                side - b[..., axis + 2],
+                side - b[..., axis],
+            )
+            boxes = torch.where(f[..., None], mirrored, b)
+        if self.points is not None:
+            p = self.points
+            mirrored = p.clone()
+            mirrored[..., axis] = side - p[..., axis]
+            points = _cut(torch.where(f[..., None, None], mirrored, p), p[..., 2] > 0)
+        return replace(self, boxes=boxes, points=points)
+
+
+def _cut(points: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """Points (B, N, K, 3) with those not `keep` (B, N, K) set to (0, 0, 0)."""
+    return torch.where(keep[..., None], points, torch.zeros((), dtype=points.dtype))
+
+
+def sanitize(t: Targets, hw: tuple[int, int], min_size: float) -> Targets:
+    """SanitizeBoundingBoxes(min_size) after clipping the boxes to an image of hw: `valid`
+    loses each box narrower or lower than min_size (NaN included); without boxes, all stay."""
+    if t.boxes is None:
+        return t
+    H, W = hw
+    hi = torch.tensor([W, H, W, H], dtype=t.boxes.dtype, device=t.boxes.device)
+    b = torch.minimum(t.boxes.clamp_min(0), hi)
+    big = (b[..., 2] - b[..., 0] >= min_size) & (b[..., 3] - b[..., 1] >= min_size)
+    return replace(t, boxes=b, valid=t.valid & big)
+
+
+def padded(
+    x: Ragged, lengths: torch.Tensor | None, batch: int, name: str, row: tuple[int, ...] | None
+) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """x as (B, N, *row), in its dtype, and its rows a sample (B,) int64; row None: any shape."""
+    if x is None:
+        return None, torch.zeros(0, dtype=torch.int64)
+    if isinstance(x, (list, tuple)):
+        if len(x) != batch:
+            raise ValueError(f"{name}: {len(x)} tensors for a batch of {batch}")
+        if batch == 0:
+            return torch.zeros(0, 0, *(row or ())), torch.zeros(0, dtype=torch.int64)
+        values = torch.cat([torch.as_tensor(v) for v in x])
+        counts = torch.tensor([len(v) for v in x], dtype=torch.int64, device=values.device)
+    elif isinstance(x, torch.Tensor) and x.is_nested:
+        values, counts = x.values(), x.offsets().diff().to(torch.int64)  # type: ignore[attr-defined]
+        if len(counts) != batch:
+            raise ValueError(f"{name}: {len(counts)} samples for a batch of {batch}")
+    elif isinstance(x, torch.Tensor):
+        if lengths is None or lengths.shape != (batch,) or x.dim() < 2 or len(x) != batch:
+            raise ValueError(
+                f"{name} {tuple(x.shape)}: a padded (B, N, ...) batch needs lengths= (B,), the "
+                f"rows of each sample (the dataset's {name}_len)"
+            )
+        _shape(x.shape[2:], row, name)
+        return x, lengths.to(device=x.device, dtype=torch.int64)
+    else:
+        raise TypeError(f"{name}: a list of tensors, a nested or a padded tensor, not {type(x)}")
+    _shape(values.shape[1:], row, name)
+    return scatter(values, counts), counts
+
+
+def _shape(got: tuple[int, ...] | torch.Size, row: tuple[int, ...] | None, name: str) -> None:
+    if row is not None and tuple(got) != row:
+        raise ValueError(f"{name}: rows of shape {tuple(got)}, not {row}")
+
+
+def scatter(values: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    """Rows `values` (M, ...) of samples with `counts` (B,) rows each, padded: (B, N, ...).
+
+    >>> scatter(torch.tensor([1, 2, 3]), torch.tensor([2, 0, 1])).tolist()
+    [[1, 2], [0, 0], [3, 0]]
+    """
+    B, n = len(counts), int(counts.max()) if len(counts) else 0
+    out = values.new_zeros((B, n, *values.shape[1:]))
+    sample = torch.repeat_interleave(torch.arange(B, device=values.device), counts)
+    starts = torch.cumsum(counts, 0) - counts
+    pos = torch.arange(len(values), device=values.device) - starts[sample]
+    out[sample, pos] = values
+    return out
+
+
+def back(x: torch.Tensor, like: Ragged, valid: torch.Tensor) -> Ragged:
+    """x (B, N, ...) padded, its rows `valid` (B, N) kept, in the form (list, nested, padded)
+    and dtype of `like`, the caller's. Padded: to the longest sample left."""
+    dtype = like.dtype if isinstance(like, torch.Tensor) else like[0].dtype if like else x.dtype
+    x, counts = x[:, : valid.shape[1]].to(dtype), valid.sum(1)
+    if isinstance(like, (list, tuple)):
+        return [x[i][valid[i]] for i in range(len(x))]
+    if like.is_nested:
+        offsets = torch.cat([counts.new_zeros(1), torch.cumsum(counts, 0)])
+        return torch.nested.nested_tensor_from_jagged(x[valid], offsets)
+    return scatter(x[valid], counts)
+
+
+def outputs(
+    t: Targets,
+    hw: tuple[int, int],
+    min_size: float,
+    given: dict[str, Ragged],
+    lengths: torch.Tensor | None,
+) -> list[Any]:
+    """What a pipeline returns of its instances, sanitized: those of boxes, keypoints, lengths
+    (the rows kept a sample) and per_box (a dict) that were `given`, in that order, each in its
+    given form, on the images' device."""
+    t = sanitize(t, hw, min_size)
+    valid, out = t.valid, []
+    for name, x in (("boxes", t.boxes), ("keypoints", t.points)):
+        if given.get(name) is not None:
+            out.append(back(x, given[name], valid))  # type: ignore[arg-type]
+    if lengths is not None:
+        out.append(valid.sum(1))
+    fields = given.get("per_box")
+    if fields is not None:
+        out.append({k: back(per_box(v, lengths, t, k), v, valid) for k, v in fields.items()})
+    return out
+
+
+def per_box(x: Ragged, lengths: torch.Tensor | None, t: Targets, name: str) -> torch.Tensor:
+    """A per-box field (labels, areas...) padded like the boxes (B, N, ...), in its dtype."""
+    p, counts = padded(x, lengths, len(t.rows), f"per_box[{name!r}]", None)
+    assert p is not None
+    p, counts = p.to(t.valid.device), counts.to(t.valid.device)
+    if not torch.equal(counts, t.rows):
+        raise ValueError(
+            f"per_box[{name!r}] has {counts.tolist()} rows a sample, the boxes "
+            f"{t.rows.tolist()}: a per-box field has a row per box"
+        )
+    n = t.valid.shape[1]
+    if p.shape[1] < n:  # a padded field padded less than the boxes
+        p = torch.cat([p, p.new_zeros((len(p), n - p.shape[1], *p.shape[2:]))], 1)
+    return p[:, :n]

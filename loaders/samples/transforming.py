@@ -1,0 +1,108 @@
+"""`SampleDataset(transforms=)`: a loaders.transforms.Compose run on each batch read, the
+image field's pixels with its mask, boxes and keypoints moving along, and the boxes it leaves
+degenerate dropped with their per-box fields.
+
+Which field is what comes from the declarations: the image is the one Image field read (or
+the one the boxes are of); its Mask, Boxes and Keypoints fields follow it; every ragged
+`Array` field read (COCO's labels, iscrowd and area) is per-box, a row per box, and loses the
+rows of the dropped boxes; a `Label` field is the images' class (MixUp and CutMix soften it).
+Instance masks are refused: the ops move one mask a sample, not a stack of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from loaders.samples.arrays import Array, Label
+from loaders.samples.fields import SampleField
+from loaders.samples.image import Boxes, Image, Keypoints, Mask
+from loaders.samples.instances import Instances
+
+
+@dataclass(frozen=True)
+class Roles:
+    """The fields a pipeline is given, by their role in the call."""
+
+    image: str
+    mask: str | None = None
+    boxes: str | None = None
+    keypoints: str | None = None
+    label: str | None = None
+    per_box: tuple[str, ...] = ()
+
+
+def _one(names: list[str], role: str, root: object) -> str | None:
+    if len(names) > 1:
+        raise ValueError(
+            f"{root}: transforms= moves one {role} field, and fields= reads {names}. "
+            f"HINT: read one of them with fields="
+        )
+    return names[0] if names else None
+
+
+def roles_of(declared: Mapping[str, SampleField], fields: Sequence[str], root: object) -> Roles:
+    """Each field's role (see the module's docstring); a dataset a pipeline cannot serve is a
+    ValueError with the fix."""
+    read = {f: declared[f] for f in fields if f in declared}
+    of = lambda kind: [f for f, d in read.items() if isinstance(d, kind)]  # noqa: E731
+    boxes = _one(of(Boxes), "boxes", root)
+    images = of(Image)
+    if boxes is not None:
+        images = [f for f in images if f == read[boxes].image]  # type: ignore[attr-defined]
+    image = _one(images, "image", root)
+    if image is None:
+        raise ValueError(f"{root}: transforms= needs an image field among fields={tuple(fields)}")
+    follows = lambda kind: [f for f in of(kind) if read[f].image == image]  # type: ignore[attr-defined]  # noqa: E731
+    if of(Instances):
+        raise ValueError(
+            f"{root}: transforms= does not move instance masks ({of(Instances)}). HINT: leave "
+            "them out of fields=, or crop at load time with crop="
+        )
+    per_box = [f for f, d in read.items() if isinstance(d, Array) and d.is_ragged()]
+    label = _one([f for f in of(Label) if type(read[f]) is Label], "label", root)
+    return Roles(
+        image,
+        _one(follows(Mask), "mask", root),
+        boxes,
+        _one(follows(Keypoints), "keypoints", root),
+        label,
+        tuple(per_box) if boxes is not None else (),
+    )
+
+
+def transform(
+    aug: Any, out: dict[str, Any], roles: Roles, index: np.ndarray, epoch: int
+) -> dict[str, Any]:
+    """The batch `out` (field -> its batch) through Compose `aug` at `epoch`: the fields of
+    `roles` replaced by what it returns, and each padded one's NAME_len by the rows kept."""
+    if aug.epoch != epoch:  # the dataset's set_epoch reaches the workers' copies so
+        aug.set_epoch(epoch)
+    r = roles
+    ragged = [f for f in (r.boxes, r.keypoints, *r.per_box) if f is not None]
+    padded = [f for f in ragged if f"{f}_len" in out]
+    kw: dict[str, Any] = {"index": torch.from_numpy(np.asarray(index, dtype=np.int64))}
+    named = {"mask": r.mask, "boxes": r.boxes, "keypoints": r.keypoints}
+    kw |= {k: out[f] for k, f in named.items() if f is not None}
+    if padded:
+        kw["lengths"] = out[f"{padded[0]}_len"]
+    if r.per_box:
+        kw["per_box"] = {f: out[f] for f in r.per_box}
+    args = (out[r.image],) if r.label is None else (out[r.image], out[r.label])
+    got = aug(*args, **kw)
+    got = list(got) if isinstance(got, tuple) else [got]
+    new = dict(out)
+    new[r.image] = got.pop(0)
+    for f in (r.label, r.mask, r.boxes, r.keypoints):
+        if f is not None:
+            new[f] = got.pop(0)
+    if padded:
+        lengths = got.pop(0)
+        new |= {f"{f}_len": lengths for f in padded}
+    if r.per_box:
+        new |= got.pop(0)
+    return new
