@@ -2,10 +2,10 @@
 packed as a samples dataset on the one shard writer (prep.run.shardwriter.write_shard).
 
 The fields (loaders.samples): `audio`, the clip's samples, ragged (frames,) int16 (or
-float16), or (frames, C) without --mono; `source_rate` (Hz) and `start` (where the clip starts
-in its file, in samples at --rate: --max-seconds cuts a file into several clips); `label` with
-labels; one field per --targets column. `extra.audio` gives the rate, channels and totals that
-loaders.AudioDataset reads.
+float16), or (frames, C) without --mono; `source`, the file's path under SRC; `source_rate`
+(Hz); `start`, where the clip starts in its file in samples at --rate (--max-seconds cuts a
+file into several clips); `label` with labels; one field per --targets column. `extra.audio`
+gives the rate, channels and totals that loaders.AudioDataset reads.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import numpy as np
 
 from loaders.format import ArraySpec, Manifest, Shard
 from loaders.format.schema import SAMPLES_VERSION
-from loaders.samples import Array, Label, SampleField, Scalar
+from loaders.samples import Array, Label, SampleField, Scalar, Text
 from loaders.samples.fields import FieldError, check_name
 from prep.errors import PrepError
 from prep.kinds.audio.config import AudioConfig
@@ -33,7 +33,7 @@ from prep.run.inputs import Reject
 from prep.run.shardwriter import write_shard
 from prep.run.tasks import shard_task
 
-FIXED = ("audio", "source_rate", "start", "label")  # the field names targets may not take
+FIXED = ("audio", "source", "source_rate", "start", "label")  # the field names targets may not take
 
 
 def audio_fields(
@@ -43,6 +43,7 @@ def audio_fields(
     row = () if cfg.mono else (cfg.stored_channels,)
     fields: dict[str, SampleField] = {
         "audio": Array(cfg.dtype, (None, *row)),
+        "source": Text(),
         "source_rate": Scalar("uint32"),
         "start": Scalar("int64"),
     }
@@ -67,7 +68,7 @@ def encode_clip(
         clip.path, cfg.rate, cfg.stored_channels, cfg.mono, cfg.dtype
     )
     step = cfg.segment or len(samples)
-    values: dict[str, Any] = {"source_rate": source_rate, "label": clip.label}
+    values: dict[str, Any] = {"source": clip.rel, "source_rate": source_rate, "label": clip.label}
     names = [n for n in fields if n not in FIXED]
     values |= dict(zip(names, clip.target, strict=True))
     out = []
