@@ -28,7 +28,12 @@ data/demo-ct/.done: $(STAMP) prep/kinds/volumes/phantoms.py
 	$(BIN)/prep demo --volumes data/demo-ct
 	touch $@
 
-dataset: $(STAMP) data/demo-raw/.done data/demo-ct/.done
+data/demo-audio/.done: $(STAMP) prep/kinds/audio/demo.py
+	rm -rf data/demo-audio
+	$(BIN)/prep demo --audio data/demo-audio
+	touch $@
+
+dataset: $(STAMP) data/demo-raw/.done data/demo-ct/.done data/demo-audio/.done
 	$(BIN)/prep pack --config configs/default.toml --overwrite
 	$(BIN)/prep verify data/demo-packed
 	$(BIN)/prep info data/demo-packed
@@ -55,6 +60,9 @@ dataset: $(STAMP) data/demo-raw/.done data/demo-ct/.done
 		--text-column caption --sizes 224 --overwrite -q
 	$(BIN)/prep verify data/demo-pairs
 	$(BIN)/prep info data/demo-pairs
+	$(BIN)/prep audio data/demo-audio data/demo-audio-packed --rate 16000 --mono --overwrite -q
+	$(BIN)/prep verify data/demo-audio-packed
+	$(BIN)/prep info data/demo-audio-packed
 	@echo
 	@echo "Packed dataset: data/demo-packed. Load it in training with:"
 	@echo "  from loaders import ImageShardDataset, make_loader"
@@ -75,6 +83,9 @@ dataset: $(STAMP) data/demo-raw/.done data/demo-ct/.done
 	@echo "Imported COCO and caption pairs: data/demo-coco, data/demo-pairs. Load them with:"
 	@echo "  ds = SampleDataset('data/demo-coco', crop=CenterCrop(224))   # boxes follow the crop"
 	@echo "  ds = SampleDataset('data/demo-pairs')   # image, caption"
+	@echo "Audio clips: data/demo-audio-packed. Load 1 s windows with:"
+	@echo "  from loaders import AudioDataset"
+	@echo "  ds = AudioDataset('data/demo-audio-packed', seconds=1.0, seed=0)   # int16 + label"
 
 lint: $(STAMP)
 	$(BIN)/ruff check prep loaders tests bench examples
