@@ -1,0 +1,215 @@
+"""Rows 27v: video (issue 27). 16-frame clips read by ClipDataset from raw and from JPEG
+frames, against PyAV seeking and decoding each clip from the source file (what a video
+Dataset does without offline packing), both in a DataLoader with 2 workers; the disk each
+takes against the source files; and `prep video` against a bare loop that decodes and resizes
+the same files on the same cores.
+
+The sources are moving-shape clips at 320x240, 30 fps, MPEG-4 with a keyframe every 2 s (a
+streaming site's interval: a seek decodes up to 60 frames)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rows import Row, info, timed, versus
+from torch.utils.data import Dataset
+
+FPS, SIZE, FRAMES, CROP, BATCH = 8, 128, 16, 112, 8
+SRC_HW, SRC_FPS, GOP = (240, 320), 30, 60
+
+
+def sources(root: Path, count: int, seconds: float) -> list[Path]:
+    """`count` clips of `seconds` (made once, kept under bench/out)."""
+    import av
+    import cv2
+
+    from prep.kinds.video.demo import DIRECTIONS, shape_frames
+
+    stamp = root / ".done"
+    if not stamp.exists():
+        rng = np.random.default_rng(0)
+        for i in range(count):
+            direction = list(DIRECTIONS)[i % 4]
+            (root / direction).mkdir(parents=True, exist_ok=True)
+            small = shape_frames(rng, direction, int(seconds * SRC_FPS))
+            with av.open(str(root / direction / f"{i:03d}.mp4"), "w") as c:
+                s = c.add_stream("mpeg4", rate=SRC_FPS)
+                s.height, s.width = SRC_HW
+                s.pix_fmt, s.bit_rate, s.codec_context.gop_size = "yuv420p", 1_000_000, GOP
+                for img in small:
+                    big = np.asarray(cv2.resize(img, SRC_HW[::-1]), dtype=np.uint8)
+                    for p in s.encode(av.VideoFrame.from_ndarray(big, format="rgb24")):
+                        c.mux(p)
+                for p in s.encode():
+                    c.mux(p)
+        stamp.touch()
+    return sorted(root.glob("*/*.mp4"))
+
+
+class PyAVClips(Dataset[Any]):
+    """The baseline: clip (path, start s) decoded from its file per read: seek to the keyframe
+    before the start, decode on, pick the frames shown at start + k / FPS, resize the shorter
+    side to SIZE, centre-crop CROP; uint8 (T, C, CROP, CROP)."""
+
+    def __init__(self, items: list[tuple[str, float]]):
+        self.items = items
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> Any:
+        import av
+        import torch
+
+        from prep.kinds.video.decode import fit_frame
+
+        path, start = self.items[i]
+        picked: list[Any] = []
+        with av.open(path) as c:
+            s = c.streams.video[0]
+            c.seek(int(start / float(s.time_base or 1)), stream=s, backward=True)
+            prev = None
+            for f in c.decode(s):
+                while prev is not None and len(picked) < FRAMES:
+                    if f.time <= start + len(picked) / FPS + 1e-6:
+                        break
+                    picked.append(prev)
+                if len(picked) == FRAMES:
+                    break
+                prev = f
+            while prev is not None and len(picked) < FRAMES:
+                picked.append(prev)
+        out = np.stack(
+            [_crop(fit_frame(f.to_ndarray(format="rgb24"), 0, SIZE, "short")) for f in picked]
+        )
+        return torch.from_numpy(out).permute(0, 3, 1, 2)
+
+
+def _crop(img: np.ndarray) -> np.ndarray:
+    top, left = (img.shape[0] - CROP) // 2, (img.shape[1] - CROP) // 2
+    return img[top : top + CROP, left : left + CROP]
+
+
+def _rate(loader: Any) -> float:
+    n = 0
+
+    def epoch() -> None:
+        nonlocal n
+        n = sum(len(b[0]) if isinstance(b, (tuple, list)) else len(b) for b in loader)
+
+    seconds = timed(epoch)
+    return n / seconds
+
+
+def _bare(paths: list[Path], jobs: int) -> float:
+    """Seconds for the bare loop: decode every file and resize its frames at FPS, no writing."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from prep.kinds.video.decode import decode_video
+
+    def run() -> None:
+        with ProcessPoolExecutor(jobs) as ex:
+            list(
+                ex.map(
+                    decode_video,
+                    paths,
+                    [FPS] * len(paths),
+                    [SIZE] * len(paths),
+                    ["short"] * len(paths),
+                )
+            )
+
+    return timed(run)
+
+
+def _pack(src: Path, out: Path, codec: str, jobs: int) -> None:
+    from prep.kinds.video.config import VideoConfig
+    from prep.kinds.video.pack import pack_video
+
+    cfg = VideoConfig(
+        src=str(src), out=str(out), fps=FPS, size=SIZE, codec=codec, jobs=jobs, overwrite=True
+    )
+    pack_video(cfg, show_progress=False)
+
+
+def rows(args: argparse.Namespace, work: Path) -> list[Row]:
+    import torch
+
+    from loaders import CenterCrop, ClipDataset, collate_batch
+
+    count, seconds = (4, 2.0) if args.smoke else (24, 8.0)
+    paths = sources(work / "video-src", count, seconds)
+    src_bytes = sum(p.stat().st_size for p in paths)
+    packs: dict[str, float] = {}
+    bare = float("inf")
+    for _ in range(1 if args.smoke else 2):  # interleaved, best of each
+        for codec in ("raw", "jpeg"):
+            out = work / f"video-{codec}"
+            took = timed(lambda: _pack(work / "video-src", out, codec, args.jobs))  # noqa: B023
+            packs[codec] = min(packs.get(codec, float("inf")), took)
+        bare = min(bare, _bare(paths, args.jobs))
+    per = 2 if args.smoke else 4  # clips a video, evenly spaced
+    loaders: dict[str, Any] = {}
+    for codec in ("raw", "jpeg"):
+        ds = ClipDataset(
+            work / f"video-{codec}", FRAMES, crop=CenterCrop(CROP, 1.0), clips_per_video=per
+        )
+        loaders[codec] = torch.utils.data.DataLoader(
+            ds, batch_size=BATCH, num_workers=2, collate_fn=collate_batch, persistent_workers=True
+        )
+    span = (FRAMES - 1) / FPS
+    items = [
+        (str(p), j * (seconds - span - 1 / FPS) / (per - 1)) for p in paths for j in range(per)
+    ]
+    loaders["pyav"] = torch.utils.data.DataLoader(
+        PyAVClips(items), batch_size=BATCH, num_workers=2, persistent_workers=True
+    )
+    best: dict[str, float] = {}
+    for loader in loaders.values():
+        _rate(loader)  # warm: workers started, pages cached
+    for _ in range(args.reps if args.smoke else max(3, args.reps)):
+        best = {k: max(best.get(k, 0.0), _rate(v)) for k, v in loaders.items()}
+    disk = {
+        c: sum(f.stat().st_size for f in (work / f"video-{c}").iterdir()) for c in ("raw", "jpeg")
+    }
+    print(f"   (video: {count} clips of {seconds:g} s, {per} clips each read)", file=sys.stderr)
+    return [
+        versus(
+            "27va video clips raw vs PyAV per clip, 2 workers",
+            best["raw"],
+            best["pyav"],
+            "clip/s",
+            ">= 20x",
+        ),
+        versus(
+            "27vb video clips JPEG vs PyAV per clip, 2 workers",
+            best["jpeg"],
+            best["pyav"],
+            "clip/s",
+            ">= 5x",
+        ),
+        info(
+            "27vc video disk raw vs source files", disk["raw"] / 1e6, src_bytes / 1e6, "MB", "size"
+        ),
+        info(
+            "27vd video disk JPEG vs source files",
+            disk["jpeg"] / 1e6,
+            src_bytes / 1e6,
+            "MB",
+            "size",
+        ),
+        *(
+            versus(
+                f"27v{e} prep video {c} vs bare decode+resize",
+                count / packs[c],
+                count / bare,
+                "vid/s",
+                ">= 0.9x",
+            )
+            for e, c in (("e", "raw"), ("f", "jpeg"))
+        ),
+    ]
