@@ -50,6 +50,9 @@ class ImageShardDataset(DecodingDataset):
     `root` may be an fsspec URL (s3://, gs://, http(s)://): shard files are fetched once per
     node into `cache_dir` (default ~/.cache/prep), verified, and mapped; `cache_limit` (bytes or
     "200GB") bounds it; `storage_options` passes through to fsspec (see loaders.remote).
+
+    `split="val"` reads one split of a dataset packed with `--splits` or `--val-fraction` (its
+    indices run from 0 over that split's shards); None reads every shard.
     """
 
     kind = "images"
@@ -64,10 +67,17 @@ class ImageShardDataset(DecodingDataset):
         crop: Crop | None = None,
         decode: str = "cpu",
         threads: int | None = None,
+        split: str | None = None,
         max_open: int = DEFAULT_MAX_OPEN,
         **remote: Unpack[Remote],
     ):
-        super().__init__(root, max_open=max_open, **remote)
+        super().__init__(root, split=split, max_open=max_open, **remote)
+        if split is not None and not self._shards:
+            have = sorted({str(s.split) for s in self.store.manifest.shards if s.split})
+            raise ValueError(
+                f"{self.store.root} has no {split!r} split; it has "
+                f"{have or 'none'}. HINT: prep pack --splits train,val or --val-fraction 0.1"
+            )
         self.fields = tuple(fields)
         have = [*(f for f in self.store.manifest.fields() if f != "source"), "index"]  # source(i)
         missing = [f for f in self.fields if f not in have]
@@ -145,7 +155,8 @@ class ImageShardDataset(DecodingDataset):
         shard, local = self._locate(indices)
         size = self.size  # read once: set_size may run between batches, never within one
         groups = by_shard(shard)
-        index = self._starts[shard] + local
+        # The dataset's index of each sample: its shard's place among the split's shards.
+        index = self._starts[np.searchsorted(self._shards, shard)] + local
         boxes: np.ndarray | None = None
         outs = []
         for field in self.fields:
@@ -202,5 +213,6 @@ class ImageShardDataset(DecodingDataset):
     def __repr__(self) -> str:
         return (
             f"ImageShardDataset({str(self.store.root)!r}, size={self.size}, fields={self.fields}, "
+            f"split={self.split!r}, "
             f"samples={len(self)}, shards={len(self._starts) - 1}, sizes={self.sizes})"
         )

@@ -47,6 +47,7 @@ def info(root: Path, batch_size: int = 256) -> str:
                 f"{split}: {n.get('tokens', 0):,} tokens in {n.get('docs', 0):,} "
                 f"documents, {n.get('shards', 0)} shards"
             )
+    lines += split_lines(m) if m.kind in ("images", "samples") else []
     lines += _described(m)
     for name, d in m.extra.get("fields", {}).items() if m.kind == "samples" else ():
         said = ", ".join(f"{k}={v}" for k, v in d.items() if k != "kind")
@@ -75,6 +76,30 @@ def info(root: Path, batch_size: int = 256) -> str:
     return "\n".join(lines)
 
 
+def split_lines(m: Manifest) -> list[str]:
+    """Each split's sample count (from its shards) and the classes it has images of (from
+    `extra.splits`, written by prep pack --splits or --val-fraction): none without splits."""
+    counts: dict[str, int] = {}
+    for s in m.shards:
+        if s.split is not None:
+            counts[s.split] = counts.get(s.split, 0) + s.count
+    said = m.extra.get("splits")
+    said = said if isinstance(said, dict) else {}
+    lines = []
+    for split, n in counts.items():
+        line = f"split {split}: {n:,} samples"
+        one = said.get(split)
+        per = one.get("per_class") if isinstance(one, dict) else None
+        if m.classes and isinstance(per, list) and len(per) == len(m.classes):
+            have = [c for c, k in zip(m.classes, per, strict=True) if k]
+            line += f", {len(have)} of {len(m.classes)} classes"
+            lacking = [c for c in m.classes if c not in have]
+            if lacking:
+                line += f" (none of: {', '.join(lacking[:5])}{' ...' if len(lacking) > 5 else ''})"
+        lines.append(line)
+    return lines
+
+
 def _described(m: Manifest) -> list[str]:
     """A kind's own lines: a table's columns, each volume's shape and spacing."""
     if m.kind == "table":
@@ -85,6 +110,10 @@ def _described(m: Manifest) -> list[str]:
         from prep.kinds.volumes.show import describe_volumes
 
         return describe_volumes(m)
+    if m.kind == "samples" and "audio" in m.extra:
+        from prep.kinds.audio.show import describe_audio
+
+        return describe_audio(m)
     return []
 
 

@@ -50,6 +50,14 @@ class PackConfig(RunConfig):
         "Store inputs in this seeded random order (mixes classes across shards for "
         "order='quasi_random'); default: sorted.",
     )
+    splits: str | None = opt(
+        None,
+        "Pack these sub-folders of SRC as splits of one dataset: train,val (each holds class "
+        "folders; the first is the training split, whose classes every other split shares).",
+    )
+    val_fraction: float = opt(
+        0.0, "Share of images in val, chosen by a hash of their path relative to SRC."
+    )
 
     SECTION: ClassVar[str] = "pack"
 
@@ -74,6 +82,14 @@ class PackConfig(RunConfig):
             check(0 <= value <= 255, f"--{name.replace('_', '-')} {value}", "0..255")
         check(self.max_pixels >= 1, f"--max-pixels {self.max_pixels}", "at least 1")
         self.background_rgb()  # checked here, once
+        check(0 <= self.val_fraction < 1, f"--val-fraction {self.val_fraction}", "in [0, 1)")
+        if self.splits is not None:
+            names = listed(self.splits, "--splits", str)
+            plain = all(n not in (".", "..") and not set(n) & set("/\\") for n in names)
+            ok = len(set(names)) == len(names) and plain
+            check(ok, f"--splits {self.splits}", "distinct sub-folder names: train,val")
+            what = f"--val-fraction {self.val_fraction} with --splits"
+            check(self.val_fraction == 0, what, "left out: --splits names the split folders")
         self.sizes = sorted(set(self.sizes))
         # Saved in size order, so that the manifest's config reads like its arrays.
         ordered = [codecs[s] for s in self.sizes]
@@ -88,6 +104,12 @@ class PackConfig(RunConfig):
             "three values 0-255, R,G,B (e.g. 0,0,0 for black)",
         )
         return rgb[0], rgb[1], rgb[2]
+
+    def split_names(self) -> list[str] | None:
+        """--splits as names ("train,val" -> ["train", "val"]); None: one dataset, no splits."""
+        if self.splits is None:
+            return ["train", "val"] if self.val_fraction > 0 else None
+        return listed(self.splits, "--splits", str)
 
     def codecs_by_size(self) -> dict[int, str]:
         """The codec of each size: --codec's one value, or one value per --sizes entry."""

@@ -24,6 +24,7 @@ from prep.kinds.images.decode import decode_image, decode_mask
 from prep.kinds.images.encode import stored, subsampling
 from prep.kinds.images.geometry import sizes_from
 from prep.kinds.images.sources import Item, Listing, list_images
+from prep.kinds.images.splits import split_counts
 from prep.kinds.images.stats import PixelSums, combine
 from prep.run.driver import Inputs, Kind, RunSummary, run, shard_size
 from prep.run.inputs import Reject
@@ -123,6 +124,7 @@ def pack_shard(
         return encode_item(item, cfg, specs, sums)
 
     record = write_shard(index, items, encode, _rel, specs, cfg.format, staging)
+    record["shard"]["split"] = items[0].split if items else None  # a shard holds one split
     record["stats"] = sums.record()
     write_record(staging, index, record)  # again, with the sums: what --resume reads back
     return record
@@ -146,7 +148,10 @@ class ImagesKind(Kind[PackConfig, list[Item]]):
         cfg = self.cfg
         # Absolute: the tasks may run on other machines (--backend dask), in other folders.
         masks = Path(cfg.masks).absolute() if cfg.masks else None
-        self.listing = listing = list_images(Path(str(cfg.src)).absolute(), masks, cfg.limit)
+        src = Path(str(cfg.src)).absolute()
+        self.listing = listing = list_images(
+            src, masks, cfg.limit, cfg.split_names(), cfg.val_fraction
+        )
         if not listing.items:
             raise PrepError(
                 f"no usable images in {cfg.src} ({len(listing.rejects)} rejected). "
@@ -168,7 +173,13 @@ class ImagesKind(Kind[PackConfig, list[Item]]):
             items = [items[i] for i in order]
         size = shard_size(len(items), self.cfg.shard_size)
         self.input_bytes = {name: n for name, n, _ in self.listing.fingerprint}
-        return [items[i : i + size] for i in range(0, len(items), size)]
+        plan = []
+        splits: list[str | None] = [None]
+        splits = [*self.listing.splits] if self.listing.splits else splits
+        for split in splits:  # each shard holds one split's inputs
+            part = [it for it in items if it.split == split]
+            plan += [part[i : i + size] for i in range(0, len(part), size)]
+        return plan
 
     def cost(self, shard: list[Item]) -> int:
         return sum(self.input_bytes.get(it.rel, 0) for it in shard)  # decode time follows bytes
@@ -186,7 +197,7 @@ class ImagesKind(Kind[PackConfig, list[Item]]):
             arrays=self.specs,
             shards=[Shard.from_dict(rec["shard"]) for rec in records],
             classes=self.listing.classes,
-            extra=_extra(self.cfg, combine(records)),
+            extra=_extra(self.cfg, combine(records)) | split_counts(self.listing, records),
         )
 
 
@@ -202,7 +213,7 @@ def _extra(cfg: PackConfig, stats: dict[str, Any] | None) -> dict[str, Any]:
 def _fingerprint(listing: Listing) -> str:
     """What the output depends on besides the config: the files (names, sizes, times) and what
     a list says of them (labels, masks, class names), so --resume never reuses a stale shard."""
-    said = [(it.rel, it.label, str(it.mask) if it.mask else None) for it in listing.items]
+    said = [(it.rel, it.label, str(it.mask) if it.mask else None, it.split) for it in listing.items]
     return hashlib.sha256(
         json.dumps([listing.fingerprint, said, listing.classes]).encode()
     ).hexdigest()

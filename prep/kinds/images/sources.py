@@ -5,7 +5,7 @@ entries, so the shard plan depends only on the inputs and the config."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ class Item:
     rel: str  # the name recorded in rejects and used for pairing masks (posix, relative)
     label: int | None = None
     mask: Path | None = None
+    split: str | None = None  # --splits or --val-fraction: the split it goes to
 
 
 @dataclass
@@ -46,6 +47,7 @@ class Listing:
     classes: list[str] | None
     rejects: list[dict[str, Any]] = field(default_factory=list)
     fingerprint: list[tuple[str, int, int]] = field(default_factory=list)
+    splits: list[str] | None = None  # in --splits order; the first is the training split
 
 
 def _mask_index(masks: Path) -> dict[str, Path]:
@@ -199,14 +201,29 @@ def list_file(
     return items, classes, rejects
 
 
-def list_images(src: Path, masks: Path | None = None, limit: int | None = None) -> Listing:
-    """Every image input of SRC (a folder or a .csv/.jsonl list), paired with its mask."""
+def list_images(
+    src: Path,
+    masks: Path | None = None,
+    limit: int | None = None,
+    splits: list[str] | None = None,
+    val_fraction: float = 0.0,
+) -> Listing:
+    """Every image input of SRC (a folder or a .csv/.jsonl list), paired with its mask, and its
+    split: the sub-folders `splits` of SRC, or "train"/"val" by `val_fraction` (images.splits)."""
+    from prep.kinds.images import splits as by_split
+
     if not src.exists():
         raise PrepError(
             f"{src} does not exist. HINT: pass a folder of images or a .csv/.jsonl list"
         )
+    folders = splits is not None and val_fraction == 0
+    if folders and not src.is_dir():
+        raise PrepError(f"{src} is not a folder. HINT: --splits packs sub-folders of a folder")
     if src.is_dir():
-        items, classes, rejects = list_folder(src)
+        if folders:
+            items, classes, rejects = by_split.list_split_folders(src, splits or [])
+        else:
+            items, classes, rejects = list_folder(src)
         if limit is not None:  # the first N names, usable or not: rejects count among them
             names = sorted(
                 [(it.rel, i, True) for i, it in enumerate(items)]
@@ -234,6 +251,10 @@ def list_images(src: Path, masks: Path | None = None, limit: int | None = None) 
                     )
                 )
                 continue
-            paired.append(Item(it.path, it.rel, it.label, mask))
+            paired.append(replace(it, mask=mask))
         items = paired
-    return Listing(items, classes, rejects, _fingerprint(items))
+    if val_fraction > 0:
+        items = by_split.hashed_splits(items, val_fraction)
+    if splits is not None:
+        by_split.check_classes(src, items, classes, splits)
+    return Listing(items, classes, rejects, _fingerprint(items), splits)
