@@ -35,6 +35,7 @@ from loaders.format import (
     safe_path,
 )
 from loaders.format.arrays import Layout
+from loaders.format.values import Arrays
 
 
 def _default_max_open() -> int:
@@ -136,7 +137,11 @@ class ShardStore:
                 f"{self.root / MANIFEST} holds {manifest.kind}, not {kind}. "
                 f"HINT: open it with the dataset class for {manifest.kind}"
             )
-        problems = self.backend.problems(manifest)
+        checked: dict[int, Arrays] = {}  # each shard's arrays, laid out by the check
+        if isinstance(self.backend, LocalBackend):
+            problems = check_files(self.root, manifest, layouts=checked)
+        else:
+            problems = self.backend.problems(manifest)
         if problems:
             raise problems_error(problems)
         self._sha256 = hashlib.sha256(data).digest()
@@ -145,7 +150,9 @@ class ShardStore:
         self._windows: frozenset[int] | None = None  # the backend's, when last looked at
         # Where each array mapped once lies in its file: a map evicted and needed again is
         # mapped without reading its header again (a few small tuples a shard).
-        self._layouts: dict[tuple[int, str], tuple[Path, Layout]] = {}
+        self._layouts: dict[tuple[int, str], tuple[Path, Layout]] = {
+            (i, name): found for i, arrays in checked.items() for name, found in arrays.items()
+        }
 
     @property
     def manifest(self) -> Manifest:

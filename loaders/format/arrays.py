@@ -20,6 +20,7 @@ import numpy as np
 
 from loaders.format.schema import (
     MANIFEST,
+    NPY_HEADER_BYTES,
     REJECTS,
     ArrayRef,
     ArraySpec,
@@ -35,6 +36,10 @@ def safe_path(root: Path, rel: str) -> Path:
     and links that resolve outside it."""
     if not isinstance(rel, str) or not rel or "\0" in rel:
         raise FormatError(f"manifest path {rel!r} is not a file name")
+    if "/" not in rel and rel not in (".", ".."):  # an entry of root itself (one lstat)
+        full = root / rel
+        if not os.path.islink(full):
+            return full
     p = Path(rel)
     if p.is_absolute() or ".." in p.parts:
         raise FormatError(f"manifest path {rel!r} escapes the dataset folder {root}")
@@ -135,20 +140,26 @@ _NPY = {
 
 def _npy_layout(path: Path) -> Layout:
     """Byte offset, dtype and shape from the header: the header is parsed as a literal, never
-    unpickled (numpy's allow_pickle=False reading)."""
-    with open(path, "rb") as f:
-        version = np.lib.format.read_magic(f)
+    unpickled (numpy's allow_pickle=False reading). One unbuffered read of prep's fixed-size
+    header, a second only for a longer one."""
+    with open(path, "rb", buffering=0) as f:
+        head = f.read(NPY_HEADER_BYTES)
+        if len(head) < 8 or head[:6] != b"\x93NUMPY":
+            raise ValueError("not a .npy file: no magic string")  # check_array names it
+        version = head[6], head[7]
         if version not in _NPY:
             raise FormatError(f"{path} is .npy version {version}; prep reads 1.0 and 2.0")
-        length = f.read(struct.calcsize(_NPY[version][0]))
-        if len(length) < struct.calcsize(_NPY[version][0]):
+        start = 8 + struct.calcsize(_NPY[version][0])
+        if len(head) < start:
             raise FormatError(f"{path} ends inside its .npy header. HINT: repack")
-        (n,) = struct.unpack(_NPY[version][0], length)
-        shape, fortran, dtype = _npy_header(version, length + f.read(n))
-        offset = f.tell()
+        (n,) = struct.unpack_from(_NPY[version][0], head, 8)
+        if len(head) < start + n:
+            head += f.read(start + n - len(head))
+    # A text cut short: numpy's reader raises ValueError (check_array names the file)
+    shape, fortran, dtype = _npy_header(version, head[8 : start + n])
     if fortran:
         raise FormatError(f"{path} is Fortran-ordered; prep writes C order only")
-    return offset, dtype, shape
+    return start + n, dtype, shape
 
 
 @functools.lru_cache(maxsize=1024)
@@ -159,15 +170,20 @@ def _npy_header(version: tuple[int, int], raw: bytes) -> tuple[tuple[int, ...], 
     return tuple(shape), bool(fortran), dtype
 
 
-def check_array(path: Path, ref: ArrayRef, spec: ArraySpec, name: str = "") -> Layout:
+def check_array(
+    path: Path, ref: ArrayRef, spec: ArraySpec, name: str = "", size: int | None = None
+) -> Layout:
     """Where the array lies in its file, checked against the manifest: a regular file, its
     header's dtype and shape, and enough bytes for them (a ragged array: flat, `length` long).
-    Opens the file only to read the header."""
+    Opens the file only to read the header. `size`: the file's byte size, from a stat that
+    found it a regular file (check_shard's), else stat here."""
     label = f"array {name or spec.field}"
     try:
-        st = os.stat(path)  # never opens: a FIFO in place of a shard cannot block here
-        if not stat.S_ISREG(st.st_mode):
-            raise FormatError(f"{path}: {label} is not a regular file")
+        if size is None:
+            st = os.stat(path)  # never opens: a FIFO in place of a shard cannot block here
+            if not stat.S_ISREG(st.st_mode):
+                raise FormatError(f"{path}: {label} is not a regular file")
+            size = st.st_size
         offset, dtype, shape = _h5_layout(path, ref.key) if ref.key else _npy_layout(path)
     except FormatError:
         raise
@@ -183,9 +199,9 @@ def check_array(path: Path, ref: ArrayRef, spec: ArraySpec, name: str = "") -> L
             f"{spec.dtype}{expected}. HINT: the file was changed after packing; repack"
         )
     nbytes = math.prod(int(n) for n in shape) * dtype.itemsize  # Python ints: never wraps
-    if nbytes and offset + nbytes > st.st_size:
+    if nbytes and offset + nbytes > size:
         raise FormatError(
-            f"{path}: {label} needs {offset + nbytes} bytes, the file has {st.st_size}. "
+            f"{path}: {label} needs {offset + nbytes} bytes, the file has {size}. "
             "HINT: the file is truncated; repack"
         )
     return offset, dtype, tuple(shape)
@@ -210,7 +226,15 @@ def map_layout(path: Path, layout: Layout) -> np.ndarray:
 def read_layout(path: Path, layout: Layout) -> np.ndarray:
     """The array read into memory (no map, no descriptor kept)."""
     offset, dtype, shape = layout
-    return np.fromfile(path, dtype, math.prod(shape), offset=offset).reshape(shape)
+    count = math.prod(shape)
+    if count * dtype.itemsize > 1 << 20:  # big: numpy reads it straight into the array
+        return np.fromfile(path, dtype, count, offset=offset).reshape(shape)
+    with open(path, "rb", buffering=0) as f:  # small (labels, offsets): one read, no numpy I/O
+        f.seek(offset)
+        data = f.read(count * dtype.itemsize)
+    if len(data) < count * dtype.itemsize:
+        raise FormatError(f"{path} ends before its {shape} array. HINT: repack")
+    return np.frombuffer(data, dtype, count).reshape(shape)
 
 
 def open_array(root: Path, ref: ArrayRef, spec: ArraySpec, name: str = "") -> np.ndarray:

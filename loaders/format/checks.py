@@ -28,18 +28,26 @@ PathOf = Callable[[str], Path]  # a manifest file name -> the local file (Format
 
 
 def check_files(
-    root: Path, manifest: Manifest, checksums: bool = False, values: bool | None = None
+    root: Path,
+    manifest: Manifest,
+    checksums: bool = False,
+    values: bool | None = None,
+    layouts: dict[int, Arrays] | None = None,
 ) -> list[str]:
     """Problems found in the folder, one line each naming the shard and the file or array at
     fault (empty: all good): check_shard of every shard, its files in `root`.
 
     `values` defaults to `checksums`: a pass that reads every byte (`prep verify`) also checks
-    every value against the manifest."""
+    every value against the manifest. `layouts` gets each shard's checked arrays (a store maps
+    them without reading their headers again)."""
     path_of = functools.partial(safe_path, Path(root))
     values = checksums if values is None else values
     problems: list[str] = []
     for i in range(len(manifest.shards)):
-        problems += check_shard(manifest, i, path_of, checksums=checksums, values=values)
+        found: Arrays = {}
+        problems += check_shard(manifest, i, path_of, checksums=checksums, values=values, out=found)
+        if layouts is not None:
+            layouts[i] = found
     return problems
 
 
@@ -50,6 +58,7 @@ def check_shard(
     *,
     checksums: bool = False,
     values: bool = False,
+    out: Arrays | None = None,
 ) -> list[str]:
     """Problems of shard `index`, whose files `path_of` finds (a folder's, or a cache's copies),
     one line each starting "shard INDEX: ".
@@ -57,17 +66,19 @@ def check_shard(
     Always checks that every declared array has a file listed in the shard, presence, byte
     sizes, dtypes and shapes, then the checks of the manifest's kind (SHARD_CHECKS);
     `checksums` also recomputes sha256, and `values` reads every value against the manifest
-    (loaders.format.values: token ids, table and target codes; chunked, bounded memory)."""
+    (loaders.format.values: token ids, table and target codes; chunked, bounded memory).
+    `out` gets the shard's arrays as check_array laid them out."""
     shard = manifest.shards[index]
-    found = _file_problems(path_of, shard, checksums) + array_problems(manifest, shard)
-    layouts: Arrays = {}
+    files: dict[str, tuple[Path, int]] = {}  # file name -> its path and byte size, checked
+    found = _file_problems(path_of, shard, checksums, files) + array_problems(manifest, shard)
+    layouts: Arrays = {} if out is None else out
     if not found:  # the files are there and whole: read their headers
         names = [(n, n + OFFSETS) if r.offsets else (n,) for n, r in shard.arrays.items()]
         for name in (n for group in names for n in group):
             ref, spec = manifest.ref(index, name)
+            path, size = files[ref.file]
             try:
-                path = path_of(ref.file)
-                layouts[name] = path, check_array(path, ref, spec, name)
+                layouts[name] = path, check_array(path, ref, spec, name, size)
             except FormatError as e:
                 found.append(str(e))
     if not found:
@@ -77,7 +88,11 @@ def check_shard(
     return [f"shard {index}: {p}" for p in found]
 
 
-def _file_problems(path_of: PathOf, shard: Shard, checksums: bool) -> list[str]:
+def _file_problems(
+    path_of: PathOf, shard: Shard, checksums: bool, files: dict[str, tuple[Path, int]]
+) -> list[str]:
+    """Each file of the shard: a regular file of the manifest's byte size (and sha256 with
+    `checksums`); `files` gets the path and size of each good one."""
     found = []
     for rel, info in shard.files.items():
         try:
@@ -94,6 +109,8 @@ def _file_problems(path_of: PathOf, shard: Shard, checksums: bool) -> list[str]:
                 found.append(f"{path} is {st.st_size} bytes, manifest says {info.bytes}")
             elif checksums and sha256_file(path) != info.sha256:
                 found.append(f"{path} checksum differs from the manifest")
+            else:
+                files[rel] = path, st.st_size
     return found
 
 
