@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import torch
 from PIL import Image as PILImage
 from typer.testing import CliRunner
 
@@ -197,20 +198,26 @@ def test_splits_and_columns_chosen(saved: Path, tmp_path: Path) -> None:
         imported(saved / "pq", tmp_path / "ds2", columns="y,nope")
 
 
-def test_missing_label_is_a_reject(saved: Path, tmp_path: Path) -> None:
-    """ClassLabel -1 (no label, as in test splits) cannot be a class id: a reject that says so."""
+def test_missing_label_is_kept_as_minus_one(tmp_path: Path) -> None:
+    """ClassLabel -1 (no label, as in test splits): every row kept, -1 read back as `datasets`
+    reads it (an int64 Scalar); a split without any label no longer fails the import."""
     f = datasets.Features(
         {"y": datasets.ClassLabel(names=["a", "b"]), "n": datasets.Value("int32")}
     )
-    datasets.Dataset.from_dict({"y": [0, -1, 1], "n": [1, 2, 3]}, features=f).save_to_disk(
-        str(tmp_path / "src")
-    )
-    summary = import_hf(
-        HFConfig(src=str(tmp_path / "src"), out=str(tmp_path / "ds"), max_rejects=0.5), False
-    )
-    assert (summary.packed, summary.rejected) == (2, 1)
-    reject = json.loads((tmp_path / "ds" / "rejects.jsonl").read_text())
-    assert reject["reason"] == "bad_label" and reject["path"] == "data-00000-of-00001.arrow:1"
+    splits = {"train": [0, 1, 1], "test": [-1, -1, -1]}
+    datasets.DatasetDict(
+        {
+            s: datasets.Dataset.from_dict({"y": y, "n": [1, 2, 3]}, features=f)
+            for s, y in splits.items()
+        }
+    ).save_to_disk(str(tmp_path / "src"))
+    summary = import_hf(HFConfig(src=str(tmp_path / "src"), out=str(tmp_path / "ds")), False)
+    assert (summary.packed, summary.rejected) == (6, 0)
+    ds = SampleDataset(tmp_path / "ds")
+    y = ds.__getitems__(list(range(6)))["y"]
+    assert y.dtype == torch.int64 and y.tolist() == [0, 1, 1, -1, -1, -1]
+    names = read_manifest(tmp_path / "ds").extra["hf"]["features"]["y"]["names"]
+    assert names == ["a", "b"]
 
 
 def test_the_datasets_cache_folder(tmp_path: Path) -> None:

@@ -13,11 +13,12 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from loaders.samples import Label, Scalar
 from prep.errors import PrepError, Reject, UsageError
 from prep.importers.hffeatures import Column, Unsupported, columns_of, features_of_schema, value_of
 from prep.importers.listing import Source, file_stats
@@ -146,7 +147,7 @@ def list_source(
             row += n
         counts[part.split] = counts.get(part.split, 0) + row
     assert features is not None
-    columns = _columns(src, features, only)
+    columns = unlabeled(_columns(src, features, only), [p.path for p in parts])
     extra = {
         "hf": {
             "layout": layout,
@@ -182,6 +183,30 @@ def _columns(src: Path, features: dict[str, Any], only: list[str] | None) -> lis
             f"{src}: {e}. HINT: prep import hf reads Image, ClassLabel, Value, List/Sequence, "
             "Array2D-5D and dicts of them; leave that column out with --columns"
         ) from None
+
+
+def unlabeled(columns: list[Column], files: list[Path]) -> list[Column]:
+    """The columns, a ClassLabel column that holds -1 (the `datasets` "no label", as test splits
+    have) as an int64 Scalar: every row kept, -1 read back as `datasets` gives it (and as
+    CrossEntropyLoss's ignore_index takes it); its names stay in extra.hf.features."""
+    import pyarrow.compute as pc
+
+    labels = [c for c in columns if isinstance(c.field, Label) and len(c.path) == 1]
+    if not labels:
+        return columns
+    names = [c.path[0][1] for c in labels]
+    low: dict[str, int] = {}
+    for path in files:
+        for chunk in range(len(_schema_and_chunks(path)[1])):
+            table = read_chunk(str(path), chunk, names)
+            for name in names:
+                least = pc.min(table.column(name)).as_py()
+                if least is not None:
+                    low[name] = min(low.get(name, 0), least)
+    return [
+        replace(c, field=Scalar("int64")) if c in labels and low.get(c.path[0][1], 0) < 0 else c
+        for c in columns
+    ]
 
 
 @dataclass(frozen=True)
