@@ -1,0 +1,105 @@
+"""A dataset's stored hashes, its near-duplicate groups, and the leakage between two datasets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from prep.dupes.search import near_pairs
+
+DEFAULT_DISTANCE = 6  # bits of 64: README "Near-duplicates and leakage" has the measurements
+
+
+@dataclass
+class Hashes:
+    """One dataset's hashes, in sample order."""
+
+    phash: np.ndarray  # (N,) uint64 perceptual hash (prep.dupes.hashing.phash)
+    digest: np.ndarray  # (N, 32) uint8 sha256 of the source file's bytes
+    paths: list[str]  # each sample's source path, relative, as stored ("#i" when none is)
+
+    def __len__(self) -> int:
+        return len(self.phash)
+
+
+@dataclass
+class Group:
+    """Near-duplicates: `members` in dataset order, the first the one to keep; `distances[k]`
+    is member k's Hamming distance to members[0] (0 for itself; a chain of near pairs can put a
+    member further than the search's distance from the first)."""
+
+    members: list[int]
+    paths: list[str]
+    distances: list[int]
+
+
+def dataset_hashes(root: str | Path, compute: bool = False) -> Hashes:
+    """The hashes `prep pack` stored in the dataset at `root`. A dataset packed without them:
+    computed from its stored pixels when `compute` (the digest is then the sha256 of the stored
+    pixels of its largest size), else PrepError."""
+    from prep.dupes.stored import read_hashes
+
+    return read_hashes(Path(root), compute)
+
+
+def _components(n: int, pairs: np.ndarray) -> np.ndarray:
+    """Each of n items' component label (its smallest member) under the (i, j) links."""
+    labels = np.arange(n)
+    if not len(pairs):
+        return labels
+    i, j = pairs[:, 0], pairs[:, 1]
+    while True:
+        low = np.minimum(labels[i], labels[j])
+        before = labels.copy()
+        np.minimum.at(labels, i, low)
+        np.minimum.at(labels, j, low)
+        labels = labels[labels]  # pointer jumping: halves each chain
+        if np.array_equal(labels, before):
+            return labels
+
+
+def digest_pairs(a: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
+    """(K, 2) pairs of byte-identical sources (equal digests): within `a` (each item linked to
+    the first of its digest), or between `a` and `b` (i in a, j in b)."""
+    rows = np.ascontiguousarray(a if b is None else np.concatenate([a, b]), dtype=np.uint8)
+    _, first, inverse = np.unique(rows, axis=0, return_index=True, return_inverse=True)
+    head = first[inverse.reshape(-1)]
+    idx = np.flatnonzero(head != np.arange(len(rows)))
+    pairs = np.stack([head[idx], idx], axis=1)
+    if b is None:
+        return pairs
+    na = len(a)
+    cross = [(i, j - na) for i, j in pairs.tolist() if i < na <= j]
+    # Duplicates within b point at b's first copy: link a's copy to every b copy of it.
+    return np.array(cross, dtype=np.int64).reshape(-1, 2)
+
+
+def dupe_groups(h: Hashes, max_distance: int = DEFAULT_DISTANCE) -> list[Group]:
+    """The groups of two or more samples linked by near pairs (within `max_distance` bits) or
+    equal digests, ordered by their first member."""
+    near = near_pairs(h.phash, max_distance=max_distance)[:, :2]
+    links = np.concatenate([near, digest_pairs(h.digest)]) if len(h) else near
+    labels = _components(len(h), links)
+    members = np.flatnonzero(labels != np.arange(len(h)))
+    groups: dict[int, list[int]] = {}
+    for k in np.unique(np.r_[members, labels[members]]).tolist():
+        groups.setdefault(int(labels[k]), []).append(k)
+    out = []
+    for head, ids in sorted(groups.items()):
+        dist = np.bitwise_count(h.phash[ids] ^ h.phash[head]).astype(int).tolist()
+        out.append(Group(ids, [h.paths[k] for k in ids], dist))
+    return out
+
+
+def leakage(
+    train: Hashes, val: Hashes, max_distance: int = DEFAULT_DISTANCE
+) -> list[tuple[int, int, int]]:
+    """(train index, val index, distance) of every pair within `max_distance` bits or of equal
+    digests, sorted."""
+    rows = near_pairs(train.phash, val.phash, max_distance)
+    found = {(int(i), int(j)): int(d) for i, j, d in rows.tolist()}
+    for i, j in digest_pairs(train.digest, val.digest).tolist():
+        found.setdefault((i, j), int(np.bitwise_count(train.phash[i] ^ val.phash[j])))
+    return sorted((i, j, d) for (i, j), d in found.items())

@@ -1,0 +1,85 @@
+"""64-bit perceptual hashes, vectorised over a batch of small grey images, and the exact digest.
+
+Both hashes start from one grey thumbnail per image, shrunk with area averaging (cv2.INTER_AREA)
+from whatever pixels the caller decoded, so the hash does not depend on the stored size:
+
+- pHash (`phash`, the one stored): the 32x32 thumbnail's 2-D DCT-II; the 8x8 block of the
+  lowest frequencies after the DC row and column ([1:9, 1:9]); a bit is 1 where a coefficient is
+  above the block's median. Half the bits are ones, whatever the image's brightness.
+- dHash (`dhash`, measured against it): a 9x8 thumbnail; a bit is 1 where a pixel is brighter
+  than its left neighbour.
+
+Bits are packed most significant first (row-major over the 8x8 block): hash ^ hash, popcounted,
+is the Hamming distance.
+
+>>> flat = np.zeros((1, 32, 32), np.uint8)
+>>> int(phash(flat)[0]), int(dhash(np.zeros((1, 8, 9), np.uint8))[0])
+(0, 0)
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+
+PHASH_SIDE = 32  # the pHash thumbnail; its DCT keeps rows and columns 1..8
+DHASH_SHAPE = (8, 9)  # (h, w) of the dHash thumbnail: 8 rows of 8 left-right differences
+DIGEST_BYTES = 32  # sha256
+
+
+def _dct_rows(n: int, rows: slice) -> np.ndarray:
+    """The DCT-II basis (unnormalised, every row on one scale), rows `rows`, as float32."""
+    k = np.arange(n, dtype=np.float64)[rows, None]
+    x = np.arange(n, dtype=np.float64)[None, :]
+    return np.cos(np.pi * k * (2 * x + 1) / (2 * n)).astype(np.float32)
+
+
+_BASIS = _dct_rows(PHASH_SIDE, slice(1, 9))  # (8, 32): frequencies 1..8
+
+
+def pack_bits(bits: np.ndarray) -> np.ndarray:
+    """(N, 64) bool -> (N,) uint64, the first bit the most significant."""
+    packed = np.packbits(np.ascontiguousarray(bits).reshape(len(bits), 64), axis=1, bitorder="big")
+    return packed.view(">u8").reshape(-1).astype(np.uint64)
+
+
+def phash(gray: np.ndarray) -> np.ndarray:
+    """(N, 32, 32) uint8 grey thumbnails -> (N,) uint64 pHashes."""
+    x = np.asarray(gray, dtype=np.float32)
+    coef = _BASIS @ x @ _BASIS.T  # (N, 8, 8): one matmul pair for the whole batch
+    flat = coef.reshape(len(x), 64)
+    return pack_bits(flat > np.median(flat, axis=1, keepdims=True))
+
+
+def dhash(gray: np.ndarray) -> np.ndarray:
+    """(N, 8, 9) uint8 grey thumbnails -> (N,) uint64 dHashes."""
+    x = np.asarray(gray, dtype=np.int16)
+    return pack_bits(x[:, :, 1:] > x[:, :, :-1])
+
+
+def thumbnail(img: np.ndarray, shape: tuple[int, int] = (PHASH_SIDE, PHASH_SIDE)) -> np.ndarray:
+    """One decoded image, (H, W, 3) RGB or (H, W) grey uint8 -> its (h, w) grey thumbnail:
+    area-averaged in colour first (a 32x32 colour image is cheap to make grey), then luma."""
+    import cv2
+
+    small = cv2.resize(img, (shape[1], shape[0]), interpolation=cv2.INTER_AREA)
+    return cv2.cvtColor(small, cv2.COLOR_RGB2GRAY) if small.ndim == 3 else small
+
+
+def image_phash(img: np.ndarray) -> int:
+    """The pHash of one decoded image (see `thumbnail`)."""
+    return int(phash(thumbnail(img)[None])[0])
+
+
+def file_digest(path: str | Path) -> np.ndarray:
+    """sha256 of a file's bytes, as (32,) uint8."""
+    with open(path, "rb") as f:
+        digest = hashlib.file_digest(f, "sha256").digest()
+    return np.frombuffer(digest, dtype=np.uint8).copy()
+
+
+def hamming(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Bitwise Hamming distance of uint64 hashes, elementwise (broadcasting), as uint8."""
+    return np.bitwise_count(np.bitwise_xor(a, b))

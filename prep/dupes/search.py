@@ -1,0 +1,151 @@
+"""All pairs of 64-bit hashes within a Hamming distance, well under quadratic time.
+
+Both methods rest on the pigeonhole principle. Cut the 64 bits into `m` blocks: two hashes
+that differ in at most `d` bits differ in at most `d` blocks, so at least `m - d` blocks agree
+exactly. For every choice of `t = m - d` blocks, the hashes are sorted by those blocks' bits
+(the table's key); hashes with one key sit side by side, and only those are compared (XOR,
+popcount). Each pair at distance <= d turns up in at least one table.
+
+- multi-index hashing (`method="mih"`): m = d + 1 blocks, t = 1: d + 1 tables, each keyed by one
+  block of 64 / (d + 1) bits. Few tables, but short keys: big buckets on large inputs.
+- sorted tables (`method="tables"`, after Manku, Jain and Das Sarma, WWW 2007): more blocks,
+  t >= 2 of them a key, C(m, t) tables of longer keys: more sorts, far fewer candidates.
+
+`method="auto"` picks the (m, t) whose modelled cost (sorts plus expected candidates of random
+hashes) is least for the input's size; README "Near-duplicates and leakage" has the measurements.
+
+>>> h = np.array([0, 0b111, 3 << 62, 0b1], dtype=np.uint64)
+>>> near_pairs(h, max_distance=1).tolist()
+[[0, 3, 1]]
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterator
+
+import numpy as np
+
+SORT_NS, PAIR_NS = 60.0, 12.0  # ns per element sorted, per candidate pair compared (measured)
+BITS = 64
+
+
+def blocks(m: int) -> list[tuple[int, int]]:
+    """(shift, width) of m contiguous blocks covering 64 bits, widths differing by at most one.
+
+    >>> blocks(3)
+    [(42, 22), (21, 21), (0, 21)]
+    """
+    widths = [BITS // m + (1 if i < BITS % m else 0) for i in range(m)]
+    ends = np.cumsum(widths)
+    return [(BITS - int(e), w) for e, w in zip(ends, widths, strict=True)]
+
+
+def plan(n: int, d: int, method: str = "auto") -> tuple[int, int]:
+    """(m, t): blocks and blocks a key for `n` hashes at distance `d` (see the module doc)."""
+    if method == "mih" or d >= 32:
+        return d + 1, 1
+    options = [(d + t, t) for t in range(1, 6) if d + t <= BITS]
+    if method == "tables":
+        options = options[1:] or options
+
+    def cost(mt: tuple[int, int]) -> float:
+        m, t = mt
+        key_bits = BITS * t / m
+        pairs = n * n / 2 / 2**key_bits
+        return math.comb(m, t) * (n * SORT_NS + pairs * PAIR_NS)
+
+    return min(options, key=cost)
+
+
+def _keys(h: np.ndarray, chosen: tuple[tuple[int, int], ...]) -> np.ndarray:
+    """The table key: the chosen blocks' bits side by side, in the narrowest unsigned dtype."""
+    key = np.zeros(len(h), dtype=np.uint64)
+    for shift, width in chosen:
+        key = (key << np.uint64(width)) | ((h >> np.uint64(shift)) & np.uint64((1 << width) - 1))
+    bits = sum(w for _, w in chosen)
+    return key.astype(np.uint16 if bits <= 16 else np.uint32 if bits <= 32 else np.uint64)
+
+
+def _sort(key: np.ndarray) -> np.ndarray:
+    """A stable argsort by radix passes of 16 bits (numpy's radix sort takes 16-bit keys only;
+    wider keys would take its slower comparison sort)."""
+    order = np.argsort((key & 0xFFFF).astype(np.uint16), kind="stable")
+    for shift in range(16, key.dtype.itemsize * 8, 16):
+        high = (key[order] >> shift).astype(np.uint16)
+        order = order[np.argsort(high, kind="stable")]
+    return order
+
+
+def _table_pairs(h: np.ndarray, key: np.ndarray, d: int) -> Iterator[np.ndarray]:
+    """(k, 3) rows (i, j, distance) of hashes with one key within `d`, i and j unordered.
+
+    Sorted by key, equal keys are runs; the runs of each length L are a (runs, L) block, whose
+    hashes are compared o places apart for o = 1 .. L - 1: the work is the candidate count."""
+    order = _sort(key)
+    ks, hs = key[order], h[order]
+    starts = np.flatnonzero(np.r_[True, ks[1:] != ks[:-1]])
+    lens = np.diff(np.r_[starts, len(ks)])
+    for length in np.unique(lens[lens > 1]).tolist():
+        idx = starts[lens == length, None] + np.arange(length)
+        block = hs[idx]
+        for o in range(1, length):
+            dist = np.bitwise_count(block[:, :-o] ^ block[:, o:])
+            r, c = np.nonzero(dist <= d)
+            if len(r):
+                yield np.stack(
+                    [order[idx[r, c]], order[idx[r, c + o]], dist[r, c].astype(np.int64)], axis=1
+                )
+
+
+def _unique_pairs(found: list[np.ndarray]) -> np.ndarray:
+    """Rows (i, j, distance) with i < j, each pair once, sorted by (i, j)."""
+    if not found:
+        return np.zeros((0, 3), dtype=np.int64)
+    rows = np.concatenate(found).astype(np.int64)
+    rows[:, :2] = np.sort(rows[:, :2], axis=1)
+    _, first = np.unique(rows[:, 0] * (rows[:, 1].max() + 1) + rows[:, 1], return_index=True)
+    return rows[first]
+
+
+def within(h: np.ndarray, d: int, method: str = "auto") -> np.ndarray:
+    """(K, 3) int64 rows (i, j, distance), i < j, of the pairs of `h` within `d` bits."""
+    h = np.ascontiguousarray(h, dtype=np.uint64)
+    if d < 0:
+        raise ValueError(f"max_distance {d} is negative")
+    if len(h) < 2:
+        return np.zeros((0, 3), dtype=np.int64)
+    m, t = plan(len(h), min(d, BITS), method)
+    parts = blocks(m)
+    found = [
+        rows
+        for chosen in itertools.combinations(parts, t)
+        for rows in _table_pairs(h, _keys(h, chosen), d)
+        if len(rows)
+    ]
+    return _unique_pairs(found)
+
+
+def brute_force(a: np.ndarray, b: np.ndarray, d: int, chunk: int = 2048) -> np.ndarray:
+    """The reference: every pair of `a` x `b` compared (XOR, popcount), a chunk at a time."""
+    out = []
+    for s in range(0, len(a), chunk):
+        dist = np.bitwise_count(a[s : s + chunk, None] ^ b[None, :])
+        i, j = np.nonzero(dist <= d)
+        out.append(np.stack([i + s, j, dist[i, j].astype(np.int64)], axis=1))
+    return np.concatenate(out) if out else np.zeros((0, 3), dtype=np.int64)
+
+
+def near_pairs(
+    a: np.ndarray, b: np.ndarray | None = None, max_distance: int = 6, method: str = "auto"
+) -> np.ndarray:
+    """(K, 3) int64 rows (i, j, distance) sorted by (i, j): pairs within `a` (i < j), or
+    between `a` and `b` (i in a, j in b), at most `max_distance` bits apart."""
+    if b is None:
+        return within(a, max_distance, method)
+    a, b = np.asarray(a, dtype=np.uint64), np.asarray(b, dtype=np.uint64)
+    rows = within(np.concatenate([a, b]), max_distance, method)
+    rows = rows[(rows[:, 0] < len(a)) & (rows[:, 1] >= len(a))]
+    rows[:, 1] -= len(a)
+    return rows

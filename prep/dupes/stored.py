@@ -1,0 +1,114 @@
+"""Reading a packed dataset's hashes, or computing them from its stored pixels (older datasets,
+`prep report --hash`)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from loaders.fields import decode_source
+from loaders.format import OFFSETS, FormatError, array_name, read_manifest
+from loaders.store import ShardStore
+from prep.dupes.groups import Hashes
+from prep.dupes.hashing import DIGEST_BYTES, phash, thumbnail
+from prep.errors import PrepError
+
+CHUNK = 256  # images hashed at a time when computing from stored pixels
+
+
+def read_hashes(root: Path, compute: bool) -> Hashes:
+    try:
+        m = read_manifest(root)
+    except FileNotFoundError as e:
+        raise PrepError(f"{root} is not a packed dataset. HINT: pass the OUT of prep pack") from e
+    stored = "phash" in m.arrays and "digest" in m.arrays
+    if not stored and not compute:
+        raise PrepError(
+            f"{root} was packed without per-sample hashes (phash, digest). "
+            f"HINT: run prep report {root} --hash to compute them from the stored pixels, "
+            "or pack it again"
+        )
+    if not stored and m.kind != "images":
+        raise PrepError(f"{root} holds {m.kind}: only image datasets have perceptual hashes")
+    store = ShardStore(root, m.kind)
+    shards = range(len(m.shards))
+    paths = _paths(store)
+    if stored:
+        ph = [np.asarray(store.array(s, "phash"), dtype=np.uint64) for s in shards]
+        dg = [np.asarray(store.array(s, "digest"), dtype=np.uint8) for s in shards]
+    else:
+        size = max(m.sizes())
+        ph, dg = [], []
+        for s in shards:
+            got = [_hash_chunk(c) for c in _chunks(_pixels(store, s, size), CHUNK)]
+            ph += [g[0] for g in got]
+            dg += [g[1] for g in got]
+    phashes = np.concatenate(ph) if ph else np.zeros(0, np.uint64)
+    digests = np.concatenate(dg) if dg else np.zeros((0, DIGEST_BYTES), np.uint8)
+    return Hashes(phashes, digests.reshape(-1, DIGEST_BYTES), paths)
+
+
+def _paths(store: ShardStore) -> list[str]:
+    """Each sample's stored source path; "#i" (its index) for a dataset packed without."""
+    shards = store.manifest.shards
+    if "source" not in store.manifest.arrays:
+        return [f"#{i}" for i in range(sum(s.count for s in shards))]
+    out = []
+    for s, shard in enumerate(shards):
+        data, off = _ragged(store, s, "source")
+        out += [decode_source(data[off[k] : off[k + 1]]) for k in range(shard.count)]
+    return out
+
+
+def _ragged(store: ShardStore, shard: int, name: str) -> tuple[np.ndarray, np.ndarray]:
+    if name not in store.manifest.arrays:
+        return np.zeros(0, np.uint8), np.zeros(1, np.int64)
+    return store.array(shard, name), store.array(shard, name + OFFSETS)
+
+
+def _pixels(store: ShardStore, shard: int, size: int) -> Iterator[np.ndarray]:
+    """Each stored image of the shard at `size`, (H, W, C) uint8: raw, ragged or JPEG."""
+    name = array_name("image", size)
+    spec = store.manifest.arrays[name]
+    if not spec.ragged:
+        yield from store.array(shard, name)
+        return
+    data, off = _ragged(store, shard, name)
+    hw = store.array(shard, array_name("hw", size)) if spec.codec == "ragged" else None
+    for k in range(len(off) - 1):
+        raw = np.asarray(data[off[k] : off[k + 1]])
+        if hw is not None:
+            yield raw.reshape(int(hw[k][0]), int(hw[k][1]), spec.shape[-1])
+            continue
+        import simplejpeg
+
+        try:
+            yield simplejpeg.decode_jpeg(raw.tobytes(), "RGB")
+        except ValueError as e:
+            raise FormatError(f"shard {shard}: sample {k} of {name} is not a JPEG ({e})") from e
+
+
+def _chunks(items: Iterator[np.ndarray], n: int) -> Iterator[list[np.ndarray]]:
+    chunk: list[np.ndarray] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == n:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _hash_chunk(images: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """pHashes of a few stored images, and the sha256 of each one's stored pixels."""
+    thumbs = np.stack([thumbnail(img[..., 0] if img.shape[-1] == 1 else img) for img in images])
+    digests = np.stack(
+        [
+            np.frombuffer(hashlib.sha256(np.ascontiguousarray(i).tobytes()).digest(), np.uint8)
+            for i in images
+        ]
+    )
+    return phash(thumbs), digests
