@@ -233,6 +233,19 @@ def test_cli_demo_pack_verify_info(tmp_path: Path) -> None:
     for look in ("verify", "info"):
         got = run(app, [look, out])
         assert got.exit_code == 0, got.output
-    assert "0 rejected" in got.output
+    assert "0 rejected" in got.output and "at 16000 Hz, 1 channel, int16" in got.output
     got = run(app, ["audio", str(demo / "nowhere"), str(tmp_path / "x")])
     assert got.exit_code == 1 and "does not exist" in got.output
+
+
+def test_train_audio_learns(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from examples import train_audio
+    from prep.kinds.audio.demo import make_audio_demo
+
+    make_audio_demo(tmp_path / "demo", per_class=4, seed=0)
+    pack(tmp_path / "demo", tmp_path / "packed")
+    argv = ["--data", str(tmp_path / "packed"), "--limit", "20", "--workers", "0"]
+    losses = train_audio.main([*argv, "--batch-size", "8", "--seconds", "0.1", "--width", "8"])
+    assert len(losses) == 20 and all(np.isfinite(losses))
+    assert sum(losses[-5:]) < sum(losses[:5]), losses
+    assert "val acc" in capsys.readouterr().out
