@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import psutil
-from rows import Row, info, timed, versus
+from rows import Row, info, prep, timed, versus
 
 
 class FolderDataset:
@@ -133,7 +133,32 @@ def bench_load(raw: Path, work: Path, sample: int, reps: int = 5) -> list[Row]:
         file=sys.stderr,
     )
     rows.append(worker_batch_cost(src[:256]))
+    rows.append(fresh_by_shards(raw, work, len(ds)))
     return rows
+
+
+def fresh_by_shards(raw: Path, work: Path, count: int, reps: int = 7) -> Row:
+    """Row 4e: a fresh dataset and loader (0 workers), timed from their making over one epoch,
+    reading p256 (the default shard count, 32) against the same photos packed in 2 shards."""
+    from loaders import ImageShardDataset, make_loader
+
+    two = work / "p256-2shards"
+    common = ["--sizes", "256", "--overwrite", "--shard-size", str(-(-count // 2))]
+    prep("pack", str(raw / "jpegs.csv"), str(two), *common)  # the list row 1b packed
+
+    def fresh(root: Path) -> float:
+        start = time.perf_counter()
+        ds = ImageShardDataset(root, size=256, fields=("image", "label"))
+        epoch_rate(make_loader(ds, batch_size=256, shuffle=True))
+        return count / (time.perf_counter() - start)
+
+    best = {"p256": 0.0, two.name: 0.0}
+    for _ in range(reps):  # interleaved, best of each
+        for name in best:
+            best[name] = max(best[name], fresh(work / name))
+    n32 = len(ImageShardDataset(work / "p256", size=256).shard_sizes)
+    name = f"4e fresh loader, {n32} shards vs 2 (0 workers)"
+    return versus(name, best["p256"], best[two.name], "img/s", ">= 0.95x")
 
 
 def worker_batch_cost(batch: np.ndarray) -> Row:
