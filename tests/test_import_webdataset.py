@@ -163,3 +163,23 @@ def test_gzipped_and_rewritten_tars_read_as_they_are_now(tmp_path: Path) -> None
         imported(str(tmp_path / "a.tar.gz"), tmp_path / "ds", overwrite=True)
         ds = SampleDataset(tmp_path / "ds")
         assert ds.__getitems__([0, 1])["txt"] == [f"{text} k0", f"{text} k1"]
+
+
+def test_mixed_jpg_and_png_samples_are_one_image_field(tmp_path: Path) -> None:
+    """Some samples .jpg, others .png: one field, "image", of whichever the sample has (as
+    WebDataset's "jpg;png"); the pixels as PIL decodes each member."""
+    pixels = [(RNG.random((16, 16, 3)) * 255).astype(np.uint8) for _ in range(4)]
+    with wds.TarWriter(str(tmp_path / "mixed.tar")) as w:
+        for i, px in enumerate(pixels):
+            w.write({"__key__": f"m{i}", "jpg" if i % 2 else "png": px, "cls": i})
+    imported(str(tmp_path / "mixed.tar"), tmp_path / "ds")
+    ds = SampleDataset(tmp_path / "ds")
+    assert sorted(ds.declared) == ["__key__", "cls", "image"]
+    assert read_manifest(tmp_path / "ds").extra["webdataset"]["fields"]["image"] == "jpg;png"
+    b = ds.__getitems__([0, 1, 2, 3])
+    for i, s in enumerate(wds.WebDataset(str(tmp_path / "mixed.tar"), shardshuffle=False)):
+        member = s.get("png", s.get("jpg"))
+        want = np.asarray(PILImage.open(io.BytesIO(member)).convert("RGB"))
+        assert np.array_equal(b["image"][i].permute(1, 2, 0).numpy(), want)
+    imported(str(tmp_path / "mixed.tar"), tmp_path / "ds2", fields="png;jpg,cls")
+    assert sorted(SampleDataset(tmp_path / "ds2").declared) == ["__key__", "cls", "image"]

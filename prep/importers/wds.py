@@ -49,9 +49,8 @@ def list_shards(cfg: WdsConfig, image: Any) -> tuple[Any, Any, dict[str, Any]]:
     """The samples of cfg.src's tars as inputs, the function that reads one, and the fields."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from prep.importers.hffeatures import field_name
     from prep.importers.listing import Source, file_stats
-    from prep.importers.wdssource import Declared, WdsSamples, kind_of, scan
+    from prep.importers.wdssource import WdsSamples, scan
     from prep.kinds.samples.inputs import Item
 
     paths = shard_paths(str(cfg.src))
@@ -67,11 +66,8 @@ def list_shards(cfg: WdsConfig, image: Any) -> tuple[Any, Any, dict[str, Any]]:
         for _, members in s.samples:
             for ext, _, _ in members:
                 seen[ext] = seen.get(ext, 0) + 1
-    exts = listed(cfg.fields, "--fields", str) if cfg.fields else sorted(seen)
-    unknown = [e for e in exts if e not in seen]
-    if unknown or not exts:
-        raise _usage(cfg.src, f"no member has extension {unknown[0]!r}" if unknown else "")
-    declared = tuple(Declared(field_name(e), e, kind_of(e)) for e in exts)
+    declared = _declared(cfg, scans, seen)
+    used = {e for d in declared for e in d.ext.split(";")}
     fields = {"__key__": _text()} | {d.name: _field(d, scans, image) for d in declared}
     items = [
         Item(f"{path}:{key}", (t, key, members))
@@ -83,12 +79,48 @@ def list_shards(cfg: WdsConfig, image: Any) -> tuple[Any, Any, dict[str, Any]]:
         "webdataset": {
             "shards": paths,
             "fields": {d.name: d.ext for d in declared},
-            "ignored": {e: n for e, n in seen.items() if e not in exts},
+            "ignored": {e: n for e, n in seen.items() if e not in used},
         }
     }
     rejects = [r for s in scans for r in s.rejects]
     source = Source(items, {None: len(items)}, rejects, [*file_stats(local), *paths], extra)
     return source, WdsSamples(tuple(paths), declared), fields
+
+
+IMAGES = ("jpg", "jpeg", "png", "webp")  # a sample's image: whichever of these it has
+
+
+def _declared(cfg: WdsConfig, scans: list[Any], seen: dict[str, int]) -> tuple[Any, ...]:
+    """The fields: --fields (`jpg;png`: whichever a sample has, WebDataset's spelling) or every
+    extension seen, the image extensions that no sample has two of as one field, "image"."""
+    from prep.importers.hffeatures import field_name
+    from prep.importers.wdssource import Declared, kind_of
+
+    if cfg.fields:
+        exts = listed(cfg.fields, "--fields", str)
+    else:
+        exts = sorted(seen)
+        images = [e for e in exts if e in IMAGES]
+        apart = not any(
+            sum(ext in images for ext, _, _ in members) > 1
+            for s in scans
+            for _, members in s.samples
+        )
+        if len(images) > 1 and apart:
+            exts = [";".join(images), *(e for e in exts if e not in images)]
+    unknown = [a for e in exts for a in e.split(";") if a not in seen]
+    if unknown or not exts:
+        raise _usage(cfg.src, f"no member has extension {unknown[0]!r}" if unknown else "")
+    declared = []
+    for e in exts:
+        kinds = {kind_of(a) for a in e.split(";")}
+        kind = kinds.pop() if len(kinds) == 1 else "bytes"
+        name = "image" if ";" in e and kind == "image" else field_name(e.split(";")[0])
+        declared.append(Declared(name, e, kind))
+    names = [d.name for d in declared]
+    if len(set(names)) < len(names):
+        raise _usage(cfg.src, f"--fields {cfg.fields} names field {names[0]!r} twice")
+    return tuple(declared)
 
 
 def _text() -> Any:

@@ -187,7 +187,7 @@ def kind_of(ext: str) -> str:
 
 @dataclass(frozen=True)
 class Declared:
-    """A field of the import: the extension of its members and its kind."""
+    """A field of the import: the extension of its members (`jpg;png`: either) and its kind."""
 
     name: str
     ext: str
@@ -204,12 +204,13 @@ class WdsSamples:
 
     def __call__(self, ref: tuple[int, str, tuple[Member, ...]]) -> dict[str, Any]:
         tar, key, members = ref
-        by_ext = {d.ext: d for d in self.declared}
+        where = {ext: (offset, size) for ext, offset, size in members}
         out: dict[str, Any] = {"__key__": key}
-        for ext, offset, size in members:
-            d = by_ext.get(ext)
-            if d is not None:
-                out[d.name] = value_of(d, read_member(self.run, self.tars[tar], offset, size))
+        for d in self.declared:  # `jpg;png`: the first of them the sample has
+            ext = next((e for e in d.ext.split(";") if e in where), None)
+            if ext is not None:
+                data = read_member(self.run, self.tars[tar], *where[ext])
+                out[d.name] = value_of(d, data)
         return out
 
 
