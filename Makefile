@@ -33,7 +33,12 @@ data/demo-audio/.done: $(STAMP) prep/kinds/audio/demo.py
 	$(BIN)/prep demo --audio data/demo-audio
 	touch $@
 
-dataset: $(STAMP) data/demo-raw/.done data/demo-ct/.done data/demo-audio/.done
+data/demo-video/.done: $(STAMP) prep/kinds/video/demo.py
+	rm -rf data/demo-video
+	$(BIN)/prep demo --video data/demo-video
+	touch $@
+
+dataset: $(STAMP) data/demo-raw/.done data/demo-ct/.done data/demo-audio/.done data/demo-video/.done
 	$(BIN)/prep pack --config configs/default.toml --overwrite
 	$(BIN)/prep verify data/demo-packed
 	$(BIN)/prep info data/demo-packed
@@ -63,6 +68,9 @@ dataset: $(STAMP) data/demo-raw/.done data/demo-ct/.done data/demo-audio/.done
 	$(BIN)/prep audio data/demo-audio data/demo-audio-packed --rate 16000 --mono --overwrite -q
 	$(BIN)/prep verify data/demo-audio-packed
 	$(BIN)/prep info data/demo-audio-packed
+	$(BIN)/prep video data/demo-video data/demo-clips --fps 8 --size 64 --codec jpeg --overwrite -q
+	$(BIN)/prep verify data/demo-clips
+	$(BIN)/prep info data/demo-clips
 	@echo
 	@echo "Packed dataset: data/demo-packed. Load it in training with:"
 	@echo "  from loaders import ImageShardDataset, make_loader"
@@ -86,6 +94,9 @@ dataset: $(STAMP) data/demo-raw/.done data/demo-ct/.done data/demo-audio/.done
 	@echo "Audio clips: data/demo-audio-packed. Load 1 s windows with:"
 	@echo "  from loaders import AudioDataset"
 	@echo "  ds = AudioDataset('data/demo-audio-packed', seconds=1.0, seed=0)   # int16 + label"
+	@echo "Video clips: data/demo-clips. Load 8-frame clips with:"
+	@echo "  from loaders import ClipDataset, RandomResizedCrop"
+	@echo "  ds = ClipDataset('data/demo-clips', frames=8, crop=RandomResizedCrop(48), seed=0)"
 
 lint: $(STAMP)
 	$(BIN)/ruff check prep loaders tests bench examples
