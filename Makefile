@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install dataset test lint fuzz bench clean
+.PHONY: install dataset test lint fuzz bench clean browser
 
 install: $(STAMP)
 
@@ -103,8 +103,18 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check prep loaders tests bench examples
 	$(BIN)/mypy
 
-test: $(STAMP) lint
+test: $(STAMP) lint browser
 	$(BIN)/python -m pytest
+
+# tests/test_report_browser.py opens prep report in Debian's headless chromium: installed here
+# where it is missing and apt-get can (root, a package mirror); else that test skips, saying why.
+browser:
+	@(command -v chromium && command -v chromedriver) >/dev/null 2>&1 || \
+		! command -v apt-get >/dev/null 2>&1 || \
+		apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 || \
+		(apt-get update -q >/dev/null 2>&1 && \
+		apt-get install -y -q chromium chromium-driver >/dev/null 2>&1) || \
+		echo "chromium not installed: tests/test_report_browser.py will skip"
 
 # The fuzz targets of tests/test_fuzz.py (.npy headers, .h5 shards, manifests, JPEG samples),
 # each for FUZZ_SECONDS instead of make test's 1.5 s; FUZZ_SEED=N starts elsewhere. A failure

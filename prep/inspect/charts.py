@@ -9,6 +9,7 @@ True
 from __future__ import annotations
 
 import io
+import re
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -33,7 +34,8 @@ def _figure(width: float, height: float) -> Any:
 
 
 def svg(fig: Any) -> str:
-    """The figure as an `<svg>` element for inline use (the XML header and DOCTYPE dropped)."""
+    """The figure as an `<svg>` element for inline use (the XML header, DOCTYPE and RDF
+    metadata dropped)."""
     import matplotlib
 
     buf = io.StringIO()
@@ -43,6 +45,7 @@ def svg(fig: Any) -> str:
         warnings.filterwarnings("ignore", "Glyph .* missing from font", UserWarning)
         fig.savefig(buf, format="svg", metadata={"Date": None})
     text = buf.getvalue()
+    text = re.sub(r"\s*<metadata>.*?</metadata>", "", text, count=1, flags=re.S)  # RDF: bytes
     return text[text.index("<svg") :]
 
 

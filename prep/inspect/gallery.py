@@ -18,8 +18,8 @@ from loaders.format import OFFSETS, FormatError
 from loaders.store import ShardStore
 from prep.inspect.sheet import PALETTE, overlay
 
-TILE_MAX = 160  # px: a larger stored size is shown shrunk to this (the page stays small)
-GRID_BUDGET = 384  # tiles in a grid at most, whatever the class count: bounds the file's size
+TILE_MAX = 128  # px: a larger stored size is shown shrunk to this (the page stays small)
+GRID_BUDGET = 256  # tiles in a grid at most, whatever the class count: bounds the file's size
 
 
 def locate(store: ShardStore, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

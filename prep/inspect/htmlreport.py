@@ -75,6 +75,13 @@ def build(
     stored perceptual hashes, from its stored pixels; `per_class`: grid samples a class."""
     if not 1 <= per_class <= MAX_PER_CLASS:
         raise UsageError(f"--max-samples must be 1..{MAX_PER_CLASS}, not {per_class}")
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise PrepError(
+            "prep report draws its charts with matplotlib, which is not installed. "
+            "HINT: pip install 'prep[report]'"
+        ) from None
     m = load_manifest(root)
     if against is not None:
         other = load_manifest(against)

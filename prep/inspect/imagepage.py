@@ -9,6 +9,7 @@ crop that cuts it off, a box on the wrong object shows at a glance.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -44,7 +45,8 @@ def samples_kind(root: os.PathLike[str], m: Manifest, per_class: int) -> list[Se
     declared = fields_from(m.extra.get("fields"), root)
     label = next((n for n, f in declared.items() if f.kind == "label"), None)
     labels = gallery.column(store, label) if label else None
-    out = [sections.counts(m, labels)]
+    names = list(getattr(declared.get(label or ""), "classes", None) or m.classes or [])
+    out = [sections.counts(m, labels, names=names)]
     found = pictures(store)
     if found is None:
         return [*out, sections.fields(m)]
@@ -53,13 +55,13 @@ def samples_kind(root: os.PathLike[str], m: Manifest, per_class: int) -> list[Se
         arrays = replace(arrays, box_labels="labels")
         if labels is None:  # detection: its objects counted by class
             objects = np.concatenate([store.array(s, "labels") for s in range(len(m.shards))])
-            out = [sections.counts(m, objects.astype(np.int64), "objects")]
+            out = [sections.counts(m, objects.astype(np.int64), "objects", names)]
     orig = gallery.column(store, "orig_size") if "orig_size" in m.arrays else None
     stored = gallery.column(store, arrays.hw) if arrays.hw and orig is None else None
     return [
         *out,
         sections.sizes(orig, stored),
-        samples_grid(store, arrays, labels, per_class, size),
+        samples_grid(store, arrays, labels, per_class, size, names),
         sections.fields(m),
     ]
 
@@ -96,16 +98,22 @@ def _sidecars(m: Manifest, arrays: ImageArrays, prefix: str, size: int) -> Image
 
 
 def samples_grid(
-    store: ShardStore, arrays: ImageArrays, labels: np.ndarray | None, per_class: int, size: int
+    store: ShardStore,
+    arrays: ImageArrays,
+    labels: np.ndarray | None,
+    per_class: int,
+    size: int,
+    names: Sequence[str] = (),
 ) -> Section:
-    """Rows of samples, one a class, as stored at `size` (shrunk past gallery.TILE_MAX)."""
+    """Rows of samples, one a class (`names`: the class names, default the manifest's), as
+    stored at `size` (shrunk past gallery.TILE_MAX)."""
     m = store.manifest
     picked = gallery.pick(labels, m.num_samples, per_class)
     every = np.concatenate(list(picked.values())) if picked else np.zeros(0, np.int64)
     if not len(every):
         return Section("samples", "Samples", para("no samples", "note"))
     tiles = _tiles(store, arrays, every, size)
-    classes = m.classes or []
+    classes = list(names or m.classes or [])
     rows, at = [], 0
     for label, idx in picked.items():
         name = "" if label < 0 else classes[label] if label < len(classes) else f"label {label}"

@@ -19,7 +19,7 @@ from prep.inspect.html import Section, figure, grid, para, table
 ROWS_READ = 200_000  # table rows read for the histograms, at random: a histogram's shape settles
 TOKENS_READ = 50_000_000  # tokens counted a split (uint16 bincount: about 0.1 s a 50M)
 TOP_TOKENS = 30
-SLICE_SIDE = 160  # px: the longer side of a middle slice on the page
+SLICE_SIDE = 128  # px: the longer side of a middle slice on the page (gallery.TILE_MAX)
 
 
 def _window(planes: Sequence[np.ndarray]) -> list[np.ndarray]:

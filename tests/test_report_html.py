@@ -1,0 +1,169 @@
+"""prep report: one self-contained HTML page per data kind (images with masks, samples with
+boxes, tokens, volumes, a table), its sections present, its images embedded, its size bounded
+for a million samples (tests/test_report_browser.py opens it in Chromium)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+from untrusted import packed_table, volumes, write_dataset
+
+import prep
+from loaders.fields import FIELDS
+from loaders.format import ArraySpec
+from prep.cli import app
+from prep.fields import Array, Boxes, Image, Label
+from prep.inspect import gallery
+from prep.inspect.html import jpeg_uri
+from prep.inspect.htmlreport import write_report
+from prep.kinds.text.config import TokenizeConfig
+from prep.kinds.text.tokenize import tokenize
+
+LIMIT_BYTES = 20_000_000  # the issue's bound on a report of a 1,000,000-sample dataset
+
+
+def ids(text: str) -> list[str]:
+    return re.findall(r'<section id="([\w-]+)"', text)
+
+
+def images_in(text: str) -> list[str]:
+    return re.findall(r'<img src="(data:image/jpeg;base64,[^"]+)"', text)
+
+
+def test_images_with_masks_report(packed: Path, copy_dataset: Any) -> None:
+    root = copy_dataset(packed)
+    out = root / "report.html"  # the default
+    result = CliRunner().invoke(app, ["report", str(root), "-n", "2", "-q"])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == str(out)
+    text = out.read_text()
+    assert {"counts", "sizes", "samples", "stats", "rejects", "fields"} <= set(ids(text))
+    assert "masks overlaid" in text
+    assert len(images_in(text)) == 4 * 2  # 4 classes, 2 a class
+    assert text.count("<svg") >= 3  # counts, sizes, channels
+    assert re.search(r'(src|href)="(?!data:|#)', text) is None  # nothing to fetch
+    stats = prep_stats(packed)
+    assert f"{stats[0]:.2f}" in text  # the stored mean of the red channel, as Normalize reads it
+
+
+def prep_stats(root: Path) -> list[float]:
+    from loaders.format import read_manifest
+
+    sizes = read_manifest(root).extra["stats"]["sizes"]
+    return list(sizes[min(sizes, key=int)]["mean"])
+
+
+def sample(i: int) -> dict[str, Any]:
+    img = np.full((40, 60, 3), 30 * i, np.uint8)
+    img[10:20, 5:25] = 255
+    boxes = np.array([[5, 10, 25, 20]], np.float32)
+    return {"image": img, "boxes": boxes, "labels": np.array([i % 2]), "label": i % 2}
+
+
+def test_samples_with_boxes_report(tmp_path: Path) -> None:
+    fields = {
+        "image": Image(sizes=(32,), mode="keep"),
+        "boxes": Boxes(image="image"),
+        "labels": Array("int64", shape=(None,)),
+        "label": Label(classes=("cat", "dog")),
+    }
+    prep.pack_samples(sample, range(4), tmp_path / "ds", fields, show_progress=False, jobs=1)
+    text = write_report(tmp_path / "ds", tmp_path / "r.html").read_text()
+    assert {"counts", "sizes", "samples", "fields", "rejects"} <= set(ids(text))
+    assert "boxes drawn" in text and "(1 boxes)" in text
+    assert len(images_in(text)) == 4
+    assert "cat" in text and "dog" in text
+
+
+def test_tokens_report(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(6):
+        (src / f"{i}.txt").write_text("packed shards load fast " * (i + 2))
+    out = tmp_path / "tok"
+    tokenize(
+        TokenizeConfig(src=str(src), out=str(out), jobs=1, val_fraction=0), show_progress=False
+    )
+    text = write_report(out).read_text()
+    assert {"counts", "tokens", "rejects", "fields"} <= set(ids(text))
+    assert "most common tokens" in text and "<td>97</td><td>&#x27;a&#x27;</td>" in text  # bytes
+
+
+def test_volumes_report(tmp_path: Path) -> None:
+    root = volumes(tmp_path / "v", [(4, 5, 6), (3, 4, 5)], [0, 120, 180], 180)
+    text = write_report(root).read_text()
+    assert {"counts", "sizes", "volumes"} <= set(ids(text))
+    assert len(images_in(text)) == 2 * 3  # three middle slices a volume
+
+
+def test_table_report(tmp_path: Path) -> None:
+    text = write_report(packed_table(tmp_path)).read_text()
+    assert {"counts", "table", "rejects"} <= set(ids(text))
+    assert ">city<" in text and ">x<" in text and "oslo" in text
+
+
+def test_bad_input_is_one_line(tmp_path: Path, packed: Path) -> None:
+    runner = CliRunner()
+    missing = runner.invoke(app, ["report", str(tmp_path / "nope")])
+    assert missing.exit_code != 0 and missing.output.startswith("error:")
+    table = packed_table(tmp_path)
+    mixed = runner.invoke(app, ["report", str(packed), "--against", str(table)])
+    assert mixed.exit_code == 1 and "--against compares" in mixed.output
+    zero = runner.invoke(app, ["report", str(packed), "--max-samples", "0"])
+    assert zero.exit_code == 2 and "--max-samples" in zero.output
+
+
+def million(root: Path, n: int = 1_000_000, classes: int = 1000) -> Path:
+    """An image dataset of n 8 px samples: its labels real, its pixels a sparse file of zeros
+    (nothing but the header is written), so that a million samples cost a few MB of disk."""
+    specs = {"label": FIELDS["label"].spec(None, max_value=classes - 1)}
+    labels = (np.random.default_rng(0).integers(0, classes, n)).astype(specs["label"].dtype)
+    root = write_dataset(
+        root,
+        "images",
+        specs,
+        [(n, {"label": labels})],
+        classes=[f"class {c}" for c in range(classes)],
+    )
+    from loaders.format import MANIFEST, ArrayRef, FileInfo, Manifest
+
+    pixels = np.lib.format.open_memmap(root / "image_8-00000.npy", "w+", np.uint8, (n, 8, 8, 3))
+    del pixels  # a sparse file: the header and one byte written
+    m = Manifest.from_json((root / MANIFEST).read_bytes(), root)
+    m.arrays["image_8"] = ArraySpec("image", 8, "uint8", (8, 8, 3))
+    shard = m.shards[0]
+    shard.arrays["image_8"] = ArrayRef("image_8-00000.npy", n)
+    size = (root / "image_8-00000.npy").stat().st_size
+    shard.files["image_8-00000.npy"] = FileInfo(size, "0" * 64)  # verify would say so; report
+    (root / MANIFEST).write_text(m.to_json())  # reads no checksum
+    return root
+
+
+def test_a_million_samples_report_is_sampled_and_bounded(tmp_path: Path) -> None:
+    out = write_report(million(tmp_path / "m"), tmp_path / "r.html")
+    text = out.read_text()
+    shown = images_in(text)
+    assert len(shown) == gallery.GRID_BUDGET  # 1000 classes: one each for the first 256
+    assert out.stat().st_size < LIMIT_BYTES
+    # The worst case, whatever the pixels: every tile a TILE_MAX square of noise (JPEG's
+    # largest), plus the page without its tiles.
+    noise = np.random.default_rng(0).integers(0, 256, (gallery.TILE_MAX,) * 2 + (3,), np.uint8)
+    rest = len(text) - sum(len(s) for s in shown)
+    tiles = gallery.GRID_BUDGET + 16 * 8 + 32 * 2  # grid, near-duplicate rows, leakage pairs
+    assert rest + tiles * len(jpeg_uri(noise)) < LIMIT_BYTES
+
+
+@pytest.mark.parametrize("labels", [None, np.array([3, 1, 3, 3, 1, 0])])
+def test_pick_is_seeded_and_per_class(labels: np.ndarray | None) -> None:
+    a, b = gallery.pick(labels, 6, 2), gallery.pick(labels, 6, 2)
+    assert {k: v.tolist() for k, v in a.items()} == {k: v.tolist() for k, v in b.items()}
+    if labels is None:
+        assert list(a) == [-1] and len(a[-1]) == 2
+    else:
+        assert sorted(a) == [0, 1, 3]
+        assert all((labels[v] == k).all() and len(v) <= 2 for k, v in a.items())
