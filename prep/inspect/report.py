@@ -114,6 +114,10 @@ def _described(m: Manifest) -> list[str]:
         from prep.kinds.audio.show import describe_audio
 
         return describe_audio(m)
+    if m.kind == "samples" and "video" in m.extra:
+        from prep.kinds.video.show import describe_video
+
+        return describe_video(m)
     return []
 
 

@@ -142,13 +142,18 @@ class VideoKind(Kind[VideoConfig, list[Item]]):
         return (index, shard, self.cfg, self.fields, self.specs, staging)
 
     def manifest(self, records: list[dict[str, Any]]) -> Manifest:
+        shards = [Shard.from_dict(rec["shard"]) for rec in records]
+        cfg, ends = self.cfg, self.fields["frames"].arrays("frames")[2]
+        frames = sum(s.arrays[array_name(ends.field, ends.size)].length for s in shards)
+        video = {"fps": cfg.fps, "size": cfg.size, "mode": cfg.mode, "codec": cfg.codec}
+        video |= {"frames": frames, "seconds": frames / cfg.fps, "max_frames": cfg.segment}
         return Manifest(
             kind="samples",
-            storage=self.cfg.format,
+            storage=cfg.format,
             arrays=self.specs,
-            shards=[Shard.from_dict(rec["shard"]) for rec in records],
+            shards=shards,
             classes=self.classes,
-            extra={"fields": {n: f.describe() for n, f in self.fields.items()}},
+            extra={"fields": {n: f.describe() for n, f in self.fields.items()}, "video": video},
             format_version=SAMPLES_VERSION,
         )
 
