@@ -128,6 +128,10 @@ FIELDS: dict[str, Field] = {
         Field("index", False, lambda s, c: (), ("int64",), "int64", codecs=()),
         # uint32: source sides above 65535 px exist (panoramas, slides).
         Field("orig_size", False, lambda s, c: (2,), ("uint32",), "int64"),
+        # Near-duplicates (prep.dupes): the image's 64-bit perceptual hash, returned as int64
+        # (the same 64 bits, signed), and the sha256 of its source file's bytes.
+        Field("phash", False, lambda s, c: (), ("uint64",), "int64"),
+        Field("digest", False, lambda s, c: (32,), ("uint8",), "uint8"),
         # Token datasets: one flat array; samples datasets: ragged, a sample's ids each.
         Field("tokens", False, lambda s, c: (), UNSIGNED[:3], "int64", ("raw", "ragged")),
         Field("doc_offsets", False, lambda s, c: (), ("int64",), "int64"),

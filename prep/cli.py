@@ -15,6 +15,7 @@ import typer
 from loaders.format import FormatError
 from prep import options
 from prep.config import RunConfig
+from prep.dupes.cli import dupes
 from prep.errors import PrepError, UsageError
 from prep.importers.cli import app as import_app
 from prep.inspect import commands as inspect
@@ -293,6 +294,7 @@ def demo(
 # info, verify, preview, tune: the commands that look at a packed dataset (prep.inspect).
 for _look in (inspect.info, inspect.verify, inspect.preview, inspect.tune, html_report):
     app.command()(friendly(_look))
+app.command()(friendly(dupes))  # near-duplicates and leakage (prep.dupes)
 
 # prep import SOURCE: a sub-app of its own (prep.importers.cli), each command made friendly here.
 for _imported in import_app.registered_commands:

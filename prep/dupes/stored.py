@@ -28,7 +28,8 @@ def read_hashes(root: Path, compute: bool) -> Hashes:
     if not stored and not compute:
         raise PrepError(
             f"{root} was packed without per-sample hashes (phash, digest). "
-            f"HINT: run prep report {root} --hash to compute them from the stored pixels, "
+            f"HINT: run prep report {root} --hash (or prep dupes {root} --hash) to compute "
+            "them from the stored pixels, "
             "or pack it again"
         )
     if not stored and m.kind != "images":

@@ -98,6 +98,9 @@ class Kind(ABC, Generic[C, S]):
     # Whether the shard task spends its time in C code that releases the GIL: --backend auto
     # then runs it in threads (prep.run.parallel), else in loky processes.
     threads: ClassVar[bool] = False
+    # Reject reasons the user asked for (prep pack --drop-dupes: duplicate): in rejects.jsonl,
+    # never counted by --max-rejects.
+    chosen_rejects: ClassVar[frozenset[str]] = frozenset()
     task: Callable[..., dict[str, Any]]  # the shard task: a module-level function (it pickles)
 
     def __init__(self, cfg: C):
@@ -254,10 +257,11 @@ def _finish(
         staging, inputs.rejects + [r for rec in records for r in rec["rejects"]]
     )
     seen = kind.seen(inputs, records)
-    if seen and len(rejects) / seen > cfg.max_rejects:
-        reasons = Counter(r["reason"] for r in rejects).most_common()
+    counted = [r for r in rejects if r["reason"] not in kind.chosen_rejects]
+    if seen and len(counted) / seen > cfg.max_rejects:
+        reasons = Counter(r["reason"] for r in counted).most_common()
         raise PrepError(
-            f"{len(rejects)} of {seen} {kind.noun} rejected ({len(rejects) / seen:.1%} > "
+            f"{len(counted)} of {seen} {kind.noun} rejected ({len(counted) / seen:.1%} > "
             f"--max-rejects {cfg.max_rejects:g}: "
             + ", ".join(f"{n} {reason}" for reason, n in reasons)
             + f"); each is a line of {staging / REJECTS}. HINT: rerun with --resume and a "

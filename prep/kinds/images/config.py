@@ -59,6 +59,22 @@ class PackConfig(RunConfig):
         0.0, "Share of images in val, chosen by a hash of their path relative to SRC."
     )
 
+    hashes: bool = opt(
+        True,
+        "Store each image's 64-bit perceptual hash and its file's sha256 (prep dupes, report).",
+        "--hashes/--no-hashes",
+    )
+    drop_dupes: bool = opt(
+        False,
+        "Keep the first of each group of near-duplicates (input order); the others become "
+        "duplicate rejects naming it. A hashing pass (1/8-scale decode) runs first.",
+        "--drop-dupes/--keep-dupes",
+    )
+    max_distance: int = opt(
+        6,  # prep.dupes.DEFAULT_DISTANCE (tests/test_dupes.py holds them equal)
+        "--drop-dupes: the most bits of 64 two perceptual hashes may differ in (0-32).",
+    )
+
     SECTION: ClassVar[str] = "pack"
 
     def validate(self) -> None:
@@ -81,6 +97,7 @@ class PackConfig(RunConfig):
             value = getattr(self, name)
             check(0 <= value <= 255, f"--{name.replace('_', '-')} {value}", "0..255")
         check(self.max_pixels >= 1, f"--max-pixels {self.max_pixels}", "at least 1")
+        check(0 <= self.max_distance <= 32, f"--max-distance {self.max_distance}", "0..32")
         self.background_rgb()  # checked here, once
         check(0 <= self.val_fraction < 1, f"--val-fraction {self.val_fraction}", "in [0, 1)")
         if self.splits is not None:

@@ -18,6 +18,7 @@ import numpy as np
 
 from loaders.fields import FIELDS, encode_source
 from loaders.format import ArraySpec, Manifest, Shard, array_name
+from prep.dupes.hashing import file_digest, image_phash
 from prep.errors import PrepError
 from prep.kinds.images.config import PackConfig
 from prep.kinds.images.decode import decode_image, decode_mask
@@ -50,6 +51,8 @@ def array_specs(cfg: PackConfig, max_label: int | None, masks: bool) -> dict[str
         specs.append(FIELDS["label"].spec(None, max_value=max_label))
     specs.append(FIELDS["orig_size"].spec(None))
     specs.append(FIELDS["source"].spec(None, codec="ragged"))  # the input's path, relative to SRC
+    if cfg.hashes:  # prep.dupes: near-duplicates and leakage
+        specs += [FIELDS["phash"].spec(None), FIELDS["digest"].spec(None)]
     return {array_name(s.field, s.size): s for s in sorted(specs, key=_array_order)}
 
 
@@ -65,10 +68,15 @@ def _array_order(spec: ArraySpec) -> tuple[int, int]:
 
 
 def encode_item(
-    item: Item, cfg: PackConfig, specs: dict[str, ArraySpec], sums: PixelSums | None = None
+    item: Item,
+    cfg: PackConfig,
+    specs: dict[str, ArraySpec],
+    sums: PixelSums | None = None,
+    phash: int | None = None,
 ) -> dict[str, np.ndarray]:
     """One input -> one sample per array. Raises Reject for an input that cannot be used.
-    `sums` counts the pixels of each size of a sample that is not rejected."""
+    `sums` counts the pixels of each size of a sample that is not rejected; `phash`: its
+    perceptual hash, known already (--drop-dupes), else computed from the decoded pixels."""
     mode = cfg.mode
     bg = cfg.background_rgb()
     img, upright = decode_image(item.path, tuple(cfg.sizes), cfg.gray, cfg.max_pixels, mode, bg)
@@ -103,6 +111,9 @@ def encode_item(
         out["label"] = np.asarray(item.label, dtype=specs["label"].dtype)
     out["orig_size"] = np.asarray(upright, dtype=np.uint32)
     out["source"] = encode_source(item.rel)
+    if "phash" in specs:  # from the decoded upright pixels: whatever the stored sizes
+        out["phash"] = np.asarray(image_phash(img) if phash is None else phash, dtype=np.uint64)
+        out["digest"] = file_digest(item.path)
     if sums is not None:
         sums.add(pixels)
     return out
@@ -110,10 +121,16 @@ def encode_item(
 
 @shard_task
 def pack_shard(
-    index: int, items: list[Item], cfg: PackConfig, specs: dict[str, ArraySpec], staging: Path
+    index: int,
+    items: list[Item],
+    cfg: PackConfig,
+    specs: dict[str, ArraySpec],
+    staging: Path,
+    phashes: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """The joblib task: encode `items` into shard `index` under `staging` (prep.run.shardwriter);
-    return its record. No pixels leave the process."""
+    return its record. No pixels leave the process. `phashes`: the items' perceptual hashes
+    by relative path, when --drop-dupes computed them already."""
     import cv2
 
     cv2.setNumThreads(1)  # one task per core already
@@ -121,7 +138,7 @@ def pack_shard(
     sums = PixelSums()  # the pixel statistics of the manifest's extra.stats
 
     def encode(item: Item) -> dict[str, np.ndarray]:
-        return encode_item(item, cfg, specs, sums)
+        return encode_item(item, cfg, specs, sums, (phashes or {}).get(item.rel))
 
     record = write_shard(index, items, encode, _rel, specs, cfg.format, staging)
     record["shard"]["split"] = items[0].split if items else None  # a shard holds one split
@@ -140,6 +157,9 @@ class ImagesKind(Kind[PackConfig, list[Item]]):
     name = "images"
     task = staticmethod(pack_shard)
     threads = True  # decoding, resizing, hashing and writing release the GIL
+    chosen_rejects = frozenset({"duplicate"})  # --drop-dupes: not counted by --max-rejects
+    show_progress = True  # the --drop-dupes hashing pass's bar (the driver has the shards')
+    phashes: dict[str, int] | None = None  # --drop-dupes: the kept inputs' hashes
 
     def sources(self) -> list[Path]:
         return [Path(p) for p in (self.cfg.src, self.cfg.masks) if p]
@@ -163,7 +183,14 @@ class ImagesKind(Kind[PackConfig, list[Item]]):
             max_label = len(listing.classes) - 1
         has_masks = any(it.mask is not None for it in listing.items)
         self.specs = array_specs(cfg, max_label, has_masks)
-        return Inputs(len(listing.items), listing.rejects, _fingerprint(listing))
+        fingerprint = _fingerprint(listing)  # of the inputs: the config holds --drop-dupes
+        if cfg.drop_dupes:
+            from prep.dupes.drop import drop_dupes
+
+            dropped = drop_dupes(listing.items, cfg, self.show_progress)
+            listing.items, self.phashes = dropped.kept, dropped.phash
+            listing.rejects += dropped.rejects
+        return Inputs(len(listing.items), listing.rejects, fingerprint)
 
     def plan(self) -> list[list[Item]]:
         items = self.listing.items
@@ -185,7 +212,8 @@ class ImagesKind(Kind[PackConfig, list[Item]]):
         return sum(self.input_bytes.get(it.rel, 0) for it in shard)  # decode time follows bytes
 
     def task_args(self, index: int, shard: list[Item], staging: Path) -> tuple[Any, ...]:
-        return (index, shard, self.cfg, self.specs, staging)
+        phashes = None if self.phashes is None else {it.rel: self.phashes[it.rel] for it in shard}
+        return (index, shard, self.cfg, self.specs, staging, phashes)
 
     def reusable(self, record: dict[str, Any]) -> bool:
         return record.get("stats") is not None  # a shard of a prep before pixel stats: redone
@@ -223,4 +251,6 @@ def pack(cfg: PackConfig, show_progress: bool = True, profile: bool = False) -> 
     """Pack cfg.src into cfg.out (prep.run.driver has the guarantees).
 
     `profile`: the summary's `stages` holds the seconds per stage of this run (prep.run.profile)."""
-    return run(ImagesKind(cfg), show_progress, profile)
+    kind = ImagesKind(cfg)
+    kind.show_progress = show_progress
+    return run(kind, show_progress, profile)
