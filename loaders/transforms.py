@@ -84,10 +84,11 @@ class Compose(nn.Module):
     boxes=None, keypoints=None, lengths=None, per_box=None)`.
 
     Returns the images alone, or a tuple of the images and those of labels, mask, boxes,
-    keypoints, lengths and per_box that were given, in that order: boxes and keypoints (N, K, 3)
-    moved with the pixels, in the form given, on the images' device; lengths (padded forms: each
-    sample's rows, given and returned) and per_box (a dict of per-box fields, each in its form)
-    for the boxes kept (see loaders.augment.boxes). `Op`s see the whole batch; any other module
+    keypoints, instances, lengths and per_box that were given, in that order: boxes, keypoints
+    (N, K, 3) and instance masks (N, H, W, moved as the mask) with the pixels, in the form
+    given, on the images' device; lengths (padded forms: each sample's rows, given and
+    returned) and per_box (a dict of per-box fields, each in its form) for the boxes kept (see
+    loaders.augment.boxes). `Op`s see the whole batch; any other module
     (Normalize) gets the images only. `set_epoch(e)` before each epoch changes every draw;
     `.to(device)` moves the modules' buffers, and the draws are made on the batch's device."""
 
@@ -113,11 +114,12 @@ class Compose(nn.Module):
         mask: torch.Tensor | None = None,
         boxes: Ragged = None,
         keypoints: Ragged = None,
+        instances: Ragged = None,
         lengths: torch.Tensor | None = None,
         per_box: Mapping[str, Ragged] | None = None,
     ) -> torch.Tensor | tuple[Any, ...]:
         ops = [(op, self.key(name)) for name, op in zip(self._names, self.ops, strict=True)]
-        instances = {"boxes": boxes, "keypoints": keypoints, "lengths": lengths}
+        kw = {"boxes": boxes, "keypoints": keypoints, "instances": instances, "lengths": lengths}
         return run(
             ops,
             images,
@@ -126,7 +128,7 @@ class Compose(nn.Module):
             mask=mask,
             per_box=per_box,
             min_size=self.min_size,
-            **instances,
+            **kw,
         )
 
     def key(self, name: str) -> int:

@@ -205,7 +205,8 @@ def test_boxes_change_no_draw_and_no_pixel() -> None:
 
 def test_boxes_stay_on_their_pixels() -> None:
     """White rectangles on black: after crops and flips (no resize), each kept box is exactly
-    the white pixels' extent; after a resized crop, within a pixel."""
+    the white pixels' extent; after a resized crop, within a pixel. Each instance mask (the
+    rectangle's) stays the white pixels exactly."""
     n = 24
     images = torch.zeros(n, 3, H, W, dtype=torch.uint8)
     boxes = []
@@ -217,9 +218,15 @@ def test_boxes_stay_on_their_pixels() -> None:
         ([T.RandomCrop(44, padding=6), T.RandomHorizontalFlip(), T.RandomVerticalFlip()], 0.0),
         ([T.RandomResizedCrop(48, scale=(0.5, 1)), T.RandomHorizontalFlip()], 1.0),
     ):
-        out, got = T.Compose(ops, seed=1)(images, index=torch.arange(n), boxes=boxes)
+        masks = [images[b, :1] // 255 for b in range(n)]  # (1, H, W) a sample
+        out, got, inst = T.Compose(ops, seed=1)(
+            images, index=torch.arange(n), boxes=boxes, instances=masks
+        )
         for b in range(n):
             ys, xs = (out[b, 0] > 127).nonzero(as_tuple=True)
+            assert len(inst[b]) == len(got[b]) and inst[b].shape[1:] == out.shape[2:]
+            if tol == 0 and len(got[b]):
+                assert torch.equal(inst[b][0], (out[b, 0] // 255))
             if len(got[b]):
                 white = torch.tensor([xs.min(), ys.min(), xs.max() + 1, ys.max() + 1])
                 assert (got[b][0] - white).abs().max() <= tol, (got[b], white)
@@ -293,6 +300,7 @@ def coco(tmp_path_factory: pytest.TempPathFactory) -> Path:
         for k, (x, y, w, h) in enumerate([(4 + i, 6, 20, 14), (40, 30 - i, 3, 12)]):
             pixels[y : y + h, x : x + w] = 255
             ann = {"id": 10 * i + k, "image_id": i, "category_id": 1 + k, "bbox": [x, y, w, h]}
+            ann["segmentation"] = [[x, y, x + w, y, x + w, y + h, x, y + h]]
             anns.append(ann | {"area": w * h, "iscrowd": 0})
         PILImage.fromarray(pixels).save(root / f"{i}.png")
         images.append({"id": i, "file_name": f"{i}.png", "width": 64, "height": 48})
@@ -300,26 +308,35 @@ def coco(tmp_path_factory: pytest.TempPathFactory) -> Path:
     src = root / "coco.json"
     src.write_text(json.dumps({"images": images, "annotations": anns, "categories": cats}))
     out = root / "packed"
-    cfg = CocoConfig(src=str(src), images=str(root), out=str(out), sizes=[64], mode="fit", jobs=1)
+    cfg = CocoConfig(
+        src=str(src), images=str(root), out=str(out), sizes=[64], mode="fit", instances=True, jobs=1
+    )
     import_coco(cfg, show_progress=False)
     return out
 
 
 @pytest.mark.parametrize("ragged", ["pad", "list"])
 def test_sample_dataset_moves_boxes_and_drops_their_fields(coco: Path, ragged: str) -> None:
-    fields = ("image", "boxes", "labels", "area", "index")
+    fields = ("image", "boxes", "labels", "area", "instances", "index")
     aug = T.Compose([T.RandomCrop(32), T.RandomHorizontalFlip()], seed=2)
     ds = SampleDataset(coco, fields=fields, size=64, transforms=aug, ragged=ragged)
     plain = SampleDataset(coco, fields=fields, size=64, ragged=ragged)
     ds.set_epoch(1)
     batch, raw = ds.__getitems__(range(6)), plain.__getitems__(range(6))
     aug.set_epoch(1)
-    lists = {f: rows(raw, f, ragged) for f in ("boxes", "labels", "area")}
-    x, boxes, pb = aug(raw["image"], index=raw["index"], boxes=lists.pop("boxes"), per_box=lists)
+    lists = {f: rows(raw, f, ragged) for f in ("boxes", "labels", "area", "instances")}
+    x, boxes, inst, pb = aug(
+        raw["image"],
+        index=raw["index"],
+        boxes=lists.pop("boxes"),
+        instances=lists.pop("instances"),
+        per_box=lists,
+    )
     assert torch.equal(batch["image"], x) and batch["image"].shape[-2:] == (32, 32)
-    got = {f: rows(batch, f, ragged) for f in ("boxes", "labels", "area")}
+    got = {f: rows(batch, f, ragged) for f in ("boxes", "labels", "area", "instances")}
     for b in range(6):
-        assert torch.equal(got["boxes"][b], boxes[b])
+        assert torch.equal(got["boxes"][b], boxes[b]) and torch.equal(got["instances"][b], inst[b])
+        assert inst[b].shape[1:] == (32, 32) and inst[b].flatten(1).any(1).all()
         for f in ("labels", "area"):
             assert torch.equal(got[f][b], pb[f][b])
     kept = sum(map(len, boxes))
@@ -339,4 +356,6 @@ def test_sample_dataset_refuses_what_it_cannot_move(coco: Path) -> None:
         SampleDataset(coco, size=64, transforms=T.RandomHorizontalFlip())
     with pytest.raises(ValueError, match="image field"):
         SampleDataset(coco, fields=("labels",), size=64, transforms=T.Compose([]))
+    with pytest.raises(ValueError, match="read 'boxes' too"):
+        SampleDataset(coco, fields=("image", "instances"), size=64, transforms=T.Compose([]))
     assert len(SampleDataset(coco, size=64, split="val")) == 0  # packed without splits

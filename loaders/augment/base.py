@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from loaders.augment.batch import Sample
-from loaders.augment.boxes import Ragged, Targets, outputs
+from loaders.augment.boxes import Ragged, Targets, instance_masks, outputs
 from loaders.augment.random import stream_key, uniform
 from loaders.augment.resample import settle
 
@@ -49,14 +49,15 @@ def run(
     mask: torch.Tensor | None = None,
     boxes: Ragged = None,
     keypoints: Ragged = None,
+    instances: Ragged = None,
     lengths: torch.Tensor | None = None,
     per_box: Mapping[str, Ragged] | None = None,
     min_size: float = 1.0,
 ) -> torch.Tensor | tuple[Any, ...]:
     """A batch through `ops`, each with the key of its stream of draws (Compose gives them from
     (seed, epoch)); any other module (Normalize) gets the images only. Returns the images alone,
-    or a tuple of the images and those of labels, mask, boxes, keypoints, lengths and per_box
-    that were given, in that order (loaders.augment.boxes: the instances, sanitized)."""
+    or a tuple of the images and those of labels, mask, boxes, keypoints, instances, lengths
+    and per_box that were given, in that order (loaders.augment.boxes: sanitized)."""
     if images.dim() != 4 or index.shape != images.shape[:1]:
         raise ValueError(
             f"expected images (B, C, H, W) and index (B,), got {tuple(images.shape)} and "
@@ -64,12 +65,13 @@ def run(
         )
     if mask is not None and mask.shape != images.shape[:1] + images.shape[2:]:
         raise ValueError(f"mask {tuple(mask.shape)} is not (B, H, W) of {tuple(images.shape)}")
-    if per_box is not None and boxes is None:
-        raise ValueError("per_box= drops rows with their boxes: pass boxes= too")
+    if (per_box is not None or instances is not None) and boxes is None:
+        raise ValueError("per_box= and instances= are per box: pass boxes= too")
     targets = None
     if boxes is not None or keypoints is not None:
         targets = Targets.of(len(images), boxes, keypoints, lengths).to(images.device)
-    sample = Sample(images, index, labels, mask, targets=targets)
+    stack = None if targets is None else instance_masks(instances, lengths, targets, images)
+    sample = Sample(images, index, labels, mask, targets=targets, instances=stack)
     for op, key in ops:
         if isinstance(op, Op):
             sample = op.augment(settle(sample) if not op.lazy else sample, key)
@@ -80,7 +82,9 @@ def run(
     pairs = ((sample.labels, labels), (sample.mask, mask))
     given: list[Any] = [t for t, asked in pairs if asked is not None and t is not None]
     if sample.targets is not None:
-        asked = {"boxes": boxes, "keypoints": keypoints, "per_box": per_box}
-        hw = sample.canvas
-        given += outputs(sample.targets, hw, min_size, asked, lengths)
+        asked = {"boxes": boxes, "keypoints": keypoints, "instances": instances}
+        moved = {"instances": sample.instances}
+        given += outputs(
+            sample.targets, sample.canvas, min_size, asked | {"per_box": per_box}, lengths, moved
+        )
     return (sample.images, *given) if given else sample.images

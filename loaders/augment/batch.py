@@ -4,6 +4,7 @@ tensor helpers every op uses (buffers with huge pages, the float working form, r
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -11,6 +12,8 @@ import numpy as np
 import torch
 
 from loaders.augment.boxes import Targets
+
+Masks = dict[str, torch.Tensor | None]
 
 
 @dataclass
@@ -22,7 +25,9 @@ class Sample:
     the dataset index of each sample, which its random draws are made from. pending: a resized
     crop drawn but not made yet (see Resize), so that the ops after it fold into one sampling.
     targets: boxes and keypoints (loaders.augment.boxes), moved by each geometric op as it
-    draws, in the pixels of `canvas` (the pending crop's size, or the images')."""
+    draws, in the pixels of `canvas` (the pending crop's size, or the images'). instances:
+    uint8 (B, H, W, N), a mask of 0 and 1 per box (N last, so that a mask's gathers serve it),
+    moved as the mask is."""
 
     images: torch.Tensor
     index: torch.Tensor
@@ -30,6 +35,7 @@ class Sample:
     mask: torch.Tensor | None = None
     pending: Resize | None = None
     targets: Targets | None = None
+    instances: torch.Tensor | None = None
 
     @property
     def canvas(self) -> tuple[int, int]:
@@ -38,6 +44,15 @@ class Sample:
             return self.pending.size
         H, W = self.images.shape[-2:]
         return int(H), int(W)
+
+    def masks(self, move: Callable[[torch.Tensor, int], torch.Tensor], fill: int = 0) -> Masks:
+        """The mask (B, H, W) and the instance masks (B, H, W, N) through move(x, fill) (the
+        instances' fill is 0), as keyword arguments for `but`."""
+        m, i = self.mask, self.instances
+        return {
+            "mask": None if m is None else move(m, fill),
+            "instances": None if i is None else move(i, 0),
+        }
 
     def but(self, **changes: Any) -> Sample:
         """A copy with some tensors replaced: ops never change the batch they were given."""

@@ -200,31 +200,49 @@ def outputs(
     min_size: float,
     given: dict[str, Ragged],
     lengths: torch.Tensor | None,
+    moved: dict[str, torch.Tensor | None],
 ) -> list[Any]:
-    """What a pipeline returns of its instances, sanitized: those of boxes, keypoints, lengths
-    (the rows kept a sample) and per_box (a dict) that were `given`, in that order, each in its
-    given form, on the images' device."""
+    """What a pipeline returns of its instances, sanitized: those of boxes, keypoints,
+    instances (`moved`'s, (B, H, W, N)), lengths (the rows kept a sample) and per_box (a dict)
+    that were `given`, in that order, each in its given form, on the images' device."""
     t = sanitize(t, hw, min_size)
     valid, out = t.valid, []
-    for name, x in (("boxes", t.boxes), ("keypoints", t.points)):
+    stack = moved.get("instances")
+    stack = None if stack is None else stack.permute(0, 3, 1, 2)
+    for name, x in (("boxes", t.boxes), ("keypoints", t.points), ("instances", stack)):
         if given.get(name) is not None:
             out.append(back(x, given[name], valid))  # type: ignore[arg-type]
     if lengths is not None:
         out.append(valid.sum(1))
     fields = given.get("per_box")
     if fields is not None:
-        out.append({k: back(per_box(v, lengths, t, k), v, valid) for k, v in fields.items()})
+        rows = {k: per_box(v, lengths, t, f"per_box[{k!r}]") for k, v in fields.items()}
+        out.append({k: back(rows[k], v, valid) for k, v in fields.items()})
     return out
+
+
+def instance_masks(
+    x: Ragged, lengths: torch.Tensor | None, t: Targets, images: torch.Tensor
+) -> torch.Tensor | None:
+    """Instance masks (a list of (Ni, H, W), nested, or padded (B, N, H, W)) as the pipeline
+    moves them: uint8 (B, H, W, N) on the images' device, N the boxes' padded count."""
+    if x is None:
+        return None
+    hw = tuple(images.shape[-2:])
+    p = per_box(x, lengths, t, "instances")
+    if p.shape[2:] != hw:
+        raise ValueError(f"instances of {tuple(p.shape[2:])} px for images of {hw}")
+    return p.to(images.device).permute(0, 2, 3, 1)
 
 
 def per_box(x: Ragged, lengths: torch.Tensor | None, t: Targets, name: str) -> torch.Tensor:
     """A per-box field (labels, areas...) padded like the boxes (B, N, ...), in its dtype."""
-    p, counts = padded(x, lengths, len(t.rows), f"per_box[{name!r}]", None)
+    p, counts = padded(x, lengths, len(t.rows), name, None)
     assert p is not None
     p, counts = p.to(t.valid.device), counts.to(t.valid.device)
     if not torch.equal(counts, t.rows):
         raise ValueError(
-            f"per_box[{name!r}] has {counts.tolist()} rows a sample, the boxes "
+            f"{name} has {counts.tolist()} rows a sample, the boxes "
             f"{t.rows.tolist()}: a per-box field has a row per box"
         )
     n = t.valid.shape[1]

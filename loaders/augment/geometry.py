@@ -154,9 +154,9 @@ class RandomHorizontalFlip(Op):
         j = torch.arange(W, device=sample.images.device)
         cols = torch.where(flip, W - 1 - j, j)  # (B, W): each sample's source columns
         # One gather (where(flip, x.flip(-1), x) reads and writes the batch three times).
-        images = _columns(sample.images, cols)
-        mask = None if sample.mask is None else _columns(sample.mask, cols)
-        return sample.but(images=images, mask=mask, targets=t)
+        images = _along(sample.images, cols, 3)
+        masks = sample.masks(lambda m, _: _along(m, cols, 2))
+        return sample.but(images=images, targets=t, **masks)
 
     def extra_repr(self) -> str:
         return f"p={self.p}"
@@ -177,10 +177,10 @@ class RandomVerticalFlip(Op):
         H = sample.images.shape[-2]
         i = torch.arange(H, device=sample.images.device)
         rows = torch.where(flip[:, None], H - 1 - i, i)  # (B, H): each sample's source rows
-        images = _rows(sample.images, rows)
-        mask = None if sample.mask is None else _rows(sample.mask, rows)
+        images = _along(sample.images, rows, 2)
+        masks = sample.masks(lambda m, _: _along(m, rows, 1))
         t = None if sample.targets is None else sample.targets.flipped_y(flip, H)
-        return sample.but(images=images, mask=mask, targets=t)
+        return sample.but(images=images, targets=t, **masks)
 
     def extra_repr(self) -> str:
         return f"p={self.p}"
@@ -205,22 +205,18 @@ def crop(
     x = sample.images.permute(0, 2, 3, 1)
     value = torch.tensor(fill, dtype=x.dtype, device=x.device)
     images = torch.where(inside[..., None], take(x, r, c), value).permute(0, 3, 1, 2)
-    mask = sample.mask
-    if mask is not None:
-        mfill = torch.tensor(mask_fill, dtype=mask.dtype, device=mask.device)
-        mask = torch.where(inside, take(mask, r, c), mfill)
+
+    def cut(m: torch.Tensor, fill: int) -> torch.Tensor:  # (B, H, W, ...) masks
+        where = inside.view(*inside.shape, *([1] * (m.dim() - 3)))
+        return torch.where(where, take(m, r, c), torch.tensor(fill, dtype=m.dtype, device=m.device))
+
     t = sample.targets
     t = None if t is None else t.moved(top, left, 1.0, 1.0, size)
-    return sample.but(images=images, mask=mask, targets=t)
+    return sample.but(images=images, targets=t, **sample.masks(cut, mask_fill))
 
 
-def _columns(x: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
-    """x (B, ..., W) with each sample's columns taken in the order cols (B, W)."""
-    view = cols.view(len(cols), *([1] * (x.dim() - 2)), cols.shape[1])
-    return x.gather(-1, view.expand_as(x))
-
-
-def _rows(x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-    """x (B, ..., H, W) with each sample's rows taken in the order rows (B, H)."""
-    view = rows.view(len(rows), *([1] * (x.dim() - 3)), rows.shape[1], 1)
-    return x.gather(-2, view.expand_as(x))
+def _along(x: torch.Tensor, order: torch.Tensor, dim: int) -> torch.Tensor:
+    """x (B, ...) with each sample's entries along `dim` taken in the order (B, n)."""
+    shape = [1] * x.dim()
+    shape[0], shape[dim] = len(order), order.shape[1]
+    return x.gather(dim, order.view(shape).expand_as(x))

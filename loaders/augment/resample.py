@@ -41,13 +41,11 @@ def resized_crop(
     H, W = x.shape[-2:]
     rows, cols = _centres(top, h, size[0]), _centres(left, w, size[1])
     cols = cols if flip is None else torch.where(flip[:, None], cols.flip(1), cols)
-    mask = sample.mask
-    if mask is not None:
-        r, c = (t.floor().to(torch.int64).clamp(0, n - 1) for t, n in ((rows, H), (cols, W)))
-        mask = take(mask, r, c)
+    r, c = (t.floor().to(torch.int64).clamp(0, n - 1) for t, n in ((rows, H), (cols, W)))
+    masks = sample.masks(lambda m, _: take(m, r, c))
     if kernel.fits(x) and (rounded or color is not None):
         images = kernel.resample(x, rows - 0.5, cols - 0.5, color)
-        return sample.but(images=images, mask=mask, pending=None)
+        return sample.but(images=images, pending=None, **masks)
     if color is not None:
         raise ValueError("a colour folded into the crop needs a uint8 CPU batch (kernel.fits)")
     f = working(x)
@@ -66,7 +64,7 @@ def resized_crop(
     grid[..., 0], grid[..., 1] = gx[:, None, :], gy[:, :, None]  # (B, h, w, 2): x, y
     out = F.grid_sample(f, grid, mode="bilinear", padding_mode="border", align_corners=False)
     images = to_images(out, x) if rounded else out
-    return sample.but(images=images, mask=mask, pending=None)
+    return sample.but(images=images, pending=None, **masks)
 
 
 def settle(sample: Sample, rounded: bool = True, color: kernel.Color | None = None) -> Sample:

@@ -3,10 +3,10 @@ image field's pixels with its mask, boxes and keypoints moving along, and the bo
 degenerate dropped with their per-box fields.
 
 Which field is what comes from the declarations: the image is the one Image field read (or
-the one the boxes are of); its Mask, Boxes and Keypoints fields follow it; every ragged
-`Array` field read (COCO's labels, iscrowd and area) is per-box, a row per box, and loses the
-rows of the dropped boxes; a `Label` field is the images' class (MixUp and CutMix soften it).
-Instance masks are refused: the ops move one mask a sample, not a stack of them.
+the one the boxes are of); its Mask, Boxes, Keypoints and Instances fields follow it (the
+instance masks as the mask, nearest); every ragged `Array` field read (COCO's labels, iscrowd
+and area) is per-box, a row per box; keypoints, instance masks and per-box rows go with their
+dropped boxes. A `Label` field is the images' class (MixUp and CutMix soften it).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ class Roles:
     mask: str | None = None
     boxes: str | None = None
     keypoints: str | None = None
+    instances: str | None = None
     label: str | None = None
     per_box: tuple[str, ...] = ()
 
@@ -57,19 +58,21 @@ def roles_of(declared: Mapping[str, SampleField], fields: Sequence[str], root: o
     image = _one(images, "image", root)
     if image is None:
         raise ValueError(f"{root}: transforms= needs an image field among fields={tuple(fields)}")
-    follows = lambda kind: [f for f in of(kind) if read[f].image == image]  # type: ignore[attr-defined]  # noqa: E731
-    if of(Instances):
-        raise ValueError(
-            f"{root}: transforms= does not move instance masks ({of(Instances)}). HINT: leave "
-            "them out of fields=, or crop at load time with crop="
-        )
+
+    def follows(kind: type[SampleField], role: str) -> str | None:
+        return _one([f for f in of(kind) if getattr(read[f], "image", None) == image], role, root)
+
+    instances = follows(Instances, "instances")
+    if instances is not None and boxes is None:
+        raise ValueError(f"{root}: instance masks move with their boxes: read 'boxes' too")
     per_box = [f for f, d in read.items() if isinstance(d, Array) and d.is_ragged()]
     label = _one([f for f in of(Label) if type(read[f]) is Label], "label", root)
     return Roles(
         image,
-        _one(follows(Mask), "mask", root),
+        follows(Mask, "mask"),
         boxes,
-        _one(follows(Keypoints), "keypoints", root),
+        follows(Keypoints, "keypoints"),
+        instances,
         label,
         tuple(per_box) if boxes is not None else (),
     )
@@ -83,10 +86,10 @@ def transform(
     if aug.epoch != epoch:  # the dataset's set_epoch reaches the workers' copies so
         aug.set_epoch(epoch)
     r = roles
-    ragged = [f for f in (r.boxes, r.keypoints, *r.per_box) if f is not None]
+    ragged = [f for f in (r.boxes, r.keypoints, r.instances, *r.per_box) if f is not None]
     padded = [f for f in ragged if f"{f}_len" in out]
     kw: dict[str, Any] = {"index": torch.from_numpy(np.asarray(index, dtype=np.int64))}
-    named = {"mask": r.mask, "boxes": r.boxes, "keypoints": r.keypoints}
+    named = {"mask": r.mask, "boxes": r.boxes, "keypoints": r.keypoints, "instances": r.instances}
     kw |= {k: out[f] for k, f in named.items() if f is not None}
     if padded:
         kw["lengths"] = out[f"{padded[0]}_len"]
@@ -97,7 +100,7 @@ def transform(
     got = list(got) if isinstance(got, tuple) else [got]
     new = dict(out)
     new[r.image] = got.pop(0)
-    for f in (r.label, r.mask, r.boxes, r.keypoints):
+    for f in (r.label, r.mask, r.boxes, r.keypoints, r.instances):
         if f is not None:
             new[f] = got.pop(0)
     if padded:
