@@ -25,7 +25,7 @@ from loaders.augment.random import stream_key, uniform
 from loaders.base import DecodingDataset, Remote
 from loaders.batches import Batch, new_batch
 from loaders.crops import Crop, whole
-from loaders.decode import Places, fill, jobs_for
+from loaders.decode import Job, Places, fill, jobs_for
 from loaders.memory import by_shard
 from loaders.samples.registry import fields_from
 from loaders.samples.video import Video, frame_pieces
@@ -164,8 +164,26 @@ class ClipDataset(DecodingDataset):
             return self._flipped(clips, index, dims=(-1,))
         frames = new_batch((b, t, *out_hw, 3), torch.uint8, self._buffers, self.field)
         flat = frames.numpy().reshape(b * t, *out_hw, 3)
-        fill(jobs_for(flat, srcs, jpeg, rows[0], rows[1], None, where), self._pool)
+        jobs = jobs_for(flat, srcs, jpeg, rows[0], rows[1], None, where)
+        fill(jobs if jpeg else self._copied(flat, srcs, rows[0], rows[1], jobs), self._pool)
         return self._flipped(frames, index, dims=(-2,)).permute(0, 1, 4, 2, 3)
+
+    @staticmethod
+    def _copied(
+        flat: np.ndarray, srcs: list[np.ndarray], hw: np.ndarray, boxes: np.ndarray, jobs: list[Job]
+    ) -> list[Job]:
+        """Raw frames whose box is the output's size copied out of the map here (a slice: no
+        Job's bookkeeping); the jobs of those left, which resize their box."""
+        oh, ow = flat.shape[1:3]
+        left_over = []
+        for j, (src, (h, w), (top, left, bh, bw)) in enumerate(
+            zip(srcs, hw.tolist(), boxes.tolist(), strict=True)
+        ):
+            if (bh, bw) == (oh, ow):
+                flat[j] = src.reshape(h, w, 3)[top : top + bh, left : left + bw]
+            else:
+                left_over.append(jobs[j])
+        return left_over
 
     def _flipped(self, clips: torch.Tensor, index: np.ndarray, dims: tuple[int]) -> torch.Tensor:
         """`flip`: each clip mirrored left-right (along `dims`) with probability 1/2."""
