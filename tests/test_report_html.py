@@ -5,6 +5,7 @@ for a million samples (tests/test_report_browser.py opens it in Chromium)."""
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +106,26 @@ def test_table_report(tmp_path: Path) -> None:
     text = write_report(packed_table(tmp_path)).read_text()
     assert {"counts", "table", "rejects"} <= set(ids(text))
     assert ">city<" in text and ">x<" in text and "oslo" in text
+
+
+def test_near_duplicates_and_leakage(
+    packed: Path, raw_demo: Path, tmp_path: Path, pack_to: Any
+) -> None:
+    """val: one train photo twice (under two names) and another: a group of two in val, and
+    all three of val leaked from train."""
+    first, second = sorted((raw_demo / "images" / "circle").glob("*.jpg"))[:2]
+    (tmp_path / "val" / "circle").mkdir(parents=True)
+    for name, src in (("a.jpg", first), ("b.jpg", first), ("c.jpg", second)):
+        shutil.copy(src, tmp_path / "val" / "circle" / name)
+    val = tmp_path / "v"
+    pack_to(tmp_path / "val", val, sizes=[64])
+    text = write_report(val, tmp_path / "val.html", compute_hashes=True).read_text()
+    assert "1 groups of near-duplicates" in text and "group of 2" in text
+    page = write_report(packed, tmp_path / "r.html", against=val, compute_hashes=True)
+    text = page.read_text()
+    assert {"dupes", "leakage"} <= set(ids(text))
+    assert re.search(r"FAIL: 3 of 3 samples of \S+ \(100.00%\) have a near twin", text)
+    assert "val 0 d=0" in text and "val 1 d=0" in text
 
 
 def test_bad_input_is_one_line(tmp_path: Path, packed: Path) -> None:

@@ -9,14 +9,13 @@ half written.
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Callable
 from pathlib import Path
 
 from loaders.format import Manifest, iter_rejects, load_manifest
 from prep.errors import PrepError, UsageError
-from prep.inspect import imagepage, kindpages, sections
+from prep.inspect import dupepage, imagepage, kindpages, sections
 from prep.inspect.html import Section, page
 
 PER_CLASS = 8  # grid samples a class, by default
@@ -33,27 +32,17 @@ PAGES: dict[str, Page] = {
 PICTURES = ("images", "samples")  # kinds with perceptual hashes: near-duplicates and leakage
 
 
-def _has_dupes() -> bool:
-    """Whether this install has the near-duplicate search (prep.dupes)."""
-    try:
-        return hasattr(importlib.import_module("prep.dupes"), "dupe_groups")
-    except ImportError:
-        return False
-
-
 def _steps(
     root: Path, m: Manifest, against: Path | None, compute: bool, per_class: int
 ) -> list[Callable[[], list[Section]]]:
     """The report's parts, each a call that makes its sections (one progress step each)."""
     from loaders.store import ShardStore
-    from prep.inspect import dupepage
 
     steps: list[Callable[[], list[Section]]] = [
         lambda: PAGES[m.kind](root, m, per_class),
         lambda: [sections.rejects(m, iter_rejects(root))],
     ]
-    hashes = _has_dupes()
-    if hashes and m.kind in PICTURES and imagepage.pictures(ShardStore(root, m.kind)) is not None:
+    if m.kind in PICTURES and imagepage.pictures(ShardStore(root, m.kind)) is not None:
         store = ShardStore(root, m.kind)
         steps.append(lambda: [dupepage.dupes(root, store, compute)])
         if against is not None:
