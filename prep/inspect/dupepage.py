@@ -82,7 +82,7 @@ def dupes(root: Path, store: ShardStore, compute: bool, distance: int | None = N
         )
     if len(groups) > GROUPS_SHOWN:
         rows.append(para(f"... and {len(groups) - GROUPS_SHOWN:,} more groups", "note"))
-    return Section("dupes", "Near-duplicates", head + "".join(rows))
+    return Section("dupes", "Near-duplicates", head + "".join(rows), wide=True)
 
 
 def leakage(
@@ -120,4 +120,4 @@ def leakage(
         [(t, train.paths[t], v, val.paths[v], x) for t, v, x in pairs[: PAIRS_SHOWN * 4]],
     )
     body = head + '<div class="grid">' + "".join(rows) + "</div>" + listing
-    return Section("leakage", "Train/val leakage", body)
+    return Section("leakage", "Train/val leakage", body, wide=True)

@@ -21,8 +21,10 @@ CSS = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 0 2em 2em; color: #222; background: #fafafa; }
 header { border-bottom: 1px solid #ccc; margin-bottom: 1em; }
 nav a { margin-right: 1em; }
+main { display: grid; grid-template-columns: repeat(auto-fit, minmax(440px, 1fr)); gap: 1em; }
 section { background: #fff; border: 1px solid #ddd; border-radius: 6px; padding: 0.5em 1em 1em;
-  margin: 1em 0; }
+  min-width: 0; overflow-x: auto; }
+section.wide { grid-column: 1 / -1; }
 h2 { margin: 0.3em 0; font-size: 1.2em; }
 h3 { margin: 0.8em 0 0.3em; font-size: 1em; }
 table { border-collapse: collapse; margin: 0.5em 0; }
@@ -43,14 +45,19 @@ code { background: #f2f2f2; padding: 0 3px; }
 
 @dataclass(frozen=True)
 class Section:
-    """One `<section id=...>` of the page: `body` is HTML, made by this module's helpers."""
+    """One `<section id=...>` of the page: `body` is HTML, made by this module's helpers;
+    `wide` spans the page's width (grids, rows of charts), else it shares a row."""
 
     id: str
     title: str
     body: str
+    wide: bool = False
 
     def html(self) -> str:
-        return f'<section id="{self.id}">\n<h2>{esc(self.title)}</h2>\n{self.body}\n</section>'
+        wide = ' class="wide"' if self.wide else ""
+        return (
+            f'<section id="{self.id}"{wide}>\n<h2>{esc(self.title)}</h2>\n{self.body}\n</section>'
+        )
 
 
 def esc(value: object) -> str:
@@ -102,5 +109,5 @@ def page(title: str, lead: Sequence[str], sections: Sequence[Section]) -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{esc(title)}</title><style>{CSS}</style></head>\n"
         f"<body><header><h1>{esc(title)}</h1>{lines}<nav>{nav}</nav></header>\n"
-        f"{body}\n</body></html>\n"
+        f"<main>{body}</main>\n</body></html>\n"
     )

@@ -38,15 +38,13 @@ def _steps(
     """The report's parts, each a call that makes its sections (one progress step each)."""
     from loaders.store import ShardStore
 
-    steps: list[Callable[[], list[Section]]] = [
-        lambda: PAGES[m.kind](root, m, per_class),
-        lambda: [sections.rejects(m, iter_rejects(root))],
-    ]
+    steps: list[Callable[[], list[Section]]] = [lambda: PAGES[m.kind](root, m, per_class)]
     if m.kind in PICTURES and imagepage.pictures(ShardStore(root, m.kind)) is not None:
         store = ShardStore(root, m.kind)
         steps.append(lambda: [dupepage.dupes(root, store, compute)])
         if against is not None:
             steps.append(lambda: [dupepage.leakage(root, store, against, compute)])
+    steps.append(lambda: [sections.rejects(m, iter_rejects(root))])
     if m.kind != "samples":  # samples pages list their fields already
         steps.append(lambda: [sections.fields(m)])
     return steps

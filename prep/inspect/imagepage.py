@@ -30,9 +30,9 @@ def image_kind(root: os.PathLike[str], m: Manifest, per_class: int) -> list[Sect
     stored = gallery.column(store, arrays.hw) if arrays.hw and orig is None else None
     return [
         sections.counts(m, labels),
+        sections.stats(m),
         sections.sizes(orig, stored),
         samples_grid(store, arrays, labels, per_class, size),
-        sections.stats(m),
     ]
 
 
@@ -126,9 +126,8 @@ def samples_grid(
     title = "Samples per class" if labels is not None else "Samples"
     shown = f"{len(every):,} of {m.num_samples:,} samples, picked at random, at {size} px"
     head = para(shown + (f"; {', '.join(drawn)}" if drawn else ""))
-    return Section(
-        "samples", title + (f" ({', '.join(drawn)})" if drawn else ""), head + "".join(rows)
-    )
+    title += f" ({', '.join(drawn)})" if drawn else ""
+    return Section("samples", title, head + "".join(rows), wide=True)
 
 
 def _tiles(store: ShardStore, arrays: ImageArrays, indices: np.ndarray, size: int) -> list[str]:

@@ -62,8 +62,8 @@ def volume_kind(root: os.PathLike[str], m: Manifest, per_class: int) -> list[Sec
     labels = "; labels overlaid" if "label" in ds.fields else ""
     return [
         sections.counts(m, None, "volumes"),
-        Section("sizes", "Sizes (stored shapes)", charts.histograms(panels, bins=20)),
-        Section("volumes", "Middle slices", para(said + labels) + "".join(rows)),
+        Section("sizes", "Sizes (stored shapes)", charts.histograms(panels, bins=20), True),
+        Section("volumes", "Middle slices", para(said + labels) + "".join(rows), True),
     ]
 
 
@@ -96,7 +96,7 @@ def table_kind(root: os.PathLike[str], m: Manifest, per_class: int) -> list[Sect
     said = f"{len(idx):,} of {n:,} train rows" + (", sampled at random" if len(idx) < n else "")
     body = para(said) + '<div class="charts">' + "".join(charts_) + "</div>"
     body += table(["column", "role", "kind", "missing", "low", "high"], rows)
-    return [sections.counts(m, None, "rows"), Section("table", "Columns", body)]
+    return [sections.counts(m, None, "rows"), Section("table", "Columns", body, True)]
 
 
 def token_kind(root: os.PathLike[str], m: Manifest, per_class: int) -> list[Section]:
@@ -125,7 +125,7 @@ def token_kind(root: os.PathLike[str], m: Manifest, per_class: int) -> list[Sect
     body += '<div class="charts">' + charts.histograms(panels, log=many)
     chart, listing = _common(root, counts, eot)
     body += chart + "</div>" + listing
-    return [sections.counts(m, None, "documents"), Section("tokens", "Tokens", body)]
+    return [sections.counts(m, None, "documents"), Section("tokens", "Tokens", body, True)]
 
 
 def _add(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -87,7 +87,7 @@ def sizes(orig: np.ndarray | None, stored: np.ndarray | None = None) -> Section:
         f"height {h.min():.0f}-{h.max():.0f} px (median {np.median(h):.0f}); "
         f"{int((aspect > 2).sum() + (aspect < 0.5).sum()):,} with an aspect past 2:1"
     )
-    return Section("sizes", f"Sizes ({said})", charts.histograms(panels) + para(text))
+    return Section("sizes", f"Sizes ({said})", charts.histograms(panels) + para(text), True)
 
 
 def rejects(m: Manifest, found: Iterable[Mapping[str, object]]) -> Section:
@@ -110,7 +110,7 @@ def rejects(m: Manifest, found: Iterable[Mapping[str, object]]) -> Section:
         + chart
         + table(["reason", "path", "message"], rows)
     )
-    return Section("rejects", "Rejects", body)
+    return Section("rejects", "Rejects", body, wide=True)
 
 
 def stats(m: Manifest) -> Section:
