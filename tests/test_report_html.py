@@ -18,7 +18,7 @@ import prep
 from loaders.fields import FIELDS
 from loaders.format import ArraySpec
 from prep.cli import app
-from prep.fields import Array, Boxes, Image, Label
+from prep.fields import Array, Boxes, Image, Label, Mask
 from prep.inspect import gallery
 from prep.inspect.html import jpeg_uri
 from prep.inspect.htmlreport import write_report
@@ -60,25 +60,32 @@ def prep_stats(root: Path) -> list[float]:
 
 
 def sample(i: int) -> dict[str, Any]:
+    """A 40x60 grey image with a white rectangle, its box and mask; input 4's box lies outside
+    the image (a box_outside reject)."""
     img = np.full((40, 60, 3), 30 * i, np.uint8)
     img[10:20, 5:25] = 255
-    boxes = np.array([[5, 10, 25, 20]], np.float32)
-    return {"image": img, "boxes": boxes, "labels": np.array([i % 2]), "label": i % 2}
+    mask = np.zeros((40, 60), np.uint8)
+    mask[10:20, 5:25] = 1
+    boxes = np.array([[5, 10, 25, 20]], np.float32) + (100 if i == 4 else 0)
+    return {"image": img, "boxes": boxes, "mask": mask, "labels": np.array([i % 2]), "label": i % 2}
 
 
-def test_samples_with_boxes_report(tmp_path: Path) -> None:
+def test_samples_with_boxes_and_masks_report(tmp_path: Path) -> None:
     fields = {
         "image": Image(sizes=(32,), mode="keep"),
         "boxes": Boxes(image="image"),
+        "mask": Mask(image="image"),
         "labels": Array("int64", shape=(None,)),
         "label": Label(classes=("cat", "dog")),
     }
-    prep.pack_samples(sample, range(4), tmp_path / "ds", fields, show_progress=False, jobs=1)
-    text = write_report(tmp_path / "ds", tmp_path / "r.html").read_text()
+    root = tmp_path / "ds"
+    prep.pack_samples(sample, range(5), root, fields, show_progress=False, jobs=1, max_rejects=1)
+    text = write_report(root, tmp_path / "r.html").read_text()
     assert {"counts", "sizes", "samples", "fields", "rejects"} <= set(ids(text))
-    assert "boxes drawn" in text and "(1 boxes)" in text
+    assert "masks overlaid, boxes drawn" in text and "(1 boxes)" in text
     assert len(images_in(text)) == 4
     assert "cat" in text and "dog" in text
+    assert "1 rejected inputs, 1 reasons" in text and "<td>box_outside</td><td>#4</td>" in text
 
 
 def test_tokens_report(tmp_path: Path) -> None:
