@@ -7,10 +7,12 @@
  * decode, sliced (tests/test_jpeg.py compares them). Built by setup.py where a C compiler and
  * libjpeg-turbo's headers are present; without it loaders.decode decodes whole images.
  *
- * decode_box(data, out, height, width, top, left, rows, cols, denom, channels)
+ * decode_box(data, out, height, width, top, left, rows, cols, denom, channels, fast=False)
  *   data: the JPEG bytes; out: a writable C-contiguous buffer of rows * cols * channels bytes;
  *   (height, width): the image's size at scale 1/denom (checked); the box: rows [top, top +
- *   rows), columns [left, left + cols) at that scale; denom: 1, 2, 4 or 8; channels: 1 or 3.
+ *   rows), columns [left, left + cols) at that scale; denom: 1, 2, 4 or 8; channels: 1 or 3;
+ *   fast: the fast integer inverse DCT (JDCT_IFAST) and plain chroma upsampling, as
+ *   simplejpeg's fastdct and fastupsample (slightly less accurate pixels).
  *   Corrupt data, warnings included (a truncated stream), raise ValueError. The GIL is released
  *   while decoding.
  */
@@ -52,7 +54,7 @@ typedef struct {
     const unsigned char *data;
     size_t size;
     unsigned char *out;
-    int height, width, top, left, rows, cols, denom, channels;
+    int height, width, top, left, rows, cols, denom, channels, fast;
 } Job;
 
 /* The decode itself, without the GIL: 0, or -1 with errors->message set. */
@@ -75,6 +77,10 @@ static int decode(const Job *job, Errors *errors) {
     cinfo.out_color_space = job->channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
     cinfo.scale_num = 1;
     cinfo.scale_denom = (unsigned int)job->denom;
+    if (job->fast) {
+        cinfo.dct_method = JDCT_IFAST;
+        cinfo.do_fancy_upsampling = FALSE;
+    }
     jpeg_start_decompress(&cinfo);
     if ((int)cinfo.output_height != job->height || (int)cinfo.output_width != job->width ||
         cinfo.output_components != job->channels) {
@@ -132,8 +138,9 @@ static PyObject *decode_box(PyObject *self, PyObject *args) {
     Job job;
     Errors errors;
     (void)self;
-    if (!PyArg_ParseTuple(args, "y*w*iiiiiiii", &data, &out, &job.height, &job.width, &job.top,
-                          &job.left, &job.rows, &job.cols, &job.denom, &job.channels)) {
+    job.fast = 0;
+    if (!PyArg_ParseTuple(args, "y*w*iiiiiiii|p", &data, &out, &job.height, &job.width, &job.top,
+                          &job.left, &job.rows, &job.cols, &job.denom, &job.channels, &job.fast)) {
         return NULL;
     }
     const char *bad = NULL;
@@ -173,8 +180,9 @@ static PyObject *decode_box(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"decode_box", decode_box, METH_VARARGS,
-     "decode_box(data, out, height, width, top, left, rows, cols, denom, channels): one box of a "
-     "JPEG at scale 1/denom into out (rows * cols * channels bytes)."},
+     "decode_box(data, out, height, width, top, left, rows, cols, denom, channels, fast=False): "
+     "one box of a JPEG at scale 1/denom into out (rows * cols * channels bytes); fast: the "
+     "fast integer IDCT and plain upsampling."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -16,8 +16,9 @@ from torch.utils.data import Dataset
 
 from loaders.batches import BufferPool, check_indices, new_batch
 from loaders.crops import Crop
-from loaders.decode import Pool, fill, jobs_for
+from loaders.decode import fill, jobs_for
 from loaders.memory import SharedArrays
+from loaders.pool import Pool
 from loaders.store import DEFAULT_MAX_OPEN, ShardStore, pickled_state
 
 
@@ -143,6 +144,7 @@ class DecodingDataset(ShardedDataset):
     crop: Crop | None = None  # each sample's box, resized to one shape (loaders.crops)
     decode: str = "cpu"  # JPEG: "cuda" decodes a batch with nvJPEG (loaders.gpu_decode)
     _threads: int | None = None  # JPEG decoding threads (None: up to 4 cores)
+    fast_dct: bool = False  # JPEG on the CPU: the fast integer IDCT (loaders.decode)
 
     @cached_property
     def _pool(self) -> Pool:
@@ -173,5 +175,6 @@ class DecodingDataset(ShardedDataset):
             return decode_cuda(srcs, crcs, hw, boxes, out_hw, spec.shape[-1], places)
         shape = spec.shape if self.crop is None else (*self.crop.size, *spec.shape[2:])
         out = new_batch((len(local), *shape), torch.uint8, self._buffers, spec.field)
-        fill(jobs_for(out.numpy(), srcs, jpeg, hw, boxes, crcs, places, mask), self._pool)
+        jobs = jobs_for(out.numpy(), srcs, jpeg, hw, boxes, crcs, places, mask, self.fast_dct)
+        fill(jobs, self._pool)
         return out if mask else out.permute(0, 3, 1, 2)

@@ -67,6 +67,7 @@ class ImageShardDataset(DecodingDataset):
         crop: Crop | None = None,
         decode: str = "cpu",
         threads: int | None = None,
+        fast_dct: bool = False,
         split: str | None = None,
         max_open: int = DEFAULT_MAX_OPEN,
         **remote: Unpack[Remote],
@@ -90,6 +91,7 @@ class ImageShardDataset(DecodingDataset):
         if decode not in ("cpu", "cuda"):
             raise ValueError(f"decode={decode!r} is not 'cpu' or 'cuda'")
         self.crop, self.decode, self._threads = crop, decode, threads
+        self.fast_dct = fast_dct  # JPEG: libjpeg-turbo's fast integer IDCT (README: Fast DCT)
         self.set_size(size)
         if in_memory:  # every size of the requested fields, so that set_size still works
             stored = [f for f in self.fields if FIELDS[f].codecs]
