@@ -31,7 +31,7 @@ from prep.kinds.images.sources import Item
 from prep.kinds.video.config import VideoConfig
 from prep.kinds.video.decode import decode_video
 from prep.kinds.video.sources import list_videos
-from prep.run.driver import Inputs, Kind, RunSummary, run, shard_size
+from prep.run.driver import AUTO_MAX, AUTO_SHARDS, Inputs, Kind, RunSummary, run
 from prep.run.shardwriter import write_shard
 from prep.run.tasks import shard_task
 
@@ -108,6 +108,7 @@ class VideoKind(Kind[VideoConfig, list[Item]]):
     unit = "video"
     noun = "videos"
     task = staticmethod(video_shard)
+    threads = True  # PyAV decodes, OpenCV resizes and libjpeg-turbo encodes without the GIL
 
     def list_inputs(self) -> Inputs:
         cfg = self.cfg
@@ -132,8 +133,11 @@ class VideoKind(Kind[VideoConfig, list[Item]]):
         return Inputs(len(items), rejects, fingerprint)
 
     def plan(self) -> list[list[Item]]:
-        n = shard_size(len(self.items), self.cfg.shard_size)
-        return [self.items[i : i + n] for i in range(0, len(self.items), n)]
+        # A video is many images' work: AUTO_SHARDS shards of any count, down to one video a
+        # shard (the driver's AUTO_MIN of 16 inputs would leave cores idle on a few videos).
+        count = len(self.items)
+        n = self.cfg.shard_size or min(AUTO_MAX, -(-count // AUTO_SHARDS))
+        return [self.items[i : i + n] for i in range(0, count, n)]
 
     def cost(self, shard: list[Item]) -> int:
         return sum(self.sizes.get(it.rel, 0) for it in shard)
