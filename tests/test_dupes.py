@@ -1,0 +1,132 @@
+"""Perceptual hashes at pack time, the near-pair search, groups, leakage, --drop-dupes and
+`prep dupes` (issue 28)."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image, ImageOps
+from typer.testing import CliRunner
+
+from prep.cli import app
+from prep.dupes import DEFAULT_DISTANCE, dataset_hashes, dupe_groups, leakage, near_pairs
+from prep.dupes.hashing import image_phash
+from prep.dupes.search import brute_force, within
+from prep.errors import PrepError
+from prep.kinds.images.config import PackConfig
+from prep.kinds.images.decode import decode_image
+
+
+def _jpegs(raw: Path, n: int) -> list[Path]:
+    return sorted((raw / "images").rglob("*.jpg"))[:n]
+
+
+def _q90(path: Path) -> bytes:
+    """The upright photo re-encoded at quality 90, without its EXIF."""
+    with Image.open(path) as im:
+        buf = io.BytesIO()
+        ImageOps.exif_transpose(im).convert("RGB").save(buf, "JPEG", quality=90)
+    return buf.getvalue()
+
+
+def test_hash_is_stable_under_q90_and_apart_across_photos(raw_demo: Path) -> None:
+    paths = _jpegs(raw_demo, 8)
+    own = np.array([image_phash(decode_image(p, (64,))[0]) for p in paths], np.uint64)
+    again = [image_phash(decode_image(io.BytesIO(_q90(p)), (64,))[0]) for p in paths]
+    moved = np.bitwise_count(own ^ np.array(again, np.uint64))
+    assert moved.max() <= 4 and np.median(moved) <= 2, moved
+    apart = np.bitwise_count(own[:, None] ^ own[None, :])[np.triu_indices(len(own), 1)]
+    assert apart.min() > DEFAULT_DISTANCE, apart
+
+
+@pytest.mark.parametrize("method", ["mih", "tables", "auto"])
+def test_near_pairs_equal_brute_force(method: str) -> None:
+    rng = np.random.default_rng(1)
+    h = rng.integers(0, 2**63, 4000, dtype=np.uint64)
+    for a, b in rng.permutation(len(h))[:80].reshape(40, 2).tolist():  # planted near pairs
+        h[b] = h[a] ^ np.uint64(sum(1 << int(f) for f in rng.choice(64, 1 + a % 6, False)))
+    h[7] = h[8]  # one exact pair
+    truth = brute_force(h, h, 6)
+    truth = truth[truth[:, 0] < truth[:, 1]]
+    found = within(h, 6, method)
+    assert len(found) >= 41
+    np.testing.assert_array_equal(found, truth[np.lexsort((truth[:, 1], truth[:, 0]))])
+    a, b = h[:2500], h[2500:]
+    cross = near_pairs(a, b, max_distance=6)
+    np.testing.assert_array_equal(cross, brute_force(a, b, 6))
+
+
+def test_planted_dupes_grouped_and_drop_dupes(raw_demo: Path, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    (src / "a").mkdir(parents=True)
+    (src / "b").mkdir()
+    paths = _jpegs(raw_demo, 6)
+    for k, p in enumerate(paths):
+        shutil.copy(p, src / "a" / f"{k}.jpg")
+    (src / "b" / "1-q90.jpg").write_bytes(_q90(paths[1]))
+    shutil.copy(paths[4], src / "b" / "4-copy.jpg")
+    runner = CliRunner()
+    outs = []
+    for jobs in (1, 2):
+        out = tmp_path / f"j{jobs}"
+        args = ["pack", str(src), str(out), "--sizes", "32", "-j", str(jobs), "-q"]
+        res = runner.invoke(app, [*args, "--drop-dupes", "--shard-size", "3"])
+        assert res.exit_code == 0, res.output
+        outs.append(out)
+    files = sorted(f.name for f in outs[0].iterdir() if f.name != "manifest.json")
+    for name in files:  # the same bytes for -j 1 and -j 2
+        assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes(), name
+    rejects = [json.loads(line) for line in (outs[0] / "rejects.jsonl").read_text().splitlines()]
+    assert [(r["path"], r["reason"]) for r in rejects] == [
+        ("b/1-q90.jpg", "duplicate"),
+        ("b/4-copy.jpg", "duplicate"),
+    ]
+    assert "a/1.jpg, which is kept" in rejects[0]["message"]
+    assert not dupe_groups(dataset_hashes(outs[0]))  # what was kept has no near-duplicate
+    full = tmp_path / "full"
+    assert runner.invoke(app, ["pack", str(src), str(full), "--sizes", "32", "-q"]).exit_code == 0
+    res = runner.invoke(app, ["dupes", str(full), "--json"])
+    assert res.exit_code == 0, res.output
+    groups = json.loads(res.output)["groups"]
+    assert [g["paths"] for g in groups] == [["a/1.jpg", "b/1-q90.jpg"], ["a/4.jpg", "b/4-copy.jpg"]]
+    assert [g["distances"][0] for g in groups] == [0, 0] and groups[1]["distances"] == [0, 0]
+    h = dataset_hashes(full)
+    assert h.digest.shape == (8, 32) and (h.digest[4] == h.digest[7]).all()
+
+
+def test_leakage_between_two_datasets(raw_demo: Path, tmp_path: Path, pack_to) -> None:  # type: ignore[no-untyped-def]
+    paths = _jpegs(raw_demo, 6)
+    train, val = tmp_path / "train" / "x", tmp_path / "val" / "x"
+    train.mkdir(parents=True)
+    val.mkdir(parents=True)
+    for k, p in enumerate(paths[:4]):
+        shutil.copy(p, train / f"{k}.jpg")
+    (val / "0.jpg").write_bytes(_q90(paths[2]))  # leaked into val, re-encoded
+    shutil.copy(paths[5], val / "1.jpg")
+    for name in ("train", "val"):
+        pack_to(tmp_path / name, tmp_path / f"p-{name}", sizes=[32])
+    pairs = leakage(dataset_hashes(tmp_path / "p-train"), dataset_hashes(tmp_path / "p-val"))
+    assert [(i, j) for i, j, _ in pairs] == [(2, 0)] and pairs[0][2] <= 4
+    args = ["dupes", str(tmp_path / "p-train"), "--against", str(tmp_path / "p-val")]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0 and "1 of 2 samples (50.0%)" in res.output, res.output
+
+
+def test_dataset_without_hashes(raw_demo: Path, tmp_path: Path, pack_to) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "old"
+    pack_to(raw_demo / "images", out, sizes=[32], hashes=False, limit=6)
+    with pytest.raises(PrepError, match="--hash"):
+        dataset_hashes(out)
+    h = dataset_hashes(out, compute=True)
+    assert len(h) == 6 and h.paths[0].endswith(".jpg") and len(set(h.phash.tolist())) == 6
+    res = CliRunner().invoke(app, ["dupes", str(out)])
+    assert res.exit_code == 1 and "--hash" in res.output
+
+
+def test_max_distance_default_is_the_measured_one() -> None:
+    assert PackConfig().max_distance == DEFAULT_DISTANCE
