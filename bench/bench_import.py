@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench_import_coco import coco_rows, fresh
 from bench_pack import chunked, jpeg_list, parallel_rate
 from rows import Row, info, prep, versus
 
@@ -135,10 +136,10 @@ def rows(args: argparse.Namespace, work: Path) -> list[Row]:
 
     count = min(args.count, 2000)
     pattern, hf = write_sources(work, count)
-    common = ["-j", str(args.jobs), "--overwrite", "--sizes", str(SIZE)]
+    common = ["-j", str(args.jobs), "--sizes", str(SIZE)]
     took = {
-        "wds": prep("import", "webdataset", pattern, str(work / "i-wds"), *common),
-        "hf": prep("import", "hf", str(hf), str(work / "i-hf"), *common),
+        "wds": prep("import", "webdataset", pattern, fresh(work / "i-wds"), *common),
+        "hf": prep("import", "hf", str(hf), fresh(work / "i-hf"), *common),
     }
     blobs = tar_jpegs(pattern)
     bare = parallel_rate(bare_bytes, [(c, SIZE) for c in chunked(blobs, 8)], args.jobs)
@@ -171,11 +172,12 @@ def rows(args: argparse.Namespace, work: Path) -> list[Row]:
             "img/s",
             ">= 3x",
         ),
+        *coco_rows(args, work, args.reps if args.smoke else max(REPS, args.reps)),
         info(
             "26c prep import webdataset vs bare decode+resize",
             count / took["wds"],
             bare,
             "img/s",
-            "info: CLI start, listing and fsyncs count",
+            "info: CLI start, listing, writes, fsyncs",
         ),
     ]
