@@ -117,9 +117,9 @@ def _without_missing_target(
     learn cannot be missing). `rejects` holds the rows skipped already, by their `row`."""
     if target is None or target not in table.column_names:
         return table  # no target, or a missing column (the scan names it)
-    missing = np.asarray(table.column(target).is_null())
-    if not missing.any():
+    if not table.column(target).null_count:
         return table
+    missing = np.asarray(table.column(target).is_null())
     skipped = np.array(sorted(r["row"] for r in rejects), np.int64)
     kept_rows = np.setdiff1d(np.arange(1, table.num_rows + len(skipped) + 1), skipped)
     for row in kept_rows[np.flatnonzero(missing)].tolist():
