@@ -108,6 +108,7 @@ GROUPS["samples"] = "bench_samples"  # bench/bench_samples.py: samples of any sh
 GROUPS["import"] = "bench_import"  # bench/bench_import.py: imported HF and WebDataset (26)
 GROUPS["dupes"] = "bench_dupes"  # bench/bench_dupes.py: hashes at pack time, near pairs (28)
 GROUPS["video"] = "bench_video"  # bench/bench_video.py: video clips and packing (27)
+GROUPS["media"] = "bench_media"  # bench/bench_media.py: audio windows and packing (27)
 GROUPS["report"] = "bench_report"  # bench/bench_report.py: prep report against pack (28)
 
 
