@@ -152,7 +152,7 @@ def _bad_inputs(root: Path, good: Path) -> dict[str, str]:
     _one_timestamp(root / "still.mkv")
     write_clip(root / "ok.mp4", shape_frames(np.random.default_rng(1), "up", 8))
     return {
-        "empty.mp4": "empty_file",
+        "empty.mp4": "empty",
         "junk.mp4": "corrupt",
         "truncated.mp4": "truncated",
         "audio.mkv": "no_video",

@@ -60,7 +60,7 @@ def _open(path: Path) -> Any:
     import av
 
     if path.stat().st_size == 0:
-        raise Reject("empty_file", "a zero-length file")
+        raise Reject("empty", "a zero-byte file")
     try:
         return av.open(str(path), metadata_errors="replace")
     except (av.error.FFmpegError, UnicodeDecodeError) as e:
