@@ -3,9 +3,10 @@
 Both hashes start from one grey thumbnail per image, shrunk with area averaging (cv2.INTER_AREA)
 from whatever pixels the caller decoded, so the hash does not depend on the stored size:
 
-- pHash (`phash`, the one stored): the 32x32 thumbnail's 2-D DCT-II; the 8x8 block of the
-  lowest frequencies after the DC row and column ([1:9, 1:9]); a bit is 1 where a coefficient is
-  above the block's median. Half the bits are ones, whatever the image's brightness.
+- pHash (`phash`, the one stored): the 32x32 thumbnail times a Hann window (its border, where
+  crops, shifts and borders act, weighs little), its 2-D DCT-II, the 8x8 block of the lowest
+  frequencies; a bit is 1 where a coefficient is above the block's median. Half the bits are
+  ones whatever the image's brightness, so two hashes differ in an even number of bits.
 - dHash (`dhash`, measured against it): a 9x8 thumbnail; a bit is 1 where a pixel is brighter
   than its left neighbour.
 
@@ -36,7 +37,9 @@ def _dct_rows(n: int, rows: slice) -> np.ndarray:
     return np.cos(np.pi * k * (2 * x + 1) / (2 * n)).astype(np.float32)
 
 
-_BASIS = _dct_rows(PHASH_SIDE, slice(1, 9))  # (8, 32): frequencies 1..8
+_BASIS = _dct_rows(PHASH_SIDE, slice(0, 8))  # (8, 32): frequencies 0..7
+_HANN = np.hanning(PHASH_SIDE + 2)[1:-1].astype(np.float32)  # no zero weights at the ends
+WINDOW = np.outer(_HANN, _HANN)  # (32, 32)
 
 
 def pack_bits(bits: np.ndarray) -> np.ndarray:
@@ -47,7 +50,7 @@ def pack_bits(bits: np.ndarray) -> np.ndarray:
 
 def phash(gray: np.ndarray) -> np.ndarray:
     """(N, 32, 32) uint8 grey thumbnails -> (N,) uint64 pHashes."""
-    x = np.asarray(gray, dtype=np.float32)
+    x = np.asarray(gray, dtype=np.float32) * WINDOW
     coef = _BASIS @ x @ _BASIS.T  # (N, 8, 8): one matmul pair for the whole batch
     flat = coef.reshape(len(x), 64)
     return pack_bits(flat > np.median(flat, axis=1, keepdims=True))

@@ -23,12 +23,15 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 SORT_NS, PAIR_NS = 60.0, 12.0  # ns per element sorted, per candidate pair compared (measured)
 BITS = 64
+THREADED = 100_000  # hashes from which the tables run on threads
 
 
 def blocks(m: int) -> list[tuple[int, int]]:
@@ -117,14 +120,15 @@ def within(h: np.ndarray, d: int, method: str = "auto") -> np.ndarray:
     if len(h) < 2:
         return np.zeros((0, 3), dtype=np.int64)
     m, t = plan(len(h), min(d, BITS), method)
-    parts = blocks(m)
-    found = [
-        rows
-        for chosen in itertools.combinations(parts, t)
-        for rows in _table_pairs(h, _keys(h, chosen), d)
-        if len(rows)
-    ]
-    return _unique_pairs(found)
+    tables = list(itertools.combinations(blocks(m), t))
+
+    def table(chosen: tuple[tuple[int, int], ...]) -> list[np.ndarray]:
+        return [rows for rows in _table_pairs(h, _keys(h, chosen), d) if len(rows)]
+
+    # Sorting and gathering release the GIL: the tables run on threads, one per core.
+    workers = min(len(tables), os.cpu_count() or 1) if len(h) >= THREADED else 1
+    with ThreadPoolExecutor(workers) as pool:
+        return _unique_pairs([rows for found in pool.map(table, tables) for rows in found])
 
 
 def brute_force(a: np.ndarray, b: np.ndarray, d: int, chunk: int = 2048) -> np.ndarray:
