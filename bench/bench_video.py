@@ -155,23 +155,30 @@ def _pack(src: Path, out: Path, codec: str, jobs: int) -> None:
     pack_video(cfg, show_progress=False)
 
 
-def rows(args: argparse.Namespace, work: Path) -> list[Row]:
+def _pack_times(
+    work: Path, paths: list[Path], jobs: int, reps: int
+) -> tuple[dict[str, float], float]:
+    """Best seconds of `prep video` (raw, jpeg) and of the bare loop, interleaved."""
+    packs: dict[str, float] = {}
+    bare = float("inf")
+    for _ in range(reps):
+        for codec in ("raw", "jpeg"):
+            out = work / f"video-{codec}"
+            took = timed(lambda: _pack(work / "video-src", out, codec, jobs))  # noqa: B023
+            packs[codec] = min(packs.get(codec, float("inf")), took)
+        bare = min(bare, _bare(paths, jobs))
+    return packs, bare
+
+
+def _clip_rates(
+    work: Path, paths: list[Path], seconds: float, per: int, reps: int
+) -> dict[str, float]:
+    """Best clips/s of ClipDataset (raw, jpeg) and of PyAV per clip, 2 workers each,
+    interleaved; `per` clips a video at evenly spaced starts."""
     import torch
 
     from loaders import CenterCrop, ClipDataset, collate_batch
 
-    count, seconds = (4, 2.0) if args.smoke else (16, 8.0)
-    paths = sources(work / "video-src", count, seconds)
-    src_bytes = sum(p.stat().st_size for p in paths)
-    packs: dict[str, float] = {}
-    bare = float("inf")
-    for _ in range(1 if args.smoke else 2):  # interleaved, best of each
-        for codec in ("raw", "jpeg"):
-            out = work / f"video-{codec}"
-            took = timed(lambda: _pack(work / "video-src", out, codec, args.jobs))  # noqa: B023
-            packs[codec] = min(packs.get(codec, float("inf")), took)
-        bare = min(bare, _bare(paths, args.jobs))
-    per = 2 if args.smoke else 4  # clips a video, evenly spaced
     loaders: dict[str, Any] = {}
     for codec in ("raw", "jpeg"):
         ds = ClipDataset(
@@ -190,37 +197,26 @@ def rows(args: argparse.Namespace, work: Path) -> list[Row]:
     best: dict[str, float] = {}
     for loader in loaders.values():
         _rate(loader)  # warm: workers started, pages cached
-    for _ in range(args.reps if args.smoke else max(3, args.reps)):
+    for _ in range(reps):
         best = {k: max(best.get(k, 0.0), _rate(v)) for k, v in loaders.items()}
-    disk = {
-        c: sum(f.stat().st_size for f in (work / f"video-{c}").iterdir()) for c in ("raw", "jpeg")
-    }
+    return best
+
+
+def rows(args: argparse.Namespace, work: Path) -> list[Row]:
+    count, seconds = (4, 2.0) if args.smoke else (16, 8.0)
+    paths = sources(work / "video-src", count, seconds)
+    src = sum(p.stat().st_size for p in paths) / 1e6
+    packs, bare = _pack_times(work, paths, args.jobs, 1 if args.smoke else 2)
+    per = 2 if args.smoke else 4  # clips a video, evenly spaced
+    best = _clip_rates(work, paths, seconds, per, args.reps if args.smoke else max(3, args.reps))
+    disk = {c: sum(f.stat().st_size for f in (work / f"video-{c}").iterdir()) / 1e6 for c in packs}
     print(f"   (video: {count} clips of {seconds:g} s, {per} clips each read)", file=sys.stderr)
+    vs_pyav = "video clips {} vs PyAV per clip, 2 workers"
     return [
-        versus(
-            "27va video clips raw vs PyAV per clip, 2 workers",
-            best["raw"],
-            best["pyav"],
-            "clip/s",
-            ">= 20x",
-        ),
-        versus(
-            "27vb video clips JPEG vs PyAV per clip, 2 workers",
-            best["jpeg"],
-            best["pyav"],
-            "clip/s",
-            ">= 5x",
-        ),
-        info(
-            "27vc video disk raw vs source files", disk["raw"] / 1e6, src_bytes / 1e6, "MB", "size"
-        ),
-        info(
-            "27vd video disk JPEG vs source files",
-            disk["jpeg"] / 1e6,
-            src_bytes / 1e6,
-            "MB",
-            "size",
-        ),
+        versus("27va " + vs_pyav.format("raw"), best["raw"], best["pyav"], "clip/s", ">= 20x"),
+        versus("27vb " + vs_pyav.format("JPEG"), best["jpeg"], best["pyav"], "clip/s", ">= 5x"),
+        info("27vc video disk raw vs source files", disk["raw"], src, "MB", "size"),
+        info("27vd video disk JPEG vs source files", disk["jpeg"], src, "MB", "size"),
         *(
             versus(
                 f"27v{e} prep video {c} vs bare decode+resize",
