@@ -227,3 +227,21 @@ def test_train_video_example_learns(packed: Path, capsys: pytest.CaptureFixture[
     assert len(losses) == 12 and all(np.isfinite(losses))
     assert sum(losses[-4:]) < sum(losses[:4]), losses
     assert "val acc" in capsys.readouterr().out
+
+
+def test_open_refuses_frame_ends_that_do_not_fit(packed: Path, tmp_path: Path):
+    """A frame_ends array that no longer steps by whole raw frames is a FormatError at open
+    (the Video field's checks)."""
+    import shutil
+
+    from loaders import FormatError, load_manifest
+
+    out = tmp_path / "broken"
+    shutil.copytree(packed, out)
+    ends = next(out.glob("frames_ends_*-00000.npy"))
+    arr = np.load(ends, mmap_mode="r+")
+    arr[0] += 1
+    arr.flush()
+    del arr
+    with pytest.raises(FormatError, match="frame"):
+        load_manifest(out)
