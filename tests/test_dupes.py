@@ -70,14 +70,17 @@ def test_planted_dupes_grouped_and_drop_dupes(raw_demo: Path, tmp_path: Path) ->
         shutil.copy(p, src / "a" / f"{k}.jpg")
     (src / "b" / "1-q90.jpg").write_bytes(_q90(paths[1]))
     shutil.copy(paths[4], src / "b" / "4-copy.jpg")
+    (src / "b" / "9-cut.jpg").write_bytes(paths[0].read_bytes()[:3000])  # truncated
     runner = CliRunner()
-    outs = []
-    for jobs in (1, 2):
-        out = tmp_path / f"j{jobs}"
-        args = ["pack", str(src), str(out), "--sizes", "32", "-j", str(jobs), "-q"]
-        res = runner.invoke(app, [*args, "--drop-dupes", "--shard-size", "3"])
-        assert res.exit_code == 0, res.output
-        outs.append(out)
+    outs = [tmp_path / "j1", tmp_path / "j2"]
+    args = ["pack", str(src), str(outs[0]), "--sizes", "32", "-q", "--drop-dupes"]
+    args += ["--shard-size", "3"]
+    res = runner.invoke(app, [*args, "-j", "1"])  # duplicates are not counted by --max-rejects
+    assert res.exit_code == 1 and "(11.1% > --max-rejects 0.01: 1 truncated)" in res.output
+    res = runner.invoke(app, [*args, "-j", "1", "--resume", "--max-rejects", "0.2"])
+    assert res.exit_code == 0 and "3 rejected, 3 shards (3 reused)" in res.output, res.output
+    args[2] = str(outs[1])
+    assert runner.invoke(app, [*args, "-j", "2", "--max-rejects", "0.2"]).exit_code == 0
     files = sorted(f.name for f in outs[0].iterdir() if f.name != "manifest.json")
     for name in files:  # the same bytes for -j 1 and -j 2
         assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes(), name
@@ -85,10 +88,12 @@ def test_planted_dupes_grouped_and_drop_dupes(raw_demo: Path, tmp_path: Path) ->
     assert [(r["path"], r["reason"]) for r in rejects] == [
         ("b/1-q90.jpg", "duplicate"),
         ("b/4-copy.jpg", "duplicate"),
+        ("b/9-cut.jpg", "truncated"),
     ]
     assert "a/1.jpg, which is kept" in rejects[0]["message"]
     assert not dupe_groups(dataset_hashes(outs[0]))  # what was kept has no near-duplicate
     full = tmp_path / "full"
+    (src / "b" / "9-cut.jpg").unlink()
     assert runner.invoke(app, ["pack", str(src), str(full), "--sizes", "32", "-q"]).exit_code == 0
     res = runner.invoke(app, ["dupes", str(full), "--json"])
     assert res.exit_code == 0, res.output

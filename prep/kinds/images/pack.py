@@ -212,7 +212,10 @@ class ImagesKind(Kind[PackConfig, list[Item]]):
         return sum(self.input_bytes.get(it.rel, 0) for it in shard)  # decode time follows bytes
 
     def task_args(self, index: int, shard: list[Item], staging: Path) -> tuple[Any, ...]:
-        phashes = None if self.phashes is None else {it.rel: self.phashes[it.rel] for it in shard}
+        known = self.phashes  # an input the hashing pass could not decode has none
+        phashes = (
+            None if known is None else {it.rel: known[it.rel] for it in shard if it.rel in known}
+        )
         return (index, shard, self.cfg, self.specs, staging, phashes)
 
     def reusable(self, record: dict[str, Any]) -> bool:
