@@ -140,7 +140,7 @@ def bad_files(root: Path) -> dict[str, str]:
         "cut.wav": "truncated",
         "cut.mp3": "truncated",
         "nan.wav": "not_finite",
-        "rate0.wav": "bad_rate",
+        "rate0.wav": "zero_rate",
         "three.wav": "channels",
         "silent.mka": "no_audio",
     }

@@ -3,7 +3,7 @@ and converted to the stored dtype. Arrays in, arrays out, but for the file read 
 
 soundfile (libsndfile) reads WAV, FLAC, OGG/Vorbis, Opus, MP3 and the other formats it knows;
 a file it does not recognise goes to PyAV (FFmpeg: AAC, M4A, WMA...). Bad input raises Reject
-with one of the README's codes: `empty`, `corrupt`, `truncated`, `no_audio`, `bad_rate`,
+with one of the README's codes: `empty`, `corrupt`, `truncated`, `no_audio`, `zero_rate`,
 `not_finite`, `channels`.
 """
 
@@ -59,7 +59,7 @@ def read_soundfile(path: Path) -> Decoded | None:
         if e.code in _NOT_RECOGNISED:
             return None
         if _wav_rate(path) == 0:
-            raise Reject("bad_rate", "the WAV header gives a sample rate of 0") from None
+            raise Reject("zero_rate", "the WAV header gives a sample rate of 0") from None
         raise Reject("corrupt", f"libsndfile cannot open it ({e.error_string})") from None
     with f:
         rate, frames, log = f.samplerate, f.frames, f.extra_info
@@ -93,7 +93,7 @@ def read_pyav(path: Path) -> Decoded:
         stream = container.streams.audio[0]
         rate = int(stream.codec_context.sample_rate or stream.rate or 0)
         if rate <= 0:
-            raise Reject("bad_rate", "the audio stream's sample rate is 0")
+            raise Reject("zero_rate", "the audio stream's sample rate is 0")
         planes = _frames(container, stream)
         expected = 0
         if stream.duration is not None and stream.time_base is not None:
@@ -126,7 +126,7 @@ def read_audio(path: Path) -> Decoded:
     got = read_soundfile(path)
     decoded = got if got is not None else read_pyav(path)
     if decoded.rate <= 0:
-        raise Reject("bad_rate", f"a sample rate of {decoded.rate}")
+        raise Reject("zero_rate", f"a sample rate of {decoded.rate}")
     if not len(decoded.samples):
         raise Reject("empty", "no audio samples")
     if not np.isfinite(decoded.samples).all():
