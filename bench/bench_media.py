@@ -100,32 +100,39 @@ def best(fns: dict[str, Callable[[], float]], reps: int) -> dict[str, float]:
     return {k: max(v) for k, v in got.items()}
 
 
-def audio_rows(args: argparse.Namespace, work: Path) -> list[Row]:
-    from torch.utils.data import DataLoader
-
-    from loaders import AudioDataset, make_loader
+def packing_rates(
+    raw: Path, out: Path, paths: list[Path], jobs: int, reps: int
+) -> dict[str, float]:
+    """Files/s of `prep audio` (the whole run, in this process) and of the bare loop."""
     from prep.kinds.audio.config import AudioConfig
     from prep.kinds.audio.pack import audio
-
-    count, seconds = (8, 2.0) if args.smoke else (120, SECONDS)
-    raw, out = work / "media" / f"audio{count}", work / "media" / f"audio{count}-packed"
-    paths = audio_sources(raw, count, seconds)
-    jobs = args.jobs
 
     def pack() -> float:
         cfg = AudioConfig(src=str(raw), out=str(out), rate=RATE, mono=True, jobs=jobs)
         cfg.overwrite = True
         start = time.perf_counter()
         audio(cfg, show_progress=False)
-        return count / (time.perf_counter() - start)
+        return len(paths) / (time.perf_counter() - start)
 
     def bare() -> float:
         start = time.perf_counter()
         with ThreadPoolExecutor(jobs) as pool:
             list(pool.map(decode_resample, paths))
-        return count / (time.perf_counter() - start)
+        return len(paths) / (time.perf_counter() - start)
 
-    packing = best({"pack": pack, "bare": bare}, args.reps)
+    return best({"pack": pack, "bare": bare}, reps)
+
+
+def audio_rows(args: argparse.Namespace, work: Path) -> list[Row]:
+    from torch.utils.data import DataLoader
+
+    from loaders import AudioDataset, make_loader
+
+    count, seconds = (8, 2.0) if args.smoke else (120, SECONDS)
+    raw, out = work / "media" / f"audio{count}", work / "media" / f"audio{count}-packed"
+    paths = audio_sources(raw, count, seconds)
+    jobs = args.jobs
+    packing = packing_rates(raw, out, paths, jobs, args.reps)
     ds = AudioDataset(out, seconds=WINDOW, seed=0)
     ours_loader = make_loader(ds, batch_size=BATCH, shuffle=True)
     base = DataLoader(DecodePerSample(paths), batch_size=BATCH, shuffle=True, num_workers=2)
