@@ -110,6 +110,7 @@ GROUPS["dupes"] = "bench_dupes"  # bench/bench_dupes.py: hashes at pack time, ne
 GROUPS["video"] = "bench_video"  # bench/bench_video.py: video clips and packing (27)
 GROUPS["media"] = "bench_media"  # bench/bench_media.py: audio windows and packing (27)
 GROUPS["report"] = "bench_report"  # bench/bench_report.py: prep report against pack (28)
+GROUPS["boxes"] = "bench_boxes"  # bench/bench_boxes.py: box-aware transforms (26)
 
 
 def measure(args: argparse.Namespace, raw: Path, work: Path) -> list[Row]:
