@@ -141,8 +141,14 @@ def padded(
             raise ValueError(f"{name}: {len(x)} tensors for a batch of {batch}")
         if batch == 0:
             return torch.zeros(0, 0, *(row or ())), torch.zeros(0, dtype=torch.int64)
-        values = torch.cat([torch.as_tensor(v) for v in x])
-        counts = torch.tensor([len(v) for v in x], dtype=torch.int64, device=values.device)
+        rows = [torch.as_tensor(v) for v in x]
+        shapes = {tuple(r.shape[1:]) for r in rows}
+        if len(shapes) > 1 or rows[0].dim() < 1:
+            raise ValueError(f"{name}: samples of rows {sorted(shapes)}: one row shape for all")
+        _shape(rows[0].shape[1:], row, name)
+        sizes = [r.shape[0] for r in rows]  # not len(): torch's __len__ is a Python call
+        counts = torch.tensor(sizes, dtype=torch.int64, device=rows[0].device)
+        return torch.nn.utils.rnn.pad_sequence(rows, batch_first=True), counts
     elif isinstance(x, torch.Tensor) and x.is_nested:
         values, counts = x.values(), x.offsets().diff().to(torch.int64)  # type: ignore[attr-defined]
         if len(counts) != batch:
@@ -187,11 +193,17 @@ def back(x: torch.Tensor, like: Ragged, valid: torch.Tensor) -> Ragged:
     dtype = like.dtype if isinstance(like, torch.Tensor) else like[0].dtype if like else x.dtype
     x, counts = x[:, : valid.shape[1]].to(dtype), valid.sum(1)
     if isinstance(like, (list, tuple)):
-        return [x[i][valid[i]] for i in range(len(x))]
+        return list(torch.split(x[valid], counts.tolist()))  # one gather, then views
     if like.is_nested:
         offsets = torch.cat([counts.new_zeros(1), torch.cumsum(counts, 0)])
         return torch.nested.nested_tensor_from_jagged(x[valid], offsets)
-    return scatter(x[valid], counts)
+    # The kept rows first, in order (a stable sort of each sample's flags), the rest zeroed.
+    order = torch.argsort((~valid).to(torch.int8), dim=1, stable=True)
+    wide = [len(x), x.shape[1], *([1] * (x.dim() - 2))]
+    x = x.gather(1, order.view(wide).expand_as(x))
+    kept = torch.arange(x.shape[1], device=x.device) < counts[:, None]
+    n = int(counts.max()) if len(counts) else 0
+    return torch.where(kept.view(wide), x, torch.zeros((), dtype=x.dtype))[:, :n]
 
 
 def outputs(
