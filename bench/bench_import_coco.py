@@ -142,10 +142,14 @@ def coco_rows(args: Any, work: Path, reps: int) -> list[Row]:
     annotations = coco_file(raw, work, count)
     out = work / "i-coco"
     common = ["-j", str(args.jobs), "--sizes", str(SIZE)]
-    took = prep("import", "coco", str(annotations), str(raw / "images"), fresh(out), *common)
     entries = json.loads(annotations.read_text())["images"]
     paths = [str(raw / "images" / e["file_name"]) for e in entries]
-    bare = parallel_rate(bare_chunk, [(c, SIZE) for c in chunked(paths, 8)], args.jobs)
+    took, bare = float("inf"), 0.0
+    for _ in range(2):  # interleaved, best of two each
+        cmd = ("import", "coco", str(annotations), str(raw / "images"), fresh(out), *common)
+        took = min(took, prep(*cmd))
+        chunks = [(c, SIZE) for c in chunked(paths, 8)]
+        bare = max(bare, parallel_rate(bare_chunk, chunks, args.jobs))
     ref = CocoStyle(annotations, raw / "images", SIZE, min(args.sample, count, 128))
     two = {"num_workers": 2, "persistent_workers": True, "collate_fn": collate}
     loaders = {
