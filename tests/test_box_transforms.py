@@ -1,23 +1,16 @@
 """Box-aware transforms: boxes and keypoints move with the pixels, against torchvision's box
 math (its rules for crop, pad, resize, flips and SanitizeBoundingBoxes written out here, as
 test_transforms writes out its crop draws), the draws are those of a box-less call, every
-ragged form comes back as given, and SampleDataset(transforms=) moves a dataset's boxes."""
+ragged form comes back as given, and instance masks stay on their pixels (SampleDataset's
+transforms=: tests/test_box_dataset.py)."""
 
 from __future__ import annotations
-
-import json
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 import torch
-from PIL import Image as PILImage
 
-from loaders import SampleDataset
 from loaders import transforms as T
-from prep.importers.coco import import_coco
-from prep.importers.config import CocoConfig
 
 H, W = 60, 80
 
@@ -285,77 +278,3 @@ def test_cuda_moves_boxes_as_the_cpu() -> None:
     _, gpu = aug(coded(n).cuda(), index=torch.arange(n).cuda(), boxes=boxes)
     for c, g in zip(cpu, gpu, strict=True):
         assert g.is_cuda and torch.allclose(c, g.cpu(), atol=1e-4)
-
-
-# -- SampleDataset(transforms=) ------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def coco(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Six 64 x 48 black images, each with white rectangles where its two boxes are."""
-    root = tmp_path_factory.mktemp("boxcoco")
-    images, anns = [], []
-    for i in range(6):
-        pixels = np.zeros((48, 64, 3), np.uint8)
-        for k, (x, y, w, h) in enumerate([(4 + i, 6, 20, 14), (40, 30 - i, 3, 12)]):
-            pixels[y : y + h, x : x + w] = 255
-            ann = {"id": 10 * i + k, "image_id": i, "category_id": 1 + k, "bbox": [x, y, w, h]}
-            ann["segmentation"] = [[x, y, x + w, y, x + w, y + h, x, y + h]]
-            anns.append(ann | {"area": w * h, "iscrowd": 0})
-        PILImage.fromarray(pixels).save(root / f"{i}.png")
-        images.append({"id": i, "file_name": f"{i}.png", "width": 64, "height": 48})
-    cats = [{"id": 1, "name": "big"}, {"id": 2, "name": "thin"}]
-    src = root / "coco.json"
-    src.write_text(json.dumps({"images": images, "annotations": anns, "categories": cats}))
-    out = root / "packed"
-    cfg = CocoConfig(
-        src=str(src), images=str(root), out=str(out), sizes=[64], mode="fit", instances=True, jobs=1
-    )
-    import_coco(cfg, show_progress=False)
-    return out
-
-
-@pytest.mark.parametrize("ragged", ["pad", "list"])
-def test_sample_dataset_moves_boxes_and_drops_their_fields(coco: Path, ragged: str) -> None:
-    fields = ("image", "boxes", "labels", "area", "instances", "index")
-    aug = T.Compose([T.RandomCrop(32), T.RandomHorizontalFlip()], seed=2)
-    ds = SampleDataset(coco, fields=fields, size=64, transforms=aug, ragged=ragged)
-    plain = SampleDataset(coco, fields=fields, size=64, ragged=ragged)
-    ds.set_epoch(1)
-    batch, raw = ds.__getitems__(range(6)), plain.__getitems__(range(6))
-    aug.set_epoch(1)
-    lists = {f: rows(raw, f, ragged) for f in ("boxes", "labels", "area", "instances")}
-    x, boxes, inst, pb = aug(
-        raw["image"],
-        index=raw["index"],
-        boxes=lists.pop("boxes"),
-        instances=lists.pop("instances"),
-        per_box=lists,
-    )
-    assert torch.equal(batch["image"], x) and batch["image"].shape[-2:] == (32, 32)
-    got = {f: rows(batch, f, ragged) for f in ("boxes", "labels", "area", "instances")}
-    for b in range(6):
-        assert torch.equal(got["boxes"][b], boxes[b]) and torch.equal(got["instances"][b], inst[b])
-        assert inst[b].shape[1:] == (32, 32) and inst[b].flatten(1).any(1).all()
-        for f in ("labels", "area"):
-            assert torch.equal(got[f][b], pb[f][b])
-    kept = sum(map(len, boxes))
-    assert 0 < kept < 12  # the thin box is often cut away
-    assert sorted(set(torch.cat(got["labels"]).tolist())) == [0, 1]
-
-
-def rows(batch: Any, field: str, ragged: str) -> list[torch.Tensor]:
-    """A ragged field's batch as a tensor a sample, whatever the policy."""
-    if ragged == "list":
-        return list(batch[field])
-    return [v[:n] for v, n in zip(batch[field], batch[f"{field}_len"], strict=True)]
-
-
-def test_sample_dataset_refuses_what_it_cannot_move(coco: Path) -> None:
-    with pytest.raises(TypeError, match="Compose"):
-        SampleDataset(coco, size=64, transforms=T.RandomHorizontalFlip())
-    with pytest.raises(ValueError, match="image field"):
-        SampleDataset(coco, fields=("labels",), size=64, transforms=T.Compose([]))
-    with pytest.raises(ValueError, match="read 'boxes' too"):
-        SampleDataset(coco, fields=("image", "instances"), size=64, transforms=T.Compose([]))
-    assert len(SampleDataset(coco, size=64, split="val")) == 0  # packed without splits

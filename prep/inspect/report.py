@@ -64,7 +64,9 @@ def info(root: Path, batch_size: int = 256) -> str:
         items_n = m.num_samples if spec.ragged else sum(s.arrays[name].length for s in m.shards)
         each = on_disk / items_n if items_n else 0.0
         kind = FIELDS[spec.kind or spec.field]
-        ratio = f"{each / per:>8.3f}" if per and kind.codecs[1:] else f"{'':>8}"
+        # against one raw item: not for a ragged array, whose items are runs of rows of `shape`
+        raw = per and kind.codecs[1:] and spec.codec != "ragged"
+        ratio = f"{each / per:>8.3f}" if raw else f"{'':>8}"
         out = elems * np.dtype(kind.out_dtype or spec.dtype).itemsize
         batch = f"{mb(out * batch_size):>16}" if images else ""
         lines.append(
