@@ -181,6 +181,11 @@ def test_labels_and_targets_from_csv(sounds: Path, tmp_path: Path) -> None:
     b = AudioDataset(out, fields=["label", "snr"]).__getitems__([0, 1, 2])
     assert b["label"].tolist() == [1, 0, 1]  # classes sorted: music, speech
     assert b["snr"].tolist() == [1.5, 2.25, -3.0]
+    s = pack(sounds, tmp_path / "one", targets=str(targets), limit=1, max_rejects=1.0)
+    assert (s.packed, s.rejected) == (1, 0)  # rows of files past --limit are not strays
+    targets.write_text("path,snr\na/one,1.5\na/none,2\n")
+    with pytest.raises(PrepError, match="line 3 names 'a/none', no sound file in SRC"):
+        pack(sounds, tmp_path / "two", targets=str(targets), max_rejects=1.0)
 
 
 def test_windows_same_for_0_and_2_workers(packed: Path) -> None:

@@ -79,10 +79,19 @@ def _folder(src: Path) -> tuple[list[Clip], list[str] | None, list[dict[str, Any
     return clips, classes, rejects
 
 
-def _rows(table: tg.Targets, clips: list[Clip]) -> tuple[list[Any], list[dict[str, Any]]]:
-    """Each clip's row of `table` (by path or stem), and a `<what>_missing` reject without one."""
-    keys = {k for c in clips for k in (c.rel, stem(c.rel))}
-    tg.check_rows(table, keys)
+def _rows(
+    table: tg.Targets, clips: list[Clip], seen: list[str]
+) -> tuple[list[Any], list[dict[str, Any]]]:
+    """Each clip's row of `table` (by path or stem), and a `<what>_missing` reject without one.
+    A row must name one of `seen` (every file listed, used or rejected) or the run stops."""
+    keys = {k for rel in seen for k in (rel, stem(rel))}
+    stray = [key for key in table.rows if key not in keys]
+    if stray:
+        raise PrepError(
+            f"{table.path}: line {table.lines[stray[0]]} names {stray[0]!r}, no sound file in "
+            f"SRC ({len(stray)} such rows). HINT: the first column is a file's path under SRC "
+            "or its stem (speech/a.wav or speech/a)"
+        )
     rows, rejects = [], []
     for c in clips:
         row = table.rows.get(c.rel, table.rows.get(stem(c.rel)))
@@ -108,7 +117,7 @@ def _labelled(src: Path, labels: Path) -> tuple[list[Clip], list[str] | None, li
         )
     files, rejects = walk(src, AUDIO_EXTS)
     clips = [Clip(rel, path) for rel, path in files]
-    rows, missing = _rows(table, clips)
+    rows, missing = _rows(table, clips, [c.rel for c in clips] + [r["path"] for r in rejects])
     col = table.columns[0]
     if col.classes is None and col.floats:
         raise PrepError(f"--labels {labels}: labels are class names or integer ids, not numbers")
@@ -123,16 +132,17 @@ def list_audio(src: Path, labels: Path | None, targets: Path | None, limit: int 
     if src.is_file():
         if src.suffix.lower() not in LISTS:
             raise PrepError(f"{src} is not a folder or a .csv/.jsonl list of sound files")
-        items, classes, rejects = list_file(src, limit)
+        items, classes, rejects = list_file(src)  # all rows: --targets may name any
         clips = [Clip(it.rel, it.path, it.label) for it in items]
     elif labels is not None:
         clips, classes, rejects = _labelled(src, labels)
     else:
         clips, classes, rejects = _folder(src)
+    seen = [c.rel for c in clips] + [r["path"] for r in rejects]
     clips = clips[:limit]
     table = tg.read_targets(targets) if targets is not None else None
     if table is not None:
-        rows, missing = _rows(table, clips)
+        rows, missing = _rows(table, clips, seen)
         rejects += missing
         clips = [Clip(c.rel, c.path, c.label, r) for c, r in zip(clips, rows, strict=True) if r]
     rejects.sort(key=lambda r: r["path"])
