@@ -1,6 +1,7 @@
 """SampleDataset(transforms=): a COCO import's image, boxes, instance masks and per-box fields
 (labels, area) come out of the dataset as the same Compose makes them of the plain batch, the
-dropped boxes' rows gone from every field; what it cannot move is refused with the fix."""
+dropped boxes' rows gone from every field; what it cannot move is refused with the fix; split=
+reads one split."""
 
 from __future__ import annotations
 
@@ -87,4 +88,20 @@ def test_sample_dataset_refuses_what_it_cannot_move(coco: Path) -> None:
         SampleDataset(coco, fields=("labels",), size=64, transforms=T.Compose([]))
     with pytest.raises(ValueError, match="read 'boxes' too"):
         SampleDataset(coco, fields=("image", "instances"), size=64, transforms=T.Compose([]))
-    assert len(SampleDataset(coco, size=64, split="val")) == 0  # packed without splits
+
+
+def test_split_reads_one_splits_shards(tmp_path: Path) -> None:
+    """A samples dataset with splits (prep import hf of Parquet files split by name)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from prep.importers.hf import HFConfig, import_hf
+
+    src = tmp_path / "src"
+    src.mkdir()
+    pq.write_table(pa.table({"x": [1, 2, 3]}), src / "train-00000-of-00001.parquet")
+    pq.write_table(pa.table({"x": [7, 8]}), src / "validation-00000-of-00001.parquet")
+    import_hf(HFConfig(src=str(src), out=str(tmp_path / "out"), jobs=1), show_progress=False)
+    for split, want in ((None, [1, 2, 3, 7, 8]), ("train", [1, 2, 3]), ("validation", [7, 8])):
+        ds = SampleDataset(tmp_path / "out", split=split)
+        assert ds.__getitems__(range(len(ds)))["x"].tolist() == want
