@@ -29,24 +29,30 @@ from loaders import CenterCrop, ClipDataset, RandomResizedCrop, make_loader
 
 
 class ClipNet(nn.Module):
-    """(B, T, C, H, W) float clips -> class logits: two 3-D conv blocks, then a global pool."""
+    """(B, T, C, H, W) float clips (T >= 2) -> class logits: two 3-D conv blocks over the
+    frames and their differences, then a global max pool (the shape is small: where it moves
+    matters, not how much of the frame it covers; an average pool barely learned here).
+    GroupNorm, not BatchNorm: a few dozen steps leave BatchNorm's running statistics, which
+    evaluation uses, far from the batches' own."""
 
     def __init__(self, classes: int, width: int = 16):
         super().__init__()
         self.body = nn.Sequential(
-            nn.Conv3d(3, width, 3, stride=(1, 2, 2), padding=1),
-            nn.BatchNorm3d(width),
+            nn.Conv3d(6, width, (3, 5, 5), stride=(1, 2, 2), padding=(1, 2, 2)),
+            nn.GroupNorm(4, width),
             nn.ReLU(inplace=True),
             nn.Conv3d(width, 2 * width, 3, stride=2, padding=1),
-            nn.BatchNorm3d(2 * width),
+            nn.GroupNorm(4, 2 * width),
             nn.ReLU(inplace=True),
-            nn.AdaptiveAvgPool3d(1),
+            nn.AdaptiveMaxPool3d(1),
         )
         self.head = nn.Linear(2 * width, classes)
 
     def forward(self, clips: torch.Tensor) -> torch.Tensor:
-        x = clips.permute(0, 2, 1, 3, 4)  # Conv3d wants (B, C, T, H, W)
-        return self.head(self.body(x).flatten(1))
+        # Each frame with its difference from the one before: a moving edge's sign pattern
+        # (bright ahead, dark behind) shows the direction within one frame.
+        x = torch.cat([clips[:, 1:], clips[:, 1:] - clips[:, :-1]], dim=2)
+        return self.head(self.body(x.permute(0, 2, 1, 3, 4)).flatten(1))  # (B, C, T, H, W)
 
 
 def scale(clips: torch.Tensor) -> torch.Tensor:
