@@ -111,6 +111,7 @@ GROUPS["video"] = "bench_video"  # bench/bench_video.py: video clips and packing
 GROUPS["media"] = "bench_media"  # bench/bench_media.py: audio windows and packing (27)
 GROUPS["report"] = "bench_report"  # bench/bench_report.py: prep report against pack (28)
 GROUPS["boxes"] = "bench_boxes"  # bench/bench_boxes.py: box-aware transforms (26)
+GROUPS["startup"] = "bench_startup"  # bench/bench_startup.py: --help and a one-image pack (30)
 
 
 def measure(args: argparse.Namespace, raw: Path, work: Path) -> list[Row]:
