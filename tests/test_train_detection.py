@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 
 from examples import train_detection
 from prep.demo import make_demo
@@ -27,6 +29,17 @@ def coco(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    """torch on one thread for this tiny model: on a busy 2-core machine, two threads wait on
+    each other at every op (20 steps took 19 s of wall time for 0.4 s on one thread)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.usefixtures("one_thread")
 def test_detector_loss_falls(coco: Path, capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["--data", str(coco), "--batch-size", "8", "--width", "16", "--lr", "3e-3"]
     losses = train_detection.main([*argv, "--limit", "20", "--workers", "0"])
