@@ -255,6 +255,14 @@ def test_keypoints_move_with_their_boxes_and_cut_ones_are_zero() -> None:
     # crop at (10, 10): the first box (0, 0, 20, 20) flipped in 60 px; the second box dropped.
     assert got[0].tolist() == [[40.0, 0.0, 60.0, 20.0]]
     assert kp[0].tolist() == [[[50.0, 5.0, 2.0], [0.0, 0.0, 0.0]]]
+    wide = torch.zeros(1, 4, 4)  # padded further than its lengths, keypoints as a list
+    wide[0, :2] = boxes[0]
+    _, got2, kp2, n = aug(
+        coded(1), index=torch.arange(1), boxes=wide, keypoints=[points], lengths=torch.tensor([2])
+    )
+    assert (
+        n.tolist() == [1] and torch.equal(got2[:, :1], got[0][None]) and torch.equal(kp2[0], kp[0])
+    )
 
 
 def test_bad_calls_say_what_is_expected() -> None:

@@ -58,7 +58,7 @@ class Targets:
         counts = nb if b is not None else np_
         n = (b if b is not None else p).shape[1]  # type: ignore[union-attr]
         valid = torch.arange(n, device=counts.device) < counts[:, None]
-        p = None if p is None else _cut(p, valid[..., None])
+        p = None if p is None else _cut(_width(p.to(valid.device), n), valid[..., None])
         return Targets(b, p, valid, counts)
 
     def to(self, device: torch.device) -> Targets:
@@ -257,7 +257,11 @@ def per_box(x: Ragged, lengths: torch.Tensor | None, t: Targets, name: str) -> t
             f"{name} has {counts.tolist()} rows a sample, the boxes "
             f"{t.rows.tolist()}: a per-box field has a row per box"
         )
-    n = t.valid.shape[1]
-    if p.shape[1] < n:  # a padded field padded less than the boxes
+    return _width(p, t.valid.shape[1])
+
+
+def _width(p: torch.Tensor, n: int) -> torch.Tensor:
+    """Padded rows p (B, M, ...) as (B, n, ...): forms padded apart, to other lengths, agree."""
+    if p.shape[1] < n:
         p = torch.cat([p, p.new_zeros((len(p), n - p.shape[1], *p.shape[2:]))], 1)
     return p[:, :n]
