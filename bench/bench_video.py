@@ -11,6 +11,7 @@ frames before the first it needs)."""
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -149,9 +150,7 @@ def _pack(src: Path, out: Path, codec: str, jobs: int) -> None:
     from prep.kinds.video.config import VideoConfig
     from prep.kinds.video.pack import pack_video
 
-    cfg = VideoConfig(
-        src=str(src), out=str(out), fps=FPS, size=SIZE, codec=codec, jobs=jobs, overwrite=True
-    )
+    cfg = VideoConfig(src=str(src), out=str(out), fps=FPS, size=SIZE, codec=codec, jobs=jobs)
     pack_video(cfg, show_progress=False)
 
 
@@ -164,6 +163,7 @@ def _pack_times(
     for _ in range(reps):
         for codec in ("raw", "jpeg"):
             out = work / f"video-{codec}"
+            shutil.rmtree(out, ignore_errors=True)  # not timed: the bare loop deletes nothing
             took = timed(lambda: _pack(work / "video-src", out, codec, jobs))  # noqa: B023
             packs[codec] = min(packs.get(codec, float("inf")), took)
         bare = min(bare, _bare(paths, jobs))

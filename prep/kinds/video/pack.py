@@ -35,6 +35,7 @@ from prep.run.driver import AUTO_MAX, AUTO_SHARDS, Inputs, Kind, RunSummary, run
 from prep.run.shardwriter import write_shard
 from prep.run.tasks import shard_task
 
+MIN_VIDEOS = 4  # the fewest videos of an automatic shard
 # Per-sample numbers beside the frames: name -> stored dtype.
 NUMBERS = {
     "start": "float32",
@@ -133,10 +134,11 @@ class VideoKind(Kind[VideoConfig, list[Item]]):
         return Inputs(len(items), rejects, fingerprint)
 
     def plan(self) -> list[list[Item]]:
-        # A video is many images' work: AUTO_SHARDS shards of any count, down to one video a
-        # shard (the driver's AUTO_MIN of 16 inputs would leave cores idle on a few videos).
+        # A video is many images' work: AUTO_SHARDS shards, of at least MIN_VIDEOS videos (the
+        # driver's AUTO_MIN of 16 inputs would leave cores idle on a few dozen videos; one a
+        # shard made the ~17 files and fsyncs of each shard cost ~10% of a 2-core run).
         count = len(self.items)
-        n = self.cfg.shard_size or min(AUTO_MAX, -(-count // AUTO_SHARDS))
+        n = self.cfg.shard_size or min(AUTO_MAX, max(MIN_VIDEOS, -(-count // AUTO_SHARDS)))
         return [self.items[i : i + n] for i in range(0, count, n)]
 
     def cost(self, shard: list[Item]) -> int:
