@@ -27,7 +27,7 @@ from loaders.format import iter_rejects, read_manifest
 from prep import PrepError
 from prep.cli import app
 from prep.kinds.images.decode import BACKGROUND, decode_image, decode_mask
-from prep.kinds.images.sources import list_images
+from prep.kinds.images.listing import list_images
 from prep.run.inputs import Reject
 
 # ---------------------------------------------------------------- helpers

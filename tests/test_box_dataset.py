@@ -103,5 +103,7 @@ def test_split_reads_one_splits_shards(tmp_path: Path) -> None:
     pq.write_table(pa.table({"x": [7, 8]}), src / "validation-00000-of-00001.parquet")
     import_hf(HFConfig(src=str(src), out=str(tmp_path / "out"), jobs=1), show_progress=False)
     for split, want in ((None, [1, 2, 3, 7, 8]), ("train", [1, 2, 3]), ("validation", [7, 8])):
-        ds = SampleDataset(tmp_path / "out", split=split)
-        assert ds.__getitems__(range(len(ds)))["x"].tolist() == want
+        ds = SampleDataset(tmp_path / "out", fields=("x", "index"), split=split)
+        batch = ds.__getitems__(range(len(ds)))
+        assert batch["x"].tolist() == want
+        assert batch["index"].tolist() == list(range(len(want)))  # positions within the split

@@ -12,7 +12,7 @@ import pytest
 from prep import PrepError
 from prep.config import load_config
 from prep.kinds.images.config import PackConfig
-from prep.kinds.images.sources import list_images
+from prep.kinds.images.listing import list_images
 from prep.kinds.text.config import TokenizeConfig
 
 

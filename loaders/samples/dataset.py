@@ -155,7 +155,8 @@ class SampleDataset(DecodingDataset):
     def __getitems__(self, indices: Sequence[int]) -> SampleBatch:
         self.store.check()  # a repacked folder: refuse it rather than mix two datasets
         shard, local = self._locate(indices)
-        reading = _Reading(self, by_shard(shard), local, self._starts[shard] + local)
+        index = self._starts[np.searchsorted(self._shards, shard)] + local  # within the split
+        reading = _Reading(self, by_shard(shard), local, index)
         out: dict[str, Any] = {}
         for f in self.fields:
             if f == "index":

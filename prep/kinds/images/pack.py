@@ -24,7 +24,8 @@ from prep.kinds.images.config import PackConfig
 from prep.kinds.images.decode import decode_image, decode_mask
 from prep.kinds.images.encode import stored, subsampling
 from prep.kinds.images.geometry import sizes_from
-from prep.kinds.images.sources import Item, Listing, list_images
+from prep.kinds.images.listing import list_images
+from prep.kinds.images.sources import Item, Listing
 from prep.kinds.images.splits import split_counts
 from prep.kinds.images.stats import PixelSums, combine
 from prep.run.driver import Inputs, Kind, RunSummary, run, shard_size
