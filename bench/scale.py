@@ -31,7 +31,7 @@ RANKS, BATCH = 8, 256
 Result = tuple[str, float, str, str]  # measure, value, unit, bound ("" for none)
 
 
-def make(i: int) -> dict[str, object]:
+def make(i: int) -> dict[str, Any]:
     """Sample `i`: a 32 px image (a class colour and a gradient, cheap to make) and its class.
     Module-level, so that the Dask workers get it (pickled by value from a script's __main__)."""
     label = i % CLASSES
@@ -52,7 +52,7 @@ def folder_rate(tmp: Path, n: int = 3000) -> float:
         d = tmp / f"c{i % CLASSES:04d}"
         if i < CLASSES:
             d.mkdir(parents=True)
-        cv2.imwrite(str(d / f"{i:07d}.png"), make(i)["image"])  # type: ignore[arg-type]
+        cv2.imwrite(str(d / f"{i:07d}.png"), make(i)["image"])
     os.sync()  # the files on disk, as a tree of 1.28M would have to be
     rate = n / (time.perf_counter() - start)
     shutil.rmtree(tmp, ignore_errors=True)
@@ -61,8 +61,8 @@ def folder_rate(tmp: Path, n: int = 3000) -> float:
 
 def pack(out: Path, n: int, backend: str) -> float:
     """Seconds for pack_samples of the first n images into `out` on 2 workers of `backend`."""
-    from prep import pack_samples
     from prep.fields import Image, Label
+    from prep.kinds.samples.pack import pack_samples
 
     fields = {"image": Image(sizes=(SIDE,)), "label": Label()}
     start = time.perf_counter()
