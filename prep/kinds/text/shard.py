@@ -5,6 +5,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import queue
+import threading
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
@@ -126,6 +128,51 @@ def _batches(reader: DocumentReader, pieces: list[Piece]) -> Iterator[tuple[list
         yield texts, names
 
 
+def read_ahead(batches: Iterator[tuple[list[str], list[str]]]) -> Iterator[Any]:
+    """`batches`, the next one read on a thread while the caller encodes this one (the
+    tokenizer releases the GIL): reading no longer waits for encoding, nor encoding for it.
+    An error while reading is raised here, in order; a caller that stops early stops the
+    thread after at most one more batch."""
+    ready: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    def offer(message: tuple[str, Any]) -> bool:
+        """Put `message` unless the caller has stopped; whether it went in."""
+        while not stop.is_set():
+            try:
+                ready.put(message, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for item in batches:
+                if not offer(("item", item)):
+                    return
+            offer(("end", None))
+        except BaseException as e:  # handed to the caller, raised in its thread
+            offer(("error", e))
+
+    thread = threading.Thread(target=produce, name="prep-read-ahead", daemon=True)
+    thread.start()
+    try:
+        while True:
+            try:  # a timeout: a task stopped by the run (Ctrl-C) is not left waiting here
+                kind, value = ready.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            if kind == "end":
+                return
+            if kind == "error":
+                raise value
+            yield value
+    finally:
+        stop.set()
+        thread.join()
+
+
 @functools.lru_cache(maxsize=2)
 def _load_tokenizer(name: str, folder: Path, file: str | None, sha: str) -> Tokenizer:
     """Once per process and tokenizer file (`sha` tells a changed file apart): joblib reuses
@@ -158,7 +205,7 @@ def tokenize_shard(
         with stage("write"):
             for w in writers.values():
                 w.open(dtype)
-        for texts, names in timed_iter("read", _batches(reader, pieces)):
+        for texts, names in timed_iter("read", read_ahead(_batches(reader, pieces))):
             files = list(dict.fromkeys(names))  # each file once, in order
             where = ", ".join(files[:3]) + (" ..." if len(files) > 3 else "")
             try:
