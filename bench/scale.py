@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import logging
 import os
 import pickle
 import shutil
@@ -178,6 +179,7 @@ def serve_s3() -> Iterator[tuple[Any, Counter[str]]]:
     )
     from werkzeug.serving import make_server
 
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line a request
     gets: Counter[str] = Counter()
     app = DomainDispatcherApplication(create_backend_app)
 
