@@ -206,7 +206,7 @@ def rows(args: argparse.Namespace, work: Path) -> list[Row]:
     count, seconds = (4, 2.0) if args.smoke else (16, 8.0)
     paths = sources(work / "video-src", count, seconds)
     src = sum(p.stat().st_size for p in paths) / 1e6
-    packs, bare = _pack_times(work, paths, args.jobs, 1 if args.smoke else 2)
+    packs, bare = _pack_times(work, paths, args.jobs, 1 if args.smoke else 3)
     per = 2 if args.smoke else 4  # clips a video, evenly spaced
     best = _clip_rates(work, paths, seconds, per, args.reps if args.smoke else max(3, args.reps))
     disk = {c: sum(f.stat().st_size for f in (work / f"video-{c}").iterdir()) / 1e6 for c in packs}
