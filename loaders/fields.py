@@ -129,7 +129,7 @@ FIELDS: dict[str, Field] = {
         # uint32: source sides above 65535 px exist (panoramas, slides).
         Field("orig_size", False, lambda s, c: (2,), ("uint32",), "int64"),
         # Near-duplicates (prep.dupes): the image's 64-bit perceptual hash, returned as int64
-        # (the same 64 bits, signed), and the sha256 of its source file's bytes.
+        # (the same 64 bits, signed), and the sha256 of its pixels at the smallest size.
         Field("phash", False, lambda s, c: (), ("uint64",), "int64"),
         Field("digest", False, lambda s, c: (32,), ("uint8",), "uint8"),
         # Token datasets: one flat array; samples datasets: ragged, a sample's ids each.

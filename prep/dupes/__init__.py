@@ -1,9 +1,10 @@
 """Near-duplicates and train/val leakage from the hashes `prep pack` stores per sample.
 
 `prep pack` stores each image's 64-bit perceptual hash (`phash`, prep.dupes.hashing) and the
-sha256 of its source file (`digest`). `near_pairs` finds every pair within a Hamming distance
-well under quadratic time (prep.dupes.search); `dupe_groups` links them into groups,
-`leakage` lists the pairs between two datasets (train and val).
+sha256 of its smallest stored pixels (`digest`: equal for exact duplicates). `near_pairs` finds
+every pair within a Hamming distance well under quadratic time (prep.dupes.search);
+`dupe_groups` links them into groups, `leakage` lists the pairs between two datasets (train and
+val).
 
 >>> import numpy as np
 >>> h = Hashes(np.array([5, 7, 1 << 40], np.uint64), np.zeros((3, 32), np.uint8), ["a", "b", "c"])

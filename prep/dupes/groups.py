@@ -17,7 +17,7 @@ class Hashes:
     """One dataset's hashes, in sample order."""
 
     phash: np.ndarray  # (N,) uint64 perceptual hash (prep.dupes.hashing.phash)
-    digest: np.ndarray  # (N, 32) uint8 sha256 of the source file's bytes
+    digest: np.ndarray  # (N, 32) uint8 sha256 of the stored pixels (hashing.pixel_digest)
     paths: list[str]  # each sample's source path, relative, as stored ("#i" when none is)
 
     def __len__(self) -> int:
@@ -37,8 +37,9 @@ class Group:
 
 def dataset_hashes(root: str | Path, compute: bool = False) -> Hashes:
     """The hashes `prep pack` stored in the dataset at `root`. A dataset packed without them:
-    computed from its stored pixels when `compute` (the digest is then the sha256 of the stored
-    pixels of its largest size), else PrepError."""
+    computed from its stored pixels when `compute` (the pHash from the largest size: close to,
+    not equal to, what pack stores; the digest from the smallest, as pack makes it), else
+    PrepError."""
     from prep.dupes.stored import read_hashes
 
     return read_hashes(Path(root), compute)

@@ -21,7 +21,6 @@ is the Hamming distance.
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
 
 import numpy as np
 
@@ -53,7 +52,8 @@ def phash(gray: np.ndarray) -> np.ndarray:
     x = np.asarray(gray, dtype=np.float32) * WINDOW
     coef = _BASIS @ x @ _BASIS.T  # (N, 8, 8): one matmul pair for the whole batch
     flat = coef.reshape(len(x), 64)
-    return pack_bits(flat > np.median(flat, axis=1, keepdims=True))
+    mid = np.sort(flat, axis=1)[:, 31:33].mean(axis=1, keepdims=True)  # np.median, 3x cheaper
+    return pack_bits(flat > mid)
 
 
 def dhash(gray: np.ndarray) -> np.ndarray:
@@ -82,11 +82,13 @@ def image_phash(img: np.ndarray) -> int:
     return int(phash(thumbnail(img)[None])[0])
 
 
-def file_digest(path: str | Path) -> np.ndarray:
-    """sha256 of a file's bytes, as (32,) uint8."""
-    with open(path, "rb") as f:
-        digest = hashlib.file_digest(f, "sha256").digest()
-    return np.frombuffer(digest, dtype=np.uint8).copy()
+def pixel_digest(pixels: np.ndarray) -> np.ndarray:
+    """sha256 of a stored sample's pixels (uint8, C order) and its shape, as (32,) uint8: equal
+    for two sources that decode to the same stored image, whatever their file bytes."""
+    hwc = pixels.reshape(pixels.shape[0], pixels.shape[1], -1)  # grey: (H, W) as (H, W, 1)
+    h = hashlib.sha256(np.asarray(hwc.shape, dtype=np.int64).tobytes())
+    h.update(np.ascontiguousarray(hwc, dtype=np.uint8).data)
+    return np.frombuffer(h.digest(), dtype=np.uint8).copy()
 
 
 def hamming(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -13,10 +13,11 @@ from loaders.fields import decode_source
 from loaders.format import OFFSETS, FormatError, array_name, read_manifest
 from loaders.store import ShardStore
 from prep.dupes.groups import Hashes
-from prep.dupes.hashing import DIGEST_BYTES, phash, thumbnail
+from prep.dupes.hashing import DIGEST_BYTES, phash, pixel_digest, thumbnail
 from prep.errors import PrepError
 
 CHUNK = 256  # images hashed at a time when computing from stored pixels
+T = TypeVar("T")
 
 
 def read_hashes(root: Path, compute: bool) -> Hashes:
@@ -41,10 +42,11 @@ def read_hashes(root: Path, compute: bool) -> Hashes:
         ph = [np.asarray(store.array(s, "phash"), dtype=np.uint64) for s in shards]
         dg = [np.asarray(store.array(s, "digest"), dtype=np.uint8) for s in shards]
     else:
-        size = max(m.sizes())
+        big, small = max(m.sizes()), min(m.sizes())
         ph, dg = [], []
         for s in shards:
-            got = [_hash_chunk(c) for c in _chunks(_pixels(store, s, size), CHUNK)]
+            pairs = zip(_pixels(store, s, big), _pixels(store, s, small), strict=True)
+            got = [_hash_chunk(c) for c in _chunks(pairs, CHUNK)]
             ph += [g[0] for g in got]
             dg += [g[1] for g in got]
     phashes = np.concatenate(ph) if ph else np.zeros(0, np.uint64)
@@ -92,8 +94,8 @@ def _pixels(store: ShardStore, shard: int, size: int) -> Iterator[np.ndarray]:
             raise FormatError(f"shard {shard}: sample {k} of {name} is not a JPEG ({e})") from e
 
 
-def _chunks(items: Iterator[np.ndarray], n: int) -> Iterator[list[np.ndarray]]:
-    chunk: list[np.ndarray] = []
+def _chunks(items: Iterator[T], n: int) -> Iterator[list[T]]:
+    chunk: list[T] = []
     for item in items:
         chunk.append(item)
         if len(chunk) == n:
@@ -103,13 +105,7 @@ def _chunks(items: Iterator[np.ndarray], n: int) -> Iterator[list[np.ndarray]]:
         yield chunk
 
 
-def _hash_chunk(images: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """pHashes of a few stored images, and the sha256 of each one's stored pixels."""
-    thumbs = np.stack([thumbnail(img[..., 0] if img.shape[-1] == 1 else img) for img in images])
-    digests = np.stack(
-        [
-            np.frombuffer(hashlib.sha256(np.ascontiguousarray(i).tobytes()).digest(), np.uint8)
-            for i in images
-        ]
-    )
-    return phash(thumbs), digests
+def _hash_chunk(images: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """pHashes of a few stored images (largest size), and their pixel digests (smallest)."""
+    thumbs = np.stack([thumbnail(big[..., 0] if big.shape[-1] == 1 else big) for big, _ in images])
+    return phash(thumbs), np.stack([pixel_digest(small) for _, small in images])
