@@ -114,6 +114,30 @@ def test_stereo_float16_and_max_seconds(sounds: Path, tmp_path: Path) -> None:
     assert max(int(n) for n in b["audio_len"]) == 3200  # 0.2 s at 16 kHz
 
 
+def test_opus_and_ffmpeg_from_a_list(tmp_path: Path) -> None:
+    """Opus through libsndfile; 16-bit PCM in Matroska, which libsndfile does not know, through
+    PyAV (against its own samples resampled by soxr); labels from a CSV list as SRC."""
+    av = pytest.importorskip("av")
+    from prep.kinds.audio.decode import read_soundfile
+
+    sf.write(tmp_path / "v.opus", tone(48000, 0.3), 48000, format="OGG", subtype="OPUS")
+    pcm = np.rint(tone(22050, 0.3, 2, 350) * 32767).astype(np.int16)
+    with av.open(str(tmp_path / "s.mka"), "w", format="matroska") as c:
+        s = c.add_stream("pcm_s16le", rate=22050, layout="stereo")
+        frame = av.AudioFrame.from_ndarray(pcm.reshape(1, -1), format="s16", layout="stereo")
+        frame.sample_rate = 22050
+        c.mux([*s.encode(frame), *s.encode()])
+    assert read_soundfile(tmp_path / "s.mka") is None  # not libsndfile's: FFmpeg decodes it
+    (tmp_path / "list.csv").write_text("path,label\nv.opus,voice\ns.mka,song\n")
+    pack(tmp_path / "list.csv", tmp_path / "out")
+    clips = whole_clips(tmp_path / "out")
+    want = soxr.resample(pcm.astype(np.float32).mean(axis=1) / 32768, 22050, RATE, quality="HQ")
+    assert np.abs(clips["s.mka"] - np.rint(want * 32768)).max() <= 1
+    assert np.abs(clips["v.opus"].astype(np.int32) - reference(tmp_path / "v.opus")).max() <= 1
+    got = AudioDataset(tmp_path / "out").__getitems__([0, 1])["label"].tolist()
+    assert got == [1, 0]  # classes sorted: song, voice
+
+
 def bad_files(root: Path) -> dict[str, str]:
     """One file per reject code: its name -> the code."""
     root.mkdir()
