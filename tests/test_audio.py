@@ -144,6 +144,7 @@ def bad_files(root: Path) -> dict[str, str]:
     sf.write(root / "ok.wav", tone(RATE, 0.2), RATE)
     (root / "empty.wav").write_bytes(b"")
     (root / "junk.flac").write_bytes(b"fLaC" + bytes(range(256)) * 8)
+    (root / "text.mp3").write_text("not a sound\n")
     whole = (root / "ok.wav").read_bytes()
     (root / "cut.wav").write_bytes(whole[: len(whole) // 2])
     sf.write(root / "long.mp3", tone(22050, 1.0), 22050, format="MP3")
@@ -161,6 +162,7 @@ def bad_files(root: Path) -> dict[str, str]:
     return {
         "empty.wav": "empty",
         "junk.flac": "corrupt",
+        "text.mp3": "corrupt",
         "cut.wav": "truncated",
         "cut.mp3": "truncated",
         "nan.wav": "not_finite",
@@ -190,8 +192,9 @@ def test_every_reject(tmp_path: Path) -> None:
     )
     assert (s.packed, s.rejected) == (1, len(codes))
     lines = (tmp_path / "out" / "rejects.jsonl").read_text().splitlines()
-    got = {r["path"]: r["reason"] for r in map(json.loads, lines)}
-    assert got == codes
+    records = {r["path"]: r for r in map(json.loads, lines)}
+    assert {path: r["reason"] for path, r in records.items()} == codes
+    assert records["text.mp3"]["message"].startswith("not a sound file libsndfile or FFmpeg")
 
 
 def test_labels_and_targets_from_csv(sounds: Path, tmp_path: Path) -> None:

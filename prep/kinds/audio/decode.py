@@ -25,8 +25,10 @@ QUALITY = "HQ"  # soxr's high quality: 20-bit precision, flat to 0.9 of the lowe
 _SHORT_CHUNK = re.compile(r"^\s*(?:data|SSND)\s*:\s*(\d+)\s*\(should be (\d+)\)", re.M)
 # A decode that ends this much before the header's length is a cut file, not rounding.
 SHORT_FRACTION, SHORT_FRAMES = 0.02, 2304  # two MP3 frames
-# libsndfile's error codes that mean "not mine": try FFmpeg instead.
-_NOT_RECOGNISED = (1, 4)
+# libsndfile's error codes that mean "not mine": try FFmpeg instead. 7 is what its MP3 reader
+# gives a file without one MPEG frame ("File does not exist or is not a regular file"): FFmpeg
+# then says what the file is not, rather than a misleading reason.
+_NOT_RECOGNISED = (1, 4, 7)
 
 
 @dataclass
