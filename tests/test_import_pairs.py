@@ -115,6 +115,8 @@ def test_bad_pairs_are_rejects_and_empty_captions(tmp_path: Path, allow: bool) -
     if not allow:
         want |= {"pairs.jsonl:7": "empty_caption", "pairs.jsonl:8": "empty_caption"}
     assert reasons == want
+    gone = next(r["message"] for r in rejects if r["path"] == "pairs.jsonl:5")
+    assert "image gone.png" in gone and "HINT" in gone and "\n" not in gone
     assert captions(tmp_path / "ds") == CAPTIONS + (["", ""] if allow else [])
 
 

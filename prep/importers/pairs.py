@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from loaders.format import Manifest
-from prep.errors import Reject, UsageError
+from prep.errors import PrepError, Reject, UsageError
 from prep.importers.config import PairsConfig, image_field
 from prep.kinds.samples.pack import SamplesKind
 from prep.run.driver import Inputs, RunSummary, run
+from prep.run.inputs import check_file
 
 
 def fields_of(cfg: PairsConfig) -> dict[str, Any]:
@@ -85,13 +86,41 @@ class PairsKind(SamplesKind):
                     f"{option} {column}: {Path(str(self.pairs.src)).name} has no such column. "
                     f"HINT: its columns are {', '.join(map(str, first))}"
                 )
+        stats = self._check_images()
         # The image files too (as prep pack's listing has them): a changed image is not
         # resumed as the same.
-        base = self.listing.base or Path()
-        paths = [it.value.get(self.pairs.image_column) for it in self.listing.items]
-        said = [inputs.fingerprint, [_stat(base / p) for p in paths if isinstance(p, str)]]
+        said = [inputs.fingerprint, stats]
         inputs.fingerprint = hashlib.sha256(json.dumps(said).encode()).hexdigest()
+        inputs.count, inputs.rejects = len(self.listing.items), self.listing.rejects
         return inputs
+
+    def _check_images(self) -> list[tuple[int, int] | None]:
+        """Each image path's (size, time); a row whose image file is missing (or no file) is a
+        reject now, its message naming the path, where it was looked for, and the fix."""
+        base = self.listing.base or Path()
+        kept, stats = [], []
+        for it in self.listing.items:
+            path = it.value.get(self.pairs.image_column)
+            if not isinstance(path, str) or not path:  # bytes, or no image: make_pair says
+                kept.append(it)
+                continue
+            bad = check_file(base / path, it.rel)
+            if bad is None:
+                kept.append(it)
+                stats.append(_stat(base / path))
+                continue
+            hint = (
+                f". HINT: a relative path in --image-column {self.pairs.image_column} is "
+                f"relative to the folder of {Path(str(self.pairs.src)).name}"
+            )
+            said = bad["message"]
+            bad["message"] = f"image {path} ({base / path}): {said}{'' if 'HINT' in said else hint}"
+            self.listing.rejects.append(bad)
+        self.listing.items = kept
+        if not kept:
+            first = self.listing.rejects[-1]["message"]
+            raise PrepError(f"no pairs to import in {self.pairs.src}: no image is there ({first})")
+        return stats
 
     def manifest(self, records: list[dict[str, Any]]) -> Manifest:
         out = super().manifest(records)
