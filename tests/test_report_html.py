@@ -1,6 +1,6 @@
 """prep report: one self-contained HTML page per data kind (images with masks, samples with
-boxes, tokens, volumes, a table), its sections present, its images embedded, its size bounded
-for a million samples (tests/test_report_browser.py opens it in Chromium)."""
+boxes, tokens, volumes, a table, audio), its sections present, its images embedded, its size
+bounded for a million samples (tests/test_report_browser.py opens it in Chromium)."""
 
 from __future__ import annotations
 
@@ -113,6 +113,21 @@ def test_table_report(tmp_path: Path) -> None:
     text = write_report(packed_table(tmp_path)).read_text()
     assert {"counts", "table", "rejects"} <= set(ids(text))
     assert ">city<" in text and ">x<" in text and "oslo" in text
+
+
+def test_audio_report(tmp_path: Path) -> None:
+    sf = pytest.importorskip("soundfile", reason="prep audio (the media extra)")
+    from prep.kinds.audio.config import AudioConfig
+    from prep.kinds.audio.pack import audio
+
+    for name, rate, seconds in (("a/x.wav", 8000, 0.5), ("b/y.flac", 16000, 0.25)):
+        (tmp_path / "src" / name).parent.mkdir(parents=True, exist_ok=True)
+        sf.write(tmp_path / "src" / name, np.zeros(int(rate * seconds), np.float32), rate)
+    cfg = AudioConfig(src=str(tmp_path / "src"), out=str(tmp_path / "au"), mono=True, jobs=1)
+    audio(cfg, show_progress=False)
+    text = write_report(tmp_path / "au").read_text()
+    assert {"counts", "audio", "fields", "rejects"} <= set(ids(text))
+    assert "2 clips, 0.8 s at 16000 Hz" in text and "0.25-0.50 s a clip" in text
 
 
 def test_near_duplicates_and_leakage(

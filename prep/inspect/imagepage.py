@@ -16,7 +16,7 @@ import numpy as np
 
 from loaders.format import Manifest, array_name
 from loaders.store import ShardStore
-from prep.inspect import gallery, sections
+from prep.inspect import gallery, kindpages, sections
 from prep.inspect.gallery import ImageArrays
 from prep.inspect.html import Section, esc, figure, grid, para
 
@@ -48,8 +48,8 @@ def samples_kind(root: os.PathLike[str], m: Manifest, per_class: int) -> list[Se
     names = list(getattr(declared.get(label or ""), "classes", None) or m.classes or [])
     out = [sections.counts(m, labels, names=names)]
     found = pictures(store)
-    if found is None:
-        return [*out, sections.fields(m)]
+    if found is None:  # audio, or samples of arrays alone
+        return [*out, *kindpages.audio_sections(store, m), sections.fields(m)]
     arrays, size = found
     if arrays.boxes and "labels" in m.arrays and m.arrays["labels"].ragged:
         arrays = replace(arrays, box_labels="labels")

@@ -1,5 +1,6 @@
-"""prep report's sections for volumes (middle slices, shapes), tables (a histogram per column)
-and tokens (document lengths, the most common tokens), read through the loaders' readers.
+"""prep report's sections for volumes (middle slices, shapes), tables (a histogram per column),
+tokens (document lengths, the most common tokens) and audio (clip lengths, source rates), read
+through the loaders' readers.
 
 Each reads a bounded sample of a large dataset: at most ROWS_READ table rows, TOKENS_READ
 tokens a split, `per_class` volumes; what it read is said on the page.
@@ -12,7 +13,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from loaders.format import Manifest
+from loaders.format import OFFSETS, Manifest
+from loaders.store import ShardStore
 from prep.inspect import charts, sections
 from prep.inspect.html import Section, figure, grid, para, table
 
@@ -102,8 +104,6 @@ def table_kind(root: os.PathLike[str], m: Manifest, per_class: int) -> list[Sect
 def token_kind(root: os.PathLike[str], m: Manifest, per_class: int) -> list[Section]:
     """Documents and tokens per split, the document length histogram of each split, and the
     most common tokens of the first (decoded by the dataset's tokenizer)."""
-    from loaders.store import ShardStore
-
     store = ShardStore(root, "tokens")
     eot = m.extra.get("eot_id")
     lengths: dict[str, list[np.ndarray]] = {}
@@ -126,6 +126,27 @@ def token_kind(root: os.PathLike[str], m: Manifest, per_class: int) -> list[Sect
     chart, listing = _common(root, counts, eot)
     body += chart + "</div>" + listing
     return [sections.counts(m, None, "documents"), Section("tokens", "Tokens", body, True)]
+
+
+def audio_sections(store: ShardStore, m: Manifest) -> list[Section]:
+    """A `prep audio` dataset's clip lengths and source rates as histograms, from the ragged
+    offsets and the source_rate field (nothing decoded); [] for other samples datasets."""
+    info = m.extra.get("audio")
+    if not isinstance(info, dict) or "audio" not in m.arrays or not m.shards:
+        return []
+    rate, channels = int(info.get("rate") or 1), int(info.get("channels") or 1)
+    ends = [np.diff(np.asarray(store.array(s, "audio" + OFFSETS))) for s in range(len(m.shards))]
+    seconds = np.concatenate(ends) / channels / rate
+    panels = [("clip length (s)", seconds)]
+    if "source_rate" in m.arrays:
+        rates = np.concatenate([store.array(s, "source_rate") for s in range(len(m.shards))])
+        panels.append(("source sample rate (Hz)", rates.astype(np.float64)))
+    said = (
+        f"{len(seconds):,} clips, {seconds.sum():,.1f} s at {rate} Hz, {channels} channel(s), "
+        f"{info.get('dtype')}: {seconds.min():.2f}-{seconds.max():.2f} s a clip (median "
+        f"{np.median(seconds):.2f} s); AudioDataset pads clips shorter than its window"
+    )
+    return [Section("audio", "Clips", charts.histograms(panels, bins=20) + para(said), True)]
 
 
 def _add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
