@@ -113,6 +113,10 @@ class VideoKind(Kind[VideoConfig, list[Item]]):
 
     def list_inputs(self) -> Inputs:
         cfg = self.cfg
+        try:
+            import av  # noqa: F401  (the decoder: a missing extra is one line, not a traceback)
+        except ImportError as e:
+            raise PrepError(f"prep video needs PyAV ({e}). HINT: pip install '.[media]'") from e
         items, classes, rejects = list_videos(Path(str(cfg.src)).absolute(), cfg.limit)
         if not items:
             raise PrepError(
