@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from prep.kinds.images.geometry import geometry, place, resize
-from prep.run.inputs import Reject
+from prep.run.inputs import Reject, os_reject_code
 from prep.run.profile import stage
 
 EPS = 1e-6  # seconds: a frame starting this close after a target time still counts as shown
@@ -59,10 +59,12 @@ def fit_frame(rgb: np.ndarray, rotation: int, size: int, mode: str) -> np.ndarra
 def _open(path: Path) -> Any:
     import av
 
-    if path.stat().st_size == 0:
-        raise Reject("empty", "a zero-byte file")
     try:
+        if path.stat().st_size == 0:
+            raise Reject("empty", "a zero-byte file")
         return av.open(str(path), metadata_errors="replace")
+    except OSError as e:  # vanished, or not ours to read (PyAV's errors for these are OSErrors)
+        raise Reject(os_reject_code(e), f"cannot read: {e.strerror or e}") from None
     except (av.error.FFmpegError, UnicodeDecodeError) as e:
         raise Reject("corrupt", f"not a video FFmpeg can read ({e})") from None
 
