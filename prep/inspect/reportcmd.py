@@ -31,10 +31,11 @@ def report(
 ) -> None:
     """One self-contained HTML page about a packed dataset; prints its path.
 
-    Counts per split and class, source sizes, rejects by reason, a grid of samples per class
-    (masks overlaid, boxes drawn), pixel statistics, near-duplicates and, with --against, the
-    train/val leakage; volumes, tables and tokens their own views. Images are embedded and
-    charts inline: it opens from a file:// URL with no network.
+    Counts per split and class, source sizes, rejects by reason, pixel statistics.
+    A grid of samples per class (masks overlaid, boxes drawn), near-duplicates.
+    With --against VAL: the samples of VAL with a near twin in ROOT (leakage).
+    Volumes, tables, tokens and audio have views of their own.
+    Images are embedded, charts inline: it opens from a file:// URL, offline.
 
     Example: prep report data/demo-packed --max-samples 4
     """
