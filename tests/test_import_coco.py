@@ -140,6 +140,9 @@ def test_bad_sources_are_one_line_rejects(tmp_path: Path) -> None:
     }
     assert all("\n" not in r["message"] for r in rejects)
     assert "category_id 42" in next(r["message"] for r in rejects if r["path"] == "004.png")
+    missing = next(r["message"] for r in rejects if r["path"] == "003.png")
+    assert str(tmp_path / "coco" / "003.png") in missing and "HINT" in missing
+    assert "3 boxes, 0 dropped" in result.output  # the packed images' only
     assert len(SampleDataset(tmp_path / "ds")) == 3
     bad = tmp_path / "bad.json"
     bad.write_text('{"images": []}')

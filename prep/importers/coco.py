@@ -23,6 +23,7 @@ from prep.errors import PrepError, Reject, UsageError
 from prep.importers.coco_json import (
     Categories,
     categories_of,
+    found_images,
     image_order,
     keypoints_of,
     read_coco,
@@ -120,6 +121,7 @@ class CocoKind(SamplesKind):
         super().__init__(cfg, make_sample, fields, cfg.src)  # type: ignore[arg-type]
         self.coco = cfg
         self.boxes = self.dropped = self.skipped = 0
+        self.counts: list[tuple[str, int, int]] = []  # each image's boxes stored and dropped
 
     def sources(self) -> list[Path]:
         return [Path(str(self.coco.src)), Path(str(self.coco.images))]
@@ -128,16 +130,18 @@ class CocoKind(SamplesKind):
         path = Path(str(self.coco.src))
         data, self.data = self.data or read_coco(path), None  # not kept through the run
         items, rejects = self._items(data, Path(str(self.coco.images)).absolute())
-        items = items[: self.coco.limit]
-        self.boxes = sum(len(it.value["labels"]) for it in items)
-        self.dropped = sum(it.value["dropped"] for it in items)
+        items, missing, stats = found_images(items[: self.coco.limit], "IMAGES", self.coco.images)
+        rejects += missing
+        self.counts = [(it.rel, len(it.value["labels"]), it.value["dropped"]) for it in items]
+        self.boxes, self.dropped = self._counted(set())
         # What the output depends on besides the config: the JSON and every image file (as
         # prep pack's listing has it: a changed image is not resumed as the same).
-        said = [_stat(path), self.described()] + [_stat(Path(it.value["path"])) for it in items]
+        said = [_stat(path), self.described(), *stats]
         digest = hashlib.sha256(json.dumps(said).encode()).hexdigest()
         self.listing = Listing(items, rejects, None, digest)
         if not items:
-            raise PrepError(f"no images to import in {path} ({len(rejects)} rejected)")
+            first = f"; the first, {rejects[0]['path']}: {rejects[0]['message']}" if rejects else ""
+            raise PrepError(f"no images to import in {path} ({len(rejects)} rejected{first})")
         return Inputs(len(items), rejects, digest)
 
     def _items(self, data: dict[str, Any], root: Path) -> tuple[list[Item], list[dict[str, Any]]]:
@@ -239,8 +243,16 @@ class CocoKind(SamplesKind):
             value["drawn"] = drawn
         return value
 
+    def _counted(self, rejected: set[str]) -> tuple[int, int]:
+        """Boxes stored and dropped, over the images not rejected by the workers."""
+        kept = [(b, d) for rel, b, d in self.counts if rel not in rejected]
+        return sum(b for b, _ in kept), sum(d for _, d in kept)
+
     def manifest(self, records: list[dict[str, Any]]) -> Manifest:
         out = super().manifest(records)
+        self.boxes, self.dropped = self._counted(
+            {r["path"] for rec in records for r in rec.get("rejects", ())}
+        )
         cats = self.categories
         out.classes = list(cats.names)
         out.extra["coco"] = {
@@ -271,11 +283,8 @@ class _Refused(Exception):
         self.code, self.message = code, message
 
 
-def _stat(path: Path) -> tuple[str, int, int] | None:
-    try:
-        st = path.stat()
-    except OSError:  # a missing image: its reject comes when it is decoded
-        return None
+def _stat(path: Path) -> tuple[str, int, int]:
+    st = path.stat()
     return str(path), st.st_size, st.st_mtime_ns
 
 

@@ -1,5 +1,5 @@
 """Reading a COCO instances file: the JSON with its three lists, the categories in label order
-(sorted by id), the order of its images (by id), and keypoints."""
+(sorted by id), the order of its images (by id), keypoints, and the image files found."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 
 from prep.errors import PrepError
+from prep.kinds.samples.inputs import Item
+from prep.run.inputs import check_file
 
 
 @dataclass
@@ -77,3 +79,25 @@ def image_order(n: int, im: Any) -> tuple[int, str, int]:
     does not change."""
     i = im.get("id") if isinstance(im, dict) else None
     return (0, f"{i:020d}", n) if isinstance(i, int) and i >= 0 else (1, str(i), n)
+
+
+def found_images(
+    items: list[Item], option: str, folder: Any
+) -> tuple[list[Item], list[dict[str, Any]], list[tuple[str, int, int]]]:
+    """The items whose image file (`value["path"]`) is there, with each file's (path, size,
+    time): a changed image is not resumed as the same. A reject for each other one, its message
+    naming the path looked at and the fix."""
+    kept, rejects, stats = [], [], []
+    for it in items:
+        path = Path(it.value["path"])
+        bad = check_file(path, it.rel)
+        if bad is None:
+            st = path.stat()
+            kept.append(it)
+            stats.append((str(path), st.st_size, st.st_mtime_ns))
+            continue
+        said = bad["message"]
+        hint = f". HINT: file_name is relative to {option} ({folder})"
+        bad["message"] = f"image {path}: {said}{'' if 'HINT' in said else hint}"
+        rejects.append(bad)
+    return kept, rejects, stats
