@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from loaders.format import FormatError
+from loaders.format.spec import FormatError
 from loaders.pool import Pool
 
 try:  # the C extension built by setup.py where libjpeg-turbo's headers are (loaders/_jpegroi.c)
