@@ -128,6 +128,8 @@ def test_audio_report(tmp_path: Path) -> None:
     text = write_report(tmp_path / "au").read_text()
     assert {"counts", "audio", "fields", "rejects"} <= set(ids(text))
     assert "2 clips, 0.8 s at 16000 Hz" in text and "0.25-0.50 s a clip" in text
+    got = CliRunner().invoke(app, ["report", str(tmp_path / "au"), "--against", cfg.out])
+    assert got.exit_code == 1 and "have no image field" in got.output
 
 
 def test_near_duplicates_and_leakage(

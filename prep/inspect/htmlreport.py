@@ -77,6 +77,7 @@ def build(
                 f"--against compares two image or samples datasets; {root} holds {m.kind} and "
                 f"{against} {other.kind}. HINT: prep report TRAIN --against VAL of one kind"
             )
+        _check_pictures(root, m)
     from prep.run.parallel import progress
 
     steps = _steps(root, m, against, compute_hashes, per_class)
@@ -90,6 +91,18 @@ def build(
         bar.close()
     title = f"prep report: {root.resolve().name}"
     return page(title, sections.lead(root, m), found)
+
+
+def _check_pictures(root: Path, m: Manifest) -> None:
+    """--against looks for near twins of pictures: a samples dataset without an image field
+    (audio, arrays) has none to compare."""
+    from loaders.store import ShardStore
+
+    if imagepage.pictures(ShardStore(root, m.kind)) is None:
+        raise PrepError(
+            f"--against compares images, and {root}'s samples have no image field. "
+            "HINT: leave out --against for this dataset"
+        )
 
 
 def write_report(
