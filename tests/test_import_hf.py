@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -231,3 +232,16 @@ def test_the_datasets_cache_folder(tmp_path: Path) -> None:
     assert ds.__getitems__([0, 1, 2, 3])["t"] == ["a", "a", "b", "b"]
     m = read_manifest(tmp_path / "ds")
     assert m.extra["splits"] == {"train": 2, "validation": 2} and m.extra["hf"]["layout"] == "cache"
+
+
+@pytest.mark.parametrize("layout", ["disk", "pq"])
+def test_the_datasets_package_is_not_needed(
+    saved: Path, tmp_path: Path, layout: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """prep reads the files with pyarrow: the import runs with `datasets` unimportable."""
+    for name in [m for m in sys.modules if m == "datasets" or m.startswith("datasets.")]:
+        monkeypatch.setitem(sys.modules, name, None)  # `import datasets...` raises ImportError
+    with pytest.raises(ImportError):
+        import datasets as _  # noqa: F401
+    ds = imported(saved / layout, tmp_path / "ds", backend="threads")
+    assert len(ds) == 5 and ds.__getitems__([4])["s"] == ["row 4 — é"]
