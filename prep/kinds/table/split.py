@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 P = np.uint64(0x100000001B3)  # odd, so that it has an inverse mod 2**64
 P_INV = np.uint64(pow(int(P), -1, 2**64))
@@ -35,7 +36,19 @@ def _powers(base: np.uint64, n: int) -> np.ndarray:
 
 
 def cell_hash(arr: pa.Array) -> np.ndarray:
-    """uint64 per cell of a column, from its text (numbers and times as pyarrow writes them)."""
+    """uint64 per cell of a column, from its text (numbers and times as pyarrow writes them).
+
+    A column of repeated values (text read as a dictionary; numbers holding each value at
+    least twice on average) has each distinct value written and hashed once, then looked up per
+    row: the same hashes (a value's text is a function of its bits), at a fifth of the cost on
+    a column of rounded numbers; a column of distinct numbers pays a fifth more (the lookup
+    table built, then left)."""
+    if pa.types.is_dictionary(arr.type):
+        return _by_value(arr)
+    if not (pa.types.is_binary(arr.type) or pa.types.is_string(arr.type)):
+        enc = pc.dictionary_encode(arr)  # bitwise: -0.0 is not 0.0, as their texts differ
+        if 2 * len(enc.dictionary) < len(arr):  # never for a dictionary itself: no loop
+            return _by_value(enc)
     if not pa.types.is_binary(arr.type):
         arr = arr.cast(pa.string()).cast(pa.binary())
     n = len(arr)
@@ -54,6 +67,13 @@ def cell_hash(arr: pa.Array) -> np.ndarray:
         h = splitmix64(h ^ splitmix64(np.diff(offsets).astype(np.uint64)))
     valid = np.asarray(arr.is_valid())
     return np.where(valid, h, NULL_HASH)
+
+
+def _by_value(enc: pa.DictionaryArray) -> np.ndarray:
+    """cell_hash of a dictionary array: its values' hashes, looked up by each cell's index."""
+    values = np.append(cell_hash(enc.dictionary), NULL_HASH)  # the last: a missing cell
+    indices = enc.indices.fill_null(len(values) - 1) if enc.null_count else enc.indices
+    return values[np.asarray(indices)]
 
 
 def row_hash(table: pa.Table, columns: list[str]) -> np.ndarray:
