@@ -34,6 +34,7 @@ FLAGS = (
     "--headless",
     "--no-sandbox",
     "--disable-gpu",
+    "--disable-dev-shm-usage",  # a container's 64 MB /dev/shm crashes a tab; /tmp instead
     "--disable-quic",
     "--no-first-run",
     "--disable-background-networking",
