@@ -212,3 +212,19 @@ def test_pick_is_seeded_and_per_class(labels: np.ndarray | None) -> None:
     else:
         assert sorted(a) == [0, 1, 3]
         assert all((labels[v] == k).all() and len(v) <= 2 for k, v in a.items())
+
+
+def test_tiles_draw_boxes_and_masks() -> None:
+    """A box's outline in its label's colour at the tile's scale, its inside left as it was; a
+    mask's pixels tinted, the rest not."""
+    from prep.inspect.sheet import PALETTE
+
+    img = np.zeros((256, 256, 3), np.uint8)
+    rgb, scale = gallery.tile(img)
+    assert rgb.shape == (128, 128, 3) and scale == 0.5
+    drawn = gallery.boxed(rgb, np.array([[40, 40, 200, 200]]), np.array([1]), scale)
+    assert (drawn[20, 30:100] == PALETTE[1]).all() and not drawn[30:90, 30:90].any()
+    mask = np.zeros((256, 256), np.uint8)
+    mask[:64] = 2
+    tinted = gallery.tile(img, mask)[0]
+    assert tinted[:32].any(axis=2).all() and not tinted[32:].any()
