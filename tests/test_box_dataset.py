@@ -107,3 +107,27 @@ def test_split_reads_one_splits_shards(tmp_path: Path) -> None:
         batch = ds.__getitems__(range(len(ds)))
         assert batch["x"].tolist() == want
         assert batch["index"].tolist() == list(range(len(want)))  # positions within the split
+
+
+def test_mode_keep_reads_the_leading_random_resized_crop(coco: Path) -> None:
+    """Mode keep's samples have their own shapes: the pipeline's leading RandomResizedCrop is
+    read as the dataset's crop, its boxes those the op draws (torchvision's box math: shift,
+    scale, clip, drop what is under 1 px), as the issue's example writes it."""
+    out = coco.parent / "keep"
+    src, images = str(coco.parent / "coco.json"), str(coco.parent)
+    cfg = CocoConfig(src=src, images=images, out=str(out), sizes=[64], mode="keep", jobs=1)
+    import_coco(cfg, show_progress=False)
+    aug = T.Compose([T.RandomResizedCrop(32, scale=(0.2, 1.0))], seed=2)
+    ds = SampleDataset(out, fields=("image", "boxes", "labels"), transforms=aug, ragged="list")
+    ds.set_epoch(1)
+    batch = ds.__getitems__(range(6))
+    stored = SampleDataset(out, fields=("boxes", "labels"), ragged="list").__getitems__(range(6))
+    assert batch["image"].shape == (6, 3, 32, 32)
+    op = T.RandomResizedCrop(32, scale=(0.2, 1.0))
+    drawn = op.boxes(torch.arange(6), 48, 64, seed=2, epoch=1)  # (top, left, h, w)
+    for b, (top, left, h, w) in enumerate(drawn.tolist()):
+        box = stored["boxes"][b].double() - torch.tensor([left, top, left, top])
+        box = (box * torch.tensor([32 / w, 32 / h] * 2)).clamp(0, 32)
+        keep = (box[:, 2] - box[:, 0] >= 1) & (box[:, 3] - box[:, 1] >= 1)
+        assert torch.allclose(batch["boxes"][b].double(), box[keep], atol=1e-4)
+        assert torch.equal(batch["labels"][b], stored["labels"][b][keep])

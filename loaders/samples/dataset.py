@@ -19,7 +19,7 @@ from loaders.samples.fields import RAGGED_POLICIES, SampleField
 from loaders.samples.image import Boxes, Image, Keypoints, Mask, hw_name
 from loaders.samples.instances import Instances
 from loaders.samples.registry import fields_from
-from loaders.samples.transforming import roles_of, transform
+from loaders.samples.transforming import read_crop, roles_of, transform
 from loaders.store import DEFAULT_MAX_OPEN
 from loaders.transforms import Compose
 
@@ -56,7 +56,9 @@ class SampleDataset(DecodingDataset):
     `transforms=`: a loaders.transforms.Compose run on each batch as it is read (in the
     loader's workers), drawing from (its seed, the dataset's epoch, index): the image field's
     pixels, with its mask, boxes and keypoints moved along and the boxes it leaves degenerate
-    dropped with their per-box fields (loaders.samples.transforming says which)."""
+    dropped with their per-box fields (loaders.samples.transforming says which). On an image
+    packed with mode keep, without `crop=`, a leading RandomResizedCrop of the pipeline is read
+    as the crop (the same boxes as the op's draws, each sample's own shape)."""
 
     kind = "samples"
 
@@ -88,6 +90,9 @@ class SampleDataset(DecodingDataset):
             raise ValueError(f"ragged={bad}: each a field of {have} -> one of {RAGGED_POLICIES}")
         if decode not in ("cpu", "cuda"):
             raise ValueError(f"decode={decode!r} is not 'cpu' or 'cuda'")
+        if transforms is not None and crop is None and self._reads_keep_images():
+            found = read_crop(transforms) if isinstance(transforms, Compose) else None
+            crop, transforms = found if found is not None else (crop, transforms)
         self.policies, self.crop, self.decode, self._threads = policies, crop, decode, threads
         sized = (Image, Mask, Boxes, Instances, Keypoints)
         images = [f for f in self.fields if isinstance(self.declared.get(f), sized)]
@@ -103,6 +108,11 @@ class SampleDataset(DecodingDataset):
         if in_memory:
             stored = [a for f in self.fields if f != "index" for a in self._arrays_of(f)]
             self.arrays.load(set(stored))
+
+    def _reads_keep_images(self) -> bool:
+        """Whether a field read is an image packed with mode keep (its samples' own shapes)."""
+        found = [self.declared.get(f) for f in self.fields]
+        return any(isinstance(d, Image) and d.mode == "keep" for d in found)
 
     # -- what the manifest says: recomputed after unpickling, never pickled ------------------
 

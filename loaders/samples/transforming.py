@@ -1,6 +1,7 @@
 """`SampleDataset(transforms=)`: a loaders.transforms.Compose run on each batch read, the
 image field's pixels with its mask, boxes and keypoints moving along, and the boxes it leaves
-degenerate dropped with their per-box fields.
+degenerate dropped with their per-box fields. For an image packed with mode keep, a
+pipeline's leading RandomResizedCrop becomes the dataset's crop (read_crop).
 
 Which field is what comes from the declarations: the image is the one Image field read (or
 the one the boxes are of); its Mask, Boxes, Keypoints and Instances fields follow it (the
@@ -76,6 +77,24 @@ def roles_of(declared: Mapping[str, SampleField], fields: Sequence[str], root: o
         label,
         tuple(per_box) if boxes is not None else (),
     )
+
+
+def read_crop(aug: Any) -> tuple[Any, Any] | None:
+    """For an image field packed with mode keep (samples of their own shapes, which make no
+    batch): Compose `aug`'s leading RandomResizedCrop as the dataset's `crop=` (it draws the
+    same boxes: loaders.crops), and the pipeline's other ops; None when `aug` does not start
+    with the only RandomResizedCrop of the pipeline."""
+    from loaders.crops import RandomResizedCrop as ReadCrop
+    from loaders.transforms import Compose, RandomResizedCrop
+
+    ops = list(aug.ops)
+    if not ops or sum(isinstance(op, RandomResizedCrop) for op in ops) != 1:
+        return None
+    first = ops[0]
+    if not isinstance(first, RandomResizedCrop):
+        return None
+    crop = ReadCrop(first.size, first.scale, first.ratio, seed=aug.seed)
+    return crop, Compose(ops[1:], seed=aug.seed, epoch=aug.epoch, min_size=aug.min_size)
 
 
 def transform(
