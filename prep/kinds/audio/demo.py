@@ -1,6 +1,7 @@
 """`prep demo --audio DIR`: a small labelled sound dataset, synthesised: class folders of
 tones, chirps and noise at several source rates and channel counts, in WAV, FLAC, OGG/Vorbis
-and MP3 (each written by libsndfile). The same seed gives the same files."""
+and MP3 (each written by libsndfile). The same seed gives the same sounds: the same bytes but
+for the .ogg files, whose Ogg streams libsndfile numbers at random (they decode the same)."""
 
 from __future__ import annotations
 
