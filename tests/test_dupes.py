@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import PackFn
 from PIL import Image, ImageOps
 from typer.testing import CliRunner
 
@@ -56,9 +57,9 @@ def test_near_pairs_equal_brute_force(method: str) -> None:
     found = within(h, 6, method)
     assert len(found) >= 41
     np.testing.assert_array_equal(found, truth[np.lexsort((truth[:, 1], truth[:, 0]))])
-    a, b = h[:2500], h[2500:]
-    cross = near_pairs(a, b, max_distance=6)
-    np.testing.assert_array_equal(cross, brute_force(a, b, 6))
+    left, right = h[:2500], h[2500:]
+    cross = near_pairs(left, right, max_distance=6)
+    np.testing.assert_array_equal(cross, brute_force(left, right, 6))
 
 
 def test_planted_dupes_grouped_and_drop_dupes(raw_demo: Path, tmp_path: Path) -> None:
@@ -104,7 +105,7 @@ def test_planted_dupes_grouped_and_drop_dupes(raw_demo: Path, tmp_path: Path) ->
     assert h.digest.shape == (8, 32) and (h.digest[4] == h.digest[7]).all()
 
 
-def test_leakage_between_two_datasets(raw_demo: Path, tmp_path: Path, pack_to) -> None:  # type: ignore[no-untyped-def]
+def test_leakage_between_two_datasets(raw_demo: Path, tmp_path: Path, pack_to: PackFn) -> None:
     paths = _jpegs(raw_demo, 6)
     train, val = tmp_path / "train" / "x", tmp_path / "val" / "x"
     train.mkdir(parents=True)
@@ -122,7 +123,7 @@ def test_leakage_between_two_datasets(raw_demo: Path, tmp_path: Path, pack_to) -
     assert res.exit_code == 0 and "1 of 2 samples (50.0%)" in res.output, res.output
 
 
-def test_dataset_without_hashes(raw_demo: Path, tmp_path: Path, pack_to) -> None:  # type: ignore[no-untyped-def]
+def test_dataset_without_hashes(raw_demo: Path, tmp_path: Path, pack_to: PackFn) -> None:
     out = tmp_path / "old"
     pack_to(raw_demo / "images", out, sizes=[32], hashes=False, limit=6)
     with pytest.raises(PrepError, match="--hash"):
