@@ -128,20 +128,19 @@ class AudioDataset(ShardedDataset):
         lens = np.array([len(p) // c for p in pieces], np.int64)
         if self.window is None:
             got = ragged_batch(AUDIO, pieces, () if self.mono else (c,), "pad")
-            if not self.mono:
-                got[AUDIO] = got[AUDIO].permute(0, 2, 1)
+            if not self.mono:  # (B, C, T), contiguous as a model's .view() expects
+                got[AUDIO] = got[AUDIO].permute(0, 2, 1).contiguous()
             return got
         w = self.window
         first = self.starts(index, lens)
         dtype = self.store.manifest.arrays[AUDIO].dtype
-        buf = np.zeros((len(local), w, c), dtype)
+        buf = np.zeros((len(local), c, w), dtype)  # (B, C, W): channels first, contiguous
         n = np.minimum(lens - first, w)
         for j, p in enumerate(pieces):
             a = int(first[j]) * c
-            buf[j, : n[j]] = p[a : a + int(n[j]) * c].reshape(-1, c)
+            buf[j, :, : n[j]] = p[a : a + int(n[j]) * c].reshape(-1, c).T
         audio = torch.from_numpy(buf)
-        audio = audio[:, :, 0] if self.mono else audio.permute(0, 2, 1)
-        return {AUDIO: audio, f"{AUDIO}_len": torch.from_numpy(n)}
+        return {AUDIO: audio[:, 0] if self.mono else audio, f"{AUDIO}_len": torch.from_numpy(n)}
 
     def __repr__(self) -> str:
         return (

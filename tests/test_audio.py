@@ -112,6 +112,9 @@ def test_stereo_float16_and_max_seconds(sounds: Path, tmp_path: Path) -> None:
     assert b["audio"].shape[1] == 2 and b["audio"].dtype == torch.float16
     np.testing.assert_array_equal(np.concatenate(pieces), want)
     assert max(int(n) for n in b["audio_len"]) == 3200  # 0.2 s at 16 kHz
+    w = AudioDataset(out, seconds=0.1, random=False).__getitems__([0])["audio"]  # centred
+    assert w.shape == (1, 2, 1600) and w.is_contiguous() and b["audio"].is_contiguous()
+    assert torch.equal(w[0], b["audio"][0, :, 800:2400])
 
 
 def test_opus_and_ffmpeg_from_a_list(tmp_path: Path) -> None:
