@@ -138,6 +138,22 @@ def test_bad_sources_exit_with_one_line(tars: list[Path], tmp_path: Path) -> Non
     assert len(res.output.strip().splitlines()) == 1
 
 
+def test_an_extension_most_samples_lack_exits_2_naming_fields(tmp_path: Path) -> None:
+    with wds.TarWriter(str(tmp_path / "opt.tar")) as w:
+        for i in range(4):
+            w.write({"__key__": f"k{i}", "cls": i, "txt": "x", **({"json": {}} if i else {})})
+            w.write({"__key__": f"r{i}", "cls": i, "txt": "y"})  # no .json: 5 of 8 lack it
+    args = ["import", "webdataset", str(tmp_path / "opt.tar"), str(tmp_path / "ds"), "-q"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1, res.output
+    assert "extension 'json' is in 3 of 8 samples" in res.output
+    assert "--fields 'cls,txt' leaves it out" in res.output
+    res = CliRunner().invoke(app, [*args, "--fields", "cls,txt"])
+    assert res.exit_code == 0 and len(SampleDataset(tmp_path / "ds")) == 8, res.output
+    res = CliRunner().invoke(app, [*args, "--max-rejects", "0.7", "--overwrite"])
+    assert res.exit_code == 0 and len(SampleDataset(tmp_path / "ds")) == 3, res.output
+
+
 def test_brace_expansion() -> None:
     assert expand("a/{0..2}.tar") == ["a/0.tar", "a/1.tar", "a/2.tar"]
     assert expand("x-{000008..000010}") == ["x-000008", "x-000009", "x-000010"]

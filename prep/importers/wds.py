@@ -8,7 +8,8 @@ a field an extension (prep.importers.wdssource reads the tars):
 - any other -> `Bytes`; and `__key__`, the sample's key, as `Text`.
 
 The fields are every extension the tars hold (a field's name: the extension, `seg.png` ->
-`seg_png`), or those `--fields` names; a sample missing one is a `field_missing` reject.
+`seg_png`), or those `--fields` names; a sample missing one is a `field_missing` reject (found
+ones that more samples lack than --max-rejects allows: a usage error naming --fields).
 """
 
 from __future__ import annotations
@@ -111,6 +112,8 @@ def _declared(cfg: WdsConfig, scans: list[Any], seen: dict[str, int]) -> tuple[A
     unknown = [a for e in exts for a in e.split(";") if a not in seen]
     if unknown or not exts:
         raise _usage(cfg.src, f"no member has extension {unknown[0]!r}" if unknown else "")
+    if not cfg.fields:
+        _check_rare(cfg, exts, seen, sum(len(s.samples) for s in scans))
     declared = []
     for e in exts:
         kinds = {kind_of(a) for a in e.split(";")}
@@ -121,6 +124,24 @@ def _declared(cfg: WdsConfig, scans: list[Any], seen: dict[str, int]) -> tuple[A
     if len(set(names)) < len(names):
         raise _usage(cfg.src, f"--fields {cfg.fields} names field {names[0]!r} twice")
     return tuple(declared)
+
+
+def _check_rare(cfg: WdsConfig, exts: list[str], seen: dict[str, int], total: int) -> None:
+    """Every extension found is a field: one that so many samples lack that their rejects pass
+    --max-rejects fails now, naming it and the --fields that leaves it out (not after the run)."""
+    for e in exts:
+        have = min(total, sum(seen.get(a, 0) for a in e.split(";")))
+        if total - have > cfg.max_rejects * total:
+            rest = ",".join(x for x in exts if x != e) or "..."
+            from prep.errors import UsageError
+
+            raise UsageError(
+                f"{cfg.src}: extension {e!r} is in {have} of {total} samples, and a sample "
+                "without a field is a field_missing reject (more than --max-rejects "
+                f"{cfg.max_rejects:g}). HINT: --fields '{rest}' leaves it out; --fields "
+                f"'{','.join(exts)}' with a higher --max-rejects keeps only the samples that "
+                "have it"
+            )
 
 
 def _text() -> Any:
