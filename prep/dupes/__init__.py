@@ -17,15 +17,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from prep.dupes.groups import (
-    DEFAULT_DISTANCE,
-    Group,
-    Hashes,
-    dataset_hashes,
-    dupe_groups,
-    leakage,
-)
+from prep.dupes.groups import DEFAULT_DISTANCE, Group, dupe_groups, leakage
 from prep.dupes.search import near_pairs as _near_pairs
+from prep.dupes.stored import Hashes, dataset_hashes
 
 
 def near_pairs(

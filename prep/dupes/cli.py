@@ -31,7 +31,7 @@ def dupes(
 
     Example: prep dupes data/packed/train --against data/packed/val --max-distance 6 --json
     """
-    from prep.dupes.groups import dataset_hashes, dupe_groups, leakage
+    from prep.dupes import dataset_hashes, dupe_groups, leakage
     from prep.errors import UsageError
 
     if not 0 <= max_distance <= 32:

@@ -3,25 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from prep.dupes.search import near_pairs
+from prep.dupes.stored import Hashes
 
 DEFAULT_DISTANCE = 6  # bits of 64: README "Near-duplicates and leakage" has the measurements
-
-
-@dataclass
-class Hashes:
-    """One dataset's hashes, in sample order."""
-
-    phash: np.ndarray  # (N,) uint64 perceptual hash (prep.dupes.hashing.phash)
-    digest: np.ndarray  # (N, 32) uint8 sha256 of the stored pixels (hashing.pixel_digest)
-    paths: list[str]  # each sample's source path, relative, as stored ("#i" when none is)
-
-    def __len__(self) -> int:
-        return len(self.phash)
 
 
 @dataclass
@@ -33,16 +21,6 @@ class Group:
     members: list[int]
     paths: list[str]
     distances: list[int]
-
-
-def dataset_hashes(root: str | Path, compute: bool = False) -> Hashes:
-    """The hashes `prep pack` stored in the dataset at `root`. A dataset packed without them:
-    computed from its stored pixels when `compute` (the pHash from the largest size: close to,
-    not equal to, what pack stores; the digest from the smallest, as pack makes it), else
-    PrepError."""
-    from prep.dupes.stored import read_hashes
-
-    return read_hashes(Path(root), compute)
 
 
 def _components(n: int, pairs: np.ndarray) -> np.ndarray:

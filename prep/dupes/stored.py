@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
@@ -12,12 +13,31 @@ import numpy as np
 from loaders.fields import decode_source
 from loaders.format import OFFSETS, FormatError, array_name, read_manifest
 from loaders.store import ShardStore
-from prep.dupes.groups import Hashes
 from prep.dupes.hashing import DIGEST_BYTES, phash, pixel_digest, thumbnail
 from prep.errors import PrepError
 
 CHUNK = 256  # images hashed at a time when computing from stored pixels
 T = TypeVar("T")
+
+
+@dataclass
+class Hashes:
+    """One dataset's hashes, in sample order."""
+
+    phash: np.ndarray  # (N,) uint64 perceptual hash (prep.dupes.hashing.phash)
+    digest: np.ndarray  # (N, 32) uint8 sha256 of the stored pixels (hashing.pixel_digest)
+    paths: list[str]  # each sample's source path, relative, as stored ("#i" when none is)
+
+    def __len__(self) -> int:
+        return len(self.phash)
+
+
+def dataset_hashes(root: str | Path, compute: bool = False) -> Hashes:
+    """The hashes `prep pack` stored in the dataset at `root`. A dataset packed without them:
+    computed from its stored pixels when `compute` (the pHash from the largest size: close to,
+    not equal to, what pack stores; the digest from the smallest, as pack makes it), else
+    PrepError."""
+    return read_hashes(Path(root), compute)
 
 
 def read_hashes(root: Path, compute: bool) -> Hashes:
