@@ -129,6 +129,8 @@ def rows(args: argparse.Namespace, work: Path) -> list[Row]:
         versus(
             "8c table shuffled vs pandas per-row Dataset", shuffled, per_row, "row/s", ">= 100x"
         ),
-        versus("8d prep table vs read_csv + encoding", n / pack_s, n / pandas_s, "row/s", ">= 1.5x"),
+        versus(
+            "8d prep table vs read_csv + encoding", n / pack_s, n / pandas_s, "row/s", ">= 1.5x"
+        ),
         versus("8e table shuffled in_memory vs gather", in_ram, limit, "row/s", ">= 0.5x"),
     ]
