@@ -143,6 +143,8 @@ def test_bad_sources_are_one_line_rejects(tmp_path: Path) -> None:
     missing = next(r["message"] for r in rejects if r["path"] == "003.png")
     assert str(tmp_path / "coco" / "003.png") in missing and "HINT" in missing
     assert "3 boxes, 0 dropped" in result.output  # the packed images' only
+    result = run_import(src, tmp_path / "ds", "--sizes", "32", "--max-rejects", "0.7", "--resume")
+    assert "3 boxes, 0 dropped" in result.output  # a finished OUT: from its rejects.jsonl
     assert len(SampleDataset(tmp_path / "ds")) == 3
     bad = tmp_path / "bad.json"
     bad.write_text('{"images": []}')

@@ -23,10 +23,12 @@ from prep.errors import PrepError, Reject, UsageError
 from prep.importers.coco_json import (
     Categories,
     categories_of,
+    file_stat,
     found_images,
     image_order,
     keypoints_of,
     read_coco,
+    rejected_in,
 )
 from prep.importers.config import CocoConfig, image_field
 from prep.kinds.samples.boxes import kept, outside_rows
@@ -121,6 +123,7 @@ class CocoKind(SamplesKind):
         super().__init__(cfg, make_sample, fields, cfg.src)  # type: ignore[arg-type]
         self.coco = cfg
         self.boxes = self.dropped = self.skipped = 0
+        self.manifested = False  # the manifest made by this run (not a finished OUT's, resumed)
         self.counts: list[tuple[str, int, int]] = []  # each image's boxes stored and dropped
 
     def sources(self) -> list[Path]:
@@ -136,7 +139,7 @@ class CocoKind(SamplesKind):
         self.boxes, self.dropped = self._counted(set())
         # What the output depends on besides the config: the JSON and every image file (as
         # prep pack's listing has it: a changed image is not resumed as the same).
-        said = [_stat(path), self.described(), *stats]
+        said = [file_stat(path), self.described(), *stats]
         digest = hashlib.sha256(json.dumps(said).encode()).hexdigest()
         self.listing = Listing(items, rejects, None, digest)
         if not items:
@@ -253,6 +256,7 @@ class CocoKind(SamplesKind):
         self.boxes, self.dropped = self._counted(
             {r["path"] for rec in records for r in rec.get("rejects", ())}
         )
+        self.manifested = True
         cats = self.categories
         out.classes = list(cats.names)
         out.extra["coco"] = {
@@ -283,14 +287,11 @@ class _Refused(Exception):
         self.code, self.message = code, message
 
 
-def _stat(path: Path) -> tuple[str, int, int]:
-    st = path.stat()
-    return str(path), st.st_size, st.st_mtime_ns
-
-
 def import_coco(cfg: CocoConfig, show_progress: bool = True, profile: bool = False) -> RunSummary:
     kind = CocoKind(cfg)
     summary = run(kind, show_progress, profile)
     if isinstance(summary, CocoSummary):
+        if not kind.manifested:  # OUT was finished already: its rejects.jsonl says which
+            kind.boxes, kind.dropped = kind._counted(rejected_in(summary.out))
         summary.boxes, summary.dropped, summary.skipped = kind.boxes, kind.dropped, kind.skipped
     return summary

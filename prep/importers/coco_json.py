@@ -81,6 +81,20 @@ def image_order(n: int, im: Any) -> tuple[int, str, int]:
     return (0, f"{i:020d}", n) if isinstance(i, int) and i >= 0 else (1, str(i), n)
 
 
+def file_stat(path: Path) -> tuple[str, int, int]:
+    st = path.stat()
+    return str(path), st.st_size, st.st_mtime_ns
+
+
+def rejected_in(out: Path) -> set[str]:
+    """The inputs a finished dataset's rejects.jsonl names."""
+    try:
+        lines = (Path(out) / "rejects.jsonl").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return set()
+    return {json.loads(line)["path"] for line in lines if line.strip()}
+
+
 def found_images(
     items: list[Item], option: str, folder: Any
 ) -> tuple[list[Item], list[dict[str, Any]], list[tuple[str, int, int]]]:
@@ -92,9 +106,8 @@ def found_images(
         path = Path(it.value["path"])
         bad = check_file(path, it.rel)
         if bad is None:
-            st = path.stat()
             kept.append(it)
-            stats.append((str(path), st.st_size, st.st_mtime_ns))
+            stats.append(file_stat(path))
             continue
         said = bad["message"]
         hint = f". HINT: file_name is relative to {option} ({folder})"
