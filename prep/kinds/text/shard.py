@@ -7,7 +7,7 @@ import hashlib
 import os
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -128,7 +128,9 @@ def _batches(reader: DocumentReader, pieces: list[Piece]) -> Iterator[tuple[list
         yield texts, names
 
 
-def read_ahead(batches: Iterator[tuple[list[str], list[str]]]) -> Iterator[Any]:
+def read_ahead(
+    batches: Iterator[tuple[list[str], list[str]]],
+) -> Generator[tuple[list[str], list[str]], None, None]:
     """`batches`, the next one read on a thread while the caller encodes this one (the
     tokenizer releases the GIL): reading no longer waits for encoding, nor encoding for it.
     An error while reading is raised here, in order; a caller that stops early stops the
