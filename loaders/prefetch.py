@@ -17,6 +17,7 @@ serialise on the GIL.
 
 from __future__ import annotations
 
+import sys
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -152,5 +153,7 @@ class ThreadedIter(Iterator[Any]):
         self._pool.shutdown(wait=True, cancel_futures=True)
 
     def __del__(self) -> None:
-        if hasattr(self, "_pool"):  # __init__ may have failed before it was made
+        # __init__ may have failed before the pool was made; at interpreter exit the modules
+        # shutdown() uses are gone, and the threads end with the process anyway
+        if hasattr(self, "_pool") and not sys.is_finalizing():
             self.close()
