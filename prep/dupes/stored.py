@@ -62,13 +62,19 @@ def read_hashes(root: Path, compute: bool) -> Hashes:
         ph = [np.asarray(store.array(s, "phash"), dtype=np.uint64) for s in shards]
         dg = [np.asarray(store.array(s, "digest"), dtype=np.uint8) for s in shards]
     else:
+        from prep.run.parallel import progress
+
         big, small = max(m.sizes()), min(m.sizes())
         ph, dg = [], []
+        bar = progress(m.num_samples, "img", "hash")  # shown on a terminal only
         for s in shards:
             pairs = zip(_pixels(store, s, big), _pixels(store, s, small), strict=True)
-            got = [_hash_chunk(c) for c in _chunks(pairs, CHUNK)]
-            ph += [g[0] for g in got]
-            dg += [g[1] for g in got]
+            for chunk in _chunks(pairs, CHUNK):
+                got = _hash_chunk(chunk)
+                ph.append(got[0])
+                dg.append(got[1])
+                bar.update(len(chunk))
+        bar.close()
     phashes = np.concatenate(ph) if ph else np.zeros(0, np.uint64)
     digests = np.concatenate(dg) if dg else np.zeros((0, DIGEST_BYTES), np.uint8)
     return Hashes(phashes, digests.reshape(-1, DIGEST_BYTES), paths)
