@@ -228,3 +228,17 @@ def test_tiles_draw_boxes_and_masks() -> None:
     mask[:64] = 2
     tinted = gallery.tile(img, mask)[0]
     assert tinted[:32].any(axis=2).all() and not tinted[32:].any()
+
+
+def test_counts_per_split_and_class(packed: Path) -> None:
+    """One bar a split in each class's group, a class no sample has named in red."""
+    from loaders.format import load_manifest
+    from prep.inspect import sections
+
+    m = load_manifest(packed)
+    m.shards[-1].split = "val"
+    m.classes = [*(m.classes or []), "empty"]
+    labels = np.arange(m.num_samples) % 4
+    body = sections.counts(m, labels).body
+    assert "samples per class and split" in body and ">val<" in body and ">all<" in body
+    assert "1 classes with no samples: empty" in body
