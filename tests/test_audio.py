@@ -186,7 +186,7 @@ def _video_only(path: Path) -> None:
         c.mux(s.encode())
 
 
-def test_every_reject(tmp_path: Path) -> None:
+def test_every_reject(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     codes = bad_files(tmp_path / "bad")
     with pytest.raises(PrepError, match="--max-rejects"):
         pack(tmp_path / "bad", tmp_path / "out", mono=False, channels=2)
@@ -198,6 +198,7 @@ def test_every_reject(tmp_path: Path) -> None:
     records = {r["path"]: r for r in map(json.loads, lines)}
     assert {path: r["reason"] for path, r in records.items()} == codes
     assert records["text.mp3"]["message"].startswith("not a sound file libsndfile or FFmpeg")
+    assert "Illegal Audio-MPEG-Header" not in capfd.readouterr().err  # mpg123 never saw it
 
 
 def test_labels_and_targets_from_csv(sounds: Path, tmp_path: Path) -> None:

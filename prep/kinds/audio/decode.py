@@ -51,10 +51,22 @@ def _wav_rate(path: Path) -> int | None:
     return int(struct.unpack_from("<I", head, at + 12)[0])
 
 
+def _not_mpeg(path: Path) -> bool:
+    """An .mp3 that starts with neither an ID3 tag nor an MPEG frame sync: libsndfile's MP3
+    reader (mpg123) would print its resync notes on stderr before failing, so FFmpeg reads it."""
+    if path.suffix.lower() != ".mp3":
+        return False
+    with open(path, "rb") as f:
+        head = f.read(3)
+    return not (head == b"ID3" or (len(head) > 1 and head[0] == 0xFF and head[1] >= 0xE0))
+
+
 def read_soundfile(path: Path) -> Decoded | None:
     """The file through libsndfile, or None when libsndfile does not know its format."""
     import soundfile as sf
 
+    if _not_mpeg(path):
+        return None
     try:
         f = sf.SoundFile(path)
     except sf.LibsndfileError as e:
