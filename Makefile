@@ -111,9 +111,9 @@ test: $(STAMP) lint browser
 browser:
 	@(command -v chromium && command -v chromedriver) >/dev/null 2>&1 || \
 		! command -v apt-get >/dev/null 2>&1 || \
-		apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 || \
-		(apt-get update -q >/dev/null 2>&1 && \
-		apt-get install -y -q chromium chromium-driver >/dev/null 2>&1) || \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 || \
+		(DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null 2>&1 && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver >/dev/null 2>&1) || \
 		echo "chromium not installed: tests/test_report_browser.py will skip"
 
 # The fuzz targets of tests/test_fuzz.py (.npy headers, .h5 shards, manifests, JPEG samples),
