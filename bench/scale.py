@@ -239,7 +239,12 @@ def s3(root: Path, work: Path) -> list[Result]:
                 (f"S3 {name}: epoch", took, "s", ""),
                 (f"S3 {name}: GETs a shard file, fewest", min(counts), "GETs", "1"),
                 (f"S3 {name}: GETs a shard file, most", max(counts), "GETs", "1"),
-                (f"S3 {name}: cache held after", held / 1e6, "MB", f"limit {limit or 0:.3g} B"),
+                (
+                    f"S3 {name}: cache held after",
+                    held / 1e6,
+                    "MB",
+                    f"<= {limit / 1e6:.0f} MB" if limit else "no limit",
+                ),
             ]
     return out
 
