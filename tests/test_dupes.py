@@ -133,7 +133,6 @@ def test_dataset_without_hashes(raw_demo: Path, tmp_path: Path, pack_to: PackFn)
     pack_to(raw_demo / "images", tmp_path / "new", sizes=[32], limit=6)
     stored = dataset_hashes(tmp_path / "new")
     np.testing.assert_array_equal(stored.digest, h.digest)  # the same stored pixels' sha256
-    assert np.bitwise_count(stored.phash ^ h.phash).max() <= 16  # from 32 px, not the decode
     res = CliRunner().invoke(app, ["dupes", str(out)])
     assert res.exit_code == 1 and "--hash" in res.output
 
