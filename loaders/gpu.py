@@ -37,35 +37,35 @@ class Normalize(nn.Module):
 
     @classmethod
     def from_dataset(
-        cls, ds: Any, size: int | None = None, dtype: torch.dtype = torch.float32
+        cls,
+        ds: Any,
+        size: int | None = None,
+        dtype: torch.dtype = torch.float32,
+        field: str | None = None,
     ) -> Normalize:
         """The mean and std per channel of `ds`'s train split (every sample, for a dataset
-        without splits) at `size` (default: the dataset's current size), as `prep pack` stored
-        them in the manifest (`extra.stats`, prep.kinds.images.stats). A MixedDataset's: its
-        sources' combined in its weights' proportions."""
+        without splits) at `size` (default: the dataset's current size), as prep stored them in
+        the manifest (`extra.stats`, prep.kinds.images.stats): an image pack's, or a
+        SampleDataset's image field `field` (default: the first image field it reads, else
+        its first). A MixedDataset's: its sources' combined in its weights' proportions."""
         if isinstance(getattr(ds, "datasets", None), list) and hasattr(ds, "weights"):
-            return cls._mixed([cls.from_dataset(d, size) for d in ds.datasets], ds.weights, dtype)
-        store = getattr(ds, "store", None)
-        if store is None or store.manifest.kind != "images":
-            raise ValueError(
-                f"prep stores pixel statistics in image packs only, and {ds!r:.80} is none. "
-                "HINT: pass Normalize(mean=..., std=...)"
-            )
+            parts = [cls.from_dataset(d, size, field=field) for d in ds.datasets]
+            return cls._mixed(parts, ds.weights, dtype)
+        root, stats = _stats_of(ds, field)
         size = size if size is not None else getattr(ds, "size", None)
-        stats = store.manifest.extra.get("stats")
         sizes = stats.get("sizes") if isinstance(stats, dict) else None
         if not isinstance(sizes, dict) or not sizes:
             raise ValueError(
-                f"{store.root} has no pixel statistics (packed before prep stored them). HINT: "
+                f"{root} has no pixel statistics (packed before prep stored them). HINT: "
                 "repack it with this prep, or pass Normalize(mean=..., std=...)"
             )
         at = sizes.get(str(size))
         if at is None:
-            raise ValueError(f"{store.root} has pixel statistics at {list(sizes)} px, not {size}")
+            raise ValueError(f"{root} has pixel statistics at {list(sizes)} px, not {size}")
         got: tuple[Any, Any] = (at.get("mean"), at.get("std")) if isinstance(at, dict) else ([], [])
         mean, std = got
         if not (_numbers(mean) and _numbers(std) and len(mean) == len(std) and min(std) >= 0):
-            raise FormatError(f"{store.root}: extra.stats at {size} px is not a mean and std")
+            raise FormatError(f"{root}: extra.stats at {size} px is not a mean and std")
         return cls(mean, [s or 1.0 for s in std], dtype)  # a constant channel: only centred
 
     @classmethod
@@ -93,3 +93,26 @@ def _numbers(values: Any) -> bool:
     """A non-empty list of finite numbers (what prep writes in extra.stats)."""
     ok = isinstance(values, list) and bool(values)
     return ok and all(isinstance(v, int | float) and math.isfinite(v) for v in values)
+
+
+def _stats_of(ds: Any, field: str | None) -> tuple[Any, Any]:
+    """The dataset's root and its `extra.stats` entry: an image pack's, or a samples
+    dataset's image field's (`field`, else the first image field it reads, else its first)."""
+    store: Any = getattr(ds, "store", None)
+    kind = store.manifest.kind if store is not None else None
+    if kind == "images":  # one image an item: `field` names nothing else
+        return store.root, store.manifest.extra.get("stats")
+    declared = getattr(ds, "declared", None) if kind == "samples" else None
+    if not isinstance(declared, dict):
+        raise ValueError(
+            f"prep stores pixel statistics in image packs and samples datasets' image fields, "
+            f"and {ds!r:.80} is none of them. HINT: pass Normalize(mean=..., std=...)"
+        )
+    images = [n for n, f in declared.items() if getattr(f, "kind", None) == "image"]
+    read = [n for n in getattr(ds, "fields", ()) if n in images]
+    name = field if field is not None else (read or images or [None])[0]
+    if name not in images:
+        what = f"has no image field {field!r}" if field is not None else "has no image field"
+        raise ValueError(f"{store.root} {what}; its image fields: {images}")
+    stats = store.manifest.extra.get("stats")
+    return store.root, stats.get(name) if isinstance(stats, dict) else None

@@ -12,15 +12,21 @@ import numpy as np
 from loaders.samples import Boxes, Image, Instances, Keypoints, Mask, SampleField
 from loaders.samples.fields import FieldError
 from prep.errors import Reject as UserReject
+from prep.kinds.images.stats import PixelSums
 from prep.run.inputs import Reject
 
 PLACED = (Mask, Boxes, Instances, Keypoints)  # the fields bound to an image field, placed like it
 
 
 def encode_sample(
-    value: Any, make: Callable[[Any], Any], fields: dict[str, SampleField], base: Path | None
+    value: Any,
+    make: Callable[[Any], Any],
+    fields: dict[str, SampleField],
+    base: Path | None,
+    sums: dict[str, PixelSums] | None = None,
 ) -> dict[str, np.ndarray] | None:
-    """The arrays of one sample (array name -> its stored value), or None (skipped)."""
+    """The arrays of one sample (array name -> its stored value), or None (skipped). `sums`
+    counts the stored pixels of each image field (by name) of a sample that is not rejected."""
     sample = _call(make, value)
     if sample is None:
         return None
@@ -37,15 +43,13 @@ def encode_sample(
         )
     out: dict[str, np.ndarray] = {}
     uprights: dict[str, tuple[int, int]] = {}
+    pixels: dict[str, dict[int, np.ndarray]] = {}
     for name, field in fields.items():  # images before their masks: see ordered()
         v = sample[name]
         if isinstance(field, (Image, Mask)) and isinstance(v, (str, Path)) and base is not None:
             v = base / v  # an absolute path stays as it is
         try:
-            if isinstance(field, PLACED):  # placed like their image
-                got = field.encode_for(v, uprights[field.image])  # type: ignore[union-attr]
-            else:
-                got = field.encode(v)
+            got = _encode_field(field, v, uprights, pixels if sums is not None else None, name)
         except FieldError as e:
             raise Reject(e.code, f"field {name}: {e}") from None
         except Reject as r:
@@ -54,7 +58,27 @@ def encode_sample(
         if upright is not None:
             uprights[name] = (int(upright[0]), int(upright[1]))
         out |= {name + suffix: arr for suffix, arr in got.items()}
+    if sums is not None:  # the sample is whole: its pixels count
+        for name, at in pixels.items():
+            sums.setdefault(name, PixelSums()).add(at)
     return out
+
+
+def _encode_field(
+    field: SampleField,
+    value: Any,
+    uprights: dict[str, tuple[int, int]],
+    pixels: dict[str, dict[int, np.ndarray]] | None,
+    name: str,
+) -> dict[str, np.ndarray]:
+    """One field's arrays (by suffix); an image's stored pixels go in `pixels[name]`."""
+    if isinstance(field, PLACED):  # placed like their image
+        return field.encode_for(value, uprights[field.image])  # type: ignore[union-attr]
+    encode_pixels = getattr(field, "encode_pixels", None)
+    if pixels is not None and encode_pixels is not None:
+        got, pixels[name] = encode_pixels(value)
+        return dict(got)
+    return field.encode(value)
 
 
 def _call(make: Callable[[Any], Any], value: Any) -> Any:

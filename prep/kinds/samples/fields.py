@@ -34,22 +34,26 @@ class Image(kinds.Image):
         return _array_pixels(value, self.gray, self.max_pixels)
 
     def encode(self, value: Any) -> dict[str, np.ndarray]:
+        return self.encode_pixels(value)[0]
+
+    def encode_pixels(self, value: Any) -> tuple[dict[str, np.ndarray], dict[int, np.ndarray]]:
+        """encode()'s arrays, and the pixels stored at each size before any JPEG encoding (what
+        the manifest's pixel statistics count: prep.kinds.images.stats)."""
         from prep.kinds.images.encode import stored
         from prep.kinds.images.geometry import sizes_from
 
         img, upright = self.pixels(value)
         out: dict[str, np.ndarray] = {"upright": np.asarray(upright, np.int64)}
         specs = {s.size: s for s in self.arrays("") if s.kind == "image"}
-        for size, arr in sizes_from(
-            img, upright, list(self.sizes), self.mode, self.pad_value
-        ).items():
+        pixels = sizes_from(img, upright, list(self.sizes), self.mode, self.pad_value)
+        for size, arr in pixels.items():
             data = stored(arr[..., None] if self.gray else arr, specs[size], self.quality)
             out[f"_{size}"] = data
             if self.mode == "keep":
                 out[f"_hw_{size}"] = np.asarray(arr.shape[:2], dtype=np.uint16)
             if self.codec == "jpeg":
                 out[f"_crc_{size}"] = np.asarray(zlib.crc32(data.data), dtype=np.uint32)
-        return out
+        return out, pixels
 
 
 def _array_pixels(value: Any, gray: bool, max_pixels: int) -> tuple[np.ndarray, tuple[int, int]]:

@@ -17,6 +17,7 @@ from loaders.format.schema import SAMPLES_VERSION
 from loaders.samples import Image, SampleField, Tokens
 from loaders.samples.fields import check_name
 from prep.errors import PrepError, UsageError
+from prep.kinds.images.stats import PixelSums, combine_fields
 from prep.kinds.samples.config import SamplesConfig
 from prep.kinds.samples.encode import PLACED, encode_sample, ordered
 from prep.kinds.samples.fields import arrays_of
@@ -24,6 +25,7 @@ from prep.kinds.samples.inputs import Item, Listing, list_inputs
 from prep.kinds.samples.recipe import check_shippable, load_recipe
 from prep.run.driver import Inputs, Kind, RunSummary, run, shard_size
 from prep.run.shardwriter import write_shard
+from prep.run.staging import write_record
 from prep.run.tasks import shard_task
 
 
@@ -38,13 +40,24 @@ def pack_samples_shard(
     storage: str,
     staging: Path,
 ) -> dict[str, Any]:
-    """The joblib task: shard `index` of `items` through `make` and the fields."""
-    encode = functools.partial(_encode, make=make, fields=fields, base=base)
-    return write_shard(index, items, encode, lambda it: it.rel, specs, storage, staging)
+    """The joblib task: shard `index` of `items` through `make` and the fields; its record
+    keeps the pixel sums of each image field (prep.kinds.images.stats)."""
+    sums: dict[str, PixelSums] = {}
+    encode = functools.partial(_encode, make=make, fields=fields, base=base, sums=sums)
+    record = write_shard(index, items, encode, lambda it: it.rel, specs, storage, staging)
+    record["stats"] = {name: s.record() for name, s in sorted(sums.items())}
+    write_record(staging, index, record)  # again, with the sums: what --resume reads back
+    return record
 
 
-def _encode(item: Item, make: Any, fields: dict[str, SampleField], base: Path | None) -> Any:
-    return encode_sample(item.value, make, fields, base)
+def _encode(
+    item: Item,
+    make: Any,
+    fields: dict[str, SampleField],
+    base: Path | None,
+    sums: dict[str, PixelSums],
+) -> Any:
+    return encode_sample(item.value, make, fields, base, sums)
 
 
 class SamplesKind(Kind[SamplesConfig, list[Item]]):
@@ -54,6 +67,7 @@ class SamplesKind(Kind[SamplesConfig, list[Item]]):
     unit = "sample"
     task = staticmethod(pack_samples_shard)
     threads = True  # images decode in C without the GIL; --backend loky for Python-heavy make()
+    shard_splits: list[str | None]  # each shard's split, where plan() sets it (importers)
 
     def __init__(
         self, cfg: SamplesConfig, make: Callable[[Any], Any], fields: dict[str, Any], inputs: Any
@@ -99,13 +113,22 @@ class SamplesKind(Kind[SamplesConfig, list[Item]]):
                 d["tokenizer"] = f"{name}.tokenizer.json"  # the copy in the dataset
         return out
 
+    def reusable(self, record: dict[str, Any]) -> bool:
+        return "stats" in record  # a shard of a prep before pixel stats: redone
+
     def manifest(self, records: list[dict[str, Any]]) -> Manifest:
+        extra: dict[str, Any] = {"fields": self.described()}
+        images = [name for name, f in self.fields.items() if isinstance(f, Image)]
+        splits = getattr(self, "shard_splits", None) or [r["shard"].get("split") for r in records]
+        stats = combine_fields(records, images, splits)
+        if stats:  # per image field: mean and std per channel at each size, the train split's
+            extra["stats"] = stats
         return Manifest(
             kind="samples",
             storage=self.cfg.format,
             arrays=self.specs,
             shards=[Shard.from_dict(rec["shard"]) for rec in records],
-            extra={"fields": self.described()},
+            extra=extra,
             format_version=SAMPLES_VERSION,
         )
 
