@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml setup.py loaders/_jpegroi.c
 	$(BIN)/python -m pip install -q -e '.[dev,media]'
 	touch $(STAMP)
 
-data/demo-raw/.done: $(STAMP) prep/demo.py
+data/demo-raw/.done: $(STAMP) prep/demo.py prep/demo_sources.py
 	rm -rf data/demo-raw
 	$(BIN)/prep demo data/demo-raw
 	touch $@
@@ -65,6 +65,17 @@ dataset: $(STAMP) data/demo-raw/.done data/demo-ct/.done data/demo-audio/.done d
 		--text-column caption --sizes 224 --overwrite -q
 	$(BIN)/prep verify data/demo-pairs
 	$(BIN)/prep info data/demo-pairs
+	$(BIN)/prep import hf data/demo-raw/hf data/demo-hf --sizes 128 --overwrite -q
+	$(BIN)/prep verify data/demo-hf
+	$(BIN)/prep info data/demo-hf
+	$(BIN)/prep import webdataset 'data/demo-raw/wds/shard-{000000..000001}.tar' data/demo-wds \
+		--sizes 128 --overwrite -q
+	$(BIN)/prep verify data/demo-wds
+	$(BIN)/prep info data/demo-wds
+	$(BIN)/prep pack data/demo-raw/tree data/demo-splits --sizes 128 --splits train,val \
+		--overwrite -q
+	$(BIN)/prep verify data/demo-splits
+	$(BIN)/prep info data/demo-splits
 	$(BIN)/prep audio data/demo-audio data/demo-audio-packed --rate 16000 --mono --overwrite -q
 	$(BIN)/prep verify data/demo-audio-packed
 	$(BIN)/prep info data/demo-audio-packed
@@ -91,6 +102,11 @@ dataset: $(STAMP) data/demo-raw/.done data/demo-ct/.done data/demo-audio/.done d
 	@echo "Imported COCO and caption pairs: data/demo-coco, data/demo-pairs. Load them with:"
 	@echo "  ds = SampleDataset('data/demo-coco', crop=CenterCrop(224))   # boxes follow the crop"
 	@echo "  ds = SampleDataset('data/demo-pairs')   # image, caption"
+	@echo "Imported Hugging Face Parquet and WebDataset tars: data/demo-hf, data/demo-wds; a"
+	@echo "train/val tree packed: data/demo-splits. Load them with:"
+	@echo "  ds = SampleDataset('data/demo-hf', split='train')   # image, label, text"
+	@echo "  norm = Normalize.from_dataset(ds)   # the train split's mean and std"
+	@echo "  ds = ImageShardDataset('data/demo-splits', size=128, split='val')"
 	@echo "Audio clips: data/demo-audio-packed. Load 1 s windows with:"
 	@echo "  from loaders import AudioDataset"
 	@echo "  ds = AudioDataset('data/demo-audio-packed', seconds=1.0, seed=0)   # int16 + label"

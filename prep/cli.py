@@ -287,7 +287,7 @@ def demo(
     make_demo(raw, count, seed, jobs or os.cpu_count() or 1, max_side, not quiet)
     typer.echo(
         f"{raw}: {count} images in {raw / 'images'}, masks in {raw / 'masks'}, "
-        f"text in {raw / 'text'}"
+        f"text in {raw / 'text'}; import sources: coco.json, captions.csv, hf/, wds/, tree/"
     )
 
 

@@ -13,11 +13,14 @@ RAW/coco.json                the same boxes as a COCO instances file (file names
                              RAW/images, boxes in upright pixels, each shape's mask as RLE),
                              for `prep import coco`
 RAW/captions.csv             path,caption rows, for `prep import pairs`
+RAW/hf, RAW/wds, RAW/tree    a Hugging Face Parquet folder, WebDataset tars and a train/val
+                             tree of small copies of the images (prep.demo_sources)
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -26,6 +29,7 @@ import cv2
 import numpy as np
 from PIL import Image
 
+from prep.demo_sources import write_sources
 from prep.importers.coco_masks import rle_encode
 
 CLASSES = ("circle", "square", "triangle", "cross")
@@ -246,6 +250,21 @@ def make_demo(
         bar.close()
     write_text(raw, seed)
     write_table(raw, seed)
+    write_sources(raw, small_images(min(max(count, 8), 24), seed), list(CLASSES))
+
+
+def small_images(count: int, seed: int, side: int = 256) -> list[dict[str, Any]]:
+    """The first `count` images as small JPEGs (longer side at most `side`) for the importers'
+    sources (prep.demo_sources), the last quarter of them the validation split."""
+    out = []
+    for i in range(count):
+        cls, kind, img, _ = make_image(i, seed, side)
+        data = io.BytesIO()
+        img.save(data, format="JPEG", quality=90)
+        split = "val" if i >= count - count // 4 else "train"
+        row = {"id": i, "label": cls, "class": CLASSES[cls], "jpeg": data.getvalue()}
+        out.append(row | {"text": f"a {kind} photo of a {CLASSES[cls]}", "split": split})
+    return out
 
 
 def _without(rows: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:

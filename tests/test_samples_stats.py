@@ -46,7 +46,7 @@ def run(*args: str) -> str:
 
 def imported(coco: Path, out: Path, *options: str) -> Path:
     src = str(coco / "instances.json")
-    run("import", "coco", src, str(coco), str(out), "-q", "--jobs", "2", "--shard-size", "2", *options)
+    run("import", "coco", src, str(coco), str(out), "-q", "-j", "2", "--shard-size", "2", *options)
     return out
 
 
