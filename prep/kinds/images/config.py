@@ -61,7 +61,7 @@ class PackConfig(RunConfig):
 
     hashes: bool = opt(
         True,
-        "Store each image's 64-bit perceptual hash and its file's sha256 (prep dupes, report).",
+        "Store each image's 64-bit perceptual hash and its pixels' sha256 (prep dupes, report).",
         "--hashes/--no-hashes",
     )
     drop_dupes: bool = opt(
