@@ -81,7 +81,8 @@ def combine_fields(
 ) -> dict[str, Any]:
     """A samples dataset's `extra.stats`: `combine` for each image field named (the records'
     `stats` hold each field's sums by field name; `splits`: each record's shard's split), as
-    {field: {"split": ..., "sizes": ...}}; a field without sums in some shard is left out."""
+    {field: {"split": ..., "sizes": ...}}; a field without sums in some shard, or without
+    pixels, is left out."""
     out: dict[str, Any] = {}
     for name in names:
         parts = [
@@ -91,6 +92,6 @@ def combine_fields(
             for r, split in zip(records, splits, strict=True)
         ]
         got = combine(parts)
-        if got is not None:
+        if got is not None and got["sizes"]:
             out[name] = got
     return out
