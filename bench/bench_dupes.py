@@ -231,8 +231,9 @@ def search_rows(args: argparse.Namespace) -> list[Row]:
     from prep.dupes import DEFAULT_DISTANCE, near_pairs
     from prep.dupes.search import brute_force, within
 
-    d, n, sub = DEFAULT_DISTANCE, 20_000 if args.smoke else 1_000_000, 20_000
-    h, truth = planted_hashes(n, 1000, d)
+    d = DEFAULT_DISTANCE
+    n, sub, planted = (2_000, 2_000, 100) if args.smoke else (1_000_000, 20_000, 1000)
+    h, truth = planted_hashes(n, planted, d)
     found: dict[str, np.ndarray] = {}
     t = best_of(
         args.reps,
@@ -244,11 +245,11 @@ def search_rows(args: argparse.Namespace) -> list[Row]:
     brute = t["brute"] * (n / sub) ** 2
     got = {(int(i), int(j)) for i, j, _ in found["r"].tolist()}
     ok = truth <= got and t["ours"] < 10
-    small = planted_hashes(20_000 if args.smoke else 100_000, 1000, d)[0]
+    small = planted_hashes(2_000 if args.smoke else 100_000, planted, d)[0]
     m = best_of(1, {k: (lambda k=k: within(small, d, k)) for k in ("mih", "tables")})
     return [
         Row(
-            f"28g near pairs, {n:,} hashes, {len(truth & got)}/1000 found",
+            f"28g near pairs, {n:,} hashes, {len(truth & got)}/{len(truth)} found",
             t["ours"],
             brute,
             "s",

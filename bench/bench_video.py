@@ -171,10 +171,10 @@ def _pack_times(
 
 
 def _clip_rates(
-    work: Path, paths: list[Path], seconds: float, per: int, reps: int
+    work: Path, paths: list[Path], seconds: float, per: int, reps: int, warm: bool = True
 ) -> dict[str, float]:
     """Best clips/s of ClipDataset (raw, jpeg) and of PyAV per clip, 2 workers each,
-    interleaved; `per` clips a video at evenly spaced starts."""
+    interleaved; `per` clips a video at evenly spaced starts; `warm`: an untimed epoch first."""
     import torch
 
     from loaders import CenterCrop, ClipDataset, collate_batch
@@ -195,7 +195,7 @@ def _clip_rates(
         PyAVClips(items), batch_size=BATCH, num_workers=2, persistent_workers=True
     )
     best: dict[str, float] = {}
-    for loader in loaders.values():
+    for loader in loaders.values() if warm else ():
         _rate(loader)  # warm: workers started, pages cached
     for _ in range(reps):
         best = {k: max(best.get(k, 0.0), _rate(v)) for k, v in loaders.items()}
@@ -203,12 +203,14 @@ def _clip_rates(
 
 
 def rows(args: argparse.Namespace, work: Path) -> list[Row]:
-    count, seconds = (4, 2.0) if args.smoke else (16, 8.0)
+    count, seconds = (2, 2.0) if args.smoke else (16, 8.0)  # smoke: the rows appear, no more
     paths = sources(work / "video-src", count, seconds)
+    count = len(paths)  # a folder made by an earlier run may hold more
     src = sum(p.stat().st_size for p in paths) / 1e6
     packs, bare = _pack_times(work, paths, args.jobs, 1 if args.smoke else 3)
     per = 2 if args.smoke else 4  # clips a video, evenly spaced
-    best = _clip_rates(work, paths, seconds, per, args.reps if args.smoke else max(3, args.reps))
+    reps = 1 if args.smoke else max(3, args.reps)
+    best = _clip_rates(work, paths, seconds, per, reps, warm=not args.smoke)
     disk = {c: sum(f.stat().st_size for f in (work / f"video-{c}").iterdir()) / 1e6 for c in packs}
     print(f"   (video: {count} clips of {seconds:g} s, {per} clips each read)", file=sys.stderr)
     vs_pyav = "video clips {} vs PyAV per clip, 2 workers"
