@@ -238,8 +238,9 @@ def test_keyboard_interrupt_in_process(src: Path, tmp_path: Path, monkeypatch: A
     assert result.exit_code == 130
     staging = tmp_path / "out.partial"
     assert temps(staging) == [] and not out.exists() and not (staging / "manifest.json").exists()
-    # the first shard's four arrays, and its source paths (data and offsets: issue 24)
-    assert len(finished_shards(staging)) == 6
+    # the first shard's four arrays, its source paths (data and offsets: issue 24) and its
+    # perceptual hashes and pixel digests (issue 28)
+    assert len(finished_shards(staging)) == 8
 
 
 def _rlimit(max_bytes: int) -> Callable[[], None]:
