@@ -7,6 +7,7 @@ import io
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -15,7 +16,14 @@ from PIL import Image, ImageOps
 from typer.testing import CliRunner
 
 from prep.cli import app
-from prep.dupes import DEFAULT_DISTANCE, dataset_hashes, dupe_groups, leakage, near_pairs
+from prep.dupes import (
+    DEFAULT_DISTANCE,
+    Hashes,
+    dataset_hashes,
+    dupe_groups,
+    leakage,
+    near_pairs,
+)
 from prep.dupes.hashing import image_phash
 from prep.dupes.search import brute_force, within
 from prep.errors import PrepError
@@ -135,6 +143,34 @@ def test_dataset_without_hashes(raw_demo: Path, tmp_path: Path, pack_to: PackFn)
     np.testing.assert_array_equal(stored.digest, h.digest)  # the same stored pixels' sha256
     res = CliRunner().invoke(app, ["dupes", str(out)])
     assert res.exit_code == 1 and "--hash" in res.output
+
+
+def test_copies_of_one_hash_are_searched_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """2,000 copies of one blank image: groups and leakage as a brute force has them, and the
+    search sees each distinct hash once (not the 2 million pairs of the copies)."""
+    import prep.dupes.groups as groups
+
+    rng = np.random.default_rng(3)
+    h = rng.integers(0, 2**63, 3000, dtype=np.uint64)
+    h[:2000], h[2500] = h[0], h[0] ^ np.uint64(0b11)
+    digest = rng.integers(0, 256, (3000, 32), dtype=np.uint8)
+    train = Hashes(h, digest, [f"t{i}" for i in range(3000)])
+    val = Hashes(h[[0, 2500, 2999]], digest[:3] ^ 1, ["v0", "v1", "v2"])
+    seen: list[int] = []
+
+    def distinct_only(a: np.ndarray, b: np.ndarray | None = None, max_distance: int = 6) -> Any:
+        both = a if b is None else np.concatenate([a, b])
+        seen.append(len(both))
+        assert len(np.unique(a)) == len(a) and (b is None or len(np.unique(b)) == len(b))
+        return near_pairs(a, b, max_distance)
+
+    monkeypatch.setattr(groups, "near_pairs", distinct_only)
+    [group] = dupe_groups(train)
+    assert group.members == [*range(2000), 2500] and group.distances == [0] * 2000 + [2]
+    got = leakage(train, val)
+    truth = brute_force(h, val.phash, DEFAULT_DISTANCE)
+    assert got == sorted(map(tuple, truth.tolist())) and len(got) == 2 * 2001 + 1
+    assert max(seen) <= 1001 + 3
 
 
 def test_max_distance_default_is_the_measured_one() -> None:

@@ -40,8 +40,8 @@ def _components(n: int, pairs: np.ndarray) -> np.ndarray:
 
 
 def digest_pairs(a: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
-    """(K, 2) pairs of byte-identical sources (equal digests): within `a` (each item linked to
-    the first of its digest), or between `a` and `b` (i in a, j in b)."""
+    """(K, 2) pairs of samples with the same stored pixels (equal digests): within `a` (each
+    item linked to the first of its digest), or between `a` and `b` (i in a, j in b)."""
     rows = np.ascontiguousarray(a if b is None else np.concatenate([a, b]), dtype=np.uint8)
     _, first, inverse = np.unique(rows, axis=0, return_index=True, return_inverse=True)
     head = first[inverse.reshape(-1)]
@@ -64,8 +64,12 @@ def dupe_groups(h: Hashes, max_distance: int = DEFAULT_DISTANCE) -> list[Group]:
 def phash_groups(
     phash: np.ndarray, paths: list[str], max_distance: int, digest: np.ndarray | None = None
 ) -> list[Group]:
-    """dupe_groups of bare pHashes (`digest` None: no links by equal source bytes)."""
-    links = near_pairs(phash, max_distance=max_distance)[:, :2]
+    """dupe_groups of bare pHashes (`digest` None: no links by equal stored pixels)."""
+    uniq, first, inverse = _distinct(phash)
+    links = first[near_pairs(uniq, max_distance=max_distance)[:, :2]].reshape(-1, 2)
+    heads = first[inverse]  # an equal hash links to its first holder: n links, not n^2 pairs
+    repeat = np.flatnonzero(heads != np.arange(len(phash)))
+    links = np.concatenate([links, np.stack([heads[repeat], repeat], axis=1)])
     if digest is not None and len(digest):
         links = np.concatenate([links, digest_pairs(digest)])
     labels = _components(len(phash), links)
@@ -80,13 +84,31 @@ def phash_groups(
     return out
 
 
+def _distinct(phash: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(distinct hashes, the first index of each, each item's distinct hash): the search runs
+    on distinct hashes, so a thousand copies of one blank image are not a million pairs."""
+    uniq, first, inverse = np.unique(
+        np.asarray(phash, dtype=np.uint64), return_index=True, return_inverse=True
+    )
+    return uniq, first.astype(np.int64), inverse.reshape(-1)
+
+
+def _holders(inverse: np.ndarray, k: int) -> list[np.ndarray]:
+    """The items of each of `k` distinct hashes, in item order."""
+    order = np.argsort(inverse, kind="stable")
+    return np.split(order, np.cumsum(np.bincount(inverse, minlength=k))[:-1])
+
+
 def leakage(
     train: Hashes, val: Hashes, max_distance: int = DEFAULT_DISTANCE
 ) -> list[tuple[int, int, int]]:
     """(train index, val index, distance) of every pair within `max_distance` bits or of equal
     digests, sorted."""
-    rows = near_pairs(train.phash, val.phash, max_distance)
-    found = {(int(i), int(j)): int(d) for i, j, d in rows.tolist()}
+    (ua, _, ia), (ub, _, ib) = _distinct(train.phash), _distinct(val.phash)
+    ha, hb = _holders(ia, len(ua)), _holders(ib, len(ub))
+    found: dict[tuple[int, int], int] = {}
+    for u, v, d in near_pairs(ua, ub, max_distance).tolist():
+        found |= {(i, j): d for i in ha[u].tolist() for j in hb[v].tolist()}
     for i, j in digest_pairs(train.digest, val.digest).tolist():
         found.setdefault((i, j), int(np.bitwise_count(train.phash[i] ^ val.phash[j])))
     return sorted((i, j, d) for (i, j), d in found.items())
