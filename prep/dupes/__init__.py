@@ -8,7 +8,7 @@ val).
 
 >>> import numpy as np
 >>> h = Hashes(np.array([5, 7, 1 << 40], np.uint64), np.zeros((3, 32), np.uint8), ["a", "b", "c"])
->>> h.digest[2] = 1  # a, b: byte-identical files; c: another file
+>>> h.digest[2] = 1  # a, b: the same pixels; c: other pixels
 >>> [(g.members, g.distances) for g in dupe_groups(h, max_distance=2)]
 [([0, 1], [0, 1])]
 """

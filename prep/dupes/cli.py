@@ -27,7 +27,7 @@ def dupes(
     ] = False,
 ) -> None:
     """Near-duplicate groups of a packed dataset (perceptual hash within --max-distance bits,
-    or the same source bytes), or with --against the pairs leaking between two datasets.
+    or the same stored pixels), or with --against the pairs leaking between two datasets.
 
     Example: prep dupes data/packed/train --against data/packed/val --max-distance 6 --json
     """

@@ -46,6 +46,11 @@ def read_hashes(root: Path, compute: bool) -> Hashes:
     except FileNotFoundError as e:
         raise PrepError(f"{root} is not a packed dataset. HINT: pass the OUT of prep pack") from e
     stored = "phash" in m.arrays and "digest" in m.arrays
+    if not stored and m.kind != "images":  # before the --hash hint: it would not help
+        raise PrepError(
+            f"{root} holds {m.kind}: only image datasets have perceptual hashes. "
+            "HINT: pass the OUT of prep pack"
+        )
     if not stored and not compute:
         raise PrepError(
             f"{root} was packed without per-sample hashes (phash, digest). "
@@ -53,8 +58,6 @@ def read_hashes(root: Path, compute: bool) -> Hashes:
             "them from the stored pixels, "
             "or pack it again"
         )
-    if not stored and m.kind != "images":
-        raise PrepError(f"{root} holds {m.kind}: only image datasets have perceptual hashes")
     store = ShardStore(root, m.kind)
     shards = range(len(m.shards))
     paths = _paths(store)
