@@ -18,6 +18,7 @@ av = pytest.importorskip("av", reason="prep video needs PyAV (pip install '.[med
 from loaders import ClipDataset, RandomResizedCrop, SampleDataset, collate_batch  # noqa: E402
 from prep.errors import PrepError  # noqa: E402
 from prep.kinds.video.config import VideoConfig  # noqa: E402
+from prep.kinds.video.decode import fit_frame, frame_size  # noqa: E402
 from prep.kinds.video.demo import make_video_demo, shape_frames, write_clip  # noqa: E402
 from prep.kinds.video.pack import pack_video  # noqa: E402
 
@@ -70,6 +71,8 @@ def test_frames_are_pyav_frames_at_the_same_timestamps(clips: Path, packed: Path
     n = int(np.ceil(end * FPS - 1e-6))
     assert int(sample["num_frames"]) == len(sample["frames"]) == n
     assert float(sample["duration"]) == pytest.approx(end, abs=1e-3)
+    with av.open(str(clips / name)) as c:
+        assert float(sample["source_fps"]) == pytest.approx(float(c.streams.video[0].average_rate))
     shown = [max(j for j, t in enumerate(times) if t <= k / FPS + 1e-6) for k in range(n)]
     got = sample["frames"].permute(0, 2, 3, 1).numpy()
     h, w = got.shape[1:3]
@@ -78,6 +81,21 @@ def test_frames_are_pyav_frames_at_the_same_timestamps(clips: Path, packed: Path
         assert np.abs(got[k].astype(int) - want).mean() < 2, (name, k)
     by_index = [min(len(times) - 1, round(k * len(times) / n)) for k in range(n)]
     assert (shown != by_index) == (name == "left/left_00.mp4")
+
+
+@pytest.mark.parametrize("mode", ["short", "fill", "fit", "keep"])
+def test_modes_give_pack_shapes(mode: str):
+    """Each --mode stores the shape frame_size says, upright after a rotation; fit pads with 0
+    and fill crops (no border)."""
+    rng = np.random.default_rng(4)
+    img = rng.integers(1, 256, (48, 80, 3), dtype=np.uint8)
+    for rotation, hw in ((0, (48, 80)), (90, (80, 48))):
+        out = fit_frame(img, rotation, 32, mode)
+        assert out.shape == (*frame_size(*hw, 32, mode), 3) and out.dtype == np.uint8
+    want = {"short": (32, 53), "fill": (32, 32), "fit": (32, 32), "keep": (19, 32)}[mode]
+    out = fit_frame(img, 0, 32, mode)
+    assert out.shape[:2] == want
+    assert (out[0].max() == 0) == (mode == "fit") and out[16].min() > 0
 
 
 def test_rotation_is_applied(clips: Path, packed: Path):
@@ -111,6 +129,28 @@ def test_clips_same_for_0_and_2_workers(clips: Path, tmp_path: Path):
     assert torch.equal(one, zero[0][1])  # a clip does not depend on its batch
     ds.set_epoch(2)
     assert not torch.equal(ds.__getitems__([0, 1]).tensors[0], zero[0])
+
+
+@pytest.mark.parametrize("codec", ["raw", "jpeg"])
+def test_one_crop_and_flip_a_clip(tmp_path: Path, codec: str):
+    """Videos of one still textured frame: every frame of a clip is the same crop of it, flipped
+    or not alike, while clips of other epochs get other crops."""
+    rng = np.random.default_rng(5)
+    for k in range(2):
+        small = rng.integers(0, 256, (6, 9, 3), dtype=np.uint8)
+        still = cv2.resize(small, (96, 64), interpolation=cv2.INTER_CUBIC)
+        (tmp_path / "src").mkdir(exist_ok=True)
+        write_clip(tmp_path / "src" / f"{k}.mp4", [still] * 12)
+    pack(tmp_path / "src", tmp_path / "out", mode="fill", codec=codec)
+    ds = ClipDataset(tmp_path / "out", frames=4, crop=RandomResizedCrop(24), flip=True)
+    clips = []
+    for epoch in range(6):
+        ds.set_epoch(epoch)
+        clips += list(ds.__getitems__([0, 1]).tensors[0].float())
+    for clip in clips:
+        assert (clip - clip[0]).abs().mean() < 2  # one box and one flip for all 4 frames
+    firsts = torch.stack([c[0] for c in clips[::2]])  # video 0 in each epoch
+    assert (firsts[1:] - firsts[0]).abs().mean((1, 2, 3)).max() > 10
 
 
 def test_evaluation_clips_and_max_frames(clips: Path, tmp_path: Path):
