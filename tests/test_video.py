@@ -161,6 +161,9 @@ def test_evaluation_clips_and_max_frames(clips: Path, tmp_path: Path):
     assert max(len(v) for v in b["frames"]) == 6 and len(ds) > 4
     firsts = [i for i in range(len(ds)) if float(b["start"][i]) == 0]
     assert len(firsts) == 4 and float(b["start"][firsts[0] + 1]) == 6 / FPS
+    pack(clips, tmp_path / "secs", clip_seconds=0.5, mode="fill")  # 4 frames at 8 fps
+    secs = SampleDataset(tmp_path / "secs")
+    assert max(len(v) for v in secs.__getitems__(list(range(len(secs))))["frames"]) == 4
     ev = ClipDataset(out, frames=4, clips_per_video=3)
     assert len(ev) == 3 * len(ds)
     x, _ = ev.__getitems__([0, 1, 2]).tensors

@@ -66,7 +66,8 @@ def _open(path: Path) -> Any:
     except OSError as e:  # vanished, or not ours to read (PyAV's errors for these are OSErrors)
         raise Reject(os_reject_code(e), f"cannot read: {e.strerror or e}") from None
     except (av.error.FFmpegError, UnicodeDecodeError) as e:
-        raise Reject("corrupt", f"not a video FFmpeg can read ({e})") from None
+        why = getattr(e, "strerror", None) or e  # not the errno and the path again
+        raise Reject("corrupt", f"not a video FFmpeg can read ({why})") from None
 
 
 def decode_video(path: Path, fps: float, size: int, mode: str) -> Decoded:
@@ -89,7 +90,7 @@ def decode_video(path: Path, fps: float, size: int, mode: str) -> Decoded:
             with stage("decode"):
                 out = _pick(_timed(container.decode(stream), float(rate)), fps, size, mode)
         except av.error.FFmpegError as e:
-            raise Reject("corrupt", f"the video cannot be decoded ({e})") from None
+            raise Reject("corrupt", f"the video cannot be decoded ({e.strerror or e})") from None
         frames, duration, rotation, decoded = out
         _check_whole(container, stream, decoded, duration, float(rate))
     if not frames:

@@ -38,7 +38,10 @@ def list_videos(
         raise PrepError(f"{src} does not exist. HINT: pass a folder of videos or a .csv list")
     if src.is_file():
         if src.suffix.lower() not in (".csv", ".jsonl", ".json"):
-            raise PrepError(f"{src} is not a folder or a .csv/.jsonl list of videos")
+            raise PrepError(
+                f"{src} is not a folder or a .csv/.jsonl list of videos. HINT: pass the folder "
+                f"that holds it ({src.parent}), or list it in a CSV with a path column"
+            )
         return list_file(src, limit)
     files, rejects = walk(src, VIDEO_EXTS)
     nested = any("/" in rel for rel, _ in files)
