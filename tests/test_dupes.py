@@ -131,6 +131,35 @@ def test_leakage_between_two_datasets(raw_demo: Path, tmp_path: Path, pack_to: P
     assert res.exit_code == 0 and "1 of 2 samples (50.0%)" in res.output, res.output
 
 
+def test_leakage_between_splits_of_one_dataset(
+    raw_demo: Path, tmp_path: Path, pack_to: PackFn
+) -> None:
+    """--split / --against-split: one dataset packed with --val-fraction, its splits' hashes in
+    ImageShardDataset's order, and the pairs that cross from train to val."""
+    from loaders import ImageShardDataset
+
+    src = tmp_path / "mixed" / "x"
+    src.mkdir(parents=True)
+    for k, p in enumerate(_jpegs(raw_demo, 4)):
+        shutil.copy(p, src / f"{k}.jpg")
+        (src / f"{k}-q90.jpg").write_bytes(_q90(p))
+    out = tmp_path / "split"
+    pack_to(tmp_path / "mixed", out, sizes=[32], val_fraction=0.5)
+    tr, va = (dataset_hashes(out, split=s) for s in ("train", "val"))
+    assert len(va) == len(ImageShardDataset(out, split="val")) and len(tr) + len(va) == 8
+    assert sorted(tr.paths + va.paths) == sorted(dataset_hashes(out).paths)
+    crossing = {(a, b) for a in tr.paths for b in va.paths if a[2] == b[2]}
+    found = {(tr.paths[i], va.paths[j]) for i, j, _ in leakage(tr, va)}
+    assert found == crossing and crossing, (tr.paths, va.paths)
+    args = ["dupes", str(out), "--split", "train", "--against-split", "val", "--json"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    pairs = json.loads(res.output)["pairs"]
+    assert {(p["path"], p["against_path"]) for p in pairs} == found
+    res = CliRunner().invoke(app, ["dupes", str(out), "--split", "test"])
+    assert res.exit_code == 1 and "(train, val)" in res.output
+
+
 def test_dataset_without_hashes(raw_demo: Path, tmp_path: Path, pack_to: PackFn) -> None:
     out = tmp_path / "old"
     pack_to(raw_demo / "images", out, sizes=[32], hashes=False, limit=6)

@@ -25,33 +25,52 @@ def dupes(
         bool,
         typer.Option("--hash", help="A dataset packed without hashes: compute them from pixels."),
     ] = False,
+    split: Annotated[
+        Optional[str], typer.Option(help="Only this split of ROOT (packed with --val-fraction).")
+    ] = None,
+    against_split: Annotated[
+        Optional[str],
+        typer.Option(help="Only this split of AGAINST (default AGAINST: ROOT itself)."),
+    ] = None,
 ) -> None:
     """Near-duplicate groups of a packed dataset (perceptual hash within --max-distance bits,
     or the same stored pixels), or with --against the pairs leaking between two datasets.
+    Indices count within --split / --against-split, as ImageShardDataset(root, split=...) does.
 
     Example: prep dupes data/packed/train --against data/packed/val --max-distance 6 --json
+
+    Example: prep dupes data/packed --split train --against-split val
     """
     from prep.dupes import dataset_hashes, dupe_groups, leakage
     from prep.errors import UsageError
 
     if not 0 <= max_distance <= 32:
         raise UsageError(f"--max-distance {max_distance} must be 0..32")
-    h = dataset_hashes(root, compute)
+    h = dataset_hashes(root, compute, split)
+    if against is None and against_split is not None:
+        against = root
     if against is None:
         groups = dupe_groups(h, max_distance)
-        doc: dict[str, Any] = {"root": str(root), "samples": len(h), "max_distance": max_distance}
+        doc: dict[str, Any] = {"root": _named(root, split), "samples": len(h)}
+        doc["max_distance"] = max_distance
         doc["groups"] = [vars(g) for g in groups]
         typer.echo(json.dumps(doc, indent=1) if as_json else _groups_text(doc))
         return
-    other = dataset_hashes(against, compute)
+    other = dataset_hashes(against, compute, against_split)
     pairs = [
         {"index": i, "path": h.paths[i], "against_index": j, "against_path": other.paths[j]}
         | {"distance": d}
         for i, j, d in leakage(h, other, max_distance)
     ]
-    doc = {"root": str(root), "against": str(against), "samples": len(h)}
+    doc = {"root": _named(root, split), "against": _named(against, against_split)}
+    doc["samples"] = len(h)
     doc |= {"against_samples": len(other), "max_distance": max_distance, "pairs": pairs}
     typer.echo(json.dumps(doc, indent=1) if as_json else _pairs_text(doc))
+
+
+def _named(root: Path, split: str | None) -> str:
+    """ROOT, or ROOT [split] when one split of it is read."""
+    return str(root) if split is None else f"{root} [{split}]"
 
 
 def _groups_text(doc: dict[str, Any]) -> str:

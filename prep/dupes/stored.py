@@ -11,7 +11,7 @@ from typing import TypeVar
 import numpy as np
 
 from loaders.fields import decode_source
-from loaders.format import OFFSETS, FormatError, array_name, read_manifest
+from loaders.format import OFFSETS, FormatError, Shard, array_name, read_manifest
 from loaders.store import ShardStore
 from prep.dupes.hashing import DIGEST_BYTES, phash, pixel_digest, thumbnail
 from prep.errors import PrepError
@@ -32,15 +32,29 @@ class Hashes:
         return len(self.phash)
 
 
-def dataset_hashes(root: str | Path, compute: bool = False) -> Hashes:
-    """The hashes `prep pack` stored in the dataset at `root`. A dataset packed without them:
-    computed from its stored pixels when `compute` (the pHash from the largest size: close to,
-    not equal to, what pack stores; the digest from the smallest, as pack makes it), else
-    PrepError."""
-    return read_hashes(Path(root), compute)
+def dataset_hashes(root: str | Path, compute: bool = False, split: str | None = None) -> Hashes:
+    """The hashes `prep pack` stored in the dataset at `root` (of its split `split` only, in
+    that split's sample order, as `ImageShardDataset(root, split=split)` indexes it). A
+    dataset packed without them: computed from its stored pixels when `compute` (the pHash
+    from the largest size: close to, not equal to, what pack stores; the digest from the
+    smallest, as pack makes it), else PrepError."""
+    return read_hashes(Path(root), compute, split)
 
 
-def read_hashes(root: Path, compute: bool) -> Hashes:
+def _split_shards(root: Path, shards: list[Shard], split: str | None) -> list[int]:
+    """The indices of the shards of `split` (None: all); PrepError naming the splits there are
+    when it has none."""
+    chosen = [i for i, s in enumerate(shards) if split in (None, s.split)]
+    if split is not None and not chosen:
+        have = sorted({str(s.split) for s in shards if s.split is not None})
+        raise PrepError(
+            f"{root} has no split {split!r}. HINT: pass one of its splits "
+            f"({', '.join(have) or 'none: it was packed without --splits or --val-fraction'})"
+        )
+    return chosen
+
+
+def read_hashes(root: Path, compute: bool, split: str | None = None) -> Hashes:
     try:
         m = read_manifest(root)
     except FileNotFoundError as e:
@@ -59,8 +73,8 @@ def read_hashes(root: Path, compute: bool) -> Hashes:
             "or pack it again"
         )
     store = ShardStore(root, m.kind)
-    shards = range(len(m.shards))
-    paths = _paths(store)
+    shards = _split_shards(root, m.shards, split)
+    paths = _paths(store, shards)
     if stored:
         ph = [np.asarray(store.array(s, "phash"), dtype=np.uint64) for s in shards]
         dg = [np.asarray(store.array(s, "digest"), dtype=np.uint8) for s in shards]
@@ -69,7 +83,7 @@ def read_hashes(root: Path, compute: bool) -> Hashes:
 
         big, small = max(m.sizes()), min(m.sizes())
         ph, dg = [], []
-        bar = progress(m.num_samples, "img", "hash")  # shown on a terminal only
+        bar = progress(sum(m.shards[s].count for s in shards), "img", "hash")  # on a terminal
         for s in shards:
             pairs = zip(_pixels(store, s, big), _pixels(store, s, small), strict=True)
             for chunk in _chunks(pairs, CHUNK):
@@ -83,15 +97,15 @@ def read_hashes(root: Path, compute: bool) -> Hashes:
     return Hashes(phashes, digests.reshape(-1, DIGEST_BYTES), paths)
 
 
-def _paths(store: ShardStore) -> list[str]:
+def _paths(store: ShardStore, shards: list[int]) -> list[str]:
     """Each sample's stored source path; "#i" (its index) for a dataset packed without."""
-    shards = store.manifest.shards
+    counts = [store.manifest.shards[s].count for s in shards]
     if "source" not in store.manifest.arrays:
-        return [f"#{i}" for i in range(sum(s.count for s in shards))]
+        return [f"#{i}" for i in range(sum(counts))]
     out = []
-    for s, shard in enumerate(shards):
+    for s, count in zip(shards, counts, strict=True):
         data, off = _ragged(store, s, "source")
-        out += [decode_source(data[off[k] : off[k + 1]]) for k in range(shard.count)]
+        out += [decode_source(data[off[k] : off[k + 1]]) for k in range(count)]
     return out
 
 
