@@ -40,7 +40,8 @@ class ClipDataset(DecodingDataset):
     i % clips_per_video of video i // clips_per_video, at evenly spaced starts. `crop` (a
     loaders crop: CenterCrop, RandomResizedCrop) resizes every clip to one shape: needed when
     the frames were packed with mode short or keep (their own shapes). `flip`: mirror each
-    clip with probability 1/2, drawn like the crop."""
+    clip with probability 1/2, drawn like the crop. `decode="cuda"` decodes JPEG frames with
+    nvJPEG into CUDA tensors; raw frames are copied on the CPU whatever `decode` says."""
 
     kind = "samples"
 
