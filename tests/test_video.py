@@ -4,8 +4,10 @@ frame rate, rotation, clips for any worker count, every reject, the same bytes f
 from __future__ import annotations
 
 import json
+import shutil
 from fractions import Fraction
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import cv2
@@ -89,13 +91,27 @@ def test_modes_give_pack_shapes(mode: str):
     and fill crops (no border)."""
     rng = np.random.default_rng(4)
     img = rng.integers(1, 256, (48, 80, 3), dtype=np.uint8)
-    for rotation, hw in ((0, (48, 80)), (90, (80, 48))):
+    for rotation, hw in ((90, (80, 48)), (0, (48, 80))):
         out = fit_frame(img, rotation, 32, mode)
         assert out.shape == (*frame_size(*hw, 32, mode), 3) and out.dtype == np.uint8
     want = {"short": (32, 53), "fill": (32, 32), "fit": (32, 32), "keep": (19, 32)}[mode]
-    out = fit_frame(img, 0, 32, mode)
     assert out.shape[:2] == want
     assert (out[0].max() == 0) == (mode == "fit") and out[16].min() > 0
+
+
+def test_a_resolution_change_keeps_the_first_shape():
+    """A stream that changes resolution part way (spliced recordings) stores every frame at the
+    first frame's shape: one (h, w) a video, as the Video field requires."""
+    from prep.kinds.video.decode import _pick
+
+    def frame(h: int, w: int) -> Any:
+        img = np.full((h, w, 3), 100, np.uint8)
+        return SimpleNamespace(rotation=0, to_ndarray=lambda format: img)
+
+    frames = [(k / 8, 1 / 8, frame(48, 64) if k < 3 else frame(90, 160)) for k in range(6)]
+    out, end, _, n = _pick(iter(frames), 8.0, 32, "short")
+    assert n == 6 and end == pytest.approx(0.75) and len(out) == 6
+    assert {f.shape for f in out} == {(32, 43, 3)}
 
 
 def test_rotation_is_applied(clips: Path, packed: Path):
@@ -131,22 +147,24 @@ def test_clips_same_for_0_and_2_workers(clips: Path, tmp_path: Path):
     assert not torch.equal(ds.__getitems__([0, 1]).tensors[0], zero[0])
 
 
+def _clips_at(ds: ClipDataset, epoch: int) -> list[torch.Tensor]:
+    ds.set_epoch(epoch)
+    return list(ds.__getitems__([0, 1]).tensors[0].float())
+
+
 @pytest.mark.parametrize("codec", ["raw", "jpeg"])
 def test_one_crop_and_flip_a_clip(tmp_path: Path, codec: str):
     """Videos of one still textured frame: every frame of a clip is the same crop of it, flipped
     or not alike, while clips of other epochs get other crops."""
-    rng = np.random.default_rng(5)
+    rng, src = np.random.default_rng(5), tmp_path / "src"
+    src.mkdir()
     for k in range(2):
         small = rng.integers(0, 256, (6, 9, 3), dtype=np.uint8)
         still = cv2.resize(small, (96, 64), interpolation=cv2.INTER_CUBIC)
-        (tmp_path / "src").mkdir(exist_ok=True)
-        write_clip(tmp_path / "src" / f"{k}.mp4", [still] * 12)
-    pack(tmp_path / "src", tmp_path / "out", mode="fill", codec=codec)
+        write_clip(src / f"{k}.mp4", [still] * 12)
+    pack(src, tmp_path / "out", mode="fill", codec=codec)
     ds = ClipDataset(tmp_path / "out", frames=4, crop=RandomResizedCrop(24), flip=True)
-    clips = []
-    for epoch in range(6):
-        ds.set_epoch(epoch)
-        clips += list(ds.__getitems__([0, 1]).tensors[0].float())
+    clips = [c for e in range(6) for c in _clips_at(ds, e)]
     for clip in clips:
         assert (clip - clip[0]).abs().mean() < 2  # one box and one flip for all 4 frames
     firsts = torch.stack([c[0] for c in clips[::2]])  # video 0 in each epoch
@@ -194,14 +212,8 @@ def _bad_inputs(root: Path, good: Path) -> dict[str, str]:
         _audio(c)
     _one_timestamp(root / "still.mkv")
     write_clip(root / "ok.mp4", shape_frames(np.random.default_rng(1), "up", 8))
-    return {
-        "empty.mp4": "empty",
-        "junk.mp4": "corrupt",
-        "truncated.mp4": "truncated",
-        "audio.mkv": "no_video",
-        "silent.mkv": "no_frames",
-        "still.mkv": "zero_fps",
-    }
+    expected = {"empty.mp4": "empty", "junk.mp4": "corrupt", "truncated.mp4": "truncated"}
+    return expected | {"audio.mkv": "no_video", "silent.mkv": "no_frames", "still.mkv": "zero_fps"}
 
 
 def _audio(c: Any) -> None:
@@ -221,8 +233,7 @@ def _one_timestamp(path: Path) -> None:
         for img in shape_frames(np.random.default_rng(2), "up", 4):
             packets += s.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(img[:32, :32])))
         for p in [*packets, *s.encode()]:
-            p.pts = p.dts = 0
-            p.time_base = Fraction(1, 10)
+            p.pts, p.dts, p.time_base = 0, 0, Fraction(1, 10)
             c.mux(p)
 
 
@@ -275,8 +286,6 @@ def test_train_video_example_learns(packed: Path, capsys: pytest.CaptureFixture[
 def test_open_refuses_frame_ends_that_do_not_fit(packed: Path, tmp_path: Path):
     """A frame_ends array that no longer steps by whole raw frames is a FormatError at open
     (the Video field's checks)."""
-    import shutil
-
     from loaders import FormatError, load_manifest
 
     out = tmp_path / "broken"

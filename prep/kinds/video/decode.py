@@ -142,11 +142,15 @@ def _emit(
     size: int,
     mode: str,
 ) -> tuple[int, np.ndarray]:
-    """Append frame `shown` (number, frame) to `out`, converted once however often it shows."""
+    """Append frame `shown` (number, frame) to `out`, converted once however often it shows.
+    A stream whose resolution changes part way keeps its first frame's stored shape."""
     if fitted is None or fitted[0] != shown[0]:
         with stage("resize"):
             rgb = shown[1].to_ndarray(format="rgb24")
-            fitted = shown[0], fit_frame(rgb, rotation, size, mode)
+            img = fit_frame(rgb, rotation, size, mode)
+            if out and img.shape != out[0].shape:
+                img = np.ascontiguousarray(resize(img, out[0].shape[:2]))
+            fitted = shown[0], img
     out.append(fitted[1])
     return fitted
 
