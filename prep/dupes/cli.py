@@ -46,9 +46,14 @@ def dupes(
 
     if not 0 <= max_distance <= 32:
         raise UsageError(f"--max-distance {max_distance} must be 0..32")
-    h = dataset_hashes(root, compute, split)
     if against is None and against_split is not None:
+        if split in (None, against_split):  # every sample of the split would be its own twin
+            raise UsageError(
+                f"--against-split {against_split} compares ROOT with itself. "
+                "HINT: pass --split too (--split train --against-split val)"
+            )
         against = root
+    h = dataset_hashes(root, compute, split)
     if against is None:
         groups = dupe_groups(h, max_distance)
         doc: dict[str, Any] = {"root": _named(root, split), "samples": len(h)}
