@@ -160,6 +160,8 @@ def test_leakage_between_splits_of_one_dataset(
     assert res.exit_code == 1 and "(train, val)" in res.output
     res = CliRunner().invoke(app, ["dupes", str(out), "--against-split", "val"])
     assert res.exit_code == 2 and "--split train" in res.output
+    res = CliRunner().invoke(app, ["dupes", str(out), "--against", str(out), "--split", "val"])
+    assert res.exit_code == 2 and "against itself" in res.output
 
 
 def test_dataset_without_hashes(raw_demo: Path, tmp_path: Path, pack_to: PackFn) -> None:

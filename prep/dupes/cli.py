@@ -46,13 +46,7 @@ def dupes(
 
     if not 0 <= max_distance <= 32:
         raise UsageError(f"--max-distance {max_distance} must be 0..32")
-    if against is None and against_split is not None:
-        if split in (None, against_split):  # every sample of the split would be its own twin
-            raise UsageError(
-                f"--against-split {against_split} compares ROOT with itself. "
-                "HINT: pass --split too (--split train --against-split val)"
-            )
-        against = root
+    against = _other(root, against, split, against_split)
     h = dataset_hashes(root, compute, split)
     if against is None:
         groups = dupe_groups(h, max_distance)
@@ -71,6 +65,22 @@ def dupes(
     doc["samples"] = len(h)
     doc |= {"against_samples": len(other), "max_distance": max_distance, "pairs": pairs}
     typer.echo(json.dumps(doc, indent=1) if as_json else _pairs_text(doc))
+
+
+def _other(root: Path, against: Path | None, split: str | None, other: str | None) -> Path | None:
+    """The dataset to compare ROOT with (ROOT itself when only --against-split is given), or
+    None; a UsageError where every sample would be its own twin."""
+    from prep.errors import UsageError
+
+    if against is None and other is not None:
+        against = root
+    same = against is not None and against.resolve() == root.resolve()
+    if same and (split is None or other is None or split == other):
+        raise UsageError(
+            f"{root} against itself. HINT: name two splits of it (--split train "
+            "--against-split val), or run prep dupes ROOT alone for its groups"
+        )
+    return against
 
 
 def _named(root: Path, split: str | None) -> str:
