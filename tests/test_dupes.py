@@ -208,3 +208,7 @@ def test_copies_of_one_hash_are_searched_once(monkeypatch: pytest.MonkeyPatch) -
 
 def test_max_distance_default_is_the_measured_one() -> None:
     assert PackConfig().max_distance == DEFAULT_DISTANCE
+    res = CliRunner().invoke(app, ["dupes", "--help"])
+    text = " ".join(res.output.replace("│", " ").split())
+    assert res.exit_code == 0 and "Example: prep dupes" in text
+    assert f"(default: {DEFAULT_DISTANCE})" in text and "[default:" not in text

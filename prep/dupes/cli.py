@@ -18,7 +18,12 @@ def dupes(
         typer.Option(help="Another packed dataset (val, test): list ROOT x AGAINST pairs instead."),
     ] = None,
     max_distance: Annotated[
-        int, typer.Option(help="The most bits of 64 two perceptual hashes may differ in.")
+        int,
+        typer.Option(
+            help="The most bits of 64 two perceptual hashes may differ in, 0..32. "
+            f"(default: {DEFAULT_DISTANCE})",
+            show_default=False,
+        ),
     ] = DEFAULT_DISTANCE,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON, for scripts.")] = False,
     compute: Annotated[
