@@ -176,6 +176,13 @@ def test_dataset_without_hashes(raw_demo: Path, tmp_path: Path, pack_to: PackFn)
     np.testing.assert_array_equal(stored.digest, h.digest)  # the same stored pixels' sha256
     res = CliRunner().invoke(app, ["dupes", str(out)])
     assert res.exit_code == 1 and "--hash" in res.output
+    gray = tmp_path / "gray"  # one-channel JPEG samples decode as one channel
+    pack_to(raw_demo / "images", gray, sizes=[32], hashes=False, limit=6, gray=True, codec="jpeg")
+    from loaders.store import ShardStore
+    from prep.dupes.stored import _pixels
+
+    assert next(_pixels(ShardStore(gray, "images"), 0, 32)).shape == (32, 32, 1)
+    assert len(set(dataset_hashes(gray, compute=True).phash.tolist())) == 6
 
 
 def test_copies_of_one_hash_are_searched_once(monkeypatch: pytest.MonkeyPatch) -> None:

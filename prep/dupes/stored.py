@@ -132,7 +132,7 @@ def _pixels(store: ShardStore, shard: int, size: int) -> Iterator[np.ndarray]:
         import simplejpeg
 
         try:
-            yield simplejpeg.decode_jpeg(raw.tobytes(), "RGB")
+            yield simplejpeg.decode_jpeg(raw.tobytes(), "GRAY" if spec.shape[-1] == 1 else "RGB")
         except ValueError as e:
             raise FormatError(f"shard {shard}: sample {k} of {name} is not a JPEG ({e})") from e
 
