@@ -53,7 +53,9 @@ def makefile_commands(makefile: Path) -> list[tuple[list[str], list[str]]]:
         head = re.match(r"^([\w./-]+):(.*)$", line)
         if head:
             target = head.group(1)
-            files = [p for p in head.group(2).split() if "$" not in p and "/" in p]
+            # source files only: another rule's .done stamp is made by that rule, not here
+            words = head.group(2).split()
+            files = [p for p in words if "$" not in p and "/" in p and not p.endswith(".done")]
             recipes[target] = ([], files)
         elif line.startswith("\t") and target is not None:
             recipes[target][0].append(line.strip())
