@@ -7,14 +7,14 @@ import importlib
 import signal
 import threading
 from collections.abc import Callable
-from pathlib import Path
-from typing import Annotated, Any, Optional, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
 
 from loaders.format import FormatError
 from prep import options
 from prep.config import RunConfig
+from prep.democmd import demo
 from prep.dupes.cli import dupes
 from prep.errors import PrepError, UsageError
 from prep.importers.cli import app as import_app
@@ -27,7 +27,6 @@ from prep.kinds.table.config import TableConfig
 from prep.kinds.text.config import TokenizeConfig
 from prep.kinds.video.config import VideoConfig
 from prep.kinds.volumes.config import VolumeConfig
-from prep.options import QuietOpt
 from prep.run.profile import IMAGE_STAGES, TEXT_STAGES
 from prep.version import __version__
 
@@ -71,11 +70,6 @@ def friendly(fn: F) -> F:
 
 def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
-
-
-JobsOpt = Annotated[
-    Optional[int], typer.Option("--jobs", "-j", help="Worker processes (0: all cores).")
-]
 
 
 def _pack(name: str, doc: str, gray: bool | None = None, one_size: bool = False) -> None:
@@ -223,73 +217,7 @@ for _name, _entry in KINDS.items():
     _kind(_name, *_entry)
 
 
-@app.command()
-@friendly
-def demo(
-    raw: Annotated[
-        Optional[Path], typer.Argument(help="Folder to write the raw demo data into.")
-    ] = None,
-    count: Annotated[int, typer.Option(help="Number of images.")] = 64,
-    seed: Annotated[int, typer.Option(help="Same seed, same bytes.")] = 0,
-    max_side: Annotated[int, typer.Option(help="Largest image side in px.")] = 4032,
-    jobs: JobsOpt = None,
-    quiet: QuietOpt = False,
-    volumes: Annotated[
-        Optional[Path], typer.Option(help="Also write CT-like NIfTI phantoms with labels here.")
-    ] = None,
-    video: Annotated[
-        Optional[Path], typer.Option(help="Also write short clips of moving shapes here (PyAV).")
-    ] = None,
-    audio: Annotated[
-        Optional[Path], typer.Option(help="Also write tones, chirps and noise in class folders.")
-    ] = None,
-) -> None:
-    """Write a deterministic demo raw dataset: class folders of photo-like images, masks, text.
-
-    Example: prep demo data/demo-raw --count 64 --seed 0; prep demo --volumes data/demo-ct
-    """
-    import os
-
-    from prep.demo import make_demo
-
-    if volumes is not None:
-        from prep.kinds.volumes.phantoms import make_phantoms
-
-        if volumes.exists() and not volumes.is_dir():
-            raise PrepError(f"{volumes} is a file, not a folder. HINT: name a new folder")
-        n = len(make_phantoms(volumes, seed=seed)) // 2
-        typer.echo(
-            f"{volumes}: {n} CT phantoms (one a DICOM series) in {volumes / 'images'}, "
-            f"labels in {volumes / 'labels'}"
-        )
-    if video is not None:
-        from prep.kinds.video.demo import make_video_demo
-
-        if video.exists() and not video.is_dir():
-            raise PrepError(f"{video} is a file, not a folder. HINT: name a new folder")
-        n = len(make_video_demo(video, seed=seed))
-        typer.echo(f"{video}: {n} clips of moving shapes in class folders (one VFR, one rotated)")
-    if audio is not None:
-        from prep.kinds.audio.demo import make_audio_demo
-
-        if audio.exists() and not audio.is_dir():
-            raise PrepError(f"{audio} is a file, not a folder. HINT: name a new folder")
-        n = len(make_audio_demo(audio, seed=seed))
-        typer.echo(f"{audio}: {n} sound files (wav, flac, ogg, mp3) in class folders")
-    if raw is None:
-        if volumes is None and video is None and audio is None:
-            raise UsageError(
-                "prep demo needs RAW, --volumes DIR, --video DIR, --audio DIR, or some of them"
-            )
-        return
-    if raw.exists() and not raw.is_dir():
-        raise PrepError(f"{raw} is a file, not a folder. HINT: name a new folder for the demo")
-    make_demo(raw, count, seed, jobs or os.cpu_count() or 1, max_side, not quiet)
-    typer.echo(
-        f"{raw}: {count} images in {raw / 'images'}, masks in {raw / 'masks'}, "
-        f"text in {raw / 'text'}; import sources: coco.json, captions.csv, hf/, wds/, tree/"
-    )
-
+app.command()(friendly(demo))  # the demo data (prep.democmd)
 
 # info, verify, preview, tune: the commands that look at a packed dataset (prep.inspect).
 for _look in (inspect.info, inspect.verify, inspect.preview, inspect.tune, html_report):

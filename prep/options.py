@@ -75,6 +75,9 @@ ConfigOpt = Annotated[
         "--config", "-c", help="TOML config; default configs/default.toml when SRC is not given."
     ),
 ]
+JobsOpt = Annotated[
+    Optional[int], typer.Option("--jobs", "-j", help="Worker processes (0: all cores).")
+]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
 ProfileOpt = Annotated[
     bool, typer.Option("--profile", help="After the summary, print where the time went per stage.")
