@@ -150,3 +150,22 @@ def read_rows(src: Path) -> list[tuple[int, Any]]:
             f"{src}: cannot read the list ({e}). HINT: a CSV with a header row or "
             "JSON lines with a 'path' key"
         ) from e
+
+
+def class_folders(
+    files: list[tuple[str, Path]], what: str
+) -> tuple[list[tuple[str, Path, int | None]], list[str] | None, list[dict[str, Any]]]:
+    """Labels from class sub-folders, as torchvision's ImageFolder gives them: each of `files`
+    (from `walk`) as (rel, path, label), its label the index of its first folder among the
+    sorted folder names; those names (None without sub-folders, and no labels); and a `no_class`
+    reject for each `what` (a noun) beside the class folders."""
+    classes = sorted({rel.split("/", 1)[0] for rel, _ in files if "/" in rel})
+    if not classes:
+        return [(rel, path, None) for rel, path in files], None, []
+    label_of = {c: i for i, c in enumerate(classes)}
+    labelled: list[tuple[str, Path, int | None]] = [
+        (rel, p, label_of[rel.split("/", 1)[0]]) for rel, p in files if "/" in rel
+    ]
+    why = f"{what} beside class folders: move it into one, or list it in a CSV"
+    strays = [reject_record(rel, "no_class", why) for rel, _ in files if "/" not in rel]
+    return labelled, classes, strays

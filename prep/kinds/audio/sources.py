@@ -11,7 +11,7 @@ from typing import Any
 from prep.errors import PrepError
 from prep.kinds.images.sources import list_file
 from prep.kinds.volumes import targets as tg
-from prep.run.inputs import reject_record, walk
+from prep.run.inputs import class_folders, reject_record, walk
 
 # libsndfile's formats first, then what FFmpeg decodes (AAC, WMA, AMR, AC-3, Matroska audio).
 AUDIO_EXTS = frozenset(
@@ -66,17 +66,8 @@ def stem(rel: str) -> str:
 
 def _folder(src: Path) -> tuple[list[Clip], list[str] | None, list[dict[str, Any]]]:
     files, rejects = walk(src, AUDIO_EXTS)
-    nested = any("/" in rel for rel, _ in files)
-    classes = sorted({rel.split("/", 1)[0] for rel, _ in files if "/" in rel}) or None
-    clips = []
-    for rel, path in files:
-        if nested and "/" not in rel:
-            why = "sound file beside class folders: move it into one, or list it in a CSV"
-            rejects.append(reject_record(rel, "no_class", why))
-        else:
-            label = classes.index(rel.split("/", 1)[0]) if classes else None
-            clips.append(Clip(rel, path, label))
-    return clips, classes, rejects
+    labelled, classes, strays = class_folders(files, "sound file")
+    return [Clip(rel, path, label) for rel, path, label in labelled], classes, rejects + strays
 
 
 def _rows(

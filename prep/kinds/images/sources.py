@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from prep.errors import PrepError
-from prep.run.inputs import INTEGER, check_file, read_rows, reject_record, walk
+from prep.run.inputs import INTEGER, check_file, class_folders, read_rows, reject_record, walk
 
 IMAGE_EXTS = frozenset(
     [
@@ -79,20 +79,8 @@ def fingerprint(items: list[Item]) -> list[tuple[str, int, int]]:
 def list_folder(src: Path) -> tuple[list[Item], list[str] | None, list[dict[str, Any]]]:
     """Class sub-folders (sorted names, like torchvision's ImageFolder) or a flat folder."""
     files, rejects = walk(src, IMAGE_EXTS)
-    top = [rel for rel, _ in files if "/" not in rel]
-    has_classes = any("/" in rel for rel, _ in files)
-    if not has_classes:
-        return [Item(p, rel) for rel, p in files], None, rejects
-    classes = sorted({rel.split("/", 1)[0] for rel, _ in files if "/" in rel})
-    label_of = {c: i for i, c in enumerate(classes)}
-    items = [Item(p, rel, label_of[rel.split("/", 1)[0]]) for rel, p in files if "/" in rel]
-    for rel in top:
-        rejects.append(
-            reject_record(
-                rel, "no_class", "image beside class folders: move it into one, or list it in a CSV"
-            )
-        )
-    return items, classes, rejects
+    labelled, classes, strays = class_folders(files, "image")
+    return [Item(p, rel, label) for rel, p, label in labelled], classes, rejects + strays
 
 
 MAX_LABEL = 2**31 - 1  # the largest class id: it fits int32, and every label dtype we store

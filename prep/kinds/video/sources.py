@@ -8,7 +8,7 @@ from typing import Any
 
 from prep.errors import PrepError
 from prep.kinds.images.sources import Item, list_file
-from prep.run.inputs import reject_record, walk
+from prep.run.inputs import class_folders, walk
 
 VIDEO_EXTS = frozenset(
     [
@@ -44,16 +44,9 @@ def list_videos(
             )
         return list_file(src, limit)
     files, rejects = walk(src, VIDEO_EXTS)
-    nested = any("/" in rel for rel, _ in files)
-    classes = sorted({rel.split("/", 1)[0] for rel, _ in files if "/" in rel}) or None
-    items: list[Item] = []
-    for rel, path in files:
-        if nested and "/" not in rel:
-            why = "video beside class folders: move it into one, or list it in a CSV"
-            rejects.append(reject_record(rel, "no_class", why))
-        else:
-            label = classes.index(rel.split("/", 1)[0]) if classes else None
-            items.append(Item(path, rel, label))
+    labelled, classes, strays = class_folders(files, "video")
+    items = [Item(path, rel, label) for rel, path, label in labelled]
+    rejects += strays
     if limit is not None:
         items = items[:limit]
     return items, classes, rejects
