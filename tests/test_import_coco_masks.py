@@ -15,20 +15,7 @@ from typer.testing import CliRunner
 from loaders import CenterCrop, SampleDataset
 from loaders.format import read_manifest
 from prep.cli import app
-
-
-def rle_string(counts: list[int]) -> str:
-    """COCO's compressed RLE, written out here: 5-bit groups from '0', 0x20 for more, a sign
-    bit; from the fourth count on, the difference from the count two before."""
-    out = []
-    for i, x in enumerate(counts):
-        x = x - counts[i - 2] if i > 2 else x
-        more = True
-        while more:
-            c, x = x & 0x1F, x >> 5
-            more = x != -1 if c & 0x10 else x != 0
-            out.append(chr((c | 0x20 if more else c) + 48))
-    return "".join(out)
+from prep.importers.coco_masks import rle_encode
 
 
 def runs(mask: np.ndarray) -> list[int]:
@@ -49,7 +36,7 @@ def test_masks_from_polygons_and_rle_land_on_their_pixels(tmp_path: Path) -> Non
         ann["segmentation"] = [
             [[x, y, x + bw, y, x + bw, y + bh, x, y + bh]],  # a polygon
             {"counts": runs(mask), "size": [h, w]},  # RLE
-            {"counts": rle_string(runs(mask)), "size": [h, w]},  # compressed RLE
+            rle_encode(mask),  # compressed RLE
         ][i]
     src.write_text(json.dumps(data))
     result = run_import(src, tmp_path / "ds", "--sizes", "64", "--masks")
@@ -142,3 +129,11 @@ def test_the_demo_masks_from_rle_equal_prep_packs_masks(
             j = where[row["path"].removeprefix("images/")]
             want = ref.__getitems__([j]).tensors[0][0]
             assert np.array_equal(ours.__getitems__([i])["mask"][0].numpy(), want.numpy())
+
+
+def test_compressed_rle_against_counts_worked_by_hand() -> None:
+    # counts 0, 40, 3, 100: the 4th is sent as 100 - 40 = 60, two 5-bit groups; 40 needs two too
+    mask = np.ones((143, 1), np.uint8)
+    mask[40:43] = 0
+    assert rle_encode(mask) == {"counts": "0X13l1", "size": [143, 1]}
+    assert rle_encode(np.array([[0, 1], [0, 1], [1, 0]], np.uint8))["counts"] == "231"
