@@ -24,6 +24,7 @@ UNSIGNED = ("uint8", "uint16", "uint32", "uint64")
 # The largest side in px of a sized pixel field: prep's largest --sizes, and what a reader may
 # allocate a batch for before any file is read (hw stores sides as uint16).
 MAX_SIDE = 16384
+VIDEO_MODES = ("short", "fill", "fit", "keep")  # video frames; short: the shorter side to size
 NUMBERS = ("float32", "float16", "int8", "int16", "int32", "int64", *UNSIGNED)
 
 

@@ -8,19 +8,28 @@ import sys
 from pathlib import Path
 
 
-def modules_after(code: str) -> set[str]:
+def modules_after(code: str, whole: bool = False) -> set[str]:
+    """The packages `code` leaves imported (their full module names where `whole`)."""
     out = subprocess.run(
         [sys.executable, "-c", f"{code}\nimport sys\nprint(' '.join(sys.modules))"],
         check=True,
         capture_output=True,
         text=True,
     ).stdout
-    return {m.split(".")[0] for m in out.split()}
+    return set(out.split()) if whole else {m.split(".")[0] for m in out.split()}
 
 
 def test_prep_cli_does_not_import_torch() -> None:
     mods = modules_after("from prep.cli import app")
     assert "torch" not in mods and "cv2" not in mods and "tokenizers" not in mods
+
+
+def test_prep_cli_imports_no_command_work() -> None:
+    # start-up counts at every command: duplicate search, the samples registry and the shard
+    # store load when a command runs, not when `prep --help` lists it
+    mods = modules_after("from prep.cli import app", whole=True)
+    heavy = {"prep.dupes.stored", "prep.dupes.groups", "loaders.samples", "loaders.store"}
+    assert not mods & heavy, mods & heavy
 
 
 def test_loaders_import_no_prep_side_libraries() -> None:

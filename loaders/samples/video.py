@@ -17,10 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from loaders.fields import VIDEO_MODES
 from loaders.format.spec import ArraySpec, array_name
 from loaders.samples.fields import Reading, SampleField, sized
-
-VIDEO_MODES = ("short", "fill", "fit", "keep")  # short: the shorter side to size, no crop
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,11 @@
 sha256 of its smallest stored pixels (`digest`: equal for exact duplicates). `near_pairs` finds
 every pair within a Hamming distance well under quadratic time (prep.dupes.search);
 `dupe_groups` links them into groups, `leakage` lists the pairs between two datasets (train and
-val).
+val). Those two and the stored hashes' reader load when first used: `prep --help` and `prep pack`
+need none of them.
 
 >>> import numpy as np
+>>> from prep.dupes import Hashes, dupe_groups
 >>> h = Hashes(np.array([5, 7, 1 << 40], np.uint64), np.zeros((3, 32), np.uint8), ["a", "b", "c"])
 >>> h.digest[2] = 1  # a, b: the same pixels; c: other pixels
 >>> [(g.members, g.distances) for g in dupe_groups(h, max_distance=2)]
@@ -15,19 +17,24 @@ val).
 
 from __future__ import annotations
 
-import numpy as np
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from prep.dupes.groups import DEFAULT_DISTANCE, Group, dupe_groups, leakage
-from prep.dupes.search import near_pairs as _near_pairs
-from prep.dupes.stored import Hashes, dataset_hashes
+from prep.dupes.search import DEFAULT_DISTANCE, near_pairs
+
+if TYPE_CHECKING:
+    from prep.dupes.groups import Group, dupe_groups, leakage
+    from prep.dupes.stored import Hashes, dataset_hashes
+
+_HOME = {"Group": "groups", "dupe_groups": "groups", "leakage": "groups"}
+_HOME |= {"Hashes": "stored", "dataset_hashes": "stored"}
 
 
-def near_pairs(
-    a: np.ndarray, b: np.ndarray | None = None, max_distance: int = DEFAULT_DISTANCE
-) -> np.ndarray:
-    """(K, 3) int64 rows (i, j, distance), sorted: pairs within `a` (i < j), or between `a`
-    and `b` (i in a, j in b), at most `max_distance` bits apart."""
-    return _near_pairs(a, b, max_distance)
+def __getattr__(name: str) -> Any:
+    """The names of `_HOME`, each imported from its module on first use."""
+    if name not in _HOME:
+        raise AttributeError(f"module 'prep.dupes' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"prep.dupes.{_HOME[name]}"), name)
 
 
 __all__ = [

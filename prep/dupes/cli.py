@@ -8,7 +8,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from prep.dupes.groups import DEFAULT_DISTANCE
+from prep.dupes.search import DEFAULT_DISTANCE
 
 
 def dupes(

@@ -6,10 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from prep.dupes.search import near_pairs
+from prep.dupes.search import DEFAULT_DISTANCE, near_pairs
 from prep.dupes.stored import Hashes
-
-DEFAULT_DISTANCE = 6  # bits of 64: README "Near-duplicates and leakage" has the measurements
 
 
 @dataclass

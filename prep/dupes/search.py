@@ -29,6 +29,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+DEFAULT_DISTANCE = 6  # bits of 64: README "Near-duplicates and leakage" has the measurements
+
 SORT_NS, PAIR_NS = 60.0, 12.0  # ns per element sorted, per candidate pair compared (measured)
 BITS = 64
 THREADED = 100_000  # hashes from which the tables run on threads
@@ -142,7 +144,10 @@ def brute_force(a: np.ndarray, b: np.ndarray, d: int, chunk: int = 2048) -> np.n
 
 
 def near_pairs(
-    a: np.ndarray, b: np.ndarray | None = None, max_distance: int = 6, method: str = "auto"
+    a: np.ndarray,
+    b: np.ndarray | None = None,
+    max_distance: int = DEFAULT_DISTANCE,
+    method: str = "auto",
 ) -> np.ndarray:
     """(K, 3) int64 rows (i, j, distance) sorted by (i, j): pairs within `a` (i < j), or
     between `a` and `b` (i in a, j in b), at most `max_distance` bits apart."""

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from loaders.fields import VIDEO_MODES
 from loaders.format import STORAGES
-from loaders.samples.video import VIDEO_MODES
 from prep.config import RunConfig, check, choice, opt
 
 
