@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-DEFAULT_DISTANCE = 6  # bits of 64: README "Near-duplicates and leakage" has the measurements
+DEFAULT_DISTANCE = 4  # bits of 64: README "Near-duplicates and leakage" has the measurements
 
 SORT_NS, PAIR_NS = 60.0, 12.0  # ns per element sorted, per candidate pair compared (measured)
 BITS = 64

@@ -71,7 +71,7 @@ class PackConfig(RunConfig):
         "--drop-dupes/--keep-dupes",
     )
     max_distance: int = opt(
-        6,  # prep.dupes.DEFAULT_DISTANCE (tests/test_dupes.py holds them equal)
+        4,  # prep.dupes.DEFAULT_DISTANCE (tests/test_dupes.py holds them equal)
         "--drop-dupes: the most bits of 64 two perceptual hashes may differ in (0-32).",
     )
 
