@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
 
 import numpy as np
 
@@ -17,7 +17,6 @@ from prep.dupes.hashing import DIGEST_BYTES, phash, pixel_digest, thumbnail
 from prep.errors import PrepError
 
 CHUNK = 256  # images hashed at a time when computing from stored pixels
-T = TypeVar("T")
 
 
 @dataclass
@@ -30,15 +29,6 @@ class Hashes:
 
     def __len__(self) -> int:
         return len(self.phash)
-
-
-def dataset_hashes(root: str | Path, compute: bool = False, split: str | None = None) -> Hashes:
-    """The hashes `prep pack` stored in the dataset at `root` (of its split `split` only, in
-    that split's sample order, as `ImageShardDataset(root, split=split)` indexes it). A
-    dataset packed without them: computed from its stored pixels when `compute` (the pHash
-    from the largest size: close to, not equal to, what pack stores; the digest from the
-    smallest, as pack makes it), else PrepError."""
-    return read_hashes(Path(root), compute, split)
 
 
 def _split_shards(root: Path, shards: list[Shard], split: str | None) -> list[int]:
@@ -54,7 +44,13 @@ def _split_shards(root: Path, shards: list[Shard], split: str | None) -> list[in
     return chosen
 
 
-def read_hashes(root: Path, compute: bool, split: str | None = None) -> Hashes:
+def dataset_hashes(root: str | Path, compute: bool = False, split: str | None = None) -> Hashes:
+    """The hashes `prep pack` stored in the dataset at `root` (of its split `split` only, in
+    that split's sample order, as `ImageShardDataset(root, split=split)` indexes it). A
+    dataset packed without them: computed from its stored pixels when `compute` (the pHash
+    from the largest size: close to, not equal to, what pack stores; the digest from the
+    smallest, as pack makes it), else PrepError."""
+    root = Path(root)
     try:
         m = read_manifest(root)
     except FileNotFoundError as e:
@@ -86,7 +82,7 @@ def read_hashes(root: Path, compute: bool, split: str | None = None) -> Hashes:
         bar = progress(sum(m.shards[s].count for s in shards), "img", "hash")  # on a terminal
         for s in shards:
             pairs = zip(_pixels(store, s, big), _pixels(store, s, small), strict=True)
-            for chunk in _chunks(pairs, CHUNK):
+            while chunk := list(itertools.islice(pairs, CHUNK)):
                 got = _hash_chunk(chunk)
                 ph.append(got[0])
                 dg.append(got[1])
@@ -135,17 +131,6 @@ def _pixels(store: ShardStore, shard: int, size: int) -> Iterator[np.ndarray]:
             yield simplejpeg.decode_jpeg(raw.tobytes(), "GRAY" if spec.shape[-1] == 1 else "RGB")
         except ValueError as e:
             raise FormatError(f"shard {shard}: sample {k} of {name} is not a JPEG ({e})") from e
-
-
-def _chunks(items: Iterator[T], n: int) -> Iterator[list[T]]:
-    chunk: list[T] = []
-    for item in items:
-        chunk.append(item)
-        if len(chunk) == n:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
 
 
 def _hash_chunk(images: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
