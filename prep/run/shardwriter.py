@@ -176,10 +176,12 @@ def write_shard(
     specs: dict[str, ArraySpec],
     storage: str,
     staging: Path,
+    finish: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Encode `items` into shard `index` of `specs`' arrays under `staging` (`storage` npy or
     h5); return its record (the shard, and a reject record a refused input, named by `rel`).
-    A failed write leaves no file of the shard behind."""
+    `finish` adds what a kind keeps beside (pixel sums, the split) before the record is
+    written: what --resume reads back. A failed write leaves no file of the shard behind."""
     out = ShardFiles(staging, f"{index:05d}")
     rejects: list[dict[str, Any]] = []
     count = 0
@@ -200,6 +202,8 @@ def write_shard(
                     out.append(one)
     shard = out.publish(count, h5=storage == "h5")
     record = {"index": index, "shard": asdict(shard), "rejects": rejects}
+    if finish is not None:
+        finish(record)
     with stage("write"):
         write_record(staging, index, record)
     return record

@@ -31,7 +31,6 @@ from prep.kinds.images.stats import PixelSums, combine
 from prep.run.driver import Inputs, Kind, RunSummary, run, shard_size
 from prep.run.inputs import Reject
 from prep.run.shardwriter import write_shard
-from prep.run.staging import write_record
 from prep.run.tasks import shard_task
 
 PackSummary = RunSummary
@@ -143,11 +142,11 @@ def pack_shard(
     def encode(item: Item) -> dict[str, np.ndarray]:
         return encode_item(item, cfg, specs, sums, (phashes or {}).get(item.rel))
 
-    record = write_shard(index, items, encode, _rel, specs, cfg.format, staging)
-    record["shard"]["split"] = items[0].split if items else None  # a shard holds one split
-    record["stats"] = sums.record()
-    write_record(staging, index, record)  # again, with the sums: what --resume reads back
-    return record
+    def finish(record: dict[str, Any]) -> None:
+        record["shard"]["split"] = items[0].split if items else None  # a shard holds one split
+        record["stats"] = sums.record()
+
+    return write_shard(index, items, encode, _rel, specs, cfg.format, staging, finish)
 
 
 def _rel(item: Item) -> str:

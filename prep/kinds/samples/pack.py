@@ -25,7 +25,6 @@ from prep.kinds.samples.inputs import Item, Listing, list_inputs
 from prep.kinds.samples.recipe import check_shippable, load_recipe
 from prep.run.driver import Inputs, Kind, RunSummary, run, shard_size
 from prep.run.shardwriter import write_shard
-from prep.run.staging import write_record
 from prep.run.tasks import shard_task
 
 
@@ -44,10 +43,11 @@ def pack_samples_shard(
     keeps the pixel sums of each image field (prep.kinds.images.stats)."""
     sums: dict[str, PixelSums] = {}
     encode = functools.partial(_encode, make=make, fields=fields, base=base, sums=sums)
-    record = write_shard(index, items, encode, lambda it: it.rel, specs, storage, staging)
-    record["stats"] = {name: s.record() for name, s in sorted(sums.items())}
-    write_record(staging, index, record)  # again, with the sums: what --resume reads back
-    return record
+
+    def finish(record: dict[str, Any]) -> None:
+        record["stats"] = {name: s.record() for name, s in sorted(sums.items())}
+
+    return write_shard(index, items, encode, lambda it: it.rel, specs, storage, staging, finish)
 
 
 def _encode(
