@@ -27,6 +27,11 @@ class AudioConfig(RunConfig):
     channels: int = opt(2, "Without --mono: channels stored (a mono file is repeated to fill).")
     dtype: str = opt("int16", "Stored samples: int16 (full scale clips) | float16.")
     max_seconds: float | None = opt(None, "Cut longer files into clips of at most S seconds.")
+    max_file_seconds: float = opt(
+        7200.0,  # prep.kinds.audio.decode.DEFAULT_MAX_FILE_SECONDS
+        "Refuse (too_long) a file longer than S seconds, or with more samples than S seconds of "
+        "48 kHz stereo: by its header before decoding, else as it decodes.",
+    )
     shard_size: int | None = opt(None, "Clips' files per shard (default: from the file count).")
     format: str = opt("npy", "Shard files: npy (one per array) | h5 (one per shard).")
 
@@ -42,6 +47,7 @@ class AudioConfig(RunConfig):
             f"--max-seconds {self.max_seconds}",
             "long enough for one sample at --rate",
         )
+        check(self.max_file_seconds > 0, f"--max-file-seconds {self.max_file_seconds}", "positive")
         check(self.shard_size is None or self.shard_size >= 1, "--shard-size", "at least 1")
         choice(self.format, STORAGES, "--format")
         check(

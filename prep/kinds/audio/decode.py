@@ -3,8 +3,12 @@ and converted to the stored dtype. Arrays in, arrays out, but for the file read 
 
 soundfile (libsndfile) reads WAV, FLAC, OGG/Vorbis, Opus, MP3 and the other formats it knows;
 a file it does not recognise goes to PyAV (FFmpeg: AAC, M4A, WMA...). Bad input raises Reject
-with one of the README's codes: `empty`, `corrupt`, `truncated`, `no_audio`, `zero_rate`,
-`not_finite`, `channels`.
+with one of the README's codes: `empty`, `corrupt`, `truncated`, `too_long`, `no_audio`,
+`zero_rate`, `not_finite`, `channels`.
+
+A file's length is never trusted to size a buffer: a header that claims more than the cap
+(`Limit`) is refused before decoding, and decoding reads blocks, so a FLAC whose STREAMINFO
+claims 2**36 samples costs what its real samples do.
 """
 
 from __future__ import annotations
@@ -25,16 +29,57 @@ QUALITY = "HQ"  # soxr's high quality: 20-bit precision, flat to 0.9 of the lowe
 _SHORT_CHUNK = re.compile(r"^\s*(?:data|SSND)\s*:\s*(\d+)\s*\(should be (\d+)\)", re.M)
 # A decode that ends this much before the header's length is a cut file, not rounding.
 SHORT_FRACTION, SHORT_FRAMES = 0.02, 2304  # two MP3 frames
+BLOCK = 1 << 20  # frames a libsndfile read holds at most: 4 MB a channel as float32
+UNKNOWN = 2**63 - 1  # libsndfile's frame count of a stream that does not say (a piped FLAC)
+DEFAULT_MAX_FILE_SECONDS = 7200.0  # 2 hours: a long podcast or recorded session
+# The cap's samples (frames x channels) are counted as seconds of this: a file at 384 kHz or
+# with 64 channels holds many samples a second, and memory follows samples, not seconds.
+CAP_RATE, CAP_CHANNELS = 48000, 2
 # libsndfile's error codes that mean "not mine": try FFmpeg instead. 7 is what its MP3 reader
 # gives a file without one MPEG frame ("File does not exist or is not a regular file"): FFmpeg
 # then says what the file is not, rather than a misleading reason.
 _NOT_RECOGNISED = (1, 4, 7)
+# libsndfile's "Internal psf_fseek() failed": soundfile seeks to where each read ended, which
+# fails once a read passes the real end of a FLAC whose STREAMINFO claims more samples.
+_SEEK_FAILED = 39
 
 
 @dataclass
 class Decoded:
     samples: np.ndarray  # float32 (frames, channels) at the source rate
     rate: int  # the source's sample rate, Hz
+
+
+@dataclass(frozen=True)
+class Limit:
+    """The most a file may hold: `seconds` long, and no more samples (frames x channels) than
+    `seconds` of 48 kHz stereo: decoded to float32, 384 kB a second of the cap.
+
+    >>> Limit(60).over(8000 * 61, 8000, 1)
+    '61.0 s, over --max-file-seconds 60'
+    >>> Limit(60).over(192000 * 30, 192000, 2)
+    '30.0 s of 2 channels at 192000 Hz, more samples than --max-file-seconds 60 of 48 kHz stereo'
+    """
+
+    seconds: float = DEFAULT_MAX_FILE_SECONDS
+
+    def over(self, frames: int, rate: int, channels: int) -> str | None:
+        """How `frames` at `rate` Hz exceed the cap, or None where they do not."""
+        long, cap = f"{frames / rate:.1f} s", f"--max-file-seconds {self.seconds:g}"
+        if frames / rate > self.seconds:
+            return f"{long}, over {cap}"
+        if frames * channels > self.seconds * CAP_RATE * CAP_CHANNELS:
+            at = f"{channels} channels at {rate} Hz"
+            return f"{long} of {at}, more samples than {cap} of 48 kHz stereo"
+        return None
+
+    def check(self, frames: int, rate: int, channels: int, what: str) -> None:
+        """Reject `too_long` when `frames` (as `what` gives them) exceed the cap."""
+        why = self.over(frames, rate, channels)
+        if why is not None:
+            raise Reject(
+                "too_long", f"{what} {why}. HINT: raise --max-file-seconds if the file is trusted"
+            )
 
 
 def _short(got: int, expected: int) -> bool:
@@ -61,8 +106,9 @@ def _not_mpeg(path: Path) -> bool:
     return not (head == b"ID3" or (len(head) > 1 and head[0] == 0xFF and head[1] >= 0xE0))
 
 
-def read_soundfile(path: Path) -> Decoded | None:
-    """The file through libsndfile, or None when libsndfile does not know its format."""
+def read_soundfile(path: Path, limit: Limit = Limit()) -> Decoded | None:
+    """The file through libsndfile, or None when libsndfile does not know its format or the
+    stream's length (FFmpeg reads a FLAC without one; libsndfile cannot read it in blocks)."""
     import soundfile as sf
 
     if _not_mpeg(path):
@@ -77,29 +123,53 @@ def read_soundfile(path: Path) -> Decoded | None:
         raise Reject("corrupt", f"libsndfile cannot open it ({e.error_string})") from None
     with f:
         rate, frames, log = f.samplerate, f.frames, f.extra_info
+        if frames == UNKNOWN:
+            return None
         cut = _SHORT_CHUNK.search(log)
         if cut and int(cut.group(1)) > int(cut.group(2)):
             raise Reject(
                 "truncated",
                 f"its data chunk says {cut.group(1)} bytes, the file holds {cut.group(2)}",
             )
-        try:
-            data = f.read(dtype="float32", always_2d=True)
-        except sf.LibsndfileError as e:
-            raise Reject("corrupt", f"decoding fails ({e.error_string})") from None
+        if rate > 0:  # a rate of 0 is rejected by read_audio
+            limit.check(frames, rate, f.channels, "its header gives")
+        data = _blocks(f, rate, frames, limit)
     if _short(len(data), frames):
         raise Reject("truncated", f"{len(data)} of the {frames} frames its header gives")
     return Decoded(data, rate)
 
 
-def read_pyav(path: Path) -> Decoded:
+def _blocks(f: Any, rate: int, frames: int, limit: Limit) -> np.ndarray:
+    """The rest of libsndfile file `f` (its header: `frames`) as float32 (frames, channels),
+    read BLOCK frames at a time: memory follows the samples the file holds, not the header."""
+    import soundfile as sf
+
+    blocks, got = [], 0
+    while True:
+        try:
+            block = f.read(BLOCK, dtype="float32", always_2d=True)
+        except sf.LibsndfileError as e:
+            if e.code == _SEEK_FAILED:
+                why = f"the file ends before the {frames} frames its header gives"
+                raise Reject("truncated", why) from None
+            raise Reject("corrupt", f"decoding fails ({e.error_string})") from None
+        blocks.append(block)
+        got += len(block)
+        if rate > 0:  # an MP3's header length is an estimate: the cap counts what decodes
+            limit.check(got, rate, f.channels, "decoding reaches")
+        if len(block) < BLOCK:
+            return blocks[0] if len(blocks) == 1 else np.concatenate(blocks)
+
+
+def read_pyav(path: Path, limit: Limit = Limit()) -> Decoded:
     """The first audio stream through FFmpeg, as float32 at its own rate and channels."""
     import av
 
     try:
         container = av.open(str(path), metadata_errors="replace")
     except (av.error.FFmpegError, UnicodeDecodeError) as e:
-        raise Reject("corrupt", f"not a sound file libsndfile or FFmpeg reads ({e})") from None
+        why = getattr(e, "strerror", None) or e  # not the errno and the path again
+        raise Reject("corrupt", f"not a sound file libsndfile or FFmpeg reads ({why})") from None
     with container:
         if not container.streams.audio:
             kinds = sorted({str(s.type) for s in container.streams}) or ["no"]
@@ -108,37 +178,44 @@ def read_pyav(path: Path) -> Decoded:
         rate = int(stream.codec_context.sample_rate or stream.rate or 0)
         if rate <= 0:
             raise Reject("zero_rate", "the audio stream's sample rate is 0")
-        planes = _frames(container, stream)
         expected = 0
         if stream.duration is not None and stream.time_base is not None:
             expected = int(stream.duration * stream.time_base * rate)
+        channels = int(stream.codec_context.channels or 1)
+        limit.check(expected, rate, channels, "its header gives")
+        planes = _frames(container, stream, rate, limit)
     data = np.concatenate(planes, axis=1).T if planes else np.zeros((0, 1), np.float32)
     if expected and _short(len(data), expected):
         raise Reject("truncated", f"{len(data)} of the {expected} samples its header gives")
     return Decoded(np.ascontiguousarray(data, dtype=np.float32), rate)
 
 
-def _frames(container: Any, stream: Any) -> list[np.ndarray]:
-    """Every frame of `stream` as float32 (channels, n): FFmpeg's planar float, rate kept."""
+def _frames(container: Any, stream: Any, rate: int, limit: Limit) -> list[np.ndarray]:
+    """Every frame of `stream` as float32 (channels, n): FFmpeg's planar float, rate kept;
+    stopped with a Reject once they pass the cap."""
     import av
 
     resampler = av.AudioResampler(format="fltp")
-    planes = []
+    planes, got = [], 0
     try:
         for frame in container.decode(stream):
             for out in resampler.resample(frame):
                 planes.append(out.to_ndarray())
+                got += planes[-1].shape[1]
+                limit.check(got, rate, planes[-1].shape[0], "decoding reaches")
     except av.error.FFmpegError as e:
-        raise Reject("corrupt", f"decoding fails after {len(planes)} frames ({e})") from None
+        why = e.strerror or e  # not the errno and the path again
+        raise Reject("corrupt", f"decoding fails after {len(planes)} frames ({why})") from None
     return planes
 
 
-def read_audio(path: Path) -> Decoded:
-    """`path` decoded, by libsndfile or else FFmpeg; checked for a rate and finite samples."""
+def read_audio(path: Path, limit: Limit = Limit()) -> Decoded:
+    """`path` decoded, by libsndfile or else FFmpeg; checked for a rate, its length against
+    `limit` and finite samples."""
     if path.stat().st_size == 0:
         raise Reject("empty", "a zero-byte file")
-    got = read_soundfile(path)
-    decoded = got if got is not None else read_pyav(path)
+    got = read_soundfile(path, limit)
+    decoded = got if got is not None else read_pyav(path, limit)
     if decoded.rate <= 0:
         raise Reject("zero_rate", f"a sample rate of {decoded.rate}")
     if not len(decoded.samples):
@@ -184,13 +261,13 @@ def to_stored(x: np.ndarray, dtype: str) -> np.ndarray:
 
 
 def decode_clip(
-    path: Path, rate: int, channels: int, mono: bool, dtype: str
+    path: Path, rate: int, channels: int, mono: bool, dtype: str, limit: Limit = Limit()
 ) -> tuple[np.ndarray, int]:
     """The file at `rate` Hz in `dtype`, (frames,) or (frames, channels), and its source rate."""
     import soxr
 
     with stage("read"):
-        decoded = read_audio(path)
+        decoded = read_audio(path, limit)
     with stage("resample"):
         x = fit_channels(decoded.samples, channels, mono)
         if decoded.rate != rate:

@@ -24,7 +24,7 @@ from loaders.samples import Array, Label, SampleField, Scalar, Text
 from loaders.samples.fields import FieldError, check_name
 from prep.errors import PrepError
 from prep.kinds.audio.config import AudioConfig
-from prep.kinds.audio.decode import QUALITY, decode_clip
+from prep.kinds.audio.decode import QUALITY, Limit, decode_clip
 from prep.kinds.audio.sources import Clip, Listing, list_audio
 from prep.kinds.samples.fields import arrays_of
 from prep.kinds.volumes.targets import Targets
@@ -65,7 +65,7 @@ def encode_clip(
 ) -> list[dict[str, np.ndarray]]:
     """One file -> its clips' samples (array name -> value), cut at --max-seconds."""
     samples, source_rate = decode_clip(
-        clip.path, cfg.rate, cfg.stored_channels, cfg.mono, cfg.dtype
+        clip.path, cfg.rate, cfg.stored_channels, cfg.mono, cfg.dtype, Limit(cfg.max_file_seconds)
     )
     step = cfg.segment or len(samples)
     values: dict[str, Any] = {"source": clip.rel, "source_rate": source_rate, "label": clip.label}
