@@ -24,6 +24,9 @@ class VideoConfig(RunConfig):
     quality: int = opt(90, "JPEG quality (--codec jpeg).")
     max_frames: int | None = opt(None, "Cut longer videos into samples of at most N frames.")
     clip_seconds: float | None = opt(None, "Cut longer videos into samples of S seconds.")
+    max_pixels: int = opt(
+        100_000_000, "Refuse larger frames: by the stream's header before decoding, then each."
+    )
     shard_size: int | None = opt(None, "Videos per shard (default: from the video count).")
     format: str = opt("npy", "Shard files: npy (one per array) | h5 (one per shard).")
 
@@ -38,6 +41,7 @@ class VideoConfig(RunConfig):
         check(1 <= self.quality <= 100, f"--quality {self.quality}", "1..100")
         check(self.max_frames is None or self.max_frames >= 1, "--max-frames", "at least 1")
         check(self.clip_seconds is None or self.clip_seconds > 0, "--clip-seconds", "positive")
+        check(self.max_pixels >= 1, f"--max-pixels {self.max_pixels}", "at least 1")
         check(self.shard_size is None or self.shard_size >= 1, "--shard-size", "at least 1")
         choice(self.format, STORAGES, "--format")
 

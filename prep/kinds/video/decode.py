@@ -6,10 +6,17 @@ that starts at or before then (what a player shows). So a variable-frame-rate fi
 right, and a source slower than `fps` repeats frames where a player would hold them. Only the
 picked frames are converted to RGB and resized; every frame is decoded (inter-frame codecs
 need them). Bad input raises Reject with one of the README's codes.
+
+What a small file can cost is bounded: a stream whose header gives more than `max_pixels` a
+frame is refused before a frame is decoded, and so is any decoded frame over it; and the
+frames picked may not outrun the file (`_check_reach`): at most REPEAT stored frames a decoded
+one, and not far past the duration the container's header gives. So a two-frame file whose
+second frame is stamped 20,000 s on is a reject, not 160,000 copies of its first frame.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +30,11 @@ from prep.run.profile import stage
 
 EPS = 1e-6  # seconds: a frame starting this close after a target time still counts as shown
 SLACK = 0.5  # of the header's duration missing at the end (in seconds, at least 2 frames)
+# Stored frames a decoded frame may fill, on average: a source may be 64 times slower than
+# --fps (a slideshow holding each picture 8 s at --fps 8); past that, a gap in the timestamps
+# would be filled with repeats that cost output bytes and time the file never paid for.
+REPEAT = 64
+MAX_PIXELS = 100_000_000  # a frame's default cap, as prep pack's --max-pixels
 
 
 @dataclass
@@ -70,9 +82,11 @@ def _open(path: Path) -> Any:
         raise Reject("corrupt", f"not a video FFmpeg can read ({why})") from None
 
 
-def decode_video(path: Path, fps: float, size: int, mode: str) -> Decoded:
+def decode_video(
+    path: Path, fps: float, size: int, mode: str, max_pixels: int = MAX_PIXELS
+) -> Decoded:
     """`path`'s first video stream at `fps` frames a second, each frame stored by `mode` at
-    `size` px (prep.kinds.video.decode.frame_size)."""
+    `size` px (prep.kinds.video.decode.frame_size); frames over `max_pixels` refused."""
     import av
 
     with stage("read"):
@@ -85,23 +99,40 @@ def decode_video(path: Path, fps: float, size: int, mode: str) -> Decoded:
         rate = stream.average_rate or stream.guessed_rate
         if not rate or rate <= 0:
             raise Reject("zero_fps", "the video stream's frame rate is 0")
+        ctx = stream.codec_context
+        _check_pixels(ctx.width or 0, ctx.height or 0, max_pixels, "its header gives frames of")
+        said = container.duration / 1e6 if container.duration else None  # av.time_base: us
         stream.thread_type = "AUTO"
         try:
             with stage("decode"):
-                out = _pick(_timed(container.decode(stream), float(rate)), fps, size, mode)
+                timed = _timed(container.decode(stream), float(rate), max_pixels)
+                out = _pick(timed, fps, size, mode, said)
         except av.error.FFmpegError as e:
             raise Reject("corrupt", f"the video cannot be decoded ({e.strerror or e})") from None
         frames, duration, rotation, decoded = out
-        _check_whole(container, stream, decoded, duration, float(rate))
+        _check_whole(stream, decoded, duration, float(rate), said)
     if not frames:
         raise Reject("no_frames", "the video ends before its first frame")
     return Decoded(frames, float(rate), duration, rotation)
 
 
-def _timed(frames: Iterator[Any], rate: float) -> Iterator[tuple[float, float, Any]]:
+def _check_pixels(w: int, h: int, max_pixels: int, what: str) -> None:
+    if w * h > max_pixels:
+        raise Reject(
+            "too_large",
+            f"{what} {w}x{h} = {w * h:,} pixels, over --max-pixels {max_pixels:,}. "
+            "HINT: raise --max-pixels if the file is trusted",
+        )
+
+
+def _timed(
+    frames: Iterator[Any], rate: float, max_pixels: int = MAX_PIXELS
+) -> Iterator[tuple[float, float, Any]]:
     """(start, duration, frame) in seconds, from each frame's timestamp (its index / rate where
-    the file has none)."""
+    the file has none); a frame over `max_pixels` (a stream whose header understates its
+    size) refused as soon as it is decoded."""
     for n, frame in enumerate(frames):
+        _check_pixels(frame.width, frame.height, max_pixels, f"frame {n} is")
         t = frame.time if frame.pts is not None else n / rate
         tb = frame.time_base
         d = float(frame.duration * tb) if frame.duration and tb else 1.0 / rate
@@ -109,10 +140,15 @@ def _timed(frames: Iterator[Any], rate: float) -> Iterator[tuple[float, float, A
 
 
 def _pick(
-    frames: Iterator[tuple[float, float, Any]], fps: float, size: int, mode: str
+    frames: Iterator[tuple[float, float, Any]],
+    fps: float,
+    size: int,
+    mode: str,
+    said: float | None = None,
 ) -> tuple[list[np.ndarray], float, int, int]:
     """The frames shown at 0, 1 / fps, ... seconds from the first, until the last one ends;
-    with the duration, the rotation, and how many frames were decoded."""
+    with the duration, the rotation, and how many frames were decoded. `said`: the duration
+    the container's header gives, in seconds (None: it gives none)."""
     out: list[np.ndarray] = []
     first, shown, end, k, n, rotation = None, None, 0.0, 0, 0, 0
     fitted: tuple[int, np.ndarray] | None = None  # the last frame converted: (its number, pixels)
@@ -121,6 +157,8 @@ def _pick(
         if first is None:
             first, rotation = t, int(getattr(frame, "rotation", 0) or 0)
         rel = t - first
+        if shown is not None:
+            _check_reach(rel, k, n, fps, said)
         while shown is not None and k / fps < rel - EPS:  # targets before this frame starts
             fitted = _emit(out, shown, fitted, rotation, size, mode)
             k += 1
@@ -128,10 +166,30 @@ def _pick(
         moved = moved or rel > EPS
     if n > 1 and not moved:
         raise Reject("zero_fps", f"all {n} frames have one timestamp: a frame rate of 0")
+    if shown is not None:
+        _check_reach(end, k, n, fps, said)
     while shown is not None and k / fps < end - EPS:
         fitted = _emit(out, shown, fitted, rotation, size, mode)
         k += 1
     return out, end, rotation, n
+
+
+def _check_reach(reach: float, k: int, n: int, fps: float, said: float | None) -> None:
+    """Refuse picking on to `reach` seconds (from the first frame; `k` stored so far) when that
+    would store more than REPEAT frames for each of the `n` decoded, or run well past `said`."""
+    if said is not None and reach - said > max(said, 1.0):
+        raise Reject(
+            "timestamps", f"its frames run to {reach:.1f} s, its header says {said:.1f} s long"
+        )
+    need = max(k, math.ceil((reach - EPS) * fps))
+    if need > REPEAT * n:
+        frames = f"{n} decoded frame{'s' * (n != 1)}"
+        raise Reject(
+            "timestamps",
+            f"its timestamps reach {reach:.1f} s after {frames}: {need:,} frames at --fps "
+            f"{fps:g}, over {REPEAT} a decoded frame. HINT: a real video this sparse packs at "
+            "a lower --fps",
+        )
 
 
 def _emit(
@@ -155,12 +213,10 @@ def _emit(
     return fitted
 
 
-def _check_whole(container: Any, stream: Any, decoded: int, end: float, rate: float) -> None:
+def _check_whole(stream: Any, decoded: int, end: float, rate: float, said: float | None) -> None:
     """A file that ends early (a cut download) is a reject: fewer frames than its header
-    counts, or (no count) an end well before the header's duration."""
+    counts, or (no count) an end well before the header's duration `said`."""
     if stream.frames and decoded < stream.frames:
         raise Reject("truncated", f"{decoded} of the {stream.frames} frames its header counts")
-    if container.duration:
-        said = container.duration / 1e6  # av.time_base: microseconds
-        if said - end > max(SLACK * said, 2.0 / rate):
-            raise Reject("truncated", f"it ends at {end:.2f} s, its header says {said:.2f} s")
+    if said and said - end > max(SLACK * said, 2.0 / rate):
+        raise Reject("truncated", f"it ends at {end:.2f} s, its header says {said:.2f} s")

@@ -61,7 +61,7 @@ def encode_video(
     item: Item, cfg: VideoConfig, video: Video, label: str | None
 ) -> list[dict[str, np.ndarray]]:
     """One video -> its samples (one, or its --max-frames pieces); Reject on bad input."""
-    d = decode_video(item.path, cfg.fps, cfg.size, cfg.mode)
+    d = decode_video(item.path, cfg.fps, cfg.size, cfg.mode, cfg.max_pixels)
     step = cfg.segment or len(d.frames)
     data, hw, ends = video.names("frames")
     out = []
