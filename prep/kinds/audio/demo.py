@@ -1,7 +1,7 @@
 """`prep demo --audio DIR`: a small labelled sound dataset, synthesised: class folders of
 tones, chirps and noise at several source rates and channel counts, in WAV, FLAC, OGG/Vorbis
-and MP3 (each written by libsndfile). The same seed gives the same sounds: the same bytes but
-for the .ogg files, whose Ogg streams libsndfile numbers at random (they decode the same)."""
+and MP3 (each written by libsndfile). The same seed gives the same bytes: libsndfile numbers
+each Ogg stream at random, so the .ogg files get a serial number of their own afterwards."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ RATES = (8000, 22050, 44100, 48000)
 # (extension, libsndfile format, subtype): MP3 only where this libsndfile can write it.
 FORMATS = (("wav", "WAV", "PCM_16"), ("flac", "FLAC", "PCM_16"), ("ogg", "OGG", "VORBIS"))
 MP3 = ("mp3", "MP3", "MPEG_LAYER_III")
+OGG_SERIAL = 0x70726570  # b"prep": any fixed number does; one logical stream a file
 
 
 def formats() -> tuple[tuple[str, str, str], ...]:
@@ -20,6 +21,48 @@ def formats() -> tuple[tuple[str, str, str], ...]:
 
     can = MP3[2] in sf.available_subtypes(MP3[1])
     return (*FORMATS, MP3) if can else FORMATS
+
+
+def _ogg_crc_table() -> list[int]:
+    """CRC-32 of each byte value, polynomial 0x04C11DB7, most significant bit first (Ogg's)."""
+    table = []
+    for byte in range(256):
+        crc = byte << 24
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x04C11DB7 if crc & 0x80000000 else crc << 1) & 0xFFFFFFFF
+        table.append(crc)
+    return table
+
+
+_CRC = _ogg_crc_table()
+
+
+def ogg_crc(page: bytes | bytearray) -> int:
+    """An Ogg page's checksum: CRC-32 (0x04C11DB7, no reflection, 0 in, 0 out) of the page
+    with its checksum field zeroed. zlib's crc32 is the reflected variant, so not this one."""
+    crc = 0
+    for b in page:
+        crc = ((crc << 8) & 0xFFFFFFFF) ^ _CRC[(crc >> 24) ^ b]
+    return crc
+
+
+def set_ogg_serial(path: Path, serial: int = OGG_SERIAL) -> None:
+    """Give every page of the Ogg file `path` stream serial `serial`, with its checksum redone.
+
+    A page is "OggS", version, flags, granule (8 bytes), serial (4, at 14), sequence number,
+    checksum (4, at 22), the segment count (at 26), the segment sizes, then the body."""
+    data = bytearray(path.read_bytes())
+    at = 0
+    while at < len(data):
+        if data[at : at + 4] != b"OggS":
+            raise ValueError(f"{path}: no Ogg page at byte {at}")
+        nseg = data[at + 26]
+        end = at + 27 + nseg + sum(data[at + 27 : at + 27 + nseg])
+        data[at + 14 : at + 18] = serial.to_bytes(4, "little")
+        data[at + 22 : at + 26] = bytes(4)
+        data[at + 22 : at + 26] = ogg_crc(data[at:end]).to_bytes(4, "little")
+        at = end
+    path.write_bytes(bytes(data))
 
 
 def synth(kind: str, rate: int, seconds: float, rng: np.random.Generator) -> np.ndarray:
@@ -53,5 +96,7 @@ def make_audio_demo(out: Path, per_class: int = 12, seed: int = 0) -> list[Path]
                 x = np.stack([x, np.roll(x, 7)], axis=1)
             path = out / kind / f"{kind}_{i:03d}.{ext}"
             sf.write(path, x, rate, format=fmt, subtype=subtype)
+            if fmt == "OGG":
+                set_ogg_serial(path)
             written.append(path)
     return written
