@@ -135,6 +135,10 @@ def test_rejects_linked_outside_the_dataset_are_not_read(
     _, text = _report_text(packed_small)
     assert "SECRET" not in text
     assert "rejects.jsonl" in text and "links outside the dataset folder" in text
+    (packed_small / REJECTS).unlink()
+    os.mkfifo(packed_small / REJECTS)  # no writer: a blocking open would wait forever
+    _, text = _report_text(packed_small)
+    assert "rejects.jsonl not read" in text and "is not a regular file" in text
 
 
 def test_bad_reject_lines_are_one_warning(packed_small: Path) -> None:

@@ -143,16 +143,16 @@ def audio_sections(store: ShardStore, m: Manifest) -> list[Section]:
     lengths = np.concatenate(ends) / channels / (rate or 1)
     if not len(lengths):
         return []
-    unit = "s" if rate else "frames"
+    unit, each, total = ("s", ".2f", ",.1f") if rate else ("frames", ",.0f", ",.0f")
     panels = [(f"clip length ({unit})", lengths)]
     if "source_rate" in m.arrays:
         rates = np.concatenate([store.array(s, "source_rate") for s in range(len(m.shards))])
         panels.append(("source sample rate (Hz)", rates.astype(np.float64)))
+    lo, hi, mid = lengths.min(), lengths.max(), np.median(lengths)
     said = (
-        f"{len(lengths):,} clips, {lengths.sum():,.1f} {unit} at {shown(rate, 'g')} Hz, "
-        f"{channels} channel(s), {info.get('dtype')}: {lengths.min():.2f}-{lengths.max():.2f} "
-        f"{unit} a clip (median {np.median(lengths):.2f} {unit}); AudioDataset pads clips "
-        "shorter than its window"
+        f"{len(lengths):,} clips, {lengths.sum():{total}} {unit} at {shown(rate, 'g')} Hz, "
+        f"{channels} channel(s), {info.get('dtype')}: {lo:{each}}-{hi:{each}} {unit} a clip "
+        f"(median {mid:{each}} {unit}); AudioDataset pads clips shorter than its window"
     )
     return [Section("audio", "Clips", charts.histograms(panels, bins=20) + para(said), True)]
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from loaders.format import REJECTS, FormatError, safe_path
 
 MAX_LINE = 1 << 16  # bytes: a record is a path, a reason and a one-line message
-MAX_BYTES = 1 << 28  # bytes read at most: about a million records
+MAX_BYTES = 256_000_000  # bytes read at most: about a million records
 SHOWN = 5  # bad line numbers named
 
 
