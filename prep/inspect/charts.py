@@ -20,6 +20,7 @@ COLOURS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860")
 RC: Any = {  # matplotlib rc settings, as Any: its stubs list every key as a Literal
     "svg.fonttype": "none",  # text as <text>: a tenth of the bytes of glyph paths
     "svg.hashsalt": "prep",  # clip-path ids from the content, not a random salt
+    "text.parse_math": False,  # class names and reasons are text: "$x^{$" is no formula
     "font.size": 9,
     "axes.spines.top": False,
     "axes.spines.right": False,

@@ -3,20 +3,21 @@ sections chosen by the dataset's kind (PAGES), then the rejects, and for picture
 near-duplicates and, with `against`, the train/val leakage.
 
 The folder is opened through the loaders' checks first (load_manifest: a damaged dataset is
-one FormatError line); the page is written to a temp name and renamed, so a report is never
-half written.
+one FormatError line); the page is written to a new temp file and renamed, so a report is
+never half written.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 
-from loaders.format import Manifest, iter_rejects, load_manifest
+from loaders.format import Manifest, load_manifest
 from prep.errors import PrepError, UsageError
 from prep.inspect import dupepage, imagepage, kindpages, sections
 from prep.inspect.html import Section, page
+from prep.run.files import atomic_write_text
+from prep.run.guard import REPORT
 
 PER_CLASS = 8  # grid samples a class, by default
 MAX_PER_CLASS = 256
@@ -44,7 +45,7 @@ def _steps(
         steps.append(lambda: [dupepage.dupes(root, store, compute)])
         if against is not None:
             steps.append(lambda: [dupepage.leakage(root, store, against, compute)])
-    steps.append(lambda: [sections.rejects(m, iter_rejects(root))])
+    steps.append(lambda: [sections.rejects(root, m)])
     if m.kind != "samples":  # samples pages list their fields already
         steps.append(lambda: [sections.fields(m)])
     return steps
@@ -113,16 +114,16 @@ def write_report(
     per_class: int = PER_CLASS,
     show_progress: bool = False,
 ) -> Path:
-    """Write the report to `out` (default ROOT/report.html) and return its path."""
+    """Write the report to `out` (default ROOT/report.html, a file of the dataset's that
+    `prep pack --overwrite` replaces with it) and return its path. The page goes to a new temp
+    file and is renamed over `out`: a link the dataset ships, at either name, is replaced,
+    never written through."""
     text = build(root, against, compute_hashes, per_class, show_progress)
-    out = root / "report.html" if out is None else out
-    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
+    out = root / REPORT if out is None else out
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, out)
+        atomic_write_text(out, text)
     except OSError as e:
-        tmp.unlink(missing_ok=True)
         raise PrepError(
             f"cannot write {out} ({e.strerror or e}). HINT: --out a writable path"
         ) from e

@@ -17,6 +17,7 @@ from loaders.format import OFFSETS, Manifest
 from loaders.store import ShardStore
 from prep.inspect import charts, sections
 from prep.inspect.html import Section, figure, grid, para, table
+from prep.inspect.report import number, shown
 
 ROWS_READ = 200_000  # table rows read for the histograms, at random: a histogram's shape settles
 TOKENS_READ = 50_000_000  # tokens counted a split (uint16 bincount: about 0.1 s a 50M)
@@ -130,21 +131,28 @@ def token_kind(root: os.PathLike[str], m: Manifest, per_class: int) -> list[Sect
 
 def audio_sections(store: ShardStore, m: Manifest) -> list[Section]:
     """A `prep audio` dataset's clip lengths and source rates as histograms, from the ragged
-    offsets and the source_rate field (nothing decoded); [] for other samples datasets."""
+    offsets and the source_rate field (nothing decoded); [] for other samples datasets. The
+    channels are the array's row shape; a rate that is not a positive number (a manifest prep
+    did not write) leaves the lengths in frames."""
     info = m.extra.get("audio")
     if not isinstance(info, dict) or "audio" not in m.arrays or not m.shards:
         return []
-    rate, channels = int(info.get("rate") or 1), int(info.get("channels") or 1)
+    channels = max(1, int(np.prod(m.arrays["audio"].shape, dtype=np.int64)))
+    rate = number(info.get("rate"), 1)
     ends = [np.diff(np.asarray(store.array(s, "audio" + OFFSETS))) for s in range(len(m.shards))]
-    seconds = np.concatenate(ends) / channels / rate
-    panels = [("clip length (s)", seconds)]
+    lengths = np.concatenate(ends) / channels / (rate or 1)
+    if not len(lengths):
+        return []
+    unit, each, total = ("s", ".2f", ",.1f") if rate else ("frames", ",.0f", ",.0f")
+    panels = [(f"clip length ({unit})", lengths)]
     if "source_rate" in m.arrays:
         rates = np.concatenate([store.array(s, "source_rate") for s in range(len(m.shards))])
         panels.append(("source sample rate (Hz)", rates.astype(np.float64)))
+    lo, hi, mid = lengths.min(), lengths.max(), np.median(lengths)
     said = (
-        f"{len(seconds):,} clips, {seconds.sum():,.1f} s at {rate} Hz, {channels} channel(s), "
-        f"{info.get('dtype')}: {seconds.min():.2f}-{seconds.max():.2f} s a clip (median "
-        f"{np.median(seconds):.2f} s); AudioDataset pads clips shorter than its window"
+        f"{len(lengths):,} clips, {lengths.sum():{total}} {unit} at {shown(rate, 'g')} Hz, "
+        f"{channels} channel(s), {info.get('dtype')}: {lo:{each}}-{hi:{each}} {unit} a clip "
+        f"(median {mid:{each}} {unit}); AudioDataset pads clips shorter than its window"
     )
     return [Section("audio", "Clips", charts.histograms(panels, bins=20) + para(said), True)]
 
@@ -159,6 +167,7 @@ def _common(
 ) -> tuple[str, str]:
     """The TOP_TOKENS most common tokens of the first split (the end-of-document token left
     out), each with its text: a chart and a table."""
+    from loaders.format import FormatError
     from prep.errors import PrepError
     from prep.kinds.text.tokenizers import load_tokenizer
 
@@ -168,15 +177,28 @@ def _common(
         got[eot] = 0
     top = np.argsort(got, kind="stable")[::-1][:TOP_TOKENS]
     top = top[got[top] > 0]
+    note = ""
     try:
         tok = load_tokenizer(root)
         names = [repr(tok.decode([int(t)])) for t in top]
-    except (PrepError, OSError, ValueError, KeyError):  # no tokenizer file: the ids alone
+    except (
+        PrepError,
+        FormatError,
+        OSError,
+        ValueError,
+        LookupError,
+        TypeError,
+        RecursionError,
+    ) as e:
+        # no tokenizer file, or one prep did not write ({"chars": [1, 2]}, nested too deep)
         names = [f"id {int(t)}" for t in top]
+        note = para(
+            f"the tokenizer cannot be read ({type(e).__name__}: {e!s:.120}): ids shown", "note"
+        )
     chart = charts.categories([(f"{split}: most common tokens", names, got[top].tolist())])
     total = max(1, int(got.sum()))
     rows = [
         (int(t), n, f"{int(got[t]):,}", f"{got[t] / total:.2%}")
         for t, n in zip(top, names, strict=True)
     ]
-    return chart, table(["id", "text", "count", "share"], rows)
+    return chart, note + table(["id", "text", "count", "share"], rows)

@@ -21,7 +21,7 @@ from prep.inspect.sheet import (
     PreviewResult,
     contact_sheet,
     in_tile,
-    one_colour_share,
+    near_one_colour_share,
     overlay,
     save_image,
 )
@@ -79,12 +79,12 @@ def preview(
     if "source" in m.arrays:  # datasets packed before sources were stored have none
         sources = [decode_source(b) for b in first_samples(store, "source", count, None)]
     captions = _captions(m, count, labels, sources)
-    blank = sum(one_colour_share(img) > BLANK_SHARE for img in images)
+    blank = sum(near_one_colour_share(img) > BLANK_SHARE for img in images)
     tiles = [
         in_tile(overlay(img, None if mask_arr is None else mask_arr[i]), size)
         for i, img in enumerate(images)
     ]
     title = f"{root.name}: samples 0-{count - 1} of {m.num_samples} at {size} px"
     sheet, layout = contact_sheet(tiles, captions, title, columns)
-    save_image(sheet.save, output)
+    save_image(sheet, output)
     return PreviewResult(output, count, size, has_masks, layout, blank)

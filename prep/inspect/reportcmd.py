@@ -22,7 +22,13 @@ def report(
         typer.Option("--hash", help="Hash a dataset packed before prep stored perceptual hashes."),
     ] = False,
     out: Annotated[
-        Optional[Path], typer.Option("--out", "-o", help="HTML file to write (ROOT/report.html).")
+        Optional[Path],
+        typer.Option(
+            "--out",
+            "-o",
+            help="HTML file to write (default ROOT/report.html, which --overwrite replaces with "
+            "the dataset); a path elsewhere for a dataset you cannot write into.",
+        ),
     ] = None,
     max_samples: Annotated[
         int, typer.Option("--max-samples", "-n", help="Grid samples a class, picked at random.")

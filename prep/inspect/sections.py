@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +13,7 @@ import numpy as np
 from loaders.format import Manifest
 from prep.inspect import charts
 from prep.inspect.html import Section, esc, para, table
+from prep.inspect.report import number, shown
 
 FIRST_REJECTS = 5  # paths shown a reject reason
 NOUNS = {"images": "samples", "samples": "samples", "volumes": "volumes", "table": "rows"}
@@ -90,23 +91,30 @@ def sizes(orig: np.ndarray | None, stored: np.ndarray | None = None) -> Section:
     return Section("sizes", f"Sizes ({said})", charts.histograms(panels) + para(text), True)
 
 
-def rejects(m: Manifest, found: Iterable[Mapping[str, object]]) -> Section:
-    """Rejects by reason (bars), each reason with its first FIRST_REJECTS paths and messages;
-    `found`: rejects.jsonl's records, read once."""
+def rejects(root: Path, m: Manifest) -> Section:
+    """Rejects by reason (bars), each reason with its first FIRST_REJECTS paths and messages,
+    from rejects.jsonl (read once, checked: prep.inspect.rejectfile); what could not be read
+    is one warning."""
+    from prep.inspect.rejectfile import records
+
     by = Counter[str]()
-    first: dict[str, list[Mapping[str, object]]] = {}
-    for r in found:
-        reason = str(r.get("reason", "?"))
+    first: dict[str, list[Mapping[str, str]]] = {}
+    problems: list[str] = []
+    for r in records(root, problems):
+        reason = r["reason"]
         by[reason] += 1
         if by[reason] <= FIRST_REJECTS:
             first.setdefault(reason, []).append(r)
+    warning = "".join(para(p, "bad") for p in problems)
     if not by:
-        return Section("rejects", "Rejects", para(f"no rejects ({m.rejects} in the manifest)"))
+        said = para(f"no rejects ({m.rejects} in the manifest)")
+        return Section("rejects", "Rejects", warning + said)
     order = [r for r, _ in by.most_common()]
     chart = charts.categories([("rejected inputs", order, [by[r] for r in order])])
-    rows = [(why, r.get("path", ""), r.get("message", "")) for why in order for r in first[why]]
+    rows = [(why, r["path"], r["message"]) for why in order for r in first[why]]
     body = (
-        para(f"{by.total():,} rejected inputs, {len(by)} reasons (rejects.jsonl)", "bad")
+        warning
+        + para(f"{by.total():,} rejected inputs, {len(by)} reasons (rejects.jsonl)", "bad")
         + chart
         + table(["reason", "path", "message"], rows)
     )
@@ -115,16 +123,20 @@ def rejects(m: Manifest, found: Iterable[Mapping[str, object]]) -> Section:
 
 def stats(m: Manifest) -> Section:
     """The per-channel mean and std that `prep pack` stored (extra.stats) at each size, as
-    `loaders.Normalize.from_dataset` reads them."""
+    `loaders.Normalize.from_dataset` reads them; a size whose values are not 1 to 4 numbers a
+    channel (a manifest prep did not write) is named in one warning."""
     got = m.extra.get("stats")
     sizes_ = got.get("sizes") if isinstance(got, dict) else None
     if not isinstance(sizes_, dict) or not sizes_:
         text = "no pixel statistics stored (packed before prep stored them): repack to get them"
         return Section("stats", "Pixel statistics", para(text, "note"))
-    rows, chart = [], ""
+    rows, chart, bad = [], "", []
     for size, at in sizes_.items():
-        mean, std = at.get("mean", []), at.get("std", [])
-        rows.append((f"{size} px", _nums(mean), _nums(std), f"{at.get('pixels', 0):,}"))
+        mean, std = _channels(at, "mean"), _channels(at, "std")
+        if mean is None or std is None or len(mean) != len(std):
+            bad.append(f"{size!s:.20}")
+            continue
+        rows.append((f"{size} px", _nums(mean), _nums(std), shown(at.get("pixels", 0), ",.0f")))
         if not chart:
             chart = charts.channels(mean, std, f"mean ± std at {size} px")
     split = got.get("split") if isinstance(got, dict) else None
@@ -135,7 +147,19 @@ def stats(m: Manifest) -> Section:
         + table(["size", "mean (0-255)", "std (0-255)", "pixels"], rows)
         + f"<p>{esc(text)}; <code>{esc(code)}</code> reads them.</p>"
     )
+    if bad:
+        said = f"extra.stats at {', '.join(bad)} px: not 1 to 4 numbers a channel; not shown"
+        body = para(said, "bad") + body
     return Section("stats", "Pixel statistics", body)
+
+
+def _channels(at: object, key: str) -> list[float] | None:
+    """extra.stats' `key` (mean, std) at one size: 1 to 4 numbers, or None."""
+    values = at.get(key) if isinstance(at, dict) else None
+    if not isinstance(values, list) or not 1 <= len(values) <= 4:
+        return None
+    got = [x for x in map(number, values) if x is not None]
+    return got if len(got) == len(values) else None
 
 
 def _nums(values: Sequence[float]) -> str:

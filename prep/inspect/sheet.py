@@ -7,21 +7,27 @@ strip under it, GAP px between tiles.
 
 from __future__ import annotations
 
+import io
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from prep.errors import PrepError
+from prep.run.files import atomic_write_bytes
 
 GAP = 4
 MASK_ALPHA = 0.45  # mask colour weight where the class id is not 0
 SHEET_BG = (24, 24, 24)
 TEXT = (235, 235, 235)
 BLANK_SHARE = 0.99  # a sample with more of its pixels in one colour looks blank
+# Levels (0-255) a pixel may stray from that colour and still count as it: JPEG and resampling
+# noise on a flat colour, a transparent PNG that packs to 253-255, are blank to the eye.
+BLANK_LEVELS = 4
 # Class id k > 0 is drawn in PALETTE[(k - 1) % len(PALETTE)]; id 0 (background) is left as is.
 PALETTE = np.array(
     [
@@ -69,13 +75,14 @@ class PreviewResult:
     size: int
     masks: bool
     layout: SheetLayout
-    blank: int = 0  # samples more than BLANK_SHARE one colour
+    blank: int = 0  # samples more than BLANK_SHARE one colour (near_one_colour_share)
 
     def line(self) -> str:
         w, h = self.layout.size
         overlay = ", masks overlaid" if self.masks else ""
         blank = (
-            f"; {self.blank} of {self.tiles} look blank (over {BLANK_SHARE:.0%} one colour). "
+            f"; {self.blank} of {self.tiles} look blank (over {BLANK_SHARE:.0%} one colour, "
+            f"within {BLANK_LEVELS} levels). "
             "HINT: transparent PNGs? repack with --background R,G,B"
             if self.blank
             else ""
@@ -109,6 +116,22 @@ def one_colour_share(image: np.ndarray) -> float:
         return 0.0
     keys = flat[:, 0] if flat.shape[1] == 1 else (flat[:, 0] << 16) | (flat[:, 1] << 8) | flat[:, 2]
     return float(np.unique(keys, return_counts=True)[1].max() / len(keys))
+
+
+def near_one_colour_share(image: np.ndarray, levels: int = BLANK_LEVELS) -> float:
+    """The share of an (H, W, C) uint8 image's pixels within `levels` of its median colour in
+    every channel: the share of a blank image's pixels in its colour, noise allowed.
+
+    >>> img = np.full((4, 5, 3), 254, np.uint8)
+    >>> img[0, :3], img[1, 0] = 251, 0
+    >>> near_one_colour_share(img)
+    0.95
+    """
+    flat = image.reshape(-1, image.shape[-1]).astype(np.int16)
+    if not len(flat):
+        return 0.0
+    centre = np.median(flat, axis=0)
+    return float((np.abs(flat - centre) <= levels).all(axis=1).mean())
 
 
 def in_tile(rgb: np.ndarray, side: int) -> np.ndarray:
@@ -167,13 +190,26 @@ def contact_sheet(
     return sheet, layout
 
 
-def save_image(save: Callable[[Path], object], path: Path) -> None:
-    """Write a picture for the user with `save(path)` (Pillow's Image.save, matplotlib's
-    Figure.savefig); a bad path or extension is one clear error."""
+def save_image(picture: Image.Image | Any, path: Path) -> None:
+    """Write a picture for the user, a Pillow Image or a matplotlib Figure (its savefig), in
+    the format of `path`'s extension, through atomic_write_bytes: a link at `path` (in a dataset
+    someone shipped) is replaced, never written through. A bad path or extension is one clear
+    error."""
+    ext = path.suffix.lower()
+    buf = io.BytesIO()
     try:
+        if not ext:
+            raise ValueError("no file extension")
+        if isinstance(picture, Image.Image):
+            fmt = Image.registered_extensions().get(ext)
+            if fmt is None:
+                raise ValueError(f"unknown file extension: {ext}")
+            picture.save(buf, fmt)
+        else:
+            picture.savefig(buf, format=ext[1:])
         path.parent.mkdir(parents=True, exist_ok=True)
-        save(path)
-    except (OSError, ValueError, KeyError) as e:  # both: unknown extension -> ValueError
+        atomic_write_bytes(path, buf.getvalue())
+    except (OSError, ValueError, KeyError) as e:  # an unknown extension: ValueError
         raise PrepError(
             f"cannot write {path} ({e}). HINT: a writable path ending in .png or .jpg"
         ) from e

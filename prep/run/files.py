@@ -49,16 +49,28 @@ def fsync_dir(path: Path) -> None:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
+    """atomic_write_bytes of `text` as UTF-8."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write to a temp file beside `path`, fsync, then rename: readers see all or nothing.
 
-    An OSError (disk full...) names the file; no temp file is left behind."""
+    The temp file is new (O_EXCL) and never a link (O_NOFOLLOW), and the rename replaces a
+    link at `path` rather than writing through it: a folder prep did not make (a dataset that
+    ships `report.html -> ~/.bashrc`) cannot point the write at another file. An OSError (disk
+    full...) names the file; no temp file is left behind."""
     tmp = temp_path(path)
+    # os.open with 0o666 honours the umask, as the shard files do (mkstemp would make 0600,
+    # and another account, a shared training user, could not read the manifest).
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        # os.open with 0o666 honours the umask, as the shard files do (mkstemp would make 0600,
-        # and another account, a shared training user, could not read the manifest).
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        fd = os.open(tmp, flags, 0o666)
+    except OSError as e:  # not ours to remove: a name taken, a folder not writable
+        raise named(e, tmp) from e
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

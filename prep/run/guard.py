@@ -3,7 +3,8 @@
 - OUT may not hold what the run reads (SRC, a mask folder, a tokenizer file): replacing OUT
   would delete it.
 - A non-empty OUT must be a prep dataset holding only what prep wrote: --overwrite replaces
-  it whole, so a file of the user's in it would be lost.
+  it whole, so a file of the user's in it would be lost. `prep report OUT` writes
+  OUT/report.html: a file of the dataset's, replaced with it.
 - One run at a time per OUT: a lock file `.OUT.prep-lock` beside OUT (flock), held from listing
   to the swap and removed at the end. A second run exits 1 naming the pid and host of the first.
 """
@@ -24,6 +25,8 @@ from loaders.format import MANIFEST, REJECTS
 from prep.errors import PrepError, UsageError
 from prep.run.files import HOST
 from prep.run.staging import OLD, RUN_DIR, staging_dir
+
+REPORT = "report.html"  # prep report's page, by default inside the dataset it describes
 
 
 def check_out(out: Path, sources: list[Path], overwrite: bool, resume: bool) -> None:
@@ -78,6 +81,9 @@ def foreign_files(out: Path) -> list[str]:
     except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
         return names  # not a manifest prep wrote (RecursionError: JSON nested too deep)
     ours = {MANIFEST, REJECTS, RUN_DIR, OLD} | {Path(f).parts[0] for f in files if f}
+    page = out / REPORT
+    if page.is_file() and not page.is_symlink():  # prep report's page; a folder is the user's
+        ours.add(REPORT)
     return [n for n in names if n not in ours]
 
 

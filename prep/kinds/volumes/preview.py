@@ -103,5 +103,5 @@ def preview_volumes(
             captions.append(f"{v} {orient[axis]}")
     title = f"{root.name}: volumes 0-{count - 1} of {m.num_samples}, middle slices ({orient})"
     sheet, layout = contact_sheet(tiles, captions, title, columns or 3)
-    save_image(sheet.save, output)
+    save_image(sheet, output)
     return PreviewResult(output, count, side, has_masks, layout)
