@@ -161,7 +161,8 @@ CASES: dict[str, Case] = {
         attrs=("classes", "sizes"),
         more=sources,
     ),
-    # format version 1: no codecs, no sources
+    # format version 1 (no codecs, no sources): packed by the code that wrote it, and a version 2
+    # pack rewritten to it
     "images-v1/24": Case(
         "images-v1",
         lambda r: ImageShardDataset(r, size=24, fields=(*IMAGE_FIELDS, "index")),
@@ -171,6 +172,41 @@ CASES: dict[str, Case] = {
     "images-v1/16-in-memory": Case(
         "images-v1", lambda r: ImageShardDataset(r, size=16, fields=IMAGE_FIELDS, in_memory=True)
     ),
+    "images-v1-rewritten/24": Case(
+        "images-v1-rewritten",
+        lambda r: ImageShardDataset(r, size=24, fields=(*IMAGE_FIELDS, "index")),
+        attrs=("classes", "sizes"),
+        more=sources,
+    ),
+    "images-v1-rewritten/16-in-memory": Case(
+        "images-v1-rewritten",
+        lambda r: ImageShardDataset(r, size=16, fields=IMAGE_FIELDS, in_memory=True),
+    ),
+    "tokens-v1/windows-train": Case(
+        "tokens-v1", lambda r: TokenWindowDataset(r, block_size=8, index=True), attrs=TOKENS
+    ),
+    "tokens-v1/documents-val": Case(
+        "tokens-v1", lambda r: DocumentDataset(r, split="val"), more=sources, batch=0
+    ),
+    "volumes-v1/whole": Case(
+        "volumes-v1",
+        VolumeDataset,
+        attrs=("fields",),
+        more=lambda ds: {"meta": [ds.meta(v) for v in range(len(ds))]},
+        batch=0,
+    ),
+    "volumes-v1/patches": Case(
+        "volumes-v1",
+        lambda r: PatchDataset(r, patch=(6, 6, 6), per_volume=2, foreground=1.0, seed=2),
+        epochs=(0, 1),
+    ),
+    "table-v1/train": Case(
+        "table-v1",
+        lambda r: TableDataset(r, missing_mask=True, index=True),
+        attrs=TABLE,
+        more=TABLE_CALLS,
+    ),
+    "table-v1/val": Case("table-v1", lambda r: TableDataset(r, split="val", missing_mask=True)),
     # tokens: bytes (no end-of-document id), char and bpe (with one), train and val splits
     "tokens-bytes/windows-train": Case(
         "tokens-bytes",

@@ -5,11 +5,13 @@ issue 35 moved every command onto one format), run once by hand from the reposit
 
 Each folder of packed/ is a tiny dataset written by that code's own CLI (in this process, with
 typer's CliRunner, from relative paths so that the manifests name no machine's folders): image
-packs (format version 2, and one rewritten to version 1 as tests/test_jpeg.py makes one), token,
-volume and table packs (version 2), and samples datasets (version 3: `prep samples`, the four
-importers, `prep audio`, `prep video`). expected.json holds what that code's dataset classes
-returned for the reads of tests/test_legacy_formats.py (CASES): dtypes, shapes and the sha256
-of every tensor's bytes.
+packs (format version 2, and images-v1-rewritten: one rewritten to version 1 as
+tests/test_jpeg.py makes one), token, volume and table packs (version 2), and samples datasets
+(version 3: `prep samples`, the four importers, `prep audio`, `prep video`). The folders named
+KIND-v1 were packed by the last code that wrote format version 1 (V1_COMMIT, the parent of
+373c419 "Format version 2"), taken from this repository's history with `git archive`.
+expected.json holds what b05b3c5's dataset classes returned for the reads of
+tests/test_legacy_formats.py (CASES): dtypes, shapes and the sha256 of every tensor's bytes.
 
 Kept for the record, never run by the tests: rerun after the format changed and it would write
 the new code's datasets, which is not what the fixtures are for. The raw inputs are synthetic
@@ -18,18 +20,23 @@ the new code's datasets, which is not what the fixtures are for. The raw inputs 
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
+import subprocess
 import sys
+import tarfile
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent  # the repository
 PACKED = HERE / "packed"
 EXPECTED = HERE / "expected.json"
+V1_COMMIT = "438fb1fffb15f79744c2dd9cb462a05b14c5dedd"  # the last to write format version 1
 
 # A recipe of every field kind `prep samples` has that is cheap at this size (recipes/detection.py
 # plus a mask, boxes and keypoints placed with the image, a label, a scalar, a fixed array,
@@ -220,9 +227,9 @@ def pack_all(work: Path) -> None:
     run("pack", f"{demo}/list.csv", "out/images-int-labels", "--sizes", "16", "--no-hashes",
         "--shard-size", "3", "-j", "1")  # fmt: skip
     # images, version 1: packed without hashes, then its manifest rewritten (tests/test_jpeg.py)
-    run("pack", f"{demo}/images", "out/images-v1", "--sizes", "24,16", "--masks",
+    run("pack", f"{demo}/images", "out/images-v1-rewritten", "--sizes", "24,16", "--masks",
         f"{demo}/masks", "--no-hashes", "--shard-size", "5", "-j", "1")  # fmt: skip
-    to_version_1(work / "out" / "images-v1")
+    to_version_1(work / "out" / "images-v1-rewritten")
 
     # tokens, version 2 (tiny shards: --shard-mb of about 100 bytes)
     run("tokenize", "raw/text", "out/tokens-bytes", "--tokenizer", "bytes", "--val-fraction",
@@ -269,6 +276,32 @@ def pack_all(work: Path) -> None:
         "--codec", "jpeg", "--max-frames", "3", "-j", "1")  # fmt: skip
 
 
+def pack_version_1(work: Path) -> None:
+    """The four kinds of format version 1, packed by V1_COMMIT's CLI (in a process of its own,
+    its tree on PYTHONPATH) into work/out/KIND-v1."""
+    code = work / "v1-code"
+    tree = subprocess.run(["git", "-C", str(ROOT), "archive", V1_COMMIT], capture_output=True)
+    if tree.returncode:
+        sys.exit(f"git archive {V1_COMMIT}: {tree.stderr.decode()}")
+    with tarfile.open(fileobj=io.BytesIO(tree.stdout)) as tar:
+        tar.extractall(code, filter="data")
+    env = {**os.environ, "PYTHONPATH": str(code)}
+    for args in [
+        ["pack", "raw/demo/images", "out/images-v1", "--sizes", "24,16", "--masks",
+         "raw/demo/masks", "--shard-size", "5"],
+        ["tokenize", "raw/text", "out/tokens-v1", "--tokenizer", "char", "--val-fraction", "0.5",
+         "--shard-mb", "0.0001"],
+        ["volumes", "raw/ct/images", "out/volumes-v1", "--labels", "raw/ct/labels",
+         "--shard-size", "2"],
+        ["table", "raw/table.csv", "out/table-v1", "--target", "grade", "--missing-mask",
+         "--val-fraction", "0.3", "--key", "id", "--shard-rows", "5"],
+    ]:  # fmt: skip
+        cmd = [sys.executable, "-c", "from prep.cli import app; app()", *args, "-j", "1", "-q"]
+        done = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
+        if done.returncode:
+            sys.exit(f"prep {' '.join(args)} at {V1_COMMIT[:7]}: {done.stdout}{done.stderr}")
+
+
 def to_version_1(root: Path) -> None:
     """An image dataset as format version 1 wrote it: no codec keys, no `source` array (the
     rewrite of tests/test_jpeg.py::test_a_version_1_dataset_still_loads), its files removed."""
@@ -293,6 +326,7 @@ def main() -> None:
         work = Path(tmp)
         write_inputs(work / "raw")
         pack_all(work)
+        pack_version_1(work)
         if PACKED.exists():
             shutil.rmtree(PACKED)
         PACKED.mkdir()
@@ -303,7 +337,7 @@ def main() -> None:
 
 def write_expected() -> None:
     """expected.json: what today's dataset classes return for each case of the test."""
-    sys.path.insert(0, str(HERE.parent.parent))
+    sys.path.insert(0, str(ROOT))
     from tests.test_legacy_formats import CASES, observe
 
     cases = []
