@@ -5,7 +5,9 @@ tests/legacy/expected.json holds what the dataset classes returned for each read
 
 Each case opens a fixture with a public dataset class and reads every item (`ds[i]`), every
 batch of `make_loader` (a few cross a shard's end) and the attributes it names; each tensor is
-kept as its dtype, shape and the sha256 of its bytes. The fixtures are read-only.
+kept as its dtype, shape and the sha256 of its bytes. Crops name their ratio, so that a change of
+CenterCrop's default does not read as a change of format. The fixtures are read-only: a test
+that writes copies one to tmp_path first.
 """
 
 from __future__ import annotations
@@ -333,7 +335,9 @@ CASES: dict[str, Case] = {
         "import-hf", lambda r: SampleDataset(r, split="validation", in_memory=True)
     ),
     "import-wds": Case("import-wds", SampleDataset),
-    # audio: mono int16 clips cut at --max-seconds; stereo float16 with targets, in HDF5
+    # audio: mono int16 clips cut at --max-seconds; stereo float16 with targets, in HDF5.
+    # AudioDataset(fields=("source",)) is left out: it gives byte k of the flat text array for
+    # clip k, not the clip's path (SampleDataset reads the paths right: "audio/samples").
     "audio/windows": Case(
         "audio",
         lambda r: AudioDataset(r, seconds=0.1, fields=("label", "source_rate", "start")),
@@ -424,7 +428,7 @@ def expected() -> dict[str, Any]:
 def test_a_dataset_packed_before_reads_the_same(case_id: str, expected: dict[str, Any]) -> None:
     got, want = observe(PACKED, CASES[case_id]), expected[case_id]
     differ = sorted(k for k in want.keys() | got.keys() if got.get(k) != want.get(k))
-    first = differ[0] if differ else None
+    first = differ[0] if differ else ""
     assert not differ, (
         f"{case_id}: {len(differ)} reads differ ({differ[:5]}...); {first!r} gave "
         f"{got.get(first)!r}, expected {want.get(first)!r}"
