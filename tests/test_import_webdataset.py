@@ -71,7 +71,7 @@ def test_every_key_round_trips(tars: list[Path], tmp_path: Path) -> None:
     for j, s in enumerate(source):
         assert b["__key__"][j] == s["__key__"]
         png = np.asarray(PILImage.open(io.BytesIO(s["png"])).convert("RGB"))
-        assert np.array_equal(b["png"][j].permute(1, 2, 0).numpy(), png)
+        assert np.array_equal(b["image"][j].permute(1, 2, 0).numpy(), png)
         assert b["cls"][j] == int(s["cls"]) and b["txt"][j] == s["txt"].decode()
         assert b["json"][j] == json.loads(s["json"]) and b["bin"][j] == s["bin"]
         assert np.array_equal(b["npy"][j].numpy(), np.load(io.BytesIO(s["npy"])))
@@ -79,7 +79,7 @@ def test_every_key_round_trips(tars: list[Path], tmp_path: Path) -> None:
     m = read_manifest(tmp_path / "ds")
     fields = m.extra["fields"]
     assert fields["npy"]["shape"] == [None, 3] and fields["emb_npy"]["shape"] == [4]
-    assert {fields[f]["kind"] for f in ("png", "cls", "txt", "json", "bin")} == {
+    assert {fields[f]["kind"] for f in ("image", "cls", "txt", "json", "bin")} == {
         "image",
         "label",
         "text",
@@ -87,6 +87,7 @@ def test_every_key_round_trips(tars: list[Path], tmp_path: Path) -> None:
         "bytes",
     }
     assert m.extra["webdataset"]["fields"]["emb_npy"] == "emb.npy"
+    assert m.extra["webdataset"]["fields"]["image"] == "png"  # the field says which member
 
 
 def test_truncated_tar_and_missing_field_are_rejects(tars: list[Path], tmp_path: Path) -> None:

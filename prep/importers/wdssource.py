@@ -25,6 +25,10 @@ from prep.errors import PrepError, UsageError
 from prep.run.inputs import reject_record
 
 BRACES = re.compile(r"\{([^{}]*)\}")
+# A member's bytes are read whole into memory: larger ones (a gzip bomb's gigabyte of zeros
+# is a 1 MB file) are rejects, unread. 256 MB is far beyond an image, a caption or an array
+# of a sample; --max-member-mb raises it (video members).
+MAX_MEMBER = 256_000_000
 Member = tuple[str, int, int]  # extension, offset of its data, size
 
 
@@ -84,12 +88,25 @@ class Scan:
     npy: dict[tuple[str, str], tuple[str, tuple[int, ...]]]  # (key, ext) -> dtype, shape
 
 
-def scan(path: str) -> Scan:
+def scan(path: str, max_member: int = MAX_MEMBER) -> Scan:
     """The samples of tar `path` (its headers read, never its data but .npy headers)."""
+    try:
+        with open_tar(path) as f:
+            return scan_tar(f, path, max_member)
+    except FileNotFoundError:
+        return Scan([], [reject_record(path, "missing", "no such shard")], {})
+    except OSError as e:
+        return Scan([], [reject_record(path, "bad_tar", f"cannot open it ({e})")], {})
+
+
+def scan_tar(f: IO[bytes], path: str, max_member: int = MAX_MEMBER) -> Scan:
+    """The samples of the tar in `f` (seekable; `path` names it in rejects): its headers read,
+    never its data but .npy headers. A sample with a member over `max_member` bytes is a
+    `member_too_large` reject: a worker would read that member whole into memory."""
     errors = (tarfile.TarError, EOFError, OSError, zlib.error, lzma.LZMAError, ValueError)
     members: list[tuple[str, Member]] = []
     try:
-        with open_tar(path) as f, tarfile.open(fileobj=f, mode="r:") as tar:
+        with tarfile.open(fileobj=f, mode="r:") as tar:
             for m in tar:
                 key, ext = key_and_ext(m.name)
                 if m.isfile() and key.rpartition("/")[2] and ext:  # not .hidden nor README
@@ -97,8 +114,6 @@ def scan(path: str) -> Scan:
             f.seek(tar.offset)
             whole = f.read(1024) == bytes(1024)  # the end-of-archive blocks
             npy = _npy_headers(f, members)
-    except FileNotFoundError:
-        return Scan([], [reject_record(path, "missing", "no such shard")], {})
     except errors as e:
         if not members:
             return Scan([], [reject_record(path, "bad_tar", f"not a readable tar ({e})")], {})
@@ -109,7 +124,19 @@ def scan(path: str) -> Scan:
         key, _ = samples.pop()
         why = "the tar ends early, inside or after this sample: it may have lost members"
         rejects.append(reject_record(f"{path}:{key}", "truncated_tar", why))
-    return Scan(samples, rejects, npy)
+    kept = []
+    for key, ms in samples:
+        big = next((m for m in ms if m[2] > max_member), None)
+        if big is None:
+            kept.append((key, ms))
+            continue
+        why = (
+            f"member {key}.{big[0]} is {big[2]:,} bytes, over --max-member-mb "
+            f"{max_member / 1e6:g}: it is never read"
+        )
+        rejects.append(reject_record(f"{path}:{key}", "member_too_large", why))
+    keys = {key for key, _ in kept}
+    return Scan(kept, rejects, {k: v for k, v in npy.items() if k[0] in keys})
 
 
 def _grouped(members: list[tuple[str, Member]]) -> list[tuple[str, tuple[Member, ...]]]:

@@ -77,14 +77,39 @@ class RunSummary:
     manifest: Manifest
     prepare_seconds: float = 0.0  # listing, planning and preparing (a tokenizer) before the tasks
     stages: dict[str, float] | None = field(default=None)  # with profile: seconds per stage
+    rejects: list[dict[str, Any]] = field(default_factory=list)  # this run's, when it listed
 
     def line(self) -> str:
         rate = self.packed / self.seconds if self.seconds else 0.0
         return (
-            f"{self.out}: {self.inputs} inputs, {self.packed} packed, {self.rejected} rejected, "
+            f"{self.out}: {self.inputs} inputs, {self.packed} packed, {self.said_rejected()}, "
             f"{self.shards} shards ({self.reused} reused), {self.bytes / 1e6:.1f} MB written, "
             f"{self.seconds:.1f} s, {rate:.0f} items/s"
         )
+
+    def said_rejected(self) -> str:
+        """ "N rejected", naming them when there are one or two (rejects.jsonl has the rest)."""
+        named = named_rejects(self.rejects)
+        return f"{self.rejected} rejected{f' ({named})' if named else ''}"
+
+
+NAMED = 2  # rejects named on the summary line or in the --max-rejects error; more: counted
+
+
+def named_rejects(rejects: list[dict[str, Any]]) -> str:
+    """One or two rejects as "path: reason, message" (the message up to its HINT); "" for none
+    or more than two.
+
+    >>> named_rejects([{"path": "a.png", "reason": "missing", "message": "gone. HINT: ..."}])
+    'a.png: missing, gone'
+    """
+    if not 0 < len(rejects) <= NAMED:
+        return ""
+    said = (
+        f"{r['path']}: {r['reason']}, {r['message'].split(' HINT:')[0].rstrip('. ')}"
+        for r in rejects
+    )
+    return "; ".join(said)
 
 
 class Kind(ABC, Generic[C, S]):
@@ -197,6 +222,7 @@ def run(kind: Kind[Any, Any], show_progress: bool = True, profile: bool = False)
             raise write_error(e, str(staging)) from e
     seen = kind.seen(inputs, ordered)
     summary = _summary(kind, out, manifest, seen, len(ordered), reused, start)
+    summary.rejects = inputs.rejects + [r for rec in ordered for r in rec["rejects"]]
     summary.prepare_seconds = prepared
     summary.stages = timer.seconds if profile else None
     return summary
@@ -260,10 +286,11 @@ def _finish(
     counted = [r for r in rejects if r["reason"] not in kind.chosen_rejects]
     if seen and len(counted) / seen > cfg.max_rejects:
         reasons = Counter(r["reason"] for r in counted).most_common()
+        named = named_rejects(counted)
         raise PrepError(
             f"{len(counted)} of {seen} {kind.noun} rejected ({len(counted) / seen:.1%} > "
             f"--max-rejects {cfg.max_rejects:g}: "
-            + ", ".join(f"{n} {reason}" for reason, n in reasons)
+            + (named or ", ".join(f"{n} {reason}" for reason, n in reasons))
             + f"); each is a line of {staging / REJECTS}. HINT: rerun with --resume and a "
             "higher --max-rejects to keep the rest (finished shards are reused), or fix the "
             "inputs and rerun with --overwrite"

@@ -136,20 +136,38 @@ class Reject(Exception):
 INTEGER = re.compile(r"-?[0-9]+")
 
 
+def load_json(data: str | bytes, where: str) -> Any:
+    """The JSON value of `data` (the text of `where`, named in the error): a PrepError for what
+    is not JSON, for integers of more than 4300 digits (ValueError) and for nesting deeper than
+    the parser takes (RecursionError), never a traceback."""
+    try:
+        return json.loads(data)
+    except ValueError as e:  # JSONDecodeError, bad UTF-8, huge integers
+        raise PrepError(f"{where}: cannot read it as JSON ({e})") from None
+    except RecursionError:
+        raise PrepError(f"{where}: cannot read it as JSON (nested too deep)") from None
+
+
 def read_rows(src: Path) -> list[tuple[int, Any]]:
     """(line number, row) of every row of a CSV (header first) or JSONL list (blank lines
-    skipped); the line number is where the row ends."""
+    skipped); the line number is where the row ends. A line that is not JSON is an error
+    naming it."""
+    hint = ". HINT: a CSV with a header row or JSON lines with a 'path' key"
     try:
         with open(src, newline="", encoding="utf-8-sig") as f:
             if src.suffix.lower() == ".csv":
                 reader = csv.DictReader(f)
                 return [(reader.line_num, row) for row in reader]
-            return [(n, json.loads(line)) for n, line in enumerate(f, 1) if line.strip()]
-    except (OSError, ValueError, csv.Error) as e:  # ValueError: bad UTF-8, JSON, huge ints
-        raise PrepError(
-            f"{src}: cannot read the list ({e}). HINT: a CSV with a header row or "
-            "JSON lines with a 'path' key"
-        ) from e
+            rows = []
+            for n, line in enumerate(f, 1):
+                if line.strip():
+                    try:
+                        rows.append((n, load_json(line, f"{src}:{n}")))
+                    except PrepError as e:
+                        raise PrepError(f"{e}{hint}") from None
+            return rows
+    except (OSError, ValueError, csv.Error) as e:  # ValueError: bad UTF-8
+        raise PrepError(f"{src}: cannot read the list ({e}){hint}") from e
 
 
 def class_folders(
