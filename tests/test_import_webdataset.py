@@ -200,3 +200,32 @@ def test_mixed_jpg_and_png_samples_are_one_image_field(tmp_path: Path) -> None:
         assert np.array_equal(b["image"][i].permute(1, 2, 0).numpy(), want)
     imported(str(tmp_path / "mixed.tar"), tmp_path / "ds2", fields="png;jpg,cls")
     assert sorted(SampleDataset(tmp_path / "ds2").declared) == ["__key__", "cls", "image"]
+
+
+def test_the_image_field_is_image_whatever_the_extension(tmp_path: Path) -> None:
+    """All .jpg, all .png, or a mix: the loader reads `image` each time (the manifest says
+    which extensions it holds); --fields jpg names it `image` too."""
+    px = (RNG.random((16, 16, 3)) * 255).astype(np.uint8)
+    for ext in ("jpg", "png"):
+        with wds.TarWriter(str(tmp_path / f"{ext}.tar")) as w:
+            for i in range(2):
+                w.write({"__key__": f"k{i}", ext: px, "cls": i})
+        imported(str(tmp_path / f"{ext}.tar"), tmp_path / ext)
+        ds = SampleDataset(tmp_path / ext)
+        assert sorted(ds.declared) == ["__key__", "cls", "image"]
+        assert read_manifest(tmp_path / ext).extra["webdataset"]["fields"]["image"] == ext
+        assert ds.__getitems__([0, 1])["image"].shape == (2, 3, 16, 16)
+    imported(str(tmp_path / "jpg.tar"), tmp_path / "only", fields="jpg")
+    assert sorted(SampleDataset(tmp_path / "only").declared) == ["__key__", "image"]
+
+
+def test_an_unquoted_brace_pattern_says_to_quote_it(tars: list[Path], tmp_path: Path) -> None:
+    """`train-{000000..000002}.tar` unquoted: the shell gives prep three tars and OUT (or, for
+    two shards and no OUT, two tars): one line saying to quote the pattern, exit 2."""
+    out = str(tmp_path / "ds")
+    for args in ([*map(str, tars), out], [str(tars[0]), str(tars[1])]):
+        res = CliRunner().invoke(app, ["import", "webdataset", *args])
+        assert res.exit_code == 2 and isinstance(res.exception, SystemExit), res.output
+        assert res.output.count("\n") == 1 and res.output.startswith("error: "), res.output
+        assert "HINT: quote it: prep import webdataset 'shards/train-{" in res.output
+    assert not (tmp_path / "ds").exists()
