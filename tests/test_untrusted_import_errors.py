@@ -132,3 +132,26 @@ def test_one_or_two_rejects_are_named_on_the_line(tmp_path: Path) -> None:
     src = coco(tmp_path, ["a.png", "gone.png", "lost.png", "void.png"])
     res = prep("import", "coco", str(src), str(tmp_path), str(tmp_path / "o3"))
     one_line(res, 1, "3 of 4 inputs rejected (75.0% > --max-rejects 0.01: 3 missing)")
+
+
+def test_odd_values_in_coco_and_hf_json_are_one_line_or_a_reject(tmp_path: Path) -> None:
+    """What a fuzzer of the parsers found: a category's keypoints that are a number, an
+    image_id that is a list (no dict key), a list length of Infinity."""
+    src = coco(tmp_path, ["a.png"])
+    data = json.loads(src.read_text())
+    data["categories"][0]["keypoints"] = 3
+    src.write_text(json.dumps(data))
+    res = prep("import", "coco", str(src), str(tmp_path), str(tmp_path / "o"), "--keypoints")
+    one_line(res, 1, "coco.json: category 1's keypoints are not a list")
+    data["categories"][0].pop("keypoints")
+    data["annotations"] = [{"id": 1, "image_id": [0], "category_id": 1, "bbox": [0, 0, 1, 1]}]
+    src.write_text(json.dumps(data))
+    res = prep("import", "coco", str(src), str(tmp_path), str(tmp_path / "o"))
+    assert res.exit_code == 0, res.output  # the annotation of no image is no image's
+    (tmp_path / "hf").mkdir()
+    pq.write_table(pa.table({"y": [[0.5]]}), tmp_path / "hf" / "train.parquet")
+    seq = {"_type": "Sequence", "feature": {"_type": "Value", "dtype": "float32"}}
+    features = {"features": {"y": {**seq, "length": float("inf")}}}
+    (tmp_path / "hf" / "dataset_info.json").write_text(json.dumps(features))
+    res = prep("import", "hf", str(tmp_path / "hf"), str(tmp_path / "o2"))
+    one_line(res, 2, "column y: a malformed feature")

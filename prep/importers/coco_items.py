@@ -39,7 +39,7 @@ def coco_images(data: dict[str, Any], categories: Categories, cfg: CocoConfig) -
     tree = Tree(Path(str(cfg.images)).absolute(), cfg.allow_outside)
     by_image: dict[Any, list[Any]] = defaultdict(list)
     for a in data["annotations"]:
-        by_image[a.get("image_id") if isinstance(a, dict) else None].append(a)
+        by_image[_id(a.get("image_id") if isinstance(a, dict) else None)].append(a)
     parsed: list[tuple[str, _Parsed | _Refused]] = []
     for n, im in sorted(enumerate(data["images"]), key=lambda e: image_order(*e)):
         if not isinstance(im, dict):
@@ -47,7 +47,8 @@ def coco_images(data: dict[str, Any], categories: Categories, cfg: CocoConfig) -
             continue
         name = str(im.get("file_name", f"images[{n}]"))
         try:
-            parsed.append((name, _parse(im, by_image.get(im.get("id"), []), categories, cfg, tree)))
+            anns = by_image.get(_id(im.get("id")), [])
+            parsed.append((name, _parse(im, anns, categories, cfg, tree)))
         except _Refused as r:
             parsed.append((name, r))
     checks = _check([p for _, p in parsed if isinstance(p, _Parsed)], cfg)
@@ -62,6 +63,11 @@ def coco_images(data: dict[str, Any], categories: Categories, cfg: CocoConfig) -
         else:
             out.items.append(Item(name, p))
     return out
+
+
+def _id(value: Any) -> Any:
+    """An image id as a key: a list or object (which no dict key can be) is None."""
+    return value if isinstance(value, (int, float, str)) else None
 
 
 def _parse(

@@ -63,6 +63,8 @@ def categories_of(data: dict[str, Any], path: Path | str) -> Categories:
         raise PrepError(f"{path}: categories are empty or repeat an id")
     described = []
     for label, (i, name, c) in enumerate(found):
+        if not isinstance(c.get("keypoints", []), list):
+            raise PrepError(f"{path}: category {i}'s keypoints are not a list of names")
         d = {"id": i, "name": name, "label": label}
         d |= {k: c[k] for k in ("supercategory", "keypoints", "skeleton") if k in c}
         described.append(d)

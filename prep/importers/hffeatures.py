@@ -66,7 +66,12 @@ def columns_of(features: dict[str, Any], root: Path | None) -> list[Column]:
     for name, f in features.items():
         try:
             out += _columns(field_name(name), (("key", name),), f)
-        except (KeyError, TypeError, AttributeError) as e:  # a feature without its keys
+        except (
+            KeyError,
+            TypeError,
+            AttributeError,
+            OverflowError,
+        ) as e:  # a feature without its keys
             raise Unsupported(
                 f"column {name}: a malformed feature ({type(e).__name__}: {e})"
             ) from None

@@ -19,6 +19,7 @@ import threading
 import uuid
 import zlib
 from dataclasses import dataclass, field
+from tokenize import TokenError
 from typing import IO, Any
 
 from prep.errors import PrepError, UsageError
@@ -163,7 +164,7 @@ def _npy_headers(
                 version = np.lib.format.read_magic(head)
                 read = (npf.read_array_header_1_0, npf.read_array_header_2_0)[version[0] - 1]
                 shape, _, dtype = read(head)
-            except (ValueError, IndexError):
+            except (ValueError, IndexError, SyntaxError, TokenError, RecursionError):
                 continue  # not an .npy that numpy reads: its sample is a reject when read
             out[key, ext] = (dtype.newbyteorder("=").name, tuple(shape))
     return out
@@ -262,7 +263,7 @@ def value_of(d: Declared, data: bytes) -> Any:
 
         try:
             arr = np.load(io.BytesIO(data), allow_pickle=False)
-        except (ValueError, OSError, EOFError) as e:
+        except (ValueError, OSError, EOFError, SyntaxError, TokenError, RecursionError) as e:
             raise Reject(f"field {d.name}: not an .npy array ({e})", "field_type") from None
         return arr.astype(arr.dtype.newbyteorder("="), copy=False)
     return data
