@@ -120,7 +120,7 @@ def test_one_or_two_rejects_are_named_on_the_line(tmp_path: Path) -> None:
     src = coco(tmp_path, ["a.png", "gone.png"])
     res = prep("import", "coco", str(src), str(tmp_path), str(tmp_path / "o"))
     one_line(
-        res, 1, "1 of 2 inputs rejected (50.0% > --max-rejects 0.01: gone.png: missing, image "
+        res, 1, "1 of 2 inputs rejected (50.0% > --max-rejects 0.01: 1 missing: gone.png, image "
     )
     src = coco(tmp_path, ["a.png", "gone.png", "lost.png"])
     res = prep(

@@ -96,19 +96,21 @@ class RunSummary:
 NAMED = 2  # rejects named on the summary line or in the --max-rejects error; more: counted
 
 
-def named_rejects(rejects: list[dict[str, Any]]) -> str:
-    """One or two rejects as "path: reason, message" (the message up to its HINT); "" for none
-    or more than two.
+def named_rejects(rejects: list[dict[str, Any]], reason: bool = True) -> str:
+    """One or two rejects as "path: reason, message" (the message up to its HINT; without the
+    reason: "path, message"); "" for none or more than two.
 
     >>> named_rejects([{"path": "a.png", "reason": "missing", "message": "gone. HINT: ..."}])
     'a.png: missing, gone'
     """
     if not 0 < len(rejects) <= NAMED:
         return ""
-    said = (
-        f"{r['path']}: {r['reason']}, {r['message'].split(' HINT:')[0].rstrip('. ')}"
-        for r in rejects
-    )
+    said = []
+    for r in rejects:
+        message = r["message"].split(" HINT:")[0].rstrip(". ")
+        said.append(
+            f"{r['path']}: {r['reason']}, {message}" if reason else f"{r['path']}, {message}"
+        )
     return "; ".join(said)
 
 
@@ -286,11 +288,12 @@ def _finish(
     counted = [r for r in rejects if r["reason"] not in kind.chosen_rejects]
     if seen and len(counted) / seen > cfg.max_rejects:
         reasons = Counter(r["reason"] for r in counted).most_common()
-        named = named_rejects(counted)
+        named = named_rejects(counted, reason=False)
         raise PrepError(
             f"{len(counted)} of {seen} {kind.noun} rejected ({len(counted) / seen:.1%} > "
             f"--max-rejects {cfg.max_rejects:g}: "
-            + (named or ", ".join(f"{n} {reason}" for reason, n in reasons))
+            + ", ".join(f"{n} {reason}" for reason, n in reasons)
+            + (f": {named}" if named else "")
             + f"); each is a line of {staging / REJECTS}. HINT: rerun with --resume and a "
             "higher --max-rejects to keep the rest (finished shards are reused), or fix the "
             "inputs and rerun with --overwrite"
