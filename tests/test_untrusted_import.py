@@ -78,6 +78,10 @@ def test_coco_file_names_outside_images_are_rejects(layout: dict[str, Any], tmp_
                "--allow-outside")  # fmt: skip
     assert res.exit_code == 0, res.output
     assert sum(np.array_equal(p, SECRET) for p in pixels(tmp_path / "all")) == 3
+    (tmp_path / "linked").symlink_to(src / "images")  # IMAGES itself a link: its tree
+    res = prep("import", "coco", str(ann), str(tmp_path / "linked"), str(tmp_path / "via"),
+               "--max-rejects", "1")  # fmt: skip
+    assert res.exit_code == 0 and rejects(tmp_path / "via") == rejects(out), res.output
 
 
 def test_pairs_image_paths_outside_the_lists_folder_are_rejects(

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from functools import cached_property
-from pathlib import Path, PurePath
+from pathlib import Path
 
 HINT = "HINT: a source names files inside its own folder; --allow-outside reads them anyway"
 
@@ -43,16 +43,32 @@ class Tree:
             return None
         if os.path.isabs(name):
             return f"{name!r} is an absolute path"
-        path = (within or self.root) / name
+        rel = name if within is None else os.path.join(os.path.relpath(within, self.root), name)
+        if ".." in os.path.normpath(rel).split(os.sep):
+            return f"{name!r} leads out of {self.root} (..)"
         try:
-            if ".." in PurePath(os.path.relpath(path, self.root)).parts:
-                return f"{name!r} leads out of {self.root} (..)"
-            real = path.resolve()
+            real = self._resolved(self.root / rel)
         except (OSError, RuntimeError, ValueError):  # RuntimeError: a link loop (Python < 3.13)
             return None
         if real != self.real and not real.is_relative_to(self.real):
             return f"{name!r} is a link to {real}, outside {self.root}"
         return None
+
+    @cached_property
+    def _folders(self) -> dict[str, Path]:
+        return {}
+
+    def _resolved(self, path: Path) -> Path:
+        """`path` with its links resolved: its folder once a tree (a COCO file's images share
+        a few folders), then the file itself when it is a link. One lstat a file, not one a
+        component of its path: 118,000 images take a second, not five."""
+        if path.name in ("", ".", ".."):
+            return path.resolve()
+        folder = self._folders.get(str(path.parent))
+        if folder is None:
+            folder = self._folders[str(path.parent)] = path.parent.resolve()
+        found = folder / path.name
+        return found.resolve() if found.is_symlink() else found
 
     def why(self, name: str, within: Path | None = None) -> str | None:
         """refused(), as a reject's message with its HINT."""
