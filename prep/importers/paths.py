@@ -60,8 +60,8 @@ class Tree:
 
     def _resolved(self, path: Path) -> Path:
         """`path` with its links resolved: its folder once a tree (a COCO file's images share
-        a few folders), then the file itself when it is a link. One lstat a file, not one a
-        component of its path: 118,000 images take a second, not five."""
+        a few folders), then the file itself when it is a link: one lstat a file, not one a
+        component of its path."""
         if path.name in ("", ".", ".."):
             return path.resolve()
         folder = self._folders.get(str(path.parent))
