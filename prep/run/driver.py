@@ -28,6 +28,7 @@ from prep.errors import PrepError
 from prep.run import staging as st
 from prep.run.files import atomic_write_text
 from prep.run.guard import check_out, locked
+from prep.run.inputs import named_rejects
 from prep.run.install import install, recover
 from prep.run.parallel import ShardProgress, check_backend, run_tasks
 from prep.run.profile import StageTimer, run_profiled
@@ -91,27 +92,6 @@ class RunSummary:
         """ "N rejected", naming them when there are one or two (rejects.jsonl has the rest)."""
         named = named_rejects(self.rejects)
         return f"{self.rejected} rejected{f' ({named})' if named else ''}"
-
-
-NAMED = 2  # rejects named on the summary line or in the --max-rejects error; more: counted
-
-
-def named_rejects(rejects: list[dict[str, Any]], reason: bool = True) -> str:
-    """One or two rejects as "path: reason, message" (the message up to its HINT; without the
-    reason: "path, message"); "" for none or more than two.
-
-    >>> named_rejects([{"path": "a.png", "reason": "missing", "message": "gone. HINT: ..."}])
-    'a.png: missing, gone'
-    """
-    if not 0 < len(rejects) <= NAMED:
-        return ""
-    said = []
-    for r in rejects:
-        message = r["message"].split(" HINT:")[0].rstrip(". ")
-        said.append(
-            f"{r['path']}: {r['reason']}, {message}" if reason else f"{r['path']}, {message}"
-        )
-    return "; ".join(said)
 
 
 class Kind(ABC, Generic[C, S]):

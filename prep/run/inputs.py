@@ -26,6 +26,27 @@ def reject_record(rel: str, code: str, message: str) -> dict[str, Any]:
     return {"path": rel, "reason": code, "message": message}
 
 
+NAMED = 2  # rejects named on the summary line or in the --max-rejects error; more: counted
+
+
+def named_rejects(rejects: list[dict[str, Any]], reason: bool = True) -> str:
+    """One or two rejects as "path: reason, message" (the message up to its HINT; without the
+    reason: "path, message"); "" for none or more than two.
+
+    >>> named_rejects([{"path": "a.png", "reason": "missing", "message": "gone. HINT: ..."}])
+    'a.png: missing, gone'
+    """
+    if not 0 < len(rejects) <= NAMED:
+        return ""
+    said = []
+    for r in rejects:
+        message = r["message"].split(" HINT:")[0].rstrip(". ")
+        said.append(
+            f"{r['path']}: {r['reason']}, {message}" if reason else f"{r['path']}, {message}"
+        )
+    return "; ".join(said)
+
+
 def os_reject_code(e: OSError) -> str:
     """The reject code of a file the OS cannot give us (the README's table)."""
     if e.errno == errno.ELOOP:
