@@ -229,3 +229,27 @@ def test_an_unquoted_brace_pattern_says_to_quote_it(tars: list[Path], tmp_path: 
         assert res.output.count("\n") == 1 and res.output.startswith("error: "), res.output
         assert "HINT: quote it: prep import webdataset 'shards/train-{" in res.output
     assert not (tmp_path / "ds").exists()
+
+
+def test_an_npy_claiming_more_than_it_holds_and_deep_json_are_rejects(tmp_path: Path) -> None:
+    """A 100-byte .npy whose header claims 25 GB is refused before numpy allocates it; JSON
+    nested too deep for the parser is `field_json`: each a reject of its own code."""
+    good = io.BytesIO()
+    np.save(good, np.zeros((2, 3), np.float32))
+    bomb = good.getvalue().replace(b"(2, 3)", b"(2147483648, 3)")
+    members = [
+        ("a.npy", good.getvalue()), ("a.json", b"{}"),
+        ("b.npy", bomb), ("b.json", b"{}"),
+        ("c.npy", good.getvalue()), ("c.json", b"[" * 100_000 + b"]" * 100_000),
+    ]  # fmt: skip
+    with tarfile.open(tmp_path / "t.tar", "w") as t:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+    imported(str(tmp_path / "t.tar"), tmp_path / "ds", max_rejects=1.0)
+    lines = (tmp_path / "ds" / "rejects.jsonl").read_text().splitlines()
+    got = {r["path"].rsplit(":", 1)[1]: r["reason"] for r in map(json.loads, lines)}
+    assert got == {"b": "field_type", "c": "field_json"}
+    assert "claims (2147483648, 3) of float32, more than it holds" in lines[0]
+    assert SampleDataset(tmp_path / "ds").__getitems__([0])["__key__"] == ["a"]

@@ -149,24 +149,33 @@ def _grouped(members: list[tuple[str, Member]]) -> list[tuple[str, tuple[Member,
     return [(key, tuple(ms)) for key, ms in out]
 
 
+# What numpy's .npy header parser raises on a malformed header (TokenError: its tokenizer).
+NPY_ERRORS = (ValueError, IndexError, SyntaxError, TokenError, RecursionError, OverflowError)
+
+
+def npy_header(head: IO[bytes]) -> tuple[Any, tuple[int, ...]]:
+    """The dtype and shape of the .npy whose bytes `head` starts at (left after its header);
+    one of NPY_ERRORS when it is not an .npy header numpy reads."""
+    import numpy.lib.format as npf
+
+    version = npf.read_magic(head)
+    read = (npf.read_array_header_1_0, npf.read_array_header_2_0)[version[0] - 1]
+    shape, _, dtype = read(head)
+    return dtype, tuple(shape)
+
+
 def _npy_headers(
     f: IO[bytes], members: list[tuple[str, Member]]
 ) -> dict[tuple[str, str], tuple[str, tuple[int, ...]]]:
-    import numpy as np
-    import numpy.lib.format as npf
-
     out = {}
     for key, (ext, offset, size) in members:
         if ext.rsplit(".", 1)[-1] == "npy":
             f.seek(offset)
-            head = io.BytesIO(f.read(min(size, 65536)))
             try:
-                version = np.lib.format.read_magic(head)
-                read = (npf.read_array_header_1_0, npf.read_array_header_2_0)[version[0] - 1]
-                shape, _, dtype = read(head)
-            except (ValueError, IndexError, SyntaxError, TokenError, RecursionError):
+                dtype, shape = npy_header(io.BytesIO(f.read(min(size, 65536))))
+            except NPY_ERRORS:
                 continue  # not an .npy that numpy reads: its sample is a reject when read
-            out[key, ext] = (dtype.newbyteorder("=").name, tuple(shape))
+            out[key, ext] = (dtype.newbyteorder("=").name, shape)
     return out
 
 
@@ -256,14 +265,20 @@ def value_of(d: Declared, data: bytes) -> Any:
     if d.kind == "json":
         try:
             return json.loads(data)
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:  # not JSON, a huge integer, deep nesting
             raise Reject(f"field {d.name}: not JSON ({e})", "field_json") from None
     if d.kind == "array":
+        import math
+
         import numpy as np
 
+        head = io.BytesIO(data)
         try:
+            dtype, shape = npy_header(head)
+            if math.prod(shape) * dtype.itemsize > len(data) - head.tell():  # before numpy
+                raise ValueError(f"its header claims {shape} of {dtype}, more than it holds")
             arr = np.load(io.BytesIO(data), allow_pickle=False)
-        except (ValueError, OSError, EOFError, SyntaxError, TokenError, RecursionError) as e:
+        except (*NPY_ERRORS, OSError, EOFError) as e:
             raise Reject(f"field {d.name}: not an .npy array ({e})", "field_type") from None
         return arr.astype(arr.dtype.newbyteorder("="), copy=False)
     return data
