@@ -134,8 +134,9 @@ _add(
     "prep.importers.wds:import_webdataset",
     """Import WebDataset tar shards: samples grouped by key, a field an extension.
 
-.jpg/.png/.webp -> image, .cls -> label, .txt -> text, .json -> JSON, .npy -> array, other ->
-bytes, and __key__. A sample missing a field (--fields: which) or a truncated tar is a reject.
+.jpg/.png/.webp -> the field image, .cls -> label, .txt -> text, .json -> JSON, .npy -> array,
+other -> bytes, and __key__. A sample missing a field (--fields: which), with a member over
+--max-member-mb, or in a truncated tar is a reject. Quote the pattern (the shell expands it).
 
 Example: prep import webdataset 'shards/train-{000000..000099}.tar' packed/wds --sizes 224
 """,

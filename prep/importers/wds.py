@@ -1,7 +1,8 @@
 """`prep import webdataset 'shards/train-{000000..000099}.tar' OUT`: WebDataset tars as samples,
 a field an extension (prep.importers.wdssource reads the tars):
 
-- `.jpg`, `.jpeg`, `.png`, `.webp` -> `Image` (the command's sizes, mode and codec);
+- `.jpg`, `.jpeg`, `.png`, `.webp` -> `Image` (the command's sizes, mode and codec), the field
+  `image` whichever of them a sample has (a field an extension only where a sample has two);
 - `.cls` -> `Label` (an ASCII integer); `.txt` -> `Text`; `.json` -> `Json`;
 - `.npy` -> `Array`: the dtype of the first sample's; its shape when every sample has it, else
   a ragged leading dimension when only that one differs (the rest as the first sample's);
