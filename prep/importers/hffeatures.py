@@ -66,20 +66,14 @@ def columns_of(features: dict[str, Any], root: Path | None) -> list[Column]:
     for name, f in features.items():
         try:
             out += _columns(field_name(name), (("key", name),), f)
-        except (
-            KeyError,
-            TypeError,
-            AttributeError,
-            OverflowError,
-        ) as e:  # a feature without its keys
-            raise Unsupported(
-                f"column {name}: a malformed feature ({type(e).__name__}: {e})"
-            ) from None
+        # A feature without its keys, or with values of another type (a length of Infinity).
+        except (KeyError, TypeError, AttributeError, OverflowError) as e:
+            said = f"a malformed feature ({type(e).__name__}: {e})"
+            raise Unsupported(f"column {name}: {said}") from None
         except ValueError as e:  # Unsupported itself, or what a field refuses (its names...)
             said = str(e)
-            raise Unsupported(
-                said if said.startswith("column ") else f"column {name}: {said}"
-            ) from None
+            said = said if said.startswith("column ") else f"column {name}: {said}"
+            raise Unsupported(said) from None
     names = [c.name for c in out]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
