@@ -144,7 +144,7 @@ def rows(args: argparse.Namespace, work: Path) -> list[Row]:
     blobs = tar_jpegs(pattern)
     bare = parallel_rate(bare_bytes, [(c, SIZE) for c in chunked(blobs, 8)], args.jobs)
     loaders = references(pattern, hf)
-    for name, fields in (("wds", ("jpg", "cls")), ("hf", ("image", "label"))):
+    for name, fields in (("wds", ("image", "cls")), ("hf", ("image", "label"))):
         ds = SampleDataset(work / f"i-{name}", fields=fields)
         loaders[name] = make_loader(ds, batch_size=BATCH, shuffle=True)
     for warm in loaders.values():

@@ -55,3 +55,28 @@ def test_exif_rotated_jpegs_boxes_in_the_upright_frame(tmp_path: Path) -> None:
         np.testing.assert_allclose(got, expected(box, w, h, 64, "fill"), atol=0.5)
         ys, xs = np.nonzero(b["image"][0, 0].numpy() > 127)
         np.testing.assert_allclose([xs.min(), ys.min(), xs.max() + 1, ys.max() + 1], got, atol=1)
+
+
+def test_width_and_height_of_the_stored_pixels_are_box_frame(tmp_path: Path) -> None:
+    """The JSON gives an EXIF-rotated photo its stored (sideways) size and the boxes reach past
+    that frame: the mistake is the frame (`box_frame`, as the README says), not the box."""
+    root = tmp_path / "coco"
+    root.mkdir()
+    upright = np.zeros((200, 120, 3), np.uint8)  # 120 wide, 200 tall as displayed
+    exif = PILImage.Exif()
+    exif[0x0112] = 6
+    PILImage.fromarray(upright).transpose(STORED[6]).save(root / "0.jpg", exif=exif)
+    PILImage.fromarray(upright).save(root / "1.jpg")  # no EXIF: its own size is right
+    entries = [
+        {"id": 0, "file_name": "0.jpg", "width": 200, "height": 120},  # the stored size
+        {"id": 1, "file_name": "1.jpg", "width": 120, "height": 200},
+    ]
+    box = [20, 150, 50, 40]  # below y = 120 + 1: outside the frame the JSON gives 0.jpg
+    anns = [_ann(i, i, 3, box, iscrowd=0, area=2000) for i in (0, 1)]
+    data = {"images": entries, "annotations": anns, "categories": CATEGORIES}
+    (root / "instances.json").write_text(json.dumps(data))
+    result = run_import(root / "instances.json", tmp_path / "ds", "--max-rejects", "1")
+    assert result.exit_code == 0, result.output
+    line = json.loads((tmp_path / "ds" / "rejects.jsonl").read_text())
+    assert (line["path"], line["reason"]) == ("0.jpg", "box_frame"), line
+    assert "200x120 is not the image's upright size, 120x200" in line["message"]

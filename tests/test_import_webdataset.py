@@ -71,7 +71,7 @@ def test_every_key_round_trips(tars: list[Path], tmp_path: Path) -> None:
     for j, s in enumerate(source):
         assert b["__key__"][j] == s["__key__"]
         png = np.asarray(PILImage.open(io.BytesIO(s["png"])).convert("RGB"))
-        assert np.array_equal(b["png"][j].permute(1, 2, 0).numpy(), png)
+        assert np.array_equal(b["image"][j].permute(1, 2, 0).numpy(), png)
         assert b["cls"][j] == int(s["cls"]) and b["txt"][j] == s["txt"].decode()
         assert b["json"][j] == json.loads(s["json"]) and b["bin"][j] == s["bin"]
         assert np.array_equal(b["npy"][j].numpy(), np.load(io.BytesIO(s["npy"])))
@@ -79,7 +79,7 @@ def test_every_key_round_trips(tars: list[Path], tmp_path: Path) -> None:
     m = read_manifest(tmp_path / "ds")
     fields = m.extra["fields"]
     assert fields["npy"]["shape"] == [None, 3] and fields["emb_npy"]["shape"] == [4]
-    assert {fields[f]["kind"] for f in ("png", "cls", "txt", "json", "bin")} == {
+    assert {fields[f]["kind"] for f in ("image", "cls", "txt", "json", "bin")} == {
         "image",
         "label",
         "text",
@@ -87,6 +87,7 @@ def test_every_key_round_trips(tars: list[Path], tmp_path: Path) -> None:
         "bytes",
     }
     assert m.extra["webdataset"]["fields"]["emb_npy"] == "emb.npy"
+    assert m.extra["webdataset"]["fields"]["image"] == "png"  # the field says which member
 
 
 def test_truncated_tar_and_missing_field_are_rejects(tars: list[Path], tmp_path: Path) -> None:
@@ -199,3 +200,56 @@ def test_mixed_jpg_and_png_samples_are_one_image_field(tmp_path: Path) -> None:
         assert np.array_equal(b["image"][i].permute(1, 2, 0).numpy(), want)
     imported(str(tmp_path / "mixed.tar"), tmp_path / "ds2", fields="png;jpg,cls")
     assert sorted(SampleDataset(tmp_path / "ds2").declared) == ["__key__", "cls", "image"]
+
+
+def test_the_image_field_is_image_whatever_the_extension(tmp_path: Path) -> None:
+    """All .jpg, all .png, or a mix: the loader reads `image` each time (the manifest says
+    which extensions it holds); --fields jpg names it `image` too."""
+    px = (RNG.random((16, 16, 3)) * 255).astype(np.uint8)
+    for ext in ("jpg", "png"):
+        with wds.TarWriter(str(tmp_path / f"{ext}.tar")) as w:
+            for i in range(2):
+                w.write({"__key__": f"k{i}", ext: px, "cls": i})
+        imported(str(tmp_path / f"{ext}.tar"), tmp_path / ext)
+        ds = SampleDataset(tmp_path / ext)
+        assert sorted(ds.declared) == ["__key__", "cls", "image"]
+        assert read_manifest(tmp_path / ext).extra["webdataset"]["fields"]["image"] == ext
+        assert ds.__getitems__([0, 1])["image"].shape == (2, 3, 16, 16)
+    imported(str(tmp_path / "jpg.tar"), tmp_path / "only", fields="jpg")
+    assert sorted(SampleDataset(tmp_path / "only").declared) == ["__key__", "image"]
+
+
+def test_an_unquoted_brace_pattern_says_to_quote_it(tars: list[Path], tmp_path: Path) -> None:
+    """`train-{000000..000002}.tar` unquoted: the shell gives prep three tars and OUT (or, for
+    two shards and no OUT, two tars): one line saying to quote the pattern, exit 2."""
+    out = str(tmp_path / "ds")
+    for args in ([*map(str, tars), out], [str(tars[0]), str(tars[1])]):
+        res = CliRunner().invoke(app, ["import", "webdataset", *args])
+        assert res.exit_code == 2 and isinstance(res.exception, SystemExit), res.output
+        assert res.output.count("\n") == 1 and res.output.startswith("error: "), res.output
+        assert "HINT: quote it: prep import webdataset 'shards/train-{" in res.output
+    assert not (tmp_path / "ds").exists()
+
+
+def test_an_npy_claiming_more_than_it_holds_and_deep_json_are_rejects(tmp_path: Path) -> None:
+    """A 100-byte .npy whose header claims 25 GB is refused before numpy allocates it; JSON
+    nested too deep for the parser is `field_json`: each a reject of its own code."""
+    good = io.BytesIO()
+    np.save(good, np.zeros((2, 3), np.float32))
+    bomb = good.getvalue().replace(b"(2, 3)", b"(2147483648, 3)")
+    members = [
+        ("a.npy", good.getvalue()), ("a.json", b"{}"),
+        ("b.npy", bomb), ("b.json", b"{}"),
+        ("c.npy", good.getvalue()), ("c.json", b"[" * 100_000 + b"]" * 100_000),
+    ]  # fmt: skip
+    with tarfile.open(tmp_path / "t.tar", "w") as t:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+    imported(str(tmp_path / "t.tar"), tmp_path / "ds", max_rejects=1.0)
+    lines = (tmp_path / "ds" / "rejects.jsonl").read_text().splitlines()
+    got = {r["path"].rsplit(":", 1)[1]: r["reason"] for r in map(json.loads, lines)}
+    assert got == {"b": "field_type", "c": "field_json"}
+    assert "claims (2147483648, 3) of float32, more than it holds" in lines[0]
+    assert SampleDataset(tmp_path / "ds").__getitems__([0])["__key__"] == ["a"]

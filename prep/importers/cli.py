@@ -30,10 +30,15 @@ app = typer.Typer(
 
 
 def _add(
-    name: str, config: type[RunConfig], runner: str, doc: str, arguments: tuple[str, ...] = ()
+    name: str,
+    config: type[RunConfig],
+    runner: str,
+    doc: str,
+    arguments: tuple[str, ...] = (),
+    pattern: bool = False,
 ) -> None:
     """Command `prep import NAME` over `runner`; `arguments`: config fields taken as positional
-    arguments between SRC and OUT (COCO's IMAGES_DIR)."""
+    arguments between SRC and OUT (COCO's IMAGES_DIR); `pattern`: SRC is a brace pattern."""
 
     def run(cfg: Any, quiet: bool, profile: bool) -> None:
         from prep.run.profile import IMAGE_STAGES, profile_table
@@ -48,8 +53,30 @@ def _add(
     command = options.command(config, run)
     if arguments:
         _positional(command, config, arguments)
+    if pattern:
+        command = _one_pattern(command)
     command.__doc__ = doc
-    app.command(name)(command)
+    app.command(name, context_settings={"allow_extra_args": pattern})(command)
+
+
+def _one_pattern(command: Any) -> Any:
+    """More arguments than SRC OUT: an unquoted brace pattern that the shell expanded into its
+    names (shard-{000..009}.tar: ten). One line saying to quote it, not Click's box about an
+    extra argument."""
+
+    def checked(ctx: typer.Context, **values: Any) -> None:
+        if ctx.args:
+            from prep.importers.wds import unquoted
+
+            raise unquoted(f"{len(ctx.args) + 2} arguments where SRC OUT are 2")
+        command(**values)
+
+    params = list(inspect.signature(command).parameters.values())
+    ctx = inspect.Parameter(
+        "ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context
+    )
+    checked.__signature__ = inspect.Signature([ctx, *params])  # type: ignore[attr-defined]
+    return checked
 
 
 def _positional(command: Any, config: type[RunConfig], names: tuple[str, ...]) -> None:
@@ -107,9 +134,11 @@ _add(
     "prep.importers.wds:import_webdataset",
     """Import WebDataset tar shards: samples grouped by key, a field an extension.
 
-.jpg/.png/.webp -> image, .cls -> label, .txt -> text, .json -> JSON, .npy -> array, other ->
-bytes, and __key__. A sample missing a field (--fields: which) or a truncated tar is a reject.
+.jpg/.png/.webp -> the field image, .cls -> label, .txt -> text, .json -> JSON, .npy -> array,
+other -> bytes, and __key__. A sample missing a field (--fields: which), with a member over
+--max-member-mb, or in a truncated tar is a reject. Quote the pattern (the shell expands it).
 
 Example: prep import webdataset 'shards/train-{000000..000099}.tar' packed/wds --sizes 224
 """,
+    pattern=True,
 )

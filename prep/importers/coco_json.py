@@ -13,7 +13,7 @@ import numpy as np
 
 from prep.errors import PrepError
 from prep.kinds.samples.inputs import Item
-from prep.run.inputs import check_file
+from prep.run.inputs import check_file, load_json
 
 
 @dataclass
@@ -35,27 +35,36 @@ class Categories:
 def read_coco(path: Path) -> dict[str, Any]:
     """The instances JSON, with its three lists checked to be there."""
     try:
-        data = json.loads(path.read_bytes())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise PrepError(f"{path}: cannot read it as JSON ({e})") from e
+        data = path.read_bytes()
+    except OSError as e:
+        raise PrepError(f"{path}: cannot read it ({e.strerror})") from e
+    return parse_coco(data, str(path))
+
+
+def parse_coco(data: bytes, where: str) -> dict[str, Any]:
+    """The instances JSON in `data` (the bytes of `where`), its three lists checked to be
+    there; PrepError (one line naming `where`) for anything else."""
+    found = load_json(data, where)
     lists = ("images", "annotations", "categories")
-    if not isinstance(data, dict) or not all(isinstance(data.get(k), list) for k in lists):
+    if not isinstance(found, dict) or not all(isinstance(found.get(k), list) for k in lists):
         raise PrepError(
-            f"{path}: not a COCO instances file. HINT: it needs the lists {', '.join(lists)}"
+            f"{where}: not a COCO instances file. HINT: it needs the lists {', '.join(lists)}"
         )
-    return data
+    return found
 
 
-def categories_of(data: dict[str, Any], path: Path) -> Categories:
+def categories_of(data: dict[str, Any], path: Path | str) -> Categories:
     try:
         found = sorted((int(c["id"]), str(c["name"]), c) for c in data["categories"])
-    except (KeyError, TypeError, ValueError) as e:
+    except (KeyError, TypeError, ValueError, OverflowError) as e:
         raise PrepError(f"{path}: a category without an integer id and a name ({e})") from e
     ids = [c for c, _, _ in found]
     if not ids or len(set(ids)) != len(ids):
         raise PrepError(f"{path}: categories are empty or repeat an id")
     described = []
     for label, (i, name, c) in enumerate(found):
+        if not isinstance(c.get("keypoints", []), list):
+            raise PrepError(f"{path}: category {i}'s keypoints are not a list of names")
         d = {"id": i, "name": name, "label": label}
         d |= {k: c[k] for k in ("supercategory", "keypoints", "skeleton") if k in c}
         described.append(d)
@@ -79,6 +88,22 @@ def image_order(n: int, im: Any) -> tuple[int, str, int]:
     does not change."""
     i = im.get("id") if isinstance(im, dict) else None
     return (0, f"{i:020d}", n) if isinstance(i, int) and i >= 0 else (1, str(i), n)
+
+
+def upright_hw(path: Path) -> tuple[int, int] | None:
+    """The (h, w) the image at `path` shows upright (EXIF orientation applied), from its header
+    alone; None when it cannot be read (its own reject comes when it is decoded)."""
+    import struct
+
+    from PIL import Image
+
+    try:
+        with Image.open(path) as im:
+            w, h = im.size
+            turned = im.getexif().get(0x0112, 1) in (5, 6, 7, 8)  # a quarter turn
+    except (OSError, SyntaxError, ValueError, EOFError, IndexError, TypeError, struct.error):
+        return None  # what Pillow raises on a malformed file (see prep.kinds.images.decode)
+    return (w, h) if turned else (h, w)
 
 
 def file_stat(path: Path) -> tuple[str, int, int]:

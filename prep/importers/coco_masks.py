@@ -81,10 +81,10 @@ def rasterise(segmentation: Any, hw: tuple[int, int]) -> np.ndarray:
     if isinstance(segmentation, dict):
         if isinstance(segmentation.get("counts"), bytes):
             segmentation = {**segmentation, "counts": segmentation["counts"].decode()}
-        mask = rle_decode(segmentation)
-        if mask.shape != tuple(hw):
-            raise ValueError(f"RLE of {mask.shape[1]}x{mask.shape[0]} on a {hw[1]}x{hw[0]} image")
-        return np.ascontiguousarray(mask)
+        size = tuple(int(v) for v in segmentation["size"])
+        if size != tuple(hw):  # before decoding: its counts may claim any size
+            raise ValueError(f"RLE of size {list(size)} on a {hw[1]}x{hw[0]} image")
+        return np.ascontiguousarray(rle_decode(segmentation))
     mask = np.zeros(hw, np.uint8)
     polygons = [np.asarray(p, np.float64).reshape(-1, 2) for p in segmentation]
     points = [np.round(p * (1 << SHIFT)).astype(np.int32) for p in polygons if len(p) >= 3]

@@ -53,7 +53,18 @@ class ImportConfig(RunConfig):
 
 
 @dataclass
-class CocoConfig(ImportConfig):
+class PathsConfig(ImportConfig):
+    """An importer whose source file names other files (prep.importers.paths)."""
+
+    allow_outside: bool = opt(
+        False,
+        "Read files the source names outside its own folder: absolute paths, .., links out "
+        "(default: each is an `outside` reject).",
+    )
+
+
+@dataclass
+class CocoConfig(PathsConfig):
     src: str | None = opt(None, "A COCO instances JSON (annotations/instances_train2017.json).")
     images: str | None = opt(None, "The folder its images' file_name are relative to.")
     skip_empty: bool = opt(False, "Leave out images without annotations (default: keep them).")
@@ -79,7 +90,7 @@ class CocoConfig(ImportConfig):
 
 
 @dataclass
-class PairsConfig(ImportConfig):
+class PairsConfig(PathsConfig):
     src: str | None = opt(None, "A .csv, .jsonl or .parquet of image-caption pairs.")
     image_column: str = opt(
         "image", "The column of image paths (relative to SRC's folder) or encoded bytes."

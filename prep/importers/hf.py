@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from prep.config import listed, opt
-from prep.importers.config import ImportConfig, image_field
+from prep.importers.config import PathsConfig, image_field
 
 
 @dataclass
-class HFConfig(ImportConfig):
+class HFConfig(PathsConfig):
     src: str | None = opt(
         None,
         "A save_to_disk folder (dataset_dict.json or state.json and .arrow files) or a folder "
@@ -44,7 +44,7 @@ def import_hf(cfg: HFConfig, show_progress: bool = True, profile: bool = False) 
         raise UsageError(f"{src}: not a folder. HINT: give a save_to_disk or Parquet folder")
     splits = listed(cfg.splits, "--splits", str) if cfg.splits else None
     only = listed(cfg.columns, "--columns", str) if cfg.columns else None
-    source, rows = list_source(src, splits, only)
+    source, rows = list_source(src, splits, only, cfg.allow_outside)
     image = image_field(cfg)
     fields = {c.name: c.field or image for c in rows.columns}
     try:

@@ -30,6 +30,8 @@ import numpy as np
 from loaders.fields import NUMBERS
 from loaders.samples import Array, Bytes, Json, Label, SampleField, Scalar, Text
 from loaders.samples.fields import check_name
+from prep.errors import Reject
+from prep.importers.paths import Tree
 
 NUMERIC = (*NUMBERS, "float64", "bool")
 ALIASES = {"float": "float32", "double": "float64", "half": "float16"}
@@ -56,10 +58,22 @@ class Column:
 
 
 def columns_of(features: dict[str, Any], root: Path | None) -> list[Column]:
-    """The import's fields, in the features' order; Unsupported for a feature none holds."""
+    """The import's fields, in the features' order; Unsupported for a feature none holds, or
+    one that is malformed (a Value without its dtype...), naming its column."""
+    if not isinstance(features, dict):
+        raise Unsupported(f"features are a {type(features).__name__}, not column -> feature")
     out: list[Column] = []
     for name, f in features.items():
-        out += _columns(field_name(name), (("key", name),), f)
+        try:
+            out += _columns(field_name(name), (("key", name),), f)
+        # A feature without its keys, or with values of another type (a length of Infinity).
+        except (KeyError, TypeError, AttributeError, OverflowError) as e:
+            said = f"a malformed feature ({type(e).__name__}: {e})"
+            raise Unsupported(f"column {name}: {said}") from None
+        except ValueError as e:  # Unsupported itself, or what a field refuses (its names...)
+            said = str(e)
+            said = said if said.startswith("column ") else f"column {name}: {said}"
+            raise Unsupported(said) from None
     names = [c.name for c in out]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
@@ -88,14 +102,23 @@ def _columns(name: str, path: tuple[Step, ...], f: Any) -> list[Column]:
     if kind == "Image":
         return [Column(name, path, None, "image")]
     if kind == "ClassLabel":
-        return [Column(name, path, Label(tuple(f["names"])), "value")]
+        return [Column(name, path, Label(tuple(_key(f, "names", list, name))), "value")]
     if kind == "Value":
-        return [Column(name, path, _value(f["dtype"], name), "value")]
+        return [Column(name, path, _value(_key(f, "dtype", str, name), name), "value")]
     if kind in ARRAYS:
         return [Column(name, path, Array(_numeric(f["dtype"], name), tuple(f["shape"])), "array")]
     if kind in LISTS:
         return _list(name, path, f)
     raise Unsupported(f"column {name}: feature {kind}, which no field holds")
+
+
+def _key(f: dict[str, Any], key: str, kind: type, name: str) -> Any:
+    """`f[key]`, which must be a `kind`; Unsupported naming the column when it is not."""
+    v = f.get(key)
+    if not isinstance(v, kind) or (isinstance(v, list) and not all(isinstance(x, str) for x in v)):
+        what = "a list of names" if kind is list else f"a {kind.__name__}"
+        raise Unsupported(f"column {name}: feature {f.get('_type')} without {key!r} ({what})")
+    return v
 
 
 def _list(name: str, path: tuple[Step, ...], f: dict[str, Any]) -> list[Column]:
@@ -182,8 +205,9 @@ def _feature_of_type(t: Any) -> Any:
     }
 
 
-def value_of(row: dict[str, Any], column: Column, root: Path) -> Any:
-    """Column `column`'s value in `row` (a dict of the file's columns), as its field takes it."""
+def value_of(row: dict[str, Any], column: Column, tree: Tree) -> Any:
+    """Column `column`'s value in `row` (a dict of the file's columns), as its field takes it;
+    an Image's path is relative to `tree`, and a Reject (`outside`) when it leaves it."""
     v: Any = row
     for op, key in column.path:
         if v is None:
@@ -193,7 +217,12 @@ def value_of(row: dict[str, Any], column: Column, root: Path) -> Any:
         return None
     if column.convert == "image":
         data, path = v.get("bytes"), v.get("path")
-        return data if data is not None else (None if path is None else root / path)
+        if data is not None or path is None:
+            return data
+        why = tree.why(str(path))
+        if why is not None:
+            raise Reject(f"field {column.name}: the Image's path {why}", "outside")
+        return tree.root / path
     if column.convert == "array":
         assert isinstance(column.field, Array)
         arr = np.asarray(v, dtype=column.field.dtype)

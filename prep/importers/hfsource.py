@@ -10,7 +10,7 @@ table (memory-mapped) or a Parquet row group at a time, cached per process.
 
 from __future__ import annotations
 
-import json
+import os
 import re
 import uuid
 from dataclasses import dataclass, field, replace
@@ -21,7 +21,15 @@ from typing import Any
 from loaders.samples import Label, Scalar
 from prep.errors import PrepError, Reject, UsageError
 from prep.importers.hffeatures import Column, Unsupported, columns_of, features_of_schema, value_of
+from prep.importers.hfjson import (
+    checked_features,
+    dict_splits,
+    meta_features,
+    read_object,
+    state_files,
+)
 from prep.importers.listing import Source, file_stats
+from prep.importers.paths import Tree
 from prep.kinds.samples.inputs import Item
 
 USUAL = ("train", "validation", "valid", "dev", "test")
@@ -34,14 +42,19 @@ class Part:
     path: Path
 
 
-def find_parts(src: Path) -> tuple[str, list[Part]]:
-    """The layout ("save_to_disk" or "parquet") and its files, split by split, in order."""
+def find_parts(src: Path, tree: Tree | None = None) -> tuple[str, list[Part]]:
+    """The layout ("save_to_disk" or "parquet") and its files, split by split, in order. The
+    files and split folders that dataset_dict.json and state.json name stay inside `tree`
+    (default: src's, none outside)."""
+    tree = tree or Tree(src)
     if (src / "dataset_dict.json").is_file():
-        splits = _json(src / "dataset_dict.json").get("splits", [])
-        return "save_to_disk", [p for s in splits for p in _arrow_parts(src / s, s)]
+        splits = dict_splits(read_object(src / "dataset_dict.json"), str(src / "dataset_dict.json"))
+        for s in splits:
+            _inside(tree, s, src / "dataset_dict.json")
+        return "save_to_disk", [p for s in splits for p in _arrow_parts(src / s, s, tree)]
     if (src / "state.json").is_file() or any(src.glob("*.arrow")):
         layout = "save_to_disk" if (src / "state.json").is_file() else "cache"
-        return layout, _arrow_parts(src, None)
+        return layout, _arrow_parts(src, None, tree)
     files = sorted(src.rglob("*.parquet"))
     if not files:
         raise UsageError(
@@ -57,18 +70,28 @@ def _rank(split: str | None) -> int:
     return USUAL.index(split) if split in USUAL else len(USUAL)
 
 
-def _arrow_parts(folder: Path, split: str | None) -> list[Part]:
+def _arrow_parts(folder: Path, split: str | None, tree: Tree) -> list[Part]:
     state = folder / "state.json"
     if state.is_file():
-        names = [d["filename"] for d in _json(state).get("_data_files", [])]
-        split = split or _json(state).get("_split")
+        names, named = state_files(read_object(state), str(state))
+        for n in names:
+            _inside(tree, n, state)
+        split = split or named
     else:  # the `datasets` cache: NAME-SPLIT[-00000-of-00002].arrow, its splits in its info
         names = sorted(p.name for p in folder.glob("*.arrow"))
         info = folder / "dataset_info.json"
-        known = list(_json(info).get("splits") or {}) if info.is_file() else []
+        splits = read_object(info).get("splits") if info.is_file() else None
+        known = [str(k) for k in splits] if isinstance(splits, (dict, list)) else []
         parts = [Part(split or _cached_split(n, known), folder / n) for n in names]
         return sorted(parts, key=lambda p: (_rank(p.split), p.split or "", p.path))
     return [Part(split, folder / n) for n in names]
+
+
+def _inside(tree: Tree, name: str, where: Path) -> None:
+    """A path `where` names (relative to its folder) stays in SRC: else one error line."""
+    why = tree.why(name, where.parent)
+    if why is not None:
+        raise PrepError(f"{where}: {why}")
 
 
 def _cached_split(name: str, known: list[str]) -> str | None:
@@ -86,23 +109,18 @@ def _split_of(src: Path, f: Path) -> str | None:
     return f.parent.name if f.parent != src else None
 
 
-def _json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise PrepError(f"{path}: cannot read it as JSON ({e})") from e
-
-
 def features_of(part: Path, schema: Any) -> dict[str, Any]:
     """The `Features` JSON of a file: its schema's, dataset_info.json's, else the schema's types."""
     meta = (schema.metadata or {}).get(b"huggingface")
     if meta:
-        features = json.loads(meta).get("info", {}).get("features")
+        features = meta_features(meta, f"{part} (its schema's huggingface metadata)")
         if features:
-            return dict(features)
+            return features
     info = part.parent / "dataset_info.json"
-    if info.is_file() and _json(info).get("features"):
-        return dict(_json(info)["features"])
+    if info.is_file():
+        features = read_object(info).get("features")
+        if features:
+            return checked_features(features, str(info))
     return features_of_schema(schema)
 
 
@@ -123,11 +141,15 @@ def _schema_and_chunks(path: Path) -> tuple[Any, list[int]]:
 
 
 def list_source(
-    src: Path, splits: list[str] | None = None, only: list[str] | None = None
+    src: Path,
+    splits: list[str] | None = None,
+    only: list[str] | None = None,
+    allow_outside: bool = False,
 ) -> tuple[Source, HFRows]:
     """The rows of `src` as inputs (those of `splits`; None: all), and the function that makes
     a sample of one, of its columns `only` (None: all)."""
-    layout, parts = _chosen(src, splits)
+    tree = Tree(src.absolute(), allow_outside)
+    layout, parts = _chosen(src, splits, tree)
     items: list[Item] = []
     counts: dict[str | None, int] = {}
     features: dict[str, Any] | None = None
@@ -141,7 +163,7 @@ def list_source(
                 f"{part.path}: its features differ from {parts[0].path}'s. HINT: import one "
                 "configuration (folder) at a time"
             )
-        rel, row = part.path.relative_to(src).as_posix(), 0
+        rel, row = Path(os.path.relpath(part.path, src)).as_posix(), 0
         for c, n in enumerate(chunks):
             items += [Item(f"{rel}:{row + r}", (i, c, r)) for r in range(n)]
             row += n
@@ -156,12 +178,12 @@ def list_source(
         }
     }
     stats = file_stats([p.path for p in parts])
-    rows = HFRows(tuple(str(p.path) for p in parts), tuple(columns), str(src))
+    rows = HFRows(tuple(str(p.path) for p in parts), tuple(columns), tree)
     return Source(items, counts, [], stats, extra), rows
 
 
-def _chosen(src: Path, splits: list[str] | None) -> tuple[str, list[Part]]:
-    layout, parts = find_parts(src)
+def _chosen(src: Path, splits: list[str] | None, tree: Tree) -> tuple[str, list[Part]]:
+    layout, parts = find_parts(src, tree)
     if not parts:
         raise UsageError(f"{src}: its dataset_dict.json or state.json lists no data file")
     have = list(dict.fromkeys(str(p.split) for p in parts))
@@ -215,7 +237,7 @@ class HFRows:
 
     files: tuple[str, ...]
     columns: tuple[Column, ...]
-    root: str
+    tree: Tree  # an Image's path is relative to it, and stays inside
     run: str = field(default_factory=lambda: uuid.uuid4().hex, repr=False, compare=False)
 
     def __call__(self, ref: tuple[int, int, int]) -> dict[str, Any]:
@@ -226,7 +248,7 @@ class HFRows:
         out = {}
         for c in self.columns:
             try:
-                out[c.name] = value_of(values, c, Path(self.root))
+                out[c.name] = value_of(values, c, self.tree)
             except (ValueError, TypeError) as e:  # a null inside a list of numbers
                 raise Reject(f"field {c.name}: {e}", "field_type") from None
         return out

@@ -18,9 +18,10 @@ from typing import Any
 from loaders.format import Manifest
 from prep.errors import PrepError, Reject, UsageError
 from prep.importers.config import PairsConfig, image_field
+from prep.importers.paths import Tree
 from prep.kinds.samples.pack import SamplesKind
 from prep.run.driver import Inputs, RunSummary, run
-from prep.run.inputs import check_file
+from prep.run.inputs import check_file, reject_record
 
 
 def fields_of(cfg: PairsConfig) -> dict[str, Any]:
@@ -38,10 +39,9 @@ def fields_of(cfg: PairsConfig) -> dict[str, Any]:
 def make_pair(
     row: dict[str, Any], image_column: str, text_column: str, tokens: bool, allow_empty: bool
 ) -> dict[str, Any]:
-    """One row -> its sample; a missing image or an empty caption raises Reject."""
-    image = row.get(image_column)
-    if isinstance(image, dict):  # {"bytes": b"...", "path": "..."}: an HF Image in Parquet
-        image = image.get("bytes") or image.get("path")
+    """One row -> its sample; a missing image or an empty caption raises Reject. The row's
+    image path was checked by PairsKind (inside the file's folder, there)."""
+    image = image_of(row.get(image_column))
     if image is None or (isinstance(image, (str, bytes)) and not image):
         raise Reject(f"no image in column {image_column!r}", code="missing_image")
     caption = row.get(text_column)
@@ -56,6 +56,13 @@ def make_pair(
         )
     sample = {"image": image, "caption": caption}
     return sample | {"tokens": caption} if tokens else sample
+
+
+def image_of(value: Any) -> Any:
+    """A row's image: its path or bytes, the bytes of an HF Image struct, else its path."""
+    if isinstance(value, dict):  # {"bytes": b"...", "path": "..."}: an HF Image in Parquet
+        return value.get("bytes") or value.get("path")
+    return value
 
 
 class PairsKind(SamplesKind):
@@ -95,14 +102,20 @@ class PairsKind(SamplesKind):
         return inputs
 
     def _check_images(self) -> list[tuple[int, int] | None]:
-        """Each image path's (size, time); a row whose image file is missing (or no file) is a
-        reject now, its message naming the path, where it was looked for, and the fix."""
+        """Each image path's (size, time); a row whose image file is missing (or no file), or
+        outside the file's folder, is a reject now, its message naming the path, where it was
+        looked for, and the fix."""
         base = self.listing.base or Path()
+        tree = Tree(base, self.pairs.allow_outside)
         kept, stats = [], []
         for it in self.listing.items:
-            path = it.value.get(self.pairs.image_column)
+            path = image_of(it.value.get(self.pairs.image_column))
             if not isinstance(path, str) or not path:  # bytes, or no image: make_pair says
                 kept.append(it)
+                continue
+            why = tree.why(path)
+            if why is not None:
+                self.listing.rejects.append(reject_record(it.rel, "outside", f"image {why}"))
                 continue
             bad = check_file(base / path, it.rel)
             if bad is None:

@@ -1,7 +1,8 @@
 """`prep import webdataset 'shards/train-{000000..000099}.tar' OUT`: WebDataset tars as samples,
 a field an extension (prep.importers.wdssource reads the tars):
 
-- `.jpg`, `.jpeg`, `.png`, `.webp` -> `Image` (the command's sizes, mode and codec);
+- `.jpg`, `.jpeg`, `.png`, `.webp` -> `Image` (the command's sizes, mode and codec), the field
+  `image` whichever of them a sample has (a field an extension only where a sample has two);
 - `.cls` -> `Label` (an ASCII integer); `.txt` -> `Text`; `.json` -> `Json`;
 - `.npy` -> `Array`: the dtype of the first sample's; its shape when every sample has it, else
   a ragged leading dimension when only that one differs (the rest as the first sample's);
@@ -32,8 +33,31 @@ class WdsConfig(ImportConfig):
     fields: str | None = opt(
         None, "The extensions to import, comma-separated: jpg,cls (default: all the tars hold)."
     )
+    max_member_mb: float = opt(
+        256.0,
+        "A sample with a member larger than this (MB) is a reject, never read: members are "
+        "read whole into memory.",
+    )
 
     SECTION: ClassVar[str] = "webdataset"
+
+    def validate(self) -> None:
+        from prep.config import check
+
+        super().validate()
+        check(self.max_member_mb > 0, f"--max-member-mb {self.max_member_mb}", "more than 0")
+        if ".tar" in Path(str(self.out)).name:  # `{0..1}` expanded by the shell: 2 tars
+            raise unquoted(f"OUT {self.out} is a tar")
+
+
+def unquoted(what: str) -> Exception:
+    """The error of a brace pattern the shell expanded into its names (shard-000.tar ...)."""
+    from prep.errors import UsageError
+
+    return UsageError(
+        f"{what}: was a brace pattern left unquoted, so that the shell expanded it? HINT: quote "
+        "it: prep import webdataset 'shards/train-{000000..000099}.tar' OUT"
+    )
 
 
 def shard_paths(src: str) -> list[str]:
@@ -55,8 +79,9 @@ def list_shards(cfg: WdsConfig, image: Any) -> tuple[Any, Any, dict[str, Any]]:
     from prep.kinds.samples.inputs import Item
 
     paths = shard_paths(str(cfg.src))
+    cap = int(cfg.max_member_mb * 1e6)
     with ThreadPoolExecutor(8) as pool:  # headers: reads that wait on the disk or network
-        scans = list(pool.map(scan, paths))
+        scans = list(pool.map(lambda p: scan(p, cap), paths))
     if not any(s.samples for s in scans):
         from prep.errors import PrepError
 
@@ -114,11 +139,15 @@ def _declared(cfg: WdsConfig, scans: list[Any], seen: dict[str, int]) -> tuple[A
         raise _usage(cfg.src, f"no member has extension {unknown[0]!r}" if unknown else "")
     if not cfg.fields:
         _check_rare(cfg, exts, seen, sum(len(s.samples) for s in scans))
+    # The one field of image extensions (jpg, jpg;png...) is `image`, whichever the tars hold:
+    # the loader's code does not change with the dataset. Two (a sample with both a .jpg and a
+    # .png) keep their extensions' names.
+    pictures = [e for e in exts if all(a in IMAGES for a in e.split(";"))]
     declared = []
     for e in exts:
         kinds = {kind_of(a) for a in e.split(";")}
         kind = kinds.pop() if len(kinds) == 1 else "bytes"
-        name = "image" if ";" in e and kind == "image" else field_name(e.split(";")[0])
+        name = "image" if pictures == [e] else field_name(e.split(";")[0])
         declared.append(Declared(name, e, kind))
     names = [d.name for d in declared]
     if len(set(names)) < len(names):

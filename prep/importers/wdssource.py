@@ -19,12 +19,17 @@ import threading
 import uuid
 import zlib
 from dataclasses import dataclass, field
+from tokenize import TokenError
 from typing import IO, Any
 
 from prep.errors import PrepError, UsageError
 from prep.run.inputs import reject_record
 
 BRACES = re.compile(r"\{([^{}]*)\}")
+# A member's bytes are read whole into memory: larger ones (a gzip bomb's gigabyte of zeros
+# is a 1 MB file) are rejects, unread. 256 MB is far beyond an image, a caption or an array
+# of a sample; --max-member-mb raises it (video members).
+MAX_MEMBER = 256_000_000
 Member = tuple[str, int, int]  # extension, offset of its data, size
 
 
@@ -84,12 +89,25 @@ class Scan:
     npy: dict[tuple[str, str], tuple[str, tuple[int, ...]]]  # (key, ext) -> dtype, shape
 
 
-def scan(path: str) -> Scan:
+def scan(path: str, max_member: int = MAX_MEMBER) -> Scan:
     """The samples of tar `path` (its headers read, never its data but .npy headers)."""
+    try:
+        with open_tar(path) as f:
+            return scan_tar(f, path, max_member)
+    except FileNotFoundError:
+        return Scan([], [reject_record(path, "missing", "no such shard")], {})
+    except OSError as e:
+        return Scan([], [reject_record(path, "bad_tar", f"cannot open it ({e})")], {})
+
+
+def scan_tar(f: IO[bytes], path: str, max_member: int = MAX_MEMBER) -> Scan:
+    """The samples of the tar in `f` (seekable; `path` names it in rejects): its headers read,
+    never its data but .npy headers. A sample with a member over `max_member` bytes is a
+    `member_too_large` reject: a worker would read that member whole into memory."""
     errors = (tarfile.TarError, EOFError, OSError, zlib.error, lzma.LZMAError, ValueError)
     members: list[tuple[str, Member]] = []
     try:
-        with open_tar(path) as f, tarfile.open(fileobj=f, mode="r:") as tar:
+        with tarfile.open(fileobj=f, mode="r:") as tar:
             for m in tar:
                 key, ext = key_and_ext(m.name)
                 if m.isfile() and key.rpartition("/")[2] and ext:  # not .hidden nor README
@@ -97,8 +115,6 @@ def scan(path: str) -> Scan:
             f.seek(tar.offset)
             whole = f.read(1024) == bytes(1024)  # the end-of-archive blocks
             npy = _npy_headers(f, members)
-    except FileNotFoundError:
-        return Scan([], [reject_record(path, "missing", "no such shard")], {})
     except errors as e:
         if not members:
             return Scan([], [reject_record(path, "bad_tar", f"not a readable tar ({e})")], {})
@@ -109,7 +125,19 @@ def scan(path: str) -> Scan:
         key, _ = samples.pop()
         why = "the tar ends early, inside or after this sample: it may have lost members"
         rejects.append(reject_record(f"{path}:{key}", "truncated_tar", why))
-    return Scan(samples, rejects, npy)
+    kept = []
+    for key, ms in samples:
+        big = next((m for m in ms if m[2] > max_member), None)
+        if big is None:
+            kept.append((key, ms))
+            continue
+        why = (
+            f"member {key}.{big[0]} is {big[2]:,} bytes, over --max-member-mb "
+            f"{max_member / 1e6:g}: it is never read"
+        )
+        rejects.append(reject_record(f"{path}:{key}", "member_too_large", why))
+    keys = {key for key, _ in kept}
+    return Scan(kept, rejects, {k: v for k, v in npy.items() if k[0] in keys})
 
 
 def _grouped(members: list[tuple[str, Member]]) -> list[tuple[str, tuple[Member, ...]]]:
@@ -121,24 +149,33 @@ def _grouped(members: list[tuple[str, Member]]) -> list[tuple[str, tuple[Member,
     return [(key, tuple(ms)) for key, ms in out]
 
 
+# What numpy's .npy header parser raises on a malformed header (TokenError: its tokenizer).
+NPY_ERRORS = (ValueError, IndexError, SyntaxError, TokenError, RecursionError, OverflowError)
+
+
+def npy_header(head: IO[bytes]) -> tuple[Any, tuple[int, ...]]:
+    """The dtype and shape of the .npy whose bytes `head` starts at (left after its header);
+    one of NPY_ERRORS when it is not an .npy header numpy reads."""
+    import numpy.lib.format as npf
+
+    version = npf.read_magic(head)
+    read = (npf.read_array_header_1_0, npf.read_array_header_2_0)[version[0] - 1]
+    shape, _, dtype = read(head)
+    return dtype, tuple(shape)
+
+
 def _npy_headers(
     f: IO[bytes], members: list[tuple[str, Member]]
 ) -> dict[tuple[str, str], tuple[str, tuple[int, ...]]]:
-    import numpy as np
-    import numpy.lib.format as npf
-
     out = {}
     for key, (ext, offset, size) in members:
         if ext.rsplit(".", 1)[-1] == "npy":
             f.seek(offset)
-            head = io.BytesIO(f.read(min(size, 65536)))
             try:
-                version = np.lib.format.read_magic(head)
-                read = (npf.read_array_header_1_0, npf.read_array_header_2_0)[version[0] - 1]
-                shape, _, dtype = read(head)
-            except (ValueError, IndexError):
+                dtype, shape = npy_header(io.BytesIO(f.read(min(size, 65536))))
+            except NPY_ERRORS:
                 continue  # not an .npy that numpy reads: its sample is a reject when read
-            out[key, ext] = (dtype.newbyteorder("=").name, tuple(shape))
+            out[key, ext] = (dtype.newbyteorder("=").name, shape)
     return out
 
 
@@ -228,14 +265,20 @@ def value_of(d: Declared, data: bytes) -> Any:
     if d.kind == "json":
         try:
             return json.loads(data)
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:  # not JSON, a huge integer, deep nesting
             raise Reject(f"field {d.name}: not JSON ({e})", "field_json") from None
     if d.kind == "array":
+        import math
+
         import numpy as np
 
+        head = io.BytesIO(data)
         try:
+            dtype, shape = npy_header(head)
+            if math.prod(shape) * dtype.itemsize > len(data) - head.tell():  # before numpy
+                raise ValueError(f"its header claims {shape} of {dtype}, more than it holds")
             arr = np.load(io.BytesIO(data), allow_pickle=False)
-        except (ValueError, OSError, EOFError) as e:
+        except (*NPY_ERRORS, OSError, EOFError) as e:
             raise Reject(f"field {d.name}: not an .npy array ({e})", "field_type") from None
         return arr.astype(arr.dtype.newbyteorder("="), copy=False)
     return data

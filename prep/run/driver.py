@@ -28,6 +28,7 @@ from prep.errors import PrepError
 from prep.run import staging as st
 from prep.run.files import atomic_write_text
 from prep.run.guard import check_out, locked
+from prep.run.inputs import named_rejects
 from prep.run.install import install, recover
 from prep.run.parallel import ShardProgress, check_backend, run_tasks
 from prep.run.profile import StageTimer, run_profiled
@@ -77,14 +78,20 @@ class RunSummary:
     manifest: Manifest
     prepare_seconds: float = 0.0  # listing, planning and preparing (a tokenizer) before the tasks
     stages: dict[str, float] | None = field(default=None)  # with profile: seconds per stage
+    rejects: list[dict[str, Any]] = field(default_factory=list)  # this run's, when it listed
 
     def line(self) -> str:
         rate = self.packed / self.seconds if self.seconds else 0.0
         return (
-            f"{self.out}: {self.inputs} inputs, {self.packed} packed, {self.rejected} rejected, "
+            f"{self.out}: {self.inputs} inputs, {self.packed} packed, {self.said_rejected()}, "
             f"{self.shards} shards ({self.reused} reused), {self.bytes / 1e6:.1f} MB written, "
             f"{self.seconds:.1f} s, {rate:.0f} items/s"
         )
+
+    def said_rejected(self) -> str:
+        """ "N rejected", naming them when there are one or two (rejects.jsonl has the rest)."""
+        named = named_rejects(self.rejects)
+        return f"{self.rejected} rejected{f' ({named})' if named else ''}"
 
 
 class Kind(ABC, Generic[C, S]):
@@ -197,6 +204,7 @@ def run(kind: Kind[Any, Any], show_progress: bool = True, profile: bool = False)
             raise write_error(e, str(staging)) from e
     seen = kind.seen(inputs, ordered)
     summary = _summary(kind, out, manifest, seen, len(ordered), reused, start)
+    summary.rejects = inputs.rejects + [r for rec in ordered for r in rec["rejects"]]
     summary.prepare_seconds = prepared
     summary.stages = timer.seconds if profile else None
     return summary
@@ -260,10 +268,12 @@ def _finish(
     counted = [r for r in rejects if r["reason"] not in kind.chosen_rejects]
     if seen and len(counted) / seen > cfg.max_rejects:
         reasons = Counter(r["reason"] for r in counted).most_common()
+        named = named_rejects(counted, reason=False)
         raise PrepError(
             f"{len(counted)} of {seen} {kind.noun} rejected ({len(counted) / seen:.1%} > "
             f"--max-rejects {cfg.max_rejects:g}: "
             + ", ".join(f"{n} {reason}" for reason, n in reasons)
+            + (f": {named}" if named else "")
             + f"); each is a line of {staging / REJECTS}. HINT: rerun with --resume and a "
             "higher --max-rejects to keep the rest (finished shards are reused), or fix the "
             "inputs and rerun with --overwrite"

@@ -26,6 +26,27 @@ def reject_record(rel: str, code: str, message: str) -> dict[str, Any]:
     return {"path": rel, "reason": code, "message": message}
 
 
+NAMED = 2  # rejects named on the summary line or in the --max-rejects error; more: counted
+
+
+def named_rejects(rejects: list[dict[str, Any]], reason: bool = True) -> str:
+    """One or two rejects as "path: reason, message" (the message up to its HINT; without the
+    reason: "path, message"); "" for none or more than two.
+
+    >>> named_rejects([{"path": "a.png", "reason": "missing", "message": "gone. HINT: ..."}])
+    'a.png: missing, gone'
+    """
+    if not 0 < len(rejects) <= NAMED:
+        return ""
+    said = []
+    for r in rejects:
+        message = r["message"].split(" HINT:")[0].rstrip(". ")
+        said.append(
+            f"{r['path']}: {r['reason']}, {message}" if reason else f"{r['path']}, {message}"
+        )
+    return "; ".join(said)
+
+
 def os_reject_code(e: OSError) -> str:
     """The reject code of a file the OS cannot give us (the README's table)."""
     if e.errno == errno.ELOOP:
@@ -136,20 +157,38 @@ class Reject(Exception):
 INTEGER = re.compile(r"-?[0-9]+")
 
 
+def load_json(data: str | bytes, where: str) -> Any:
+    """The JSON value of `data` (the text of `where`, named in the error): a PrepError for what
+    is not JSON, for integers of more than 4300 digits (ValueError) and for nesting deeper than
+    the parser takes (RecursionError), never a traceback."""
+    try:
+        return json.loads(data)
+    except ValueError as e:  # JSONDecodeError, bad UTF-8, huge integers
+        raise PrepError(f"{where}: cannot read it as JSON ({e})") from None
+    except RecursionError:
+        raise PrepError(f"{where}: cannot read it as JSON (nested too deep)") from None
+
+
 def read_rows(src: Path) -> list[tuple[int, Any]]:
     """(line number, row) of every row of a CSV (header first) or JSONL list (blank lines
-    skipped); the line number is where the row ends."""
+    skipped); the line number is where the row ends. A line that is not JSON is an error
+    naming it."""
+    hint = ". HINT: a CSV with a header row or JSON lines with a 'path' key"
     try:
         with open(src, newline="", encoding="utf-8-sig") as f:
             if src.suffix.lower() == ".csv":
                 reader = csv.DictReader(f)
                 return [(reader.line_num, row) for row in reader]
-            return [(n, json.loads(line)) for n, line in enumerate(f, 1) if line.strip()]
-    except (OSError, ValueError, csv.Error) as e:  # ValueError: bad UTF-8, JSON, huge ints
-        raise PrepError(
-            f"{src}: cannot read the list ({e}). HINT: a CSV with a header row or "
-            "JSON lines with a 'path' key"
-        ) from e
+            rows = []
+            for n, line in enumerate(f, 1):
+                if line.strip():
+                    try:
+                        rows.append((n, load_json(line, f"{src}:{n}")))
+                    except PrepError as e:
+                        raise PrepError(f"{e}{hint}") from None
+            return rows
+    except (OSError, ValueError, csv.Error) as e:  # ValueError: bad UTF-8
+        raise PrepError(f"{src}: cannot read the list ({e}){hint}") from e
 
 
 def class_folders(

@@ -42,7 +42,7 @@ def list_inputs(inputs: Any, limit: int | None) -> Listing:
             items = [Item(rel, str(path)) for rel, path in found]
             stats = [(rel, path.stat().st_size, path.stat().st_mtime_ns) for rel, path in found]
             return _listing(items[:limit], rejects, src, stats)
-        items = _file_items(src)
+        items = _file_items(src, limit)
         return _listing(items[:limit], rejects, src.parent, [_stat(src)])
     if isinstance(inputs, Sequence) and not isinstance(inputs, (bytes, bytearray)):
         items = [Item(f"#{i}", v) for i, v in enumerate(inputs)]
@@ -53,20 +53,14 @@ def list_inputs(inputs: Any, limit: int | None) -> Listing:
     )
 
 
-def _file_items(src: Path) -> list[Item]:
+def _file_items(src: Path, limit: int | None) -> list[Item]:
     suffix = src.suffix.lower()
     if not src.is_file():
         raise PrepError(f"{src} is not a file or folder. HINT: check the path")
     if suffix in (".csv", ".jsonl"):
         return [Item(f"{src.name}:{n}", row) for n, row in read_rows(src)]
     if suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        try:
-            rows = pq.read_table(src).to_pylist()
-        except Exception as e:  # pyarrow's ArrowInvalid and OSError alike
-            raise PrepError(f"{src}: cannot read it as Parquet ({e})") from e
-        return [Item(f"{src.name}:{i}", row) for i, row in enumerate(rows)]
+        return [Item(f"{src.name}:{i}", row) for i, row in enumerate(parquet_rows(src, limit))]
     if suffix == ".txt":
         try:
             lines = src.read_text(encoding="utf-8").splitlines()
@@ -78,6 +72,24 @@ def _file_items(src: Path) -> list[Item]:
     raise PrepError(
         f"{src}: inputs are a folder or a {', '.join(ROWS)} or .txt file, not {suffix or 'this'}"
     )
+
+
+def parquet_rows(src: Path, limit: int | None, batch: int = 1024) -> list[dict[str, Any]]:
+    """The first `limit` rows (None: all) of a Parquet file as dicts, read a batch of rows at a
+    time: a small file of many repeated rows (Parquet compresses them to nothing) is not
+    expanded whole to give a few."""
+    import pyarrow.parquet as pq
+
+    rows: list[dict[str, Any]] = []
+    try:
+        with pq.ParquetFile(src) as f:
+            for b in f.iter_batches(batch_size=min(batch, limit or batch) or 1):
+                rows += b.to_pylist()
+                if limit is not None and len(rows) >= limit:
+                    break
+    except Exception as e:  # pyarrow's ArrowInvalid and OSError alike
+        raise PrepError(f"{src}: cannot read it as Parquet ({e})") from e
+    return rows[:limit]
 
 
 def _stat(path: Path) -> tuple[str, int, int]:

@@ -132,7 +132,7 @@ class TokenizeSummary(RunSummary):
     def line(self) -> str:
         return (
             f"{self.out}: {self.docs} documents ({self.val_docs} val), {self.tokens:,} tokens, "
-            f"{self.rejected} rejected; {self.tokenizer} vocabulary {self.vocab_size} as "
+            f"{self.said_rejected()}; {self.tokenizer} vocabulary {self.vocab_size} as "
             f"{self.dtype}; {self.shards} shards ({self.reused} reused), "
             f"{self.bytes / 1e6:.1f} MB written; {self.seconds:.1f} s ({self.fit_seconds:.1f} s "
             f"fitting), {self.tokens_per_s:,.0f} tokens/s"

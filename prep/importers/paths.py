@@ -1,0 +1,76 @@
+"""The paths a source file names stay inside the source's own tree: a COCO `file_name` inside
+IMAGES, a caption list's image path inside the list's folder, a Hugging Face Image's `path`,
+`state.json`'s data files and `dataset_dict.json`'s splits inside SRC. A source made by someone
+else could otherwise pack `~/.ssh/id_rsa` or `../private/x.png` into a dataset the user then
+publishes. Links are resolved: a link in the tree that points out of it leaves it too.
+
+`--allow-outside` reads them anyway, for layouts that need it: a store of links (the Hugging
+Face hub cache's `snapshots/` links into `blobs/`, DVC, git-annex), or the `datasets` cache of
+`load_dataset("imagefolder")`, whose Image structs name the original files by absolute path.
+
+>>> Tree(Path("/data/coco/images")).refused("/etc/passwd")
+"'/etc/passwd' is an absolute path"
+>>> Tree(Path("/data/coco/images")).refused("a/../../x.png")
+"'a/../../x.png' leads out of /data/coco/images (..)"
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+HINT = "HINT: a source names files inside its own folder; --allow-outside reads them anyway"
+
+
+@dataclass(frozen=True)
+class Tree:
+    """The folder a source's paths are relative to, and whether they may leave it."""
+
+    root: Path
+    allow_outside: bool = False
+
+    @cached_property
+    def real(self) -> Path:
+        return self.root.resolve()
+
+    def refused(self, name: str, within: Path | None = None) -> str | None:
+        """Why `name` (relative to `within`, a folder of the tree; default: its root) may not
+        be read, as it leaves the tree; None when it may. A name that cannot be resolved (a
+        NUL byte, a link loop) is left to the file checks, which reject it."""
+        if self.allow_outside:
+            return None
+        if os.path.isabs(name):
+            return f"{name!r} is an absolute path"
+        rel = name if within is None else os.path.join(os.path.relpath(within, self.root), name)
+        if ".." in os.path.normpath(rel).split(os.sep):
+            return f"{name!r} leads out of {self.root} (..)"
+        try:
+            real = self._resolved(self.root / rel)
+        except (OSError, RuntimeError, ValueError):  # RuntimeError: a link loop (Python < 3.13)
+            return None
+        if real != self.real and not real.is_relative_to(self.real):
+            return f"{name!r} is a link to {real}, outside {self.root}"
+        return None
+
+    @cached_property
+    def _folders(self) -> dict[str, Path]:
+        return {}
+
+    def _resolved(self, path: Path) -> Path:
+        """`path` with its links resolved: its folder once a tree (a COCO file's images share
+        a few folders), then the file itself when it is a link: one lstat a file, not one a
+        component of its path."""
+        if path.name in ("", ".", ".."):
+            return path.resolve()
+        folder = self._folders.get(str(path.parent))
+        if folder is None:
+            folder = self._folders[str(path.parent)] = path.parent.resolve()
+        found = folder / path.name
+        return found.resolve() if found.is_symlink() else found
+
+    def why(self, name: str, within: Path | None = None) -> str | None:
+        """refused(), as a reject's message with its HINT."""
+        said = self.refused(name, within)
+        return None if said is None else f"{said}. {HINT}"
