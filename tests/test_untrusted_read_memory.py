@@ -35,7 +35,7 @@ N = 9
 def row(i: int) -> dict[str, Any]:
     """Sample i: every numeric dtype away from 0..255, so that a byte view cannot pass."""
     h, w = 30 + 4 * i, 40
-    n = i % 3  # 0..2 boxes, keypoints and masks: sample 0 has none
+    n = i % 4  # 0..3 boxes, and as many rows of each ragged Array (per box): sample 0 has none
     boxes = np.array([[2 + j, 3 + i, 20 + j, 25] for j in range(n)], np.float32).reshape(n, 4)
     stack = np.zeros((n, h, w), np.uint8)
     for j in range(n):
@@ -48,10 +48,10 @@ def row(i: int) -> dict[str, Any]:
         "kp": np.full((n, 2, 3), [7.5, 9.25, 2], np.float32),
         "inst": stack,
         "vec": np.array([i + 0.5, -1e6, 3.25], np.float32),
-        "rag": np.arange(2 * i, dtype=np.float64).reshape(i, 2) * 1e9 + 0.125,
-        "ids": np.arange(i, dtype=np.int64) * -(2**40),
-        "small": np.arange(i, dtype=np.int16) * -300,
-        "flags": np.arange(i) % 2 == 0,
+        "rag": np.arange(2 * n, dtype=np.float64).reshape(n, 2) * 1e9 + 0.125 + i,
+        "ids": np.arange(n, dtype=np.int64) * -(2**40) - i,
+        "small": np.arange(n, dtype=np.int16) * -300 - i,
+        "flags": np.arange(n) % 2 == i % 2,
         "s": -1.5 * i,
         "y": ["cat", "dog", "eel"][i % 3],
         "n": 70000 + i,
@@ -145,8 +145,8 @@ def test_the_maps_hold_what_was_packed(fill: Path) -> None:
             assert got[name][i].numpy().tolist() == want[name].tolist(), name
         assert got["tok"][i].dtype == torch.int64 and got["rag"][i].dtype == torch.float64
         assert got["small"][i].dtype == torch.int16 and got["flags"][i].dtype == torch.bool
-        assert got["boxes"][i].shape == (i % 3, 4) and got["kp"][i].shape == (i % 3, 2, 3)
-        assert got["inst"][i].shape == (i % 3, 24, 24)
+        assert got["boxes"][i].shape == (i % 4, 4) and got["kp"][i].shape == (i % 4, 2, 3)
+        assert got["inst"][i].shape == (i % 4, 24, 24)
     assert got["s"].tolist() == [-1.5 * i for i in range(N)] and got["s"].dtype == torch.float64
     assert got["y"].tolist() == [i % 3 for i in range(N)] and got["y"].dtype == torch.int64
     assert got["n"].tolist() == [70000 + i for i in range(N)] and got["n"].dtype == torch.int64

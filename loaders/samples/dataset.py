@@ -19,7 +19,14 @@ from loaders.samples.fields import RAGGED_POLICIES, SampleField
 from loaders.samples.image import Boxes, Image, Keypoints, Mask, hw_name
 from loaders.samples.instances import Instances
 from loaders.samples.registry import fields_from
-from loaders.samples.transforming import read_crop, roles_of, transform
+from loaders.samples.transforming import (
+    MIN_SIZE,
+    crop_roles,
+    drop_cut_boxes,
+    read_crop,
+    roles_of,
+    transform,
+)
 from loaders.store import DEFAULT_MAX_OPEN
 from loaders.transforms import Compose
 
@@ -49,7 +56,8 @@ class SampleDataset(DecodingDataset):
     batch's longest, with `NAME_len`), "list" (a tensor a sample) or "jagged" (a nested tensor);
     text as a list of str, JSON as a list of objects, bytes as a list of bytes; labels int64;
     images uint8 (B, C, H, W) at `size` (any of the dataset's sizes; `set_size` switches), with
-    `crop=` as ImageShardDataset has it (required for mode keep) and `decode="cuda"` for JPEG.
+    `crop=` as ImageShardDataset has it (required for mode keep; the boxes it leaves under
+    1 px go as a pipeline's do, below) and `decode="cuda"` for JPEG.
     "index" gives each sample's dataset index. `in_memory=True` reads the fields into shared
     memory once. `root` may be a URL (see ShardedDataset). `split=` reads one split's shards.
 
@@ -100,11 +108,13 @@ class SampleDataset(DecodingDataset):
             if size is None and len(self.sizes) != 1:
                 raise ValueError(f"{self.store.root} has sizes {self.sizes}: pass size=")
             self.set_size(self.sizes[0] if size is None else size)
-        self.transforms, self._roles = transforms, None
+        self.transforms, self._roles, self._cut = transforms, None, None
         if transforms is not None:
             if not isinstance(transforms, Compose):
                 raise TypeError(f"transforms= takes a loaders.transforms.Compose, not {transforms}")
             self._roles = roles_of(self.declared, self.fields, self.store.root)
+        elif crop is not None:  # a pipeline drops the boxes it cuts away at its end: so does crop=
+            self._cut = crop_roles(self.declared, self.fields, self.store.root)
         if in_memory:
             stored = [a for f in self.fields if f != "index" for a in self._arrays_of(f)]
             self.arrays.load(set(stored))
@@ -175,6 +185,8 @@ class SampleDataset(DecodingDataset):
                 out |= self.declared[f].read(reading, f, self.policies.get(f, "pad"))
         if self._roles is not None:
             out = transform(self.transforms, out, self._roles, reading.index, self.epoch)
+        elif self._cut is not None and self.crop is not None:
+            out = drop_cut_boxes(out, self._cut, len(local), self.crop.size, MIN_SIZE)
         return SampleBatch(out, len(local))
 
     def __repr__(self) -> str:
