@@ -25,7 +25,7 @@ from loaders.augment.random import stream_key, uniform
 from loaders.base import DecodingDataset, Remote
 from loaders.batches import Batch, new_batch
 from loaders.crops import Crop, whole
-from loaders.decode import Job, Places, fill, jobs_for
+from loaders.decode import Job, Places, check_sides, fill, jobs_for
 from loaders.memory import by_shard
 from loaders.samples.registry import fields_from
 from loaders.samples.video import Video, frame_pieces
@@ -157,6 +157,8 @@ class ClipDataset(DecodingDataset):
         rows = [np.repeat(a, t, axis=0) for a in (hw, boxes, places.shard, places.local)]
         where = Places(places.files, rows[2], rows[3], places.source)
         jpeg = self.video.codec == "jpeg"
+        if jpeg:  # the frames' headers against their stored sides, before the clips' buffer
+            check_sides(srcs, rows[0], None, where, b * t * out_hw[0] * out_hw[1] * 3)
         if self.decode == "cuda" and jpeg:
             from loaders.gpu_decode import decode_cuda  # torchvision, imported only here
 

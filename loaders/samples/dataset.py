@@ -220,6 +220,9 @@ class _Reading:
     def pieces(self, name: str) -> list[np.ndarray]:
         return self.ds.arrays.samples(name, self.groups, self.local)[0]
 
+    def where(self, name: str) -> Sequence[str]:
+        return self.ds.arrays.samples(name, self.groups, self.local)[1]
+
     def _hw_boxes(self, image: str) -> tuple[np.ndarray, np.ndarray]:
         """The batch's stored (h, w) of image field `image`, and its crop boxes: once a batch,
         shared by the image and its masks."""
