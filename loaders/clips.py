@@ -23,7 +23,7 @@ import torch
 
 from loaders.augment.random import stream_key, uniform
 from loaders.base import DecodingDataset, Remote
-from loaders.batches import Batch, new_batch
+from loaders.batches import Batch, check_indices, new_batch
 from loaders.crops import Crop, whole
 from loaders.decode import Job, Places, check_sides, fill, jobs_for
 from loaders.memory import by_shard
@@ -197,6 +197,11 @@ class ClipDataset(DecodingDataset):
         for j in (j for j, yes in enumerate(chosen) if yes):
             clips[j] = clips[j].flip(dims)
         return clips
+
+    def source(self, index: int) -> str | None:
+        """The video clip `index` was read from, relative to SRC (None: packed without it)."""
+        video = int(check_indices([index], len(self))[0]) // (self.clips_per_video or 1)
+        return self.store.source(*(int(a[0]) for a in self._locate([video])))
 
     def __repr__(self) -> str:
         return (

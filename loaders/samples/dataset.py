@@ -10,7 +10,7 @@ from typing import Any, Unpack
 import numpy as np
 import torch
 
-from loaders.base import DecodingDataset, Remote
+from loaders.base import DecodingDataset, Remote, ShardedDataset
 from loaders.batches import Batch, new_batch
 from loaders.crops import Crop, whole
 from loaders.format import array_name
@@ -196,20 +196,20 @@ class SampleDataset(DecodingDataset):
         )
 
 
-class _Reading:
-    """One batch being read: what a field's `read` asks of the dataset (loaders.samples.fields
-    .Reading)."""
+class ArrayReading:
+    """One batch being read of any samples dataset (SampleDataset, AudioDataset): the arrays a
+    field's `read` asks for (loaders.samples.fields.Reading), without images or crops."""
+
+    size: int | None = None
 
     def __init__(
         self,
-        ds: SampleDataset,
+        ds: ShardedDataset,
         groups: list[tuple[int, np.ndarray]],
         local: np.ndarray,
         index: np.ndarray,
     ):
         self.ds, self.groups, self.local, self.index = ds, groups, local, index
-        self.size = ds.size  # read once: set_size may run between batches, never within one
-        self._boxes: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # image -> (hw, boxes)
 
     def values(self, name: str) -> np.ndarray:
         spec = self.ds.store.manifest.arrays[name]
@@ -222,6 +222,33 @@ class _Reading:
 
     def where(self, name: str) -> Sequence[str]:
         return self.ds.arrays.samples(name, self.groups, self.local)[1]
+
+    def crops(self, image: str) -> tuple[np.ndarray, tuple[int, int]] | None:
+        return None
+
+    def images(self, field: SampleField, name: str) -> torch.Tensor:
+        raise ValueError(
+            f"{self.ds.store.root}: field {name} holds images, which {type(self.ds).__name__} "
+            "does not decode. HINT: read it with SampleDataset"
+        )
+
+
+class _Reading(ArrayReading):
+    """One batch of a SampleDataset being read: its arrays, and its images at the batch's size
+    with the dataset's crop."""
+
+    ds: SampleDataset
+
+    def __init__(
+        self,
+        ds: SampleDataset,
+        groups: list[tuple[int, np.ndarray]],
+        local: np.ndarray,
+        index: np.ndarray,
+    ):
+        super().__init__(ds, groups, local, index)
+        self.size = ds.size  # read once: set_size may run between batches, never within one
+        self._boxes: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # image -> (hw, boxes)
 
     def _hw_boxes(self, image: str) -> tuple[np.ndarray, np.ndarray]:
         """The batch's stored (h, w) of image field `image`, and its crop boxes: once a batch,
