@@ -6,7 +6,7 @@ KeyError or AttributeError where the value is used.
 >>> check_extra({"kind": "tokens", "extra": {"vocab_size": 256, "eot_id": "0"}}, {}, 1)
 Traceback (most recent call last):
 ...
-loaders.format.schema.FormatError: extra.eot_id '0' is not null or an id below vocab_size 256
+loaders.format.spec.FormatError: extra.eot_id '0' is not null or an id below vocab_size 256
 """
 
 from __future__ import annotations
