@@ -139,3 +139,16 @@ def test_video_frames_that_claim_16000_px_are_a_format_error(clips: Path) -> Non
         out = read_capped(kind, clips)
         assert "FormatError:" in out and "Traceback" not in out, out
         assert "the JPEG sample is 24x24 px, the manifest says 16000x16000" in out
+
+
+def test_a_video_frame_that_is_no_jpeg_is_a_format_error(clips: Path) -> None:
+    """Bytes a decoder refuses inside a frame (its size and checksums made to agree): one
+    FormatError naming the video and the frame, not simplejpeg's ValueError."""
+    data = np.load(clips / "frames_24-00000.npy")
+    ends = np.load(clips / "frames_ends_24-00000.npy")
+    data[int(ends[0]) : int(ends[1])] = 0  # frame 1 of video 0: zeros
+    untrusted.rewrite(clips, "frames_24-00000.npy", data)
+    ds = SampleDataset(clips, ("frames",))
+    with pytest.raises(FormatError, match=r"frames_24-00000.npy \(shard 0, sample 0.*frame 1: "):
+        ds.__getitems__([0])
+    assert len(ds.__getitems__([1])["frames"][0]) > 1
