@@ -126,6 +126,7 @@ def test_a_center_crop_keeps_the_boxes_its_transform_keeps(scenes: Path, policy:
         else:
             for x, y in zip(unbound(a[name]), unbound(b[name]), strict=True):
                 assert x.dtype == y.dtype and torch.equal(x, y), name
+    assert len(read.__getitems__([])["boxes"]) == 0  # an empty batch: nothing to drop
     stored = SampleDataset(scenes, ("boxes",), ragged="list").__getitems__(idx)["boxes"]
     left = a["boxes_len"].tolist() if policy == "pad" else [len(t) for t in unbound(a["boxes"])]
     assert 0 < sum(left) < sum(len(t) for t in stored)  # some boxes cut away, some kept

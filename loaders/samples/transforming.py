@@ -164,6 +164,8 @@ def drop_cut_boxes(
     those a transforms= pipeline ends with (loaders.augment.boxes.outputs)."""
     from loaders.augment.boxes import Targets, outputs, per_box
 
+    if batch == 0:  # nothing to drop (and a list of no keypoints has no row shape)
+        return out
     r = roles
     kw, padded = _given(out, r)
     lengths = kw.get("lengths")
