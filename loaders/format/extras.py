@@ -113,10 +113,10 @@ def _volumes(extra: dict[str, Any], arrays: dict[str, ArraySpec], count: int) ->
         _need(ok, f"targets: {t['array']}'s classes are not null or a list of names")
 
 
-def check_stats(got: object, what: str, sizes: Iterable[int | None], channels: int) -> None:
+def check_stats(got: object, what: str, sizes: Iterable[int | None], channels: int | None) -> None:
     """`what` (extra.stats, or extra.stats.FIELD of a samples dataset): a split (or null) and
-    at each stored size a mean and std per channel and a pixel count (prep.kinds.images.stats),
-    as Normalize.from_dataset and the report read them."""
+    at each stored size a mean and std per channel (`channels`; None: 1 or 3) and a pixel count
+    (prep.kinds.images.stats), as Normalize.from_dataset and the report read them."""
     at_sizes = got.get("sizes") if isinstance(got, dict) else None
     split = got.get("split") if isinstance(got, dict) else None
     if not isinstance(at_sizes, dict) or not (split is None or isinstance(split, str)):
@@ -127,25 +127,24 @@ def check_stats(got: object, what: str, sizes: Iterable[int | None], channels: i
             raise FormatError(f"{what} at {size!r:.20} is not a mean and std")
 
 
-def _mean_std(at: Any, channels: int) -> bool:
+def _mean_std(at: Any, channels: int | None) -> bool:
     """{"mean": [...], "std": [...], "pixels": n}: a finite number a channel, a count."""
     if not isinstance(at, dict) or not _int(at.get("pixels")):
         return False
     lists: list[Any] = [at.get("mean"), at.get("std")]
+    n = len(lists[0]) if channels is None and isinstance(lists[0], list) else channels
     return (
-        all(
-            isinstance(v, list) and len(v) == channels and all(_number(x) for x in v) for v in lists
-        )
+        n in (1, 3)
+        and all(isinstance(v, list) and len(v) == n and all(_number(x) for x in v) for v in lists)
         and all(math.isfinite(x) for v in lists for x in v)
-        and min(at["std"], default=0) >= 0
+        and min(at["std"]) >= 0
     )
 
 
 def _images(extra: dict[str, Any], arrays: dict[str, ArraySpec], count: int) -> None:
-    if "stats" in extra:
-        images = [s for s in arrays.values() if s.field == "image"]
-        channels = images[0].shape[-1] if images and images[0].shape else 3
-        check_stats(extra["stats"], "extra.stats", (s.size for s in images), channels)
+    if "stats" in extra:  # 1 or 3 channels: the arrays' headers are checked against theirs
+        sizes = (s.size for s in arrays.values() if s.field == "image")
+        check_stats(extra["stats"], "extra.stats", sizes, None)
 
 
 def _audio(a: object, arrays: dict[str, ArraySpec]) -> None:
