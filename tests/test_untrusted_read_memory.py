@@ -4,12 +4,14 @@ every policy, both sizes, crops, and a shuffled make_loader with and without wor
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
+import untrusted
 
 import prep
 from loaders import CenterCrop, ImageShardDataset, RandomResizedCrop, SampleDataset, make_loader
@@ -235,3 +237,22 @@ def test_video_fields_read_the_same_in_memory(tmp_path: Path, codec: str) -> Non
     mem = SampleDataset(tmp_path / "ds", in_memory=True)
     assert "source" in maps.fields and "frames" in maps.fields
     same(batches(mem), batches(maps), codec)
+
+
+def test_one_split_reads_the_same_in_memory(fill: Path, tmp_path: Path) -> None:
+    """The copy holds every shard; a split's indices map into it through its own shards."""
+    root = shutil.copytree(fill, tmp_path / "split")
+
+    def splits(m: dict[str, Any]) -> None:
+        for k, shard in enumerate(m["shards"]):
+            shard["split"] = "val" if k == 1 else "train"
+
+    untrusted.edit_manifest(root, splits)
+    for split, want in (("val", [4, 5, 6, 7]), ("train", [0, 1, 2, 3, 8])):
+        fields = (*FIELDS, "index")
+        maps = SampleDataset(root, fields, size=24, split=split)
+        mem = SampleDataset(root, fields, size=24, split=split, in_memory=True)
+        got = mem.__getitems__(range(len(want)))
+        same(got.tensors, maps.__getitems__(range(len(want))).tensors, split)
+        assert got["t"] == [f"café {i}" for i in want]
+        same(batches(mem), batches(maps), split)
