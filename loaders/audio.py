@@ -21,7 +21,7 @@ from loaders.base import Remote, ShardedDataset
 from loaders.batches import check_indices
 from loaders.memory import by_shard
 from loaders.samples.batching import ragged_batch
-from loaders.samples.dataset import SampleBatch
+from loaders.samples.dataset import ArrayReading, SampleBatch
 from loaders.samples.registry import fields_from
 from loaders.store import DEFAULT_MAX_OPEN
 
@@ -62,14 +62,16 @@ class AudioDataset(ShardedDataset):
         if seconds is not None and round(seconds * self.rate) < 1:
             raise ValueError(f"seconds={seconds} is under one sample at {self.rate} Hz")
         self.window = None if seconds is None else round(seconds * self.rate)
-        have = [f for f in self.declared if f != AUDIO] + ["index"]
+        have = [*self.declared, "index"]
         chosen = (["label"] if "label" in self.declared else []) if fields is None else fields
         missing = [f for f in chosen if f not in have]
         if missing:
             raise ValueError(f"{self.store.root} has no field {missing}; it has {have}")
         if seed < 0:
             raise ValueError(f"seed {seed} must be non-negative")
-        self.fields, self.seed, self.random = tuple(chosen), seed, random
+        # audio (its windows) always, first: what a batch holds, by name (MixedDataset's)
+        self.fields = (AUDIO, *(f for f in chosen if f != AUDIO))
+        self.seed, self.random = seed, random
 
     @cached_property
     def declared(self) -> dict[str, Any]:
@@ -101,17 +103,14 @@ class AudioDataset(ShardedDataset):
         shard, local = self._locate(cast(Sequence[int], index))  # an int64 array passes
         groups = by_shard(shard)
         out: dict[str, Any] = self._windows(index, groups, local)
-        for f in self.fields:
+        reading = ArrayReading(self, groups, local, index)
+        for f in self.fields[1:]:
             if f == "index":
                 out[f] = torch.from_numpy(index.copy())
                 continue
-            spec = self.store.manifest.arrays[f]
-            dst = np.empty((len(local), *spec.shape), spec.dtype)
-            self.gather(dst, f, groups, local)
-            # labels as int64 (as every dataset gives them); uint16/32 too, which torch barely has
-            wide = spec.kind == "label" or (dst.dtype.kind == "u" and dst.dtype.itemsize > 1)
-            values = dst.astype(np.int64) if wide else dst
-            out[f] = torch.from_numpy(values)
+            # each field as its kind reads it (SampleDataset's: text as str, ragged padded)
+            got = self.declared[f].read(reading, f, "pad")
+            out |= {k: _widened(v) for k, v in got.items()}
         return SampleBatch(out, len(local))
 
     def _windows(
@@ -147,3 +146,12 @@ class AudioDataset(ShardedDataset):
             f"AudioDataset({str(self.store.root)!r}, clips={len(self)}, rate={self.rate}, "
             f"window={self.window}, fields={self.fields})"
         )
+
+
+def _widened(batch: Any) -> Any:
+    """uint16, uint32 and uint64 tensors as int64, which torch barely computes with (a source
+    rate); anything else as it is."""
+    wide = (torch.uint16, torch.uint32, torch.uint64)
+    return (
+        batch.to(torch.int64) if isinstance(batch, torch.Tensor) and batch.dtype in wide else batch
+    )

@@ -5,6 +5,7 @@ size) that reach DataLoader workers, and pickling without what the manifest give
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from functools import cached_property
@@ -16,7 +17,7 @@ from torch.utils.data import Dataset
 
 from loaders.batches import BufferPool, check_indices, new_batch
 from loaders.crops import Crop
-from loaders.decode import fill, jobs_for
+from loaders.decode import check_sides, fill, jobs_for
 from loaders.memory import SharedArrays
 from loaders.pool import Pool
 from loaders.store import DEFAULT_MAX_OPEN, ShardStore, pickled_state
@@ -167,13 +168,14 @@ class DecodingDataset(ShardedDataset):
         spec = self.store.manifest.arrays[name]
         srcs, places = self.arrays.samples(name, groups, local)
         jpeg = spec.codec == "jpeg"
+        shape = spec.shape if self.crop is None else (*self.crop.size, *spec.shape[2:])
+        if jpeg:  # the headers' sides, before a batch of the manifest's is allocated
+            check_sides(srcs, hw, crcs, places, len(local) * math.prod(shape))
         if self.decode == "cuda" and jpeg:
             from loaders.gpu_decode import decode_cuda  # torchvision, imported only here
 
-            size = spec.size or 0
-            out_hw = self.crop.size if self.crop is not None else (size, size)
+            out_hw = (shape[0], shape[1])
             return decode_cuda(srcs, crcs, hw, boxes, out_hw, spec.shape[-1], places)
-        shape = spec.shape if self.crop is None else (*self.crop.size, *spec.shape[2:])
         out = new_batch((len(local), *shape), torch.uint8, self._buffers, spec.field)
         jobs = jobs_for(out.numpy(), srcs, jpeg, hw, boxes, crcs, places, mask, self.fast_dct)
         fill(jobs, self._pool)

@@ -23,9 +23,9 @@ import torch
 
 from loaders.augment.random import stream_key, uniform
 from loaders.base import DecodingDataset, Remote
-from loaders.batches import Batch, new_batch
+from loaders.batches import Batch, check_indices, new_batch
 from loaders.crops import Crop, whole
-from loaders.decode import Job, Places, fill, jobs_for
+from loaders.decode import Job, Places, check_sides, fill, jobs_for
 from loaders.memory import by_shard
 from loaders.samples.registry import fields_from
 from loaders.samples.video import Video, frame_pieces
@@ -157,6 +157,8 @@ class ClipDataset(DecodingDataset):
         rows = [np.repeat(a, t, axis=0) for a in (hw, boxes, places.shard, places.local)]
         where = Places(places.files, rows[2], rows[3], places.source)
         jpeg = self.video.codec == "jpeg"
+        if jpeg:  # the frames' headers against their stored sides, before the clips' buffer
+            check_sides(srcs, rows[0], None, where, b * t * out_hw[0] * out_hw[1] * 3)
         if self.decode == "cuda" and jpeg:
             from loaders.gpu_decode import decode_cuda  # torchvision, imported only here
 
@@ -195,6 +197,11 @@ class ClipDataset(DecodingDataset):
         for j in (j for j, yes in enumerate(chosen) if yes):
             clips[j] = clips[j].flip(dims)
         return clips
+
+    def source(self, index: int) -> str | None:
+        """The video clip `index` was read from, relative to SRC (None: packed without it)."""
+        video = int(check_indices([index], len(self))[0]) // (self.clips_per_video or 1)
+        return self.store.source(*(int(a[0]) for a in self._locate([video])))
 
     def __repr__(self) -> str:
         return (

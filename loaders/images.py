@@ -83,7 +83,8 @@ class ImageShardDataset(DecodingDataset):
         have = [*(f for f in self.store.manifest.fields() if f != "source"), "index"]  # source(i)
         missing = [f for f in self.fields if f not in have]
         if missing or not self.fields:
-            raise ValueError(f"{self.store.root} has no field {missing}; it has {have}")
+            hint = ". HINT: ds.source(i) gives a sample's input file" if "source" in missing else ""
+            raise ValueError(f"{self.store.root} has no field {missing}; it has {have}{hint}")
         if size is None:
             if len(self.sizes) != 1:
                 raise ValueError(f"{self.store.root} has sizes {self.sizes}: pass size=")

@@ -55,17 +55,26 @@ class SharedArrays:
                 whole[starts[shard] : starts[shard + 1]] = self.store.array(shard, name)
 
     def _load_ragged(self, name: str) -> None:
-        """The data of every shard back to back, and count + 1 offsets in all into it."""
+        """The data of every shard back to back, and count + 1 offsets in all into it. Offsets
+        and lengths count elements of the array's dtype (a float32 box row is 4 of them, 16
+        bytes): the copy is typed like the maps, never read as bytes."""
         refs = [s.arrays[name] for s in self.store.manifest.shards]
         starts = self._starts
-        data = _shared(sum(r.length for r in refs))
+        data = _shared(sum(r.length for r in refs) * self._dtype(name).itemsize)
         off = torch.zeros(int(starts[-1]) + 1, dtype=torch.int64).share_memory_()
-        d, o, pos = data.numpy(), off.numpy(), 0
+        d, o, pos = self._flat(data, name), off.numpy(), 0
         for s, ref in enumerate(refs):
             d[pos : pos + ref.length] = self.store.array(s, name)
             o[starts[s] : starts[s + 1] + 1] = self.store.array(s, name + OFFSETS) + pos
             pos += ref.length
         self._memory[name], self._memory[name + OFFSETS] = data, off
+
+    def _dtype(self, name: str) -> np.dtype:
+        return np.dtype(self.store.manifest.arrays[name].dtype)
+
+    def _flat(self, data: torch.Tensor, name: str) -> np.ndarray:
+        """A ragged array's shared bytes as its elements (a view: no copy)."""
+        return data.numpy().view(self._dtype(name))
 
     def _whole(self, name: str, writeable: bool = False) -> np.ndarray:
         """Array `name` of every shard, as a view of its shared-memory bytes."""
@@ -114,7 +123,11 @@ class SharedArrays:
         if name not in self._memory:
             return self.store.array(shard, name), self.store.array(shard, name + OFFSETS)
         start, end = self._starts[shard], self._starts[shard + 1]
-        return self._memory[name].numpy(), self._memory[name + OFFSETS].numpy()[start : end + 1]
+        data = self._views.get(name)
+        if data is None:
+            data = self._views[name] = self._flat(self._memory[name], name)
+            data.flags.writeable = False  # the readers' copy is shared: never write to it
+        return data, self._memory[name + OFFSETS].numpy()[start : end + 1]
 
 
 def by_shard(shard: np.ndarray) -> list[tuple[int, np.ndarray]]:

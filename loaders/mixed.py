@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from loaders.audio import AudioDataset
 from loaders.batches import Batch, check_indices
 from loaders.mixed_batches import MIXTURE, common_fields, is_itemized, merge, scratch, to_items
 from loaders.samples.dataset import SampleBatch, SampleDataset
@@ -73,8 +74,9 @@ class MixedDataset(Dataset[Any]):
 
     A batch has the sources' `fields` (by default theirs, which must then be the same; with
     `fields=`, those, which all must have) in their order, then MIXTURE: int64 (B,), each
-    sample's source (its index in `datasets`); in a dict (SampleDataset sources), under that
-    key. "index", when a source gives it, is the sample's index in its source. Fields must
+    sample's source (its index in `datasets`); in a dict (SampleDataset and AudioDataset
+    sources), under that key. "index", when a source gives it, is the sample's index in its
+    source. Fields must
     match in dtype and, but for padded ragged ones, in shape.
 
     `exhausted="wrap"` (default): a source smaller than its share starts over, on a new
@@ -105,9 +107,9 @@ class MixedDataset(Dataset[Any]):
         self.weights = w / w.sum()
         self.fields, self._names = common_fields(self.datasets, fields)
         # What a batch is: a list of items when a source reads items of their own shapes; a
-        # dict when every source gives one (SampleDataset); else a tuple (Batch).
+        # dict when every source gives one (SampleDataset, AudioDataset); else a tuple (Batch).
         self._itemized = any(is_itemized(d) for d in self.datasets)
-        self._dicts = all(isinstance(d, SampleDataset) for d in self.datasets)
+        self._dicts = all(isinstance(d, SampleDataset | AudioDataset) for d in self.datasets)
         self.length = epoch_length(self.sizes, self.weights, length, exhausted == "stop")
         self.counts = counts(self.length, self.weights)
         self._now = torch.zeros(1, dtype=torch.int64).share_memory_()  # the epoch, for workers

@@ -6,29 +6,38 @@ KeyError or AttributeError where the value is used.
 >>> check_extra({"kind": "tokens", "extra": {"vocab_size": 256, "eot_id": "0"}}, {}, 1)
 Traceback (most recent call last):
 ...
-loaders.format.schema.FormatError: extra.eot_id '0' is not null or an id below vocab_size 256
+loaders.format.spec.FormatError: extra.eot_id '0' is not null or an id below vocab_size 256
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+import math
+from collections.abc import Callable, Iterable
+from typing import Any, TypeGuard
 
+from loaders.fields import MAX_SIDE, VIDEO_MODES
 from loaders.format.spec import ArraySpec, FormatError, is_sha256
 
 COLUMNS = ("num", "cat", "target", "missing")  # the fields of a table's columns
+# extra.audio: what AudioDataset allocates its windows from (prep audio's --rate and --channels
+# bounds; a rate of 1e12 asked for TiBs a batch)
+MAX_RATE, MAX_CHANNELS = 384_000, 64
 
 
-def _int(value: object, low: int = 0) -> bool:
+def _int(value: object, low: int = 0) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value >= low
 
 
-def _number(value: object) -> bool:
+def _number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _strings(value: object) -> bool:
     return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _seconds(value: object) -> TypeGuard[int | float]:
+    return _number(value) and math.isfinite(value) and value >= 0
 
 
 def _need(ok: bool, what: str) -> None:
@@ -51,7 +60,7 @@ def _dict(value: object, what: str) -> dict[str, Any]:
 def _tokens(extra: dict[str, Any], arrays: dict[str, ArraySpec], count: int) -> None:
     vocab, eot = extra.get("vocab_size"), extra.get("eot_id", "missing")
     _need(_int(vocab, 1), f"vocab_size {vocab!r} is not a vocabulary size")
-    ok = eot is None or (_int(eot) and eot < vocab)
+    ok = eot is None or (_int(eot) and eot < vocab)  # type: ignore[operator]  # vocab: an int
     _need(ok, f"eot_id {eot!r} is not null or an id below vocab_size {vocab}")
     tok = _dict(extra.get("tokenizer", {}), "tokenizer")
     file, sha = tok.get("file"), tok.get("sha256")
@@ -104,16 +113,84 @@ def _volumes(extra: dict[str, Any], arrays: dict[str, ArraySpec], count: int) ->
         _need(ok, f"targets: {t['array']}'s classes are not null or a list of names")
 
 
-# What each kind's datasets read from `extra` (images read nothing from it).
+def check_stats(got: object, what: str, sizes: Iterable[int | None], channels: int | None) -> None:
+    """`what` (extra.stats, or extra.stats.FIELD of a samples dataset): a split (or null) and
+    at each stored size a mean and std per channel (`channels`; None: 1 or 3) and a pixel count
+    (prep.kinds.images.stats), as Normalize.from_dataset and the report read them."""
+    at_sizes = got.get("sizes") if isinstance(got, dict) else None
+    split = got.get("split") if isinstance(got, dict) else None
+    if not isinstance(at_sizes, dict) or not (split is None or isinstance(split, str)):
+        raise FormatError(f"{what} is not a split and sizes")
+    stored = {str(s) for s in sizes}
+    for size, at in at_sizes.items():
+        if size not in stored or not _mean_std(at, channels):
+            raise FormatError(f"{what} at {size!r:.20} is not a mean and std")
+
+
+def _mean_std(at: Any, channels: int | None) -> bool:
+    """{"mean": [...], "std": [...], "pixels": n}: a finite number a channel, a count."""
+    if not isinstance(at, dict) or not _int(at.get("pixels")):
+        return False
+    lists: list[Any] = [at.get("mean"), at.get("std")]
+    n = len(lists[0]) if channels is None and isinstance(lists[0], list) else channels
+    return (
+        n in (1, 3)
+        and all(isinstance(v, list) and len(v) == n and all(_number(x) for x in v) for v in lists)
+        and all(math.isfinite(x) for v in lists for x in v)
+        and min(at["std"]) >= 0
+    )
+
+
+def _images(extra: dict[str, Any], arrays: dict[str, ArraySpec], count: int) -> None:
+    if "stats" in extra:  # 1 or 3 channels: the arrays' headers are checked against theirs
+        sizes = (s.size for s in arrays.values() if s.field == "image")
+        check_stats(extra["stats"], "extra.stats", sizes, None)
+
+
+def _audio(a: object, arrays: dict[str, ArraySpec]) -> None:
+    """extra.audio (prep audio): the rate and channels AudioDataset windows by, those of the
+    `audio` array (mono: one); the rest `prep info` shows."""
+    a = _dict(a, "audio")
+    rate, channels, spec = a.get("rate"), a.get("channels"), arrays.get("audio")
+    _need(_int(rate, 1) and rate <= MAX_RATE, f"audio.rate {rate!r:.40} is not 1..{MAX_RATE} Hz")
+    stored = (spec.shape or (1,))[0] if spec is not None else None
+    ok = _int(channels, 1) and channels <= MAX_CHANNELS and channels == stored
+    _need(ok, f"audio.channels {channels!r:.40} is not the {stored} of the audio array")
+    _need(a.get("dtype") == spec.dtype, f"audio.dtype {a.get('dtype')!r:.40} is not the array's")  # type: ignore[union-attr]
+    cut = a.get("max_seconds")
+    _need(_seconds(a.get("seconds")), f"audio.seconds {a.get('seconds')!r:.40} is no duration")
+    _need(cut is None or (_seconds(cut) and cut > 0), f"audio.max_seconds {cut!r:.40}")
+    _need(isinstance(a.get("resampler", ""), str), "audio.resampler is not a name")
+
+
+def _video(v: object) -> None:
+    """extra.video (prep video): what `prep info` and the report show of it."""
+    v = _dict(v, "video")
+    fps, size, cut = v.get("fps"), v.get("size"), v.get("max_frames")
+    _need(_seconds(fps) and 0 < fps <= 1000, f"video.fps {fps!r:.40} is not in (0, 1000]")
+    _need(_int(size, 1) and size <= MAX_SIDE, f"video.size {size!r:.40} is not 1..{MAX_SIDE} px")
+    _need(v.get("mode") in VIDEO_MODES, f"video.mode {v.get('mode')!r:.40} is not {VIDEO_MODES}")
+    _need(v.get("codec") in ("raw", "jpeg"), f"video.codec {v.get('codec')!r:.40}")
+    _need(_int(v.get("frames")), f"video.frames {v.get('frames')!r:.40} is not a count")
+    _need(_seconds(v.get("seconds")), f"video.seconds {v.get('seconds')!r:.40} is no duration")
+    _need(cut is None or _int(cut, 1), f"video.max_frames {cut!r:.40} is not null or a count")
+
+
+# What each kind's datasets (and `prep info`, the report) read from `extra`.
 
 
 def _samples(extra: dict[str, Any], arrays: dict[str, ArraySpec], count: int) -> None:
     from loaders.samples.registry import check_manifest  # the field kinds: loaded when needed
 
     check_manifest(extra, arrays, count)
+    if "audio" in extra:
+        _audio(extra["audio"], arrays)
+    if "video" in extra:
+        _video(extra["video"])
 
 
 EXTRAS: dict[str, Callable[[dict[str, Any], dict[str, ArraySpec], int], None]] = {
+    "images": _images,
     "tokens": _tokens,
     "table": _table,
     "volumes": _volumes,

@@ -1,7 +1,8 @@
 """The values of a shard's arrays against the manifest: token ids below `vocab_size` (token
 datasets, a samples dataset's Tokens fields), table codes inside their column's vocabulary,
 volume target codes inside their classes. Values out of range pass every other check, then
-fail on the GPU (an embedding's device-side assert).
+fail on the GPU (an embedding's device-side assert). A samples dataset's Text samples must be
+UTF-8, and its Json samples JSON of at most 1 MiB (a reader parses them).
 
 Each array is read once in chunks of CHUNK_BYTES, so memory stays bounded whatever the dataset's
 size: `prep verify` runs these (check_files' `values`), and so can a remote backend on the
@@ -10,14 +11,17 @@ against `classes` are checked when a dataset is opened (a few bytes a sample), n
 
 from __future__ import annotations
 
+import bisect
+import codecs
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from loaders.format.arrays import Layout
-from loaders.format.schema import Manifest, Shard
+from loaders.format.arrays import Layout, read_layout
+from loaders.format.schema import OFFSETS, Manifest, Shard
 
 CHUNK_BYTES = 16 << 20  # read at a time (one chunk in memory: 16 MB)
 
@@ -103,7 +107,7 @@ def value_problems(manifest: Manifest, shard: Shard, arrays: Arrays) -> list[str
     """Values of one shard out of the manifest's range, one line each naming the file; `arrays`
     holds the shard's arrays as check_array laid them out (check_shard does both)."""
     limits = LIMITS.get(manifest.kind, lambda m: {})(manifest)
-    found = []
+    found = _string_problems(manifest, arrays) if manifest.kind == "samples" else []
     for name, (top, problem) in sorted(limits.items()):
         if name not in arrays or not shard.arrays[name].length:
             continue
@@ -117,3 +121,74 @@ def value_problems(manifest: Manifest, shard: Shard, arrays: Arrays) -> list[str
         elif high > top:
             found.append(f"{path}: {problem(high)}")
     return found
+
+
+def _string_problems(manifest: Manifest, arrays: Arrays) -> list[str]:
+    """A samples dataset's Text and Json fields (extra.fields, checked when the manifest was
+    read): the first sample of each that is not UTF-8, or not JSON."""
+    found = []
+    for name, d in sorted(manifest.extra["fields"].items()):
+        if d["kind"] in ("text", "json") and name in arrays and name + OFFSETS in arrays:
+            off = read_layout(*arrays[name + OFFSETS])
+            problem = string_problem(name, *arrays[name], off, d["kind"] == "json")
+            found += [problem] if problem else []
+    return found
+
+
+def string_problem(
+    name: str, path: Path, layout: Layout, off: np.ndarray, json: bool
+) -> str | None:
+    """The first sample of ragged uint8 array `name` (offsets `off`) that is not UTF-8 (with
+    `json`: not JSON, or over MAX_JSON_BYTES: decided by its offsets, never read), read a
+    block at a time: memory stays bounded whatever a sample's length."""
+    from loaders.samples.text import MAX_JSON_BYTES, parse_json  # the field kinds: when needed
+
+    sizes = np.diff(off)
+    big = np.flatnonzero(sizes > (MAX_JSON_BYTES if json else np.inf))
+    if len(big):
+        k = int(big[0])
+        return f"{path}: sample {k} of {name} holds {int(sizes[k]):,} bytes of JSON; at most 1 MiB"
+    decoder, text = codecs.getincrementaldecoder("utf-8")(), list[str]()
+    for k, part, last in _parts(path, layout, off):
+        try:
+            text.append(decoder.decode(part, final=last))
+        except UnicodeDecodeError as e:
+            return f"{path}: sample {k} of {name} is not UTF-8 ({e.reason})"
+        if not last:
+            continue
+        if json:
+            try:
+                parse_json("".join(text))
+            except ValueError as e:
+                return f"{path}: sample {k} of {name} is not JSON ({str(e)[:80]})"
+        decoder.reset()
+        text.clear()
+    return None
+
+
+def _parts(path: Path, layout: Layout, off: np.ndarray) -> Iterator[tuple[int, bytes, bool]]:
+    """Each sample k of a ragged uint8 array as (k, bytes, whether they are its last), read
+    CHUNK_BYTES of samples at a time; a longer sample in parts of CHUNK_BYTES."""
+    bounds, start = off.tolist(), layout[0]
+    k, n = 0, len(bounds) - 1
+    with open(path, "rb") as f:
+        while k < n:
+            a = bounds[k]
+            j = max(k + 1, bisect.bisect_right(bounds, a + CHUNK_BYTES, k + 1, n + 1) - 1)
+            f.seek(start + a)
+            if bounds[j] - a <= CHUNK_BYTES:  # whole samples k..j-1 in one read
+                block = _read(f, bounds[j] - a, path)
+                for i in range(k, j):
+                    yield i, block[bounds[i] - a : bounds[i + 1] - a], True
+            else:  # one sample longer than a block
+                for pos in range(a, bounds[j], CHUNK_BYTES):
+                    end = min(pos + CHUNK_BYTES, bounds[j])
+                    yield k, _read(f, end - pos, path), end == bounds[j]
+            k = j
+
+
+def _read(f: Any, n: int, path: Path) -> bytes:
+    data = f.read(n)
+    if len(data) != n:  # shorter than checked: shrunk since
+        raise OSError(f"{path} ended early")
+    return data

@@ -10,7 +10,7 @@ from typing import Any, Unpack
 import numpy as np
 import torch
 
-from loaders.base import DecodingDataset, Remote
+from loaders.base import DecodingDataset, Remote, ShardedDataset
 from loaders.batches import Batch, new_batch
 from loaders.crops import Crop, whole
 from loaders.format import array_name
@@ -19,7 +19,14 @@ from loaders.samples.fields import RAGGED_POLICIES, SampleField
 from loaders.samples.image import Boxes, Image, Keypoints, Mask, hw_name
 from loaders.samples.instances import Instances
 from loaders.samples.registry import fields_from
-from loaders.samples.transforming import read_crop, roles_of, transform
+from loaders.samples.transforming import (
+    MIN_SIZE,
+    crop_roles,
+    drop_cut_boxes,
+    read_crop,
+    roles_of,
+    transform,
+)
 from loaders.store import DEFAULT_MAX_OPEN
 from loaders.transforms import Compose
 
@@ -49,7 +56,8 @@ class SampleDataset(DecodingDataset):
     batch's longest, with `NAME_len`), "list" (a tensor a sample) or "jagged" (a nested tensor);
     text as a list of str, JSON as a list of objects, bytes as a list of bytes; labels int64;
     images uint8 (B, C, H, W) at `size` (any of the dataset's sizes; `set_size` switches), with
-    `crop=` as ImageShardDataset has it (required for mode keep) and `decode="cuda"` for JPEG.
+    `crop=` as ImageShardDataset has it (required for mode keep; the boxes it leaves under
+    1 px go as a pipeline's do, below) and `decode="cuda"` for JPEG.
     "index" gives each sample's dataset index. `in_memory=True` reads the fields into shared
     memory once. `root` may be a URL (see ShardedDataset). `split=` reads one split's shards.
 
@@ -100,11 +108,13 @@ class SampleDataset(DecodingDataset):
             if size is None and len(self.sizes) != 1:
                 raise ValueError(f"{self.store.root} has sizes {self.sizes}: pass size=")
             self.set_size(self.sizes[0] if size is None else size)
-        self.transforms, self._roles = transforms, None
+        self.transforms, self._roles, self._cut = transforms, None, None
         if transforms is not None:
             if not isinstance(transforms, Compose):
                 raise TypeError(f"transforms= takes a loaders.transforms.Compose, not {transforms}")
             self._roles = roles_of(self.declared, self.fields, self.store.root)
+        elif crop is not None:  # a pipeline drops the boxes it cuts away at its end: so does crop=
+            self._cut = crop_roles(self.declared, self.fields, self.store.root)
         if in_memory:
             stored = [a for f in self.fields if f != "index" for a in self._arrays_of(f)]
             self.arrays.load(set(stored))
@@ -175,6 +185,8 @@ class SampleDataset(DecodingDataset):
                 out |= self.declared[f].read(reading, f, self.policies.get(f, "pad"))
         if self._roles is not None:
             out = transform(self.transforms, out, self._roles, reading.index, self.epoch)
+        elif self._cut is not None and self.crop is not None:
+            out = drop_cut_boxes(out, self._cut, len(local), self.crop.size, MIN_SIZE)
         return SampleBatch(out, len(local))
 
     def __repr__(self) -> str:
@@ -184,20 +196,20 @@ class SampleDataset(DecodingDataset):
         )
 
 
-class _Reading:
-    """One batch being read: what a field's `read` asks of the dataset (loaders.samples.fields
-    .Reading)."""
+class ArrayReading:
+    """One batch being read of any samples dataset (SampleDataset, AudioDataset): the arrays a
+    field's `read` asks for (loaders.samples.fields.Reading), without images or crops."""
+
+    size: int | None = None
 
     def __init__(
         self,
-        ds: SampleDataset,
+        ds: ShardedDataset,
         groups: list[tuple[int, np.ndarray]],
         local: np.ndarray,
         index: np.ndarray,
     ):
         self.ds, self.groups, self.local, self.index = ds, groups, local, index
-        self.size = ds.size  # read once: set_size may run between batches, never within one
-        self._boxes: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # image -> (hw, boxes)
 
     def values(self, name: str) -> np.ndarray:
         spec = self.ds.store.manifest.arrays[name]
@@ -207,6 +219,36 @@ class _Reading:
 
     def pieces(self, name: str) -> list[np.ndarray]:
         return self.ds.arrays.samples(name, self.groups, self.local)[0]
+
+    def where(self, name: str) -> Sequence[str]:
+        return self.ds.arrays.samples(name, self.groups, self.local)[1]
+
+    def crops(self, image: str) -> tuple[np.ndarray, tuple[int, int]] | None:
+        return None
+
+    def images(self, field: SampleField, name: str) -> torch.Tensor:
+        raise ValueError(
+            f"{self.ds.store.root}: field {name} holds images, which {type(self.ds).__name__} "
+            "does not decode. HINT: read it with SampleDataset"
+        )
+
+
+class _Reading(ArrayReading):
+    """One batch of a SampleDataset being read: its arrays, and its images at the batch's size
+    with the dataset's crop."""
+
+    ds: SampleDataset
+
+    def __init__(
+        self,
+        ds: SampleDataset,
+        groups: list[tuple[int, np.ndarray]],
+        local: np.ndarray,
+        index: np.ndarray,
+    ):
+        super().__init__(ds, groups, local, index)
+        self.size = ds.size  # read once: set_size may run between batches, never within one
+        self._boxes: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # image -> (hw, boxes)
 
     def _hw_boxes(self, image: str) -> tuple[np.ndarray, np.ndarray]:
         """The batch's stored (h, w) of image field `image`, and its crop boxes: once a batch,

@@ -48,6 +48,10 @@ class Reading(Protocol):
     def images(self, field: SampleField, name: str) -> Any:
         """The batch's images of array `name`, decoded and cropped to one shape (B, C, H, W)."""
 
+    def where(self, name: str) -> Sequence[str]:
+        """Where each sample of the batch of array `name` is ("FILE (shard S, sample K)"), for
+        errors."""
+
     def crops(self, image: str) -> tuple[np.ndarray, tuple[int, int]] | None:
         """The load-time crop of image field `image`: each sample's (top, left, height, width)
         in its stored image, int64 (B, 4), and the (h, w) it is resized to; None: no crop."""

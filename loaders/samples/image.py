@@ -88,7 +88,8 @@ class Boxes(SampleField):
     """Boxes (N, 4) float32, (x0, y0, x1, y1), in the pixels of image field `image` as stored
     at each of its sizes: resized, cropped and padded with it (its `sizes` and `mode` are the
     image's). Ragged: N boxes a sample, 0 allowed. A load-time `crop=` moves them with the
-    pixels and clips them to the crop (a box it leaves with no area stays, of zero area)."""
+    pixels and clips them to the crop; the dataset then drops those it leaves under 1 px wide
+    or high with their per-box rows, as transforms= does (loaders.samples.transforming)."""
 
     image: str = "image"
     sizes: tuple[int, ...] = ()
@@ -161,12 +162,12 @@ def crop_points(flat: np.ndarray, crop: np.ndarray, out_hw: tuple[int, int]) -> 
     array([5., 5., 2., 0., 0., 0.], dtype=float32)
     """
     top, left, h, w = (float(v) for v in crop)
-    p = flat.reshape(-1, 3).astype(np.float32)  # a copy: the map is read-only
+    p = flat.reshape(-1, 3).astype(np.float64)  # a pipeline's math, as crop_boxes
     p[:, 0] = (p[:, 0] - left) * (out_hw[1] / w)
     p[:, 1] = (p[:, 1] - top) * (out_hw[0] / h)
     gone = (p[:, 2] <= 0) | (p[:, 0] < 0) | (p[:, 1] < 0)
     p[gone | (p[:, 0] > out_hw[1]) | (p[:, 1] > out_hw[0])] = 0
-    return p.reshape(-1)
+    return p.astype(np.float32).reshape(-1)
 
 
 def crop_boxes(flat: np.ndarray, crop: np.ndarray, out_hw: tuple[int, int]) -> np.ndarray:
@@ -177,10 +178,12 @@ def crop_boxes(flat: np.ndarray, crop: np.ndarray, out_hw: tuple[int, int]) -> n
     array([ 0., 10., 20., 30.], dtype=float32)
     """
     top, left, h, w = (float(v) for v in crop)
-    b = flat.reshape(-1, 4).astype(np.float32)  # a copy: the map is read-only
+    # float64, then float32: the very math of a pipeline's crop (Targets.moved), so that crop=
+    # and transforms= keep and drop the same boxes (a copy: the map is read-only)
+    b = flat.reshape(-1, 4).astype(np.float64)
     b[:, 0::2] = np.clip((b[:, 0::2] - left) * (out_hw[1] / w), 0, out_hw[1])
     b[:, 1::2] = np.clip((b[:, 1::2] - top) * (out_hw[0] / h), 0, out_hw[0])
-    return b.reshape(-1)
+    return b.astype(np.float32).reshape(-1)
 
 
 def hw_name(image: str, size: int) -> str:

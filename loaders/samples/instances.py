@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from loaders.format.spec import ArraySpec, array_name
+from loaders.format.spec import ArraySpec, FormatError, array_name
 from loaders.samples.batching import ragged_batch
 from loaders.samples.fields import Reading, SampleField, sized
 from loaders.samples.image import hw_name
@@ -44,7 +44,14 @@ class Instances(SampleField):
             hws = batch.values(hw_name(self.image, size)).astype(np.int64)
         else:
             hws = np.full((len(pieces), 2), size, dtype=np.int64)
-        stacks = [p.reshape(-1, int(h), int(w)) for p, (h, w) in zip(pieces, hws, strict=True)]
+        stacks = []
+        for j, (p, (h, w)) in enumerate(zip(pieces, hws.tolist(), strict=True)):
+            if h * w < 1 or len(p) % (h * w):  # checked at open: a file changed since
+                raise FormatError(
+                    f"{batch.where(array_name(name, size))[j]}: field {name} is not whole "
+                    f"{h} x {w} masks. HINT: run `prep verify`, then repack"
+                )
+            stacks.append(p.reshape(-1, h, w))
         crops = batch.crops(self.image)
         if crops is not None:
             boxes, row = crops
@@ -58,10 +65,17 @@ class Instances(SampleField):
         return ragged_batch(name, [m.reshape(-1) for m in stacks], tuple(row), policy)
 
     def problems(self, name: str, arrays: Mapping[str, np.ndarray]) -> list[str]:
+        """Each sample whole masks of its image's stored (h, w): S x S, or (mode keep) the
+        image's hw at S (its sides are the image's checks)."""
         for s in self.sizes:
             off = arrays.get(array_name(name, s) + ".offsets")
-            if self.mode != "keep" and off is not None and np.any(np.diff(off) % (s * s)):
-                return [f"a sample of {name} at {s} is not whole {s} x {s} masks"]
+            hw = hw_name(self.image, s)
+            if off is None or (self.mode == "keep" and hw not in arrays):
+                continue
+            sides = arrays[hw].astype(np.int64) if self.mode == "keep" else np.array([[s, s]])
+            area = sides[:, 0] * sides[:, 1]
+            if np.any(area < 1) or np.any(np.diff(off) % np.maximum(area, 1)):
+                return [f"a sample of {name} at {s} is not whole masks of its image's size"]
         return []
 
 

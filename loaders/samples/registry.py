@@ -3,9 +3,9 @@ Adding a kind: a SampleField subclass in its own module, and its entry here."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
+from loaders.format.extras import check_stats as stats_of
 from loaders.format.spec import ArraySpec, FormatError, array_name
 from loaders.samples.arrays import Array, Label, Scalar, Tokens
 from loaders.samples.fields import SampleField, check_name
@@ -69,34 +69,12 @@ def check_manifest(extra: dict[str, Any], arrays: dict[str, ArraySpec], count: i
 
 
 def check_stats(stats: Any, fields: dict[str, SampleField]) -> None:
-    """`extra.stats`: per Image field, a split (or null) and each stored size's mean and std
-    per channel and pixel count (prep.kinds.images.stats), as Normalize.from_dataset reads."""
+    """`extra.stats`: per Image field, what an images dataset's extra.stats holds (format.extras
+    .check_stats) at the field's sizes."""
     if not isinstance(stats, dict):
         raise FormatError(f"extra.stats {str(stats)[:40]} is not an object")
     for name, got in stats.items():
         field = fields.get(name)
         if not isinstance(field, Image):
             raise FormatError(f"extra.stats: {name!r:.40} is not an image field")
-        sizes = got.get("sizes") if isinstance(got, dict) else None
-        split = got.get("split") if isinstance(got, dict) else None
-        if not isinstance(sizes, dict) or not (split is None or isinstance(split, str)):
-            raise FormatError(f"extra.stats.{name} is not a split and sizes")
-        for size, at in sizes.items():
-            if size not in {str(s) for s in field.sizes} or not _mean_std(at, field.channels):
-                raise FormatError(f"extra.stats.{name} at {size!r:.20} is not a mean and std")
-
-
-def _mean_std(at: Any, channels: int) -> bool:
-    """{"mean": [...], "std": [...], "pixels": n}: a finite number a channel, a count."""
-    if not isinstance(at, dict) or not isinstance(at.get("pixels"), int):
-        return False
-    lists = [at.get("mean"), at.get("std")]
-    return (
-        all(
-            isinstance(v, list)
-            and len(v) == channels
-            and all(isinstance(x, int | float) and math.isfinite(x) for x in v)
-            for v in lists
-        )
-        and min(at["std"]) >= 0
-    )
+        stats_of(got, f"extra.stats.{name}", field.sizes, field.channels)

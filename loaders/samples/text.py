@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from loaders.format.spec import ArraySpec
+from loaders.format.spec import ArraySpec, FormatError
 from loaders.samples.fields import FieldError, Reading, SampleField, spec
 
 MAX_JSON_BYTES = 1 << 20  # "small JSON": per-sample metadata, not a payload
@@ -84,4 +84,40 @@ class Json(Bytes):
         return text.encode("utf-8")
 
     def from_bytes(self, data: bytes) -> Any:
-        return json.loads(data)
+        return parse_json(data)
+
+    def read(self, batch: Reading, name: str, policy: str) -> dict[str, Any]:
+        out = []
+        for j, piece in enumerate(batch.pieces(name)):
+            try:
+                out.append(parse_json(piece.tobytes()))
+            except ValueError as e:
+                raise FormatError(
+                    f"{batch.where(name)[j]}: field {name} is not JSON ({e}). "
+                    "HINT: run `prep verify`, then repack"
+                ) from None
+        return {name: out}
+
+
+def _constant(word: str) -> Any:
+    raise ValueError(f"{word} is not JSON")
+
+
+def parse_json(data: bytes | str) -> Any:
+    """The JSON value of a stored sample: ValueError (with the reason) for anything else, NaN
+    and Infinity included (prep writes none), nesting past the interpreter's recursion limit
+    and integers of more digits than Python converts (4300 by default).
+
+    >>> parse_json(b'{"id": 7}')
+    {'id': 7}
+    >>> parse_json(b"[" * 100000)
+    Traceback (most recent call last):
+    ...
+    ValueError: nested too deep for JSON
+    """
+    try:
+        return json.loads(data, parse_constant=_constant)
+    except RecursionError:
+        raise ValueError("nested too deep for JSON") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"not UTF-8: {e.reason}") from None

@@ -8,12 +8,15 @@ the one the boxes are of); its Mask, Boxes, Keypoints and Instances fields follo
 instance masks as the mask, nearest); every ragged `Array` field read (COCO's labels, iscrowd
 and area) is per-box, a row per box; keypoints, instance masks and per-box rows go with their
 dropped boxes. A `Label` field is the images' class (MixUp and CutMix soften it).
+
+A load-time `crop=` without transforms= ends with the same rule (drop_cut_boxes): the boxes
+it leaves under 1 px go, with their keypoints, instances and per-box rows (crop_roles).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -23,6 +26,10 @@ from loaders.samples.arrays import Array, Label
 from loaders.samples.fields import SampleField
 from loaders.samples.image import Boxes, Image, Keypoints, Mask
 from loaders.samples.instances import Instances
+
+# What a box must keep of its width and height once clipped: torchvision's SanitizeBoundingBoxes
+# default, and Compose's.
+MIN_SIZE = 1.0
 
 
 @dataclass(frozen=True)
@@ -38,10 +45,10 @@ class Roles:
     per_box: tuple[str, ...] = ()
 
 
-def _one(names: list[str], role: str, root: object) -> str | None:
+def _one(names: list[str], role: str, root: object, by: str = "transforms=") -> str | None:
     if len(names) > 1:
         raise ValueError(
-            f"{root}: transforms= moves one {role} field, and fields= reads {names}. "
+            f"{root}: {by} moves one {role} field, and fields= reads {names}. "
             f"HINT: read one of them with fields="
         )
     return names[0] if names else None
@@ -59,23 +66,51 @@ def roles_of(declared: Mapping[str, SampleField], fields: Sequence[str], root: o
     image = _one(images, "image", root)
     if image is None:
         raise ValueError(f"{root}: transforms= needs an image field among fields={tuple(fields)}")
+    label = _one([f for f in of(Label) if type(read[f]) is Label], "label", root)
+    mask = _follows(read, Mask, image, "mask", root)
+    return _instances(read, Roles(image, mask, boxes, label=label), root, "transforms=")
 
-    def follows(kind: type[SampleField], role: str) -> str | None:
-        return _one([f for f in of(kind) if getattr(read[f], "image", None) == image], role, root)
 
-    instances = follows(Instances, "instances")
-    if instances is not None and boxes is None:
+def crop_roles(
+    declared: Mapping[str, SampleField], fields: Sequence[str], root: object
+) -> Roles | None:
+    """What a load-time `crop=` drops with a box it cuts away: the Boxes field read, the
+    keypoints and instances of its image, the per-box rows (as roles_of has them, the image
+    read or not); None when no boxes are read."""
+    read = {f: declared[f] for f in fields if f in declared}
+    boxes = _one([f for f, d in read.items() if isinstance(d, Boxes)], "boxes", root, "crop=")
+    if boxes is None:
+        return None
+    image: str = read[boxes].image  # type: ignore[attr-defined]
+    return _instances(read, Roles(image, boxes=boxes), root, "crop=")
+
+
+def _follows(
+    read: Mapping[str, SampleField],
+    kind: type[SampleField],
+    image: str,
+    role: str,
+    root: object,
+    by: str = "transforms=",
+) -> str | None:
+    """The one field of `kind` of image field `image` read (None: none)."""
+    found = [f for f, d in read.items() if isinstance(d, kind) and getattr(d, "image", 0) == image]
+    return _one(found, role, root, by)
+
+
+def _instances(read: Mapping[str, SampleField], r: Roles, root: object, by: str) -> Roles:
+    """Roles `r` with the keypoints and instances of its image, and its per-box fields: every
+    ragged `Array` read, when boxes are."""
+    instances = _follows(read, Instances, r.image, "instances", root, by)
+    if instances is not None and r.boxes is None:
         raise ValueError(f"{root}: instance masks move with their boxes: read 'boxes' too")
     per_box = [f for f, d in read.items() if isinstance(d, Array) and d.is_ragged()]
-    label = _one([f for f in of(Label) if type(read[f]) is Label], "label", root)
-    return Roles(
-        image,
-        follows(Mask, "mask"),
-        boxes,
-        follows(Keypoints, "keypoints"),
-        instances,
-        label,
-        tuple(per_box) if boxes is not None else (),
+    keypoints = _follows(read, Keypoints, r.image, "keypoints", root, by)
+    return replace(
+        r,
+        keypoints=keypoints,
+        instances=instances,
+        per_box=tuple(per_box) if r.boxes is not None else (),
     )
 
 
@@ -105,21 +140,59 @@ def transform(
     if aug.epoch != epoch:  # the dataset's set_epoch reaches the workers' copies so
         aug.set_epoch(epoch)
     r = roles
-    ragged = [f for f in (r.boxes, r.keypoints, r.instances, *r.per_box) if f is not None]
-    padded = [f for f in ragged if f"{f}_len" in out]
-    kw: dict[str, Any] = {"index": torch.from_numpy(np.asarray(index, dtype=np.int64))}
-    named = {"mask": r.mask, "boxes": r.boxes, "keypoints": r.keypoints, "instances": r.instances}
-    kw |= {k: out[f] for k, f in named.items() if f is not None}
-    if padded:
-        kw["lengths"] = out[f"{padded[0]}_len"]
-    if r.per_box:
-        kw["per_box"] = {f: out[f] for f in r.per_box}
+    kw, padded = _given(out, r)
+    kw["index"] = torch.from_numpy(np.asarray(index, dtype=np.int64))
+    if r.mask is not None:
+        kw["mask"] = out[r.mask]
     args = (out[r.image],) if r.label is None else (out[r.image], out[r.label])
     got = aug(*args, **kw)
     got = list(got) if isinstance(got, tuple) else [got]
     new = dict(out)
     new[r.image] = got.pop(0)
-    for f in (r.label, r.mask, r.boxes, r.keypoints, r.instances):
+    for f in (r.label, r.mask):
+        if f is not None:
+            new[f] = got.pop(0)
+    return _returned(new, got, r, padded)
+
+
+def drop_cut_boxes(
+    out: dict[str, Any], roles: Roles, batch: int, hw: tuple[int, int], min_size: float
+) -> dict[str, Any]:
+    """The batch `out` read with a load-time crop to `hw`: each box it leaves narrower or lower
+    than `min_size` px (clipped already) dropped with its keypoints, instance masks and
+    per-box rows, and padded fields' NAME_len counting what is left. The rule and the code are
+    those a transforms= pipeline ends with (loaders.augment.boxes.outputs)."""
+    from loaders.augment.boxes import Targets, outputs, per_box
+
+    if batch == 0:  # nothing to drop (and a list of no keypoints has no row shape)
+        return out
+    r = roles
+    kw, padded = _given(out, r)
+    lengths = kw.get("lengths")
+    t = Targets.of(batch, kw["boxes"], kw.get("keypoints"), lengths)
+    moved: dict[str, torch.Tensor | None] = {}
+    if r.instances is not None:  # (B, H, W, N), as a pipeline moves them
+        moved["instances"] = per_box(kw["instances"], lengths, t, r.instances).permute(0, 2, 3, 1)
+    return _returned(dict(out), outputs(t, hw, min_size, kw, lengths, moved), r, padded)
+
+
+def _given(out: dict[str, Any], r: Roles) -> tuple[dict[str, Any], list[str]]:
+    """The batch's boxes, keypoints, instances, lengths and per_box, as a pipeline takes them,
+    and the fields among them read padded (their NAME_len follow the rows kept)."""
+    ragged = [f for f in (r.boxes, r.keypoints, r.instances, *r.per_box) if f is not None]
+    padded = [f for f in ragged if f"{f}_len" in out]
+    named = {"boxes": r.boxes, "keypoints": r.keypoints, "instances": r.instances}
+    kw: dict[str, Any] = {k: out[f] for k, f in named.items() if f is not None}
+    if padded:
+        kw["lengths"] = out[f"{padded[0]}_len"]
+    if r.per_box:
+        kw["per_box"] = {f: out[f] for f in r.per_box}
+    return kw, padded
+
+
+def _returned(new: dict[str, Any], got: list[Any], r: Roles, padded: list[str]) -> dict[str, Any]:
+    """`new` with what a pipeline returned of the instances (`got`, in outputs' order)."""
+    for f in (r.boxes, r.keypoints, r.instances):
         if f is not None:
             new[f] = got.pop(0)
     if padded:

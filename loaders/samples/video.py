@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from loaders.fields import VIDEO_MODES
-from loaders.format.spec import ArraySpec, array_name
+from loaders.fields import MAX_SIDE, VIDEO_MODES
+from loaders.format.spec import ArraySpec, FormatError, array_name
 from loaders.samples.fields import Reading, SampleField, sized
 
 
@@ -61,12 +61,14 @@ class Video(SampleField):
         import torch
 
         data, hw, ends = self.names(name)
-        sides = batch.values(hw).astype(np.int64)
+        sides = batch.values(hw).astype(np.int64).tolist()
         out = []
-        for src, e, (h, w) in zip(batch.pieces(data), batch.pieces(ends), sides, strict=True):
-            frames = np.empty((len(e), h, w, 3), np.uint8)
-            for k, piece in enumerate(frame_pieces(src, e)):
-                frames[k] = decode_frame(piece, (h, w), self.codec == "jpeg")
+        for j, (src, e) in enumerate(zip(batch.pieces(data), batch.pieces(ends), strict=True)):
+            frames = decode_frames(frame_pieces(src, e), tuple(sides[j]), self.codec == "jpeg")
+            if isinstance(frames, tuple):
+                k, why = frames
+                at = f"{batch.where(data)[j]}, frame {k}"
+                raise FormatError(f"{at}: {why}. HINT: run `prep verify`, then repack")
             out.append(torch.from_numpy(frames).permute(0, 3, 1, 2))
         return {name: out}
 
@@ -85,11 +87,24 @@ class Video(SampleField):
         steps = np.where(first, e, e - np.concatenate([[0], e[:-1]]))
         if np.any(steps < 1) or not np.array_equal(e[eo[1:] - 1], np.diff(do)):
             return [f"the frame ends of {name} do not rise to each video's byte length"]
-        if self.codec == "raw":
-            sides = arrays[hw].astype(np.int64)
-            if np.any(steps != np.repeat(sides[:, 0] * sides[:, 1] * 3, counts)):
-                return [f"a raw frame of {name} is not h * w * 3 bytes"]
+        sides = arrays[hw].astype(np.int64)
+        if not self.fits(sides):  # a reader allocates (frames, h, w, 3) from them
+            return [f"a frame size of {name} is not one mode {self.mode} stores at {self.size} px"]
+        raw = np.repeat(sides[:, 0] * sides[:, 1] * 3, counts)
+        if self.codec == "raw" and np.any(steps != raw):
+            return [f"a raw frame of {name} is not h * w * 3 bytes"]
         return []
+
+    def fits(self, sides: np.ndarray) -> bool:
+        """Whether frame sizes (h, w) (N, 2) are ones `prep video` stores at this size and mode:
+        fill and fit size x size, keep 1..size, short the shorter side size (the longer at
+        most MAX_SIDE)."""
+        short, long = sides.min(axis=1), sides.max(axis=1)
+        if self.mode in ("fill", "fit"):
+            return bool(np.all(sides == self.size))
+        if self.mode == "keep":
+            return bool(np.all(short >= 1) and np.all(long <= self.size))
+        return bool(np.all(short == self.size) and np.all(long <= MAX_SIDE))
 
 
 def frame_pieces(src: np.ndarray, ends: np.ndarray) -> list[np.ndarray]:
@@ -100,6 +115,27 @@ def frame_pieces(src: np.ndarray, ends: np.ndarray) -> list[np.ndarray]:
     """
     bounds = [0, *ends.tolist()]
     return [src[a:b] for a, b in itertools.pairwise(bounds)]
+
+
+def decode_frames(
+    pieces: list[np.ndarray], hw: tuple[int, ...], jpeg: bool
+) -> np.ndarray | tuple[int, str]:
+    """A video's frames (T, h, w, 3) uint8, or the first frame that is not one and why. JPEG
+    frames' headers are checked against `hw` before T x h x w x 3 bytes are allocated for them
+    (raw frames are h * w * 3 bytes each: checked when the dataset was opened)."""
+    from loaders.decode import CHECKED_BYTES, sides_problem
+
+    if jpeg and len(pieces) * hw[0] * hw[1] * 3 >= CHECKED_BYTES:
+        found = sides_problem(pieces, np.tile(hw, (len(pieces), 1)))
+        if found is not None:
+            return found
+    frames = np.empty((len(pieces), hw[0], hw[1], 3), np.uint8)
+    for k, piece in enumerate(pieces):
+        try:
+            frames[k] = decode_frame(piece, (hw[0], hw[1]), jpeg)
+        except (ValueError, OSError, SyntaxError) as e:
+            return k, f"the frame cannot be decoded ({e})"
+    return frames
 
 
 def decode_frame(piece: np.ndarray, hw: tuple[int, int], jpeg: bool) -> np.ndarray:
