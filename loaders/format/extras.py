@@ -12,11 +12,12 @@ loaders.format.spec.FormatError: extra.eot_id '0' is not null or an id below voc
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any, TypeGuard
 
 from loaders.fields import MAX_SIDE, VIDEO_MODES
 from loaders.format.spec import ArraySpec, FormatError, is_sha256
+from loaders.format.stats import check_stats
 
 COLUMNS = ("num", "cat", "target", "missing")  # the fields of a table's columns
 # extra.audio: what AudioDataset allocates its windows from (prep audio's --rate and --channels
@@ -111,34 +112,6 @@ def _volumes(extra: dict[str, Any], arrays: dict[str, ArraySpec], count: int) ->
         _need(t.get("array") in arrays, f"targets: {t!r:.40} names no array of the manifest")
         ok = t.get("classes") is None or _strings(t["classes"])
         _need(ok, f"targets: {t['array']}'s classes are not null or a list of names")
-
-
-def check_stats(got: object, what: str, sizes: Iterable[int | None], channels: int | None) -> None:
-    """`what` (extra.stats, or extra.stats.FIELD of a samples dataset): a split (or null) and
-    at each stored size a mean and std per channel (`channels`; None: 1 or 3) and a pixel count
-    (prep.kinds.images.stats), as Normalize.from_dataset and the report read them."""
-    at_sizes = got.get("sizes") if isinstance(got, dict) else None
-    split = got.get("split") if isinstance(got, dict) else None
-    if not isinstance(at_sizes, dict) or not (split is None or isinstance(split, str)):
-        raise FormatError(f"{what} is not a split and sizes")
-    stored = {str(s) for s in sizes}
-    for size, at in at_sizes.items():
-        if size not in stored or not _mean_std(at, channels):
-            raise FormatError(f"{what} at {size!r:.20} is not a mean and std")
-
-
-def _mean_std(at: Any, channels: int | None) -> bool:
-    """{"mean": [...], "std": [...], "pixels": n}: a finite number a channel, a count."""
-    if not isinstance(at, dict) or not _int(at.get("pixels")):
-        return False
-    lists: list[Any] = [at.get("mean"), at.get("std")]
-    n = len(lists[0]) if channels is None and isinstance(lists[0], list) else channels
-    return (
-        n in (1, 3)
-        and all(isinstance(v, list) and len(v) == n and all(_number(x) for x in v) for v in lists)
-        and all(math.isfinite(x) for v in lists for x in v)
-        and min(at["std"]) >= 0
-    )
 
 
 def _images(extra: dict[str, Any], arrays: dict[str, ArraySpec], count: int) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from loaders.format.extras import check_stats as stats_of
 from loaders.format.spec import ArraySpec, FormatError, array_name
+from loaders.format.stats import check_stats as stats_of
 from loaders.samples.arrays import Array, Label, Scalar, Tokens
 from loaders.samples.fields import SampleField, check_name
 from loaders.samples.image import Boxes, Image, Keypoints, Mask

@@ -17,7 +17,7 @@ from loaders.format import OFFSETS, Manifest
 from loaders.store import ShardStore
 from prep.inspect import charts, sections
 from prep.inspect.html import Section, figure, grid, para, table
-from prep.inspect.report import number, shown
+from prep.inspect.numbers import number, shown
 
 ROWS_READ = 200_000  # table rows read for the histograms, at random: a histogram's shape settles
 TOKENS_READ = 50_000_000  # tokens counted a split (uint16 bincount: about 0.1 s a 50M)

@@ -13,7 +13,7 @@ import numpy as np
 from loaders.format import Manifest
 from prep.inspect import charts
 from prep.inspect.html import Section, esc, para, table
-from prep.inspect.report import number, shown
+from prep.inspect.numbers import number, shown
 
 FIRST_REJECTS = 5  # paths shown a reject reason
 NOUNS = {"images": "samples", "samples": "samples", "volumes": "volumes", "table": "rows"}

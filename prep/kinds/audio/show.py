@@ -4,7 +4,7 @@ manifest alone."""
 from __future__ import annotations
 
 from loaders.format import Manifest
-from prep.inspect.report import number, shown
+from prep.inspect.numbers import number, shown
 
 
 def describe_audio(m: Manifest) -> list[str]:

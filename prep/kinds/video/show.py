@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from loaders.format import Manifest
-from prep.inspect.report import shown
+from prep.inspect.numbers import shown
 
 
 def describe_video(m: Manifest) -> list[str]:
