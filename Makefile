@@ -18,22 +18,22 @@ $(STAMP): pyproject.toml setup.py loaders/_jpegroi.c
 	$(BIN)/python -m pip install -q -e '.[dev,media]'
 	touch $(STAMP)
 
-data/demo-raw/.done: $(STAMP) prep/demo.py prep/demo_sources.py
+data/demo-raw/.done: $(STAMP) prep/demo/images.py prep/demo/sources.py
 	rm -rf data/demo-raw
 	$(BIN)/prep demo data/demo-raw
 	touch $@
 
-data/demo-ct/.done: $(STAMP) prep/kinds/volumes/phantoms.py
+data/demo-ct/.done: $(STAMP) prep/demo/volumes.py
 	rm -rf data/demo-ct
 	$(BIN)/prep demo --volumes data/demo-ct
 	touch $@
 
-data/demo-audio/.done: $(STAMP) prep/kinds/audio/demo.py
+data/demo-audio/.done: $(STAMP) prep/demo/audio.py
 	rm -rf data/demo-audio
 	$(BIN)/prep demo --audio data/demo-audio
 	touch $@
 
-data/demo-video/.done: $(STAMP) prep/kinds/video/demo.py
+data/demo-video/.done: $(STAMP) prep/demo/video.py
 	rm -rf data/demo-video
 	$(BIN)/prep demo --video data/demo-video
 	touch $@

@@ -73,7 +73,7 @@ def plant(paths: list[str], folder: Path, combined: bool) -> set[tuple[int, int]
 
 def scores(h: np.ndarray, truth: set[tuple[int, int]], d: int) -> tuple[float, float]:
     """(recall, precision) of the pairs within d bits against the planted pairs."""
-    from prep.dupes import near_pairs
+    from prep.inspect.dupes import near_pairs
 
     found = {(int(i), int(j)) for i, j, _ in near_pairs(h, max_distance=d).tolist()}
     hit = len(found & truth)
@@ -120,10 +120,10 @@ def speeds(
 ) -> dict:
     """Seconds, one thread each, for all `files`: the pHash of the pixels pack decoded (what
     hashing adds to prep pack), the --drop-dupes pass (its own 1/8-scale decode), imagehash."""
-    from prep.dupes.drop import hash_items
-    from prep.dupes.hashing import image_phash
+    from prep.inspect.dupes.drop import hash_items
     from prep.kinds.images.config import PackConfig
-    from prep.kinds.images.sources import Item
+    from prep.media.image.hashing import image_phash
+    from prep.sources.images import Item
 
     items = [Item(f, f.name) for f in files]
     cfg = PackConfig(src=str(files[0].parent), jobs=1)
@@ -138,10 +138,10 @@ def speeds(
 
 
 def planted_rows(args: argparse.Namespace, work: Path) -> list[Row]:
-    from prep.dupes import DEFAULT_DISTANCE as D
-    from prep.dupes import dataset_hashes
-    from prep.dupes.hashing import DHASH_SHAPE, dhash, thumbnail
-    from prep.kinds.images.decode import decode_image
+    from prep.inspect.dupes import DEFAULT_DISTANCE as D
+    from prep.inspect.dupes import dataset_hashes
+    from prep.media.image.decode import decode_image
+    from prep.media.image.hashing import DHASH_SHAPE, dhash, thumbnail
 
     folder, out, truth = planted_set(args, work, combined=False)
     files, ref = sorted(folder.rglob("*.jpg")), {}
@@ -228,8 +228,8 @@ def planted_hashes(
 
 
 def search_rows(args: argparse.Namespace) -> list[Row]:
-    from prep.dupes import DEFAULT_DISTANCE, near_pairs
-    from prep.dupes.search import brute_force, within
+    from prep.inspect.dupes import DEFAULT_DISTANCE, near_pairs
+    from prep.inspect.dupes.search import brute_force, within
 
     d = DEFAULT_DISTANCE
     n, sub, planted = (2_000, 2_000, 100) if args.smoke else (1_000_000, 20_000, 1000)

@@ -16,8 +16,8 @@ import numpy as np
 from bench_dupes import EDITS, edit
 from rows import HERE
 
-from prep.dupes.hashing import DHASH_SHAPE, _dct_rows, dhash, pack_bits, phash, thumbnail
-from prep.kinds.images.decode import decode_image
+from prep.media.image.decode import decode_image
+from prep.media.image.hashing import DHASH_SHAPE, _dct_rows, dhash, pack_bits, phash, thumbnail
 
 PLAIN = _dct_rows(32, slice(1, 9))
 

@@ -67,7 +67,7 @@ def _all(root: Path) -> list[np.ndarray]:
 
 def bare_rate(blobs: list[np.ndarray], seed: int, threads: int = 2) -> float:
     """The limit: a shuffled pass decoding the same bytes with the same decoder (simplejpeg,
-    as loaders.decode calls it) on `threads` threads, each into a buffer of its own."""
+    as loaders.read.decode calls it) on `threads` threads, each into a buffer of its own."""
     import simplejpeg
 
     order = np.random.default_rng(seed).permutation(len(blobs))

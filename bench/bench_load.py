@@ -71,7 +71,7 @@ def bench_load(raw: Path, work: Path, sample: int, reps: int = 5) -> list[Row]:
     import torch
 
     from loaders import ImageShardDataset, make_loader
-    from loaders.loader import THREADS
+    from loaders.read.loader import THREADS
 
     ds = ImageShardDataset(work / "p256", size=256, fields=("image", "label"))
     data_bytes = len(ds) * 256 * 256 * 3

@@ -105,8 +105,8 @@ def packing_rates(
 ) -> dict[str, float]:
     """Files/s of `prep audio` (the whole run, in this process) and of the bare loop."""
     from prep.kinds.audio.config import AudioConfig
-    from prep.kinds.audio.decode import decode_clip
     from prep.kinds.audio.pack import audio
+    from prep.media.audio import decode_clip
 
     def pack() -> float:
         cfg = AudioConfig(src=str(raw), out=str(out), rate=RATE, mono=True, jobs=jobs)

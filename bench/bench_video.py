@@ -29,7 +29,7 @@ def scene(rng: np.random.Generator, direction: str, n: int) -> Any:
     sensor-like noise: a bitrate and a decode cost like a real 360p clip's."""
     import cv2
 
-    from prep.kinds.video.demo import DIRECTIONS
+    from prep.demo.video import DIRECTIONS
 
     h, w = SRC_HW
     dy, dx = DIRECTIONS[direction]
@@ -49,7 +49,7 @@ def sources(root: Path, count: int, seconds: float) -> list[Path]:
     """`count` clips of `seconds` (made once, kept under bench/out)."""
     import av
 
-    from prep.kinds.video.demo import DIRECTIONS
+    from prep.demo.video import DIRECTIONS
 
     stamp = root / ".done"
     if not stamp.exists():
@@ -85,7 +85,7 @@ class PyAVClips(Dataset[Any]):
         import av
         import torch
 
-        from prep.kinds.video.decode import fit_frame
+        from prep.media.video import fit_frame
 
         path, start = self.items[i]
         picked: list[Any] = []
@@ -129,7 +129,7 @@ def _bare(paths: list[Path], jobs: int) -> float:
     """Seconds for the bare loop: decode every file and resize its frames at FPS, no writing."""
     from concurrent.futures import ProcessPoolExecutor
 
-    from prep.kinds.video.decode import decode_video
+    from prep.media.video import decode_video
 
     def run() -> None:
         with ProcessPoolExecutor(jobs) as ex:

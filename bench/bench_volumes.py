@@ -25,7 +25,7 @@ def make_scans(raw: Path, side: int) -> None:
     """The phantoms as .nii.gz with labels, once (cached under bench/out/)."""
     import nibabel as nib
 
-    from prep.kinds.volumes.phantoms import phantom
+    from prep.demo.volumes import phantom
 
     done = raw / ".done"
     if done.is_file():

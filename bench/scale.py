@@ -115,7 +115,7 @@ def ranks(root: Path) -> list[Result]:
     import tracemalloc
 
     from loaders import SampleDataset
-    from loaders.samplers import ShardSampler
+    from loaders.read.samplers import ShardSampler
 
     sizes = SampleDataset(root).shard_sizes
     seen = np.zeros(sum(sizes), np.int64)

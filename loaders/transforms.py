@@ -40,9 +40,9 @@ from loaders.augment.geometry import (
     RandomVerticalFlip,
 )
 from loaders.augment.mix import CutMix, MixUp
+from loaders.augment.normalize import Normalize
 from loaders.augment.random import stream_key, uniform
 from loaders.augment.resize import CenterCrop, Resize
-from loaders.gpu import Normalize
 
 __all__ = [
     "CenterCrop",

@@ -1,7 +1,7 @@
 """prep: pack raw images, text, volumes, tables and samples of any shape once, offline, into
 uint8 shards that `loaders` memory-maps."""
 
-from prep.errors import PrepError, Reject, UsageError
+from prep.run.errors import PrepError, Reject, UsageError
 from prep.version import __version__
 
 __all__ = ["PrepError", "Reject", "UsageError", "__version__", "pack_samples"]

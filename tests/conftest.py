@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from s3server import s3_server  # noqa: F401  (the fixture `s3`: one server a session)
 
-from prep.demo import make_demo
+from prep.demo.images import make_demo
 from prep.kinds.images.config import PackConfig
 from prep.kinds.images.pack import PackSummary, pack
 

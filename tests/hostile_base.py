@@ -60,9 +60,9 @@ def make_bases(folder: Path, raw: Path) -> dict[str, Path]:
     at 32 px in shards of 4 (raw, jpeg, keep, h5), 6 documents, a 20-row table, 2 volumes."""
     from typer.testing import CliRunner
 
-    from prep.cli import app
-    from prep.demo import make_demo
-    from prep.kinds.volumes.phantoms import make_phantoms
+    from prep.cli.main import app
+    from prep.demo.images import make_demo
+    from prep.demo.volumes import make_phantoms
 
     make_demo(raw, count=12, seed=0, jobs=1, max_side=256, show_progress=False)
     (raw / "text").mkdir(exist_ok=True)

@@ -19,10 +19,10 @@ soxr = pytest.importorskip("soxr", reason="prep audio needs soxr (pip install '.
 from typer.testing import CliRunner  # noqa: E402
 
 from loaders import AudioDataset, SampleDataset, make_loader  # noqa: E402
-from prep.cli import app  # noqa: E402
-from prep.errors import PrepError  # noqa: E402
+from prep.cli.main import app  # noqa: E402
 from prep.kinds.audio.config import AudioConfig  # noqa: E402
 from prep.kinds.audio.pack import audio  # noqa: E402
+from prep.run.errors import PrepError  # noqa: E402
 
 RATE = 16000
 
@@ -121,7 +121,7 @@ def test_opus_and_ffmpeg_from_a_list(tmp_path: Path) -> None:
     """Opus through libsndfile; 16-bit PCM in Matroska, which libsndfile does not know, through
     PyAV (against its own samples resampled by soxr); labels from a CSV list as SRC."""
     av = pytest.importorskip("av")
-    from prep.kinds.audio.decode import read_soundfile
+    from prep.media.audio import read_soundfile
 
     sf.write(tmp_path / "v.opus", tone(48000, 0.3), 48000, format="OGG", subtype="OPUS")
     pcm = np.rint(tone(22050, 0.3, 2, 350) * 32767).astype(np.int16)
@@ -276,7 +276,7 @@ def test_cli_demo_pack_verify_info(tmp_path: Path) -> None:
 
 def test_train_audio_learns(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from examples import train_audio
-    from prep.kinds.audio.demo import make_audio_demo
+    from prep.demo.audio import make_audio_demo
 
     make_audio_demo(tmp_path / "demo", per_class=4, seed=0)
     pack(tmp_path / "demo", tmp_path / "packed")

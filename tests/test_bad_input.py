@@ -25,10 +25,10 @@ from typer.testing import CliRunner
 from loaders import ImageShardDataset
 from loaders.format import iter_rejects, read_manifest
 from prep import PrepError
-from prep.cli import app
-from prep.kinds.images.decode import BACKGROUND, decode_image, decode_mask
-from prep.kinds.images.listing import list_images
+from prep.cli.main import app
+from prep.media.image.decode import BACKGROUND, decode_image, decode_mask
 from prep.run.inputs import Reject
+from prep.sources.listing import list_images
 
 # ---------------------------------------------------------------- helpers
 
@@ -745,7 +745,7 @@ def test_list_paths_no_file_can_have(tmp_path: Path) -> None:
 def test_every_pack_reject_code_is_in_the_readme() -> None:
     root = Path(__file__).resolve().parents[1]
     table = set(re.findall(r"^\| `(\w+)` \|", (root / "README.md").read_text(), re.M))
-    sources = ["kinds/images/decode.py", "kinds/images/sources.py", "kinds/images/pack.py"]
+    sources = ["media/image/decode.py", "sources/images.py", "kinds/images/pack.py"]
     text = "".join((root / "prep" / f).read_text() for f in [*sources, "run/inputs.py"])
     emitted = set(re.findall(r"(?:Reject\(|reject_record\(\s*[\w.]+,)\s*\"(\w+)\"", text))
     emitted |= set(re.findall(r"return \"(\w+)\"", text))  # os_reject_code's

@@ -25,8 +25,8 @@ from loaders import (
     VolumeDataset,
     make_loader,
 )
-from loaders.base import ShardedDataset
-from prep.kinds.volumes.phantoms import make_phantoms
+from loaders.datasets.base import ShardedDataset
+from prep.demo.volumes import make_phantoms
 
 Opener = Callable[..., Any]  # (root, **remote) -> a dataset
 

@@ -16,8 +16,8 @@ from PIL import Image as PILImage
 
 from loaders import SampleDataset
 from loaders import transforms as T
-from prep.importers.coco import import_coco
-from prep.importers.config import CocoConfig
+from prep.kinds.importers.coco import import_coco
+from prep.kinds.importers.config import CocoConfig
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +95,7 @@ def test_split_reads_one_splits_shards(tmp_path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from prep.importers.hf import HFConfig, import_hf
+    from prep.kinds.importers.hf import HFConfig, import_hf
 
     src = tmp_path / "src"
     src.mkdir()

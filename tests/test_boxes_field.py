@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 import prep
 from loaders import SampleDataset
 from prep import UsageError
-from prep.cli import app
+from prep.cli.main import app
 from prep.fields import Array, Boxes, Image, Instances
 
 

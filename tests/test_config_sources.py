@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from prep import PrepError
-from prep.config import load_config
 from prep.kinds.images.config import PackConfig
-from prep.kinds.images.listing import list_images
 from prep.kinds.text.config import TokenizeConfig
+from prep.run.config import load_config
+from prep.sources.listing import list_images
 
 
 @pytest.mark.parametrize(

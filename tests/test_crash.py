@@ -30,7 +30,7 @@ import prep.kinds.images.pack
 from loaders import ImageShardDataset
 from loaders.format import check_files, read_manifest
 from prep import PrepError
-from prep.cli import app
+from prep.cli.main import app
 from prep.run.staging import RUN_DIR, load_record
 
 PREP = str(Path(sys.executable).with_name("prep"))

@@ -19,7 +19,7 @@ import pytest
 from typer.testing import CliRunner
 
 from prep import PrepError
-from prep.cli import app
+from prep.cli.main import app
 from prep.kinds.images.config import PackConfig
 from prep.kinds.images.pack import pack
 from prep.run.parallel import check_backend, run_tasks

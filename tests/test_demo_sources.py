@@ -1,4 +1,4 @@
-"""`prep demo`'s sources for the importers (prep.demo_sources): a Hugging Face Parquet folder,
+"""`prep demo`'s sources for the importers (prep.demo.sources): a Hugging Face Parquet folder,
 WebDataset tars and a train/val tree, each imported as `make dataset` does, with the same bytes
 for the same seed."""
 
@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 from loaders import ImageShardDataset, Normalize, SampleDataset
 from loaders.format import read_manifest
-from prep.cli import app
-from prep.demo import make_demo
+from prep.cli.main import app
+from prep.demo.images import make_demo
 
 
 def run(*args: str) -> None:

@@ -19,7 +19,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from loaders import ImageShardDataset, make_loader
-from loaders.samplers import ORDERS, ShardSampler, epoch_order, rank_share
+from loaders.read.samplers import ORDERS, ShardSampler, epoch_order, rank_share
 
 SIZES = [8, 8, 8, 5]  # 29 samples in 4 shards
 

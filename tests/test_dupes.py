@@ -15,8 +15,8 @@ from conftest import PackFn
 from PIL import Image, ImageOps
 from typer.testing import CliRunner
 
-from prep.cli import app
-from prep.dupes import (
+from prep.cli.main import app
+from prep.inspect.dupes import (
     DEFAULT_DISTANCE,
     Hashes,
     dataset_hashes,
@@ -24,11 +24,11 @@ from prep.dupes import (
     leakage,
     near_pairs,
 )
-from prep.dupes.hashing import image_phash
-from prep.dupes.search import brute_force, within
-from prep.errors import PrepError
+from prep.inspect.dupes.search import brute_force, within
 from prep.kinds.images.config import PackConfig
-from prep.kinds.images.decode import decode_image
+from prep.media.image.decode import decode_image
+from prep.media.image.hashing import image_phash
+from prep.run.errors import PrepError
 
 
 def _jpegs(raw: Path, n: int) -> list[Path]:
@@ -181,8 +181,8 @@ def test_dataset_without_hashes(raw_demo: Path, tmp_path: Path, pack_to: PackFn)
     assert res.exit_code == 1 and "--hash" in res.output
     gray = tmp_path / "gray"  # one-channel JPEG samples decode as one channel
     pack_to(raw_demo / "images", gray, sizes=[32], hashes=False, limit=6, gray=True, codec="jpeg")
-    from loaders.store import ShardStore
-    from prep.dupes.stored import _pixels
+    from loaders.read.store import ShardStore
+    from prep.inspect.dupes.stored import _pixels
 
     assert next(_pixels(ShardStore(gray, "images"), 0, 32)).shape == (32, 32, 1)
     assert len(set(dataset_hashes(gray, compute=True).phash.tolist())) == 6
@@ -191,7 +191,7 @@ def test_dataset_without_hashes(raw_demo: Path, tmp_path: Path, pack_to: PackFn)
 def test_copies_of_one_hash_are_searched_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """2,000 copies of one blank image: groups and leakage as a brute force has them, and the
     search sees each distinct hash once (not the 2 million pairs of the copies)."""
-    import prep.dupes.groups as groups
+    import prep.inspect.dupes.groups as groups
 
     rng = np.random.default_rng(3)
     h = rng.integers(0, 2**63, 3000, dtype=np.uint64)

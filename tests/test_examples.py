@@ -11,11 +11,11 @@ import pytest
 from conftest import run_pack
 
 from examples import train_classifier, train_gpt, train_segmentation, train_volumes
+from prep.demo.volumes import make_phantoms
 from prep.kinds.text.config import TokenizeConfig
 from prep.kinds.text.tokenize import tokenize
 from prep.kinds.volumes.config import VolumeConfig
 from prep.kinds.volumes.pack import volumes
-from prep.kinds.volumes.phantoms import make_phantoms
 
 Main = Callable[[Sequence[str]], list[float]]
 FAST = ["--limit", "20", "--workers", "0", "--lr", "3e-3"]

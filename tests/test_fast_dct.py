@@ -10,7 +10,7 @@ import pytest
 import simplejpeg
 import torch
 
-import loaders.decode as decode
+import loaders.read.decode as decode
 from loaders import CenterCrop, ImageShardDataset, RandomResizedCrop
 from tests.conftest import run_pack
 from tests.test_jpeg import _photos

@@ -19,8 +19,6 @@ import pytest
 from fuzzing import SEED, fuzz, mutate, mutate_tree
 from untrusted import images, tokens, volumes
 
-from loaders.decode import Job, Places, _run
-from loaders.fields import FIELDS
 from loaders.format import (
     MANIFEST,
     ArrayRef,
@@ -30,6 +28,8 @@ from loaders.format import (
     check_files,
     map_array,
 )
+from loaders.format.kinds import FIELDS
+from loaders.read.decode import Job, Places, _run
 
 # ---------------------------------------------------------------- .npy headers
 

@@ -31,7 +31,7 @@ from loaders import (
 )
 from loaders.format import FormatError
 from prep import PrepError
-from prep.cli import app
+from prep.cli.main import app
 
 Opener = Callable[[str], Any]
 CROP = CenterCrop(32, 1.0)
@@ -231,7 +231,7 @@ def test_a_lock_that_is_a_link_is_refused_and_its_target_kept(tmp_path: Path) ->
     """`ln -s victim.txt .OUT.prep-lock; prep pack SRC OUT` truncated victim.txt (defect 7)."""
     from typer.testing import CliRunner
 
-    from prep.demo import make_demo
+    from prep.demo.images import make_demo
 
     make_demo(tmp_path / "raw", count=2, seed=0, jobs=1, max_side=64, show_progress=False)
     victim = tmp_path / "victim.txt"
@@ -264,7 +264,7 @@ def test_an_out_with_a_hostile_manifest_is_one_line(planted: str, tmp_path: Path
     nested 100,000 deep was a RecursionError, and a FIFO there blocked the run."""
     from typer.testing import CliRunner
 
-    from prep.demo import make_demo
+    from prep.demo.images import make_demo
 
     make_demo(tmp_path / "raw", count=2, seed=0, jobs=1, max_side=64, show_progress=False)
     out = tmp_path / "OUT"

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from loaders import CenterCrop, SampleDataset
 from loaders.format import read_manifest
-from prep.cli import app
+from prep.cli.main import app
 
 # (w, h) of each image and its box (x, y, w, h in COCO's order): landscape, portrait (fill
 # crops its top and bottom: the second box is cut), square, a thin one near an edge.

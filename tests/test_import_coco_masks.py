@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from loaders import CenterCrop, SampleDataset
 from loaders.format import read_manifest
-from prep.cli import app
-from prep.importers.coco_masks import rle_encode
+from prep.cli.main import app
+from prep.fields.rle import rle_encode
 
 
 def runs(mask: np.ndarray) -> list[int]:

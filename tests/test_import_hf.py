@@ -21,8 +21,8 @@ from typer.testing import CliRunner
 from loaders import SampleDataset
 from loaders.format import read_manifest
 from prep import UsageError
-from prep.cli import app
-from prep.importers.hf import HFConfig, import_hf
+from prep.cli.main import app
+from prep.kinds.importers.hf import HFConfig, import_hf
 
 datasets = pytest.importorskip("datasets")
 

@@ -16,7 +16,7 @@ from PIL import Image as PILImage
 from typer.testing import CliRunner
 
 from loaders import SampleDataset
-from prep.cli import app
+from prep.cli.main import app
 
 CAPTIONS = ['a "quoted", comma café', "東京 の データ 🙂", "  spaces kept  ", "line one\nline two"]
 

@@ -17,9 +17,9 @@ from typer.testing import CliRunner
 
 from loaders import SampleDataset
 from loaders.format import read_manifest
-from prep.cli import app
-from prep.importers.wds import WdsConfig, import_webdataset
-from prep.importers.wdssource import expand
+from prep.cli.main import app
+from prep.kinds.importers.wds import WdsConfig, import_webdataset
+from prep.kinds.importers.wdssource import expand
 
 wds = pytest.importorskip("webdataset")
 

@@ -20,15 +20,20 @@ def modules_after(code: str, whole: bool = False) -> set[str]:
 
 
 def test_prep_cli_does_not_import_torch() -> None:
-    mods = modules_after("from prep.cli import app")
+    mods = modules_after("from prep.cli.main import app")
     assert "torch" not in mods and "cv2" not in mods and "tokenizers" not in mods
 
 
 def test_prep_cli_imports_no_command_work() -> None:
     # start-up counts at every command: duplicate search, the samples registry and the shard
     # store load when a command runs, not when `prep --help` lists it
-    mods = modules_after("from prep.cli import app", whole=True)
-    heavy = {"prep.dupes.stored", "prep.dupes.groups", "loaders.samples", "loaders.store"}
+    mods = modules_after("from prep.cli.main import app", whole=True)
+    heavy = {
+        "prep.inspect.dupes.stored",
+        "prep.inspect.dupes.groups",
+        "loaders.fields",
+        "loaders.read.store",
+    }
     assert not mods & heavy, mods & heavy
 
 
@@ -40,7 +45,7 @@ def test_loaders_import_no_prep_side_libraries() -> None:
 
 def test_prep_help_runs() -> None:
     out = subprocess.run(
-        [sys.executable, "-c", "from prep.cli import app; app()", "--help"],
+        [sys.executable, "-c", "from prep.cli.main import app; app()", "--help"],
         capture_output=True,
         text=True,
     )

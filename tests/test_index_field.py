@@ -14,7 +14,7 @@ from test_tokenize import corpus, run
 from test_volume_pack import pack_volumes
 
 from loaders import DocumentDataset, PatchDataset, TableDataset, VolumeDataset, make_loader
-from prep.kinds.volumes.phantoms import make_phantoms
+from prep.demo.volumes import make_phantoms
 
 
 def assert_index(t: torch.Tensor, want: Any) -> None:

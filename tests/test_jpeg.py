@@ -14,10 +14,10 @@ import pytest
 import torch
 from PIL import Image
 
-import loaders.decode as decode
+import loaders.read.decode as decode
 from loaders import CenterCrop, FormatError, ImageShardDataset, RandomResizedCrop, make_loader
 from loaders.format import check_files, read_manifest
-from prep.kinds.images.encode import keep_side
+from prep.media.image.encode import keep_side
 from tests.conftest import run_pack
 
 

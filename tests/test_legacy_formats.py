@@ -36,7 +36,7 @@ from loaders import (
     VolumeDataset,
     make_loader,
 )
-from prep.cli import app
+from prep.cli.main import app
 
 LEGACY = Path(__file__).parent / "legacy"
 PACKED = LEGACY / "packed"

@@ -23,7 +23,7 @@ from loaders import (
     TokenWindowDataset,
     make_loader,
 )
-from loaders.mixed import counts
+from loaders.datasets.mixed import counts
 from prep.fields import Array, Label, Text
 
 WEIGHTS = [0.6, 0.3, 0.1]

@@ -14,7 +14,7 @@ from PIL import Image, ImageOps
 from loaders import ImageShardDataset, make_loader
 from loaders.format import read_manifest
 from prep.inspect.report import info
-from prep.kinds.images.geometry import geometry, place, resize
+from prep.media.image.geometry import geometry, place, resize
 
 SIZES = [16, 32]
 BOX = (8, 20, 40, 52)  # top, left, bottom, right of the class-2 square in every synthetic image

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from loaders import DocumentDataset, ImageShardDataset
 from loaders.format import FormatError, read_manifest
-from prep.cli import app
+from prep.cli.main import app
 from prep.inspect.preview import preview
 from prep.inspect.sheet import SHEET_BG, one_colour_share
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from prep.cli import app
+from prep.cli.main import app
 
 
 def _run(*args: str) -> Any:

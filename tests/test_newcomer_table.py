@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from loaders import TableDataset, make_loader
 from loaders.format import read_manifest
-from prep.cli import app
+from prep.cli.main import app
 
 SPECIES = ("setosa", "versicolor", "virginica")
 
@@ -147,8 +147,8 @@ def test_delimiter_option_and_the_single_column_warning(tmp_path: Path) -> None:
 def test_reject_rows_are_the_files_across_blocks(tmp_path: Path, monkeypatch: Any) -> None:
     import functools
 
-    import prep.kinds.table.scan as scan
-    from prep.kinds.table.sources import blocks
+    import prep.media.table.scan as scan
+    from prep.sources.table import blocks
 
     monkeypatch.setattr(scan, "blocks", functools.partial(blocks, block_bytes=64))
     src = tmp_path / "t.csv"

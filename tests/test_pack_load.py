@@ -16,10 +16,10 @@ from typer.testing import CliRunner
 
 from loaders import ImageShardDataset, Normalize, make_loader
 from loaders.format import read_manifest
-from prep.cli import app
-from prep.demo import CLASSES
-from prep.kinds.images.decode import decode_image
-from prep.kinds.images.geometry import geometry, place, resize
+from prep.cli.main import app
+from prep.demo.images import CLASSES
+from prep.media.image.decode import decode_image
+from prep.media.image.geometry import geometry, place, resize
 
 
 def test_round_trip_pixels_and_labels(packed: Path, raw_demo: Path) -> None:

@@ -1,4 +1,4 @@
-"""make_loader's threads (loaders.prefetch): the batches of the plain path, in its order; held
+"""make_loader's threads (loaders.read.prefetch): the batches of the plain path, in its order; held
 batches never overwritten by the ring; errors and early exits."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from loaders import ImageShardDataset, make_loader
-from loaders.loader import Batch
+from loaders.read.loader import Batch
 
 
 def loader_threads() -> list[threading.Thread]:
@@ -173,7 +173,7 @@ def test_worker_rings_are_reused_and_never_reach_the_caller(packed: Path) -> Non
 def test_a_ring_segment_is_written_again_only_once_copied_out_and_let_go() -> None:
     from collections import deque
 
-    from loaders.workers import SharedRing, copy_out
+    from loaders.read.workers import SharedRing, copy_out
 
     ring, seen = SharedRing(keep=2), deque()
     a = ring.get("image", (2, 3), torch.uint8)
@@ -211,7 +211,7 @@ def test_sampler_batches_are_the_batched_indices(drop_last: bool, announced: boo
     after epoch, and a followed sampler still announces every window (remote prefetch)."""
     from torch.utils.data import BatchSampler
 
-    from loaders.samplers import ShardSampler
+    from loaders.read.samplers import ShardSampler
 
     made = [ShardSampler([7, 5, 9], "quasi_random", seed=2, window=2) for _ in range(2)]
     seen: list[tuple[int, int]] = []

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from loaders.format import read_manifest
-from prep.cli import app
+from prep.cli.main import app
 from prep.run import profile
 from prep.run.profile import (
     OTHER,

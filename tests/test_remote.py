@@ -20,8 +20,8 @@ import loaders.remote
 import prep.run.remote
 from loaders import ImageShardDataset, make_loader
 from loaders.format import MANIFEST, FormatError
+from loaders.read.samplers import ShardSampler, windows
 from loaders.remote import url_of
-from loaders.samplers import ShardSampler, windows
 from prep import PrepError
 from prep.inspect.report import info, verify
 
@@ -248,8 +248,8 @@ def test_tokenize_to_s3_then_info_verify_and_load(tmp_path: Path, s3: Any) -> No
     from typer.testing import CliRunner
 
     from loaders import DocumentDataset, TokenWindowDataset
-    from prep.cli import app
-    from prep.kinds.text.tokenizers import load_tokenizer
+    from prep.cli.main import app
+    from prep.media.text.tokenizers import load_tokenizer
 
     src = tmp_path / "src"
     src.mkdir()
@@ -320,7 +320,7 @@ def test_the_next_window_is_fetched_while_the_current_one_is_read(
 ) -> None:
     from torch.utils.data import DataLoader
 
-    from loaders.loader import collate_batch
+    from loaders.read.loader import collate_batch
 
     with http_server(many) as (url, starts):
         ds = ImageShardDataset(url, size=32, fields=("image", "label"), cache_dir=tmp_path)

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from loaders import ImageShardDataset
 from loaders.format import read_manifest
 from prep import PrepError
-from prep.cli import app
+from prep.cli.main import app
 from prep.inspect.preview import preview
 from prep.inspect.report import verify
 from prep.inspect.sheet import GAP, PALETTE
@@ -245,7 +245,7 @@ def test_verify_limit_checks_only_the_first_shards(packed: Path, copy_dataset) -
 
 def test_report_modules_do_not_import_torch() -> None:
     code = (
-        "import sys, prep.cli, prep.inspect.preview, prep.inspect.tune, prep.run.profile; "
+        "import sys, prep.cli.main, prep.inspect.preview, prep.inspect.tune, prep.run.profile; "
         "print('torch' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -261,7 +261,7 @@ def test_preview_rejects_empty_counts(packed: Path, tmp_path: Path, count: int) 
 def test_bad_output_paths_are_one_line(packed: Path, tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from prep.cli import app
+    from prep.cli.main import app
 
     runner = CliRunner()
     for args in (

@@ -15,9 +15,9 @@ from typer.testing import CliRunner
 from untrusted import packed_table, volumes, write_dataset
 
 import prep
-from loaders.fields import FIELDS
 from loaders.format import ArraySpec
-from prep.cli import app
+from loaders.format.kinds import FIELDS
+from prep.cli.main import app
 from prep.fields import Array, Boxes, Image, Label, Mask
 from prep.inspect import gallery
 from prep.inspect.html import jpeg_uri

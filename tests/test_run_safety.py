@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 import prep.run.install as install_mod
 from loaders import ImageShardDataset
-from prep.cli import app
+from prep.cli.main import app
 from prep.run.files import temp_path
 from prep.run.guard import lock_path, locked
 from prep.run.staging import OLD, RUN_DIR

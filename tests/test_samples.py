@@ -24,7 +24,7 @@ import prep
 from loaders import CenterCrop, SampleDataset, make_loader
 from loaders.format import FormatError, read_manifest
 from prep import PrepError, UsageError
-from prep.cli import app
+from prep.cli.main import app
 from prep.fields import Array, Bytes, Image, Json, Label, Mask, Scalar, Text, Tokens
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # loky and Dask workers get make()
@@ -365,7 +365,7 @@ def test_inputs_from_parquet_txt_and_a_folder_with_limit(tmp_path: Path) -> None
 
 def test_ranks_quasi_random_order_skip_and_transforms(det: Path) -> None:
     from loaders import transforms as T
-    from loaders.samplers import ShardSampler
+    from loaders.read.samplers import ShardSampler
 
     ds = SampleDataset(det, fields=("image", "meta", "index"), crop=CenterCrop(16))
     shares = []
@@ -400,7 +400,7 @@ def test_lying_values_are_refused_at_open(tmp_path: Path) -> None:
 
 
 def test_token_ids_beyond_the_vocabulary_are_a_verify_problem(tmp_path: Path) -> None:
-    from loaders.samples import Tokens as TokenIds  # ids as they are: no tokenizer
+    from loaders.fields import Tokens as TokenIds  # ids as they are: no tokenizer
 
     out = tmp_path / "ds"
     pack([np.array([1, 2]), np.array([0])], out, {"t": TokenIds(vocab_size=3)}, lambda v: {"t": v})

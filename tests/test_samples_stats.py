@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from loaders import Normalize, SampleDataset
 from loaders.format import read_manifest
-from prep.cli import app
+from prep.cli.main import app
 
 SHAPES = [(70, 50), (40, 90), (64, 64), (33, 47), (120, 80)]  # (w, h)
 

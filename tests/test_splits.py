@@ -10,9 +10,9 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from loaders import ImageShardDataset
-from prep.cli import app
-from prep.errors import PrepError
+from prep.cli.main import app
 from prep.inspect.report import info
+from prep.run.errors import PrepError
 
 
 def _write(root: Path, rels: list[str]) -> None:

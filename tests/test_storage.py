@@ -82,7 +82,7 @@ def test_a_server_that_is_down_is_one_line(command: str, tmp_path: Path) -> None
         "PREP_CACHE": str(tmp_path),
     }
     code = (
-        "import loaders.remote as r; r.BACKOFF = 0.01; from prep.cli import app; "
+        "import loaders.remote as r; r.BACKOFF = 0.01; from prep.cli.main import app; "
         f"app(['{command}', 's3://{BUCKET}/ds'])"
     )
     start = time.monotonic()

@@ -21,8 +21,8 @@ import pytest
 import torch
 
 from loaders import ImageShardDataset, TokenWindowDataset, make_loader
-from loaders.fields import FIELDS
 from loaders.format import MANIFEST, ArrayRef, FileInfo, FormatError, Manifest, Shard
+from loaders.format.kinds import FIELDS
 from loaders.format.schema import array_name
 
 SIZE = 8  # px: tiny images, the shard count is what matters here
@@ -107,7 +107,7 @@ import os, resource, sys
 import torch
 resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
 from loaders import ImageShardDataset, make_loader
-from loaders.loader import Batch
+from loaders.read.loader import Batch
 
 class Counting(ImageShardDataset):
     def __getitems__(self, indices):

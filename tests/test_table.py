@@ -16,12 +16,12 @@ from typer.testing import CliRunner
 
 from loaders import TableDataset, make_loader
 from loaders.format import read_manifest
-from loaders.samplers import BLOCK_ROWS, epoch_order
+from loaders.read.samplers import BLOCK_ROWS, epoch_order
 from prep import PrepError
-from prep.cli import app
+from prep.cli.main import app
 from prep.kinds.table.config import TableConfig
 from prep.kinds.table.pack import pack_table
-from prep.kinds.table.types import code_dtype, float_dtype, int_dtype
+from prep.media.table.types import code_dtype, float_dtype, int_dtype
 
 
 def _pack(src: Path, out: Path, **kw: Any) -> Path:

@@ -1,5 +1,5 @@
 """The split hash of a column of repeated values, computed once per distinct value
-(prep.kinds.table.split), equals the hash of every cell's text."""
+(prep.sources.hashsplit), equals the hash of every cell's text."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from prep.kinds.table.split import cell_hash
+from prep.sources.hashsplit import cell_hash
 
 
 def test_hash_by_value_is_the_hash_of_each_cells_text() -> None:

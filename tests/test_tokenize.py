@@ -28,11 +28,11 @@ from typer.testing import CliRunner
 from loaders import DocumentDataset, TokenWindowDataset, make_loader
 from loaders.format import read_manifest
 from prep import PrepError
-from prep.cli import app
+from prep.cli.main import app
 from prep.kinds.text.config import TokenizeConfig
-from prep.kinds.text.documents import DocumentReader, Piece, list_text
 from prep.kinds.text.tokenize import TokenizeSummary, fit_ids, plan_shards, token_dtype, tokenize
-from prep.kinds.text.tokenizers import ByteTokenizer, load_tokenizer
+from prep.media.text.documents import DocumentReader, Piece, list_text
+from prep.media.text.tokenizers import ByteTokenizer, load_tokenizer
 from prep.run.staging import RUN_DIR
 
 # Raw file bytes -> the document text decode(tokens) must give back (see prep/text.py).
@@ -511,12 +511,12 @@ SLOW_SHARD_HOOK = """
 import os
 if os.environ.get("PREP_TEST_SLOW_SHARD"):  # the shard tasks of this test wait before reading
     import time
-    import prep.kinds.text.documents
-    read = prep.kinds.text.documents.DocumentReader.read
+    import prep.media.text.documents
+    read = prep.media.text.documents.DocumentReader.read
     def slow(self, piece):
         time.sleep(float(os.environ["PREP_TEST_SLOW_SHARD"]))
         yield from read(self, piece)
-    prep.kinds.text.documents.DocumentReader.read = slow
+    prep.media.text.documents.DocumentReader.read = slow
 """
 
 
@@ -605,7 +605,7 @@ def test_listing_rejects_like_pack(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 def test_every_tokenize_reject_code_is_in_the_readme() -> None:
     root = Path(__file__).resolve().parents[1]
     table = set(re.findall(r"^\| `(\w+)` \|", (root / "README.md").read_text(), re.M))
-    source = (root / "prep" / "kinds" / "text" / "documents.py").read_text()
+    source = (root / "prep" / "media" / "text" / "documents.py").read_text()
     emitted = set(re.findall(r"(?:_reject|reject_record)\(\s*[\w.]+,\s*\"(\w+)\"", source))
     assert {"utf8", "json", "no_text", "too_long", "unreadable"} <= emitted  # the regex works
     # os_reject_code and check_file (prep.run.inputs) give the listing's codes, as for pack.
@@ -617,18 +617,18 @@ def test_every_tokenize_reject_code_is_in_the_readme() -> None:
 
 
 def test_hf_encode_builds_ids_with_numpy_and_with_eot(monkeypatch: pytest.MonkeyPatch) -> None:
-    import prep.kinds.text.tokenizers
+    import prep.media.text.tokenizers
 
     texts = ["alpha béta", "", "东京 🙂 alpha", "x", ""]
-    tok = prep.kinds.text.tokenizers.fit_tokenizer("bpe", lambda: iter(texts * 5), 300)
+    tok = prep.media.text.tokenizers.fit_tokenizer("bpe", lambda: iter(texts * 5), 300)
     calls: list[int | None] = []
-    real = prep.kinds.text.tokenizers.with_eot
+    real = prep.media.text.tokenizers.with_eot
 
     def spy(ids: np.ndarray, lengths: np.ndarray, eot: int | None) -> Any:
         calls.append(eot)
         return real(ids, lengths, eot)
 
-    monkeypatch.setattr(prep.kinds.text.tokenizers, "with_eot", spy)
+    monkeypatch.setattr(prep.media.text.tokenizers, "with_eot", spy)
     ids, lengths = tok.encode(texts)
     assert calls == [tok.eot_id] and tok.eot_id is not None  # one eot insertion, shared
     runs = [tok._tok.encode(t, add_special_tokens=False).ids for t in texts]  # type: ignore[attr-defined]

@@ -13,8 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from prep import UsageError
-from prep.cli import app
-from prep.kinds.text.tokenizers import (
+from prep.cli.main import app
+from prep.media.text.tokenizers import (
     MAX_VOCAB,
     HFTokenizer,
     Tokenizer,
@@ -129,7 +129,7 @@ def test_bpe_at_the_bound_takes_little_memory() -> None:
     at MAX_VOCAB that is tens of MB; 10**11 would have asked for terabytes."""
     code = (
         "import resource\n"
-        "from prep.kinds.text.tokenizers import MAX_VOCAB, fit_tokenizer\n"
+        "from prep.media.text.tokenizers import MAX_VOCAB, fit_tokenizer\n"
         "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
         "fit_tokenizer('bpe', lambda: iter(['alpha beta gamma alpha'] * 20), MAX_VOCAB)\n"
         "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)\n"

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from examples import train_detection
-from prep.demo import make_demo
-from prep.importers.coco import import_coco
-from prep.importers.config import CocoConfig
+from prep.demo.images import make_demo
+from prep.kinds.importers.coco import import_coco
+from prep.kinds.importers.config import CocoConfig
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,6 @@ import pytest
 from untrusted import digest, edit_manifest, images, npy_header, rewrite, tokens, volumes
 
 from loaders import DocumentDataset, ImageShardDataset, TokenWindowDataset
-from loaders.fields import FIELDS
 from loaders.format import (
     ArrayRef,
     ArraySpec,
@@ -26,6 +25,7 @@ from loaders.format import (
     load_manifest,
     read_manifest,
 )
+from loaders.format.kinds import FIELDS
 
 # ---------------------------------------------------------------- 1. sha256 is a digest
 

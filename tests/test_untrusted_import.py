@@ -18,7 +18,7 @@ from PIL import Image as PILImage
 from typer.testing import CliRunner
 
 from loaders import SampleDataset
-from prep.cli import app
+from prep.cli.main import app
 
 SECRET = np.full((12, 12, 3), 201, np.uint8)  # the outside file's pixels: none may be packed
 

@@ -15,7 +15,7 @@ import pytest
 from PIL import Image as PILImage
 from typer.testing import CliRunner
 
-from prep.cli import app
+from prep.cli.main import app
 
 DEEP = "[" * 100_000 + "]" * 100_000  # beyond what the JSON parser's recursion takes
 HUGE = "1" * 5000  # more digits than Python turns into an int (4300)

@@ -13,8 +13,8 @@ import pytest
 from untrusted import copy, digest, edit_manifest, images, packed_table, rewrite, tokens, volumes
 
 from loaders import DocumentDataset, ImageShardDataset, TableDataset
-from loaders.fields import FIELDS
 from loaders.format import MANIFEST, ArrayRef, FormatError, check_files, read_manifest
+from loaders.format.kinds import FIELDS
 
 # ---------------------------------------------------------------- 6. manifests JSON accepts
 
@@ -143,7 +143,7 @@ def test_token_ids_beyond_vocab(tmp_path: Path) -> None:
 def test_prep_verify_checks_values(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from prep.cli import app
+    from prep.cli.main import app
 
     root = tokens(tmp_path / "tok", [[1, 2, 299, 3]], vocab_size=300)
     assert CliRunner().invoke(app, ["verify", str(root)]).exit_code == 0

@@ -21,11 +21,11 @@ sf = pytest.importorskip("soundfile", reason="prep audio needs soundfile (pip in
 av = pytest.importorskip("av", reason="prep video needs PyAV (pip install '.[media]')")
 
 from loaders import SampleDataset  # noqa: E402
+from prep.demo.audio import OGG_SERIAL, make_audio_demo, set_ogg_serial  # noqa: E402
+from prep.demo.video import shape_frames, write_clip  # noqa: E402
 from prep.kinds.audio.config import AudioConfig  # noqa: E402
-from prep.kinds.audio.demo import OGG_SERIAL, make_audio_demo, set_ogg_serial  # noqa: E402
 from prep.kinds.audio.pack import audio  # noqa: E402
 from prep.kinds.video.config import VideoConfig  # noqa: E402
-from prep.kinds.video.demo import shape_frames, write_clip  # noqa: E402
 from prep.kinds.video.pack import pack_video  # noqa: E402
 
 RATE = 8000  # the sources' rate and the stored one: nothing is resampled
@@ -255,7 +255,8 @@ def test_media_reject_messages_are_one_line(tmp_path: Path) -> None:
 def test_every_media_reject_code_is_in_the_readme() -> None:
     root = Path(__file__).resolve().parents[1]
     table = set(re.findall(r"^\| `(\w+)` \|", (root / "README.md").read_text(), re.M))
-    text = "".join(p.read_text() for p in sorted((root / "prep/kinds").glob("[av]*o/*.py")))
+    found = [*(root / "prep/kinds").glob("[av]*o/*.py"), *(root / "prep/media").glob("[av]*o.py")]
+    text = "".join(p.read_text() for p in sorted(found))
     emitted = set(re.findall(r"Reject\(\s*\"(\w+)\"", text))
     assert {"too_long", "too_large", "timestamps", "truncated", "no_audio", "no_video"} <= emitted
     assert emitted <= table, f"not in the README's reject codes: {sorted(emitted - table)}"

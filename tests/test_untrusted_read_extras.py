@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from loaders import AudioDataset, ClipDataset, ImageShardDataset, SampleDataset
 from loaders.format import FormatError
-from prep.cli import app
+from prep.cli.main import app
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +36,8 @@ def sound(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def video(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("av")
+    from prep.demo.video import make_video_demo
     from prep.kinds.video.config import VideoConfig
-    from prep.kinds.video.demo import make_video_demo
     from prep.kinds.video.pack import pack_video
 
     root = tmp_path_factory.mktemp("video")

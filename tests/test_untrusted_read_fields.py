@@ -85,8 +85,8 @@ def test_a_mixture_of_audio_datasets_keeps_the_audio(sounds: Path) -> None:
 
 def test_clips_name_their_video(tmp_path: Path) -> None:
     pytest.importorskip("av")
+    from prep.demo.video import make_video_demo
     from prep.kinds.video.config import VideoConfig
-    from prep.kinds.video.demo import make_video_demo
     from prep.kinds.video.pack import pack_video
 
     make_video_demo(tmp_path / "src", per_class=1, seed=0)

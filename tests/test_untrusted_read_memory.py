@@ -15,7 +15,7 @@ import untrusted
 
 import prep
 from loaders import CenterCrop, ImageShardDataset, RandomResizedCrop, SampleDataset, make_loader
-from loaders.samples import Tokens
+from loaders.fields import Tokens
 from prep.fields import (
     Array,
     Boxes,
@@ -226,8 +226,8 @@ def test_audio_clips_read_the_same_in_memory(tmp_path: Path) -> None:
 @pytest.mark.parametrize("codec", ["raw", "jpeg"])
 def test_video_fields_read_the_same_in_memory(tmp_path: Path, codec: str) -> None:
     pytest.importorskip("av")
+    from prep.demo.video import make_video_demo
     from prep.kinds.video.config import VideoConfig
-    from prep.kinds.video.demo import make_video_demo
     from prep.kinds.video.pack import pack_video
 
     make_video_demo(tmp_path / "src", per_class=1, seed=0)

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 import prep
 from loaders import ClipDataset, SampleDataset
 from loaders.format import FormatError
-from prep.cli import app
+from prep.cli.main import app
 from prep.fields import Image
 
 READ = """
@@ -98,8 +98,8 @@ def test_jpeg_sample_images_that_claim_16000_px_are_a_format_error(tmp_path: Pat
 def clips(tmp_path: Path) -> Path:
     """Four demo clips at 4 fps as 24 px JPEG frames (mode fill: every frame 24 x 24)."""
     pytest.importorskip("av")
+    from prep.demo.video import make_video_demo
     from prep.kinds.video.config import VideoConfig
-    from prep.kinds.video.demo import make_video_demo
     from prep.kinds.video.pack import pack_video
 
     make_video_demo(tmp_path / "src", per_class=1, seed=0)

@@ -20,7 +20,7 @@ from loaders import CenterCrop, SampleDataset
 from loaders.format import FormatError, read_manifest
 from loaders.format import values as format_values
 from loaders.format.arrays import Layout
-from prep.cli import app
+from prep.cli.main import app
 from prep.fields import Boxes, Image, Instances, Json, Text
 
 

@@ -17,7 +17,7 @@ from typer.testing import CliRunner, Result
 from untrusted import edit_manifest, tokens
 
 from loaders.format import REJECTS
-from prep.cli import app
+from prep.cli.main import app
 from prep.inspect.htmlreport import write_report
 from prep.inspect.tune import TuneResult, TuneRow, plot
 
@@ -219,7 +219,7 @@ ODD_AUDIO = [
 @pytest.fixture(scope="module")
 def audio_ds(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("soundfile", reason="prep audio (the media extra)")
-    from prep.kinds.audio.demo import make_audio_demo
+    from prep.demo.audio import make_audio_demo
 
     tmp = tmp_path_factory.mktemp("audio")
     make_audio_demo(tmp / "src", per_class=1)
@@ -257,7 +257,7 @@ ODD_VIDEO = [
 @pytest.fixture(scope="module")
 def video_ds(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("av", reason="prep video (the media extra)")
-    from prep.kinds.video.demo import make_video_demo
+    from prep.demo.video import make_video_demo
 
     tmp = tmp_path_factory.mktemp("video")
     make_video_demo(tmp / "src", per_class=1)

@@ -18,11 +18,11 @@ import torch
 av = pytest.importorskip("av", reason="prep video needs PyAV (pip install '.[media]')")
 
 from loaders import ClipDataset, RandomResizedCrop, SampleDataset, collate_batch  # noqa: E402
-from prep.errors import PrepError  # noqa: E402
+from prep.demo.video import make_video_demo, shape_frames, write_clip  # noqa: E402
 from prep.kinds.video.config import VideoConfig  # noqa: E402
-from prep.kinds.video.decode import fit_frame, frame_size  # noqa: E402
-from prep.kinds.video.demo import make_video_demo, shape_frames, write_clip  # noqa: E402
 from prep.kinds.video.pack import pack_video  # noqa: E402
+from prep.media.video import fit_frame, frame_size  # noqa: E402
+from prep.run.errors import PrepError  # noqa: E402
 
 FPS, SIZE = 8.0, 32
 
@@ -102,7 +102,7 @@ def test_modes_give_pack_shapes(mode: str):
 def test_a_resolution_change_keeps_the_first_shape():
     """A stream that changes resolution part way (spliced recordings) stores every frame at the
     first frame's shape: one (h, w) a video, as the Video field requires."""
-    from prep.kinds.video.decode import _pick
+    from prep.media.video import _pick
 
     def frame(h: int, w: int) -> Any:
         img = np.full((h, w, 3), 100, np.uint8)

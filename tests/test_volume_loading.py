@@ -12,8 +12,8 @@ import torch
 from test_volume_pack import pack_volumes
 
 from loaders import PatchDataset, VolumeDataset, make_loader
-from loaders.store import ShardStore
-from prep.kinds.volumes.phantoms import make_phantoms
+from loaders.read.store import ShardStore
+from prep.demo.volumes import make_phantoms
 
 
 @pytest.fixture(scope="module")

@@ -11,9 +11,9 @@ from PIL import Image
 from test_volume_pack import cli, pack_volumes, write_nii
 
 from loaders import PatchDataset, VolumeDataset, make_loader
-from loaders.loader import collate_batch
+from loaders.read.loader import collate_batch
 from prep.inspect.report import info
-from prep.kinds.volumes.preview import middle_slices, preview_volumes, scaled
+from prep.inspect.volumes import middle_slices, preview_volumes, scaled
 
 
 @pytest.fixture(scope="module")

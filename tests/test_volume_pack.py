@@ -14,11 +14,11 @@ from scipy.ndimage import map_coordinates
 from typer.testing import CliRunner
 
 from loaders import FormatError, VolumeDataset, load_manifest
-from prep.cli import app
+from prep.cli.main import app
+from prep.demo.volumes import make_phantoms
 from prep.kinds.volumes.config import VolumeConfig
 from prep.kinds.volumes.pack import volumes
-from prep.kinds.volumes.phantoms import make_phantoms
-from prep.kinds.volumes.transform import foreground_index
+from prep.media.volume.transform import foreground_index
 
 SIDE = 32
 

@@ -12,7 +12,7 @@ import torch
 from test_volume_pack import cli, pack_volumes
 
 from loaders import PatchDataset, VolumeDataset, load_manifest
-from prep.kinds.volumes.phantoms import make_phantoms
+from prep.demo.volumes import make_phantoms
 
 # Rows out of order, named by path or by stem; class names, small ints, negative ints, floats.
 CSV = """scan,grade,count,offset,dose

@@ -14,8 +14,8 @@ from typing import Any
 import h5py
 import numpy as np
 
-from loaders.fields import FIELDS
 from loaders.format import MANIFEST, ArrayRef, ArraySpec, FileInfo, Manifest, Shard
+from loaders.format.kinds import FIELDS
 
 Arrays = dict[str, np.ndarray]
 

@@ -5,7 +5,7 @@ A batch's instances travel padded: boxes (B, N, 4) float64 x0, y0, x1, y1 in the
 the image (edges at integers: a box of the whole W x H image is (0, 0, W, H)), keypoints
 (B, N, K, 3) x, y, visibility, and `valid` (B, N), which rows are instances. A crop clips the
 boxes to itself (torchvision's crop and pad clamp); a keypoint it cuts away, or one not
-labelled (visibility <= 0), is (0, 0, 0), as loaders.samples' Keypoints has it. `sanitize` is
+labelled (visibility <= 0), is (0, 0, 0), as loaders.fields' Keypoints has it. `sanitize` is
 SanitizeBoundingBoxes(min_size): after clipping to the image, a box narrower or lower than
 min_size is dropped, with its keypoints and every per-box field. The caller's forms come back:
 a list of (Ni, ...) tensors, a jagged nested tensor, or padded (B, N, ...) with `lengths`.

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from loaders.augment.batch import empty
-from loaders.decode import Pool
+from loaders.read.decode import Pool
 
 # A colour jitter folded into the pass: each sample's matrix (B, C, C), its offset's weight
 # shift (B,) and the grey weights (C,): pixel -> matrix @ pixel + shift * (grey . mean pixel).

@@ -214,7 +214,8 @@ def map_array(path: Path, ref: ArrayRef, spec: ArraySpec, name: str = "") -> np.
 
 def map_layout(path: Path, layout: Layout) -> np.ndarray:
     """A read-only ndarray over a memory map of `path`, laid out as check_array found it. The
-    map keeps a file descriptor (a dup) until it is garbage-collected: loaders.store bounds them."""
+    map keeps a file descriptor (a dup) until it is garbage-collected: loaders.read.store bounds
+    them."""
     offset, dtype, shape = layout
     if 0 in shape:
         return np.empty(shape, dtype)

@@ -251,7 +251,7 @@ def _check_volumes(manifest: Manifest, shard: Shard, arrays: Arrays) -> list[str
 
 # The checks of one shard that depend on the manifest's kind, run once its headers are good.
 def _check_samples(manifest: Manifest, shard: Shard, arrays: Arrays) -> list[str]:
-    from loaders.samples.checks import check_samples  # the field kinds import this package
+    from loaders.fields.checks import check_samples  # the field kinds import this package
 
     return check_samples(manifest, shard, arrays)
 

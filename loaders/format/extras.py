@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable
 from typing import Any, TypeGuard
 
-from loaders.fields import MAX_SIDE, VIDEO_MODES
+from loaders.format.kinds import MAX_SIDE, VIDEO_MODES
 from loaders.format.spec import ArraySpec, FormatError, is_sha256
 from loaders.format.stats import check_stats
 
@@ -153,7 +153,7 @@ def _video(v: object) -> None:
 
 
 def _samples(extra: dict[str, Any], arrays: dict[str, ArraySpec], count: int) -> None:
-    from loaders.samples.registry import check_manifest  # the field kinds: loaded when needed
+    from loaders.fields.registry import check_manifest  # the field kinds: loaded when needed
 
     check_manifest(extra, arrays, count)
     if "audio" in extra:

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-import loaders.fields as registry  # a module: the registry builds on loaders.format.spec alone
+import loaders.format.kinds as registry  # a module: it builds on loaders.format.spec alone
 from loaders.format.extras import check_extra
 from loaders.format.spec import (  # noqa: F401  (re-exported: the contract's names, in one place)
     CODECS,
@@ -34,7 +34,7 @@ from loaders.format.spec import (  # noqa: F401  (re-exported: the contract's na
 FORMAT_NAME = "prep"
 FORMAT_VERSION = 2  # what prep writes for images, tokens, volumes and tables
 # Version 3 adds the samples kind: arrays of any field name, each naming its field kind (`kind`,
-# an entry of loaders.fields.FIELDS), described in `extra.fields` (loaders.samples).
+# an entry of loaders.format.kinds.FIELDS), described in `extra.fields` (loaders.fields).
 SAMPLES_VERSION = 3
 READ_VERSIONS = (1, 2)  # what loaders read of the four kinds: version 1 is 2 with raw arrays only
 MANIFEST = "manifest.json"

@@ -28,7 +28,7 @@ class ArraySpec:
     dtype: str
     shape: tuple[int, ...]  # mode keep: the largest; each sample's (h, w) is in hw_{size}
     codec: str = "raw"
-    # Version 3: the field kind of loaders.fields.FIELDS when `field` is a name of the user's
+    # Version 3: the field kind of loaders.format.kinds.FIELDS when `field` is a name of the user's
     # (a samples dataset's "boxes" is an "array"); None: `field` is the kind.
     kind: str | None = None
 

@@ -21,7 +21,7 @@ def _number(value: object) -> bool:
 def check_stats(got: object, what: str, sizes: Iterable[int | None], channels: int | None) -> None:
     """`what` (extra.stats, or extra.stats.FIELD of a samples dataset): a split (or null) and
     at each stored size a mean and std per channel (`channels`; None: 1 or 3) and a pixel count
-    (prep.kinds.images.stats), as Normalize.from_dataset and the report read them."""
+    (prep.media.image.stats), as Normalize.from_dataset and the report read them."""
     at_sizes = got.get("sizes") if isinstance(got, dict) else None
     split = got.get("split") if isinstance(got, dict) else None
     if not isinstance(at_sizes, dict) or not (split is None or isinstance(split, str)):

@@ -141,7 +141,7 @@ def string_problem(
     """The first sample of ragged uint8 array `name` (offsets `off`) that is not UTF-8 (with
     `json`: not JSON, or over MAX_JSON_BYTES: decided by its offsets, never read), read a
     block at a time: memory stays bounded whatever a sample's length."""
-    from loaders.samples.text import MAX_JSON_BYTES, parse_json  # the field kinds: when needed
+    from loaders.fields.text import MAX_JSON_BYTES, parse_json  # the field kinds: when needed
 
     sizes = np.diff(off)
     big = np.flatnonzero(sizes > (MAX_JSON_BYTES if json else np.inf))

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
-from loaders.samplers import windows
+from loaders.read.samplers import windows
 
 THREADS = 4  # downloads at once per process (a worker fetches only its share)
 Rank = Callable[[str, int], "tuple[int, int] | None"]

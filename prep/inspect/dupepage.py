@@ -1,7 +1,7 @@
 """prep report's near-duplicate groups (thumbnail rows with their Hamming distances) and the
 train/val leakage list (`--against OTHER`: the samples of OTHER with a near twin in ROOT), from
-the perceptual hashes prep pack stores (prep.dupes; `--hash` computes them for older datasets
-from their stored pixels).
+the perceptual hashes prep pack stores (prep.inspect.dupes; `--hash` computes them for older
+datasets from their stored pixels).
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from loaders.store import ShardStore
-from prep.errors import PrepError
+from loaders.read.store import ShardStore
 from prep.inspect import gallery
 from prep.inspect.html import Section, esc, figure, grid, para, table
+from prep.run.errors import PrepError
 
 GROUPS_SHOWN = 16  # groups drawn (largest first); the rest counted
 MEMBERS_SHOWN = 8  # thumbnails a group row
@@ -24,7 +24,7 @@ LEAK_LIMIT = 0.001  # a val share with a train twin above this fails the check (
 
 def _hashes(root: Path, compute: bool) -> tuple[Any, str]:
     """The dataset's hashes, or None and why not (an older dataset without --hash)."""
-    from prep.dupes import dataset_hashes
+    from prep.inspect.dupes import dataset_hashes
 
     try:
         return dataset_hashes(root, compute=compute), ""
@@ -51,7 +51,7 @@ def _thumbs(store: ShardStore, indices: list[int], captions: list[str]) -> list[
 
 def dupes(root: Path, store: ShardStore, compute: bool, distance: int | None = None) -> Section:
     """The near-duplicate groups within the dataset, largest first, as thumbnail rows."""
-    from prep.dupes import DEFAULT_DISTANCE, dupe_groups
+    from prep.inspect.dupes import DEFAULT_DISTANCE, dupe_groups
 
     h, why = _hashes(root, compute)
     if h is None:
@@ -90,8 +90,8 @@ def leakage(
 ) -> Section:
     """The samples of `other` (val) with a near twin in `root` (train): count, share, a PASS
     or FAIL line, and the first pairs side by side."""
-    from prep.dupes import DEFAULT_DISTANCE
-    from prep.dupes import leakage as find
+    from prep.inspect.dupes import DEFAULT_DISTANCE
+    from prep.inspect.dupes import leakage as find
 
     train, why = _hashes(root, compute)
     val, why_other = _hashes(other, compute)

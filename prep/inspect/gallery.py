@@ -1,6 +1,6 @@
 """Samples for prep report's grids: chosen at random within each class (a fixed seed, so the
 same dataset gives the same page), read as stored through the loaders' shard reader
-(`loaders.store.ShardStore`: the checked memory maps; a JPEG's checksum before its decode),
+(`loaders.read.store.ShardStore`: the checked memory maps; a JPEG's checksum before its decode),
 masks overlaid and boxes drawn.
 
 A grid reads only the samples it shows: a million-sample dataset costs its labels (one byte a
@@ -15,7 +15,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from loaders.format import OFFSETS, FormatError
-from loaders.store import ShardStore
+from loaders.read.store import ShardStore
 from prep.inspect.sheet import PALETTE, overlay
 
 TILE_MAX = 128  # px: a larger stored size is shown shrunk to this (the page stays small)
@@ -92,7 +92,7 @@ def images(
 ) -> list[np.ndarray]:
     """(H, W, C) uint8 samples at their stored (h, w); a JPEG one decoded after its checksum
     (FormatError naming the shard and sample when it differs)."""
-    from loaders.decode import Places, check_crc, decode_jpeg
+    from loaders.read.decode import Places, check_crc, decode_jpeg
 
     spec = store.manifest.arrays[arrays.image]
     srcs = read(store, arrays.image, indices)

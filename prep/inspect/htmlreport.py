@@ -13,9 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from loaders.format import Manifest, load_manifest
-from prep.errors import PrepError, UsageError
 from prep.inspect import dupepage, imagepage, kindpages, sections
 from prep.inspect.html import Section, page
+from prep.run.errors import PrepError, UsageError
 from prep.run.files import atomic_write_text
 from prep.run.guard import REPORT
 
@@ -37,7 +37,7 @@ def _steps(
     root: Path, m: Manifest, against: Path | None, compute: bool, per_class: int
 ) -> list[Callable[[], list[Section]]]:
     """The report's parts, each a call that makes its sections (one progress step each)."""
-    from loaders.store import ShardStore
+    from loaders.read.store import ShardStore
 
     steps: list[Callable[[], list[Section]]] = [lambda: PAGES[m.kind](root, m, per_class)]
     if m.kind in PICTURES and imagepage.pictures(ShardStore(root, m.kind)) is not None:
@@ -97,7 +97,7 @@ def build(
 def _check_pictures(root: Path, m: Manifest) -> None:
     """--against looks for near twins of pictures: a samples dataset without an image field
     (audio, arrays) has none to compare."""
-    from loaders.store import ShardStore
+    from loaders.read.store import ShardStore
 
     if imagepage.pictures(ShardStore(root, m.kind)) is None:
         raise PrepError(

@@ -15,7 +15,7 @@ from dataclasses import replace
 import numpy as np
 
 from loaders.format import Manifest, array_name
-from loaders.store import ShardStore
+from loaders.read.store import ShardStore
 from prep.inspect import gallery, kindpages, sections
 from prep.inspect.gallery import ImageArrays
 from prep.inspect.html import Section, esc, figure, grid, para
@@ -39,7 +39,7 @@ def image_kind(root: os.PathLike[str], m: Manifest, per_class: int) -> list[Sect
 def samples_kind(root: os.PathLike[str], m: Manifest, per_class: int) -> list[Section]:
     """The sections of a samples dataset: counts by its Label field (or, for detection, of its
     objects by their labels), sizes, and the grid of its first image field."""
-    from loaders.samples.registry import fields_from
+    from loaders.fields.registry import fields_from
 
     store = ShardStore(root, "samples")
     declared = fields_from(m.extra.get("fields"), root)
@@ -75,7 +75,7 @@ def pictures(store: ShardStore) -> tuple[ImageArrays, int] | None:
         arrays = _sidecars(m, ImageArrays(array_name("image", size), None, None), "", size)
         mask = array_name("mask", size)
         return replace(arrays, mask=mask if mask in m.arrays else None), size
-    from loaders.samples.registry import fields_from
+    from loaders.fields.registry import fields_from
 
     declared = fields_from(m.extra.get("fields"), store.root)
     image = next((n for n, f in declared.items() if f.kind == "image"), None)

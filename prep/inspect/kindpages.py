@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from loaders.format import OFFSETS, Manifest
-from loaders.store import ShardStore
+from loaders.read.store import ShardStore
 from prep.inspect import charts, sections
 from prep.inspect.html import Section, figure, grid, para, table
 from prep.inspect.numbers import number, shown
@@ -42,7 +42,7 @@ def volume_kind(root: os.PathLike[str], m: Manifest, per_class: int) -> list[Sec
     volumes picked at random, labels overlaid."""
     from loaders import VolumeDataset
     from prep.inspect.gallery import tile
-    from prep.kinds.volumes.preview import middle_slices, scaled
+    from prep.inspect.volumes import middle_slices, scaled
 
     ds = VolumeDataset(root)
     shapes = np.array([ds.shape(v) for v in range(len(ds))], dtype=np.float64).reshape(-1, 3)
@@ -168,8 +168,8 @@ def _common(
     """The TOP_TOKENS most common tokens of the first split (the end-of-document token left
     out), each with its text: a chart and a table."""
     from loaders.format import FormatError
-    from prep.errors import PrepError
-    from prep.kinds.text.tokenizers import load_tokenizer
+    from prep.media.text.tokenizers import load_tokenizer
+    from prep.run.errors import PrepError
 
     split, got = next(iter(counts.items()))
     got = got.copy()

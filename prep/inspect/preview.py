@@ -13,9 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from loaders.fields import FIELDS, decode_source
 from loaders.format import Manifest, array_name, read_manifest
-from prep.errors import PrepError
+from loaders.format.kinds import FIELDS, decode_source
 from prep.inspect.sheet import (
     BLANK_SHARE,
     PreviewResult,
@@ -26,6 +25,7 @@ from prep.inspect.sheet import (
     save_image,
 )
 from prep.inspect.stored import first_samples, open_images
+from prep.run.errors import PrepError
 
 
 def _array(field: str, size: int) -> str:
@@ -58,9 +58,9 @@ def preview(
 ) -> PreviewResult:
     """Write a contact sheet of the first `count` samples at `size` px (default: the smallest
     stored size) to `output` (any format Pillow writes, by extension). A volume dataset
-    shows the middle slices of its volumes (prep.kinds.volumes.preview)."""
+    shows the middle slices of its volumes (prep.inspect.volumes)."""
     if read_manifest(root).kind == "volumes":
-        from prep.kinds.volumes.preview import preview_volumes
+        from prep.inspect.volumes import preview_volumes
 
         return preview_volumes(root, count, output, columns, masks)
     if count < 1 or (columns is not None and columns < 1):

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import numpy as np
 
-from loaders.fields import FIELDS
 from loaders.format import FormatError, Manifest, check_files, read_manifest, safe_path, sha256_file
+from loaders.format.kinds import FIELDS
 from loaders.remote import open_remote
-from prep.errors import PrepError
+from prep.run.errors import PrepError
 
 
 def mb(n: float) -> str:
@@ -21,7 +21,7 @@ def mb(n: float) -> str:
 def info(root: Path, batch_size: int = 256) -> str:
     """A human summary: counts, fields, shapes, dtypes, bytes on disk per size, and the RAM one
     batch of `batch_size` needs at each size (size x size x channels x batch), in the dtype the
-    loader returns (loaders.fields: labels widen to int64)."""
+    loader returns (loaders.format.kinds: labels widen to int64)."""
     remote = open_remote(root)  # an fsspec URL: loaders.remote
     m = remote[1] if remote else read_manifest(root)
     where = remote[0].root if remote else root
@@ -105,19 +105,19 @@ def split_lines(m: Manifest) -> list[str]:
 def _described(m: Manifest) -> list[str]:
     """A kind's own lines: a table's columns, each volume's shape and spacing."""
     if m.kind == "table":
-        from prep.kinds.table.show import describe
+        from prep.inspect.show_table import describe
 
         return describe(m)
     if m.kind == "volumes":
-        from prep.kinds.volumes.show import describe_volumes
+        from prep.inspect.show_volumes import describe_volumes
 
         return describe_volumes(m)
     if m.kind == "samples" and "audio" in m.extra:
-        from prep.kinds.audio.show import describe_audio
+        from prep.inspect.show_audio import describe_audio
 
         return describe_audio(m)
     if m.kind == "samples" and "video" in m.extra:
-        from prep.kinds.video.show import describe_video
+        from prep.inspect.show_video import describe_video
 
         return describe_video(m)
     return []

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from prep.errors import PrepError
+from prep.run.errors import PrepError
 from prep.run.files import atomic_write_bytes
 
 GAP = 4

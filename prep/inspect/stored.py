@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 
 from loaders.format import OFFSETS, FormatError, Manifest, array_name, read_manifest
-from loaders.store import ShardStore
-from prep.errors import PrepError
+from loaders.read.store import ShardStore
+from prep.run.errors import PrepError
 
 
 def open_images(root: Path, size: int | None, what: str) -> tuple[ShardStore, int]:
@@ -66,7 +66,7 @@ def _jpeg(
     store: ShardStore, s: int, k: int, raw: np.ndarray, hw: tuple[int, int], channels: int, crc: int
 ) -> np.ndarray:
     """Sample k of shard s, decoded at its stored (h, w); its checksum first."""
-    from loaders.decode import decode_jpeg
+    from loaders.read.decode import decode_jpeg
 
     where = f"{store.root} (shard {s}, sample {k})"
     if zlib.crc32(raw.data) != crc:

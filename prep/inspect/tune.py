@@ -13,9 +13,9 @@ when a setting that overlaps was tried.
 
 The RAM column is the article's arithmetic: batches in flight x bytes per batch, where a
 DataLoader with W > 0 workers keeps W x prefetch_factor batches in flight, T threads keep T + 1
-(loaders.prefetch) and neither builds one batch at a time. Bytes per batch count the tensors
-the loader returns, in each field's `out_dtype` (loaders.fields): uint8 images and masks, int64
-labels. `--plot` draws with matplotlib (prep.inspect.tuneplot, re-exported here).
+(loaders.read.prefetch) and neither builds one batch at a time. Bytes per batch count the tensors
+the loader returns, in each field's `out_dtype` (loaders.format.kinds): uint8 images and masks,
+int64 labels. `--plot` draws with matplotlib (prep.inspect.tuneplot, re-exported here).
 """
 
 from __future__ import annotations
@@ -29,12 +29,12 @@ from typing import Any
 import numpy as np
 import psutil
 
-from loaders.fields import FIELDS
 from loaders.format import Manifest
-from prep.errors import PrepError
+from loaders.format.kinds import FIELDS
 from prep.inspect.stored import image_dataset
 from prep.inspect.tuned import TuneResult, TuneRow
 from prep.inspect.tuneplot import check_plot, plot
+from prep.run.errors import PrepError
 
 __all__ = ["TuneResult", "TuneRow", "check_plot", "plot", "tune"]
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from prep.errors import PrepError
 from prep.inspect.tuned import TuneResult
+from prep.run.errors import PrepError
 
 
 def check_plot() -> None:

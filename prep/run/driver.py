@@ -23,9 +23,9 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from loaders.format import MANIFEST, REJECTS, Manifest, read_manifest
 from loaders.remote import url_of
-from prep.config import RunConfig
-from prep.errors import PrepError
 from prep.run import staging as st
+from prep.run.config import RunConfig
+from prep.run.errors import PrepError
 from prep.run.files import atomic_write_text
 from prep.run.guard import check_out, locked
 from prep.run.inputs import named_rejects

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from loaders.format import MANIFEST, REJECTS
-from prep.errors import PrepError, UsageError
+from prep.run.errors import PrepError, UsageError
 from prep.run.files import HOST
 from prep.run.staging import OLD, RUN_DIR, staging_dir
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from prep.errors import PrepError
+from prep.run.errors import PrepError
 
 
 def warn(message: str) -> None:

@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-from prep.errors import PrepError
+from prep.run.errors import PrepError
 
 T = TypeVar("T")
 

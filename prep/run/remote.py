@@ -38,7 +38,7 @@ from typing import Any
 from loaders.format import MANIFEST, REJECTS, FormatError, Manifest, read_manifest
 from loaders.remote.cache import default_cache_dir
 from loaders.remote.storage import Storage, Url, url_of
-from prep.errors import PrepError, UsageError
+from prep.run.errors import PrepError, UsageError
 from prep.run.staging import RUN_DIR, staging_dir
 
 MARKER = ".prep-upload.json"

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from loaders.format import MANIFEST, REJECTS, sha256_file
-from prep.errors import PrepError
+from prep.run.errors import PrepError
 from prep.run.files import atomic_write_text
 from prep.run.tasks import write_error
 

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from prep.errors import PrepError
+from prep.run.errors import PrepError
 
 T = TypeVar("T")
 

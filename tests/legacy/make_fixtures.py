@@ -15,7 +15,7 @@ tests/test_legacy_formats.py (CASES): dtypes, shapes and the sha256 of every ten
 
 Kept for the record, never run by the tests: rerun after the format changed and it would write
 the new code's datasets, which is not what the fixtures are for. The raw inputs are synthetic
-(prep.demo and the helpers below) and live in a temporary folder only.
+(prep.demo.images and the helpers below) and live in a temporary folder only.
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ def cli(work: Path, *args: str) -> None:
     """One prep command, as a user runs it, from `work` (the manifests keep relative paths)."""
     from typer.testing import CliRunner
 
-    from prep.cli import app
+    from prep.cli.main import app
 
     here = Path.cwd()
     os.chdir(work)
@@ -155,10 +155,10 @@ def write_inputs(raw: Path) -> None:
     import nibabel  # noqa: F401  (make_phantoms' NIfTI writer: fail early when it is missing)
     import soundfile as sf
 
-    from prep.demo import make_demo
-    from prep.kinds.audio.demo import synth
-    from prep.kinds.video.demo import shape_frames, write_clip
-    from prep.kinds.volumes.phantoms import make_phantoms
+    from prep.demo.audio import synth
+    from prep.demo.images import make_demo
+    from prep.demo.video import shape_frames, write_clip
+    from prep.demo.volumes import make_phantoms
 
     # images (class folders, 64 px photos of four kinds: JPEG, PNG, gray, EXIF-rotated), masks,
     # detection.jsonl, coco.json, captions.csv, hf/ Parquet, wds/ tars, tree/{train,val}
@@ -296,7 +296,7 @@ def pack_version_1(work: Path) -> None:
         ["table", "raw/table.csv", "out/table-v1", "--target", "grade", "--missing-mask",
          "--val-fraction", "0.3", "--key", "id", "--shard-rows", "5"],
     ]:  # fmt: skip
-        cmd = [sys.executable, "-c", "from prep.cli import app; app()", *args, "-j", "1", "-q"]
+        cmd = [sys.executable, "-c", "from prep.cli.main import app; app()", *args, "-j", "1", "-q"]
         done = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
         if done.returncode:
             sys.exit(f"prep {' '.join(args)} at {V1_COMMIT[:7]}: {done.stdout}{done.stderr}")

@@ -1,4 +1,4 @@
-"""`prep audio` options (prep.config has the options every command shares)."""
+"""`prep audio` options (prep.run.config has the options every command shares)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from loaders.format import STORAGES
-from prep.config import RunConfig, check, choice, opt
+from prep.run.config import RunConfig, check, choice, opt
 
 DTYPES = ("int16", "float16")
 
@@ -28,7 +28,7 @@ class AudioConfig(RunConfig):
     dtype: str = opt("int16", "Stored samples: int16 (full scale clips) | float16.")
     max_seconds: float | None = opt(None, "Cut longer files into clips of at most S seconds.")
     max_file_seconds: float = opt(
-        7200.0,  # prep.kinds.audio.decode.DEFAULT_MAX_FILE_SECONDS
+        7200.0,  # prep.media.audio.DEFAULT_MAX_FILE_SECONDS
         "Refuse (too_long) a file longer than S seconds, or with more samples than S seconds of "
         "48 kHz stereo: by its header before decoding, else as it decodes.",
     )

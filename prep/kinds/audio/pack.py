@@ -1,7 +1,7 @@
-"""prep audio: sound files decoded once (prep.kinds.audio.decode), resampled to one rate and
+"""prep audio: sound files decoded once (prep.media.audio), resampled to one rate and
 packed as a samples dataset on the one shard writer (prep.run.shardwriter.write_shard).
 
-The fields (loaders.samples): `audio`, the clip's samples, ragged (frames,) int16 (or
+The fields (loaders.fields): `audio`, the clip's samples, ragged (frames,) int16 (or
 float16), or (frames, C) without --mono; `source`, the file's path under SRC; `source_rate`
 (Hz); `start`, where the clip starts in its file in samples at --rate (--max-seconds cuts a
 file into several clips); `label` with labels; one field per --targets column. `extra.audio`
@@ -18,20 +18,20 @@ from typing import Any
 
 import numpy as np
 
+from loaders.fields import Array, Label, SampleField, Scalar, Text
+from loaders.fields.base import FieldError, check_name
 from loaders.format import ArraySpec, Manifest, Shard
 from loaders.format.schema import SAMPLES_VERSION
-from loaders.samples import Array, Label, SampleField, Scalar, Text
-from loaders.samples.fields import FieldError, check_name
-from prep.errors import PrepError
+from prep.fields.image import arrays_of
 from prep.kinds.audio.config import AudioConfig
-from prep.kinds.audio.decode import QUALITY, Limit, decode_clip
-from prep.kinds.audio.sources import Clip, Listing, list_audio
-from prep.kinds.samples.fields import arrays_of
-from prep.kinds.volumes.targets import Targets
+from prep.media.audio import QUALITY, Limit, decode_clip
 from prep.run.driver import Inputs, Kind, RunSummary, run, shard_size
+from prep.run.errors import PrepError
 from prep.run.inputs import Reject
 from prep.run.shardwriter import write_shard
 from prep.run.tasks import shard_task
+from prep.sources.audio import Clip, Listing, list_audio
+from prep.sources.targets import Targets
 
 FIXED = ("audio", "source", "source_rate", "start", "label")  # the field names targets may not take
 

@@ -1,11 +1,12 @@
-"""`prep pack` (resize, grayscale) options (prep.config has the options every command shares)."""
+"""`prep pack` (resize, grayscale) options (prep.run.config has the options every command
+shares)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import ClassVar
 
-from prep.config import RunConfig, check, choice, listed, opt
+from prep.run.config import RunConfig, check, choice, listed, opt
 
 CODECS = ("raw", "jpeg")  # --codec; mode keep stores raw samples ragged
 
@@ -71,7 +72,7 @@ class PackConfig(RunConfig):
         "--drop-dupes/--keep-dupes",
     )
     max_distance: int = opt(
-        4,  # prep.dupes.DEFAULT_DISTANCE (tests/test_dupes.py holds them equal)
+        4,  # prep.inspect.dupes.DEFAULT_DISTANCE (tests/test_dupes.py holds them equal)
         "--drop-dupes: the most bits of 64 two perceptual hashes may differ in (0-32).",
     )
 
@@ -79,7 +80,7 @@ class PackConfig(RunConfig):
 
     def validate(self) -> None:
         from loaders.format import STORAGES
-        from prep.kinds.images.geometry import MODES
+        from prep.media.image.geometry import MODES
 
         super().validate()
         check(

@@ -1,6 +1,6 @@
 """prep pack: the images kind of the run driver (prep.run.driver).
 
-Inputs are listed and sorted once (prep.kinds.images.sources); each shard task decodes its inputs
+Inputs are listed and sorted once (prep.sources.images); each shard task decodes its inputs
 once, writes every requested size to temp files, renames them, then records the shard as done.
 The driver gathers those small records, writes rejects.jsonl and the manifest last, and swaps the
 folder into place.
@@ -16,22 +16,22 @@ from typing import Any
 
 import numpy as np
 
-from loaders.fields import FIELDS, encode_source
 from loaders.format import ArraySpec, Manifest, Shard, array_name
-from prep.dupes.hashing import image_phash, pixel_digest
-from prep.errors import PrepError
+from loaders.format.kinds import FIELDS, encode_source
 from prep.kinds.images.config import PackConfig
-from prep.kinds.images.decode import decode_image, decode_mask
-from prep.kinds.images.encode import stored, subsampling
-from prep.kinds.images.geometry import sizes_from
-from prep.kinds.images.listing import list_images
-from prep.kinds.images.sources import Item, Listing
-from prep.kinds.images.splits import split_counts
-from prep.kinds.images.stats import PixelSums, combine
+from prep.media.image.decode import decode_image, decode_mask
+from prep.media.image.encode import stored, subsampling
+from prep.media.image.geometry import sizes_from
+from prep.media.image.hashing import image_phash, pixel_digest
+from prep.media.image.stats import PixelSums, combine
 from prep.run.driver import Inputs, Kind, RunSummary, run, shard_size
+from prep.run.errors import PrepError
 from prep.run.inputs import Reject
 from prep.run.shardwriter import write_shard
 from prep.run.tasks import shard_task
+from prep.sources.images import Item, Listing
+from prep.sources.listing import list_images
+from prep.sources.splits import split_counts
 
 PackSummary = RunSummary
 
@@ -51,7 +51,7 @@ def array_specs(cfg: PackConfig, max_label: int | None, masks: bool) -> dict[str
         specs.append(FIELDS["label"].spec(None, max_value=max_label))
     specs.append(FIELDS["orig_size"].spec(None))
     specs.append(FIELDS["source"].spec(None, codec="ragged"))  # the input's path, relative to SRC
-    if cfg.hashes:  # prep.dupes: near-duplicates and leakage
+    if cfg.hashes:  # prep.inspect.dupes: near-duplicates and leakage
         specs += [FIELDS["phash"].spec(None), FIELDS["digest"].spec(None)]
     return {array_name(s.field, s.size): s for s in sorted(specs, key=_array_order)}
 
@@ -187,7 +187,7 @@ class ImagesKind(Kind[PackConfig, list[Item]]):
         self.specs = array_specs(cfg, max_label, has_masks)
         fingerprint = _fingerprint(listing)  # of the inputs: the config holds --drop-dupes
         if cfg.drop_dupes:
-            from prep.dupes.drop import drop_dupes
+            from prep.inspect.dupes.drop import drop_dupes
 
             dropped = drop_dupes(listing.items, cfg, self.show_progress)
             listing.items, self.phashes = dropped.kept, dropped.phash
@@ -237,7 +237,7 @@ class ImagesKind(Kind[PackConfig, list[Item]]):
 def _extra(cfg: PackConfig, stats: dict[str, Any] | None) -> dict[str, Any]:
     extra: dict[str, Any] = {"background": list(cfg.background_rgb())}
     if stats is not None:
-        extra["stats"] = stats  # per-channel mean and std (prep.kinds.images.stats)
+        extra["stats"] = stats  # per-channel mean and std (prep.media.image.stats)
     if "jpeg" in cfg.codecs_by_size().values():
         extra["jpeg"] = {"quality": cfg.quality, "subsampling": subsampling(cfg.quality)}
     return extra

@@ -1,4 +1,4 @@
-"""`prep samples` options (prep.config has the options every command shares)."""
+"""`prep samples` options (prep.run.config has the options every command shares)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from loaders.format import STORAGES
-from prep.config import RunConfig, check, choice, opt
+from prep.run.config import RunConfig, check, choice, opt
 
 
 @dataclass

@@ -12,20 +12,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from loaders.fields import Image, SampleField, Tokens
+from loaders.fields.base import check_name
 from loaders.format import ArraySpec, Manifest, Shard
 from loaders.format.schema import SAMPLES_VERSION
-from loaders.samples import Image, SampleField, Tokens
-from loaders.samples.fields import check_name
-from prep.errors import PrepError, UsageError
-from prep.kinds.images.stats import PixelSums, combine_fields
+from prep.fields.encode import PLACED, encode_sample, ordered
+from prep.fields.image import arrays_of
 from prep.kinds.samples.config import SamplesConfig
-from prep.kinds.samples.encode import PLACED, encode_sample, ordered
-from prep.kinds.samples.fields import arrays_of
-from prep.kinds.samples.inputs import Item, Listing, list_inputs
 from prep.kinds.samples.recipe import check_shippable, load_recipe
+from prep.media.image.stats import PixelSums, combine_fields
 from prep.run.driver import Inputs, Kind, RunSummary, run, shard_size
+from prep.run.errors import PrepError, UsageError
 from prep.run.shardwriter import write_shard
 from prep.run.tasks import shard_task
+from prep.sources.samples import Item, Listing, list_inputs
 
 
 @shard_task
@@ -40,7 +40,7 @@ def pack_samples_shard(
     staging: Path,
 ) -> dict[str, Any]:
     """The joblib task: shard `index` of `items` through `make` and the fields; its record
-    keeps the pixel sums of each image field (prep.kinds.images.stats)."""
+    keeps the pixel sums of each image field (prep.media.image.stats)."""
     sums: dict[str, PixelSums] = {}
     encode = functools.partial(_encode, make=make, fields=fields, base=base, sums=sums)
 

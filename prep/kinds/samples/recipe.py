@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from prep.errors import PrepError, UsageError
+from prep.run.errors import PrepError, UsageError
 
 
 def load_recipe(path: Path) -> tuple[Callable[[Any], Any], dict[str, Any]]:

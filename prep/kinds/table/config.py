@@ -1,11 +1,11 @@
-"""`prep table` options (prep.config has the options every command shares)."""
+"""`prep table` options (prep.run.config has the options every command shares)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import ClassVar
 
-from prep.config import RunConfig, check, listed, opt
+from prep.run.config import RunConfig, check, listed, opt
 
 DELIMITERS = {"tab": "\t", "\\t": "\t", "space": " "}
 

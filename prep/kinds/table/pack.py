@@ -1,9 +1,9 @@
 """prep table: the tabular kind of the run driver (prep.run.driver).
 
-1. The table files are listed in sorted order (prep.kinds.table.sources).
-2. `prepare` parses every row once, in parallel (prep.kinds.table.scan): the columns' stored
+1. The table files are listed in sorted order (prep.sources.table).
+2. `prepare` parses every row once, in parallel (prep.media.table.scan): the columns' stored
    types, the train vocabularies, mean and std, each row's split (its hash,
-   prep.kinds.table.split) and the row count of each block of bounded bytes; each parsed block
+   prep.sources.hashsplit) and the row count of each block of bounded bytes; each parsed block
    is kept in the run folder.
 3. Shards are consecutive blocks of about --shard-rows rows; each task encodes its parsed
    blocks in the decided dtypes and writes one .npy per column and split. The plan depends on
@@ -23,20 +23,20 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from loaders.fields import FIELDS
 from loaders.format import ArraySpec, Manifest, Shard
-from prep.errors import PrepError
+from loaders.format.kinds import FIELDS
 from prep.kinds.table.config import TableConfig
-from prep.kinds.table.encode import encode
-from prep.kinds.table.scan import BLOCKS, Scan, read_spill, scan
-from prep.kinds.table.sources import Block, list_tables, sources_of
-from prep.kinds.table.types import Column
+from prep.media.table.encode import encode
+from prep.media.table.scan import BLOCKS, Scan, read_spill, scan
+from prep.media.table.types import Column
 from prep.run.driver import Inputs, Kind, RunSummary, run
+from prep.run.errors import PrepError
 from prep.run.files import writing
 from prep.run.profile import stage
 from prep.run.shardwriter import ShardFiles
 from prep.run.staging import RUN_DIR, write_record
 from prep.run.tasks import shard_task
+from prep.sources.table import Block, list_tables, sources_of
 
 SPLITS = ("train", "val")
 

@@ -1,11 +1,11 @@
-"""`prep tokenize` options (prep.config has the options every command shares)."""
+"""`prep tokenize` options (prep.run.config has the options every command shares)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import ClassVar
 
-from prep.config import RunConfig, check, choice, opt
+from prep.run.config import RunConfig, check, choice, opt
 
 
 @dataclass
@@ -30,8 +30,8 @@ class TokenizeConfig(RunConfig):
     SECTION: ClassVar[str] = "tokenize"
 
     def validate(self) -> None:
-        from prep.kinds.text.documents import ERRORS
-        from prep.kinds.text.tokenizers import check_tokenizer
+        from prep.media.text.documents import ERRORS
+        from prep.media.text.tokenizers import check_tokenizer
 
         super().validate()
         check_tokenizer(self.tokenizer, self.vocab_size)

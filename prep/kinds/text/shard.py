@@ -14,12 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from loaders.fields import encode_source
 from loaders.format import Shard
-from prep.errors import PrepError
+from loaders.format.kinds import encode_source
 from prep.kinds.text.config import TokenizeConfig
-from prep.kinds.text.documents import DocumentReader, Piece
-from prep.kinds.text.tokenizers import Tokenizer, load_saved
+from prep.media.text.documents import DocumentReader, Piece
+from prep.media.text.tokenizers import Tokenizer, load_saved
+from prep.run.errors import PrepError
 from prep.run.files import writing
 from prep.run.profile import stage, timed_iter
 from prep.run.shardwriter import ShardFiles

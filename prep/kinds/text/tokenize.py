@@ -21,15 +21,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loaders.fields import FIELDS
 from loaders.format import Manifest, Shard, sha256_file
-from prep.errors import PrepError
+from loaders.format.kinds import FIELDS
 from prep.kinds.text.config import TokenizeConfig
-from prep.kinds.text.documents import DocumentReader, Piece, count_documents, line_starts, list_text
 from prep.kinds.text.shard import MB, SPLITS, fit_ids, is_val, tokenize_shard
-from prep.kinds.text.sources import list_matching
-from prep.kinds.text.tokenizers import fit_tokenizer, load_saved, tokenizer_identity
+from prep.media.text.documents import DocumentReader, Piece, count_documents, line_starts, list_text
+from prep.media.text.tokenizers import fit_tokenizer, load_saved, tokenizer_identity
 from prep.run.driver import Inputs, Kind, RunSummary, run
+from prep.run.errors import PrepError
+from prep.sources.text import list_matching
 
 __all__ = ["TokenizeSummary", "fit_ids", "is_val", "plan_shards", "token_dtype", "tokenize"]
 

@@ -1,13 +1,13 @@
-"""`prep video` options (prep.config has the options every command shares)."""
+"""`prep video` options (prep.run.config has the options every command shares)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import ClassVar
 
-from loaders.fields import VIDEO_MODES
 from loaders.format import STORAGES
-from prep.config import RunConfig, check, choice, opt
+from loaders.format.kinds import VIDEO_MODES
+from prep.run.config import RunConfig, check, choice, opt
 
 
 @dataclass

@@ -1,9 +1,9 @@
 """prep video: videos decoded once at a fixed frame rate and size, on the run driver
 (prep.run.driver) and the one shard writer (prep.run.shardwriter.write_shard).
 
-The dataset is a samples dataset (loaders.samples): one video (or one --max-frames /
+The dataset is a samples dataset (loaders.fields): one video (or one --max-frames /
 --clip-seconds piece of it) a sample, with the fields
-- `frames`: a Video field (loaders.samples.video), its frames raw or one JPEG each;
+- `frames`: a Video field (loaders.fields.video), its frames raw or one JPEG each;
 - `label`: the class (class folders, or a list's `label`), when the inputs have one;
 - `source`: the video's path relative to SRC;
 - `start`: where the sample starts in the video, in seconds;
@@ -21,19 +21,19 @@ from typing import Any
 
 import numpy as np
 
-from loaders.fields import encode_source
+from loaders.fields import Label, SampleField, Scalar, Text, Video
 from loaders.format import ArraySpec, Manifest, Shard, array_name
+from loaders.format.kinds import encode_source
 from loaders.format.schema import SAMPLES_VERSION
-from loaders.samples import Label, SampleField, Scalar, Text, Video
-from prep.errors import PrepError
-from prep.kinds.images.encode import encode_jpeg
-from prep.kinds.images.sources import Item
 from prep.kinds.video.config import VideoConfig
-from prep.kinds.video.decode import decode_video
-from prep.kinds.video.sources import list_videos
+from prep.media.image.encode import encode_jpeg
+from prep.media.video import decode_video
 from prep.run.driver import AUTO_MAX, AUTO_SHARDS, Inputs, Kind, RunSummary, run
+from prep.run.errors import PrepError
 from prep.run.shardwriter import write_shard
 from prep.run.tasks import shard_task
+from prep.sources.images import Item
+from prep.sources.video import list_videos
 
 MIN_VIDEOS = 4  # the fewest videos of an automatic shard
 # Per-sample numbers beside the frames: name -> stored dtype.

@@ -1,11 +1,11 @@
-"""`prep volumes` options (prep.config has the options every command shares)."""
+"""`prep volumes` options (prep.run.config has the options every command shares)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import ClassVar
 
-from prep.config import RunConfig, check, choice, listed, opt
+from prep.run.config import RunConfig, check, choice, listed, opt
 
 
 def float_list(text: str | None, n: int, what: str) -> tuple[float, ...] | None:
@@ -37,7 +37,7 @@ class VolumeConfig(RunConfig):
     SECTION: ClassVar[str] = "volumes"
 
     def validate(self) -> None:
-        from prep.kinds.volumes.transform import STORED, check_orient
+        from prep.media.volume.transform import STORED, check_orient
 
         super().validate()
         check(check_orient(self.orient), f"--orient {self.orient}", "3 axis codes, e.g. RAS")

@@ -1,7 +1,7 @@
 """prep volumes: the 3-D kind of the run driver (prep.run.driver).
 
-Each shard task reads its scans one at a time (prep.kinds.volumes.sources) and runs the offline
-steps in order (prep.kinds.volumes.transform): reorient, resample, window or dtype, crop to the
+Each shard task reads its scans one at a time (prep.sources.volumes) and runs the offline
+steps in order (prep.media.volume.transform): reorient, resample, window or dtype, crop to the
 foreground, fit to one shape. Volumes differ in shape, so a shard stores its volumes' voxels
 back to back in one flat array per field, with each volume's shape and voxel offset: volume v
 of a shard is `voxels[off[v]:off[v + 1]].reshape(shape[v])`, a C-order view of the map.
@@ -17,20 +17,20 @@ from typing import Any
 
 import numpy as np
 
-from loaders.fields import FIELDS
 from loaders.format import ArraySpec, Manifest, Shard
-from prep.errors import PrepError
-from prep.kinds.volumes import targets as tg
-from prep.kinds.volumes import transform as tf
+from loaders.format.kinds import FIELDS
 from prep.kinds.volumes.config import VolumeConfig, float_list
-from prep.kinds.volumes.sources import Item, list_volumes, read_pair
+from prep.media.volume import transform as tf
 from prep.run.driver import Inputs, Kind, RunSummary, run
+from prep.run.errors import PrepError
 from prep.run.files import writing
 from prep.run.inputs import Reject, reject_record
 from prep.run.profile import stage
 from prep.run.shardwriter import ShardFiles
 from prep.run.staging import write_record
 from prep.run.tasks import shard_task
+from prep.sources import targets as tg
+from prep.sources.volumes import Item, list_volumes, read_pair
 
 MAX_VOXELS = 2**32 - 1  # fg_voxels holds flat voxel indices as uint32
 LABELLED = ("label_voxels", "fg_voxels", "fg_offsets")

@@ -1,0 +1,118 @@
+"""Normalisation on the device that trains: uint8 travels, floats are made where they are used."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from loaders.format import FormatError
+
+
+class Normalize(nn.Module):
+    """(x - mean) / std for a uint8 batch (B, C, H, W) or image (C, H, W), as float.
+
+    `mean` and `std` are in the units of the stored pixels (0-255), one value per channel or one
+    for all, as in `Normalize([0.221 * 255], [0.242 * 255])`. Move the module to the GPU with the
+    batch (`.to(device)`) so the conversion runs there; channels-last input stays channels-last.
+    """
+
+    mean: torch.Tensor
+    std: torch.Tensor
+
+    def __init__(
+        self, mean: Sequence[float], std: Sequence[float], dtype: torch.dtype = torch.float32
+    ):
+        super().__init__()
+        if len(mean) != len(std):
+            raise ValueError(f"mean has {len(mean)} values, std {len(std)}")
+        if any(s <= 0 for s in std):
+            raise ValueError(f"std must be positive, got {list(std)}")
+        self.dtype = dtype
+        self.register_buffer("mean", torch.tensor(mean, dtype=dtype).view(-1, 1, 1))
+        self.register_buffer("std", torch.tensor(std, dtype=dtype).view(-1, 1, 1))
+
+    @classmethod
+    def from_dataset(
+        cls,
+        ds: Any,
+        size: int | None = None,
+        dtype: torch.dtype = torch.float32,
+        field: str | None = None,
+    ) -> Normalize:
+        """The mean and std per channel of `ds`'s train split (every sample, for a dataset
+        without splits) at `size` (default: the dataset's current size), as prep stored them in
+        the manifest (`extra.stats`, prep.media.image.stats): an image pack's, or a
+        SampleDataset's image field `field` (default: the first image field it reads, else
+        its first). A MixedDataset's: its sources' combined in its weights' proportions."""
+        if isinstance(getattr(ds, "datasets", None), list) and hasattr(ds, "weights"):
+            parts = [cls.from_dataset(d, size, field=field) for d in ds.datasets]
+            return cls._mixed(parts, ds.weights, dtype)
+        root, stats = _stats_of(ds, field)
+        size = size if size is not None else getattr(ds, "size", None)
+        sizes = stats.get("sizes") if isinstance(stats, dict) else None
+        if not isinstance(sizes, dict) or not sizes:
+            raise ValueError(
+                f"{root} has no pixel statistics (packed before prep stored them). HINT: "
+                "repack it with this prep, or pass Normalize(mean=..., std=...)"
+            )
+        at = sizes.get(str(size))
+        if at is None:
+            raise ValueError(f"{root} has pixel statistics at {list(sizes)} px, not {size}")
+        got: tuple[Any, Any] = (at.get("mean"), at.get("std")) if isinstance(at, dict) else ([], [])
+        mean, std = got
+        if not (_numbers(mean) and _numbers(std) and len(mean) == len(std) and min(std) >= 0):
+            raise FormatError(f"{root}: extra.stats at {size} px is not a mean and std")
+        return cls(mean, [s or 1.0 for s in std], dtype)  # a constant channel: only centred
+
+    @classmethod
+    def _mixed(cls, parts: list[Normalize], weights: Any, dtype: torch.dtype) -> Normalize:
+        """The statistics of a mixture: E[x] and E[x^2] are the weighted sums of the parts'."""
+        w = torch.as_tensor(weights, dtype=torch.float64).view(-1, 1, 1, 1)
+        means = torch.stack([p.mean.double() for p in parts])
+        mean = (w * means).sum(0)
+        second = (w * (torch.stack([p.std.double() for p in parts]) ** 2 + means**2)).sum(0)
+        std = (second - mean**2).clamp(min=0).sqrt()
+        return cls(mean.flatten().tolist(), (std.flatten() + (std.flatten() == 0)).tolist(), dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        channels = self.mean.shape[0]
+        if x.dim() not in (3, 4) or (channels != 1 and x.shape[-3] != channels):
+            raise ValueError(f"expected (B, C, H, W) or (C, H, W) images, got {tuple(x.shape)}")
+        mean, std = self.mean.to(x.device), self.std.to(x.device)
+        return (x.to(self.dtype) - mean) / std
+
+    def extra_repr(self) -> str:
+        return f"mean={self.mean.flatten().tolist()}, std={self.std.flatten().tolist()}"
+
+
+def _numbers(values: Any) -> bool:
+    """A non-empty list of finite numbers (what prep writes in extra.stats)."""
+    ok = isinstance(values, list) and bool(values)
+    return ok and all(isinstance(v, int | float) and math.isfinite(v) for v in values)
+
+
+def _stats_of(ds: Any, field: str | None) -> tuple[Any, Any]:
+    """The dataset's root and its `extra.stats` entry: an image pack's, or a samples
+    dataset's image field's (`field`, else the first image field it reads, else its first)."""
+    store: Any = getattr(ds, "store", None)
+    kind = store.manifest.kind if store is not None else None
+    if kind == "images":  # one image an item: `field` names nothing else
+        return store.root, store.manifest.extra.get("stats")
+    declared = getattr(ds, "declared", None) if kind == "samples" else None
+    if not isinstance(declared, dict):
+        raise ValueError(
+            f"prep stores pixel statistics in image packs and samples datasets' image fields, "
+            f"and {ds!r:.80} is none of them. HINT: pass Normalize(mean=..., std=...)"
+        )
+    images = [n for n, f in declared.items() if getattr(f, "kind", None) == "image"]
+    read = [n for n in getattr(ds, "fields", ()) if n in images]
+    name = field if field is not None else (read or images or [None])[0]
+    if name not in images:
+        what = f"has no image field {field!r}" if field is not None else "has no image field"
+        raise ValueError(f"{store.root} {what}; its image fields: {images}")
+    stats = store.manifest.extra.get("stats")
+    return store.root, stats.get(name) if isinstance(stats, dict) else None

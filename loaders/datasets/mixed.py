@@ -1,0 +1,239 @@
+"""MixedDataset: several datasets read as one, each position of an epoch drawn from one of them
+in the weights' proportions (what MosaicML Streaming's streams, WebDataset's RandomMix and
+LitData's CombinedStreamingDataset do), by a plan that depends only on (seed, epoch).
+
+Epoch e, of `length` L:
+
+- source k gives n_k = L * w_k samples, rounded by largest remainder so that they sum to L: an
+  epoch holds the weights' proportions exactly, and any stretch of it within sampling error;
+- which position reads which source: the n_k copies of each source id, shuffled by
+  rng([seed, 0, e]), so that every batch mixes the sources, in order "sequential" too;
+- source k's samples: positions [e * step_k, e * step_k + n_k) of its stream, the
+  concatenation of its passes, each a permutation by rng([seed, 1, k, pass]).
+  "wrap": step_k = n_k, so epochs go on through the source, and one that runs out starts a new
+  shuffled pass. "stop": step_k = len_k (each epoch a pass of its own), and L is cut to the
+  longest epoch in which no source runs out (no sample twice in an epoch).
+
+Position i of epoch e is a pure function of (seed, e, i): the sampler's orders, ranks, workers
+and skip apply to the mixture as to any dataset.
+
+>>> counts(10, np.array([0.6, 0.3, 0.1])).tolist()
+[6, 3, 1]
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from loaders.datasets.audio import AudioDataset
+from loaders.datasets.mixed_batches import (
+    MIXTURE,
+    common_fields,
+    is_itemized,
+    merge,
+    scratch,
+    to_items,
+)
+from loaders.datasets.samples import SampleBatch, SampleDataset
+from loaders.read.batches import Batch, check_indices
+
+EXHAUSTED = ("wrap", "stop")
+PASSES_KEPT = 4  # permutations cached per source (a batch of a big source spans at most 2)
+_KEEPING = threading.Lock()  # around changes to the caches of permutations
+
+
+def counts(length: int, weights: np.ndarray) -> np.ndarray:
+    """Samples per source in an epoch of `length`: `length * weights` (weights summing to 1)
+    rounded by largest remainder (ties to the first source), so that they sum to `length`."""
+    exact = length * weights
+    n = np.floor(exact).astype(np.int64)
+    extra = np.argsort(-(exact - n), kind="stable")[: length - int(n.sum())]
+    n[extra] += 1
+    return n
+
+
+def epoch_length(sizes: np.ndarray, weights: np.ndarray, length: int | None, stop: bool) -> int:
+    """The samples of an epoch: `length` (default: the sources' total), and with `stop` at most
+    the longest epoch in which no source gives more than it holds."""
+    if length is not None and length < 1:
+        raise ValueError(f"length {length} must be at least 1 sample")
+    total = int(sizes.sum()) if length is None else length
+    if not stop:
+        return total
+    n = min(total, int(np.min(np.floor(sizes / weights + 1e-9))))  # 24 / 0.6: 39.999...
+    while n > 0 and (counts(n, weights) > sizes).any():  # a rounding up past a source's size
+        n -= 1
+    if n == 0:
+        raise ValueError(f"sources of {sizes.tolist()} samples give no epoch at these weights")
+    return n
+
+
+class MixedDataset(Dataset[Any]):
+    """`datasets` read as one of `length` samples an epoch, source k's share `weights[k]`
+    (default: proportional to their sizes), by the plan of the module docstring. Each source
+    keeps its batched read: a batch reads each source once, for all its samples from it.
+
+    A batch has the sources' `fields` (by default theirs, which must then be the same; with
+    `fields=`, those, which all must have) in their order, then MIXTURE: int64 (B,), each
+    sample's source (its index in `datasets`); in a dict (SampleDataset and AudioDataset
+    sources), under that key. "index", when a source gives it, is the sample's index in its
+    source. Fields must
+    match in dtype and, but for padded ragged ones, in shape.
+
+    `exhausted="wrap"` (default): a source smaller than its share starts over, on a new
+    shuffle. "stop": the epoch ends where the first source runs out (`len` says where).
+    `set_epoch(e)` sets the plan's epoch (and the sources', for their crops), reaching
+    persistent workers: call it every epoch, else every epoch draws the same samples."""
+
+    def __init__(
+        self,
+        datasets: Sequence[Any],
+        weights: Sequence[float] | None = None,
+        seed: int = 0,
+        length: int | None = None,
+        exhausted: str = "wrap",
+        fields: Sequence[str] | None = None,
+    ):
+        if not datasets:
+            raise ValueError("MixedDataset needs at least one dataset")
+        if exhausted not in EXHAUSTED:
+            raise ValueError(f"exhausted={exhausted!r} is not one of {', '.join(EXHAUSTED)}")
+        self.datasets, self.seed, self.exhausted = list(datasets), seed, exhausted
+        self.sizes = np.array([len(d) for d in self.datasets], dtype=np.int64)
+        w = np.asarray(self.sizes if weights is None else weights, dtype=np.float64)
+        if w.shape != (len(self.datasets),) or not np.isfinite(w).all() or (w <= 0).any():
+            raise ValueError(f"weights {w.tolist()}: one positive number per dataset")
+        if (self.sizes == 0).any():
+            raise ValueError(f"dataset {int(np.argmin(self.sizes))} is empty: it cannot be drawn")
+        self.weights = w / w.sum()
+        self.fields, self._names = common_fields(self.datasets, fields)
+        # What a batch is: a list of items when a source reads items of their own shapes; a
+        # dict when every source gives one (SampleDataset, AudioDataset); else a tuple (Batch).
+        self._itemized = any(is_itemized(d) for d in self.datasets)
+        self._dicts = all(isinstance(d, SampleDataset | AudioDataset) for d in self.datasets)
+        self.length = epoch_length(self.sizes, self.weights, length, exhausted == "stop")
+        self.counts = counts(self.length, self.weights)
+        self._now = torch.zeros(1, dtype=torch.int64).share_memory_()  # the epoch, for workers
+        self._plans: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._perms: list[dict[int, np.ndarray]] = [{} for _ in self.datasets]
+
+    def __getstate__(self) -> dict[str, Any]:  # the plans are remade in each process
+        return {**self.__dict__, "_plans": {}, "_perms": [{} for _ in self.datasets]}
+
+    def __len__(self) -> int:
+        return self.length
+
+    @property
+    def epoch(self) -> int:
+        return int(self._now[0])
+
+    def set_epoch(self, epoch: int) -> None:
+        if epoch < 0:
+            raise ValueError(f"epoch {epoch} must be non-negative")
+        self._now[0] = epoch
+        for d in self.datasets:
+            if hasattr(d, "set_epoch"):
+                d.set_epoch(epoch)
+
+    @property
+    def read_threads(self) -> int | None:  # make_loader's threads: the most a source asks for
+        asked = [t for d in self.datasets if (t := getattr(d, "read_threads", None))]
+        return max(asked, default=None)
+
+    def batch_problem(self, batch_size: int) -> str | None:  # make_loader asks (VolumeDataset)
+        problems = [getattr(d, "batch_problem", lambda b: None)(batch_size) for d in self.datasets]
+        return next((p for p in problems if p), None)
+
+    # -- the plan --------------------------------------------------------------------------
+
+    def _plan(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+        """Each position's source, and its rank among the positions of that source."""
+        plan = self._plans.get(epoch)
+        if plan is None:
+            ids = np.repeat(np.arange(len(self.datasets), dtype=np.int16), self.counts)
+            src = np.random.default_rng([self.seed, 0, epoch]).permutation(ids)
+            by_source = np.argsort(src, kind="stable")
+            first = np.cumsum(self.counts) - self.counts
+            rank = np.empty(self.length, dtype=np.int64)
+            rank[by_source] = np.arange(self.length) - np.repeat(first, self.counts)
+            plan = (src, rank)
+            self._plans = {epoch: plan}  # one epoch kept (set between epochs)
+        return plan
+
+    def _pass(self, k: int, p: int) -> np.ndarray:
+        """Pass `p` over source k: a permutation of its indices (4 bytes a sample)."""
+        kept = self._perms[k]
+        perm = kept.get(p)
+        if perm is None:
+            perm = np.random.default_rng([self.seed, 1, k, p]).permutation(int(self.sizes[k]))
+            perm = perm.astype(np.int32 if self.sizes[k] < 2**31 else np.int64)
+            with _KEEPING:  # make_loader's threads read batches at once
+                while len(kept) >= PASSES_KEPT:
+                    del kept[next(iter(kept))]  # the oldest
+                kept[p] = perm
+        return perm
+
+    def locate(self, indices: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each index's source and its index in that source, in the current epoch."""
+        idx = check_indices(indices, self.length)
+        epoch = self.epoch
+        src, rank = self._plan(epoch)
+        which = src[idx].astype(np.int64)
+        step = self.counts[which] if self.exhausted == "wrap" else self.sizes[which]
+        passes, offset = np.divmod(epoch * step + rank[idx], self.sizes[which])
+        local = np.empty(len(idx), dtype=np.int64)
+        span = int(passes.max(initial=0)) + 1
+        for key in np.unique(which * span + passes).tolist():  # each (source, pass) of the batch
+            here = which * span + passes == key
+            local[here] = self._pass(*divmod(key, span))[offset[here]]
+        return which, local
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def __getitem__(self, index: int) -> Any:
+        return self.__getitems__([index])[0]
+
+    def __getitems__(self, indices: Sequence[int]) -> Any:
+        which, local = self.locate(indices)
+        parts: list[tuple[np.ndarray, dict[str, Any]]] = []
+        with scratch():
+            for k in np.unique(which).tolist() or [0]:  # one read a source (an empty batch: 0)
+                rows = np.flatnonzero(which == k)
+                ds = self.datasets[k]
+                read = getattr(ds, "__getitems__", None)
+                got = read(local[rows]) if read else [ds[i] for i in local[rows].tolist()]
+                parts.append((rows, self._columns(k, got)))
+        mixture = torch.from_numpy(which)
+        if self._itemized:  # samples of shapes of their own: a list of them, as the sources'
+            return to_items(self.fields, parts, mixture)
+        names = [n for n in parts[0][1] if all(n in cols for _, cols in parts)]
+        padded = {n[: -len("_len")] for n in names if n.endswith("_len")}
+        out = {n: merge(n, [(rows, c[n]) for rows, c in parts], n in padded) for n in names}
+        if self._dicts:
+            return SampleBatch({**out, MIXTURE: mixture}, len(which))
+        return Batch((*(out[n] for n in self.fields), mixture))
+
+    def _columns(self, k: int, got: Any) -> dict[str, Any]:
+        """Source k's read as {name: its batch of the field}, or {name: its items' values}."""
+        names = self._names[k]
+        if isinstance(got, SampleBatch):
+            cols: dict[str, Any] = got.tensors  # type: ignore[assignment]
+            keep = {n for f in self.fields for n in (f, f"{f}_len")}
+            return {n: v for n, v in cols.items() if n in keep}
+        if isinstance(got, Batch):
+            return {f: got.tensors[names.index(f)] for f in self.fields}
+        items = [it if isinstance(it, tuple | list) else (it,) for it in got]
+        return {f: [it[names.index(f)] for it in items] for f in self.fields}
+
+    def __repr__(self) -> str:
+        shares = ", ".join(f"{w:.3g}" for w in self.weights)
+        return (
+            f"MixedDataset({len(self.datasets)} datasets, weights=[{shares}], samples={len(self)}"
+            f", exhausted={self.exhausted!r}, fields={self.fields})"
+        )

@@ -1,0 +1,203 @@
+"""`SampleDataset(transforms=)`: a loaders.transforms.Compose run on each batch read, the
+image field's pixels with its mask, boxes and keypoints moving along, and the boxes it leaves
+degenerate dropped with their per-box fields. For an image packed with mode keep, a
+pipeline's leading RandomResizedCrop becomes the dataset's crop (read_crop).
+
+Which field is what comes from the declarations: the image is the one Image field read (or
+the one the boxes are of); its Mask, Boxes, Keypoints and Instances fields follow it (the
+instance masks as the mask, nearest); every ragged `Array` field read (COCO's labels, iscrowd
+and area) is per-box, a row per box; keypoints, instance masks and per-box rows go with their
+dropped boxes. A `Label` field is the images' class (MixUp and CutMix soften it).
+
+A load-time `crop=` without transforms= ends with the same rule (drop_cut_boxes): the boxes
+it leaves under 1 px go, with their keypoints, instances and per-box rows (crop_roles).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import torch
+
+from loaders.fields.array import Array, Label
+from loaders.fields.base import SampleField
+from loaders.fields.image import Boxes, Image, Keypoints, Mask
+from loaders.fields.instances import Instances
+
+# What a box must keep of its width and height once clipped: torchvision's SanitizeBoundingBoxes
+# default, and Compose's.
+MIN_SIZE = 1.0
+
+
+@dataclass(frozen=True)
+class Roles:
+    """The fields a pipeline is given, by their role in the call."""
+
+    image: str
+    mask: str | None = None
+    boxes: str | None = None
+    keypoints: str | None = None
+    instances: str | None = None
+    label: str | None = None
+    per_box: tuple[str, ...] = ()
+
+
+def _one(names: list[str], role: str, root: object, by: str = "transforms=") -> str | None:
+    if len(names) > 1:
+        raise ValueError(
+            f"{root}: {by} moves one {role} field, and fields= reads {names}. "
+            f"HINT: read one of them with fields="
+        )
+    return names[0] if names else None
+
+
+def roles_of(declared: Mapping[str, SampleField], fields: Sequence[str], root: object) -> Roles:
+    """Each field's role (see the module's docstring); a dataset a pipeline cannot serve is a
+    ValueError with the fix."""
+    read = {f: declared[f] for f in fields if f in declared}
+    of = lambda kind: [f for f, d in read.items() if isinstance(d, kind)]  # noqa: E731
+    boxes = _one(of(Boxes), "boxes", root)
+    images = of(Image)
+    if boxes is not None:
+        images = [f for f in images if f == read[boxes].image]  # type: ignore[attr-defined]
+    image = _one(images, "image", root)
+    if image is None:
+        raise ValueError(f"{root}: transforms= needs an image field among fields={tuple(fields)}")
+    label = _one([f for f in of(Label) if type(read[f]) is Label], "label", root)
+    mask = _follows(read, Mask, image, "mask", root)
+    return _instances(read, Roles(image, mask, boxes, label=label), root, "transforms=")
+
+
+def crop_roles(
+    declared: Mapping[str, SampleField], fields: Sequence[str], root: object
+) -> Roles | None:
+    """What a load-time `crop=` drops with a box it cuts away: the Boxes field read, the
+    keypoints and instances of its image, the per-box rows (as roles_of has them, the image
+    read or not); None when no boxes are read."""
+    read = {f: declared[f] for f in fields if f in declared}
+    boxes = _one([f for f, d in read.items() if isinstance(d, Boxes)], "boxes", root, "crop=")
+    if boxes is None:
+        return None
+    image: str = read[boxes].image  # type: ignore[attr-defined]
+    return _instances(read, Roles(image, boxes=boxes), root, "crop=")
+
+
+def _follows(
+    read: Mapping[str, SampleField],
+    kind: type[SampleField],
+    image: str,
+    role: str,
+    root: object,
+    by: str = "transforms=",
+) -> str | None:
+    """The one field of `kind` of image field `image` read (None: none)."""
+    found = [f for f, d in read.items() if isinstance(d, kind) and getattr(d, "image", 0) == image]
+    return _one(found, role, root, by)
+
+
+def _instances(read: Mapping[str, SampleField], r: Roles, root: object, by: str) -> Roles:
+    """Roles `r` with the keypoints and instances of its image, and its per-box fields: every
+    ragged `Array` read, when boxes are."""
+    instances = _follows(read, Instances, r.image, "instances", root, by)
+    if instances is not None and r.boxes is None:
+        raise ValueError(f"{root}: instance masks move with their boxes: read 'boxes' too")
+    per_box = [f for f, d in read.items() if isinstance(d, Array) and d.is_ragged()]
+    keypoints = _follows(read, Keypoints, r.image, "keypoints", root, by)
+    return replace(
+        r,
+        keypoints=keypoints,
+        instances=instances,
+        per_box=tuple(per_box) if r.boxes is not None else (),
+    )
+
+
+def read_crop(aug: Any) -> tuple[Any, Any] | None:
+    """For an image field packed with mode keep (samples of their own shapes, which make no
+    batch): Compose `aug`'s leading RandomResizedCrop as the dataset's `crop=` (it draws the
+    same boxes: loaders.augment.crops), and the pipeline's other ops; None when `aug` does not start
+    with the only RandomResizedCrop of the pipeline."""
+    from loaders.augment.crops import RandomResizedCrop as ReadCrop
+    from loaders.transforms import Compose, RandomResizedCrop
+
+    ops = list(aug.ops)
+    if not ops or sum(isinstance(op, RandomResizedCrop) for op in ops) != 1:
+        return None
+    first = ops[0]
+    if not isinstance(first, RandomResizedCrop):
+        return None
+    crop = ReadCrop(first.size, first.scale, first.ratio, seed=aug.seed)
+    return crop, Compose(ops[1:], seed=aug.seed, epoch=aug.epoch, min_size=aug.min_size)
+
+
+def transform(
+    aug: Any, out: dict[str, Any], roles: Roles, index: np.ndarray, epoch: int
+) -> dict[str, Any]:
+    """The batch `out` (field -> its batch) through Compose `aug` at `epoch`: the fields of
+    `roles` replaced by what it returns, and each padded one's NAME_len by the rows kept."""
+    if aug.epoch != epoch:  # the dataset's set_epoch reaches the workers' copies so
+        aug.set_epoch(epoch)
+    r = roles
+    kw, padded = _given(out, r)
+    kw["index"] = torch.from_numpy(np.asarray(index, dtype=np.int64))
+    if r.mask is not None:
+        kw["mask"] = out[r.mask]
+    args = (out[r.image],) if r.label is None else (out[r.image], out[r.label])
+    got = aug(*args, **kw)
+    got = list(got) if isinstance(got, tuple) else [got]
+    new = dict(out)
+    new[r.image] = got.pop(0)
+    for f in (r.label, r.mask):
+        if f is not None:
+            new[f] = got.pop(0)
+    return _returned(new, got, r, padded)
+
+
+def drop_cut_boxes(
+    out: dict[str, Any], roles: Roles, batch: int, hw: tuple[int, int], min_size: float
+) -> dict[str, Any]:
+    """The batch `out` read with a load-time crop to `hw`: each box it leaves narrower or lower
+    than `min_size` px (clipped already) dropped with its keypoints, instance masks and
+    per-box rows, and padded fields' NAME_len counting what is left. The rule and the code are
+    those a transforms= pipeline ends with (loaders.augment.boxes.outputs)."""
+    from loaders.augment.boxes import Targets, outputs, per_box
+
+    if batch == 0:  # nothing to drop (and a list of no keypoints has no row shape)
+        return out
+    r = roles
+    kw, padded = _given(out, r)
+    lengths = kw.get("lengths")
+    t = Targets.of(batch, kw["boxes"], kw.get("keypoints"), lengths)
+    moved: dict[str, torch.Tensor | None] = {}
+    if r.instances is not None:  # (B, H, W, N), as a pipeline moves them
+        moved["instances"] = per_box(kw["instances"], lengths, t, r.instances).permute(0, 2, 3, 1)
+    return _returned(dict(out), outputs(t, hw, min_size, kw, lengths, moved), r, padded)
+
+
+def _given(out: dict[str, Any], r: Roles) -> tuple[dict[str, Any], list[str]]:
+    """The batch's boxes, keypoints, instances, lengths and per_box, as a pipeline takes them,
+    and the fields among them read padded (their NAME_len follow the rows kept)."""
+    ragged = [f for f in (r.boxes, r.keypoints, r.instances, *r.per_box) if f is not None]
+    padded = [f for f in ragged if f"{f}_len" in out]
+    named = {"boxes": r.boxes, "keypoints": r.keypoints, "instances": r.instances}
+    kw: dict[str, Any] = {k: out[f] for k, f in named.items() if f is not None}
+    if padded:
+        kw["lengths"] = out[f"{padded[0]}_len"]
+    if r.per_box:
+        kw["per_box"] = {f: out[f] for f in r.per_box}
+    return kw, padded
+
+
+def _returned(new: dict[str, Any], got: list[Any], r: Roles, padded: list[str]) -> dict[str, Any]:
+    """`new` with what a pipeline returned of the instances (`got`, in outputs' order)."""
+    for f in (r.boxes, r.keypoints, r.instances):
+        if f is not None:
+            new[f] = got.pop(0)
+    if padded:
+        lengths = got.pop(0)
+        new |= {f"{f}_len": lengths for f in padded}
+    if r.per_box:
+        new |= got.pop(0)
+    return new

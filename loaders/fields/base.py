@@ -1,0 +1,149 @@
+"""A sample field: what one named entry of a user's sample is, as a pair of an encoder (writer
+side, numpy only) and a decoder (reader side), with the arrays it stores and their checks.
+
+A field kind is a subclass with a `kind` name in `loaders.fields.registry.KINDS`. The writer
+(`prep.pack_samples`) calls `encode(value)` once per sample and appends what it returns to the
+shard's arrays; the reader (`loaders.SampleDataset`) calls `read(batch)` once per batch. The
+manifest records each field as `describe()` (in `extra.fields`), from which `from_description`
+makes it again, so a dataset is read with no code of the user's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
+
+import numpy as np
+
+from loaders.format.spec import ArraySpec, array_name
+
+RAGGED_POLICIES = ("pad", "list", "jagged")
+# Array names the format gives meaning to: a sample field may not take them.
+RESERVED = frozenset({"index"})  # the dataset index, which every dataset can return
+RESERVED_SUFFIXES = ("_len", "_hw", "_crc", ".offsets")
+
+
+class FieldError(ValueError):
+    """A sample's value does not fit its field: `code` is the reject reason, `str()` the line."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+class Reading(Protocol):
+    """What a field's decoder is given of a batch (loaders.datasets.samples.SampleDataset)."""
+
+    size: int | None  # the dataset's current size, for sized fields (images)
+
+    def values(self, name: str) -> np.ndarray:
+        """The batch's samples of raw array `name`, stacked (B, *shape)."""
+
+    def pieces(self, name: str) -> list[np.ndarray]:
+        """The batch's samples of ragged array `name`, each a flat view of its elements."""
+
+    def images(self, field: SampleField, name: str) -> Any:
+        """The batch's images of array `name`, decoded and cropped to one shape (B, C, H, W)."""
+
+    def where(self, name: str) -> Sequence[str]:
+        """Where each sample of the batch of array `name` is ("FILE (shard S, sample K)"), for
+        errors."""
+
+    def crops(self, image: str) -> tuple[np.ndarray, tuple[int, int]] | None:
+        """The load-time crop of image field `image`: each sample's (top, left, height, width)
+        in its stored image, int64 (B, 4), and the (h, w) it is resized to; None: no crop."""
+
+
+@dataclass(frozen=True)
+class SampleField:
+    """One field kind. Subclasses are frozen dataclasses: their fields are the declaration."""
+
+    kind: ClassVar[str]
+    ragged: ClassVar[bool] = False  # a ragged field's batches follow a policy (pad, list, jagged)
+
+    def arrays(self, name: str) -> list[ArraySpec]:
+        """The arrays this field stores under `name`, in manifest order."""
+        raise NotImplementedError
+
+    def encode(self, value: Any) -> dict[str, np.ndarray]:
+        """One sample's value -> its stored sample per array suffix ("" for the array named
+        `name`, "_hw_256" for `name_hw_256`...). Raises FieldError for a value that does not fit."""
+        raise NotImplementedError
+
+    def read(self, batch: Reading, name: str, policy: str) -> Any:
+        """A batch of this field as the dataset returns it."""
+        raise NotImplementedError
+
+    def problems(self, name: str, arrays: Mapping[str, np.ndarray]) -> list[str]:
+        """What is wrong with one shard's values of this field (read whole: small arrays)."""
+        return []
+
+    def describe(self) -> dict[str, Any]:
+        """The declaration, as JSON: the manifest's `extra.fields[name]`."""
+        d: dict[str, Any] = {"kind": self.kind}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            d[f.name] = list(v) if isinstance(v, tuple) else v
+        return d
+
+    @classmethod
+    def from_description(cls, d: dict[str, Any]) -> SampleField:
+        """The field a manifest describes (the inverse of `describe`); ValueError if odd."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        args = {k: _tuples(v) for k, v in d.items() if k != "kind"}
+        if not set(args) <= names:
+            raise ValueError(f"{cls.kind} field has unknown keys {sorted(set(args) - names)}")
+        return cls(**args)
+
+
+def _tuples(v: Any) -> Any:
+    return tuple(_tuples(x) for x in v) if isinstance(v, list) else v
+
+
+def check_name(name: str) -> str | None:
+    """Why `name` cannot name a sample field (None: it can)."""
+    if not isinstance(name, str) or not name.isidentifier():
+        return f"field name {name!r} is not a Python identifier"
+    if name in RESERVED or name.endswith(RESERVED_SUFFIXES):
+        return f"field name {name!r} clashes with the names datasets add (index, NAME_len...)"
+    if re.fullmatch(r".*_[0-9]+", name):
+        return f"field name {name!r} ends like a sized array's name (NAME_SIZE)"
+    return None
+
+
+def as_array(value: Any, dtype: np.dtype[Any]) -> np.ndarray:
+    """`value` as an ndarray of `dtype`: an ndarray must have it already (no silent cast);
+    numbers and lists are converted, refusing values that do not fit."""
+    if isinstance(value, np.ndarray):
+        if value.dtype != dtype:
+            raise FieldError("field_dtype", f"dtype {value.dtype}, the field says {dtype}")
+        return value
+    if isinstance(value, (str, bytes, dict)) or value is None:
+        raise FieldError("field_type", f"a {type(value).__name__}, not numbers")
+    try:
+        arr = np.asarray(value)
+        if arr.dtype.kind not in "biuf" or (arr.dtype.kind == "f" and dtype.kind in "iub"):
+            raise ValueError(f"{arr.dtype} values")
+        out = arr.astype(dtype)
+        if not np.array_equal(out, arr, equal_nan=dtype.kind == "f") and dtype.kind != "f":
+            raise ValueError(f"values out of {dtype}'s range")
+    except (ValueError, TypeError, OverflowError) as e:
+        raise FieldError("field_dtype", f"not {dtype} numbers ({e})") from None
+    return out
+
+
+def spec(name: str, kind: str, dtype: str, shape: Sequence[int], codec: str = "raw") -> ArraySpec:
+    """A size-free array of a sample field."""
+    return ArraySpec(name, None, dtype, tuple(shape), codec, kind)
+
+
+def sized(
+    name: str, size: int, kind: str, dtype: str, shape: Sequence[int], codec: str
+) -> ArraySpec:
+    return ArraySpec(name, size, dtype, tuple(shape), codec, kind)
+
+
+__all__ = ["FieldError", "SampleField", "array_name", "as_array", "check_name", "sized", "spec"]

@@ -1,0 +1,194 @@
+"""Image sample fields, as the reader sees them: `Image` (raw, mode keep's own shapes, or
+JPEG, at one or more sizes), `Mask` (class ids, cropped and resized like its image) and `Boxes`
+(x0, y0, x1, y1 in its image's stored pixels). The writer's side (decoding any input, the pixel
+policy, resizing) is prep.fields.Image's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from loaders.fields.base import Reading, SampleField, sized, spec
+from loaders.fields.batching import ragged_batch
+from loaders.format.spec import ArraySpec, array_name
+
+MODES = ("fill", "fit", "stretch", "keep")
+
+
+@dataclass(frozen=True)
+class Image(SampleField):
+    """An image at each of `sizes` px (`prep pack`'s modes: fill, fit, stretch, keep), stored
+    raw (`codec="raw"`; mode keep: ragged, each its own shape) or as JPEG (`quality`). Read as
+    uint8 (B, C, H, W); mode keep and crops need the dataset's `crop=`."""
+
+    sizes: tuple[int, ...] = (256,)
+    mode: str = "fill"
+    codec: str = "raw"
+    gray: bool = False
+    quality: int = 90
+    pad_value: int = 0
+    max_pixels: int = 100_000_000
+    kind = "image"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sizes", tuple(sorted({int(s) for s in self.sizes})))
+        if not self.sizes or min(self.sizes) < 1 or max(self.sizes) > 16384:
+            raise ValueError(f"sizes {self.sizes} must be 1..16384 px")
+        if self.mode not in MODES or self.codec not in ("raw", "jpeg"):
+            raise ValueError(f"mode {self.mode!r} / codec {self.codec!r}: {MODES} / raw, jpeg")
+        if not 1 <= self.quality <= 100:
+            raise ValueError(f"quality {self.quality} must be 1..100")
+
+    @property
+    def channels(self) -> int:
+        return 1 if self.gray else 3
+
+    def stored_codec(self) -> str:
+        return "jpeg" if self.codec == "jpeg" else "ragged" if self.mode == "keep" else "raw"
+
+    def arrays(self, name: str) -> list[ArraySpec]:
+        out = []
+        for s in self.sizes:
+            out.append(sized(name, s, "image", "uint8", (s, s, self.channels), self.stored_codec()))
+            if self.mode == "keep":
+                out.append(sized(f"{name}_hw", s, "hw", "uint16", (2,), "raw"))
+            if self.codec == "jpeg":
+                out.append(sized(f"{name}_crc", s, "crc", "uint32", (), "raw"))
+        return out
+
+    def read(self, batch: Reading, name: str, policy: str) -> dict[str, Any]:
+        return {name: batch.images(self, name)}
+
+
+@dataclass(frozen=True)
+class Mask(SampleField):
+    """Class ids (H, W) uint8 of image field `image`, resized with nearest neighbour and
+    cropped or padded exactly like it (its `sizes` and `mode` are the image's)."""
+
+    image: str = "image"
+    sizes: tuple[int, ...] = ()
+    mode: str = "fill"
+    pad_value: int = 0
+    kind = "mask"
+
+    def arrays(self, name: str) -> list[ArraySpec]:
+        codec = "ragged" if self.mode == "keep" else "raw"
+        return [sized(name, s, "mask", "uint8", (s, s), codec) for s in self.sizes]
+
+    def read(self, batch: Reading, name: str, policy: str) -> dict[str, Any]:
+        return {name: batch.images(self, name)}
+
+
+@dataclass(frozen=True)
+class Boxes(SampleField):
+    """Boxes (N, 4) float32, (x0, y0, x1, y1), in the pixels of image field `image` as stored
+    at each of its sizes: resized, cropped and padded with it (its `sizes` and `mode` are the
+    image's). Ragged: N boxes a sample, 0 allowed. A load-time `crop=` moves them with the
+    pixels and clips them to the crop; the dataset then drops those it leaves under 1 px wide
+    or high with their per-box rows, as transforms= does (loaders.datasets.roles)."""
+
+    image: str = "image"
+    sizes: tuple[int, ...] = ()
+    mode: str = "fill"
+    kind = "boxes"
+    ragged = True
+
+    def arrays(self, name: str) -> list[ArraySpec]:
+        return [sized(name, s, "boxes", "float32", (4,), "ragged") for s in self.sizes]
+
+    def read(self, batch: Reading, name: str, policy: str) -> dict[str, Any]:
+        pieces = batch.pieces(array_name(name, batch.size or 0))
+        crops = batch.crops(self.image)
+        if crops is not None:
+            pieces = [crop_boxes(p, box, crops[1]) for p, box in zip(pieces, crops[0], strict=True)]
+        return ragged_batch(name, pieces, (4,), policy)
+
+    def problems(self, name: str, arrays: Mapping[str, np.ndarray]) -> list[str]:
+        for s in self.sizes:
+            values, off = arrays[array_name(name, s)], arrays.get(array_name(name, s) + ".offsets")
+            if off is not None and np.any(np.diff(off) % 4):
+                return [f"a sample of {name} at {s} is not whole boxes of 4 numbers"]
+            b = values.reshape(-1, 4)
+            inside = (b >= 0).all() and (b <= s).all()  # nan fails both
+            if not inside or (b[:, 2:] < b[:, :2]).any():
+                return [f"a box of {name} at {s} is not x0 <= x1, y0 <= y1 within 0..{s} px"]
+        return []
+
+
+@dataclass(frozen=True)
+class Keypoints(SampleField):
+    """Keypoints (N, `joints`, 3) float32, (x, y, visibility), of image field `image`, in its
+    stored pixels at each of its sizes as Boxes are; (0, 0, 0) for a point not labelled or cut
+    away by the crop. A load-time `crop=` moves them with the pixels (and zeroes those it cuts)."""
+
+    image: str = "image"
+    joints: int = 1
+    sizes: tuple[int, ...] = ()
+    mode: str = "fill"
+    kind = "keypoints"
+    ragged = True
+
+    def arrays(self, name: str) -> list[ArraySpec]:
+        row = (self.joints, 3)
+        return [sized(name, s, "keypoints", "float32", row, "ragged") for s in self.sizes]
+
+    def read(self, batch: Reading, name: str, policy: str) -> dict[str, Any]:
+        pieces = batch.pieces(array_name(name, batch.size or 0))
+        crops = batch.crops(self.image)
+        if crops is not None:
+            pieces = [
+                crop_points(p, box, crops[1]) for p, box in zip(pieces, crops[0], strict=True)
+            ]
+        return ragged_batch(name, pieces, (self.joints, 3), policy)
+
+    def problems(self, name: str, arrays: Mapping[str, np.ndarray]) -> list[str]:
+        step = 3 * self.joints
+        for s in self.sizes:
+            off = arrays.get(array_name(name, s) + ".offsets")
+            if off is not None and np.any(np.diff(off) % step):
+                return [f"a sample of {name} at {s} is not whole instances of {self.joints} points"]
+        return []
+
+
+def crop_points(flat: np.ndarray, crop: np.ndarray, out_hw: tuple[int, int]) -> np.ndarray:
+    """Keypoints (flat x, y, v) moved into crop (top, left, height, width) resized to `out_hw`;
+    a point outside it, or not labelled, becomes (0, 0, 0).
+
+    >>> crop_points(np.array([10, 20, 2, 5, 5, 1], np.float32), np.array([10, 0, 50, 50]), (25, 25))
+    array([5., 5., 2., 0., 0., 0.], dtype=float32)
+    """
+    top, left, h, w = (float(v) for v in crop)
+    p = flat.reshape(-1, 3).astype(np.float64)  # a pipeline's math, as crop_boxes
+    p[:, 0] = (p[:, 0] - left) * (out_hw[1] / w)
+    p[:, 1] = (p[:, 1] - top) * (out_hw[0] / h)
+    gone = (p[:, 2] <= 0) | (p[:, 0] < 0) | (p[:, 1] < 0)
+    p[gone | (p[:, 0] > out_hw[1]) | (p[:, 1] > out_hw[0])] = 0
+    return p.astype(np.float32).reshape(-1)
+
+
+def crop_boxes(flat: np.ndarray, crop: np.ndarray, out_hw: tuple[int, int]) -> np.ndarray:
+    """Boxes (flat x0, y0, x1, y1) moved into crop (top, left, height, width) of their image
+    resized to `out_hw`, and clipped to it.
+
+    >>> crop_boxes(np.array([10, 20, 50, 60], np.float32), np.array([0, 10, 100, 100]), (50, 50))
+    array([ 0., 10., 20., 30.], dtype=float32)
+    """
+    top, left, h, w = (float(v) for v in crop)
+    # float64, then float32: the very math of a pipeline's crop (Targets.moved), so that crop=
+    # and transforms= keep and drop the same boxes (a copy: the map is read-only)
+    b = flat.reshape(-1, 4).astype(np.float64)
+    b[:, 0::2] = np.clip((b[:, 0::2] - left) * (out_hw[1] / w), 0, out_hw[1])
+    b[:, 1::2] = np.clip((b[:, 1::2] - top) * (out_hw[0] / h), 0, out_hw[0])
+    return b.astype(np.float32).reshape(-1)
+
+
+def hw_name(image: str, size: int) -> str:
+    """The array of an image field's stored (h, w) at `size` (mode keep)."""
+    return array_name(f"{image}_hw", size)
+
+
+__all__ = ["Boxes", "Image", "Keypoints", "Mask", "hw_name", "spec"]

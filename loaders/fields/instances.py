@@ -1,0 +1,91 @@
+"""Instance masks: one (H, W) mask of 0 and 1 an instance, N a sample (ragged in N), of an image
+field, resized with nearest neighbour and placed exactly like it at each of its sizes. The
+writer's side (resizing) is prep.fields.Instances'.
+
+>>> crop_masks(np.arange(16, dtype=np.uint8).reshape(1, 4, 4), np.array([0, 2, 4, 2]), (2, 1))
+array([[[ 7],
+        [15]]], dtype=uint8)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from loaders.fields.base import Reading, SampleField, sized
+from loaders.fields.batching import ragged_batch
+from loaders.fields.image import hw_name
+from loaders.format.spec import ArraySpec, FormatError, array_name
+
+
+@dataclass(frozen=True)
+class Instances(SampleField):
+    """Masks (N, H, W) uint8 of image field `image`, H x W its stored size (its `sizes` and
+    `mode` are the image's); N a sample, 0 allowed. Batches follow `ragged=` with (H, W) rows;
+    with `crop=` each mask is cropped and resized (nearest) as its image is; mode keep without
+    a crop gives a list (each sample its own shape). Stored raw: N x H x W bytes a sample."""
+
+    image: str = "image"
+    sizes: tuple[int, ...] = ()
+    mode: str = "fill"
+    kind = "instances"
+    ragged = True
+
+    def arrays(self, name: str) -> list[ArraySpec]:
+        return [sized(name, s, "instances", "uint8", (s, s), "ragged") for s in self.sizes]
+
+    def read(self, batch: Reading, name: str, policy: str) -> dict[str, Any]:
+        size = batch.size or 0
+        pieces = batch.pieces(array_name(name, size))
+        if self.mode == "keep":
+            hws = batch.values(hw_name(self.image, size)).astype(np.int64)
+        else:
+            hws = np.full((len(pieces), 2), size, dtype=np.int64)
+        stacks = []
+        for j, (p, (h, w)) in enumerate(zip(pieces, hws.tolist(), strict=True)):
+            if h * w < 1 or len(p) % (h * w):  # checked at open: a file changed since
+                raise FormatError(
+                    f"{batch.where(array_name(name, size))[j]}: field {name} is not whole "
+                    f"{h} x {w} masks. HINT: run `prep verify`, then repack"
+                )
+            stacks.append(p.reshape(-1, h, w))
+        crops = batch.crops(self.image)
+        if crops is not None:
+            boxes, row = crops
+            stacks = [crop_masks(m, box, row) for m, box in zip(stacks, boxes, strict=True)]
+        elif self.mode == "keep":
+            import torch
+
+            return {name: [torch.from_numpy(np.array(m)) for m in stacks]}
+        else:
+            row = (size, size)
+        return ragged_batch(name, [m.reshape(-1) for m in stacks], tuple(row), policy)
+
+    def problems(self, name: str, arrays: Mapping[str, np.ndarray]) -> list[str]:
+        """Each sample whole masks of its image's stored (h, w): S x S, or (mode keep) the
+        image's hw at S (its sides are the image's checks)."""
+        for s in self.sizes:
+            off = arrays.get(array_name(name, s) + ".offsets")
+            hw = hw_name(self.image, s)
+            if off is None or (self.mode == "keep" and hw not in arrays):
+                continue
+            sides = arrays[hw].astype(np.int64) if self.mode == "keep" else np.array([[s, s]])
+            area = sides[:, 0] * sides[:, 1]
+            if np.any(area < 1) or np.any(np.diff(off) % np.maximum(area, 1)):
+                return [f"a sample of {name} at {s} is not whole masks of its image's size"]
+        return []
+
+
+def crop_masks(masks: np.ndarray, crop: np.ndarray, out_hw: tuple[int, int]) -> np.ndarray:
+    """Masks (N, h, w) cut to crop (top, left, height, width) and resized to `out_hw` by
+    nearest neighbour (each output pixel takes the source pixel under its centre)."""
+    top, left, h, w = (int(v) for v in crop)
+    rows = top + np.minimum(((np.arange(out_hw[0]) + 0.5) * h / out_hw[0]).astype(np.int64), h - 1)
+    cols = left + np.minimum(((np.arange(out_hw[1]) + 0.5) * w / out_hw[1]).astype(np.int64), w - 1)
+    return np.ascontiguousarray(masks[:, rows][:, :, cols])
+
+
+__all__ = ["Instances", "crop_masks"]

@@ -1,0 +1,147 @@
+"""The video sample field: a video's frames at a fixed frame rate (`prep video`), all of one
+(h, w) within a video, stored back to back, raw or one JPEG file a frame.
+
+Three arrays a field `NAME` at size S: `NAME_S` (the frames' bytes, ragged or jpeg),
+`NAME_hw_S` (each video's frame (h, w), uint16) and `NAME_ends_S` (per video, where each
+frame's bytes end in the video's data, int64, ragged: its length is the frame count). Frame k
+of a video is `data[ends[k - 1]:ends[k]]` (0 for k = 0) of the video's bytes: a slice of the
+map, whatever the codec. `loaders.ClipDataset` reads clips of it; SampleDataset whole videos.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from loaders.fields.base import Reading, SampleField, sized
+from loaders.format.kinds import MAX_SIDE, VIDEO_MODES
+from loaders.format.spec import ArraySpec, FormatError, array_name
+
+
+@dataclass(frozen=True)
+class Video(SampleField):
+    """Frames at `fps` a second, each resized to `size` px by `mode` (short: the shorter side
+    to size, aspect kept; fill, fit, keep: `prep pack`'s), stored raw or as JPEG (`quality`).
+    Read by SampleDataset as a list of uint8 (T, C, H, W) tensors, one a video."""
+
+    size: int = 128
+    mode: str = "short"
+    codec: str = "raw"
+    fps: float = 8.0
+    quality: int = 90
+    kind = "video"
+    ragged = True
+
+    def __post_init__(self) -> None:
+        if not 1 <= int(self.size) <= 16384 or self.mode not in VIDEO_MODES:
+            raise ValueError(f"size {self.size} / mode {self.mode!r}: 1..16384 / {VIDEO_MODES}")
+        if self.codec not in ("raw", "jpeg") or not 1 <= self.quality <= 100:
+            raise ValueError(f"codec {self.codec!r} / quality {self.quality}: raw, jpeg / 1..100")
+        if not 0 < float(self.fps) <= 1000:
+            raise ValueError(f"fps {self.fps} must be in (0, 1000]")
+
+    def names(self, name: str) -> tuple[str, str, str]:
+        """The arrays of the frames' bytes, their (h, w) and their ends."""
+        s = self.size
+        return array_name(name, s), array_name(f"{name}_hw", s), array_name(f"{name}_ends", s)
+
+    def arrays(self, name: str) -> list[ArraySpec]:
+        s, codec = self.size, "jpeg" if self.codec == "jpeg" else "ragged"
+        return [
+            sized(name, s, "video", "uint8", (s, s, 3), codec),
+            sized(f"{name}_hw", s, "hw", "uint16", (2,), "raw"),
+            sized(f"{name}_ends", s, "frame_ends", "int64", (), "ragged"),
+        ]
+
+    def read(self, batch: Reading, name: str, policy: str) -> dict[str, Any]:
+        import torch
+
+        data, hw, ends = self.names(name)
+        sides = batch.values(hw).astype(np.int64).tolist()
+        out = []
+        for j, (src, e) in enumerate(zip(batch.pieces(data), batch.pieces(ends), strict=True)):
+            frames = decode_frames(frame_pieces(src, e), tuple(sides[j]), self.codec == "jpeg")
+            if isinstance(frames, tuple):
+                k, why = frames
+                at = f"{batch.where(data)[j]}, frame {k}"
+                raise FormatError(f"{at}: {why}. HINT: run `prep verify`, then repack")
+            out.append(torch.from_numpy(frames).permute(0, 3, 1, 2))
+        return {name: out}
+
+    def problems(self, name: str, arrays: Mapping[str, np.ndarray]) -> list[str]:
+        """Every video has frames; each frame's end is past the one before it; the last is
+        its video's byte length; raw frames are h * w * 3 bytes each."""
+        data, hw, ends = self.names(name)
+        eo, do = arrays[ends + ".offsets"], arrays[data + ".offsets"]
+        e, counts = arrays[ends], np.diff(eo)
+        if len(counts) and counts.min() < 1:
+            return [f"a video of {name} has no frames"]
+        if not len(counts):
+            return []
+        first = np.zeros(len(e), bool)
+        first[eo[:-1]] = True
+        steps = np.where(first, e, e - np.concatenate([[0], e[:-1]]))
+        if np.any(steps < 1) or not np.array_equal(e[eo[1:] - 1], np.diff(do)):
+            return [f"the frame ends of {name} do not rise to each video's byte length"]
+        sides = arrays[hw].astype(np.int64)
+        if not self.fits(sides):  # a reader allocates (frames, h, w, 3) from them
+            return [f"a frame size of {name} is not one mode {self.mode} stores at {self.size} px"]
+        raw = np.repeat(sides[:, 0] * sides[:, 1] * 3, counts)
+        if self.codec == "raw" and np.any(steps != raw):
+            return [f"a raw frame of {name} is not h * w * 3 bytes"]
+        return []
+
+    def fits(self, sides: np.ndarray) -> bool:
+        """Whether frame sizes (h, w) (N, 2) are ones `prep video` stores at this size and mode:
+        fill and fit size x size, keep 1..size, short the shorter side size (the longer at
+        most MAX_SIDE)."""
+        short, long = sides.min(axis=1), sides.max(axis=1)
+        if self.mode in ("fill", "fit"):
+            return bool(np.all(sides == self.size))
+        if self.mode == "keep":
+            return bool(np.all(short >= 1) and np.all(long <= self.size))
+        return bool(np.all(short == self.size) and np.all(long <= MAX_SIDE))
+
+
+def frame_pieces(src: np.ndarray, ends: np.ndarray) -> list[np.ndarray]:
+    """A video's bytes cut into its frames' bytes (views).
+
+    >>> [p.tolist() for p in frame_pieces(np.arange(5, dtype=np.uint8), np.array([2, 5]))]
+    [[0, 1], [2, 3, 4]]
+    """
+    bounds = [0, *ends.tolist()]
+    return [src[a:b] for a, b in itertools.pairwise(bounds)]
+
+
+def decode_frames(
+    pieces: list[np.ndarray], hw: tuple[int, ...], jpeg: bool
+) -> np.ndarray | tuple[int, str]:
+    """A video's frames (T, h, w, 3) uint8, or the first frame that is not one and why. JPEG
+    frames' headers are checked against `hw` before T x h x w x 3 bytes are allocated for them
+    (raw frames are h * w * 3 bytes each: checked when the dataset was opened)."""
+    from loaders.read.decode import CHECKED_BYTES, sides_problem
+
+    if jpeg and len(pieces) * hw[0] * hw[1] * 3 >= CHECKED_BYTES:
+        found = sides_problem(pieces, np.tile(hw, (len(pieces), 1)))
+        if found is not None:
+            return found
+    frames = np.empty((len(pieces), hw[0], hw[1], 3), np.uint8)
+    for k, piece in enumerate(pieces):
+        try:
+            frames[k] = decode_frame(piece, (hw[0], hw[1]), jpeg)
+        except (ValueError, OSError, SyntaxError) as e:
+            return k, f"the frame cannot be decoded ({e})"
+    return frames
+
+
+def decode_frame(piece: np.ndarray, hw: tuple[int, int], jpeg: bool) -> np.ndarray:
+    """One stored frame as (h, w, 3) uint8: its JPEG decoded, or its raw bytes reshaped."""
+    if not jpeg:
+        return piece.reshape(hw[0], hw[1], 3)
+    from loaders.read.decode import decode_jpeg
+
+    return decode_jpeg(piece, (int(hw[0]), int(hw[1])), 1, 3).copy()

@@ -1,0 +1,5 @@
+"""The `prep` command line (prep.cli.main): every command and its options."""
+
+from prep.cli.main import app
+
+__all__ = ["app"]

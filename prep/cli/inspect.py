@@ -1,0 +1,164 @@
+"""The commands that look at a packed dataset: info, verify, preview, tune (registered on the
+`prep` app by prep.cli.main). The work is in prep.inspect's modules, imported when a command
+runs."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from prep.cli.options import QuietOpt
+from prep.run.errors import PrepError
+
+
+@contextlib.contextmanager
+def reading(root: Path) -> Iterator[None]:
+    """A dataset that cannot be read (a server down, a folder refused) is one line: the OSError
+    `loaders.remote.retried` raises already names the URL and the fix."""
+    try:
+        yield
+    except OSError as e:
+        name = f"{e.filename}: " if e.filename and str(e.filename) not in str(e) else ""
+        raise PrepError(f"{name}{e.strerror or e}. HINT: check that {root} can be read") from None
+
+
+def info(
+    root: Annotated[Path, typer.Argument(help="A packed dataset folder.")],
+    batch_size: Annotated[int, typer.Option(help="Batch size for the RAM column.")] = 256,
+) -> None:
+    """Counts, fields, shapes, dtypes, bytes on disk and RAM per batch of a packed dataset.
+
+    Example: prep info data/demo-packed --batch-size 128
+    """
+    from loaders.format import problems_error, read_manifest
+    from loaders.remote import open_remote
+    from loaders.remote.checks import structure_problems
+    from prep.inspect.report import info as describe
+
+    with reading(root):
+        remote = open_remote(root)  # a URL: its manifest read through loaders.remote
+        problems = structure_problems(remote[1] if remote else read_manifest(root), root)
+        if problems:  # a shard without an array: a KeyError in the table below
+            raise problems_error(problems)
+        typer.echo(describe(root, batch_size))
+
+
+def verify(
+    root: Annotated[Path, typer.Argument(help="A packed dataset folder.")],
+    limit: Annotated[
+        Optional[int], typer.Option(help="Only the shards holding the first N samples.")
+    ] = None,
+) -> None:
+    """Recompute every checksum and shape; exit 1 naming each bad file.
+
+    Example: prep verify data/demo-packed
+    """
+    from prep.inspect.report import verify as check
+
+    with reading(root):
+        manifest, problems = check(root, limit)
+    for p in problems:
+        typer.echo(f"bad: {p}", err=True)
+    if problems:
+        typer.echo(
+            f"error: {len(problems)} problems in {root}. HINT: restore the files named above, "
+            "or pack the dataset again (--overwrite)",
+            err=True,
+        )
+        raise typer.Exit(PrepError.exit_code)
+    files = sum(len(s.files) for s in manifest.shards)
+    typer.echo(f"{root}: ok, {manifest.num_samples} samples, {files} files verified")
+
+
+def preview(
+    root: Annotated[Path, typer.Argument(help="A packed dataset folder.")],
+    size: Annotated[
+        Optional[int], typer.Option("--size", "-s", help="Stored size in px (default: smallest).")
+    ] = None,
+    count: Annotated[
+        int, typer.Option("--count", "--limit", "-n", help="Tiles: the first N samples.")
+    ] = 64,
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="Image to write (.png; .jpg is smaller).")
+    ] = Path("sheet.png"),
+    columns: Annotated[
+        Optional[int], typer.Option(help="Tiles per row (default: a square sheet).")
+    ] = None,
+    masks: Annotated[bool, typer.Option("--masks/--no-masks", help="Overlay masks.")] = True,
+) -> None:
+    """A contact sheet of packed samples: index and class under each tile, masks in colour.
+
+    Shows a wrong rotation, a bad crop or a misaligned mask at a glance.
+
+    Example: prep preview data/demo-packed --size 128 --count 32 --output sheet.png
+    """
+    from loaders.format import check_files, load_manifest, problems_error
+    from loaders.remote import url_of
+    from prep.inspect.preview import preview as sheet
+
+    if url_of(root) is not None:
+        raise PrepError(
+            f"{url_of(root)}: prep preview reads a dataset folder, not a URL. HINT: `prep verify "
+            "URL` checks it; copy it to a folder to preview it"
+        )
+    with reading(root):
+        # The folder's checks first: preview reads arrays that a bad header or offset would
+        # make it misread (a volume's shape, a label out of range).
+        m = load_manifest(root)
+        if m.kind == "table":  # rows decoded back, as text: their codes checked first
+            from prep.inspect.show_table import first_rows
+
+            problems = check_files(root, m, values=True)
+            if problems:
+                raise problems_error(problems)
+
+            typer.echo(first_rows(root, min(count, 20)))
+            return
+        typer.echo(sheet(root, size, count, output, columns, masks).line())
+
+
+def tune(
+    root: Annotated[Path, typer.Argument(help="A packed image dataset folder.")],
+    size: Annotated[
+        Optional[int], typer.Option("--size", "-s", help="Stored size in px (default: smallest).")
+    ] = None,
+    batch_size: Annotated[int, typer.Option("--batch-size", "-b", help="Samples per batch.")] = 64,
+    seconds: Annotated[float, typer.Option(help="Timed seconds per worker count.")] = 3.0,
+    workers: Annotated[
+        Optional[str],
+        typer.Option(help="Worker counts to try, e.g. 0,2,4 (default: 0, 1, 2, ... cores)."),
+    ] = None,
+    prefetch_factor: Annotated[int, typer.Option(help="Batches in flight per worker.")] = 2,
+    limit: Annotated[Optional[int], typer.Option(help="Only the first N samples.")] = None,
+    plot: Annotated[
+        Optional[Path], typer.Option(help="Also draw samples/s against workers to this PNG.")
+    ] = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Time the real loader at 0, 1, 2, ... workers and recommend a worker count.
+
+    Runs make_loader over ImageShardDataset for --seconds per worker count and prints samples/s,
+    CPU use and the RAM of batches in flight (workers x prefetch x batch bytes).
+
+    Example: prep tune data/demo-packed --size 256 --batch-size 64 --plot tune.png
+    """
+    from prep.inspect.tune import check_plot
+    from prep.inspect.tune import plot as draw
+    from prep.inspect.tune import tune as run
+
+    try:
+        counts = [int(w) for w in workers.split(",") if w.strip()] if workers else None
+    except ValueError:
+        raise typer.BadParameter(f"{workers!r} is not a list of counts, e.g. 0,2,4") from None
+    if plot is not None:
+        check_plot()  # matplotlib is the [plot] extra: fail before the timed run
+    result = run(root, size, batch_size, seconds, counts, prefetch_factor, limit, not quiet)
+    typer.echo(result.table())
+    typer.echo(result.advice())
+    if plot is not None:
+        draw(result, plot)
+        typer.echo(f"plot: {plot}")

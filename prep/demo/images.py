@@ -1,0 +1,275 @@
+"""`prep demo`: a deterministic raw dataset that looks like real data (same seed, same bytes).
+
+RAW/images/<class>/NNNN.jpg  photo-like JPEGs of varied sizes (some 2048 px and larger, some
+                             portrait, some EXIF-rotated), some PNG, some grayscale
+RAW/masks/<class>/NNNN.png   a segmentation mask per image: 0 background, k+1 for class k's shape
+RAW/text/NNN.txt             a small text corpus (non-ASCII included) for `prep tokenize`
+RAW/table/houses.csv         500 rows of mixed types (text, int, float, bool, date; some
+                             missing) for `prep table`
+RAW/detection.jsonl          a row per image: its path, each shape's box (x0, y0, x1, y1 as
+                             fractions of the upright image's width and height), class name and
+                             a caption, for `prep samples` (recipes/detection.py)
+RAW/coco.json                the same boxes as a COCO instances file (file names relative to
+                             RAW/images, boxes in upright pixels, each shape's mask as RLE),
+                             for `prep import coco`
+RAW/captions.csv             path,caption rows, for `prep import pairs`
+RAW/hf, RAW/wds, RAW/tree    a Hugging Face Parquet folder, WebDataset tars and a train/val
+                             tree of small copies of the images (prep.demo.sources)
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+from PIL import Image
+
+from prep.demo.sources import write_sources
+from prep.fields.rle import rle_encode
+
+CLASSES = ("circle", "square", "triangle", "cross")
+# (width, height): phone photos, DSLR-ish, portrait, small web images.
+SHAPES = (
+    (640, 480),
+    (480, 640),
+    (1024, 768),
+    (2048, 1536),
+    (1536, 2048),
+    (800, 600),
+    (2304, 1728),
+    (500, 500),
+    (4032, 3024),
+    (300, 400),
+)
+WORDS = [
+    "the",
+    "data",
+    "loader",
+    "reads",
+    "packed",
+    "shards",
+    "from",
+    "the",
+    "page",
+    "cache",
+    "while",
+    "the",
+    "model",
+    "trains",
+    "on",
+    "uint8",
+    "pixels",
+    "normalised",
+    "on",
+    "the",
+    "GPU",
+    "café",
+    "naïve",
+    "Zürich",
+    "東京",
+    "データ",
+    "🙂",
+    "résumé",
+]
+
+
+def _texture(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
+    """Smooth colour fields with fine grain: compresses and resizes like a photo."""
+    low = rng.integers(0, 256, (max(2, h // 128), max(2, w // 128), 3), dtype=np.uint8)
+    img = cv2.resize(low, (w, h), interpolation=cv2.INTER_CUBIC).astype(np.int16)
+    tile = rng.integers(-12, 13, (64, 64, 1), dtype=np.int16)
+    img += np.tile(tile, (h // 64 + 1, w // 64 + 1, 3))[:h, :w]
+    return np.clip(img, 0, 255).astype(np.uint8)
+
+
+def _draw(img: np.ndarray, mask: np.ndarray, cls: int, rng: np.random.Generator) -> None:
+    """One object of class `cls` on image and mask, at the same place."""
+    h, w = mask.shape
+    r = int(min(h, w) * rng.uniform(0.15, 0.35))
+    cx, cy = int(rng.uniform(r, w - r)), int(rng.uniform(r, h - r))
+    colour = tuple(int(c) for c in rng.integers(0, 256, 3))
+    for target, value in ((img, colour), (mask, cls + 1)):
+        if cls == 0:
+            cv2.circle(target, (cx, cy), r, value, -1)
+        elif cls == 1:
+            cv2.rectangle(target, (cx - r, cy - r), (cx + r, cy + r), value, -1)
+        elif cls == 2:
+            pts = np.array([(cx, cy - r), (cx - r, cy + r), (cx + r, cy + r)], np.int32)
+            cv2.fillPoly(target, [pts], value)
+        else:
+            t = max(2, r // 3)
+            cv2.rectangle(target, (cx - r, cy - t), (cx + r, cy + t), value, -1)
+            cv2.rectangle(target, (cx - t, cy - r), (cx + t, cy + r), value, -1)
+
+
+# Kinds of file, drawn per image independently of its class: mostly plain JPEGs, some PNGs
+# (web graphics: at most 1024 px), some grayscale JPEGs, some phone photos with EXIF rotation.
+KINDS = ("jpeg",) * 5 + ("png", "gray", "exif")
+
+
+def make_image(
+    i: int, seed: int, max_side: int = 4032
+) -> tuple[int, str, Image.Image, Image.Image]:
+    """Sample i: (class, kind, upright image, mask). Deterministic in (i, seed)."""
+    rng = np.random.default_rng([seed, i])
+    cls = i % len(CLASSES)
+    kind = KINDS[int(rng.integers(len(KINDS)))]
+    w, h = SHAPES[int(rng.integers(len(SHAPES)))]
+    scale = min(1.0, (1024 if kind == "png" else max_side) / max(w, h))
+    w, h = max(16, int(w * scale)), max(16, int(h * scale))
+    img = _texture(rng, h, w)
+    mask = np.zeros((h, w), np.uint8)
+    _draw(img, mask, cls, rng)
+    pil = Image.fromarray(img)
+    return cls, kind, pil.convert("L") if kind == "gray" else pil, Image.fromarray(mask)
+
+
+def write_sample(raw: Path, i: int, seed: int, max_side: int = 4032) -> dict[str, Any]:
+    """Write image i and its mask; return its detection row (see the module's docstring)."""
+    cls, kind, img, mask = make_image(i, seed, max_side)
+    name = f"{i:05d}"
+    (raw / "images" / CLASSES[cls]).mkdir(parents=True, exist_ok=True)
+    (raw / "masks" / CLASSES[cls]).mkdir(parents=True, exist_ok=True)
+    path = raw / "images" / CLASSES[cls] / (name + (".png" if kind == "png" else ".jpg"))
+    if kind == "png":
+        img.save(path, optimize=False)
+    elif kind == "exif":
+        # A phone photo held upright: stored sideways with EXIF orientation 6 (rotate 90 CW to
+        # view). The mask is drawn upright, so the packer must apply the orientation.
+        exif = Image.Exif()
+        exif[0x0112] = 6
+        img.transpose(Image.Transpose.ROTATE_90).save(path, quality=90, exif=exif)
+    else:
+        img.save(path, quality=90)
+    mask.save(raw / "masks" / CLASSES[cls] / f"{name}.png", optimize=False)
+    ys, xs = np.nonzero(np.asarray(mask))
+    h, w = mask.height, mask.width
+    box = [xs.min() / w, ys.min() / h, (xs.max() + 1) / w, (ys.max() + 1) / h]
+    return {
+        "id": i,
+        "path": path.relative_to(raw).as_posix(),
+        "boxes": [[round(float(v), 6) for v in box]],
+        "labels": [CLASSES[cls]],
+        "caption": f"a {kind} photo of a {CLASSES[cls]}",
+        "width": w,
+        "height": h,
+        "segmentation": rle_encode(np.asarray(mask)),  # for coco.json only
+    }
+
+
+def write_coco(raw: Path, rows: list[dict[str, Any]]) -> None:
+    """RAW/coco.json: the detection rows as COCO instances (category ids from 1, as COCO's)."""
+    images: list[dict[str, Any]] = []
+    annotations: list[dict[str, Any]] = []
+    for row in rows:
+        w, h = row["width"], row["height"]
+        name = Path(row["path"]).relative_to("images").as_posix()
+        images.append({"id": row["id"] + 1, "file_name": name, "width": w, "height": h})
+        for (x0, y0, x1, y1), label in zip(row["boxes"], row["labels"], strict=True):
+            bbox = [round(x0 * w, 2), round(y0 * h, 2), round((x1 - x0) * w, 2)]
+            bbox.append(round((y1 - y0) * h, 2))
+            annotations.append(
+                {
+                    "segmentation": row["segmentation"],  # one shape an image: its mask
+                    "id": len(annotations) + 1,
+                    "image_id": row["id"] + 1,
+                    "category_id": CLASSES.index(label) + 1,
+                    "bbox": bbox,
+                    "area": round(bbox[2] * bbox[3], 2),
+                    "iscrowd": 0,
+                }
+            )
+    categories = [{"id": k + 1, "name": c, "supercategory": "shape"} for k, c in enumerate(CLASSES)]
+    coco = {"images": images, "annotations": annotations, "categories": categories}
+    (raw / "coco.json").write_text(json.dumps(coco, indent=1) + "\n", encoding="utf-8")
+    with open(raw / "captions.csv", "w", newline="", encoding="utf-8") as f:
+        out = csv.writer(f)
+        out.writerow(["path", "caption"])
+        out.writerows([row["path"], row["caption"]] for row in rows)
+
+
+def write_text(raw: Path, seed: int, docs: int = 40) -> None:
+    rng = np.random.default_rng([seed, 1 << 20])
+    (raw / "text").mkdir(parents=True, exist_ok=True)
+    for d in range(docs):
+        lines = []
+        for _ in range(int(rng.integers(1, 12))):
+            words = [WORDS[int(j)] for j in rng.integers(0, len(WORDS), int(rng.integers(4, 30)))]
+            lines.append(" ".join(words).capitalize() + ".")
+        (raw / "text" / f"{d:03d}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def write_table(raw: Path, seed: int, rows: int = 500) -> None:
+    """Houses: id, city (text, 5% missing), rooms, area (m², 8% missing), garden, built (a
+    date) and price (the target, in k€)."""
+    rng = np.random.default_rng([seed, 1 << 21])
+    cities = ("Oslo", "Lima", "Rome", "Kyoto", "Porto", "São Paulo")
+    lines = ["id,city,rooms,area,garden,built,price"]
+    for i in range(rows):
+        city = "" if rng.random() < 0.05 else cities[int(rng.integers(0, len(cities)))]
+        rooms = int(rng.integers(1, 9))
+        area = rooms * 18 + float(rng.normal(10, 8))
+        garden = bool(rng.random() < 0.4)
+        built = np.datetime64("1950-01-01") + int(rng.integers(0, 27000))
+        price = area * 3.1 + 40 * garden + float(rng.normal(0, 20))
+        area_text = "" if rng.random() < 0.08 else f"{area:.1f}"
+        lines.append(f"{i},{city},{rooms},{area_text},{str(garden).lower()},{built},{price:.1f}")
+    (raw / "table").mkdir(parents=True, exist_ok=True)
+    (raw / "table" / "houses.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def make_demo(
+    raw: Path,
+    count: int = 64,
+    seed: int = 0,
+    jobs: int = 1,
+    max_side: int = 4032,
+    show_progress: bool = True,
+) -> None:
+    from prep.run.parallel import progress, run_tasks
+
+    bar = progress(count, "img", "demo") if show_progress else None
+    chunks = [
+        (raw, list(range(i, min(i + 32, count))), seed, max_side) for i in range(0, count, 32)
+    ]
+    rows: list[dict[str, Any]] = []
+    for chunk in run_tasks(_write_chunk, chunks, jobs):
+        rows += chunk
+        if bar is not None:
+            bar.update(len(chunk))
+    rows.sort(key=lambda r: int(r["id"]))
+    lines = [json.dumps(r, ensure_ascii=False) for r in _without(rows, "segmentation")]
+    (raw / "detection.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_coco(raw, rows)
+    if bar is not None:
+        bar.close()
+    write_text(raw, seed)
+    write_table(raw, seed)
+    write_sources(raw, small_images(min(max(count, 8), 24), seed), list(CLASSES))
+
+
+def small_images(count: int, seed: int, side: int = 256) -> list[dict[str, Any]]:
+    """The first `count` images as small JPEGs (longer side at most `side`) for the importers'
+    sources (prep.demo.sources), the last quarter of them the validation split."""
+    out = []
+    for i in range(count):
+        cls, kind, img, _ = make_image(i, seed, side)
+        data = io.BytesIO()
+        img.save(data, format="JPEG", quality=90)
+        split = "val" if i >= count - count // 4 else "train"
+        row = {"id": i, "label": cls, "class": CLASSES[cls], "jpeg": data.getvalue()}
+        out.append(row | {"text": f"a {kind} photo of a {CLASSES[cls]}", "split": split})
+    return out
+
+
+def _without(rows: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
+    return [{k: v for k, v in r.items() if k != key} for r in rows]
+
+
+def _write_chunk(raw: Path, indices: list[int], seed: int, max_side: int) -> list[dict[str, Any]]:
+    return [write_sample(raw, i, seed, max_side) for i in indices]

@@ -1,0 +1,23 @@
+"""The fields a sample may have, for `prep.pack_samples` (and a recipe's FIELDS).
+
+>>> from prep.fields import Image, Array, Label
+>>> fields = {"image": Image(sizes=(256,)), "boxes": Array("float32", (None, 4)), "y": Label()}
+"""
+
+from loaders.fields import Array, Bytes, Json, Label, Scalar, Text
+from prep.fields.image import Boxes, Image, Instances, Keypoints, Mask, Tokens
+
+__all__ = [
+    "Array",
+    "Boxes",
+    "Bytes",
+    "Image",
+    "Instances",
+    "Json",
+    "Keypoints",
+    "Label",
+    "Mask",
+    "Scalar",
+    "Text",
+    "Tokens",
+]

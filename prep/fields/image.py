@@ -1,0 +1,216 @@
+"""The writer's side of the fields that need more than numpy: `Image` and `Mask` (any input
+through the images kind's decode and resize policy) and `Tokens` (a str tokenized offline).
+The other kinds are loaders.fields' own (their encoders are numpy only).
+"""
+
+from __future__ import annotations
+
+import io
+import zlib
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from loaders import fields as kinds
+from loaders.fields.base import FieldError, as_array
+from loaders.format import ArraySpec, array_name
+from prep.run.inputs import Reject
+
+
+class Image(kinds.Image):
+    """An image from a path, bytes (an encoded file), a PIL image or an (H, W[, C]) uint8
+    array, decoded and resized as `prep pack` does (EXIF, alpha on white, DCT-reduced JPEG
+    decoding, one decode for every size)."""
+
+    def pixels(self, value: Any) -> tuple[np.ndarray, tuple[int, int]]:
+        """Upright pixels (H, W, 3), or (H, W) gray, and the full-size (h, w)."""
+        from prep.media.image.decode import decode_image
+
+        if isinstance(value, (str, Path, bytes, bytearray, memoryview)):
+            data = Path(value) if isinstance(value, (str, Path)) else io.BytesIO(bytes(value))
+            return decode_image(data, self.sizes, self.gray, self.max_pixels, self.mode)
+        return _array_pixels(value, self.gray, self.max_pixels)
+
+    def encode(self, value: Any) -> dict[str, np.ndarray]:
+        return self.encode_pixels(value)[0]
+
+    def encode_pixels(self, value: Any) -> tuple[dict[str, np.ndarray], dict[int, np.ndarray]]:
+        """encode()'s arrays, and the pixels stored at each size before any JPEG encoding (what
+        the manifest's pixel statistics count: prep.media.image.stats)."""
+        from prep.media.image.encode import stored
+        from prep.media.image.geometry import sizes_from
+
+        img, upright = self.pixels(value)
+        out: dict[str, np.ndarray] = {"upright": np.asarray(upright, np.int64)}
+        specs = {s.size: s for s in self.arrays("") if s.kind == "image"}
+        pixels = sizes_from(img, upright, list(self.sizes), self.mode, self.pad_value)
+        for size, arr in pixels.items():
+            data = stored(arr[..., None] if self.gray else arr, specs[size], self.quality)
+            out[f"_{size}"] = data
+            if self.mode == "keep":
+                out[f"_hw_{size}"] = np.asarray(arr.shape[:2], dtype=np.uint16)
+            if self.codec == "jpeg":
+                out[f"_crc_{size}"] = np.asarray(zlib.crc32(data.data), dtype=np.uint32)
+        return out, pixels
+
+
+def _array_pixels(value: Any, gray: bool, max_pixels: int) -> tuple[np.ndarray, tuple[int, int]]:
+    """A PIL image or uint8 array as the pixel policy has it: RGB, or one channel with `gray`."""
+    from PIL import Image as PILImage
+
+    if isinstance(value, PILImage.Image):
+        value = np.asarray(value.convert("L" if gray else "RGB"))
+    if not isinstance(value, np.ndarray) or value.dtype != np.uint8:
+        what = value.dtype if isinstance(value, np.ndarray) else type(value).__name__
+        raise FieldError(
+            "field_type", f"an image is a path, bytes, PIL image or uint8 array, not {what}"
+        )
+    if value.ndim == 3 and value.shape[2] == 1:
+        value = value[..., 0]
+    if value.ndim not in (2, 3) or (value.ndim == 3 and value.shape[2] != 3) or 0 in value.shape:
+        raise FieldError("field_shape", f"image array of shape {list(value.shape)}; (H, W[, 1|3])")
+    if value.shape[0] * value.shape[1] > max_pixels:
+        raise FieldError("too_large", f"{value.shape[1]}x{value.shape[0]} pixels; over max_pixels")
+    if gray and value.ndim == 3:
+        value = np.asarray(PILImage.fromarray(value).convert("L"))
+    elif not gray and value.ndim == 2:
+        value = np.repeat(value[..., None], 3, axis=2)
+    return np.ascontiguousarray(value), (value.shape[0], value.shape[1])
+
+
+class Mask(kinds.Mask):
+    """Class ids of image field `image`: an L or palette file, or an (H, W) uint8 array, of the
+    image's full size; resized with nearest neighbour and placed exactly like the image."""
+
+    def encode_for(self, value: Any, upright: tuple[int, int]) -> dict[str, np.ndarray]:
+        from prep.media.image.decode import decode_mask
+        from prep.media.image.geometry import sizes_from
+
+        if isinstance(value, (str, Path)):
+            mask = decode_mask(Path(value))
+        elif isinstance(value, np.ndarray) and value.dtype == np.uint8 and value.ndim == 2:
+            mask = value
+        else:
+            raise FieldError("field_type", "a mask is a file path or an (H, W) uint8 array")
+        if mask.shape != tuple(upright):
+            raise Reject(
+                "mask_size",
+                f"mask is {mask.shape[1]}x{mask.shape[0]}, image is {upright[1]}x{upright[0]}",
+            )
+        masks = sizes_from(mask, upright, list(self.sizes), self.mode, self.pad_value, True)
+        codec = "ragged" if self.mode == "keep" else "raw"
+        return {f"_{s}": m.reshape(-1) if codec == "ragged" else m for s, m in masks.items()}
+
+
+class Boxes(kinds.Boxes):
+    """Boxes (N, 4) float32 (x0, y0, x1, y1) in the pixels of the upright full-size image of
+    field `image`, stored as they land in each of its stored sizes (prep.fields.boxes:
+    the image's own geometry). A value is the boxes, or {"xyxy": boxes, "hw": [h, w]}: boxes
+    drawn on an (h, w) image, which must be the image's upright size (a `box_frame` reject).
+    A box outside its image is a `box_outside` reject; one that the crop leaves with no area
+    is kept with none (`prep import coco` drops those first, with their labels: boxes.kept)."""
+
+    def encode_for(self, value: Any, upright: tuple[int, int]) -> dict[str, np.ndarray]:
+        from prep.fields.boxes import outside, place_boxes
+
+        if isinstance(value, dict):
+            h, w = value.get("hw", (0, 0))
+            if (int(h), int(w)) != tuple(upright):
+                raise Reject(
+                    "box_frame",
+                    f"boxes drawn on a {w}x{h} image; it is {upright[1]}x{upright[0]} upright "
+                    "(EXIF orientation applied)",
+                )
+            value = value.get("xyxy")
+        boxes = as_array(value, np.dtype("float32"))
+        if boxes.ndim != 2 or boxes.shape[1] != 4:
+            raise FieldError("field_shape", f"boxes of shape {list(boxes.shape)}, not (N, 4)")
+        bad = outside(boxes, upright)
+        if bad is not None:
+            raise Reject(
+                "box_outside",
+                f"box {bad} {[round(float(v), 1) for v in boxes[bad]]} is not inside the "
+                f"{upright[1]}x{upright[0]} image",
+            )
+        return {f"_{s}": place_boxes(boxes, upright, s, self.mode).reshape(-1) for s in self.sizes}
+
+
+class Instances(kinds.Instances):
+    """Instance masks (N, H, W) uint8, 0 and 1, at the upright full size of field `image`'s
+    image (a `mask_size` reject otherwise), each resized with nearest neighbour and placed like
+    the image at each of its sizes."""
+
+    def encode_for(self, value: Any, upright: tuple[int, int]) -> dict[str, np.ndarray]:
+        from prep.media.image.geometry import sizes_from
+
+        stack = as_array(value, np.dtype("uint8"))
+        if stack.ndim != 3 or stack.shape[1:] != tuple(upright):
+            raise Reject(
+                "mask_size",
+                f"instance masks of shape {list(stack.shape)}; the image is (N, {upright[0]}, "
+                f"{upright[1]}) upright",
+            )
+        out: dict[str, list[np.ndarray]] = {f"_{s}": [] for s in self.sizes}
+        for i in range(0, len(stack), CV_CHANNELS):  # cv2 resizes 128 channels at a time
+            hwc = np.ascontiguousarray(np.moveaxis(stack[i : i + CV_CHANNELS], 0, -1))
+            for s, m in sizes_from(hwc, upright, list(self.sizes), self.mode, 0, True).items():
+                out[f"_{s}"].append(np.moveaxis(m.reshape(*m.shape[:2], -1), -1, 0).reshape(-1))
+        return {k: np.concatenate(v) if v else np.zeros(0, np.uint8) for k, v in out.items()}
+
+
+CV_CHANNELS = 128
+
+
+class Keypoints(kinds.Keypoints):
+    """Keypoints (N, joints, 3): x, y in the pixels of the upright full-size image of field
+    `image`, and a visibility (COCO's 0: not labelled, 1: hidden, 2: visible), stored at each of
+    its sizes as they land in the stored image; a point cut away or not labelled is (0, 0, 0)."""
+
+    def encode_for(self, value: Any, upright: tuple[int, int]) -> dict[str, np.ndarray]:
+        from prep.fields.boxes import place_keypoints
+
+        points = as_array(value, np.dtype("float32"))
+        if points.ndim != 3 or points.shape[1:] != (self.joints, 3):
+            raise FieldError(
+                "field_shape", f"keypoints of shape {list(points.shape)}, not (N, {self.joints}, 3)"
+            )
+        if not np.isfinite(points).all():
+            raise FieldError("field_nan", "keypoints hold NaN or infinity")
+        return {
+            f"_{s}": place_keypoints(points, upright, s, self.mode).reshape(-1) for s in self.sizes
+        }
+
+
+class Tokens(kinds.Tokens):
+    """Token ids of a str, by the tokenizer in `tokenizer` (a tokenizer.json), or ids given as
+    they are. The file is kept in the dataset as NAME.tokenizer.json."""
+
+    def __init__(self, tokenizer: str | Path, vocab_size: int | None = None):
+        path = Path(tokenizer)
+        if vocab_size is None:
+            vocab_size = _load(str(path.absolute())).get_vocab_size()
+        object.__setattr__(self, "tokenizer", str(path.absolute()))
+        object.__setattr__(self, "vocab_size", int(vocab_size))
+
+    def encode(self, value: Any) -> dict[str, np.ndarray]:
+        if isinstance(value, str):
+            value = np.asarray(_load(str(self.tokenizer)).encode(value).ids, dtype=np.int64)
+        return super().encode(value)
+
+
+@lru_cache(maxsize=4)
+def _load(path: str) -> Any:
+    """A tokenizers.Tokenizer, once per process and file."""
+    from tokenizers import Tokenizer
+
+    try:
+        return Tokenizer.from_file(path)
+    except Exception as e:  # tokenizers raises its own Exception subclasses
+        raise ValueError(f"{path}: not a tokenizer.json ({e})") from None
+
+
+def arrays_of(name: str, field: kinds.SampleField) -> dict[str, ArraySpec]:
+    """Field `name`'s arrays by their array names."""
+    return {array_name(s.field, s.size): s for s in field.arrays(name)}

@@ -1,0 +1,182 @@
+"""`prep import coco`: a COCO instances JSON and its images as samples: image, boxes (in the
+stored image's pixels, by the image's own geometry: prep.fields.boxes), labels
+(contiguous ids), iscrowd, area and image_id.
+
+The JSON is read once, in the parent: each image becomes one input carrying its annotations,
+so the workers open no JSON. An annotation that cannot be used rejects its image, with one
+line: an unknown category, a box outside its image, a malformed entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from loaders.format import Manifest
+from prep.kinds.importers.coco_items import coco_images
+from prep.kinds.importers.coco_json import (
+    Categories,
+    categories_of,
+    file_stat,
+    found_images,
+    read_coco,
+    rejected_in,
+    upright_hw,
+)
+from prep.kinds.importers.config import CocoConfig, image_field
+from prep.kinds.samples.pack import SamplesKind
+from prep.run.driver import Inputs, RunSummary, run
+from prep.run.errors import PrepError, Reject, UsageError
+from prep.sources.samples import Listing
+
+
+@dataclass
+class CocoSummary(RunSummary):
+    boxes: int = 0  # boxes stored
+    dropped: int = 0  # boxes left with no area by the crop (or with none to start with)
+    skipped: int = 0  # images without annotations, left out by --skip-empty
+
+    def line(self) -> str:
+        more = f", {self.skipped} empty images skipped" if self.skipped else ""
+        return (
+            f"{super().line()}; {self.boxes} boxes, {self.dropped} dropped (no area in the "
+            f"stored image){more}"
+        )
+
+
+def fields_of(cfg: CocoConfig, categories: Categories) -> dict[str, Any]:
+    from prep.fields import Array, Boxes, Instances, Keypoints, Mask, Scalar
+
+    image = image_field(cfg)
+    fields: dict[str, Any] = {
+        "image": image,
+        "boxes": Boxes(image="image"),
+        "labels": Array("int64", (None,)),
+        "iscrowd": Array("uint8", (None,)),
+        "area": Array("float32", (None,)),
+        "image_id": Scalar("int64"),
+    }
+    if cfg.masks:
+        if len(categories.ids) > 255:
+            raise UsageError(
+                f"--masks: {cfg.src} has {len(categories.ids)} categories; a class-id mask "
+                "holds 255 (label + 1, 0 for background). HINT: use --instances"
+            )
+        fields["mask"] = Mask(image="image")
+    if cfg.instances:
+        fields["instances"] = Instances(image="image")
+    if cfg.keypoints:
+        if not categories.joints:
+            raise UsageError(f"--keypoints: no category of {cfg.src} names its keypoints")
+        fields["keypoints"] = Keypoints(image="image", joints=categories.joints)
+    return fields
+
+
+def make_sample(value: dict[str, Any]) -> dict[str, Any]:
+    """One listed image -> its sample (the boxes with the (h, w) they were drawn on, which the
+    Boxes field checks against the decoded image); with --masks, its class-id mask; with
+    --instances, its instances' masks."""
+    sample = {
+        "image": value["path"],
+        "boxes": {"xyxy": value["boxes"], "hw": value["hw"]},
+        "labels": value["labels"],
+        "iscrowd": value["iscrowd"],
+        "area": value["area"],
+        "image_id": value["image_id"],
+    }
+    if "keypoints" in value:
+        sample["keypoints"] = value["keypoints"]
+    if "segmentation" in value:
+        from prep.fields.rle import rasterise, semantic
+
+        segs, hw = value["segmentation"], value["hw"]
+        upright = upright_hw(Path(value["path"]))
+        if upright is not None and upright != tuple(hw):  # before any mask at the JSON's size
+            raise Reject(
+                f"boxes drawn on a {hw[1]}x{hw[0]} image (the JSON's width and height); it is "
+                f"{upright[1]}x{upright[0]} upright (EXIF orientation applied)",
+                "box_frame",
+            )
+        try:
+            if "mask" in value["drawn"]:
+                sample["mask"] = semantic(segs, value["labels"], hw)
+            if "instances" in value["drawn"]:
+                masks = [rasterise(seg, hw) for seg in segs]
+                sample["instances"] = np.stack(masks) if masks else np.zeros((0, *hw), np.uint8)
+        except (ValueError, TypeError, KeyError) as e:
+            raise Reject(f"a segmentation that cannot be drawn: {e}", "bad_segmentation") from e
+    return sample
+
+
+class CocoKind(SamplesKind):
+    """The samples kind over a COCO file's images (sorted by image id)."""
+
+    summary = CocoSummary
+
+    def __init__(self, cfg: CocoConfig):
+        cfg.validate()  # before reading SRC: a missing SRC is a usage error
+        path = Path(str(cfg.src))
+        self.data: dict[str, Any] | None = read_coco(path)  # once: the fields need its keypoints
+        self.categories = categories_of(self.data, path)
+        fields = fields_of(cfg, self.categories)
+        super().__init__(cfg, make_sample, fields, cfg.src)  # type: ignore[arg-type]
+        self.coco = cfg
+        self.boxes = self.dropped = self.skipped = 0
+        self.manifested = False  # the manifest made by this run (not a finished OUT's, resumed)
+        self.counts: list[tuple[str, int, int]] = []  # each image's boxes stored and dropped
+
+    def sources(self) -> list[Path]:
+        return [Path(str(self.coco.src)), Path(str(self.coco.images))]
+
+    def list_inputs(self) -> Inputs:
+        path = Path(str(self.coco.src))
+        data, self.data = self.data or read_coco(path), None  # not kept through the run
+        listed = coco_images(data, self.categories, self.coco)
+        items, rejects, self.skipped = listed.items, listed.rejects, listed.skipped
+        items, missing, stats = found_images(items[: self.coco.limit], "IMAGES", self.coco.images)
+        rejects += missing
+        self.counts = [(it.rel, len(it.value["labels"]), it.value["dropped"]) for it in items]
+        self.boxes, self.dropped = self._counted(set())
+        # What the output depends on besides the config: the JSON and every image file (as
+        # prep pack's listing has it: a changed image is not resumed as the same).
+        said = [file_stat(path), self.described(), *stats]
+        digest = hashlib.sha256(json.dumps(said).encode()).hexdigest()
+        self.listing = Listing(items, rejects, None, digest)
+        if not items:
+            first = f"; the first, {rejects[0]['path']}: {rejects[0]['message']}" if rejects else ""
+            raise PrepError(f"no images to import in {path} ({len(rejects)} rejected{first})")
+        return Inputs(len(items), rejects, digest)
+
+    def _counted(self, rejected: set[str]) -> tuple[int, int]:
+        """Boxes stored and dropped, over the images not rejected by the workers."""
+        kept = [(b, d) for rel, b, d in self.counts if rel not in rejected]
+        return sum(b for b, _ in kept), sum(d for _, d in kept)
+
+    def manifest(self, records: list[dict[str, Any]]) -> Manifest:
+        out = super().manifest(records)
+        self.boxes, self.dropped = self._counted(
+            {r["path"] for rec in records for r in rec.get("rejects", ())}
+        )
+        self.manifested = True
+        cats = self.categories
+        out.classes = list(cats.names)
+        out.extra["coco"] = {
+            "annotations": Path(str(self.coco.src)).name,
+            "categories": cats.described,
+        }
+        return out
+
+
+def import_coco(cfg: CocoConfig, show_progress: bool = True, profile: bool = False) -> RunSummary:
+    kind = CocoKind(cfg)
+    summary = run(kind, show_progress, profile)
+    if isinstance(summary, CocoSummary):
+        if not kind.manifested:  # OUT was finished already: its rejects.jsonl says which
+            kind.boxes, kind.dropped = kind._counted(rejected_in(summary.out))
+        summary.boxes, summary.dropped, summary.skipped = kind.boxes, kind.dropped, kind.skipped
+    return summary

@@ -1,0 +1,117 @@
+"""The importers' options (prep.run.config has what every writing command shares)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from prep.run.config import RunConfig, check, choice, opt
+from prep.run.errors import UsageError
+
+
+@dataclass
+class ImportConfig(RunConfig):
+    """What every image importer takes: the image field's sizes, mode and codec, as `prep pack`."""
+
+    sizes: list[int] = opt([256], "Side(s) in px, comma-separated: 256,512.", "--sizes", "--size")
+    mode: str = opt(
+        "fill",
+        "fill: crop to square | fit: pad to square | stretch: ignore aspect | keep: longer side "
+        "<= size, never enlarged (load with crop=).",
+    )
+    codec: str = opt("raw", "raw | jpeg (the images; every other field is raw).")
+    quality: int = opt(90, "jpeg: the JPEG quality, 1-100.")
+    gray: bool = opt(False, "One channel, converted at decode time.", "--gray/--rgb")
+    pad_value: int = opt(0, "fit mode: the colour of the padding (0-255).")
+    max_pixels: int = opt(100_000_000, "Refuse larger images before decoding.")
+    format: str = opt("npy", "Shard files: npy (one per array) | h5 (one per shard).")
+    shard_size: int | None = opt(None, "Samples per shard (default: from the input count).")
+
+    USAGE: ClassVar[str] = "SRC OUT"
+
+    def given(self) -> bool:
+        """Whether the arguments of USAGE are all given."""
+        return bool(self.src and self.out)
+
+    def validate(self) -> None:
+        from loaders.fields.image import MODES
+        from loaders.format import STORAGES
+
+        if not self.given():
+            raise UsageError(
+                f"no {self.USAGE.replace(' ', '/')} given. HINT: `prep import {self.SECTION} "
+                f"{self.USAGE}`, or set them in the [{self.SECTION}] section of --config"
+            )
+        super().validate()
+        check(bool(self.sizes) and min(self.sizes) >= 1, f"--sizes {self.sizes}", "1 px or more")
+        choice(self.mode, MODES, "--mode")
+        choice(self.codec, ("raw", "jpeg"), "--codec")
+        choice(self.format, STORAGES, "--format")
+        check(1 <= self.quality <= 100, f"--quality {self.quality}", "1..100")
+        check(0 <= self.pad_value <= 255, f"--pad-value {self.pad_value}", "0..255")
+        check(self.shard_size is None or self.shard_size >= 1, "--shard-size", "at least 1")
+
+
+@dataclass
+class PathsConfig(ImportConfig):
+    """An importer whose source file names other files (prep.kinds.importers.paths)."""
+
+    allow_outside: bool = opt(
+        False,
+        "Read files the source names outside its own folder: absolute paths, .., links out "
+        "(default: each is an `outside` reject).",
+    )
+
+
+@dataclass
+class CocoConfig(PathsConfig):
+    src: str | None = opt(None, "A COCO instances JSON (annotations/instances_train2017.json).")
+    images: str | None = opt(None, "The folder its images' file_name are relative to.")
+    skip_empty: bool = opt(False, "Leave out images without annotations (default: keep them).")
+    masks: bool = opt(
+        False,
+        "Also a class-id mask (label + 1; 0: background) from the segmentations (polygons, RLE), "
+        "placed like the image.",
+    )
+    keypoints: bool = opt(
+        False, "Also each instance's keypoints (N, K, 3: x, y, visibility), placed like the boxes."
+    )
+    instances: bool = opt(
+        False,
+        "Also each instance's mask (N, H, W of 0 and 1), placed like the image: N x H x W bytes "
+        "a sample.",
+    )
+
+    SECTION: ClassVar[str] = "coco"
+    USAGE: ClassVar[str] = "ANNOTATIONS IMAGES_DIR OUT"
+
+    def given(self) -> bool:
+        return super().given() and bool(self.images)
+
+
+@dataclass
+class PairsConfig(PathsConfig):
+    src: str | None = opt(None, "A .csv, .jsonl or .parquet of image-caption pairs.")
+    image_column: str = opt(
+        "image", "The column of image paths (relative to SRC's folder) or encoded bytes."
+    )
+    text_column: str = opt("caption", "The column of captions.")
+    tokenizer: str | None = opt(None, "A tokenizer.json: also store each caption's token ids.")
+    allow_empty: bool = opt(False, "Keep pairs whose caption is empty (default: a reject).")
+
+    SECTION: ClassVar[str] = "pairs"
+
+
+def image_field(cfg: ImportConfig) -> Any:
+    """The import's Image field, from the command's image options."""
+    from prep.fields import Image
+
+    return Image(
+        sizes=tuple(cfg.sizes),
+        mode=cfg.mode,
+        codec=cfg.codec,
+        gray=cfg.gray,
+        quality=cfg.quality,
+        pad_value=cfg.pad_value,
+        max_pixels=cfg.max_pixels,
+    )

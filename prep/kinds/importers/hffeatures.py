@@ -1,0 +1,230 @@
+"""Hugging Face `Features` (their JSON, as `datasets` writes it in a file's schema metadata or
+in dataset_info.json) as sample fields, and a row's values as those fields take them.
+
+- `Image` (a struct of bytes and path) -> `Image` (the command's sizes, mode and codec), from
+  the bytes, else the path;
+- `ClassLabel(names)` -> `Label(names)`;
+- `Value`: numbers and bool -> `Scalar`, string -> `Text`, binary -> `Bytes`;
+- `List`/`Sequence` of numbers (or ClassLabel ids; nested lists of fixed lengths) -> a ragged
+  `Array(dtype, (None, ...))`, or a fixed one with `length`;
+- `List`/`Sequence` of strings, or of numbers in ragged inner lists -> `Json`;
+- `Array2D`..`Array5D(shape, dtype)` -> `Array(dtype, shape)` (a leading None: ragged);
+- a dict, or a `Sequence`/`List` of dicts -> a field a key, `NAME_KEY`, as its feature says.
+
+Anything else (`Audio`, `Video`, timestamps...) is an `Unsupported` feature, named.
+
+>>> [c.name for c in columns_of({"obj": {"bbox": {"_type": "Array2D", "shape": [None, 4],
+...     "dtype": "float32"}, "n": {"_type": "Value", "dtype": "int64"}}}, None)]
+['obj_bbox', 'obj_n']
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from loaders.fields import Array, Bytes, Json, Label, SampleField, Scalar, Text
+from loaders.fields.base import check_name
+from loaders.format.kinds import NUMBERS
+from prep.kinds.importers.paths import Tree
+from prep.run.errors import Reject
+
+NUMERIC = (*NUMBERS, "float64", "bool")
+ALIASES = {"float": "float32", "double": "float64", "half": "float16"}
+LISTS = ("List", "LargeList", "Sequence")
+ARRAYS = ("Array2D", "Array3D", "Array4D", "Array5D")
+Step = tuple[str, str]  # ("key", k): value[k]; ("each", k): [x[k] for x in value]
+
+
+class Unsupported(ValueError):
+    """A feature no field kind holds: `str()` names its column and its type."""
+
+
+@dataclass(frozen=True)
+class Column:
+    """A field of the import: where its value sits in a row, and how it is converted."""
+
+    name: str
+    path: tuple[Step, ...]
+    field: SampleField | None  # None: the command's Image field
+    convert: str  # "value", "image" or "array"
+
+    def source(self) -> str:
+        return ".".join(k if op == "key" else f"[].{k}" for op, k in self.path)
+
+
+def columns_of(features: dict[str, Any], root: Path | None) -> list[Column]:
+    """The import's fields, in the features' order; Unsupported for a feature none holds, or
+    one that is malformed (a Value without its dtype...), naming its column."""
+    if not isinstance(features, dict):
+        raise Unsupported(f"features are a {type(features).__name__}, not column -> feature")
+    out: list[Column] = []
+    for name, f in features.items():
+        try:
+            out += _columns(field_name(name), (("key", name),), f)
+        # A feature without its keys, or with values of another type (a length of Infinity).
+        except (KeyError, TypeError, AttributeError, OverflowError) as e:
+            said = f"a malformed feature ({type(e).__name__}: {e})"
+            raise Unsupported(f"column {name}: {said}") from None
+        except ValueError as e:  # Unsupported itself, or what a field refuses (its names...)
+            said = str(e)
+            said = said if said.startswith("column ") else f"column {name}: {said}"
+            raise Unsupported(said) from None
+    names = [c.name for c in out]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise Unsupported(f"columns give field {twice[0]!r} twice (names made identifiers)")
+    return out
+
+
+def field_name(column: str) -> str:
+    """A column's name as a field's: an identifier, never one that datasets give meaning to
+    (`index`, `NAME_len`, `NAME_256`), which take a trailing `_`."""
+    name = re.sub(r"\W", "_", column) or "_"
+    name = "c_" + name if name[0].isdigit() else name
+    return name if check_name(name) is None else name + "_"
+
+
+def _columns(name: str, path: tuple[Step, ...], f: Any) -> list[Column]:
+    if isinstance(f, list) and len(f) == 1:  # datasets' old spelling of a list: [feature]
+        f = {"_type": "List", "feature": f[0]}
+    if isinstance(f, dict) and "_type" not in f:  # a struct: a field a key
+        return [
+            c
+            for k, sub in f.items()
+            for c in _columns(f"{name}_{field_name(k)}", (*path, ("key", k)), sub)
+        ]
+    kind = f.get("_type") if isinstance(f, dict) else type(f).__name__
+    if kind == "Image":
+        return [Column(name, path, None, "image")]
+    if kind == "ClassLabel":
+        return [Column(name, path, Label(tuple(_key(f, "names", list, name))), "value")]
+    if kind == "Value":
+        return [Column(name, path, _value(_key(f, "dtype", str, name), name), "value")]
+    if kind in ARRAYS:
+        return [Column(name, path, Array(_numeric(f["dtype"], name), tuple(f["shape"])), "array")]
+    if kind in LISTS:
+        return _list(name, path, f)
+    raise Unsupported(f"column {name}: feature {kind}, which no field holds")
+
+
+def _key(f: dict[str, Any], key: str, kind: type, name: str) -> Any:
+    """`f[key]`, which must be a `kind`; Unsupported naming the column when it is not."""
+    v = f.get(key)
+    if not isinstance(v, kind) or (isinstance(v, list) and not all(isinstance(x, str) for x in v)):
+        what = "a list of names" if kind is list else f"a {kind.__name__}"
+        raise Unsupported(f"column {name}: feature {f.get('_type')} without {key!r} ({what})")
+    return v
+
+
+def _list(name: str, path: tuple[Step, ...], f: dict[str, Any]) -> list[Column]:
+    inner, length = f["feature"], f.get("length", -1)
+    if isinstance(inner, dict) and "_type" not in inner:  # a list of structs: a list a key
+        op = "key" if f["_type"] == "Sequence" else "each"  # Sequence(dict) is a dict of lists
+        return [
+            c
+            for k, sub in inner.items()
+            for c in _columns(
+                f"{name}_{field_name(k)}",
+                (*path, (op, k)),
+                {"_type": "List", "feature": sub, "length": length},
+            )
+        ]
+    try:
+        shape = _shape(f)
+    except Unsupported as e:
+        raise Unsupported(f"column {name}: {e}") from None
+    if shape is None:
+        return [Column(name, path, Json(), "value")]
+    dtype, dims = shape
+    return [Column(name, path, Array(dtype, tuple(dims)), "array")]
+
+
+def _shape(f: Any) -> tuple[str, list[int | None]] | None:
+    """dtype and dims of a list of numbers (of fixed-length lists...), None at most first;
+    None when it is not one (strings, ragged inner lists): Json holds it. Unsupported leaves
+    (images, audio in a list) raise."""
+    dims: list[int | None] = []
+    while isinstance(f, dict) and f.get("_type") in LISTS:
+        length = f.get("length", -1)
+        dims.append(None if length is None or length < 0 else int(length))
+        f = f["feature"]
+    kind = f.get("_type") if isinstance(f, dict) else None
+    if kind == "ClassLabel":
+        dtype = "int64"
+    elif kind == "Value" and ALIASES.get(f["dtype"], f["dtype"]) in NUMERIC:
+        dtype = ALIASES.get(f["dtype"], f["dtype"])
+    elif kind == "Value" and f["dtype"] in ("string", "large_string"):
+        return None
+    else:
+        raise Unsupported(f"a list of {kind or type(f).__name__}, which no field holds")
+    return (dtype, dims) if None not in dims[1:] else None
+
+
+def _value(dtype: str, name: str) -> SampleField:
+    dtype = ALIASES.get(dtype, dtype)
+    if dtype in ("string", "large_string"):
+        return Text()
+    if dtype in ("binary", "large_binary"):
+        return Bytes()
+    return Scalar(_numeric(dtype, name))
+
+
+def _numeric(dtype: str, name: str) -> str:
+    dtype = ALIASES.get(dtype, dtype)
+    if dtype not in NUMERIC:
+        raise Unsupported(f"column {name}: feature Value({dtype!r}), which no field holds")
+    return dtype
+
+
+def features_of_schema(schema: Any) -> dict[str, Any]:
+    """The features a Parquet file without Hugging Face metadata implies (pyarrow schema)."""
+    return {f.name: _feature_of_type(f.type) for f in schema}
+
+
+def _feature_of_type(t: Any) -> Any:
+    import pyarrow as pa
+
+    if pa.types.is_struct(t):
+        names = sorted(t.field(i).name for i in range(t.num_fields))
+        if names == ["bytes", "path"]:
+            return {"_type": "Image"}
+        return {t.field(i).name: _feature_of_type(t.field(i).type) for i in range(t.num_fields)}
+    if pa.types.is_fixed_size_list(t):
+        return {"_type": "List", "feature": _feature_of_type(t.value_type), "length": t.list_size}
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return {"_type": "List", "feature": _feature_of_type(t.value_type)}
+    name = {"float": "float32", "double": "float64", "halffloat": "float16"}.get(str(t), str(t))
+    return {
+        "_type": "Value",
+        "dtype": {"string": "string", "large_string": "string"}.get(name, name),
+    }
+
+
+def value_of(row: dict[str, Any], column: Column, tree: Tree) -> Any:
+    """Column `column`'s value in `row` (a dict of the file's columns), as its field takes it;
+    an Image's path is relative to `tree`, and a Reject (`outside`) when it leaves it."""
+    v: Any = row
+    for op, key in column.path:
+        if v is None:
+            return None
+        v = v[key] if op == "key" else [x[key] for x in v]
+    if v is None:
+        return None
+    if column.convert == "image":
+        data, path = v.get("bytes"), v.get("path")
+        if data is not None or path is None:
+            return data
+        why = tree.why(str(path))
+        if why is not None:
+            raise Reject(f"field {column.name}: the Image's path {why}", "outside")
+        return tree.root / path
+    if column.convert == "array":
+        assert isinstance(column.field, Array)
+        arr = np.asarray(v, dtype=column.field.dtype)
+        return arr.reshape(0, *column.field.row) if arr.size == 0 else arr
+    return v

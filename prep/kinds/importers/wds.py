@@ -1,0 +1,227 @@
+"""`prep import webdataset 'shards/train-{000000..000099}.tar' OUT`: WebDataset tars as samples,
+a field an extension (prep.kinds.importers.wdssource reads the tars):
+
+- `.jpg`, `.jpeg`, `.png`, `.webp` -> `Image` (the command's sizes, mode and codec), the field
+  `image` whichever of them a sample has (a field an extension only where a sample has two);
+- `.cls` -> `Label` (an ASCII integer); `.txt` -> `Text`; `.json` -> `Json`;
+- `.npy` -> `Array`: the dtype of the first sample's; its shape when every sample has it, else
+  a ragged leading dimension when only that one differs (the rest as the first sample's);
+- any other -> `Bytes`; and `__key__`, the sample's key, as `Text`.
+
+The fields are every extension the tars hold (a field's name: the extension, `seg.png` ->
+`seg_png`), or those `--fields` names; a sample missing one is a `field_missing` reject (found
+ones that more samples lack than --max-rejects allows: a usage error naming --fields).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from prep.kinds.importers.config import ImportConfig
+from prep.run.config import listed, opt
+
+
+@dataclass
+class WdsConfig(ImportConfig):
+    src: str | None = opt(
+        None,
+        "Tar shards: a path or URL with braces ('shards/train-{000000..000099}.tar'), or a "
+        "folder of .tar files.",
+    )
+    fields: str | None = opt(
+        None, "The extensions to import, comma-separated: jpg,cls (default: all the tars hold)."
+    )
+    max_member_mb: float = opt(
+        256.0,
+        "A sample with a member larger than this (MB) is a reject, never read: members are "
+        "read whole into memory.",
+    )
+
+    SECTION: ClassVar[str] = "webdataset"
+
+    def validate(self) -> None:
+        from prep.run.config import check
+
+        super().validate()
+        check(self.max_member_mb > 0, f"--max-member-mb {self.max_member_mb}", "more than 0")
+        if ".tar" in Path(str(self.out)).name:  # `{0..1}` expanded by the shell: 2 tars
+            raise unquoted(f"OUT {self.out} is a tar")
+
+
+def unquoted(what: str) -> Exception:
+    """The error of a brace pattern the shell expanded into its names (shard-000.tar ...)."""
+    from prep.run.errors import UsageError
+
+    return UsageError(
+        f"{what}: was a brace pattern left unquoted, so that the shell expanded it? HINT: quote "
+        "it: prep import webdataset 'shards/train-{000000..000099}.tar' OUT"
+    )
+
+
+def shard_paths(src: str) -> list[str]:
+    """The tars SRC names: a folder's .tar files (sorted), or the pattern's expansion."""
+    from loaders.remote.storage import url_of
+    from prep.kinds.importers.wdssource import expand
+
+    if url_of(src) is None and Path(src).is_dir():
+        return sorted(str(p) for p in Path(src).iterdir() if ".tar" in p.name)
+    return expand(url_of(src) or src)
+
+
+def list_shards(cfg: WdsConfig, image: Any) -> tuple[Any, Any, dict[str, Any]]:
+    """The samples of cfg.src's tars as inputs, the function that reads one, and the fields."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from prep.kinds.importers.wdssource import WdsSamples, scan
+    from prep.sources.imported import Source, file_stats
+    from prep.sources.samples import Item
+
+    paths = shard_paths(str(cfg.src))
+    cap = int(cfg.max_member_mb * 1e6)
+    with ThreadPoolExecutor(8) as pool:  # headers: reads that wait on the disk or network
+        scans = list(pool.map(lambda p: scan(p, cap), paths))
+    if not any(s.samples for s in scans):
+        from prep.run.errors import PrepError
+
+        first = next((f"{r['path']}: {r['message']}" for s in scans for r in s.rejects), "")
+        raise PrepError(f"{cfg.src}: no sample to import ({first}). HINT: check the pattern")
+    seen: dict[str, int] = {}
+    for s in scans:
+        for _, members in s.samples:
+            for ext, _, _ in members:
+                seen[ext] = seen.get(ext, 0) + 1
+    declared = _declared(cfg, scans, seen)
+    used = {e for d in declared for e in d.ext.split(";")}
+    fields = {"__key__": _text()} | {d.name: _field(d, scans, image) for d in declared}
+    items = [
+        Item(f"{path}:{key}", (t, key, members))
+        for t, (path, s) in enumerate(zip(paths, scans, strict=True))
+        for key, members in s.samples
+    ]
+    local = [Path(p) for p, s in zip(paths, scans, strict=True) if "://" not in p and s.samples]
+    extra = {
+        "webdataset": {
+            "shards": paths,
+            "fields": {d.name: d.ext for d in declared},
+            "ignored": {e: n for e, n in seen.items() if e not in used},
+        }
+    }
+    rejects = [r for s in scans for r in s.rejects]
+    source = Source(items, {None: len(items)}, rejects, [*file_stats(local), *paths], extra)
+    return source, WdsSamples(tuple(paths), declared), fields
+
+
+IMAGES = ("jpg", "jpeg", "png", "webp")  # a sample's image: whichever of these it has
+
+
+def _declared(cfg: WdsConfig, scans: list[Any], seen: dict[str, int]) -> tuple[Any, ...]:
+    """The fields: --fields (`jpg;png`: whichever a sample has, WebDataset's spelling) or every
+    extension seen, the image extensions that no sample has two of as one field, "image"."""
+    from prep.kinds.importers.hffeatures import field_name
+    from prep.kinds.importers.wdssource import Declared, kind_of
+
+    if cfg.fields:
+        exts = listed(cfg.fields, "--fields", str)
+    else:
+        exts = sorted(seen)
+        images = [e for e in exts if e in IMAGES]
+        apart = not any(
+            sum(ext in images for ext, _, _ in members) > 1
+            for s in scans
+            for _, members in s.samples
+        )
+        if len(images) > 1 and apart:
+            exts = [";".join(images), *(e for e in exts if e not in images)]
+    unknown = [a for e in exts for a in e.split(";") if a not in seen]
+    if unknown or not exts:
+        raise _usage(cfg.src, f"no member has extension {unknown[0]!r}" if unknown else "")
+    if not cfg.fields:
+        _check_rare(cfg, exts, seen, sum(len(s.samples) for s in scans))
+    # The one field of image extensions (jpg, jpg;png...) is `image`, whichever the tars hold:
+    # the loader's code does not change with the dataset. Two (a sample with both a .jpg and a
+    # .png) keep their extensions' names.
+    pictures = [e for e in exts if all(a in IMAGES for a in e.split(";"))]
+    declared = []
+    for e in exts:
+        kinds = {kind_of(a) for a in e.split(";")}
+        kind = kinds.pop() if len(kinds) == 1 else "bytes"
+        name = "image" if pictures == [e] else field_name(e.split(";")[0])
+        declared.append(Declared(name, e, kind))
+    names = [d.name for d in declared]
+    if len(set(names)) < len(names):
+        raise _usage(cfg.src, f"--fields {cfg.fields} names field {names[0]!r} twice")
+    return tuple(declared)
+
+
+def _check_rare(cfg: WdsConfig, exts: list[str], seen: dict[str, int], total: int) -> None:
+    """Every extension found is a field: one that so many samples lack that their rejects pass
+    --max-rejects fails now, naming it and the --fields that leaves it out (not after the run)."""
+    for e in exts:
+        have = min(total, sum(seen.get(a, 0) for a in e.split(";")))
+        if total - have > cfg.max_rejects * total:
+            rest = ",".join(x for x in exts if x != e) or "..."
+            from prep.run.errors import UsageError
+
+            raise UsageError(
+                f"{cfg.src}: extension {e!r} is in {have} of {total} samples, and a sample "
+                "without a field is a field_missing reject (more than --max-rejects "
+                f"{cfg.max_rejects:g}). HINT: --fields '{rest}' leaves it out; --fields "
+                f"'{','.join(exts)}' with a higher --max-rejects keeps only the samples that "
+                "have it"
+            )
+
+
+def _text() -> Any:
+    from prep.fields import Text
+
+    return Text()
+
+
+def _usage(src: object, what: str) -> Exception:
+    from prep.run.errors import UsageError
+
+    return UsageError(f"{src}: {what}. HINT: check the shard pattern and --fields")
+
+
+def _field(d: Any, scans: list[Any], image: Any) -> Any:
+    """Declared field `d` as a field of prep.fields (an .npy's dtype and shape from the tars)."""
+    from prep import fields
+
+    if d.kind == "array":
+        return _array(d, [h for s in scans for (_, ext), h in s.npy.items() if ext == d.ext])
+    if d.kind == "image":
+        return image
+    kinds = {"label": fields.Label, "text": fields.Text, "json": fields.Json}
+    return kinds.get(d.kind, fields.Bytes)()
+
+
+def _array(d: Any, headers: list[tuple[str, tuple[int, ...]]]) -> Any:
+    """Array of the first sample's dtype; its shape if all share it, else a ragged leading
+    dimension (samples whose other dimensions differ from the first's are rejects)."""
+    from prep.fields import Array
+    from prep.kinds.importers.hffeatures import NUMERIC
+
+    if not headers:
+        raise _usage(f"field {d.name}", "no .npy member that numpy reads")
+    dtype, shape = headers[0]
+    if dtype not in NUMERIC:
+        raise _usage(f"field {d.name}", f"the first .npy holds {dtype}, not numbers")
+    if all(s == shape for _, s in headers) or not shape:
+        return Array(dtype, shape)
+    return Array(dtype, (None, *shape[1:]))
+
+
+def import_webdataset(cfg: WdsConfig, show_progress: bool = True, profile: bool = False) -> Any:
+    """Pack the tars of `cfg.src` into `cfg.out`; the RunSummary."""
+    from prep.kinds.importers.config import image_field
+    from prep.kinds.importers.wdssource import let_go
+    from prep.sources.imported import run_source
+
+    cfg.validate()
+    source, samples, fields = list_shards(cfg, image_field(cfg))
+    try:
+        return run_source(cfg, samples, fields, source, show_progress, profile)
+    finally:
+        let_go(samples.run)

@@ -1,0 +1,284 @@
+"""WebDataset tar shards, read with the standard library: the shard list (braces expanded), each
+tar's members grouped into samples by key (the member's path up to the first dot of its file
+name; consecutive members of one key are one sample) and a field an extension.
+
+Listing reads the tar headers only (and the header of each .npy); the workers read each member
+by its offset, into memory: nothing is ever extracted. A tar that ends early (no end-of-archive
+blocks) loses its last sample, which may be incomplete, as a `truncated_tar` reject.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import io
+import lzma
+import re
+import tarfile
+import threading
+import uuid
+import zlib
+from dataclasses import dataclass, field
+from tokenize import TokenError
+from typing import IO, Any
+
+from prep.run.errors import PrepError, UsageError
+from prep.run.inputs import reject_record
+
+BRACES = re.compile(r"\{([^{}]*)\}")
+# A member's bytes are read whole into memory: larger ones (a gzip bomb's gigabyte of zeros
+# is a 1 MB file) are rejects, unread. 256 MB is far beyond an image, a caption or an array
+# of a sample; --max-member-mb raises it (video members).
+MAX_MEMBER = 256_000_000
+Member = tuple[str, int, int]  # extension, offset of its data, size
+
+
+def expand(pattern: str) -> list[str]:
+    """The shard names a pattern gives, braces expanded as the shell and WebDataset do.
+
+    >>> expand("s/train-{00..02}.tar"), expand("{a,b}-{1..2}")
+    (['s/train-00.tar', 's/train-01.tar', 's/train-02.tar'], ['a-1', 'a-2', 'b-1', 'b-2'])
+    """
+    m = BRACES.search(pattern)
+    if m is None:
+        return [pattern]
+    head, body, tail = pattern[: m.start()], m[1], pattern[m.end() :]
+    span = re.fullmatch(r"(\d+)\.\.(\d+)", body)
+    if span:
+        lo, hi = int(span[1]), int(span[2])
+        if hi < lo:
+            raise UsageError(f"{pattern}: the range {{{body}}} runs backwards")
+        width = len(span[1]) if span[1].startswith("0") else 0
+        choices = [f"{i:0{width}d}" for i in range(lo, hi + 1)]
+    else:
+        choices = body.split(",")
+    return [head + c + rest for c in choices for rest in expand(tail)]
+
+
+def open_tar(path: str) -> IO[bytes]:
+    """The tar's bytes, seekable: a local file, a URL through fsspec, decompressed if it is
+    a .tar.gz, .tar.bz2 or .tar.xz (by its first bytes)."""
+    from loaders.remote.storage import filesystem, url_of
+
+    url = url_of(path)
+    raw: IO[bytes] = filesystem(url).open(url, "rb") if url else open(path, "rb")  # noqa: SIM115
+    magic = raw.read(6)
+    raw.seek(0)
+    if magic.startswith(b"\x1f\x8b"):
+        return gzip.GzipFile(fileobj=raw)  # type: ignore[return-value]
+    if magic.startswith(b"BZh"):
+        return bz2.BZ2File(raw)
+    if magic.startswith(b"\xfd7zXZ"):
+        return lzma.LZMAFile(raw)
+    return raw
+
+
+def key_and_ext(name: str) -> tuple[str, str]:
+    """("dir/s1", "seg.png") of "dir/s1.seg.png", as WebDataset splits a member's path."""
+    folder, _, base = name.rpartition("/")
+    stem, _, ext = base.partition(".")
+    return (f"{folder}/{stem}" if folder else stem), ext
+
+
+@dataclass
+class Scan:
+    """One tar's samples (key -> its members), in order, and its rejects."""
+
+    samples: list[tuple[str, tuple[Member, ...]]]
+    rejects: list[dict[str, Any]]
+    npy: dict[tuple[str, str], tuple[str, tuple[int, ...]]]  # (key, ext) -> dtype, shape
+
+
+def scan(path: str, max_member: int = MAX_MEMBER) -> Scan:
+    """The samples of tar `path` (its headers read, never its data but .npy headers)."""
+    try:
+        with open_tar(path) as f:
+            return scan_tar(f, path, max_member)
+    except FileNotFoundError:
+        return Scan([], [reject_record(path, "missing", "no such shard")], {})
+    except OSError as e:
+        return Scan([], [reject_record(path, "bad_tar", f"cannot open it ({e})")], {})
+
+
+def scan_tar(f: IO[bytes], path: str, max_member: int = MAX_MEMBER) -> Scan:
+    """The samples of the tar in `f` (seekable; `path` names it in rejects): its headers read,
+    never its data but .npy headers. A sample with a member over `max_member` bytes is a
+    `member_too_large` reject: a worker would read that member whole into memory."""
+    errors = (tarfile.TarError, EOFError, OSError, zlib.error, lzma.LZMAError, ValueError)
+    members: list[tuple[str, Member]] = []
+    try:
+        with tarfile.open(fileobj=f, mode="r:") as tar:
+            for m in tar:
+                key, ext = key_and_ext(m.name)
+                if m.isfile() and key.rpartition("/")[2] and ext:  # not .hidden nor README
+                    members.append((key, (ext, m.offset_data, m.size)))
+            f.seek(tar.offset)
+            whole = f.read(1024) == bytes(1024)  # the end-of-archive blocks
+            npy = _npy_headers(f, members)
+    except errors as e:
+        if not members:
+            return Scan([], [reject_record(path, "bad_tar", f"not a readable tar ({e})")], {})
+        whole, npy = False, {}
+    samples = _grouped(members)
+    rejects = []
+    if not whole and samples:
+        key, _ = samples.pop()
+        why = "the tar ends early, inside or after this sample: it may have lost members"
+        rejects.append(reject_record(f"{path}:{key}", "truncated_tar", why))
+    kept = []
+    for key, ms in samples:
+        big = next((m for m in ms if m[2] > max_member), None)
+        if big is None:
+            kept.append((key, ms))
+            continue
+        why = (
+            f"member {key}.{big[0]} is {big[2]:,} bytes, over --max-member-mb "
+            f"{max_member / 1e6:g}: it is never read"
+        )
+        rejects.append(reject_record(f"{path}:{key}", "member_too_large", why))
+    keys = {key for key, _ in kept}
+    return Scan(kept, rejects, {k: v for k, v in npy.items() if k[0] in keys})
+
+
+def _grouped(members: list[tuple[str, Member]]) -> list[tuple[str, tuple[Member, ...]]]:
+    out: list[tuple[str, list[Member]]] = []
+    for key, member in members:
+        if not out or out[-1][0] != key:
+            out.append((key, []))
+        out[-1][1].append(member)
+    return [(key, tuple(ms)) for key, ms in out]
+
+
+# What numpy's .npy header parser raises on a malformed header (TokenError: its tokenizer).
+NPY_ERRORS = (ValueError, IndexError, SyntaxError, TokenError, RecursionError, OverflowError)
+
+
+def npy_header(head: IO[bytes]) -> tuple[Any, tuple[int, ...]]:
+    """The dtype and shape of the .npy whose bytes `head` starts at (left after its header);
+    one of NPY_ERRORS when it is not an .npy header numpy reads."""
+    import numpy.lib.format as npf
+
+    version = npf.read_magic(head)
+    read = (npf.read_array_header_1_0, npf.read_array_header_2_0)[version[0] - 1]
+    shape, _, dtype = read(head)
+    return dtype, tuple(shape)
+
+
+def _npy_headers(
+    f: IO[bytes], members: list[tuple[str, Member]]
+) -> dict[tuple[str, str], tuple[str, tuple[int, ...]]]:
+    out = {}
+    for key, (ext, offset, size) in members:
+        if ext.rsplit(".", 1)[-1] == "npy":
+            f.seek(offset)
+            try:
+                dtype, shape = npy_header(io.BytesIO(f.read(min(size, 65536))))
+            except NPY_ERRORS:
+                continue  # not an .npy that numpy reads: its sample is a reject when read
+            out[key, ext] = (dtype.newbyteorder("=").name, shape)
+    return out
+
+
+# Each run's open tar a thread ((run, thread) -> (path, file)): a shard's samples come from
+# few tars, read in order. A new run opens its tars again (one may have been rewritten).
+_held: dict[tuple[str, int], tuple[str, IO[bytes]]] = {}
+
+
+def read_member(run: str, path: str, offset: int, size: int) -> bytes:
+    """A member's bytes, read in memory from its tar."""
+    key = (run, threading.get_ident())
+    held = _held.get(key)
+    if held is None or held[0] != path:
+        if held is not None:
+            held[1].close()
+        _held[key] = held = (path, open_tar(path))
+    held[1].seek(offset)
+    data: bytes = held[1].read(size)
+    if len(data) != size:
+        raise PrepError(f"{path}: a member ends early ({len(data)} of {size} bytes)")
+    return data
+
+
+def let_go(run: str) -> None:
+    """Close the tars run `run` holds open in this process."""
+    for key in [k for k in _held if k[0] == run]:
+        _held.pop(key)[1].close()
+
+
+# The field kind of an extension (its last part: "seg.png" is a png); any other is Bytes.
+KINDS = {
+    "jpg": "image",
+    "jpeg": "image",
+    "png": "image",
+    "webp": "image",
+    "cls": "label",
+    "txt": "text",
+    "json": "json",
+    "npy": "array",
+}
+
+
+def kind_of(ext: str) -> str:
+    return KINDS.get(ext.rsplit(".", 1)[-1].lower(), "bytes")
+
+
+@dataclass(frozen=True)
+class Declared:
+    """A field of the import: the extension of its members (`jpg;png`: either) and its kind."""
+
+    name: str
+    ext: str
+    kind: str
+
+
+@dataclass(frozen=True)
+class WdsSamples:
+    """make() of the import: (tar, key, members) -> the sample's values by field name."""
+
+    tars: tuple[str, ...]
+    declared: tuple[Declared, ...]
+    run: str = field(default_factory=lambda: uuid.uuid4().hex, repr=False, compare=False)
+
+    def __call__(self, ref: tuple[int, str, tuple[Member, ...]]) -> dict[str, Any]:
+        tar, key, members = ref
+        where = {ext: (offset, size) for ext, offset, size in members}
+        out: dict[str, Any] = {"__key__": key}
+        for d in self.declared:  # `jpg;png`: the first of them the sample has
+            ext = next((e for e in d.ext.split(";") if e in where), None)
+            if ext is not None:
+                data = read_member(self.run, self.tars[tar], *where[ext])
+                out[d.name] = value_of(d, data)
+        return out
+
+
+def value_of(d: Declared, data: bytes) -> Any:
+    """A member's bytes as its field takes them (images, text and bytes as they are)."""
+    import json
+
+    from prep.run.errors import Reject
+
+    if d.kind == "label":
+        try:
+            return int(data.decode("ascii").strip())
+        except (UnicodeDecodeError, ValueError):
+            raise Reject(f"field {d.name}: {data[:20]!r} is not a class id", "bad_label") from None
+    if d.kind == "json":
+        try:
+            return json.loads(data)
+        except (ValueError, RecursionError) as e:  # not JSON, a huge integer, deep nesting
+            raise Reject(f"field {d.name}: not JSON ({e})", "field_json") from None
+    if d.kind == "array":
+        import math
+
+        import numpy as np
+
+        head = io.BytesIO(data)
+        try:
+            dtype, shape = npy_header(head)
+            if math.prod(shape) * dtype.itemsize > len(data) - head.tell():  # before numpy
+                raise ValueError(f"its header claims {shape} of {dtype}, more than it holds")
+            arr = np.load(io.BytesIO(data), allow_pickle=False)
+        except (*NPY_ERRORS, OSError, EOFError) as e:
+            raise Reject(f"field {d.name}: not an .npy array ({e})", "field_type") from None
+        return arr.astype(arr.dtype.newbyteorder("="), copy=False)
+    return data

@@ -1,0 +1,201 @@
+"""The type rules of a table column: decided once over every row, recorded in the manifest.
+
+Per block, a column's values get a kind (null < bool, int < float, time, string); the kinds of
+its blocks combine (int and float give float, any other mix gives string). Then:
+
+- int: the narrowest type holding [min, max] (unsigned when min >= 0): 255 fits uint8;
+- float: float32 (float16 with --float16 when every finite value is within +-65504);
+- bool: uint8 0/1;
+- a numeric column with missing values: float32 (or float16), missing as NaN;
+- time (dates, timestamps): int64 ns since the epoch, missing as INT64_MIN (NaT);
+- string or --categorical: codes in the narrowest unsigned type, 0 missing, 1 unseen (in train),
+  2.. the sorted train vocabulary;
+- a text or --categorical target: class ids 0..K-1 of the sorted values of every row (train and
+  val: a class only val holds is still a class), `first_code` 0 in the manifest; a row with a
+  missing target is a reject (prep.media.table.scan).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from loaders.format.kinds import smallest_uint
+from prep.run.errors import PrepError
+
+MISSING, UNSEEN, FIRST_CODE = 0, 1, 2
+NAT = np.iinfo(np.int64).min
+FLOAT16_MAX = 65504.0
+MAX_CODES = 2**32  # codes are at most uint32
+NUMBER = r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$"
+NUMERIC = ("bool", "int", "float", "time")
+
+
+def int_dtype(lo: int, hi: int) -> str:
+    """The narrowest integer dtype holding lo..hi.
+
+    >>> int_dtype(0, 255), int_dtype(0, 256), int_dtype(-128, 127), int_dtype(-129, 0)
+    ('uint8', 'uint16', 'int8', 'int16')
+    """
+    if lo >= 0:
+        return smallest_uint(hi)
+    for bits in (8, 16, 32, 64):
+        if -(2 ** (bits - 1)) <= lo and hi < 2 ** (bits - 1):
+            return f"int{bits}"
+    raise PrepError(f"integers {lo}..{hi} do not fit int64")
+
+
+def code_dtype(vocab_size: int, column: str = "", first: int = FIRST_CODE) -> str:
+    """Codes 0 (missing), 1 (unseen) and 2..vocab_size+1 (class ids 0..vocab_size-1 when
+    `first` is 0): the narrowest unsigned dtype.
+
+    >>> code_dtype(254), code_dtype(255), code_dtype(256, first=0)
+    ('uint8', 'uint16', 'uint8')
+    """
+    top = max(vocab_size + first - 1, 0)
+    if top >= MAX_CODES:
+        raise PrepError(
+            f"column {column}: {vocab_size:,} distinct values do not fit uint32 codes (2^32 - 2 "
+            "at most). HINT: --drop the column, or hash it into fewer values before packing"
+        )
+    return smallest_uint(top)
+
+
+def first_of(col: dict[str, Any]) -> int:
+    """The code of a coded column's first value: 0 for a target's class ids, else FIRST_CODE
+    (datasets packed before class ids have no first_code: their targets start at 2 too)."""
+    return int(col.get("first_code", FIRST_CODE))
+
+
+def float_dtype(float16: bool, amax: float) -> str:
+    """float16 when asked and every finite value fits it (|x| <= 65504), else float32."""
+    return "float16" if float16 and amax <= FLOAT16_MAX else "float32"
+
+
+def as_text(arr: pa.Array, rel: str, column: str, first_row: int) -> pa.Array:
+    """Binary cells (CSV) as UTF-8 strings; the first invalid one is an error naming its row.
+    A dictionary is checked once a distinct value."""
+    t = arr.type
+    if pa.types.is_dictionary(t) and pa.types.is_binary(t.value_type):
+        try:
+            return arr.cast(pa.dictionary(t.index_type, pa.string()))
+        except pa.ArrowInvalid:
+            arr = arr.dictionary_decode()  # to name the row
+    if not pa.types.is_binary(arr.type):
+        return arr
+    try:
+        return arr.cast(pa.string())
+    except pa.ArrowInvalid:
+        for i, value in enumerate(arr.to_pylist()):
+            try:
+                _ = value is None or value.decode("utf-8")
+            except UnicodeDecodeError:
+                raise PrepError(
+                    f"{rel}: row {first_row + i}, column {column}: not UTF-8 "
+                    f"({value[:20]!r}). HINT: convert the file to UTF-8 (iconv -t utf-8)"
+                ) from None
+        raise
+
+
+def _casts(arr: pa.Array, to: pa.DataType) -> bool:
+    """Whether every cell converts; a failing cast costs a whole pass (0.2 s for 131,072 cells),
+    so a sample of the first cells is tried first."""
+    try:
+        arr.drop_null().slice(0, 64).cast(to)
+        arr.cast(to)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return False
+    return True
+
+
+def classify(arr: pa.Array, values: pa.Array | None = None) -> str:
+    """The kind of one block of a column (text cells tried as int, float, bool, time);
+    `values`: the distinct values of a text block (each is tried once, not once a row)."""
+    t = arr.type
+    if arr.null_count == len(arr) or pa.types.is_null(t):
+        return "null"
+    if pa.types.is_boolean(t):
+        return "bool"
+    if pa.types.is_integer(t):
+        return "int"
+    if pa.types.is_floating(t):
+        return "float"
+    if pa.types.is_temporal(t):
+        return "time"
+    if pa.types.is_dictionary(t) and not pa.types.is_string(t.value_type):
+        return "string"
+    if pa.types.is_dictionary(t):
+        values = arr.dictionary if values is None else values
+    elif not (pa.types.is_string(t) or pa.types.is_large_string(t)):
+        raise PrepError(f"type {t} is not a table type prep packs (nested?)")
+    cells = arr.drop_null() if values is None else values
+    for kind, to in (("int", pa.int64()), ("float", pa.float64())):
+        if _casts(cells, to):
+            return kind
+    if pc.all(pc.is_in(pc.utf8_lower(cells), pa.array(["true", "false"]))).as_py():
+        return "bool"
+    return "time" if _casts(cells, pa.timestamp("ns")) else "string"
+
+
+def as_dictionary(arr: pa.Array) -> pa.Array:
+    """Text cells as a dictionary array of strings (numbers as their text)."""
+    if pa.types.is_dictionary(arr.type):
+        return (
+            arr if pa.types.is_string(arr.type.value_type) else as_dictionary(arr.cast(pa.string()))
+        )
+    return pc.dictionary_encode(arr if pa.types.is_string(arr.type) else arr.cast(pa.string()))
+
+
+def combine(a: str, b: str) -> str:
+    if a == b or b == "null":
+        return a
+    if a == "null":
+        return b
+    return "float" if {a, b} == {"int", "float"} else "string"
+
+
+def as_float(arr: pa.Array, kind: str) -> np.ndarray:
+    """A numeric-kind block as float64 with NaN for missing (statistics, float storage)."""
+    if kind == "bool":
+        arr = pc.equal(pc.utf8_lower(arr), "true") if pa.types.is_string(arr.type) else arr
+        arr = arr.cast(pa.uint8())
+    elif kind == "time":
+        arr = arr.cast(pa.timestamp("ns")).cast(pa.int64())
+    return filled(arr.cast(pa.float64(), safe=False), np.nan)
+
+
+def filled(arr: pa.Array, value: Any) -> np.ndarray:
+    """The cells as numpy, `value` for missing (no copy when none is missing)."""
+    return np.asarray(arr.fill_null(value) if arr.null_count else arr)
+
+
+@dataclass
+class Column:
+    """One column as stored: `role` num | cat | target, the combined `kind`, the dtype, and
+    what the loader and the user need (missing count, range, train mean/std, vocabulary)."""
+
+    name: str
+    role: str
+    kind: str = "null"
+    dtype: str = "float32"
+    missing: int = 0
+    lo: float | None = None
+    hi: float | None = None
+    mean: float | None = None
+    std: float | None = None
+    vocab: list[str] | None = None
+    counts: list[int] | None = None
+    first_code: int | None = None  # a coded target's: 0 (class ids); others FIRST_CODE
+
+    @property
+    def coded(self) -> bool:
+        return self.vocab is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The manifest's entry (shallow: asdict would deep-copy every vocabulary value)."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {k: v for k, v in values.items() if v is not None}

@@ -1,0 +1,299 @@
+"""Tokenizers behind one small interface (`Tokenizer`), found in one table (`TOKENIZERS`)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from prep.run.errors import PrepError, UsageError
+from prep.run.files import atomic_write_text
+
+EOT = "<|endoftext|>"
+# End-of-document tokens looked up, in this order, in a tokenizer.json the user brings.
+EOT_CANDIDATES = (EOT, "<|end_of_text|>", "</s>", "<eos>", "[EOS]")
+# The largest --vocab-size: 64x the largest vocabularies in use (~256k). The bpe trainer
+# reserves about 2 bytes an id up front (~50 MB here); 10**11 would ask for terabytes.
+MAX_VOCAB = 1 << 24
+
+
+def with_eot(
+    ids: np.ndarray, lengths: np.ndarray, eot: int | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Put `eot` after every document of a flat run of ids; lengths then count it.
+
+    >>> ids, n = with_eot(np.array([5, 6, 7]), np.array([2, 0, 1]), 9)
+    >>> ids.tolist(), n.tolist()
+    ([5, 6, 9, 9, 7, 9], [3, 1, 2])
+    """
+    if eot is None:
+        return ids, lengths
+    return np.insert(ids, np.cumsum(lengths), eot), lengths + 1
+
+
+class Tokenizer(ABC):
+    """Documents in, one flat run of ids out. `vocab_size` is the largest id + 1."""
+
+    name: str
+    file: str | None  # its file inside the dataset folder (None: nothing to store)
+    vocab_size: int
+    eot_id: int | None  # put after every document; None: the offsets alone mark documents
+
+    @abstractmethod
+    def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """The ids of all `texts` back to back, each document followed by `eot_id` when there
+        is one, and the length of each document (its eot included)."""
+
+    @abstractmethod
+    def decode(self, ids: Iterable[int] | np.ndarray) -> str:
+        """The text of `ids`; the end-of-document id is dropped."""
+
+    @abstractmethod
+    def save(self, folder: Path) -> None:
+        """Write the tokenizer file into `folder` (atomically)."""
+
+
+class ByteTokenizer(Tokenizer):
+    """UTF-8 bytes: 256 ids, uint8, no end-of-document token (offsets mark documents)."""
+
+    name, file, vocab_size, eot_id = "bytes", None, 256, None
+
+    def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        data = [t.encode("utf-8") for t in texts]
+        lengths = np.fromiter(map(len, data), np.int64, len(data))
+        return np.frombuffer(b"".join(data), np.uint8), lengths
+
+    def save(self, folder: Path) -> None:
+        return None  # nothing to store: UTF-8 defines it
+
+    def decode(self, ids: Iterable[int] | np.ndarray) -> str:
+        arr = np.asarray(ids if isinstance(ids, np.ndarray) else list(ids), dtype=np.int64)
+        if arr.size and (arr.min() < 0 or arr.max() > 255):
+            raise ValueError("byte ids must be 0..255")
+        # A window may cut a character in two: its bytes read as U+FFFD rather than raise.
+        return arr.astype(np.uint8).tobytes().decode("utf-8", "replace")
+
+
+class CharTokenizer(Tokenizer):
+    """One id per character seen in the corpus (sorted by code point), then the eot id."""
+
+    name, file = "char", "chars.json"
+
+    def __init__(self, chars: str):
+        self.chars = chars
+        self.vocab_size = len(chars) + 1
+        self.eot_id = len(chars)
+        points = np.frombuffer(chars.encode("utf-32-le"), np.uint32)
+        # A dense code point -> id table: at most 0x110000 int32, 4.4 MB.
+        self._table = np.full(int(points.max()) + 1 if points.size else 1, -1, np.int32)
+        self._table[points] = np.arange(len(points), dtype=np.int32)
+        self._points = points
+
+    @classmethod
+    def fit(cls, corpus: Iterable[str]) -> CharTokenizer:
+        seen: set[str] = set()
+        for text in corpus:
+            seen.update(text)
+        return cls("".join(sorted(seen)))
+
+    @classmethod
+    def load(cls, path: Path) -> CharTokenizer:
+        return cls("".join(json.loads(path.read_text(encoding="utf-8"))["chars"]))
+
+    def save(self, folder: Path) -> None:
+        data = {"kind": "char", "chars": list(self.chars), "eot_id": self.eot_id}
+        atomic_write_text(folder / str(self.file), json.dumps(data, ensure_ascii=False) + "\n")
+
+    def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        points = np.frombuffer("".join(texts).encode("utf-32-le"), np.uint32)
+        known = points < len(self._table)
+        ids = self._table[np.where(known, points, 0)]
+        bad = ~known | (ids < 0)
+        if bad.any():
+            ch = chr(int(points[np.argmax(bad)]))
+            raise ValueError(f"character {ch!r} (U+{ord(ch):04X}) is not in the char vocabulary")
+        lengths = np.fromiter(map(len, texts), np.int64, len(texts))
+        return with_eot(ids, lengths, self.eot_id)
+
+    def decode(self, ids: Iterable[int] | np.ndarray) -> str:
+        arr = np.asarray(ids if isinstance(ids, np.ndarray) else list(ids), dtype=np.int64)
+        arr = arr[arr != self.eot_id]
+        return self._points[arr].astype("<u4").tobytes().decode("utf-32-le")
+
+
+class HFTokenizer(Tokenizer):
+    """A Hugging Face `tokenizers` tokenizer: our byte-level BPE, or a tokenizer.json brought by
+    the user. Special-token strings inside the text are encoded as plain text, so only the eot
+    id we add marks a document's end."""
+
+    file = "tokenizer.json"
+
+    def __init__(self, tok: Any, name: str, source: Path | None = None):
+        self.name = name
+        self.source = source  # the user's file, copied byte for byte by save()
+        tok.encode_special_tokens = True
+        self._tok = tok
+        vocab = tok.get_vocab(with_added_tokens=True)
+        self.vocab_size = max(vocab.values(), default=-1) + 1
+        self.eot_id = next((vocab[t] for t in EOT_CANDIDATES if t in vocab), None)
+
+    @classmethod
+    def load(cls, path: Path, name: str) -> HFTokenizer:
+        from tokenizers import Tokenizer as HF
+
+        try:
+            return cls(HF.from_file(str(path)), name, path if name == JSON_NAME else None)
+        except Exception as e:  # tokenizers raises a bare Exception for a bad file
+            raise PrepError(
+                f"{path}: not a tokenizers JSON file ({e}). HINT: pass the tokenizer.json "
+                "saved by Hugging Face tokenizers (e.g. GPT-2's)"
+            ) from e
+
+    def save(self, folder: Path) -> None:
+        # Serialized here, not by tokenizers' own save(): that neither fsyncs nor names the
+        # file, and a full disk raises a bare Exception from it.
+        if self.source is not None:
+            with open(self.source, encoding="utf-8", newline="") as f:  # byte for byte
+                text = f.read()
+        else:
+            text = self._tok.to_str(pretty=True)
+        atomic_write_text(folder / str(self.file), text)
+
+    def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        runs = [e.ids for e in self._tok.encode_batch_fast(texts, add_special_tokens=False)]
+        lengths = np.fromiter(map(len, runs), np.int64, len(runs))
+        ids = np.fromiter(itertools.chain.from_iterable(runs), np.int64, int(lengths.sum()))
+        return with_eot(ids, lengths, self.eot_id)
+
+    def decode(self, ids: Iterable[int] | np.ndarray) -> str:
+        arr = ids.tolist() if isinstance(ids, np.ndarray) else [int(i) for i in ids]
+        return str(self._tok.decode(arr, skip_special_tokens=True))
+
+
+def _fit_bpe(corpus: Callable[[], Iterable[str]], vocab_size: int) -> HFTokenizer:
+    from tokenizers import Tokenizer as HF
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
+    check_tokenizer("bpe", vocab_size)
+    tok = HF(models.BPE())
+    # Byte-level: every string is encodable (all 256 bytes are in the vocabulary) and decodes
+    # back exactly; no normaliser, so nothing is changed before encoding.
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[EOT],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(corpus(), trainer=trainer)
+    return HFTokenizer(tok, "bpe")
+
+
+def _need(path: Path | None) -> Path:
+    if path is None:
+        raise PrepError("this tokenizer needs its file. HINT: the dataset is incomplete; repack")
+    return path
+
+
+@dataclass(frozen=True)
+class TokenizerKind:
+    about: str
+    file: str | None  # the name of its file inside the dataset folder
+    # (corpus, vocab size) -> tokenizer; the corpus is a callable so that kinds that need no
+    # corpus never read it.
+    fit: Callable[[Callable[[], Iterable[str]], int], Tokenizer]
+    load: Callable[[Path | None], Tokenizer]  # from its file (None: the kind has no file)
+
+
+TOKENIZERS: dict[str, TokenizerKind] = {
+    "bytes": TokenizerKind(
+        "UTF-8 bytes, vocabulary 256, uint8",
+        ByteTokenizer.file,
+        lambda c, n: ByteTokenizer(),
+        lambda p: ByteTokenizer(),
+    ),
+    "char": TokenizerKind(
+        "the characters of the corpus + end-of-document",
+        CharTokenizer.file,
+        lambda c, n: CharTokenizer.fit(c()),
+        lambda p: CharTokenizer.load(_need(p)),
+    ),
+    "bpe": TokenizerKind(
+        "byte-level BPE trained on the corpus (--vocab-size)",
+        HFTokenizer.file,
+        _fit_bpe,
+        lambda p: HFTokenizer.load(_need(p), "bpe"),
+    ),
+}
+JSON_NAME = "json"  # the manifest's name for a tokenizer.json the user brought
+
+
+def tokenizer_identity(spec: str) -> tuple[str, str | None]:
+    """(name in the manifest, file in the dataset folder) of the tokenizer `spec` names."""
+    check_tokenizer(spec)
+    if spec in TOKENIZERS:
+        return spec, TOKENIZERS[spec].file
+    return JSON_NAME, HFTokenizer.file
+
+
+def check_tokenizer(spec: str, vocab_size: int | None = None) -> None:
+    """Fail early on a tokenizer that is neither a registered name nor an existing .json file,
+    and on a bpe vocabulary under 257 (the bytes and the eot token) or over MAX_VOCAB."""
+    if spec == "bpe" and vocab_size is not None and not 257 <= vocab_size <= MAX_VOCAB:
+        raise UsageError(
+            f"--vocab-size {vocab_size} is outside 257..{MAX_VOCAB:,} for bpe: 256 bytes and "
+            "the end-of-document token at least, 2**24 (far above any vocabulary in use) at "
+            "most. HINT: --vocab-size 8192 (GPT-2 has 50257)"
+        )
+    if spec in TOKENIZERS:
+        return
+    if spec.endswith(".json"):
+        if not Path(spec).is_file():
+            raise PrepError(f"tokenizer file {spec} does not exist. HINT: check the path")
+        return
+    raise UsageError(
+        f"unknown tokenizer {spec!r}. HINT: one of {', '.join(TOKENIZERS)}, or a path to a "
+        "tokenizer.json"
+    )
+
+
+def fit_tokenizer(spec: str, corpus: Callable[[], Iterable[str]], vocab_size: int) -> Tokenizer:
+    """The tokenizer `spec` names: built from the corpus where it needs one, or read from the
+    user's tokenizer.json."""
+    check_tokenizer(spec)
+    if spec in TOKENIZERS:
+        return TOKENIZERS[spec].fit(corpus, vocab_size)
+    return HFTokenizer.load(Path(spec), JSON_NAME)
+
+
+def load_saved(name: str, folder: Path, file: str | None) -> Tokenizer:
+    """A tokenizer saved by `Tokenizer.save` in `folder` under `file`."""
+    path = folder / file if file else None
+    if name == JSON_NAME:
+        return HFTokenizer.load(_need(path), JSON_NAME)
+    if name not in TOKENIZERS:
+        raise PrepError(f"{folder}: unknown tokenizer {name!r}. HINT: repack with this prep")
+    return TOKENIZERS[name].load(path)
+
+
+def load_tokenizer(root: str | os.PathLike[str]) -> Tokenizer:
+    """The tokenizer of a token dataset (a folder, or a URL: its file fetched into the cache
+    and checked against the manifest's sha256), to decode its ids.
+
+    >>> tok = load_tokenizer("data/demo-tokens")  # doctest: +SKIP
+    >>> tok.decode(DocumentDataset("data/demo-tokens", split="val")[0])  # doctest: +SKIP
+    """
+    from loaders.remote import dataset_file
+
+    m, local = dataset_file(root, "tokens")
+    t = m.extra["tokenizer"]
+    path = local(t["file"], t["sha256"]) if t["file"] else Path(os.devnull)  # bytes: no file
+    return load_saved(t["name"], path.parent, path.name if t["file"] else None)

@@ -1,0 +1,140 @@
+"""Listing sound files: a folder (class sub-folders give labels, as for images), a CSV/JSONL
+list with `path` and an optional `label` (prep.sources.images reads lists), or a folder
+with `--labels FILE.csv`; per-clip `--targets FILE.csv` as volumes read them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from prep.run.errors import PrepError
+from prep.run.inputs import class_folders, reject_record, walk
+from prep.sources import targets as tg
+from prep.sources.images import list_file
+
+# libsndfile's formats first, then what FFmpeg decodes (AAC, WMA, AMR, AC-3, Matroska audio).
+AUDIO_EXTS = frozenset(
+    [
+        ".wav",
+        ".flac",
+        ".ogg",
+        ".oga",
+        ".opus",
+        ".mp3",
+        ".aiff",
+        ".aif",
+        ".aifc",
+        ".au",
+        ".caf",
+        ".w64",
+        ".m4a",
+        ".aac",
+        ".wma",
+        ".mka",
+        ".webm",
+        ".amr",
+        ".ac3",
+    ]
+)
+LISTS = (".csv", ".jsonl")
+
+
+@dataclass(frozen=True)
+class Clip:
+    """One input file: how rejects name it, where it is, its class and its target values."""
+
+    rel: str
+    path: Path
+    label: int | None = None
+    target: tuple[int | float, ...] = ()
+
+
+@dataclass
+class Listing:
+    clips: list[Clip]
+    classes: list[str] | None
+    rejects: list[dict[str, Any]]
+    targets: tg.Targets | None
+
+
+def stem(rel: str) -> str:
+    """`speech/a.wav` -> `speech/a`: a row of --labels or --targets may name either."""
+    p = PurePosixPath(rel)
+    return str(p.with_suffix("")) if p.suffix else rel
+
+
+def _folder(src: Path) -> tuple[list[Clip], list[str] | None, list[dict[str, Any]]]:
+    files, rejects = walk(src, AUDIO_EXTS)
+    labelled, classes, strays = class_folders(files, "sound file")
+    return [Clip(rel, path, label) for rel, path, label in labelled], classes, rejects + strays
+
+
+def _rows(
+    table: tg.Targets, clips: list[Clip], seen: list[str]
+) -> tuple[list[Any], list[dict[str, Any]]]:
+    """Each clip's row of `table` (by path or stem), and a `<what>_missing` reject without one.
+    A row must name one of `seen` (every file listed, used or rejected) or the run stops."""
+    keys = {k for rel in seen for k in (rel, stem(rel))}
+    stray = [key for key in table.rows if key not in keys]
+    if stray:
+        raise PrepError(
+            f"{table.path}: line {table.lines[stray[0]]} names {stray[0]!r}, no sound file in "
+            f"SRC ({len(stray)} such rows). HINT: the first column is a file's path under SRC "
+            "or its stem (speech/a.wav or speech/a)"
+        )
+    rows, rejects = [], []
+    for c in clips:
+        row = table.rows.get(c.rel, table.rows.get(stem(c.rel)))
+        if row is None:
+            code = "label_missing" if _is_labels(table) else "target_missing"
+            why = f"no row in {table.path.name} names it (or its stem)"
+            rejects.append(reject_record(c.rel, code, why))
+        rows.append(row)
+    return rows, rejects
+
+
+def _is_labels(table: tg.Targets) -> bool:
+    return [c.name for c in table.columns] == ["label"]
+
+
+def _labelled(src: Path, labels: Path) -> tuple[list[Clip], list[str] | None, list[dict[str, Any]]]:
+    """A folder's files, each labelled by its row of `labels` (a CSV of path, label)."""
+    table = tg.read_targets(labels)
+    if not _is_labels(table):
+        raise PrepError(
+            f"--labels {labels}: columns {[c.name for c in table.columns]} after the path. "
+            "HINT: two columns, `path` (under SRC, or its stem) and `label`"
+        )
+    files, rejects = walk(src, AUDIO_EXTS)
+    clips = [Clip(rel, path) for rel, path in files]
+    rows, missing = _rows(table, clips, [c.rel for c in clips] + [r["path"] for r in rejects])
+    col = table.columns[0]
+    if col.classes is None and col.floats:
+        raise PrepError(f"--labels {labels}: labels are class names or integer ids, not numbers")
+    kept = [Clip(c.rel, c.path, int(r[0])) for c, r in zip(clips, rows, strict=True) if r]
+    return kept, col.classes, rejects + missing
+
+
+def list_audio(src: Path, labels: Path | None, targets: Path | None, limit: int | None) -> Listing:
+    """Every sound file of SRC in a fixed order, its label and targets, and the rejects."""
+    if not src.exists():
+        raise PrepError(f"{src} does not exist. HINT: pass a folder of sound files or a .csv list")
+    if src.is_file():
+        if src.suffix.lower() not in LISTS:
+            raise PrepError(f"{src} is not a folder or a .csv/.jsonl list of sound files")
+        items, classes, rejects = list_file(src)  # all rows: --targets may name any
+        clips = [Clip(it.rel, it.path, it.label) for it in items]
+    elif labels is not None:
+        clips, classes, rejects = _labelled(src, labels)
+    else:
+        clips, classes, rejects = _folder(src)
+    seen = [c.rel for c in clips] + [r["path"] for r in rejects]
+    clips = clips[:limit]
+    table = tg.read_targets(targets) if targets is not None else None
+    if table is not None:
+        rows, missing = _rows(table, clips, seen)
+        rejects += missing
+        clips = [Clip(c.rel, c.path, c.label, r) for c, r in zip(clips, rows, strict=True) if r]
+    rejects.sort(key=lambda r: r["path"])
+    return Listing(clips, classes, rejects, table)

@@ -1,0 +1,189 @@
+"""Listing inputs: image folders (class sub-folders give labels), CSV/JSONL lists, masks.
+
+The list is made once, in a fixed order that does not depend on how the file system lists
+entries, so the shard plan depends only on the inputs and the config."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prep.run.errors import PrepError
+from prep.run.inputs import INTEGER, check_file, class_folders, read_rows, reject_record, walk
+
+IMAGE_EXTS = frozenset(
+    [
+        ".jpg",
+        ".jpeg",
+        ".jpe",
+        ".png",
+        ".bmp",
+        ".gif",
+        ".tif",
+        ".tiff",
+        ".webp",
+        ".ppm",
+        ".pgm",
+        ".pbm",
+        ".pnm",
+        ".jfif",
+    ]
+)
+
+
+@dataclass(frozen=True)
+class Item:
+    path: Path
+    rel: str  # the name recorded in rejects and used for pairing masks (posix, relative)
+    label: int | None = None
+    mask: Path | None = None
+    split: str | None = None  # --splits or --val-fraction: the split it goes to
+
+
+@dataclass
+class Listing:
+    items: list[Item]
+    classes: list[str] | None
+    rejects: list[dict[str, Any]] = field(default_factory=list)
+    fingerprint: list[tuple[str, int, int]] = field(default_factory=list)
+    splits: list[str] | None = None  # in --splits order; the first is the training split
+
+
+def mask_index(masks: Path) -> dict[str, Path]:
+    """Masks by relative stem ("cat/001" -> masks/cat/001.png). A mask that cannot be read (a
+    FIFO, a broken link) is indexed too: its image is rejected for it (mask_not_file...)."""
+    files, rejects = walk(masks, IMAGE_EXTS)
+    index: dict[str, Path] = {}
+    for rel, path in files:
+        index.setdefault(rel.rsplit(".", 1)[0], path)  # sorted: .png before .tif for one stem
+    for r in rejects:
+        index.setdefault(r["path"].rsplit(".", 1)[0], masks / r["path"])
+    return index
+
+
+def fingerprint(items: list[Item]) -> list[tuple[str, int, int]]:
+    """(name, bytes, mtime) of every input and mask: what --resume compares with the first run."""
+    out = []
+    for it in items:
+        for path, name in ((it.path, it.rel), (it.mask, f"{it.rel} mask")):
+            if path is not None:
+                try:
+                    st = path.stat()
+                    out.append((name, st.st_size, st.st_mtime_ns))
+                except (OSError, ValueError):  # gone, or a bad name: decoding rejects it
+                    out.append((name, -1, -1))
+    return out
+
+
+def list_folder(src: Path) -> tuple[list[Item], list[str] | None, list[dict[str, Any]]]:
+    """Class sub-folders (sorted names, like torchvision's ImageFolder) or a flat folder."""
+    files, rejects = walk(src, IMAGE_EXTS)
+    labelled, classes, strays = class_folders(files, "image")
+    return [Item(p, rel, label) for rel, p, label in labelled], classes, rejects + strays
+
+
+MAX_LABEL = 2**31 - 1  # the largest class id: it fits int32, and every label dtype we store
+_HINT_KINDS = "labels are all integers (class ids, ASCII digits) or all class names"
+
+Label = int | str | None  # an integer label, a class name, or none
+
+
+def _check_paths(src: Path, rows: list[tuple[int, Any]]) -> None:
+    for n, r in rows:
+        if not isinstance(r, dict) or r.get("path") in (None, ""):
+            raise PrepError(
+                f"{src}: line {n} has no 'path'. HINT: every row names its image "
+                "in a 'path' column (CSV with a header row) or key (JSON lines)"
+            )
+        for key in ("path", "mask"):
+            if r.get(key) is not None and not isinstance(r[key], str):
+                raise PrepError(
+                    f"{src}: line {n} has a {key!r} that is not a string ({r[key]!r}). "
+                    "HINT: write the file name as a JSON string"
+                )
+
+
+def _label(src: Path, n: int, value: Any) -> Label:
+    """A label as read: an int when it is an ASCII decimal integer, else a class name."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        if not INTEGER.fullmatch(value):
+            return value
+        sign, digits = value[: value.startswith("-")], value.lstrip("-").lstrip("0") or "0"
+        return int(sign + digits[:100])  # int() refuses 4300 digits; 100 are past any bound
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise PrepError(
+        f"{src}: line {n} has the label {value!r}, not an integer or a string. HINT: {_HINT_KINDS}"
+    )
+
+
+def _labels(src: Path, rows: list[tuple[int, Any]]) -> tuple[list[int | None], list[str] | None]:
+    """Every row's label (ints, or class indices) and the class names, if they are names.
+
+    Labels that mix integers and names fail, naming the first row of the rarer kind: turning
+    every label into a class name would silently renumber them."""
+    labels = [_label(src, n, r.get("label")) for n, r in rows]
+    given = [(n, x) for (n, _), x in zip(rows, labels, strict=True) if x is not None]
+    if given and len(given) != len(rows):
+        n = next(n for (n, _), x in zip(rows, labels, strict=True) if x is None)
+        raise PrepError(
+            f"{src}: line {n} has no label, while {len(given)} rows have one. HINT: label every row"
+        )
+    ints = [(n, x) for n, x in given if isinstance(x, int)]
+    names = [(n, x) for n, x in given if isinstance(x, str)]
+    if ints and names:
+        odd, other = (ints, names) if len(ints) < len(names) else (names, ints)
+        (n, value), (m, example) = odd[0], other[0]
+        raise PrepError(
+            f"{src}: line {n} has the label {str(value)!r}, but {len(other)} rows have "
+            f"{'integer labels' if other is ints else 'class names'} (line {m}: "
+            f"{str(example)!r}). HINT: {_HINT_KINDS}; fix that row"
+        )
+    if not names:
+        return [x if isinstance(x, int) else None for x in labels], None
+    classes = sorted({x for _, x in names})
+    index = {c: i for i, c in enumerate(classes)}
+    return [index[x] if isinstance(x, str) else None for x in labels], classes
+
+
+def _bad_label(label: int) -> str | None:
+    if label < 0:
+        return f"label {label} is negative"
+    if label > MAX_LABEL:
+        shown = str(label) if len(str(label)) <= 30 else f"{str(label)[:20]}..."
+        return f"label {shown} is over {MAX_LABEL}, the largest class id"
+    return None
+
+
+def list_file(
+    src: Path, limit: int | None = None
+) -> tuple[list[Item], list[str] | None, list[dict[str, Any]]]:
+    """A CSV or JSONL list with `path` (relative to the list), optional `label` and `mask`.
+
+    Rows keep the list's order; `limit` keeps the first rows. Integer labels (ASCII decimal,
+    0..MAX_LABEL) are used as they are; class names map to their index in the sorted set of all
+    the list's names."""
+    rows = read_rows(src)
+    _check_paths(src, rows)
+    labels, classes = _labels(src, rows)
+    items: list[Item] = []
+    rejects: list[dict[str, Any]] = []
+    for (_, r), label in list(zip(rows, labels, strict=True))[:limit]:
+        rel = str(r["path"])
+        path = src.parent / rel
+        problem = check_file(path, rel)
+        if problem is not None:
+            if problem["reason"] == "missing":
+                problem["message"] = f"listed in {src.name} but not found"
+            rejects.append(problem)
+            continue
+        bad = None if label is None or classes is not None else _bad_label(label)
+        if bad is not None:
+            rejects.append(reject_record(rel, "bad_label", bad))
+            continue
+        mask = src.parent / r["mask"] if r.get("mask") else None
+        items.append(Item(path, rel, label, mask))
+    return items, classes, rejects

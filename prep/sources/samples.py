@@ -1,0 +1,106 @@
+"""What `pack_samples` is given, as a sorted list of inputs: Python objects, the rows of a
+CSV/JSONL/Parquet file (as dicts), the files of a folder (as paths), or the paths of a .txt."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from prep.run.errors import PrepError
+from prep.run.inputs import read_rows, walk
+
+ROWS = (".csv", ".jsonl", ".parquet")
+
+
+@dataclass(frozen=True)
+class Item:
+    """One input: how a reject names it, and the value the user's function is given."""
+
+    rel: str
+    value: Any
+
+
+@dataclass
+class Listing:
+    items: list[Item]
+    rejects: list[dict[str, Any]]
+    base: Path | None  # relative paths in the inputs are relative to this folder
+    fingerprint: str
+
+
+def list_inputs(inputs: Any, limit: int | None) -> Listing:
+    """The inputs in order (a folder's files sorted), the first `limit` of them."""
+    rejects: list[dict[str, Any]] = []
+    if isinstance(inputs, (str, Path)):
+        src = Path(inputs).absolute()
+        if src.is_dir():
+            found, rejects = walk(src, lambda name: True)
+            items = [Item(rel, str(path)) for rel, path in found]
+            stats = [(rel, path.stat().st_size, path.stat().st_mtime_ns) for rel, path in found]
+            return _listing(items[:limit], rejects, src, stats)
+        items = _file_items(src, limit)
+        return _listing(items[:limit], rejects, src.parent, [_stat(src)])
+    if isinstance(inputs, Sequence) and not isinstance(inputs, (bytes, bytearray)):
+        items = [Item(f"#{i}", v) for i, v in enumerate(inputs)]
+        return _listing(items[:limit], rejects, None, [])
+    raise PrepError(
+        f"inputs of type {type(inputs).__name__}: pass a list, a folder, or a .csv/.jsonl/"
+        ".parquet/.txt file"
+    )
+
+
+def _file_items(src: Path, limit: int | None) -> list[Item]:
+    suffix = src.suffix.lower()
+    if not src.is_file():
+        raise PrepError(f"{src} is not a file or folder. HINT: check the path")
+    if suffix in (".csv", ".jsonl"):
+        return [Item(f"{src.name}:{n}", row) for n, row in read_rows(src)]
+    if suffix == ".parquet":
+        return [Item(f"{src.name}:{i}", row) for i, row in enumerate(parquet_rows(src, limit))]
+    if suffix == ".txt":
+        try:
+            lines = src.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as e:
+            raise PrepError(f"{src}: cannot read the list of paths ({e})") from e
+        return [
+            Item(f"{src.name}:{n}", line.strip()) for n, line in enumerate(lines, 1) if line.strip()
+        ]
+    raise PrepError(
+        f"{src}: inputs are a folder or a {', '.join(ROWS)} or .txt file, not {suffix or 'this'}"
+    )
+
+
+def parquet_rows(src: Path, limit: int | None, batch: int = 1024) -> list[dict[str, Any]]:
+    """The first `limit` rows (None: all) of a Parquet file as dicts, read a batch of rows at a
+    time: a small file of many repeated rows (Parquet compresses them to nothing) is not
+    expanded whole to give a few."""
+    import pyarrow.parquet as pq
+
+    rows: list[dict[str, Any]] = []
+    try:
+        with pq.ParquetFile(src) as f:
+            for b in f.iter_batches(batch_size=min(batch, limit or batch) or 1):
+                rows += b.to_pylist()
+                if limit is not None and len(rows) >= limit:
+                    break
+    except Exception as e:  # pyarrow's ArrowInvalid and OSError alike
+        raise PrepError(f"{src}: cannot read it as Parquet ({e})") from e
+    return rows[:limit]
+
+
+def _stat(path: Path) -> tuple[str, int, int]:
+    st = path.stat()
+    return path.name, st.st_size, st.st_mtime_ns
+
+
+def _listing(
+    items: list[Item], rejects: list[dict[str, Any]], base: Path | None, stats: list[Any]
+) -> Listing:
+    """The fingerprint: the files read (names, sizes, times), or the objects themselves."""
+    said = stats if stats else [repr(it.value) for it in items]
+    digest = hashlib.sha256(json.dumps([said, len(items)], default=str).encode()).hexdigest()
+    return Listing(items, rejects, base, digest)

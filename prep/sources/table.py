@@ -1,0 +1,270 @@
+"""Table inputs: which files, and reading them as blocks of rows of bounded memory.
+
+A CSV, TSV or JSONL file is cut into blocks of about BLOCK_BYTES at line ends that lie outside
+quoted fields; a Parquet file into its row groups. The scan (prep.media.table.scan) parses every
+block once, in parallel, and keeps it parsed for the shard tasks: no row is parsed twice, and
+the blocks never depend on --jobs.
+
+CSV and TSV cells are typed by pyarrow's parser per block (the blocks' kinds are combined by
+prep.media.table.types); JSONL and Parquet keep the types their format has.
+"""
+
+from __future__ import annotations
+
+import csv
+import glob
+import io
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from prep.run.errors import PrepError
+from prep.run.inputs import check_file, reject_record, walk
+
+FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".parquet": "parquet"}
+# Compressed text tables are decompressed into the run folder first (prep.media.table.scan):
+# a block is a byte range, and a compressed stream cannot be entered at one.
+COMPRESSED = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".lz4": "lz4"}
+SUFFIXES = frozenset([*FORMATS, *(f + c for f in (".csv", ".tsv", ".jsonl") for c in COMPRESSED)])
+BLOCK_BYTES = 16 << 20  # a block's bytes: its parse holds a few times this in memory
+HINT_ENCODING = "HINT: convert the file to UTF-8 (iconv -f latin1 -t utf-8)"
+
+
+@dataclass(frozen=True)
+class Block:
+    """Rows of one file: bytes [start, end) (text formats) or row group `start` (Parquet);
+    `first_row` is the file's 1-based number of its first row, `rows` how many it holds,
+    `index` its place among all the blocks of the run (its parsed copy's name)."""
+
+    path: str
+    rel: str
+    fmt: str
+    start: int
+    end: int
+    first_row: int = 1
+    rows: int = 0
+    index: int = 0
+
+
+def table_format(path: Path) -> tuple[str, str | None]:
+    """The file's format and compression from its name ("" when prep reads no such file).
+
+    >>> table_format(Path("a.csv.gz")), table_format(Path("b.parquet")), table_format(Path("c"))
+    (('csv', 'gzip'), ('parquet', None), ('', None))
+    """
+    name = path.name.lower()
+    codec = next((c for s, c in COMPRESSED.items() if name.endswith(s)), None)
+    if codec is not None:
+        name = name.rsplit(".", 1)[0]
+    fmt = FORMATS.get(Path(name).suffix, "")
+    return ("", None) if fmt == "parquet" and codec else (fmt, codec)
+
+
+def _is_table(name: str) -> bool:
+    return bool(table_format(Path(name))[0])
+
+
+def _listed(src: str, many: bool) -> tuple[list[tuple[str, Path]], list[dict[str, Any]]]:
+    """One SRC's table files as (rel, path), and rejects; `many`: one of several SRC paths
+    (a file is then named as given, else by its name)."""
+    root = Path(src)
+    if root.is_dir():
+        return walk(root, _is_table)
+    if glob.has_magic(src) and not root.exists():
+        found, rejects = [], []
+        for p in sorted(Path(p) for p in glob.glob(src, recursive=True)):
+            if _is_table(p.name):
+                problem = check_file(p, str(p))
+                (rejects.append(problem) if problem else found.append((str(p), p)))
+        return found, rejects
+    if _is_table(root.name):
+        rel = src if many else root.name
+        problem = check_file(root, rel)
+        return ([], [problem]) if problem else ([(rel, root)], [])
+    raise PrepError(
+        f"{src} is not a folder, a glob or a .csv/.tsv/.jsonl(.gz)/.parquet file. HINT: name "
+        "table files, folders of them, or a quoted glob 'data/*.csv'"
+    )
+
+
+def sources_of(src: str | list[str] | None) -> list[str]:
+    """SRC as a list: one path or glob, or several (a shell's expansion of data/*.csv)."""
+    return [src] if isinstance(src, str) else list(src or [])
+
+
+def list_tables(
+    src: str | list[str],
+) -> tuple[list[tuple[str, Path]], list[dict[str, Any]]]:
+    """The table files of `src` (files, folders, or quoted globs such as 'data/*.csv'), as
+    (rel, path) in SRC order (each folder or glob sorted), and rejects for those that cannot
+    be read or are empty. A file named twice is read once."""
+    paths = sources_of(src)
+    found: list[tuple[str, Path]] = []
+    rejects: list[dict[str, Any]] = []
+    for one in paths:
+        listed, refused = _listed(one, len(paths) > 1)
+        found += listed
+        rejects += refused
+    kept, seen = [], set()
+    for rel, path in found:
+        if path.resolve() in seen:
+            continue
+        seen.add(path.resolve())
+        if path.stat().st_size == 0:
+            rejects.append(reject_record(rel, "empty", "the file is empty (0 bytes)"))
+        else:
+            kept.append((rel, path))
+    return kept, rejects
+
+
+def decompressed(rel: str, path: Path, folder: Path, index: int) -> Path:
+    """A compressed table as a plain file in `folder` (the run folder), streamed in bounded
+    memory; a plain one as it is."""
+    fmt, codec = table_format(path)
+    if codec is None:
+        return path
+    plain = folder / f"{index:05d}.{fmt}"
+    try:
+        with pa.input_stream(str(path), compression=codec) as f, open(plain, "wb") as out:
+            while chunk := f.read(BLOCK_BYTES):
+                out.write(chunk)
+    except (pa.ArrowException, OSError) as e:
+        raise PrepError(f"{rel}: cannot decompress it ({e}). HINT: check the file") from e
+    return plain
+
+
+def _cuts(path: Path, size: int, quoted: bool) -> Iterator[tuple[int, int]]:
+    """Byte ranges of about `size` ending at line ends outside quotes (an even count of `"`
+    before the cut: RFC 4180 escapes a quote as two)."""
+    total = path.stat().st_size
+    start = 0
+    with open(path, "rb") as f:
+        while start < total:
+            f.seek(start)
+            data = f.read(size)
+            end = start + len(data)
+            if end < total:
+                cut = data.rfind(b"\n") + 1
+                while quoted and cut > 0 and data.count(b'"', 0, cut) % 2:
+                    cut = data.rfind(b"\n", 0, cut - 1) + 1
+                if cut <= 0:  # one row longer than a block: read on to its end
+                    yield start, total
+                    return
+                end = start + cut
+            yield start, end
+            start = end
+
+
+def blocks(rel: str, path: Path, block_bytes: int = BLOCK_BYTES) -> Iterator[Block]:
+    """The file's blocks in order, without their row counts (the scan fills them in)."""
+    fmt = table_format(path)[0]
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            groups = pq.ParquetFile(path).num_row_groups
+        except (pa.ArrowException, OSError) as e:
+            raise PrepError(f"{rel}: not a readable Parquet file ({e}). HINT: rewrite it") from e
+        yield from (Block(str(path), rel, fmt, g, g + 1) for g in range(groups))
+        return
+    header = _header_end(path, rel) if fmt in ("csv", "tsv") else 0
+    for a, b in _cuts(path, block_bytes, fmt != "jsonl"):
+        if b > max(a, header):
+            yield Block(str(path), rel, fmt, max(a, header), b)
+
+
+def _header_end(path: Path, rel: str) -> int:
+    """Where the header line ends (a header alone: the file has no rows)."""
+    with open(path, "rb") as f:
+        line = f.readline(1 << 20)
+    if not line.endswith(b"\n"):
+        line += b"\n"
+    return len(line)
+
+
+def read_block(
+    block: Block,
+    na_values: list[str],
+    rejects: list[dict[str, Any]],
+    types: dict[str, pa.DataType] | None = None,
+    delimiter: str | None = None,
+) -> pa.Table:
+    """The block's rows; rows with too many or too few fields are skipped and recorded in
+    `rejects`, each with its `row` in the block (from 1: the caller makes it the file's).
+    CSV columns get `types` where given, else pyarrow's inference (text that is not UTF-8
+    comes back as binary: the caller names its row). `delimiter`: default , (CSV) or tab."""
+    path = Path(block.path)
+    if block.fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        return pq.ParquetFile(path).read_row_group(block.start)
+    with open(path, "rb") as f:
+        head = f.readline(1 << 20) if block.fmt != "jsonl" else b""
+        f.seek(block.start)
+        data = f.read(block.end - block.start)
+    try:
+        if block.fmt == "jsonl":
+            import pyarrow.json as pj
+
+            return pj.read_json(io.BytesIO(data))
+        sep = delimiter or ("\t" if block.fmt == "tsv" else ",")
+        return _read_csv(head, data, block, (na_values, sep), rejects, types or {})
+    except pa.ArrowInvalid as e:
+        raise PrepError(
+            f"{block.rel}: cannot parse the rows from row {block.first_row} on ({e}). "
+            "HINT: check the file's format and quoting"
+        ) from e
+
+
+def _read_csv(
+    head: bytes,
+    data: bytes,
+    block: Block,
+    how: tuple[list[str], str],
+    rejects: list[dict[str, Any]],
+    types: dict[str, pa.DataType],
+) -> pa.Table:
+    """`how`: the --na-values and the delimiter."""
+    import pyarrow.csv as pcsv
+
+    na_values, sep = how
+
+    try:
+        line = head.decode("utf-8").rstrip("\r\n")
+    except UnicodeDecodeError as e:
+        raise PrepError(f"{block.rel}: row 0 (the header) is not UTF-8. {HINT_ENCODING}") from e
+    names = next(csv.reader([line], delimiter=sep), [])
+
+    def bad_row(row: Any) -> str:
+        found = reject_record(
+            block.rel,
+            "fields",
+            f"the row has {row.actual_columns} fields, the header {row.expected_columns}: "
+            f"{row.text[:80]!r}",
+        )
+        fields = [row.actual_columns, row.expected_columns]  # the scan's check, not stored
+        rejects.append(found | {"row": row.number, "fields": fields})
+        return "skip"
+
+    parse = pcsv.ParseOptions(
+        delimiter=sep,
+        newlines_in_values=b'"' in data,  # only quoted cells hold newlines (parses 1.5x faster)
+        invalid_row_handler=bad_row,
+    )
+    convert = pcsv.ConvertOptions(
+        column_types={n: t for n, t in types.items() if n in names},
+        null_values=["", *na_values],
+        true_values=["true", "True", "TRUE"],  # not pyarrow's 1/0: those stay integers
+        false_values=["false", "False", "FALSE"],
+        strings_can_be_null=True,
+        quoted_strings_can_be_null=False,
+        # Text as dictionaries: made while converting, about free, and each distinct value is
+        # then typed, checked and looked up once (the cardinality limit is per 1 MB chunk).
+        auto_dict_encode=True,
+        auto_dict_max_cardinality=2**31 - 1,
+    )
+    read = pcsv.ReadOptions(column_names=names, use_threads=False)
+    return pcsv.read_csv(io.BytesIO(data), read, parse, convert)

@@ -1,0 +1,52 @@
+"""Listing videos: a folder (class sub-folders give labels, as for images) or a CSV/JSONL
+list with `path` and an optional `label` (prep.sources.images reads lists)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prep.run.errors import PrepError
+from prep.run.inputs import class_folders, walk
+from prep.sources.images import Item, list_file
+
+VIDEO_EXTS = frozenset(
+    [
+        ".mp4",
+        ".m4v",
+        ".mov",
+        ".mkv",
+        ".webm",
+        ".avi",
+        ".mpg",
+        ".mpeg",
+        ".ts",
+        ".flv",
+        ".wmv",
+        ".3gp",
+        ".ogv",
+        ".gif",
+    ]
+)
+
+
+def list_videos(
+    src: Path, limit: int | None = None
+) -> tuple[list[Item], list[str] | None, list[dict[str, Any]]]:
+    """Every video of SRC, in a fixed order: (items, class names or None, rejects)."""
+    if not src.exists():
+        raise PrepError(f"{src} does not exist. HINT: pass a folder of videos or a .csv list")
+    if src.is_file():
+        if src.suffix.lower() not in (".csv", ".jsonl", ".json"):
+            raise PrepError(
+                f"{src} is not a folder or a .csv/.jsonl list of videos. HINT: pass the folder "
+                f"that holds it ({src.parent}), or list it in a CSV with a path column"
+            )
+        return list_file(src, limit)
+    files, rejects = walk(src, VIDEO_EXTS)
+    labelled, classes, strays = class_folders(files, "video")
+    items = [Item(path, rel, label) for rel, path, label in labelled]
+    rejects += strays
+    if limit is not None:
+        items = items[:limit]
+    return items, classes, rejects
