@@ -29,7 +29,7 @@ _EXPORTS = {
     "ShardStore": "loaders.read.store",
     "LocalBackend": "loaders.read.store",
     "FormatError": "loaders.format",
-    "load_manifest": "loaders.format",
+    "load_manifest": "loaders.fields.checks",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+from manifests import edit_manifest
 
 from loaders.format import FormatError, load_manifest
 from prep.kinds.text.config import TokenizeConfig
 from prep.kinds.text.tokenize import tokenize
-
-
-def edit_manifest(root: Path, change) -> None:
-    path = root / "manifest.json"
-    m = json.loads(path.read_text())
-    change(m)
-    path.write_text(json.dumps(m))
 
 
 @pytest.mark.parametrize(

@@ -28,7 +28,7 @@ from loaders.format import (
     check_files,
     map_array,
 )
-from loaders.format.kinds import FIELDS
+from loaders.format.legacy.arrays import FIELDS
 from loaders.read.decode import Job, Places, _run
 
 # ---------------------------------------------------------------- .npy headers

@@ -6,7 +6,6 @@ masks, 3 shards of 8)."""
 
 from __future__ import annotations
 
-import json
 import os
 import pickle
 from collections.abc import Callable
@@ -18,18 +17,12 @@ import numpy as np
 import pytest
 import torch
 from helpers import no_hang
+from manifests import edit_manifest
 
 from loaders import ImageShardDataset, make_loader
 from loaders.format import FormatError, check_files, load_manifest, read_manifest
 
 Edit = Callable[[dict[str, Any]], None]
-
-
-def edit_manifest(root: Path, change: Edit) -> None:
-    path = root / "manifest.json"
-    d = json.loads(path.read_text())
-    change(d)
-    path.write_text(json.dumps(d))
 
 
 def set_bytes(root: Path, shard: int, name: str) -> None:

@@ -16,7 +16,7 @@ from untrusted import packed_table, volumes, write_dataset
 
 import prep
 from loaders.format import ArraySpec
-from loaders.format.kinds import FIELDS
+from loaders.format.legacy.arrays import FIELDS
 from prep.cli.main import app
 from prep.fields import Array, Boxes, Image, Label, Mask
 from prep.inspect import gallery

@@ -22,7 +22,7 @@ import torch
 
 from loaders import ImageShardDataset, TokenWindowDataset, make_loader
 from loaders.format import MANIFEST, ArrayRef, FileInfo, FormatError, Manifest, Shard
-from loaders.format.kinds import FIELDS
+from loaders.format.legacy.arrays import FIELDS
 from loaders.format.schema import array_name
 
 SIZE = 8  # px: tiny images, the shard count is what matters here

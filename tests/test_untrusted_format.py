@@ -25,7 +25,7 @@ from loaders.format import (
     load_manifest,
     read_manifest,
 )
-from loaders.format.kinds import FIELDS
+from loaders.format.legacy.arrays import FIELDS
 
 # ---------------------------------------------------------------- 1. sha256 is a digest
 

@@ -14,7 +14,7 @@ from untrusted import copy, digest, edit_manifest, images, packed_table, rewrite
 
 from loaders import DocumentDataset, ImageShardDataset, TableDataset
 from loaders.format import MANIFEST, ArrayRef, FormatError, check_files, read_manifest
-from loaders.format.kinds import FIELDS
+from loaders.format.legacy.arrays import FIELDS
 
 # ---------------------------------------------------------------- 6. manifests JSON accepts
 

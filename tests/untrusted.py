@@ -5,7 +5,6 @@ about (imported as `untrusted`: tests/ is on sys.path)."""
 from __future__ import annotations
 
 import hashlib
-import json
 import shutil
 import struct
 from pathlib import Path
@@ -13,9 +12,10 @@ from typing import Any
 
 import h5py
 import numpy as np
+from manifests import edit_manifest
 
 from loaders.format import MANIFEST, ArrayRef, ArraySpec, FileInfo, Manifest, Shard
-from loaders.format.kinds import FIELDS
+from loaders.format.legacy.arrays import FIELDS
 
 Arrays = dict[str, np.ndarray]
 
@@ -83,14 +83,6 @@ def tokens(
     extra = {"vocab_size": vocab_size, "eot_id": eot_id}
     arrays = {"tokens": flat, "doc_offsets": off}
     return write_dataset(root, "tokens", specs, [(len(docs), arrays)], split="train", extra=extra)
-
-
-def edit_manifest(root: Path, change: Any) -> Path:
-    path = root / MANIFEST
-    d = json.loads(path.read_text())
-    change(d)
-    path.write_text(json.dumps(d))
-    return root
 
 
 def rewrite(root: Path, rel: str, data: np.ndarray) -> None:

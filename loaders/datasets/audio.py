@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from functools import cached_property
 from typing import Any, Unpack, cast
 
 import numpy as np
@@ -19,8 +18,8 @@ import torch
 from loaders.augment.random import stream_key, uniform
 from loaders.datasets.base import Remote, ShardedDataset
 from loaders.datasets.samples import ArrayReading, SampleBatch
+from loaders.fields.audio import Audio
 from loaders.fields.batching import ragged_batch
-from loaders.fields.registry import fields_from
 from loaders.read.batches import check_indices
 from loaders.read.memory import by_shard
 from loaders.read.store import DEFAULT_MAX_OPEN
@@ -39,7 +38,6 @@ class AudioDataset(ShardedDataset):
     other fields (label, source_rate, start, targets, index); default: label, when there is one.
     """
 
-    kind = "samples"
 
     def __init__(
         self,
@@ -54,11 +52,10 @@ class AudioDataset(ShardedDataset):
         **remote: Unpack[Remote],
     ):
         super().__init__(root, split=split, max_open=max_open, **remote)
-        info = self.store.manifest.extra.get(AUDIO)
-        if not isinstance(info, dict) or AUDIO not in self.declared:
+        audio = self.declared.get(AUDIO)
+        if not isinstance(audio, Audio):
             raise ValueError(f"{self.store.root} is not an audio dataset (packed by prep audio)")
-        self.rate, self.channels = int(info["rate"]), int(info["channels"])
-        self.mono = self.declared[AUDIO].arrays(AUDIO)[0].shape == ()
+        self.rate, self.channels, self.mono = audio.rate, audio.channels, audio.mono
         if seconds is not None and round(seconds * self.rate) < 1:
             raise ValueError(f"seconds={seconds} is under one sample at {self.rate} Hz")
         self.window = None if seconds is None else round(seconds * self.rate)
@@ -72,10 +69,6 @@ class AudioDataset(ShardedDataset):
         # audio (its windows) always, first: what a batch holds, by name (MixedDataset's)
         self.fields = (AUDIO, *(f for f in chosen if f != AUDIO))
         self.seed, self.random = seed, random
-
-    @cached_property
-    def declared(self) -> dict[str, Any]:
-        return fields_from(self.store.manifest.extra.get("fields"), self.store.root)
 
     def lengths(self, indices: Sequence[int]) -> np.ndarray:
         """Each clip's length in samples (frames), for bucketing by duration."""

@@ -9,13 +9,15 @@ import math
 import os
 from collections.abc import Sequence
 from functools import cached_property
-from typing import Any, ClassVar, TypedDict, Unpack
+from typing import Any, TypedDict, Unpack
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
 from loaders.augment.crops import Crop
+from loaders.fields.base import Field
+from loaders.fields.registry import declared
 from loaders.read.batches import BufferPool, check_indices, new_batch
 from loaders.read.decode import check_sides, fill, jobs_for
 from loaders.read.memory import SharedArrays
@@ -34,17 +36,15 @@ class Remote(TypedDict, total=False):
 
 
 class ShardedDataset(Dataset[Any]):
-    """A packed dataset of kind `kind` at `root` (a folder or an fsspec URL: see Remote), read
-    from its shards of split `split` (None: every shard). Subclasses read a batch in
-    `__getitems__` (`__getitem__` is then a batch of one), or, for samples of shapes of their
-    own (whole volumes, documents), an item in `__getitem__` and a list of them in
-    `__getitems__`, as torch's default does.
+    """A packed dataset at `root` (a folder or an fsspec URL: see Remote), read from its shards
+    of split `split` (None: every shard; a split it lacks is a ValueError naming those it has).
+    Subclasses read a batch in `__getitems__` (`__getitem__` is then a batch of one), or, for
+    samples of shapes of their own (whole volumes, documents), an item in `__getitem__` and a list
+    of them in `__getitems__`, as torch's default does.
 
     Shard files are mapped lazily by `self.store`, never pickled: the object pickles to a few
     hundred bytes for spawn workers. The size and epoch live in shared memory so that
     `set_epoch` (and a subclass's size) reach persistent DataLoader workers."""
-
-    kind: ClassVar[str]
 
     def __init__(
         self,
@@ -54,27 +54,41 @@ class ShardedDataset(Dataset[Any]):
         max_open: int = DEFAULT_MAX_OPEN,
         **remote: Unpack[Remote],
     ):
-        self.store = ShardStore(root, self.kind, max_open=max_open, **remote)
+        self.store = ShardStore(root, max_open=max_open, **remote)
         self.split = split
+        if split is not None and not len(self._shards):
+            have = self.store.manifest.splits
+            raise ValueError(
+                f"{self.store.root} has no {split!r} split; it has {have or 'none'}. HINT: "
+                "prep pack --splits train,val or --val-fraction 0.1, or another split"
+            )
         self._now = torch.zeros(2, dtype=torch.int64).share_memory_()  # size, epoch
         self._memory: dict[str, torch.Tensor] = {}  # in_memory's copy: name -> its bytes
+
+    @cached_property
+    def declared(self) -> dict[str, Field]:
+        """Every field of the dataset, as its manifest declares it (loaders.fields)."""
+        return declared(self.store.manifest)
 
     @cached_property
     def arrays(self) -> SharedArrays:  # the store's maps, or in_memory's copy of them
         return SharedArrays(self.store, self._memory)
 
     @cached_property
-    def _shards(self) -> list[int]:
-        """The manifest indices of the shards the dataset reads, in order: its split's, or all."""
-        shards = self.store.manifest.shards
-        return [i for i, s in enumerate(shards) if self.split in (None, s.split)]
+    def _shards(self) -> np.ndarray:
+        """The manifest indices of the shards the dataset reads, in order: its split's, or all
+        (a column of the shard index: no record is read)."""
+        m = self.store.manifest
+        if self.split is None:
+            return np.arange(len(m.shards))
+        return np.flatnonzero(m.split_of() == self.split)
 
     @cached_property
     def _starts(self) -> np.ndarray:
         """Cumulative sample counts: the k-th shard read (`_shards[k]`) holds samples
         [_starts[k], _starts[k + 1])."""
-        shards = self.store.manifest.shards
-        return np.cumsum([0, *(shards[i].count for i in self._shards)], dtype=np.int64)
+        counts = self.store.manifest.counts()[self._shards]
+        return np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
 
     @cached_property
     def _buffers(self) -> BufferPool:
@@ -106,8 +120,7 @@ class ShardedDataset(Dataset[Any]):
         index in that shard."""
         idx = check_indices(indices, int(self._starts[-1]))
         k = np.searchsorted(self._starts, idx, side="right") - 1
-        shard = k if self.split is None else np.asarray(self._shards)[k]
-        return shard, idx - self._starts[k]
+        return self._shards[k], idx - self._starts[k]
 
     def gather(
         self, dst: np.ndarray, name: str, groups: list[tuple[int, np.ndarray]], local: np.ndarray
@@ -130,6 +143,12 @@ class ShardedDataset(Dataset[Any]):
                     dst[j] = arr[k]
             else:
                 dst[pos] = arr[local[pos]]
+
+    def source(self, index: int) -> str | None:
+        """Sample `index`'s input, relative to the SRC it was packed from, as its field
+        `source` keeps it (None: a dataset packed without one)."""
+        self.store.check()
+        return self.store.source(*(int(a[0]) for a in self._locate([index])))  # shard, sample
 
     def __getitem__(self, index: int) -> Any:
         return self.__getitems__([index])[0]

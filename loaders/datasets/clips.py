@@ -24,7 +24,6 @@ import torch
 from loaders.augment.crops import Crop, whole
 from loaders.augment.random import stream_key, uniform
 from loaders.datasets.base import DecodingDataset, Remote
-from loaders.fields.registry import fields_from
 from loaders.fields.video import Video, frame_pieces
 from loaders.read.batches import Batch, check_indices, new_batch
 from loaders.read.decode import Job, Places, check_sides, fill, jobs_for
@@ -43,7 +42,6 @@ class ClipDataset(DecodingDataset):
     clip with probability 1/2, drawn like the crop. `decode="cuda"` decodes JPEG frames with
     nvJPEG into CUDA tensors; raw frames are copied on the CPU whatever `decode` says."""
 
-    kind = "samples"
 
     def __init__(
         self,
@@ -69,7 +67,7 @@ class ClipDataset(DecodingDataset):
             raise ValueError(f"clips_per_video {clips_per_video} must be at least 1 (or None)")
         if decode not in ("cpu", "cuda"):
             raise ValueError(f"decode={decode!r} is not 'cpu' or 'cuda'")
-        fields = fields_from(self.store.manifest.extra.get("fields"), self.store.root)
+        fields = self.declared
         videos = [n for n, f in fields.items() if isinstance(f, Video)]
         self.field = field or (videos[0] if videos else "")
         if self.field not in videos:

@@ -22,10 +22,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from loaders.fields.array import Array, Label
-from loaders.fields.base import SampleField
+from loaders.fields.array import Array
+from loaders.fields.base import Field
 from loaders.fields.image import Boxes, Image, Keypoints, Mask
 from loaders.fields.instances import Instances
+from loaders.fields.label import Label
 
 # What a box must keep of its width and height once clipped: torchvision's SanitizeBoundingBoxes
 # default, and Compose's.
@@ -54,7 +55,7 @@ def _one(names: list[str], role: str, root: object, by: str = "transforms=") -> 
     return names[0] if names else None
 
 
-def roles_of(declared: Mapping[str, SampleField], fields: Sequence[str], root: object) -> Roles:
+def roles_of(declared: Mapping[str, Field], fields: Sequence[str], root: object) -> Roles:
     """Each field's role (see the module's docstring); a dataset a pipeline cannot serve is a
     ValueError with the fix."""
     read = {f: declared[f] for f in fields if f in declared}
@@ -71,9 +72,7 @@ def roles_of(declared: Mapping[str, SampleField], fields: Sequence[str], root: o
     return _instances(read, Roles(image, mask, boxes, label=label), root, "transforms=")
 
 
-def crop_roles(
-    declared: Mapping[str, SampleField], fields: Sequence[str], root: object
-) -> Roles | None:
+def crop_roles(declared: Mapping[str, Field], fields: Sequence[str], root: object) -> Roles | None:
     """What a load-time `crop=` drops with a box it cuts away: the Boxes field read, the
     keypoints and instances of its image, the per-box rows (as roles_of has them, the image
     read or not); None when no boxes are read."""
@@ -86,8 +85,8 @@ def crop_roles(
 
 
 def _follows(
-    read: Mapping[str, SampleField],
-    kind: type[SampleField],
+    read: Mapping[str, Field],
+    kind: type[Field],
     image: str,
     role: str,
     root: object,
@@ -98,7 +97,7 @@ def _follows(
     return _one(found, role, root, by)
 
 
-def _instances(read: Mapping[str, SampleField], r: Roles, root: object, by: str) -> Roles:
+def _instances(read: Mapping[str, Field], r: Roles, root: object, by: str) -> Roles:
     """Roles `r` with the keypoints and instances of its image, and its per-box fields: every
     ragged `Array` read, when boxes are."""
     instances = _follows(read, Instances, r.image, "instances", root, by)

@@ -20,10 +20,9 @@ from loaders.datasets.roles import (
     roles_of,
     transform,
 )
-from loaders.fields.base import RAGGED_POLICIES, SampleField
+from loaders.fields.base import RAGGED_POLICIES, Field
 from loaders.fields.image import Boxes, Image, Keypoints, Mask, hw_name
 from loaders.fields.instances import Instances
-from loaders.fields.registry import fields_from
 from loaders.format import array_name
 from loaders.read.batches import Batch, new_batch
 from loaders.read.memory import by_shard
@@ -68,7 +67,6 @@ class SampleDataset(DecodingDataset):
     packed with mode keep, without `crop=`, a leading RandomResizedCrop of the pipeline is read
     as the crop (the same boxes as the op's draws, each sample's own shape)."""
 
-    kind = "samples"
 
     def __init__(
         self,
@@ -127,11 +125,6 @@ class SampleDataset(DecodingDataset):
     # -- what the manifest says: recomputed after unpickling, never pickled ------------------
 
     @cached_property
-    def declared(self) -> dict[str, SampleField]:
-        """Every field of the dataset, as its manifest describes it."""
-        return fields_from(self.store.manifest.extra.get("fields"), self.store.root)
-
-    @cached_property
     def sizes(self) -> list[int]:
         return self.store.manifest.sizes()
 
@@ -154,7 +147,7 @@ class SampleDataset(DecodingDataset):
         keep = [f for f, d in self.declared.items() if isinstance(d, Image) and d.mode == "keep"]
         if self.crop is None and any(f in self.fields for f in keep):
             raise ValueError(
-                f"{self.store.root}: field {keep[0]} was packed with mode keep: its samples "
+                f"{self.store.root}: field {keep[0]} was packed with --mode keep: its samples "
                 "have their own shapes. HINT: pass crop=CenterCrop(224) or "
                 "RandomResizedCrop(224) (from loaders)"
             )
@@ -166,7 +159,8 @@ class SampleDataset(DecodingDataset):
         ImageShardDataset), so that one batch's bookkeeping overlaps the other's decoding."""
         images = [self.declared[f] for f in self.fields if f != "index"]
         decodes = any(
-            isinstance(d, Image) and (d.codec == "jpeg" or self.crop is not None) for d in images
+            isinstance(d, Image) and ("jpeg" in str(d.codec) or self.crop is not None)
+            for d in images
         )
         return 2 if decodes and self.decode == "cpu" else None
 
@@ -226,7 +220,7 @@ class ArrayReading:
     def crops(self, image: str) -> tuple[np.ndarray, tuple[int, int]] | None:
         return None
 
-    def images(self, field: SampleField, name: str) -> torch.Tensor:
+    def images(self, field: Field, name: str) -> torch.Tensor:
         raise ValueError(
             f"{self.ds.store.root}: field {name} holds images, which {type(self.ds).__name__} "
             "does not decode. HINT: read it with SampleDataset"
@@ -268,7 +262,7 @@ class _Reading(ArrayReading):
             return None
         return self._hw_boxes(image)[1], self.ds.crop.size
 
-    def images(self, field: SampleField, name: str) -> torch.Tensor:
+    def images(self, field: Field, name: str) -> torch.Tensor:
         """Field `name` (an Image or a Mask) at the batch's size: uint8 (B, C, H, W) views of
         HWC batches for images, (B, H, W) for masks."""
         ds, size, b = self.ds, self.size or 0, len(self.local)

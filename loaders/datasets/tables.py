@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from loaders.datasets.base import Remote, ShardedDataset
+from loaders.fields.column import Column
 from loaders.read.batches import Batch, check_indices, new_batch
 from loaders.read.store import DEFAULT_MAX_OPEN
 
@@ -54,7 +55,6 @@ class TableDataset(ShardedDataset):
     target is a class id 0..K-1 (what F.cross_entropy takes): `classes` are their names and
     `num_classes` is K (an integer target's max + 1). `root` may be a URL (see ShardedDataset)."""
 
-    kind = "table"
 
     def __init__(
         self,
@@ -69,25 +69,31 @@ class TableDataset(ShardedDataset):
     ):
         super().__init__(root, split=split, max_open=max_open, **remote)
         self.missing_mask, self.in_memory, self.with_index = missing_mask, in_memory, index
-        if not self._shards:
-            raise ValueError(
-                f"{self.store.root} has no {split!r} rows (rows per split: "
-                f"{self.store.manifest.extra['splits']}). HINT: repack with --val-fraction, "
-                "or use split='train'"
-            )
+        if not any(isinstance(f, Column) for f in self.declared.values()):
+            raise ValueError(f"{self.store.root} has no table columns (packed by prep table)")
+
+    @cached_property
+    def _fields(self) -> dict[str, Column]:
+        return {n: f for n, f in self.declared.items() if isinstance(f, Column)}
 
     @cached_property
     def _columns(self) -> dict[str, dict[str, Any]]:
-        return {c["name"]: c for c in self.store.manifest.extra["columns"]}
+        """Column name -> what its field says of it (`kind`: the type of its cells)."""
+        out = {}
+        for f in self._fields.values():
+            said = {k: v for k, v in f.describe().items() if v is not None}
+            out[f.name] = said | {"kind": f.type}
+        return out
 
     @cached_property
     def _arrays(self) -> dict[str, str]:
         """Array name -> column name."""
-        return dict(self.store.manifest.extra["arrays"])
+        return {n: f.name for n, f in self._fields.items()}
 
-    def _names(self, field: str) -> list[str]:
-        names = [a for a in self._arrays if a.startswith(field + "_")]
-        return sorted(names, key=lambda a: int(a.rsplit("_", 1)[1]))
+    def _names(self, role: str) -> list[str]:
+        """The arrays of the columns of `role`, in the table's order (num_0, num_1...)."""
+        names = [n for n, f in self._fields.items() if f.role == role]
+        return sorted(names, key=lambda a: int(a.rsplit("_", 1)[1]) if a[-1].isdigit() else 0)
 
     @cached_property
     def numeric_columns(self) -> list[str]:
@@ -99,7 +105,8 @@ class TableDataset(ShardedDataset):
 
     @cached_property
     def target(self) -> str | None:
-        return self._arrays.get("target")
+        targets = self._names("target")
+        return self._arrays[targets[0]] if targets else None
 
     @cached_property
     def vocab(self) -> dict[str, list[str]]:
@@ -244,8 +251,9 @@ class TableDataset(ShardedDataset):
         if self.missing_mask:
             mask = new_batch((b, len(nums)), torch.bool)
             mask.numpy()[:] = False
-            present = [a for a in self._names("missing")]
-            cols = [nums.index("num_" + a.rsplit("_", 1)[1]) for a in present]
+            masked = [a for a in nums if self._fields[a].mask]
+            present = [f"{a}_missing" for a in masked]
+            cols = [nums.index(a) for a in masked]
             if present:
                 got = np.zeros((b, len(present)), np.uint8)
                 self._fill(got, present, plan)

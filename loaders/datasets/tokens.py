@@ -16,12 +16,12 @@ import numpy as np
 import torch
 
 from loaders.datasets.base import Remote, ShardedDataset
-from loaders.format.kinds import FIELDS
+from loaders.fields.tokens import Tokens
+from loaders.format import OFFSETS
 from loaders.read.batches import Batch, check_indices, new_batch
 from loaders.read.store import DEFAULT_MAX_OPEN
 
-# What windows and documents come out as (int64: what embedding layers and losses index with).
-OUT_DTYPE = FIELDS["tokens"].out_dtype
+OUT_DTYPE = "int64"  # what windows and documents come out as: what embeddings index with
 
 
 class _TokenSplit(ShardedDataset):
@@ -29,7 +29,6 @@ class _TokenSplit(ShardedDataset):
     documents). What is derived from the manifest (shard offsets) is computed again after
     unpickling, never pickled."""
 
-    kind = "tokens"
 
     def __init__(
         self, root: str | os.PathLike[str], split: str, max_open: int, **remote: Unpack[Remote]
@@ -43,13 +42,19 @@ class _TokenSplit(ShardedDataset):
             )
 
     @cached_property
-    def vocab_size(self) -> int:
-        return int(self.store.manifest.extra["vocab_size"])
+    def _field(self) -> Tokens:
+        found = self.declared.get("tokens")
+        if not isinstance(found, Tokens):
+            raise ValueError(f"{self.store.root} has no token stream (packed by prep tokenize)")
+        return found
 
-    @cached_property
+    @property
+    def vocab_size(self) -> int:
+        return self._field.vocab_size
+
+    @property
     def eot_id(self) -> int | None:
-        eot = self.store.manifest.extra["eot_id"]
-        return None if eot is None else int(eot)
+        return self._field.eot_id
 
     @cached_property
     def dtype(self) -> np.dtype[Any]:
@@ -184,16 +189,10 @@ class DocumentDataset(_TokenSplit):
         self.store.check()
         i = int(check_indices([index], len(self))[0])
         k = int(np.searchsorted(self._starts, i, side="right")) - 1
-        offsets = self._array(k, "doc_offsets")
+        offsets = self._array(k, "tokens" + OFFSETS)
         local = i - int(self._starts[k])
         base = int(self._token_starts[k])
         return base + int(offsets[local]), base + int(offsets[local + 1])
-
-    def source(self, index: int) -> str | None:
-        """The file document `index` came from, relative to SRC (None: a dataset tokenized
-        before prep stored sources)."""
-        self.store.check()
-        return self.store.source(*(int(a[0]) for a in self._locate([index])))  # shard, document
 
     def __getitems__(self, indices: Sequence[int]) -> list[Any]:
         return [self[i] for i in indices]  # documents differ in length: read one at a time

@@ -17,13 +17,15 @@ import numpy as np
 import torch
 
 from loaders.datasets.base import Remote, ShardedDataset
+from loaders.fields.column import Column
+from loaders.fields.volume import Volume, VolumeLabel
+from loaders.format import OFFSETS
 from loaders.read.batches import Batch, check_indices, new_batch
 from loaders.read.store import DEFAULT_MAX_OPEN
 
-# What a dataset's fields read: "image" the voxels, "label" the class ids (uint8); "target"
-# reads the volume's values of `prep volumes --targets` (arrays volume_target_0, ...).
-ARRAYS = {"image": "voxels", "label": "label_voxels"}
-TARGET = "volume_target"
+# A dataset's fields: "image" the voxels (a Volume field), "label" the class ids (uint8, its
+# VolumeLabel); "target" the volume's values of `prep volumes --targets` (its column fields).
+VOLUMES = ("image", "label")
 
 
 class VolumeDataset(ShardedDataset):
@@ -34,7 +36,7 @@ class VolumeDataset(ShardedDataset):
 
     "target" (packed with --targets, asked for in `fields`) is the volume's row: a 0-d tensor
     for one target column, else (n_columns,); float32 when a column is float, else int64
-    (class names are indices into `extra["targets"][j]["classes"]`). "index" (asked for in
+    (class names are their column field's `vocab`). "index" (asked for in
     `fields`, never stored) is the item's dataset index, int64 () (int64 (B,) in a batch): what
     per-sample augmentation draws from, and where a run stopped in an epoch.
 
@@ -42,7 +44,6 @@ class VolumeDataset(ShardedDataset):
     and as in its source scan, to map a prediction back to the scan. `root` may be a URL (see
     ShardedDataset)."""
 
-    kind = "volumes"
 
     def __init__(
         self,
@@ -53,11 +54,12 @@ class VolumeDataset(ShardedDataset):
         **remote: Unpack[Remote],
     ):
         super().__init__(root, max_open=max_open, **remote)
-        arrays = self.store.manifest.arrays
-        have = [f for f, name in ARRAYS.items() if name in arrays]
+        found = self.declared
+        if not isinstance(found.get("image"), Volume):
+            raise ValueError(f"{self.store.root} has no volumes (packed by prep volumes)")
+        have = [f for f in VOLUMES if isinstance(found.get(f), Volume | VolumeLabel)]
         self.fields = tuple(have if fields is None else fields)
-        self._targets = [n for n in arrays if arrays[n].field == TARGET]
-        self._targets.sort(key=lambda n: arrays[n].size or 0)
+        self._targets = [n for n, f in found.items() if isinstance(f, Column)]
         have += [*(["target"] if self._targets else []), "index"]
         missing = [f for f in self.fields if f not in have]
         if missing or not self.fields:
@@ -74,7 +76,7 @@ class VolumeDataset(ShardedDataset):
 
     def shape(self, v: int) -> tuple[int, int, int]:
         shard, local = self._where(v)
-        d, h, w = self.arrays.array(shard, "volume_shape")[local].tolist()
+        d, h, w = self.arrays.array(shard, "image_shape")[local].tolist()
         return d, h, w
 
     @cached_property
@@ -93,9 +95,9 @@ class VolumeDataset(ShardedDataset):
     def volume(self, v: int, field: str = "image") -> np.ndarray:
         """Volume v of `field` as a read-only view of the memory map (no voxel read yet)."""
         shard, local = self._where(v)
-        start, stop = self.arrays.array(shard, "voxel_offsets")[local : local + 2].tolist()
-        flat = self.arrays.array(shard, ARRAYS[field])[start:stop]
-        return flat.reshape(self.arrays.array(shard, "volume_shape")[local].tolist())
+        start, stop = self.arrays.array(shard, field + OFFSETS)[local : local + 2].tolist()
+        flat = self.arrays.array(shard, field)[start:stop]
+        return flat.reshape(self.arrays.array(shard, "image_shape")[local].tolist())
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, ...]:
         self.store.check()
@@ -111,7 +113,7 @@ class VolumeDataset(ShardedDataset):
         if batch_size <= 1 or set(self.fields) <= {"index", "target"}:
             return None
         n = len(self.store.manifest.shards)
-        every = np.concatenate([self.arrays.array(s, "volume_shape") for s in range(n)])
+        every = np.concatenate([self.arrays.array(s, "image_shape") for s in range(n)])
         shapes = {tuple(row) for row in every.tolist()}
         if len(shapes) <= 1:
             return None
@@ -170,7 +172,7 @@ class PatchDataset(VolumeDataset):
         if not 0 <= foreground <= 1:
             raise ValueError(f"foreground {foreground} must be a fraction 0..1")
         self.per_volume, self.foreground, self.seed = per_volume, foreground, seed
-        self._labelled = "fg_offsets" in self.store.manifest.arrays
+        self._labelled = "label_fg_offsets" in self.store.manifest.arrays
 
     def __len__(self) -> int:
         return super().__len__() * self.per_volume
@@ -199,12 +201,12 @@ class PatchDataset(VolumeDataset):
         if not self._labelled:
             return None
         shard, local = self._where(v)
-        bounds = self.arrays.array(shard, "fg_offsets")[local]
+        bounds = self.arrays.array(shard, "label_fg_offsets")[local]
         classes = np.flatnonzero(np.diff(bounds))
         if not classes.size:
             return None
         c = int(rng.choice(classes))
-        flat = self.arrays.array(shard, "fg_voxels")[rng.integers(bounds[c], bounds[c + 1])]
+        flat = self.arrays.array(shard, "label_fg")[rng.integers(bounds[c], bounds[c + 1])]
         return np.asarray(np.unravel_index(int(flat), tuple(shape.tolist())))
 
     def read(
@@ -240,7 +242,7 @@ class PatchDataset(VolumeDataset):
             if field == "target":  # each patch carries its volume's targets
                 tensors.append(torch.stack([self.target(i // self.per_volume) for i in idx]))
                 continue
-            dtype = self.store.manifest.arrays[ARRAYS[field]].dtype
+            dtype = self.store.manifest.arrays[field].dtype
             batch = new_batch((len(idx), 1, *self.patch), getattr(torch, dtype))
             view = batch.numpy()
             for row, i in enumerate(idx):

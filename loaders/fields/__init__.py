@@ -1,25 +1,30 @@
-"""Samples of any shape: declared fields (loaders.fields.registry.KINDS), read back by
-`SampleDataset` as dicts of batches. Field kinds need numpy only; SampleDataset needs torch and
-is imported when first asked for."""
+"""The field registry: every kind of field a dataset may have (loaders.fields.registry.KINDS),
+one module a kind, each saying what it stores, how it is read and checked, and what `prep info`
+says of it. Field kinds need numpy only."""
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
-from loaders.fields.array import Array, Label, Scalar, Tokens
-from loaders.fields.base import FieldError, SampleField
+from loaders.fields.array import Array, Scalar
+from loaders.fields.audio import Audio
+from loaders.fields.base import Field, FieldError
+from loaders.fields.column import Column
 from loaders.fields.image import Boxes, Image, Keypoints, Mask
 from loaders.fields.instances import Instances
-from loaders.fields.registry import KINDS
+from loaders.fields.label import Label
+from loaders.fields.registry import KINDS, declared
 from loaders.fields.text import Bytes, Json, Text
+from loaders.fields.tokens import Tokens
 from loaders.fields.video import Video
+from loaders.fields.volume import Volume, VolumeLabel
 
 __all__ = [
     "KINDS",
     "Array",
+    "Audio",
     "Boxes",
     "Bytes",
+    "Column",
+    "Field",
     "FieldError",
     "Image",
     "Instances",
@@ -27,16 +32,11 @@ __all__ = [
     "Keypoints",
     "Label",
     "Mask",
-    "SampleDataset",
-    "SampleField",
     "Scalar",
     "Text",
     "Tokens",
     "Video",
+    "Volume",
+    "VolumeLabel",
+    "declared",
 ]
-
-
-def __getattr__(name: str) -> Any:
-    if name in ("SampleDataset", "SampleBatch"):
-        return getattr(importlib.import_module("loaders.datasets.samples"), name)
-    raise AttributeError(f"module 'loaders.fields' has no attribute {name!r}")

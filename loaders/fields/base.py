@@ -1,10 +1,10 @@
-"""A sample field: what one named entry of a user's sample is, as a pair of an encoder (writer
+"""A field: what one named entry of a sample is, as a pair of an encoder (writer
 side, numpy only) and a decoder (reader side), with the arrays it stores and their checks.
 
 A field kind is a subclass with a `kind` name in `loaders.fields.registry.KINDS`. The writer
 (`prep.pack_samples`) calls `encode(value)` once per sample and appends what it returns to the
 shard's arrays; the reader (`loaders.SampleDataset`) calls `read(batch)` once per batch. The
-manifest records each field as `describe()` (in `extra.fields`), from which `from_description`
+manifest records each field as `describe()` (in `fields`), from which `from_description`
 makes it again, so a dataset is read with no code of the user's.
 """
 
@@ -45,7 +45,7 @@ class Reading(Protocol):
     def pieces(self, name: str) -> list[np.ndarray]:
         """The batch's samples of ragged array `name`, each a flat view of its elements."""
 
-    def images(self, field: SampleField, name: str) -> Any:
+    def images(self, field: Field, name: str) -> Any:
         """The batch's images of array `name`, decoded and cropped to one shape (B, C, H, W)."""
 
     def where(self, name: str) -> Sequence[str]:
@@ -58,8 +58,15 @@ class Reading(Protocol):
 
 
 @dataclass(frozen=True)
-class SampleField:
-    """One field kind. Subclasses are frozen dataclasses: their fields are the declaration."""
+class Field:
+    """One field kind. Subclasses are frozen dataclasses: their fields are the declaration.
+
+    What a kind says of itself, each a method with a default: its arrays (`arrays`), how a
+    sample is stored (`encode`, numpy only) and read back (`read`), how a manifest's arrays and
+    `extra` are checked when it is opened (`check_arrays`, `check_extra`), how a shard's values
+    are checked (`problems`: structure, small arrays read whole; `limits` and `strings`: the
+    bounded pass of `prep verify`), what `prep info` says of it (`lines`), and the files it
+    keeps beside the shards (`files`: a tokenizer)."""
 
     kind: ClassVar[str]
     ragged: ClassVar[bool] = False  # a ragged field's batches follow a policy (pad, list, jagged)
@@ -77,12 +84,59 @@ class SampleField:
         """A batch of this field as the dataset returns it."""
         raise NotImplementedError
 
+    def dtypes(self, declared: ArraySpec) -> tuple[str, ...]:
+        """The stored dtypes a manifest may give one of the field's arrays (the declared one;
+        a label or a token stream: any unsigned width that holds it)."""
+        return (declared.dtype,)
+
+    def check_arrays(self, name: str, stored: Mapping[str, ArraySpec]) -> str | None:
+        """Why the manifest's arrays are not the ones this field declares (None: they are):
+        each present, of its codec, of a dtype of `dtypes`, of its shape."""
+        for want in self.arrays(name):
+            array = array_name(want.field, want.size)
+            got = stored.get(array)
+            if got is None:
+                return f"array {array} of field {name} is not among the manifest's arrays"
+            if got.codec != want.codec:
+                return f"array {array}: codec {got.codec} is not {want.codec} ({name}'s)"
+            if got.dtype not in self.dtypes(want):
+                return f"array {array}: dtype {got.dtype} is not one of {self.dtypes(want)}"
+            if got.shape != want.shape:
+                shape = list(got.shape)
+                return f"array {array}: shape {shape} is not {self.kind}'s at size {want.size}"
+        return None
+
+    def check_extra(self, name: str, extra: Mapping[str, Any], count: int) -> None:
+        """Raise FormatError unless what the manifest's `extra` holds for this field is what
+        its readers take (an image field's pixel statistics)."""
+
     def problems(self, name: str, arrays: Mapping[str, np.ndarray]) -> list[str]:
         """What is wrong with one shard's values of this field (read whole: small arrays)."""
         return []
 
+    def needs(self, name: str) -> list[str]:
+        """Arrays of other fields `problems` reads (a mask: its image's sides)."""
+        return []
+
+    def limits(self, name: str) -> dict[str, tuple[int, str]]:
+        """Integer arrays whose values `prep verify` bounds: array -> (the largest value, the
+        problem past it, with {v} for the value found): token ids, a column's codes."""
+        return {}
+
+    def strings(self, name: str) -> dict[str, bool]:
+        """Ragged uint8 arrays `prep verify` reads as UTF-8: array -> whether it holds JSON."""
+        return {}
+
+    def files(self, name: str) -> dict[str, str | None]:
+        """Files the field keeps in the dataset's folder beside the shards: name -> sha256."""
+        return {}
+
+    def lines(self, name: str, m: Any) -> list[str]:
+        """What `prep info` says of the field beyond its declaration (`m`: the manifest)."""
+        return []
+
     def describe(self) -> dict[str, Any]:
-        """The declaration, as JSON: the manifest's `extra.fields[name]`."""
+        """The declaration, as JSON: the manifest's `fields[name]`."""
         d: dict[str, Any] = {"kind": self.kind}
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
@@ -90,7 +144,7 @@ class SampleField:
         return d
 
     @classmethod
-    def from_description(cls, d: dict[str, Any]) -> SampleField:
+    def from_description(cls, d: dict[str, Any]) -> Field:
         """The field a manifest describes (the inverse of `describe`); ValueError if odd."""
         names = {f.name for f in dataclasses.fields(cls)}
         args = {k: _tuples(v) for k, v in d.items() if k != "kind"}
@@ -103,13 +157,15 @@ def _tuples(v: Any) -> Any:
     return tuple(_tuples(x) for x in v) if isinstance(v, list) else v
 
 
-def check_name(name: str) -> str | None:
-    """Why `name` cannot name a sample field (None: it can)."""
+def check_name(name: str, declared: bool = True) -> str | None:
+    """Why `name` cannot name a field (None: it can). A field the user declares may not end like
+    a sized array's name (NAME_SIZE); one a manifest holds may (a table's column num_3): its
+    arrays are checked against the others' instead."""
     if not isinstance(name, str) or not name.isidentifier():
         return f"field name {name!r} is not a Python identifier"
     if name in RESERVED or name.endswith(RESERVED_SUFFIXES):
         return f"field name {name!r} clashes with the names datasets add (index, NAME_len...)"
-    if re.fullmatch(r".*_[0-9]+", name):
+    if declared and re.fullmatch(r".*_[0-9]+", name):
         return f"field name {name!r} ends like a sized array's name (NAME_SIZE)"
     return None
 
@@ -135,15 +191,40 @@ def as_array(value: Any, dtype: np.dtype[Any]) -> np.ndarray:
     return out
 
 
-def spec(name: str, kind: str, dtype: str, shape: Sequence[int], codec: str = "raw") -> ArraySpec:
-    """A size-free array of a sample field."""
-    return ArraySpec(name, None, dtype, tuple(shape), codec, kind)
+def spec(name: str, role: str, dtype: str, shape: Sequence[int], codec: str = "raw") -> ArraySpec:
+    """A size-free array of a field, `role` what it is to it."""
+    return ArraySpec(name, None, dtype, tuple(shape), codec, role)
 
 
 def sized(
-    name: str, size: int, kind: str, dtype: str, shape: Sequence[int], codec: str
+    name: str, size: int, role: str, dtype: str, shape: Sequence[int], codec: str
 ) -> ArraySpec:
-    return ArraySpec(name, size, dtype, tuple(shape), codec, kind)
+    return ArraySpec(name, size, dtype, tuple(shape), codec, role)
 
 
-__all__ = ["FieldError", "SampleField", "array_name", "as_array", "check_name", "sized", "spec"]
+def encode_source(path: str) -> np.ndarray:
+    """A source path as stored (a Text field's sample): its UTF-8 bytes, uint8 (n,) (surrogates
+    from undecodable file names kept as their bytes).
+
+    >>> decode_source(encode_source("cat/001.jpg"))
+    'cat/001.jpg'
+    """
+    return np.frombuffer(path.encode("utf-8", "surrogateescape"), dtype=np.uint8)
+
+
+def decode_source(data: np.ndarray) -> str:
+    """A stored source path back as text (bytes that are not UTF-8 shown as U+FFFD)."""
+    return np.asarray(data, dtype=np.uint8).tobytes().decode("utf-8", "replace")
+
+
+__all__ = [
+    "Field",
+    "FieldError",
+    "array_name",
+    "as_array",
+    "check_name",
+    "decode_source",
+    "encode_source",
+    "sized",
+    "spec",
+]

@@ -12,22 +12,25 @@ from typing import Any
 
 import numpy as np
 
-from loaders.fields.base import Reading, SampleField, sized, spec
+from loaders.fields.base import Field, Reading, sized, spec
 from loaders.fields.batching import ragged_batch
-from loaders.format.spec import ArraySpec, array_name
+from loaders.format.spec import MAX_SIDE, ArraySpec, array_name
+from loaders.format.stats import check_stats
 
 MODES = ("fill", "fit", "stretch", "keep")
 
 
 @dataclass(frozen=True)
-class Image(SampleField):
+class Image(Field):
     """An image at each of `sizes` px (`prep pack`'s modes: fill, fit, stretch, keep), stored
-    raw (`codec="raw"`; mode keep: ragged, each its own shape) or as JPEG (`quality`). Read as
-    uint8 (B, C, H, W); mode keep and crops need the dataset's `crop=`."""
+    raw (`codec="raw"`; mode keep: ragged, each its own shape) or as JPEG (`quality`); `codec`
+    may also give one codec a size. Read as uint8 (B, C, H, W); mode keep and crops need the
+    dataset's `crop=`. Its pixel statistics (prep.media.image.stats) are the manifest's
+    `extra.stats[NAME]`."""
 
     sizes: tuple[int, ...] = (256,)
     mode: str = "fill"
-    codec: str = "raw"
+    codec: str | tuple[str, ...] = "raw"
     gray: bool = False
     quality: int = 90
     pad_value: int = 0
@@ -36,10 +39,13 @@ class Image(SampleField):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sizes", tuple(sorted({int(s) for s in self.sizes})))
-        if not self.sizes or min(self.sizes) < 1 or max(self.sizes) > 16384:
-            raise ValueError(f"sizes {self.sizes} must be 1..16384 px")
-        if self.mode not in MODES or self.codec not in ("raw", "jpeg"):
-            raise ValueError(f"mode {self.mode!r} / codec {self.codec!r}: {MODES} / raw, jpeg")
+        if not self.sizes or min(self.sizes) < 1 or max(self.sizes) > MAX_SIDE:
+            raise ValueError(f"sizes {self.sizes} must be 1..{MAX_SIDE} px")
+        codecs = (self.codec,) if isinstance(self.codec, str) else tuple(self.codec)
+        if len(codecs) not in (1, len(self.sizes)) or not set(codecs) <= {"raw", "jpeg"}:
+            raise ValueError(f"codec {self.codec!r}: raw or jpeg, or one of them a size")
+        if self.mode not in MODES:
+            raise ValueError(f"mode {self.mode!r} is not one of {MODES}")
         if not 1 <= self.quality <= 100:
             raise ValueError(f"quality {self.quality} must be 1..100")
 
@@ -47,25 +53,42 @@ class Image(SampleField):
     def channels(self) -> int:
         return 1 if self.gray else 3
 
-    def stored_codec(self) -> str:
-        return "jpeg" if self.codec == "jpeg" else "ragged" if self.mode == "keep" else "raw"
+    def codec_at(self, size: int) -> str:
+        """The codec of the images at `size`: raw or jpeg."""
+        if isinstance(self.codec, str):
+            return self.codec
+        return self.codec[self.sizes.index(size)]
+
+    def stored_codec(self, size: int) -> str:
+        jpeg = self.codec_at(size) == "jpeg"
+        return "jpeg" if jpeg else "ragged" if self.mode == "keep" else "raw"
 
     def arrays(self, name: str) -> list[ArraySpec]:
         out = []
         for s in self.sizes:
-            out.append(sized(name, s, "image", "uint8", (s, s, self.channels), self.stored_codec()))
+            codec = self.stored_codec(s)
+            out.append(sized(name, s, "image", "uint8", (s, s, self.channels), codec))
             if self.mode == "keep":
                 out.append(sized(f"{name}_hw", s, "hw", "uint16", (2,), "raw"))
-            if self.codec == "jpeg":
+            if codec == "jpeg":
                 out.append(sized(f"{name}_crc", s, "crc", "uint32", (), "raw"))
         return out
+
+    def problems(self, name: str, arrays: Mapping[str, np.ndarray]) -> list[str]:
+        jpeg = tuple(s for s in self.sizes if self.codec_at(s) == "jpeg")
+        return keep_problems(name, name, self.sizes, self.channels, arrays, jpeg)
+
+    def check_extra(self, name: str, extra: Mapping[str, Any], count: int) -> None:
+        stats = extra.get("stats", {})
+        if isinstance(stats, dict) and name in stats:
+            check_stats(stats[name], f"extra.stats.{name}", self.sizes, None)  # headers judge C
 
     def read(self, batch: Reading, name: str, policy: str) -> dict[str, Any]:
         return {name: batch.images(self, name)}
 
 
 @dataclass(frozen=True)
-class Mask(SampleField):
+class Mask(Field):
     """Class ids (H, W) uint8 of image field `image`, resized with nearest neighbour and
     cropped or padded exactly like it (its `sizes` and `mode` are the image's)."""
 
@@ -82,9 +105,15 @@ class Mask(SampleField):
     def read(self, batch: Reading, name: str, policy: str) -> dict[str, Any]:
         return {name: batch.images(self, name)}
 
+    def problems(self, name: str, arrays: Mapping[str, np.ndarray]) -> list[str]:
+        return keep_problems(name, self.image, self.sizes, 1, arrays)
+
+    def needs(self, name: str) -> list[str]:
+        return [hw_name(self.image, s) for s in self.sizes] if self.mode == "keep" else []
+
 
 @dataclass(frozen=True)
-class Boxes(SampleField):
+class Boxes(Field):
     """Boxes (N, 4) float32, (x0, y0, x1, y1), in the pixels of image field `image` as stored
     at each of its sizes: resized, cropped and padded with it (its `sizes` and `mode` are the
     image's). Ragged: N boxes a sample, 0 allowed. A load-time `crop=` moves them with the
@@ -120,7 +149,7 @@ class Boxes(SampleField):
 
 
 @dataclass(frozen=True)
-class Keypoints(SampleField):
+class Keypoints(Field):
     """Keypoints (N, `joints`, 3) float32, (x, y, visibility), of image field `image`, in its
     stored pixels at each of its sizes as Boxes are; (0, 0, 0) for a point not labelled or cut
     away by the crop. A load-time `crop=` moves them with the pixels (and zeroes those it cuts)."""
@@ -184,6 +213,34 @@ def crop_boxes(flat: np.ndarray, crop: np.ndarray, out_hw: tuple[int, int]) -> n
     b[:, 0::2] = np.clip((b[:, 0::2] - left) * (out_hw[1] / w), 0, out_hw[1])
     b[:, 1::2] = np.clip((b[:, 1::2] - top) * (out_hw[0] / h), 0, out_hw[0])
     return b.astype(np.float32).reshape(-1)
+
+
+def keep_problems(
+    name: str,
+    image: str,
+    sizes: tuple[int, ...],
+    channels: int,
+    arrays: Mapping[str, np.ndarray],
+    jpeg: tuple[int, ...] = (),
+) -> list[str]:
+    """Mode keep (an image's samples of their own shapes): each stored side of `image` 1..size,
+    and a raw ragged array `name` of its pixels (or mask) h * w * `channels` elements a sample
+    (at the sizes not in `jpeg`)."""
+    for size in sizes:
+        hw_array = hw_name(image, size)
+        if hw_array not in arrays or array_name(name, size) not in arrays:
+            continue
+        hw = arrays[hw_array].astype(np.int64)
+        if len(hw) and (hw.min() < 1 or hw.max() > size):
+            return [f"{hw_array}: a side of {image} is not 1..{size} px"]
+        off = arrays.get(array_name(name, size) + ".offsets")
+        steps = hw[:, 0] * hw[:, 1] * channels
+        raw = off is not None and len(off) == len(hw) + 1 and size not in jpeg
+        if raw and not np.array_equal(np.diff(off), steps):
+            return [
+                f"the offsets of {name} at {size} do not step by each sample's h * w * {channels}"
+            ]
+    return []
 
 
 def hw_name(image: str, size: int) -> str:

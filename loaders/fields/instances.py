@@ -15,14 +15,14 @@ from typing import Any
 
 import numpy as np
 
-from loaders.fields.base import Reading, SampleField, sized
+from loaders.fields.base import Field, Reading, sized
 from loaders.fields.batching import ragged_batch
 from loaders.fields.image import hw_name
 from loaders.format.spec import ArraySpec, FormatError, array_name
 
 
 @dataclass(frozen=True)
-class Instances(SampleField):
+class Instances(Field):
     """Masks (N, H, W) uint8 of image field `image`, H x W its stored size (its `sizes` and
     `mode` are the image's); N a sample, 0 allowed. Batches follow `ragged=` with (H, W) rows;
     with `crop=` each mask is cropped and resized (nearest) as its image is; mode keep without
@@ -63,6 +63,9 @@ class Instances(SampleField):
         else:
             row = (size, size)
         return ragged_batch(name, [m.reshape(-1) for m in stacks], tuple(row), policy)
+
+    def needs(self, name: str) -> list[str]:
+        return [hw_name(self.image, s) for s in self.sizes] if self.mode == "keep" else []
 
     def problems(self, name: str, arrays: Mapping[str, np.ndarray]) -> list[str]:
         """Each sample whole masks of its image's stored (h, w): S x S, or (mode keep) the

@@ -1,20 +1,28 @@
-"""The sample field kinds, by the name the manifest records (`extra.fields[NAME].kind`).
-Adding a kind: a SampleField subclass in its own module, and its entry here."""
+"""The field kinds, by the name a manifest records (`fields[NAME].kind`): adding a kind is a
+Field subclass in a module of its own and its line here.
+
+`declared(manifest)` is a manifest's fields, checked: each declaration valid for its kind, its
+arrays those of the manifest (a label or a token stream may be stored wider than needed), no
+array of the manifest unclaimed, and what each field keeps in `extra` as its readers take it."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from loaders.fields.array import Array, Label, Scalar, Tokens
-from loaders.fields.base import SampleField, check_name
+from loaders.fields.array import Array, Scalar
+from loaders.fields.audio import Audio
+from loaders.fields.base import Field, check_name
+from loaders.fields.column import Column
 from loaders.fields.image import Boxes, Image, Keypoints, Mask
 from loaders.fields.instances import Instances
+from loaders.fields.label import Label
 from loaders.fields.text import Bytes, Json, Text
+from loaders.fields.tokens import Tokens
 from loaders.fields.video import Video
-from loaders.format.spec import ArraySpec, FormatError, array_name
-from loaders.format.stats import check_stats as stats_of
+from loaders.fields.volume import Volume, VolumeLabel
+from loaders.format.spec import FormatError, array_name
 
-KINDS: dict[str, type[SampleField]] = {
+KINDS: dict[str, type[Field]] = {
     cls.kind: cls
     for cls in (
         Array,
@@ -30,17 +38,22 @@ KINDS: dict[str, type[SampleField]] = {
         Instances,
         Keypoints,
         Video,
+        Audio,
+        Volume,
+        VolumeLabel,
+        Column,
     )
 }
 
 
-def fields_from(described: Any, source: object) -> dict[str, SampleField]:
-    """The fields a manifest's `extra.fields` describes; FormatError naming `source` if odd."""
+def fields_from(described: Any, source: object, declared: bool = False) -> dict[str, Field]:
+    """The fields a manifest's `fields` describes; FormatError naming `source` if odd.
+    `declared`: names a user gave (checked as prep.pack_samples checks them)."""
     if not isinstance(described, dict) or not described:
-        raise FormatError(f"{source}: extra.fields is not a mapping of field names")
-    out: dict[str, SampleField] = {}
+        raise FormatError(f"{source}: fields is not a mapping of field names")
+    out: dict[str, Field] = {}
     for name, d in described.items():
-        problem = check_name(name)
+        problem = check_name(name, declared)
         cls = KINDS.get(str(d.get("kind"))) if isinstance(d, dict) else None
         if problem is None and cls is None:
             problem = f"field {name!r} has no kind of {sorted(KINDS)}"
@@ -54,27 +67,36 @@ def fields_from(described: Any, source: object) -> dict[str, SampleField]:
     return out
 
 
-def check_manifest(extra: dict[str, Any], arrays: dict[str, ArraySpec], count: int) -> None:
-    """The fields of `extra.fields` store exactly the manifest's arrays, as they declare them."""
-    fields = fields_from(extra.get("fields"), "extra.fields")
-    declared = {
-        array_name(s.field, s.size): s for name, f in fields.items() for s in f.arrays(name)
-    }
-    if declared != arrays:
-        odd = sorted(set(declared) ^ set(arrays)) or [
-            n for n in arrays if declared.get(n) != arrays[n]
-        ]
-        raise FormatError(f"array {odd[0]} is not what extra.fields declares")
-    check_stats(extra.get("stats", {}), fields)
+def declared(m: Any) -> dict[str, Field]:
+    """The fields of manifest `m` (loaders.format.Manifest), checked against its arrays and
+    `extra` once and kept on it."""
+    found: dict[str, Field] | None = getattr(m, "_declared", None)
+    if found is not None:
+        return found
+    found = fields_from(m.fields, "fields")
+    claimed: dict[str, str] = {}
+    for name, f in found.items():
+        problem = f.check_arrays(name, m.arrays)
+        if problem is not None:
+            raise FormatError(problem)
+        for s in f.arrays(name):
+            array = array_name(s.field, s.size)
+            if array in claimed:
+                raise FormatError(f"array {array} is stored by fields {claimed[array]} and {name}")
+            claimed[array] = name
+    unclaimed = sorted(set(m.arrays) - set(claimed))
+    if unclaimed:
+        raise FormatError(f"array {unclaimed[0]} is not what fields declares")
+    count = m.num_samples
+    for name, f in found.items():
+        f.check_extra(name, m.extra, count)
+    m._declared = found
+    return found
 
 
-def check_stats(stats: Any, fields: dict[str, SampleField]) -> None:
-    """`extra.stats`: per Image field, what an images dataset's extra.stats holds (format.extras
-    .check_stats) at the field's sizes."""
-    if not isinstance(stats, dict):
-        raise FormatError(f"extra.stats {str(stats)[:40]} is not an object")
-    for name, got in stats.items():
-        field = fields.get(name)
-        if not isinstance(field, Image):
-            raise FormatError(f"extra.stats: {name!r:.40} is not an image field")
-        stats_of(got, f"extra.stats.{name}", field.sizes, field.channels)
+def field_of(m: Any, array: str) -> tuple[str, Field]:
+    """The field (its name, and it) that stores `array` of manifest `m`."""
+    for name, f in declared(m).items():
+        if any(array_name(s.field, s.size) == array for s in f.arrays(name)):
+            return name, f
+    raise KeyError(array)

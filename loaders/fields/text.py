@@ -1,4 +1,4 @@
-"""Byte-string sample fields, stored ragged as uint8: `Text` (UTF-8, read as str), `Bytes`
+"""Byte-string fields, stored ragged as uint8: `Text` (UTF-8, read as str), `Bytes`
 (opaque, read as bytes) and `Json` (small JSON values, read as Python objects).
 
 >>> Json().encode({"id": 7})[""].tobytes()
@@ -13,14 +13,14 @@ from typing import Any
 
 import numpy as np
 
-from loaders.fields.base import FieldError, Reading, SampleField, spec
+from loaders.fields.base import Field, FieldError, Reading, spec
 from loaders.format.spec import ArraySpec, FormatError
 
 MAX_JSON_BYTES = 1 << 20  # "small JSON": per-sample metadata, not a payload
 
 
 @dataclass(frozen=True)
-class Bytes(SampleField):
+class Bytes(Field):
     """Opaque bytes a sample (a file's content, a serialised object of the user's)."""
 
     kind = "bytes"
@@ -66,6 +66,9 @@ class Text(Bytes):
     def from_bytes(self, data: bytes) -> Any:
         return data.decode("utf-8", errors="replace")  # checked at pack: replace is for bit rot
 
+    def strings(self, name: str) -> dict[str, bool]:
+        return {name: False}
+
 
 @dataclass(frozen=True)
 class Json(Bytes):
@@ -85,6 +88,9 @@ class Json(Bytes):
 
     def from_bytes(self, data: bytes) -> Any:
         return parse_json(data)
+
+    def strings(self, name: str) -> dict[str, bool]:
+        return {name: True}
 
     def read(self, batch: Reading, name: str, policy: str) -> dict[str, Any]:
         out = []

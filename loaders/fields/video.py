@@ -1,4 +1,4 @@
-"""The video sample field: a video's frames at a fixed frame rate (`prep video`), all of one
+"""The video field: a video's frames at a fixed frame rate (`prep video`), all of one
 (h, w) within a video, stored back to back, raw or one JPEG file a frame.
 
 Three arrays a field `NAME` at size S: `NAME_S` (the frames' bytes, ragged or jpeg),
@@ -17,22 +17,23 @@ from typing import Any
 
 import numpy as np
 
-from loaders.fields.base import Reading, SampleField, sized
-from loaders.format.kinds import MAX_SIDE, VIDEO_MODES
-from loaders.format.spec import ArraySpec, FormatError, array_name
+from loaders.fields.base import Field, Reading, sized
+from loaders.format.spec import MAX_SIDE, VIDEO_MODES, ArraySpec, FormatError, array_name, count
 
 
 @dataclass(frozen=True)
-class Video(SampleField):
+class Video(Field):
     """Frames at `fps` a second, each resized to `size` px by `mode` (short: the shorter side
     to size, aspect kept; fill, fit, keep: `prep pack`'s), stored raw or as JPEG (`quality`).
-    Read by SampleDataset as a list of uint8 (T, C, H, W) tensors, one a video."""
+    Read by SampleDataset as a list of uint8 (T, C, H, W) tensors, one a video. `max_frames`:
+    `prep video --max-frames`, where a longer video was cut into samples of that many frames."""
 
     size: int = 128
     mode: str = "short"
     codec: str = "raw"
     fps: float = 8.0
     quality: int = 90
+    max_frames: int | None = None
     kind = "video"
     ragged = True
 
@@ -43,6 +44,8 @@ class Video(SampleField):
             raise ValueError(f"codec {self.codec!r} / quality {self.quality}: raw, jpeg / 1..100")
         if not 0 < float(self.fps) <= 1000:
             raise ValueError(f"fps {self.fps} must be in (0, 1000]")
+        if not (self.max_frames is None or (count(self.max_frames) and self.max_frames > 0)):
+            raise ValueError(f"max_frames {self.max_frames!r:.40} is not null or a count")
 
     def names(self, name: str) -> tuple[str, str, str]:
         """The arrays of the frames' bytes, their (h, w) and their ends."""

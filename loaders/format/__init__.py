@@ -1,14 +1,16 @@
 """The on-disk contract between `prep` (writer) and `loaders` (reader). See FORMAT.md.
 
 A packed dataset is a folder. `manifest.json` is written last, atomically; a folder without it is
-an unfinished run. The manifest lists every array (its field, size, dtype and per-sample shape)
-and every shard (its sample count, the file and first-axis length of each array, and the byte
-size and sha256 of each file). Arrays are `.npy` files (one per array and shard) or datasets in
-one contiguous, uncompressed `.h5` file per shard; either way they are read as memory maps.
+an unfinished run. It declares the dataset's fields and the arrays they store; each shard's
+record is a row of the shard index beside it (loaders.format.index). Arrays are `.npy` files
+(one per array and shard) or datasets in one contiguous, uncompressed `.h5` file per shard;
+either way they are read as memory maps. Versions 1-3 are read through loaders.format.legacy.
 
-`spec` is the leaf (FormatError, ArraySpec), `schema` holds the manifest's types and their
-checks, `arrays` the reading of the files, `checks` the folder's checks. The names below load
-when first asked for, so that `loaders.format.spec` alone imports nothing else.
+`spec` is the leaf (FormatError, ArraySpec, the shard records), `schema` holds the manifest and
+its checks, `index` the shard index, `arrays` the reading of the files, `checks` the folder's
+checks, `values` the bounded pass over values. The names below load when first asked for, so
+that `loaders.format.spec` alone imports nothing else. The checks that need the fields are
+loaders.fields.checks'.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from loaders.format.arrays import (
         check_array,
-        iter_rejects,
+        local_resolver,
         map_array,
         map_layout,
         open_array,
@@ -29,15 +31,17 @@ if TYPE_CHECKING:
         sha256_file,
     )
     from loaders.format.checks import (
+        array_counts,
         check_files,
-        load_manifest,
         problems_error,
+    )
+    from loaders.format.rejects import (
+        iter_rejects,
     )
     from loaders.format.schema import (
         CODECS,
         FORMAT_NAME,
         FORMAT_VERSION,
-        KINDS,
         MANIFEST,
         NPY_HEADER_BYTES,
         OFFSETS,
@@ -55,7 +59,7 @@ if TYPE_CHECKING:
 
 _EXPORTS = {
     "check_array": "loaders.format.arrays",
-    "iter_rejects": "loaders.format.arrays",
+    "local_resolver": "loaders.format.arrays",
     "map_array": "loaders.format.arrays",
     "map_layout": "loaders.format.arrays",
     "open_array": "loaders.format.arrays",
@@ -63,13 +67,13 @@ _EXPORTS = {
     "read_manifest_file": "loaders.format.arrays",
     "safe_path": "loaders.format.arrays",
     "sha256_file": "loaders.format.arrays",
+    "array_counts": "loaders.format.checks",
     "check_files": "loaders.format.checks",
-    "load_manifest": "loaders.format.checks",
     "problems_error": "loaders.format.checks",
+    "iter_rejects": "loaders.format.rejects",
     "CODECS": "loaders.format.schema",
     "FORMAT_NAME": "loaders.format.schema",
     "FORMAT_VERSION": "loaders.format.schema",
-    "KINDS": "loaders.format.schema",
     "MANIFEST": "loaders.format.schema",
     "NPY_HEADER_BYTES": "loaders.format.schema",
     "OFFSETS": "loaders.format.schema",
@@ -89,7 +93,6 @@ __all__ = [
     "CODECS",
     "FORMAT_NAME",
     "FORMAT_VERSION",
-    "KINDS",
     "MANIFEST",
     "NPY_HEADER_BYTES",
     "OFFSETS",
@@ -102,11 +105,12 @@ __all__ = [
     "FormatError",
     "Manifest",
     "Shard",
+    "array_counts",
     "array_name",
     "check_array",
     "check_files",
     "iter_rejects",
-    "load_manifest",
+    "local_resolver",
     "map_array",
     "map_layout",
     "open_array",

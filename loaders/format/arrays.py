@@ -5,13 +5,11 @@ from __future__ import annotations
 import functools
 import hashlib
 import io
-import json
 import math
 import mmap
 import os
 import stat
 import struct
-from collections.abc import Iterator
 from pathlib import Path
 from tokenize import TokenError
 from typing import Any
@@ -21,11 +19,11 @@ import numpy as np
 from loaders.format.schema import (
     MANIFEST,
     NPY_HEADER_BYTES,
-    REJECTS,
     ArrayRef,
     ArraySpec,
     FormatError,
     Manifest,
+    Resolve,
 )
 
 Layout = tuple[int, np.dtype[Any], tuple[int, ...]]  # byte offset, dtype, shape
@@ -78,7 +76,12 @@ def read_manifest_file(root: Path) -> tuple[bytes, os.stat_result]:
 def read_manifest(root: str | os.PathLike[str]) -> Manifest:
     """The manifest of a dataset folder (not checked against the files: see load_manifest)."""
     root = Path(root)
-    return Manifest.from_json(read_manifest_file(root)[0], root / MANIFEST)
+    return Manifest.from_json(read_manifest_file(root)[0], root / MANIFEST, local_resolver(root))
+
+
+def local_resolver(root: Path) -> Resolve:
+    """A folder's shard index files, refused where they leave it (safe_path)."""
+    return lambda name, info: safe_path(root, name)
 
 
 def _h5_layout(path: Path, key: str) -> Layout:
@@ -241,12 +244,6 @@ def read_layout(path: Path, layout: Layout) -> np.ndarray:
 def open_array(root: Path, ref: ArrayRef, spec: ArraySpec, name: str = "") -> np.ndarray:
     """map_array of the array's file in the folder `root`, refusing paths out of it."""
     return map_array(safe_path(root, ref.file), ref, spec, name)
-
-
-def iter_rejects(root: Path) -> Iterator[dict[str, Any]]:
-    if (root / REJECTS).is_file():
-        with open(root / REJECTS, encoding="utf-8") as f:
-            yield from (json.loads(line) for line in f if line.strip())
 
 
 def sha256_file(path: Path) -> str:

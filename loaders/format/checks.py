@@ -1,12 +1,10 @@
-"""Checking a dataset folder against its manifest: every file, every array's header, then the
-checks of the manifest's kind (SHARD_CHECKS: sample counts, labels against classes, token and
-voxel offsets, foreground indices)."""
+"""Checking a dataset folder against its manifest: every file, every array's header, each array's
+sample count and offsets, then the checks its fields give (loaders.fields.checks: labels against
+classes, image sides, voxels against shapes, and the values `prep verify` bounds)."""
 
 from __future__ import annotations
 
 import functools
-import itertools
-import math
 import os
 import stat
 from collections.abc import Callable
@@ -18,14 +16,17 @@ import numpy as np
 from loaders.format.arrays import (
     check_array,
     read_layout,
-    read_manifest,
     safe_path,
     sha256_file,
 )
-from loaders.format.schema import OFFSETS, FormatError, Manifest, Shard, array_name
+from loaders.format.schema import OFFSETS, FormatError, Manifest, Shard
 from loaders.format.values import Arrays, value_problems
 
 PathOf = Callable[[str], Path]  # a manifest file name -> the local file (FormatError: refused)
+
+
+FieldChecks = Callable[[Manifest, Shard, Arrays], list[str]]
+Limits = Callable[[Manifest], tuple[dict[str, tuple[int, str]], dict[str, bool]]]
 
 
 def check_files(
@@ -34,6 +35,8 @@ def check_files(
     checksums: bool = False,
     values: bool | None = None,
     layouts: dict[int, Arrays] | None = None,
+    fields: FieldChecks | None = None,
+    limits: Limits | None = None,
 ) -> list[str]:
     """Problems found in the folder, one line each naming the shard and the file or array at
     fault (empty: all good): check_shard of every shard, its files in `root`.
@@ -46,7 +49,16 @@ def check_files(
 
     def one(i: int) -> list[str]:
         found: Arrays = {}
-        problems = check_shard(manifest, i, path_of, checksums=checksums, values=values, out=found)
+        problems = check_shard(
+            manifest,
+            i,
+            path_of,
+            checksums=checksums,
+            values=values,
+            out=found,
+            fields=fields,
+            limits=limits,
+        )
         if layouts is not None:
             layouts[i] = found
         return problems
@@ -67,15 +79,18 @@ def check_shard(
     checksums: bool = False,
     values: bool = False,
     out: Arrays | None = None,
+    fields: FieldChecks | None = None,
+    limits: Limits | None = None,
 ) -> list[str]:
     """Problems of shard `index`, whose files `path_of` finds (a folder's, or a cache's copies),
     one line each starting "shard INDEX: ".
 
     Always checks that every declared array has a file listed in the shard, presence, byte
-    sizes, dtypes and shapes, then the checks of the manifest's kind (SHARD_CHECKS);
-    `checksums` also recomputes sha256, and `values` reads every value against the manifest
-    (loaders.format.values: token ids, table and target codes; chunked, bounded memory).
-    `out` gets the shard's arrays as check_array laid them out."""
+    sizes, dtypes and shapes, counts and offsets (array_counts), then the fields' checks
+    (`fields`, loaders.fields.checks); `checksums` also recomputes sha256, and `values` reads
+    every value against the fields' `limits` (loaders.format.values: token ids, table and
+    target codes, text; chunked, bounded memory). `out` gets the shard's arrays as check_array
+    laid them out."""
     shard = manifest.shards[index]
     files: dict[str, tuple[Path, int]] = {}  # file name -> its path and byte size, checked
     found = _file_problems(path_of, shard, checksums, files) + array_problems(manifest, shard)
@@ -90,9 +105,11 @@ def check_shard(
             except FormatError as e:
                 found.append(str(e))
     if not found:
-        found = SHARD_CHECKS[manifest.kind](manifest, shard, layouts)
-    if not found and values:
-        found = value_problems(manifest, shard, layouts)
+        found = array_counts(manifest, shard, layouts)
+    if not found and fields is not None:
+        found = fields(manifest, shard, layouts)
+    if not found and values and limits is not None:
+        found = value_problems(shard, layouts, *limits(manifest))
     return [f"shard {index}: {p}" for p in found]
 
 
@@ -139,53 +156,30 @@ def array_problems(manifest: Manifest, shard: Shard) -> list[str]:
     return found
 
 
-def _check_images(manifest: Manifest, shard: Shard, arrays: Arrays) -> list[str]:
-    """Every array has the shard's count of samples; labels index `classes` (read whole: a
-    few bytes a sample)."""
-    found = [
-        f"array {name} has {ref.length} samples, the shard {shard.count}"
-        for name, ref in shard.arrays.items()
-        if ref.offsets is None and ref.length != shard.count
-    ]
-    found += [
-        p
-        for name, ref in shard.arrays.items()
-        if ref.offsets is not None
-        for p in _ragged_problems(manifest, name, shard.count, ref.length, arrays)
-    ]
-    if found or "label" not in arrays or manifest.classes is None or not shard.count:
-        return found
-    path, layout = arrays["label"]
-    top, n = int(read_layout(path, layout).max()), len(manifest.classes)
-    return [f"{path}: label {top} is not one of the {n} classes"] if top >= n else []
-
-
-def _ragged_problems(
-    manifest: Manifest, name: str, count: int, length: int, arrays: Arrays
-) -> list[str]:
-    """A ragged or jpeg image array: count + 1 offsets from 0, never decreasing, up to its
-    data's length; with `hw_{size}` (mode keep) sides of 1..size, and raw samples of h * w * C
-    elements (read whole: 8 bytes a sample)."""
-    spec, (path, layout) = manifest.arrays[name], arrays[name + OFFSETS]
-    off = read_layout(path, layout)
-    if len(off) != count + 1 or (count and (off[0] != 0 or not _rising(off))):
-        return [f"{path}: the offsets of {name} are not {count + 1} from 0, never decreasing"]
-    if off[-1] != length:  # the data's length, checked against its file already
-        return [f"{path}: the offsets of {name} end at {off[-1]}, not at its data's end"]
-    hw_name = array_name("hw", spec.size)
-    if spec.size is None:  # a size-free field (source paths): bytes of any length
-        return []
-    if hw_name not in arrays:
-        return (
-            [f"array {name} is ragged raw, which needs {hw_name}"] if spec.codec == "ragged" else []
-        )
-    hw = read_layout(*arrays[hw_name]).astype(np.int64)
-    if len(hw) and (hw.min() < 1 or hw.max() > (spec.size or 0)):
-        return [f"{arrays[hw_name][0]}: a side is not 1..{spec.size} px"]
-    channels = spec.shape[2] if len(spec.shape) == 3 else 1
-    if spec.codec == "ragged" and not np.array_equal(np.diff(off), hw[:, 0] * hw[:, 1] * channels):
-        return [f"{path}: the offsets of {name} do not step by each sample's h * w * {channels}"]
-    return []
+def array_counts(manifest: Manifest, shard: Shard, arrays: Arrays) -> list[str]:
+    """Every raw array has the shard's count of samples; a ragged one count + 1 offsets from 0,
+    never decreasing, to its data's end (read whole: 8 bytes a sample). A flat array is its
+    field's to check. `arrays` may hold some of the shard's arrays only (a URL's, as they
+    arrive)."""
+    found = []
+    for name, ref in shard.arrays.items():
+        spec = manifest.arrays.get(name)
+        if name not in arrays or spec is None or spec.codec == "flat":
+            continue
+        if ref.offsets is None:
+            if ref.length != shard.count:
+                found.append(f"array {name} has {ref.length} samples, the shard {shard.count}")
+            continue
+        if name + OFFSETS not in arrays:
+            continue
+        path, layout = arrays[name + OFFSETS]
+        off = read_layout(path, layout).reshape(-1)
+        ok = len(off) == shard.count + 1 and (not len(off) or off[0] == 0)
+        if not ok or not _rising(off) or (len(off) and off[-1] != ref.length):
+            found.append(
+                f"{path}: the offsets of {name} are not {shard.count + 1} from 0 to its end"
+            )
+    return found
 
 
 def _rising(off: np.ndarray) -> bool:
@@ -198,83 +192,7 @@ def _rising(off: np.ndarray) -> bool:
     return bool(np.all(off[1:] >= off[:-1]))
 
 
-def _check_offsets(manifest: Manifest, shard: Shard, arrays: Arrays) -> list[str]:
-    """A token shard's document offsets: count + 1 of them, from 0, never decreasing, up to
-    the shard's token count (read whole: 8 bytes a document)."""
-    if "doc_offsets" not in arrays or "tokens" not in arrays:
-        return ["a token shard needs arrays tokens and doc_offsets"]
-    off = read_layout(*arrays["doc_offsets"]).reshape(-1)
-    ok = (
-        len(off) == shard.count + 1
-        and off[0] == 0
-        and off[-1] == shard.arrays["tokens"].length
-        and _rising(off)
-    )
-    return [] if ok else ["doc_offsets do not run from 0 to its token count"]
-
-
-def _check_volumes(manifest: Manifest, shard: Shard, arrays: Arrays) -> list[str]:
-    """A volume shard: `count` shapes, `count + 1` voxel offsets from 0 that step by each
-    volume's voxel count up to the voxels' length, labels as long as the voxels, and a
-    foreground index inside its volumes (read whole: a few bytes a volume and indexed voxel)."""
-    n, length = shard.count, {name: ref.length for name, ref in shard.arrays.items()}
-    if "voxels" not in arrays or "volume_shape" not in arrays or "voxel_offsets" not in arrays:
-        return ["a volume shard needs arrays voxels, volume_shape and voxel_offsets"]
-    if length["volume_shape"] != n or length["voxel_offsets"] != n + 1:
-        return [f"volume_shape and voxel_offsets do not hold {n} volumes"]
-    # Python ints: three uint32 sides overflow int64, and a size wrapped negative once let
-    # negative offsets pass (a read then returned another volume's voxels).
-    sizes = [math.prod(s) for s in read_layout(*arrays["volume_shape"]).tolist()]
-    off = read_layout(*arrays["voxel_offsets"]).tolist()
-    steps = [b - a for a, b in itertools.pairwise(off)]
-    if off[0] != 0 or steps != sizes or off[-1] != length["voxels"]:
-        return ["voxel_offsets do not step by the volumes' sizes up to the voxel count"]
-    if "label_voxels" in length and length["label_voxels"] != length["voxels"]:
-        return ["label_voxels and voxels differ in length"]
-    targets = [k for k in length if k.startswith("volume_target")]
-    if any(length[k] != n for k in targets):  # one value per volume (a --targets column)
-        return [f"a volume_target array does not hold {n} values"]
-    if "fg_offsets" not in arrays or not n:
-        return []
-    bounds = read_layout(*arrays["fg_offsets"])
-    fg = read_layout(*arrays["fg_voxels"])
-    ok = length["fg_offsets"] == n and bool(np.all(bounds[:, 1:] >= bounds[:, :-1]))
-    ok = ok and bounds[0, 0] == 0 and bounds[-1, -1] == len(fg)
-    ok = ok and bool(np.all(bounds[1:, 0] == bounds[:-1, -1]))
-    if not ok:
-        return ["fg_offsets do not bound each volume's classes in fg_voxels"]
-    tops = [int(fg[a:b].max()) for a, b in zip(bounds[:, 0], bounds[:, -1], strict=True) if b > a]
-    used = [int(s) for s, a, b in zip(sizes, bounds[:, 0], bounds[:, -1], strict=True) if b > a]
-    ok = all(t < s for t, s in zip(tops, used, strict=True))
-    return [] if ok else ["fg_voxels hold a voxel outside its volume"]
-
-
-# The checks of one shard that depend on the manifest's kind, run once its headers are good.
-def _check_samples(manifest: Manifest, shard: Shard, arrays: Arrays) -> list[str]:
-    from loaders.fields.checks import check_samples  # the field kinds import this package
-
-    return check_samples(manifest, shard, arrays)
-
-
-SHARD_CHECKS: dict[str, Callable[[Manifest, Shard, Arrays], list[str]]] = {
-    "images": _check_images,
-    "tokens": _check_offsets,
-    "volumes": _check_volumes,
-    "table": _check_images,  # every column has the shard's count of rows
-    "samples": _check_samples,
-}
-
-
 def problems_error(problems: list[str]) -> FormatError:
     """One FormatError line for check_files' problems: the first three, and how many more."""
     more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
     return FormatError("; ".join(problems[:3]) + more + ". HINT: run `prep verify`, repack")
-
-
-def load_manifest(root: str | os.PathLike[str]) -> Manifest:
-    """Read and validate a dataset folder; raise FormatError naming the first problems."""
-    manifest = read_manifest(root)
-    problems = check_files(Path(root), manifest)
-    if problems:
-        raise problems_error(problems)
-    return manifest

@@ -1,15 +1,41 @@
-"""The leaf of the format: the error every check raises, and one array's declaration (its
-field, size, dtype, per-sample shape, codec and field kind), with the names both sides use.
-Imports nothing of loaders: the field registry and the manifest's schema both build on it."""
+"""The leaf of the format: the error every check raises, one array's declaration (its field,
+size, dtype, per-sample shape, codec and role), and a shard's record (where each array is, the
+files' sizes and digests), with the names both sides use. Imports nothing of loaders: the field
+registry and the manifest's schema both build on it."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
-CODECS = ("raw", "ragged", "jpeg")
+import numpy as np
+
+# raw: fixed-shape samples, one row each; ragged: samples of their own lengths back to back with
+# count + 1 int64 offsets; jpeg: one JPEG file's bytes a sample, as ragged; flat: one flat array
+# of any length, laid out by its field (a volume's foreground index).
+CODECS = ("raw", "ragged", "jpeg", "flat")
 OFFSETS = ".offsets"  # Manifest.ref(shard, "image_256.offsets"): a ragged array's offsets
 SHA256 = re.compile(r"[0-9a-f]{64}")  # a file's digest, lowercase hex (a cache's file name)
+
+
+UNSIGNED = ("uint8", "uint16", "uint32", "uint64")
+# The largest side in px of a sized pixel field: prep's largest --sizes, and what a reader may
+# allocate a batch for before any file is read (hw stores sides as uint16).
+MAX_SIDE = 16384
+VIDEO_MODES = ("short", "fill", "fit", "keep")  # video frames; short: the shorter side to size
+NUMBERS = ("float32", "float16", "int8", "int16", "int32", "int64", *UNSIGNED)
+
+
+def smallest_uint(max_value: int) -> str:
+    """The narrowest unsigned dtype holding 0..max_value: 255 fits uint8, 256 needs uint16.
+
+    >>> smallest_uint(255), smallest_uint(256), smallest_uint(65536)
+    ('uint8', 'uint16', 'uint32')
+    """
+    if not 0 <= max_value < 2**64:
+        raise ValueError(f"{max_value} does not fit an unsigned 64-bit integer")
+    return np.min_scalar_type(max_value).name
 
 
 class FormatError(ValueError):
@@ -18,24 +44,79 @@ class FormatError(ValueError):
 
 @dataclass(frozen=True)
 class ArraySpec:
-    """One array of the dataset: `field` at `size` px (None for size-free fields like labels).
+    """One array of the dataset: `field` at `size` px (None for size-free arrays like labels).
 
-    `shape` is the shape of one sample (one token for token arrays); the array on disk is
-    (length, *shape)."""
+    `shape` is the shape of one sample (one row of a ragged array); the array on disk is
+    (length, *shape), or flat (length,) for a ragged or flat one."""
 
     field: str
     size: int | None
     dtype: str
-    shape: tuple[int, ...]  # mode keep: the largest; each sample's (h, w) is in hw_{size}
+    shape: tuple[int, ...]  # mode keep: the largest; each sample's (h, w) is in NAME_hw_SIZE
     codec: str = "raw"
-    # Version 3: the field kind of loaders.format.kinds.FIELDS when `field` is a name of the user's
-    # (a samples dataset's "boxes" is an "array"); None: `field` is the kind.
-    kind: str | None = None
+    # What the array is to its field (an image field's "image", "hw" and "crc" arrays): set by
+    # the field that declares it, never stored (the fields say it).
+    role: str | None = None
 
     @property
     def ragged(self) -> bool:
         """Stored as flat data plus offsets (one sample a byte range), not (length, *shape)."""
-        return self.codec != "raw"
+        return self.codec in ("ragged", "jpeg")
+
+    def stored(self) -> dict[str, Any]:
+        """The manifest's entry: what a reader with numpy alone needs."""
+        return {
+            "field": self.field,
+            "size": self.size,
+            "dtype": self.dtype,
+            "shape": list(self.shape),
+            "codec": self.codec,
+        }
+
+    def same(self, other: ArraySpec) -> bool:
+        """Whether two declarations store the same array (roles aside)."""
+        return self.stored() == other.stored()
+
+
+@dataclass
+class ArrayRef:
+    file: str
+    length: int  # first-axis length: samples, or (ragged, flat) the data's elements
+    key: str | None = None  # dataset name inside an .h5 file; None for .npy
+    offsets: ArrayRef | None = None  # ragged: count + 1 int64 offsets into the data
+
+    @classmethod
+    def from_dict(cls, a: dict[str, Any]) -> ArrayRef:
+        off = a.get("offsets")
+        return cls(a["file"], a["length"], a.get("key"), None if off is None else cls(**off))
+
+
+@dataclass
+class FileInfo:
+    bytes: int
+    sha256: str
+
+
+@dataclass
+class Shard:
+    count: int
+    arrays: dict[str, ArrayRef]
+    files: dict[str, FileInfo]
+    split: str | None = None
+
+    @classmethod
+    def from_dict(cls, s: dict[str, Any]) -> Shard:
+        return cls(
+            count=s["count"],
+            arrays={k: ArrayRef.from_dict(a) for k, a in s["arrays"].items()},
+            files={k: FileInfo(**f) for k, f in s["files"].items()},
+            split=s.get("split"),
+        )
+
+    def refs(self) -> dict[str, ArrayRef]:
+        """Every array, a ragged one's offsets too (as `NAME + OFFSETS`, Manifest.ref's name)."""
+        offsets = {a + OFFSETS: r.offsets for a, r in self.arrays.items() if r.offsets}
+        return {**self.arrays, **offsets}
 
 
 def array_name(field_name: str, size: int | None) -> str:
@@ -47,3 +128,8 @@ def is_sha256(value: object) -> bool:
     """Whether `value` is a sha256 digest as prep writes it: 64 lowercase hex characters (a
     remote cache names its files by it: never a path)."""
     return isinstance(value, str) and SHA256.fullmatch(value) is not None
+
+
+def count(value: Any) -> bool:
+    """A number of things: a non-negative int, not a bool."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0

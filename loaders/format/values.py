@@ -1,8 +1,8 @@
-"""The values of a shard's arrays against the manifest: token ids below `vocab_size` (token
-datasets, a samples dataset's Tokens fields), table codes inside their column's vocabulary,
-volume target codes inside their classes. Values out of range pass every other check, then
-fail on the GPU (an embedding's device-side assert). A samples dataset's Text samples must be
-UTF-8, and its Json samples JSON of at most 1 MiB (a reader parses them).
+"""The values of a shard's arrays against the bounds its fields set (Field.limits, Field.strings):
+token ids below `vocab_size`, table codes inside their column's vocabulary, target codes
+inside their classes. Values out of range pass every other check, then fail on the GPU (an
+embedding's device-side assert). Text samples must be UTF-8, and Json samples JSON of at most
+1 MiB (a reader parses them).
 
 Each array is read once in chunks of CHUNK_BYTES, so memory stays bounded whatever the dataset's
 size: `prep verify` runs these (check_files' `values`), and so can a remote backend on the
@@ -14,19 +14,18 @@ from __future__ import annotations
 import bisect
 import codecs
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from loaders.format.arrays import Layout, read_layout
-from loaders.format.schema import OFFSETS, Manifest, Shard
+from loaders.format.schema import OFFSETS, Shard
 
 CHUNK_BYTES = 16 << 20  # read at a time (one chunk in memory: 16 MB)
 
 Arrays = dict[str, tuple[Path, Layout]]  # a shard's arrays: name -> file, checked layout
-Limit = tuple[int, Callable[[int], str]]  # the largest value allowed, and the problem past it
 
 
 def value_range(path: Path, layout: Layout) -> tuple[int, int] | None:
@@ -50,65 +49,20 @@ def value_range(path: Path, layout: Layout) -> tuple[int, int] | None:
     return None if low is None or high is None else (low, high)
 
 
-def _token_limits(m: Manifest) -> dict[str, Limit]:
-    return {"tokens": _vocab_limit(int(m.extra["vocab_size"]))}  # checked when read
-
-
-def _code_limit(column: str, vocab: int, first: int) -> Limit:
-    top = vocab - 1 + first
-    return top, lambda v: f"code {v} is beyond column {column}'s codes 0..{top}"
-
-
-def _table_limits(m: Manifest) -> dict[str, Limit]:
-    """Coded columns: 0 missing, 1 unseen in train, then the vocabulary from 2 (prep table);
-    a class target's vocabulary from its `first_code`, 0."""
-    columns = {c["name"]: c for c in m.extra["columns"]}
-    return {
-        array: _code_limit(name, len(columns[name]["vocab"]), columns[name].get("first_code", 2))
-        for array, name in m.extra["arrays"].items()
-        if "vocab" in columns[name]
-    }
-
-
-def _volume_limits(m: Manifest) -> dict[str, Limit]:
-    """Volume targets with class names: codes index them."""
-    targets = m.extra.get("targets") or []
-    return {
-        t["array"]: _code_limit(t.get("column", t["array"]), len(t["classes"]), 0)
-        for t in targets
-        if t.get("classes") is not None
-    }
-
-
-def _sample_limits(m: Manifest) -> dict[str, Limit]:
-    """A samples dataset's Tokens fields: ids below their vocab_size (extra.fields, checked
-    when the manifest was read)."""
-    fields = m.extra["fields"]
-    return {
-        name: _vocab_limit(int(d["vocab_size"]))
-        for name, d in fields.items()
-        if d["kind"] == "tokens"
-    }
-
-
-def _vocab_limit(vocab: int) -> Limit:
-    return vocab - 1, lambda v: f"token id {v} is not below vocab_size {vocab}"
-
-
-LIMITS: dict[str, Callable[[Manifest], dict[str, Limit]]] = {
-    "samples": _sample_limits,
-    "tokens": _token_limits,
-    "table": _table_limits,
-    "volumes": _volume_limits,
-}
-
-
-def value_problems(manifest: Manifest, shard: Shard, arrays: Arrays) -> list[str]:
-    """Values of one shard out of the manifest's range, one line each naming the file; `arrays`
-    holds the shard's arrays as check_array laid them out (check_shard does both)."""
-    limits = LIMITS.get(manifest.kind, lambda m: {})(manifest)
-    found = _string_problems(manifest, arrays) if manifest.kind == "samples" else []
-    for name, (top, problem) in sorted(limits.items()):
+def value_problems(
+    shard: Shard, arrays: Arrays, limits: dict[str, tuple[int, str]], strings: dict[str, bool]
+) -> list[str]:
+    """Values of one shard out of its fields' range (`limits`: array -> the largest value and
+    what it is; `strings`: ragged uint8 arrays -> whether they hold JSON, else UTF-8 text), one
+    line each naming the file; `arrays` holds the shard's arrays as check_array laid them out
+    (check_shard does both)."""
+    found = []
+    for name, json in sorted(strings.items()):
+        if name in arrays and name + OFFSETS in arrays:
+            off = read_layout(*arrays[name + OFFSETS])
+            problem = string_problem(name, *arrays[name], off, json)
+            found += [problem] if problem else []
+    for name, (top, what) in sorted(limits.items()):
         if name not in arrays or not shard.arrays[name].length:
             continue
         path, layout = arrays[name]
@@ -119,19 +73,7 @@ def value_problems(manifest: Manifest, shard: Shard, arrays: Arrays) -> list[str
         if low < 0:
             found.append(f"{path}: {name} holds {low}, not a code (0..{top})")
         elif high > top:
-            found.append(f"{path}: {problem(high)}")
-    return found
-
-
-def _string_problems(manifest: Manifest, arrays: Arrays) -> list[str]:
-    """A samples dataset's Text and Json fields (extra.fields, checked when the manifest was
-    read): the first sample of each that is not UTF-8, or not JSON."""
-    found = []
-    for name, d in sorted(manifest.extra["fields"].items()):
-        if d["kind"] in ("text", "json") and name in arrays and name + OFFSETS in arrays:
-            off = read_layout(*arrays[name + OFFSETS])
-            problem = string_problem(name, *arrays[name], off, d["kind"] == "json")
-            found += [problem] if problem else []
+            found.append(f"{path}: {what.format(v=high)}")
     return found
 
 

@@ -21,20 +21,22 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from loaders.fields.base import decode_source
+from loaders.fields.checks import check_files, check_one
+from loaders.fields.registry import declared
 from loaders.format import (
     MANIFEST,
     OFFSETS,
     FormatError,
     Manifest,
     check_array,
-    check_files,
+    local_resolver,
     map_layout,
     problems_error,
     read_manifest_file,
     safe_path,
 )
 from loaders.format.arrays import Layout
-from loaders.format.kinds import decode_source
 from loaders.format.values import Arrays
 
 
@@ -56,12 +58,21 @@ def _stamp(st: os.stat_result) -> Stamp:
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
+# Up to this many shards, a store checks every file when it opens a dataset (a stat and a header
+# read each); past it, each shard's when it is first read, so a dataset of a million shards opens
+# in the time it takes to map its index.
+EAGER_SHARDS = 4096
+
+
 class Backend(Protocol):
     """Where a dataset's files are: the manifest's bytes, and a local path to map per file."""
 
     root: Any  # a Path; for a remote backend a loaders.remote.Url (a str joined like a Path)
 
     def read_manifest(self) -> tuple[bytes, Stamp]: ...
+
+    def resolver(self) -> Any:
+        """The shard index's files: (name, record) -> a local path (loaders.format.Resolve)."""
 
     def manifest_stamp(self) -> Stamp | None:
         """A cheap identity of the manifest now (None: it is gone)."""
@@ -92,6 +103,9 @@ class LocalBackend:
     def local_path(self, name: str) -> Path:
         return safe_path(self.root, name)
 
+    def resolver(self) -> Any:
+        return local_resolver(self.root)
+
     def problems(self, manifest: Manifest) -> list[str]:
         return check_files(self.root, manifest)
 
@@ -110,9 +124,9 @@ def make_backend(root: str | os.PathLike[str], max_open: int, **remote: Any) -> 
 
 
 class ShardStore:
-    """A dataset folder of kind `kind`: its manifest, validated against the files once when the
-    store is made, and its shard arrays, mapped lazily, at most `max_open` at a time (least
-    recently used first out).
+    """A dataset folder: its manifest and fields, validated against the files when the store is
+    made (each shard when first read, past EAGER_SHARDS), and its shard arrays, mapped lazily,
+    at most `max_open` at a time (least recently used first out).
 
     Pickles without the manifest and the maps: a worker process reads the manifest again,
     refusing it unless it has the bytes first read, and maps what it reads itself."""
@@ -120,7 +134,6 @@ class ShardStore:
     def __init__(
         self,
         root: str | os.PathLike[str],
-        kind: str,
         *,
         max_open: int = DEFAULT_MAX_OPEN,
         backend: Backend | None = None,
@@ -129,19 +142,18 @@ class ShardStore:
         if max_open < 1:
             raise ValueError(f"max_open {max_open} must be at least 1 open map")
         self.backend = backend or make_backend(root, max_open, **remote)
-        self.root, self.kind, self.max_open = self.backend.root, kind, max_open
+        self.root, self.max_open = self.backend.root, max_open
         data, self._stamp = self.backend.read_manifest()
-        manifest = Manifest.from_json(data, self.root / MANIFEST)
-        if manifest.kind != kind:
-            raise FormatError(
-                f"{self.root / MANIFEST} holds {manifest.kind}, not {kind}. "
-                f"HINT: open it with the dataset class for {manifest.kind}"
-            )
+        manifest = Manifest.from_json(data, self.root / MANIFEST, self.backend.resolver())
+        declared(manifest)  # the fields against the arrays: one FormatError line if not
         checked: dict[int, Arrays] = {}  # each shard's arrays, laid out by the check
-        if isinstance(self.backend, LocalBackend):
+        self._checked = len(manifest.shards) <= EAGER_SHARDS
+        if not isinstance(self.backend, LocalBackend):
+            problems = self.backend.problems(manifest)
+        elif self._checked:
             problems = check_files(self.root, manifest, layouts=checked)
         else:
-            problems = self.backend.problems(manifest)
+            problems = []
         if problems:
             raise problems_error(problems)
         self._sha256 = hashlib.sha256(data).digest()
@@ -172,7 +184,7 @@ class ShardStore:
             )
         self._stamp = stamp  # the same bytes (touched, or an identical repack)
         if self._manifest is None:
-            self._manifest = Manifest.from_json(data, self.root / MANIFEST)
+            self._manifest = Manifest.from_json(data, self.root / MANIFEST, self.backend.resolver())
 
     def check(self) -> None:
         """Raise FormatError if the folder was repacked since the store was made: one stat, and
@@ -222,6 +234,9 @@ class ShardStore:
         """The array's local file and where it lies in it, checked against the manifest the
         first time in this process."""
         found = self._layouts.get((shard, name))
+        if found is None and not self._checked and isinstance(self.backend, LocalBackend):
+            self._check_shard(shard)
+            found = self._layouts.get((shard, name))
         if found is None:
             ref, spec = self.manifest.ref(shard, name)  # name + OFFSETS: a ragged one's offsets
             path = self.backend.local_path(ref.file)
@@ -230,6 +245,14 @@ class ShardStore:
         elif not isinstance(self.backend, LocalBackend):  # a cached copy may have been evicted
             found = self.backend.local_path(self.manifest.ref(shard, name)[0].file), found[1]
         return found
+
+    def _check_shard(self, shard: int) -> None:
+        """A shard of a large dataset, checked as a small one's are at open (once a process)."""
+        checked: Arrays = {}
+        problems = check_one(self.root, self.manifest, shard, checked)
+        if problems:
+            raise problems_error(problems)
+        self._layouts |= {(shard, name): found for name, found in checked.items()}
 
     def __getstate__(self) -> dict[str, Any]:
         return self.__dict__ | {"_manifest": None, "_maps": {}, "_layouts": {}, "_windows": None}

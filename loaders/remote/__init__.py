@@ -17,7 +17,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from loaders.format import MANIFEST, FormatError, Manifest, problems_error, read_manifest, safe_path
+from loaders.format import (
+    MANIFEST,
+    FileInfo,
+    FormatError,
+    Manifest,
+    problems_error,
+    read_manifest,
+    safe_path,
+)
 from loaders.remote.cache import FileCache, default_cache_dir, parse_bytes, warn_small_cache
 from loaders.remote.checks import arrival_problems, url_problems
 from loaders.remote.storage import BACKOFF, RETRIES, Storage, Url, filesystem, retried, url_of
@@ -51,16 +59,14 @@ def open_remote(root: object) -> tuple[RemoteBackend, Manifest] | None:
         return None
     backend = RemoteBackend(url)
     data, _ = backend.read_manifest()
-    return backend, Manifest.from_json(data, backend.root / MANIFEST)
+    return backend, Manifest.from_json(data, backend.root / MANIFEST, backend.resolver())
 
 
-def dataset_file(root: str | os.PathLike[str], kind: str) -> tuple[Manifest, FileAt]:
-    """The manifest of a dataset of `kind` at a path or URL, and a function giving a local
-    path of one of its files by name and sha256 (at a URL: fetched into the cache, checked)."""
+def dataset_file(root: str | os.PathLike[str]) -> tuple[Manifest, FileAt]:
+    """The manifest of a dataset at a path or URL, and a function giving a local path of one of
+    its files by name and sha256 (at a URL: fetched into the cache, checked)."""
     remote = open_remote(root)
     m = remote[1] if remote else read_manifest(Path(root))
-    if m.kind != kind:
-        raise FormatError(f"{root} holds {m.kind}, not {kind}")
     if remote is None:
         return m, lambda name, sha256: safe_path(Path(root), name)
     return m, remote[0].named_file
@@ -128,7 +134,7 @@ class RemoteBackend:
                 "folder), and that the dataset was uploaded (its manifest.json is put last)"
             )
         data = self.storage.read(MANIFEST)
-        m = self._manifest = Manifest.from_json(data, self.root / MANIFEST)
+        m = self._manifest = Manifest.from_json(data, self.root / MANIFEST, self.resolver())
         self._files = {n: (f.bytes, f.sha256) for s in m.shards for n, f in s.files.items()}
         self._shard_of = {n: i for i, s in reversed(list(enumerate(m.shards))) for n in s.files}
         self._shards = [  # an array in a file its shard does not list: refused at open
@@ -195,6 +201,10 @@ class RemoteBackend:
         if problems:
             raise problems_error(problems)
         self._checked_files.add(name)
+
+    def resolver(self) -> Callable[[str, FileInfo], Path]:
+        """The shard index's files, fetched into the cache and checked like a shard's."""
+        return lambda name, info: self._cached(name, info.bytes, info.sha256)
 
     def named_file(self, name: str, sha256: str) -> Path:
         """A file the manifest names beside its shards (a tokenizer), fetched into the cache

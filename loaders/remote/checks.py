@@ -22,12 +22,13 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from loaders.fields.checks import field_problems, value_limits
+from loaders.fields.registry import declared, field_of
 from loaders.format import FormatError, Manifest, Shard, array_name
 from loaders.format.checks import array_problems, check_shard
 from loaders.remote.storage import Storage, Url, name_problem
 
 THREADS = 4  # downloads at once while verifying
-WHOLE = ("tokens", "volumes")  # kinds whose shard checks read every array of the shard
 
 
 def structure_problems(manifest: Manifest, url: object) -> list[str]:
@@ -44,15 +45,17 @@ def structure_problems(manifest: Manifest, url: object) -> list[str]:
 
 
 def checked_with(manifest: Manifest, shard: int, file: str) -> list[str]:
-    """The arrays whose checks need file `file` of shard `shard`: the arrays it holds (or the
-    offsets of), with their `hw_{size}` sides; every array of a token or volume shard (their
-    checks read them together). Only what is read is fetched: labels are checked when read."""
-    if manifest.kind in WHOLE:
-        return sorted(manifest.arrays)
+    """The arrays whose checks need file `file` of shard `shard`: every array of the fields that
+    store one in it, and the arrays of other fields their checks read (Field.needs: an image's
+    sides for its masks). Only what is read is fetched."""
     refs = manifest.shards[shard].arrays
     held = [a for a, r in refs.items() if file in (r.file, r.offsets and r.offsets.file)]
-    sides = [array_name("hw", manifest.arrays[a].size) for a in held if a in manifest.arrays]
-    names = {*held, *sides}
+    names: set[str] = set()
+    for array in held:
+        if array in manifest.arrays:
+            name, field = field_of(manifest, array)
+            names |= {array_name(s.field, s.size) for s in field.arrays(name)}
+            names |= set(field.needs(name))
     return sorted(n for n in names if n in manifest.arrays)
 
 
@@ -90,7 +93,16 @@ def copy_problems(
             raise FormatError(f"{url / name} was not fetched")
         return copies[name]
 
-    found = check_shard(view, index, path_of, checksums=checksums, values=checksums)
+    view._declared = declared(manifest)  # type: ignore[attr-defined]  # the same fields
+    found = check_shard(
+        view,
+        index,
+        path_of,
+        checksums=checksums,
+        values=checksums,
+        fields=field_problems,
+        limits=value_limits,
+    )
     names = sorted(((str(p), str(url / n)) for n, p in copies.items()), reverse=True)
     out = []
     for line in found:  # the local copies' paths -> the URLs they came from
@@ -160,20 +172,25 @@ def url_problems(
         return problems
     tmp_parent.mkdir(parents=True, exist_ok=True)
     problems += verify_shards(manifest, storage, tmp_parent, set(found))
-    return problems + _tokenizer_problems(storage, manifest)
+    return problems + _kept_problems(storage, manifest)
 
 
-def _tokenizer_problems(storage: Storage, manifest: Manifest) -> list[str]:
-    """A token dataset's tokenizer file, checked as `prep verify` checks a local one."""
-    tok = manifest.extra.get("tokenizer")
-    if not (isinstance(tok, dict) and tok.get("file")):
-        return []
-    url = storage.root / str(tok["file"])
-    try:
-        same = storage.sha256(str(tok["file"])) == tok.get("sha256")
-    except FormatError as e:
-        return [f"tokenizer: {url} is missing" if "does not exist" in str(e) else f"tokenizer: {e}"]
-    return [] if same else [f"tokenizer: {url} checksum differs from the manifest"]
+def _kept_problems(storage: Storage, manifest: Manifest) -> list[str]:
+    """The files fields keep beside the shards (a tokenizer), checked as `prep verify` checks a
+    folder's."""
+    found = []
+    for name, field in declared(manifest).items():
+        for file, sha256 in field.files(name).items():
+            url = storage.root / file
+            try:
+                same = storage.sha256(file) == sha256
+            except FormatError as e:
+                gone = "does not exist" in str(e)
+                found.append(f"{name}: {url} is missing" if gone else f"{name}: {e}")
+                continue
+            if not same:
+                found.append(f"{name}: {url} checksum differs from the manifest")
+    return found
 
 
 def arrival_problems(

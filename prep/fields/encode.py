@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from loaders.fields import Boxes, Image, Instances, Keypoints, Mask, SampleField
+from loaders.fields import Boxes, Field, Image, Instances, Keypoints, Mask
 from loaders.fields.base import FieldError
 from prep.media.image.stats import PixelSums
 from prep.run.errors import Reject as UserReject
@@ -21,7 +21,7 @@ PLACED = (Mask, Boxes, Instances, Keypoints)  # the fields bound to an image fie
 def encode_sample(
     value: Any,
     make: Callable[[Any], Any],
-    fields: dict[str, SampleField],
+    fields: dict[str, Field],
     base: Path | None,
     sums: dict[str, PixelSums] | None = None,
 ) -> dict[str, np.ndarray] | None:
@@ -65,7 +65,7 @@ def encode_sample(
 
 
 def _encode_field(
-    field: SampleField,
+    field: Field,
     value: Any,
     uprights: dict[str, tuple[int, int]],
     pixels: dict[str, dict[int, np.ndarray]] | None,
@@ -94,6 +94,6 @@ def _name(fn: Callable[..., Any]) -> str:
     return f"{getattr(fn, '__qualname__', type(fn).__name__)}()"
 
 
-def ordered(fields: dict[str, SampleField]) -> dict[str, SampleField]:
+def ordered(fields: dict[str, Field]) -> dict[str, Field]:
     """Images first, so that each mask's (and boxes') image is encoded before it."""
     return dict(sorted(fields.items(), key=lambda kv: isinstance(kv[1], PLACED)))

@@ -51,7 +51,7 @@ class Image(kinds.Image):
             out[f"_{size}"] = data
             if self.mode == "keep":
                 out[f"_hw_{size}"] = np.asarray(arr.shape[:2], dtype=np.uint16)
-            if self.codec == "jpeg":
+            if self.codec_at(size) == "jpeg":
                 out[f"_crc_{size}"] = np.asarray(zlib.crc32(data.data), dtype=np.uint32)
         return out, pixels
 
@@ -211,6 +211,6 @@ def _load(path: str) -> Any:
         raise ValueError(f"{path}: not a tokenizer.json ({e})") from None
 
 
-def arrays_of(name: str, field: kinds.SampleField) -> dict[str, ArraySpec]:
+def arrays_of(name: str, field: kinds.Field) -> dict[str, ArraySpec]:
     """Field `name`'s arrays by their array names."""
     return {array_name(s.field, s.size): s for s in field.arrays(name)}

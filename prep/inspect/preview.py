@@ -13,8 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
+from loaders.fields.base import decode_source
 from loaders.format import Manifest, array_name, read_manifest
-from loaders.format.kinds import FIELDS, decode_source
+from loaders.format.legacy.arrays import FIELDS
 from prep.inspect.sheet import (
     BLANK_SHARE,
     PreviewResult,

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from loaders.format import FormatError, Manifest, check_files, read_manifest, safe_path, sha256_file
-from loaders.format.kinds import FIELDS
+from loaders.format.legacy.arrays import FIELDS
 from loaders.remote import open_remote
 from prep.run.errors import PrepError
 

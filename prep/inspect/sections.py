@@ -93,9 +93,9 @@ def sizes(orig: np.ndarray | None, stored: np.ndarray | None = None) -> Section:
 
 def rejects(root: Path, m: Manifest) -> Section:
     """Rejects by reason (bars), each reason with its first FIRST_REJECTS paths and messages,
-    from rejects.jsonl (read once, checked: prep.inspect.rejectfile); what could not be read
+    from rejects.jsonl (read once, checked: loaders.format.rejects); what could not be read
     is one warning."""
-    from prep.inspect.rejectfile import records
+    from loaders.format.rejects import records
 
     by = Counter[str]()
     first: dict[str, list[Mapping[str, str]]] = {}

@@ -30,7 +30,7 @@ import numpy as np
 import psutil
 
 from loaders.format import Manifest
-from loaders.format.kinds import FIELDS
+from loaders.format.legacy.arrays import FIELDS
 from prep.inspect.stored import image_dataset
 from prep.inspect.tuned import TuneResult, TuneRow
 from prep.inspect.tuneplot import check_plot, plot

@@ -21,12 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
-from loaders.format import MANIFEST, REJECTS, Manifest, read_manifest
+from loaders.format import REJECTS, Manifest, read_manifest
 from loaders.remote import url_of
 from prep.run import staging as st
 from prep.run.config import RunConfig
 from prep.run.errors import PrepError
-from prep.run.files import atomic_write_text
 from prep.run.guard import check_out, locked
 from prep.run.inputs import named_rejects
 from prep.run.install import install, recover
@@ -283,7 +282,7 @@ def _finish(
     manifest.rejects = len(rejects)
     manifest.tool_version = __version__
     manifest.extra["inputs"] = inputs.fingerprint  # as the plan's: see staging.finished
-    atomic_write_text(staging / MANIFEST, manifest.to_json())
+    st.write_manifest(staging, manifest)
     install(staging, out)
     return manifest
 

@@ -14,14 +14,14 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import json
 import os
 import re
 import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from loaders.format import MANIFEST, REJECTS
+from loaders.fields.registry import declared
+from loaders.format import MANIFEST, REJECTS, FormatError, read_manifest
 from prep.run.errors import PrepError, UsageError
 from prep.run.files import HOST
 from prep.run.staging import OLD, RUN_DIR, staging_dir
@@ -72,14 +72,11 @@ def foreign_files(out: Path) -> list[str]:
     try:
         if not (out / MANIFEST).is_file():  # a FIFO there would block the read
             return names
-        manifest = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
-        files = [f for s in manifest["shards"] for f in s["files"]]
-        extra = manifest.get("extra") or {}
-        files.append((extra.get("tokenizer") or {}).get("file") or MANIFEST)
-        if manifest.get("format") != "prep":
-            return names
-    except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
-        return names  # not a manifest prep wrote (RecursionError: JSON nested too deep)
+        m = read_manifest(out)
+        files = [f for s in m.shards for f in s.files] + list((m.index or {}).get("files", {}))
+        files += [f for name, field in declared(m).items() for f in field.files(name)]
+    except (OSError, FormatError):
+        return names  # not a manifest prep wrote
     ours = {MANIFEST, REJECTS, RUN_DIR, OLD} | {Path(f).parts[0] for f in files if f}
     page = out / REPORT
     if page.is_file() and not page.is_symlink():  # prep report's page; a folder is the user's

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from loaders.format import OFFSETS, ArrayRef, ArraySpec, Shard
+from loaders.format.index import file_name, stem
 from prep.run.files import NpyWriter, RaggedWriter, named, publish, temp_path, writing
 from prep.run.inputs import Reject, reject_record
 from prep.run.profile import stage
@@ -31,15 +32,14 @@ from prep.run.staging import write_record
 T = TypeVar("T")
 
 
-def part_file(part: str, stem: str) -> str:
-    """image_256-00000.npy; a ragged array's offsets: image_256-offsets-00000.npy.
+def part_file(part: str, shard_stem: str) -> str:
+    """image_256-00000.npy; a ragged array's offsets: image_256-offsets-00000.npy (the names
+    loaders.format.index derives).
 
     >>> part_file("tokens", "train-00003"), part_file("source" + OFFSETS, "train-00003")
     ('tokens-train-00003.npy', 'source-offsets-train-00003.npy')
     """
-    if part.endswith(OFFSETS):
-        return f"{part.removesuffix(OFFSETS)}-offsets-{stem}.npy"
-    return f"{part}-{stem}.npy"
+    return file_name(part, shard_stem, "npy")
 
 
 class ShardFiles:
@@ -177,12 +177,14 @@ def write_shard(
     storage: str,
     staging: Path,
     finish: Callable[[dict[str, Any]], None] | None = None,
+    split: str | None = None,
 ) -> dict[str, Any]:
     """Encode `items` into shard `index` of `specs`' arrays under `staging` (`storage` npy or
-    h5); return its record (the shard, and a reject record a refused input, named by `rel`).
-    `finish` adds what a kind keeps beside (pixel sums, the split) before the record is
-    written: what --resume reads back. A failed write leaves no file of the shard behind."""
-    out = ShardFiles(staging, f"{index:05d}")
+    h5), of `split` (its file names say it); return its record (the shard, and a reject record
+    a refused input, named by `rel`). `finish` adds what a kind keeps beside (pixel sums)
+    before the record is written: what --resume reads back. A failed write leaves no file of
+    the shard behind."""
+    out = ShardFiles(staging, stem(split, index))
     rejects: list[dict[str, Any]] = []
     count = 0
     with writing([out]):
@@ -200,7 +202,7 @@ def write_shard(
                 count += 1
                 with stage("write"):
                     out.append(one)
-    shard = out.publish(count, h5=storage == "h5")
+    shard = out.publish(count, split, h5=storage == "h5")
     record = {"index": index, "shard": asdict(shard), "rejects": rejects}
     if finish is not None:
         finish(record)

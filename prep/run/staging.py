@@ -11,15 +11,20 @@ files (`.*.tmp`, removed by the next run) and records only for shards whose file
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
-from loaders.format import MANIFEST, REJECTS, sha256_file
+import numpy as np
+
+from loaders.format import MANIFEST, REJECTS, Manifest, sha256_file
+from loaders.format.index import DIGESTS, SHARDS, index_arrays, index_entry
 from prep.run.errors import PrepError
-from prep.run.files import atomic_write_text
+from prep.run.files import atomic_write_bytes, atomic_write_text
 from prep.run.tasks import write_error
 
 RUN_DIR = ".prep-run"  # inside OUT.partial: the plan and one record per finished shard
@@ -183,3 +188,19 @@ def remove(path: Path) -> None:
         shutil.rmtree(path)
     else:
         path.unlink()
+
+
+def write_manifest(staging: Path, manifest: Manifest) -> None:
+    """The dataset's shard index (loaders.format.index), then its manifest, last: each file
+    written whole under a temp name and renamed, the index's sizes and digests in the manifest."""
+    m = manifest
+    table, digests = index_arrays(m.shards, m.arrays, m.storage, m.splits)
+    files = {}
+    for name, arr in ((SHARDS, table), (DIGESTS, digests)):
+        buf = io.BytesIO()
+        np.save(buf, arr, allow_pickle=False)
+        data = buf.getvalue()
+        atomic_write_bytes(staging / name, data)
+        files[name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    manifest.index = index_entry(table, manifest.arrays, manifest.storage, files)
+    atomic_write_text(staging / MANIFEST, manifest.to_json())

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from loaders.format.kinds import FIELDS
+from loaders.format.legacy.arrays import FIELDS
 from prep.media.table.types import NUMBER, int_dtype
 from prep.run.errors import PrepError
 from prep.run.inputs import INTEGER, read_rows, reject_record

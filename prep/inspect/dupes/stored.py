@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
+from loaders.fields.base import decode_source
 from loaders.format import OFFSETS, FormatError, Shard, array_name, read_manifest
-from loaders.format.kinds import decode_source
 from loaders.read.store import ShardStore
 from prep.media.image.hashing import DIGEST_BYTES, phash, pixel_digest, thumbnail
 from prep.run.errors import PrepError

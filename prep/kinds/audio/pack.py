@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from loaders.fields import Array, Label, SampleField, Scalar, Text
+from loaders.fields import Array, Field, Label, Scalar, Text
 from loaders.fields.base import FieldError, check_name
 from loaders.format import ArraySpec, Manifest, Shard
 from loaders.format.schema import SAMPLES_VERSION
@@ -38,10 +38,10 @@ FIXED = ("audio", "source", "source_rate", "start", "label")  # the field names 
 
 def audio_fields(
     cfg: AudioConfig, classes: list[str] | None, labelled: bool, targets: Targets | None
-) -> dict[str, SampleField]:
+) -> dict[str, Field]:
     """The dataset's fields, in manifest order."""
     row = () if cfg.mono else (cfg.stored_channels,)
-    fields: dict[str, SampleField] = {
+    fields: dict[str, Field] = {
         "audio": Array(cfg.dtype, (None, *row)),
         "source": Text(),
         "source_rate": Scalar("uint32"),
@@ -61,7 +61,7 @@ def audio_fields(
 
 
 def encode_clip(
-    clip: Clip, cfg: AudioConfig, fields: dict[str, SampleField]
+    clip: Clip, cfg: AudioConfig, fields: dict[str, Field]
 ) -> list[dict[str, np.ndarray]]:
     """One file -> its clips' samples (array name -> value), cut at --max-seconds."""
     samples, source_rate = decode_clip(
@@ -90,7 +90,7 @@ def audio_shard(
     index: int,
     clips: list[Clip],
     cfg: AudioConfig,
-    fields: dict[str, SampleField],
+    fields: dict[str, Field],
     specs: dict[str, ArraySpec],
     staging: Path,
 ) -> dict[str, Any]:

@@ -16,11 +16,13 @@ from typing import Any
 
 import numpy as np
 
+from loaders.fields import Array, Field, Image, Label, Mask, Text
+from loaders.fields.base import encode_source
 from loaders.format import ArraySpec, Manifest, Shard, array_name
-from loaders.format.kinds import FIELDS, encode_source
+from loaders.format.spec import smallest_uint
 from prep.kinds.images.config import PackConfig
 from prep.media.image.decode import decode_image, decode_mask
-from prep.media.image.encode import stored, subsampling
+from prep.media.image.encode import stored
 from prep.media.image.geometry import sizes_from
 from prep.media.image.hashing import image_phash, pixel_digest
 from prep.media.image.stats import PixelSums, combine
@@ -36,35 +38,41 @@ from prep.sources.splits import split_counts
 PackSummary = RunSummary
 
 
-def array_specs(cfg: PackConfig, max_label: int | None, masks: bool) -> dict[str, ArraySpec]:
-    """Every array of the dataset, as the field registry stores it: images and masks per size
-    (and mode keep's sample shapes, hw), then the size-free fields."""
-    channels, keep = 1 if cfg.gray else 3, cfg.mode == "keep"
-    codecs = cfg.codecs_by_size()
-    specs = [
-        FIELDS["image"].spec(s, channels=channels, codec=_codec(codecs[s], keep)) for s in cfg.sizes
-    ]
-    specs += [FIELDS["mask"].spec(s, codec=_codec("raw", keep)) for s in cfg.sizes if masks]
-    specs += [FIELDS["hw"].spec(s) for s in cfg.sizes if keep]
-    specs += [FIELDS["crc"].spec(s) for s in cfg.sizes if codecs[s] == "jpeg"]
-    if max_label is not None:
-        specs.append(FIELDS["label"].spec(None, max_value=max_label))
-    specs.append(FIELDS["orig_size"].spec(None))
-    specs.append(FIELDS["source"].spec(None, codec="ragged"))  # the input's path, relative to SRC
-    if cfg.hashes:  # prep.inspect.dupes: near-duplicates and leakage
-        specs += [FIELDS["phash"].spec(None), FIELDS["digest"].spec(None)]
-    return {array_name(s.field, s.size): s for s in sorted(specs, key=_array_order)}
+def image_fields(
+    cfg: PackConfig, classes: list[str] | None, max_label: int | None, masks: bool
+) -> dict[str, Field]:
+    """The fields of an image pack: `image` at every size (its codec per size), its `mask`, the
+    `label` (class names, or integer labels in the smallest dtype), the source's size, the
+    input's path relative to SRC, and (prep.inspect.dupes) the perceptual hash and digest."""
+    sizes = tuple(sorted(cfg.sizes))
+    codecs = tuple(cfg.codecs_by_size()[s] for s in sizes)
+    image = Image(
+        sizes,
+        cfg.mode,
+        codecs[0] if len(set(codecs)) == 1 else codecs,
+        cfg.gray,
+        cfg.quality,
+        cfg.pad_value,
+        cfg.max_pixels,
+    )
+    fields: dict[str, Field] = {"image": image}
+    if masks:
+        fields["mask"] = Mask("image", sizes, cfg.mode, cfg.mask_pad_value)
+    if classes is not None:
+        fields["label"] = Label(tuple(classes))
+    elif max_label is not None:
+        fields["label"] = Label(dtype=smallest_uint(max_label))
+    fields["orig_size"] = Array("uint32", (2,), wide=True)
+    fields["source"] = Text()  # the input's path, relative to SRC
+    if cfg.hashes:
+        fields["phash"] = Array("uint64", (), wide=True)
+        fields["digest"] = Array("uint8", (32,))
+    return fields
 
 
-def _codec(codec: str, keep: bool) -> str:
-    """What a raw sample of mode keep is stored as: ragged (its own shape)."""
-    if keep and codec == "raw":
-        codec = "ragged"
-    return codec
-
-
-def _array_order(spec: ArraySpec) -> tuple[int, int]:
-    return (0 if spec.size is not None else 1, spec.size or 0)
+def array_specs(fields: dict[str, Field]) -> dict[str, ArraySpec]:
+    """Every array the fields store, by name."""
+    return {array_name(s.field, s.size): s for n, f in fields.items() for s in f.arrays(n)}
 
 
 def encode_item(
@@ -86,9 +94,10 @@ def encode_item(
         name = array_name("image", s)
         out[name] = stored(arr[..., None] if cfg.gray else arr, specs[name], cfg.quality)
         if mode == "keep":
-            out[array_name("hw", s)] = np.asarray(arr.shape[:2], dtype=np.uint16)
+            out[array_name("image_hw", s)] = np.asarray(arr.shape[:2], dtype=np.uint16)
         if specs[name].codec == "jpeg":
-            out[array_name("crc", s)] = np.asarray(zlib.crc32(out[name].data), dtype=np.uint32)
+            crc = zlib.crc32(out[name].data)
+            out[array_name("image_crc", s)] = np.asarray(crc, dtype=np.uint32)
     if item.mask is not None:
         try:
             mask = decode_mask(item.mask, cfg.max_pixels)
@@ -143,10 +152,10 @@ def pack_shard(
         return encode_item(item, cfg, specs, sums, (phashes or {}).get(item.rel))
 
     def finish(record: dict[str, Any]) -> None:
-        record["shard"]["split"] = items[0].split if items else None  # a shard holds one split
         record["stats"] = sums.record()
 
-    return write_shard(index, items, encode, _rel, specs, cfg.format, staging, finish)
+    split = items[0].split if items else None  # a shard holds one split
+    return write_shard(index, items, encode, _rel, specs, cfg.format, staging, finish, split)
 
 
 def _rel(item: Item) -> str:
@@ -184,7 +193,8 @@ class ImagesKind(Kind[PackConfig, list[Item]]):
         if listing.classes is not None:
             max_label = len(listing.classes) - 1
         has_masks = any(it.mask is not None for it in listing.items)
-        self.specs = array_specs(cfg, max_label, has_masks)
+        self.fields = image_fields(cfg, listing.classes, max_label, has_masks)
+        self.specs = array_specs(self.fields)
         fingerprint = _fingerprint(listing)  # of the inputs: the config holds --drop-dupes
         if cfg.drop_dupes:
             from prep.inspect.dupes.drop import drop_dupes
@@ -225,11 +235,11 @@ class ImagesKind(Kind[PackConfig, list[Item]]):
 
     def manifest(self, records: list[dict[str, Any]]) -> Manifest:
         return Manifest(
-            kind="images",
             storage=self.cfg.format,
             arrays=self.specs,
             shards=[Shard.from_dict(rec["shard"]) for rec in records],
-            classes=self.listing.classes,
+            fields={name: f.describe() for name, f in self.fields.items()},
+            command="pack",
             extra=_extra(self.cfg, combine(records)) | split_counts(self.listing, records),
         )
 
@@ -237,9 +247,7 @@ class ImagesKind(Kind[PackConfig, list[Item]]):
 def _extra(cfg: PackConfig, stats: dict[str, Any] | None) -> dict[str, Any]:
     extra: dict[str, Any] = {"background": list(cfg.background_rgb())}
     if stats is not None:
-        extra["stats"] = stats  # per-channel mean and std (prep.media.image.stats)
-    if "jpeg" in cfg.codecs_by_size().values():
-        extra["jpeg"] = {"quality": cfg.quality, "subsampling": subsampling(cfg.quality)}
+        extra["stats"] = {"image": stats}  # per-channel mean and std (prep.media.image.stats)
     return extra
 
 

@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from loaders.fields import Array, Bytes, Json, Label, SampleField, Scalar, Text
+from loaders.fields import Array, Bytes, Field, Json, Label, Scalar, Text
 from loaders.fields.base import check_name
-from loaders.format.kinds import NUMBERS
+from loaders.format.spec import NUMBERS
 from prep.kinds.importers.paths import Tree
 from prep.run.errors import Reject
 
@@ -50,7 +50,7 @@ class Column:
 
     name: str
     path: tuple[Step, ...]
-    field: SampleField | None  # None: the command's Image field
+    field: Field | None  # None: the command's Image field
     convert: str  # "value", "image" or "array"
 
     def source(self) -> str:
@@ -165,7 +165,7 @@ def _shape(f: Any) -> tuple[str, list[int | None]] | None:
     return (dtype, dims) if None not in dims[1:] else None
 
 
-def _value(dtype: str, name: str) -> SampleField:
+def _value(dtype: str, name: str) -> Field:
     dtype = ALIASES.get(dtype, dtype)
     if dtype in ("string", "large_string"):
         return Text()

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from loaders.fields import Image, SampleField, Tokens
+from loaders.fields import Field, Image, Tokens
 from loaders.fields.base import check_name
 from loaders.format import ArraySpec, Manifest, Shard
 from loaders.format.schema import SAMPLES_VERSION
@@ -33,7 +33,7 @@ def pack_samples_shard(
     index: int,
     items: list[Item],
     make: Callable[[Any], Any],
-    fields: dict[str, SampleField],
+    fields: dict[str, Field],
     specs: dict[str, ArraySpec],
     base: Path | None,
     storage: str,
@@ -53,7 +53,7 @@ def pack_samples_shard(
 def _encode(
     item: Item,
     make: Any,
-    fields: dict[str, SampleField],
+    fields: dict[str, Field],
     base: Path | None,
     sums: dict[str, PixelSums],
 ) -> Any:
@@ -133,14 +133,14 @@ class SamplesKind(Kind[SamplesConfig, list[Item]]):
         )
 
 
-def bind_fields(fields: Any) -> dict[str, SampleField]:
+def bind_fields(fields: Any) -> dict[str, Field]:
     """Check the declared fields (exit 2 for a bad one); a Mask, Boxes or Instances takes its
     image's sizes and mode."""
     if not isinstance(fields, dict) or not fields:
         raise UsageError("fields must be a dict of field name -> field (prep.fields)")
     for name, f in fields.items():
         problem = check_name(name)
-        if problem is None and not isinstance(f, SampleField):
+        if problem is None and not isinstance(f, Field):
             problem = f"field {name!r} is a {type(f).__name__}, not a field of prep.fields"
         if problem is not None:
             raise UsageError(problem)
@@ -167,7 +167,7 @@ def pack_samples(
     make: Callable[[Any], Any],
     inputs: Any,
     out: str | Path,
-    fields: dict[str, SampleField],
+    fields: dict[str, Field],
     *,
     show_progress: bool = True,
     profile: bool = False,

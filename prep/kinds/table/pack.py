@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 
 from loaders.format import ArraySpec, Manifest, Shard
-from loaders.format.kinds import FIELDS
+from loaders.format.legacy.arrays import FIELDS
 from prep.kinds.table.config import TableConfig
 from prep.media.table.encode import encode
 from prep.media.table.scan import BLOCKS, Scan, read_spill, scan

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from loaders.fields.base import encode_source
 from loaders.format import Shard
-from loaders.format.kinds import encode_source
 from prep.kinds.text.config import TokenizeConfig
 from prep.media.text.documents import DocumentReader, Piece
 from prep.media.text.tokenizers import Tokenizer, load_saved

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from loaders.format import Manifest, Shard, sha256_file
-from loaders.format.kinds import FIELDS
+from loaders.format.legacy.arrays import FIELDS
 from prep.kinds.text.config import TokenizeConfig
 from prep.kinds.text.shard import MB, SPLITS, fit_ids, is_val, tokenize_shard
 from prep.media.text.documents import DocumentReader, Piece, count_documents, line_starts, list_text

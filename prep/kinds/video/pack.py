@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from loaders.fields import Label, SampleField, Scalar, Text, Video
+from loaders.fields import Field, Label, Scalar, Text, Video
+from loaders.fields.base import encode_source
 from loaders.format import ArraySpec, Manifest, Shard, array_name
-from loaders.format.kinds import encode_source
 from loaders.format.schema import SAMPLES_VERSION
 from prep.kinds.video.config import VideoConfig
 from prep.media.image.encode import encode_jpeg
@@ -47,7 +47,7 @@ NUMBERS = {
 
 def video_fields(cfg: VideoConfig, classes: list[str] | None, labelled: bool) -> dict[str, Any]:
     """The dataset's fields, in manifest order."""
-    fields: dict[str, SampleField] = {
+    fields: dict[str, Field] = {
         "frames": Video(cfg.size, cfg.mode, cfg.codec, cfg.fps, cfg.quality)
     }
     if labelled:
@@ -90,7 +90,7 @@ def video_shard(
     index: int,
     items: list[Item],
     cfg: VideoConfig,
-    fields: dict[str, SampleField],
+    fields: dict[str, Field],
     specs: dict[str, ArraySpec],
     staging: Path,
 ) -> dict[str, Any]:

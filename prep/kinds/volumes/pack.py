@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from loaders.format import ArraySpec, Manifest, Shard
-from loaders.format.kinds import FIELDS
+from loaders.format.legacy.arrays import FIELDS
 from prep.kinds.volumes.config import VolumeConfig, float_list
 from prep.media.volume import transform as tf
 from prep.run.driver import Inputs, Kind, RunSummary, run

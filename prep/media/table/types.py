@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from loaders.format.kinds import smallest_uint
+from loaders.format.spec import smallest_uint
 from prep.run.errors import PrepError
 
 MISSING, UNSEEN, FIRST_CODE = 0, 1, 2

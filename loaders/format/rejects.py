@@ -1,6 +1,6 @@
-"""rejects.jsonl as prep report reads it: a file of the dataset like the others, though the
-manifest does not list it. No link out of the folder (loaders.format.safe_path), a regular
-file (a FIFO cannot block the open), a bounded read, and each line checked to be a record
+"""rejects.jsonl as prep reads it back (the report, tests): a file of the dataset like the others,
+though the manifest does not list it. No link out of the folder (loaders.format.safe_path), a
+regular file (a FIFO cannot block the open), a bounded read, and each line checked to be a record
 `{"path": str, "reason": str, "message": str}` before it is counted.
 
 >>> record(b'{"path": "a.png", "reason": "corrupt"}')
@@ -18,7 +18,8 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from loaders.format import REJECTS, FormatError, safe_path
+from loaders.format.arrays import safe_path
+from loaders.format.schema import REJECTS, FormatError
 
 MAX_LINE = 1 << 16  # bytes: a record is a path, a reason and a one-line message
 MAX_BYTES = 256_000_000  # bytes read at most: about a million records
@@ -82,3 +83,8 @@ def records(root: Path, problems: list[str]) -> Iterator[dict[str, str]]:
             + (f" (lines {shown})" if count > 1 else "")
             + "; the counts leave them out. HINT: prep writes one JSON object a line there"
         )
+
+
+def iter_rejects(root: Path) -> Iterator[dict[str, str]]:
+    """The reject records of a dataset (or run) folder; lines that are none are passed over."""
+    yield from records(Path(root), [])

@@ -1,7 +1,7 @@
-"""The `extra` of each kind's manifest: what the datasets and `prep info` read from it, checked
-when the manifest is read. A manifest that JSON accepts but prep did not write (`extra` a list,
-a table without columns, a string for `eot_id`) is then one FormatError line at open, never a
-KeyError or AttributeError where the value is used.
+"""The `extra` of each kind's manifest of versions 1-3: what the datasets and `prep info` read from
+it, checked when the manifest is read. A manifest that JSON accepts but prep did not write (`extra`
+a list, a table without columns, a string for `eot_id`) is then one FormatError line at open, never
+a KeyError or AttributeError where the value is used.
 
 >>> check_extra({"kind": "tokens", "extra": {"vocab_size": 256, "eot_id": "0"}}, {}, 1)
 Traceback (most recent call last):
@@ -15,8 +15,7 @@ import math
 from collections.abc import Callable
 from typing import Any, TypeGuard
 
-from loaders.format.kinds import MAX_SIDE, VIDEO_MODES
-from loaders.format.spec import ArraySpec, FormatError, is_sha256
+from loaders.format.spec import MAX_SIDE, VIDEO_MODES, ArraySpec, FormatError, is_sha256
 from loaders.format.stats import check_stats
 
 COLUMNS = ("num", "cat", "target", "missing")  # the fields of a table's columns
@@ -149,13 +148,8 @@ def _video(v: object) -> None:
     _need(cut is None or _int(cut, 1), f"video.max_frames {cut!r:.40} is not null or a count")
 
 
-# What each kind's datasets (and `prep info`, the report) read from `extra`.
-
-
 def _samples(extra: dict[str, Any], arrays: dict[str, ArraySpec], count: int) -> None:
-    from loaders.fields.registry import check_manifest  # the field kinds: loaded when needed
-
-    check_manifest(extra, arrays, count)
+    """Version 3: extra.fields is checked as a version 4 manifest's fields are, once read."""
     if "audio" in extra:
         _audio(extra["audio"], arrays)
     if "video" in extra:

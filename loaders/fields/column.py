@@ -1,0 +1,92 @@
+"""A table's column (`prep table`), or a per-volume target (`prep volumes --targets`): one value a
+sample in a narrow stored dtype, with what the readers and `prep info` need of it.
+
+`role`: num (a number: float32 when read, NaN for missing; times as ns since the epoch), cat (a
+code: 0 missing, 1 unseen in train, then `vocab` from 2) or target (a number, or with `vocab` a
+class id from `first_code`, 0). `type`: what the column's cells were (int, float, bool, time,
+string). `mask`: a numeric column with missing cells also stores NAME_missing (uint8 1 where
+missing). The rest is the column's summary over the train rows (missing, lo, hi, mean, std,
+counts per code).
+
+>>> Column(name="price", role="num", dtype="float32").arrays("num_0")[0].dtype
+'float32'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from loaders.fields.base import Field, Reading, spec
+from loaders.format.spec import NUMBERS, ArraySpec
+
+ROLES = ("num", "cat", "target")
+FIRST_CODE = 2  # a categorical column's first value's code: 0 is missing, 1 unseen in train
+
+
+@dataclass(frozen=True)
+class Column(Field):
+    name: str = ""
+    role: str = "num"
+    dtype: str = "float32"
+    type: str | None = None
+    missing: int = 0
+    lo: float | None = None
+    hi: float | None = None
+    mean: float | None = None
+    std: float | None = None
+    vocab: tuple[str, ...] | None = None
+    counts: tuple[int, ...] | None = None
+    first_code: int | None = None
+    mask: bool = False
+    kind = "column"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or self.role not in ROLES:
+            raise ValueError(f"name {self.name!r:.40} / role {self.role!r}: a name / {ROLES}")
+        if self.dtype not in NUMBERS:
+            raise ValueError(f"dtype {self.dtype!r} is not one of {NUMBERS}")
+        for key in ("lo", "hi", "mean", "std"):
+            v = getattr(self, key)
+            if not (v is None or (isinstance(v, int | float) and not isinstance(v, bool))):
+                raise ValueError(f"{key} {v!r:.40} is no number")
+        if self.vocab is not None and not all(isinstance(v, str) for v in self.vocab):
+            raise ValueError(f"vocab {str(self.vocab)[:40]} is not a list of values")
+        if not isinstance(self.missing, int) or not (
+            self.first_code is None or self.first_code >= 0
+        ):
+            raise ValueError(f"missing {self.missing!r:.20} / first_code {self.first_code!r:.20}")
+
+    @property
+    def first(self) -> int:
+        """The code of the vocabulary's first value."""
+        return FIRST_CODE if self.first_code is None else self.first_code
+
+    def arrays(self, name: str) -> list[ArraySpec]:
+        out = [spec(name, "column", self.dtype, ())]
+        if self.mask:
+            out.append(spec(f"{name}_missing", "missing", "uint8", ()))
+        return out
+
+    def read(self, batch: Reading, name: str, policy: str) -> dict[str, Any]:
+        import torch
+
+        values = batch.values(name)
+        wide = np.float32 if self.role == "num" or values.dtype.kind == "f" else np.int64
+        return {name: torch.from_numpy(values.astype(wide))}
+
+    def limits(self, name: str) -> dict[str, tuple[int, str]]:
+        if self.vocab is None:
+            return {}
+        top = len(self.vocab) - 1 + self.first
+        return {name: (top, f"code {{v}} is beyond column {self.name}'s codes 0..{top}")}
+
+    def lines(self, name: str, m: Any) -> list[str]:
+        said = [self.role, self.type or self.dtype, f"{self.missing} missing"]
+        if self.vocab is not None:
+            said.append(f"{len(self.vocab)} values")
+        elif self.lo is not None and self.hi is not None:
+            said.append(f"{self.lo:g}..{self.hi:g}")
+        return [f"{name}: column {self.name!r} ({', '.join(said)})"]

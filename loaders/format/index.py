@@ -1,0 +1,271 @@
+"""The shard index of format version 4: every shard's record (its sample count, split, the length
+of each array, the byte size and sha256 of each file) in two .npy files beside the manifest,
+mapped and read a shard at a time, so that `manifest.json` stays the same few KB at any shard
+count and opening a dataset reads one column, not every record.
+
+- `shards.npy`: int64 (columns, shards), column-major, so that a column (the counts) is one
+  contiguous read. Columns: `count`, `split` (its index in the manifest's `splits`, -1 for
+  none), `task` (the number in the shard's file names), `length:ARRAY` for every array (a raw
+  array: its count; a ragged one: its data's elements; a flat one: any), `bytes:PART` for
+  every file part.
+- `sha256.npy`: uint8 (shards, parts, 32): each file's digest, in the parts' order.
+
+File names are derived, never stored (`file_name`): a shard's stem is `SPLIT-TASK` (`TASK`
+without a split, 5 digits at least); an .npy dataset has `ARRAY-STEM.npy` for each array and
+`ARRAY-offsets-STEM.npy` for a ragged one's offsets, an .h5 dataset one `shard-STEM.h5` holding
+every part under its name (`ARRAY`, `ARRAY.offsets`).
+
+>>> file_name("image_64", "00003", "npy"), file_name("tokens.offsets", "val-00001", "npy")
+('image_64-00003.npy', 'tokens-offsets-val-00001.npy')
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, overload
+
+import numpy as np
+
+from loaders.format.spec import (
+    OFFSETS,
+    ArrayRef,
+    ArraySpec,
+    FileInfo,
+    FormatError,
+    Shard,
+    count,
+    is_sha256,
+)
+
+SHARDS, DIGESTS = "shards.npy", "sha256.npy"
+FIXED = ("count", "split", "task")
+H5_PART = "shard"  # an .h5 dataset's one file a shard
+
+
+def stem(split: str | None, task: int) -> str:
+    """The shard's part of its file names.
+
+    >>> stem(None, 3), stem("train", 12)
+    ('00003', 'train-00012')
+    """
+    return f"{task:05d}" if split is None else f"{split}-{task:05d}"
+
+
+def file_name(part: str, shard_stem: str, storage: str) -> str:
+    """The file holding `part` (an array, or `ARRAY.offsets`) of the shard named `shard_stem`."""
+    if storage == "h5":
+        return f"{H5_PART}-{shard_stem}.h5"
+    if part.endswith(OFFSETS):
+        return f"{part.removesuffix(OFFSETS)}-offsets-{shard_stem}.npy"
+    return f"{part}-{shard_stem}.npy"
+
+
+def parts(arrays: Mapping[str, ArraySpec], storage: str) -> list[str]:
+    """The file parts of a shard, in index order: each array and a ragged one's offsets (one
+    file each), or the one .h5 file."""
+    if storage == "h5":
+        return [H5_PART]
+    return [p for name in sorted(arrays) for p in (name, name + OFFSETS)[: 1 + arrays[name].ragged]]
+
+
+def columns(arrays: Mapping[str, ArraySpec], storage: str) -> list[str]:
+    """The index's columns: the counts, splits and tasks, then the arrays' lengths and the
+    files' byte sizes, both in name order."""
+    lengths = [f"length:{name}" for name in sorted(arrays)]
+    return [*FIXED, *lengths, *(f"bytes:{p}" for p in parts(arrays, storage))]
+
+
+def shard_of(
+    arrays: Mapping[str, ArraySpec],
+    storage: str,
+    split: str | None,
+    task: int,
+    count: int,
+    lengths: Sequence[int],
+    sizes: Sequence[int],
+    digests: Sequence[str],
+) -> Shard:
+    """The record of one shard from its index row (`lengths`: its arrays' in name order; `sizes`
+    and `digests`: its files', in `parts` order): its refs and files, named by the rule."""
+    st = stem(split, task)
+    refs = {}
+    for name, length in zip(sorted(arrays), lengths, strict=True):
+        spec = arrays[name]
+        key = name if storage == "h5" else None
+        ref = ArrayRef(file_name(name, st, storage), length, key)
+        if spec.ragged:
+            off = name + OFFSETS
+            ref.offsets = ArrayRef(file_name(off, st, storage), count + 1, off if key else None)
+        refs[name] = ref
+    names = [file_name(p, st, storage) for p in parts(arrays, storage)]
+    files = {n: FileInfo(b, d) for n, b, d in zip(names, sizes, digests, strict=True)}
+    return Shard(count, refs, files, split)
+
+
+def index_arrays(
+    shards: Sequence[Shard], arrays: Mapping[str, ArraySpec], storage: str, splits: Sequence[str]
+) -> tuple[np.ndarray, np.ndarray]:
+    """`shards.npy`'s and `sha256.npy`'s arrays for the records a run wrote. Each record's files
+    must be named by the rule (ValueError: a writer that names its files otherwise)."""
+    ps = parts(arrays, storage)
+    table = np.empty((len(columns(arrays, storage)), len(shards)), np.int64)
+    sha = np.empty((len(shards), len(ps), 32), np.uint8)
+    for i, s in enumerate(shards):
+        task = _task(s, min(arrays), storage)
+        lengths = [s.arrays[name].length for name in sorted(arrays)]
+        again = shard_of(
+            arrays, storage, s.split, task, s.count, lengths, [0] * len(ps), [""] * len(ps)
+        )
+        if {n: (r.file, r.key) for n, r in again.arrays.items()} != {
+            n: (r.file, r.key) for n, r in s.arrays.items()
+        } or set(again.files) != set(s.files):
+            raise ValueError(
+                f"shard {i}: its files are not named {stem(s.split, task)} by the rule"
+            )
+        infos = [s.files[n] for n in again.files]
+        code = splits.index(s.split) if s.split is not None else -1
+        table[:, i] = [s.count, code, task, *lengths, *(f.bytes for f in infos)]
+        sha[i] = [np.frombuffer(bytes.fromhex(f.sha256), np.uint8) for f in infos]
+    return table, sha
+
+
+def _files(s: Shard) -> tuple[Any, ...]:
+    """A shard's file names: where each array (and its offsets) is, and the files listed."""
+    refs = {
+        n: (r.file, r.key, r.offsets and (r.offsets.file, r.offsets.key))
+        for n, r in s.arrays.items()
+    }
+    return refs, set(s.files)
+
+
+def _task(shard: Shard, first: str, storage: str) -> int:
+    """The task number in a shard's file names (its first array's file)."""
+    name = shard.arrays[first].file
+    prefix = f"{H5_PART}-" if storage == "h5" else f"{first}-"
+    digits = name.removeprefix(prefix).rsplit(".", 1)[0].rsplit("-", 1)[-1]
+    if not name.startswith(prefix) or not digits.isdigit():
+        raise ValueError(f"{name}: not a shard file named by the rule")
+    return int(digits)
+
+
+Resolve = Callable[[str, FileInfo], Path]  # an index file's name and record -> a local path
+
+
+class ShardIndex(Sequence[Shard]):
+    """The shards of a version 4 dataset, each made from its index row when asked for. `counts`
+    and `split_codes` are the columns themselves (one read each)."""
+
+    def __init__(
+        self,
+        table: np.ndarray,
+        sha: np.ndarray,
+        arrays: Mapping[str, ArraySpec],
+        storage: str,
+        splits: Sequence[str],
+    ):
+        self.table, self.sha, self.arrays = table, sha, dict(arrays)
+        self.storage, self.splits = storage, list(splits)
+        self.counts, self.split_codes = table[0], table[1]
+        self._lengths = slice(len(FIXED), len(FIXED) + len(arrays))
+        self._sizes = slice(self._lengths.stop, None)
+
+    def __len__(self) -> int:
+        return self.table.shape[1]
+
+    @overload
+    def __getitem__(self, i: int) -> Shard: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[Shard]: ...
+
+    def __getitem__(self, i: int | slice) -> Shard | list[Shard]:
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"shard {i} of {len(self)}")
+        i %= len(self)
+        row = self.table[:, i].tolist()
+        count, code, task = row[: len(FIXED)]
+        lengths, sizes = row[self._lengths], row[self._sizes]
+        if min(count, task, *lengths, *sizes) < 0 or not -1 <= code < len(self.splits):
+            raise FormatError(f"shard {i}: its index row {row[:8]} holds a negative number")
+        digests = [bytes(d).hex() for d in self.sha[i]]
+        split = self.splits[code] if code >= 0 else None
+        return shard_of(self.arrays, self.storage, split, task, count, lengths, sizes, digests)
+
+    def __iter__(self) -> Iterator[Shard]:
+        return (self[i] for i in range(len(self)))
+
+
+def check_entry(entry: Any, arrays: Mapping[str, ArraySpec], storage: str) -> int:
+    """The shard count of a manifest's `index` entry, once it names the files and columns this
+    format derives (FormatError otherwise)."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("files"), dict):
+        raise FormatError(f"index {str(entry)[:40]} is not an object naming its files")
+    n = entry.get("shards")
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        raise FormatError(f"index: shards {n!r:.20} is not a number of shards")
+    if entry.get("columns") != columns(arrays, storage):
+        raise FormatError("index: its columns are not the arrays' (a manifest edited by hand?)")
+    if set(entry["files"]) != {SHARDS, DIGESTS}:
+        raise FormatError(f"index: files {sorted(entry['files'])[:3]} are not {SHARDS}, {DIGESTS}")
+    return n
+
+
+def open_index(
+    entry: dict[str, Any],
+    arrays: Mapping[str, ArraySpec],
+    storage: str,
+    splits: Sequence[str],
+    resolve: Resolve,
+) -> ShardIndex:
+    """The shard index `entry` names (check_entry's), mapped: each file a regular file of its
+    byte size, an .npy of exactly the dtype and shape the entry implies (never unpickled)."""
+    n, ncols = entry["shards"], len(entry["columns"])
+    want = {SHARDS: ("int64", (ncols, n)), DIGESTS: ("uint8", (n, len(parts(arrays, storage)), 32))}
+    got = {}
+    for name, (dtype, shape) in want.items():
+        info = entry["files"][name]
+        if (
+            not isinstance(info, dict)
+            or not count(info.get("bytes"))
+            or not is_sha256(info.get("sha256"))
+        ):
+            raise FormatError(f"index: file {name} has a bad byte size or sha256")
+        path = resolve(name, FileInfo(info["bytes"], info["sha256"]))
+        got[name] = _map(path, info["bytes"], dtype, shape)
+    table = got[SHARDS]
+    if n and (
+        table[0].min() < 0
+        or table[2].min() < 0
+        or table[1].min() < -1
+        or table[1].max() >= len(splits)
+    ):
+        raise FormatError(f"index: a shard's count, task or split in {SHARDS} is out of range")
+    return ShardIndex(table, got[DIGESTS], arrays, storage, splits)
+
+
+def _map(path: Path, size: int, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
+    """A read-only map of an index file, refused unless it is exactly what the entry says."""
+    try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_size != size:
+            raise FormatError(f"{path} is not a regular file of {size} bytes. HINT: repack")
+        arr = np.load(path, mmap_mode="r", allow_pickle=False)
+    except FormatError:
+        raise
+    except (OSError, ValueError) as e:
+        raise FormatError(f"{path} cannot be read as the shard index ({e}). HINT: repack") from e
+    if arr.dtype != np.dtype(dtype) or arr.shape != shape or not arr.flags.c_contiguous:
+        raise FormatError(f"{path} is {arr.dtype}{arr.shape}, the manifest says {dtype}{shape}")
+    return arr
+
+
+def index_entry(
+    table: np.ndarray, arrays: Mapping[str, ArraySpec], storage: str, files: dict[str, Any]
+) -> dict[str, Any]:
+    """The manifest's `index` entry for an index written as `files` (name -> bytes, sha256)."""
+    return {"shards": table.shape[1], "columns": columns(arrays, storage), "files": files}

@@ -1,0 +1,294 @@
+"""Format versions 1-3, read as version 4: one translator from a manifest's JSON object to the
+fields that describe the same files, with the same bytes returned.
+
+A manifest of those versions is first checked as it was then (its array kinds,
+loaders.format.legacy.arrays; its kind's `extra`, loaders.format.legacy.extras), with the same
+lines. Then each kind becomes fields (FORMAT.md, "Older datasets"):
+
+- images: `image` (the sizes, mode, codecs, channels, quality of the pack), `mask`, `label` (its
+  class names), `orig_size`, `source`, `phash`, `digest`; arrays `hw_S` and `crc_S` are named
+  `image_hw_S` and `image_crc_S` as an image field's are (their files keep their names);
+- tokens: `tokens` (vocabulary, end-of-document id, tokenizer), ragged: the token stream is its
+  data and `doc_offsets` its offsets; `source`;
+- volumes: `image` (a volume: voxels with `voxel_offsets`, `image_shape`), `label` (label
+  voxels on the same offsets, the foreground index `label_fg`, `label_fg_offsets`), and a
+  column field per `--targets` column;
+- table: a column field per column (`num_J`, `cat_J`, `target`; the missing mask `missing_J`
+  is `num_J_missing`);
+- samples (version 3): its `extra.fields`, with `extra.audio` in its audio field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from loaders.format.legacy.arrays import CODECS as OLD_CODECS
+from loaders.format.legacy.arrays import FIELDS
+from loaders.format.legacy.extras import check_extra
+from loaders.format.spec import ArraySpec, FormatError, Shard, array_name, count
+
+KINDS = ("images", "tokens", "volumes", "table", "samples")
+STORAGES = ("npy", "h5")
+Json = dict[str, Any]
+
+
+def upgrade(d: Json) -> Json:
+    """Manifest `d` of version 1, 2 or 3 as a version 4 object (shards inline, the files as
+    they are); FormatError for one that was not valid then."""
+    version, kind = d["format_version"], d.get("kind")
+    if (kind == "samples") != (version == 3):
+        said = [3] if kind == "samples" else [1, 2]
+        raise FormatError(
+            f"format version {version} is not one of {said}. "
+            "HINT: repack with this version of prep, or install the prep that wrote it."
+        )
+    arrays = {k: _spec(k, v, version) for k, v in d["arrays"].items()}
+    shards = [Shard.from_dict(s) for s in d["shards"]]
+    from loaders.format.schema import _check_shard  # the same checks as version 4's list
+
+    for i, shard in enumerate(shards):
+        _check_shard(i, shard, arrays)
+    if kind not in KINDS or d["storage"] not in STORAGES:
+        raise FormatError(
+            f"kind {kind!r} / storage {d['storage']!r} is not one of {KINDS} / {STORAGES}"
+        )
+    classes = d.get("classes")
+    if classes is not None and not (
+        isinstance(classes, list) and all(isinstance(c, str) for c in classes)
+    ):
+        raise FormatError(f"classes {str(classes)[:40]} is not a list of names or null")
+    total = sum(s.count for s in shards)
+    if d.get("num_samples", total) != total:
+        raise FormatError(
+            f"the manifest says {d['num_samples']} samples but its shards hold {total}"
+        )
+    check_extra(d, arrays, total)
+    out: Json = {k: d[k] for k in ("format", "format_version", "storage") if k in d}
+    out |= {k: d[k] for k in ("config", "rejects", "tool_version", "num_samples") if k in d}
+    out["command"] = COMMANDS[kind]
+    extra = dict(d.get("extra", {}))
+    fields, renames = KIND_FIELDS[kind](arrays, extra, classes, d.get("config", {}))
+    out["fields"], out["extra"] = fields, extra
+    out["arrays"] = {}
+    for name, spec in arrays.items():
+        to = renames.get(name, name)
+        if to is not None:
+            out["arrays"][to] = _renamed(spec, to) | CODECS.get((kind, to), {})
+    out["shards"] = [_shard(s, d["shards"][i], renames, kind) for i, s in enumerate(shards)]
+    return out
+
+
+COMMANDS = {"images": "pack", "tokens": "tokenize", "volumes": "volumes", "table": "table"}
+COMMANDS["samples"] = "samples"
+
+
+def _spec(name: str, v: Json, version: int) -> ArraySpec:
+    """A version 1-3 array entry, checked against its kind as then."""
+    from loaders.format.schema import check_spec  # dtype, shape, name, as version 4's
+
+    spec = ArraySpec(v["field"], v["size"], v["dtype"], tuple(v["shape"]), v.get("codec", "raw"))
+    check_spec(name, spec)
+    if spec.codec not in OLD_CODECS:
+        raise FormatError(f"array {name}: codec {spec.codec!r} is not one of {OLD_CODECS}")
+    kind = v.get("kind") if version >= 3 else None
+    legacy = FIELDS.get(kind or spec.field)
+    if legacy is None:
+        raise FormatError(
+            f"array {name}: field {kind or spec.field!r} is not one of {sorted(FIELDS)}"
+        )
+    problem = legacy.problem(spec)
+    if problem is not None:
+        raise FormatError(f"array {name}: {problem}")
+    if spec.ragged and version < 2:
+        raise FormatError(f"array {name}: codec {spec.codec} needs format version 2")
+    return spec
+
+
+# The arrays that became another codec: a token stream or voxels and their offsets array are
+# one ragged array; the foreground index is flat.
+CODECS = {("tokens", "tokens"): {"codec": "ragged"}, ("volumes", "image"): {"codec": "ragged"}}
+CODECS |= {("volumes", "label"): {"codec": "ragged"}, ("volumes", "label_fg"): {"codec": "flat"}}
+INDEXED = ("volume_target", "num", "cat", "missing")  # sized by a column's index, not in px
+
+
+def _renamed(spec: ArraySpec, name: str) -> Json:
+    """The version 4 entry of an array now called `name`: a column's is a size-free array of
+    its own name; a renamed sized one (hw_64 -> image_hw_64) keeps its size."""
+    stored = spec.stored()
+    if spec.field in INDEXED or (spec.size is None and name != spec.field):
+        return stored | {"field": name, "size": None}
+    if name != array_name(spec.field, spec.size):
+        return stored | {"field": name.removesuffix(f"_{spec.size}")}
+    return stored
+
+
+def _shard(shard: Shard, raw: Json, renames: dict[str, str | None], kind: str) -> Json:
+    """A shard's record with its arrays renamed; a token or volume shard's stream and voxels
+    take their offsets array as their own offsets."""
+    arrays = {}
+    for name, ref in raw["arrays"].items():
+        to = renames.get(name, name)
+        if to is not None:
+            arrays[to] = dict(ref)
+    if kind == "tokens":
+        arrays["tokens"]["offsets"] = raw["arrays"]["doc_offsets"]
+    if kind == "volumes":
+        for name in ("image", "label"):
+            if name in arrays:
+                arrays[name]["offsets"] = raw["arrays"]["voxel_offsets"]
+        if "label_fg" in arrays:
+            arrays["label_fg"].pop("offsets", None)
+    return {"count": shard.count, "arrays": arrays, "files": raw["files"], "split": shard.split}
+
+
+Translate = Callable[[dict[str, ArraySpec], Json, Any, Json], tuple[Json, dict[str, str | None]]]
+
+
+def _images(arrays: dict[str, ArraySpec], extra: Json, classes: Any, config: Json) -> Any:
+    sizes = sorted(s.size for s in arrays.values() if s.field == "image" and s.size)
+    keep = any(s.field == "hw" for s in arrays.values())
+    codecs = ["jpeg" if arrays[array_name("image", s)].codec == "jpeg" else "raw" for s in sizes]
+    jpeg = extra.pop("jpeg", {}) if isinstance(extra.get("jpeg"), dict) else {}
+    mode = "keep" if keep else config.get("mode", "fill")
+    image: Json = {
+        "kind": "image",
+        "sizes": sizes,
+        "mode": mode if mode in ("fill", "fit", "stretch", "keep") else "fill",
+        "codec": codecs[0] if len(set(codecs)) == 1 else codecs,
+        "gray": arrays[array_name("image", sizes[0])].shape[-1] == 1,
+        "quality": _number(jpeg.get("quality", config.get("quality")), 90),
+        "pad_value": _number(config.get("pad_value"), 0),
+    }
+    fields: Json = {"image": image}
+    masks = sorted(s.size for s in arrays.values() if s.field == "mask" and s.size)
+    if masks:
+        pad = _number(config.get("mask_pad_value"), 0)
+        fields["mask"] = {"kind": "mask", "image": "image", "sizes": masks, "mode": image["mode"]}
+        fields["mask"]["pad_value"] = pad
+    if "label" in arrays:
+        label = {"kind": "label", "classes": classes}
+        fields["label"] = label if classes else {"kind": "label", "dtype": arrays["label"].dtype}
+    if "orig_size" in arrays:
+        fields["orig_size"] = {"kind": "array", "dtype": "uint32", "shape": [2], "wide": True}
+    for name in ("source", "phash", "digest"):
+        if name in arrays:
+            fields[name] = SIDECARS[name]
+    if "stats" in extra:
+        extra["stats"] = {"image": extra["stats"]}
+    renames: dict[str, str | None] = {}
+    for name, s in arrays.items():
+        if s.field in ("hw", "crc"):
+            renames[name] = array_name(f"image_{s.field}", s.size)
+    return fields, renames
+
+
+SIDECARS = {
+    "source": {"kind": "text"},
+    "phash": {"kind": "array", "dtype": "uint64", "shape": [], "wide": True},
+    "digest": {"kind": "array", "dtype": "uint8", "shape": [32]},
+}
+
+
+def _number(value: Any, default: int) -> int:
+    return value if count(value) else default
+
+
+def _tokens(arrays: dict[str, ArraySpec], extra: Json, classes: Any, config: Json) -> Any:
+    tok = extra.pop("tokenizer", {}) or {}
+    fields: Json = {
+        "tokens": {
+            "kind": "tokens",
+            "vocab_size": extra.pop("vocab_size"),
+            "eot_id": extra.pop("eot_id"),
+            "tokenizer": tok.get("file"),
+            "tokenizer_name": tok.get("name"),
+            "tokenizer_sha256": tok.get("sha256"),
+        }
+    }
+    extra.pop("splits", None)  # counted from the shards
+    if "source" in arrays:
+        fields["source"] = SIDECARS["source"]
+    return fields, {"doc_offsets": None}
+
+
+def _volumes(arrays: dict[str, ArraySpec], extra: Json, classes: Any, config: Json) -> Any:
+    image: Json = {"kind": "volume", "dtype": arrays["voxels"].dtype}
+    image["orient"] = str(extra.pop("orient", "RAS"))
+    fields: Json = {"image": image}
+    renames: dict[str, str | None] = {
+        "voxels": "image",
+        "volume_shape": "image_shape",
+        "voxel_offsets": None,
+    }
+    if "label_voxels" in arrays:
+        fg = "fg_voxels" in arrays
+        fields["label"] = {"kind": "volume_label", "volume": "image", "foreground": fg}
+        renames |= {"label_voxels": "label", "fg_voxels": "label_fg"}
+        renames["fg_offsets"] = "label_fg_offsets"
+    for t in extra.pop("targets", None) or []:
+        spec = arrays[t["array"]]
+        fields[t["array"]] = {
+            "kind": "column",
+            "name": str(t.get("column", t["array"])),
+            "role": "target",
+            "dtype": spec.dtype,
+            "vocab": t.get("classes"),
+            "first_code": 0 if t.get("classes") is not None else None,
+        }
+    return fields, renames
+
+
+def _table(arrays: dict[str, ArraySpec], extra: Json, classes: Any, config: Json) -> Any:
+    columns = {c["name"]: c for c in extra.pop("columns")}
+    stored = extra.pop("arrays")
+    masked = {stored[n] for n, s in arrays.items() if s.field == "missing"}
+    fields: Json = {}
+    renames: dict[str, str | None] = {}
+    for name, s in arrays.items():
+        if s.field == "missing":
+            renames[name] = f"num_{s.size}_missing"
+            continue
+        c = columns[stored[name]]
+        said = {k: v for k, v in c.items() if k not in ("kind", "dtype")}
+        fields[name] = {"kind": "column", **said, "type": c["kind"], "dtype": s.dtype}
+        fields[name]["mask"] = c["name"] in masked and s.field == "num"
+    target = extra.pop("target", None)
+    extra.pop("splits", None)
+    if target is not None:
+        extra["target"] = target
+    return fields, renames
+
+
+def _samples(arrays: dict[str, ArraySpec], extra: Json, classes: Any, config: Json) -> Any:
+    fields = dict(extra.pop("fields", None) or {})
+    if not isinstance(fields, dict) or not fields:
+        raise FormatError("extra.fields is not a mapping of field names")
+    audio = extra.pop("audio", None)
+    if isinstance(audio, dict) and isinstance(fields.get("audio"), dict):
+        a = fields["audio"]
+        fields["audio"] = {
+            "kind": "audio",
+            "dtype": a.get("dtype"),
+            "channels": audio.get("channels"),
+            "rate": audio.get("rate"),
+            "max_seconds": audio.get("max_seconds"),
+            "resampler": audio.get("resampler"),
+            "mono": list(a.get("shape", [])) == [None],
+        }
+    video = extra.pop("video", None)
+    for name, f in fields.items():
+        if isinstance(f, dict) and f.get("kind") == "video" and isinstance(video, dict):
+            fields[name] = {**f, "max_frames": video.get("max_frames")}
+        if isinstance(f, dict) and f.get("kind") == "label" and classes and not f.get("classes"):
+            fields[name] = {**f, "classes": classes}
+    return fields, {}
+
+
+KIND_FIELDS: dict[str, Translate] = {
+    "images": _images,
+    "tokens": _tokens,
+    "volumes": _volumes,
+    "table": _table,
+    "samples": _samples,
+}
