@@ -34,7 +34,7 @@ class _TokenSplit(ShardedDataset):
         self, root: str | os.PathLike[str], split: str, max_open: int, **remote: Unpack[Remote]
     ):
         super().__init__(root, split=split, max_open=max_open, **remote)
-        if not self._shards:
+        if not len(self._shards):
             have = sorted({str(s.split) for s in self.store.manifest.shards})
             raise ValueError(
                 f"{self.store.root} has no {split!r} documents; it has splits {have}. HINT: "
