@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from manifests import edit_manifest
 
-from loaders.format import FormatError, load_manifest
+from loaders.fields.checks import load_manifest
+from loaders.format import FormatError
 from prep.kinds.text.config import TokenizeConfig
 from prep.kinds.text.tokenize import tokenize
 

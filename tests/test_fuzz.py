@@ -19,15 +19,8 @@ import pytest
 from fuzzing import SEED, fuzz, mutate, mutate_tree
 from untrusted import images, tokens, volumes
 
-from loaders.format import (
-    MANIFEST,
-    ArrayRef,
-    ArraySpec,
-    Manifest,
-    check_array,
-    check_files,
-    map_array,
-)
+from loaders.fields.checks import check_files
+from loaders.format import MANIFEST, ArrayRef, ArraySpec, Manifest, check_array, map_array
 from loaders.format.legacy.arrays import FIELDS
 from loaders.read.decode import Job, Places, _run
 

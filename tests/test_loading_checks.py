@@ -20,7 +20,8 @@ from helpers import no_hang
 from manifests import edit_manifest
 
 from loaders import ImageShardDataset, make_loader
-from loaders.format import FormatError, check_files, load_manifest, read_manifest
+from loaders.fields.checks import check_files, load_manifest
+from loaders.format import FormatError, read_manifest
 
 Edit = Callable[[dict[str, Any]], None]
 

@@ -232,7 +232,7 @@ def test_tiles_draw_boxes_and_masks() -> None:
 
 def test_counts_per_split_and_class(packed: Path) -> None:
     """One bar a split in each class's group, a class no sample has named in red."""
-    from loaders.format import load_manifest
+    from loaders.fields.checks import load_manifest
     from prep.inspect import sections
 
     m = load_manifest(packed)

@@ -16,15 +16,8 @@ import pytest
 from untrusted import digest, edit_manifest, images, npy_header, rewrite, tokens, volumes
 
 from loaders import DocumentDataset, ImageShardDataset, TokenWindowDataset
-from loaders.format import (
-    ArrayRef,
-    ArraySpec,
-    FormatError,
-    check_array,
-    check_files,
-    load_manifest,
-    read_manifest,
-)
+from loaders.fields.checks import check_files, load_manifest
+from loaders.format import ArrayRef, ArraySpec, FormatError, check_array, read_manifest
 from loaders.format.legacy.arrays import FIELDS
 
 # ---------------------------------------------------------------- 1. sha256 is a digest

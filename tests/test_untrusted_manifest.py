@@ -13,7 +13,8 @@ import pytest
 from untrusted import copy, digest, edit_manifest, images, packed_table, rewrite, tokens, volumes
 
 from loaders import DocumentDataset, ImageShardDataset, TableDataset
-from loaders.format import MANIFEST, ArrayRef, FormatError, check_files, read_manifest
+from loaders.fields.checks import check_files
+from loaders.format import MANIFEST, ArrayRef, FormatError, read_manifest
 from loaders.format.legacy.arrays import FIELDS
 
 # ---------------------------------------------------------------- 6. manifests JSON accepts
