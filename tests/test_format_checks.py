@@ -18,7 +18,7 @@ from prep.kinds.text.tokenize import tokenize
     ("change", "message"),
     [
         (lambda m: m["arrays"]["image_64"].update(size=96), "is not named 'image_64'"),
-        (lambda m: m.update(kind="audio"), "kind 'audio'"),
+        (lambda m: m["fields"]["label"].update(kind="sound"), "field 'label' has no kind of"),
         (lambda m: m.update(storage="zarr"), "storage 'zarr'"),
     ],
 )

@@ -83,7 +83,10 @@ def test_missing_manifest_says_how_to_finish(ds: Path) -> None:
         (lambda d: d["shards"][1].update(count=-8), "shard 1: count -8"),
         (lambda d: d["shards"][2]["arrays"]["label"].update(length="8"), "shard 2: array label"),
         (lambda d: d.update(num_samples=25), "says 25 samples but its shards hold 24"),
-        (lambda d: d.update(classes="abcd"), "classes abcd is not a list of names"),
+        (
+            lambda d: d["fields"]["label"].update(classes="abcd"),
+            "classes abcd is not a list of names",
+        ),
     ],
     ids=[
         "object-dtype",

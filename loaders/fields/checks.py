@@ -28,8 +28,8 @@ def field_problems(manifest: Manifest, shard: Shard, arrays: Arrays) -> list[str
     found = []
     for name, f in declared(manifest).items():
         mine = [array_name(s.field, s.size) for s in f.arrays(name)]
-        if all(n in arrays for n in mine):
-            found += f.problems(name, values)
+        if all(n in arrays for n in mine):  # each line names the field's first file
+            found += [f"{arrays[mine[0]][0]}: {p}" for p in f.problems(name, values)]
     return found
 
 

@@ -30,8 +30,9 @@ class Label(Field):
         if self.dtype is not None and self.dtype not in UNSIGNED:
             raise ValueError(f"dtype {self.dtype!r} is not one of {UNSIGNED}")
         if self.classes is not None:
-            if not all(isinstance(c, str) for c in self.classes):
-                raise ValueError(f"classes {str(self.classes)[:40]} are not names")
+            names = isinstance(self.classes, tuple | list)
+            if not names or not all(isinstance(c, str) for c in self.classes):
+                raise ValueError(f"classes {str(self.classes)[:40]} is not a list of names")
             object.__setattr__(self, "classes", tuple(self.classes))
             if len(set(self.classes)) != len(self.classes) or not self.classes:
                 raise ValueError(f"classes {self.classes[:5]} are empty or repeat a name")
@@ -65,9 +66,9 @@ class Label(Field):
         return {name: torch.from_numpy(batch.values(name).astype(np.int64))}
 
     def problems(self, name: str, arrays: Mapping[str, np.ndarray]) -> list[str]:
-        values = arrays[name]
-        if self.classes is not None and len(values) and int(values.max()) >= len(self.classes):
-            return [f"label {int(values.max())} of {name} is not one of its classes"]
+        values, n = arrays[name], len(self.classes or ())
+        if self.classes is not None and len(values) and int(values.max()) >= n:
+            return [f"label {int(values.max())} is not one of the {n} classes of {name}"]
         return []
 
     def lines(self, name: str, m: Any) -> list[str]:
