@@ -7,6 +7,7 @@ import importlib
 import signal
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -215,6 +216,22 @@ Example: prep video data/demo-video data/packed-video --fps 8 --size 64 --codec 
 }
 for _name, _entry in KINDS.items():
     _kind(_name, *_entry)
+
+
+@app.command()
+@friendly
+def upgrade(
+    root: Annotated[Path, typer.Argument(help="A dataset packed by an older prep.")],
+) -> None:
+    """Rewrite a dataset of format version 1-3 as version 4, in place (its manifest only).
+
+    Older datasets open as they are; upgraded, their manifest declares fields as a new pack's.
+
+    Example: prep upgrade data/old-packed
+    """
+    from prep.run.upgrade import upgrade as rewrite
+
+    typer.echo(rewrite(root))
 
 
 app.command()(friendly(demo))  # the demo data (prep.cli.demo)
