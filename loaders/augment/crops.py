@@ -7,9 +7,10 @@ batch, the worker or the thread that reads it. `RandomResizedCrop` draws what th
 `loaders.transforms.RandomResizedCrop` of a pipeline draws for images of the same size (it is
 that op's generator).
 
->>> crop = CenterCrop(224)
->>> crop.boxes(np.array([0]), np.array([[256, 320]]), epoch=0).tolist()
+>>> CenterCrop(224).boxes(np.array([0]), np.array([[256, 320]]), epoch=0).tolist()
 [[16, 48, 224, 224]]
+>>> CenterCrop(224, ratio=0.5).boxes(np.array([0]), np.array([[256, 320]]), epoch=0).tolist()
+[[64, 96, 128, 128]]
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from typing import Any
 
 import numpy as np
 
-DEFAULT_CROP_RATIO = 224 / 256  # the centred square's side over the shorter side (as FFCV's)
 
 
 def _pair(size: int | Sequence[int]) -> tuple[int, int]:
@@ -32,26 +32,34 @@ def _pair(size: int | Sequence[int]) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class CenterCrop:
-    """A centred square of side `ratio` x the shorter side, resized to `size` (h, w or one int).
+    """The centred `size` crop (h, w or one int) of each stored image, as
+    loaders.transforms.CenterCrop takes it out of a batch (top = round((H - h) / 2), as
+    torchvision's): `CenterCrop(256)` of 256 px samples is the whole image. Along a side shorter
+    than the crop the image is taken whole and resized up (where the batch op pads).
 
-    The default ratio takes 224 px of a 256 px image as it is (no resize): torchvision's
-    `Resize(256)` + `CenterCrop(224)` on data packed at 256 px."""
+    `ratio`: instead a centred square of `ratio` x the shorter side, resized to `size`:
+    torchvision's `Resize(256)` + `CenterCrop(224)` on data packed at 256 px is
+    `CenterCrop(224, ratio=0.875)`, at any stored size."""
 
     size: tuple[int, int]
-    ratio: float = DEFAULT_CROP_RATIO
+    ratio: float | None = None
 
-    def __init__(self, size: int | Sequence[int], ratio: float = DEFAULT_CROP_RATIO):
-        if not 0 < ratio <= 1:
+    def __init__(self, size: int | Sequence[int], ratio: float | None = None):
+        if ratio is not None and not 0 < ratio <= 1:
             raise ValueError(f"ratio {ratio} must be in (0, 1]")
         object.__setattr__(self, "size", _pair(size))
-        object.__setattr__(self, "ratio", float(ratio))
+        object.__setattr__(self, "ratio", None if ratio is None else float(ratio))
 
     def boxes(self, index: np.ndarray, hw: np.ndarray, epoch: int) -> np.ndarray:
         """int64 (N, 4): (top, left, height, width) of each sample's box in its (h, w)."""
         hw = np.asarray(hw, dtype=np.int64).reshape(-1, 2)
-        side = np.maximum(1, np.round(hw.min(axis=1) * self.ratio)).astype(np.int64)
-        top, left = (hw[:, 0] - side) // 2, (hw[:, 1] - side) // 2
-        return np.stack([top, left, side, side], axis=1)
+        if self.ratio is None:
+            side = np.minimum(hw, np.asarray(self.size, dtype=np.int64))
+        else:
+            square = np.maximum(1, np.round(hw.min(axis=1) * self.ratio)).astype(np.int64)
+            side = np.stack([square, square], axis=1)
+        top_left = np.round((hw - side) / 2.0).astype(np.int64)  # half to even, as round()
+        return np.concatenate([top_left, side], axis=1)
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,7 @@ class Resize(Op):
 class CenterCrop(Op):
     """The centred `size` crop of every image (top = round((H - h) / 2), as torchvision's);
     a crop larger than the image pads it evenly (the odd pixel after) with `fill`, and the
-    mask with `mask_fill`. Not loaders.CenterCrop, the load-time crop of a dataset."""
+    mask with `mask_fill`. loaders.CenterCrop takes the same crop when a dataset reads it."""
 
     def __init__(self, size: int | Sequence[int], fill: float = 0, mask_fill: int = 0):
         super().__init__()
