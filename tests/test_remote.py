@@ -119,7 +119,8 @@ def test_a_kill_during_upload_then_resume_uploads_only_the_rest(
         raw_demo / "images", url, sizes=[64], shard_size=4, staging=staging, resume=True
     )
     assert summary.reused == summary.shards == 6  # the local build is reused
-    total = sum(len(s.files) for s in summary.manifest.shards) + 1  # and rejects.jsonl
+    index = len(summary.manifest.index["files"])  # shards.npy, sha256.npy
+    total = sum(len(s.files) for s in summary.manifest.shards) + 1 + index  # and rejects.jsonl
     assert len(sent) == total - 3 and not set(sent) & set(first)
     ds = ImageShardDataset(url, size=64, fields=("image", "label"), cache_dir=tmp_path / "c")
     assert len(ds) == 24 and ds[23][1] == ImageShardDataset(url, size=64)[23][1]
@@ -169,7 +170,8 @@ def test_a_tampered_remote_file_is_refused_and_not_cached(
     with pytest.raises(FormatError, match=f"{name}: .*sha256.*refused, not cached"):
         ds[8]
     cached = [p.name for p in (tmp_path / "files").glob("??/*") if "." not in p.name]
-    assert len(cached) == 1 and not list((tmp_path / "files").glob("??/*.tmp"))
+    index = 2  # shards.npy, sha256.npy: fetched at open
+    assert len(cached) == 1 + index and not list((tmp_path / "files").glob("??/*.tmp"))
     assert verify(Path(bad))[1] == [f"shard 1: {bad}/{name} checksum differs from the manifest"]
 
 
@@ -186,7 +188,8 @@ def test_eight_readers_download_each_file_once(packed: Path, tmp_path: Path) -> 
             sums = pool.starmap(_read_all, [(url, str(tmp_path / "shared"))] * 8)
     assert sums == [expected] * 8  # zero corrupt reads
     fetched = {k: v for k, v in starts.items() if k != MANIFEST}
-    assert fetched == {f"{a}-{i:05d}.npy": 1 for a in ("image_64", "label") for i in range(3)}
+    shards = {f"{a}-{i:05d}.npy": 1 for a in ("image_64", "label") for i in range(3)}
+    assert fetched == shards | {"shards.npy": 1, "sha256.npy": 1}  # and the shard index
 
 
 def test_a_network_failure_is_one_clear_error(
@@ -423,8 +426,10 @@ def test_dask_workers_upload_their_own_shards(
     staging = tmp_path / "staging"
     opts = {"sizes": [64], "shard_size": 8, "staging": str(staging), "backend": "dask"}
     run_pack(raw_demo / "images", url, jobs=1, **opts)  # a LocalCluster of one worker
-    assert [name.rsplit("/", 1)[-1] for name in sent] == ["rejects.jsonl"]  # the client's one
-    assert not list(staging.glob("*/*.npy"))  # the workers removed what they uploaded
+    client = sorted(name.rsplit("/", 1)[-1] for name in sent)  # the client's: rejects and index
+    assert client == ["rejects.jsonl", "sha256.npy", "shards.npy"]
+    left = {p.name for p in staging.glob("*/*.npy")}  # the workers removed what they uploaded
+    assert left == {"shards.npy", "sha256.npy"}  # the client's shard index: uploaded by it
     ds = ImageShardDataset(url, size=64, fields=("image", "label"), cache_dir=tmp_path / "c")
     same_samples(ds, ImageShardDataset(local, size=64, fields=("image", "label")))
 
@@ -496,12 +501,11 @@ def test_the_cache_never_takes_a_sha256_as_a_path(tmp_path: Path) -> None:
 def test_a_manifest_sha256_path_at_a_url_writes_nothing_outside(
     packed: Path, tmp_path: Path
 ) -> None:
-    import json
+    from manifests import edit_manifest
 
     ds = shutil.copytree(packed, tmp_path / "served" / "ds")
-    m = json.loads((ds / MANIFEST).read_text())
-    m["shards"][0]["files"]["label-00000.npy"]["sha256"] = "../../../../some/where/label.npy"
-    (ds / MANIFEST).write_text(json.dumps(m))
+    bad = "../../../../some/where/label.npy"
+    edit_manifest(ds, lambda m: m["shards"][0]["files"]["label-00000.npy"].update(sha256=bad))
     cache = tmp_path / "a" / "b" / "c" / "cache"
     before = set(tmp_path.rglob("*"))
     with pytest.raises(FormatError, match="sha256"):

@@ -22,7 +22,6 @@ from typing import Any
 import numpy as np
 
 
-
 def _pair(size: int | Sequence[int]) -> tuple[int, int]:
     h, w = (size, size) if isinstance(size, int) else tuple(size)
     if h < 1 or w < 1:

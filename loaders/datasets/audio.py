@@ -38,7 +38,6 @@ class AudioDataset(ShardedDataset):
     other fields (label, source_rate, start, targets, index); default: label, when there is one.
     """
 
-
     def __init__(
         self,
         root: str | os.PathLike[str],

@@ -42,7 +42,6 @@ class ClipDataset(DecodingDataset):
     clip with probability 1/2, drawn like the crop. `decode="cuda"` decodes JPEG frames with
     nvJPEG into CUDA tensors; raw frames are copied on the CPU whatever `decode` says."""
 
-
     def __init__(
         self,
         root: str | os.PathLike[str],

@@ -67,7 +67,6 @@ class SampleDataset(DecodingDataset):
     packed with mode keep, without `crop=`, a leading RandomResizedCrop of the pipeline is read
     as the crop (the same boxes as the op's draws, each sample's own shape)."""
 
-
     def __init__(
         self,
         root: str | os.PathLike[str],

@@ -55,7 +55,6 @@ class TableDataset(ShardedDataset):
     target is a class id 0..K-1 (what F.cross_entropy takes): `classes` are their names and
     `num_classes` is K (an integer target's max + 1). `root` may be a URL (see ShardedDataset)."""
 
-
     def __init__(
         self,
         root: str | os.PathLike[str],

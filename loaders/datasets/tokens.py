@@ -29,7 +29,6 @@ class _TokenSplit(ShardedDataset):
     documents). What is derived from the manifest (shard offsets) is computed again after
     unpickling, never pickled."""
 
-
     def __init__(
         self, root: str | os.PathLike[str], split: str, max_open: int, **remote: Unpack[Remote]
     ):

@@ -44,7 +44,6 @@ class VolumeDataset(ShardedDataset):
     and as in its source scan, to map a prediction back to the scan. `root` may be a URL (see
     ShardedDataset)."""
 
-
     def __init__(
         self,
         root: str | os.PathLike[str],

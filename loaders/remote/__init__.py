@@ -204,7 +204,13 @@ class RemoteBackend:
 
     def resolver(self) -> Callable[[str, FileInfo], Path]:
         """The shard index's files, fetched into the cache and checked like a shard's."""
-        return lambda name, info: self._cached(name, info.bytes, info.sha256)
+
+        def resolve(name: str, info: FileInfo) -> Path:
+            path = self._cached(name, info.bytes, info.sha256)
+            self._cache.pin(info.sha256)  # mapped for the whole run: never evicted under it
+            return path
+
+        return resolve
 
     def named_file(self, name: str, sha256: str) -> Path:
         """A file the manifest names beside its shards (a tokenizer), fetched into the cache

@@ -91,6 +91,7 @@ class FileCache:
         self.dir, self.limit, self.hold = cache_dir / "files", limit, max(1, hold)
         self._held: OrderedDict[str, int] = OrderedDict()  # sha256 -> fd of its .use lock
         self._whole: set[str] = set()  # of those, the ones found whole: handed out at once
+        self._pinned: dict[str, int] = {}  # held for the process's life (pin)
         self._lock = threading.Lock()  # prefetch threads share `_held`
         # Eviction order: a key per entry, (sha256, mtime_ns) -> smaller first, None: keep it
         # (loaders.remote.prefetch sets it from the sampler's windows); default LRU.
@@ -165,6 +166,15 @@ class FileCache:
             self._held[sha256] = fd
             while len(self._held) > self.hold:
                 self._drop(next(iter(self._held)))
+
+    def pin(self, sha256: str) -> None:
+        """Hold `sha256` for as long as this process runs, whatever `hold` says (a shard index
+        it maps: read a row at a time, for the whole run)."""
+        with self._lock:
+            if sha256 not in self._pinned:
+                fd = os.open(f"{self.entry(sha256)}.use", os.O_RDWR | os.O_CREAT, 0o666)
+                fcntl.flock(fd, fcntl.LOCK_SH)  # its own open file: held past _drop's close
+                self._pinned[sha256] = fd
 
     def hold_only(self, keep: set[str]) -> None:
         """Let go of the files not in `keep` (the windows around the sampler): others may evict

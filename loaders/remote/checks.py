@@ -45,16 +45,18 @@ def structure_problems(manifest: Manifest, url: object) -> list[str]:
 
 
 def checked_with(manifest: Manifest, shard: int, file: str) -> list[str]:
-    """The arrays whose checks need file `file` of shard `shard`: every array of the fields that
-    store one in it, and the arrays of other fields their checks read (Field.needs: an image's
-    sides for its masks). Only what is read is fetched."""
+    """The arrays whose checks need file `file` of shard `shard`: the arrays of the fields that
+    store one in it (at its size), and the arrays of other fields their checks read
+    (Field.needs: an image's sides for its masks). Only what is read is fetched."""
     refs = manifest.shards[shard].arrays
     held = [a for a, r in refs.items() if file in (r.file, r.offsets and r.offsets.file)]
     names: set[str] = set()
     for array in held:
         if array in manifest.arrays:
             name, field = field_of(manifest, array)
-            names |= {array_name(s.field, s.size) for s in field.arrays(name)}
+            size = manifest.arrays[array].size  # another size's pixels are not checked with it
+            mine = [s for s in field.arrays(name) if size is None or s.size in (None, size)]
+            names |= {array_name(s.field, s.size) for s in mine}
             names |= set(field.needs(name))
     return sorted(n for n in names if n in manifest.arrays)
 

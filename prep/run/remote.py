@@ -35,7 +35,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from loaders.format import MANIFEST, REJECTS, FormatError, Manifest, read_manifest
+from loaders.fields.registry import declared
+from loaders.format import MANIFEST, REJECTS, ArrayRef, FormatError, Manifest, read_manifest
 from loaders.remote.cache import default_cache_dir
 from loaders.remote.storage import Storage, Url, url_of
 from prep.run.errors import PrepError, UsageError
@@ -71,8 +72,13 @@ def _remote_state(storage: Storage) -> tuple[dict[str, str], dict[str, int]]:
 
 
 def _listed(storage: Storage) -> dict[str, str]:
-    """Name -> sha256 of the files the manifest at the URL lists."""
-    return _files_of(Manifest.from_json(storage.read(MANIFEST), storage.root / MANIFEST))
+    """Name -> sha256 of the files the manifest at the URL lists (its shard index read through
+    the readers' cache)."""
+    from loaders.remote import open_remote
+
+    found = open_remote(str(storage.root))
+    assert found is not None  # a URL
+    return _files_of(found[1])
 
 
 def check_remote_out(url: str, overwrite: bool, resume: bool) -> Storage:
@@ -87,29 +93,43 @@ def check_remote_out(url: str, overwrite: bool, resume: bool) -> Storage:
     return storage
 
 
-def _files_of(m: Manifest) -> dict[str, str]:
-    """Name -> sha256 of each file `m` lists: its shards' and its tokenizer's."""
+def _files_of(m: Manifest, index: bool = True) -> dict[str, str]:
+    """Name -> sha256 of each file `m` lists: its shards', its shard index's (with `index`), and
+    those its fields keep beside them (a tokenizer)."""
     files = {n: f.sha256 for s in m.shards for n, f in s.files.items()}
-    tok = m.extra.get("tokenizer") or {}
-    if tok.get("file"):
-        files[str(tok["file"])] = str(tok.get("sha256"))
+    if index:
+        files |= {n: str(f["sha256"]) for n, f in (m.index or {}).get("files", {}).items()}
+    for name, field in declared(m).items():
+        files |= {f: str(sha) for f, sha in field.files(name).items()}
     return files
 
 
 def _renamed(m: Manifest, names: dict[str, str], url: str) -> Manifest:
-    """The manifest as uploaded: its files under their remote names, `out` the URL."""
+    """The manifest as uploaded: its files under their remote names, `out` the URL. Where a
+    name changed (a file of the old dataset's name with other bytes), the shards are listed
+    in it (version 4's inline form): the shard index derives the names it holds."""
+    moved = {n: r for n, r in names.items() if n != r}
+    if not moved:
+        return dataclasses.replace(m, config=m.config | {"out": url})
     shards = [
         dataclasses.replace(
             s,
-            arrays={k: dataclasses.replace(a, file=names[a.file]) for k, a in s.arrays.items()},
+            arrays={k: _moved(a, names) for k, a in s.arrays.items()},
             files={names[n]: f for n, f in s.files.items()},
         )
         for s in m.shards
     ]
-    extra = dict(m.extra)
-    if isinstance(extra.get("tokenizer"), dict) and extra["tokenizer"].get("file"):
-        extra["tokenizer"] = extra["tokenizer"] | {"file": names[extra["tokenizer"]["file"]]}
-    return dataclasses.replace(m, shards=shards, extra=extra, config=m.config | {"out": url})
+    fields = dict(m.fields)
+    for name, d in fields.items():  # a tokenizer moved with the others
+        if isinstance(d.get("tokenizer"), str) and d["tokenizer"] in names:
+            fields[name] = d | {"tokenizer": names[d["tokenizer"]]}
+    new = dataclasses.replace(m, shards=shards, fields=fields, index=None)
+    return dataclasses.replace(new, config=m.config | {"out": url})
+
+
+def _moved(ref: ArrayRef, names: dict[str, str]) -> ArrayRef:
+    off = ref.offsets and dataclasses.replace(ref.offsets, file=names[ref.offsets.file])
+    return dataclasses.replace(ref, file=names[ref.file], offsets=off)
 
 
 def put(storage: Storage, local: Path, name: str) -> None:
@@ -130,6 +150,9 @@ def upload(storage: Storage, local: Path, resume: bool) -> int:
     m = read_manifest(local)
     files = _files_of(m) | ({REJECTS: ""} if (local / REJECTS).is_file() else {})
     names = {n: remote_name(n, sha, old) for n, sha in files.items()}
+    if any(n != r for n, r in names.items()):  # listed inline: the index is not uploaded
+        files = _files_of(m, index=False) | ({REJECTS: ""} if REJECTS in files else {})
+        names = {n: remote_name(n, sha, old) for n, sha in files.items()}
     sizes = {n: f.bytes for s in m.shards for n, f in s.files.items()}
     storage.write(MARKER, json.dumps({"files": sorted(names.values())}).encode())
     sent = 0
