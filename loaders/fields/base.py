@@ -74,6 +74,7 @@ class Field:
     kind: ClassVar[str]
     ragged: ClassVar[bool] = False  # a ragged field's batches follow a policy (pad, list, jagged)
     heading: ClassVar[str | None] = None  # `prep info`: the line above the kind's first `lines`
+    layer: ClassVar[int] = 0  # fields are drawn on a picture in layers: fills (0), then lines (1)
 
     def arrays(self, name: str) -> list[ArraySpec]:
         """The arrays this field stores under `name`, in manifest order."""

@@ -169,6 +169,7 @@ class Boxes(Field):
     mode: str = "fill"
     kind = "boxes"
     ragged = True
+    layer = 1
 
     def arrays(self, name: str) -> list[ArraySpec]:
         return [sized(name, s, "boxes", "float32", (4,), "ragged") for s in self.sizes]
@@ -221,6 +222,7 @@ class Keypoints(Field):
     mode: str = "fill"
     kind = "keypoints"
     ragged = True
+    layer = 1
 
     def arrays(self, name: str) -> list[ArraySpec]:
         row = (self.joints, 3)

@@ -35,7 +35,7 @@ def _thumbs(st: Stored, indices: list[int], captions: list[str]) -> list[str]:
     picture = st.picture()
     if picture is None or not indices:
         return [f"<figure>{esc(c)}</figure>" for c in captions]
-    return gallery.thumbs(st, picture, indices, captions)
+    return [t for one in gallery.thumbs(st, picture, indices, captions) for t in one]
 
 
 def dupes(st: Stored, compute: bool, distance: int | None = None) -> Section:

@@ -56,10 +56,10 @@ def shrink(rgb: np.ndarray, side: int = TILE_MAX) -> tuple[np.ndarray, float]:
 
 def thumbs(
     st: Stored, picture: str, indices: Sequence[int], said: Sequence[str] | None = None
-) -> list[str]:
-    """Each sample's pictures as captioned <figure>s, in the order of `indices`: the fields
-    drawn on them and its fields' captions, or (`said`) its pictures alone under those
-    captions; the source file in the tooltip."""
+) -> list[list[str]]:
+    """Each sample's pictures as captioned <figure>s (a list a sample, in the order of
+    `indices`): the fields drawn on them and its fields' captions, or (`said`) its pictures
+    alone under those captions; the source file in the tooltip."""
     order = np.argsort(np.asarray(indices), kind="stable").tolist()  # read in storage order
     out: list[list[str]] = [[] for _ in indices]
     f = st.fields[picture]
@@ -81,4 +81,4 @@ def thumbs(
             else:
                 text = f"{said[j]} {what}"
             out[j].append(figure(rgb, " ".join(text.split()), source))
-    return [t for got in out for t in got]
+    return out

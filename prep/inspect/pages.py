@@ -38,7 +38,6 @@ def samples(st: Stored, picture: str, per_class: int) -> Section:
     if not len(every):
         return Section("samples", "Samples", para("no samples", "note"))
     tiles = gallery.thumbs(st, picture, every.tolist())
-    per = len(tiles) // len(every)
     rows, at = [], 0
     for label, idx in picked.items():
         if label >= 0:
@@ -46,8 +45,8 @@ def samples(st: Stored, picture: str, per_class: int) -> Section:
             named = st.fields[name].caption(label)  # type: ignore[index]
             count = f"<span class='note'>({len(idx)} of {total:,})</span>"
             rows.append(f"<h3>{esc(named)} {count}</h3>")
-        rows.append(grid(tiles[at : at + per * len(idx)]))
-        at += per * len(idx)
+        rows.append(grid([t for one in tiles[at : at + len(idx)] for t in one]))
+        at += len(idx)
     drawn = st.on(picture)
     shown = f"{len(every):,} of {len(st):,} samples, picked at random"
     shown += f", at {st.size} px" if st.size else ""

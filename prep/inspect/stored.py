@@ -110,8 +110,10 @@ class Stored:
         return next((n for n, f in self.fields.items() if makes_pictures(f)), None)
 
     def on(self, picture: str) -> list[str]:
-        """The fields drawn on field `picture` (its masks, boxes, keypoints, instances)."""
-        return [n for n, f in self.fields.items() if f.drawn_on() == picture]
+        """The fields drawn on field `picture` (its masks, boxes, keypoints, instances), in the
+        order they are drawn (Field.layer: outlines over fills)."""
+        on = [n for n, f in self.fields.items() if f.drawn_on() == picture]
+        return sorted(on, key=lambda n: self.fields[n].layer)
 
     def labels(self) -> tuple[str | None, np.ndarray | None]:
         """The class field (a Label; else a Labels, its objects') and its ids, for one sample
