@@ -313,7 +313,7 @@ def keep_problems(
         off = arrays.get(array_name(name, size) + ".offsets")
         steps = hw[:, 0] * hw[:, 1] * channels
         raw = off is not None and len(off) == len(hw) + 1 and size not in jpeg
-        if raw and not np.array_equal(np.diff(off), steps):
+        if off is not None and raw and not np.array_equal(np.diff(off), steps):
             return [
                 f"the offsets of {name} at {size} do not step by each sample's h * w * {channels}"
             ]

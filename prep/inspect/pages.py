@@ -40,9 +40,9 @@ def samples(st: Stored, picture: str, per_class: int) -> Section:
     tiles = gallery.thumbs(st, picture, every.tolist())
     rows, at = [], 0
     for label, idx in picked.items():
-        if label >= 0:
-            total = int((per_sample == label).sum())  # type: ignore[operator]
-            named = st.fields[name].caption(label)  # type: ignore[index]
+        if per_sample is not None and name is not None:
+            total = int(np.count_nonzero(per_sample == label))
+            named = st.fields[name].caption(label)
             count = f"<span class='note'>({len(idx)} of {total:,})</span>"
             rows.append(f"<h3>{esc(named)} {count}</h3>")
         rows.append(grid([t for one in tiles[at : at + len(idx)] for t in one]))

@@ -81,9 +81,8 @@ class Stored:
 
     def lengths(self, array: str) -> np.ndarray:
         """Each sample's length (elements) of ragged `array`, from its offsets alone."""
-        return np.concatenate(
-            [np.diff(self.store.array(int(s), array + OFFSETS)) for s in self.shards] or [[]]
-        )
+        parts = [np.diff(self.store.array(int(s), array + OFFSETS)) for s in self.shards]
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
     def source(self, i: int) -> str:
         """Sample i's input as the dataset stores it; "#i" without a source field."""
