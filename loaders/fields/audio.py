@@ -2,7 +2,7 @@
 clips flat, others (frames, channels) interleaved. SampleDataset reads whole clips by the ragged
 policy; loaders.AudioDataset reads windows of them.
 
->>> Audio("int16", channels=2, rate=16000).arrays("audio")[0].shape
+>>> Audio("int16", channels=2, rate=16000, mono=False).arrays("audio")[0].shape
 (2,)
 """
 
