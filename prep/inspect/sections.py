@@ -5,6 +5,7 @@ the arrays."""
 from __future__ import annotations
 
 import datetime
+import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -14,7 +15,6 @@ import numpy as np
 from loaders.format import Manifest
 from prep.inspect import charts
 from prep.inspect.html import Section, esc, para, table
-from prep.inspect.numbers import number, shown
 
 FIRST_REJECTS = 5  # paths shown a reject reason
 
@@ -135,7 +135,10 @@ def stats(m: Manifest, image: str) -> Section:
         if mean is None or std is None or len(mean) != len(std):
             bad.append(f"{size!s:.20}")
             continue
-        rows.append((f"{size} px", _nums(mean), _nums(std), shown(at.get("pixels", 0), ",.0f")))
+        pixels = _number(at.get("pixels", 0))
+        rows.append(
+            (f"{size} px", _nums(mean), _nums(std), "?" if pixels is None else f"{pixels:,.0f}")
+        )
         if not chart:
             chart = charts.channels(mean, std, f"mean ± std at {size} px")
     split = got.get("split") if isinstance(got, dict) else None
@@ -157,8 +160,24 @@ def _channels(at: object, key: str) -> list[float] | None:
     values = at.get(key) if isinstance(at, dict) else None
     if not isinstance(values, list) or not 1 <= len(values) <= 4:
         return None
-    got = [x for x in map(number, values) if x is not None]
+    got = [x for x in map(_number, values) if x is not None]
     return got if len(got) == len(values) else None
+
+
+def _number(value: object) -> float | None:
+    """`value` where it is a finite real number, else None: a manifest prep did not write may
+    say `"pixels": "many"`, NaN or true, and the page shows "?".
+
+    >>> _number(3), _number("x"), _number(float("nan")), _number(True), _number(10**400)
+    (3.0, None, None, None, None)
+    """
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    try:
+        x = float(value)
+    except OverflowError:  # an int of hundreds of digits
+        return None
+    return x if math.isfinite(x) else None
 
 
 def _nums(values: Sequence[float]) -> str:
