@@ -120,10 +120,28 @@ class Volume(Field):
                 f"{i:>4} {p:<{width}}  {s:<14}  spacing {mm} mm"
                 for i, (p, s, mm) in enumerate(zip(path, shape, spacing, strict=True))
             ]
-        for what, said in (("shapes (D x H x W)", shape), ("spacing (mm)", spacing)):
-            common = ", ".join(f"{s} ({n})" for s, n in Counter(said).most_common(3))
-            lines.append(f"{what}: {len(set(said))} distinct, commonest {common}")
-        return lines
+        common = ", ".join(f"{s} ({n})" for s, n in Counter(shape).most_common(3))
+        shapes = _ranges([v.get("shape") for v in meta])
+        return [
+            *lines,
+            f"shapes (D x H x W): {shapes}; {len(set(shape))} distinct, commonest {common}",
+            f"spacing (mm): {_ranges([v.get('spacing') for v in meta])}",
+        ]
+
+
+def _ranges(rows: list[Any]) -> str:
+    """Per axis min..max (one number where they agree), axes joined by x; "?" for rows that
+    are not numbers of one length (a manifest prep did not write).
+
+    >>> _ranges([[3, 4, 5], [4, 4, 5]])
+    '3..4x4x5'
+    """
+    try:
+        a = np.array(rows, dtype=np.float64).reshape(len(rows), -1)
+    except (TypeError, ValueError):
+        return "?"
+    spans = zip(a.min(0).tolist(), a.max(0).tolist(), strict=True)
+    return "x".join(f"{lo:g}" if lo == hi else f"{lo:g}..{hi:g}" for lo, hi in spans)
 
 
 @dataclass(frozen=True)
