@@ -90,12 +90,17 @@ class Column(Field):
         return "float32" if self.role == "num" or declared.dtype.startswith("float") else "int64"
 
     def lines(self, name: str, m: Any) -> list[str]:
-        """A row of the columns' table (under HEADING: prep.inspect.report prints it once)."""
+        """A row of the columns' table (under HEADING: prep.inspect.report prints it once);
+        a target of class ids, its classes after it."""
         vocab = "-" if self.vocab is None else f"{len(self.vocab):,}"
-        return [
+        row = (
             f"{self.name[:19]:<20}{name:<10}{self.role:<8}{self.type or '-':<8}{self.dtype:<9}"
             f"{self.missing:>9,}  {vocab}"
-        ]
+        )
+        if self.role != "target" or self.vocab is None or self.first != 0:
+            return [row]
+        shown = ", ".join(self.vocab[:10]) + (" ..." if len(self.vocab) > 10 else "")
+        return [row, f"classes ({len(self.vocab)}), ids 0..{len(self.vocab) - 1}: {shown}"]
 
     def value(self, name: str, piece: Piece, size: int | None) -> Any:
         """The stored cell; None where the column's mask says missing."""
