@@ -188,3 +188,20 @@ def test_info_and_preview_of_every_kind(fixture: str, tmp_path: Path) -> None:
         assert "4 samples at" in res.output or "2 samples at" in res.output
     else:  # a table, tokens: the first rows, a line each after the header
         assert len(res.output.strip().splitlines()) == 5
+
+
+@pytest.mark.parametrize(
+    ("fixture", "parts", "said"),
+    [
+        ("volumes", {"counts", "sizes", "samples", "table"}, "<td>dose</td>"),  # its targets
+        ("table", {"counts", "table", "rejects"}, "<td>city</td>"),
+        ("tokens-bytes", {"counts", "tokens", "values"}, "<td>97</td><td>&#x27;a&#x27;</td>"),
+        ("audio", {"counts", "audio", "values"}, "9 clips, 1.1 s at 8000 Hz"),
+        ("samples", {"samples", "tokens", "values", "stats", "sizes", "dupes"}, "(2 instances)"),
+    ],
+)
+def test_report_has_a_section_for_each_field_kind(
+    fixture: str, parts: set[str], said: str, tmp_path: Path
+) -> None:
+    text = write_report(LEGACY / fixture, tmp_path / "r.html", per_class=2).read_text()
+    assert parts <= set(re.findall(r'<section id="([\w-]+)"', text)) and said in text

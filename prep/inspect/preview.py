@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from loaders.fields import Label, Labels, Text
+from loaders.fields import Json, Label, Labels, Text
 from prep.inspect.sheet import (
     BLANK_SHARE,
     PreviewResult,
@@ -38,7 +38,7 @@ def captions(st: Stored, i: int, known: dict[str, Any]) -> tuple[str, list[str]]
     named = sorted(st.fields.items(), key=lambda nf: not isinstance(nf[1], Label | Labels))
     for name, f in named:  # the class first
         said = f.caption(known[name] if name in known else st.value(name, i))
-        if said and isinstance(f, Text):
+        if said and isinstance(f, Text | Json):
             lines.append(said)
         elif said:
             first += f" {said}"
