@@ -181,10 +181,9 @@ def test_dataset_without_hashes(raw_demo: Path, tmp_path: Path, pack_to: PackFn)
     assert res.exit_code == 1 and "--hash" in res.output
     gray = tmp_path / "gray"  # one-channel JPEG samples decode as one channel
     pack_to(raw_demo / "images", gray, sizes=[32], hashes=False, limit=6, gray=True, codec="jpeg")
-    from loaders.read.store import ShardStore
-    from prep.inspect.dupes.stored import _pixels
+    from prep.inspect.stored import Stored
 
-    assert next(_pixels(ShardStore(gray, "images"), 0, 32)).shape == (32, 32, 1)
+    assert Stored(gray, 32).value("image", 0).shape == (32, 32, 1)
     assert len(set(dataset_hashes(gray, compute=True).phash.tolist())) == 6
 
 

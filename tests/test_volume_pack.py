@@ -123,7 +123,8 @@ def test_same_bytes_any_jobs_and_verify(phantoms: Path, tmp_path: Path, jobs: in
     assert [s.files for s in one.shards] == [s.files for s in many.shards]
     assert len(one.shards) == 3 and one.num_samples == 3
     assert CliRunner().invoke(app, ["verify", str(tmp_path / "one")]).exit_code == 0
-    assert "volumes, 3 volumes" in CliRunner().invoke(app, ["info", str(tmp_path / "one")]).output
+    info = CliRunner().invoke(app, ["info", str(tmp_path / "one")]).output
+    assert "image (volume)" in info and "; 3 samples in 3 npy shards" in info
 
 
 @pytest.mark.parametrize(

@@ -45,9 +45,9 @@ class Normalize(nn.Module):
     ) -> Normalize:
         """The mean and std per channel of `ds`'s train split (every sample, for a dataset
         without splits) at `size` (default: the dataset's current size), as prep stored them in
-        the manifest (`extra.stats`, prep.media.image.stats): an image pack's, or a
-        SampleDataset's image field `field` (default: the first image field it reads, else
-        its first). A MixedDataset's: its sources' combined in its weights' proportions."""
+        the manifest (`extra.stats`, prep.media.image.stats) for its image field `field`
+        (default: the first image field it reads, else its first). A MixedDataset's: its
+        sources' combined in its weights' proportions."""
         if isinstance(getattr(ds, "datasets", None), list) and hasattr(ds, "weights"):
             parts = [cls.from_dataset(d, size, field=field) for d in ds.datasets]
             return cls._mixed(parts, ds.weights, dtype)
@@ -96,23 +96,21 @@ def _numbers(values: Any) -> bool:
 
 
 def _stats_of(ds: Any, field: str | None) -> tuple[Any, Any]:
-    """The dataset's root and its `extra.stats` entry: an image pack's, or a samples
-    dataset's image field's (`field`, else the first image field it reads, else its first)."""
-    store: Any = getattr(ds, "store", None)
-    kind = store.manifest.kind if store is not None else None
-    if kind == "images":  # one image an item: `field` names nothing else
-        return store.root, store.manifest.extra.get("stats")
-    declared = getattr(ds, "declared", None) if kind == "samples" else None
-    if not isinstance(declared, dict):
+    """The dataset's root and the `extra.stats` entry of its image field `field` (default: the
+    first image field it reads, else its first)."""
+    from loaders.fields import Image
+
+    declared = getattr(ds, "declared", None)
+    images = [n for n, f in (declared or {}).items() if isinstance(f, Image)]
+    if not images:
         raise ValueError(
-            f"prep stores pixel statistics in image packs and samples datasets' image fields, "
-            f"and {ds!r:.80} is none of them. HINT: pass Normalize(mean=..., std=...)"
+            f"prep stores pixel statistics with a dataset's image fields, and {ds!r:.80} has "
+            "none. HINT: pass Normalize(mean=..., std=...)"
         )
-    images = [n for n, f in declared.items() if getattr(f, "kind", None) == "image"]
     read = [n for n in getattr(ds, "fields", ()) if n in images]
-    name = field if field is not None else (read or images or [None])[0]
+    name = field if field is not None else (read or images)[0]
     if name not in images:
-        what = f"has no image field {field!r}" if field is not None else "has no image field"
-        raise ValueError(f"{store.root} {what}; its image fields: {images}")
-    stats = store.manifest.extra.get("stats")
-    return store.root, stats.get(name) if isinstance(stats, dict) else None
+        said = f"{ds.store.root} has no image field {field!r}"
+        raise ValueError(f"{said}; its image fields: {images}")
+    stats = ds.store.manifest.extra.get("stats")
+    return ds.store.root, stats.get(name) if isinstance(stats, dict) else None

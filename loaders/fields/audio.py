@@ -2,7 +2,7 @@
 clips flat, others (frames, channels) interleaved. SampleDataset reads whole clips by the ragged
 policy; loaders.AudioDataset reads windows of them.
 
->>> Audio("int16", channels=2, rate=16000).arrays("audio")[0].shape
+>>> Audio("int16", channels=2, rate=16000, mono=False).arrays("audio")[0].shape
 (2,)
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from loaders.fields.base import Field, Reading, spec
+from loaders.fields.base import Field, Piece, Reading, spec
 from loaders.fields.batching import ragged_batch
 from loaders.format.spec import ArraySpec, count
 
@@ -64,6 +64,13 @@ class Audio(Field):
         if off is not None and self.channels > 1 and np.any(np.diff(off) % self.channels):
             return [f"a clip of {name} is not whole frames of {self.channels} channels"]
         return []
+
+    def value(self, name: str, piece: Piece, size: int | None) -> np.ndarray:
+        """The clip, (frames,) mono or (frames, channels)."""
+        return piece(name).reshape(-1, *self.row)
+
+    def caption(self, value: Any) -> str:
+        return f"{len(value) / self.rate:.2f} s"
 
     def lines(self, name: str, m: Any) -> list[str]:
         frames = sum(s.arrays[name].length for s in m.shards) // self.channels

@@ -12,7 +12,7 @@ from prep.inspect.dupes.search import DEFAULT_DISTANCE
 
 
 def dupes(
-    root: Annotated[Path, typer.Argument(help="A packed image dataset (prep pack's OUT).")],
+    root: Annotated[Path, typer.Argument(help="A packed dataset with an image field.")],
     against: Annotated[
         Optional[Path],
         typer.Option(help="Another packed dataset (val, test): list ROOT x AGAINST pairs instead."),
@@ -38,9 +38,10 @@ def dupes(
         typer.Option(help="Only this split of AGAINST (default AGAINST: ROOT itself)."),
     ] = None,
 ) -> None:
-    """Near-duplicate groups of a packed dataset (perceptual hash within --max-distance bits,
-    or the same stored pixels), or with --against the pairs leaking between two datasets.
-    Indices count within --split / --against-split, as ImageShardDataset(root, split=...) does.
+    """Near-duplicate groups of a dataset's images (perceptual hash within --max-distance bits,
+    or the same stored pixels; a group across splits is marked), or with --against the pairs
+    leaking between two datasets. Indices count within --split / --against-split, as
+    SampleDataset(root, split=...) does.
 
     Example: prep dupes data/packed/train --against data/packed/val --max-distance 6 --json
 
@@ -57,7 +58,7 @@ def dupes(
         groups = dupe_groups(h, max_distance)
         doc: dict[str, Any] = {"root": _named(root, split), "samples": len(h)}
         doc["max_distance"] = max_distance
-        doc["groups"] = [vars(g) for g in groups]
+        doc["groups"] = [vars(g) | {"splits": h.splits_of(g.members)} for g in groups]
         typer.echo(json.dumps(doc, indent=1) if as_json else _groups_text(doc))
         return
     other = dataset_hashes(against, compute, against_split)
@@ -102,7 +103,8 @@ def _groups_text(doc: dict[str, Any]) -> str:
         "prep pack --drop-dupes keeps"
     ]
     for k, g in enumerate(groups, 1):
-        lines.append(f"group {k}:")
+        across = f" (across splits {', '.join(g['splits'])})" if len(g["splits"]) > 1 else ""
+        lines.append(f"group {k}:{across}")
         for i, path, d in zip(g["members"], g["paths"], g["distances"], strict=True):
             lines.append(f"  {i:>8}  {d:>2} bits  {path}")
     return "\n".join(lines)

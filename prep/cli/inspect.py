@@ -88,17 +88,24 @@ def preview(
     columns: Annotated[
         Optional[int], typer.Option(help="Tiles per row (default: a square sheet).")
     ] = None,
-    masks: Annotated[bool, typer.Option("--masks/--no-masks", help="Overlay masks.")] = True,
+    masks: Annotated[
+        bool, typer.Option("--masks/--no-masks", help="Draw masks, boxes and points on tiles.")
+    ] = True,
 ) -> None:
-    """A contact sheet of packed samples: index and class under each tile, masks in colour.
+    """A contact sheet of packed samples: index and class under each tile, masks, boxes and
+    labels drawn on them; video as frames, volumes as middle slices. A dataset without
+    pictures (a table, tokens) prints its first rows instead.
 
     Shows a wrong rotation, a bad crop or a misaligned mask at a glance.
 
     Example: prep preview data/demo-packed --size 128 --count 32 --output sheet.png
     """
-    from loaders.format import check_files, load_manifest, problems_error
+    from loaders.fields import declared
+    from loaders.fields.checks import load_manifest
     from loaders.remote import url_of
     from prep.inspect.preview import preview as sheet
+    from prep.inspect.preview import rows
+    from prep.inspect.stored import makes_pictures
 
     if url_of(root) is not None:
         raise PrepError(
@@ -109,14 +116,8 @@ def preview(
         # The folder's checks first: preview reads arrays that a bad header or offset would
         # make it misread (a volume's shape, a label out of range).
         m = load_manifest(root)
-        if m.kind == "table":  # rows decoded back, as text: their codes checked first
-            from prep.inspect.show_table import first_rows
-
-            problems = check_files(root, m, values=True)
-            if problems:
-                raise problems_error(problems)
-
-            typer.echo(first_rows(root, min(count, 20)))
+        if not any(makes_pictures(f) for f in declared(m).values()):
+            typer.echo(rows(root, min(count, 20)))
             return
         typer.echo(sheet(root, size, count, output, columns, masks).line())
 

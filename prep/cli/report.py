@@ -38,9 +38,10 @@ def report(
     """One self-contained HTML page about a packed dataset; prints its path.
 
     Counts per split and class, source sizes, rejects by reason, pixel statistics.
-    A grid of samples per class (masks overlaid, boxes drawn), near-duplicates.
+    A grid of samples per class (class names, masks and boxes drawn; video frames, volume
+    slices), near-duplicates (a group across splits marked), and each field kind's view:
+    tokens, table columns, clip lengths, text values.
     With --against VAL: the samples of VAL with a near twin in ROOT (leakage).
-    Volumes, tables, tokens and audio have views of their own.
     Images are embedded, charts inline: it opens from a file:// URL, offline.
 
     Example: prep report data/demo-packed --max-samples 4

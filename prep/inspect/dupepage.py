@@ -1,7 +1,7 @@
 """prep report's near-duplicate groups (thumbnail rows with their Hamming distances) and the
 train/val leakage list (`--against OTHER`: the samples of OTHER with a near twin in ROOT), from
-the perceptual hashes prep pack stores (prep.inspect.dupes; `--hash` computes them for older
-datasets from their stored pixels).
+the perceptual hashes prep stores with an image field (prep.inspect.dupes; `--hash` computes them
+from the stored pixels of a dataset without them).
 """
 
 from __future__ import annotations
@@ -9,11 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from loaders.read.store import ShardStore
 from prep.inspect import gallery
-from prep.inspect.html import Section, esc, figure, grid, para, table
+from prep.inspect.html import Section, esc, grid, para, table
+from prep.inspect.stored import Stored
 from prep.run.errors import PrepError
 
 GROUPS_SHOWN = 16  # groups drawn (largest first); the rest counted
@@ -32,36 +30,30 @@ def _hashes(root: Path, compute: bool) -> tuple[Any, str]:
         return None, str(e)
 
 
-def _thumbs(store: ShardStore, indices: list[int], captions: list[str]) -> list[str]:
-    """Figures of samples `indices` as stored (at the smallest size), captioned."""
-    from prep.inspect.imagepage import pictures
-
-    found = pictures(store)
-    if found is None or not indices:
+def _thumbs(st: Stored, indices: list[int], captions: list[str]) -> list[str]:
+    """Figures of samples `indices` as stored (their image field's, at the smallest size)."""
+    picture = st.picture()
+    if picture is None or not indices:
         return [f"<figure>{esc(c)}</figure>" for c in captions]
-    arrays, size = found
-    idx = np.asarray(indices, dtype=np.int64)
-    order = np.argsort(idx, kind="stable")
-    images = gallery.images(store, arrays, idx[order], size)
-    out = [""] * len(idx)
-    for j, pos in enumerate(order.tolist()):
-        out[pos] = figure(gallery.tile(images[j])[0], captions[pos])
-    return out
+    return [t for one in gallery.thumbs(st, picture, indices, captions) for t in one]
 
 
-def dupes(root: Path, store: ShardStore, compute: bool, distance: int | None = None) -> Section:
-    """The near-duplicate groups within the dataset, largest first, as thumbnail rows."""
+def dupes(st: Stored, compute: bool, distance: int | None = None) -> Section:
+    """The near-duplicate groups within the dataset, largest first, as thumbnail rows; a group
+    whose samples lie in more than one split is marked (a leak between them)."""
     from prep.inspect.dupes import DEFAULT_DISTANCE, dupe_groups
 
-    h, why = _hashes(root, compute)
+    h, why = _hashes(st.root, compute)
     if h is None:
         return Section("dupes", "Near-duplicates", para(why, "note"))
     d = DEFAULT_DISTANCE if distance is None else distance
     groups = sorted(dupe_groups(h, d), key=lambda g: -len(g.members))
     extra = sum(len(g.members) - 1 for g in groups)
+    crossing = [g for g in groups if len(h.splits_of(g.members)) > 1]
+    across = f"; {len(crossing):,} cross splits" if crossing else ""
     head = para(
         f"{len(groups):,} groups of near-duplicates (Hamming distance <= {d} of 64 bits): "
-        f"{extra:,} samples beyond the first of their group",
+        f"{extra:,} samples beyond the first of their group{across}",
         "bad" if groups else "good",
     )
     rows = []
@@ -70,29 +62,32 @@ def dupes(root: Path, store: ShardStore, compute: bool, distance: int | None = N
         dist = [int(x) for x in g.distances[:MEMBERS_SHOWN]]
         paths = [str(p) for p in g.paths[:MEMBERS_SHOWN]]
         captions = [
-            f"{i} d={x} {p.rsplit('/', 1)[-1]}"
+            f"{i}{h.split_at(i)} d={x} {p.rsplit('/', 1)[-1]}"
             for i, x, p in zip(members, dist, paths, strict=True)
         ]
         more = (
             f" (+{len(g.members) - MEMBERS_SHOWN} more)" if len(g.members) > MEMBERS_SHOWN else ""
         )
+        splits = h.splits_of(g.members)
+        cross = f", across splits {', '.join(splits)}" if len(splits) > 1 else ""
         rows.append(
-            f"<h3>group of {len(g.members)}{esc(more)}</h3>"
-            + grid(_thumbs(store, members, captions))
+            f"<h3>group of {len(g.members)}{esc(more)}"
+            + (f" <span class='bad'>{esc(cross[2:])}</span>" if cross else "")
+            + "</h3>"
+            + grid(_thumbs(st, members, captions))
         )
     if len(groups) > GROUPS_SHOWN:
         rows.append(para(f"... and {len(groups) - GROUPS_SHOWN:,} more groups", "note"))
     return Section("dupes", "Near-duplicates", head + "".join(rows), wide=True)
 
 
-def leakage(
-    root: Path, store: ShardStore, other: Path, compute: bool, distance: int | None = None
-) -> Section:
+def leakage(st: Stored, other: Path, compute: bool, distance: int | None = None) -> Section:
     """The samples of `other` (val) with a near twin in `root` (train): count, share, a PASS
     or FAIL line, and the first pairs side by side."""
     from prep.inspect.dupes import DEFAULT_DISTANCE
     from prep.inspect.dupes import leakage as find
 
+    root = st.root
     train, why = _hashes(root, compute)
     val, why_other = _hashes(other, compute)
     if train is None or val is None:
@@ -109,10 +104,9 @@ def leakage(
         "bad" if verdict == "FAIL" else "good",
     )
     shown = pairs[:PAIRS_SHOWN]
-    other_store = ShardStore(other, store.manifest.kind)
-    left = _thumbs(store, [int(t) for t, _, _ in shown], [f"train {t}" for t, _, _ in shown])
+    left = _thumbs(st, [int(t) for t, _, _ in shown], [f"train {t}" for t, _, _ in shown])
     right = _thumbs(
-        other_store, [int(v) for _, v, _ in shown], [f"val {v} d={x}" for _, v, x in shown]
+        Stored(other), [int(v) for _, v, _ in shown], [f"val {v} d={x}" for _, v, x in shown]
     )
     rows = [grid([a, b]) for a, b in zip(left, right, strict=True)]
     listing = table(

@@ -1,6 +1,8 @@
 """prep report: one self-contained HTML page about a packed dataset (prep.inspect.html), its
-sections chosen by the dataset's kind (PAGES), then the rejects, and for pictures the
-near-duplicates and, with `against`, the train/val leakage.
+sections asked of its fields: the counts by its label, the grid of its picture field (images,
+video frames, volume slices) with the fields drawn on it, the sections of its field kinds
+(prep.inspect.pages), then the near-duplicates of an image field (and, with `against`, the
+train/val leakage), the rejects and the arrays.
 
 The folder is opened through the loaders' checks first (load_manifest: a damaged dataset is
 one FormatError line); the page is written to a new temp file and renamed, so a report is
@@ -12,9 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from loaders.format import Manifest, load_manifest
-from prep.inspect import dupepage, imagepage, kindpages, sections
+from loaders.fields import Image, Label, Labels
+from loaders.fields.checks import load_manifest
+from prep.inspect import dupepage, pages, sections
 from prep.inspect.html import Section, page
+from prep.inspect.stored import Stored
 from prep.run.errors import PrepError, UsageError
 from prep.run.files import atomic_write_text
 from prep.run.guard import REPORT
@@ -22,32 +26,31 @@ from prep.run.guard import REPORT
 PER_CLASS = 8  # grid samples a class, by default
 MAX_PER_CLASS = 256
 
-Page = Callable[[Path, Manifest, int], list[Section]]
-PAGES: dict[str, Page] = {
-    "images": imagepage.image_kind,
-    "samples": imagepage.samples_kind,
-    "volumes": kindpages.volume_kind,
-    "table": kindpages.table_kind,
-    "tokens": kindpages.token_kind,
-}
-PICTURES = ("images", "samples")  # kinds with perceptual hashes: near-duplicates and leakage
+
+def _counts(st: Stored) -> Section:
+    """Samples per split and class of its Label field, or objects per class of its Labels."""
+    name, labels = st.labels()
+    f = st.fields.get(name or "")
+    names = list(f.classes or []) if isinstance(f, Label | Labels) else []
+    what = "objects" if isinstance(f, Labels) else "samples"
+    return sections.counts(st.m, labels, what, names)
 
 
 def _steps(
-    root: Path, m: Manifest, against: Path | None, compute: bool, per_class: int
+    st: Stored, against: Path | None, compute: bool, per_class: int
 ) -> list[Callable[[], list[Section]]]:
     """The report's parts, each a call that makes its sections (one progress step each)."""
-    from loaders.read.store import ShardStore
-
-    steps: list[Callable[[], list[Section]]] = [lambda: PAGES[m.kind](root, m, per_class)]
-    if m.kind in PICTURES and imagepage.pictures(ShardStore(root, m.kind)) is not None:
-        store = ShardStore(root, m.kind)
-        steps.append(lambda: [dupepage.dupes(root, store, compute)])
+    picture = st.picture()
+    steps: list[Callable[[], list[Section]]] = [lambda: [_counts(st)]]
+    if picture is not None:
+        steps.append(lambda: [pages.samples(st, picture, per_class)])
+    steps.append(lambda: pages.of_fields(st, per_class))
+    if isinstance(st.fields.get(picture or ""), Image):
+        steps.append(lambda: [dupepage.dupes(st, compute)])
         if against is not None:
-            steps.append(lambda: [dupepage.leakage(root, store, against, compute)])
-    steps.append(lambda: [sections.rejects(root, m)])
-    if m.kind != "samples":  # samples pages list their fields already
-        steps.append(lambda: [sections.fields(m)])
+            steps.append(lambda: [dupepage.leakage(st, against, compute)])
+    steps.append(lambda: [sections.rejects(st.root, st.m)])
+    steps.append(lambda: [sections.fields(st.m)])
     return steps
 
 
@@ -70,18 +73,19 @@ def build(
             "prep report draws its charts with matplotlib, which is not installed. "
             "HINT: pip install 'prep[report]'"
         ) from None
-    m = load_manifest(root)
+    load_manifest(root)
+    st = Stored(root)
     if against is not None:
-        other = load_manifest(against)
-        if m.kind not in PICTURES or other.kind != m.kind:
-            raise PrepError(
-                f"--against compares two image or samples datasets; {root} holds {m.kind} and "
-                f"{against} {other.kind}. HINT: prep report TRAIN --against VAL of one kind"
-            )
-        _check_pictures(root, m)
+        load_manifest(against)
+        for where, one in ((root, st), (against, Stored(against))):
+            if not isinstance(one.fields.get(one.picture() or ""), Image):
+                raise PrepError(
+                    f"--against compares the images of two datasets, and {where}'s samples have "
+                    "no image field. HINT: prep report TRAIN --against VAL of two image datasets"
+                )
     from prep.run.parallel import progress
 
-    steps = _steps(root, m, against, compute_hashes, per_class)
+    steps = _steps(st, against, compute_hashes, per_class)
     found: list[Section] = []
     bar = progress(len(steps), "part", "report") if show_progress else None
     for step in steps:
@@ -91,19 +95,7 @@ def build(
     if bar is not None:
         bar.close()
     title = f"prep report: {root.resolve().name}"
-    return page(title, sections.lead(root, m), found)
-
-
-def _check_pictures(root: Path, m: Manifest) -> None:
-    """--against looks for near twins of pictures: a samples dataset without an image field
-    (audio, arrays) has none to compare."""
-    from loaders.read.store import ShardStore
-
-    if imagepage.pictures(ShardStore(root, m.kind)) is None:
-        raise PrepError(
-            f"--against compares images, and {root}'s samples have no image field. "
-            "HINT: leave out --against for this dataset"
-        )
+    return page(title, sections.lead(root, st.m), found)
 
 
 def write_report(

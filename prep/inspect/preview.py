@@ -1,52 +1,48 @@
-"""prep preview: a contact sheet of packed samples, to see a wrong rotation, a bad crop or a
-misaligned mask at a glance. Numpy and Pillow only: samples are read from the shards' memory maps.
+"""prep preview: a contact sheet of a dataset's first samples, to see a wrong rotation, a bad
+crop or a misaligned mask at a glance; or, for a dataset without pictures (a table, tokens,
+text), its first rows as text. Numpy and Pillow only: samples are read from the shards' maps.
 
-Sheet layout: a header line, then tiles in row-major order, each `tile` px square with a caption
-strip under it ("index class", then the source file when the dataset stores it), GAP px between
-tiles. A sample is shown as stored: no rescaling, no crop; a `--mode keep` sample smaller than
-its tile sits in its centre on the sheet's colour.
+Each sample is its picture field's pictures (an image; a video's frames; a volume's middle
+slices: one row of tiles a sample) with the fields drawn on it (Field.draw) and a caption
+("index class (2 boxes)", then each text field, the source among them, on a line of its own).
+A sample is shown as stored: no crop, no rescaling but to fit its tile; a `--mode keep`
+sample smaller than its tile sits in its centre on the sheet's colour.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from loaders.fields.base import decode_source
-from loaders.format import Manifest, array_name, read_manifest
-from loaders.format.legacy.arrays import FIELDS
+from loaders.fields import Json, Label, Labels, Text
 from prep.inspect.sheet import (
     BLANK_SHARE,
     PreviewResult,
     contact_sheet,
     in_tile,
     near_one_colour_share,
-    overlay,
     save_image,
 )
-from prep.inspect.stored import first_samples, open_images
+from prep.inspect.stored import Stored
 from prep.run.errors import PrepError
 
-
-def _array(field: str, size: int) -> str:
-    """The array of `field` at `size`: image_64 for a sized field, label for a size-free one."""
-    return array_name(field, size if FIELDS[field].sized else None)
+TILE_CAP = 256  # px: the largest tile for pictures not of a stored size (volume slices)
 
 
-def _captions(
-    m: Manifest, count: int, labels: list[np.ndarray] | None, sources: list[str] | None
-) -> list[str]:
-    """ "index class" (or "index label N", or "index"), then the source file on a line of its
-    own when the dataset stores it."""
-    out = []
-    for i in range(count):
-        text = str(i)
-        if labels is not None:
-            label = int(labels[i])
-            text += f" {m.classes[label]}" if m.classes else f" label {label}"
-        out.append(text if sources is None else f"{text}\n{sources[i]}")
-    return out
+def captions(st: Stored, i: int, known: dict[str, Any]) -> tuple[str, list[str]]:
+    """Sample i's caption: its index and the short captions of its fields, then the captions
+    of its text fields, each a line (`known`: values read already, by field)."""
+    first, lines = str(i), []
+    named = sorted(st.fields.items(), key=lambda nf: not isinstance(nf[1], Label | Labels))
+    for name, f in named:  # the class first
+        said = f.caption(known[name] if name in known else st.value(name, i))
+        if said and isinstance(f, Text | Json):
+            lines.append(said)
+        elif said:
+            first += f" {said}"
+    return first, lines
 
 
 def preview(
@@ -58,34 +54,51 @@ def preview(
     masks: bool = True,
 ) -> PreviewResult:
     """Write a contact sheet of the first `count` samples at `size` px (default: the smallest
-    stored size) to `output` (any format Pillow writes, by extension). A volume dataset
-    shows the middle slices of its volumes (prep.inspect.volumes)."""
-    if read_manifest(root).kind == "volumes":
-        from prep.inspect.volumes import preview_volumes
-
-        return preview_volumes(root, count, output, columns, masks)
+    stored size) to `output` (any format Pillow writes, by extension)."""
     if count < 1 or (columns is not None and columns < 1):
         raise PrepError("--count and --columns must be at least 1")
-    store, size = open_images(root, size, "preview shows")
-    m = store.manifest
-    count = min(count, m.num_samples)
+    st = Stored(root, size)
+    picture = st.picture()
+    if picture is None:  # the CLI prints rows() instead
+        raise PrepError(f"{root} has no field that makes pictures (images, video, volumes)")
+    count = min(count, len(st))
     if count == 0:
         raise PrepError(f"{root} holds no samples")
-    images = first_samples(store, _array("image", size), count, size)
-    mask_name, label_name = _array("mask", size), _array("label", size)
-    has_masks = masks and mask_name in m.arrays
-    mask_arr = first_samples(store, mask_name, count, size) if has_masks else None
-    labels = first_samples(store, label_name, count, size) if label_name in m.arrays else None
-    sources = None
-    if "source" in m.arrays:  # datasets packed before sources were stored have none
-        sources = [decode_source(b) for b in first_samples(store, "source", count, None)]
-    captions = _captions(m, count, labels, sources)
-    blank = sum(near_one_colour_share(img) > BLANK_SHARE for img in images)
-    tiles = [
-        in_tile(overlay(img, None if mask_arr is None else mask_arr[i]), size)
-        for i, img in enumerate(images)
-    ]
-    title = f"{root.name}: samples 0-{count - 1} of {m.num_samples} at {size} px"
-    sheet, layout = contact_sheet(tiles, captions, title, columns)
+    drawn = st.on(picture) if masks else []
+    pictures, texts, blank = [], [], 0
+    for i in range(count):
+        known = {n: st.value(n, i) for n in (picture, *drawn)}
+        shown = st.fields[picture].pictures(known[picture])
+        drawn_on = [p for p, _ in shown]
+        blank += near_one_colour_share(drawn_on[0]) > BLANK_SHARE
+        for name in drawn:
+            drawn_on = st.fields[name].draw(drawn_on, known[name], 1.0)
+        first, lines = captions(st, i, known)
+        pictures.append(drawn_on)
+        texts.append(["\n".join([f"{first} {what}".rstrip(), *lines]) for _, what in shown])
+    side = min(max(max(p.shape[:2]) for row in pictures for p in row), max(TILE_CAP, st.size or 0))
+    per = max(map(len, pictures))  # pictures a sample: one row a sample when more than one
+    blank_tile = in_tile(np.zeros((0, 0, 3), np.uint8), side)
+    tiles = [in_tile(p, side) for row in pictures for p in row + [blank_tile] * (per - len(row))]
+    said = [t for row in texts for t in row + [""] * (per - len(row))]
+    title = f"{st.root.name}: samples 0-{count - 1} of {len(st)} at {st.size or side} px"
+    sheet, layout = contact_sheet(tiles, said, title, columns or (per if per > 1 else None))
     save_image(sheet, output)
-    return PreviewResult(output, count, size, has_masks, layout, blank)
+    return PreviewResult(output, count, st.size or side, bool(drawn), layout, blank)
+
+
+def rows(root: Path, count: int = 10) -> str:
+    """The first `count` samples as text, a row each: the split, then each field's caption
+    (a column's cell as the table had it, a clip's length, a document's tokens)."""
+    st = Stored(root)
+    count = min(count, len(st))
+    heads = ["split", *(str(getattr(f, "name", "") or n) for n, f in st.fields.items())]
+    splits = st.splits()
+    table = [heads] + [
+        [str(splits[i]), *(f.caption(st.value(n, i)) for n, f in st.fields.items())]
+        for i in range(count)
+    ]
+    widths = [min(20, max(len(r[j]) for r in table)) for j in range(len(heads))]
+    return "\n".join(
+        "  ".join(v[:20].ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in table
+    )

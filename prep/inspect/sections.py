@@ -1,9 +1,11 @@
-"""prep report's sections that every kind of dataset shares or that read only the manifest:
-the header, counts per split and class, source sizes, rejects by reason, pixel statistics."""
+"""prep report's sections that every dataset shares or that read only the manifest: the header,
+counts per split and class, source sizes, rejects by reason, an image field's pixel statistics,
+the arrays."""
 
 from __future__ import annotations
 
 import datetime
+import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -13,28 +15,26 @@ import numpy as np
 from loaders.format import Manifest
 from prep.inspect import charts
 from prep.inspect.html import Section, esc, para, table
-from prep.inspect.numbers import number, shown
 
 FIRST_REJECTS = 5  # paths shown a reject reason
-NOUNS = {"images": "samples", "samples": "samples", "volumes": "volumes", "table": "rows"}
 
 
 def lead(root: Path, m: Manifest) -> list[str]:
-    """The header's lines: what the dataset is, who wrote it, when the report was made."""
+    """The header's lines: what the dataset is (prep info's header), its size on disk, when the
+    report was made."""
+    from prep.inspect.report import header
+
     on_disk = sum(f.bytes for s in m.shards for f in s.files.values())
     return [
-        f"{root}: {m.kind}, {m.num_samples:,} {NOUNS.get(m.kind, 'documents')} in "
-        f"{len(m.shards)} {m.storage} shards ({on_disk / 1e6:,.1f} MB), {m.rejects:,} rejected",
-        f"format v{m.format_version}, written by prep {m.tool_version}; report made "
+        header(root, m),
+        f"{on_disk / 1e6:,.1f} MB on disk; report made "
         f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC",
     ]
 
 
 def split_of(m: Manifest) -> np.ndarray:
     """Each sample's split name ("all" for a dataset without splits)."""
-    return np.repeat(
-        np.array([s.split or "all" for s in m.shards], dtype=object), [s.count for s in m.shards]
-    )
+    return np.repeat(np.array([s or "all" for s in m.split_of()], dtype=object), m.counts())
 
 
 def counts(
@@ -44,9 +44,7 @@ def counts(
     class ids with `what="objects"`), the imbalance ratio, and classes no sample has."""
     classes = list(names or m.classes or [])
     if labels is None:
-        per = Counter[str]()
-        for s in m.shards:
-            per[s.split or "all"] += s.count
+        per = Counter(split_of(m).tolist())
         return Section("counts", "Counts", table(["split", what], sorted(per.items())))
     splits = split_of(m) if what == "samples" else np.full(len(labels), "all", dtype=object)
     series: dict[str, dict[str, int]] = {}
@@ -121,11 +119,12 @@ def rejects(root: Path, m: Manifest) -> Section:
     return Section("rejects", "Rejects", body, wide=True)
 
 
-def stats(m: Manifest) -> Section:
-    """The per-channel mean and std that `prep pack` stored (extra.stats) at each size, as
-    `loaders.Normalize.from_dataset` reads them; a size whose values are not 1 to 4 numbers a
-    channel (a manifest prep did not write) is named in one warning."""
+def stats(m: Manifest, image: str) -> Section:
+    """The per-channel mean and std stored for image field `image` (extra.stats) at each size,
+    as `loaders.Normalize.from_dataset` reads them; a size whose values are not 1 to 4 numbers
+    a channel (a manifest prep did not write) is named in one warning."""
     got = m.extra.get("stats")
+    got = got.get(image) if isinstance(got, dict) else None
     sizes_ = got.get("sizes") if isinstance(got, dict) else None
     if not isinstance(sizes_, dict) or not sizes_:
         text = "no pixel statistics stored (packed before prep stored them): repack to get them"
@@ -136,12 +135,15 @@ def stats(m: Manifest) -> Section:
         if mean is None or std is None or len(mean) != len(std):
             bad.append(f"{size!s:.20}")
             continue
-        rows.append((f"{size} px", _nums(mean), _nums(std), shown(at.get("pixels", 0), ",.0f")))
+        pixels = _number(at.get("pixels", 0))
+        rows.append(
+            (f"{size} px", _nums(mean), _nums(std), "?" if pixels is None else f"{pixels:,.0f}")
+        )
         if not chart:
             chart = charts.channels(mean, std, f"mean ± std at {size} px")
     split = got.get("split") if isinstance(got, dict) else None
     text = f"over the {split} split" if split else "over every sample"
-    code = "Normalize.from_dataset(ds)"
+    code = "Normalize.from_dataset(ds" + (")" if image == "image" else f", field={image!r})")
     body = (
         chart
         + table(["size", "mean (0-255)", "std (0-255)", "pixels"], rows)
@@ -158,8 +160,24 @@ def _channels(at: object, key: str) -> list[float] | None:
     values = at.get(key) if isinstance(at, dict) else None
     if not isinstance(values, list) or not 1 <= len(values) <= 4:
         return None
-    got = [x for x in map(number, values) if x is not None]
+    got = [x for x in map(_number, values) if x is not None]
     return got if len(got) == len(values) else None
+
+
+def _number(value: object) -> float | None:
+    """`value` where it is a finite real number, else None: a manifest prep did not write may
+    say `"pixels": "many"`, NaN or true, and the page shows "?".
+
+    >>> _number(3), _number("x"), _number(float("nan")), _number(True), _number(10**400)
+    (3.0, None, None, None, None)
+    """
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    try:
+        x = float(value)
+    except OverflowError:  # an int of hundreds of digits
+        return None
+    return x if math.isfinite(x) else None
 
 
 def _nums(values: Sequence[float]) -> str:

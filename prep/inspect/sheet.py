@@ -1,5 +1,6 @@
-"""A contact sheet: tiles of samples in rows with captions, masks overlaid, and the one place
-a picture for the user is written. prep preview and the volume preview draw with it.
+"""A contact sheet: tiles of samples in rows with captions, and the one place a picture for the
+user is written (prep preview, prep tune --plot). What is drawn on a tile is the fields'
+(loaders.fields.drawing: PALETTE, re-exported here).
 
 Sheet layout: a header line, then tiles in row-major order, each `tile` px square with a caption
 strip under it, GAP px between tiles.
@@ -17,31 +18,17 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
+from loaders.fields.drawing import PALETTE
 from prep.run.errors import PrepError
 from prep.run.files import atomic_write_bytes
 
 GAP = 4
-MASK_ALPHA = 0.45  # mask colour weight where the class id is not 0
 SHEET_BG = (24, 24, 24)
 TEXT = (235, 235, 235)
 BLANK_SHARE = 0.99  # a sample with more of its pixels in one colour looks blank
 # Levels (0-255) a pixel may stray from that colour and still count as it: JPEG and resampling
 # noise on a flat colour, a transparent PNG that packs to 253-255, are blank to the eye.
 BLANK_LEVELS = 4
-# Class id k > 0 is drawn in PALETTE[(k - 1) % len(PALETTE)]; id 0 (background) is left as is.
-PALETTE = np.array(
-    [
-        (230, 25, 75),
-        (60, 180, 75),
-        (255, 225, 25),
-        (0, 130, 200),
-        (245, 130, 48),
-        (145, 30, 180),
-        (70, 240, 240),
-        (240, 50, 230),
-    ],
-    dtype=np.float32,
-)
 
 
 @dataclass(frozen=True)
@@ -79,7 +66,7 @@ class PreviewResult:
 
     def line(self) -> str:
         w, h = self.layout.size
-        overlay = ", masks overlaid" if self.masks else ""
+        overlay = ", fields drawn on them" if self.masks else ""
         blank = (
             f"; {self.blank} of {self.tiles} look blank (over {BLANK_SHARE:.0%} one colour, "
             f"within {BLANK_LEVELS} levels). "
@@ -91,18 +78,6 @@ class PreviewResult:
             f"{self.output}: {self.tiles} samples at {self.size} px, "
             f"{self.layout.columns}x{self.layout.rows} tiles, {w}x{h} px{overlay}{blank}"
         )
-
-
-def overlay(image: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
-    """(H, W, 3) uint8 RGB of an (H, W, C) uint8 sample (C = 1 or 3), with class ids > 0 of an
-    (H, W) mask blended in their PALETTE colour at MASK_ALPHA."""
-    rgb = np.repeat(image, 3, axis=2) if image.shape[2] == 1 else image
-    if mask is None or not mask.any():
-        return np.ascontiguousarray(rgb)
-    colour = PALETTE[(mask.astype(np.int64) - 1) % len(PALETTE)]
-    blend = (1 - MASK_ALPHA) * rgb.astype(np.float32) + MASK_ALPHA * colour
-    out = np.where((mask > 0)[..., None], np.rint(blend), rgb)
-    return out.astype(np.uint8)
 
 
 def one_colour_share(image: np.ndarray) -> float:
@@ -213,3 +188,6 @@ def save_image(picture: Image.Image | Any, path: Path) -> None:
         raise PrepError(
             f"cannot write {path} ({e}). HINT: a writable path ending in .png or .jpg"
         ) from e
+
+
+__all__ = ["GAP", "PALETTE", "PreviewResult", "SheetLayout", "contact_sheet", "save_image"]

@@ -14,8 +14,8 @@ when a setting that overlaps was tried.
 The RAM column is the article's arithmetic: batches in flight x bytes per batch, where a
 DataLoader with W > 0 workers keeps W x prefetch_factor batches in flight, T threads keep T + 1
 (loaders.read.prefetch) and neither builds one batch at a time. Bytes per batch count the tensors
-the loader returns, in each field's `out_dtype` (loaders.format.kinds): uint8 images and masks,
-int64 labels. `--plot` draws with matplotlib (prep.inspect.tuneplot, re-exported here).
+the loader returns, in each field's `read_dtype` (loaders.fields): uint8 images and masks, int64
+labels. `--plot` draws with matplotlib (prep.inspect.tuneplot, re-exported here).
 """
 
 from __future__ import annotations
@@ -29,9 +29,8 @@ from typing import Any
 import numpy as np
 import psutil
 
-from loaders.format import Manifest
-from loaders.format.legacy.arrays import FIELDS
-from prep.inspect.stored import image_dataset
+from loaders.fields import Image, declared
+from loaders.format import Manifest, read_manifest
 from prep.inspect.tuned import TuneResult, TuneRow
 from prep.inspect.tuneplot import check_plot, plot
 from prep.run.errors import PrepError
@@ -40,6 +39,22 @@ __all__ = ["TuneResult", "TuneRow", "check_plot", "plot", "tune"]
 
 PREFETCH = 2  # make_loader's default prefetch_factor
 TRAIN_FIELDS = ("image", "label", "mask")  # what a training loop reads; orig_size is for eval
+
+
+def image_dataset(root: Path, size: int | None) -> tuple[Manifest, int]:
+    """The manifest of a dataset ImageShardDataset reads (an image field `image`) and the
+    stored size to time (default: the smallest)."""
+    m = read_manifest(root)
+    if not isinstance(declared(m).get("image"), Image):
+        raise PrepError(
+            f"{root} has no image field 'image': prep tune times ImageShardDataset. "
+            "HINT: pass a dataset of prep pack"
+        )
+    sizes = m.sizes()
+    size = min(sizes) if size is None else size
+    if size not in sizes:
+        raise PrepError(f"{root} has no size {size}. HINT: --size one of {sizes}")
+    return m, size
 
 
 def worker_counts(cores: int) -> list[int]:
@@ -62,7 +77,7 @@ def batch_bytes(m: Manifest, size: int, fields: Sequence[str], batch_size: int) 
     per_sample = 0
     for f in fields:
         spec = m.arrays[m.array_for(f, size)]
-        itemsize = np.dtype(FIELDS[f].out_dtype).itemsize  # labels widen to int64
+        itemsize = np.dtype(declared(m)[f].read_dtype(spec)).itemsize  # labels widen to int64
         per_sample += int(np.prod(spec.shape, dtype=np.int64)) * itemsize
     return per_sample * batch_size
 
@@ -154,7 +169,7 @@ def tune(
 ) -> TuneResult:
     """Time the loader at each thread count (default: thread_counts(cpu cores)), then at each
     worker count (default: worker_counts(cpu cores); 0: no thread, no worker)."""
-    m, size = image_dataset(root, size, "tune times")  # checked before torch loads (seconds)
+    m, size = image_dataset(root, size)  # checked before torch loads (seconds)
     if batch_size < 1 or prefetch_factor < 1 or seconds <= 0:
         raise PrepError("--batch-size, --prefetch-factor and --seconds must be positive")
     if limit is not None and limit < 1:
@@ -170,8 +185,8 @@ def tune(
     if counts[0] < 0 or (tcounts and tcounts[0] < 0):
         raise PrepError(f"worker counts {counts} and thread counts {tcounts} must be 0 or more")
     settings = [(0, t) for t in tcounts if t > 0] + [(w, 0) for w in counts]
-    fields = tuple(f for f in TRAIN_FIELDS if f in m.fields())
-    keep = f"hw_{size}" in m.arrays  # --mode keep: one shape a batch needs a crop
+    fields = tuple(f for f in TRAIN_FIELDS if f in m.fields)
+    keep = declared(m)["image"].mode == "keep"  # type: ignore[attr-defined]  # one shape a batch
     crop = CenterCrop(size, ratio=1.0) if keep else None
     ds: Any = ImageShardDataset(root, size=size, fields=fields, crop=crop)
     if limit is not None:

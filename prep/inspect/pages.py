@@ -1,0 +1,208 @@
+"""prep report's sections of each field kind (SECTIONS): an image field's pixel statistics and
+source sizes, a volume's stored shapes, a token field's documents and commonest tokens, a table's
+columns, a clip's lengths, a text field's values; and the grid of any picture field (gallery).
+
+Each reads a bounded sample of a large dataset: at most ROWS_READ rows of a column, TOKENS_READ
+tokens a split, VALUES_SHOWN values; what it read is said on the page.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from loaders.fields import Audio, Column, Field, Image, Json, Label, Text, Tokens, Volume
+from loaders.fields.column import NAT
+from loaders.format import FormatError
+from prep.inspect import charts, gallery, sections
+from prep.inspect.html import Section, esc, grid, para, table
+from prep.inspect.stored import Stored
+from prep.run.errors import PrepError
+
+ROWS_READ = 200_000  # rows read for a column's histogram, at random: its shape settles
+TOKENS_READ = 50_000_000  # tokens counted a split (uint16 bincount: about 0.1 s a 50M)
+TOP_TOKENS = 30
+VALUES_SHOWN = 8  # a text field's values shown
+
+Sections = Callable[[Stored, list[str], int], list[Section]]
+
+
+def samples(st: Stored, picture: str, per_class: int) -> Section:
+    """Rows of samples, one a class of the dataset's label (its class name over the row), each
+    sample its picture field's pictures with the fields drawn on them (gallery.thumbs)."""
+    name, labels = st.labels()
+    per_sample = labels if isinstance(st.fields.get(name or ""), Label) else None
+    picked = gallery.pick(per_sample, len(st), per_class)
+    every = np.concatenate(list(picked.values())) if picked else np.zeros(0, np.int64)
+    if not len(every):
+        return Section("samples", "Samples", para("no samples", "note"))
+    tiles = gallery.thumbs(st, picture, every.tolist())
+    rows, at = [], 0
+    for label, idx in picked.items():
+        if per_sample is not None and name is not None:
+            total = int(np.count_nonzero(per_sample == label))
+            named = st.fields[name].caption(label)
+            count = f"<span class='note'>({len(idx)} of {total:,})</span>"
+            rows.append(f"<h3>{esc(named)} {count}</h3>")
+        rows.append(grid([t for one in tiles[at : at + len(idx)] for t in one]))
+        at += len(idx)
+    drawn = st.on(picture)
+    shown = f"{len(every):,} of {len(st):,} samples, picked at random"
+    shown += f", at {st.size} px" if st.size else ""
+    head = para(shown + (f"; drawn on them: {', '.join(drawn)}" if drawn else ""))
+    title = "Samples per class" if per_sample is not None else "Samples"
+    return Section("samples", title, head + "".join(rows), wide=True)
+
+
+def image(st: Stored, names: list[str], per_class: int) -> list[Section]:
+    """Each image field's pixel statistics; the sources' sizes (orig_size), or the stored."""
+    name = names[0]
+    orig = st.column("orig_size") if "orig_size" in st.m.arrays else None
+    hw = [a for a in st.fields[name].arrays(name) if a.role == "hw" and a.size == st.size]
+    stored = st.column(f"{hw[0].field}_{st.size}") if hw and orig is None else None
+    stats = [sections.stats(st.m, n) for n in names]
+    return [*stats, sections.sizes(orig, stored)]
+
+
+def volume(st: Stored, names: list[str], per_class: int) -> list[Section]:
+    """The stored shapes of the first volume field, a histogram an axis."""
+    shapes = st.column(f"{names[0]}_shape").astype(np.float64).reshape(-1, 3)
+    panels = [(f"axis {a} (voxels)", shapes[:, a]) for a in range(3)]
+    return [Section("sizes", "Sizes (stored shapes)", charts.histograms(panels, bins=20), True)]
+
+
+def tokens(st: Stored, names: list[str], per_class: int) -> list[Section]:
+    """Documents and tokens per split, the document lengths of each split, and the most common
+    tokens of the first (decoded by the dataset's tokenizer)."""
+    name = names[0]
+    f: Tokens = st.fields[name]  # type: ignore[assignment]
+    lengths: dict[str, list[np.ndarray]] = {}
+    counts: dict[str, np.ndarray] = {}
+    for s in st.shards.tolist():
+        split = st.m.shards[s].split or "all"
+        lengths.setdefault(split, []).append(np.diff(st.store.array(s, name + ".offsets")))
+        read = int(counts[split].sum()) if split in counts else 0
+        if read < TOKENS_READ:
+            ids = np.asarray(st.store.array(s, name)[: TOKENS_READ - read])
+            got = np.bincount(ids, minlength=f.vocab_size)[: f.vocab_size]
+            counts[split] = counts[split] + got if split in counts else got
+    per = {k: np.concatenate(v) - (f.eot_id is not None) for k, v in lengths.items()}
+    rows = [(k, f"{len(v):,}", f"{int(v.sum()):,}", f"{np.median(v):.0f}") for k, v in per.items()]
+    body = table(["split", "documents", "tokens", "median length"], rows)
+    panels = [(f"{k}: tokens a document", v) for k, v in per.items()]
+    many = sum(len(v) for v in per.values()) > 1000  # a long tail shows on a log count axis
+    chart, listing = _common(st, f, counts)
+    body += '<div class="charts">' + charts.histograms(panels, log=many) + chart + "</div>"
+    return [Section("tokens", "Tokens", body + listing, True)]
+
+
+def _common(st: Stored, f: Tokens, counts: dict[str, np.ndarray]) -> tuple[str, str]:
+    """The TOP_TOKENS most common tokens of the first split (the end-of-document token left
+    out), each with its text: a chart and a table."""
+    from prep.media.text.tokenizers import load_saved
+
+    split, got = next(iter(counts.items()))
+    got = got.copy()
+    if f.eot_id is not None:
+        got[f.eot_id] = 0
+    top = np.argsort(got, kind="stable")[::-1][:TOP_TOKENS]
+    top = top[got[top] > 0]
+    note = ""
+    try:
+        tok = load_saved(str(f.tokenizer_name), st.root, f.tokenizer)
+        names = [repr(tok.decode([int(t)])) for t in top]
+    except (
+        PrepError,
+        FormatError,
+        OSError,
+        ValueError,
+        LookupError,
+        TypeError,
+        RecursionError,
+    ) as e:
+        # no tokenizer file, or one prep did not write ({"chars": [1, 2]}, nested too deep)
+        names = [f"id {int(t)}" for t in top]
+        note = para(f"the tokenizer cannot be read ({type(e).__name__}: {e!s:.120}): ids shown")
+    chart = charts.categories([(f"{split}: most common tokens", names, got[top].tolist())])
+    total = max(1, int(got.sum()))
+    rows = [
+        (int(t), n, f"{int(got[t]):,}", f"{got[t] / total:.2%}")
+        for t, n in zip(top, names, strict=True)
+    ]
+    return chart, note + table(["id", "text", "count", "share"], rows)
+
+
+def columns(st: Stored, names: list[str], per_class: int) -> list[Section]:
+    """A histogram of each numeric column and the value counts of each coded one, over up to
+    ROWS_READ rows at random, and the columns' table."""
+    n = len(st)
+    idx = np.sort(np.random.default_rng(0).permutation(n)[:ROWS_READ])
+    panels, cats, rows = [], [], []
+    for name in names:
+        f: Column = st.fields[name]  # type: ignore[assignment]
+        values = st.column(name)[idx]
+        label = f.name + (" (target)" if f.role == "target" else "")
+        if f.vocab is not None:
+            codes, k = np.unique(values, return_counts=True)
+            cats.append((label, [f.caption(c) or "(missing)" for c in codes], k.tolist()))
+        else:
+            x = values.astype(np.float64)
+            if f.type == "time":
+                x[values == NAT] = np.nan
+            if f.mask:
+                x[st.column(f"{name}_missing")[idx] > 0] = np.nan
+            panels.append((label, x))
+        rows.append((f.name, name, f.role, f.type or f.dtype, f.missing, f.lo, f.hi))
+    shown = [charts.histograms(panels[k : k + 4]) for k in range(0, len(panels), 4)]
+    shown += [charts.categories(cats[k : k + 3]) for k in range(0, len(cats), 3)]
+    said = f"{len(idx):,} of {n:,} rows" + (", sampled at random" if len(idx) < n else "")
+    body = para(said) + '<div class="charts">' + "".join(shown) + "</div>"
+    heads = ["column", "array", "role", "type", "missing", "low", "high"]
+    body += table(heads, [["" if v is None else v for v in r] for r in rows])
+    return [Section("table", "Columns", body, True)]
+
+
+def audio(st: Stored, names: list[str], per_class: int) -> list[Section]:
+    """Each clip's length (from the offsets: nothing decoded) as a histogram."""
+    name = names[0]
+    f: Audio = st.fields[name]  # type: ignore[assignment]
+    seconds = st.lengths(name) / f.channels / f.rate
+    if not len(seconds):
+        return []
+    lo, hi, mid = seconds.min(), seconds.max(), np.median(seconds)
+    said = (
+        f"{len(seconds):,} clips, {seconds.sum():,.1f} s at {f.rate} Hz, {f.channels} channel(s), "
+        f"{f.dtype}: {lo:.2f}-{hi:.2f} s a clip (median {mid:.2f} s); AudioDataset pads clips "
+        "shorter than its window"
+    )
+    chart = charts.histograms([("clip length (s)", seconds)], bins=20)
+    return [Section("audio", "Clips", chart + para(said), True)]
+
+
+def values(st: Stored, names: list[str], per_class: int) -> list[Section]:
+    """The values of each text and JSON field for the first VALUES_SHOWN samples."""
+    shown = range(min(VALUES_SHOWN, len(st)))
+    rows = [(i, *(st.fields[n].caption(st.value(n, i))[:200] for n in names)) for i in shown]
+    return [Section("values", "Values", table(["sample", *names], rows), True)]
+
+
+SECTIONS: dict[type[Field], Sections] = {
+    Image: image,
+    Volume: volume,
+    Tokens: tokens,
+    Column: columns,
+    Audio: audio,
+    Text: values,
+    Json: values,
+}
+
+
+def of_fields(st: Stored, per_class: int) -> list[Section]:
+    """The sections of the dataset's field kinds (SECTIONS), each once for its fields."""
+    by: dict[Sections, list[str]] = {}
+    for name, f in st.fields.items():
+        make = SECTIONS.get(type(f))
+        if make is not None:
+            by.setdefault(make, []).append(name)
+    return [s for make, names in by.items() for s in make(st, names, per_class)]
