@@ -52,12 +52,13 @@ class CenterCrop:
     def boxes(self, index: np.ndarray, hw: np.ndarray, epoch: int) -> np.ndarray:
         """int64 (N, 4): (top, left, height, width) of each sample's box in its (h, w)."""
         hw = np.asarray(hw, dtype=np.int64).reshape(-1, 2)
-        if self.ratio is None:
+        if self.ratio is None:  # torchvision's rounding: half to even, as round()
             side = np.minimum(hw, np.asarray(self.size, dtype=np.int64))
-        else:
+            top_left = np.round((hw - side) / 2.0).astype(np.int64)
+        else:  # FFCV's: the odd pixel after
             square = np.maximum(1, np.round(hw.min(axis=1) * self.ratio)).astype(np.int64)
             side = np.stack([square, square], axis=1)
-        top_left = np.round((hw - side) / 2.0).astype(np.int64)  # half to even, as round()
+            top_left = (hw - side) // 2
         return np.concatenate([top_left, side], axis=1)
 
 
