@@ -120,8 +120,8 @@ def speeds(
 ) -> dict:
     """Seconds, one thread each, for all `files`: the pHash of the pixels pack decoded (what
     hashing adds to prep pack), the --drop-dupes pass (its own 1/8-scale decode), imagehash."""
-    from prep.inspect.dupes.drop import hash_items
     from prep.kinds.images.config import PackConfig
+    from prep.kinds.images.dupes import hash_items
     from prep.media.image.hashing import image_phash
     from prep.sources.images import Item
 
@@ -229,7 +229,7 @@ def planted_hashes(
 
 def search_rows(args: argparse.Namespace) -> list[Row]:
     from prep.inspect.dupes import DEFAULT_DISTANCE, near_pairs
-    from prep.inspect.dupes.search import brute_force, within
+    from prep.media.image.near import brute_force, within
 
     d = DEFAULT_DISTANCE
     n, sub, planted = (2_000, 2_000, 100) if args.smoke else (1_000_000, 20_000, 1000)

@@ -24,10 +24,10 @@ from prep.inspect.dupes import (
     leakage,
     near_pairs,
 )
-from prep.inspect.dupes.search import brute_force, within
 from prep.kinds.images.config import PackConfig
 from prep.media.image.decode import decode_image
 from prep.media.image.hashing import image_phash
+from prep.media.image.near import brute_force, within
 from prep.run.errors import PrepError
 
 
@@ -190,7 +190,7 @@ def test_dataset_without_hashes(raw_demo: Path, tmp_path: Path, pack_to: PackFn)
 def test_copies_of_one_hash_are_searched_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """2,000 copies of one blank image: groups and leakage as a brute force has them, and the
     search sees each distinct hash once (not the 2 million pairs of the copies)."""
-    import prep.inspect.dupes.groups as groups
+    import prep.media.image.groups as groups
 
     rng = np.random.default_rng(3)
     h = rng.integers(0, 2**63, 3000, dtype=np.uint64)

@@ -30,7 +30,7 @@ def test_prep_cli_imports_no_command_work() -> None:
     mods = modules_after("from prep.cli.main import app", whole=True)
     heavy = {
         "prep.inspect.dupes.stored",
-        "prep.inspect.dupes.groups",
+        "prep.media.image.groups",
         "loaders.fields",
         "loaders.read.store",
     }

@@ -151,9 +151,9 @@ def _rewrite(root: Path, table: np.ndarray, digests: np.ndarray, d: dict | None 
         data = (root / name).read_bytes()
         files[name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
     from loaders.format.index import columns
-    from loaders.format.schema import _spec
+    from loaders.format.spec import array_spec
 
-    arrays = {n: _spec(n, v) for n, v in d["arrays"].items()}
+    arrays = {n: array_spec(n, v) for n, v in d["arrays"].items()}
     d["index"] = {
         "shards": table.shape[1],
         "columns": columns(arrays, d["storage"]),

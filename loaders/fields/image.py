@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from loaders.fields import drawing
+import loaders.fields.drawing as drawing
 from loaders.fields.base import Field, Piece, Reading, sized, spec
 from loaders.fields.batching import ragged_batch
 from loaders.format.spec import MAX_SIDE, ArraySpec, FormatError, array_name
@@ -102,7 +102,7 @@ class Image(Field):
         h, w = (int(v) for v in piece(hw_name(name, size))) if self.mode == "keep" else (size,) * 2
         if self.codec_at(size) == "raw":
             return data.reshape(h, w, self.channels)
-        from loaders.read.decode import decode_jpeg
+        from loaders.format.jpeg import decode_jpeg
 
         if zlib.crc32(data.data) != int(piece(array_name(f"{name}_crc", size))):
             raise FormatError("the JPEG bytes differ from their checksum (bit rot, or a change)")

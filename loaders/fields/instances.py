@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from loaders.fields import drawing
+import loaders.fields.drawing as drawing
 from loaders.fields.base import Field, Piece, Reading, sized
 from loaders.fields.batching import ragged_batch
 from loaders.fields.image import hw_name

@@ -172,6 +172,6 @@ def decode_frame(piece: np.ndarray, hw: tuple[int, int], jpeg: bool) -> np.ndarr
     """One stored frame as (h, w, 3) uint8: its JPEG decoded, or its raw bytes reshaped."""
     if not jpeg:
         return piece.reshape(hw[0], hw[1], 3)
-    from loaders.read.decode import decode_jpeg
+    from loaders.format.jpeg import decode_jpeg
 
     return decode_jpeg(piece, (int(hw[0]), int(hw[1])), 1, 3).copy()

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from loaders.fields import drawing
+import loaders.fields.drawing as drawing
 from loaders.fields.base import Field, Piece, Reading, spec
 from loaders.format.spec import ArraySpec, FormatError
 

@@ -133,3 +133,54 @@ def is_sha256(value: object) -> bool:
 def count(value: Any) -> bool:
     """A number of things: a non-negative int, not a bool."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _names(file: object, key: object) -> bool:
+    """A file name, and a dataset name in it (.h5) or None (.npy)."""
+    return isinstance(file, str) and (key is None or (isinstance(key, str) and bool(key)))
+
+
+def array_spec(name: str, v: dict[str, Any]) -> ArraySpec:
+    """An array's entry, with plain numbers only: a dtype holding Python objects would make
+    numpy unpickle."""
+    spec = ArraySpec(v["field"], v["size"], v["dtype"], tuple(v["shape"]), v.get("codec", "raw"))
+    try:
+        dtype = np.dtype(spec.dtype)
+    except (TypeError, ValueError, SyntaxError) as e:  # "a,b" is parsed as a record's fields
+        raise FormatError(f"array {name}: dtype {spec.dtype!r} is not a numpy dtype") from e
+    if dtype.kind not in "biuf" or dtype.hasobject:
+        raise FormatError(f"array {name}: dtype {spec.dtype!r} is not a plain numeric dtype")
+    if not all(count(n) for n in spec.shape):
+        raise FormatError(f"array {name}: shape {list(spec.shape)} is not a list of sizes")
+    if not (spec.size is None or count(spec.size)) or name != array_name(spec.field, spec.size):
+        raise FormatError(
+            f"array {name}: field {spec.field!r} at size {spec.size!r} is not named {name!r}"
+        )
+    if spec.codec not in CODECS:
+        raise FormatError(f"array {name}: codec {spec.codec!r} is not one of {CODECS}")
+    return spec
+
+
+def check_spec(name: str, spec: ArraySpec) -> None:
+    """array_spec's checks of a declaration made in code (a legacy manifest's translation)."""
+    array_spec(name, spec.stored())
+
+
+def check_shard(index: int, shard: Shard, arrays: dict[str, ArraySpec]) -> None:
+    if not count(shard.count):
+        raise FormatError(f"shard {index}: count {shard.count!r} is not a number of samples")
+    if not (shard.split is None or (isinstance(shard.split, str) and shard.split)):
+        raise FormatError(f"shard {index}: split {str(shard.split)[:40]!r} is not a name")
+    for name, ref in shard.arrays.items():
+        refs = [ref] if ref.offsets is None else [ref, ref.offsets]
+        if not all(count(r.length) and _names(r.file, r.key) for r in refs):
+            raise FormatError(f"shard {index}: array {name} has a bad file or length")
+        spec = arrays.get(name)
+        if spec is not None and spec.ragged != (ref.offsets is not None):
+            raise FormatError(
+                f"shard {index}: array {name} is {spec.codec} but "
+                f"{'has no' if spec.ragged else 'has'} offsets"
+            )
+    for rel, info in shard.files.items():
+        if not count(info.bytes) or not is_sha256(info.sha256):
+            raise FormatError(f"shard {index}: file {rel} has a bad byte size or sha256")

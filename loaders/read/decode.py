@@ -16,10 +16,8 @@ one) raise FormatError naming the shard file and sample; no grey or partial imag
 
 from __future__ import annotations
 
-import functools
 import io
 import math
-import threading
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -27,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from loaders.format.jpeg import decode_jpeg, scratch
 from loaders.format.spec import FormatError
 from loaders.read.pool import Pool
 
@@ -42,7 +41,6 @@ FACTORS = (8, 4, 2)  # libjpeg's power-of-two DCT scales, largest first
 ROI_SHARE = 0.7
 # With fast_dct the box alone wins further: a 224-of-256 centre 157 us against 170 whole.
 ROI_SHARE_FAST = 0.9
-_local = threading.local()  # per thread: a scratch buffer for decoded images
 # A buffer for JPEG samples this large or more is allocated once their headers say they are the
 # sides the manifest claims (a lie of 16000 px for 32 px files costs B x 768 MB first). Below it
 # the allocation costs less than reading the headers, and each decode checks its own sides.
@@ -152,69 +150,6 @@ def factor(box_hw: tuple[int, int], out_hw: tuple[int, int]) -> int:
     return 1
 
 
-def _scratch(nbytes: int) -> bytearray:
-    buf: bytearray | None = getattr(_local, "buf", None)
-    if buf is None or len(buf) < nbytes:
-        buf = _local.buf = bytearray(nbytes)
-    return buf
-
-
-def decode_jpeg(
-    data: np.ndarray,
-    hw: tuple[int, int],
-    f: int,
-    channels: int,
-    out: np.ndarray | None = None,
-    fast: bool = False,
-) -> np.ndarray:
-    """The JPEG in `data` decoded at 1/f scale: (ceil(h / f), ceil(w / f), channels) uint8,
-    into `out` when given (its shape must be that); `fast`: the fast IDCT (simplejpeg only).
-    Raises ValueError or OSError for bad bytes."""
-    h, w = math.ceil(hw[0] / f), math.ceil(hw[1] / f)
-    try:
-        import simplejpeg
-    except ImportError:  # the fallback: PIL's draft() gives the same DCT scales
-        return _decode_pil(data, hw, f, channels, out)
-    buf = out if out is not None else _scratch(h * w * channels)
-    img = simplejpeg.decode_jpeg(
-        data,
-        colorspace="GRAY" if channels == 1 else "RGB",
-        min_height=h,
-        min_width=w,
-        buffer=buf,
-        strict=True,  # "Premature end of JPEG file" and other warnings raise
-        fastdct=fast,
-        fastupsample=fast,
-    )
-    if img.shape != (h, w, channels):
-        raise ValueError(f"decoded {img.shape[1]}x{img.shape[0]}, stored {hw[1]}x{hw[0]}")
-    return img
-
-
-def _decode_pil(
-    data: np.ndarray, hw: tuple[int, int], f: int, channels: int, out: np.ndarray | None
-) -> np.ndarray:
-    from PIL import Image
-
-    want = (math.ceil(hw[0] / f), math.ceil(hw[1] / f))
-    with Image.open(io.BytesIO(data.tobytes())) as im:
-        if im.size != (hw[1], hw[0]):
-            raise ValueError(f"{im.width}x{im.height}, stored {hw[1]}x{hw[0]}")
-        mode = "L" if channels == 1 else "RGB"
-        # Pillow picks the DCT scale from whole multiples (w // req): ask for sides // f.
-        im.draft(mode, (max(1, hw[1] // f), max(1, hw[0] // f)))
-        im.load()  # LOAD_TRUNCATED_IMAGES is off by default: a truncated stream raises
-        img = np.asarray(im.convert(mode)).reshape(im.height, im.width, channels)
-    if img.shape[:2] != want:  # a scale Pillow would not take (sides of a few px): resize
-        cv2 = _cv2()
-        img = cv2.resize(img, want[::-1], interpolation=cv2.INTER_AREA).reshape(*want, channels)
-    if out is not None:
-        out[...] = img
-        return out
-    return img
-
-
-@functools.cache
 def _cv2() -> Any:
     """OpenCV, imported only when a crop resizes (`import loaders` stays without it), and set
     to one thread: the decode pool's threads are the parallelism, and OpenCV's own pool on top
@@ -290,7 +225,7 @@ def decode_region(
     share = ROI_SHARE_FAST if fast else ROI_SHARE
     if _roi is None or (top + h) * w > share * sides[0] * sides[1]:
         return decode_jpeg(data, hw, f, channels, None, fast)[top : top + h, left : left + w]
-    out = np.frombuffer(_scratch(h * w * channels), np.uint8, h * w * channels)
+    out = np.frombuffer(scratch(h * w * channels), np.uint8, h * w * channels)
     _roi.decode_box(data, out, *sides, top, left, h, w, f, channels, fast)
     return out.reshape(h, w, channels)
 

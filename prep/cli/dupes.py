@@ -8,7 +8,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from prep.inspect.dupes.search import DEFAULT_DISTANCE
+from prep.media.image.near import DEFAULT_DISTANCE
 
 
 def dupes(

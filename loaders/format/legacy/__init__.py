@@ -26,7 +26,15 @@ from typing import Any
 from loaders.format.legacy.arrays import CODECS as OLD_CODECS
 from loaders.format.legacy.arrays import FIELDS
 from loaders.format.legacy.extras import check_extra
-from loaders.format.spec import ArraySpec, FormatError, Shard, array_name, count
+from loaders.format.spec import (
+    ArraySpec,
+    FormatError,
+    Shard,
+    array_name,
+    check_shard,
+    check_spec,
+    count,
+)
 
 KINDS = ("images", "tokens", "volumes", "table", "samples")
 STORAGES = ("npy", "h5")
@@ -45,10 +53,8 @@ def upgrade(d: Json) -> Json:
         )
     arrays = {k: _spec(k, v, version) for k, v in d["arrays"].items()}
     shards = [Shard.from_dict(s) for s in d["shards"]]
-    from loaders.format.schema import _check_shard  # the same checks as version 4's list
-
     for i, shard in enumerate(shards):
-        _check_shard(i, shard, arrays)
+        check_shard(i, shard, arrays)
     if kind not in KINDS or d["storage"] not in STORAGES:
         raise FormatError(
             f"kind {kind!r} / storage {d['storage']!r} is not one of {KINDS} / {STORAGES}"
@@ -85,8 +91,6 @@ COMMANDS["samples"] = "samples"
 
 def _spec(name: str, v: Json, version: int) -> ArraySpec:
     """A version 1-3 array entry, checked against its kind as then."""
-    from loaders.format.schema import check_spec  # dtype, shape, name, as version 4's
-
     spec = ArraySpec(v["field"], v["size"], v["dtype"], tuple(v["shape"]), v.get("codec", "raw"))
     check_spec(name, spec)
     if spec.codec not in OLD_CODECS:

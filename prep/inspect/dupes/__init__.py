@@ -2,7 +2,7 @@
 
 `prep pack` stores each image's 64-bit perceptual hash (`phash`, prep.media.image.hashing) and the
 sha256 of its smallest stored pixels (`digest`: equal for exact duplicates). `near_pairs` finds
-every pair within a Hamming distance well under quadratic time (prep.inspect.dupes.search);
+every pair within a Hamming distance well under quadratic time (prep.media.image.near);
 `dupe_groups` links them into groups, `leakage` lists the pairs between two datasets (train and
 val). Those two and the stored hashes' reader load when first used: `prep --help` and `prep pack`
 need none of them.
@@ -20,21 +20,22 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from prep.inspect.dupes.search import DEFAULT_DISTANCE, near_pairs
+from prep.media.image.near import DEFAULT_DISTANCE, near_pairs
 
 if TYPE_CHECKING:
-    from prep.inspect.dupes.groups import Group, dupe_groups, leakage
-    from prep.inspect.dupes.stored import Hashes, dataset_hashes
+    from prep.inspect.dupes.stored import dataset_hashes
+    from prep.media.image.groups import Group, Hashes, dupe_groups, leakage
 
-_HOME = {"Group": "groups", "dupe_groups": "groups", "leakage": "groups"}
-_HOME |= {"Hashes": "stored", "dataset_hashes": "stored"}
+GROUPS = "prep.media.image.groups"
+_HOME = {"Group": GROUPS, "dupe_groups": GROUPS, "leakage": GROUPS, "Hashes": GROUPS}
+_HOME |= {"dataset_hashes": "prep.inspect.dupes.stored"}
 
 
 def __getattr__(name: str) -> Any:
     """The names of `_HOME`, each imported from its module on first use."""
     if name not in _HOME:
         raise AttributeError(f"module 'prep.inspect.dupes' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"prep.inspect.dupes.{_HOME[name]}"), name)
+    return getattr(importlib.import_module(_HOME[name]), name)
 
 
 __all__ = [

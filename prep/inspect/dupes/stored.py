@@ -5,38 +5,17 @@ without them: an import, an older pack; `prep dupes --hash`, `prep report --hash
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from loaders.fields import Image
 from prep.inspect.stored import Stored
+from prep.media.image.groups import Hashes
 from prep.media.image.hashing import DIGEST_BYTES, phash, pixel_digest, thumbnail
 from prep.run.errors import PrepError
 
 CHUNK = 256  # images hashed at a time when computing from stored pixels
-
-
-@dataclass
-class Hashes:
-    """One dataset's hashes, in sample order."""
-
-    phash: np.ndarray  # (N,) uint64 perceptual hash (prep.media.image.hashing.phash)
-    digest: np.ndarray  # (N, 32) uint8 sha256 of the stored pixels (hashing.pixel_digest)
-    paths: list[str]  # each sample's source path, relative, as stored ("#i" when none is)
-    splits: list[str] | None = None  # each sample's split, for a dataset with splits
-
-    def __len__(self) -> int:
-        return len(self.phash)
-
-    def splits_of(self, members: list[int]) -> list[str]:
-        """The splits samples `members` lie in, in order of first appearance."""
-        return [] if self.splits is None else list(dict.fromkeys(self.splits[i] for i in members))
-
-    def split_at(self, i: int) -> str:
-        """ " SPLIT" of sample i, for a caption ("" without splits)."""
-        return "" if self.splits is None else f" {self.splits[i]}"
 
 
 def dataset_hashes(root: str | Path, compute: bool = False, split: str | None = None) -> Hashes:

@@ -197,7 +197,7 @@ class ImagesKind(Kind[PackConfig, list[Item]]):
         self.specs = array_specs(self.fields)
         fingerprint = _fingerprint(listing)  # of the inputs: the config holds --drop-dupes
         if cfg.drop_dupes:
-            from prep.inspect.dupes.drop import drop_dupes
+            from prep.kinds.images.dupes import drop_dupes
 
             dropped = drop_dupes(listing.items, cfg, self.show_progress)
             listing.items, self.phashes = dropped.kept, dropped.phash

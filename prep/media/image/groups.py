@@ -1,4 +1,5 @@
-"""A dataset's stored hashes, its near-duplicate groups, and the leakage between two datasets."""
+"""Near-duplicates from perceptual hashes: one dataset's hashes, its groups of near twins, and the
+leakage between two datasets (prep dupes, prep pack --drop-dupes)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,28 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from prep.inspect.dupes.search import DEFAULT_DISTANCE, near_pairs
-from prep.inspect.dupes.stored import Hashes
+from prep.media.image.near import DEFAULT_DISTANCE, near_pairs
+
+
+@dataclass
+class Hashes:
+    """One dataset's hashes, in sample order."""
+
+    phash: np.ndarray  # (N,) uint64 perceptual hash (prep.media.image.hashing.phash)
+    digest: np.ndarray  # (N, 32) uint8 sha256 of the stored pixels (hashing.pixel_digest)
+    paths: list[str]  # each sample's source path, relative, as stored ("#i" when none is)
+    splits: list[str] | None = None  # each sample's split, for a dataset with splits
+
+    def __len__(self) -> int:
+        return len(self.phash)
+
+    def splits_of(self, members: list[int]) -> list[str]:
+        """The splits samples `members` lie in, in order of first appearance."""
+        return [] if self.splits is None else list(dict.fromkeys(self.splits[i] for i in members))
+
+    def split_at(self, i: int) -> str:
+        """ " SPLIT" of sample i, for a caption ("" without splits)."""
+        return "" if self.splits is None else f" {self.splits[i]}"
 
 
 @dataclass

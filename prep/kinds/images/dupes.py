@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from prep.inspect.dupes.groups import phash_groups
 from prep.kinds.images.config import PackConfig
 from prep.media.image.decode import decode_image
+from prep.media.image.groups import phash_groups
 from prep.media.image.hashing import image_phash
 from prep.run.inputs import Reject, reject_record
 from prep.sources.images import Item
