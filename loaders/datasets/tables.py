@@ -55,7 +55,6 @@ class TableDataset(ShardedDataset):
     target is a class id 0..K-1 (what F.cross_entropy takes): `classes` are their names and
     `num_classes` is K (an integer target's max + 1). `root` may be a URL (see ShardedDataset)."""
 
-
     def __init__(
         self,
         root: str | os.PathLike[str],
@@ -71,6 +70,13 @@ class TableDataset(ShardedDataset):
         self.missing_mask, self.in_memory, self.with_index = missing_mask, in_memory, index
         if not any(isinstance(f, Column) for f in self.declared.values()):
             raise ValueError(f"{self.store.root} has no table columns (packed by prep table)")
+
+    def no_split(self, split: str) -> str:
+        return (
+            f"{self.store.root} has no {split!r} rows; it has splits "
+            f"{sorted(self.store.manifest.splits)}. HINT: repack with --val-fraction, or use "
+            "split='train'"
+        )
 
     @cached_property
     def _fields(self) -> dict[str, Column]:
