@@ -19,10 +19,11 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from manifests import edit_manifest
 
 from loaders import ImageShardDataset, TokenWindowDataset, make_loader
+from loaders.fields import Field, Image, Label, Tokens
 from loaders.format import MANIFEST, ArrayRef, FileInfo, FormatError, Manifest, Shard
-from loaders.format.legacy.arrays import FIELDS
 from loaders.format.schema import array_name
 
 SIZE = 8  # px: tiny images, the shard count is what matters here
@@ -34,14 +35,22 @@ def _save(root: Path, rel: str, data: np.ndarray) -> tuple[ArrayRef, FileInfo]:
     return ArrayRef(rel, len(data)), FileInfo((root / rel).stat().st_size, digest)
 
 
+def manifest(
+    fields: dict[str, Field], records: list[Shard], command: str, **extra: Any
+) -> Manifest:
+    """A version 4 manifest of `fields`, its shards listed inline (no shard index)."""
+    specs = {array_name(s.field, s.size): s for n, f in fields.items() for s in f.arrays(n)}
+    described = {name: f.describe() for name, f in fields.items()}
+    return Manifest("npy", specs, records, fields=described, command=command, extra=extra)
+
+
 def write_images(root: Path, shards: int, classes: int, per_shard: int = 2) -> Path:
     """An image dataset of `shards` shards: sample i is an image filled with i % 256, label
     i % classes."""
     root.mkdir(parents=True)
-    specs = {
-        array_name("image", SIZE): FIELDS["image"].spec(SIZE),
-        "label": FIELDS["label"].spec(None, max_value=classes - 1),
-    }
+    names = [f"class{c:04d}" for c in range(classes)]
+    fields: dict[str, Field] = {"image": Image(sizes=(SIZE,)), "label": Label(tuple(names))}
+    label_dtype = fields["label"].arrays("label")[0].dtype
     records = []
     for s in range(shards):
         index = np.arange(s * per_shard, (s + 1) * per_shard)
@@ -49,7 +58,7 @@ def write_images(root: Path, shards: int, classes: int, per_shard: int = 2) -> P
             f"image_{SIZE}": np.broadcast_to(
                 (index % 256).astype(np.uint8)[:, None, None, None], (per_shard, SIZE, SIZE, 3)
             ),
-            "label": (index % classes).astype(specs["label"].dtype),
+            "label": (index % classes).astype(label_dtype),
         }
         saved = {name: _save(root, f"{name}-{s:05d}.npy", arr) for name, arr in data.items()}
         records.append(
@@ -59,34 +68,23 @@ def write_images(root: Path, shards: int, classes: int, per_shard: int = 2) -> P
                 {ref.file: info for ref, info in saved.values()},
             )
         )
-    names = [f"class{c:04d}" for c in range(classes)]
-    manifest = Manifest("images", "npy", specs, records, classes=names)
-    (root / MANIFEST).write_text(manifest.to_json())
+    (root / MANIFEST).write_text(manifest(fields, records, "pack").to_json())
     return root
 
 
 def write_tokens(root: Path, shards: int, docs: int = 3, length: int = 40) -> Path:
     """A token dataset of `shards` train shards of `docs` documents of `length` tokens."""
     root.mkdir(parents=True)
-    specs = {"tokens": FIELDS["tokens"].spec(None), "doc_offsets": FIELDS["doc_offsets"].spec(None)}
     records = []
     for s in range(shards):
         tokens = (np.arange(docs * length) + s) % 256
         offsets = np.arange(0, docs * length + 1, length, dtype=np.int64)
-        saved = {
-            "tokens": _save(root, f"tokens-train-{s:05d}.npy", tokens.astype(np.uint8)),
-            "doc_offsets": _save(root, f"doc_offsets-train-{s:05d}.npy", offsets),
-        }
-        records.append(
-            Shard(
-                docs,
-                {name: ref for name, (ref, _) in saved.items()},
-                {ref.file: info for ref, info in saved.values()},
-                split="train",
-            )
-        )
-    extra = {"vocab_size": 256, "eot_id": None}
-    (root / MANIFEST).write_text(Manifest("tokens", "npy", specs, records, extra=extra).to_json())
+        ref, info = _save(root, f"tokens-train-{s:05d}.npy", tokens.astype(np.uint8))
+        ref.offsets, off_info = _save(root, f"tokens-offsets-train-{s:05d}.npy", offsets)
+        files = {ref.file: info, ref.offsets.file: off_info}
+        records.append(Shard(docs, {"tokens": ref}, files, split="train"))
+    fields: dict[str, Field] = {"tokens": Tokens(vocab_size=256)}
+    (root / MANIFEST).write_text(manifest(fields, records, "tokenize").to_json())
     return root
 
 
@@ -231,12 +229,10 @@ def test_the_manifest_hashed_is_the_one_parsed(
     root = copy_dataset(packed)
     parse = Manifest.from_dict.__func__  # type: ignore[attr-defined]
 
-    def parse_then_repack(cls: type[Manifest], d: dict[str, Any]) -> Manifest:
-        manifest = parse(cls, d)
+    def parse_then_repack(cls: type[Manifest], d: dict[str, Any], *args: Any) -> Manifest:
+        manifest = parse(cls, d, *args)
         monkeypatch.undo()
-        new = json.loads((root / MANIFEST).read_text())
-        new["shards"].reverse()  # same files, another order
-        (root / MANIFEST).write_text(json.dumps(new))
+        edit_manifest(root, lambda new: new["shards"].reverse())  # same files, another order
         return manifest
 
     monkeypatch.setattr(Manifest, "from_dict", classmethod(parse_then_repack))
