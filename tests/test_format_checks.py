@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from manifests import edit_manifest
 
-from loaders import FormatError, load_manifest
+from loaders.fields.checks import load_manifest
+from loaders.format import FormatError
 from prep.kinds.text.config import TokenizeConfig
 from prep.kinds.text.tokenize import tokenize
 
@@ -17,7 +18,7 @@ from prep.kinds.text.tokenize import tokenize
     ("change", "message"),
     [
         (lambda m: m["arrays"]["image_64"].update(size=96), "is not named 'image_64'"),
-        (lambda m: m["fields"]["image"].update(kind="audio"), "field 'image' is not a audio"),
+        (lambda m: m["fields"]["label"].update(kind="sound"), "field 'label' has no kind of"),
         (lambda m: m.update(storage="zarr"), "storage 'zarr'"),
     ],
 )

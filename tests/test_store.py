@@ -22,7 +22,7 @@ import torch
 from manifests import edit_manifest
 
 from loaders import ImageShardDataset, TokenWindowDataset, make_loader
-from loaders.fields import Field, Image, Label, Tokens
+from loaders.fields import Image, Label, Tokens
 from loaders.format import MANIFEST, ArrayRef, FileInfo, FormatError, Manifest, Shard
 from loaders.format.schema import array_name
 
@@ -35,22 +35,13 @@ def _save(root: Path, rel: str, data: np.ndarray) -> tuple[ArrayRef, FileInfo]:
     return ArrayRef(rel, len(data)), FileInfo((root / rel).stat().st_size, digest)
 
 
-def manifest(
-    fields: dict[str, Field], records: list[Shard], command: str, **extra: Any
-) -> Manifest:
-    """A version 4 manifest of `fields`, its shards listed inline (no shard index)."""
-    specs = {array_name(s.field, s.size): s for n, f in fields.items() for s in f.arrays(n)}
-    described = {name: f.describe() for name, f in fields.items()}
-    return Manifest("npy", specs, records, fields=described, command=command, extra=extra)
-
-
 def write_images(root: Path, shards: int, classes: int, per_shard: int = 2) -> Path:
     """An image dataset of `shards` shards: sample i is an image filled with i % 256, label
     i % classes."""
     root.mkdir(parents=True)
     names = [f"class{c:04d}" for c in range(classes)]
-    fields: dict[str, Field] = {"image": Image(sizes=(SIZE,)), "label": Label(tuple(names))}
-    label_dtype = fields["label"].arrays("label")[0].dtype
+    fields = {"image": Image((SIZE,)), "label": Label(tuple(names))}
+    specs = {array_name(s.field, s.size): s for n, f in fields.items() for s in f.arrays(n)}
     records = []
     for s in range(shards):
         index = np.arange(s * per_shard, (s + 1) * per_shard)
@@ -58,7 +49,7 @@ def write_images(root: Path, shards: int, classes: int, per_shard: int = 2) -> P
             f"image_{SIZE}": np.broadcast_to(
                 (index % 256).astype(np.uint8)[:, None, None, None], (per_shard, SIZE, SIZE, 3)
             ),
-            "label": (index % classes).astype(label_dtype),
+            "label": (index % classes).astype(specs["label"].dtype),
         }
         saved = {name: _save(root, f"{name}-{s:05d}.npy", arr) for name, arr in data.items()}
         records.append(
@@ -68,23 +59,28 @@ def write_images(root: Path, shards: int, classes: int, per_shard: int = 2) -> P
                 {ref.file: info for ref, info in saved.values()},
             )
         )
-    (root / MANIFEST).write_text(manifest(fields, records, "pack").to_json())
+    described = {n: f.describe() for n, f in fields.items()}
+    manifest = Manifest("npy", specs, records, fields=described)
+    (root / MANIFEST).write_text(manifest.to_json())
     return root
 
 
 def write_tokens(root: Path, shards: int, docs: int = 3, length: int = 40) -> Path:
     """A token dataset of `shards` train shards of `docs` documents of `length` tokens."""
     root.mkdir(parents=True)
+    field = Tokens(256)
+    specs = {"tokens": field.arrays("tokens")[0]}
     records = []
     for s in range(shards):
         tokens = (np.arange(docs * length) + s) % 256
         offsets = np.arange(0, docs * length + 1, length, dtype=np.int64)
-        ref, info = _save(root, f"tokens-train-{s:05d}.npy", tokens.astype(np.uint8))
-        ref.offsets, off_info = _save(root, f"tokens-offsets-train-{s:05d}.npy", offsets)
-        files = {ref.file: info, ref.offsets.file: off_info}
-        records.append(Shard(docs, {"tokens": ref}, files, split="train"))
-    fields: dict[str, Field] = {"tokens": Tokens(vocab_size=256)}
-    (root / MANIFEST).write_text(manifest(fields, records, "tokenize").to_json())
+        data, data_info = _save(root, f"tokens-train-{s:05d}.npy", tokens.astype(np.uint8))
+        off, off_info = _save(root, f"tokens-offsets-train-{s:05d}.npy", offsets)
+        data.offsets = off
+        files = {data.file: data_info, off.file: off_info}
+        records.append(Shard(docs, {"tokens": data}, files, split="train"))
+    described = {"tokens": field.describe()}
+    (root / MANIFEST).write_text(Manifest("npy", specs, records, fields=described).to_json())
     return root
 
 
@@ -229,10 +225,10 @@ def test_the_manifest_hashed_is_the_one_parsed(
     root = copy_dataset(packed)
     parse = Manifest.from_dict.__func__  # type: ignore[attr-defined]
 
-    def parse_then_repack(cls: type[Manifest], d: dict[str, Any], *args: Any) -> Manifest:
-        manifest = parse(cls, d, *args)
+    def parse_then_repack(cls: type[Manifest], d: dict[str, Any], *rest: Any) -> Manifest:
+        manifest = parse(cls, d, *rest)
         monkeypatch.undo()
-        edit_manifest(root, lambda new: new["shards"].reverse())  # same files, another order
+        edit_manifest(root, lambda m: m["shards"].reverse())  # same files, another order
         return manifest
 
     monkeypatch.setattr(Manifest, "from_dict", classmethod(parse_then_repack))

@@ -35,7 +35,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from loaders.fields import declared
 from loaders.format import MANIFEST, REJECTS, FormatError, Manifest, read_manifest
 from loaders.remote.cache import default_cache_dir
 from loaders.remote.storage import Storage, Url, url_of
@@ -89,11 +88,11 @@ def check_remote_out(url: str, overwrite: bool, resume: bool) -> Storage:
 
 
 def _files_of(m: Manifest) -> dict[str, str]:
-    """Name -> sha256 of each file `m` lists: its shards' and those its fields keep beside
-    them (a tokenizer)."""
+    """Name -> sha256 of each file `m` lists: its shards' and its tokenizer's."""
     files = {n: f.sha256 for s in m.shards for n, f in s.files.items()}
-    for name, field in declared(m).items():
-        files |= {file: str(sha) for file, sha in field.files(name).items()}
+    tok = m.extra.get("tokenizer") or {}
+    if tok.get("file"):
+        files[str(tok["file"])] = str(tok.get("sha256"))
     return files
 
 
@@ -107,11 +106,10 @@ def _renamed(m: Manifest, names: dict[str, str], url: str) -> Manifest:
         )
         for s in m.shards
     ]
-    fields = {  # a token field's tokenizer file, as the shards' files, under its remote name
-        n: d | {"tokenizer": names[d["tokenizer"]]} if d.get("tokenizer") in names else d
-        for n, d in m.fields.items()
-    }
-    return dataclasses.replace(m, shards=shards, fields=fields, config=m.config | {"out": url})
+    extra = dict(m.extra)
+    if isinstance(extra.get("tokenizer"), dict) and extra["tokenizer"].get("file"):
+        extra["tokenizer"] = extra["tokenizer"] | {"file": names[extra["tokenizer"]["file"]]}
+    return dataclasses.replace(m, shards=shards, extra=extra, config=m.config | {"out": url})
 
 
 def put(storage: Storage, local: Path, name: str) -> None:
