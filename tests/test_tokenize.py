@@ -135,6 +135,27 @@ def test_split_lines_and_jsonl_documents(tmp_path: Path) -> None:
     assert all(r["path"] == "docs.jsonl" for r in rejects)
 
 
+def test_resume_redoes_a_shard_an_older_prep_left(tmp_path: Path) -> None:
+    """A run started by a prep of format version 2 (the document offsets an array of their
+    own, doc_offsets), resumed by this one: its shard is tokenized again (a ValueError at the
+    manifest once)."""
+    src = write_docs(tmp_path / "src", {"good.txt": b"fine", "bad.txt": b"caf\xc3(e"})
+    with pytest.raises(PrepError, match="rejected"):
+        run(src, tmp_path / "out")
+    staging, path = tmp_path / "out.partial", tmp_path / "out.partial/.prep-run/00000.json"
+    record = json.loads(path.read_text())
+    (shard,) = record["splits"]
+    off = shard["arrays"]["tokens"].pop("offsets")
+    old = off["file"].replace("tokens-offsets", "doc_offsets")
+    (staging / off["file"]).rename(staging / old)
+    shard["arrays"]["doc_offsets"] = off | {"file": old}
+    shard["files"][old] = shard["files"].pop(off["file"])
+    record["shard"]["files"] = shard["files"]
+    path.write_text(json.dumps(record))
+    summary = run(src, tmp_path / "out", max_rejects=0.5, resume=True)
+    assert summary.reused == 0 and decoded(tmp_path / "out") == ["fine"]
+
+
 def test_invalid_utf8_rejected_with_byte_offset_or_replaced(tmp_path: Path) -> None:
     src = write_docs(tmp_path / "src", {"good.txt": b"fine", "bad.txt": b"caf\xc3(e and more"})
     with pytest.raises(PrepError, match=r"1 of 2 documents rejected.*HINT"):

@@ -36,7 +36,7 @@ from prep.run.errors import PrepError
 from prep.run.files import writing
 from prep.run.profile import stage
 from prep.run.shardwriter import ShardFiles
-from prep.run.staging import RUN_DIR, write_record
+from prep.run.staging import RUN_DIR, named_by_rule, write_record
 from prep.run.tasks import shard_task
 from prep.sources.table import Block, list_tables, sources_of
 
@@ -195,6 +195,10 @@ class TableKind(Kind[TableConfig, list[Block]]):
     def task_args(self, index: int, shard: list[Block], staging: Path) -> tuple[Any, ...]:
         rejects = [r for b in shard for r in self.scan.rejects[b.index]]
         return (index, shard, self.cfg, self.scan.columns, rejects, staging)
+
+    def reusable(self, record: dict[str, Any]) -> bool:
+        arrays = array_specs(table_fields(self.scan.columns, self.cfg.missing_mask))
+        return all(named_by_rule(s, arrays, "npy") for s in record["splits"])
 
     def seen(self, inputs: Inputs, records: list[dict[str, Any]]) -> int:
         return len(inputs.rejects) + sum(rec["rows"] for rec in records)

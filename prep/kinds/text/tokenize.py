@@ -24,13 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from loaders.fields import Field, Text, Tokens
-from loaders.format import Manifest, Shard, array_name, sha256_file
+from loaders.format import ArraySpec, Manifest, Shard, array_name, sha256_file
 from prep.kinds.text.config import TokenizeConfig
 from prep.kinds.text.shard import MB, fit_ids, is_val, tokenize_shard
 from prep.media.text.documents import DocumentReader, Piece, count_documents, line_starts, list_text
 from prep.media.text.tokenizers import fit_tokenizer, load_saved, tokenizer_identity
 from prep.run.driver import Inputs, Kind, RunSummary, run
 from prep.run.errors import PrepError
+from prep.run.staging import named_by_rule
 from prep.sources.text import list_matching
 
 __all__ = ["TokenizeSummary", "fit_ids", "is_val", "plan_shards", "token_dtype", "tokenize"]
@@ -43,6 +44,11 @@ def token_dtype(vocab_size: int) -> str:
     ('uint8', 'uint16', 'uint16', 'uint32')
     """
     return Tokens(max(vocab_size, 1)).arrays("tokens")[0].dtype
+
+
+def array_specs(fields: dict[str, Field]) -> dict[str, ArraySpec]:
+    """Every array the fields store, by name."""
+    return {array_name(s.field, s.size): s for n, f in fields.items() for s in f.arrays(n)}
 
 
 def limit_documents(pieces: list[Piece], limit: int, max_bytes: int) -> list[Piece]:
@@ -203,7 +209,9 @@ class TextKind(Kind[TokenizeConfig, list[Piece]]):
         return (index, shard, cfg, name, file, self.tok_sha, self.dtype, staging, threads)
 
     def reusable(self, record: dict[str, Any]) -> bool:
-        return bool(record.get("tokenizer_sha256") == self.tok_sha)
+        arrays = array_specs(self.fields())
+        named = all(named_by_rule(s, arrays, "npy") for s in record["splits"])
+        return bool(record.get("tokenizer_sha256") == self.tok_sha) and named
 
     def seen(self, inputs: Inputs, records: list[dict[str, Any]]) -> int:
         return len(inputs.rejects) + sum(rec["inputs"] for rec in records)
@@ -218,7 +226,7 @@ class TextKind(Kind[TokenizeConfig, list[Piece]]):
         fields = self.fields()
         return Manifest(
             storage="npy",
-            arrays={array_name(s.field, s.size): s for n, f in fields.items() for s in f.arrays(n)},
+            arrays=array_specs(fields),
             shards=parts,
             fields={name: f.describe() for name, f in fields.items()},
             command="tokenize",

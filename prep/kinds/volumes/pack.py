@@ -29,7 +29,7 @@ from prep.run.files import writing
 from prep.run.inputs import Reject, reject_record
 from prep.run.profile import stage
 from prep.run.shardwriter import ShardFiles
-from prep.run.staging import write_record
+from prep.run.staging import named_by_rule, write_record
 from prep.run.tasks import shard_task
 from prep.sources import targets as tg
 from prep.sources.volumes import Item, list_volumes, read_pair
@@ -209,6 +209,9 @@ class VolumesKind(Kind[VolumeConfig, list[Item]]):
 
     def task_args(self, index: int, shard: list[Item], staging: Path) -> tuple[Any, ...]:
         return (index, shard, self.cfg, self.specs, staging)
+
+    def reusable(self, record: dict[str, Any]) -> bool:
+        return named_by_rule(record["shard"], self.specs, "npy")
 
     def manifest(self, records: list[dict[str, Any]]) -> Manifest:
         return Manifest(
