@@ -59,9 +59,9 @@ def _backwards(root: Path, outside: Path) -> None:
 
 
 def _hw_zero(root: Path, outside: Path) -> None:
-    hw = npy(root, "hw_32-00000.npy")
+    hw = npy(root, "image_hw_32-00000.npy")
     hw[0] = 0
-    rewrite(root, "hw_32-00000.npy", hw)
+    rewrite(root, "image_hw_32-00000.npy", hw)
 
 
 def _external_link(root: Path, outside: Path) -> None:
@@ -76,9 +76,9 @@ def _external_link(root: Path, outside: Path) -> None:
 
 
 def _volume_wrap(root: Path, outside: Path) -> None:
-    shape = npy(root, "volume_shape-00000.npy")
+    shape = npy(root, "image_shape-00000.npy")
     shape[0] = (2**21, 2**21, 2**22)  # 2**64 voxels: 0 in int64
-    rewrite(root, "volume_shape-00000.npy", shape)
+    rewrite(root, "image_shape-00000.npy", shape)
 
 
 def _npy_wrap(root: Path, outside: Path) -> None:
@@ -100,7 +100,7 @@ def _npy_wrap(root: Path, outside: Path) -> None:
 def _huge_size(m: Manifest) -> None:
     """A JPEG array at 1,000,000 px: a batch of it would be a 48 TB allocation."""
     big = 1_000_000
-    for old, new in (("image_32", f"image_{big}"), ("crc_32", f"crc_{big}")):
+    for old, new in (("image_32", f"image_{big}"), ("image_crc_32", f"image_crc_{big}")):
         spec = m["arrays"].pop(old)
         m["arrays"][new] = spec | {"size": big}
         for shard in m["shards"]:
@@ -121,16 +121,16 @@ def _extra_list(m: Manifest) -> None:
     m["extra"] = []
 
 
-def _no_columns(m: Manifest) -> None:
-    del m["extra"]["columns"]
+def _no_column(m: Manifest) -> None:
+    del m["fields"]["cat_0"]
 
 
-def _no_eot(m: Manifest) -> None:
-    del m["extra"]["eot_id"]
+def _no_vocab_size(m: Manifest) -> None:
+    del m["fields"]["tokens"]["vocab_size"]
 
 
 def _eot_string(m: Manifest) -> None:
-    m["extra"]["eot_id"] = "0"
+    m["fields"]["tokens"]["eot_id"] = "0"
 
 
 def _no_label(m: Manifest) -> None:
@@ -154,9 +154,9 @@ def _codes(root: Path, outside: Path) -> None:
 
 
 def _empty_document(root: Path, outside: Path) -> None:
-    off = npy(root, "doc_offsets-train-00000.npy")
+    off = npy(root, "tokens-offsets-train-00000.npy")
     off[1] = 0  # document 0 holds no tokens now; document 1 holds both
-    rewrite(root, "doc_offsets-train-00000.npy", off)
+    rewrite(root, "tokens-offsets-train-00000.npy", off)
 
 
 # --- what holds today ---------------------------------------------------------------------
@@ -228,8 +228,8 @@ CASES = [
     Case("image size unbounded", "jpeg", edit(_huge_size), READ, "image_1000000", note="defect 6"),
     Case("manifest nested 100,000 deep", "images", _deep, ALL, "manifest.json"),
     Case("extra is a list", "images", edit(_extra_list), ALL, "extra"),
-    Case("table without columns", "table", edit(_no_columns), ALL, "columns"),
-    Case("tokens without eot_id", "tokens", edit(_no_eot), ALL, "eot_id"),
+    Case("a table column without its field", "table", edit(_no_column), ALL, "cat_0"),
+    Case("tokens without vocab_size", "tokens", edit(_no_vocab_size), ALL, "vocab_size"),
     Case("eot_id a string", "tokens", edit(_eot_string), ALL, "eot_id"),
     Case("a shard without labels", "images", edit(_no_label), ALL, "label"),
     Case("token ids beyond vocab_size", "tokens", _token_ids, frozenset((VERIFY,)), "tokens"),

@@ -4,23 +4,28 @@ a packed dataset: its manifest edited, an array rewritten, every checksum recomp
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import manifests
 import numpy as np
 
 Manifest = dict[str, Any]
 
 
 def load(root: Path) -> Manifest:
-    return json.loads((root / "manifest.json").read_text())
+    """The manifest as JSON, its shards listed inline (tests/manifests.py)."""
+    return manifests.load(root)
 
 
 def save(root: Path, m: Manifest, text: str | None = None) -> None:
-    (root / "manifest.json").write_text(text if text is not None else json.dumps(m))
+    """`m` as the manifest (its shard index gone), or `text` as it is."""
+    if text is None:
+        manifests.save(root, m)
+    else:
+        (root / "manifest.json").write_text(text)
 
 
 def digest(root: Path) -> None:

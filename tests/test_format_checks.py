@@ -39,11 +39,11 @@ def test_token_offsets_are_checked(tmp_path: Path) -> None:
         TokenizeConfig(src=str(src), out=str(out), jobs=1, val_fraction=0), show_progress=False
     )
     load_manifest(out)
-    path = next(out.glob("doc_offsets-*.npy"))
+    path = next(out.glob("tokens-offsets-*.npy"))
     off = np.load(path)
     off[1], off[2] = off[2], off[1]  # same size on disk, out of order
     with open(path, "r+b") as f:
         f.seek(128)  # prep's fixed .npy header
         f.write(off.tobytes())
-    with pytest.raises(FormatError, match="doc_offsets do not run from 0"):
+    with pytest.raises(FormatError, match="the offsets of tokens are not 4 from 0 to its end"):
         load_manifest(out)

@@ -19,9 +19,9 @@ import pytest
 from fuzzing import SEED, fuzz, mutate, mutate_tree
 from untrusted import images, tokens, volumes
 
+from loaders.fields import Image, Volume
 from loaders.fields.checks import check_files
 from loaders.format import MANIFEST, ArrayRef, ArraySpec, Manifest, check_array, map_array
-from loaders.format.legacy.arrays import FIELDS
 from loaders.read.decode import Job, Places, _run
 
 # ---------------------------------------------------------------- .npy headers
@@ -31,10 +31,10 @@ def _npy_seeds(folder: Path) -> list[tuple[bytes, ArrayRef, ArraySpec]]:
     """Valid .npy files as prep and numpy write them, with the ref and spec they satisfy."""
     seeds = []
     cases: list[tuple[np.ndarray, ArraySpec]] = [
-        (np.zeros((3, 4, 4, 3), np.uint8), FIELDS["image"].spec(4)),
+        (np.zeros((3, 4, 4, 3), np.uint8), Image(sizes=(4,)).arrays("image")[0]),
         (np.arange(5, dtype=np.uint16), ArraySpec("tokens", None, "uint16", ())),
-        (np.arange(4, dtype=np.int64), FIELDS["doc_offsets"].spec(None)),
-        (np.ones((2, 3), np.uint32), FIELDS["volume_shape"].spec(None)),
+        (np.arange(4, dtype=np.int64), ArraySpec("tokens", None, "int64", ())),  # its offsets
+        (np.ones((2, 3), np.uint32), Volume().arrays("image")[1]),  # image_shape
     ]
     for i, (arr, spec) in enumerate(cases):
         for version in ((1, 0), (2, 0)):
@@ -69,7 +69,7 @@ def test_fuzz_npy_header(tmp_path: Path) -> None:
 def test_fuzz_check_array_headers(tmp_path: Path) -> None:
     """Headers made up whole: random dtypes, shapes and orders against one spec."""
     path = tmp_path / "made.npy"
-    spec = FIELDS["image"].spec(2)
+    spec = Image(sizes=(2,)).arrays("image")[0]
     descrs = ["'|u1'", "'<u2'", "'|O'", "'<U3'", "[('a', '|u1')]", "'>u1'", "'|b1'", "1", "None"]
     dims = [0, 1, 2, 3, -1, 2**31, 2**32, 2**63, 2**64, "'x'", "1.5", "None", "()"]
 

@@ -85,8 +85,8 @@ def test_stored_dtypes(tmp_path: Path) -> None:
     t = t.append_column("big", pa.array(np.arange(t.num_rows) * 300))
     out = _pack(_write(t, tmp_path / "t.csv"), tmp_path / "out", target="label", float16=True)
     m = read_manifest(out)
-    cols = {c["name"]: c for c in m.extra["columns"]}
-    names = {v: k for k, v in m.extra["arrays"].items()}
+    cols = {f["name"]: f for f in m.fields.values()}  # a column field a column
+    names = {f["name"]: k for k, f in m.fields.items()}
     dtype = {c: m.arrays[names[c]].dtype for c in cols}
     assert dtype["small"] == "uint8" and dtype["neg"] == "int8" and dtype["big"] == "uint32"
     assert dtype["price"] == "float16"  # missing values: a float, NaN for missing

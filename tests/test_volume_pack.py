@@ -212,10 +212,10 @@ def test_tampered_offsets_are_refused(phantoms: Path, tmp_path: Path) -> None:
     """A shard whose voxel offsets do not step by its volumes' shapes is refused on open."""
     out = tmp_path / "out"
     pack_volumes(phantoms / "images", out, labels=str(phantoms / "labels"))
-    offsets = np.load(out / "voxel_offsets-00000.npy")
+    offsets = np.load(out / "image-offsets-00000.npy")
     offsets[1] += 1
-    np.save(out / "voxel_offsets-00000.npy", offsets)  # same size: only the check sees it
-    with pytest.raises(FormatError, match="voxel_offsets do not step"):
+    np.save(out / "image-offsets-00000.npy", offsets)  # same size: only the check sees it
+    with pytest.raises(FormatError, match="the offsets of image do not step"):
         VolumeDataset(out)
 
 

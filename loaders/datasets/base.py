@@ -57,13 +57,17 @@ class ShardedDataset(Dataset[Any]):
         self.store = ShardStore(root, max_open=max_open, **remote)
         self.split = split
         if split is not None and not len(self._shards):
-            have = self.store.manifest.splits
-            raise ValueError(
-                f"{self.store.root} has no {split!r} split; it has {have or 'none'}. HINT: "
-                "prep pack --splits train,val or --val-fraction 0.1, or another split"
-            )
+            raise ValueError(self.no_split(split))
         self._now = torch.zeros(2, dtype=torch.int64).share_memory_()  # size, epoch
         self._memory: dict[str, torch.Tensor] = {}  # in_memory's copy: name -> its bytes
+
+    def no_split(self, split: str) -> str:
+        """The error of a dataset opened on a split it has no shard of, with its fix."""
+        have = self.store.manifest.splits
+        return (
+            f"{self.store.root} has no {split!r} split; it has {have or 'none'}. HINT: "
+            "prep pack --splits train,val or --val-fraction 0.1, or another split"
+        )
 
     @cached_property
     def declared(self) -> dict[str, Field]:

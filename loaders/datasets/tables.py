@@ -71,6 +71,13 @@ class TableDataset(ShardedDataset):
         if not any(isinstance(f, Column) for f in self.declared.values()):
             raise ValueError(f"{self.store.root} has no table columns (packed by prep table)")
 
+    def no_split(self, split: str) -> str:
+        return (
+            f"{self.store.root} has no {split!r} rows; it has splits "
+            f"{sorted(self.store.manifest.splits)}. HINT: repack with --val-fraction, or use "
+            "split='train'"
+        )
+
     @cached_property
     def _fields(self) -> dict[str, Column]:
         return {n: f for n, f in self.declared.items() if isinstance(f, Column)}

@@ -33,18 +33,20 @@ class _TokenSplit(ShardedDataset):
         self, root: str | os.PathLike[str], split: str, max_open: int, **remote: Unpack[Remote]
     ):
         super().__init__(root, split=split, max_open=max_open, **remote)
-        if not len(self._shards):
-            have = sorted({str(s.split) for s in self.store.manifest.shards})
-            raise ValueError(
-                f"{self.store.root} has no {split!r} documents; it has splits {have}. HINT: "
-                "retokenize with a larger --val-fraction, or use another split"
-            )
-
-    @cached_property
-    def _field(self) -> Tokens:
-        found = self.declared.get("tokens")
-        if not isinstance(found, Tokens):
+        if not isinstance(self.declared.get("tokens"), Tokens):
             raise ValueError(f"{self.store.root} has no token stream (packed by prep tokenize)")
+
+    def no_split(self, split: str) -> str:
+        return (
+            f"{self.store.root} has no {split!r} documents; it has splits "
+            f"{sorted(self.store.manifest.splits)}. HINT: retokenize with a larger "
+            "--val-fraction, or use another split"
+        )
+
+    @property
+    def _field(self) -> Tokens:
+        found = self.declared["tokens"]
+        assert isinstance(found, Tokens)  # checked when opened
         return found
 
     @property

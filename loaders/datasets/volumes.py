@@ -58,7 +58,9 @@ class VolumeDataset(ShardedDataset):
             raise ValueError(f"{self.store.root} has no volumes (packed by prep volumes)")
         have = [f for f in VOLUMES if isinstance(found.get(f), Volume | VolumeLabel)]
         self.fields = tuple(have if fields is None else fields)
+        # In the order of their columns: volume_target_2 before volume_target_10
         self._targets = [n for n, f in found.items() if isinstance(f, Column)]
+        self._targets.sort(key=lambda n: int(n.rsplit("_", 1)[1]) if n[-1].isdigit() else -1)
         have += [*(["target"] if self._targets else []), "index"]
         missing = [f for f in self.fields if f not in have]
         if missing or not self.fields:

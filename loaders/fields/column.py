@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from loaders.fields.base import Field, Piece, Reading, spec
-from loaders.format.spec import NUMBERS, ArraySpec
+from loaders.format.spec import NUMBERS, ArraySpec, count
 
 ROLES = ("num", "cat", "target")
 FIRST_CODE = 2  # a categorical column's first value's code: 0 is missing, 1 unseen in train
@@ -55,8 +55,14 @@ class Column(Field):
             v = getattr(self, key)
             if not (v is None or (isinstance(v, int | float) and not isinstance(v, bool))):
                 raise ValueError(f"{key} {v!r:.40} is no number")
-        if self.vocab is not None and not all(isinstance(v, str) for v in self.vocab):
+        if self.vocab is not None and not (  # a tuple: a manifest's list (a str is no list)
+            isinstance(self.vocab, tuple) and all(isinstance(v, str) for v in self.vocab)
+        ):
             raise ValueError(f"vocab {str(self.vocab)[:40]} is not a list of values")
+        if self.counts is not None and not (
+            isinstance(self.counts, tuple) and all(count(c) for c in self.counts)
+        ):
+            raise ValueError(f"counts {str(self.counts)[:40]} is not a list of counts")
         if not isinstance(self.missing, int) or not (
             self.first_code is None or self.first_code >= 0
         ):

@@ -167,7 +167,7 @@ def check_spec(name: str, spec: ArraySpec) -> None:
 
 
 def check_shard(index: int, shard: Shard, arrays: dict[str, ArraySpec]) -> None:
-    if not count(shard.count):
+    if not count(shard.count) or shard.count >= 2**63:  # counts() sums them as int64
         raise FormatError(f"shard {index}: count {shard.count!r} is not a number of samples")
     if not (shard.split is None or (isinstance(shard.split, str) and shard.split)):
         raise FormatError(f"shard {index}: split {str(shard.split)[:40]!r} is not a name")

@@ -46,17 +46,15 @@ class ShardFiles:
     """One shard's arrays under `staging`, each in `part_file(name, stem)` once published.
 
     An array is fixed-shape (one sample a row; shape () and extend() for a flat one) or ragged
-    (flat data and count + 1 int64 offsets). A ragged array's offsets are part of its ref
-    (`NAME.offsets`), or, for the formats that store them so (tokens' doc_offsets, volumes'
-    voxel_offsets), an array of their own. Temp names are per process and host: a worker that
-    a dead parent left running cannot write into the files of the --resume run redoing the
-    same shard. Use inside `writing([...])`, which closes it, or aborts it on failure."""
+    (flat data and count + 1 int64 offsets, part of its ref: `NAME.offsets`). Temp names are
+    per process and host: a worker that a dead parent left running cannot write into the files
+    of the --resume run redoing the same shard. Use inside `writing([...])`, which closes it, or
+    aborts it on failure."""
 
     def __init__(self, staging: Path, stem: str):
         self.staging, self.stem = staging, stem
         self.writers: dict[str, NpyWriter | RaggedWriter] = {}
         self.parts: dict[str, Path] = {}  # file part (array, offsets) -> its temp file
-        self.offsets: dict[str, str] = {}  # ragged array -> its offsets' part
 
     def _temp(self, part: str) -> Path:
         if part in self.parts:
@@ -70,10 +68,9 @@ class ShardFiles:
         w = self.writers[name] = NpyWriter(self._temp(name), dtype, shape)
         return w
 
-    def ragged(self, name: str, dtype: str | np.dtype[Any], offsets: str = "") -> RaggedWriter:
-        """A ragged array; `offsets` names its offsets' own array (else `NAME.offsets`)."""
-        self.offsets[name] = offsets or name + OFFSETS
-        data, off = self._temp(name), self._temp(self.offsets[name])
+    def ragged(self, name: str, dtype: str | np.dtype[Any]) -> RaggedWriter:
+        """A ragged array: its data, and its offsets (`NAME.offsets`)."""
+        data, off = self._temp(name), self._temp(name + OFFSETS)
         w = self.writers[name] = RaggedWriter(data, off, dtype)
         return w
 
@@ -117,7 +114,7 @@ class ShardFiles:
 
     def _refs(self, h5: str | None) -> dict[str, ArrayRef]:
         """Each array's ref: its file (the .h5's dataset) and length; a ragged one's offsets
-        nested in it, or as an array of their own."""
+        nested in it."""
 
         def ref(part: str, length: int) -> ArrayRef:
             return (
@@ -128,11 +125,7 @@ class ShardFiles:
         for name, w in self.writers.items():
             refs[name] = ref(name, w.length)
             if isinstance(w, RaggedWriter):
-                off = ref(self.offsets[name], w.offsets.length)
-                if self.offsets[name] == name + OFFSETS:
-                    refs[name].offsets = off
-                else:
-                    refs[self.offsets[name]] = off
+                refs[name].offsets = ref(name + OFFSETS, w.offsets.length)
         return refs
 
     def _as_h5(self, final: str) -> Path:

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from loaders.format import MANIFEST, REJECTS, Manifest, sha256_file
+from loaders.format import MANIFEST, REJECTS, ArraySpec, Manifest, Shard, sha256_file
 from loaders.format.index import DIGESTS, SHARDS, index_arrays, index_entry
 from prep.run.errors import PrepError
 from prep.run.files import atomic_write_bytes, atomic_write_text
@@ -74,6 +74,18 @@ def load_record(staging: Path, index: int, verify: bool) -> dict[str, Any] | Non
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None  # absent or unreadable: the shard is redone
     return record
+
+
+def named_by_rule(shard: dict[str, Any], arrays: dict[str, ArraySpec], storage: str) -> bool:
+    """Whether a shard record holds `arrays` in the files the shard index derives: a record an
+    older prep left (its token offsets an array of their own) is not, and --resume redoes its
+    shard rather than fail on it at the manifest."""
+    try:
+        record = Shard.from_dict(shard)
+        index_arrays([record], arrays, storage, [record.split] if record.split else [])
+    except (ValueError, KeyError, TypeError):
+        return False
+    return True
 
 
 def _read_plan(staging: Path) -> dict[str, Any] | None:

@@ -3,8 +3,8 @@
 The first column names the scan: its path under SRC or that path's stem (`ct/a.nii.gz` or
 `ct/a`; a DICOM series by its folder). Every other column is one target: integers, numbers, or
 class names (mapped to their index in the sorted set of the column's names, which the manifest
-keeps). Each column is stored in the smallest dtype that holds it, one array per column
-(FORMAT.md). A scan without a row is a `target_missing` reject; a row naming no scan, a
+keeps). Each column is a column field of its own (`target_fields`), stored in the smallest dtype
+that holds it. A scan without a row is a `target_missing` reject; a row naming no scan, a
 duplicate row, an empty cell or a name among numbers stops the run with one line naming the
 file and row.
 """
@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from loaders.format.legacy.arrays import FIELDS
+from loaders.fields import Column as ColumnField
+from loaders.format.spec import smallest_uint
 from prep.media.table.types import NUMBER, int_dtype
 from prep.run.errors import PrepError
 from prep.run.inputs import INTEGER, read_rows, reject_record
@@ -102,7 +103,7 @@ def _column(path: Path, name: str, cells: list[tuple[int, str]]) -> tuple[Column
     if names:
         classes = sorted({v for _, v in names})
         index = {c: i for i, c in enumerate(classes)}
-        dtype = FIELDS[FIELD].spec(0, max_value=len(classes) - 1).dtype
+        dtype = smallest_uint(len(classes) - 1)
         return Column(name, dtype, classes), [index[v] for _, v in names]
     if all(INTEGER.fullmatch(v) for _, v in numbers):
         ints: list[Value] = [int(v) for _, v in numbers]
@@ -144,9 +145,21 @@ def attach(targets: Targets, items: list[Item]) -> tuple[list[Item], list[dict[s
     return kept, rejects
 
 
-def manifest_entry(targets: Targets) -> list[dict[str, Any]]:
-    """extra["targets"]: per column its name, array, dtype and class names (or null)."""
-    return [
-        {"column": c.name, "array": f"{FIELD}_{j}", "dtype": c.dtype, "classes": c.classes}
+def array_of(j: int) -> str:
+    """The field (and array) of target column j: volume_target_0, volume_target_1, ..."""
+    return f"{FIELD}_{j}"
+
+
+def target_fields(targets: Targets) -> dict[str, ColumnField]:
+    """A column field per target column, in the file's order: its name, dtype, and for class
+    names their list (class id i is vocab[i])."""
+    return {
+        array_of(j): ColumnField(
+            name=c.name,
+            role="target",
+            dtype=c.dtype,
+            vocab=None if c.classes is None else tuple(c.classes),
+            first_code=None if c.classes is None else 0,
+        )
         for j, c in enumerate(targets.columns)
-    ]
+    }

@@ -8,7 +8,8 @@
 3. Shards are consecutive blocks of about --shard-rows rows; each task encodes its parsed
    blocks in the decided dtypes and writes one .npy per column and split. The plan depends on
    the files and config only, never on --jobs.
-4. The manifest records the columns (role, kind, dtype, vocabulary, statistics) in `extra`.
+4. The manifest declares a column field a column (loaders.fields.column: its role, type,
+   dtype, vocabulary, statistics), named for its array: num_J, cat_K, target.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from loaders.format import ArraySpec, Manifest, Shard
-from loaders.format.legacy.arrays import FIELDS
+from loaders.fields import Column as ColumnField
+from loaders.format import ArraySpec, Manifest, Shard, array_name
+from loaders.format.index import stem
 from prep.kinds.table.config import TableConfig
 from prep.media.table.encode import encode
 from prep.media.table.scan import BLOCKS, Scan, read_spill, scan
@@ -34,45 +36,64 @@ from prep.run.errors import PrepError
 from prep.run.files import writing
 from prep.run.profile import stage
 from prep.run.shardwriter import ShardFiles
-from prep.run.staging import RUN_DIR, write_record
+from prep.run.staging import RUN_DIR, named_by_rule, write_record
 from prep.run.tasks import shard_task
 from prep.sources.table import Block, list_tables, sources_of
 
 SPLITS = ("train", "val")
 
 
-def array_names(columns: list[Column], missing_mask: bool) -> dict[str, Column]:
-    """Array name -> column: num_{j} and cat_{k} in header order, target, and missing_{j} for
-    each numeric column with missing values when asked."""
+def column_names(columns: list[Column]) -> dict[str, Column]:
+    """Field (and array) name -> column: num_{j} and cat_{k} in header order, then target."""
     names: dict[str, Column] = {}
-    nums = [c for c in columns if c.role == "num"]
-    names |= {f"num_{j}": c for j, c in enumerate(nums)}
+    names |= {f"num_{j}": c for j, c in enumerate(c for c in columns if c.role == "num")}
     names |= {f"cat_{k}": c for k, c in enumerate(c for c in columns if c.role == "cat")}
     names |= {"target": c for c in columns if c.role == "target"}  # noqa: B035 - one at most
-    if missing_mask:
-        names |= {f"missing_{j}": c for j, c in enumerate(nums) if c.missing}
     return names
 
 
-def array_spec(name: str, col: Column) -> ArraySpec:
-    field, _, index = name.partition("_")
-    dtype = "uint8" if field == "missing" else col.dtype
-    shape = FIELDS[field].shape  # scalar fields: ()
-    return ArraySpec(field, int(index) if index else None, dtype, shape(None, 0) if shape else ())
+def table_fields(columns: list[Column], missing_mask: bool) -> dict[str, ColumnField]:
+    """A column field a column, as the scan decided it; with `missing_mask`, a numeric column
+    with missing cells also stores its NAME_missing mask."""
+    return {
+        name: ColumnField(
+            name=c.name,
+            role=c.role,
+            dtype=c.dtype,
+            type=c.kind,
+            missing=c.missing,
+            lo=c.lo,
+            hi=c.hi,
+            mean=c.mean,
+            std=c.std,
+            vocab=None if c.vocab is None else tuple(c.vocab),
+            counts=None if c.counts is None else tuple(c.counts),
+            first_code=c.first_code,
+            mask=missing_mask and c.role == "num" and c.missing > 0,
+        )
+        for name, c in column_names(columns).items()
+    }
+
+
+def array_specs(fields: dict[str, ColumnField]) -> dict[str, ArraySpec]:
+    """Every array the fields store, by name."""
+    return {array_name(s.field, s.size): s for n, f in fields.items() for s in f.arrays(n)}
 
 
 def encode_rows(
-    table: pa.Table, columns: list[Column], arrays: dict[str, Column], vocabs: dict[str, pa.Array]
+    table: pa.Table,
+    columns: list[Column],
+    fields: dict[str, ColumnField],
+    vocabs: dict[str, pa.Array],
 ) -> dict[str, np.ndarray]:
     """One parsed block's arrays in their stored dtypes (its columns in `columns`' order)."""
     position = {c.name: i for i, c in enumerate(columns)}
     out: dict[str, np.ndarray] = {}
-    for name, col in arrays.items():
+    for name, col in column_names(columns).items():
         cells = table.column(position[col.name]).combine_chunks()
-        if name.startswith("missing_"):
-            out[name] = np.asarray(cells.is_null(), dtype=np.uint8)
-        else:
-            out[name] = encode(cells, col, vocabs.get(col.name))
+        out[name] = encode(cells, col, vocabs.get(col.name))
+        if fields[name].mask:
+            out[f"{name}_missing"] = np.asarray(cells.is_null(), dtype=np.uint8)
     return out
 
 
@@ -87,21 +108,21 @@ def table_shard(
 ) -> dict[str, Any]:
     """The joblib task: encode `shard`'s blocks as the scan kept them, write shard `index` of
     each split; its record. `rejects`: the blocks' rows with wrong field counts."""
-    arrays = array_names(columns, cfg.missing_mask)
-    specs = {n: array_spec(n, c) for n, c in arrays.items()}
+    fields = table_fields(columns, cfg.missing_mask)
+    specs = array_specs(fields)
     vocabs = {c.name: pa.array(c.vocab, pa.string()) for c in columns if c.vocab is not None}
     with stage("read"):  # memory maps: the rows are read as they are encoded
         tables = [read_spill(staging / RUN_DIR / BLOCKS, b) for b in shard]
         vals = [np.asarray(t.column(len(columns)), dtype=bool) for t in tables]  # the split
     rows = {"train": sum(int((~v).sum()) for v in vals), "val": sum(int(v.sum()) for v in vals)}
-    splits = {s: ShardFiles(staging, f"{s}-{index:05d}") for s in SPLITS if rows[s]}
+    splits = {s: ShardFiles(staging, stem(s, index)) for s in SPLITS if rows[s]}
     with writing(splits.values()):
         with stage("write"):  # a split's files only where it has rows
             for files in splits.values():
                 files.open_all(specs)
         for table, val in zip(tables, vals, strict=True):
             with stage("encode"):
-                encoded = encode_rows(table, columns, arrays, vocabs)
+                encoded = encode_rows(table, columns, fields, vocabs)
             with stage("write"):
                 if not val.any():
                     splits["train"].extend(encoded)
@@ -175,20 +196,23 @@ class TableKind(Kind[TableConfig, list[Block]]):
         rejects = [r for b in shard for r in self.scan.rejects[b.index]]
         return (index, shard, self.cfg, self.scan.columns, rejects, staging)
 
+    def reusable(self, record: dict[str, Any]) -> bool:
+        arrays = array_specs(table_fields(self.scan.columns, self.cfg.missing_mask))
+        return all(named_by_rule(s, arrays, "npy") for s in record["splits"])
+
     def seen(self, inputs: Inputs, records: list[dict[str, Any]]) -> int:
         return len(inputs.rejects) + sum(rec["rows"] for rec in records)
 
     def manifest(self, records: list[dict[str, Any]]) -> Manifest:
-        parts = [Shard.from_dict(s) for rec in records for s in rec["splits"]]
-        arrays = array_names(self.scan.columns, self.cfg.missing_mask)
-        extra = {
-            "columns": [c.to_dict() for c in self.scan.columns],
-            "arrays": {name: c.name for name, c in arrays.items()},
-            "target": self.cfg.target,
-            "splits": {s: sum(p.count for p in parts if p.split == s) for s in SPLITS},
-        }
-        specs = {n: array_spec(n, c) for n, c in arrays.items()}
-        return Manifest(kind="table", storage="npy", arrays=specs, shards=parts, extra=extra)
+        fields = table_fields(self.scan.columns, self.cfg.missing_mask)
+        return Manifest(
+            storage="npy",
+            arrays=array_specs(fields),
+            shards=[Shard.from_dict(s) for rec in records for s in rec["splits"]],
+            fields={name: f.describe() for name, f in fields.items()},
+            command="table",
+            extra={} if self.cfg.target is None else {"target": self.cfg.target},
+        )
 
     def tasks(self, manifest: Manifest) -> int:
         return len({f.rsplit("-", 1)[1] for s in manifest.shards for f in s.files})

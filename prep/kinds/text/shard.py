@@ -1,4 +1,4 @@
-"""The tokenize shard task: documents in, one split's tokens and document offsets out."""
+"""The tokenize shard task: documents in, each split's tokens (ragged by document) out."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import numpy as np
 
 from loaders.fields.base import encode_source
 from loaders.format import Shard
+from loaders.format.index import stem
 from prep.kinds.text.config import TokenizeConfig
 from prep.media.text.documents import DocumentReader, Piece
 from prep.media.text.tokenizers import Tokenizer, load_saved
@@ -61,20 +62,21 @@ def is_val(text: str, val_fraction: float) -> bool:
 
 
 class SplitWriter:
-    """One split's shard of one task: tokens with their doc_offsets (docs + 1 int64, from 0),
-    and each document's source file (its path relative to SRC: UTF-8 bytes, ragged).
+    """One split's shard of one task: tokens, ragged by document (their offsets: docs + 1
+    int64, from 0), and each document's source file (its path relative to SRC: UTF-8 bytes,
+    ragged).
 
     Sources are held as runs (a file's documents are consecutive: a few tuples a shard) and
     written last, in close(): the tokens' files are the only ones written while reading."""
 
     def __init__(self, staging: Path, split: str, index: int):
         self.split = split
-        self.files = ShardFiles(staging, f"{split}-{index:05d}")
+        self.files = ShardFiles(staging, stem(split, index))
         self.runs: list[tuple[str, int]] = []  # (file, documents in a row)
         self.docs = 0
 
     def open(self, dtype: str) -> None:
-        self.tokens = self.files.ragged("tokens", dtype, offsets="doc_offsets")
+        self.tokens = self.files.ragged("tokens", dtype)
 
     def add(self, ids: np.ndarray, lengths: np.ndarray, sources: list[str]) -> None:
         """Documents: their tokens back to back, their lengths, the file each came from."""

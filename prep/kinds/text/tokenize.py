@@ -8,7 +8,9 @@
 3. Each task (prep.kinds.text.shard) reads its documents in batches, puts each in "train" or
    "val" by a hash of its text, encodes the batch, checks that every id fits the dtype and
    appends it to that split's files.
-4. The manifest records per-split token and document counts, the tokenizer file and checksums.
+4. The manifest declares the fields: `tokens` (a Tokens field: its vocabulary, end-of-document
+   id and tokenizer file, ragged by the document offsets) and each document's `source`; the
+   per-split counts are the shard index's.
 """
 
 from __future__ import annotations
@@ -21,14 +23,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loaders.format import Manifest, Shard, sha256_file
-from loaders.format.legacy.arrays import FIELDS
+from loaders.fields import Field, Text, Tokens
+from loaders.format import ArraySpec, Manifest, Shard, array_name, sha256_file
 from prep.kinds.text.config import TokenizeConfig
-from prep.kinds.text.shard import MB, SPLITS, fit_ids, is_val, tokenize_shard
+from prep.kinds.text.shard import MB, fit_ids, is_val, tokenize_shard
 from prep.media.text.documents import DocumentReader, Piece, count_documents, line_starts, list_text
 from prep.media.text.tokenizers import fit_tokenizer, load_saved, tokenizer_identity
 from prep.run.driver import Inputs, Kind, RunSummary, run
 from prep.run.errors import PrepError
+from prep.run.staging import named_by_rule
 from prep.sources.text import list_matching
 
 __all__ = ["TokenizeSummary", "fit_ids", "is_val", "plan_shards", "token_dtype", "tokenize"]
@@ -40,7 +43,12 @@ def token_dtype(vocab_size: int) -> str:
     >>> token_dtype(256), token_dtype(257), token_dtype(65536), token_dtype(65537)
     ('uint8', 'uint16', 'uint16', 'uint32')
     """
-    return FIELDS["tokens"].spec(None, max_value=max(vocab_size - 1, 0)).dtype
+    return Tokens(max(vocab_size, 1)).arrays("tokens")[0].dtype
+
+
+def array_specs(fields: dict[str, Field]) -> dict[str, ArraySpec]:
+    """Every array the fields store, by name."""
+    return {array_name(s.field, s.size): s for n, f in fields.items() for s in f.arrays(n)}
 
 
 def limit_documents(pieces: list[Piece], limit: int, max_bytes: int) -> list[Piece]:
@@ -101,19 +109,20 @@ class TokenizeSummary(RunSummary):
 
     @property
     def val_docs(self) -> int:
-        return int(self.manifest.extra["splits"]["val"]["docs"])
+        m = self.manifest
+        return int(m.counts()[m.split_of() == "val"].sum())
 
     @property
     def tokens(self) -> int:
-        return sum(int(s["tokens"]) for s in self.manifest.extra["splits"].values())
+        return sum(s.arrays["tokens"].length for s in self.manifest.shards)
 
     @property
     def tokenizer(self) -> str:
-        return str(self.manifest.extra["tokenizer"]["name"])
+        return str(self.manifest.fields["tokens"]["tokenizer_name"])
 
     @property
     def vocab_size(self) -> int:
-        return int(self.manifest.extra["vocab_size"])
+        return int(self.manifest.fields["tokens"]["vocab_size"])
 
     @property
     def dtype(self) -> str:
@@ -200,7 +209,9 @@ class TextKind(Kind[TokenizeConfig, list[Piece]]):
         return (index, shard, cfg, name, file, self.tok_sha, self.dtype, staging, threads)
 
     def reusable(self, record: dict[str, Any]) -> bool:
-        return bool(record.get("tokenizer_sha256") == self.tok_sha)
+        arrays = array_specs(self.fields())
+        named = all(named_by_rule(s, arrays, "npy") for s in record["splits"])
+        return bool(record.get("tokenizer_sha256") == self.tok_sha) and named
 
     def seen(self, inputs: Inputs, records: list[dict[str, Any]]) -> int:
         return len(inputs.rejects) + sum(rec["inputs"] for rec in records)
@@ -212,30 +223,32 @@ class TextKind(Kind[TokenizeConfig, list[Piece]]):
                 f"no usable documents in {self.cfg.src} (see the rejects in the run folder). "
                 "HINT: check the encoding, or --text-field for .jsonl"
             )
-        splits = {
-            s: {
-                "docs": sum(p.count for p in parts if p.split == s),
-                "tokens": sum(p.arrays["tokens"].length for p in parts if p.split == s),
-                "shards": sum(1 for p in parts if p.split == s),
-            }
-            for s in SPLITS
-        }
-        extra = {
-            "vocab_size": self.tok.vocab_size,
-            "eot_id": self.tok.eot_id,
-            "tokenizer": {**self.tok_info, "sha256": self.tok_sha or None},
-            "splits": splits,
-        }
-        arrays = {"tokens": FIELDS["tokens"].spec(None, max_value=max(self.tok.vocab_size - 1, 0))}
-        arrays["doc_offsets"] = FIELDS["doc_offsets"].spec(None)
-        arrays["source"] = FIELDS["source"].spec(None, codec="ragged")  # each document's file
-        return Manifest(kind="tokens", storage="npy", arrays=arrays, shards=parts, extra=extra)
+        fields = self.fields()
+        return Manifest(
+            storage="npy",
+            arrays=array_specs(fields),
+            shards=parts,
+            fields={name: f.describe() for name, f in fields.items()},
+            command="tokenize",
+        )
+
+    def fields(self) -> dict[str, Field]:
+        """The token stream (ragged: a document a sample, its offsets the document offsets),
+        with the tokenizer that made it, and each document's file relative to SRC."""
+        tokens = Tokens(
+            vocab_size=self.tok.vocab_size,
+            tokenizer=self.tok_info["file"],
+            eot_id=self.tok.eot_id,
+            tokenizer_name=self.tok_info["name"],
+            tokenizer_sha256=self.tok_sha or None,
+        )
+        return {"tokens": tokens, "source": Text()}
 
     def tasks(self, manifest: Manifest) -> int:
         return len({s.arrays["tokens"].file.rsplit("-", 1)[1] for s in manifest.shards})
 
     def bytes(self, out: Path, manifest: Manifest) -> int:
-        file = manifest.extra["tokenizer"]["file"]
+        file = manifest.fields["tokens"]["tokenizer"]
         return super().bytes(out, manifest) + ((out / file).stat().st_size if file else 0)
 
 

@@ -3,8 +3,9 @@
 Each shard task reads its scans one at a time (prep.sources.volumes) and runs the offline
 steps in order (prep.media.volume.transform): reorient, resample, window or dtype, crop to the
 foreground, fit to one shape. Volumes differ in shape, so a shard stores its volumes' voxels
-back to back in one flat array per field, with each volume's shape and voxel offset: volume v
-of a shard is `voxels[off[v]:off[v + 1]].reshape(shape[v])`, a C-order view of the map.
+back to back, ragged (loaders.fields.volume): volume v of a shard is
+`image[off[v]:off[v + 1]].reshape(image_shape[v])`, a C-order view of the map, and its label
+lies on the same offsets.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from loaders.format import ArraySpec, Manifest, Shard
-from loaders.format.legacy.arrays import FIELDS
+from loaders.fields import Field, Volume, VolumeLabel
+from loaders.format import ArraySpec, Manifest, Shard, array_name
+from loaders.format.index import stem
 from prep.kinds.volumes.config import VolumeConfig, float_list
 from prep.media.volume import transform as tf
 from prep.run.driver import Inputs, Kind, RunSummary, run
@@ -27,31 +29,26 @@ from prep.run.files import writing
 from prep.run.inputs import Reject, reject_record
 from prep.run.profile import stage
 from prep.run.shardwriter import ShardFiles
-from prep.run.staging import write_record
+from prep.run.staging import named_by_rule, write_record
 from prep.run.tasks import shard_task
 from prep.sources import targets as tg
 from prep.sources.volumes import Item, list_volumes, read_pair
 
-MAX_VOXELS = 2**32 - 1  # fg_voxels holds flat voxel indices as uint32
-LABELLED = ("label_voxels", "fg_voxels", "fg_offsets")
+MAX_VOXELS = 2**32 - 1  # label_fg holds flat voxel indices as uint32
 
 
-def array_specs(
-    dtype: str, labels: bool, targets: tg.Targets | None = None
-) -> dict[str, ArraySpec]:
-    """The arrays of a volume dataset (FORMAT.md): voxels in `dtype`, shapes and offsets, with
-    labels their class ids and foreground index, with targets one array per target column."""
-    specs = {"voxels": ArraySpec("voxels", None, dtype, ())}
-    names = ["volume_shape", "voxel_offsets", *(LABELLED if labels else ())]
-    specs |= {name: FIELDS[name].spec(None) for name in names}
-    for j, col in enumerate(targets.columns if targets is not None else []):
-        shape = FIELDS[tg.FIELD].shape  # a scalar per volume: ()
-        specs[f"{tg.FIELD}_{j}"] = ArraySpec(tg.FIELD, j, col.dtype, shape(j, 0) if shape else ())
-    for name, spec in specs.items():
-        problem = FIELDS[spec.field].problem(spec)
-        if problem is not None:
-            raise ValueError(f"{name}: {problem}")
-    return specs
+def volume_fields(cfg: VolumeConfig, labels: bool, targets: tg.Targets | None) -> dict[str, Field]:
+    """The fields of a volume dataset: `image` (voxels in the stored dtype, oriented), with
+    labels its `label` (class ids and the foreground index), with targets a column a target."""
+    fields: dict[str, Field] = {"image": Volume(cfg.stored_dtype, cfg.orient.upper())}
+    if labels:
+        fields["label"] = VolumeLabel("image", foreground=True)
+    return fields | (tg.target_fields(targets) if targets is not None else {})
+
+
+def array_specs(fields: dict[str, Field]) -> dict[str, ArraySpec]:
+    """Every array the fields store, by name."""
+    return {array_name(s.field, s.size): s for n, f in fields.items() for s in f.arrays(n)}
 
 
 def geometry(affine: np.ndarray, shape: tuple[int, ...]) -> dict[str, Any]:
@@ -106,12 +103,13 @@ def encode_volume(
 
 
 class _Volumes:
-    """One shard's volumes: voxels (and label voxels) back to back, with the per-volume
-    arrays beside them (FORMAT.md)."""
+    """One shard's volumes: voxels (and label voxels) back to back, ragged, with the
+    per-volume arrays beside them (loaders.fields.volume)."""
 
     def __init__(self, files: ShardFiles, specs: dict[str, ArraySpec]):
-        self.voxels = files.ragged("voxels", specs["voxels"].dtype, offsets="voxel_offsets")
-        ragged = ("voxels", "voxel_offsets")
+        self.image = files.ragged("image", specs["image"].dtype)
+        self.label = files.ragged("label", specs["label"].dtype) if "label" in specs else None
+        ragged = ("image", "label")
         self.arrays = {
             name: files.array(name, s.dtype, s.shape)
             for name, s in specs.items()
@@ -119,16 +117,16 @@ class _Volumes:
         }
 
     def append(self, item: Item, img: np.ndarray, lab: np.ndarray | None) -> None:
-        self.voxels.append(img)
+        self.image.append(img)
         for j, value in enumerate(item.target or ()):
-            w = self.arrays[f"{tg.FIELD}_{j}"]
+            w = self.arrays[tg.array_of(j)]
             w.extend(np.asarray([value], w.dtype))
-        self.arrays["volume_shape"].append(np.asarray(img.shape, np.uint32))
-        if lab is not None and "label_voxels" in self.arrays:
+        self.arrays["image_shape"].append(np.asarray(img.shape, np.uint32))
+        if lab is not None and self.label is not None:
             index = tf.foreground_index(lab)
-            fg = self.arrays["fg_voxels"]
-            self.arrays["label_voxels"].extend(lab.reshape(-1))
-            self.arrays["fg_offsets"].append(index.bounds + fg.length)
+            fg = self.arrays["label_fg"]
+            self.label.append(lab)
+            self.arrays["label_fg_offsets"].append(index.bounds + fg.length)
             fg.extend(index.voxels)
 
 
@@ -139,7 +137,7 @@ def volumes_shard(
     """The joblib task: volumes `items` into shard `index` under `staging`; return its record.
 
     Memory holds one volume (and its resampled copies) at a time; no voxel leaves the process."""
-    files = ShardFiles(staging, f"{index:05d}")
+    files = ShardFiles(staging, stem(None, index))
     rejects: list[dict[str, Any]] = []
     volumes: list[dict[str, Any]] = []
     with writing([files]):
@@ -195,7 +193,8 @@ class VolumesKind(Kind[VolumeConfig, list[Item]]):
                 "are packed by prep pack"
             )
         self.items = items
-        self.specs = array_specs(cfg.stored_dtype, labels is not None, self.targets)
+        self.fields = volume_fields(cfg, labels is not None, self.targets)
+        self.specs = array_specs(self.fields)
         self.sizes = {path: size for path, size, _ in seen}
         said = [(it.rel, str(it.label)) for it in items]  # targets: the CSV is in `seen`
         fingerprint = hashlib.sha256(json.dumps([seen, said]).encode()).hexdigest()
@@ -211,19 +210,17 @@ class VolumesKind(Kind[VolumeConfig, list[Item]]):
     def task_args(self, index: int, shard: list[Item], staging: Path) -> tuple[Any, ...]:
         return (index, shard, self.cfg, self.specs, staging)
 
+    def reusable(self, record: dict[str, Any]) -> bool:
+        return named_by_rule(record["shard"], self.specs, "npy")
+
     def manifest(self, records: list[dict[str, Any]]) -> Manifest:
-        volumes = [v for rec in records for v in rec["volumes"]]
-        extra: dict[str, Any] = {"orient": self.cfg.orient.upper(), "volumes": volumes}
-        columns = self.targets.columns if self.targets is not None else []
-        if self.targets is not None:
-            extra["targets"] = tg.manifest_entry(self.targets)
         return Manifest(
-            kind="volumes",
             storage="npy",
             arrays=self.specs,
             shards=[Shard.from_dict(rec["shard"]) for rec in records],
-            classes=columns[0].classes if len(columns) == 1 else None,
-            extra=extra,
+            fields={name: f.describe() for name, f in self.fields.items()},
+            command="volumes",
+            extra={"volumes": [v for rec in records for v in rec["volumes"]]},
         )
 
 

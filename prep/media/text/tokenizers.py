@@ -291,9 +291,14 @@ def load_tokenizer(root: str | os.PathLike[str]) -> Tokenizer:
     >>> tok = load_tokenizer("data/demo-tokens")  # doctest: +SKIP
     >>> tok.decode(DocumentDataset("data/demo-tokens", split="val")[0])  # doctest: +SKIP
     """
+    from loaders.fields import Tokens, declared
+    from loaders.format import FormatError
     from loaders.remote import dataset_file
 
-    m, local = dataset_file(root, "tokens")
-    t = m.extra["tokenizer"]
-    path = local(t["file"], t["sha256"]) if t["file"] else Path(os.devnull)  # bytes: no file
-    return load_saved(t["name"], path.parent, path.name if t["file"] else None)
+    m, local = dataset_file(root)
+    t = declared(m).get("tokens")
+    if not isinstance(t, Tokens) or t.tokenizer_name is None:
+        raise FormatError(f"{root} has no token stream of prep tokenize's (no tokenizer)")
+    file = t.tokenizer
+    path = local(file, t.tokenizer_sha256 or "") if file else Path(os.devnull)  # bytes: no file
+    return load_saved(t.tokenizer_name, path.parent, path.name if file else None)
