@@ -26,6 +26,7 @@ from loaders.format import FormatError, read_manifest
 from prep import PrepError, UsageError
 from prep.cli.main import app
 from prep.fields import Array, Bytes, Image, Json, Label, Mask, Scalar, Text, Tokens
+from tests.manifests import edit_manifest
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # loky and Dask workers get make()
 
@@ -122,7 +123,7 @@ def test_every_field_kind_round_trips(tmp_path: Path) -> None:
     assert b["img"].shape == (3, 3, 24, 24) and b["m"].shape == (3, 24, 24)
     assert set(b["m"][1].unique().tolist()) <= {0, 1}  # fit pads with 0
     assert (tmp_path / "ds" / "tok.tokenizer.json").is_file()
-    assert read_manifest(tmp_path / "ds").format_version == 3
+    assert read_manifest(tmp_path / "ds").format_version == 4
     # The pixels are prep pack's: the same image from a path packs to the same bytes.
     PILImage.fromarray(IMAGES[0]).save(tmp_path / "0.png")
     pack(
@@ -297,10 +298,7 @@ def test_prep_samples_with_a_recipe(tmp_path: Path) -> None:
 
 
 def test_a_tampered_field_description_is_refused(det: Path, copy_dataset: Any) -> None:
-    ds = copy_dataset(det)
-    m = json.loads((ds / "manifest.json").read_text())
-    m["extra"]["fields"]["boxes"]["shape"] = [None, 5]
-    (ds / "manifest.json").write_text(json.dumps(m))
+    ds = edit_manifest(copy_dataset(det), lambda m: m["fields"]["boxes"].update(shape=[None, 5]))
     with pytest.raises(FormatError, match="boxes"):
         SampleDataset(ds)
 

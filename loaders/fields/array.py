@@ -15,7 +15,6 @@ import numpy as np
 
 from loaders.fields.base import Field, FieldError, Reading, as_array, spec
 from loaders.fields.batching import ragged_batch
-from loaders.fields.label import check_classes, class_lines
 from loaders.format.spec import NUMBERS, ArraySpec
 
 
@@ -24,14 +23,12 @@ class Array(Field):
     """Numbers of `dtype` and `shape`; a leading None makes that dimension ragged (0 allowed).
     `finite`: NaN and infinities are a reject. `wide`: unsigned 16-64 bit values are read as
     int64 (uint64 as the same 64 bits, signed), which torch computes with (an image's source
-    size, its perceptual hash). `classes`: the values are ids 0..len(classes) - 1 of these
-    class names (a COCO sample's labels, one a box)."""
+    size, its perceptual hash)."""
 
     dtype: str
     shape: tuple[int | None, ...] = ()
     finite: bool = False
     wide: bool = False
-    classes: tuple[str, ...] | None = None
     kind = "array"
 
     def __post_init__(self) -> None:
@@ -41,11 +38,6 @@ class Array(Field):
         rest = self.shape[1:] if self.shape[:1] == (None,) else self.shape
         if not all(isinstance(n, int) and n >= 0 for n in rest):
             raise ValueError(f"shape {self.shape}: sizes, with None first for a ragged one")
-        if self.classes is not None:
-            # names only (ids are never looked up by name: COCO may name two categories alike)
-            object.__setattr__(self, "classes", check_classes(self.classes, unique=False))
-            if np.dtype(self.dtype).kind not in "iu":
-                raise ValueError(f"class ids of dtype {self.dtype}: integers only")
 
     def is_ragged(self) -> bool:
         return self.shape[:1] == (None,)
@@ -66,12 +58,6 @@ class Array(Field):
             )
         if self.finite and arr.dtype.kind == "f" and not np.isfinite(arr).all():
             raise FieldError("field_nan", "holds NaN or infinity; the field says finite")
-        if (
-            self.classes is not None
-            and arr.size
-            and not 0 <= arr.min() <= arr.max() < len(self.classes)
-        ):
-            raise FieldError("bad_label", f"a class id is not 0..{len(self.classes) - 1}")
         return {"": arr.reshape(-1) if self.is_ragged() else arr}
 
     def read(self, batch: Reading, name: str, policy: str) -> dict[str, Any]:
@@ -87,20 +73,7 @@ class Array(Field):
         off = arrays.get(name + ".offsets")
         if off is not None and step > 1 and np.any(np.diff(off) % step):
             return [f"a sample of {name} is not whole rows of {list(self.row)}"]
-        if self.classes is not None and arrays[name].size:
-            ids = arrays[name]
-            if ids.min() < 0 or ids.max() >= len(self.classes):
-                return [f"a class id of {name} is not one of its {len(self.classes)} classes"]
         return []
-
-    def lines(self, name: str, m: Any) -> list[str]:
-        return class_lines(name, self.classes)
-
-    def describe(self) -> dict[str, Any]:
-        d = super().describe()
-        if self.classes is None:
-            del d["classes"]  # numbers: as every array field without class names is declared
-        return d
 
 
 @dataclass(frozen=True)

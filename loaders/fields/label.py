@@ -30,7 +30,11 @@ class Label(Field):
         if self.dtype is not None and self.dtype not in UNSIGNED:
             raise ValueError(f"dtype {self.dtype!r} is not one of {UNSIGNED}")
         if self.classes is not None:
-            object.__setattr__(self, "classes", check_classes(self.classes))
+            if not all(isinstance(c, str) for c in self.classes):
+                raise ValueError(f"classes {str(self.classes)[:40]} are not names")
+            object.__setattr__(self, "classes", tuple(self.classes))
+            if len(set(self.classes)) != len(self.classes) or not self.classes:
+                raise ValueError(f"classes {self.classes[:5]} are empty or repeat a name")
 
     def stored(self) -> str:
         if self.classes is not None:
@@ -67,23 +71,7 @@ class Label(Field):
         return []
 
     def lines(self, name: str, m: Any) -> list[str]:
-        return class_lines(name, self.classes)
-
-
-def check_classes(classes: Any, unique: bool = True) -> tuple[str, ...]:
-    """Class names as a field keeps them; ValueError unless they are names, some, and (with
-    `unique`: a label's names map to ids) each once."""
-    if not all(isinstance(c, str) for c in classes):
-        raise ValueError(f"classes {str(classes)[:40]} are not names")
-    names = tuple(classes)
-    if not names or (unique and len(set(names)) != len(names)):
-        raise ValueError(f"classes {names[:5]} are empty or repeat a name")
-    return names
-
-
-def class_lines(name: str, classes: tuple[str, ...] | None) -> list[str]:
-    """What `prep info` says of a field's class names."""
-    if not classes:
-        return []
-    shown = ", ".join(classes[:10]) + (" ..." if len(classes) > 10 else "")
-    return [f"classes of {name} ({len(classes)}): {shown}"]
+        if not self.classes:
+            return []
+        shown = ", ".join(self.classes[:10]) + (" ..." if len(self.classes) > 10 else "")
+        return [f"classes of {name} ({len(self.classes)}): {shown}"]
