@@ -10,7 +10,7 @@ from loaders.fields.base import Field, FieldError
 from loaders.fields.column import Column
 from loaders.fields.image import Boxes, Image, Keypoints, Mask
 from loaders.fields.instances import Instances
-from loaders.fields.label import Label
+from loaders.fields.label import Label, Labels
 from loaders.fields.registry import KINDS, declared
 from loaders.fields.text import Bytes, Json, Text
 from loaders.fields.tokens import Tokens
@@ -31,6 +31,7 @@ __all__ = [
     "Json",
     "Keypoints",
     "Label",
+    "Labels",
     "Mask",
     "Scalar",
     "Text",

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from loaders.fields.base import Field, FieldError, Reading, as_array, spec
+from loaders.fields.base import Field, FieldError, Piece, Reading, as_array, spec
 from loaders.fields.batching import ragged_batch
 from loaders.format.spec import NUMBERS, ArraySpec
 
@@ -67,6 +67,13 @@ class Array(Field):
             return {name: torch.from_numpy(widened(batch.values(name), self.wide))}
         pieces = [widened(p, self.wide) for p in batch.pieces(name)]
         return ragged_batch(name, pieces, self.row, policy)
+
+    def read_dtype(self, declared: ArraySpec) -> str:
+        return widened(np.zeros(0, declared.dtype), self.wide).dtype.name
+
+    def value(self, name: str, piece: Piece, size: int | None) -> np.ndarray:
+        got = piece(name)
+        return got.reshape(-1, *self.row) if self.is_ragged() else got
 
     def problems(self, name: str, arrays: Mapping[str, np.ndarray]) -> list[str]:
         step = math.prod(self.row)

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from loaders.fields.base import Field, FieldError, Reading, as_array, spec
+from loaders.fields.base import Field, FieldError, Piece, Reading, as_array, spec
 from loaders.fields.batching import ragged_batch
 from loaders.format.spec import ArraySpec, count
 
@@ -72,6 +72,13 @@ class Audio(Field):
         if off is not None and self.channels > 1 and np.any(np.diff(off) % self.channels):
             return [f"a clip of {name} is not whole frames of {self.channels} channels"]
         return []
+
+    def value(self, name: str, piece: Piece, size: int | None) -> np.ndarray:
+        """The clip, (frames,) mono or (frames, channels)."""
+        return piece(name).reshape(-1, *self.row)
+
+    def caption(self, value: Any) -> str:
+        return f"{len(value) / self.rate:.2f} s"
 
     def lines(self, name: str, m: Any) -> list[str]:
         frames = sum(s.arrays[name].length for s in m.shards) // self.channels

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
@@ -24,6 +24,8 @@ RAGGED_POLICIES = ("pad", "list", "jagged")
 # Array names the format gives meaning to: a sample field may not take them.
 RESERVED = frozenset({"index"})  # the dataset index, which every dataset can return
 RESERVED_SUFFIXES = ("_len", "_hw", "_crc", ".offsets")
+# One sample's stored row of a raw array, or its piece of a ragged one, by the array's name
+Piece = Callable[[str], np.ndarray]
 
 
 class FieldError(ValueError):
@@ -65,11 +67,13 @@ class Field:
     sample is stored (`encode`, numpy only) and read back (`read`), how a manifest's arrays and
     `extra` are checked when it is opened (`check_arrays`, `check_extra`), how a shard's values
     are checked (`problems`: structure, small arrays read whole; `limits` and `strings`: the
-    bounded pass of `prep verify`), what `prep info` says of it (`lines`), and the files it
-    keeps beside the shards (`files`: a tokenizer)."""
+    bounded pass of `prep verify`), what `prep info` says of it (`lines`), the files it
+    keeps beside the shards (`files`: a tokenizer), and how `prep preview` and the report show
+    a sample (`value`, `pictures`, `draw`, `caption`)."""
 
     kind: ClassVar[str]
     ragged: ClassVar[bool] = False  # a ragged field's batches follow a policy (pad, list, jagged)
+    heading: ClassVar[str | None] = None  # `prep info`: the line above the kind's first `lines`
 
     def arrays(self, name: str) -> list[ArraySpec]:
         """The arrays this field stores under `name`, in manifest order."""
@@ -134,6 +138,35 @@ class Field:
     def lines(self, name: str, m: Any) -> list[str]:
         """What `prep info` says of the field beyond its declaration (`m`: the manifest)."""
         return []
+
+    def read_dtype(self, declared: ArraySpec) -> str:
+        """The dtype a dataset returns the field's array `declared` in (a label: int64)."""
+        return declared.dtype
+
+    def value(self, name: str, piece: Piece, size: int | None) -> Any:
+        """One sample as numpy, as stored (what `prep preview`, the report and dupes show), at
+        `size` for a sized field: `piece(array)` is the sample's row of a raw array of the
+        dataset, or its piece of a ragged one (its own, or another field's: an image's sides).
+        Raises FormatError for a stored sample that does not decode."""
+        return piece(name)
+
+    def pictures(self, value: Any) -> list[tuple[np.ndarray, str]]:
+        """The value as (H, W, 3) uint8 pictures, each with what it shows ("" or a frame's
+        time, a slice's axis); [] for a field that is no picture."""
+        return []
+
+    def drawn_on(self) -> str | None:
+        """The field whose pictures this one is drawn on (a mask's image), or None."""
+        return None
+
+    def draw(self, pictures: list[np.ndarray], value: Any, scale: float) -> list[np.ndarray]:
+        """Its `drawn_on` field's pictures of the same sample (the stored pixels times `scale`)
+        with this field's value drawn on them (loaders.fields.drawing)."""
+        return pictures
+
+    def caption(self, value: Any) -> str:
+        """What a sample's caption says of the value (a label's class name), "" for nothing."""
+        return ""
 
     def describe(self) -> dict[str, Any]:
         """The declaration, as JSON: the manifest's `fields[name]`."""

@@ -19,11 +19,13 @@ from typing import Any
 
 import numpy as np
 
-from loaders.fields.base import Field, Reading, spec
+from loaders.fields.base import Field, Piece, Reading, spec
 from loaders.format.spec import NUMBERS, ArraySpec
 
 ROLES = ("num", "cat", "target")
 FIRST_CODE = 2  # a categorical column's first value's code: 0 is missing, 1 unseen in train
+NAT = np.iinfo(np.int64).min  # a missing time (numpy's NaT)
+HEADING = f"{'column':<20}{'array':<10}{'role':<8}{'type':<8}{'dtype':<9}{'missing':>9}  vocab"
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,7 @@ class Column(Field):
     first_code: int | None = None
     mask: bool = False
     kind = "column"
+    heading = HEADING
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or self.role not in ROLES:
@@ -83,10 +86,33 @@ class Column(Field):
         top = len(self.vocab) - 1 + self.first
         return {name: (top, f"code {{v}} is beyond column {self.name}'s codes 0..{top}")}
 
+    def read_dtype(self, declared: ArraySpec) -> str:
+        return "float32" if self.role == "num" or declared.dtype.startswith("float") else "int64"
+
     def lines(self, name: str, m: Any) -> list[str]:
-        said = [self.role, self.type or self.dtype, f"{self.missing} missing"]
+        """A row of the columns' table (under HEADING: prep.inspect.report prints it once)."""
+        vocab = "-" if self.vocab is None else f"{len(self.vocab):,}"
+        return [
+            f"{self.name[:19]:<20}{name:<10}{self.role:<8}{self.type or '-':<8}{self.dtype:<9}"
+            f"{self.missing:>9,}  {vocab}"
+        ]
+
+    def value(self, name: str, piece: Piece, size: int | None) -> Any:
+        """The stored cell; None where the column's mask says missing."""
+        missing = self.mask and bool(piece(f"{name}_missing"))
+        return None if missing else piece(name)[()]
+
+    def caption(self, value: Any) -> str:
+        """The cell as the table had it: a code as its value, a time in ISO, missing empty."""
+        if value is None:
+            return ""
         if self.vocab is not None:
-            said.append(f"{len(self.vocab)} values")
-        elif self.lo is not None and self.hi is not None:
-            said.append(f"{self.lo:g}..{self.hi:g}")
-        return [f"{name}: column {self.name!r} ({', '.join(said)})"]
+            code = int(value)
+            if 0 <= code - self.first < len(self.vocab):
+                return str(self.vocab[code - self.first])
+            return "" if code == 0 and self.first else "<unseen>"
+        if self.type == "time":
+            return "" if int(value) == NAT else str(np.datetime64(int(value), "ns"))[:19]
+        if isinstance(value, np.floating):
+            return "" if np.isnan(value) else f"{value:g}"
+        return str(value)

@@ -6,15 +6,17 @@ policy, resizing) is prep.fields.Image's.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from loaders.fields.base import Field, Reading, sized, spec
+from loaders.fields import drawing
+from loaders.fields.base import Field, Piece, Reading, sized, spec
 from loaders.fields.batching import ragged_batch
-from loaders.format.spec import MAX_SIDE, ArraySpec, array_name
+from loaders.format.spec import MAX_SIDE, ArraySpec, FormatError, array_name
 from loaders.format.stats import check_stats
 
 MODES = ("fill", "fit", "stretch", "keep")
@@ -86,6 +88,35 @@ class Image(Field):
     def read(self, batch: Reading, name: str, policy: str) -> dict[str, Any]:
         return {name: batch.images(self, name)}
 
+    def value(self, name: str, piece: Piece, size: int | None) -> np.ndarray:
+        """(h, w, C) uint8 at its stored sides; a JPEG one decoded after its checksum."""
+        size = size or self.sizes[0]
+        data = piece(array_name(name, size))
+        if self.mode != "keep" and self.codec_at(size) == "raw":
+            return data
+        h, w = (int(v) for v in piece(hw_name(name, size))) if self.mode == "keep" else (size,) * 2
+        if self.codec_at(size) == "raw":
+            return data.reshape(h, w, self.channels)
+        from loaders.read.decode import decode_jpeg
+
+        if zlib.crc32(data.data) != int(piece(array_name(f"{name}_crc", size))):
+            raise FormatError("the JPEG bytes differ from their checksum (bit rot, or a change)")
+        try:
+            return decode_jpeg(data, (h, w), 1, self.channels).copy()
+        except (ValueError, OSError) as e:
+            raise FormatError(f"the JPEG cannot be decoded ({e})") from None
+
+    def lines(self, name: str, m: Any) -> list[str]:
+        codecs = ", ".join(dict.fromkeys(self.codec_at(s) for s in self.sizes))
+        return [
+            f"{name}: {'gray' if self.gray else 'RGB'} images at "
+            f"{', '.join(map(str, self.sizes))} px, mode {self.mode}, {codecs}"
+        ]
+
+    def pictures(self, value: Any) -> list[tuple[np.ndarray, str]]:
+        rgb = np.repeat(value, 3, axis=2) if value.shape[2] == 1 else value
+        return [(np.ascontiguousarray(rgb), "")]
+
 
 @dataclass(frozen=True)
 class Mask(Field):
@@ -110,6 +141,19 @@ class Mask(Field):
 
     def needs(self, name: str) -> list[str]:
         return [hw_name(self.image, s) for s in self.sizes] if self.mode == "keep" else []
+
+    def value(self, name: str, piece: Piece, size: int | None) -> np.ndarray:
+        size = size or self.sizes[0]
+        data = piece(array_name(name, size))
+        if self.mode != "keep":
+            return data
+        return data.reshape(*(int(v) for v in piece(hw_name(self.image, size))))
+
+    def drawn_on(self) -> str | None:
+        return self.image
+
+    def draw(self, pictures: list[np.ndarray], value: Any, scale: float) -> list[np.ndarray]:
+        return [drawing.blend(p, value) for p in pictures]
 
 
 @dataclass(frozen=True)
@@ -147,6 +191,23 @@ class Boxes(Field):
                 return [f"a box of {name} at {s} is not x0 <= x1, y0 <= y1 within 0..{s} px"]
         return []
 
+    def value(self, name: str, piece: Piece, size: int | None) -> np.ndarray:
+        return piece(array_name(name, size or self.sizes[0])).reshape(-1, 4)
+
+    def drawn_on(self) -> str | None:
+        return self.image
+
+    def draw(self, pictures: list[np.ndarray], value: Any, scale: float) -> list[np.ndarray]:
+        """Box k outlined in drawing.colour(k), 2 px wide."""
+        out = [p.copy() for p in pictures]
+        for k, box in enumerate(np.asarray(value, np.float64) * scale):
+            for p in out:
+                drawing.outline(p, box, drawing.colour(k))
+        return out
+
+    def caption(self, value: Any) -> str:
+        return f"({len(value)} boxes)"
+
 
 @dataclass(frozen=True)
 class Keypoints(Field):
@@ -181,6 +242,20 @@ class Keypoints(Field):
             if off is not None and np.any(np.diff(off) % step):
                 return [f"a sample of {name} at {s} is not whole instances of {self.joints} points"]
         return []
+
+    def value(self, name: str, piece: Piece, size: int | None) -> np.ndarray:
+        return piece(array_name(name, size or self.sizes[0])).reshape(-1, self.joints, 3)
+
+    def drawn_on(self) -> str | None:
+        return self.image
+
+    def draw(self, pictures: list[np.ndarray], value: Any, scale: float) -> list[np.ndarray]:
+        """Each instance's labelled points (visibility > 0) in drawing.colour(instance)."""
+        out = [p.copy() for p in pictures]
+        for k, points in enumerate(np.asarray(value, np.float64)):
+            for p in out:
+                drawing.dots(p, points[points[:, 2] > 0, :2] * scale, drawing.colour(k))
+        return out
 
 
 def crop_points(flat: np.ndarray, crop: np.ndarray, out_hw: tuple[int, int]) -> np.ndarray:

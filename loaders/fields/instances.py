@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from loaders.fields.base import Field, Reading, sized
+from loaders.fields import drawing
+from loaders.fields.base import Field, Piece, Reading, sized
 from loaders.fields.batching import ragged_batch
 from loaders.fields.image import hw_name
 from loaders.format.spec import ArraySpec, FormatError, array_name
@@ -80,6 +81,25 @@ class Instances(Field):
             if np.any(area < 1) or np.any(np.diff(off) % np.maximum(area, 1)):
                 return [f"a sample of {name} at {s} is not whole masks of its image's size"]
         return []
+
+    def value(self, name: str, piece: Piece, size: int | None) -> np.ndarray:
+        size = size or self.sizes[0]
+        keep = self.mode == "keep"
+        h, w = (int(v) for v in piece(hw_name(self.image, size))) if keep else (size, size)
+        return piece(array_name(name, size)).reshape(-1, h, w)
+
+    def drawn_on(self) -> str | None:
+        return self.image
+
+    def draw(self, pictures: list[np.ndarray], value: Any, scale: float) -> list[np.ndarray]:
+        """Instance k's pixels blended in drawing.PALETTE[k] (a later instance over an earlier)."""
+        masks = np.asarray(value)
+        ids = (masks > 0) * np.arange(1, len(masks) + 1)[:, None, None]
+        flat = ids.max(axis=0) if len(masks) else np.zeros(masks.shape[1:], np.int64)
+        return [drawing.blend(p, flat) for p in pictures]
+
+    def caption(self, value: Any) -> str:
+        return f"({len(value)} instances)"
 
 
 def crop_masks(masks: np.ndarray, crop: np.ndarray, out_hw: tuple[int, int]) -> np.ndarray:

@@ -1,18 +1,22 @@
-"""Class labels: an id per sample, or a name of the field's classes mapped to its index.
+"""Class labels: `Label`, an id per sample (or a name of its classes, mapped to its index), and
+`Labels`, an id per object of a sample (its boxes or instances: COCO's categories).
 
 >>> Label(("cat", "dog")).encode("dog")[""]
 array(1, dtype=uint8)
+>>> Labels(classes=("cat", "dog")).caption(np.array([1, 0, 1]))
+'dog, cat, dog'
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from loaders.fields.base import Field, FieldError, Reading, spec
+from loaders.fields.array import Array
+from loaders.fields.base import Field, FieldError, Piece, Reading, spec
 from loaders.format.spec import UNSIGNED, ArraySpec, smallest_uint
 
 
@@ -70,8 +74,83 @@ class Label(Field):
             return [f"label {int(values.max())} of {name} is not one of its classes"]
         return []
 
+    def read_dtype(self, declared: ArraySpec) -> str:
+        return "int64"
+
+    def value(self, name: str, piece: Piece, size: int | None) -> int:
+        return int(piece(name))
+
+    def caption(self, value: Any) -> str:
+        return named(self.classes, int(value))
+
     def lines(self, name: str, m: Any) -> list[str]:
+        """Its classes, and each split's samples and the classes it has none of (`prep pack`'s
+        `extra.splits`: per_class)."""
         if not self.classes:
             return []
         shown = ", ".join(self.classes[:10]) + (" ..." if len(self.classes) > 10 else "")
-        return [f"classes of {name} ({len(self.classes)}): {shown}"]
+        lines = [f"classes of {name} ({len(self.classes)}): {shown}"]
+        said = m.extra.get("splits")
+        said = said if isinstance(said, dict) else {}
+        counts = m.counts()
+        for split in m.splits:
+            n = int(counts[m.split_of() == split].sum())
+            one = said.get(split)
+            per = one.get("per_class") if isinstance(one, dict) else None
+            line = f"split {split}: {n:,} samples"
+            if isinstance(per, list) and len(per) == len(self.classes):
+                lacking = [c for c, k in zip(self.classes, per, strict=True) if not k]
+                line += f", {len(per) - len(lacking)} of {len(per)} classes"
+                if lacking:
+                    more = " ..." if len(lacking) > 5 else ""
+                    line += f" (none of: {', '.join(lacking[:5])}{more})"
+            lines.append(line)
+        return lines
+
+
+@dataclass(frozen=True)
+class Labels(Array):
+    """The class ids of a sample's objects, one each (its boxes, its instances: 0 or more),
+    each an int 0..len(classes) - 1 or a name of `classes`. Stored and read as
+    `Array("int64", (None,))` is: a per-box field of the dataset's crops and transforms."""
+
+    dtype: str = "int64"
+    shape: tuple[int | None, ...] = (None,)
+    classes: tuple[str, ...] = ()
+    kind = "labels"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        object.__setattr__(self, "classes", tuple(self.classes))
+        if self.shape != (None,) or self.dtype != "int64":
+            raise ValueError(f"labels are int64 (None,), not {self.dtype} {self.shape}")
+        if not all(isinstance(c, str) for c in self.classes):
+            raise ValueError(f"classes {str(self.classes)[:40]} are not names")
+
+    def encode(self, value: Any) -> dict[str, np.ndarray]:
+        if isinstance(value, (list, tuple)) and any(isinstance(v, str) for v in value):
+            unknown = [v for v in value if v not in self.classes]
+            if unknown:
+                said = f"class {str(unknown[0])[:40]!r} is not one of the classes"
+                raise FieldError("bad_label", said)
+            value = [self.classes.index(v) for v in value]
+        out = super().encode(value)
+        ids = out[""]
+        if self.classes and len(ids) and (ids.min() < 0 or ids.max() >= len(self.classes)):
+            raise FieldError("bad_label", f"a class id is not 0..{len(self.classes) - 1}")
+        return out
+
+    def problems(self, name: str, arrays: Mapping[str, np.ndarray]) -> list[str]:
+        ids = arrays[name]
+        n = len(self.classes)
+        if n and len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= n):
+            return [f"a class id of {name} is not one of its {n} classes"]
+        return []
+
+    def caption(self, value: Any) -> str:
+        return ", ".join(named(self.classes, int(i)) for i in np.asarray(value).tolist())
+
+
+def named(classes: Sequence[str] | None, label: int) -> str:
+    """Class `label`'s name, or "label N" where there is none."""
+    return classes[label] if classes and 0 <= label < len(classes) else f"label {label}"

@@ -15,7 +15,7 @@ from loaders.fields.base import Field, check_name
 from loaders.fields.column import Column
 from loaders.fields.image import Boxes, Image, Keypoints, Mask
 from loaders.fields.instances import Instances
-from loaders.fields.label import Label
+from loaders.fields.label import Label, Labels
 from loaders.fields.text import Bytes, Json, Text
 from loaders.fields.tokens import Tokens
 from loaders.fields.video import Video
@@ -28,6 +28,7 @@ KINDS: dict[str, type[Field]] = {
         Array,
         Scalar,
         Label,
+        Labels,
         Tokens,
         Text,
         Bytes,

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from loaders.fields.base import Field, FieldError, Reading, spec
+from loaders.fields.base import Field, FieldError, Piece, Reading, spec
 from loaders.format.spec import ArraySpec, FormatError
 
 MAX_JSON_BYTES = 1 << 20  # "small JSON": per-sample metadata, not a payload
@@ -41,6 +41,19 @@ class Bytes(Field):
 
     def read(self, batch: Reading, name: str, policy: str) -> dict[str, Any]:
         return {name: [self.from_bytes(p.tobytes()) for p in batch.pieces(name)]}
+
+    def value(self, name: str, piece: Piece, size: int | None) -> Any:
+        try:
+            return self.from_bytes(np.asarray(piece(name)).tobytes())
+        except ValueError as e:  # JSON that is not: checked by `prep verify`, not at open
+            raise FormatError(f"field {name} is not {self.kind} ({e})") from None
+
+    def caption(self, value: Any) -> str:
+        """The value in one line (a long one is cut where the caption is drawn)."""
+        if isinstance(value, bytes):
+            return f"{len(value):,} bytes"
+        text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+        return " ".join(text.split())
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from loaders.fields.base import Field, FieldError, Reading, as_array, spec
+from loaders.fields.base import Field, FieldError, Piece, Reading, as_array, spec
 from loaders.fields.batching import ragged_batch
 from loaders.format.spec import UNSIGNED, ArraySpec, count, is_sha256, smallest_uint
 
@@ -62,6 +62,15 @@ class Tokens(Field):
     def dtypes(self, declared: ArraySpec) -> tuple[str, ...]:
         return UNSIGNED[:3]
 
+    def read_dtype(self, declared: ArraySpec) -> str:
+        return "int64"
+
+    def value(self, name: str, piece: Piece, size: int | None) -> np.ndarray:
+        return piece(name).astype(np.int64)
+
+    def caption(self, value: Any) -> str:
+        return f"{len(value):,} tokens"
+
     def limits(self, name: str) -> dict[str, tuple[int, str]]:
         return {
             name: (self.vocab_size - 1, f"token id {{v}} is not below vocab_size {self.vocab_size}")
@@ -71,8 +80,16 @@ class Tokens(Field):
         return {} if self.tokenizer is None else {self.tokenizer: self.tokenizer_sha256}
 
     def lines(self, name: str, m: Any) -> list[str]:
+        """Its tokenizer, then each split's tokens and documents (samples)."""
         said = f" ({self.tokenizer})" if self.tokenizer else ""
-        return [
+        lines = [
             f"{name}: tokenizer {self.tokenizer_name or '?'}{said}, vocabulary {self.vocab_size}, "
             f"end-of-document id {self.eot_id}"
         ]
+        per: dict[str, list[int]] = {}
+        for shard in m.shards:
+            n = per.setdefault(shard.split or "all", [0, 0, 0])
+            n[0], n[1], n[2] = n[0] + shard.arrays[name].length, n[1] + shard.count, n[2] + 1
+        for split, (tokens, docs, shards) in per.items():
+            lines.append(f"{split}: {tokens:,} tokens in {docs:,} documents, {shards} shards")
+        return lines

@@ -17,8 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from loaders.fields.base import Field, Reading, sized
+from loaders.fields.base import Field, Piece, Reading, sized
 from loaders.format.spec import MAX_SIDE, VIDEO_MODES, ArraySpec, FormatError, array_name, count
+
+SHOWN = 4  # frames of a video in a preview or report, a strip of tiles
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,31 @@ class Video(Field):
         if self.codec == "raw" and np.any(steps != raw):
             return [f"a raw frame of {name} is not h * w * 3 bytes"]
         return []
+
+    def value(self, name: str, piece: Piece, size: int | None) -> np.ndarray:
+        """The video's frames (T, h, w, 3) uint8."""
+        data, hw, ends = self.names(name)
+        sides = tuple(int(v) for v in piece(hw))
+        frames = decode_frames(frame_pieces(piece(data), piece(ends)), sides, self.codec == "jpeg")
+        if isinstance(frames, tuple):
+            raise FormatError(f"frame {frames[0]}: {frames[1]}")
+        return frames
+
+    def pictures(self, value: Any) -> list[tuple[np.ndarray, str]]:
+        """Up to SHOWN frames, evenly spaced from the first to the last, with their times."""
+        picked = np.unique(np.linspace(0, len(value) - 1, min(SHOWN, len(value))).round())
+        return [(value[int(t)], f"{t / self.fps:.1f} s") for t in picked.tolist()]
+
+    def caption(self, value: Any) -> str:
+        return f"({len(value)} frames)"
+
+    def lines(self, name: str, m: Any) -> list[str]:
+        frames = sum(s.arrays[self.names(name)[2]].length for s in m.shards)
+        cut = f", cut at {self.max_frames} frames" if self.max_frames else ""
+        return [
+            f"{name}: {m.num_samples:,} videos, {frames:,} frames ({frames / self.fps:,.1f} s) at "
+            f"{self.fps:g} fps, {self.size} px ({self.mode}), {self.codec}{cut}"
+        ]
 
     def fits(self, sides: np.ndarray) -> bool:
         """Whether frame sizes (h, w) (N, 2) are ones `prep video` stores at this size and mode:

@@ -15,16 +15,20 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from loaders.fields.base import Field, Reading, spec
+from loaders.fields import drawing
+from loaders.fields.base import Field, Piece, Reading, spec
 from loaders.format.spec import ArraySpec, FormatError
 
 ORIENT = "RASLPI"
+SLICE_MIN = 128  # px: a middle slice is enlarged (whole voxels) to at least this side
+LISTED = 10  # `prep info` lists up to this many volumes, one line each; past it, a summary
 
 
 @dataclass(frozen=True)
@@ -81,8 +85,45 @@ class Volume(Field):
             return [f"the offsets of {name} do not step by the volumes' sizes"]
         return []
 
+    def value(self, name: str, piece: Piece, size: int | None) -> np.ndarray:
+        return piece(name).reshape(*(int(n) for n in piece(f"{name}_shape")))
+
+    def pictures(self, value: Any) -> list[tuple[np.ndarray, str]]:
+        """The middle slice across each axis (its letter of `orient`), grey: uint8 volumes as
+        stored, others from the 0.5th to the 99.5th percentile of the three slices."""
+        planes = middle_slices(value)
+        if value.dtype != np.uint8:
+            lo, hi = np.percentile(np.concatenate([p.ravel() for p in planes]), [0.5, 99.5])
+            k = 255 / max(float(hi - lo), 1e-6)
+            planes = [np.rint(np.clip((p - lo) * k, 0, 255)).astype(np.uint8) for p in planes]
+        grey = [np.repeat(p[..., None], 3, axis=2) for p in planes]
+        return list(zip(grey, self.orient, strict=True))
+
+    def caption(self, value: Any) -> str:
+        return "x".join(str(n) for n in np.shape(value))
+
     def lines(self, name: str, m: Any) -> list[str]:
-        return [f"{name}: volumes of {self.dtype}, axes toward {self.orient}"]
+        """Its dtype and orientation, then each volume's shape and spacing (`extra.volumes`;
+        ranges per axis and the commonest shapes past LISTED volumes)."""
+        lines = [
+            f"{name}: volumes of {self.dtype}, axis k increases toward letter k of {self.orient}"
+        ]
+        meta = [v for v in m.extra.get("volumes", []) if isinstance(v, dict)]
+        if not meta:
+            return lines
+        shape = ["x".join(str(int(n)) for n in v.get("shape", [])) for v in meta]
+        spacing = ["x".join(f"{float(s):g}" for s in v.get("spacing", [])) for v in meta]
+        if len(meta) <= LISTED:
+            path = [str(v.get("path", ""))[:40] for v in meta]
+            width = max(len(p) for p in path)
+            return lines + [
+                f"{i:>4} {p:<{width}}  {s:<14}  spacing {mm} mm"
+                for i, (p, s, mm) in enumerate(zip(path, shape, spacing, strict=True))
+            ]
+        for what, said in (("shapes (D x H x W)", shape), ("spacing (mm)", spacing)):
+            common = ", ".join(f"{s} ({n})" for s, n in Counter(said).most_common(3))
+            lines.append(f"{what}: {len(set(said))} distinct, commonest {common}")
+        return lines
 
 
 @dataclass(frozen=True)
@@ -117,6 +158,15 @@ class VolumeLabel(Field):
     def needs(self, name: str) -> list[str]:
         return [f"{self.volume}_shape"]
 
+    def value(self, name: str, piece: Piece, size: int | None) -> np.ndarray:
+        return piece(name).reshape(*(int(n) for n in piece(f"{self.volume}_shape")))
+
+    def drawn_on(self) -> str | None:
+        return self.volume
+
+    def draw(self, pictures: list[np.ndarray], value: Any, scale: float) -> list[np.ndarray]:
+        return [drawing.blend(p, s) for p, s in zip(pictures, middle_slices(value), strict=True)]
+
     def problems(self, name: str, arrays: Mapping[str, np.ndarray]) -> list[str]:
         """The labels lie on their volume's voxels (where its offsets were read too); the
         foreground index bounds each volume's classes in order and holds voxels of its volume
@@ -138,6 +188,15 @@ class VolumeLabel(Field):
             if b > a and int(fg[a:b].max()) >= size:
                 return [f"{name}_fg holds a voxel outside its volume"]
         return []
+
+
+def middle_slices(vol: np.ndarray) -> list[np.ndarray]:
+    """The middle plane across axis 0, 1 and 2, each with its first axis to the right and its
+    second upward (rows from the top: the second axis decreasing), enlarged by whole voxels
+    to at least SLICE_MIN px a side (a 4x5x7 volume is not a dot)."""
+    planes = [np.take(vol, vol.shape[a] // 2, axis=a).T[::-1] for a in range(3)]
+    k = max(1, -(-SLICE_MIN // max(1, *(max(p.shape) for p in planes))))
+    return [drawing.nearest(p, (p.shape[0] * k, p.shape[1] * k)) for p in planes]
 
 
 def volumes(pieces: list[np.ndarray], shapes: np.ndarray) -> list[Any]:

@@ -4,7 +4,7 @@
 >>> fields = {"image": Image(sizes=(256,)), "boxes": Array("float32", (None, 4)), "y": Label()}
 """
 
-from loaders.fields import Array, Bytes, Json, Label, Scalar, Text
+from loaders.fields import Array, Bytes, Json, Label, Labels, Scalar, Text
 from prep.fields.image import Boxes, Image, Instances, Keypoints, Mask, Tokens
 
 __all__ = [
@@ -16,6 +16,7 @@ __all__ = [
     "Json",
     "Keypoints",
     "Label",
+    "Labels",
     "Mask",
     "Scalar",
     "Text",

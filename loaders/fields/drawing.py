@@ -1,0 +1,75 @@
+"""What the fields draw on a picture for `prep preview` and `prep report` (Field.draw): class ids
+blended in a palette colour, boxes outlined, points marked, on (H, W, 3) uint8 pictures. Numpy
+only: text and page layout are prep.inspect's.
+
+>>> tile = np.zeros((4, 4, 3), np.uint8)
+>>> blend(tile, np.eye(4, dtype=np.uint8))[0, 0].tolist(), blend(tile, np.eye(4))[0, 1].tolist()
+([104, 11, 34], [0, 0, 0])
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+ALPHA = 0.45  # a class colour's weight where the class id is not 0
+# Class id k > 0 (a mask's class, an instance's number) is drawn in PALETTE[(k - 1) % 8];
+# box k of a sample in PALETTE[k % 8]; id 0 (background) is left as it is.
+PALETTE = np.array(
+    [
+        (230, 25, 75),
+        (60, 180, 75),
+        (255, 225, 25),
+        (0, 130, 200),
+        (245, 130, 48),
+        (145, 30, 180),
+        (70, 240, 240),
+        (240, 50, 230),
+    ],
+    dtype=np.float32,
+)
+
+
+def nearest(plane: np.ndarray, hw: tuple[int, ...]) -> np.ndarray:
+    """`plane` (h, w, ...) resized to `hw` by nearest neighbour (the source pixel under each
+    output pixel's centre): a mask stored at its image's size, on a shrunk picture."""
+    h, w = plane.shape[:2]
+    rows = np.minimum(((np.arange(hw[0]) + 0.5) * h / hw[0]).astype(np.int64), h - 1)
+    cols = np.minimum(((np.arange(hw[1]) + 0.5) * w / hw[1]).astype(np.int64), w - 1)
+    return plane[rows[:, None], cols[None, :]]
+
+
+def blend(picture: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """`picture` with each pixel whose id (an (h, w) array, resized to the picture) is not 0
+    blended with its PALETTE colour at ALPHA."""
+    ids = nearest(np.asarray(ids), picture.shape[:2]).astype(np.int64)
+    if not ids.any():
+        return picture
+    colour = PALETTE[(ids - 1) % len(PALETTE)]
+    mixed = np.rint((1 - ALPHA) * picture.astype(np.float32) + ALPHA * colour)
+    return np.where((ids > 0)[..., None], mixed, picture).astype(np.uint8)
+
+
+def outline(picture: np.ndarray, box: np.ndarray, colour: np.ndarray, width: int = 2) -> None:
+    """Draw box (x0, y0, x1, y1) in px of `picture` as a `width` px line inside its edges."""
+    h, w = picture.shape[:2]
+    x0, y0, x1, y1 = (round(float(v)) for v in box)
+    x0, x1 = sorted((min(max(x0, 0), w - 1), min(max(x1, 0), w - 1)))
+    y0, y1 = sorted((min(max(y0, 0), h - 1), min(max(y1, 0), h - 1)))
+    picture[y0 : y0 + width, x0 : x1 + 1] = colour
+    picture[max(y0, y1 - width + 1) : y1 + 1, x0 : x1 + 1] = colour
+    picture[y0 : y1 + 1, x0 : x0 + width] = colour
+    picture[y0 : y1 + 1, max(x0, x1 - width + 1) : x1 + 1] = colour
+
+
+def dots(picture: np.ndarray, points: np.ndarray, colour: np.ndarray, side: int = 3) -> None:
+    """Mark each (x, y) of `points` (px of `picture`) with a `side` px square."""
+    h, w = picture.shape[:2]
+    for x, y in np.rint(points).astype(np.int64).tolist():
+        if 0 <= x < w and 0 <= y < h:
+            r = side // 2
+            picture[max(0, y - r) : y + r + 1, max(0, x - r) : x + r + 1] = colour
+
+
+def colour(k: int) -> np.ndarray:
+    """Box (or instance) k's colour."""
+    return PALETTE[k % len(PALETTE)].astype(np.uint8)
