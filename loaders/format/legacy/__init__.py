@@ -285,7 +285,7 @@ def _samples(arrays: dict[str, ArraySpec], extra: Json, classes: Any, config: Js
             fields[name], named = {**f, "classes": classes}, True
     labels = fields.get("labels")
     if classes and not named and isinstance(labels, dict) and labels.get("kind") == "array":
-        fields["labels"] = {**labels, "classes": classes}  # COCO's class ids, one a box
+        fields["labels"] = {**labels, "kind": "labels", "classes": classes}  # COCO's, a box each
     return fields, {}
 
 

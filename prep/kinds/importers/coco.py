@@ -49,13 +49,13 @@ class CocoSummary(RunSummary):
 
 
 def fields_of(cfg: CocoConfig, categories: Categories) -> dict[str, Any]:
-    from prep.fields import Array, Boxes, Instances, Keypoints, Mask, Scalar
+    from prep.fields import Array, Boxes, Instances, Keypoints, Labels, Mask, Scalar
 
     image = image_field(cfg)
     fields: dict[str, Any] = {
         "image": image,
         "boxes": Boxes(image="image"),
-        "labels": Array("int64", (None,), classes=tuple(categories.names)),
+        "labels": Labels(classes=tuple(categories.names)),
         "iscrowd": Array("uint8", (None,)),
         "area": Array("float32", (None,)),
         "image_id": Scalar("int64"),

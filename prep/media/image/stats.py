@@ -74,4 +74,3 @@ def combine(records: list[dict[str, Any]]) -> dict[str, Any] | None:
         std = [round(math.sqrt(v), 4) for v in var]
         sizes[size] = {"mean": mean, "std": std, "pixels": n}
     return {"split": split, "sizes": sizes}
-
