@@ -388,9 +388,7 @@ def test_lying_values_are_refused_at_open(tmp_path: Path) -> None:
     SampleDataset(out)  # as packed: fine
     y = np.load(out / "y-00000.npy")
     np.save(out / "y-00000.npy", np.full_like(y, 7))  # a class beyond the two
-    m = json.loads((out / "manifest.json").read_text())
-    m["shards"][0]["files"]["y-00000.npy"]["sha256"] = "0" * 64
-    (out / "manifest.json").write_text(json.dumps(m))
+    edit_manifest(out, lambda m: m["shards"][0]["files"]["y-00000.npy"].update(sha256="0" * 64))
     with pytest.raises(FormatError, match="label 7 of y is not one of its classes"):
         SampleDataset(out)
     result = CliRunner().invoke(app, ["verify", str(out)])
@@ -405,9 +403,8 @@ def test_token_ids_beyond_the_vocabulary_are_a_verify_problem(tmp_path: Path) ->
     data = out / "t-00000.npy"
     ids = np.load(data)
     np.save(data, np.full_like(ids, 9))
-    m = json.loads((out / "manifest.json").read_text())
-    m["shards"][0]["files"]["t-00000.npy"]["sha256"] = hashlib.sha256(data.read_bytes()).hexdigest()
-    (out / "manifest.json").write_text(json.dumps(m))
+    sha = hashlib.sha256(data.read_bytes()).hexdigest()
+    edit_manifest(out, lambda m: m["shards"][0]["files"]["t-00000.npy"].update(sha256=sha))
     SampleDataset(out)  # opening reads offsets, never every id
     result = CliRunner().invoke(app, ["verify", str(out)])
     assert result.exit_code == 1 and "token id 9 is not below vocab_size 3" in result.output

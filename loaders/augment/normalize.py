@@ -96,19 +96,16 @@ def _numbers(values: Any) -> bool:
 
 
 def _stats_of(ds: Any, field: str | None) -> tuple[Any, Any]:
-    """The dataset's root and its `extra.stats` entry: an image pack's, or a samples
-    dataset's image field's (`field`, else the first image field it reads, else its first)."""
+    """The dataset's root and its `extra.stats` entry of an image field (`field`, else the
+    first image field it reads, else its first): an image pack's `image`, a samples dataset's."""
     store: Any = getattr(ds, "store", None)
-    kind = store.manifest.kind if store is not None else None
-    if kind == "images":  # one image an item: `field` names nothing else
-        return store.root, store.manifest.extra.get("stats")
-    declared = getattr(ds, "declared", None) if kind == "samples" else None
-    if not isinstance(declared, dict):
+    declared = getattr(ds, "declared", None)
+    images = [n for n, f in (declared or {}).items() if getattr(f, "kind", None) == "image"]
+    if store is None or not isinstance(declared, dict) or (not images and field is None):
         raise ValueError(
             f"prep stores pixel statistics in image packs and samples datasets' image fields, "
             f"and {ds!r:.80} is none of them. HINT: pass Normalize(mean=..., std=...)"
         )
-    images = [n for n, f in declared.items() if getattr(f, "kind", None) == "image"]
     read = [n for n in getattr(ds, "fields", ()) if n in images]
     name = field if field is not None else (read or images or [None])[0]
     if name not in images:
