@@ -188,14 +188,14 @@ def _usage(src: object, what: str) -> Exception:
 
 def _field(d: Any, scans: list[Any], image: Any) -> Any:
     """Declared field `d` as a field of prep.fields (an .npy's dtype and shape from the tars)."""
-    from prep import fields
+    from prep.fields import Bytes, Json, Label, Text
 
     if d.kind == "array":
         return _array(d, [h for s in scans for (_, ext), h in s.npy.items() if ext == d.ext])
     if d.kind == "image":
         return image
-    kinds = {"label": fields.Label, "text": fields.Text, "json": fields.Json}
-    return kinds.get(d.kind, fields.Bytes)()
+    kinds = {"label": Label, "text": Text, "json": Json}
+    return kinds.get(d.kind, Bytes)()
 
 
 def _array(d: Any, headers: list[tuple[str, tuple[int, ...]]]) -> Any:
