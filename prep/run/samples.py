@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
@@ -101,11 +101,11 @@ class UserFunction:
 
 
 def encode_sample(
-    sample: Sample, fields: dict[str, Field], base: Path | None, counting: bool = False
+    sample: Sample, fields: dict[str, Field], base: Path | None, counting: Collection[str] = ()
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """The arrays of one sample (array name -> its stored value), and what each counting
-    field counted of it (with `counting`). A value that does not fit is a Reject naming its
-    field; a path of an Image or Mask is relative to `base`."""
+    """The arrays of one sample (array name -> its stored value), and what each field named in
+    `counting` counted of it. A value that does not fit is a Reject naming its field; a path
+    of an Image or Mask is relative to `base`."""
     missing = [n for n in fields if n not in sample]
     extra = [str(n) for n in sample if n not in fields]
     if missing or extra:
@@ -123,8 +123,8 @@ def encode_sample(
         try:
             if isinstance(field, PLACED):  # placed like their image (prep.fields)
                 got = field.encode_for(v, uprights[field.image])  # type: ignore[union-attr]
-            elif counting and isinstance(field, Counting):
-                got, counted[name] = field.encode_counted(v)
+            elif name in counting:
+                got, counted[name] = field.encode_counted(v)  # type: ignore[attr-defined]
             else:
                 got = field.encode(v)
         except FieldError as e:
@@ -156,17 +156,14 @@ def samples_shard(
     counters = {n: f.counter() for n, f in fields.items() if isinstance(f, Counting)}
 
     def encode(item: Any) -> list[dict[str, np.ndarray]] | None:
-        try:
-            made = make(item)
-        except UserReject as r:
-            raise Reject(r.code, str(r)) from None
+        made = make(item)
         if made is None:
             return None
         out, counts = [], []
         for sample in made if isinstance(made, list) else [made]:
             if sourced:
                 sample = {**sample, SOURCE: getattr(item, "source", None) or item.rel}
-            arrays, counted = encode_sample(sample, fields, base, bool(counters))
+            arrays, counted = encode_sample(sample, fields, base, counters)
             out.append(arrays)
             counts.append(counted)
         for counted in counts:  # the input is whole: its samples count
