@@ -91,7 +91,7 @@ def test_clips_match_soundfile_and_soxr(sounds: Path, packed: Path) -> None:
         assert got.dtype == np.int16 and got.shape == want.shape, rel
         assert np.abs(got.astype(np.int32) - want).max() <= 1, rel
     m = json.loads((packed / "manifest.json").read_text())
-    assert m["extra"]["audio"]["rate"] == RATE and m["extra"]["audio"]["channels"] == 1
+    assert m["fields"]["audio"]["rate"] == RATE and m["fields"]["audio"]["channels"] == 1
     rates = AudioDataset(packed, fields=["source_rate"]).__getitems__(range(5))["source_rate"]
     assert sorted(rates.tolist()) == [16000, 22050, 22050, 44100, 48000]
 

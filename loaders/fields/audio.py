@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from loaders.fields.base import Field, Piece, Reading, spec
+from loaders.fields.base import Field, FieldError, Piece, Reading, as_array, spec
 from loaders.fields.batching import ragged_batch
 from loaders.format.spec import ArraySpec, count
 
@@ -55,6 +55,14 @@ class Audio(Field):
 
     def arrays(self, name: str) -> list[ArraySpec]:
         return [spec(name, "audio", self.dtype, self.row, "ragged")]
+
+    def encode(self, value: Any) -> dict[str, np.ndarray]:
+        """A clip's samples: (frames,) mono, else (frames, channels), of the field's dtype."""
+        clip = as_array(value, np.dtype(self.dtype))
+        if clip.ndim != 1 + len(self.row) or clip.shape[1:] != self.row:
+            want = ["frames", *self.row]
+            raise FieldError("field_shape", f"a clip of shape {list(clip.shape)}, not {want}")
+        return {"": clip.reshape(-1)}
 
     def read(self, batch: Reading, name: str, policy: str) -> dict[str, Any]:
         return ragged_batch(name, batch.pieces(name), self.row, policy)

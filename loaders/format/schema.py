@@ -91,11 +91,10 @@ class Manifest:
     @property
     def classes(self) -> list[str] | None:
         """The class names of the dataset's label: its field `label`, else its first label
-        field with names."""
-        labels = [d for n, d in self.fields.items() if d.get("kind") == "label"]
-        labels.sort(key=lambda d: d is not self.fields.get("label"))
-        found = [d["classes"] for d in labels if isinstance(d.get("classes"), list)]
-        return list(found[0]) if found else None
+        field with names, else its first field of class ids with names (COCO's `labels`)."""
+        named = [d for d in self.fields.values() if isinstance(d.get("classes"), list)]
+        named.sort(key=lambda d: (d is not self.fields.get("label"), d.get("kind") != "label"))
+        return list(named[0]["classes"]) if named else None
 
     def to_json(self) -> str:
         d: dict[str, Any] = {

@@ -15,7 +15,7 @@ import numpy as np
 
 from loaders import fields as kinds
 from loaders.fields.base import FieldError, as_array
-from loaders.format import ArraySpec, array_name
+from prep.media.image.stats import PixelSums, combine
 from prep.run.inputs import Reject
 
 
@@ -34,9 +34,9 @@ class Image(kinds.Image):
         return _array_pixels(value, self.gray, self.max_pixels)
 
     def encode(self, value: Any) -> dict[str, np.ndarray]:
-        return self.encode_pixels(value)[0]
+        return self.encode_counted(value)[0]
 
-    def encode_pixels(self, value: Any) -> tuple[dict[str, np.ndarray], dict[int, np.ndarray]]:
+    def encode_counted(self, value: Any) -> tuple[dict[str, np.ndarray], dict[int, np.ndarray]]:
         """encode()'s arrays, and the pixels stored at each size before any JPEG encoding (what
         the manifest's pixel statistics count: prep.media.image.stats)."""
         from prep.media.image.encode import stored
@@ -44,7 +44,7 @@ class Image(kinds.Image):
 
         img, upright = self.pixels(value)
         out: dict[str, np.ndarray] = {"upright": np.asarray(upright, np.int64)}
-        specs = {s.size: s for s in self.arrays("") if s.kind == "image"}
+        specs = {s.size: s for s in self.arrays("") if s.role == "image"}
         pixels = sizes_from(img, upright, list(self.sizes), self.mode, self.pad_value)
         for size, arr in pixels.items():
             data = stored(arr[..., None] if self.gray else arr, specs[size], self.quality)
@@ -54,6 +54,16 @@ class Image(kinds.Image):
             if self.codec_at(size) == "jpeg":
                 out[f"_crc_{size}"] = np.asarray(zlib.crc32(data.data), dtype=np.uint32)
         return out, pixels
+
+    def counter(self) -> PixelSums:
+        """A shard's count of the pixels stored (prep.run.samples.Counting)."""
+        return PixelSums()
+
+    def stats(self, records: list[dict[str, Any]]) -> dict[str, Any] | None:
+        """`extra.stats[NAME]`: each size's per-channel mean and std of the train split's
+        shards (every shard's without splits); None without pixels."""
+        got = combine(records)
+        return got if got is not None and got["sizes"] else None
 
 
 def _array_pixels(value: Any, gray: bool, max_pixels: int) -> tuple[np.ndarray, tuple[int, int]]:
@@ -209,8 +219,3 @@ def _load(path: str) -> Any:
         return Tokenizer.from_file(path)
     except Exception as e:  # tokenizers raises its own Exception subclasses
         raise ValueError(f"{path}: not a tokenizer.json ({e})") from None
-
-
-def arrays_of(name: str, field: kinds.Field) -> dict[str, ArraySpec]:
-    """Field `name`'s arrays by their array names."""
-    return {array_name(s.field, s.size): s for s in field.arrays(name)}

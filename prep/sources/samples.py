@@ -12,16 +12,9 @@ from typing import Any
 
 from prep.run.errors import PrepError
 from prep.run.inputs import read_rows, walk
+from prep.run.samples import Item
 
 ROWS = (".csv", ".jsonl", ".parquet")
-
-
-@dataclass(frozen=True)
-class Item:
-    """One input: how a reject names it, and the value the user's function is given."""
-
-    rel: str
-    value: Any
 
 
 @dataclass

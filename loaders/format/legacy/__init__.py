@@ -281,11 +281,15 @@ def _samples(arrays: dict[str, ArraySpec], extra: Json, classes: Any, config: Js
             "mono": list(a.get("shape", [])) == [None],
         }
     video = extra.pop("video", None)
+    named = False
     for name, f in fields.items():
         if isinstance(f, dict) and f.get("kind") == "video" and isinstance(video, dict):
             fields[name] = {**f, "max_frames": video.get("max_frames")}
         if isinstance(f, dict) and f.get("kind") == "label" and classes and not f.get("classes"):
-            fields[name] = {**f, "classes": classes}
+            fields[name], named = {**f, "classes": classes}, True
+    labels = fields.get("labels")
+    if classes and not named and isinstance(labels, dict) and labels.get("kind") == "array":
+        fields["labels"] = {**labels, "kind": "labels", "classes": classes}  # COCO's, a box each
     return fields, {}
 
 

@@ -1,6 +1,7 @@
 """`prep import coco`: a COCO instances JSON and its images as samples: image, boxes (in the
 stored image's pixels, by the image's own geometry: prep.fields.boxes), labels
-(contiguous ids), iscrowd, area and image_id.
+(contiguous ids, the category names their classes), iscrowd, area, image_id and source (the
+image's file_name).
 
 The JSON is read once, in the parent: each image becomes one input carrying its annotations,
 so the workers open no JSON. An annotation that cannot be used rejects its image, with one
@@ -17,7 +18,6 @@ from typing import Any
 
 import numpy as np
 
-from loaders.format import Manifest
 from prep.kinds.importers.coco_items import coco_images
 from prep.kinds.importers.coco_json import (
     Categories,
@@ -29,10 +29,9 @@ from prep.kinds.importers.coco_json import (
     upright_hw,
 )
 from prep.kinds.importers.config import CocoConfig, image_field
-from prep.kinds.samples.pack import SamplesKind
 from prep.run.driver import Inputs, RunSummary, run
 from prep.run.errors import PrepError, Reject, UsageError
-from prep.sources.samples import Listing
+from prep.run.samples import SamplesRun, UserFunction
 
 
 @dataclass
@@ -50,13 +49,13 @@ class CocoSummary(RunSummary):
 
 
 def fields_of(cfg: CocoConfig, categories: Categories) -> dict[str, Any]:
-    from prep.fields import Array, Boxes, Instances, Keypoints, Mask, Scalar
+    from prep.fields import Array, Boxes, Instances, Keypoints, Labels, Mask, Scalar
 
     image = image_field(cfg)
     fields: dict[str, Any] = {
         "image": image,
         "boxes": Boxes(image="image"),
-        "labels": Array("int64", (None,)),
+        "labels": Labels(classes=tuple(categories.names)),
         "iscrowd": Array("uint8", (None,)),
         "area": Array("float32", (None,)),
         "image_id": Scalar("int64"),
@@ -113,32 +112,36 @@ def make_sample(value: dict[str, Any]) -> dict[str, Any]:
     return sample
 
 
-class CocoKind(SamplesKind):
-    """The samples kind over a COCO file's images (sorted by image id)."""
+class CocoKind(SamplesRun):
+    """The samples run over a COCO file's images (sorted by image id); each sample's `source`
+    is its image's file_name."""
 
+    name = "import coco"
+    sourced = True
     summary = CocoSummary
+    cfg: CocoConfig
 
     def __init__(self, cfg: CocoConfig):
         cfg.validate()  # before reading SRC: a missing SRC is a usage error
+        super().__init__(cfg)
         path = Path(str(cfg.src))
         self.data: dict[str, Any] | None = read_coco(path)  # once: the fields need its keypoints
         self.categories = categories_of(self.data, path)
-        fields = fields_of(cfg, self.categories)
-        super().__init__(cfg, make_sample, fields, cfg.src)  # type: ignore[arg-type]
-        self.coco = cfg
+        self.make = UserFunction(make_sample)
+        self.declare(fields_of(cfg, self.categories))
         self.boxes = self.dropped = self.skipped = 0
         self.manifested = False  # the manifest made by this run (not a finished OUT's, resumed)
         self.counts: list[tuple[str, int, int]] = []  # each image's boxes stored and dropped
 
     def sources(self) -> list[Path]:
-        return [Path(str(self.coco.src)), Path(str(self.coco.images))]
+        return [Path(str(self.cfg.src)), Path(str(self.cfg.images))]
 
     def list_inputs(self) -> Inputs:
-        path = Path(str(self.coco.src))
+        path = Path(str(self.cfg.src))
         data, self.data = self.data or read_coco(path), None  # not kept through the run
-        listed = coco_images(data, self.categories, self.coco)
+        listed = coco_images(data, self.categories, self.cfg)
         items, rejects, self.skipped = listed.items, listed.rejects, listed.skipped
-        items, missing, stats = found_images(items[: self.coco.limit], "IMAGES", self.coco.images)
+        items, missing, stats = found_images(items[: self.cfg.limit], "IMAGES", self.cfg.images)
         rejects += missing
         self.counts = [(it.rel, len(it.value["labels"]), it.value["dropped"]) for it in items]
         self.boxes, self.dropped = self._counted(set())
@@ -146,7 +149,7 @@ class CocoKind(SamplesKind):
         # prep pack's listing has it: a changed image is not resumed as the same).
         said = [file_stat(path), self.described(), *stats]
         digest = hashlib.sha256(json.dumps(said).encode()).hexdigest()
-        self.listing = Listing(items, rejects, None, digest)
+        self.items = items
         if not items:
             first = f"; the first, {rejects[0]['path']}: {rejects[0]['message']}" if rejects else ""
             raise PrepError(f"no images to import in {path} ({len(rejects)} rejected{first})")
@@ -157,19 +160,14 @@ class CocoKind(SamplesKind):
         kept = [(b, d) for rel, b, d in self.counts if rel not in rejected]
         return sum(b for b, _ in kept), sum(d for _, d in kept)
 
-    def manifest(self, records: list[dict[str, Any]]) -> Manifest:
-        out = super().manifest(records)
+    def extra(self, records: list[dict[str, Any]]) -> dict[str, Any]:
         self.boxes, self.dropped = self._counted(
             {r["path"] for rec in records for r in rec.get("rejects", ())}
         )
         self.manifested = True
-        cats = self.categories
-        out.classes = list(cats.names)
-        out.extra["coco"] = {
-            "annotations": Path(str(self.coco.src)).name,
-            "categories": cats.described,
-        }
-        return out
+        said: dict[str, Any] = {"annotations": Path(str(self.cfg.src)).name}
+        said["categories"] = self.categories.described
+        return super().extra(records) | {"coco": said}
 
 
 def import_coco(cfg: CocoConfig, show_progress: bool = True, profile: bool = False) -> RunSummary:

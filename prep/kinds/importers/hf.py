@@ -35,8 +35,8 @@ class HFConfig(PathsConfig):
 def import_hf(cfg: HFConfig, show_progress: bool = True, profile: bool = False) -> Any:
     """Pack `cfg.src` into `cfg.out`; the RunSummary."""
     from prep.kinds.importers.hfsource import forget, list_source
+    from prep.kinds.importers.source import run_source
     from prep.run.errors import UsageError
-    from prep.sources.imported import run_source
 
     cfg.validate()
     src = Path(str(cfg.src))
@@ -48,6 +48,6 @@ def import_hf(cfg: HFConfig, show_progress: bool = True, profile: bool = False) 
     image = image_field(cfg)
     fields = {c.name: c.field or image for c in rows.columns}
     try:
-        return run_source(cfg, rows, fields, source, show_progress, profile)
+        return run_source("import hf", cfg, rows, fields, source, show_progress, profile)
     finally:
         forget()

@@ -32,6 +32,7 @@ from loaders.fields.base import check_name
 from loaders.format.spec import NUMBERS
 from prep.kinds.importers.paths import Tree
 from prep.run.errors import Reject
+from prep.run.samples import SOURCE
 
 NUMERIC = (*NUMBERS, "float64", "bool")
 ALIASES = {"float": "float32", "double": "float64", "half": "float16"}
@@ -83,10 +84,11 @@ def columns_of(features: dict[str, Any], root: Path | None) -> list[Column]:
 
 def field_name(column: str) -> str:
     """A column's name as a field's: an identifier, never one that datasets give meaning to
-    (`index`, `NAME_len`, `NAME_256`), which take a trailing `_`."""
+    (`index`, `NAME_len`, `NAME_256`) nor `source` (each sample's place in the source, which
+    the import stores), which take a trailing `_`."""
     name = re.sub(r"\W", "_", column) or "_"
     name = "c_" + name if name[0].isdigit() else name
-    return name if check_name(name) is None else name + "_"
+    return name if check_name(name) is None and name != SOURCE else name + "_"
 
 
 def _columns(name: str, path: tuple[Step, ...], f: Any) -> list[Column]:

@@ -35,8 +35,8 @@ from prep.kinds.importers.hfjson import (
 )
 from prep.kinds.importers.paths import Tree
 from prep.run.errors import PrepError, Reject, UsageError
+from prep.run.samples import Item
 from prep.sources.imported import Source, file_stats
-from prep.sources.samples import Item
 
 USUAL = ("train", "validation", "valid", "dev", "test")
 SHARD_NAME = re.compile(r"^(?P<split>[\w.]+?)-\d+-of-\d+$")  # train-00000-of-00004
@@ -170,10 +170,14 @@ def list_source(
                 "configuration (folder) at a time"
             )
         rel, row = Path(os.path.relpath(part.path, src)).as_posix(), 0
+        at = counts.get(part.split, 0)  # the split's rows before this file's
         for c, n in enumerate(chunks):
-            items += [Item(f"{rel}:{row + r}", (i, c, r)) for r in range(n)]
+            items += [
+                Item(f"{rel}:{row + r}", (i, c, r), part.split, _where(part.split, at + row + r))
+                for r in range(n)
+            ]
             row += n
-        counts[part.split] = counts.get(part.split, 0) + row
+        counts[part.split] = at + row
     assert features is not None
     columns = unlabeled(_columns(src, features, only), [p.path for p in parts])
     extra = {
@@ -186,6 +190,15 @@ def list_source(
     stats = file_stats([p.path for p in parts])
     rows = HFRows(tuple(str(p.path) for p in parts), tuple(columns), tree)
     return Source(items, counts, [], stats, extra), rows
+
+
+def _where(split: str | None, index: int) -> str:
+    """A row's `source`: its split and its index in it, as `datasets` numbers it.
+
+    >>> _where("train", 12), _where(None, 3)
+    ('train/12', '3')
+    """
+    return f"{index}" if split is None else f"{split}/{index}"
 
 
 def _chosen(src: Path, splits: list[str] | None, tree: Tree) -> tuple[str, list[Part]]:

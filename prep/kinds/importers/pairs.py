@@ -1,7 +1,7 @@
 """`prep import pairs`: image-caption pairs from a .csv, .jsonl or .parquet (a row each) as
 samples: the image (a path relative to the file's folder, or encoded bytes: a Parquet binary
-column, or a struct with "bytes" as Hugging Face writes images), the caption as UTF-8 text, and
-with --tokenizer its token ids too.
+column, or a struct with "bytes" as Hugging Face writes images), the caption as UTF-8 text,
+with --tokenizer its token ids too, and the source (the image's path, else the row).
 
 A pair whose image fails is a reject (the image's own reject code); so is an empty caption
 (`empty_caption`), unless --allow-empty.
@@ -9,19 +9,20 @@ A pair whose image fails is a reject (the image's own reject code); so is an emp
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
-from loaders.format import Manifest
 from prep.kinds.importers.config import PairsConfig, image_field
 from prep.kinds.importers.paths import Tree
-from prep.kinds.samples.pack import SamplesKind
 from prep.run.driver import Inputs, RunSummary, run
 from prep.run.errors import PrepError, Reject, UsageError
 from prep.run.inputs import check_file, reject_record
+from prep.run.samples import Item, SamplesRun, UserFunction, check_shippable
+from prep.sources.samples import list_inputs
 
 
 def fields_of(cfg: PairsConfig) -> dict[str, Any]:
@@ -65,84 +66,96 @@ def image_of(value: Any) -> Any:
     return value
 
 
-class PairsKind(SamplesKind):
-    """The samples kind over a file of pairs, with its columns checked before any work."""
+class PairsKind(SamplesRun):
+    """The samples run over a file of pairs, with its columns checked before any work; each
+    sample's `source` is its image's path (its row in the file, for an image given as bytes)."""
+
+    name = "import pairs"
+    sourced = True
+    cfg: PairsConfig
 
     def __init__(self, cfg: PairsConfig):
-        make = functools.partial(
+        super().__init__(cfg)
+        self.fn = functools.partial(
             make_pair,
             image_column=cfg.image_column,
             text_column=cfg.text_column,
             tokens=bool(cfg.tokenizer),
             allow_empty=cfg.allow_empty,
         )
-        super().__init__(cfg, make, fields_of(cfg), cfg.src)  # type: ignore[arg-type]
-        self.pairs = cfg
+        self.make = UserFunction(self.fn)
+        self.declare(fields_of(cfg))
 
     def list_inputs(self) -> Inputs:
-        inputs = super().list_inputs()
-        first = self.listing.items[0].value
+        cfg = self.cfg
+        listing = list_inputs(cfg.src, cfg.limit)
+        if not listing.items:
+            raise PrepError(f"no inputs in {cfg.src} ({len(listing.rejects)} rejected)")
+        if cfg.backend != "threads":
+            check_shippable(self.fn, cfg.backend)
+        first = listing.items[0].value
         if not isinstance(first, dict):
-            raise UsageError(f"{self.pairs.src}: pairs are rows of a .csv, .jsonl or .parquet")
+            raise UsageError(f"{cfg.src}: pairs are rows of a .csv, .jsonl or .parquet")
         for option, column in (
-            ("--image-column", self.pairs.image_column),
-            ("--text-column", self.pairs.text_column),
+            ("--image-column", cfg.image_column),
+            ("--text-column", cfg.text_column),
         ):
             if column not in first:
                 raise UsageError(
-                    f"{option} {column}: {Path(str(self.pairs.src)).name} has no such column. "
+                    f"{option} {column}: {Path(str(cfg.src)).name} has no such column. "
                     f"HINT: its columns are {', '.join(map(str, first))}"
                 )
-        stats = self._check_images()
+        self.base = listing.base
+        self.items, stats = self._check_images(listing.items, listing.rejects)
         # The image files too (as prep pack's listing has them): a changed image is not
         # resumed as the same.
-        said = [inputs.fingerprint, stats]
-        inputs.fingerprint = hashlib.sha256(json.dumps(said).encode()).hexdigest()
-        inputs.count, inputs.rejects = len(self.listing.items), self.listing.rejects
-        return inputs
+        said = [listing.fingerprint, self.described(), stats]
+        digest = hashlib.sha256(json.dumps(said).encode()).hexdigest()
+        return Inputs(len(self.items), listing.rejects, digest)
 
-    def _check_images(self) -> list[tuple[int, int] | None]:
-        """Each image path's (size, time); a row whose image file is missing (or no file), or
-        outside the file's folder, is a reject now, its message naming the path, where it was
-        looked for, and the fix."""
-        base = self.listing.base or Path()
-        tree = Tree(base, self.pairs.allow_outside)
+    def _check_images(
+        self, items: list[Item], rejects: list[dict[str, Any]]
+    ) -> tuple[list[Item], list[tuple[int, int] | None]]:
+        """The rows whose image is there (each with its path as its source), and each image
+        path's (size, time); a row whose image file is missing (or no file), or outside the
+        file's folder, is a reject now (in `rejects`), its message naming the path, where it
+        was looked for, and the fix."""
+        base = self.base or Path()
+        tree = Tree(base, self.cfg.allow_outside)
         kept, stats = [], []
-        for it in self.listing.items:
-            path = image_of(it.value.get(self.pairs.image_column))
+        for it in items:
+            path = image_of(it.value.get(self.cfg.image_column))
             if not isinstance(path, str) or not path:  # bytes, or no image: make_pair says
                 kept.append(it)
                 continue
             why = tree.why(path)
             if why is not None:
-                self.listing.rejects.append(reject_record(it.rel, "outside", f"image {why}"))
+                rejects.append(reject_record(it.rel, "outside", f"image {why}"))
                 continue
             bad = check_file(base / path, it.rel)
             if bad is None:
-                kept.append(it)
+                kept.append(dataclasses.replace(it, source=path))
                 stats.append(_stat(base / path))
                 continue
             hint = (
-                f". HINT: a relative path in --image-column {self.pairs.image_column} is "
-                f"relative to the folder of {Path(str(self.pairs.src)).name}"
+                f". HINT: a relative path in --image-column {self.cfg.image_column} is "
+                f"relative to the folder of {Path(str(self.cfg.src)).name}"
             )
             said = bad["message"]
             bad["message"] = f"image {path} ({base / path}): {said}{'' if 'HINT' in said else hint}"
-            self.listing.rejects.append(bad)
-        self.listing.items = kept
+            rejects.append(bad)
         if not kept:
-            first = self.listing.rejects[-1]["message"]
-            raise PrepError(f"no pairs to import in {self.pairs.src}: no image is there ({first})")
-        return stats
+            first = rejects[-1]["message"]
+            raise PrepError(f"no pairs to import in {self.cfg.src}: no image is there ({first})")
+        return kept, stats
 
-    def manifest(self, records: list[dict[str, Any]]) -> Manifest:
-        out = super().manifest(records)
-        out.extra["pairs"] = {
-            "source": Path(str(self.pairs.src)).name,
-            "image_column": self.pairs.image_column,
-            "text_column": self.pairs.text_column,
+    def extra(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+        pairs = {
+            "source": Path(str(self.cfg.src)).name,
+            "image_column": self.cfg.image_column,
+            "text_column": self.cfg.text_column,
         }
-        return out
+        return super().extra(records) | {"pairs": pairs}
 
 
 def _stat(path: Path) -> tuple[int, int] | None:

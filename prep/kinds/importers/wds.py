@@ -72,11 +72,12 @@ def shard_paths(src: str) -> list[str]:
 
 def list_shards(cfg: WdsConfig, image: Any) -> tuple[Any, Any, dict[str, Any]]:
     """The samples of cfg.src's tars as inputs, the function that reads one, and the fields."""
+    import posixpath
     from concurrent.futures import ThreadPoolExecutor
 
     from prep.kinds.importers.wdssource import WdsSamples, scan
+    from prep.run.samples import Item
     from prep.sources.imported import Source, file_stats
-    from prep.sources.samples import Item
 
     paths = shard_paths(str(cfg.src))
     cap = int(cfg.max_member_mb * 1e6)
@@ -95,8 +96,8 @@ def list_shards(cfg: WdsConfig, image: Any) -> tuple[Any, Any, dict[str, Any]]:
     declared = _declared(cfg, scans, seen)
     used = {e for d in declared for e in d.ext.split(";")}
     fields = {"__key__": _text()} | {d.name: _field(d, scans, image) for d in declared}
-    items = [
-        Item(f"{path}:{key}", (t, key, members))
+    items = [  # each sample's source: its tar's name and its key
+        Item(f"{path}:{key}", (t, key, members), source=f"{posixpath.basename(path)}:{key}")
         for t, (path, s) in enumerate(zip(paths, scans, strict=True))
         for key, members in s.samples
     ]
@@ -187,14 +188,14 @@ def _usage(src: object, what: str) -> Exception:
 
 def _field(d: Any, scans: list[Any], image: Any) -> Any:
     """Declared field `d` as a field of prep.fields (an .npy's dtype and shape from the tars)."""
-    from prep import fields
+    from prep.fields import Bytes, Json, Label, Text
 
     if d.kind == "array":
         return _array(d, [h for s in scans for (_, ext), h in s.npy.items() if ext == d.ext])
     if d.kind == "image":
         return image
-    kinds = {"label": fields.Label, "text": fields.Text, "json": fields.Json}
-    return kinds.get(d.kind, fields.Bytes)()
+    kinds = {"label": Label, "text": Text, "json": Json}
+    return kinds.get(d.kind, Bytes)()
 
 
 def _array(d: Any, headers: list[tuple[str, tuple[int, ...]]]) -> Any:
@@ -216,12 +217,12 @@ def _array(d: Any, headers: list[tuple[str, tuple[int, ...]]]) -> Any:
 def import_webdataset(cfg: WdsConfig, show_progress: bool = True, profile: bool = False) -> Any:
     """Pack the tars of `cfg.src` into `cfg.out`; the RunSummary."""
     from prep.kinds.importers.config import image_field
+    from prep.kinds.importers.source import run_source
     from prep.kinds.importers.wdssource import let_go
-    from prep.sources.imported import run_source
 
     cfg.validate()
     source, samples, fields = list_shards(cfg, image_field(cfg))
     try:
-        return run_source(cfg, samples, fields, source, show_progress, profile)
+        return run_source("import webdataset", cfg, samples, fields, source, show_progress, profile)
     finally:
         let_go(samples.run)

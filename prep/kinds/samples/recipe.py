@@ -1,5 +1,4 @@
-"""A recipe file (`prep samples --recipe FILE`): a .py defining FIELDS and make(input); and the
-check that a function can travel to worker processes before any work starts."""
+"""A recipe file (`prep samples --recipe FILE`): a .py defining FIELDS and make(input)."""
 
 from __future__ import annotations
 
@@ -33,17 +32,3 @@ def load_recipe(path: Path) -> tuple[Callable[[Any], Any], dict[str, Any]]:
 
     cloudpickle.register_pickle_by_value(module)
     return make, fields
-
-
-def check_shippable(make: Callable[[Any], Any], backend: str) -> None:
-    """Stop before any work when `make` cannot be sent to loky or Dask workers."""
-    import cloudpickle
-
-    try:
-        cloudpickle.dumps(make)
-    except Exception as e:  # pickling raises TypeError, PicklingError, AttributeError...
-        name = getattr(make, "__qualname__", repr(make))
-        raise UsageError(
-            f"the function {name} cannot be sent to --backend {backend} workers ({e}). HINT: "
-            "use a module-level function, or --backend threads"
-        ) from None

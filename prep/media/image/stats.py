@@ -6,8 +6,8 @@ split's into `extra.stats` (what `loaders.Normalize.from_dataset` reads):
     {"split": "train" | null, "sizes": {"224": {"mean": [r, g, b], "std": [...], "pixels": n}}}
 
 in pixel units (0-255), std over all pixels (numpy's default, ddof=0); "split" null: every
-shard (a dataset without splits). A samples dataset (prep.kinds.samples) keeps the same for
-each of its Image fields: `extra.stats = {field: {"split": ..., "sizes": ...}}`.
+shard (a dataset without splits). A samples dataset keeps the same for each of its Image
+fields (prep.fields.Image.stats): `extra.stats = {field: {"split": ..., "sizes": ...}}`.
 
 >>> sums = PixelSums()
 >>> sums.add({2: np.array([[[0], [2]]], dtype=np.uint8)})
@@ -74,24 +74,3 @@ def combine(records: list[dict[str, Any]]) -> dict[str, Any] | None:
         std = [round(math.sqrt(v), 4) for v in var]
         sizes[size] = {"mean": mean, "std": std, "pixels": n}
     return {"split": split, "sizes": sizes}
-
-
-def combine_fields(
-    records: list[dict[str, Any]], names: list[str], splits: list[str | None]
-) -> dict[str, Any]:
-    """A samples dataset's `extra.stats`: `combine` for each image field named (the records'
-    `stats` hold each field's sums by field name; `splits`: each record's shard's split), as
-    {field: {"split": ..., "sizes": ...}}; a field without sums in some shard, or without
-    pixels, is left out."""
-    out: dict[str, Any] = {}
-    for name in names:
-        parts = [
-            {"shard": {"split": split}, "stats": r["stats"].get(name, {})}
-            if isinstance(r.get("stats"), dict)
-            else {"shard": {"split": split}}
-            for r, split in zip(records, splits, strict=True)
-        ]
-        got = combine(parts)
-        if got is not None and got["sizes"]:
-            out[name] = got
-    return out

@@ -1,0 +1,67 @@
+"""The run of an importer that lists its source itself (prep.sources.imported.Source: Hugging
+Face folders, WebDataset tars): the samples run over its items, each split in its own shards,
+each sample's `source` its place in the source, and what the manifest records of the source."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from loaders.remote.storage import url_of
+from prep.run.driver import Inputs, RunSummary, run
+from prep.run.errors import PrepError
+from prep.run.samples import SamplesRun, UserFunction, check_shippable
+from prep.sources.imported import Source
+
+
+class SourceKind(SamplesRun):
+    """The samples run over a listed `Source`: `make(item.value)` builds each sample."""
+
+    sourced = True
+
+    def __init__(
+        self, command: str, cfg: Any, make: Callable[[Any], Any], fields: Any, source: Source
+    ):
+        super().__init__(cfg)
+        self.command = command  # "import hf"...
+        self.fn, self.make, self.source = make, UserFunction(make), source
+        self.declare(fields)
+
+    def sources(self) -> list[Path]:
+        """SRC, which OUT may not hold (a pattern's folder counts: OUT may not be it)."""
+        return [] if url_of(self.cfg.src) else [Path(str(self.cfg.src))]
+
+    def list_inputs(self) -> Inputs:
+        self.items = self.source.items[: self.cfg.limit]
+        if not self.items:
+            n = len(self.source.rejects)
+            raise PrepError(f"no inputs in {self.cfg.src} ({n} rejected). HINT: check SRC")
+        said = [self.source.stats, len(self.items), self.described(), repr(self.fn)]
+        digest = hashlib.sha256(json.dumps(said, default=str).encode()).hexdigest()
+        if self.cfg.backend != "threads":
+            check_shippable(self.fn, self.cfg.backend)
+        return Inputs(len(self.items), self.source.rejects, digest)
+
+    def extra(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+        counts: dict[str, int] = {}
+        for rec in records:
+            split = rec["shard"]["split"]
+            if split is not None:
+                counts[split] = counts.get(split, 0) + rec["shard"]["count"]
+        out = super().extra(records) | self.source.extra
+        return out | {"splits": counts} if counts else out
+
+
+def run_source(
+    command: str,
+    cfg: Any,
+    make: Callable[[Any], Any],
+    fields: dict[str, Any],
+    source: Source,
+    show_progress: bool,
+    profile: bool,
+) -> RunSummary:
+    return run(SourceKind(command, cfg, make, fields, source), show_progress, profile)

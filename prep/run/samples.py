@@ -1,0 +1,311 @@
+"""The samples run: the one engine of every command that writes samples with fields (`prep
+samples`, `prep audio`, `prep video`, `prep import ...`), on the run driver (prep.run.driver).
+
+A command (prep.kinds) lists its inputs as `Item`s, declares its fields (`SamplesRun.declare`)
+and gives the function that makes an input's samples (field name -> value). The engine does
+the rest, once for all of them: binds the fields (a mask takes its image's sizes), derives
+their arrays, encodes each field of each sample (`encode_sample`) onto the one shard writer
+(prep.run.shardwriter), a shard per split, adds the `source` of each sample where the command
+stores it, keeps the statistics of the fields that count what they store (an image's pixels:
+`Counting`) and writes the version 4 manifest of the fields.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+import numpy as np
+
+from loaders.fields import Boxes, Field, Image, Instances, Keypoints, Mask, Text, Tokens
+from loaders.fields.base import FieldError, check_name, encode_source
+from loaders.format import ArraySpec, Manifest, Shard, array_name
+from prep.run.driver import Kind, shard_size
+from prep.run.errors import Reject as UserReject
+from prep.run.errors import UsageError
+from prep.run.inputs import Reject
+from prep.run.shardwriter import write_shard
+from prep.run.tasks import shard_task
+
+PLACED = (Mask, Boxes, Instances, Keypoints)  # the fields bound to an image field, placed like it
+SOURCE = "source"  # the field of each sample's input, where a command stores it
+Sample = dict[str, Any]  # field name -> its value, as a command's function makes it
+Make = Callable[[Any], "Sample | list[Sample] | None"]  # an input -> its sample(s), or None
+
+
+@dataclass(frozen=True)
+class Item:
+    """One input: how a reject names it, the value a command's function is given, the split
+    its shard belongs to, and its `source` (None: `rel`)."""
+
+    rel: str
+    value: Any
+    split: str | None = None
+    source: str | None = None
+
+
+@dataclass(frozen=True)
+class Source(Text):
+    """The `source` field: an input's name, stored as `prep pack` stores a path (a file name
+    that is not UTF-8 keeps its bytes: loaders.fields.base.encode_source). A Text field."""
+
+    def to_bytes(self, value: Any) -> bytes:
+        if isinstance(value, str):
+            return bytes(encode_source(value))
+        return super().to_bytes(value)
+
+
+@runtime_checkable
+class Counting(Protocol):
+    """A writer field that counts what it stores (prep.fields.Image: each channel's pixel
+    values) for the manifest's `extra.stats[NAME]`: a counter a shard, kept in its record."""
+
+    def encode_counted(self, value: Any) -> tuple[dict[str, np.ndarray], Any]:
+        """encode()'s arrays, and what the counter adds of this sample."""
+
+    def counter(self) -> Any:
+        """A shard's counter: `add(counted)` a sample, `record()` its JSON for the record."""
+
+    def stats(self, records: list[dict[str, Any]]) -> dict[str, Any] | None:
+        """The manifest's entry from the shards' records ({"shard", "stats": record()})."""
+
+
+@dataclass(frozen=True)
+class UserFunction:
+    """A function of the user's (or an importer's) as the engine calls it: given an input's
+    value, it returns a dict of the fields or None (the input skipped); whatever it raises is
+    the input's reject (prep.Reject with its code, anything else `function_error`)."""
+
+    fn: Callable[[Any], Any]
+
+    def __call__(self, item: Item) -> Sample | None:
+        try:
+            sample = self.fn(item.value)
+        except UserReject as r:
+            raise Reject(r.code, str(r)) from None
+        except Exception as e:  # the user's code: any failure is this input's reject
+            raise Reject("function_error", f"{self.name} raised {type(e).__name__}: {e}") from None
+        if sample is not None and not isinstance(sample, dict):
+            raise Reject(
+                "not_a_sample", f"{self.name} returned a {type(sample).__name__}, not a dict"
+            )
+        return sample
+
+    @property
+    def name(self) -> str:
+        return f"{getattr(self.fn, '__qualname__', type(self.fn).__name__)}()"
+
+
+def encode_sample(
+    sample: Sample, fields: dict[str, Field], base: Path | None, counting: Collection[str] = ()
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """The arrays of one sample (array name -> its stored value), and what each field named in
+    `counting` counted of it. A value that does not fit is a Reject naming its field; a path
+    of an Image or Mask is relative to `base`."""
+    missing = [n for n in fields if n not in sample]
+    extra = [str(n) for n in sample if n not in fields]
+    if missing or extra:
+        what = f"field {missing[0]} is missing" if missing else f"field {extra[0]} is not declared"
+        raise Reject(
+            "field_missing" if missing else "field_extra", f"{what} (declared: {list(fields)})"
+        )
+    out: dict[str, np.ndarray] = {}
+    uprights: dict[str, tuple[int, int]] = {}
+    counted: dict[str, Any] = {}
+    for name, field in fields.items():  # images before their masks: see ordered()
+        v = sample[name]
+        if isinstance(field, (Image, Mask)) and isinstance(v, (str, Path)) and base is not None:
+            v = base / v  # an absolute path stays as it is
+        try:
+            if isinstance(field, PLACED):  # placed like their image (prep.fields)
+                got = field.encode_for(v, uprights[field.image])  # type: ignore[union-attr]
+            elif name in counting:
+                got, counted[name] = field.encode_counted(v)  # type: ignore[attr-defined]
+            else:
+                got = field.encode(v)
+        except FieldError as e:
+            raise Reject(e.code, f"field {name}: {e}") from None
+        except Reject as r:
+            raise Reject(r.code, f"field {name}: {r.message}") from None
+        upright = got.pop("upright", None)
+        if upright is not None:
+            uprights[name] = (int(upright[0]), int(upright[1]))
+        out |= {name + suffix: arr for suffix, arr in got.items()}
+    return out, counted
+
+
+@shard_task
+def samples_shard(
+    index: int,
+    items: list[Any],
+    make: Make,
+    fields: dict[str, Field],
+    specs: dict[str, ArraySpec],
+    base: Path | None,
+    storage: str,
+    staging: Path,
+    sourced: bool,
+) -> dict[str, Any]:
+    """The joblib task: shard `index` of `items` (one split's) through `make` and the fields;
+    its record keeps each counting field's counts (`stats`, by field name). `sourced`: each
+    sample's `source` is its input's (Item.source, else the input's `rel`)."""
+    counters = {n: f.counter() for n, f in fields.items() if isinstance(f, Counting)}
+
+    def encode(item: Any) -> list[dict[str, np.ndarray]] | None:
+        made = make(item)
+        if made is None:
+            return None
+        out, counts = [], []
+        for sample in made if isinstance(made, list) else [made]:
+            if sourced:
+                sample = {**sample, SOURCE: getattr(item, "source", None) or item.rel}
+            arrays, counted = encode_sample(sample, fields, base, counters)
+            out.append(arrays)
+            counts.append(counted)
+        for counted in counts:  # the input is whole: its samples count
+            for name, what in counted.items():
+                counters[name].add(what)
+        return out
+
+    def finish(record: dict[str, Any]) -> None:
+        record["stats"] = {name: c.record() for name, c in sorted(counters.items())}
+
+    split = getattr(items[0], "split", None) if items else None  # a shard holds one split
+    return write_shard(index, items, encode, _rel, specs, storage, staging, finish, split)
+
+
+def _rel(item: Any) -> str:
+    return str(item.rel)
+
+
+class SamplesRun(Kind[Any, list[Any]]):
+    """A command that writes samples with fields. A subclass sets `name` (the manifest's
+    `command`, unless it sets `command`), declares its fields (`declare`), sets `make`, and
+    lists its inputs into `items` (with `base`, the folder of their relative paths); `extra`
+    adds to the manifest. `sourced`: the engine adds a `source` field, each sample's input
+    (Item.source, else its `rel`)."""
+
+    name: ClassVar[str] = "samples"
+    unit = "sample"
+    task = staticmethod(samples_shard)
+    threads = True  # images decode in C without the GIL; --backend loky for Python-heavy make()
+    sourced: ClassVar[bool] = False
+    make: Make
+    items: list[Any]
+    base: Path | None = None
+    fields: dict[str, Field]
+    specs: dict[str, ArraySpec]
+
+    def __init__(self, cfg: Any):
+        super().__init__(cfg)
+        self.command = self.name
+
+    def declare(self, fields: Any) -> None:
+        """The command's fields, checked (exit 2 for a bad one) and bound, with `source`."""
+        bound = bind_fields(fields)
+        if self.sourced:
+            if SOURCE in bound:
+                raise UsageError(f"field name {SOURCE!r} is taken: {self.command} stores the input")
+            bound[SOURCE] = Source()
+        self.fields = ordered(bound)
+        self.specs = array_specs(self.fields)
+
+    def plan(self) -> list[list[Any]]:
+        """Each split's inputs (in their order) cut into shards of the size the whole count
+        gives: a shard holds one split."""
+        size = shard_size(len(self.items), self.cfg.shard_size)
+        shards = []
+        for split in dict.fromkeys(getattr(it, "split", None) for it in self.items):
+            part = [it for it in self.items if getattr(it, "split", None) == split]
+            shards += [part[i : i + size] for i in range(0, len(part), size)]
+        return shards
+
+    def prepare(self, staging: Path, resume: bool) -> None:
+        for name, f in self.fields.items():  # each tokenizer travels in the dataset
+            if isinstance(f, Tokens) and f.tokenizer:
+                shutil.copyfile(f.tokenizer, staging / f"{name}.tokenizer.json")
+
+    def task_args(self, index: int, shard: list[Any], staging: Path) -> tuple[Any, ...]:
+        fmt, sourced = self.cfg.format, self.sourced
+        return (index, shard, self.make, self.fields, self.specs, self.base, fmt, staging, sourced)
+
+    def described(self) -> dict[str, Any]:
+        out = {name: f.describe() for name, f in self.fields.items()}
+        for name, d in out.items():
+            if d["kind"] == "tokens" and d.get("tokenizer"):
+                d["tokenizer"] = f"{name}.tokenizer.json"  # the copy in the dataset
+        return out
+
+    def reusable(self, record: dict[str, Any]) -> bool:
+        return "stats" in record  # a shard of a prep before pixel stats: redone
+
+    def extra(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+        """The manifest's `extra`: each counting field's statistics (an image field's
+        per-channel mean and std at each size, of the train split)."""
+        stats = {}
+        for name, f in self.fields.items():
+            if isinstance(f, Counting):
+                parts = [{"shard": r["shard"], "stats": r["stats"].get(name, {})} for r in records]
+                got = f.stats(parts)
+                if got is not None:
+                    stats[name] = got
+        return {"stats": stats} if stats else {}
+
+    def manifest(self, records: list[dict[str, Any]]) -> Manifest:
+        return Manifest(
+            storage=self.cfg.format,
+            arrays=self.specs,
+            shards=[Shard.from_dict(rec["shard"]) for rec in records],
+            fields=self.described(),
+            command=self.command,
+            extra=self.extra(records),
+        )
+
+
+def bind_fields(fields: Any) -> dict[str, Field]:
+    """Check the declared fields (exit 2 for a bad one); a Mask, Boxes, Instances or Keypoints
+    takes its image's sizes and mode."""
+    if not isinstance(fields, dict) or not fields:
+        raise UsageError("fields must be a dict of field name -> field (prep.fields)")
+    for name, f in fields.items():
+        problem = check_name(name)
+        if problem is None and not isinstance(f, Field):
+            problem = f"field {name!r} is a {type(f).__name__}, not a field of prep.fields"
+        if problem is not None:
+            raise UsageError(problem)
+    out = dict(fields)
+    for name, f in fields.items():
+        if isinstance(f, PLACED):
+            image = fields.get(f.image)
+            if not isinstance(image, Image):
+                raise UsageError(f"{f.kind} {name}: image={f.image!r} is not an Image field")
+            out[name] = dataclasses.replace(f, sizes=image.sizes, mode=image.mode)
+    return out
+
+
+def ordered(fields: dict[str, Field]) -> dict[str, Field]:
+    """Images first, so that each mask's (and boxes') image is encoded before it."""
+    return dict(sorted(fields.items(), key=lambda kv: isinstance(kv[1], PLACED)))
+
+
+def array_specs(fields: dict[str, Field]) -> dict[str, ArraySpec]:
+    """Every array the fields store, by its name."""
+    return {array_name(s.field, s.size): s for n, f in fields.items() for s in f.arrays(n)}
+
+
+def check_shippable(make: Callable[..., Any], backend: str) -> None:
+    """Stop before any work when `make` cannot be sent to loky or Dask workers."""
+    import cloudpickle
+
+    try:
+        cloudpickle.dumps(make)
+    except Exception as e:  # pickling raises TypeError, PicklingError, AttributeError...
+        name = getattr(make, "__qualname__", repr(make))
+        raise UsageError(
+            f"the function {name} cannot be sent to --backend {backend} workers ({e}). HINT: "
+            "use a module-level function, or --backend threads"
+        ) from None
