@@ -141,7 +141,7 @@ def test_labels_are_checked_against_classes(ds: Path) -> None:
     with open(path, "r+b") as f:  # the size on disk stays the same
         f.seek(128 + 3)  # prep's fixed .npy header, then sample 3
         f.write(bytes([4]))
-    refused(ds, "shard 1:", "label-00001.npy", "label 4", "4 classes")
+    refused(ds, "shard 1:", "label-00001.npy", "label 4 of label is not one of its classes")
 
 
 def test_counts(ds: Path) -> None:

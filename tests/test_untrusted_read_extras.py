@@ -118,19 +118,33 @@ def test_a_lying_video_field_is_refused_at_open(
 
 
 STATS = [
-    ([1, 2], "extra.stats is not a split and sizes"),
-    ({"split": 3, "sizes": {}}, "extra.stats is not a split and sizes"),
+    ([1, 2], "extra.stats.image is not a split and sizes"),
+    ({"split": 3, "sizes": {}}, "extra.stats.image is not a split and sizes"),
     ({"sizes": {"48": {"mean": [1, 2, 3], "std": [1, 1, 1], "pixels": 9}}}, "at '48' is not"),
     ({"sizes": {"64": {"mean": [1, 2], "std": [1, 1], "pixels": 9}}}, "at '64' is not a mean"),
     ({"sizes": {"64": {"mean": "x", "std": [1, 1, 1], "pixels": 9}}}, "at '64' is not a mean"),
     ({"sizes": {"64": {"mean": [1, 2, 3], "std": [1, -1, 1], "pixels": 9}}}, "at '64' is not"),
     ({"sizes": {"64": {"mean": [1, 2, 3], "std": [1, 1, 1], "pixels": "9"}}}, "at '64' is not"),
-    ({"sizes": {"64": [1, 2, 3]}}, "extra.stats at '64' is not a mean and std"),
+    ({"sizes": {"64": [1, 2, 3]}}, "extra.stats.image at '64' is not a mean and std"),
 ]
 
 
 @pytest.mark.parametrize("stats, match", STATS)
 def test_malformed_image_stats_are_refused_at_open(
+    packed: Path, tmp_path: Path, stats: Any, match: str
+) -> None:
+    root = lie(packed, tmp_path, "stats", "image", stats)  # the image field's statistics
+    refused_everywhere(root, match, lambda r: ImageShardDataset(r, size=64))
+
+
+@pytest.mark.parametrize(
+    "stats, match",
+    [
+        ([1, 2], "extra.stats .1, 2. is not an object"),
+        ({"nope": {}}, "'nope' is not an image field"),
+    ],
+)
+def test_statistics_of_no_image_field_are_refused_at_open(
     packed: Path, tmp_path: Path, stats: Any, match: str
 ) -> None:
     root = lie(packed, tmp_path, "stats", None, stats)  # type: ignore[arg-type]

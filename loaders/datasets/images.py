@@ -90,7 +90,7 @@ class ImageShardDataset(SampleDataset):
         batch = super().__getitems__(indices).tensors
         return Batch(tuple(batch[f] for f in self.fields))  # type: ignore[call-overload]
 
-    def __getitem__(self, index: int) -> tuple:  # type: ignore[override]
+    def __getitem__(self, index: int) -> tuple:
         return self.__getitems__([index])[0]
 
     def __repr__(self) -> str:

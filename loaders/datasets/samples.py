@@ -172,8 +172,9 @@ class SampleDataset(DecodingDataset):
         reading = _Reading(self, by_shard(shard), local, index)
         out: dict[str, Any] = {}
         for f in self.fields:
-            if f == "index":
-                out[f] = torch.from_numpy(reading.index)
+            if f == "index":  # a buffer of the loader's ring, as every read field's
+                out[f] = new_batch((len(local),), torch.int64, self._buffers, f)
+                out[f].numpy()[:] = reading.index
             else:
                 out |= self.declared[f].read(reading, f, self.policies.get(f, "pad"))
         if self._roles is not None:

@@ -72,7 +72,7 @@ class Label(Field):
     def problems(self, name: str, arrays: Mapping[str, np.ndarray]) -> list[str]:
         values, n = arrays[name], len(self.classes or ())
         if self.classes is not None and len(values) and int(values.max()) >= n:
-            return [f"label {int(values.max())} is not one of the {n} classes of {name}"]
+            return [f"label {int(values.max())} of {name} is not one of its classes"]
         return []
 
     def read_dtype(self, declared: ArraySpec) -> str:

@@ -88,6 +88,12 @@ def declared(m: Any) -> dict[str, Field]:
     unclaimed = sorted(set(m.arrays) - set(claimed))
     if unclaimed:
         raise FormatError(f"array {unclaimed[0]} is not what fields declares")
+    stats = m.extra.get("stats", {})  # pixel statistics: an image field's (Image.check_extra)
+    if not isinstance(stats, dict):
+        raise FormatError(f"extra.stats {str(stats)[:40]} is not an object")
+    others = [n for n in stats if not isinstance(found.get(n), Image)]
+    if others:
+        raise FormatError(f"extra.stats: {others[0]!r:.40} is not an image field")
     count = m.num_samples
     for name, f in found.items():
         f.check_extra(name, m.extra, count)

@@ -140,7 +140,7 @@ def _names(file: object, key: object) -> bool:
     return isinstance(file, str) and (key is None or (isinstance(key, str) and bool(key)))
 
 
-def array_spec(name: str, v: dict[str, Any]) -> ArraySpec:
+def array_spec(name: str, v: dict[str, Any], pixels: bool = True) -> ArraySpec:
     """An array's entry, with plain numbers only: a dtype holding Python objects would make
     numpy unpickle."""
     spec = ArraySpec(v["field"], v["size"], v["dtype"], tuple(v["shape"]), v.get("codec", "raw"))
@@ -152,7 +152,10 @@ def array_spec(name: str, v: dict[str, Any]) -> ArraySpec:
         raise FormatError(f"array {name}: dtype {spec.dtype!r} is not a plain numeric dtype")
     if not all(count(n) for n in spec.shape):
         raise FormatError(f"array {name}: shape {list(spec.shape)} is not a list of sizes")
-    if not (spec.size is None or count(spec.size)) or name != array_name(spec.field, spec.size):
+    sized = spec.size is None or (count(spec.size) and (not pixels or 1 <= spec.size <= MAX_SIDE))
+    if not sized:
+        raise FormatError(f"array {name}: size {spec.size} is not 1..{MAX_SIDE} px")
+    if name != array_name(spec.field, spec.size):
         raise FormatError(
             f"array {name}: field {spec.field!r} at size {spec.size!r} is not named {name!r}"
         )
@@ -162,8 +165,9 @@ def array_spec(name: str, v: dict[str, Any]) -> ArraySpec:
 
 
 def check_spec(name: str, spec: ArraySpec) -> None:
-    """array_spec's checks of a declaration made in code (a legacy manifest's translation)."""
-    array_spec(name, spec.stored())
+    """array_spec's checks of an older version's entry, whose sizes were not all pixels (a
+    table's column index): its array kinds bound them (loaders.format.legacy)."""
+    array_spec(name, spec.stored(), pixels=False)
 
 
 def check_shard(index: int, shard: Shard, arrays: dict[str, ArraySpec]) -> None:
