@@ -38,6 +38,8 @@ class AudioDataset(ShardedDataset):
     other fields (label, source_rate, start, targets, index); default: label, when there is one.
     """
 
+    dicts = True
+
     def __init__(
         self,
         root: str | os.PathLike[str],

@@ -9,7 +9,7 @@ import math
 import os
 from collections.abc import Sequence
 from functools import cached_property
-from typing import Any, TypedDict, Unpack
+from typing import Any, ClassVar, TypedDict, Unpack
 
 import numpy as np
 import torch
@@ -44,7 +44,14 @@ class ShardedDataset(Dataset[Any]):
 
     Shard files are mapped lazily by `self.store`, never pickled: the object pickles to a few
     hundred bytes for spawn workers. The size and epoch live in shared memory so that
-    `set_epoch` (and a subclass's size) reach persistent DataLoader workers."""
+    `set_epoch` (and a subclass's size) reach persistent DataLoader workers.
+
+    `outputs` names what a batch holds, in its order (MixedDataset mixes by them); `dicts`:
+    batches are dicts of them, else tuples; `itemized`: items of shapes of their own, read
+    one at a time (whole volumes, documents)."""
+
+    dicts: ClassVar[bool] = False
+    itemized: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -147,6 +154,10 @@ class ShardedDataset(Dataset[Any]):
                     dst[j] = arr[k]
             else:
                 dst[pos] = arr[local[pos]]
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        return tuple(getattr(self, "fields", ()))
 
     def source(self, index: int) -> str | None:
         """Sample `index`'s input, relative to the SRC it was packed from, as its field

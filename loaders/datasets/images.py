@@ -48,6 +48,8 @@ class ImageShardDataset(SampleDataset):
     indices run from 0 over that split's shards); None reads every shard.
     """
 
+    dicts = False  # a tuple in `fields` order
+
     def __init__(
         self,
         root: str | os.PathLike[str],

@@ -31,16 +31,14 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from loaders.datasets.audio import AudioDataset
 from loaders.datasets.mixed_batches import (
     MIXTURE,
     common_fields,
-    is_itemized,
     merge,
     scratch,
     to_items,
 )
-from loaders.datasets.samples import SampleBatch, SampleDataset
+from loaders.datasets.samples import SampleBatch
 from loaders.read.batches import Batch, check_indices
 
 EXHAUSTED = ("wrap", "stop")
@@ -115,8 +113,8 @@ class MixedDataset(Dataset[Any]):
         self.fields, self._names = common_fields(self.datasets, fields)
         # What a batch is: a list of items when a source reads items of their own shapes; a
         # dict when every source gives one (SampleDataset, AudioDataset); else a tuple (Batch).
-        self._itemized = any(is_itemized(d) for d in self.datasets)
-        self._dicts = all(isinstance(d, SampleDataset | AudioDataset) for d in self.datasets)
+        self._itemized = any(getattr(d, "itemized", False) for d in self.datasets)
+        self._dicts = all(getattr(d, "dicts", False) for d in self.datasets)
         self.length = epoch_length(self.sizes, self.weights, length, exhausted == "stop")
         self.counts = counts(self.length, self.weights)
         self._now = torch.zeros(1, dtype=torch.int64).share_memory_()  # the epoch, for workers

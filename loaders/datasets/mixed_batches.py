@@ -10,32 +10,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from loaders.datasets.tables import TableDataset
-from loaders.datasets.tokens import DocumentDataset, TokenWindowDataset
-from loaders.datasets.volumes import PatchDataset, VolumeDataset
 from loaders.read.batches import _reading, new_batch, read_into
 
 MIXTURE = "mixture"  # the field that says each sample's source: its index in `datasets`
 
 
-# The fields of the datasets whose batches are tuples without a `fields` attribute, by position.
-def _positional(ds: Any) -> tuple[str, ...] | None:
-    index = ("index",) if getattr(ds, "with_index", False) else ()
-    if isinstance(ds, TokenWindowDataset):
-        return ("x", "y", *index)
-    if isinstance(ds, DocumentDataset):
-        return ("tokens", *index)
-    if isinstance(ds, TableDataset):
-        y = ("y",) if ds.target is not None else ()
-        return ("x_num", "x_cat", *y, *(("missing",) if ds.missing_mask else ()), *index)
-    return None
-
-
 def field_names(ds: Any) -> tuple[str, ...]:
-    """What a dataset of loaders returns, by name, in its order."""
-    names = _positional(ds)
-    if names is None:
-        names = getattr(ds, "fields", None)
+    """What a dataset of loaders returns, by name, in its order (its `outputs`)."""
+    names = getattr(ds, "outputs", None)
     if names is None:
         raise TypeError(
             f"MixedDataset cannot name the fields of a {type(ds).__name__}. HINT: mix datasets "
@@ -66,12 +48,6 @@ def common_fields(
     if MIXTURE in fields or not fields:
         raise ValueError(f"fields {list(fields)}: name at least one, and not {MIXTURE!r}")
     return tuple(fields), names
-
-
-def is_itemized(ds: Any) -> bool:
-    """Whether `ds` reads a list of items of their own shapes (whole volumes, documents)."""
-    whole = isinstance(ds, VolumeDataset) and not isinstance(ds, PatchDataset)
-    return whole or isinstance(ds, DocumentDataset)
 
 
 @contextmanager

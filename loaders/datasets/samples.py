@@ -67,6 +67,8 @@ class SampleDataset(DecodingDataset):
     packed with mode keep, without `crop=`, a leading RandomResizedCrop of the pipeline is read
     as the crop (the same boxes as the op's draws, each sample's own shape)."""
 
+    dicts = True  # a batch is a dict of the fields
+
     def __init__(
         self,
         root: str | os.PathLike[str],

@@ -55,6 +55,17 @@ class TableDataset(ShardedDataset):
     target is a class id 0..K-1 (what F.cross_entropy takes): `classes` are their names and
     `num_classes` is K (an integer target's max + 1). `root` may be a URL (see ShardedDataset)."""
 
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        y = ("y",) if self.target is not None else ()
+        return (
+            "x_num",
+            "x_cat",
+            *y,
+            *("missing",)[: self.missing_mask],
+            *("index",)[: self.with_index],
+        )
+
     def __init__(
         self,
         root: str | os.PathLike[str],

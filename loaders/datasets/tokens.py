@@ -138,6 +138,10 @@ class TokenWindowDataset(_TokenSplit):
         return self._len
 
     @property
+    def outputs(self) -> tuple[str, ...]:
+        return ("x", "y", "index") if self.with_index else ("x", "y")
+
+    @property
     def shard_sizes(self) -> list[int]:
         """Windows per shard of the split, each counted in the shard it starts in (for order
         "quasi_random": a window of shards at a time, but for the windows over their ends)."""
@@ -171,6 +175,12 @@ class DocumentDataset(_TokenSplit):
     to know which documents a run has seen. Documents differ in length, so default_collate
     (make_loader's) stacks batches of one: (1, length) and (1,); for longer batches pass a
     collate_fn of your own (`collate_fn=list`: the batch's items as they are)."""
+
+    itemized = True  # documents differ in length: read one at a time
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        return ("tokens", "index") if self.with_index else ("tokens",)
 
     def __init__(
         self,

@@ -44,6 +44,8 @@ class VolumeDataset(ShardedDataset):
     and as in its source scan, to map a prediction back to the scan. `root` may be a URL (see
     ShardedDataset)."""
 
+    itemized = True  # whole volumes: shapes of their own
+
     def __init__(
         self,
         root: str | os.PathLike[str],
@@ -150,6 +152,8 @@ class PatchDataset(VolumeDataset):
     the volume; along an axis shorter than the patch the volume is centred and padded (images
     with the value the volume was padded with when packed, labels with 0).
     Call `set_epoch(e)` before each epoch for new patches; it reaches persistent workers."""
+
+    itemized = False  # patches share one shape
 
     def batch_problem(self, batch_size: int) -> str | None:
         return None  # patches share one shape
