@@ -279,7 +279,7 @@ def test_tokenize_to_s3_then_info_verify_and_load(tmp_path: Path, s3: Any) -> No
         assert load_tokenizer(url).decode(docs[0]) == load_tokenizer(local).decode(docs[0])
         s3.pipe_file(f"{url}/chars.json", b"{}")
         res = runner.invoke(app, ["verify", url])
-        assert res.exit_code == 1 and f"tokenizer: {url}/chars.json checksum differs" in res.output
+        assert res.exit_code == 1 and f"tokens: {url}/chars.json checksum differs" in res.output
         env.setenv("PREP_CACHE", str(tmp_path / "fresh"))
         with pytest.raises(FormatError, match=r"chars.json: .*refused, not cached"):
             load_tokenizer(url)

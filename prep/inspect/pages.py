@@ -50,7 +50,7 @@ def samples(st: Stored, picture: str, per_class: int) -> Section:
     drawn = st.on(picture)
     shown = f"{len(every):,} of {len(st):,} samples, picked at random"
     shown += f", at {st.size} px" if st.size else ""
-    head = para(shown + (f"; drawn on them: {', '.join(drawn)}" if drawn else ""))
+    head = para(shown + (f"; drawn on them: {', '.join(sorted(drawn))}" if drawn else ""))
     title = "Samples per class" if per_sample is not None else "Samples"
     return Section("samples", title, head + "".join(rows), wide=True)
 
