@@ -65,6 +65,16 @@ def check_manifest(extra: dict[str, Any], arrays: dict[str, ArraySpec], count: i
             n for n in arrays if declared.get(n) != arrays[n]
         ]
         raise FormatError(f"array {odd[0]} is not what extra.fields declares")
+    for name, f in fields.items():  # a mask, boxes, keypoints or instances: placed on an image
+        image = getattr(f, "image", None)
+        on = fields.get(image) if isinstance(image, str) else None
+        like = (tuple(getattr(f, "sizes", ())), getattr(f, "mode", None))
+        placed = isinstance(on, Image) and like == (on.sizes, on.mode)
+        if image is not None and not placed:
+            raise FormatError(
+                f"extra.fields: field {name} is placed on {image!r:.40}, not an image field of "
+                "its sizes and mode (its crops would not follow). HINT: repack the dataset"
+            )
     check_stats(extra.get("stats", {}), fields)
 
 

@@ -52,8 +52,27 @@ def checked_with(manifest: Manifest, shard: int, file: str) -> list[str]:
     refs = manifest.shards[shard].arrays
     held = [a for a, r in refs.items() if file in (r.file, r.offsets and r.offsets.file)]
     sides = [array_name("hw", manifest.arrays[a].size) for a in held if a in manifest.arrays]
-    names = {*held, *sides}
+    names = {*held, *sides, *_fields_with(manifest, held)}
     return sorted(n for n in names if n in manifest.arrays)
+
+
+def _fields_with(manifest: Manifest, held: list[str]) -> set[str]:
+    """A samples dataset's arrays that the checks of `held` read: every array of each field
+    holding one (a field is checked once all of them are there: a video's frames with their
+    sides and ends), and the sides of the image a mask or instances lie on. Without them a
+    URL's keep-mode sides and video frame sizes went unchecked (issue 34's hostile corpus)."""
+    if manifest.kind != "samples":
+        return set()
+    from loaders.fields.image import hw_name
+    from loaders.fields.registry import fields_from
+
+    out: set[str] = set()
+    for name, f in fields_from(manifest.extra.get("fields"), "extra.fields").items():
+        mine = {array_name(s.field, s.size) for s in f.arrays(name)}
+        if mine & set(held):
+            image = getattr(f, "image", None)
+            out |= mine | {hw_name(image, s) for s in getattr(f, "sizes", ()) if image}
+    return out
 
 
 def files_of(shard: Shard, arrays: list[str]) -> list[str]:

@@ -28,6 +28,8 @@ def rle_counts(text: str) -> list[int]:
         x = k = 0
         more = True
         while more:
+            if p == len(text):  # the last group said "more"
+                raise ValueError("compressed RLE counts end inside a count")
             c = ord(text[p]) - 48
             x |= (c & 0x1F) << (5 * k)
             more = bool(c & 0x20)
@@ -76,6 +78,13 @@ def rle_decode(rle: dict[str, Any]) -> np.ndarray:
 
 def rasterise(segmentation: Any, hw: tuple[int, int]) -> np.ndarray:
     """One annotation's segmentation as a uint8 (h, w) mask of 0 and 1; ValueError if odd."""
+    try:
+        return _rasterise(segmentation, hw)
+    except OverflowError as e:  # JSON's Infinity, or an integer no float holds
+        raise ValueError(f"a segmentation holding a number out of range ({e})") from None
+
+
+def _rasterise(segmentation: Any, hw: tuple[int, int]) -> np.ndarray:
     import cv2
 
     if isinstance(segmentation, dict):

@@ -82,8 +82,12 @@ class PairsKind(SamplesKind):
     def list_inputs(self) -> Inputs:
         inputs = super().list_inputs()
         first = self.listing.items[0].value
-        if not isinstance(first, dict):
-            raise UsageError(f"{self.pairs.src}: pairs are rows of a .csv, .jsonl or .parquet")
+        odd = next((it for it in self.listing.items if not isinstance(it.value, dict)), None)
+        if odd is not None:  # a JSON line that is a list or a number: no columns to read
+            raise UsageError(
+                f"{self.pairs.src}: {odd.rel} is a {type(odd.value).__name__}, not a row. HINT: "
+                "pairs are rows of a .csv, .jsonl or .parquet (JSON lines: objects)"
+            )
         for option, column in (
             ("--image-column", self.pairs.image_column),
             ("--text-column", self.pairs.text_column),
