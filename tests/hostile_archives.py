@@ -280,4 +280,10 @@ ARCHIVES = [
         _pattern("RAW/wds/shard-{000001..000000}.tar"),
         "backwards",
     ),
+    Source(
+        "WDS pattern of 4 billion names",
+        "webdataset",
+        _pattern("RAW/wds/shard-{0..4294967295}.tar"),
+        "more than 1,000,000",
+    ),
 ]

@@ -98,11 +98,13 @@ LIES: list[tuple[str, tuple[Any, ...], Any, frozenset[str]]] = [
     ("coco", ("coco", "categories", 0, "name"), DEEP, NONE),
     ("pairs", ("pairs", "source"), "../outside/captions.csv", NONE),
     ("hf", ("hf", "features"), ["image"], NONE),
+    ("hf", ("hf", "layout"), 7, NONE),
     ("hf", ("hf", "columns"), DEEP, NONE),
     ("hf", ("splits",), ["train"], NONE),
     ("hf", ("splits", "train"), -9, NONE),
     ("wds", ("webdataset", "shards"), "OUTSIDE/shard.tar", NONE),
     ("wds", ("webdataset",), [1], NONE),
+    ("wds", ("webdataset", "fields"), "jpg", NONE),
 ]
 
 

@@ -199,7 +199,7 @@ SOURCES = [
         "COCO polygon at 1e308",
         "coco",
         coco(first_ann("segmentation", [[1e308, 0, 0, 1e308, 5, 5]])),
-        "",
+        "bad_segmentation",
         ("--masks",),
     ),
     Source(

@@ -112,11 +112,11 @@ def test_the_corpus_holds_every_case() -> None:
     """The corpus cannot shrink unseen: a case removed is a count changed here."""
     names = [c.name for c in CASES] + [s.name for s in SOURCES]
     assert len(set(names)) == len(names)
-    assert len(CASES) == 24 + 36 + 78  # issue 23's; fields, audio and video; every extra
+    assert len(CASES) == 24 + 36 + 80  # issue 23's; fields, audio and video; every extra
     assert Counter(s.importer for s in SOURCES) == {
         "coco": 17,
         "hf": 14,
-        "webdataset": 11,
+        "webdataset": 12,
         "pairs": 9,
     }
     assert len(AT_URL) == 55  # the cases whose files lie, also opened at a file:// URL
@@ -156,6 +156,47 @@ def test_every_hostile_case_is_one_clear_error_and_reads_nothing_outside(top: Pa
     failures = [f"{r['case']} as {r['mode']}: {b}" for r in results for b in r["bad"]]
     print("\n".join(failures))
     assert not failures, f"{len(failures)} failures, e.g. {failures[:8]}"
+
+
+AUDITED = """
+import os, sys
+from pathlib import Path
+import numpy as np
+from hostile_run import Audit
+top = Path(sys.argv[1])
+ds, out, elsewhere = top / "ds", top / "out", top / "elsewhere"
+audit = Audit(top, [sys.prefix, sys.base_prefix, *sys.path], [])
+sys.addaudithook(audit)
+audit.case([ds], [out])
+np.load(ds / "a.npy"), np.save(out / "b.npy", np.zeros(2)), os.listdir(ds)  # allowed
+np.load(elsewhere / "a.npy"), np.load(ds / "link.npy"), os.listdir(elsewhere)
+(ds / "c.txt").write_text("x"), os.replace(out / "b.npy", elsewhere / "b.npy")
+print("\\n".join(audit.seen))
+"""
+
+
+def test_the_audit_sees_each_file_touched_outside(tmp_path: Path) -> None:
+    """What a case that reads or writes outside its folders would look like: numpy's opens, a
+    link followed, a listing, a write into the dataset and a rename out, each recorded."""
+    import numpy as np
+
+    for sub in ("ds", "out", "elsewhere"):
+        (tmp_path / sub).mkdir()
+        np.save(tmp_path / sub / "a.npy", np.ones(3))
+    (tmp_path / "ds" / "link.npy").symlink_to(tmp_path / "elsewhere" / "a.npy")
+    env = os.environ | {"PYTHONPATH": os.pathsep.join([str(HERE.parent), str(HERE)])}
+    run = subprocess.run(
+        [sys.executable, "-c", AUDITED, str(tmp_path)], env=env, capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr
+    ds, elsewhere = (str(tmp_path.resolve() / sub) for sub in ("ds", "elsewhere"))
+    assert run.stdout.splitlines() == [
+        f"open {elsewhere}/a.npy",
+        f"open {elsewhere}/a.npy",  # ds/link.npy, resolved
+        f"os.listdir {elsewhere}",
+        f"open (write) {ds}/c.txt",
+        f"os.rename (write) {elsewhere}/b.npy",
+    ]
 
 
 @pytest.mark.slow

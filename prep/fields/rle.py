@@ -16,6 +16,9 @@ from typing import Any
 import numpy as np
 
 SHIFT = 4  # polygon vertices to 1/16 px (cv2.fillPoly's fixed point)
+# A vertex farther than this is no annotation: 2**24 px at 1/16 px still fits cv2's int32
+# (NaN, Infinity or 1e308 were cast to garbage and a wrong mask drawn, unsaid)
+MAX_COORD = 2**24
 
 
 def rle_counts(text: str) -> list[int]:
@@ -96,6 +99,8 @@ def _rasterise(segmentation: Any, hw: tuple[int, int]) -> np.ndarray:
         return np.ascontiguousarray(rle_decode(segmentation))
     mask = np.zeros(hw, np.uint8)
     polygons = [np.asarray(p, np.float64).reshape(-1, 2) for p in segmentation]
+    if not all(np.all(np.abs(p) <= MAX_COORD) for p in polygons):  # NaN fails it too
+        raise ValueError(f"a polygon vertex is not a number within {MAX_COORD:,} px")
     points = [np.round(p * (1 << SHIFT)).astype(np.int32) for p in polygons if len(p) >= 3]
     if points:
         cv2.fillPoly(mask, points, 1, lineType=cv2.LINE_8, shift=SHIFT)
