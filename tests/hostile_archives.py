@@ -210,13 +210,13 @@ ARCHIVES = [
         "HF features: Value without dtype",
         "hf",
         hf_parquet(features(text={"_type": "Value"})),
-        "text",
+        "column text",
     ),
     Source(
         "HF features: ClassLabel without names",
         "hf",
         hf_parquet(features(label={"_type": "ClassLabel"})),
-        "label",
+        "column label",
     ),
     Source("HF features a list", "hf", hf_parquet([DEMO_FEATURES]), "features"),
     Source(
@@ -229,7 +229,7 @@ ARCHIVES = [
         "HF features: Array2D shape of strings",
         "hf",
         hf_parquet(features(text={"_type": "Array2D", "shape": ["a"], "dtype": "int8"})),
-        "text",
+        "column text",
     ),
     Source("HF Image path ../", "hf", hf_parquet(DEMO_FEATURES, "../outside/secret.png"), OUTSIDE),
     Source(

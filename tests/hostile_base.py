@@ -60,9 +60,10 @@ def manifest_of(root: Path) -> Manifest:
 
 
 def edit_manifest(root: Path, change: Callable[[Manifest], str | None]) -> None:
-    """`change` edits the manifest of `root` as a dict in manifest.json's form, or returns the
-    text to write instead (a manifest no dict holds: nested past what the parser takes)."""
-    m = manifest_of(root)
+    """`change` edits the manifest of `root` as a dict in manifest.json's form ({} where it has
+    none), or returns the text to write instead (a manifest no dict holds: nested past what the
+    parser takes)."""
+    m = manifest_of(root) if (root / MANIFEST).is_file() else {}
     text = change(m)
     (root / MANIFEST).write_text(text if text is not None else json.dumps(m))
 

@@ -70,6 +70,7 @@ LIES: list[tuple[str, tuple[Any, ...], Any, frozenset[str]]] = [
     ("samples", ("fields", "img", "sizes"), "16", ALL),
     ("samples", ("fields", "kimg", "mode"), "warp", ALL),
     ("samples", ("fields", "boxes", "image"), "nothing", ALL),
+    ("samples", ("fields", "inst", "mode"), "fill", ALL),
     ("samples", ("fields", "points", "joints"), -3, ALL),
     ("samples", ("fields", "y", "classes"), [1, 2], NONE),
     ("samples", ("fields", "y", "classes"), ["cat"], READ),

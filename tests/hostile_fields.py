@@ -6,7 +6,6 @@ in its content, its checksums recomputed (tests/hostile.py has the families of i
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,10 +26,13 @@ from hostile_base import (
 
 Change = Callable[[Path, Path], None]
 VALUES = frozenset((OPEN, VERIFY))  # what reads every value: the readers and verify
-VERIFY_ONLY = frozenset((VERIFY,))  # text: read with errors="replace" (bit rot), verify checks
+VERIFY_ONLY = frozenset((VERIFY,))  # token ids; text, read with errors="replace" (bit rot)
 
 
-def ragged(name: str, change: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]):
+Arrays = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
+
+
+def ragged(name: str, change: Arrays) -> Change:
     """Shard 0's data and offsets of ragged array `name` changed by `change(data, offsets)`."""
 
     def apply(root: Path, outside: Path) -> None:
@@ -84,7 +86,7 @@ def _byte_short(data: np.ndarray, off: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return data[:-1], off
 
 
-def _step(by: int) -> Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+def _step(by: int) -> Arrays:
     def change(data: np.ndarray, off: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         off[1] += by
         return data, off
@@ -142,17 +144,8 @@ def _no_field(m: Manifest) -> None:
     del m["extra"]["fields"]["vec"]
 
 
-def _frames_hw(root: Path, outside: Path) -> None:
-    """Frames of 65535 x 65535 px a JPEG video claims (issue 34, item 15)."""
-    hw = npy(root, "frames_hw_16-00000.npy")
-    rewrite(root, "frames_hw_16-00000.npy", np.full_like(hw, 65535))
-
-
-def _copy_secret(root: Path, outside: Path) -> None:
-    shutil.copy(root / "tok.tokenizer.json", outside / "tok.json")
-
-
 DEEP = b"[" * 100_000 + b"]" * 100_000
+SIDES = "frame size|frames_hw"  # a video's frame sides: checked with its frames
 FIELD_CASES = [
     # every field kind of a samples dataset
     Case(
@@ -169,7 +162,7 @@ FIELD_CASES = [
         "token ids beyond the vocabulary",
         "samples",
         values("tok", 200),
-        frozenset((VERIFY,)),
+        VERIFY_ONLY,
         "tok",
     ),
     Case("text not UTF-8", "samples", sample("t", b"\xff\xfe caption"), VERIFY_ONLY, "t"),
@@ -222,7 +215,7 @@ FIELD_CASES = [
     Case("audio rate a string", "audio", _audio("rate", "fast"), ALL, "audio.rate"),
     Case("audio source not UTF-8", "audio", sample("source", b"\xff.wav"), VERIFY_ONLY, "source"),
     Case("audio clips offsets backwards", "audio", ragged("audio", _backwards), READ, "audio"),
-    Case("video frames of 65535 px", "clips", _frames_hw, READ, "frame size|frames_hw"),
+    Case("video frames of 65535 px", "clips", values("frames_hw_16", 65535), READ, SIDES),
     Case("video JPEG frames tampered", "clips", _tamper("frames_16"), NONE, "frames"),
     Case(
         "video frame ends backwards",

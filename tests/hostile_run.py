@@ -22,7 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-OPEN, VERIFY, INFO, PREVIEW, REPORT = "open", "verify", "info", "preview", "report"
+from hostile_base import INFO, OPEN, PREVIEW, REPORT, VERIFY, Case
+
 Opener = Callable[[str], Any]
 FOLDER_ONLY = "prep preview reads a dataset folder, not a URL"
 IMAGES_ONLY = "preview shows image datasets"
@@ -120,7 +121,7 @@ def cli(args: list[str], names: str) -> str:
     return "refused" if re.search(names, text) else f"vague: {text.strip()[-200:]}"
 
 
-def run_case(case: Any, kind: str, root: str, scratch: Path, workers: int = 0) -> dict[str, str]:
+def run_case(case: Case, kind: str, root: str, scratch: Path, workers: int = 0) -> dict[str, str]:
     """Every reader of `kind` and the commands that look at a dataset, on `root`:
     reader -> outcome. A URL gets the readers and verify (with workers: the first reader)."""
     url = "://" in root
@@ -141,7 +142,7 @@ def run_case(case: Any, kind: str, root: str, scratch: Path, workers: int = 0) -
     return got
 
 
-def judge(case: Any, got: dict[str, str], mode: str) -> list[str]:
+def judge(case: Case, got: dict[str, str], mode: str) -> list[str]:
     """What is wrong with the outcomes: a crash anywhere, or a reader of `case.refuse` that
     did not refuse (naming the file)."""
     bad = [f"{r}: {o}" for r, o in got.items() if o.startswith("crash")]
