@@ -1,9 +1,9 @@
 """Hostile source files for `prep import` (issue 34): COCO instances files and caption lists
 (CSV, JSON lines, Parquet) here, Hugging Face folders and WebDataset tars in
 tests/hostile_archives.py, each made from the demo's own (tests/hostile_base.py's RAW) and
-changed the way a stranger's could be. Each case's `outside` folder holds a valid
-image (`secret.png`), Arrow file and JSON that a path of the source points at: an import that
-reads one is caught by tests/hostile_run.py's audit. `says`: what the output or rejects.jsonl
+changed the way a stranger's could be. Each case's `outside` folder holds a valid image
+(`secret.png`) and Arrow file (`data.arrow`) that a path of the source points at: an import
+that reads one is caught by tests/hostile_run.py's audit. `says`: what the output or rejects.jsonl
 must say (the reject code, or the file named); an import that finishes must verify."""
 
 from __future__ import annotations
