@@ -81,17 +81,20 @@ def mutate(data: bytes, rng: random.Random, focus: int | None = None) -> bytes:
 
 
 def fuzz(
-    target: Callable[[bytes], None], make: Callable[[random.Random], bytes], where: Path
+    target: Callable[[bytes], None],
+    make: Callable[[random.Random], bytes],
+    where: Path,
+    refusals: tuple[type[BaseException], ...] = (FormatError,),
 ) -> int:
-    """Run `target` on inputs from `make` for SECONDS; FormatError is the only way to refuse.
-    Returns the number of inputs tried."""
+    """Run `target` on inputs from `make` for SECONDS; `refusals` are the only ways to refuse
+    (FormatError for a reader; an importer's own). Returns the number of inputs tried."""
     rng = random.Random(SEED)
     deadline, tried = time.monotonic() + SECONDS, 0
     while time.monotonic() < deadline:
         data = make(rng)
         try:
             target(data)
-        except FormatError:
+        except refusals:
             pass
         except Exception as e:
             crash = where / "crash.bin"
@@ -145,7 +148,10 @@ def mutate_tree(tree: dict[str, Any], rng: random.Random) -> dict[str, Any]:
     """A copy of `tree` with one to three values replaced, removed or duplicated."""
     tree = copy.deepcopy(tree)
     for _ in range(rng.randint(1, 3)):
-        path = rng.choice(_paths(tree)[1:])
+        paths = _paths(tree)[1:]
+        if not paths:  # every key deleted: nothing left to change
+            break
+        path = rng.choice(paths)
         parent = tree
         for key in path[:-1]:
             parent = parent[key]

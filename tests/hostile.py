@@ -1,8 +1,12 @@
-"""The hostile-dataset corpus of issue 23: small datasets made with prep, then changed the way
-someone else's dataset could be (a manifest that lies, a file swapped, a header that claims
-more than the file holds), each with its checksums recomputed so that only the content lies.
+"""The hostile-dataset corpus of issues 23 and 34: small datasets made with prep, then changed
+the way someone else's dataset could be (a manifest that lies, a file swapped, a header that
+claims more than the file holds), each with its checksums recomputed so that only the content
+lies. The families: the seven defects of issue 23 and what held then (here), every field kind
+of a samples dataset, audio and video (tests/hostile_fields.py), every `extra` entry prep
+writes (tests/hostile_extras.py); and the source files `prep import` reads
+(tests/hostile_sources.py).
 
-`make_bases(folder, raw)` (tests/hostile_base.py) packs one dataset of each kind;
+`make_bases(folder, raw)` (tests/hostile_base.py) packs one dataset of each base;
 `build(case, bases, out, outside)` copies the case's base to `out` and applies its change
 (`outside`: a folder beside it, for the files a case points at). `CASES` lists them;
 tests/test_hostile.py opens each one with every reader. Run as a script, it writes the corpus
@@ -11,34 +15,32 @@ to a folder: `python tests/hostile.py DIR`.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from hostile_base import Manifest, digest, edit, load, make_bases, npy, rewrite, save
+from hostile_base import (
+    ALL,
+    NONE,
+    OPEN,
+    READ,
+    VERIFY,
+    Case,
+    Manifest,
+    digest,
+    edit,
+    edit_manifest,
+    make_bases,
+    npy,
+    rewrite,
+)
+from hostile_extras import EXTRA_CASES
+from hostile_fields import FIELD_CASES
 
-__all__ = ["CASES", "KIND", "ONE_OF_EACH", "Case", "build", "make_bases"]
-
-OPEN, VERIFY, INFO, PREVIEW = "open", "verify", "info", "preview"
-
-
-@dataclass(frozen=True)
-class Case:
-    """One hostile dataset: `base` changed by `change(root, outside)`. `refuse`: the readers
-    that must refuse it, with an error matching `names` (the file at fault); the others may
-    also refuse it, in one line. `url`: it can be put at a URL (a FIFO or a link cannot)."""
-
-    name: str
-    base: str
-    change: Callable[[Path, Path], None]
-    refuse: frozenset[str]
-    names: str
-    url: bool = True
-    note: str = ""
+__all__ = ["AT_URL", "CASES", "KIND", "ONE_OF_EACH", "Case", "build", "build_corpus", "make_bases"]
 
 
 # --- the seven defects -------------------------------------------------------------------
@@ -83,9 +85,11 @@ def _volume_wrap(root: Path, outside: Path) -> None:
 
 def _npy_wrap(root: Path, outside: Path) -> None:
     """A header claiming (4, 2**32, 2**32, 3), the manifest agreeing: 2**66 bytes wrap to 0."""
-    m = load(root)
-    m["arrays"]["image_32"]["shape"] = [2**32, 2**32, 3]
-    save(root, m)
+
+    def claim(m: Manifest) -> None:
+        m["arrays"]["image_32"]["shape"] = [2**32, 2**32, 3]
+
+    edit_manifest(root, claim)
     path = root / "image_32-00000.npy"
     data = path.read_bytes()
     shape = (4, 2**32, 2**32, 3)
@@ -111,10 +115,9 @@ def _huge_size(m: Manifest) -> None:
 # --- manifests a JSON parser takes --------------------------------------------------------
 
 
-def _deep(root: Path, outside: Path) -> None:
-    text = (root / "manifest.json").read_text()
+def _deep(m: Manifest) -> str:
     deep = "[" * 100_000 + "]" * 100_000
-    save(root, {}, text.replace('"extra": {', f'"deep": {deep}, "extra": {{', 1))
+    return json.dumps(m).replace('"extra": {', f'"deep": {deep}, "extra": {{', 1)
 
 
 def _extra_list(m: Manifest) -> None:
@@ -163,11 +166,12 @@ def _empty_document(root: Path, outside: Path) -> None:
 
 
 def _renamed(root: Path, new: str) -> None:
-    m = load(root)
-    shard = m["shards"][0]
-    shard["files"][new] = shard["files"].pop("label-00000.npy")
-    shard["arrays"]["label"]["file"] = new
-    save(root, m)
+    def rename(m: Manifest) -> None:
+        shard = m["shards"][0]
+        shard["files"][new] = shard["files"].pop("label-00000.npy")
+        shard["arrays"]["label"]["file"] = new
+
+    edit_manifest(root, rename)
 
 
 def _dotdot(root: Path, outside: Path) -> None:
@@ -197,9 +201,11 @@ def _object(root: Path, outside: Path) -> None:
 
 def _lying_header(root: Path, outside: Path) -> None:
     """The header (and the manifest) say 40 samples; the file holds 4."""
-    m = load(root)
-    m["shards"][0]["arrays"]["image_32"]["length"] = 40
-    save(root, m)
+
+    def claim(m: Manifest) -> None:
+        m["shards"][0]["arrays"]["image_32"]["length"] = 40
+
+    edit_manifest(root, claim)
     path = root / "image_32-00000.npy"
     data = path.read_bytes()
     path.write_bytes(data[:128].replace(b"(4, 32, 32, 3)", b"(40, 32, 32, 3)") + data[128:])
@@ -215,9 +221,7 @@ def _tampered_jpeg(root: Path, outside: Path) -> None:
     digest(root)
 
 
-ALL = frozenset((OPEN, VERIFY, INFO, PREVIEW))
-READ = frozenset((OPEN, VERIFY))
-CASES = [
+ISSUE_23 = [
     Case("sha256 is a path", "images", edit(_sha_path), READ, "sha256", note="defect 1"),
     Case("labels outside classes", "images", _labels, READ, "label-00001.npy", note="defect 2"),
     Case("ragged offsets backwards", "jpeg", _backwards, READ, "offsets", note="defect 2"),
@@ -226,7 +230,7 @@ CASES = [
     Case("volume size wraps int64", "volumes", _volume_wrap, READ, "volume", note="defect 4"),
     Case("npy byte count wraps int64", "images", _npy_wrap, READ, "image_32", note="defect 5"),
     Case("image size unbounded", "jpeg", edit(_huge_size), READ, "image_1000000", note="defect 6"),
-    Case("manifest nested 100,000 deep", "images", _deep, ALL, "manifest.json"),
+    Case("manifest nested 100,000 deep", "images", edit(_deep), ALL, "manifest.json"),
     Case("extra is a list", "images", edit(_extra_list), ALL, "extra"),
     Case("a table column without its field", "table", edit(_no_column), ALL, "cat_0"),
     Case("tokens without vocab_size", "tokens", edit(_no_vocab_size), ALL, "vocab_size"),
@@ -234,7 +238,7 @@ CASES = [
     Case("a shard without labels", "images", edit(_no_label), ALL, "label"),
     Case("token ids beyond vocab_size", "tokens", _token_ids, frozenset((VERIFY,)), "tokens"),
     Case("category codes beyond vocabulary", "table", _codes, frozenset((VERIFY,)), "cat_0"),
-    Case("a document of zero tokens", "tokens", _empty_document, frozenset(), ""),
+    Case("a document of zero tokens", "tokens", _empty_document, NONE, ""),
     Case("a .. path", "images", _dotdot, READ, r"\.\./label-00000\.npy"),
     Case("an absolute path", "images", _absolute, READ, "label"),
     Case("a link out", "images", _symlink, READ, "label-00000.npy", url=False),
@@ -243,8 +247,12 @@ CASES = [
     Case("a header claiming more", "images", _lying_header, READ, "image_32-00000.npy"),
     Case("tampered JPEG bytes", "jpeg", _tampered_jpeg, frozenset((OPEN,)), "JPEG|image_32"),
 ]
+CASES = ISSUE_23 + FIELD_CASES + EXTRA_CASES
+# The cases also opened at a file:// URL (tests/hostile_run.py): those whose files lie, which a
+# URL's reader checks as they arrive. A lie in `extra` is the manifest's, read alike for both.
+AT_URL = frozenset(c.name for c in ISSUE_23 + FIELD_CASES if c.url)
 # One case of each family of defect: the slow passes of tests/test_hostile.py (s3, two
-# workers) take these, the folder and file:// pass every case.
+# workers) take these.
 ONE_OF_EACH = (
     "sha256 is a path",  # a manifest's value taken as a path (defect 1)
     "ragged offsets backwards",  # values checked when a file arrives (defect 2)
@@ -255,9 +263,12 @@ ONE_OF_EACH = (
     "token ids beyond vocab_size",  # values the GPU would trip over
     "a .. path",  # names that leave the dataset
     "a header claiming more",  # files whose content lies
+    "instances a byte short",  # a samples field's values (issue 34)
 )
 KIND = {"images": "images", "jpeg": "images", "keep": "images", "h5": "images"}
-KIND |= {"tokens": "tokens", "table": "table", "volumes": "volumes"}
+KIND |= {"tokens": "tokens", "table": "table", "volumes": "volumes", "audio": "audio"}
+KIND |= {b: "samples" for b in ("samples", "coco", "pairs", "hf", "wds")}
+KIND |= {"clips": "clips", "clips-raw": "clips"}
 
 
 def build(case: Case, bases: dict[str, Path], out: Path, outside: Path) -> Path:
@@ -268,12 +279,26 @@ def build(case: Case, bases: dict[str, Path], out: Path, outside: Path) -> Path:
     return out
 
 
-def main(folder: str) -> None:
-    root = Path(folder)
-    bases = make_bases(root / "bases", root / "raw")
+def build_corpus(top: Path) -> list[tuple[Case, Path]]:
+    """Every case built in `top` as tests/hostile_run.py runs them: case-NN/ds (the dataset),
+    case-NN/outside (the files it points at), empty case-NN/scratch and case-NN/cache; and
+    every source case in source-NN (tests/hostile_sources.py)."""
+    from hostile_sources import build_sources
+
+    bases = make_bases(top / "bases", top / "raw")
+    built = []
     for i, case in enumerate(CASES):
-        out = build(case, bases, root / f"case-{i:02d}", root / f"outside-{i:02d}")
-        print(f"{out}: {case.name} ({case.base})")
+        folder = top / f"case-{i:02d}"
+        for sub in ("scratch", "cache"):
+            (folder / sub).mkdir(parents=True)
+        built.append((case, build(case, bases, folder / "ds", folder / "outside")))
+    build_sources(top)
+    return built
+
+
+def main(folder: str) -> None:
+    for case, root in build_corpus(Path(folder)):
+        print(f"{root}: {case.name} ({case.base})")
 
 
 if __name__ == "__main__":

@@ -17,11 +17,20 @@ from typing import Any
 import numpy as np
 import pytest
 from fuzzing import SEED, fuzz, mutate, mutate_tree
+from hostile_base import manifest_of
 from untrusted import images, tokens, volumes
 
 from loaders.fields import Image, Volume
 from loaders.fields.checks import check_files
-from loaders.format import MANIFEST, ArrayRef, ArraySpec, Manifest, check_array, map_array
+from loaders.format import (
+    MANIFEST,
+    ArrayRef,
+    ArraySpec,
+    Manifest,
+    check_array,
+    map_array,
+    read_manifest,
+)
 from loaders.read.decode import Job, Places, _run
 
 # ---------------------------------------------------------------- .npy headers
@@ -92,7 +101,7 @@ def test_fuzz_h5_shard(tmp_path: Path) -> None:
     """A mutated .h5 shard's arrays located, mapped and read (h5py raised RuntimeError for a
     structure pointing past the file's end)."""
     root = images(tmp_path / "h5", h5=True)
-    manifest = Manifest.from_json((root / MANIFEST).read_bytes(), root)
+    manifest = read_manifest(root)
     seed = (root / "shard-00000.h5").read_bytes()
     path = tmp_path / "fuzzed.h5"
 
@@ -122,8 +131,8 @@ def datasets(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
 
 def test_fuzz_manifest(datasets: list[Path]) -> None:
     """Mutated manifests read and checked against their (valid) folders, as `prep verify`."""
-    seeds = [(root, (root / MANIFEST).read_bytes()) for root in datasets]
-    trees = {root: json.loads(data) for root, data in seeds}
+    trees = {root: manifest_of(root) for root in datasets}  # tests/hostile_base.py's reader
+    seeds = [(root, json.dumps(tree).encode()) for root, tree in trees.items()]
     where: dict[str, Path] = {}
 
     def make(rng: random.Random) -> bytes:

@@ -1,54 +1,35 @@
-"""Opening datasets someone else made (issue 23): every case of the hostile corpus
-(tests/hostile.py) opened by each dataset class that reads its kind, read through make_loader,
-and run through `prep verify`, `info` and `preview`, as a folder and a file:// URL; one case of
-each family also as an s3:// URL (moto's server on loopback) and through two workers. Each
-ends in one clear error naming the file, or reads right; none in a traceback, and nothing is
-written outside the dataset and the cache."""
+"""Opening datasets someone else made (issues 23 and 34): every case of the hostile corpus
+(tests/hostile.py: datasets; tests/hostile_sources.py: sources for `prep import`) built once.
+Each dataset case is opened by each dataset class that reads its kind, read through
+make_loader, and run through `prep verify`, `info`, `preview` and `report`; each source case
+through `prep import` (and `prep verify` of what it wrote). As a folder, in one audited
+process (tests/hostile_run.py), which also fails on any file opened, listed or written outside
+the case's own folders; as a file:// URL in this process; one case of each family also as an
+s3:// URL (moto's server on loopback) and through two workers. Each ends in one clear error
+naming the file, or reads right; none in a traceback."""
 
 from __future__ import annotations
 
-import functools
+import json
 import os
-import re
+import subprocess
+import sys
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
+from subprocess import PIPE
 from typing import Any
 
 import pytest
-from hostile import CASES, KIND, ONE_OF_EACH, OPEN, PREVIEW, VERIFY, Case, build, make_bases
+from hostile import AT_URL, CASES, KIND, ONE_OF_EACH, Case, build_corpus
+from hostile_base import MANIFEST, edit_manifest
+from hostile_run import judge, run_case
+from hostile_sources import SOURCES
 from s3server import BUCKET
 
-from loaders import (
-    CenterCrop,
-    DocumentDataset,
-    ImageShardDataset,
-    PatchDataset,
-    TableDataset,
-    TokenWindowDataset,
-    VolumeDataset,
-    make_loader,
-)
-from loaders.format import FormatError
-from prep import PrepError
 from prep.cli.main import app
 
-Opener = Callable[[str], Any]
-CROP = CenterCrop(32, 1.0)
-OPENERS: dict[str, list[Opener]] = {
-    "images": [lambda r: ImageShardDataset(r, crop=CROP)],
-    "tokens": [
-        lambda r: TokenWindowDataset(r, block_size=8),
-        lambda r: DocumentDataset(r, split="train"),
-    ],
-    "table": [lambda r: TableDataset(r)],
-    "volumes": [lambda r: VolumeDataset(r), lambda r: PatchDataset(r, patch=(4, 4, 4))],
-}
-CLEAN = (FormatError, PrepError)  # the errors that are one line for the user
-FOLDER_ONLY = "prep preview reads a dataset folder, not a URL"
-
-
 Built = list[tuple[Case, Path, str]]  # (case, its folder, its s3 URL)
+HERE = Path(__file__).resolve().parent
 
 
 def one_of_each(built: Built) -> Built:
@@ -56,18 +37,16 @@ def one_of_each(built: Built) -> Built:
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> Built:
-    """Each case built once."""
-    root = tmp_path_factory.mktemp("hostile")
-    bases = make_bases(root / "bases", root / "raw")
-    return [
-        (
-            case,
-            build(case, bases, root / f"case-{i:02d}" / "ds", root / f"case-{i:02d}" / "out"),
-            "",
-        )
-        for i, case in enumerate(CASES)
-    ]
+def top(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The corpus, every case built once (tests/hostile.py's build_corpus)."""
+    folder = tmp_path_factory.mktemp("hostile")
+    build_corpus(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def corpus(top: Path) -> Built:
+    return [(case, top / f"case-{i:02d}" / "ds", "") for i, case in enumerate(CASES)]
 
 
 @pytest.fixture(scope="module")
@@ -85,77 +64,6 @@ def where(case: Case, folder: Path, url: str, mode: str) -> str | None:
     if mode != "folder" and not case.url:
         return None  # a FIFO or a link cannot be put at a URL
     return {"folder": str(folder), "file": f"file://{folder}", "s3": url}[mode]
-
-
-def outcome(fn: Callable[[], object], case: Case) -> str:
-    """ok, refused (a clean error naming the file), vague (clean, not naming it), or crash."""
-    try:
-        fn()
-    except Exception as e:
-        # torch raises a worker's error again from a local: in a cycle with its traceback, the
-        # loader's workers are stopped by gc, 5 s each, after their queues are gone. Not so now.
-        e.__traceback__ = None
-        if not isinstance(e, CLEAN):  # what the corpus is for: anything else is a traceback
-            return f"crash: {type(e).__name__}: {e}"
-        return "refused" if re.search(case.names, str(e)) else f"vague: {e}"
-    return "ok"
-
-
-def read_all(make: Opener, root: str, workers: int) -> None:
-    ds = make(root)
-    for i in range(len(ds) if not workers else 0):  # with workers, they read first
-        ds[i]
-    if workers or isinstance(ds, ImageShardDataset | TokenWindowDataset | TableDataset):
-        ragged = isinstance(ds, DocumentDataset | VolumeDataset)  # samples of their own shapes
-        for _ in make_loader(ds, batch_size=1 if ragged else 4, num_workers=workers):
-            pass
-
-
-def cli(args: list[str], case: Case) -> str:
-    from typer.testing import CliRunner
-
-    res = CliRunner().invoke(app, args)
-    text = res.output
-    if res.exception is not None and not isinstance(res.exception, SystemExit):
-        return f"crash: {type(res.exception).__name__}: {res.exception}"
-    if "Traceback" in text or res.exit_code not in (0, 1):
-        return f"crash: exit {res.exit_code}: {text[-300:]}"
-    if res.exit_code == 0:
-        return "ok"
-    errors = [line for line in text.splitlines() if line.startswith("error:")]
-    if len(errors) != 1:
-        return f"crash: not one error line: {text[-300:]}"
-    return "refused" if re.search(case.names, text) else f"vague: {text.strip()[-200:]}"
-
-
-def run_case(case: Case, root: str, scratch: Path, workers: int) -> dict[str, str]:
-    """Every reader of the case's kind on `root`: reader -> outcome."""
-    kind = KIND[case.base]
-    s3 = root.startswith("s3:")  # the readers that fetch files; the rest as at file://
-    openers = OPENERS[kind][:1] if workers or s3 else OPENERS[kind]
-    got = {
-        f"{OPEN}[{k}]": outcome(functools.partial(read_all, make, root, workers), case)
-        for k, make in enumerate(openers)
-    }
-    if workers:
-        return got
-    got[VERIFY] = cli(["verify", root], case)
-    if not s3:
-        got["info"] = cli(["info", root], case)
-        got[PREVIEW] = cli(["preview", root, "-n", "4", "-o", str(scratch / "sheet.png")], case)
-    return got
-
-
-def judge(case: Case, got: dict[str, str], mode: str) -> list[str]:
-    """What is wrong with the outcomes: a crash anywhere, or a reader of `refuse` that did not
-    refuse (naming the file)."""
-    bad = [f"{r}: {o}" for r, o in got.items() if o.startswith("crash")]
-    for reader, o in got.items():
-        if reader == PREVIEW and mode != "folder" and FOLDER_ONLY in o:
-            continue  # prep preview reads folders: one line saying so
-        if reader.split("[")[0] in case.refuse and o != "refused":
-            bad.append(f"{reader} should refuse naming /{case.names}/: {o}")
-    return bad
 
 
 def snapshot(root: Path, skip: Path) -> set[str]:
@@ -185,7 +93,8 @@ def check_corpus(
                 root = where(case, folder, url, mode)
                 if root is None:
                     continue
-                bad = judge(case, run_case(case, root, scratch, workers), mode)
+                got = run_case(case, KIND[case.base], root, scratch, workers)
+                bad = judge(case, got, mode)
                 tally["fail" if bad else "pass", mode] += 1
                 failures += [f"{case.name} ({case.note or case.base}) as {mode}: {b}" for b in bad]
     after = snapshot(top, top / "nothing") | snapshot(tmp, cache)
@@ -201,13 +110,94 @@ def check_corpus(
 
 
 def test_the_corpus_holds_every_case() -> None:
-    assert len({c.name for c in CASES}) == len(CASES) == 24  # the 7th defect: the lock test
+    """The corpus cannot shrink unseen: a case removed is a count changed here."""
+    names = [c.name for c in CASES] + [s.name for s in SOURCES]
+    assert len(set(names)) == len(names)
+    assert len(CASES) == 24 + 36 + 81  # issue 23's; fields, audio and video; every extra
+    assert Counter(s.importer for s in SOURCES) == {
+        "coco": 17,
+        "hf": 14,
+        "webdataset": 12,
+        "pairs": 9,
+    }
+    assert len(AT_URL) == 55  # the cases whose files lie, also opened at a file:// URL
     assert {c.note for c in CASES if c.note} == {f"defect {i}" for i in range(1, 7)}
     assert set(ONE_OF_EACH) <= {c.name for c in CASES if c.url}  # cases a bucket can hold
+    kinds = {KIND[c.base] for c in CASES}
+    assert kinds == {"images", "tokens", "table", "volumes", "samples", "audio", "clips"}
 
 
-def test_every_hostile_dataset_is_one_clear_error(corpus: Built, tmp_path: Path) -> None:
-    check_corpus(corpus, ("folder", "file"), 0, tmp_path)
+def test_every_hostile_case_is_one_clear_error_and_reads_nothing_outside(top: Path) -> None:
+    """Every case: a dataset as a folder and (AT_URL) a file:// URL, a source through `prep
+    import`; in two processes (half the cases each) whose audit hook records each file touched
+    outside the case's folders and the system's (tests/hostile_run.py)."""
+    own = top / "sys"
+    for sub in ("tmp", "numba"):
+        (own / sub).mkdir(parents=True, exist_ok=True)
+    path = [str(HERE.parent), str(HERE), os.environ.get("PYTHONPATH", "")]
+    env = os.environ | {
+        "PYTHONPATH": os.pathsep.join(path),
+        "TMPDIR": str(own / "tmp"),
+        "NUMBA_CACHE_DIR": str(own / "numba"),
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    script = [sys.executable, str(HERE / "hostile_run.py"), str(top)]
+    parts = [
+        subprocess.Popen([*script, str(k), "2"], env=env, stdout=PIPE, stderr=PIPE, text=True)
+        for k in range(2)
+    ]
+    results = []
+    for p in parts:
+        out, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err[-3000:]
+        results += [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    ran = sorted((r["case"], r["mode"]) for r in results)
+    expected = [(c.name, "folder") for c in CASES] + [(n, "file") for n in AT_URL]
+    assert ran == sorted(expected + [(s.name, "import") for s in SOURCES])
+    failures = [f"{r['case']} as {r['mode']}: {b}" for r in results for b in r["bad"]]
+    print("\n".join(failures))
+    assert not failures, f"{len(failures)} failures, e.g. {failures[:8]}"
+
+
+AUDITED = """
+import os, sys
+from pathlib import Path
+import numpy as np
+from hostile_run import Audit
+top = Path(sys.argv[1])
+ds, out, elsewhere = top / "ds", top / "out", top / "elsewhere"
+audit = Audit(top, [sys.prefix, sys.base_prefix, *sys.path], [])
+sys.addaudithook(audit)
+audit.case([ds], [out])
+np.load(ds / "a.npy"), np.save(out / "b.npy", np.zeros(2)), os.listdir(ds)  # allowed
+np.load(elsewhere / "a.npy"), np.load(ds / "link.npy"), os.listdir(elsewhere)
+(ds / "c.txt").write_text("x"), os.replace(out / "b.npy", elsewhere / "b.npy")
+print("\\n".join(audit.seen))
+"""
+
+
+def test_the_audit_sees_each_file_touched_outside(tmp_path: Path) -> None:
+    """What a case that reads or writes outside its folders would look like: numpy's opens, a
+    link followed, a listing, a write into the dataset and a rename out, each recorded."""
+    import numpy as np
+
+    for sub in ("ds", "out", "elsewhere"):
+        (tmp_path / sub).mkdir()
+        np.save(tmp_path / sub / "a.npy", np.ones(3))
+    (tmp_path / "ds" / "link.npy").symlink_to(tmp_path / "elsewhere" / "a.npy")
+    env = os.environ | {"PYTHONPATH": os.pathsep.join([str(HERE.parent), str(HERE)])}
+    run = subprocess.run(
+        [sys.executable, "-c", AUDITED, str(tmp_path)], env=env, capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr
+    ds, elsewhere = (str(tmp_path.resolve() / sub) for sub in ("ds", "elsewhere"))
+    assert run.stdout.splitlines() == [
+        f"open {elsewhere}/a.npy",
+        f"open {elsewhere}/a.npy",  # ds/link.npy, resolved
+        f"os.listdir {elsewhere}",
+        f"open (write) {ds}/c.txt",
+        f"os.rename (write) {elsewhere}/b.npy",
+    ]
 
 
 @pytest.mark.slow
@@ -270,11 +260,9 @@ def test_an_out_with_a_hostile_manifest_is_one_line(planted: str, tmp_path: Path
     out = tmp_path / "OUT"
     out.mkdir()
     if planted == "fifo":
-        os.mkfifo(out / "manifest.json")
+        os.mkfifo(out / MANIFEST)
     else:
-        (out / "manifest.json").write_text(
-            '{"format": "prep", "x": ' + "[" * 10**5 + "]" * 10**5 + "}"
-        )
+        edit_manifest(out, lambda m: '{"format": "prep", "x": ' + "[" * 10**5 + "]" * 10**5 + "}")
     args = ["pack", str(tmp_path / "raw" / "images"), str(out), "--sizes", "16", "-q"]
     res = CliRunner().invoke(app, [*args, "--overwrite"])
     assert res.exit_code == 1 and "Traceback" not in res.output, res.output

@@ -21,6 +21,7 @@ import torch
 
 from loaders.datasets.base import Remote, ShardedDataset
 from loaders.fields.column import Column
+from loaders.format import FormatError
 from loaders.read.batches import Batch, check_indices, new_batch
 from loaders.read.store import DEFAULT_MAX_OPEN
 
@@ -291,7 +292,14 @@ class TableDataset(ShardedDataset):
         names: list[str | None] = [None, "<unseen>", *self.vocab[column]]
         if column == self.target and self._target_first == 0:
             names = list(self.vocab[column])
-        return [names[int(c)] for c in np.asarray(codes).reshape(-1)]
+        flat = np.asarray(codes).reshape(-1).astype(np.int64)
+        odd = flat[(flat < 0) | (flat >= len(names))]
+        if len(odd):  # values prep verify checks, not the open: an IndexError (or names[-1])
+            raise FormatError(
+                f"{self.store.root}: code {odd[0]} of column {column} is not one of its "
+                f"{len(names)} values. HINT: run `prep verify`, repack"
+            )
+        return [names[c] for c in flat.tolist()]
 
     def __repr__(self) -> str:
         return (

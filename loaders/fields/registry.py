@@ -88,6 +88,15 @@ def declared(m: Any) -> dict[str, Field]:
     unclaimed = sorted(set(m.arrays) - set(claimed))
     if unclaimed:
         raise FormatError(f"array {unclaimed[0]} is not what fields declares")
+    for name, f in found.items():  # a mask, boxes, keypoints...: placed on an image field
+        image = getattr(f, "image", None)
+        on = found.get(image) if isinstance(image, str) else None
+        like = (tuple(getattr(f, "sizes", ())), getattr(f, "mode", None))
+        if image is not None and not (isinstance(on, Image) and like == (on.sizes, on.mode)):
+            raise FormatError(
+                f"field {name} is placed on {image!r:.40}, not an image field of its sizes and "
+                "mode (its crops would not follow). HINT: repack the dataset"
+            )
     stats = m.extra.get("stats", {})  # pixel statistics: an image field's (Image.check_extra)
     if not isinstance(stats, dict):
         raise FormatError(f"extra.stats {str(stats)[:40]} is not an object")

@@ -22,6 +22,10 @@ COLUMNS = ("num", "cat", "target", "missing")  # the fields of a table's columns
 # extra.audio: what AudioDataset allocates its windows from (prep audio's --rate and --channels
 # bounds; a rate of 1e12 asked for TiBs a batch)
 MAX_RATE, MAX_CHANNELS = 384_000, 64
+# The ids a token dtype holds (FORMAT.md: the narrowest holding 0 .. vocab_size - 1): a
+# vocab_size beyond its array's is a lie (2**64 overflowed the report's bincount).
+IDS = {"uint8": 2**8, "uint16": 2**16, "uint32": 2**32}
+AXES = ("LR", "AP", "IS")  # extra.orient: a letter of each pair, as prep volumes --orient
 
 
 def _int(value: object, low: int = 0) -> TypeGuard[int]:
@@ -59,7 +63,8 @@ def _dict(value: object, what: str) -> dict[str, Any]:
 
 def _tokens(extra: dict[str, Any], arrays: dict[str, ArraySpec], count: int) -> None:
     vocab, eot = extra.get("vocab_size"), extra.get("eot_id", "missing")
-    _need(_int(vocab, 1), f"vocab_size {vocab!r} is not a vocabulary size")
+    ids = IDS.get(arrays["tokens"].dtype, 2**32) if "tokens" in arrays else 2**32
+    _need(_int(vocab, 1) and vocab <= ids, f"vocab_size {vocab!r:.40} is not 1..{ids}")
     ok = eot is None or (_int(eot) and eot < vocab)  # type: ignore[operator]  # vocab: an int
     _need(ok, f"eot_id {eot!r} is not null or an id below vocab_size {vocab}")
     tok = _dict(extra.get("tokenizer", {}), "tokenizer")
@@ -68,6 +73,8 @@ def _tokens(extra: dict[str, Any], arrays: dict[str, ArraySpec], count: int) -> 
     _need(sha is None or is_sha256(sha), f"tokenizer.sha256 {str(sha)[:70]!r} is not a digest")
     splits = _dict(extra.get("splits", {}), "splits")
     _need(all(isinstance(s, dict) for s in splits.values()), "splits: a split is not an object")
+    counts = [s.get(k, 0) for s in splits.values() for k in ("docs", "tokens", "shards")]
+    _need(all(map(_int, counts)), "splits: a split's docs, tokens or shards is not a count")
 
 
 def _column(c: object) -> str:
@@ -102,6 +109,10 @@ def _table(extra: dict[str, Any], arrays: dict[str, ArraySpec], count: int) -> N
 
 
 def _volumes(extra: dict[str, Any], arrays: dict[str, ArraySpec], count: int) -> None:
+    orient = extra.get("orient", "RAS")
+    letters = orient.upper() if isinstance(orient, str) else ""
+    pairs = sorted(next((p for p in AXES if c in p), "") for c in letters)
+    _need(pairs == sorted(AXES), f"orient {orient!r:.40} is not 3 axis codes (RAS, LPS...)")
     meta = _list(extra.get("volumes"), "volumes")
     _need(len(meta) == count, f"volumes lists {len(meta)} volumes' metadata, not {count}")
     ok = all(isinstance(v, dict) and _number(v.get("pad")) for v in meta)

@@ -93,9 +93,13 @@ class PairsKind(SamplesRun):
             raise PrepError(f"no inputs in {cfg.src} ({len(listing.rejects)} rejected)")
         if cfg.backend != "threads":
             check_shippable(self.fn, cfg.backend)
+        odd = next((it for it in listing.items if not isinstance(it.value, dict)), None)
+        if odd is not None:  # a JSON line that is a list or a number: no columns to read
+            raise UsageError(
+                f"{cfg.src}: {odd.rel} is a {type(odd.value).__name__}, not a row. HINT: "
+                "pairs are rows of a .csv, .jsonl or .parquet (JSON lines: objects)"
+            )
         first = listing.items[0].value
-        if not isinstance(first, dict):
-            raise UsageError(f"{cfg.src}: pairs are rows of a .csv, .jsonl or .parquet")
         for option, column in (
             ("--image-column", cfg.image_column),
             ("--text-column", cfg.text_column),

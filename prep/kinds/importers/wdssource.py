@@ -30,6 +30,9 @@ BRACES = re.compile(r"\{([^{}]*)\}")
 # is a 1 MB file) are rejects, unread. 256 MB is far beyond an image, a caption or an array
 # of a sample; --max-member-mb raises it (video members).
 MAX_MEMBER = 256_000_000
+# Shard names a pattern may give: more is a typo ({0..4294967296} built 4 billion names, a
+# MemoryError), far beyond the largest public WebDataset sets (about 10^5 shards).
+MAX_SHARDS = 1_000_000
 Member = tuple[str, int, int]  # extension, offset of its data, size
 
 
@@ -39,20 +42,25 @@ def expand(pattern: str) -> list[str]:
     >>> expand("s/train-{00..02}.tar"), expand("{a,b}-{1..2}")
     (['s/train-00.tar', 's/train-01.tar', 's/train-02.tar'], ['a-1', 'a-2', 'b-1', 'b-2'])
     """
-    m = BRACES.search(pattern)
-    if m is None:
-        return [pattern]
-    head, body, tail = pattern[: m.start()], m[1], pattern[m.end() :]
-    span = re.fullmatch(r"(\d+)\.\.(\d+)", body)
-    if span:
-        lo, hi = int(span[1]), int(span[2])
+    parts = BRACES.split(pattern)  # text, brace, text, ..., text
+    names = [parts[0]]
+    for body, text in zip(parts[1::2], parts[2::2], strict=True):
+        span = re.fullmatch(r"(\d+)\.\.(\d+)", body)
+        lo, hi = (int(span[1]), int(span[2])) if span else (0, body.count(","))
         if hi < lo:
             raise UsageError(f"{pattern}: the range {{{body}}} runs backwards")
-        width = len(span[1]) if span[1].startswith("0") else 0
-        choices = [f"{i:0{width}d}" for i in range(lo, hi + 1)]
-    else:
-        choices = body.split(",")
-    return [head + c + rest for c in choices for rest in expand(tail)]
+        if len(names) * (hi - lo + 1) > MAX_SHARDS:  # counted before a name is made
+            raise UsageError(
+                f"{pattern}: gives {len(names) * (hi - lo + 1):,} shard names, more than "
+                f"{MAX_SHARDS:,}. HINT: check its ranges"
+            )
+        if span:
+            width = len(span[1]) if span[1].startswith("0") else 0
+            choices = [f"{i:0{width}d}" for i in range(lo, hi + 1)]
+        else:
+            choices = body.split(",")
+        names = [n + c + text for n in names for c in choices]
+    return names
 
 
 def open_tar(path: str) -> IO[bytes]:
