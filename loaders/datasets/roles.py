@@ -22,15 +22,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from loaders.fields.array import Array
 from loaders.fields.base import Field
-from loaders.fields.image import Boxes, Image, Keypoints, Mask
-from loaders.fields.instances import Instances
-from loaders.fields.label import Label
 
 # What a box must keep of its width and height once clipped: torchvision's SanitizeBoundingBoxes
 # default, and Compose's.
 MIN_SIZE = 1.0
+ROLES = ("image", "mask", "boxes", "keypoints", "instances", "per_box", "label")
 
 
 @dataclass(frozen=True)
@@ -55,20 +52,32 @@ def _one(names: list[str], role: str, root: object, by: str = "transforms=") -> 
     return names[0] if names else None
 
 
+def _as(read: Mapping[str, Field], role: str, image: str | None = None) -> list[str]:
+    """The fields read that a pipeline moves as `role` (Field.follows), of image field `image`
+    where given."""
+    of = [f for f, d in read.items() if d.follows() == role]
+    return [f for f in of if image is None or getattr(read[f], "image", None) == image]
+
+
 def roles_of(declared: Mapping[str, Field], fields: Sequence[str], root: object) -> Roles:
     """Each field's role (see the module's docstring); a dataset a pipeline cannot serve is a
     ValueError with the fix."""
     read = {f: declared[f] for f in fields if f in declared}
-    of = lambda kind: [f for f, d in read.items() if isinstance(d, kind)]  # noqa: E731
-    boxes = _one(of(Boxes), "boxes", root)
-    images = of(Image)
-    if boxes is not None:
-        images = [f for f in images if f == read[boxes].image]  # type: ignore[attr-defined]
-    image = _one(images, "image", root)
+    unmoved = [f for f, d in read.items() if d.placed and d.follows() not in ROLES]
+    if unmoved:
+        raise ValueError(
+            f"{root}: transforms= does not move field {unmoved[0]} "
+            f"({read[unmoved[0]].kind}). HINT: read it without transforms=, or with crop="
+        )
+    boxes = _one(_as(read, "boxes"), "boxes", root)
+    of = getattr(read[boxes], "image", None) if boxes is not None else None
+    image = _one(
+        _as(read, "image", None) if of is None else [of] if of in read else [], "image", root
+    )
     if image is None:
         raise ValueError(f"{root}: transforms= needs an image field among fields={tuple(fields)}")
-    label = _one([f for f in of(Label) if type(read[f]) is Label], "label", root)
-    mask = _follows(read, Mask, image, "mask", root)
+    label = _one(_as(read, "label"), "label", root)
+    mask = _one(_as(read, "mask", image), "mask", root)
     return _instances(read, Roles(image, mask, boxes, label=label), root, "transforms=")
 
 
@@ -77,34 +86,21 @@ def crop_roles(declared: Mapping[str, Field], fields: Sequence[str], root: objec
     keypoints and instances of its image, the per-box rows (as roles_of has them, the image
     read or not); None when no boxes are read."""
     read = {f: declared[f] for f in fields if f in declared}
-    boxes = _one([f for f, d in read.items() if isinstance(d, Boxes)], "boxes", root, "crop=")
+    boxes = _one(_as(read, "boxes"), "boxes", root, "crop=")
     if boxes is None:
         return None
     image: str = read[boxes].image  # type: ignore[attr-defined]
     return _instances(read, Roles(image, boxes=boxes), root, "crop=")
 
 
-def _follows(
-    read: Mapping[str, Field],
-    kind: type[Field],
-    image: str,
-    role: str,
-    root: object,
-    by: str = "transforms=",
-) -> str | None:
-    """The one field of `kind` of image field `image` read (None: none)."""
-    found = [f for f, d in read.items() if isinstance(d, kind) and getattr(d, "image", 0) == image]
-    return _one(found, role, root, by)
-
-
 def _instances(read: Mapping[str, Field], r: Roles, root: object, by: str) -> Roles:
     """Roles `r` with the keypoints and instances of its image, and its per-box fields: every
     ragged `Array` read, when boxes are."""
-    instances = _follows(read, Instances, r.image, "instances", root, by)
+    instances = _one(_as(read, "instances", r.image), "instances", root, by)
     if instances is not None and r.boxes is None:
         raise ValueError(f"{root}: instance masks move with their boxes: read 'boxes' too")
-    per_box = [f for f, d in read.items() if isinstance(d, Array) and d.is_ragged()]
-    keypoints = _follows(read, Keypoints, r.image, "keypoints", root, by)
+    per_box = _as(read, "per_box")
+    keypoints = _one(_as(read, "keypoints", r.image), "keypoints", root, by)
     return replace(
         r,
         keypoints=keypoints,

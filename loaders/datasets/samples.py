@@ -21,8 +21,8 @@ from loaders.datasets.roles import (
     transform,
 )
 from loaders.fields.base import RAGGED_POLICIES, Field
-from loaders.fields.image import Boxes, Image, Keypoints, Mask, hw_name
-from loaders.fields.instances import Instances
+from loaders.fields.image import Image, hw_name
+from loaders.fields.mask import Mask
 from loaders.format import array_name
 from loaders.read.batches import Batch, new_batch
 from loaders.read.memory import by_shard
@@ -101,9 +101,8 @@ class SampleDataset(DecodingDataset):
             found = read_crop(transforms) if isinstance(transforms, Compose) else None
             crop, transforms = found if found is not None else (crop, transforms)
         self.policies, self.crop, self.decode, self._threads = policies, crop, decode, threads
-        sized = (Image, Mask, Boxes, Instances, Keypoints)
-        images = [f for f in self.fields if isinstance(self.declared.get(f), sized)]
-        if images:
+        sized = [f for f in self.fields if f in self.declared and self._arrays_sized(f)]
+        if sized:
             if size is None and len(self.sizes) != 1:
                 raise ValueError(f"{self.store.root} has sizes {self.sizes}: pass size=")
             self.set_size(self.sizes[0] if size is None else size)
@@ -118,6 +117,10 @@ class SampleDataset(DecodingDataset):
             stored = [a for f in self.fields if f != "index" for a in self._arrays_of(f)]
             self.arrays.load(set(stored))
 
+    def _arrays_sized(self, field: str) -> bool:
+        """Whether a field stores an array a size (an image, or a field placed on one)."""
+        return any(s.size is not None for s in self.declared[field].arrays(field))
+
     def _reads_keep_images(self) -> bool:
         """Whether a field read is an image packed with mode keep (its samples' own shapes)."""
         found = [self.declared.get(f) for f in self.fields]
@@ -130,10 +133,9 @@ class SampleDataset(DecodingDataset):
         return self.store.manifest.sizes()
 
     def _arrays_of(self, field: str) -> list[str]:
-        names = [array_name(s.field, s.size) for s in self.declared[field].arrays(field)]
-        if isinstance(self.declared[field], (Mask, Instances)):  # its image's stored shapes
-            names += [hw_name(self.declared[field].image, s) for s in self.sizes]  # type: ignore[attr-defined]
-        return [n for n in names if n in self.store.manifest.arrays]
+        f = self.declared[field]
+        names = [array_name(s.field, s.size) for s in f.arrays(field)] + f.needs(field)
+        return [n for n in names if n in self.store.manifest.arrays]  # needs: its image's sides
 
     # -- size ----------------------------------------------------------------------------------
 

@@ -7,10 +7,13 @@ from __future__ import annotations
 from loaders.fields.array import Array, Scalar
 from loaders.fields.audio import Audio
 from loaders.fields.base import Field, FieldError
+from loaders.fields.boxes import Boxes
 from loaders.fields.column import Column
-from loaders.fields.image import Boxes, Image, Keypoints, Mask
+from loaders.fields.image import Image
 from loaders.fields.instances import Instances
+from loaders.fields.keypoints import Keypoints
 from loaders.fields.label import Label, Labels
+from loaders.fields.mask import Mask
 from loaders.fields.registry import KINDS, declared
 from loaders.fields.text import Bytes, Json, Text
 from loaders.fields.tokens import Tokens

@@ -39,6 +39,9 @@ class Array(Field):
         if not all(isinstance(n, int) and n >= 0 for n in rest):
             raise ValueError(f"shape {self.shape}: sizes, with None first for a ragged one")
 
+    def follows(self) -> str | None:
+        return "per_box" if self.is_ragged() else None  # COCO's labels, iscrowd, area
+
     def is_ragged(self) -> bool:
         return self.shape[:1] == (None,)
 

@@ -73,6 +73,9 @@ class Field:
 
     kind: ClassVar[str]
     ragged: ClassVar[bool] = False  # a ragged field's batches follow a policy (pad, list, jagged)
+    # Placed on image field `self.image`: takes its sizes and mode, is encoded after it (from
+    # its upright size: prep.fields' encode_for) and follows its crops.
+    placed: ClassVar[bool] = False
     heading: ClassVar[str | None] = None  # `prep info`: the line above the kind's first `lines`
     layer: ClassVar[int] = 0  # fields are drawn on a picture in layers: fills (0), then lines (1)
 
@@ -93,6 +96,12 @@ class Field:
         """The per-sample shapes a manifest may give one of the field's arrays (the declared
         one; an image: 1 or 3 channels, which its files' headers are checked against)."""
         return (declared.shape,)
+
+    def follows(self) -> str | None:
+        """What a transform pipeline moves this field as (loaders.datasets.roles): "image", its
+        "mask", "boxes", "keypoints", "instances", a box's row ("per_box"), the images' class
+        ("label"); None: it is not moved."""
+        return None
 
     def dtypes(self, declared: ArraySpec) -> tuple[str, ...]:
         """The stored dtypes a manifest may give one of the field's arrays (the declared one;

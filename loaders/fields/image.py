@@ -1,7 +1,7 @@
-"""Image sample fields, as the reader sees them: `Image` (raw, mode keep's own shapes, or
-JPEG, at one or more sizes), `Mask` (class ids, cropped and resized like its image) and `Boxes`
-(x0, y0, x1, y1 in its image's stored pixels). The writer's side (decoding any input, the pixel
-policy, resizing) is prep.fields.Image's.
+"""The image field: an image at one or more sizes, raw (mode keep: each its own shape) or JPEG.
+The writer's side (decoding any input, the pixel policy, resizing) is prep.fields.image's.
+Fields placed on an image (mask, boxes, keypoints, instances, polygons) take its sizes and mode
+and follow its crops: `hw_name` and `keep_problems` are theirs too.
 """
 
 from __future__ import annotations
@@ -13,9 +13,7 @@ from typing import Any
 
 import numpy as np
 
-import loaders.fields.drawing as drawing
-from loaders.fields.base import Field, Piece, Reading, sized, spec
-from loaders.fields.batching import ragged_batch
+from loaders.fields.base import Field, Piece, Reading, sized
 from loaders.format.spec import MAX_SIDE, ArraySpec, FormatError, array_name
 from loaders.format.stats import check_stats
 
@@ -38,6 +36,9 @@ class Image(Field):
     pad_value: int = 0
     max_pixels: int = 100_000_000
     kind = "image"
+
+    def follows(self) -> str | None:
+        return "image"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sizes", tuple(sorted({int(s) for s in self.sizes})))
@@ -123,180 +124,6 @@ class Image(Field):
         return [(np.ascontiguousarray(rgb), "")]
 
 
-@dataclass(frozen=True)
-class Mask(Field):
-    """Class ids (H, W) uint8 of image field `image`, resized with nearest neighbour and
-    cropped or padded exactly like it (its `sizes` and `mode` are the image's)."""
-
-    image: str = "image"
-    sizes: tuple[int, ...] = ()
-    mode: str = "fill"
-    pad_value: int = 0
-    kind = "mask"
-
-    def arrays(self, name: str) -> list[ArraySpec]:
-        codec = "ragged" if self.mode == "keep" else "raw"
-        return [sized(name, s, "mask", "uint8", (s, s), codec) for s in self.sizes]
-
-    def read(self, batch: Reading, name: str, policy: str) -> dict[str, Any]:
-        return {name: batch.images(self, name)}
-
-    def problems(self, name: str, arrays: Mapping[str, np.ndarray]) -> list[str]:
-        return keep_problems(name, self.image, self.sizes, 1, arrays)
-
-    def needs(self, name: str) -> list[str]:
-        return [hw_name(self.image, s) for s in self.sizes] if self.mode == "keep" else []
-
-    def value(self, name: str, piece: Piece, size: int | None) -> np.ndarray:
-        size = size or self.sizes[0]
-        data = piece(array_name(name, size))
-        if self.mode != "keep":
-            return data
-        return data.reshape(*(int(v) for v in piece(hw_name(self.image, size))))
-
-    def drawn_on(self) -> str | None:
-        return self.image
-
-    def draw(self, pictures: list[np.ndarray], value: Any, scale: float) -> list[np.ndarray]:
-        return [drawing.blend(p, value) for p in pictures]
-
-
-@dataclass(frozen=True)
-class Boxes(Field):
-    """Boxes (N, 4) float32, (x0, y0, x1, y1), in the pixels of image field `image` as stored
-    at each of its sizes: resized, cropped and padded with it (its `sizes` and `mode` are the
-    image's). Ragged: N boxes a sample, 0 allowed. A load-time `crop=` moves them with the
-    pixels and clips them to the crop; the dataset then drops those it leaves under 1 px wide
-    or high with their per-box rows, as transforms= does (loaders.datasets.roles)."""
-
-    image: str = "image"
-    sizes: tuple[int, ...] = ()
-    mode: str = "fill"
-    kind = "boxes"
-    ragged = True
-    layer = 1
-
-    def arrays(self, name: str) -> list[ArraySpec]:
-        return [sized(name, s, "boxes", "float32", (4,), "ragged") for s in self.sizes]
-
-    def read(self, batch: Reading, name: str, policy: str) -> dict[str, Any]:
-        pieces = batch.pieces(array_name(name, batch.size or 0))
-        crops = batch.crops(self.image)
-        if crops is not None:
-            pieces = [crop_boxes(p, box, crops[1]) for p, box in zip(pieces, crops[0], strict=True)]
-        return ragged_batch(name, pieces, (4,), policy)
-
-    def problems(self, name: str, arrays: Mapping[str, np.ndarray]) -> list[str]:
-        for s in self.sizes:
-            values, off = arrays[array_name(name, s)], arrays.get(array_name(name, s) + ".offsets")
-            if off is not None and np.any(np.diff(off) % 4):
-                return [f"a sample of {name} at {s} is not whole boxes of 4 numbers"]
-            b = values.reshape(-1, 4)
-            inside = (b >= 0).all() and (b <= s).all()  # nan fails both
-            if not inside or (b[:, 2:] < b[:, :2]).any():
-                return [f"a box of {name} at {s} is not x0 <= x1, y0 <= y1 within 0..{s} px"]
-        return []
-
-    def value(self, name: str, piece: Piece, size: int | None) -> np.ndarray:
-        return piece(array_name(name, size or self.sizes[0])).reshape(-1, 4)
-
-    def drawn_on(self) -> str | None:
-        return self.image
-
-    def draw(self, pictures: list[np.ndarray], value: Any, scale: float) -> list[np.ndarray]:
-        """Box k outlined in drawing.colour(k), 2 px wide."""
-        out = [p.copy() for p in pictures]
-        for k, box in enumerate(np.asarray(value, np.float64) * scale):
-            for p in out:
-                drawing.outline(p, box, drawing.colour(k))
-        return out
-
-    def caption(self, value: Any) -> str:
-        return f"({len(value)} boxes)"
-
-
-@dataclass(frozen=True)
-class Keypoints(Field):
-    """Keypoints (N, `joints`, 3) float32, (x, y, visibility), of image field `image`, in its
-    stored pixels at each of its sizes as Boxes are; (0, 0, 0) for a point not labelled or cut
-    away by the crop. A load-time `crop=` moves them with the pixels (and zeroes those it cuts)."""
-
-    image: str = "image"
-    joints: int = 1
-    sizes: tuple[int, ...] = ()
-    mode: str = "fill"
-    kind = "keypoints"
-    ragged = True
-    layer = 1
-
-    def arrays(self, name: str) -> list[ArraySpec]:
-        row = (self.joints, 3)
-        return [sized(name, s, "keypoints", "float32", row, "ragged") for s in self.sizes]
-
-    def read(self, batch: Reading, name: str, policy: str) -> dict[str, Any]:
-        pieces = batch.pieces(array_name(name, batch.size or 0))
-        crops = batch.crops(self.image)
-        if crops is not None:
-            pieces = [
-                crop_points(p, box, crops[1]) for p, box in zip(pieces, crops[0], strict=True)
-            ]
-        return ragged_batch(name, pieces, (self.joints, 3), policy)
-
-    def problems(self, name: str, arrays: Mapping[str, np.ndarray]) -> list[str]:
-        step = 3 * self.joints
-        for s in self.sizes:
-            off = arrays.get(array_name(name, s) + ".offsets")
-            if off is not None and np.any(np.diff(off) % step):
-                return [f"a sample of {name} at {s} is not whole instances of {self.joints} points"]
-        return []
-
-    def value(self, name: str, piece: Piece, size: int | None) -> np.ndarray:
-        return piece(array_name(name, size or self.sizes[0])).reshape(-1, self.joints, 3)
-
-    def drawn_on(self) -> str | None:
-        return self.image
-
-    def draw(self, pictures: list[np.ndarray], value: Any, scale: float) -> list[np.ndarray]:
-        """Each instance's labelled points (visibility > 0) in drawing.colour(instance)."""
-        out = [p.copy() for p in pictures]
-        for k, points in enumerate(np.asarray(value, np.float64)):
-            for p in out:
-                drawing.dots(p, points[points[:, 2] > 0, :2] * scale, drawing.colour(k))
-        return out
-
-
-def crop_points(flat: np.ndarray, crop: np.ndarray, out_hw: tuple[int, int]) -> np.ndarray:
-    """Keypoints (flat x, y, v) moved into crop (top, left, height, width) resized to `out_hw`;
-    a point outside it, or not labelled, becomes (0, 0, 0).
-
-    >>> crop_points(np.array([10, 20, 2, 5, 5, 1], np.float32), np.array([10, 0, 50, 50]), (25, 25))
-    array([5., 5., 2., 0., 0., 0.], dtype=float32)
-    """
-    top, left, h, w = (float(v) for v in crop)
-    p = flat.reshape(-1, 3).astype(np.float64)  # a pipeline's math, as crop_boxes
-    p[:, 0] = (p[:, 0] - left) * (out_hw[1] / w)
-    p[:, 1] = (p[:, 1] - top) * (out_hw[0] / h)
-    gone = (p[:, 2] <= 0) | (p[:, 0] < 0) | (p[:, 1] < 0)
-    p[gone | (p[:, 0] > out_hw[1]) | (p[:, 1] > out_hw[0])] = 0
-    return p.astype(np.float32).reshape(-1)
-
-
-def crop_boxes(flat: np.ndarray, crop: np.ndarray, out_hw: tuple[int, int]) -> np.ndarray:
-    """Boxes (flat x0, y0, x1, y1) moved into crop (top, left, height, width) of their image
-    resized to `out_hw`, and clipped to it.
-
-    >>> crop_boxes(np.array([10, 20, 50, 60], np.float32), np.array([0, 10, 100, 100]), (50, 50))
-    array([ 0., 10., 20., 30.], dtype=float32)
-    """
-    top, left, h, w = (float(v) for v in crop)
-    # float64, then float32: the very math of a pipeline's crop (Targets.moved), so that crop=
-    # and transforms= keep and drop the same boxes (a copy: the map is read-only)
-    b = flat.reshape(-1, 4).astype(np.float64)
-    b[:, 0::2] = np.clip((b[:, 0::2] - left) * (out_hw[1] / w), 0, out_hw[1])
-    b[:, 1::2] = np.clip((b[:, 1::2] - top) * (out_hw[0] / h), 0, out_hw[0])
-    return b.astype(np.float32).reshape(-1)
-
-
 def keep_problems(
     name: str,
     image: str,
@@ -330,4 +157,4 @@ def hw_name(image: str, size: int) -> str:
     return array_name(f"{image}_hw", size)
 
 
-__all__ = ["Boxes", "Image", "Keypoints", "Mask", "hw_name", "spec"]
+__all__ = ["Image", "hw_name", "keep_problems"]

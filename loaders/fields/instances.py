@@ -35,6 +35,11 @@ class Instances(Field):
     kind = "instances"
     ragged = True
 
+    placed = True
+
+    def follows(self) -> str | None:
+        return "instances"
+
     def arrays(self, name: str) -> list[ArraySpec]:
         return [sized(name, s, "instances", "uint8", (s, s), "ragged") for s in self.sizes]
 

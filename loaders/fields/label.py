@@ -30,6 +30,9 @@ class Label(Field):
     dtype: str | None = None
     kind = "label"
 
+    def follows(self) -> str | None:
+        return "label"
+
     def __post_init__(self) -> None:
         if self.dtype is not None and self.dtype not in UNSIGNED:
             raise ValueError(f"dtype {self.dtype!r} is not one of {UNSIGNED}")

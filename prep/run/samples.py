@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
-from loaders.fields import Boxes, Field, Image, Instances, Keypoints, Mask, Text, Tokens
+from loaders.fields import Field, Image, Mask, Text, Tokens
 from loaders.fields.base import FieldError, check_name, encode_source
 from loaders.format import ArraySpec, Manifest, Shard, array_name
 from prep.run.driver import Kind, shard_size
@@ -31,7 +31,6 @@ from prep.run.inputs import Reject
 from prep.run.shardwriter import write_shard
 from prep.run.tasks import shard_task
 
-PLACED = (Mask, Boxes, Instances, Keypoints)  # the fields bound to an image field, placed like it
 SOURCE = "source"  # the field of each sample's input, where a command stores it
 Sample = dict[str, Any]  # field name -> its value, as a command's function makes it
 Make = Callable[[Any], "Sample | list[Sample] | None"]  # an input -> its sample(s), or None
@@ -121,8 +120,9 @@ def encode_sample(
         if isinstance(field, (Image, Mask)) and isinstance(v, (str, Path)) and base is not None:
             v = base / v  # an absolute path stays as it is
         try:
-            if isinstance(field, PLACED):  # placed like their image (prep.fields)
-                got = field.encode_for(v, uprights[field.image])  # type: ignore[union-attr]
+            if field.placed:  # placed like their image (prep.fields)
+                on = uprights[field.image]  # type: ignore[attr-defined]
+                got = field.encode_for(v, on)  # type: ignore[attr-defined]
             elif name in counting:
                 got, counted[name] = field.encode_counted(v)  # type: ignore[attr-defined]
             else:
@@ -279,7 +279,7 @@ def bind_fields(fields: Any) -> dict[str, Field]:
             raise UsageError(problem)
     out = dict(fields)
     for name, f in fields.items():
-        if isinstance(f, PLACED):
+        if f.placed:
             image = fields.get(f.image)
             if not isinstance(image, Image):
                 raise UsageError(f"{f.kind} {name}: image={f.image!r} is not an Image field")
@@ -289,7 +289,7 @@ def bind_fields(fields: Any) -> dict[str, Field]:
 
 def ordered(fields: dict[str, Field]) -> dict[str, Field]:
     """Images first, so that each mask's (and boxes') image is encoded before it."""
-    return dict(sorted(fields.items(), key=lambda kv: isinstance(kv[1], PLACED)))
+    return dict(sorted(fields.items(), key=lambda kv: kv[1].placed))
 
 
 def array_specs(fields: dict[str, Field]) -> dict[str, ArraySpec]:

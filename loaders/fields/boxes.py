@@ -1,0 +1,90 @@
+"""The boxes field: (x0, y0, x1, y1) in the pixels of an image field as stored at each size,
+placed, cropped and clipped with it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+import loaders.fields.drawing as drawing
+from loaders.fields.base import Field, Piece, Reading, sized
+from loaders.fields.batching import ragged_batch
+from loaders.format.spec import ArraySpec, array_name
+
+
+@dataclass(frozen=True)
+class Boxes(Field):
+    """Boxes (N, 4) float32, (x0, y0, x1, y1), in the pixels of image field `image` as stored
+    at each of its sizes: resized, cropped and padded with it (its `sizes` and `mode` are the
+    image's). Ragged: N boxes a sample, 0 allowed. A load-time `crop=` moves them with the
+    pixels and clips them to the crop; the dataset then drops those it leaves under 1 px wide
+    or high with their per-box rows, as transforms= does (loaders.datasets.roles)."""
+
+    image: str = "image"
+    sizes: tuple[int, ...] = ()
+    mode: str = "fill"
+    kind = "boxes"
+    ragged = True
+    layer = 1
+
+    placed = True
+
+    def follows(self) -> str | None:
+        return "boxes"
+
+    def arrays(self, name: str) -> list[ArraySpec]:
+        return [sized(name, s, "boxes", "float32", (4,), "ragged") for s in self.sizes]
+
+    def read(self, batch: Reading, name: str, policy: str) -> dict[str, Any]:
+        pieces = batch.pieces(array_name(name, batch.size or 0))
+        crops = batch.crops(self.image)
+        if crops is not None:
+            pieces = [crop_boxes(p, box, crops[1]) for p, box in zip(pieces, crops[0], strict=True)]
+        return ragged_batch(name, pieces, (4,), policy)
+
+    def problems(self, name: str, arrays: Mapping[str, np.ndarray]) -> list[str]:
+        for s in self.sizes:
+            values, off = arrays[array_name(name, s)], arrays.get(array_name(name, s) + ".offsets")
+            if off is not None and np.any(np.diff(off) % 4):
+                return [f"a sample of {name} at {s} is not whole boxes of 4 numbers"]
+            b = values.reshape(-1, 4)
+            inside = (b >= 0).all() and (b <= s).all()  # nan fails both
+            if not inside or (b[:, 2:] < b[:, :2]).any():
+                return [f"a box of {name} at {s} is not x0 <= x1, y0 <= y1 within 0..{s} px"]
+        return []
+
+    def value(self, name: str, piece: Piece, size: int | None) -> np.ndarray:
+        return piece(array_name(name, size or self.sizes[0])).reshape(-1, 4)
+
+    def drawn_on(self) -> str | None:
+        return self.image
+
+    def draw(self, pictures: list[np.ndarray], value: Any, scale: float) -> list[np.ndarray]:
+        """Box k outlined in drawing.colour(k), 2 px wide."""
+        out = [p.copy() for p in pictures]
+        for k, box in enumerate(np.asarray(value, np.float64) * scale):
+            for p in out:
+                drawing.outline(p, box, drawing.colour(k))
+        return out
+
+    def caption(self, value: Any) -> str:
+        return f"({len(value)} boxes)"
+
+
+def crop_boxes(flat: np.ndarray, crop: np.ndarray, out_hw: tuple[int, int]) -> np.ndarray:
+    """Boxes (flat x0, y0, x1, y1) moved into crop (top, left, height, width) of their image
+    resized to `out_hw`, and clipped to it.
+
+    >>> crop_boxes(np.array([10, 20, 50, 60], np.float32), np.array([0, 10, 100, 100]), (50, 50))
+    array([ 0., 10., 20., 30.], dtype=float32)
+    """
+    top, left, h, w = (float(v) for v in crop)
+    # float64, then float32: the very math of a pipeline's crop (Targets.moved), so that crop=
+    # and transforms= keep and drop the same boxes (a copy: the map is read-only)
+    b = flat.reshape(-1, 4).astype(np.float64)
+    b[:, 0::2] = np.clip((b[:, 0::2] - left) * (out_hw[1] / w), 0, out_hw[1])
+    b[:, 1::2] = np.clip((b[:, 1::2] - top) * (out_hw[0] / h), 0, out_hw[0])
+    return b.astype(np.float32).reshape(-1)

@@ -1,0 +1,86 @@
+"""The keypoints field: (x, y, visibility) of each joint of each instance, in the pixels of an
+image field as stored, placed and cropped with it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+import loaders.fields.drawing as drawing
+from loaders.fields.base import Field, Piece, Reading, sized
+from loaders.fields.batching import ragged_batch
+from loaders.format.spec import ArraySpec, array_name
+
+
+@dataclass(frozen=True)
+class Keypoints(Field):
+    """Keypoints (N, `joints`, 3) float32, (x, y, visibility), of image field `image`, in its
+    stored pixels at each of its sizes as Boxes are; (0, 0, 0) for a point not labelled or cut
+    away by the crop. A load-time `crop=` moves them with the pixels (and zeroes those it cuts)."""
+
+    image: str = "image"
+    joints: int = 1
+    sizes: tuple[int, ...] = ()
+    mode: str = "fill"
+    kind = "keypoints"
+    ragged = True
+    layer = 1
+
+    placed = True
+
+    def follows(self) -> str | None:
+        return "keypoints"
+
+    def arrays(self, name: str) -> list[ArraySpec]:
+        row = (self.joints, 3)
+        return [sized(name, s, "keypoints", "float32", row, "ragged") for s in self.sizes]
+
+    def read(self, batch: Reading, name: str, policy: str) -> dict[str, Any]:
+        pieces = batch.pieces(array_name(name, batch.size or 0))
+        crops = batch.crops(self.image)
+        if crops is not None:
+            pieces = [
+                crop_points(p, box, crops[1]) for p, box in zip(pieces, crops[0], strict=True)
+            ]
+        return ragged_batch(name, pieces, (self.joints, 3), policy)
+
+    def problems(self, name: str, arrays: Mapping[str, np.ndarray]) -> list[str]:
+        step = 3 * self.joints
+        for s in self.sizes:
+            off = arrays.get(array_name(name, s) + ".offsets")
+            if off is not None and np.any(np.diff(off) % step):
+                return [f"a sample of {name} at {s} is not whole instances of {self.joints} points"]
+        return []
+
+    def value(self, name: str, piece: Piece, size: int | None) -> np.ndarray:
+        return piece(array_name(name, size or self.sizes[0])).reshape(-1, self.joints, 3)
+
+    def drawn_on(self) -> str | None:
+        return self.image
+
+    def draw(self, pictures: list[np.ndarray], value: Any, scale: float) -> list[np.ndarray]:
+        """Each instance's labelled points (visibility > 0) in drawing.colour(instance)."""
+        out = [p.copy() for p in pictures]
+        for k, points in enumerate(np.asarray(value, np.float64)):
+            for p in out:
+                drawing.dots(p, points[points[:, 2] > 0, :2] * scale, drawing.colour(k))
+        return out
+
+
+def crop_points(flat: np.ndarray, crop: np.ndarray, out_hw: tuple[int, int]) -> np.ndarray:
+    """Keypoints (flat x, y, v) moved into crop (top, left, height, width) resized to `out_hw`;
+    a point outside it, or not labelled, becomes (0, 0, 0).
+
+    >>> crop_points(np.array([10, 20, 2, 5, 5, 1], np.float32), np.array([10, 0, 50, 50]), (25, 25))
+    array([5., 5., 2., 0., 0., 0.], dtype=float32)
+    """
+    top, left, h, w = (float(v) for v in crop)
+    p = flat.reshape(-1, 3).astype(np.float64)  # a pipeline's math, as crop_boxes
+    p[:, 0] = (p[:, 0] - left) * (out_hw[1] / w)
+    p[:, 1] = (p[:, 1] - top) * (out_hw[0] / h)
+    gone = (p[:, 2] <= 0) | (p[:, 0] < 0) | (p[:, 1] < 0)
+    p[gone | (p[:, 0] > out_hw[1]) | (p[:, 1] > out_hw[0])] = 0
+    return p.astype(np.float32).reshape(-1)
