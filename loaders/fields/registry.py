@@ -19,6 +19,7 @@ from loaders.fields.instances import Instances
 from loaders.fields.keypoints import Keypoints
 from loaders.fields.label import Label, Labels
 from loaders.fields.mask import Mask
+from loaders.fields.polygons import Polygons
 from loaders.fields.text import Bytes, Json, Text
 from loaders.fields.tokens import Tokens
 from loaders.fields.video import Video
@@ -46,6 +47,7 @@ KINDS: dict[str, type[Field]] = {
         Volume,
         VolumeLabel,
         Column,
+        Polygons,
     )
 }
 

@@ -6,6 +6,7 @@
 
 from loaders.fields import Array, Bytes, Json, Label, Labels, Scalar, Text
 from prep.fields.image import Boxes, Image, Instances, Keypoints, Mask, Tokens
+from prep.fields.polygons import Polygons
 
 __all__ = [
     "Array",
@@ -18,6 +19,7 @@ __all__ = [
     "Label",
     "Labels",
     "Mask",
+    "Polygons",
     "Scalar",
     "Text",
     "Tokens",

@@ -49,7 +49,7 @@ class CocoSummary(RunSummary):
 
 
 def fields_of(cfg: CocoConfig, categories: Categories) -> dict[str, Any]:
-    from prep.fields import Array, Boxes, Instances, Keypoints, Labels, Mask, Scalar
+    from prep.fields import Array, Boxes, Instances, Keypoints, Labels, Mask, Polygons, Scalar
 
     image = image_field(cfg)
     fields: dict[str, Any] = {
@@ -69,6 +69,8 @@ def fields_of(cfg: CocoConfig, categories: Categories) -> dict[str, Any]:
         fields["mask"] = Mask(image="image")
     if cfg.instances:
         fields["instances"] = Instances(image="image")
+    if cfg.polygons:
+        fields["polygons"] = Polygons(image="image")
     if cfg.keypoints:
         if not categories.joints:
             raise UsageError(f"--keypoints: no category of {cfg.src} names its keypoints")
@@ -107,6 +109,8 @@ def make_sample(value: dict[str, Any]) -> dict[str, Any]:
             if "instances" in value["drawn"]:
                 masks = [rasterise(seg, hw) for seg in segs]
                 sample["instances"] = np.stack(masks) if masks else np.zeros((0, *hw), np.uint8)
+            if "polygons" in value["drawn"]:  # an RLE (a crowd) has no polygon to keep
+                sample["polygons"] = [p for seg in segs if isinstance(seg, list) for p in seg]
         except (ValueError, TypeError, KeyError) as e:
             raise Reject(f"a segmentation that cannot be drawn: {e}", "bad_segmentation") from e
     return sample

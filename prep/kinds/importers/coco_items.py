@@ -142,7 +142,8 @@ def _value(p: _Parsed, bad: np.ndarray, keep: np.ndarray, cfg: CocoConfig) -> An
     }
     if p.points is not None:
         value["keypoints"] = p.points[keep]
-    drawn = [f for f, on in (("mask", cfg.masks), ("instances", cfg.instances)) if on]
+    asked = (("mask", cfg.masks), ("instances", cfg.instances), ("polygons", cfg.polygons))
+    drawn = [f for f, on in asked if on]
     if drawn:  # the kept instances' only: the masks match the boxes
         value["segmentation"] = [p.anns[j].get("segmentation", []) for j in np.flatnonzero(keep)]
         value["drawn"] = drawn

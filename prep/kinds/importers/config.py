@@ -82,6 +82,12 @@ class CocoConfig(PathsConfig):
         "a sample.",
     )
 
+    polygons: bool = opt(
+        False,
+        "Also each instance's segmentation polygons (x, y points), placed like the image and "
+        "cut to what it shows (a Polygons field; RLE segmentations have none).",
+    )
+
     SECTION: ClassVar[str] = "coco"
     USAGE: ClassVar[str] = "ANNOTATIONS IMAGES_DIR OUT"
 
