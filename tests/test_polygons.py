@@ -87,7 +87,7 @@ def test_transforms_refuse_polygons_and_the_report_draws_them(tmp_path: Path) ->
     from loaders.transforms import Compose, RandomHorizontalFlip
 
     root = packed(tmp_path, "fill")
-    with pytest.raises(ValueError, match="does not move field polygons.*HINT"):
+    with pytest.raises(ValueError, match=r"does not move field polygons.*HINT"):
         SampleDataset(
             root, fields=("image", "polygons"), transforms=Compose([RandomHorizontalFlip()])
         )
