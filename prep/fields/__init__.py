@@ -5,8 +5,7 @@
 """
 
 from loaders.fields import Array, Bytes, Json, Label, Labels, Scalar, Text
-from prep.fields.image import Boxes, Image, Instances, Keypoints, Mask, Tokens
-from prep.fields.polygons import Polygons
+from prep.fields.image import Boxes, Image, Instances, Keypoints, Mask, Polygons, Tokens
 
 __all__ = [
     "Array",

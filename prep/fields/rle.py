@@ -16,8 +16,7 @@ from typing import Any
 import numpy as np
 
 SHIFT = 4  # polygon vertices to 1/16 px (cv2.fillPoly's fixed point)
-# A vertex farther than this is no annotation: 2**24 px at 1/16 px still fits cv2's int32
-# (NaN, Infinity or 1e308 were cast to garbage and a wrong mask drawn, unsaid)
+# A vertex farther is no annotation (NaN, Infinity, 1e308); 2**24 px at 1/16 px fits cv2's int32
 MAX_COORD = 2**24
 
 
@@ -81,30 +80,26 @@ def rle_decode(rle: dict[str, Any]) -> np.ndarray:
 
 def rasterise(segmentation: Any, hw: tuple[int, int]) -> np.ndarray:
     """One annotation's segmentation as a uint8 (h, w) mask of 0 and 1; ValueError if odd."""
-    try:
-        return _rasterise(segmentation, hw)
-    except OverflowError as e:  # JSON's Infinity, or an integer no float holds
-        raise ValueError(f"a segmentation holding a number out of range ({e})") from None
-
-
-def _rasterise(segmentation: Any, hw: tuple[int, int]) -> np.ndarray:
     import cv2
 
-    if isinstance(segmentation, dict):
-        if isinstance(segmentation.get("counts"), bytes):
-            segmentation = {**segmentation, "counts": segmentation["counts"].decode()}
-        size = tuple(int(v) for v in segmentation["size"])
-        if size != tuple(hw):  # before decoding: its counts may claim any size
-            raise ValueError(f"RLE of size {list(size)} on a {hw[1]}x{hw[0]} image")
-        return np.ascontiguousarray(rle_decode(segmentation))
-    mask = np.zeros(hw, np.uint8)
-    polygons = [np.asarray(p, np.float64).reshape(-1, 2) for p in segmentation]
-    if not all(np.all(np.abs(p) <= MAX_COORD) for p in polygons):  # NaN fails it too
-        raise ValueError(f"a polygon vertex is not a number within {MAX_COORD:,} px")
-    points = [np.round(p * (1 << SHIFT)).astype(np.int32) for p in polygons if len(p) >= 3]
-    if points:
-        cv2.fillPoly(mask, points, 1, lineType=cv2.LINE_8, shift=SHIFT)
-    return mask
+    try:
+        if isinstance(segmentation, dict):
+            if isinstance(segmentation.get("counts"), bytes):
+                segmentation = {**segmentation, "counts": segmentation["counts"].decode()}
+            size = tuple(int(v) for v in segmentation["size"])
+            if size != tuple(hw):  # before decoding: its counts may claim any size
+                raise ValueError(f"RLE of size {list(size)} on a {hw[1]}x{hw[0]} image")
+            return np.ascontiguousarray(rle_decode(segmentation))
+        mask = np.zeros(hw, np.uint8)
+        polygons = [np.asarray(p, np.float64).reshape(-1, 2) for p in segmentation]
+        if not all(np.all(np.abs(p) <= MAX_COORD) for p in polygons):  # NaN fails it too
+            raise ValueError(f"a polygon vertex is not a number within {MAX_COORD:,} px")
+        points = [np.round(p * (1 << SHIFT)).astype(np.int32) for p in polygons if len(p) >= 3]
+        if points:
+            cv2.fillPoly(mask, points, 1, lineType=cv2.LINE_8, shift=SHIFT)
+        return mask
+    except OverflowError as e:  # JSON's Infinity, or an integer no float holds
+        raise ValueError(f"a segmentation holding a number out of range ({e})") from None
 
 
 def semantic(segmentations: list[Any], labels: np.ndarray, hw: tuple[int, int]) -> np.ndarray:
