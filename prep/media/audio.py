@@ -1,14 +1,8 @@
-"""A sound file decoded once, down-mixed or fitted to the stored channels, resampled with soxr
-and converted to the stored dtype. Arrays in, arrays out, but for the file read at the top.
-
-soundfile (libsndfile) reads WAV, FLAC, OGG/Vorbis, Opus, MP3 and the other formats it knows;
-a file it does not recognise goes to PyAV (FFmpeg: AAC, M4A, WMA...). Bad input raises Reject
-with one of the README's codes: `empty`, `corrupt`, `truncated`, `too_long`, `no_audio`,
-`zero_rate`, `not_finite`, `channels`.
-
-A file's length is never trusted to size a buffer: a header that claims more than the cap
-(`Limit`) is refused before decoding, and decoding reads blocks, so a FLAC whose STREAMINFO
-claims 2**36 samples costs what its real samples do.
+"""A sound file decoded once (libsndfile, else FFmpeg through PyAV: AAC, M4A, WMA...), fitted to
+the stored channels, resampled with soxr and converted to the stored dtype. Bad input raises
+Reject with one of the README's codes. A file's length is never trusted to size a buffer: a
+header that claims more than the cap (`Limit`) is refused before decoding, and decoding reads
+blocks, so a FLAC whose STREAMINFO claims 2**36 samples costs what its real samples do.
 """
 
 from __future__ import annotations
@@ -35,12 +29,11 @@ DEFAULT_MAX_FILE_SECONDS = 7200.0  # 2 hours: a long podcast or recorded session
 # The cap's samples (frames x channels) are counted as seconds of this: a file at 384 kHz or
 # with 64 channels holds many samples a second, and memory follows samples, not seconds.
 CAP_RATE, CAP_CHANNELS = 48000, 2
-# libsndfile's error codes that mean "not mine": try FFmpeg instead. 7 is what its MP3 reader
-# gives a file without one MPEG frame ("File does not exist or is not a regular file"): FFmpeg
-# then says what the file is not, rather than a misleading reason.
+# libsndfile's error codes that mean "not mine": try FFmpeg instead (7: its MP3 reader on a file
+# without one MPEG frame, "File does not exist...": FFmpeg says better what the file is not).
 _NOT_RECOGNISED = (1, 4, 7)
-# libsndfile's "Internal psf_fseek() failed": soundfile seeks to where each read ended, which
-# fails once a read passes the real end of a FLAC whose STREAMINFO claims more samples.
+# "Internal psf_fseek() failed": soundfile seeks to where each read ended, which fails once a
+# read passes the real end of a FLAC whose STREAMINFO claims more samples.
 _SEEK_FAILED = 39
 
 
