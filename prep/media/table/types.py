@@ -1,4 +1,5 @@
-"""The type rules of a table column: decided once over every row, recorded in the manifest.
+"""The type rules of a table column, decided once over every row (recorded in the manifest),
+and a column's cells encoded in its stored dtype, a block at a time.
 
 Per block, a column's values get a kind (null < bool, int < float, time, string); the kinds of
 its blocks combine (int and float give float, any other mix gives string). Then:
@@ -17,7 +18,7 @@ its blocks combine (int and float give float, any other mix gives string). Then:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -63,12 +64,6 @@ def code_dtype(vocab_size: int, column: str = "", first: int = FIRST_CODE) -> st
             "at most). HINT: --drop the column, or hash it into fewer values before packing"
         )
     return smallest_uint(top)
-
-
-def first_of(col: dict[str, Any]) -> int:
-    """The code of a coded column's first value: 0 for a target's class ids, else FIRST_CODE
-    (datasets packed before class ids have no first_code: their targets start at 2 too)."""
-    return int(col.get("first_code", FIRST_CODE))
 
 
 def float_dtype(float16: bool, amax: float) -> str:
@@ -195,7 +190,40 @@ class Column:
     def coded(self) -> bool:
         return self.vocab is not None
 
-    def to_dict(self) -> dict[str, Any]:
-        """The manifest's entry (shallow: asdict would deep-copy every vocabulary value)."""
-        values = {f.name: getattr(self, f.name) for f in fields(self)}
-        return {k: v for k, v in values.items() if v is not None}
+
+def kept_form(arr: pa.Array, float16: bool) -> pa.Array:
+    """Floats as float32, the dtype they are stored in whatever the other blocks hold, unless
+    --float16 (rounded once, from the parsed value); every other type as parsed."""
+    if pa.types.is_floating(arr.type) and arr.type != pa.float32() and not float16:
+        return arr.cast(pa.float32(), safe=False)  # no range check: out of range is inf
+    return arr
+
+
+def encode(arr: pa.Array, col: Column, vocab: pa.Array | None = None) -> np.ndarray:
+    """One block of a column in its stored dtype. `vocab`: the column's vocabulary (coded)."""
+    if col.coded:
+        assert vocab is not None
+        first = FIRST_CODE if col.first_code is None else col.first_code
+        return _codes(arr, vocab, np.dtype(col.dtype), first)
+    if col.kind == "time":
+        return filled(arr.cast(pa.timestamp("ns")).cast(pa.int64()), NAT)
+    if arr.type == pa.float32() and col.dtype == "float32":
+        return filled(arr, np.nan)
+    x = as_float(arr, col.kind) if col.kind != "null" else np.full(len(arr), np.nan)
+    if np.dtype(col.dtype).kind in "iu":
+        if col.kind in ("int", "bool") and pa.types.is_integer(arr.type):
+            return np.asarray(arr, dtype=np.int64).astype(col.dtype)
+        if col.kind == "int":
+            return np.asarray(arr.cast(pa.int64()), dtype=np.int64).astype(col.dtype)
+    return x.astype(col.dtype)
+
+
+def _codes(arr: pa.Array, vocab: pa.Array, dtype: np.dtype[Any], first: int) -> np.ndarray:
+    """Codes of a block: each distinct value looked up once (not once a row), in one
+    vectorised search of the vocabulary; vocab[0] is code `first` (0 for a target's class ids:
+    its vocabulary holds every row's value and no row misses it)."""
+    enc = as_dictionary(arr)
+    pos = pc.index_in(enc.dictionary, value_set=vocab)  # null: not in the train vocabulary
+    lut = np.asarray(pc.add(pos.cast(pa.int64()), first).fill_null(UNSEEN), dtype=np.int64)
+    idx = filled(enc.indices, len(lut))
+    return np.append(lut, MISSING).astype(dtype)[idx]

@@ -1,13 +1,10 @@
-"""Text in: reading documents under one text policy (the tokenizers: tokenizers.py).
-
-What a document's text is (decoding its tokens gives back exactly this string):
+"""Reading documents under one text policy; decoding a document's tokens gives back exactly:
 
 - a whole `.txt` file, one line of it (`--split-lines`), or one JSONL record's text field;
-- decoded as UTF-8: invalid bytes reject the document (errors="strict", the default) or become
-  U+FFFD (errors="replace"); lone surrogates in a JSON string are treated the same way;
-- one leading U+FEFF (a byte order mark) dropped;
-- CRLF turned into LF (a lone CR is kept); a line's own terminator is not part of the line;
-- nothing else changed: no Unicode normalisation, no stripping; an empty document is kept.
+- decoded as UTF-8: invalid bytes (and a JSON string's lone surrogates) reject the document
+  (errors="strict") or become U+FFFD (errors="replace");
+- one leading U+FEFF dropped, CRLF turned into LF (a lone CR kept), a line's own terminator not
+  part of it; nothing else changed (no normalisation, no stripping; an empty document is kept).
 """
 
 from __future__ import annotations
@@ -91,26 +88,20 @@ def list_text(src: Path, split_lines: bool) -> tuple[list[Piece], list[dict[str,
 def iter_lines(
     f: BinaryIO, start: int, end: int, max_bytes: int
 ) -> Iterator[tuple[int, int, bytes | None]]:
-    """(offset, next offset, line) for each line starting in [start, end), without its LF/CRLF.
-
-    A line longer than max_bytes comes back as None after being skipped in 1 MB reads, so memory
-    stays bounded by max_bytes whatever the file holds."""
+    """(offset, next offset, line) for each line starting in [start, end), without its LF/CRLF;
+    a line over max_bytes is None, skipped in 1 MB reads (memory stays bounded)."""
     f.seek(start)
     pos = start
     while pos < end:
         chunk = f.readline(max_bytes + 1)
         if not chunk:
             return
+        nxt = pos + len(chunk)
         if chunk.endswith(b"\n") or len(chunk) <= max_bytes:
-            nxt = pos + len(chunk)
-            line = chunk[:-1] if chunk.endswith(b"\n") else chunk
-            yield pos, nxt, line[:-1] if line.endswith(b"\r") else line
+            yield pos, nxt, chunk.removesuffix(b"\n").removesuffix(b"\r")
         else:
-            nxt = pos + len(chunk)
-            while not chunk.endswith(b"\n"):
+            while chunk and not chunk.endswith(b"\n"):
                 chunk = f.readline(_CHUNK)
-                if not chunk:
-                    break
                 nxt += len(chunk)
             yield pos, nxt, None
         pos = nxt
@@ -126,15 +117,13 @@ def line_starts(path: str, size: int, step: int) -> list[int]:
             f.seek(target - 1)  # a line starts at target when the byte before it is LF
             pos = target - 1
             while True:
-                block = f.read(_CHUNK)
-                if not block:
+                line = f.readline(_CHUNK)
+                if not line:
                     pos = size
                     break
-                hit = block.find(b"\n")
-                if hit >= 0:
-                    pos += hit + 1
+                pos += len(line)
+                if line.endswith(b"\n"):
                     break
-                pos += len(block)
             if pos >= size:
                 break
             cuts.append(pos)

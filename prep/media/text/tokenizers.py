@@ -7,7 +7,6 @@ import json
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +45,16 @@ class Tokenizer(ABC):
     vocab_size: int
     eot_id: int | None  # put after every document; None: the offsets alone mark documents
 
+    @classmethod
+    @abstractmethod
+    def fit(cls, corpus: Callable[[], Iterable[str]], vocab_size: int) -> Tokenizer:
+        """Built from the corpus: a callable, so that a kind that needs none never reads it."""
+
+    @classmethod
+    @abstractmethod
+    def load(cls, path: Path | None) -> Tokenizer:
+        """From its file (None: the kind has none)."""
+
     @abstractmethod
     def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """The ids of all `texts` back to back, each document followed by `eot_id` when there
@@ -60,10 +69,28 @@ class Tokenizer(ABC):
         """Write the tokenizer file into `folder` (atomically)."""
 
 
+def _ids(ids: Iterable[int] | np.ndarray) -> np.ndarray:
+    return np.asarray(ids if isinstance(ids, np.ndarray) else list(ids), dtype=np.int64)
+
+
+def _need(path: Path | None) -> Path:
+    if path is None:
+        raise PrepError("this tokenizer needs its file. HINT: the dataset is incomplete; repack")
+    return path
+
+
 class ByteTokenizer(Tokenizer):
     """UTF-8 bytes: 256 ids, uint8, no end-of-document token (offsets mark documents)."""
 
     name, file, vocab_size, eot_id = "bytes", None, 256, None
+
+    @classmethod
+    def fit(cls, corpus: Callable[[], Iterable[str]], vocab_size: int) -> ByteTokenizer:
+        return cls()
+
+    @classmethod
+    def load(cls, path: Path | None) -> ByteTokenizer:
+        return cls()
 
     def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         data = [t.encode("utf-8") for t in texts]
@@ -74,7 +101,7 @@ class ByteTokenizer(Tokenizer):
         return None  # nothing to store: UTF-8 defines it
 
     def decode(self, ids: Iterable[int] | np.ndarray) -> str:
-        arr = np.asarray(ids if isinstance(ids, np.ndarray) else list(ids), dtype=np.int64)
+        arr = _ids(ids)
         if arr.size and (arr.min() < 0 or arr.max() > 255):
             raise ValueError("byte ids must be 0..255")
         # A window may cut a character in two: its bytes read as U+FFFD rather than raise.
@@ -97,15 +124,15 @@ class CharTokenizer(Tokenizer):
         self._points = points
 
     @classmethod
-    def fit(cls, corpus: Iterable[str]) -> CharTokenizer:
+    def fit(cls, corpus: Callable[[], Iterable[str]], vocab_size: int) -> CharTokenizer:
         seen: set[str] = set()
-        for text in corpus:
+        for text in corpus():
             seen.update(text)
         return cls("".join(sorted(seen)))
 
     @classmethod
-    def load(cls, path: Path) -> CharTokenizer:
-        return cls("".join(json.loads(path.read_text(encoding="utf-8"))["chars"]))
+    def load(cls, path: Path | None) -> CharTokenizer:
+        return cls("".join(json.loads(_need(path).read_text(encoding="utf-8"))["chars"]))
 
     def save(self, folder: Path) -> None:
         data = {"kind": "char", "chars": list(self.chars), "eot_id": self.eot_id}
@@ -123,7 +150,7 @@ class CharTokenizer(Tokenizer):
         return with_eot(ids, lengths, self.eot_id)
 
     def decode(self, ids: Iterable[int] | np.ndarray) -> str:
-        arr = np.asarray(ids if isinstance(ids, np.ndarray) else list(ids), dtype=np.int64)
+        arr = _ids(ids)
         arr = arr[arr != self.eot_id]
         return self._points[arr].astype("<u4").tobytes().decode("utf-32-le")
 
@@ -145,9 +172,30 @@ class HFTokenizer(Tokenizer):
         self.eot_id = next((vocab[t] for t in EOT_CANDIDATES if t in vocab), None)
 
     @classmethod
-    def load(cls, path: Path, name: str) -> HFTokenizer:
+    def fit(cls, corpus: Callable[[], Iterable[str]], vocab_size: int) -> HFTokenizer:
+        """A byte-level BPE: every string is encodable (all 256 bytes are in the vocabulary)
+        and decodes back exactly; no normaliser, so nothing is changed before encoding."""
+        from tokenizers import Tokenizer as HF
+        from tokenizers import decoders, models, pre_tokenizers, trainers
+
+        check_tokenizer("bpe", vocab_size)
+        tok = HF(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            special_tokens=[EOT],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        )
+        tok.train_from_iterator(corpus(), trainer=trainer)
+        return cls(tok, "bpe")
+
+    @classmethod
+    def load(cls, path: Path | None, name: str = "bpe") -> HFTokenizer:
         from tokenizers import Tokenizer as HF
 
+        path = _need(path)
         try:
             return cls(HF.from_file(str(path)), name, path if name == JSON_NAME else None)
         except Exception as e:  # tokenizers raises a bare Exception for a bad file
@@ -177,61 +225,10 @@ class HFTokenizer(Tokenizer):
         return str(self._tok.decode(arr, skip_special_tokens=True))
 
 
-def _fit_bpe(corpus: Callable[[], Iterable[str]], vocab_size: int) -> HFTokenizer:
-    from tokenizers import Tokenizer as HF
-    from tokenizers import decoders, models, pre_tokenizers, trainers
-
-    check_tokenizer("bpe", vocab_size)
-    tok = HF(models.BPE())
-    # Byte-level: every string is encodable (all 256 bytes are in the vocabulary) and decodes
-    # back exactly; no normaliser, so nothing is changed before encoding.
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=[EOT],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(corpus(), trainer=trainer)
-    return HFTokenizer(tok, "bpe")
-
-
-def _need(path: Path | None) -> Path:
-    if path is None:
-        raise PrepError("this tokenizer needs its file. HINT: the dataset is incomplete; repack")
-    return path
-
-
-@dataclass(frozen=True)
-class TokenizerKind:
-    about: str
-    file: str | None  # the name of its file inside the dataset folder
-    # (corpus, vocab size) -> tokenizer; the corpus is a callable so that kinds that need no
-    # corpus never read it.
-    fit: Callable[[Callable[[], Iterable[str]], int], Tokenizer]
-    load: Callable[[Path | None], Tokenizer]  # from its file (None: the kind has no file)
-
-
-TOKENIZERS: dict[str, TokenizerKind] = {
-    "bytes": TokenizerKind(
-        "UTF-8 bytes, vocabulary 256, uint8",
-        ByteTokenizer.file,
-        lambda c, n: ByteTokenizer(),
-        lambda p: ByteTokenizer(),
-    ),
-    "char": TokenizerKind(
-        "the characters of the corpus + end-of-document",
-        CharTokenizer.file,
-        lambda c, n: CharTokenizer.fit(c()),
-        lambda p: CharTokenizer.load(_need(p)),
-    ),
-    "bpe": TokenizerKind(
-        "byte-level BPE trained on the corpus (--vocab-size)",
-        HFTokenizer.file,
-        _fit_bpe,
-        lambda p: HFTokenizer.load(_need(p), "bpe"),
-    ),
+TOKENIZERS: dict[str, type[Tokenizer]] = {
+    "bytes": ByteTokenizer,  # UTF-8 bytes, vocabulary 256, uint8
+    "char": CharTokenizer,  # the characters of the corpus + end-of-document
+    "bpe": HFTokenizer,  # byte-level BPE trained on the corpus (--vocab-size)
 }
 JSON_NAME = "json"  # the manifest's name for a tokenizer.json the user brought
 
@@ -278,7 +275,7 @@ def load_saved(name: str, folder: Path, file: str | None) -> Tokenizer:
     """A tokenizer saved by `Tokenizer.save` in `folder` under `file`."""
     path = folder / file if file else None
     if name == JSON_NAME:
-        return HFTokenizer.load(_need(path), JSON_NAME)
+        return HFTokenizer.load(path, JSON_NAME)
     if name not in TOKENIZERS:
         raise PrepError(f"{folder}: unknown tokenizer {name!r}. HINT: repack with this prep")
     return TOKENIZERS[name].load(path)
