@@ -19,15 +19,14 @@ from prep.run.inputs import Reject
 from prep.run.profile import stage
 
 QUALITY = "HQ"  # soxr's high quality: 20-bit precision, flat to 0.9 of the lower Nyquist
-# libsndfile's log of a WAV/AIFF whose data chunk says more bytes than the file holds.
+# libsndfile's log of a WAV/AIFF whose data chunk says more bytes than the file holds
 _SHORT_CHUNK = re.compile(r"^\s*(?:data|SSND)\s*:\s*(\d+)\s*\(should be (\d+)\)", re.M)
 # A decode that ends this much before the header's length is a cut file, not rounding.
 SHORT_FRACTION, SHORT_FRAMES = 0.02, 2304  # two MP3 frames
 BLOCK = 1 << 20  # frames a libsndfile read holds at most: 4 MB a channel as float32
 UNKNOWN = 2**63 - 1  # libsndfile's frame count of a stream that does not say (a piped FLAC)
 DEFAULT_MAX_FILE_SECONDS = 7200.0  # 2 hours: a long podcast or recorded session
-# The cap's samples (frames x channels) are counted as seconds of this: a file at 384 kHz or
-# with 64 channels holds many samples a second, and memory follows samples, not seconds.
+# The cap counts samples (frames x channels) as seconds of this: memory follows samples.
 CAP_RATE, CAP_CHANNELS = 48000, 2
 # libsndfile's error codes that mean "not mine": try FFmpeg instead (7: its MP3 reader on a file
 # without one MPEG frame, "File does not exist...": FFmpeg says better what the file is not).
@@ -45,8 +44,8 @@ class Decoded:
 
 @dataclass(frozen=True)
 class Limit:
-    """The most a file may hold: `seconds` long, and no more samples (frames x channels) than
-    `seconds` of 48 kHz stereo: decoded to float32, 384 kB a second of the cap.
+    """The most a file may hold: `seconds` long, and no more samples than `seconds` of 48 kHz
+    stereo (decoded to float32, 384 kB a second).
 
     >>> Limit(60).over(8000 * 61, 8000, 1)
     '61.0 s, over --max-file-seconds 60'
@@ -57,7 +56,7 @@ class Limit:
     seconds: float = DEFAULT_MAX_FILE_SECONDS
 
     def over(self, frames: int, rate: int, channels: int) -> str | None:
-        """How `frames` at `rate` Hz exceed the cap, or None where they do not."""
+        """How `frames` at `rate` Hz exceed the cap, or None."""
         long, cap = f"{frames / rate:.1f} s", f"--max-file-seconds {self.seconds:g}"
         if frames / rate > self.seconds:
             return f"{long}, over {cap}"
@@ -90,8 +89,8 @@ def _wav_rate(path: Path) -> int | None:
 
 
 def _not_mpeg(path: Path) -> bool:
-    """An .mp3 that starts with neither an ID3 tag nor an MPEG frame sync: libsndfile's MP3
-    reader (mpg123) would print its resync notes on stderr before failing, so FFmpeg reads it."""
+    """An .mp3 that starts with neither an ID3 tag nor an MPEG frame sync (libsndfile's mpg123
+    would print its resync notes on stderr before failing: FFmpeg reads it)."""
     if path.suffix.lower() != ".mp3":
         return False
     with open(path, "rb") as f:
@@ -155,7 +154,8 @@ def _blocks(f: Any, rate: int, frames: int, limit: Limit) -> np.ndarray:
 
 
 def read_pyav(path: Path, limit: Limit = Limit()) -> Decoded:
-    """The first audio stream through FFmpeg, as float32 at its own rate and channels."""
+    """The first audio stream through FFmpeg, as float32 at its own rate and channels; its
+    frames are converted to planar float (rate kept) and stopped once they pass the cap."""
     import av
 
     try:
@@ -174,32 +174,22 @@ def read_pyav(path: Path, limit: Limit = Limit()) -> Decoded:
         expected = 0
         if stream.duration is not None and stream.time_base is not None:
             expected = int(stream.duration * stream.time_base * rate)
-        channels = int(stream.codec_context.channels or 1)
-        limit.check(expected, rate, channels, "its header gives")
-        planes = _frames(container, stream, rate, limit)
+        limit.check(expected, rate, int(stream.codec_context.channels or 1), "its header gives")
+        resampler = av.AudioResampler(format="fltp")
+        planes, got = [], 0
+        try:
+            for frame in container.decode(stream):
+                for out in resampler.resample(frame):
+                    planes.append(out.to_ndarray())  # (channels, n)
+                    got += planes[-1].shape[1]
+                    limit.check(got, rate, planes[-1].shape[0], "decoding reaches")
+        except av.error.FFmpegError as e:
+            why = e.strerror or e
+            raise Reject("corrupt", f"decoding fails after {len(planes)} frames ({why})") from None
     data = np.concatenate(planes, axis=1).T if planes else np.zeros((0, 1), np.float32)
     if expected and _short(len(data), expected):
         raise Reject("truncated", f"{len(data)} of the {expected} samples its header gives")
     return Decoded(np.ascontiguousarray(data, dtype=np.float32), rate)
-
-
-def _frames(container: Any, stream: Any, rate: int, limit: Limit) -> list[np.ndarray]:
-    """Every frame of `stream` as float32 (channels, n): FFmpeg's planar float, rate kept;
-    stopped with a Reject once they pass the cap."""
-    import av
-
-    resampler = av.AudioResampler(format="fltp")
-    planes, got = [], 0
-    try:
-        for frame in container.decode(stream):
-            for out in resampler.resample(frame):
-                planes.append(out.to_ndarray())
-                got += planes[-1].shape[1]
-                limit.check(got, rate, planes[-1].shape[0], "decoding reaches")
-    except av.error.FFmpegError as e:
-        why = e.strerror or e  # not the errno and the path again
-        raise Reject("corrupt", f"decoding fails after {len(planes)} frames ({why})") from None
-    return planes
 
 
 def read_audio(path: Path, limit: Limit = Limit()) -> Decoded:
