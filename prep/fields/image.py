@@ -1,7 +1,5 @@
-"""The writer's side of the fields that need more than numpy: images and what follows them
-(decoded, resized and placed as the images kind does), video frames, and `Tokens` (a str
-tokenized offline). The other kinds are loaders.fields' own (their encoders are numpy only).
-"""
+"""The writer's side of the fields that need more than numpy to encode (the others are
+loaders.fields' own): images and what follows them, placed as `prep pack` places pixels."""
 
 from __future__ import annotations
 
@@ -27,8 +25,7 @@ CV_CHANNELS = 128  # cv2 resizes at most this many channels at a time
 
 class Image(kinds.Image):
     """An image from a path, bytes (an encoded file), a PIL image or an (H, W[, C]) uint8
-    array, decoded and resized as `prep pack` does (EXIF, alpha on white, DCT-reduced JPEG
-    decoding, one decode for every size)."""
+    array, decoded and resized as `prep pack` does."""
 
     def pixels(self, value: Any) -> tuple[np.ndarray, tuple[int, int]]:
         """Upright pixels (H, W, 3), or (H, W) gray, and the full-size (h, w)."""
@@ -43,8 +40,7 @@ class Image(kinds.Image):
         return self.encode_counted(value)[0]
 
     def encode_counted(self, value: Any) -> tuple[dict[str, np.ndarray], dict[int, np.ndarray]]:
-        """encode()'s arrays, and the pixels stored at each size before any JPEG encoding (what
-        the manifest's pixel statistics count)."""
+        """encode()'s arrays, and the pixels stored at each size before any JPEG encoding."""
         img, upright = self.pixels(value)
         out: dict[str, np.ndarray] = {"upright": np.asarray(upright, np.int64)}
         specs = {s.size: s for s in self.arrays("") if s.role == "image"}
@@ -69,7 +65,7 @@ class Image(kinds.Image):
 
 
 def _array_pixels(value: Any, gray: bool, max_pixels: int) -> tuple[np.ndarray, tuple[int, int]]:
-    """A PIL image or uint8 array as the pixel policy has it: RGB, or one channel with `gray`."""
+    """A PIL image or uint8 array as RGB, or one channel with `gray`."""
     from PIL import Image as PILImage
 
     if isinstance(value, PILImage.Image):
@@ -94,7 +90,7 @@ def _array_pixels(value: Any, gray: bool, max_pixels: int) -> tuple[np.ndarray, 
 
 class Mask(kinds.Mask):
     """Class ids of image field `image`: an L or palette file, or an (H, W) uint8 array, of the
-    image's full size; resized with nearest neighbour and placed exactly like the image."""
+    image's full size."""
 
     def encode_for(self, value: Any, upright: tuple[int, int]) -> dict[str, np.ndarray]:
         from prep.media.image.decode import decode_mask
@@ -116,11 +112,9 @@ class Mask(kinds.Mask):
 
 
 class Boxes(kinds.Boxes):
-    """Boxes (N, 4) float32 (x0, y0, x1, y1) in the pixels of the upright full-size image of
-    field `image`, stored as they land in each of its sizes (prep.fields.boxes). A value is the
-    boxes, or {"xyxy": boxes, "hw": [h, w]}: boxes drawn on an (h, w) image, which must be the
-    image's upright size (a `box_frame` reject). A box outside its image is a `box_outside`
-    reject; one the crop leaves with no area is kept (`prep import coco` drops those: kept)."""
+    """Boxes (N, 4) (x0, y0, x1, y1) in the pixels of field `image`'s upright full-size image,
+    or {"xyxy": boxes, "hw": [h, w]}: drawn on an image that must be of that size. A box the
+    crop leaves with no area is kept (`prep import coco` drops those: boxes.kept)."""
 
     def encode_for(self, value: Any, upright: tuple[int, int]) -> dict[str, np.ndarray]:
         if isinstance(value, dict):
@@ -146,9 +140,7 @@ class Boxes(kinds.Boxes):
 
 
 class Instances(kinds.Instances):
-    """Instance masks (N, H, W) uint8, 0 and 1, at the upright full size of field `image`'s
-    image (a `mask_size` reject otherwise), each resized with nearest neighbour and placed like
-    the image at each of its sizes."""
+    """Instance masks (N, H, W) uint8, 0 and 1, at the upright full size of field `image`."""
 
     def encode_for(self, value: Any, upright: tuple[int, int]) -> dict[str, np.ndarray]:
         stack = as_array(value, np.dtype("uint8"))
@@ -167,9 +159,8 @@ class Instances(kinds.Instances):
 
 
 class Keypoints(kinds.Keypoints):
-    """Keypoints (N, joints, 3): x, y in the pixels of the upright full-size image of field
-    `image`, and a visibility (COCO's 0: not labelled, 1: hidden, 2: visible), stored at each of
-    its sizes as they land in the stored image; a point cut away or not labelled is (0, 0, 0)."""
+    """Keypoints (N, joints, 3): x, y in the pixels of field `image`'s upright full-size image,
+    and a visibility (COCO's 0: not labelled, 1: hidden, 2: visible)."""
 
     def encode_for(self, value: Any, upright: tuple[int, int]) -> dict[str, np.ndarray]:
         points = as_array(value, np.dtype("float32"))
@@ -185,10 +176,9 @@ class Keypoints(kinds.Keypoints):
 
 
 class Polygons(polygons.Polygons):
-    """Polygons (COCO's segmentation outlines) of field `image`: a list of polygons, each (k, 2)
-    points (x, y) or COCO's flat [x0, y0, x1, y1, ...], k >= 3, in the pixels of the upright
-    full-size image; each is cut to what every size shows of the image (fill's crop), one left
-    without area goes, and the rest are placed in each size as the image is."""
+    """Polygons of field `image`, each (k, 2) points (x, y) or COCO's flat [x0, y0, x1, y1, ...],
+    k >= 3, in its upright full-size pixels; each is cut to what every size shows (fill's crop),
+    one left without area goes."""
 
     def encode_for(self, value: Any, upright: tuple[int, int]) -> dict[str, np.ndarray]:
         try:
@@ -210,9 +200,8 @@ class Polygons(polygons.Polygons):
 
 
 class Video(kinds.Video):
-    """Frames of one video (a sequence of (h, w, 3) uint8 arrays of one shape, as
-    prep.media.video decodes them), stored back to back, raw or one JPEG a frame: their bytes,
-    their (h, w) and where each frame's bytes end."""
+    """Frames of one video ((h, w, 3) uint8 arrays of one shape), stored back to back, raw or
+    one JPEG a frame, with their (h, w) and where each frame's bytes end."""
 
     def encode(self, value: Sequence[np.ndarray] | Any) -> dict[str, np.ndarray]:
         frames = list(value)
@@ -231,8 +220,8 @@ class Video(kinds.Video):
 
 
 class Tokens(kinds.Tokens):
-    """Token ids of a str, by the tokenizer in `tokenizer` (a tokenizer.json), or ids given as
-    they are. The file is kept in the dataset as NAME.tokenizer.json."""
+    """Token ids of a str by the tokenizer.json `tokenizer` (kept in the dataset as
+    NAME.tokenizer.json), or ids given as they are."""
 
     def __init__(self, tokenizer: str | Path, vocab_size: int | None = None):
         path = Path(tokenizer)
@@ -249,7 +238,6 @@ class Tokens(kinds.Tokens):
 
 @lru_cache(maxsize=4)
 def _load(path: str) -> Any:
-    """A tokenizers.Tokenizer, once per process and file."""
     from tokenizers import Tokenizer
 
     try:

@@ -1,7 +1,5 @@
-"""COCO segmentations to pixels: polygons (lists of x0 y0 x1 y1 ... in source pixels) and RLE
-(run lengths over the column-major mask, as a list, or as COCO's compressed string), each
-rasterised at the image's full (h, w). `semantic` paints the instances of a sample into one mask
-of class ids (label + 1; 0 is background), later annotations over earlier ones.
+"""COCO segmentations to pixels at the image's full (h, w): polygons (x0 y0 x1 y1 ... in source
+pixels) and RLE (run lengths over the column-major mask, a list or COCO's compressed string).
 
 >>> rle_decode({"counts": [2, 3, 1], "size": [3, 2]}).T.tolist()
 [[0, 0, 1], [1, 1, 0]]
@@ -21,9 +19,9 @@ MAX_COORD = 2**24
 
 
 def rle_counts(text: str) -> list[int]:
-    """COCO's compressed RLE string: each count in 5-bit groups (low first, as characters from
-    '0'), bit 6 of a group for "more", a sign bit in the last; from the third count on, each is
-    stored as its difference from the count two before."""
+    """COCO's compressed RLE string: each count in 5-bit groups (low first, characters from '0'),
+    bit 6 for "more", a sign bit in the last; from the third on, as the difference from the count
+    two before."""
     counts: list[int] = []
     p = 0
     while p < len(text):
@@ -103,7 +101,8 @@ def rasterise(segmentation: Any, hw: tuple[int, int]) -> np.ndarray:
 
 
 def semantic(segmentations: list[Any], labels: np.ndarray, hw: tuple[int, int]) -> np.ndarray:
-    """The class-id mask (h, w) uint8 of a sample's instances: label + 1 where each lies."""
+    """The class-id mask (h, w) uint8 of a sample's instances: label + 1 where each lies, later
+    ones over earlier ones; 0 is background."""
     out = np.zeros(hw, np.uint8)
     for seg, label in zip(segmentations, labels, strict=True):
         out[rasterise(seg, hw) > 0] = int(label) + 1  # labels < 255: checked by the importer

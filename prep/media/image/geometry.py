@@ -1,6 +1,5 @@
-"""Where a decoded image goes: the geometry of each size and mode (resize to `content`, then
-crop or pad), the resizing, every size made from one decode, and how a sample is stored (as
-it is, flat, or JPEG bytes). Arrays in, arrays out."""
+"""Where a decoded image goes (the geometry of each size and mode: resize to `content`, then crop
+or pad), every size made from one decode, and how a sample is stored. Arrays in, arrays out."""
 
 from __future__ import annotations
 
@@ -25,8 +24,8 @@ class Geometry:
 
     @property
     def origin(self) -> tuple[int, int]:
-        """Where the content's top-left pixel lands in the sample, (top, left): negative where
-        fill crops it, positive where fit pads it; (0, 0) for keep and stretch."""
+        """(top, left) of the content in the sample: negative where fill crops, positive where
+        fit pads."""
         (h, w), s = self.content, self.size
         if self.mode == "fill":
             return -((h - s) // 2), -((w - s) // 2)
@@ -116,8 +115,8 @@ def sizes_from(
 
 @timed("encode")
 def encode_jpeg(img: np.ndarray, quality: int) -> np.ndarray:
-    """(H, W, 3) or (H, W, 1) uint8 -> the bytes of a baseline JFIF file, as uint8 (n,).
-    libjpeg-turbo (simplejpeg): the same bytes for the same pixels, in any process."""
+    """(H, W, 3) or (H, W, 1) uint8 -> a baseline JFIF file's bytes, uint8 (n,): the same
+    bytes for the same pixels in any process (libjpeg-turbo)."""
     import simplejpeg
 
     gray = img.shape[2] == 1

@@ -34,8 +34,8 @@ class Hashes:
 @dataclass
 class Group:
     """Near-duplicates: `members` in dataset order, the first the one to keep; `distances[k]`
-    is member k's Hamming distance to members[0] (0 for itself; a chain of near pairs can put a
-    member further than the search's distance from the first)."""
+    is member k's Hamming distance to members[0] (a chain of near pairs can make it larger than
+    the search's)."""
 
     members: list[int]
     paths: list[str]
@@ -105,7 +105,7 @@ def phash_groups(
 
 def _distinct(phash: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(distinct hashes, the first index of each, each item's distinct hash): the search runs
-    on distinct hashes, so a thousand copies of one blank image are not a million pairs."""
+    on distinct hashes (a thousand copies of one blank image are not a million pairs)."""
     uniq, first, inverse = np.unique(
         np.asarray(phash, dtype=np.uint64), return_index=True, return_inverse=True
     )

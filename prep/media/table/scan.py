@@ -1,9 +1,7 @@
-"""The scan: every block of every table file parsed once, the only parse, before any shard is
-written. It decides the columns' types (prep.media.table.types), their train vocabularies and
-statistics, and each block's row count (what the shards are planned from), and keeps each
-parsed block in the run folder (`.prep-run/blocks/NNNNN.arrow`, Arrow IPC: text columns as
-dictionaries, floats as float32 unless --float16, and which rows go to val) for the shard tasks
-to encode in the decided dtypes. The run folder goes once the dataset is in place."""
+"""The scan: every block of every table file parsed once, before any shard is written. It
+decides the columns' types, train vocabularies and statistics and each block's row count, and
+keeps each parsed block in the run folder (`.prep-run/blocks/NNNNN.arrow`, Arrow IPC: text as
+dictionaries, floats as float32 unless --float16, then the val mask) for the shard tasks."""
 
 from __future__ import annotations
 
@@ -51,16 +49,6 @@ def read_spill(folder: Path, block: Block) -> pa.Table:
         return pa.ipc.open_file(f).read_all()
 
 
-def read_text(block: Block, cfg: TableConfig, rejects: list[dict[str, Any]]) -> pa.Table:
-    """A block's rows without the dropped columns, text cells checked as UTF-8 (--categorical
-    CSV columns read as text: a code's value is its text, "01" is not 1)."""
-    coded = {n: pa.dictionary(pa.int32(), pa.binary()) for n in cfg.names("categorical")}
-    table = read_block(block, cfg.names("na_values"), rejects, coded, cfg.delimiter)
-    keep = [n for n in table.column_names if n not in set(cfg.names("drop"))]
-    cols = [as_text(table.column(n).combine_chunks(), block.rel, n, block.first_row) for n in keep]
-    return pa.table(cols, names=keep)
-
-
 def _check_columns(
     names: list[str], expected: list[str] | None, rel: str, cfg: TableConfig
 ) -> None:
@@ -81,10 +69,15 @@ def _check_columns(
 
 def scan_block(block: Block, cfg: TableConfig, keep: int | None, folder: Path) -> _Block:
     """One block's columns, row count and statistics (rows numbered from block.first_row),
-    its parsed cells kept in `folder`; `keep`: at most that many rows (--limit)."""
+    its parsed cells kept in `folder`; `keep`: at most that many rows (--limit). Text cells are
+    checked as UTF-8; --categorical CSV columns read as text ("01" is not 1)."""
     coded = set(cfg.names("categorical"))
     rejects: list[dict[str, Any]] = []
-    table = read_text(block, cfg, rejects)
+    types = {n: pa.dictionary(pa.int32(), pa.binary()) for n in cfg.names("categorical")}
+    table = read_block(block, cfg.names("na_values"), rejects, types, cfg.delimiter)
+    names = [n for n in table.column_names if n not in set(cfg.names("drop"))]
+    text = [as_text(table.column(n).combine_chunks(), block.rel, n, block.first_row) for n in names]
+    table = pa.table(text, names=names)
     if keep is not None:
         table = table.slice(0, keep)
     seen = table.num_rows + len(rejects)

@@ -20,7 +20,6 @@ from prep.run.errors import PrepError
 from prep.run.inputs import os_reject_code, reject_record, walk
 
 ERRORS = ("strict", "replace")
-MODES = ("file", "lines", "jsonl")  # one document per file, per line, per JSON line
 TEXT_EXTS = frozenset([".txt"])
 JSONL_EXTS = frozenset([".jsonl", ".ndjson"])
 _CHUNK = 1 << 20
@@ -28,8 +27,8 @@ _CHUNK = 1 << 20
 
 @dataclass(frozen=True)
 class Piece:
-    """A byte range [start, end) of one input: one document (mode "file"), or every line (or
-    JSON line) that starts inside it. Ranges of line files begin at line starts."""
+    """A byte range [start, end) of one input: one document (mode "file"), or every line
+    (modes "lines", "jsonl") that starts inside it; ranges of line files begin at line starts."""
 
     path: str
     rel: str  # the name written in rejects (posix, relative to SRC)
@@ -43,7 +42,7 @@ class Piece:
 
 
 def normalize(text: str) -> str:
-    """The document text policy after decoding: drop one leading BOM, CRLF -> LF.
+    """The text policy after decoding.
 
     >>> normalize("\\ufeffa\\r\\nb\\rc\\n")
     'a\\nb\\rc\\n'
@@ -54,8 +53,8 @@ def normalize(text: str) -> str:
 
 
 def list_text(src: Path, split_lines: bool) -> tuple[list[Piece], list[dict[str, Any]]]:
-    """The inputs of SRC in a fixed order: a folder (its `.txt` files, sorted by relative path,
-    hidden names skipped), one `.txt` file, or one `.jsonl` file. Rejects for unreadable files."""
+    """The inputs of SRC in a fixed order (a folder's `.txt` files sorted by relative path, one
+    `.txt` or one `.jsonl` file), and rejects for unreadable files."""
     if not src.exists():
         raise PrepError(
             f"{src} does not exist. HINT: pass a folder of .txt files, a .txt or a .jsonl file"

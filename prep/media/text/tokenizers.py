@@ -1,11 +1,15 @@
-"""Tokenizers behind one small interface (`Tokenizer`), found in one table (`TOKENIZERS`)."""
+"""Tokenizers, found in one table (`TOKENIZERS`), all of one interface: classmethods `fit(corpus,
+vocab_size)` (the corpus a callable: a kind that needs none never reads it) and `load(path)` (its
+`file` in the dataset; None: it has none); `encode(texts)`: the ids of all texts back to back,
+each document followed by `eot_id` when there is one (None: offsets alone mark documents), and
+each document's length (its eot included); `decode(ids)`: the text, eot dropped; `save(folder)`:
+its file, atomically. `vocab_size` is the largest id + 1."""
 
 from __future__ import annotations
 
 import itertools
 import json
 import os
-from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -16,10 +20,9 @@ from prep.run.errors import PrepError, UsageError
 from prep.run.files import atomic_write_text
 
 EOT = "<|endoftext|>"
-# End-of-document tokens looked up, in this order, in a tokenizer.json the user brings.
+# End-of-document tokens looked up, in order, in a tokenizer.json the user brings
 EOT_CANDIDATES = (EOT, "<|end_of_text|>", "</s>", "<eos>", "[EOS]")
-# The largest --vocab-size: 64x the largest vocabularies in use (~256k). The bpe trainer
-# reserves about 2 bytes an id up front (~50 MB here); 10**11 would ask for terabytes.
+# The largest --vocab-size, 64x the largest in use: the bpe trainer reserves ~2 bytes an id
 MAX_VOCAB = 1 << 24
 
 
@@ -37,38 +40,6 @@ def with_eot(
     return np.insert(ids, np.cumsum(lengths), eot), lengths + 1
 
 
-class Tokenizer(ABC):
-    """Documents in, one flat run of ids out. `vocab_size` is the largest id + 1."""
-
-    name: str
-    file: str | None  # its file inside the dataset folder (None: nothing to store)
-    vocab_size: int
-    eot_id: int | None  # put after every document; None: the offsets alone mark documents
-
-    @classmethod
-    @abstractmethod
-    def fit(cls, corpus: Callable[[], Iterable[str]], vocab_size: int) -> Tokenizer:
-        """Built from the corpus: a callable, so that a kind that needs none never reads it."""
-
-    @classmethod
-    @abstractmethod
-    def load(cls, path: Path | None) -> Tokenizer:
-        """From its file (None: the kind has none)."""
-
-    @abstractmethod
-    def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """The ids of all `texts` back to back, each document followed by `eot_id` when there
-        is one, and the length of each document (its eot included)."""
-
-    @abstractmethod
-    def decode(self, ids: Iterable[int] | np.ndarray) -> str:
-        """The text of `ids`; the end-of-document id is dropped."""
-
-    @abstractmethod
-    def save(self, folder: Path) -> None:
-        """Write the tokenizer file into `folder` (atomically)."""
-
-
 def _ids(ids: Iterable[int] | np.ndarray) -> np.ndarray:
     return np.asarray(ids if isinstance(ids, np.ndarray) else list(ids), dtype=np.int64)
 
@@ -79,7 +50,7 @@ def _need(path: Path | None) -> Path:
     return path
 
 
-class ByteTokenizer(Tokenizer):
+class ByteTokenizer:
     """UTF-8 bytes: 256 ids, uint8, no end-of-document token (offsets mark documents)."""
 
     name, file, vocab_size, eot_id = "bytes", None, 256, None
@@ -108,7 +79,7 @@ class ByteTokenizer(Tokenizer):
         return arr.astype(np.uint8).tobytes().decode("utf-8", "replace")
 
 
-class CharTokenizer(Tokenizer):
+class CharTokenizer:
     """One id per character seen in the corpus (sorted by code point), then the eot id."""
 
     name, file = "char", "chars.json"
@@ -155,7 +126,7 @@ class CharTokenizer(Tokenizer):
         return self._points[arr].astype("<u4").tobytes().decode("utf-32-le")
 
 
-class HFTokenizer(Tokenizer):
+class HFTokenizer:
     """A Hugging Face `tokenizers` tokenizer: our byte-level BPE, or a tokenizer.json brought by
     the user. Special-token strings inside the text are encoded as plain text, so only the eot
     id we add marks a document's end."""
@@ -173,8 +144,8 @@ class HFTokenizer(Tokenizer):
 
     @classmethod
     def fit(cls, corpus: Callable[[], Iterable[str]], vocab_size: int) -> HFTokenizer:
-        """A byte-level BPE: every string is encodable (all 256 bytes are in the vocabulary)
-        and decodes back exactly; no normaliser, so nothing is changed before encoding."""
+        """Byte-level BPE: every string encodes (all 256 bytes are ids) and decodes back
+        exactly; no normaliser changes it."""
         from tokenizers import Tokenizer as HF
         from tokenizers import decoders, models, pre_tokenizers, trainers
 
@@ -225,6 +196,7 @@ class HFTokenizer(Tokenizer):
         return str(self._tok.decode(arr, skip_special_tokens=True))
 
 
+Tokenizer = ByteTokenizer | CharTokenizer | HFTokenizer
 TOKENIZERS: dict[str, type[Tokenizer]] = {
     "bytes": ByteTokenizer,  # UTF-8 bytes, vocabulary 256, uint8
     "char": CharTokenizer,  # the characters of the corpus + end-of-document
@@ -243,7 +215,7 @@ def tokenizer_identity(spec: str) -> tuple[str, str | None]:
 
 def check_tokenizer(spec: str, vocab_size: int | None = None) -> None:
     """Fail early on a tokenizer that is neither a registered name nor an existing .json file,
-    and on a bpe vocabulary under 257 (the bytes and the eot token) or over MAX_VOCAB."""
+    and on a bpe vocabulary outside 257 (the bytes and the eot token)..MAX_VOCAB."""
     if spec == "bpe" and vocab_size is not None and not 257 <= vocab_size <= MAX_VOCAB:
         raise UsageError(
             f"--vocab-size {vocab_size} is outside 257..{MAX_VOCAB:,} for bpe: 256 bytes and "
@@ -263,8 +235,7 @@ def check_tokenizer(spec: str, vocab_size: int | None = None) -> None:
 
 
 def fit_tokenizer(spec: str, corpus: Callable[[], Iterable[str]], vocab_size: int) -> Tokenizer:
-    """The tokenizer `spec` names: built from the corpus where it needs one, or read from the
-    user's tokenizer.json."""
+    """The tokenizer `spec` names: built from the corpus, or the user's tokenizer.json."""
     check_tokenizer(spec)
     if spec in TOKENIZERS:
         return TOKENIZERS[spec].fit(corpus, vocab_size)
