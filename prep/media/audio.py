@@ -89,8 +89,7 @@ def _wav_rate(path: Path) -> int | None:
 
 
 def _not_mpeg(path: Path) -> bool:
-    """An .mp3 that starts with neither an ID3 tag nor an MPEG frame sync (libsndfile's mpg123
-    would print its resync notes on stderr before failing: FFmpeg reads it)."""
+    # No ID3 tag nor MPEG frame sync: libsndfile's mpg123 would print resync notes, then fail.
     if path.suffix.lower() != ".mp3":
         return False
     with open(path, "rb") as f:
@@ -99,8 +98,7 @@ def _not_mpeg(path: Path) -> bool:
 
 
 def read_soundfile(path: Path, limit: Limit = Limit()) -> Decoded | None:
-    """The file through libsndfile, or None when libsndfile does not know its format or the
-    stream's length (FFmpeg reads a FLAC without one; libsndfile cannot read it in blocks)."""
+    """The file through libsndfile; None where it knows not its format or length (FFmpeg's)."""
     import soundfile as sf
 
     if _not_mpeg(path):
@@ -132,8 +130,8 @@ def read_soundfile(path: Path, limit: Limit = Limit()) -> Decoded | None:
 
 
 def _blocks(f: Any, rate: int, frames: int, limit: Limit) -> np.ndarray:
-    """The rest of libsndfile file `f` (its header: `frames`) as float32 (frames, channels),
-    read BLOCK frames at a time: memory follows the samples the file holds, not the header."""
+    """The rest of libsndfile file `f` as float32 (frames, channels), BLOCK frames a read:
+    memory follows the samples the file holds, not its header's `frames`."""
     import soundfile as sf
 
     blocks, got = [], 0
@@ -154,8 +152,7 @@ def _blocks(f: Any, rate: int, frames: int, limit: Limit) -> np.ndarray:
 
 
 def read_pyav(path: Path, limit: Limit = Limit()) -> Decoded:
-    """The first audio stream through FFmpeg, as float32 at its own rate and channels; its
-    frames are converted to planar float (rate kept) and stopped once they pass the cap."""
+    """The first audio stream through FFmpeg, float32 at its own rate and channels."""
     import av
 
     try:
@@ -193,8 +190,7 @@ def read_pyav(path: Path, limit: Limit = Limit()) -> Decoded:
 
 
 def read_audio(path: Path, limit: Limit = Limit()) -> Decoded:
-    """`path` decoded, by libsndfile or else FFmpeg; checked for a rate, its length against
-    `limit` and finite samples."""
+    """`path` decoded by libsndfile or else FFmpeg, checked: a rate, `limit`, finite samples."""
     if path.stat().st_size == 0:
         raise Reject("empty", "a zero-byte file")
     got = read_soundfile(path, limit)
@@ -210,8 +206,8 @@ def read_audio(path: Path, limit: Limit = Limit()) -> Decoded:
 
 
 def fit_channels(samples: np.ndarray, channels: int, mono: bool) -> np.ndarray:
-    """(frames, C) -> (frames,) averaged for `mono`, else (frames, channels): a one-channel
-    source repeated, any other count than `channels` a Reject.
+    """(frames, C) -> (frames,) averaged for `mono`, else (frames, channels), one channel
+    repeated.
 
     >>> fit_channels(np.array([[1.0, 3.0]], np.float32), 1, True).tolist()
     [2.0]
@@ -232,8 +228,8 @@ def fit_channels(samples: np.ndarray, channels: int, mono: bool) -> np.ndarray:
 
 
 def to_stored(x: np.ndarray, dtype: str) -> np.ndarray:
-    """Float samples (full scale 1.0) as stored: int16 rounds x * 32768 and clips at full
-    scale, as any int16 writer does; float16 keeps the value (clipped to its finite range).
+    """Float samples (full scale 1.0) as stored: int16 rounds x * 32768 and clips, as any int16
+    writer does; float16 clips to its finite range.
 
     >>> to_stored(np.array([-1.0, 0.5, 1.0]), "int16").tolist()
     [-32768, 16384, 32767]

@@ -78,8 +78,7 @@ def _open(path: Path) -> Any:
 def decode_video(
     path: Path, fps: float, size: int, mode: str, max_pixels: int = MAX_PIXELS
 ) -> Decoded:
-    """`path`'s first video stream at `fps` frames a second, each frame stored by `mode` at
-    `size` px (prep.media.video.frame_size); frames over `max_pixels` refused."""
+    """`path`'s first video stream at `fps` frames a second, stored as `frame_size` says."""
     import av
 
     with stage("read"):
@@ -121,9 +120,8 @@ def _check_pixels(w: int, h: int, max_pixels: int, what: str) -> None:
 def _timed(
     frames: Iterator[Any], rate: float, max_pixels: int = MAX_PIXELS
 ) -> Iterator[tuple[float, float, Any]]:
-    """(start, duration, frame) in seconds, from each frame's timestamp (its index / rate where
-    the file has none); a frame over `max_pixels` (a stream whose header understates its
-    size) refused as soon as it is decoded."""
+    """(start, duration, frame) in seconds (index / rate without a timestamp); a frame over
+    `max_pixels` (the header understated it) refused as soon as it is decoded."""
     for n, frame in enumerate(frames):
         _check_pixels(frame.width, frame.height, max_pixels, f"frame {n} is")
         t = frame.time if frame.pts is not None else n / rate
@@ -139,18 +137,16 @@ def _pick(
     mode: str,
     said: float | None = None,
 ) -> tuple[list[np.ndarray], float, int, int]:
-    """The frames shown at 0, 1 / fps, ... seconds from the first, until the last one ends;
-    with the duration, the rotation, and how many frames were decoded. `said`: the duration
-    the container's header gives, in seconds (None: it gives none)."""
+    """The frames shown at 0, 1 / fps, ... s from the first until the last ends; the duration,
+    rotation and frames decoded. `said`: the header's duration in seconds, if it gives one."""
     out: list[np.ndarray] = []
     first, shown, end, k, n, rotation = None, None, 0.0, 0, 0, 0
     fitted: tuple[int, np.ndarray] | None = None  # the last frame converted: (its number, pixels)
     moved = False  # whether any frame starts after the first
 
     def show_until(reach: float) -> None:
-        """Store frame `shown` (number, frame) at every target time before `reach`, converted
-        once however often it shows; a stream whose resolution changes part way keeps its
-        first frame's stored shape."""
+        """Store frame `shown` (number, frame), converted once, at each time before `reach`; a
+        resolution that changes part way keeps the first frame's shape."""
         nonlocal k, fitted
         if shown is None:
             return
@@ -179,8 +175,8 @@ def _pick(
 
 
 def _check_reach(reach: float, k: int, n: int, fps: float, said: float | None) -> None:
-    """Refuse picking on to `reach` seconds (from the first frame; `k` stored so far) when that
-    would store more than REPEAT frames for each of the `n` decoded, or run well past `said`."""
+    """Refuse picking on to `reach` s (`k` stored so far) when that stores over REPEAT frames
+    for each of the `n` decoded, or runs well past `said`."""
     if said is not None and reach - said > max(said, 1.0):
         raise Reject(
             "timestamps", f"its frames run to {reach:.1f} s, its header says {said:.1f} s long"
@@ -197,8 +193,8 @@ def _check_reach(reach: float, k: int, n: int, fps: float, said: float | None) -
 
 
 def _check_whole(stream: Any, decoded: int, end: float, rate: float, said: float | None) -> None:
-    """A file that ends early (a cut download) is a reject: fewer frames than its header
-    counts, or (no count) an end well before the header's duration `said`."""
+    """Refuse a file that ends early (a cut download): fewer frames than its header counts, or
+    an end well before its header's duration."""
     if stream.frames and decoded < stream.frames:
         raise Reject("truncated", f"{decoded} of the {stream.frames} frames its header counts")
     if said and said - end > max(SLACK * said, 2.0 / rate):

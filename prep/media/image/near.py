@@ -68,8 +68,7 @@ def _keys(h: np.ndarray, chosen: tuple[tuple[int, int], ...]) -> np.ndarray:
 
 
 def _sort(key: np.ndarray) -> np.ndarray:
-    """A stable argsort by radix passes of 16 bits (numpy's radix sort takes 16-bit keys only;
-    wider keys would take its slower comparison sort)."""
+    """A stable argsort in radix passes of 16 bits (numpy's radix sort takes no wider keys)."""
     order = np.argsort((key & 0xFFFF).astype(np.uint16), kind="stable")
     for shift in range(16, key.dtype.itemsize * 8, 16):
         high = (key[order] >> shift).astype(np.uint16)

@@ -105,8 +105,8 @@ def scan_block(block: Block, cfg: TableConfig, keep: int | None, folder: Path) -
 def _without_missing_target(
     table: pa.Table, target: str | None, rel: str, rejects: list[dict[str, Any]]
 ) -> pa.Table:
-    """The rows whose target is given; the others become rejects (a class id or a value to
-    learn cannot be missing). `rejects` holds the rows skipped already, by their `row`."""
+    """The rows whose target is given; the others become rejects (`rejects`: the rows skipped
+    already)."""
     if target is None or target not in table.column_names:
         return table  # no target, or a missing column (the scan names it)
     if not table.column(target).null_count:
@@ -125,11 +125,9 @@ def _scan_all(todo: list[Block], cfg: TableConfig, folder: Path) -> list[_Block]
     errors need the rows before it: on an error the scan runs again in order, to name them."""
     from prep.run.parallel import run_tasks
 
-    found: dict[int, _Block] = {}
     args = [(b, cfg, folder) for b in todo]
     try:
-        for i, result in run_tasks(_indexed, args, cfg.n_jobs, cfg.backend):
-            found[i] = result
+        found = dict(run_tasks(_indexed, args, cfg.n_jobs, cfg.backend))
     except PrepError:
         return []
     return [found[i] for i in range(len(todo))]
@@ -140,8 +138,7 @@ def _indexed(block: Block, cfg: TableConfig, folder: Path) -> tuple[int, _Block]
 
 
 def scan(files: list[tuple[str, Path]], cfg: TableConfig, folder: Path) -> Scan:
-    """Read everything once (memory: a block per worker); see the module docstring.
-    Compressed files are first decompressed into the run folder, beside `folder`."""
+    """Read everything once (a block per worker), compressed files decompressed beside `folder`."""
     folder.mkdir(parents=True, exist_ok=True)
     files = [(r, decompressed(r, p, folder.parent, i)) for i, (r, p) in enumerate(files)]
     todo = [replace(b, index=i) for i, b in enumerate(b for r, p in files for b in blocks(r, p))]
@@ -192,8 +189,7 @@ def _numbered(reject: dict[str, Any], before: int) -> dict[str, Any]:
 
 
 def _carried(found: list[Block], rejects: dict[int, list[dict[str, Any]]]) -> dict[int, Any]:
-    """Rejects by the index of a block with rows: a rowless block's go to the next one (or
-    the last one)."""
+    """Rejects by the index of a block with rows: a rowless block's go to the next (or last)."""
     out: dict[int, list[dict[str, Any]]] = {b.index: [] for b in found}
     keys = sorted(out)
     for index, rows in sorted(rejects.items()):
@@ -203,8 +199,8 @@ def _carried(found: list[Block], rejects: dict[int, list[dict[str, Any]]]) -> di
 
 
 def _check_rows(kept: dict[str, int], rejects: list[dict[str, Any]], cfg: TableConfig) -> None:
-    """A file none of whose rows has the header's field count is wrongly read, not a file of
-    bad rows: say so, naming the counts. No row at all: say why."""
+    """A file none of whose rows has the header's field count is wrongly read: say so; no row at
+    all: say why."""
     for rel, rows in kept.items():
         counts = [r for r in rejects if r["path"] == rel and r["reason"] == "fields"]
         if rows or not counts:

@@ -53,8 +53,8 @@ def normalize(text: str) -> str:
 
 
 def list_text(src: Path, split_lines: bool) -> tuple[list[Piece], list[dict[str, Any]]]:
-    """The inputs of SRC in a fixed order (a folder's `.txt` files sorted by relative path, one
-    `.txt` or one `.jsonl` file), and rejects for unreadable files."""
+    """The inputs of SRC (a folder's `.txt` files by relative path, a `.txt` or a `.jsonl`
+    file), and rejects for unreadable files."""
     if not src.exists():
         raise PrepError(
             f"{src} does not exist. HINT: pass a folder of .txt files, a .txt or a .jsonl file"
@@ -107,8 +107,8 @@ def iter_lines(
 
 
 def line_starts(path: str, size: int, step: int) -> list[int]:
-    """Offsets near every multiple of `step` moved forward to the next line start: where a line
-    file is cut for parallel work. Depends only on the bytes and `step`."""
+    """Where a line file is cut for parallel work: each multiple of `step` moved forward to the
+    next line start."""
     cuts = [0]
     with open(path, "rb") as f:
         target = step

@@ -31,8 +31,8 @@ def spacing_of(affine: np.ndarray) -> np.ndarray:
 
 
 def reorient(data: np.ndarray, affine: np.ndarray, code: str) -> tuple[np.ndarray, np.ndarray]:
-    """Flip and transpose `data` so axis k increases toward letter k of `code` (nibabel's
-    closest-axis orientation: an oblique scan keeps its tilt in the affine)."""
+    """`data` flipped and transposed so axis k increases toward letter k of `code` (an oblique
+    scan keeps its tilt in the affine)."""
     import nibabel.orientations as nio
 
     now = nio.io_orientation(affine)
@@ -141,8 +141,7 @@ class Index:
 
 
 def foreground_index(label: np.ndarray, per_class: int = FG_PER_CLASS) -> Index:
-    """At most `per_class` voxels of each class, evenly spread over its sorted voxel indices
-    (deterministic: the same label, the same index)."""
+    """At most `per_class` voxels of each class, evenly spread over its sorted voxel indices."""
     flat = label.reshape(-1)
     where = np.flatnonzero(flat)
     order = np.argsort(flat[where], kind="stable")  # by class, then by voxel index
