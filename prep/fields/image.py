@@ -24,8 +24,7 @@ CV_CHANNELS = 128  # cv2 resizes at most this many channels at a time
 
 
 class Image(kinds.Image):
-    """An image from a path, bytes (an encoded file), a PIL image or an (H, W[, C]) uint8
-    array, decoded and resized as `prep pack` does."""
+    """An image from a path, bytes (an encoded file), a PIL image or an (H, W[, C]) uint8 array."""
 
     def pixels(self, value: Any) -> tuple[np.ndarray, tuple[int, int]]:
         """Upright pixels (H, W, 3), or (H, W) gray, and the full-size (h, w)."""
@@ -89,8 +88,7 @@ def _array_pixels(value: Any, gray: bool, max_pixels: int) -> tuple[np.ndarray, 
 
 
 class Mask(kinds.Mask):
-    """Class ids of image field `image`: an L or palette file, or an (H, W) uint8 array, of the
-    image's full size."""
+    """Class ids of image field `image`, its full size: an L or palette file, or (H, W) uint8."""
 
     def encode_for(self, value: Any, upright: tuple[int, int]) -> dict[str, np.ndarray]:
         from prep.media.image.decode import decode_mask

@@ -95,8 +95,7 @@ def _pillow_errors() -> Iterator[None]:
 
 @timed("read")  # opening and the header; Pillow reads the pixel data while decoding
 def _open(path: Path | io.BytesIO, max_pixels: int) -> Image.Image:
-    """The image (a file, or an encoded file's bytes) with only its header read; refuses what
-    must not be decoded."""
+    """The image (a file, or an encoded file's bytes), its header read and checked."""
     size = path.getbuffer().nbytes if isinstance(path, io.BytesIO) else _regular_size(path)
     if size == 0:
         raise Reject("empty", "zero-byte file")

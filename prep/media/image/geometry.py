@@ -24,8 +24,7 @@ class Geometry:
 
     @property
     def origin(self) -> tuple[int, int]:
-        """(top, left) of the content in the sample: negative where fill crops, positive where
-        fit pads."""
+        """(top, left) of the content in the sample: < 0 where fill crops, > 0 where fit pads."""
         (h, w), s = self.content, self.size
         if self.mode == "fill":
             return -((h - s) // 2), -((w - s) // 2)
@@ -101,8 +100,7 @@ def sizes_from(
     pad_value: int,
     nearest: bool = False,
 ) -> dict[int, np.ndarray]:
-    """Every size from one decode: each smaller one from the next larger content (cheaper, and
-    within a level or two of a direct resize: area averaging composes)."""
+    """Every size from one decode, each from the next larger content (area averaging composes)."""
     out: dict[int, np.ndarray] = {}
     src = img
     for size in sorted(sizes, reverse=True):

@@ -75,8 +75,7 @@ def digest_pairs(a: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
 
 
 def dupe_groups(h: Hashes, max_distance: int = DEFAULT_DISTANCE) -> list[Group]:
-    """The groups of two or more samples linked by near pairs (within `max_distance` bits) or
-    equal digests, ordered by their first member."""
+    """The groups of samples linked by near pairs or equal digests, by their first member."""
     return phash_groups(h.phash, h.paths, max_distance, h.digest)
 
 
@@ -121,8 +120,7 @@ def _holders(inverse: np.ndarray, k: int) -> list[np.ndarray]:
 def leakage(
     train: Hashes, val: Hashes, max_distance: int = DEFAULT_DISTANCE
 ) -> list[tuple[int, int, int]]:
-    """(train index, val index, distance) of every pair within `max_distance` bits or of equal
-    digests, sorted."""
+    """Sorted (train index, val index, distance) of the near pairs and equal digests."""
     (ua, _, ia), (ub, _, ib) = _distinct(train.phash), _distinct(val.phash)
     ha, hb = _holders(ia, len(ua)), _holders(ib, len(ub))
     found: dict[tuple[int, int], int] = {}

@@ -46,8 +46,7 @@ class PixelSums:
 
 
 def combine(records: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """`extra.stats` of the train split's shard records (all without one); None when a record
-    has no sums."""
+    """`extra.stats` of the train split's shard records (all without one), or None."""
     train = [r for r in records if r["shard"].get("split") == "train"]
     split = "train" if train else None
     if not train:

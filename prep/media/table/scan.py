@@ -105,8 +105,7 @@ def scan_block(block: Block, cfg: TableConfig, keep: int | None, folder: Path) -
 def _without_missing_target(
     table: pa.Table, target: str | None, rel: str, rejects: list[dict[str, Any]]
 ) -> pa.Table:
-    """The rows whose target is given; the others become rejects (`rejects`: the rows skipped
-    already)."""
+    """The rows whose target is given, the others added to `rejects` (the rows skipped already)."""
     if target is None or target not in table.column_names:
         return table  # no target, or a missing column (the scan names it)
     if not table.column(target).null_count:
@@ -199,8 +198,7 @@ def _carried(found: list[Block], rejects: dict[int, list[dict[str, Any]]]) -> di
 
 
 def _check_rows(kept: dict[str, int], rejects: list[dict[str, Any]], cfg: TableConfig) -> None:
-    """A file none of whose rows has the header's field count is wrongly read: say so; no row at
-    all: say why."""
+    """Say why no row could be read: a file none of whose rows has the header's field count."""
     for rel, rows in kept.items():
         counts = [r for r in rejects if r["path"] == rel and r["reason"] == "fields"]
         if rows or not counts:

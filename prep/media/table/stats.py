@@ -86,8 +86,7 @@ class Stats:
         self.typed |= other.typed
 
     def _looks(self, enc: pa.Array, counts: np.ndarray, at: tuple[str, int]) -> None:
-        """Count the cells that look like numbers and keep the first that does not; `counts`:
-        the block's cells per distinct value."""
+        """Count the cells that look like numbers; keep the first that does not."""
         looks = np.asarray(pc.match_substring_regex(enc.dictionary, NUMBER))
         self.numeric += int(counts[looks].sum())
         if self.bad is None and not looks.all():
@@ -128,8 +127,7 @@ class Stats:
 
 
 def decide(name: str, role: str, coded: bool, st: Stats, float16: bool) -> Column:
-    """The stored column from its scan statistics; `role` is num or target, `coded` a
-    --categorical column."""
+    """The stored column from its statistics; `role`: num or target, `coded`: --categorical."""
     col = Column(name, role, st.kind, missing=st.missing)
     if coded or st.kind == "string":
         col.role = "cat" if role == "num" else role

@@ -122,10 +122,8 @@ def classify(arr: pa.Array, values: pa.Array | None = None) -> str:
 
 def as_dictionary(arr: pa.Array) -> pa.Array:
     """Text cells as a dictionary array of strings (numbers as their text)."""
-    if pa.types.is_dictionary(arr.type):
-        return (
-            arr if pa.types.is_string(arr.type.value_type) else as_dictionary(arr.cast(pa.string()))
-        )
+    if pa.types.is_dictionary(arr.type) and pa.types.is_string(arr.type.value_type):
+        return arr
     return pc.dictionary_encode(arr if pa.types.is_string(arr.type) else arr.cast(pa.string()))
 
 

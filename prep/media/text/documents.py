@@ -107,8 +107,7 @@ def iter_lines(
 
 
 def line_starts(path: str, size: int, step: int) -> list[int]:
-    """Where a line file is cut for parallel work: each multiple of `step` moved forward to the
-    next line start."""
+    """Where a line file is cut for parallel work: each multiple of `step`, at a line start."""
     cuts = [0]
     with open(path, "rb") as f:
         target = step
@@ -164,11 +163,9 @@ class DocumentReader:
         try:
             return normalize(data.decode("utf-8", self.errors))
         except UnicodeDecodeError as e:
+            hint = "HINT: re-encode the file as UTF-8, or pass --errors replace"
             self._reject(
-                rel,
-                "utf8",
-                f"invalid UTF-8 at byte {offset + e.start} ({e.reason}). HINT: re-encode the "
-                "file as UTF-8, or pass --errors replace",
+                rel, "utf8", f"invalid UTF-8 at byte {offset + e.start} ({e.reason}). {hint}"
             )
             return None
 
@@ -179,58 +176,48 @@ class DocumentReader:
             self._reject(rel, "json", f"line at byte {offset} is not JSON ({e.msg})")
             return None
         text = record.get(self.text_field) if isinstance(record, dict) else None
+        where = f"line at byte {offset}"
         if not isinstance(text, str):
-            self._reject(
-                rel,
-                "no_text",
-                f"line at byte {offset} has no string field {self.text_field!r}. "
-                "HINT: --text-field NAME",
-            )
+            why = f"{where} has no string field {self.text_field!r}"
+            self._reject(rel, "no_text", f"{why}. HINT: --text-field NAME")
             return None
         try:
             text.encode("utf-8")
         except UnicodeEncodeError as e:  # a lone surrogate escape such as "\ud800"
             if self.errors == "strict":
-                self._reject(
-                    rel,
-                    "utf8",
-                    f"line at byte {offset}: lone surrogate {text[e.start]!r} in "
-                    f"{self.text_field!r}. HINT: pass --errors replace",
-                )
+                why = f"{where}: lone surrogate {text[e.start]!r} in {self.text_field!r}"
+                self._reject(rel, "utf8", f"{why}. HINT: pass --errors replace")
                 return None
             text = "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in text)
         return normalize(text)
 
     def read(self, piece: Piece) -> Iterator[str]:
         """The documents of `piece`, in order; unusable ones are recorded and skipped."""
-        if piece.mode == "file":
-            self.inputs += 1
-            if piece.nbytes > self.max_bytes:
-                self._reject(
-                    piece.rel,
-                    "too_long",
-                    f"{piece.nbytes} bytes is over --max-doc-mb. HINT: --split-lines, or raise "
-                    "--max-doc-mb",
-                )
-                return
-            try:
-                data = Path(piece.path).read_bytes()
-            except OSError as e:  # vanished since it was listed, or an I/O error
-                self._reject(piece.rel, os_reject_code(e), f"cannot read: {e.strerror}")
-                return
-            text = self._decode(data, piece.rel, 0)
-            if text is not None:
-                yield text
-            return
         self._pos = piece.start
-        try:
-            with open(piece.path, "rb") as f:
-                yield from self._lines(f, piece)
-        except OSError as e:  # at open or mid-file: a read error, the rest of the range goes
-            self.inputs += 1
+        if piece.mode != "file":
+            try:
+                with open(piece.path, "rb") as f:
+                    yield from self._lines(f, piece)
+            except OSError as e:  # at open or mid-file: a read error, the rest of the range goes
+                self.inputs += 1
+                why = f"cannot read from byte {self._pos}: {e.strerror}"
+                self._reject(piece.rel, os_reject_code(e), why)
+            return
+        self.inputs += 1
+        if piece.nbytes > self.max_bytes:
+            hint = "HINT: --split-lines, or raise --max-doc-mb"
             self._reject(
-                piece.rel, os_reject_code(e), f"cannot read from byte {self._pos}: {e.strerror}"
+                piece.rel, "too_long", f"{piece.nbytes} bytes is over --max-doc-mb. {hint}"
             )
+            return
+        try:
+            data = Path(piece.path).read_bytes()
+        except OSError as e:  # vanished since it was listed, or an I/O error
+            self._reject(piece.rel, os_reject_code(e), f"cannot read: {e.strerror}")
+            return
+        text = self._decode(data, piece.rel, 0)
+        if text is not None:
+            yield text
 
     def _lines(self, f: BinaryIO, piece: Piece) -> Iterator[str]:
         for offset, nxt, line in iter_lines(f, piece.start, piece.end, self.max_bytes):
@@ -239,10 +226,9 @@ class DocumentReader:
                 continue
             self.inputs += 1
             if line is None:
+                hint = "HINT: raise --max-doc-mb"
                 self._reject(
-                    piece.rel,
-                    "too_long",
-                    f"line at byte {offset} is over --max-doc-mb. HINT: raise --max-doc-mb",
+                    piece.rel, "too_long", f"line at byte {offset} is over --max-doc-mb. {hint}"
                 )
                 continue
             text = self._decode(line, piece.rel, offset)

@@ -144,8 +144,7 @@ class HFTokenizer:
 
     @classmethod
     def fit(cls, corpus: Callable[[], Iterable[str]], vocab_size: int) -> HFTokenizer:
-        """Byte-level BPE: every string encodes (all 256 bytes are ids) and decodes back
-        exactly; no normaliser changes it."""
+        """Byte-level BPE, no normaliser: every string encodes, and decodes back exactly."""
         from tokenizers import Tokenizer as HF
         from tokenizers import decoders, models, pre_tokenizers, trainers
 

@@ -31,8 +31,7 @@ def spacing_of(affine: np.ndarray) -> np.ndarray:
 
 
 def reorient(data: np.ndarray, affine: np.ndarray, code: str) -> tuple[np.ndarray, np.ndarray]:
-    """`data` flipped and transposed so axis k increases toward letter k of `code` (an oblique
-    scan keeps its tilt in the affine)."""
+    """`data` flipped and transposed so axis k increases toward letter k of `code`."""
     import nibabel.orientations as nio
 
     now = nio.io_orientation(affine)
