@@ -18,7 +18,7 @@ import loaders.read.decode as decode
 from loaders import CenterCrop, FormatError, ImageShardDataset, RandomResizedCrop, make_loader
 from loaders.fields.checks import check_files
 from loaders.format import read_manifest
-from prep.media.image.encode import keep_side
+from prep.media.image.geometry import geometry
 from tests.conftest import run_pack
 
 
@@ -75,7 +75,7 @@ def test_per_size_codecs_and_keep_shapes(keep: Path, photos: Path) -> None:
     assert codecs["label"] == "raw" and m.config["codec"] == "raw,jpeg"
     sources = sorted(photos.glob("*/*.png"))
     hw = np.concatenate([np.load(keep / f"image_hw_32-{i:05d}.npy") for i in range(len(m.shards))])
-    want = [keep_side(*cv2.imread(str(p)).shape[:2], 32) for p in sources]
+    want = [geometry(*cv2.imread(str(p)).shape[:2], 32, "keep").content for p in sources]
     assert hw.tolist() == [list(s) for s in want]
     # FORMAT.md: numpy and PIL alone read a sample of each codec.
     data, off = np.load(keep / "image_32-00000.npy"), np.load(keep / "image_32-offsets-00000.npy")

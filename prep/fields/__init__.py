@@ -1,12 +1,7 @@
-"""The fields a sample may have, for `prep.pack_samples` (and a recipe's FIELDS).
-
->>> from prep.fields import Image, Array, Label
->>> fields = {"image": Image(sizes=(256,)), "boxes": Array("float32", (None, 4)), "y": Label()}
-"""
+"""The fields a sample may have, for `prep.pack_samples` and a recipe's FIELDS (see README)."""
 
 from loaders.fields import Array, Bytes, Json, Label, Labels, Scalar, Text
-from prep.fields.image import Boxes, Image, Instances, Keypoints, Mask, Tokens
-from prep.fields.polygons import Polygons
+from prep.fields.image import Boxes, Image, Instances, Keypoints, Mask, Polygons, Tokens
 
 __all__ = [
     "Array",

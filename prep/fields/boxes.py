@@ -1,9 +1,6 @@
-"""Boxes follow their image: the same `geometry` (prep.media.image.decode) that resizes, crops
-and pads the pixels maps (x0, y0, x1, y1) from the upright source image to each stored sample.
-
-A box edge at source pixel x lands at x * content_w / w + left (left: the content's origin in
-the sample, negative where fill crops, positive where fit pads), then is clipped to the stored
-image: a box cut by the crop is clipped, one outside it is left with no area.
+"""Boxes, keypoints and polygons follow their image: the `geometry` that resizes, crops and pads
+the pixels maps source pixel x to x * content_w / w + left in the stored sample (left < 0 where
+fill crops, > 0 where fit pads); a box cut by the crop is clipped, one outside it has no area.
 
 >>> place_boxes(np.array([[0, 0, 400, 300]], np.float32), (300, 400), 150, "fill").tolist()
 [[0.0, 0.0, 150.0, 150.0]]
@@ -21,8 +18,7 @@ from prep.media.image.geometry import geometry
 
 
 def place_xy(xy: np.ndarray, upright: tuple[int, int], size: int, mode: str) -> np.ndarray:
-    """float64 (N, 2) points (x, y) of the upright image in the pixels of the sample `size` px
-    in `mode`, not clipped: scaled as the image is resized, moved by its crop or padding."""
+    """float64 (N, 2) points (x, y) of the upright image in the pixels of the sample, unclipped."""
     g = geometry(upright[0], upright[1], size, mode)
     (ch, cw), (top, left) = g.content, g.origin
     out = np.asarray(xy, np.float64).reshape(-1, 2).copy()
@@ -31,15 +27,10 @@ def place_xy(xy: np.ndarray, upright: tuple[int, int], size: int, mode: str) -> 
     return out
 
 
-def stored_hw(upright: tuple[int, int], size: int, mode: str) -> tuple[int, int]:
-    """The (h, w) of the stored sample: size x size, or keep's own shape."""
-    return geometry(upright[0], upright[1], size, mode).content if mode == "keep" else (size, size)
-
-
 def place_boxes(boxes: np.ndarray, upright: tuple[int, int], size: int, mode: str) -> np.ndarray:
-    """float32 (N, 4) boxes in the pixels of the sample `size` px in `mode`, clipped to it."""
+    """float32 (N, 4) boxes in the pixels of the sample, clipped to it."""
     out = place_xy(np.asarray(boxes).reshape(-1, 2), upright, size, mode).reshape(-1, 4)
-    h, w = stored_hw(upright, size, mode)
+    h, w = geometry(*upright, size, mode).shape
     out[:, 0::2] = np.clip(out[:, 0::2], 0, w)
     out[:, 1::2] = np.clip(out[:, 1::2], 0, h)
     return out.astype(np.float32)
@@ -48,22 +39,32 @@ def place_boxes(boxes: np.ndarray, upright: tuple[int, int], size: int, mode: st
 def place_keypoints(
     points: np.ndarray, upright: tuple[int, int], size: int, mode: str
 ) -> np.ndarray:
-    """float32 (N, K, 3) keypoints (x, y, visibility) in the pixels of the sample; one that
-    lands outside it (cut by fill's crop) or was not labelled (v = 0) becomes (0, 0, 0)."""
+    """float32 (N, K, 3) keypoints (x, y, visibility) in the pixels of the sample; one outside
+    it or not labelled (v = 0) becomes (0, 0, 0)."""
     pts = np.asarray(points, np.float64).reshape(-1, 3).copy()
     pts[:, :2] = place_xy(pts[:, :2], upright, size, mode)
-    h, w = stored_hw(upright, size, mode)
+    h, w = geometry(*upright, size, mode).shape
     x, y = pts[:, 0], pts[:, 1]
     gone = (pts[:, 2] <= 0) | (x < 0) | (y < 0) | (x > w) | (y > h)
     pts[gone] = 0
     return pts.reshape(np.shape(points)).astype(np.float32)
 
 
+def shown(upright: tuple[int, int], size: int, mode: str) -> tuple[float, float, float, float]:
+    """(x0, y0, x1, y1): the part of the upright image the sample shows, in its pixels."""
+    h, w = geometry(*upright, size, mode).shape
+    origin = place_xy(np.zeros((1, 2)), upright, size, mode)[0]
+    unit = place_xy(np.array([[upright[1], upright[0]]], np.float64), upright, size, mode)[0]
+    scale = (unit - origin) / [upright[1], upright[0]]
+    (x0, y0), (x1, y1) = ((np.array([[0, 0], [w, h]], np.float64) - origin) / scale).tolist()
+    return max(x0, 0.0), max(y0, 0.0), min(x1, float(upright[1])), min(y1, float(upright[0]))
+
+
 def kept(
     boxes: np.ndarray, upright: tuple[int, int], sizes: Sequence[int], mode: str
 ) -> np.ndarray:
     """bool (N,): the boxes left with an area at every one of `sizes` (the others are dropped
-    at all sizes, so that a sample's boxes and their labels are the same at each size)."""
+    at all sizes: a sample's boxes and labels are the same at each)."""
     keep = np.ones(len(boxes), dtype=bool)
     for size in sizes:
         b = place_boxes(boxes, upright, size, mode)
@@ -84,9 +85,3 @@ def outside_rows(boxes: np.ndarray, upright: tuple[int, int], slack: float = 1.0
         | (b[:, 2] < b[:, 0])
         | (b[:, 3] < b[:, 1])
     )
-
-
-def outside(boxes: np.ndarray, upright: tuple[int, int], slack: float = 1.0) -> int | None:
-    """The index of the first box outside the (h, w) image (see outside_rows), or None."""
-    found = np.flatnonzero(outside_rows(boxes, upright, slack))
-    return int(found[0]) if len(found) else None

@@ -1,12 +1,11 @@
-"""The writer's side of the fields that need more than numpy: `Image` and `Mask` (any input
-through the images kind's decode and resize policy) and `Tokens` (a str tokenized offline).
-The other kinds are loaders.fields' own (their encoders are numpy only).
-"""
+"""The writer's side of the fields that need more than numpy to encode (the others are
+loaders.fields' own): images and what follows them, placed as `prep pack` places pixels."""
 
 from __future__ import annotations
 
 import io
 import zlib
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -14,15 +13,18 @@ from typing import Any
 import numpy as np
 
 from loaders import fields as kinds
+from loaders.fields import polygons
 from loaders.fields.base import FieldError, as_array
+from prep.fields.boxes import outside_rows, place_boxes, place_keypoints, place_xy, shown
+from prep.media.image.geometry import encode_jpeg, geometry, sizes_from, stored
 from prep.media.image.stats import PixelSums, combine
 from prep.run.inputs import Reject
 
+CV_CHANNELS = 128  # cv2 resizes at most this many channels at a time
+
 
 class Image(kinds.Image):
-    """An image from a path, bytes (an encoded file), a PIL image or an (H, W[, C]) uint8
-    array, decoded and resized as `prep pack` does (EXIF, alpha on white, DCT-reduced JPEG
-    decoding, one decode for every size)."""
+    """An image from a path, bytes (an encoded file), a PIL image or an (H, W[, C]) uint8 array."""
 
     def pixels(self, value: Any) -> tuple[np.ndarray, tuple[int, int]]:
         """Upright pixels (H, W, 3), or (H, W) gray, and the full-size (h, w)."""
@@ -37,11 +39,7 @@ class Image(kinds.Image):
         return self.encode_counted(value)[0]
 
     def encode_counted(self, value: Any) -> tuple[dict[str, np.ndarray], dict[int, np.ndarray]]:
-        """encode()'s arrays, and the pixels stored at each size before any JPEG encoding (what
-        the manifest's pixel statistics count: prep.media.image.stats)."""
-        from prep.media.image.encode import stored
-        from prep.media.image.geometry import sizes_from
-
+        """encode()'s arrays, and the pixels stored at each size before any JPEG encoding."""
         img, upright = self.pixels(value)
         out: dict[str, np.ndarray] = {"upright": np.asarray(upright, np.int64)}
         specs = {s.size: s for s in self.arrays("") if s.role == "image"}
@@ -60,14 +58,13 @@ class Image(kinds.Image):
         return PixelSums()
 
     def stats(self, records: list[dict[str, Any]]) -> dict[str, Any] | None:
-        """`extra.stats[NAME]`: each size's per-channel mean and std of the train split's
-        shards (every shard's without splits); None without pixels."""
+        """`extra.stats[NAME]` (prep.media.image.stats); None without pixels."""
         got = combine(records)
         return got if got is not None and got["sizes"] else None
 
 
 def _array_pixels(value: Any, gray: bool, max_pixels: int) -> tuple[np.ndarray, tuple[int, int]]:
-    """A PIL image or uint8 array as the pixel policy has it: RGB, or one channel with `gray`."""
+    """A PIL image or uint8 array as RGB, or one channel with `gray`."""
     from PIL import Image as PILImage
 
     if isinstance(value, PILImage.Image):
@@ -91,12 +88,10 @@ def _array_pixels(value: Any, gray: bool, max_pixels: int) -> tuple[np.ndarray, 
 
 
 class Mask(kinds.Mask):
-    """Class ids of image field `image`: an L or palette file, or an (H, W) uint8 array, of the
-    image's full size; resized with nearest neighbour and placed exactly like the image."""
+    """Class ids of image field `image`, its full size: an L or palette file, or (H, W) uint8."""
 
     def encode_for(self, value: Any, upright: tuple[int, int]) -> dict[str, np.ndarray]:
         from prep.media.image.decode import decode_mask
-        from prep.media.image.geometry import sizes_from
 
         if isinstance(value, (str, Path)):
             mask = decode_mask(Path(value))
@@ -110,21 +105,16 @@ class Mask(kinds.Mask):
                 f"mask is {mask.shape[1]}x{mask.shape[0]}, image is {upright[1]}x{upright[0]}",
             )
         masks = sizes_from(mask, upright, list(self.sizes), self.mode, self.pad_value, True)
-        codec = "ragged" if self.mode == "keep" else "raw"
-        return {f"_{s}": m.reshape(-1) if codec == "ragged" else m for s, m in masks.items()}
+        ragged = self.mode == "keep"
+        return {f"_{s}": m.reshape(-1) if ragged else m for s, m in masks.items()}
 
 
 class Boxes(kinds.Boxes):
-    """Boxes (N, 4) float32 (x0, y0, x1, y1) in the pixels of the upright full-size image of
-    field `image`, stored as they land in each of its stored sizes (prep.fields.boxes:
-    the image's own geometry). A value is the boxes, or {"xyxy": boxes, "hw": [h, w]}: boxes
-    drawn on an (h, w) image, which must be the image's upright size (a `box_frame` reject).
-    A box outside its image is a `box_outside` reject; one that the crop leaves with no area
-    is kept with none (`prep import coco` drops those first, with their labels: boxes.kept)."""
+    """Boxes (N, 4) (x0, y0, x1, y1) in the pixels of field `image`'s upright full-size image,
+    or {"xyxy": boxes, "hw": [h, w]}: drawn on an image that must be of that size. A box the
+    crop leaves with no area is kept (`prep import coco` drops those: boxes.kept)."""
 
     def encode_for(self, value: Any, upright: tuple[int, int]) -> dict[str, np.ndarray]:
-        from prep.fields.boxes import outside, place_boxes
-
         if isinstance(value, dict):
             h, w = value.get("hw", (0, 0))
             if (int(h), int(w)) != tuple(upright):
@@ -137,24 +127,20 @@ class Boxes(kinds.Boxes):
         boxes = as_array(value, np.dtype("float32"))
         if boxes.ndim != 2 or boxes.shape[1] != 4:
             raise FieldError("field_shape", f"boxes of shape {list(boxes.shape)}, not (N, 4)")
-        bad = outside(boxes, upright)
-        if bad is not None:
+        bad = np.flatnonzero(outside_rows(boxes, upright))
+        if len(bad):
             raise Reject(
                 "box_outside",
-                f"box {bad} {[round(float(v), 1) for v in boxes[bad]]} is not inside the "
+                f"box {bad[0]} {[round(float(v), 1) for v in boxes[bad[0]]]} is not inside the "
                 f"{upright[1]}x{upright[0]} image",
             )
         return {f"_{s}": place_boxes(boxes, upright, s, self.mode).reshape(-1) for s in self.sizes}
 
 
 class Instances(kinds.Instances):
-    """Instance masks (N, H, W) uint8, 0 and 1, at the upright full size of field `image`'s
-    image (a `mask_size` reject otherwise), each resized with nearest neighbour and placed like
-    the image at each of its sizes."""
+    """Instance masks (N, H, W) uint8, 0 and 1, at the upright full size of field `image`."""
 
     def encode_for(self, value: Any, upright: tuple[int, int]) -> dict[str, np.ndarray]:
-        from prep.media.image.geometry import sizes_from
-
         stack = as_array(value, np.dtype("uint8"))
         if stack.ndim != 3 or stack.shape[1:] != tuple(upright):
             raise Reject(
@@ -163,24 +149,18 @@ class Instances(kinds.Instances):
                 f"{upright[1]}) upright",
             )
         out: dict[str, list[np.ndarray]] = {f"_{s}": [] for s in self.sizes}
-        for i in range(0, len(stack), CV_CHANNELS):  # cv2 resizes 128 channels at a time
+        for i in range(0, len(stack), CV_CHANNELS):
             hwc = np.ascontiguousarray(np.moveaxis(stack[i : i + CV_CHANNELS], 0, -1))
             for s, m in sizes_from(hwc, upright, list(self.sizes), self.mode, 0, True).items():
                 out[f"_{s}"].append(np.moveaxis(m.reshape(*m.shape[:2], -1), -1, 0).reshape(-1))
         return {k: np.concatenate(v) if v else np.zeros(0, np.uint8) for k, v in out.items()}
 
 
-CV_CHANNELS = 128
-
-
 class Keypoints(kinds.Keypoints):
-    """Keypoints (N, joints, 3): x, y in the pixels of the upright full-size image of field
-    `image`, and a visibility (COCO's 0: not labelled, 1: hidden, 2: visible), stored at each of
-    its sizes as they land in the stored image; a point cut away or not labelled is (0, 0, 0)."""
+    """Keypoints (N, joints, 3): x, y in the pixels of field `image`'s upright full-size image,
+    and a visibility (COCO's 0: not labelled, 1: hidden, 2: visible)."""
 
     def encode_for(self, value: Any, upright: tuple[int, int]) -> dict[str, np.ndarray]:
-        from prep.fields.boxes import place_keypoints
-
         points = as_array(value, np.dtype("float32"))
         if points.ndim != 3 or points.shape[1:] != (self.joints, 3):
             raise FieldError(
@@ -193,9 +173,53 @@ class Keypoints(kinds.Keypoints):
         }
 
 
+class Polygons(polygons.Polygons):
+    """Polygons of field `image`, each (k, 2) points (x, y) or COCO's flat [x0, y0, x1, y1, ...],
+    k >= 3, in its upright full-size pixels; each is cut to what every size shows (fill's crop),
+    one left without area goes."""
+
+    def encode_for(self, value: Any, upright: tuple[int, int]) -> dict[str, np.ndarray]:
+        try:
+            polys = [np.asarray(p, np.float64).reshape(-1, 2) for p in value]
+        except (TypeError, ValueError) as e:
+            raise FieldError("field_shape", f"polygons are lists of (x, y) points ({e})") from None
+        if any(len(p) < 3 or not np.isfinite(p).all() for p in polys):
+            raise FieldError("field_shape", "a polygon has fewer than 3 finite points")
+        x0, y0, x1, y1 = shown(upright, max(self.sizes), self.mode)
+        cut = [np.add(polygons.clip(p - [x0, y0], y1 - y0, x1 - x0), [x0, y0]) for p in polys]
+        kept = [p for p in cut if len(p) >= 3 and polygons.area(p) > 0]
+        xy = np.concatenate(kept) if kept else np.zeros((0, 2))
+        out = {"_lens": np.array([len(p) for p in kept], np.int32)}
+        for s in self.sizes:
+            h, w = geometry(*upright, s, self.mode).shape
+            placed = np.clip(place_xy(xy, upright, s, self.mode), 0, [w, h])  # rounding only
+            out[f"_{s}"] = placed.astype(np.float32).reshape(-1)
+        return out
+
+
+class Video(kinds.Video):
+    """Frames of one video ((h, w, 3) uint8 arrays of one shape), stored back to back, raw or
+    one JPEG a frame, with their (h, w) and where each frame's bytes end."""
+
+    def encode(self, value: Sequence[np.ndarray] | Any) -> dict[str, np.ndarray]:
+        frames = list(value)
+        if not frames:
+            raise FieldError("field_shape", "a video of no frames")
+        if self.codec == "jpeg":
+            parts = [encode_jpeg(f, self.quality) for f in frames]
+        else:
+            parts = [f.reshape(-1) for f in frames]
+        s = self.size
+        return {
+            f"_{s}": np.concatenate(parts),
+            f"_hw_{s}": np.asarray(frames[0].shape[:2], np.uint16),
+            f"_ends_{s}": np.cumsum([len(p) for p in parts], dtype=np.int64),
+        }
+
+
 class Tokens(kinds.Tokens):
-    """Token ids of a str, by the tokenizer in `tokenizer` (a tokenizer.json), or ids given as
-    they are. The file is kept in the dataset as NAME.tokenizer.json."""
+    """Token ids of a str by the tokenizer.json `tokenizer` (kept in the dataset as
+    NAME.tokenizer.json), or ids given as they are."""
 
     def __init__(self, tokenizer: str | Path, vocab_size: int | None = None):
         path = Path(tokenizer)
@@ -212,7 +236,6 @@ class Tokens(kinds.Tokens):
 
 @lru_cache(maxsize=4)
 def _load(path: str) -> Any:
-    """A tokenizers.Tokenizer, once per process and file."""
     from tokenizers import Tokenizer
 
     try:

@@ -1,17 +1,12 @@
 """A video decoded once with PyAV at a fixed frame rate: frames picked by their timestamps,
-turned upright by the rotation the file carries, and resized by pack's geometry.
+turned upright by the rotation the file carries, and resized by pack's geometry. Bad input
+raises Reject with one of the README's codes.
 
 Output frame k shows the source at time k / fps from its first frame: the last source frame
-that starts at or before then (what a player shows). So a variable-frame-rate file comes out
-right, and a source slower than `fps` repeats frames where a player would hold them. Only the
-picked frames are converted to RGB and resized; every frame is decoded (inter-frame codecs
-need them). Bad input raises Reject with one of the README's codes.
-
-What a small file can cost is bounded: a stream whose header gives more than `max_pixels` a
-frame is refused before a frame is decoded, and so is any decoded frame over it; and the
-frames picked may not outrun the file (`_check_reach`): at most REPEAT stored frames a decoded
-one, and not far past the duration the container's header gives. So a two-frame file whose
-second frame is stamped 20,000 s on is a reject, not 160,000 copies of its first frame.
+that starts at or before then (what a player shows), so a variable-frame-rate file comes out
+right. Every frame is decoded (inter-frame codecs need them); only the picked ones are
+converted. A small file's cost is bounded: frames over `max_pixels` are refused (from the
+header, and as decoded), and the frames picked may not outrun the file (`_check_reach`).
 """
 
 from __future__ import annotations
@@ -30,9 +25,8 @@ from prep.run.profile import stage
 
 EPS = 1e-6  # seconds: a frame starting this close after a target time still counts as shown
 SLACK = 0.5  # of the header's duration missing at the end (in seconds, at least 2 frames)
-# Stored frames a decoded frame may fill, on average: a source may be 64 times slower than
-# --fps (a slideshow holding each picture 8 s at --fps 8); past that, a gap in the timestamps
-# would be filled with repeats that cost output bytes and time the file never paid for.
+# Stored frames a decoded frame may fill, on average (a slideshow of 8 s a picture at --fps 8);
+# past that, a gap in the timestamps would be repeats that cost bytes the file never paid for.
 REPEAT = 64
 MAX_PIXELS = 100_000_000  # a frame's default cap, as prep pack's --max-pixels
 
@@ -54,18 +48,17 @@ def frame_size(h: int, w: int, size: int, mode: str) -> tuple[int, int]:
     if mode == "short":
         scale = size / min(h, w)
         return max(1, round(h * scale)), max(1, round(w * scale))
-    g = geometry(h, w, size, mode)
-    return g.content if mode == "keep" else (size, size)
+    return geometry(h, w, size, mode).shape
 
 
 def fit_frame(rgb: np.ndarray, rotation: int, size: int, mode: str) -> np.ndarray:
     """A decoded (h, w, 3) frame turned upright and resized to how it is stored."""
-    img = np.rot90(rgb, k=(rotation // 90) % 4) if rotation % 360 else rgb
+    img = np.ascontiguousarray(np.rot90(rgb, k=(rotation // 90) % 4) if rotation % 360 else rgb)
     h, w = img.shape[:2]
     if mode == "short":
-        return np.ascontiguousarray(resize(np.ascontiguousarray(img), frame_size(h, w, size, mode)))
+        return np.ascontiguousarray(resize(img, frame_size(h, w, size, mode)))
     g = geometry(h, w, size, mode)
-    return place(resize(np.ascontiguousarray(img), g.content), g, 0)
+    return place(resize(img, g.content), g, 0)
 
 
 def _open(path: Path) -> Any:
@@ -85,8 +78,7 @@ def _open(path: Path) -> Any:
 def decode_video(
     path: Path, fps: float, size: int, mode: str, max_pixels: int = MAX_PIXELS
 ) -> Decoded:
-    """`path`'s first video stream at `fps` frames a second, each frame stored by `mode` at
-    `size` px (prep.media.video.frame_size); frames over `max_pixels` refused."""
+    """`path`'s first video stream at `fps` frames a second, stored as `frame_size` says."""
     import av
 
     with stage("read"):
@@ -128,9 +120,8 @@ def _check_pixels(w: int, h: int, max_pixels: int, what: str) -> None:
 def _timed(
     frames: Iterator[Any], rate: float, max_pixels: int = MAX_PIXELS
 ) -> Iterator[tuple[float, float, Any]]:
-    """(start, duration, frame) in seconds, from each frame's timestamp (its index / rate where
-    the file has none); a frame over `max_pixels` (a stream whose header understates its
-    size) refused as soon as it is decoded."""
+    """(start, duration, frame) in seconds (index / rate without a timestamp); a frame over
+    `max_pixels` (the header understated it) refused as soon as it is decoded."""
     for n, frame in enumerate(frames):
         _check_pixels(frame.width, frame.height, max_pixels, f"frame {n} is")
         t = frame.time if frame.pts is not None else n / rate
@@ -146,37 +137,46 @@ def _pick(
     mode: str,
     said: float | None = None,
 ) -> tuple[list[np.ndarray], float, int, int]:
-    """The frames shown at 0, 1 / fps, ... seconds from the first, until the last one ends;
-    with the duration, the rotation, and how many frames were decoded. `said`: the duration
-    the container's header gives, in seconds (None: it gives none)."""
+    """The frames shown at 0, 1 / fps, ... s from the first until the last ends; the duration,
+    rotation and frames decoded. `said`: the header's duration in seconds, if it gives one."""
     out: list[np.ndarray] = []
     first, shown, end, k, n, rotation = None, None, 0.0, 0, 0, 0
     fitted: tuple[int, np.ndarray] | None = None  # the last frame converted: (its number, pixels)
     moved = False  # whether any frame starts after the first
+
+    def show_until(reach: float) -> None:
+        """Store frame `shown` (number, frame), converted once, at each time before `reach`; a
+        resolution that changes part way keeps the first frame's shape."""
+        nonlocal k, fitted
+        if shown is None:
+            return
+        _check_reach(reach, k, n, fps, said)
+        while k / fps < reach - EPS:
+            if fitted is None or fitted[0] != shown[0]:
+                with stage("resize"):
+                    img = fit_frame(shown[1].to_ndarray(format="rgb24"), rotation, size, mode)
+                    if out and img.shape != out[0].shape:
+                        img = np.ascontiguousarray(resize(img, out[0].shape[:2]))
+                    fitted = shown[0], img
+            out.append(fitted[1])
+            k += 1
+
     for t, d, frame in frames:
         if first is None:
             first, rotation = t, int(getattr(frame, "rotation", 0) or 0)
         rel = t - first
-        if shown is not None:
-            _check_reach(rel, k, n, fps, said)
-        while shown is not None and k / fps < rel - EPS:  # targets before this frame starts
-            fitted = _emit(out, shown, fitted, rotation, size, mode)
-            k += 1
+        show_until(rel)
         shown, end, n = (n, frame), max(end, rel + d), n + 1
         moved = moved or rel > EPS
     if n > 1 and not moved:
         raise Reject("zero_fps", f"all {n} frames have one timestamp: a frame rate of 0")
-    if shown is not None:
-        _check_reach(end, k, n, fps, said)
-    while shown is not None and k / fps < end - EPS:
-        fitted = _emit(out, shown, fitted, rotation, size, mode)
-        k += 1
+    show_until(end)
     return out, end, rotation, n
 
 
 def _check_reach(reach: float, k: int, n: int, fps: float, said: float | None) -> None:
-    """Refuse picking on to `reach` seconds (from the first frame; `k` stored so far) when that
-    would store more than REPEAT frames for each of the `n` decoded, or run well past `said`."""
+    """Refuse picking on to `reach` s (`k` stored so far) when that stores over REPEAT frames
+    for each of the `n` decoded, or runs well past `said`."""
     if said is not None and reach - said > max(said, 1.0):
         raise Reject(
             "timestamps", f"its frames run to {reach:.1f} s, its header says {said:.1f} s long"
@@ -192,30 +192,9 @@ def _check_reach(reach: float, k: int, n: int, fps: float, said: float | None) -
         )
 
 
-def _emit(
-    out: list[np.ndarray],
-    shown: tuple[int, Any],
-    fitted: tuple[int, np.ndarray] | None,
-    rotation: int,
-    size: int,
-    mode: str,
-) -> tuple[int, np.ndarray]:
-    """Append frame `shown` (number, frame) to `out`, converted once however often it shows.
-    A stream whose resolution changes part way keeps its first frame's stored shape."""
-    if fitted is None or fitted[0] != shown[0]:
-        with stage("resize"):
-            rgb = shown[1].to_ndarray(format="rgb24")
-            img = fit_frame(rgb, rotation, size, mode)
-            if out and img.shape != out[0].shape:
-                img = np.ascontiguousarray(resize(img, out[0].shape[:2]))
-            fitted = shown[0], img
-    out.append(fitted[1])
-    return fitted
-
-
 def _check_whole(stream: Any, decoded: int, end: float, rate: float, said: float | None) -> None:
-    """A file that ends early (a cut download) is a reject: fewer frames than its header
-    counts, or (no count) an end well before the header's duration `said`."""
+    """Refuse a file that ends early (a cut download): fewer frames than its header counts, or
+    an end well before its header's duration."""
     if stream.frames and decoded < stream.frames:
         raise Reject("truncated", f"{decoded} of the {stream.frames} frames its header counts")
     if said and said - end > max(SLACK * said, 2.0 / rate):

@@ -22,8 +22,7 @@ from loaders.format import ArraySpec, Manifest, Shard, array_name
 from loaders.format.spec import smallest_uint
 from prep.kinds.images.config import PackConfig
 from prep.media.image.decode import decode_image, decode_mask
-from prep.media.image.encode import stored
-from prep.media.image.geometry import sizes_from
+from prep.media.image.geometry import sizes_from, stored
 from prep.media.image.hashing import image_phash, pixel_digest
 from prep.media.image.stats import PixelSums, combine
 from prep.run.driver import Inputs, Kind, RunSummary, run, shard_size

@@ -28,9 +28,8 @@ from loaders.fields import Column as ColumnField
 from loaders.format import ArraySpec, Manifest, Shard, array_name
 from loaders.format.index import stem
 from prep.kinds.table.config import TableConfig
-from prep.media.table.encode import encode
 from prep.media.table.scan import BLOCKS, Scan, read_spill, scan
-from prep.media.table.types import Column
+from prep.media.table.types import Column, encode
 from prep.run.driver import Inputs, Kind, RunSummary, run
 from prep.run.errors import PrepError
 from prep.run.files import writing

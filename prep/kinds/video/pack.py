@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from loaders.fields import Field, Label, Scalar
-from prep.fields.video import Video
+from prep.fields.image import Video
 from prep.kinds.video.config import VideoConfig
 from prep.media.video import decode_video
 from prep.run.driver import AUTO_MAX, AUTO_SHARDS, Inputs, RunSummary, run

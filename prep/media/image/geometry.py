@@ -1,5 +1,5 @@
-"""Where a decoded image goes: the geometry of each size and mode (resize to `content`, then
-crop or pad), the resizing, and every size made from one decode. Arrays in, arrays out."""
+"""Where a decoded image goes (the geometry of each size and mode: resize to `content`, then crop
+or pad), every size made from one decode, and how a sample is stored. Arrays in, arrays out."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
+from loaders.format import ArraySpec
 from prep.run.profile import timed
 
 MODES = ("fill", "fit", "stretch", "keep")
@@ -23,14 +24,18 @@ class Geometry:
 
     @property
     def origin(self) -> tuple[int, int]:
-        """Where the content's top-left pixel lands in the sample, (top, left): negative where
-        fill crops it, positive where fit pads it; (0, 0) for keep and stretch."""
+        """(top, left) of the content in the sample: < 0 where fill crops, > 0 where fit pads."""
         (h, w), s = self.content, self.size
         if self.mode == "fill":
             return -((h - s) // 2), -((w - s) // 2)
         if self.mode == "fit":
             return (s - h) // 2, (s - w) // 2
         return 0, 0
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """The stored sample's (h, w): size x size, or keep's content."""
+        return self.content if self.mode == "keep" else (self.size, self.size)
 
 
 def geometry(h: int, w: int, size: int, mode: str) -> Geometry:
@@ -39,6 +44,8 @@ def geometry(h: int, w: int, size: int, mode: str) -> Geometry:
 
     >>> geometry(3024, 4032, 256, "fill").content, geometry(3024, 4032, 256, "fit").content
     ((256, 341), (192, 256))
+    >>> geometry(3024, 4032, 256, "keep").content, geometry(100, 50, 256, "keep").content
+    ((192, 256), (100, 50))
     """
     if mode == "stretch":
         return Geometry((size, size), size, mode)
@@ -54,11 +61,10 @@ def geometry(h: int, w: int, size: int, mode: str) -> Geometry:
 
 
 def resize(img: np.ndarray, hw: tuple[int, int], nearest: bool = False) -> np.ndarray:
-    """Shrink without aliasing, cheaply: bilinear while the factor is under ~2 (it then reads
-    every source pixel; a DCT-reduced JPEG decode always leaves less than 2x to go), area
-    averaging beyond (PNGs, other formats). On the bench photos bilinear after DCT reduction
-    differs from full-resolution area averaging by 0.9 levels on average and costs 1/5 of
-    INTER_AREA, whose general path is slow. Bilinear to enlarge; nearest for class-id masks."""
+    """Shrink without aliasing, cheaply: bilinear while the factor is under ~2 (it still reads
+    every source pixel; a DCT-reduced JPEG always is), area averaging beyond; bilinear to
+    enlarge; nearest for class-id masks. (Bench photos: 0.9 levels from full-size INTER_AREA,
+    at 1/5 of its cost.)"""
     h, w = hw
     if img.shape[:2] == (h, w):
         return img
@@ -94,9 +100,7 @@ def sizes_from(
     pad_value: int,
     nearest: bool = False,
 ) -> dict[int, np.ndarray]:
-    """Every requested size from ONE decode: the largest from the decoded pixels, each smaller
-    one from the next larger resized content (cheaper, and equal to a direct resize within a
-    level or two: area averaging composes)."""
+    """Every size from one decode, each from the next larger content (area averaging composes)."""
     out: dict[int, np.ndarray] = {}
     src = img
     for size in sorted(sizes, reverse=True):
@@ -105,3 +109,27 @@ def sizes_from(
         out[size] = place(content, g, pad_value)
         src = content
     return out
+
+
+@timed("encode")
+def encode_jpeg(img: np.ndarray, quality: int) -> np.ndarray:
+    """(H, W, 3) or (H, W, 1) uint8 -> a baseline JFIF file's bytes, uint8 (n,): the same
+    bytes for the same pixels in any process (libjpeg-turbo)."""
+    import simplejpeg
+
+    gray = img.shape[2] == 1
+    # 4:2:0 chroma (what PIL, OpenCV and FFCV write) below q95; 4:4:4 for near-lossless.
+    data = simplejpeg.encode_jpeg(
+        np.ascontiguousarray(img),
+        quality=quality,
+        colorspace="GRAY" if gray else "RGB",
+        colorsubsampling="Gray" if gray else "420" if quality < 95 else "444",
+    )
+    return np.frombuffer(data, dtype=np.uint8)
+
+
+def stored(arr: np.ndarray, spec: ArraySpec, quality: int) -> np.ndarray:
+    """A sample as its array stores it: as is (raw), flat (ragged) or as JPEG bytes."""
+    if spec.codec == "jpeg":
+        return encode_jpeg(arr, quality)
+    return arr.reshape(-1) if spec.ragged else arr

@@ -34,8 +34,8 @@ class Hashes:
 @dataclass
 class Group:
     """Near-duplicates: `members` in dataset order, the first the one to keep; `distances[k]`
-    is member k's Hamming distance to members[0] (0 for itself; a chain of near pairs can put a
-    member further than the search's distance from the first)."""
+    is member k's Hamming distance to members[0] (a chain of near pairs can make it larger than
+    the search's)."""
 
     members: list[int]
     paths: list[str]
@@ -75,8 +75,7 @@ def digest_pairs(a: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
 
 
 def dupe_groups(h: Hashes, max_distance: int = DEFAULT_DISTANCE) -> list[Group]:
-    """The groups of two or more samples linked by near pairs (within `max_distance` bits) or
-    equal digests, ordered by their first member."""
+    """The groups of samples linked by near pairs or equal digests, by their first member."""
     return phash_groups(h.phash, h.paths, max_distance, h.digest)
 
 
@@ -105,7 +104,7 @@ def phash_groups(
 
 def _distinct(phash: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(distinct hashes, the first index of each, each item's distinct hash): the search runs
-    on distinct hashes, so a thousand copies of one blank image are not a million pairs."""
+    on distinct hashes (a thousand copies of one blank image are not a million pairs)."""
     uniq, first, inverse = np.unique(
         np.asarray(phash, dtype=np.uint64), return_index=True, return_inverse=True
     )
@@ -121,8 +120,7 @@ def _holders(inverse: np.ndarray, k: int) -> list[np.ndarray]:
 def leakage(
     train: Hashes, val: Hashes, max_distance: int = DEFAULT_DISTANCE
 ) -> list[tuple[int, int, int]]:
-    """(train index, val index, distance) of every pair within `max_distance` bits or of equal
-    digests, sorted."""
+    """Sorted (train index, val index, distance) of the near pairs and equal digests."""
     (ua, _, ia), (ub, _, ib) = _distinct(train.phash), _distinct(val.phash)
     ha, hb = _holders(ia, len(ua)), _holders(ib, len(ub))
     found: dict[tuple[int, int], int] = {}

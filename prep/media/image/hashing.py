@@ -1,17 +1,6 @@
-"""64-bit perceptual hashes, vectorised over a batch of small grey images, and the exact digest.
-
-Both hashes start from one grey thumbnail per image, shrunk with area averaging (cv2.INTER_AREA)
-from whatever pixels the caller decoded, so the hash does not depend on the stored size:
-
-- pHash (`phash`, the one stored): the 32x32 thumbnail times a Hann window (its border, where
-  crops, shifts and borders act, weighs little), its 2-D DCT-II, the 8x8 block of the lowest
-  frequencies; a bit is 1 where a coefficient is above the block's median. Half the bits are
-  ones whatever the image's brightness, so two hashes differ in an even number of bits.
-- dHash (`dhash`, measured against it): a 9x8 thumbnail; a bit is 1 where a pixel is brighter
-  than its left neighbour.
-
-Bits are packed most significant first (row-major over the 8x8 block): hash ^ hash, popcounted,
-is the Hamming distance.
+"""64-bit perceptual hashes of batches of grey thumbnails (area-averaged from whatever pixels the
+caller decoded: independent of the stored size), and the exact digest. Bits are packed most
+significant first: hash ^ hash, popcounted, is the Hamming distance.
 
 >>> flat = np.zeros((1, 32, 32), np.uint8)
 >>> int(phash(flat)[0]), int(dhash(np.zeros((1, 8, 9), np.uint8))[0])
@@ -48,7 +37,9 @@ def pack_bits(bits: np.ndarray) -> np.ndarray:
 
 
 def phash(gray: np.ndarray) -> np.ndarray:
-    """(N, 32, 32) uint8 grey thumbnails -> (N,) uint64 pHashes."""
+    """(N, 32, 32) uint8 grey thumbnails -> (N,) uint64: the thumbnail times a Hann window (the
+    border, where crops act, weighs little), its 8x8 lowest DCT-II frequencies, a bit 1 where a
+    coefficient is above their median (half the bits are ones: distances are even)."""
     x = np.asarray(gray, dtype=np.float32) * WINDOW
     coef = _BASIS @ x @ _BASIS.T  # (N, 8, 8): one matmul pair for the whole batch
     flat = coef.reshape(len(x), 64)
@@ -57,18 +48,17 @@ def phash(gray: np.ndarray) -> np.ndarray:
 
 
 def dhash(gray: np.ndarray) -> np.ndarray:
-    """(N, 8, 9) uint8 grey thumbnails -> (N,) uint64 dHashes."""
+    """(N, 8, 9) uint8 grey thumbnails -> (N,) uint64: a bit 1 where a pixel is brighter than
+    its left neighbour (measured against the pHash, not stored)."""
     x = np.asarray(gray, dtype=np.int16)
     return pack_bits(x[:, :, 1:] > x[:, :, :-1])
 
 
 def thumbnail(img: np.ndarray, shape: tuple[int, int] = (PHASH_SIDE, PHASH_SIDE)) -> np.ndarray:
-    """One decoded image, (H, W, 3) RGB or (H, W) grey uint8 -> its (h, w) grey thumbnail,
-    area-averaged. Made grey first (one channel to shrink), and brought to a whole multiple of
-    the thumbnail by a bilinear step of less than 2x (which still reads every pixel) so that
-    INTER_AREA takes its fast integer-factor path: a quarter cheaper, within a level. (Cutting
-    the remainder off instead is cheaper still, but a resized copy then loses another strip
-    than its original: 98% of 5% crops stayed within 6 bits this way, 91% that way.)"""
+    """(H, W, 3) RGB or (H, W) grey uint8 -> its (h, w) grey thumbnail, area-averaged: made grey,
+    then brought to a whole multiple of the thumbnail by a bilinear step under 2x, so INTER_AREA
+    takes its fast integer path (a quarter cheaper, within a level; cutting the rest off
+    instead kept 91% of 5% crops within 6 bits, not 98%)."""
     import cv2
 
     gray = cv2.cvtColor(img, cv2.COLOR_RGB2GRAY) if img.ndim == 3 else img
@@ -80,19 +70,14 @@ def thumbnail(img: np.ndarray, shape: tuple[int, int] = (PHASH_SIDE, PHASH_SIDE)
 
 
 def image_phash(img: np.ndarray) -> int:
-    """The pHash of one decoded image (see `thumbnail`)."""
+    """The pHash of one decoded image."""
     return int(phash(thumbnail(img)[None])[0])
 
 
 def pixel_digest(pixels: np.ndarray) -> np.ndarray:
-    """sha256 of a stored sample's pixels (uint8, C order) and its shape, as (32,) uint8: equal
-    for two sources that decode to the same stored image, whatever their file bytes."""
+    """sha256 of a stored sample's pixels and shape, (32,) uint8: equal for two sources that
+    decode to the same stored image."""
     hwc = pixels.reshape(pixels.shape[0], pixels.shape[1], -1)  # grey: (H, W) as (H, W, 1)
     h = hashlib.sha256(np.asarray(hwc.shape, dtype=np.int64).tobytes())
     h.update(np.ascontiguousarray(hwc, dtype=np.uint8).data)
     return np.frombuffer(h.digest(), dtype=np.uint8).copy()
-
-
-def hamming(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Bitwise Hamming distance of uint64 hashes, elementwise (broadcasting), as uint8."""
-    return np.bitwise_count(np.bitwise_xor(a, b))

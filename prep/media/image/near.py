@@ -1,18 +1,12 @@
-"""All pairs of 64-bit hashes within a Hamming distance, well under quadratic time.
+"""All pairs of 64-bit hashes within a Hamming distance `d`, well under quadratic time.
 
-Both methods rest on the pigeonhole principle. Cut the 64 bits into `m` blocks: two hashes
-that differ in at most `d` bits differ in at most `d` blocks, so at least `m - d` blocks agree
-exactly. For every choice of `t = m - d` blocks, the hashes are sorted by those blocks' bits
-(the table's key); hashes with one key sit side by side, and only those are compared (XOR,
-popcount). Each pair at distance <= d turns up in at least one table.
-
-- multi-index hashing (`method="mih"`): m = d + 1 blocks, t = 1: d + 1 tables, each keyed by one
-  block of 64 / (d + 1) bits. Few tables, but short keys: big buckets on large inputs.
-- sorted tables (`method="tables"`, after Manku, Jain and Das Sarma, WWW 2007): more blocks,
-  t >= 2 of them a key, C(m, t) tables of longer keys: more sorts, far fewer candidates.
-
-`method="auto"` picks the (m, t) whose modelled cost (sorts plus expected candidates of random
-hashes) is least for the input's size; README "Near-duplicates and leakage" has the measurements.
+Pigeonhole: cut the 64 bits into `m` blocks; two hashes within d bits agree exactly on at least
+t = m - d blocks. For every choice of t blocks (a table), the hashes are sorted by those blocks'
+bits (the key) and only those with one key are compared (XOR, popcount). `method="mih"`
+(multi-index hashing) takes m = d + 1, t = 1: few tables, short keys, big buckets on large
+inputs; `method="tables"` (Manku, Jain and Das Sarma, WWW 2007) more blocks, t >= 2: C(m, t)
+tables of longer keys, far fewer candidates; `method="auto"` the (m, t) of least modelled cost
+(README "Near-duplicates and leakage" has the measurements).
 
 >>> h = np.array([0, 0b111, 3 << 62, 0b1], dtype=np.uint64)
 >>> near_pairs(h, max_distance=1).tolist()
@@ -29,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-DEFAULT_DISTANCE = 4  # bits of 64: README "Near-duplicates and leakage" has the measurements
+DEFAULT_DISTANCE = 4  # bits of 64
 
 SORT_NS, PAIR_NS = 60.0, 12.0  # ns per element sorted, per candidate pair compared (measured)
 BITS = 64
@@ -74,8 +68,7 @@ def _keys(h: np.ndarray, chosen: tuple[tuple[int, int], ...]) -> np.ndarray:
 
 
 def _sort(key: np.ndarray) -> np.ndarray:
-    """A stable argsort by radix passes of 16 bits (numpy's radix sort takes 16-bit keys only;
-    wider keys would take its slower comparison sort)."""
+    """A stable argsort in radix passes of 16 bits (numpy's radix sort takes no wider keys)."""
     order = np.argsort((key & 0xFFFF).astype(np.uint16), kind="stable")
     for shift in range(16, key.dtype.itemsize * 8, 16):
         high = (key[order] >> shift).astype(np.uint16)
@@ -84,10 +77,9 @@ def _sort(key: np.ndarray) -> np.ndarray:
 
 
 def _table_pairs(h: np.ndarray, key: np.ndarray, d: int) -> Iterator[np.ndarray]:
-    """(k, 3) rows (i, j, distance) of hashes with one key within `d`, i and j unordered.
-
-    Sorted by key, equal keys are runs; the runs of each length L are a (runs, L) block, whose
-    hashes are compared o places apart for o = 1 .. L - 1: the work is the candidate count."""
+    """(k, 3) rows (i, j, distance) of hashes with one key within `d`, i and j unordered. Equal
+    keys are runs once sorted; the runs of each length L are a (runs, L) block, whose hashes are
+    compared o places apart for o = 1 .. L - 1: the work is the candidate count."""
     order = _sort(key)
     ks, hs = key[order], h[order]
     starts = np.flatnonzero(np.r_[True, ks[1:] != ks[:-1]])

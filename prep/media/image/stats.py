@@ -1,13 +1,7 @@
-"""Per-channel mean and std of a pack's pixels, at each stored size, gathered while its shard
-tasks encode (no second pass): a task counts each channel's values in the pixels it stores
-(before JPEG encoding), its record keeps their exact sums, and the manifest combines the train
-split's into `extra.stats` (what `loaders.Normalize.from_dataset` reads):
-
-    {"split": "train" | null, "sizes": {"224": {"mean": [r, g, b], "std": [...], "pixels": n}}}
-
-in pixel units (0-255), std over all pixels (numpy's default, ddof=0); "split" null: every
-shard (a dataset without splits). A samples dataset keeps the same for each of its Image
-fields (prep.fields.Image.stats): `extra.stats = {field: {"split": ..., "sizes": ...}}`.
+"""Per-channel mean and std of the pixels stored at each size (before JPEG encoding), counted
+exactly by the shard tasks and combined into the manifest's `extra.stats` (0-255 units, ddof=0):
+{"split": "train" | null (every shard), "sizes": {"224": {"mean": [...], "std": [...],
+"pixels": n}}}; a samples dataset keeps one a field: {field: {"split": ..., "sizes": ...}}.
 
 >>> sums = PixelSums()
 >>> sums.add({2: np.array([[[0], [2]]], dtype=np.uint8)})
@@ -52,8 +46,7 @@ class PixelSums:
 
 
 def combine(records: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """`extra.stats` from the shard records: the train split's shards (every shard when none is
-    marked train); None when a record has no sums."""
+    """`extra.stats` of the train split's shard records (all without one), or None."""
     train = [r for r in records if r["shard"].get("split") == "train"]
     split = "train" if train else None
     if not train:

@@ -1,9 +1,7 @@
-"""The scan: every block of every table file parsed once, the only parse, before any shard is
-written. It decides the columns' types (prep.media.table.types), their train vocabularies and
-statistics, and each block's row count (what the shards are planned from), and keeps each
-parsed block in the run folder (`.prep-run/blocks/NNNNN.arrow`, Arrow IPC: text columns as
-dictionaries, floats as float32 unless --float16, and which rows go to val) for the shard tasks
-to encode in the decided dtypes. The run folder goes once the dataset is in place."""
+"""The scan: every block of every table file parsed once, before any shard is written. It
+decides the columns' types, train vocabularies and statistics and each block's row count, and
+keeps each parsed block in the run folder (`.prep-run/blocks/NNNNN.arrow`, Arrow IPC: text as
+dictionaries, floats as float32 unless --float16, then the val mask) for the shard tasks."""
 
 from __future__ import annotations
 
@@ -15,9 +13,8 @@ import numpy as np
 import pyarrow as pa
 
 from prep.kinds.table.config import TableConfig
-from prep.media.table.encode import kept_form
 from prep.media.table.stats import Stats, decide
-from prep.media.table.types import Column, as_text
+from prep.media.table.types import Column, as_text, kept_form
 from prep.run.errors import PrepError
 from prep.run.inputs import reject_record, warn
 from prep.sources.hashsplit import val_mask
@@ -52,16 +49,6 @@ def read_spill(folder: Path, block: Block) -> pa.Table:
         return pa.ipc.open_file(f).read_all()
 
 
-def read_text(block: Block, cfg: TableConfig, rejects: list[dict[str, Any]]) -> pa.Table:
-    """A block's rows without the dropped columns, text cells checked as UTF-8 (--categorical
-    CSV columns read as text: a code's value is its text, "01" is not 1)."""
-    coded = {n: pa.dictionary(pa.int32(), pa.binary()) for n in cfg.names("categorical")}
-    table = read_block(block, cfg.names("na_values"), rejects, coded, cfg.delimiter)
-    keep = [n for n in table.column_names if n not in set(cfg.names("drop"))]
-    cols = [as_text(table.column(n).combine_chunks(), block.rel, n, block.first_row) for n in keep]
-    return pa.table(cols, names=keep)
-
-
 def _check_columns(
     names: list[str], expected: list[str] | None, rel: str, cfg: TableConfig
 ) -> None:
@@ -82,10 +69,15 @@ def _check_columns(
 
 def scan_block(block: Block, cfg: TableConfig, keep: int | None, folder: Path) -> _Block:
     """One block's columns, row count and statistics (rows numbered from block.first_row),
-    its parsed cells kept in `folder`; `keep`: at most that many rows (--limit)."""
+    its parsed cells kept in `folder`; `keep`: at most that many rows (--limit). Text cells are
+    checked as UTF-8; --categorical CSV columns read as text ("01" is not 1)."""
     coded = set(cfg.names("categorical"))
     rejects: list[dict[str, Any]] = []
-    table = read_text(block, cfg, rejects)
+    types = {n: pa.dictionary(pa.int32(), pa.binary()) for n in cfg.names("categorical")}
+    table = read_block(block, cfg.names("na_values"), rejects, types, cfg.delimiter)
+    names = [n for n in table.column_names if n not in set(cfg.names("drop"))]
+    text = [as_text(table.column(n).combine_chunks(), block.rel, n, block.first_row) for n in names]
+    table = pa.table(text, names=names)
     if keep is not None:
         table = table.slice(0, keep)
     seen = table.num_rows + len(rejects)
@@ -113,8 +105,7 @@ def scan_block(block: Block, cfg: TableConfig, keep: int | None, folder: Path) -
 def _without_missing_target(
     table: pa.Table, target: str | None, rel: str, rejects: list[dict[str, Any]]
 ) -> pa.Table:
-    """The rows whose target is given; the others become rejects (a class id or a value to
-    learn cannot be missing). `rejects` holds the rows skipped already, by their `row`."""
+    """The rows whose target is given, the others added to `rejects` (the rows skipped already)."""
     if target is None or target not in table.column_names:
         return table  # no target, or a missing column (the scan names it)
     if not table.column(target).null_count:
@@ -133,11 +124,9 @@ def _scan_all(todo: list[Block], cfg: TableConfig, folder: Path) -> list[_Block]
     errors need the rows before it: on an error the scan runs again in order, to name them."""
     from prep.run.parallel import run_tasks
 
-    found: dict[int, _Block] = {}
     args = [(b, cfg, folder) for b in todo]
     try:
-        for i, result in run_tasks(_indexed, args, cfg.n_jobs, cfg.backend):
-            found[i] = result
+        found = dict(run_tasks(_indexed, args, cfg.n_jobs, cfg.backend))
     except PrepError:
         return []
     return [found[i] for i in range(len(todo))]
@@ -148,8 +137,7 @@ def _indexed(block: Block, cfg: TableConfig, folder: Path) -> tuple[int, _Block]
 
 
 def scan(files: list[tuple[str, Path]], cfg: TableConfig, folder: Path) -> Scan:
-    """Read everything once (memory: a block per worker); see the module docstring.
-    Compressed files are first decompressed into the run folder, beside `folder`."""
+    """Read everything once (a block per worker), compressed files decompressed beside `folder`."""
     folder.mkdir(parents=True, exist_ok=True)
     files = [(r, decompressed(r, p, folder.parent, i)) for i, (r, p) in enumerate(files)]
     todo = [replace(b, index=i) for i, b in enumerate(b for r, p in files for b in blocks(r, p))]
@@ -200,8 +188,7 @@ def _numbered(reject: dict[str, Any], before: int) -> dict[str, Any]:
 
 
 def _carried(found: list[Block], rejects: dict[int, list[dict[str, Any]]]) -> dict[int, Any]:
-    """Rejects by the index of a block with rows: a rowless block's go to the next one (or
-    the last one)."""
+    """Rejects by the index of a block with rows: a rowless block's go to the next (or last)."""
     out: dict[int, list[dict[str, Any]]] = {b.index: [] for b in found}
     keys = sorted(out)
     for index, rows in sorted(rejects.items()):
@@ -211,8 +198,7 @@ def _carried(found: list[Block], rejects: dict[int, list[dict[str, Any]]]) -> di
 
 
 def _check_rows(kept: dict[str, int], rejects: list[dict[str, Any]], cfg: TableConfig) -> None:
-    """A file none of whose rows has the header's field count is wrongly read, not a file of
-    bad rows: say so, naming the counts. No row at all: say why."""
+    """Say why no row could be read: a file none of whose rows has the header's field count."""
     for rel, rows in kept.items():
         counts = [r for r in rejects if r["path"] == rel and r["reason"] == "fields"]
         if rows or not counts:

@@ -86,8 +86,7 @@ class Stats:
         self.typed |= other.typed
 
     def _looks(self, enc: pa.Array, counts: np.ndarray, at: tuple[str, int]) -> None:
-        """Count the cells that look like numbers (the regex runs once per distinct value) and
-        keep the first that does not; `counts`: the block's cells per distinct value."""
+        """Count the cells that look like numbers; keep the first that does not."""
         looks = np.asarray(pc.match_substring_regex(enc.dictionary, NUMBER))
         self.numeric += int(counts[looks].sum())
         if self.bad is None and not looks.all():
@@ -128,8 +127,7 @@ class Stats:
 
 
 def decide(name: str, role: str, coded: bool, st: Stats, float16: bool) -> Column:
-    """The stored column from its scan statistics (the rules of prep.media.table.types'
-    docstring); `role` is num or target, `coded` a --categorical column."""
+    """The stored column from its statistics; `role`: num or target, `coded`: --categorical."""
     col = Column(name, role, st.kind, missing=st.missing)
     if coded or st.kind == "string":
         col.role = "cat" if role == "num" else role
@@ -155,8 +153,8 @@ def decide(name: str, role: str, coded: bool, st: Stats, float16: bool) -> Colum
 
 
 def _check_text(col: Column, st: Stats) -> None:
-    """A text column that is mostly numbers holds a bad value (the first one is named); one
-    that mixes number blocks with text blocks cannot be coded from text counts alone."""
+    """A text column that is mostly numbers holds a bad value (the first is named); one mixing
+    number blocks with text blocks cannot be coded from text counts alone."""
     texts = st.rows - st.missing
     if st.bad is not None and 2 * st.numeric > texts:
         rel, row, value = st.bad

@@ -1,23 +1,11 @@
-"""The type rules of a table column: decided once over every row, recorded in the manifest.
-
-Per block, a column's values get a kind (null < bool, int < float, time, string); the kinds of
-its blocks combine (int and float give float, any other mix gives string). Then:
-
-- int: the narrowest type holding [min, max] (unsigned when min >= 0): 255 fits uint8;
-- float: float32 (float16 with --float16 when every finite value is within +-65504);
-- bool: uint8 0/1;
-- a numeric column with missing values: float32 (or float16), missing as NaN;
-- time (dates, timestamps): int64 ns since the epoch, missing as INT64_MIN (NaT);
-- string or --categorical: codes in the narrowest unsigned type, 0 missing, 1 unseen (in train),
-  2.. the sorted train vocabulary;
-- a text or --categorical target: class ids 0..K-1 of the sorted values of every row (train and
-  val: a class only val holds is still a class), `first_code` 0 in the manifest; a row with a
-  missing target is a reject (prep.media.table.scan).
-"""
+"""The type rules of a table column (FORMAT.md, table datasets), decided once over every row,
+and a block of a column encoded in its stored dtype. Per block a column's values get a kind
+(null < bool, int < float, time, string); the blocks' kinds combine (int and float give float,
+any other mix gives string)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -50,8 +38,7 @@ def int_dtype(lo: int, hi: int) -> str:
 
 
 def code_dtype(vocab_size: int, column: str = "", first: int = FIRST_CODE) -> str:
-    """Codes 0 (missing), 1 (unseen) and 2..vocab_size+1 (class ids 0..vocab_size-1 when
-    `first` is 0): the narrowest unsigned dtype.
+    """The narrowest unsigned dtype of codes `first`..vocab_size + first - 1.
 
     >>> code_dtype(254), code_dtype(255), code_dtype(256, first=0)
     ('uint8', 'uint16', 'uint8')
@@ -65,20 +52,13 @@ def code_dtype(vocab_size: int, column: str = "", first: int = FIRST_CODE) -> st
     return smallest_uint(top)
 
 
-def first_of(col: dict[str, Any]) -> int:
-    """The code of a coded column's first value: 0 for a target's class ids, else FIRST_CODE
-    (datasets packed before class ids have no first_code: their targets start at 2 too)."""
-    return int(col.get("first_code", FIRST_CODE))
-
-
 def float_dtype(float16: bool, amax: float) -> str:
     """float16 when asked and every finite value fits it (|x| <= 65504), else float32."""
     return "float16" if float16 and amax <= FLOAT16_MAX else "float32"
 
 
 def as_text(arr: pa.Array, rel: str, column: str, first_row: int) -> pa.Array:
-    """Binary cells (CSV) as UTF-8 strings; the first invalid one is an error naming its row.
-    A dictionary is checked once a distinct value."""
+    """Binary cells (CSV) as UTF-8 strings; the first invalid one is an error naming its row."""
     t = arr.type
     if pa.types.is_dictionary(t) and pa.types.is_binary(t.value_type):
         try:
@@ -102,8 +82,7 @@ def as_text(arr: pa.Array, rel: str, column: str, first_row: int) -> pa.Array:
 
 
 def _casts(arr: pa.Array, to: pa.DataType) -> bool:
-    """Whether every cell converts; a failing cast costs a whole pass (0.2 s for 131,072 cells),
-    so a sample of the first cells is tried first."""
+    """Whether every cell converts (the first cells tried first: a failing cast costs a pass)."""
     try:
         arr.drop_null().slice(0, 64).cast(to)
         arr.cast(to)
@@ -113,8 +92,8 @@ def _casts(arr: pa.Array, to: pa.DataType) -> bool:
 
 
 def classify(arr: pa.Array, values: pa.Array | None = None) -> str:
-    """The kind of one block of a column (text cells tried as int, float, bool, time);
-    `values`: the distinct values of a text block (each is tried once, not once a row)."""
+    """The kind of one block of a column; `values`: a text block's distinct values (each
+    tried once as int, float, bool, time, not once a row)."""
     t = arr.type
     if arr.null_count == len(arr) or pa.types.is_null(t):
         return "null"
@@ -143,10 +122,8 @@ def classify(arr: pa.Array, values: pa.Array | None = None) -> str:
 
 def as_dictionary(arr: pa.Array) -> pa.Array:
     """Text cells as a dictionary array of strings (numbers as their text)."""
-    if pa.types.is_dictionary(arr.type):
-        return (
-            arr if pa.types.is_string(arr.type.value_type) else as_dictionary(arr.cast(pa.string()))
-        )
+    if pa.types.is_dictionary(arr.type) and pa.types.is_string(arr.type.value_type):
+        return arr
     return pc.dictionary_encode(arr if pa.types.is_string(arr.type) else arr.cast(pa.string()))
 
 
@@ -175,8 +152,7 @@ def filled(arr: pa.Array, value: Any) -> np.ndarray:
 
 @dataclass
 class Column:
-    """One column as stored: `role` num | cat | target, the combined `kind`, the dtype, and
-    what the loader and the user need (missing count, range, train mean/std, vocabulary)."""
+    """One column as stored (its manifest entry: FORMAT.md); `role`: num, cat or target."""
 
     name: str
     role: str
@@ -195,7 +171,39 @@ class Column:
     def coded(self) -> bool:
         return self.vocab is not None
 
-    def to_dict(self) -> dict[str, Any]:
-        """The manifest's entry (shallow: asdict would deep-copy every vocabulary value)."""
-        values = {f.name: getattr(self, f.name) for f in fields(self)}
-        return {k: v for k, v in values.items() if v is not None}
+
+def kept_form(arr: pa.Array, float16: bool) -> pa.Array:
+    """Floats as float32, their stored dtype whatever the other blocks hold, unless --float16
+    (rounded once, from the parsed value); every other type as parsed."""
+    if pa.types.is_floating(arr.type) and arr.type != pa.float32() and not float16:
+        return arr.cast(pa.float32(), safe=False)  # no range check: out of range is inf
+    return arr
+
+
+def encode(arr: pa.Array, col: Column, vocab: pa.Array | None = None) -> np.ndarray:
+    """One block of a column in its stored dtype. `vocab`: the column's vocabulary (coded)."""
+    if col.coded:
+        assert vocab is not None
+        first = FIRST_CODE if col.first_code is None else col.first_code
+        return _codes(arr, vocab, np.dtype(col.dtype), first)
+    if col.kind == "time":
+        return filled(arr.cast(pa.timestamp("ns")).cast(pa.int64()), NAT)
+    if arr.type == pa.float32() and col.dtype == "float32":
+        return filled(arr, np.nan)
+    x = as_float(arr, col.kind) if col.kind != "null" else np.full(len(arr), np.nan)
+    if np.dtype(col.dtype).kind in "iu":
+        if col.kind in ("int", "bool") and pa.types.is_integer(arr.type):
+            return np.asarray(arr, dtype=np.int64).astype(col.dtype)
+        if col.kind == "int":
+            return np.asarray(arr.cast(pa.int64()), dtype=np.int64).astype(col.dtype)
+    return x.astype(col.dtype)
+
+
+def _codes(arr: pa.Array, vocab: pa.Array, dtype: np.dtype[Any], first: int) -> np.ndarray:
+    """Codes of a block, each distinct value looked up once; vocab[0] is code `first` (0 for a
+    target's class ids: its vocabulary holds every row's value)."""
+    enc = as_dictionary(arr)
+    pos = pc.index_in(enc.dictionary, value_set=vocab)  # null: not in the train vocabulary
+    lut = np.asarray(pc.add(pos.cast(pa.int64()), first).fill_null(UNSEEN), dtype=np.int64)
+    idx = filled(enc.indices, len(lut))
+    return np.append(lut, MISSING).astype(dtype)[idx]

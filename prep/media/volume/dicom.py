@@ -1,10 +1,6 @@
-"""DICOM series (one series per folder of `.dcm` files, read with pydicom) as volumes.
-
-Slices are sorted by ImagePositionPatient along the slice normal (the cross product of the
-ImageOrientationPatient cosines); RescaleSlope/Intercept are applied. A folder holding more
-than one series, slices of different grids, a missing slice or uneven spacing is a reject.
-The affine maps (column, row, slice) indices to RAS world mm, as a NIfTI affine does.
-"""
+"""DICOM series (a folder of `.dcm` files, read with pydicom) as volumes: slices sorted along
+the normal of ImageOrientationPatient, rescaled; more than one series, mixed grids, a missing
+slice or uneven spacing is a reject. The affine maps (column, row, slice) to RAS mm, as NIfTI's."""
 
 from __future__ import annotations
 

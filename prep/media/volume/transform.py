@@ -1,10 +1,7 @@
-"""The offline steps of `prep volumes`, as pure functions: arrays and affines in, arrays out.
-
-A volume is a C-order array whose axis k increases toward letter k of its orientation code
-(RAS: axis 0 toward Right, 1 toward Anterior, 2 toward Superior) and a 4x4 affine mapping voxel
-indices (i, j, k, 1) to world millimetres. Every step returns the new array with the affine of
-its grid, so that a voxel of the stored volume maps to the same world point as in the scan.
-"""
+"""The offline steps of `prep volumes`, pure functions: a volume is a C-order array whose axis k
+increases toward letter k of its orientation code (RAS: Right, Anterior, Superior) and a 4x4
+affine from voxel indices (i, j, k, 1) to world mm; every step returns the new array with the
+affine of its grid, so a stored voxel maps to the same world point as in the scan."""
 
 from __future__ import annotations
 
@@ -14,8 +11,7 @@ import numpy as np
 
 from prep.run.inputs import Reject
 
-# Foreground sampling needs a few thousand voxels per class, not all of them (nnU-Net keeps
-# 10,000): the index then stays small whatever the organ's size.
+# Foreground sampling needs a few thousand voxels a class (nnU-Net keeps 10,000), not all.
 FG_PER_CLASS = 10_000
 MAX_CLASS = 255  # labels are stored as uint8 class ids
 FG_BOUNDS = MAX_CLASS + 1  # fg_offsets per volume: class c lies in [row[c - 1], row[c])
@@ -35,8 +31,7 @@ def spacing_of(affine: np.ndarray) -> np.ndarray:
 
 
 def reorient(data: np.ndarray, affine: np.ndarray, code: str) -> tuple[np.ndarray, np.ndarray]:
-    """Flip and transpose `data` so axis k increases toward letter k of `code` (nibabel's
-    closest-axis orientation: an oblique scan keeps its tilt in the affine)."""
+    """`data` flipped and transposed so axis k increases toward letter k of `code`."""
     import nibabel.orientations as nio
 
     now = nio.io_orientation(affine)
@@ -63,8 +58,7 @@ def resample(
     data: np.ndarray, affine: np.ndarray, spacing: tuple[float, ...], linear: bool
 ) -> tuple[np.ndarray, np.ndarray]:
     """`data` on a grid of `spacing` mm with the same first voxel: trilinear (`linear`, as
-    float32) or nearest neighbour. Trilinear interpolation is separable, so one axis at a time
-    gives the same values as interpolating all three at once, with a fraction of the memory."""
+    float32; separable, so one axis at a time, in a fraction of the memory) or nearest."""
     steps = np.asarray(spacing, np.float64) / spacing_of(affine)
     out = data.astype(np.float32) if linear else data
     for axis, step in enumerate(steps):
@@ -74,9 +68,8 @@ def resample(
 
 
 def to_stored(data: np.ndarray, dtype: str, window: tuple[float, float] | None) -> np.ndarray:
-    """Intensities as stored: a window clips to [lo, hi] and scales to 0..255 (uint8);
-    otherwise values are rounded (integer dtypes) and must fit `dtype`, or the volume is a
-    `out_of_range` reject: a value is never wrapped or clipped silently."""
+    """Intensities as stored: a window clips to [lo, hi] and scales to 0..255 (uint8); else
+    values are rounded (integer dtypes) and must fit `dtype` (never wrapped or clipped)."""
     if window is not None:
         lo, hi = window
         scaled = (data.astype(np.float32) - lo) * np.float32(255 / (hi - lo))
@@ -94,8 +87,7 @@ def to_stored(data: np.ndarray, dtype: str, window: tuple[float, float] | None) 
 
 
 def box(data: np.ndarray, start: np.ndarray, size: tuple[int, ...], pad: float) -> np.ndarray:
-    """The box of `size` voxels from `start` (may be negative or run past the end): the part
-    inside the volume copied, the rest `pad`."""
+    """The box of `size` voxels from `start` (may lie partly outside): the rest is `pad`."""
     out = np.full(size, pad, data.dtype)
     src, dst = [], []
     for a, (s, n) in enumerate(zip(start.tolist(), size, strict=True)):
@@ -114,9 +106,9 @@ def translate(affine: np.ndarray, start: np.ndarray) -> np.ndarray:
 
 
 def foreground_box(image: np.ndarray, label: np.ndarray | None, margin: int) -> np.ndarray:
-    """(start, stop) per axis, shape (2, 3): the bounding box of the voxels above the volume's
-    lowest stored value (air, the scanner's padding) or labelled, grown by `margin` voxels and
-    kept inside the volume. The whole volume when it is uniform."""
+    """(start, stop) per axis, (2, 3): the box of the voxels above the volume's lowest value
+    (air, the scanner's padding) or labelled, grown by `margin` within the volume; the whole
+    volume when it is uniform."""
     mask = image > image.min()
     if label is not None:
         mask |= label > 0
@@ -140,16 +132,15 @@ def centred_start(shape: tuple[int, ...], size: tuple[int, ...]) -> np.ndarray:
 
 @dataclass
 class Index:
-    """A volume's foreground index: labelled voxels as flat C-order indices, sorted by class;
-    class c's are voxels[bounds[c - 1]:bounds[c]] (bounds: FG_BOUNDS values from 0)."""
+    """Labelled voxels as flat C-order indices sorted by class: class c's are
+    voxels[bounds[c - 1]:bounds[c]] (bounds: FG_BOUNDS values from 0)."""
 
     voxels: np.ndarray  # uint32
     bounds: np.ndarray  # int64 (FG_BOUNDS,)
 
 
 def foreground_index(label: np.ndarray, per_class: int = FG_PER_CLASS) -> Index:
-    """At most `per_class` voxels of each class, evenly spread over its sorted voxel indices
-    (deterministic: the same label, the same index)."""
+    """At most `per_class` voxels of each class, evenly spread over its sorted voxel indices."""
     flat = label.reshape(-1)
     where = np.flatnonzero(flat)
     order = np.argsort(flat[where], kind="stable")  # by class, then by voxel index
