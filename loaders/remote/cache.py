@@ -1,14 +1,10 @@
 """The local cache of remote shard files, shared by every process of a node.
 
-Layout under `cache_dir` (default `$PREP_CACHE`, else `~/.cache/prep`): `files/XX/SHA256`, the
-file whose sha256 is SHA256 (XX: its first two hex digits), so that two datasets or two
-versions of one never collide, with two empty lock files beside it: `SHA256.fetch` (held
-exclusively by the one process that downloads it) and `SHA256.use` (held shared by each process
-that reads it; eviction takes it exclusively, without waiting, and skips a file it cannot get).
-
-A download goes to `SHA256.HOST-PID-RANDOM.tmp`, is checked against the manifest's byte size and
-sha256 as it streams, and is renamed: a reader sees a whole, verified file or none. The
-modification time of an entry is its last use (LRU across processes).
+Under `cache_dir` (`$PREP_CACHE`, else `~/.cache/prep`): `files/XX/SHA256`, named by content so
+that datasets and versions never collide, with two lock files: `SHA256.fetch` (held by the one
+process that downloads it) and `SHA256.use` (held shared by each reader; eviction skips a file
+whose lock it cannot take exclusively). A download is verified into a `.tmp` file, then
+renamed: a reader sees a whole, verified file or none. An entry's mtime is its last use (LRU).
 """
 
 from __future__ import annotations
@@ -22,7 +18,7 @@ import socket
 import threading
 import warnings
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
@@ -72,14 +68,19 @@ def warn_small_cache(url: str, limit: int | None, shard_bytes: list[int], window
     )
 
 
-@contextlib.contextmanager
-def _flocked(path: Path, how: int) -> Iterator[int]:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+def _locked(path: str | Path, how: int) -> int:
+    """The fd of lock file `path` (made, with its folder, if need be), flock'ed `how`."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except FileNotFoundError:  # the first file of its folder
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     try:
         fcntl.flock(fd, how)
-        yield fd
-    finally:
+    except OSError:
         os.close(fd)
+        raise
+    return fd
 
 
 class FileCache:
@@ -119,10 +120,13 @@ class FileCache:
                 return path
         self._use(sha256)  # before looking: eviction now skips it
         if not _whole(path, size):
-            with _flocked(path.with_name(sha256 + ".fetch"), fcntl.LOCK_EX):
+            fd = _locked(path.with_name(sha256 + ".fetch"), fcntl.LOCK_EX)
+            try:
                 if not _whole(path, size):  # not fetched by another process meanwhile
                     self._fetch(path, sha256, size, source, download)
                     self.evict()
+            finally:
+                os.close(fd)
         with contextlib.suppress(OSError):
             os.utime(path)  # its last use, for LRU eviction
         with self._lock:
@@ -155,14 +159,8 @@ class FileCache:
         """Hold `sha256`'s .use lock (shared), dropping the oldest past `hold`."""
         with self._lock:
             fd = self._held.pop(sha256, None)
-            if fd is None:
-                path = f"{self.entry(sha256)}.use"
-                try:
-                    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-                except FileNotFoundError:  # the first file of its folder
-                    os.makedirs(os.path.dirname(path), exist_ok=True)
-                    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-                fcntl.flock(fd, fcntl.LOCK_SH)  # waits only while an evictor checks it
+            if fd is None:  # the shared lock waits only while an evictor checks the file
+                fd = _locked(f"{self.entry(sha256)}.use", fcntl.LOCK_SH)
             self._held[sha256] = fd
             while len(self._held) > self.hold:
                 self._drop(next(iter(self._held)))
@@ -171,21 +169,14 @@ class FileCache:
         """Hold `sha256` for as long as this process runs, whatever `hold` says (a shard index
         it maps: read a row at a time, for the whole run)."""
         with self._lock:
-            if sha256 not in self._pinned:
-                fd = os.open(f"{self.entry(sha256)}.use", os.O_RDWR | os.O_CREAT, 0o666)
-                fcntl.flock(fd, fcntl.LOCK_SH)  # its own open file: held past _drop's close
-                self._pinned[sha256] = fd
+            if sha256 not in self._pinned:  # its own open file: held past _drop's close
+                self._pinned[sha256] = _locked(f"{self.entry(sha256)}.use", fcntl.LOCK_SH)
 
     def hold_only(self, keep: set[str]) -> None:
         """Let go of the files not in `keep` (the windows around the sampler): others may evict
         them, and a map of one this process still has keeps its bytes until it is dropped."""
         with self._lock:
             for sha256 in [s for s in self._held if s not in keep]:
-                self._drop(sha256)
-
-    def release(self) -> None:
-        with self._lock:
-            for sha256 in list(self._held):
                 self._drop(sha256)
 
     def _drop(self, sha256: str) -> None:
@@ -214,12 +205,11 @@ class FileCache:
                 break
             if p.name in self._held:
                 continue
-            fd = os.open(p.with_name(p.name + ".use"), os.O_RDWR | os.O_CREAT, 0o666)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fd = _locked(p.with_name(p.name + ".use"), fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 continue  # another process reads it
-            else:
+            try:
                 with contextlib.suppress(FileNotFoundError):
                     p.unlink()
                     total -= size

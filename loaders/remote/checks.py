@@ -1,15 +1,7 @@
-"""The folder checks of loaders.format, run on a remote dataset's local copies: the same code and
-the same lines for a URL as for a folder, with the URL's file names in them.
-
-`check_shard` checks one shard whose files a function finds. A URL's files are in the cache
-(`files/XX/SHA256`) as they arrive for reading, or in a temporary folder for `prep verify`; the
-lines name the remote files again.
-
-- Reading: when a file arrives, the arrays checked together with it (`checked_with`: the arrays
-  it holds and their sides; a token or volume shard whole) are checked on their cached copies
-  before the first read (`RemoteBackend.local_path`), in the process that reads it.
-- `prep verify URL`: every file of a shard is downloaded to a temporary folder in the cache's
-  folder, checked with checksums and values like a folder's, and deleted.
+"""The folder checks of loaders.format run on a URL's local copies, their lines naming the remote
+files: when a file arrives in the cache, on the arrays read with it, before its first read in
+the process (`arrival_problems`); for `prep verify URL`, on every shard, downloaded to a
+temporary folder in the cache's folder, with checksums and values (`url_problems`).
 """
 
 from __future__ import annotations
@@ -35,13 +27,12 @@ def structure_problems(manifest: Manifest, url: object) -> list[str]:
     """What check_files finds without reading a file: file names that leave the dataset,
     declared arrays without a file, arrays in files the shard does not list. Checked when a URL
     is opened (a KeyError or a read elsewhere later, else)."""
-    found = [
+    return [
         f"shard {i}: {p}"
         for i, s in enumerate(manifest.shards)
         for p in [name_problem(url, n) for n in s.files] + array_problems(manifest, s)
         if p
     ]
-    return found
 
 
 def checked_with(manifest: Manifest, shard: int, file: str) -> list[str]:
@@ -117,10 +108,8 @@ def copy_problems(
 def verify_shards(
     manifest: Manifest, storage: Storage, tmp_parent: Path, skip: set[int]
 ) -> list[str]:
-    """`prep verify`'s checks of every shard at the storage's URL: its files downloaded into a
-    temporary folder under `tmp_parent`, checked as a folder's are (checksums, headers, the
-    kind's checks), then deleted. Shards in `skip` (found wanting already) are not
-    downloaded."""
+    """`prep verify`'s checks of every shard not in `skip` (found wanting already): its files
+    downloaded into a temporary folder under `tmp_parent`, checked as a folder's, deleted."""
 
     def download(name: str, path: Path) -> None:
         with open(path, "wb") as f:
@@ -148,12 +137,11 @@ def verify_shards(
 def url_problems(
     storage: Storage, manifest: Manifest, checksums: bool, tmp_parent: Path
 ) -> list[str]:
-    """What check_files finds in a folder, found at the storage's URL: the shards' arrays
-    against their files, files missing remotely or of another byte size; with `checksums`
-    (`prep verify`), every file downloaded (under `tmp_parent`) and checked as a folder's
-    files are (checksums, headers, the kind's checks) and the tokenizer's checksum."""
+    """What check_files finds in a folder, at the storage's URL: the shards' arrays against
+    their files, files missing or of another byte size; with `checksums` (`prep verify`), every
+    file downloaded (under `tmp_parent`) and checked as a folder's, and the tokenizer's."""
     root = storage.root
-    found = {-1: structure_problems(manifest, root)}
+    found: dict[int, list[str]] = {-1: structure_problems(manifest, root)}
     if found[-1]:
         return found[-1]
     if storage.lists:
@@ -178,8 +166,7 @@ def url_problems(
 
 
 def _kept_problems(storage: Storage, manifest: Manifest) -> list[str]:
-    """The files fields keep beside the shards (a tokenizer), checked as `prep verify` checks a
-    folder's."""
+    """The files fields keep beside the shards (a tokenizer), against their sha256."""
     found = []
     for name, field in declared(manifest).items():
         for file, sha256 in field.files(name).items():
