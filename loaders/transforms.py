@@ -34,15 +34,16 @@ from loaders.augment.batch import Sample
 from loaders.augment.boxes import Ragged
 from loaders.augment.color import ColorJitter
 from loaders.augment.geometry import (
+    CenterCrop,
     RandomCrop,
     RandomHorizontalFlip,
     RandomResizedCrop,
     RandomVerticalFlip,
+    Resize,
 )
 from loaders.augment.mix import CutMix, MixUp
 from loaders.augment.normalize import Normalize
 from loaders.augment.random import stream_key, uniform
-from loaders.augment.resize import CenterCrop, Resize
 
 __all__ = [
     "CenterCrop",

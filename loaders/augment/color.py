@@ -7,10 +7,9 @@ import math
 import torch
 
 from loaders.augment import kernel
-from loaders.augment.base import Op
+from loaders.augment.base import Op, settle
 from loaders.augment.batch import Sample, empty_like, working
 from loaders.augment.kernel import Color
-from loaders.augment.resample import settle
 
 # ITU-R 601-2 luma, as torchvision's rgb_to_grayscale and prep's --gray.
 LUMA = (0.299, 0.587, 0.114)

@@ -16,6 +16,8 @@ from loaders.augment.random import BETA_DRAWS, beta
 
 
 class _Mix(Op):
+    shown = ("alpha", "num_classes")
+
     def __init__(self, alpha: float, num_classes: int):
         super().__init__()
         if alpha <= 0 or num_classes < 1:
@@ -41,9 +43,6 @@ class _Mix(Op):
 
     def lam(self, key: int, sample: Sample) -> torch.Tensor:
         return beta(self.alpha, self.draws(key, sample, BETA_DRAWS + 2)[:, :BETA_DRAWS])
-
-    def extra_repr(self) -> str:
-        return f"alpha={self.alpha}, num_classes={self.num_classes}"
 
 
 class MixUp(_Mix):
