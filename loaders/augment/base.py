@@ -59,10 +59,8 @@ def run(
     per_box: Mapping[str, Ragged] | None = None,
     min_size: float = 1.0,
 ) -> torch.Tensor | tuple[Any, ...]:
-    """A batch through `ops`, each with the key of its stream of draws (Compose gives them from
-    (seed, epoch)); any other module (Normalize) gets the images only. Returns the images alone,
-    or a tuple of the images and those of labels, mask, boxes, keypoints, instances, lengths
-    and per_box that were given, in that order (loaders.augment.boxes: sanitized)."""
+    """A batch through `ops`, each with the key of its stream of draws: what
+    loaders.transforms.Compose returns."""
     if images.dim() != 4 or index.shape != images.shape[:1]:
         raise ValueError(
             f"expected images (B, C, H, W) and index (B,), got {tuple(images.shape)} and "
@@ -117,10 +115,9 @@ def resized_crop(
     color: kernel.Color | None = None,
 ) -> Sample:
     """Each sample's box (top, left, height, width) resized to `size`, mirrored where `flip`
-    (bool (B,)): bilinear for images, nearest for the mask (one gather). A uint8 batch on the
-    CPU takes loaders.augment.kernel's pass, with the colour jitter `color` folded in; the
-    rest one `grid_sample` of the whole batch. rounded=False leaves a uint8 batch's result in
-    float32 for the torch path (ColorJitter rounds it once, at its end)."""
+    (bool (B,)): bilinear for images, nearest for masks, with the jitter `color` folded in
+    (kernel's pass only). rounded=False leaves a uint8 batch's result in float32 for the torch
+    path (ColorJitter rounds it once, at its end)."""
     top, left, h, w = boxes.to(torch.float64).unbind(1)
     x = sample.images
     H, W = x.shape[-2:]
@@ -153,8 +150,7 @@ def resized_crop(
 
 
 def settle(sample: Sample, rounded: bool = True, color: kernel.Color | None = None) -> Sample:
-    """The sample with its pending crop (if any) made; with `color`, a jitter made in the same
-    pass (the whole image, at its size, when no crop is pending)."""
+    """The sample with its pending crop (if any) made, and the jitter `color` in the same pass."""
     p = sample.pending
     if p is None and color is None:
         return sample

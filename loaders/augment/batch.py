@@ -1,5 +1,5 @@
-"""The batch an augmentation pipeline works on (Sample, and a pending crop: Resize), and the
-tensor helpers every op uses (buffers with huge pages, the float working form, rounding back)."""
+"""The batch a pipeline works on (Sample, its pending crop: Resize), and the tensor helpers of
+the ops."""
 
 from __future__ import annotations
 
@@ -18,16 +18,11 @@ Masks = dict[str, torch.Tensor | None]
 
 @dataclass
 class Sample:
-    """A batch on its way through a pipeline.
-
-    images: (B, C, H, W), uint8 or float; labels: int64 (B,) class ids, or float (B, classes)
-    soft labels once mixed; mask: uint8 (B, H, W), moved by geometric ops only; index: int64 (B,),
-    the dataset index of each sample, which its random draws are made from. pending: a resized
-    crop drawn but not made yet (see Resize), so that the ops after it fold into one sampling.
-    targets: boxes and keypoints (loaders.augment.boxes), moved by each geometric op as it
-    draws, in the pixels of `canvas` (the pending crop's size, or the images'). instances:
-    uint8 (B, H, W, N), a mask of 0 and 1 per box (N last, so that a mask's gathers serve it),
-    moved as the mask is."""
+    """A batch on its way through a pipeline: images (B, C, H, W) uint8 or float; labels int64
+    (B,), or float (B, classes) once mixed; mask uint8 (B, H, W); index int64 (B,), the dataset
+    indices the draws come from; pending, a resized crop not made yet, so that the ops after it
+    fold into one sampling; targets in the pixels of `canvas`; instances uint8 (B, H, W, N), a
+    0/1 mask per box (N last, so that a mask's gathers serve it)."""
 
     images: torch.Tensor
     index: torch.Tensor
@@ -46,8 +41,7 @@ class Sample:
         return int(H), int(W)
 
     def masks(self, move: Callable[[torch.Tensor, int], torch.Tensor], fill: int = 0) -> Masks:
-        """The mask (B, H, W) and the instance masks (B, H, W, N) through move(x, fill) (the
-        instances' fill is 0), as keyword arguments for `but`."""
+        """The mask and the instances through move(x, fill) (the instances' fill: 0), for `but`."""
         m, i = self.mask, self.instances
         return {
             "mask": None if m is None else move(m, fill),
@@ -74,9 +68,9 @@ HUGE = 1 << 22  # numpy madvises huge pages for buffers of 4 MiB and more
 
 
 def empty(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """torch.empty, but large CPU buffers come from numpy, whose allocator asks Linux for
-    transparent huge pages: torch's takes one page fault per 4 KiB of a fresh buffer, which on
-    the 2-core VM of the bench cost more than the op that fills it (154 MB: ~100 ms, not ~30)."""
+    """torch.empty, but large CPU buffers come from numpy, which asks Linux for huge pages:
+    torch's page faults per 4 KiB cost more than the op that fills the buffer (154 MB: ~100 ms,
+    not ~30)."""
     size = math.prod(shape) * dtype.itemsize
     if device.type == "cpu" and dtype in NUMPY and size >= HUGE:
         return torch.from_numpy(np.empty(shape, dtype=NUMPY[dtype]))
@@ -92,9 +86,8 @@ def empty_like(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 def to_images(x: torch.Tensor, like: torch.Tensor | torch.dtype) -> torch.Tensor:
-    """An op's float result `x` (a new tensor, rounded in place) back to the dtype of `like`:
-    uint8 input gives uint8 output, float input stays float. For uint8, x must lie in 0..255
-    (blends and bilinear samples of pixels do), so +0.5 and truncation round it."""
+    """An op's float result `x` (rounded in place) in the dtype of `like`. For uint8, x must lie
+    in 0..255 (blends and bilinear samples of pixels do), so +0.5 and truncation round it."""
     dtype = like if isinstance(like, torch.dtype) else like.dtype
     if dtype == torch.uint8:
         return empty_like(x, torch.uint8).copy_(x.add_(0.5))

@@ -1,14 +1,9 @@
-"""The CPU pass of a uint8 batch's resized crop, its flip and its colour jitter: one compiled
-loop (numba) over the samples of the batch, split between a few threads.
-
-On the CPU, torch's batched ops stream the whole batch through memory once per step (uint8 to
-float, grid_sample, the jitter's matmul, the rounding: about 150 MB each at 256 x 224 px), and
-that traffic costs more than the arithmetic. Here each sample is resampled into a small float
-scratch that stays in cache, the jitter's mean and matrix are applied to it there, and only the
-uint8 result is written: a fixed number of calls per batch (one per thread), never one per
-sample. The sampling is grid_sample's (bilinear, align_corners=False, border padding) on
-source coordinates that loaders.augment.geometry computes, so the CUDA path (grid_sample
-itself) agrees within one level. Without numba, or for float batches, geometry uses torch.
+"""The CPU pass of a uint8 batch's resized crop, flip and colour jitter: one numba loop over the
+samples, split between a few threads. torch's batched ops stream the whole batch through memory
+once per step (~150 MB each at 256 x 224 px), which costs more than the arithmetic; here each
+sample is resampled into a float scratch that stays in cache, jittered there, and written once
+as uint8. The sampling is grid_sample's (bilinear, align_corners=False, border padding), so the
+torch path (CUDA, float batches, no numba) agrees within one level.
 """
 
 from __future__ import annotations

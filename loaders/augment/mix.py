@@ -1,8 +1,5 @@
-"""MixUp and CutMix with a λ per sample, returning soft labels (B, num_classes).
-
-Sample i is mixed with its neighbour in the batch, i - 1 (the batch rolled by one, as
-torchvision does). λ and the CutMix box come from the sample's (seed, epoch, index), so they do
-not depend on the batch; the partner does, by nature. Masks pass through unmixed.
+"""MixUp and CutMix with a λ per sample, returning soft labels (B, num_classes). Sample i is
+mixed with sample i - 1 of the batch (rolled by one, as torchvision does); masks pass unmixed.
 """
 
 from __future__ import annotations

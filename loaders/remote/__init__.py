@@ -94,9 +94,9 @@ class RemoteBackend:
             self._follower = Follower(self.plan, self.cache_limit)
 
     def follow(self, order: str, seed: int, window: int) -> Callable[[int, int], None] | None:
-        """The sampler's order, told by it (make_loader): for "quasi_random", share its position
-        with every process reading this dataset (loaders.remote.prefetch) and return what the
-        sampler calls at each window. Warns if cache_limit is below what the order keeps in use."""
+        """The sampler's order: for "quasi_random", what it calls at each window to share its
+        position with every reading process (loaders.remote.prefetch). Warns if cache_limit is
+        below what the order keeps in use."""
         if not self._shards:
             self.read_manifest()
         quasi = order == "quasi_random"
@@ -163,8 +163,13 @@ class RemoteBackend:
         if self._follower is not None:  # learn which arrays the dataset reads
             self._follower.read.add(self._array_of[name])
         path = self._fetch(name)
-        if name not in self._checked_files:
-            self._check_arrival(name, path)
+        if name not in self._checked_files:  # the arrays read with it: checked before first use
+            assert self._manifest is not None  # read with _files
+            i, fetch = self._shard_of[name], self._fetch
+            problems = arrival_problems(self._manifest, i, name, path, fetch, self.root)
+            if problems:
+                raise problems_error(problems)
+            self._checked_files.add(name)
         return path
 
     def _fetch(self, name: str) -> Path:
@@ -173,16 +178,6 @@ class RemoteBackend:
     def _cached(self, name: str, size: int, sha256: str) -> Path:
         url = self.storage.url(name)  # refuses a name that leaves the dataset
         return self._cache.get(sha256, size, url, lambda f: self.storage.download(name, f))
-
-    def _check_arrival(self, name: str, path: Path) -> None:
-        """The folder checks of the arrays read with `name`, before its first use in this
-        process (loaders.remote.checks)."""
-        assert self._manifest is not None  # read with _files
-        i = self._shard_of[name]
-        problems = arrival_problems(self._manifest, i, name, path, self._fetch, self.root)
-        if problems:
-            raise problems_error(problems)
-        self._checked_files.add(name)
 
     def resolver(self) -> Callable[[str, FileInfo], Path]:
         """The shard index's files, fetched into the cache and checked like a shard's."""
@@ -195,8 +190,7 @@ class RemoteBackend:
         return resolve
 
     def named_file(self, name: str, sha256: str) -> Path:
-        """A file the manifest names beside its shards (a tokenizer), fetched into the cache
-        and checked against `sha256` as a shard file is."""
+        """A file the manifest names beside its shards (a tokenizer), cached and checked."""
         return self._cached(name, self.storage.size(name), sha256)
 
     def problems(self, manifest: Manifest, checksums: bool = False) -> list[str]:

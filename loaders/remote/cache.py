@@ -50,9 +50,8 @@ _warned: set[tuple[str, int]] = set()  # (url, window): once each
 
 
 def warn_small_cache(url: str, limit: int | None, shard_bytes: list[int], window: int) -> None:
-    """Warn once per dataset when `limit` is below what its reading order keeps in use: one
-    window of its largest shards for "quasi_random" (`window` shards), else the whole dataset
-    (window 0): every epoch then downloads every shard again."""
+    """Warn once when `limit` is below what the reading order keeps in use: `window` of the
+    largest shards for "quasi_random", else (window 0) the whole dataset."""
     need = sum(sorted(shard_bytes)[-window:]) if window else sum(shard_bytes)
     if limit is None or limit >= need or (url, window) in _warned:
         return
@@ -84,9 +83,9 @@ def _locked(path: str | Path, how: int) -> int:
 
 
 class FileCache:
-    """The files of one cache folder that this process uses: it keeps a shared `.use` lock on
-    the last `hold` files it handed out (a file it maps, or the window it reads), so that no
-    other process evicts them."""
+    """One cache folder as this process uses it: a shared `.use` lock on the last `hold` files
+    it handed out (those it maps, or the window it reads) keeps other processes from evicting
+    them."""
 
     def __init__(self, cache_dir: Path, limit: int | None, hold: int):
         self.dir, self.limit, self.hold = cache_dir / "files", limit, max(1, hold)
@@ -99,9 +98,8 @@ class FileCache:
         self.rank: Callable[[str, int], tuple[int, int] | None] = lambda sha, mtime: (0, mtime)
 
     def entry(self, sha256: str, source: str = "") -> Path:
-        """The cached file `sha256` (of `source`, named in errors). Refuses a sha256 that is not
-        64 lowercase hex digits: a manifest's "../../x" would name a file outside the cache."""
-        if not is_sha256(sha256):  # an entry's name: never a path, whatever a manifest says
+        """The cached file `sha256` (of `source`, named in errors)."""
+        if not is_sha256(sha256):  # a manifest's "../../x" would name a file outside the cache
             raise FormatError(
                 f"{source or self.dir}: the manifest's sha256 {str(sha256)[:80]!r} is not 64 "
                 "lowercase hex digits; refused. HINT: the manifest was edited or damaged: repack"
@@ -111,8 +109,8 @@ class FileCache:
     def get(
         self, sha256: str, size: int, source: str, download: Callable[[BinaryIO], None]
     ) -> Path:
-        """The cached file `sha256` of `size` bytes, downloading it from `source` (through
-        `download(file)`) first unless a whole copy is there. Only one process downloads it."""
+        """The cached file `sha256` of `size` bytes, `download(file)`ed from `source` by one
+        process unless a whole copy is there."""
         path = self.entry(sha256, source)
         with self._lock:
             if sha256 in self._whole:  # whole when handed out, and held since: still there
@@ -166,15 +164,14 @@ class FileCache:
                 self._drop(next(iter(self._held)))
 
     def pin(self, sha256: str) -> None:
-        """Hold `sha256` for as long as this process runs, whatever `hold` says (a shard index
-        it maps: read a row at a time, for the whole run)."""
+        """Hold `sha256` as long as this process runs (a shard index, mapped for the whole run)."""
         with self._lock:
             if sha256 not in self._pinned:  # its own open file: held past _drop's close
                 self._pinned[sha256] = _locked(f"{self.entry(sha256)}.use", fcntl.LOCK_SH)
 
     def hold_only(self, keep: set[str]) -> None:
         """Let go of the files not in `keep` (the windows around the sampler): others may evict
-        them, and a map of one this process still has keeps its bytes until it is dropped."""
+        them (a map this process still has keeps the bytes)."""
         with self._lock:
             for sha256 in [s for s in self._held if s not in keep]:
                 self._drop(sha256)
@@ -187,9 +184,9 @@ class FileCache:
             with contextlib.suppress(OSError):
                 os.utime(self.entry(sha256))
 
-    def evict(self) -> int:
-        """Remove least recently used files that no process holds until the cache is under
-        its limit; the bytes left."""
+    def evict(self) -> None:
+        """Remove the files first in `rank` that no process holds until the cache is under its
+        limit."""
         entries = []
         for p in self.dir.glob("??/*"):
             if len(p.name) == 64 and "." not in p.name:
@@ -198,7 +195,7 @@ class FileCache:
                     entries.append((st.st_mtime_ns, st.st_size, p))
         total = sum(e[1] for e in entries)
         if self.limit is None:
-            return total
+            return
         ranked = [(key, size, p) for t, size, p in entries if (key := self.rank(p.name, t))]
         for _, size, p in sorted(ranked):
             if total <= self.limit:
@@ -215,12 +212,10 @@ class FileCache:
                     total -= size
             finally:
                 os.close(fd)
-        return total
 
 
 def _whole(path: Path, size: int) -> bool:
-    """A complete cache entry: renamed into place only once verified, so its size suffices (a
-    file truncated or damaged later, with another size, is fetched again)."""
+    """A complete cache entry: renamed into place only once verified, so its size suffices."""
     try:
         return path.stat().st_size == size
     except FileNotFoundError:

@@ -24,9 +24,8 @@ THREADS = 4  # downloads at once while verifying
 
 
 def structure_problems(manifest: Manifest, url: object) -> list[str]:
-    """What check_files finds without reading a file: file names that leave the dataset,
-    declared arrays without a file, arrays in files the shard does not list. Checked when a URL
-    is opened (a KeyError or a read elsewhere later, else)."""
+    """What check_files finds without reading a file (names that leave the dataset, arrays
+    without a listed file), checked when a URL is opened."""
     return [
         f"shard {i}: {p}"
         for i, s in enumerate(manifest.shards)
@@ -36,9 +35,8 @@ def structure_problems(manifest: Manifest, url: object) -> list[str]:
 
 
 def checked_with(manifest: Manifest, shard: int, file: str) -> list[str]:
-    """The arrays whose checks need file `file` of shard `shard`: the arrays of the fields that
-    store one in it (at its size), and the arrays of other fields their checks read
-    (Field.needs: an image's sides for its masks). Only what is read is fetched."""
+    """The arrays whose checks need file `file` of shard `shard`: those of the fields storing
+    one in it (at its size), and those their checks read (Field.needs: a mask's image sides)."""
     refs = manifest.shards[shard].arrays
     held = [a for a, r in refs.items() if file in (r.file, r.offsets and r.offsets.file)]
     names: set[str] = set()
@@ -67,9 +65,8 @@ def copy_problems(
     url: Url,
     checksums: bool = False,
 ) -> list[str]:
-    """check_shard's lines for `arrays` of shard `index`, read from `copies` (the shard's file
-    names -> local copies), naming the files at `url`; `checksums` also checks every value
-    against the manifest, as `prep verify` does for a folder."""
+    """check_shard's lines for `arrays` of shard `index`, read from `copies` (file name ->
+    local copy), naming the files at `url`; `checksums` as `prep verify` checks a folder."""
     shard = manifest.shards[index]
     shards = list(manifest.shards)
     shards[index] = Shard(
@@ -80,29 +77,20 @@ def copy_problems(
     )
     specs = {a: manifest.arrays[a] for a in arrays if a in manifest.arrays}
     view = dataclasses.replace(manifest, arrays=specs, shards=shards)
-
-    def path_of(name: str) -> Path:
-        if name not in copies:  # listed in the shard, so fetched: never, but not a KeyError
-            raise FormatError(f"{url / name} was not fetched")
-        return copies[name]
-
     view._declared = declared(manifest)  # type: ignore[attr-defined]  # the same fields
-    found = check_shard(
+    found = check_shard(  # the view's shard lists only the files copied
         view,
         index,
-        path_of,
+        copies.__getitem__,
         checksums=checksums,
         values=checksums,
         fields=field_problems,
         limits=value_limits,
     )
     names = sorted(((str(p), str(url / n)) for n, p in copies.items()), reverse=True)
-    out = []
-    for line in found:  # the local copies' paths -> the URLs they came from
-        for path, remote in names:
-            line = line.replace(path, remote)
-        out.append(line)
-    return out
+    for path, remote in names:  # the local copies' paths -> the URLs they came from
+        found = [line.replace(path, remote) for line in found]
+    return found
 
 
 def verify_shards(

@@ -30,9 +30,8 @@ Rank = Callable[[str, int], "tuple[int, int] | None"]
 
 
 class Moved(NamedTuple):
-    """What a process keeps once the sampler moved: the eviction order of the cache (`rank`),
-    the sha256 of the files of the windows around the sampler (`files`, held) and their shards
-    (`shards`, kept mapped)."""
+    """Once the sampler moved: the cache's eviction order, the sha256 of the files of the
+    windows around the sampler (held) and their shards (kept mapped)."""
 
     rank: Rank
     files: set[str]
@@ -41,8 +40,7 @@ class Moved(NamedTuple):
 
 class WindowPlan:
     """Which window the sampler yields now, shared by every process of a loader: one int64 in
-    shared memory (epoch * windows + window, -1 before the first), so that persistent workers,
-    forked or spawned, see it move. Pickles to a few numbers and that tensor."""
+    shared memory (epoch * windows + window, -1 before the first) that workers see move."""
 
     def __init__(self, num_shards: int, seed: int, window: int):
         self.num_shards, self.seed, self.window = num_shards, seed, window
@@ -72,9 +70,8 @@ class WindowPlan:
 
 
 class Follower:
-    """One process's side of a remote dataset's plan (see the module docstring). `files[s]`
-    maps shard s's array names to (file name, bytes, sha256); `fetch(name)` puts file `name`
-    into the cache."""
+    """One process's side of a plan. `files[s]` maps shard s's array names to (file name,
+    bytes, sha256); `fetch(name)` puts file `name` into the cache."""
 
     def __init__(self, plan: WindowPlan, limit: int | None):
         self.plan, self.limit = plan, limit

@@ -1,7 +1,6 @@
 """Object storage: the one place that talks to a URL, for reading a dataset (loaders.remote) and
-for writing one (prep.run.remote). `Storage` is a folder at any fsspec URL; every request it
-makes (list, get, put, delete, exists) is retried on a network error, and fails in one
-OSError or FormatError that names the URL and the fix. fsspec is imported on first use.
+for writing one (prep.run.remote). Every request is retried on a network error, then fails in
+one OSError or FormatError that names the URL and the fix. fsspec is imported on first use.
 """
 
 from __future__ import annotations
@@ -126,10 +125,23 @@ def _network(e: FileNotFoundError) -> bool:
     return isinstance(cause, (OSError, TimeoutError)) and not isinstance(cause, FileNotFoundError)
 
 
+def _or_none(fn: Callable[[Url], T]) -> Callable[[Url], T | None]:
+    """fn, giving None where the file does not exist (not for a network error: see _network)."""
+
+    def call(url: Url) -> T | None:
+        try:
+            return fn(url)
+        except FileNotFoundError as e:
+            if _network(e):
+                raise
+            return None
+
+    return call
+
+
 class Storage:
-    """A folder at a URL: its files by name (relative to `root`), each request retried (see the
-    module docstring). Each process makes its own file system: fsspec's async ones (s3, http)
-    refuse to run in a forked child, such as a DataLoader worker. Pickles without it."""
+    """A folder at a URL, its files by name. Each process makes its own file system: fsspec's
+    async ones (s3, http) refuse to run in a forked child (a DataLoader worker)."""
 
     def __init__(
         self,
@@ -152,8 +164,7 @@ class Storage:
         return self._fs
 
     def url(self, name: str) -> Url:
-        """The URL of file `name`; a name that would leave the folder (`..`, a query) is
-        refused."""
+        """The URL of file `name`; one that would leave the folder (`..`, a query) is refused."""
         problem = name_problem(self.root, name)
         if problem:
             raise FormatError(f"{problem}. HINT: the manifest was edited or damaged: repack")
@@ -179,16 +190,7 @@ class Storage:
 
     def info(self, name: str) -> dict[str, Any] | None:
         """fsspec's info of file `name` (its size, ETag...); None when there is no such file."""
-
-        def once(url: Url) -> dict[str, Any] | None:
-            try:
-                return dict(self.fs.info(url))
-            except FileNotFoundError as e:
-                if _network(e):
-                    raise
-                return None
-
-        return self._request(name, once)
+        return self._request(name, _or_none(lambda url: dict(self.fs.info(url))))
 
     def exists(self, name: str) -> bool:
         return self.info(name) is not None
@@ -237,15 +239,7 @@ class Storage:
 
     def remove(self, name: str) -> None:
         """File `name` removed (already gone: nothing to do)."""
-
-        def once(url: Url) -> None:
-            try:
-                self.fs.rm_file(url)
-            except FileNotFoundError as e:
-                if _network(e):
-                    raise
-
-        self._request(name, once, "remove")
+        self._request(name, _or_none(lambda url: self.fs.rm_file(url)), "remove")
 
     def __getstate__(self) -> dict[str, Any]:
         return self.__dict__ | {"_fs": None, "_pid": 0}
