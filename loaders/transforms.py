@@ -106,21 +106,10 @@ class Compose(nn.Module):
         lengths: torch.Tensor | None = None,
         per_box: Mapping[str, Ragged] | None = None,
     ) -> torch.Tensor | tuple[Any, ...]:
-        ops = [(op, self.key(name)) for name, op in zip(self._names, self.ops, strict=True)]
-        kw = {"boxes": boxes, "keypoints": keypoints, "instances": instances, "lengths": lengths}
-        return run(
-            ops,
-            images,
-            labels,
-            index=index,
-            mask=mask,
-            per_box=per_box,
-            min_size=self.min_size,
-            **kw,
-        )
-
-    def key(self, name: str) -> int:
-        return stream_key(self.seed, self.epoch, name)
+        keys = [stream_key(self.seed, self.epoch, name) for name in self._names]
+        kw = {"mask": mask, "boxes": boxes, "keypoints": keypoints, "instances": instances}
+        kw |= {"lengths": lengths, "per_box": per_box, "min_size": self.min_size}
+        return run(list(zip(self.ops, keys, strict=True)), images, labels, index=index, **kw)
 
     def extra_repr(self) -> str:
         return f"seed={self.seed}, epoch={self.epoch}"

@@ -85,20 +85,14 @@ def empty_like(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return empty(tuple(x.shape), dtype, x.device)
 
 
-def to_images(x: torch.Tensor, like: torch.Tensor | torch.dtype) -> torch.Tensor:
+def to_images(x: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """An op's float result `x` (rounded in place) in the dtype of `like`. For uint8, x must lie
     in 0..255 (blends and bilinear samples of pixels do), so +0.5 and truncation round it."""
-    dtype = like if isinstance(like, torch.dtype) else like.dtype
-    if dtype == torch.uint8:
+    if like.dtype == torch.uint8:
         return empty_like(x, torch.uint8).copy_(x.add_(0.5))
-    return x.to(dtype)
+    return x.to(like.dtype)
 
 
 def working(x: torch.Tensor) -> torch.Tensor:
     """The float form an op computes in: float32 for uint8, the float dtype itself otherwise."""
     return x if x.is_floating_point() else empty_like(x, torch.float32).copy_(x)
-
-
-def per_sample(values: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """(B,) values shaped to broadcast over x (B, ...), in x's working dtype."""
-    return values.to(working(x[:0]).dtype).view(-1, *([1] * (x.dim() - 1)))

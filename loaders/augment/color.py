@@ -18,8 +18,8 @@ YIQ = (LUMA, (0.596, -0.274, -0.322), (0.211, -0.523, 0.312))
 
 
 def hue_rotations(turns: torch.Tensor) -> torch.Tensor:
-    """(B, 3, 3) RGB matrices that turn each pixel's chroma by `turns` (B,) of a circle about
-    the grey axis in YIQ space: luma and chroma magnitude kept, grey left grey."""
+    """(B, 3, 3) RGB matrices that turn each pixel's chroma by `turns` (B,) of a circle in YIQ
+    space: luma and chroma magnitude kept, grey left grey."""
     yiq = torch.tensor(YIQ, dtype=turns.dtype, device=turns.device)
     cos, sin = torch.cos(2 * math.pi * turns), torch.sin(2 * math.pi * turns)
     one, zero = torch.ones_like(cos), torch.zeros_like(cos)

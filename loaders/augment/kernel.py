@@ -27,8 +27,8 @@ _pool = Pool(max(1, torch.get_num_threads()))
 
 def _resample(src, out, y0, y1, wy, span, ia0, ia1, fx, mat, shift, grey, jitter, lo, hi):
     """Samples lo..hi of `src` (B, H, W, C) uint8 into `out` (B, oh, ow, C) uint8: rows y0, y1
-    blended by wy (B, oh); within a row, the flat (W * C) positions ia0, ia1 (B, ow * C),
-    counted from column span[b, 0], blended by fx; then, if `jitter`, each sample's colour."""
+    blended by wy (B, oh); within a row, the flat (W * C) positions ia0, ia1 (B, ow * C) from
+    column span[b, 0], blended by fx; then, if `jitter`, each sample's colour."""
     _, oh, ow, C = out.shape
     n, width = ow * C, src.shape[2] * C
     flat = src.reshape(src.shape[0], src.shape[1], width)
@@ -83,8 +83,7 @@ def _compiled() -> Callable[..., None] | None:
 
 
 def fits(x: torch.Tensor, color: bool = False) -> bool:
-    """Whether this pass serves the batch x: uint8 on the CPU, with numba installed; for a
-    colour jitter, RGB (one channel takes torch's ops)."""
+    """Whether this pass serves the batch x: uint8 on the CPU, numba installed; RGB for `color`."""
     ok = x.device.type == "cpu" and x.dtype == torch.uint8 and _compiled() is not None
     return ok and (not color or x.shape[1] == 3)
 
@@ -100,8 +99,7 @@ def resample(
     x: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, color: Color | None = None
 ) -> torch.Tensor:
     """x (B, C, H, W) uint8 sampled at source pixel coordinates rows (B, oh) and cols (B, ow)
-    (float64; pixel k's centre is at k), then colour-jittered by `color`: (B, C, oh, ow) uint8,
-    channels-last."""
+    (float64, pixel k's centre at k), jittered by `color`: (B, C, oh, ow) uint8, channels-last."""
     B, C, H, W = x.shape
     src = x.permute(0, 2, 3, 1).contiguous().numpy()  # a view for channels-last batches
     out = empty((B, rows.shape[1], cols.shape[1], C), torch.uint8, x.device)
