@@ -22,8 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from loaders.augment.base import Op, run
-from loaders.augment.batch import Sample
+from loaders.augment.base import Op, Sample, run
 from loaders.augment.boxes import Ragged
 from loaders.augment.color import ColorJitter
 from loaders.augment.geometry import (

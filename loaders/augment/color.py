@@ -7,8 +7,7 @@ import math
 import torch
 
 from loaders.augment import kernel
-from loaders.augment.base import Op, settle
-from loaders.augment.batch import Sample, empty_like, working
+from loaders.augment.base import Op, Sample, empty_like, settle, working
 from loaders.augment.kernel import Color
 
 # ITU-R 601-2 luma, as torchvision's rgb_to_grayscale and prep's --gray.

@@ -9,9 +9,8 @@ from collections.abc import Sequence
 
 import torch
 
-from loaders.augment.base import Op, take
-from loaders.augment.batch import Resize as Pending
-from loaders.augment.batch import Sample
+from loaders.augment.base import Op, Sample, take
+from loaders.augment.base import Resize as Pending
 from loaders.augment.random import stream_key, uniform
 
 TRIES = 10  # as torchvision's RandomResizedCrop: boxes drawn until one fits, then the centre

@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from loaders.augment.batch import empty
 from loaders.read.decode import Pool
 
 # A colour jitter folded into the pass: each sample's matrix (B, C, C), its offset's weight
@@ -102,9 +101,10 @@ def resample(
     (float64, pixel k's centre at k), jittered by `color`: (B, C, oh, ow) uint8, channels-last."""
     B, C, H, W = x.shape
     src = x.permute(0, 2, 3, 1).contiguous().numpy()  # a view for channels-last batches
-    out = empty((B, rows.shape[1], cols.shape[1], C), torch.uint8, x.device)
+    dst = np.empty((B, rows.shape[1], cols.shape[1], C), np.uint8)  # numpy's: huge pages
+    out = torch.from_numpy(dst).permute(0, 3, 1, 2)
     if B == 0:
-        return out.permute(0, 3, 1, 2)
+        return out
     y0, y1, wy = _taps(rows, H)
     x0, x1, wx = _taps(cols, W)
     span = np.stack([np.minimum(x0, x1).min(1), np.maximum(x0, x1).max(1) + 1], 1)
@@ -116,7 +116,6 @@ def resample(
     if color is None:  # unused by the pass: arrays of the types it was compiled for
         color = (torch.zeros(B, C, C), torch.zeros(B), torch.zeros(C))
     mat, shift, grey = (t.to(torch.float32).numpy() for t in color)
-    dst = out.numpy()
     args = (src, dst, y0, y1, wy, span, ia0, ia1, fx, mat, shift, grey, jitter)
     _pool.map(lambda part: kernel(*args, part[0], part[-1] + 1), range(B))
-    return out.permute(0, 3, 1, 2)
+    return out

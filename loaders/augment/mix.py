@@ -7,8 +7,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from loaders.augment.base import Op
-from loaders.augment.batch import Sample, to_images, working
+from loaders.augment.base import Op, Sample, to_images, working
 from loaders.augment.random import BETA_DRAWS, beta
 
 

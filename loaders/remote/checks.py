@@ -7,9 +7,7 @@ temporary folder in the cache's folder, with checksums and values (`url_problems
 from __future__ import annotations
 
 import dataclasses
-import os
-import secrets
-import shutil
+import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -107,18 +105,16 @@ def verify_shards(
     for i, shard in enumerate(manifest.shards):
         if i in skip:
             continue
-        tmp = tmp_parent / f"verify-{os.getpid()}-{secrets.token_hex(4)}"
-        tmp.mkdir(parents=True)
-        try:
-            copies = {n: tmp / f"{k:06d}" for k, n in enumerate(sorted(shard.files))}
-            with ThreadPoolExecutor(THREADS) as pool:  # one request at a time waits mostly
-                list(pool.map(download, copies, copies.values()))
-            arrays = sorted({*manifest.arrays, *shard.arrays})
-            problems += copy_problems(manifest, i, arrays, copies, storage.root, checksums=True)
-        except FormatError as e:
-            problems.append(f"shard {i}: {e}")
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        temporary = tempfile.TemporaryDirectory(dir=tmp_parent, ignore_cleanup_errors=True)
+        with temporary as tmp:
+            copies = {n: Path(tmp, f"{k:06d}") for k, n in enumerate(sorted(shard.files))}
+            try:
+                with ThreadPoolExecutor(THREADS) as pool:  # one request at a time waits mostly
+                    list(pool.map(download, copies, copies.values()))
+                arrays = sorted({*manifest.arrays, *shard.arrays})
+                problems += copy_problems(manifest, i, arrays, copies, storage.root, True)
+            except FormatError as e:
+                problems.append(f"shard {i}: {e}")
     return problems
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -203,18 +204,14 @@ class Storage:
         data: bytes = self._request(name, lambda url: self.fs.cat_file(url))
         return data
 
-    def _chunks(self, url: Url, use: Callable[[bytes], object]) -> None:
-        with self.fs.open(url, "rb", block_size=CHUNK) as src:
-            while chunk := src.read(CHUNK):
-                use(chunk)
-
     def download(self, name: str, dst: BinaryIO) -> None:
         """File `name` streamed into `dst` (from its start again on each try)."""
 
         def once(url: Url) -> None:
             dst.seek(0)
             dst.truncate()
-            self._chunks(url, dst.write)
+            with self.fs.open(url, "rb", block_size=CHUNK) as src:
+                shutil.copyfileobj(src, dst, CHUNK)
 
         self._request(name, once)
 
@@ -222,9 +219,8 @@ class Storage:
         """The sha256 of file `name`, streamed (nothing kept)."""
 
         def once(url: Url) -> str:
-            h = hashlib.sha256()
-            self._chunks(url, h.update)
-            return h.hexdigest()
+            with self.fs.open(url, "rb", block_size=CHUNK) as src:
+                return hashlib.file_digest(src, "sha256").hexdigest()
 
         return self._request(name, once)
 
