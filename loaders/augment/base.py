@@ -19,8 +19,6 @@ from loaders.augment import kernel
 from loaders.augment.boxes import Ragged, Targets, instance_masks, outputs
 from loaders.augment.random import stream_key, uniform
 
-Masks = dict[str, torch.Tensor | None]
-
 
 @dataclass
 class Sample:
@@ -46,7 +44,9 @@ class Sample:
         H, W = self.images.shape[-2:]
         return int(H), int(W)
 
-    def masks(self, move: Callable[[torch.Tensor, int], torch.Tensor], fill: int = 0) -> Masks:
+    def masks(
+        self, move: Callable[[torch.Tensor, int], torch.Tensor], fill: int = 0
+    ) -> dict[str, torch.Tensor | None]:
         """The mask and the instances through move(x, fill) (the instances' fill: 0), for `but`."""
         m, i = self.mask, self.instances
         return {
@@ -221,7 +221,7 @@ def resized_crop(
     # grid_sample's coordinates (align_corners=False: -1 and 1 are the image's outer edges) of
     # output pixel centres over [0, 1): each sample's box scales and shifts them, and a flip
     # reads them backwards (the very values a flip of the result would put there).
-    ys, xs = (_unit(n, x.device, f.dtype) for n in size)
+    ys, xs = ((torch.arange(n, device=x.device, dtype=f.dtype) + 0.5) / n for n in size)
     gcols = (
         xs.expand(len(boxes), -1) if flip is None else torch.where(flip[:, None], xs.flip(0), xs)
     )
@@ -246,8 +246,3 @@ def settle(sample: Sample, rounded: bool = True, color: kernel.Color | None = No
         whole = torch.tensor([[0, 0, H, W]], device=sample.images.device)
         p = Resize(whole.expand(len(sample.index), 4), (H, W))
     return resized_crop(sample, p.boxes, p.size, p.flip, rounded=rounded, color=color)
-
-
-def _unit(n: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-    """The centres of n pixels over [0, 1)."""
-    return (torch.arange(n, device=device, dtype=dtype) + 0.5) / n

@@ -23,11 +23,6 @@ Ragged = Any  # list[Tensor] | a jagged nested tensor | a padded (B, N, ...) ten
 Number = float | torch.Tensor  # one value for the batch, or (B,)
 
 
-def _b(v: Number, like: torch.Tensor) -> torch.Tensor:
-    """v as (B, 1) float64 on like's device, to broadcast over N."""
-    return torch.as_tensor(v, dtype=torch.float64, device=like.device).reshape(-1, 1)
-
-
 @dataclass
 class Targets:
     """The instances of a batch, padded (see the module's docstring)."""
@@ -65,8 +60,10 @@ class Targets:
     ) -> Targets:
         """Into the crop at (top, left) (px, per sample or one), scaled by (sy, sx), of an
         output image of out_hw: boxes clipped to it, keypoints outside it cut."""
-        like = self.valid
-        t, le, y, x = (_b(v, like) for v in (top, left, sy, sx))
+        t, le, y, x = (  # (B, 1) or (1, 1): to broadcast over N
+            torch.as_tensor(v, dtype=torch.float64, device=self.valid.device).reshape(-1, 1)
+            for v in (top, left, sy, sx)
+        )
         H, W = out_hw
         boxes = points = None
         if self.boxes is not None:

@@ -42,6 +42,7 @@ class ColorJitter(Op):
     """
 
     lazy = True
+    shown = ("brightness", "contrast", "saturation", "hue")
 
     def __init__(
         self,
@@ -54,6 +55,7 @@ class ColorJitter(Op):
         if min(brightness, contrast, saturation) < 0 or not 0 <= hue <= 0.5:
             raise ValueError("brightness, contrast and saturation must be >= 0, hue in [0, 0.5]")
         self.amounts = (brightness, contrast, saturation)
+        self.brightness, self.contrast, self.saturation = self.amounts  # for repr()
         self.hue = hue
 
     def matrices(self, u: torch.Tensor, channels: int) -> Color:
@@ -91,7 +93,3 @@ class ColorJitter(Op):
         if uint8:
             out = empty_like(out, torch.uint8).copy_(out.clamp_(0.5, 255.5))
         return sample.but(images=out.to(dtype).view(B, C, H, W))
-
-    def extra_repr(self) -> str:
-        b, c, s = self.amounts
-        return f"brightness={b}, contrast={c}, saturation={s}, hue={self.hue}"
