@@ -234,14 +234,12 @@ def crop(
     cols = left[:, None] + torch.arange(sw, device=device)
     inside = ((rows >= 0) & (rows < H))[:, :, None] & ((cols >= 0) & (cols < W))[:, None, :]
     r, c = rows.clamp(0, H - 1), cols.clamp(0, W - 1)
-    x = sample.images.permute(0, 2, 3, 1)
-    value = torch.tensor(fill, dtype=x.dtype, device=x.device)
-    images = torch.where(inside[..., None], take(x, r, c), value).permute(0, 3, 1, 2)
 
-    def cut(m: torch.Tensor, fill: int) -> torch.Tensor:  # (B, H, W, ...) masks
+    def cut(m: torch.Tensor, fill: float) -> torch.Tensor:  # (B, H, W, ...): channels last
         where = inside.view(*inside.shape, *([1] * (m.dim() - 3)))
         return torch.where(where, take(m, r, c), torch.tensor(fill, dtype=m.dtype, device=m.device))
 
+    images = cut(sample.images.permute(0, 2, 3, 1), fill).permute(0, 3, 1, 2)
     t = sample.targets
     t = None if t is None else t.moved(top, left, 1.0, 1.0, size)
     return sample.but(images=images, targets=t, **sample.masks(cut, mask_fill))
