@@ -208,8 +208,7 @@ def test_color_jitter_is_torchvisions_formulas_in_one_matrix() -> None:
 
 
 def test_a_resized_crop_is_a_bilinear_resize_of_its_box() -> None:
-    from loaders.augment.base import Sample
-    from loaders.augment.geometry import resized_crop
+    from loaders.augment.base import Sample, resized_crop
 
     x = torch.rand(2, 3, 10, 20)
     boxes = torch.tensor([[0, 0, 10, 20], [2, 4, 5, 10]])
@@ -221,8 +220,7 @@ def test_a_resized_crop_is_a_bilinear_resize_of_its_box() -> None:
 
 
 def test_boxes_alone_are_the_boxes_a_pipeline_crops() -> None:
-    from loaders.augment.base import Sample
-    from loaders.augment.geometry import resized_crop
+    from loaders.augment.base import Sample, resized_crop
 
     images, index = batch(8), torch.arange(40, 48)
     crop = T.RandomResizedCrop(24, scale=CROP)
@@ -268,8 +266,7 @@ def test_cpu_and_gpu_agree() -> None:
 
 
 def test_a_flip_after_a_crop_is_folded_into_it_exactly() -> None:
-    from loaders.augment.base import Sample
-    from loaders.augment.geometry import resized_crop
+    from loaders.augment.base import Sample, resized_crop
 
     images, mask = square_batch(32)
     images = images | batch(32).bitwise_and(127)

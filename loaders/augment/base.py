@@ -1,28 +1,117 @@
-"""What every batch augmentation shares: the Op, and the one loop a pipeline runs."""
+"""What every batch augmentation shares: the batch (Sample, its pending crop: Resize), the tensor
+helpers of the ops, the Op, the one loop a pipeline runs, and the making of a pending crop (each
+sample's box resized and mirrored in one pass for the whole batch: loaders.augment.kernel's for a
+uint8 CPU batch, one grid_sample otherwise)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from loaders.augment.batch import Sample
+from loaders.augment import kernel
 from loaders.augment.boxes import Ragged, Targets, instance_masks, outputs
 from loaders.augment.random import stream_key, uniform
-from loaders.augment.resample import settle
+
+
+@dataclass
+class Sample:
+    """A batch on its way through a pipeline: images (B, C, H, W) uint8 or float; labels int64
+    (B,), or float (B, classes) once mixed; mask uint8 (B, H, W); index int64 (B,), the dataset
+    indices the draws come from; pending, a resized crop not made yet, so that the ops after it
+    fold into one sampling; targets in the pixels of `canvas`; instances uint8 (B, H, W, N), a
+    0/1 mask per box (N last, so that a mask's gathers serve it)."""
+
+    images: torch.Tensor
+    index: torch.Tensor
+    labels: torch.Tensor | None = None
+    mask: torch.Tensor | None = None
+    pending: Resize | None = None
+    targets: Targets | None = None
+    instances: torch.Tensor | None = None
+
+    @property
+    def canvas(self) -> tuple[int, int]:
+        """(H, W) of the images once the pending crop is made."""
+        if self.pending is not None:
+            return self.pending.size
+        H, W = self.images.shape[-2:]
+        return int(H), int(W)
+
+    def masks(
+        self, move: Callable[[torch.Tensor, int], torch.Tensor], fill: int = 0
+    ) -> dict[str, torch.Tensor | None]:
+        """The mask and the instances through move(x, fill) (the instances' fill: 0), for `but`."""
+        m, i = self.mask, self.instances
+        return {
+            "mask": None if m is None else move(m, fill),
+            "instances": None if i is None else move(i, 0),
+        }
+
+    def but(self, **changes: Any) -> Sample:
+        """A copy with some tensors replaced: ops never change the batch they were given."""
+        return replace(self, **changes)
+
+
+@dataclass
+class Resize:
+    """Each sample's box (top, left, height, width), int64 (B, 4), to resample to `size`, and
+    whether to mirror its columns (bool (B,), None for none): a crop and its flip in one pass."""
+
+    boxes: torch.Tensor
+    size: tuple[int, int]
+    flip: torch.Tensor | None = None
+
+
+NUMPY = {torch.uint8: np.uint8, torch.float32: np.float32, torch.float64: np.float64}
+HUGE = 1 << 22  # numpy madvises huge pages for buffers of 4 MiB and more
+
+
+def empty(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """torch.empty, but large CPU buffers come from numpy, which asks Linux for huge pages:
+    torch's page faults per 4 KiB cost more than the op that fills the buffer (154 MB: ~100 ms,
+    not ~30)."""
+    size = math.prod(shape) * dtype.itemsize
+    if device.type == "cpu" and dtype in NUMPY and size >= HUGE:
+        return torch.from_numpy(np.empty(shape, dtype=NUMPY[dtype]))
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
+def empty_like(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """An uninitialised tensor of x's shape, device and layout (channels-last or contiguous)."""
+    if x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last):
+        B, C, H, W = x.shape
+        return empty((B, H, W, C), dtype, x.device).permute(0, 3, 1, 2)
+    return empty(tuple(x.shape), dtype, x.device)
+
+
+def to_images(x: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """An op's float result `x` (rounded in place) in the dtype of `like`. For uint8, x must lie
+    in 0..255 (blends and bilinear samples of pixels do), so +0.5 and truncation round it."""
+    if like.dtype == torch.uint8:
+        return empty_like(x, torch.uint8).copy_(x.add_(0.5))
+    return x.to(like.dtype)
+
+
+def working(x: torch.Tensor) -> torch.Tensor:
+    """The float form an op computes in: float32 for uint8, the float dtype itself otherwise."""
+    return x if x.is_floating_point() else empty_like(x, torch.float32).copy_(x)
 
 
 class Op(nn.Module):
     """One batch augmentation: `augment(sample, key)` with the key of its stream of draws.
-
-    Called alone, `op(images, labels, index=index, mask=mask)` runs it as a one-op pipeline
-    (see loaders.transforms.Compose, which gives each op its key from (seed, epoch)).
-    `lazy` ops take a sample whose `pending` crop is not made yet; for the others Compose makes
-    it first (loaders.augment.geometry.settle), as a caller of `augment` must."""
+    Called alone, `op(images, labels, index=index, ...)` runs it as a one-op pipeline. `lazy`
+    ops take a sample whose `pending` crop is not made yet; for the others `run` makes it first
+    (`settle`), as a caller of `augment` must."""
 
     lazy = False
+    shown: tuple[str, ...] = ()  # the attributes repr() shows
 
     def augment(self, sample: Sample, key: int) -> Sample:
         raise NotImplementedError
@@ -39,6 +128,9 @@ class Op(nn.Module):
         key = stream_key(seed, epoch, type(self).__name__)  # as Compose's first op of its class
         return run([(self, key)], images, labels, **kw)
 
+    def extra_repr(self) -> str:
+        return ", ".join(f"{name}={getattr(self, name)}" for name in self.shown)
+
 
 def run(
     ops: list[tuple[nn.Module, int]],
@@ -54,10 +146,8 @@ def run(
     per_box: Mapping[str, Ragged] | None = None,
     min_size: float = 1.0,
 ) -> torch.Tensor | tuple[Any, ...]:
-    """A batch through `ops`, each with the key of its stream of draws (Compose gives them from
-    (seed, epoch)); any other module (Normalize) gets the images only. Returns the images alone,
-    or a tuple of the images and those of labels, mask, boxes, keypoints, instances, lengths
-    and per_box that were given, in that order (loaders.augment.boxes: sanitized)."""
+    """A batch through `ops`, each with the key of its stream of draws: what
+    loaders.transforms.Compose returns."""
     if images.dim() != 4 or index.shape != images.shape[:1]:
         raise ValueError(
             f"expected images (B, C, H, W) and index (B,), got {tuple(images.shape)} and "
@@ -88,3 +178,71 @@ def run(
             sample.targets, sample.canvas, min_size, asked | {"per_box": per_box}, lengths, moved
         )
     return (sample.images, *given) if given else sample.images
+
+
+def take(x: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+    """x[b, rows[b, i], cols[b, j]] for x (B, H, W, ...): (B, len(rows), len(cols), ...)."""
+    b = torch.arange(x.shape[0], device=x.device).view(-1, 1, 1)
+    return x[b, rows[:, :, None], cols[:, None, :]]
+
+
+def _centres(start: torch.Tensor, length: torch.Tensor, out: int) -> torch.Tensor:
+    """Source coordinates (B, out) of the centres of `out` pixels over [start, start + length)."""
+    j = torch.arange(out, device=start.device, dtype=torch.float64) + 0.5
+    return start[:, None] + j[None, :] * (length[:, None] / out)
+
+
+def resized_crop(
+    sample: Sample,
+    boxes: torch.Tensor,
+    size: tuple[int, int],
+    flip: torch.Tensor | None = None,
+    *,
+    rounded: bool = True,
+    color: kernel.Color | None = None,
+) -> Sample:
+    """Each sample's box (top, left, height, width) resized to `size`, mirrored where `flip`
+    (bool (B,)): bilinear for images, nearest for masks, with the jitter `color` folded in
+    (kernel's pass only). rounded=False leaves a uint8 batch's result in float32 for the torch
+    path (ColorJitter rounds it once, at its end)."""
+    top, left, h, w = boxes.to(torch.float64).unbind(1)
+    x = sample.images
+    H, W = x.shape[-2:]
+    rows, cols = _centres(top, h, size[0]), _centres(left, w, size[1])
+    cols = cols if flip is None else torch.where(flip[:, None], cols.flip(1), cols)
+    r, c = (t.floor().to(torch.int64).clamp(0, n - 1) for t, n in ((rows, H), (cols, W)))
+    masks = sample.masks(lambda m, _: take(m, r, c))
+    if kernel.fits(x) and (rounded or color is not None):
+        images = kernel.resample(x, rows - 0.5, cols - 0.5, color)
+        return sample.but(images=images, pending=None, **masks)
+    if color is not None:
+        raise ValueError("a colour folded into the crop needs a uint8 CPU batch (kernel.fits)")
+    f = working(x)
+    # grid_sample's coordinates (align_corners=False: -1 and 1 are the image's outer edges) of
+    # output pixel centres over [0, 1): each sample's box scales and shifts them, and a flip
+    # reads them backwards (the very values a flip of the result would put there).
+    ys, xs = ((torch.arange(n, device=x.device, dtype=f.dtype) + 0.5) / n for n in size)
+    gcols = (
+        xs.expand(len(boxes), -1) if flip is None else torch.where(flip[:, None], xs.flip(0), xs)
+    )
+    gx = torch.addcmul(
+        (2 * left / W - 1)[:, None].to(f.dtype), (2 * w / W)[:, None].to(f.dtype), gcols
+    )
+    gy = torch.addcmul((2 * top / H - 1)[:, None].to(f.dtype), (2 * h / H)[:, None].to(f.dtype), ys)
+    grid = empty((len(boxes), *size, 2), f.dtype, x.device)
+    grid[..., 0], grid[..., 1] = gx[:, None, :], gy[:, :, None]  # (B, h, w, 2): x, y
+    out = F.grid_sample(f, grid, mode="bilinear", padding_mode="border", align_corners=False)
+    images = to_images(out, x) if rounded else out
+    return sample.but(images=images, pending=None, **masks)
+
+
+def settle(sample: Sample, rounded: bool = True, color: kernel.Color | None = None) -> Sample:
+    """The sample with its pending crop (if any) made, and the jitter `color` in the same pass."""
+    p = sample.pending
+    if p is None and color is None:
+        return sample
+    if p is None:
+        H, W = sample.images.shape[-2:]
+        whole = torch.tensor([[0, 0, H, W]], device=sample.images.device)
+        p = Resize(whole.expand(len(sample.index), 4), (H, W))
+    return resized_crop(sample, p.boxes, p.size, p.flip, rounded=rounded, color=color)

@@ -1,18 +1,13 @@
-"""Boxes and keypoints moved with their pixels by the geometric ops, and the degenerate boxes
-dropped at the end of a pipeline, with torchvision.transforms.v2's rules.
-
-A batch's instances travel padded: boxes (B, N, 4) float64 x0, y0, x1, y1 in the pixels of
-the image (edges at integers: a box of the whole W x H image is (0, 0, W, H)), keypoints
-(B, N, K, 3) x, y, visibility, and `valid` (B, N), which rows are instances. A crop clips the
-boxes to itself (torchvision's crop and pad clamp); a keypoint it cuts away, or one not
-labelled (visibility <= 0), is (0, 0, 0), as loaders.fields' Keypoints has it. `sanitize` is
-SanitizeBoundingBoxes(min_size): after clipping to the image, a box narrower or lower than
-min_size is dropped, with its keypoints and every per-box field. The caller's forms come back:
-a list of (Ni, ...) tensors, a jagged nested tensor, or padded (B, N, ...) with `lengths`.
+"""Boxes and keypoints moved with their pixels by the geometric ops, with torchvision.transforms
+v2's rules: a crop clips the boxes (x0, y0, x1, y1, edges at integers); a keypoint (x, y,
+visibility) it cuts away, or one not labelled, is (0, 0, 0), as loaders.fields' Keypoints has it.
+They travel padded, (B, N, ...) with `valid` (B, N); the caller's forms (a list of (Ni, ...)
+tensors, a jagged nested tensor, or padded with `lengths`) come back, less the boxes `sanitize`
+drops.
 
 >>> boxes = torch.tensor([[[10.0, 0, 30, 8]], [[0, 0, 5, 5]]])
 >>> t = Targets.of(2, boxes, None, torch.tensor([1, 1]))
->>> t = t.flipped_x(torch.tensor([True, False]), 40).moved(0, 0, 1.0, 0.5, (8, 20))
+>>> t = t.flipped(torch.tensor([True, False]), 40, 0).moved(0, 0, 1.0, 0.5, (8, 20))
 >>> sanitize(t, (8, 20), 1.0).boxes.tolist()
 [[[5.0, 0.0, 15.0, 8.0]], [[0.0, 0.0, 2.5, 5.0]]]
 """
@@ -26,11 +21,6 @@ import torch
 
 Ragged = Any  # list[Tensor] | a jagged nested tensor | a padded (B, N, ...) tensor
 Number = float | torch.Tensor  # one value for the batch, or (B,)
-
-
-def _b(v: Number, like: torch.Tensor) -> torch.Tensor:
-    """v as (B, 1) float64 on like's device, to broadcast over N."""
-    return torch.as_tensor(v, dtype=torch.float64, device=like.device).reshape(-1, 1)
 
 
 @dataclass
@@ -70,8 +60,10 @@ class Targets:
     ) -> Targets:
         """Into the crop at (top, left) (px, per sample or one), scaled by (sy, sx), of an
         output image of out_hw: boxes clipped to it, keypoints outside it cut."""
-        like = self.valid
-        t, le, y, x = (_b(v, like) for v in (top, left, sy, sx))
+        t, le, y, x = (  # (B, 1) or (1, 1): to broadcast over N
+            torch.as_tensor(v, dtype=torch.float64, device=self.valid.device).reshape(-1, 1)
+            for v in (top, left, sy, sx)
+        )
         H, W = out_hw
         boxes = points = None
         if self.boxes is not None:
@@ -87,14 +79,8 @@ class Targets:
             points = _cut(torch.stack([px, py, p[..., 2]], -1), inside)
         return replace(self, boxes=boxes, points=points)
 
-    def flipped_x(self, flip: torch.Tensor, width: int) -> Targets:
-        """Mirrored left-right in an image `width` px wide where flip (bool (B,))."""
-        return self._flipped(flip, width, 0)
-
-    def flipped_y(self, flip: torch.Tensor, height: int) -> Targets:
-        return self._flipped(flip, height, 1)
-
-    def _flipped(self, flip: torch.Tensor, side: int, axis: int) -> Targets:
+    def flipped(self, flip: torch.Tensor, side: int, axis: int) -> Targets:
+        """Mirrored along `axis` (0: x, 1: y) of an image `side` px long where flip (bool (B,))."""
         f = flip.to(self.valid.device).reshape(-1, 1)
         boxes = points = None
         if self.boxes is not None:
@@ -120,7 +106,8 @@ def _cut(points: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
 
 def sanitize(t: Targets, hw: tuple[int, int], min_size: float) -> Targets:
     """SanitizeBoundingBoxes(min_size) after clipping the boxes to an image of hw: `valid`
-    loses each box narrower or lower than min_size (NaN included); without boxes, all stay."""
+    loses each box narrower or lower than min_size (NaN included), with its keypoints and every
+    per-box field; without boxes, all stay."""
     if t.boxes is None:
         return t
     H, W = hw

@@ -1,11 +1,7 @@
-"""Crops at load time, for `ImageShardDataset(..., crop=)`: each sample's box in its stored image,
-resized to one output shape, so that samples of their own shapes (`prep pack --mode keep`) make
-one batch, and a JPEG sample is decoded at a DCT-reduced scale when the box shrinks by 2 or more.
-
-A box depends only on (seed, epoch, dataset index) and the stored image's (h, w): never on the
-batch, the worker or the thread that reads it. `RandomResizedCrop` draws what the first
-`loaders.transforms.RandomResizedCrop` of a pipeline draws for images of the same size (it is
-that op's generator).
+"""Crops at load time (`ImageShardDataset(..., crop=)`): each sample's box in its stored image,
+resized to one shape, so that samples of their own shapes (`prep pack --mode keep`) make a batch
+and a JPEG is decoded at a reduced scale when the box shrinks by 2 or more. A box depends only
+on (seed, epoch, dataset index) and the stored image's (h, w).
 
 >>> CenterCrop(224).boxes(np.array([0]), np.array([[256, 320]]), epoch=0).tolist()
 [[16, 48, 224, 224]]
@@ -32,13 +28,10 @@ def _pair(size: int | Sequence[int]) -> tuple[int, int]:
 @dataclass(frozen=True)
 class CenterCrop:
     """The centred `size` crop (h, w or one int) of each stored image, as
-    loaders.transforms.CenterCrop takes it out of a batch (top = round((H - h) / 2), as
-    torchvision's): `CenterCrop(256)` of 256 px samples is the whole image. Along a side shorter
-    than the crop the image is taken whole and resized up (where the batch op pads).
-
-    `ratio`: instead a centred square of `ratio` x the shorter side, resized to `size`:
-    torchvision's `Resize(256)` + `CenterCrop(224)` on data packed at 256 px is
-    `CenterCrop(224, ratio=0.875)`, at any stored size."""
+    loaders.transforms.CenterCrop takes it out of a batch, except that a side shorter than the
+    crop is taken whole and resized up (where the batch op pads). `ratio`: instead a centred
+    square of `ratio` x the shorter side, resized to `size`: torchvision's `Resize(256)` +
+    `CenterCrop(224)` is `CenterCrop(224, ratio=0.875)`, at any stored size."""
 
     size: tuple[int, int]
     ratio: float | None = None
@@ -64,9 +57,8 @@ class CenterCrop:
 
 @dataclass(frozen=True)
 class RandomResizedCrop:
-    """A box of `scale` of the image's area with aspect ratio (w / h) in `ratio`, resized to
-    `size`: torchvision's algorithm, drawn per sample from (seed, epoch, index) by
-    `loaders.transforms.RandomResizedCrop.boxes`. Set the epoch with `dataset.set_epoch(e)`."""
+    """The boxes `loaders.transforms.RandomResizedCrop(size, scale, ratio)` draws as a pipeline's
+    first op, for images of the same size. Set the epoch with `dataset.set_epoch(e)`."""
 
     size: tuple[int, int]
     scale: tuple[float, float] = (0.08, 1.0)

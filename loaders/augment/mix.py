@@ -1,8 +1,5 @@
-"""MixUp and CutMix with a λ per sample, returning soft labels (B, num_classes).
-
-Sample i is mixed with its neighbour in the batch, i - 1 (the batch rolled by one, as
-torchvision does). λ and the CutMix box come from the sample's (seed, epoch, index), so they do
-not depend on the batch; the partner does, by nature. Masks pass through unmixed.
+"""MixUp and CutMix with a λ per sample, returning soft labels (B, num_classes). Sample i is
+mixed with sample i - 1 of the batch (rolled by one, as torchvision does); masks pass unmixed.
 """
 
 from __future__ import annotations
@@ -10,12 +7,13 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from loaders.augment.base import Op
-from loaders.augment.batch import Sample, per_sample, to_images, working
+from loaders.augment.base import Op, Sample, to_images, working
 from loaders.augment.random import BETA_DRAWS, beta
 
 
 class _Mix(Op):
+    shown = ("alpha", "num_classes")
+
     def __init__(self, alpha: float, num_classes: int):
         super().__init__()
         if alpha <= 0 or num_classes < 1:
@@ -39,28 +37,21 @@ class _Mix(Op):
                 "merging, which it does not do. HINT: leave it out of a pipeline given boxes="
             )
 
-    def lam(self, key: int, sample: Sample) -> torch.Tensor:
-        return beta(self.alpha, self.draws(key, sample, BETA_DRAWS + 2)[:, :BETA_DRAWS])
-
-    def extra_repr(self) -> str:
-        return f"alpha={self.alpha}, num_classes={self.num_classes}"
-
 
 class MixUp(_Mix):
     """images λ x_i + (1 - λ) x_(i-1), labels the same, λ ~ Beta(alpha, alpha) per sample."""
 
     def augment(self, sample: Sample, key: int) -> Sample:
         self.refuse_boxes(sample)
-        x = sample.images
-        lam = self.lam(key, sample)
-        f = working(x)
-        images = to_images(torch.lerp(f.roll(1, 0), f, per_sample(lam, x)), x)
+        x, f = sample.images, working(sample.images)
+        lam = beta(self.alpha, self.draws(key, sample, BETA_DRAWS + 2)[:, :BETA_DRAWS])
+        images = to_images(torch.lerp(f.roll(1, 0), f, lam.to(f.dtype).view(-1, 1, 1, 1)), x)
         return sample.but(images=images, labels=self.soft_labels(sample.labels, lam))
 
 
 class CutMix(_Mix):
-    """A box of the partner's image pasted in: area (1 - λ) of the image, λ ~ Beta(alpha,
-    alpha), centre uniform, clipped at the edges; the labels weigh the pixels actually kept."""
+    """A box of the partner's image pasted in: area (1 - λ), λ ~ Beta(alpha, alpha), centre
+    uniform, clipped at the edges; the labels weigh the pixels actually kept."""
 
     def boxes(self, key: int, sample: Sample) -> torch.Tensor:
         """int64 (B, 4): top, left, bottom, right (exclusive) of each sample's pasted box."""

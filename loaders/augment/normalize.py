@@ -2,23 +2,17 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
-from loaders.format import FormatError
-
 
 class Normalize(nn.Module):
-    """(x - mean) / std for a uint8 batch (B, C, H, W) or image (C, H, W), as float.
-
-    `mean` and `std` are in the units of the stored pixels (0-255), one value per channel or one
-    for all, as in `Normalize([0.221 * 255], [0.242 * 255])`. Move the module to the GPU with the
-    batch (`.to(device)`) so the conversion runs there; channels-last input stays channels-last.
-    """
+    """(x - mean) / std for a uint8 batch (B, C, H, W) or image (C, H, W), as float. `mean` and
+    `std` are in stored pixel units (0-255), one per channel or one for all. Move the module to
+    the batch's device (`.to(device)`); channels-last input stays channels-last."""
 
     mean: torch.Tensor
     std: torch.Tensor
@@ -43,11 +37,10 @@ class Normalize(nn.Module):
         dtype: torch.dtype = torch.float32,
         field: str | None = None,
     ) -> Normalize:
-        """The mean and std per channel of `ds`'s train split (every sample, for a dataset
-        without splits) at `size` (default: the dataset's current size), as prep stored them in
-        the manifest (`extra.stats`, prep.media.image.stats) for its image field `field`
-        (default: the first image field it reads, else its first). A MixedDataset's: its
-        sources' combined in its weights' proportions."""
+        """The mean and std per channel of `ds`'s train split (every sample, without splits) at
+        `size` (default: the dataset's), as prep stored them in `extra.stats` for its image field
+        `field` (default: the first it reads, else its first); the opening of the dataset checked
+        them. A MixedDataset's: its sources' combined in its weights' proportions."""
         if isinstance(getattr(ds, "datasets", None), list) and hasattr(ds, "weights"):
             parts = [cls.from_dataset(d, size, field=field) for d in ds.datasets]
             return cls._mixed(parts, ds.weights, dtype)
@@ -62,11 +55,8 @@ class Normalize(nn.Module):
         at = sizes.get(str(size))
         if at is None:
             raise ValueError(f"{root} has pixel statistics at {list(sizes)} px, not {size}")
-        got: tuple[Any, Any] = (at.get("mean"), at.get("std")) if isinstance(at, dict) else ([], [])
-        mean, std = got
-        if not (_numbers(mean) and _numbers(std) and len(mean) == len(std) and min(std) >= 0):
-            raise FormatError(f"{root}: extra.stats at {size} px is not a mean and std")
-        return cls(mean, [s or 1.0 for s in std], dtype)  # a constant channel: only centred
+        std = [s or 1.0 for s in at["std"]]  # a constant channel: only centred
+        return cls(at["mean"], std, dtype)
 
     @classmethod
     def _mixed(cls, parts: list[Normalize], weights: Any, dtype: torch.dtype) -> Normalize:
@@ -89,15 +79,8 @@ class Normalize(nn.Module):
         return f"mean={self.mean.flatten().tolist()}, std={self.std.flatten().tolist()}"
 
 
-def _numbers(values: Any) -> bool:
-    """A non-empty list of finite numbers (what prep writes in extra.stats)."""
-    ok = isinstance(values, list) and bool(values)
-    return ok and all(isinstance(v, int | float) and math.isfinite(v) for v in values)
-
-
 def _stats_of(ds: Any, field: str | None) -> tuple[Any, Any]:
-    """The dataset's root and the `extra.stats` entry of its image field `field` (default: the
-    first image field it reads, else its first)."""
+    """The dataset's root and the `extra.stats` entry of its image field `field`."""
     from loaders.fields import Image
 
     declared = getattr(ds, "declared", None)

@@ -1,11 +1,7 @@
-"""Datasets on object storage: any fsspec URL (s3://, gs://, http(s)://, file://).
-
-`RemoteBackend` is the shard store's backend for a URL: it reads the manifest, then fetches each
-shard file on first use into a local cache shared by every process of the node
-(loaders.remote.cache), verified against the manifest's size and sha256, and hands the store
-the cached file to map. Credentials come from fsspec's own configuration (environment,
-profiles); `storage_options` passes through to the file system. Every request to the URL goes
-through loaders.remote.storage, which prep's uploads use too; fsspec is imported only there.
+"""Datasets at any fsspec URL (s3://, gs://, http(s)://, file://). `RemoteBackend` fetches each
+shard file on first use into the node's cache (loaders.remote.cache), verified against the
+manifest, and hands the store the cached file to map. Credentials are fsspec's own
+(environment, profiles, or `storage_options`); every request goes through loaders.remote.storage.
 """
 
 from __future__ import annotations
@@ -28,24 +24,13 @@ from loaders.format import (
 )
 from loaders.remote.cache import FileCache, default_cache_dir, parse_bytes, warn_small_cache
 from loaders.remote.checks import arrival_problems, url_problems
-from loaders.remote.storage import BACKOFF, RETRIES, Storage, Url, filesystem, retried, url_of
+
+# BACKOFF is read from this module when a RemoteBackend is made: tests set it here.
+from loaders.remote.storage import BACKOFF, RETRIES, Storage, url_of
 
 if TYPE_CHECKING:  # torch only for a loader that follows windows, not for `prep` commands
     from loaders.remote.prefetch import Follower, WindowPlan
 
-__all__ = [
-    "RemoteBackend",
-    "Storage",
-    "Url",
-    "dataset_file",
-    "filesystem",
-    "open_remote",
-    "retried",
-    "url_of",
-]
-# A reader's requests are tried RETRIES times, BACKOFF seconds apart (doubling): storage's
-# defaults, read from this module when a RemoteBackend is made, so that
-# `loaders.remote.BACKOFF = 0.01` tunes the readers made after it.
 CHECK_EVERY = 10.0  # seconds between two looks at the remote manifest (a request each)
 
 Stamp = tuple[int, int, int, int]
@@ -66,15 +51,13 @@ def dataset_file(root: str | os.PathLike[str]) -> tuple[Manifest, FileAt]:
     """The manifest of a dataset at a path or URL, and a function giving a local path of one of
     its files by name and sha256 (at a URL: fetched into the cache, checked)."""
     remote = open_remote(root)
-    m = remote[1] if remote else read_manifest(Path(root))
     if remote is None:
-        return m, lambda name, sha256: safe_path(Path(root), name)
-    return m, remote[0].named_file
+        return read_manifest(Path(root)), lambda name, sha256: safe_path(Path(root), name)
+    return remote[1], remote[0].named_file
 
 
 class RemoteBackend:
-    """A dataset at a URL, read through a verified local cache (see the module docstring); its
-    requests go through `storage` (loaders.remote.storage)."""
+    """A dataset at a URL, read through a verified local cache (see the module docstring)."""
 
     def __init__(
         self,
@@ -111,9 +94,9 @@ class RemoteBackend:
             self._follower = Follower(self.plan, self.cache_limit)
 
     def follow(self, order: str, seed: int, window: int) -> Callable[[int, int], None] | None:
-        """The sampler's order, told by it (make_loader): for "quasi_random", share its position
-        with every process reading this dataset (loaders.remote.prefetch) and return what the
-        sampler calls at each window. Warns if cache_limit is below what the order keeps in use."""
+        """The sampler's order: for "quasi_random", what it calls at each window to share its
+        position with every reading process (loaders.remote.prefetch). Warns if cache_limit is
+        below what the order keeps in use."""
         if not self._shards:
             self.read_manifest()
         quasi = order == "quasi_random"
@@ -180,27 +163,21 @@ class RemoteBackend:
         if self._follower is not None:  # learn which arrays the dataset reads
             self._follower.read.add(self._array_of[name])
         path = self._fetch(name)
-        if name not in self._checked_files:
-            self._check_arrival(name, path)
+        if name not in self._checked_files:  # the arrays read with it: checked before first use
+            assert self._manifest is not None  # read with _files
+            i, fetch = self._shard_of[name], self._fetch
+            problems = arrival_problems(self._manifest, i, name, path, fetch, self.root)
+            if problems:
+                raise problems_error(problems)
+            self._checked_files.add(name)
         return path
 
     def _fetch(self, name: str) -> Path:
-        size, sha256 = self._files[name]
-        return self._cached(name, size, sha256)
+        return self._cached(name, *self._files[name])
 
     def _cached(self, name: str, size: int, sha256: str) -> Path:
         url = self.storage.url(name)  # refuses a name that leaves the dataset
         return self._cache.get(sha256, size, url, lambda f: self.storage.download(name, f))
-
-    def _check_arrival(self, name: str, path: Path) -> None:
-        """The folder checks of the arrays read with `name`, on their cached copies, before
-        its first use in this process (loaders.remote.checks); FormatError naming the file."""
-        assert self._manifest is not None  # read with _files
-        i = self._shard_of[name]
-        problems = arrival_problems(self._manifest, i, name, path, self._fetch, self.root)
-        if problems:
-            raise problems_error(problems)
-        self._checked_files.add(name)
 
     def resolver(self) -> Callable[[str, FileInfo], Path]:
         """The shard index's files, fetched into the cache and checked like a shard's."""
@@ -213,13 +190,11 @@ class RemoteBackend:
         return resolve
 
     def named_file(self, name: str, sha256: str) -> Path:
-        """A file the manifest names beside its shards (a tokenizer), fetched into the cache
-        and checked against `sha256` as a shard file is."""
+        """A file the manifest names beside its shards (a tokenizer), cached and checked."""
         return self._cached(name, self.storage.size(name), sha256)
 
     def problems(self, manifest: Manifest, checksums: bool = False) -> list[str]:
-        """check_files' lines for the URL (loaders.remote.checks.url_problems); `prep verify`
-        downloads into a temporary folder in the cache's folder."""
+        """check_files' lines for the URL (`prep verify` downloads into the cache's folder)."""
         return url_problems(self.storage, manifest, checksums, self.cache_dir)
 
     def __getstate__(self) -> dict[str, Any]:

@@ -1,23 +1,13 @@
-"""The folder checks of loaders.format, run on a remote dataset's local copies: the same code and
-the same lines for a URL as for a folder, with the URL's file names in them.
-
-`check_shard` checks one shard whose files a function finds. A URL's files are in the cache
-(`files/XX/SHA256`) as they arrive for reading, or in a temporary folder for `prep verify`; the
-lines name the remote files again.
-
-- Reading: when a file arrives, the arrays checked together with it (`checked_with`: the arrays
-  it holds and their sides; a token or volume shard whole) are checked on their cached copies
-  before the first read (`RemoteBackend.local_path`), in the process that reads it.
-- `prep verify URL`: every file of a shard is downloaded to a temporary folder in the cache's
-  folder, checked with checksums and values like a folder's, and deleted.
+"""The folder checks of loaders.format run on a URL's local copies, their lines naming the remote
+files: when a file arrives in the cache, on the arrays read with it, before its first read in
+the process (`arrival_problems`); for `prep verify URL`, on every shard, downloaded to a
+temporary folder in the cache's folder, with checksums and values (`url_problems`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
-import secrets
-import shutil
+import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -32,22 +22,19 @@ THREADS = 4  # downloads at once while verifying
 
 
 def structure_problems(manifest: Manifest, url: object) -> list[str]:
-    """What check_files finds without reading a file: file names that leave the dataset,
-    declared arrays without a file, arrays in files the shard does not list. Checked when a URL
-    is opened (a KeyError or a read elsewhere later, else)."""
-    found = [
+    """What check_files finds without reading a file (names that leave the dataset, arrays
+    without a listed file), checked when a URL is opened."""
+    return [
         f"shard {i}: {p}"
         for i, s in enumerate(manifest.shards)
         for p in [name_problem(url, n) for n in s.files] + array_problems(manifest, s)
         if p
     ]
-    return found
 
 
 def checked_with(manifest: Manifest, shard: int, file: str) -> list[str]:
-    """The arrays whose checks need file `file` of shard `shard`: the arrays of the fields that
-    store one in it (at its size), and the arrays of other fields their checks read
-    (Field.needs: an image's sides for its masks). Only what is read is fetched."""
+    """The arrays whose checks need file `file` of shard `shard`: those of the fields storing
+    one in it (at its size), and those their checks read (Field.needs: a mask's image sides)."""
     refs = manifest.shards[shard].arrays
     held = [a for a, r in refs.items() if file in (r.file, r.offsets and r.offsets.file)]
     names: set[str] = set()
@@ -76,9 +63,8 @@ def copy_problems(
     url: Url,
     checksums: bool = False,
 ) -> list[str]:
-    """check_shard's lines for `arrays` of shard `index`, read from `copies` (the shard's file
-    names -> local copies), naming the files at `url`; `checksums` also checks every value
-    against the manifest, as `prep verify` does for a folder."""
+    """check_shard's lines for `arrays` of shard `index`, read from `copies` (file name ->
+    local copy), naming the files at `url`; `checksums` as `prep verify` checks a folder."""
     shard = manifest.shards[index]
     shards = list(manifest.shards)
     shards[index] = Shard(
@@ -89,38 +75,27 @@ def copy_problems(
     )
     specs = {a: manifest.arrays[a] for a in arrays if a in manifest.arrays}
     view = dataclasses.replace(manifest, arrays=specs, shards=shards)
-
-    def path_of(name: str) -> Path:
-        if name not in copies:  # listed in the shard, so fetched: never, but not a KeyError
-            raise FormatError(f"{url / name} was not fetched")
-        return copies[name]
-
     view._declared = declared(manifest)  # type: ignore[attr-defined]  # the same fields
-    found = check_shard(
+    found = check_shard(  # the view's shard lists only the files copied
         view,
         index,
-        path_of,
+        copies.__getitem__,
         checksums=checksums,
         values=checksums,
         fields=field_problems,
         limits=value_limits,
     )
     names = sorted(((str(p), str(url / n)) for n, p in copies.items()), reverse=True)
-    out = []
-    for line in found:  # the local copies' paths -> the URLs they came from
-        for path, remote in names:
-            line = line.replace(path, remote)
-        out.append(line)
-    return out
+    for path, remote in names:  # the local copies' paths -> the URLs they came from
+        found = [line.replace(path, remote) for line in found]
+    return found
 
 
 def verify_shards(
     manifest: Manifest, storage: Storage, tmp_parent: Path, skip: set[int]
 ) -> list[str]:
-    """`prep verify`'s checks of every shard at the storage's URL: its files downloaded into a
-    temporary folder under `tmp_parent`, checked as a folder's are (checksums, headers, the
-    kind's checks), then deleted. Shards in `skip` (found wanting already) are not
-    downloaded."""
+    """`prep verify`'s checks of every shard not in `skip` (found wanting already): its files
+    downloaded into a temporary folder under `tmp_parent`, checked as a folder's, deleted."""
 
     def download(name: str, path: Path) -> None:
         with open(path, "wb") as f:
@@ -130,30 +105,27 @@ def verify_shards(
     for i, shard in enumerate(manifest.shards):
         if i in skip:
             continue
-        tmp = tmp_parent / f"verify-{os.getpid()}-{secrets.token_hex(4)}"
-        tmp.mkdir(parents=True)
-        try:
-            copies = {n: tmp / f"{k:06d}" for k, n in enumerate(sorted(shard.files))}
-            with ThreadPoolExecutor(THREADS) as pool:  # one request at a time waits mostly
-                list(pool.map(download, copies, copies.values()))
-            arrays = sorted({*manifest.arrays, *shard.arrays})
-            problems += copy_problems(manifest, i, arrays, copies, storage.root, checksums=True)
-        except FormatError as e:
-            problems.append(f"shard {i}: {e}")
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        temporary = tempfile.TemporaryDirectory(dir=tmp_parent, ignore_cleanup_errors=True)
+        with temporary as tmp:
+            copies = {n: Path(tmp, f"{k:06d}") for k, n in enumerate(sorted(shard.files))}
+            try:
+                with ThreadPoolExecutor(THREADS) as pool:  # one request at a time waits mostly
+                    list(pool.map(download, copies, copies.values()))
+                arrays = sorted({*manifest.arrays, *shard.arrays})
+                problems += copy_problems(manifest, i, arrays, copies, storage.root, True)
+            except FormatError as e:
+                problems.append(f"shard {i}: {e}")
     return problems
 
 
 def url_problems(
     storage: Storage, manifest: Manifest, checksums: bool, tmp_parent: Path
 ) -> list[str]:
-    """What check_files finds in a folder, found at the storage's URL: the shards' arrays
-    against their files, files missing remotely or of another byte size; with `checksums`
-    (`prep verify`), every file downloaded (under `tmp_parent`) and checked as a folder's
-    files are (checksums, headers, the kind's checks) and the tokenizer's checksum."""
+    """What check_files finds in a folder, at the storage's URL: the shards' arrays against
+    their files, files missing or of another byte size; with `checksums` (`prep verify`), every
+    file downloaded (under `tmp_parent`) and checked as a folder's, and the tokenizer's."""
     root = storage.root
-    found = {-1: structure_problems(manifest, root)}
+    found: dict[int, list[str]] = {-1: structure_problems(manifest, root)}
     if found[-1]:
         return found[-1]
     if storage.lists:
@@ -178,8 +150,7 @@ def url_problems(
 
 
 def _kept_problems(storage: Storage, manifest: Manifest) -> list[str]:
-    """The files fields keep beside the shards (a tokenizer), checked as `prep verify` checks a
-    folder's."""
+    """The files fields keep beside the shards (a tokenizer), against their sha256."""
     found = []
     for name, field in declared(manifest).items():
         for file, sha256 in field.files(name).items():

@@ -1,18 +1,12 @@
 """Following the sampler through its "quasi_random" windows: prefetch and window-aware eviction.
 
-The sampler, in the main process, writes where it is (`WindowPlan.set`: epoch and window) as it
-starts yielding a window; each process that reads (a DataLoader worker, or the main process
-with 0 workers) looks once a batch (`Follower.follow`). When the sampler moved on:
-
-- the shard files of the window it yields now and of the next one are fetched into the cache by
-  background threads (each worker fetches its share; the per-file lock makes one download of
-  each per node), only the arrays this process reads, and only when the windows around the
-  sampler fit in `cache_limit`;
-- eviction, in every process of the loader, never removes a file of the previous, current or
-  next window (the workers may still read the previous one: they run a few batches behind the
-  sampler), and removes first the files already read this epoch, then those of other datasets
-  (least recently used first), then the files needed latest in the epoch. This is Belady's
-  order for a known epoch: plain LRU removes the file needed soonest (Mosaic Streaming #658).
+The sampler writes where it is (`WindowPlan.set`); each reading process looks once a batch
+(`Follower.follow`). When it moved on, background threads fetch the files (of the arrays this
+process reads) of the current and next windows, each worker its share, if the windows around
+the sampler fit in `cache_limit`. Eviction never removes a file of the previous, current or next
+window (workers run a few batches behind), and removes first the files read this epoch, then
+other datasets' (LRU), then those needed latest: Belady's order for a known epoch, where LRU
+removes the file needed soonest (Mosaic Streaming #658).
 """
 
 from __future__ import annotations
@@ -36,9 +30,8 @@ Rank = Callable[[str, int], "tuple[int, int] | None"]
 
 
 class Moved(NamedTuple):
-    """What a process keeps once the sampler moved: the eviction order of the cache (`rank`),
-    the sha256 of the files of the windows around the sampler (`files`, held) and their shards
-    (`shards`, kept mapped)."""
+    """Once the sampler moved: the cache's eviction order, the sha256 of the files of the
+    windows around the sampler (held) and their shards (kept mapped)."""
 
     rank: Rank
     files: set[str]
@@ -47,8 +40,7 @@ class Moved(NamedTuple):
 
 class WindowPlan:
     """Which window the sampler yields now, shared by every process of a loader: one int64 in
-    shared memory (epoch * windows + window, -1 before the first), so that persistent workers,
-    forked or spawned, see it move. Pickles to a few numbers and that tensor."""
+    shared memory (epoch * windows + window, -1 before the first) that workers see move."""
 
     def __init__(self, num_shards: int, seed: int, window: int):
         self.num_shards, self.seed, self.window = num_shards, seed, window
@@ -78,9 +70,8 @@ class WindowPlan:
 
 
 class Follower:
-    """One process's side of a remote dataset's plan (see the module docstring). `files[s]`
-    maps shard s's array names to (file name, bytes, sha256); `fetch(name)` puts file `name`
-    into the cache."""
+    """One process's side of a plan. `files[s]` maps shard s's array names to (file name,
+    bytes, sha256); `fetch(name)` puts file `name` into the cache."""
 
     def __init__(self, plan: WindowPlan, limit: int | None):
         self.plan, self.limit = plan, limit
