@@ -9,35 +9,15 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from prep.run.errors import PrepError
-from prep.run.inputs import class_folders, reject_record, walk
+from prep.run.inputs import reject_record, walk
 from prep.sources import targets as tg
-from prep.sources.images import list_file
+from prep.sources.images import list_file, list_folder
 
 # libsndfile's formats first, then what FFmpeg decodes (AAC, WMA, AMR, AC-3, Matroska audio).
 AUDIO_EXTS = frozenset(
-    [
-        ".wav",
-        ".flac",
-        ".ogg",
-        ".oga",
-        ".opus",
-        ".mp3",
-        ".aiff",
-        ".aif",
-        ".aifc",
-        ".au",
-        ".caf",
-        ".w64",
-        ".m4a",
-        ".aac",
-        ".wma",
-        ".mka",
-        ".webm",
-        ".amr",
-        ".ac3",
-    ]
+    ".wav .flac .ogg .oga .opus .mp3 .aiff .aif .aifc .au .caf .w64".split()  # noqa: SIM905
+    + ".m4a .aac .wma .mka .webm .amr .ac3".split()  # noqa: SIM905
 )
-LISTS = (".csv", ".jsonl")
 
 
 @dataclass(frozen=True)
@@ -62,12 +42,6 @@ def stem(rel: str) -> str:
     """`speech/a.wav` -> `speech/a`: a row of --labels or --targets may name either."""
     p = PurePosixPath(rel)
     return str(p.with_suffix("")) if p.suffix else rel
-
-
-def _folder(src: Path) -> tuple[list[Clip], list[str] | None, list[dict[str, Any]]]:
-    files, rejects = walk(src, AUDIO_EXTS)
-    labelled, classes, strays = class_folders(files, "sound file")
-    return [Clip(rel, path, label) for rel, path, label in labelled], classes, rejects + strays
 
 
 def _rows(
@@ -120,15 +94,14 @@ def list_audio(src: Path, labels: Path | None, targets: Path | None, limit: int 
     """Every sound file of SRC in a fixed order, its label and targets, and the rejects."""
     if not src.exists():
         raise PrepError(f"{src} does not exist. HINT: pass a folder of sound files or a .csv list")
-    if src.is_file():
-        if src.suffix.lower() not in LISTS:
-            raise PrepError(f"{src} is not a folder or a .csv/.jsonl list of sound files")
-        items, classes, rejects = list_file(src)  # all rows: --targets may name any
-        clips = [Clip(it.rel, it.path, it.label) for it in items]
-    elif labels is not None:
+    if src.is_file() and src.suffix.lower() not in (".csv", ".jsonl"):
+        raise PrepError(f"{src} is not a folder or a .csv/.jsonl list of sound files")
+    if labels is not None and not src.is_file():
         clips, classes, rejects = _labelled(src, labels)
-    else:
-        clips, classes, rejects = _folder(src)
+    else:  # every row of a list, not the first `limit`: --targets may name any
+        listed = list_file(src) if src.is_file() else list_folder(src, AUDIO_EXTS, "sound file")
+        items, classes, rejects = listed
+        clips = [Clip(it.rel, it.path, it.label) for it in items]
     seen = [c.rel for c in clips] + [r["path"] for r in rejects]
     clips = clips[:limit]
     table = tg.read_targets(targets) if targets is not None else None

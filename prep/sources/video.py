@@ -7,26 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from prep.run.errors import PrepError
-from prep.run.inputs import class_folders, walk
-from prep.sources.images import Item, list_file
+from prep.sources.images import Item, list_file, list_folder
 
 VIDEO_EXTS = frozenset(
-    [
-        ".mp4",
-        ".m4v",
-        ".mov",
-        ".mkv",
-        ".webm",
-        ".avi",
-        ".mpg",
-        ".mpeg",
-        ".ts",
-        ".flv",
-        ".wmv",
-        ".3gp",
-        ".ogv",
-        ".gif",
-    ]
+    ".mp4 .m4v .mov .mkv .webm .avi .mpg .mpeg .ts .flv .wmv .3gp .ogv .gif".split()  # noqa: SIM905
 )
 
 
@@ -43,10 +27,5 @@ def list_videos(
                 f"that holds it ({src.parent}), or list it in a CSV with a path column"
             )
         return list_file(src, limit)
-    files, rejects = walk(src, VIDEO_EXTS)
-    labelled, classes, strays = class_folders(files, "video")
-    items = [Item(path, rel, label) for rel, path, label in labelled]
-    rejects += strays
-    if limit is not None:
-        items = items[:limit]
-    return items, classes, rejects
+    items, classes, rejects = list_folder(src, VIDEO_EXTS, "video")
+    return items[:limit], classes, rejects
