@@ -1,15 +1,13 @@
 """prep report's near-duplicate groups (thumbnail rows with their Hamming distances) and the
 train/val leakage list (`--against OTHER`: the samples of OTHER with a near twin in ROOT), from
-the perceptual hashes prep stores with an image field (prep.inspect.dupes; `--hash` computes them
-from the stored pixels of a dataset without them).
-"""
+the hashes of prep.inspect.dupes."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from prep.inspect import gallery
+from prep.inspect.dupes import DEFAULT_DISTANCE, Hashes, dataset_hashes, dupe_groups, leakage
 from prep.inspect.html import Section, esc, grid, para, table
 from prep.inspect.stored import Stored
 from prep.run.errors import PrepError
@@ -20,10 +18,8 @@ PAIRS_SHOWN = 32  # leaking pairs drawn; the rest listed in the count
 LEAK_LIMIT = 0.001  # a val share with a train twin above this fails the check (Deepchecks' style)
 
 
-def _hashes(root: Path, compute: bool) -> tuple[Any, str]:
+def _hashes(root: Path, compute: bool) -> tuple[Hashes | None, str]:
     """The dataset's hashes, or None and why not (an older dataset without --hash)."""
-    from prep.inspect.dupes import dataset_hashes
-
     try:
         return dataset_hashes(root, compute=compute), ""
     except PrepError as e:
@@ -38,41 +34,34 @@ def _thumbs(st: Stored, indices: list[int], captions: list[str]) -> list[str]:
     return [t for one in gallery.thumbs(st, picture, indices, captions) for t in one]
 
 
-def dupes(st: Stored, compute: bool, distance: int | None = None) -> Section:
+def dupes(st: Stored, compute: bool) -> Section:
     """The near-duplicate groups within the dataset, largest first, as thumbnail rows; a group
     whose samples lie in more than one split is marked (a leak between them)."""
-    from prep.inspect.dupes import DEFAULT_DISTANCE, dupe_groups
-
     h, why = _hashes(st.root, compute)
     if h is None:
         return Section("dupes", "Near-duplicates", para(why, "note"))
-    d = DEFAULT_DISTANCE if distance is None else distance
-    groups = sorted(dupe_groups(h, d), key=lambda g: -len(g.members))
+    groups = sorted(dupe_groups(h, DEFAULT_DISTANCE), key=lambda g: -len(g.members))
     extra = sum(len(g.members) - 1 for g in groups)
     crossing = [g for g in groups if len(h.splits_of(g.members)) > 1]
     across = f"; {len(crossing):,} cross splits" if crossing else ""
     head = para(
-        f"{len(groups):,} groups of near-duplicates (Hamming distance <= {d} of 64 bits): "
-        f"{extra:,} samples beyond the first of their group{across}",
+        f"{len(groups):,} groups of near-duplicates (Hamming distance <= {DEFAULT_DISTANCE} of 64 "
+        f"bits): {extra:,} samples beyond the first of their group{across}",
         "bad" if groups else "good",
     )
     rows = []
     for g in groups[:GROUPS_SHOWN]:
         members = [int(i) for i in g.members[:MEMBERS_SHOWN]]
-        dist = [int(x) for x in g.distances[:MEMBERS_SHOWN]]
-        paths = [str(p) for p in g.paths[:MEMBERS_SHOWN]]
+        shown = zip(members, g.distances[:MEMBERS_SHOWN], g.paths[:MEMBERS_SHOWN], strict=True)
         captions = [
-            f"{i}{h.split_at(i)} d={x} {p.rsplit('/', 1)[-1]}"
-            for i, x, p in zip(members, dist, paths, strict=True)
+            f"{i}{h.split_at(i)} d={int(x)} {str(p).rsplit('/', 1)[-1]}" for i, x, p in shown
         ]
-        more = (
-            f" (+{len(g.members) - MEMBERS_SHOWN} more)" if len(g.members) > MEMBERS_SHOWN else ""
-        )
+        more = len(g.members) - MEMBERS_SHOWN
         splits = h.splits_of(g.members)
-        cross = f", across splits {', '.join(splits)}" if len(splits) > 1 else ""
+        cross = f" <span class='bad'>across splits {esc(', '.join(splits))}</span>"
         rows.append(
-            f"<h3>group of {len(g.members)}{esc(more)}"
-            + (f" <span class='bad'>{esc(cross[2:])}</span>" if cross else "")
+            f"<h3>group of {len(g.members)}{f' (+{more} more)' if more > 0 else ''}"
+            + (cross if len(splits) > 1 else "")
             + "</h3>"
             + grid(_thumbs(st, members, captions))
         )
@@ -81,26 +70,22 @@ def dupes(st: Stored, compute: bool, distance: int | None = None) -> Section:
     return Section("dupes", "Near-duplicates", head + "".join(rows), wide=True)
 
 
-def leakage(st: Stored, other: Path, compute: bool, distance: int | None = None) -> Section:
+def leaks(st: Stored, other: Path, compute: bool) -> Section:
     """The samples of `other` (val) with a near twin in `root` (train): count, share, a PASS
     or FAIL line, and the first pairs side by side."""
-    from prep.inspect.dupes import DEFAULT_DISTANCE
-    from prep.inspect.dupes import leakage as find
-
     root = st.root
     train, why = _hashes(root, compute)
     val, why_other = _hashes(other, compute)
     if train is None or val is None:
         return Section("leakage", "Train/val leakage", para(why or why_other, "note"))
-    d = DEFAULT_DISTANCE if distance is None else distance
-    pairs = sorted(find(train, val, d), key=lambda p: (p[2], p[1]))
+    pairs = sorted(leakage(train, val, DEFAULT_DISTANCE), key=lambda p: (p[2], p[1]))
     n_val = len(val.phash)
     leaked = len({int(v) for _, v, _ in pairs})
     share = leaked / max(1, n_val)
     verdict = "FAIL" if share > LEAK_LIMIT else "PASS"
     head = para(
         f"{verdict}: {leaked:,} of {n_val:,} samples of {other} ({share:.2%}) have a near twin "
-        f"in {root} (Hamming distance <= {d}); {len(pairs):,} pairs",
+        f"in {root} (Hamming distance <= {DEFAULT_DISTANCE}); {len(pairs):,} pairs",
         "bad" if verdict == "FAIL" else "good",
     )
     shown = pairs[:PAIRS_SHOWN]

@@ -12,13 +12,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from PIL import Image
 
 from prep.inspect.html import figure
 from prep.inspect.preview import captions
+from prep.inspect.sheet import TILE_MAX, shrink
 from prep.inspect.stored import Stored
 
-TILE_MAX = 128  # px: a larger stored size is shown shrunk to this (the page stays small)
 GRID_BUDGET = 256  # samples in a grid at most, whatever the class count: bounds the file's size
 
 
@@ -44,16 +43,6 @@ def pick(labels: np.ndarray | None, n: int, per_class: int, seed: int = 0) -> di
     return out
 
 
-def shrink(rgb: np.ndarray, side: int = TILE_MAX) -> tuple[np.ndarray, float]:
-    """The picture with its longer side at most `side` (box filter), and the scale used."""
-    h, w = rgb.shape[:2]
-    k = min(1.0, side / max(h, w, 1))
-    if k == 1.0:
-        return rgb, k
-    size = (max(1, round(w * k)), max(1, round(h * k)))
-    return np.asarray(Image.fromarray(rgb).resize(size, Image.Resampling.BOX)), k
-
-
 def thumbs(
     st: Stored, picture: str, indices: Sequence[int], said: Sequence[str] | None = None
 ) -> list[list[str]]:
@@ -69,7 +58,7 @@ def thumbs(
         known = {n: st.value(n, i) for n in (picture, *drawn)}
         source = st.source(i) if "source" in st.m.arrays else ""
         shown = f.pictures(known[picture])
-        small = [shrink(rgb) for rgb, _ in shown]
+        small = [shrink(rgb, TILE_MAX) for rgb, _ in shown]
         pictures = [rgb for rgb, _ in small]
         for name in drawn:  # at the first's scale: a sample's pictures share one (its frames)
             pictures = st.fields[name].draw(pictures, known[name], small[0][1])

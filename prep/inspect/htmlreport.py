@@ -48,7 +48,7 @@ def _steps(
     if isinstance(st.fields.get(picture or ""), Image):
         steps.append(lambda: [dupepage.dupes(st, compute)])
         if against is not None:
-            steps.append(lambda: [dupepage.leakage(st, against, compute)])
+            steps.append(lambda: [dupepage.leaks(st, against, compute)])
     steps.append(lambda: [sections.rejects(st.root, st.m)])
     steps.append(lambda: [sections.fields(st.m)])
     return steps

@@ -1,10 +1,7 @@
-"""A contact sheet: tiles of samples in rows with captions, and the one place a picture for the
-user is written (prep preview, prep tune --plot). What is drawn on a tile is the fields'
-(loaders.fields.drawing: PALETTE, re-exported here).
-
-Sheet layout: a header line, then tiles in row-major order, each `tile` px square with a caption
-strip under it, GAP px between tiles.
-"""
+"""A contact sheet: a header line, then tiles of samples in row-major order, each `tile` px
+square with a caption strip under it, GAP px between tiles; and the one place a picture for the
+user is written (prep preview, prep tune --plot). Tiles are drawn on by the fields
+(loaders.fields.drawing: PALETTE, re-exported here)."""
 
 from __future__ import annotations
 
@@ -18,13 +15,14 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from loaders.fields.drawing import PALETTE
+from loaders.fields.drawing import PALETTE as PALETTE
 from prep.run.errors import PrepError
 from prep.run.files import atomic_write_bytes
 
 GAP = 4
 SHEET_BG = (24, 24, 24)
 TEXT = (235, 235, 235)
+TILE_MAX = 128  # px: prep report's tiles, a larger stored size shrunk to this (a small page)
 BLANK_SHARE = 0.99  # a sample with more of its pixels in one colour looks blank
 # Levels (0-255) a pixel may stray from that colour and still count as it: JPEG and resampling
 # noise on a flat colour, a transparent PNG that packs to 253-255, are blank to the eye.
@@ -109,14 +107,21 @@ def near_one_colour_share(image: np.ndarray, levels: int = BLANK_LEVELS) -> floa
     return float((np.abs(flat - centre) <= levels).all(axis=1).mean())
 
 
+def shrink(rgb: np.ndarray, side: int = TILE_MAX) -> tuple[np.ndarray, float]:
+    """The picture with its longer side at most `side` (box filter), and the scale used."""
+    h, w = rgb.shape[:2]
+    k = min(1.0, side / max(h, w, 1))
+    if k == 1.0:
+        return rgb, k
+    size = (max(1, round(w * k)), max(1, round(h * k)))
+    return np.asarray(Image.fromarray(rgb).resize(size, Image.Resampling.BOX)), k
+
+
 def in_tile(rgb: np.ndarray, side: int) -> np.ndarray:
     """An (h, w, 3) sample centred in a (side, side, 3) tile of SHEET_BG, never enlarged; one
     larger than the tile is shrunk to fit it."""
+    rgb = shrink(rgb, side)[0]
     h, w = rgb.shape[:2]
-    if max(h, w) > side:
-        k = side / max(h, w)
-        h, w = max(1, round(h * k)), max(1, round(w * k))
-        rgb = np.asarray(Image.fromarray(rgb, "RGB").resize((w, h), Image.Resampling.BOX))
     tile = np.empty((side, side, 3), np.uint8)
     tile[:] = SHEET_BG
     top, left = (side - h) // 2, (side - w) // 2
@@ -188,6 +193,3 @@ def save_image(picture: Image.Image | Any, path: Path) -> None:
         raise PrepError(
             f"cannot write {path} ({e}). HINT: a writable path ending in .png or .jpg"
         ) from e
-
-
-__all__ = ["GAP", "PALETTE", "PreviewResult", "SheetLayout", "contact_sheet", "save_image"]

@@ -1,21 +1,12 @@
-"""prep tune: time the real loader with reading threads and with worker processes, and
-recommend a setting ("Efficient PyTorch", advice 4).
+"""prep tune: time the real loader (`loaders.make_loader` over `ImageShardDataset`, shuffled as in
+training) with reading threads and with worker processes, and recommend a setting ("Efficient
+PyTorch", advice 4; the rule: TuneResult.recommended). Each setting runs for `seconds` after its
+first batch: persistent workers pay their start-up once per training run. torch is imported
+here, never by `prep --help`.
 
-Each setting runs `loaders.make_loader` over `loaders.ImageShardDataset` (shuffled, as in
-training) for `seconds` after its first batch, so worker start-up is left out: persistent
-workers pay it once per training run. torch is imported here, never by `prep --help`.
-
-Threads (num_workers=0, threads=T > 0) and workers (num_workers=W > 0) both read the next
-batches while the training step runs, so both are candidates, compared on the same samples/s;
-at a tie threads win (no process, no pickling, no shared memory), then the fewest of either.
-0 workers and 0 threads builds each batch in the step's own time: shown, never recommended
-when a setting that overlaps was tried.
-
-The RAM column is the article's arithmetic: batches in flight x bytes per batch, where a
-DataLoader with W > 0 workers keeps W x prefetch_factor batches in flight, T threads keep T + 1
-(loaders.read.prefetch) and neither builds one batch at a time. Bytes per batch count the tensors
-the loader returns, in each field's `read_dtype` (loaders.fields): uint8 images and masks, int64
-labels. `--plot` draws with matplotlib (prep.inspect.tuneplot, re-exported here).
+RAM in flight is batches in flight (W x prefetch_factor for W workers, T + 1 for T threads,
+else 1: loaders.read.prefetch) x the bytes of a batch as the loader returns it, in each field's
+`read_dtype` (uint8 images and masks, int64 labels).
 """
 
 from __future__ import annotations
@@ -31,8 +22,7 @@ import psutil
 
 from loaders.fields import Image, declared
 from loaders.format import Manifest, read_manifest
-from prep.inspect.tuned import TuneResult, TuneRow
-from prep.inspect.tuneplot import check_plot, plot
+from prep.inspect.tuned import TuneResult, TuneRow, check_plot, plot
 from prep.run.errors import PrepError
 
 __all__ = ["TuneResult", "TuneRow", "check_plot", "plot", "tune"]
@@ -73,11 +63,11 @@ def worker_counts(cores: int) -> list[int]:
 
 
 def batch_bytes(m: Manifest, size: int, fields: Sequence[str], batch_size: int) -> int:
-    """Bytes of one batch as the loader returns it (see the module docstring)."""
+    """Bytes of one batch as the loader returns it (read_dtype: labels widen to int64)."""
     per_sample = 0
     for f in fields:
         spec = m.arrays[m.array_for(f, size)]
-        itemsize = np.dtype(declared(m)[f].read_dtype(spec)).itemsize  # labels widen to int64
+        itemsize = np.dtype(declared(m)[f].read_dtype(spec)).itemsize
         per_sample += int(np.prod(spec.shape, dtype=np.int64)) * itemsize
     return per_sample * batch_size
 

@@ -1,6 +1,14 @@
-"""Reading a packed dataset's hashes (its `phash` and `digest` fields, which `prep pack` stores
-with its images), or computing them from the stored pixels of its image field (a dataset packed
-without them: an import, an older pack; `prep dupes --hash`, `prep report --hash`)."""
+"""Near-duplicates and train/val leakage from the hashes `prep pack` stores per sample: each
+image's 64-bit perceptual hash (`phash`, prep.media.image.hashing) and the sha256 of its smallest
+stored pixels (`digest`: equal for exact duplicates). `near_pairs` finds every pair within a
+Hamming distance well under quadratic time (prep.media.image.near); `dupe_groups` links them into
+groups, `leakage` lists the pairs between two datasets (train and val).
+
+>>> h = Hashes(np.array([5, 7, 1 << 40], np.uint64), np.zeros((3, 32), np.uint8), ["a", "b", "c"])
+>>> h.digest[2] = 1  # a, b: the same pixels; c: other pixels
+>>> [(g.members, g.distances) for g in dupe_groups(h, max_distance=2)]
+[([0, 1], [0, 1])]
+"""
 
 from __future__ import annotations
 
@@ -11,19 +19,22 @@ import numpy as np
 
 from loaders.fields import Image
 from prep.inspect.stored import Stored
-from prep.media.image.groups import Hashes
+from prep.media.image.groups import Hashes, dupe_groups, leakage
 from prep.media.image.hashing import DIGEST_BYTES, phash, pixel_digest, thumbnail
+from prep.media.image.near import DEFAULT_DISTANCE, near_pairs
 from prep.run.errors import PrepError
+
+__all__ = ["DEFAULT_DISTANCE", "Hashes", "dataset_hashes", "dupe_groups", "leakage", "near_pairs"]
 
 CHUNK = 256  # images hashed at a time when computing from stored pixels
 
 
 def dataset_hashes(root: str | Path, compute: bool = False, split: str | None = None) -> Hashes:
-    """The hashes stored in the dataset at `root` (of its split `split` only, in that split's
-    sample order, as `SampleDataset(root, split=split)` indexes it). A dataset with an image
-    field but without them: computed from its stored pixels when `compute` (the pHash from
-    the largest size: close to, not equal to, what pack stores; the digest from the
-    smallest, as pack makes it), else PrepError."""
+    """The hashes stored in the dataset at `root` (of its split `split` only, in the order
+    `SampleDataset(root, split=split)` indexes it). A dataset packed without them (an import, an
+    older pack): computed from its image field's stored pixels when `compute` (the pHash from
+    the largest size: close to, not equal to, what pack stores; the digest from the smallest,
+    as pack makes it), else PrepError."""
     root = Path(root)
     if not (root / "manifest.json").is_file():
         raise PrepError(f"{root} is not a packed dataset. HINT: pass the OUT of a prep command")
