@@ -1,7 +1,6 @@
-"""`prep demo --audio DIR`: a small labelled sound dataset, synthesised: class folders of
-tones, chirps and noise at several source rates and channel counts, in WAV, FLAC, OGG/Vorbis
-and MP3 (each written by libsndfile). The same seed gives the same bytes: libsndfile numbers
-each Ogg stream at random, so the .ogg files get a serial number of their own afterwards."""
+"""`prep demo --audio DIR`: class folders of synthesised tones, chirps and noise at several rates
+and channel counts, in WAV, FLAC, OGG/Vorbis and MP3 (libsndfile). The same seed gives the same
+bytes: libsndfile numbers each Ogg stream at random, so the .ogg files get a fixed serial after."""
 
 from __future__ import annotations
 
@@ -23,23 +22,20 @@ def formats() -> tuple[tuple[str, str, str], ...]:
     return (*FORMATS, MP3) if can else FORMATS
 
 
-def _ogg_crc_table() -> list[int]:
-    """CRC-32 of each byte value, polynomial 0x04C11DB7, most significant bit first (Ogg's)."""
-    table = []
-    for byte in range(256):
-        crc = byte << 24
-        for _ in range(8):
-            crc = ((crc << 1) ^ 0x04C11DB7 if crc & 0x80000000 else crc << 1) & 0xFFFFFFFF
-        table.append(crc)
-    return table
+def _crc_of(byte: int) -> int:
+    """CRC-32 of one byte value, polynomial 0x04C11DB7, most significant bit first (Ogg's)."""
+    crc = byte << 24
+    for _ in range(8):
+        crc = ((crc << 1) ^ 0x04C11DB7 if crc & 0x80000000 else crc << 1) & 0xFFFFFFFF
+    return crc
 
 
-_CRC = _ogg_crc_table()
+_CRC = [_crc_of(byte) for byte in range(256)]
 
 
 def ogg_crc(page: bytes | bytearray) -> int:
-    """An Ogg page's checksum: CRC-32 (0x04C11DB7, no reflection, 0 in, 0 out) of the page
-    with its checksum field zeroed. zlib's crc32 is the reflected variant, so not this one."""
+    """An Ogg page's checksum: CRC-32 (no reflection, 0 in, 0 out: not zlib's, the reflected
+    variant) of the page with its checksum field zeroed."""
     crc = 0
     for b in page:
         crc = ((crc << 8) & 0xFFFFFFFF) ^ _CRC[(crc >> 24) ^ b]

@@ -1,17 +1,12 @@
-"""`prep demo`'s sources for the importers, made of small copies (at most 256 px) of the demo's
-first images (prep.demo.images.small_images: the same pixels, smaller), deterministic too:
+"""`prep demo`'s sources for the importers, of small copies (at most 256 px) of the demo's first
+images (prep.demo.images.small_images), the last quarter of them the validation split:
 
-RAW/hf/train-00000-of-00001.parquet       a Hugging Face dataset as the Hub stores it: an
-RAW/hf/validation-00000-of-00001.parquet  Image column (bytes), a ClassLabel `label` and a
-                                          `text` caption, its Features in the schema's metadata
-                                          as `datasets` writes them (written with pyarrow), for
-                                          `prep import hf`
-RAW/wds/shard-00000{0,1}.tar              WebDataset shards: KEY.jpg, KEY.cls, KEY.txt and
-                                          KEY.json a sample, for `prep import webdataset`
-RAW/tree/{train,val}/<class>/NNNNN.jpg    an ImageNet-style tree, for `prep pack --splits
-                                          train,val`
-
-The last quarter of them is the validation split, every class in each split.
+RAW/hf/{train,validation}-00000-of-00001.parquet  a Hugging Face dataset as the Hub stores it (an
+    Image column, a ClassLabel `label`, a `text` caption, its Features in the schema's metadata),
+    for `prep import hf`
+RAW/wds/shard-00000{0,1}.tar  WebDataset shards of KEY.jpg, .cls, .txt and .json, for `prep import
+    webdataset`
+RAW/tree/{train,val}/<class>/NNNNN.jpg  an ImageNet-style tree, for `prep pack --splits train,val`
 """
 
 from __future__ import annotations
@@ -57,9 +52,8 @@ def write_wds(raw: Path, images: list[dict[str, Any]], shards: int = 2) -> None:
     (raw / "wds").mkdir(parents=True, exist_ok=True)
     per = -(-len(images) // shards)
     for s in range(shards):
-        with tarfile.open(
-            raw / "wds" / f"shard-{s:06d}.tar", "w", format=tarfile.USTAR_FORMAT
-        ) as tar:
+        path = raw / "wds" / f"shard-{s:06d}.tar"
+        with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tar:
             for r in images[s * per : (s + 1) * per]:
                 key = f"{r['id']:05d}"
                 meta = {"id": r["id"], "split": r["split"], "class": r["class"]}
@@ -84,8 +78,8 @@ def write_tree(raw: Path, images: list[dict[str, Any]]) -> None:
 
 
 def write_sources(raw: Path, images: list[dict[str, Any]], classes: list[str]) -> None:
-    """Every source above, from the small images: dicts of id, label (an index of `classes`),
-    class (its name), text, jpeg (the file's bytes) and split ("train" or "val")."""
+    """Every source above, from dicts of id, label (an index of `classes`), class (its name),
+    text, jpeg (the file's bytes) and split ("train" or "val")."""
     write_hf(raw, images, classes)
     write_wds(raw, images)
     write_tree(raw, images)
