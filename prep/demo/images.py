@@ -26,6 +26,7 @@ from PIL import Image
 
 from prep.demo.sources import write_sources
 from prep.fields.rle import rle_encode
+from prep.run.parallel import progress, run_tasks
 
 CLASSES = ("circle", "square", "triangle", "cross")
 # (width, height): phone photos, DSLR-ish, portrait, small web images.
@@ -200,8 +201,6 @@ def make_demo(
     max_side: int = 4032,
     show_progress: bool = True,
 ) -> None:
-    from prep.run.parallel import progress, run_tasks
-
     bar = progress(count, "img", "demo") if show_progress else None
     chunks = [
         (raw, list(range(i, min(i + 32, count))), seed, max_side) for i in range(0, count, 32)

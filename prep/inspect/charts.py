@@ -1,6 +1,5 @@
-"""prep report's charts: matplotlib figures written as inline SVG, never through pyplot (no
-window, no global figure state), with text kept as text and no date, so that the same data
-gives the same bytes.
+"""prep report's charts: matplotlib figures as inline SVG, never through pyplot (no window, no
+global figure state), text kept as text and no date, so that the same data gives the same bytes.
 
 >>> "<svg" in histograms([("width", np.array([1.0, 2.0, 2.0]))], bins=2)
 True
@@ -11,7 +10,8 @@ from __future__ import annotations
 import io
 import re
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -28,19 +28,23 @@ RC: Any = {  # matplotlib rc settings, as Any: its stubs list every key as a Lit
 MAX_BARS = 40  # classes past this many: the largest shown, the rest counted in the title
 
 
-def _figure(width: float, height: float) -> Any:
+@contextmanager
+def _figure(width: float, height: float, title: str = "") -> Iterator[Any]:
+    """A figure of `width` x `height` inches, made and saved (svg) under RC."""
+    import matplotlib
     from matplotlib.figure import Figure
 
-    return Figure(figsize=(width, height), layout="constrained")
+    with matplotlib.rc_context(RC):
+        fig = Figure(figsize=(width, height), layout="constrained")
+        if title:
+            fig.suptitle(title)
+        yield fig
 
 
 def svg(fig: Any) -> str:
-    """The figure as an `<svg>` element for inline use (the XML header, DOCTYPE and RDF
-    metadata dropped)."""
-    import matplotlib
-
+    """The figure as an `<svg>` element for inline use (no XML header, DOCTYPE or metadata)."""
     buf = io.StringIO()
-    with matplotlib.rc_context(RC), warnings.catch_warnings():
+    with warnings.catch_warnings():
         # Text stays text (svg.fonttype none): the browser draws a glyph that matplotlib's
         # font lacks (a CJK token), so matplotlib's warning about it is moot.
         warnings.filterwarnings("ignore", "Glyph .* missing from font", UserWarning)
@@ -51,18 +55,15 @@ def svg(fig: Any) -> str:
 
 
 def bars(counts: Mapping[str, Mapping[str, int]], title: str) -> str:
-    """Grouped bars: one group per class (the union of every series' keys, in first-seen order),
-    one bar a series (a split), its count written above it."""
+    """Grouped bars: a group a class (every series' keys, in first-seen order), a bar a series
+    (a split), its count written above it."""
     classes = list(dict.fromkeys(c for s in counts.values() for c in s))
     shown = classes
     if len(classes) > MAX_BARS:
         total = {c: sum(s.get(c, 0) for s in counts.values()) for c in classes}
         shown = sorted(classes, key=lambda c: -total[c])[:MAX_BARS]
         title += f" (the {MAX_BARS} largest of {len(classes)} classes)"
-    import matplotlib
-
-    with matplotlib.rc_context(RC):
-        fig = _figure(min(12.0, 2.0 + 0.45 * len(shown) * max(1, len(counts))), 3.0)
+    with _figure(min(12.0, 2.0 + 0.45 * len(shown) * max(1, len(counts))), 3.0) as fig:
         ax = fig.add_subplot()
         width = 0.8 / max(1, len(counts))
         x = np.arange(len(shown))
@@ -84,12 +85,7 @@ def histograms(
 ) -> str:
     """Histograms side by side, one a (label, values) panel; NaN values left out (their count
     in the label); `log`: a log count axis (long tails)."""
-    import matplotlib
-
-    with matplotlib.rc_context(RC):
-        fig = _figure(3.2 * len(panels), 2.6)
-        if title:
-            fig.suptitle(title)
+    with _figure(3.2 * len(panels), 2.6, title) as fig:
         for k, (label, values) in enumerate(panels):
             ax = fig.add_subplot(1, len(panels), k + 1)
             v = np.asarray(values, dtype=np.float64)
@@ -102,13 +98,8 @@ def histograms(
 
 def categories(panels: Sequence[tuple[str, Sequence[str], Sequence[int]]], title: str = "") -> str:
     """Horizontal bars side by side, one a (label, names, counts) panel, largest on top."""
-    import matplotlib
-
-    with matplotlib.rc_context(RC):
-        tallest = max((len(names) for _, names, _ in panels), default=1)
-        fig = _figure(3.4 * len(panels), 1.0 + 0.22 * min(tallest, MAX_BARS))
-        if title:
-            fig.suptitle(title)
+    tallest = max((len(names) for _, names, _ in panels), default=1)
+    with _figure(3.4 * len(panels), 1.0 + 0.22 * min(tallest, MAX_BARS), title) as fig:
         for k, (label, names, counts) in enumerate(panels):
             ax = fig.add_subplot(1, len(panels), k + 1)
             order = np.argsort(counts, kind="stable")[::-1][:MAX_BARS][::-1]
@@ -121,13 +112,10 @@ def categories(panels: Sequence[tuple[str, Sequence[str], Sequence[int]]], title
 
 def channels(mean: Sequence[float], std: Sequence[float], title: str) -> str:
     """Each channel's mean as a bar with its std as an error bar, in pixel units (0-255)."""
-    import matplotlib
-
     names = ["gray"] if len(mean) == 1 else ["R", "G", "B", "A"][: len(mean)]
-    with matplotlib.rc_context(RC):
-        fig = _figure(3.0, 2.6)
+    colours = ["#888888"] if len(mean) == 1 else ["#d62728", "#2ca02c", "#1f77b4", "#999999"]
+    with _figure(3.0, 2.6) as fig:
         ax = fig.add_subplot()
-        colours = ["#888888"] if len(mean) == 1 else ["#d62728", "#2ca02c", "#1f77b4", "#999999"]
         ax.bar(names, mean, yerr=std, capsize=6, color=colours[: len(mean)])
         ax.set_ylim(0, 255)
         ax.set_title(title)

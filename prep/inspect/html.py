@@ -1,8 +1,5 @@
-"""The pieces of prep report's one HTML file: sections, tables, thumbnails as JPEG data: URIs.
-
-The page needs nothing outside itself: no script, no stylesheet or font to fetch, every image
-inline, so it opens from a file:// URL on a machine without network and can be mailed.
-"""
+"""The pieces of prep report's one HTML file, which needs nothing outside itself (no script, no
+stylesheet or font to fetch, every image inline as a JPEG data: URI): it opens offline, mailed."""
 
 from __future__ import annotations
 
@@ -45,8 +42,7 @@ code { background: #f2f2f2; padding: 0 3px; }
 
 @dataclass(frozen=True)
 class Section:
-    """One `<section id=...>` of the page: `body` is HTML, made by this module's helpers;
-    `wide` spans the page's width (grids, rows of charts), else it shares a row."""
+    """One `<section>` of the page: `body` is HTML; `wide` spans the page's width."""
 
     id: str
     title: str
@@ -98,8 +94,7 @@ def para(text: str, cls: str = "") -> str:
 
 
 def page(title: str, lead: Sequence[str], sections: Sequence[Section]) -> str:
-    """The whole document: a header (title, `lead` lines, links to each section), then the
-    sections in order."""
+    """The document: a header (title, `lead` lines, links to each section), then the sections."""
     nav = "".join(f'<a href="#{s.id}">{esc(s.title)}</a>' for s in sections)
     lines = "".join(para(line) for line in lead)
     body = "\n".join(s.html() for s in sections)

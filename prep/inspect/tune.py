@@ -24,6 +24,7 @@ from loaders.fields import Image, declared
 from loaders.format import Manifest, read_manifest
 from prep.inspect.tuned import TuneResult, TuneRow, check_plot, plot
 from prep.run.errors import PrepError
+from prep.run.parallel import progress
 
 __all__ = ["TuneResult", "TuneRow", "check_plot", "plot", "tune"]
 
@@ -167,7 +168,6 @@ def tune(
     from torch.utils.data import Subset
 
     from loaders import CenterCrop, ImageShardDataset
-    from prep.run.parallel import progress
 
     cores = os.cpu_count() or 1
     counts = sorted(set(workers)) if workers else worker_counts(cores)

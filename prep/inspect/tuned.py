@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prep.inspect.preview import save_image
 from prep.inspect.report import mb
-from prep.inspect.sheet import save_image
 from prep.run.errors import PrepError
 
 GOOD_ENOUGH = 0.9  # recommend the fewest workers within 10% of the best throughput
