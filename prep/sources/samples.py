@@ -1,12 +1,13 @@
-"""What `pack_samples` is given, as a sorted list of inputs: Python objects, the rows of a
-CSV/JSONL/Parquet file (as dicts), the files of a folder (as paths), or the paths of a .txt."""
+"""Listed inputs of the samples run: what `pack_samples` is given, as a sorted list (Python
+objects, the rows of a CSV/JSONL/Parquet file as dicts, the files of a folder or the lines of a
+.txt as paths), or what an importer that lists its source itself hands its run (Source)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -97,3 +98,25 @@ def _listing(
     said = stats if stats else [repr(it.value) for it in items]
     digest = hashlib.sha256(json.dumps([said, len(items)], default=str).encode()).hexdigest()
     return Listing(items, rejects, base, digest)
+
+
+@dataclass
+class Source:
+    """An importer's source (Hugging Face folders, WebDataset tars): `items` in order, each
+    split's together (Item.split) and written to shards of its own; `splits` counts them (one
+    None split when the source has no splits)."""
+
+    items: list[Item]
+    splits: dict[str | None, int]
+    rejects: list[dict[str, Any]] = field(default_factory=list)
+    stats: list[Any] = field(default_factory=list)  # what the output depends on in the files
+    extra: dict[str, Any] = field(default_factory=dict)  # the manifest's, besides the fields
+
+
+def file_stats(paths: list[Path]) -> list[tuple[str, int, int]]:
+    """Name, size and time of each file: a changed source is not resumed as the same."""
+    out = []
+    for p in paths:
+        st = p.stat()
+        out.append((str(p), st.st_size, st.st_mtime_ns))
+    return out
