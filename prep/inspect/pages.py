@@ -11,8 +11,8 @@ import numpy as np
 from loaders.fields import Audio, Column, Field, Image, Json, Label, Text, Tokens, Volume
 from loaders.fields.column import NAT
 from loaders.format import FormatError
-from prep.inspect import charts, gallery, sections
-from prep.inspect.html import Section, esc, grid, para, table
+from prep.inspect import gallery, sections
+from prep.inspect.html import Section, categories, esc, grid, histograms, para, table
 from prep.inspect.stored import Stored
 from prep.run.errors import PrepError
 
@@ -67,7 +67,7 @@ def volume(st: Stored, names: list[str]) -> list[Section]:
     """The stored shapes of the first volume field, a histogram an axis."""
     shapes = st.column(f"{names[0]}_shape").astype(np.float64).reshape(-1, 3)
     panels = [(f"axis {a} (voxels)", shapes[:, a]) for a in range(3)]
-    return [Section("sizes", "Sizes (stored shapes)", charts.histograms(panels, bins=20), True)]
+    return [Section("sizes", "Sizes (stored shapes)", histograms(panels, bins=20), True)]
 
 
 def tokens(st: Stored, names: list[str]) -> list[Section]:
@@ -91,7 +91,7 @@ def tokens(st: Stored, names: list[str]) -> list[Section]:
     panels = [(f"{k}: tokens a document", v) for k, v in per.items()]
     many = sum(len(v) for v in per.values()) > 1000  # a long tail shows on a log count axis
     chart, listing = _common(st, f, counts)
-    body += '<div class="charts">' + charts.histograms(panels, log=many) + chart + "</div>"
+    body += '<div class="charts">' + histograms(panels, log=many) + chart + "</div>"
     return [Section("tokens", "Tokens", body + listing, True)]
 
 
@@ -113,7 +113,7 @@ def _common(st: Stored, f: Tokens, counts: dict[str, np.ndarray]) -> tuple[str, 
     except UNREADABLE as e:
         names = [f"id {int(t)}" for t in top]
         note = para(f"the tokenizer cannot be read ({type(e).__name__}: {e!s:.120}): ids shown")
-    chart = charts.categories([(f"{split}: most common tokens", names, got[top].tolist())])
+    chart = categories([(f"{split}: most common tokens", names, got[top].tolist())])
     total = max(1, int(got.sum()))
     rows = [
         (int(t), n, f"{int(got[t]):,}", f"{got[t] / total:.2%}")
@@ -143,8 +143,8 @@ def columns(st: Stored, names: list[str]) -> list[Section]:
                 x[st.column(f"{name}_missing")[idx] > 0] = np.nan
             panels.append((label, x))
         rows.append((f.name, name, f.role, f.type or f.dtype, f.missing, f.lo, f.hi))
-    shown = [charts.histograms(panels[k : k + 4]) for k in range(0, len(panels), 4)]
-    shown += [charts.categories(cats[k : k + 3]) for k in range(0, len(cats), 3)]
+    shown = [histograms(panels[k : k + 4]) for k in range(0, len(panels), 4)]
+    shown += [categories(cats[k : k + 3]) for k in range(0, len(cats), 3)]
     said = f"{len(idx):,} of {n:,} rows" + (", sampled at random" if len(idx) < n else "")
     body = para(said) + '<div class="charts">' + "".join(shown) + "</div>"
     heads = ["column", "array", "role", "type", "missing", "low", "high"]
@@ -165,7 +165,7 @@ def audio(st: Stored, names: list[str]) -> list[Section]:
         f"{f.dtype}: {lo:.2f}-{hi:.2f} s a clip (median {mid:.2f} s); AudioDataset pads clips "
         "shorter than its window"
     )
-    chart = charts.histograms([("clip length (s)", seconds)], bins=20)
+    chart = histograms([("clip length (s)", seconds)], bins=20)
     return [Section("audio", "Clips", chart + para(said), True)]
 
 

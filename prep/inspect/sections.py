@@ -12,8 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from loaders.format import Manifest
-from prep.inspect import charts
-from prep.inspect.html import Section, esc, para, table
+from prep.inspect.html import Section, bars, categories, channels, esc, histograms, para, table
 from prep.inspect.report import header, mb
 
 FIRST_REJECTS = 5  # paths shown a reject reason
@@ -50,7 +49,7 @@ def counts(
     total = Counter[str]()
     for part in series.values():
         total.update(part)
-    chart = charts.bars(series, f"{what} per class" + (" and split" if len(series) > 1 else ""))
+    chart = bars(series, f"{what} per class" + (" and split" if len(series) > 1 else ""))
     body = f'<div class="charts">{chart}</div>'
     if total:
         big, small = max(total.values()), min(total.values())
@@ -81,7 +80,7 @@ def sizes(orig: np.ndarray | None, stored: np.ndarray | None = None) -> Section:
         f"height {h.min():.0f}-{h.max():.0f} px (median {np.median(h):.0f}); "
         f"{int((aspect > 2).sum() + (aspect < 0.5).sum()):,} with an aspect past 2:1"
     )
-    return Section("sizes", f"Sizes ({said})", charts.histograms(panels) + para(text), True)
+    return Section("sizes", f"Sizes ({said})", histograms(panels) + para(text), True)
 
 
 def rejects(root: Path, m: Manifest) -> Section:
@@ -103,7 +102,7 @@ def rejects(root: Path, m: Manifest) -> Section:
         said = para(f"no rejects ({m.rejects} in the manifest)")
         return Section("rejects", "Rejects", warning + said)
     order = [r for r, _ in by.most_common()]
-    chart = charts.categories([("rejected inputs", order, [by[r] for r in order])])
+    chart = categories([("rejected inputs", order, [by[r] for r in order])])
     rows = [(why, r["path"], r["message"]) for why in order for r in first[why]]
     body = (
         warning
@@ -127,7 +126,7 @@ def stats(m: Manifest, image: str) -> Section:
     for size, at in got["sizes"].items():
         mean, std = at["mean"], at["std"]
         rows.append((f"{size} px", _nums(mean), _nums(std), _count(at["pixels"])))
-        chart = chart or charts.channels(mean, std, f"mean ± std at {size} px")
+        chart = chart or channels(mean, std, f"mean ± std at {size} px")
     text = f"over the {got['split']} split" if got.get("split") else "over every sample"
     code = "Normalize.from_dataset(ds" + (")" if image == "image" else f", field={image!r})")
     return Section(
