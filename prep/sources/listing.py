@@ -60,18 +60,13 @@ def list_images(
     index = mask_index(masks) if masks is not None else {}
     if masks is not None or any(it.mask for it in items):
         paired = []
+        why = f"no mask with the same stem under {masks}" if masks else "no mask listed"
         for it in items:
             mask = it.mask or index.get(it.rel.rsplit(".", 1)[0])
             if mask is None:
-                rejects.append(
-                    reject_record(
-                        it.rel,
-                        "mask_missing",
-                        f"no mask with the same stem under {masks}" if masks else "no mask listed",
-                    )
-                )
-                continue
-            paired.append(replace(it, mask=mask))
+                rejects.append(reject_record(it.rel, "mask_missing", why))
+            else:
+                paired.append(replace(it, mask=mask))
         items = paired
     if val_fraction > 0:
         items = hashed_splits(items, val_fraction)

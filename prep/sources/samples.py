@@ -34,10 +34,10 @@ def list_inputs(inputs: Any, limit: int | None) -> Listing:
         if src.is_dir():
             found, rejects = walk(src, lambda name: True)
             items = [Item(rel, str(path)) for rel, path in found]
-            stats = [(rel, path.stat().st_size, path.stat().st_mtime_ns) for rel, path in found]
+            stats = [_stat(rel, path) for rel, path in found]
             return _listing(items[:limit], rejects, src, stats)
         items = _file_items(src, limit)
-        return _listing(items[:limit], rejects, src.parent, [_stat(src)])
+        return _listing(items[:limit], rejects, src.parent, [_stat(src.name, src)])
     if isinstance(inputs, Sequence) and not isinstance(inputs, (bytes, bytearray)):
         items = [Item(f"#{i}", v) for i, v in enumerate(inputs)]
         return _listing(items[:limit], rejects, None, [])
@@ -86,9 +86,10 @@ def parquet_rows(src: Path, limit: int | None, batch: int = 1024) -> list[dict[s
     return rows[:limit]
 
 
-def _stat(path: Path) -> tuple[str, int, int]:
+def _stat(name: str, path: Path) -> tuple[str, int, int]:
+    """Name, size and time of a file: a changed source is not resumed as the same."""
     st = path.stat()
-    return path.name, st.st_size, st.st_mtime_ns
+    return name, st.st_size, st.st_mtime_ns
 
 
 def _listing(
@@ -114,9 +115,4 @@ class Source:
 
 
 def file_stats(paths: list[Path]) -> list[tuple[str, int, int]]:
-    """Name, size and time of each file: a changed source is not resumed as the same."""
-    out = []
-    for p in paths:
-        st = p.stat()
-        out.append((str(p), st.st_size, st.st_mtime_ns))
-    return out
+    return [_stat(str(p), p) for p in paths]

@@ -14,6 +14,7 @@ import numpy as np
 from prep.media.volume.dicom import read_series
 from prep.media.volume.transform import MAX_CLASS
 from prep.run.inputs import Reject, check_file, walk
+from prep.sources.samples import file_stats
 
 NIFTI = (".nii.gz", ".nii")
 # What nibabel raises for a cut or damaged file: gzip streams that end early (EOFError), bad
@@ -55,10 +56,7 @@ def list_volumes(
         if labels is not None:  # a label file that is not there is rejected when read
             lab = label_files.get(key, labels / f"{key}.nii.gz")
         items.append(Item(rel, path, lab))
-        for p in (*files, lab):
-            if p is not None and p.is_file():
-                st = p.stat()
-                seen.append((str(p), st.st_size, st.st_mtime_ns))
+        seen += file_stats([p for p in (*files, lab) if p is not None and p.is_file()])
     return items, rejects, seen
 
 
