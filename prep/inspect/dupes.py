@@ -1,9 +1,6 @@
-"""Near-duplicates and train/val leakage from the hashes `prep pack` stores per sample: each
-image's 64-bit perceptual hash (`phash`, prep.media.image.hashing) and the sha256 of its smallest
-stored pixels (`digest`: equal for exact duplicates). `near_pairs` finds every pair within a
-Hamming distance well under quadratic time (prep.media.image.near); `dupe_groups` links them into
-groups, `leakage` lists the pairs between two datasets (train and val); `groups_section` and
-`leakage_section` are prep report's (`--against OTHER`: the samples of OTHER with a twin in ROOT).
+"""Near-duplicates and train/val leakage from the hashes `prep pack` stores per sample (`phash`:
+an image's 64-bit perceptual hash; `digest`: of its smallest stored pixels), as pairs
+(prep.media.image.near), groups and leaks (prep.media.image.groups) and prep report's sections.
 
 >>> h = Hashes(np.array([5, 7, 1 << 40], np.uint64), np.zeros((3, 32), np.uint8), ["a", "b", "c"])
 >>> h.digest[2] = 1  # a, b: the same pixels; c: other pixels

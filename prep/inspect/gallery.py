@@ -17,8 +17,8 @@ GRID_BUDGET = 256  # samples in a grid at most, whatever the class count: bounds
 
 
 def pick(labels: np.ndarray | None, n: int, per_class: int, seed: int = 0) -> dict[int, np.ndarray]:
-    """Up to `per_class` sorted random indices of each label (key -1: every sample, when there
-    are no labels), with at most GRID_BUDGET in all: with many classes, fewer a class.
+    """Up to `per_class` sorted random indices of each label (key -1 without labels), at most
+    GRID_BUDGET in all.
 
     >>> {k: v.tolist() for k, v in pick(np.array([0, 1, 0, 1, 1]), 5, 9).items()}
     {0: [0, 2], 1: [1, 3, 4]}

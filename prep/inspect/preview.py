@@ -1,11 +1,7 @@
-"""prep preview: a contact sheet of a dataset's first samples, to see a wrong rotation, a bad crop
-or a misaligned mask at a glance; or, for a dataset without pictures, its first rows as text.
-
-A sample is its picture field's pictures (an image; a video's frames; a volume's middle slices:
-one row of tiles a sample) as stored, shrunk only to fit its tile, with the fields drawn on them
-(Field.draw, colours: loaders.fields.drawing.PALETTE) and a caption. The sheet is a header line,
-then the tiles in row-major order, each with a caption strip under it, GAP px between tiles.
-"""
+"""prep preview: a contact sheet of a dataset's first samples (to see a wrong rotation, a bad crop
+or a misaligned mask at a glance), or, without pictures, its first rows as text. A sample is its
+picture field's pictures as stored (a video's frames, a volume's slices: a row of tiles), shrunk
+only to fit its tile, the fields drawn on them (Field.draw, PALETTE) and captioned."""
 
 from __future__ import annotations
 
@@ -172,9 +168,8 @@ def contact_sheet(
 
 
 def save_image(picture: Image.Image | Any, path: Path) -> None:
-    """Write a picture for the user, a Pillow Image or a matplotlib Figure, in the format of
-    `path`'s extension, through atomic_write_bytes (a link at `path` is replaced, never written
-    through); a bad path or extension is one PrepError."""
+    """Write a Pillow Image or a matplotlib Figure for the user in the format of `path`'s
+    extension, atomically (a link at `path` is replaced, never written through)."""
     ext = path.suffix.lower()
     buf = io.BytesIO()
     try:

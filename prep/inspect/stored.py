@@ -1,7 +1,6 @@
-"""A dataset's samples as stored, for `prep preview`, `prep report` and `prep dupes`: each field's
-value as numpy (Field.value), read through the loaders' shard store, so that every file and
-array is checked first and a sample that does not decode is one FormatError naming its file,
-sample and source. Which field is what comes from the fields alone (picture, on, labels)."""
+"""A dataset's samples as stored, each field's value as numpy (Field.value), read through the
+loaders' shard store: every file is checked first, and a sample that does not decode is one
+FormatError naming its file, sample and source."""
 
 from __future__ import annotations
 

@@ -1,13 +1,7 @@
-"""prep tune: time the real loader (`loaders.make_loader` over `ImageShardDataset`, shuffled as in
-training) with reading threads and with worker processes, and recommend a setting ("Efficient
-PyTorch", advice 4; the rule: TuneResult.recommended). Each setting runs for `seconds` after its
-first batch: persistent workers pay their start-up once per training run. torch is imported
-here, never by `prep --help`.
-
-RAM in flight is batches in flight (W x prefetch_factor for W workers, T + 1 for T threads,
-else 1: loaders.read.prefetch) x the bytes of a batch as the loader returns it, in each field's
-`read_dtype` (uint8 images and masks, int64 labels).
-"""
+"""prep tune: time the real loader (`make_loader` over `ImageShardDataset`, shuffled as in
+training) with reading threads and with worker processes, and recommend a setting
+(TuneResult.recommended). Each setting runs for `seconds` after its first batch: persistent
+workers pay their start-up once per training run. torch is imported here, not by `prep --help`."""
 
 from __future__ import annotations
 
@@ -83,12 +77,6 @@ def thread_counts(cores: int) -> list[int]:
     return [t for t in (1, 2, 4, 8) if t <= max(1, cores)]
 
 
-def in_flight(workers: int, prefetch_factor: int, threads: int = 0) -> int:
-    if workers > 0:
-        return workers * prefetch_factor
-    return threads + 1 if threads else 1
-
-
 def cpu_seconds() -> float:
     """CPU seconds (user + system) of this process and its live children, the DataLoader
     workers: psutil reads them while they run, where os.times counts only waited-for children."""
@@ -117,8 +105,9 @@ def measure(
     nbytes: int,
     threads: int = 0,
 ) -> TuneRow:
-    """One setting: samples/s and CPU use over `seconds` after the first batch; `nbytes` is
-    the size of one batch, for the RAM column."""
+    """One setting: samples/s and CPU use over `seconds` after the first batch; `nbytes`: the
+    bytes of a batch, for the RAM in flight (W x prefetch_factor batches for W workers, T + 1
+    for T threads: loaders.read.prefetch)."""
     from torch.utils.data import RandomSampler
 
     from loaders import make_loader
@@ -143,7 +132,7 @@ def measure(
         batches.close()
         del loader  # shuts persistent workers down
     cpu = 100.0 * (cpu1 - cpu0) / elapsed
-    n = in_flight(workers, prefetch, threads)
+    n = workers * prefetch if workers > 0 else threads + 1  # batches in flight
     return TuneRow(workers, samples / elapsed, cpu, n, n * nbytes, threads)
 
 
@@ -158,8 +147,8 @@ def tune(
     show_progress: bool = True,
     threads: Sequence[int] | None = None,
 ) -> TuneResult:
-    """Time the loader at each thread count (default: thread_counts(cpu cores)), then at each
-    worker count (default: worker_counts(cpu cores); 0: no thread, no worker)."""
+    """Time the loader at each thread count, then at each worker count (0: neither); defaults
+    for this machine's cores."""
     m, size = image_dataset(root, size)  # checked before torch loads (seconds)
     if batch_size < 1 or prefetch_factor < 1 or seconds <= 0:
         raise PrepError("--batch-size, --prefetch-factor and --seconds must be positive")

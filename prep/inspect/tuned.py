@@ -1,6 +1,5 @@
-"""What `prep tune` found: a row per setting timed, and the result with its table, its advice,
-the recommended setting (the cheapest within 10% of the best) and its plot (`--plot`: the
-optional matplotlib, the `[plot]` extra, checked before the timed run by `check_plot`)."""
+"""What `prep tune` found: a row per setting timed; the result's table, advice, recommended
+setting and plot (`--plot`: matplotlib, the optional `[plot]` extra)."""
 
 from __future__ import annotations
 
@@ -81,8 +80,7 @@ class TuneResult:
             mark = "  <- recommended" if r is self.recommended else ""
             lines.append(
                 f"{r.setting:>11}{r.samples_per_s:>12,.0f}{r.cpu_percent:>7.0f}%"
-                f"{r.batches_in_flight:>9}"
-                f"{mb(r.ram_bytes):>15}{mark}"
+                f"{r.batches_in_flight:>9}{mb(r.ram_bytes):>15}{mark}"
             )
         return "\n".join(lines)
 
@@ -130,9 +128,8 @@ def check_plot() -> None:
 
 
 def plot(result: TuneResult, path: Path, width: int = 640, height: int = 400) -> None:
-    """Samples/s for each setting (in the step, then threads, then workers), `width` x `height`
-    px: one point per setting, labelled with its CPU use, the recommended one in orange. Drawn
-    by Agg (a file, no display)."""
+    """Samples/s of each setting (in the step, threads, workers) labelled with its CPU use, the
+    recommended one in orange, `width` x `height` px, drawn by Agg (a file, no display)."""
     check_plot()
     import matplotlib
     from matplotlib.backends.backend_agg import FigureCanvasAgg
