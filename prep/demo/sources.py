@@ -1,13 +1,5 @@
-"""`prep demo`'s sources for the importers, of small copies (at most 256 px) of the demo's first
-images (prep.demo.images.small_images), the last quarter of them the validation split:
-
-RAW/hf/{train,validation}-00000-of-00001.parquet  a Hugging Face dataset as the Hub stores it (an
-    Image column, a ClassLabel `label`, a `text` caption, its Features in the schema's metadata),
-    for `prep import hf`
-RAW/wds/shard-00000{0,1}.tar  WebDataset shards of KEY.jpg, .cls, .txt and .json, for `prep import
-    webdataset`
-RAW/tree/{train,val}/<class>/NNNNN.jpg  an ImageNet-style tree, for `prep pack --splits train,val`
-"""
+"""`prep demo`'s sources for `prep import hf`, `prep import webdataset` and `prep pack --splits
+train,val`, of small copies of the demo's first images (the last quarter the validation split)."""
 
 from __future__ import annotations
 
@@ -19,7 +11,8 @@ from typing import Any
 
 
 def write_hf(raw: Path, images: list[dict[str, Any]], classes: list[str]) -> None:
-    """RAW/hf: a Parquet file a split (train, validation), with Hugging Face Features."""
+    """RAW/hf/{train,validation}-00000-of-00001.parquet as the Hub stores them: an Image column,
+    a ClassLabel `label`, a `text` caption, the Features in the schema's metadata."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -48,7 +41,7 @@ def write_hf(raw: Path, images: list[dict[str, Any]], classes: list[str]) -> Non
 
 
 def write_wds(raw: Path, images: list[dict[str, Any]], shards: int = 2) -> None:
-    """RAW/wds/shard-NNNNNN.tar: the images in `shards` tars, a sample's members together."""
+    """RAW/wds/shard-NNNNNN.tar: the images in `shards` tars, KEY.jpg, .cls, .txt and .json."""
     (raw / "wds").mkdir(parents=True, exist_ok=True)
     per = -(-len(images) // shards)
     for s in range(shards):
