@@ -14,6 +14,7 @@ from loaders.format import FormatError
 from prep.inspect import gallery, sections
 from prep.inspect.html import Section, categories, esc, grid, histograms, para, table
 from prep.inspect.stored import Stored
+from prep.media.text.tokenizers import load_saved
 from prep.run.errors import PrepError
 
 ROWS_READ = 200_000  # rows read for a column's histogram, at random: its shape settles
@@ -98,8 +99,6 @@ def tokens(st: Stored, names: list[str]) -> list[Section]:
 def _common(st: Stored, f: Tokens, counts: dict[str, np.ndarray]) -> tuple[str, str]:
     """The TOP_TOKENS most common tokens of the first split (the end-of-document token left
     out), each with its text: a chart and a table."""
-    from prep.media.text.tokenizers import load_saved
-
     split, got = next(iter(counts.items()))
     got = got.copy()
     if f.eot_id is not None:

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from loaders.format import Manifest
+from loaders.format.rejects import records
 from prep.inspect.html import Section, bars, categories, channels, esc, histograms, para, table
 from prep.inspect.report import header, mb
 
@@ -87,8 +88,6 @@ def rejects(root: Path, m: Manifest) -> Section:
     """Rejects by reason (bars), each reason with its first FIRST_REJECTS paths and messages,
     from rejects.jsonl (read once, checked: loaders.format.rejects); what could not be read
     is one warning."""
-    from loaders.format.rejects import records
-
     by = Counter[str]()
     first: dict[str, list[Mapping[str, str]]] = {}
     problems: list[str] = []

@@ -15,6 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.csv as pcsv
+import pyarrow.json as pj
+import pyarrow.parquet as pq
 
 from prep.run.errors import PrepError
 from prep.run.inputs import check_file, reject_record, walk
@@ -155,8 +158,6 @@ def blocks(rel: str, path: Path, block_bytes: int = BLOCK_BYTES) -> Iterator[Blo
     """The file's blocks in order, without their row counts (the scan fills them in)."""
     fmt = table_format(path)[0]
     if fmt == "parquet":
-        import pyarrow.parquet as pq
-
         try:
             groups = pq.ParquetFile(path).num_row_groups
         except (pa.ArrowException, OSError) as e:
@@ -190,8 +191,6 @@ def read_block(
     else pyarrow's inference (text that is not UTF-8 comes back as binary)."""
     path = Path(block.path)
     if block.fmt == "parquet":
-        import pyarrow.parquet as pq
-
         return pq.ParquetFile(path).read_row_group(block.start)
     with open(path, "rb") as f:
         head = f.readline(1 << 20) if block.fmt != "jsonl" else b""
@@ -199,8 +198,6 @@ def read_block(
         data = f.read(block.end - block.start)
     try:
         if block.fmt == "jsonl":
-            import pyarrow.json as pj
-
             return pj.read_json(io.BytesIO(data))
         sep = delimiter or ("\t" if block.fmt == "tsv" else ",")
         return _read_csv(head, data, block, (na_values, sep), rejects, types or {})
@@ -220,8 +217,6 @@ def _read_csv(
     types: dict[str, pa.DataType],
 ) -> pa.Table:
     """`how`: the --na-values and the delimiter."""
-    import pyarrow.csv as pcsv
-
     na_values, sep = how
     try:
         line = head.decode("utf-8").rstrip("\r\n")
