@@ -50,16 +50,8 @@ def _steps(
     return steps
 
 
-def build(
-    root: Path,
-    against: Path | None = None,
-    compute_hashes: bool = False,
-    per_class: int = PER_CLASS,
-    show_progress: bool = False,
-) -> str:
-    """The report's HTML. `against`: a second image dataset (val) whose samples are looked up
-    among `root`'s (train); `compute_hashes`: hash the stored pixels of a dataset packed
-    without perceptual hashes; `per_class`: grid samples a class."""
+def _opened(root: Path, against: Path | None, per_class: int) -> Stored:
+    """The dataset, its options and matplotlib checked before any section is made."""
     if not 1 <= per_class <= MAX_PER_CLASS:
         raise UsageError(f"--max-samples must be 1..{MAX_PER_CLASS}, not {per_class}")
     try:
@@ -79,17 +71,7 @@ def build(
                     f"--against compares the images of two datasets, and {where}'s samples have "
                     "no image field. HINT: prep report TRAIN --against VAL of two image datasets"
                 )
-    steps = _steps(st, against, compute_hashes, per_class)
-    found: list[Section] = []
-    bar = progress(len(steps), "part", "report") if show_progress else None
-    for step in steps:
-        found += step()
-        if bar is not None:
-            bar.update(1)
-    if bar is not None:
-        bar.close()
-    title = f"prep report: {root.resolve().name}"
-    return page(title, sections.lead(root, st.m), found)
+    return st
 
 
 def write_report(
@@ -101,8 +83,20 @@ def write_report(
     show_progress: bool = False,
 ) -> Path:
     """Write the report to `out` (default ROOT/report.html) through a new temp file renamed over
-    it (a link the dataset ships is replaced, never written through); its path."""
-    text = build(root, against, compute_hashes, per_class, show_progress)
+    it (a link the dataset ships is replaced, never written through); its path. `against`: a
+    second image dataset (val) whose samples are looked up among `root`'s (train);
+    `compute_hashes`: hash the stored pixels of a dataset packed without perceptual hashes."""
+    st = _opened(root, against, per_class)
+    steps = _steps(st, against, compute_hashes, per_class)
+    found: list[Section] = []
+    bar = progress(len(steps), "part", "report") if show_progress else None
+    for step in steps:
+        found += step()
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    text = page(f"prep report: {root.resolve().name}", sections.lead(root, st.m), found)
     out = root / REPORT if out is None else out
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
