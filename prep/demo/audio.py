@@ -4,6 +4,7 @@ bytes: libsndfile numbers each Ogg stream at random, so the .ogg files get a fix
 
 from __future__ import annotations
 
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -22,24 +23,15 @@ def formats() -> tuple[tuple[str, str, str], ...]:
     return (*FORMATS, MP3) if can else FORMATS
 
 
-def _crc_of(byte: int) -> int:
-    """CRC-32 of one byte value, polynomial 0x04C11DB7, most significant bit first (Ogg's)."""
-    crc = byte << 24
-    for _ in range(8):
-        crc = ((crc << 1) ^ 0x04C11DB7 if crc & 0x80000000 else crc << 1) & 0xFFFFFFFF
-    return crc
-
-
-_CRC = [_crc_of(byte) for byte in range(256)]
+_BIT_REVERSED = bytes(int(f"{b:08b}"[::-1], 2) for b in range(256))
 
 
 def ogg_crc(page: bytes | bytearray) -> int:
-    """An Ogg page's checksum: CRC-32 (no reflection, 0 in, 0 out: not zlib's, the reflected
-    variant) of the page with its checksum field zeroed."""
-    crc = 0
-    for b in page:
-        crc = ((crc << 8) & 0xFFFFFFFF) ^ _CRC[(crc >> 24) ^ b]
-    return crc
+    """An Ogg page's checksum: CRC-32 (0x04C11DB7, most significant bit first, 0 in and out) of
+    the page with its checksum field zeroed. zlib's crc32 is that CRC least significant bit
+    first, ~0 in and out: hence the reversed bits around it and the ~0s undone."""
+    reflected = zlib.crc32(bytes(page).translate(_BIT_REVERSED), 0xFFFFFFFF) ^ 0xFFFFFFFF
+    return int(f"{reflected:032b}"[::-1], 2)
 
 
 def set_ogg_serial(path: Path, serial: int = OGG_SERIAL) -> None:
