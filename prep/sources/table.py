@@ -92,9 +92,7 @@ def sources_of(src: str | list[str] | None) -> list[str]:
     return [src] if isinstance(src, str) else list(src or [])
 
 
-def list_tables(
-    src: str | list[str],
-) -> tuple[list[tuple[str, Path]], list[dict[str, Any]]]:
+def list_tables(src: str | list[str]) -> tuple[list[tuple[str, Path]], list[dict[str, Any]]]:
     """The table files of `src` (files, folders, quoted globs) as (rel, path) in SRC order (each
     folder or glob sorted), once each, and rejects for those that cannot be read or are empty."""
     paths = sources_of(src)

@@ -42,10 +42,8 @@ def list_volumes(
     """Sorted inputs under `src` (a folder or one NIfTI file): NIfTI files and folders of .dcm
     slices; rejects; and (path, size, mtime) of every file read, for --resume's fingerprint."""
     if src.is_file():
-        found, rejects = [(src.name, src)], []
         problem = check_file(src, src.name)
-        if problem is not None:
-            found, rejects = [], [problem]
+        found, rejects = ([], [problem]) if problem else ([(src.name, src)], [])
     else:
         found, rejects = walk(src, frozenset({".nii", ".gz", ".dcm"}))
     items, seen = [], []
