@@ -18,6 +18,7 @@ AUDIO_EXTS = frozenset(
     ".wav .flac .ogg .oga .opus .mp3 .aiff .aif .aifc .au .caf .w64".split()  # noqa: SIM905
     + ".m4a .aac .wma .mka .webm .amr .ac3".split()  # noqa: SIM905
 )
+HINT = "a file's path under SRC or its stem (speech/a.wav or speech/a)"  # of a --targets row
 
 
 @dataclass(frozen=True)
@@ -50,13 +51,7 @@ def _rows(
     """Each clip's row of `table` (by path or stem), and a `<what>_missing` reject without one.
     A row must name one of `seen` (every file listed, used or rejected) or the run stops."""
     keys = {k for rel in seen for k in (rel, stem(rel))}
-    stray = [key for key in table.rows if key not in keys]
-    if stray:
-        raise PrepError(
-            f"{table.path}: line {table.lines[stray[0]]} names {stray[0]!r}, no sound file in "
-            f"SRC ({len(stray)} such rows). HINT: the first column is a file's path under SRC "
-            "or its stem (speech/a.wav or speech/a)"
-        )
+    tg.check_rows(table, keys, "sound file", HINT)
     rows, rejects = [], []
     for c in clips:
         row = table.rows.get(c.rel, table.rows.get(stem(c.rel)))

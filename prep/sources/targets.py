@@ -115,15 +115,17 @@ def _column(path: Path, name: str, cells: list[tuple[int, str]]) -> tuple[Column
     return Column(name, "float16" if exact else "float32"), floats.tolist()
 
 
-def check_rows(targets: Targets, scans: set[str]) -> None:
-    """Every row names one of `scans` (keys of every input listed, rejected or not)."""
-    stray = [key for key in targets.rows if key not in scans]
+SCAN_HINT = "a scan's path under SRC or its stem (ct/a.nii.gz or ct/a)"
+
+
+def check_rows(targets: Targets, keys: set[str], noun: str = "scan", hint: str = SCAN_HINT) -> None:
+    """Every row names one of `keys` (of every input listed, rejected or not), else PrepError
+    naming the first row that does not (`noun`: what it should name, `hint`: how)."""
+    stray = [key for key in targets.rows if key not in keys]
     if stray:
-        n = targets.lines[stray[0]]
         raise PrepError(
-            f"{targets.path}: line {n} names {stray[0]!r}, no scan in SRC "
-            f"({len(stray)} such rows). HINT: the first column is a scan's path under SRC or "
-            "its stem (ct/a.nii.gz or ct/a)"
+            f"{targets.path}: line {targets.lines[stray[0]]} names {stray[0]!r}, no {noun} in "
+            f"SRC ({len(stray)} such rows). HINT: the first column is {hint}"
         )
 
 
