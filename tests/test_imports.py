@@ -29,7 +29,7 @@ def test_prep_cli_imports_no_command_work() -> None:
     # store load when a command runs, not when `prep --help` lists it
     mods = modules_after("from prep.cli.main import app", whole=True)
     heavy = {
-        "prep.inspect.dupes.stored",
+        "prep.inspect.dupes",
         "prep.media.image.groups",
         "loaders.fields",
         "loaders.read.store",

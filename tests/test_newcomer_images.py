@@ -16,8 +16,7 @@ from typer.testing import CliRunner
 from loaders import DocumentDataset, ImageShardDataset
 from loaders.format import FormatError, read_manifest
 from prep.cli.main import app
-from prep.inspect.preview import preview
-from prep.inspect.sheet import SHEET_BG, one_colour_share
+from prep.inspect.preview import SHEET_BG, one_colour_share, preview
 
 
 def _gradient(h: int, w: int) -> np.ndarray:

@@ -18,9 +18,8 @@ from loaders import ImageShardDataset
 from loaders.format import read_manifest
 from prep import PrepError
 from prep.cli.main import app
-from prep.inspect.preview import preview
+from prep.inspect.preview import GAP, PALETTE, preview
 from prep.inspect.report import verify
-from prep.inspect.sheet import GAP, PALETTE
 from prep.inspect.tune import (
     TuneResult,
     TuneRow,

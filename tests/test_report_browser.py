@@ -19,7 +19,7 @@ import pytest
 from PIL import Image
 
 from prep.inspect.htmlreport import write_report
-from prep.inspect.sheet import BLANK_SHARE, one_colour_share
+from prep.inspect.preview import BLANK_SHARE, one_colour_share
 
 CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 pytestmark = [

@@ -1,10 +1,10 @@
-"""`prep demo --audio DIR`: a small labelled sound dataset, synthesised: class folders of
-tones, chirps and noise at several source rates and channel counts, in WAV, FLAC, OGG/Vorbis
-and MP3 (each written by libsndfile). The same seed gives the same bytes: libsndfile numbers
-each Ogg stream at random, so the .ogg files get a serial number of their own afterwards."""
+"""`prep demo --audio DIR`: class folders of synthesised tones, chirps and noise at several rates
+and channel counts, in WAV, FLAC, OGG/Vorbis and MP3 (libsndfile). The same seed gives the same
+bytes: libsndfile numbers each Ogg stream at random, so the .ogg files get a fixed serial after."""
 
 from __future__ import annotations
 
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -23,27 +23,15 @@ def formats() -> tuple[tuple[str, str, str], ...]:
     return (*FORMATS, MP3) if can else FORMATS
 
 
-def _ogg_crc_table() -> list[int]:
-    """CRC-32 of each byte value, polynomial 0x04C11DB7, most significant bit first (Ogg's)."""
-    table = []
-    for byte in range(256):
-        crc = byte << 24
-        for _ in range(8):
-            crc = ((crc << 1) ^ 0x04C11DB7 if crc & 0x80000000 else crc << 1) & 0xFFFFFFFF
-        table.append(crc)
-    return table
-
-
-_CRC = _ogg_crc_table()
+_BIT_REVERSED = bytes(int(f"{b:08b}"[::-1], 2) for b in range(256))
 
 
 def ogg_crc(page: bytes | bytearray) -> int:
-    """An Ogg page's checksum: CRC-32 (0x04C11DB7, no reflection, 0 in, 0 out) of the page
-    with its checksum field zeroed. zlib's crc32 is the reflected variant, so not this one."""
-    crc = 0
-    for b in page:
-        crc = ((crc << 8) & 0xFFFFFFFF) ^ _CRC[(crc >> 24) ^ b]
-    return crc
+    """An Ogg page's checksum: CRC-32 (0x04C11DB7, most significant bit first, 0 in and out) of
+    the page with its checksum field zeroed. zlib's crc32 is that CRC least significant bit
+    first, ~0 in and out: hence the reversed bits around it and the ~0s undone."""
+    reflected = zlib.crc32(bytes(page).translate(_BIT_REVERSED), 0xFFFFFFFF) ^ 0xFFFFFFFF
+    return int(f"{reflected:032b}"[::-1], 2)
 
 
 def set_ogg_serial(path: Path, serial: int = OGG_SERIAL) -> None:

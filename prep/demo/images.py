@@ -1,20 +1,15 @@
 """`prep demo`: a deterministic raw dataset that looks like real data (same seed, same bytes).
 
-RAW/images/<class>/NNNN.jpg  photo-like JPEGs of varied sizes (some 2048 px and larger, some
-                             portrait, some EXIF-rotated), some PNG, some grayscale
-RAW/masks/<class>/NNNN.png   a segmentation mask per image: 0 background, k+1 for class k's shape
-RAW/text/NNN.txt             a small text corpus (non-ASCII included) for `prep tokenize`
-RAW/table/houses.csv         500 rows of mixed types (text, int, float, bool, date; some
-                             missing) for `prep table`
-RAW/detection.jsonl          a row per image: its path, each shape's box (x0, y0, x1, y1 as
-                             fractions of the upright image's width and height), class name and
-                             a caption, for `prep samples` (recipes/detection.py)
-RAW/coco.json                the same boxes as a COCO instances file (file names relative to
-                             RAW/images, boxes in upright pixels, each shape's mask as RLE),
-                             for `prep import coco`
-RAW/captions.csv             path,caption rows, for `prep import pairs`
-RAW/hf, RAW/wds, RAW/tree    a Hugging Face Parquet folder, WebDataset tars and a train/val
-                             tree of small copies of the images (prep.demo.sources)
+RAW/images/<class>/NNNNN.jpg  photo-like JPEGs of varied sizes (some 2048 px and larger, some
+                              portrait, some EXIF-rotated), some PNG, some grayscale
+RAW/masks/<class>/NNNNN.png   a segmentation mask per image: 0 background, k+1 for class k's shape
+RAW/text/NNN.txt, RAW/table/houses.csv  a small text corpus (non-ASCII included), 500 rows of
+                              mixed types with some missing, for `prep tokenize`, `prep table`
+RAW/detection.jsonl           a row per image: its path, each shape's box (fractions of the upright
+                              image), class name and caption, for `prep samples`
+RAW/coco.json, captions.csv   the same as COCO instances (each shape's mask as RLE) and as
+                              path,caption rows, for `prep import coco` and `prep import pairs`
+RAW/hf, RAW/wds, RAW/tree     importers' sources of small copies of the images (prep.demo.sources)
 """
 
 from __future__ import annotations
@@ -31,6 +26,7 @@ from PIL import Image
 
 from prep.demo.sources import write_sources
 from prep.fields.rle import rle_encode
+from prep.run.parallel import progress, run_tasks
 
 CLASSES = ("circle", "square", "triangle", "cross")
 # (width, height): phone photos, DSLR-ish, portrait, small web images.
@@ -46,36 +42,10 @@ SHAPES = (
     (4032, 3024),
     (300, 400),
 )
-WORDS = [
-    "the",
-    "data",
-    "loader",
-    "reads",
-    "packed",
-    "shards",
-    "from",
-    "the",
-    "page",
-    "cache",
-    "while",
-    "the",
-    "model",
-    "trains",
-    "on",
-    "uint8",
-    "pixels",
-    "normalised",
-    "on",
-    "the",
-    "GPU",
-    "café",
-    "naïve",
-    "Zürich",
-    "東京",
-    "データ",
-    "🙂",
-    "résumé",
-]
+WORDS = (  # noqa: SIM905 (28 words read best as text)
+    "the data loader reads packed shards from the page cache while the model trains on uint8 "
+    "pixels normalised on the GPU café naïve Zürich 東京 データ 🙂 résumé"
+).split()
 
 
 def _texture(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
@@ -231,8 +201,6 @@ def make_demo(
     max_side: int = 4032,
     show_progress: bool = True,
 ) -> None:
-    from prep.run.parallel import progress, run_tasks
-
     bar = progress(count, "img", "demo") if show_progress else None
     chunks = [
         (raw, list(range(i, min(i + 32, count))), seed, max_side) for i in range(0, count, 32)
@@ -243,7 +211,8 @@ def make_demo(
         if bar is not None:
             bar.update(len(chunk))
     rows.sort(key=lambda r: int(r["id"]))
-    lines = [json.dumps(r, ensure_ascii=False) for r in _without(rows, "segmentation")]
+    said = [{k: v for k, v in r.items() if k != "segmentation"} for r in rows]  # coco.json's
+    lines = [json.dumps(r, ensure_ascii=False) for r in said]
     (raw / "detection.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     write_coco(raw, rows)
     if bar is not None:
@@ -265,10 +234,6 @@ def small_images(count: int, seed: int, side: int = 256) -> list[dict[str, Any]]
         row = {"id": i, "label": cls, "class": CLASSES[cls], "jpeg": data.getvalue()}
         out.append(row | {"text": f"a {kind} photo of a {CLASSES[cls]}", "split": split})
     return out
-
-
-def _without(rows: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
-    return [{k: v for k, v in r.items() if k != key} for r in rows]
 
 
 def _write_chunk(raw: Path, indices: list[int], seed: int, max_side: int) -> list[dict[str, Any]]:

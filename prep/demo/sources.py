@@ -1,18 +1,5 @@
-"""`prep demo`'s sources for the importers, made of small copies (at most 256 px) of the demo's
-first images (prep.demo.images.small_images: the same pixels, smaller), deterministic too:
-
-RAW/hf/train-00000-of-00001.parquet       a Hugging Face dataset as the Hub stores it: an
-RAW/hf/validation-00000-of-00001.parquet  Image column (bytes), a ClassLabel `label` and a
-                                          `text` caption, its Features in the schema's metadata
-                                          as `datasets` writes them (written with pyarrow), for
-                                          `prep import hf`
-RAW/wds/shard-00000{0,1}.tar              WebDataset shards: KEY.jpg, KEY.cls, KEY.txt and
-                                          KEY.json a sample, for `prep import webdataset`
-RAW/tree/{train,val}/<class>/NNNNN.jpg    an ImageNet-style tree, for `prep pack --splits
-                                          train,val`
-
-The last quarter of them is the validation split, every class in each split.
-"""
+"""`prep demo`'s sources for `prep import hf`, `prep import webdataset` and `prep pack --splits
+train,val`, of small copies of the demo's first images (the last quarter the validation split)."""
 
 from __future__ import annotations
 
@@ -24,7 +11,8 @@ from typing import Any
 
 
 def write_hf(raw: Path, images: list[dict[str, Any]], classes: list[str]) -> None:
-    """RAW/hf: a Parquet file a split (train, validation), with Hugging Face Features."""
+    """RAW/hf/{train,validation}-00000-of-00001.parquet as the Hub stores them: an Image column,
+    a ClassLabel `label`, a `text` caption, the Features in the schema's metadata."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -53,13 +41,12 @@ def write_hf(raw: Path, images: list[dict[str, Any]], classes: list[str]) -> Non
 
 
 def write_wds(raw: Path, images: list[dict[str, Any]], shards: int = 2) -> None:
-    """RAW/wds/shard-NNNNNN.tar: the images in `shards` tars, a sample's members together."""
+    """RAW/wds/shard-NNNNNN.tar: the images in `shards` tars, KEY.jpg, .cls, .txt and .json."""
     (raw / "wds").mkdir(parents=True, exist_ok=True)
     per = -(-len(images) // shards)
     for s in range(shards):
-        with tarfile.open(
-            raw / "wds" / f"shard-{s:06d}.tar", "w", format=tarfile.USTAR_FORMAT
-        ) as tar:
+        path = raw / "wds" / f"shard-{s:06d}.tar"
+        with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tar:
             for r in images[s * per : (s + 1) * per]:
                 key = f"{r['id']:05d}"
                 meta = {"id": r["id"], "split": r["split"], "class": r["class"]}
@@ -84,8 +71,8 @@ def write_tree(raw: Path, images: list[dict[str, Any]]) -> None:
 
 
 def write_sources(raw: Path, images: list[dict[str, Any]], classes: list[str]) -> None:
-    """Every source above, from the small images: dicts of id, label (an index of `classes`),
-    class (its name), text, jpeg (the file's bytes) and split ("train" or "val")."""
+    """Every source above, from dicts of id, label (an index of `classes`), class (its name),
+    text, jpeg (the file's bytes) and split ("train" or "val")."""
     write_hf(raw, images, classes)
     write_wds(raw, images)
     write_tree(raw, images)

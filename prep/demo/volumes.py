@@ -1,12 +1,6 @@
-"""`prep demo --volumes DIR`: CT-like phantoms with labels, as NIfTI (same seed, same bytes).
-
-DIR/images/ct_NNN.nii.gz  int16 HU: air -1000, a body of soft tissue (~40 HU) with noise, two
-                          lungs (-800), a bone ring (700); anisotropic voxels (0.8 x 0.8 x 2.5 mm)
-                          stored LPS, so `--orient RAS` flips two axes
-DIR/images/ct_dicom/      one more phantom as a DICOM series (slice_NNN.dcm, uint16 + intercept)
-DIR/labels/ct_NNN.nii.gz  uint8: 1 a liver-like ellipsoid (60 HU), 2 a small lesion (110 HU)
-DIR/labels/ct_dicom.nii.gz
-"""
+"""`prep demo --volumes DIR`: CT-like phantoms (int16 HU, voxels of 0.8 x 0.8 x 2.5 mm stored LPS:
+`--orient RAS` flips two axes) as DIR/images/ct_NNN.nii.gz, one more as a DICOM series
+(DIR/images/ct_dicom/), their labels (1 a liver-like organ, 2 a lesion) in DIR/labels/."""
 
 from __future__ import annotations
 

@@ -1,30 +1,24 @@
-"""Samples for prep report's grids: chosen at random within each class (a fixed seed, so the
-same dataset gives the same page), read as stored (prep.inspect.stored), each its picture field's
-pictures shrunk to TILE_MAX with the fields drawn on them (Field.draw) and captioned by its fields
-(a label's class name, a box count, the source file).
-
-A grid reads only the samples it shows: a million-sample dataset costs its labels (one byte a
-sample) and the few hundred picked samples, never a pass over the pixels.
-"""
+"""prep report's grids: samples picked at random within each class (a fixed seed: the same page
+for the same dataset), each its picture field's pictures shrunk to TILE_MAX with the fields drawn
+on them and captioned by its fields. A grid reads only the samples it shows: its labels and the
+few hundred picked, never a pass over the pixels."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 import numpy as np
-from PIL import Image
 
 from prep.inspect.html import figure
-from prep.inspect.preview import captions
+from prep.inspect.preview import TILE_MAX, captions, shrink
 from prep.inspect.stored import Stored
 
-TILE_MAX = 128  # px: a larger stored size is shown shrunk to this (the page stays small)
 GRID_BUDGET = 256  # samples in a grid at most, whatever the class count: bounds the file's size
 
 
 def pick(labels: np.ndarray | None, n: int, per_class: int, seed: int = 0) -> dict[int, np.ndarray]:
-    """Up to `per_class` sorted random indices of each label (key -1: every sample, when there
-    are no labels), with at most GRID_BUDGET in all: with many classes, fewer a class.
+    """Up to `per_class` sorted random indices of each label (key -1 without labels), at most
+    GRID_BUDGET in all.
 
     >>> {k: v.tolist() for k, v in pick(np.array([0, 1, 0, 1, 1]), 5, 9).items()}
     {0: [0, 2], 1: [1, 3, 4]}
@@ -44,22 +38,11 @@ def pick(labels: np.ndarray | None, n: int, per_class: int, seed: int = 0) -> di
     return out
 
 
-def shrink(rgb: np.ndarray, side: int = TILE_MAX) -> tuple[np.ndarray, float]:
-    """The picture with its longer side at most `side` (box filter), and the scale used."""
-    h, w = rgb.shape[:2]
-    k = min(1.0, side / max(h, w, 1))
-    if k == 1.0:
-        return rgb, k
-    size = (max(1, round(w * k)), max(1, round(h * k)))
-    return np.asarray(Image.fromarray(rgb).resize(size, Image.Resampling.BOX)), k
-
-
 def thumbs(
     st: Stored, picture: str, indices: Sequence[int], said: Sequence[str] | None = None
 ) -> list[list[str]]:
-    """Each sample's pictures as captioned <figure>s (a list a sample, in the order of
-    `indices`): the fields drawn on them and its fields' captions, or (`said`) its pictures
-    alone under those captions; the source file in the tooltip."""
+    """Each sample's pictures as <figure>s (a list a sample, in the order of `indices`), the
+    fields drawn on them and captioned by its fields, or (`said`) bare under those captions."""
     order = np.argsort(np.asarray(indices), kind="stable").tolist()  # read in storage order
     out: list[list[str]] = [[] for _ in indices]
     f = st.fields[picture]
@@ -69,14 +52,14 @@ def thumbs(
         known = {n: st.value(n, i) for n in (picture, *drawn)}
         source = st.source(i) if "source" in st.m.arrays else ""
         shown = f.pictures(known[picture])
-        small = [shrink(rgb) for rgb, _ in shown]
+        small = [shrink(rgb, TILE_MAX) for rgb, _ in shown]
         pictures = [rgb for rgb, _ in small]
         for name in drawn:  # at the first's scale: a sample's pictures share one (its frames)
             pictures = st.fields[name].draw(pictures, known[name], small[0][1])
+        first, lines = captions(st, i, known) if said is None else ("", [])
+        texts = [t[:40] for t in lines if t != source][:1]  # a caption, cut
         for rgb, (_, what) in zip(pictures, shown, strict=True):
             if said is None:
-                first, lines = captions(st, i, known)
-                texts = [t[:40] for t in lines if t != source][:1]  # a caption, cut
                 text = " ".join([first, what, *texts, source.rsplit("/", 1)[-1]])
             else:
                 text = f"{said[j]} {what}"

@@ -1,13 +1,8 @@
-"""prep report: one self-contained HTML page about a packed dataset (prep.inspect.html), its
-sections asked of its fields: the counts by its label, the grid of its picture field (images,
-video frames, volume slices) with the fields drawn on it, the sections of its field kinds
-(prep.inspect.pages), then the near-duplicates of an image field (and, with `against`, the
-train/val leakage), the rejects and the arrays.
-
-The folder is opened through the loaders' checks first (load_manifest: a damaged dataset is
-one FormatError line); the page is written to a new temp file and renamed, so a report is
-never half written.
-"""
+"""prep report: one self-contained HTML page about a packed dataset, its sections asked of its
+fields: the counts by label, the grid of its picture field with the fields drawn on it, the
+sections of its field kinds (prep.inspect.pages), the near-duplicates of an image field (and,
+with `against`, the train/val leakage), the rejects and the arrays. The folder is opened
+through the loaders' checks first (load_manifest: a damaged dataset is one FormatError line)."""
 
 from __future__ import annotations
 
@@ -16,12 +11,13 @@ from pathlib import Path
 
 from loaders.fields import Image, Label, Labels
 from loaders.fields.checks import load_manifest
-from prep.inspect import dupepage, pages, sections
+from prep.inspect import dupes, pages, sections
 from prep.inspect.html import Section, page
 from prep.inspect.stored import Stored
 from prep.run.errors import PrepError, UsageError
 from prep.run.files import atomic_write_text
 from prep.run.guard import REPORT
+from prep.run.parallel import progress
 
 PER_CLASS = 8  # grid samples a class, by default
 MAX_PER_CLASS = 256
@@ -44,26 +40,18 @@ def _steps(
     steps: list[Callable[[], list[Section]]] = [lambda: [_counts(st)]]
     if picture is not None:
         steps.append(lambda: [pages.samples(st, picture, per_class)])
-    steps.append(lambda: pages.of_fields(st, per_class))
+    steps.append(lambda: pages.of_fields(st))
     if isinstance(st.fields.get(picture or ""), Image):
-        steps.append(lambda: [dupepage.dupes(st, compute)])
+        steps.append(lambda: [dupes.groups_section(st, compute)])
         if against is not None:
-            steps.append(lambda: [dupepage.leakage(st, against, compute)])
+            steps.append(lambda: [dupes.leakage_section(st, against, compute)])
     steps.append(lambda: [sections.rejects(st.root, st.m)])
     steps.append(lambda: [sections.fields(st.m)])
     return steps
 
 
-def build(
-    root: Path,
-    against: Path | None = None,
-    compute_hashes: bool = False,
-    per_class: int = PER_CLASS,
-    show_progress: bool = False,
-) -> str:
-    """The report's HTML. `against`: a second dataset of the same kind (val) whose samples
-    are looked up among `root`'s (train); `compute_hashes`: hash a dataset packed before prep
-    stored perceptual hashes, from its stored pixels; `per_class`: grid samples a class."""
+def _opened(root: Path, against: Path | None, per_class: int) -> Stored:
+    """The dataset, its options and matplotlib checked before any section is made."""
     if not 1 <= per_class <= MAX_PER_CLASS:
         raise UsageError(f"--max-samples must be 1..{MAX_PER_CLASS}, not {per_class}")
     try:
@@ -83,19 +71,7 @@ def build(
                     f"--against compares the images of two datasets, and {where}'s samples have "
                     "no image field. HINT: prep report TRAIN --against VAL of two image datasets"
                 )
-    from prep.run.parallel import progress
-
-    steps = _steps(st, against, compute_hashes, per_class)
-    found: list[Section] = []
-    bar = progress(len(steps), "part", "report") if show_progress else None
-    for step in steps:
-        found += step()
-        if bar is not None:
-            bar.update(1)
-    if bar is not None:
-        bar.close()
-    title = f"prep report: {root.resolve().name}"
-    return page(title, sections.lead(root, st.m), found)
+    return st
 
 
 def write_report(
@@ -106,11 +82,21 @@ def write_report(
     per_class: int = PER_CLASS,
     show_progress: bool = False,
 ) -> Path:
-    """Write the report to `out` (default ROOT/report.html, a file of the dataset's that
-    `prep pack --overwrite` replaces with it) and return its path. The page goes to a new temp
-    file and is renamed over `out`: a link the dataset ships, at either name, is replaced,
-    never written through."""
-    text = build(root, against, compute_hashes, per_class, show_progress)
+    """Write the report to `out` (default ROOT/report.html) through a new temp file renamed over
+    it (a link the dataset ships is replaced, never written through); its path. `against`: a
+    second image dataset (val) whose samples are looked up among `root`'s (train);
+    `compute_hashes`: hash the stored pixels of a dataset packed without perceptual hashes."""
+    st = _opened(root, against, per_class)
+    steps = _steps(st, against, compute_hashes, per_class)
+    found: list[Section] = []
+    bar = progress(len(steps), "part", "report") if show_progress else None
+    for step in steps:
+        found += step()
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    text = page(f"prep report: {root.resolve().name}", sections.lead(root, st.m), found)
     out = root / REPORT if out is None else out
     try:
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,10 +1,6 @@
-"""prep report's sections of each field kind (SECTIONS): an image field's pixel statistics and
-source sizes, a volume's stored shapes, a token field's documents and commonest tokens, a table's
-columns, a clip's lengths, a text field's values; and the grid of any picture field (gallery).
-
-Each reads a bounded sample of a large dataset: at most ROWS_READ rows of a column, TOKENS_READ
-tokens a split, VALUES_SHOWN values; what it read is said on the page.
-"""
+"""prep report's sections of each field kind (SECTIONS), and the grid of any picture field
+(gallery). Each reads a bounded sample of a large dataset (ROWS_READ, TOKENS_READ, VALUES_SHOWN)
+and says on the page what it read."""
 
 from __future__ import annotations
 
@@ -15,9 +11,10 @@ import numpy as np
 from loaders.fields import Audio, Column, Field, Image, Json, Label, Text, Tokens, Volume
 from loaders.fields.column import NAT
 from loaders.format import FormatError
-from prep.inspect import charts, gallery, sections
-from prep.inspect.html import Section, esc, grid, para, table
+from prep.inspect import gallery, sections
+from prep.inspect.html import Section, categories, esc, grid, histograms, para, table
 from prep.inspect.stored import Stored
+from prep.media.text.tokenizers import load_saved
 from prep.run.errors import PrepError
 
 ROWS_READ = 200_000  # rows read for a column's histogram, at random: its shape settles
@@ -25,7 +22,9 @@ TOKENS_READ = 50_000_000  # tokens counted a split (uint16 bincount: about 0.1 s
 TOP_TOKENS = 30
 VALUES_SHOWN = 8  # a text field's values shown
 
-Sections = Callable[[Stored, list[str], int], list[Section]]
+Sections = Callable[[Stored, list[str]], list[Section]]
+# What a tokenizer file prep did not write may raise ({"chars": [1, 2]}, nested too deep)
+UNREADABLE = (PrepError, FormatError, OSError, ValueError, LookupError, TypeError, RecursionError)
 
 
 def samples(st: Stored, picture: str, per_class: int) -> Section:
@@ -55,7 +54,7 @@ def samples(st: Stored, picture: str, per_class: int) -> Section:
     return Section("samples", title, head + "".join(rows), wide=True)
 
 
-def image(st: Stored, names: list[str], per_class: int) -> list[Section]:
+def image(st: Stored, names: list[str]) -> list[Section]:
     """Each image field's pixel statistics; the sources' sizes (orig_size), or the stored."""
     name = names[0]
     orig = st.column("orig_size") if "orig_size" in st.m.arrays else None
@@ -65,14 +64,14 @@ def image(st: Stored, names: list[str], per_class: int) -> list[Section]:
     return [*stats, sections.sizes(orig, stored)]
 
 
-def volume(st: Stored, names: list[str], per_class: int) -> list[Section]:
+def volume(st: Stored, names: list[str]) -> list[Section]:
     """The stored shapes of the first volume field, a histogram an axis."""
     shapes = st.column(f"{names[0]}_shape").astype(np.float64).reshape(-1, 3)
     panels = [(f"axis {a} (voxels)", shapes[:, a]) for a in range(3)]
-    return [Section("sizes", "Sizes (stored shapes)", charts.histograms(panels, bins=20), True)]
+    return [Section("sizes", "Sizes (stored shapes)", histograms(panels, bins=20), True)]
 
 
-def tokens(st: Stored, names: list[str], per_class: int) -> list[Section]:
+def tokens(st: Stored, names: list[str]) -> list[Section]:
     """Documents and tokens per split, the document lengths of each split, and the most common
     tokens of the first (decoded by the dataset's tokenizer)."""
     name = names[0]
@@ -93,15 +92,13 @@ def tokens(st: Stored, names: list[str], per_class: int) -> list[Section]:
     panels = [(f"{k}: tokens a document", v) for k, v in per.items()]
     many = sum(len(v) for v in per.values()) > 1000  # a long tail shows on a log count axis
     chart, listing = _common(st, f, counts)
-    body += '<div class="charts">' + charts.histograms(panels, log=many) + chart + "</div>"
+    body += '<div class="charts">' + histograms(panels, log=many) + chart + "</div>"
     return [Section("tokens", "Tokens", body + listing, True)]
 
 
 def _common(st: Stored, f: Tokens, counts: dict[str, np.ndarray]) -> tuple[str, str]:
     """The TOP_TOKENS most common tokens of the first split (the end-of-document token left
     out), each with its text: a chart and a table."""
-    from prep.media.text.tokenizers import load_saved
-
     split, got = next(iter(counts.items()))
     got = got.copy()
     if f.eot_id is not None:
@@ -112,19 +109,10 @@ def _common(st: Stored, f: Tokens, counts: dict[str, np.ndarray]) -> tuple[str, 
     try:
         tok = load_saved(str(f.tokenizer_name), st.root, f.tokenizer)
         names = [repr(tok.decode([int(t)])) for t in top]
-    except (
-        PrepError,
-        FormatError,
-        OSError,
-        ValueError,
-        LookupError,
-        TypeError,
-        RecursionError,
-    ) as e:
-        # no tokenizer file, or one prep did not write ({"chars": [1, 2]}, nested too deep)
+    except UNREADABLE as e:
         names = [f"id {int(t)}" for t in top]
         note = para(f"the tokenizer cannot be read ({type(e).__name__}: {e!s:.120}): ids shown")
-    chart = charts.categories([(f"{split}: most common tokens", names, got[top].tolist())])
+    chart = categories([(f"{split}: most common tokens", names, got[top].tolist())])
     total = max(1, int(got.sum()))
     rows = [
         (int(t), n, f"{int(got[t]):,}", f"{got[t] / total:.2%}")
@@ -133,7 +121,7 @@ def _common(st: Stored, f: Tokens, counts: dict[str, np.ndarray]) -> tuple[str, 
     return chart, note + table(["id", "text", "count", "share"], rows)
 
 
-def columns(st: Stored, names: list[str], per_class: int) -> list[Section]:
+def columns(st: Stored, names: list[str]) -> list[Section]:
     """A histogram of each numeric column and the value counts of each coded one, over up to
     ROWS_READ rows at random, and the columns' table."""
     n = len(st)
@@ -154,8 +142,8 @@ def columns(st: Stored, names: list[str], per_class: int) -> list[Section]:
                 x[st.column(f"{name}_missing")[idx] > 0] = np.nan
             panels.append((label, x))
         rows.append((f.name, name, f.role, f.type or f.dtype, f.missing, f.lo, f.hi))
-    shown = [charts.histograms(panels[k : k + 4]) for k in range(0, len(panels), 4)]
-    shown += [charts.categories(cats[k : k + 3]) for k in range(0, len(cats), 3)]
+    shown = [histograms(panels[k : k + 4]) for k in range(0, len(panels), 4)]
+    shown += [categories(cats[k : k + 3]) for k in range(0, len(cats), 3)]
     said = f"{len(idx):,} of {n:,} rows" + (", sampled at random" if len(idx) < n else "")
     body = para(said) + '<div class="charts">' + "".join(shown) + "</div>"
     heads = ["column", "array", "role", "type", "missing", "low", "high"]
@@ -163,7 +151,7 @@ def columns(st: Stored, names: list[str], per_class: int) -> list[Section]:
     return [Section("table", "Columns", body, True)]
 
 
-def audio(st: Stored, names: list[str], per_class: int) -> list[Section]:
+def audio(st: Stored, names: list[str]) -> list[Section]:
     """Each clip's length (from the offsets: nothing decoded) as a histogram."""
     name = names[0]
     f: Audio = st.fields[name]  # type: ignore[assignment]
@@ -176,11 +164,11 @@ def audio(st: Stored, names: list[str], per_class: int) -> list[Section]:
         f"{f.dtype}: {lo:.2f}-{hi:.2f} s a clip (median {mid:.2f} s); AudioDataset pads clips "
         "shorter than its window"
     )
-    chart = charts.histograms([("clip length (s)", seconds)], bins=20)
+    chart = histograms([("clip length (s)", seconds)], bins=20)
     return [Section("audio", "Clips", chart + para(said), True)]
 
 
-def values(st: Stored, names: list[str], per_class: int) -> list[Section]:
+def values(st: Stored, names: list[str]) -> list[Section]:
     """The values of each text and JSON field for the first VALUES_SHOWN samples."""
     shown = range(min(VALUES_SHOWN, len(st)))
     rows = [(i, *(st.fields[n].caption(st.value(n, i))[:200] for n in names)) for i in shown]
@@ -198,11 +186,11 @@ SECTIONS: dict[type[Field], Sections] = {
 }
 
 
-def of_fields(st: Stored, per_class: int) -> list[Section]:
+def of_fields(st: Stored) -> list[Section]:
     """The sections of the dataset's field kinds (SECTIONS), each once for its fields."""
     by: dict[Sections, list[str]] = {}
     for name, f in st.fields.items():
         make = SECTIONS.get(type(f))
         if make is not None:
             by.setdefault(make, []).append(name)
-    return [s for make, names in by.items() for s in make(st, names, per_class)]
+    return [s for make, names in by.items() for s in make(st, names)]

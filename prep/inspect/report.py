@@ -22,8 +22,7 @@ def mb(n: float) -> str:
 
 
 def header(where: object, m: Manifest) -> str:
-    """What the dataset is: its fields (and their kinds), its samples, per split, its shards,
-    and what wrote it."""
+    """What the dataset is: its fields (and kinds), samples per split, shards, what wrote it."""
     per = Counter[str]()
     for split, n in zip(m.split_of(), m.counts().tolist(), strict=True):
         per[split or "all"] += n
@@ -93,11 +92,9 @@ def _bytes_on_disk(m: Manifest, name: str) -> int:
 
 
 def verify(root: Path, limit: int | None = None) -> tuple[Manifest, list[str]]:
-    """Recompute every checksum and check every shape and value bound: the problems, one line
-    each, with the files the fields keep beside the shards (Field.files: a tokenizer).
-
-    `limit`: only the shards holding the first `limit` samples; the manifest returned lists
-    just those shards."""
+    """Recompute every checksum and check every shape and value bound, and the files the fields
+    keep beside the shards (Field.files: a tokenizer): the problems, one line each. `limit`:
+    only the shards holding the first `limit` samples (the manifest returned lists just those)."""
     remote = open_remote(root)  # an fsspec URL: loaders.remote
     m = remote[1] if remote else read_manifest(root)
     if limit is not None:

@@ -5,7 +5,6 @@ the arrays."""
 from __future__ import annotations
 
 import datetime
-import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -13,8 +12,9 @@ from pathlib import Path
 import numpy as np
 
 from loaders.format import Manifest
-from prep.inspect import charts
-from prep.inspect.html import Section, esc, para, table
+from loaders.format.rejects import records
+from prep.inspect.html import Section, bars, categories, channels, esc, histograms, para, table
+from prep.inspect.report import header, mb
 
 FIRST_REJECTS = 5  # paths shown a reject reason
 
@@ -22,14 +22,9 @@ FIRST_REJECTS = 5  # paths shown a reject reason
 def lead(root: Path, m: Manifest) -> list[str]:
     """The header's lines: what the dataset is (prep info's header), its size on disk, when the
     report was made."""
-    from prep.inspect.report import header
-
     on_disk = sum(f.bytes for s in m.shards for f in s.files.values())
-    return [
-        header(root, m),
-        f"{on_disk / 1e6:,.1f} MB on disk; report made "
-        f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC",
-    ]
+    made = f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC"
+    return [header(root, m), f"{mb(on_disk)} on disk; report made {made}"]
 
 
 def split_of(m: Manifest) -> np.ndarray:
@@ -55,7 +50,7 @@ def counts(
     total = Counter[str]()
     for part in series.values():
         total.update(part)
-    chart = charts.bars(series, f"{what} per class" + (" and split" if len(series) > 1 else ""))
+    chart = bars(series, f"{what} per class" + (" and split" if len(series) > 1 else ""))
     body = f'<div class="charts">{chart}</div>'
     if total:
         big, small = max(total.values()), min(total.values())
@@ -86,15 +81,13 @@ def sizes(orig: np.ndarray | None, stored: np.ndarray | None = None) -> Section:
         f"height {h.min():.0f}-{h.max():.0f} px (median {np.median(h):.0f}); "
         f"{int((aspect > 2).sum() + (aspect < 0.5).sum()):,} with an aspect past 2:1"
     )
-    return Section("sizes", f"Sizes ({said})", charts.histograms(panels) + para(text), True)
+    return Section("sizes", f"Sizes ({said})", histograms(panels) + para(text), True)
 
 
 def rejects(root: Path, m: Manifest) -> Section:
     """Rejects by reason (bars), each reason with its first FIRST_REJECTS paths and messages,
     from rejects.jsonl (read once, checked: loaders.format.rejects); what could not be read
     is one warning."""
-    from loaders.format.rejects import records
-
     by = Counter[str]()
     first: dict[str, list[Mapping[str, str]]] = {}
     problems: list[str] = []
@@ -108,7 +101,7 @@ def rejects(root: Path, m: Manifest) -> Section:
         said = para(f"no rejects ({m.rejects} in the manifest)")
         return Section("rejects", "Rejects", warning + said)
     order = [r for r, _ in by.most_common()]
-    chart = charts.categories([("rejected inputs", order, [by[r] for r in order])])
+    chart = categories([("rejected inputs", order, [by[r] for r in order])])
     rows = [(why, r["path"], r["message"]) for why in order for r in first[why]]
     body = (
         warning
@@ -120,64 +113,36 @@ def rejects(root: Path, m: Manifest) -> Section:
 
 
 def stats(m: Manifest, image: str) -> Section:
-    """The per-channel mean and std stored for image field `image` (extra.stats) at each size,
-    as `loaders.Normalize.from_dataset` reads them; a size whose values are not 1 to 4 numbers
-    a channel (a manifest prep did not write) is named in one warning."""
+    """The per-channel mean and std stored for image field `image` (extra.stats, checked when
+    the field was declared: loaders.format.stats) at each size, as `Normalize.from_dataset`
+    reads them."""
     got = m.extra.get("stats")
     got = got.get(image) if isinstance(got, dict) else None
-    sizes_ = got.get("sizes") if isinstance(got, dict) else None
-    if not isinstance(sizes_, dict) or not sizes_:
+    if not isinstance(got, dict) or not got["sizes"]:
         text = "no pixel statistics stored (packed before prep stored them): repack to get them"
         return Section("stats", "Pixel statistics", para(text, "note"))
-    rows, chart, bad = [], "", []
-    for size, at in sizes_.items():
-        mean, std = _channels(at, "mean"), _channels(at, "std")
-        if mean is None or std is None or len(mean) != len(std):
-            bad.append(f"{size!s:.20}")
-            continue
-        pixels = _number(at.get("pixels", 0))
-        rows.append(
-            (f"{size} px", _nums(mean), _nums(std), "?" if pixels is None else f"{pixels:,.0f}")
-        )
-        if not chart:
-            chart = charts.channels(mean, std, f"mean ± std at {size} px")
-    split = got.get("split") if isinstance(got, dict) else None
-    text = f"over the {split} split" if split else "over every sample"
+    rows, chart = [], ""
+    for size, at in got["sizes"].items():
+        mean, std = at["mean"], at["std"]
+        rows.append((f"{size} px", _nums(mean), _nums(std), _count(at["pixels"])))
+        chart = chart or channels(mean, std, f"mean ± std at {size} px")
+    text = f"over the {got['split']} split" if got.get("split") else "over every sample"
     code = "Normalize.from_dataset(ds" + (")" if image == "image" else f", field={image!r})")
-    body = (
+    return Section(
+        "stats",
+        "Pixel statistics",
         chart
         + table(["size", "mean (0-255)", "std (0-255)", "pixels"], rows)
-        + f"<p>{esc(text)}; <code>{esc(code)}</code> reads them.</p>"
+        + f"<p>{esc(text)}; <code>{esc(code)}</code> reads them.</p>",
     )
-    if bad:
-        said = f"extra.stats at {', '.join(bad)} px: not 1 to 4 numbers a channel; not shown"
-        body = para(said, "bad") + body
-    return Section("stats", "Pixel statistics", body)
 
 
-def _channels(at: object, key: str) -> list[float] | None:
-    """extra.stats' `key` (mean, std) at one size: 1 to 4 numbers, or None."""
-    values = at.get(key) if isinstance(at, dict) else None
-    if not isinstance(values, list) or not 1 <= len(values) <= 4:
-        return None
-    got = [x for x in map(_number, values) if x is not None]
-    return got if len(got) == len(values) else None
-
-
-def _number(value: object) -> float | None:
-    """`value` where it is a finite real number, else None: a manifest prep did not write may
-    say `"pixels": "many"`, NaN or true, and the page shows "?".
-
-    >>> _number(3), _number("x"), _number(float("nan")), _number(True), _number(10**400)
-    (3.0, None, None, None, None)
-    """
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        return None
+def _count(n: int) -> str:
+    """A pixel count; "?" past float's range (an int of hundreds of digits prep did not write)."""
     try:
-        x = float(value)
-    except OverflowError:  # an int of hundreds of digits
-        return None
-    return x if math.isfinite(x) else None
+        return f"{float(n):,.0f}"
+    except OverflowError:
+        return "?"
 
 
 def _nums(values: Sequence[float]) -> str:

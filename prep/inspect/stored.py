@@ -1,17 +1,10 @@
-"""A dataset's samples as stored, for `prep preview`, `prep report` and `prep dupes`: each field's
-value as numpy (loaders.fields: Field.value), read through the loaders' shard store, so that every
-file and array is checked first (labels against classes, offsets, sides) and a sample that does
-not decode is one FormatError naming its file, sample and source, never an IndexError.
-
-Which field is what comes from the fields alone: the picture field is the first whose kind
-makes pictures (an image, a video, a volume), the fields drawn on it are those whose `drawn_on`
-names it, the class field the first label with classes.
-"""
+"""A dataset's samples as stored, each field's value as numpy (Field.value), read through the
+loaders' shard store: every file is checked first, and a sample that does not decode is one
+FormatError naming its file, sample and source."""
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -109,26 +102,17 @@ class Stored:
         return next((n for n, f in self.fields.items() if makes_pictures(f)), None)
 
     def on(self, picture: str) -> list[str]:
-        """The fields drawn on field `picture` (its masks, boxes, keypoints, instances), in the
-        order they are drawn (Field.layer: outlines over fills)."""
+        """The fields drawn on field `picture` (Field.drawn_on), in drawing order (Field.layer)."""
         on = [n for n, f in self.fields.items() if f.drawn_on() == picture]
         return sorted(on, key=lambda n: self.fields[n].layer)
 
     def labels(self) -> tuple[str | None, np.ndarray | None]:
-        """The class field (a Label; else a Labels, its objects') and its ids, for one sample
-        each (a Labels: for each object)."""
+        """The first Label field (else Labels field) and its class ids (a Labels': an object's)."""
         for kind in (Label, Labels):
             name = next((n for n, f in self.fields.items() if isinstance(f, kind)), None)
             if name is not None:
                 return name, self.column(name).astype(np.int64)
         return None, None
-
-    def values(self, name: str, indices: Sequence[int]) -> list[Any]:
-        """Field `name` of samples `indices`, read in storage order, in theirs."""
-        got: list[Any] = [None] * len(indices)
-        for j in np.argsort(np.asarray(indices), kind="stable").tolist():
-            got[j] = self.value(name, int(indices[j]))
-        return got
 
 
 def makes_pictures(f: Field) -> bool:

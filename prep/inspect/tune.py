@@ -1,22 +1,7 @@
-"""prep tune: time the real loader with reading threads and with worker processes, and
-recommend a setting ("Efficient PyTorch", advice 4).
-
-Each setting runs `loaders.make_loader` over `loaders.ImageShardDataset` (shuffled, as in
-training) for `seconds` after its first batch, so worker start-up is left out: persistent
-workers pay it once per training run. torch is imported here, never by `prep --help`.
-
-Threads (num_workers=0, threads=T > 0) and workers (num_workers=W > 0) both read the next
-batches while the training step runs, so both are candidates, compared on the same samples/s;
-at a tie threads win (no process, no pickling, no shared memory), then the fewest of either.
-0 workers and 0 threads builds each batch in the step's own time: shown, never recommended
-when a setting that overlaps was tried.
-
-The RAM column is the article's arithmetic: batches in flight x bytes per batch, where a
-DataLoader with W > 0 workers keeps W x prefetch_factor batches in flight, T threads keep T + 1
-(loaders.read.prefetch) and neither builds one batch at a time. Bytes per batch count the tensors
-the loader returns, in each field's `read_dtype` (loaders.fields): uint8 images and masks, int64
-labels. `--plot` draws with matplotlib (prep.inspect.tuneplot, re-exported here).
-"""
+"""prep tune: time the real loader (`make_loader` over `ImageShardDataset`, shuffled as in
+training) with reading threads and with worker processes, and recommend a setting
+(TuneResult.recommended). Each setting runs for `seconds` after its first batch: persistent
+workers pay their start-up once per training run. torch is imported here, not by `prep --help`."""
 
 from __future__ import annotations
 
@@ -31,9 +16,9 @@ import psutil
 
 from loaders.fields import Image, declared
 from loaders.format import Manifest, read_manifest
-from prep.inspect.tuned import TuneResult, TuneRow
-from prep.inspect.tuneplot import check_plot, plot
+from prep.inspect.tuned import TuneResult, TuneRow, check_plot, plot
 from prep.run.errors import PrepError
+from prep.run.parallel import progress
 
 __all__ = ["TuneResult", "TuneRow", "check_plot", "plot", "tune"]
 
@@ -73,11 +58,11 @@ def worker_counts(cores: int) -> list[int]:
 
 
 def batch_bytes(m: Manifest, size: int, fields: Sequence[str], batch_size: int) -> int:
-    """Bytes of one batch as the loader returns it (see the module docstring)."""
+    """Bytes of one batch as the loader returns it (read_dtype: labels widen to int64)."""
     per_sample = 0
     for f in fields:
         spec = m.arrays[m.array_for(f, size)]
-        itemsize = np.dtype(declared(m)[f].read_dtype(spec)).itemsize  # labels widen to int64
+        itemsize = np.dtype(declared(m)[f].read_dtype(spec)).itemsize
         per_sample += int(np.prod(spec.shape, dtype=np.int64)) * itemsize
     return per_sample * batch_size
 
@@ -90,12 +75,6 @@ def thread_counts(cores: int) -> list[int]:
     ([1], [1, 2], [1, 2, 4, 8])
     """
     return [t for t in (1, 2, 4, 8) if t <= max(1, cores)]
-
-
-def in_flight(workers: int, prefetch_factor: int, threads: int = 0) -> int:
-    if workers > 0:
-        return workers * prefetch_factor
-    return threads + 1 if threads else 1
 
 
 def cpu_seconds() -> float:
@@ -126,8 +105,9 @@ def measure(
     nbytes: int,
     threads: int = 0,
 ) -> TuneRow:
-    """One setting: samples/s and CPU use over `seconds` after the first batch; `nbytes` is
-    the size of one batch, for the RAM column."""
+    """One setting: samples/s and CPU use over `seconds` after the first batch; `nbytes`: the
+    bytes of a batch, for the RAM in flight (W x prefetch_factor batches for W workers, T + 1
+    for T threads: loaders.read.prefetch)."""
     from torch.utils.data import RandomSampler
 
     from loaders import make_loader
@@ -152,7 +132,7 @@ def measure(
         batches.close()
         del loader  # shuts persistent workers down
     cpu = 100.0 * (cpu1 - cpu0) / elapsed
-    n = in_flight(workers, prefetch, threads)
+    n = workers * prefetch if workers > 0 else threads + 1  # batches in flight
     return TuneRow(workers, samples / elapsed, cpu, n, n * nbytes, threads)
 
 
@@ -167,8 +147,8 @@ def tune(
     show_progress: bool = True,
     threads: Sequence[int] | None = None,
 ) -> TuneResult:
-    """Time the loader at each thread count (default: thread_counts(cpu cores)), then at each
-    worker count (default: worker_counts(cpu cores); 0: no thread, no worker)."""
+    """Time the loader at each thread count, then at each worker count (0: neither); defaults
+    for this machine's cores."""
     m, size = image_dataset(root, size)  # checked before torch loads (seconds)
     if batch_size < 1 or prefetch_factor < 1 or seconds <= 0:
         raise PrepError("--batch-size, --prefetch-factor and --seconds must be positive")
@@ -177,7 +157,6 @@ def tune(
     from torch.utils.data import Subset
 
     from loaders import CenterCrop, ImageShardDataset
-    from prep.run.parallel import progress
 
     cores = os.cpu_count() or 1
     counts = sorted(set(workers)) if workers else worker_counts(cores)

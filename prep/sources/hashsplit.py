@@ -1,11 +1,8 @@
-"""Which rows go to "val": a 64-bit hash of the row's --key cell (or of all its cells) below
-`val_fraction * 2**64`. The hash depends on the cells' text alone, never on the file, the row's
-position or the other rows, so reordering or re-splitting the inputs never moves a row.
-
-The hash is vectorised (no Python per row): each cell's UTF-8 bytes b_0..b_{n-1} give
-sum(b_i * P**i) mod 2**64, computed for a whole column from one running sum over its data
-buffer, then mixed with the length by splitmix64; a row combines its columns in name order.
-"""
+"""Which rows go to "val": a 64-bit hash of the row's --key cells (or all its cells) below
+`val_fraction * 2**64`. It depends on the cells' text alone, so reordering or re-splitting the
+inputs never moves a row. Each cell's UTF-8 bytes b_0..b_{n-1} give sum(b_i * P**i) mod 2**64,
+for a whole column from one running sum over its data buffer (no Python per row), mixed with
+the length by splitmix64; a row combines its columns in name order."""
 
 from __future__ import annotations
 
@@ -36,13 +33,10 @@ def _powers(base: np.uint64, n: int) -> np.ndarray:
 
 
 def cell_hash(arr: pa.Array) -> np.ndarray:
-    """uint64 per cell of a column, from its text (numbers and times as pyarrow writes them).
-
-    A column of repeated values (text read as a dictionary; numbers holding each value at
-    least twice on average) has each distinct value written and hashed once, then looked up per
-    row: the same hashes (a value's text is a function of its bits), at a fifth of the cost on
-    a column of rounded numbers; a column of distinct numbers pays a fifth more (the lookup
-    table built, then left)."""
+    """uint64 per cell of a column, from its text (numbers and times as pyarrow writes them). A
+    column of repeated values (a dictionary; numbers holding each value twice on average) has
+    each distinct value hashed once, then looked up per row: the same hashes, at a fifth of the
+    cost on rounded numbers (a column of distinct numbers pays a fifth more)."""
     if pa.types.is_dictionary(arr.type):
         return _by_value(arr)
     if not (pa.types.is_binary(arr.type) or pa.types.is_string(arr.type)):

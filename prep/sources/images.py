@@ -1,7 +1,6 @@
-"""Listing inputs: image folders (class sub-folders give labels), CSV/JSONL lists, masks.
-
-The list is made once, in a fixed order that does not depend on how the file system lists
-entries, so the shard plan depends only on the inputs and the config."""
+"""Listing image (and video) inputs: folders (class sub-folders give labels), CSV/JSONL lists,
+masks; in a fixed order that does not depend on how the file system lists entries, so the shard
+plan depends only on the inputs and the config."""
 
 from __future__ import annotations
 
@@ -13,22 +12,10 @@ from prep.run.errors import PrepError
 from prep.run.inputs import INTEGER, check_file, class_folders, read_rows, reject_record, walk
 
 IMAGE_EXTS = frozenset(
-    [
-        ".jpg",
-        ".jpeg",
-        ".jpe",
-        ".png",
-        ".bmp",
-        ".gif",
-        ".tif",
-        ".tiff",
-        ".webp",
-        ".ppm",
-        ".pgm",
-        ".pbm",
-        ".pnm",
-        ".jfif",
-    ]
+    ".jpg .jpeg .jpe .png .bmp .gif .tif .tiff .webp .ppm .pgm .pbm .pnm .jfif".split()  # noqa: SIM905
+)
+VIDEO_EXTS = frozenset(
+    ".mp4 .m4v .mov .mkv .webm .avi .mpg .mpeg .ts .flv .wmv .3gp .ogv .gif".split()  # noqa: SIM905
 )
 
 
@@ -76,10 +63,13 @@ def fingerprint(items: list[Item]) -> list[tuple[str, int, int]]:
     return out
 
 
-def list_folder(src: Path) -> tuple[list[Item], list[str] | None, list[dict[str, Any]]]:
-    """Class sub-folders (sorted names, like torchvision's ImageFolder) or a flat folder."""
-    files, rejects = walk(src, IMAGE_EXTS)
-    labelled, classes, strays = class_folders(files, "image")
+def list_folder(
+    src: Path, exts: frozenset[str] = IMAGE_EXTS, what: str = "image"
+) -> tuple[list[Item], list[str] | None, list[dict[str, Any]]]:
+    """The files of `exts` (each a `what`) in class sub-folders (sorted names, like
+    torchvision's ImageFolder) or in a flat folder."""
+    files, rejects = walk(src, exts)
+    labelled, classes, strays = class_folders(files, what)
     return [Item(p, rel, label) for rel, p, label in labelled], classes, rejects + strays
 
 
@@ -187,3 +177,20 @@ def list_file(
         mask = src.parent / r["mask"] if r.get("mask") else None
         items.append(Item(path, rel, label, mask))
     return items, classes, rejects
+
+
+def list_videos(
+    src: Path, limit: int | None = None
+) -> tuple[list[Item], list[str] | None, list[dict[str, Any]]]:
+    """Every video of SRC, a folder or a CSV/JSONL list: (items, class names or None, rejects)."""
+    if not src.exists():
+        raise PrepError(f"{src} does not exist. HINT: pass a folder of videos or a .csv list")
+    if src.is_file():
+        if src.suffix.lower() not in (".csv", ".jsonl", ".json"):
+            raise PrepError(
+                f"{src} is not a folder or a .csv/.jsonl list of videos. HINT: pass the folder "
+                f"that holds it ({src.parent}), or list it in a CSV with a path column"
+            )
+        return list_file(src, limit)
+    items, classes, rejects = list_folder(src, VIDEO_EXTS, "video")
+    return items[:limit], classes, rejects

@@ -1,12 +1,13 @@
-"""What `pack_samples` is given, as a sorted list of inputs: Python objects, the rows of a
-CSV/JSONL/Parquet file (as dicts), the files of a folder (as paths), or the paths of a .txt."""
+"""Listed inputs of the samples run: what `pack_samples` is given, as a sorted list (Python
+objects, the rows of a CSV/JSONL/Parquet file as dicts, the files of a folder or the lines of a
+.txt as paths), or what an importer that lists its source itself hands its run (Source)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +34,10 @@ def list_inputs(inputs: Any, limit: int | None) -> Listing:
         if src.is_dir():
             found, rejects = walk(src, lambda name: True)
             items = [Item(rel, str(path)) for rel, path in found]
-            stats = [(rel, path.stat().st_size, path.stat().st_mtime_ns) for rel, path in found]
+            stats = [_stat(rel, path) for rel, path in found]
             return _listing(items[:limit], rejects, src, stats)
         items = _file_items(src, limit)
-        return _listing(items[:limit], rejects, src.parent, [_stat(src)])
+        return _listing(items[:limit], rejects, src.parent, [_stat(src.name, src)])
     if isinstance(inputs, Sequence) and not isinstance(inputs, (bytes, bytearray)):
         items = [Item(f"#{i}", v) for i, v in enumerate(inputs)]
         return _listing(items[:limit], rejects, None, [])
@@ -85,9 +86,10 @@ def parquet_rows(src: Path, limit: int | None, batch: int = 1024) -> list[dict[s
     return rows[:limit]
 
 
-def _stat(path: Path) -> tuple[str, int, int]:
+def _stat(name: str, path: Path) -> tuple[str, int, int]:
+    """Name, size and time of a file: a changed source is not resumed as the same."""
     st = path.stat()
-    return path.name, st.st_size, st.st_mtime_ns
+    return name, st.st_size, st.st_mtime_ns
 
 
 def _listing(
@@ -97,3 +99,20 @@ def _listing(
     said = stats if stats else [repr(it.value) for it in items]
     digest = hashlib.sha256(json.dumps([said, len(items)], default=str).encode()).hexdigest()
     return Listing(items, rejects, base, digest)
+
+
+@dataclass
+class Source:
+    """An importer's source (Hugging Face folders, WebDataset tars): `items` in order, each
+    split's together (Item.split) and written to shards of its own; `splits` counts them (one
+    None split when the source has no splits)."""
+
+    items: list[Item]
+    splits: dict[str | None, int]
+    rejects: list[dict[str, Any]] = field(default_factory=list)
+    stats: list[Any] = field(default_factory=list)  # what the output depends on in the files
+    extra: dict[str, Any] = field(default_factory=dict)  # the manifest's, besides the fields
+
+
+def file_stats(paths: list[Path]) -> list[tuple[str, int, int]]:
+    return [_stat(str(p), p) for p in paths]

@@ -1,13 +1,8 @@
-"""Per-volume targets of `prep volumes --targets FILE.csv`: one CSV row per scan.
-
-The first column names the scan: its path under SRC or that path's stem (`ct/a.nii.gz` or
-`ct/a`; a DICOM series by its folder). Every other column is one target: integers, numbers, or
-class names (mapped to their index in the sorted set of the column's names, which the manifest
-keeps). Each column is a column field of its own (`target_fields`), stored in the smallest dtype
-that holds it. A scan without a row is a `target_missing` reject; a row naming no scan, a
-duplicate row, an empty cell or a name among numbers stops the run with one line naming the
-file and row.
-"""
+"""Per-volume targets of `prep volumes --targets FILE.csv` (and per clip of `prep audio`): one
+CSV row per scan, its first column the scan's path under SRC or its stem (`ct/a.nii.gz` or `ct/a`;
+a DICOM series by its folder). Every other column is a target, a column field of its own in the
+smallest dtype that holds it: integers, numbers, or class names (as indices in their sorted set).
+A scan without a row is a `target_missing` reject; a bad row stops the run, naming its line."""
 
 from __future__ import annotations
 
@@ -120,15 +115,17 @@ def _column(path: Path, name: str, cells: list[tuple[int, str]]) -> tuple[Column
     return Column(name, "float16" if exact else "float32"), floats.tolist()
 
 
-def check_rows(targets: Targets, scans: set[str]) -> None:
-    """Every row names one of `scans` (keys of every input listed, rejected or not)."""
-    stray = [key for key in targets.rows if key not in scans]
+SCAN_HINT = "a scan's path under SRC or its stem (ct/a.nii.gz or ct/a)"
+
+
+def check_rows(targets: Targets, keys: set[str], noun: str = "scan", hint: str = SCAN_HINT) -> None:
+    """Every row names one of `keys` (of every input listed, rejected or not), else PrepError
+    naming the first row that does not (`noun`: what it should name, `hint`: how)."""
+    stray = [key for key in targets.rows if key not in keys]
     if stray:
-        n = targets.lines[stray[0]]
         raise PrepError(
-            f"{targets.path}: line {n} names {stray[0]!r}, no scan in SRC "
-            f"({len(stray)} such rows). HINT: the first column is a scan's path under SRC or "
-            "its stem (ct/a.nii.gz or ct/a)"
+            f"{targets.path}: line {targets.lines[stray[0]]} names {stray[0]!r}, no {noun} in "
+            f"SRC ({len(stray)} such rows). HINT: the first column is {hint}"
         )
 
 
@@ -151,8 +148,7 @@ def array_of(j: int) -> str:
 
 
 def target_fields(targets: Targets) -> dict[str, ColumnField]:
-    """A column field per target column, in the file's order: its name, dtype, and for class
-    names their list (class id i is vocab[i])."""
+    """A column field per target column, in the file's order (class id i is vocab[i])."""
     return {
         array_of(j): ColumnField(
             name=c.name,

@@ -1,10 +1,6 @@
-"""`prep tokenize --glob`: text files of any extension (source code, Markdown), chosen by name.
-
-Without --glob, SRC's inputs are its `.txt` files (prep.media.text.documents.list_text). With
-it, they are the files whose name (or, for a pattern holding "/", whose path relative to SRC)
-matches one of the comma-separated patterns, read under the same text policy: UTF-8, one
-document a file (a line with --split-lines); a matched `.jsonl` file is still read as JSON lines.
-"""
+"""`prep tokenize --glob`: text files of any extension chosen by name (or, for a pattern holding
+"/", by path relative to SRC), read as `.txt` files are: UTF-8, one document a file (a line with
+--split-lines); a matched `.jsonl` file is still read as JSON lines."""
 
 from __future__ import annotations
 
@@ -19,14 +15,8 @@ from prep.run.errors import PrepError
 from prep.run.inputs import check_file, os_reject_code, reject_record, walk
 
 
-def patterns(text: str) -> list[str]:
-    """--glob '*.py, *.md' as ['*.py', '*.md']."""
-    return listed(text, "--glob", str)
-
-
 def matches(rel: str, pats: list[str]) -> bool:
-    """Whether a file's path relative to SRC matches: by its name, or by its whole path for a
-    pattern that holds "/".
+    """Whether a file's path relative to SRC matches a pattern (by its name, or its path).
 
     >>> matches("lib/a.py", ["*.py"]), matches("lib/a.py", ["lib/*.md"]), matches("a.md", ["*.MD"])
     (True, False, False)
@@ -55,7 +45,7 @@ def list_matching(
 ) -> tuple[list[Piece], list[dict[str, Any]]]:
     """The files of SRC (a folder, or one file) that --glob matches, sorted by relative path,
     and rejects for those that cannot be read."""
-    pats = patterns(glob)
+    pats = listed(glob, "--glob", str)  # '*.py, *.md' -> ['*.py', '*.md']
     if not pats:
         raise PrepError(f"--glob {glob!r} holds no pattern. HINT: e.g. --glob '*.py,*.md'")
     if not src.exists():
@@ -64,13 +54,13 @@ def list_matching(
     if src.is_file():
         if not matches(src.name, pats):
             raise PrepError(f"{src} does not match --glob {glob!r}. HINT: fix the pattern")
-        listed, rejects = [(src.name, src)], list[dict[str, Any]]()
+        files, rejects = [(src.name, src)], list[dict[str, Any]]()
     else:
-        listed, rejects = walk(src, lambda name: True)
-        listed = [(rel, p) for rel, p in listed if matches(rel, pats)]
+        files, rejects = walk(src, lambda name: True)
+        files = [(rel, p) for rel, p in files if matches(rel, pats)]
         rejects = [r for r in rejects if r["reason"] == "link_loop" or matches(r["path"], pats)]
     found: list[Piece] = []
-    for rel, path in listed:
+    for rel, path in files:
         got = _piece(path, rel, line_mode)
         (found.append(got) if isinstance(got, Piece) else rejects.append(got))
     found.sort(key=lambda p: p.rel)

@@ -1,7 +1,5 @@
-"""Listing and reading the scans of `prep volumes`: NIfTI files (nibabel) and their labels.
-
-Every problem with one input is a `Reject` with a code of README's table; the run goes on.
-"""
+"""Listing and reading the scans of `prep volumes`: NIfTI files (nibabel), DICOM series and their
+labels. Every problem with one input is a `Reject` with a code of README's table."""
 
 from __future__ import annotations
 
@@ -16,6 +14,7 @@ import numpy as np
 from prep.media.volume.dicom import read_series
 from prep.media.volume.transform import MAX_CLASS
 from prep.run.inputs import Reject, check_file, walk
+from prep.sources.samples import file_stats
 
 NIFTI = (".nii.gz", ".nii")
 # What nibabel raises for a cut or damaged file: gzip streams that end early (EOFError), bad
@@ -40,14 +39,11 @@ def stem(rel: str) -> str | None:
 def list_volumes(
     src: Path, labels: Path | None
 ) -> tuple[list[Item], list[dict[str, Any]], list[tuple[str, int, int]]]:
-    """Sorted inputs under `src` (a folder or one NIfTI file): NIfTI files and folders of
-    .dcm slices; their rejects; and (path, size, mtime) of every file read, labels included,
-    for --resume's fingerprint."""
+    """Sorted inputs under `src` (a folder or one NIfTI file): NIfTI files and folders of .dcm
+    slices; rejects; and (path, size, mtime) of every file read, for --resume's fingerprint."""
     if src.is_file():
-        found, rejects = [(src.name, src)], []
         problem = check_file(src, src.name)
-        if problem is not None:
-            found, rejects = [], [problem]
+        found, rejects = ([], [problem]) if problem else ([(src.name, src)], [])
     else:
         found, rejects = walk(src, frozenset({".nii", ".gz", ".dcm"}))
     items, seen = [], []
@@ -58,16 +54,12 @@ def list_volumes(
         if labels is not None:  # a label file that is not there is rejected when read
             lab = label_files.get(key, labels / f"{key}.nii.gz")
         items.append(Item(rel, path, lab))
-        for p in (*files, lab):
-            if p is not None and p.is_file():
-                st = p.stat()
-                seen.append((str(p), st.st_size, st.st_mtime_ns))
+        seen += file_stats([p for p in (*files, lab) if p is not None and p.is_file()])
     return items, rejects, seen
 
 
 def _inputs(found: list[tuple[str, Path]]) -> list[tuple[str, Path, list[Path]]]:
-    """(rel, path, files read) per input: a NIfTI file, or a folder of .dcm slices (one
-    DICOM series), in sorted order."""
+    """(rel, path, files read) per input, a NIfTI file or a DICOM series' folder, sorted."""
     series: dict[str, list[Path]] = {}
     inputs = []
     for rel, path in found:
@@ -91,9 +83,7 @@ class Scan:
 
 
 def read_scan(path: Path, volume_index: int | None, is_label: bool = False) -> Scan:
-    """One volume: a NIfTI file, or a folder holding one DICOM series; raises Reject
-    (`empty`, `not_volume`, `truncated`, `not_3d`, `not_finite`, `dicom_*`, and for labels
-    `values`)."""
+    """One volume: a NIfTI file, or a folder holding one DICOM series; or Reject."""
     if path.is_dir():
         data, affine = read_series(path)
     else:
@@ -143,7 +133,7 @@ def _gzip_cut(path: Path) -> bool:
     except EOFError:
         return True
     except (OSError, zlib.error):
-        return False
+        pass
     return False
 
 

@@ -31,8 +31,7 @@ from prep.run.inputs import Reject
 from prep.run.shardwriter import write_shard
 from prep.run.tasks import shard_task
 from prep.sources.images import Item, Listing
-from prep.sources.listing import list_images
-from prep.sources.splits import split_counts
+from prep.sources.listing import list_images, split_counts
 
 PackSummary = RunSummary
 

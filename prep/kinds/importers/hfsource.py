@@ -36,7 +36,7 @@ from prep.kinds.importers.hfjson import (
 from prep.kinds.importers.paths import Tree
 from prep.run.errors import PrepError, Reject, UsageError
 from prep.run.samples import Item
-from prep.sources.imported import Source, file_stats
+from prep.sources.samples import Source, file_stats
 
 USUAL = ("train", "validation", "valid", "dev", "test")
 SHARD_NAME = re.compile(r"^(?P<split>[\w.]+?)-\d+-of-\d+$")  # train-00000-of-00004

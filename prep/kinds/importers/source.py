@@ -1,4 +1,4 @@
-"""The run of an importer that lists its source itself (prep.sources.imported.Source: Hugging
+"""The run of an importer that lists its source itself (prep.sources.samples.Source: Hugging
 Face folders, WebDataset tars): the samples run over its items, each split in its own shards,
 each sample's `source` its place in the source, and what the manifest records of the source."""
 
@@ -14,7 +14,7 @@ from loaders.remote.storage import url_of
 from prep.run.driver import Inputs, RunSummary, run
 from prep.run.errors import PrepError
 from prep.run.samples import SamplesRun, UserFunction, check_shippable
-from prep.sources.imported import Source
+from prep.sources.samples import Source
 
 
 class SourceKind(SamplesRun):

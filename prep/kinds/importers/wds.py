@@ -77,7 +77,7 @@ def list_shards(cfg: WdsConfig, image: Any) -> tuple[Any, Any, dict[str, Any]]:
 
     from prep.kinds.importers.wdssource import WdsSamples, scan
     from prep.run.samples import Item
-    from prep.sources.imported import Source, file_stats
+    from prep.sources.samples import Source, file_stats
 
     paths = shard_paths(str(cfg.src))
     cap = int(cfg.max_member_mb * 1e6)

@@ -26,8 +26,7 @@ from prep.media.video import decode_video
 from prep.run.driver import AUTO_MAX, AUTO_SHARDS, Inputs, RunSummary, run
 from prep.run.errors import PrepError
 from prep.run.samples import Sample, SamplesRun
-from prep.sources.images import Item
-from prep.sources.video import list_videos
+from prep.sources.images import Item, list_videos
 
 MIN_VIDEOS = 4  # the fewest videos of an automatic shard
 # Per-sample numbers beside the frames: name -> stored dtype.
