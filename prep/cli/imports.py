@@ -1,25 +1,19 @@
-"""`prep import SOURCE ...`: one Typer sub-app, a command per source shape. prep.cli.main registers
-it (and makes each command's errors one line). A command's module is imported only when it runs:
-the CLI's start-up stays fast and never imports torch.
-
-Adding a source: a config class (prep.kinds.importers.config), a runner `module:function` taking
-(cfg, show_progress, profile) and returning a RunSummary, and an `_add` line below.
-"""
+"""`prep import SOURCE ...`: one Typer sub-app, a command per source shape (see _add)."""
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 
-import prep.cli.options as options
+from prep.cli.options import command, friendly
 from prep.kinds.importers.config import CocoConfig, PairsConfig
 from prep.kinds.importers.hf import HFConfig
-from prep.kinds.importers.wds import WdsConfig
+from prep.kinds.importers.wds import WdsConfig, unquoted
 from prep.run.config import RunConfig
+from prep.run.profile import IMAGE_STAGES
 
 app = typer.Typer(
     help="Import data that sits in another format (COCO, image-text pairs, ...) as samples.",
@@ -37,41 +31,29 @@ def _add(
     arguments: tuple[str, ...] = (),
     pattern: bool = False,
 ) -> None:
-    """Command `prep import NAME` over `runner`; `arguments`: config fields taken as positional
-    arguments between SRC and OUT (COCO's IMAGES_DIR); `pattern`: SRC is a brace pattern."""
-
-    def run(cfg: Any, quiet: bool, profile: bool) -> None:
-        from prep.run.profile import IMAGE_STAGES, profile_table
-
-        module, function = runner.split(":")
-        summary = getattr(importlib.import_module(module), function)(cfg, not quiet, profile)
-        typer.echo(summary.line())
-        if summary.stages is not None:
-            workers = min(cfg.n_jobs, max(1, summary.shards - summary.reused))
-            typer.echo(profile_table(summary.stages, IMAGE_STAGES, workers))
-
-    command = options.command(config, run)
+    """Command `prep import NAME` over `runner` ("module:function", imported when it runs);
+    `arguments`: config fields taken as positional arguments between SRC and OUT (COCO's
+    IMAGES_DIR); `pattern`: SRC is a brace pattern."""
+    cmd = command(config, runner, IMAGE_STAGES, doc)
     if arguments:
-        _positional(command, config, arguments)
+        _positional(cmd, config, arguments)
     if pattern:
-        command = _one_pattern(command)
-    command.__doc__ = doc
-    app.command(name, context_settings={"allow_extra_args": pattern})(command)
+        cmd = _one_pattern(cmd)
+        cmd.__doc__ = doc
+    app.command(name, context_settings={"allow_extra_args": pattern})(friendly(cmd))
 
 
-def _one_pattern(command: Any) -> Any:
+def _one_pattern(cmd: Any) -> Any:
     """More arguments than SRC OUT: an unquoted brace pattern that the shell expanded into its
     names (shard-{000..009}.tar: ten). One line saying to quote it, not Click's box about an
     extra argument."""
 
     def checked(ctx: typer.Context, **values: Any) -> None:
         if ctx.args:
-            from prep.kinds.importers.wds import unquoted
-
             raise unquoted(f"{len(ctx.args) + 2} arguments where SRC OUT are 2")
-        command(**values)
+        cmd(**values)
 
-    params = list(inspect.signature(command).parameters.values())
+    params = list(inspect.signature(cmd).parameters.values())
     ctx = inspect.Parameter(
         "ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context
     )
@@ -79,9 +61,9 @@ def _one_pattern(command: Any) -> Any:
     return checked
 
 
-def _positional(command: Any, config: type[RunConfig], names: tuple[str, ...]) -> None:
+def _positional(cmd: Any, config: type[RunConfig], names: tuple[str, ...]) -> None:
     """Make the options `names` positional arguments, after SRC and before OUT."""
-    params = list(command.__signature__.parameters.values())
+    params = list(cmd.__signature__.parameters.values())
     moved = []
     for name in names:
         old = next(p for p in params if p.name == name)
@@ -90,7 +72,7 @@ def _positional(command: Any, config: type[RunConfig], names: tuple[str, ...]) -
         moved.append(old.replace(annotation=Annotated[Optional[Path], info]))
     at = next(i for i, p in enumerate(params) if p.name == "src") + 1
     params[at:at] = moved
-    command.__signature__ = inspect.Signature(params)
+    cmd.__signature__ = inspect.Signature(params)
 
 
 _add(
