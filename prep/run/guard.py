@@ -1,13 +1,9 @@
 """What a run checks of OUT before it touches anything, and the lock that keeps runs apart.
 
-- OUT may not hold what the run reads (SRC, a mask folder, a tokenizer file): replacing OUT
-  would delete it.
-- A non-empty OUT must be a prep dataset holding only what prep wrote: --overwrite replaces
-  it whole, so a file of the user's in it would be lost. `prep report OUT` writes
-  OUT/report.html: a file of the dataset's, replaced with it.
-- One run at a time per OUT: a lock file `.OUT.prep-lock` beside OUT (flock), held from listing
-  to the swap and removed at the end. A second run exits 1 naming the pid and host of the first.
-"""
+OUT may not hold what the run reads; a non-empty OUT must be a prep dataset holding only what
+prep wrote (--overwrite replaces it whole: a file of the user's in it would be lost); one run at
+a time per OUT, through the lock file `.OUT.prep-lock` beside it (flock), held from listing to
+the swap."""
 
 from __future__ import annotations
 
@@ -20,17 +16,16 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from loaders.fields.registry import declared
 from loaders.format import MANIFEST, REJECTS, FormatError, read_manifest
 from prep.run.errors import PrepError, UsageError
 from prep.run.files import HOST
-from prep.run.staging import OLD, RUN_DIR, staging_dir
+from prep.run.staging import OLD, RUN_DIR, listed_files, staging_dir
 
 REPORT = "report.html"  # prep report's page, by default inside the dataset it describes
 
 
 def check_out(out: Path, sources: list[Path], overwrite: bool, resume: bool) -> None:
-    """Refuse an OUT that would lose a user's file (see the module docstring)."""
+    """Refuse an OUT that would lose a user's file."""
     if not out.name:
         raise UsageError(f"OUT {out} is not a folder prep can write. HINT: name a new folder")
     for src in sources:
@@ -67,14 +62,12 @@ def check_out(out: Path, sources: list[Path], overwrite: bool, resume: bool) -> 
 
 def foreign_files(out: Path) -> list[str]:
     """The names in folder `out` that are not part of the prep dataset it holds (all of them
-    when it holds none): what replacing it would delete."""
+    when it holds none)."""
     names = sorted(os.listdir(out))
     try:
         if not (out / MANIFEST).is_file():  # a FIFO there would block the read
             return names
-        m = read_manifest(out)
-        files = [f for s in m.shards for f in s.files] + list((m.index or {}).get("files", {}))
-        files += [f for name, field in declared(m).items() for f in field.files(name)]
+        files = listed_files(read_manifest(out))
     except (OSError, FormatError):
         return names  # not a manifest prep wrote
     ours = {MANIFEST, REJECTS, RUN_DIR, OLD} | {Path(f).parts[0] for f in files if f}

@@ -1,16 +1,13 @@
 """The swap of a finished run folder into place, and finishing a swap that a kill interrupted.
 
 1. OUT.partial/ holds the new dataset, its manifest last, and `.prep-run/`.
-2. Swap: where the system can, OUT.partial and OUT are exchanged in one step (renameat2
-   RENAME_EXCHANGE: readers see the old dataset or the new one, never none), and OUT.partial
-   is then the old dataset. Elsewhere the old OUT is moved to `OUT.partial/.prep-old`, then
-   OUT.partial becomes OUT.
+2. Swap: OUT.partial and OUT exchanged in one step where the system can (renameat2
+   RENAME_EXCHANGE: readers see the old dataset or the new one, never none); elsewhere the old
+   OUT is moved to `OUT.partial/.prep-old`, then OUT.partial becomes OUT.
 3. The old dataset goes (OUT.partial, or OUT/.prep-old), and `OUT/.prep-run/` last.
 
-A kill in step 1 leaves a run that `--resume` finishes. A kill after a swap leaves OUT complete
-with `.prep-run/` in it: the next run on OUT (any run: prep.run.driver calls `recover`) ends
-step 3. No step leaves a folder under another name (no OUT.old-PID).
-"""
+A kill after a swap leaves OUT complete with `.prep-run/` in it: the next run on OUT ends step 3
+(`recover`). No step leaves a folder under another name."""
 
 from __future__ import annotations
 
@@ -27,8 +24,7 @@ from prep.run.tasks import write_error
 
 
 def _exchange(a: Path, b: Path) -> bool:
-    """Swap two paths in one atomic step (Linux renameat2 RENAME_EXCHANGE). False where the
-    system cannot."""
+    """Swap two paths in one atomic step; False where the system cannot."""
     try:
         renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
     except (OSError, AttributeError):  # not glibc >= 2.28
@@ -43,7 +39,7 @@ def _exchange(a: Path, b: Path) -> bool:
 
 
 def install(staging: Path, out: Path) -> None:
-    """Swap the finished dataset into place (the module docstring's steps 2 and 3)."""
+    """Steps 2 and 3."""
     try:
         cleanup_temps(staging)  # e.g. left by a dask worker that died mid-shard
         if not out.exists():
@@ -58,8 +54,7 @@ def install(staging: Path, out: Path) -> None:
 
 
 def recover(out: Path) -> None:
-    """Finish step 3 of a swap that happened: remove the old dataset, then `.prep-run/`.
-    Nothing to do when OUT holds no `.prep-run/` beside a manifest."""
+    """Finish step 3 of a swap that happened (OUT holds `.prep-run/` beside a manifest)."""
     if not ((out / RUN_DIR).is_dir() and (out / MANIFEST).is_file()):
         return
     old = staging_dir(out)  # after an exchange: the old dataset (a manifest, no run folder)

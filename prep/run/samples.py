@@ -1,14 +1,8 @@
 """The samples run: the one engine of every command that writes samples with fields (`prep
-samples`, `prep audio`, `prep video`, `prep import ...`), on the run driver (prep.run.driver).
-
-A command (prep.kinds) lists its inputs as `Item`s, declares its fields (`SamplesRun.declare`)
-and gives the function that makes an input's samples (field name -> value). The engine does
-the rest, once for all of them: binds the fields (a mask takes its image's sizes), derives
-their arrays, encodes each field of each sample (`encode_sample`) onto the one shard writer
-(prep.run.shardwriter), a shard per split, adds the `source` of each sample where the command
-stores it, keeps the statistics of the fields that count what they store (an image's pixels:
-`Counting`) and writes the version 4 manifest of the fields.
-"""
+samples`, `prep audio`, `prep video`, `prep import ...`). A command lists its inputs as `Item`s,
+declares its fields and gives the function that makes an input's samples; the engine binds and
+encodes the fields onto the shard writer, a shard per split, adds `source` where the command
+stores it, keeps the counting fields' statistics, and writes the version 4 manifest."""
 
 from __future__ import annotations
 
@@ -49,8 +43,8 @@ class Item:
 
 @dataclass(frozen=True)
 class Source(Text):
-    """The `source` field: an input's name, stored as `prep pack` stores a path (a file name
-    that is not UTF-8 keeps its bytes: loaders.fields.base.encode_source). A Text field."""
+    """The `source` field: an input's name, stored as `prep pack` stores a path (a name that is
+    not UTF-8 keeps its bytes)."""
 
     def to_bytes(self, value: Any) -> bytes:
         if isinstance(value, str):
@@ -60,17 +54,16 @@ class Source(Text):
 
 @runtime_checkable
 class Counting(Protocol):
-    """A writer field that counts what it stores (prep.fields.Image: each channel's pixel
-    values) for the manifest's `extra.stats[NAME]`: a counter a shard, kept in its record."""
+    """A writer field that counts what it stores (prep.fields.Image: its pixel values) for the
+    manifest's `extra.stats[NAME]`: encode()'s arrays and a sample's count; a shard's counter
+    (`add(counted)`, `record()`: its JSON in the shard's record); the manifest's entry from the
+    shards' records ({"shard", "stats"})."""
 
-    def encode_counted(self, value: Any) -> tuple[dict[str, np.ndarray], Any]:
-        """encode()'s arrays, and what the counter adds of this sample."""
+    def encode_counted(self, value: Any) -> tuple[dict[str, np.ndarray], Any]: ...
 
-    def counter(self) -> Any:
-        """A shard's counter: `add(counted)` a sample, `record()` its JSON for the record."""
+    def counter(self) -> Any: ...
 
-    def stats(self, records: list[dict[str, Any]]) -> dict[str, Any] | None:
-        """The manifest's entry from the shards' records ({"shard", "stats": record()})."""
+    def stats(self, records: list[dict[str, Any]]) -> dict[str, Any] | None: ...
 
 
 @dataclass(frozen=True)
@@ -102,9 +95,9 @@ class UserFunction:
 def encode_sample(
     sample: Sample, fields: dict[str, Field], base: Path | None, counting: Collection[str] = ()
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """The arrays of one sample (array name -> its stored value), and what each field named in
-    `counting` counted of it. A value that does not fit is a Reject naming its field; a path
-    of an Image or Mask is relative to `base`."""
+    """The arrays of one sample, and what each field named in `counting` counted of it. A value
+    that does not fit is a Reject naming its field; an image or mask path is relative to
+    `base`."""
     missing = [n for n in fields if n not in sample]
     extra = [str(n) for n in sample if n not in fields]
     if missing or extra:
@@ -150,9 +143,8 @@ def samples_shard(
     staging: Path,
     sourced: bool,
 ) -> dict[str, Any]:
-    """The joblib task: shard `index` of `items` (one split's) through `make` and the fields;
-    its record keeps each counting field's counts (`stats`, by field name). `sourced`: each
-    sample's `source` is its input's (Item.source, else the input's `rel`)."""
+    """The shard task: shard `index` of `items` (one split's) through `make` and the fields;
+    its record keeps each counting field's counts (`stats`). `sourced`: add `source`."""
     counters = {n: f.counter() for n, f in fields.items() if isinstance(f, Counting)}
 
     def encode(item: Any) -> list[dict[str, np.ndarray]] | None:
@@ -184,9 +176,8 @@ def _rel(item: Any) -> str:
 
 class SamplesRun(Kind[Any, list[Any]]):
     """A command that writes samples with fields. A subclass sets `name` (the manifest's
-    `command`, unless it sets `command`), declares its fields (`declare`), sets `make`, and
-    lists its inputs into `items` (with `base`, the folder of their relative paths); `extra`
-    adds to the manifest. `sourced`: the engine adds a `source` field, each sample's input
+    `command`), declares its fields, sets `make`, and lists its inputs into `items` (`base`: the
+    folder of their relative paths). `sourced`: add a `source` field, each sample's input
     (Item.source, else its `rel`)."""
 
     name: ClassVar[str] = "samples"
@@ -215,8 +206,7 @@ class SamplesRun(Kind[Any, list[Any]]):
         self.specs = array_specs(self.fields)
 
     def plan(self) -> list[list[Any]]:
-        """Each split's inputs (in their order) cut into shards of the size the whole count
-        gives: a shard holds one split."""
+        """Each split's inputs cut into shards of the size the whole count gives."""
         size = shard_size(len(self.items), self.cfg.shard_size)
         shards = []
         for split in dict.fromkeys(getattr(it, "split", None) for it in self.items):
@@ -244,8 +234,7 @@ class SamplesRun(Kind[Any, list[Any]]):
         return "stats" in record  # a shard of a prep before pixel stats: redone
 
     def extra(self, records: list[dict[str, Any]]) -> dict[str, Any]:
-        """The manifest's `extra`: each counting field's statistics (an image field's
-        per-channel mean and std at each size, of the train split)."""
+        """The manifest's `extra`: each counting field's statistics."""
         stats = {}
         for name, f in self.fields.items():
             if isinstance(f, Counting):
@@ -267,7 +256,7 @@ class SamplesRun(Kind[Any, list[Any]]):
 
 
 def bind_fields(fields: Any) -> dict[str, Field]:
-    """Check the declared fields (exit 2 for a bad one); a Mask, Boxes, Instances or Keypoints
+    """Check the declared fields (exit 2 for a bad one); a placed field (a mask, boxes...)
     takes its image's sizes and mode."""
     if not isinstance(fields, dict) or not fields:
         raise UsageError("fields must be a dict of field name -> field (prep.fields)")

@@ -16,12 +16,11 @@ T = TypeVar("T")
 
 def write_error(e: OSError, what: str = "the output") -> PrepError:
     """A failed write (disk full, quota, permissions, read-only file system) as one line naming
-    the file; the run's finished shards stay in OUT.partial for --resume."""
-    where = e.filename or what
-    reason = e.strerror or str(e)
+    the file."""
     return PrepError(
-        f"cannot write {where}: {reason}. HINT: free space or fix permissions on that disk, "
-        "then rerun the same command with --resume (finished shards are kept)"
+        f"cannot write {e.filename or what}: {e.strerror or e}. HINT: free space or fix "
+        "permissions on that disk, then rerun the same command with --resume (finished shards "
+        "are kept)"
     )
 
 
@@ -29,10 +28,9 @@ _watching: list[int] = []  # the parent pid this worker process watches, once st
 
 
 def shard_task(write: Callable[..., T]) -> Callable[..., T]:
-    """Make a shard writer the task that runs it. The task takes the writer's arguments and
-    then `parent`: the pid of the command whose loky worker runs it (None elsewhere); the
-    worker ends when that process dies (exit_with_parent). A failed write becomes one PrepError
-    line naming the file (write_error)."""
+    """The task that runs shard writer `write`: it takes the writer's arguments, then `parent`,
+    the pid of the command whose loky worker runs it (None elsewhere). A failed write is a
+    write_error."""
 
     @functools.wraps(write)
     def task(*args: Any) -> T:
@@ -47,9 +45,9 @@ def shard_task(write: Callable[..., T]) -> Callable[..., T]:
 
 
 def exit_with_parent(parent: int | None) -> None:
-    """In a loky worker of `parent`: start a thread that ends this process once the parent has
-    died (SIGKILL), so that no orphan writes beside the --resume run that follows, nor idles on
-    for minutes. Its temp files stay behind; the next run removes them (cleanup_temps)."""
+    """In a loky worker of `parent`: a thread ends this process once the parent has died
+    (SIGKILL), so that no orphan writes beside the --resume run that follows. Its temp files
+    stay behind for the next run to remove (cleanup_temps)."""
     if _watching or parent is None or parent == os.getpid():
         return
     _watching.append(parent)
