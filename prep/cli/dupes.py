@@ -9,6 +9,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from prep.media.image.near import DEFAULT_DISTANCE
+from prep.run.errors import UsageError
 
 
 def dupes(
@@ -48,7 +49,6 @@ def dupes(
     Example: prep dupes data/packed --split train --against-split val
     """
     from prep.inspect.dupes import dataset_hashes, dupe_groups, leakage
-    from prep.run.errors import UsageError
 
     if not 0 <= max_distance <= 32:
         raise UsageError(f"--max-distance {max_distance} must be 0..32")
@@ -76,8 +76,6 @@ def dupes(
 def _other(root: Path, against: Path | None, split: str | None, other: str | None) -> Path | None:
     """The dataset to compare ROOT with (ROOT itself when only --against-split is given), or
     None; a UsageError where every sample would be its own twin."""
-    from prep.run.errors import UsageError
-
     if against is None and other is not None:
         against = root
     same = against is not None and against.resolve() == root.resolve()
@@ -90,7 +88,6 @@ def _other(root: Path, against: Path | None, split: str | None, other: str | Non
 
 
 def _named(root: Path, split: str | None) -> str:
-    """ROOT, or ROOT [split] when one split of it is read."""
     return str(root) if split is None else f"{root} [{split}]"
 
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
-from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Any
 
 import typer
 
@@ -28,18 +28,13 @@ def _add(
     config: type[RunConfig],
     runner: str,
     doc: str,
-    arguments: tuple[str, ...] = (),
+    arguments: tuple[str, ...] = ("src", "out"),
     pattern: bool = False,
 ) -> None:
-    """Command `prep import NAME` over `runner` ("module:function", imported when it runs);
-    `arguments`: config fields taken as positional arguments between SRC and OUT (COCO's
-    IMAGES_DIR); `pattern`: SRC is a brace pattern."""
-    cmd = command(config, runner, IMAGE_STAGES, doc)
-    if arguments:
-        _positional(cmd, config, arguments)
+    """Command `prep import NAME` over `runner`; `pattern`: SRC is a brace pattern."""
+    cmd = command(config, runner, IMAGE_STAGES, doc, arguments=arguments)
     if pattern:
         cmd = _one_pattern(cmd)
-        cmd.__doc__ = doc
     app.command(name, context_settings={"allow_extra_args": pattern})(friendly(cmd))
 
 
@@ -48,79 +43,55 @@ def _one_pattern(cmd: Any) -> Any:
     names (shard-{000..009}.tar: ten). One line saying to quote it, not Click's box about an
     extra argument."""
 
+    @functools.wraps(cmd)
     def checked(ctx: typer.Context, **values: Any) -> None:
         if ctx.args:
             raise unquoted(f"{len(ctx.args) + 2} arguments where SRC OUT are 2")
         cmd(**values)
 
-    params = list(inspect.signature(cmd).parameters.values())
-    ctx = inspect.Parameter(
-        "ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context
-    )
-    checked.__signature__ = inspect.Signature([ctx, *params])  # type: ignore[attr-defined]
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    ctx = inspect.Parameter("ctx", kind, annotation=typer.Context)
+    params = [ctx, *inspect.signature(cmd).parameters.values()]
+    checked.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     return checked
 
 
-def _positional(cmd: Any, config: type[RunConfig], names: tuple[str, ...]) -> None:
-    """Make the options `names` positional arguments, after SRC and before OUT."""
-    params = list(cmd.__signature__.parameters.values())
-    moved = []
-    for name in names:
-        old = next(p for p in params if p.name == name)
-        params.remove(old)
-        info = typer.Argument(help=config.__dataclass_fields__[name].metadata["help"])
-        moved.append(old.replace(annotation=Annotated[Optional[Path], info]))
-    at = next(i for i, p in enumerate(params) if p.name == "src") + 1
-    params[at:at] = moved
-    cmd.__signature__ = inspect.Signature(params)
-
-
-_add(
-    "coco",
-    CocoConfig,
-    "prep.kinds.importers.coco:import_coco",
-    """Import a COCO instances JSON and its images: image, boxes, labels, iscrowd, area, image_id.
+COCO_HELP = """\
+Import a COCO instances JSON and its images: image, boxes, labels, iscrowd, area, image_id.
 
 Boxes are float32 (x0, y0, x1, y1) in the stored image's pixels: resized, cropped and padded
 with it (a box cut by the crop is clipped; one left with no area is dropped and counted).
 
 Example: prep import coco instances_train2017.json train2017/ packed/coco --sizes 512 --mode keep
-""",
-    arguments=("images",),
-)
-_add(
-    "pairs",
-    PairsConfig,
-    "prep.kinds.importers.pairs:import_pairs",
-    """Import image-caption pairs from a .csv, .jsonl or .parquet: image, caption (and tokens).
+"""
+
+PAIRS_HELP = """\
+Import image-caption pairs from a .csv, .jsonl or .parquet: image, caption (and tokens).
 
 Example: prep import pairs captions.parquet packed/pairs --image-column path --text-column caption
-""",
-)
-_add(
-    "hf",
-    HFConfig,
-    "prep.kinds.importers.hf:import_hf",
-    """Import a Hugging Face dataset from disk (save_to_disk, or Parquet files), read with pyarrow.
+"""
+
+HF_HELP = """\
+Import a Hugging Face dataset from disk (save_to_disk, or Parquet files), read with pyarrow.
 
 Features become fields: Image -> image, ClassLabel -> label with its names, Value -> scalar,
 text or bytes, List/Sequence -> ragged array (JSON for strings), Array2D-5D -> array, a dict ->
 a field a key. Each split gets its own shards; the manifest records the splits and features.
 
 Example: prep import hf ~/hf/my_dataset packed/hf --sizes 224
-""",
-)
-_add(
-    "webdataset",
-    WdsConfig,
-    "prep.kinds.importers.wds:import_webdataset",
-    """Import WebDataset tar shards: samples grouped by key, a field an extension.
+"""
+
+WDS_HELP = """Import WebDataset tar shards: samples grouped by key, a field an extension.
 
 .jpg/.png/.webp -> the field image, .cls -> label, .txt -> text, .json -> JSON, .npy -> array,
 other -> bytes, and __key__. A sample missing a field (--fields: which), with a member over
 --max-member-mb, or in a truncated tar is a reject. Quote the pattern (the shell expands it).
 
 Example: prep import webdataset 'shards/train-{000000..000099}.tar' packed/wds --sizes 224
-""",
-    pattern=True,
-)
+"""
+
+COCO_ARGUMENTS = ("src", "images", "out")  # COCO's IMAGES_DIR between SRC and OUT
+_add("coco", CocoConfig, "prep.kinds.importers.coco:import_coco", COCO_HELP, COCO_ARGUMENTS)
+_add("pairs", PairsConfig, "prep.kinds.importers.pairs:import_pairs", PAIRS_HELP)
+_add("hf", HFConfig, "prep.kinds.importers.hf:import_hf", HF_HELP)
+_add("webdataset", WdsConfig, "prep.kinds.importers.wds:import_webdataset", WDS_HELP, pattern=True)

@@ -16,8 +16,7 @@ from prep.run.errors import PrepError
 
 @contextlib.contextmanager
 def reading(root: Path) -> Iterator[None]:
-    """A dataset that cannot be read (a server down, a folder refused) is one line: the OSError
-    `loaders.remote.retried` raises already names the URL and the fix."""
+    """A dataset that cannot be read (a server down, a folder refused) is one line."""
     try:
         yield
     except OSError as e:
@@ -63,12 +62,10 @@ def verify(
     for p in problems:
         typer.echo(f"bad: {p}", err=True)
     if problems:
-        typer.echo(
-            f"error: {len(problems)} problems in {root}. HINT: restore the files named above, "
-            "or pack the dataset again (--overwrite)",
-            err=True,
+        raise PrepError(
+            f"{len(problems)} problems in {root}. HINT: restore the files named above, or pack "
+            "the dataset again (--overwrite)"
         )
-        raise typer.Exit(PrepError.exit_code)
     files = sum(len(s.files) for s in manifest.shards)
     typer.echo(f"{root}: ok, {manifest.num_samples} samples, {files} files verified")
 

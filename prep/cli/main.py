@@ -52,117 +52,81 @@ def _writer(
     app.command(name)(friendly(command(config, runner, stages, doc, defaults, check)))
 
 
-PACK = "prep.kinds.images.pack:pack"
-_writer(
-    "pack",
-    PackConfig,
-    PACK,
-    IMAGE_STAGES,
-    """Pack images into uint8 shards at one or more sizes, from ONE decode each.
+PACK_HELP = """Pack images into uint8 shards at one or more sizes, from ONE decode each.
 
 Example: prep pack data/raw/images data/packed --sizes 128,256 --masks data/raw/masks
-""",
-)
-_writer(
-    "resize",
-    PackConfig,
-    PACK,
-    IMAGE_STAGES,
-    """Pack at one size (pack with a single --size).
+"""
+
+RESIZE_HELP = """Pack at one size (pack with a single --size).
 
 Example: prep resize data/raw/images data/resized --size 512 --mode fit
-""",
-    one_size=True,
-)
-_writer(
-    "grayscale",
-    PackConfig,
-    PACK,
-    IMAGE_STAGES,
-    """Pack one-channel images, converted at decode time (pack --gray).
+"""
+
+GRAYSCALE_HELP = """Pack one-channel images, converted at decode time (pack --gray).
 
 Example: prep grayscale data/raw/images data/gray --size 256
-""",
-    one_size=True,
-    gray=True,
-)
-_writer(
-    "tokenize",
-    TokenizeConfig,
-    "prep.kinds.text.tokenize:tokenize",
-    TEXT_STAGES,
-    """Tokenize text into flat token shards with document offsets, split train/val.
+"""
+
+TOKENIZE_HELP = """Tokenize text into flat token shards with document offsets, split train/val.
 
 Tokens are uint8/16/32, the narrowest that holds the vocabulary; the tokenizer file travels in OUT.
 
 Example: prep tokenize data/demo-raw/text data/demo-tokens --tokenizer bpe --vocab-size 512
-""",
-)
-_writer(
-    "audio",
-    AudioConfig,
-    "prep.kinds.audio.pack:audio",
-    ("list", "read", "resample", "write", "checksum"),
-    """Decode sound files once, resample with soxr, store int16 (or float16) clips, ragged.
+"""
+
+AUDIO_HELP = """Decode sound files once, resample with soxr, store int16 (or float16) clips, ragged.
 
 WAV, FLAC, OGG/Vorbis, Opus and MP3 through libsndfile, other formats through FFmpeg (PyAV).
 Class sub-folders (or a CSV/JSONL list, or --labels) give labels; AudioDataset reads windows.
 
 Example: prep audio speech/ packed/speech --rate 16000 --mono --max-seconds 30
-""",
-)
-_writer(
-    "volumes",
-    VolumeConfig,
-    "prep.kinds.volumes.pack:volumes",
-    (),
-    """Pack 3-D scans (NIfTI, DICOM) once: reorient, resample, window, crop.
+"""
+
+VOLUMES_HELP = """Pack 3-D scans (NIfTI, DICOM) once: reorient, resample, window, crop.
 
 PatchDataset then reads random patches through memory maps.
 
 Example: prep volumes scans/ packed-ct/ --labels segs/ --spacing 1.5,1.5,1.5 --window -1000,400
-""",
-)
-_writer(
-    "samples",
-    SamplesConfig,
-    "prep.kinds.samples.pack:pack_recipe",
-    IMAGE_STAGES,
-    """Pack samples of any shape: a recipe's make(input) returns a dict of its FIELDS.
+"""
+
+SAMPLES_HELP = """Pack samples of any shape: a recipe's make(input) returns a dict of its FIELDS.
 
 Inputs: a .csv/.jsonl/.parquet file (each row a dict), a .txt of paths, or a folder (paths).
 make() returns None to skip an input, or raises prep.Reject("why") to record it as a reject.
 
 Example: prep samples annotations.jsonl packed --recipe recipes/detection.py --jobs 2
-""",
-)
-_writer(
-    "table",
-    TableConfig,
-    "prep.kinds.table.pack:pack_table",
-    (),
-    """Pack CSV/TSV/JSONL/Parquet tables (.csv.gz too) into typed column arrays.
+"""
+
+TABLE_HELP = """Pack CSV/TSV/JSONL/Parquet tables (.csv.gz too) into typed column arrays.
 
 Integers narrowed, floats float32, text and --categorical columns as codes with their
 vocabulary, a text target as class ids 0..K-1, rows split train/val by a hash.
 
 Example: prep table data/*.csv packed-tab/ --target label --categorical city,device
-""",
-)
-_writer(
-    "video",
-    VideoConfig,
-    "prep.kinds.video.pack:pack_video",
-    ("read", "decode", "resize", "encode", "write"),
-    """Decode videos once at a fixed --fps and --size: frames raw or JPEG, one video a sample.
+"""
+
+VIDEO_HELP = """\
+Decode videos once at a fixed --fps and --size: frames raw or JPEG, one video a sample.
 
 Frames are picked by timestamp (variable frame rates come out right) and turned upright by the
 file's rotation; class sub-folders give labels; --max-frames / --clip-seconds cut long videos.
 ClipDataset then reads clips of --frames frames straight from the maps.
 
 Example: prep video data/demo-video data/packed-video --fps 8 --size 64 --codec jpeg
-""",
-)
+"""
+
+PACK = "prep.kinds.images.pack:pack"
+AUDIO_STAGES = ("list", "read", "resample", "write", "checksum")
+VIDEO_STAGES = ("read", "decode", "resize", "encode", "write")
+_writer("pack", PackConfig, PACK, IMAGE_STAGES, PACK_HELP)
+_writer("resize", PackConfig, PACK, IMAGE_STAGES, RESIZE_HELP, one_size=True)
+_writer("grayscale", PackConfig, PACK, IMAGE_STAGES, GRAYSCALE_HELP, one_size=True, gray=True)
+_writer("tokenize", TokenizeConfig, "prep.kinds.text.tokenize:tokenize", TEXT_STAGES, TOKENIZE_HELP)
+_writer("audio", AudioConfig, "prep.kinds.audio.pack:audio", AUDIO_STAGES, AUDIO_HELP)
+_writer("volumes", VolumeConfig, "prep.kinds.volumes.pack:volumes", (), VOLUMES_HELP)
+_writer("samples", SamplesConfig, "prep.kinds.samples.pack:pack_recipe", IMAGE_STAGES, SAMPLES_HELP)
+_writer("table", TableConfig, "prep.kinds.table.pack:pack_table", (), TABLE_HELP)
+_writer("video", VideoConfig, "prep.kinds.video.pack:pack_video", VIDEO_STAGES, VIDEO_HELP)
 
 
 @app.command()

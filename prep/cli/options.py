@@ -22,7 +22,6 @@ from prep.run.profile import profile_table
 
 F = TypeVar("F", bound=Callable[..., Any])
 EXIT_FAILED, EXIT_INTERRUPTED = 1, 130
-ARGUMENTS = ("src", "out")
 
 
 def friendly(fn: F) -> F:
@@ -75,13 +74,15 @@ def shown_default(f: dataclasses.Field[Any], given: Any) -> str:
     return str(value)
 
 
-def _parameter(f: dataclasses.Field[Any], hint: Any, default: Any) -> inspect.Parameter:
+def _parameter(
+    f: dataclasses.Field[Any], hint: Any, default: Any, arguments: tuple[str, ...]
+) -> inspect.Parameter:
     """One dataclass field as a Typer parameter. Its default None means "not given": the
     config file's value or the dataclass default applies (--help shows the latter)."""
     args = get_args(hint)
     base = next(a for a in args if a is not type(None)) if type(None) in args else hint  # X | None
     help_text = f.metadata.get("help", "")
-    if f.name in ARGUMENTS:
+    if f.name in arguments:
         info: Any = typer.Argument(help=help_text, show_default=False)
         # str | list[str]: SRC takes several paths (a shell's expansion of data/*.csv)
         base = list[Path] if any(get_origin(a) is list for a in args) else Path
@@ -129,10 +130,12 @@ def command(
     doc: str,
     defaults: dict[str, Any] | None = None,
     check: Callable[[Any], None] | None = None,
+    arguments: tuple[str, ...] = ("src", "out"),
 ) -> Callable[..., None]:
     """A writing command for config class `cls`: it loads the config (defaults < file <
     command line), `check`s it, runs `runner` ("module:function", imported only then), prints
-    the summary line, then with --profile the stage table (`stages` first, in their order)."""
+    the summary line, then with --profile the stage table (`stages` first, in their order).
+    The fields `arguments` are positional, in that order; the others options."""
 
     def body(**values: Any) -> None:
         config, quiet, profile = (values.pop(k) for k in EXTRA)
@@ -150,11 +153,11 @@ def command(
             typer.echo(profile_table(summary.stages, stages, workers))
 
     hints, defaults = get_type_hints(cls), defaults or {}
-    fields = sorted(dataclasses.fields(cls), key=lambda f: f.name not in ARGUMENTS)
-    params = [_parameter(f, hints[f.name], defaults.get(f.name)) for f in fields]
+    order = {name: i for i, name in enumerate(arguments)}
+    fields = sorted(dataclasses.fields(cls), key=lambda f: order.get(f.name, len(order)))
+    params = [_parameter(f, hints[f.name], defaults.get(f.name), arguments) for f in fields]
     kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
     params += [inspect.Parameter(k, kind, default=d, annotation=a) for k, (a, d) in EXTRA.items()]
-    wrapper = functools.wraps(body)(lambda **kw: body(**kw))
-    wrapper.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
-    wrapper.__doc__ = doc
-    return wrapper
+    body.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    body.__doc__ = doc
+    return body

@@ -19,13 +19,11 @@ from loaders.format import REJECTS, Manifest, read_manifest
 from loaders.remote import url_of
 from prep.run import staging as st
 from prep.run.config import RunConfig
-from prep.run.errors import PrepError
-from prep.run.guard import check_out, locked
+from prep.run.errors import PrepError, write_error
+from prep.run.guard import check_out, install, locked, recover
 from prep.run.inputs import named_rejects
-from prep.run.install import install, recover
 from prep.run.parallel import check_backend, progress, run_tasks
 from prep.run.profile import StageTimer, run_profiled
-from prep.run.tasks import write_error
 from prep.version import __version__
 
 C = TypeVar("C", bound=RunConfig)
@@ -217,7 +215,7 @@ def _run_shards(
     todo = sorted(
         (i for i in range(len(shards)) if i not in done), key=lambda i: -kind.cost(shards[i])
     )
-    parent = os.getpid() if cfg.backend == "loky" else None  # see tasks.exit_with_parent
+    parent = os.getpid() if cfg.backend == "loky" else None  # see shardwriter.exit_with_parent
     args = [(*kind.task_args(i, shards[i], staging.absolute()), parent) for i in todo]
     total = sum(kind.weight(shards[i]) for i in todo)
     bar = progress(total, kind.unit, f"{cfg.SECTION} {staging.name}", show_progress)

@@ -22,3 +22,13 @@ class Reject(Exception):
     def __init__(self, message: str, code: str = "rejected"):
         super().__init__(message)
         self.code = code
+
+
+def write_error(e: OSError, what: str = "the output") -> PrepError:
+    """A failed write (disk full, quota, permissions, read-only file system) as one line naming
+    the file."""
+    return PrepError(
+        f"cannot write {e.filename or what}: {e.strerror or e}. HINT: free space or fix "
+        "permissions on that disk, then rerun the same command with --resume (finished shards "
+        "are kept)"
+    )

@@ -1,25 +1,34 @@
-"""What a run checks of OUT before it touches anything, and the lock that keeps runs apart.
+"""What keeps OUT safe: the checks before a run touches anything, the lock that keeps runs
+apart, and the swap of the finished run folder into place.
 
-OUT may not hold what the run reads; a non-empty OUT must be a prep dataset holding only what
-prep wrote (--overwrite replaces it whole: a file of the user's in it would be lost); one run at
-a time per OUT, through the lock file `.OUT.prep-lock` beside it (flock), held from listing to
-the swap."""
+- OUT may not hold what the run reads; a non-empty OUT must be a prep dataset holding only what
+  prep wrote (--overwrite replaces it whole: a file of the user's in it would be lost).
+- One run at a time per OUT: the lock file `.OUT.prep-lock` beside it (flock), held from
+  listing to the swap.
+- The swap: OUT.partial/ holds the new dataset, its manifest last, and `.prep-run/`. OUT.partial
+  and OUT are exchanged in one step where the system can (renameat2 RENAME_EXCHANGE: readers
+  see the old dataset or the new one, never none); elsewhere the old OUT moves to
+  `OUT.partial/.prep-old`, then OUT.partial becomes OUT. Then the old dataset goes, and
+  `OUT/.prep-run/` last: a kill after a swap leaves it there, and the next run on OUT finishes
+  the removal (`recover`). No step leaves a folder under another name."""
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import fcntl
 import os
 import re
+import shutil
 import stat
 from collections.abc import Iterator
 from pathlib import Path
 
 from loaders.format import MANIFEST, REJECTS, FormatError, read_manifest
-from prep.run.errors import PrepError, UsageError
-from prep.run.files import HOST
-from prep.run.staging import OLD, RUN_DIR, listed_files, staging_dir
+from prep.run.errors import PrepError, UsageError, write_error
+from prep.run.files import HOST, fsync_dir
+from prep.run.staging import OLD, RUN_DIR, cleanup_temps, listed_files, remove, staging_dir
 
 REPORT = "report.html"  # prep report's page, by default inside the dataset it describes
 
@@ -145,3 +154,47 @@ def locked(out: Path) -> Iterator[None]:
         with contextlib.suppress(OSError):
             path.unlink()  # while still holding it: a waiting opener sees another inode
         os.close(fd)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one atomic step; False where the system cannot."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):  # not glibc >= 2.28
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EXDEV, errno.EPERM):
+        return False  # e.g. a file system without exchange: fall back to two renames
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def install(staging: Path, out: Path) -> None:
+    """Swap the finished run folder `staging` into place, then remove the old dataset."""
+    try:
+        cleanup_temps(staging)  # e.g. left by a dask worker that died mid-shard
+        if not out.exists():
+            os.replace(staging, out)
+        elif not _exchange(staging, out):
+            os.replace(out, staging / OLD)  # the old dataset rides inside the new folder
+            os.replace(staging, out)
+        fsync_dir(out.parent)
+        recover(out)
+    except OSError as e:
+        raise write_error(e, str(out)) from e
+
+
+def recover(out: Path) -> None:
+    """Finish the removals of a swap that happened (OUT holds `.prep-run/` beside a manifest)."""
+    if not ((out / RUN_DIR).is_dir() and (out / MANIFEST).is_file()):
+        return
+    old = staging_dir(out)  # after an exchange: the old dataset (a manifest, no run folder)
+    if old.is_dir() and (old / MANIFEST).is_file() and not (old / RUN_DIR).exists():
+        remove(old)
+    elif old.is_dir() and not any(old.iterdir()):  # OUT was an empty folder
+        old.rmdir()
+    if (out / OLD).exists():
+        remove(out / OLD)
+    shutil.rmtree(out / RUN_DIR)  # last: while it is there, the next run finishes this

@@ -61,25 +61,12 @@ def _remote_state(storage: Storage) -> tuple[dict[str, str], dict[str, int]]:
 
 
 def _listed(storage: Storage) -> dict[str, str]:
-    """Name -> sha256 of the files the manifest at the URL lists (its shard index read through
-    the readers' cache)."""
+    """Name -> sha256 of the files the manifest at the URL lists."""
     from loaders.remote import open_remote
 
     found = open_remote(str(storage.root))
     assert found is not None  # a URL
     return listed_files(found[1])
-
-
-def check_remote_out(url: str, overwrite: bool, resume: bool) -> Storage:
-    """Step 1 of the module docstring, before any work."""
-    storage = Storage(url)
-    _, have = _remote_state(storage)
-    if have and not (overwrite or resume):
-        raise PrepError(
-            f"{url} already holds a dataset (or an unfinished upload). HINT: pass --overwrite "
-            "to replace it (readers see the old one until the new manifest is put), or --resume"
-        )
-    return storage
 
 
 def _renamed(m: Manifest, names: dict[str, str], url: str) -> Manifest:
@@ -104,8 +91,8 @@ def _renamed(m: Manifest, names: dict[str, str], url: str) -> Manifest:
     for name, d in fields.items():  # a tokenizer moved with the others
         if isinstance(d.get("tokenizer"), str) and d["tokenizer"] in names:
             fields[name] = d | {"tokenizer": names[d["tokenizer"]]}
-    new = dataclasses.replace(m, shards=shards, fields=fields, index=None)
-    return dataclasses.replace(new, config=m.config | {"out": url})
+    config = m.config | {"out": url}
+    return dataclasses.replace(m, shards=shards, fields=fields, index=None, config=config)
 
 
 def put(storage: Storage, local: Path, name: str) -> None:
@@ -149,7 +136,7 @@ def upload(storage: Storage, local: Path, resume: bool) -> int:
 
 
 def run_remote(kind: Any, run_local: Any, show_progress: bool, profile: bool) -> Any:
-    """prep.run.driver.run for a remote OUT (the module docstring); its RunSummary."""
+    """prep.run.driver.run for a remote OUT; its RunSummary."""
     cfg = kind.cfg
     url = url_of(cfg.out)
     if url is None:
@@ -157,7 +144,12 @@ def run_remote(kind: Any, run_local: Any, show_progress: bool, profile: bool) ->
             f"--staging {cfg.staging}: only for a remote OUT (s3://, gs://, ...). HINT: drop it"
         )
     cfg.validate()
-    storage = check_remote_out(url, cfg.overwrite, cfg.resume)
+    storage = Storage(url)  # step 1, before any work
+    if _remote_state(storage)[1] and not (cfg.overwrite or cfg.resume):
+        raise PrepError(
+            f"{url} already holds a dataset (or an unfinished upload). HINT: pass --overwrite "
+            "to replace it (readers see the old one until the new manifest is put), or --resume"
+        )
     local = staging_for(url, cfg.staging)
     if cfg.backend == "dask":  # the workers upload their own shards
         storage.write(MARKER, json.dumps({"workers": True}).encode())

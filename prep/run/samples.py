@@ -7,6 +7,7 @@ stores it, keeps the counting fields' statistics, and writes the version 4 manif
 from __future__ import annotations
 
 import dataclasses
+import operator
 import shutil
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
@@ -22,8 +23,7 @@ from prep.run.driver import Kind, shard_size
 from prep.run.errors import Reject as UserReject
 from prep.run.errors import UsageError
 from prep.run.inputs import Reject
-from prep.run.shardwriter import write_shard
-from prep.run.tasks import shard_task
+from prep.run.shardwriter import shard_task, write_shard
 
 SOURCE = "source"  # the field of each sample's input, where a command stores it
 Sample = dict[str, Any]  # field name -> its value, as a command's function makes it
@@ -32,8 +32,8 @@ Make = Callable[[Any], "Sample | list[Sample] | None"]  # an input -> its sample
 
 @dataclass(frozen=True)
 class Item:
-    """One input: how a reject names it, the value a command's function is given, the split
-    its shard belongs to, and its `source` (None: `rel`)."""
+    """One input: how a reject names it, the value `make` is given, its split, its `source`
+    (None: `rel`)."""
 
     rel: str
     value: Any
@@ -68,9 +68,8 @@ class Counting(Protocol):
 
 @dataclass(frozen=True)
 class UserFunction:
-    """A function of the user's (or an importer's) as the engine calls it: given an input's
-    value, it returns a dict of the fields or None (the input skipped); whatever it raises is
-    the input's reject (prep.Reject with its code, anything else `function_error`)."""
+    """A function of the user's (or an importer's): an input's value -> a dict of the fields, or
+    None to skip it; whatever it raises is the input's reject (prep.Reject with its code)."""
 
     fn: Callable[[Any], Any]
 
@@ -108,7 +107,7 @@ def encode_sample(
     out: dict[str, np.ndarray] = {}
     uprights: dict[str, tuple[int, int]] = {}
     counted: dict[str, Any] = {}
-    for name, field in fields.items():  # images before their masks: see ordered()
+    for name, field in fields.items():  # images before their placed fields
         v = sample[name]
         if isinstance(field, (Image, Mask)) and isinstance(v, (str, Path)) and base is not None:
             v = base / v  # an absolute path stays as it is
@@ -167,11 +166,8 @@ def samples_shard(
         record["stats"] = {name: c.record() for name, c in sorted(counters.items())}
 
     split = getattr(items[0], "split", None) if items else None  # a shard holds one split
-    return write_shard(index, items, encode, _rel, specs, storage, staging, finish, split)
-
-
-def _rel(item: Any) -> str:
-    return str(item.rel)
+    rel = operator.attrgetter("rel")
+    return write_shard(index, items, encode, rel, specs, storage, staging, finish, split)
 
 
 class SamplesRun(Kind[Any, list[Any]]):
@@ -196,13 +192,14 @@ class SamplesRun(Kind[Any, list[Any]]):
         self.command = self.name
 
     def declare(self, fields: Any) -> None:
-        """The command's fields, checked (exit 2 for a bad one) and bound, with `source`."""
+        """The command's fields, checked and bound, with `source`."""
         bound = bind_fields(fields)
         if self.sourced:
             if SOURCE in bound:
                 raise UsageError(f"field name {SOURCE!r} is taken: {self.command} stores the input")
             bound[SOURCE] = Source()
-        self.fields = ordered(bound)
+        # images first: each placed field's image is encoded before it
+        self.fields = dict(sorted(bound.items(), key=lambda kv: kv[1].placed))
         self.specs = array_specs(self.fields)
 
     def plan(self) -> list[list[Any]]:
@@ -276,18 +273,12 @@ def bind_fields(fields: Any) -> dict[str, Field]:
     return out
 
 
-def ordered(fields: dict[str, Field]) -> dict[str, Field]:
-    """Images first, so that each mask's (and boxes') image is encoded before it."""
-    return dict(sorted(fields.items(), key=lambda kv: kv[1].placed))
-
-
 def array_specs(fields: dict[str, Field]) -> dict[str, ArraySpec]:
-    """Every array the fields store, by its name."""
     return {array_name(s.field, s.size): s for n, f in fields.items() for s in f.arrays(n)}
 
 
 def check_shippable(make: Callable[..., Any], backend: str) -> None:
-    """Stop before any work when `make` cannot be sent to loky or Dask workers."""
+    """Stop before any work when `make` cannot be sent to workers."""
     import cloudpickle
 
     try:

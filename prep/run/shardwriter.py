@@ -1,9 +1,13 @@
 """The one shard writer: `ShardFiles`, a shard's named arrays streamed to temp files and renamed
-once whole (every kind's file side), and `write_shard`, the sample loop on top of it."""
+once whole (every kind's file side); `write_shard`, the sample loop on top of it; and
+`shard_task`, which makes a shard writer the task a worker runs."""
 
 from __future__ import annotations
 
+import functools
 import os
+import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -13,6 +17,7 @@ import numpy as np
 
 from loaders.format import OFFSETS, ArrayRef, ArraySpec, Shard
 from loaders.format.index import file_name, stem
+from prep.run.errors import write_error
 from prep.run.files import NpyWriter, RaggedWriter, named, publish, temp_path, writing
 from prep.run.inputs import Reject, reject_record
 from prep.run.profile import stage
@@ -176,3 +181,39 @@ def write_shard(
     with stage("write"):
         write_record(staging, index, record)
     return record
+
+
+_watching: list[int] = []  # the parent pid this worker process watches, once started
+
+
+def shard_task(write: Callable[..., T]) -> Callable[..., T]:
+    """The task that runs shard writer `write`: it takes the writer's arguments, then `parent`,
+    the pid of the command whose loky worker runs it (None elsewhere). A failed write is a
+    write_error."""
+
+    @functools.wraps(write)
+    def task(*args: Any) -> T:
+        *write_args, parent = args
+        try:
+            exit_with_parent(parent)
+            return write(*write_args)
+        except OSError as e:
+            raise write_error(e) from e
+
+    return task
+
+
+def exit_with_parent(parent: int | None) -> None:
+    """In a loky worker of `parent`: a thread ends this process once the parent has died
+    (SIGKILL), so that no orphan writes beside the --resume run that follows. Its temp files
+    stay behind for the next run to remove (cleanup_temps)."""
+    if _watching or parent is None or parent == os.getpid():
+        return
+    _watching.append(parent)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.2)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="prep-exit-with-parent", daemon=True).start()

@@ -19,9 +19,8 @@ import numpy as np
 from loaders.fields.registry import declared
 from loaders.format import MANIFEST, REJECTS, ArraySpec, Manifest, Shard, sha256_file
 from loaders.format.index import DIGESTS, SHARDS, index_arrays, index_entry
-from prep.run.errors import PrepError
+from prep.run.errors import PrepError, write_error
 from prep.run.files import atomic_write_bytes, atomic_write_text
-from prep.run.tasks import write_error
 
 RUN_DIR = ".prep-run"  # inside OUT.partial: the plan and one record per finished shard
 PLAN = "plan.json"
