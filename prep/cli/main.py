@@ -8,9 +8,8 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from prep.cli.dupes import dupes
 from prep.cli.imports import app as import_app
-from prep.cli.inspect import info, preview, report, tune, verify
+from prep.cli.inspect import dupes, info, preview, report, tune, verify
 from prep.cli.options import JobsOpt, QuietOpt, command, friendly
 from prep.kinds.audio.config import AudioConfig
 from prep.kinds.images.config import PackConfig

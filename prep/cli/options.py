@@ -1,15 +1,16 @@
-"""Typer commands made from a config dataclass (each option is declared once, with `opt`), and
-`friendly`, which turns a user-fixable error into one line and a non-zero exit."""
+"""What every command shares: Typer commands made from a config dataclass (each option declared
+once, with `opt`), and errors as one line and a non-zero exit (`friendly`, `reading`)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import importlib
 import inspect
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, Optional, TypeVar, get_args, get_origin, get_type_hints
 
@@ -54,6 +55,16 @@ def friendly(fn: F) -> F:
 
 def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def reading(root: Path) -> Iterator[None]:
+    """A dataset that cannot be read (a server down, a folder refused) is one line."""
+    try:
+        yield
+    except OSError as e:
+        name = f"{e.filename}: " if e.filename and str(e.filename) not in str(e) else ""
+        raise PrepError(f"{name}{e.strerror or e}. HINT: check that {root} can be read") from None
 
 
 def shown_default(f: dataclasses.Field[Any], given: Any) -> str:

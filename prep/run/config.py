@@ -56,15 +56,7 @@ class RunConfig:
 
     SECTION: ClassVar[str] = ""
     # Keys that do not change the output bytes: a resumed run may differ in these.
-    RUNTIME: ClassVar[tuple[str, ...]] = (
-        "jobs",
-        "backend",
-        "scheduler",
-        "overwrite",
-        "resume",
-        "max_rejects",
-        "staging",
-    )
+    RUNTIME = ("jobs", "backend", "scheduler", "overwrite", "resume", "max_rejects", "staging")
 
     def output_config(self) -> dict[str, Any]:
         """What the output bytes depend on (saved in the manifest, compared on --resume)."""

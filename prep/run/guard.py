@@ -1,16 +1,11 @@
-"""What keeps OUT safe: the checks before a run touches anything, the lock that keeps runs
+"""What keeps OUT safe: the checks before a run touches anything (OUT may not hold what the run
+reads, nor anything prep did not write), the lock `.OUT.prep-lock` beside it that keeps runs
 apart, and the swap of the finished run folder into place.
 
-- OUT may not hold what the run reads; a non-empty OUT must be a prep dataset holding only what
-  prep wrote (--overwrite replaces it whole: a file of the user's in it would be lost).
-- One run at a time per OUT: the lock file `.OUT.prep-lock` beside it (flock), held from
-  listing to the swap.
-- The swap: OUT.partial/ holds the new dataset, its manifest last, and `.prep-run/`. OUT.partial
-  and OUT are exchanged in one step where the system can (renameat2 RENAME_EXCHANGE: readers
-  see the old dataset or the new one, never none); elsewhere the old OUT moves to
-  `OUT.partial/.prep-old`, then OUT.partial becomes OUT. Then the old dataset goes, and
-  `OUT/.prep-run/` last: a kill after a swap leaves it there, and the next run on OUT finishes
-  the removal (`recover`). No step leaves a folder under another name."""
+The swap exchanges OUT.partial and OUT in one step where the system can (renameat2
+RENAME_EXCHANGE: readers see the old dataset or the new one, never none); elsewhere the old OUT
+moves to `OUT.partial/.prep-old`, then OUT.partial becomes OUT. Then the old dataset goes, and
+`OUT/.prep-run/` last: after a kill it is still there, and the next run finishes (`recover`)."""
 
 from __future__ import annotations
 

@@ -1,16 +1,10 @@
 """Running shard tasks on a backend (`--backend`), with a progress bar.
 
-- `auto`: `threads` for kinds whose tasks spend their time in C code that releases the GIL
-  (images: decoding, resizing, hashing, writing), else `loky`; the driver resolves it.
-- `threads`: threads of this process: no worker starts, nothing is pickled.
-- `loky`: joblib worker processes on this machine.
-- `dask`: a `distributed` cluster at `--scheduler`, or a LocalCluster of `--jobs` processes.
-  Tasks read and write paths every worker must see; only their small records travel back. A
-  task whose worker dies is rerun elsewhere (`allowed-failures`), past that a PrepError.
-
-Dask tasks go through `Client.submit`, not joblib's dask backend, which (joblib 1.6) waits
-forever on a task whose worker died when results come as a generator.
-"""
+- `auto`: `threads` for kinds whose tasks spend their time in C code that releases the GIL,
+  else `loky`; `threads`: no worker starts, nothing is pickled; `loky`: joblib processes.
+- `dask`: a cluster at `--scheduler`, or a LocalCluster of `--jobs` processes. Tasks read and
+  write paths every worker sees; only their records travel back. Tasks go through
+  `Client.submit`: joblib's dask backend (1.6) waits forever on a task whose worker died."""
 
 from __future__ import annotations
 
