@@ -47,8 +47,7 @@ def shard_size(count: int, chosen: int | None) -> int:
 
 @dataclass
 class Inputs:
-    """What a kind listed: usable inputs, those refused, and a fingerprint of everything the
-    output depends on besides the config."""
+    """What a kind listed: usable inputs, refused ones, and a fingerprint of all but the config."""
 
     count: int
     rejects: list[dict[str, Any]]
@@ -136,8 +135,7 @@ class Kind(ABC, Generic[C, S]):
 
     @abstractmethod
     def manifest(self, records: list[dict[str, Any]]) -> Manifest:
-        """The manifest from the task records in shard order (the driver adds config, reject
-        count, version and fingerprint)."""
+        """The manifest from the shard records in order; the driver adds config and counts."""
 
     def tasks(self, manifest: Manifest) -> int:
         """How many shard tasks wrote `manifest`."""

@@ -25,8 +25,7 @@ class Reject(Exception):
 
 
 def write_error(e: OSError, what: str = "the output") -> PrepError:
-    """A failed write (disk full, quota, permissions, read-only file system) as one line naming
-    the file."""
+    """A failed write (disk full, quota, permissions...) as one line naming the file."""
     return PrepError(
         f"cannot write {e.filename or what}: {e.strerror or e}. HINT: free space or fix "
         "permissions on that disk, then rerun the same command with --resume (finished shards "

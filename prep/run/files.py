@@ -91,8 +91,7 @@ def npy_header(dtype: np.dtype[Any], shape: tuple[int, ...]) -> bytes:
 
 
 class NpyWriter:
-    """Streams samples of one shape into a .npy file, its header written on close. An OSError
-    names the file; abort() removes it."""
+    """Streams samples of one shape into a .npy file (its header on close); abort() removes it."""
 
     def __init__(self, path: Path, dtype: str | np.dtype[Any], sample_shape: tuple[int, ...]):
         self.path = path
@@ -165,8 +164,7 @@ class RaggedWriter:
         self.offsets.append(np.asarray(self.data.length, np.int64))
 
     def extend(self, values: np.ndarray, lengths: np.ndarray) -> None:
-        """Append len(lengths) samples in one write each: `values` is their elements back to
-        back (lengths.sum() of them)."""
+        """len(lengths) samples in one write each: `values` holds their elements back to back."""
         self.offsets.extend(self.data.length + np.cumsum(lengths, dtype=np.int64))
         self.data.extend(values)
 
@@ -190,8 +188,7 @@ class Writer(Protocol):
 
 @contextlib.contextmanager
 def writing(writers: Iterable[Writer]) -> Iterator[None]:
-    """Close every writer once the block is done; when it fails (or is interrupted), abort them
-    all instead, which removes their temp files."""
+    """Close every writer after the block; abort them all (their temp files go) if it fails."""
     try:
         yield
         with stage("write"):

@@ -65,8 +65,7 @@ def check_out(out: Path, sources: list[Path], overwrite: bool, resume: bool) -> 
 
 
 def foreign_files(out: Path) -> list[str]:
-    """The names in folder `out` that are not part of the prep dataset it holds (all of them
-    when it holds none)."""
+    """The names in `out` that are not part of the prep dataset it holds (all, where none)."""
     names = sorted(os.listdir(out))
     try:
         if not (out / MANIFEST).is_file():  # a FIFO there would block the read

@@ -66,8 +66,7 @@ def bad_path(path: Path | str) -> str | None:
 
 
 def check_file(path: Path, rel: str) -> dict[str, Any] | None:
-    """None for a regular file (links followed), else its reject record. stat never opens the
-    file: a FIFO or device cannot block here."""
+    """None for a regular file (links followed), else its reject; stat never opens (blocks) it."""
     why = bad_path(path)
     if why is not None:
         return reject_record(rel, "bad_path", f"{why}. HINT: fix the name in the list")

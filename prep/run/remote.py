@@ -178,8 +178,7 @@ _old_of_run: dict[str, dict[str, str]] = {}  # in a worker process: run -> its o
 
 
 def upload_own(task: Any, url: str, folder: str, run: str, *args: Any) -> dict[str, Any]:
-    """A dask worker's shard task for a remote OUT: the shard written, its files uploaded and
-    removed; its record."""
+    """A dask worker's shard task for a remote OUT: its files uploaded, then removed here."""
     Path(folder, RUN_DIR).mkdir(parents=True, exist_ok=True)  # a worker with a disk of its own
     record: dict[str, Any] = task(*args)
     storage = Storage(url)

@@ -32,8 +32,7 @@ Make = Callable[[Any], "Sample | list[Sample] | None"]  # an input -> its sample
 
 @dataclass(frozen=True)
 class Item:
-    """One input: how a reject names it, the value `make` is given, its split, its `source`
-    (None: `rel`)."""
+    """One input: its reject name, the value `make` is given, its split, its `source`."""
 
     rel: str
     value: Any
@@ -43,8 +42,7 @@ class Item:
 
 @dataclass(frozen=True)
 class Source(Text):
-    """The `source` field: an input's name, stored as `prep pack` stores a path (a name that is
-    not UTF-8 keeps its bytes)."""
+    """The `source` field: an input's name, stored as `prep pack` stores a path."""
 
     def to_bytes(self, value: Any) -> bytes:
         if isinstance(value, str):
@@ -253,8 +251,7 @@ class SamplesRun(Kind[Any, list[Any]]):
 
 
 def bind_fields(fields: Any) -> dict[str, Field]:
-    """Check the declared fields (exit 2 for a bad one); a placed field (a mask, boxes...)
-    takes its image's sizes and mode."""
+    """The declared fields checked (exit 2); a placed field takes its image's sizes and mode."""
     if not isinstance(fields, dict) or not fields:
         raise UsageError("fields must be a dict of field name -> field (prep.fields)")
     for name, f in fields.items():

@@ -86,8 +86,7 @@ class ShardFiles:
             w.abort()
 
     def publish(self, count: int, split: str | None = None, h5: bool = False) -> Shard:
-        """After close(): the files under their final names, a shard of `count` samples (h5:
-        the arrays copied into one `shard-STEM.h5` first)."""
+        """After close(): the files under final names (h5: one `shard-STEM.h5`); the Shard."""
         h5_file = f"shard-{self.stem}.h5" if h5 else None
         if h5_file is not None:
             renames = {self._as_h5(h5_file): h5_file}

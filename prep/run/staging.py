@@ -42,8 +42,7 @@ def _jsonl(record: dict[str, Any]) -> str:
 
 
 def write_rejects(staging: Path, rejects: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Write rejects.jsonl, sorted by path (the same file whatever order shards finished in);
-    the sorted records."""
+    """Write rejects.jsonl sorted by path (whatever order shards finished in); the records."""
     ordered = sorted(rejects, key=lambda r: str(r["path"]))
     atomic_write_text(staging / REJECTS, "".join(_jsonl(r) for r in ordered))
     return ordered
@@ -158,8 +157,7 @@ def cleanup_temps(staging: Path) -> None:
 
 
 def finished(out: Path, plan: dict[str, Any]) -> bool:
-    """True when OUT is a complete dataset of `plan` and no run is pending (--resume after a
-    kill that came after the swap)."""
+    """Whether OUT is complete with `plan` and no run is pending (killed after the swap)."""
     manifest = None if staging_dir(out).exists() else _read_json(out / MANIFEST)
     if manifest is None:
         return False
