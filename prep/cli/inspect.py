@@ -1,29 +1,17 @@
-"""The commands that look at a packed dataset: info, verify, preview, tune (registered on the
-`prep` app by prep.cli.main). The work is in prep.inspect's modules, imported when a command
-runs."""
+"""The commands that look at a packed dataset: the work is in prep.inspect, imported when a
+command runs."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
+import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
-from prep.cli.options import QuietOpt
-from prep.run.errors import PrepError
-
-
-@contextlib.contextmanager
-def reading(root: Path) -> Iterator[None]:
-    """A dataset that cannot be read (a server down, a folder refused) is one line: the OSError
-    `loaders.remote.retried` raises already names the URL and the fix."""
-    try:
-        yield
-    except OSError as e:
-        name = f"{e.filename}: " if e.filename and str(e.filename) not in str(e) else ""
-        raise PrepError(f"{name}{e.strerror or e}. HINT: check that {root} can be read") from None
+from prep.cli.options import QuietOpt, reading
+from prep.media.image.near import DEFAULT_DISTANCE
+from prep.run.errors import PrepError, UsageError
 
 
 def info(
@@ -64,12 +52,10 @@ def verify(
     for p in problems:
         typer.echo(f"bad: {p}", err=True)
     if problems:
-        typer.echo(
-            f"error: {len(problems)} problems in {root}. HINT: restore the files named above, "
-            "or pack the dataset again (--overwrite)",
-            err=True,
+        raise PrepError(
+            f"{len(problems)} problems in {root}. HINT: restore the files named above, or pack "
+            "the dataset again (--overwrite)"
         )
-        raise typer.Exit(PrepError.exit_code)
     files = sum(len(s.files) for s in manifest.shards)
     typer.echo(f"{root}: ok, {manifest.num_samples} samples, {files} files verified")
 
@@ -113,9 +99,7 @@ def preview(
             "URL` checks it; copy it to a folder to preview it"
         )
     with reading(root):
-        # The folder's checks first: preview reads arrays that a bad header or offset would
-        # make it misread (a volume's shape, a label out of range).
-        m = load_manifest(root)
+        m = load_manifest(root)  # checked first: a bad header or offset would be misread
         if not any(makes_pictures(f) for f in declared(m).values()):
             typer.echo(rows(root, min(count, 20)))
             return
@@ -147,19 +131,163 @@ def tune(
 
     Example: prep tune data/demo-packed --size 256 --batch-size 64 --plot tune.png
     """
-    from prep.inspect.tune import check_plot
-    from prep.inspect.tune import plot as draw
-    from prep.inspect.tune import tune as run
+    import prep.inspect.tune as tuning
 
     try:
         counts = [int(w) for w in workers.split(",") if w.strip()] if workers else None
     except ValueError:
         raise typer.BadParameter(f"{workers!r} is not a list of counts, e.g. 0,2,4") from None
     if plot is not None:
-        check_plot()  # matplotlib is the [plot] extra: fail before the timed run
-    result = run(root, size, batch_size, seconds, counts, prefetch_factor, limit, not quiet)
-    typer.echo(result.table())
-    typer.echo(result.advice())
+        tuning.check_plot()  # matplotlib is the [plot] extra: fail before the timed run
+    result = tuning.tune(root, size, batch_size, seconds, counts, prefetch_factor, limit, not quiet)
+    typer.echo(f"{result.table()}\n{result.advice()}")
     if plot is not None:
-        draw(result, plot)
+        tuning.plot(result, plot)
         typer.echo(f"plot: {plot}")
+
+
+def report(
+    root: Annotated[Path, typer.Argument(help="A packed dataset folder.")],
+    against: Annotated[
+        Optional[Path],
+        typer.Option(help="A second dataset (val): list its samples with a near twin in ROOT."),
+    ] = None,
+    hash: Annotated[
+        bool,
+        typer.Option("--hash", help="Hash a dataset packed before prep stored perceptual hashes."),
+    ] = False,
+    out: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--out",
+            "-o",
+            help="HTML file to write (default ROOT/report.html, which --overwrite replaces with "
+            "the dataset); a path elsewhere for a dataset you cannot write into.",
+        ),
+    ] = None,
+    max_samples: Annotated[
+        int, typer.Option("--max-samples", "-n", help="Grid samples a class, picked at random.")
+    ] = 8,
+    quiet: QuietOpt = False,
+) -> None:
+    """One self-contained HTML page about a packed dataset; prints its path.
+
+    Counts per split and class, source sizes, rejects by reason, pixel statistics.
+    A grid of samples per class (class names, masks and boxes drawn; video frames, volume
+    slices), near-duplicates (a group across splits marked), and each field kind's view:
+    tokens, table columns, clip lengths, text values.
+    With --against VAL: the samples of VAL with a near twin in ROOT (leakage).
+    Images are embedded, charts inline: it opens from a file:// URL, offline.
+
+    Example: prep report data/demo-packed --max-samples 4
+    """
+    from prep.inspect.htmlreport import write_report
+
+    with reading(root):
+        path = write_report(root, out, against, hash, max_samples, not quiet)
+    typer.echo(str(path))
+
+
+def dupes(
+    root: Annotated[Path, typer.Argument(help="A packed dataset with an image field.")],
+    against: Annotated[
+        Optional[Path],
+        typer.Option(help="Another packed dataset (val, test): list ROOT x AGAINST pairs instead."),
+    ] = None,
+    max_distance: Annotated[
+        int,
+        typer.Option(
+            help="The most bits of 64 two perceptual hashes may differ in, 0..32. "
+            f"(default: {DEFAULT_DISTANCE})",
+            show_default=False,
+        ),
+    ] = DEFAULT_DISTANCE,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON, for scripts.")] = False,
+    compute: Annotated[
+        bool,
+        typer.Option("--hash", help="A dataset packed without hashes: compute them from pixels."),
+    ] = False,
+    split: Annotated[
+        Optional[str], typer.Option(help="Only this split of ROOT (packed with --val-fraction).")
+    ] = None,
+    against_split: Annotated[
+        Optional[str],
+        typer.Option(help="Only this split of AGAINST (default AGAINST: ROOT itself)."),
+    ] = None,
+) -> None:
+    """Near-duplicate groups of a dataset's images (perceptual hash within --max-distance bits,
+    or the same stored pixels; a group across splits is marked), or with --against the pairs
+    leaking between two datasets. Indices count within --split / --against-split, as
+    SampleDataset(root, split=...) does.
+
+    Example: prep dupes data/packed/train --against data/packed/val --max-distance 6 --json
+
+    Example: prep dupes data/packed --split train --against-split val
+    """
+    from prep.inspect.dupes import dataset_hashes, dupe_groups, leakage
+
+    if not 0 <= max_distance <= 32:
+        raise UsageError(f"--max-distance {max_distance} must be 0..32")
+    against = _other(root, against, split, against_split)
+    h = dataset_hashes(root, compute, split)
+    doc: dict[str, Any] = {"root": _named(root, split)}
+    if against is None:
+        groups = dupe_groups(h, max_distance)
+        doc |= {"samples": len(h), "max_distance": max_distance}
+        doc["groups"] = [vars(g) | {"splits": h.splits_of(g.members)} for g in groups]
+        typer.echo(json.dumps(doc, indent=1) if as_json else _groups_text(doc))
+        return
+    other = dataset_hashes(against, compute, against_split)
+    pairs = [
+        {"index": i, "path": h.paths[i], "against_index": j, "against_path": other.paths[j]}
+        | {"distance": d}
+        for i, j, d in leakage(h, other, max_distance)
+    ]
+    doc |= {"against": _named(against, against_split), "samples": len(h)}
+    doc |= {"against_samples": len(other), "max_distance": max_distance, "pairs": pairs}
+    typer.echo(json.dumps(doc, indent=1) if as_json else _pairs_text(doc))
+
+
+def _other(root: Path, against: Path | None, split: str | None, other: str | None) -> Path | None:
+    """The dataset to compare ROOT with (ROOT itself for --against-split alone), or None."""
+    if against is None and other is not None:
+        against = root
+    same = against is not None and against.resolve() == root.resolve()
+    if same and (split is None or other is None or split == other):
+        raise UsageError(
+            f"{root} against itself. HINT: name two splits of it (--split train "
+            "--against-split val), or run prep dupes ROOT alone for its groups"
+        )
+    return against
+
+
+def _named(root: Path, split: str | None) -> str:
+    return str(root) if split is None else f"{root} [{split}]"
+
+
+def _groups_text(doc: dict[str, Any]) -> str:
+    groups = doc["groups"]
+    n = sum(len(g["members"]) for g in groups)
+    lines = [
+        f"{doc['root']}: {len(groups)} groups of near-duplicates ({n} of {doc['samples']} "
+        f"samples) within {doc['max_distance']} bits; the first of each is the one "
+        "prep pack --drop-dupes keeps"
+    ]
+    for k, g in enumerate(groups, 1):
+        across = f" (across splits {', '.join(g['splits'])})" if len(g["splits"]) > 1 else ""
+        lines.append(f"group {k}:{across}")
+        for i, path, d in zip(g["members"], g["paths"], g["distances"], strict=True):
+            lines.append(f"  {i:>8}  {d:>2} bits  {path}")
+    return "\n".join(lines)
+
+
+def _pairs_text(doc: dict[str, Any]) -> str:
+    pairs = doc["pairs"]
+    leaked = len({p["against_index"] for p in pairs})
+    share = leaked / doc["against_samples"] if doc["against_samples"] else 0.0
+    lines = [
+        f"{doc['against']}: {leaked} of {doc['against_samples']} samples ({share:.1%}) have a "
+        f"near-duplicate in {doc['root']} within {doc['max_distance']} bits ({len(pairs)} pairs)"
+    ]
+    lines += [f"  {p['against_path']}  ~  {p['path']}  ({p['distance']} bits)" for p in pairs]
+    return "\n".join(lines)

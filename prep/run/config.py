@@ -1,9 +1,6 @@
-"""Config as plain data: dataclass defaults < TOML file section < command-line overrides.
-
-Each option is declared once, in its kind's config.py (prep/kinds/*/config.py): its type,
-default and help (`opt`); the Typer commands are made from these dataclasses (prep.cli.options).
-Here: what every writing command shares (RunConfig), and reading a TOML section. The effective
-config is saved in the manifest."""
+"""Config as plain data: dataclass defaults < TOML file section < command-line overrides. Each
+option is declared once (`opt`, in its kind's config.py); the effective config is saved in the
+manifest."""
 
 from __future__ import annotations
 
@@ -59,15 +56,7 @@ class RunConfig:
 
     SECTION: ClassVar[str] = ""
     # Keys that do not change the output bytes: a resumed run may differ in these.
-    RUNTIME: ClassVar[tuple[str, ...]] = (
-        "jobs",
-        "backend",
-        "scheduler",
-        "overwrite",
-        "resume",
-        "max_rejects",
-        "staging",
-    )
+    RUNTIME = ("jobs", "backend", "scheduler", "overwrite", "resume", "max_rejects", "staging")
 
     def output_config(self) -> dict[str, Any]:
         """What the output bytes depend on (saved in the manifest, compared on --resume)."""
@@ -105,9 +94,8 @@ def check(ok: bool, what: str, should: str) -> None:
 
 
 def listed(text: str, what: str, convert: Callable[[str], T], n: int | None = None) -> list[T]:
-    """A comma-separated option as a list of `convert`ed values, blanks dropped: the one parser
-    of every list option (--sizes, --spacing, --codec, --drop...). A value `convert` refuses,
-    or a list that is not `n` long, is a UsageError naming `what`.
+    """A comma-separated option as a list of `convert`ed values, blanks dropped. A value
+    `convert` refuses, or a list that is not `n` long, is a UsageError naming `what`.
 
     >>> listed("128, 256", "--sizes", int), listed("a,,b", "--drop", str)
     ([128, 256], ['a', 'b'])
@@ -133,9 +121,9 @@ C = TypeVar("C", bound=RunConfig)
 def load_config(cls: type[C], section: str, path: Path | None, overrides: dict[str, Any]) -> C:
     """`cls` defaults, then `[section]` of the TOML file, then overrides that are not None.
 
-    With no path and no SRC on the command line the default config is read when it exists (so
-    `make dataset` needs no flags, and `prep pack SRC OUT` takes nothing from the demo config).
-    Values are type-checked (pydantic, strict: no "1" for 1, no true for 1)."""
+    With no path and no SRC given the default config is read where it exists (`make dataset`
+    needs no flags; `prep pack SRC OUT` takes nothing from it). Values are type-checked strictly
+    (pydantic: no "1" for 1, no true for 1)."""
     from pydantic import TypeAdapter, ValidationError
 
     values: dict[str, Any] = {}

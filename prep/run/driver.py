@@ -1,12 +1,6 @@
 """The run driver every writing command uses: list -> plan -> one task per shard -> records ->
-manifest last -> install.
-
-A data kind (prep.kinds) supplies a small protocol, `Kind`: list its inputs (with a fingerprint
-for --resume), plan its shards, say what each task is, build the manifest from the tasks'
-records, and word its summary line. Everything else is here, once: OUT's guards and lock, the
-run folder, resuming verified shards, the progress bar, the backends, rejects and the
---max-rejects check, and the swap into place (prep.run.staging).
-"""
+manifest last -> install. A data kind supplies `Kind`; OUT's guards and lock, the run folder,
+resuming verified shards, progress, backends, rejects and --max-rejects are here, once."""
 
 from __future__ import annotations
 
@@ -25,26 +19,23 @@ from loaders.format import REJECTS, Manifest, read_manifest
 from loaders.remote import url_of
 from prep.run import staging as st
 from prep.run.config import RunConfig
-from prep.run.errors import PrepError
-from prep.run.guard import check_out, locked
+from prep.run.errors import PrepError, write_error
+from prep.run.guard import check_out, install, locked, recover
 from prep.run.inputs import named_rejects
-from prep.run.install import install, recover
-from prep.run.parallel import ShardProgress, check_backend, run_tasks
+from prep.run.parallel import check_backend, progress, run_tasks
 from prep.run.profile import StageTimer, run_profiled
-from prep.run.tasks import write_error
 from prep.version import __version__
 
 C = TypeVar("C", bound=RunConfig)
 S = TypeVar("S")  # what one shard task is given: its inputs
-# The default shard size: AUTO_SHARDS tasks, enough to keep 2-16 cores busy to the end (the
-# costliest run first) at any input count, of at least AUTO_MIN samples (a shard's fixed cost,
-# a few files and fsyncs, stays small beside its decoding) and at most AUTO_MAX.
+# The default shard size: AUTO_SHARDS tasks keep 2-16 cores busy to the end (the costliest run
+# first); AUTO_MIN keeps a shard's fixed cost (a few files and fsyncs) small beside its work.
 AUTO_SHARDS, AUTO_MIN, AUTO_MAX = 32, 16, 1000
 
 
 def shard_size(count: int, chosen: int | None) -> int:
-    """Samples per shard: `chosen` (--shard-size), else one from the input count alone, never
-    from --jobs or the machine, so that the bytes are the same for any --jobs, anywhere.
+    """Samples per shard: `chosen` (--shard-size), else one from the input count alone (never
+    --jobs or the machine: the bytes are the same for any --jobs, anywhere).
 
     >>> [shard_size(n, None) for n in (24, 180, 720, 2000, 10**6)], shard_size(180, 50)
     ([16, 16, 23, 63, 1000], 50)
@@ -56,8 +47,7 @@ def shard_size(count: int, chosen: int | None) -> int:
 
 @dataclass
 class Inputs:
-    """What a kind listed: how many usable inputs, those refused while listing, and a
-    fingerprint of everything the output depends on besides the config."""
+    """What a kind listed: usable inputs, refused ones, and a fingerprint of all but the config."""
 
     count: int
     rejects: list[dict[str, Any]]
@@ -75,7 +65,7 @@ class RunSummary:
     bytes: int
     seconds: float
     manifest: Manifest
-    prepare_seconds: float = 0.0  # listing, planning and preparing (a tokenizer) before the tasks
+    prepare_seconds: float = 0.0  # before the tasks: listing, planning, fitting a tokenizer
     stages: dict[str, float] | None = field(default=None)  # with profile: seconds per stage
     rejects: list[dict[str, Any]] = field(default_factory=list)  # this run's, when it listed
 
@@ -88,7 +78,7 @@ class RunSummary:
         )
 
     def said_rejected(self) -> str:
-        """ "N rejected", naming them when there are one or two (rejects.jsonl has the rest)."""
+        """ "N rejected", naming them when there are one or two."""
         named = named_rejects(self.rejects)
         return f"{self.rejected} rejected{f' ({named})' if named else ''}"
 
@@ -101,11 +91,8 @@ class Kind(ABC, Generic[C, S]):
     noun: ClassVar[str] = "inputs"  # what --max-rejects counts
     summary: ClassVar[type[RunSummary]] = RunSummary
     prepare_stage: ClassVar[str | None] = None  # the profile's stage for `prepare` (None: untimed)
-    # Whether the shard task spends its time in C code that releases the GIL: --backend auto
-    # then runs it in threads (prep.run.parallel), else in loky processes.
-    threads: ClassVar[bool] = False
-    # Reject reasons the user asked for (prep pack --drop-dupes: duplicate): in rejects.jsonl,
-    # never counted by --max-rejects.
+    threads: ClassVar[bool] = False  # the task releases the GIL: --backend auto runs threads
+    # Reject reasons the user asked for (--drop-dupes: duplicate): never count for --max-rejects
     chosen_rejects: ClassVar[frozenset[str]] = frozenset()
     task: Callable[..., dict[str, Any]]  # the shard task: a module-level function (it pickles)
 
@@ -113,7 +100,7 @@ class Kind(ABC, Generic[C, S]):
         self.cfg = cfg
 
     def sources(self) -> list[Path]:
-        """Paths the run reads: OUT may not hold any of them (--overwrite would delete them)."""
+        """Paths the run reads: OUT may not hold any of them."""
         return [Path(str(self.cfg.src))]
 
     @abstractmethod
@@ -131,8 +118,7 @@ class Kind(ABC, Generic[C, S]):
         return len(shard)  # type: ignore[arg-type]
 
     def cost(self, shard: S) -> int:
-        """The shard's expected time, in any unit: the costliest shards run first, so that no
-        core waits long for the last one. The output does not depend on it."""
+        """The shard's expected time, in any unit: the costliest shards run first."""
         return self.weight(shard)
 
     @abstractmethod
@@ -149,11 +135,10 @@ class Kind(ABC, Generic[C, S]):
 
     @abstractmethod
     def manifest(self, records: list[dict[str, Any]]) -> Manifest:
-        """The dataset's manifest from the task records in shard order; the driver adds the
-        config, the reject count, the tool version and the inputs' fingerprint."""
+        """The manifest from the shard records in order; the driver adds config and counts."""
 
     def tasks(self, manifest: Manifest) -> int:
-        """How many shard tasks wrote `manifest` (for the summary of a finished dataset)."""
+        """How many shard tasks wrote `manifest`."""
         return len(manifest.shards)
 
     def bytes(self, out: Path, manifest: Manifest) -> int:
@@ -161,7 +146,7 @@ class Kind(ABC, Generic[C, S]):
 
 
 def run(kind: Kind[Any, Any], show_progress: bool = True, profile: bool = False) -> RunSummary:
-    """Write `kind.cfg.out` from `kind.cfg.src`. See prep.run.staging for the guarantees."""
+    """Write `kind.cfg.out` from `kind.cfg.src` (prep.run.staging has the guarantees)."""
     cfg = kind.cfg
     if cfg.backend == "auto":
         cfg.backend = "threads" if kind.threads else "loky"
@@ -228,26 +213,24 @@ def _run_shards(
     todo = sorted(
         (i for i in range(len(shards)) if i not in done), key=lambda i: -kind.cost(shards[i])
     )
-    parent = os.getpid() if cfg.backend == "loky" else None  # see staging.exit_with_parent
+    parent = os.getpid() if cfg.backend == "loky" else None  # see shardwriter.exit_with_parent
     args = [(*kind.task_args(i, shards[i], staging.absolute()), parent) for i in todo]
-    bar = None
-    if show_progress:
-        total = sum(kind.weight(shards[i]) for i in todo)
-        bar = ShardProgress(total, len(todo), kind.unit, f"{cfg.SECTION} {staging.name}")
+    total = sum(kind.weight(shards[i]) for i in todo)
+    bar = progress(total, kind.unit, f"{cfg.SECTION} {staging.name}", show_progress)
+    bar.set_postfix_str(f"0/{len(todo)} shards")  # items with rate and ETA, shards done
     task = functools.partial(run_profiled, profile, kind.task)
     records: dict[int, dict[str, Any]] = {}
     try:
         for rec in run_tasks(task, args, cfg.n_jobs, cfg.backend, cfg.scheduler):
             timer.add(rec.pop("stages", {}))
             records[rec["index"]] = rec
-            if bar is not None:
-                bar.shard_done(kind.weight(shards[rec["index"]]))
+            bar.set_postfix_str(f"{len(records)}/{len(todo)} shards", refresh=False)
+            bar.update(kind.weight(shards[rec["index"]]))
     except BaseException:
         st.cleanup_temps(staging)
         raise
     finally:
-        if bar is not None:
-            bar.close()
+        bar.close()
     return records
 
 

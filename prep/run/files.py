@@ -20,9 +20,8 @@ HOST = socket.gethostname()
 
 
 def temp_path(final: Path) -> Path:
-    """A temp name beside `final`, unique across processes and hosts (a dask cluster on a
-    shared file system has equal pids on different machines): `.NAME.HOST-PID-RANDOM.tmp`.
-    Every temp name of prep matches `.*.tmp`, which a later run removes (staging.cleanup_temps).
+    """A temp name beside `final`, unique across processes and hosts (a dask cluster's machines
+    share pids): `.NAME.HOST-PID-RANDOM.tmp`, which a later run removes (cleanup_temps).
 
     >>> temp_path(Path("d/a.npy")).name.startswith(".a.npy.")
     True
@@ -54,12 +53,10 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write to a temp file beside `path`, fsync, then rename: readers see all or nothing.
-
-    The temp file is new (O_EXCL) and never a link (O_NOFOLLOW), and the rename replaces a
-    link at `path` rather than writing through it: a folder prep did not make (a dataset that
-    ships `report.html -> ~/.bashrc`) cannot point the write at another file. An OSError (disk
-    full...) names the file; no temp file is left behind."""
+    """Write to a temp file beside `path`, fsync, then rename: readers see all or nothing. The
+    temp file is new and never a link, and the rename replaces a link at `path` rather than
+    writing through it (a dataset that ships `report.html -> ~/.bashrc`). An OSError names the
+    file; no temp file is left behind."""
     tmp = temp_path(path)
     # os.open with 0o666 honours the umask, as the shard files do (mkstemp would make 0600,
     # and another account, a shared training user, could not read the manifest).
@@ -74,11 +71,10 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except OSError as e:
+    except BaseException as e:
         tmp.unlink(missing_ok=True)
-        raise named(e, tmp) from e
-    except BaseException:
-        tmp.unlink(missing_ok=True)
+        if isinstance(e, OSError):
+            raise named(e, tmp) from e
         raise
     fsync_dir(path.parent)
 
@@ -87,8 +83,7 @@ def npy_header(dtype: np.dtype[Any], shape: tuple[int, ...]) -> bytes:
     """A version 1.0 .npy header padded to exactly NPY_HEADER_BYTES."""
     d = np.lib.format.header_data_from_array_1_0(np.empty((0,), dtype))
     text = repr({"descr": d["descr"], "fortran_order": False, "shape": tuple(shape)})
-    body = len(text) + 1
-    pad = NPY_HEADER_BYTES - 10 - body
+    pad = NPY_HEADER_BYTES - 11 - len(text)  # 10 bytes of magic and length, a newline
     if pad < 0:
         raise ValueError(f"shape {shape} does not fit a {NPY_HEADER_BYTES}-byte .npy header")
     magic = b"\x93NUMPY\x01\x00" + (NPY_HEADER_BYTES - 10).to_bytes(2, "little")
@@ -96,10 +91,7 @@ def npy_header(dtype: np.dtype[Any], shape: tuple[int, ...]) -> bytes:
 
 
 class NpyWriter:
-    """Streams samples of one shape into a .npy file; the sample count is written on close.
-
-    Memory stays at one sample whatever the number of samples. An OSError (disk full...) names
-    the file; call abort() to remove it."""
+    """Streams samples of one shape into a .npy file (its header on close); abort() removes it."""
 
     def __init__(self, path: Path, dtype: str | np.dtype[Any], sample_shape: tuple[int, ...]):
         self.path = path
@@ -172,8 +164,7 @@ class RaggedWriter:
         self.offsets.append(np.asarray(self.data.length, np.int64))
 
     def extend(self, values: np.ndarray, lengths: np.ndarray) -> None:
-        """Append len(lengths) samples in one write each: `values` is their elements back to
-        back (lengths.sum() of them)."""
+        """len(lengths) samples in one write each: `values` holds their elements back to back."""
         self.offsets.extend(self.data.length + np.cumsum(lengths, dtype=np.int64))
         self.data.extend(values)
 
@@ -197,8 +188,7 @@ class Writer(Protocol):
 
 @contextlib.contextmanager
 def writing(writers: Iterable[Writer]) -> Iterator[None]:
-    """Close every writer once the block is done; when it fails (or is interrupted), abort them
-    all instead, which removes their temp files."""
+    """Close every writer after the block; abort them all (their temp files go) if it fails."""
     try:
         yield
         with stage("write"):

@@ -1,36 +1,35 @@
-"""What a run checks of OUT before it touches anything, and the lock that keeps runs apart.
+"""What keeps OUT safe: the checks before a run touches anything (OUT may not hold what the run
+reads, nor anything prep did not write), the lock `.OUT.prep-lock` beside it that keeps runs
+apart, and the swap of the finished run folder into place.
 
-- OUT may not hold what the run reads (SRC, a mask folder, a tokenizer file): replacing OUT
-  would delete it.
-- A non-empty OUT must be a prep dataset holding only what prep wrote: --overwrite replaces
-  it whole, so a file of the user's in it would be lost. `prep report OUT` writes
-  OUT/report.html: a file of the dataset's, replaced with it.
-- One run at a time per OUT: a lock file `.OUT.prep-lock` beside OUT (flock), held from listing
-  to the swap and removed at the end. A second run exits 1 naming the pid and host of the first.
-"""
+The swap exchanges OUT.partial and OUT in one step where the system can (renameat2
+RENAME_EXCHANGE: readers see the old dataset or the new one, never none); elsewhere the old OUT
+moves to `OUT.partial/.prep-old`, then OUT.partial becomes OUT. Then the old dataset goes, and
+`OUT/.prep-run/` last: after a kill it is still there, and the next run finishes (`recover`)."""
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import fcntl
 import os
 import re
+import shutil
 import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from loaders.fields.registry import declared
 from loaders.format import MANIFEST, REJECTS, FormatError, read_manifest
-from prep.run.errors import PrepError, UsageError
-from prep.run.files import HOST
-from prep.run.staging import OLD, RUN_DIR, staging_dir
+from prep.run.errors import PrepError, UsageError, write_error
+from prep.run.files import HOST, fsync_dir
+from prep.run.staging import OLD, RUN_DIR, cleanup_temps, listed_files, remove, staging_dir
 
 REPORT = "report.html"  # prep report's page, by default inside the dataset it describes
 
 
 def check_out(out: Path, sources: list[Path], overwrite: bool, resume: bool) -> None:
-    """Refuse an OUT that would lose a user's file (see the module docstring)."""
+    """Refuse an OUT that would lose a user's file."""
     if not out.name:
         raise UsageError(f"OUT {out} is not a folder prep can write. HINT: name a new folder")
     for src in sources:
@@ -66,15 +65,12 @@ def check_out(out: Path, sources: list[Path], overwrite: bool, resume: bool) -> 
 
 
 def foreign_files(out: Path) -> list[str]:
-    """The names in folder `out` that are not part of the prep dataset it holds (all of them
-    when it holds none): what replacing it would delete."""
+    """The names in `out` that are not part of the prep dataset it holds (all, where none)."""
     names = sorted(os.listdir(out))
     try:
         if not (out / MANIFEST).is_file():  # a FIFO there would block the read
             return names
-        m = read_manifest(out)
-        files = [f for s in m.shards for f in s.files] + list((m.index or {}).get("files", {}))
-        files += [f for name, field in declared(m).items() for f in field.files(name)]
+        files = listed_files(read_manifest(out))
     except (OSError, FormatError):
         return names  # not a manifest prep wrote
     ours = {MANIFEST, REJECTS, RUN_DIR, OLD} | {Path(f).parts[0] for f in files if f}
@@ -152,3 +148,47 @@ def locked(out: Path) -> Iterator[None]:
         with contextlib.suppress(OSError):
             path.unlink()  # while still holding it: a waiting opener sees another inode
         os.close(fd)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one atomic step; False where the system cannot."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):  # not glibc >= 2.28
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EXDEV, errno.EPERM):
+        return False  # e.g. a file system without exchange: fall back to two renames
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def install(staging: Path, out: Path) -> None:
+    """Swap the finished run folder `staging` into place, then remove the old dataset."""
+    try:
+        cleanup_temps(staging)  # e.g. left by a dask worker that died mid-shard
+        if not out.exists():
+            os.replace(staging, out)
+        elif not _exchange(staging, out):
+            os.replace(out, staging / OLD)  # the old dataset rides inside the new folder
+            os.replace(staging, out)
+        fsync_dir(out.parent)
+        recover(out)
+    except OSError as e:
+        raise write_error(e, str(out)) from e
+
+
+def recover(out: Path) -> None:
+    """Finish the removals of a swap that happened (OUT holds `.prep-run/` beside a manifest)."""
+    if not ((out / RUN_DIR).is_dir() and (out / MANIFEST).is_file()):
+        return
+    old = staging_dir(out)  # after an exchange: the old dataset (a manifest, no run folder)
+    if old.is_dir() and (old / MANIFEST).is_file() and not (old / RUN_DIR).exists():
+        remove(old)
+    elif old.is_dir() and not any(old.iterdir()):  # OUT was an empty folder
+        old.rmdir()
+    if (out / OLD).exists():
+        remove(out / OLD)
+    shutil.rmtree(out / RUN_DIR)  # last: while it is there, the next run finishes this

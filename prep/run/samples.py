@@ -1,18 +1,13 @@
 """The samples run: the one engine of every command that writes samples with fields (`prep
-samples`, `prep audio`, `prep video`, `prep import ...`), on the run driver (prep.run.driver).
-
-A command (prep.kinds) lists its inputs as `Item`s, declares its fields (`SamplesRun.declare`)
-and gives the function that makes an input's samples (field name -> value). The engine does
-the rest, once for all of them: binds the fields (a mask takes its image's sizes), derives
-their arrays, encodes each field of each sample (`encode_sample`) onto the one shard writer
-(prep.run.shardwriter), a shard per split, adds the `source` of each sample where the command
-stores it, keeps the statistics of the fields that count what they store (an image's pixels:
-`Counting`) and writes the version 4 manifest of the fields.
-"""
+samples`, `prep audio`, `prep video`, `prep import ...`). A command lists its inputs as `Item`s,
+declares its fields and gives the function that makes an input's samples; the engine binds and
+encodes the fields onto the shard writer, a shard per split, adds `source` where the command
+stores it, keeps the counting fields' statistics, and writes the version 4 manifest."""
 
 from __future__ import annotations
 
 import dataclasses
+import operator
 import shutil
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
@@ -28,8 +23,7 @@ from prep.run.driver import Kind, shard_size
 from prep.run.errors import Reject as UserReject
 from prep.run.errors import UsageError
 from prep.run.inputs import Reject
-from prep.run.shardwriter import write_shard
-from prep.run.tasks import shard_task
+from prep.run.shardwriter import shard_task, write_shard
 
 SOURCE = "source"  # the field of each sample's input, where a command stores it
 Sample = dict[str, Any]  # field name -> its value, as a command's function makes it
@@ -38,8 +32,7 @@ Make = Callable[[Any], "Sample | list[Sample] | None"]  # an input -> its sample
 
 @dataclass(frozen=True)
 class Item:
-    """One input: how a reject names it, the value a command's function is given, the split
-    its shard belongs to, and its `source` (None: `rel`)."""
+    """One input: its reject name, the value `make` is given, its split, its `source`."""
 
     rel: str
     value: Any
@@ -49,8 +42,7 @@ class Item:
 
 @dataclass(frozen=True)
 class Source(Text):
-    """The `source` field: an input's name, stored as `prep pack` stores a path (a file name
-    that is not UTF-8 keeps its bytes: loaders.fields.base.encode_source). A Text field."""
+    """The `source` field: an input's name, stored as `prep pack` stores a path."""
 
     def to_bytes(self, value: Any) -> bytes:
         if isinstance(value, str):
@@ -60,24 +52,22 @@ class Source(Text):
 
 @runtime_checkable
 class Counting(Protocol):
-    """A writer field that counts what it stores (prep.fields.Image: each channel's pixel
-    values) for the manifest's `extra.stats[NAME]`: a counter a shard, kept in its record."""
+    """A writer field that counts what it stores (prep.fields.Image: its pixel values) for the
+    manifest's `extra.stats[NAME]`: encode()'s arrays and a sample's count; a shard's counter
+    (`add(counted)`, `record()`: its JSON in the shard's record); the manifest's entry from the
+    shards' records ({"shard", "stats"})."""
 
-    def encode_counted(self, value: Any) -> tuple[dict[str, np.ndarray], Any]:
-        """encode()'s arrays, and what the counter adds of this sample."""
+    def encode_counted(self, value: Any) -> tuple[dict[str, np.ndarray], Any]: ...
 
-    def counter(self) -> Any:
-        """A shard's counter: `add(counted)` a sample, `record()` its JSON for the record."""
+    def counter(self) -> Any: ...
 
-    def stats(self, records: list[dict[str, Any]]) -> dict[str, Any] | None:
-        """The manifest's entry from the shards' records ({"shard", "stats": record()})."""
+    def stats(self, records: list[dict[str, Any]]) -> dict[str, Any] | None: ...
 
 
 @dataclass(frozen=True)
 class UserFunction:
-    """A function of the user's (or an importer's) as the engine calls it: given an input's
-    value, it returns a dict of the fields or None (the input skipped); whatever it raises is
-    the input's reject (prep.Reject with its code, anything else `function_error`)."""
+    """A function of the user's (or an importer's): an input's value -> a dict of the fields, or
+    None to skip it; whatever it raises is the input's reject (prep.Reject with its code)."""
 
     fn: Callable[[Any], Any]
 
@@ -102,9 +92,9 @@ class UserFunction:
 def encode_sample(
     sample: Sample, fields: dict[str, Field], base: Path | None, counting: Collection[str] = ()
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """The arrays of one sample (array name -> its stored value), and what each field named in
-    `counting` counted of it. A value that does not fit is a Reject naming its field; a path
-    of an Image or Mask is relative to `base`."""
+    """The arrays of one sample, and what each field named in `counting` counted of it. A value
+    that does not fit is a Reject naming its field; an image or mask path is relative to
+    `base`."""
     missing = [n for n in fields if n not in sample]
     extra = [str(n) for n in sample if n not in fields]
     if missing or extra:
@@ -115,7 +105,7 @@ def encode_sample(
     out: dict[str, np.ndarray] = {}
     uprights: dict[str, tuple[int, int]] = {}
     counted: dict[str, Any] = {}
-    for name, field in fields.items():  # images before their masks: see ordered()
+    for name, field in fields.items():  # images before their placed fields
         v = sample[name]
         if isinstance(field, (Image, Mask)) and isinstance(v, (str, Path)) and base is not None:
             v = base / v  # an absolute path stays as it is
@@ -150,9 +140,8 @@ def samples_shard(
     staging: Path,
     sourced: bool,
 ) -> dict[str, Any]:
-    """The joblib task: shard `index` of `items` (one split's) through `make` and the fields;
-    its record keeps each counting field's counts (`stats`, by field name). `sourced`: each
-    sample's `source` is its input's (Item.source, else the input's `rel`)."""
+    """The shard task: shard `index` of `items` (one split's) through `make` and the fields;
+    its record keeps each counting field's counts (`stats`). `sourced`: add `source`."""
     counters = {n: f.counter() for n, f in fields.items() if isinstance(f, Counting)}
 
     def encode(item: Any) -> list[dict[str, np.ndarray]] | None:
@@ -175,18 +164,14 @@ def samples_shard(
         record["stats"] = {name: c.record() for name, c in sorted(counters.items())}
 
     split = getattr(items[0], "split", None) if items else None  # a shard holds one split
-    return write_shard(index, items, encode, _rel, specs, storage, staging, finish, split)
-
-
-def _rel(item: Any) -> str:
-    return str(item.rel)
+    rel = operator.attrgetter("rel")
+    return write_shard(index, items, encode, rel, specs, storage, staging, finish, split)
 
 
 class SamplesRun(Kind[Any, list[Any]]):
     """A command that writes samples with fields. A subclass sets `name` (the manifest's
-    `command`, unless it sets `command`), declares its fields (`declare`), sets `make`, and
-    lists its inputs into `items` (with `base`, the folder of their relative paths); `extra`
-    adds to the manifest. `sourced`: the engine adds a `source` field, each sample's input
+    `command`), declares its fields, sets `make`, and lists its inputs into `items` (`base`: the
+    folder of their relative paths). `sourced`: add a `source` field, each sample's input
     (Item.source, else its `rel`)."""
 
     name: ClassVar[str] = "samples"
@@ -205,18 +190,18 @@ class SamplesRun(Kind[Any, list[Any]]):
         self.command = self.name
 
     def declare(self, fields: Any) -> None:
-        """The command's fields, checked (exit 2 for a bad one) and bound, with `source`."""
+        """The command's fields, checked and bound, with `source`."""
         bound = bind_fields(fields)
         if self.sourced:
             if SOURCE in bound:
                 raise UsageError(f"field name {SOURCE!r} is taken: {self.command} stores the input")
             bound[SOURCE] = Source()
-        self.fields = ordered(bound)
+        # images first: each placed field's image is encoded before it
+        self.fields = dict(sorted(bound.items(), key=lambda kv: kv[1].placed))
         self.specs = array_specs(self.fields)
 
     def plan(self) -> list[list[Any]]:
-        """Each split's inputs (in their order) cut into shards of the size the whole count
-        gives: a shard holds one split."""
+        """Each split's inputs cut into shards of the size the whole count gives."""
         size = shard_size(len(self.items), self.cfg.shard_size)
         shards = []
         for split in dict.fromkeys(getattr(it, "split", None) for it in self.items):
@@ -244,8 +229,7 @@ class SamplesRun(Kind[Any, list[Any]]):
         return "stats" in record  # a shard of a prep before pixel stats: redone
 
     def extra(self, records: list[dict[str, Any]]) -> dict[str, Any]:
-        """The manifest's `extra`: each counting field's statistics (an image field's
-        per-channel mean and std at each size, of the train split)."""
+        """The manifest's `extra`: each counting field's statistics."""
         stats = {}
         for name, f in self.fields.items():
             if isinstance(f, Counting):
@@ -267,8 +251,7 @@ class SamplesRun(Kind[Any, list[Any]]):
 
 
 def bind_fields(fields: Any) -> dict[str, Field]:
-    """Check the declared fields (exit 2 for a bad one); a Mask, Boxes, Instances or Keypoints
-    takes its image's sizes and mode."""
+    """The declared fields checked (exit 2); a placed field takes its image's sizes and mode."""
     if not isinstance(fields, dict) or not fields:
         raise UsageError("fields must be a dict of field name -> field (prep.fields)")
     for name, f in fields.items():
@@ -287,18 +270,12 @@ def bind_fields(fields: Any) -> dict[str, Field]:
     return out
 
 
-def ordered(fields: dict[str, Field]) -> dict[str, Field]:
-    """Images first, so that each mask's (and boxes') image is encoded before it."""
-    return dict(sorted(fields.items(), key=lambda kv: kv[1].placed))
-
-
 def array_specs(fields: dict[str, Field]) -> dict[str, ArraySpec]:
-    """Every array the fields store, by its name."""
     return {array_name(s.field, s.size): s for n, f in fields.items() for s in f.arrays(n)}
 
 
 def check_shippable(make: Callable[..., Any], backend: str) -> None:
-    """Stop before any work when `make` cannot be sent to loky or Dask workers."""
+    """Stop before any work when `make` cannot be sent to workers."""
     import cloudpickle
 
     try:

@@ -1,20 +1,13 @@
-"""The one shard writer: a shard's named arrays streamed into one file each (or one .h5 file a
-shard), under temp names, renamed once whole, with the shard's record.
-
-`ShardFiles` is the file side every kind shares: arrays opened to temp names, written, then
-closed and published together as the shard's `{files, arrays}`, or aborted leaving no file.
-A kind keeps its own batching (a batch of documents, a block of table rows, one volume).
-
-`write_shard` is the sample loop on top of it: a kind's task gives it its inputs and a
-function that turns one input into one sample (array name -> its value: fixed-shape, or flat
-for a ragged array) or a list of them (a long video or recording cut into several), returns
-None to skip it, or raises Reject. Memory holds one input's samples at a time whatever the
-shard size.
-"""
+"""The one shard writer: `ShardFiles`, a shard's named arrays streamed to temp files and renamed
+once whole (every kind's file side); `write_shard`, the sample loop on top of it; and
+`shard_task`, which makes a shard writer the task a worker runs."""
 
 from __future__ import annotations
 
+import functools
 import os
+import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -24,6 +17,7 @@ import numpy as np
 
 from loaders.format import OFFSETS, ArrayRef, ArraySpec, Shard
 from loaders.format.index import file_name, stem
+from prep.run.errors import write_error
 from prep.run.files import NpyWriter, RaggedWriter, named, publish, temp_path, writing
 from prep.run.inputs import Reject, reject_record
 from prep.run.profile import stage
@@ -32,34 +26,24 @@ from prep.run.staging import write_record
 T = TypeVar("T")
 
 
-def part_file(part: str, shard_stem: str) -> str:
-    """image_256-00000.npy; a ragged array's offsets: image_256-offsets-00000.npy (the names
-    loaders.format.index derives).
-
-    >>> part_file("tokens", "train-00003"), part_file("source" + OFFSETS, "train-00003")
-    ('tokens-train-00003.npy', 'source-offsets-train-00003.npy')
-    """
-    return file_name(part, shard_stem, "npy")
-
-
 class ShardFiles:
-    """One shard's arrays under `staging`, each in `part_file(name, stem)` once published.
-
-    An array is fixed-shape (one sample a row; shape () and extend() for a flat one) or ragged
-    (flat data and count + 1 int64 offsets, part of its ref: `NAME.offsets`). Temp names are
-    per process and host: a worker that a dead parent left running cannot write into the files
-    of the --resume run redoing the same shard. Use inside `writing([...])`, which closes it, or
-    aborts it on failure."""
+    """One shard's arrays under `staging`, in the files loaders.format.index names. An array is
+    fixed-shape (one sample a row) or ragged (flat data and count + 1 int64 offsets, its ref's
+    `offsets`). Temp names are per process and host: an orphaned worker cannot write into the
+    files of the --resume run redoing its shard. Use inside `writing([...])`."""
 
     def __init__(self, staging: Path, stem: str):
         self.staging, self.stem = staging, stem
         self.writers: dict[str, NpyWriter | RaggedWriter] = {}
         self.parts: dict[str, Path] = {}  # file part (array, offsets) -> its temp file
 
+    def _file(self, part: str) -> str:
+        return file_name(part, self.stem, "npy")
+
     def _temp(self, part: str) -> Path:
         if part in self.parts:
             raise ValueError(f"{part}: opened twice in shard {self.stem}")
-        self.parts[part] = temp_path(self.staging / part_file(part, self.stem))
+        self.parts[part] = temp_path(self.staging / self._file(part))
         return self.parts[part]
 
     def array(
@@ -102,24 +86,18 @@ class ShardFiles:
             w.abort()
 
     def publish(self, count: int, split: str | None = None, h5: bool = False) -> Shard:
-        """After close(): the files under their final names, a shard of `count` samples.
-        h5: the arrays copied into one `shard-STEM.h5` first, keyed by part name."""
+        """After close(): the files under final names (h5: one `shard-STEM.h5`); the Shard."""
         h5_file = f"shard-{self.stem}.h5" if h5 else None
         if h5_file is not None:
             renames = {self._as_h5(h5_file): h5_file}
         else:
-            renames = {path: part_file(part, self.stem) for part, path in self.parts.items()}
+            renames = {path: self._file(part) for part, path in self.parts.items()}
         files = {name: publish(tmp, self.staging / name) for tmp, name in renames.items()}
         return Shard(count, self._refs(h5_file), files, split)
 
     def _refs(self, h5: str | None) -> dict[str, ArrayRef]:
-        """Each array's ref: its file (the .h5's dataset) and length; a ragged one's offsets
-        nested in it."""
-
         def ref(part: str, length: int) -> ArrayRef:
-            return (
-                ArrayRef(h5, length, part) if h5 else ArrayRef(part_file(part, self.stem), length)
-            )
+            return ArrayRef(h5, length, part) if h5 else ArrayRef(self._file(part), length)
 
         refs: dict[str, ArrayRef] = {}
         for name, w in self.writers.items():
@@ -129,7 +107,7 @@ class ShardFiles:
         return refs
 
     def _as_h5(self, final: str) -> Path:
-        """The temp .npy parts copied into one temp .h5 file (the parts removed once copied)."""
+        """The temp .npy parts moved into one temp .h5 file."""
         h5tmp = temp_path(self.staging / final)
         try:
             with stage("write"):
@@ -146,7 +124,7 @@ class ShardFiles:
 
 
 def _write_h5(path: Path, parts: dict[str, Path]) -> None:
-    """Copy the shard's temp .npy arrays into one contiguous, uncompressed HDF5 file."""
+    """The .npy arrays copied into one contiguous, uncompressed HDF5 file."""
     import h5py
 
     with h5py.File(path, "w") as f:
@@ -172,11 +150,11 @@ def write_shard(
     finish: Callable[[dict[str, Any]], None] | None = None,
     split: str | None = None,
 ) -> dict[str, Any]:
-    """Encode `items` into shard `index` of `specs`' arrays under `staging` (`storage` npy or
-    h5), of `split` (its file names say it); return its record (the shard, and a reject record
-    a refused input, named by `rel`). `finish` adds what a kind keeps beside (pixel sums)
-    before the record is written: what --resume reads back. A failed write leaves no file of
-    the shard behind."""
+    """Encode `items` into shard `index` of `split`; its record (the shard, and a reject a
+    refused input, named by `rel`), which `finish` adds to (pixel sums) before it is written.
+    `encode` gives an input's sample (array name -> value: fixed-shape, or flat for a ragged
+    array), a list of them (a long video cut up), or None to skip it; memory holds one input's
+    samples at a time. A failed write leaves no file of the shard behind."""
     out = ShardFiles(staging, stem(split, index))
     rejects: list[dict[str, Any]] = []
     count = 0
@@ -202,3 +180,39 @@ def write_shard(
     with stage("write"):
         write_record(staging, index, record)
     return record
+
+
+_watching: list[int] = []  # the parent pid this worker process watches, once started
+
+
+def shard_task(write: Callable[..., T]) -> Callable[..., T]:
+    """The task that runs shard writer `write`: it takes the writer's arguments, then `parent`,
+    the pid of the command whose loky worker runs it (None elsewhere). A failed write is a
+    write_error."""
+
+    @functools.wraps(write)
+    def task(*args: Any) -> T:
+        *write_args, parent = args
+        try:
+            exit_with_parent(parent)
+            return write(*write_args)
+        except OSError as e:
+            raise write_error(e) from e
+
+    return task
+
+
+def exit_with_parent(parent: int | None) -> None:
+    """In a loky worker of `parent`: a thread ends this process once the parent has died
+    (SIGKILL), so that no orphan writes beside the --resume run that follows. Its temp files
+    stay behind for the next run to remove (cleanup_temps)."""
+    if _watching or parent is None or parent == os.getpid():
+        return
+    _watching.append(parent)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.2)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="prep-exit-with-parent", daemon=True).start()

@@ -1,11 +1,7 @@
-"""`prep upgrade ROOT`: a dataset written in format version 1, 2 or 3 rewritten as version 4, in
-place: its manifest replaced atomically (written to a temp name, renamed), its shard files left as
-they are. Readers open such a dataset already (loaders.format.legacy translates it every time);
-upgraded, it is described by fields as a new pack is, for tools that read the manifest alone.
-
-The shards stay listed in the manifest (version 4's inline form): their file names predate the
-names the shard index derives, and renaming a user's files in place could not be undone at once.
-"""
+"""`prep upgrade ROOT`: a dataset of format version 1-3 rewritten as version 4 in place, its
+manifest alone (written to a temp name, renamed). The shards stay listed in the manifest (version
+4's inline form): their file names predate the names the shard index derives, and renaming a
+user's files in place could not be undone at once."""
 
 from __future__ import annotations
 

@@ -28,8 +28,7 @@ from prep.media.image.stats import PixelSums, combine
 from prep.run.driver import Inputs, Kind, RunSummary, run, shard_size
 from prep.run.errors import PrepError
 from prep.run.inputs import Reject
-from prep.run.shardwriter import write_shard
-from prep.run.tasks import shard_task
+from prep.run.shardwriter import shard_task, write_shard
 from prep.sources.images import Item, Listing
 from prep.sources.listing import list_images, split_counts
 

@@ -34,9 +34,8 @@ from prep.run.driver import Inputs, Kind, RunSummary, run
 from prep.run.errors import PrepError
 from prep.run.files import writing
 from prep.run.profile import stage
-from prep.run.shardwriter import ShardFiles
+from prep.run.shardwriter import ShardFiles, shard_task
 from prep.run.staging import RUN_DIR, named_by_rule, write_record
-from prep.run.tasks import shard_task
 from prep.sources.table import Block, list_tables, sources_of
 
 SPLITS = ("train", "val")

@@ -23,9 +23,8 @@ from prep.media.text.tokenizers import Tokenizer, load_saved
 from prep.run.errors import PrepError
 from prep.run.files import writing
 from prep.run.profile import stage, timed_iter
-from prep.run.shardwriter import ShardFiles
+from prep.run.shardwriter import ShardFiles, shard_task
 from prep.run.staging import write_record
-from prep.run.tasks import shard_task
 
 SPLITS = ("train", "val")
 # One encode call per batch: big enough for tokenizers' own threads, small enough for memory.

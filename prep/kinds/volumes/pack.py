@@ -28,9 +28,8 @@ from prep.run.errors import PrepError
 from prep.run.files import writing
 from prep.run.inputs import Reject, reject_record
 from prep.run.profile import stage
-from prep.run.shardwriter import ShardFiles
+from prep.run.shardwriter import ShardFiles, shard_task
 from prep.run.staging import named_by_rule, write_record
-from prep.run.tasks import shard_task
 from prep.sources import targets as tg
 from prep.sources.volumes import Item, list_volumes, read_pair
 
