@@ -16,9 +16,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 import prep.cli.options as options
-from prep.kinds.importers.config import CocoConfig, PairsConfig
-from prep.kinds.importers.hf import HFConfig
-from prep.kinds.importers.wds import WdsConfig
+from prep.kinds.importers.config import CocoConfig, HFConfig, PairsConfig, WdsConfig
 from prep.run.config import RunConfig
 
 app = typer.Typer(
@@ -66,7 +64,7 @@ def _one_pattern(command: Any) -> Any:
 
     def checked(ctx: typer.Context, **values: Any) -> None:
         if ctx.args:
-            from prep.kinds.importers.wds import unquoted
+            from prep.kinds.importers.config import unquoted
 
             raise unquoted(f"{len(ctx.args) + 2} arguments where SRC OUT are 2")
         command(**values)

@@ -1,10 +1,8 @@
-"""WebDataset tar shards, read with the standard library: the shard list (braces expanded), each
-tar's members grouped into samples by key (the member's path up to the first dot of its file
-name; consecutive members of one key are one sample) and a field an extension.
-
-Listing reads the tar headers only (and the header of each .npy); the workers read each member
-by its offset, into memory: nothing is ever extracted. A tar that ends early (no end-of-archive
-blocks) loses its last sample, which may be incomplete, as a `truncated_tar` reject.
+"""WebDataset tar shards, read with the standard library: braces expanded, each tar's members
+grouped into samples by key (the path up to the first dot of the file name; consecutive members
+of one key are one sample). Listing reads the tar headers (and each .npy's) only; the workers
+read each member by its offset, into memory: nothing is extracted. A tar that ends early (no
+end-of-archive blocks) loses its last sample, which may be incomplete, as a `truncated_tar`.
 """
 
 from __future__ import annotations
@@ -12,7 +10,9 @@ from __future__ import annotations
 import bz2
 import gzip
 import io
+import json
 import lzma
+import math
 import re
 import tarfile
 import threading
@@ -22,14 +22,14 @@ from dataclasses import dataclass, field
 from tokenize import TokenError
 from typing import IO, Any
 
-from prep.run.errors import PrepError, UsageError
+import numpy as np
+import numpy.lib.format as npf
+
+from loaders.remote.storage import filesystem, url_of
+from prep.run.errors import PrepError, Reject, UsageError
 from prep.run.inputs import reject_record
 
 BRACES = re.compile(r"\{([^{}]*)\}")
-# A member's bytes are read whole into memory: larger ones (a gzip bomb's gigabyte of zeros
-# is a 1 MB file) are rejects, unread. 256 MB is far beyond an image, a caption or an array
-# of a sample; --max-member-mb raises it (video members).
-MAX_MEMBER = 256_000_000
 # Shard names a pattern may give: more is a typo ({0..4294967296} built 4 billion names, a
 # MemoryError), far beyond the largest public WebDataset sets (about 10^5 shards).
 MAX_SHARDS = 1_000_000
@@ -66,8 +66,6 @@ def expand(pattern: str) -> list[str]:
 def open_tar(path: str) -> IO[bytes]:
     """The tar's bytes, seekable: a local file, a URL through fsspec, decompressed if it is
     a .tar.gz, .tar.bz2 or .tar.xz (by its first bytes)."""
-    from loaders.remote.storage import filesystem, url_of
-
     url = url_of(path)
     raw: IO[bytes] = filesystem(url).open(url, "rb") if url else open(path, "rb")  # noqa: SIM115
     magic = raw.read(6)
@@ -97,8 +95,8 @@ class Scan:
     npy: dict[tuple[str, str], tuple[str, tuple[int, ...]]]  # (key, ext) -> dtype, shape
 
 
-def scan(path: str, max_member: int = MAX_MEMBER) -> Scan:
-    """The samples of tar `path` (its headers read, never its data but .npy headers)."""
+def scan(path: str, max_member: int) -> Scan:
+    """scan_tar of the tar at `path`; a tar that cannot be opened is a reject."""
     try:
         with open_tar(path) as f:
             return scan_tar(f, path, max_member)
@@ -108,10 +106,11 @@ def scan(path: str, max_member: int = MAX_MEMBER) -> Scan:
         return Scan([], [reject_record(path, "bad_tar", f"cannot open it ({e})")], {})
 
 
-def scan_tar(f: IO[bytes], path: str, max_member: int = MAX_MEMBER) -> Scan:
+def scan_tar(f: IO[bytes], path: str, max_member: int) -> Scan:
     """The samples of the tar in `f` (seekable; `path` names it in rejects): its headers read,
     never its data but .npy headers. A sample with a member over `max_member` bytes is a
-    `member_too_large` reject: a worker would read that member whole into memory."""
+    `member_too_large` reject: a worker would read it whole into memory (a gzip bomb's
+    gigabyte of zeros is a 1 MB file)."""
     errors = (tarfile.TarError, EOFError, OSError, zlib.error, lzma.LZMAError, ValueError)
     members: list[tuple[str, Member]] = []
     try:
@@ -164,8 +163,6 @@ NPY_ERRORS = (ValueError, IndexError, SyntaxError, TokenError, RecursionError, O
 def npy_header(head: IO[bytes]) -> tuple[Any, tuple[int, ...]]:
     """The dtype and shape of the .npy whose bytes `head` starts at (left after its header);
     one of NPY_ERRORS when it is not an .npy header numpy reads."""
-    import numpy.lib.format as npf
-
     version = npf.read_magic(head)
     read = (npf.read_array_header_1_0, npf.read_array_header_2_0)[version[0] - 1]
     shape, _, dtype = read(head)
@@ -213,17 +210,9 @@ def let_go(run: str) -> None:
         _held.pop(key)[1].close()
 
 
+IMAGES = ("jpg", "jpeg", "png", "webp")
 # The field kind of an extension (its last part: "seg.png" is a png); any other is Bytes.
-KINDS = {
-    "jpg": "image",
-    "jpeg": "image",
-    "png": "image",
-    "webp": "image",
-    "cls": "label",
-    "txt": "text",
-    "json": "json",
-    "npy": "array",
-}
+KINDS = dict.fromkeys(IMAGES, "image") | dict(cls="label", txt="text", json="json", npy="array")
 
 
 def kind_of(ext: str) -> str:
@@ -261,10 +250,6 @@ class WdsSamples:
 
 def value_of(d: Declared, data: bytes) -> Any:
     """A member's bytes as its field takes them (images, text and bytes as they are)."""
-    import json
-
-    from prep.run.errors import Reject
-
     if d.kind == "label":
         try:
             return int(data.decode("ascii").strip())
@@ -276,10 +261,6 @@ def value_of(d: Declared, data: bytes) -> Any:
         except (ValueError, RecursionError) as e:  # not JSON, a huge integer, deep nesting
             raise Reject(f"field {d.name}: not JSON ({e})", "field_json") from None
     if d.kind == "array":
-        import math
-
-        import numpy as np
-
         head = io.BytesIO(data)
         try:
             dtype, shape = npy_header(head)
