@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
@@ -292,7 +292,7 @@ def ordered(fields: dict[str, Field]) -> dict[str, Field]:
     return dict(sorted(fields.items(), key=lambda kv: kv[1].placed))
 
 
-def array_specs(fields: dict[str, Field]) -> dict[str, ArraySpec]:
+def array_specs(fields: Mapping[str, Field]) -> dict[str, ArraySpec]:
     """Every array the fields store, by its name."""
     return {array_name(s.field, s.size): s for n, f in fields.items() for s in f.arrays(n)}
 

@@ -1,12 +1,8 @@
-"""`prep pack --drop-dupes`: a hashing pass over the listed images before any shard is planned.
-
-Shards are written in parallel, each alone, so a duplicate must be known before the plan: this
-pass decodes every image cheaply (a JPEG at 1/8 scale: the hash needs 32 px), hashes it, groups
-the hashes, and drops all but the first of each group (in input order) from the listing as
-`duplicate` rejects naming the kept path. The plan then depends on the inputs and the config
-alone, as always: the bytes are the same for any --jobs, and --resume reuses the same shards.
-The kept images' hashes travel to the shard tasks and are stored as they are, so `prep dupes`
-on the packed folder agrees with what was dropped.
+"""`prep pack --drop-dupes`: a hashing pass over the listed images before the plan (shards are
+written in parallel, each alone), so that the plan still depends on the inputs and config alone.
+Each image is decoded cheaply (a JPEG at 1/8 scale: the hash needs 32 px); all but the first of
+each group (in input order) become `duplicate` rejects naming the kept path. The kept images'
+hashes are stored as they are, so `prep dupes` on the packed folder agrees with what was dropped.
 """
 
 from __future__ import annotations
@@ -22,6 +18,7 @@ from prep.media.image.decode import decode_image
 from prep.media.image.groups import phash_groups
 from prep.media.image.hashing import image_phash
 from prep.run.inputs import Reject, reject_record
+from prep.run.parallel import progress
 from prep.sources.images import Item
 
 HINT_SIDE = 64  # decode at the DCT scale that keeps 64 px: plenty for a 32 px thumbnail
@@ -29,8 +26,7 @@ HINT_SIDE = 64  # decode at the DCT scale that keeps 64 px: plenty for a 32 px t
 
 @dataclass
 class Dropped:
-    """What the pass decided: the items kept (in input order), the rejects of the dropped, and
-    each kept item's pHash by its relative path."""
+    """The items kept (in input order), the rejects of the dropped, each kept item's pHash."""
 
     kept: list[Item]
     rejects: list[dict[str, Any]] = field(default_factory=list)
@@ -38,8 +34,7 @@ class Dropped:
 
 
 def _hash_one(item: Item, cfg: PackConfig) -> int | None:
-    """The pHash of one input; None when it cannot be decoded (its shard task rejects it, with
-    the reason, as without --drop-dupes)."""
+    """The pHash of one input; None when it cannot be decoded (its shard task rejects it)."""
     try:
         img, _ = decode_image(
             item.path, (HINT_SIDE,), cfg.gray, cfg.max_pixels, "fill", cfg.background_rgb()
@@ -51,12 +46,10 @@ def _hash_one(item: Item, cfg: PackConfig) -> int | None:
 
 def hash_items(items: list[Item], cfg: PackConfig, show_progress: bool) -> list[int | None]:
     """The pHash (None: not decodable) of every item, on cfg.n_jobs threads (decoding and
-    resizing release the GIL), with a progress bar."""
-    from prep.run.parallel import progress
-
+    resizing release the GIL)."""
     bar = progress(len(items), "img", "hash") if show_progress else None
-    out: list[int | None] = []
     with ThreadPoolExecutor(max(1, cfg.n_jobs)) as pool:
+        out = []
         for got in pool.map(lambda it: _hash_one(it, cfg), items):
             out.append(got)
             if bar is not None:

@@ -19,6 +19,8 @@ import threading
 import uuid
 import zlib
 from dataclasses import dataclass, field
+from itertools import groupby
+from operator import itemgetter
 from tokenize import TokenError
 from typing import IO, Any
 
@@ -126,7 +128,7 @@ def scan_tar(f: IO[bytes], path: str, max_member: int) -> Scan:
         if not members:
             return Scan([], [reject_record(path, "bad_tar", f"not a readable tar ({e})")], {})
         whole, npy = False, {}
-    samples = _grouped(members)
+    samples = [(k, tuple(m for _, m in group)) for k, group in groupby(members, itemgetter(0))]
     rejects = []
     if not whole and samples:
         key, _ = samples.pop()
@@ -145,15 +147,6 @@ def scan_tar(f: IO[bytes], path: str, max_member: int) -> Scan:
         rejects.append(reject_record(f"{path}:{key}", "member_too_large", why))
     keys = {key for key, _ in kept}
     return Scan(kept, rejects, {k: v for k, v in npy.items() if k[0] in keys})
-
-
-def _grouped(members: list[tuple[str, Member]]) -> list[tuple[str, tuple[Member, ...]]]:
-    out: list[tuple[str, list[Member]]] = []
-    for key, member in members:
-        if not out or out[-1][0] != key:
-            out.append((key, []))
-        out[-1][1].append(member)
-    return [(key, tuple(ms)) for key, ms in out]
 
 
 # What numpy's .npy header parser raises on a malformed header (TokenError: its tokenizer).
