@@ -8,7 +8,6 @@ hashes are stored as they are, so `prep dupes` on the packed folder agrees with 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -22,15 +21,6 @@ from prep.run.parallel import progress
 from prep.sources.images import Item
 
 HINT_SIDE = 64  # decode at the DCT scale that keeps 64 px: plenty for a 32 px thumbnail
-
-
-@dataclass
-class Dropped:
-    """The items kept (in input order), the rejects of the dropped, each kept item's pHash."""
-
-    kept: list[Item]
-    rejects: list[dict[str, Any]] = field(default_factory=list)
-    phash: dict[str, int] = field(default_factory=dict)
 
 
 def _hash_one(item: Item, cfg: PackConfig) -> int | None:
@@ -59,9 +49,11 @@ def hash_items(items: list[Item], cfg: PackConfig, show_progress: bool) -> list[
     return out
 
 
-def drop_dupes(items: list[Item], cfg: PackConfig, show_progress: bool = True) -> Dropped:
-    """Keep the first of each near-duplicate group within cfg.max_distance bits (byte-identical
-    files have one hash: distance 0); the rest become `duplicate` rejects."""
+def drop_dupes(
+    items: list[Item], cfg: PackConfig, show_progress: bool
+) -> tuple[list[Item], list[dict[str, Any]], dict[str, int]]:
+    """The items kept (the first of each near-duplicate group within cfg.max_distance bits, in
+    input order), the `duplicate` rejects of the others, and each kept item's pHash."""
     got = hash_items(items, cfg, show_progress)
     ok = [k for k, g in enumerate(got) if g is not None]
     phash = np.array([got[k] for k in ok], dtype=np.uint64)
@@ -70,14 +62,11 @@ def drop_dupes(items: list[Item], cfg: PackConfig, show_progress: bool = True) -
     for g in phash_groups(phash, [items[k].rel for k in ok], cfg.max_distance):
         for member, path, dist in zip(g.members[1:], g.paths[1:], g.distances[1:], strict=True):
             dropped.add(ok[member])
-            rejects.append(
-                reject_record(
-                    path,
-                    "duplicate",
-                    f"a near-duplicate of {g.paths[0]}, which is kept (perceptual hashes "
-                    f"{dist} bits apart, --max-distance {cfg.max_distance})",
-                )
+            why = (
+                f"a near-duplicate of {g.paths[0]}, which is kept (perceptual hashes {dist} "
+                f"bits apart, --max-distance {cfg.max_distance})"
             )
+            rejects.append(reject_record(path, "duplicate", why))
     kept = [it for k, it in enumerate(items) if k not in dropped]
     known = {items[k].rel: int(phash[n]) for n, k in enumerate(ok) if k not in dropped}
-    return Dropped(kept, rejects, known)
+    return kept, rejects, known

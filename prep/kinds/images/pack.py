@@ -178,9 +178,10 @@ class ImagesKind(Kind[PackConfig, list[Item]]):
         if cfg.drop_dupes:
             from prep.kinds.images.dupes import drop_dupes
 
-            dropped = drop_dupes(listing.items, cfg, self.show_progress)
-            listing.items, self.phashes = dropped.kept, dropped.phash
-            listing.rejects += dropped.rejects
+            listing.items, dropped, self.phashes = drop_dupes(
+                listing.items, cfg, self.show_progress
+            )
+            listing.rejects += dropped
         return Inputs(len(listing.items), listing.rejects, fingerprint)
 
     def plan(self) -> list[list[Item]]:
