@@ -14,7 +14,7 @@ from prep.run.errors import UsageError
 
 @dataclass
 class ImportConfig(RunConfig):
-    """What every image importer takes: the image field's sizes, mode and codec, as `prep pack`."""
+    """What every image importer takes: the image field's options, as `prep pack`'s."""
 
     sizes: list[int] = opt([256], "Side(s) in px, comma-separated: 256,512.", "--sizes", "--size")
     mode: str = opt(
@@ -32,8 +32,7 @@ class ImportConfig(RunConfig):
 
     USAGE: ClassVar[str] = "SRC OUT"
 
-    def given(self) -> bool:
-        """Whether the arguments of USAGE are all given."""
+    def given(self) -> bool:  # all the arguments of USAGE
         return bool(self.src and self.out)
 
     def validate(self) -> None:
@@ -83,7 +82,6 @@ class CocoConfig(PathsConfig):
         "Also each instance's mask (N, H, W of 0 and 1), placed like the image: N x H x W bytes "
         "a sample.",
     )
-
     polygons: bool = opt(
         False,
         "Also each instance's segmentation polygons (x, y points), placed like the image and "
@@ -117,7 +115,6 @@ class HFConfig(PathsConfig):
         "A save_to_disk folder (dataset_dict.json or state.json and .arrow files) or a folder "
         "of .parquet files.",
     )
-
     splits: str | None = opt(None, "The splits to import, comma-separated (default: all).")
     columns: str | None = opt(
         None, "The columns to import, comma-separated (default: all; a dict's keys come along)."

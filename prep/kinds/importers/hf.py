@@ -1,11 +1,8 @@
 """`prep import hf SRC OUT`: a Hugging Face dataset on disk, read with pyarrow alone: a
-`save_to_disk` folder (Arrow IPC files, `state.json`; a `dataset_dict.json` and a folder a
-split), a folder of the `datasets` cache (`json-train.arrow`: the split after the name) or a
-folder of Parquet files (the split is the name before `-NNNNN-of-NNNNN`, else the parent folder).
-
-Each row is an input named `FILE:ROW`, each split in its own shards, a field a feature
-(prep.kinds.importers.hffeatures). The manifest records the features (`extra.hf.features`),
-the column each field holds (`extra.hf.columns`) and each split's count (`extra.splits`).
+`save_to_disk` folder (`state.json` and Arrow files; or a `dataset_dict.json` and a folder a
+split), a `datasets` cache folder (`json-train.arrow`) or a folder of Parquet files (the split is
+the name before `-NNNNN-of-NNNNN`, else the parent folder). A row is an input named `FILE:ROW`,
+a field a feature (prep.kinds.importers.hffeatures), each split in its own shards.
 """
 
 from __future__ import annotations
@@ -17,6 +14,10 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from loaders.fields import Label, Scalar
 from prep.kinds.importers.config import HFConfig, image_field
@@ -109,16 +110,11 @@ def _cached_split(name: str, known: list[str]) -> str | None:
 
 def _split_of(src: Path, f: Path) -> str | None:
     m = SHARD_NAME.match(f.stem)
-    if m:
-        return m["split"]
-    return f.parent.name if f.parent != src else None
+    return m["split"] if m else (f.parent.name if f.parent != src else None)
 
 
 def _schema_and_chunks(path: Path) -> tuple[Any, list[int]]:
     """A file's schema and the rows of each chunk (an Arrow file is one; a Parquet row group)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     try:
         if path.suffix == ".parquet":
             meta = pq.ParquetFile(path).metadata
@@ -203,8 +199,6 @@ def unlabeled(columns: list[Column], files: list[Path]) -> list[Column]:
     """The columns, a ClassLabel column that holds -1 (the `datasets` "no label", as test splits
     have) as an int64 Scalar: every row kept, -1 read back as `datasets` gives it (and as
     CrossEntropyLoss's ignore_index takes it); its names stay in extra.hf.features."""
-    import pyarrow.compute as pc
-
     labels = [c for c in columns if isinstance(c.field, Label) and len(c.path) == 1]
     if not labels:
         return columns
@@ -255,9 +249,6 @@ def _chunk(run: str, path: str, chunk: int, names: tuple[str, ...]) -> Any:
 def read_chunk(path: str, chunk: int, names: list[str] | None = None) -> Any:
     """An Arrow file's table (memory-mapped: no copy) or a Parquet row group (of the columns
     `names` only: the others are not read), with columns `names` (None: all)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     if path.endswith(".parquet"):
         return pq.ParquetFile(path).read_row_group(chunk, columns=names)
     mapped = pa.memory_map(path)  # the table's buffers keep the mapping open
@@ -280,6 +271,6 @@ def import_hf(cfg: HFConfig, show_progress: bool = True, profile: bool = False) 
     image = image_field(cfg)
     fields = {c.name: c.field or image for c in rows.columns}
     try:
-        return run(SourceKind("import hf", cfg, rows, fields, source), show_progress, profile)
+        return run(SourceKind(cfg, rows, fields, source), show_progress, profile)
     finally:
         _chunk.cache_clear()  # a Parquet row group is in memory

@@ -22,11 +22,9 @@ class SourceKind(SamplesRun):
 
     sourced = True
 
-    def __init__(
-        self, command: str, cfg: Any, make: Callable[[Any], Any], fields: Any, source: Source
-    ):
+    def __init__(self, cfg: Any, make: Callable[[Any], Any], fields: Any, source: Source):
         super().__init__(cfg)
-        self.command = command  # "import hf"...
+        self.command = f"import {cfg.SECTION}"
         self.fn, self.make, self.source = make, UserFunction(make), source
         self.declare(fields)
 

@@ -40,16 +40,13 @@ from prep.run.samples import Item
 from prep.sources.imported import Source, file_stats
 
 
-def shard_paths(src: str) -> list[str]:
-    """The tars SRC names: a folder's .tar files (sorted), or the pattern's expansion."""
-    if url_of(src) is None and Path(src).is_dir():
-        return sorted(str(p) for p in Path(src).iterdir() if ".tar" in p.name)
-    return expand(url_of(src) or src)
-
-
 def list_shards(cfg: WdsConfig, image: Field) -> tuple[Source, WdsSamples, dict[str, Field]]:
     """The samples of cfg.src's tars as inputs, the function that reads one, and the fields."""
-    paths = shard_paths(str(cfg.src))
+    src = str(cfg.src)  # a folder of .tar files, or a pattern
+    if url_of(src) is None and Path(src).is_dir():
+        paths = sorted(str(p) for p in Path(src).iterdir() if ".tar" in p.name)
+    else:
+        paths = expand(url_of(src) or src)
     cap = int(cfg.max_member_mb * 1e6)
     with ThreadPoolExecutor(8) as pool:  # headers: reads that wait on the disk or network
         scans = list(pool.map(lambda p: scan(p, cap), paths))
@@ -167,7 +164,7 @@ def import_webdataset(
     """Pack the tars of `cfg.src` into `cfg.out`."""
     cfg.validate()
     source, samples, fields = list_shards(cfg, image_field(cfg))
-    kind = SourceKind("import webdataset", cfg, samples, fields, source)
+    kind = SourceKind(cfg, samples, fields, source)
     try:
         return run(kind, show_progress, profile)
     finally:
