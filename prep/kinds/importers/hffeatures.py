@@ -174,12 +174,8 @@ def _numeric(dtype: str, name: str) -> str:
     return dtype
 
 
-def features_of_schema(schema: Any) -> dict[str, Any]:
-    """The features a Parquet file without Hugging Face metadata implies (pyarrow schema)."""
-    return {f.name: _feature_of_type(f.type) for f in schema}
-
-
 def _feature_of_type(t: Any) -> Any:
+    """The feature a pyarrow type implies (a Parquet file without Hugging Face metadata)."""
     import pyarrow as pa
 
     if pa.types.is_struct(t):
@@ -286,4 +282,4 @@ def features_of(part: Path, schema: Any) -> dict[str, Any]:
         features = read_object(info).get("features")
         if features:
             return checked_features(features, str(info))
-    return features_of_schema(schema)
+    return {f.name: _feature_of_type(f.type) for f in schema}

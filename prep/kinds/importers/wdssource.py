@@ -81,13 +81,6 @@ def open_tar(path: str) -> IO[bytes]:
     return raw
 
 
-def key_and_ext(name: str) -> tuple[str, str]:
-    """("dir/s1", "seg.png") of "dir/s1.seg.png", as WebDataset splits a member's path."""
-    folder, _, base = name.rpartition("/")
-    stem, _, ext = base.partition(".")
-    return (f"{folder}/{stem}" if folder else stem), ext
-
-
 @dataclass
 class Scan:
     """One tar's samples (key -> its members), in order, and its rejects."""
@@ -98,7 +91,7 @@ class Scan:
 
 
 def scan(path: str, max_member: int) -> Scan:
-    """scan_tar of the tar at `path`; a tar that cannot be opened is a reject."""
+    """scan_tar of the tar at `path` (a reject when it cannot be opened)."""
     try:
         with open_tar(path) as f:
             return scan_tar(f, path, max_member)
@@ -117,9 +110,11 @@ def scan_tar(f: IO[bytes], path: str, max_member: int) -> Scan:
     members: list[tuple[str, Member]] = []
     try:
         with tarfile.open(fileobj=f, mode="r:") as tar:
-            for m in tar:
-                key, ext = key_and_ext(m.name)
-                if m.isfile() and key.rpartition("/")[2] and ext:  # not .hidden nor README
+            for m in tar:  # dir/s1.seg.png: key dir/s1, extension seg.png, as WebDataset has it
+                folder, _, base = m.name.rpartition("/")
+                stem, _, ext = base.partition(".")
+                key = f"{folder}/{stem}" if folder else stem
+                if m.isfile() and stem and ext:  # not .hidden nor README
                     members.append((key, (ext, m.offset_data, m.size)))
             f.seek(tar.offset)
             whole = f.read(1024) == bytes(1024)  # the end-of-archive blocks
@@ -149,7 +144,7 @@ def scan_tar(f: IO[bytes], path: str, max_member: int) -> Scan:
     return Scan(kept, rejects, {k: v for k, v in npy.items() if k[0] in keys})
 
 
-# What numpy's .npy header parser raises on a malformed header (TokenError: its tokenizer).
+# What numpy's .npy header parser raises on a malformed one (TokenError: its tokenizer).
 NPY_ERRORS = (ValueError, IndexError, SyntaxError, TokenError, RecursionError, OverflowError)
 
 
