@@ -91,12 +91,6 @@ def keypoints_of(anns: list[Any], joints: int) -> np.ndarray:
     return out
 
 
-def image_order(n: int, im: Any) -> tuple[int, str, int]:
-    """By image id (numbers first): ids are unique, so reordering the JSON changes nothing."""
-    i = im.get("id") if isinstance(im, dict) else None
-    return (0, f"{i:020d}", n) if isinstance(i, int) and i >= 0 else (1, str(i), n)
-
-
 def upright_hw(path: Path) -> tuple[int, int] | None:
     """The (h, w) of the image at `path` upright (EXIF orientation applied), from its header;
     None when it cannot be read (its own reject comes when it is decoded)."""
@@ -125,7 +119,7 @@ def coco_images(data: dict[str, Any], categories: Categories, cfg: CocoConfig) -
     for a in data["annotations"]:
         by_image[_id(a.get("image_id") if isinstance(a, dict) else None)].append(a)
     parsed: list[tuple[str, _Parsed | Reject]] = []
-    for n, im in sorted(enumerate(data["images"]), key=lambda e: image_order(*e)):
+    for n, im in sorted(enumerate(data["images"]), key=_image_order):
         if not isinstance(im, dict):
             parsed.append((f"#{n}", Reject("bad_annotation", "an image entry is not an object")))
             continue
@@ -147,6 +141,13 @@ def coco_images(data: dict[str, Any], categories: Categories, cfg: CocoConfig) -
         else:
             out.items.append(Item(name, p))
     return out
+
+
+def _image_order(entry: tuple[int, Any]) -> tuple[int, str, int]:
+    """By image id (numbers first): ids are unique, so reordering the JSON changes nothing."""
+    n, im = entry
+    i = im.get("id") if isinstance(im, dict) else None
+    return (0, f"{i:020d}", n) if isinstance(i, int) and i >= 0 else (1, str(i), n)
 
 
 def _id(value: Any) -> Any:

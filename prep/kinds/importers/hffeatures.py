@@ -1,10 +1,7 @@
 """Hugging Face JSON, checked (one error line naming the file, never a KeyError from a malformed
-or hostile file): a folder's `dataset_dict.json` and `state.json`, and `Features` as fields:
-`Image` -> the command's `Image`; `ClassLabel(names)` -> `Label(names)`; `Value` -> `Scalar`,
-`Text` or `Bytes`; `List`/`Sequence` of numbers (nested lists of fixed lengths) -> `Array`
-(ragged unless it has a `length`), of strings or ragged inner lists -> `Json`; `Array2D`-`5D`
--> `Array`; a dict, or a list of dicts -> a field a key, `NAME_KEY`. Anything else (`Audio`,
-timestamps...) is an `Unsupported` feature, named.
+or hostile file): a folder's `dataset_dict.json` and `state.json`, and `Features` as fields (a
+dict's keys, or a list of dicts', as fields `NAME_KEY`); a feature no field holds (`Audio`,
+timestamps...) is `Unsupported`, named.
 
 >>> [c.name for c in columns_of({"obj": {"bbox": {"_type": "Array2D", "shape": [None, 4],
 ...     "dtype": "float32"}, "n": {"_type": "Value", "dtype": "int64"}}}, None)]

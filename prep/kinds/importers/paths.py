@@ -1,9 +1,8 @@
 """The paths a source file names stay inside the source's own tree (a COCO `file_name` inside
-IMAGES, a caption list's image inside its folder, a Hugging Face Image's `path` and the files
-`state.json` names inside SRC): someone else's source could otherwise pack `~/.ssh/id_rsa` into
-a dataset the user publishes. Links are resolved: one that points out of the tree leaves it.
-`--allow-outside` reads them anyway, for stores of links (the Hugging Face hub cache, DVC,
-git-annex) or the `datasets` cache, whose Image structs name the files by absolute path.
+IMAGES, a caption list's image inside its folder, a Hugging Face file inside SRC), links
+resolved: someone else's source could otherwise pack `~/.ssh/id_rsa` into a dataset the user
+publishes. `--allow-outside` reads them anyway (a store of links: the Hugging Face hub cache,
+DVC, git-annex; the `datasets` cache, whose Image structs name files by absolute path).
 
 >>> Tree(Path("/data/coco/images")).refused("/etc/passwd")
 "'/etc/passwd' is an absolute path"

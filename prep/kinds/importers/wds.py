@@ -1,15 +1,6 @@
 """`prep import webdataset 'shards/train-{000000..000099}.tar' OUT`: WebDataset tars as samples
-(prep.kinds.importers.wdssource reads the tars), a field an extension:
-
-- `.jpg`, `.jpeg`, `.png`, `.webp` -> `Image` (the command's), the field `image` whichever of
-  them a sample has (a field an extension only where a sample has two);
-- `.cls` -> `Label` (an ASCII integer); `.txt` -> `Text`; `.json` -> `Json`;
-- `.npy` -> `Array` of the first sample's dtype: its shape when every sample has it, else a
-  ragged leading dimension when only that one differs;
-- any other -> `Bytes`; and `__key__`, the sample's key, as `Text`.
-
-The fields are every extension the tars hold (`seg.png` -> `seg_png`), or those `--fields`
-names; a sample missing one is a `field_missing` reject.
+(prep.kinds.importers.wdssource reads them), a field an extension (wdssource.KINDS), `__key__`
+the sample's key; the image extensions a sample has one of are the one field `image`.
 """
 
 from __future__ import annotations

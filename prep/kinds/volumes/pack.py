@@ -34,15 +34,6 @@ from prep.sources.volumes import Item, list_volumes, read_pair
 MAX_VOXELS = 2**32 - 1  # label_fg holds flat voxel indices as uint32
 
 
-def volume_fields(cfg: VolumeConfig, labels: bool, targets: tg.Targets | None) -> dict[str, Field]:
-    """The fields of a volume dataset: `image` (voxels in the stored dtype, oriented), with
-    labels its `label` (class ids and the foreground index), with targets a column a target."""
-    fields: dict[str, Field] = {"image": Volume(cfg.stored_dtype, cfg.orient.upper())}
-    if labels:
-        fields["label"] = VolumeLabel("image", foreground=True)
-    return fields | (tg.target_fields(targets) if targets is not None else {})
-
-
 def geometry(affine: np.ndarray, shape: tuple[int, ...]) -> dict[str, Any]:
     """A grid as the manifest keeps it: shape, spacing (mm), origin (world mm of voxel 0),
     direction (unit columns) and the affine itself."""
@@ -184,7 +175,12 @@ class VolumesKind(Kind[VolumeConfig, list[Item]]):
                 "are packed by prep pack"
             )
         self.items = items
-        self.fields = volume_fields(cfg, labels is not None, self.targets)
+        # `image`, with labels its `label` (class ids and the foreground index), a target a column
+        self.fields: dict[str, Field] = {"image": Volume(cfg.stored_dtype, cfg.orient.upper())}
+        if labels is not None:
+            self.fields["label"] = VolumeLabel("image", foreground=True)
+        if self.targets is not None:
+            self.fields |= tg.target_fields(self.targets)
         self.specs = array_specs(self.fields)
         self.sizes = {path: size for path, size, _ in seen}
         said = [(it.rel, str(it.label)) for it in items]  # targets: the CSV is in `seen`
