@@ -38,11 +38,12 @@ class Unsupported(ValueError):
 
 @dataclass(frozen=True)
 class Column:
-    """A field of the import and where its value sits in a row."""
+    """A field of the import: where its value sits in a row, and how it is converted."""
 
     name: str
     path: tuple[Step, ...]
     field: Field | None  # None: the command's Image field
+    convert: str  # "value", "image" or "array"
 
     def source(self) -> str:
         return ".".join(k if op == "key" else f"[].{k}" for op, k in self.path)
@@ -91,13 +92,13 @@ def _columns(name: str, path: tuple[Step, ...], f: Any) -> list[Column]:
         ]
     kind = f.get("_type") if isinstance(f, dict) else type(f).__name__
     if kind == "Image":
-        return [Column(name, path, None)]
+        return [Column(name, path, None, "image")]
     if kind == "ClassLabel":
-        return [Column(name, path, Label(tuple(_key(f, "names", list, name))))]
+        return [Column(name, path, Label(tuple(_key(f, "names", list, name))), "value")]
     if kind == "Value":
-        return [Column(name, path, _value(_key(f, "dtype", str, name), name))]
+        return [Column(name, path, _value(_key(f, "dtype", str, name), name), "value")]
     if kind in ARRAYS:
-        return [Column(name, path, Array(_numeric(f["dtype"], name), tuple(f["shape"])))]
+        return [Column(name, path, Array(_numeric(f["dtype"], name), tuple(f["shape"])), "array")]
     if kind in LISTS:
         return _list(name, path, f)
     raise Unsupported(f"column {name}: feature {kind}, which no field holds")
@@ -130,9 +131,9 @@ def _list(name: str, path: tuple[Step, ...], f: dict[str, Any]) -> list[Column]:
     except Unsupported as e:
         raise Unsupported(f"column {name}: {e}") from None
     if shape is None:
-        return [Column(name, path, Json())]
+        return [Column(name, path, Json(), "value")]
     dtype, dims = shape
-    return [Column(name, path, Array(dtype, tuple(dims)))]
+    return [Column(name, path, Array(dtype, tuple(dims)), "array")]
 
 
 def _shape(f: Any) -> tuple[str, list[int | None]] | None:
@@ -198,7 +199,7 @@ def value_of(row: dict[str, Any], column: Column, tree: Tree) -> Any:
         v = v[key] if op == "key" else [x[key] for x in v]
     if v is None:
         return None
-    if column.field is None:  # an Image
+    if column.convert == "image":
         data, path = v.get("bytes"), v.get("path")
         if data is not None or path is None:
             return data
@@ -206,7 +207,8 @@ def value_of(row: dict[str, Any], column: Column, tree: Tree) -> Any:
         if why is not None:
             raise Reject(f"field {column.name}: the Image's path {why}", "outside")
         return tree.root / path
-    if isinstance(column.field, Array):
+    if column.convert == "array":
+        assert isinstance(column.field, Array)
         arr = np.asarray(v, dtype=column.field.dtype)
         return arr.reshape(0, *column.field.row) if arr.size == 0 else arr
     return v
