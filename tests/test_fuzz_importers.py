@@ -77,8 +77,7 @@ def test_fuzz_coco_json(tmp_path: Path) -> None:
     entry is its image's reject); rasterise refuses a segmentation with ValueError, TypeError
     or KeyError (the importer's bad_segmentation)."""
     from prep.fields.rle import rasterise
-    from prep.kinds.importers.coco_items import coco_images
-    from prep.kinds.importers.coco_json import categories_of, parse_coco
+    from prep.kinds.importers.coco_items import categories_of, coco_images, parse_coco
     from prep.kinds.importers.config import CocoConfig
 
     # Frames past 4096 px are refused first (too_large): masks stay small.
@@ -158,9 +157,10 @@ def test_fuzz_hf_json(tmp_path: Path) -> None:
     """dataset_dict.json, state.json and a schema's `huggingface` metadata: dict_splits,
     state_files, meta_features and checked_features refuse with PrepError or UsageError;
     columns_of refuses a feature with Unsupported, naming its column."""
-    from prep.kinds.importers.hffeatures import Unsupported, columns_of
-    from prep.kinds.importers.hfjson import (
+    from prep.kinds.importers.hffeatures import (
+        Unsupported,
         checked_features,
+        columns_of,
         dict_splits,
         meta_features,
         state_files,

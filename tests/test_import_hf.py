@@ -22,7 +22,8 @@ from loaders import SampleDataset
 from loaders.format import read_manifest
 from prep import UsageError
 from prep.cli.main import app
-from prep.kinds.importers.hf import HFConfig, import_hf
+from prep.kinds.importers.config import HFConfig
+from prep.kinds.importers.hf import import_hf
 
 datasets = pytest.importorskip("datasets")
 

@@ -9,9 +9,7 @@ from typing import Any
 import typer
 
 from prep.cli.options import command, friendly
-from prep.kinds.importers.config import CocoConfig, PairsConfig
-from prep.kinds.importers.hf import HFConfig
-from prep.kinds.importers.wds import WdsConfig, unquoted
+from prep.kinds.importers.config import CocoConfig, HFConfig, PairsConfig, WdsConfig, unquoted
 from prep.run.config import RunConfig
 from prep.run.profile import IMAGE_STAGES
 

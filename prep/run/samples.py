@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import operator
 import shutil
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
@@ -270,7 +270,7 @@ def bind_fields(fields: Any) -> dict[str, Field]:
     return out
 
 
-def array_specs(fields: dict[str, Field]) -> dict[str, ArraySpec]:
+def array_specs(fields: Mapping[str, Field]) -> dict[str, ArraySpec]:
     return {array_name(s.field, s.size): s for n, f in fields.items() for s in f.arrays(n)}
 
 

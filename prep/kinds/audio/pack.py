@@ -1,11 +1,7 @@
-"""prep audio: sound files decoded once (prep.media.audio), resampled to one rate and packed on
-the samples run (prep.run.samples).
-
-The fields (loaders.fields): `audio`, an Audio field: the clip's samples, ragged (frames,)
-int16 (or float16), or (frames, C) without --mono, with the rate, channels, --max-seconds and
-the resampler; `source`, the file's path under SRC; `source_rate` (Hz); `start`, where the
-clip starts in its file in samples at --rate (--max-seconds cuts a file into several clips);
-`label` with labels; one field per --targets column.
+"""prep audio: sound files decoded once (prep.media.audio), resampled to one rate, on the samples
+run. The fields: `audio` (the clip's samples, ragged), `source` (the file's path under SRC),
+`source_rate` (Hz), `start` (where the clip starts in its file, in samples at --rate: --max-seconds
+cuts a file into clips), `label` with labels, and a field per --targets column.
 """
 
 from __future__ import annotations
@@ -32,7 +28,6 @@ FIXED = ("audio", "source", "source_rate", "start", "label")  # the field names 
 def audio_fields(
     cfg: AudioConfig, classes: list[str] | None, labelled: bool, targets: Targets | None
 ) -> dict[str, Field]:
-    """The dataset's fields (the run adds `source`)."""
     audio = Audio(
         cfg.dtype, cfg.stored_channels, cfg.rate, cfg.mono, cfg.max_seconds, f"soxr {QUALITY}"
     )
@@ -115,5 +110,4 @@ def _size(path: Path) -> tuple[int, int]:
 
 
 def audio(cfg: AudioConfig, show_progress: bool = True, profile: bool = False) -> RunSummary:
-    """`prep audio SRC OUT`: write the dataset; its summary."""
     return run(AudioKind(cfg), show_progress, profile)

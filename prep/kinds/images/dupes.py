@@ -1,18 +1,13 @@
-"""`prep pack --drop-dupes`: a hashing pass over the listed images before any shard is planned.
-
-Shards are written in parallel, each alone, so a duplicate must be known before the plan: this
-pass decodes every image cheaply (a JPEG at 1/8 scale: the hash needs 32 px), hashes it, groups
-the hashes, and drops all but the first of each group (in input order) from the listing as
-`duplicate` rejects naming the kept path. The plan then depends on the inputs and the config
-alone, as always: the bytes are the same for any --jobs, and --resume reuses the same shards.
-The kept images' hashes travel to the shard tasks and are stored as they are, so `prep dupes`
-on the packed folder agrees with what was dropped.
+"""`prep pack --drop-dupes`: a hashing pass over the listed images before the plan (shards are
+written in parallel, each alone), so that the plan still depends on the inputs and config alone.
+Each image is decoded cheaply (a JPEG at 1/8 scale: the hash needs 32 px); all but the first of
+each group (in input order) become `duplicate` rejects naming the kept path. The kept images'
+hashes are stored as they are, so `prep dupes` on the packed folder agrees with what was dropped.
 """
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -22,24 +17,14 @@ from prep.media.image.decode import decode_image
 from prep.media.image.groups import phash_groups
 from prep.media.image.hashing import image_phash
 from prep.run.inputs import Reject, reject_record
+from prep.run.parallel import progress
 from prep.sources.images import Item
 
 HINT_SIDE = 64  # decode at the DCT scale that keeps 64 px: plenty for a 32 px thumbnail
 
 
-@dataclass
-class Dropped:
-    """What the pass decided: the items kept (in input order), the rejects of the dropped, and
-    each kept item's pHash by its relative path."""
-
-    kept: list[Item]
-    rejects: list[dict[str, Any]] = field(default_factory=list)
-    phash: dict[str, int] = field(default_factory=dict)
-
-
 def _hash_one(item: Item, cfg: PackConfig) -> int | None:
-    """The pHash of one input; None when it cannot be decoded (its shard task rejects it, with
-    the reason, as without --drop-dupes)."""
+    """The pHash of one input; None when it cannot be decoded (its shard task rejects it)."""
     try:
         img, _ = decode_image(
             item.path, (HINT_SIDE,), cfg.gray, cfg.max_pixels, "fill", cfg.background_rgb()
@@ -51,12 +36,10 @@ def _hash_one(item: Item, cfg: PackConfig) -> int | None:
 
 def hash_items(items: list[Item], cfg: PackConfig, show_progress: bool) -> list[int | None]:
     """The pHash (None: not decodable) of every item, on cfg.n_jobs threads (decoding and
-    resizing release the GIL), with a progress bar."""
-    from prep.run.parallel import progress
-
+    resizing release the GIL)."""
     bar = progress(len(items), "img", "hash") if show_progress else None
-    out: list[int | None] = []
     with ThreadPoolExecutor(max(1, cfg.n_jobs)) as pool:
+        out = []
         for got in pool.map(lambda it: _hash_one(it, cfg), items):
             out.append(got)
             if bar is not None:
@@ -66,9 +49,11 @@ def hash_items(items: list[Item], cfg: PackConfig, show_progress: bool) -> list[
     return out
 
 
-def drop_dupes(items: list[Item], cfg: PackConfig, show_progress: bool = True) -> Dropped:
-    """Keep the first of each near-duplicate group within cfg.max_distance bits (byte-identical
-    files have one hash: distance 0); the rest become `duplicate` rejects."""
+def drop_dupes(
+    items: list[Item], cfg: PackConfig, show_progress: bool
+) -> tuple[list[Item], list[dict[str, Any]], dict[str, int]]:
+    """The items kept (the first of each near-duplicate group within cfg.max_distance bits, in
+    input order), the `duplicate` rejects of the others, and each kept item's pHash."""
     got = hash_items(items, cfg, show_progress)
     ok = [k for k, g in enumerate(got) if g is not None]
     phash = np.array([got[k] for k in ok], dtype=np.uint64)
@@ -77,14 +62,11 @@ def drop_dupes(items: list[Item], cfg: PackConfig, show_progress: bool = True) -
     for g in phash_groups(phash, [items[k].rel for k in ok], cfg.max_distance):
         for member, path, dist in zip(g.members[1:], g.paths[1:], g.distances[1:], strict=True):
             dropped.add(ok[member])
-            rejects.append(
-                reject_record(
-                    path,
-                    "duplicate",
-                    f"a near-duplicate of {g.paths[0]}, which is kept (perceptual hashes "
-                    f"{dist} bits apart, --max-distance {cfg.max_distance})",
-                )
+            why = (
+                f"a near-duplicate of {g.paths[0]}, which is kept (perceptual hashes {dist} "
+                f"bits apart, --max-distance {cfg.max_distance})"
             )
+            rejects.append(reject_record(path, "duplicate", why))
     kept = [it for k, it in enumerate(items) if k not in dropped]
     known = {items[k].rel: int(phash[n]) for n, k in enumerate(ok) if k not in dropped}
-    return Dropped(kept, rejects, known)
+    return kept, rejects, known

@@ -1,16 +1,12 @@
-"""prep pack: the images kind of the run driver (prep.run.driver).
-
-Inputs are listed and sorted once (prep.sources.images); each shard task decodes its inputs
-once, writes every requested size to temp files, renames them, then records the shard as done.
-The driver gathers those small records, writes rejects.jsonl and the manifest last, and swaps the
-folder into place.
-"""
+"""prep pack: the images kind of the run driver (prep.run.driver). Inputs are listed and sorted
+once (prep.sources.images); each shard task decodes each input once and writes every size."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import zlib
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +24,7 @@ from prep.media.image.stats import PixelSums, combine
 from prep.run.driver import Inputs, Kind, RunSummary, run, shard_size
 from prep.run.errors import PrepError
 from prep.run.inputs import Reject
+from prep.run.samples import array_specs
 from prep.run.shardwriter import shard_task, write_shard
 from prep.sources.images import Item, Listing
 from prep.sources.listing import list_images, split_counts
@@ -38,20 +35,13 @@ PackSummary = RunSummary
 def image_fields(
     cfg: PackConfig, classes: list[str] | None, max_label: int | None, masks: bool
 ) -> dict[str, Field]:
-    """The fields of an image pack: `image` at every size (its codec per size), its `mask`, the
-    `label` (class names, or integer labels in the smallest dtype), the source's size, the
-    input's path relative to SRC, and (prep.inspect.dupes) the perceptual hash and digest."""
+    """`image` at every size (its codec per size), its `mask`, the `label` (class names, or
+    integer labels in the smallest dtype), the source's size, the input's path relative to SRC,
+    and (prep.inspect.dupes) the perceptual hash and pixel digest."""
     sizes = tuple(sorted(cfg.sizes))
     codecs = tuple(cfg.codecs_by_size()[s] for s in sizes)
-    image = Image(
-        sizes,
-        cfg.mode,
-        codecs[0] if len(set(codecs)) == 1 else codecs,
-        cfg.gray,
-        cfg.quality,
-        cfg.pad_value,
-        cfg.max_pixels,
-    )
+    codec = codecs[0] if len(set(codecs)) == 1 else codecs
+    image = Image(sizes, cfg.mode, codec, cfg.gray, cfg.quality, cfg.pad_value, cfg.max_pixels)
     fields: dict[str, Field] = {"image": image}
     if masks:
         fields["mask"] = Mask("image", sizes, cfg.mode, cfg.mask_pad_value)
@@ -67,11 +57,6 @@ def image_fields(
     return fields
 
 
-def array_specs(fields: dict[str, Field]) -> dict[str, ArraySpec]:
-    """Every array the fields store, by name."""
-    return {array_name(s.field, s.size): s for n, f in fields.items() for s in f.arrays(n)}
-
-
 def encode_item(
     item: Item,
     cfg: PackConfig,
@@ -79,9 +64,8 @@ def encode_item(
     sums: PixelSums | None = None,
     phash: int | None = None,
 ) -> dict[str, np.ndarray]:
-    """One input -> one sample per array. Raises Reject for an input that cannot be used.
-    `sums` counts the pixels of each size of a sample that is not rejected; `phash`: its
-    perceptual hash, known already (--drop-dupes), else computed from the decoded pixels."""
+    """One input -> its arrays; Reject for an input that cannot be used. `sums` counts the
+    pixels of each size; `phash`: known already (--drop-dupes), else computed here."""
     mode = cfg.mode
     bg = cfg.background_rgb()
     img, upright = decode_image(item.path, tuple(cfg.sizes), cfg.gray, cfg.max_pixels, mode, bg)
@@ -136,13 +120,11 @@ def pack_shard(
     staging: Path,
     phashes: dict[str, int] | None = None,
 ) -> dict[str, Any]:
-    """The joblib task: encode `items` into shard `index` under `staging` (prep.run.shardwriter);
-    return its record. No pixels leave the process. `phashes`: the items' perceptual hashes
-    by relative path, when --drop-dupes computed them already."""
+    """The joblib task: encode `items` into shard `index` under `staging`; its record (no pixels
+    leave the process). `phashes`: the items' perceptual hashes, by --drop-dupes."""
     import cv2
 
     cv2.setNumThreads(1)  # one task per core already
-
     sums = PixelSums()  # the pixel statistics of the manifest's extra.stats
 
     def encode(item: Item) -> dict[str, np.ndarray]:
@@ -152,11 +134,8 @@ def pack_shard(
         record["stats"] = sums.record()
 
     split = items[0].split if items else None  # a shard holds one split
-    return write_shard(index, items, encode, _rel, specs, cfg.format, staging, finish, split)
-
-
-def _rel(item: Item) -> str:
-    return item.rel
+    rel = attrgetter("rel")
+    return write_shard(index, items, encode, rel, specs, cfg.format, staging, finish, split)
 
 
 class ImagesKind(Kind[PackConfig, list[Item]]):
@@ -196,9 +175,10 @@ class ImagesKind(Kind[PackConfig, list[Item]]):
         if cfg.drop_dupes:
             from prep.kinds.images.dupes import drop_dupes
 
-            dropped = drop_dupes(listing.items, cfg, self.show_progress)
-            listing.items, self.phashes = dropped.kept, dropped.phash
-            listing.rejects += dropped.rejects
+            listing.items, dropped, self.phashes = drop_dupes(
+                listing.items, cfg, self.show_progress
+            )
+            listing.rejects += dropped
         return Inputs(len(listing.items), listing.rejects, fingerprint)
 
     def plan(self) -> list[list[Item]]:
@@ -210,8 +190,7 @@ class ImagesKind(Kind[PackConfig, list[Item]]):
         size = shard_size(len(items), self.cfg.shard_size)
         self.input_bytes = {name: n for name, n, _ in self.listing.fingerprint}
         plan = []
-        splits: list[str | None] = [None]
-        splits = [*self.listing.splits] if self.listing.splits else splits
+        splits: list[str | None] = [*self.listing.splits] if self.listing.splits else [None]
         for split in splits:  # each shard holds one split's inputs
             part = [it for it in items if it.split == split]
             plan += [part[i : i + size] for i in range(0, len(part), size)]
@@ -231,21 +210,18 @@ class ImagesKind(Kind[PackConfig, list[Item]]):
         return record.get("stats") is not None  # a shard of a prep before pixel stats: redone
 
     def manifest(self, records: list[dict[str, Any]]) -> Manifest:
+        extra: dict[str, Any] = {"background": list(self.cfg.background_rgb())}
+        stats = combine(records)  # per-channel mean and std (prep.media.image.stats)
+        if stats is not None:
+            extra["stats"] = {"image": stats}
         return Manifest(
             storage=self.cfg.format,
             arrays=self.specs,
             shards=[Shard.from_dict(rec["shard"]) for rec in records],
             fields={name: f.describe() for name, f in self.fields.items()},
             command="pack",
-            extra=_extra(self.cfg, combine(records)) | split_counts(self.listing, records),
+            extra=extra | split_counts(self.listing, records),
         )
-
-
-def _extra(cfg: PackConfig, stats: dict[str, Any] | None) -> dict[str, Any]:
-    extra: dict[str, Any] = {"background": list(cfg.background_rgb())}
-    if stats is not None:
-        extra["stats"] = {"image": stats}  # per-channel mean and std (prep.media.image.stats)
-    return extra
 
 
 def _fingerprint(listing: Listing) -> str:
@@ -258,9 +234,8 @@ def _fingerprint(listing: Listing) -> str:
 
 
 def pack(cfg: PackConfig, show_progress: bool = True, profile: bool = False) -> RunSummary:
-    """Pack cfg.src into cfg.out (prep.run.driver has the guarantees).
-
-    `profile`: the summary's `stages` holds the seconds per stage of this run (prep.run.profile)."""
+    """Pack cfg.src into cfg.out; with `profile`, the summary's `stages` has each stage's
+    seconds (prep.run.profile)."""
     kind = ImagesKind(cfg)
     kind.show_progress = show_progress
     return run(kind, show_progress, profile)

@@ -1,11 +1,8 @@
 """`prep import coco`: a COCO instances JSON and its images as samples: image, boxes (in the
-stored image's pixels, by the image's own geometry: prep.fields.boxes), labels
-(contiguous ids, the category names their classes), iscrowd, area, image_id and source (the
-image's file_name).
-
-The JSON is read once, in the parent: each image becomes one input carrying its annotations,
-so the workers open no JSON. An annotation that cannot be used rejects its image, with one
-line: an unknown category, a box outside its image, a malformed entry.
+stored image's pixels: prep.fields.boxes), labels (contiguous ids, the category names their
+classes), iscrowd, area, image_id and source (the image's file_name). The JSON is read once,
+in the parent (prep.kinds.importers.coco_items): each image is an input carrying its
+annotations, so the workers open no JSON.
 """
 
 from __future__ import annotations
@@ -18,20 +15,22 @@ from typing import Any
 
 import numpy as np
 
-from prep.kinds.importers.coco_items import coco_images
-from prep.kinds.importers.coco_json import (
+from loaders.format.rejects import iter_rejects
+from prep.fields import Array, Boxes, Instances, Keypoints, Labels, Mask, Polygons, Scalar
+from prep.fields.rle import rasterise, semantic
+from prep.kinds.importers.coco_items import (
     Categories,
     categories_of,
-    file_stat,
-    found_images,
+    coco_images,
     read_coco,
-    rejected_in,
     upright_hw,
 )
 from prep.kinds.importers.config import CocoConfig, image_field
 from prep.run.driver import Inputs, RunSummary, run
 from prep.run.errors import PrepError, Reject, UsageError
-from prep.run.samples import SamplesRun, UserFunction
+from prep.run.inputs import check_file
+from prep.run.samples import Item, SamplesRun, UserFunction
+from prep.sources.samples import file_stats
 
 
 @dataclass
@@ -49,8 +48,6 @@ class CocoSummary(RunSummary):
 
 
 def fields_of(cfg: CocoConfig, categories: Categories) -> dict[str, Any]:
-    from prep.fields import Array, Boxes, Instances, Keypoints, Labels, Mask, Polygons, Scalar
-
     image = image_field(cfg)
     fields: dict[str, Any] = {
         "image": image,
@@ -60,28 +57,24 @@ def fields_of(cfg: CocoConfig, categories: Categories) -> dict[str, Any]:
         "area": Array("float32", (None,)),
         "image_id": Scalar("int64"),
     }
-    if cfg.masks:
-        if len(categories.ids) > 255:
-            raise UsageError(
-                f"--masks: {cfg.src} has {len(categories.ids)} categories; a class-id mask "
-                "holds 255 (label + 1, 0 for background). HINT: use --instances"
-            )
-        fields["mask"] = Mask(image="image")
-    if cfg.instances:
-        fields["instances"] = Instances(image="image")
-    if cfg.polygons:
-        fields["polygons"] = Polygons(image="image")
+    if cfg.masks and len(categories.ids) > 255:
+        raise UsageError(
+            f"--masks: {cfg.src} has {len(categories.ids)} categories; a class-id mask "
+            "holds 255 (label + 1, 0 for background). HINT: use --instances"
+        )
+    if cfg.keypoints and not categories.joints:
+        raise UsageError(f"--keypoints: no category of {cfg.src} names its keypoints")
+    placed = {"mask": (cfg.masks, Mask), "instances": (cfg.instances, Instances)}
+    placed["polygons"] = (cfg.polygons, Polygons)
+    fields |= {name: kind(image="image") for name, (on, kind) in placed.items() if on}
     if cfg.keypoints:
-        if not categories.joints:
-            raise UsageError(f"--keypoints: no category of {cfg.src} names its keypoints")
         fields["keypoints"] = Keypoints(image="image", joints=categories.joints)
     return fields
 
 
 def make_sample(value: dict[str, Any]) -> dict[str, Any]:
-    """One listed image -> its sample (the boxes with the (h, w) they were drawn on, which the
-    Boxes field checks against the decoded image); with --masks, its class-id mask; with
-    --instances, its instances' masks."""
+    """One listed image -> its sample: the boxes with the (h, w) they were drawn on (which the
+    Boxes field checks against the decoded image), and the masks or polygons asked for."""
     sample = {
         "image": value["path"],
         "boxes": {"xyxy": value["boxes"], "hw": value["hw"]},
@@ -93,8 +86,6 @@ def make_sample(value: dict[str, Any]) -> dict[str, Any]:
     if "keypoints" in value:
         sample["keypoints"] = value["keypoints"]
     if "segmentation" in value:
-        from prep.fields.rle import rasterise, semantic
-
         segs, hw = value["segmentation"], value["hw"]
         upright = upright_hw(Path(value["path"]))
         if upright is not None and upright != tuple(hw):  # before any mask at the JSON's size
@@ -145,13 +136,12 @@ class CocoKind(SamplesRun):
         data, self.data = self.data or read_coco(path), None  # not kept through the run
         listed = coco_images(data, self.categories, self.cfg)
         items, rejects, self.skipped = listed.items, listed.rejects, listed.skipped
-        items, missing, stats = found_images(items[: self.cfg.limit], "IMAGES", self.cfg.images)
+        items, missing, stats = _found(items[: self.cfg.limit], self.cfg.images)
         rejects += missing
         self.counts = [(it.rel, len(it.value["labels"]), it.value["dropped"]) for it in items]
-        self.boxes, self.dropped = self._counted(set())
         # What the output depends on besides the config: the JSON and every image file (as
         # prep pack's listing has it: a changed image is not resumed as the same).
-        said = [file_stat(path), self.described(), *stats]
+        said = [*file_stats([path]), self.described(), *stats]
         digest = hashlib.sha256(json.dumps(said).encode()).hexdigest()
         self.items = items
         if not items:
@@ -174,11 +164,30 @@ class CocoKind(SamplesRun):
         return super().extra(records) | {"coco": said}
 
 
+def _found(
+    items: list[Item], folder: Any
+) -> tuple[list[Item], list[dict[str, Any]], list[tuple[str, int, int]]]:
+    """The items whose image file is there, and each file's (path, size, time): a changed image
+    is not resumed as the same; a reject for each other one, naming the path and the fix."""
+    kept, rejects = [], []
+    for it in items:
+        bad = check_file(Path(it.value["path"]), it.rel)
+        if bad is None:
+            kept.append(it)
+            continue
+        said = bad["message"]
+        hint = f". HINT: file_name is relative to IMAGES ({folder})"
+        bad["message"] = f"image {it.value['path']}: {said}{'' if 'HINT' in said else hint}"
+        rejects.append(bad)
+    return kept, rejects, file_stats([Path(it.value["path"]) for it in kept])
+
+
 def import_coco(cfg: CocoConfig, show_progress: bool = True, profile: bool = False) -> RunSummary:
     kind = CocoKind(cfg)
     summary = run(kind, show_progress, profile)
     if isinstance(summary, CocoSummary):
         if not kind.manifested:  # OUT was finished already: its rejects.jsonl says which
-            kind.boxes, kind.dropped = kind._counted(rejected_in(summary.out))
+            rejected = {r["path"] for r in iter_rejects(summary.out)}
+            kind.boxes, kind.dropped = kind._counted(rejected)
         summary.boxes, summary.dropped, summary.skipped = kind.boxes, kind.dropped, kind.skipped
     return summary

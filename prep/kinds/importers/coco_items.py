@@ -1,28 +1,106 @@
-"""A COCO file's images as inputs: each entry parsed with its annotations, its boxes checked (a
-frame size at a time: numpy over every box of the images of that size), then made an input or
-a reject. A plain function of the parsed JSON (`coco_images`), which opens no image file but
-those of images whose boxes lie outside the frame the JSON claims (to tell `box_frame` from
-`box_outside`).
-
-What is refused before any work: a file_name that leaves IMAGES (`outside`), a frame of more
-pixels than --max-pixels (`too_large`), a malformed entry, an unknown category.
+"""A COCO instances file read into inputs: the categories in label order (sorted by id), then
+each image (by id) with its annotations, its boxes checked (numpy over the boxes of one frame
+size at a time), an input or a reject. Plain functions of the parsed JSON, which open no image
+but those whose boxes lie outside the JSON's frame (to tell `box_frame` from `box_outside`).
 """
 
 from __future__ import annotations
 
+import struct
 from collections import defaultdict
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from PIL import Image
 
 from prep.fields.boxes import kept, outside_rows
-from prep.kinds.importers.coco_json import Categories, image_order, keypoints_of, upright_hw
 from prep.kinds.importers.config import CocoConfig
 from prep.kinds.importers.paths import Tree
-from prep.run.inputs import reject_record
+from prep.run.errors import PrepError
+from prep.run.inputs import Reject, load_json, reject_record
 from prep.sources.samples import Item
+
+
+@dataclass
+class Categories:
+    ids: list[int]  # COCO's category ids, in label order (sorted)
+    names: list[str]
+    described: list[dict[str, Any]]  # for the manifest: id, name, label, keypoints, skeleton
+
+    @cached_property
+    def label(self) -> dict[int, int]:
+        return {c: i for i, c in enumerate(self.ids)}
+
+    @property
+    def joints(self) -> int:
+        """The most keypoints a category names (COCO's person: 17); 0 when none does."""
+        return max((len(d.get("keypoints", ())) for d in self.described), default=0)
+
+
+def read_coco(path: Path) -> dict[str, Any]:
+    """The instances JSON, with its three lists checked to be there."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise PrepError(f"{path}: cannot read it ({e.strerror})") from e
+    return parse_coco(data, str(path))
+
+
+def parse_coco(data: bytes, where: str) -> dict[str, Any]:
+    """The instances JSON in `data` (the bytes of `where`), its three lists checked to be
+    there; PrepError for anything else."""
+    found = load_json(data, where)
+    lists = ("images", "annotations", "categories")
+    if not isinstance(found, dict) or not all(isinstance(found.get(k), list) for k in lists):
+        raise PrepError(
+            f"{where}: not a COCO instances file. HINT: it needs the lists {', '.join(lists)}"
+        )
+    return found
+
+
+def categories_of(data: dict[str, Any], path: Path | str) -> Categories:
+    try:
+        found = sorted((int(c["id"]), str(c["name"]), c) for c in data["categories"])
+    except (KeyError, TypeError, ValueError, OverflowError) as e:
+        raise PrepError(f"{path}: a category without an integer id and a name ({e})") from e
+    ids = [c for c, _, _ in found]
+    if not ids or len(set(ids)) != len(ids):
+        raise PrepError(f"{path}: categories are empty or repeat an id")
+    described = []
+    for label, (i, name, c) in enumerate(found):
+        if not isinstance(c.get("keypoints", []), list):
+            raise PrepError(f"{path}: category {i}'s keypoints are not a list of names")
+        d = {"id": i, "name": name, "label": label}
+        d |= {k: c[k] for k in ("supercategory", "keypoints", "skeleton") if k in c}
+        described.append(d)
+    return Categories(ids, [n for _, n, _ in found], described)
+
+
+def keypoints_of(anns: list[Any], joints: int) -> np.ndarray:
+    """float32 (N, joints, 3) of the annotations' `keypoints` (x, y, v flat), zeros where none
+    (not labelled); ValueError for a list that is not whole points or too long."""
+    out = np.zeros((len(anns), joints, 3), np.float32)
+    for i, a in enumerate(anns):
+        flat = np.asarray(a.get("keypoints") or [], np.float32).reshape(-1, 3)
+        if len(flat) > joints:
+            raise ValueError(f"annotation {a.get('id')} has {len(flat)} keypoints, not {joints}")
+        out[i, : len(flat)] = flat
+    return out
+
+
+def upright_hw(path: Path) -> tuple[int, int] | None:
+    """The (h, w) of the image at `path` upright (EXIF orientation applied), from its header;
+    None when it cannot be read (its own reject comes when it is decoded)."""
+    try:
+        with Image.open(path) as im:
+            w, h = im.size
+            turned = im.getexif().get(0x0112, 1) in (5, 6, 7, 8)  # a quarter turn
+    except (OSError, SyntaxError, ValueError, EOFError, IndexError, TypeError, struct.error):
+        return None  # what Pillow raises on a malformed file (see prep.media.image.decode)
+    return (w, h) if turned else (h, w)
 
 
 @dataclass
@@ -40,29 +118,36 @@ def coco_images(data: dict[str, Any], categories: Categories, cfg: CocoConfig) -
     by_image: dict[Any, list[Any]] = defaultdict(list)
     for a in data["annotations"]:
         by_image[_id(a.get("image_id") if isinstance(a, dict) else None)].append(a)
-    parsed: list[tuple[str, _Parsed | _Refused]] = []
-    for n, im in sorted(enumerate(data["images"]), key=lambda e: image_order(*e)):
+    parsed: list[tuple[str, _Parsed | Reject]] = []
+    for n, im in sorted(enumerate(data["images"]), key=_image_order):
         if not isinstance(im, dict):
-            parsed.append((f"#{n}", _Refused("bad_annotation", "an image entry is not an object")))
+            parsed.append((f"#{n}", Reject("bad_annotation", "an image entry is not an object")))
             continue
         name = str(im.get("file_name", f"images[{n}]"))
         try:
             anns = by_image.get(_id(im.get("id")), [])
             parsed.append((name, _parse(im, anns, categories, cfg, tree)))
-        except _Refused as r:
+        except Reject as r:
             parsed.append((name, r))
     checks = _check([p for _, p in parsed if isinstance(p, _Parsed)], cfg)
     out = Images()
     for name, p in parsed:
         if isinstance(p, _Parsed):
             p = _value(p, *checks[id(p)], cfg)
-        if isinstance(p, _Refused):
+        if isinstance(p, Reject):
             out.rejects.append(reject_record(name, p.code, p.message))
         elif p is None:
             out.skipped += 1
         else:
             out.items.append(Item(name, p))
     return out
+
+
+def _image_order(entry: tuple[int, Any]) -> tuple[int, str, int]:
+    """By image id (numbers first): ids are unique, so reordering the JSON changes nothing."""
+    n, im = entry
+    i = im.get("id") if isinstance(im, dict) else None
+    return (0, f"{i:020d}", n) if isinstance(i, int) and i >= 0 else (1, str(i), n)
 
 
 def _id(value: Any) -> Any:
@@ -81,21 +166,21 @@ def _parse(
         crowd = np.array([int(a.get("iscrowd", 0)) for a in anns], np.uint8)
         area = np.array([float(a.get("area", 0.0)) for a in anns], np.float32)
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as e:
-        raise _Refused("bad_annotation", f"an entry without its {e} (or not numbers)") from e
+        raise Reject("bad_annotation", f"an entry without its {e} (or not numbers)") from e
     why = tree.why(name)
     if why is not None:
-        raise _Refused("outside", f"file_name {why}")
+        raise Reject("outside", f"file_name {why}")
     if min(hw) < 1:
-        raise _Refused("bad_annotation", f"width x height {hw[1]}x{hw[0]} is not an image")
+        raise Reject("bad_annotation", f"width x height {hw[1]}x{hw[0]} is not an image")
     if hw[0] * hw[1] > cfg.max_pixels:  # before any mask is drawn at that size
-        raise _Refused(
+        raise Reject(
             "too_large",
             f"width x height {hw[1]}x{hw[0]} is more pixels than --max-pixels {cfg.max_pixels}",
         )
     label = categories.label
     unknown = [c for c in cats if c not in label]
     if unknown:
-        raise _Refused("unknown_category", f"category_id {unknown[0]} is not in categories")
+        raise Reject("unknown_category", f"category_id {unknown[0]} is not in categories")
     boxes = np.concatenate([xywh[:, :2], xywh[:, :2] + xywh[:, 2:]], axis=1)
     labels = np.array([label[c] for c in cats], np.int64)
     points = None
@@ -103,7 +188,7 @@ def _parse(
         try:
             points = keypoints_of(anns, categories.joints)
         except (TypeError, ValueError) as e:
-            raise _Refused("bad_annotation", f"keypoints: {e}") from e
+            raise Reject("bad_annotation", f"keypoints: {e}") from e
     path = str(tree.root / name)
     return _Parsed(path, hw, image_id, anns, boxes, labels, crowd, area, points)
 
@@ -125,7 +210,7 @@ def _check(parsed: list[_Parsed], cfg: CocoConfig) -> dict[int, tuple[np.ndarray
 
 
 def _value(p: _Parsed, bad: np.ndarray, keep: np.ndarray, cfg: CocoConfig) -> Any:
-    """An image's input value, a _Refused, or None: skipped (empty, --skip-empty)."""
+    """An image's input value, a Reject, or None: skipped (empty, --skip-empty)."""
     if bad.any():
         return _outside(p, p.anns[int(np.flatnonzero(bad)[0])])
     if cfg.skip_empty and not len(p.anns):
@@ -150,18 +235,18 @@ def _value(p: _Parsed, bad: np.ndarray, keep: np.ndarray, cfg: CocoConfig) -> An
     return value
 
 
-def _outside(p: _Parsed, a: dict[str, Any]) -> _Refused:
+def _outside(p: _Parsed, a: dict[str, Any]) -> Reject:
     """A box outside the JSON's frame: `box_frame` when that frame is not the image's upright
     size (an EXIF-rotated photo given its stored size), else `box_outside`."""
     upright = upright_hw(Path(p.path))
     if upright is not None and upright != p.hw:
-        return _Refused(
+        return Reject(
             "box_frame",
             f"width x height {p.hw[1]}x{p.hw[0]} is not the image's upright size, "
             f"{upright[1]}x{upright[0]} (EXIF orientation applied): annotation {a.get('id')}'s "
             f"bbox {a['bbox']} falls outside it. HINT: fix width and height in the JSON",
         )
-    return _Refused(
+    return Reject(
         "box_outside",
         f"annotation {a.get('id')}: bbox {a['bbox']} is not inside the {p.hw[1]}x{p.hw[0]} image",
     )
@@ -180,9 +265,3 @@ class _Parsed:
     crowd: np.ndarray
     area: np.ndarray
     points: np.ndarray | None  # (N, K, 3) with --keypoints
-
-
-class _Refused(Exception):
-    def __init__(self, code: str, message: str):
-        super().__init__(message)
-        self.code, self.message = code, message

@@ -1,17 +1,20 @@
-"""The importers' options (prep.run.config has what every writing command shares)."""
+"""The options of every `prep import` source (prep.run.config has what all writing commands share);
+light to import: the CLI builds its commands from them at start-up."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
+from loaders.format import STORAGES
 from prep.run.config import RunConfig, check, choice, opt
 from prep.run.errors import UsageError
 
 
 @dataclass
 class ImportConfig(RunConfig):
-    """What every image importer takes: the image field's sizes, mode and codec, as `prep pack`."""
+    """What every image importer takes: the image field's options, as `prep pack`'s."""
 
     sizes: list[int] = opt([256], "Side(s) in px, comma-separated: 256,512.", "--sizes", "--size")
     mode: str = opt(
@@ -29,13 +32,11 @@ class ImportConfig(RunConfig):
 
     USAGE: ClassVar[str] = "SRC OUT"
 
-    def given(self) -> bool:
-        """Whether the arguments of USAGE are all given."""
+    def given(self) -> bool:  # all the arguments of USAGE
         return bool(self.src and self.out)
 
     def validate(self) -> None:
         from loaders.fields.image import MODES
-        from loaders.format import STORAGES
 
         if not self.given():
             raise UsageError(
@@ -81,7 +82,6 @@ class CocoConfig(PathsConfig):
         "Also each instance's mask (N, H, W of 0 and 1), placed like the image: N x H x W bytes "
         "a sample.",
     )
-
     polygons: bool = opt(
         False,
         "Also each instance's segmentation polygons (x, y points), placed like the image and "
@@ -106,6 +106,54 @@ class PairsConfig(PathsConfig):
     allow_empty: bool = opt(False, "Keep pairs whose caption is empty (default: a reject).")
 
     SECTION: ClassVar[str] = "pairs"
+
+
+@dataclass
+class HFConfig(PathsConfig):
+    src: str | None = opt(
+        None,
+        "A save_to_disk folder (dataset_dict.json or state.json and .arrow files) or a folder "
+        "of .parquet files.",
+    )
+    splits: str | None = opt(None, "The splits to import, comma-separated (default: all).")
+    columns: str | None = opt(
+        None, "The columns to import, comma-separated (default: all; a dict's keys come along)."
+    )
+
+    SECTION: ClassVar[str] = "hf"
+
+
+@dataclass
+class WdsConfig(ImportConfig):
+    src: str | None = opt(
+        None,
+        "Tar shards: a path or URL with braces ('shards/train-{000000..000099}.tar'), or a "
+        "folder of .tar files.",
+    )
+    fields: str | None = opt(
+        None, "The extensions to import, comma-separated: jpg,cls (default: all the tars hold)."
+    )
+    max_member_mb: float = opt(
+        256.0,
+        "A sample with a member larger than this (MB) is a reject, never read: members are "
+        "read whole into memory.",
+    )
+
+    SECTION: ClassVar[str] = "webdataset"
+
+    def validate(self) -> None:
+        super().validate()
+        check(self.max_member_mb > 0, f"--max-member-mb {self.max_member_mb}", "more than 0")
+        if ".tar" in Path(str(self.out)).name:  # `{0..1}` expanded by the shell: 2 tars
+            raise unquoted(f"OUT {self.out} is a tar")
+
+
+def unquoted(what: str) -> UsageError:
+    """The error of a brace pattern the shell expanded into its names (shard-000.tar ...)."""
+    return UsageError(
+        f"{what}: was a brace pattern left unquoted, so that the shell expanded it? HINT: quote "
+        "it: prep import webdataset 'shards/train-{000000..000099}.tar' OUT"
+    )
 
 
 def image_field(cfg: ImportConfig) -> Any:

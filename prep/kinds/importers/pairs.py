@@ -2,9 +2,6 @@
 samples: the image (a path relative to the file's folder, or encoded bytes: a Parquet binary
 column, or a struct with "bytes" as Hugging Face writes images), the caption as UTF-8 text,
 with --tokenizer its token ids too, and the source (the image's path, else the row).
-
-A pair whose image fails is a reject (the image's own reject code); so is an empty caption
-(`empty_caption`), unless --allow-empty.
 """
 
 from __future__ import annotations
@@ -16,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from prep.fields import Text, Tokens
 from prep.kinds.importers.config import PairsConfig, image_field
 from prep.kinds.importers.paths import Tree
 from prep.run.driver import Inputs, RunSummary, run
@@ -26,10 +24,7 @@ from prep.sources.samples import list_inputs
 
 
 def fields_of(cfg: PairsConfig) -> dict[str, Any]:
-    from prep.fields import Text, Tokens
-
-    image = image_field(cfg)
-    fields: dict[str, Any] = {"image": image, "caption": Text()}
+    fields: dict[str, Any] = {"image": image_field(cfg), "caption": Text()}
     if cfg.tokenizer:
         if not Path(cfg.tokenizer).is_file():
             raise UsageError(f"--tokenizer {cfg.tokenizer}: no such file (a tokenizer.json)")
@@ -40,8 +35,8 @@ def fields_of(cfg: PairsConfig) -> dict[str, Any]:
 def make_pair(
     row: dict[str, Any], image_column: str, text_column: str, tokens: bool, allow_empty: bool
 ) -> dict[str, Any]:
-    """One row -> its sample; a missing image or an empty caption raises Reject. The row's
-    image path was checked by PairsKind (inside the file's folder, there)."""
+    """One row -> its sample; a missing image or an empty caption (unless `allow_empty`) raises
+    Reject. PairsKind checked the row's image path already (inside the file's folder, there)."""
     image = image_of(row.get(image_column))
     if image is None or (isinstance(image, (str, bytes)) and not image):
         raise Reject(f"no image in column {image_column!r}", code="missing_image")
@@ -120,10 +115,9 @@ class PairsKind(SamplesRun):
     def _check_images(
         self, items: list[Item], rejects: list[dict[str, Any]]
     ) -> tuple[list[Item], list[tuple[int, int] | None]]:
-        """The rows whose image is there (each with its path as its source), and each image
-        path's (size, time); a row whose image file is missing (or no file), or outside the
-        file's folder, is a reject now (in `rejects`), its message naming the path, where it
-        was looked for, and the fix."""
+        """The rows whose image is there (each with its path as its source), and each image's
+        (size, time); a row whose image file is missing or outside the file's folder is a
+        reject now (in `rejects`), naming the path, where it was looked for, and the fix."""
         base = self.base or Path()
         tree = Tree(base, self.cfg.allow_outside)
         kept, stats = [], []

@@ -1,12 +1,8 @@
-"""The paths a source file names stay inside the source's own tree: a COCO `file_name` inside
-IMAGES, a caption list's image path inside the list's folder, a Hugging Face Image's `path`,
-`state.json`'s data files and `dataset_dict.json`'s splits inside SRC. A source made by someone
-else could otherwise pack `~/.ssh/id_rsa` or `../private/x.png` into a dataset the user then
-publishes. Links are resolved: a link in the tree that points out of it leaves it too.
-
-`--allow-outside` reads them anyway, for layouts that need it: a store of links (the Hugging
-Face hub cache's `snapshots/` links into `blobs/`, DVC, git-annex), or the `datasets` cache of
-`load_dataset("imagefolder")`, whose Image structs name the original files by absolute path.
+"""The paths a source file names stay inside the source's own tree (a COCO `file_name` inside
+IMAGES, a caption list's image inside its folder, a Hugging Face file inside SRC), links
+resolved: someone else's source could otherwise pack `~/.ssh/id_rsa` into a dataset the user
+publishes. `--allow-outside` reads them anyway (a store of links: the Hugging Face hub cache,
+DVC, git-annex; the `datasets` cache, whose Image structs name files by absolute path).
 
 >>> Tree(Path("/data/coco/images")).refused("/etc/passwd")
 "'/etc/passwd' is an absolute path"
@@ -36,9 +32,9 @@ class Tree:
         return self.root.resolve()
 
     def refused(self, name: str, within: Path | None = None) -> str | None:
-        """Why `name` (relative to `within`, a folder of the tree; default: its root) may not
-        be read, as it leaves the tree; None when it may. A name that cannot be resolved (a
-        NUL byte, a link loop) is left to the file checks, which reject it."""
+        """Why `name` (relative to `within`, a folder of the tree; default: its root) leaves the
+        tree; None when it may be read. A name that cannot be resolved (a NUL byte, a link
+        loop) is left to the file checks, which reject it."""
         if self.allow_outside:
             return None
         if os.path.isabs(name):
@@ -59,9 +55,8 @@ class Tree:
         return {}
 
     def _resolved(self, path: Path) -> Path:
-        """`path` with its links resolved: its folder once a tree (a COCO file's images share
-        a few folders), then the file itself when it is a link: one lstat a file, not one a
-        component of its path."""
+        """`path` with its links resolved: its folder once a tree (a COCO file's images share a
+        few folders), then the file when it is a link: one lstat a file, not one a component."""
         if path.name in ("", ".", ".."):
             return path.resolve()
         folder = self._folders.get(str(path.parent))

@@ -1,6 +1,6 @@
-"""The run of an importer that lists its source itself (prep.sources.samples.Source: Hugging
-Face folders, WebDataset tars): the samples run over its items, each split in its own shards,
-each sample's `source` its place in the source, and what the manifest records of the source."""
+"""The samples run of an importer that lists its source itself (prep.sources.samples.Source:
+Hugging Face folders, WebDataset tars): each split in its own shards, each sample's `source` its
+place in the source."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from loaders.remote.storage import url_of
-from prep.run.driver import Inputs, RunSummary, run
+from prep.run.driver import Inputs
 from prep.run.errors import PrepError
 from prep.run.samples import SamplesRun, UserFunction, check_shippable
 from prep.sources.samples import Source
@@ -22,11 +22,9 @@ class SourceKind(SamplesRun):
 
     sourced = True
 
-    def __init__(
-        self, command: str, cfg: Any, make: Callable[[Any], Any], fields: Any, source: Source
-    ):
+    def __init__(self, cfg: Any, make: Callable[[Any], Any], fields: Any, source: Source):
         super().__init__(cfg)
-        self.command = command  # "import hf"...
+        self.command = f"import {cfg.SECTION}"
         self.fn, self.make, self.source = make, UserFunction(make), source
         self.declare(fields)
 
@@ -53,15 +51,3 @@ class SourceKind(SamplesRun):
                 counts[split] = counts.get(split, 0) + rec["shard"]["count"]
         out = super().extra(records) | self.source.extra
         return out | {"splits": counts} if counts else out
-
-
-def run_source(
-    command: str,
-    cfg: Any,
-    make: Callable[[Any], Any],
-    fields: dict[str, Any],
-    source: Source,
-    show_progress: bool,
-    profile: bool,
-) -> RunSummary:
-    return run(SourceKind(command, cfg, make, fields, source), show_progress, profile)

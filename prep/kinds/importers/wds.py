@@ -1,91 +1,47 @@
-"""`prep import webdataset 'shards/train-{000000..000099}.tar' OUT`: WebDataset tars as samples,
-a field an extension (prep.kinds.importers.wdssource reads the tars):
-
-- `.jpg`, `.jpeg`, `.png`, `.webp` -> `Image` (the command's sizes, mode and codec), the field
-  `image` whichever of them a sample has (a field an extension only where a sample has two);
-- `.cls` -> `Label` (an ASCII integer); `.txt` -> `Text`; `.json` -> `Json`;
-- `.npy` -> `Array`: the dtype of the first sample's; its shape when every sample has it, else
-  a ragged leading dimension when only that one differs (the rest as the first sample's);
-- any other -> `Bytes`; and `__key__`, the sample's key, as `Text`.
-
-The fields are every extension the tars hold (a field's name: the extension, `seg.png` ->
-`seg_png`), or those `--fields` names; a sample missing one is a `field_missing` reject (found
-ones that more samples lack than --max-rejects allows: a usage error naming --fields).
+"""`prep import webdataset 'shards/train-{000000..000099}.tar' OUT`: WebDataset tars as samples
+(prep.kinds.importers.wdssource reads them), a field an extension (wdssource.KINDS), `__key__`
+the sample's key; the image extensions a sample has one of are the one field `image`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import posixpath
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, ClassVar
 
-from prep.kinds.importers.config import ImportConfig
-from prep.run.config import listed, opt
-
-
-@dataclass
-class WdsConfig(ImportConfig):
-    src: str | None = opt(
-        None,
-        "Tar shards: a path or URL with braces ('shards/train-{000000..000099}.tar'), or a "
-        "folder of .tar files.",
-    )
-    fields: str | None = opt(
-        None, "The extensions to import, comma-separated: jpg,cls (default: all the tars hold)."
-    )
-    max_member_mb: float = opt(
-        256.0,
-        "A sample with a member larger than this (MB) is a reject, never read: members are "
-        "read whole into memory.",
-    )
-
-    SECTION: ClassVar[str] = "webdataset"
-
-    def validate(self) -> None:
-        from prep.run.config import check
-
-        super().validate()
-        check(self.max_member_mb > 0, f"--max-member-mb {self.max_member_mb}", "more than 0")
-        if ".tar" in Path(str(self.out)).name:  # `{0..1}` expanded by the shell: 2 tars
-            raise unquoted(f"OUT {self.out} is a tar")
+from loaders.fields import Array, Bytes, Field, Json, Label, Text
+from loaders.remote.storage import url_of
+from prep.kinds.importers.config import WdsConfig, image_field
+from prep.kinds.importers.hffeatures import NUMERIC, field_name
+from prep.kinds.importers.source import SourceKind
+from prep.kinds.importers.wdssource import (
+    IMAGES,
+    Declared,
+    Scan,
+    WdsSamples,
+    expand,
+    kind_of,
+    let_go,
+    scan,
+)
+from prep.run.config import listed
+from prep.run.driver import RunSummary, run
+from prep.run.errors import PrepError, UsageError
+from prep.run.samples import Item
+from prep.sources.samples import Source, file_stats
 
 
-def unquoted(what: str) -> Exception:
-    """The error of a brace pattern the shell expanded into its names (shard-000.tar ...)."""
-    from prep.run.errors import UsageError
-
-    return UsageError(
-        f"{what}: was a brace pattern left unquoted, so that the shell expanded it? HINT: quote "
-        "it: prep import webdataset 'shards/train-{000000..000099}.tar' OUT"
-    )
-
-
-def shard_paths(src: str) -> list[str]:
-    """The tars SRC names: a folder's .tar files (sorted), or the pattern's expansion."""
-    from loaders.remote.storage import url_of
-    from prep.kinds.importers.wdssource import expand
-
-    if url_of(src) is None and Path(src).is_dir():
-        return sorted(str(p) for p in Path(src).iterdir() if ".tar" in p.name)
-    return expand(url_of(src) or src)
-
-
-def list_shards(cfg: WdsConfig, image: Any) -> tuple[Any, Any, dict[str, Any]]:
+def list_shards(cfg: WdsConfig, image: Field) -> tuple[Source, WdsSamples, dict[str, Field]]:
     """The samples of cfg.src's tars as inputs, the function that reads one, and the fields."""
-    import posixpath
-    from concurrent.futures import ThreadPoolExecutor
-
-    from prep.kinds.importers.wdssource import WdsSamples, scan
-    from prep.run.samples import Item
-    from prep.sources.samples import Source, file_stats
-
-    paths = shard_paths(str(cfg.src))
+    src = str(cfg.src)  # a folder of .tar files, or a pattern
+    if url_of(src) is None and Path(src).is_dir():
+        paths = sorted(str(p) for p in Path(src).iterdir() if ".tar" in p.name)
+    else:
+        paths = expand(url_of(src) or src)
     cap = int(cfg.max_member_mb * 1e6)
     with ThreadPoolExecutor(8) as pool:  # headers: reads that wait on the disk or network
         scans = list(pool.map(lambda p: scan(p, cap), paths))
     if not any(s.samples for s in scans):
-        from prep.run.errors import PrepError
-
         first = next((f"{r['path']}: {r['message']}" for s in scans for r in s.rejects), "")
         raise PrepError(f"{cfg.src}: no sample to import ({first}). HINT: check the pattern")
     seen: dict[str, int] = {}
@@ -95,7 +51,7 @@ def list_shards(cfg: WdsConfig, image: Any) -> tuple[Any, Any, dict[str, Any]]:
                 seen[ext] = seen.get(ext, 0) + 1
     declared = _declared(cfg, scans, seen)
     used = {e for d in declared for e in d.ext.split(";")}
-    fields = {"__key__": _text()} | {d.name: _field(d, scans, image) for d in declared}
+    fields = {"__key__": Text()} | {d.name: _field(d, scans, image) for d in declared}
     items = [  # each sample's source: its tar's name and its key
         Item(f"{path}:{key}", (t, key, members), source=f"{posixpath.basename(path)}:{key}")
         for t, (path, s) in enumerate(zip(paths, scans, strict=True))
@@ -114,15 +70,9 @@ def list_shards(cfg: WdsConfig, image: Any) -> tuple[Any, Any, dict[str, Any]]:
     return source, WdsSamples(tuple(paths), declared), fields
 
 
-IMAGES = ("jpg", "jpeg", "png", "webp")  # a sample's image: whichever of these it has
-
-
-def _declared(cfg: WdsConfig, scans: list[Any], seen: dict[str, int]) -> tuple[Any, ...]:
+def _declared(cfg: WdsConfig, scans: list[Scan], seen: dict[str, int]) -> tuple[Declared, ...]:
     """The fields: --fields (`jpg;png`: whichever a sample has, WebDataset's spelling) or every
-    extension seen, the image extensions that no sample has two of as one field, "image"."""
-    from prep.kinds.importers.hffeatures import field_name
-    from prep.kinds.importers.wdssource import Declared, kind_of
-
+    extension seen, the image extensions that no sample has two of as one field."""
     if cfg.fields:
         exts = listed(cfg.fields, "--fields", str)
     else:
@@ -163,8 +113,6 @@ def _check_rare(cfg: WdsConfig, exts: list[str], seen: dict[str, int], total: in
         have = min(total, sum(seen.get(a, 0) for a in e.split(";")))
         if total - have > cfg.max_rejects * total:
             rest = ",".join(x for x in exts if x != e) or "..."
-            from prep.run.errors import UsageError
-
             raise UsageError(
                 f"{cfg.src}: extension {e!r} is in {have} of {total} samples, and a sample "
                 "without a field is a field_missing reject (more than --max-rejects "
@@ -174,22 +122,12 @@ def _check_rare(cfg: WdsConfig, exts: list[str], seen: dict[str, int], total: in
             )
 
 
-def _text() -> Any:
-    from prep.fields import Text
-
-    return Text()
-
-
-def _usage(src: object, what: str) -> Exception:
-    from prep.run.errors import UsageError
-
+def _usage(src: object, what: str) -> UsageError:
     return UsageError(f"{src}: {what}. HINT: check the shard pattern and --fields")
 
 
-def _field(d: Any, scans: list[Any], image: Any) -> Any:
+def _field(d: Declared, scans: list[Scan], image: Field) -> Field:
     """Declared field `d` as a field of prep.fields (an .npy's dtype and shape from the tars)."""
-    from prep.fields import Bytes, Json, Label, Text
-
     if d.kind == "array":
         return _array(d, [h for s in scans for (_, ext), h in s.npy.items() if ext == d.ext])
     if d.kind == "image":
@@ -198,12 +136,9 @@ def _field(d: Any, scans: list[Any], image: Any) -> Any:
     return kinds.get(d.kind, Bytes)()
 
 
-def _array(d: Any, headers: list[tuple[str, tuple[int, ...]]]) -> Any:
+def _array(d: Declared, headers: list[tuple[str, tuple[int, ...]]]) -> Array:
     """Array of the first sample's dtype; its shape if all share it, else a ragged leading
     dimension (samples whose other dimensions differ from the first's are rejects)."""
-    from prep.fields import Array
-    from prep.kinds.importers.hffeatures import NUMERIC
-
     if not headers:
         raise _usage(f"field {d.name}", "no .npy member that numpy reads")
     dtype, shape = headers[0]
@@ -214,15 +149,14 @@ def _array(d: Any, headers: list[tuple[str, tuple[int, ...]]]) -> Any:
     return Array(dtype, (None, *shape[1:]))
 
 
-def import_webdataset(cfg: WdsConfig, show_progress: bool = True, profile: bool = False) -> Any:
-    """Pack the tars of `cfg.src` into `cfg.out`; the RunSummary."""
-    from prep.kinds.importers.config import image_field
-    from prep.kinds.importers.source import run_source
-    from prep.kinds.importers.wdssource import let_go
-
+def import_webdataset(
+    cfg: WdsConfig, show_progress: bool = True, profile: bool = False
+) -> RunSummary:
+    """Pack the tars of `cfg.src` into `cfg.out`."""
     cfg.validate()
     source, samples, fields = list_shards(cfg, image_field(cfg))
+    kind = SourceKind(cfg, samples, fields, source)
     try:
-        return run_source("import webdataset", cfg, samples, fields, source, show_progress, profile)
+        return run(kind, show_progress, profile)
     finally:
         let_go(samples.run)

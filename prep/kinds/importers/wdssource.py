@@ -1,10 +1,8 @@
-"""WebDataset tar shards, read with the standard library: the shard list (braces expanded), each
-tar's members grouped into samples by key (the member's path up to the first dot of its file
-name; consecutive members of one key are one sample) and a field an extension.
-
-Listing reads the tar headers only (and the header of each .npy); the workers read each member
-by its offset, into memory: nothing is ever extracted. A tar that ends early (no end-of-archive
-blocks) loses its last sample, which may be incomplete, as a `truncated_tar` reject.
+"""WebDataset tar shards, read with the standard library: braces expanded, each tar's members
+grouped into samples by key (the path up to the first dot of the file name; consecutive members
+of one key are one sample). Listing reads the tar headers (and each .npy's) only; the workers
+read each member by its offset, into memory: nothing is extracted. A tar that ends early (no
+end-of-archive blocks) loses its last sample, which may be incomplete, as a `truncated_tar`.
 """
 
 from __future__ import annotations
@@ -12,24 +10,28 @@ from __future__ import annotations
 import bz2
 import gzip
 import io
+import json
 import lzma
+import math
 import re
 import tarfile
 import threading
 import uuid
 import zlib
 from dataclasses import dataclass, field
+from itertools import groupby
+from operator import itemgetter
 from tokenize import TokenError
 from typing import IO, Any
 
-from prep.run.errors import PrepError, UsageError
+import numpy as np
+import numpy.lib.format as npf
+
+from loaders.remote.storage import filesystem, url_of
+from prep.run.errors import PrepError, Reject, UsageError
 from prep.run.inputs import reject_record
 
 BRACES = re.compile(r"\{([^{}]*)\}")
-# A member's bytes are read whole into memory: larger ones (a gzip bomb's gigabyte of zeros
-# is a 1 MB file) are rejects, unread. 256 MB is far beyond an image, a caption or an array
-# of a sample; --max-member-mb raises it (video members).
-MAX_MEMBER = 256_000_000
 # Shard names a pattern may give: more is a typo ({0..4294967296} built 4 billion names, a
 # MemoryError), far beyond the largest public WebDataset sets (about 10^5 shards).
 MAX_SHARDS = 1_000_000
@@ -66,8 +68,6 @@ def expand(pattern: str) -> list[str]:
 def open_tar(path: str) -> IO[bytes]:
     """The tar's bytes, seekable: a local file, a URL through fsspec, decompressed if it is
     a .tar.gz, .tar.bz2 or .tar.xz (by its first bytes)."""
-    from loaders.remote.storage import filesystem, url_of
-
     url = url_of(path)
     raw: IO[bytes] = filesystem(url).open(url, "rb") if url else open(path, "rb")  # noqa: SIM115
     magic = raw.read(6)
@@ -81,13 +81,6 @@ def open_tar(path: str) -> IO[bytes]:
     return raw
 
 
-def key_and_ext(name: str) -> tuple[str, str]:
-    """("dir/s1", "seg.png") of "dir/s1.seg.png", as WebDataset splits a member's path."""
-    folder, _, base = name.rpartition("/")
-    stem, _, ext = base.partition(".")
-    return (f"{folder}/{stem}" if folder else stem), ext
-
-
 @dataclass
 class Scan:
     """One tar's samples (key -> its members), in order, and its rejects."""
@@ -97,8 +90,8 @@ class Scan:
     npy: dict[tuple[str, str], tuple[str, tuple[int, ...]]]  # (key, ext) -> dtype, shape
 
 
-def scan(path: str, max_member: int = MAX_MEMBER) -> Scan:
-    """The samples of tar `path` (its headers read, never its data but .npy headers)."""
+def scan(path: str, max_member: int) -> Scan:
+    """scan_tar of the tar at `path` (a reject when it cannot be opened)."""
     try:
         with open_tar(path) as f:
             return scan_tar(f, path, max_member)
@@ -108,17 +101,20 @@ def scan(path: str, max_member: int = MAX_MEMBER) -> Scan:
         return Scan([], [reject_record(path, "bad_tar", f"cannot open it ({e})")], {})
 
 
-def scan_tar(f: IO[bytes], path: str, max_member: int = MAX_MEMBER) -> Scan:
+def scan_tar(f: IO[bytes], path: str, max_member: int) -> Scan:
     """The samples of the tar in `f` (seekable; `path` names it in rejects): its headers read,
     never its data but .npy headers. A sample with a member over `max_member` bytes is a
-    `member_too_large` reject: a worker would read that member whole into memory."""
+    `member_too_large` reject: a worker would read it whole into memory (a gzip bomb's
+    gigabyte of zeros is a 1 MB file)."""
     errors = (tarfile.TarError, EOFError, OSError, zlib.error, lzma.LZMAError, ValueError)
     members: list[tuple[str, Member]] = []
     try:
         with tarfile.open(fileobj=f, mode="r:") as tar:
-            for m in tar:
-                key, ext = key_and_ext(m.name)
-                if m.isfile() and key.rpartition("/")[2] and ext:  # not .hidden nor README
+            for m in tar:  # dir/s1.seg.png: key dir/s1, extension seg.png, as WebDataset has it
+                folder, _, base = m.name.rpartition("/")
+                stem, _, ext = base.partition(".")
+                key = f"{folder}/{stem}" if folder else stem
+                if m.isfile() and stem and ext:  # not .hidden nor README
                     members.append((key, (ext, m.offset_data, m.size)))
             f.seek(tar.offset)
             whole = f.read(1024) == bytes(1024)  # the end-of-archive blocks
@@ -127,7 +123,7 @@ def scan_tar(f: IO[bytes], path: str, max_member: int = MAX_MEMBER) -> Scan:
         if not members:
             return Scan([], [reject_record(path, "bad_tar", f"not a readable tar ({e})")], {})
         whole, npy = False, {}
-    samples = _grouped(members)
+    samples = [(k, tuple(m for _, m in group)) for k, group in groupby(members, itemgetter(0))]
     rejects = []
     if not whole and samples:
         key, _ = samples.pop()
@@ -148,24 +144,13 @@ def scan_tar(f: IO[bytes], path: str, max_member: int = MAX_MEMBER) -> Scan:
     return Scan(kept, rejects, {k: v for k, v in npy.items() if k[0] in keys})
 
 
-def _grouped(members: list[tuple[str, Member]]) -> list[tuple[str, tuple[Member, ...]]]:
-    out: list[tuple[str, list[Member]]] = []
-    for key, member in members:
-        if not out or out[-1][0] != key:
-            out.append((key, []))
-        out[-1][1].append(member)
-    return [(key, tuple(ms)) for key, ms in out]
-
-
-# What numpy's .npy header parser raises on a malformed header (TokenError: its tokenizer).
+# What numpy's .npy header parser raises on a malformed one (TokenError: its tokenizer).
 NPY_ERRORS = (ValueError, IndexError, SyntaxError, TokenError, RecursionError, OverflowError)
 
 
 def npy_header(head: IO[bytes]) -> tuple[Any, tuple[int, ...]]:
     """The dtype and shape of the .npy whose bytes `head` starts at (left after its header);
     one of NPY_ERRORS when it is not an .npy header numpy reads."""
-    import numpy.lib.format as npf
-
     version = npf.read_magic(head)
     read = (npf.read_array_header_1_0, npf.read_array_header_2_0)[version[0] - 1]
     shape, _, dtype = read(head)
@@ -213,17 +198,9 @@ def let_go(run: str) -> None:
         _held.pop(key)[1].close()
 
 
+IMAGES = ("jpg", "jpeg", "png", "webp")
 # The field kind of an extension (its last part: "seg.png" is a png); any other is Bytes.
-KINDS = {
-    "jpg": "image",
-    "jpeg": "image",
-    "png": "image",
-    "webp": "image",
-    "cls": "label",
-    "txt": "text",
-    "json": "json",
-    "npy": "array",
-}
+KINDS = dict.fromkeys(IMAGES, "image") | dict(cls="label", txt="text", json="json", npy="array")
 
 
 def kind_of(ext: str) -> str:
@@ -261,10 +238,6 @@ class WdsSamples:
 
 def value_of(d: Declared, data: bytes) -> Any:
     """A member's bytes as its field takes them (images, text and bytes as they are)."""
-    import json
-
-    from prep.run.errors import Reject
-
     if d.kind == "label":
         try:
             return int(data.decode("ascii").strip())
@@ -276,10 +249,6 @@ def value_of(d: Declared, data: bytes) -> Any:
         except (ValueError, RecursionError) as e:  # not JSON, a huge integer, deep nesting
             raise Reject(f"field {d.name}: not JSON ({e})", "field_json") from None
     if d.kind == "array":
-        import math
-
-        import numpy as np
-
         head = io.BytesIO(data)
         try:
             dtype, shape = npy_header(head)

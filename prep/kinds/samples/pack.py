@@ -4,14 +4,15 @@ input, on the samples run (prep.run.samples) with every guarantee `prep pack` ha
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import inspect
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from loaders.fields import Field
 from prep.kinds.samples.config import SamplesConfig
-from prep.kinds.samples.recipe import load_recipe
 from prep.run.driver import Inputs, RunSummary, run
 from prep.run.errors import PrepError, UsageError
 from prep.run.samples import SamplesRun, UserFunction, check_shippable
@@ -87,3 +88,26 @@ def pack_recipe(
         raise UsageError("prep samples needs --recipe FILE (a .py defining FIELDS and make)")
     make, fields = load_recipe(Path(cfg.recipe))
     return run(SamplesKind(cfg, make, fields, cfg.src), show_progress, profile)
+
+
+def load_recipe(path: Path) -> tuple[Callable[[Any], Any], dict[str, Any]]:
+    """A recipe file's make and FIELDS. The module is pickled by value, so worker processes
+    (loky, Dask) need not import it by name."""
+    if not path.is_file() or path.suffix != ".py":
+        raise UsageError(f"--recipe {path}: not a .py file. HINT: a file defining FIELDS and make")
+    name = f"prep_recipe_{path.stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:  # the user's code
+        raise PrepError(f"{path}: running it raised {type(e).__name__}: {e}") from e
+    make, fields = getattr(module, "make", None), getattr(module, "FIELDS", None)
+    if not callable(make) or not isinstance(fields, dict):
+        raise UsageError(f"{path} must define FIELDS (a dict name -> field) and make(input)")
+    import cloudpickle
+
+    cloudpickle.register_pickle_by_value(module)
+    return make, fields

@@ -1,15 +1,7 @@
-"""prep table: the tabular kind of the run driver (prep.run.driver).
-
-1. The table files are listed in sorted order (prep.sources.table).
-2. `prepare` parses every row once, in parallel (prep.media.table.scan): the columns' stored
-   types, the train vocabularies, mean and std, each row's split (its hash,
-   prep.sources.hashsplit) and the row count of each block of bounded bytes; each parsed block
-   is kept in the run folder.
-3. Shards are consecutive blocks of about --shard-rows rows; each task encodes its parsed
-   blocks in the decided dtypes and writes one .npy per column and split. The plan depends on
-   the files and config only, never on --jobs.
-4. The manifest declares a column field a column (loaders.fields.column: its role, type,
-   dtype, vocabulary, statistics), named for its array: num_J, cat_K, target.
+"""prep table: the tabular kind of the run driver. `prepare` parses every row once, in parallel
+(prep.media.table.scan: the columns' stored types and statistics, each row's split), keeping each
+parsed block in the run folder; a shard is consecutive blocks of about --shard-rows rows, its
+task writing one .npy per column and split. A column field a column: num_J, cat_K, target.
 """
 
 from __future__ import annotations
@@ -25,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from loaders.fields import Column as ColumnField
-from loaders.format import ArraySpec, Manifest, Shard, array_name
+from loaders.format import Manifest, Shard
 from loaders.format.index import stem
 from prep.kinds.table.config import TableConfig
 from prep.media.table.scan import BLOCKS, Scan, read_spill, scan
@@ -34,6 +26,7 @@ from prep.run.driver import Inputs, Kind, RunSummary, run
 from prep.run.errors import PrepError
 from prep.run.files import writing
 from prep.run.profile import stage
+from prep.run.samples import array_specs
 from prep.run.shardwriter import ShardFiles, shard_task
 from prep.run.staging import RUN_DIR, named_by_rule, write_record
 from prep.sources.table import Block, list_tables, sources_of
@@ -73,11 +66,6 @@ def table_fields(columns: list[Column], missing_mask: bool) -> dict[str, ColumnF
     }
 
 
-def array_specs(fields: dict[str, ColumnField]) -> dict[str, ArraySpec]:
-    """Every array the fields store, by name."""
-    return {array_name(s.field, s.size): s for n, f in fields.items() for s in f.arrays(n)}
-
-
 def encode_rows(
     table: pa.Table,
     columns: list[Column],
@@ -104,8 +92,8 @@ def table_shard(
     rejects: list[dict[str, Any]],
     staging: Path,
 ) -> dict[str, Any]:
-    """The joblib task: encode `shard`'s blocks as the scan kept them, write shard `index` of
-    each split; its record. `rejects`: the blocks' rows with wrong field counts."""
+    """The joblib task: `shard`'s blocks, as the scan kept them, into shard `index` of each
+    split; its record. `rejects`: the blocks' rows with wrong field counts."""
     fields = table_fields(columns, cfg.missing_mask)
     specs = array_specs(fields)
     vocabs = {c.name: pa.array(c.vocab, pa.string()) for c in columns if c.vocab is not None}
@@ -217,12 +205,9 @@ class TableKind(Kind[TableConfig, list[Block]]):
 
 
 def pack_table(cfg: TableConfig, show_progress: bool = True, profile: bool = False) -> RunSummary:
-    """Pack cfg.src into cfg.out (prep.run.driver has the guarantees).
-
-    During the run Arrow allocates through the C library's malloc, not its default mimalloc:
-    a block's parse allocates and frees a few times its bytes, which mimalloc hands back to
-    the system and faults in again (the bench table: a fifth less kernel time, on 2 cores).
-    A buffer is freed by the pool that made it, whichever is the default then."""
+    """Pack cfg.src into cfg.out, Arrow allocating through the C library's malloc, not mimalloc:
+    a block's parse allocates and frees a few times its bytes, which mimalloc hands back to the
+    system and faults in again (the bench table: a fifth less kernel time, on 2 cores)."""
     previous = pa.default_memory_pool()
     pa.set_memory_pool(pa.system_memory_pool())
     try:

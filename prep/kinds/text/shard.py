@@ -51,9 +51,8 @@ def fit_ids(ids: np.ndarray, dtype: str, where: str) -> np.ndarray:
 
 
 def is_val(text: str, val_fraction: float) -> bool:
-    """A document's split, from its text alone: the first 8 bytes of its BLAKE2b digest, read
-    as a fraction of 2**64, below `val_fraction` means "val". Renaming, reordering or sharding
-    the inputs differently never moves a document; identical documents share a split."""
+    """Whether a document is in "val", by its text alone (its BLAKE2b digest as a fraction of
+    2**64): renaming, reordering or resharding never moves it; identical documents share one."""
     if val_fraction <= 0:
         return False
     digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
@@ -61,12 +60,9 @@ def is_val(text: str, val_fraction: float) -> bool:
 
 
 class SplitWriter:
-    """One split's shard of one task: tokens, ragged by document (their offsets: docs + 1
-    int64, from 0), and each document's source file (its path relative to SRC: UTF-8 bytes,
-    ragged).
-
-    Sources are held as runs (a file's documents are consecutive: a few tuples a shard) and
-    written last, in close(): the tokens' files are the only ones written while reading."""
+    """One split's shard of one task: tokens, ragged by document, and each document's source
+    file (its path relative to SRC), held as runs (a file's documents are consecutive) and
+    written last, in close()."""
 
     def __init__(self, staging: Path, split: str, index: int):
         self.split = split
@@ -78,7 +74,6 @@ class SplitWriter:
         self.tokens = self.files.ragged("tokens", dtype)
 
     def add(self, ids: np.ndarray, lengths: np.ndarray, sources: list[str]) -> None:
-        """Documents: their tokens back to back, their lengths, the file each came from."""
         self.tokens.extend(ids, lengths)
         for name in sources:
             if self.runs and self.runs[-1][0] == name:
@@ -107,8 +102,7 @@ class SplitWriter:
         self.files.close()
 
     def publish(self) -> Shard | None:
-        """After close(): the files under their final names; None for a split with no
-        documents in this task."""
+        """After close(): the files under their final names; None for a split with none."""
         return self.files.publish(self.docs, self.split) if self.docs else None
 
 
@@ -132,15 +126,13 @@ def _batches(reader: DocumentReader, pieces: list[Piece]) -> Iterator[tuple[list
 def read_ahead(
     batches: Iterator[tuple[list[str], list[str]]],
 ) -> Generator[tuple[list[str], list[str]], None, None]:
-    """`batches`, the next one read on a thread while the caller encodes this one (the
-    tokenizer releases the GIL): reading no longer waits for encoding, nor encoding for it.
-    An error while reading is raised here, in order; a caller that stops early stops the
-    thread after at most one more batch."""
+    """`batches`, the next one read on a thread while the caller encodes this one (the tokenizer
+    releases the GIL). An error while reading is raised here, in order; a caller that stops
+    early stops the thread after at most one more batch."""
     ready: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=1)
     stop = threading.Event()
 
     def offer(message: tuple[str, Any]) -> bool:
-        """Put `message` unless the caller has stopped; whether it went in."""
         while not stop.is_set():
             try:
                 ready.put(message, timeout=0.1)
@@ -195,10 +187,8 @@ def tokenize_shard(
     staging: Path,
     threads: bool,
 ) -> dict[str, Any]:
-    """The joblib task: tokenize `pieces` into shard `index` of each split; return its record.
-
-    Memory holds one batch of documents; only counts, checksums and rejects leave the process.
-    A failed write raises PrepError naming the file and leaves no temp file of the shard."""
+    """The joblib task: tokenize `pieces` into shard `index` of each split; its record. Memory
+    holds one batch of documents; a failed write leaves no temp file of the shard."""
     if not threads:  # one task per core already; read by tokenizers at every call
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
     tok = _load_tokenizer(tok_name, staging, tok_file, tok_sha)

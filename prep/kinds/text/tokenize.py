@@ -1,16 +1,7 @@
-"""prep tokenize: the text kind of the run driver (prep.run.driver).
-
-1. The inputs are listed in a fixed order and cut into shards of about --shard-mb of text (line
-   files at line starts); `--limit N` keeps the first N documents. The plan depends only on the
-   inputs and the config, never on --jobs.
-2. The tokenizer is fitted once, in `prepare` (char: the corpus's characters; bpe: trained on
-   it), and saved into the run folder before any shard is written; --resume reuses the saved one.
-3. Each task (prep.kinds.text.shard) reads its documents in batches, puts each in "train" or
-   "val" by a hash of its text, encodes the batch, checks that every id fits the dtype and
-   appends it to that split's files.
-4. The manifest declares the fields: `tokens` (a Tokens field: its vocabulary, end-of-document
-   id and tokenizer file, ragged by the document offsets) and each document's `source`; the
-   per-split counts are the shard index's.
+"""prep tokenize: the text kind of the run driver (prep.run.driver). The inputs are cut into
+shards of about --shard-mb of text (line files at line starts); the tokenizer is fitted once, in
+`prepare`, and saved in the run folder (--resume reuses it); each task (prep.kinds.text.shard)
+writes each split's tokens, ragged by document, and each document's `source`.
 """
 
 from __future__ import annotations
@@ -24,17 +15,16 @@ from pathlib import Path
 from typing import Any
 
 from loaders.fields import Field, Text, Tokens
-from loaders.format import ArraySpec, Manifest, Shard, array_name, sha256_file
+from loaders.format import Manifest, Shard, sha256_file
 from prep.kinds.text.config import TokenizeConfig
-from prep.kinds.text.shard import MB, fit_ids, is_val, tokenize_shard
+from prep.kinds.text.shard import MB, tokenize_shard
 from prep.media.text.documents import DocumentReader, Piece, count_documents, line_starts, list_text
 from prep.media.text.tokenizers import fit_tokenizer, load_saved, tokenizer_identity
 from prep.run.driver import Inputs, Kind, RunSummary, run
 from prep.run.errors import PrepError
+from prep.run.samples import array_specs
 from prep.run.staging import named_by_rule
 from prep.sources.text import list_matching
-
-__all__ = ["TokenizeSummary", "fit_ids", "is_val", "plan_shards", "token_dtype", "tokenize"]
 
 
 def token_dtype(vocab_size: int) -> str:
@@ -44,11 +34,6 @@ def token_dtype(vocab_size: int) -> str:
     ('uint8', 'uint16', 'uint16', 'uint32')
     """
     return Tokens(max(vocab_size, 1)).arrays("tokens")[0].dtype
-
-
-def array_specs(fields: dict[str, Field]) -> dict[str, ArraySpec]:
-    """Every array the fields store, by name."""
-    return {array_name(s.field, s.size): s for n, f in fields.items() for s in f.arrays(n)}
 
 
 def limit_documents(pieces: list[Piece], limit: int, max_bytes: int) -> list[Piece]:
@@ -65,8 +50,9 @@ def limit_documents(pieces: list[Piece], limit: int, max_bytes: int) -> list[Pie
 
 
 def plan_shards(pieces: list[Piece], shard_bytes: int) -> list[list[Piece]]:
-    """Consecutive pieces grouped until a group holds `shard_bytes` of text; line files are first
-    cut at line starts into ranges of about `shard_bytes`. A document is never cut."""
+    """Consecutive pieces grouped until a group holds `shard_bytes` of text, line files first cut
+    at line starts into ranges of about `shard_bytes`: a document is never cut. The plan
+    depends on the inputs and config only, never on --jobs."""
     cut: list[Piece] = []
     for p in pieces:
         if p.mode == "file" or p.nbytes <= shard_bytes:
@@ -128,23 +114,15 @@ class TokenizeSummary(RunSummary):
     def dtype(self) -> str:
         return self.manifest.arrays["tokens"].dtype
 
-    @property
-    def fit_seconds(self) -> float:
-        return self.prepare_seconds
-
-    @property
-    def tokens_per_s(self) -> float:
-        """Tokens per second of the shard tasks alone (after the tokenizer was fitted)."""
-        busy = self.seconds - self.fit_seconds
-        return self.tokens / busy if busy > 0 else 0.0
-
     def line(self) -> str:
+        busy = self.seconds - self.prepare_seconds  # the shard tasks' (after the fitting)
+        rate = self.tokens / busy if busy > 0 else 0.0
         return (
             f"{self.out}: {self.docs} documents ({self.val_docs} val), {self.tokens:,} tokens, "
             f"{self.said_rejected()}; {self.tokenizer} vocabulary {self.vocab_size} as "
             f"{self.dtype}; {self.shards} shards ({self.reused} reused), "
-            f"{self.bytes / 1e6:.1f} MB written; {self.seconds:.1f} s ({self.fit_seconds:.1f} s "
-            f"fitting), {self.tokens_per_s:,.0f} tokens/s"
+            f"{self.bytes / 1e6:.1f} MB written; {self.seconds:.1f} s "
+            f"({self.prepare_seconds:.1f} s fitting), {rate:,.0f} tokens/s"
         )
 
 
@@ -255,9 +233,8 @@ class TextKind(Kind[TokenizeConfig, list[Piece]]):
 def tokenize(
     cfg: TokenizeConfig, show_progress: bool = True, profile: bool = False
 ) -> TokenizeSummary:
-    """Tokenize cfg.src into cfg.out (prep.run.driver has the guarantees).
-
-    `profile`: the summary's `stages` holds the seconds per stage of this run (prep.run.profile)."""
+    """Tokenize cfg.src into cfg.out; with `profile`, the summary's `stages` has each stage's
+    seconds (prep.run.profile)."""
     summary = run(TextKind(cfg), show_progress, profile)
     assert isinstance(summary, TokenizeSummary)
     return summary

@@ -1,15 +1,7 @@
-"""prep video: videos decoded once at a fixed frame rate and size, on the samples run
-(prep.run.samples).
-
-One video (or one --max-frames / --clip-seconds piece of it) a sample, with the fields
-- `frames`: a Video field (loaders.fields.video), its frames raw or one JPEG each, and the
-  most frames a sample holds (`max_frames`);
-- `label`: the class (class folders, or a list's `label`), when the inputs have one;
-- `source`: the video's path relative to SRC;
-- `start`: where the sample starts in the video, in seconds;
-- `num_frames`, `source_fps`, `duration`: its frame count, the source's average frame rate
-  and the source's duration in seconds.
-"""
+"""prep video: videos decoded once at a fixed frame rate and size, on the samples run. A sample
+a video (or a --max-frames / --clip-seconds piece of it): `frames` (a Video field), `label` where
+the inputs have one, `source` (the path under SRC), `start` (seconds into the video),
+`num_frames`, and the source's average frame rate and duration (seconds)."""
 
 from __future__ import annotations
 
@@ -30,16 +22,10 @@ from prep.sources.images import Item, list_videos
 
 MIN_VIDEOS = 4  # the fewest videos of an automatic shard
 # Per-sample numbers beside the frames: name -> stored dtype.
-NUMBERS = {
-    "start": "float32",
-    "num_frames": "uint32",
-    "source_fps": "float32",
-    "duration": "float32",
-}
+NUMBERS = dict(start="float32", num_frames="uint32", source_fps="float32", duration="float32")
 
 
 def video_fields(cfg: VideoConfig, classes: list[str] | None, labelled: bool) -> dict[str, Field]:
-    """The dataset's fields (the run adds `source`)."""
     fields: dict[str, Field] = {
         "frames": Video(cfg.size, cfg.mode, cfg.codec, cfg.fps, cfg.quality, cfg.segment)
     }
@@ -111,5 +97,4 @@ class VideoKind(SamplesRun):
 
 
 def pack_video(cfg: VideoConfig, show_progress: bool = True, profile: bool = False) -> RunSummary:
-    """Pack cfg.src's videos into cfg.out (prep.run.driver has the guarantees)."""
     return run(VideoKind(cfg), show_progress, profile)

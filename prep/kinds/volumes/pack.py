@@ -1,11 +1,7 @@
-"""prep volumes: the 3-D kind of the run driver (prep.run.driver).
-
-Each shard task reads its scans one at a time (prep.sources.volumes) and runs the offline
-steps in order (prep.media.volume.transform): reorient, resample, window or dtype, crop to the
-foreground, fit to one shape. Volumes differ in shape, so a shard stores its volumes' voxels
-back to back, ragged (loaders.fields.volume): volume v of a shard is
-`image[off[v]:off[v + 1]].reshape(image_shape[v])`, a C-order view of the map, and its label
-lies on the same offsets.
+"""prep volumes: the 3-D kind of the run driver. Each shard task reads its scans one at a time
+and runs the offline steps in order (prep.media.volume.transform): reorient, resample, window or
+dtype, crop to the foreground, fit to one shape. A shard stores its volumes' voxels back to back,
+ragged (loaders.fields.volume), their labels on the same offsets.
 """
 
 from __future__ import annotations
@@ -19,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from loaders.fields import Field, Volume, VolumeLabel
-from loaders.format import ArraySpec, Manifest, Shard, array_name
+from loaders.format import ArraySpec, Manifest, Shard
 from loaders.format.index import stem
 from prep.kinds.volumes.config import VolumeConfig, float_list
 from prep.media.volume import transform as tf
@@ -28,26 +24,13 @@ from prep.run.errors import PrepError
 from prep.run.files import writing
 from prep.run.inputs import Reject, reject_record
 from prep.run.profile import stage
+from prep.run.samples import array_specs
 from prep.run.shardwriter import ShardFiles, shard_task
 from prep.run.staging import named_by_rule, write_record
 from prep.sources import targets as tg
 from prep.sources.volumes import Item, list_volumes, read_pair
 
 MAX_VOXELS = 2**32 - 1  # label_fg holds flat voxel indices as uint32
-
-
-def volume_fields(cfg: VolumeConfig, labels: bool, targets: tg.Targets | None) -> dict[str, Field]:
-    """The fields of a volume dataset: `image` (voxels in the stored dtype, oriented), with
-    labels its `label` (class ids and the foreground index), with targets a column a target."""
-    fields: dict[str, Field] = {"image": Volume(cfg.stored_dtype, cfg.orient.upper())}
-    if labels:
-        fields["label"] = VolumeLabel("image", foreground=True)
-    return fields | (tg.target_fields(targets) if targets is not None else {})
-
-
-def array_specs(fields: dict[str, Field]) -> dict[str, ArraySpec]:
-    """Every array the fields store, by name."""
-    return {array_name(s.field, s.size): s for n, f in fields.items() for s in f.arrays(n)}
 
 
 def geometry(affine: np.ndarray, shape: tuple[int, ...]) -> dict[str, Any]:
@@ -67,7 +50,7 @@ def encode_volume(
     item: Item, cfg: VolumeConfig
 ) -> tuple[np.ndarray, np.ndarray | None, dict[str, Any]]:
     """One scan -> (stored image, stored label or None, its manifest entry); Reject on bad
-    input. The steps run in the order README gives."""
+    input."""
     with stage("read"):
         scan, label = read_pair(item, cfg.volume_index)
     with stage("transform"):
@@ -133,9 +116,8 @@ class _Volumes:
 def volumes_shard(
     index: int, items: list[Item], cfg: VolumeConfig, specs: dict[str, ArraySpec], staging: Path
 ) -> dict[str, Any]:
-    """The joblib task: volumes `items` into shard `index` under `staging`; return its record.
-
-    Memory holds one volume (and its resampled copies) at a time; no voxel leaves the process."""
+    """The joblib task: volumes `items` into shard `index` under `staging`; its record. Memory
+    holds one volume (and its resampled copies) at a time."""
     files = ShardFiles(staging, stem(None, index))
     rejects: list[dict[str, Any]] = []
     volumes: list[dict[str, Any]] = []
@@ -192,7 +174,12 @@ class VolumesKind(Kind[VolumeConfig, list[Item]]):
                 "are packed by prep pack"
             )
         self.items = items
-        self.fields = volume_fields(cfg, labels is not None, self.targets)
+        # `image`, with labels its `label` (class ids and the foreground index), a target a column
+        self.fields: dict[str, Field] = {"image": Volume(cfg.stored_dtype, cfg.orient.upper())}
+        if labels is not None:
+            self.fields["label"] = VolumeLabel("image", foreground=True)
+        if self.targets is not None:
+            self.fields |= tg.target_fields(self.targets)
         self.specs = array_specs(self.fields)
         self.sizes = {path: size for path, size, _ in seen}
         said = [(it.rel, str(it.label)) for it in items]  # targets: the CSV is in `seen`
@@ -224,5 +211,4 @@ class VolumesKind(Kind[VolumeConfig, list[Item]]):
 
 
 def volumes(cfg: VolumeConfig, show_progress: bool = True, profile: bool = False) -> RunSummary:
-    """Pack cfg.src's scans into cfg.out (prep.run.driver has the guarantees)."""
     return run(VolumesKind(cfg), show_progress, profile)
