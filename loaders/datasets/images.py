@@ -1,54 +1,25 @@
-"""ImageShardDataset: the images of a packed dataset (`prep pack`) as tuples of tensors, a view
-of SampleDataset with the fields of an image pack."""
+"""ImageShardDataset: a packed image dataset (`prep pack`) as tuples of tensors."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Unpack
+from typing import Any, Unpack
 
 from loaders.augment.crops import Crop
 from loaders.datasets.base import Remote
 from loaders.datasets.samples import SampleDataset
 from loaders.read.batches import Batch
-from loaders.read.store import DEFAULT_MAX_OPEN
 
 
 class ImageShardDataset(SampleDataset):
-    """Samples of a packed image dataset, as a tuple in `fields` order, each as its field makes
-    it (loaders.fields):
+    """A SampleDataset of an image pack whose batches are tuples in `fields` order: "image"
+    uint8 (C, H, W), a channels-last view of the HWC storage; "mask" uint8 (H, W) class ids;
+    "label" int64 (); "orig_size" int64 (2,), the source's (h, w); "index" int64 ().
+    `fast_dct`: JPEG through libjpeg-turbo's fast integer IDCT (README: Fast DCT).
+    Use `make_loader` (or `collate_fn=collate_batch`) to keep the batched read."""
 
-    - "image": uint8 (C, H, W), a channels-last view of the HWC storage (no copy, no permute);
-    - "mask": uint8 (H, W) class ids;  "label": int64 ();  "orig_size": int64 (2,) source (h, w);
-    - "index": int64 (), the sample's dataset index, never stored (for loaders.transforms).
-
-    Shard files are memory-mapped lazily by `self.store`, at most `max_open` at a time, and never
-    pickled: the object pickles to under 1 KB for spawn workers, whatever its shard and class
-    count. A batch is read by `__getitems__` in one call: one vectorised read when it lies in
-    one shard, else one copy per sample straight into place; use `make_loader` (or
-    `collate_fn=collate_batch`) to keep that path. Each batch first checks that the folder was
-    not repacked since the dataset was made (FormatError if it was).
-
-    `in_memory=True` reads the requested fields, at every size the dataset holds (so set_size
-    still works), into shared memory once, here: for slow or network disks. DataLoader workers,
-    forked or spawned, map that one copy instead of copying it or reading the disk. JPEG sizes
-    stay compressed there (about 1/7 of their pixels' RAM at q90).
-
-    `crop=` (`CenterCrop(s)`, `RandomResizedCrop(s, scale, ratio, seed)`: loaders.augment.crops)
-    crops images and masks to one shape: required for `--mode keep` sizes. Boxes depend on
-    (seed, epoch, index): call `set_epoch(e)`. JPEG is decoded on `threads` threads (default: up
-    to 4 cores; one in a DataLoader worker), or by `decode="cuda"` on the GPU, a batch at once
-    in the main process (the `gpu` extra). Bad bytes raise FormatError naming shard and sample.
-
-    `root` may be an fsspec URL (s3://, gs://, http(s)://): shard files are fetched once per
-    node into `cache_dir` (default ~/.cache/prep), verified, and mapped; `cache_limit` (bytes or
-    "200GB") bounds it; `storage_options` passes through to fsspec (see loaders.remote).
-
-    `split="val"` reads one split of a dataset packed with `--splits` or `--val-fraction` (its
-    indices run from 0 over that split's shards); None reads every shard.
-    """
-
-    dicts = False  # a tuple in `fields` order
+    dicts = False
 
     def __init__(
         self,
@@ -62,15 +33,14 @@ class ImageShardDataset(SampleDataset):
         threads: int | None = None,
         fast_dct: bool = False,
         split: str | None = None,
-        max_open: int = DEFAULT_MAX_OPEN,
-        **remote: Unpack[Remote],
+        **store: Unpack[Remote],
     ):
         if "source" in fields:
             raise ValueError(
                 f"{root} has no field ['source'] to batch: its paths are bytes, not a tensor. "
                 "HINT: ds.source(i) gives sample i's"
             )
-        self.fast_dct = fast_dct  # JPEG: libjpeg-turbo's fast integer IDCT (README: Fast DCT)
+        self.fast_dct = fast_dct
         super().__init__(
             root,
             fields,
@@ -80,8 +50,7 @@ class ImageShardDataset(SampleDataset):
             threads=threads,
             in_memory=in_memory,
             split=split,
-            max_open=max_open,
-            **remote,
+            **store,
         )
 
     @property
@@ -92,12 +61,6 @@ class ImageShardDataset(SampleDataset):
         batch = super().__getitems__(indices).tensors
         return Batch(tuple(batch[f] for f in self.fields))  # type: ignore[call-overload]
 
-    def __getitem__(self, index: int) -> tuple:
-        return self.__getitems__([index])[0]
-
-    def __repr__(self) -> str:
-        return (
-            f"ImageShardDataset({str(self.store.root)!r}, size={self.size}, fields={self.fields}, "
-            f"split={self.split!r}, "
-            f"samples={len(self)}, shards={len(self._starts) - 1}, sizes={self.sizes})"
-        )
+    def _shown(self) -> dict[str, Any]:
+        # in this order; SampleDataset's fields (the same) keep their place
+        return {"size": self.size, "fields": self.fields, "split": self.split, **super()._shown()}

@@ -1,21 +1,10 @@
 """MixedDataset: several datasets read as one, each position of an epoch drawn from one of them
-in the weights' proportions (what MosaicML Streaming's streams, WebDataset's RandomMix and
-LitData's CombinedStreamingDataset do), by a plan that depends only on (seed, epoch).
-
-Epoch e, of `length` L:
-
-- source k gives n_k = L * w_k samples, rounded by largest remainder so that they sum to L: an
-  epoch holds the weights' proportions exactly, and any stretch of it within sampling error;
-- which position reads which source: the n_k copies of each source id, shuffled by
-  rng([seed, 0, e]), so that every batch mixes the sources, in order "sequential" too;
-- source k's samples: positions [e * step_k, e * step_k + n_k) of its stream, the
-  concatenation of its passes, each a permutation by rng([seed, 1, k, pass]).
-  "wrap": step_k = n_k, so epochs go on through the source, and one that runs out starts a new
-  shuffled pass. "stop": step_k = len_k (each epoch a pass of its own), and L is cut to the
-  longest epoch in which no source runs out (no sample twice in an epoch).
-
-Position i of epoch e is a pure function of (seed, e, i): the sampler's orders, ranks, workers
-and skip apply to the mixture as to any dataset.
+in the weights' proportions, by a plan that depends only on (seed, epoch). In epoch e, of
+`length` L, source k gives n_k = L * w_k samples (rounded by largest remainder to sum to L);
+the positions are the n_k copies of each source id shuffled by rng([seed, 0, e]); source k's
+samples are positions [e * step_k, e * step_k + n_k) of its stream, its passes back to back,
+each a permutation by rng([seed, 1, k, pass]). "wrap": step_k = n_k (a source that runs out
+starts a new pass); "stop": step_k = len_k, L cut to the longest epoch no source runs out in.
 
 >>> counts(10, np.array([0.6, 0.3, 0.1])).tolist()
 [6, 3, 1]
@@ -74,20 +63,11 @@ def epoch_length(sizes: np.ndarray, weights: np.ndarray, length: int | None, sto
 
 class MixedDataset(Dataset[Any]):
     """`datasets` read as one of `length` samples an epoch, source k's share `weights[k]`
-    (default: proportional to their sizes), by the plan of the module docstring. Each source
-    keeps its batched read: a batch reads each source once, for all its samples from it.
-
-    A batch has the sources' `fields` (by default theirs, which must then be the same; with
-    `fields=`, those, which all must have) in their order, then MIXTURE: int64 (B,), each
-    sample's source (its index in `datasets`); in a dict (SampleDataset and AudioDataset
-    sources), under that key. "index", when a source gives it, is the sample's index in its
-    source. Fields must
-    match in dtype and, but for padded ragged ones, in shape.
-
-    `exhausted="wrap"` (default): a source smaller than its share starts over, on a new
-    shuffle. "stop": the epoch ends where the first source runs out (`len` says where).
-    `set_epoch(e)` sets the plan's epoch (and the sources', for their crops), reaching
-    persistent workers: call it every epoch, else every epoch draws the same samples."""
+    (default: proportional to their sizes); a batch reads each source once. A batch has the
+    sources' `fields` (default: theirs, the same for all) in order, then MIXTURE, int64 (B,):
+    each sample's source (a dict's key for dict sources). Fields must match in dtype and, but
+    for padded ragged ones, shape. `set_epoch(e)` sets the plan's (and the sources') epoch:
+    call it every epoch, else every epoch draws the same samples."""
 
     def __init__(
         self,
@@ -111,8 +91,7 @@ class MixedDataset(Dataset[Any]):
             raise ValueError(f"dataset {int(np.argmin(self.sizes))} is empty: it cannot be drawn")
         self.weights = w / w.sum()
         self.fields, self._names = common_fields(self.datasets, fields)
-        # What a batch is: a list of items when a source reads items of their own shapes; a
-        # dict when every source gives one (SampleDataset, AudioDataset); else a tuple (Batch).
+        # A batch: items when a source reads items; a dict when every source gives one
         self._itemized = any(getattr(d, "itemized", False) for d in self.datasets)
         self._dicts = all(getattr(d, "dicts", False) for d in self.datasets)
         self.length = epoch_length(self.sizes, self.weights, length, exhausted == "stop")

@@ -1,4 +1,4 @@
-"""SampleDataset: a dataset packed by `prep.pack_samples`, read as a dict of fields a batch."""
+"""SampleDataset: a dataset packed by `prep.pack_samples`, a dict of fields a batch."""
 
 from __future__ import annotations
 
@@ -26,7 +26,6 @@ from loaders.fields.mask import Mask
 from loaders.format import array_name
 from loaders.read.batches import Batch, new_batch
 from loaders.read.memory import by_shard
-from loaders.read.store import DEFAULT_MAX_OPEN
 from loaders.transforms import Compose
 
 
@@ -48,26 +47,21 @@ class SampleBatch(Batch):
 
 
 class SampleDataset(DecodingDataset):
-    """Samples of a `prep.pack_samples` dataset as dicts of `fields` (default: every field).
+    """Samples of a `prep.pack_samples` dataset as dicts of `fields` (default: every field),
+    each as its kind reads it (loaders.fields); "index" adds each sample's dataset index.
 
-    Each field comes as its kind makes it (loaders.fields): fixed arrays stacked; ragged ones
-    by `ragged` (one policy, or a dict of field -> policy): "pad" (padded with zeros to the
-    batch's longest, with `NAME_len`), "list" (a tensor a sample) or "jagged" (a nested tensor);
-    text as a list of str, JSON as a list of objects, bytes as a list of bytes; labels int64;
-    images uint8 (B, C, H, W) at `size` (any of the dataset's sizes; `set_size` switches), with
-    `crop=` as ImageShardDataset has it (required for mode keep; the boxes it leaves under
-    1 px go as a pipeline's do, below) and `decode="cuda"` for JPEG.
-    "index" gives each sample's dataset index. `in_memory=True` reads the fields into shared
-    memory once. `root` may be a URL (see ShardedDataset). `split=` reads one split's shards.
+    Ragged fields follow `ragged` (one policy, or field -> policy): "pad" (zeros to the
+    batch's longest, with `NAME_len`), "list" (a tensor a sample) or "jagged" (a nested
+    tensor). Images are uint8 (B, C, H, W) at `size` (`set_size` switches), cropped by `crop=`
+    (required for mode keep); `in_memory=True` reads the fields into shared memory once.
 
-    `transforms=`: a loaders.transforms.Compose run on each batch as it is read (in the
-    loader's workers), drawing from (its seed, the dataset's epoch, index): the image field's
-    pixels, with its mask, boxes and keypoints moved along and the boxes it leaves degenerate
-    dropped with their per-box fields (loaders.datasets.roles says which). On an image
-    packed with mode keep, without `crop=`, a leading RandomResizedCrop of the pipeline is read
-    as the crop (the same boxes as the op's draws, each sample's own shape)."""
+    `transforms=`: a loaders.transforms.Compose run on each batch as it is read, drawing from
+    (its seed, the epoch, index), the image's mask, boxes and keypoints moved along
+    (loaders.datasets.roles). On a mode keep image without `crop=`, a leading
+    RandomResizedCrop of it becomes the crop. A crop or pipeline drops the boxes it leaves
+    under 1 px with their per-box fields."""
 
-    dicts = True  # a batch is a dict of the fields
+    dicts = True
 
     def __init__(
         self,
@@ -82,27 +76,21 @@ class SampleDataset(DecodingDataset):
         in_memory: bool = False,
         transforms: Compose | None = None,
         split: str | None = None,
-        max_open: int = DEFAULT_MAX_OPEN,
-        **remote: Unpack[Remote],
+        **store: Unpack[Remote],
     ):
-        super().__init__(root, split=split, max_open=max_open, **remote)
+        super().__init__(root, split=split, crop=crop, decode=decode, threads=threads, **store)
         have = [*self.declared, "index"]
         self.fields = tuple(self.declared if fields is None else fields)
-        missing = [f for f in self.fields if f not in have]
-        if missing or not self.fields:
-            raise ValueError(f"{self.store.root} has no field {missing}; it has {have}")
+        self.check_fields(self.fields, have)
         policies = {f: ragged for f in self.fields} if isinstance(ragged, str) else dict(ragged)
         bad = {f: p for f, p in policies.items() if p not in RAGGED_POLICIES or f not in have}
         if bad:
             raise ValueError(f"ragged={bad}: each a field of {have} -> one of {RAGGED_POLICIES}")
-        if decode not in ("cpu", "cuda"):
-            raise ValueError(f"decode={decode!r} is not 'cpu' or 'cuda'")
-        if transforms is not None and crop is None and self._reads_keep_images():
+        self.policies = policies
+        if transforms is not None and crop is None and self._keep_images():
             found = read_crop(transforms) if isinstance(transforms, Compose) else None
-            crop, transforms = found if found is not None else (crop, transforms)
-        self.policies, self.crop, self.decode, self._threads = policies, crop, decode, threads
-        sized = [f for f in self.fields if f in self.declared and self._arrays_sized(f)]
-        if sized:
+            self.crop, transforms = found if found is not None else (crop, transforms)
+        if any(f in self.declared and self._arrays_sized(f) for f in self.fields):
             if size is None and len(self.sizes) != 1:
                 raise ValueError(f"{self.store.root} has sizes {self.sizes}: pass size=")
             self.set_size(self.sizes[0] if size is None else size)
@@ -111,7 +99,7 @@ class SampleDataset(DecodingDataset):
             if not isinstance(transforms, Compose):
                 raise TypeError(f"transforms= takes a loaders.transforms.Compose, not {transforms}")
             self._roles = roles_of(self.declared, self.fields, self.store.root)
-        elif crop is not None:  # a pipeline drops the boxes it cuts away at its end: so does crop=
+        elif self.crop is not None:  # a pipeline drops the boxes it cuts away: so does crop=
             self._cut = crop_roles(self.declared, self.fields, self.store.root)
         if in_memory:
             stored = [a for f in self.fields if f != "index" for a in self._arrays_of(f)]
@@ -121,12 +109,10 @@ class SampleDataset(DecodingDataset):
         """Whether a field stores an array a size (an image, or a field placed on one)."""
         return any(s.size is not None for s in self.declared[field].arrays(field))
 
-    def _reads_keep_images(self) -> bool:
-        """Whether a field read is an image packed with mode keep (its samples' own shapes)."""
-        found = [self.declared.get(f) for f in self.fields]
-        return any(isinstance(d, Image) and d.mode == "keep" for d in found)
-
-    # -- what the manifest says: recomputed after unpickling, never pickled ------------------
+    def _keep_images(self) -> list[str]:
+        """The image fields read that were packed with mode keep (their own shapes)."""
+        found = {f: self.declared.get(f) for f in self.fields}
+        return [f for f, d in found.items() if isinstance(d, Image) and d.mode == "keep"]
 
     @cached_property
     def sizes(self) -> list[int]:
@@ -137,8 +123,6 @@ class SampleDataset(DecodingDataset):
         names = [array_name(s.field, s.size) for s in f.arrays(field)] + f.needs(field)
         return [n for n in names if n in self.store.manifest.arrays]  # needs: its image's sides
 
-    # -- size ----------------------------------------------------------------------------------
-
     @property
     def size(self) -> int | None:
         return int(self._now[0]) if self.sizes else None
@@ -147,8 +131,8 @@ class SampleDataset(DecodingDataset):
         """Switch every image and mask field to `size` px (progressive resizing)."""
         if size not in self.sizes:
             raise ValueError(f"{self.store.root} has no size {size}; it has {self.sizes}")
-        keep = [f for f, d in self.declared.items() if isinstance(d, Image) and d.mode == "keep"]
-        if self.crop is None and any(f in self.fields for f in keep):
+        keep = self._keep_images()
+        if self.crop is None and keep:
             raise ValueError(
                 f"{self.store.root}: field {keep[0]} was packed with --mode keep: its samples "
                 "have their own shapes. HINT: pass crop=CenterCrop(224) or "
@@ -158,8 +142,8 @@ class SampleDataset(DecodingDataset):
 
     @property
     def read_threads(self) -> int | None:
-        """make_loader's reading threads: 2 when images are decoded on the CPU (as
-        ImageShardDataset), so that one batch's bookkeeping overlaps the other's decoding."""
+        """make_loader's reading threads: 2 when images are decoded on the CPU, so that one
+        batch's bookkeeping overlaps another's decoding."""
         images = [self.declared[f] for f in self.fields if f != "index"]
         decodes = any(
             isinstance(d, Image) and ("jpeg" in str(d.codec) or self.crop is not None)
@@ -167,36 +151,30 @@ class SampleDataset(DecodingDataset):
         )
         return 2 if decodes and self.decode == "cpu" else None
 
-    # -- access --------------------------------------------------------------------------------
-
     def __getitems__(self, indices: Sequence[int]) -> SampleBatch:
-        self.store.check()  # a repacked folder: refuse it rather than mix two datasets
-        shard, local = self._locate(indices)
-        index = self._starts[np.searchsorted(self._shards, shard)] + local  # within the split
+        index = self._checked(indices)
+        shard, local = self._find(index)
         reading = _Reading(self, by_shard(shard), local, index)
         out: dict[str, Any] = {}
         for f in self.fields:
-            if f == "index":  # a buffer of the loader's ring, as every read field's
-                out[f] = new_batch((len(local),), torch.int64, self._buffers, f)
-                out[f].numpy()[:] = reading.index
+            if f == "index":
+                out[f] = self._index(index)
             else:
                 out |= self.declared[f].read(reading, f, self.policies.get(f, "pad"))
         if self._roles is not None:
-            out = transform(self.transforms, out, self._roles, reading.index, self.epoch)
+            out = transform(self.transforms, out, self._roles, index, self.epoch)
         elif self._cut is not None and self.crop is not None:
             out = drop_cut_boxes(out, self._cut, len(local), self.crop.size, MIN_SIZE)
         return SampleBatch(out, len(local))
 
-    def __repr__(self) -> str:
-        return (
-            f"SampleDataset({str(self.store.root)!r}, fields={self.fields}, samples={len(self)}, "
-            f"shards={len(self._starts) - 1}, sizes={self.sizes})"
-        )
+    def _shown(self) -> dict[str, Any]:
+        shards = len(self._starts) - 1
+        return {"fields": self.fields, "samples": len(self), "shards": shards, "sizes": self.sizes}
 
 
 class ArrayReading:
-    """One batch being read of any samples dataset (SampleDataset, AudioDataset): the arrays a
-    field's `read` asks for (loaders.fields.base.Reading), without images or crops."""
+    """One batch being read of a samples dataset: the arrays a field's `read` asks for
+    (loaders.fields.base.Reading), without images or crops (AudioDataset's)."""
 
     size: int | None = None
 
@@ -232,8 +210,7 @@ class ArrayReading:
 
 
 class _Reading(ArrayReading):
-    """One batch of a SampleDataset being read: its arrays, and its images at the batch's size
-    with the dataset's crop."""
+    """One batch of a SampleDataset being read, its images too, at the batch's size."""
 
     ds: SampleDataset
 
@@ -249,8 +226,7 @@ class _Reading(ArrayReading):
         self._boxes: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # image -> (hw, boxes)
 
     def _hw_boxes(self, image: str) -> tuple[np.ndarray, np.ndarray]:
-        """The batch's stored (h, w) of image field `image`, and its crop boxes: once a batch,
-        shared by the image and its masks."""
+        """Image field `image`'s stored (h, w) and crop boxes: once a batch, for its masks too."""
         found = self._boxes.get(image)
         if found is None:
             size, ds = self.size or 0, self.ds
@@ -267,8 +243,6 @@ class _Reading(ArrayReading):
         return self._hw_boxes(image)[1], self.ds.crop.size
 
     def images(self, field: Field, name: str) -> torch.Tensor:
-        """Field `name` (an Image or a Mask) at the batch's size: uint8 (B, C, H, W) views of
-        HWC batches for images, (B, H, W) for masks."""
         ds, size, b = self.ds, self.size or 0, len(self.local)
         mask = isinstance(field, Mask)
         arr = array_name(name, size)
@@ -280,4 +254,6 @@ class _Reading(ArrayReading):
         hw, boxes = self._hw_boxes(field.image if isinstance(field, Mask) else name)
         jpeg = spec.codec == "jpeg"
         crcs = self.values(array_name(f"{name}_crc", size)).astype(np.int64) if jpeg else None
-        return ds.decoded(arr, self.groups, self.local, hw, boxes, crcs, mask)
+        srcs, places = ds.arrays.samples(arr, self.groups, self.local)
+        shape = spec.shape if ds.crop is None else (*ds.crop.size, *spec.shape[2:])
+        return ds.pixels(srcs, places, jpeg, hw, boxes, crcs, (b, *shape), spec.field, mask)

@@ -1,9 +1,5 @@
-"""Token datasets written by `prep tokenize`: training windows and whole documents.
-
-A split is the concatenation of its shards' `tokens` arrays, in manifest order. Shard files are
-memory-mapped lazily, once per process, and never pickled; a window is one memory-map slice (two
-when it spans a shard boundary), so DataLoader workers share the corpus through the page cache.
-"""
+"""Token datasets written by `prep tokenize`: training windows and whole documents. A split
+is one stream, its shards' `tokens` arrays in manifest order; a window is a slice of the maps."""
 
 from __future__ import annotations
 
@@ -18,21 +14,16 @@ import torch
 from loaders.datasets.base import Remote, ShardedDataset
 from loaders.fields.tokens import Tokens
 from loaders.format import OFFSETS
-from loaders.read.batches import Batch, check_indices, new_batch
-from loaders.read.store import DEFAULT_MAX_OPEN
+from loaders.read.batches import Batch, new_batch
 
 OUT_DTYPE = "int64"  # what windows and documents come out as: what embeddings index with
 
 
 class _TokenSplit(ShardedDataset):
-    """The shards of one split of a token dataset (ShardedDataset: `_starts` counts its
-    documents). What is derived from the manifest (shard offsets) is computed again after
-    unpickling, never pickled."""
+    """The shards of one split of a token dataset (`_starts` counts its documents)."""
 
-    def __init__(
-        self, root: str | os.PathLike[str], split: str, max_open: int, **remote: Unpack[Remote]
-    ):
-        super().__init__(root, split=split, max_open=max_open, **remote)
+    def __init__(self, root: str | os.PathLike[str], split: str, **store: Unpack[Remote]):
+        super().__init__(root, split=split, **store)
         if not isinstance(self.declared.get("tokens"), Tokens):
             raise ValueError(f"{self.store.root} has no token stream (packed by prep tokenize)")
 
@@ -62,8 +53,7 @@ class _TokenSplit(ShardedDataset):
         return np.dtype(self.store.manifest.arrays["tokens"].dtype)
 
     @cached_property
-    def _token_starts(self) -> np.ndarray:
-        """Cumulative token counts of the split, one entry per shard plus one."""
+    def _token_starts(self) -> np.ndarray:  # cumulative token counts of the split's shards
         shards = self.store.manifest.shards
         return np.cumsum([0] + [shards[i].arrays["tokens"].length for i in self._shards])
 
@@ -71,8 +61,7 @@ class _TokenSplit(ShardedDataset):
     def num_tokens(self) -> int:
         return int(self._token_starts[-1])
 
-    def _array(self, k: int, name: str) -> np.ndarray:
-        """Array `name` of the k-th shard of this split."""
+    def _array(self, k: int, name: str) -> np.ndarray:  # of the split's k-th shard
         return self.arrays.array(self._shards[k], name)
 
     def _read(self, start: int, out: np.ndarray) -> None:
@@ -87,8 +76,8 @@ class _TokenSplit(ShardedDataset):
             filled, pos, k = filled + n, pos + n, k + 1
 
     def _read_windows(self, starts: np.ndarray, out: np.ndarray) -> None:
-        """Fill row r of `out` (n, width) with the tokens from starts[r] on: one gather per shard
-        for the windows that lie inside it, a piecewise read for those that cross an end."""
+        """Row r of `out` (n, width): the tokens from starts[r] on; one gather a shard for the
+        windows inside it, a piecewise read for those across its end."""
         width = out.shape[1]
         k = np.searchsorted(self._token_starts, starts, side="right") - 1
         inside = starts + width <= self._token_starts[k + 1]
@@ -101,14 +90,10 @@ class _TokenSplit(ShardedDataset):
 
 
 class TokenWindowDataset(_TokenSplit):
-    """Training windows over one split: item i is (x, y), int64 (block_size,) each, where x is
-    the split's tokens [i * stride, i * stride + block_size) and y the same shifted by one.
-
-    Windows run over document ends (the end-of-document token marks them, as in GPT-2
-    training) and over shard ends (the split is one stream). `len(ds)` is the number of whole
-    windows; the stride defaults to block_size, so the windows cover the split once.
-    Use `make_loader` (or `collate_fn=collate_batch`) to keep the batched `__getitems__`.
-    `index=True` adds the window's index, int64 (), as a third item (for loaders.transforms)."""
+    """Training windows over one split: item i is (x, y), int64 (block_size,) each, x the
+    split's tokens [i * stride, i * stride + block_size) and y the same shifted by one; with
+    `index=True`, i too, int64 (). Windows run over document ends (marked by the
+    end-of-document token, as in GPT-2 training) and shard ends; `len` counts whole ones."""
 
     def __init__(
         self,
@@ -117,11 +102,10 @@ class TokenWindowDataset(_TokenSplit):
         split: str = "train",
         stride: int | None = None,
         *,
-        max_open: int = DEFAULT_MAX_OPEN,
         index: bool = False,
-        **remote: Unpack[Remote],
+        **store: Unpack[Remote],
     ):
-        super().__init__(root, split, max_open, **remote)
+        super().__init__(root, split, **store)
         if block_size < 1 or (stride is not None and stride < 1):
             raise ValueError(f"block_size {block_size} and stride {stride} must be positive")
         self.block_size, self.with_index = block_size, index
@@ -143,40 +127,37 @@ class TokenWindowDataset(_TokenSplit):
 
     @property
     def shard_sizes(self) -> list[int]:
-        """Windows per shard of the split, each counted in the shard it starts in (for order
-        "quasi_random": a window of shards at a time, but for the windows over their ends)."""
+        """Windows per shard, each counted in the shard it starts in (for "quasi_random")."""
         first = -(-self._token_starts // self.stride)  # each shard's first window: a ceil
         return np.diff(np.minimum(first, len(self))).tolist()
 
     def __getitems__(self, indices: Sequence[int]) -> Batch:
-        self.store.check()  # a repacked folder: refuse it rather than mix two datasets
-        idx = check_indices(indices, len(self))
+        idx = self._checked(indices)
         buf = np.empty((len(idx), self.block_size + 1), self.dtype)
         self._read_windows(idx * self.stride, buf)
         x = new_batch((len(idx), self.block_size), getattr(torch, OUT_DTYPE))
         y = new_batch((len(idx), self.block_size), getattr(torch, OUT_DTYPE))
         x.numpy()[:] = buf[:, :-1]
         y.numpy()[:] = buf[:, 1:]
-        return Batch((x, y, torch.from_numpy(idx)) if self.with_index else (x, y))
+        return Batch((x, y, self._index(idx)) if self.with_index else (x, y))
 
-    def __repr__(self) -> str:
-        return (
-            f"TokenWindowDataset({str(self.store.root)!r}, block_size={self.block_size}, "
-            f"split={self.split!r}, stride={self.stride}, windows={len(self)}, "
-            f"tokens={self.num_tokens}, vocab_size={self.vocab_size})"
-        )
+    def _shown(self) -> dict[str, Any]:
+        return {
+            "block_size": self.block_size,
+            "split": self.split,
+            "stride": self.stride,
+            "windows": len(self),
+            "tokens": self.num_tokens,
+            "vocab_size": self.vocab_size,
+        }
 
 
 class DocumentDataset(_TokenSplit):
     """The documents of one split, in order: item i is its tokens, int64 (length,), without the
-    end-of-document token (so the tokenizer decodes it to the document's text exactly).
+    end-of-document token (the tokenizer decodes it to the text exactly); with `index=True`,
+    (tokens, i). Documents differ in length: batch them with `collate_fn=list`, or by one."""
 
-    `index=True` makes item i (tokens, index), the index int64 () (as TokenWindowDataset's):
-    to know which documents a run has seen. Documents differ in length, so default_collate
-    (make_loader's) stacks batches of one: (1, length) and (1,); for longer batches pass a
-    collate_fn of your own (`collate_fn=list`: the batch's items as they are)."""
-
-    itemized = True  # documents differ in length: read one at a time
+    itemized = True
 
     @property
     def outputs(self) -> tuple[str, ...]:
@@ -187,35 +168,27 @@ class DocumentDataset(_TokenSplit):
         root: str | os.PathLike[str],
         split: str = "val",
         *,
-        max_open: int = DEFAULT_MAX_OPEN,
         index: bool = False,
-        **remote: Unpack[Remote],
+        **store: Unpack[Remote],
     ):
-        super().__init__(root, split, max_open, **remote)
+        super().__init__(root, split, **store)
         self.with_index = index
 
     def span(self, index: int) -> tuple[int, int]:
-        """The document's [start, end) in the split's token stream, its end-of-document token
-        included."""
-        self.store.check()
-        i = int(check_indices([index], len(self))[0])
+        """The document's [start, end) in the split's stream, its end-of-document token in."""
+        i = int(self._checked([index])[0])
         k = int(np.searchsorted(self._starts, i, side="right")) - 1
         offsets = self._array(k, "tokens" + OFFSETS)
         local = i - int(self._starts[k])
         base = int(self._token_starts[k])
         return base + int(offsets[local]), base + int(offsets[local + 1])
 
-    def __getitems__(self, indices: Sequence[int]) -> list[Any]:
-        return [self[i] for i in indices]  # documents differ in length: read one at a time
-
-    # Any: a tensor, or (tensor, index) with index=True; either form type-checks at the caller.
     def __getitem__(self, index: int) -> Any:
         start, end = self.span(index)
         out = np.empty(end - start, self.dtype)
         if len(out):
             self._read(start, out)
-        # prep ends every document with eot_id (when the tokenizer has one): the text is before
-        # it. An empty document, or one written without it, has nothing to take off.
+        # prep ends every document with eot_id (when the tokenizer has one): not an empty one
         if self.eot_id is not None and len(out) and out[-1] == self.eot_id:
             out = out[:-1]
         tokens = torch.from_numpy(out.astype(OUT_DTYPE))
@@ -223,8 +196,6 @@ class DocumentDataset(_TokenSplit):
             return tokens
         return tokens, torch.tensor(int(index) % len(self), dtype=torch.int64)  # span checked it
 
-    def __repr__(self) -> str:
-        return (
-            f"DocumentDataset({str(self.store.root)!r}, split={self.split!r}, "
-            f"documents={len(self)}, tokens={self.num_tokens}, vocab_size={self.vocab_size})"
-        )
+    def _shown(self) -> dict[str, Any]:
+        said = {"documents": len(self), "tokens": self.num_tokens, "vocab_size": self.vocab_size}
+        return {"split": self.split, **said}

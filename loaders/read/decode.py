@@ -1,33 +1,27 @@
-"""Turning stored samples into a batch's pixels on the CPU: JPEG decoding, crops, resizing.
+"""A batch's pixels on the CPU: each sample a `Job` (its bytes or pixels, stored (h, w), crop
+box and batch row), run on a `Pool` of threads (libjpeg-turbo and OpenCV release the GIL).
 
-Each sample is a `Job`: its stored bytes or pixels, its (h, w), its crop box (or none), and the
-batch row it fills. `fill(jobs, threads)` runs them on a few threads: libjpeg-turbo (simplejpeg)
-and OpenCV release the GIL, so two threads decode on two cores. PIL is the fallback decoder.
-
-A JPEG sample is decoded at 1/2, 1/4 or 1/8 scale (DCT reduction, in the decoder) when its crop's
-output is at most that fraction of the box, and only its box where loaders._jpegroi is built
-(libjpeg-turbo's crop and skip; else the whole image), then the box is resized: bilinear,
-or area averaging when it still shrinks by more than 2 (as prep resizes); nearest for masks.
-`fast`: libjpeg-turbo's fast integer inverse DCT and plain chroma upsampling (FFCV's choice):
-about 10% less CPU a 256 px photo, pixels within a few levels (README, "Fast DCT").
-Bad bytes (a checksum that differs, a stream the decoder refuses, a size that is not the stored
-one) raise FormatError naming the shard file and sample; no grey or partial image is returned.
+A JPEG is decoded at 1/2, 1/4 or 1/8 scale when the output is at most that fraction of its
+box, only the box where loaders._jpegroi is built, then resized: bilinear, area when it still
+shrinks by more than 2, nearest for masks. Bad bytes are a FormatError naming the sample.
 """
 
 from __future__ import annotations
 
 import io
 import math
+import os
+import threading
 import zlib
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from loaders.format.jpeg import decode_jpeg, scratch
 from loaders.format.spec import FormatError
-from loaders.read.pool import Pool
 
 try:  # the C extension built by setup.py where libjpeg-turbo's headers are (loaders/_jpegroi.c)
     from loaders import _jpegroi as _roi
@@ -36,20 +30,53 @@ except ImportError:  # not built: crops decode the whole image, then take their 
 
 FACTORS = (8, 4, 2)  # libjpeg's power-of-two DCT scales, largest first
 # A box is decoded alone when the rows down to its bottom times its width are at most this share
-# of the image: simplejpeg's whole decode is faster per pixel (CPU per 256 px photo: a
-# RandomResizedCrop's box 240 us alone against 330 whole; a 224-of-256 centre 310 against 285).
+# of the image: the whole decode is faster per pixel (per 256 px photo: a RandomResizedCrop's
+# box 240 us alone, 330 whole; a 224 centre 310 against 285; with fast_dct 157 against 170).
 ROI_SHARE = 0.7
-# With fast_dct the box alone wins further: a 224-of-256 centre 157 us against 170 whole.
 ROI_SHARE_FAST = 0.9
-# A buffer for JPEG samples this large or more is allocated once their headers say they are the
-# sides the manifest claims (a lie of 16000 px for 32 px files costs B x 768 MB first). Below it
-# the allocation costs less than reading the headers, and each decode checks its own sides.
+# JPEG batches this large or more are allocated once their headers say they are the sides the
+# manifest claims (a lie of 16000 px for 32 px files costs B x 768 MB first); below, each
+# decode checks its own.
 CHECKED_BYTES = 64 << 20
+T = TypeVar("T")  # what a pool's threads are given: jobs, or ranges of a batch
+
+
+class Pool:
+    """A few threads of one process, made on first use (never pickled, made again after a
+    fork). Inside a DataLoader worker the worker runs alone: the workers are the parallelism."""
+
+    def __init__(self, threads: int):
+        self.threads = threads
+        self._pool: ThreadPoolExecutor | None = None
+        self._pid = 0
+        self._lock = threading.Lock()  # loader threads may share one dataset
+
+    def map(self, fn: Callable[[Sequence[T]], None], jobs: Sequence[T]) -> None:
+        from torch.utils.data import get_worker_info
+
+        n = min(self.threads, len(jobs))
+        if n <= 1 or get_worker_info() is not None:
+            fn(jobs)
+            return
+        with self._lock:
+            if self._pool is None or self._pid != os.getpid():
+                self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="prep-decode")
+                self._pid = os.getpid()
+        step = -(-len(jobs) // n)  # one contiguous chunk a thread: few futures a batch
+        futures = [self._pool.submit(fn, jobs[i : i + step]) for i in range(0, len(jobs), step)]
+        for fut in futures:
+            fut.result()  # re-raises a FormatError of any sample
+
+    def __getstate__(self) -> dict[str, object]:
+        return {"threads": self.threads, "_pool": None, "_pid": 0}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state, _lock=threading.Lock())
 
 
 class Places(Sequence[str]):
     """Where each sample of a batch is, for errors: "FILE (shard S, sample K)", made only when
-    one is asked for (a string a sample would cost more than checking its checksum)."""
+    asked for."""
 
     def __init__(
         self,
@@ -93,8 +120,7 @@ def check_crc(src: np.ndarray, crc: int | None, places: Sequence[str], row: int)
 
 
 def jpeg_sides(data: np.ndarray) -> tuple[int, int]:
-    """(h, w) of the JPEG in `data`, from its header alone (a few us). Raises ValueError or
-    OSError for bytes that are no JPEG."""
+    """(h, w) of the JPEG in `data`, from its header; ValueError or OSError for no JPEG."""
     try:
         import simplejpeg
     except ImportError:  # the fallback decoder's header parse
@@ -108,8 +134,7 @@ def jpeg_sides(data: np.ndarray) -> tuple[int, int]:
 
 def sides_problem(srcs: Sequence[np.ndarray], hw: np.ndarray) -> tuple[int, str] | None:
     """The first JPEG of `srcs` whose header is not its stored (h, w) of `hw` (B, 2), and how;
-    None when all are. Run before a batch of those sides is allocated: a manifest that claims
-    16000 px for 32 px JPEGs would otherwise cost B x 16000 x 16000 x C bytes first."""
+    None when all are."""
     for j, (src, (h, w)) in enumerate(zip(srcs, hw.tolist(), strict=True)):
         try:
             got = jpeg_sides(src)
@@ -127,9 +152,8 @@ def check_sides(
     places: Sequence[str],
     nbytes: int,
 ) -> None:
-    """Before a buffer of `nbytes` for the batch is allocated (CHECKED_BYTES or more):
-    FormatError naming the first JPEG sample whose header is not its stored size (bit rot,
-    when its checksum differs)."""
+    """Before a batch of `nbytes` (CHECKED_BYTES or more) is allocated: FormatError naming the
+    first JPEG sample whose header is not its stored size (bit rot, when its checksum differs)."""
     found = sides_problem(srcs, hw) if nbytes >= CHECKED_BYTES else None
     if found is not None:
         j, why = found
@@ -151,10 +175,8 @@ def factor(box_hw: tuple[int, int], out_hw: tuple[int, int]) -> int:
 
 
 def _cv2() -> Any:
-    """OpenCV, imported only when a crop resizes (`import loaders` stays without it), and set
-    to one thread: the decode pool's threads are the parallelism, and OpenCV's own pool on top
-    of them made each 224 px resize 1.9x slower on 2 cores (75 against 145 us). The setting is
-    OpenCV's, for the whole process."""
+    """OpenCV, imported when a crop resizes, on one thread (for the whole process): its own
+    pool on top of ours made each 224 px resize 1.9x slower on 2 cores."""
     import cv2
 
     cv2.setNumThreads(1)
@@ -183,21 +205,18 @@ def _resize(src: np.ndarray, dst: np.ndarray, nearest: bool) -> None:
 def _run(job: Job) -> None:
     oh, ow = job.dst.shape[:2]
     channels = job.dst.shape[2] if job.dst.ndim == 3 else 1
-    box = job.box
+    top, left, bh, bw = job.box
     if not job.jpeg:
         img = job.src.reshape(*job.hw, *job.dst.shape[2:])
-        top, left, bh, bw = box
         _resize(img[top : top + bh, left : left + bw], job.dst, job.nearest)
         return
     check_crc(job.src, job.crc, job.places, job.row)
-    f = factor((box[2], box[3]), (oh, ow))
-    top, left, bh, bw = box
+    f = factor((bh, bw), (oh, ow))
     # The box at 1/f scale: whole decoded pixels covering it (at most one more on each side).
     t, lft = top // f, left // f
     region = (t, lft, -(-(top + bh) // f) - t, -(-(left + bw) // f) - lft)
-    direct = f == 1 and box == (0, 0, *job.hw) and job.hw == (oh, ow)
     try:
-        if direct:
+        if f == 1 and job.box == (0, 0, *job.hw) and job.hw == (oh, ow):  # decoded in place
             decode_jpeg(job.src, job.hw, f, channels, job.dst, job.fast)
             return
         img = decode_region(job.src, job.hw, f, region, channels, job.fast)
@@ -218,8 +237,7 @@ def decode_region(
     fast: bool = False,
 ) -> np.ndarray:
     """The pixels (h, w, channels) of `box` (top, left, h, w at 1/f scale) of the JPEG in `data`
-    of stored size `hw`: only the box decoded where loaders._jpegroi is built (the same pixels),
-    else a view of the whole image decoded. Raises ValueError or OSError for bad bytes."""
+    of stored size `hw`; ValueError or OSError for bad bytes."""
     top, left, h, w = box
     sides = (math.ceil(hw[0] / f), math.ceil(hw[1] / f))
     share = ROI_SHARE_FAST if fast else ROI_SHARE
@@ -241,14 +259,9 @@ def jobs_for(
     nearest: bool = False,
     fast: bool = False,
 ) -> list[Job]:
-    """One Job a batch row: `dst` (B, oh, ow[, C]), each sample's source, stored (h, w) and
-    box (B, 4), the stored CRC-32s (B,) of JPEG samples, and where each one is (for errors);
-    `nearest`: class ids (masks), never blended; `fast`: the fast JPEG IDCT."""
-    sides, box, crc = (
-        hw.tolist(),
-        boxes.tolist(),
-        [None] * len(srcs) if crcs is None else crcs.tolist(),
-    )
+    """One Job a row of `dst` (B, oh, ow[, C]); `hw`, `boxes` and `crcs` a row a sample."""
+    sides, box = hw.tolist(), boxes.tolist()
+    crc = [None] * len(srcs) if crcs is None else crcs.tolist()
     return [
         Job(dst[j], src, jpeg, tuple(sides[j]), tuple(box[j]), crc[j], places, j, nearest, fast)
         for j, src in enumerate(srcs)
@@ -256,7 +269,6 @@ def jobs_for(
 
 
 def fill(jobs: Sequence[Job], pool: Pool) -> None:
-    """Run every job on `pool`'s threads."""
     pool.map(_run_all, jobs)
 
 

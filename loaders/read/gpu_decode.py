@@ -1,9 +1,5 @@
-"""`decode="cuda"`: a batch of JPEG samples decoded at once by nvJPEG, cropped on the GPU.
-
-torchvision (the `gpu` extra: `pip install '.[gpu]'`) is imported here only. CUDA cannot start in
-forked DataLoader workers, so this runs in the main process: a loader's threads (or none) slice
-the bytes, one `torchvision.io.decode_jpeg(list, device="cuda")` call decodes them all.
-"""
+"""`decode="cuda"`: a batch of JPEG samples decoded at once by nvJPEG (torchvision, the `gpu`
+extra), cropped on the GPU, in the main process (CUDA cannot start in forked workers)."""
 
 from __future__ import annotations
 

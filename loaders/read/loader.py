@@ -1,16 +1,25 @@
-"""make_loader: a torch DataLoader that keeps the datasets' batched read path."""
+"""make_loader: a DataLoader that keeps the datasets' batched reads. Without worker processes
+a few threads of the training process read ahead while the step runs (numpy and torch release
+the GIL for the copies), into a ring of reused buffers or pinned memory, in the order the
+plain DataLoader gives; worker processes (for Python-heavy datasets) copy their batches out of
+their shared-memory rings (loaders.read.batches)."""
 
 from __future__ import annotations
 
 import os
+import sys
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset
 from torch.utils.data._utils.collate import default_collate
+from torch.utils.data._utils.fetch import _MapDatasetFetcher
+from torch.utils.data._utils.pin_memory import pin_memory
 
-from loaders.read.batches import Batch
-from loaders.read.prefetch import Loader
+from loaders.read.batches import Alloc, Batch, BufferPool, StartWorker, copy_out, read_into
 from loaders.read.samplers import ShardSampler
 
 
@@ -33,9 +42,8 @@ def collate_batch(batch: Any) -> Any:
         ) from None
 
 
-# make_loader's default reading threads. On 2 busy cores 1 thread hid loading best (bench row
-# 4d): reads in parallel each take longer, and the caller waits for them in order. A dataset
-# may ask for more (`read_threads`: ImageShardDataset's decoding ones, whose pool does the work).
+# make_loader's default reading threads (a dataset may ask for more: `read_threads`). On 2
+# busy cores 1 hid loading best (bench row 4d): parallel reads each take longer.
 THREADS = 1 if (os.cpu_count() or 1) <= 2 else 2
 
 
@@ -54,25 +62,18 @@ def make_loader(
     **dataloader_kwargs: Any,
 ) -> DataLoader[Any]:
     """A DataLoader reading whole batches per call, pinned when a GPU is present, with persistent
-    workers; any other DataLoader argument passes through and wins over these defaults. With
-    `num_workers=0`, `threads` threads (default: the dataset's `read_threads`, else THREADS)
-    read ahead while the step runs, into a ring of reused buffers, in `threads=0`'s batch order
-    (loaders.read.prefetch). Worker processes are for Python-heavy datasets (the GIL serialises
-    threads).
+    workers (other DataLoader arguments pass through and win). With `num_workers=0`, `threads`
+    threads (default: the dataset's `read_threads`, else THREADS) read ahead.
 
-    Order and ranks (a `ShardSampler` in `loader.sampler`, see loaders.read.samplers):
-
-    - `order`: "sequential", "random" or "quasi_random" (shuffle the shards, then the samples
-      within windows of `window` shards); default "random" with `shuffle`, else "sequential".
-      Shuffled orders depend only on (`seed`, epoch): the same for any `num_workers`; each pass
-      over the loader advances the epoch (`loader.sampler.set_epoch(e)` sets it).
-    - `distributed`: each rank reads a disjoint share of every epoch, all ranks the same number
-      of batches. Default: on when torch.distributed is initialised.
-    - `drop_last`: False pads the ranks' shares by repeating the epoch's first samples and keeps
-      a last, smaller batch; True leaves the remainder out of the epoch (different samples each
-      epoch) so that every batch is full.
-    """
-    _check_batches(dataset, batch_size)
+    `order` ("sequential", "random", "quasi_random", "blocks": loaders.read.samplers; default
+    "random" with `shuffle`) depends only on (`seed`, epoch); each pass advances the epoch.
+    `distributed` (default: when torch.distributed is initialised): each rank reads a disjoint
+    share, all the same number of batches; `drop_last=False` pads the shares with the epoch's
+    first samples, True leaves the remainder out so that every batch is full."""
+    problem = getattr(dataset, "batch_problem", None)  # whole volumes of several shapes
+    said = problem(batch_size) if problem is not None else None
+    if said is not None:
+        raise ValueError(said)
     distributed = _distributed(distributed)
     if order is None:
         order = "random" if shuffle else "sequential"
@@ -98,15 +99,6 @@ def make_loader(
         threads=(getattr(dataset, "read_threads", None) or THREADS) if threads is None else threads,
         **kwargs,
     )
-
-
-def _check_batches(dataset: Dataset[Any], batch_size: int) -> None:
-    """Refuse at once a dataset whose samples cannot be stacked into batches of this size
-    (VolumeDataset.batch_problem: whole volumes of several shapes)."""
-    problem = getattr(dataset, "batch_problem", None)
-    said = problem(batch_size) if problem is not None else None
-    if said is not None:
-        raise ValueError(said)
 
 
 def _distributed(asked: bool | None) -> bool:
@@ -135,3 +127,138 @@ def _sampler(
     sampler = ShardSampler(sizes, order, seed, window, drop_last=drop_last, **ranks)
     sampler.follow(dataset)  # a remote dataset prefetches the next quasi_random window
     return sampler
+
+
+class Loader(DataLoader[Any]):
+    """A DataLoader whose pass with `num_workers=0` reads `threads` batches ahead in threads,
+    and whose worker processes (with `shared_ring`) reuse their shared memory. `threads=0` and
+    no ring, or an IterableDataset: exactly DataLoader. With the ring `pin_memory` reads False:
+    `pins` says whether batches come out pinned."""
+
+    def __init__(self, dataset: Any, *, threads: int = 0, shared_ring: bool = True, **kw: Any):
+        if threads < 0:
+            raise ValueError(f"threads {threads} must be 0 or more")
+        workers = kw.get("num_workers", 0)
+        self.pins = bool(kw.get("pin_memory")) and torch.cuda.is_available()
+        self.shares = shared_ring and workers > 0
+        if self.shares:  # the main process pins as it copies out of the ring
+            keep = (kw.get("prefetch_factor") or 2) + 2  # in flight, being made, being copied
+            self.passes = torch.zeros((), dtype=torch.int64).share_memory_()
+            kw["worker_init_fn"] = StartWorker(keep, self.passes, kw.get("worker_init_fn"))
+            self.seen: deque[Any] = deque(maxlen=4 * workers * keep)
+            kw["pin_memory"] = False
+        super().__init__(dataset, **kw)
+        iterable = isinstance(dataset, IterableDataset)
+        self.threads = threads if workers == 0 and not iterable else 0
+        # Batches in flight: one a thread, and one more so that none waits while the caller
+        # takes one. The ring holds those, the caller's, and the one before it (still bound to
+        # the loop variable while the next is asked for).
+        self.depth = self.threads + 1
+        self.ring = BufferPool(keep=self.depth + 2)
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        if self.threads:
+            return ThreadedIter(self)
+        if not self.shares:
+            return super().__iter__()
+        self.passes += 1  # before the workers are reset: see SharedRing
+        batches = super().__iter__()
+        return CopyOut(batches, self.ring, self.pins, self.seen)
+
+
+def _index_batches(loader: Loader) -> Iterator[Any]:
+    """The pass's batches of indices: a ShardSampler's as numpy slices (a Python int per index
+    costs a quarter of a table epoch), any other sampler's as DataLoader makes them."""
+    bs = loader.batch_sampler
+    batches = getattr(getattr(bs, "sampler", None), "batches", None)
+    if type(bs) is BatchSampler and batches is not None:
+        return iter(batches(bs.batch_size, bs.drop_last))
+    return iter(loader._index_sampler)
+
+
+def _read(fetcher: _MapDatasetFetcher, pin: bool, index: Any) -> Any:
+    data = fetcher.fetch(index)
+    return pin_memory(data) if pin else data  # a no-op for tensors pinned already
+
+
+class ThreadedIter(Iterator[Any]):
+    """One pass over a Loader: `loader.depth` batches read ahead by `loader.threads` threads.
+    A read's exception is raised when its batch is asked for. The threads end with the pass,
+    at an exception, or when the iterator is dropped (a `break`)."""
+
+    def __init__(self, loader: Loader):
+        self._pin = loader.pins
+        alloc: Alloc = pinned if self._pin else loader.ring.get
+        self._fetcher = _MapDatasetFetcher(
+            loader.dataset, loader._auto_collation, loader.collate_fn, loader.drop_last
+        )
+        self._indices = _index_batches(loader)  # the epoch advances here, as without threads
+        self._pool = ThreadPoolExecutor(
+            loader.threads, "prep-loader", initializer=read_into, initargs=(alloc,)
+        )
+        self._pending: deque[Future[Any]] = deque()
+        self._done, self._depth = False, loader.depth
+        self._submit()  # now, as DataLoader's workers do, but the first batch alone
+
+    def _submit(self) -> None:
+        if self._done:
+            return
+        try:
+            index = next(self._indices)
+        except StopIteration:
+            self._done = True
+            return
+        except BaseException:
+            self.close()
+            raise
+        # Not a method of self: the threads must not hold the iterator, so that dropping it ends
+        # them.
+        self._pending.append(self._pool.submit(_read, self._fetcher, self._pin, index))
+
+    def __next__(self) -> Any:
+        if not self._pending:
+            self.close()
+            raise StopIteration
+        future = self._pending.popleft()
+        try:
+            batch = future.result()
+        except BaseException:
+            self.close()
+            raise
+        while len(self._pending) < self._depth and not self._done:
+            self._submit()  # `depth` batches in flight while the caller uses this one
+        return batch
+
+    def close(self) -> None:
+        """Stop reading ahead: cancel the reads not started, wait for the running ones."""
+        self._done = True
+        for future in self._pending:
+            future.cancel()
+        self._pending.clear()
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def __del__(self) -> None:
+        # __init__ may have failed before the pool; at exit shutdown()'s modules are gone
+        if hasattr(self, "_pool") and not sys.is_finalizing():
+            self.close()
+
+
+class CopyOut:
+    """The main process's side of the workers' rings: each batch of `batches` copied out
+    (pinned for a GPU, else into `pool`); `seen` (see copy_out) lasts as long as the workers."""
+
+    def __init__(self, batches: Any, pool: BufferPool, pin: bool, seen: deque[Any]):
+        self._batches, self._alloc, self._seen = batches, pinned if pin else pool.get, seen
+
+    def __iter__(self) -> CopyOut:
+        return self
+
+    def __next__(self) -> Any:
+        return copy_out(next(self._batches), self._alloc, self._seen)
+
+    def __len__(self) -> int:
+        return len(self._batches)
+
+
+def pinned(key: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    return torch.empty(shape, dtype=dtype, pin_memory=True)
