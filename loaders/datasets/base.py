@@ -19,7 +19,7 @@ from loaders.fields.registry import declared
 from loaders.read.batches import BufferPool, check_indices, new_batch
 from loaders.read.decode import Places, Pool, check_sides, fill, jobs_for
 from loaders.read.memory import SharedArrays
-from loaders.read.store import ShardStore, pickled_state
+from loaders.read.store import ShardStore
 
 
 class Remote(TypedDict, total=False):
@@ -31,6 +31,15 @@ class Remote(TypedDict, total=False):
     cache_dir: str | os.PathLike[str] | None
     cache_limit: int | str | None
     storage_options: dict[str, Any] | None
+
+
+class Decoding(Remote, total=False):
+    """A DecodingDataset's options besides Remote's (see it)."""
+
+    split: str | None
+    crop: Crop | None
+    decode: str
+    threads: int | None
 
 
 class ShardedDataset(Dataset[Any]):
@@ -96,7 +105,10 @@ class ShardedDataset(Dataset[Any]):
         return BufferPool()
 
     def __getstate__(self) -> dict[str, Any]:
-        return pickled_state(self)
+        """Without the cached properties: what the manifest gives is derived again."""
+        cls = type(self)
+        cached = [k for k in self.__dict__ if isinstance(getattr(cls, k, None), cached_property)]
+        return {k: v for k, v in self.__dict__.items() if k not in cached}
 
     @property
     def epoch(self) -> int:

@@ -6,8 +6,7 @@ import os
 from collections.abc import Sequence
 from typing import Any, Unpack
 
-from loaders.augment.crops import Crop
-from loaders.datasets.base import Remote
+from loaders.datasets.base import Decoding
 from loaders.datasets.samples import SampleDataset
 from loaders.read.batches import Batch
 
@@ -28,12 +27,8 @@ class ImageShardDataset(SampleDataset):
         fields: Sequence[str] = ("image", "label"),
         in_memory: bool = False,
         *,
-        crop: Crop | None = None,
-        decode: str = "cpu",
-        threads: int | None = None,
         fast_dct: bool = False,
-        split: str | None = None,
-        **store: Unpack[Remote],
+        **opts: Unpack[Decoding],
     ):
         if "source" in fields:
             raise ValueError(
@@ -41,17 +36,7 @@ class ImageShardDataset(SampleDataset):
                 "HINT: ds.source(i) gives sample i's"
             )
         self.fast_dct = fast_dct
-        super().__init__(
-            root,
-            fields,
-            size,
-            crop=crop,
-            decode=decode,
-            threads=threads,
-            in_memory=in_memory,
-            split=split,
-            **store,
-        )
+        super().__init__(root, fields, size, in_memory=in_memory, **opts)
 
     @property
     def classes(self) -> list[str] | None:

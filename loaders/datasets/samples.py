@@ -10,8 +10,8 @@ from typing import Any, Unpack
 import numpy as np
 import torch
 
-from loaders.augment.crops import Crop, whole
-from loaders.datasets.base import DecodingDataset, Remote, ShardedDataset
+from loaders.augment.crops import whole
+from loaders.datasets.base import Decoding, DecodingDataset, ShardedDataset
 from loaders.datasets.roles import (
     MIN_SIZE,
     crop_roles,
@@ -69,16 +69,12 @@ class SampleDataset(DecodingDataset):
         fields: Sequence[str] | None = None,
         size: int | None = None,
         *,
-        crop: Crop | None = None,
         ragged: str | Mapping[str, str] = "pad",
-        decode: str = "cpu",
-        threads: int | None = None,
         in_memory: bool = False,
         transforms: Compose | None = None,
-        split: str | None = None,
-        **store: Unpack[Remote],
+        **opts: Unpack[Decoding],
     ):
-        super().__init__(root, split=split, crop=crop, decode=decode, threads=threads, **store)
+        super().__init__(root, **opts)
         have = [*self.declared, "index"]
         self.fields = tuple(self.declared if fields is None else fields)
         self.check_fields(self.fields, have)
@@ -87,9 +83,9 @@ class SampleDataset(DecodingDataset):
         if bad:
             raise ValueError(f"ragged={bad}: each a field of {have} -> one of {RAGGED_POLICIES}")
         self.policies = policies
-        if transforms is not None and crop is None and self._keep_images():
+        if transforms is not None and self.crop is None and self._keep_images():
             found = read_crop(transforms) if isinstance(transforms, Compose) else None
-            self.crop, transforms = found if found is not None else (crop, transforms)
+            self.crop, transforms = found if found is not None else (None, transforms)
         if any(f in self.declared and self._arrays_sized(f) for f in self.fields):
             if size is None and len(self.sizes) != 1:
                 raise ValueError(f"{self.store.root} has sizes {self.sizes}: pass size=")

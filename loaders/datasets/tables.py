@@ -14,11 +14,10 @@ import numpy as np
 import torch
 
 from loaders.datasets.base import Remote, ShardedDataset
-from loaders.fields.column import Column
+from loaders.fields.column import NAT, Column
 from loaders.format import FormatError
 from loaders.read.batches import Batch, new_batch
 
-NAT = np.iinfo(np.int64).min
 MAX_RUNS = 16  # more contiguous runs than this in a batch: gather instead
 
 
@@ -47,14 +46,8 @@ class TableDataset(ShardedDataset):
 
     @property
     def outputs(self) -> tuple[str, ...]:
-        y = ("y",) if self.target is not None else ()
-        return (
-            "x_num",
-            "x_cat",
-            *y,
-            *("missing",)[: self.missing_mask],
-            *("index",)[: self.with_index],
-        )
+        on = {"y": self.target is not None, "missing": self.missing_mask, "index": self.with_index}
+        return ("x_num", "x_cat", *(k for k, v in on.items() if v))
 
     def __init__(
         self,
@@ -208,8 +201,7 @@ class TableDataset(ShardedDataset):
             cols[plan.order] = buf.T
 
     @cached_property
-    def _rows(self) -> tuple[torch.Tensor, ...]:
-        """The split's batch tensors for every row, read once per process (in_memory)."""
+    def _rows(self) -> tuple[torch.Tensor, ...]:  # in_memory: every row, once per process
         return self._read(np.arange(len(self))).tensors
 
     def __getitems__(self, indices: Sequence[int]) -> Batch:
@@ -226,16 +218,17 @@ class TableDataset(ShardedDataset):
             out.append(self._index(idx))
         return Batch(tuple(out))
 
-    def _read(self, idx: np.ndarray) -> Batch:
-        """The batch of rows idx from the memory maps."""
+    def _read(self, idx: np.ndarray) -> Batch:  # from the maps
         b, nums, cats = len(idx), self._names("num"), self._names("cat")
         plan = self._plan(idx)
         x_num = new_batch((b, len(nums)), torch.float32)
         x_cat = new_batch((b, len(cats)), torch.int64)
         self._fill(x_num.numpy(), nums, plan)
         self._fill(x_cat.numpy(), cats, plan)
-        if self._times.any():
-            self._fix_times(x_num.numpy(), nums, plan)
+        for j in np.flatnonzero(self._times).tolist():  # NaT's float32 becomes NaN
+            raw = np.zeros(b, np.int64)
+            self._fill(raw, [nums[j]], plan)
+            x_num.numpy()[raw == NAT, j] = np.nan
         out = [x_num, x_cat]
         if self.target is not None:
             y = new_batch((b,), self._y_dtype)
@@ -244,22 +237,13 @@ class TableDataset(ShardedDataset):
         if self.missing_mask:
             mask = new_batch((b, len(nums)), torch.bool)
             mask.numpy()[:] = False
-            masked = [a for a in nums if self._fields[a].mask]
-            present = [f"{a}_missing" for a in masked]
-            cols = [nums.index(a) for a in masked]
-            if present:
-                got = np.zeros((b, len(present)), np.uint8)
-                self._fill(got, present, plan)
-                mask.numpy()[:, cols] = got.astype(bool)
+            masked = [j for j, a in enumerate(nums) if self._fields[a].mask]
+            if masked:
+                got = np.zeros((b, len(masked)), np.uint8)
+                self._fill(got, [f"{nums[j]}_missing" for j in masked], plan)
+                mask.numpy()[:, masked] = got.astype(bool)
             out.append(mask)
         return Batch(tuple(out))
-
-    def _fix_times(self, x: np.ndarray, nums: list[str], plan: _Plan) -> None:
-        """Time columns: the float32 of NaT (INT64_MIN) becomes NaN."""
-        for j in np.flatnonzero(self._times).tolist():
-            raw = np.zeros(plan.size, np.int64)
-            self._fill(raw, [nums[j]], plan)
-            x[raw == NAT, j] = np.nan
 
     def decode(self, column: str, codes: Any) -> list[str | None]:
         """Codes of a categorical column back to its values (None: missing, '<unseen>'), or

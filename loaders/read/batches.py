@@ -1,11 +1,9 @@
-"""Batches and the memory they are read into: index checks, the Batch a dataset returns, and
-the buffers reused between batches (`new_batch` takes them from what `read_into` gave its
-thread: the loader's BufferPool or pinned memory, or a worker's SharedRing).
+"""Batches and the memory they are read into: index checks, Batch, and the buffers reused
+between batches (`new_batch`: the loader's BufferPool or pinned memory, a worker's SharedRing).
 
 torch's workers send each batch in fresh shared memory, whose page faults cost several times
-the copy (bench row 4c). A SharedRing instead keeps a few segments, each behind a header
-(MAGIC, then a busy byte); the main process copies each batch out (`copy_out`) and marks its
-segment free, so the user never holds one and a worker never overwrites one in use.
+the copy (bench row 4c). A SharedRing keeps a few segments, each behind a header (MAGIC, then
+a busy byte) that the main process clears once it has copied the batch out (`copy_out`).
 """
 
 from __future__ import annotations
@@ -67,15 +65,13 @@ def _unheld(t: torch.Tensor) -> bool:
 
 
 class Ring(Generic[T]):
-    """Reusable buffers: up to `keep` for each key (a field, shape and dtype), at most `shapes`
-    keys (a new one drops the oldest); the first free buffer of a key, else a new one."""
+    """Up to `keep` reusable buffers a key (field, shape, dtype), at most `shapes` keys."""
 
     def __init__(self, keep: int, shapes: int):
         self.keep, self.shapes = keep, shapes
         self._bufs: dict[Any, list[T]] = {}
 
-    def slots(self, key: Any) -> list[T]:
-        """The buffers kept for `key` (a list the caller may prune)."""
+    def slots(self, key: Any) -> list[T]:  # a list the caller may prune
         found = self._bufs.get(key)
         if found is None:
             if len(self._bufs) >= self.shapes:
@@ -94,10 +90,9 @@ class Ring(Generic[T]):
 
 
 class BufferPool(Ring[torch.Tensor]):
-    """Batch buffers for the main process, reused once nothing but the pool refers to them
-    (never once moved to shared memory), so a batch the caller holds is never overwritten. A
-    fresh 50 MB tensor costs three times its copy in page faults. The one hold it cannot see
-    is a storage object kept alone (`batch.untyped_storage()`, every tensor of it dropped)."""
+    """The main process's batch buffers (a fresh 50 MB tensor costs three times its copy in
+    page faults), reused once nothing but the pool refers to them (the one hold it cannot see:
+    a storage object kept alone), never once moved to shared memory."""
 
     def __init__(self, keep: int = 2, shapes: int = 8):
         super().__init__(keep, shapes)
@@ -111,14 +106,12 @@ class BufferPool(Ring[torch.Tensor]):
             return buf.view(shape)  # a new view: the caller's hold is counted
 
 
-# Where this thread's `new_batch` takes its tensors (per thread: a dataset read outside the
-# loader, in another thread, keeps its own pool).
+# Where this thread's `new_batch` takes its tensors (a thread outside the loader: its pool)
 _reading = threading.local()
 
 
 def read_into(alloc: Alloc | None) -> Alloc | None:
-    """Make `new_batch` in this thread take its tensors from `alloc` (None: undo); returns the
-    one it replaces."""
+    """Make `new_batch` in this thread take its tensors from `alloc`; the one it replaces."""
     before = getattr(_reading, "alloc", None)
     _reading.alloc = alloc
     return before
@@ -209,9 +202,9 @@ def _ring_header(t: torch.Tensor) -> torch.Tensor | None:
 
 
 def copy_out(data: Any, alloc: Alloc, seen: deque[torch.UntypedStorage]) -> Any:
-    """`data` (tensors in tuples, lists and dicts) with every tensor in a worker's ring copied
-    into memory from `alloc`, then its segment marked free. The segments are kept in `seen`:
-    torch maps a segment received again to the same memory while this process holds it."""
+    """`data` (tensors in tuples, lists and dicts) with every tensor of a worker's ring copied
+    into memory from `alloc`, its segment then marked free and kept in `seen` (torch maps a
+    segment received again to the same memory while this process holds it)."""
     copies: dict[int, torch.Tensor] = {}  # segment address -> its copy (views share one)
     heads: list[torch.Tensor] = []
     result = _copy(data, alloc, copies, heads)

@@ -146,11 +146,7 @@ def sides_problem(srcs: Sequence[np.ndarray], hw: np.ndarray) -> tuple[int, str]
 
 
 def check_sides(
-    srcs: Sequence[np.ndarray],
-    hw: np.ndarray,
-    crcs: np.ndarray | None,
-    places: Sequence[str],
-    nbytes: int,
+    srcs: Sequence[np.ndarray], hw: np.ndarray, crcs: Any, places: Sequence[str], nbytes: int
 ) -> None:
     """Before a batch of `nbytes` (CHECKED_BYTES or more) is allocated: FormatError naming the
     first JPEG sample whose header is not its stored size (bit rot, when its checksum differs)."""

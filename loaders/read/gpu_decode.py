@@ -55,12 +55,9 @@ def decode_cuda(
         region = img[:, top : top + h, left : left + w]
         if (h, w) != out_hw:
             shrink = h > out_hw[0] or w > out_hw[1]
-            region = (
-                torch.nn.functional.interpolate(
-                    region[None].float(), size=out_hw, mode="bilinear", antialias=shrink
-                )[0]
-                .round_()
-                .clamp_(0, 255)
+            resized = torch.nn.functional.interpolate(
+                region[None].float(), size=out_hw, mode="bilinear", antialias=shrink
             )
+            region = resized[0].round_().clamp_(0, 255)
         out[j] = region
     return out.contiguous(memory_format=torch.channels_last)

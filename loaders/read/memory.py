@@ -1,10 +1,6 @@
-"""A dataset's arrays read from its shard store, or from one copy of them in shared memory.
-
-`SharedArrays.load(names)` copies arrays of every shard into shared memory once (in_memory=True:
-for slow or network disks); DataLoader workers, forked or spawned, map that one copy. Raw arrays
-become one (samples, *shape) array; ragged and jpeg ones their data back to back with count + 1
-offsets in all, so that JPEG sizes stay compressed in RAM.
-"""
+"""A dataset's arrays read from its shard store, or from one copy of them in shared memory
+(in_memory=True), which DataLoader workers map: a raw array one (samples, *shape) array, a
+ragged one its data back to back with count + 1 offsets (JPEG stays compressed)."""
 
 from __future__ import annotations
 
@@ -27,19 +23,16 @@ def _shared(nbytes: int) -> torch.Tensor:
 
 class SharedArrays:
     """Array `name` of shard `s`: `array(s, name)`, `ragged(s, name)` (data, offsets). Made per
-    process (a dataset's cached property, never pickled); `memory` is the dataset's, pickled."""
+    process; `memory` is the dataset's (pickled), array name -> its bytes over every shard."""
 
     def __init__(self, store: ShardStore, memory: dict[str, torch.Tensor]):
         self.store = store
-        self._memory = memory  # array name -> its bytes, all shards (the dataset's: pickled)
+        self._memory = memory
         self._views: dict[str, np.ndarray] = {}  # numpy views of memory
 
     @cached_property
     def _starts(self) -> np.ndarray:  # cumulative sample counts
         return np.cumsum([0] + [s.count for s in self.store.manifest.shards])
-
-    def __contains__(self, name: str) -> bool:
-        return name in self._memory
 
     def load(self, names: set[str]) -> None:
         arrays = self.store.manifest.arrays
@@ -55,9 +48,8 @@ class SharedArrays:
                 whole[starts[shard] : starts[shard + 1]] = self.store.array(shard, name)
 
     def _load_ragged(self, name: str) -> None:
-        """The data of every shard back to back, and count + 1 offsets in all into it. Offsets
-        and lengths count elements of the array's dtype (a float32 box row is 4 of them, 16
-        bytes): the copy is typed like the maps, never read as bytes."""
+        """The data of every shard back to back, and count + 1 offsets into it (in elements of
+        the array's dtype, as the maps')."""
         refs = [s.arrays[name] for s in self.store.manifest.shards]
         starts = self._starts
         data = _shared(sum(r.length for r in refs) * self._dtype(name).itemsize)
@@ -97,8 +89,7 @@ class SharedArrays:
         self, name: str, groups: list[tuple[int, np.ndarray]], local: np.ndarray
     ) -> tuple[list[np.ndarray], Places]:
         """Each sample of a batch (`groups`: (shard, batch positions), `local`: index in its
-        shard) of array `name`, as a view (a raw one's pixels, a ragged one's byte range), and
-        where it is ("FILE (shard S, sample K)", for errors)."""
+        shard) of array `name`, a view of the map, and where they are (for errors)."""
         m = self.store.manifest
         spec = m.arrays[name]
         srcs: list[np.ndarray] = [np.empty(0)] * len(local)
@@ -131,7 +122,7 @@ class SharedArrays:
 
 
 def by_shard(shard: np.ndarray) -> list[tuple[int, np.ndarray]]:
-    """(shard, positions in the batch of its samples) for each shard of a batch, in shard order.
+    """(shard, positions in the batch of its samples) for each shard of a batch, in order.
 
     >>> [(s, p.tolist()) for s, p in by_shard(np.array([2, 0, 2]))]
     [(0, [1]), (2, [0, 2])]

@@ -1,21 +1,11 @@
-"""The shard store: what a dataset holds of its folder, the manifest and the open memory maps.
-
-A dataset holds one `ShardStore` (`ds.store`). The store reads the manifest once, hashes exactly
-the bytes it parsed, and maps shard arrays lazily, keeping at most `max_open` maps (each holds a
-file descriptor: Python's mmap keeps a duplicate of it). Reading goes through a backend that
-turns a manifest-relative file name into a local path to map: `LocalBackend` for a folder on a
-local or mounted file system.
-
-A repack (`prep pack --overwrite` swaps in a new folder) is found at the next batch: `check()`
-costs one `os.stat` of manifest.json and re-reads it only when its stat changed.
-"""
+"""The shard store (`ds.store`): a dataset's manifest, read once and hashed, and its shard
+arrays, mapped lazily through a backend (`LocalBackend`: a local or mounted folder)."""
 
 from __future__ import annotations
 
 import hashlib
 import os
 import resource
-from functools import cached_property
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -41,10 +31,8 @@ from loaders.format.values import Arrays
 
 
 def _default_max_open() -> int:
-    """A quarter of this process's open-file limit, 16 to 512: each map holds a descriptor, and
-    the rest stay for DataLoader pipes, sockets and the user's files (1,024, a common limit,
-    gives 256; `ulimit -n 256` gives 64). Random order over more arrays than this re-maps files:
-    raise `ulimit -n`, or read in quasi-random order."""
+    """A quarter of this process's open-file limit, 16 to 512: each map holds a descriptor, the
+    rest are for DataLoader pipes, sockets and the user's files."""
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     return 512 if soft == resource.RLIM_INFINITY else min(512, max(16, soft // 4))
 
@@ -58,34 +46,31 @@ def _stamp(st: os.stat_result) -> Stamp:
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
-# Up to this many shards, a store checks every file when it opens a dataset (a stat and a header
-# read each); past it, each shard's when it is first read, so a dataset of a million shards opens
-# in the time it takes to map its index.
+# Up to this many shards, a store checks every file when it opens a dataset; past it, each
+# shard's when it is first read (a million shards open in the time it takes to map the index).
 EAGER_SHARDS = 4096
 
 
 class Backend(Protocol):
-    """Where a dataset's files are: the manifest's bytes, and a local path to map per file."""
+    """Where a dataset's files are: the manifest's bytes and stamp (None: gone), the shard
+    index's resolver (loaders.format.Resolve), a local path to map a manifest-relative file
+    name at, and check_files' lines for the files."""
 
     root: Any  # a Path; for a remote backend a loaders.remote.Url (a str joined like a Path)
 
     def read_manifest(self) -> tuple[bytes, Stamp]: ...
 
-    def resolver(self) -> Any:
-        """The shard index's files: (name, record) -> a local path (loaders.format.Resolve)."""
+    def resolver(self) -> Any: ...
 
-    def manifest_stamp(self) -> Stamp | None:
-        """A cheap identity of the manifest now (None: it is gone)."""
+    def manifest_stamp(self) -> Stamp | None: ...
 
-    def local_path(self, name: str) -> Path:
-        """A local file holding `name` (a manifest-relative file name), ready to map."""
+    def local_path(self, name: str) -> Path: ...
 
-    def problems(self, manifest: Manifest) -> list[str]:
-        """What is wrong with the files against the manifest (check_files' lines)."""
+    def problems(self, manifest: Manifest) -> list[str]: ...
 
 
 class LocalBackend:
-    """A dataset folder on a local or mounted file system: files are mapped where they are."""
+    """A folder on a local or mounted file system: files are mapped where they are."""
 
     def __init__(self, root: str | os.PathLike[str]):
         self.root = Path(root)
@@ -111,8 +96,7 @@ class LocalBackend:
 
 
 def make_backend(root: str | os.PathLike[str], max_open: int, **remote: Any) -> Backend:
-    """The backend for `root`: a URL is read through loaders.remote (fsspec, imported only
-    then) with `remote`'s cache_dir, cache_limit and storage_options; a path is local."""
+    """The backend for `root`: a URL's is loaders.remote's (fsspec), with `remote`'s options."""
     from loaders.remote import RemoteBackend, url_of  # fsspec itself only for a URL
 
     url = url_of(root)
@@ -124,12 +108,10 @@ def make_backend(root: str | os.PathLike[str], max_open: int, **remote: Any) -> 
 
 
 class ShardStore:
-    """A dataset folder: its manifest and fields, validated against the files when the store is
-    made (each shard when first read, past EAGER_SHARDS), and its shard arrays, mapped lazily,
-    at most `max_open` at a time (least recently used first out).
-
-    Pickles without the manifest and the maps: a worker process reads the manifest again,
-    refusing it unless it has the bytes first read, and maps what it reads itself."""
+    """A dataset folder: its manifest and fields, checked against the files when made (each
+    shard when first read, past EAGER_SHARDS), and its shard arrays, mapped lazily, at most
+    `max_open` at a time (least recently used first out). Pickles without the manifest and
+    the maps: a worker reads the manifest again, refusing it unless it has the same bytes."""
 
     def __init__(
         self,
@@ -160,8 +142,8 @@ class ShardStore:
         self._manifest: Manifest | None = manifest
         self._maps: dict[tuple[int, str], np.ndarray] = {}  # in use order: oldest first
         self._windows: frozenset[int] | None = None  # the backend's, when last looked at
-        # Where each array mapped once lies in its file: a map evicted and needed again is
-        # mapped without reading its header again (a few small tuples a shard).
+        # Where each array checked lies in its file: an evicted map is mapped again without
+        # reading its header again.
         self._layouts: dict[tuple[int, str], tuple[Path, Layout]] = {
             (i, name): found for i, arrays in checked.items() for name, found in arrays.items()
         }
@@ -187,8 +169,8 @@ class ShardStore:
             self._manifest = Manifest.from_json(data, self.root / MANIFEST, self.backend.resolver())
 
     def check(self) -> None:
-        """Raise FormatError if the folder was repacked since the store was made: one stat, and
-        a re-read only when the stat changed. Datasets call it once a batch."""
+        """FormatError if the folder was repacked since the store was made (a swapped folder of
+        `prep pack --overwrite`): one stat, a re-read only when it changed. Once a batch."""
         if self._manifest is None or self.backend.manifest_stamp() != self._stamp:
             self._reload()
         windows = getattr(self.backend, "windows", None)  # a remote dataset read quasi_random
@@ -198,10 +180,8 @@ class ShardStore:
                 self._maps.pop(key, None)
 
     def array(self, shard: int, name: str) -> np.ndarray:
-        """Array `name` of shard `shard` (its index in the manifest), read-only.
-
-        The store drops its reference to the least recently used map past `max_open`; the map
-        (and its descriptor) goes once nothing else refers to it."""
+        """Array `name` of shard `shard` (its index in the manifest), read-only. Past `max_open`
+        the least recently used map is dropped (and its descriptor once nothing refers to it)."""
         key = (shard, name)
         arr = self._maps.pop(key, None)
         if arr is None:
@@ -223,16 +203,14 @@ class ShardStore:
         return arr
 
     def source(self, shard: int, k: int) -> str | None:
-        """The input file of sample `k` of shard `shard` as the dataset stores it (field
-        "source": a path relative to the packed SRC); None for a dataset packed without."""
+        """Sample `k` of shard `shard`'s field "source" (its input, relative to SRC), or None."""
         if "source" not in self.manifest.arrays:
             return None
         data, off = self.array(shard, "source"), self.array(shard, "source" + OFFSETS)
         return decode_source(data[off[k] : off[k + 1]])
 
     def _layout(self, shard: int, name: str) -> tuple[Path, Layout]:
-        """The array's local file and where it lies in it, checked against the manifest the
-        first time in this process."""
+        """The array's local file and layout, checked the first time in this process."""
         found = self._layouts.get((shard, name))
         if found is None and not self._checked and isinstance(self.backend, LocalBackend):
             self._check_shard(shard)
@@ -247,7 +225,7 @@ class ShardStore:
         return found
 
     def _check_shard(self, shard: int) -> None:
-        """A shard of a large dataset, checked as a small one's are at open (once a process)."""
+        """A shard of a large dataset, checked as a small one's are at open."""
         checked: Arrays = {}
         problems = check_one(self.root, self.manifest, shard, checked)
         if problems:
@@ -256,15 +234,3 @@ class ShardStore:
 
     def __getstate__(self) -> dict[str, Any]:
         return self.__dict__ | {"_manifest": None, "_maps": {}, "_layouts": {}, "_windows": None}
-
-
-def pickled_state(obj: object) -> dict[str, Any]:
-    """`obj.__dict__` without the values of its cached properties, which hold what is derived
-    from the manifest (per-shard offsets, class names): a worker computes them again, so that
-    a dataset pickles to the same few hundred bytes whatever its shard and class count."""
-    cls = type(obj)
-    return {
-        k: v
-        for k, v in obj.__dict__.items()
-        if not isinstance(getattr(cls, k, None), cached_property)
-    }
