@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from functools import cached_property
-from typing import Any, Unpack
+from typing import Any, Unpack, cast
 
 import numpy as np
 import torch
@@ -35,18 +35,12 @@ class _TokenSplit(ShardedDataset):
         )
 
     @property
-    def _field(self) -> Tokens:
-        found = self.declared["tokens"]
-        assert isinstance(found, Tokens)  # checked when opened
-        return found
-
-    @property
     def vocab_size(self) -> int:
-        return self._field.vocab_size
+        return cast(Tokens, self.declared["tokens"]).vocab_size  # a Tokens: checked at open
 
     @property
     def eot_id(self) -> int | None:
-        return self._field.eot_id
+        return cast(Tokens, self.declared["tokens"]).eot_id
 
     @cached_property
     def dtype(self) -> np.dtype[Any]:
@@ -111,12 +105,12 @@ class TokenWindowDataset(_TokenSplit):
         self.block_size, self.with_index = block_size, index
         self.stride = stride or block_size
         n = self.num_tokens - block_size - 1  # the last window must still have its y
-        self._len = n // self.stride + 1 if n >= 0 else 0
-        if self._len == 0:
+        if n < 0:
             raise ValueError(
                 f"{self.store.root} split {split!r} has {self.num_tokens} tokens, too few for one "
                 f"window of {block_size} + 1. HINT: a smaller block_size, or more text"
             )
+        self._len = n // self.stride + 1
 
     def __len__(self) -> int:
         return self._len

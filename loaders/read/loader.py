@@ -6,6 +6,7 @@ their shared-memory rings (loaders.read.batches)."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 from collections import deque
@@ -158,7 +159,7 @@ class Loader(DataLoader[Any]):
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         if self.threads:
-            return ThreadedIter(self)
+            return _read_ahead(self)
         if not self.shares:
             return super().__iter__()
         self.passes += 1  # before the workers are reset: see SharedRing
@@ -181,66 +182,33 @@ def _read(fetcher: _MapDatasetFetcher, pin: bool, index: Any) -> Any:
     return pin_memory(data) if pin else data  # a no-op for tensors pinned already
 
 
-class ThreadedIter(Iterator[Any]):
-    """One pass over a Loader: `loader.depth` batches read ahead by `loader.threads` threads.
-    A read's exception is raised when its batch is asked for. The threads end with the pass,
-    at an exception, or when the iterator is dropped (a `break`)."""
-
-    def __init__(self, loader: Loader):
-        self._pin = loader.pins
-        alloc: Alloc = pinned if self._pin else loader.ring.get
-        self._fetcher = _MapDatasetFetcher(
-            loader.dataset, loader._auto_collation, loader.collate_fn, loader.drop_last
-        )
-        self._indices = _index_batches(loader)  # the epoch advances here, as without threads
-        self._pool = ThreadPoolExecutor(
-            loader.threads, "prep-loader", initializer=read_into, initargs=(alloc,)
-        )
-        self._pending: deque[Future[Any]] = deque()
-        self._done, self._depth = False, loader.depth
-        self._submit()  # now, as DataLoader's workers do, but the first batch alone
-
-    def _submit(self) -> None:
-        if self._done:
-            return
-        try:
-            index = next(self._indices)
-        except StopIteration:
-            self._done = True
-            return
-        except BaseException:
-            self.close()
-            raise
-        # Not a method of self: the threads must not hold the iterator, so that dropping it ends
-        # them.
-        self._pending.append(self._pool.submit(_read, self._fetcher, self._pin, index))
-
-    def __next__(self) -> Any:
-        if not self._pending:
-            self.close()
-            raise StopIteration
-        future = self._pending.popleft()
-        try:
-            batch = future.result()
-        except BaseException:
-            self.close()
-            raise
-        while len(self._pending) < self._depth and not self._done:
-            self._submit()  # `depth` batches in flight while the caller uses this one
-        return batch
-
-    def close(self) -> None:
-        """Stop reading ahead: cancel the reads not started, wait for the running ones."""
-        self._done = True
-        for future in self._pending:
+def _read_ahead(loader: Loader) -> Iterator[Any]:
+    """One pass over a Loader: `loader.depth` batches read ahead by `loader.threads` threads
+    (the first batch alone). A read's exception is raised when its batch is asked for; the
+    threads end with the pass, at an exception, or when the iterator is dropped (a `break`)."""
+    pin = loader.pins
+    alloc: Alloc = pinned if pin else loader.ring.get
+    fetcher = _MapDatasetFetcher(
+        loader.dataset, loader._auto_collation, loader.collate_fn, loader.drop_last
+    )
+    indices = _index_batches(loader)  # the epoch advances here, as without threads
+    pool = ThreadPoolExecutor(
+        loader.threads, "prep-loader", initializer=read_into, initargs=(alloc,)
+    )
+    pending: deque[Future[Any]] = deque()
+    try:
+        for index in itertools.islice(indices, 1):
+            pending.append(pool.submit(_read, fetcher, pin, index))
+        while pending:
+            batch = pending.popleft().result()
+            for index in itertools.islice(indices, loader.depth - len(pending)):
+                pending.append(pool.submit(_read, fetcher, pin, index))
+            yield batch  # `depth` batches in flight while the caller uses this one
+    finally:  # reads not started are cancelled, running ones finish
+        for future in pending:
             future.cancel()
-        self._pending.clear()
-        self._pool.shutdown(wait=True, cancel_futures=True)
-
-    def __del__(self) -> None:
-        # __init__ may have failed before the pool; at exit shutdown()'s modules are gone
-        if hasattr(self, "_pool") and not sys.is_finalizing():
-            self.close()
+        if not sys.is_finalizing():  # at exit shutdown()'s modules are gone
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
 class CopyOut:
