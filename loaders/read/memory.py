@@ -35,55 +35,45 @@ class SharedArrays:
         return np.cumsum([0] + [s.count for s in self.store.manifest.shards])
 
     def load(self, names: set[str]) -> None:
-        arrays = self.store.manifest.arrays
-        starts, n = self._starts, int(self._starts[-1])
-        for name in sorted(names & set(arrays)):
-            spec = arrays[name]
-            if spec.ragged:
-                self._load_ragged(name)
+        """Copy arrays `names` of every shard into shared memory: a raw one as one (samples,
+        *shape) array, a ragged one's elements back to back with count + 1 offsets into them."""
+        starts, m = self._starts, self.store.manifest
+        for name in sorted(names & set(m.arrays)):
+            spec = m.arrays[name]
+            size = np.dtype(spec.dtype).itemsize
+            if not spec.ragged:
+                self._memory[name] = _shared(int(starts[-1]) * size * math.prod(spec.shape))
+                whole = self._view(name, writeable=True)
+                for s in range(len(starts) - 1):
+                    whole[starts[s] : starts[s + 1]] = self.store.array(s, name)
                 continue
-            self._memory[name] = _shared(n * np.dtype(spec.dtype).itemsize * math.prod(spec.shape))
-            whole = self._whole(name, writeable=True)
-            for shard in range(len(starts) - 1):
-                whole[starts[shard] : starts[shard + 1]] = self.store.array(shard, name)
+            refs = [shard.arrays[name] for shard in m.shards]
+            self._memory[name] = _shared(sum(r.length for r in refs) * size)
+            off = torch.zeros(int(starts[-1]) + 1, dtype=torch.int64).share_memory_()
+            data, o, pos = self._view(name, writeable=True), off.numpy(), 0
+            for s, ref in enumerate(refs):
+                data[pos : pos + ref.length] = self.store.array(s, name)
+                o[starts[s] : starts[s + 1] + 1] = self.store.array(s, name + OFFSETS) + pos
+                pos += ref.length
+            self._memory[name + OFFSETS] = off
 
-    def _load_ragged(self, name: str) -> None:
-        """The data of every shard back to back, and count + 1 offsets into it (in elements of
-        the array's dtype, as the maps')."""
-        refs = [s.arrays[name] for s in self.store.manifest.shards]
-        starts = self._starts
-        data = _shared(sum(r.length for r in refs) * self._dtype(name).itemsize)
-        off = torch.zeros(int(starts[-1]) + 1, dtype=torch.int64).share_memory_()
-        d, o, pos = self._flat(data, name), off.numpy(), 0
-        for s, ref in enumerate(refs):
-            d[pos : pos + ref.length] = self.store.array(s, name)
-            o[starts[s] : starts[s + 1] + 1] = self.store.array(s, name + OFFSETS) + pos
-            pos += ref.length
-        self._memory[name], self._memory[name + OFFSETS] = data, off
-
-    def _dtype(self, name: str) -> np.dtype:
-        return np.dtype(self.store.manifest.arrays[name].dtype)
-
-    def _flat(self, data: torch.Tensor, name: str) -> np.ndarray:
-        """A ragged array's shared bytes as its elements (a view: no copy)."""
-        return data.numpy().view(self._dtype(name))
-
-    def _whole(self, name: str, writeable: bool = False) -> np.ndarray:
-        """Array `name` of every shard, as a view of its shared-memory bytes."""
-        whole = self._views.get(name)
-        if whole is None or writeable:
+    def _view(self, name: str, writeable: bool = False) -> np.ndarray:
+        """Array `name` of every shard as a view of its shared bytes (raw: (samples, *shape))."""
+        found = self._views.get(name)
+        if found is None or writeable:
             spec = self.store.manifest.arrays[name]
-            n = int(self._starts[-1])
-            whole = self._memory[name].numpy().view(spec.dtype).reshape(n, *spec.shape)
-            whole.flags.writeable = writeable  # the readers' copy is shared: never write to it
+            found = self._memory[name].numpy().view(spec.dtype)
+            if not spec.ragged:
+                found = found.reshape(int(self._starts[-1]), *spec.shape)
+            found.flags.writeable = writeable  # the readers' copy is shared: never write to it
             if not writeable:
-                self._views[name] = whole
-        return whole
+                self._views[name] = found
+        return found
 
     def array(self, shard: int, name: str) -> np.ndarray:
         if name not in self._memory:
             return self.store.array(shard, name)
-        return self._whole(name)[self._starts[shard] : self._starts[shard + 1]]
+        return self._view(name)[self._starts[shard] : self._starts[shard + 1]]
 
     def samples(
         self, name: str, groups: list[tuple[int, np.ndarray]], local: np.ndarray
@@ -114,11 +104,7 @@ class SharedArrays:
         if name not in self._memory:
             return self.store.array(shard, name), self.store.array(shard, name + OFFSETS)
         start, end = self._starts[shard], self._starts[shard + 1]
-        data = self._views.get(name)
-        if data is None:
-            data = self._views[name] = self._flat(self._memory[name], name)
-            data.flags.writeable = False  # the readers' copy is shared: never write to it
-        return data, self._memory[name + OFFSETS].numpy()[start : end + 1]
+        return self._view(name), self._memory[name + OFFSETS].numpy()[start : end + 1]
 
 
 def by_shard(shard: np.ndarray) -> list[tuple[int, np.ndarray]]:

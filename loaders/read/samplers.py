@@ -1,9 +1,7 @@
-"""Which samples each rank reads in an epoch, and in what order: a permutation of the dataset
-that depends only on (seed, epoch) and the shard sizes, of which each rank takes every
-`num_replicas`-th index (as DistributedSampler: disjoint shares of one length). Orders:
-"sequential"; "random"; "blocks", shuffled blocks of BLOCK_ROWS rows (tables larger than RAM);
-"quasi_random", the shards shuffled, then the samples within each window of `window` shards
-(a dataset larger than RAM read a window at a time; a batch mixes those shards' classes).
+"""Which samples each rank reads in an epoch: a permutation that depends only on (seed, epoch)
+and the shard sizes, of which each rank takes every `num_replicas`-th index. Orders:
+"sequential", "random", "blocks" (shuffled blocks of BLOCK_ROWS rows: tables larger than RAM),
+"quasi_random" (the shards shuffled, then the samples within each window of `window` shards).
 
 >>> epoch_order([3, 3], "quasi_random", seed=3, epoch=0, window=1).tolist()  # shard 1, then 0
 [3, 5, 4, 0, 1, 2]
@@ -19,14 +17,6 @@ import torch.distributed as dist
 from torch.utils.data import Sampler
 
 OrderFn = Callable[[np.ndarray, np.random.Generator, int], np.ndarray]
-
-
-def _sequential(sizes: np.ndarray, rng: np.random.Generator, window: int) -> np.ndarray:
-    return np.arange(int(sizes.sum()), dtype=np.int64)
-
-
-def _random(sizes: np.ndarray, rng: np.random.Generator, window: int) -> np.ndarray:
-    return rng.permutation(int(sizes.sum())).astype(np.int64)
 
 
 def _windows(shards: np.ndarray, window: int) -> list[np.ndarray]:
@@ -67,8 +57,8 @@ def _blocks(sizes: np.ndarray, rng: np.random.Generator, window: int) -> np.ndar
 
 
 ORDERS: dict[str, OrderFn] = {
-    "sequential": _sequential,
-    "random": _random,
+    "sequential": lambda sizes, rng, window: np.arange(int(sizes.sum()), dtype=np.int64),
+    "random": lambda sizes, rng, window: rng.permutation(int(sizes.sum())).astype(np.int64),
     "quasi_random": _quasi_random,
     "blocks": _blocks,
 }
