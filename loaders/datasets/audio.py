@@ -77,17 +77,15 @@ class AudioDataset(ShardedDataset):
 
     def __getitems__(self, indices: Sequence[int]) -> SampleBatch:
         index = self._checked(indices)
-        shard, local = self._find(index)
-        groups = by_shard(shard)
-        out: dict[str, Any] = self._windows(index, groups, local)
-        reading = ArrayReading(self, groups, local, index)
+        reading = ArrayReading(self, index)
+        out: dict[str, Any] = self._windows(index, reading.groups, reading.local)
         for f in self.fields[1:]:
             if f == "index":
                 out[f] = self._index(index)
             else:  # as its kind reads it (SampleDataset's: text as str, ragged padded)
                 got = self.declared[f].read(reading, f, "pad")
                 out |= {k: _widened(v) for k, v in got.items()}
-        return SampleBatch(out, len(local))
+        return SampleBatch(out, len(index))
 
     def _windows(
         self, index: np.ndarray, groups: list[tuple[int, np.ndarray]], local: np.ndarray

@@ -17,7 +17,6 @@ from loaders.datasets.samples import ArrayReading
 from loaders.fields.video import Video, frame_pieces
 from loaders.read.batches import Batch, check_indices
 from loaders.read.decode import Places
-from loaders.read.memory import by_shard
 
 
 class ClipDataset(DecodingDataset):
@@ -86,44 +85,29 @@ class ClipDataset(DecodingDataset):
 
     def __getitems__(self, indices: Sequence[int]) -> Batch:
         index = self._checked(indices)
-        shard, local = self._find(index // (self.clips_per_video or 1))
-        groups = by_shard(shard)
-        reading = ArrayReading(self, groups, local, index)
+        reading = ArrayReading(self, index, index // (self.clips_per_video or 1))
         data, hw_name, ends_name = self.video.names(self.field)
         hw = reading.values(hw_name).astype(np.int64)
         ends = reading.pieces(ends_name)
         counts = np.array([len(e) for e in ends], dtype=np.int64)
         picks = self.starts(index, counts)[:, None] + self.stride * np.arange(self.frames)
         picks = np.minimum(picks, counts[:, None] - 1)  # a short video: its last frame again
-        clips = self._read(data, groups, local, index, hw, ends, picks)
-        if not self.labelled:
-            return Batch((clips,))
-        return Batch((clips, torch.from_numpy(reading.values("label").astype(np.int64))))
-
-    def _read(
-        self,
-        data: str,
-        groups: list[tuple[int, np.ndarray]],
-        local: np.ndarray,
-        index: np.ndarray,
-        hw: np.ndarray,
-        ends: list[np.ndarray],
-        picks: np.ndarray,
-    ) -> torch.Tensor:
-        """The clips' frames `picks` (B, T) of each video: uint8 (B, T, C, H, W)."""
-        b, t = picks.shape
-        videos, places = self.arrays.samples(data, groups, local)
+        videos, places = self.arrays.samples(data, reading.groups, reading.local)
         srcs = []
         for video, e, row in zip(videos, ends, picks.tolist(), strict=True):
             pieces = frame_pieces(video, e)
             srcs += [pieces[k] for k in row]
+        b, t = picks.shape  # each frame a row of the decoded batch
         boxes = whole(hw) if self.crop is None else self.crop.boxes(index, hw, self.epoch)
         out_hw = self.crop.size if self.crop is not None else (self.video.size,) * 2
         rows = [np.repeat(a, t, axis=0) for a in (hw, boxes, places.shard, places.local)]
         where = Places(places.files, rows[2], rows[3], places.source)
         jpeg, shape = self.video.codec == "jpeg", (b * t, *out_hw, 3)
         frames = self.pixels(srcs, where, jpeg, rows[0], rows[1], None, shape, self.field)
-        return self._flipped(frames.reshape(b, t, 3, *out_hw), index)
+        clips = self._flipped(frames.reshape(b, t, 3, *out_hw), index)  # (B, T, C, H, W)
+        if not self.labelled:
+            return Batch((clips,))
+        return Batch((clips, torch.from_numpy(reading.values("label").astype(np.int64))))
 
     def _flipped(self, clips: torch.Tensor, index: np.ndarray) -> torch.Tensor:
         """`flip`: each clip mirrored left-right with probability 1/2."""

@@ -149,8 +149,7 @@ class SampleDataset(DecodingDataset):
 
     def __getitems__(self, indices: Sequence[int]) -> SampleBatch:
         index = self._checked(indices)
-        shard, local = self._find(index)
-        reading = _Reading(self, by_shard(shard), local, index)
+        reading = _Reading(self, index)
         out: dict[str, Any] = {}
         for f in self.fields:
             if f == "index":
@@ -160,8 +159,8 @@ class SampleDataset(DecodingDataset):
         if self._roles is not None:
             out = transform(self.transforms, out, self._roles, index, self.epoch)
         elif self._cut is not None and self.crop is not None:
-            out = drop_cut_boxes(out, self._cut, len(local), self.crop.size, MIN_SIZE)
-        return SampleBatch(out, len(local))
+            out = drop_cut_boxes(out, self._cut, len(index), self.crop.size, MIN_SIZE)
+        return SampleBatch(out, len(index))
 
     def _shown(self) -> dict[str, Any]:
         shards = len(self._starts) - 1
@@ -174,14 +173,10 @@ class ArrayReading:
 
     size: int | None = None
 
-    def __init__(
-        self,
-        ds: ShardedDataset,
-        groups: list[tuple[int, np.ndarray]],
-        local: np.ndarray,
-        index: np.ndarray,
-    ):
-        self.ds, self.groups, self.local, self.index = ds, groups, local, index
+    def __init__(self, ds: ShardedDataset, index: np.ndarray, at: np.ndarray | None = None):
+        """`index`: the batch's checked indices; `at`: the samples read (default: `index`)."""
+        shard, self.local = ds._find(index if at is None else at)
+        self.ds, self.groups, self.index = ds, by_shard(shard), index
 
     def values(self, name: str) -> np.ndarray:
         spec = self.ds.store.manifest.arrays[name]
@@ -210,14 +205,8 @@ class _Reading(ArrayReading):
 
     ds: SampleDataset
 
-    def __init__(
-        self,
-        ds: SampleDataset,
-        groups: list[tuple[int, np.ndarray]],
-        local: np.ndarray,
-        index: np.ndarray,
-    ):
-        super().__init__(ds, groups, local, index)
+    def __init__(self, ds: SampleDataset, index: np.ndarray):
+        super().__init__(ds, index)
         self.size = ds.size  # read once: set_size may run between batches, never within one
         self._boxes: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # image -> (hw, boxes)
 

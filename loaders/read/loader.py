@@ -132,16 +132,15 @@ def _sampler(
 
 class Loader(DataLoader[Any]):
     """A DataLoader whose pass with `num_workers=0` reads `threads` batches ahead in threads,
-    and whose worker processes (with `shared_ring`) reuse their shared memory. `threads=0` and
-    no ring, or an IterableDataset: exactly DataLoader. With the ring `pin_memory` reads False:
-    `pins` says whether batches come out pinned."""
+    and whose worker processes reuse their shared memory (`pin_memory` then reads False: `pins`
+    says whether batches come out pinned). `threads=0`, or an IterableDataset: DataLoader's."""
 
-    def __init__(self, dataset: Any, *, threads: int = 0, shared_ring: bool = True, **kw: Any):
+    def __init__(self, dataset: Any, *, threads: int = 0, **kw: Any):
         if threads < 0:
             raise ValueError(f"threads {threads} must be 0 or more")
         workers = kw.get("num_workers", 0)
         self.pins = bool(kw.get("pin_memory")) and torch.cuda.is_available()
-        self.shares = shared_ring and workers > 0
+        self.shares = workers > 0
         if self.shares:  # the main process pins as it copies out of the ring
             keep = (kw.get("prefetch_factor") or 2) + 2  # in flight, being made, being copied
             self.passes = torch.zeros((), dtype=torch.int64).share_memory_()
@@ -167,16 +166,6 @@ class Loader(DataLoader[Any]):
         return CopyOut(batches, self.ring, self.pins, self.seen)
 
 
-def _index_batches(loader: Loader) -> Iterator[Any]:
-    """The pass's batches of indices: a ShardSampler's as numpy slices (a Python int per index
-    costs a quarter of a table epoch), any other sampler's as DataLoader makes them."""
-    bs = loader.batch_sampler
-    batches = getattr(getattr(bs, "sampler", None), "batches", None)
-    if type(bs) is BatchSampler and batches is not None:
-        return iter(batches(bs.batch_size, bs.drop_last))
-    return iter(loader._index_sampler)
-
-
 def _read(fetcher: _MapDatasetFetcher, pin: bool, index: Any) -> Any:
     data = fetcher.fetch(index)
     return pin_memory(data) if pin else data  # a no-op for tensors pinned already
@@ -191,7 +180,13 @@ def _read_ahead(loader: Loader) -> Iterator[Any]:
     fetcher = _MapDatasetFetcher(
         loader.dataset, loader._auto_collation, loader.collate_fn, loader.drop_last
     )
-    indices = _index_batches(loader)  # the epoch advances here, as without threads
+    bs = loader.batch_sampler  # the epoch advances here, as without threads
+    batches = getattr(getattr(bs, "sampler", None), "batches", None)
+    # A ShardSampler's batches as numpy slices: a Python int per index cost a quarter of an epoch
+    if type(bs) is BatchSampler and batches is not None:
+        indices = iter(batches(bs.batch_size, bs.drop_last))
+    else:
+        indices = iter(loader._index_sampler)
     pool = ThreadPoolExecutor(
         loader.threads, "prep-loader", initializer=read_into, initargs=(alloc,)
     )

@@ -29,15 +29,10 @@ from loaders.format import (
 from loaders.format.arrays import Layout
 from loaders.format.values import Arrays
 
-
-def _default_max_open() -> int:
-    """A quarter of this process's open-file limit, 16 to 512: each map holds a descriptor, the
-    rest are for DataLoader pipes, sockets and the user's files."""
-    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    return 512 if soft == resource.RLIM_INFINITY else min(512, max(16, soft // 4))
-
-
-DEFAULT_MAX_OPEN = _default_max_open()
+# A quarter of this process's open-file limit, 16 to 512: each map holds a descriptor, the rest
+# are for DataLoader pipes, sockets and the user's files.
+_SOFT = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+DEFAULT_MAX_OPEN = 512 if _SOFT == resource.RLIM_INFINITY else min(512, max(16, _SOFT // 4))
 
 Stamp = tuple[int, int, int, int]  # st_dev, st_ino, st_size, st_mtime_ns of manifest.json
 
@@ -213,7 +208,11 @@ class ShardStore:
         """The array's local file and layout, checked the first time in this process."""
         found = self._layouts.get((shard, name))
         if found is None and not self._checked and isinstance(self.backend, LocalBackend):
-            self._check_shard(shard)
+            checked: Arrays = {}  # a shard of a large dataset, checked as a small one's at open
+            problems = check_one(self.root, self.manifest, shard, checked)
+            if problems:
+                raise problems_error(problems)
+            self._layouts |= {(shard, n): where for n, where in checked.items()}
             found = self._layouts.get((shard, name))
         if found is None:
             ref, spec = self.manifest.ref(shard, name)  # name + OFFSETS: a ragged one's offsets
@@ -223,14 +222,6 @@ class ShardStore:
         elif not isinstance(self.backend, LocalBackend):  # a cached copy may have been evicted
             found = self.backend.local_path(self.manifest.ref(shard, name)[0].file), found[1]
         return found
-
-    def _check_shard(self, shard: int) -> None:
-        """A shard of a large dataset, checked as a small one's are at open."""
-        checked: Arrays = {}
-        problems = check_one(self.root, self.manifest, shard, checked)
-        if problems:
-            raise problems_error(problems)
-        self._layouts |= {(shard, name): found for name, found in checked.items()}
 
     def __getstate__(self) -> dict[str, Any]:
         return self.__dict__ | {"_manifest": None, "_maps": {}, "_layouts": {}, "_windows": None}
