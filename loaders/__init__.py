@@ -9,7 +9,7 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "ImageShardDataset": "loaders.datasets.images",
+    "ImageShardDataset": "loaders.datasets.samples",
     "CenterCrop": "loaders.augment.crops",
     "RandomResizedCrop": "loaders.augment.crops",
     "TokenWindowDataset": "loaders.datasets.tokens",

@@ -17,8 +17,8 @@ from loaders.augment.crops import Crop
 from loaders.fields.base import Field
 from loaders.fields.registry import declared
 from loaders.read.batches import BufferPool, check_indices, new_batch
-from loaders.read.decode import Places, Pool, check_sides, fill, jobs_for
-from loaders.read.memory import SharedArrays
+from loaders.read.decode import Pool, check_sides, decode_cuda, fill, jobs_for
+from loaders.read.memory import Places, SharedArrays
 from loaders.read.store import ShardStore
 
 
@@ -194,7 +194,7 @@ class ShardedDataset(Dataset[Any]):
 class DecodingDataset(ShardedDataset):
     """A ShardedDataset with image fields: a batch of them is decoded (JPEG), cropped to each
     sample's box of `crop` and resized on a pool of `threads` threads (None: up to 4 cores), or
-    decoded on the GPU (`decode="cuda"`, JPEG only: loaders.read.gpu_decode)."""
+    decoded on the GPU (`decode="cuda"`, JPEG only: decode_cuda)."""
 
     fast_dct: bool = False  # JPEG on the CPU: the fast integer IDCT (loaders.read.decode)
 
@@ -235,8 +235,6 @@ class DecodingDataset(ShardedDataset):
         if jpeg:  # the headers' sides, before a batch of the manifest's is allocated
             check_sides(srcs, hw, crcs, places, math.prod(shape))
         if self.decode == "cuda" and jpeg:
-            from loaders.read.gpu_decode import decode_cuda  # torchvision, imported only here
-
             return decode_cuda(srcs, crcs, hw, boxes, (shape[1], shape[2]), shape[3], places)
         out = new_batch(shape, torch.uint8, self._buffers, key)
         jobs = jobs_for(out.numpy(), srcs, jpeg, hw, boxes, crcs, places, mask, self.fast_dct)

@@ -16,7 +16,7 @@ from loaders.datasets.base import DecodingDataset, Remote
 from loaders.datasets.samples import ArrayReading
 from loaders.fields.video import Video, frame_pieces
 from loaders.read.batches import Batch, check_indices
-from loaders.read.decode import Places
+from loaders.read.memory import Places
 
 
 class ClipDataset(DecodingDataset):

@@ -294,6 +294,6 @@ def _empty_like(like: torch.Tensor, name: str, shape: tuple[int, ...]) -> torch.
 
 
 def _channels_last(t: torch.Tensor) -> bool:
-    """A (B, C, H, W) view of (B, H, W, C) memory (loaders.datasets.images' batches)."""
+    """A (B, C, H, W) view of (B, H, W, C) memory (ImageShardDataset's batches)."""
     last = t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last)
     return last and not t.is_contiguous()

@@ -1,4 +1,5 @@
-"""SampleDataset: a dataset packed by `prep.pack_samples`, a dict of fields a batch."""
+"""SampleDataset: a dataset packed by `prep.pack_samples`, a dict of fields a batch, and
+ImageShardDataset, its view of an image pack (`prep pack`) as tuples."""
 
 from __future__ import annotations
 
@@ -11,15 +12,8 @@ import numpy as np
 import torch
 
 from loaders.augment.crops import whole
+from loaders.datasets import roles
 from loaders.datasets.base import Decoding, DecodingDataset, ShardedDataset
-from loaders.datasets.roles import (
-    MIN_SIZE,
-    crop_roles,
-    drop_cut_boxes,
-    read_crop,
-    roles_of,
-    transform,
-)
 from loaders.fields.base import RAGGED_POLICIES, Field
 from loaders.fields.image import Image, hw_name
 from loaders.fields.mask import Mask
@@ -84,7 +78,7 @@ class SampleDataset(DecodingDataset):
             raise ValueError(f"ragged={bad}: each a field of {have} -> one of {RAGGED_POLICIES}")
         self.policies = policies
         if transforms is not None and self.crop is None and self._keep_images():
-            found = read_crop(transforms) if isinstance(transforms, Compose) else None
+            found = roles.read_crop(transforms) if isinstance(transforms, Compose) else None
             self.crop, transforms = found if found is not None else (None, transforms)
         if any(f in self.declared and self._arrays_sized(f) for f in self.fields):
             if size is None and len(self.sizes) != 1:
@@ -94,9 +88,9 @@ class SampleDataset(DecodingDataset):
         if transforms is not None:
             if not isinstance(transforms, Compose):
                 raise TypeError(f"transforms= takes a loaders.transforms.Compose, not {transforms}")
-            self._roles = roles_of(self.declared, self.fields, self.store.root)
+            self._roles = roles.roles_of(self.declared, self.fields, self.store.root)
         elif self.crop is not None:  # a pipeline drops the boxes it cuts away: so does crop=
-            self._cut = crop_roles(self.declared, self.fields, self.store.root)
+            self._cut = roles.crop_roles(self.declared, self.fields, self.store.root)
         if in_memory:
             stored = [a for f in self.fields if f != "index" for a in self._arrays_of(f)]
             self.arrays.load(set(stored))
@@ -157,14 +151,54 @@ class SampleDataset(DecodingDataset):
             else:
                 out |= self.declared[f].read(reading, f, self.policies.get(f, "pad"))
         if self._roles is not None:
-            out = transform(self.transforms, out, self._roles, index, self.epoch)
+            out = roles.transform(self.transforms, out, self._roles, index, self.epoch)
         elif self._cut is not None and self.crop is not None:
-            out = drop_cut_boxes(out, self._cut, len(index), self.crop.size, MIN_SIZE)
+            out = roles.drop_cut_boxes(out, self._cut, len(index), self.crop.size, roles.MIN_SIZE)
         return SampleBatch(out, len(index))
 
     def _shown(self) -> dict[str, Any]:
         shards = len(self._starts) - 1
         return {"fields": self.fields, "samples": len(self), "shards": shards, "sizes": self.sizes}
+
+
+class ImageShardDataset(SampleDataset):
+    """A SampleDataset of an image pack whose batches are tuples in `fields` order: "image"
+    uint8 (C, H, W), a channels-last view of the HWC storage; "mask" uint8 (H, W) class ids;
+    "label" int64 (); "orig_size" int64 (2,), the source's (h, w); "index" int64 ().
+    `fast_dct`: JPEG through libjpeg-turbo's fast integer IDCT (README: Fast DCT).
+    Use `make_loader` (or `collate_fn=collate_batch`) to keep the batched read."""
+
+    dicts = False
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        size: int | None = None,
+        fields: Sequence[str] = ("image", "label"),
+        in_memory: bool = False,
+        *,
+        fast_dct: bool = False,
+        **opts: Unpack[Decoding],
+    ):
+        if "source" in fields:
+            raise ValueError(
+                f"{root} has no field ['source'] to batch: its paths are bytes, not a tensor. "
+                "HINT: ds.source(i) gives sample i's"
+            )
+        self.fast_dct = fast_dct
+        super().__init__(root, fields, size, in_memory=in_memory, **opts)
+
+    @property
+    def classes(self) -> list[str] | None:
+        return self.store.manifest.classes
+
+    def __getitems__(self, indices: Sequence[int]) -> Batch:  # type: ignore[override]
+        batch = super().__getitems__(indices).tensors
+        return Batch(tuple(batch[f] for f in self.fields))  # type: ignore[call-overload]
+
+    def _shown(self) -> dict[str, Any]:
+        # in this order; SampleDataset's fields (the same) keep their place
+        return {"size": self.size, "fields": self.fields, "split": self.split, **super()._shown()}
 
 
 class ArrayReading:

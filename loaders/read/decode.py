@@ -1,10 +1,9 @@
-"""A batch's pixels on the CPU: each sample a `Job` (its bytes or pixels, stored (h, w), crop
-box and batch row), run on a `Pool` of threads (libjpeg-turbo and OpenCV release the GIL).
-
-A JPEG is decoded at 1/2, 1/4 or 1/8 scale when the output is at most that fraction of its
-box, only the box where loaders._jpegroi is built, then resized: bilinear, area when it still
-shrinks by more than 2, nearest for masks. Bad bytes are a FormatError naming the sample.
-"""
+"""A batch's pixels, on the GPU (decode_cuda) or the CPU: each sample a `Job` (its bytes or
+pixels, stored (h, w), crop box and batch row) run on a `Pool` of threads (libjpeg-turbo and
+OpenCV release the GIL). A JPEG is decoded at 1/2, 1/4 or 1/8 scale when the output is at
+most that fraction of its box, only the box where loaders._jpegroi is built, then resized:
+bilinear, area when it still shrinks by more than 2, nearest for masks. Bad bytes are a
+FormatError naming the sample."""
 
 from __future__ import annotations
 
@@ -19,6 +18,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
+import torch
+from torch.utils.data import get_worker_info
 
 from loaders.format.jpeg import decode_jpeg, scratch
 from loaders.format.spec import FormatError
@@ -34,9 +35,8 @@ FACTORS = (8, 4, 2)  # libjpeg's power-of-two DCT scales, largest first
 # box 240 us alone, 330 whole; a 224 centre 310 against 285; with fast_dct 157 against 170).
 ROI_SHARE = 0.7
 ROI_SHARE_FAST = 0.9
-# JPEG batches this large or more are allocated once their headers say they are the sides the
-# manifest claims (a lie of 16000 px for 32 px files costs B x 768 MB first); below, each
-# decode checks its own.
+# JPEG batches this large or more are allocated once the headers agree with the manifest's sides
+# (a lie of 16000 px for 32 px files costs B x 768 MB first); below, each decode checks its own.
 CHECKED_BYTES = 64 << 20
 T = TypeVar("T")  # what a pool's threads are given: jobs, or ranges of a batch
 
@@ -52,8 +52,6 @@ class Pool:
         self._lock = threading.Lock()  # loader threads may share one dataset
 
     def map(self, fn: Callable[[Sequence[T]], None], jobs: Sequence[T]) -> None:
-        from torch.utils.data import get_worker_info
-
         n = min(self.threads, len(jobs))
         if n <= 1 or get_worker_info() is not None:
             fn(jobs)
@@ -74,28 +72,6 @@ class Pool:
         self.__dict__.update(state, _lock=threading.Lock())
 
 
-class Places(Sequence[str]):
-    """Where each sample of a batch is, for errors: "FILE (shard S, sample K)", made only when
-    asked for."""
-
-    def __init__(
-        self,
-        files: dict[int, object],
-        shard: np.ndarray,
-        local: np.ndarray,
-        source: Callable[[int, int], str | None] | None = None,  # ShardStore.source
-    ):
-        self.files, self.shard, self.local, self.source = files, shard, local, source
-
-    def __len__(self) -> int:
-        return len(self.local)
-
-    def __getitem__(self, j: int) -> str:  # type: ignore[override]
-        s, k = int(self.shard[j]), int(self.local[j])
-        src = self.source(s, k) if self.source is not None else None
-        return f"{self.files[s]} (shard {s}, sample {k}){f', packed from {src}' if src else ''}"
-
-
 @dataclass
 class Job:
     """One sample of a batch: `src` (JPEG bytes, or pixels (h, w[, C])), `dst` its batch row."""
@@ -106,7 +82,7 @@ class Job:
     hw: tuple[int, int]  # the stored image's (h, w)
     box: tuple[int, ...]  # (top, left, height, width) in it
     crc: int | None  # the stored CRC-32 of a JPEG sample's bytes
-    places: Places  # where the batch's samples are, for errors
+    places: Sequence[str]  # where the batch's samples are, for errors (memory.Places)
     row: int  # this sample's row in the batch
     nearest: bool = False  # a mask: class ids are never blended
     fast: bool = False  # JPEG: the fast integer IDCT and plain upsampling
@@ -251,7 +227,7 @@ def jobs_for(
     hw: np.ndarray,
     boxes: np.ndarray,
     crcs: np.ndarray | None,
-    places: Places,
+    places: Sequence[str],
     nearest: bool = False,
     fast: bool = False,
 ) -> list[Job]:
@@ -271,3 +247,53 @@ def fill(jobs: Sequence[Job], pool: Pool) -> None:
 def _run_all(jobs: Sequence[Job]) -> None:
     for job in jobs:
         _run(job)
+
+
+def decode_cuda(
+    srcs: Sequence[np.ndarray],
+    crcs: np.ndarray | None,
+    hw: np.ndarray,
+    boxes: np.ndarray,
+    out_hw: tuple[int, int],
+    channels: int,
+    wheres: Sequence[str],
+) -> torch.Tensor:
+    """uint8 (B, C, oh, ow) on the current CUDA device: the JPEG samples decoded at once by
+    nvJPEG (torchvision, the `gpu` extra) in the main process (CUDA cannot start in forked
+    workers), each one's box resized to `out_hw` (bilinear, antialiased when it shrinks)."""
+    if get_worker_info() is not None:
+        raise RuntimeError(
+            'decode="cuda" decodes in the main process (CUDA cannot start in forked workers). '
+            "HINT: make_loader(..., num_workers=0), or decode='cpu' in workers"
+        )
+    try:
+        from torchvision.io import ImageReadMode, decode_jpeg
+    except ImportError as e:
+        raise ImportError(
+            "decode='cuda' needs torchvision. HINT: pip install '.[gpu]' (or decode='cpu')"
+        ) from e
+    for j, src in enumerate(srcs):
+        check_crc(src, None if crcs is None else int(crcs[j]), wheres, j)
+    data = [torch.from_numpy(np.array(src)) for src in srcs]  # a copy: the maps are read-only
+    mode = ImageReadMode.GRAY if channels == 1 else ImageReadMode.RGB
+    try:
+        images = decode_jpeg(data, mode=mode, device="cuda")
+    except RuntimeError as e:
+        raise FormatError(
+            f"a JPEG sample of {wheres[0]} ... {wheres[-1]} cannot be decoded ({e}). "
+            "HINT: run `prep verify`, then repack"
+        ) from e
+    out = torch.empty((len(srcs), channels, *out_hw), dtype=torch.uint8, device="cuda")
+    for j, img in enumerate(images):
+        if tuple(img.shape[1:]) != (int(hw[j, 0]), int(hw[j, 1])):
+            raise FormatError(f"{wheres[j]}: decoded {tuple(img.shape[1:])}, stored {hw[j]}")
+        top, left, h, w = (int(v) for v in boxes[j])
+        region = img[:, top : top + h, left : left + w]
+        if (h, w) != out_hw:
+            shrink = h > out_hw[0] or w > out_hw[1]
+            resized = torch.nn.functional.interpolate(
+                region[None].float(), size=out_hw, mode="bilinear", antialias=shrink
+            )
+            region = resized[0].round_().clamp_(0, 255)
+        out[j] = region
+    return out.contiguous(memory_format=torch.channels_last)

@@ -5,6 +5,7 @@ ragged one its data back to back with count + 1 offsets (JPEG stays compressed).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from functools import cached_property
 
 import numpy as np
@@ -12,13 +13,34 @@ import torch
 
 from loaders.format import OFFSETS
 from loaders.read.batches import new_shared
-from loaders.read.decode import Places
 from loaders.read.store import ShardStore
 
 
 def _shared(nbytes: int) -> torch.Tensor:
     """uint8 over new shared memory, not zeroed (no copy of garbage, as new_batch)."""
     return torch.empty(0, dtype=torch.uint8).set_(new_shared(nbytes))
+
+
+class Places(Sequence[str]):
+    """Where each sample of a batch is, for errors: "FILE (shard S, sample K)", made only when
+    asked for."""
+
+    def __init__(
+        self,
+        files: dict[int, object],
+        shard: np.ndarray,
+        local: np.ndarray,
+        source: Callable[[int, int], str | None] | None = None,  # ShardStore.source
+    ):
+        self.files, self.shard, self.local, self.source = files, shard, local, source
+
+    def __len__(self) -> int:
+        return len(self.local)
+
+    def __getitem__(self, j: int) -> str:  # type: ignore[override]
+        s, k = int(self.shard[j]), int(self.local[j])
+        src = self.source(s, k) if self.source is not None else None
+        return f"{self.files[s]} (shard {s}, sample {k}){f', packed from {src}' if src else ''}"
 
 
 class SharedArrays:
