@@ -1,10 +1,7 @@
-"""Batches and the memory they are read into: index checks, Batch, and the buffers reused
-between batches (`new_batch`: the loader's BufferPool or pinned memory, a worker's SharedRing).
-
-torch's workers send each batch in fresh shared memory, whose page faults cost several times
-the copy (bench row 4c). A SharedRing keeps a few segments, each behind a header (MAGIC, then
-a busy byte) that the main process clears once it has copied the batch out (`copy_out`).
-"""
+"""Batches and the buffers reused between them (`new_batch`: the loader's BufferPool or pinned
+memory, a worker's SharedRing). torch's workers send each batch in fresh shared memory, whose
+page faults cost several times the copy (bench row 4c): a SharedRing keeps a few segments,
+each behind a header (MAGIC, a busy byte) cleared once the main process has copied it out."""
 
 from __future__ import annotations
 
@@ -59,8 +56,7 @@ class Batch(Sequence[tuple[torch.Tensor, ...]]):
 
 
 def _unheld(t: torch.Tensor) -> bool:
-    """No tensor, view or array but ours refers to `t`'s storage (2: our tensor and the storage
-    object made to ask); never, where torch cannot tell."""
+    """No tensor, view or array but ours refers to `t`'s storage (2: ours and the one asking)."""
     return _storage_users is not None and _storage_users(t.untyped_storage()._cdata) <= 2
 
 
@@ -132,8 +128,7 @@ def new_batch(
 
 
 def new_shared(nbytes: int) -> torch.UntypedStorage:
-    """Shared memory for a batch, as default_collate makes it (`share_memory_()` would copy a
-    new tensor's garbage into it: 6x slower for a 256-image batch)."""
+    """Shared memory, as default_collate makes it (`share_memory_()` copies garbage: 6x slower)."""
     return torch.UntypedStorage._new_shared(nbytes)
 
 
@@ -142,9 +137,8 @@ def _header(storage: torch.UntypedStorage) -> torch.Tensor:
 
 
 class SharedRing(Ring[torch.Tensor]):
-    """A worker's ring of shared-memory segments (their headers), `keep` per (field, shape,
-    dtype). A new pass (`passes`, counted by the main process) frees every segment: a batch
-    left in flight by a pass left early is dropped before the new pass's first indices."""
+    """A worker's ring of shared-memory segments (their headers). A new pass (`passes`, counted
+    by the main process) frees them all: a batch left in flight by a pass left early is gone."""
 
     def __init__(self, keep: int, passes: torch.Tensor | None = None, shapes: int = 8):
         super().__init__(keep, shapes)
@@ -179,8 +173,7 @@ def _segment(nbytes: int) -> torch.Tensor:
 
 
 class StartWorker:
-    """A DataLoader `worker_init_fn`: the worker's batches come from a SharedRing, then the
-    user's own `worker_init_fn` runs. Picklable for spawned workers."""
+    """A picklable `worker_init_fn`: the worker reads into a SharedRing, then the user's runs."""
 
     def __init__(self, keep: int, passes: torch.Tensor, then: Any = None):
         self.keep, self.passes, self.then = keep, passes, then
@@ -202,9 +195,9 @@ def _ring_header(t: torch.Tensor) -> torch.Tensor | None:
 
 
 def copy_out(data: Any, alloc: Alloc, seen: deque[torch.UntypedStorage]) -> Any:
-    """`data` (tensors in tuples, lists and dicts) with every tensor of a worker's ring copied
-    into memory from `alloc`, its segment then marked free and kept in `seen` (torch maps a
-    segment received again to the same memory while this process holds it)."""
+    """`data` (tensors in tuples, lists, dicts) with every tensor of a worker's ring copied into
+    memory from `alloc`, its segment then marked free and kept in `seen` (a segment received
+    again maps to the same memory while this process holds it)."""
     copies: dict[int, torch.Tensor] = {}  # segment address -> its copy (views share one)
     heads: list[torch.Tensor] = []
     result = _copy(data, alloc, copies, heads)

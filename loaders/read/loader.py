@@ -1,8 +1,6 @@
-"""make_loader: a DataLoader that keeps the datasets' batched reads. Without worker processes
-a few threads of the training process read ahead while the step runs (numpy and torch release
-the GIL for the copies), into a ring of reused buffers or pinned memory, in the order the
-plain DataLoader gives; worker processes (for Python-heavy datasets) copy their batches out of
-their shared-memory rings (loaders.read.batches)."""
+"""make_loader: a DataLoader that keeps the datasets' batched reads. Without worker processes,
+threads read ahead while the step runs (the copies release the GIL) into reused buffers, in
+the plain DataLoader's order; workers' batches are copied out of their shared-memory rings."""
 
 from __future__ import annotations
 
@@ -25,8 +23,7 @@ from loaders.read.samplers import ShardSampler
 
 
 def collate_batch(batch: Any) -> Any:
-    """Collate for datasets with a batched `__getitems__`: a Batch is already collated.
-    Samples of different shapes are said to be so, not with torch's bare stack error."""
+    """A Batch as it is; samples of different shapes said to be so, not by torch's bare error."""
     if isinstance(batch, Batch):
         return batch.tensors
     try:
@@ -207,8 +204,7 @@ def _read_ahead(loader: Loader) -> Iterator[Any]:
 
 
 class CopyOut:
-    """The main process's side of the workers' rings: each batch of `batches` copied out
-    (pinned for a GPU, else into `pool`); `seen` (see copy_out) lasts as long as the workers."""
+    """Each batch of the workers copied out of their rings (pinned for a GPU, else to `pool`)."""
 
     def __init__(self, batches: Any, pool: BufferPool, pin: bool, seen: deque[Any]):
         self._batches, self._alloc, self._seen = batches, pinned if pin else pool.get, seen

@@ -136,9 +136,8 @@ class ShardSampler(Sampler[int]):
         self.epoch = epoch
 
     def skip(self, samples: int) -> None:
-        """Start the next pass after the first `samples` indices of this rank's share (batches
-        done x batch size), to resume an epoch where a run stopped (`set_epoch(e)` first): the
-        same order, batches and augmentations as the whole pass. Later passes are whole."""
+        """Start the next pass after the first `samples` of this rank's share, to resume an epoch
+        (`set_epoch(e)` first) with the whole pass's order and batches. Later passes are whole."""
         if samples < 0:
             raise ValueError(f"skip({samples}): a count of samples already read, 0 or more")
         self._skip = samples

@@ -47,9 +47,8 @@ EAGER_SHARDS = 4096
 
 
 class Backend(Protocol):
-    """Where a dataset's files are: the manifest's bytes and stamp (None: gone), the shard
-    index's resolver (loaders.format.Resolve), a local path to map a manifest-relative file
-    name at, and check_files' lines for the files."""
+    """Where a dataset's files are: the manifest and its stamp (None: gone), the shard index's
+    resolver, a local path for a manifest-relative name, check_files' lines for the files."""
 
     root: Any  # a Path; for a remote backend a loaders.remote.Url (a str joined like a Path)
 
@@ -103,10 +102,9 @@ def make_backend(root: str | os.PathLike[str], max_open: int, **remote: Any) -> 
 
 
 class ShardStore:
-    """A dataset folder: its manifest and fields, checked against the files when made (each
-    shard when first read, past EAGER_SHARDS), and its shard arrays, mapped lazily, at most
-    `max_open` at a time (least recently used first out). Pickles without the manifest and
-    the maps: a worker reads the manifest again, refusing it unless it has the same bytes."""
+    """A dataset folder: its manifest, checked against the files when made (past EAGER_SHARDS,
+    each shard when first read), and its arrays, mapped lazily, at most `max_open` at a time.
+    Pickles without manifest and maps: a worker reads the manifest again (the same bytes)."""
 
     def __init__(
         self,
