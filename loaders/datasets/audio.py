@@ -1,5 +1,4 @@
-"""AudioDataset: windows (or whole clips) of a `prep audio` dataset, each a slice of the map
-copied into the batch: nothing is decoded or resampled at read time."""
+"""AudioDataset: windows of a `prep audio` dataset, slices of the map (nothing decoded)."""
 
 from __future__ import annotations
 
@@ -15,18 +14,14 @@ from loaders.datasets.base import Remote, ShardedDataset
 from loaders.datasets.samples import ArrayReading, SampleBatch
 from loaders.fields.audio import Audio
 from loaders.fields.batching import ragged_batch
-from loaders.read.memory import by_shard
 
 AUDIO = "audio"  # the samples' field (prep.kinds.audio.pack)
 
 
 class AudioDataset(ShardedDataset):
-    """Clips of a `prep audio` dataset as dict batches: `audio` a window of round(seconds *
-    rate) samples a clip, int16 (or float16) (B, W), or (B, C, W) without --mono, and
-    `audio_len` its samples that are the clip's (a shorter one is padded with zeros). The
-    window starts at a point drawn from (seed, epoch, index) with `random`, else at the
-    centre. `seconds=None`: whole clips padded to the batch's longest. `fields` adds other
-    fields of the dataset (default: label, when there is one)."""
+    """Dict batches: `audio`, a window of round(seconds * rate) samples a clip (B, W), (B, C, W)
+    without --mono, from a start drawn from (seed, epoch, index) with `random`, else centred,
+    zero-padded, and `audio_len`; `seconds=None`: whole clips. `fields`: others (label)."""
 
     dicts = True
 
@@ -58,13 +53,8 @@ class AudioDataset(ShardedDataset):
 
     def lengths(self, indices: Sequence[int]) -> np.ndarray:
         """Each clip's length in samples (frames), for bucketing by duration."""
-        shard, local = self._locate(indices)
-        out = np.empty(len(local), np.int64)
-        for s, pos in by_shard(shard):
-            off = self.arrays.ragged(s, AUDIO)[1]
-            k = local[pos]
-            out[pos] = (off[k + 1] - off[k]) // self.channels
-        return out
+        pieces = ArrayReading(self, self._checked(indices)).pieces(AUDIO)  # views: nothing read
+        return np.array([len(p) // self.channels for p in pieces], np.int64)
 
     def starts(self, index: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         """Each window's first sample: drawn uniformly over the clip (random), else centred."""
@@ -78,7 +68,7 @@ class AudioDataset(ShardedDataset):
     def __getitems__(self, indices: Sequence[int]) -> SampleBatch:
         index = self._checked(indices)
         reading = ArrayReading(self, index)
-        out: dict[str, Any] = self._windows(index, reading.groups, reading.local)
+        out: dict[str, Any] = self._windows(index, reading.pieces(AUDIO))
         for f in self.fields[1:]:
             if f == "index":
                 out[f] = self._index(index)
@@ -87,17 +77,9 @@ class AudioDataset(ShardedDataset):
                 out |= {k: _widened(v) for k, v in got.items()}
         return SampleBatch(out, len(index))
 
-    def _windows(
-        self, index: np.ndarray, groups: list[tuple[int, np.ndarray]], local: np.ndarray
-    ) -> dict[str, Any]:
-        """`audio` (windows, or whole clips padded) and `audio_len` of the batch."""
+    def _windows(self, index: np.ndarray, pieces: list[np.ndarray]) -> dict[str, Any]:
+        """`audio` (windows, or whole clips padded) and `audio_len` of the clips `pieces`."""
         c = self.channels
-        pieces: list[np.ndarray] = [np.empty(0)] * len(local)
-        for s, pos in groups:
-            data, off = self.arrays.ragged(s, AUDIO)
-            for j in pos.tolist():
-                k = int(local[j])
-                pieces[j] = data[off[k] : off[k + 1]]
         lens = np.array([len(p) // c for p in pieces], np.int64)
         if self.window is None:
             got = ragged_batch(AUDIO, pieces, () if self.mono else (c,), "pad")
@@ -107,7 +89,7 @@ class AudioDataset(ShardedDataset):
         w = self.window
         first = self.starts(index, lens)
         dtype = self.store.manifest.arrays[AUDIO].dtype
-        buf = np.zeros((len(local), c, w), dtype)  # (B, C, W): channels first, contiguous
+        buf = np.zeros((len(pieces), c, w), dtype)  # (B, C, W): channels first, contiguous
         n = np.minimum(lens - first, w)
         for j, p in enumerate(pieces):
             a = int(first[j]) * c

@@ -1,5 +1,4 @@
-"""ShardedDataset: what every dataset over a packed folder shares (its store, split, index
-lookup, epoch, checks and pickling); DecodingDataset adds the decoding of image samples."""
+"""ShardedDataset, what every dataset over a packed folder shares, and DecodingDataset."""
 
 from __future__ import annotations
 
@@ -23,9 +22,8 @@ from loaders.read.store import ShardStore
 
 
 class Remote(TypedDict, total=False):
-    """What a dataset takes besides its root: `max_open` maps at a time (ShardStore), and for a
-    URL (loaders.remote) the node's `cache_dir` (default ~/.cache/prep), its `cache_limit`
-    (bytes, or "200GB") and fsspec's `storage_options`."""
+    """`max_open` maps at a time (ShardStore); for a URL (loaders.remote) the node's `cache_dir`
+    (default ~/.cache/prep), its `cache_limit` (bytes, or "200GB"), fsspec's `storage_options`."""
 
     max_open: int
     cache_dir: str | os.PathLike[str] | None
@@ -44,13 +42,10 @@ class Decoding(Remote, total=False):
 
 class ShardedDataset(Dataset[Any]):
     """A packed dataset at `root` (a folder or an fsspec URL), read from the shards of `split`
-    (None: every shard). Subclasses read a batch in `__getitems__`; `__getitem__` is a batch
-    of one unless items have shapes of their own (`itemized`: volumes, documents).
-
-    Pickles to a few hundred bytes (no map, nothing the manifest gives); the size and epoch
-    live in shared memory so that `set_epoch` and `set_size` reach persistent workers.
-    `outputs` names what a batch holds, in order (MixedDataset mixes by them); `dicts`:
-    batches are dicts of them, else tuples."""
+    (None: all). Subclasses read a batch in `__getitems__` (`__getitem__`: a batch of one), or
+    items of shapes of their own in `__getitem__` (`itemized`). Pickles small; the size and
+    epoch live in shared memory, for persistent workers. `outputs` names what a batch holds
+    (MixedDataset mixes by them); `dicts`: batches are dicts of them, else tuples."""
 
     dicts: ClassVar[bool] = False
     itemized: ClassVar[bool] = False
@@ -129,8 +124,8 @@ class ShardedDataset(Dataset[Any]):
         return int(self._starts[-1])
 
     def _checked(self, indices: Sequence[int] | np.ndarray, n: int | None = None) -> np.ndarray:
-        """A batch's indices into `n` items (default: len), checked (check_indices), after the
-        once-a-batch check that the folder was not repacked (FormatError if it was)."""
+        """A batch's indices into `n` items (default: len), checked, once the store is (repacked
+        folders: FormatError)."""
         self.store.check()
         return check_indices(indices, len(self) if n is None else n)
 
@@ -229,9 +224,8 @@ class DecodingDataset(ShardedDataset):
         key: str,
         mask: bool = False,
     ) -> torch.Tensor:
-        """Samples `srcs` (JPEG bytes, their `crcs` checked first, or pixels of stored sides
-        `hw`), each one's box resized to a batch of `shape` (B, H, W[, C]): uint8 (B, C, H, W)
-        views of HWC rows (on the GPU for decode="cuda"), or (B, H, W) masks."""
+        """Samples `srcs` (JPEG bytes or pixels, of stored sides `hw`), each one's box resized to
+        a batch of `shape` (B, H, W[, C]): uint8 (B, C, H, W) views of HWC rows, or masks."""
         if jpeg:  # the headers' sides, before a batch of the manifest's is allocated
             check_sides(srcs, hw, crcs, places, math.prod(shape))
         if self.decode == "cuda" and jpeg:

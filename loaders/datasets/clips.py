@@ -1,5 +1,4 @@
-"""ClipDataset: clips of `frames` frames `stride` apart read from a `prep video` dataset's
-maps, no video decoder; the crop box and the flip are drawn once a clip, for all its frames."""
+"""ClipDataset: clips of a `prep video` dataset's frames, read from the maps."""
 
 from __future__ import annotations
 
@@ -20,12 +19,10 @@ from loaders.read.memory import Places
 
 
 class ClipDataset(DecodingDataset):
-    """Clips (T, C, H, W) uint8 of Video field `field` (default: the first), with the label
-    (int64) when there is one: a batch is (clips (B, T, C, H, W), labels (B,)). Without
-    `clips_per_video`, index i is video i from a start drawn from (seed, epoch, i); with it,
-    clip i % clips_per_video of video i // clips_per_video, at evenly spaced starts. A video
-    shorter than the clip repeats its last frame. `crop` resizes every clip to one shape
-    (needed for mode short or keep); `flip`: mirror a clip with probability 1/2."""
+    """Batches (clips uint8 (B, T, C, H, W), labels (B,) when labelled) of `frames` frames
+    `stride` apart of Video field `field`: index i is video i from a start drawn from (seed,
+    epoch, i), or with `clips_per_video` k clip i % k of video i // k, evenly spaced. `crop`
+    (needed for mode short, keep) and `flip` are drawn once a clip; short videos repeat."""
 
     def __init__(
         self,
@@ -125,5 +122,5 @@ class ClipDataset(DecodingDataset):
         return super().source(clip // (self.clips_per_video or 1))
 
     def _shown(self) -> dict[str, Any]:
-        said = {"clips": len(self), "frames": self.frames, "stride": self.stride}
-        return {"field": self.field, **said, "crop": self.crop}
+        said = dict(field=self.field, clips=len(self), frames=self.frames, stride=self.stride)
+        return said | dict(crop=self.crop)

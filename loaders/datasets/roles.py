@@ -50,15 +50,13 @@ def _one(
 
 
 def _as(read: Mapping[str, Field], role: str, image: str | None = None) -> list[str]:
-    """The fields read that a pipeline moves as `role` (Field.follows), of image field `image`
-    where given."""
+    """The fields read that a pipeline moves as `role` (of image field `image`, where given)."""
     of = [f for f, d in read.items() if d.follows() == role]
     return [f for f in of if image is None or getattr(read[f], "image", None) == image]
 
 
 def roles_of(declared: Mapping[str, Field], fields: Sequence[str], root: object) -> Roles:
-    """Each field's role (see the module's docstring); a dataset a pipeline cannot serve is a
-    ValueError with the fix."""
+    """Each field's role; a ValueError with the fix for a dataset a pipeline cannot serve."""
     read = {f: declared[f] for f in fields if f in declared}
     unmoved = [f for f, d in read.items() if d.placed and d.follows() not in ROLES]
     if unmoved:
@@ -76,8 +74,7 @@ def roles_of(declared: Mapping[str, Field], fields: Sequence[str], root: object)
 
 
 def crop_roles(declared: Mapping[str, Field], fields: Sequence[str], root: object) -> Roles | None:
-    """What a load-time `crop=` drops with a box it cuts away (its image read or not); None
-    when no boxes are read."""
+    """What a load-time `crop=` drops with a box it cuts away; None when no boxes are read."""
     read = {f: declared[f] for f in fields if f in declared}
     boxes = _one(read, "boxes", root, by="crop=")
     if boxes is None:

@@ -1,5 +1,4 @@
-"""SampleDataset: a dataset packed by `prep.pack_samples`, a dict of fields a batch, and
-ImageShardDataset, its view of an image pack (`prep pack`) as tuples."""
+"""SampleDataset (`prep.pack_samples`: a dict of fields a batch) and ImageShardDataset."""
 
 from __future__ import annotations
 
@@ -24,8 +23,7 @@ from loaders.transforms import Compose
 
 
 class SampleBatch(Batch):
-    """A batch read at once: a dict of the fields (tensors, lists of str...). `collate_batch`
-    returns the dict; a plain DataLoader's default collate gets it as a sequence of dicts."""
+    """A batch as a dict of the fields; to default_collate, a sequence of dicts."""
 
     def __init__(self, fields: dict[str, Any], n: int):
         self.tensors = fields  # type: ignore[assignment]
@@ -41,19 +39,12 @@ class SampleBatch(Batch):
 
 
 class SampleDataset(DecodingDataset):
-    """Samples of a `prep.pack_samples` dataset as dicts of `fields` (default: every field),
-    each as its kind reads it (loaders.fields); "index" adds each sample's dataset index.
-
-    Ragged fields follow `ragged` (one policy, or field -> policy): "pad" (zeros to the
-    batch's longest, with `NAME_len`), "list" (a tensor a sample) or "jagged" (a nested
-    tensor). Images are uint8 (B, C, H, W) at `size` (`set_size` switches), cropped by `crop=`
-    (required for mode keep); `in_memory=True` reads the fields into shared memory once.
-
-    `transforms=`: a loaders.transforms.Compose run on each batch as it is read, drawing from
-    (its seed, the epoch, index), the image's mask, boxes and keypoints moved along
-    (loaders.datasets.roles). On a mode keep image without `crop=`, a leading
-    RandomResizedCrop of it becomes the crop. A crop or pipeline drops the boxes it leaves
-    under 1 px with their per-box fields."""
+    """Samples as dicts of `fields` (default: all), each as its kind reads it (loaders.fields);
+    "index": each sample's dataset index. Ragged fields follow `ragged` (a policy, or field ->
+    policy): "pad" (with `NAME_len`), "list" or "jagged". Images are uint8 (B, C, H, W) at
+    `size` (`set_size` switches), cropped by `crop=` (required for mode keep). `in_memory`:
+    the fields read into shared memory once. `transforms=`: a Compose run on each batch read
+    (loaders.datasets.roles); on a mode keep image, its leading RandomResizedCrop is the crop."""
 
     dicts = True
 
@@ -132,13 +123,9 @@ class SampleDataset(DecodingDataset):
 
     @property
     def read_threads(self) -> int | None:
-        """make_loader's reading threads: 2 when images are decoded on the CPU, so that one
-        batch's bookkeeping overlaps another's decoding."""
-        images = [self.declared[f] for f in self.fields if f != "index"]
-        decodes = any(
-            isinstance(d, Image) and ("jpeg" in str(d.codec) or self.crop is not None)
-            for d in images
-        )
+        """make_loader's threads: 2 for images decoded on the CPU (bookkeeping beside decoding)."""
+        images = [d for f in self.fields if isinstance(d := self.declared.get(f), Image)]
+        decodes = any("jpeg" in str(d.codec) for d in images) or bool(images and self.crop)
         return 2 if decodes and self.decode == "cpu" else None
 
     def __getitems__(self, indices: Sequence[int]) -> SampleBatch:
@@ -202,8 +189,7 @@ class ImageShardDataset(SampleDataset):
 
 
 class ArrayReading:
-    """One batch being read of a samples dataset: the arrays a field's `read` asks for
-    (loaders.fields.base.Reading), without images or crops (AudioDataset's)."""
+    """One batch being read: the arrays a field's `read` asks for (loaders.fields.Reading)."""
 
     size: int | None = None
 

@@ -33,16 +33,11 @@ class _Plan:
 
 
 class TableDataset(ShardedDataset):
-    """The rows of one split: item i is (x_num, x_cat, y) (no y without --target): numeric
-    columns float32 with NaN for missing (times: ns since the epoch), codes int64, y float32 or
-    int64; then with `missing_mask=True` (packed with --missing-mask) the missing mask, bool
-    (n_num,), and with `index=True` the row's index, int64 (). `in_memory=True` reads the split
-    into RAM once per process (n x (4 n_num + 8 n_cat + 8) bytes).
-
-    `numeric_columns`, `categorical_columns`: the names in x's order; `vocab[name]`: the values
-    of codes 2, 3, ... (0 is missing, 1 unseen in train); `mean`, `std`: float32 (n_num,) over
-    the train rows. A text or --categorical target is a class id 0..K-1: `classes` are their
-    names, `num_classes` is K (an integer target's max + 1)."""
+    """The rows of one split: item i is (x_num, x_cat, y) (y with --target): numeric columns
+    float32, NaN for missing (times: ns since the epoch), codes int64; then the missing mask,
+    bool (n_num,), with `missing_mask=True`, and the row's index with `index=True`.
+    `in_memory=True` reads the split into RAM once per process. `vocab[name]`: the values of
+    codes 2, 3, ...; `mean`, `std`: over the train rows; `classes`: a coded target's names."""
 
     @property
     def outputs(self) -> tuple[str, ...]:
@@ -113,8 +108,7 @@ class TableDataset(ShardedDataset):
 
     @cached_property
     def _target_first(self) -> int:
-        """A coded target's first class's code: 0 (class ids), or 2 in datasets packed before
-        targets were class ids."""
+        """A coded target's first code: 0 (class ids), or 2 (packed before class ids)."""
         return self._columns[self.target].first if self.target is not None else 2
 
     @cached_property
@@ -261,10 +255,5 @@ class TableDataset(ShardedDataset):
         return [names[c] for c in flat.tolist()]
 
     def _shown(self) -> dict[str, Any]:
-        return {
-            "split": self.split,
-            "rows": len(self),
-            "numeric": len(self.numeric_columns),
-            "categorical": len(self.categorical_columns),
-            "target": self.target,
-        }
+        n, c = len(self.numeric_columns), len(self.categorical_columns)
+        return dict(split=self.split, rows=len(self), numeric=n, categorical=c, target=self.target)

@@ -84,10 +84,8 @@ class _TokenSplit(ShardedDataset):
 
 
 class TokenWindowDataset(_TokenSplit):
-    """Training windows over one split: item i is (x, y), int64 (block_size,) each, x the
-    split's tokens [i * stride, i * stride + block_size) and y the same shifted by one; with
-    `index=True`, i too, int64 (). Windows run over document ends (marked by the
-    end-of-document token, as in GPT-2 training) and shard ends; `len` counts whole ones."""
+    """Item i: (x, y), int64 (block_size,) each, x the split's tokens from i * stride and y
+    the same shifted by one (and i, with `index=True`), over document and shard ends."""
 
     def __init__(
         self,
@@ -129,21 +127,13 @@ class TokenWindowDataset(_TokenSplit):
         idx = self._checked(indices)
         buf = np.empty((len(idx), self.block_size + 1), self.dtype)
         self._read_windows(idx * self.stride, buf)
-        x = new_batch((len(idx), self.block_size), getattr(torch, OUT_DTYPE))
-        y = new_batch((len(idx), self.block_size), getattr(torch, OUT_DTYPE))
-        x.numpy()[:] = buf[:, :-1]
-        y.numpy()[:] = buf[:, 1:]
+        x, y = (new_batch((len(idx), self.block_size), getattr(torch, OUT_DTYPE)) for _ in range(2))
+        x.numpy()[:], y.numpy()[:] = buf[:, :-1], buf[:, 1:]
         return Batch((x, y, self._index(idx)) if self.with_index else (x, y))
 
     def _shown(self) -> dict[str, Any]:
-        return {
-            "block_size": self.block_size,
-            "split": self.split,
-            "stride": self.stride,
-            "windows": len(self),
-            "tokens": self.num_tokens,
-            "vocab_size": self.vocab_size,
-        }
+        said = dict(block_size=self.block_size, split=self.split, stride=self.stride)
+        return said | dict(windows=len(self), tokens=self.num_tokens, vocab_size=self.vocab_size)
 
 
 class DocumentDataset(_TokenSplit):
@@ -191,5 +181,5 @@ class DocumentDataset(_TokenSplit):
         return tokens, torch.tensor(int(index) % len(self), dtype=torch.int64)  # span checked it
 
     def _shown(self) -> dict[str, Any]:
-        said = {"documents": len(self), "tokens": self.num_tokens, "vocab_size": self.vocab_size}
-        return {"split": self.split, **said}
+        said = dict(documents=len(self), tokens=self.num_tokens, vocab_size=self.vocab_size)
+        return dict(split=self.split, **said)

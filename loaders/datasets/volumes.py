@@ -21,11 +21,9 @@ VOLUMES = ("image", "label")  # the voxels (a Volume field) and their class ids 
 
 
 class VolumeDataset(ShardedDataset):
-    """Whole volumes: item v is a tuple in `fields` order (default: "image", and "label" when
-    labelled) of (1, D, H, W) tensors, the image in its stored dtype, the label uint8; "target"
-    (packed with --targets) the volume's row, a 0-d tensor for one column, float32 when a
-    column is float, else int64; "index" the item's index, int64 (). `meta(v)`: the volume's
-    geometry, stored and as in its source scan."""
+    """Whole volumes: item v is a tuple in `fields` order (default: "image", "label") of
+    (1, D, H, W) tensors; "target" the volume's --targets (float32 or int64), "index" v.
+    `meta(v)`: the volume's geometry, stored and as in its source scan."""
 
     itemized = True
 
@@ -115,11 +113,9 @@ class VolumeDataset(ShardedDataset):
 
 
 class PatchDataset(VolumeDataset):
-    """Random patches: item i is a patch of volume i // per_volume, a tuple in `fields` order
-    of (1, *patch) tensors ("index": i, the patch's). Its centre depends on (seed, epoch, i)
-    alone: with probability `foreground` (a labelled volume) a labelled voxel of a class drawn
-    uniformly, else anywhere. A patch stays inside its volume; along an axis shorter than the
-    patch the volume is centred and padded (with its packing pad; labels with 0)."""
+    """Item i: a patch of volume i // per_volume, (1, *patch) tensors, from a centre drawn from
+    (seed, epoch, i): with probability `foreground` a labelled voxel of a class drawn uniformly,
+    else anywhere; centred and padded along axes shorter than the patch."""
 
     itemized = False  # patches share one shape
 
@@ -220,11 +216,5 @@ class PatchDataset(VolumeDataset):
         return self.__getitems__([index])[0]  # a patch is a batch of one, not a whole volume
 
     def _shown(self) -> dict[str, Any]:
-        return {
-            "patch": self.patch,
-            "per_volume": self.per_volume,
-            "foreground": self.foreground,
-            "seed": self.seed,
-            "volumes": super().__len__(),
-            "patches": len(self),
-        }
+        said = dict(patch=self.patch, per_volume=self.per_volume, foreground=self.foreground)
+        return said | dict(seed=self.seed, volumes=super().__len__(), patches=len(self))
