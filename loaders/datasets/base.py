@@ -16,7 +16,7 @@ from loaders.augment.crops import Crop
 from loaders.fields.base import Field
 from loaders.fields.registry import declared
 from loaders.read.batches import BufferPool, check_indices, new_batch
-from loaders.read.decode import Pool, check_sides, decode_cuda, fill, jobs_for
+from loaders.read.decode import Pool, check_sides, decode_cuda, fill
 from loaders.read.memory import Places, SharedArrays
 from loaders.read.store import ShardStore
 
@@ -231,6 +231,5 @@ class DecodingDataset(ShardedDataset):
         if self.decode == "cuda" and jpeg:
             return decode_cuda(srcs, crcs, hw, boxes, (shape[1], shape[2]), shape[3], places)
         out = new_batch(shape, torch.uint8, self._buffers, key)
-        jobs = jobs_for(out.numpy(), srcs, jpeg, hw, boxes, crcs, places, mask, self.fast_dct)
-        fill(jobs, self._pool)
+        fill(out.numpy(), srcs, jpeg, hw, boxes, crcs, places, self._pool, mask, self.fast_dct)
         return out if mask else out.permute(0, 3, 1, 2)

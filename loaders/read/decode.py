@@ -65,11 +65,8 @@ class Pool:
         for fut in futures:
             fut.result()  # re-raises a FormatError of any sample
 
-    def __getstate__(self) -> dict[str, object]:
-        return {"threads": self.threads, "_pool": None, "_pid": 0}
-
-    def __setstate__(self, state: dict[str, object]) -> None:
-        self.__dict__.update(state, _lock=threading.Lock())
+    def __reduce__(self) -> tuple[type[Pool], tuple[int]]:  # a new pool, threads made on use
+        return Pool, (self.threads,)
 
 
 @dataclass
@@ -220,7 +217,7 @@ def decode_region(
     return out.reshape(h, w, channels)
 
 
-def jobs_for(
+def fill(
     dst: np.ndarray,
     srcs: Sequence[np.ndarray],
     jpeg: bool,
@@ -228,19 +225,17 @@ def jobs_for(
     boxes: np.ndarray,
     crcs: np.ndarray | None,
     places: Sequence[str],
+    pool: Pool,
     nearest: bool = False,
     fast: bool = False,
-) -> list[Job]:
-    """One Job a row of `dst` (B, oh, ow[, C]); `hw`, `boxes` and `crcs` a row a sample."""
+) -> None:
+    """Each row of `dst` (B, oh, ow[, C]) from its sample, a Job, on `pool`'s threads."""
     sides, box = hw.tolist(), boxes.tolist()
     crc = [None] * len(srcs) if crcs is None else crcs.tolist()
-    return [
+    jobs = [
         Job(dst[j], src, jpeg, tuple(sides[j]), tuple(box[j]), crc[j], places, j, nearest, fast)
         for j, src in enumerate(srcs)
     ]
-
-
-def fill(jobs: Sequence[Job], pool: Pool) -> None:
     pool.map(_run_all, jobs)
 
 
