@@ -71,7 +71,8 @@ class SampleDataset(DecodingDataset):
         if transforms is not None and self.crop is None and self._keep_images():
             found = roles.read_crop(transforms) if isinstance(transforms, Compose) else None
             self.crop, transforms = found if found is not None else (None, transforms)
-        if any(f in self.declared and self._arrays_sized(f) for f in self.fields):
+        read = {f: self.declared[f] for f in self.fields if f != "index"}
+        if any(s.size is not None for f, d in read.items() for s in d.arrays(f)):  # images
             if size is None and len(self.sizes) != 1:
                 raise ValueError(f"{self.store.root} has sizes {self.sizes}: pass size=")
             self.set_size(self.sizes[0] if size is None else size)
@@ -82,13 +83,9 @@ class SampleDataset(DecodingDataset):
             self._roles = roles.roles_of(self.declared, self.fields, self.store.root)
         elif self.crop is not None:  # a pipeline drops the boxes it cuts away: so does crop=
             self._cut = roles.crop_roles(self.declared, self.fields, self.store.root)
-        if in_memory:
-            stored = [a for f in self.fields if f != "index" for a in self._arrays_of(f)]
-            self.arrays.load(set(stored))
-
-    def _arrays_sized(self, field: str) -> bool:
-        """Whether a field stores an array a size (an image, or a field placed on one)."""
-        return any(s.size is not None for s in self.declared[field].arrays(field))
+        if in_memory:  # with what a field needs of others (a mask: its image's sides)
+            names = {array_name(s.field, s.size) for f, d in read.items() for s in d.arrays(f)}
+            self.arrays.load(names | {n for f, d in read.items() for n in d.needs(f)})
 
     def _keep_images(self) -> list[str]:
         """The image fields read that were packed with mode keep (their own shapes)."""
@@ -98,11 +95,6 @@ class SampleDataset(DecodingDataset):
     @cached_property
     def sizes(self) -> list[int]:
         return self.store.manifest.sizes()
-
-    def _arrays_of(self, field: str) -> list[str]:
-        f = self.declared[field]
-        names = [array_name(s.field, s.size) for s in f.arrays(field)] + f.needs(field)
-        return [n for n in names if n in self.store.manifest.arrays]  # needs: its image's sides
 
     @property
     def size(self) -> int | None:

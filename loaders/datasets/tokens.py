@@ -55,15 +55,12 @@ class _TokenSplit(ShardedDataset):
     def num_tokens(self) -> int:
         return int(self._token_starts[-1])
 
-    def _array(self, k: int, name: str) -> np.ndarray:  # of the split's k-th shard
-        return self.arrays.array(self._shards[k], name)
-
     def _read(self, start: int, out: np.ndarray) -> None:
         """Fill `out` with the split's tokens from `start` on, across shards if it must."""
         pos, filled = start, 0
         k = int(np.searchsorted(self._token_starts, pos, side="right")) - 1
         while filled < len(out):
-            tokens = self._array(k, "tokens")
+            tokens = self.arrays.array(self._shards[k], "tokens")
             local = pos - int(self._token_starts[k])
             n = min(len(out) - filled, len(tokens) - local)
             out[filled : filled + n] = tokens[local : local + n]
@@ -78,7 +75,9 @@ class _TokenSplit(ShardedDataset):
         for shard in np.unique(k[inside]).tolist():
             rows = np.flatnonzero(inside & (k == shard))
             local = starts[rows] - self._token_starts[shard]
-            out[rows] = self._array(shard, "tokens")[local[:, None] + np.arange(width)]
+            out[rows] = self.arrays.array(self._shards[shard], "tokens")[
+                local[:, None] + np.arange(width)
+            ]
         for row in np.flatnonzero(~inside).tolist():
             self._read(int(starts[row]), out[row])
 
@@ -162,7 +161,7 @@ class DocumentDataset(_TokenSplit):
         """The document's [start, end) in the split's stream, its end-of-document token in."""
         i = int(self._checked([index])[0])
         k = int(np.searchsorted(self._starts, i, side="right")) - 1
-        offsets = self._array(k, "tokens" + OFFSETS)
+        offsets = self.arrays.array(self._shards[k], "tokens" + OFFSETS)
         local = i - int(self._starts[k])
         base = int(self._token_starts[k])
         return base + int(offsets[local]), base + int(offsets[local + 1])

@@ -82,6 +82,7 @@ def make_loader(
         "pin_memory": torch.cuda.is_available(),
         "persistent_workers": num_workers > 0,
         "drop_last": drop_last,
+        "num_workers": num_workers,
     }
     if distributed or order != "sequential":
         if {"sampler", "batch_sampler"} & dataloader_kwargs.keys():
@@ -89,14 +90,8 @@ def make_loader(
         kwargs["sampler"] = _sampler(dataset, order, seed, window, distributed, drop_last)
         shuffle = False  # the sampler orders
     kwargs.update(dataloader_kwargs)
-    return Loader(
-        dataset,
-        batch_size=batch_size,
-        shuffle=shuffle,
-        num_workers=num_workers,
-        threads=(getattr(dataset, "read_threads", None) or THREADS) if threads is None else threads,
-        **kwargs,
-    )
+    threads = (getattr(dataset, "read_threads", None) or THREADS) if threads is None else threads
+    return Loader(dataset, batch_size=batch_size, shuffle=shuffle, threads=threads, **kwargs)
 
 
 def _distributed(asked: bool | None) -> bool:
