@@ -49,6 +49,7 @@ class ShardedDataset(Dataset[Any]):
 
     dicts: ClassVar[bool] = False
     itemized: ClassVar[bool] = False
+    unsplit: ClassVar[tuple[str, str] | None] = None  # no_split's words: what, the fix
 
     def __init__(
         self, root: str | os.PathLike[str], *, split: str | None = None, **store: Unpack[Remote]
@@ -61,9 +62,12 @@ class ShardedDataset(Dataset[Any]):
         self._memory: dict[str, torch.Tensor] = {}  # in_memory's copy: name -> its bytes
 
     def no_split(self, split: str) -> str:
-        have = self.store.manifest.splits
+        root, have = self.store.root, self.store.manifest.splits
+        if self.unsplit is not None:  # a kind's own words: what a split holds, and the fix
+            what, fix = self.unsplit
+            return f"{root} has no {split!r} {what}; it has splits {sorted(have)}. HINT: {fix}"
         return (
-            f"{self.store.root} has no {split!r} split; it has {have or 'none'}. HINT: "
+            f"{root} has no {split!r} split; it has {have or 'none'}. HINT: "
             "prep pack --splits train,val or --val-fraction 0.1, or another split"
         )
 

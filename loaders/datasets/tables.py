@@ -39,10 +39,7 @@ class TableDataset(ShardedDataset):
     `in_memory=True` reads the split into RAM once per process. `vocab[name]`: the values of
     codes 2, 3, ...; `mean`, `std`: over the train rows; `classes`: a coded target's names."""
 
-    @property
-    def outputs(self) -> tuple[str, ...]:
-        on = {"y": self.target is not None, "missing": self.missing_mask, "index": self.with_index}
-        return ("x_num", "x_cat", *(k for k, v in on.items() if v))
+    unsplit = ("rows", "repack with --val-fraction, or use split='train'")
 
     def __init__(
         self,
@@ -58,13 +55,8 @@ class TableDataset(ShardedDataset):
         self.missing_mask, self.in_memory, self.with_index = missing_mask, in_memory, index
         if not any(isinstance(f, Column) for f in self.declared.values()):
             raise ValueError(f"{self.store.root} has no table columns (packed by prep table)")
-
-    def no_split(self, split: str) -> str:
-        return (
-            f"{self.store.root} has no {split!r} rows; it has splits "
-            f"{sorted(self.store.manifest.splits)}. HINT: repack with --val-fraction, or use "
-            "split='train'"
-        )
+        on = {"y": self.target is not None, "missing": missing_mask, "index": index}
+        self.fields = ("x_num", "x_cat", *(k for k, v in on.items() if v))  # what a batch holds
 
     @cached_property
     def _fields(self) -> dict[str, Column]:  # array name -> its column

@@ -22,17 +22,12 @@ OUT_DTYPE = "int64"  # what windows and documents come out as: what embeddings i
 class _TokenSplit(ShardedDataset):
     """The shards of one split of a token dataset (`_starts` counts its documents)."""
 
+    unsplit = ("documents", "retokenize with a larger --val-fraction, or use another split")
+
     def __init__(self, root: str | os.PathLike[str], split: str, **store: Unpack[Remote]):
         super().__init__(root, split=split, **store)
         if not isinstance(self.declared.get("tokens"), Tokens):
             raise ValueError(f"{self.store.root} has no token stream (packed by prep tokenize)")
-
-    def no_split(self, split: str) -> str:
-        return (
-            f"{self.store.root} has no {split!r} documents; it has splits "
-            f"{sorted(self.store.manifest.splits)}. HINT: retokenize with a larger "
-            "--val-fraction, or use another split"
-        )
 
     @property
     def vocab_size(self) -> int:
@@ -100,6 +95,7 @@ class TokenWindowDataset(_TokenSplit):
         if block_size < 1 or (stride is not None and stride < 1):
             raise ValueError(f"block_size {block_size} and stride {stride} must be positive")
         self.block_size, self.with_index = block_size, index
+        self.fields = ("x", "y", "index") if index else ("x", "y")
         self.stride = stride or block_size
         n = self.num_tokens - block_size - 1  # the last window must still have its y
         if n < 0:
@@ -111,10 +107,6 @@ class TokenWindowDataset(_TokenSplit):
 
     def __len__(self) -> int:
         return self._len
-
-    @property
-    def outputs(self) -> tuple[str, ...]:
-        return ("x", "y", "index") if self.with_index else ("x", "y")
 
     @property
     def shard_sizes(self) -> list[int]:
@@ -142,10 +134,6 @@ class DocumentDataset(_TokenSplit):
 
     itemized = True
 
-    @property
-    def outputs(self) -> tuple[str, ...]:
-        return ("tokens", "index") if self.with_index else ("tokens",)
-
     def __init__(
         self,
         root: str | os.PathLike[str],
@@ -156,6 +144,7 @@ class DocumentDataset(_TokenSplit):
     ):
         super().__init__(root, split, **store)
         self.with_index = index
+        self.fields = ("tokens", "index") if index else ("tokens",)
 
     def span(self, index: int) -> tuple[int, int]:
         """The document's [start, end) in the split's stream, its end-of-document token in."""
