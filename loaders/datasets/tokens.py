@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from functools import cached_property
-from typing import Any, Unpack, cast
+from typing import Any, ClassVar, Unpack, cast
 
 import numpy as np
 import torch
@@ -20,14 +20,25 @@ OUT_DTYPE = "int64"  # what windows and documents come out as: what embeddings i
 
 
 class _TokenSplit(ShardedDataset):
-    """The shards of one split of a token dataset (`_starts` counts its documents)."""
+    """The shards of one split of a token dataset (`_starts` counts its documents); a batch
+    holds `holds`, and with `index=True` each item's index."""
 
     unsplit = ("documents", "retokenize with a larger --val-fraction, or use another split")
+    holds: ClassVar[tuple[str, ...]] = ("tokens",)
 
-    def __init__(self, root: str | os.PathLike[str], split: str, **store: Unpack[Remote]):
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        split: str = "val",
+        *,
+        index: bool = False,
+        **store: Unpack[Remote],
+    ):
         super().__init__(root, split=split, **store)
         if not isinstance(self.declared.get("tokens"), Tokens):
             raise ValueError(f"{self.store.root} has no token stream (packed by prep tokenize)")
+        self.with_index = index
+        self.fields = (*self.holds, "index") if index else self.holds
 
     @property
     def vocab_size(self) -> int:
@@ -81,6 +92,8 @@ class TokenWindowDataset(_TokenSplit):
     """Item i: (x, y), int64 (block_size,) each, x the split's tokens from i * stride and y
     the same shifted by one (and i, with `index=True`), over document and shard ends."""
 
+    holds = ("x", "y")
+
     def __init__(
         self,
         root: str | os.PathLike[str],
@@ -91,11 +104,10 @@ class TokenWindowDataset(_TokenSplit):
         index: bool = False,
         **store: Unpack[Remote],
     ):
-        super().__init__(root, split, **store)
+        super().__init__(root, split, index=index, **store)
         if block_size < 1 or (stride is not None and stride < 1):
             raise ValueError(f"block_size {block_size} and stride {stride} must be positive")
-        self.block_size, self.with_index = block_size, index
-        self.fields = ("x", "y", "index") if index else ("x", "y")
+        self.block_size = block_size
         self.stride = stride or block_size
         n = self.num_tokens - block_size - 1  # the last window must still have its y
         if n < 0:
@@ -133,18 +145,6 @@ class DocumentDataset(_TokenSplit):
     (tokens, i). Documents differ in length: batch them with `collate_fn=list`, or by one."""
 
     itemized = True
-
-    def __init__(
-        self,
-        root: str | os.PathLike[str],
-        split: str = "val",
-        *,
-        index: bool = False,
-        **store: Unpack[Remote],
-    ):
-        super().__init__(root, split, **store)
-        self.with_index = index
-        self.fields = ("tokens", "index") if index else ("tokens",)
 
     def span(self, index: int) -> tuple[int, int]:
         """The document's [start, end) in the split's stream, its end-of-document token in."""
