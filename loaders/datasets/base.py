@@ -41,11 +41,9 @@ class Decoding(Remote, total=False):
 
 
 class ShardedDataset(Dataset[Any]):
-    """A packed dataset at `root` (a folder or an fsspec URL), read from the shards of `split`
-    (None: all). Subclasses read a batch in `__getitems__` (`__getitem__`: a batch of one), or
-    items of shapes of their own in `__getitem__` (`itemized`). Pickles small; the size and
-    epoch live in shared memory, for persistent workers. `outputs` names what a batch holds
-    (MixedDataset mixes by them); `dicts`: batches are dicts of them, else tuples."""
+    """A packed dataset at `root` (a folder or a URL), the shards of `split` (None: all), read a
+    batch in `__getitems__`, or an item in `__getitem__` (`itemized`). Pickles small; size and
+    epoch in shared memory. `outputs`: what a batch holds; `dicts`: a dict, else a tuple."""
 
     dicts: ClassVar[bool] = False
     itemized: ClassVar[bool] = False

@@ -1,10 +1,8 @@
-"""MixedDataset: several datasets read as one, each position of an epoch drawn from one of them
-in the weights' proportions, by a plan that depends only on (seed, epoch). In epoch e, of
-`length` L, source k gives n_k = L * w_k samples (rounded by largest remainder to sum to L);
-the positions are the n_k copies of each source id shuffled by rng([seed, 0, e]); source k's
-samples are positions [e * step_k, e * step_k + n_k) of its stream, its passes back to back,
-each a permutation by rng([seed, 1, k, pass]). "wrap": step_k = n_k (a source that runs out
-starts a new pass); "stop": step_k = len_k, L cut to the longest epoch no source runs out in.
+"""MixedDataset: datasets read as one, by a plan of (seed, epoch): in epoch e of `length` L,
+source k gives n_k = L * w_k samples (largest remainder), at the positions of its id in the
+n_k copies of each shuffled by rng([seed, 0, e]): positions [e * step_k, e * step_k + n_k) of
+its passes, each shuffled by rng([seed, 1, k, pass]). "wrap": step_k = n_k; "stop": step_k
+= len_k, L cut to the longest epoch no source runs out in.
 
 >>> counts(10, np.array([0.6, 0.3, 0.1])).tolist()
 [6, 3, 1]

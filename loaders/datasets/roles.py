@@ -100,11 +100,10 @@ def read_crop(aug: Any) -> tuple[Any, Any] | None:
     from loaders.transforms import Compose, RandomResizedCrop
 
     ops = list(aug.ops)
-    if not ops or sum(isinstance(op, RandomResizedCrop) for op in ops) != 1:
+    crops = [op for op in ops if isinstance(op, RandomResizedCrop)]
+    if len(crops) != 1 or ops[0] is not crops[0]:
         return None
-    first = ops[0]
-    if not isinstance(first, RandomResizedCrop):
-        return None
+    first = crops[0]
     crop = ReadCrop(first.size, first.scale, first.ratio, seed=aug.seed)
     return crop, Compose(ops[1:], seed=aug.seed, epoch=aug.epoch, min_size=aug.min_size)
 
@@ -125,8 +124,7 @@ def transform(
     got = aug(*args, **kw)
     got = list(got) if isinstance(got, tuple) else [got]
     new = dict(out)
-    new[r.image] = got.pop(0)
-    for f in (r.label, r.mask):
+    for f in (r.image, r.label, r.mask):
         if f is not None:
             new[f] = got.pop(0)
     return _returned(new, got, r, padded)

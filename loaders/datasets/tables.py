@@ -147,8 +147,7 @@ class TableDataset(ShardedDataset):
                 local = int(idx[a] - self._starts[k[a]])
                 runs.append((int(k[a]), slice(a, b), slice(local, local + b - a)))
             return _Plan(len(idx), runs=runs)
-        # A gather in the batch's order within each shard: sorting costs more than it saves
-        # (bench row 8a).
+        # A gather in the batch's order: sorting costs more than it saves (bench row 8a)
         if (k == k[0]).all():
             order, parts = None, [(int(k[0]), 0, len(idx), idx - self._starts[k[0]])]
         else:

@@ -113,9 +113,8 @@ class VolumeDataset(ShardedDataset):
 
 
 class PatchDataset(VolumeDataset):
-    """Item i: a patch of volume i // per_volume, (1, *patch) tensors, from a centre drawn from
-    (seed, epoch, i): with probability `foreground` a labelled voxel of a class drawn uniformly,
-    else anywhere; centred and padded along axes shorter than the patch."""
+    """Item i: a patch of volume i // per_volume, centred on a voxel drawn from (seed, epoch, i):
+    with probability `foreground` a labelled one of a class drawn uniformly, else any."""
 
     itemized = False  # patches share one shape
 

@@ -1,7 +1,6 @@
-"""Batches and the buffers reused between them (`new_batch`: the loader's BufferPool or pinned
-memory, a worker's SharedRing). torch's workers send each batch in fresh shared memory, whose
-page faults cost several times the copy (bench row 4c): a SharedRing keeps a few segments,
-each behind a header (MAGIC, a busy byte) cleared once the main process has copied it out."""
+"""Batches and the buffers reused between them (`new_batch`): the loader's BufferPool, pinned
+memory, or a worker's SharedRing of segments (fresh shared memory a batch: page faults cost
+several times the copy, bench row 4c), each behind a header the main process clears."""
 
 from __future__ import annotations
 
@@ -86,9 +85,8 @@ class Ring(Generic[T]):
 
 
 class BufferPool(Ring[torch.Tensor]):
-    """The main process's batch buffers (a fresh 50 MB tensor costs three times its copy in
-    page faults), reused once nothing but the pool refers to them (the one hold it cannot see:
-    a storage object kept alone), never once moved to shared memory."""
+    """The main process's batch buffers, reused once nothing but the pool refers to them (but a
+    storage object kept alone), never once in shared memory (50 MB faults in as 3 copies)."""
 
     def __init__(self, keep: int = 2, shapes: int = 8):
         super().__init__(keep, shapes)
@@ -142,15 +140,12 @@ class SharedRing(Ring[torch.Tensor]):
 
     def __init__(self, keep: int, passes: torch.Tensor | None = None, shapes: int = 8):
         super().__init__(keep, shapes)
-        self.passes = passes
-        self._pass = self._now()
-
-    def _now(self) -> int:
-        return int(self.passes) if self.passes is not None else 0
+        self.passes, self._pass = passes, -1
 
     def get(self, field: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-        if self._now() != self._pass:
-            self._pass = self._now()
+        now = int(self.passes) if self.passes is not None else 0
+        if now != self._pass:  # (a first pass: nothing to free)
+            self._pass = now
             for head in (h for bufs in self._bufs.values() for h in bufs):
                 head[BUSY] = 0
         nbytes = int(torch.Size(shape).numel()) * dtype.itemsize
@@ -195,9 +190,8 @@ def _ring_header(t: torch.Tensor) -> torch.Tensor | None:
 
 
 def copy_out(data: Any, alloc: Alloc, seen: deque[torch.UntypedStorage]) -> Any:
-    """`data` (tensors in tuples, lists, dicts) with every tensor of a worker's ring copied into
-    memory from `alloc`, its segment then marked free and kept in `seen` (a segment received
-    again maps to the same memory while this process holds it)."""
+    """`data` with every tensor of a worker's ring copied into memory from `alloc`, its segment
+    then marked free and kept in `seen` (received again, it maps to the same memory)."""
     copies: dict[int, torch.Tensor] = {}  # segment address -> its copy (views share one)
     heads: list[torch.Tensor] = []
     result = _copy(data, alloc, copies, heads)

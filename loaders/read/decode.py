@@ -1,9 +1,7 @@
-"""A batch's pixels, on the GPU (decode_cuda) or the CPU: each sample a `Job` (its bytes or
-pixels, stored (h, w), crop box and batch row) run on a `Pool` of threads (libjpeg-turbo and
-OpenCV release the GIL). A JPEG is decoded at 1/2, 1/4 or 1/8 scale when the output is at
-most that fraction of its box, only the box where loaders._jpegroi is built, then resized:
-bilinear, area when it still shrinks by more than 2, nearest for masks. Bad bytes are a
-FormatError naming the sample."""
+"""A batch's pixels, on the GPU (decode_cuda) or the CPU: each sample a `Job` run on a `Pool` of
+threads (libjpeg-turbo and OpenCV release the GIL), a JPEG decoded at 1/2, 1/4 or 1/8 scale
+when its box allows, only the box where loaders._jpegroi is built, then resized (bilinear,
+area past 2x, nearest for masks). Bad bytes are a FormatError naming the sample."""
 
 from __future__ import annotations
 
@@ -143,21 +141,14 @@ def factor(box_hw: tuple[int, int], out_hw: tuple[int, int]) -> int:
     return 1
 
 
-def _cv2() -> Any:
-    """OpenCV, imported when a crop resizes, on one thread (for the whole process): its own
-    pool on top of ours made each 224 px resize 1.9x slower on 2 cores."""
-    import cv2
-
-    cv2.setNumThreads(1)
-    return cv2
-
-
 def _resize(src: np.ndarray, dst: np.ndarray, nearest: bool) -> None:
     """`src` (h, w[, C]) resized into `dst` (oh, ow[, C]), in place."""
     if src.shape[:2] == dst.shape[:2]:
         dst[...] = src
         return
-    cv2 = _cv2()
+    import cv2  # here: `import loaders` stays without OpenCV
+
+    cv2.setNumThreads(1)  # (the whole process's) OpenCV's pool on ours: 1.9x slower on 2 cores
     if nearest:
         interp = cv2.INTER_NEAREST_EXACT
     elif src.shape[0] > 2 * dst.shape[0] or src.shape[1] > 2 * dst.shape[1]:
@@ -253,9 +244,8 @@ def decode_cuda(
     channels: int,
     wheres: Sequence[str],
 ) -> torch.Tensor:
-    """uint8 (B, C, oh, ow) on the current CUDA device: the JPEG samples decoded at once by
-    nvJPEG (torchvision, the `gpu` extra) in the main process (CUDA cannot start in forked
-    workers), each one's box resized to `out_hw` (bilinear, antialiased when it shrinks)."""
+    """uint8 (B, C, oh, ow) on the GPU: the JPEG samples decoded at once by nvJPEG (torchvision)
+    in the main process, each one's box resized to `out_hw` (bilinear, antialiased)."""
     if get_worker_info() is not None:
         raise RuntimeError(
             'decode="cuda" decodes in the main process (CUDA cannot start in forked workers). '

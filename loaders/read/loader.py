@@ -60,14 +60,10 @@ def make_loader(
     **dataloader_kwargs: Any,
 ) -> DataLoader[Any]:
     """A DataLoader reading whole batches per call, pinned when a GPU is present, with persistent
-    workers (other DataLoader arguments pass through and win). With `num_workers=0`, `threads`
-    threads (default: the dataset's `read_threads`, else THREADS) read ahead.
-
-    `order` ("sequential", "random", "quasi_random", "blocks": loaders.read.samplers; default
-    "random" with `shuffle`) depends only on (`seed`, epoch); each pass advances the epoch.
-    `distributed` (default: when torch.distributed is initialised): each rank reads a disjoint
-    share, all the same number of batches; `drop_last=False` pads the shares with the epoch's
-    first samples, True leaves the remainder out so that every batch is full."""
+    workers (DataLoader's arguments pass through and win); with `num_workers=0`, `threads`
+    threads read ahead. `order` (loaders.read.samplers; default "random" with `shuffle`)
+    depends only on (`seed`, epoch); `distributed` (default: when torch.distributed is
+    initialised): each rank a disjoint share, padded (or cut, `drop_last`) to one length."""
     problem = getattr(dataset, "batch_problem", None)  # whole volumes of several shapes
     said = problem(batch_size) if problem is not None else None
     if said is not None:
@@ -123,9 +119,8 @@ def _sampler(
 
 
 class Loader(DataLoader[Any]):
-    """A DataLoader whose pass with `num_workers=0` reads `threads` batches ahead in threads,
-    and whose worker processes reuse their shared memory (`pin_memory` then reads False: `pins`
-    says whether batches come out pinned). `threads=0`, or an IterableDataset: DataLoader's."""
+    """A DataLoader reading `threads` batches ahead in threads, or with workers reusing their
+    shared memory (`pins`: whether batches come out pinned). `threads=0`: DataLoader's."""
 
     def __init__(self, dataset: Any, *, threads: int = 0, **kw: Any):
         if threads < 0:
@@ -142,9 +137,8 @@ class Loader(DataLoader[Any]):
         super().__init__(dataset, **kw)
         iterable = isinstance(dataset, IterableDataset)
         self.threads = threads if workers == 0 and not iterable else 0
-        # Batches in flight: one a thread, and one more so that none waits while the caller
-        # takes one. The ring holds those, the caller's, and the one before it (still bound to
-        # the loop variable while the next is asked for).
+        # In flight: one a thread, and one more; the ring holds those, the caller's, and the one
+        # before it (still bound to the loop variable while the next is asked for).
         self.depth = self.threads + 1
         self.ring = BufferPool(keep=self.depth + 2)
 
@@ -164,9 +158,8 @@ def _read(fetcher: _MapDatasetFetcher, pin: bool, index: Any) -> Any:
 
 
 def _read_ahead(loader: Loader) -> Iterator[Any]:
-    """One pass over a Loader: `loader.depth` batches read ahead by `loader.threads` threads
-    (the first batch alone). A read's exception is raised when its batch is asked for; the
-    threads end with the pass, at an exception, or when the iterator is dropped (a `break`)."""
+    """One pass: `loader.depth` batches read ahead (the first alone), a read's exception raised
+    with its batch; the threads end with the pass, or when the iterator is dropped."""
     pin = loader.pins
     alloc: Alloc = pinned if pin else loader.ring.get
     fetcher = _MapDatasetFetcher(

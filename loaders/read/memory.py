@@ -1,11 +1,11 @@
-"""A dataset's arrays read from its shard store, or from one copy of them in shared memory
-(in_memory=True), which DataLoader workers map: a raw array one (samples, *shape) array, a
-ragged one its data back to back with count + 1 offsets (JPEG stays compressed)."""
+"""A dataset's arrays, from its shard store or from one copy in shared memory (in_memory=True,
+mapped by DataLoader workers), and where a batch's samples are."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
@@ -21,18 +21,15 @@ def _shared(nbytes: int) -> torch.Tensor:
     return torch.empty(0, dtype=torch.uint8).set_(new_shared(nbytes))
 
 
+@dataclass(eq=False)
 class Places(Sequence[str]):
     """Where each sample of a batch is, for errors: "FILE (shard S, sample K)", made only when
     asked for."""
 
-    def __init__(
-        self,
-        files: dict[int, object],
-        shard: np.ndarray,
-        local: np.ndarray,
-        source: Callable[[int, int], str | None] | None = None,  # ShardStore.source
-    ):
-        self.files, self.shard, self.local, self.source = files, shard, local, source
+    files: dict[int, object]
+    shard: np.ndarray
+    local: np.ndarray
+    source: Callable[[int, int], str | None] | None = None  # ShardStore.source
 
     def __len__(self) -> int:
         return len(self.local)

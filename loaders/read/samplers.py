@@ -96,10 +96,9 @@ def rank_share(order: np.ndarray, rank: int, num_replicas: int, drop_last: bool)
 
 
 class ShardSampler(Sampler[int]):
-    """This rank's share of each epoch's order; yields indices. In one process each pass
-    advances the epoch; with more ranks only `set_epoch(e)` does, as with DistributedSampler
-    (a rank that peeked at a batch would read another epoch than the others). `num_replicas`
-    and `rank` default to torch.distributed's when it is initialised, else 1 and 0."""
+    """This rank's share of each epoch's order. In one process each pass advances the epoch;
+    with more ranks only `set_epoch(e)` does (a rank that peeked would read another epoch).
+    `num_replicas` and `rank`: torch.distributed's when it is initialised, else 1 and 0."""
 
     def __init__(
         self,

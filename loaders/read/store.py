@@ -131,8 +131,7 @@ class ShardStore:
         self._manifest: Manifest | None = manifest
         self._maps: dict[tuple[int, str], np.ndarray] = {}  # in use order: oldest first
         self._windows: frozenset[int] | None = None  # the backend's, when last looked at
-        # Where each array checked lies in its file: an evicted map is mapped again without
-        # reading its header again.
+        # Where each array checked lies in its file (an evicted map is mapped without a read)
         self._layouts: dict[tuple[int, str], tuple[Path, Layout]] = {
             (i, name): found for i, arrays in checked.items() for name, found in arrays.items()
         }
