@@ -104,6 +104,4 @@ class AudioDataset(ShardedDataset):
 def _widened(batch: Any) -> Any:
     """Unsigned tensors wider than uint8 as int64, which torch barely computes with."""
     wide = (torch.uint16, torch.uint32, torch.uint64)
-    return (
-        batch.to(torch.int64) if isinstance(batch, torch.Tensor) and batch.dtype in wide else batch
-    )
+    return batch.to(torch.int64) if torch.is_tensor(batch) and batch.dtype in wide else batch

@@ -119,15 +119,13 @@ class ShardedDataset(Dataset[Any]):
 
     @property
     def shard_sizes(self) -> list[int]:
-        """Samples per shard, in order (for shard-aware samplers)."""
         return np.diff(self._starts).tolist()
 
     def __len__(self) -> int:
         return int(self._starts[-1])
 
     def _checked(self, indices: Sequence[int] | np.ndarray, n: int | None = None) -> np.ndarray:
-        """A batch's indices into `n` items (default: len), checked, once the store is (repacked
-        folders: FormatError)."""
+        """A batch's indices (into `n` items; default: len) checked, and the store (repacked?)."""
         self.store.check()
         return check_indices(indices, len(self) if n is None else n)
 
@@ -145,25 +143,11 @@ class ShardedDataset(Dataset[Any]):
         out.numpy()[:] = idx
         return out
 
-    def gather(
-        self, dst: np.ndarray, name: str, groups: list[tuple[int, np.ndarray]], local: np.ndarray
-    ) -> None:
-        """Samples `local` of array `name` into `dst`, one shard's map at a time."""
-        if len(groups) == 1:
-            arr = self.arrays.array(groups[0][0], name)
-            if dst.dtype == arr.dtype:
-                # One shard: one vectorised read into `dst`. mode="clip": the indices are
-                # checked, and "raise" buffers the whole output before copying it.
-                np.take(arr, local, axis=0, out=dst, mode="clip")
-                return
-        for s, pos in groups:
-            arr = self.arrays.array(s, name)
-            if dst[:1].nbytes > 4096:
-                # Big samples copied once each into place (a gather, then a scatter, twice)
-                for j, k in zip(pos.tolist(), local[pos].tolist(), strict=True):
-                    dst[j] = arr[k]
-            else:
-                dst[pos] = arr[local[pos]]
+    def _target_dtype(self, names: Sequence[str]) -> torch.dtype:
+        """A target's batch dtype: float32 when one of arrays `names` holds floats, else int64."""
+        arrays = self.store.manifest.arrays
+        floats = any(np.dtype(arrays[n].dtype).kind == "f" for n in names if n in arrays)
+        return torch.float32 if floats else torch.int64
 
     @property
     def outputs(self) -> tuple[str, ...]:
@@ -226,8 +210,7 @@ class DecodingDataset(ShardedDataset):
         key: str,
         mask: bool = False,
     ) -> torch.Tensor:
-        """Samples `srcs` (JPEG bytes or pixels, of stored sides `hw`), each one's box resized to
-        a batch of `shape` (B, H, W[, C]): uint8 (B, C, H, W) views of HWC rows, or masks."""
+        """Samples `srcs` (bytes or pixels), boxes resized: uint8 (B, C, H, W) views, or masks."""
         if jpeg:  # the headers' sides, before a batch of the manifest's is allocated
             check_sides(srcs, hw, crcs, places, math.prod(shape))
         if self.decode == "cuda" and jpeg:

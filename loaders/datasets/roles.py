@@ -94,8 +94,7 @@ def _instances(read: Mapping[str, Field], r: Roles, root: object, by: str) -> Ro
 
 
 def read_crop(aug: Any) -> tuple[Any, Any] | None:
-    """Compose `aug`'s leading RandomResizedCrop as a load-time crop (the same boxes) and the
-    rest of it, for an image of mode keep; None unless it starts with its only one."""
+    """Compose `aug`'s leading (and only) RandomResizedCrop as a load-time crop, and the rest."""
     from loaders.augment.crops import RandomResizedCrop as ReadCrop
     from loaders.transforms import Compose, RandomResizedCrop
 
@@ -111,8 +110,7 @@ def read_crop(aug: Any) -> tuple[Any, Any] | None:
 def transform(
     aug: Any, out: dict[str, Any], roles: Roles, index: np.ndarray, epoch: int
 ) -> dict[str, Any]:
-    """The batch `out` through Compose `aug` at `epoch`: the fields of `roles` replaced by
-    what it returns, each padded one's NAME_len by the rows kept."""
+    """The batch `out` with the fields of `roles` through Compose `aug` at `epoch`."""
     if aug.epoch != epoch:  # the dataset's set_epoch reaches the workers' copies so
         aug.set_epoch(epoch)
     r = roles
@@ -133,8 +131,7 @@ def transform(
 def drop_cut_boxes(
     out: dict[str, Any], roles: Roles, batch: int, hw: tuple[int, int], min_size: float
 ) -> dict[str, Any]:
-    """The batch `out` read with a load-time crop to `hw`, its boxes under `min_size` px
-    dropped as a pipeline's end does (loaders.augment.boxes.outputs)."""
+    """The batch `out` without the boxes a load-time crop to `hw` cut, as a pipeline's end."""
     from loaders.augment.boxes import Targets, outputs, per_box
 
     if batch == 0:  # nothing to drop (and a list of no keypoints has no row shape)
@@ -150,8 +147,7 @@ def drop_cut_boxes(
 
 
 def _given(out: dict[str, Any], r: Roles) -> tuple[dict[str, Any], list[str]]:
-    """The batch's boxes, keypoints, instances, lengths and per_box, as a pipeline takes them,
-    and those of them read padded."""
+    """The batch's boxes, keypoints... as a pipeline takes them, and those read padded."""
     ragged = [f for f in (r.boxes, r.keypoints, r.instances, *r.per_box) if f is not None]
     padded = [f for f in ragged if f"{f}_len" in out]
     named = {"boxes": r.boxes, "keypoints": r.keypoints, "instances": r.instances}

@@ -176,7 +176,6 @@ class ImageShardDataset(SampleDataset):
         return Batch(tuple(batch[f] for f in self.fields))  # type: ignore[call-overload]
 
     def _shown(self) -> dict[str, Any]:
-        # in this order; SampleDataset's fields (the same) keep their place
         return {"size": self.size, "fields": self.fields, "split": self.split, **super()._shown()}
 
 
@@ -193,8 +192,27 @@ class ArrayReading:
     def values(self, name: str) -> np.ndarray:
         spec = self.ds.store.manifest.arrays[name]
         out = np.empty((len(self.local), *spec.shape), dtype=spec.dtype)
-        self.ds.gather(out, name, self.groups, self.local)
+        self.gather(out, name)
         return out
+
+    def gather(self, dst: np.ndarray, name: str) -> None:
+        """The batch's samples of array `name` into `dst`, one shard's map at a time."""
+        groups, local, arrays = self.groups, self.local, self.ds.arrays
+        if len(groups) == 1:
+            arr = arrays.array(groups[0][0], name)
+            if dst.dtype == arr.dtype:
+                # One shard: one vectorised read into `dst`. mode="clip": the indices are
+                # checked, and "raise" buffers the whole output before copying it.
+                np.take(arr, local, axis=0, out=dst, mode="clip")
+                return
+        for s, pos in groups:
+            arr = arrays.array(s, name)
+            if dst[:1].nbytes > 4096:
+                # Big samples copied once each into place (a gather, then a scatter, twice)
+                for j, k in zip(pos.tolist(), local[pos].tolist(), strict=True):
+                    dst[j] = arr[k]
+            else:
+                dst[pos] = arr[local[pos]]
 
     def pieces(self, name: str) -> list[np.ndarray]:
         return self.ds.arrays.samples(name, self.groups, self.local)[0]
@@ -246,7 +264,7 @@ class _Reading(ArrayReading):
         spec = ds.store.manifest.arrays[arr]
         if not spec.ragged and ds.crop is None:  # stored as returned: a copy out of the map
             out = new_batch((b, *spec.shape), torch.uint8, ds._buffers, arr)
-            ds.gather(out.numpy(), arr, self.groups, self.local)
+            self.gather(out.numpy(), arr)
             return out if mask else out.permute(0, 3, 1, 2)
         hw, boxes = self._hw_boxes(field.image if isinstance(field, Mask) else name)
         jpeg = spec.codec == "jpeg"

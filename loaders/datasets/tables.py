@@ -1,5 +1,4 @@
-"""TableDataset: a `prep table` dataset, a batch read whole: a slice a column and contiguous
-run of rows (orders "sequential", "blocks"), else a gather a column and shard, then widened."""
+"""TableDataset: a `prep table` dataset, a batch read a column and contiguous run at a time."""
 
 from __future__ import annotations
 
@@ -23,8 +22,7 @@ MAX_RUNS = 16  # more contiguous runs than this in a batch: gather instead
 
 @dataclass
 class _Plan:
-    """A batch of `size` rows: contiguous `runs` (shard, batch rows, shard rows), or `parts`
-    (shard, a, b, local rows) gathered into batch rows order[a:b] (a:b when order is None)."""
+    """`runs` (shard, batch rows, its rows), or `parts` (shard, a, b, its rows) into order[a:b]."""
 
     size: int
     runs: list[tuple[int, slice, slice]] = field(default_factory=list)
@@ -129,12 +127,6 @@ class TableDataset(ShardedDataset):
     def _times(self) -> np.ndarray:
         return np.array([self._columns[n].type == "time" for n in self.numeric_columns])
 
-    @cached_property
-    def _y_dtype(self) -> torch.dtype:
-        spec = self.store.manifest.arrays.get("target")
-        floats = spec is not None and np.dtype(spec.dtype).kind == "f"
-        return torch.float32 if floats else torch.int64
-
     def _plan(self, idx: np.ndarray) -> _Plan:
         """Where a batch's rows lie: one shard lookup for every array of the batch."""
         if not len(idx):
@@ -216,7 +208,7 @@ class TableDataset(ShardedDataset):
             x_num.numpy()[raw == NAT, j] = np.nan
         out = [x_num, x_cat]
         if self.target is not None:
-            y = new_batch((b,), self._y_dtype)
+            y = new_batch((b,), self._target_dtype(["target"]))
             self._fill(y.numpy(), ["target"], plan)
             out.append(y)
         if self.missing_mask:
@@ -231,8 +223,7 @@ class TableDataset(ShardedDataset):
         return Batch(tuple(out))
 
     def decode(self, column: str, codes: Any) -> list[str | None]:
-        """Codes of a categorical column back to its values (None: missing, '<unseen>'), or
-        a coded target's class ids back to their names."""
+        """A column's codes (a coded target's class ids) as its values (None: missing)."""
         names: list[str | None] = [None, "<unseen>", *self.vocab[column]]
         if column == self.target and self._target_first == 0:
             names = list(self.vocab[column])

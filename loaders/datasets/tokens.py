@@ -1,5 +1,4 @@
-"""Token datasets written by `prep tokenize`: training windows and whole documents. A split
-is one stream, its shards' `tokens` arrays in manifest order; a window is a slice of the maps."""
+"""Token datasets (`prep tokenize`): a split's shards as one stream, in windows or documents."""
 
 from __future__ import annotations
 
@@ -20,8 +19,7 @@ OUT_DTYPE = "int64"  # what windows and documents come out as: what embeddings i
 
 
 class _TokenSplit(ShardedDataset):
-    """The shards of one split of a token dataset (`_starts` counts its documents); a batch
-    holds `holds`, and with `index=True` each item's index."""
+    """One split of a token dataset (`_starts` counts documents); a batch holds `holds`."""
 
     unsplit = ("documents", "retokenize with a larger --val-fraction, or use another split")
     holds: ClassVar[tuple[str, ...]] = ("tokens",)
@@ -73,8 +71,7 @@ class _TokenSplit(ShardedDataset):
             filled, pos, k = filled + n, pos + n, k + 1
 
     def _read_windows(self, starts: np.ndarray, out: np.ndarray) -> None:
-        """Row r of `out` (n, width): the tokens from starts[r] on; one gather a shard for the
-        windows inside it, a piecewise read for those across its end."""
+        """Row r of `out` (n, width): the tokens from starts[r] on, a gather a shard at a time."""
         width = out.shape[1]
         k = np.searchsorted(self._token_starts, starts, side="right") - 1
         inside = starts + width <= self._token_starts[k + 1]
@@ -89,8 +86,7 @@ class _TokenSplit(ShardedDataset):
 
 
 class TokenWindowDataset(_TokenSplit):
-    """Item i: (x, y), int64 (block_size,) each, x the split's tokens from i * stride and y
-    the same shifted by one (and i, with `index=True`), over document and shard ends."""
+    """Item i: (x, y), int64 (block_size,), the tokens from i * stride, y shifted by one."""
 
     holds = ("x", "y")
 

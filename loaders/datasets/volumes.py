@@ -1,11 +1,9 @@
-"""Volume datasets written by `prep volumes`: whole volumes, and random patches read in place
-(a slice of the volume's C-order view of the map: only the pages of its rows are read)."""
+"""Volume datasets (`prep volumes`): whole volumes, and patches sliced out of the map."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from functools import cached_property
 from typing import Any, Unpack
 
 import numpy as np
@@ -48,27 +46,20 @@ class VolumeDataset(ShardedDataset):
         v = int(self._checked([index])[0])
         return dict(self.store.manifest.extra["volumes"][v])
 
-    def _where(self, v: int) -> tuple[int, int]:
-        """Volume v's shard, and its index in that shard (`_locate` for one checked index)."""
-        k = int(np.searchsorted(self._starts, v, side="right")) - 1
-        return self._shards[k], v - int(self._starts[k])
+    def _where(self, v: int) -> tuple[int, int]:  # volume v's shard, and its index there
+        shard, local = self._find(np.array([v]))
+        return int(shard[0]), int(local[0])
 
     def shape(self, v: int) -> tuple[int, int, int]:
         shard, local = self._where(v)
         d, h, w = self.arrays.array(shard, "image_shape")[local].tolist()
         return d, h, w
 
-    @cached_property
-    def _target_dtype(self) -> torch.dtype:
-        arrays = self.store.manifest.arrays
-        floats = any(np.dtype(arrays[n].dtype).kind == "f" for n in self._targets)
-        return torch.float32 if floats else torch.int64
-
     def target(self, v: int) -> torch.Tensor:
         """Volume v's targets: a 0-d tensor for one column, else one value per column."""
         shard, local = self._where(v)
         values = [self.arrays.array(shard, name)[local].item() for name in self._targets]
-        out = torch.tensor(values, dtype=self._target_dtype)
+        out = torch.tensor(values, dtype=self._target_dtype(self._targets))
         return out[0] if len(values) == 1 else out
 
     def volume(self, v: int, field: str = "image") -> np.ndarray:
@@ -83,9 +74,8 @@ class VolumeDataset(ShardedDataset):
         return tuple(self._item(v, f) for f in self.fields)
 
     def batch_problem(self, batch_size: int) -> str | None:
-        """Why batches of `batch_size` whole volumes cannot be stacked, or None (make_loader
-        asks, before torch's bare "stack expects each tensor to be equal size")."""
-        if batch_size <= 1 or set(self.fields) <= {"index", "target"}:
+        """Why batches of whole volumes (not patches) cannot be stacked, or None."""
+        if not self.itemized or batch_size <= 1 or set(self.fields) <= {"index", "target"}:
             return None
         n = len(self.store.manifest.shards)
         every = np.concatenate([self.arrays.array(s, "image_shape") for s in range(n)])
@@ -117,9 +107,6 @@ class PatchDataset(VolumeDataset):
     with probability `foreground` a labelled one of a class drawn uniformly, else any."""
 
     itemized = False  # patches share one shape
-
-    def batch_problem(self, batch_size: int) -> str | None:
-        return None
 
     def __init__(
         self,
@@ -177,8 +164,7 @@ class PatchDataset(VolumeDataset):
     def read(
         self, index: int, field: str, out: np.ndarray, start: np.ndarray | None = None
     ) -> None:
-        """Fill `out` (the patch shape) with item `index`'s patch of `field`, from `start`
-        (default: `self.start(index)`)."""
+        """Fill `out` with item `index`'s patch of `field`, from `start` (or `self.start`)."""
         v = index // self.per_volume
         vol = self.volume(v, field)
         start = self.start(index) if start is None else start

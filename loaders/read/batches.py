@@ -23,8 +23,7 @@ _storage_users = getattr(torch._C, "_storage_Use_Count", None)
 
 
 def check_indices(indices: Sequence[int] | np.ndarray, n: int) -> np.ndarray:
-    """Indices into a dataset of `n` items as int64, negatives counted from the end; IndexError
-    for one out of range, TypeError for a non-integer (a sampler's bug, never truncated)."""
+    """Indices into `n` items as int64 (negatives from the end); IndexError, TypeError if bad."""
     idx = np.asarray(indices).reshape(-1)
     if idx.size and idx.dtype.kind not in "iu":
         raise TypeError(f"dataset indices must be integers, got {idx.dtype}: {idx[:3].tolist()}")
@@ -38,8 +37,7 @@ def check_indices(indices: Sequence[int] | np.ndarray, n: int) -> np.ndarray:
 
 
 class Batch(Sequence[tuple[torch.Tensor, ...]]):
-    """A batch read at once, one tensor per field; also a sequence of per-sample tuples, so a
-    DataLoader's default collate still works (`collate_batch` returns the tensors as they are)."""
+    """A batch, one tensor a field; a sequence of sample tuples to DataLoader's default collate."""
 
     def __init__(self, tensors: tuple[torch.Tensor, ...]):
         self.tensors = tensors
@@ -114,8 +112,7 @@ def read_into(alloc: Alloc | None) -> Alloc | None:
 def new_batch(
     shape: tuple[int, ...], dtype: torch.dtype, pool: BufferPool | None = None, key: str = ""
 ) -> torch.Tensor:
-    """An output tensor for a batch: from this thread's `read_into`, else in another
-    DataLoader's worker in shared memory (not copied again to be sent), else from `pool`."""
+    """A batch's tensor: from `read_into`'s, in a worker's shared memory, or from `pool`."""
     alloc = getattr(_reading, "alloc", None)
     if alloc is not None:
         return alloc(key, shape, dtype)
@@ -135,8 +132,7 @@ def _header(storage: torch.UntypedStorage) -> torch.Tensor:
 
 
 class SharedRing(Ring[torch.Tensor]):
-    """A worker's ring of shared-memory segments (their headers). A new pass (`passes`, counted
-    by the main process) frees them all: a batch left in flight by a pass left early is gone."""
+    """A worker's ring of shared segments (headers), all freed at a new pass (`passes`)."""
 
     def __init__(self, keep: int, passes: torch.Tensor | None = None, shapes: int = 8):
         super().__init__(keep, shapes)

@@ -40,8 +40,7 @@ T = TypeVar("T")  # what a pool's threads are given: jobs, or ranges of a batch
 
 
 class Pool:
-    """A few threads of one process, made on first use (never pickled, made again after a
-    fork). Inside a DataLoader worker the worker runs alone: the workers are the parallelism."""
+    """A few threads, made on first use and after a fork; in a DataLoader worker, none."""
 
     def __init__(self, threads: int):
         self.threads = threads
@@ -104,8 +103,7 @@ def jpeg_sides(data: np.ndarray) -> tuple[int, int]:
 
 
 def sides_problem(srcs: Sequence[np.ndarray], hw: np.ndarray) -> tuple[int, str] | None:
-    """The first JPEG of `srcs` whose header is not its stored (h, w) of `hw` (B, 2), and how;
-    None when all are."""
+    """The first JPEG of `srcs` whose header is not its (h, w) of `hw`, and how; or None."""
     for j, (src, (h, w)) in enumerate(zip(srcs, hw.tolist(), strict=True)):
         try:
             got = jpeg_sides(src)
@@ -119,8 +117,7 @@ def sides_problem(srcs: Sequence[np.ndarray], hw: np.ndarray) -> tuple[int, str]
 def check_sides(
     srcs: Sequence[np.ndarray], hw: np.ndarray, crcs: Any, places: Sequence[str], nbytes: int
 ) -> None:
-    """Before a batch of `nbytes` (CHECKED_BYTES or more) is allocated: FormatError naming the
-    first JPEG sample whose header is not its stored size (bit rot, when its checksum differs)."""
+    """FormatError before a big batch is made: a JPEG header that is not its stored size."""
     found = sides_problem(srcs, hw) if nbytes >= CHECKED_BYTES else None
     if found is not None:
         j, why = found
@@ -196,8 +193,7 @@ def decode_region(
     channels: int,
     fast: bool = False,
 ) -> np.ndarray:
-    """The pixels (h, w, channels) of `box` (top, left, h, w at 1/f scale) of the JPEG in `data`
-    of stored size `hw`; ValueError or OSError for bad bytes."""
+    """The pixels (h, w, C) of `box` (at 1/f scale) of the JPEG `data`; ValueError, OSError."""
     top, left, h, w = box
     sides = (math.ceil(hw[0] / f), math.ceil(hw[1] / f))
     share = ROI_SHARE_FAST if fast else ROI_SHARE

@@ -40,8 +40,7 @@ def collate_batch(batch: Any) -> Any:
         ) from None
 
 
-# make_loader's default reading threads (a dataset may ask for more: `read_threads`). On 2
-# busy cores 1 hid loading best (bench row 4d): parallel reads each take longer.
+# Reading threads (a dataset may ask for more: `read_threads`): 1 hid loading best on 2 cores
 THREADS = 1 if (os.cpu_count() or 1) <= 2 else 2
 
 
@@ -68,7 +67,13 @@ def make_loader(
     said = problem(batch_size) if problem is not None else None
     if said is not None:
         raise ValueError(said)
-    distributed = _distributed(distributed)
+    ddp = torch.distributed.is_available() and torch.distributed.is_initialized()
+    if distributed and not ddp:
+        raise ValueError(
+            "distributed=True needs torch.distributed initialised first: call "
+            "torch.distributed.init_process_group() (torchrun sets its environment)"
+        )
+    distributed = ddp if distributed is None else distributed
     if order is None:
         order = "random" if shuffle else "sequential"
     elif shuffle and order == "sequential":
@@ -90,17 +95,6 @@ def make_loader(
     return Loader(dataset, batch_size=batch_size, shuffle=shuffle, threads=threads, **kwargs)
 
 
-def _distributed(asked: bool | None) -> bool:
-    """Whether to share epochs between ranks: default, when torch.distributed is initialised."""
-    ddp = torch.distributed.is_available() and torch.distributed.is_initialized()
-    if asked and not ddp:
-        raise ValueError(
-            "distributed=True needs torch.distributed initialised first: call "
-            "torch.distributed.init_process_group() (torchrun sets its environment)"
-        )
-    return ddp if asked is None else asked
-
-
 def _sampler(
     dataset: Dataset[Any], order: str, seed: int, window: int, distributed: bool, drop_last: bool
 ) -> ShardSampler:
@@ -119,8 +113,7 @@ def _sampler(
 
 
 class Loader(DataLoader[Any]):
-    """A DataLoader reading `threads` batches ahead in threads, or with workers reusing their
-    shared memory (`pins`: whether batches come out pinned). `threads=0`: DataLoader's."""
+    """A DataLoader reading ahead in `threads` threads, or in workers reusing shared memory."""
 
     def __init__(self, dataset: Any, *, threads: int = 0, **kw: Any):
         if threads < 0:

@@ -1,5 +1,4 @@
-"""A dataset's arrays, from its shard store or from one copy in shared memory (in_memory=True,
-mapped by DataLoader workers), and where a batch's samples are."""
+"""A dataset's arrays, mapped or from one copy in shared memory, and where samples are."""
 
 from __future__ import annotations
 
@@ -23,8 +22,7 @@ def _shared(nbytes: int) -> torch.Tensor:
 
 @dataclass(eq=False)
 class Places(Sequence[str]):
-    """Where each sample of a batch is, for errors: "FILE (shard S, sample K)", made only when
-    asked for."""
+    """Where each sample of a batch is, "FILE (shard S, sample K)": made when asked (errors)."""
 
     files: dict[int, object]
     shard: np.ndarray
@@ -41,8 +39,7 @@ class Places(Sequence[str]):
 
 
 class SharedArrays:
-    """Array `name` of shard `s`: `array(s, name)`, `ragged(s, name)` (data, offsets). Made per
-    process; `memory` is the dataset's (pickled), array name -> its bytes over every shard."""
+    """A process's view of a store's arrays and of `memory` (array name -> its shared bytes)."""
 
     def __init__(self, store: ShardStore, memory: dict[str, torch.Tensor]):
         self.store = store
@@ -54,8 +51,7 @@ class SharedArrays:
         return np.cumsum([0] + [s.count for s in self.store.manifest.shards])
 
     def load(self, names: set[str]) -> None:
-        """Copy arrays `names` of every shard into shared memory: a raw one as one (samples,
-        *shape) array, a ragged one's elements back to back with count + 1 offsets into them."""
+        """Copy arrays `names` into shared memory: raw ones whole, ragged ones with offsets."""
         starts, m = self._starts, self.store.manifest
         for name in sorted(names & set(m.arrays)):
             spec = m.arrays[name]
@@ -97,8 +93,7 @@ class SharedArrays:
     def samples(
         self, name: str, groups: list[tuple[int, np.ndarray]], local: np.ndarray
     ) -> tuple[list[np.ndarray], Places]:
-        """Each sample of a batch (`groups`: (shard, batch positions), `local`: index in its
-        shard) of array `name`, a view of the map, and where they are (for errors)."""
+        """A batch's samples (by_shard `groups`, `local` index) of array `name`, and Places."""
         m = self.store.manifest
         spec = m.arrays[name]
         srcs: list[np.ndarray] = [np.empty(0)] * len(local)

@@ -123,8 +123,7 @@ class ShardSampler(Sampler[int]):
         self.on_window: Callable[[int, int], None] | None = None
 
     def follow(self, dataset: object) -> None:
-        """Tell a remote dataset the order (loaders.remote.prefetch: it fetches each
-        "quasi_random" window ahead); a local dataset ignores it."""
+        """Tell a remote dataset the order (it fetches each window ahead: loaders.remote)."""
         store = getattr(dataset, "store", None)
         follow = getattr(getattr(store, "backend", None), "follow", None)
         ours = store is not None and len(store.manifest.shards) == len(self.shard_sizes)
@@ -141,8 +140,7 @@ class ShardSampler(Sampler[int]):
             raise ValueError(f"skip({samples}): a count of samples already read, 0 or more")
         self._skip = samples
 
-    def indices(self, epoch: int) -> np.ndarray:
-        """This rank's indices of `epoch`, in order."""
+    def indices(self, epoch: int) -> np.ndarray:  # this rank's, in order
         order = epoch_order(self.shard_sizes, self.order, self.seed, epoch, self.window)
         return rank_share(order, self.rank, self.num_replicas, self.drop_last)
 
@@ -160,8 +158,7 @@ class ShardSampler(Sampler[int]):
         return (int(b[0]) for b in self._announced(share, epoch, 1, len(share)))
 
     def batches(self, size: int, drop_last: bool) -> Iterator[np.ndarray]:
-        """One pass, `size` indices at a time, as numpy arrays: what iterating and batching
-        gives, without a Python int per index."""
+        """One pass, `size` indices at a time as numpy arrays (iterating, batched)."""
         epoch, share = self._take()
         stop = len(share) - len(share) % size if drop_last else len(share)
         if self.on_window is None or self.order != "quasi_random":

@@ -1,5 +1,4 @@
-"""The shard store (`ds.store`): a dataset's manifest, read once and hashed, and its shard
-arrays, mapped lazily through a backend (`LocalBackend`: a local or mounted folder)."""
+"""The shard store (`ds.store`): a dataset's manifest, read once, and its arrays, mapped."""
 
 from __future__ import annotations
 
@@ -47,8 +46,7 @@ EAGER_SHARDS = 4096
 
 
 class Backend(Protocol):
-    """Where a dataset's files are: the manifest and its stamp (None: gone), the shard index's
-    resolver, a local path for a manifest-relative name, check_files' lines for the files."""
+    """Where a dataset's files are: the manifest, its resolver, a local path to map a file."""
 
     root: Any  # a Path; for a remote backend a loaders.remote.Url (a str joined like a Path)
 
@@ -157,8 +155,7 @@ class ShardStore:
             self._manifest = Manifest.from_json(data, self.root / MANIFEST, self.backend.resolver())
 
     def check(self) -> None:
-        """FormatError if the folder was repacked since the store was made (a swapped folder of
-        `prep pack --overwrite`): one stat, a re-read only when it changed. Once a batch."""
+        """FormatError if the folder was repacked since (one stat; once a batch)."""
         if self._manifest is None or self.backend.manifest_stamp() != self._stamp:
             self._reload()
         windows = getattr(self.backend, "windows", None)  # a remote dataset read quasi_random
@@ -168,8 +165,7 @@ class ShardStore:
                 self._maps.pop(key, None)
 
     def array(self, shard: int, name: str) -> np.ndarray:
-        """Array `name` of shard `shard` (its index in the manifest), read-only. Past `max_open`
-        the least recently used map is dropped (and its descriptor once nothing refers to it)."""
+        """Array `name` of shard `shard`, read-only; past `max_open`, the oldest map dropped."""
         key = (shard, name)
         arr = self._maps.pop(key, None)
         if arr is None:
