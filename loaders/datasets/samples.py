@@ -26,8 +26,7 @@ class SampleBatch(Batch):
     """A batch as a dict of the fields; to default_collate, a sequence of dicts."""
 
     def __init__(self, fields: dict[str, Any], n: int):
-        self.tensors = fields  # type: ignore[assignment]
-        self.n = n
+        self.tensors, self.n = fields, n  # type: ignore[assignment]
 
     def __len__(self) -> int:
         return self.n
@@ -253,9 +252,8 @@ class _Reading(ArrayReading):
         return found
 
     def crops(self, image: str) -> tuple[np.ndarray, tuple[int, int]] | None:
-        if self.ds.crop is None:
-            return None
-        return self._hw_boxes(image)[1], self.ds.crop.size
+        crop = self.ds.crop
+        return None if crop is None else (self._hw_boxes(image)[1], crop.size)
 
     def images(self, field: Field, name: str) -> torch.Tensor:
         ds, size, b = self.ds, self.size or 0, len(self.local)
