@@ -1,7 +1,5 @@
-"""Training-side readers for datasets packed by `prep`: memory-mapped torch Datasets.
-
-Public names are imported lazily so that `loaders.format` (numpy only) can be used without torch.
-"""
+"""Memory-mapped torch Datasets over what `prep` packs; public names are imported lazily, so
+that `loaders.format` (numpy only) is usable without torch."""
 
 from __future__ import annotations
 
@@ -9,7 +7,7 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "ImageShardDataset": "loaders.datasets.images",
+    "ImageShardDataset": "loaders.datasets.samples",
     "CenterCrop": "loaders.augment.crops",
     "RandomResizedCrop": "loaders.augment.crops",
     "TokenWindowDataset": "loaders.datasets.tokens",

@@ -31,7 +31,8 @@ from loaders.format import (
     map_array,
     read_manifest,
 )
-from loaders.read.decode import Job, Places, _run
+from loaders.read.decode import Job, _run
+from loaders.read.memory import Places
 
 # ---------------------------------------------------------------- .npy headers
 

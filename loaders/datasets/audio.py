@@ -1,16 +1,10 @@
-"""AudioDataset: windows (or whole clips) of a `prep audio` dataset, sliced out of the map.
-
-A window of `seconds` starts at a point drawn from (seed, epoch, index) alone
-(loaders.augment.random): the same window whatever the batch, the worker or the loader. Each
-window is one slice of the clip's samples in the shard's memory map, copied into the batch:
-nothing is decoded or resampled at read time.
-"""
+"""AudioDataset: windows of a `prep audio` dataset, slices of the map (nothing decoded)."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any, Unpack, cast
+from typing import Any, Unpack
 
 import numpy as np
 import torch
@@ -20,23 +14,14 @@ from loaders.datasets.base import Remote, ShardedDataset
 from loaders.datasets.samples import ArrayReading, SampleBatch
 from loaders.fields.audio import Audio
 from loaders.fields.batching import ragged_batch
-from loaders.read.batches import check_indices
-from loaders.read.memory import by_shard
-from loaders.read.store import DEFAULT_MAX_OPEN
 
 AUDIO = "audio"  # the samples' field (prep.kinds.audio.pack)
 
 
 class AudioDataset(ShardedDataset):
-    """Clips of `root` (packed by `prep audio`) as dict batches.
-
-    With `seconds`, `audio` is a window of round(seconds * rate) samples a clip: int16 (or
-    float16) (B, W), or (B, C, W) without --mono, and `audio_len` its samples that are the
-    clip's (a shorter clip is padded with zeros to W). The window starts at a point drawn from
-    (seed, epoch, index) with `random`, else at the clip's centre. With `seconds=None`, whole
-    clips padded to the batch's longest, with `audio_len`. `fields` adds any of the dataset's
-    other fields (label, source_rate, start, targets, index); default: label, when there is one.
-    """
+    """Dict batches: `audio`, a window of round(seconds * rate) samples a clip (B, W), (B, C, W)
+    without --mono, from a start drawn from (seed, epoch, index) with `random`, else centred,
+    zero-padded, and `audio_len`; `seconds=None`: whole clips. `fields`: others (label)."""
 
     dicts = True
 
@@ -49,10 +34,9 @@ class AudioDataset(ShardedDataset):
         *,
         fields: Sequence[str] | None = None,
         random: bool = True,
-        max_open: int = DEFAULT_MAX_OPEN,
-        **remote: Unpack[Remote],
+        **store: Unpack[Remote],
     ):
-        super().__init__(root, split=split, max_open=max_open, **remote)
+        super().__init__(root, split=split, **store)
         audio = self.declared.get(AUDIO)
         if not isinstance(audio, Audio):
             raise ValueError(f"{self.store.root} is not an audio dataset (packed by prep audio)")
@@ -60,26 +44,17 @@ class AudioDataset(ShardedDataset):
         if seconds is not None and round(seconds * self.rate) < 1:
             raise ValueError(f"seconds={seconds} is under one sample at {self.rate} Hz")
         self.window = None if seconds is None else round(seconds * self.rate)
-        have = [*self.declared, "index"]
         chosen = (["label"] if "label" in self.declared else []) if fields is None else fields
-        missing = [f for f in chosen if f not in have]
-        if missing:
-            raise ValueError(f"{self.store.root} has no field {missing}; it has {have}")
+        self.check_fields([AUDIO, *chosen], [*self.declared, "index"])
         if seed < 0:
             raise ValueError(f"seed {seed} must be non-negative")
-        # audio (its windows) always, first: what a batch holds, by name (MixedDataset's)
-        self.fields = (AUDIO, *(f for f in chosen if f != AUDIO))
+        self.fields = (AUDIO, *(f for f in chosen if f != AUDIO))  # the windows always, first
         self.seed, self.random = seed, random
 
     def lengths(self, indices: Sequence[int]) -> np.ndarray:
         """Each clip's length in samples (frames), for bucketing by duration."""
-        shard, local = self._locate(indices)
-        out = np.empty(len(local), np.int64)
-        for s, pos in by_shard(shard):
-            off = self.arrays.ragged(s, AUDIO)[1]
-            k = local[pos]
-            out[pos] = (off[k + 1] - off[k]) // self.channels
-        return out
+        pieces = ArrayReading(self, self._checked(indices)).pieces(AUDIO)  # views: nothing read
+        return np.array([len(p) // self.channels for p in pieces], np.int64)
 
     def starts(self, index: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         """Each window's first sample: drawn uniformly over the clip (random), else centred."""
@@ -91,33 +66,20 @@ class AudioDataset(ShardedDataset):
         return np.minimum((u * (room + 1)).astype(np.int64), room)
 
     def __getitems__(self, indices: Sequence[int]) -> SampleBatch:
-        self.store.check()  # a repacked folder: refuse it rather than mix two datasets
-        index = check_indices(indices, len(self))
-        index = np.where(index < 0, index + len(self), index)
-        shard, local = self._locate(cast(Sequence[int], index))  # an int64 array passes
-        groups = by_shard(shard)
-        out: dict[str, Any] = self._windows(index, groups, local)
-        reading = ArrayReading(self, groups, local, index)
+        index = self._checked(indices)
+        reading = ArrayReading(self, index)
+        out: dict[str, Any] = self._windows(index, reading.pieces(AUDIO))
         for f in self.fields[1:]:
             if f == "index":
-                out[f] = torch.from_numpy(index.copy())
-                continue
-            # each field as its kind reads it (SampleDataset's: text as str, ragged padded)
-            got = self.declared[f].read(reading, f, "pad")
-            out |= {k: _widened(v) for k, v in got.items()}
-        return SampleBatch(out, len(local))
+                out[f] = self._index(index)
+            else:  # as its kind reads it (SampleDataset's: text as str, ragged padded)
+                got = self.declared[f].read(reading, f, "pad")
+                out |= {k: _widened(v) for k, v in got.items()}
+        return SampleBatch(out, len(index))
 
-    def _windows(
-        self, index: np.ndarray, groups: list[tuple[int, np.ndarray]], local: np.ndarray
-    ) -> dict[str, Any]:
-        """`audio` (windows, or whole clips padded) and `audio_len` of the batch."""
+    def _windows(self, index: np.ndarray, pieces: list[np.ndarray]) -> dict[str, Any]:
+        """`audio` (windows, or whole clips padded) and `audio_len` of the clips `pieces`."""
         c = self.channels
-        pieces: list[np.ndarray] = [np.empty(0)] * len(local)
-        for s, pos in groups:
-            data, off = self.arrays.ragged(s, AUDIO)
-            for j in pos.tolist():
-                k = int(local[j])
-                pieces[j] = data[off[k] : off[k + 1]]
         lens = np.array([len(p) // c for p in pieces], np.int64)
         if self.window is None:
             got = ragged_batch(AUDIO, pieces, () if self.mono else (c,), "pad")
@@ -127,7 +89,7 @@ class AudioDataset(ShardedDataset):
         w = self.window
         first = self.starts(index, lens)
         dtype = self.store.manifest.arrays[AUDIO].dtype
-        buf = np.zeros((len(local), c, w), dtype)  # (B, C, W): channels first, contiguous
+        buf = np.zeros((len(pieces), c, w), dtype)  # (B, C, W): channels first, contiguous
         n = np.minimum(lens - first, w)
         for j, p in enumerate(pieces):
             a = int(first[j]) * c
@@ -135,17 +97,11 @@ class AudioDataset(ShardedDataset):
         audio = torch.from_numpy(buf)
         return {AUDIO: audio[:, 0] if self.mono else audio, f"{AUDIO}_len": torch.from_numpy(n)}
 
-    def __repr__(self) -> str:
-        return (
-            f"AudioDataset({str(self.store.root)!r}, clips={len(self)}, rate={self.rate}, "
-            f"window={self.window}, fields={self.fields})"
-        )
+    def _shown(self) -> dict[str, Any]:
+        return {"clips": len(self), "rate": self.rate, "window": self.window, "fields": self.fields}
 
 
 def _widened(batch: Any) -> Any:
-    """uint16, uint32 and uint64 tensors as int64, which torch barely computes with (a source
-    rate); anything else as it is."""
+    """Unsigned tensors wider than uint8 as int64, which torch barely computes with."""
     wide = (torch.uint16, torch.uint32, torch.uint64)
-    return (
-        batch.to(torch.int64) if isinstance(batch, torch.Tensor) and batch.dtype in wide else batch
-    )
+    return batch.to(torch.int64) if torch.is_tensor(batch) and batch.dtype in wide else batch

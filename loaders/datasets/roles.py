@@ -1,17 +1,8 @@
-"""`SampleDataset(transforms=)`: a loaders.transforms.Compose run on each batch read, the
-image field's pixels with its mask, boxes and keypoints moving along, and the boxes it leaves
-degenerate dropped with their per-box fields. For an image packed with mode keep, a
-pipeline's leading RandomResizedCrop becomes the dataset's crop (read_crop).
-
-Which field is what comes from the declarations: the image is the one Image field read (or
-the one the boxes are of); its Mask, Boxes, Keypoints and Instances fields follow it (the
-instance masks as the mask, nearest); every ragged `Array` field read (COCO's labels, iscrowd
-and area) is per-box, a row per box; keypoints, instance masks and per-box rows go with their
-dropped boxes. A `Label` field is the images' class (MixUp and CutMix soften it).
-
-A load-time `crop=` without transforms= ends with the same rule (drop_cut_boxes): the boxes
-it leaves under 1 px go, with their keypoints, instances and per-box rows (crop_roles).
-"""
+"""`SampleDataset(transforms=)`: each field read in its role in a Compose call, as its kind
+says (Field.follows): the image (the one read, or the boxes'), its mask, boxes, keypoints and
+instances, the per-box rows (ragged arrays: COCO's labels, area), the class (a Label). The
+boxes a pipeline, or a load-time `crop=` (drop_cut_boxes), leaves under 1 px go with their
+keypoints, instances and per-box rows."""
 
 from __future__ import annotations
 
@@ -24,9 +15,7 @@ import torch
 
 from loaders.fields.base import Field
 
-# What a box must keep of its width and height once clipped: torchvision's SanitizeBoundingBoxes
-# default, and Compose's.
-MIN_SIZE = 1.0
+MIN_SIZE = 1.0  # px a clipped box keeps each way: SanitizeBoundingBoxes' default, Compose's
 ROLES = ("image", "mask", "boxes", "keypoints", "instances", "per_box", "label")
 
 
@@ -43,7 +32,15 @@ class Roles:
     per_box: tuple[str, ...] = ()
 
 
-def _one(names: list[str], role: str, root: object, by: str = "transforms=") -> str | None:
+def _one(
+    read: Mapping[str, Field],
+    role: str,
+    root: object,
+    image: str | None = None,
+    by: str = "transforms=",
+) -> str | None:
+    """The one field read in `role` (of image field `image`, where given), or None."""
+    names = _as(read, role, image)
     if len(names) > 1:
         raise ValueError(
             f"{root}: {by} moves one {role} field, and fields= reads {names}. "
@@ -53,15 +50,13 @@ def _one(names: list[str], role: str, root: object, by: str = "transforms=") -> 
 
 
 def _as(read: Mapping[str, Field], role: str, image: str | None = None) -> list[str]:
-    """The fields read that a pipeline moves as `role` (Field.follows), of image field `image`
-    where given."""
+    """The fields read that a pipeline moves as `role` (of image field `image`, where given)."""
     of = [f for f, d in read.items() if d.follows() == role]
     return [f for f in of if image is None or getattr(read[f], "image", None) == image]
 
 
 def roles_of(declared: Mapping[str, Field], fields: Sequence[str], root: object) -> Roles:
-    """Each field's role (see the module's docstring); a dataset a pipeline cannot serve is a
-    ValueError with the fix."""
+    """Each field's role; a ValueError with the fix for a dataset a pipeline cannot serve."""
     read = {f: declared[f] for f in fields if f in declared}
     unmoved = [f for f, d in read.items() if d.placed and d.follows() not in ROLES]
     if unmoved:
@@ -69,24 +64,19 @@ def roles_of(declared: Mapping[str, Field], fields: Sequence[str], root: object)
             f"{root}: transforms= does not move field {unmoved[0]} "
             f"({read[unmoved[0]].kind}). HINT: read it without transforms=, or with crop="
         )
-    boxes = _one(_as(read, "boxes"), "boxes", root)
+    boxes = _one(read, "boxes", root)
     of = getattr(read[boxes], "image", None) if boxes is not None else None
-    image = _one(
-        _as(read, "image", None) if of is None else [of] if of in read else [], "image", root
-    )
+    image = _one(read, "image", root) if of is None else of if of in read else None
     if image is None:
         raise ValueError(f"{root}: transforms= needs an image field among fields={tuple(fields)}")
-    label = _one(_as(read, "label"), "label", root)
-    mask = _one(_as(read, "mask", image), "mask", root)
+    label, mask = _one(read, "label", root), _one(read, "mask", root, image)
     return _instances(read, Roles(image, mask, boxes, label=label), root, "transforms=")
 
 
 def crop_roles(declared: Mapping[str, Field], fields: Sequence[str], root: object) -> Roles | None:
-    """What a load-time `crop=` drops with a box it cuts away: the Boxes field read, the
-    keypoints and instances of its image, the per-box rows (as roles_of has them, the image
-    read or not); None when no boxes are read."""
+    """What a load-time `crop=` drops with a box it cuts away; None when no boxes are read."""
     read = {f: declared[f] for f in fields if f in declared}
-    boxes = _one(_as(read, "boxes"), "boxes", root, "crop=")
+    boxes = _one(read, "boxes", root, by="crop=")
     if boxes is None:
         return None
     image: str = read[boxes].image  # type: ignore[attr-defined]
@@ -94,35 +84,25 @@ def crop_roles(declared: Mapping[str, Field], fields: Sequence[str], root: objec
 
 
 def _instances(read: Mapping[str, Field], r: Roles, root: object, by: str) -> Roles:
-    """Roles `r` with the keypoints and instances of its image, and its per-box fields: every
-    ragged `Array` read, when boxes are."""
-    instances = _one(_as(read, "instances", r.image), "instances", root, by)
+    """Roles `r` with its image's keypoints and instances, and the per-box fields."""
+    instances = _one(read, "instances", root, r.image, by)
     if instances is not None and r.boxes is None:
         raise ValueError(f"{root}: instance masks move with their boxes: read 'boxes' too")
-    per_box = _as(read, "per_box")
-    keypoints = _one(_as(read, "keypoints", r.image), "keypoints", root, by)
-    return replace(
-        r,
-        keypoints=keypoints,
-        instances=instances,
-        per_box=tuple(per_box) if r.boxes is not None else (),
-    )
+    per_box = tuple(_as(read, "per_box")) if r.boxes is not None else ()
+    keypoints = _one(read, "keypoints", root, r.image, by)
+    return replace(r, keypoints=keypoints, instances=instances, per_box=per_box)
 
 
 def read_crop(aug: Any) -> tuple[Any, Any] | None:
-    """For an image field packed with mode keep (samples of their own shapes, which make no
-    batch): Compose `aug`'s leading RandomResizedCrop as the dataset's `crop=` (it draws the
-    same boxes: loaders.augment.crops), and the pipeline's other ops; None when `aug` does not start
-    with the only RandomResizedCrop of the pipeline."""
+    """Compose `aug`'s leading (and only) RandomResizedCrop as a load-time crop, and the rest."""
     from loaders.augment.crops import RandomResizedCrop as ReadCrop
     from loaders.transforms import Compose, RandomResizedCrop
 
     ops = list(aug.ops)
-    if not ops or sum(isinstance(op, RandomResizedCrop) for op in ops) != 1:
+    crops = [op for op in ops if isinstance(op, RandomResizedCrop)]
+    if len(crops) != 1 or ops[0] is not crops[0]:
         return None
-    first = ops[0]
-    if not isinstance(first, RandomResizedCrop):
-        return None
+    first = crops[0]
     crop = ReadCrop(first.size, first.scale, first.ratio, seed=aug.seed)
     return crop, Compose(ops[1:], seed=aug.seed, epoch=aug.epoch, min_size=aug.min_size)
 
@@ -130,8 +110,7 @@ def read_crop(aug: Any) -> tuple[Any, Any] | None:
 def transform(
     aug: Any, out: dict[str, Any], roles: Roles, index: np.ndarray, epoch: int
 ) -> dict[str, Any]:
-    """The batch `out` (field -> its batch) through Compose `aug` at `epoch`: the fields of
-    `roles` replaced by what it returns, and each padded one's NAME_len by the rows kept."""
+    """The batch `out` with the fields of `roles` through Compose `aug` at `epoch`."""
     if aug.epoch != epoch:  # the dataset's set_epoch reaches the workers' copies so
         aug.set_epoch(epoch)
     r = roles
@@ -143,8 +122,7 @@ def transform(
     got = aug(*args, **kw)
     got = list(got) if isinstance(got, tuple) else [got]
     new = dict(out)
-    new[r.image] = got.pop(0)
-    for f in (r.label, r.mask):
+    for f in (r.image, r.label, r.mask):
         if f is not None:
             new[f] = got.pop(0)
     return _returned(new, got, r, padded)
@@ -153,10 +131,7 @@ def transform(
 def drop_cut_boxes(
     out: dict[str, Any], roles: Roles, batch: int, hw: tuple[int, int], min_size: float
 ) -> dict[str, Any]:
-    """The batch `out` read with a load-time crop to `hw`: each box it leaves narrower or lower
-    than `min_size` px (clipped already) dropped with its keypoints, instance masks and
-    per-box rows, and padded fields' NAME_len counting what is left. The rule and the code are
-    those a transforms= pipeline ends with (loaders.augment.boxes.outputs)."""
+    """The batch `out` without the boxes a load-time crop to `hw` cut, as a pipeline's end."""
     from loaders.augment.boxes import Targets, outputs, per_box
 
     if batch == 0:  # nothing to drop (and a list of no keypoints has no row shape)
@@ -172,8 +147,7 @@ def drop_cut_boxes(
 
 
 def _given(out: dict[str, Any], r: Roles) -> tuple[dict[str, Any], list[str]]:
-    """The batch's boxes, keypoints, instances, lengths and per_box, as a pipeline takes them,
-    and the fields among them read padded (their NAME_len follow the rows kept)."""
+    """The batch's boxes, keypoints... as a pipeline takes them, and those read padded."""
     ragged = [f for f in (r.boxes, r.keypoints, r.instances, *r.per_box) if f is not None]
     padded = [f for f in ragged if f"{f}_len" in out]
     named = {"boxes": r.boxes, "keypoints": r.keypoints, "instances": r.instances}

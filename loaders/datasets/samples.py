@@ -1,4 +1,4 @@
-"""SampleDataset: a dataset packed by `prep.pack_samples`, read as a dict of fields a batch."""
+"""SampleDataset (`prep.pack_samples`: a dict of fields a batch) and ImageShardDataset."""
 
 from __future__ import annotations
 
@@ -10,33 +10,23 @@ from typing import Any, Unpack
 import numpy as np
 import torch
 
-from loaders.augment.crops import Crop, whole
-from loaders.datasets.base import DecodingDataset, Remote, ShardedDataset
-from loaders.datasets.roles import (
-    MIN_SIZE,
-    crop_roles,
-    drop_cut_boxes,
-    read_crop,
-    roles_of,
-    transform,
-)
+from loaders.augment.crops import whole
+from loaders.datasets import roles
+from loaders.datasets.base import Decoding, DecodingDataset, ShardedDataset
 from loaders.fields.base import RAGGED_POLICIES, Field
 from loaders.fields.image import Image, hw_name
 from loaders.fields.mask import Mask
 from loaders.format import array_name
 from loaders.read.batches import Batch, new_batch
 from loaders.read.memory import by_shard
-from loaders.read.store import DEFAULT_MAX_OPEN
 from loaders.transforms import Compose
 
 
 class SampleBatch(Batch):
-    """A batch read at once: a dict of the fields (tensors, lists of str...). `collate_batch`
-    returns the dict; a plain DataLoader's default collate gets it as a sequence of dicts."""
+    """A batch as a dict of the fields; to default_collate, a sequence of dicts."""
 
     def __init__(self, fields: dict[str, Any], n: int):
-        self.tensors = fields  # type: ignore[assignment]
-        self.n = n
+        self.tensors, self.n = fields, n  # type: ignore[assignment]
 
     def __len__(self) -> int:
         return self.n
@@ -48,26 +38,14 @@ class SampleBatch(Batch):
 
 
 class SampleDataset(DecodingDataset):
-    """Samples of a `prep.pack_samples` dataset as dicts of `fields` (default: every field).
+    """Samples as dicts of `fields` (default: all), each as its kind reads it (loaders.fields);
+    "index": each sample's dataset index. Ragged fields follow `ragged` (a policy, or field ->
+    policy): "pad" (with `NAME_len`), "list" or "jagged". Images are uint8 (B, C, H, W) at
+    `size` (`set_size` switches), cropped by `crop=` (required for mode keep). `in_memory`:
+    the fields read into shared memory once. `transforms=`: a Compose run on each batch read
+    (loaders.datasets.roles); on a mode keep image, its leading RandomResizedCrop is the crop."""
 
-    Each field comes as its kind makes it (loaders.fields): fixed arrays stacked; ragged ones
-    by `ragged` (one policy, or a dict of field -> policy): "pad" (padded with zeros to the
-    batch's longest, with `NAME_len`), "list" (a tensor a sample) or "jagged" (a nested tensor);
-    text as a list of str, JSON as a list of objects, bytes as a list of bytes; labels int64;
-    images uint8 (B, C, H, W) at `size` (any of the dataset's sizes; `set_size` switches), with
-    `crop=` as ImageShardDataset has it (required for mode keep; the boxes it leaves under
-    1 px go as a pipeline's do, below) and `decode="cuda"` for JPEG.
-    "index" gives each sample's dataset index. `in_memory=True` reads the fields into shared
-    memory once. `root` may be a URL (see ShardedDataset). `split=` reads one split's shards.
-
-    `transforms=`: a loaders.transforms.Compose run on each batch as it is read (in the
-    loader's workers), drawing from (its seed, the dataset's epoch, index): the image field's
-    pixels, with its mask, boxes and keypoints moved along and the boxes it leaves degenerate
-    dropped with their per-box fields (loaders.datasets.roles says which). On an image
-    packed with mode keep, without `crop=`, a leading RandomResizedCrop of the pipeline is read
-    as the crop (the same boxes as the op's draws, each sample's own shape)."""
-
-    dicts = True  # a batch is a dict of the fields
+    dicts = True
 
     def __init__(
         self,
@@ -75,34 +53,25 @@ class SampleDataset(DecodingDataset):
         fields: Sequence[str] | None = None,
         size: int | None = None,
         *,
-        crop: Crop | None = None,
         ragged: str | Mapping[str, str] = "pad",
-        decode: str = "cpu",
-        threads: int | None = None,
         in_memory: bool = False,
         transforms: Compose | None = None,
-        split: str | None = None,
-        max_open: int = DEFAULT_MAX_OPEN,
-        **remote: Unpack[Remote],
+        **opts: Unpack[Decoding],
     ):
-        super().__init__(root, split=split, max_open=max_open, **remote)
+        super().__init__(root, **opts)
         have = [*self.declared, "index"]
         self.fields = tuple(self.declared if fields is None else fields)
-        missing = [f for f in self.fields if f not in have]
-        if missing or not self.fields:
-            raise ValueError(f"{self.store.root} has no field {missing}; it has {have}")
+        self.check_fields(self.fields, have)
         policies = {f: ragged for f in self.fields} if isinstance(ragged, str) else dict(ragged)
         bad = {f: p for f, p in policies.items() if p not in RAGGED_POLICIES or f not in have}
         if bad:
             raise ValueError(f"ragged={bad}: each a field of {have} -> one of {RAGGED_POLICIES}")
-        if decode not in ("cpu", "cuda"):
-            raise ValueError(f"decode={decode!r} is not 'cpu' or 'cuda'")
-        if transforms is not None and crop is None and self._reads_keep_images():
-            found = read_crop(transforms) if isinstance(transforms, Compose) else None
-            crop, transforms = found if found is not None else (crop, transforms)
-        self.policies, self.crop, self.decode, self._threads = policies, crop, decode, threads
-        sized = [f for f in self.fields if f in self.declared and self._arrays_sized(f)]
-        if sized:
+        self.policies = policies
+        if transforms is not None and self.crop is None and self._keep_images():
+            found = roles.read_crop(transforms) if isinstance(transforms, Compose) else None
+            self.crop, transforms = found if found is not None else (None, transforms)
+        read = {f: self.declared[f] for f in self.fields if f != "index"}
+        if any(s.size is not None for f, d in read.items() for s in d.arrays(f)):  # images
             if size is None and len(self.sizes) != 1:
                 raise ValueError(f"{self.store.root} has sizes {self.sizes}: pass size=")
             self.set_size(self.sizes[0] if size is None else size)
@@ -110,34 +79,21 @@ class SampleDataset(DecodingDataset):
         if transforms is not None:
             if not isinstance(transforms, Compose):
                 raise TypeError(f"transforms= takes a loaders.transforms.Compose, not {transforms}")
-            self._roles = roles_of(self.declared, self.fields, self.store.root)
-        elif crop is not None:  # a pipeline drops the boxes it cuts away at its end: so does crop=
-            self._cut = crop_roles(self.declared, self.fields, self.store.root)
-        if in_memory:
-            stored = [a for f in self.fields if f != "index" for a in self._arrays_of(f)]
-            self.arrays.load(set(stored))
+            self._roles = roles.roles_of(self.declared, self.fields, self.store.root)
+        elif self.crop is not None:  # a pipeline drops the boxes it cuts away: so does crop=
+            self._cut = roles.crop_roles(self.declared, self.fields, self.store.root)
+        if in_memory:  # with what a field needs of others (a mask: its image's sides)
+            names = {array_name(s.field, s.size) for f, d in read.items() for s in d.arrays(f)}
+            self.arrays.load(names | {n for f, d in read.items() for n in d.needs(f)})
 
-    def _arrays_sized(self, field: str) -> bool:
-        """Whether a field stores an array a size (an image, or a field placed on one)."""
-        return any(s.size is not None for s in self.declared[field].arrays(field))
-
-    def _reads_keep_images(self) -> bool:
-        """Whether a field read is an image packed with mode keep (its samples' own shapes)."""
-        found = [self.declared.get(f) for f in self.fields]
-        return any(isinstance(d, Image) and d.mode == "keep" for d in found)
-
-    # -- what the manifest says: recomputed after unpickling, never pickled ------------------
+    def _keep_images(self) -> list[str]:
+        """The image fields read that were packed with mode keep (their own shapes)."""
+        found = {f: self.declared.get(f) for f in self.fields}
+        return [f for f, d in found.items() if isinstance(d, Image) and d.mode == "keep"]
 
     @cached_property
     def sizes(self) -> list[int]:
         return self.store.manifest.sizes()
-
-    def _arrays_of(self, field: str) -> list[str]:
-        f = self.declared[field]
-        names = [array_name(s.field, s.size) for s in f.arrays(field)] + f.needs(field)
-        return [n for n in names if n in self.store.manifest.arrays]  # needs: its image's sides
-
-    # -- size ----------------------------------------------------------------------------------
 
     @property
     def size(self) -> int | None:
@@ -147,8 +103,8 @@ class SampleDataset(DecodingDataset):
         """Switch every image and mask field to `size` px (progressive resizing)."""
         if size not in self.sizes:
             raise ValueError(f"{self.store.root} has no size {size}; it has {self.sizes}")
-        keep = [f for f, d in self.declared.items() if isinstance(d, Image) and d.mode == "keep"]
-        if self.crop is None and any(f in self.fields for f in keep):
+        keep = self._keep_images()
+        if self.crop is None and keep:
             raise ValueError(
                 f"{self.store.root}: field {keep[0]} was packed with --mode keep: its samples "
                 "have their own shapes. HINT: pass crop=CenterCrop(224) or "
@@ -158,62 +114,104 @@ class SampleDataset(DecodingDataset):
 
     @property
     def read_threads(self) -> int | None:
-        """make_loader's reading threads: 2 when images are decoded on the CPU (as
-        ImageShardDataset), so that one batch's bookkeeping overlaps the other's decoding."""
-        images = [self.declared[f] for f in self.fields if f != "index"]
-        decodes = any(
-            isinstance(d, Image) and ("jpeg" in str(d.codec) or self.crop is not None)
-            for d in images
-        )
+        """make_loader's threads: 2 for images decoded on the CPU (bookkeeping beside decoding)."""
+        images = [d for f in self.fields if isinstance(d := self.declared.get(f), Image)]
+        decodes = any("jpeg" in str(d.codec) for d in images) or bool(images and self.crop)
         return 2 if decodes and self.decode == "cpu" else None
 
-    # -- access --------------------------------------------------------------------------------
-
     def __getitems__(self, indices: Sequence[int]) -> SampleBatch:
-        self.store.check()  # a repacked folder: refuse it rather than mix two datasets
-        shard, local = self._locate(indices)
-        index = self._starts[np.searchsorted(self._shards, shard)] + local  # within the split
-        reading = _Reading(self, by_shard(shard), local, index)
+        index = self._checked(indices)
+        reading = _Reading(self, index)
         out: dict[str, Any] = {}
         for f in self.fields:
-            if f == "index":  # a buffer of the loader's ring, as every read field's
-                out[f] = new_batch((len(local),), torch.int64, self._buffers, f)
-                out[f].numpy()[:] = reading.index
+            if f == "index":
+                out[f] = self._index(index)
             else:
                 out |= self.declared[f].read(reading, f, self.policies.get(f, "pad"))
         if self._roles is not None:
-            out = transform(self.transforms, out, self._roles, reading.index, self.epoch)
+            out = roles.transform(self.transforms, out, self._roles, index, self.epoch)
         elif self._cut is not None and self.crop is not None:
-            out = drop_cut_boxes(out, self._cut, len(local), self.crop.size, MIN_SIZE)
-        return SampleBatch(out, len(local))
+            out = roles.drop_cut_boxes(out, self._cut, len(index), self.crop.size, roles.MIN_SIZE)
+        return SampleBatch(out, len(index))
 
-    def __repr__(self) -> str:
-        return (
-            f"SampleDataset({str(self.store.root)!r}, fields={self.fields}, samples={len(self)}, "
-            f"shards={len(self._starts) - 1}, sizes={self.sizes})"
-        )
+    def _shown(self) -> dict[str, Any]:
+        shards = len(self._starts) - 1
+        return {"fields": self.fields, "samples": len(self), "shards": shards, "sizes": self.sizes}
 
 
-class ArrayReading:
-    """One batch being read of any samples dataset (SampleDataset, AudioDataset): the arrays a
-    field's `read` asks for (loaders.fields.base.Reading), without images or crops."""
+class ImageShardDataset(SampleDataset):
+    """A SampleDataset of an image pack whose batches are tuples in `fields` order: "image"
+    uint8 (C, H, W), a channels-last view of the HWC storage; "mask" uint8 (H, W) class ids;
+    "label" int64 (); "orig_size" int64 (2,), the source's (h, w); "index" int64 ().
+    `fast_dct`: JPEG through libjpeg-turbo's fast integer IDCT (README: Fast DCT).
+    Use `make_loader` (or `collate_fn=collate_batch`) to keep the batched read."""
 
-    size: int | None = None
+    dicts = False
 
     def __init__(
         self,
-        ds: ShardedDataset,
-        groups: list[tuple[int, np.ndarray]],
-        local: np.ndarray,
-        index: np.ndarray,
+        root: str | os.PathLike[str],
+        size: int | None = None,
+        fields: Sequence[str] = ("image", "label"),
+        in_memory: bool = False,
+        *,
+        fast_dct: bool = False,
+        **opts: Unpack[Decoding],
     ):
-        self.ds, self.groups, self.local, self.index = ds, groups, local, index
+        if "source" in fields:
+            raise ValueError(
+                f"{root} has no field ['source'] to batch: its paths are bytes, not a tensor. "
+                "HINT: ds.source(i) gives sample i's"
+            )
+        self.fast_dct = fast_dct
+        super().__init__(root, fields, size, in_memory=in_memory, **opts)
+
+    @property
+    def classes(self) -> list[str] | None:
+        return self.store.manifest.classes
+
+    def __getitems__(self, indices: Sequence[int]) -> Batch:  # type: ignore[override]
+        batch = super().__getitems__(indices).tensors
+        return Batch(tuple(batch[f] for f in self.fields))  # type: ignore[call-overload]
+
+    def _shown(self) -> dict[str, Any]:
+        return {"size": self.size, "fields": self.fields, "split": self.split, **super()._shown()}
+
+
+class ArrayReading:
+    """One batch being read: the arrays a field's `read` asks for (loaders.fields.Reading)."""
+
+    size: int | None = None
+
+    def __init__(self, ds: ShardedDataset, index: np.ndarray, at: np.ndarray | None = None):
+        """`index`: the batch's checked indices; `at`: the samples read (default: `index`)."""
+        shard, self.local = ds._find(index if at is None else at)
+        self.ds, self.groups, self.index = ds, by_shard(shard), index
 
     def values(self, name: str) -> np.ndarray:
         spec = self.ds.store.manifest.arrays[name]
         out = np.empty((len(self.local), *spec.shape), dtype=spec.dtype)
-        self.ds.gather(out, name, self.groups, self.local)
+        self.gather(out, name)
         return out
+
+    def gather(self, dst: np.ndarray, name: str) -> None:
+        """The batch's samples of array `name` into `dst`, one shard's map at a time."""
+        groups, local, arrays = self.groups, self.local, self.ds.arrays
+        if len(groups) == 1:
+            arr = arrays.array(groups[0][0], name)
+            if dst.dtype == arr.dtype:
+                # One shard: one vectorised read into `dst`. mode="clip": the indices are
+                # checked, and "raise" buffers the whole output before copying it.
+                np.take(arr, local, axis=0, out=dst, mode="clip")
+                return
+        for s, pos in groups:
+            arr = arrays.array(s, name)
+            if dst[:1].nbytes > 4096:
+                # Big samples copied once each into place (a gather, then a scatter, twice)
+                for j, k in zip(pos.tolist(), local[pos].tolist(), strict=True):
+                    dst[j] = arr[k]
+            else:
+                dst[pos] = arr[local[pos]]
 
     def pieces(self, name: str) -> list[np.ndarray]:
         return self.ds.arrays.samples(name, self.groups, self.local)[0]
@@ -232,25 +230,17 @@ class ArrayReading:
 
 
 class _Reading(ArrayReading):
-    """One batch of a SampleDataset being read: its arrays, and its images at the batch's size
-    with the dataset's crop."""
+    """One batch of a SampleDataset being read, its images too, at the batch's size."""
 
     ds: SampleDataset
 
-    def __init__(
-        self,
-        ds: SampleDataset,
-        groups: list[tuple[int, np.ndarray]],
-        local: np.ndarray,
-        index: np.ndarray,
-    ):
-        super().__init__(ds, groups, local, index)
+    def __init__(self, ds: SampleDataset, index: np.ndarray):
+        super().__init__(ds, index)
         self.size = ds.size  # read once: set_size may run between batches, never within one
         self._boxes: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # image -> (hw, boxes)
 
     def _hw_boxes(self, image: str) -> tuple[np.ndarray, np.ndarray]:
-        """The batch's stored (h, w) of image field `image`, and its crop boxes: once a batch,
-        shared by the image and its masks."""
+        """Image field `image`'s stored (h, w) and crop boxes: once a batch, for its masks too."""
         found = self._boxes.get(image)
         if found is None:
             size, ds = self.size or 0, self.ds
@@ -262,22 +252,21 @@ class _Reading(ArrayReading):
         return found
 
     def crops(self, image: str) -> tuple[np.ndarray, tuple[int, int]] | None:
-        if self.ds.crop is None:
-            return None
-        return self._hw_boxes(image)[1], self.ds.crop.size
+        crop = self.ds.crop
+        return None if crop is None else (self._hw_boxes(image)[1], crop.size)
 
     def images(self, field: Field, name: str) -> torch.Tensor:
-        """Field `name` (an Image or a Mask) at the batch's size: uint8 (B, C, H, W) views of
-        HWC batches for images, (B, H, W) for masks."""
         ds, size, b = self.ds, self.size or 0, len(self.local)
         mask = isinstance(field, Mask)
         arr = array_name(name, size)
         spec = ds.store.manifest.arrays[arr]
         if not spec.ragged and ds.crop is None:  # stored as returned: a copy out of the map
             out = new_batch((b, *spec.shape), torch.uint8, ds._buffers, arr)
-            ds.gather(out.numpy(), arr, self.groups, self.local)
+            self.gather(out.numpy(), arr)
             return out if mask else out.permute(0, 3, 1, 2)
         hw, boxes = self._hw_boxes(field.image if isinstance(field, Mask) else name)
         jpeg = spec.codec == "jpeg"
         crcs = self.values(array_name(f"{name}_crc", size)).astype(np.int64) if jpeg else None
-        return ds.decoded(arr, self.groups, self.local, hw, boxes, crcs, mask)
+        srcs, places = ds.arrays.samples(arr, self.groups, self.local)
+        shape = spec.shape if ds.crop is None else (*ds.crop.size, *spec.shape[2:])
+        return ds.pixels(srcs, places, jpeg, hw, boxes, crcs, (b, *shape), spec.field, mask)

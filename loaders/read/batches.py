@@ -1,10 +1,11 @@
-"""Batches and the memory they are read into: index checks, the Batch a dataset returns, and
-the buffers reused between batches (BufferPool in the main process, a worker's SharedRing, or
-the loader's pinned memory: `new_batch` asks the one this thread was given by `read_into`)."""
+"""Batches and the buffers reused between them (`new_batch`): the loader's BufferPool, pinned
+memory, or a worker's SharedRing of segments (fresh shared memory a batch: page faults cost
+several times the copy, bench row 4c), each behind a header the main process clears."""
 
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Generic, TypeVar
 
@@ -12,12 +13,17 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
+T = TypeVar("T")
+Alloc = Callable[[str, tuple[int, ...], torch.dtype], torch.Tensor]
+HEADER = 64  # bytes before a segment's data: a multiple of every dtype's size
+MAGIC = b"prepring"
+BUSY = len(MAGIC)  # offset of the busy byte
+# How many tensors share a storage (a private torch function; without it buffers are not reused).
+_storage_users = getattr(torch._C, "_storage_Use_Count", None)
+
 
 def check_indices(indices: Sequence[int] | np.ndarray, n: int) -> np.ndarray:
-    """Indices into a dataset of `n` items as int64, negatives counted from the end.
-
-    Raises IndexError for one out of range and TypeError for a non-integer (a float index is
-    a bug in the sampler, never silently truncated)."""
+    """Indices into `n` items as int64 (negatives from the end); IndexError, TypeError if bad."""
     idx = np.asarray(indices).reshape(-1)
     if idx.size and idx.dtype.kind not in "iu":
         raise TypeError(f"dataset indices must be integers, got {idx.dtype}: {idx[:3].tolist()}")
@@ -31,10 +37,7 @@ def check_indices(indices: Sequence[int] | np.ndarray, n: int) -> np.ndarray:
 
 
 class Batch(Sequence[tuple[torch.Tensor, ...]]):
-    """A whole batch read at once by a dataset's `__getitems__`: one tensor per field.
-
-    It is also a sequence of per-sample tuples, so a plain DataLoader with the default collate
-    still works (it stacks the samples again); `collate_batch` returns the tensors as they are."""
+    """A batch, one tensor a field; a sequence of sample tuples to DataLoader's default collate."""
 
     def __init__(self, tensors: tuple[torch.Tensor, ...]):
         self.tensors = tensors
@@ -49,30 +52,19 @@ class Batch(Sequence[tuple[torch.Tensor, ...]]):
         return (self[j] for j in range(len(self)))
 
 
-# How many tensors share a storage (a private torch function; without it buffers are not reused).
-_storage_users = getattr(torch._C, "_storage_Use_Count", None)
-
-
-def storage_users(cdata: int) -> int:
-    """References to a storage (`storage._cdata`); a large number where torch cannot tell."""
-    return _storage_users(cdata) if _storage_users is not None else 1 << 30
-
-
-T = TypeVar("T")
+def _unheld(t: torch.Tensor) -> bool:
+    """No tensor, view or array but ours refers to `t`'s storage (2: ours and the one asking)."""
+    return _storage_users is not None and _storage_users(t.untyped_storage()._cdata) <= 2
 
 
 class Ring(Generic[T]):
-    """Reusable buffers: up to `keep` for each key (a field, shape and dtype), at most `shapes`
-    keys (a new size or batch length drops the oldest). BufferPool's and the workers'
-    SharedRing's one algorithm: hand out the first free buffer of a key, else a new one, kept
-    while the key has fewer than `keep`."""
+    """Up to `keep` reusable buffers a key (field, shape, dtype), at most `shapes` keys."""
 
     def __init__(self, keep: int, shapes: int):
         self.keep, self.shapes = keep, shapes
         self._bufs: dict[Any, list[T]] = {}
 
-    def slots(self, key: Any) -> list[T]:
-        """The buffers kept for `key` (a list the caller may prune)."""
+    def slots(self, key: Any) -> list[T]:  # a list the caller may prune
         found = self._bufs.get(key)
         if found is None:
             if len(self._bufs) >= self.shapes:
@@ -89,25 +81,14 @@ class Ring(Generic[T]):
             slots.append(buf)
         return buf
 
-    def all(self) -> list[T]:
-        return [b for bufs in self._bufs.values() for b in bufs]
-
 
 class BufferPool(Ring[torch.Tensor]):
-    """Batch buffers for the main process, reused once the caller has let go of them.
-
-    A fresh 50 MB tensor costs three times its copy in page faults (glibc maps big blocks anew
-    each time). A buffer is reused only when no tensor, view or numpy array but ours refers to
-    its storage, and never once it was moved to shared memory (sent through a multiprocessing
-    queue), so a batch the caller still holds is never overwritten. The one hold it cannot see
-    is the storage object alone (`batch.untyped_storage()` kept, every tensor of it dropped):
-    torch reuses one such object for a storage, so ours and the caller's look alike."""
+    """The main process's batch buffers, reused once nothing but the pool refers to them (but a
+    storage object kept alone), never once in shared memory (50 MB faults in as 3 copies)."""
 
     def __init__(self, keep: int = 2, shapes: int = 8):
         super().__init__(keep, shapes)
-        # Threads filling batches at once (loaders.read.prefetch): the check of a buffer's holds and
-        # the hand-out of a view of it are one step, so two threads never get the same buffer.
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # loader threads: never one buffer to two of them
 
     def get(self, field: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         with self._lock:
@@ -117,32 +98,21 @@ class BufferPool(Ring[torch.Tensor]):
             return buf.view(shape)  # a new view: the caller's hold is counted
 
 
-def _unheld(buf: torch.Tensor) -> bool:
-    """No tensor, view or array but ours refers to `buf`'s storage (2: our tensor and the
-    storage object made to ask); never, where torch cannot tell."""
-    return _storage_users is not None and _storage_users(buf.untyped_storage()._cdata) <= 2
-
-
-Alloc = Callable[[str, tuple[int, ...], torch.dtype], torch.Tensor]
-# Where the loader's threads put batches (loaders.read.prefetch sets it in each of its threads): its
-# own ring of buffers, or pinned memory. Per thread, so a dataset read outside the loader in
-# another thread still uses its own pool.
+# Where this thread's `new_batch` takes its tensors (a thread outside the loader: its pool)
 _reading = threading.local()
 
 
-def read_into(alloc: Alloc | None) -> None:
-    """Make `new_batch` in this thread take its tensors from `alloc` (None: undo)."""
+def read_into(alloc: Alloc | None) -> Alloc | None:
+    """Make `new_batch` in this thread take its tensors from `alloc`; the one it replaces."""
+    before = getattr(_reading, "alloc", None)
     _reading.alloc = alloc
+    return before
 
 
 def new_batch(
     shape: tuple[int, ...], dtype: torch.dtype, pool: BufferPool | None = None, key: str = ""
 ) -> torch.Tensor:
-    """An output tensor for a batch. In one of make_loader's threads it comes from the loader's
-    ring (or pinned memory), in one of its worker processes from that worker's ring of shared
-    memory (see `read_into`). Inside another DataLoader's worker it is made in shared memory
-    directly, so the batch is not copied again when it is sent to the main process; in the
-    main process it comes from `pool` when one is given."""
+    """A batch's tensor: from `read_into`'s, in a worker's shared memory, or from `pool`."""
     alloc = getattr(_reading, "alloc", None)
     if alloc is not None:
         return alloc(key, shape, dtype)
@@ -153,6 +123,97 @@ def new_batch(
 
 
 def new_shared(nbytes: int) -> torch.UntypedStorage:
-    """Shared memory for a batch, as default_collate makes it. `share_memory_()` on a new
-    tensor would copy its garbage into a fresh segment (6x slower for a 256-image batch)."""
+    """Shared memory, as default_collate makes it (`share_memory_()` copies garbage: 6x slower)."""
     return torch.UntypedStorage._new_shared(nbytes)
+
+
+def _header(storage: torch.UntypedStorage) -> torch.Tensor:
+    return torch.empty(0, dtype=torch.uint8).set_(storage, 0, (HEADER,))  # type: ignore[call-overload]
+
+
+class SharedRing(Ring[torch.Tensor]):
+    """A worker's ring of shared segments (headers), all freed at a new pass (`passes`)."""
+
+    def __init__(self, keep: int, passes: torch.Tensor | None = None, shapes: int = 8):
+        super().__init__(keep, shapes)
+        self.passes, self._pass = passes, -1
+
+    def get(self, field: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        now = int(self.passes) if self.passes is not None else 0
+        if now != self._pass:  # (a first pass: nothing to free)
+            self._pass = now
+            for head in (h for bufs in self._bufs.values() for h in bufs):
+                head[BUSY] = 0
+        nbytes = int(torch.Size(shape).numel()) * dtype.itemsize
+        head = self.take(self.slots((field, shape, dtype)), _free, lambda: _segment(nbytes))
+        head[BUSY] = 1
+        out = torch.empty(0, dtype=dtype)
+        return out.set_(head.untyped_storage(), HEADER // dtype.itemsize, shape)  # type: ignore[call-overload]
+
+
+def _free(head: torch.Tensor) -> bool:
+    """The main process copied the segment out, and this process holds no tensor of it."""
+    return int(head[BUSY]) == 0 and _unheld(head)
+
+
+def _segment(nbytes: int) -> torch.Tensor:
+    """A new segment of shared memory for `nbytes`, as its header."""
+    head = _header(new_shared(HEADER + nbytes))
+    head[:BUSY] = torch.frombuffer(bytearray(MAGIC), dtype=torch.uint8)
+    return head
+
+
+class StartWorker:
+    """A picklable `worker_init_fn`: the worker reads into a SharedRing, then the user's runs."""
+
+    def __init__(self, keep: int, passes: torch.Tensor, then: Any = None):
+        self.keep, self.passes, self.then = keep, passes, then
+
+    def __call__(self, worker_id: int) -> None:
+        read_into(SharedRing(self.keep, self.passes).get)
+        if self.then is not None:
+            self.then(worker_id)
+
+
+def _ring_header(t: torch.Tensor) -> torch.Tensor | None:
+    if t.device.type != "cpu" or not t.is_shared():
+        return None
+    storage = t.untyped_storage()
+    if storage.nbytes() <= HEADER or t.storage_offset() * t.element_size() < HEADER:
+        return None
+    head = _header(storage)
+    return head if head[:BUSY].numpy().tobytes() == MAGIC else None
+
+
+def copy_out(data: Any, alloc: Alloc, seen: deque[torch.UntypedStorage]) -> Any:
+    """`data` with every tensor of a worker's ring copied into memory from `alloc`, its segment
+    then marked free and kept in `seen` (received again, it maps to the same memory)."""
+    copies: dict[int, torch.Tensor] = {}  # segment address -> its copy (views share one)
+    heads: list[torch.Tensor] = []
+    result = _copy(data, alloc, copies, heads)
+    for head in heads:  # only now: two tensors of one segment are both copied first
+        head[BUSY] = 0
+        seen.append(head.untyped_storage())
+    return result
+
+
+def _copy(x: Any, alloc: Alloc, copies: dict[int, torch.Tensor], heads: list[torch.Tensor]) -> Any:
+    # A function of the module, not a closure: a recursive closure is a reference cycle, which
+    # would hold the copies (and so the pool's buffers) until the garbage collector runs.
+    if isinstance(x, tuple | list):
+        return type(x)(_copy(v, alloc, copies, heads) for v in x)
+    if isinstance(x, dict):
+        return {k: _copy(v, alloc, copies, heads) for k, v in x.items()}
+    head = _ring_header(x) if isinstance(x, torch.Tensor) else None
+    if head is None:
+        return x
+    src = x.untyped_storage()
+    flat = copies.get(src.data_ptr())
+    if flat is None:
+        whole = torch.empty(0, dtype=torch.uint8).set_(src)
+        flat = copies[src.data_ptr()] = alloc("worker", (src.nbytes() - HEADER,), torch.uint8)
+        np.copyto(flat.numpy(), whole.numpy()[HEADER:])  # a memcpy: twice torch's copy_ here
+        heads.append(head)
+    offset = x.storage_offset() - HEADER // x.element_size()
+    out = torch.empty(0, dtype=x.dtype)
+    return out.set_(flat.untyped_storage(), offset, x.shape, x.stride())

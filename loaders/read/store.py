@@ -1,21 +1,10 @@
-"""The shard store: what a dataset holds of its folder, the manifest and the open memory maps.
-
-A dataset holds one `ShardStore` (`ds.store`). The store reads the manifest once, hashes exactly
-the bytes it parsed, and maps shard arrays lazily, keeping at most `max_open` maps (each holds a
-file descriptor: Python's mmap keeps a duplicate of it). Reading goes through a backend that
-turns a manifest-relative file name into a local path to map: `LocalBackend` for a folder on a
-local or mounted file system.
-
-A repack (`prep pack --overwrite` swaps in a new folder) is found at the next batch: `check()`
-costs one `os.stat` of manifest.json and re-reads it only when its stat changed.
-"""
+"""The shard store (`ds.store`): a dataset's manifest, read once, and its arrays, mapped."""
 
 from __future__ import annotations
 
 import hashlib
 import os
 import resource
-from functools import cached_property
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -39,17 +28,10 @@ from loaders.format import (
 from loaders.format.arrays import Layout
 from loaders.format.values import Arrays
 
-
-def _default_max_open() -> int:
-    """A quarter of this process's open-file limit, 16 to 512: each map holds a descriptor, and
-    the rest stay for DataLoader pipes, sockets and the user's files (1,024, a common limit,
-    gives 256; `ulimit -n 256` gives 64). Random order over more arrays than this re-maps files:
-    raise `ulimit -n`, or read in quasi-random order."""
-    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    return 512 if soft == resource.RLIM_INFINITY else min(512, max(16, soft // 4))
-
-
-DEFAULT_MAX_OPEN = _default_max_open()
+# A quarter of this process's open-file limit, 16 to 512: each map holds a descriptor, the rest
+# are for DataLoader pipes, sockets and the user's files.
+_SOFT = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+DEFAULT_MAX_OPEN = 512 if _SOFT == resource.RLIM_INFINITY else min(512, max(16, _SOFT // 4))
 
 Stamp = tuple[int, int, int, int]  # st_dev, st_ino, st_size, st_mtime_ns of manifest.json
 
@@ -58,34 +40,25 @@ def _stamp(st: os.stat_result) -> Stamp:
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
-# Up to this many shards, a store checks every file when it opens a dataset (a stat and a header
-# read each); past it, each shard's when it is first read, so a dataset of a million shards opens
-# in the time it takes to map its index.
+# Up to this many shards, a store checks every file when it opens a dataset; past it, each
+# shard's when it is first read (a million shards open in the time it takes to map the index).
 EAGER_SHARDS = 4096
 
 
 class Backend(Protocol):
-    """Where a dataset's files are: the manifest's bytes, and a local path to map per file."""
+    """Where a dataset's files are: the manifest, its resolver, a local path to map a file."""
 
     root: Any  # a Path; for a remote backend a loaders.remote.Url (a str joined like a Path)
 
     def read_manifest(self) -> tuple[bytes, Stamp]: ...
-
-    def resolver(self) -> Any:
-        """The shard index's files: (name, record) -> a local path (loaders.format.Resolve)."""
-
-    def manifest_stamp(self) -> Stamp | None:
-        """A cheap identity of the manifest now (None: it is gone)."""
-
-    def local_path(self, name: str) -> Path:
-        """A local file holding `name` (a manifest-relative file name), ready to map."""
-
-    def problems(self, manifest: Manifest) -> list[str]:
-        """What is wrong with the files against the manifest (check_files' lines)."""
+    def resolver(self) -> Any: ...
+    def manifest_stamp(self) -> Stamp | None: ...
+    def local_path(self, name: str) -> Path: ...
+    def problems(self, manifest: Manifest) -> list[str]: ...
 
 
 class LocalBackend:
-    """A dataset folder on a local or mounted file system: files are mapped where they are."""
+    """A folder on a local or mounted file system: files are mapped where they are."""
 
     def __init__(self, root: str | os.PathLike[str]):
         self.root = Path(root)
@@ -111,8 +84,7 @@ class LocalBackend:
 
 
 def make_backend(root: str | os.PathLike[str], max_open: int, **remote: Any) -> Backend:
-    """The backend for `root`: a URL is read through loaders.remote (fsspec, imported only
-    then) with `remote`'s cache_dir, cache_limit and storage_options; a path is local."""
+    """The backend for `root`: a URL's is loaders.remote's (fsspec), with `remote`'s options."""
     from loaders.remote import RemoteBackend, url_of  # fsspec itself only for a URL
 
     url = url_of(root)
@@ -124,12 +96,9 @@ def make_backend(root: str | os.PathLike[str], max_open: int, **remote: Any) -> 
 
 
 class ShardStore:
-    """A dataset folder: its manifest and fields, validated against the files when the store is
-    made (each shard when first read, past EAGER_SHARDS), and its shard arrays, mapped lazily,
-    at most `max_open` at a time (least recently used first out).
-
-    Pickles without the manifest and the maps: a worker process reads the manifest again,
-    refusing it unless it has the bytes first read, and maps what it reads itself."""
+    """A dataset folder: its manifest, checked against the files when made (past EAGER_SHARDS,
+    each shard when first read), and its arrays, mapped lazily, at most `max_open` at a time.
+    Pickles without manifest and maps: a worker reads the manifest again (the same bytes)."""
 
     def __init__(
         self,
@@ -160,8 +129,7 @@ class ShardStore:
         self._manifest: Manifest | None = manifest
         self._maps: dict[tuple[int, str], np.ndarray] = {}  # in use order: oldest first
         self._windows: frozenset[int] | None = None  # the backend's, when last looked at
-        # Where each array mapped once lies in its file: a map evicted and needed again is
-        # mapped without reading its header again (a few small tuples a shard).
+        # Where each array checked lies in its file (an evicted map is mapped without a read)
         self._layouts: dict[tuple[int, str], tuple[Path, Layout]] = {
             (i, name): found for i, arrays in checked.items() for name, found in arrays.items()
         }
@@ -187,8 +155,7 @@ class ShardStore:
             self._manifest = Manifest.from_json(data, self.root / MANIFEST, self.backend.resolver())
 
     def check(self) -> None:
-        """Raise FormatError if the folder was repacked since the store was made: one stat, and
-        a re-read only when the stat changed. Datasets call it once a batch."""
+        """FormatError if the folder was repacked since (one stat; once a batch)."""
         if self._manifest is None or self.backend.manifest_stamp() != self._stamp:
             self._reload()
         windows = getattr(self.backend, "windows", None)  # a remote dataset read quasi_random
@@ -198,10 +165,7 @@ class ShardStore:
                 self._maps.pop(key, None)
 
     def array(self, shard: int, name: str) -> np.ndarray:
-        """Array `name` of shard `shard` (its index in the manifest), read-only.
-
-        The store drops its reference to the least recently used map past `max_open`; the map
-        (and its descriptor) goes once nothing else refers to it."""
+        """Array `name` of shard `shard`, read-only; past `max_open`, the oldest map dropped."""
         key = (shard, name)
         arr = self._maps.pop(key, None)
         if arr is None:
@@ -223,19 +187,21 @@ class ShardStore:
         return arr
 
     def source(self, shard: int, k: int) -> str | None:
-        """The input file of sample `k` of shard `shard` as the dataset stores it (field
-        "source": a path relative to the packed SRC); None for a dataset packed without."""
+        """Sample `k` of shard `shard`'s field "source" (its input, relative to SRC), or None."""
         if "source" not in self.manifest.arrays:
             return None
         data, off = self.array(shard, "source"), self.array(shard, "source" + OFFSETS)
         return decode_source(data[off[k] : off[k + 1]])
 
     def _layout(self, shard: int, name: str) -> tuple[Path, Layout]:
-        """The array's local file and where it lies in it, checked against the manifest the
-        first time in this process."""
+        """The array's local file and layout, checked the first time in this process."""
         found = self._layouts.get((shard, name))
         if found is None and not self._checked and isinstance(self.backend, LocalBackend):
-            self._check_shard(shard)
+            checked: Arrays = {}  # a shard of a large dataset, checked as a small one's at open
+            problems = check_one(self.root, self.manifest, shard, checked)
+            if problems:
+                raise problems_error(problems)
+            self._layouts |= {(shard, n): where for n, where in checked.items()}
             found = self._layouts.get((shard, name))
         if found is None:
             ref, spec = self.manifest.ref(shard, name)  # name + OFFSETS: a ragged one's offsets
@@ -246,25 +212,5 @@ class ShardStore:
             found = self.backend.local_path(self.manifest.ref(shard, name)[0].file), found[1]
         return found
 
-    def _check_shard(self, shard: int) -> None:
-        """A shard of a large dataset, checked as a small one's are at open (once a process)."""
-        checked: Arrays = {}
-        problems = check_one(self.root, self.manifest, shard, checked)
-        if problems:
-            raise problems_error(problems)
-        self._layouts |= {(shard, name): found for name, found in checked.items()}
-
     def __getstate__(self) -> dict[str, Any]:
         return self.__dict__ | {"_manifest": None, "_maps": {}, "_layouts": {}, "_windows": None}
-
-
-def pickled_state(obj: object) -> dict[str, Any]:
-    """`obj.__dict__` without the values of its cached properties, which hold what is derived
-    from the manifest (per-shard offsets, class names): a worker computes them again, so that
-    a dataset pickles to the same few hundred bytes whatever its shard and class count."""
-    cls = type(obj)
-    return {
-        k: v
-        for k, v in obj.__dict__.items()
-        if not isinstance(getattr(cls, k, None), cached_property)
-    }
