@@ -83,11 +83,15 @@ def edit_as_written(root: Path, change: Callable[[Manifest], None]) -> None:
     path.write_text(json.dumps(m, indent=1))
 
 
-def reindex(root: Path, name: str, data: np.ndarray, **save_kw: Any) -> None:
-    """Shard index file `name` (shards.npy, sha256.npy) holds `data` now, its byte size and
-    sha256 in the manifest's `index` entry recomputed: the lie is in the content only."""
-    with open(root / name, "wb") as f:
-        np.save(f, data, **save_kw)
+def reindex(root: Path, name: str, data: np.ndarray | bytes, **save_kw: Any) -> None:
+    """Shard index file `name` (shards.npy, sha256.npy) holds `data` now (an array, or the
+    file's bytes), its byte size and sha256 in the manifest's `index` entry recomputed: the lie
+    is in the content only."""
+    if isinstance(data, bytes):
+        (root / name).write_bytes(data)
+    else:
+        with open(root / name, "wb") as f:
+            np.save(f, data, **save_kw)
     blob = (root / name).read_bytes()
     info = {"bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest()}
     edit_as_written(root, lambda m: m["index"]["files"].update({name: info}))

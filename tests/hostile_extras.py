@@ -68,6 +68,7 @@ LIES: list[tuple[str, tuple[Any, ...], Any, frozenset[str]]] = [
     ("samples", ("fields",), ["img"], ALL),
     ("samples", ("fields", "img", "kind"), "hologram", ALL),
     ("samples", ("fields", "img", "sizes"), "16", ALL),
+    ("samples", ("fields", "img", "sizes"), [float("inf")], ALL),
     ("samples", ("fields", "kimg", "mode"), "warp", ALL),
     ("samples", ("fields", "boxes", "image"), "nothing", ALL),
     ("samples", ("fields", "inst", "mode"), "fill", ALL),

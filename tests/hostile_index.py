@@ -70,6 +70,19 @@ def _saved(name: str, data: Callable[[np.ndarray], np.ndarray], **kw: Any) -> Ca
     return apply
 
 
+def _header(old: bytes, new: bytes) -> Callable[[Path, Path], None]:
+    """shards.npy's header text with `old` replaced by `new`, its padding as much shorter (the
+    header stays 128 bytes)."""
+
+    def apply(root: Path, outside: Path) -> None:
+        data = (root / SHARDS).read_bytes()
+        head = data[:127].replace(old, new)
+        head = head[: 127 - len(head)] if len(head) > 127 else head.ljust(127)
+        reindex(root, SHARDS, head + data[127:])
+
+    return apply
+
+
 def _link_out(root: Path, outside: Path) -> None:
     shutil.copy(root / SHARDS, outside / SHARDS)
     (root / SHARDS).unlink()
@@ -100,6 +113,15 @@ INDEX_CASES = [
     Case("shards.npy a link out", "images", _link_out, ALL, SHARDS, url=False),
     Case("shards.npy a FIFO", "images", _fifo, ALL, SHARDS, url=False),
     Case("shards.npy transposed", "images", _saved(SHARDS, lambda t: t.T.copy()), ALL, SHARDS),
+    # numpy's parse of the header raised TokenError (a parenthesis never closed), OverflowError
+    Case("shards.npy header unclosed", "images", _header(b"), }", b", } "), ALL, SHARDS),
+    Case(
+        "shards.npy header of 10**20 rows",
+        "images",
+        _header(b"(16, ", b"(10" + b"0" * 20 + b", "),
+        ALL,
+        SHARDS,
+    ),
     Case("shards.npy float", "images", _saved(SHARDS, lambda t: t * 1.0), ALL, SHARDS),
     Case(
         "shards.npy pickled",

@@ -25,6 +25,7 @@ import os
 import stat
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from tokenize import TokenError
 from typing import Any, overload
 
 import numpy as np
@@ -258,10 +259,11 @@ def _map(path: Path, name: str, size: int, dtype: str, shape: tuple[int, ...]) -
         st = os.stat(path)
         if not stat.S_ISREG(st.st_mode) or st.st_size != size:
             raise FormatError(f"{said} is not a regular file of {size} bytes. HINT: repack")
-        arr = np.load(path, mmap_mode="r", allow_pickle=False)
+        arr = np.lib.format.open_memmap(path, mode="r")  # an .npy only (np.load takes zips)
     except FormatError:
         raise
-    except (OSError, ValueError) as e:
+    # numpy parses a header as a Python literal: tokenize and ast errors for a mangled one
+    except (OSError, ValueError, OverflowError, SyntaxError, TokenError, RecursionError) as e:
         raise FormatError(f"{said} cannot be read as the shard index ({e}). HINT: repack") from e
     if arr.dtype != np.dtype(dtype) or arr.shape != shape or not arr.flags.c_contiguous:
         raise FormatError(f"{said} is {arr.dtype}{arr.shape}, the manifest says {dtype}{shape}")
