@@ -264,6 +264,7 @@ ONE_OF_EACH = (
     "a .. path",  # names that leave the dataset
     "a header claiming more",  # files whose content lies
     "instances a byte short",  # a samples field's values (issue 34)
+    "shards.npy transposed",  # the shard index (format version 4), fetched by its digest
 )
 KIND = {"images": "images", "jpeg": "images", "keep": "images", "h5": "images"}
 KIND |= {"tokens": "tokens", "table": "table", "volumes": "volumes", "audio": "audio"}
