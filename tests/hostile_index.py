@@ -76,8 +76,7 @@ def _header(old: bytes, new: bytes) -> Callable[[Path, Path], None]:
 
     def apply(root: Path, outside: Path) -> None:
         data = (root / SHARDS).read_bytes()
-        head = data[:127].replace(old, new)
-        head = head[: 127 - len(head)] if len(head) > 127 else head.ljust(127)
+        head = data[:127].replace(old, new)[:127].ljust(127)  # the padding's spaces cut or added
         reindex(root, SHARDS, head + data[127:])
 
     return apply
@@ -106,6 +105,41 @@ def entry(change: Callable[[dict[str, Any]], None]) -> Callable[[Path, Path], No
 
 def _sha_path(e: dict[str, Any]) -> None:
     e["files"][SHARDS]["sha256"] = "../../../../some/where/shards.npy"
+
+
+def _renamed(old: str, new: str) -> Callable[[Path, Path], None]:
+    """Field `old` of one raw array renamed `new` in the manifest and in the index's columns
+    and parts, from which a reader derives its file names: ../vec makes them ../vec-00000.npy,
+    which the case puts there, beside the dataset."""
+
+    def apply(root: Path, outside: Path) -> None:
+        from loaders.format.index import columns, parts
+        from loaders.format.spec import array_spec
+
+        def made(arrays: dict[str, Any], storage: str) -> tuple[list[str], list[str]]:
+            specs = {k: array_spec(k, v) for k, v in arrays.items()}
+            return columns(specs, storage), parts(specs, storage)
+
+        def edit(m: Manifest) -> None:
+            was.extend(made(m["arrays"], m["storage"]))
+            m["fields"][new] = m["fields"].pop(old)
+            m["arrays"][new] = m["arrays"].pop(old) | {"field": new}
+            now.extend(made(m["arrays"], m["storage"]))
+            m["index"]["columns"] = now[0]
+
+        was: list[list[str]] = []
+        now: list[list[str]] = []
+        edit_as_written(root, edit)
+        for name, axis, (before, after) in (
+            (SHARDS, 0, (was[0], now[0])),
+            (DIGESTS, 1, (was[1], now[1])),
+        ):
+            order = [before.index(c.replace(new, old)) for c in after]
+            reindex(root, name, np.take(np.load(root / name), order, axis=axis))
+        for path in root.glob(f"{old}-*.npy"):
+            shutil.copy(path, root / path.name.replace(old, new))
+
+    return apply
 
 
 INDEX = f"{SHARDS}|index"
@@ -167,4 +201,5 @@ INDEX_CASES = [
         INDEX,
     ),
     Case("index entry sha256 a path", "images", entry(_sha_path), ALL, "sha256"),
+    Case("a field named ../vec", "samples", _renamed("vec", "../vec"), ALL, r"\.\./vec"),
 ]
