@@ -15,11 +15,14 @@ from typing import Any
 import numpy as np
 from hostile_base import ALL, READ, VERIFY, Case, Manifest, edit_as_written, reindex
 
-SHARDS, DIGESTS = "shards.npy", "sha256.npy"
+from loaders.format.index import DIGESTS, SHARDS, columns, parts
+from loaders.format.spec import array_spec
+
+Change = Callable[[Path, Path], None]
 Table = Callable[[np.ndarray, list[str]], np.ndarray]
 
 
-def table(change: Table, num_samples: int | None = None) -> Callable[[Path, Path], None]:
+def table(change: Table, num_samples: int | None = None) -> Change:
     """shards.npy holds `change(table, columns)` (the table a copy: int64 (columns, shards)),
     and the manifest `num_samples` where given."""
 
@@ -63,14 +66,14 @@ def _digest(root: Path, outside: Path) -> None:
     reindex(root, DIGESTS, sha)
 
 
-def _saved(name: str, data: Callable[[np.ndarray], np.ndarray], **kw: Any) -> Callable:
+def _saved(name: str, data: Callable[[np.ndarray], np.ndarray], **kw: Any) -> Change:
     def apply(root: Path, outside: Path) -> None:
         reindex(root, name, data(np.load(root / name)), **kw)
 
     return apply
 
 
-def _header(old: bytes, new: bytes) -> Callable[[Path, Path], None]:
+def _header(old: bytes, new: bytes) -> Change:
     """shards.npy's header text with `old` replaced by `new`, its padding as much shorter (the
     header stays 128 bytes)."""
 
@@ -93,7 +96,7 @@ def _fifo(root: Path, outside: Path) -> None:
     os.mkfifo(root / SHARDS)
 
 
-def entry(change: Callable[[dict[str, Any]], None]) -> Callable[[Path, Path], None]:
+def entry(change: Callable[[dict[str, Any]], None]) -> Change:
     def apply(root: Path, outside: Path) -> None:
         def edit(m: Manifest) -> None:
             change(m["index"])
@@ -107,15 +110,12 @@ def _sha_path(e: dict[str, Any]) -> None:
     e["files"][SHARDS]["sha256"] = "../../../../some/where/shards.npy"
 
 
-def _renamed(old: str, new: str) -> Callable[[Path, Path], None]:
+def _renamed(old: str, new: str) -> Change:
     """Field `old` of one raw array renamed `new` in the manifest and in the index's columns
     and parts, from which a reader derives its file names: ../vec makes them ../vec-00000.npy,
     which the case puts there, beside the dataset."""
 
     def apply(root: Path, outside: Path) -> None:
-        from loaders.format.index import columns, parts
-        from loaders.format.spec import array_spec
-
         def made(arrays: dict[str, Any], storage: str) -> tuple[list[str], list[str]]:
             specs = {k: array_spec(k, v) for k, v in arrays.items()}
             return columns(specs, storage), parts(specs, storage)
