@@ -1,5 +1,6 @@
 """Fuzzing the parsers a dataset someone else made reaches (issue 23): `.npy` headers, `.h5`
-shards, manifests and JPEG samples (through loaders._jpegroi where it is built). Seeded random
+shards, manifests, the shard index of format version 4 and JPEG samples (through
+loaders._jpegroi where it is built). Seeded random
 mutations of valid inputs, stdlib only; any exception but FormatError is a failure, and the
 input that raised it is written to the test's tmp_path (and its repr shown).
 
