@@ -1,5 +1,6 @@
 """Fuzzing the parsers a dataset someone else made reaches (issue 23): `.npy` headers, `.h5`
-shards, manifests and JPEG samples (through loaders._jpegroi where it is built). Seeded random
+shards, manifests, the shard index of format version 4 and JPEG samples (through
+loaders._jpegroi where it is built). Seeded random
 mutations of valid inputs, stdlib only; any exception but FormatError is a failure, and the
 input that raised it is written to the test's tmp_path (and its repr shown).
 
@@ -8,9 +9,11 @@ FUZZ_SEED to start elsewhere."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import random
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +31,11 @@ from loaders.format import (
     ArraySpec,
     Manifest,
     check_array,
+    local_resolver,
     map_array,
     read_manifest,
 )
+from loaders.format.index import DIGESTS, SHARDS
 from loaders.read.decode import Job, _run
 from loaders.read.memory import Places
 
@@ -149,6 +154,46 @@ def test_fuzz_manifest(datasets: list[Path]) -> None:
         check_files(root, manifest, checksums=True)
 
     assert fuzz(target, make, datasets[0].parent) > 50
+
+
+def test_fuzz_shard_index(tmp_path: Path) -> None:
+    """Format version 4's shard index: shards.npy or sha256.npy mutated (the manifest's `index`
+    entry giving their new byte size and sha256, so the mutation reaches the reader), or the
+    manifest as written (its `index` entry) mutated, then read and checked as `prep verify`."""
+    import prep
+    from prep.fields import Array, Label, Text
+
+    def sample(i: int) -> dict[str, Any]:
+        return {"y": "ab"[i % 2], "t": "x" * i, "v": [i, -i]}
+
+    fields = {"y": Label(("a", "b")), "t": Text(), "v": Array("float32", (2,))}
+    src = tmp_path / "packed"
+    prep.pack_samples(sample, list(range(5)), src, fields, jobs=1, shard_size=2)
+    root = shutil.copytree(src, tmp_path / "work")
+    written = json.loads((src / MANIFEST).read_text())
+    seeds = {name: (src / name).read_bytes() for name in (SHARDS, DIGESTS, MANIFEST)}
+    current: dict[str, str] = {}
+
+    def make(rng: random.Random) -> bytes:
+        name = current["name"] = rng.choice(sorted(seeds))
+        if name == MANIFEST and rng.random() < 0.7:
+            return json.dumps(mutate_tree(written, rng)).encode()
+        return mutate(seeds[name], rng, focus=None if name == MANIFEST else 160)
+
+    def target(data: bytes) -> None:
+        files = dict(seeds) | {current["name"]: data}
+        if current["name"] != MANIFEST:
+            info = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+            m = json.loads(seeds[MANIFEST])
+            m["index"]["files"][current["name"]] = info
+            files[MANIFEST] = json.dumps(m).encode()
+        for name, content in files.items():
+            (root / name).write_bytes(content)
+        manifest = Manifest.from_json(files[MANIFEST], root / MANIFEST, local_resolver(root))
+        check_files(root, manifest, checksums=True)
+        manifest.split_of(), [s.files for s in manifest.shards]
+
+    assert fuzz(target, make, tmp_path) > 50
 
 
 # ---------------------------------------------------------------- JPEG samples

@@ -523,7 +523,7 @@ def bases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     [
         ("labels outside classes", r"label-00001.npy: label 99 of label is not one of its classes"),
         ("ragged offsets backwards", r"image_32-offsets-00000.npy: the offsets of image_32"),
-        ("a side of 0 px", r"hw_32-00000.npy: a side is not 1..32 px"),
+        ("a side of 0 px", r"image_hw_32: a side of image is not 1..32 px"),
     ],
 )
 def test_a_url_dataset_gets_the_folder_checks(

@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -288,6 +289,61 @@ def test_report_of_tokens_with_a_broken_char_tokenizer(tmp_path: Path, content: 
     _, text = _report_text(root)
     assert "most common tokens" in text and re.search(r"<td>(\d+)</td><td>id \1</td>", text)
     assert text.count("tokenizer") >= 1 and "cannot be read" in text
+
+
+def _char_tokens(tmp_path: Path) -> Path:
+    """Three documents tokenized by characters, one split."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(3):
+        (src / f"{i}.txt").write_text("abcab " * (i + 1) + "z")
+    out = tmp_path / "tok"
+    res = invoke("tokenize", src, out, "-t", "char", "--val-fraction", "0", "-j", "1", "-q")
+    assert res.exit_code == 0, res.output
+    return out
+
+
+def _common(text: str) -> list[tuple[int, str, int]]:
+    """The report's most common tokens: (id, text, count)."""
+    rows = re.findall(r"<tr><td>(\d+)</td><td>([^<]*)</td><td>([\d,]+)</td><td>[\d.]+%", text)
+    return [(int(i), t, int(n.replace(",", ""))) for i, t, n in rows]
+
+
+def test_report_of_tokens_counts_ids_not_the_declared_vocabulary(tmp_path: Path) -> None:
+    """A vocab_size of 2**32 (which uint32 ids allow) made the report allocate a count for each
+    id: 32 GiB, a MemoryError. Its table is the one an exact count of the ids gives."""
+    root = _char_tokens(tmp_path)
+    ids = np.concatenate([np.load(p) for p in sorted(root.glob("tokens-train-*.npy"))])
+    eot = json.loads((root / "manifest.json").read_text())["fields"]["tokens"]["eot_id"]
+    counted = Counter(ids.tolist())
+    del counted[eot]
+    _, text = _report_text(root)
+    assert {(i, n) for i, _, n in _common(text)} == set(counted.items())
+    assert {t for _, t, _ in _common(text)} == {"&#x27;" + c + "&#x27;" for c in "abc z"}
+    edit_manifest(root, lambda d: d["fields"]["tokens"].update(vocab_size=2**32))
+    res, again = _report_text(root)
+    assert res.exit_code == 0 and _common(again) == _common(text)
+
+
+@pytest.mark.parametrize("where", ["../outside/chars.json", "OUTSIDE", "a link"])
+def test_report_of_tokens_reads_no_tokenizer_outside_the_dataset(
+    tmp_path: Path, where: str
+) -> None:
+    """A tokenizer file named outside the dataset (a .. path, an absolute one, a link out) was
+    opened to decode the commonest tokens: ids are shown instead."""
+    root = _char_tokens(tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    shutil.copy(root / "chars.json", outside / "chars.json")  # a tokenizer that would decode
+    if where == "a link":
+        (root / "chars.json").unlink()
+        (root / "chars.json").symlink_to(outside / "chars.json")
+    else:
+        said = str(outside / "chars.json") if where == "OUTSIDE" else where
+        edit_manifest(root, lambda d: d["fields"]["tokens"].update(tokenizer=said))
+    _, text = _report_text(root)
+    assert _common(text) and all(t == f"id {i}" for i, t, _ in _common(text))
+    assert "cannot be read" in text
 
 
 # -- papercut: a visually blank image is blank ---------------------------------------------------

@@ -29,8 +29,9 @@ class Tokens(Field):
     kind = "tokens"
 
     def __post_init__(self) -> None:
-        if not count(self.vocab_size) or self.vocab_size < 1:
-            raise ValueError(f"vocab_size {self.vocab_size!r} is not a vocabulary size")
+        # its ids are stored in uint8..uint32 (dtypes): 2**64 once overflowed prep report
+        if not count(self.vocab_size) or not 1 <= self.vocab_size <= 2**32:
+            raise ValueError(f"vocab_size {self.vocab_size!r:.40} is not 1..2**32")
         if self.eot_id is not None and not (count(self.eot_id) and self.eot_id < self.vocab_size):
             raise ValueError(f"eot_id {self.eot_id!r} is not null or an id below {self.vocab_size}")
         file, sha = self.tokenizer, self.tokenizer_sha256

@@ -25,6 +25,7 @@ import os
 import stat
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from tokenize import TokenError
 from typing import Any, overload
 
 import numpy as np
@@ -236,7 +237,7 @@ def open_index(
         ):
             raise FormatError(f"index: file {name} has a bad byte size or sha256")
         path = resolve(name, FileInfo(info["bytes"], info["sha256"]))
-        got[name] = _map(path, info["bytes"], dtype, shape)
+        got[name] = _map(path, name, info["bytes"], dtype, shape)
     table = got[SHARDS]
     if n and (
         table[0].min() < 0
@@ -245,22 +246,27 @@ def open_index(
         or table[1].max() >= len(splits)
     ):
         raise FormatError(f"index: a shard's count, task or split in {SHARDS} is out of range")
+    if n > 1 and np.unique(table[1:3], axis=1).shape[1] < n:  # one stem: its files read twice
+        raise FormatError(f"index: two shards in {SHARDS} have one split and task")
     return ShardIndex(table, got[DIGESTS], arrays, storage, splits)
 
 
-def _map(path: Path, size: int, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
-    """A read-only map of an index file, refused unless it is exactly what the entry says."""
+def _map(path: Path, name: str, size: int, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
+    """A read-only map of index file `name` (at `path`: a URL's, in the cache), refused unless
+    it is exactly what the entry says."""
+    said = str(path) if path.name == name else f"{name} ({path})"
     try:
         st = os.stat(path)
         if not stat.S_ISREG(st.st_mode) or st.st_size != size:
-            raise FormatError(f"{path} is not a regular file of {size} bytes. HINT: repack")
-        arr = np.load(path, mmap_mode="r", allow_pickle=False)
+            raise FormatError(f"{said} is not a regular file of {size} bytes. HINT: repack")
+        arr = np.lib.format.open_memmap(path, mode="r")  # an .npy only (np.load takes zips)
     except FormatError:
         raise
-    except (OSError, ValueError) as e:
-        raise FormatError(f"{path} cannot be read as the shard index ({e}). HINT: repack") from e
+    # numpy parses a header as a Python literal: tokenize and ast errors for a mangled one
+    except (OSError, ValueError, OverflowError, SyntaxError, TokenError, RecursionError) as e:
+        raise FormatError(f"{said} cannot be read as the shard index ({e}). HINT: repack") from e
     if arr.dtype != np.dtype(dtype) or arr.shape != shape or not arr.flags.c_contiguous:
-        raise FormatError(f"{path} is {arr.dtype}{arr.shape}, the manifest says {dtype}{shape}")
+        raise FormatError(f"{said} is {arr.dtype}{arr.shape}, the manifest says {dtype}{shape}")
     return arr
 
 

@@ -185,6 +185,10 @@ class Manifest:
             raise FormatError(
                 f"extra {str(m.extra)[:40]} or config {str(m.config)[:40]} is no object"
             )
+        counts = m.counts()  # their int64 sum is num_samples: it must not wrap
+        big = len(counts) and int(counts.max()) > (2**63 - 1) // len(counts)
+        if big and sum(counts.tolist()) >= 2**63:
+            raise FormatError("its shards' counts add up to 2**63 samples or more")
         total = m.num_samples
         if d.get("num_samples", total) != total:
             raise FormatError(

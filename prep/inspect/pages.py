@@ -11,6 +11,7 @@ import numpy as np
 from loaders.fields import Audio, Column, Field, Image, Json, Label, Text, Tokens, Volume
 from loaders.fields.column import NAT
 from loaders.format import FormatError
+from loaders.format.arrays import safe_path
 from prep.inspect import gallery, sections
 from prep.inspect.html import Section, categories, esc, grid, histograms, para, table
 from prep.inspect.stored import Stored
@@ -20,6 +21,7 @@ from prep.run.errors import PrepError
 ROWS_READ = 200_000  # rows read for a column's histogram, at random: its shape settles
 TOKENS_READ = 50_000_000  # tokens counted a split (uint16 bincount: about 0.1 s a 50M)
 TOP_TOKENS = 30
+DENSE = 1 << 24  # ids counted in an array as long as the largest (128 MiB at most), else sorted
 VALUES_SHOWN = 8  # a text field's values shown
 
 Sections = Callable[[Stored, list[str]], list[Section]]
@@ -77,45 +79,51 @@ def tokens(st: Stored, names: list[str]) -> list[Section]:
     name = names[0]
     f: Tokens = st.fields[name]  # type: ignore[assignment]
     lengths: dict[str, list[np.ndarray]] = {}
-    counts: dict[str, np.ndarray] = {}
+    read: list[np.ndarray] = []  # the first split's ids, TOKENS_READ at most
     for s in st.shards.tolist():
         split = st.m.shards[s].split or "all"
         lengths.setdefault(split, []).append(np.diff(st.store.array(s, name + ".offsets")))
-        read = int(counts[split].sum()) if split in counts else 0
-        if read < TOKENS_READ:
-            ids = np.asarray(st.store.array(s, name)[: TOKENS_READ - read])
-            got = np.bincount(ids, minlength=f.vocab_size)[: f.vocab_size]
-            counts[split] = counts[split] + got if split in counts else got
+        left = TOKENS_READ - sum(map(len, read))
+        if split == next(iter(lengths)) and left > 0:
+            read.append(np.asarray(st.store.array(s, name)[:left]))
     per = {k: np.concatenate(v) - (f.eot_id is not None) for k, v in lengths.items()}
     rows = [(k, f"{len(v):,}", f"{int(v.sum()):,}", f"{np.median(v):.0f}") for k, v in per.items()]
     body = table(["split", "documents", "tokens", "median length"], rows)
     panels = [(f"{k}: tokens a document", v) for k, v in per.items()]
     many = sum(len(v) for v in per.values()) > 1000  # a long tail shows on a log count axis
-    chart, listing = _common(st, f, counts)
+    chart, listing = _common(st, f, next(iter(lengths)), read)
     body += '<div class="charts">' + histograms(panels, log=many) + chart + "</div>"
     return [Section("tokens", "Tokens", body + listing, True)]
 
 
-def _common(st: Stored, f: Tokens, counts: dict[str, np.ndarray]) -> tuple[str, str]:
-    """The TOP_TOKENS most common tokens of the first split (the end-of-document token left
-    out), each with its text: a chart and a table."""
-    split, got = next(iter(counts.items()))
-    got = got.copy()
+def _common(st: Stored, f: Tokens, split: str, read: list[np.ndarray]) -> tuple[str, str]:
+    """The TOP_TOKENS most common tokens of the ids `read` of `split` (the end-of-document token
+    left out), each with its text: a chart and a table."""
+    ids = np.concatenate(read)
+    ids = ids[ids < f.vocab_size]  # ids past it are prep verify's to name
+    if len(ids) and int(ids.max()) < DENSE:
+        got = np.bincount(ids)
+        seen = np.flatnonzero(got)
+        got = got[seen]
+    else:  # a count array as long as the largest id would be GiBs (a vocab_size of 2**32)
+        seen, got = np.unique(ids, return_counts=True)
     if f.eot_id is not None:
-        got[f.eot_id] = 0
+        got[seen == f.eot_id] = 0
     top = np.argsort(got, kind="stable")[::-1][:TOP_TOKENS]
     top = top[got[top] > 0]
     note = ""
     try:
+        if f.tokenizer:  # FormatError for a file outside the dataset (a link, a .. path)
+            safe_path(st.root, f.tokenizer)
         tok = load_saved(str(f.tokenizer_name), st.root, f.tokenizer)
-        names = [repr(tok.decode([int(t)])) for t in top]
+        names = [repr(tok.decode([int(seen[t])])) for t in top]
     except UNREADABLE as e:
-        names = [f"id {int(t)}" for t in top]
+        names = [f"id {int(seen[t])}" for t in top]
         note = para(f"the tokenizer cannot be read ({type(e).__name__}: {e!s:.120}): ids shown")
     chart = categories([(f"{split}: most common tokens", names, got[top].tolist())])
     total = max(1, int(got.sum()))
     rows = [
-        (int(t), n, f"{int(got[t]):,}", f"{got[t] / total:.2%}")
+        (int(seen[t]), n, f"{int(got[t]):,}", f"{got[t] / total:.2%}")
         for t, n in zip(top, names, strict=True)
     ]
     return chart, note + table(["id", "text", "count", "share"], rows)
