@@ -49,6 +49,8 @@ class Column(Field):
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or self.role not in ROLES:
             raise ValueError(f"name {self.name!r:.40} / role {self.role!r}: a name / {ROLES}")
+        if not isinstance(self.type, str | None):  # prep info prints it in a column
+            raise ValueError(f"type {self.type!r:.40} is not a name")
         if self.dtype not in NUMBERS:
             raise ValueError(f"dtype {self.dtype!r} is not one of {NUMBERS}")
         for key in ("lo", "hi", "mean", "std"):

@@ -6,6 +6,7 @@ and follow its crops: `hw_name` and `keep_problems` are theirs too.
 
 from __future__ import annotations
 
+import math
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -14,8 +15,7 @@ from typing import Any
 import numpy as np
 
 from loaders.fields.base import Field, Piece, Reading, sized
-from loaders.format.spec import MAX_SIDE, ArraySpec, FormatError, array_name
-from loaders.format.stats import check_stats
+from loaders.format.spec import MAX_SIDE, ArraySpec, FormatError, array_name, count
 
 MODES = ("fill", "fit", "stretch", "keep")
 
@@ -87,9 +87,20 @@ class Image(Field):
         return keep_problems(name, name, self.sizes, self.channels, arrays, jpeg)
 
     def check_extra(self, name: str, extra: Mapping[str, Any], count: int) -> None:
+        """`extra.stats[NAME]` as Normalize.from_dataset and the report read it: a split (or
+        null) and, at stored sizes only, a mean and std per channel and a pixel count."""
         stats = extra.get("stats", {})
-        if isinstance(stats, dict) and name in stats:
-            check_stats(stats[name], f"extra.stats.{name}", self.sizes, None)  # headers judge C
+        if not isinstance(stats, dict) or name not in stats:
+            return
+        got, what = stats[name], f"extra.stats.{name}"
+        at_sizes = got.get("sizes") if isinstance(got, dict) else None
+        split = got.get("split") if isinstance(got, dict) else None
+        if not isinstance(at_sizes, dict) or not (split is None or isinstance(split, str)):
+            raise FormatError(f"{what} is not a split and sizes")
+        stored = {str(s) for s in self.sizes}
+        for size, at in at_sizes.items():
+            if size not in stored or not _mean_std(at):
+                raise FormatError(f"{what} at {size!r:.20} is not a mean and std")
 
     def read(self, batch: Reading, name: str, policy: str) -> dict[str, Any]:
         return {name: batch.images(self, name)}
@@ -157,4 +168,21 @@ def hw_name(image: str, size: int) -> str:
     return array_name(f"{image}_hw", size)
 
 
-__all__ = ["Image", "hw_name", "keep_problems"]
+def _mean_std(at: Any) -> bool:
+    """{"mean": [...], "std": [...], "pixels": n}: a finite number a channel (1 or 3: the
+    headers judge which), a std >= 0, a count."""
+    if not isinstance(at, dict) or not count(at.get("pixels")):
+        return False
+    lists: list[Any] = [at.get("mean"), at.get("std")]
+    n = len(lists[0]) if isinstance(lists[0], list) else 0
+    numbers = all(isinstance(v, list) and len(v) == n and all(_number(x) for x in v) for v in lists)
+    return (
+        n in (1, 3)
+        and numbers
+        and all(math.isfinite(x) for v in lists for x in v)
+        and min(at["std"]) >= 0
+    )
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 import loaders.format.index as ix
+from loaders.format.legacy import upgrade
 from loaders.format.spec import (  # noqa: F401  (re-exported: the contract's names, in one place)
     CODECS,
     OFFSETS,
@@ -145,8 +146,6 @@ class Manifest:
                 "HINT: repack with this version of prep, or install the prep that wrote it."
             )
         if version < FORMAT_VERSION:
-            from loaders.format.legacy import upgrade  # versions 1-3: their own checks
-
             d = upgrade(d)
         if d["storage"] not in STORAGES:
             raise FormatError(f"storage {d['storage']!r} is not one of {STORAGES}")

@@ -164,12 +164,6 @@ def array_spec(name: str, v: dict[str, Any], pixels: bool = True) -> ArraySpec:
     return spec
 
 
-def check_spec(name: str, spec: ArraySpec) -> None:
-    """array_spec's checks of an older version's entry, whose sizes were not all pixels (a
-    table's column index): its array kinds bound them (loaders.format.legacy)."""
-    array_spec(name, spec.stored(), pixels=False)
-
-
 def check_shard(index: int, shard: Shard, arrays: dict[str, ArraySpec]) -> None:
     if not count(shard.count) or shard.count >= 2**63:  # counts() sums them as int64
         raise FormatError(f"shard {index}: count {shard.count!r} is not a number of samples")
