@@ -241,11 +241,6 @@ def read_layout(path: Path, layout: Layout) -> np.ndarray:
     return np.frombuffer(data, dtype, count).reshape(shape)
 
 
-def open_array(root: Path, ref: ArrayRef, spec: ArraySpec, name: str = "") -> np.ndarray:
-    """map_array of the array's file in the folder `root`, refusing paths out of it."""
-    return map_array(safe_path(root, ref.file), ref, spec, name)
-
-
 def sha256_file(path: Path) -> str:
     """The hex sha256 of a file's bytes (the manifest's `sha256`)."""
     with open(path, "rb") as f:

@@ -132,15 +132,6 @@ def index_arrays(
     return table, sha
 
 
-def _files(s: Shard) -> tuple[Any, ...]:
-    """A shard's file names: where each array (and its offsets) is, and the files listed."""
-    refs = {
-        n: (r.file, r.key, r.offsets and (r.offsets.file, r.offsets.key))
-        for n, r in s.arrays.items()
-    }
-    return refs, set(s.files)
-
-
 def _task(shard: Shard, first: str, storage: str) -> int:
     """The task number in a shard's file names (its first array's file)."""
     name = shard.arrays[first].file

@@ -73,10 +73,6 @@ class ArraySpec:
             "codec": self.codec,
         }
 
-    def same(self, other: ArraySpec) -> bool:
-        """Whether two declarations store the same array (roles aside)."""
-        return self.stored() == other.stored()
-
 
 @dataclass
 class ArrayRef:
