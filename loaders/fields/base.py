@@ -239,14 +239,15 @@ def as_array(value: Any, dtype: np.dtype[Any]) -> np.ndarray:
     return out
 
 
-def spec(name: str, role: str, dtype: str, shape: Sequence[int], codec: str = "raw") -> ArraySpec:
-    """A size-free array of a field, `role` what it is to it."""
-    return ArraySpec(name, None, dtype, tuple(shape), codec, role)
-
-
-def sized(
-    name: str, size: int, role: str, dtype: str, shape: Sequence[int], codec: str
+def spec(
+    name: str,
+    role: str,
+    dtype: str,
+    shape: Sequence[int],
+    codec: str = "raw",
+    size: int | None = None,
 ) -> ArraySpec:
+    """An array of a field at `size` px (None: size-free), `role` what it is to the field."""
     return ArraySpec(name, size, dtype, tuple(shape), codec, role)
 
 
@@ -263,16 +264,3 @@ def encode_source(path: str) -> np.ndarray:
 def decode_source(data: np.ndarray) -> str:
     """A stored source path back as text (bytes that are not UTF-8 shown as U+FFFD)."""
     return np.asarray(data, dtype=np.uint8).tobytes().decode("utf-8", "replace")
-
-
-__all__ = [
-    "Field",
-    "FieldError",
-    "array_name",
-    "as_array",
-    "check_name",
-    "decode_source",
-    "encode_source",
-    "sized",
-    "spec",
-]

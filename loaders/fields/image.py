@@ -1,23 +1,23 @@
-"""The image field: an image at one or more sizes, raw (mode keep: each its own shape) or JPEG.
-The writer's side (decoding any input, the pixel policy, resizing) is prep.fields.image's.
-Fields placed on an image (mask, boxes, keypoints, instances, polygons) take its sizes and mode
-and follow its crops: `hw_name` and `keep_problems` are theirs too.
-"""
+"""The image field, and the base of the fields placed on one (mask, boxes, keypoints, instances,
+polygons). The writer's side (decoding any input, the pixel policy, resizing) is prep.fields'."""
 
 from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from loaders.fields.base import Field, Piece, Reading, sized
+from loaders.fields.base import Field, Piece, Reading, spec
+from loaders.format.jpeg import decode_jpeg
 from loaders.format.spec import MAX_SIDE, ArraySpec, FormatError, array_name, count
 
 MODES = ("fill", "fit", "stretch", "keep")
+# Moves one sample's flat values into a crop (top, left, height, width) resized to (h, w)
+Crop = Callable[[np.ndarray, np.ndarray, tuple[int, int]], np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -75,11 +75,11 @@ class Image(Field):
         out = []
         for s in self.sizes:
             codec = self.stored_codec(s)
-            out.append(sized(name, s, "image", "uint8", (s, s, self.channels), codec))
+            out.append(spec(name, "image", "uint8", (s, s, self.channels), codec, s))
             if self.mode == "keep":
-                out.append(sized(f"{name}_hw", s, "hw", "uint16", (2,), "raw"))
+                out.append(spec(f"{name}_hw", "hw", "uint16", (2,), "raw", s))
             if codec == "jpeg":
-                out.append(sized(f"{name}_crc", s, "crc", "uint32", (), "raw"))
+                out.append(spec(f"{name}_crc", "crc", "uint32", (), "raw", s))
         return out
 
     def problems(self, name: str, arrays: Mapping[str, np.ndarray]) -> list[str]:
@@ -114,8 +114,6 @@ class Image(Field):
         h, w = (int(v) for v in piece(hw_name(name, size))) if self.mode == "keep" else (size,) * 2
         if self.codec_at(size) == "raw":
             return data.reshape(h, w, self.channels)
-        from loaders.format.jpeg import decode_jpeg
-
         if zlib.crc32(data.data) != int(piece(array_name(f"{name}_crc", size))):
             raise FormatError("the JPEG bytes differ from their checksum (bit rot, or a change)")
         try:
@@ -133,6 +131,35 @@ class Image(Field):
     def pictures(self, value: Any) -> list[tuple[np.ndarray, str]]:
         rgb = np.repeat(value, 3, axis=2) if value.shape[2] == 1 else value
         return [(np.ascontiguousarray(rgb), "")]
+
+
+@dataclass(frozen=True)
+class Placed(Field):
+    """A field placed on image field `image`: it has the image's `sizes` and `mode`, is encoded
+    after it from its upright size (prep.fields' encode_for), follows its crops, is drawn on it."""
+
+    image: str = "image"
+    sizes: tuple[int, ...] = ()
+    mode: str = "fill"
+    placed = True
+
+    def follows(self) -> str | None:
+        return self.kind
+
+    def drawn_on(self) -> str | None:
+        return self.image
+
+    def at(self, name: str, size: int | None) -> str:
+        """The field's array at `size` (None: at its first)."""
+        return array_name(name, size or self.sizes[0])
+
+    def cropped(self, batch: Reading, name: str, crop: Crop) -> list[np.ndarray]:
+        """The batch's samples at its size, each moved by `crop` into its load-time crop."""
+        pieces = batch.pieces(array_name(name, batch.size or 0))
+        crops = batch.crops(self.image)
+        if crops is None:
+            return pieces
+        return [crop(p, box, crops[1]) for p, box in zip(pieces, crops[0], strict=True)]
 
 
 def keep_problems(

@@ -16,32 +16,23 @@ from typing import Any
 import numpy as np
 
 import loaders.fields.drawing as drawing
-from loaders.fields.base import Field, Piece, Reading, sized
+from loaders.fields.base import Piece, Reading, spec
 from loaders.fields.batching import ragged_batch
-from loaders.fields.image import hw_name
+from loaders.fields.image import Placed, hw_name
 from loaders.format.spec import ArraySpec, FormatError, array_name
 
 
 @dataclass(frozen=True)
-class Instances(Field):
-    """Masks (N, H, W) uint8 of image field `image`, H x W its stored size (its `sizes` and
-    `mode` are the image's); N a sample, 0 allowed. Batches follow `ragged=` with (H, W) rows;
-    with `crop=` each mask is cropped and resized (nearest) as its image is; mode keep without
-    a crop gives a list (each sample its own shape). Stored raw: N x H x W bytes a sample."""
+class Instances(Placed):
+    """Masks (N, H, W) uint8, H x W the image's stored size, N a sample (0 allowed), stored raw:
+    N x H x W bytes a sample. Batches follow `ragged=` with (H, W) rows; with `crop=` each mask
+    is cropped and resized (nearest) as its image is; mode keep without a crop gives a list."""
 
-    image: str = "image"
-    sizes: tuple[int, ...] = ()
-    mode: str = "fill"
     kind = "instances"
     ragged = True
 
-    placed = True
-
-    def follows(self) -> str | None:
-        return "instances"
-
     def arrays(self, name: str) -> list[ArraySpec]:
-        return [sized(name, s, "instances", "uint8", (s, s), "ragged") for s in self.sizes]
+        return [spec(name, "instances", "uint8", (s, s), "ragged", s) for s in self.sizes]
 
     def read(self, batch: Reading, name: str, policy: str) -> dict[str, Any]:
         size = batch.size or 0
@@ -93,9 +84,6 @@ class Instances(Field):
         h, w = (int(v) for v in piece(hw_name(self.image, size))) if keep else (size, size)
         return piece(array_name(name, size)).reshape(-1, h, w)
 
-    def drawn_on(self) -> str | None:
-        return self.image
-
     def draw(self, pictures: list[np.ndarray], value: Any, scale: float) -> list[np.ndarray]:
         """Instance k's pixels blended in drawing.PALETTE[k] (a later instance over an earlier)."""
         masks = np.asarray(value)
@@ -114,6 +102,3 @@ def crop_masks(masks: np.ndarray, crop: np.ndarray, out_hw: tuple[int, int]) -> 
     rows = top + np.minimum(((np.arange(out_hw[0]) + 0.5) * h / out_hw[0]).astype(np.int64), h - 1)
     cols = left + np.minimum(((np.arange(out_hw[1]) + 0.5) * w / out_hw[1]).astype(np.int64), w - 1)
     return np.ascontiguousarray(masks[:, rows][:, :, cols])
-
-
-__all__ = ["Instances", "crop_masks"]

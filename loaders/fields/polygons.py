@@ -20,25 +20,19 @@ from typing import Any
 import numpy as np
 
 import loaders.fields.drawing as drawing
-from loaders.fields.base import Field, Piece, Reading, sized, spec
+from loaders.fields.base import Piece, Reading, spec
+from loaders.fields.image import Placed
 from loaders.format.spec import ArraySpec, array_name
 
 
 @dataclass(frozen=True)
-class Polygons(Field):
-    image: str = "image"
-    sizes: tuple[int, ...] = ()
-    mode: str = "fill"
+class Polygons(Placed):
     kind = "polygons"
     ragged = True
-    placed = True
     layer = 1
 
-    def follows(self) -> str | None:
-        return "polygons"
-
     def arrays(self, name: str) -> list[ArraySpec]:
-        points = [sized(name, s, "points", "float32", (2,), "ragged") for s in self.sizes]
+        points = [spec(name, "points", "float32", (2,), "ragged", s) for s in self.sizes]
         return [*points, spec(f"{name}_lens", "lens", "int32", (), "ragged")]
 
     def read(self, batch: Reading, name: str, policy: str) -> dict[str, Any]:
@@ -73,10 +67,7 @@ class Polygons(Field):
         return []
 
     def value(self, name: str, piece: Piece, size: int | None) -> list[np.ndarray]:
-        return split(piece(array_name(name, size or self.sizes[0])), piece(f"{name}_lens"))
-
-    def drawn_on(self) -> str | None:
-        return self.image
+        return split(piece(self.at(name, size)), piece(f"{name}_lens"))
 
     def draw(self, pictures: list[np.ndarray], value: Any, scale: float) -> list[np.ndarray]:
         """Polygon k outlined in drawing.colour(k)."""

@@ -14,7 +14,7 @@ from loaders.fields.audio import Audio
 from loaders.fields.base import Field, check_name
 from loaders.fields.boxes import Boxes
 from loaders.fields.column import Column
-from loaders.fields.image import Image
+from loaders.fields.image import Image, Placed
 from loaders.fields.instances import Instances
 from loaders.fields.keypoints import Keypoints
 from loaders.fields.label import Label, Labels
@@ -93,13 +93,13 @@ def declared(m: Any) -> dict[str, Field]:
     unclaimed = sorted(set(m.arrays) - set(claimed))
     if unclaimed:
         raise FormatError(f"array {unclaimed[0]} is not what fields declares")
-    for name, f in found.items():  # a mask, boxes, keypoints...: placed on an image field
-        image = getattr(f, "image", None)
-        on = found.get(image) if isinstance(image, str) else None
-        like = (tuple(getattr(f, "sizes", ())), getattr(f, "mode", None))
-        if image is not None and not (isinstance(on, Image) and like == (on.sizes, on.mode)):
+    for name, f in found.items():
+        if not isinstance(f, Placed):
+            continue
+        on = found.get(f.image) if isinstance(f.image, str) else None
+        if not (isinstance(on, Image) and (tuple(f.sizes), f.mode) == (on.sizes, on.mode)):
             raise FormatError(
-                f"field {name} is placed on {image!r:.40}, not an image field of its sizes and "
+                f"field {name} is placed on {f.image!r:.40}, not an image field of its sizes and "
                 "mode (its crops would not follow). HINT: repack the dataset"
             )
     stats = m.extra.get("stats", {})  # pixel statistics: an image field's (Image.check_extra)

@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from loaders.fields.base import Field, Piece, Reading, sized
+from loaders.fields.base import Field, Piece, Reading, spec
+from loaders.format.jpeg import decode_jpeg
 from loaders.format.spec import MAX_SIDE, VIDEO_MODES, ArraySpec, FormatError, array_name, count
 
 SHOWN = 4  # frames of a video in a preview or report, a strip of tiles
@@ -57,9 +58,9 @@ class Video(Field):
     def arrays(self, name: str) -> list[ArraySpec]:
         s, codec = self.size, "jpeg" if self.codec == "jpeg" else "ragged"
         return [
-            sized(name, s, "video", "uint8", (s, s, 3), codec),
-            sized(f"{name}_hw", s, "hw", "uint16", (2,), "raw"),
-            sized(f"{name}_ends", s, "frame_ends", "int64", (), "ragged"),
+            spec(name, "video", "uint8", (s, s, 3), codec, s),
+            spec(f"{name}_hw", "hw", "uint16", (2,), "raw", s),
+            spec(f"{name}_ends", "frame_ends", "int64", (), "ragged", s),
         ]
 
     def read(self, batch: Reading, name: str, policy: str) -> dict[str, Any]:
@@ -172,6 +173,4 @@ def decode_frame(piece: np.ndarray, hw: tuple[int, int], jpeg: bool) -> np.ndarr
     """One stored frame as (h, w, 3) uint8: its JPEG decoded, or its raw bytes reshaped."""
     if not jpeg:
         return piece.reshape(hw[0], hw[1], 3)
-    from loaders.format.jpeg import decode_jpeg
-
     return decode_jpeg(piece, (int(hw[0]), int(hw[1])), 1, 3).copy()

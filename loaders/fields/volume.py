@@ -57,16 +57,7 @@ class Volume(Field):
         ]
 
     def read(self, batch: Reading, name: str, policy: str) -> dict[str, Any]:
-        import torch
-
-        shapes = batch.values(f"{name}_shape").tolist()
-        pieces = batch.pieces(name)
-        return {
-            name: [
-                torch.from_numpy(np.array(p).reshape(1, *s))
-                for p, s in zip(pieces, shapes, strict=True)
-            ]
-        }
+        return {name: volumes(batch.pieces(name), batch.values(f"{name}_shape"))}
 
     def check_extra(self, name: str, extra: Mapping[str, Any], count: int) -> None:
         meta = extra.get("volumes")
@@ -162,16 +153,7 @@ class VolumeLabel(Field):
         return out
 
     def read(self, batch: Reading, name: str, policy: str) -> dict[str, Any]:
-        import torch
-
-        shapes = batch.values(f"{self.volume}_shape").tolist()
-        pieces = batch.pieces(name)
-        return {
-            name: [
-                torch.from_numpy(np.array(p).reshape(1, *s))
-                for p, s in zip(pieces, shapes, strict=True)
-            ]
-        }
+        return {name: volumes(batch.pieces(name), batch.values(f"{self.volume}_shape"))}
 
     def needs(self, name: str) -> list[str]:
         return [f"{self.volume}_shape"]
