@@ -1,12 +1,7 @@
-"""A field: what one named entry of a sample is, as a pair of an encoder (writer
-side, numpy only) and a decoder (reader side), with the arrays it stores and their checks.
-
-A field kind is a subclass with a `kind` name in `loaders.fields.registry.KINDS`. The writer
-(`prep.pack_samples`) calls `encode(value)` once per sample and appends what it returns to the
-shard's arrays; the reader (`loaders.SampleDataset`) calls `read(batch)` once per batch. The
-manifest records each field as `describe()` (in `fields`), from which `from_description`
-makes it again, so a dataset is read with no code of the user's.
-"""
+"""A field: one named entry of a sample, as an encoder (writer side, numpy only: `encode`, once a
+sample) and a decoder (reader side: `read`, once a batch), with the arrays it stores and their
+checks. The manifest records each field as `describe()`, from which `from_description` makes it
+again, so a dataset is read with no code of the user's."""
 
 from __future__ import annotations
 
@@ -51,8 +46,7 @@ class Reading(Protocol):
         """The batch's images of array `name`, decoded and cropped to one shape (B, C, H, W)."""
 
     def where(self, name: str) -> Sequence[str]:
-        """Where each sample of the batch of array `name` is ("FILE (shard S, sample K)"), for
-        errors."""
+        """Where each sample of array `name` is ("FILE (shard S, sample K)"), for errors."""
 
     def crops(self, image: str) -> tuple[np.ndarray, tuple[int, int]] | None:
         """The load-time crop of image field `image`: each sample's (top, left, height, width)
@@ -61,21 +55,12 @@ class Reading(Protocol):
 
 @dataclass(frozen=True)
 class Field:
-    """One field kind. Subclasses are frozen dataclasses: their fields are the declaration.
-
-    What a kind says of itself, each a method with a default: its arrays (`arrays`), how a
-    sample is stored (`encode`, numpy only) and read back (`read`), how a manifest's arrays and
-    `extra` are checked when it is opened (`check_arrays`, `check_extra`), how a shard's values
-    are checked (`problems`: structure, small arrays read whole; `limits` and `strings`: the
-    bounded pass of `prep verify`), what `prep info` says of it (`lines`), the files it
-    keeps beside the shards (`files`: a tokenizer), and how `prep preview` and the report show
-    a sample (`value`, `pictures`, `draw`, `caption`)."""
+    """One field kind (its name in loaders.fields.registry.KINDS), a frozen dataclass whose
+    fields are the declaration; each method below is what a kind may say of itself."""
 
     kind: ClassVar[str]
     ragged: ClassVar[bool] = False  # a ragged field's batches follow a policy (pad, list, jagged)
-    # Placed on image field `self.image`: takes its sizes and mode, is encoded after it (from
-    # its upright size: prep.fields' encode_for) and follows its crops.
-    placed: ClassVar[bool] = False
+    placed: ClassVar[bool] = False  # placed on an image field (loaders.fields.image.Placed)
     heading: ClassVar[str | None] = None  # `prep info`: the line above the kind's first `lines`
     layer: ClassVar[int] = 0  # fields are drawn on a picture in layers: fills (0), then lines (1)
 
@@ -84,8 +69,8 @@ class Field:
         raise NotImplementedError
 
     def encode(self, value: Any) -> dict[str, np.ndarray]:
-        """One sample's value -> its stored sample per array suffix ("" for the array named
-        `name`, "_hw_256" for `name_hw_256`...). Raises FieldError for a value that does not fit."""
+        """One sample's value -> its stored sample per array suffix ("" for the array `name`,
+        "_hw_256" for `name_hw_256`...); FieldError for a value that does not fit."""
         raise NotImplementedError
 
     def read(self, batch: Reading, name: str, policy: str) -> Any:
@@ -93,24 +78,22 @@ class Field:
         raise NotImplementedError
 
     def shapes(self, declared: ArraySpec) -> tuple[tuple[int, ...], ...]:
-        """The per-sample shapes a manifest may give one of the field's arrays (the declared
-        one; an image: 1 or 3 channels, which its files' headers are checked against)."""
+        """The per-sample shapes a manifest may give the field's array `declared` (an image:
+        1 or 3 channels, which its files' headers are checked against)."""
         return (declared.shape,)
 
     def follows(self) -> str | None:
-        """What a transform pipeline moves this field as (loaders.datasets.roles): "image", its
-        "mask", "boxes", "keypoints", "instances", a box's row ("per_box"), the images' class
-        ("label"); None: it is not moved."""
+        """What a transform pipeline moves this field as (loaders.datasets.roles): "image",
+        "mask", "boxes"..., a box's row ("per_box"), the image's class ("label"), or None."""
         return None
 
     def dtypes(self, declared: ArraySpec) -> tuple[str, ...]:
-        """The stored dtypes a manifest may give one of the field's arrays (the declared one;
-        a label or a token stream: any unsigned width that holds it)."""
+        """The stored dtypes a manifest may give the field's array `declared` (a label or a
+        token stream: any unsigned width)."""
         return (declared.dtype,)
 
     def check_arrays(self, name: str, stored: Mapping[str, ArraySpec]) -> str | None:
-        """Why the manifest's arrays are not the ones this field declares (None: they are):
-        each present, of its codec, of a dtype of `dtypes`, of its shape."""
+        """Why the manifest's arrays are not the ones this field declares (None: they are)."""
         for want in self.arrays(name):
             array = array_name(want.field, want.size)
             got = stored.get(array)
@@ -126,8 +109,8 @@ class Field:
         return None
 
     def check_extra(self, name: str, extra: Mapping[str, Any], count: int) -> None:
-        """Raise FormatError unless what the manifest's `extra` holds for this field is what
-        its readers take (an image field's pixel statistics)."""
+        """FormatError unless the manifest's `extra` holds for this field what its readers
+        take (an image field's pixel statistics)."""
 
     def problems(self, name: str, arrays: Mapping[str, np.ndarray]) -> list[str]:
         """What is wrong with one shard's values of this field (read whole: small arrays)."""
@@ -139,7 +122,7 @@ class Field:
 
     def limits(self, name: str) -> dict[str, tuple[int, str]]:
         """Integer arrays whose values `prep verify` bounds: array -> (the largest value, the
-        problem past it, with {v} for the value found): token ids, a column's codes."""
+        problem past it, {v} the value found)."""
         return {}
 
     def strings(self, name: str) -> dict[str, bool]:
@@ -160,14 +143,13 @@ class Field:
 
     def value(self, name: str, piece: Piece, size: int | None) -> Any:
         """One sample as numpy, as stored (what `prep preview`, the report and dupes show), at
-        `size` for a sized field: `piece(array)` is the sample's row of a raw array of the
-        dataset, or its piece of a ragged one (its own, or another field's: an image's sides).
-        Raises FormatError for a stored sample that does not decode."""
+        `size` for a sized field, from `piece` (any array of the dataset: an image's sides
+        too); FormatError for a stored sample that does not decode."""
         return piece(name)
 
     def pictures(self, value: Any) -> list[tuple[np.ndarray, str]]:
-        """The value as (H, W, 3) uint8 pictures, each with what it shows ("" or a frame's
-        time, a slice's axis); [] for a field that is no picture."""
+        """The value as (H, W, 3) uint8 pictures, each with what it shows ("", a frame's time,
+        a slice's axis)."""
         return []
 
     def drawn_on(self) -> str | None:
@@ -175,12 +157,12 @@ class Field:
         return None
 
     def draw(self, pictures: list[np.ndarray], value: Any, scale: float) -> list[np.ndarray]:
-        """Its `drawn_on` field's pictures of the same sample (the stored pixels times `scale`)
-        with this field's value drawn on them (loaders.fields.drawing)."""
+        """The `drawn_on` field's pictures of the sample (its stored pixels times `scale`), with
+        this field's value drawn on them."""
         return pictures
 
     def caption(self, value: Any) -> str:
-        """What a sample's caption says of the value (a label's class name), "" for nothing."""
+        """What a sample's caption says of the value (a label's class name)."""
         return ""
 
     def describe(self) -> dict[str, Any]:
@@ -206,9 +188,8 @@ def _tuples(v: Any) -> Any:
 
 
 def check_name(name: str, declared: bool = True) -> str | None:
-    """Why `name` cannot name a field (None: it can). A field the user declares may not end like
-    a sized array's name (NAME_SIZE); one a manifest holds may (a table's column num_3): its
-    arrays are checked against the others' instead."""
+    """Why `name` cannot name a field (None: it can). Only a manifest's may end like a sized
+    array's name (a table's column num_3: its arrays are checked against the others')."""
     if not isinstance(name, str) or not name.isidentifier():
         return f"field name {name!r} is not a Python identifier"
     if name in RESERVED or name.endswith(RESERVED_SUFFIXES):
@@ -252,8 +233,8 @@ def spec(
 
 
 def encode_source(path: str) -> np.ndarray:
-    """A source path as stored (a Text field's sample): its UTF-8 bytes, uint8 (n,) (surrogates
-    from undecodable file names kept as their bytes).
+    """A source path as stored (a Text field's sample): UTF-8, uint8 (n,), with the bytes of
+    undecodable file names kept.
 
     >>> decode_source(encode_source("cat/001.jpg"))
     'cat/001.jpg'

@@ -1,7 +1,5 @@
-"""The shard index of format version 4: every shard's record (its sample count, split, the length
-of each array, the byte size and sha256 of each file) in two .npy files beside the manifest,
-mapped and read a shard at a time, so that `manifest.json` stays the same few KB at any shard
-count and opening a dataset reads one column, not every record.
+"""The shard index of format version 4: every shard's record in two .npy files beside the
+manifest, mapped and read a shard at a time (opening a dataset reads one column, the counts).
 
 - `shards.npy`: int64 (columns, shards), column-major, so that a column (the counts) is one
   contiguous read. Columns: `count`, `split` (its index in the manifest's `splits`, -1 for
@@ -64,16 +62,13 @@ def file_name(part: str, shard_stem: str, storage: str) -> str:
 
 
 def parts(arrays: Mapping[str, ArraySpec], storage: str) -> list[str]:
-    """The file parts of a shard, in index order: each array and a ragged one's offsets (one
-    file each), or the one .h5 file."""
+    """A shard's files, in index order: each array and a ragged one's offsets, or the .h5 file."""
     if storage == "h5":
         return [H5_PART]
     return [p for name in sorted(arrays) for p in (name, name + OFFSETS)[: 1 + arrays[name].ragged]]
 
 
 def columns(arrays: Mapping[str, ArraySpec], storage: str) -> list[str]:
-    """The index's columns: the counts, splits and tasks, then the arrays' lengths and the
-    files' byte sizes, both in name order."""
     lengths = [f"length:{name}" for name in sorted(arrays)]
     return [*FIXED, *lengths, *(f"bytes:{p}" for p in parts(arrays, storage))]
 
@@ -88,8 +83,8 @@ def shard_of(
     sizes: Sequence[int],
     digests: Sequence[str],
 ) -> Shard:
-    """The record of one shard from its index row (`lengths`: its arrays' in name order; `sizes`
-    and `digests`: its files', in `parts` order): its refs and files, named by the rule."""
+    """A shard's record from its index row (`lengths` in name order, `sizes` and `digests` in
+    `parts` order), its files named by the rule."""
     st = stem(split, task)
     refs = {}
     for name, length in zip(sorted(arrays), lengths, strict=True):
@@ -108,8 +103,8 @@ def shard_of(
 def index_arrays(
     shards: Sequence[Shard], arrays: Mapping[str, ArraySpec], storage: str, splits: Sequence[str]
 ) -> tuple[np.ndarray, np.ndarray]:
-    """`shards.npy`'s and `sha256.npy`'s arrays for the records a run wrote. Each record's files
-    must be named by the rule (ValueError: a writer that names its files otherwise)."""
+    """`shards.npy`'s and `sha256.npy`'s arrays for the records a run wrote (ValueError: a
+    record whose files are not named by the rule)."""
     ps = parts(arrays, storage)
     table = np.empty((len(columns(arrays, storage)), len(shards)), np.int64)
     sha = np.empty((len(shards), len(ps), 32), np.uint8)
@@ -146,8 +141,8 @@ Resolve = Callable[[str, FileInfo], Path]  # an index file's name and record -> 
 
 
 class ShardIndex(Sequence[Shard]):
-    """The shards of a version 4 dataset, each made from its index row when asked for. `counts`
-    and `split_codes` are the columns themselves (one read each)."""
+    """The shards of a version 4 dataset, each made from its index row when asked for; `counts`
+    and `split_codes` are columns (one read each)."""
 
     def __init__(
         self,
@@ -193,7 +188,7 @@ class ShardIndex(Sequence[Shard]):
 
 def check_entry(entry: Any, arrays: Mapping[str, ArraySpec], storage: str) -> int:
     """The shard count of a manifest's `index` entry, once it names the files and columns this
-    format derives (FormatError otherwise)."""
+    format derives."""
     if not isinstance(entry, dict) or not isinstance(entry.get("files"), dict):
         raise FormatError(f"index {str(entry)[:40]} is not an object naming its files")
     n = entry.get("shards")
@@ -213,8 +208,8 @@ def open_index(
     splits: Sequence[str],
     resolve: Resolve,
 ) -> ShardIndex:
-    """The shard index `entry` names (check_entry's), mapped: each file a regular file of its
-    byte size, an .npy of exactly the dtype and shape the entry implies (never unpickled)."""
+    """The shard index `entry` (check_entry's) names, mapped: each file a regular file of its
+    byte size, an .npy of the dtype and shape the entry implies (never unpickled)."""
     n, ncols = entry["shards"], len(entry["columns"])
     want = {SHARDS: ("int64", (ncols, n)), DIGESTS: ("uint8", (n, len(parts(arrays, storage)), 32))}
     got = {}
@@ -240,7 +235,6 @@ def open_index(
 
 
 def _map(path: Path, size: int, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
-    """A read-only map of an index file, refused unless it is exactly what the entry says."""
     try:
         st = os.stat(path)
         if not stat.S_ISREG(st.st_mode) or st.st_size != size:

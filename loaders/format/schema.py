@@ -1,16 +1,8 @@
-"""The on-disk contract between `prep` (writer) and `loaders` (reader). See FORMAT.md.
-
-A packed dataset is a folder. `manifest.json` is written last, atomically; a folder without it is
-an unfinished run. Version 4 holds the dataset's fields (each declared once: its kind and
-settings), the arrays they store (field, size, dtype, per-sample shape, codec), the totals and
-the splits; each shard's record (its sample count, split, each array's length, each file's byte
-size and sha256) is a row of the shard index (loaders.format.index), mapped lazily, so the JSON
-stays small at any shard count. The shards may also be listed inline (versions 1-3, a manifest
-written by hand). Versions 1-3 are read through loaders.format.legacy, into version 4.
-
-A ragged or jpeg array is a flat data array plus int64 offsets: sample i is data[off[i]:off[i +
-1]]; a flat array is laid out by its field.
-"""
+"""The manifest (FORMAT.md): written last, atomically (a folder without it is an unfinished run).
+Version 4 holds the dataset's fields, the arrays they store, the totals and the splits; each
+shard's record is a row of the shard index (loaders.format.index), so the JSON stays small at any
+shard count. Shards may also be listed inline (versions 1-3, read through loaders.format.legacy;
+a manifest written by hand)."""
 
 from __future__ import annotations
 
@@ -24,9 +16,7 @@ import numpy as np
 import loaders.format.index as ix
 from loaders.format.legacy import upgrade
 from loaders.format.spec import (  # noqa: F401  (re-exported: the contract's names, in one place)
-    CODECS,
     OFFSETS,
-    SHA256,
     ArrayRef,
     ArraySpec,
     FileInfo,
@@ -35,8 +25,6 @@ from loaders.format.spec import (  # noqa: F401  (re-exported: the contract's na
     array_name,
     array_spec,
     check_shard,
-    count,
-    is_sha256,
 )
 
 FORMAT_NAME = "prep"
