@@ -16,8 +16,8 @@ import torch
 from torch.utils.data import Dataset
 
 from loaders.augment.crops import Crop
+from loaders.fields import declared
 from loaders.fields.base import Field
-from loaders.fields.registry import declared
 from loaders.read.batches import BufferPool, check_indices, new_batch
 from loaders.read.decode import check_sides, fill, jobs_for
 from loaders.read.memory import SharedArrays

@@ -55,7 +55,7 @@ class Reading(Protocol):
 
 @dataclass(frozen=True)
 class Field:
-    """One field kind (its name in loaders.fields.registry.KINDS), a frozen dataclass whose
+    """One field kind (its name in loaders.fields.KINDS), a frozen dataclass whose
     fields are the declaration; each method below is what a kind may say of itself."""
 
     kind: ClassVar[str]

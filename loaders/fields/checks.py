@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from loaders.fields.registry import declared
+from loaders.fields import declared
 from loaders.format import checks
 from loaders.format.arrays import Layout, read_layout, read_manifest, safe_path
 from loaders.format.schema import Manifest, Shard, array_name

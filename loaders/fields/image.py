@@ -22,11 +22,8 @@ Crop = Callable[[np.ndarray, np.ndarray, tuple[int, int]], np.ndarray]
 
 @dataclass(frozen=True)
 class Image(Field):
-    """An image at each of `sizes` px (`prep pack`'s modes: fill, fit, stretch, keep), stored
-    raw (`codec="raw"`; mode keep: ragged, each its own shape) or as JPEG (`quality`); `codec`
-    may also give one codec a size. Read as uint8 (B, C, H, W); mode keep and crops need the
-    dataset's `crop=`. Its pixel statistics (prep.media.image.stats) are the manifest's
-    `extra.stats[NAME]`."""
+    """An image at each of `sizes` px (`prep pack`'s modes), raw (mode keep: ragged, each its own
+    shape) or JPEG, or a codec a size. Read as uint8 (B, C, H, W); mode keep needs `crop=`."""
 
     sizes: tuple[int, ...] = (256,)
     mode: str = "fill"
@@ -170,9 +167,8 @@ def keep_problems(
     arrays: Mapping[str, np.ndarray],
     jpeg: tuple[int, ...] = (),
 ) -> list[str]:
-    """Mode keep (an image's samples of their own shapes): each stored side of `image` 1..size,
-    and a raw ragged array `name` of its pixels (or mask) h * w * `channels` elements a sample
-    (at the sizes not in `jpeg`)."""
+    """Mode keep: each stored side of `image` 1..size, and the raw ragged array `name` (its
+    pixels, a mask) h * w * `channels` elements a sample (at the sizes not in `jpeg`)."""
     for size in sizes:
         hw_array = hw_name(image, size)
         if hw_array not in arrays or array_name(name, size) not in arrays:

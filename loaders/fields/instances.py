@@ -1,6 +1,5 @@
-"""Instance masks: one (H, W) mask of 0 and 1 an instance, N a sample (ragged in N), of an image
-field, resized with nearest neighbour and placed exactly like it at each of its sizes. The
-writer's side (resizing) is prep.fields.Instances'.
+"""Instance masks: one (H, W) mask of 0 and 1 an instance of a sample, of an image field, resized
+with nearest neighbour and placed exactly like it.
 
 >>> crop_masks(np.arange(16, dtype=np.uint8).reshape(1, 4, 4), np.array([0, 2, 4, 2]), (2, 1))
 array([[[ 7],
@@ -65,8 +64,7 @@ class Instances(Placed):
         return [hw_name(self.image, s) for s in self.sizes] if self.mode == "keep" else []
 
     def problems(self, name: str, arrays: Mapping[str, np.ndarray]) -> list[str]:
-        """Each sample whole masks of its image's stored (h, w): S x S, or (mode keep) the
-        image's hw at S (its sides are the image's checks)."""
+        """Each sample whole masks of its image's stored (h, w) (mode keep: its hw)."""
         for s in self.sizes:
             off = arrays.get(array_name(name, s) + ".offsets")
             hw = hw_name(self.image, s)
@@ -97,7 +95,7 @@ class Instances(Placed):
 
 def crop_masks(masks: np.ndarray, crop: np.ndarray, out_hw: tuple[int, int]) -> np.ndarray:
     """Masks (N, h, w) cut to crop (top, left, height, width) and resized to `out_hw` by
-    nearest neighbour (each output pixel takes the source pixel under its centre)."""
+    nearest neighbour."""
     top, left, h, w = (int(v) for v in crop)
     rows = top + np.minimum(((np.arange(out_hw[0]) + 0.5) * h / out_hw[0]).astype(np.int64), h - 1)
     cols = left + np.minimum(((np.arange(out_hw[1]) + 0.5) * w / out_hw[1]).astype(np.int64), w - 1)

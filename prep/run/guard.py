@@ -20,7 +20,7 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from loaders.fields.registry import declared
+from loaders.fields import declared
 from loaders.format import MANIFEST, REJECTS, FormatError, read_manifest
 from prep.run.errors import PrepError, UsageError
 from prep.run.files import HOST

@@ -35,7 +35,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from loaders.fields.registry import declared
+from loaders.fields import declared
 from loaders.format import MANIFEST, REJECTS, ArrayRef, FormatError, Manifest, read_manifest
 from loaders.remote.cache import default_cache_dir
 from loaders.remote.storage import Storage, Url, url_of
