@@ -1,7 +1,6 @@
-"""A field: one named entry of a sample, as an encoder (writer side, numpy only: `encode`, once a
-sample) and a decoder (reader side: `read`, once a batch), with the arrays it stores and their
-checks. The manifest records each field as `describe()`, from which `from_description` makes it
-again, so a dataset is read with no code of the user's."""
+"""A field: one named entry of a sample, as an encoder (writer side, numpy only) and a decoder
+(reader side), with the arrays it stores and their checks. The manifest records it as
+`describe()`, so that a dataset is read with no code of the user's."""
 
 from __future__ import annotations
 
@@ -16,11 +15,9 @@ import numpy as np
 from loaders.format.spec import ArraySpec, array_name
 
 RAGGED_POLICIES = ("pad", "list", "jagged")
-# Array names the format gives meaning to: a sample field may not take them.
-RESERVED = frozenset({"index"})  # the dataset index, which every dataset can return
+RESERVED = frozenset({"index"})  # array names the datasets give meaning to (the dataset index)
 RESERVED_SUFFIXES = ("_len", "_hw", "_crc", ".offsets")
-# One sample's stored row of a raw array, or its piece of a ragged one, by the array's name
-Piece = Callable[[str], np.ndarray]
+Piece = Callable[[str], np.ndarray]  # array name -> one sample's row of it (ragged: its piece)
 
 
 class FieldError(ValueError):
@@ -32,9 +29,9 @@ class FieldError(ValueError):
 
 
 class Reading(Protocol):
-    """What a field's decoder is given of a batch (loaders.datasets.samples.SampleDataset)."""
+    """What a field's decoder is given of a batch (loaders.datasets.samples)."""
 
-    size: int | None  # the dataset's current size, for sized fields (images)
+    size: int | None  # the dataset's size, for sized fields
 
     def values(self, name: str) -> np.ndarray:
         """The batch's samples of raw array `name`, stacked (B, *shape)."""
@@ -49,8 +46,8 @@ class Reading(Protocol):
         """Where each sample of array `name` is ("FILE (shard S, sample K)"), for errors."""
 
     def crops(self, image: str) -> tuple[np.ndarray, tuple[int, int]] | None:
-        """The load-time crop of image field `image`: each sample's (top, left, height, width)
-        in its stored image, int64 (B, 4), and the (h, w) it is resized to; None: no crop."""
+        """Image field `image`'s load-time crops, (top, left, height, width) (B, 4), and the
+        (h, w) they are resized to; None: no crop."""
 
 
 @dataclass(frozen=True)
@@ -65,7 +62,7 @@ class Field:
     layer: ClassVar[int] = 0  # fields are drawn on a picture in layers: fills (0), then lines (1)
 
     def arrays(self, name: str) -> list[ArraySpec]:
-        """The arrays this field stores under `name`, in manifest order."""
+        """The arrays the field stores under `name`, in manifest order."""
         raise NotImplementedError
 
     def encode(self, value: Any) -> dict[str, np.ndarray]:
@@ -74,7 +71,6 @@ class Field:
         raise NotImplementedError
 
     def read(self, batch: Reading, name: str, policy: str) -> Any:
-        """A batch of this field as the dataset returns it."""
         raise NotImplementedError
 
     def shapes(self, declared: ArraySpec) -> tuple[tuple[int, ...], ...]:
@@ -113,7 +109,7 @@ class Field:
         take (an image field's pixel statistics)."""
 
     def problems(self, name: str, arrays: Mapping[str, np.ndarray]) -> list[str]:
-        """What is wrong with one shard's values of this field (read whole: small arrays)."""
+        """What is wrong with one shard's values of the field (small arrays, read whole)."""
         return []
 
     def needs(self, name: str) -> list[str]:
@@ -134,11 +130,11 @@ class Field:
         return {}
 
     def lines(self, name: str, m: Any) -> list[str]:
-        """What `prep info` says of the field beyond its declaration (`m`: the manifest)."""
+        """What `prep info` says of the field in manifest `m` beyond its declaration."""
         return []
 
     def read_dtype(self, declared: ArraySpec) -> str:
-        """The dtype a dataset returns the field's array `declared` in (a label: int64)."""
+        """The dtype a dataset returns array `declared` in (a label: int64)."""
         return declared.dtype
 
     def value(self, name: str, piece: Piece, size: int | None) -> Any:
@@ -153,7 +149,7 @@ class Field:
         return []
 
     def drawn_on(self) -> str | None:
-        """The field whose pictures this one is drawn on (a mask's image), or None."""
+        """The field whose pictures this one is drawn on (a mask's image)."""
         return None
 
     def draw(self, pictures: list[np.ndarray], value: Any, scale: float) -> list[np.ndarray]:
@@ -166,7 +162,7 @@ class Field:
         return ""
 
     def describe(self) -> dict[str, Any]:
-        """The declaration, as JSON: the manifest's `fields[name]`."""
+        """The declaration: the manifest's `fields[NAME]`."""
         d: dict[str, Any] = {"kind": self.kind}
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
@@ -201,7 +197,7 @@ def check_name(name: str, declared: bool = True) -> str | None:
 
 def as_array(value: Any, dtype: np.dtype[Any]) -> np.ndarray:
     """`value` as an ndarray of `dtype`: an ndarray must have it already (no silent cast);
-    numbers and lists are converted, refusing values that do not fit."""
+    numbers and lists are converted if they fit."""
     if isinstance(value, np.ndarray):
         if value.dtype != dtype:
             raise FieldError("field_dtype", f"dtype {value.dtype}, the field says {dtype}")

@@ -64,14 +64,11 @@ class Image(Field):
             return self.codec
         return self.codec[self.sizes.index(size)]
 
-    def stored_codec(self, size: int) -> str:
-        jpeg = self.codec_at(size) == "jpeg"
-        return "jpeg" if jpeg else "ragged" if self.mode == "keep" else "raw"
-
     def arrays(self, name: str) -> list[ArraySpec]:
         out = []
         for s in self.sizes:
-            codec = self.stored_codec(s)
+            jpeg = self.codec_at(s) == "jpeg"
+            codec = "jpeg" if jpeg else "ragged" if self.mode == "keep" else "raw"
             out.append(spec(name, "image", "uint8", (s, s, self.channels), codec, s))
             if self.mode == "keep":
                 out.append(spec(f"{name}_hw", "hw", "uint16", (2,), "raw", s))

@@ -1,18 +1,8 @@
-"""Format versions 1-3, read as version 4: a manifest's JSON object translated to the fields that
-describe the same files, which then answer for them as for any version 4 manifest (their arrays,
-their `extra`: loaders.fields). Each kind becomes (FORMAT.md, "Older datasets"):
-
-- images: `image` (the sizes, mode, codecs, channels, quality of the pack), `mask`, `label` (its
-  class names), `orig_size`, `source`, `phash`, `digest`; arrays `hw_S` and `crc_S` are named
-  `image_hw_S` and `image_crc_S` as an image field's are (their files keep their names);
-- tokens: `tokens` (vocabulary, end-of-document id, tokenizer), ragged: the token stream is its
-  data and `doc_offsets` its offsets; `source`;
-- volumes: `image` (a volume: voxels with `voxel_offsets`, `image_shape`), `label` (label
-  voxels on the same offsets, the foreground index `label_fg`, `label_fg_offsets`), and a
-  column field per `--targets` column;
-- table: a column field per column (`num_J`, `cat_J`, `target`; the missing mask `missing_J`
-  is `num_J_missing`);
-- samples (version 3): its `extra.fields`, with `extra.audio` in its audio field.
+"""Format versions 1-3, read as version 4: a manifest's JSON object translated into the fields that
+describe the same files (which keep their names), which then answer for them as for any version 4
+manifest. Each kind's translator (KINDS) returns its fields and its arrays' new names: `hw_S` and
+`crc_S` become `image_hw_S` and `image_crc_S`, `doc_offsets` the token stream's offsets, a
+volume's `voxels` its `image`, a table's `missing_J` `num_J_missing`...
 """
 
 from __future__ import annotations
@@ -39,14 +29,11 @@ def upgrade(d: Json) -> Json:
     if kind not in KINDS:
         raise FormatError(f"kind {kind!r} is not one of {tuple(KINDS)}")
     arrays = {k: _spec(k, v, version) for k, v in d["arrays"].items()}
-    extra, config = d.get("extra", {}), d.get("config", {})
-    if not isinstance(extra, dict) or not isinstance(config, dict):
-        raise FormatError(f"extra {str(extra)[:40]} or config {str(config)[:40]} is no object")
     out: Json = {k: d[k] for k in ("format", "format_version", "storage") if k in d}
     out |= {k: d[k] for k in ("config", "rejects", "tool_version", "num_samples") if k in d}
     command, translate = KINDS[kind]
-    extra = dict(extra)
-    fields, renames = translate(arrays, extra, d.get("classes"), config)
+    extra = dict(d.get("extra", {}))  # an object: checked before (Manifest.from_dict)
+    fields, renames = translate(arrays, extra, d.get("classes"), d.get("config", {}))
     out |= {"command": command, "fields": fields, "extra": extra, "arrays": {}}
     for name, spec in arrays.items():
         to = renames.get(name, name)
@@ -99,12 +86,7 @@ def _shard(raw: Json, renames: dict[str, str | None], kind: str) -> Json:
                 arrays[name]["offsets"] = raw["arrays"]["voxel_offsets"]
         if "label_fg" in arrays:
             arrays["label_fg"].pop("offsets", None)
-    return {
-        "count": raw["count"],
-        "arrays": arrays,
-        "files": raw["files"],
-        "split": raw.get("split"),
-    }
+    return {**raw, "arrays": arrays}
 
 
 Translate = Callable[[dict[str, ArraySpec], Json, Any, Json], tuple[Json, dict[str, str | None]]]
@@ -181,23 +163,19 @@ def _volumes(arrays: dict[str, ArraySpec], extra: Json, classes: Any, config: Js
     image: Json = {"kind": "volume", "dtype": arrays["voxels"].dtype}
     image["orient"] = str(extra.pop("orient", "RAS"))
     fields: Json = {"image": image}
-    renames: dict[str, str | None] = {
-        "voxels": "image",
-        "volume_shape": "image_shape",
-        "voxel_offsets": None,
-    }
+    renames: dict[str, str | None] = {"voxels": "image", "volume_shape": "image_shape"}
+    renames["voxel_offsets"] = None  # the voxels' offsets (_shard)
     if "label_voxels" in arrays:
         fg = "fg_voxels" in arrays
         fields["label"] = {"kind": "volume_label", "volume": "image", "foreground": fg}
         renames |= {"label_voxels": "label", "fg_voxels": "label_fg"}
         renames["fg_offsets"] = "label_fg_offsets"
     for t in extra.pop("targets", None) or []:
-        spec = arrays[t["array"]]
         fields[t["array"]] = {
             "kind": "column",
             "name": str(t.get("column", t["array"])),
             "role": "target",
-            "dtype": spec.dtype,
+            "dtype": arrays[t["array"]].dtype,
             "vocab": t.get("classes"),
             "first_code": 0 if t.get("classes") is not None else None,
         }
@@ -232,15 +210,9 @@ def _samples(arrays: dict[str, ArraySpec], extra: Json, classes: Any, config: Js
     audio = extra.pop("audio", None)
     if isinstance(audio, dict) and isinstance(fields.get("audio"), dict):
         a = fields["audio"]
-        fields["audio"] = {
-            "kind": "audio",
-            "dtype": a.get("dtype"),
-            "channels": audio.get("channels"),
-            "rate": audio.get("rate"),
-            "max_seconds": audio.get("max_seconds"),
-            "resampler": audio.get("resampler"),
-            "mono": list(a.get("shape", [])) == [None],
-        }
+        said = {k: audio.get(k) for k in ("channels", "rate", "max_seconds", "resampler")}
+        mono = list(a.get("shape", [])) == [None]
+        fields["audio"] = {"kind": "audio", "dtype": a.get("dtype"), **said, "mono": mono}
     video = extra.pop("video", None)
     named = False
     for name, f in fields.items():
