@@ -19,7 +19,7 @@ from loaders.augment.random import stream_key, uniform
 from loaders.datasets.base import Remote, ShardedDataset
 from loaders.datasets.samples import ArrayReading, SampleBatch
 from loaders.fields.audio import Audio
-from loaders.fields.batching import ragged_batch
+from loaders.fields.base import ragged_batch
 from loaders.read.batches import check_indices
 from loaders.read.memory import by_shard
 from loaders.read.store import DEFAULT_MAX_OPEN

@@ -13,8 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from loaders.fields.base import Field, FieldError, Piece, Reading, as_array, spec
-from loaders.fields.batching import ragged_batch
+from loaders.fields.base import Field, FieldError, Piece, Reading, as_array, ragged_batch, spec
 from loaders.format.spec import NUMBERS, ArraySpec
 
 

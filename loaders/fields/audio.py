@@ -13,8 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from loaders.fields.base import Field, FieldError, Piece, Reading, as_array, spec
-from loaders.fields.batching import ragged_batch
+from loaders.fields.base import Field, FieldError, Piece, Reading, as_array, ragged_batch, spec
 from loaders.format.spec import ArraySpec, count
 
 MAX_RATE, MAX_CHANNELS = 384_000, 64  # a rate of 1e12 once asked a window for TiBs

@@ -228,6 +228,45 @@ def spec(
     return ArraySpec(name, size, dtype, tuple(shape), codec, role)
 
 
+def tensor(values: np.ndarray) -> Any:
+    """torch.from_numpy, with torch imported here: the field kinds (and packing) need numpy only."""
+    import torch
+
+    return torch.from_numpy(values)
+
+
+def ragged_batch(
+    name: str, pieces: list[np.ndarray], row: tuple[int, ...], policy: str
+) -> dict[str, Any]:
+    """A batch of a ragged field by `policy` (RAGGED_POLICIES): `pad` (padded to the longest,
+    with `NAME_len`), `list` (a tensor a sample, as torchvision's detection models take them) or
+    `jagged` (torch.nested.nested_tensor_from_jagged); `pieces` are the samples' flat elements,
+    `row` the shape of one of their rows.
+
+    >>> out = ragged_batch("b", [np.arange(4.0), np.zeros(0)], (2,), "pad")
+    >>> out["b"].shape, out["b_len"].tolist()
+    (torch.Size([2, 2, 2]), [2, 0])
+    """
+    import torch  # as in tensor()
+
+    rows = [p.reshape(-1, *row) for p in pieces]
+    if policy == "list":
+        return {name: [torch.from_numpy(np.array(r)) for r in rows]}  # copies: maps are read-only
+    lens = np.array([len(r) for r in rows], dtype=np.int64)
+    dtype = pieces[0].dtype if pieces else np.dtype("float32")
+    if policy == "jagged":
+        values = np.concatenate(rows) if rows else np.zeros((0, *row), dtype)
+        offsets = np.concatenate([[0], np.cumsum(lens)])
+        nested = torch.nested.nested_tensor_from_jagged(
+            torch.from_numpy(values), torch.from_numpy(offsets)
+        )
+        return {name: nested}
+    out = np.zeros((len(rows), int(lens.max(initial=0)), *row), dtype)
+    for j, r in enumerate(rows):
+        out[j, : len(r)] = r
+    return {name: torch.from_numpy(out), f"{name}_len": torch.from_numpy(lens)}
+
+
 def encode_source(path: str) -> np.ndarray:
     """A source path as stored (a Text field's sample): UTF-8, uint8 (n,), with the bytes of
     undecodable file names kept.

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from loaders.fields.base import Field, Piece, Reading, spec
+from loaders.fields.base import Field, Piece, Reading, spec, tensor
 from loaders.format.spec import NUMBERS, ArraySpec, count
 
 ROLES = ("num", "cat", "target")
@@ -81,11 +81,9 @@ class Column(Field):
         return out
 
     def read(self, batch: Reading, name: str, policy: str) -> dict[str, Any]:
-        import torch
-
         values = batch.values(name)
         wide = np.float32 if self.role == "num" or values.dtype.kind == "f" else np.int64
-        return {name: torch.from_numpy(values.astype(wide))}
+        return {name: tensor(values.astype(wide))}
 
     def limits(self, name: str) -> dict[str, tuple[int, str]]:
         if self.vocab is None:

@@ -15,8 +15,7 @@ from typing import Any
 import numpy as np
 
 import loaders.fields.drawing as drawing
-from loaders.fields.base import Piece, Reading, spec
-from loaders.fields.batching import ragged_batch
+from loaders.fields.base import Piece, Reading, ragged_batch, spec, tensor
 from loaders.fields.image import Placed, hw_name
 from loaders.format.spec import ArraySpec, FormatError, array_name
 
@@ -53,9 +52,7 @@ class Instances(Placed):
             boxes, row = crops
             stacks = [crop_masks(m, box, row) for m, box in zip(stacks, boxes, strict=True)]
         elif self.mode == "keep":
-            import torch
-
-            return {name: [torch.from_numpy(np.array(m)) for m in stacks]}
+            return {name: [tensor(np.array(m)) for m in stacks]}
         else:
             row = (size, size)
         return ragged_batch(name, [m.reshape(-1) for m in stacks], tuple(row), policy)

@@ -10,8 +10,7 @@ from typing import Any
 import numpy as np
 
 import loaders.fields.drawing as drawing
-from loaders.fields.base import Piece, Reading, spec
-from loaders.fields.batching import ragged_batch
+from loaders.fields.base import Piece, Reading, ragged_batch, spec
 from loaders.fields.image import Placed
 from loaders.format.spec import ArraySpec, array_name
 

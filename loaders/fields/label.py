@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from loaders.fields.array import Array
-from loaders.fields.base import Field, FieldError, Piece, Reading, spec
+from loaders.fields.base import Field, FieldError, Piece, Reading, spec, tensor
 from loaders.format.spec import UNSIGNED, ArraySpec, smallest_uint
 
 
@@ -67,9 +67,7 @@ class Label(Field):
         return {"": np.asarray(value, dtype=self.stored())}
 
     def read(self, batch: Reading, name: str, policy: str) -> dict[str, Any]:
-        import torch
-
-        return {name: torch.from_numpy(batch.values(name).astype(np.int64))}
+        return {name: tensor(batch.values(name).astype(np.int64))}
 
     def problems(self, name: str, arrays: Mapping[str, np.ndarray]) -> list[str]:
         values, n = arrays[name], len(self.classes or ())

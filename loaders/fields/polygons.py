@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 import loaders.fields.drawing as drawing
-from loaders.fields.base import Piece, Reading, spec
+from loaders.fields.base import Piece, Reading, spec, tensor
 from loaders.fields.image import Placed
 from loaders.format.spec import ArraySpec, array_name
 
@@ -33,8 +33,6 @@ class Polygons(Placed):
         return [*points, spec(f"{name}_lens", "lens", "int32", (), "ragged")]
 
     def read(self, batch: Reading, name: str, policy: str) -> dict[str, Any]:
-        import torch
-
         points = batch.pieces(array_name(name, batch.size or 0))
         lens = batch.pieces(f"{name}_lens")
         crops = batch.crops(self.image)
@@ -43,7 +41,7 @@ class Polygons(Placed):
             polys = split(p, n)
             if crops is not None:
                 polys = cropped(polys, crops[0][j], crops[1])
-            out.append([torch.from_numpy(q.astype(np.float32)) for q in polys])
+            out.append([tensor(q.astype(np.float32)) for q in polys])
         return {name: out}
 
     def problems(self, name: str, arrays: Mapping[str, np.ndarray]) -> list[str]:

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from loaders.fields.base import Field, Piece, Reading, spec
+from loaders.fields.base import Field, Piece, Reading, spec, tensor
 from loaders.format.jpeg import decode_jpeg
 from loaders.format.spec import MAX_SIDE, VIDEO_MODES, ArraySpec, FormatError, array_name, count
 
@@ -58,8 +58,6 @@ class Video(Field):
         ]
 
     def read(self, batch: Reading, name: str, policy: str) -> dict[str, Any]:
-        import torch
-
         data, hw, ends = self.names(name)
         sides = batch.values(hw).astype(np.int64).tolist()
         out = []
@@ -69,7 +67,7 @@ class Video(Field):
             except FormatError as why:
                 at = batch.where(data)[j]
                 raise FormatError(f"{at}, {why}. HINT: run `prep verify`, then repack") from None
-            out.append(torch.from_numpy(frames).permute(0, 3, 1, 2))
+            out.append(tensor(frames).permute(0, 3, 1, 2))
         return {name: out}
 
     def problems(self, name: str, arrays: Mapping[str, np.ndarray]) -> list[str]:

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 import loaders.fields.drawing as drawing
-from loaders.fields.base import Field, Piece, Reading, spec
+from loaders.fields.base import Field, Piece, Reading, spec, tensor
 from loaders.format.spec import ArraySpec, FormatError
 
 ORIENT = "RASLPI"
@@ -195,9 +195,6 @@ def middle_slices(vol: np.ndarray) -> list[np.ndarray]:
 
 def volumes(pieces: list[np.ndarray], shapes: np.ndarray) -> list[Any]:
     """Each volume's flat voxels as a (1, D, H, W) tensor (a copy: the maps are read-only)."""
-    import torch
-
     return [
-        torch.from_numpy(np.array(p).reshape(1, *s))
-        for p, s in zip(pieces, shapes.tolist(), strict=True)
+        tensor(np.array(p).reshape(1, *s)) for p, s in zip(pieces, shapes.tolist(), strict=True)
     ]

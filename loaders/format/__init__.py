@@ -1,9 +1,5 @@
-"""The on-disk contract between `prep` (writer) and `loaders` (reader). See FORMAT.md.
-
-`spec` is the leaf (FormatError, ArraySpec, the shard records), `schema` the manifest, `index`
-the shard index, `legacy` versions 1-3, `arrays` the reading of the files, `checks` the folder's
-checks (with the fields': loaders.fields.checks), `values` the bounded pass over values. The names
-below load when first asked for, so that the CLI starts without the readers.
+"""The on-disk contract between `prep` (writer) and `loaders` (reader): see FORMAT.md, and each
+module's docstring. The names below load when first asked for: the CLI starts without the readers.
 """
 
 from __future__ import annotations

@@ -42,8 +42,6 @@ def safe_path(root: Path, rel: str) -> Path:
     if p.is_absolute() or ".." in p.parts:
         raise FormatError(f"manifest path {rel!r} escapes the dataset folder {root}")
     full = root / p
-    if len(p.parts) == 1 and not full.is_symlink():  # an entry of root itself: inside it
-        return full
     try:
         inside = full.resolve().is_relative_to(root.resolve())
     except (OSError, RuntimeError) as e:  # a link loop

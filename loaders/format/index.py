@@ -215,21 +215,13 @@ def open_index(
     got = {}
     for name, (dtype, shape) in want.items():
         info = entry["files"][name]
-        if (
-            not isinstance(info, dict)
-            or not count(info.get("bytes"))
-            or not is_sha256(info.get("sha256"))
-        ):
+        ok = isinstance(info, dict) and count(info.get("bytes")) and is_sha256(info.get("sha256"))
+        if not ok:
             raise FormatError(f"index: file {name} has a bad byte size or sha256")
         path = resolve(name, FileInfo(info["bytes"], info["sha256"]))
         got[name] = _map(path, info["bytes"], dtype, shape)
-    table = got[SHARDS]
-    if n and (
-        table[0].min() < 0
-        or table[2].min() < 0
-        or table[1].min() < -1
-        or table[1].max() >= len(splits)
-    ):
+    table, codes = got[SHARDS], got[SHARDS][1]  # codes: each shard's split, -1 for none
+    if n and (table[[0, 2]].min() < 0 or not -1 <= codes.min() <= codes.max() < len(splits)):
         raise FormatError(f"index: a shard's count, task or split in {SHARDS} is out of range")
     return ShardIndex(table, got[DIGESTS], arrays, storage, splits)
 
