@@ -110,27 +110,20 @@ def _images(arrays: dict[str, ArraySpec], extra: Json, classes: Any, config: Jso
     fields: Json = {"image": image}
     masks = sorted(s.size for s in arrays.values() if s.field == "mask" and s.size)
     if masks:
-        pad = _number(config.get("mask_pad_value"), 0)
         fields["mask"] = {"kind": "mask", "image": "image", "sizes": masks, "mode": image["mode"]}
-        fields["mask"]["pad_value"] = pad
+        fields["mask"]["pad_value"] = _number(config.get("mask_pad_value"), 0)
     if "label" in arrays:
         label = {"kind": "label", "classes": classes}
         fields["label"] = label if classes else {"kind": "label", "dtype": arrays["label"].dtype}
-    if "orig_size" in arrays:
-        fields["orig_size"] = {"kind": "array", "dtype": "uint32", "shape": [2], "wide": True}
-    for name in ("source", "phash", "digest"):
-        if name in arrays:
-            fields[name] = SIDECARS[name]
+    fields |= {name: SIDECARS[name] for name in SIDECARS if name in arrays}
     if "stats" in extra:
         extra["stats"] = {"image": extra["stats"]}
-    renames: dict[str, str | None] = {}
-    for name, s in arrays.items():
-        if s.field in ("hw", "crc"):
-            renames[name] = array_name(f"image_{s.field}", s.size)
-    return fields, renames
+    sides = [(name, s) for name, s in arrays.items() if s.field in ("hw", "crc")]
+    return fields, {name: array_name(f"image_{s.field}", s.size) for name, s in sides}
 
 
-SIDECARS = {
+SIDECARS = {  # the size-free arrays of an images dataset that are a field of their own
+    "orig_size": {"kind": "array", "dtype": "uint32", "shape": [2], "wide": True},
     "source": {"kind": "text"},
     "phash": {"kind": "array", "dtype": "uint64", "shape": [], "wide": True},
     "digest": {"kind": "array", "dtype": "uint8", "shape": [32]},

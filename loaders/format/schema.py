@@ -149,19 +149,10 @@ class Manifest:
             shards = [Shard.from_dict(s) for s in d["shards"]]
             for i, shard in enumerate(shards):
                 check_shard(i, shard, arrays)
-        m = cls(
-            storage=d["storage"],
-            arrays=arrays,
-            shards=shards,
-            fields=d["fields"],
-            config=d.get("config", {}),
-            rejects=d.get("rejects", 0),
-            extra=d.get("extra", {}),
-            tool_version=d.get("tool_version", ""),
-            format_version=version,
-            command=str(d.get("command", "")),
-            index=d.get("index"),
-        )
+        kept = ("config", "rejects", "extra", "tool_version", "index")
+        said: dict[str, Any] = {k: d[k] for k in kept if k in d}
+        said |= {"format_version": version, "command": str(d.get("command", ""))}
+        m = cls(d["storage"], arrays, shards, d["fields"], **said)
         total = m.num_samples
         if d.get("num_samples", total) != total:
             raise FormatError(
