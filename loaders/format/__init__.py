@@ -7,34 +7,11 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # for type checkers; at run time __getattr__ imports them
-    from loaders.format.arrays import (  # noqa: F401
-        check_array,
-        local_resolver,
-        map_array,
-        map_layout,
-        read_manifest,
-        read_manifest_file,
-        safe_path,
-        sha256_file,
-    )
+if TYPE_CHECKING:  # the names of _MODULES, typed; at run time __getattr__ imports them
+    from loaders.format.arrays import *  # noqa: F403
     from loaders.format.checks import problems_error  # noqa: F401
     from loaders.format.rejects import iter_rejects  # noqa: F401
-    from loaders.format.schema import (  # noqa: F401
-        FORMAT_VERSION,
-        MANIFEST,
-        NPY_HEADER_BYTES,
-        OFFSETS,
-        REJECTS,
-        STORAGES,
-        ArrayRef,
-        ArraySpec,
-        FileInfo,
-        FormatError,
-        Manifest,
-        Shard,
-        array_name,
-    )
+    from loaders.format.schema import *  # noqa: F403
 
 _MODULES = {
     "arrays": "check_array local_resolver map_array map_layout read_manifest read_manifest_file "
