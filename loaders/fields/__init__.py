@@ -25,28 +25,14 @@ from loaders.fields.volume import Volume, VolumeLabel
 from loaders.format.spec import FormatError, array_name
 
 KINDS: dict[str, type[Field]] = {
-    cls.kind: cls
-    for cls in (
-        Array,
-        Scalar,
-        Label,
-        Labels,
-        Tokens,
-        Text,
-        Bytes,
-        Json,
-        Image,
-        Mask,
-        Boxes,
-        Instances,
-        Keypoints,
-        Video,
-        Audio,
-        Volume,
-        VolumeLabel,
-        Column,
-        Polygons,
+    kind.kind: kind
+    for group in (
+        (Array, Scalar, Label, Labels, Column, Tokens),  # numbers
+        (Text, Bytes, Json),
+        (Image, Mask, Boxes, Instances, Keypoints, Polygons),  # an image, what is placed on it
+        (Video, Audio, Volume, VolumeLabel),
     )
+    for kind in group
 }
 
 

@@ -71,7 +71,6 @@ class Audio(Field):
         return []
 
     def value(self, name: str, piece: Piece, size: int | None) -> np.ndarray:
-        """The clip, (frames,) mono or (frames, channels)."""
         return piece(name).reshape(-1, *self.row)
 
     def caption(self, value: Any) -> str:

@@ -74,8 +74,7 @@ class Field:
         raise NotImplementedError
 
     def shapes(self, declared: ArraySpec) -> tuple[tuple[int, ...], ...]:
-        """The per-sample shapes a manifest may give the field's array `declared` (an image:
-        1 or 3 channels, which its files' headers are checked against)."""
+        """The per-sample shapes a manifest may give `declared` (an image: 1 or 3 channels)."""
         return (declared.shape,)
 
     def follows(self) -> str | None:
@@ -84,8 +83,7 @@ class Field:
         return None
 
     def dtypes(self, declared: ArraySpec) -> tuple[str, ...]:
-        """The stored dtypes a manifest may give the field's array `declared` (a label or a
-        token stream: any unsigned width)."""
+        """The dtypes a manifest may give array `declared` (a label: any unsigned width)."""
         return (declared.dtype,)
 
     def check_arrays(self, name: str, stored: Mapping[str, ArraySpec]) -> str | None:
@@ -105,8 +103,7 @@ class Field:
         return None
 
     def check_extra(self, name: str, extra: Mapping[str, Any], count: int) -> None:
-        """FormatError unless the manifest's `extra` holds for this field what its readers
-        take (an image field's pixel statistics)."""
+        """FormatError unless the manifest's `extra` holds what the field's readers take."""
 
     def problems(self, name: str, arrays: Mapping[str, np.ndarray]) -> list[str]:
         """What is wrong with one shard's values of the field (small arrays, read whole)."""
@@ -117,8 +114,7 @@ class Field:
         return []
 
     def limits(self, name: str) -> dict[str, tuple[int, str]]:
-        """Integer arrays whose values `prep verify` bounds: array -> (the largest value, the
-        problem past it, {v} the value found)."""
+        """Integer arrays `prep verify` bounds: array -> (the largest value, the line past it)."""
         return {}
 
     def strings(self, name: str) -> dict[str, bool]:
@@ -144,8 +140,7 @@ class Field:
         return piece(name)
 
     def pictures(self, value: Any) -> list[tuple[np.ndarray, str]]:
-        """The value as (H, W, 3) uint8 pictures, each with what it shows ("", a frame's time,
-        a slice's axis)."""
+        """The value as (H, W, 3) uint8 pictures, each with what it shows (a frame's time...)."""
         return []
 
     def drawn_on(self) -> str | None:
@@ -153,8 +148,7 @@ class Field:
         return None
 
     def draw(self, pictures: list[np.ndarray], value: Any, scale: float) -> list[np.ndarray]:
-        """The `drawn_on` field's pictures of the sample (its stored pixels times `scale`), with
-        this field's value drawn on them."""
+        """The `drawn_on` field's pictures (stored pixels times `scale`), this value drawn on."""
         return pictures
 
     def caption(self, value: Any) -> str:

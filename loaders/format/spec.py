@@ -56,14 +56,9 @@ class ArraySpec:
         return self.codec in ("ragged", "jpeg")
 
     def stored(self) -> dict[str, Any]:
-        """The manifest's entry: what a reader with numpy alone needs."""
-        return {
-            "field": self.field,
-            "size": self.size,
-            "dtype": self.dtype,
-            "shape": list(self.shape),
-            "codec": self.codec,
-        }
+        """The manifest's entry: what a reader with numpy alone needs (not the role)."""
+        kept = {k: getattr(self, k) for k in ("field", "size", "dtype", "codec")}
+        return kept | {"shape": list(self.shape)}
 
 
 @dataclass
