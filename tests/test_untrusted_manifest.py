@@ -89,6 +89,7 @@ def table(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (lambda d: d["fields"]["cat_0"].update(role="key"), "role"),
         (lambda d: d["fields"]["num_0"].pop("kind"), "kind"),
         (lambda d: d["fields"]["num_0"].update(mean="x"), "mean"),
+        (lambda d: d["fields"]["num_0"].update(type=["int"]), "type"),
     ],
     ids=[
         "no-fields",
@@ -100,6 +101,7 @@ def table(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "role-unknown",
         "no-kind",
         "mean-str",
+        "type-list",
     ],
 )
 def test_table_manifest_fields(table: Path, tmp_path: Path, change: Any, message: str) -> None:
