@@ -29,25 +29,17 @@ class FieldError(ValueError):
 
 
 class Reading(Protocol):
-    """What a field's decoder is given of a batch (loaders.datasets.samples)."""
+    """What a field's decoder is given of a batch (loaders.datasets.samples). `crops(image)`:
+    image field `image`'s load-time crops, (top, left, height, width) (B, 4), and the (h, w)
+    they are resized to; None: no crop."""
 
     size: int | None  # the dataset's size, for sized fields
 
-    def values(self, name: str) -> np.ndarray:
-        """The batch's samples of raw array `name`, stacked (B, *shape)."""
-
-    def pieces(self, name: str) -> list[np.ndarray]:
-        """The batch's samples of ragged array `name`, each a flat view of its elements."""
-
-    def images(self, field: Field, name: str) -> Any:
-        """The batch's images of array `name`, decoded and cropped to one shape (B, C, H, W)."""
-
-    def where(self, name: str) -> Sequence[str]:
-        """Where each sample of array `name` is ("FILE (shard S, sample K)"), for errors."""
-
-    def crops(self, image: str) -> tuple[np.ndarray, tuple[int, int]] | None:
-        """Image field `image`'s load-time crops, (top, left, height, width) (B, 4), and the
-        (h, w) they are resized to; None: no crop."""
+    def values(self, name: str) -> np.ndarray: ...  # a raw array's samples stacked (B, *shape)
+    def pieces(self, name: str) -> list[np.ndarray]: ...  # a ragged array's samples, each flat
+    def images(self, field: Field, name: str) -> Any: ...  # decoded, cropped: (B, C, H, W)
+    def where(self, name: str) -> Sequence[str]: ...  # each sample's "FILE (shard S, sample K)"
+    def crops(self, image: str) -> tuple[np.ndarray, tuple[int, int]] | None: ...
 
 
 @dataclass(frozen=True)
