@@ -193,16 +193,8 @@ def _mean_std(at: Any) -> bool:
     headers judge which), a std >= 0, a count."""
     if not isinstance(at, dict) or not count(at.get("pixels")):
         return False
-    lists: list[Any] = [at.get("mean"), at.get("std")]
-    n = len(lists[0]) if isinstance(lists[0], list) else 0
-    numbers = all(isinstance(v, list) and len(v) == n and all(_number(x) for x in v) for v in lists)
-    return (
-        n in (1, 3)
-        and numbers
-        and all(math.isfinite(x) for v in lists for x in v)
-        and min(at["std"]) >= 0
-    )
-
-
-def _number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    mean, std = at.get("mean"), at.get("std")
+    if not (isinstance(mean, list) and isinstance(std, list) and len(mean) == len(std) in (1, 3)):
+        return False
+    numbers = all(isinstance(x, int | float) and not isinstance(x, bool) for x in mean + std)
+    return numbers and all(math.isfinite(x) for x in mean + std) and min(std) >= 0
