@@ -112,6 +112,15 @@ def test_table_manifest_fields(table: Path, tmp_path: Path, change: Any, message
         TableDataset(root)
 
 
+@pytest.mark.parametrize("sizes", [[float("inf")], [float("nan")], [1e300]])
+def test_image_sizes_that_are_no_int(tmp_path: Path, sizes: list[float]) -> None:
+    root = edit_manifest(
+        images(tmp_path / "ds"), lambda d: d["fields"]["image"].update(sizes=sizes)
+    )
+    with pytest.raises(FormatError, match="field 'image' is not a image field"):
+        load_manifest(root)
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [

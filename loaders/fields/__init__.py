@@ -50,7 +50,7 @@ def fields_from(described: Any, source: object, declared: bool = False) -> dict[
         if problem is None:
             try:
                 out[name] = cls.from_description(d)  # type: ignore[union-attr]
-            except (TypeError, ValueError) as e:
+            except (TypeError, ValueError, OverflowError) as e:  # OverflowError: int(Infinity)
                 problem = f"field {name!r} is not a {d['kind']} field ({e})"
         if problem is not None:
             raise FormatError(f"{source}: {problem}. HINT: repack the dataset")

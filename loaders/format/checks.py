@@ -12,12 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from loaders.format.arrays import (
-    check_array,
-    read_layout,
-    safe_path,
-    sha256_file,
-)
+from loaders.format.arrays import check_array, read_layout, safe_path, sha256_file
 from loaders.format.schema import OFFSETS, FormatError, Manifest, Shard
 from loaders.format.values import Arrays, value_problems
 
