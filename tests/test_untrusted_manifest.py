@@ -89,6 +89,7 @@ def table(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (lambda d: d["fields"]["cat_0"].update(role="key"), "role"),
         (lambda d: d["fields"]["num_0"].pop("kind"), "kind"),
         (lambda d: d["fields"]["num_0"].update(mean="x"), "mean"),
+        (lambda d: d["fields"]["num_0"].update(type=["int"]), "type"),
     ],
     ids=[
         "no-fields",
@@ -100,6 +101,7 @@ def table(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "role-unknown",
         "no-kind",
         "mean-str",
+        "type-list",
     ],
 )
 def test_table_manifest_fields(table: Path, tmp_path: Path, change: Any, message: str) -> None:
@@ -108,6 +110,15 @@ def test_table_manifest_fields(table: Path, tmp_path: Path, change: Any, message
         load_manifest(root)
     with pytest.raises(FormatError, match=message):
         TableDataset(root)
+
+
+@pytest.mark.parametrize("sizes", [[float("inf")], [float("nan")], [1e300]])
+def test_image_sizes_that_are_no_int(tmp_path: Path, sizes: list[float]) -> None:
+    root = edit_manifest(
+        images(tmp_path / "ds"), lambda d: d["fields"]["image"].update(sizes=sizes)
+    )
+    with pytest.raises(FormatError, match="field 'image' is not a image field"):
+        load_manifest(root)
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ from loaders.augment.random import stream_key, uniform
 from loaders.datasets.base import Remote, ShardedDataset
 from loaders.datasets.samples import ArrayReading, SampleBatch
 from loaders.fields.audio import Audio
-from loaders.fields.batching import ragged_batch
+from loaders.fields.base import ragged_batch
 
 AUDIO = "audio"  # the samples' field (prep.kinds.audio.pack)
 

@@ -13,8 +13,8 @@ import torch
 from torch.utils.data import Dataset
 
 from loaders.augment.crops import Crop
+from loaders.fields import declared
 from loaders.fields.base import Field
-from loaders.fields.registry import declared
 from loaders.read.batches import BufferPool, check_indices, new_batch
 from loaders.read.decode import Pool, check_sides, decode_cuda, fill
 from loaders.read.memory import Places, SharedArrays

@@ -1,46 +1,107 @@
-"""The field registry: every kind of field a dataset may have (loaders.fields.registry.KINDS),
-one module a kind, each saying what it stores, how it is read and checked, and what `prep info`
-says of it. Field kinds need numpy only."""
+"""The field registry: every kind of field a dataset may have, by the name a manifest records
+(`fields[NAME].kind`), one module a kind saying what it stores, how it is read and checked and
+what `prep info` says of it (numpy only). Adding a kind is a Field subclass in a module of its
+own and its line in KINDS. `declared` is a manifest's fields, checked."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from loaders.fields.array import Array, Scalar
 from loaders.fields.audio import Audio
-from loaders.fields.base import Field, FieldError
+from loaders.fields.base import Field, FieldError, check_name  # noqa: F401  (FieldError: re-exported)
 from loaders.fields.boxes import Boxes
 from loaders.fields.column import Column
-from loaders.fields.image import Image
+from loaders.fields.image import Image, Placed
 from loaders.fields.instances import Instances
 from loaders.fields.keypoints import Keypoints
 from loaders.fields.label import Label, Labels
 from loaders.fields.mask import Mask
-from loaders.fields.registry import KINDS, declared
+from loaders.fields.polygons import Polygons
 from loaders.fields.text import Bytes, Json, Text
 from loaders.fields.tokens import Tokens
 from loaders.fields.video import Video
 from loaders.fields.volume import Volume, VolumeLabel
+from loaders.format.spec import FormatError, array_name
 
-__all__ = [
-    "KINDS",
-    "Array",
-    "Audio",
-    "Boxes",
-    "Bytes",
-    "Column",
-    "Field",
-    "FieldError",
-    "Image",
-    "Instances",
-    "Json",
-    "Keypoints",
-    "Label",
-    "Labels",
-    "Mask",
-    "Scalar",
-    "Text",
-    "Tokens",
-    "Video",
-    "Volume",
-    "VolumeLabel",
-    "declared",
-]
+KINDS: dict[str, type[Field]] = {
+    kind.kind: kind
+    for group in (
+        (Array, Scalar, Label, Labels, Column, Tokens),  # numbers
+        (Text, Bytes, Json),
+        (Image, Mask, Boxes, Instances, Keypoints, Polygons),  # an image, what is placed on it
+        (Video, Audio, Volume, VolumeLabel),
+    )
+    for kind in group
+}
+
+
+def fields_from(described: Any, source: object, declared: bool = False) -> dict[str, Field]:
+    """The fields a manifest's `fields` describes; FormatError naming `source` if odd.
+    `declared`: names a user gave (check_name's rule)."""
+    if not isinstance(described, dict) or not described:
+        raise FormatError(f"{source}: fields is not a mapping of field names")
+    out: dict[str, Field] = {}
+    for name, d in described.items():
+        problem = check_name(name, declared)
+        cls = KINDS.get(str(d.get("kind"))) if isinstance(d, dict) else None
+        if problem is None and cls is None:
+            problem = f"field {name!r} has no kind of {sorted(KINDS)}"
+        if problem is None:
+            try:
+                out[name] = cls.from_description(d)  # type: ignore[union-attr]
+            except (TypeError, ValueError, OverflowError) as e:  # OverflowError: int(Infinity)
+                problem = f"field {name!r} is not a {d['kind']} field ({e})"
+        if problem is not None:
+            raise FormatError(f"{source}: {problem}. HINT: repack the dataset")
+    return out
+
+
+def declared(m: Any) -> dict[str, Field]:
+    """The fields of manifest `m`, checked once (each valid for its kind, its arrays the
+    manifest's, every array claimed, placed on an image field, their `extra`) and kept on it."""
+    found: dict[str, Field] | None = getattr(m, "_declared", None)
+    if found is not None:
+        return found
+    found = fields_from(m.fields, "fields")
+    claimed: dict[str, str] = {}
+    for name, f in found.items():
+        problem = f.check_arrays(name, m.arrays)
+        if problem is not None:
+            raise FormatError(problem)
+        for s in f.arrays(name):
+            array = array_name(s.field, s.size)
+            if array in claimed:
+                raise FormatError(f"array {array} is stored by fields {claimed[array]} and {name}")
+            claimed[array] = name
+    unclaimed = sorted(set(m.arrays) - set(claimed))
+    if unclaimed:
+        raise FormatError(f"array {unclaimed[0]} is not what fields declares")
+    for name, f in found.items():
+        if not isinstance(f, Placed):
+            continue
+        on = found.get(f.image) if isinstance(f.image, str) else None
+        if not (isinstance(on, Image) and (tuple(f.sizes), f.mode) == (on.sizes, on.mode)):
+            raise FormatError(
+                f"field {name} is placed on {f.image!r:.40}, not an image field of its sizes and "
+                "mode (its crops would not follow). HINT: repack the dataset"
+            )
+    stats = m.extra.get("stats", {})  # pixel statistics: an image field's (Image.check_extra)
+    if not isinstance(stats, dict):
+        raise FormatError(f"extra.stats {str(stats)[:40]} is not an object")
+    others = [n for n in stats if not isinstance(found.get(n), Image)]
+    if others:
+        raise FormatError(f"extra.stats: {others[0]!r:.40} is not an image field")
+    count = m.num_samples
+    for name, f in found.items():
+        f.check_extra(name, m.extra, count)
+    m._declared = found
+    return found
+
+
+def field_of(m: Any, array: str) -> tuple[str, Field]:
+    """The field (its name, and it) that stores `array` of manifest `m`."""
+    for name, f in declared(m).items():
+        if any(array_name(s.field, s.size) == array for s in f.arrays(name)):
+            return name, f
+    raise KeyError(array)

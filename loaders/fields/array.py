@@ -13,17 +13,15 @@ from typing import Any
 
 import numpy as np
 
-from loaders.fields.base import Field, FieldError, Piece, Reading, as_array, spec
-from loaders.fields.batching import ragged_batch
+from loaders.fields.base import Field, FieldError, Piece, Reading, as_array, ragged_batch, spec
 from loaders.format.spec import NUMBERS, ArraySpec
 
 
 @dataclass(frozen=True)
 class Array(Field):
     """Numbers of `dtype` and `shape`; a leading None makes that dimension ragged (0 allowed).
-    `finite`: NaN and infinities are a reject. `wide`: unsigned 16-64 bit values are read as
-    int64 (uint64 as the same 64 bits, signed), which torch computes with (an image's source
-    size, its perceptual hash)."""
+    `finite`: NaN and infinities are a reject. `wide`: read as widened() does (an image's source
+    size, its perceptual hash: torch computes with int64)."""
 
     dtype: str
     shape: tuple[int | None, ...] = ()
@@ -47,7 +45,7 @@ class Array(Field):
 
     @property
     def row(self) -> tuple[int, ...]:
-        """The shape of one row of a ragged field; the whole shape of a fixed one."""
+        """One row's shape (a fixed field: the whole shape)."""
         return tuple(n for n in self.shape if n is not None)
 
     def arrays(self, name: str) -> list[ArraySpec]:

@@ -1,6 +1,5 @@
-"""The audio field: a clip's samples at one rate (`prep audio`), int16 or float16, ragged: mono
-clips flat, others (frames, channels) interleaved. SampleDataset reads whole clips by the ragged
-policy; loaders.AudioDataset reads windows of them.
+"""The audio field (`prep audio`): a clip's samples at one rate, ragged (others than mono
+(frames, channels) interleaved). SampleDataset reads whole clips, loaders.AudioDataset windows.
 
 >>> Audio("int16", channels=2, rate=16000, mono=False).arrays("audio")[0].shape
 (2,)
@@ -14,8 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from loaders.fields.base import Field, FieldError, Piece, Reading, as_array, spec
-from loaders.fields.batching import ragged_batch
+from loaders.fields.base import Field, FieldError, Piece, Reading, as_array, ragged_batch, spec
 from loaders.format.spec import ArraySpec, count
 
 MAX_RATE, MAX_CHANNELS = 384_000, 64  # a rate of 1e12 once asked a window for TiBs
@@ -23,9 +21,8 @@ MAX_RATE, MAX_CHANNELS = 384_000, 64  # a rate of 1e12 once asked a window for T
 
 @dataclass(frozen=True)
 class Audio(Field):
-    """Clips of `channels` channels at `rate` Hz, stored as `dtype`; `mono`: one channel, flat.
-    `max_seconds`: where `prep audio --max-seconds` cut longer files; `resampler`: what
-    resampled them (for `prep info`)."""
+    """Clips of `channels` channels at `rate` Hz; `mono`: one channel, flat. `max_seconds`: where
+    `prep audio` cut longer files; `resampler`: what resampled them (for `prep info`)."""
 
     dtype: str = "int16"
     channels: int = 1
@@ -74,7 +71,6 @@ class Audio(Field):
         return []
 
     def value(self, name: str, piece: Piece, size: int | None) -> np.ndarray:
-        """The clip, (frames,) mono or (frames, channels)."""
         return piece(name).reshape(-1, *self.row)
 
     def caption(self, value: Any) -> str:

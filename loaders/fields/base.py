@@ -1,12 +1,6 @@
-"""A field: what one named entry of a sample is, as a pair of an encoder (writer
-side, numpy only) and a decoder (reader side), with the arrays it stores and their checks.
-
-A field kind is a subclass with a `kind` name in `loaders.fields.registry.KINDS`. The writer
-(`prep.pack_samples`) calls `encode(value)` once per sample and appends what it returns to the
-shard's arrays; the reader (`loaders.SampleDataset`) calls `read(batch)` once per batch. The
-manifest records each field as `describe()` (in `fields`), from which `from_description`
-makes it again, so a dataset is read with no code of the user's.
-"""
+"""A field: one named entry of a sample, as an encoder (writer side, numpy only) and a decoder
+(reader side), with the arrays it stores and their checks. The manifest records it as
+`describe()`, so that a dataset is read with no code of the user's."""
 
 from __future__ import annotations
 
@@ -21,11 +15,9 @@ import numpy as np
 from loaders.format.spec import ArraySpec, array_name
 
 RAGGED_POLICIES = ("pad", "list", "jagged")
-# Array names the format gives meaning to: a sample field may not take them.
-RESERVED = frozenset({"index"})  # the dataset index, which every dataset can return
+RESERVED = frozenset({"index"})  # array names the datasets give meaning to (the dataset index)
 RESERVED_SUFFIXES = ("_len", "_hw", "_crc", ".offsets")
-# One sample's stored row of a raw array, or its piece of a ragged one, by the array's name
-Piece = Callable[[str], np.ndarray]
+Piece = Callable[[str], np.ndarray]  # array name -> one sample's row of it (ragged: its piece)
 
 
 class FieldError(ValueError):
@@ -37,80 +29,57 @@ class FieldError(ValueError):
 
 
 class Reading(Protocol):
-    """What a field's decoder is given of a batch (loaders.datasets.samples.SampleDataset)."""
+    """What a field's decoder is given of a batch (loaders.datasets.samples). `crops(image)`:
+    image field `image`'s load-time crops, (top, left, height, width) (B, 4), and the (h, w)
+    they are resized to; None: no crop."""
 
-    size: int | None  # the dataset's current size, for sized fields (images)
+    size: int | None  # the dataset's size, for sized fields
 
-    def values(self, name: str) -> np.ndarray:
-        """The batch's samples of raw array `name`, stacked (B, *shape)."""
-
-    def pieces(self, name: str) -> list[np.ndarray]:
-        """The batch's samples of ragged array `name`, each a flat view of its elements."""
-
-    def images(self, field: Field, name: str) -> Any:
-        """The batch's images of array `name`, decoded and cropped to one shape (B, C, H, W)."""
-
-    def where(self, name: str) -> Sequence[str]:
-        """Where each sample of the batch of array `name` is ("FILE (shard S, sample K)"), for
-        errors."""
-
-    def crops(self, image: str) -> tuple[np.ndarray, tuple[int, int]] | None:
-        """The load-time crop of image field `image`: each sample's (top, left, height, width)
-        in its stored image, int64 (B, 4), and the (h, w) it is resized to; None: no crop."""
+    def values(self, name: str) -> np.ndarray: ...  # a raw array's samples stacked (B, *shape)
+    def pieces(self, name: str) -> list[np.ndarray]: ...  # a ragged array's samples, each flat
+    def images(self, field: Field, name: str) -> Any: ...  # decoded, cropped: (B, C, H, W)
+    def where(self, name: str) -> Sequence[str]: ...  # each sample's "FILE (shard S, sample K)"
+    def crops(self, image: str) -> tuple[np.ndarray, tuple[int, int]] | None: ...
 
 
 @dataclass(frozen=True)
 class Field:
-    """One field kind. Subclasses are frozen dataclasses: their fields are the declaration.
-
-    What a kind says of itself, each a method with a default: its arrays (`arrays`), how a
-    sample is stored (`encode`, numpy only) and read back (`read`), how a manifest's arrays and
-    `extra` are checked when it is opened (`check_arrays`, `check_extra`), how a shard's values
-    are checked (`problems`: structure, small arrays read whole; `limits` and `strings`: the
-    bounded pass of `prep verify`), what `prep info` says of it (`lines`), the files it
-    keeps beside the shards (`files`: a tokenizer), and how `prep preview` and the report show
-    a sample (`value`, `pictures`, `draw`, `caption`)."""
+    """One field kind (its name in loaders.fields.KINDS), a frozen dataclass whose
+    fields are the declaration; each method below is what a kind may say of itself."""
 
     kind: ClassVar[str]
     ragged: ClassVar[bool] = False  # a ragged field's batches follow a policy (pad, list, jagged)
-    # Placed on image field `self.image`: takes its sizes and mode, is encoded after it (from
-    # its upright size: prep.fields' encode_for) and follows its crops.
-    placed: ClassVar[bool] = False
+    placed: ClassVar[bool] = False  # placed on an image field (loaders.fields.image.Placed)
     heading: ClassVar[str | None] = None  # `prep info`: the line above the kind's first `lines`
     layer: ClassVar[int] = 0  # fields are drawn on a picture in layers: fills (0), then lines (1)
 
     def arrays(self, name: str) -> list[ArraySpec]:
-        """The arrays this field stores under `name`, in manifest order."""
+        """The arrays the field stores under `name`, in manifest order."""
         raise NotImplementedError
 
     def encode(self, value: Any) -> dict[str, np.ndarray]:
-        """One sample's value -> its stored sample per array suffix ("" for the array named
-        `name`, "_hw_256" for `name_hw_256`...). Raises FieldError for a value that does not fit."""
+        """One sample's value -> its stored sample per array suffix ("" for the array `name`,
+        "_hw_256" for `name_hw_256`...); FieldError for a value that does not fit."""
         raise NotImplementedError
 
     def read(self, batch: Reading, name: str, policy: str) -> Any:
-        """A batch of this field as the dataset returns it."""
         raise NotImplementedError
 
     def shapes(self, declared: ArraySpec) -> tuple[tuple[int, ...], ...]:
-        """The per-sample shapes a manifest may give one of the field's arrays (the declared
-        one; an image: 1 or 3 channels, which its files' headers are checked against)."""
+        """The per-sample shapes a manifest may give `declared` (an image: 1 or 3 channels)."""
         return (declared.shape,)
 
     def follows(self) -> str | None:
-        """What a transform pipeline moves this field as (loaders.datasets.roles): "image", its
-        "mask", "boxes", "keypoints", "instances", a box's row ("per_box"), the images' class
-        ("label"); None: it is not moved."""
+        """What a transform pipeline moves this field as (loaders.datasets.roles): "image",
+        "mask", "boxes"..., a box's row ("per_box"), the image's class ("label"), or None."""
         return None
 
     def dtypes(self, declared: ArraySpec) -> tuple[str, ...]:
-        """The stored dtypes a manifest may give one of the field's arrays (the declared one;
-        a label or a token stream: any unsigned width that holds it)."""
+        """The dtypes a manifest may give array `declared` (a label: any unsigned width)."""
         return (declared.dtype,)
 
     def check_arrays(self, name: str, stored: Mapping[str, ArraySpec]) -> str | None:
-        """Why the manifest's arrays are not the ones this field declares (None: they are):
-        each present, of its codec, of a dtype of `dtypes`, of its shape."""
+        """Why the manifest's arrays are not the ones this field declares (None: they are)."""
         for want in self.arrays(name):
             array = array_name(want.field, want.size)
             got = stored.get(array)
@@ -126,11 +95,10 @@ class Field:
         return None
 
     def check_extra(self, name: str, extra: Mapping[str, Any], count: int) -> None:
-        """Raise FormatError unless what the manifest's `extra` holds for this field is what
-        its readers take (an image field's pixel statistics)."""
+        """FormatError unless the manifest's `extra` holds what the field's readers take."""
 
     def problems(self, name: str, arrays: Mapping[str, np.ndarray]) -> list[str]:
-        """What is wrong with one shard's values of this field (read whole: small arrays)."""
+        """What is wrong with one shard's values of the field (small arrays, read whole)."""
         return []
 
     def needs(self, name: str) -> list[str]:
@@ -138,8 +106,7 @@ class Field:
         return []
 
     def limits(self, name: str) -> dict[str, tuple[int, str]]:
-        """Integer arrays whose values `prep verify` bounds: array -> (the largest value, the
-        problem past it, with {v} for the value found): token ids, a column's codes."""
+        """Integer arrays `prep verify` bounds: array -> (the largest value, the line past it)."""
         return {}
 
     def strings(self, name: str) -> dict[str, bool]:
@@ -151,40 +118,37 @@ class Field:
         return {}
 
     def lines(self, name: str, m: Any) -> list[str]:
-        """What `prep info` says of the field beyond its declaration (`m`: the manifest)."""
+        """What `prep info` says of the field in manifest `m` beyond its declaration."""
         return []
 
     def read_dtype(self, declared: ArraySpec) -> str:
-        """The dtype a dataset returns the field's array `declared` in (a label: int64)."""
+        """The dtype a dataset returns array `declared` in (a label: int64)."""
         return declared.dtype
 
     def value(self, name: str, piece: Piece, size: int | None) -> Any:
         """One sample as numpy, as stored (what `prep preview`, the report and dupes show), at
-        `size` for a sized field: `piece(array)` is the sample's row of a raw array of the
-        dataset, or its piece of a ragged one (its own, or another field's: an image's sides).
-        Raises FormatError for a stored sample that does not decode."""
+        `size` for a sized field, from `piece` (any array of the dataset: an image's sides
+        too); FormatError for a stored sample that does not decode."""
         return piece(name)
 
     def pictures(self, value: Any) -> list[tuple[np.ndarray, str]]:
-        """The value as (H, W, 3) uint8 pictures, each with what it shows ("" or a frame's
-        time, a slice's axis); [] for a field that is no picture."""
+        """The value as (H, W, 3) uint8 pictures, each with what it shows (a frame's time...)."""
         return []
 
     def drawn_on(self) -> str | None:
-        """The field whose pictures this one is drawn on (a mask's image), or None."""
+        """The field whose pictures this one is drawn on (a mask's image)."""
         return None
 
     def draw(self, pictures: list[np.ndarray], value: Any, scale: float) -> list[np.ndarray]:
-        """Its `drawn_on` field's pictures of the same sample (the stored pixels times `scale`)
-        with this field's value drawn on them (loaders.fields.drawing)."""
+        """The `drawn_on` field's pictures (stored pixels times `scale`), this value drawn on."""
         return pictures
 
     def caption(self, value: Any) -> str:
-        """What a sample's caption says of the value (a label's class name), "" for nothing."""
+        """What a sample's caption says of the value (a label's class name)."""
         return ""
 
     def describe(self) -> dict[str, Any]:
-        """The declaration, as JSON: the manifest's `fields[name]`."""
+        """The declaration: the manifest's `fields[NAME]`."""
         d: dict[str, Any] = {"kind": self.kind}
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
@@ -206,9 +170,8 @@ def _tuples(v: Any) -> Any:
 
 
 def check_name(name: str, declared: bool = True) -> str | None:
-    """Why `name` cannot name a field (None: it can). A field the user declares may not end like
-    a sized array's name (NAME_SIZE); one a manifest holds may (a table's column num_3): its
-    arrays are checked against the others' instead."""
+    """Why `name` cannot name a field (None: it can). Only a manifest's may end like a sized
+    array's name (a table's column num_3: its arrays are checked against the others')."""
     if not isinstance(name, str) or not name.isidentifier():
         return f"field name {name!r} is not a Python identifier"
     if name in RESERVED or name.endswith(RESERVED_SUFFIXES):
@@ -220,7 +183,7 @@ def check_name(name: str, declared: bool = True) -> str | None:
 
 def as_array(value: Any, dtype: np.dtype[Any]) -> np.ndarray:
     """`value` as an ndarray of `dtype`: an ndarray must have it already (no silent cast);
-    numbers and lists are converted, refusing values that do not fit."""
+    numbers and lists are converted if they fit."""
     if isinstance(value, np.ndarray):
         if value.dtype != dtype:
             raise FieldError("field_dtype", f"dtype {value.dtype}, the field says {dtype}")
@@ -239,20 +202,60 @@ def as_array(value: Any, dtype: np.dtype[Any]) -> np.ndarray:
     return out
 
 
-def spec(name: str, role: str, dtype: str, shape: Sequence[int], codec: str = "raw") -> ArraySpec:
-    """A size-free array of a field, `role` what it is to it."""
-    return ArraySpec(name, None, dtype, tuple(shape), codec, role)
-
-
-def sized(
-    name: str, size: int, role: str, dtype: str, shape: Sequence[int], codec: str
+def spec(
+    name: str,
+    role: str,
+    dtype: str,
+    shape: Sequence[int],
+    codec: str = "raw",
+    size: int | None = None,
 ) -> ArraySpec:
+    """An array of a field at `size` px (None: size-free), `role` what it is to the field."""
     return ArraySpec(name, size, dtype, tuple(shape), codec, role)
 
 
+def tensor(values: np.ndarray) -> Any:
+    """torch.from_numpy, with torch imported here: the field kinds (and packing) need numpy only."""
+    import torch
+
+    return torch.from_numpy(values)
+
+
+def ragged_batch(
+    name: str, pieces: list[np.ndarray], row: tuple[int, ...], policy: str
+) -> dict[str, Any]:
+    """A batch of a ragged field by `policy` (RAGGED_POLICIES): `pad` (padded to the longest,
+    with `NAME_len`), `list` (a tensor a sample, as torchvision's detection models take them) or
+    `jagged` (torch.nested.nested_tensor_from_jagged); `pieces` are the samples' flat elements,
+    `row` the shape of one of their rows.
+
+    >>> out = ragged_batch("b", [np.arange(4.0), np.zeros(0)], (2,), "pad")
+    >>> out["b"].shape, out["b_len"].tolist()
+    (torch.Size([2, 2, 2]), [2, 0])
+    """
+    import torch  # as in tensor()
+
+    rows = [p.reshape(-1, *row) for p in pieces]
+    if policy == "list":
+        return {name: [torch.from_numpy(np.array(r)) for r in rows]}  # copies: maps are read-only
+    lens = np.array([len(r) for r in rows], dtype=np.int64)
+    dtype = pieces[0].dtype if pieces else np.dtype("float32")
+    if policy == "jagged":
+        values = np.concatenate(rows) if rows else np.zeros((0, *row), dtype)
+        offsets = np.concatenate([[0], np.cumsum(lens)])
+        nested = torch.nested.nested_tensor_from_jagged(
+            torch.from_numpy(values), torch.from_numpy(offsets)
+        )
+        return {name: nested}
+    out = np.zeros((len(rows), int(lens.max(initial=0)), *row), dtype)
+    for j, r in enumerate(rows):
+        out[j, : len(r)] = r
+    return {name: torch.from_numpy(out), f"{name}_len": torch.from_numpy(lens)}
+
+
 def encode_source(path: str) -> np.ndarray:
-    """A source path as stored (a Text field's sample): its UTF-8 bytes, uint8 (n,) (surrogates
-    from undecodable file names kept as their bytes).
+    """A source path as stored (a Text field's sample): UTF-8, uint8 (n,), with the bytes of
+    undecodable file names kept.
 
     >>> decode_source(encode_source("cat/001.jpg"))
     'cat/001.jpg'
@@ -263,16 +266,3 @@ def encode_source(path: str) -> np.ndarray:
 def decode_source(data: np.ndarray) -> str:
     """A stored source path back as text (bytes that are not UTF-8 shown as U+FFFD)."""
     return np.asarray(data, dtype=np.uint8).tobytes().decode("utf-8", "replace")
-
-
-__all__ = [
-    "Field",
-    "FieldError",
-    "array_name",
-    "as_array",
-    "check_name",
-    "decode_source",
-    "encode_source",
-    "sized",
-    "spec",
-]

@@ -10,40 +10,26 @@ from typing import Any
 import numpy as np
 
 import loaders.fields.drawing as drawing
-from loaders.fields.base import Field, Piece, Reading, sized
-from loaders.fields.batching import ragged_batch
+from loaders.fields.base import Piece, Reading, ragged_batch, spec
+from loaders.fields.image import Placed
 from loaders.format.spec import ArraySpec, array_name
 
 
 @dataclass(frozen=True)
-class Boxes(Field):
-    """Boxes (N, 4) float32, (x0, y0, x1, y1), in the pixels of image field `image` as stored
-    at each of its sizes: resized, cropped and padded with it (its `sizes` and `mode` are the
-    image's). Ragged: N boxes a sample, 0 allowed. A load-time `crop=` moves them with the
-    pixels and clips them to the crop; the dataset then drops those it leaves under 1 px wide
-    or high with their per-box rows, as transforms= does (loaders.datasets.roles)."""
+class Boxes(Placed):
+    """Boxes (N, 4) float32, N a sample (0 allowed). A load-time `crop=` moves them with the
+    pixels and clips them to the crop; the dataset then drops those it leaves under 1 px wide or
+    high with their per-box rows, as transforms= does (loaders.datasets.roles)."""
 
-    image: str = "image"
-    sizes: tuple[int, ...] = ()
-    mode: str = "fill"
     kind = "boxes"
     ragged = True
     layer = 1
 
-    placed = True
-
-    def follows(self) -> str | None:
-        return "boxes"
-
     def arrays(self, name: str) -> list[ArraySpec]:
-        return [sized(name, s, "boxes", "float32", (4,), "ragged") for s in self.sizes]
+        return [spec(name, "boxes", "float32", (4,), "ragged", s) for s in self.sizes]
 
     def read(self, batch: Reading, name: str, policy: str) -> dict[str, Any]:
-        pieces = batch.pieces(array_name(name, batch.size or 0))
-        crops = batch.crops(self.image)
-        if crops is not None:
-            pieces = [crop_boxes(p, box, crops[1]) for p, box in zip(pieces, crops[0], strict=True)]
-        return ragged_batch(name, pieces, (4,), policy)
+        return ragged_batch(name, self.cropped(batch, name, crop_boxes), (4,), policy)
 
     def problems(self, name: str, arrays: Mapping[str, np.ndarray]) -> list[str]:
         for s in self.sizes:
@@ -57,10 +43,7 @@ class Boxes(Field):
         return []
 
     def value(self, name: str, piece: Piece, size: int | None) -> np.ndarray:
-        return piece(array_name(name, size or self.sizes[0])).reshape(-1, 4)
-
-    def drawn_on(self) -> str | None:
-        return self.image
+        return piece(self.at(name, size)).reshape(-1, 4)
 
     def draw(self, pictures: list[np.ndarray], value: Any, scale: float) -> list[np.ndarray]:
         """Box k outlined in drawing.colour(k), 2 px wide."""

@@ -1,29 +1,26 @@
-"""The checks of a dataset's shards that need its fields (loaders.format.checks does the
-files, the headers, the counts and the offsets): each field's `problems` on the small arrays of
-a shard, and its `limits` and `strings` in `prep verify`'s bounded pass. `check_files` is
-loaders.format's with them: what every reader and `prep verify` run."""
+"""loaders.format.checks with the checks that need the fields: each field's `problems` on the
+small arrays of a shard, its `limits` and `strings` in `prep verify`'s bounded pass."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from loaders.fields.registry import declared
+from loaders.fields import declared
 from loaders.format import checks
-from loaders.format.arrays import Layout, read_layout
+from loaders.format.arrays import Layout, read_layout, read_manifest, safe_path
 from loaders.format.schema import Manifest, Shard, array_name
 from loaders.format.values import Arrays
 
 
 def field_problems(manifest: Manifest, shard: Shard, arrays: Arrays) -> list[str]:
-    """Each field's checks of one shard: labels in their classes, ragged rows whole, image sides
-    1..size, volumes' voxels their shapes'. Only the arrays a check uses are read (offsets,
-    labels, sides: a few bytes a sample; never the pixels or text), each once. `arrays` may
-    hold some of the shard's arrays only (a URL's files as they arrive): each field is checked
-    once all of its arrays are there."""
+    """Each field's problems in one shard, reading only the arrays a check uses (offsets, labels,
+    sides: never the pixels or text), each once. A field is checked once all of its arrays are
+    in `arrays` (a URL's files arrive one by one)."""
     values = _Read(arrays)
     found = []
     for name, f in declared(manifest).items():
@@ -44,17 +41,12 @@ def value_limits(manifest: Manifest) -> tuple[dict[str, tuple[int, str]], dict[s
 
 
 def check_files(root: Path, manifest: Manifest, **kw: Any) -> list[str]:
-    """loaders.format.check_files with the fields' checks (its arguments: checksums, values,
-    layouts)."""
+    """loaders.format.checks.check_files with the fields' checks."""
     return checks.check_files(root, manifest, fields=field_problems, limits=value_limits, **kw)
 
 
 def check_one(root: Path, manifest: Manifest, shard: int, out: Arrays) -> list[str]:
     """check_files of one shard of the folder `root` (`out` gets its arrays' layouts)."""
-    import functools
-
-    from loaders.format.arrays import safe_path
-
     path_of = functools.partial(safe_path, Path(root))
     return checks.check_shard(manifest, shard, path_of, out=out, fields=field_problems)
 
@@ -62,8 +54,6 @@ def check_one(root: Path, manifest: Manifest, shard: int, out: Arrays) -> list[s
 def load_manifest(root: Any) -> Manifest:
     """A dataset folder's manifest, with its fields and every file checked (FormatError naming
     the first problems)."""
-    from loaders.format.arrays import read_manifest
-
     manifest = read_manifest(root)
     declared(manifest)
     problems = check_files(Path(root), manifest)

@@ -1,12 +1,11 @@
 """A table's column (`prep table`), or a per-volume target (`prep volumes --targets`): one value a
-sample in a narrow stored dtype, with what the readers and `prep info` need of it.
+sample in a narrow stored dtype.
 
-`role`: num (a number: float32 when read, NaN for missing; times as ns since the epoch), cat (a
+`role`: num (a number, read as float32, NaN for missing; times as ns since the epoch), cat (a
 code: 0 missing, 1 unseen in train, then `vocab` from 2) or target (a number, or with `vocab` a
-class id from `first_code`, 0). `type`: what the column's cells were (int, float, bool, time,
-string). `mask`: a numeric column with missing cells also stores NAME_missing (uint8 1 where
-missing). The rest is the column's summary over the train rows (missing, lo, hi, mean, std,
-counts per code).
+class id from `first_code`). `type`: what the cells were (int, float, bool, time, string).
+`mask`: missing cells are also stored as NAME_missing (uint8 1). The rest summarises the train
+rows.
 
 >>> Column(name="price", role="num", dtype="float32").arrays("num_0")[0].dtype
 'float32'
@@ -19,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from loaders.fields.base import Field, Piece, Reading, spec
+from loaders.fields.base import Field, Piece, Reading, spec, tensor
 from loaders.format.spec import NUMBERS, ArraySpec, count
 
 ROLES = ("num", "cat", "target")
@@ -49,6 +48,8 @@ class Column(Field):
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or self.role not in ROLES:
             raise ValueError(f"name {self.name!r:.40} / role {self.role!r}: a name / {ROLES}")
+        if not isinstance(self.type, str | None):  # prep info prints it in a column
+            raise ValueError(f"type {self.type!r:.40} is not a name")
         if self.dtype not in NUMBERS:
             raise ValueError(f"dtype {self.dtype!r} is not one of {NUMBERS}")
         for key in ("lo", "hi", "mean", "std"):
@@ -80,11 +81,9 @@ class Column(Field):
         return out
 
     def read(self, batch: Reading, name: str, policy: str) -> dict[str, Any]:
-        import torch
-
         values = batch.values(name)
         wide = np.float32 if self.role == "num" or values.dtype.kind == "f" else np.int64
-        return {name: torch.from_numpy(values.astype(wide))}
+        return {name: tensor(values.astype(wide))}
 
     def limits(self, name: str) -> dict[str, tuple[int, str]]:
         if self.vocab is None:
@@ -96,8 +95,7 @@ class Column(Field):
         return "float32" if self.role == "num" or declared.dtype.startswith("float") else "int64"
 
     def lines(self, name: str, m: Any) -> list[str]:
-        """A row of the columns' table (under HEADING: prep.inspect.report prints it once);
-        a target of class ids, its classes after it."""
+        """A row of the columns' table (under HEADING); a target of class ids, its classes."""
         vocab = "-" if self.vocab is None else f"{len(self.vocab):,}"
         row = (
             f"{self.name[:19]:<20}{name:<10}{self.role:<8}{self.type or '-':<8}{self.dtype:<9}"

@@ -1,6 +1,5 @@
-"""What the fields draw on a picture for `prep preview` and `prep report` (Field.draw): class ids
-blended in a palette colour, boxes outlined, points marked, on (H, W, 3) uint8 pictures. Numpy
-only: text and page layout are prep.inspect's.
+"""What the fields draw on (H, W, 3) uint8 pictures for `prep preview` and `prep report`
+(Field.draw): class ids blended in a palette colour, boxes outlined, points marked.
 
 >>> tile = np.zeros((4, 4, 3), np.uint8)
 >>> blend(tile, np.eye(4, dtype=np.uint8))[0, 0].tolist(), blend(tile, np.eye(4))[0, 1].tolist()
@@ -31,7 +30,7 @@ PALETTE = np.array(
 
 def nearest(plane: np.ndarray, hw: tuple[int, ...]) -> np.ndarray:
     """`plane` (h, w, ...) resized to `hw` by nearest neighbour (the source pixel under each
-    output pixel's centre): a mask stored at its image's size, on a shrunk picture."""
+    output pixel's centre)."""
     h, w = plane.shape[:2]
     rows = np.minimum(((np.arange(hw[0]) + 0.5) * h / hw[0]).astype(np.int64), h - 1)
     cols = np.minimum(((np.arange(hw[1]) + 0.5) * w / hw[1]).astype(np.int64), w - 1)

@@ -1,32 +1,29 @@
-"""The image field: an image at one or more sizes, raw (mode keep: each its own shape) or JPEG.
-The writer's side (decoding any input, the pixel policy, resizing) is prep.fields.image's.
-Fields placed on an image (mask, boxes, keypoints, instances, polygons) take its sizes and mode
-and follow its crops: `hw_name` and `keep_problems` are theirs too.
-"""
+"""The image field, and the base of the fields placed on one (mask, boxes, keypoints, instances,
+polygons). The writer's side (decoding any input, the pixel policy, resizing) is prep.fields'."""
 
 from __future__ import annotations
 
+import math
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from loaders.fields.base import Field, Piece, Reading, sized
-from loaders.format.spec import MAX_SIDE, ArraySpec, FormatError, array_name
-from loaders.format.stats import check_stats
+from loaders.fields.base import Field, Piece, Reading, spec
+from loaders.format.jpeg import decode_jpeg
+from loaders.format.spec import MAX_SIDE, ArraySpec, FormatError, array_name, count
 
 MODES = ("fill", "fit", "stretch", "keep")
+# Moves one sample's flat values into a crop (top, left, height, width) resized to (h, w)
+Crop = Callable[[np.ndarray, np.ndarray, tuple[int, int]], np.ndarray]
 
 
 @dataclass(frozen=True)
 class Image(Field):
-    """An image at each of `sizes` px (`prep pack`'s modes: fill, fit, stretch, keep), stored
-    raw (`codec="raw"`; mode keep: ragged, each its own shape) or as JPEG (`quality`); `codec`
-    may also give one codec a size. Read as uint8 (B, C, H, W); mode keep and crops need the
-    dataset's `crop=`. Its pixel statistics (prep.media.image.stats) are the manifest's
-    `extra.stats[NAME]`."""
+    """An image at each of `sizes` px (`prep pack`'s modes), raw (mode keep: ragged, each its own
+    shape) or JPEG, or a codec a size. Read as uint8 (B, C, H, W); mode keep needs `crop=`."""
 
     sizes: tuple[int, ...] = (256,)
     mode: str = "fill"
@@ -67,19 +64,16 @@ class Image(Field):
             return self.codec
         return self.codec[self.sizes.index(size)]
 
-    def stored_codec(self, size: int) -> str:
-        jpeg = self.codec_at(size) == "jpeg"
-        return "jpeg" if jpeg else "ragged" if self.mode == "keep" else "raw"
-
     def arrays(self, name: str) -> list[ArraySpec]:
         out = []
         for s in self.sizes:
-            codec = self.stored_codec(s)
-            out.append(sized(name, s, "image", "uint8", (s, s, self.channels), codec))
+            jpeg = self.codec_at(s) == "jpeg"
+            codec = "jpeg" if jpeg else "ragged" if self.mode == "keep" else "raw"
+            out.append(spec(name, "image", "uint8", (s, s, self.channels), codec, s))
             if self.mode == "keep":
-                out.append(sized(f"{name}_hw", s, "hw", "uint16", (2,), "raw"))
+                out.append(spec(f"{name}_hw", "hw", "uint16", (2,), "raw", s))
             if codec == "jpeg":
-                out.append(sized(f"{name}_crc", s, "crc", "uint32", (), "raw"))
+                out.append(spec(f"{name}_crc", "crc", "uint32", (), "raw", s))
         return out
 
     def problems(self, name: str, arrays: Mapping[str, np.ndarray]) -> list[str]:
@@ -87,9 +81,20 @@ class Image(Field):
         return keep_problems(name, name, self.sizes, self.channels, arrays, jpeg)
 
     def check_extra(self, name: str, extra: Mapping[str, Any], count: int) -> None:
+        """`extra.stats[NAME]` as Normalize.from_dataset and the report read it: a split (or
+        null) and, at stored sizes only, a mean and std per channel and a pixel count."""
         stats = extra.get("stats", {})
-        if isinstance(stats, dict) and name in stats:
-            check_stats(stats[name], f"extra.stats.{name}", self.sizes, None)  # headers judge C
+        if not isinstance(stats, dict) or name not in stats:
+            return
+        got, what = stats[name], f"extra.stats.{name}"
+        at_sizes = got.get("sizes") if isinstance(got, dict) else None
+        split = got.get("split") if isinstance(got, dict) else None
+        if not isinstance(at_sizes, dict) or not (split is None or isinstance(split, str)):
+            raise FormatError(f"{what} is not a split and sizes")
+        stored = {str(s) for s in self.sizes}
+        for size, at in at_sizes.items():
+            if size not in stored or not _mean_std(at):
+                raise FormatError(f"{what} at {size!r:.20} is not a mean and std")
 
     def read(self, batch: Reading, name: str, policy: str) -> dict[str, Any]:
         return {name: batch.images(self, name)}
@@ -103,8 +108,6 @@ class Image(Field):
         h, w = (int(v) for v in piece(hw_name(name, size))) if self.mode == "keep" else (size,) * 2
         if self.codec_at(size) == "raw":
             return data.reshape(h, w, self.channels)
-        from loaders.format.jpeg import decode_jpeg
-
         if zlib.crc32(data.data) != int(piece(array_name(f"{name}_crc", size))):
             raise FormatError("the JPEG bytes differ from their checksum (bit rot, or a change)")
         try:
@@ -124,6 +127,35 @@ class Image(Field):
         return [(np.ascontiguousarray(rgb), "")]
 
 
+@dataclass(frozen=True)
+class Placed(Field):
+    """A field placed on image field `image`: it has the image's `sizes` and `mode`, is encoded
+    after it from its upright size (prep.fields' encode_for), follows its crops, is drawn on it."""
+
+    image: str = "image"
+    sizes: tuple[int, ...] = ()
+    mode: str = "fill"
+    placed = True
+
+    def follows(self) -> str | None:
+        return self.kind
+
+    def drawn_on(self) -> str | None:
+        return self.image
+
+    def at(self, name: str, size: int | None) -> str:
+        """The field's array at `size` (None: at its first)."""
+        return array_name(name, size or self.sizes[0])
+
+    def cropped(self, batch: Reading, name: str, crop: Crop) -> list[np.ndarray]:
+        """The batch's samples at its size, each moved by `crop` into its load-time crop."""
+        pieces = batch.pieces(array_name(name, batch.size or 0))
+        crops = batch.crops(self.image)
+        if crops is None:
+            return pieces
+        return [crop(p, box, crops[1]) for p, box in zip(pieces, crops[0], strict=True)]
+
+
 def keep_problems(
     name: str,
     image: str,
@@ -132,9 +164,8 @@ def keep_problems(
     arrays: Mapping[str, np.ndarray],
     jpeg: tuple[int, ...] = (),
 ) -> list[str]:
-    """Mode keep (an image's samples of their own shapes): each stored side of `image` 1..size,
-    and a raw ragged array `name` of its pixels (or mask) h * w * `channels` elements a sample
-    (at the sizes not in `jpeg`)."""
+    """Mode keep: each stored side of `image` 1..size, and the raw ragged array `name` (its
+    pixels, a mask) h * w * `channels` elements a sample (at the sizes not in `jpeg`)."""
     for size in sizes:
         hw_array = hw_name(image, size)
         if hw_array not in arrays or array_name(name, size) not in arrays:
@@ -157,4 +188,13 @@ def hw_name(image: str, size: int) -> str:
     return array_name(f"{image}_hw", size)
 
 
-__all__ = ["Image", "hw_name", "keep_problems"]
+def _mean_std(at: Any) -> bool:
+    """{"mean": [...], "std": [...], "pixels": n}: a finite number a channel (1 or 3: the
+    headers judge which), a std >= 0, a count."""
+    if not isinstance(at, dict) or not count(at.get("pixels")):
+        return False
+    mean, std = at.get("mean"), at.get("std")
+    if not (isinstance(mean, list) and isinstance(std, list) and len(mean) == len(std) in (1, 3)):
+        return False
+    numbers = all(isinstance(x, int | float) and not isinstance(x, bool) for x in mean + std)
+    return numbers and all(math.isfinite(x) for x in mean + std) and min(std) >= 0

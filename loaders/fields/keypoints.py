@@ -10,42 +10,27 @@ from typing import Any
 import numpy as np
 
 import loaders.fields.drawing as drawing
-from loaders.fields.base import Field, Piece, Reading, sized
-from loaders.fields.batching import ragged_batch
+from loaders.fields.base import Piece, Reading, ragged_batch, spec
+from loaders.fields.image import Placed
 from loaders.format.spec import ArraySpec, array_name
 
 
 @dataclass(frozen=True)
-class Keypoints(Field):
-    """Keypoints (N, `joints`, 3) float32, (x, y, visibility), of image field `image`, in its
-    stored pixels at each of its sizes as Boxes are; (0, 0, 0) for a point not labelled or cut
-    away by the crop. A load-time `crop=` moves them with the pixels (and zeroes those it cuts)."""
+class Keypoints(Placed):
+    """Keypoints (N, `joints`, 3) float32; (0, 0, 0) for a point not labelled or cut away by the
+    crop. A load-time `crop=` moves them with the pixels (and zeroes those it cuts)."""
 
-    image: str = "image"
     joints: int = 1
-    sizes: tuple[int, ...] = ()
-    mode: str = "fill"
     kind = "keypoints"
     ragged = True
     layer = 1
 
-    placed = True
-
-    def follows(self) -> str | None:
-        return "keypoints"
-
     def arrays(self, name: str) -> list[ArraySpec]:
         row = (self.joints, 3)
-        return [sized(name, s, "keypoints", "float32", row, "ragged") for s in self.sizes]
+        return [spec(name, "keypoints", "float32", row, "ragged", s) for s in self.sizes]
 
     def read(self, batch: Reading, name: str, policy: str) -> dict[str, Any]:
-        pieces = batch.pieces(array_name(name, batch.size or 0))
-        crops = batch.crops(self.image)
-        if crops is not None:
-            pieces = [
-                crop_points(p, box, crops[1]) for p, box in zip(pieces, crops[0], strict=True)
-            ]
-        return ragged_batch(name, pieces, (self.joints, 3), policy)
+        return ragged_batch(name, self.cropped(batch, name, crop_points), (self.joints, 3), policy)
 
     def problems(self, name: str, arrays: Mapping[str, np.ndarray]) -> list[str]:
         step = 3 * self.joints
@@ -56,10 +41,7 @@ class Keypoints(Field):
         return []
 
     def value(self, name: str, piece: Piece, size: int | None) -> np.ndarray:
-        return piece(array_name(name, size or self.sizes[0])).reshape(-1, self.joints, 3)
-
-    def drawn_on(self) -> str | None:
-        return self.image
+        return piece(self.at(name, size)).reshape(-1, self.joints, 3)
 
     def draw(self, pictures: list[np.ndarray], value: Any, scale: float) -> list[np.ndarray]:
         """Each instance's labelled points (visibility > 0) in drawing.colour(instance)."""

@@ -16,15 +16,14 @@ from typing import Any
 import numpy as np
 
 from loaders.fields.array import Array
-from loaders.fields.base import Field, FieldError, Piece, Reading, spec
+from loaders.fields.base import Field, FieldError, Piece, Reading, spec, tensor
 from loaders.format.spec import UNSIGNED, ArraySpec, smallest_uint
 
 
 @dataclass(frozen=True)
 class Label(Field):
-    """A class id: an int 0..len(classes) - 1, or a name in `classes` (its index). Without
-    `classes`, any int 0..2**32 - 1, stored as `dtype` (default uint32). Stored in the smallest
-    unsigned dtype that holds the classes; read as int64."""
+    """A class id: an int 0..len(classes) - 1 or a name of `classes`, stored in the smallest
+    unsigned dtype that holds them (without classes: any uint32, or `dtype`); read as int64."""
 
     classes: tuple[str, ...] | None = None
     dtype: str | None = None
@@ -68,9 +67,7 @@ class Label(Field):
         return {"": np.asarray(value, dtype=self.stored())}
 
     def read(self, batch: Reading, name: str, policy: str) -> dict[str, Any]:
-        import torch
-
-        return {name: torch.from_numpy(batch.values(name).astype(np.int64))}
+        return {name: tensor(batch.values(name).astype(np.int64))}
 
     def problems(self, name: str, arrays: Mapping[str, np.ndarray]) -> list[str]:
         values, n = arrays[name], len(self.classes or ())
@@ -88,8 +85,8 @@ class Label(Field):
         return named(self.classes, int(value))
 
     def lines(self, name: str, m: Any) -> list[str]:
-        """Its classes, and each split's samples and the classes it has none of (`prep pack`'s
-        `extra.splits`: per_class)."""
+        """Its classes, then each split's samples and the classes it has none of (`prep pack`'s
+        `extra.splits[SPLIT].per_class`)."""
         if not self.classes:
             return []
         shown = ", ".join(self.classes[:10]) + (" ..." if len(self.classes) > 10 else "")
@@ -114,9 +111,8 @@ class Label(Field):
 
 @dataclass(frozen=True)
 class Labels(Array):
-    """The class ids of a sample's objects, one each (its boxes, its instances: 0 or more),
-    each an int 0..len(classes) - 1 or a name of `classes`. Stored and read as
-    `Array("int64", (None,))` is: a per-box field of the dataset's crops and transforms."""
+    """The class ids of a sample's objects (its boxes, its instances), each an int or a name of
+    `classes`; an `Array("int64", (None,))` otherwise, a per-box field of crops and transforms."""
 
     dtype: str = "int64"
     shape: tuple[int | None, ...] = (None,)

@@ -1,11 +1,8 @@
-"""The polygons field: outlines (COCO's segmentation polygons) of image field `image`, in its
-pixels as stored at each of its sizes, placed and resized with it.
-
-Two arrays a field NAME: `NAME_S` at each size S (every polygon's (x, y) points of a sample back
-to back, float32, ragged) and `NAME_lens` (each polygon's point count, int32, ragged: a sample's
-polygon count is its length). A load-time `crop=` moves the points with the pixels and clips
-each polygon to the crop, as masks are cut; a polygon the crop leaves without area is dropped.
-SampleDataset reads a batch as a list (a sample) of lists of float32 (k, 2) tensors.
+"""The polygons field: outlines (COCO's segmentation polygons) in the pixels of an image field as
+stored, placed with it. Arrays: `NAME_S` at each size S (a sample's polygons' (x, y) points,
+float32, ragged) and `NAME_lens` (each polygon's point count, ragged). A load-time `crop=` clips
+each polygon to the crop; one left without area is dropped. Read as a list (a sample) of lists
+of float32 (k, 2) tensors.
 
 >>> clip(np.array([[-5, 0], [5, 0], [5, 10], [-5, 10]], np.float64), 8, 8).tolist()
 [[0.0, 0.0], [5.0, 0.0], [5.0, 8.0], [0.0, 8.0]]
@@ -20,30 +17,22 @@ from typing import Any
 import numpy as np
 
 import loaders.fields.drawing as drawing
-from loaders.fields.base import Field, Piece, Reading, sized, spec
+from loaders.fields.base import Piece, Reading, spec, tensor
+from loaders.fields.image import Placed
 from loaders.format.spec import ArraySpec, array_name
 
 
 @dataclass(frozen=True)
-class Polygons(Field):
-    image: str = "image"
-    sizes: tuple[int, ...] = ()
-    mode: str = "fill"
+class Polygons(Placed):
     kind = "polygons"
     ragged = True
-    placed = True
     layer = 1
 
-    def follows(self) -> str | None:
-        return "polygons"
-
     def arrays(self, name: str) -> list[ArraySpec]:
-        points = [sized(name, s, "points", "float32", (2,), "ragged") for s in self.sizes]
+        points = [spec(name, "points", "float32", (2,), "ragged", s) for s in self.sizes]
         return [*points, spec(f"{name}_lens", "lens", "int32", (), "ragged")]
 
     def read(self, batch: Reading, name: str, policy: str) -> dict[str, Any]:
-        import torch
-
         points = batch.pieces(array_name(name, batch.size or 0))
         lens = batch.pieces(f"{name}_lens")
         crops = batch.crops(self.image)
@@ -52,12 +41,11 @@ class Polygons(Field):
             polys = split(p, n)
             if crops is not None:
                 polys = cropped(polys, crops[0][j], crops[1])
-            out.append([torch.from_numpy(q.astype(np.float32)) for q in polys])
+            out.append([tensor(q.astype(np.float32)) for q in polys])
         return {name: out}
 
     def problems(self, name: str, arrays: Mapping[str, np.ndarray]) -> list[str]:
-        """Each polygon of 3 points or more; each sample's counts adding up to its points; the
-        points inside the stored image."""
+        """Polygons of 3 points or more, adding up to each sample's points, inside the image."""
         lens, lens_off = arrays[f"{name}_lens"], arrays[f"{name}_lens.offsets"]
         if len(lens) and lens.min() < 3:
             return [f"a polygon of {name} has fewer than 3 points"]
@@ -73,10 +61,7 @@ class Polygons(Field):
         return []
 
     def value(self, name: str, piece: Piece, size: int | None) -> list[np.ndarray]:
-        return split(piece(array_name(name, size or self.sizes[0])), piece(f"{name}_lens"))
-
-    def drawn_on(self) -> str | None:
-        return self.image
+        return split(piece(self.at(name, size)), piece(f"{name}_lens"))
 
     def draw(self, pictures: list[np.ndarray], value: Any, scale: float) -> list[np.ndarray]:
         """Polygon k outlined in drawing.colour(k)."""
@@ -107,8 +92,7 @@ def along(poly: np.ndarray) -> np.ndarray:
 
 
 def clip(poly: np.ndarray, h: float, w: float) -> np.ndarray:
-    """Polygon (k, 2) clipped to the rectangle [0, w] x [0, h] (Sutherland-Hodgman, one edge
-    of the rectangle at a time): (m, 2), m 0 where nothing is left."""
+    """Polygon (k, 2) clipped to [0, w] x [0, h] (Sutherland-Hodgman): (m, 2), m 0 for none."""
     out = np.asarray(poly, np.float64)
     for axis, bound, keep_low in ((0, 0.0, False), (0, w, True), (1, 0.0, False), (1, h, True)):
         if not len(out):

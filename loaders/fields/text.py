@@ -40,12 +40,21 @@ class Bytes(Field):
         return data
 
     def read(self, batch: Reading, name: str, policy: str) -> dict[str, Any]:
-        return {name: [self.from_bytes(p.tobytes()) for p in batch.pieces(name)]}
+        out = []
+        for j, piece in enumerate(batch.pieces(name)):
+            try:
+                out.append(self.from_bytes(piece.tobytes()))
+            except ValueError as e:  # JSON that is not (Json's): `prep verify` checks, not the open
+                raise FormatError(
+                    f"{batch.where(name)[j]}: field {name} is not JSON ({e}). "
+                    "HINT: run `prep verify`, then repack"
+                ) from None
+        return {name: out}
 
     def value(self, name: str, piece: Piece, size: int | None) -> Any:
         try:
             return self.from_bytes(np.asarray(piece(name)).tobytes())
-        except ValueError as e:  # JSON that is not: checked by `prep verify`, not at open
+        except ValueError as e:  # as in read
             raise FormatError(f"field {name} is not {self.kind} ({e})") from None
 
     def caption(self, value: Any) -> str:
@@ -105,27 +114,14 @@ class Json(Bytes):
     def strings(self, name: str) -> dict[str, bool]:
         return {name: True}
 
-    def read(self, batch: Reading, name: str, policy: str) -> dict[str, Any]:
-        out = []
-        for j, piece in enumerate(batch.pieces(name)):
-            try:
-                out.append(parse_json(piece.tobytes()))
-            except ValueError as e:
-                raise FormatError(
-                    f"{batch.where(name)[j]}: field {name} is not JSON ({e}). "
-                    "HINT: run `prep verify`, then repack"
-                ) from None
-        return {name: out}
-
 
 def _constant(word: str) -> Any:
     raise ValueError(f"{word} is not JSON")
 
 
 def parse_json(data: bytes | str) -> Any:
-    """The JSON value of a stored sample: ValueError (with the reason) for anything else, NaN
-    and Infinity included (prep writes none), nesting past the interpreter's recursion limit
-    and integers of more digits than Python converts (4300 by default).
+    """The JSON value of a stored sample; ValueError (with the reason) for anything else: NaN
+    and Infinity (prep writes none), nesting too deep, integers too long for Python.
 
     >>> parse_json(b'{"id": 7}')
     {'id': 7}

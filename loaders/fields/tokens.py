@@ -7,19 +7,15 @@ from typing import Any
 
 import numpy as np
 
-from loaders.fields.base import Field, FieldError, Piece, Reading, as_array, spec
-from loaders.fields.batching import ragged_batch
+from loaders.fields.base import Field, FieldError, Piece, Reading, as_array, ragged_batch, spec
 from loaders.format.spec import UNSIGNED, ArraySpec, count, is_sha256, smallest_uint
 
 
 @dataclass(frozen=True)
 class Tokens(Field):
-    """Token ids below `vocab_size` (ragged: a document's ids), stored in the smallest unsigned
-    dtype, read as int64 like any ragged field. `tokenizer`: the tokenizer file that made them,
-    kept in the dataset folder under this name (prep.fields.Tokens tokenizes str values), with
-    its `tokenizer_name` and `tokenizer_sha256`; `eot_id`: the end-of-document id `prep
-    tokenize` ends each document with (None: none). The ids are checked against vocab_size by
-    `prep verify` (limits), not at open."""
+    """Token ids below `vocab_size` (`prep verify` checks them, not the open), stored in the
+    smallest unsigned dtype, read as int64. `tokenizer`: the file that made them, kept in the
+    dataset's folder; `eot_id`: the id `prep tokenize` ends each document with (None: none)."""
 
     vocab_size: int = 0
     tokenizer: str | None = None
@@ -39,9 +35,6 @@ class Tokens(Field):
             raise ValueError(f"tokenizer {file!r:.40} is not a file name")
         if not (sha is None or is_sha256(sha)):
             raise ValueError(f"tokenizer_sha256 {str(sha)[:70]!r} is not a digest")
-
-    def is_ragged(self) -> bool:
-        return True
 
     def arrays(self, name: str) -> list[ArraySpec]:
         return [spec(name, "tokens", smallest_uint(max(255, self.vocab_size - 1)), (), "ragged")]

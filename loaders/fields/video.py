@@ -1,12 +1,7 @@
-"""The video field: a video's frames at a fixed frame rate (`prep video`), all of one
-(h, w) within a video, stored back to back, raw or one JPEG file a frame.
-
-Three arrays a field `NAME` at size S: `NAME_S` (the frames' bytes, ragged or jpeg),
-`NAME_hw_S` (each video's frame (h, w), uint16) and `NAME_ends_S` (per video, where each
-frame's bytes end in the video's data, int64, ragged: its length is the frame count). Frame k
-of a video is `data[ends[k - 1]:ends[k]]` (0 for k = 0) of the video's bytes: a slice of the
-map, whatever the codec. `loaders.ClipDataset` reads clips of it; SampleDataset whole videos.
-"""
+"""The video field (`prep video`): a video's frames, all of one (h, w), back to back, raw or one
+JPEG file a frame. Arrays at size S: `NAME_S` (the frames' bytes), `NAME_hw_S` (each video's
+(h, w)) and `NAME_ends_S` (where each frame's bytes end in its video's: ragged, its length the
+frame count). loaders.ClipDataset reads clips of it; SampleDataset whole videos."""
 
 from __future__ import annotations
 
@@ -17,7 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from loaders.fields.base import Field, Piece, Reading, sized
+from loaders.fields.base import Field, Piece, Reading, spec, tensor
+from loaders.format.jpeg import decode_jpeg
 from loaders.format.spec import MAX_SIDE, VIDEO_MODES, ArraySpec, FormatError, array_name, count
 
 SHOWN = 4  # frames of a video in a preview or report, a strip of tiles
@@ -25,10 +21,9 @@ SHOWN = 4  # frames of a video in a preview or report, a strip of tiles
 
 @dataclass(frozen=True)
 class Video(Field):
-    """Frames at `fps` a second, each resized to `size` px by `mode` (short: the shorter side
-    to size, aspect kept; fill, fit, keep: `prep pack`'s), stored raw or as JPEG (`quality`).
-    Read by SampleDataset as a list of uint8 (T, C, H, W) tensors, one a video. `max_frames`:
-    `prep video --max-frames`, where a longer video was cut into samples of that many frames."""
+    """Frames at `fps` a second, resized to `size` px by `mode` (short: the shorter side to
+    size; the others `prep pack`'s), raw or JPEG; read as a list of uint8 (T, C, H, W) tensors.
+    `max_frames`: where `prep video --max-frames` cut longer videos into samples."""
 
     size: int = 128
     mode: str = "short"
@@ -57,24 +52,22 @@ class Video(Field):
     def arrays(self, name: str) -> list[ArraySpec]:
         s, codec = self.size, "jpeg" if self.codec == "jpeg" else "ragged"
         return [
-            sized(name, s, "video", "uint8", (s, s, 3), codec),
-            sized(f"{name}_hw", s, "hw", "uint16", (2,), "raw"),
-            sized(f"{name}_ends", s, "frame_ends", "int64", (), "ragged"),
+            spec(name, "video", "uint8", (s, s, 3), codec, s),
+            spec(f"{name}_hw", "hw", "uint16", (2,), "raw", s),
+            spec(f"{name}_ends", "frame_ends", "int64", (), "ragged", s),
         ]
 
     def read(self, batch: Reading, name: str, policy: str) -> dict[str, Any]:
-        import torch
-
         data, hw, ends = self.names(name)
         sides = batch.values(hw).astype(np.int64).tolist()
         out = []
         for j, (src, e) in enumerate(zip(batch.pieces(data), batch.pieces(ends), strict=True)):
-            frames = decode_frames(frame_pieces(src, e), tuple(sides[j]), self.codec == "jpeg")
-            if isinstance(frames, tuple):
-                k, why = frames
-                at = f"{batch.where(data)[j]}, frame {k}"
-                raise FormatError(f"{at}: {why}. HINT: run `prep verify`, then repack")
-            out.append(torch.from_numpy(frames).permute(0, 3, 1, 2))
+            try:
+                frames = decode_frames(frame_pieces(src, e), tuple(sides[j]), self.codec == "jpeg")
+            except FormatError as why:
+                at = batch.where(data)[j]
+                raise FormatError(f"{at}, {why}. HINT: run `prep verify`, then repack") from None
+            out.append(tensor(frames).permute(0, 3, 1, 2))
         return {name: out}
 
     def problems(self, name: str, arrays: Mapping[str, np.ndarray]) -> list[str]:
@@ -104,10 +97,7 @@ class Video(Field):
         """The video's frames (T, h, w, 3) uint8."""
         data, hw, ends = self.names(name)
         sides = tuple(int(v) for v in piece(hw))
-        frames = decode_frames(frame_pieces(piece(data), piece(ends)), sides, self.codec == "jpeg")
-        if isinstance(frames, tuple):
-            raise FormatError(f"frame {frames[0]}: {frames[1]}")
-        return frames
+        return decode_frames(frame_pieces(piece(data), piece(ends)), sides, self.codec == "jpeg")
 
     def pictures(self, value: Any) -> list[tuple[np.ndarray, str]]:
         """Up to SHOWN frames, evenly spaced from the first to the last, with their times."""
@@ -126,9 +116,8 @@ class Video(Field):
         ]
 
     def fits(self, sides: np.ndarray) -> bool:
-        """Whether frame sizes (h, w) (N, 2) are ones `prep video` stores at this size and mode:
-        fill and fit size x size, keep 1..size, short the shorter side size (the longer at
-        most MAX_SIDE)."""
+        """Whether frame sizes (h, w) (N, 2) are ones `prep video` stores at this size and mode
+        (short: the longer side at most MAX_SIDE)."""
         short, long = sides.min(axis=1), sides.max(axis=1)
         if self.mode in ("fill", "fit"):
             return bool(np.all(sides == self.size))
@@ -147,31 +136,22 @@ def frame_pieces(src: np.ndarray, ends: np.ndarray) -> list[np.ndarray]:
     return [src[a:b] for a, b in itertools.pairwise(bounds)]
 
 
-def decode_frames(
-    pieces: list[np.ndarray], hw: tuple[int, ...], jpeg: bool
-) -> np.ndarray | tuple[int, str]:
-    """A video's frames (T, h, w, 3) uint8, or the first frame that is not one and why. JPEG
+def decode_frames(pieces: list[np.ndarray], hw: tuple[int, ...], jpeg: bool) -> np.ndarray:
+    """A video's frames (T, h, w, 3) uint8; FormatError naming the first that is not one. JPEG
     frames' headers are checked against `hw` before T x h x w x 3 bytes are allocated for them
-    (raw frames are h * w * 3 bytes each: checked when the dataset was opened)."""
+    (raw frames' sizes are checked when the dataset is opened)."""
     from loaders.read.decode import CHECKED_BYTES, sides_problem
 
     if jpeg and len(pieces) * hw[0] * hw[1] * 3 >= CHECKED_BYTES:
         found = sides_problem(pieces, np.tile(hw, (len(pieces), 1)))
         if found is not None:
-            return found
+            raise FormatError(f"frame {found[0]}: {found[1]}")
     frames = np.empty((len(pieces), hw[0], hw[1], 3), np.uint8)
     for k, piece in enumerate(pieces):
-        try:
-            frames[k] = decode_frame(piece, (hw[0], hw[1]), jpeg)
+        try:  # a decoded JPEG is this thread's scratch buffer: copied into frames at once
+            frames[k] = (
+                decode_jpeg(piece, (hw[0], hw[1]), 1, 3) if jpeg else piece.reshape(hw[0], hw[1], 3)
+            )
         except (ValueError, OSError, SyntaxError) as e:
-            return k, f"the frame cannot be decoded ({e})"
+            raise FormatError(f"frame {k}: the frame cannot be decoded ({e})") from None
     return frames
-
-
-def decode_frame(piece: np.ndarray, hw: tuple[int, int], jpeg: bool) -> np.ndarray:
-    """One stored frame as (h, w, 3) uint8: its JPEG decoded, or its raw bytes reshaped."""
-    if not jpeg:
-        return piece.reshape(hw[0], hw[1], 3)
-    from loaders.format.jpeg import decode_jpeg
-
-    return decode_jpeg(piece, (int(hw[0]), int(hw[1])), 1, 3).copy()

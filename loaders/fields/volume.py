@@ -1,14 +1,12 @@
-"""Volume fields (`prep volumes`): a 3-D scan a sample, and its label voxels.
+"""Volume fields (`prep volumes`): a 3-D scan a sample, and its label voxels, read by
+SampleDataset as a list of (1, D, H, W) tensors a batch.
 
-`Volume` NAME stores NAME (the voxels of each volume back to back, C order, ragged: sample v is
-its voxels, flat) and NAME_shape (uint32 (3,): its (D, H, W)); axis k increases toward letter k
-of `orient`. Its per-volume geometry (spacing, origin, direction, affine, pad value) is the
-manifest's `extra.volumes`, a list of one object a volume. `VolumeLabel` NAME of volume VOL
-stores NAME (uint8 class ids, the same shapes) and, with `foreground`, an index of the labelled
-voxels for PatchDataset's sampling: NAME_fg (flat uint32 voxel indices, each volume's by class)
-and NAME_fg_offsets (int64 (256,) a volume: where each class 1..255 ends in NAME_fg).
-
-SampleDataset reads volumes as a list of (1, D, H, W) tensors a batch.
+`Volume` NAME stores NAME (each volume's voxels, C order, ragged) and NAME_shape (uint32 (D, H,
+W)); axis k increases toward letter k of `orient`; each volume's geometry (spacing, affine, pad
+value...) is an object of the manifest's `extra.volumes`. `VolumeLabel` NAME stores NAME (uint8
+class ids on its volume's offsets) and, with `foreground`, an index of the labelled voxels for
+PatchDataset: NAME_fg (flat uint32 voxel indices, each volume's by class) and NAME_fg_offsets
+(int64 (256,) a volume: where each class 1..255 ends in NAME_fg).
 """
 
 from __future__ import annotations
@@ -23,7 +21,7 @@ from typing import Any
 import numpy as np
 
 import loaders.fields.drawing as drawing
-from loaders.fields.base import Field, Piece, Reading, spec
+from loaders.fields.base import Field, Piece, Reading, spec, tensor
 from loaders.format.spec import ArraySpec, FormatError
 
 ORIENT = "RASLPI"
@@ -57,16 +55,7 @@ class Volume(Field):
         ]
 
     def read(self, batch: Reading, name: str, policy: str) -> dict[str, Any]:
-        import torch
-
-        shapes = batch.values(f"{name}_shape").tolist()
-        pieces = batch.pieces(name)
-        return {
-            name: [
-                torch.from_numpy(np.array(p).reshape(1, *s))
-                for p, s in zip(pieces, shapes, strict=True)
-            ]
-        }
+        return {name: volumes(batch.pieces(name), batch.values(f"{name}_shape"))}
 
     def check_extra(self, name: str, extra: Mapping[str, Any], count: int) -> None:
         meta = extra.get("volumes")
@@ -76,9 +65,8 @@ class Volume(Field):
             raise FormatError("extra.volumes: a volume's metadata has no pad value")
 
     def problems(self, name: str, arrays: Mapping[str, np.ndarray]) -> list[str]:
-        """Each volume's voxels are its shape's product (Python ints: three uint32 sides
-        overflow int64, and a size wrapped negative once let a read return another volume's
-        voxels)."""
+        """Each volume's voxels are its shape's product (in Python ints: a size wrapped negative
+        in int64 once let a read return another volume's voxels)."""
         sizes = [math.prod(s) for s in arrays[f"{name}_shape"].tolist()]
         off = arrays[name + ".offsets"].tolist()
         if [b - a for a, b in itertools.pairwise(off)] != sizes:
@@ -90,7 +78,7 @@ class Volume(Field):
 
     def pictures(self, value: Any) -> list[tuple[np.ndarray, str]]:
         """The middle slice across each axis (its letter of `orient`), grey: uint8 volumes as
-        stored, others from the 0.5th to the 99.5th percentile of the three slices."""
+        stored, others from the 0.5th to the 99.5th percentile of the slices."""
         planes = middle_slices(value)
         if value.dtype != np.uint8:
             lo, hi = np.percentile(np.concatenate([p.ravel() for p in planes]), [0.5, 99.5])
@@ -131,7 +119,7 @@ class Volume(Field):
 
 def _ranges(rows: list[Any]) -> str:
     """Per axis min..max (one number where they agree), axes joined by x; "?" for rows that
-    are not numbers of one length (a manifest prep did not write).
+    are not numbers of one length.
 
     >>> _ranges([[3, 4, 5], [4, 4, 5]])
     '3..4x4x5'
@@ -146,8 +134,7 @@ def _ranges(rows: list[Any]) -> str:
 
 @dataclass(frozen=True)
 class VolumeLabel(Field):
-    """Class ids (uint8) of volume field `volume`, voxel for voxel; `foreground`: with the index
-    of its labelled voxels, by class."""
+    """Class ids (uint8) of volume field `volume`, voxel for voxel."""
 
     volume: str = "image"
     foreground: bool = True
@@ -162,16 +149,7 @@ class VolumeLabel(Field):
         return out
 
     def read(self, batch: Reading, name: str, policy: str) -> dict[str, Any]:
-        import torch
-
-        shapes = batch.values(f"{self.volume}_shape").tolist()
-        pieces = batch.pieces(name)
-        return {
-            name: [
-                torch.from_numpy(np.array(p).reshape(1, *s))
-                for p, s in zip(pieces, shapes, strict=True)
-            ]
-        }
+        return {name: volumes(batch.pieces(name), batch.values(f"{self.volume}_shape"))}
 
     def needs(self, name: str) -> list[str]:
         return [f"{self.volume}_shape"]
@@ -186,9 +164,8 @@ class VolumeLabel(Field):
         return [drawing.blend(p, s) for p, s in zip(pictures, middle_slices(value), strict=True)]
 
     def problems(self, name: str, arrays: Mapping[str, np.ndarray]) -> list[str]:
-        """The labels lie on their volume's voxels (where its offsets were read too); the
-        foreground index bounds each volume's classes in order and holds voxels of its volume
-        only."""
+        """The labels lie on their volume's voxels; the foreground index bounds each volume's
+        classes in order and holds voxels of its volume only."""
         theirs = self.volume + ".offsets"
         if theirs in arrays and not np.array_equal(arrays[name + ".offsets"], arrays[theirs]):
             return [f"the offsets of {name} are not its volume {self.volume}'s"]
@@ -209,9 +186,8 @@ class VolumeLabel(Field):
 
 
 def middle_slices(vol: np.ndarray) -> list[np.ndarray]:
-    """The middle plane across axis 0, 1 and 2, each with its first axis to the right and its
-    second upward (rows from the top: the second axis decreasing), enlarged by whole voxels
-    to at least SLICE_MIN px a side (a 4x5x7 volume is not a dot)."""
+    """The middle plane across axis 0, 1 and 2, its first axis to the right and its second
+    upward, enlarged by whole voxels to at least SLICE_MIN px a side."""
     planes = [np.take(vol, vol.shape[a] // 2, axis=a).T[::-1] for a in range(3)]
     k = max(1, -(-SLICE_MIN // max(1, *(max(p.shape) for p in planes))))
     return [drawing.nearest(p, (p.shape[0] * k, p.shape[1] * k)) for p in planes]
@@ -219,9 +195,6 @@ def middle_slices(vol: np.ndarray) -> list[np.ndarray]:
 
 def volumes(pieces: list[np.ndarray], shapes: np.ndarray) -> list[Any]:
     """Each volume's flat voxels as a (1, D, H, W) tensor (a copy: the maps are read-only)."""
-    import torch
-
     return [
-        torch.from_numpy(np.array(p).reshape(1, *s))
-        for p, s in zip(pieces, shapes.tolist(), strict=True)
+        tensor(np.array(p).reshape(1, *s)) for p, s in zip(pieces, shapes.tolist(), strict=True)
     ]

@@ -42,8 +42,6 @@ def safe_path(root: Path, rel: str) -> Path:
     if p.is_absolute() or ".." in p.parts:
         raise FormatError(f"manifest path {rel!r} escapes the dataset folder {root}")
     full = root / p
-    if len(p.parts) == 1 and not full.is_symlink():  # an entry of root itself: inside it
-        return full
     try:
         inside = full.resolve().is_relative_to(root.resolve())
     except (OSError, RuntimeError) as e:  # a link loop
@@ -90,32 +88,26 @@ def _h5_layout(path: Path, key: str) -> Layout:
 
     try:
         with h5py.File(path, "r") as f:
-            return _h5_array(f, path, key)
+            ds = _h5_dataset(f, path, key)
+            if ds.external or ds.is_virtual:  # its bytes live in other files
+                raise FormatError(f"{path}:{key} keeps its data in other files. HINT: repack")
+            if ds.shape is None:  # an empty dataspace (h5py.Empty): no array at all
+                raise FormatError(f"{path}:{key} holds no array")
+            if ds.dtype.hasobject:
+                raise FormatError(f"{path}:{key} holds Python objects or strings, not numbers")
+            offset = ds.id.get_offset()
+            if offset is not None and ds.chunks is None and ds.compression is None:
+                return int(offset), ds.dtype, ds.shape
+            if ds.size == 0:
+                return 0, ds.dtype, ds.shape
     except RuntimeError as e:  # h5py's error for a structure that points nowhere
         raise FormatError(f"{path}:{key} cannot be read ({e}). HINT: repack") from e
-
-
-def _h5_array(f: Any, path: Path, key: str) -> Layout:
-    """_h5_layout's work in the open h5py.File `f`."""
-    ds = _h5_dataset(f, path, key)
-    if ds.external or ds.is_virtual:  # its bytes live in other files
-        raise FormatError(f"{path}:{key} keeps its data in other files. HINT: repack")
-    if ds.shape is None:  # an empty dataspace (h5py.Empty): no array at all
-        raise FormatError(f"{path}:{key} holds no array")
-    if ds.dtype.hasobject:
-        raise FormatError(f"{path}:{key} holds Python objects or strings, not numbers")
-    offset = ds.id.get_offset()
-    if offset is None or ds.chunks is not None or ds.compression is not None:
-        if ds.size == 0:
-            return 0, ds.dtype, ds.shape
-        raise FormatError(f"{path}:{key} is chunked or compressed; it cannot be memory-mapped")
-    return int(offset), ds.dtype, ds.shape
+    raise FormatError(f"{path}:{key} is chunked or compressed; it cannot be memory-mapped")
 
 
 def _h5_dataset(f: Any, path: Path, key: str) -> Any:
-    """Dataset `key` of the open h5py.File `f`, reached through hard links only: a soft link
-    or an external link (to another file, anywhere) would map this file at another one's
-    offsets."""
+    """Dataset `key` of the open h5py.File `f`, reached through hard links only: a soft or an
+    external link would map this file at another one's offsets."""
     import h5py
 
     node = f
@@ -142,9 +134,8 @@ _NPY = {
 
 
 def _npy_layout(path: Path) -> Layout:
-    """Byte offset, dtype and shape from the header: the header is parsed as a literal, never
-    unpickled (numpy's allow_pickle=False reading). One unbuffered read of prep's fixed-size
-    header, a second only for a longer one."""
+    """Byte offset, dtype and shape from the header, parsed as a literal, never unpickled. One
+    unbuffered read of prep's fixed-size header, a second only for a longer one."""
     with open(path, "rb", buffering=0) as f:
         head = f.read(NPY_HEADER_BYTES)
         if len(head) < 8 or head[:6] != b"\x93NUMPY":
@@ -177,9 +168,8 @@ def check_array(
     path: Path, ref: ArrayRef, spec: ArraySpec, name: str = "", size: int | None = None
 ) -> Layout:
     """Where the array lies in its file, checked against the manifest: a regular file, its
-    header's dtype and shape, and enough bytes for them (a ragged array: flat, `length` long).
-    Opens the file only to read the header. `size`: the file's byte size, from a stat that
-    found it a regular file (check_shard's), else stat here."""
+    header's dtype and shape, and enough bytes for them. Opens the file only to read the header.
+    `size`: the file's byte size, from a stat that found it a regular file, else stat here."""
     label = f"array {name or spec.field}"
     try:
         if size is None:
@@ -217,8 +207,7 @@ def map_array(path: Path, ref: ArrayRef, spec: ArraySpec, name: str = "") -> np.
 
 def map_layout(path: Path, layout: Layout) -> np.ndarray:
     """A read-only ndarray over a memory map of `path`, laid out as check_array found it. The
-    map keeps a file descriptor (a dup) until it is garbage-collected: loaders.read.store bounds
-    them."""
+    map keeps a file descriptor until it is garbage-collected (loaders.read.store bounds them)."""
     offset, dtype, shape = layout
     if 0 in shape:
         return np.empty(shape, dtype)
@@ -239,11 +228,6 @@ def read_layout(path: Path, layout: Layout) -> np.ndarray:
     if len(data) < count * dtype.itemsize:
         raise FormatError(f"{path} ends before its {shape} array. HINT: repack")
     return np.frombuffer(data, dtype, count).reshape(shape)
-
-
-def open_array(root: Path, ref: ArrayRef, spec: ArraySpec, name: str = "") -> np.ndarray:
-    """map_array of the array's file in the folder `root`, refusing paths out of it."""
-    return map_array(safe_path(root, ref.file), ref, spec, name)
 
 
 def sha256_file(path: Path) -> str:

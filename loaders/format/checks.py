@@ -1,6 +1,5 @@
 """Checking a dataset folder against its manifest: every file, every array's header, each array's
-sample count and offsets, then the checks its fields give (loaders.fields.checks: labels against
-classes, image sides, voxels against shapes, and the values `prep verify` bounds)."""
+sample count and offsets, then the checks its fields give (loaders.fields.checks)."""
 
 from __future__ import annotations
 
@@ -13,18 +12,11 @@ from pathlib import Path
 
 import numpy as np
 
-from loaders.format.arrays import (
-    check_array,
-    read_layout,
-    safe_path,
-    sha256_file,
-)
+from loaders.format.arrays import check_array, read_layout, safe_path, sha256_file
 from loaders.format.schema import OFFSETS, FormatError, Manifest, Shard
 from loaders.format.values import Arrays, value_problems
 
 PathOf = Callable[[str], Path]  # a manifest file name -> the local file (FormatError: refused)
-
-
 FieldChecks = Callable[[Manifest, Shard, Arrays], list[str]]
 Limits = Callable[[Manifest], tuple[dict[str, tuple[int, str]], dict[str, bool]]]
 
@@ -38,12 +30,9 @@ def check_files(
     fields: FieldChecks | None = None,
     limits: Limits | None = None,
 ) -> list[str]:
-    """Problems found in the folder, one line each naming the shard and the file or array at
-    fault (empty: all good): check_shard of every shard, its files in `root`.
-
-    `values` defaults to `checksums`: a pass that reads every byte (`prep verify`) also checks
-    every value against the manifest. `layouts` gets each shard's checked arrays (a store maps
-    them without reading their headers again)."""
+    """check_shard's problems of every shard, its files in `root` (empty: all good). `values`
+    defaults to `checksums`: a pass that reads every byte (`prep verify`) also checks every
+    value. `layouts` gets each shard's checked arrays (a store maps them as they are)."""
     path_of = functools.partial(safe_path, Path(root))
     values = checksums if values is None else values
 
@@ -83,14 +72,10 @@ def check_shard(
     limits: Limits | None = None,
 ) -> list[str]:
     """Problems of shard `index`, whose files `path_of` finds (a folder's, or a cache's copies),
-    one line each starting "shard INDEX: ".
-
-    Always checks that every declared array has a file listed in the shard, presence, byte
-    sizes, dtypes and shapes, counts and offsets (array_counts), then the fields' checks
-    (`fields`, loaders.fields.checks); `checksums` also recomputes sha256, and `values` reads
-    every value against the fields' `limits` (loaders.format.values: token ids, table and
-    target codes, text; chunked, bounded memory). `out` gets the shard's arrays as check_array
-    laid them out."""
+    one line each starting "shard INDEX: ": its files, byte sizes, dtypes and shapes, counts and
+    offsets, then the `fields`' checks; `checksums` also recomputes sha256, and `values` reads
+    every value against the fields' `limits` (loaders.format.values). `out` gets the shard's
+    arrays as check_array laid them out."""
     shard = manifest.shards[index]
     files: dict[str, tuple[Path, int]] = {}  # file name -> its path and byte size, checked
     found = _file_problems(path_of, shard, checksums, files) + array_problems(manifest, shard)
@@ -116,8 +101,8 @@ def check_shard(
 def _file_problems(
     path_of: PathOf, shard: Shard, checksums: bool, files: dict[str, tuple[Path, int]]
 ) -> list[str]:
-    """Each file of the shard: a regular file of the manifest's byte size (and sha256 with
-    `checksums`); `files` gets the path and size of each good one."""
+    """Each file of the shard a regular file of its byte size (and sha256 with `checksums`);
+    `files` gets the path and size of each good one."""
     found = []
     for rel, info in shard.files.items():
         try:
@@ -158,9 +143,8 @@ def array_problems(manifest: Manifest, shard: Shard) -> list[str]:
 
 def array_counts(manifest: Manifest, shard: Shard, arrays: Arrays) -> list[str]:
     """Every raw array has the shard's count of samples; a ragged one count + 1 offsets from 0,
-    never decreasing, to its data's end (read whole: 8 bytes a sample). A flat array is its
-    field's to check. `arrays` may hold some of the shard's arrays only (a URL's, as they
-    arrive)."""
+    never decreasing, to its data's end (a flat array is its field's to check). `arrays` may
+    hold some of the shard's arrays only (a URL's, as they arrive)."""
     found = []
     for name, ref in shard.arrays.items():
         spec = manifest.arrays.get(name)
@@ -175,21 +159,13 @@ def array_counts(manifest: Manifest, shard: Shard, arrays: Arrays) -> list[str]:
         path, layout = arrays[name + OFFSETS]
         off = read_layout(path, layout).reshape(-1)
         ok = len(off) == shard.count + 1 and (not len(off) or off[0] == 0)
-        if not ok or not _rising(off) or (len(off) and off[-1] != ref.length):
+        # compared, not subtracted: np.diff wraps around int64 ([0, 2**63 - 1, -2] once passed)
+        ok = ok and bool(np.all(off[1:] >= off[:-1]))
+        if not ok or (len(off) and off[-1] != ref.length):
             found.append(
                 f"{path}: the offsets of {name} are not {shard.count + 1} from 0 to its end"
             )
     return found
-
-
-def _rising(off: np.ndarray) -> bool:
-    """Whether int64 offsets never decrease: compared, not subtracted (np.diff wraps around
-    int64, and [0, 2**63 - 1, -2, 5] once passed as never decreasing).
-
-    >>> _rising(np.array([0, 2**63 - 1, -2, 5])), _rising(np.array([0, 0, 3]))
-    (False, True)
-    """
-    return bool(np.all(off[1:] >= off[:-1]))
 
 
 def problems_error(problems: list[str]) -> FormatError:

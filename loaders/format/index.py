@@ -1,7 +1,5 @@
-"""The shard index of format version 4: every shard's record (its sample count, split, the length
-of each array, the byte size and sha256 of each file) in two .npy files beside the manifest,
-mapped and read a shard at a time, so that `manifest.json` stays the same few KB at any shard
-count and opening a dataset reads one column, not every record.
+"""The shard index of format version 4: every shard's record in two .npy files beside the
+manifest, mapped and read a shard at a time (opening a dataset reads one column, the counts).
 
 - `shards.npy`: int64 (columns, shards), column-major, so that a column (the counts) is one
   contiguous read. Columns: `count`, `split` (its index in the manifest's `splits`, -1 for
@@ -65,16 +63,13 @@ def file_name(part: str, shard_stem: str, storage: str) -> str:
 
 
 def parts(arrays: Mapping[str, ArraySpec], storage: str) -> list[str]:
-    """The file parts of a shard, in index order: each array and a ragged one's offsets (one
-    file each), or the one .h5 file."""
+    """A shard's files, in index order: each array and a ragged one's offsets, or the .h5 file."""
     if storage == "h5":
         return [H5_PART]
     return [p for name in sorted(arrays) for p in (name, name + OFFSETS)[: 1 + arrays[name].ragged]]
 
 
 def columns(arrays: Mapping[str, ArraySpec], storage: str) -> list[str]:
-    """The index's columns: the counts, splits and tasks, then the arrays' lengths and the
-    files' byte sizes, both in name order."""
     lengths = [f"length:{name}" for name in sorted(arrays)]
     return [*FIXED, *lengths, *(f"bytes:{p}" for p in parts(arrays, storage))]
 
@@ -89,8 +84,8 @@ def shard_of(
     sizes: Sequence[int],
     digests: Sequence[str],
 ) -> Shard:
-    """The record of one shard from its index row (`lengths`: its arrays' in name order; `sizes`
-    and `digests`: its files', in `parts` order): its refs and files, named by the rule."""
+    """A shard's record from its index row (`lengths` in name order, `sizes` and `digests` in
+    `parts` order), its files named by the rule."""
     st = stem(split, task)
     refs = {}
     for name, length in zip(sorted(arrays), lengths, strict=True):
@@ -109,8 +104,8 @@ def shard_of(
 def index_arrays(
     shards: Sequence[Shard], arrays: Mapping[str, ArraySpec], storage: str, splits: Sequence[str]
 ) -> tuple[np.ndarray, np.ndarray]:
-    """`shards.npy`'s and `sha256.npy`'s arrays for the records a run wrote. Each record's files
-    must be named by the rule (ValueError: a writer that names its files otherwise)."""
+    """`shards.npy`'s and `sha256.npy`'s arrays for the records a run wrote (ValueError: a
+    record whose files are not named by the rule)."""
     ps = parts(arrays, storage)
     table = np.empty((len(columns(arrays, storage)), len(shards)), np.int64)
     sha = np.empty((len(shards), len(ps), 32), np.uint8)
@@ -133,15 +128,6 @@ def index_arrays(
     return table, sha
 
 
-def _files(s: Shard) -> tuple[Any, ...]:
-    """A shard's file names: where each array (and its offsets) is, and the files listed."""
-    refs = {
-        n: (r.file, r.key, r.offsets and (r.offsets.file, r.offsets.key))
-        for n, r in s.arrays.items()
-    }
-    return refs, set(s.files)
-
-
 def _task(shard: Shard, first: str, storage: str) -> int:
     """The task number in a shard's file names (its first array's file)."""
     name = shard.arrays[first].file
@@ -156,8 +142,8 @@ Resolve = Callable[[str, FileInfo], Path]  # an index file's name and record -> 
 
 
 class ShardIndex(Sequence[Shard]):
-    """The shards of a version 4 dataset, each made from its index row when asked for. `counts`
-    and `split_codes` are the columns themselves (one read each)."""
+    """The shards of a version 4 dataset, each made from its index row when asked for; `counts`
+    and `split_codes` are columns (one read each)."""
 
     def __init__(
         self,
@@ -203,7 +189,7 @@ class ShardIndex(Sequence[Shard]):
 
 def check_entry(entry: Any, arrays: Mapping[str, ArraySpec], storage: str) -> int:
     """The shard count of a manifest's `index` entry, once it names the files and columns this
-    format derives (FormatError otherwise)."""
+    format derives."""
     if not isinstance(entry, dict) or not isinstance(entry.get("files"), dict):
         raise FormatError(f"index {str(entry)[:40]} is not an object naming its files")
     n = entry.get("shards")
@@ -223,28 +209,20 @@ def open_index(
     splits: Sequence[str],
     resolve: Resolve,
 ) -> ShardIndex:
-    """The shard index `entry` names (check_entry's), mapped: each file a regular file of its
-    byte size, an .npy of exactly the dtype and shape the entry implies (never unpickled)."""
+    """The shard index `entry` (check_entry's) names, mapped: each file a regular file of its
+    byte size, an .npy of the dtype and shape the entry implies (never unpickled)."""
     n, ncols = entry["shards"], len(entry["columns"])
     want = {SHARDS: ("int64", (ncols, n)), DIGESTS: ("uint8", (n, len(parts(arrays, storage)), 32))}
     got = {}
     for name, (dtype, shape) in want.items():
         info = entry["files"][name]
-        if (
-            not isinstance(info, dict)
-            or not count(info.get("bytes"))
-            or not is_sha256(info.get("sha256"))
-        ):
+        ok = isinstance(info, dict) and count(info.get("bytes")) and is_sha256(info.get("sha256"))
+        if not ok:
             raise FormatError(f"index: file {name} has a bad byte size or sha256")
         path = resolve(name, FileInfo(info["bytes"], info["sha256"]))
         got[name] = _map(path, name, info["bytes"], dtype, shape)
-    table = got[SHARDS]
-    if n and (
-        table[0].min() < 0
-        or table[2].min() < 0
-        or table[1].min() < -1
-        or table[1].max() >= len(splits)
-    ):
+    table, codes = got[SHARDS], got[SHARDS][1]  # codes: each shard's split, -1 for none
+    if n and (table[[0, 2]].min() < 0 or not -1 <= codes.min() <= codes.max() < len(splits)):
         raise FormatError(f"index: a shard's count, task or split in {SHARDS} is out of range")
     if n > 1 and np.unique(table[1:3], axis=1).shape[1] < n:  # one stem: its files read twice
         raise FormatError(f"index: two shards in {SHARDS} have one split and task")

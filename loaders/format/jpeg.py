@@ -1,6 +1,5 @@
 """The jpeg codec's decoding of one sample: libjpeg-turbo through simplejpeg (PIL where it is
-missing), at a DCT-reduced scale, strict (a truncated file raises). The batch machinery is
-loaders.read.decode's; the fields decode a sample for inspection with this alone."""
+missing), at a DCT-reduced scale, strict (a truncated file raises). Batches: loaders.read.decode."""
 
 from __future__ import annotations
 
@@ -29,9 +28,8 @@ def decode_jpeg(
     out: np.ndarray | None = None,
     fast: bool = False,
 ) -> np.ndarray:
-    """The JPEG in `data` decoded at 1/f scale: (ceil(h / f), ceil(w / f), channels) uint8,
-    into `out` when given (its shape must be that); `fast`: the fast IDCT (simplejpeg only).
-    Raises ValueError or OSError for bad bytes."""
+    """The JPEG in `data` decoded at 1/f scale: (ceil(h / f), ceil(w / f), channels) uint8, into
+    `out` when given; `fast`: the fast IDCT (simplejpeg only). ValueError or OSError: bad bytes."""
     h, w = math.ceil(hw[0] / f), math.ceil(hw[1] / f)
     try:
         import simplejpeg

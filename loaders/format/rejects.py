@@ -1,7 +1,6 @@
-"""rejects.jsonl as prep reads it back (the report, tests): a file of the dataset like the others,
-though the manifest does not list it. No link out of the folder (loaders.format.safe_path), a
-regular file (a FIFO cannot block the open), a bounded read, and each line checked to be a record
-`{"path": str, "reason": str, "message": str}` before it is counted.
+"""rejects.jsonl as prep reads it back (the report, tests), as untrusted as the other files
+though the manifest does not list it: no link out of the folder, a regular file, a bounded read,
+each line checked to be a record `{"path": str, "reason": str, "message": str}`.
 
 >>> record(b'{"path": "a.png", "reason": "corrupt"}')
 {'path': 'a.png', 'reason': 'corrupt', 'message': ''}

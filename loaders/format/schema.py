@@ -1,16 +1,8 @@
-"""The on-disk contract between `prep` (writer) and `loaders` (reader). See FORMAT.md.
-
-A packed dataset is a folder. `manifest.json` is written last, atomically; a folder without it is
-an unfinished run. Version 4 holds the dataset's fields (each declared once: its kind and
-settings), the arrays they store (field, size, dtype, per-sample shape, codec), the totals and
-the splits; each shard's record (its sample count, split, each array's length, each file's byte
-size and sha256) is a row of the shard index (loaders.format.index), mapped lazily, so the JSON
-stays small at any shard count. The shards may also be listed inline (versions 1-3, a manifest
-written by hand). Versions 1-3 are read through loaders.format.legacy, into version 4.
-
-A ragged or jpeg array is a flat data array plus int64 offsets: sample i is data[off[i]:off[i +
-1]]; a flat array is laid out by its field.
-"""
+"""The manifest (FORMAT.md): written last, atomically (a folder without it is an unfinished run).
+Version 4 holds the dataset's fields, the arrays they store, the totals and the splits; each
+shard's record is a row of the shard index (loaders.format.index), so the JSON stays small at any
+shard count. Shards may also be listed inline (versions 1-3, read through loaders.format.legacy;
+a manifest written by hand)."""
 
 from __future__ import annotations
 
@@ -22,10 +14,9 @@ from typing import Any
 import numpy as np
 
 import loaders.format.index as ix
+from loaders.format.legacy import upgrade
 from loaders.format.spec import (  # noqa: F401  (re-exported: the contract's names, in one place)
-    CODECS,
     OFFSETS,
-    SHA256,
     ArrayRef,
     ArraySpec,
     FileInfo,
@@ -34,8 +25,6 @@ from loaders.format.spec import (  # noqa: F401  (re-exported: the contract's na
     array_name,
     array_spec,
     check_shard,
-    count,
-    is_sha256,
 )
 
 FORMAT_NAME = "prep"
@@ -97,20 +86,12 @@ class Manifest:
         return list(named[0]["classes"]) if named else None
 
     def to_json(self) -> str:
-        d: dict[str, Any] = {
-            "format": FORMAT_NAME,
-            "format_version": self.format_version,
-            "command": self.command,
-            "storage": self.storage,
-            "fields": self.fields,
-            "arrays": {n: s.stored() for n, s in self.arrays.items()},
-            "num_samples": self.num_samples,
-            "splits": self.splits,
-            "config": self.config,
-            "rejects": self.rejects,
-            "tool_version": self.tool_version,
-            "extra": self.extra,  # as it is: asdict deep-copies (0.4 s for a 1M-row table's)
-        }
+        # extra as it is, not through asdict (a deep copy: 0.4 s for a 1M-row table's)
+        kept = ("format_version", "command", "storage", "fields", "config", "rejects", "extra")
+        d: dict[str, Any] = {k: getattr(self, k) for k in kept}
+        d |= {"format": FORMAT_NAME, "tool_version": self.tool_version, "splits": self.splits}
+        d["num_samples"] = self.num_samples
+        d["arrays"] = {n: s.stored() for n, s in self.arrays.items()}
         if self.index is not None:
             d["index"] = self.index
         else:
@@ -119,9 +100,8 @@ class Manifest:
 
     @classmethod
     def from_json(cls, data: bytes, source: object, resolve: Resolve | None = None) -> Manifest:
-        """The manifest in `data` (the bytes of `source`, named in errors); not checked against
-        the files (see loaders.format.check_files). `resolve` finds a version 4 manifest's
-        shard index files."""
+        """The manifest in `data` (the bytes of `source`, named in errors), not checked against
+        the files; `resolve` finds its shard index files."""
         try:
             d = json.loads(data.decode("utf-8"))
             if not isinstance(d, dict):
@@ -144,9 +124,10 @@ class Manifest:
                 f"format version {version} is not one of {list(READ_VERSIONS)}. "
                 "HINT: repack with this version of prep, or install the prep that wrote it."
             )
+        extra, config = d.get("extra", {}), d.get("config", {})
+        if not isinstance(extra, dict) or not isinstance(config, dict):
+            raise FormatError(f"extra {str(extra)[:40]} or config {str(config)[:40]} is no object")
         if version < FORMAT_VERSION:
-            from loaders.format.legacy import upgrade  # versions 1-3: their own checks
-
             d = upgrade(d)
         if d["storage"] not in STORAGES:
             raise FormatError(f"storage {d['storage']!r} is not one of {STORAGES}")
@@ -168,23 +149,10 @@ class Manifest:
             shards = [Shard.from_dict(s) for s in d["shards"]]
             for i, shard in enumerate(shards):
                 check_shard(i, shard, arrays)
-        m = cls(
-            storage=d["storage"],
-            arrays=arrays,
-            shards=shards,
-            fields=d["fields"],
-            config=d.get("config", {}),
-            rejects=d.get("rejects", 0),
-            extra=d.get("extra", {}),
-            tool_version=d.get("tool_version", ""),
-            format_version=version,
-            command=str(d.get("command", "")),
-            index=d.get("index"),
-        )
-        if not isinstance(m.extra, dict) or not isinstance(m.config, dict):
-            raise FormatError(
-                f"extra {str(m.extra)[:40]} or config {str(m.config)[:40]} is no object"
-            )
+        kept = ("config", "rejects", "extra", "tool_version", "index")
+        said: dict[str, Any] = {k: d[k] for k in kept if k in d}
+        said |= {"format_version": version, "command": str(d.get("command", ""))}
+        m = cls(d["storage"], arrays, shards, d["fields"], **said)
         counts = m.counts()  # their int64 sum is num_samples: it must not wrap
         big = len(counts) and int(counts.max()) > (2**63 - 1) // len(counts)
         if big and sum(counts.tolist()) >= 2**63:

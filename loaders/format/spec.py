@@ -1,7 +1,5 @@
-"""The leaf of the format: the error every check raises, one array's declaration (its field,
-size, dtype, per-sample shape, codec and role), and a shard's record (where each array is, the
-files' sizes and digests), with the names both sides use. Imports nothing of loaders: the field
-registry and the manifest's schema both build on it."""
+"""The leaf of the format, which the fields and the manifest's schema both build on: the error
+every check raises, an array's declaration, a shard's record, and the names both sides use."""
 
 from __future__ import annotations
 
@@ -17,8 +15,6 @@ import numpy as np
 CODECS = ("raw", "ragged", "jpeg", "flat")
 OFFSETS = ".offsets"  # Manifest.ref(shard, "image_256.offsets"): a ragged array's offsets
 SHA256 = re.compile(r"[0-9a-f]{64}")  # a file's digest, lowercase hex (a cache's file name)
-
-
 UNSIGNED = ("uint8", "uint16", "uint32", "uint64")
 # The largest side in px of a sized pixel field: prep's largest --sizes, and what a reader may
 # allocate a batch for before any file is read (hw stores sides as uint16).
@@ -44,38 +40,25 @@ class FormatError(ValueError):
 
 @dataclass(frozen=True)
 class ArraySpec:
-    """One array of the dataset: `field` at `size` px (None for size-free arrays like labels).
-
-    `shape` is the shape of one sample (one row of a ragged array); the array on disk is
-    (length, *shape), or flat (length,) for a ragged or flat one."""
+    """One array: `field` at `size` px (None: size-free). `shape` is one sample's (one row of a
+    ragged array's); on disk the array is (length, *shape), or flat (length,) unless raw."""
 
     field: str
     size: int | None
     dtype: str
     shape: tuple[int, ...]  # mode keep: the largest; each sample's (h, w) is in NAME_hw_SIZE
     codec: str = "raw"
-    # What the array is to its field (an image field's "image", "hw" and "crc" arrays): set by
-    # the field that declares it, never stored (the fields say it).
-    role: str | None = None
+    role: str | None = None  # what it is to its field (an image's "hw"): never stored
 
     @property
     def ragged(self) -> bool:
-        """Stored as flat data plus offsets (one sample a byte range), not (length, *shape)."""
+        """Stored as flat data plus offsets (one sample a range of it)."""
         return self.codec in ("ragged", "jpeg")
 
     def stored(self) -> dict[str, Any]:
-        """The manifest's entry: what a reader with numpy alone needs."""
-        return {
-            "field": self.field,
-            "size": self.size,
-            "dtype": self.dtype,
-            "shape": list(self.shape),
-            "codec": self.codec,
-        }
-
-    def same(self, other: ArraySpec) -> bool:
-        """Whether two declarations store the same array (roles aside)."""
-        return self.stored() == other.stored()
+        """The manifest's entry: what a reader with numpy alone needs (not the role)."""
+        kept = {k: getattr(self, k) for k in ("field", "size", "dtype", "codec")}
+        return kept | {"shape": list(self.shape)}
 
 
 @dataclass
@@ -125,8 +108,7 @@ def array_name(field_name: str, size: int | None) -> str:
 
 
 def is_sha256(value: object) -> bool:
-    """Whether `value` is a sha256 digest as prep writes it: 64 lowercase hex characters (a
-    remote cache names its files by it: never a path)."""
+    """Whether `value` is a sha256 digest as prep writes it (a remote cache names files by it)."""
     return isinstance(value, str) and SHA256.fullmatch(value) is not None
 
 
@@ -141,8 +123,8 @@ def _names(file: object, key: object) -> bool:
 
 
 def array_spec(name: str, v: dict[str, Any], pixels: bool = True) -> ArraySpec:
-    """An array's entry, with plain numbers only: a dtype holding Python objects would make
-    numpy unpickle."""
+    """An array's entry, checked: plain numbers only (a dtype holding Python objects would make
+    numpy unpickle); `pixels`: a size is a side in px."""
     spec = ArraySpec(v["field"], v["size"], v["dtype"], tuple(v["shape"]), v.get("codec", "raw"))
     try:
         dtype = np.dtype(spec.dtype)
@@ -162,12 +144,6 @@ def array_spec(name: str, v: dict[str, Any], pixels: bool = True) -> ArraySpec:
     if spec.codec not in CODECS:
         raise FormatError(f"array {name}: codec {spec.codec!r} is not one of {CODECS}")
     return spec
-
-
-def check_spec(name: str, spec: ArraySpec) -> None:
-    """array_spec's checks of an older version's entry, whose sizes were not all pixels (a
-    table's column index): its array kinds bound them (loaders.format.legacy)."""
-    array_spec(name, spec.stored(), pixels=False)
 
 
 def check_shard(index: int, shard: Shard, arrays: dict[str, ArraySpec]) -> None:

@@ -1,13 +1,7 @@
-"""The values of a shard's arrays against the bounds its fields set (Field.limits, Field.strings):
-token ids below `vocab_size`, table codes inside their column's vocabulary, target codes
-inside their classes. Values out of range pass every other check, then fail on the GPU (an
-embedding's device-side assert). Text samples must be UTF-8, and Json samples JSON of at most
-1 MiB (a reader parses them).
-
-Each array is read once in chunks of CHUNK_BYTES, so memory stays bounded whatever the dataset's
-size: `prep verify` runs these (check_files' `values`), and so can a remote backend on the
-cached copies of a shard's files (`value_problems`, or check_shard with `values=True`). Labels
-against `classes` are checked when a dataset is opened (a few bytes a sample), not here."""
+"""The values of a shard's arrays against the bounds its fields set (Field.limits: token ids,
+table and target codes, which pass every other check and then fail on the GPU; Field.strings:
+UTF-8 text, JSON of at most 1 MiB). Each array is read once in chunks of CHUNK_BYTES, so memory
+stays bounded: `prep verify` runs these, and so can a remote backend on its cached files."""
 
 from __future__ import annotations
 
@@ -29,9 +23,8 @@ Arrays = dict[str, tuple[Path, Layout]]  # a shard's arrays: name -> file, check
 
 
 def value_range(path: Path, layout: Layout) -> tuple[int, int] | None:
-    """(smallest, largest) value of an integer array, read CHUNK_BYTES at a time (None: empty).
-
-    The layout must be check_array's: the file holds every element it claims."""
+    """(smallest, largest) value of an integer array, read CHUNK_BYTES at a time (None: empty);
+    the layout is check_array's."""
     offset, dtype, shape = layout
     left = math.prod(shape)
     step = max(1, CHUNK_BYTES // dtype.itemsize)
@@ -52,10 +45,8 @@ def value_range(path: Path, layout: Layout) -> tuple[int, int] | None:
 def value_problems(
     shard: Shard, arrays: Arrays, limits: dict[str, tuple[int, str]], strings: dict[str, bool]
 ) -> list[str]:
-    """Values of one shard out of its fields' range (`limits`: array -> the largest value and
-    what it is; `strings`: ragged uint8 arrays -> whether they hold JSON, else UTF-8 text), one
-    line each naming the file; `arrays` holds the shard's arrays as check_array laid them out
-    (check_shard does both)."""
+    """Values of one shard out of its fields' `limits` and `strings` (Field's), one line each
+    naming the file; `arrays` holds the shard's arrays as check_array laid them out."""
     found = []
     for name, json in sorted(strings.items()):
         if name in arrays and name + OFFSETS in arrays:
@@ -81,8 +72,7 @@ def string_problem(
     name: str, path: Path, layout: Layout, off: np.ndarray, json: bool
 ) -> str | None:
     """The first sample of ragged uint8 array `name` (offsets `off`) that is not UTF-8 (with
-    `json`: not JSON, or over MAX_JSON_BYTES: decided by its offsets, never read), read a
-    block at a time: memory stays bounded whatever a sample's length."""
+    `json`: not JSON, or over MAX_JSON_BYTES by its offsets), read a block at a time."""
     from loaders.fields.text import MAX_JSON_BYTES, parse_json  # the field kinds: when needed
 
     sizes = np.diff(off)
@@ -110,7 +100,7 @@ def string_problem(
 
 def _parts(path: Path, layout: Layout, off: np.ndarray) -> Iterator[tuple[int, bytes, bool]]:
     """Each sample k of a ragged uint8 array as (k, bytes, whether they are its last), read
-    CHUNK_BYTES of samples at a time; a longer sample in parts of CHUNK_BYTES."""
+    CHUNK_BYTES at a time (a longer sample in parts)."""
     bounds, start = off.tolist(), layout[0]
     k, n = 0, len(bounds) - 1
     with open(path, "rb") as f:

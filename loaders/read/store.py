@@ -10,9 +10,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from loaders.fields import declared
 from loaders.fields.base import decode_source
 from loaders.fields.checks import check_files, check_one
-from loaders.fields.registry import declared
 from loaders.format import (
     MANIFEST,
     OFFSETS,

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from loaders.fields import declared, field_of
 from loaders.fields.checks import field_problems, value_limits
-from loaders.fields.registry import declared, field_of
 from loaders.format import FormatError, Manifest, Shard, array_name
 from loaders.format.checks import array_problems, check_shard
 from loaders.remote.storage import Storage, Url, name_problem

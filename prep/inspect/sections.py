@@ -114,7 +114,7 @@ def rejects(root: Path, m: Manifest) -> Section:
 
 def stats(m: Manifest, image: str) -> Section:
     """The per-channel mean and std stored for image field `image` (extra.stats, checked when
-    the field was declared: loaders.format.stats) at each size, as `Normalize.from_dataset`
+    the field was declared: Image.check_extra) at each size, as `Normalize.from_dataset`
     reads them."""
     got = m.extra.get("stats")
     got = got.get(image) if isinstance(got, dict) else None

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from loaders.fields.registry import declared
+from loaders.fields import declared
 from loaders.format import MANIFEST, REJECTS, ArraySpec, Manifest, Shard, sha256_file
 from loaders.format.index import DIGESTS, SHARDS, index_arrays, index_entry
 from prep.run.errors import PrepError, write_error

@@ -1,21 +1,8 @@
-"""Format versions 1-3, read as version 4: one translator from a manifest's JSON object to the
-fields that describe the same files, with the same bytes returned.
-
-A manifest of those versions is first checked as it was then (its array kinds,
-loaders.format.legacy.arrays; its kind's `extra`, loaders.format.legacy.extras), with the same
-lines. Then each kind becomes fields (FORMAT.md, "Older datasets"):
-
-- images: `image` (the sizes, mode, codecs, channels, quality of the pack), `mask`, `label` (its
-  class names), `orig_size`, `source`, `phash`, `digest`; arrays `hw_S` and `crc_S` are named
-  `image_hw_S` and `image_crc_S` as an image field's are (their files keep their names);
-- tokens: `tokens` (vocabulary, end-of-document id, tokenizer), ragged: the token stream is its
-  data and `doc_offsets` its offsets; `source`;
-- volumes: `image` (a volume: voxels with `voxel_offsets`, `image_shape`), `label` (label
-  voxels on the same offsets, the foreground index `label_fg`, `label_fg_offsets`), and a
-  column field per `--targets` column;
-- table: a column field per column (`num_J`, `cat_J`, `target`; the missing mask `missing_J`
-  is `num_J_missing`);
-- samples (version 3): its `extra.fields`, with `extra.audio` in its audio field.
+"""Format versions 1-3, read as version 4: a manifest's JSON object translated into the fields that
+describe the same files (which keep their names), which then answer for them as for any version 4
+manifest. Each kind's translator (KINDS) returns its fields and its arrays' new names: `hw_S` and
+`crc_S` become `image_hw_S` and `image_crc_S`, `doc_offsets` the token stream's offsets, a
+volume's `voxels` its `image`, a table's `missing_J` `num_J_missing`...
 """
 
 from __future__ import annotations
@@ -23,27 +10,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from loaders.format.legacy.arrays import CODECS as OLD_CODECS
-from loaders.format.legacy.arrays import FIELDS
-from loaders.format.legacy.extras import check_extra
-from loaders.format.spec import (
-    ArraySpec,
-    FormatError,
-    Shard,
-    array_name,
-    check_shard,
-    check_spec,
-    count,
-)
+from loaders.format.spec import ArraySpec, FormatError, array_name, array_spec, count
 
-KINDS = ("images", "tokens", "volumes", "table", "samples")
-STORAGES = ("npy", "h5")
+CODECS = ("raw", "ragged", "jpeg")  # the codecs of versions 1 and 2
 Json = dict[str, Any]
 
 
 def upgrade(d: Json) -> Json:
     """Manifest `d` of version 1, 2 or 3 as a version 4 object (shards inline, the files as
-    they are); FormatError for one that was not valid then."""
+    they are); FormatError for one that no version 4 description fits."""
     version, kind = d["format_version"], d.get("kind")
     if (kind == "samples") != (version == 3):
         said = [3] if kind == "samples" else [1, 2]
@@ -51,59 +26,27 @@ def upgrade(d: Json) -> Json:
             f"format version {version} is not one of {said}. "
             "HINT: repack with this version of prep, or install the prep that wrote it."
         )
+    if kind not in KINDS:
+        raise FormatError(f"kind {kind!r} is not one of {tuple(KINDS)}")
     arrays = {k: _spec(k, v, version) for k, v in d["arrays"].items()}
-    shards = [Shard.from_dict(s) for s in d["shards"]]
-    for i, shard in enumerate(shards):
-        check_shard(i, shard, arrays)
-    if kind not in KINDS or d["storage"] not in STORAGES:
-        raise FormatError(
-            f"kind {kind!r} / storage {d['storage']!r} is not one of {KINDS} / {STORAGES}"
-        )
-    classes = d.get("classes")
-    if classes is not None and not (
-        isinstance(classes, list) and all(isinstance(c, str) for c in classes)
-    ):
-        raise FormatError(f"classes {str(classes)[:40]} is not a list of names or null")
-    total = sum(s.count for s in shards)
-    if d.get("num_samples", total) != total:
-        raise FormatError(
-            f"the manifest says {d['num_samples']} samples but its shards hold {total}"
-        )
-    check_extra(d, arrays, total)
     out: Json = {k: d[k] for k in ("format", "format_version", "storage") if k in d}
     out |= {k: d[k] for k in ("config", "rejects", "tool_version", "num_samples") if k in d}
-    out["command"] = COMMANDS[kind]
-    extra = dict(d.get("extra", {}))
-    fields, renames = KIND_FIELDS[kind](arrays, extra, classes, d.get("config", {}))
-    out["fields"], out["extra"] = fields, extra
-    out["arrays"] = {}
+    command, translate = KINDS[kind]
+    extra = dict(d.get("extra", {}))  # an object: checked before (Manifest.from_dict)
+    fields, renames = translate(arrays, extra, d.get("classes"), d.get("config", {}))
+    out |= {"command": command, "fields": fields, "extra": extra, "arrays": {}}
     for name, spec in arrays.items():
         to = renames.get(name, name)
         if to is not None:
-            out["arrays"][to] = _renamed(spec, to) | CODECS.get((kind, to), {})
-    out["shards"] = [_shard(s, d["shards"][i], renames, kind) for i, s in enumerate(shards)]
+            out["arrays"][to] = _renamed(spec, to) | RECODED.get((kind, to), {})
+    out["shards"] = [_shard(s, renames, kind) for s in d["shards"]]
     return out
 
 
-COMMANDS = {"images": "pack", "tokens": "tokenize", "volumes": "volumes", "table": "table"}
-COMMANDS["samples"] = "samples"
-
-
 def _spec(name: str, v: Json, version: int) -> ArraySpec:
-    """A version 1-3 array entry, checked against its kind as then."""
-    spec = ArraySpec(v["field"], v["size"], v["dtype"], tuple(v["shape"]), v.get("codec", "raw"))
-    check_spec(name, spec)
-    if spec.codec not in OLD_CODECS:
-        raise FormatError(f"array {name}: codec {spec.codec!r} is not one of {OLD_CODECS}")
-    kind = v.get("kind") if version >= 3 else None
-    legacy = FIELDS.get(kind or spec.field)
-    if legacy is None:
-        raise FormatError(
-            f"array {name}: field {kind or spec.field!r} is not one of {sorted(FIELDS)}"
-        )
-    problem = legacy.problem(spec)
-    if problem is not None:
-        raise FormatError(f"array {name}: {problem}")
+    spec = array_spec(name, v, pixels=False)  # a table's column index is no side in px
+    if spec.codec not in CODECS:
+        raise FormatError(f"array {name}: codec {spec.codec!r} is not one of {CODECS}")
     if spec.ragged and version < 2:
         raise FormatError(f"array {name}: codec {spec.codec} needs format version 2")
     return spec
@@ -111,8 +54,8 @@ def _spec(name: str, v: Json, version: int) -> ArraySpec:
 
 # The arrays that became another codec: a token stream or voxels and their offsets array are
 # one ragged array; the foreground index is flat.
-CODECS = {("tokens", "tokens"): {"codec": "ragged"}, ("volumes", "image"): {"codec": "ragged"}}
-CODECS |= {("volumes", "label"): {"codec": "ragged"}, ("volumes", "label_fg"): {"codec": "flat"}}
+RECODED = {("tokens", "tokens"): {"codec": "ragged"}, ("volumes", "image"): {"codec": "ragged"}}
+RECODED |= {("volumes", "label"): {"codec": "ragged"}, ("volumes", "label_fg"): {"codec": "flat"}}
 INDEXED = ("volume_target", "num", "cat", "missing")  # sized by a column's index, not in px
 
 
@@ -127,7 +70,7 @@ def _renamed(spec: ArraySpec, name: str) -> Json:
     return stored
 
 
-def _shard(shard: Shard, raw: Json, renames: dict[str, str | None], kind: str) -> Json:
+def _shard(raw: Json, renames: dict[str, str | None], kind: str) -> Json:
     """A shard's record with its arrays renamed; a token or volume shard's stream and voxels
     take their offsets array as their own offsets."""
     arrays = {}
@@ -143,7 +86,7 @@ def _shard(shard: Shard, raw: Json, renames: dict[str, str | None], kind: str) -
                 arrays[name]["offsets"] = raw["arrays"]["voxel_offsets"]
         if "label_fg" in arrays:
             arrays["label_fg"].pop("offsets", None)
-    return {"count": shard.count, "arrays": arrays, "files": raw["files"], "split": shard.split}
+    return {**raw, "arrays": arrays}
 
 
 Translate = Callable[[dict[str, ArraySpec], Json, Any, Json], tuple[Json, dict[str, str | None]]]
@@ -167,27 +110,20 @@ def _images(arrays: dict[str, ArraySpec], extra: Json, classes: Any, config: Jso
     fields: Json = {"image": image}
     masks = sorted(s.size for s in arrays.values() if s.field == "mask" and s.size)
     if masks:
-        pad = _number(config.get("mask_pad_value"), 0)
         fields["mask"] = {"kind": "mask", "image": "image", "sizes": masks, "mode": image["mode"]}
-        fields["mask"]["pad_value"] = pad
+        fields["mask"]["pad_value"] = _number(config.get("mask_pad_value"), 0)
     if "label" in arrays:
         label = {"kind": "label", "classes": classes}
         fields["label"] = label if classes else {"kind": "label", "dtype": arrays["label"].dtype}
-    if "orig_size" in arrays:
-        fields["orig_size"] = {"kind": "array", "dtype": "uint32", "shape": [2], "wide": True}
-    for name in ("source", "phash", "digest"):
-        if name in arrays:
-            fields[name] = SIDECARS[name]
+    fields |= {name: SIDECARS[name] for name in SIDECARS if name in arrays}
     if "stats" in extra:
         extra["stats"] = {"image": extra["stats"]}
-    renames: dict[str, str | None] = {}
-    for name, s in arrays.items():
-        if s.field in ("hw", "crc"):
-            renames[name] = array_name(f"image_{s.field}", s.size)
-    return fields, renames
+    sides = [(name, s) for name, s in arrays.items() if s.field in ("hw", "crc")]
+    return fields, {name: array_name(f"image_{s.field}", s.size) for name, s in sides}
 
 
-SIDECARS = {
+SIDECARS = {  # the size-free arrays of an images dataset that are a field of their own
+    "orig_size": {"kind": "array", "dtype": "uint32", "shape": [2], "wide": True},
     "source": {"kind": "text"},
     "phash": {"kind": "array", "dtype": "uint64", "shape": [], "wide": True},
     "digest": {"kind": "array", "dtype": "uint8", "shape": [32]},
@@ -220,23 +156,19 @@ def _volumes(arrays: dict[str, ArraySpec], extra: Json, classes: Any, config: Js
     image: Json = {"kind": "volume", "dtype": arrays["voxels"].dtype}
     image["orient"] = str(extra.pop("orient", "RAS"))
     fields: Json = {"image": image}
-    renames: dict[str, str | None] = {
-        "voxels": "image",
-        "volume_shape": "image_shape",
-        "voxel_offsets": None,
-    }
+    renames: dict[str, str | None] = {"voxels": "image", "volume_shape": "image_shape"}
+    renames["voxel_offsets"] = None  # the voxels' offsets (_shard)
     if "label_voxels" in arrays:
         fg = "fg_voxels" in arrays
         fields["label"] = {"kind": "volume_label", "volume": "image", "foreground": fg}
         renames |= {"label_voxels": "label", "fg_voxels": "label_fg"}
         renames["fg_offsets"] = "label_fg_offsets"
     for t in extra.pop("targets", None) or []:
-        spec = arrays[t["array"]]
         fields[t["array"]] = {
             "kind": "column",
             "name": str(t.get("column", t["array"])),
             "role": "target",
-            "dtype": spec.dtype,
+            "dtype": arrays[t["array"]].dtype,
             "vocab": t.get("classes"),
             "first_code": 0 if t.get("classes") is not None else None,
         }
@@ -271,15 +203,9 @@ def _samples(arrays: dict[str, ArraySpec], extra: Json, classes: Any, config: Js
     audio = extra.pop("audio", None)
     if isinstance(audio, dict) and isinstance(fields.get("audio"), dict):
         a = fields["audio"]
-        fields["audio"] = {
-            "kind": "audio",
-            "dtype": a.get("dtype"),
-            "channels": audio.get("channels"),
-            "rate": audio.get("rate"),
-            "max_seconds": audio.get("max_seconds"),
-            "resampler": audio.get("resampler"),
-            "mono": list(a.get("shape", [])) == [None],
-        }
+        said = {k: audio.get(k) for k in ("channels", "rate", "max_seconds", "resampler")}
+        mono = list(a.get("shape", [])) == [None]
+        fields["audio"] = {"kind": "audio", "dtype": a.get("dtype"), **said, "mono": mono}
     video = extra.pop("video", None)
     named = False
     for name, f in fields.items():
@@ -293,10 +219,11 @@ def _samples(arrays: dict[str, ArraySpec], extra: Json, classes: Any, config: Js
     return fields, {}
 
 
-KIND_FIELDS: dict[str, Translate] = {
-    "images": _images,
-    "tokens": _tokens,
-    "volumes": _volumes,
-    "table": _table,
-    "samples": _samples,
+# Each kind's command (what wrote it) and its translation into fields
+KINDS: dict[str, tuple[str, Translate]] = {
+    "images": ("pack", _images),
+    "tokens": ("tokenize", _tokens),
+    "volumes": ("volumes", _volumes),
+    "table": ("table", _table),
+    "samples": ("samples", _samples),
 }
