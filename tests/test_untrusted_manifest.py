@@ -205,9 +205,9 @@ def test_value_checks_run_in_bounded_memory(
     """A chunked pass: 8 MB of tokens read 1 MB at a time, the bad id in the last chunk."""
     n = 4_000_000
     root = tokens(tmp_path / "tok", [[1] * (n - 1) + [299]], vocab_size=300)
-    from loaders.format import values
+    from loaders.fields import checks
 
-    monkeypatch.setattr(values, "CHUNK_BYTES", 1 << 20)
+    monkeypatch.setattr(checks, "CHUNK_BYTES", 1 << 20)
     edit_manifest(root, lambda d: d["fields"]["tokens"].update(vocab_size=299))
     m = read_manifest(root)
     tracemalloc.start()

@@ -36,34 +36,27 @@ KINDS: dict[str, type[Field]] = {
 }
 
 
-def fields_from(described: Any, source: object, declared: bool = False) -> dict[str, Field]:
-    """The fields a manifest's `fields` describes; FormatError naming `source` if odd.
-    `declared`: names a user gave (check_name's rule)."""
-    if not isinstance(described, dict) or not described:
-        raise FormatError(f"{source}: fields is not a mapping of field names")
-    out: dict[str, Field] = {}
-    for name, d in described.items():
-        problem = check_name(name, declared)
-        cls = KINDS.get(str(d.get("kind"))) if isinstance(d, dict) else None
-        if problem is None and cls is None:
-            problem = f"field {name!r} has no kind of {sorted(KINDS)}"
-        if problem is None:
-            try:
-                out[name] = cls.from_description(d)  # type: ignore[union-attr]
-            except (TypeError, ValueError, OverflowError) as e:  # OverflowError: int(Infinity)
-                problem = f"field {name!r} is not a {d['kind']} field ({e})"
-        if problem is not None:
-            raise FormatError(f"{source}: {problem}. HINT: repack the dataset")
-    return out
-
-
 def declared(m: Any) -> dict[str, Field]:
     """The fields of manifest `m`, checked once (each valid for its kind, its arrays the
     manifest's, every array claimed, placed on an image field, their `extra`) and kept on it."""
     found: dict[str, Field] | None = getattr(m, "_declared", None)
     if found is not None:
         return found
-    found = fields_from(m.fields, "fields")
+    if not isinstance(m.fields, dict) or not m.fields:
+        raise FormatError("fields: fields is not a mapping of field names")
+    found = {}
+    for name, d in m.fields.items():
+        problem = check_name(name, declared=False)  # a table's num_3 ends like a sized array
+        cls = KINDS.get(str(d.get("kind"))) if isinstance(d, dict) else None
+        if problem is None and cls is None:
+            problem = f"field {name!r} has no kind of {sorted(KINDS)}"
+        if problem is None:
+            try:
+                found[name] = cls.from_description(d)  # type: ignore[union-attr]
+            except (TypeError, ValueError, OverflowError) as e:  # OverflowError: int(Infinity)
+                problem = f"field {name!r} is not a {d['kind']} field ({e})"
+        if problem is not None:
+            raise FormatError(f"fields: {problem}. HINT: repack the dataset")
     claimed: dict[str, str] = {}
     for name, f in found.items():
         problem = f.check_arrays(name, m.arrays)

@@ -29,9 +29,7 @@ class FieldError(ValueError):
 
 
 class Reading(Protocol):
-    """What a field's decoder is given of a batch (loaders.datasets.samples). `crops(image)`:
-    image field `image`'s load-time crops, (top, left, height, width) (B, 4), and the (h, w)
-    they are resized to; None: no crop."""
+    """What a field's decoder is given of a batch (loaders.datasets.samples)."""
 
     size: int | None  # the dataset's size, for sized fields
 
@@ -39,13 +37,15 @@ class Reading(Protocol):
     def pieces(self, name: str) -> list[np.ndarray]: ...  # a ragged array's samples, each flat
     def images(self, field: Field, name: str) -> Any: ...  # decoded, cropped: (B, C, H, W)
     def where(self, name: str) -> Sequence[str]: ...  # each sample's "FILE (shard S, sample K)"
+    # image field `image`'s load-time crops (top, left, height, width) (B, 4) and the (h, w)
+    # they are resized to; None: no crop
     def crops(self, image: str) -> tuple[np.ndarray, tuple[int, int]] | None: ...
 
 
 @dataclass(frozen=True)
 class Field:
-    """One field kind (its name in loaders.fields.KINDS), a frozen dataclass whose
-    fields are the declaration; each method below is what a kind may say of itself."""
+    """One field kind (its name in loaders.fields.KINDS), a frozen dataclass whose fields are
+    the declaration; each method below is what a kind may say of itself."""
 
     kind: ClassVar[str]
     ragged: ClassVar[bool] = False  # a ragged field's batches follow a policy (pad, list, jagged)
@@ -70,8 +70,7 @@ class Field:
         return (declared.shape,)
 
     def follows(self) -> str | None:
-        """What a transform pipeline moves this field as (loaders.datasets.roles): "image",
-        "mask", "boxes"..., a box's row ("per_box"), the image's class ("label"), or None."""
+        """What transforms move this field as (loaders.datasets.roles): "image", "per_box"..."""
         return None
 
     def dtypes(self, declared: ArraySpec) -> tuple[str, ...]:
@@ -126,9 +125,8 @@ class Field:
         return declared.dtype
 
     def value(self, name: str, piece: Piece, size: int | None) -> Any:
-        """One sample as numpy, as stored (what `prep preview`, the report and dupes show), at
-        `size` for a sized field, from `piece` (any array of the dataset: an image's sides
-        too); FormatError for a stored sample that does not decode."""
+        """One sample as numpy, as stored, at `size` (what `prep preview` and the report show);
+        FormatError for a stored sample that does not decode."""
         return piece(name)
 
     def pictures(self, value: Any) -> list[tuple[np.ndarray, str]]:
@@ -170,8 +168,8 @@ def _tuples(v: Any) -> Any:
 
 
 def check_name(name: str, declared: bool = True) -> str | None:
-    """Why `name` cannot name a field (None: it can). Only a manifest's may end like a sized
-    array's name (a table's column num_3: its arrays are checked against the others')."""
+    """Why `name` cannot name a field (None: it can); only a manifest's (not `declared`) may end
+    like a sized array's name (a table's column num_3)."""
     if not isinstance(name, str) or not name.isidentifier():
         return f"field name {name!r} is not a Python identifier"
     if name in RESERVED or name.endswith(RESERVED_SUFFIXES):
@@ -182,8 +180,7 @@ def check_name(name: str, declared: bool = True) -> str | None:
 
 
 def as_array(value: Any, dtype: np.dtype[Any]) -> np.ndarray:
-    """`value` as an ndarray of `dtype`: an ndarray must have it already (no silent cast);
-    numbers and lists are converted if they fit."""
+    """`value` as `dtype`: an ndarray must have it (no silent cast), numbers and lists fit it."""
     if isinstance(value, np.ndarray):
         if value.dtype != dtype:
             raise FieldError("field_dtype", f"dtype {value.dtype}, the field says {dtype}")
@@ -224,10 +221,9 @@ def tensor(values: np.ndarray) -> Any:
 def ragged_batch(
     name: str, pieces: list[np.ndarray], row: tuple[int, ...], policy: str
 ) -> dict[str, Any]:
-    """A batch of a ragged field by `policy` (RAGGED_POLICIES): `pad` (padded to the longest,
+    """A batch of a ragged field's flat samples of rows `row`, by `policy`: `pad` (to the longest,
     with `NAME_len`), `list` (a tensor a sample, as torchvision's detection models take them) or
-    `jagged` (torch.nested.nested_tensor_from_jagged); `pieces` are the samples' flat elements,
-    `row` the shape of one of their rows.
+    `jagged` (torch.nested.nested_tensor_from_jagged).
 
     >>> out = ragged_batch("b", [np.arange(4.0), np.zeros(0)], (2,), "pad")
     >>> out["b"].shape, out["b_len"].tolist()
@@ -254,8 +250,7 @@ def ragged_batch(
 
 
 def encode_source(path: str) -> np.ndarray:
-    """A source path as stored (a Text field's sample): UTF-8, uint8 (n,), with the bytes of
-    undecodable file names kept.
+    """A source path as a Text field's sample, the bytes of undecodable file names kept.
 
     >>> decode_source(encode_source("cat/001.jpg"))
     'cat/001.jpg'

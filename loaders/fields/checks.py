@@ -1,23 +1,191 @@
-"""loaders.format.checks with the checks that need the fields: each field's `problems` on the
-small arrays of a shard, its `limits` and `strings` in `prep verify`'s bounded pass."""
+"""Checking a dataset folder against its manifest (FORMAT.md, "What readers refuse"): its files,
+every array's header, each array's counts and offsets, then each field's `problems`; `prep verify`
+also reads every value against the fields' `limits` and `strings`, CHUNK_BYTES at a time (memory
+stays bounded; a remote backend runs the same on its cached files)."""
 
 from __future__ import annotations
 
+import bisect
+import codecs
 import functools
-from collections.abc import Iterator, Mapping
+import math
+import os
+import stat
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from loaders.fields import declared
-from loaders.format import checks
-from loaders.format.arrays import Layout, read_layout, read_manifest, safe_path
-from loaders.format.schema import Manifest, Shard, array_name
-from loaders.format.values import Arrays
+from loaders.fields.text import MAX_JSON_BYTES, parse_json
+from loaders.format.arrays import (
+    Arrays,
+    Layout,
+    check_array,
+    read_layout,
+    read_manifest,
+    safe_path,
+    sha256_file,
+)
+from loaders.format.schema import OFFSETS, FormatError, Manifest, Shard, array_name
+from loaders.format.spec import problems_error
+
+CHUNK_BYTES = 16 << 20  # read at a time by the value checks (one chunk in memory: 16 MB)
+PathOf = Callable[[str], Path]  # a manifest file name -> the local file (FormatError: refused)
 
 
-def field_problems(manifest: Manifest, shard: Shard, arrays: Arrays) -> list[str]:
+def check_files(
+    root: Path,
+    manifest: Manifest,
+    checksums: bool = False,
+    values: bool | None = None,
+    layouts: dict[int, Arrays] | None = None,
+) -> list[str]:
+    """check_shard's problems of every shard, its files in `root` (empty: all good). `values`
+    defaults to `checksums`: a pass that reads every byte (`prep verify`) also checks every
+    value. `layouts` gets each shard's checked arrays (a store maps them as they are)."""
+    path_of = functools.partial(safe_path, Path(root))
+    values = checksums if values is None else values
+
+    def one(i: int) -> list[str]:
+        found: Arrays = {}
+        problems = check_shard(manifest, i, path_of, checksums=checksums, values=values, out=found)
+        if layouts is not None:
+            layouts[i] = found
+        return problems
+
+    shards = range(len(manifest.shards))
+    if not checksums or len(shards) < 2:
+        return [p for i in shards for p in one(i)]
+    # Reading every byte: sha256 and numpy release the GIL, so shards check on every core
+    with ThreadPoolExecutor(min(4, len(os.sched_getaffinity(0)))) as pool:
+        return [p for found in pool.map(one, shards) for p in found]
+
+
+def check_one(root: Path, manifest: Manifest, shard: int, out: Arrays) -> list[str]:
+    """check_files of one shard of the folder `root` (`out` gets its arrays' layouts)."""
+    return check_shard(manifest, shard, functools.partial(safe_path, Path(root)), out=out)
+
+
+def load_manifest(root: Any) -> Manifest:
+    """A dataset folder's manifest, with its fields and every file checked (FormatError naming
+    the first problems)."""
+    manifest = read_manifest(root)
+    declared(manifest)
+    problems = check_files(Path(root), manifest)
+    if problems:
+        raise problems_error(problems)
+    return manifest
+
+
+def check_shard(
+    manifest: Manifest,
+    index: int,
+    path_of: PathOf,
+    *,
+    checksums: bool = False,
+    values: bool = False,
+    out: Arrays | None = None,
+) -> list[str]:
+    """Problems of shard `index`, whose files `path_of` finds (a folder's, or a cache's copies),
+    one line each starting "shard INDEX: ": its files, byte sizes, dtypes and shapes, counts and
+    offsets, then its fields' checks; `checksums` also recomputes sha256, and `values` reads
+    every value. `out` gets the shard's arrays as check_array laid them out."""
+    shard = manifest.shards[index]
+    files: dict[str, tuple[Path, int]] = {}  # file name -> its path and byte size, checked
+    found = _file_problems(path_of, shard, checksums, files) + array_problems(manifest, shard)
+    layouts: Arrays = {} if out is None else out
+    if not found:  # the files are there and whole: read their headers
+        names = [(n, n + OFFSETS) if r.offsets else (n,) for n, r in shard.arrays.items()]
+        for name in (n for group in names for n in group):
+            ref, spec = manifest.ref(index, name)
+            path, size = files[ref.file]
+            try:
+                layouts[name] = path, check_array(path, ref, spec, name, size)
+            except FormatError as e:
+                found.append(str(e))
+    if not found:
+        found = array_counts(manifest, shard, layouts)
+    if not found:
+        found = field_problems(manifest, layouts)
+    if not found and values:
+        found = value_problems(manifest, shard, layouts)
+    return [f"shard {index}: {p}" for p in found]
+
+
+def _file_problems(
+    path_of: PathOf, shard: Shard, checksums: bool, files: dict[str, tuple[Path, int]]
+) -> list[str]:
+    """Each file of the shard a regular file of its byte size (and sha256 with `checksums`);
+    `files` gets the path and size of each good one."""
+    found = []
+    for rel, info in shard.files.items():
+        try:
+            path = path_of(rel)
+            st = os.stat(path)
+        except FormatError as e:
+            found.append(str(e))
+        except OSError:
+            found.append(f"{path} is missing")
+        else:
+            if not stat.S_ISREG(st.st_mode):
+                found.append(f"{path} is not a regular file")
+            elif st.st_size != info.bytes:
+                found.append(f"{path} is {st.st_size} bytes, manifest says {info.bytes}")
+            elif checksums and sha256_file(path) != info.sha256:
+                found.append(f"{path} checksum differs from the manifest")
+            else:
+                files[rel] = path, st.st_size
+    return found
+
+
+def array_problems(manifest: Manifest, shard: Shard) -> list[str]:
+    """The shard's arrays against the manifest and the shard's files, without reading a file:
+    declared arrays it lacks, arrays not declared, arrays in files it does not list."""
+    found = [
+        f"array {name} is declared in the manifest but has no file"
+        for name in sorted(set(manifest.arrays) - set(shard.arrays))
+    ]
+    for name, ref in shard.arrays.items():
+        if name not in manifest.arrays:
+            found.append(f"array {name} is not declared in the manifest")
+        elif ref.file not in shard.files:
+            found.append(f"array {name} is in {ref.file}, not among its files")
+        elif ref.offsets is not None and ref.offsets.file not in shard.files:
+            found.append(f"array {name} has offsets in {ref.offsets.file}, not among its files")
+    return found
+
+
+def array_counts(manifest: Manifest, shard: Shard, arrays: Arrays) -> list[str]:
+    """Every raw array has the shard's count of samples; a ragged one count + 1 offsets from 0,
+    never decreasing, to its data's end (a flat array is its field's to check). `arrays` may
+    hold some of the shard's arrays only (a URL's, as they arrive)."""
+    found = []
+    for name, ref in shard.arrays.items():
+        spec = manifest.arrays.get(name)
+        if name not in arrays or spec is None or spec.codec == "flat":
+            continue
+        if ref.offsets is None:
+            if ref.length != shard.count:
+                found.append(f"array {name} has {ref.length} samples, the shard {shard.count}")
+            continue
+        if name + OFFSETS not in arrays:
+            continue
+        path, layout = arrays[name + OFFSETS]
+        off = read_layout(path, layout).reshape(-1)
+        ok = len(off) == shard.count + 1 and (not len(off) or off[0] == 0)
+        # compared, not subtracted: np.diff wraps around int64 ([0, 2**63 - 1, -2] once passed)
+        ok = ok and bool(np.all(off[1:] >= off[:-1]))
+        if not ok or (len(off) and off[-1] != ref.length):
+            found.append(
+                f"{path}: the offsets of {name} are not {shard.count + 1} from 0 to its end"
+            )
+    return found
+
+
+def field_problems(manifest: Manifest, arrays: Arrays) -> list[str]:
     """Each field's problems in one shard, reading only the arrays a check uses (offsets, labels,
     sides: never the pixels or text), each once. A field is checked once all of its arrays are
     in `arrays` (a URL's files arrive one by one)."""
@@ -30,42 +198,10 @@ def field_problems(manifest: Manifest, shard: Shard, arrays: Arrays) -> list[str
     return found
 
 
-def value_limits(manifest: Manifest) -> tuple[dict[str, tuple[int, str]], dict[str, bool]]:
-    """Every field's value bounds and string arrays (Field.limits, Field.strings)."""
-    limits: dict[str, tuple[int, str]] = {}
-    strings: dict[str, bool] = {}
-    for name, f in declared(manifest).items():
-        limits |= f.limits(name)
-        strings |= f.strings(name)
-    return limits, strings
-
-
-def check_files(root: Path, manifest: Manifest, **kw: Any) -> list[str]:
-    """loaders.format.checks.check_files with the fields' checks."""
-    return checks.check_files(root, manifest, fields=field_problems, limits=value_limits, **kw)
-
-
-def check_one(root: Path, manifest: Manifest, shard: int, out: Arrays) -> list[str]:
-    """check_files of one shard of the folder `root` (`out` gets its arrays' layouts)."""
-    path_of = functools.partial(safe_path, Path(root))
-    return checks.check_shard(manifest, shard, path_of, out=out, fields=field_problems)
-
-
-def load_manifest(root: Any) -> Manifest:
-    """A dataset folder's manifest, with its fields and every file checked (FormatError naming
-    the first problems)."""
-    manifest = read_manifest(root)
-    declared(manifest)
-    problems = check_files(Path(root), manifest)
-    if problems:
-        raise checks.problems_error(problems)
-    return manifest
-
-
 class _Read(Mapping[str, np.ndarray]):
     """A shard's arrays by name, each read whole the first time a check asks for it."""
 
-    def __init__(self, layouts: dict[str, tuple[Path, Layout]]):
+    def __init__(self, layouts: Arrays):
         self.layouts, self.read = layouts, dict[str, np.ndarray]()
 
     def __getitem__(self, name: str) -> np.ndarray:
@@ -81,3 +217,106 @@ class _Read(Mapping[str, np.ndarray]):
 
     def __len__(self) -> int:
         return len(self.layouts)
+
+
+def value_problems(manifest: Manifest, shard: Shard, arrays: Arrays) -> list[str]:
+    """Values of one shard out of its fields' bounds, one line each naming the file: Field.limits
+    (token ids, table and target codes pass every other check, then fail on the GPU) and
+    Field.strings (UTF-8 text, JSON of at most 1 MiB)."""
+    fields = declared(manifest).items()
+    strings = {a: json for name, f in fields for a, json in f.strings(name).items()}
+    limits = {a: bound for name, f in fields for a, bound in f.limits(name).items()}
+    found = []
+    for name, json in sorted(strings.items()):
+        if name in arrays and name + OFFSETS in arrays:
+            off = read_layout(*arrays[name + OFFSETS])
+            problem = string_problem(name, *arrays[name], off, json)
+            found += [problem] if problem else []
+    for name, (top, what) in sorted(limits.items()):
+        if name not in arrays or not shard.arrays[name].length:
+            continue
+        path, layout = arrays[name]
+        if layout[1].kind not in "iu":
+            found.append(f"{path}: {name} holds {layout[1]}, not the integer codes it needs")
+            continue
+        low, high = value_range(path, layout) or (0, 0)
+        if low < 0:
+            found.append(f"{path}: {name} holds {low}, not a code (0..{top})")
+        elif high > top:
+            found.append(f"{path}: {what.format(v=high)}")
+    return found
+
+
+def value_range(path: Path, layout: Layout) -> tuple[int, int] | None:
+    """(smallest, largest) value of an integer array, read CHUNK_BYTES at a time (None: empty)."""
+    offset, dtype, shape = layout
+    left = math.prod(shape)
+    step = max(1, CHUNK_BYTES // dtype.itemsize)
+    low, high = None, None
+    with open(path, "rb") as f:
+        f.seek(offset)
+        while left:
+            chunk = np.fromfile(f, dtype, min(step, left))
+            if len(chunk) == 0:  # shorter than checked: shrunk since
+                raise OSError(f"{path} ended early")
+            left -= len(chunk)
+            lo, hi = int(chunk.min()), int(chunk.max())
+            del chunk  # before the next one is read
+            low, high = lo if low is None else min(low, lo), hi if high is None else max(high, hi)
+    return None if low is None or high is None else (low, high)
+
+
+def string_problem(
+    name: str, path: Path, layout: Layout, off: np.ndarray, json: bool
+) -> str | None:
+    """The first sample of ragged uint8 array `name` (offsets `off`) that is not UTF-8 (with
+    `json`: not JSON, or over MAX_JSON_BYTES by its offsets), read a block at a time."""
+    sizes = np.diff(off)
+    big = np.flatnonzero(sizes > (MAX_JSON_BYTES if json else np.inf))
+    if len(big):
+        k = int(big[0])
+        return f"{path}: sample {k} of {name} holds {int(sizes[k]):,} bytes of JSON; at most 1 MiB"
+    decoder, text = codecs.getincrementaldecoder("utf-8")(), list[str]()
+    for k, part, last in _parts(path, layout, off):
+        try:
+            text.append(decoder.decode(part, final=last))
+        except UnicodeDecodeError as e:
+            return f"{path}: sample {k} of {name} is not UTF-8 ({e.reason})"
+        if not last:
+            continue
+        if json:
+            try:
+                parse_json("".join(text))
+            except ValueError as e:
+                return f"{path}: sample {k} of {name} is not JSON ({str(e)[:80]})"
+        decoder.reset()
+        text.clear()
+    return None
+
+
+def _parts(path: Path, layout: Layout, off: np.ndarray) -> Iterator[tuple[int, bytes, bool]]:
+    """Each sample k of a ragged uint8 array as (k, bytes, whether they are its last), read
+    CHUNK_BYTES at a time (a longer sample in parts)."""
+    bounds, start = off.tolist(), layout[0]
+    k, n = 0, len(bounds) - 1
+    with open(path, "rb") as f:
+        while k < n:
+            a = bounds[k]
+            j = max(k + 1, bisect.bisect_right(bounds, a + CHUNK_BYTES, k + 1, n + 1) - 1)
+            f.seek(start + a)
+            if bounds[j] - a <= CHUNK_BYTES:  # whole samples k..j-1 in one read
+                block = _read(f, bounds[j] - a, path)
+                for i in range(k, j):
+                    yield i, block[bounds[i] - a : bounds[i + 1] - a], True
+            else:  # one sample longer than a block
+                for pos in range(a, bounds[j], CHUNK_BYTES):
+                    end = min(pos + CHUNK_BYTES, bounds[j])
+                    yield k, _read(f, end - pos, path), end == bounds[j]
+            k = j
+
+
+def _read(f: Any, n: int, path: Path) -> bytes:
+    data = f.read(n)
+    if len(data) != n:  # shorter than checked: shrunk since
+        raise OSError(f"{path} ended early")
+    return data

@@ -1,11 +1,5 @@
 """A table's column (`prep table`), or a per-volume target (`prep volumes --targets`): one value a
-sample in a narrow stored dtype.
-
-`role`: num (a number, read as float32, NaN for missing; times as ns since the epoch), cat (a
-code: 0 missing, 1 unseen in train, then `vocab` from 2) or target (a number, or with `vocab` a
-class id from `first_code`). `type`: what the cells were (int, float, bool, time, string).
-`mask`: missing cells are also stored as NAME_missing (uint8 1). The rest summarises the train
-rows.
+sample in a narrow stored dtype. Its roles, codes and summary: FORMAT.md, "Tables".
 
 >>> Column(name="price", role="num", dtype="float32").arrays("num_0")[0].dtype
 'float32'

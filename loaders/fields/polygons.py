@@ -1,8 +1,6 @@
-"""The polygons field: outlines (COCO's segmentation polygons) in the pixels of an image field as
-stored, placed with it. Arrays: `NAME_S` at each size S (a sample's polygons' (x, y) points,
-float32, ragged) and `NAME_lens` (each polygon's point count, ragged). A load-time `crop=` clips
-each polygon to the crop; one left without area is dropped. Read as a list (a sample) of lists
-of float32 (k, 2) tensors.
+"""The polygons field: outlines (COCO's segmentation polygons) placed on an image field; arrays:
+FORMAT.md, "Field kinds". A load-time `crop=` clips each polygon, dropping one left without area.
+Read as a list (a sample) of lists of float32 (k, 2) tensors.
 
 >>> clip(np.array([[-5, 0], [5, 0], [5, 10], [-5, 10]], np.float64), 8, 8).tolist()
 [[0.0, 0.0], [5.0, 0.0], [5.0, 8.0], [0.0, 8.0]]

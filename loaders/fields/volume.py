@@ -1,12 +1,6 @@
-"""Volume fields (`prep volumes`): a 3-D scan a sample, and its label voxels, read by
-SampleDataset as a list of (1, D, H, W) tensors a batch.
-
-`Volume` NAME stores NAME (each volume's voxels, C order, ragged) and NAME_shape (uint32 (D, H,
-W)); axis k increases toward letter k of `orient`; each volume's geometry (spacing, affine, pad
-value...) is an object of the manifest's `extra.volumes`. `VolumeLabel` NAME stores NAME (uint8
-class ids on its volume's offsets) and, with `foreground`, an index of the labelled voxels for
-PatchDataset: NAME_fg (flat uint32 voxel indices, each volume's by class) and NAME_fg_offsets
-(int64 (256,) a volume: where each class 1..255 ends in NAME_fg).
+"""Volume fields (`prep volumes`): `Volume`, a 3-D scan a sample, and `VolumeLabel`, its label
+voxels and their foreground index; their arrays and `extra.volumes`: FORMAT.md, "Volumes".
+SampleDataset reads them as a list of (1, D, H, W) tensors a batch.
 """
 
 from __future__ import annotations
@@ -41,11 +35,8 @@ class Volume(Field):
     def __post_init__(self) -> None:
         if self.dtype not in ("int16", "uint8", "float16"):
             raise ValueError(f"dtype {self.dtype!r} is not int16, uint8 or float16")
-        if not (
-            isinstance(self.orient, str)
-            and len(self.orient) == 3
-            and set(self.orient) <= set(ORIENT)
-        ):
+        orient = self.orient if isinstance(self.orient, str) else ""
+        if len(orient) != 3 or not set(orient) <= set(ORIENT):
             raise ValueError(f"orient {self.orient!r:.20} is not three of {ORIENT}")
 
     def arrays(self, name: str) -> list[ArraySpec]:
@@ -65,8 +56,7 @@ class Volume(Field):
             raise FormatError("extra.volumes: a volume's metadata has no pad value")
 
     def problems(self, name: str, arrays: Mapping[str, np.ndarray]) -> list[str]:
-        """Each volume's voxels are its shape's product (in Python ints: a size wrapped negative
-        in int64 once let a read return another volume's voxels)."""
+        # Python ints: a size wrapped negative in int64 once let a read return another volume
         sizes = [math.prod(s) for s in arrays[f"{name}_shape"].tolist()]
         off = arrays[name + ".offsets"].tolist()
         if [b - a for a, b in itertools.pairwise(off)] != sizes:
@@ -78,7 +68,7 @@ class Volume(Field):
 
     def pictures(self, value: Any) -> list[tuple[np.ndarray, str]]:
         """The middle slice across each axis (its letter of `orient`), grey: uint8 volumes as
-        stored, others from the 0.5th to the 99.5th percentile of the slices."""
+        stored, others from the 0.5th to the 99.5th percentile."""
         planes = middle_slices(value)
         if value.dtype != np.uint8:
             lo, hi = np.percentile(np.concatenate([p.ravel() for p in planes]), [0.5, 99.5])
@@ -91,8 +81,7 @@ class Volume(Field):
         return "x".join(str(n) for n in np.shape(value))
 
     def lines(self, name: str, m: Any) -> list[str]:
-        """Its dtype and orientation, then each volume's shape and spacing (`extra.volumes`;
-        ranges per axis and the commonest shapes past LISTED volumes)."""
+        """Its dtype and orient, then each volume's shape and spacing (past LISTED: a summary)."""
         lines = [
             f"{name}: volumes of {self.dtype}, axis k increases toward letter k of {self.orient}"
         ]
@@ -118,8 +107,7 @@ class Volume(Field):
 
 
 def _ranges(rows: list[Any]) -> str:
-    """Per axis min..max (one number where they agree), axes joined by x; "?" for rows that
-    are not numbers of one length.
+    """Per axis min..max (one number where they agree), axes joined by x; "?" for odd rows.
 
     >>> _ranges([[3, 4, 5], [4, 4, 5]])
     '3..4x4x5'
@@ -164,8 +152,7 @@ class VolumeLabel(Field):
         return [drawing.blend(p, s) for p, s in zip(pictures, middle_slices(value), strict=True)]
 
     def problems(self, name: str, arrays: Mapping[str, np.ndarray]) -> list[str]:
-        """The labels lie on their volume's voxels; the foreground index bounds each volume's
-        classes in order and holds voxels of its volume only."""
+        """On their volume's voxels; the foreground index bounds each volume's classes, in it."""
         theirs = self.volume + ".offsets"
         if theirs in arrays and not np.array_equal(arrays[name + ".offsets"], arrays[theirs]):
             return [f"the offsets of {name} are not its volume {self.volume}'s"]
@@ -186,8 +173,8 @@ class VolumeLabel(Field):
 
 
 def middle_slices(vol: np.ndarray) -> list[np.ndarray]:
-    """The middle plane across axis 0, 1 and 2, its first axis to the right and its second
-    upward, enlarged by whole voxels to at least SLICE_MIN px a side."""
+    """The middle plane across each axis, its first axis rightward and its second upward,
+    enlarged by whole voxels to at least SLICE_MIN px a side."""
     planes = [np.take(vol, vol.shape[a] // 2, axis=a).T[::-1] for a in range(3)]
     k = max(1, -(-SLICE_MIN // max(1, *(max(p.shape) for p in planes))))
     return [drawing.nearest(p, (p.shape[0] * k, p.shape[1] * k)) for p in planes]

@@ -9,17 +9,17 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the names of _MODULES, typed; at run time __getattr__ imports them
     from loaders.format.arrays import *  # noqa: F403
-    from loaders.format.checks import problems_error  # noqa: F401
     from loaders.format.rejects import iter_rejects  # noqa: F401
     from loaders.format.schema import *  # noqa: F403
+    from loaders.format.spec import problems_error  # noqa: F401
 
 _MODULES = {
     "arrays": "check_array local_resolver map_array map_layout read_manifest read_manifest_file "
     "safe_path sha256_file",
-    "checks": "problems_error",
     "rejects": "iter_rejects",
     "schema": "FORMAT_VERSION MANIFEST NPY_HEADER_BYTES OFFSETS REJECTS STORAGES ArrayRef "
     "ArraySpec FileInfo FormatError Manifest Shard array_name",
+    "spec": "problems_error",
 }
 _EXPORTS = {name: f"loaders.format.{m}" for m, names in _MODULES.items() for name in names.split()}
 __all__ = sorted(_EXPORTS)

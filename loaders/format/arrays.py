@@ -27,11 +27,11 @@ from loaders.format.schema import (
 )
 
 Layout = tuple[int, np.dtype[Any], tuple[int, ...]]  # byte offset, dtype, shape
+Arrays = dict[str, tuple[Path, Layout]]  # a shard's arrays: name -> file, checked layout
 
 
 def safe_path(root: Path, rel: str) -> Path:
-    """`root/rel`, refusing manifest paths that escape the dataset folder: absolute paths, `..`,
-    and links that resolve outside it."""
+    """`root/rel`, refusing paths that leave the folder: absolute, `..`, links out of it."""
     if not isinstance(rel, str) or not rel or "\0" in rel:
         raise FormatError(f"manifest path {rel!r} is not a file name")
     if "/" not in rel and rel not in (".", ".."):  # an entry of root itself (one lstat)
@@ -52,8 +52,7 @@ def safe_path(root: Path, rel: str) -> Path:
 
 
 def read_manifest_file(root: Path) -> tuple[bytes, os.stat_result]:
-    """The bytes of `root`'s manifest and the stat of the file they were read from: one open,
-    so that a rename in between cannot pair one file's bytes with another's stat."""
+    """The bytes of `root`'s manifest and their file's stat (one open: a rename cannot mix two)."""
     path = root / MANIFEST
     try:  # O_NONBLOCK: a FIFO in place of the manifest cannot block the open
         with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:

@@ -1,17 +1,6 @@
-"""The shard index of format version 4: every shard's record in two .npy files beside the
-manifest, mapped and read a shard at a time (opening a dataset reads one column, the counts).
-
-- `shards.npy`: int64 (columns, shards), column-major, so that a column (the counts) is one
-  contiguous read. Columns: `count`, `split` (its index in the manifest's `splits`, -1 for
-  none), `task` (the number in the shard's file names), `length:ARRAY` for every array (a raw
-  array: its count; a ragged one: its data's elements; a flat one: any), `bytes:PART` for
-  every file part.
-- `sha256.npy`: uint8 (shards, parts, 32): each file's digest, in the parts' order.
-
-File names are derived, never stored (`file_name`): a shard's stem is `SPLIT-TASK` (`TASK`
-without a split, 5 digits at least); an .npy dataset has `ARRAY-STEM.npy` for each array and
-`ARRAY-offsets-STEM.npy` for a ragged one's offsets, an .h5 dataset one `shard-STEM.h5` holding
-every part under its name (`ARRAY`, `ARRAY.offsets`).
+"""The shard index of format version 4 (FORMAT.md, "The shard index"): each shard's record a row
+of two .npy files beside the manifest, mapped and read a shard at a time; its files' names are
+derived from the row, never stored.
 
 >>> file_name("image_64", "00003", "npy"), file_name("tokens.offsets", "val-00001", "npy")
 ('image_64-00003.npy', 'tokens-offsets-val-00001.npy')
@@ -21,7 +10,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from tokenize import TokenError
 from typing import Any, overload
@@ -183,35 +172,29 @@ class ShardIndex(Sequence[Shard]):
         split = self.splits[code] if code >= 0 else None
         return shard_of(self.arrays, self.storage, split, task, count, lengths, sizes, digests)
 
-    def __iter__(self) -> Iterator[Shard]:
-        return (self[i] for i in range(len(self)))
 
-
-def check_entry(entry: Any, arrays: Mapping[str, ArraySpec], storage: str) -> int:
-    """The shard count of a manifest's `index` entry, once it names the files and columns this
-    format derives."""
+def open_index(
+    entry: Any,
+    arrays: Mapping[str, ArraySpec],
+    storage: str,
+    splits: Sequence[str],
+    resolve: Resolve | None,
+) -> ShardIndex:
+    """The shard index a manifest's `index` entry names, once the entry names the files and
+    columns this format derives, mapped: each file a regular file of its byte size, an .npy of
+    the dtype and shape the entry implies (never unpickled)."""
     if not isinstance(entry, dict) or not isinstance(entry.get("files"), dict):
         raise FormatError(f"index {str(entry)[:40]} is not an object naming its files")
     n = entry.get("shards")
-    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+    if not count(n):
         raise FormatError(f"index: shards {n!r:.20} is not a number of shards")
     if entry.get("columns") != columns(arrays, storage):
         raise FormatError("index: its columns are not the arrays' (a manifest edited by hand?)")
     if set(entry["files"]) != {SHARDS, DIGESTS}:
         raise FormatError(f"index: files {sorted(entry['files'])[:3]} are not {SHARDS}, {DIGESTS}")
-    return n
-
-
-def open_index(
-    entry: dict[str, Any],
-    arrays: Mapping[str, ArraySpec],
-    storage: str,
-    splits: Sequence[str],
-    resolve: Resolve,
-) -> ShardIndex:
-    """The shard index `entry` (check_entry's) names, mapped: each file a regular file of its
-    byte size, an .npy of the dtype and shape the entry implies (never unpickled)."""
-    n, ncols = entry["shards"], len(entry["columns"])
+    if resolve is None:
+        raise FormatError("its shard index is beside it: open the dataset's folder")
+    ncols = len(entry["columns"])
     want = {SHARDS: ("int64", (ncols, n)), DIGESTS: ("uint8", (n, len(parts(arrays, storage)), 32))}
     got = {}
     for name, (dtype, shape) in want.items():

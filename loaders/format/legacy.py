@@ -1,8 +1,6 @@
-"""Format versions 1-3, read as version 4: a manifest's JSON object translated into the fields that
-describe the same files (which keep their names), which then answer for them as for any version 4
-manifest. Each kind's translator (KINDS) returns its fields and its arrays' new names: `hw_S` and
-`crc_S` become `image_hw_S` and `image_crc_S`, `doc_offsets` the token stream's offsets, a
-volume's `voxels` its `image`, a table's `missing_J` `num_J_missing`...
+"""Format versions 1-3, read as version 4 (FORMAT.md, "Older versions"): a manifest's JSON object
+translated into the fields that describe the same files, which keep their names. Each kind's
+translator (KINDS) returns its fields and its arrays' new names.
 """
 
 from __future__ import annotations
@@ -28,7 +26,13 @@ def upgrade(d: Json) -> Json:
         )
     if kind not in KINDS:
         raise FormatError(f"kind {kind!r} is not one of {tuple(KINDS)}")
-    arrays = {k: _spec(k, v, version) for k, v in d["arrays"].items()}
+    # pixels=False: a table's column index is no side in px
+    arrays = {k: array_spec(k, v, pixels=False) for k, v in d["arrays"].items()}
+    for name, spec in arrays.items():
+        if spec.codec not in CODECS:
+            raise FormatError(f"array {name}: codec {spec.codec!r} is not one of {CODECS}")
+        if spec.ragged and version < 2:
+            raise FormatError(f"array {name}: codec {spec.codec} needs format version 2")
     out: Json = {k: d[k] for k in ("format", "format_version", "storage") if k in d}
     out |= {k: d[k] for k in ("config", "rejects", "tool_version", "num_samples") if k in d}
     command, translate = KINDS[kind]
@@ -38,24 +42,16 @@ def upgrade(d: Json) -> Json:
     for name, spec in arrays.items():
         to = renames.get(name, name)
         if to is not None:
-            out["arrays"][to] = _renamed(spec, to) | RECODED.get((kind, to), {})
+            recoded = {"codec": RECODED[kind, to][0]} if (kind, to) in RECODED else {}
+            out["arrays"][to] = _renamed(spec, to) | recoded
     out["shards"] = [_shard(s, renames, kind) for s in d["shards"]]
     return out
 
 
-def _spec(name: str, v: Json, version: int) -> ArraySpec:
-    spec = array_spec(name, v, pixels=False)  # a table's column index is no side in px
-    if spec.codec not in CODECS:
-        raise FormatError(f"array {name}: codec {spec.codec!r} is not one of {CODECS}")
-    if spec.ragged and version < 2:
-        raise FormatError(f"array {name}: codec {spec.codec} needs format version 2")
-    return spec
-
-
-# The arrays that became another codec: a token stream or voxels and their offsets array are
-# one ragged array; the foreground index is flat.
-RECODED = {("tokens", "tokens"): {"codec": "ragged"}, ("volumes", "image"): {"codec": "ragged"}}
-RECODED |= {("volumes", "label"): {"codec": "ragged"}, ("volumes", "label_fg"): {"codec": "flat"}}
+# The arrays that became another codec, and the array whose offsets are now theirs: a token
+# stream or voxels and their offsets array are one ragged array; the foreground index is flat.
+RECODED = {("tokens", "tokens"): ("ragged", "doc_offsets"), ("volumes", "label_fg"): ("flat", None)}
+RECODED |= {("volumes", name): ("ragged", "voxel_offsets") for name in ("image", "label")}
 INDEXED = ("volume_target", "num", "cat", "missing")  # sized by a column's index, not in px
 
 
@@ -71,25 +67,16 @@ def _renamed(spec: ArraySpec, name: str) -> Json:
 
 
 def _shard(raw: Json, renames: dict[str, str | None], kind: str) -> Json:
-    """A shard's record with its arrays renamed; a token or volume shard's stream and voxels
-    take their offsets array as their own offsets."""
+    """A shard's record with its arrays renamed, and recoded (RECODED)."""
     arrays = {}
     for name, ref in raw["arrays"].items():
         to = renames.get(name, name)
         if to is not None:
             arrays[to] = dict(ref)
-    if kind == "tokens":
-        arrays["tokens"]["offsets"] = raw["arrays"]["doc_offsets"]
-    if kind == "volumes":
-        for name in ("image", "label"):
-            if name in arrays:
-                arrays[name]["offsets"] = raw["arrays"]["voxel_offsets"]
-        if "label_fg" in arrays:
-            arrays["label_fg"].pop("offsets", None)
+        if (kind, to) in RECODED:
+            offsets = RECODED[kind, to][1]
+            arrays[to]["offsets"] = raw["arrays"][offsets] if offsets else None
     return {**raw, "arrays": arrays}
-
-
-Translate = Callable[[dict[str, ArraySpec], Json, Any, Json], tuple[Json, dict[str, str | None]]]
 
 
 def _images(arrays: dict[str, ArraySpec], extra: Json, classes: Any, config: Json) -> Any:
@@ -220,7 +207,7 @@ def _samples(arrays: dict[str, ArraySpec], extra: Json, classes: Any, config: Js
 
 
 # Each kind's command (what wrote it) and its translation into fields
-KINDS: dict[str, tuple[str, Translate]] = {
+KINDS: dict[str, tuple[str, Callable[..., tuple[Json, dict[str, str | None]]]]] = {
     "images": ("pack", _images),
     "tokens": ("tokenize", _tokens),
     "volumes": ("volumes", _volumes),

@@ -139,12 +139,7 @@ class Manifest:
             raise FormatError(f"splits {str(splits)[:40]} is not a list of names")
         shards: Sequence[Shard]
         if "index" in d:
-            n = ix.check_entry(d["index"], arrays, d["storage"])
-            if resolve is None:
-                raise FormatError("its shard index is beside it: open the dataset's folder")
             shards = ix.open_index(d["index"], arrays, d["storage"], splits, resolve)
-            if len(shards) != n:
-                raise FormatError(f"index: {len(shards)} shards, the manifest says {n}")
         else:
             shards = [Shard.from_dict(s) for s in d["shards"]]
             for i, shard in enumerate(shards):

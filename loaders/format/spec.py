@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
@@ -36,6 +36,12 @@ def smallest_uint(max_value: int) -> str:
 
 class FormatError(ValueError):
     """The dataset folder does not match its manifest, or the manifest is not one we read."""
+
+
+def problems_error(problems: list[str]) -> FormatError:
+    """One FormatError line for check_files' problems: the first three, and how many more."""
+    more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+    return FormatError("; ".join(problems[:3]) + more + ". HINT: run `prep verify`, repack")
 
 
 @dataclass(frozen=True)
@@ -112,7 +118,7 @@ def is_sha256(value: object) -> bool:
     return isinstance(value, str) and SHA256.fullmatch(value) is not None
 
 
-def count(value: Any) -> bool:
+def count(value: Any) -> TypeGuard[int]:
     """A number of things: a non-negative int, not a bool."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 

@@ -25,8 +25,7 @@ from loaders.format import (
     read_manifest_file,
     safe_path,
 )
-from loaders.format.arrays import Layout
-from loaders.format.values import Arrays
+from loaders.format.arrays import Arrays, Layout
 
 # A quarter of this process's open-file limit, 16 to 512: each map holds a descriptor, the rest
 # are for DataLoader pipes, sockets and the user's files.

@@ -1,6 +1,6 @@
-"""The folder checks of loaders.format run on a URL's local copies, their lines naming the remote
-files: when a file arrives in the cache, on the arrays read with it, before its first read in
-the process (`arrival_problems`); for `prep verify URL`, on every shard, downloaded to a
+"""A folder's checks (loaders.fields.checks) run on a URL's local copies, their lines naming
+the remote files: when a file arrives in the cache, on the arrays read with it, before its first
+read in the process (`arrival_problems`); for `prep verify URL`, on every shard, downloaded to a
 temporary folder in the cache's folder, with checksums and values (`url_problems`).
 """
 
@@ -13,9 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from loaders.fields import declared, field_of
-from loaders.fields.checks import field_problems, value_limits
+from loaders.fields.checks import array_problems, check_shard
 from loaders.format import FormatError, Manifest, Shard, array_name
-from loaders.format.checks import array_problems, check_shard
 from loaders.remote.storage import Storage, Url, name_problem
 
 THREADS = 4  # downloads at once while verifying
@@ -82,8 +81,6 @@ def copy_problems(
         copies.__getitem__,
         checksums=checksums,
         values=checksums,
-        fields=field_problems,
-        limits=value_limits,
     )
     names = sorted(((str(p), str(url / n)) for n, p in copies.items()), reverse=True)
     for path, remote in names:  # the local copies' paths -> the URLs they came from
