@@ -1,5 +1,5 @@
-"""The audio field (`prep audio`): a clip's samples at one rate, ragged (others than mono
-(frames, channels) interleaved). SampleDataset reads whole clips, loaders.AudioDataset windows.
+"""The audio field (`prep audio`): a clip's samples, ragged (channels interleaved).
+SampleDataset reads whole clips, loaders.AudioDataset windows.
 
 >>> Audio("int16", channels=2, rate=16000, mono=False).arrays("audio")[0].shape
 (2,)
@@ -21,8 +21,7 @@ MAX_RATE, MAX_CHANNELS = 384_000, 64  # a rate of 1e12 once asked a window for T
 
 @dataclass(frozen=True)
 class Audio(Field):
-    """Clips of `channels` channels at `rate` Hz; `mono`: one channel, flat. `max_seconds`: where
-    `prep audio` cut longer files; `resampler`: what resampled them (for `prep info`)."""
+    """Clips of `channels` channels at `rate` Hz (`mono`: one, flat); the rest for `prep info`."""
 
     dtype: str = "int16"
     channels: int = 1

@@ -1,6 +1,5 @@
-"""A field: one named entry of a sample, as an encoder (writer side, numpy only) and a decoder
-(reader side), with the arrays it stores and their checks. The manifest records it as
-`describe()`, so that a dataset is read with no code of the user's."""
+"""A field: one named entry of a sample, an encoder (numpy only) and a decoder, with the arrays it
+stores and their checks; the manifest records its `describe()` (read with no user code)."""
 
 from __future__ import annotations
 
@@ -58,8 +57,7 @@ class Field:
         raise NotImplementedError
 
     def encode(self, value: Any) -> dict[str, np.ndarray]:
-        """One sample's value -> its stored sample per array suffix ("" for the array `name`,
-        "_hw_256" for `name_hw_256`...); FieldError for a value that does not fit."""
+        """One value -> its stored sample per array suffix ("", "_hw_256"...); FieldError if odd."""
         raise NotImplementedError
 
     def read(self, batch: Reading, name: str, policy: str) -> Any:
@@ -130,7 +128,7 @@ class Field:
         return piece(name)
 
     def pictures(self, value: Any) -> list[tuple[np.ndarray, str]]:
-        """The value as (H, W, 3) uint8 pictures, each with what it shows (a frame's time...)."""
+        """The value as (H, W, 3) uint8 pictures, each with a caption (a frame's time...)."""
         return []
 
     def drawn_on(self) -> str | None:

@@ -1,5 +1,4 @@
-"""The boxes field: (x0, y0, x1, y1) in the pixels of an image field as stored at each size,
-placed, cropped and clipped with it."""
+"""The boxes field: (x0, y0, x1, y1) in px of an image field as stored, placed on it."""
 
 from __future__ import annotations
 
@@ -17,9 +16,8 @@ from loaders.format.spec import ArraySpec, array_name
 
 @dataclass(frozen=True)
 class Boxes(Placed):
-    """Boxes (N, 4) float32, N a sample (0 allowed). A load-time `crop=` moves them with the
-    pixels and clips them to the crop; the dataset then drops those it leaves under 1 px wide or
-    high with their per-box rows, as transforms= does (loaders.datasets.roles)."""
+    """Boxes (N, 4) float32, N a sample (0 allowed); `crop=` moves and clips them, the dataset
+    dropping those left under 1 px as transforms= does (loaders.datasets.roles)."""
 
     kind = "boxes"
     ragged = True
@@ -58,8 +56,7 @@ class Boxes(Placed):
 
 
 def crop_boxes(flat: np.ndarray, crop: np.ndarray, out_hw: tuple[int, int]) -> np.ndarray:
-    """Boxes (flat x0, y0, x1, y1) moved into crop (top, left, height, width) of their image
-    resized to `out_hw`, and clipped to it.
+    """Boxes (flat) moved into crop (top, left, height, width) resized to `out_hw`, clipped.
 
     >>> crop_boxes(np.array([10, 20, 50, 60], np.float32), np.array([0, 10, 100, 100]), (50, 50))
     array([ 0., 10., 20., 30.], dtype=float32)

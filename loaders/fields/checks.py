@@ -43,9 +43,8 @@ def check_files(
     values: bool | None = None,
     layouts: dict[int, Arrays] | None = None,
 ) -> list[str]:
-    """check_shard's problems of every shard, its files in `root` (empty: all good). `values`
-    defaults to `checksums`: a pass that reads every byte (`prep verify`) also checks every
-    value. `layouts` gets each shard's checked arrays (a store maps them as they are)."""
+    """check_shard's problems of every shard in `root`; `values` defaults to `checksums` (a pass
+    reading every byte checks every value); `layouts` gets each shard's checked arrays."""
     path_of = functools.partial(safe_path, Path(root))
     values = checksums if values is None else values
 
@@ -89,10 +88,8 @@ def check_shard(
     values: bool = False,
     out: Arrays | None = None,
 ) -> list[str]:
-    """Problems of shard `index`, whose files `path_of` finds (a folder's, or a cache's copies),
-    one line each starting "shard INDEX: ": its files, byte sizes, dtypes and shapes, counts and
-    offsets, then its fields' checks; `checksums` also recomputes sha256, and `values` reads
-    every value. `out` gets the shard's arrays as check_array laid them out."""
+    """Problems of shard `index`, its files found by `path_of` (a folder's, a cache's), one line
+    each starting "shard INDEX: "; `out` gets its arrays as check_array laid them out."""
     shard = manifest.shards[index]
     files: dict[str, tuple[Path, int]] = {}  # file name -> its path and byte size, checked
     found = _file_problems(path_of, shard, checksums, files) + array_problems(manifest, shard)
@@ -118,8 +115,7 @@ def check_shard(
 def _file_problems(
     path_of: PathOf, shard: Shard, checksums: bool, files: dict[str, tuple[Path, int]]
 ) -> list[str]:
-    """Each file of the shard a regular file of its byte size (and sha256 with `checksums`);
-    `files` gets the path and size of each good one."""
+    """Each file a regular file of its size (and sha256); `files` gets each good one's."""
     found = []
     for rel, info in shard.files.items():
         try:
@@ -142,8 +138,7 @@ def _file_problems(
 
 
 def array_problems(manifest: Manifest, shard: Shard) -> list[str]:
-    """The shard's arrays against the manifest and the shard's files, without reading a file:
-    declared arrays it lacks, arrays not declared, arrays in files it does not list."""
+    """The shard's arrays against the manifest and its files' list, reading no file."""
     found = [
         f"array {name} is declared in the manifest but has no file"
         for name in sorted(set(manifest.arrays) - set(shard.arrays))
@@ -159,9 +154,8 @@ def array_problems(manifest: Manifest, shard: Shard) -> list[str]:
 
 
 def array_counts(manifest: Manifest, shard: Shard, arrays: Arrays) -> list[str]:
-    """Every raw array has the shard's count of samples; a ragged one count + 1 offsets from 0,
-    never decreasing, to its data's end (a flat array is its field's to check). `arrays` may
-    hold some of the shard's arrays only (a URL's, as they arrive)."""
+    """Each raw array's count, each ragged one's offsets (rising from 0 to its end), of those in
+    `arrays` (a URL's arrive one by one); a flat array is its field's to check."""
     found = []
     for name, ref in shard.arrays.items():
         spec = manifest.arrays.get(name)
@@ -186,9 +180,8 @@ def array_counts(manifest: Manifest, shard: Shard, arrays: Arrays) -> list[str]:
 
 
 def field_problems(manifest: Manifest, arrays: Arrays) -> list[str]:
-    """Each field's problems in one shard, reading only the arrays a check uses (offsets, labels,
-    sides: never the pixels or text), each once. A field is checked once all of its arrays are
-    in `arrays` (a URL's files arrive one by one)."""
+    """Each field's problems in one shard once all its arrays are in `arrays`, reading only the
+    arrays a check uses (never the pixels or text), each once."""
     values = _Read(arrays)
     found = []
     for name, f in declared(manifest).items():
@@ -220,9 +213,8 @@ class _Read(Mapping[str, np.ndarray]):
 
 
 def value_problems(manifest: Manifest, shard: Shard, arrays: Arrays) -> list[str]:
-    """Values of one shard out of its fields' bounds, one line each naming the file: Field.limits
-    (token ids, table and target codes pass every other check, then fail on the GPU) and
-    Field.strings (UTF-8 text, JSON of at most 1 MiB)."""
+    """Values of one shard out of its fields' `limits` (ids that would fail on the GPU) and
+    `strings` (UTF-8, JSON), one line each naming the file."""
     fields = declared(manifest).items()
     strings = {a: json for name, f in fields for a, json in f.strings(name).items()}
     limits = {a: bound for name, f in fields for a, bound in f.limits(name).items()}
@@ -269,8 +261,7 @@ def value_range(path: Path, layout: Layout) -> tuple[int, int] | None:
 def string_problem(
     name: str, path: Path, layout: Layout, off: np.ndarray, json: bool
 ) -> str | None:
-    """The first sample of ragged uint8 array `name` (offsets `off`) that is not UTF-8 (with
-    `json`: not JSON, or over MAX_JSON_BYTES by its offsets), read a block at a time."""
+    """The first sample of ragged uint8 `name` not UTF-8 (`json`: not JSON of MAX_JSON_BYTES)."""
     sizes = np.diff(off)
     big = np.flatnonzero(sizes > (MAX_JSON_BYTES if json else np.inf))
     if len(big):
@@ -295,8 +286,7 @@ def string_problem(
 
 
 def _parts(path: Path, layout: Layout, off: np.ndarray) -> Iterator[tuple[int, bytes, bool]]:
-    """Each sample k of a ragged uint8 array as (k, bytes, whether they are its last), read
-    CHUNK_BYTES at a time (a longer sample in parts)."""
+    """Each sample k as (k, bytes, whether its last), CHUNK_BYTES at a time (a long in parts)."""
     bounds, start = off.tolist(), layout[0]
     k, n = 0, len(bounds) - 1
     with open(path, "rb") as f:

@@ -1,5 +1,4 @@
-"""What the fields draw on (H, W, 3) uint8 pictures for `prep preview` and `prep report`
-(Field.draw): class ids blended in a palette colour, boxes outlined, points marked.
+"""What the fields draw on (H, W, 3) uint8 pictures for `prep preview` and `prep report`.
 
 >>> tile = np.zeros((4, 4, 3), np.uint8)
 >>> blend(tile, np.eye(4, dtype=np.uint8))[0, 0].tolist(), blend(tile, np.eye(4))[0, 1].tolist()
@@ -29,8 +28,7 @@ PALETTE = np.array(
 
 
 def nearest(plane: np.ndarray, hw: tuple[int, ...]) -> np.ndarray:
-    """`plane` (h, w, ...) resized to `hw` by nearest neighbour (the source pixel under each
-    output pixel's centre)."""
+    """`plane` (h, w, ...) resized to `hw` by nearest neighbour (the pixel under each centre)."""
     h, w = plane.shape[:2]
     rows = np.minimum(((np.arange(hw[0]) + 0.5) * h / hw[0]).astype(np.int64), h - 1)
     cols = np.minimum(((np.arange(hw[1]) + 0.5) * w / hw[1]).astype(np.int64), w - 1)
@@ -38,8 +36,7 @@ def nearest(plane: np.ndarray, hw: tuple[int, ...]) -> np.ndarray:
 
 
 def blend(picture: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """`picture` with each pixel whose id (an (h, w) array, resized to the picture) is not 0
-    blended with its PALETTE colour at ALPHA."""
+    """`picture` blended at ALPHA with PALETTE colours where `ids` (h, w), resized, are not 0."""
     ids = nearest(np.asarray(ids), picture.shape[:2]).astype(np.int64)
     if not ids.any():
         return picture

@@ -22,8 +22,8 @@ Crop = Callable[[np.ndarray, np.ndarray, tuple[int, int]], np.ndarray]
 
 @dataclass(frozen=True)
 class Image(Field):
-    """An image at each of `sizes` px (`prep pack`'s modes), raw (mode keep: ragged, each its own
-    shape) or JPEG, or a codec a size. Read as uint8 (B, C, H, W); mode keep needs `crop=`."""
+    """An image at each of `sizes` px by `mode`, raw or JPEG (or a codec a size); read as uint8
+    (B, C, H, W), mode keep with `crop=`."""
 
     sizes: tuple[int, ...] = (256,)
     mode: str = "fill"
@@ -81,8 +81,7 @@ class Image(Field):
         return keep_problems(name, name, self.sizes, self.channels, arrays, jpeg)
 
     def check_extra(self, name: str, extra: Mapping[str, Any], count: int) -> None:
-        """`extra.stats[NAME]` as Normalize.from_dataset and the report read it: a split (or
-        null) and, at stored sizes only, a mean and std per channel and a pixel count."""
+        """`extra.stats[NAME]` as Normalize.from_dataset reads it: a split, a mean, std a size."""
         stats = extra.get("stats", {})
         if not isinstance(stats, dict) or name not in stats:
             return
@@ -129,8 +128,8 @@ class Image(Field):
 
 @dataclass(frozen=True)
 class Placed(Field):
-    """A field placed on image field `image`: it has the image's `sizes` and `mode`, is encoded
-    after it from its upright size (prep.fields' encode_for), follows its crops, is drawn on it."""
+    """A field placed on image field `image`, of its `sizes` and `mode`: encoded after it (from
+    its upright size), it follows its crops and is drawn on it."""
 
     image: str = "image"
     sizes: tuple[int, ...] = ()
@@ -164,8 +163,7 @@ def keep_problems(
     arrays: Mapping[str, np.ndarray],
     jpeg: tuple[int, ...] = (),
 ) -> list[str]:
-    """Mode keep: each stored side of `image` 1..size, and the raw ragged array `name` (its
-    pixels, a mask) h * w * `channels` elements a sample (at the sizes not in `jpeg`)."""
+    """Mode keep: each side of `image` 1..size, `name` h * w * `channels` a sample (not `jpeg`)."""
     for size in sizes:
         hw_array = hw_name(image, size)
         if hw_array not in arrays or array_name(name, size) not in arrays:
@@ -189,8 +187,7 @@ def hw_name(image: str, size: int) -> str:
 
 
 def _mean_std(at: Any) -> bool:
-    """{"mean": [...], "std": [...], "pixels": n}: a finite number a channel (1 or 3: the
-    headers judge which), a std >= 0, a count."""
+    """{"mean": [...], "std": [...], "pixels": n}: 1 or 3 finite numbers, stds >= 0, a count."""
     if not isinstance(at, dict) or not count(at.get("pixels")):
         return False
     mean, std = at.get("mean"), at.get("std")

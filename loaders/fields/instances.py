@@ -1,5 +1,4 @@
-"""Instance masks: one (H, W) mask of 0 and 1 an instance of a sample, of an image field, resized
-with nearest neighbour and placed exactly like it.
+"""Instance masks: an (H, W) mask of 0 and 1 an instance, placed on an image field (nearest).
 
 >>> crop_masks(np.arange(16, dtype=np.uint8).reshape(1, 4, 4), np.array([0, 2, 4, 2]), (2, 1))
 array([[[ 7],
@@ -22,9 +21,8 @@ from loaders.format.spec import ArraySpec, FormatError, array_name
 
 @dataclass(frozen=True)
 class Instances(Placed):
-    """Masks (N, H, W) uint8, H x W the image's stored size, N a sample (0 allowed), stored raw:
-    N x H x W bytes a sample. Batches follow `ragged=` with (H, W) rows; with `crop=` each mask
-    is cropped and resized (nearest) as its image is; mode keep without a crop gives a list."""
+    """Masks (N, H, W) uint8 at the image's stored size, N a sample (0 allowed); batches follow
+    `ragged=`, but mode keep without `crop=` gives a list."""
 
     kind = "instances"
     ragged = True
@@ -91,8 +89,7 @@ class Instances(Placed):
 
 
 def crop_masks(masks: np.ndarray, crop: np.ndarray, out_hw: tuple[int, int]) -> np.ndarray:
-    """Masks (N, h, w) cut to crop (top, left, height, width) and resized to `out_hw` by
-    nearest neighbour."""
+    """Masks (N, h, w) cut to crop (top, left, height, width), resized to `out_hw` (nearest)."""
     top, left, h, w = (int(v) for v in crop)
     rows = top + np.minimum(((np.arange(out_hw[0]) + 0.5) * h / out_hw[0]).astype(np.int64), h - 1)
     cols = left + np.minimum(((np.arange(out_hw[1]) + 0.5) * w / out_hw[1]).astype(np.int64), w - 1)

@@ -1,5 +1,4 @@
-"""The keypoints field: (x, y, visibility) of each joint of each instance, in the pixels of an
-image field as stored, placed and cropped with it."""
+"""The keypoints field: (x, y, visibility) of each joint of each instance, placed on an image."""
 
 from __future__ import annotations
 
@@ -17,8 +16,7 @@ from loaders.format.spec import ArraySpec, array_name
 
 @dataclass(frozen=True)
 class Keypoints(Placed):
-    """Keypoints (N, `joints`, 3) float32; (0, 0, 0) for a point not labelled or cut away by the
-    crop. A load-time `crop=` moves them with the pixels (and zeroes those it cuts)."""
+    """Keypoints (N, `joints`, 3) float32; (0, 0, 0) for a point not labelled or cut by `crop=`."""
 
     joints: int = 1
     kind = "keypoints"
@@ -53,8 +51,7 @@ class Keypoints(Placed):
 
 
 def crop_points(flat: np.ndarray, crop: np.ndarray, out_hw: tuple[int, int]) -> np.ndarray:
-    """Keypoints (flat x, y, v) moved into crop (top, left, height, width) resized to `out_hw`;
-    a point outside it, or not labelled, becomes (0, 0, 0).
+    """Keypoints (flat x, y, v) moved as crop_boxes moves boxes; one outside becomes (0, 0, 0).
 
     >>> crop_points(np.array([10, 20, 2, 5, 5, 1], np.float32), np.array([10, 0, 50, 50]), (25, 25))
     array([5., 5., 2., 0., 0., 0.], dtype=float32)

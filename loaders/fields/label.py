@@ -22,8 +22,7 @@ from loaders.format.spec import UNSIGNED, ArraySpec, smallest_uint
 
 @dataclass(frozen=True)
 class Label(Field):
-    """A class id: an int 0..len(classes) - 1 or a name of `classes`, stored in the smallest
-    unsigned dtype that holds them (without classes: any uint32, or `dtype`); read as int64."""
+    """A class id or a name of `classes`, in the smallest unsigned dtype (none: `dtype`)."""
 
     classes: tuple[str, ...] | None = None
     dtype: str | None = None
@@ -85,8 +84,7 @@ class Label(Field):
         return named(self.classes, int(value))
 
     def lines(self, name: str, m: Any) -> list[str]:
-        """Its classes, then each split's samples and the classes it has none of (`prep pack`'s
-        `extra.splits[SPLIT].per_class`)."""
+        """Its classes, then each split's samples and the classes it lacks (`extra.splits`)."""
         if not self.classes:
             return []
         shown = ", ".join(self.classes[:10]) + (" ..." if len(self.classes) > 10 else "")
@@ -111,8 +109,7 @@ class Label(Field):
 
 @dataclass(frozen=True)
 class Labels(Array):
-    """The class ids of a sample's objects (its boxes, its instances), each an int or a name of
-    `classes`; an `Array("int64", (None,))` otherwise, a per-box field of crops and transforms."""
+    """The class ids (or names) of a sample's objects: an `Array("int64", (None,))` per box."""
 
     dtype: str = "int64"
     shape: tuple[int | None, ...] = (None,)

@@ -1,5 +1,5 @@
-"""Byte-string fields, stored ragged as uint8: `Text` (UTF-8, read as str), `Bytes`
-(opaque, read as bytes) and `Json` (small JSON values, read as Python objects).
+"""Byte-string fields, ragged uint8: `Text` (UTF-8, read as str), `Bytes` (read as bytes) and
+`Json` (small JSON values, read as Python objects).
 
 >>> Json().encode({"id": 7})[""].tobytes()
 b'{"id":7}'
@@ -94,8 +94,7 @@ class Text(Bytes):
 
 @dataclass(frozen=True)
 class Json(Bytes):
-    """A JSON value (dicts, lists, str, numbers, bool, None): compact, keys sorted, at most
-    1 MiB a sample."""
+    """A JSON value: compact, keys sorted, at most 1 MiB a sample."""
 
     kind = "json"
 
@@ -120,8 +119,7 @@ def _constant(word: str) -> Any:
 
 
 def parse_json(data: bytes | str) -> Any:
-    """The JSON value of a stored sample; ValueError (with the reason) for anything else: NaN
-    and Infinity (prep writes none), nesting too deep, integers too long for Python.
+    """The JSON value of a stored sample; ValueError for anything else (NaN, too deep...).
 
     >>> parse_json(b'{"id": 7}')
     {'id': 7}

@@ -13,9 +13,8 @@ from loaders.format.spec import UNSIGNED, ArraySpec, count, is_sha256, smallest_
 
 @dataclass(frozen=True)
 class Tokens(Field):
-    """Token ids below `vocab_size` (`prep verify` checks them, not the open), stored in the
-    smallest unsigned dtype, read as int64. `tokenizer`: the file that made them, kept in the
-    dataset's folder; `eot_id`: the id `prep tokenize` ends each document with (None: none)."""
+    """Token ids below `vocab_size` in the smallest unsigned dtype, read as int64; `tokenizer`: its
+    file in the dataset's folder; `eot_id`: what ends each document (None: none)."""
 
     vocab_size: int = 0
     tokenizer: str | None = None

@@ -1,7 +1,5 @@
-"""The video field (`prep video`): a video's frames, all of one (h, w), back to back, raw or one
-JPEG file a frame. Arrays at size S: `NAME_S` (the frames' bytes), `NAME_hw_S` (each video's
-(h, w)) and `NAME_ends_S` (where each frame's bytes end in its video's: ragged, its length the
-frame count). loaders.ClipDataset reads clips of it; SampleDataset whole videos."""
+"""The video field (`prep video`): a video's frames, all of one (h, w), raw or one JPEG a frame;
+arrays: FORMAT.md, "Field kinds". loaders.ClipDataset reads clips of it, SampleDataset videos."""
 
 from __future__ import annotations
 
@@ -21,9 +19,8 @@ SHOWN = 4  # frames of a video in a preview or report, a strip of tiles
 
 @dataclass(frozen=True)
 class Video(Field):
-    """Frames at `fps` a second, resized to `size` px by `mode` (short: the shorter side to
-    size; the others `prep pack`'s), raw or JPEG; read as a list of uint8 (T, C, H, W) tensors.
-    `max_frames`: where `prep video --max-frames` cut longer videos into samples."""
+    """Frames at `fps` a second, resized to `size` px by `mode` (short: the shorter side),
+    raw or JPEG; read as a list of uint8 (T, C, H, W) tensors. `max_frames`: --max-frames."""
 
     size: int = 128
     mode: str = "short"
@@ -71,8 +68,7 @@ class Video(Field):
         return {name: out}
 
     def problems(self, name: str, arrays: Mapping[str, np.ndarray]) -> list[str]:
-        """Every video has frames; each frame's end is past the one before it; the last is
-        its video's byte length; raw frames are h * w * 3 bytes each."""
+        """Each video has frames whose ends rise to its byte length (raw: h * w * 3 each)."""
         data, hw, ends = self.names(name)
         eo, do = arrays[ends + ".offsets"], arrays[data + ".offsets"]
         e, counts = arrays[ends], np.diff(eo)
@@ -116,8 +112,7 @@ class Video(Field):
         ]
 
     def fits(self, sides: np.ndarray) -> bool:
-        """Whether frame sizes (h, w) (N, 2) are ones `prep video` stores at this size and mode
-        (short: the longer side at most MAX_SIDE)."""
+        """Whether frame sizes (h, w) (N, 2) are ones `prep video` stores at this size and mode."""
         short, long = sides.min(axis=1), sides.max(axis=1)
         if self.mode in ("fill", "fit"):
             return bool(np.all(sides == self.size))
@@ -137,9 +132,8 @@ def frame_pieces(src: np.ndarray, ends: np.ndarray) -> list[np.ndarray]:
 
 
 def decode_frames(pieces: list[np.ndarray], hw: tuple[int, ...], jpeg: bool) -> np.ndarray:
-    """A video's frames (T, h, w, 3) uint8; FormatError naming the first that is not one. JPEG
-    frames' headers are checked against `hw` before T x h x w x 3 bytes are allocated for them
-    (raw frames' sizes are checked when the dataset is opened)."""
+    """A video's frames (T, h, w, 3) uint8, JPEG headers checked against `hw` before they are
+    allocated; FormatError naming the first that is not one."""
     from loaders.read.decode import CHECKED_BYTES, sides_problem
 
     if jpeg and len(pieces) * hw[0] * hw[1] * 3 >= CHECKED_BYTES:

@@ -133,8 +133,8 @@ _NPY = {
 
 
 def _npy_layout(path: Path) -> Layout:
-    """Byte offset, dtype and shape from the header, parsed as a literal, never unpickled. One
-    unbuffered read of prep's fixed-size header, a second only for a longer one."""
+    """Byte offset, dtype and shape from the header (a literal, never unpickled): one read of
+    prep's fixed-size header, a second only for a longer one."""
     with open(path, "rb", buffering=0) as f:
         head = f.read(NPY_HEADER_BYTES)
         if len(head) < 8 or head[:6] != b"\x93NUMPY":
@@ -157,8 +157,7 @@ def _npy_layout(path: Path) -> Layout:
 
 @functools.lru_cache(maxsize=1024)
 def _npy_header(version: tuple[int, int], raw: bytes) -> tuple[tuple[int, ...], bool, np.dtype]:
-    """(shape, Fortran order, dtype) of a .npy header (its length field and text). Cached:
-    the shards of a dataset mostly share one header, and parsing it costs 0.1 ms."""
+    """(shape, Fortran order, dtype) of a .npy header; cached: shards mostly share one."""
     shape, fortran, dtype = _NPY[version][1](io.BytesIO(raw))
     return tuple(shape), bool(fortran), dtype
 
@@ -166,9 +165,8 @@ def _npy_header(version: tuple[int, int], raw: bytes) -> tuple[tuple[int, ...], 
 def check_array(
     path: Path, ref: ArrayRef, spec: ArraySpec, name: str = "", size: int | None = None
 ) -> Layout:
-    """Where the array lies in its file, checked against the manifest: a regular file, its
-    header's dtype and shape, and enough bytes for them. Opens the file only to read the header.
-    `size`: the file's byte size, from a stat that found it a regular file, else stat here."""
+    """Where the array lies in its file, checked against the manifest (a regular file, dtype,
+    shape, enough bytes); `size`: its byte size from a stat already made (None: stat here)."""
     label = f"array {name or spec.field}"
     try:
         if size is None:
@@ -205,8 +203,7 @@ def map_array(path: Path, ref: ArrayRef, spec: ArraySpec, name: str = "") -> np.
 
 
 def map_layout(path: Path, layout: Layout) -> np.ndarray:
-    """A read-only ndarray over a memory map of `path`, laid out as check_array found it. The
-    map keeps a file descriptor until it is garbage-collected (loaders.read.store bounds them)."""
+    """A read-only ndarray over a map of `path` as check_array found it (holds a descriptor)."""
     offset, dtype, shape = layout
     if 0 in shape:
         return np.empty(shape, dtype)

@@ -73,8 +73,7 @@ def shard_of(
     sizes: Sequence[int],
     digests: Sequence[str],
 ) -> Shard:
-    """A shard's record from its index row (`lengths` in name order, `sizes` and `digests` in
-    `parts` order), its files named by the rule."""
+    """A shard's record from its index row (`lengths` by name, `sizes`, `digests` by `parts`)."""
     st = stem(split, task)
     refs = {}
     for name, length in zip(sorted(arrays), lengths, strict=True):
@@ -93,8 +92,7 @@ def shard_of(
 def index_arrays(
     shards: Sequence[Shard], arrays: Mapping[str, ArraySpec], storage: str, splits: Sequence[str]
 ) -> tuple[np.ndarray, np.ndarray]:
-    """`shards.npy`'s and `sha256.npy`'s arrays for the records a run wrote (ValueError: a
-    record whose files are not named by the rule)."""
+    """`shards.npy`'s and `sha256.npy`'s arrays of a run's records (ValueError: misnamed files)."""
     ps = parts(arrays, storage)
     table = np.empty((len(columns(arrays, storage)), len(shards)), np.int64)
     sha = np.empty((len(shards), len(ps), 32), np.uint8)
@@ -131,8 +129,8 @@ Resolve = Callable[[str, FileInfo], Path]  # an index file's name and record -> 
 
 
 class ShardIndex(Sequence[Shard]):
-    """The shards of a version 4 dataset, each made from its index row when asked for; `counts`
-    and `split_codes` are columns (one read each)."""
+    """A dataset's shards, each made from its index row when asked for; `counts`, `split_codes`:
+    columns (one read each)."""
 
     def __init__(
         self,
@@ -180,9 +178,8 @@ def open_index(
     splits: Sequence[str],
     resolve: Resolve | None,
 ) -> ShardIndex:
-    """The shard index a manifest's `index` entry names, once the entry names the files and
-    columns this format derives, mapped: each file a regular file of its byte size, an .npy of
-    the dtype and shape the entry implies (never unpickled)."""
+    """The shard index the manifest's `index` entry names, mapped once the entry names the files
+    and columns derived here, each an .npy of the size, dtype and shape it implies."""
     if not isinstance(entry, dict) or not isinstance(entry.get("files"), dict):
         raise FormatError(f"index {str(entry)[:40]} is not an object naming its files")
     n = entry.get("shards")
@@ -213,8 +210,7 @@ def open_index(
 
 
 def _map(path: Path, name: str, size: int, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
-    """A read-only map of index file `name` (at `path`: a URL's, in the cache), refused unless
-    it is exactly what the entry says."""
+    """A read-only map of index file `name` at `path`, refused unless exactly what it should be."""
     said = str(path) if path.name == name else f"{name} ({path})"
     try:
         st = os.stat(path)

@@ -1,6 +1,5 @@
-"""rejects.jsonl as prep reads it back (the report, tests), as untrusted as the other files
-though the manifest does not list it: no link out of the folder, a regular file, a bounded read,
-each line checked to be a record `{"path": str, "reason": str, "message": str}`.
+"""rejects.jsonl read back (the report, tests), untrusted: a regular file in the folder, a
+bounded read, each line checked to be `{"path": str, "reason": str, "message": str}`.
 
 >>> record(b'{"path": "a.png", "reason": "corrupt"}')
 {'path': 'a.png', 'reason': 'corrupt', 'message': ''}
@@ -39,8 +38,7 @@ def record(line: bytes) -> dict[str, str] | None:
 
 
 def records(root: Path, problems: list[str]) -> Iterator[dict[str, str]]:
-    """The reject records of `root`, in file order; once they are read, `problems` holds one
-    line about what was not (the file refused, bad lines, a file past MAX_BYTES)."""
+    """The reject records of `root`; then `problems` holds a line on what was not read."""
     try:
         path = safe_path(root, REJECTS)
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
