@@ -1,7 +1,5 @@
-"""The field registry: every kind of field a dataset may have, by the name a manifest records
-(`fields[NAME].kind`), one module a kind saying what it stores, how it is read and checked and
-what `prep info` says of it (numpy only). Adding a kind is a Field subclass in a module of its
-own and its line in KINDS. `declared` is a manifest's fields, checked."""
+"""The field registry: every kind of field by the name a manifest records (`fields[NAME].kind`),
+one module a kind (numpy only); a new kind is a Field subclass and its line in KINDS."""
 
 from __future__ import annotations
 
@@ -37,8 +35,7 @@ KINDS: dict[str, type[Field]] = {
 
 
 def declared(m: Any) -> dict[str, Field]:
-    """The fields of manifest `m`, checked once (each valid for its kind, its arrays the
-    manifest's, every array claimed, placed on an image field, their `extra`) and kept on it."""
+    """The fields of manifest `m`, checked against its arrays and `extra` once, kept on it."""
     found: dict[str, Field] | None = getattr(m, "_declared", None)
     if found is not None:
         return found

@@ -19,9 +19,8 @@ from loaders.format.spec import NUMBERS, ArraySpec
 
 @dataclass(frozen=True)
 class Array(Field):
-    """Numbers of `dtype` and `shape`; a leading None makes that dimension ragged (0 allowed).
-    `finite`: NaN and infinities are a reject. `wide`: read as widened() does (an image's source
-    size, its perceptual hash: torch computes with int64)."""
+    """Numbers of `dtype` and `shape`, a leading None ragged; `finite`: NaN is a reject; `wide`:
+    read as widened() does (torch computes with int64)."""
 
     dtype: str
     shape: tuple[int | None, ...] = ()

@@ -36,15 +36,13 @@ class Reading(Protocol):
     def pieces(self, name: str) -> list[np.ndarray]: ...  # a ragged array's samples, each flat
     def images(self, field: Field, name: str) -> Any: ...  # decoded, cropped: (B, C, H, W)
     def where(self, name: str) -> Sequence[str]: ...  # each sample's "FILE (shard S, sample K)"
-    # image field `image`'s load-time crops (top, left, height, width) (B, 4) and the (h, w)
-    # they are resized to; None: no crop
+    # image field `image`'s crops (top, left, height, width) (B, 4), the (h, w) they are resized to
     def crops(self, image: str) -> tuple[np.ndarray, tuple[int, int]] | None: ...
 
 
 @dataclass(frozen=True)
 class Field:
-    """One field kind (its name in loaders.fields.KINDS), a frozen dataclass whose fields are
-    the declaration; each method below is what a kind may say of itself."""
+    """One field kind (loaders.fields.KINDS), a frozen dataclass of its declaration."""
 
     kind: ClassVar[str]
     ragged: ClassVar[bool] = False  # a ragged field's batches follow a policy (pad, list, jagged)

@@ -63,11 +63,6 @@ def check_files(
         return [p for found in pool.map(one, shards) for p in found]
 
 
-def check_one(root: Path, manifest: Manifest, shard: int, out: Arrays) -> list[str]:
-    """check_files of one shard of the folder `root` (`out` gets its arrays' layouts)."""
-    return check_shard(manifest, shard, functools.partial(safe_path, Path(root)), out=out)
-
-
 def load_manifest(root: Any) -> Manifest:
     """A dataset folder's manifest, with its fields and every file checked (FormatError naming
     the first problems)."""

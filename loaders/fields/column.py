@@ -50,14 +50,11 @@ class Column(Field):
             v = getattr(self, key)
             if not (v is None or (isinstance(v, int | float) and not isinstance(v, bool))):
                 raise ValueError(f"{key} {v!r:.40} is no number")
-        if self.vocab is not None and not (  # a tuple: a manifest's list (a str is no list)
-            isinstance(self.vocab, tuple) and all(isinstance(v, str) for v in self.vocab)
-        ):
-            raise ValueError(f"vocab {str(self.vocab)[:40]} is not a list of values")
-        if self.counts is not None and not (
-            isinstance(self.counts, tuple) and all(count(c) for c in self.counts)
-        ):
-            raise ValueError(f"counts {str(self.counts)[:40]} is not a list of counts")
+        lists = {"vocab": (lambda v: isinstance(v, str), "values"), "counts": (count, "counts")}
+        for key, (ok, what) in lists.items():
+            v = getattr(self, key)  # a tuple: a manifest's list (a str is no list)
+            if v is not None and not (isinstance(v, tuple) and all(ok(x) for x in v)):
+                raise ValueError(f"{key} {str(v)[:40]} is not a list of {what}")
         if not isinstance(self.missing, int) or not (
             self.first_code is None or self.first_code >= 0
         ):

@@ -1,5 +1,4 @@
-"""The mask field: class ids (H, W) uint8 of an image field, resized with nearest neighbour and
-cropped or padded exactly like it."""
+"""The mask field: class ids (H, W) uint8 placed on an image field (nearest neighbour)."""
 
 from __future__ import annotations
 

@@ -116,8 +116,7 @@ def area(poly: np.ndarray) -> float:
 
 
 def cropped(polys: list[np.ndarray], crop: np.ndarray, out_hw: tuple[int, int]) -> list[np.ndarray]:
-    """Polygons moved into crop (top, left, height, width) resized to `out_hw`, clipped to it;
-    those left without area dropped."""
+    """Polygons moved as crop_boxes moves boxes, clipped; those left without area dropped."""
     top, left, h, w = (float(v) for v in crop)
     scale = np.array([out_hw[1] / w, out_hw[0] / h])
     moved = [clip((p - [left, top]) * scale, *out_hw) for p in polys]

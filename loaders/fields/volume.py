@@ -1,7 +1,5 @@
 """Volume fields (`prep volumes`): `Volume`, a 3-D scan a sample, and `VolumeLabel`, its label
-voxels and their foreground index; their arrays and `extra.volumes`: FORMAT.md, "Volumes".
-SampleDataset reads them as a list of (1, D, H, W) tensors a batch.
-"""
+voxels and foreground index (FORMAT.md, "Volumes"); read as lists of (1, D, H, W) tensors."""
 
 from __future__ import annotations
 
@@ -67,8 +65,7 @@ class Volume(Field):
         return piece(name).reshape(*(int(n) for n in piece(f"{name}_shape")))
 
     def pictures(self, value: Any) -> list[tuple[np.ndarray, str]]:
-        """The middle slice across each axis (its letter of `orient`), grey: uint8 volumes as
-        stored, others from the 0.5th to the 99.5th percentile."""
+        """The middle slice across each axis, grey (not uint8: 0.5th to 99.5th percentile)."""
         planes = middle_slices(value)
         if value.dtype != np.uint8:
             lo, hi = np.percentile(np.concatenate([p.ravel() for p in planes]), [0.5, 99.5])
@@ -173,8 +170,7 @@ class VolumeLabel(Field):
 
 
 def middle_slices(vol: np.ndarray) -> list[np.ndarray]:
-    """The middle plane across each axis, its first axis rightward and its second upward,
-    enlarged by whole voxels to at least SLICE_MIN px a side."""
+    """The middle plane across each axis (first axis rightward), enlarged to SLICE_MIN px."""
     planes = [np.take(vol, vol.shape[a] // 2, axis=a).T[::-1] for a in range(3)]
     k = max(1, -(-SLICE_MIN // max(1, *(max(p.shape) for p in planes))))
     return [drawing.nearest(p, (p.shape[0] * k, p.shape[1] * k)) for p in planes]

@@ -105,8 +105,7 @@ def _h5_layout(path: Path, key: str) -> Layout:
 
 
 def _h5_dataset(f: Any, path: Path, key: str) -> Any:
-    """Dataset `key` of the open h5py.File `f`, reached through hard links only: a soft or an
-    external link would map this file at another one's offsets."""
+    """Dataset `key` of h5py.File `f` through hard links only (others map other offsets)."""
     import h5py
 
     node = f

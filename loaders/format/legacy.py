@@ -1,7 +1,5 @@
-"""Format versions 1-3, read as version 4 (FORMAT.md, "Older versions"): a manifest's JSON object
-translated into the fields that describe the same files, which keep their names. Each kind's
-translator (KINDS) returns its fields and its arrays' new names.
-"""
+"""Format versions 1-3, read as version 4 (FORMAT.md, "Older versions"): a manifest's JSON
+translated by its kind's translator (KINDS) into fields and its arrays' new names."""
 
 from __future__ import annotations
 
@@ -15,8 +13,7 @@ Json = dict[str, Any]
 
 
 def upgrade(d: Json) -> Json:
-    """Manifest `d` of version 1, 2 or 3 as a version 4 object (shards inline, the files as
-    they are); FormatError for one that no version 4 description fits."""
+    """Manifest `d` of version 1, 2 or 3 as a version 4 object, its shards inline."""
     version, kind = d["format_version"], d.get("kind")
     if (kind == "samples") != (version == 3):
         said = [3] if kind == "samples" else [1, 2]
@@ -56,8 +53,7 @@ INDEXED = ("volume_target", "num", "cat", "missing")  # sized by a column's inde
 
 
 def _renamed(spec: ArraySpec, name: str) -> Json:
-    """The version 4 entry of an array now called `name`: a column's is a size-free array of
-    its own name; a renamed sized one (hw_64 -> image_hw_64) keeps its size."""
+    """The entry of an array now called `name` (a column's size-free, hw_64 keeps its size)."""
     stored = spec.stored()
     if spec.field in INDEXED or (spec.size is None and name != spec.field):
         return stored | {"field": name, "size": None}

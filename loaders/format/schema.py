@@ -1,8 +1,6 @@
-"""The manifest (FORMAT.md): written last, atomically (a folder without it is an unfinished run).
-Version 4 holds the dataset's fields, the arrays they store, the totals and the splits; each
-shard's record is a row of the shard index (loaders.format.index), so the JSON stays small at any
-shard count. Shards may also be listed inline (versions 1-3, read through loaders.format.legacy;
-a manifest written by hand)."""
+"""The manifest (FORMAT.md, "manifest.json"), written last: the fields, their arrays, the totals
+and splits; each shard's record a row of the shard index (loaders.format.index), or inline
+(versions 1-3 through loaders.format.legacy, a manifest written by hand)."""
 
 from __future__ import annotations
 
@@ -79,8 +77,7 @@ class Manifest:
 
     @property
     def classes(self) -> list[str] | None:
-        """The class names of the dataset's label: its field `label`, else its first label
-        field with names, else its first field of class ids with names (COCO's `labels`)."""
+        """The class names of field `label`, else of the first label field, else of any field."""
         named = [d for d in self.fields.values() if isinstance(d.get("classes"), list)]
         named.sort(key=lambda d: (d is not self.fields.get("label"), d.get("kind") != "label"))
         return list(named[0]["classes"]) if named else None
@@ -100,8 +97,7 @@ class Manifest:
 
     @classmethod
     def from_json(cls, data: bytes, source: object, resolve: Resolve | None = None) -> Manifest:
-        """The manifest in `data` (the bytes of `source`, named in errors), not checked against
-        the files; `resolve` finds its shard index files."""
+        """The manifest in `data` (`source`'s bytes), not checked against its files."""
         try:
             d = json.loads(data.decode("utf-8"))
             if not isinstance(d, dict):
@@ -160,8 +156,7 @@ class Manifest:
         return m
 
     def ref(self, shard: int, name: str) -> tuple[ArrayRef, ArraySpec]:
-        """Where array `name` of shard `shard` is and what it holds; `name + OFFSETS` is a
-        ragged array's offsets (int64, count + 1)."""
+        """Where array `name` of shard `shard` is and what it holds (`NAME.offsets` too)."""
         if name.endswith(OFFSETS):
             name = name.removesuffix(OFFSETS)
             spec = self.arrays[name]

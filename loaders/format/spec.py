@@ -9,10 +9,7 @@ from typing import Any, TypeGuard
 
 import numpy as np
 
-# raw: fixed-shape samples, one row each; ragged: samples of their own lengths back to back with
-# count + 1 int64 offsets; jpeg: one JPEG file's bytes a sample, as ragged; flat: one flat array
-# of any length, laid out by its field (a volume's foreground index).
-CODECS = ("raw", "ragged", "jpeg", "flat")
+CODECS = ("raw", "ragged", "jpeg", "flat")  # FORMAT.md, "manifest.json": how samples lie
 OFFSETS = ".offsets"  # Manifest.ref(shard, "image_256.offsets"): a ragged array's offsets
 SHA256 = re.compile(r"[0-9a-f]{64}")  # a file's digest, lowercase hex (a cache's file name)
 UNSIGNED = ("uint8", "uint16", "uint32", "uint64")
@@ -46,8 +43,7 @@ def problems_error(problems: list[str]) -> FormatError:
 
 @dataclass(frozen=True)
 class ArraySpec:
-    """One array: `field` at `size` px (None: size-free). `shape` is one sample's (one row of a
-    ragged array's); on disk the array is (length, *shape), or flat (length,) unless raw."""
+    """One array: `field` at `size` px (None: size-free); `shape` one sample's (ragged: a row's)."""
 
     field: str
     size: int | None
@@ -129,8 +125,7 @@ def _names(file: object, key: object) -> bool:
 
 
 def array_spec(name: str, v: dict[str, Any], pixels: bool = True) -> ArraySpec:
-    """An array's entry, checked: plain numbers only (a dtype holding Python objects would make
-    numpy unpickle); `pixels`: a size is a side in px."""
+    """An array's entry, checked (plain numbers: never unpickled); `pixels`: a size is in px."""
     spec = ArraySpec(v["field"], v["size"], v["dtype"], tuple(v["shape"]), v.get("codec", "raw"))
     try:
         dtype = np.dtype(spec.dtype)

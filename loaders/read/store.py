@@ -12,7 +12,7 @@ import numpy as np
 
 from loaders.fields import declared
 from loaders.fields.base import decode_source
-from loaders.fields.checks import check_files, check_one
+from loaders.fields.checks import check_files, check_shard
 from loaders.format import (
     MANIFEST,
     OFFSETS,
@@ -197,7 +197,7 @@ class ShardStore:
         found = self._layouts.get((shard, name))
         if found is None and not self._checked and isinstance(self.backend, LocalBackend):
             checked: Arrays = {}  # a shard of a large dataset, checked as a small one's at open
-            problems = check_one(self.root, self.manifest, shard, checked)
+            problems = check_shard(self.manifest, shard, self.backend.local_path, out=checked)
             if problems:
                 raise problems_error(problems)
             self._layouts |= {(shard, n): where for n, where in checked.items()}
