@@ -64,8 +64,7 @@ def check_files(
 
 
 def load_manifest(root: Any) -> Manifest:
-    """A dataset folder's manifest, with its fields and every file checked (FormatError naming
-    the first problems)."""
+    """A dataset folder's manifest, fields and files checked (FormatError: its first problems)."""
     manifest = read_manifest(root)
     declared(manifest)
     problems = check_files(Path(root), manifest)

@@ -129,8 +129,7 @@ Resolve = Callable[[str, FileInfo], Path]  # an index file's name and record -> 
 
 
 class ShardIndex(Sequence[Shard]):
-    """A dataset's shards, each made from its index row when asked for; `counts`, `split_codes`:
-    columns (one read each)."""
+    """A dataset's shards, each made from its index row when asked for (`counts`: a column)."""
 
     def __init__(
         self,
