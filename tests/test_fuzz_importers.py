@@ -86,8 +86,8 @@ def test_fuzz_coco_json(tmp_path: Path) -> None:
 
     def target(data: bytes) -> None:
         parsed = parse_coco(data, "coco.json")
-        found = coco_images(parsed, categories_of(parsed, "coco.json"), cfg)
-        for item in found.items:
+        items, _, _ = coco_images(parsed, categories_of(parsed, "coco.json"), cfg)
+        for item in items:
             for seg in item.value.get("segmentation", []):
                 with contextlib.suppress(ValueError, TypeError, KeyError):
                     rasterise(seg, item.value["hw"])

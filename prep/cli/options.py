@@ -68,8 +68,8 @@ def reading(root: Path) -> Iterator[None]:
 
 
 def shown_default(f: dataclasses.Field[Any], given: Any) -> str:
-    """The default --help shows for a field: the command's own (`given`), else the dataclass
-    default, as it is typed (256,512; a flag's side, e.g. rgb of --gray/--rgb); "": none."""
+    """The default --help shows for a field (`given`, else the dataclass's), as it is typed
+    (256,512; rgb of --gray/--rgb); "": none."""
     value = given if given is not None else f.default
     if value is dataclasses.MISSING and f.default_factory is not dataclasses.MISSING:
         value = f.default_factory()
@@ -144,9 +144,8 @@ def command(
     arguments: tuple[str, ...] = ("src", "out"),
 ) -> Callable[..., None]:
     """A writing command for config class `cls`: it loads the config (defaults < file <
-    command line), `check`s it, runs `runner` ("module:function", imported only then), prints
-    the summary line, then with --profile the stage table (`stages` first, in their order).
-    The fields `arguments` are positional, in that order; the others options."""
+    command line), `check`s it, runs `runner` ("module:function", imported only then) and
+    prints its summary (with --profile the stage table). The fields `arguments` are positional."""
 
     def body(**values: Any) -> None:
         config, quiet, profile = (values.pop(k) for k in EXTRA)

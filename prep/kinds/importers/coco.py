@@ -1,8 +1,6 @@
-"""`prep import coco`: a COCO instances JSON and its images as samples: image, boxes (in the
-stored image's pixels: prep.fields.boxes), labels (contiguous ids, the category names their
-classes), iscrowd, area, image_id and source (the image's file_name). The JSON is read once,
-in the parent (prep.kinds.importers.coco_items): each image is an input carrying its
-annotations, so the workers open no JSON.
+"""`prep import coco`: a COCO instances JSON and its images as samples (image, boxes, labels,
+iscrowd, area, image_id, source). The JSON is read once, in the parent (coco_items): each image
+is an input carrying its annotations, so the workers open no JSON.
 """
 
 from __future__ import annotations
@@ -73,8 +71,7 @@ def fields_of(cfg: CocoConfig, categories: Categories) -> dict[str, Any]:
 
 
 def make_sample(value: dict[str, Any]) -> dict[str, Any]:
-    """One listed image -> its sample: the boxes with the (h, w) they were drawn on (which the
-    Boxes field checks against the decoded image), and the masks or polygons asked for."""
+    """One listed image -> its sample: the boxes with the (h, w) they were drawn on."""
     sample = {
         "image": value["path"],
         "boxes": {"xyxy": value["boxes"], "hw": value["hw"]},
@@ -108,8 +105,7 @@ def make_sample(value: dict[str, Any]) -> dict[str, Any]:
 
 
 class CocoKind(SamplesRun):
-    """The samples run over a COCO file's images (sorted by image id); each sample's `source`
-    is its image's file_name."""
+    """The samples run over a COCO file's images, by image id; `source`: the file_name."""
 
     name = "import coco"
     sourced = True
@@ -134,13 +130,11 @@ class CocoKind(SamplesRun):
     def list_inputs(self) -> Inputs:
         path = Path(str(self.cfg.src))
         data, self.data = self.data or read_coco(path), None  # not kept through the run
-        listed = coco_images(data, self.categories, self.cfg)
-        items, rejects, self.skipped = listed.items, listed.rejects, listed.skipped
+        items, rejects, self.skipped = coco_images(data, self.categories, self.cfg)
         items, missing, stats = _found(items[: self.cfg.limit], self.cfg.images)
         rejects += missing
         self.counts = [(it.rel, len(it.value["labels"]), it.value["dropped"]) for it in items]
-        # What the output depends on besides the config: the JSON and every image file (as
-        # prep pack's listing has it: a changed image is not resumed as the same).
+        # The JSON and every image file: a changed image is not resumed as the same.
         said = [*file_stats([path]), self.described(), *stats]
         digest = hashlib.sha256(json.dumps(said).encode()).hexdigest()
         self.items = items
@@ -167,8 +161,7 @@ class CocoKind(SamplesRun):
 def _found(
     items: list[Item], folder: Any
 ) -> tuple[list[Item], list[dict[str, Any]], list[tuple[str, int, int]]]:
-    """The items whose image file is there, and each file's (path, size, time): a changed image
-    is not resumed as the same; a reject for each other one, naming the path and the fix."""
+    """The items whose image file is there, rejects for the others, and the files' stats."""
     kept, rejects = [], []
     for it in items:
         bad = check_file(Path(it.value["path"]), it.rel)

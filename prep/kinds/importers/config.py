@@ -1,5 +1,5 @@
-"""The options of every `prep import` source (prep.run.config has what all writing commands share);
-light to import: the CLI builds its commands from them at start-up."""
+"""The options of every `prep import` source (prep.run.config has the shared ones); light to
+import: the CLI builds its commands from them at start-up."""
 
 from __future__ import annotations
 
@@ -149,7 +149,7 @@ class WdsConfig(ImportConfig):
 
 
 def unquoted(what: str) -> UsageError:
-    """The error of a brace pattern the shell expanded into its names (shard-000.tar ...)."""
+    """The error of a brace pattern the shell expanded."""
     return UsageError(
         f"{what}: was a brace pattern left unquoted, so that the shell expanded it? HINT: quote "
         "it: prep import webdataset 'shards/train-{000000..000099}.tar' OUT"
@@ -157,7 +157,7 @@ def unquoted(what: str) -> UsageError:
 
 
 def image_field(cfg: ImportConfig) -> Any:
-    """The import's Image field, from the command's image options."""
+    """The import's Image field."""
     from prep.fields import Image
 
     return Image(

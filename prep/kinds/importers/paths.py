@@ -1,13 +1,9 @@
-"""The paths a source file names stay inside the source's own tree (a COCO `file_name` inside
-IMAGES, a caption list's image inside its folder, a Hugging Face file inside SRC), links
-resolved: someone else's source could otherwise pack `~/.ssh/id_rsa` into a dataset the user
-publishes. `--allow-outside` reads them anyway (a store of links: the Hugging Face hub cache,
-DVC, git-annex; the `datasets` cache, whose Image structs name files by absolute path).
+"""The paths a source file names stay inside the source's own tree, links resolved: someone
+else's source could otherwise pack `~/.ssh/id_rsa` into a dataset the user publishes.
+`--allow-outside` reads them anyway (a store of links: the HF hub cache, DVC, git-annex).
 
->>> Tree(Path("/data/coco/images")).refused("/etc/passwd")
-"'/etc/passwd' is an absolute path"
->>> Tree(Path("/data/coco/images")).refused("a/../../x.png")
-"'a/../../x.png' leads out of /data/coco/images (..)"
+>>> Tree(Path("/data/coco/images")).why("a/../../x.png")[:46]
+"'a/../../x.png' leads out of /data/coco/images"
 """
 
 from __future__ import annotations
@@ -31,24 +27,26 @@ class Tree:
     def real(self) -> Path:
         return self.root.resolve()
 
-    def refused(self, name: str, within: Path | None = None) -> str | None:
+    def why(self, name: str, within: Path | None = None) -> str | None:
         """Why `name` (relative to `within`, a folder of the tree; default: its root) leaves the
-        tree; None when it may be read. A name that cannot be resolved (a NUL byte, a link
-        loop) is left to the file checks, which reject it."""
+        tree, with the HINT; None when it may be read. A name that cannot be resolved (a NUL
+        byte, a link loop) is left to the file checks, which reject it."""
         if self.allow_outside:
             return None
-        if os.path.isabs(name):
-            return f"{name!r} is an absolute path"
         rel = name if within is None else os.path.join(os.path.relpath(within, self.root), name)
-        if ".." in os.path.normpath(rel).split(os.sep):
-            return f"{name!r} leads out of {self.root} (..)"
-        try:
-            real = self._resolved(self.root / rel)
-        except (OSError, RuntimeError, ValueError):  # RuntimeError: a link loop (Python < 3.13)
-            return None
-        if real != self.real and not real.is_relative_to(self.real):
-            return f"{name!r} is a link to {real}, outside {self.root}"
-        return None
+        if os.path.isabs(name):
+            said = f"{name!r} is an absolute path"
+        elif ".." in os.path.normpath(rel).split(os.sep):
+            said = f"{name!r} leads out of {self.root} (..)"
+        else:
+            try:
+                real = self._resolved(self.root / rel)
+            except (OSError, RuntimeError, ValueError):  # RuntimeError: a link loop (< 3.13)
+                return None
+            if real == self.real or real.is_relative_to(self.real):
+                return None
+            said = f"{name!r} is a link to {real}, outside {self.root}"
+        return f"{said}. {HINT}"
 
     @cached_property
     def _folders(self) -> dict[str, Path]:
@@ -64,8 +62,3 @@ class Tree:
             folder = self._folders[str(path.parent)] = path.parent.resolve()
         found = folder / path.name
         return found.resolve() if found.is_symlink() else found
-
-    def why(self, name: str, within: Path | None = None) -> str | None:
-        """refused(), as a reject's message with its HINT."""
-        said = self.refused(name, within)
-        return None if said is None else f"{said}. {HINT}"
