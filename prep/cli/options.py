@@ -30,8 +30,7 @@ def friendly(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        # SIGTERM (a batch scheduler's stop, `kill`) ends a run as Ctrl-C does: workers stopped,
-        # temp files removed, finished shards kept for --resume.
+        # SIGTERM (a batch scheduler's stop) ends a run as Ctrl-C does, resumable.
         in_main = threading.current_thread() is threading.main_thread()
         previous = signal.signal(signal.SIGTERM, _interrupt) if in_main else None
         try:
@@ -101,8 +100,7 @@ def _parameter(
         if get_origin(base) is list:  # list[int]: "128,256"
             base = str
         shown = shown_default(f, default)
-        # In the help text, not show_default= (Typer shows a given text as "[default: (x)]");
-        # no brackets: Rich would read them as markup.
+        # Not show_default= (Typer shows "[default: (x)]"); no brackets: Rich markup.
         help_text += f" (default: {shown})" if shown else ""
         info = typer.Option(*f.metadata.get("flags") or (), help=help_text, show_default=False)
     kind = inspect.Parameter.POSITIONAL_OR_KEYWORD

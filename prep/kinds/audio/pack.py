@@ -27,11 +27,10 @@ FIXED = ("audio", "source", "source_rate", "start", "label")  # the field names 
 def audio_fields(
     cfg: AudioConfig, classes: list[str] | None, labelled: bool, targets: Targets | None
 ) -> dict[str, Field]:
-    audio = Audio(
-        cfg.dtype, cfg.stored_channels, cfg.rate, cfg.mono, cfg.max_seconds, f"soxr {QUALITY}"
-    )
     fields: dict[str, Field] = {
-        "audio": audio,
+        "audio": Audio(
+            cfg.dtype, cfg.stored_channels, cfg.rate, cfg.mono, cfg.max_seconds, f"soxr {QUALITY}"
+        ),
         "source_rate": Scalar("uint32"),
         "start": Scalar("int64"),
     }

@@ -46,9 +46,8 @@ class CocoSummary(RunSummary):
 
 
 def fields_of(cfg: CocoConfig, categories: Categories) -> dict[str, Any]:
-    image = image_field(cfg)
     fields: dict[str, Any] = {
-        "image": image,
+        "image": image_field(cfg),
         "boxes": Boxes(image="image"),
         "labels": Labels(classes=tuple(categories.names)),
         "iscrowd": Array("uint8", (None,)),
@@ -120,8 +119,7 @@ class CocoKind(SamplesRun):
         self.categories = categories_of(self.data, path)
         self.make = UserFunction(make_sample)
         self.declare(fields_of(cfg, self.categories))
-        self.boxes = self.dropped = self.skipped = 0
-        self.manifested = False  # the manifest made by this run (not a finished OUT's, resumed)
+        self.skipped = 0
         self.counts: list[tuple[str, int, int]] = []  # each image's boxes stored and dropped
 
     def sources(self) -> list[Path]:
@@ -143,16 +141,7 @@ class CocoKind(SamplesRun):
             raise PrepError(f"no images to import in {path} ({len(rejects)} rejected{first})")
         return Inputs(len(items), rejects, digest)
 
-    def _counted(self, rejected: set[str]) -> tuple[int, int]:
-        """Boxes stored and dropped, over the images not rejected by the workers."""
-        kept = [(b, d) for rel, b, d in self.counts if rel not in rejected]
-        return sum(b for b, _ in kept), sum(d for _, d in kept)
-
     def extra(self, records: list[dict[str, Any]]) -> dict[str, Any]:
-        self.boxes, self.dropped = self._counted(
-            {r["path"] for rec in records for r in rec.get("rejects", ())}
-        )
-        self.manifested = True
         said: dict[str, Any] = {"annotations": Path(str(self.cfg.src)).name}
         said["categories"] = self.categories.described
         return super().extra(records) | {"coco": said}
@@ -178,9 +167,9 @@ def _found(
 def import_coco(cfg: CocoConfig, show_progress: bool = True, profile: bool = False) -> RunSummary:
     kind = CocoKind(cfg)
     summary = run(kind, show_progress, profile)
-    if isinstance(summary, CocoSummary):
-        if not kind.manifested:  # OUT was finished already: its rejects.jsonl says which
-            rejected = {r["path"] for r in iter_rejects(summary.out)}
-            kind.boxes, kind.dropped = kind._counted(rejected)
-        summary.boxes, summary.dropped, summary.skipped = kind.boxes, kind.dropped, kind.skipped
+    if isinstance(summary, CocoSummary):  # boxes of the images no worker rejected
+        rejected = {r["path"] for r in iter_rejects(summary.out)}
+        kept = [(b, d) for rel, b, d in kind.counts if rel not in rejected]
+        summary.boxes, summary.dropped = sum(b for b, _ in kept), sum(d for _, d in kept)
+        summary.skipped = kind.skipped
     return summary

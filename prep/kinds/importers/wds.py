@@ -43,8 +43,7 @@ from prep.run.samples import Item
 from prep.sources.samples import Source, file_stats
 
 BRACES = re.compile(r"\{([^{}]*)\}")
-# Shard names a pattern may give: more is a typo ({0..4294967296} built 4 billion names, a
-# MemoryError), far beyond the largest public WebDataset sets (about 10^5 shards).
+# Shard names a pattern may give: more is a typo (the largest public sets have ~10^5 shards).
 MAX_SHARDS = 1_000_000
 Member = tuple[str, int, int]  # extension, offset of its data, size
 
@@ -179,8 +178,7 @@ def _npy_headers(
     return out
 
 
-# Each run's open tar a thread ((run, thread) -> (path, file)): a shard's samples come from
-# few tars, read in order. A new run opens its tars again (one may have been rewritten).
+# Each run's open tar a thread: a shard's samples come from few tars, read in order.
 _held: dict[tuple[str, int], tuple[str, IO[bytes]]] = {}
 
 
@@ -324,9 +322,8 @@ def _declared(cfg: WdsConfig, scans: list[Scan], seen: dict[str, int]) -> tuple[
         raise _usage(cfg.src, f"no member has extension {unknown[0]!r}" if unknown else "")
     if not cfg.fields:
         _check_rare(cfg, exts, seen, sum(len(s.samples) for s in scans))
-    # The one field of image extensions (jpg, jpg;png...) is `image`, whichever the tars hold:
-    # the loader's code does not change with the dataset. Two (a sample with both a .jpg and a
-    # .png) keep their extensions' names.
+    # The one field of image extensions is `image`, whichever the tars hold: the loader's code
+    # does not change with the dataset. Two keep their extensions' names.
     pictures = [e for e in exts if all(a in IMAGES for a in e.split(";"))]
     declared = []
     for e in exts:
