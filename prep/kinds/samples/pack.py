@@ -67,9 +67,7 @@ def pack_samples(
 ) -> RunSummary:
     """Pack one sample per input: `make(input)` returns a dict of the declared `fields`
     (prep.fields), None to skip the input, or raises prep.Reject. `inputs`: a list of objects,
-    a .csv/.jsonl/.parquet file (rows as dicts), a .txt of paths, or a folder (paths).
-    `options` are `prep samples`' (jobs, backend, overwrite, resume, limit, max_rejects,
-    shard_size, format, scheduler, staging).
+    or what `prep samples` takes as SRC; `options`: its options (jobs, backend, shard_size...).
 
     >>> # pack_samples(make, "rows.jsonl", "packed", {"image": Image(sizes=(256,))}, jobs=2)
     """
