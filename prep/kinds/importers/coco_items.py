@@ -16,8 +16,7 @@ import numpy as np
 from PIL import Image
 
 from prep.fields.boxes import kept, outside_rows
-from prep.kinds.importers.config import CocoConfig
-from prep.kinds.importers.paths import Tree
+from prep.kinds.importers.config import CocoConfig, Tree
 from prep.run.errors import PrepError
 from prep.run.inputs import Reject, load_json, reject_record
 from prep.sources.samples import Item

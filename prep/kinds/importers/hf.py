@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from loaders.fields import Label, Scalar
-from prep.kinds.importers.config import HFConfig, image_field
+from prep.kinds.importers.config import HFConfig, Tree, image_field
 from prep.kinds.importers.hffeatures import (
     Column,
     Unsupported,
@@ -29,7 +29,6 @@ from prep.kinds.importers.hffeatures import (
     state_files,
     value_of,
 )
-from prep.kinds.importers.paths import Tree
 from prep.kinds.importers.source import SourceKind
 from prep.run.config import listed
 from prep.run.driver import RunSummary, run

@@ -19,7 +19,7 @@ import numpy as np
 from loaders.fields import Array, Bytes, Field, Json, Label, Scalar, Text
 from loaders.fields.base import check_name
 from loaders.format.spec import NUMBERS
-from prep.kinds.importers.paths import Tree
+from prep.kinds.importers.config import Tree
 from prep.run.errors import PrepError, Reject, UsageError
 from prep.run.inputs import load_json
 from prep.run.samples import SOURCE

@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from prep.fields import Text, Tokens
-from prep.kinds.importers.config import PairsConfig, image_field
-from prep.kinds.importers.paths import Tree
+from prep.kinds.importers.config import PairsConfig, Tree, image_field
 from prep.run.driver import Inputs, RunSummary, run
 from prep.run.errors import PrepError, Reject, UsageError
 from prep.run.inputs import check_file, reject_record
