@@ -86,8 +86,8 @@ def test_fuzz_coco_json(tmp_path: Path) -> None:
 
     def target(data: bytes) -> None:
         parsed = parse_coco(data, "coco.json")
-        found = coco_images(parsed, categories_of(parsed, "coco.json"), cfg)
-        for item in found.items:
+        items, _, _ = coco_images(parsed, categories_of(parsed, "coco.json"), cfg)
+        for item in items:
             for seg in item.value.get("segmentation", []):
                 with contextlib.suppress(ValueError, TypeError, KeyError):
                     rasterise(seg, item.value["hw"])
@@ -216,7 +216,7 @@ def test_fuzz_wds_tar(tmp_path: Path) -> None:
     """A mutated tar (headers most often) scanned: scan_tar never raises (a bad tar or member
     is a reject); each member's bytes taken by its field: value_of raises Reject only, and
     npy_header one of NPY_ERRORS."""
-    from prep.kinds.importers.wdssource import (
+    from prep.kinds.importers.wds import (
         NPY_ERRORS,
         Declared,
         kind_of,
@@ -253,7 +253,7 @@ def test_fuzz_wds_tar(tmp_path: Path) -> None:
 
 def test_fuzz_wds_patterns(tmp_path: Path) -> None:
     """Shard patterns: expand gives the shard names, or refuses with UsageError."""
-    from prep.kinds.importers.wdssource import expand
+    from prep.kinds.importers.wds import expand
 
     seeds = [b"s/train-{000000..000009}.tar", b"{a,b}-{1..2}/x.tar", b"plain.tar", b"{0..3}{}"]
 

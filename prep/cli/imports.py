@@ -37,9 +37,7 @@ def _add(
 
 
 def _one_pattern(cmd: Any) -> Any:
-    """More arguments than SRC OUT: an unquoted brace pattern that the shell expanded into its
-    names (shard-{000..009}.tar: ten). One line saying to quote it, not Click's box about an
-    extra argument."""
+    """More arguments than SRC OUT: an unquoted brace pattern the shell expanded; one line."""
 
     @functools.wraps(cmd)
     def checked(ctx: typer.Context, **values: Any) -> None:

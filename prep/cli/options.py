@@ -30,8 +30,7 @@ def friendly(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        # SIGTERM (a batch scheduler's stop, `kill`) ends a run as Ctrl-C does: workers stopped,
-        # temp files removed, finished shards kept for --resume.
+        # SIGTERM (a batch scheduler's stop) ends a run as Ctrl-C does, resumable.
         in_main = threading.current_thread() is threading.main_thread()
         previous = signal.signal(signal.SIGTERM, _interrupt) if in_main else None
         try:
@@ -68,8 +67,8 @@ def reading(root: Path) -> Iterator[None]:
 
 
 def shown_default(f: dataclasses.Field[Any], given: Any) -> str:
-    """The default --help shows for a field: the command's own (`given`), else the dataclass
-    default, as it is typed (256,512; a flag's side, e.g. rgb of --gray/--rgb); "": none."""
+    """The default --help shows for a field (`given`, else the dataclass's), as it is typed
+    (256,512; rgb of --gray/--rgb); "": none."""
     value = given if given is not None else f.default
     if value is dataclasses.MISSING and f.default_factory is not dataclasses.MISSING:
         value = f.default_factory()
@@ -101,8 +100,7 @@ def _parameter(
         if get_origin(base) is list:  # list[int]: "128,256"
             base = str
         shown = shown_default(f, default)
-        # In the help text, not show_default= (Typer shows a given text as "[default: (x)]");
-        # no brackets: Rich would read them as markup.
+        # Not show_default= (Typer shows "[default: (x)]"); no brackets: Rich markup.
         help_text += f" (default: {shown})" if shown else ""
         info = typer.Option(*f.metadata.get("flags") or (), help=help_text, show_default=False)
     kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
@@ -144,9 +142,8 @@ def command(
     arguments: tuple[str, ...] = ("src", "out"),
 ) -> Callable[..., None]:
     """A writing command for config class `cls`: it loads the config (defaults < file <
-    command line), `check`s it, runs `runner` ("module:function", imported only then), prints
-    the summary line, then with --profile the stage table (`stages` first, in their order).
-    The fields `arguments` are positional, in that order; the others options."""
+    command line), `check`s it, runs `runner` ("module:function", imported only then) and
+    prints its summary (with --profile the stage table). The fields `arguments` are positional."""
 
     def body(**values: Any) -> None:
         config, quiet, profile = (values.pop(k) for k in EXTRA)

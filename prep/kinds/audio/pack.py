@@ -1,6 +1,5 @@
 """prep audio: sound files decoded once (prep.media.audio), resampled to one rate, on the samples
-run. The fields: `audio` (the clip's samples, ragged), `source` (the file's path under SRC),
-`source_rate` (Hz), `start` (where the clip starts in its file, in samples at --rate: --max-seconds
+run: `audio` (ragged), `source`, `source_rate` (Hz), `start` (in samples at --rate: --max-seconds
 cuts a file into clips), `label` with labels, and a field per --targets column.
 """
 
@@ -28,11 +27,10 @@ FIXED = ("audio", "source", "source_rate", "start", "label")  # the field names 
 def audio_fields(
     cfg: AudioConfig, classes: list[str] | None, labelled: bool, targets: Targets | None
 ) -> dict[str, Field]:
-    audio = Audio(
-        cfg.dtype, cfg.stored_channels, cfg.rate, cfg.mono, cfg.max_seconds, f"soxr {QUALITY}"
-    )
     fields: dict[str, Field] = {
-        "audio": audio,
+        "audio": Audio(
+            cfg.dtype, cfg.stored_channels, cfg.rate, cfg.mono, cfg.max_seconds, f"soxr {QUALITY}"
+        ),
         "source_rate": Scalar("uint32"),
         "start": Scalar("int64"),
     }
@@ -52,7 +50,7 @@ def audio_fields(
 def clip_samples(
     clip: Clip, cfg: AudioConfig, labelled: bool, targets: tuple[str, ...]
 ) -> list[Sample]:
-    """One file -> its clips' values (field name -> value), cut at --max-seconds."""
+    """One file -> its clips' values, cut at --max-seconds."""
     samples, source_rate = decode_clip(
         clip.path, cfg.rate, cfg.stored_channels, cfg.mono, cfg.dtype, Limit(cfg.max_file_seconds)
     )

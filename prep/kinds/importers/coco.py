@@ -1,8 +1,6 @@
-"""`prep import coco`: a COCO instances JSON and its images as samples: image, boxes (in the
-stored image's pixels: prep.fields.boxes), labels (contiguous ids, the category names their
-classes), iscrowd, area, image_id and source (the image's file_name). The JSON is read once,
-in the parent (prep.kinds.importers.coco_items): each image is an input carrying its
-annotations, so the workers open no JSON.
+"""`prep import coco`: a COCO instances JSON and its images as samples (image, boxes, labels,
+iscrowd, area, image_id, source). The JSON is read once, in the parent (coco_items): each image
+is an input carrying its annotations, so the workers open no JSON.
 """
 
 from __future__ import annotations
@@ -48,9 +46,8 @@ class CocoSummary(RunSummary):
 
 
 def fields_of(cfg: CocoConfig, categories: Categories) -> dict[str, Any]:
-    image = image_field(cfg)
     fields: dict[str, Any] = {
-        "image": image,
+        "image": image_field(cfg),
         "boxes": Boxes(image="image"),
         "labels": Labels(classes=tuple(categories.names)),
         "iscrowd": Array("uint8", (None,)),
@@ -73,8 +70,7 @@ def fields_of(cfg: CocoConfig, categories: Categories) -> dict[str, Any]:
 
 
 def make_sample(value: dict[str, Any]) -> dict[str, Any]:
-    """One listed image -> its sample: the boxes with the (h, w) they were drawn on (which the
-    Boxes field checks against the decoded image), and the masks or polygons asked for."""
+    """One listed image -> its sample: the boxes with the (h, w) they were drawn on."""
     sample = {
         "image": value["path"],
         "boxes": {"xyxy": value["boxes"], "hw": value["hw"]},
@@ -108,8 +104,7 @@ def make_sample(value: dict[str, Any]) -> dict[str, Any]:
 
 
 class CocoKind(SamplesRun):
-    """The samples run over a COCO file's images (sorted by image id); each sample's `source`
-    is its image's file_name."""
+    """The samples run over a COCO file's images, by image id; `source`: the file_name."""
 
     name = "import coco"
     sourced = True
@@ -124,8 +119,7 @@ class CocoKind(SamplesRun):
         self.categories = categories_of(self.data, path)
         self.make = UserFunction(make_sample)
         self.declare(fields_of(cfg, self.categories))
-        self.boxes = self.dropped = self.skipped = 0
-        self.manifested = False  # the manifest made by this run (not a finished OUT's, resumed)
+        self.skipped = 0
         self.counts: list[tuple[str, int, int]] = []  # each image's boxes stored and dropped
 
     def sources(self) -> list[Path]:
@@ -134,13 +128,11 @@ class CocoKind(SamplesRun):
     def list_inputs(self) -> Inputs:
         path = Path(str(self.cfg.src))
         data, self.data = self.data or read_coco(path), None  # not kept through the run
-        listed = coco_images(data, self.categories, self.cfg)
-        items, rejects, self.skipped = listed.items, listed.rejects, listed.skipped
+        items, rejects, self.skipped = coco_images(data, self.categories, self.cfg)
         items, missing, stats = _found(items[: self.cfg.limit], self.cfg.images)
         rejects += missing
         self.counts = [(it.rel, len(it.value["labels"]), it.value["dropped"]) for it in items]
-        # What the output depends on besides the config: the JSON and every image file (as
-        # prep pack's listing has it: a changed image is not resumed as the same).
+        # The JSON and every image file: a changed image is not resumed as the same.
         said = [*file_stats([path]), self.described(), *stats]
         digest = hashlib.sha256(json.dumps(said).encode()).hexdigest()
         self.items = items
@@ -149,16 +141,7 @@ class CocoKind(SamplesRun):
             raise PrepError(f"no images to import in {path} ({len(rejects)} rejected{first})")
         return Inputs(len(items), rejects, digest)
 
-    def _counted(self, rejected: set[str]) -> tuple[int, int]:
-        """Boxes stored and dropped, over the images not rejected by the workers."""
-        kept = [(b, d) for rel, b, d in self.counts if rel not in rejected]
-        return sum(b for b, _ in kept), sum(d for _, d in kept)
-
     def extra(self, records: list[dict[str, Any]]) -> dict[str, Any]:
-        self.boxes, self.dropped = self._counted(
-            {r["path"] for rec in records for r in rec.get("rejects", ())}
-        )
-        self.manifested = True
         said: dict[str, Any] = {"annotations": Path(str(self.cfg.src)).name}
         said["categories"] = self.categories.described
         return super().extra(records) | {"coco": said}
@@ -167,8 +150,7 @@ class CocoKind(SamplesRun):
 def _found(
     items: list[Item], folder: Any
 ) -> tuple[list[Item], list[dict[str, Any]], list[tuple[str, int, int]]]:
-    """The items whose image file is there, and each file's (path, size, time): a changed image
-    is not resumed as the same; a reject for each other one, naming the path and the fix."""
+    """The items whose image file is there, rejects for the others, and the files' stats."""
     kept, rejects = [], []
     for it in items:
         bad = check_file(Path(it.value["path"]), it.rel)
@@ -185,9 +167,9 @@ def _found(
 def import_coco(cfg: CocoConfig, show_progress: bool = True, profile: bool = False) -> RunSummary:
     kind = CocoKind(cfg)
     summary = run(kind, show_progress, profile)
-    if isinstance(summary, CocoSummary):
-        if not kind.manifested:  # OUT was finished already: its rejects.jsonl says which
-            rejected = {r["path"] for r in iter_rejects(summary.out)}
-            kind.boxes, kind.dropped = kind._counted(rejected)
-        summary.boxes, summary.dropped, summary.skipped = kind.boxes, kind.dropped, kind.skipped
+    if isinstance(summary, CocoSummary):  # boxes of the images no worker rejected
+        rejected = {r["path"] for r in iter_rejects(summary.out)}
+        kept = [(b, d) for rel, b, d in kind.counts if rel not in rejected]
+        summary.boxes, summary.dropped = sum(b for b, _ in kept), sum(d for _, d in kept)
+        summary.skipped = kind.skipped
     return summary

@@ -1,14 +1,13 @@
 """A COCO instances file read into inputs: the categories in label order (sorted by id), then
-each image (by id) with its annotations, its boxes checked (numpy over the boxes of one frame
-size at a time), an input or a reject. Plain functions of the parsed JSON, which open no image
-but those whose boxes lie outside the JSON's frame (to tell `box_frame` from `box_outside`).
+each image (by id) with its annotations and checked boxes, an input or a reject. No image is
+opened but those whose boxes lie outside the JSON's frame (`box_frame` or `box_outside`).
 """
 
 from __future__ import annotations
 
 import struct
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -17,8 +16,7 @@ import numpy as np
 from PIL import Image
 
 from prep.fields.boxes import kept, outside_rows
-from prep.kinds.importers.config import CocoConfig
-from prep.kinds.importers.paths import Tree
+from prep.kinds.importers.config import CocoConfig, Tree
 from prep.run.errors import PrepError
 from prep.run.inputs import Reject, load_json, reject_record
 from prep.sources.samples import Item
@@ -41,7 +39,6 @@ class Categories:
 
 
 def read_coco(path: Path) -> dict[str, Any]:
-    """The instances JSON, with its three lists checked to be there."""
     try:
         data = path.read_bytes()
     except OSError as e:
@@ -50,8 +47,7 @@ def read_coco(path: Path) -> dict[str, Any]:
 
 
 def parse_coco(data: bytes, where: str) -> dict[str, Any]:
-    """The instances JSON in `data` (the bytes of `where`), its three lists checked to be
-    there; PrepError for anything else."""
+    """The instances JSON in `data` (the bytes of `where`), its three lists checked."""
     found = load_json(data, where)
     lists = ("images", "annotations", "categories")
     if not isinstance(found, dict) or not all(isinstance(found.get(k), list) for k in lists):
@@ -80,8 +76,7 @@ def categories_of(data: dict[str, Any], path: Path | str) -> Categories:
 
 
 def keypoints_of(anns: list[Any], joints: int) -> np.ndarray:
-    """float32 (N, joints, 3) of the annotations' `keypoints` (x, y, v flat), zeros where none
-    (not labelled); ValueError for a list that is not whole points or too long."""
+    """float32 (N, joints, 3) of the annotations' flat `keypoints` (x, y, v), zeros where none."""
     out = np.zeros((len(anns), joints, 3), np.float32)
     for i, a in enumerate(anns):
         flat = np.asarray(a.get("keypoints") or [], np.float32).reshape(-1, 3)
@@ -92,8 +87,7 @@ def keypoints_of(anns: list[Any], joints: int) -> np.ndarray:
 
 
 def upright_hw(path: Path) -> tuple[int, int] | None:
-    """The (h, w) of the image at `path` upright (EXIF orientation applied), from its header;
-    None when it cannot be read (its own reject comes when it is decoded)."""
+    """The (h, w) of the image at `path` upright (EXIF applied), None when unreadable."""
     try:
         with Image.open(path) as im:
             w, h = im.size
@@ -103,17 +97,11 @@ def upright_hw(path: Path) -> tuple[int, int] | None:
     return (w, h) if turned else (h, w)
 
 
-@dataclass
-class Images:
-    """The inputs of a COCO file: in image id order, the rejects, and how many were skipped."""
-
-    items: list[Item] = field(default_factory=list)
-    rejects: list[dict[str, Any]] = field(default_factory=list)
-    skipped: int = 0  # images without annotations, left out by --skip-empty
-
-
-def coco_images(data: dict[str, Any], categories: Categories, cfg: CocoConfig) -> Images:
-    """The images of `data` (read_coco's), their files relative to cfg.images."""
+def coco_images(
+    data: dict[str, Any], categories: Categories, cfg: CocoConfig
+) -> tuple[list[Item], list[dict[str, Any]], int]:
+    """The inputs of `data` (read_coco's) in image id order, their files relative to
+    cfg.images, the rejects, and how many images --skip-empty left out."""
     tree = Tree(Path(str(cfg.images)).absolute(), cfg.allow_outside)
     by_image: dict[Any, list[Any]] = defaultdict(list)
     for a in data["annotations"]:
@@ -130,28 +118,28 @@ def coco_images(data: dict[str, Any], categories: Categories, cfg: CocoConfig) -
         except Reject as r:
             parsed.append((name, r))
     checks = _check([p for _, p in parsed if isinstance(p, _Parsed)], cfg)
-    out = Images()
+    items, rejects, skipped = [], [], 0
     for name, p in parsed:
         if isinstance(p, _Parsed):
             p = _value(p, *checks[id(p)], cfg)
         if isinstance(p, Reject):
-            out.rejects.append(reject_record(name, p.code, p.message))
+            rejects.append(reject_record(name, p.code, p.message))
         elif p is None:
-            out.skipped += 1
+            skipped += 1
         else:
-            out.items.append(Item(name, p))
-    return out
+            items.append(Item(name, p))
+    return items, rejects, skipped
 
 
 def _image_order(entry: tuple[int, Any]) -> tuple[int, str, int]:
-    """By image id (numbers first): ids are unique, so reordering the JSON changes nothing."""
+    """By image id, numbers first: reordering the JSON changes nothing."""
     n, im = entry
     i = im.get("id") if isinstance(im, dict) else None
     return (0, f"{i:020d}", n) if isinstance(i, int) and i >= 0 else (1, str(i), n)
 
 
 def _id(value: Any) -> Any:
-    """An image id as a key: a list or object (which no dict key can be) is None."""
+    """An image id as a key (a list or object is None)."""
     return value if isinstance(value, (int, float, str)) else None
 
 
@@ -236,8 +224,7 @@ def _value(p: _Parsed, bad: np.ndarray, keep: np.ndarray, cfg: CocoConfig) -> An
 
 
 def _outside(p: _Parsed, a: dict[str, Any]) -> Reject:
-    """A box outside the JSON's frame: `box_frame` when that frame is not the image's upright
-    size (an EXIF-rotated photo given its stored size), else `box_outside`."""
+    """`box_frame` when the JSON's frame is not the image's upright size, else `box_outside`."""
     upright = upright_hw(Path(p.path))
     if upright is not None and upright != p.hw:
         return Reject(

@@ -1,9 +1,11 @@
-"""The options of every `prep import` source (prep.run.config has what all writing commands share);
-light to import: the CLI builds its commands from them at start-up."""
+"""The options of every `prep import` source (prep.run.config has the shared ones), and Tree:
+where the files a source names may be. Light to import: the CLI builds its commands from them."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -55,7 +57,7 @@ class ImportConfig(RunConfig):
 
 @dataclass
 class PathsConfig(ImportConfig):
-    """An importer whose source file names other files (prep.kinds.importers.paths)."""
+    """An importer whose source file names other files (Tree)."""
 
     allow_outside: bool = opt(
         False,
@@ -149,7 +151,7 @@ class WdsConfig(ImportConfig):
 
 
 def unquoted(what: str) -> UsageError:
-    """The error of a brace pattern the shell expanded into its names (shard-000.tar ...)."""
+    """The error of a brace pattern the shell expanded."""
     return UsageError(
         f"{what}: was a brace pattern left unquoted, so that the shell expanded it? HINT: quote "
         "it: prep import webdataset 'shards/train-{000000..000099}.tar' OUT"
@@ -157,7 +159,7 @@ def unquoted(what: str) -> UsageError:
 
 
 def image_field(cfg: ImportConfig) -> Any:
-    """The import's Image field, from the command's image options."""
+    """The import's Image field."""
     from prep.fields import Image
 
     return Image(
@@ -169,3 +171,60 @@ def image_field(cfg: ImportConfig) -> Any:
         pad_value=cfg.pad_value,
         max_pixels=cfg.max_pixels,
     )
+
+
+HINT = "HINT: a source names files inside its own folder; --allow-outside reads them anyway"
+
+
+@dataclass(frozen=True)
+class Tree:
+    """The folder a source's paths are relative to, and whether they may leave it: they stay
+    inside, links resolved, or someone else's source could pack `~/.ssh/id_rsa` into a dataset
+    the user publishes; --allow-outside reads them anyway (the HF hub cache, DVC, git-annex).
+
+    >>> Tree(Path("/data/coco/images")).why("a/../../x.png")[:46]
+    "'a/../../x.png' leads out of /data/coco/images"
+    """
+
+    root: Path
+    allow_outside: bool = False
+
+    @cached_property
+    def real(self) -> Path:
+        return self.root.resolve()
+
+    def why(self, name: str, within: Path | None = None) -> str | None:
+        """Why `name` (relative to `within`, a folder of the tree; default: its root) leaves the
+        tree, with the HINT; None when it may be read. A name that cannot be resolved (a NUL
+        byte, a link loop) is left to the file checks, which reject it."""
+        if self.allow_outside:
+            return None
+        rel = name if within is None else os.path.join(os.path.relpath(within, self.root), name)
+        if os.path.isabs(name):
+            said = f"{name!r} is an absolute path"
+        elif ".." in os.path.normpath(rel).split(os.sep):
+            said = f"{name!r} leads out of {self.root} (..)"
+        else:
+            try:
+                real = self._resolved(self.root / rel)
+            except (OSError, RuntimeError, ValueError):  # RuntimeError: a link loop (< 3.13)
+                return None
+            if real == self.real or real.is_relative_to(self.real):
+                return None
+            said = f"{name!r} is a link to {real}, outside {self.root}"
+        return f"{said}. {HINT}"
+
+    @cached_property
+    def _folders(self) -> dict[str, Path]:
+        return {}
+
+    def _resolved(self, path: Path) -> Path:
+        """`path` with its links resolved: its folder once a tree (a COCO file's images share a
+        few folders), then the file when it is a link: one lstat a file, not one a component."""
+        if path.name in ("", ".", ".."):
+            return path.resolve()
+        folder = self._folders.get(str(path.parent))
+        if folder is None:
+            folder = self._folders[str(path.parent)] = path.parent.resolve()
+        found = folder / path.name
+        return found.resolve() if found.is_symlink() else found

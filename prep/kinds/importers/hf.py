@@ -1,8 +1,6 @@
-"""`prep import hf SRC OUT`: a Hugging Face dataset on disk, read with pyarrow alone: a
-`save_to_disk` folder (`state.json` and Arrow files; or a `dataset_dict.json` and a folder a
-split), a `datasets` cache folder (`json-train.arrow`) or a folder of Parquet files (the split is
-the name before `-NNNNN-of-NNNNN`, else the parent folder). A row is an input named `FILE:ROW`,
-a field a feature (prep.kinds.importers.hffeatures), each split in its own shards.
+"""`prep import hf SRC OUT`: a Hugging Face dataset on disk (`save_to_disk`, a `datasets` cache
+folder, or Parquet files), read with pyarrow alone. A row is an input named `FILE:ROW`, a field
+a feature (prep.kinds.importers.hffeatures), each split in its own shards.
 """
 
 from __future__ import annotations
@@ -20,7 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from loaders.fields import Label, Scalar
-from prep.kinds.importers.config import HFConfig, image_field
+from prep.kinds.importers.config import HFConfig, Tree, image_field
 from prep.kinds.importers.hffeatures import (
     Column,
     Unsupported,
@@ -31,7 +29,6 @@ from prep.kinds.importers.hffeatures import (
     state_files,
     value_of,
 )
-from prep.kinds.importers.paths import Tree
 from prep.kinds.importers.source import SourceKind
 from prep.run.config import listed
 from prep.run.driver import RunSummary, run
@@ -50,8 +47,7 @@ class Part:
 
 
 def find_parts(src: Path, tree: Tree) -> tuple[str, list[Part]]:
-    """The layout ("save_to_disk", "cache" or "parquet") and its files, split by split. The
-    files and split folders that dataset_dict.json and state.json name stay inside `tree`."""
+    """The layout ("save_to_disk", "cache" or "parquet") and its files, split by split."""
     if (src / "dataset_dict.json").is_file():
         splits = dict_splits(read_object(src / "dataset_dict.json"), str(src / "dataset_dict.json"))
         for s in splits:
@@ -71,11 +67,8 @@ def find_parts(src: Path, tree: Tree) -> tuple[str, list[Part]]:
 
 def _in_order(parts: list[Part]) -> list[Part]:
     """The usual splits first, train first; the others after, by name."""
-
-    def key(p: Part) -> tuple[int, str, Path]:
-        return (USUAL.index(p.split) if p.split in USUAL else len(USUAL), p.split or "", p.path)
-
-    return sorted(parts, key=key)
+    rank: dict[str | None, int] = {s: i for i, s in enumerate(USUAL)}
+    return sorted(parts, key=lambda p: (rank.get(p.split, len(USUAL)), p.split or "", p.path))
 
 
 def _arrow_parts(folder: Path, split: str | None, tree: Tree) -> list[Part]:
@@ -94,7 +87,7 @@ def _arrow_parts(folder: Path, split: str | None, tree: Tree) -> list[Part]:
 
 
 def _inside(tree: Tree, name: str, where: Path) -> None:
-    """A path `where` names (relative to its folder) stays in SRC: else one error line."""
+    """A path `where` names (relative to its folder) stays in SRC."""
     why = tree.why(name, where.parent)
     if why is not None:
         raise PrepError(f"{where}: {why}")
@@ -129,9 +122,8 @@ def _schema_and_chunks(path: Path) -> tuple[Any, list[int]]:
 def list_source(
     src: Path, splits: list[str] | None, only: list[str] | None, allow_outside: bool
 ) -> tuple[Source, HFRows]:
-    """The rows of `src` as inputs (those of `splits`; None: all), and the function that makes
-    a sample of one, of its columns `only` (None: all). A row's `source` is its split and its
-    index in it, as `datasets` numbers it: `train/12` (`3` without splits)."""
+    """The rows of `src`'s `splits` as inputs, and the make() of its columns `only` (None: all).
+    A row's `source` is its split and index as `datasets` numbers it: `train/12` (or `3`)."""
     tree = Tree(src.absolute(), allow_outside)
     layout, parts = _chosen(src, splits, tree)
     items: list[Item] = []
@@ -196,9 +188,8 @@ def _columns(src: Path, features: dict[str, Any], only: list[str] | None) -> lis
 
 
 def unlabeled(columns: list[Column], files: list[Path]) -> list[Column]:
-    """The columns, a ClassLabel column that holds -1 (the `datasets` "no label", as test splits
-    have) as an int64 Scalar: every row kept, -1 read back as `datasets` gives it (and as
-    CrossEntropyLoss's ignore_index takes it); its names stay in extra.hf.features."""
+    """The columns, a ClassLabel column that holds -1 (`datasets`' "no label", in test splits)
+    as an int64 Scalar: -1 read back as `datasets` gives it; its names stay in extra.hf."""
     labels = [c for c in columns if isinstance(c.field, Label) and len(c.path) == 1]
     if not labels:
         return columns
@@ -242,13 +233,12 @@ class HFRows:
 
 @lru_cache(maxsize=8)
 def _chunk(run: str, path: str, chunk: int, names: tuple[str, ...]) -> Any:
-    """read_chunk once a process and run (a file rewritten since an earlier run is read again)."""
+    """read_chunk once a process and run."""
     return read_chunk(path, chunk, list(names))
 
 
 def read_chunk(path: str, chunk: int, names: list[str] | None = None) -> Any:
-    """An Arrow file's table (memory-mapped: no copy) or a Parquet row group (of the columns
-    `names` only: the others are not read), with columns `names` (None: all)."""
+    """An Arrow file's table (memory-mapped) or a Parquet row group, of columns `names`."""
     if path.endswith(".parquet"):
         return pq.ParquetFile(path).read_row_group(chunk, columns=names)
     mapped = pa.memory_map(path)  # the table's buffers keep the mapping open

@@ -1,7 +1,6 @@
-"""Hugging Face JSON, checked (one error line naming the file, never a KeyError from a malformed
-or hostile file): a folder's `dataset_dict.json` and `state.json`, and `Features` as fields (a
-dict's keys, or a list of dicts', as fields `NAME_KEY`); a feature no field holds (`Audio`,
-timestamps...) is `Unsupported`, named.
+"""Hugging Face JSON, checked (one error line naming the file): `dataset_dict.json`, `state.json`,
+and `Features` as fields (a dict's keys as fields `NAME_KEY`); a feature no field holds is
+`Unsupported`, named.
 
 >>> [c.name for c in columns_of({"obj": {"bbox": {"_type": "Array2D", "shape": [None, 4],
 ...     "dtype": "float32"}, "n": {"_type": "Value", "dtype": "int64"}}}, None)]
@@ -20,7 +19,7 @@ import numpy as np
 from loaders.fields import Array, Bytes, Field, Json, Label, Scalar, Text
 from loaders.fields.base import check_name
 from loaders.format.spec import NUMBERS
-from prep.kinds.importers.paths import Tree
+from prep.kinds.importers.config import Tree
 from prep.run.errors import PrepError, Reject, UsageError
 from prep.run.inputs import load_json
 from prep.run.samples import SOURCE
@@ -50,8 +49,7 @@ class Column:
 
 
 def columns_of(features: dict[str, Any], root: Path | None) -> list[Column]:
-    """The import's fields, in the features' order; Unsupported for a feature none holds, or
-    one that is malformed (a Value without its dtype...), naming its column."""
+    """The import's fields, in the features' order; Unsupported for a feature none holds."""
     if not isinstance(features, dict):
         raise Unsupported(f"features are a {type(features).__name__}, not column -> feature")
     out: list[Column] = []
@@ -74,8 +72,7 @@ def columns_of(features: dict[str, Any], root: Path | None) -> list[Column]:
 
 
 def field_name(column: str) -> str:
-    """A column's name as a field's: an identifier; one that datasets give meaning to (`index`,
-    `NAME_len`, `NAME_256`) or `source` (which the import stores) takes a trailing `_`."""
+    """A column's name as an identifier; a reserved one (`index`, `NAME_len`, `source`) gets `_`."""
     name = re.sub(r"\W", "_", column) or "_"
     name = "c_" + name if name[0].isdigit() else name
     return name if check_name(name) is None and name != SOURCE else name + "_"
@@ -105,7 +102,7 @@ def _columns(name: str, path: tuple[Step, ...], f: Any) -> list[Column]:
 
 
 def _key(f: dict[str, Any], key: str, kind: type, name: str) -> Any:
-    """`f[key]`, which must be a `kind`; Unsupported naming the column when it is not."""
+    """`f[key]`, which must be a `kind`."""
     v = f.get(key)
     if not isinstance(v, kind) or (isinstance(v, list) and not all(isinstance(x, str) for x in v)):
         what = "a list of names" if kind is list else f"a {kind.__name__}"
@@ -137,8 +134,8 @@ def _list(name: str, path: tuple[Step, ...], f: dict[str, Any]) -> list[Column]:
 
 
 def _shape(f: Any) -> tuple[str, list[int | None]] | None:
-    """dtype and dims of a list of numbers (of fixed-length lists...), None at most first;
-    None for strings or ragged inner lists (Json holds them); Unsupported for other leaves."""
+    """dtype and dims of a list of numbers (None: a ragged dim, first only); None for strings
+    or ragged inner lists (Json holds them)."""
     dims: list[int | None] = []
     while isinstance(f, dict) and f.get("_type") in LISTS:
         length = f.get("length", -1)
@@ -174,7 +171,7 @@ def _numeric(dtype: str, name: str) -> str:
 
 def _feature_of_type(t: Any) -> Any:
     """The feature a pyarrow type implies (a Parquet file without Hugging Face metadata)."""
-    import pyarrow as pa
+    import pyarrow as pa  # only here: wds imports this module without pyarrow
 
     if pa.types.is_struct(t):
         names = sorted(t.field(i).name for i in range(t.num_fields))
@@ -190,8 +187,7 @@ def _feature_of_type(t: Any) -> Any:
 
 
 def value_of(row: dict[str, Any], column: Column, tree: Tree) -> Any:
-    """Column `column`'s value in `row` (a dict of the file's columns), as its field takes it;
-    an Image's path is relative to `tree`, and a Reject (`outside`) when it leaves it."""
+    """`column`'s value in `row` as its field takes it; an Image's path is relative to `tree`."""
     v: Any = row
     for op, key in column.path:
         if v is None:
@@ -215,7 +211,7 @@ def value_of(row: dict[str, Any], column: Column, tree: Tree) -> Any:
 
 
 def read_object(path: Path) -> dict[str, Any]:
-    """The JSON object in `path`; one error line for anything else."""
+    """The JSON object in `path`."""
     try:
         data = path.read_bytes()
     except OSError as e:

@@ -1,7 +1,6 @@
 """`prep import pairs`: image-caption pairs from a .csv, .jsonl or .parquet (a row each) as
-samples: the image (a path relative to the file's folder, or encoded bytes: a Parquet binary
-column, or a struct with "bytes" as Hugging Face writes images), the caption as UTF-8 text,
-with --tokenizer its token ids too, and the source (the image's path, else the row).
+samples: the image (a path relative to the file's folder, or encoded bytes), the caption, with
+--tokenizer its token ids, and the source (the image's path, else the row).
 """
 
 from __future__ import annotations
@@ -14,12 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from prep.fields import Text, Tokens
-from prep.kinds.importers.config import PairsConfig, image_field
-from prep.kinds.importers.paths import Tree
+from prep.kinds.importers.config import PairsConfig, Tree, image_field
 from prep.run.driver import Inputs, RunSummary, run
 from prep.run.errors import PrepError, Reject, UsageError
 from prep.run.inputs import check_file, reject_record
-from prep.run.samples import Item, SamplesRun, UserFunction, check_shippable
+from prep.run.samples import Item, SamplesRun, UserFunction
 from prep.sources.samples import list_inputs
 
 
@@ -35,8 +33,7 @@ def fields_of(cfg: PairsConfig) -> dict[str, Any]:
 def make_pair(
     row: dict[str, Any], image_column: str, text_column: str, tokens: bool, allow_empty: bool
 ) -> dict[str, Any]:
-    """One row -> its sample; a missing image or an empty caption (unless `allow_empty`) raises
-    Reject. PairsKind checked the row's image path already (inside the file's folder, there)."""
+    """One row -> its sample; Reject for a missing image or (unless `allow_empty`) caption."""
     image = image_of(row.get(image_column))
     if image is None or (isinstance(image, (str, bytes)) and not image):
         raise Reject(f"no image in column {image_column!r}", code="missing_image")
@@ -62,8 +59,7 @@ def image_of(value: Any) -> Any:
 
 
 class PairsKind(SamplesRun):
-    """The samples run over a file of pairs, with its columns checked before any work; each
-    sample's `source` is its image's path (its row in the file, for an image given as bytes)."""
+    """The samples run over a file of pairs, its columns checked before any work."""
 
     name = "import pairs"
     sourced = True
@@ -71,14 +67,14 @@ class PairsKind(SamplesRun):
 
     def __init__(self, cfg: PairsConfig):
         super().__init__(cfg)
-        self.fn = functools.partial(
+        make = functools.partial(
             make_pair,
             image_column=cfg.image_column,
             text_column=cfg.text_column,
             tokens=bool(cfg.tokenizer),
             allow_empty=cfg.allow_empty,
         )
-        self.make = UserFunction(self.fn)
+        self.make = UserFunction(make)
         self.declare(fields_of(cfg))
 
     def list_inputs(self) -> Inputs:
@@ -86,8 +82,6 @@ class PairsKind(SamplesRun):
         listing = list_inputs(cfg.src, cfg.limit)
         if not listing.items:
             raise PrepError(f"no inputs in {cfg.src} ({len(listing.rejects)} rejected)")
-        if cfg.backend != "threads":
-            check_shippable(self.fn, cfg.backend)
         odd = next((it for it in listing.items if not isinstance(it.value, dict)), None)
         if odd is not None:  # a JSON line that is a list or a number: no columns to read
             raise UsageError(
@@ -106,8 +100,7 @@ class PairsKind(SamplesRun):
                 )
         self.base = listing.base
         self.items, stats = self._check_images(listing.items, listing.rejects)
-        # The image files too (as prep pack's listing has them): a changed image is not
-        # resumed as the same.
+        # The image files too: a changed image is not resumed as the same.
         said = [listing.fingerprint, self.described(), stats]
         digest = hashlib.sha256(json.dumps(said).encode()).hexdigest()
         return Inputs(len(self.items), listing.rejects, digest)
@@ -115,9 +108,8 @@ class PairsKind(SamplesRun):
     def _check_images(
         self, items: list[Item], rejects: list[dict[str, Any]]
     ) -> tuple[list[Item], list[tuple[int, int] | None]]:
-        """The rows whose image is there (each with its path as its source), and each image's
-        (size, time); a row whose image file is missing or outside the file's folder is a
-        reject now (in `rejects`), naming the path, where it was looked for, and the fix."""
+        """The rows whose image is there (its path their source), and each image's (size, time);
+        a missing or outside image is a reject now, in `rejects`."""
         base = self.base or Path()
         tree = Tree(base, self.cfg.allow_outside)
         kept, stats = [], []

@@ -1,6 +1,5 @@
-"""The samples run of an importer that lists its source itself (prep.sources.samples.Source:
-Hugging Face folders, WebDataset tars): each split in its own shards, each sample's `source` its
-place in the source."""
+"""The samples run over a listed prep.sources.samples.Source (Hugging Face folders, WebDataset
+tars): each split in its own shards, each sample's `source` its place in the source."""
 
 from __future__ import annotations
 
@@ -13,7 +12,7 @@ from typing import Any
 from loaders.remote.storage import url_of
 from prep.run.driver import Inputs
 from prep.run.errors import PrepError
-from prep.run.samples import SamplesRun, UserFunction, check_shippable
+from prep.run.samples import SamplesRun, UserFunction
 from prep.sources.samples import Source
 
 
@@ -21,15 +20,16 @@ class SourceKind(SamplesRun):
     """The samples run over a listed `Source`: `make(item.value)` builds each sample."""
 
     sourced = True
+    make: UserFunction
 
     def __init__(self, cfg: Any, make: Callable[[Any], Any], fields: Any, source: Source):
         super().__init__(cfg)
         self.command = f"import {cfg.SECTION}"
-        self.fn, self.make, self.source = make, UserFunction(make), source
+        self.make, self.source = UserFunction(make), source
         self.declare(fields)
 
     def sources(self) -> list[Path]:
-        """SRC, which OUT may not hold (a pattern's folder counts: OUT may not be it)."""
+        """SRC, which OUT may not hold."""
         return [] if url_of(self.cfg.src) else [Path(str(self.cfg.src))]
 
     def list_inputs(self) -> Inputs:
@@ -37,10 +37,8 @@ class SourceKind(SamplesRun):
         if not self.items:
             n = len(self.source.rejects)
             raise PrepError(f"no inputs in {self.cfg.src} ({n} rejected). HINT: check SRC")
-        said = [self.source.stats, len(self.items), self.described(), repr(self.fn)]
+        said = [self.source.stats, len(self.items), self.described(), repr(self.make.fn)]
         digest = hashlib.sha256(json.dumps(said, default=str).encode()).hexdigest()
-        if self.cfg.backend != "threads":
-            check_shippable(self.fn, self.cfg.backend)
         return Inputs(len(self.items), self.source.rejects, digest)
 
     def extra(self, records: list[dict[str, Any]]) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """pack_samples and `prep samples`: samples of any shape, made by the user's function from each
-input, on the samples run (prep.run.samples) with every guarantee `prep pack` has."""
+input, on the samples run (prep.run.samples)."""
 
 from __future__ import annotations
 
@@ -24,29 +24,30 @@ class SamplesKind(SamplesRun):
 
     name = "samples"
     cfg: SamplesConfig
+    make: UserFunction
 
     def __init__(self, cfg: SamplesConfig, make: Callable[[Any], Any], fields: Any, inputs: Any):
         super().__init__(cfg)
-        self.fn, self.inputs, self.make = make, inputs, UserFunction(make)
+        self.inputs, self.make = inputs, UserFunction(make)
         self.declare(fields)
 
     def sources(self) -> list[Path]:
         return [Path(self.inputs)] if isinstance(self.inputs, (str, Path)) else []
 
     def list_inputs(self) -> Inputs:
-        listing = list_inputs(self.inputs, self.cfg.limit)
+        listing, make = list_inputs(self.inputs, self.cfg.limit), self.make.fn
         if not listing.items:
             raise PrepError(f"no inputs in {self.cfg.src} ({len(listing.rejects)} rejected)")
         if self.cfg.backend != "threads":
-            check_shippable(self.fn, self.cfg.backend)
+            check_shippable(make, self.cfg.backend)
         self.items, self.base = listing.items, listing.base
-        said = [listing.fingerprint, _identity(self.fn), self.described()]
+        said = [listing.fingerprint, _identity(make), self.described()]
         digest = hashlib.sha256(repr(said).encode()).hexdigest()
         return Inputs(len(listing.items), listing.rejects, digest)
 
 
 def _identity(make: Callable[..., Any]) -> str:
-    """What the output depends on in the function: its name and, where known, its source."""
+    """The function's name and, where known, its source."""
     try:
         source = inspect.getsource(make)
     except (OSError, TypeError):
@@ -66,9 +67,7 @@ def pack_samples(
 ) -> RunSummary:
     """Pack one sample per input: `make(input)` returns a dict of the declared `fields`
     (prep.fields), None to skip the input, or raises prep.Reject. `inputs`: a list of objects,
-    a .csv/.jsonl/.parquet file (rows as dicts), a .txt of paths, or a folder (paths).
-    `options` are `prep samples`' (jobs, backend, overwrite, resume, limit, max_rejects,
-    shard_size, format, scheduler, staging).
+    or what `prep samples` takes as SRC; `options`: its options (jobs, backend, shard_size...).
 
     >>> # pack_samples(make, "rows.jsonl", "packed", {"image": Image(sizes=(256,))}, jobs=2)
     """
@@ -91,8 +90,7 @@ def pack_recipe(
 
 
 def load_recipe(path: Path) -> tuple[Callable[[Any], Any], dict[str, Any]]:
-    """A recipe file's make and FIELDS. The module is pickled by value, so worker processes
-    (loky, Dask) need not import it by name."""
+    """A recipe file's make and FIELDS, its module pickled by value (workers cannot import it)."""
     if not path.is_file() or path.suffix != ".py":
         raise UsageError(f"--recipe {path}: not a .py file. HINT: a file defining FIELDS and make")
     name = f"prep_recipe_{path.stem}"

@@ -1,6 +1,5 @@
-"""prep video: videos decoded once at a fixed frame rate and size, on the samples run. A sample
-a video (or a --max-frames / --clip-seconds piece of it): `frames` (a Video field), `label` where
-the inputs have one, `source` (the path under SRC), `start` (seconds into the video),
+"""prep video: videos decoded once at a fixed frame rate and size, on the samples run. A sample a
+video (or a --max-frames / --clip-seconds piece): `frames`, `label`, `source`, `start` (seconds),
 `num_frames`, and the source's average frame rate and duration (seconds)."""
 
 from __future__ import annotations
@@ -36,7 +35,7 @@ def video_fields(cfg: VideoConfig, classes: list[str] | None, labelled: bool) ->
 
 
 def video_samples(item: Item, cfg: VideoConfig, labelled: bool) -> list[Sample]:
-    """One video -> its samples (one, or its --max-frames pieces); Reject on bad input."""
+    """One video -> its samples (one, or its --max-frames pieces)."""
     d = decode_video(item.path, cfg.fps, cfg.size, cfg.mode, cfg.max_pixels)
     step = cfg.segment or len(d.frames)
     out = []
@@ -51,8 +50,6 @@ def video_samples(item: Item, cfg: VideoConfig, labelled: bool) -> list[Sample]:
 
 
 class VideoKind(SamplesRun):
-    """Videos decoded once at --fps and --size, one sample a video (or a piece of one)."""
-
     name = "video"
     unit = "video"
     noun = "videos"
@@ -76,18 +73,15 @@ class VideoKind(SamplesRun):
         self.items = items
         self.declare(video_fields(cfg, classes, labelled))
         self.make = functools.partial(video_samples, cfg=cfg, labelled=labelled)
-        seen = []
-        for it in items:
-            st = it.path.stat()
-            seen.append((it.rel, st.st_size, st.st_mtime_ns, it.label))
-        self.sizes = {it.rel: s[1] for it, s in zip(items, seen, strict=True)}
+        stats = [(it, it.path.stat()) for it in items]
+        seen = [(it.rel, st.st_size, st.st_mtime_ns, it.label) for it, st in stats]
+        self.sizes = {rel: size for rel, size, _, _ in seen}
         fingerprint = hashlib.sha256(json.dumps([seen, classes]).encode()).hexdigest()
         return Inputs(len(items), rejects, fingerprint)
 
     def plan(self) -> list[list[Any]]:
-        # A video is many images' work: AUTO_SHARDS shards, of at least MIN_VIDEOS videos (the
-        # driver's AUTO_MIN of 16 inputs would leave cores idle on a few dozen videos; one a
-        # shard made the ~17 files and fsyncs of each shard cost ~10% of a 2-core run).
+        # A video is many images' work: the driver's AUTO_MIN of 16 inputs would leave cores
+        # idle on a few dozen videos; one a shard made its ~17 files' fsyncs cost ~10%.
         count = len(self.items)
         n = self.cfg.shard_size or min(AUTO_MAX, max(MIN_VIDEOS, -(-count // AUTO_SHARDS)))
         return [self.items[i : i + n] for i in range(0, count, n)]
