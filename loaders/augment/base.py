@@ -1,12 +1,13 @@
-"""What every batch augmentation shares: the batch (Sample, its pending crop: Resize), the tensor
-helpers of the ops, the Op, the one loop a pipeline runs, and the making of a pending crop (each
-sample's box resized and mirrored in one pass for the whole batch: loaders.augment.kernel's for a
-uint8 CPU batch, one grid_sample otherwise)."""
+"""What every batch augmentation shares: the batch (Sample, its pending crop: Resize), the ops'
+tensor helpers, the Op, the pipeline (Compose), and `settle`, which makes a pending crop for the
+whole batch in one pass (loaders.augment.kernel's for a uint8 CPU batch, else one grid_sample).
+"""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -106,8 +107,8 @@ def working(x: torch.Tensor) -> torch.Tensor:
 
 class Op(nn.Module):
     """One batch augmentation: `augment(sample, key)` with the key of its stream of draws.
-    Called alone, `op(images, labels, index=index, ...)` runs it as a one-op pipeline. `lazy`
-    ops take a sample whose `pending` crop is not made yet; for the others `run` makes it first
+    Called alone, `op(images, labels, index=index, ...)` runs it as a one-op Compose. `lazy`
+    ops take a sample whose `pending` crop is not made yet; for the others it is made first
     (`settle`), as a caller of `augment` must."""
 
     lazy = False
@@ -123,61 +124,86 @@ class Op(nn.Module):
     def forward(
         self, images: torch.Tensor, labels: torch.Tensor | None = None, **kw: Any
     ) -> torch.Tensor | tuple[Any, ...]:
-        """`kw`: index=, mask=, boxes=... as for Compose, and seed=, epoch= (default 0)."""
-        seed, epoch = kw.pop("seed", 0), kw.pop("epoch", 0)
-        key = stream_key(seed, epoch, type(self).__name__)  # as Compose's first op of its class
-        return run([(self, key)], images, labels, **kw)
+        """`kw`: index=, mask=, boxes=... as for Compose, and its seed=, epoch=, min_size=."""
+        pipe = Compose([self], kw.pop("seed", 0), kw.pop("epoch", 0), kw.pop("min_size", 1.0))
+        return pipe(images, labels, **kw)
 
     def extra_repr(self) -> str:
         return ", ".join(f"{name}={getattr(self, name)}" for name in self.shown)
 
 
-def run(
-    ops: list[tuple[nn.Module, int]],
-    images: torch.Tensor,
-    labels: torch.Tensor | None = None,
-    *,
-    index: torch.Tensor,
-    mask: torch.Tensor | None = None,
-    boxes: Ragged = None,
-    keypoints: Ragged = None,
-    instances: Ragged = None,
-    lengths: torch.Tensor | None = None,
-    per_box: Mapping[str, Ragged] | None = None,
-    min_size: float = 1.0,
-) -> torch.Tensor | tuple[Any, ...]:
-    """A batch through `ops`, each with the key of its stream of draws: what
-    loaders.transforms.Compose returns."""
-    if images.dim() != 4 or index.shape != images.shape[:1]:
-        raise ValueError(
-            f"expected images (B, C, H, W) and index (B,), got {tuple(images.shape)} and "
-            f"{tuple(index.shape)}. HINT: ask the dataset for fields=(..., 'index')"
-        )
-    if mask is not None and mask.shape != images.shape[:1] + images.shape[2:]:
-        raise ValueError(f"mask {tuple(mask.shape)} is not (B, H, W) of {tuple(images.shape)}")
-    if (per_box is not None or instances is not None) and boxes is None:
-        raise ValueError("per_box= and instances= are per box: pass boxes= too")
-    targets = None
-    if boxes is not None or keypoints is not None:
-        targets = Targets.of(len(images), boxes, keypoints, lengths).to(images.device)
-    stack = None if targets is None else instance_masks(instances, lengths, targets, images)
-    sample = Sample(images, index, labels, mask, targets=targets, instances=stack)
-    for op, key in ops:
-        if isinstance(op, Op):
-            sample = op.augment(settle(sample) if not op.lazy else sample, key)
-        else:
-            sample = settle(sample)
-            sample = sample.but(images=op(sample.images))
-    sample = settle(sample)
-    pairs = ((sample.labels, labels), (sample.mask, mask))
-    given: list[Any] = [t for t, asked in pairs if asked is not None and t is not None]
-    if sample.targets is not None:
-        asked = {"boxes": boxes, "keypoints": keypoints, "instances": instances}
-        moved = {"instances": sample.instances}
-        given += outputs(
-            sample.targets, sample.canvas, min_size, asked | {"per_box": per_box}, lengths, moved
-        )
-    return (sample.images, *given) if given else sample.images
+class Compose(nn.Module):
+    """Ops applied in order to a batch (a module that is not an Op, as Normalize, gets the
+    images only). Returns the images alone, or a tuple of them and those of labels, mask, boxes,
+    keypoints (N, K, 3), instances (N, H, W), lengths and per_box that were given, in that
+    order, each in the form given (a list, nested, or padded with lengths=), on the images'
+    device. `set_epoch(e)` before each epoch changes every draw."""
+
+    def __init__(
+        self, ops: Iterable[nn.Module], seed: int = 0, epoch: int = 0, min_size: float = 1.0
+    ):
+        super().__init__()
+        self.ops = nn.ModuleList(ops)
+        self.seed, self.min_size = seed, min_size
+        self.set_epoch(epoch)  # refuses a negative seed or epoch now
+        # Each op's stream: its class name, "#k" for its k-th repeat (a pipeline's first
+        # RandomResizedCrop draws what a decode-time one draws).
+        seen: Counter[str] = Counter()
+        self._names = []
+        for cls in (type(op).__name__ for op in self.ops):
+            self._names.append(f"{cls}#{seen[cls]}" if seen[cls] else cls)
+            seen[cls] += 1
+
+    def set_epoch(self, epoch: int) -> None:
+        stream_key(self.seed, epoch, "")
+        self.epoch = epoch
+
+    def forward(
+        self,
+        images: torch.Tensor,
+        labels: torch.Tensor | None = None,
+        *,
+        index: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        boxes: Ragged = None,
+        keypoints: Ragged = None,
+        instances: Ragged = None,
+        lengths: torch.Tensor | None = None,
+        per_box: Mapping[str, Ragged] | None = None,
+    ) -> torch.Tensor | tuple[Any, ...]:
+        if images.dim() != 4 or index.shape != images.shape[:1]:
+            raise ValueError(
+                f"expected images (B, C, H, W) and index (B,), got {tuple(images.shape)} and "
+                f"{tuple(index.shape)}. HINT: ask the dataset for fields=(..., 'index')"
+            )
+        if mask is not None and mask.shape != images.shape[:1] + images.shape[2:]:
+            raise ValueError(f"mask {tuple(mask.shape)} is not (B, H, W) of {tuple(images.shape)}")
+        if (per_box is not None or instances is not None) and boxes is None:
+            raise ValueError("per_box= and instances= are per box: pass boxes= too")
+        targets = stack = None
+        if boxes is not None or keypoints is not None:
+            targets = Targets.of(len(images), boxes, keypoints, lengths).to(images.device)
+            stack = instance_masks(instances, lengths, targets, images)
+        sample = Sample(images, index, labels, mask, targets=targets, instances=stack)
+        for op, name in zip(self.ops, self._names, strict=True):
+            key = stream_key(self.seed, self.epoch, name)
+            if isinstance(op, Op):
+                sample = op.augment(settle(sample) if not op.lazy else sample, key)
+            else:
+                sample = settle(sample)
+                sample = sample.but(images=op(sample.images))
+        sample = settle(sample)
+        pairs = ((sample.labels, labels), (sample.mask, mask))
+        given: list[Any] = [t for t, asked in pairs if asked is not None and t is not None]
+        if sample.targets is not None:
+            asked = {"boxes": boxes, "keypoints": keypoints, "instances": instances}
+            moved = {"instances": sample.instances}
+            args = (sample.canvas, self.min_size, asked | {"per_box": per_box}, lengths, moved)
+            given += outputs(sample.targets, *args)
+        return (sample.images, *given) if given else sample.images
+
+    def extra_repr(self) -> str:
+        return f"seed={self.seed}, epoch={self.epoch}"
 
 
 def take(x: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
@@ -192,22 +218,20 @@ def _centres(start: torch.Tensor, length: torch.Tensor, out: int) -> torch.Tenso
     return start[:, None] + j[None, :] * (length[:, None] / out)
 
 
-def resized_crop(
-    sample: Sample,
-    boxes: torch.Tensor,
-    size: tuple[int, int],
-    flip: torch.Tensor | None = None,
-    *,
-    rounded: bool = True,
-    color: kernel.Color | None = None,
-) -> Sample:
-    """Each sample's box (top, left, height, width) resized to `size`, mirrored where `flip`
-    (bool (B,)): bilinear for images, nearest for masks, with the jitter `color` folded in
-    (kernel's pass only). rounded=False leaves a uint8 batch's result in float32 for the torch
-    path (ColorJitter rounds it once, at its end)."""
-    top, left, h, w = boxes.to(torch.float64).unbind(1)
-    x = sample.images
+def settle(sample: Sample, rounded: bool = True, color: kernel.Color | None = None) -> Sample:
+    """The sample with its pending crop (if any) made, mirrored where its flip says: bilinear for
+    images, nearest for masks, with the jitter `color` in the same pass (kernel's only).
+    rounded=False leaves a uint8 batch's result in float32 on the torch path (ColorJitter
+    rounds it once, at its end)."""
+    p, x = sample.pending, sample.images
+    if p is None and color is None:
+        return sample
     H, W = x.shape[-2:]
+    if p is None:
+        whole = torch.tensor([[0, 0, H, W]], device=x.device)
+        p = Resize(whole.expand(len(sample.index), 4), (H, W))
+    boxes, size, flip = p.boxes, p.size, p.flip
+    top, left, h, w = boxes.to(torch.float64).unbind(1)
     rows, cols = _centres(top, h, size[0]), _centres(left, w, size[1])
     cols = cols if flip is None else torch.where(flip[:, None], cols.flip(1), cols)
     r, c = (t.floor().to(torch.int64).clamp(0, n - 1) for t, n in ((rows, H), (cols, W)))
@@ -234,15 +258,3 @@ def resized_crop(
     out = F.grid_sample(f, grid, mode="bilinear", padding_mode="border", align_corners=False)
     images = to_images(out, x) if rounded else out
     return sample.but(images=images, pending=None, **masks)
-
-
-def settle(sample: Sample, rounded: bool = True, color: kernel.Color | None = None) -> Sample:
-    """The sample with its pending crop (if any) made, and the jitter `color` in the same pass."""
-    p = sample.pending
-    if p is None and color is None:
-        return sample
-    if p is None:
-        H, W = sample.images.shape[-2:]
-        whole = torch.tensor([[0, 0, H, W]], device=sample.images.device)
-        p = Resize(whole.expand(len(sample.index), 4), (H, W))
-    return resized_crop(sample, p.boxes, p.size, p.flip, rounded=rounded, color=color)
