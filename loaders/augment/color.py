@@ -28,18 +28,10 @@ def hue_rotations(turns: torch.Tensor) -> torch.Tensor:
 
 
 class ColorJitter(Op):
-    """Each sample's brightness, contrast and saturation scaled by its factors b, c, s, drawn in
-    [1 - amount, 1 + amount] (at least 0), then its hue turned by h in [-hue, hue] turns:
-
-    - brightness b x; contrast and saturation: blends with the image's mean luma m and with
-      the pixel's luma, torchvision's adjust_* formulas. hue: a rotation of the chroma plane in
-      YIQ space, which keeps each pixel's luma (torchvision's HSV shift keeps its max channel).
-      Saturation and hue are no-ops on one channel.
-    - All linear: y = c b H S x + (1 - c) b m with S = s I + (1 - s) 1 luma^T, one batched
-      matmul (as DALI's color_twist). uint8 images are clipped once, at the end (torchvision
-      clips after each step); float ones not at all (put it before Normalize). After a
-      RandomResizedCrop it takes the crop's float result: one rounding for both.
-    """
+    """Each sample's brightness, contrast and saturation scaled by factors b, c, s drawn in
+    [1 - amount, 1 + amount] (at least 0), then its hue turned by h in [-hue, hue] turns, all in
+    one matrix: y = c b H S x + (1 - c) b m (m the mean luma, S = s I + (1 - s) 1 luma^T), as
+    DALI's color_twist. How it differs from torchvision: README.md, "Augmentation on the batch"."""
 
     lazy = True
     shown = ("brightness", "contrast", "saturation", "hue")

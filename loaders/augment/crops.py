@@ -64,7 +64,7 @@ class RandomResizedCrop:
     scale: tuple[float, float] = (0.08, 1.0)
     ratio: tuple[float, float] = (3 / 4, 4 / 3)
     seed: int = 0
-    _op: object = field(default=None, repr=False, compare=False)
+    _op: Any = field(default=None, repr=False, compare=False)
 
     def __init__(
         self,
@@ -87,9 +87,7 @@ class RandomResizedCrop:
 
         sides = torch.from_numpy(np.asarray(hw, dtype=np.int64).reshape(-1, 2))
         idx = torch.from_numpy(np.asarray(index, dtype=np.int64).reshape(-1))
-        op: Any = self._op
-        out = op.boxes(idx, sides[:, 0], sides[:, 1], seed=self.seed, epoch=epoch)
-        return out.numpy()
+        return self._op.boxes(idx, sides[:, 0], sides[:, 1], seed=self.seed, epoch=epoch).numpy()
 
 
 Crop = CenterCrop | RandomResizedCrop

@@ -102,9 +102,8 @@ class Resize(Op):
 
     def __init__(self, size: int | Sequence[int]):
         super().__init__()
-        self.size: int | tuple[int, int] = size if isinstance(size, int) else _pair(size)
-        if isinstance(size, int) and size < 1:
-            raise ValueError(f"size {size} must be positive")
+        pair = _pair(size)  # refuses a size below 1
+        self.size: int | tuple[int, int] = size if isinstance(size, int) else pair
 
     def output(self, height: int, width: int) -> tuple[int, int]:
         """(h, w) of an image of height x width once resized.
@@ -176,8 +175,7 @@ class CenterCrop(Op):
 
 class _Flip(Op):
     """Each sample mirrored along `axis` (0: left-right, 1: top-bottom) with probability p, with
-    its mask, boxes and keypoints: one gather (where(flip, x.flip(-1), x) would read and write
-    the batch three times)."""
+    its mask and targets: one gather (where(flip, x.flip(-1), x) reads the batch thrice)."""
 
     axis = 0
     shown = ("p",)

@@ -1,10 +1,7 @@
-"""The CPU pass of a uint8 batch's resized crop, flip and colour jitter: one numba loop over the
-samples, split between a few threads. torch's batched ops stream the whole batch through memory
-once per step (~150 MB each at 256 x 224 px), which costs more than the arithmetic; here each
-sample is resampled into a float scratch that stays in cache, jittered there, and written once
-as uint8. The sampling is grid_sample's (bilinear, align_corners=False, border padding), so the
-torch path (CUDA, float batches, no numba) agrees within one level.
-"""
+"""The CPU pass of a uint8 batch's resized crop, flip and colour jitter: a numba loop over the
+samples, split between threads, each resampled into a float scratch that stays in cache and
+written once (why: README.md, "Augmentation on the batch"). It samples as grid_sample does
+(bilinear, align_corners=False, border padding), so the torch path agrees within one level."""
 
 from __future__ import annotations
 

@@ -42,8 +42,14 @@ class Normalize(nn.Module):
         `field` (default: the first it reads, else its first); the opening of the dataset checked
         them. A MixedDataset's: its sources' combined in its weights' proportions."""
         if isinstance(getattr(ds, "datasets", None), list) and hasattr(ds, "weights"):
+            # A mixture's E[x] and E[x^2] are the weighted sums of its parts'.
             parts = [cls.from_dataset(d, size, field=field) for d in ds.datasets]
-            return cls._mixed(parts, ds.weights, dtype)
+            w = torch.as_tensor(ds.weights, dtype=torch.float64).view(-1, 1, 1, 1)
+            means = torch.stack([p.mean.double() for p in parts])
+            mean = (w * means).sum(0)
+            second = (w * (torch.stack([p.std.double() for p in parts]) ** 2 + means**2)).sum(0)
+            sd = (second - mean**2).clamp(min=0).sqrt().flatten()
+            return cls(mean.flatten().tolist(), (sd + (sd == 0)).tolist(), dtype)
         root, stats = _stats_of(ds, field)
         size = size if size is not None else getattr(ds, "size", None)
         sizes = stats.get("sizes") if isinstance(stats, dict) else None
@@ -57,16 +63,6 @@ class Normalize(nn.Module):
             raise ValueError(f"{root} has pixel statistics at {list(sizes)} px, not {size}")
         std = [s or 1.0 for s in at["std"]]  # a constant channel: only centred
         return cls(at["mean"], std, dtype)
-
-    @classmethod
-    def _mixed(cls, parts: list[Normalize], weights: Any, dtype: torch.dtype) -> Normalize:
-        """The statistics of a mixture: E[x] and E[x^2] are the weighted sums of the parts'."""
-        w = torch.as_tensor(weights, dtype=torch.float64).view(-1, 1, 1, 1)
-        means = torch.stack([p.mean.double() for p in parts])
-        mean = (w * means).sum(0)
-        second = (w * (torch.stack([p.std.double() for p in parts]) ** 2 + means**2)).sum(0)
-        std = (second - mean**2).clamp(min=0).sqrt()
-        return cls(mean.flatten().tolist(), (std.flatten() + (std.flatten() == 0)).tolist(), dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         channels = self.mean.shape[0]

@@ -59,22 +59,18 @@ def uniform(key: int, index: torch.Tensor, k: int) -> torch.Tensor:
     return h.to(torch.float64) * 2.0**-32
 
 
-def normal(u1: torch.Tensor, u2: torch.Tensor) -> torch.Tensor:
-    """Standard normal draws from two uniforms (Box-Muller)."""
-    return torch.sqrt(-2.0 * torch.log1p(-u1)) * torch.cos(2.0 * math.pi * u2)
-
-
 GAMMA_TRIES = 6  # Marsaglia-Tsang accepts >= 95% of tries: 6 miss one draw in ~1e8
 
 
 def gamma(shape: float, u: torch.Tensor) -> torch.Tensor:
     """Gamma(shape, 1) draws (N,) from uniforms u (N, 3 * GAMMA_TRIES + 1): Marsaglia and
-    Tsang's, all tries at once, the first accepted kept; shape < 1 boosted by U ** (1 / shape)."""
+    Tsang's, all tries at once (z: Box-Muller normals), the first accepted kept; shape < 1
+    boosted by U ** (1 / shape)."""
     a = shape + 1.0 if shape < 1 else shape
     d = a - 1.0 / 3.0
     c = 1.0 / math.sqrt(9.0 * d)
     t = GAMMA_TRIES
-    z = normal(u[:, :t], u[:, t : 2 * t])
+    z = torch.sqrt(-2.0 * torch.log1p(-u[:, :t])) * torch.cos(2.0 * math.pi * u[:, t : 2 * t])
     v = (1.0 + c * z) ** 3
     log_v = torch.log(v.clamp_min(1e-300))
     accept = (v > 0) & (torch.log(u[:, 2 * t : 3 * t]) < 0.5 * z * z + d - d * v + d * log_v)

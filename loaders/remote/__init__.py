@@ -150,8 +150,8 @@ class RemoteBackend:
         if self._follower is not None:  # looked at once a batch: follow the sampler too
             moved = self._follower.follow(self._shards, self.local_path)
             if moved is not None:
-                self._cache.rank, self.windows = moved.rank, moved.shards
-                self._cache.hold_only(moved.files)
+                self._cache.rank, held, self.windows = moved
+                self._cache.hold_only(held)
         return self._checked[1]
 
     def local_path(self, name: str) -> Path:
@@ -162,18 +162,15 @@ class RemoteBackend:
             raise FormatError(f"{self.root}: manifest path {name!r} is not a listed file")
         if self._follower is not None:  # learn which arrays the dataset reads
             self._follower.read.add(self._array_of[name])
-        path = self._fetch(name)
+        path = self._cached(name, *self._files[name])
         if name not in self._checked_files:  # the arrays read with it: checked before first use
             assert self._manifest is not None  # read with _files
-            i, fetch = self._shard_of[name], self._fetch
+            i, fetch = self._shard_of[name], lambda n: self._cached(n, *self._files[n])
             problems = arrival_problems(self._manifest, i, name, path, fetch, self.root)
             if problems:
                 raise problems_error(problems)
             self._checked_files.add(name)
         return path
-
-    def _fetch(self, name: str) -> Path:
-        return self._cached(name, *self._files[name])
 
     def _cached(self, name: str, size: int, sha256: str) -> Path:
         url = self.storage.url(name)  # refuses a name that leaves the dataset

@@ -1,23 +1,19 @@
-"""Following the sampler through its "quasi_random" windows: prefetch and window-aware eviction.
-
-The sampler writes where it is (`WindowPlan.set`); each reading process looks once a batch
-(`Follower.follow`). When it moved on, background threads fetch the files (of the arrays this
-process reads) of the current and next windows, each worker its share, if the windows around
-the sampler fit in `cache_limit`. Eviction never removes a file of the previous, current or next
-window (workers run a few batches behind), and removes first the files read this epoch, then
-other datasets' (LRU), then those needed latest: Belady's order for a known epoch, where LRU
-removes the file needed soonest (Mosaic Streaming #658).
+"""Following the sampler through its "quasi_random" windows: the sampler writes where it is
+(`WindowPlan.set`), each reading process looks once a batch (`Follower.follow`), prefetches the
+files of the windows ahead and ranks the cache's for eviction. The rules (what is held, in what
+order files go): README.md, "Datasets on object storage".
 """
 
 from __future__ import annotations
 
 import bisect
+import contextlib
 import math
 import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import torch
@@ -27,15 +23,6 @@ from loaders.read.samplers import windows
 
 THREADS = 4  # downloads at once per process (a worker fetches only its share)
 Rank = Callable[[str, int], "tuple[int, int] | None"]
-
-
-class Moved(NamedTuple):
-    """Once the sampler moved: the cache's eviction order, the sha256 of the files of the
-    windows around the sampler (held) and their shards (kept mapped)."""
-
-    rank: Rank
-    files: set[str]
-    shards: frozenset[int]
 
 
 class WindowPlan:
@@ -85,9 +72,10 @@ class Follower:
 
     def follow(
         self, files: list[dict[str, tuple[str, int, str]]], fetch: Callable[[str], object]
-    ) -> Moved | None:
-        """When the sampler moved (or this process learnt another array it reads): start the
-        prefetch, and say what stays (None: nothing new)."""
+    ) -> tuple[Rank, set[str], frozenset[int]] | None:
+        """When the sampler moved (or this process learnt another array it reads): the prefetch
+        started, the cache's eviction order, the sha256 of the files of the windows around the
+        sampler (held) and their shards (kept mapped); None: nothing new."""
         at = self.plan.position()
         with self._lock:  # the loader's reading threads all look
             if at is None or (at, len(self.read)) == self._done:
@@ -99,7 +87,7 @@ class Follower:
         wanted = [f for group in (near[at], near[at + 1]) for f in group]
         if self.limit is None or sum({sha: b for _, b, sha in wanted}.values()) <= self.limit:
             self._prefetch(sorted({name for name, _, _ in wanted}), fetch)
-        return Moved(self._rank(files, at, guarded), guarded, shards)
+        return self._rank(files, at, guarded), guarded, shards
 
     def _files(
         self, files: list[dict[str, tuple[str, int, str]]], at: int
@@ -122,12 +110,9 @@ class Follower:
 
     def _quietly(self, fetch: Callable[[str], object], name: str) -> None:
         """A prefetch that fails is let be: the read that needs the file raises the error."""
-        try:
+        with contextlib.suppress(Exception):  # fetched again, and reported, when read
             fetch(name)
-        except Exception:  # fetched again, and reported, when read
-            pass
-        finally:
-            self._pending.discard(name)
+        self._pending.discard(name)
 
     def _rank(
         self, files: list[dict[str, tuple[str, int, str]]], at: int, guarded: set[str]

@@ -176,11 +176,6 @@ class Storage:
         url = self.url(name)
         return retried(url, lambda: fn(url), self.tries, self.backoff, doing)
 
-    @property
-    def lists(self) -> bool:
-        """Whether the URL can be listed (HTTP cannot: ask each file's size)."""
-        return not self.root.startswith(("http://", "https://"))
-
     def listing(self) -> dict[str, int]:
         """File name -> byte size, for every file under the folder."""
         found = retried(
@@ -192,9 +187,6 @@ class Storage:
     def info(self, name: str) -> dict[str, Any] | None:
         """fsspec's info of file `name` (its size, ETag...); None when there is no such file."""
         return self._request(name, _or_none(lambda url: dict(self.fs.info(url))))
-
-    def exists(self, name: str) -> bool:
-        return self.info(name) is not None
 
     def size(self, name: str) -> int:
         return int(self._request(name, lambda url: self.fs.size(url)))
