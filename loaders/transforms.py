@@ -1,7 +1,6 @@
 """Per-sample, reproducible augmentation of a batch on any device: `aug = T.Compose([...],
-seed=0)`, `aug.set_epoch(e)`, `x, y = aug(images, labels, index=index)` (index: the dataset's
-"index" field). The rules (draws, masks, boxes and their sanitizing): README.md's "Augmentation
-on the batch"."""
+seed=0)`, `aug.set_epoch(e)`, `x, y = aug(images, labels, index=index)`. The rules: README.md's
+"Augmentation on the batch"."""
 
 from __future__ import annotations
 

@@ -1,12 +1,9 @@
-"""What every batch augmentation shares: the batch (Sample, its pending crop: Resize), the ops'
-tensor helpers, the Op, the pipeline (Compose), and `settle`, which makes a pending crop for the
-whole batch in one pass (loaders.augment.kernel's for a uint8 CPU batch, else one grid_sample).
-"""
+"""What every batch augmentation shares: the batch (Sample, its pending crop), tensor helpers,
+the Op, the pipeline (Compose), and `settle`, which makes a pending crop in one pass."""
 
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -23,11 +20,9 @@ from loaders.augment.random import stream_key, uniform
 
 @dataclass
 class Sample:
-    """A batch on its way through a pipeline: images (B, C, H, W) uint8 or float; labels int64
-    (B,), or float (B, classes) once mixed; mask uint8 (B, H, W); index int64 (B,), the dataset
-    indices the draws come from; pending, a resized crop not made yet, so that the ops after it
-    fold into one sampling; targets in the pixels of `canvas`; instances uint8 (B, H, W, N), a
-    0/1 mask per box (N last, so that a mask's gathers serve it)."""
+    """A batch in a pipeline: images (B, C, H, W); labels (B,), or (B, classes) once mixed; mask
+    (B, H, W); index (B,), the draws' dataset indices; pending, a crop not made yet (the ops
+    after it fold into it); targets in `canvas` pixels; instances (B, H, W, N), as a mask."""
 
     images: torch.Tensor
     index: torch.Tensor
@@ -48,7 +43,7 @@ class Sample:
     def masks(
         self, move: Callable[[torch.Tensor, int], torch.Tensor], fill: int = 0
     ) -> dict[str, torch.Tensor | None]:
-        """The mask and the instances through move(x, fill) (the instances' fill: 0), for `but`."""
+        """The mask and the instances (fill 0) through move(x, fill), for `but`."""
         m, i = self.mask, self.instances
         return {
             "mask": None if m is None else move(m, fill),
@@ -76,8 +71,7 @@ HUGE = 1 << 22  # numpy madvises huge pages for buffers of 4 MiB and more
 
 def empty(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """torch.empty, but large CPU buffers come from numpy, which asks Linux for huge pages:
-    torch's page faults per 4 KiB cost more than the op that fills the buffer (154 MB: ~100 ms,
-    not ~30)."""
+    torch's page faults per 4 KiB cost more than the op that fills them (154 MB: 100 ms, not 30)."""
     size = math.prod(shape) * dtype.itemsize
     if device.type == "cpu" and dtype in NUMPY and size >= HUGE:
         return torch.from_numpy(np.empty(shape, dtype=NUMPY[dtype]))
@@ -106,10 +100,8 @@ def working(x: torch.Tensor) -> torch.Tensor:
 
 
 class Op(nn.Module):
-    """One batch augmentation: `augment(sample, key)` with the key of its stream of draws.
-    Called alone, `op(images, labels, index=index, ...)` runs it as a one-op Compose. `lazy`
-    ops take a sample whose `pending` crop is not made yet; for the others it is made first
-    (`settle`), as a caller of `augment` must."""
+    """One batch augmentation: `augment(sample, key)`; called alone, a one-op Compose. Only a
+    `lazy` op is given a sample whose `pending` crop is not made yet (`settle`)."""
 
     lazy = False
     shown: tuple[str, ...] = ()  # the attributes repr() shows
@@ -133,11 +125,9 @@ class Op(nn.Module):
 
 
 class Compose(nn.Module):
-    """Ops applied in order to a batch (a module that is not an Op, as Normalize, gets the
-    images only). Returns the images alone, or a tuple of them and those of labels, mask, boxes,
-    keypoints (N, K, 3), instances (N, H, W), lengths and per_box that were given, in that
-    order, each in the form given (a list, nested, or padded with lengths=), on the images'
-    device. `set_epoch(e)` before each epoch changes every draw."""
+    """Ops applied in order to a batch (a module that is not an Op gets the images only).
+    Returns the images, or a tuple of them and those of labels, mask, boxes, keypoints,
+    instances, lengths and per_box given, in that order, each in the form given."""
 
     def __init__(
         self, ops: Iterable[nn.Module], seed: int = 0, epoch: int = 0, min_size: float = 1.0
@@ -148,11 +138,8 @@ class Compose(nn.Module):
         self.set_epoch(epoch)  # refuses a negative seed or epoch now
         # Each op's stream: its class name, "#k" for its k-th repeat (a pipeline's first
         # RandomResizedCrop draws what a decode-time one draws).
-        seen: Counter[str] = Counter()
-        self._names = []
-        for cls in (type(op).__name__ for op in self.ops):
-            self._names.append(f"{cls}#{seen[cls]}" if seen[cls] else cls)
-            seen[cls] += 1
+        names = [type(op).__name__ for op in self.ops]
+        self._names = [f"{n}#{k}" if (k := names[:i].count(n)) else n for i, n in enumerate(names)]
 
     def set_epoch(self, epoch: int) -> None:
         stream_key(self.seed, epoch, "")
@@ -219,10 +206,8 @@ def _centres(start: torch.Tensor, length: torch.Tensor, out: int) -> torch.Tenso
 
 
 def settle(sample: Sample, rounded: bool = True, color: kernel.Color | None = None) -> Sample:
-    """The sample with its pending crop (if any) made, mirrored where its flip says: bilinear for
-    images, nearest for masks, with the jitter `color` in the same pass (kernel's only).
-    rounded=False leaves a uint8 batch's result in float32 on the torch path (ColorJitter
-    rounds it once, at its end)."""
+    """The sample with its pending crop made (bilinear; masks nearest) and jittered by `color`
+    (kernel's pass only). rounded=False: a uint8 batch stays float32 on the torch path."""
     p, x = sample.pending, sample.images
     if p is None and color is None:
         return sample

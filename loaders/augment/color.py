@@ -28,10 +28,9 @@ def hue_rotations(turns: torch.Tensor) -> torch.Tensor:
 
 
 class ColorJitter(Op):
-    """Each sample's brightness, contrast and saturation scaled by factors b, c, s drawn in
-    [1 - amount, 1 + amount] (at least 0), then its hue turned by h in [-hue, hue] turns, all in
-    one matrix: y = c b H S x + (1 - c) b m (m the mean luma, S = s I + (1 - s) 1 luma^T), as
-    DALI's color_twist. How it differs from torchvision: README.md, "Augmentation on the batch"."""
+    """Brightness, contrast and saturation scaled by b, c, s in [1 - amount, 1 + amount], hue
+    turned by h in [-hue, hue] turns, in one matrix a sample: y = c b H S x + (1 - c) b m (m the
+    mean luma, S = s I + (1 - s) 1 luma^T), as DALI's color_twist."""
 
     lazy = True
     shown = ("brightness", "contrast", "saturation", "hue")

@@ -1,7 +1,5 @@
 """Crops at load time (`ImageShardDataset(..., crop=)`): each sample's box in its stored image,
-resized to one shape, so that samples of their own shapes (`prep pack --mode keep`) make a batch
-and a JPEG is decoded at a reduced scale when the box shrinks by 2 or more. A box depends only
-on (seed, epoch, dataset index) and the stored image's (h, w).
+resized to one shape; a box depends only on (seed, epoch, dataset index) and the image's (h, w).
 
 >>> CenterCrop(224).boxes(np.array([0]), np.array([[256, 320]]), epoch=0).tolist()
 [[16, 48, 224, 224]]
@@ -27,11 +25,9 @@ def _pair(size: int | Sequence[int]) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class CenterCrop:
-    """The centred `size` crop (h, w or one int) of each stored image, as
-    loaders.transforms.CenterCrop takes it out of a batch, except that a side shorter than the
-    crop is taken whole and resized up (where the batch op pads). `ratio`: instead a centred
-    square of `ratio` x the shorter side, resized to `size`: torchvision's `Resize(256)` +
-    `CenterCrop(224)` is `CenterCrop(224, ratio=0.875)`, at any stored size."""
+    """The centred `size` crop of each stored image (a side shorter than it: whole, resized up).
+    `ratio`: instead a centred square of `ratio` x the shorter side, resized to `size`:
+    torchvision's `Resize(256)` + `CenterCrop(224)` is `CenterCrop(224, ratio=0.875)`."""
 
     size: tuple[int, int]
     ratio: float | None = None

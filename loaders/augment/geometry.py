@@ -1,6 +1,5 @@
-"""Geometric batch ops (crops, resizes, flips), each a fixed number of tensor operations at any
-batch size, the mask, boxes and keypoints moving with the image. RandomResizedCrop and Resize
-only draw their boxes (Sample.pending): the next op makes the crop, or folds a flip into it."""
+"""Geometric batch ops, the mask, boxes and keypoints moving with the image. RandomResizedCrop
+and Resize only draw their boxes (Sample.pending): the next op makes the crop, or folds into it."""
 
 from __future__ import annotations
 
@@ -24,10 +23,8 @@ def _pair(size: int | Sequence[int]) -> tuple[int, int]:
 
 
 class RandomResizedCrop(Op):
-    """A box of `scale` of the image's area and aspect ratio (w / h) in `ratio` (drawn uniformly
-    in log ratio), resized to `size`: torchvision's algorithm, drawn per sample. Bilinear
-    without antialiasing (the boxes shrink by little at training sizes). `boxes()` is the
-    generator alone: a decode-time crop draws the same boxes for images of the same size."""
+    """torchvision's RandomResizedCrop, drawn per sample; bilinear without antialiasing (the
+    boxes shrink by little at training sizes). `boxes()` is the generator alone."""
 
     shown = ("size", "scale", "ratio")
 
@@ -52,8 +49,7 @@ class RandomResizedCrop(Op):
         epoch: int = 0,
         name: str = "RandomResizedCrop",
     ) -> torch.Tensor:
-        """int64 (N, 4) boxes (top, left, height, width) in images of `height` x `width` px
-        (ints, or (N,) tensors of each image's size), for the samples `index`."""
+        """int64 (N, 4) boxes (top, left, height, width) in images of `height` x `width` px."""
         u = uniform(stream_key(seed, epoch, name), index, 2 * TRIES + 2)
         return self._boxes(u, height, width)
 
@@ -94,9 +90,8 @@ class RandomResizedCrop(Op):
 
 
 class Resize(Op):
-    """Every image resized to `size`: (h, w), or an int for the shorter side (the longer one
-    keeps the aspect ratio, truncated, as torchvision's Resize(int)). Bilinear without
-    antialiasing, as RandomResizedCrop; masks by nearest. A flip right after it is folded in."""
+    """Every image resized to `size`: (h, w), or an int for the shorter side (as torchvision's
+    Resize(int)). Bilinear without antialiasing, masks by nearest."""
 
     shown = ("size",)
 
@@ -152,9 +147,8 @@ class RandomCrop(Op):
 
 
 class CenterCrop(Op):
-    """The centred `size` crop of every image (top = round((H - h) / 2), as torchvision's);
-    a crop larger than the image pads it evenly (the odd pixel after) with `fill`, and the
-    mask with `mask_fill`. loaders.CenterCrop takes the same crop when a dataset reads it."""
+    """The centred `size` crop of every image, as torchvision's; a crop larger than the image
+    pads it evenly (the odd pixel after) with `fill`, and the mask with `mask_fill`."""
 
     shown = ("size",)
 
@@ -174,8 +168,7 @@ class CenterCrop(Op):
 
 
 class _Flip(Op):
-    """Each sample mirrored along `axis` (0: left-right, 1: top-bottom) with probability p, with
-    its mask and targets: one gather (where(flip, x.flip(-1), x) reads the batch thrice)."""
+    """Each sample mirrored along `axis` (0: left-right) with probability p: one gather."""
 
     axis = 0
     shown = ("p",)
@@ -204,8 +197,7 @@ class _Flip(Op):
 
 
 class RandomHorizontalFlip(_Flip):
-    """Each sample mirrored left-right with probability p; right after a RandomResizedCrop or a
-    Resize, folded into its sampling."""
+    """Each sample mirrored left-right with probability p (folded into a pending crop)."""
 
     lazy = True
 
@@ -224,8 +216,7 @@ def crop(
     fill: float = 0,
     mask_fill: int = 0,
 ) -> Sample:
-    """Each sample's `size` crop at (top, left) (int64 (B,), negative or past the edge in the
-    padding): `fill` outside the image, `mask_fill` outside its mask; one gather."""
+    """Each sample's `size` crop at (top, left) (B,), `fill` outside the image: one gather."""
     H, W = sample.images.shape[-2:]
     (sh, sw), device = size, top.device
     rows = top[:, None] + torch.arange(sh, device=device)

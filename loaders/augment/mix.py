@@ -1,6 +1,5 @@
 """MixUp and CutMix with a λ per sample, returning soft labels (B, num_classes). Sample i is
-mixed with sample i - 1 of the batch (rolled by one, as torchvision does); masks pass unmixed.
-"""
+mixed with sample i - 1 of the batch (as torchvision); masks pass unmixed."""
 
 from __future__ import annotations
 

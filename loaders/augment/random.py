@@ -48,8 +48,7 @@ def stream_key(seed: int, epoch: int, name: str) -> int:
 
 
 def uniform(key: int, index: torch.Tensor, k: int) -> torch.Tensor:
-    """k uniform draws in [0, 1) per sample, float64 (N, k), for the dataset indices `index`
-    (N,) on their device: exact, as 32 bits fit a float64."""
+    """k uniform draws in [0, 1) (32 bits: exact) per dataset index (N,): float64 (N, k)."""
     idx = index.reshape(-1).to(torch.int64)
     if idx.numel() and int(idx.min()) < 0:
         raise ValueError("sample indices must be non-negative dataset indices")
