@@ -1,6 +1,5 @@
 """Per-sample, reproducible augmentation of a batch on any device: `aug = T.Compose([...],
-seed=0)`, `aug.set_epoch(e)`, `x, y = aug(images, labels, index=index)`. The rules: README.md's
-"Augmentation on the batch"."""
+seed=0)`, `x, y = aug(images, labels, index=index)` (README.md, "Augmentation on the batch")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""What every batch augmentation shares: the batch (Sample, its pending crop), tensor helpers,
-the Op, the pipeline (Compose), and `settle`, which makes a pending crop in one pass."""
+"""What every batch op shares: the batch (Sample), tensor helpers, Op, Compose and `settle`."""
 
 from __future__ import annotations
 
@@ -57,8 +56,7 @@ class Sample:
 
 @dataclass
 class Resize:
-    """Each sample's box (top, left, height, width), int64 (B, 4), to resample to `size`, and
-    whether to mirror its columns (bool (B,), None for none): a crop and its flip in one pass."""
+    """Each sample's box (top, left, height, width) (B, 4) to resample to `size`, and flip (B,)."""
 
     boxes: torch.Tensor
     size: tuple[int, int]
@@ -100,8 +98,7 @@ def working(x: torch.Tensor) -> torch.Tensor:
 
 
 class Op(nn.Module):
-    """One batch augmentation: `augment(sample, key)`; called alone, a one-op Compose. Only a
-    `lazy` op is given a sample whose `pending` crop is not made yet (`settle`)."""
+    """One batch op: `augment(sample, key)`; only a `lazy` one is given a crop `pending`."""
 
     lazy = False
     shown: tuple[str, ...] = ()  # the attributes repr() shows
@@ -125,9 +122,8 @@ class Op(nn.Module):
 
 
 class Compose(nn.Module):
-    """Ops applied in order to a batch (a module that is not an Op gets the images only).
-    Returns the images, or a tuple of them and those of labels, mask, boxes, keypoints,
-    instances, lengths and per_box given, in that order, each in the form given."""
+    """Ops applied in order to a batch (a module not an Op gets the images). Returns the images,
+    or them and the labels, mask, boxes, keypoints, instances, lengths, per_box given, in order."""
 
     def __init__(
         self, ops: Iterable[nn.Module], seed: int = 0, epoch: int = 0, min_size: float = 1.0

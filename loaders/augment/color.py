@@ -17,8 +17,7 @@ YIQ = (LUMA, (0.596, -0.274, -0.322), (0.211, -0.523, 0.312))
 
 
 def hue_rotations(turns: torch.Tensor) -> torch.Tensor:
-    """(B, 3, 3) RGB matrices that turn each pixel's chroma by `turns` (B,) of a circle in YIQ
-    space: luma and chroma magnitude kept, grey left grey."""
+    """(B, 3, 3) RGB matrices that turn each pixel's chroma by `turns` (B,) in YIQ space."""
     yiq = torch.tensor(YIQ, dtype=turns.dtype, device=turns.device)
     cos, sin = torch.cos(2 * math.pi * turns), torch.sin(2 * math.pi * turns)
     one, zero = torch.ones_like(cos), torch.zeros_like(cos)
@@ -28,9 +27,8 @@ def hue_rotations(turns: torch.Tensor) -> torch.Tensor:
 
 
 class ColorJitter(Op):
-    """Brightness, contrast and saturation scaled by b, c, s in [1 - amount, 1 + amount], hue
-    turned by h in [-hue, hue] turns, in one matrix a sample: y = c b H S x + (1 - c) b m (m the
-    mean luma, S = s I + (1 - s) 1 luma^T), as DALI's color_twist."""
+    """Brightness, contrast, saturation and hue in one matrix a sample: y = c b H S x + (1 - c)
+    b m (m the mean luma, S = s I + (1 - s) 1 luma^T), as DALI's color_twist."""
 
     lazy = True
     shown = ("brightness", "contrast", "saturation", "hue")

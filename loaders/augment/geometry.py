@@ -1,5 +1,4 @@
-"""Geometric batch ops, the mask, boxes and keypoints moving with the image. RandomResizedCrop
-and Resize only draw their boxes (Sample.pending): the next op makes the crop, or folds into it."""
+"""Geometric batch ops; RandomResizedCrop and Resize only draw their boxes (Sample.pending)."""
 
 from __future__ import annotations
 
@@ -15,16 +14,15 @@ from loaders.augment.random import stream_key, uniform
 TRIES = 10  # as torchvision's RandomResizedCrop: boxes drawn until one fits, then the centre
 
 
-def _pair(size: int | Sequence[int]) -> tuple[int, int]:
+def pair(size: int | Sequence[int], what: str = "size") -> tuple[int, int]:
     h, w = (size, size) if isinstance(size, int) else tuple(size)
     if h < 1 or w < 1:
-        raise ValueError(f"size {size} must be positive")
+        raise ValueError(f"{what} {size} must be positive")
     return int(h), int(w)
 
 
 class RandomResizedCrop(Op):
-    """torchvision's RandomResizedCrop, drawn per sample; bilinear without antialiasing (the
-    boxes shrink by little at training sizes). `boxes()` is the generator alone."""
+    """torchvision's RandomResizedCrop drawn per sample; `boxes()` is the generator alone."""
 
     shown = ("size", "scale", "ratio")
 
@@ -37,7 +35,7 @@ class RandomResizedCrop(Op):
         super().__init__()
         if not (0 < scale[0] <= scale[1] and 0 < ratio[0] <= ratio[1]):
             raise ValueError(f"scale {scale} and ratio {ratio} must be increasing and positive")
-        self.size, self.scale, self.ratio = _pair(size), scale, ratio
+        self.size, self.scale, self.ratio = pair(size), scale, ratio
 
     def boxes(
         self,
@@ -90,15 +88,14 @@ class RandomResizedCrop(Op):
 
 
 class Resize(Op):
-    """Every image resized to `size`: (h, w), or an int for the shorter side (as torchvision's
-    Resize(int)). Bilinear without antialiasing, masks by nearest."""
+    """Every image resized to `size`: (h, w), or an int for the shorter side (as torchvision)."""
 
     shown = ("size",)
 
     def __init__(self, size: int | Sequence[int]):
         super().__init__()
-        pair = _pair(size)  # refuses a size below 1
-        self.size: int | tuple[int, int] = size if isinstance(size, int) else pair
+        checked = pair(size)  # refuses a size below 1
+        self.size: int | tuple[int, int] = size if isinstance(size, int) else checked
 
     def output(self, height: int, width: int) -> tuple[int, int]:
         """(h, w) of an image of height x width once resized.
@@ -122,8 +119,7 @@ class Resize(Op):
 
 
 class RandomCrop(Op):
-    """A `size` crop at a random place of the image padded by `padding` px on every side
-    (`fill` for images, `mask_fill` for masks: 255 is a common "ignore" class)."""
+    """A `size` crop at a random place of the image padded by `padding` px (`fill`)."""
 
     shown = ("size", "padding")
 
@@ -133,7 +129,7 @@ class RandomCrop(Op):
         super().__init__()
         if padding < 0:
             raise ValueError(f"padding {padding} must be non-negative")
-        self.size, self.padding, self.fill, self.mask_fill = _pair(size), padding, fill, mask_fill
+        self.size, self.padding, self.fill, self.mask_fill = pair(size), padding, fill, mask_fill
 
     def augment(self, sample: Sample, key: int) -> Sample:
         H, W = sample.images.shape[-2:]
@@ -147,14 +143,13 @@ class RandomCrop(Op):
 
 
 class CenterCrop(Op):
-    """The centred `size` crop of every image, as torchvision's; a crop larger than the image
-    pads it evenly (the odd pixel after) with `fill`, and the mask with `mask_fill`."""
+    """The centred `size` crop of every image, as torchvision's (padded with `fill`)."""
 
     shown = ("size",)
 
     def __init__(self, size: int | Sequence[int], fill: float = 0, mask_fill: int = 0):
         super().__init__()
-        self.size, self.fill, self.mask_fill = _pair(size), fill, mask_fill
+        self.size, self.fill, self.mask_fill = pair(size), fill, mask_fill
 
     def augment(self, sample: Sample, key: int) -> Sample:
         B, _, H, W = sample.images.shape

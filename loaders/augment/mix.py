@@ -1,5 +1,4 @@
-"""MixUp and CutMix with a λ per sample, returning soft labels (B, num_classes). Sample i is
-mixed with sample i - 1 of the batch (as torchvision); masks pass unmixed."""
+"""MixUp and CutMix, a λ per sample, sample i with sample i - 1: soft labels (B, num_classes)."""
 
 from __future__ import annotations
 
@@ -51,8 +50,7 @@ class MixUp(_Mix):
 
 
 class CutMix(_Mix):
-    """A box of the partner's image pasted in: area (1 - λ), λ ~ Beta(alpha, alpha), centre
-    uniform, clipped at the edges; the labels weigh the pixels actually kept."""
+    """A box of area (1 - λ) of the partner's image pasted in; the labels weigh the pixels kept."""
 
     def mix(self, sample: Sample, key: int) -> tuple[torch.Tensor, torch.Tensor]:
         x = sample.images

@@ -10,8 +10,7 @@ from torch import nn
 
 
 class Normalize(nn.Module):
-    """(x - mean) / std for a uint8 batch (B, C, H, W) or image (C, H, W), as float. `mean` and
-    `std` are in stored pixel units (0-255), one per channel or one for all."""
+    """(x - mean) / std of a batch or an image as float; `mean`, `std` in pixel units (0-255)."""
 
     mean: torch.Tensor
     std: torch.Tensor
@@ -36,8 +35,7 @@ class Normalize(nn.Module):
         dtype: torch.dtype = torch.float32,
         field: str | None = None,
     ) -> Normalize:
-        """The mean and std per channel of `ds`'s train split at `size` (default: the dataset's),
-        as prep stored them for its image field `field` (default: the first it reads)."""
+        """The per-channel mean and std prep stored for `ds`'s train split at `size`."""
         if isinstance(getattr(ds, "datasets", None), list) and hasattr(ds, "weights"):
             # A mixture's E[x] and E[x^2] are the weighted sums of its parts'.
             parts = [cls.from_dataset(d, size, field=field) for d in ds.datasets]

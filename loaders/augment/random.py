@@ -63,8 +63,7 @@ GAMMA_TRIES = 6  # Marsaglia-Tsang accepts >= 95% of tries: 6 miss one draw in ~
 
 def gamma(shape: float, u: torch.Tensor) -> torch.Tensor:
     """Gamma(shape, 1) draws (N,) from uniforms u (N, 3 * GAMMA_TRIES + 1): Marsaglia and
-    Tsang's, all tries at once (z: Box-Muller normals), the first accepted kept; shape < 1
-    boosted by U ** (1 / shape)."""
+    Tsang's, all tries at once, the first accepted kept; shape < 1 boosted by U ** (1 / shape)."""
     a = shape + 1.0 if shape < 1 else shape
     d = a - 1.0 / 3.0
     c = 1.0 / math.sqrt(9.0 * d)

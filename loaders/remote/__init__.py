@@ -1,8 +1,7 @@
 """Datasets at any fsspec URL (s3://, gs://, http(s)://, file://). `RemoteBackend` fetches each
 shard file on first use into the node's cache (loaders.remote.cache), verified against the
-manifest, and hands the store the cached file to map. Credentials are fsspec's own
-(environment, profiles, or `storage_options`); every request goes through loaders.remote.storage.
-"""
+manifest, and hands the store the cached file to map. The rules: README.md, "Datasets on object
+storage"."""
 
 from __future__ import annotations
 
@@ -94,9 +93,8 @@ class RemoteBackend:
             self._follower = Follower(self.plan, self.cache_limit)
 
     def follow(self, order: str, seed: int, window: int) -> Callable[[int, int], None] | None:
-        """The sampler's order: for "quasi_random", what it calls at each window to share its
-        position with every reading process (loaders.remote.prefetch). Warns if cache_limit is
-        below what the order keeps in use."""
+        """For "quasi_random", what the sampler calls at each window to share its position with
+        every reading process (loaders.remote.prefetch); warns of a cache_limit too small."""
         if not self._shards:
             self.read_manifest()
         quasi = order == "quasi_random"

@@ -1,8 +1,6 @@
 """The folder checks of loaders.format run on a URL's local copies, their lines naming the remote
-files: when a file arrives in the cache, on the arrays read with it, before its first read in
-the process (`arrival_problems`); for `prep verify URL`, on every shard, downloaded to a
-temporary folder in the cache's folder, with checksums and values (`url_problems`).
-"""
+files: when a file arrives in the cache (`arrival_problems`), and for `prep verify URL`
+(`url_problems`)."""
 
 from __future__ import annotations
 
@@ -22,8 +20,7 @@ THREADS = 4  # downloads at once while verifying
 
 
 def structure_problems(manifest: Manifest, url: object) -> list[str]:
-    """What check_files finds without reading a file (names that leave the dataset, arrays
-    without a listed file), checked when a URL is opened."""
+    """What check_files finds without reading a file, checked when a URL is opened."""
     return [
         f"shard {i}: {p}"
         for i, s in enumerate(manifest.shards)
@@ -71,10 +68,8 @@ def copy_problems(
 def url_problems(
     storage: Storage, manifest: Manifest, checksums: bool, tmp_parent: Path
 ) -> list[str]:
-    """What check_files finds in a folder, at the storage's URL: the shards' arrays against
-    their files, files missing or of another byte size; with `checksums` (`prep verify`), each
-    sound shard's files downloaded into a temporary folder under `tmp_parent`, checked as a
-    folder's, deleted, and the tokenizer's checked."""
+    """What check_files finds in a folder, at the storage's URL; with `checksums`, each sound
+    shard's files downloaded into a temporary folder under `tmp_parent` and checked there."""
 
     def download(name: str, path: Path) -> None:
         with open(path, "wb") as f:
@@ -136,9 +131,8 @@ def _kept_problems(storage: Storage, manifest: Manifest) -> list[str]:
 def arrival_problems(
     manifest: Manifest, index: int, name: str, path: Path, fetch: Callable[[str], Path], url: Url
 ) -> list[str]:
-    """The folder checks of the arrays read with file `name` of shard `index` (its copy at
-    `path`): those of the fields storing one in it (at its size), and those their checks read
-    (Field.needs: a mask's image sides); the other files they need fetched (`fetch(name)`)."""
+    """The folder checks of the arrays read with file `name` of shard `index` (copied at `path`)
+    and those their checks read (Field.needs), the other files fetched by `fetch(name)`."""
     shard = manifest.shards[index]
     held = [a for a, r in shard.arrays.items() if name in (r.file, r.offsets and r.offsets.file)]
     names: set[str] = set()

@@ -1,8 +1,6 @@
 """Following the sampler through its "quasi_random" windows: the sampler writes where it is
 (`WindowPlan.set`), each reading process looks once a batch (`Follower.follow`), prefetches the
-files of the windows ahead and ranks the cache's for eviction. The rules (what is held, in what
-order files go): README.md, "Datasets on object storage".
-"""
+windows ahead and ranks the cache for eviction (README.md, "Datasets on object storage")."""
 
 from __future__ import annotations
 
@@ -73,29 +71,23 @@ class Follower:
     def follow(
         self, files: list[dict[str, tuple[str, int, str]]], fetch: Callable[[str], object]
     ) -> tuple[Rank, set[str], frozenset[int]] | None:
-        """When the sampler moved (or this process learnt another array it reads): the prefetch
-        started, the cache's eviction order, the sha256 of the files of the windows around the
-        sampler (held) and their shards (kept mapped); None: nothing new."""
+        """When the sampler moved (or another array is read): the prefetch started, the eviction
+        order, the sha256 of the windows' files (held) and their shards (mapped); else None."""
         at = self.plan.position()
         with self._lock:  # the loader's reading threads all look
             if at is None or (at, len(self.read)) == self._done:
                 return None
             self._done = at, len(self.read)
         shards = frozenset(s for d in (-1, 0, 1) for s in self.plan.shards(at + d).tolist())
-        near = {at + d: self._files(files, at + d) for d in (-1, 0, 1)}
+        near: dict[int, list[tuple[str, int, str]]] = {}  # each window's files this process reads
+        for w in (at - 1, at, at + 1):
+            ids = self.plan.shards(w).tolist()
+            near[w] = [files[s][a] for s in ids for a in self.read & files[s].keys()]
         guarded = {sha for group in near.values() for _, _, sha in group}
         wanted = [f for group in (near[at], near[at + 1]) for f in group]
         if self.limit is None or sum({sha: b for _, b, sha in wanted}.values()) <= self.limit:
             self._prefetch(sorted({name for name, _, _ in wanted}), fetch)
         return self._rank(files, at, guarded), guarded, shards
-
-    def _files(
-        self, files: list[dict[str, tuple[str, int, str]]], at: int
-    ) -> list[tuple[str, int, str]]:
-        """(name, bytes, sha256) of the arrays this process reads, in window `at`'s shards."""
-        return [
-            files[s][a] for s in self.plan.shards(at).tolist() for a in self.read if a in files[s]
-        ]
 
     def _prefetch(self, names: list[str], fetch: Callable[[str], object]) -> None:
         worker = get_worker_info()

@@ -1,7 +1,6 @@
 """Object storage: the one place that talks to a URL, for reading a dataset (loaders.remote) and
 for writing one (prep.run.remote). Every request is retried on a network error, then fails in
-one OSError or FormatError that names the URL and the fix. fsspec is imported on first use.
-"""
+one OSError or FormatError that names the URL and the fix."""
 
 from __future__ import annotations
 
@@ -26,8 +25,7 @@ _PART = re.compile(r"[^/\\\0?#%]+")  # no separators, queries, fragments or %-es
 
 
 def url_of(root: object) -> str | None:
-    """The URL `root` names, or None for a local path. A URL that went through `Path` (which
-    folds `s3://b` into `s3:/b`) is mended."""
+    """The URL `root` names (one folded by `Path` into `s3:/b` mended), or None for a path."""
     m = _URL.match(os.fspath(root) if isinstance(root, os.PathLike) else str(root))
     if not m or len(m.group(1)) < 2:  # one letter: a Windows drive, not a scheme
         return None
@@ -47,8 +45,7 @@ class Url(str):
 
 
 def name_problem(url: object, name: object) -> str | None:
-    """Why a file name may not be joined to the dataset's URL (None: it may): an absolute or
-    `..` path, or a query, would reach another object (as loaders.format.safe_path refuses)."""
+    """Why a file name may not be joined to the dataset's URL (`..`, a query...), or None."""
     parts = name.split("/") if isinstance(name, str) else [""]
     if all(_PART.fullmatch(p) and p not in (".", "..") for p in parts):
         return None
@@ -85,9 +82,8 @@ def retried(
     backoff: float | None = None,
     doing: str = "read",
 ) -> T:
-    """`fn()`, tried again with backoff on a network error; then one OSError naming `what` (it
-    could not be `doing`). A missing file or refused credentials fail at once (FormatError):
-    trying again cannot help."""
+    """`fn()`, tried again with backoff on a network error, then one OSError naming `what`; a
+    missing file or refused credentials fail at once (FormatError): trying again cannot help."""
     tries, backoff = tries or RETRIES, BACKOFF if backoff is None else backoff
     for attempt in range(tries):
         try:
@@ -217,8 +213,7 @@ class Storage:
         return self._request(name, once)
 
     def put(self, local: Path, name: str) -> None:
-        """The local file up as `name`: one PUT, or a multipart upload that shows only once
-        complete."""
+        """The local file up as `name`: one PUT, or a multipart upload shown once complete."""
         self._request(name, lambda url: self.fs.put_file(str(local), url), "write")
 
     def write(self, name: str, data: bytes) -> None:
