@@ -1,7 +1,6 @@
-"""Datasets at any fsspec URL (s3://, gs://, http(s)://, file://). `RemoteBackend` fetches each
-shard file on first use into the node's cache (loaders.remote.cache), verified against the
-manifest, and hands the store the cached file to map. The rules: README.md, "Datasets on object
-storage"."""
+"""Datasets at any fsspec URL: `RemoteBackend` fetches each file on first use into the node's
+cache (loaders.remote.cache), verified, for the store to map (README.md, "Datasets on object
+storage")."""
 
 from __future__ import annotations
 
@@ -47,8 +46,7 @@ def open_remote(root: object) -> tuple[RemoteBackend, Manifest] | None:
 
 
 def dataset_file(root: str | os.PathLike[str]) -> tuple[Manifest, FileAt]:
-    """The manifest of a dataset at a path or URL, and a function giving a local path of one of
-    its files by name and sha256 (at a URL: fetched into the cache, checked)."""
+    """The manifest of a dataset at a path or URL, and (name, sha256) -> a local path."""
     remote = open_remote(root)
     if remote is None:
         return read_manifest(Path(root)), lambda name, sha256: safe_path(Path(root), name)
@@ -93,8 +91,7 @@ class RemoteBackend:
             self._follower = Follower(self.plan, self.cache_limit)
 
     def follow(self, order: str, seed: int, window: int) -> Callable[[int, int], None] | None:
-        """For "quasi_random", what the sampler calls at each window to share its position with
-        every reading process (loaders.remote.prefetch); warns of a cache_limit too small."""
+        """For "quasi_random", what the sampler calls at each window (loaders.remote.prefetch)."""
         if not self._shards:
             self.read_manifest()
         quasi = order == "quasi_random"
@@ -136,8 +133,7 @@ class RemoteBackend:
         return 0, 0, int(info.get("size") or 0), digest
 
     def manifest_stamp(self) -> Stamp | None:
-        """The remote manifest's size and ETag, looked at most every CHECK_EVERY seconds. When
-        the look fails (the network), the last one stands: cached files keep reading."""
+        """The remote manifest's size and ETag, at most every CHECK_EVERY s (else the last)."""
         now = time.monotonic()
         if self._checked is None or now - self._checked[0] >= CHECK_EVERY:
             last = self._checked[1] if self._checked else None

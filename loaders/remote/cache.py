@@ -46,8 +46,7 @@ _warned: set[tuple[str, int]] = set()  # (url, window): once each
 
 
 def warn_small_cache(url: str, limit: int | None, shard_bytes: list[int], window: int) -> None:
-    """Warn once when `limit` is below what the reading order keeps in use: `window` of the
-    largest shards for "quasi_random", else (window 0) the whole dataset."""
+    """Warn once when `limit` is below `window` of the largest shards (0: the whole dataset)."""
     need = sum(sorted(shard_bytes)[-window:]) if window else sum(shard_bytes)
     if limit is None or limit >= need or (url, window) in _warned:
         return

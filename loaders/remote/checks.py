@@ -1,6 +1,5 @@
-"""The folder checks of loaders.format run on a URL's local copies, their lines naming the remote
-files: when a file arrives in the cache (`arrival_problems`), and for `prep verify URL`
-(`url_problems`)."""
+"""The folder checks of loaders.format on a URL's local copies, naming the remote files: on a
+file's arrival in the cache (`arrival_problems`), and for `prep verify URL` (`url_problems`)."""
 
 from __future__ import annotations
 
@@ -37,8 +36,7 @@ def copy_problems(
     url: Url,
     checksums: bool = False,
 ) -> list[str]:
-    """check_shard's lines for `arrays` of shard `index`, read from `copies` (file name ->
-    local copy), naming the files at `url`; `checksums` as `prep verify` checks a folder."""
+    """check_shard's lines for `arrays` of shard `index`, read from `copies` (name -> path)."""
     shard = manifest.shards[index]
     shards = list(manifest.shards)
     shards[index] = Shard(
@@ -68,8 +66,7 @@ def copy_problems(
 def url_problems(
     storage: Storage, manifest: Manifest, checksums: bool, tmp_parent: Path
 ) -> list[str]:
-    """What check_files finds in a folder, at the storage's URL; with `checksums`, each sound
-    shard's files downloaded into a temporary folder under `tmp_parent` and checked there."""
+    """What check_files finds in a folder, at the storage's URL (downloads under `tmp_parent`)."""
 
     def download(name: str, path: Path) -> None:
         with open(path, "wb") as f:
@@ -131,8 +128,7 @@ def _kept_problems(storage: Storage, manifest: Manifest) -> list[str]:
 def arrival_problems(
     manifest: Manifest, index: int, name: str, path: Path, fetch: Callable[[str], Path], url: Url
 ) -> list[str]:
-    """The folder checks of the arrays read with file `name` of shard `index` (copied at `path`)
-    and those their checks read (Field.needs), the other files fetched by `fetch(name)`."""
+    """The folder checks of the arrays read with file `name` of shard `index` (copied at `path`)."""
     shard = manifest.shards[index]
     held = [a for a, r in shard.arrays.items() if name in (r.file, r.offsets and r.offsets.file)]
     names: set[str] = set()

@@ -55,8 +55,7 @@ class WindowPlan:
 
 
 class Follower:
-    """One process's side of a plan. `files[s]` maps shard s's array names to (file name,
-    bytes, sha256); `fetch(name)` puts file `name` into the cache."""
+    """One process's side of a plan; `files[s]`: shard s's array -> (file, bytes, sha256)."""
 
     def __init__(self, plan: WindowPlan, limit: int | None):
         self.plan, self.limit = plan, limit
@@ -71,8 +70,7 @@ class Follower:
     def follow(
         self, files: list[dict[str, tuple[str, int, str]]], fetch: Callable[[str], object]
     ) -> tuple[Rank, set[str], frozenset[int]] | None:
-        """When the sampler moved (or another array is read): the prefetch started, the eviction
-        order, the sha256 of the windows' files (held) and their shards (mapped); else None."""
+        """Once the sampler moved, the prefetch started: (eviction order, held sha256, shards)."""
         at = self.plan.position()
         with self._lock:  # the loader's reading threads all look
             if at is None or (at, len(self.read)) == self._done:
@@ -109,8 +107,7 @@ class Follower:
     def _rank(
         self, files: list[dict[str, tuple[str, int, str]]], at: int, guarded: set[str]
     ) -> Rank:
-        """Eviction order for position `at`: a key per cache entry (smaller goes first), None
-        for a file that must stay."""
+        """Eviction order at `at`: a key per cache entry (smaller goes first), None: stays."""
         first = at - at % self.plan.per_epoch
         if self._uses[0] != first:  # once an epoch: where each file is read in it
             uses: dict[str, list[int]] = {}

@@ -116,8 +116,7 @@ def retried(
 
 
 def _network(e: FileNotFoundError) -> bool:
-    """fsspec's HTTP file system reports a refused connection as FileNotFoundError, caused by
-    the network error: that one is worth trying again."""
+    """fsspec's HTTP reports a refused connection as FileNotFoundError caused by a network error."""
     cause = e.__cause__
     return isinstance(cause, (OSError, TimeoutError)) and not isinstance(cause, FileNotFoundError)
 
@@ -189,8 +188,7 @@ class Storage:
 
     def read(self, name: str) -> bytes:
         """The whole of file `name` (a manifest: small)."""
-        data: bytes = self._request(name, lambda url: self.fs.cat_file(url))
-        return data
+        return bytes(self._request(name, lambda url: self.fs.cat_file(url)))
 
     def download(self, name: str, dst: BinaryIO) -> None:
         """File `name` streamed into `dst` (from its start again on each try)."""
