@@ -1,12 +1,9 @@
-"""What every batch augmentation shares: the batch (Sample, its pending crop: Resize), the tensor
-helpers of the ops, the Op, the one loop a pipeline runs, and the making of a pending crop (each
-sample's box resized and mirrored in one pass for the whole batch: loaders.augment.kernel's for a
-uint8 CPU batch, one grid_sample otherwise)."""
+"""What every batch op shares: the batch (Sample), tensor helpers, Op, Compose and `settle`."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -22,11 +19,9 @@ from loaders.augment.random import stream_key, uniform
 
 @dataclass
 class Sample:
-    """A batch on its way through a pipeline: images (B, C, H, W) uint8 or float; labels int64
-    (B,), or float (B, classes) once mixed; mask uint8 (B, H, W); index int64 (B,), the dataset
-    indices the draws come from; pending, a resized crop not made yet, so that the ops after it
-    fold into one sampling; targets in the pixels of `canvas`; instances uint8 (B, H, W, N), a
-    0/1 mask per box (N last, so that a mask's gathers serve it)."""
+    """A batch in a pipeline: images (B, C, H, W); labels (B,), or (B, classes) once mixed; mask
+    (B, H, W); index (B,), the draws' dataset indices; pending, a crop not made yet (the ops
+    after it fold into it); targets in `canvas` pixels; instances (B, H, W, N), as a mask."""
 
     images: torch.Tensor
     index: torch.Tensor
@@ -47,7 +42,7 @@ class Sample:
     def masks(
         self, move: Callable[[torch.Tensor, int], torch.Tensor], fill: int = 0
     ) -> dict[str, torch.Tensor | None]:
-        """The mask and the instances through move(x, fill) (the instances' fill: 0), for `but`."""
+        """The mask and the instances (fill 0) through move(x, fill), for `but`."""
         m, i = self.mask, self.instances
         return {
             "mask": None if m is None else move(m, fill),
@@ -61,8 +56,7 @@ class Sample:
 
 @dataclass
 class Resize:
-    """Each sample's box (top, left, height, width), int64 (B, 4), to resample to `size`, and
-    whether to mirror its columns (bool (B,), None for none): a crop and its flip in one pass."""
+    """Each sample's box (top, left, height, width) (B, 4) to resample to `size`, and flip (B,)."""
 
     boxes: torch.Tensor
     size: tuple[int, int]
@@ -75,8 +69,7 @@ HUGE = 1 << 22  # numpy madvises huge pages for buffers of 4 MiB and more
 
 def empty(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """torch.empty, but large CPU buffers come from numpy, which asks Linux for huge pages:
-    torch's page faults per 4 KiB cost more than the op that fills the buffer (154 MB: ~100 ms,
-    not ~30)."""
+    torch's page faults per 4 KiB cost more than the op that fills them (154 MB: 100 ms, not 30)."""
     size = math.prod(shape) * dtype.itemsize
     if device.type == "cpu" and dtype in NUMPY and size >= HUGE:
         return torch.from_numpy(np.empty(shape, dtype=NUMPY[dtype]))
@@ -105,10 +98,7 @@ def working(x: torch.Tensor) -> torch.Tensor:
 
 
 class Op(nn.Module):
-    """One batch augmentation: `augment(sample, key)` with the key of its stream of draws.
-    Called alone, `op(images, labels, index=index, ...)` runs it as a one-op pipeline. `lazy`
-    ops take a sample whose `pending` crop is not made yet; for the others `run` makes it first
-    (`settle`), as a caller of `augment` must."""
+    """One batch op: `augment(sample, key)`; only a `lazy` one is given a crop `pending`."""
 
     lazy = False
     shown: tuple[str, ...] = ()  # the attributes repr() shows
@@ -123,61 +113,80 @@ class Op(nn.Module):
     def forward(
         self, images: torch.Tensor, labels: torch.Tensor | None = None, **kw: Any
     ) -> torch.Tensor | tuple[Any, ...]:
-        """`kw`: index=, mask=, boxes=... as for Compose, and seed=, epoch= (default 0)."""
-        seed, epoch = kw.pop("seed", 0), kw.pop("epoch", 0)
-        key = stream_key(seed, epoch, type(self).__name__)  # as Compose's first op of its class
-        return run([(self, key)], images, labels, **kw)
+        """`kw`: index=, mask=, boxes=... as for Compose, and its seed=, epoch=, min_size=."""
+        pipe = Compose([self], kw.pop("seed", 0), kw.pop("epoch", 0), kw.pop("min_size", 1.0))
+        return pipe(images, labels, **kw)
 
     def extra_repr(self) -> str:
         return ", ".join(f"{name}={getattr(self, name)}" for name in self.shown)
 
 
-def run(
-    ops: list[tuple[nn.Module, int]],
-    images: torch.Tensor,
-    labels: torch.Tensor | None = None,
-    *,
-    index: torch.Tensor,
-    mask: torch.Tensor | None = None,
-    boxes: Ragged = None,
-    keypoints: Ragged = None,
-    instances: Ragged = None,
-    lengths: torch.Tensor | None = None,
-    per_box: Mapping[str, Ragged] | None = None,
-    min_size: float = 1.0,
-) -> torch.Tensor | tuple[Any, ...]:
-    """A batch through `ops`, each with the key of its stream of draws: what
-    loaders.transforms.Compose returns."""
-    if images.dim() != 4 or index.shape != images.shape[:1]:
-        raise ValueError(
-            f"expected images (B, C, H, W) and index (B,), got {tuple(images.shape)} and "
-            f"{tuple(index.shape)}. HINT: ask the dataset for fields=(..., 'index')"
-        )
-    if mask is not None and mask.shape != images.shape[:1] + images.shape[2:]:
-        raise ValueError(f"mask {tuple(mask.shape)} is not (B, H, W) of {tuple(images.shape)}")
-    if (per_box is not None or instances is not None) and boxes is None:
-        raise ValueError("per_box= and instances= are per box: pass boxes= too")
-    targets = None
-    if boxes is not None or keypoints is not None:
-        targets = Targets.of(len(images), boxes, keypoints, lengths).to(images.device)
-    stack = None if targets is None else instance_masks(instances, lengths, targets, images)
-    sample = Sample(images, index, labels, mask, targets=targets, instances=stack)
-    for op, key in ops:
-        if isinstance(op, Op):
-            sample = op.augment(settle(sample) if not op.lazy else sample, key)
-        else:
-            sample = settle(sample)
-            sample = sample.but(images=op(sample.images))
-    sample = settle(sample)
-    pairs = ((sample.labels, labels), (sample.mask, mask))
-    given: list[Any] = [t for t, asked in pairs if asked is not None and t is not None]
-    if sample.targets is not None:
-        asked = {"boxes": boxes, "keypoints": keypoints, "instances": instances}
-        moved = {"instances": sample.instances}
-        given += outputs(
-            sample.targets, sample.canvas, min_size, asked | {"per_box": per_box}, lengths, moved
-        )
-    return (sample.images, *given) if given else sample.images
+class Compose(nn.Module):
+    """Ops applied in order to a batch (a module not an Op gets the images). Returns the images,
+    or them and the labels, mask, boxes, keypoints, instances, lengths, per_box given, in order."""
+
+    def __init__(
+        self, ops: Iterable[nn.Module], seed: int = 0, epoch: int = 0, min_size: float = 1.0
+    ):
+        super().__init__()
+        self.ops = nn.ModuleList(ops)
+        self.seed, self.min_size = seed, min_size
+        self.set_epoch(epoch)  # refuses a negative seed or epoch now
+        # Each op's stream: its class name, "#k" for its k-th repeat (a pipeline's first
+        # RandomResizedCrop draws what a decode-time one draws).
+        names = [type(op).__name__ for op in self.ops]
+        self._names = [f"{n}#{k}" if (k := names[:i].count(n)) else n for i, n in enumerate(names)]
+
+    def set_epoch(self, epoch: int) -> None:
+        stream_key(self.seed, epoch, "")
+        self.epoch = epoch
+
+    def forward(
+        self,
+        images: torch.Tensor,
+        labels: torch.Tensor | None = None,
+        *,
+        index: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        boxes: Ragged = None,
+        keypoints: Ragged = None,
+        instances: Ragged = None,
+        lengths: torch.Tensor | None = None,
+        per_box: Mapping[str, Ragged] | None = None,
+    ) -> torch.Tensor | tuple[Any, ...]:
+        if images.dim() != 4 or index.shape != images.shape[:1]:
+            raise ValueError(
+                f"expected images (B, C, H, W) and index (B,), got {tuple(images.shape)} and "
+                f"{tuple(index.shape)}. HINT: ask the dataset for fields=(..., 'index')"
+            )
+        if mask is not None and mask.shape != images.shape[:1] + images.shape[2:]:
+            raise ValueError(f"mask {tuple(mask.shape)} is not (B, H, W) of {tuple(images.shape)}")
+        if (per_box is not None or instances is not None) and boxes is None:
+            raise ValueError("per_box= and instances= are per box: pass boxes= too")
+        targets = stack = None
+        if boxes is not None or keypoints is not None:
+            targets = Targets.of(len(images), boxes, keypoints, lengths).to(images.device)
+            stack = instance_masks(instances, lengths, targets, images)
+        sample = Sample(images, index, labels, mask, targets=targets, instances=stack)
+        for op, name in zip(self.ops, self._names, strict=True):
+            key = stream_key(self.seed, self.epoch, name)
+            if isinstance(op, Op):
+                sample = op.augment(settle(sample) if not op.lazy else sample, key)
+            else:
+                sample = settle(sample)
+                sample = sample.but(images=op(sample.images))
+        sample = settle(sample)
+        pairs = ((sample.labels, labels), (sample.mask, mask))
+        given: list[Any] = [t for t, asked in pairs if asked is not None and t is not None]
+        if sample.targets is not None:
+            asked = {"boxes": boxes, "keypoints": keypoints, "instances": instances}
+            moved = {"instances": sample.instances}
+            args = (sample.canvas, self.min_size, asked | {"per_box": per_box}, lengths, moved)
+            given += outputs(sample.targets, *args)
+        return (sample.images, *given) if given else sample.images
+
+    def extra_repr(self) -> str:
+        return f"seed={self.seed}, epoch={self.epoch}"
 
 
 def take(x: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
@@ -192,22 +201,18 @@ def _centres(start: torch.Tensor, length: torch.Tensor, out: int) -> torch.Tenso
     return start[:, None] + j[None, :] * (length[:, None] / out)
 
 
-def resized_crop(
-    sample: Sample,
-    boxes: torch.Tensor,
-    size: tuple[int, int],
-    flip: torch.Tensor | None = None,
-    *,
-    rounded: bool = True,
-    color: kernel.Color | None = None,
-) -> Sample:
-    """Each sample's box (top, left, height, width) resized to `size`, mirrored where `flip`
-    (bool (B,)): bilinear for images, nearest for masks, with the jitter `color` folded in
-    (kernel's pass only). rounded=False leaves a uint8 batch's result in float32 for the torch
-    path (ColorJitter rounds it once, at its end)."""
-    top, left, h, w = boxes.to(torch.float64).unbind(1)
-    x = sample.images
+def settle(sample: Sample, rounded: bool = True, color: kernel.Color | None = None) -> Sample:
+    """The sample with its pending crop made (bilinear; masks nearest) and jittered by `color`
+    (kernel's pass only). rounded=False: a uint8 batch stays float32 on the torch path."""
+    p, x = sample.pending, sample.images
+    if p is None and color is None:
+        return sample
     H, W = x.shape[-2:]
+    if p is None:
+        whole = torch.tensor([[0, 0, H, W]], device=x.device)
+        p = Resize(whole.expand(len(sample.index), 4), (H, W))
+    boxes, size, flip = p.boxes, p.size, p.flip
+    top, left, h, w = boxes.to(torch.float64).unbind(1)
     rows, cols = _centres(top, h, size[0]), _centres(left, w, size[1])
     cols = cols if flip is None else torch.where(flip[:, None], cols.flip(1), cols)
     r, c = (t.floor().to(torch.int64).clamp(0, n - 1) for t, n in ((rows, H), (cols, W)))
@@ -234,15 +239,3 @@ def resized_crop(
     out = F.grid_sample(f, grid, mode="bilinear", padding_mode="border", align_corners=False)
     images = to_images(out, x) if rounded else out
     return sample.but(images=images, pending=None, **masks)
-
-
-def settle(sample: Sample, rounded: bool = True, color: kernel.Color | None = None) -> Sample:
-    """The sample with its pending crop (if any) made, and the jitter `color` in the same pass."""
-    p = sample.pending
-    if p is None and color is None:
-        return sample
-    if p is None:
-        H, W = sample.images.shape[-2:]
-        whole = torch.tensor([[0, 0, H, W]], device=sample.images.device)
-        p = Resize(whole.expand(len(sample.index), 4), (H, W))
-    return resized_crop(sample, p.boxes, p.size, p.flip, rounded=rounded, color=color)

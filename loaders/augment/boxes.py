@@ -1,9 +1,6 @@
 """Boxes and keypoints moved with their pixels by the geometric ops, with torchvision.transforms
-v2's rules: a crop clips the boxes (x0, y0, x1, y1, edges at integers); a keypoint (x, y,
-visibility) it cuts away, or one not labelled, is (0, 0, 0), as loaders.fields' Keypoints has it.
-They travel padded, (B, N, ...) with `valid` (B, N); the caller's forms (a list of (Ni, ...)
-tensors, a jagged nested tensor, or padded with `lengths`) come back, less the boxes `sanitize`
-drops.
+v2's rules (README.md, "Augmentation on the batch"). They travel padded, (B, N, ...) with
+`valid` (B, N), and go back in the caller's form, less the boxes `sanitize` drops.
 
 >>> boxes = torch.tensor([[[10.0, 0, 30, 8]], [[0, 0, 5, 5]]])
 >>> t = Targets.of(2, boxes, None, torch.tensor([1, 1]))
@@ -58,8 +55,7 @@ class Targets:
     def moved(
         self, top: Number, left: Number, sy: Number, sx: Number, out_hw: tuple[int, int]
     ) -> Targets:
-        """Into the crop at (top, left) (px, per sample or one), scaled by (sy, sx), of an
-        output image of out_hw: boxes clipped to it, keypoints outside it cut."""
+        """Into the crop at (top, left), scaled by (sy, sx), of an output image of out_hw."""
         t, le, y, x = (  # (B, 1) or (1, 1): to broadcast over N
             torch.as_tensor(v, dtype=torch.float64, device=self.valid.device).reshape(-1, 1)
             for v in (top, left, sy, sx)
@@ -105,9 +101,7 @@ def _cut(points: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
 
 
 def sanitize(t: Targets, hw: tuple[int, int], min_size: float) -> Targets:
-    """SanitizeBoundingBoxes(min_size) after clipping the boxes to an image of hw: `valid`
-    loses each box narrower or lower than min_size (NaN included), with its keypoints and every
-    per-box field; without boxes, all stay."""
+    """SanitizeBoundingBoxes(min_size) on boxes clipped to hw, NaN included: `valid` loses them."""
     if t.boxes is None:
         return t
     H, W = hw
@@ -175,8 +169,7 @@ def scatter(values: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
 
 
 def back(x: torch.Tensor, like: Ragged, valid: torch.Tensor) -> Ragged:
-    """x (B, N, ...) padded, its rows `valid` (B, N) kept, in the form (list, nested, padded)
-    and dtype of `like`, the caller's. Padded: to the longest sample left."""
+    """x (B, N, ...)'s rows `valid` (B, N), in the form and dtype of the caller's `like`."""
     dtype = like.dtype if isinstance(like, torch.Tensor) else like[0].dtype if like else x.dtype
     x, counts = x[:, : valid.shape[1]].to(dtype), valid.sum(1)
     if isinstance(like, (list, tuple)):
@@ -201,9 +194,7 @@ def outputs(
     lengths: torch.Tensor | None,
     moved: dict[str, torch.Tensor | None],
 ) -> list[Any]:
-    """What a pipeline returns of its instances, sanitized: those of boxes, keypoints,
-    instances (`moved`'s, (B, H, W, N)), lengths (the rows kept a sample) and per_box (a dict)
-    that were `given`, in that order, each in its given form, on the images' device."""
+    """What a pipeline returns of its instances, sanitized, in Compose's order and forms."""
     t = sanitize(t, hw, min_size)
     valid, out = t.valid, []
     stack = moved.get("instances")
@@ -223,8 +214,7 @@ def outputs(
 def instance_masks(
     x: Ragged, lengths: torch.Tensor | None, t: Targets, images: torch.Tensor
 ) -> torch.Tensor | None:
-    """Instance masks (a list of (Ni, H, W), nested, or padded (B, N, H, W)) as the pipeline
-    moves them: uint8 (B, H, W, N) on the images' device, N the boxes' padded count."""
+    """Instance masks (Ragged (N, H, W)) as the pipeline moves them: (B, H, W, N), N padded."""
     if x is None:
         return None
     hw = tuple(images.shape[-2:])

@@ -17,8 +17,7 @@ YIQ = (LUMA, (0.596, -0.274, -0.322), (0.211, -0.523, 0.312))
 
 
 def hue_rotations(turns: torch.Tensor) -> torch.Tensor:
-    """(B, 3, 3) RGB matrices that turn each pixel's chroma by `turns` (B,) of a circle in YIQ
-    space: luma and chroma magnitude kept, grey left grey."""
+    """(B, 3, 3) RGB matrices that turn each pixel's chroma by `turns` (B,) in YIQ space."""
     yiq = torch.tensor(YIQ, dtype=turns.dtype, device=turns.device)
     cos, sin = torch.cos(2 * math.pi * turns), torch.sin(2 * math.pi * turns)
     one, zero = torch.ones_like(cos), torch.zeros_like(cos)
@@ -28,18 +27,8 @@ def hue_rotations(turns: torch.Tensor) -> torch.Tensor:
 
 
 class ColorJitter(Op):
-    """Each sample's brightness, contrast and saturation scaled by its factors b, c, s, drawn in
-    [1 - amount, 1 + amount] (at least 0), then its hue turned by h in [-hue, hue] turns:
-
-    - brightness b x; contrast and saturation: blends with the image's mean luma m and with
-      the pixel's luma, torchvision's adjust_* formulas. hue: a rotation of the chroma plane in
-      YIQ space, which keeps each pixel's luma (torchvision's HSV shift keeps its max channel).
-      Saturation and hue are no-ops on one channel.
-    - All linear: y = c b H S x + (1 - c) b m with S = s I + (1 - s) 1 luma^T, one batched
-      matmul (as DALI's color_twist). uint8 images are clipped once, at the end (torchvision
-      clips after each step); float ones not at all (put it before Normalize). After a
-      RandomResizedCrop it takes the crop's float result: one rounding for both.
-    """
+    """Brightness, contrast, saturation and hue in one matrix a sample: y = c b H S x + (1 - c)
+    b m (m the mean luma, S = s I + (1 - s) 1 luma^T), as DALI's color_twist."""
 
     lazy = True
     shown = ("brightness", "contrast", "saturation", "hue")

@@ -1,7 +1,5 @@
 """Crops at load time (`ImageShardDataset(..., crop=)`): each sample's box in its stored image,
-resized to one shape, so that samples of their own shapes (`prep pack --mode keep`) make a batch
-and a JPEG is decoded at a reduced scale when the box shrinks by 2 or more. A box depends only
-on (seed, epoch, dataset index) and the stored image's (h, w).
+resized to one shape; a box depends only on (seed, epoch, dataset index) and the image's (h, w).
 
 >>> CenterCrop(224).boxes(np.array([0]), np.array([[256, 320]]), epoch=0).tolist()
 [[16, 48, 224, 224]]
@@ -16,22 +14,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
 
-
-def _pair(size: int | Sequence[int]) -> tuple[int, int]:
-    h, w = (size, size) if isinstance(size, int) else tuple(size)
-    if h < 1 or w < 1:
-        raise ValueError(f"crop size {size} must be positive")
-    return int(h), int(w)
+from loaders.augment import geometry
 
 
 @dataclass(frozen=True)
 class CenterCrop:
-    """The centred `size` crop (h, w or one int) of each stored image, as
-    loaders.transforms.CenterCrop takes it out of a batch, except that a side shorter than the
-    crop is taken whole and resized up (where the batch op pads). `ratio`: instead a centred
-    square of `ratio` x the shorter side, resized to `size`: torchvision's `Resize(256)` +
-    `CenterCrop(224)` is `CenterCrop(224, ratio=0.875)`, at any stored size."""
+    """The centred `size` crop of each stored image, or with `ratio` a centred square of `ratio`
+    x the shorter side: `Resize(256)` + `CenterCrop(224)` is `CenterCrop(224, ratio=0.875)`."""
 
     size: tuple[int, int]
     ratio: float | None = None
@@ -39,7 +30,7 @@ class CenterCrop:
     def __init__(self, size: int | Sequence[int], ratio: float | None = None):
         if ratio is not None and not 0 < ratio <= 1:
             raise ValueError(f"ratio {ratio} must be in (0, 1]")
-        object.__setattr__(self, "size", _pair(size))
+        object.__setattr__(self, "size", geometry.pair(size, "crop size"))
         object.__setattr__(self, "ratio", None if ratio is None else float(ratio))
 
     def boxes(self, index: np.ndarray, hw: np.ndarray, epoch: int) -> np.ndarray:
@@ -57,14 +48,13 @@ class CenterCrop:
 
 @dataclass(frozen=True)
 class RandomResizedCrop:
-    """The boxes `loaders.transforms.RandomResizedCrop(size, scale, ratio)` draws as a pipeline's
-    first op, for images of the same size. Set the epoch with `dataset.set_epoch(e)`."""
+    """The boxes `loaders.transforms.RandomResizedCrop` draws as a pipeline's first op."""
 
     size: tuple[int, int]
     scale: tuple[float, float] = (0.08, 1.0)
     ratio: tuple[float, float] = (3 / 4, 4 / 3)
     seed: int = 0
-    _op: object = field(default=None, repr=False, compare=False)
+    _op: Any = field(default=None, repr=False, compare=False)
 
     def __init__(
         self,
@@ -73,23 +63,18 @@ class RandomResizedCrop:
         ratio: tuple[float, float] = (3 / 4, 4 / 3),
         seed: int = 0,
     ):
-        from loaders.augment.geometry import RandomResizedCrop as Op  # checks scale and ratio
-
-        object.__setattr__(self, "size", _pair(size))
+        object.__setattr__(self, "size", geometry.pair(size, "crop size"))
         object.__setattr__(self, "scale", tuple(scale))
         object.__setattr__(self, "ratio", tuple(ratio))
         object.__setattr__(self, "seed", int(seed))
-        object.__setattr__(self, "_op", Op(self.size, self.scale, self.ratio))
+        op = geometry.RandomResizedCrop(self.size, self.scale, self.ratio)  # checks them
+        object.__setattr__(self, "_op", op)
 
     def boxes(self, index: np.ndarray, hw: np.ndarray, epoch: int) -> np.ndarray:
         """int64 (N, 4): (top, left, height, width) of each sample's box in its (h, w)."""
-        import torch
-
         sides = torch.from_numpy(np.asarray(hw, dtype=np.int64).reshape(-1, 2))
         idx = torch.from_numpy(np.asarray(index, dtype=np.int64).reshape(-1))
-        op: Any = self._op
-        out = op.boxes(idx, sides[:, 0], sides[:, 1], seed=self.seed, epoch=epoch)
-        return out.numpy()
+        return self._op.boxes(idx, sides[:, 0], sides[:, 1], seed=self.seed, epoch=epoch).numpy()
 
 
 Crop = CenterCrop | RandomResizedCrop

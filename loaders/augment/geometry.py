@@ -1,6 +1,4 @@
-"""Geometric batch ops (crops, resizes, flips), each a fixed number of tensor operations at any
-batch size, the mask, boxes and keypoints moving with the image. RandomResizedCrop and Resize
-only draw their boxes (Sample.pending): the next op makes the crop, or folds a flip into it."""
+"""Geometric batch ops; RandomResizedCrop and Resize only draw their boxes (Sample.pending)."""
 
 from __future__ import annotations
 
@@ -16,18 +14,15 @@ from loaders.augment.random import stream_key, uniform
 TRIES = 10  # as torchvision's RandomResizedCrop: boxes drawn until one fits, then the centre
 
 
-def _pair(size: int | Sequence[int]) -> tuple[int, int]:
+def pair(size: int | Sequence[int], what: str = "size") -> tuple[int, int]:
     h, w = (size, size) if isinstance(size, int) else tuple(size)
     if h < 1 or w < 1:
-        raise ValueError(f"size {size} must be positive")
+        raise ValueError(f"{what} {size} must be positive")
     return int(h), int(w)
 
 
 class RandomResizedCrop(Op):
-    """A box of `scale` of the image's area and aspect ratio (w / h) in `ratio` (drawn uniformly
-    in log ratio), resized to `size`: torchvision's algorithm, drawn per sample. Bilinear
-    without antialiasing (the boxes shrink by little at training sizes). `boxes()` is the
-    generator alone: a decode-time crop draws the same boxes for images of the same size."""
+    """torchvision's RandomResizedCrop drawn per sample; `boxes()` is the generator alone."""
 
     shown = ("size", "scale", "ratio")
 
@@ -40,7 +35,7 @@ class RandomResizedCrop(Op):
         super().__init__()
         if not (0 < scale[0] <= scale[1] and 0 < ratio[0] <= ratio[1]):
             raise ValueError(f"scale {scale} and ratio {ratio} must be increasing and positive")
-        self.size, self.scale, self.ratio = _pair(size), scale, ratio
+        self.size, self.scale, self.ratio = pair(size), scale, ratio
 
     def boxes(
         self,
@@ -52,8 +47,7 @@ class RandomResizedCrop(Op):
         epoch: int = 0,
         name: str = "RandomResizedCrop",
     ) -> torch.Tensor:
-        """int64 (N, 4) boxes (top, left, height, width) in images of `height` x `width` px
-        (ints, or (N,) tensors of each image's size), for the samples `index`."""
+        """int64 (N, 4) boxes (top, left, height, width) in images of `height` x `width` px."""
         u = uniform(stream_key(seed, epoch, name), index, 2 * TRIES + 2)
         return self._boxes(u, height, width)
 
@@ -94,17 +88,14 @@ class RandomResizedCrop(Op):
 
 
 class Resize(Op):
-    """Every image resized to `size`: (h, w), or an int for the shorter side (the longer one
-    keeps the aspect ratio, truncated, as torchvision's Resize(int)). Bilinear without
-    antialiasing, as RandomResizedCrop; masks by nearest. A flip right after it is folded in."""
+    """Every image resized to `size`: (h, w), or an int for the shorter side (as torchvision)."""
 
     shown = ("size",)
 
     def __init__(self, size: int | Sequence[int]):
         super().__init__()
-        self.size: int | tuple[int, int] = size if isinstance(size, int) else _pair(size)
-        if isinstance(size, int) and size < 1:
-            raise ValueError(f"size {size} must be positive")
+        checked = pair(size)  # refuses a size below 1
+        self.size: int | tuple[int, int] = size if isinstance(size, int) else checked
 
     def output(self, height: int, width: int) -> tuple[int, int]:
         """(h, w) of an image of height x width once resized.
@@ -128,8 +119,7 @@ class Resize(Op):
 
 
 class RandomCrop(Op):
-    """A `size` crop at a random place of the image padded by `padding` px on every side
-    (`fill` for images, `mask_fill` for masks: 255 is a common "ignore" class)."""
+    """A `size` crop at a random place of the image padded by `padding` px (`fill`)."""
 
     shown = ("size", "padding")
 
@@ -139,7 +129,7 @@ class RandomCrop(Op):
         super().__init__()
         if padding < 0:
             raise ValueError(f"padding {padding} must be non-negative")
-        self.size, self.padding, self.fill, self.mask_fill = _pair(size), padding, fill, mask_fill
+        self.size, self.padding, self.fill, self.mask_fill = pair(size), padding, fill, mask_fill
 
     def augment(self, sample: Sample, key: int) -> Sample:
         H, W = sample.images.shape[-2:]
@@ -153,15 +143,13 @@ class RandomCrop(Op):
 
 
 class CenterCrop(Op):
-    """The centred `size` crop of every image (top = round((H - h) / 2), as torchvision's);
-    a crop larger than the image pads it evenly (the odd pixel after) with `fill`, and the
-    mask with `mask_fill`. loaders.CenterCrop takes the same crop when a dataset reads it."""
+    """The centred `size` crop of every image, as torchvision's (padded with `fill`)."""
 
     shown = ("size",)
 
     def __init__(self, size: int | Sequence[int], fill: float = 0, mask_fill: int = 0):
         super().__init__()
-        self.size, self.fill, self.mask_fill = _pair(size), fill, mask_fill
+        self.size, self.fill, self.mask_fill = pair(size), fill, mask_fill
 
     def augment(self, sample: Sample, key: int) -> Sample:
         B, _, H, W = sample.images.shape
@@ -175,9 +163,7 @@ class CenterCrop(Op):
 
 
 class _Flip(Op):
-    """Each sample mirrored along `axis` (0: left-right, 1: top-bottom) with probability p, with
-    its mask, boxes and keypoints: one gather (where(flip, x.flip(-1), x) would read and write
-    the batch three times)."""
+    """Each sample mirrored along `axis` (0: left-right) with probability p: one gather."""
 
     axis = 0
     shown = ("p",)
@@ -206,8 +192,7 @@ class _Flip(Op):
 
 
 class RandomHorizontalFlip(_Flip):
-    """Each sample mirrored left-right with probability p; right after a RandomResizedCrop or a
-    Resize, folded into its sampling."""
+    """Each sample mirrored left-right with probability p (folded into a pending crop)."""
 
     lazy = True
 
@@ -226,8 +211,7 @@ def crop(
     fill: float = 0,
     mask_fill: int = 0,
 ) -> Sample:
-    """Each sample's `size` crop at (top, left) (int64 (B,), negative or past the edge in the
-    padding): `fill` outside the image, `mask_fill` outside its mask; one gather."""
+    """Each sample's `size` crop at (top, left) (B,), `fill` outside the image: one gather."""
     H, W = sample.images.shape[-2:]
     (sh, sw), device = size, top.device
     rows = top[:, None] + torch.arange(sh, device=device)

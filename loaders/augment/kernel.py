@@ -1,10 +1,6 @@
-"""The CPU pass of a uint8 batch's resized crop, flip and colour jitter: one numba loop over the
-samples, split between a few threads. torch's batched ops stream the whole batch through memory
-once per step (~150 MB each at 256 x 224 px), which costs more than the arithmetic; here each
-sample is resampled into a float scratch that stays in cache, jittered there, and written once
-as uint8. The sampling is grid_sample's (bilinear, align_corners=False, border padding), so the
-torch path (CUDA, float batches, no numba) agrees within one level.
-"""
+"""The CPU pass of a uint8 batch's resized crop, flip and colour jitter: a numba loop over the
+samples, split between threads (README.md, "Augmentation on the batch"), sampling as
+grid_sample does (bilinear, align_corners=False, border padding)."""
 
 from __future__ import annotations
 
@@ -97,8 +93,7 @@ def _taps(coords: torch.Tensor, n: int) -> tuple[np.ndarray, np.ndarray, np.ndar
 def resample(
     x: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, color: Color | None = None
 ) -> torch.Tensor:
-    """x (B, C, H, W) uint8 sampled at source pixel coordinates rows (B, oh) and cols (B, ow)
-    (float64, pixel k's centre at k), jittered by `color`: (B, C, oh, ow) uint8, channels-last."""
+    """x (B, C, H, W) sampled at source coordinates rows (B, oh), cols (B, ow): channels-last."""
     B, C, H, W = x.shape
     src = x.permute(0, 2, 3, 1).contiguous().numpy()  # a view for channels-last batches
     dst = np.empty((B, rows.shape[1], cols.shape[1], C), np.uint8)  # numpy's: huge pages

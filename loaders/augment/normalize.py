@@ -10,9 +10,7 @@ from torch import nn
 
 
 class Normalize(nn.Module):
-    """(x - mean) / std for a uint8 batch (B, C, H, W) or image (C, H, W), as float. `mean` and
-    `std` are in stored pixel units (0-255), one per channel or one for all. Move the module to
-    the batch's device (`.to(device)`); channels-last input stays channels-last."""
+    """(x - mean) / std of a batch or an image as float; `mean`, `std` in pixel units (0-255)."""
 
     mean: torch.Tensor
     std: torch.Tensor
@@ -37,14 +35,32 @@ class Normalize(nn.Module):
         dtype: torch.dtype = torch.float32,
         field: str | None = None,
     ) -> Normalize:
-        """The mean and std per channel of `ds`'s train split (every sample, without splits) at
-        `size` (default: the dataset's), as prep stored them in `extra.stats` for its image field
-        `field` (default: the first it reads, else its first); the opening of the dataset checked
-        them. A MixedDataset's: its sources' combined in its weights' proportions."""
+        """The per-channel mean and std prep stored for `ds`'s train split at `size`."""
         if isinstance(getattr(ds, "datasets", None), list) and hasattr(ds, "weights"):
+            # A mixture's E[x] and E[x^2] are the weighted sums of its parts'.
             parts = [cls.from_dataset(d, size, field=field) for d in ds.datasets]
-            return cls._mixed(parts, ds.weights, dtype)
-        root, stats = _stats_of(ds, field)
+            w = torch.as_tensor(ds.weights, dtype=torch.float64).view(-1, 1, 1, 1)
+            means = torch.stack([p.mean.double() for p in parts])
+            mean = (w * means).sum(0)
+            second = (w * (torch.stack([p.std.double() for p in parts]) ** 2 + means**2)).sum(0)
+            sd = (second - mean**2).clamp(min=0).sqrt().flatten()
+            return cls(mean.flatten().tolist(), (sd + (sd == 0)).tolist(), dtype)
+        from loaders.fields import Image
+
+        declared = getattr(ds, "declared", None)
+        images = [n for n, f in (declared or {}).items() if isinstance(f, Image)]
+        if not images:
+            raise ValueError(
+                f"prep stores pixel statistics with a dataset's image fields, and {ds!r:.80} has "
+                "none. HINT: pass Normalize(mean=..., std=...)"
+            )
+        read = [n for n in getattr(ds, "fields", ()) if n in images]
+        name = field if field is not None else (read or images)[0]
+        if name not in images:
+            said = f"{ds.store.root} has no image field {field!r}"
+            raise ValueError(f"{said}; its image fields: {images}")
+        root, stats = ds.store.root, ds.store.manifest.extra.get("stats")
+        stats = stats.get(name) if isinstance(stats, dict) else None
         size = size if size is not None else getattr(ds, "size", None)
         sizes = stats.get("sizes") if isinstance(stats, dict) else None
         if not isinstance(sizes, dict) or not sizes:
@@ -58,16 +74,6 @@ class Normalize(nn.Module):
         std = [s or 1.0 for s in at["std"]]  # a constant channel: only centred
         return cls(at["mean"], std, dtype)
 
-    @classmethod
-    def _mixed(cls, parts: list[Normalize], weights: Any, dtype: torch.dtype) -> Normalize:
-        """The statistics of a mixture: E[x] and E[x^2] are the weighted sums of the parts'."""
-        w = torch.as_tensor(weights, dtype=torch.float64).view(-1, 1, 1, 1)
-        means = torch.stack([p.mean.double() for p in parts])
-        mean = (w * means).sum(0)
-        second = (w * (torch.stack([p.std.double() for p in parts]) ** 2 + means**2)).sum(0)
-        std = (second - mean**2).clamp(min=0).sqrt()
-        return cls(mean.flatten().tolist(), (std.flatten() + (std.flatten() == 0)).tolist(), dtype)
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         channels = self.mean.shape[0]
         if x.dim() not in (3, 4) or (channels != 1 and x.shape[-3] != channels):
@@ -77,23 +83,3 @@ class Normalize(nn.Module):
 
     def extra_repr(self) -> str:
         return f"mean={self.mean.flatten().tolist()}, std={self.std.flatten().tolist()}"
-
-
-def _stats_of(ds: Any, field: str | None) -> tuple[Any, Any]:
-    """The dataset's root and the `extra.stats` entry of its image field `field`."""
-    from loaders.fields import Image
-
-    declared = getattr(ds, "declared", None)
-    images = [n for n, f in (declared or {}).items() if isinstance(f, Image)]
-    if not images:
-        raise ValueError(
-            f"prep stores pixel statistics with a dataset's image fields, and {ds!r:.80} has "
-            "none. HINT: pass Normalize(mean=..., std=...)"
-        )
-    read = [n for n in getattr(ds, "fields", ()) if n in images]
-    name = field if field is not None else (read or images)[0]
-    if name not in images:
-        said = f"{ds.store.root} has no image field {field!r}"
-        raise ValueError(f"{said}; its image fields: {images}")
-    stats = ds.store.manifest.extra.get("stats")
-    return ds.store.root, stats.get(name) if isinstance(stats, dict) else None

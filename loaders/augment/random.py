@@ -48,8 +48,7 @@ def stream_key(seed: int, epoch: int, name: str) -> int:
 
 
 def uniform(key: int, index: torch.Tensor, k: int) -> torch.Tensor:
-    """k uniform draws in [0, 1) per sample, float64 (N, k), for the dataset indices `index`
-    (N,) on their device: exact, as 32 bits fit a float64."""
+    """k uniform draws in [0, 1) (32 bits: exact) per dataset index (N,): float64 (N, k)."""
     idx = index.reshape(-1).to(torch.int64)
     if idx.numel() and int(idx.min()) < 0:
         raise ValueError("sample indices must be non-negative dataset indices")
@@ -57,11 +56,6 @@ def uniform(key: int, index: torch.Tensor, k: int) -> torch.Tensor:
     j = torch.arange(k, dtype=torch.int64, device=idx.device)
     h = mix32(mix32(h[:, None] ^ _mul32(j + 1, 0x9E3779B9)[None, :]))
     return h.to(torch.float64) * 2.0**-32
-
-
-def normal(u1: torch.Tensor, u2: torch.Tensor) -> torch.Tensor:
-    """Standard normal draws from two uniforms (Box-Muller)."""
-    return torch.sqrt(-2.0 * torch.log1p(-u1)) * torch.cos(2.0 * math.pi * u2)
 
 
 GAMMA_TRIES = 6  # Marsaglia-Tsang accepts >= 95% of tries: 6 miss one draw in ~1e8
@@ -74,7 +68,7 @@ def gamma(shape: float, u: torch.Tensor) -> torch.Tensor:
     d = a - 1.0 / 3.0
     c = 1.0 / math.sqrt(9.0 * d)
     t = GAMMA_TRIES
-    z = normal(u[:, :t], u[:, t : 2 * t])
+    z = torch.sqrt(-2.0 * torch.log1p(-u[:, :t])) * torch.cos(2.0 * math.pi * u[:, t : 2 * t])
     v = (1.0 + c * z) ** 3
     log_v = torch.log(v.clamp_min(1e-300))
     accept = (v > 0) & (torch.log(u[:, 2 * t : 3 * t]) < 0.5 * z * z + d - d * v + d * log_v)

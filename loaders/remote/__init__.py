@@ -1,8 +1,6 @@
-"""Datasets at any fsspec URL (s3://, gs://, http(s)://, file://). `RemoteBackend` fetches each
-shard file on first use into the node's cache (loaders.remote.cache), verified against the
-manifest, and hands the store the cached file to map. Credentials are fsspec's own
-(environment, profiles, or `storage_options`); every request goes through loaders.remote.storage.
-"""
+"""Datasets at any fsspec URL: `RemoteBackend` fetches each file on first use into the node's
+cache (loaders.remote.cache), verified, for the store to map (README.md, "Datasets on object
+storage")."""
 
 from __future__ import annotations
 
@@ -48,8 +46,7 @@ def open_remote(root: object) -> tuple[RemoteBackend, Manifest] | None:
 
 
 def dataset_file(root: str | os.PathLike[str]) -> tuple[Manifest, FileAt]:
-    """The manifest of a dataset at a path or URL, and a function giving a local path of one of
-    its files by name and sha256 (at a URL: fetched into the cache, checked)."""
+    """The manifest of a dataset at a path or URL, and (name, sha256) -> a local path."""
     remote = open_remote(root)
     if remote is None:
         return read_manifest(Path(root)), lambda name, sha256: safe_path(Path(root), name)
@@ -94,9 +91,7 @@ class RemoteBackend:
             self._follower = Follower(self.plan, self.cache_limit)
 
     def follow(self, order: str, seed: int, window: int) -> Callable[[int, int], None] | None:
-        """The sampler's order: for "quasi_random", what it calls at each window to share its
-        position with every reading process (loaders.remote.prefetch). Warns if cache_limit is
-        below what the order keeps in use."""
+        """For "quasi_random", what the sampler calls at each window (loaders.remote.prefetch)."""
         if not self._shards:
             self.read_manifest()
         quasi = order == "quasi_random"
@@ -138,8 +133,7 @@ class RemoteBackend:
         return 0, 0, int(info.get("size") or 0), digest
 
     def manifest_stamp(self) -> Stamp | None:
-        """The remote manifest's size and ETag, looked at most every CHECK_EVERY seconds. When
-        the look fails (the network), the last one stands: cached files keep reading."""
+        """The remote manifest's size and ETag, at most every CHECK_EVERY s (else the last)."""
         now = time.monotonic()
         if self._checked is None or now - self._checked[0] >= CHECK_EVERY:
             last = self._checked[1] if self._checked else None
@@ -150,8 +144,8 @@ class RemoteBackend:
         if self._follower is not None:  # looked at once a batch: follow the sampler too
             moved = self._follower.follow(self._shards, self.local_path)
             if moved is not None:
-                self._cache.rank, self.windows = moved.rank, moved.shards
-                self._cache.hold_only(moved.files)
+                self._cache.rank, held, self.windows = moved
+                self._cache.hold_only(held)
         return self._checked[1]
 
     def local_path(self, name: str) -> Path:
@@ -162,18 +156,15 @@ class RemoteBackend:
             raise FormatError(f"{self.root}: manifest path {name!r} is not a listed file")
         if self._follower is not None:  # learn which arrays the dataset reads
             self._follower.read.add(self._array_of[name])
-        path = self._fetch(name)
+        path = self._cached(name, *self._files[name])
         if name not in self._checked_files:  # the arrays read with it: checked before first use
             assert self._manifest is not None  # read with _files
-            i, fetch = self._shard_of[name], self._fetch
+            i, fetch = self._shard_of[name], lambda n: self._cached(n, *self._files[n])
             problems = arrival_problems(self._manifest, i, name, path, fetch, self.root)
             if problems:
                 raise problems_error(problems)
             self._checked_files.add(name)
         return path
-
-    def _fetch(self, name: str) -> Path:
-        return self._cached(name, *self._files[name])
 
     def _cached(self, name: str, size: int, sha256: str) -> Path:
         url = self.storage.url(name)  # refuses a name that leaves the dataset

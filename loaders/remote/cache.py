@@ -1,11 +1,7 @@
-"""The local cache of remote shard files, shared by every process of a node.
-
-Under `cache_dir` (`$PREP_CACHE`, else `~/.cache/prep`): `files/XX/SHA256`, named by content so
-that datasets and versions never collide, with two lock files: `SHA256.fetch` (held by the one
-process that downloads it) and `SHA256.use` (held shared by each reader; eviction skips a file
-whose lock it cannot take exclusively). A download is verified into a `.tmp` file, then
-renamed: a reader sees a whole, verified file or none. An entry's mtime is its last use (LRU).
-"""
+"""The node's cache of remote files: `cache_dir/files/XX/SHA256`, verified in a `.tmp` file then
+renamed, its mtime its last use (LRU). Lock files: `SHA256.fetch` (held by the one process that
+downloads it) and `SHA256.use` (held shared by each reader; eviction skips a file whose lock it
+cannot take exclusively)."""
 
 from __future__ import annotations
 
@@ -50,8 +46,7 @@ _warned: set[tuple[str, int]] = set()  # (url, window): once each
 
 
 def warn_small_cache(url: str, limit: int | None, shard_bytes: list[int], window: int) -> None:
-    """Warn once when `limit` is below what the reading order keeps in use: `window` of the
-    largest shards for "quasi_random", else (window 0) the whole dataset."""
+    """Warn once when `limit` is below `window` of the largest shards (0: the whole dataset)."""
     need = sum(sorted(shard_bytes)[-window:]) if window else sum(shard_bytes)
     if limit is None or limit >= need or (url, window) in _warned:
         return
@@ -84,8 +79,7 @@ def _locked(path: str | Path, how: int) -> int:
 
 class FileCache:
     """One cache folder as this process uses it: a shared `.use` lock on the last `hold` files
-    it handed out (those it maps, or the window it reads) keeps other processes from evicting
-    them."""
+    it handed out keeps other processes from evicting them."""
 
     def __init__(self, cache_dir: Path, limit: int | None, hold: int):
         self.dir, self.limit, self.hold = cache_dir / "files", limit, max(1, hold)
@@ -109,8 +103,7 @@ class FileCache:
     def get(
         self, sha256: str, size: int, source: str, download: Callable[[BinaryIO], None]
     ) -> Path:
-        """The cached file `sha256` of `size` bytes, `download(file)`ed from `source` by one
-        process unless a whole copy is there."""
+        """The cached file `sha256`, `download(file)`ed by one process unless it is there whole."""
         path = self.entry(sha256, source)
         with self._lock:
             if sha256 in self._whole:  # whole when handed out, and held since: still there
@@ -170,8 +163,7 @@ class FileCache:
                 self._pinned[sha256] = _locked(f"{self.entry(sha256)}.use", fcntl.LOCK_SH)
 
     def hold_only(self, keep: set[str]) -> None:
-        """Let go of the files not in `keep` (the windows around the sampler): others may evict
-        them (a map this process still has keeps the bytes)."""
+        """Let go of the files not in `keep`: others may evict them (a map keeps the bytes)."""
         with self._lock:
             for sha256 in [s for s in self._held if s not in keep]:
                 self._drop(sha256)
@@ -185,8 +177,7 @@ class FileCache:
                 os.utime(self.entry(sha256))
 
     def evict(self) -> None:
-        """Remove the files first in `rank` that no process holds until the cache is under its
-        limit."""
+        """Remove the files first in `rank` that no process holds until under the limit."""
         entries = []
         for p in self.dir.glob("??/*"):
             if len(p.name) == 64 and "." not in p.name:

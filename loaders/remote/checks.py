@@ -1,8 +1,5 @@
-"""A folder's checks (loaders.fields.checks) run on a URL's local copies, their lines naming
-the remote files: when a file arrives in the cache, on the arrays read with it, before its first
-read in the process (`arrival_problems`); for `prep verify URL`, on every shard, downloaded to a
-temporary folder in the cache's folder, with checksums and values (`url_problems`).
-"""
+"""The folder checks (loaders.fields.checks) on a URL's local copies, naming the remote files: on a
+file's arrival in the cache (`arrival_problems`), and for `prep verify URL` (`url_problems`)."""
 
 from __future__ import annotations
 
@@ -21,37 +18,13 @@ THREADS = 4  # downloads at once while verifying
 
 
 def structure_problems(manifest: Manifest, url: object) -> list[str]:
-    """What check_files finds without reading a file (names that leave the dataset, arrays
-    without a listed file), checked when a URL is opened."""
+    """What check_files finds without reading a file, checked when a URL is opened."""
     return [
         f"shard {i}: {p}"
         for i, s in enumerate(manifest.shards)
         for p in [name_problem(url, n) for n in s.files] + array_problems(manifest, s)
         if p
     ]
-
-
-def checked_with(manifest: Manifest, shard: int, file: str) -> list[str]:
-    """The arrays whose checks need file `file` of shard `shard`: those of the fields storing
-    one in it (at its size), and those their checks read (Field.needs: a mask's image sides)."""
-    refs = manifest.shards[shard].arrays
-    held = [a for a, r in refs.items() if file in (r.file, r.offsets and r.offsets.file)]
-    names: set[str] = set()
-    for array in held:
-        if array in manifest.arrays:
-            name, field = field_of(manifest, array)
-            size = manifest.arrays[array].size  # another size's pixels are not checked with it
-            mine = [s for s in field.arrays(name) if size is None or s.size in (None, size)]
-            names |= {array_name(s.field, s.size) for s in mine}
-            names |= set(field.needs(name))
-    return sorted(n for n in names if n in manifest.arrays)
-
-
-def files_of(shard: Shard, arrays: list[str]) -> list[str]:
-    """The files holding `arrays` (and their offsets) in `shard`, as it lists them."""
-    refs = [shard.arrays[a] for a in arrays if a in shard.arrays]
-    names = {r.file for r in refs} | {r.offsets.file for r in refs if r.offsets}
-    return sorted(n for n in names if n in shard.files)
 
 
 def copy_problems(
@@ -62,8 +35,7 @@ def copy_problems(
     url: Url,
     checksums: bool = False,
 ) -> list[str]:
-    """check_shard's lines for `arrays` of shard `index`, read from `copies` (file name ->
-    local copy), naming the files at `url`; `checksums` as `prep verify` checks a folder."""
+    """check_shard's lines for `arrays` of shard `index`, read from `copies` (name -> path)."""
     shard = manifest.shards[index]
     shards = list(manifest.shards)
     shards[index] = Shard(
@@ -88,44 +60,20 @@ def copy_problems(
     return found
 
 
-def verify_shards(
-    manifest: Manifest, storage: Storage, tmp_parent: Path, skip: set[int]
+def url_problems(
+    storage: Storage, manifest: Manifest, checksums: bool, tmp_parent: Path
 ) -> list[str]:
-    """`prep verify`'s checks of every shard not in `skip` (found wanting already): its files
-    downloaded into a temporary folder under `tmp_parent`, checked as a folder's, deleted."""
+    """What check_files finds in a folder, at the storage's URL (downloads under `tmp_parent`)."""
 
     def download(name: str, path: Path) -> None:
         with open(path, "wb") as f:
             storage.download(name, f)
 
-    problems: list[str] = []
-    for i, shard in enumerate(manifest.shards):
-        if i in skip:
-            continue
-        temporary = tempfile.TemporaryDirectory(dir=tmp_parent, ignore_cleanup_errors=True)
-        with temporary as tmp:
-            copies = {n: Path(tmp, f"{k:06d}") for k, n in enumerate(sorted(shard.files))}
-            try:
-                with ThreadPoolExecutor(THREADS) as pool:  # one request at a time waits mostly
-                    list(pool.map(download, copies, copies.values()))
-                arrays = sorted({*manifest.arrays, *shard.arrays})
-                problems += copy_problems(manifest, i, arrays, copies, storage.root, True)
-            except FormatError as e:
-                problems.append(f"shard {i}: {e}")
-    return problems
-
-
-def url_problems(
-    storage: Storage, manifest: Manifest, checksums: bool, tmp_parent: Path
-) -> list[str]:
-    """What check_files finds in a folder, at the storage's URL: the shards' arrays against
-    their files, files missing or of another byte size; with `checksums` (`prep verify`), every
-    file downloaded (under `tmp_parent`) and checked as a folder's, and the tokenizer's."""
     root = storage.root
     found: dict[int, list[str]] = {-1: structure_problems(manifest, root)}
     if found[-1]:
         return found[-1]
-    if storage.lists:
+    if not root.startswith(("http://", "https://")):  # HTTP cannot list: each file's size
         have = storage.listing()
     else:
         have = {n: storage.size(n) for s in manifest.shards for n in s.files}
@@ -142,7 +90,18 @@ def url_problems(
     if not checksums:
         return problems
     tmp_parent.mkdir(parents=True, exist_ok=True)
-    problems += verify_shards(manifest, storage, tmp_parent, set(found))
+    for i, shard in enumerate(manifest.shards):
+        if i in found:  # found wanting already
+            continue
+        with tempfile.TemporaryDirectory(dir=tmp_parent, ignore_cleanup_errors=True) as tmp:
+            copies = {n: Path(tmp, f"{k:06d}") for k, n in enumerate(sorted(shard.files))}
+            try:
+                with ThreadPoolExecutor(THREADS) as pool:  # one request at a time waits mostly
+                    list(pool.map(download, copies, copies.values()))
+                arrays = sorted({*manifest.arrays, *shard.arrays})
+                problems += copy_problems(manifest, i, arrays, copies, root, True)
+            except FormatError as e:
+                problems.append(f"shard {i}: {e}")
     return problems + _kept_problems(storage, manifest)
 
 
@@ -166,8 +125,18 @@ def _kept_problems(storage: Storage, manifest: Manifest) -> list[str]:
 def arrival_problems(
     manifest: Manifest, index: int, name: str, path: Path, fetch: Callable[[str], Path], url: Url
 ) -> list[str]:
-    """The folder checks of the arrays read with file `name` of shard `index` (its copy at
-    `path`), the other files they need fetched (`fetch(name)`: a cached copy)."""
-    arrays = checked_with(manifest, index, name)
-    copies = {n: fetch(n) for n in files_of(manifest.shards[index], arrays)}
+    """The folder checks of the arrays read with file `name` of shard `index` (copied at `path`)."""
+    shard = manifest.shards[index]
+    held = [a for a, r in shard.arrays.items() if name in (r.file, r.offsets and r.offsets.file)]
+    names: set[str] = set()
+    for array in held:
+        if array in manifest.arrays:
+            key, field = field_of(manifest, array)
+            size = manifest.arrays[array].size  # another size's pixels are not checked with it
+            mine = [s for s in field.arrays(key) if size is None or s.size in (None, size)]
+            names |= {array_name(s.field, s.size) for s in mine} | set(field.needs(key))
+    arrays = sorted(n for n in names if n in manifest.arrays)
+    refs = [shard.arrays[a] for a in arrays if a in shard.arrays]
+    files = {r.file for r in refs} | {r.offsets.file for r in refs if r.offsets}
+    copies = {n: fetch(n) for n in sorted(files) if n in shard.files}
     return copy_problems(manifest, index, arrays, copies | {name: path}, url)

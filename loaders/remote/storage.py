@@ -1,7 +1,6 @@
 """Object storage: the one place that talks to a URL, for reading a dataset (loaders.remote) and
 for writing one (prep.run.remote). Every request is retried on a network error, then fails in
-one OSError or FormatError that names the URL and the fix. fsspec is imported on first use.
-"""
+one OSError or FormatError that names the URL and the fix."""
 
 from __future__ import annotations
 
@@ -26,8 +25,7 @@ _PART = re.compile(r"[^/\\\0?#%]+")  # no separators, queries, fragments or %-es
 
 
 def url_of(root: object) -> str | None:
-    """The URL `root` names, or None for a local path. A URL that went through `Path` (which
-    folds `s3://b` into `s3:/b`) is mended."""
+    """The URL `root` names (one folded by `Path` into `s3:/b` mended), or None for a path."""
     m = _URL.match(os.fspath(root) if isinstance(root, os.PathLike) else str(root))
     if not m or len(m.group(1)) < 2:  # one letter: a Windows drive, not a scheme
         return None
@@ -47,8 +45,7 @@ class Url(str):
 
 
 def name_problem(url: object, name: object) -> str | None:
-    """Why a file name may not be joined to the dataset's URL (None: it may): an absolute or
-    `..` path, or a query, would reach another object (as loaders.format.safe_path refuses)."""
+    """Why a file name may not be joined to the dataset's URL (`..`, a query...), or None."""
     parts = name.split("/") if isinstance(name, str) else [""]
     if all(_PART.fullmatch(p) and p not in (".", "..") for p in parts):
         return None
@@ -85,9 +82,8 @@ def retried(
     backoff: float | None = None,
     doing: str = "read",
 ) -> T:
-    """`fn()`, tried again with backoff on a network error; then one OSError naming `what` (it
-    could not be `doing`). A missing file or refused credentials fail at once (FormatError):
-    trying again cannot help."""
+    """`fn()`, tried again with backoff on a network error, then one OSError naming `what`; a
+    missing file or refused credentials fail at once (FormatError): trying again cannot help."""
     tries, backoff = tries or RETRIES, BACKOFF if backoff is None else backoff
     for attempt in range(tries):
         try:
@@ -120,8 +116,7 @@ def retried(
 
 
 def _network(e: FileNotFoundError) -> bool:
-    """fsspec's HTTP file system reports a refused connection as FileNotFoundError, caused by
-    the network error: that one is worth trying again."""
+    """fsspec's HTTP reports a refused connection as FileNotFoundError caused by a network error."""
     cause = e.__cause__
     return isinstance(cause, (OSError, TimeoutError)) and not isinstance(cause, FileNotFoundError)
 
@@ -176,11 +171,6 @@ class Storage:
         url = self.url(name)
         return retried(url, lambda: fn(url), self.tries, self.backoff, doing)
 
-    @property
-    def lists(self) -> bool:
-        """Whether the URL can be listed (HTTP cannot: ask each file's size)."""
-        return not self.root.startswith(("http://", "https://"))
-
     def listing(self) -> dict[str, int]:
         """File name -> byte size, for every file under the folder."""
         found = retried(
@@ -193,16 +183,12 @@ class Storage:
         """fsspec's info of file `name` (its size, ETag...); None when there is no such file."""
         return self._request(name, _or_none(lambda url: dict(self.fs.info(url))))
 
-    def exists(self, name: str) -> bool:
-        return self.info(name) is not None
-
     def size(self, name: str) -> int:
         return int(self._request(name, lambda url: self.fs.size(url)))
 
     def read(self, name: str) -> bytes:
         """The whole of file `name` (a manifest: small)."""
-        data: bytes = self._request(name, lambda url: self.fs.cat_file(url))
-        return data
+        return bytes(self._request(name, lambda url: self.fs.cat_file(url)))
 
     def download(self, name: str, dst: BinaryIO) -> None:
         """File `name` streamed into `dst` (from its start again on each try)."""
@@ -225,8 +211,7 @@ class Storage:
         return self._request(name, once)
 
     def put(self, local: Path, name: str) -> None:
-        """The local file up as `name`: one PUT, or a multipart upload that shows only once
-        complete."""
+        """The local file up as `name`: one PUT, or a multipart upload shown once complete."""
         self._request(name, lambda url: self.fs.put_file(str(local), url), "write")
 
     def write(self, name: str, data: bytes) -> None:

@@ -185,7 +185,7 @@ def upload_own(task: Any, url: str, folder: str, run: str, *args: Any) -> dict[s
     try:
         if run not in _old_of_run:
             _old_of_run.clear()
-            _old_of_run[run] = _listed(storage) if storage.exists(MANIFEST) else {}
+            _old_of_run[run] = _listed(storage) if storage.info(MANIFEST) is not None else {}
         for name, info in record["shard"]["files"].items():
             remote = remote_name(name, info["sha256"], _old_of_run[run])
             put(storage, Path(folder, name), remote)
