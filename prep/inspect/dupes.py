@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from loaders.fields import Image
-from prep.inspect import gallery
 from prep.inspect.html import Section, esc, grid, para, table
+from prep.inspect.pages import thumbs
 from prep.inspect.stored import Stored
 from prep.media.image.groups import Hashes, dupe_groups, leakage
 from prep.media.image.hashing import DIGEST_BYTES, phash, pixel_digest, thumbnail
@@ -96,7 +96,7 @@ def _thumbs(st: Stored, indices: list[int], captions: list[str]) -> list[str]:
     picture = st.picture()
     if picture is None or not indices:
         return [f"<figure>{esc(c)}</figure>" for c in captions]
-    return [t for one in gallery.thumbs(st, picture, indices, captions) for t in one]
+    return [t for one in thumbs(st, picture, indices, captions) for t in one]
 
 
 def groups_section(st: Stored, compute: bool) -> Section:

@@ -1,10 +1,11 @@
-"""prep report's sections of each field kind (SECTIONS), and the grid of any picture field
-(gallery). Each reads a bounded sample of a large dataset (ROWS_READ, TOKENS_READ, VALUES_SHOWN)
-and says on the page what it read."""
+"""prep report's sections of each field kind (SECTIONS), and the grid of any picture field:
+samples picked at random within each class (a fixed seed: the same page for the same dataset).
+Each reads a bounded sample of a large dataset (GRID_BUDGET, ROWS_READ, TOKENS_READ,
+VALUES_SHOWN) and says on the page what it read."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -12,8 +13,9 @@ from loaders.fields import Audio, Column, Field, Image, Json, Label, Text, Token
 from loaders.fields.column import NAT
 from loaders.format import FormatError
 from loaders.format.arrays import safe_path
-from prep.inspect import gallery, sections
-from prep.inspect.html import Section, categories, esc, grid, histograms, para, table
+from prep.inspect import sections
+from prep.inspect.html import Section, categories, esc, figure, grid, histograms, para, table
+from prep.inspect.preview import TILE_MAX, captions, shrink
 from prep.inspect.stored import Stored
 from prep.media.text.tokenizers import load_saved
 from prep.run.errors import PrepError
@@ -23,22 +25,74 @@ TOKENS_READ = 50_000_000  # tokens counted a split (uint16 bincount: about 0.1 s
 TOP_TOKENS = 30
 DENSE = 1 << 24  # ids counted in an array as long as the largest (128 MiB at most), else sorted
 VALUES_SHOWN = 8  # a text field's values shown
+GRID_BUDGET = 256  # samples in a grid at most, whatever the class count: bounds the file's size
 
 Sections = Callable[[Stored, list[str]], list[Section]]
 # What a tokenizer file prep did not write may raise ({"chars": [1, 2]}, nested too deep)
 UNREADABLE = (PrepError, FormatError, OSError, ValueError, LookupError, TypeError, RecursionError)
 
 
+def pick(labels: np.ndarray | None, n: int, per_class: int, seed: int = 0) -> dict[int, np.ndarray]:
+    """Up to `per_class` sorted random indices of each label (key -1 without labels), at most
+    GRID_BUDGET in all.
+
+    >>> {k: v.tolist() for k, v in pick(np.array([0, 1, 0, 1, 1]), 5, 9).items()}
+    {0: [0, 2], 1: [1, 3, 4]}
+    """
+    rng = np.random.default_rng(seed)
+    if labels is None:
+        return {-1: np.sort(rng.permutation(n)[: min(per_class, GRID_BUDGET)])}
+    perm = rng.permutation(len(labels))
+    shuffled = labels[perm]
+    order = np.argsort(shuffled, kind="stable")
+    values, starts = np.unique(shuffled[order], return_index=True)
+    take = max(1, min(per_class, GRID_BUDGET // max(1, len(values))))
+    out = {}
+    for v, start in zip(values[:GRID_BUDGET].tolist(), starts[:GRID_BUDGET].tolist(), strict=False):
+        group = shuffled[order[start : start + take]]
+        out[int(v)] = np.sort(perm[order[start : start + take]][group == v])
+    return out
+
+
+def thumbs(
+    st: Stored, picture: str, indices: Sequence[int], said: Sequence[str] | None = None
+) -> list[list[str]]:
+    """Each sample's pictures as <figure>s (a list a sample, in the order of `indices`), the
+    fields drawn on them and captioned by its fields, or (`said`) bare under those captions."""
+    order = np.argsort(np.asarray(indices), kind="stable").tolist()  # read in storage order
+    out: list[list[str]] = [[] for _ in indices]
+    f = st.fields[picture]
+    drawn = st.on(picture) if said is None else []
+    for j in order:
+        i = int(indices[j])
+        known = {n: st.value(n, i) for n in (picture, *drawn)}
+        source = st.source(i) if "source" in st.m.arrays else ""
+        shown = f.pictures(known[picture])
+        small = [shrink(rgb, TILE_MAX) for rgb, _ in shown]
+        pictures = [rgb for rgb, _ in small]
+        for name in drawn:  # at the first's scale: a sample's pictures share one (its frames)
+            pictures = st.fields[name].draw(pictures, known[name], small[0][1])
+        first, lines = captions(st, i, known) if said is None else ("", [])
+        texts = [t[:40] for t in lines if t != source][:1]  # a caption, cut
+        for rgb, (_, what) in zip(pictures, shown, strict=True):
+            if said is None:
+                text = " ".join([first, what, *texts, source.rsplit("/", 1)[-1]])
+            else:
+                text = f"{said[j]} {what}"
+            out[j].append(figure(rgb, " ".join(text.split()), source))
+    return out
+
+
 def samples(st: Stored, picture: str, per_class: int) -> Section:
     """Rows of samples, one a class of the dataset's label (its class name over the row), each
-    sample its picture field's pictures with the fields drawn on them (gallery.thumbs)."""
+    sample its picture field's pictures with the fields drawn on them (thumbs)."""
     name, labels = st.labels()
     per_sample = labels if isinstance(st.fields.get(name or ""), Label) else None
-    picked = gallery.pick(per_sample, len(st), per_class)
+    picked = pick(per_sample, len(st), per_class)
     every = np.concatenate(list(picked.values())) if picked else np.zeros(0, np.int64)
     if not len(every):
         return Section("samples", "Samples", para("no samples", "note"))
-    tiles = gallery.thumbs(st, picture, every.tolist())
+    tiles = thumbs(st, picture, every.tolist())
     rows, at = [], 0
     for label, idx in picked.items():
         if per_sample is not None and name is not None:
