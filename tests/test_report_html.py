@@ -236,12 +236,12 @@ def test_counts_per_split_and_class(packed: Path) -> None:
     import dataclasses
 
     from loaders.fields.checks import load_manifest
-    from prep.inspect import sections
+    from prep.inspect import htmlreport
 
     m = load_manifest(packed)
     m = dataclasses.replace(m, shards=list(m.shards), index=None)  # records to edit
     m.shards[-1].split = "val"
     labels = np.arange(m.num_samples) % 4
-    body = sections.counts(m, labels, names=[*(m.classes or []), "empty"]).body
+    body = htmlreport.counts(m, labels, names=[*(m.classes or []), "empty"]).body
     assert "samples per class and split" in body and ">val<" in body and ">all<" in body
     assert "1 classes with no samples: empty" in body

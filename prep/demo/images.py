@@ -1,16 +1,7 @@
-"""`prep demo`: a deterministic raw dataset that looks like real data (same seed, same bytes).
-
-RAW/images/<class>/NNNNN.jpg  photo-like JPEGs of varied sizes (some 2048 px and larger, some
-                              portrait, some EXIF-rotated), some PNG, some grayscale
-RAW/masks/<class>/NNNNN.png   a segmentation mask per image: 0 background, k+1 for class k's shape
-RAW/text/NNN.txt, RAW/table/houses.csv  a small text corpus (non-ASCII included), 500 rows of
-                              mixed types with some missing, for `prep tokenize`, `prep table`
-RAW/detection.jsonl           a row per image: its path, each shape's box (fractions of the upright
-                              image), class name and caption, for `prep samples`
-RAW/coco.json, captions.csv   the same as COCO instances (each shape's mask as RLE) and as
-                              path,caption rows, for `prep import coco` and `prep import pairs`
-RAW/hf, RAW/wds, RAW/tree     importers' sources of small copies of the images (prep.demo.sources)
-"""
+"""`prep demo`: a deterministic raw dataset like real data (same seed, same bytes): RAW/images/
+<class>/NNNNN.jpg (varied sizes, portrait, EXIF-rotated, some PNG or gray), masks/ (k+1 for class
+k's shape), text/, table/houses.csv, detection.jsonl (boxes as fractions of the upright image),
+coco.json (masks as RLE), captions.csv, and the importers' hf/, wds/, tree/ (prep.demo.sources)."""
 
 from __future__ import annotations
 
@@ -24,7 +15,7 @@ import cv2
 import numpy as np
 from PIL import Image
 
-from prep.demo.sources import write_sources
+from prep.demo.sources import write_hf, write_tree, write_wds
 from prep.fields.rle import rle_encode
 from prep.run.parallel import progress, run_tasks
 
@@ -175,8 +166,7 @@ def write_text(raw: Path, seed: int, docs: int = 40) -> None:
 
 
 def write_table(raw: Path, seed: int, rows: int = 500) -> None:
-    """Houses: id, city (text, 5% missing), rooms, area (m², 8% missing), garden, built (a
-    date) and price (the target, in k€)."""
+    """Houses: id, city, rooms, area (m²), garden, built (a date), price (the target, k€)."""
     rng = np.random.default_rng([seed, 1 << 21])
     cities = ("Oslo", "Lima", "Rome", "Kyoto", "Porto", "São Paulo")
     lines = ["id,city,rooms,area,garden,built,price"]
@@ -219,12 +209,14 @@ def make_demo(
         bar.close()
     write_text(raw, seed)
     write_table(raw, seed)
-    write_sources(raw, small_images(min(max(count, 8), 24), seed), list(CLASSES))
+    small = small_images(min(max(count, 8), 24), seed)
+    write_hf(raw, small, list(CLASSES))
+    write_wds(raw, small)
+    write_tree(raw, small)
 
 
 def small_images(count: int, seed: int, side: int = 256) -> list[dict[str, Any]]:
-    """The first `count` images as small JPEGs (longer side at most `side`) for the importers'
-    sources (prep.demo.sources), the last quarter of them the validation split."""
+    """The first `count` images as JPEGs of at most `side` px, the last quarter split "val"."""
     out = []
     for i in range(count):
         cls, kind, img, _ = make_image(i, seed, side)

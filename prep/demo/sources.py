@@ -11,8 +11,8 @@ from typing import Any
 
 
 def write_hf(raw: Path, images: list[dict[str, Any]], classes: list[str]) -> None:
-    """RAW/hf/{train,validation}-00000-of-00001.parquet as the Hub stores them: an Image column,
-    a ClassLabel `label`, a `text` caption, the Features in the schema's metadata."""
+    """RAW/hf/{train,validation}-00000-of-00001.parquet as the Hub stores them (Features in the
+    schema's metadata); `images`: dicts of id, label, class, text, jpeg (bytes) and split."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -68,11 +68,3 @@ def write_tree(raw: Path, images: list[dict[str, Any]]) -> None:
         folder = raw / "tree" / r["split"] / r["class"]
         folder.mkdir(parents=True, exist_ok=True)
         (folder / f"{r['id']:05d}.jpg").write_bytes(r["jpeg"])
-
-
-def write_sources(raw: Path, images: list[dict[str, Any]], classes: list[str]) -> None:
-    """Every source above, from dicts of id, label (an index of `classes`), class (its name),
-    text, jpeg (the file's bytes) and split ("train" or "val")."""
-    write_hf(raw, images, classes)
-    write_wds(raw, images)
-    write_tree(raw, images)

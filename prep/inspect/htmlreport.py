@@ -6,13 +6,20 @@ through the loaders' checks first (load_manifest: a damaged dataset is one Forma
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import datetime
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+
+import numpy as np
 
 from loaders.fields import Image, Label, Labels
 from loaders.fields.checks import load_manifest
-from prep.inspect import dupes, pages, sections
-from prep.inspect.html import Section, page
+from loaders.format import Manifest
+from loaders.format.rejects import records
+from prep.inspect import dupes, pages
+from prep.inspect.html import Section, bars, categories, page, para, table
+from prep.inspect.report import header, mb
 from prep.inspect.stored import Stored
 from prep.run.errors import PrepError, UsageError
 from prep.run.files import atomic_write_text
@@ -21,6 +28,15 @@ from prep.run.parallel import progress
 
 PER_CLASS = 8  # grid samples a class, by default
 MAX_PER_CLASS = 256
+FIRST_REJECTS = 5  # paths shown a reject reason
+
+
+def lead(root: Path, m: Manifest) -> list[str]:
+    """The header's lines: what the dataset is (prep info's header), its size on disk, when the
+    report was made."""
+    on_disk = sum(f.bytes for s in m.shards for f in s.files.values())
+    made = f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC"
+    return [header(root, m), f"{mb(on_disk)} on disk; report made {made}"]
 
 
 def _counts(st: Stored) -> Section:
@@ -28,8 +44,79 @@ def _counts(st: Stored) -> Section:
     name, labels = st.labels()
     f = st.fields.get(name or "")
     names = list(f.classes or []) if isinstance(f, Label | Labels) else []
-    what = "objects" if isinstance(f, Labels) else "samples"
-    return sections.counts(st.m, labels, what, names)
+    return counts(st.m, labels, "objects" if isinstance(f, Labels) else "samples", names)
+
+
+def counts(
+    m: Manifest, labels: np.ndarray | None, what: str = "samples", names: Sequence[str] = ()
+) -> Section:
+    """Bars of the samples per split and class (`labels`: one class id a sample, or an object's
+    class ids with `what="objects"`), the imbalance ratio, and classes no sample has."""
+    classes = list(names or m.classes or [])
+    split_of = np.repeat(np.array([s or "all" for s in m.split_of()], dtype=object), m.counts())
+    if labels is None:
+        per = Counter(split_of.tolist())
+        return Section("counts", "Counts", table(["split", what], sorted(per.items())))
+    splits = split_of if what == "samples" else np.full(len(labels), "all", dtype=object)
+    series: dict[str, dict[str, int]] = {}
+    for split in dict.fromkeys(splits.tolist()):
+        ids, n = np.unique(labels[splits == split], return_counts=True)
+        named = [classes[i] if 0 <= i < len(classes) else f"label {i}" for i in ids.tolist()]
+        series[str(split)] = dict(zip(named, n.tolist(), strict=True))
+    total = Counter[str]()
+    for part in series.values():
+        total.update(part)
+    chart = bars(series, f"{what} per class" + (" and split" if len(series) > 1 else ""))
+    body = f'<div class="charts">{chart}</div>'
+    if total:
+        big, small = max(total.values()), min(total.values())
+        body += para(
+            f"{len(total)} classes; largest {big:,} {what}, smallest {small:,}: "
+            f"imbalance {big / small:.1f}x"
+        )
+    missing = [c for c in classes if c not in total]
+    if missing:
+        shown = ", ".join(missing[:20]) + (" ..." if len(missing) > 20 else "")
+        body += para(f"{len(missing)} classes with no {what}: {shown}", "bad")
+    rows = [(c, *(part.get(c, 0) for part in series.values())) for c in total]
+    body += f"<details><summary>table</summary>{table(['class', *series], rows)}</details>"
+    return Section("counts", "Counts", body)
+
+
+def rejects(root: Path, m: Manifest) -> Section:
+    """Rejects by reason (bars), each reason with its first FIRST_REJECTS paths and messages,
+    from rejects.jsonl (read once, checked: loaders.format.rejects); what could not be read
+    is one warning."""
+    by = Counter[str]()
+    first: dict[str, list[Mapping[str, str]]] = {}
+    problems: list[str] = []
+    for r in records(root, problems):
+        reason = r["reason"]
+        by[reason] += 1
+        if by[reason] <= FIRST_REJECTS:
+            first.setdefault(reason, []).append(r)
+    warning = "".join(para(p, "bad") for p in problems)
+    if not by:
+        said = para(f"no rejects ({m.rejects} in the manifest)")
+        return Section("rejects", "Rejects", warning + said)
+    order = [r for r, _ in by.most_common()]
+    chart = categories([("rejected inputs", order, [by[r] for r in order])])
+    rows = [(why, r["path"], r["message"]) for why in order for r in first[why]]
+    body = (
+        warning
+        + para(f"{by.total():,} rejected inputs, {len(by)} reasons (rejects.jsonl)", "bad")
+        + chart
+        + table(["reason", "path", "message"], rows)
+    )
+    return Section("rejects", "Rejects", body, wide=True)
+
+
+def fields(m: Manifest) -> Section:
+    """The arrays: field, dtype, per-item shape and codec (`prep info` has their bytes)."""
+    rows = []
+    for name, spec in sorted(m.arrays.items()):
+        rows.append((name, spec.field, spec.dtype, str(list(spec.shape)), spec.codec))
+    return Section("fields", "Fields", table(["array", "field", "dtype", "shape", "codec"], rows))
 
 
 def _steps(
@@ -45,8 +132,8 @@ def _steps(
         steps.append(lambda: [dupes.groups_section(st, compute)])
         if against is not None:
             steps.append(lambda: [dupes.leakage_section(st, against, compute)])
-    steps.append(lambda: [sections.rejects(st.root, st.m)])
-    steps.append(lambda: [sections.fields(st.m)])
+    steps.append(lambda: [rejects(st.root, st.m)])
+    steps.append(lambda: [fields(st.m)])
     return steps
 
 
@@ -96,7 +183,7 @@ def write_report(
             bar.update(1)
     if bar is not None:
         bar.close()
-    text = page(f"prep report: {root.resolve().name}", sections.lead(root, st.m), found)
+    text = page(f"prep report: {root.resolve().name}", lead(root, st.m), found)
     out = root / REPORT if out is None else out
     try:
         out.parent.mkdir(parents=True, exist_ok=True)

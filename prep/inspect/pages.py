@@ -11,10 +11,19 @@ import numpy as np
 
 from loaders.fields import Audio, Column, Field, Image, Json, Label, Text, Tokens, Volume
 from loaders.fields.column import NAT
-from loaders.format import FormatError
+from loaders.format import FormatError, Manifest
 from loaders.format.arrays import safe_path
-from prep.inspect import sections
-from prep.inspect.html import Section, categories, esc, figure, grid, histograms, para, table
+from prep.inspect.html import (
+    Section,
+    categories,
+    channels,
+    esc,
+    figure,
+    grid,
+    histograms,
+    para,
+    table,
+)
 from prep.inspect.preview import TILE_MAX, captions, shrink
 from prep.inspect.stored import Stored
 from prep.media.text.tokenizers import load_saved
@@ -116,8 +125,62 @@ def image(st: Stored, names: list[str]) -> list[Section]:
     orig = st.column("orig_size") if "orig_size" in st.m.arrays else None
     hw = [a for a in st.fields[name].arrays(name) if a.role == "hw" and a.size == st.size]
     stored = st.column(f"{hw[0].field}_{st.size}") if hw and orig is None else None
-    stats = [sections.stats(st.m, n) for n in names]
-    return [*stats, sections.sizes(orig, stored)]
+    per_field = [stats(st.m, n) for n in names]
+    return [*per_field, sizes(orig, stored)]
+
+
+def sizes(orig: np.ndarray | None, stored: np.ndarray | None = None) -> Section:
+    """Histograms of the sources' width, height and aspect ratio (w / h), from `orig_size`
+    ((N, 2) h, w); without it, of the stored sides (`stored`, mode keep), said so."""
+    hw, said = (orig, "source") if orig is not None else (stored, "stored")
+    if hw is None or not len(hw):
+        return Section("sizes", "Source sizes", para("this dataset stores no orig_size", "note"))
+    h, w = hw[:, 0].astype(np.float64), hw[:, 1].astype(np.float64)
+    aspect = w / np.maximum(h, 1)
+    panels = [(f"{said} width (px)", w), (f"{said} height (px)", h), ("aspect (w / h)", aspect)]
+    text = (
+        f"{len(hw):,} samples: width {w.min():.0f}-{w.max():.0f} px (median {np.median(w):.0f}), "
+        f"height {h.min():.0f}-{h.max():.0f} px (median {np.median(h):.0f}); "
+        f"{int((aspect > 2).sum() + (aspect < 0.5).sum()):,} with an aspect past 2:1"
+    )
+    return Section("sizes", f"Sizes ({said})", histograms(panels) + para(text), True)
+
+
+def stats(m: Manifest, image: str) -> Section:
+    """The per-channel mean and std stored for image field `image` (extra.stats, checked when
+    the field was declared: Image.check_extra) at each size, as `Normalize.from_dataset`
+    reads them."""
+    got = m.extra.get("stats")
+    got = got.get(image) if isinstance(got, dict) else None
+    if not isinstance(got, dict) or not got["sizes"]:
+        text = "no pixel statistics stored (packed before prep stored them): repack to get them"
+        return Section("stats", "Pixel statistics", para(text, "note"))
+    rows, chart = [], ""
+    for size, at in got["sizes"].items():
+        mean, std = at["mean"], at["std"]
+        rows.append((f"{size} px", _nums(mean), _nums(std), _count(at["pixels"])))
+        chart = chart or channels(mean, std, f"mean ± std at {size} px")
+    text = f"over the {got['split']} split" if got.get("split") else "over every sample"
+    code = "Normalize.from_dataset(ds" + (")" if image == "image" else f", field={image!r})")
+    return Section(
+        "stats",
+        "Pixel statistics",
+        chart
+        + table(["size", "mean (0-255)", "std (0-255)", "pixels"], rows)
+        + f"<p>{esc(text)}; <code>{esc(code)}</code> reads them.</p>",
+    )
+
+
+def _count(n: int) -> str:
+    """A pixel count; "?" past float's range (an int of hundreds of digits prep did not write)."""
+    try:
+        return f"{float(n):,.0f}"
+    except OverflowError:
+        return "?"
+
+
+def _nums(values: Sequence[float]) -> str:
+    return ", ".join(f"{v:.2f}" for v in values)
 
 
 def volume(st: Stored, names: list[str]) -> list[Section]:
