@@ -191,22 +191,20 @@ def make_demo(
     max_side: int = 4032,
     show_progress: bool = True,
 ) -> None:
-    bar = progress(count, "img", "demo") if show_progress else None
+    bar = progress(count, "img", "demo", show_progress)
     chunks = [
         (raw, list(range(i, min(i + 32, count))), seed, max_side) for i in range(0, count, 32)
     ]
     rows: list[dict[str, Any]] = []
     for chunk in run_tasks(_write_chunk, chunks, jobs):
         rows += chunk
-        if bar is not None:
-            bar.update(len(chunk))
+        bar.update(len(chunk))
     rows.sort(key=lambda r: int(r["id"]))
     said = [{k: v for k, v in r.items() if k != "segmentation"} for r in rows]  # coco.json's
     lines = [json.dumps(r, ensure_ascii=False) for r in said]
     (raw / "detection.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     write_coco(raw, rows)
-    if bar is not None:
-        bar.close()
+    bar.close()
     write_text(raw, seed)
     write_table(raw, seed)
     small = small_images(min(max(count, 8), 24), seed)

@@ -35,11 +35,9 @@ LEAK_LIMIT = 0.001  # a val share with a train twin above this fails the check (
 
 
 def dataset_hashes(root: str | Path, compute: bool = False, split: str | None = None) -> Hashes:
-    """The hashes stored in the dataset at `root` (of its split `split` only, in the order
-    `SampleDataset(root, split=split)` indexes it). A dataset packed without them (an import, an
-    older pack): computed from its image field's stored pixels when `compute` (the pHash from
-    the largest size: close to, not equal to, what pack stores; the digest from the smallest,
-    as pack makes it), else PrepError."""
+    """The hashes stored in the dataset at `root` (of split `split`, in SampleDataset's order);
+    without them computed from the stored pixels when `compute` (close to what pack stores), else
+    PrepError."""
     root = Path(root)
     if not (root / "manifest.json").is_file():
         raise PrepError(f"{root} is not a packed dataset. HINT: pass the OUT of a prep command")
@@ -100,8 +98,7 @@ def _thumbs(st: Stored, indices: list[int], captions: list[str]) -> list[str]:
 
 
 def groups_section(st: Stored, compute: bool) -> Section:
-    """The near-duplicate groups within the dataset, largest first, as thumbnail rows; a group
-    whose samples lie in more than one split is marked (a leak between them)."""
+    """The near-duplicate groups, largest first, as thumbnail rows; one across splits marked."""
     h, why = _hashes(st.root, compute)
     if h is None:
         return Section("dupes", "Near-duplicates", para(why, "note"))
@@ -136,8 +133,7 @@ def groups_section(st: Stored, compute: bool) -> Section:
 
 
 def leakage_section(st: Stored, other: Path, compute: bool) -> Section:
-    """The samples of `other` (val) with a near twin in `root` (train): count, share, a PASS
-    or FAIL line, and the first pairs side by side."""
+    """The samples of `other` (val) with a near twin in `root` (train), PASS or FAIL."""
     root = st.root
     train, why = _hashes(root, compute)
     val, why_other = _hashes(other, compute)

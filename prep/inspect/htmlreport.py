@@ -1,8 +1,7 @@
-"""prep report: one self-contained HTML page about a packed dataset, its sections asked of its
-fields: the counts by label, the grid of its picture field with the fields drawn on it, the
-sections of its field kinds (prep.inspect.pages), the near-duplicates of an image field (and,
-with `against`, the train/val leakage), the rejects and the arrays. The folder is opened
-through the loaders' checks first (load_manifest: a damaged dataset is one FormatError line)."""
+"""prep report: one self-contained HTML page about a packed dataset: the counts by label, the
+sections of its field kinds (prep.inspect.pages), near-duplicates and leakage (dupes), the
+rejects and the arrays. The folder is opened through the loaders' checks first (load_manifest:
+a damaged dataset is one FormatError line)."""
 
 from __future__ import annotations
 
@@ -32,8 +31,7 @@ FIRST_REJECTS = 5  # paths shown a reject reason
 
 
 def lead(root: Path, m: Manifest) -> list[str]:
-    """The header's lines: what the dataset is (prep info's header), its size on disk, when the
-    report was made."""
+    """The header's lines: prep info's header, the size on disk, when the report was made."""
     on_disk = sum(f.bytes for s in m.shards for f in s.files.values())
     made = f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC"
     return [header(root, m), f"{mb(on_disk)} on disk; report made {made}"]
@@ -50,8 +48,7 @@ def _counts(st: Stored) -> Section:
 def counts(
     m: Manifest, labels: np.ndarray | None, what: str = "samples", names: Sequence[str] = ()
 ) -> Section:
-    """Bars of the samples per split and class (`labels`: one class id a sample, or an object's
-    class ids with `what="objects"`), the imbalance ratio, and classes no sample has."""
+    """Bars of the samples (or `what`) per split and class, the imbalance, the empty classes."""
     classes = list(names or m.classes or [])
     split_of = np.repeat(np.array([s or "all" for s in m.split_of()], dtype=object), m.counts())
     if labels is None:
@@ -84,9 +81,7 @@ def counts(
 
 
 def rejects(root: Path, m: Manifest) -> Section:
-    """Rejects by reason (bars), each reason with its first FIRST_REJECTS paths and messages,
-    from rejects.jsonl (read once, checked: loaders.format.rejects); what could not be read
-    is one warning."""
+    """Rejects by reason, their first FIRST_REJECTS paths, from rejects.jsonl."""
     by = Counter[str]()
     first: dict[str, list[Mapping[str, str]]] = {}
     problems: list[str] = []
@@ -169,20 +164,16 @@ def write_report(
     per_class: int = PER_CLASS,
     show_progress: bool = False,
 ) -> Path:
-    """Write the report to `out` (default ROOT/report.html) through a new temp file renamed over
-    it (a link the dataset ships is replaced, never written through); its path. `against`: a
-    second image dataset (val) whose samples are looked up among `root`'s (train);
-    `compute_hashes`: hash the stored pixels of a dataset packed without perceptual hashes."""
+    """Write the report to `out` (default ROOT/report.html) atomically; its path. `against`:
+    a val dataset looked up among `root`'s; `compute_hashes`: hash the stored pixels."""
     st = _opened(root, against, per_class)
     steps = _steps(st, against, compute_hashes, per_class)
     found: list[Section] = []
-    bar = progress(len(steps), "part", "report") if show_progress else None
+    bar = progress(len(steps), "part", "report", show_progress)
     for step in steps:
         found += step()
-        if bar is not None:
-            bar.update(1)
-    if bar is not None:
-        bar.close()
+        bar.update(1)
+    bar.close()
     text = page(f"prep report: {root.resolve().name}", lead(root, st.m), found)
     out = root / REPORT if out is None else out
     try:

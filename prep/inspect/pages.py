@@ -66,8 +66,7 @@ def pick(labels: np.ndarray | None, n: int, per_class: int, seed: int = 0) -> di
 def thumbs(
     st: Stored, picture: str, indices: Sequence[int], said: Sequence[str] | None = None
 ) -> list[list[str]]:
-    """Each sample's pictures as <figure>s (a list a sample, in the order of `indices`), the
-    fields drawn on them and captioned by its fields, or (`said`) bare under those captions."""
+    """Each sample's pictures as <figure>s, the fields drawn on them, or (`said`) bare."""
     order = np.argsort(np.asarray(indices), kind="stable").tolist()  # read in storage order
     out: list[list[str]] = [[] for _ in indices]
     f = st.fields[picture]
@@ -93,8 +92,7 @@ def thumbs(
 
 
 def samples(st: Stored, picture: str, per_class: int) -> Section:
-    """Rows of samples, one a class of the dataset's label (its class name over the row), each
-    sample its picture field's pictures with the fields drawn on them (thumbs)."""
+    """Rows of samples, one a class of the dataset's label, drawn by thumbs."""
     name, labels = st.labels()
     per_sample = labels if isinstance(st.fields.get(name or ""), Label) else None
     picked = pick(per_sample, len(st), per_class)
@@ -130,8 +128,7 @@ def image(st: Stored, names: list[str]) -> list[Section]:
 
 
 def sizes(orig: np.ndarray | None, stored: np.ndarray | None = None) -> Section:
-    """Histograms of the sources' width, height and aspect ratio (w / h), from `orig_size`
-    ((N, 2) h, w); without it, of the stored sides (`stored`, mode keep), said so."""
+    """Histograms of the sources' width, height and aspect (`orig_size`), else the stored."""
     hw, said = (orig, "source") if orig is not None else (stored, "stored")
     if hw is None or not len(hw):
         return Section("sizes", "Source sizes", para("this dataset stores no orig_size", "note"))
@@ -147,9 +144,7 @@ def sizes(orig: np.ndarray | None, stored: np.ndarray | None = None) -> Section:
 
 
 def stats(m: Manifest, image: str) -> Section:
-    """The per-channel mean and std stored for image field `image` (extra.stats, checked when
-    the field was declared: Image.check_extra) at each size, as `Normalize.from_dataset`
-    reads them."""
+    """The per-channel mean and std stored for image field `image` (extra.stats) a size."""
     got = m.extra.get("stats")
     got = got.get(image) if isinstance(got, dict) else None
     if not isinstance(got, dict) or not got["sizes"]:
@@ -191,8 +186,7 @@ def volume(st: Stored, names: list[str]) -> list[Section]:
 
 
 def tokens(st: Stored, names: list[str]) -> list[Section]:
-    """Documents and tokens per split, the document lengths of each split, and the most common
-    tokens of the first (decoded by the dataset's tokenizer)."""
+    """Documents and tokens per split, their lengths, and the first split's commonest tokens."""
     name = names[0]
     f: Tokens = st.fields[name]  # type: ignore[assignment]
     lengths: dict[str, list[np.ndarray]] = {}
@@ -214,8 +208,8 @@ def tokens(st: Stored, names: list[str]) -> list[Section]:
 
 
 def _common(st: Stored, f: Tokens, split: str, read: list[np.ndarray]) -> tuple[str, str]:
-    """The TOP_TOKENS most common tokens of the ids `read` of `split` (the end-of-document token
-    left out), each with its text: a chart and a table."""
+    """The TOP_TOKENS commonest ids of `read` (the end-of-document token left out): a chart
+    and a table."""
     ids = np.concatenate(read)
     ids = ids[ids < f.vocab_size]  # ids past it are prep verify's to name
     if len(ids) and int(ids.max()) < DENSE:
@@ -247,8 +241,7 @@ def _common(st: Stored, f: Tokens, split: str, read: list[np.ndarray]) -> tuple[
 
 
 def columns(st: Stored, names: list[str]) -> list[Section]:
-    """A histogram of each numeric column and the value counts of each coded one, over up to
-    ROWS_READ rows at random, and the columns' table."""
+    """A chart of each column over up to ROWS_READ rows at random, and the columns' table."""
     n = len(st)
     idx = np.sort(np.random.default_rng(0).permutation(n)[:ROWS_READ])
     panels, cats, rows = [], [], []

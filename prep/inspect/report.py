@@ -36,9 +36,8 @@ def header(where: object, m: Manifest) -> str:
 
 
 def info(root: Path, batch_size: int = 256) -> str:
-    """A summary for people: the header, each field's kind and what it says of itself
-    (Field.lines), then each array's dtype, shape, codec, bytes on disk, and the RAM of a
-    batch of `batch_size` in the dtype the loader returns (Field.read_dtype)."""
+    """A summary for people: the header, what each field says of itself (Field.lines), and
+    each array's dtype, shape, codec, bytes on disk and RAM a batch of `batch_size`."""
     remote = open_remote(root)  # an fsspec URL: loaders.remote
     m = remote[1] if remote else read_manifest(root)
     fields = declared(m)
@@ -92,9 +91,8 @@ def _bytes_on_disk(m: Manifest, name: str) -> int:
 
 
 def verify(root: Path, limit: int | None = None) -> tuple[Manifest, list[str]]:
-    """Recompute every checksum and check every shape and value bound, and the files the fields
-    keep beside the shards (Field.files: a tokenizer): the problems, one line each. `limit`:
-    only the shards holding the first `limit` samples (the manifest returned lists just those)."""
+    """Every checksum, shape and value bound, and the fields' files (Field.files): the
+    problems, a line each. `limit`: only the shards holding the first `limit` samples."""
     remote = open_remote(root)  # an fsspec URL: loaders.remote
     m = remote[1] if remote else read_manifest(root)
     if limit is not None:

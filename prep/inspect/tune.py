@@ -64,8 +64,7 @@ class TuneResult:
 
     @property
     def candidates(self) -> list[TuneRow]:
-        """Settings that overlap the step (threads or workers) when any was tried: without
-        either the main process loads every batch in the training step's own time."""
+        """Settings that overlap the step (threads or workers), when any was tried."""
         return [r for r in self.rows if r.overlaps] or self.rows
 
     @property
@@ -74,8 +73,7 @@ class TuneResult:
 
     @property
     def recommended(self) -> TuneRow:
-        """The cheapest setting within 10% of the best rate: threads before workers (each
-        worker costs a process, a core and prefetch_factor batches of RAM), then the fewest."""
+        """The cheapest setting within 10% of the best: threads, then the fewest workers."""
         floor = GOOD_ENOUGH * self.best.samples_per_s
         return min(
             (r for r in self.candidates if r.samples_per_s >= floor),
@@ -131,8 +129,7 @@ class TuneResult:
 
 
 def image_dataset(root: Path, size: int | None) -> tuple[Manifest, int]:
-    """The manifest of a dataset ImageShardDataset reads (an image field `image`) and the
-    stored size to time (default: the smallest)."""
+    """The manifest of a dataset with an image field `image`, and the size (default: smallest)."""
     m = read_manifest(root)
     if not isinstance(declared(m).get("image"), Image):
         raise PrepError(
@@ -147,8 +144,7 @@ def image_dataset(root: Path, size: int | None) -> tuple[Manifest, int]:
 
 
 def worker_counts(cores: int) -> list[int]:
-    """0, 1, 2, 3, 4, then 6, 8, 12, 16, 24, ... (2^k and 1.5 x 2^k) below `cores`, and `cores`:
-    every count on a small machine, a dozen settings on a big one.
+    """0..4, then 2^k and 1.5 x 2^k below `cores`, and `cores`: a dozen settings at most.
 
     >>> worker_counts(2), worker_counts(20)
     ([0, 1, 2], [0, 1, 2, 3, 4, 6, 8, 12, 16, 20])
@@ -172,8 +168,7 @@ def batch_bytes(m: Manifest, size: int, fields: Sequence[str], batch_size: int) 
 
 
 def thread_counts(cores: int) -> list[int]:
-    """Reading threads to try: 1, 2, 4, ... up to the cores, at most 8 (a copy per batch
-    saturates memory bandwidth long before).
+    """1, 2, 4, 8 up to the cores (a copy per batch saturates memory bandwidth before 8).
 
     >>> thread_counts(1), thread_counts(2), thread_counts(64)
     ([1], [1, 2], [1, 2, 4, 8])
@@ -182,8 +177,7 @@ def thread_counts(cores: int) -> list[int]:
 
 
 def cpu_seconds() -> float:
-    """CPU seconds (user + system) of this process and its live children, the DataLoader
-    workers: psutil reads them while they run, where os.times counts only waited-for children."""
+    """CPU seconds of this process and its live workers (os.times: only waited-for children)."""
     me = psutil.Process()
     total = 0.0
     for p in [me, *me.children(recursive=True)]:
@@ -209,9 +203,7 @@ def measure(
     nbytes: int,
     threads: int = 0,
 ) -> TuneRow:
-    """One setting: samples/s and CPU use over `seconds` after the first batch; `nbytes`: the
-    bytes of a batch, for the RAM in flight (W x prefetch_factor batches for W workers, T + 1
-    for T threads: loaders.read.prefetch)."""
+    """One setting's samples/s, CPU use and RAM in flight over `seconds` after its first batch."""
     from torch.utils.data import RandomSampler
 
     from loaders import make_loader
@@ -251,8 +243,7 @@ def tune(
     show_progress: bool = True,
     threads: Sequence[int] | None = None,
 ) -> TuneResult:
-    """Time the loader at each thread count, then at each worker count (0: neither); defaults
-    for this machine's cores."""
+    """Time the loader at each thread count, then at each worker count (0: neither)."""
     m, size = image_dataset(root, size)  # checked before torch loads (seconds)
     if batch_size < 1 or prefetch_factor < 1 or seconds <= 0:
         raise PrepError("--batch-size, --prefetch-factor and --seconds must be positive")
@@ -278,20 +269,18 @@ def tune(
         raise PrepError(f"{root} holds no samples to load")
     nbytes = batch_bytes(m, size, fields, batch_size)
     result = TuneResult(root, size, batch_size, prefetch_factor, fields, len(ds), nbytes, keep=keep)
-    bar = progress(len(settings), "setting", f"tune {root.name}") if show_progress else None
+    bar = progress(len(settings), "setting", f"tune {root.name}", show_progress)
     try:
         for w, t in settings:
             result.rows.append(measure(ds, batch_size, w, prefetch_factor, seconds, nbytes, t))
-            if bar is not None:
-                bar.update(1)
+            bar.update(1)
     finally:
-        if bar is not None:
-            bar.close()
+        bar.close()
     return result
 
 
 def check_plot() -> None:
-    """Fail before a timed run whose plot cannot be drawn: matplotlib is the [plot] extra."""
+    """Fail before a timed run whose plot cannot be drawn (matplotlib: the [plot] extra)."""
     try:
         import matplotlib  # noqa: F401
     except ImportError:
@@ -301,8 +290,7 @@ def check_plot() -> None:
 
 
 def plot(result: TuneResult, path: Path, width: int = 640, height: int = 400) -> None:
-    """Samples/s of each setting (in the step, threads, workers) labelled with its CPU use, the
-    recommended one in orange, `width` x `height` px, drawn by Agg (a file, no display)."""
+    """Samples/s of each setting labelled with its CPU use, the recommended one in orange."""
     check_plot()
     import matplotlib
     from matplotlib.backends.backend_agg import FigureCanvasAgg

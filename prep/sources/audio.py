@@ -48,8 +48,8 @@ def stem(rel: str) -> str:
 def _rows(
     table: tg.Targets, clips: list[Clip], seen: list[str]
 ) -> tuple[list[Any], list[dict[str, Any]]]:
-    """Each clip's row of `table` (by path or stem), and a `<what>_missing` reject without one.
-    A row must name one of `seen` (every file listed, used or rejected) or the run stops."""
+    """Each clip's row of `table` (by path or stem), and a reject without one; a row naming
+    none of `seen` (every file listed) stops the run."""
     keys = {k for rel in seen for k in (rel, stem(rel))}
     tg.check_rows(table, keys, "sound file", HINT)
     rows, rejects = [], []

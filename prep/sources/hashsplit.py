@@ -33,10 +33,8 @@ def _powers(base: np.uint64, n: int) -> np.ndarray:
 
 
 def cell_hash(arr: pa.Array) -> np.ndarray:
-    """uint64 per cell of a column, from its text (numbers and times as pyarrow writes them). A
-    column of repeated values (a dictionary; numbers holding each value twice on average) has
-    each distinct value hashed once, then looked up per row: the same hashes, at a fifth of the
-    cost on rounded numbers (a column of distinct numbers pays a fifth more)."""
+    """uint64 per cell of a column, from its text (numbers as pyarrow writes them). Repeated
+    values are hashed once each, then looked up per row (a fifth of the cost)."""
     if pa.types.is_dictionary(arr.type):
         return _by_value(arr)
     if not (pa.types.is_binary(arr.type) or pa.types.is_string(arr.type)):

@@ -41,8 +41,8 @@ class Listing:
 
 
 def mask_index(masks: Path) -> dict[str, Path]:
-    """Masks by relative stem ("cat/001" -> masks/cat/001.png). A mask that cannot be read (a
-    FIFO, a broken link) is indexed too: its image is rejected for it (mask_not_file...)."""
+    """Masks by relative stem ("cat/001" -> masks/cat/001.png); unreadable ones too (their
+    image is rejected for them)."""
     files, rejects = walk(masks, IMAGE_EXTS)
     index: dict[str, Path] = {}
     for rel, path in files:
@@ -69,8 +69,7 @@ def fingerprint(items: list[Item]) -> list[tuple[str, int, int]]:
 def list_folder(
     src: Path, exts: frozenset[str] = IMAGE_EXTS, what: str = "image"
 ) -> tuple[list[Item], list[str] | None, list[dict[str, Any]]]:
-    """The files of `exts` (each a `what`) in class sub-folders (sorted names, like
-    torchvision's ImageFolder) or in a flat folder."""
+    """The files of `exts` in class sub-folders (sorted, as ImageFolder) or a flat folder."""
     files, rejects = walk(src, exts)
     labelled, classes, strays = class_folders(files, what)
     return [Item(p, rel, label) for rel, p, label in labelled], classes, rejects + strays
@@ -114,10 +113,8 @@ def _label(src: Path, n: int, value: Any) -> Label:
 
 
 def _labels(src: Path, rows: list[tuple[int, Any]]) -> tuple[list[int | None], list[str] | None]:
-    """Every row's label (ints, or class indices) and the class names, if they are names.
-
-    Labels that mix integers and names fail, naming the first row of the rarer kind: turning
-    every label into a class name would silently renumber them."""
+    """Every row's label (ints, or class indices) and the class names; integers mixed with
+    names fail (a name for each would silently renumber them)."""
     labels = [_label(src, n, r.get("label")) for n, r in rows]
     given = [(n, x) for (n, _), x in zip(rows, labels, strict=True) if x is not None]
     if given and len(given) != len(rows):
@@ -154,11 +151,8 @@ def _bad_label(label: int) -> str | None:
 def list_file(
     src: Path, limit: int | None = None
 ) -> tuple[list[Item], list[str] | None, list[dict[str, Any]]]:
-    """A CSV or JSONL list with `path` (relative to the list), optional `label` and `mask`.
-
-    Rows keep the list's order; `limit` keeps the first rows. Integer labels (ASCII decimal,
-    0..MAX_LABEL) are used as they are; class names map to their index in the sorted set of all
-    the list's names."""
+    """A CSV or JSONL list with `path` (relative to the list), optional `label` and `mask`, in
+    order; class names map to their index in the sorted set of the list's names."""
     rows = read_rows(src)
     _check_paths(src, rows)
     labels, classes = _labels(src, rows)
@@ -206,8 +200,7 @@ def list_images(
     splits: list[str] | None = None,
     val_fraction: float = 0.0,
 ) -> Listing:
-    """Every image input of SRC (a folder or a .csv/.jsonl list), paired with its mask, and its
-    split: the sub-folders `splits` of SRC, or "train"/"val" by `val_fraction` (hashed_splits)."""
+    """Every image input of SRC, paired with its mask, and its split."""
     if not src.exists():
         raise PrepError(
             f"{src} does not exist. HINT: pass a folder of images or a .csv/.jsonl list"
@@ -316,8 +309,7 @@ def check_classes(
 
 
 def split_counts(listing: Listing, records: list[dict[str, Any]]) -> dict[str, Any]:
-    """The manifest's `extra.splits`: each split's sample count and samples per class (the
-    listing's inputs less the shards' rejects); {} for a dataset without splits."""
+    """The manifest's `extra.splits`: samples and samples per class a split; {} without splits."""
     if listing.splits is None:
         return {}
     rejected = {r["path"] for rec in records for r in rec.get("rejects", ())}

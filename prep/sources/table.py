@@ -32,9 +32,8 @@ HINT_ENCODING = "HINT: convert the file to UTF-8 (iconv -f latin1 -t utf-8)"
 
 @dataclass(frozen=True)
 class Block:
-    """Rows of one file: bytes [start, end) (text formats) or row group `start` (Parquet);
-    `first_row`: the file's 1-based number of its first row; `index`: its place among all the
-    blocks of the run (its parsed copy's name)."""
+    """Rows of one file: bytes [start, end) or row group `start` (Parquet); `first_row`: its
+    1-based row number; `index`: its place among the run's blocks."""
 
     path: str
     rel: str
@@ -65,8 +64,7 @@ def _is_table(name: str) -> bool:
 
 
 def _listed(src: str, many: bool) -> tuple[list[tuple[str, Path]], list[dict[str, Any]]]:
-    """One SRC's table files as (rel, path), and rejects; `many`: one of several SRC paths (a
-    file is then named as given, else by its name)."""
+    """One SRC's table files as (rel, path), and rejects; `many`: a file named as given."""
     root = Path(src)
     if root.is_dir():
         return walk(root, _is_table)
@@ -93,8 +91,7 @@ def sources_of(src: str | list[str] | None) -> list[str]:
 
 
 def list_tables(src: str | list[str]) -> tuple[list[tuple[str, Path]], list[dict[str, Any]]]:
-    """The table files of `src` (files, folders, quoted globs) as (rel, path) in SRC order (each
-    folder or glob sorted), once each, and rejects for those that cannot be read or are empty."""
+    """The table files of `src` as (rel, path) in SRC order, once each, and rejects."""
     paths = sources_of(src)
     found: list[tuple[str, Path]] = []
     rejects: list[dict[str, Any]] = []
@@ -115,8 +112,7 @@ def list_tables(src: str | list[str]) -> tuple[list[tuple[str, Path]], list[dict
 
 
 def decompressed(rel: str, path: Path, folder: Path, index: int) -> Path:
-    """A compressed table decompressed into `folder` (the run folder), in bounded memory; a plain
-    one as it is."""
+    """A compressed table decompressed into `folder` in bounded memory; a plain one as is."""
     fmt, codec = table_format(path)
     if codec is None:
         return path
@@ -131,8 +127,7 @@ def decompressed(rel: str, path: Path, folder: Path, index: int) -> Path:
 
 
 def _cuts(path: Path, size: int, quoted: bool) -> Iterator[tuple[int, int]]:
-    """Byte ranges of about `size` ending at line ends outside quotes (an even count of `"`
-    before the cut: RFC 4180 escapes a quote as two)."""
+    """Byte ranges of about `size` ending at line ends outside quotes (an even count of `"`)."""
     total = path.stat().st_size
     start = 0
     with open(path, "rb") as f:
@@ -184,9 +179,8 @@ def read_block(
     types: dict[str, pa.DataType] | None = None,
     delimiter: str | None = None,
 ) -> pa.Table:
-    """The block's rows; rows with too many or too few fields are skipped and recorded in
-    `rejects`, each with its `row` in the block (from 1). CSV columns get `types` where given,
-    else pyarrow's inference (text that is not UTF-8 comes back as binary)."""
+    """The block's rows; rows with the wrong field count go to `rejects` (`row`: from 1).
+    CSV columns get `types` where given, else pyarrow's inference."""
     path = Path(block.path)
     if block.fmt == "parquet":
         return pq.ParquetFile(path).read_row_group(block.start)

@@ -119,8 +119,7 @@ SCAN_HINT = "a scan's path under SRC or its stem (ct/a.nii.gz or ct/a)"
 
 
 def check_rows(targets: Targets, keys: set[str], noun: str = "scan", hint: str = SCAN_HINT) -> None:
-    """Every row names one of `keys` (of every input listed, rejected or not), else PrepError
-    naming the first row that does not (`noun`: what it should name, `hint`: how)."""
+    """PrepError naming the first row that names none of `keys` (every input listed)."""
     stray = [key for key in targets.rows if key not in keys]
     if stray:
         raise PrepError(

@@ -43,8 +43,7 @@ def _piece(path: Path, rel: str, line_mode: str) -> Piece | dict[str, Any]:
 def list_matching(
     src: Path, glob: str, split_lines: bool
 ) -> tuple[list[Piece], list[dict[str, Any]]]:
-    """The files of SRC (a folder, or one file) that --glob matches, sorted by relative path,
-    and rejects for those that cannot be read."""
+    """The files of SRC that --glob matches, sorted, and rejects for the unreadable."""
     pats = listed(glob, "--glob", str)  # '*.py, *.md' -> ['*.py', '*.md']
     if not pats:
         raise PrepError(f"--glob {glob!r} holds no pattern. HINT: e.g. --glob '*.py,*.md'")

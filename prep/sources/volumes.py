@@ -39,8 +39,8 @@ def stem(rel: str) -> str | None:
 def list_volumes(
     src: Path, labels: Path | None
 ) -> tuple[list[Item], list[dict[str, Any]], list[tuple[str, int, int]]]:
-    """Sorted inputs under `src` (a folder or one NIfTI file): NIfTI files and folders of .dcm
-    slices; rejects; and (path, size, mtime) of every file read, for --resume's fingerprint."""
+    """Sorted NIfTI files and DICOM folders under `src`, rejects, and the (path, size,
+    mtime) of every file read (--resume's fingerprint)."""
     if src.is_file():
         problem = check_file(src, src.name)
         found, rejects = ([], [problem]) if problem else ([(src.name, src)], [])
@@ -160,8 +160,7 @@ def _class_ids(data: np.ndarray) -> np.ndarray:
 
 
 def read_pair(item: Item, volume_index: int | None) -> tuple[Scan, Scan | None]:
-    """The image and its label volume (same shape and affine), or Reject; a label's own
-    problems are `label_<code>`."""
+    """The image and its label volume (same shape and affine), or Reject (`label_<code>`)."""
     scan = read_scan(item.path, volume_index)
     if item.label is None:
         return scan, None
