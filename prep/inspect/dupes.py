@@ -64,14 +64,13 @@ def dataset_hashes(root: str | Path, compute: bool = False, split: str | None = 
     sizes = st.fields[image].sizes  # type: ignore[attr-defined]
     big, small = Stored(root, max(sizes), split), Stored(root, min(sizes), split)
     bar = progress(len(st), "img", "hash")  # on a terminal
-    got: list[tuple[np.ndarray, np.ndarray]] = []
+    got = [(np.zeros(0, np.uint64), np.zeros((0, DIGEST_BYTES), np.uint8))]
     pixels = ((big.value(image, i), small.value(image, i)) for i in range(len(st)))
     while chunk := list(itertools.islice(pixels, CHUNK)):
         got.append(_hash_chunk(chunk))
         bar.update(len(chunk))
     bar.close()
-    ph = np.concatenate([p for p, _ in got]) if got else np.zeros(0, np.uint64)
-    dg = np.concatenate([d for _, d in got]) if got else np.zeros((0, DIGEST_BYTES), np.uint8)
+    ph, dg = np.concatenate([p for p, _ in got]), np.concatenate([d for _, d in got])
     return Hashes(ph, dg.reshape(-1, DIGEST_BYTES), paths, splits)
 
 

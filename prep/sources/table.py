@@ -1,8 +1,7 @@
-"""Table inputs: which files, and reading them as blocks of rows of bounded memory: a CSV, TSV
-or JSONL file cut at line ends outside quoted fields every BLOCK_BYTES or so, a Parquet file at
-its row groups. The scan (prep.media.table.scan) parses each block once, in parallel; the blocks
-never depend on --jobs. CSV and TSV cells are typed by pyarrow's parser per block (combined by
-prep.media.table.types); JSONL and Parquet keep their format's types."""
+"""Table inputs: which files, and their blocks of rows of bounded memory (a CSV, TSV or JSONL
+file cut at line ends outside quotes every BLOCK_BYTES or so, a Parquet file at its row groups),
+which the scan (prep.media.table.scan) parses once each, in parallel, whatever --jobs. CSV cells
+are typed by pyarrow per block (combined by prep.media.table.types)."""
 
 from __future__ import annotations
 
