@@ -108,9 +108,8 @@ def rejects(root: Path, m: Manifest) -> Section:
 
 def fields(m: Manifest) -> Section:
     """The arrays: field, dtype, per-item shape and codec (`prep info` has their bytes)."""
-    rows = []
-    for name, spec in sorted(m.arrays.items()):
-        rows.append((name, spec.field, spec.dtype, str(list(spec.shape)), spec.codec))
+    arrays = sorted(m.arrays.items())
+    rows = [(name, s.field, s.dtype, str(list(s.shape)), s.codec) for name, s in arrays]
     return Section("fields", "Fields", table(["array", "field", "dtype", "shape", "codec"], rows))
 
 

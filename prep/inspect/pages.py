@@ -123,8 +123,7 @@ def image(st: Stored, names: list[str]) -> list[Section]:
     orig = st.column("orig_size") if "orig_size" in st.m.arrays else None
     hw = [a for a in st.fields[name].arrays(name) if a.role == "hw" and a.size == st.size]
     stored = st.column(f"{hw[0].field}_{st.size}") if hw and orig is None else None
-    per_field = [stats(st.m, n) for n in names]
-    return [*per_field, sizes(orig, stored)]
+    return [*(stats(st.m, n) for n in names), sizes(orig, stored)]
 
 
 def sizes(orig: np.ndarray | None, stored: np.ndarray | None = None) -> Section:
