@@ -1,7 +1,6 @@
-"""prep report: one self-contained HTML page about a packed dataset: the counts by label, the
-sections of its field kinds (prep.inspect.pages), near-duplicates and leakage (dupes), the
-rejects and the arrays. The folder is opened through the loaders' checks first (load_manifest:
-a damaged dataset is one FormatError line)."""
+"""prep report: one self-contained HTML page about a packed dataset: counts by label, the field
+kinds' sections (pages), near-duplicates and leakage (dupes), rejects and arrays; the folder is
+opened through the loaders' checks first (load_manifest: a damaged dataset is one FormatError)."""
 
 from __future__ import annotations
 

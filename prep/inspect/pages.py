@@ -1,7 +1,6 @@
-"""prep report's sections of each field kind (SECTIONS), and the grid of any picture field:
-samples picked at random within each class (a fixed seed: the same page for the same dataset).
-Each reads a bounded sample of a large dataset (GRID_BUDGET, ROWS_READ, TOKENS_READ,
-VALUES_SHOWN) and says on the page what it read."""
+"""prep report's sections of each field kind (SECTIONS), and the grid of any picture field (a
+fixed seed: the same page for the same dataset). Each reads a bounded sample of a large dataset
+(GRID_BUDGET, ROWS_READ, TOKENS_READ, VALUES_SHOWN) and says on the page what it read."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""prep preview: a contact sheet of a dataset's first samples (to see a wrong rotation, a bad crop
-or a misaligned mask at a glance), or, without pictures, its first rows as text. A sample is its
-picture field's pictures as stored (a video's frames, a volume's slices: a row of tiles), shrunk
-only to fit its tile, the fields drawn on them (Field.draw, PALETTE) and captioned."""
+"""prep preview: a contact sheet of a dataset's first samples (a wrong rotation, crop or mask at a
+glance), or without pictures its first rows as text: a sample's pictures as stored (a video's
+frames: a row of tiles), shrunk only to fit, the fields drawn on them (Field.draw) and captioned."""
 
 from __future__ import annotations
 

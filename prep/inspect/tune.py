@@ -1,7 +1,6 @@
-"""prep tune: time the real loader (`make_loader` over `ImageShardDataset`, shuffled as in
-training) with threads and with worker processes, each for `seconds` after its first batch, and
-recommend a setting (TuneResult.recommended); `--plot` draws them (the `[plot]` extra). torch is
-imported here, not by `prep --help`."""
+"""prep tune: time the real loader (`make_loader` over `ImageShardDataset`, shuffled) with threads
+and with worker processes, each for `seconds` after its first batch, and recommend a setting;
+`--plot` draws them (the `[plot]` extra). torch is imported here, not by `prep --help`."""
 
 from __future__ import annotations
 

@@ -71,7 +71,7 @@ def _labelled(src: Path, labels: Path) -> tuple[list[Clip], list[str] | None, li
     clips = [Clip(rel, path) for rel, path in files]
     kept, missing = _attach(table, clips, [c.rel for c in clips] + [r["path"] for r in rejects])
     col = table.columns[0]
-    if col.classes is None and col.floats:
+    if col.classes is None and col.dtype.startswith("float"):
         raise PrepError(f"--labels {labels}: labels are class names or integer ids, not numbers")
     kept = [Clip(c.rel, c.path, int(c.target[0])) for c in kept]
     return kept, col.classes, rejects + missing

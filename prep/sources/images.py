@@ -1,7 +1,6 @@
 """Listing image (and video) inputs: folders (class sub-folders give labels), CSV/JSONL lists,
-masks and splits (README: `--splits`, `--val-fraction`), in a fixed order that does not depend
-on how the file system lists entries: the shard plan depends only on the inputs and the config.
-The classes are the sorted names over every split: a label means one class in all of them."""
+masks and splits (README: `--splits`, `--val-fraction`), in an order that depends only on the
+inputs; the classes are the sorted names over every split (one meaning in all of them)."""
 
 from __future__ import annotations
 

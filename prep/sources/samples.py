@@ -1,6 +1,5 @@
-"""Listed inputs of the samples run: what `pack_samples` is given, as a sorted list (Python
-objects, the rows of a CSV/JSONL/Parquet file as dicts, the files of a folder or the lines of a
-.txt as paths), or what an importer that lists its source itself hands its run (Source)."""
+"""Listed inputs of the samples run, sorted: Python objects, the rows of a CSV/JSONL/Parquet file,
+the files of a folder or the lines of a .txt; or an importer's own listing (Source)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""Table inputs: which files, and their blocks of rows of bounded memory (a CSV, TSV or JSONL
-file cut at line ends outside quotes every BLOCK_BYTES or so, a Parquet file at its row groups),
-which the scan (prep.media.table.scan) parses once each, in parallel, whatever --jobs. CSV cells
-are typed by pyarrow per block (combined by prep.media.table.types)."""
+"""Table inputs: which files, and their blocks of rows of bounded memory (text cut at line ends
+outside quotes every BLOCK_BYTES or so, Parquet at its row groups), whatever --jobs, which the
+scan (prep.media.table.scan) parses once each; CSV cells typed by pyarrow per block."""
 
 from __future__ import annotations
 
@@ -156,19 +155,13 @@ def blocks(rel: str, path: Path, block_bytes: int = BLOCK_BYTES) -> Iterator[Blo
             raise PrepError(f"{rel}: not a readable Parquet file ({e}). HINT: rewrite it") from e
         yield from (Block(str(path), rel, fmt, g, g + 1) for g in range(groups))
         return
-    header = _header_end(path) if fmt in ("csv", "tsv") else 0
+    header = 0  # where the header line ends (a header alone: the file has no rows)
+    if fmt in ("csv", "tsv"):
+        with open(path, "rb") as f:
+            header = len(f.readline(1 << 20).rstrip(b"\n")) + 1
     for a, b in _cuts(path, block_bytes, fmt != "jsonl"):
         if b > max(a, header):
             yield Block(str(path), rel, fmt, max(a, header), b)
-
-
-def _header_end(path: Path) -> int:
-    """Where the header line ends (a header alone: the file has no rows)."""
-    with open(path, "rb") as f:
-        line = f.readline(1 << 20)
-    if not line.endswith(b"\n"):
-        line += b"\n"
-    return len(line)
 
 
 def read_block(

@@ -31,10 +31,6 @@ class Column:
     dtype: str
     classes: list[str] | None = None
 
-    @property
-    def floats(self) -> bool:
-        return np.dtype(self.dtype).kind == "f"
-
 
 @dataclass
 class Targets:

@@ -1,6 +1,5 @@
-"""`prep tokenize --glob`: text files of any extension chosen by name (or, for a pattern holding
-"/", by path relative to SRC), read as `.txt` files are: UTF-8, one document a file (a line with
---split-lines); a matched `.jsonl` file is still read as JSON lines."""
+"""`prep tokenize --glob`: text files chosen by name (by relative path for a pattern holding "/"),
+read as `.txt` files (one document a file, a line with --split-lines), `.jsonl` as JSON lines."""
 
 from __future__ import annotations
 
