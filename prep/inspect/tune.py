@@ -4,9 +4,10 @@ and with worker processes, each for `seconds` after its first batch, and recomme
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
-from collections.abc import Generator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -188,11 +189,6 @@ def cpu_seconds() -> float:
     return total
 
 
-def _forever(loader: Any) -> Generator[Any, None, None]:
-    while True:
-        yield from loader  # a new epoch each time; persistent workers stay up
-
-
 def measure(
     dataset: Any,
     batch_size: int,
@@ -214,7 +210,7 @@ def measure(
     epoch = max(len(dataset), batch_size) * 1000
     extra["sampler"] = RandomSampler(dataset, num_samples=epoch)
     loader = make_loader(dataset, batch_size, num_workers=workers, threads=threads, **extra)
-    batches = _forever(loader)
+    batches = (b for _ in itertools.count() for b in loader)  # persistent workers stay up
     try:
         next(batches)  # workers started, first batch out
         cpu0, t0 = cpu_seconds(), time.perf_counter()
