@@ -67,17 +67,13 @@ def dataset_hashes(root: str | Path, compute: bool = False, split: str | None = 
     got = [(np.zeros(0, np.uint64), np.zeros((0, DIGEST_BYTES), np.uint8))]
     pixels = ((big.value(image, i), small.value(image, i)) for i in range(len(st)))
     while chunk := list(itertools.islice(pixels, CHUNK)):
-        got.append(_hash_chunk(chunk))
+        grey = [hi[..., 0] if hi.shape[-1] == 1 else hi for hi, _ in chunk]  # the largest size
+        digests = np.stack([pixel_digest(lo) for _, lo in chunk])  # the smallest, as pack does
+        got.append((phash(np.stack([thumbnail(g) for g in grey])), digests))
         bar.update(len(chunk))
     bar.close()
     ph, dg = np.concatenate([p for p, _ in got]), np.concatenate([d for _, d in got])
     return Hashes(ph, dg.reshape(-1, DIGEST_BYTES), paths, splits)
-
-
-def _hash_chunk(images: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-    """pHashes of a few stored images (largest size), and their pixel digests (smallest)."""
-    thumbs = np.stack([thumbnail(big[..., 0] if big.shape[-1] == 1 else big) for big, _ in images])
-    return phash(thumbs), np.stack([pixel_digest(small) for _, small in images])
 
 
 def _hashes(root: Path, compute: bool) -> tuple[Hashes | None, str]:

@@ -47,7 +47,8 @@ def list_volumes(
     else:
         found, rejects = walk(src, frozenset({".nii", ".gz", ".dcm"}))
     items, seen = [], []
-    label_files = dict(_labels(labels)) if labels is not None else {}
+    found_labels = walk(labels, frozenset({".nii", ".gz"}))[0] if labels is not None else []
+    label_files = {s: p for rel, p in found_labels if (s := stem(rel)) is not None}
     for rel, path, files in _inputs(found):
         rel = src.name if rel == "." else rel  # SRC is itself one DICOM series
         key, lab = stem(rel) or rel, None
@@ -69,11 +70,6 @@ def _inputs(found: list[tuple[str, Path]]) -> list[tuple[str, Path, list[Path]]]
             inputs.append((rel, path, [path]))
     inputs += [(rel, files[0].parent, files) for rel, files in series.items()]
     return sorted(inputs, key=lambda x: x[0])
-
-
-def _labels(root: Path) -> list[tuple[str, Path]]:
-    found, _ = walk(root, frozenset({".nii", ".gz"}))
-    return [(s, p) for rel, p in found if (s := stem(rel)) is not None]
 
 
 @dataclass
