@@ -17,7 +17,7 @@ from untrusted import packed_table, volumes
 import prep
 from prep.cli.main import app
 from prep.fields import Array, Boxes, Image, Label, Mask
-from prep.inspect import gallery
+from prep.inspect import pages
 from prep.inspect.html import jpeg_uri
 from prep.inspect.htmlreport import write_report
 from prep.kinds.text.config import TokenizeConfig
@@ -193,19 +193,19 @@ def test_a_million_samples_report_is_sampled_and_bounded(tmp_path: Path) -> None
     out = write_report(million(tmp_path / "m"), tmp_path / "r.html")
     text = out.read_text()
     shown = images_in(text)
-    assert len(shown) == gallery.GRID_BUDGET  # 1000 classes: one each for the first 256
+    assert len(shown) == pages.GRID_BUDGET  # 1000 classes: one each for the first 256
     assert out.stat().st_size < LIMIT_BYTES
     # The worst case, whatever the pixels: every tile a TILE_MAX square of noise (JPEG's
     # largest), plus the page without its tiles.
-    noise = np.random.default_rng(0).integers(0, 256, (gallery.TILE_MAX,) * 2 + (3,), np.uint8)
+    noise = np.random.default_rng(0).integers(0, 256, (pages.TILE_MAX,) * 2 + (3,), np.uint8)
     rest = len(text) - sum(len(s) for s in shown)
-    tiles = gallery.GRID_BUDGET + 16 * 8 + 32 * 2  # grid, near-duplicate rows, leakage pairs
+    tiles = pages.GRID_BUDGET + 16 * 8 + 32 * 2  # grid, near-duplicate rows, leakage pairs
     assert rest + tiles * len(jpeg_uri(noise)) < LIMIT_BYTES
 
 
 @pytest.mark.parametrize("labels", [None, np.array([3, 1, 3, 3, 1, 0])])
 def test_pick_is_seeded_and_per_class(labels: np.ndarray | None) -> None:
-    a, b = gallery.pick(labels, 6, 2), gallery.pick(labels, 6, 2)
+    a, b = pages.pick(labels, 6, 2), pages.pick(labels, 6, 2)
     assert {k: v.tolist() for k, v in a.items()} == {k: v.tolist() for k, v in b.items()}
     if labels is None:
         assert list(a) == [-1] and len(a[-1]) == 2
@@ -220,7 +220,7 @@ def test_tiles_draw_boxes_and_masks() -> None:
     from prep.inspect.preview import PALETTE
 
     img = np.zeros((256, 256, 3), np.uint8)
-    rgb, scale = gallery.shrink(img)
+    rgb, scale = pages.shrink(img)
     assert rgb.shape == (128, 128, 3) and scale == 0.5
     box = np.array([[40, 40, 200, 200]], np.float32)
     drawn = Boxes().draw([rgb], box, scale)[0]
@@ -236,12 +236,12 @@ def test_counts_per_split_and_class(packed: Path) -> None:
     import dataclasses
 
     from loaders.fields.checks import load_manifest
-    from prep.inspect import sections
+    from prep.inspect import htmlreport
 
     m = load_manifest(packed)
     m = dataclasses.replace(m, shards=list(m.shards), index=None)  # records to edit
     m.shards[-1].split = "val"
     labels = np.arange(m.num_samples) % 4
-    body = sections.counts(m, labels, names=[*(m.classes or []), "empty"]).body
+    body = htmlreport.counts(m, labels, names=[*(m.classes or []), "empty"]).body
     assert "samples per class and split" in body and ">val<" in body and ">all<" in body
     assert "1 classes with no samples: empty" in body

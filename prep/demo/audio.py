@@ -16,29 +16,19 @@ MP3 = ("mp3", "MP3", "MPEG_LAYER_III")
 OGG_SERIAL = 0x70726570  # b"prep": any fixed number does; one logical stream a file
 
 
-def formats() -> tuple[tuple[str, str, str], ...]:
-    import soundfile as sf
-
-    can = MP3[2] in sf.available_subtypes(MP3[1])
-    return (*FORMATS, MP3) if can else FORMATS
-
-
 _BIT_REVERSED = bytes(int(f"{b:08b}"[::-1], 2) for b in range(256))
 
 
 def ogg_crc(page: bytes | bytearray) -> int:
-    """An Ogg page's checksum: CRC-32 (0x04C11DB7, most significant bit first, 0 in and out) of
-    the page with its checksum field zeroed. zlib's crc32 is that CRC least significant bit
-    first, ~0 in and out: hence the reversed bits around it and the ~0s undone."""
+    """An Ogg page's CRC-32 (0x04C11DB7, MSB first, 0 in and out): zlib's crc32 is LSB first,
+    ~0 in and out, hence the reversed bits around it and the ~0s undone."""
     reflected = zlib.crc32(bytes(page).translate(_BIT_REVERSED), 0xFFFFFFFF) ^ 0xFFFFFFFF
     return int(f"{reflected:032b}"[::-1], 2)
 
 
 def set_ogg_serial(path: Path, serial: int = OGG_SERIAL) -> None:
-    """Give every page of the Ogg file `path` stream serial `serial`, with its checksum redone.
-
-    A page is "OggS", version, flags, granule (8 bytes), serial (4, at 14), sequence number,
-    checksum (4, at 22), the segment count (at 26), the segment sizes, then the body."""
+    """Give every page of the Ogg file `path` stream serial `serial` (4 bytes at 14), its
+    checksum (at 22) redone; byte 26 counts the segment sizes that follow, then the body."""
     data = bytearray(path.read_bytes())
     at = 0
     while at < len(data):
@@ -73,7 +63,7 @@ def make_audio_demo(out: Path, per_class: int = 12, seed: int = 0) -> list[Path]
 
     rng = np.random.default_rng(seed)
     kinds, written = ("tone", "chirp", "noise"), []
-    fmts = formats()
+    fmts = (*FORMATS, MP3) if MP3[2] in sf.available_subtypes(MP3[1]) else FORMATS
     for c, kind in enumerate(kinds):
         (out / kind).mkdir(parents=True, exist_ok=True)
         for i in range(per_class):

@@ -1,22 +1,14 @@
-"""`prep demo`: a deterministic raw dataset that looks like real data (same seed, same bytes).
-
-RAW/images/<class>/NNNNN.jpg  photo-like JPEGs of varied sizes (some 2048 px and larger, some
-                              portrait, some EXIF-rotated), some PNG, some grayscale
-RAW/masks/<class>/NNNNN.png   a segmentation mask per image: 0 background, k+1 for class k's shape
-RAW/text/NNN.txt, RAW/table/houses.csv  a small text corpus (non-ASCII included), 500 rows of
-                              mixed types with some missing, for `prep tokenize`, `prep table`
-RAW/detection.jsonl           a row per image: its path, each shape's box (fractions of the upright
-                              image), class name and caption, for `prep samples`
-RAW/coco.json, captions.csv   the same as COCO instances (each shape's mask as RLE) and as
-                              path,caption rows, for `prep import coco` and `prep import pairs`
-RAW/hf, RAW/wds, RAW/tree     importers' sources of small copies of the images (prep.demo.sources)
-"""
+"""`prep demo`: a deterministic raw dataset like real data (same seed, same bytes): RAW/images/
+<class>/NNNNN.jpg (varied sizes, portrait, EXIF-rotated, some PNG or gray), masks/ (k+1 for class
+k's shape), text/, table/houses.csv, detection.jsonl (boxes as fractions of the upright image),
+coco.json (masks as RLE), captions.csv, and the importers' hf/, wds/ and tree/."""
 
 from __future__ import annotations
 
 import csv
 import io
 import json
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +16,6 @@ import cv2
 import numpy as np
 from PIL import Image
 
-from prep.demo.sources import write_sources
 from prep.fields.rle import rle_encode
 from prep.run.parallel import progress, run_tasks
 
@@ -175,8 +166,7 @@ def write_text(raw: Path, seed: int, docs: int = 40) -> None:
 
 
 def write_table(raw: Path, seed: int, rows: int = 500) -> None:
-    """Houses: id, city (text, 5% missing), rooms, area (m², 8% missing), garden, built (a
-    date) and price (the target, in k€)."""
+    """Houses: id, city, rooms, area (m²), garden, built (a date), price (the target, k€)."""
     rng = np.random.default_rng([seed, 1 << 21])
     cities = ("Oslo", "Lima", "Rome", "Kyoto", "Porto", "São Paulo")
     lines = ["id,city,rooms,area,garden,built,price"]
@@ -201,30 +191,30 @@ def make_demo(
     max_side: int = 4032,
     show_progress: bool = True,
 ) -> None:
-    bar = progress(count, "img", "demo") if show_progress else None
+    bar = progress(count, "img", "demo", show_progress)
     chunks = [
         (raw, list(range(i, min(i + 32, count))), seed, max_side) for i in range(0, count, 32)
     ]
     rows: list[dict[str, Any]] = []
     for chunk in run_tasks(_write_chunk, chunks, jobs):
         rows += chunk
-        if bar is not None:
-            bar.update(len(chunk))
+        bar.update(len(chunk))
     rows.sort(key=lambda r: int(r["id"]))
     said = [{k: v for k, v in r.items() if k != "segmentation"} for r in rows]  # coco.json's
     lines = [json.dumps(r, ensure_ascii=False) for r in said]
     (raw / "detection.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     write_coco(raw, rows)
-    if bar is not None:
-        bar.close()
+    bar.close()
     write_text(raw, seed)
     write_table(raw, seed)
-    write_sources(raw, small_images(min(max(count, 8), 24), seed), list(CLASSES))
+    small = small_images(min(max(count, 8), 24), seed)
+    write_hf(raw, small, list(CLASSES))
+    write_wds(raw, small)
+    write_tree(raw, small)
 
 
 def small_images(count: int, seed: int, side: int = 256) -> list[dict[str, Any]]:
-    """The first `count` images as small JPEGs (longer side at most `side`) for the importers'
-    sources (prep.demo.sources), the last quarter of them the validation split."""
+    """The first `count` images as JPEGs of at most `side` px, the last quarter split "val"."""
     out = []
     for i in range(count):
         cls, kind, img, _ = make_image(i, seed, side)
@@ -238,3 +228,63 @@ def small_images(count: int, seed: int, side: int = 256) -> list[dict[str, Any]]
 
 def _write_chunk(raw: Path, indices: list[int], seed: int, max_side: int) -> list[dict[str, Any]]:
     return [write_sample(raw, i, seed, max_side) for i in indices]
+
+
+def write_hf(raw: Path, images: list[dict[str, Any]], classes: list[str]) -> None:
+    """RAW/hf/{train,validation}-00000-of-00001.parquet as the Hub stores them (Features in the
+    schema's metadata); `images`: dicts of id, label, class, text, jpeg (bytes) and split."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    features = {
+        "image": {"_type": "Image"},
+        "label": {"_type": "ClassLabel", "names": classes},
+        "text": {"_type": "Value", "dtype": "string"},
+    }
+    meta = {b"huggingface": json.dumps({"info": {"features": features}}).encode()}
+    image_type = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    schema = pa.schema(
+        [("image", image_type), ("label", pa.int64()), ("text", pa.string())], metadata=meta
+    )
+    (raw / "hf").mkdir(parents=True, exist_ok=True)
+    for split, name in (("train", "train"), ("val", "validation")):
+        rows = [r for r in images if r["split"] == split]
+        table = pa.table(
+            {
+                "image": [{"bytes": r["jpeg"], "path": f"{r['id']:05d}.jpg"} for r in rows],
+                "label": [r["label"] for r in rows],
+                "text": [r["text"] for r in rows],
+            },
+            schema=schema,
+        )
+        pq.write_table(table, raw / "hf" / f"{name}-00000-of-00001.parquet")
+
+
+def write_wds(raw: Path, images: list[dict[str, Any]], shards: int = 2) -> None:
+    """RAW/wds/shard-NNNNNN.tar: the images in `shards` tars, KEY.jpg, .cls, .txt and .json."""
+    (raw / "wds").mkdir(parents=True, exist_ok=True)
+    per = -(-len(images) // shards)
+    for s in range(shards):
+        path = raw / "wds" / f"shard-{s:06d}.tar"
+        with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tar:
+            for r in images[s * per : (s + 1) * per]:
+                key = f"{r['id']:05d}"
+                meta = {"id": r["id"], "split": r["split"], "class": r["class"]}
+                members = {
+                    "jpg": r["jpeg"],
+                    "cls": str(r["label"]).encode(),
+                    "txt": r["text"].encode(),
+                    "json": json.dumps(meta).encode(),
+                }
+                for ext, data in members.items():
+                    info = tarfile.TarInfo(f"{key}.{ext}")
+                    info.size, info.mtime, info.mode = len(data), 0, 0o644
+                    tar.addfile(info, io.BytesIO(data))
+
+
+def write_tree(raw: Path, images: list[dict[str, Any]]) -> None:
+    """RAW/tree/{train,val}/<class>/NNNNN.jpg."""
+    for r in images:
+        folder = raw / "tree" / r["split"] / r["class"]
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{r['id']:05d}.jpg").write_bytes(r["jpeg"])

@@ -41,8 +41,8 @@ def shape_frames(rng: np.random.Generator, direction: str, n: int) -> list[np.nd
 def write_clip(
     path: Path, frames: list[np.ndarray], times_ms: list[int] | None = None, rotation: int = 0
 ) -> None:
-    """Encode `frames` at RATE fps, or at `times_ms` (a variable frame rate); `rotation`:
-    stored turned clockwise by it, with a display matrix that turns them back."""
+    """Encode `frames` at RATE fps or at `times_ms`, stored turned clockwise by `rotation`
+    with a display matrix that turns them back."""
     import av
 
     k = (rotation // 90) % 4

@@ -48,9 +48,8 @@ def lps_affine(shape: tuple[int, int, int]) -> np.ndarray:
 def make_phantoms(
     folder: Path, count: int = 4, seed: int = 0, side: int = 64, dicom: bool = True
 ) -> list[Path]:
-    """`count` phantoms of about `side` voxels a side (fewer along z: 2.5 mm slices) as
-    NIfTI, and with `dicom` one more as the DICOM series images/ct_dicom/ (label
-    labels/ct_dicom.nii.gz). The written inputs, labels included."""
+    """`count` NIfTI phantoms of about `side` voxels a side (fewer along z: 2.5 mm slices), and
+    with `dicom` one more as a DICOM series; the written inputs, labels included."""
     import nibabel as nib
 
     from prep.media.volume.dicom import write_series

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from loaders.fields import Image
-from prep.inspect import gallery
 from prep.inspect.html import Section, esc, grid, para, table
+from prep.inspect.pages import thumbs
 from prep.inspect.stored import Stored
 from prep.media.image.groups import Hashes, dupe_groups, leakage
 from prep.media.image.hashing import DIGEST_BYTES, phash, pixel_digest, thumbnail
@@ -35,11 +35,9 @@ LEAK_LIMIT = 0.001  # a val share with a train twin above this fails the check (
 
 
 def dataset_hashes(root: str | Path, compute: bool = False, split: str | None = None) -> Hashes:
-    """The hashes stored in the dataset at `root` (of its split `split` only, in the order
-    `SampleDataset(root, split=split)` indexes it). A dataset packed without them (an import, an
-    older pack): computed from its image field's stored pixels when `compute` (the pHash from
-    the largest size: close to, not equal to, what pack stores; the digest from the smallest,
-    as pack makes it), else PrepError."""
+    """The hashes stored in the dataset at `root` (of split `split`, in SampleDataset's order);
+    without them computed from the stored pixels when `compute` (close to what pack stores), else
+    PrepError."""
     root = Path(root)
     if not (root / "manifest.json").is_file():
         raise PrepError(f"{root} is not a packed dataset. HINT: pass the OUT of a prep command")
@@ -66,21 +64,16 @@ def dataset_hashes(root: str | Path, compute: bool = False, split: str | None = 
     sizes = st.fields[image].sizes  # type: ignore[attr-defined]
     big, small = Stored(root, max(sizes), split), Stored(root, min(sizes), split)
     bar = progress(len(st), "img", "hash")  # on a terminal
-    got: list[tuple[np.ndarray, np.ndarray]] = []
+    got = [(np.zeros(0, np.uint64), np.zeros((0, DIGEST_BYTES), np.uint8))]
     pixels = ((big.value(image, i), small.value(image, i)) for i in range(len(st)))
     while chunk := list(itertools.islice(pixels, CHUNK)):
-        got.append(_hash_chunk(chunk))
+        grey = [hi[..., 0] if hi.shape[-1] == 1 else hi for hi, _ in chunk]  # the largest size
+        digests = np.stack([pixel_digest(lo) for _, lo in chunk])  # the smallest, as pack does
+        got.append((phash(np.stack([thumbnail(g) for g in grey])), digests))
         bar.update(len(chunk))
     bar.close()
-    ph = np.concatenate([p for p, _ in got]) if got else np.zeros(0, np.uint64)
-    dg = np.concatenate([d for _, d in got]) if got else np.zeros((0, DIGEST_BYTES), np.uint8)
+    ph, dg = np.concatenate([p for p, _ in got]), np.concatenate([d for _, d in got])
     return Hashes(ph, dg.reshape(-1, DIGEST_BYTES), paths, splits)
-
-
-def _hash_chunk(images: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-    """pHashes of a few stored images (largest size), and their pixel digests (smallest)."""
-    thumbs = np.stack([thumbnail(big[..., 0] if big.shape[-1] == 1 else big) for big, _ in images])
-    return phash(thumbs), np.stack([pixel_digest(small) for _, small in images])
 
 
 def _hashes(root: Path, compute: bool) -> tuple[Hashes | None, str]:
@@ -96,12 +89,11 @@ def _thumbs(st: Stored, indices: list[int], captions: list[str]) -> list[str]:
     picture = st.picture()
     if picture is None or not indices:
         return [f"<figure>{esc(c)}</figure>" for c in captions]
-    return [t for one in gallery.thumbs(st, picture, indices, captions) for t in one]
+    return [t for one in thumbs(st, picture, indices, captions) for t in one]
 
 
 def groups_section(st: Stored, compute: bool) -> Section:
-    """The near-duplicate groups within the dataset, largest first, as thumbnail rows; a group
-    whose samples lie in more than one split is marked (a leak between them)."""
+    """The near-duplicate groups, largest first, as thumbnail rows; one across splits marked."""
     h, why = _hashes(st.root, compute)
     if h is None:
         return Section("dupes", "Near-duplicates", para(why, "note"))
@@ -136,8 +128,7 @@ def groups_section(st: Stored, compute: bool) -> Section:
 
 
 def leakage_section(st: Stored, other: Path, compute: bool) -> Section:
-    """The samples of `other` (val) with a near twin in `root` (train): count, share, a PASS
-    or FAIL line, and the first pairs side by side."""
+    """The samples of `other` (val) with a near twin in `root` (train), PASS or FAIL."""
     root = st.root
     train, why = _hashes(root, compute)
     val, why_other = _hashes(other, compute)

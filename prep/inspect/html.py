@@ -155,8 +155,7 @@ def svg(fig: Any) -> str:
 
 
 def bars(counts: Mapping[str, Mapping[str, int]], title: str) -> str:
-    """Grouped bars: a group a class (every series' keys, in first-seen order), a bar a series
-    (a split), its count written above it."""
+    """Grouped bars: a group a class (in first-seen order), a bar a series, its count above it."""
     classes = list(dict.fromkeys(c for s in counts.values() for c in s))
     shown = classes
     if len(classes) > MAX_BARS:
@@ -183,8 +182,7 @@ def bars(counts: Mapping[str, Mapping[str, int]], title: str) -> str:
 def histograms(
     panels: Sequence[tuple[str, np.ndarray]], bins: int = 30, log: bool = False, title: str = ""
 ) -> str:
-    """Histograms side by side, one a (label, values) panel; NaN values left out (their count
-    in the label); `log`: a log count axis (long tails)."""
+    """Histograms side by side, a (label, values) panel each, NaN left out (counted)."""
     with _figure(3.2 * len(panels), 2.6, title) as fig:
         for k, (label, values) in enumerate(panels):
             ax = fig.add_subplot(1, len(panels), k + 1)

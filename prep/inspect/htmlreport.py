@@ -1,18 +1,23 @@
-"""prep report: one self-contained HTML page about a packed dataset, its sections asked of its
-fields: the counts by label, the grid of its picture field with the fields drawn on it, the
-sections of its field kinds (prep.inspect.pages), the near-duplicates of an image field (and,
-with `against`, the train/val leakage), the rejects and the arrays. The folder is opened
-through the loaders' checks first (load_manifest: a damaged dataset is one FormatError line)."""
+"""prep report: one self-contained HTML page about a packed dataset: counts by label, the field
+kinds' sections (pages), near-duplicates and leakage (dupes), rejects and arrays; the folder is
+opened through the loaders' checks first (load_manifest: a damaged dataset is one FormatError)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import datetime
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+
+import numpy as np
 
 from loaders.fields import Image, Label, Labels
 from loaders.fields.checks import load_manifest
-from prep.inspect import dupes, pages, sections
-from prep.inspect.html import Section, page
+from loaders.format import Manifest
+from loaders.format.rejects import records
+from prep.inspect import dupes, pages
+from prep.inspect.html import Section, bars, categories, page, para, table
+from prep.inspect.report import header, mb
 from prep.inspect.stored import Stored
 from prep.run.errors import PrepError, UsageError
 from prep.run.files import atomic_write_text
@@ -21,6 +26,14 @@ from prep.run.parallel import progress
 
 PER_CLASS = 8  # grid samples a class, by default
 MAX_PER_CLASS = 256
+FIRST_REJECTS = 5  # paths shown a reject reason
+
+
+def lead(root: Path, m: Manifest) -> list[str]:
+    """The header's lines: prep info's header, the size on disk, when the report was made."""
+    on_disk = sum(f.bytes for s in m.shards for f in s.files.values())
+    made = f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC"
+    return [header(root, m), f"{mb(on_disk)} on disk; report made {made}"]
 
 
 def _counts(st: Stored) -> Section:
@@ -28,8 +41,75 @@ def _counts(st: Stored) -> Section:
     name, labels = st.labels()
     f = st.fields.get(name or "")
     names = list(f.classes or []) if isinstance(f, Label | Labels) else []
-    what = "objects" if isinstance(f, Labels) else "samples"
-    return sections.counts(st.m, labels, what, names)
+    return counts(st.m, labels, "objects" if isinstance(f, Labels) else "samples", names)
+
+
+def counts(
+    m: Manifest, labels: np.ndarray | None, what: str = "samples", names: Sequence[str] = ()
+) -> Section:
+    """Bars of the samples (or `what`) per split and class, the imbalance, the empty classes."""
+    classes = list(names or m.classes or [])
+    split_of = np.repeat(np.array([s or "all" for s in m.split_of()], dtype=object), m.counts())
+    if labels is None:
+        per = Counter(split_of.tolist())
+        return Section("counts", "Counts", table(["split", what], sorted(per.items())))
+    splits = split_of if what == "samples" else np.full(len(labels), "all", dtype=object)
+    series: dict[str, dict[str, int]] = {}
+    for split in dict.fromkeys(splits.tolist()):
+        ids, n = np.unique(labels[splits == split], return_counts=True)
+        named = [classes[i] if 0 <= i < len(classes) else f"label {i}" for i in ids.tolist()]
+        series[str(split)] = dict(zip(named, n.tolist(), strict=True))
+    total = Counter[str]()
+    for part in series.values():
+        total.update(part)
+    chart = bars(series, f"{what} per class" + (" and split" if len(series) > 1 else ""))
+    body = f'<div class="charts">{chart}</div>'
+    if total:
+        big, small = max(total.values()), min(total.values())
+        body += para(
+            f"{len(total)} classes; largest {big:,} {what}, smallest {small:,}: "
+            f"imbalance {big / small:.1f}x"
+        )
+    missing = [c for c in classes if c not in total]
+    if missing:
+        shown = ", ".join(missing[:20]) + (" ..." if len(missing) > 20 else "")
+        body += para(f"{len(missing)} classes with no {what}: {shown}", "bad")
+    rows = [(c, *(part.get(c, 0) for part in series.values())) for c in total]
+    body += f"<details><summary>table</summary>{table(['class', *series], rows)}</details>"
+    return Section("counts", "Counts", body)
+
+
+def rejects(root: Path, m: Manifest) -> Section:
+    """Rejects by reason, their first FIRST_REJECTS paths, from rejects.jsonl."""
+    by = Counter[str]()
+    first: dict[str, list[Mapping[str, str]]] = {}
+    problems: list[str] = []
+    for r in records(root, problems):
+        reason = r["reason"]
+        by[reason] += 1
+        if by[reason] <= FIRST_REJECTS:
+            first.setdefault(reason, []).append(r)
+    warning = "".join(para(p, "bad") for p in problems)
+    if not by:
+        said = para(f"no rejects ({m.rejects} in the manifest)")
+        return Section("rejects", "Rejects", warning + said)
+    order = [r for r, _ in by.most_common()]
+    chart = categories([("rejected inputs", order, [by[r] for r in order])])
+    rows = [(why, r["path"], r["message"]) for why in order for r in first[why]]
+    body = (
+        warning
+        + para(f"{by.total():,} rejected inputs, {len(by)} reasons (rejects.jsonl)", "bad")
+        + chart
+        + table(["reason", "path", "message"], rows)
+    )
+    return Section("rejects", "Rejects", body, wide=True)
+
+
+def fields(m: Manifest) -> Section:
+    """The arrays: field, dtype, per-item shape and codec (`prep info` has their bytes)."""
+    arrays = sorted(m.arrays.items())
+    rows = [(name, s.field, s.dtype, str(list(s.shape)), s.codec) for name, s in arrays]
+    return Section("fields", "Fields", table(["array", "field", "dtype", "shape", "codec"], rows))
 
 
 def _steps(
@@ -45,8 +125,8 @@ def _steps(
         steps.append(lambda: [dupes.groups_section(st, compute)])
         if against is not None:
             steps.append(lambda: [dupes.leakage_section(st, against, compute)])
-    steps.append(lambda: [sections.rejects(st.root, st.m)])
-    steps.append(lambda: [sections.fields(st.m)])
+    steps.append(lambda: [rejects(st.root, st.m)])
+    steps.append(lambda: [fields(st.m)])
     return steps
 
 
@@ -82,21 +162,17 @@ def write_report(
     per_class: int = PER_CLASS,
     show_progress: bool = False,
 ) -> Path:
-    """Write the report to `out` (default ROOT/report.html) through a new temp file renamed over
-    it (a link the dataset ships is replaced, never written through); its path. `against`: a
-    second image dataset (val) whose samples are looked up among `root`'s (train);
-    `compute_hashes`: hash the stored pixels of a dataset packed without perceptual hashes."""
+    """Write the report to `out` (default ROOT/report.html) atomically; its path. `against`:
+    a val dataset looked up among `root`'s; `compute_hashes`: hash the stored pixels."""
     st = _opened(root, against, per_class)
     steps = _steps(st, against, compute_hashes, per_class)
     found: list[Section] = []
-    bar = progress(len(steps), "part", "report") if show_progress else None
+    bar = progress(len(steps), "part", "report", show_progress)
     for step in steps:
         found += step()
-        if bar is not None:
-            bar.update(1)
-    if bar is not None:
-        bar.close()
-    text = page(f"prep report: {root.resolve().name}", sections.lead(root, st.m), found)
+        bar.update(1)
+    bar.close()
+    text = page(f"prep report: {root.resolve().name}", lead(root, st.m), found)
     out = root / REPORT if out is None else out
     try:
         out.parent.mkdir(parents=True, exist_ok=True)

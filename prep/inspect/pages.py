@@ -1,19 +1,29 @@
-"""prep report's sections of each field kind (SECTIONS), and the grid of any picture field
-(gallery). Each reads a bounded sample of a large dataset (ROWS_READ, TOKENS_READ, VALUES_SHOWN)
-and says on the page what it read."""
+"""prep report's sections of each field kind (SECTIONS), and the grid of any picture field (a
+fixed seed: the same page for the same dataset). Each reads a bounded sample of a large dataset
+(GRID_BUDGET, ROWS_READ, TOKENS_READ, VALUES_SHOWN) and says on the page what it read."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from loaders.fields import Audio, Column, Field, Image, Json, Label, Text, Tokens, Volume
 from loaders.fields.column import NAT
-from loaders.format import FormatError
+from loaders.format import FormatError, Manifest
 from loaders.format.arrays import safe_path
-from prep.inspect import gallery, sections
-from prep.inspect.html import Section, categories, esc, grid, histograms, para, table
+from prep.inspect.html import (
+    Section,
+    categories,
+    channels,
+    esc,
+    figure,
+    grid,
+    histograms,
+    para,
+    table,
+)
+from prep.inspect.preview import TILE_MAX, captions, shrink
 from prep.inspect.stored import Stored
 from prep.media.text.tokenizers import load_saved
 from prep.run.errors import PrepError
@@ -23,22 +33,72 @@ TOKENS_READ = 50_000_000  # tokens counted a split (uint16 bincount: about 0.1 s
 TOP_TOKENS = 30
 DENSE = 1 << 24  # ids counted in an array as long as the largest (128 MiB at most), else sorted
 VALUES_SHOWN = 8  # a text field's values shown
+GRID_BUDGET = 256  # samples in a grid at most, whatever the class count: bounds the file's size
 
 Sections = Callable[[Stored, list[str]], list[Section]]
 # What a tokenizer file prep did not write may raise ({"chars": [1, 2]}, nested too deep)
 UNREADABLE = (PrepError, FormatError, OSError, ValueError, LookupError, TypeError, RecursionError)
 
 
+def pick(labels: np.ndarray | None, n: int, per_class: int, seed: int = 0) -> dict[int, np.ndarray]:
+    """Up to `per_class` sorted random indices of each label (key -1 without labels), at most
+    GRID_BUDGET in all.
+
+    >>> {k: v.tolist() for k, v in pick(np.array([0, 1, 0, 1, 1]), 5, 9).items()}
+    {0: [0, 2], 1: [1, 3, 4]}
+    """
+    rng = np.random.default_rng(seed)
+    if labels is None:
+        return {-1: np.sort(rng.permutation(n)[: min(per_class, GRID_BUDGET)])}
+    perm = rng.permutation(len(labels))
+    shuffled = labels[perm]
+    order = np.argsort(shuffled, kind="stable")
+    values, starts = np.unique(shuffled[order], return_index=True)
+    take = max(1, min(per_class, GRID_BUDGET // max(1, len(values))))
+    out = {}
+    for v, start in zip(values[:GRID_BUDGET].tolist(), starts[:GRID_BUDGET].tolist(), strict=False):
+        group = shuffled[order[start : start + take]]
+        out[int(v)] = np.sort(perm[order[start : start + take]][group == v])
+    return out
+
+
+def thumbs(
+    st: Stored, picture: str, indices: Sequence[int], said: Sequence[str] | None = None
+) -> list[list[str]]:
+    """Each sample's pictures as <figure>s, the fields drawn on them, or (`said`) bare."""
+    order = np.argsort(np.asarray(indices), kind="stable").tolist()  # read in storage order
+    out: list[list[str]] = [[] for _ in indices]
+    f = st.fields[picture]
+    drawn = st.on(picture) if said is None else []
+    for j in order:
+        i = int(indices[j])
+        known = {n: st.value(n, i) for n in (picture, *drawn)}
+        source = st.source(i) if "source" in st.m.arrays else ""
+        shown = f.pictures(known[picture])
+        small = [shrink(rgb, TILE_MAX) for rgb, _ in shown]
+        pictures = [rgb for rgb, _ in small]
+        for name in drawn:  # at the first's scale: a sample's pictures share one (its frames)
+            pictures = st.fields[name].draw(pictures, known[name], small[0][1])
+        first, lines = captions(st, i, known) if said is None else ("", [])
+        texts = [t[:40] for t in lines if t != source][:1]  # a caption, cut
+        for rgb, (_, what) in zip(pictures, shown, strict=True):
+            if said is None:
+                text = " ".join([first, what, *texts, source.rsplit("/", 1)[-1]])
+            else:
+                text = f"{said[j]} {what}"
+            out[j].append(figure(rgb, " ".join(text.split()), source))
+    return out
+
+
 def samples(st: Stored, picture: str, per_class: int) -> Section:
-    """Rows of samples, one a class of the dataset's label (its class name over the row), each
-    sample its picture field's pictures with the fields drawn on them (gallery.thumbs)."""
+    """Rows of samples, one a class of the dataset's label, drawn by thumbs."""
     name, labels = st.labels()
     per_sample = labels if isinstance(st.fields.get(name or ""), Label) else None
-    picked = gallery.pick(per_sample, len(st), per_class)
+    picked = pick(per_sample, len(st), per_class)
     every = np.concatenate(list(picked.values())) if picked else np.zeros(0, np.int64)
     if not len(every):
         return Section("samples", "Samples", para("no samples", "note"))
-    tiles = gallery.thumbs(st, picture, every.tolist())
+    tiles = thumbs(st, picture, every.tolist())
     rows, at = [], 0
     for label, idx in picked.items():
         if per_sample is not None and name is not None:
@@ -62,8 +122,58 @@ def image(st: Stored, names: list[str]) -> list[Section]:
     orig = st.column("orig_size") if "orig_size" in st.m.arrays else None
     hw = [a for a in st.fields[name].arrays(name) if a.role == "hw" and a.size == st.size]
     stored = st.column(f"{hw[0].field}_{st.size}") if hw and orig is None else None
-    stats = [sections.stats(st.m, n) for n in names]
-    return [*stats, sections.sizes(orig, stored)]
+    return [*(stats(st.m, n) for n in names), sizes(orig, stored)]
+
+
+def sizes(orig: np.ndarray | None, stored: np.ndarray | None = None) -> Section:
+    """Histograms of the sources' width, height and aspect (`orig_size`), else the stored."""
+    hw, said = (orig, "source") if orig is not None else (stored, "stored")
+    if hw is None or not len(hw):
+        return Section("sizes", "Source sizes", para("this dataset stores no orig_size", "note"))
+    h, w = hw[:, 0].astype(np.float64), hw[:, 1].astype(np.float64)
+    aspect = w / np.maximum(h, 1)
+    panels = [(f"{said} width (px)", w), (f"{said} height (px)", h), ("aspect (w / h)", aspect)]
+    text = (
+        f"{len(hw):,} samples: width {w.min():.0f}-{w.max():.0f} px (median {np.median(w):.0f}), "
+        f"height {h.min():.0f}-{h.max():.0f} px (median {np.median(h):.0f}); "
+        f"{int((aspect > 2).sum() + (aspect < 0.5).sum()):,} with an aspect past 2:1"
+    )
+    return Section("sizes", f"Sizes ({said})", histograms(panels) + para(text), True)
+
+
+def stats(m: Manifest, image: str) -> Section:
+    """The per-channel mean and std stored for image field `image` (extra.stats) a size."""
+    got = m.extra.get("stats")
+    got = got.get(image) if isinstance(got, dict) else None
+    if not isinstance(got, dict) or not got["sizes"]:
+        text = "no pixel statistics stored (packed before prep stored them): repack to get them"
+        return Section("stats", "Pixel statistics", para(text, "note"))
+    rows, chart = [], ""
+    for size, at in got["sizes"].items():
+        mean, std = at["mean"], at["std"]
+        rows.append((f"{size} px", _nums(mean), _nums(std), _count(at["pixels"])))
+        chart = chart or channels(mean, std, f"mean ± std at {size} px")
+    text = f"over the {got['split']} split" if got.get("split") else "over every sample"
+    code = "Normalize.from_dataset(ds" + (")" if image == "image" else f", field={image!r})")
+    return Section(
+        "stats",
+        "Pixel statistics",
+        chart
+        + table(["size", "mean (0-255)", "std (0-255)", "pixels"], rows)
+        + f"<p>{esc(text)}; <code>{esc(code)}</code> reads them.</p>",
+    )
+
+
+def _count(n: int) -> str:
+    """A pixel count; "?" past float's range (an int of hundreds of digits prep did not write)."""
+    try:
+        return f"{float(n):,.0f}"
+    except OverflowError:
+        return "?"
+
+
+def _nums(values: Sequence[float]) -> str:
+    return ", ".join(f"{v:.2f}" for v in values)
 
 
 def volume(st: Stored, names: list[str]) -> list[Section]:
@@ -74,8 +184,7 @@ def volume(st: Stored, names: list[str]) -> list[Section]:
 
 
 def tokens(st: Stored, names: list[str]) -> list[Section]:
-    """Documents and tokens per split, the document lengths of each split, and the most common
-    tokens of the first (decoded by the dataset's tokenizer)."""
+    """Documents and tokens per split, their lengths, and the first split's commonest tokens."""
     name = names[0]
     f: Tokens = st.fields[name]  # type: ignore[assignment]
     lengths: dict[str, list[np.ndarray]] = {}
@@ -97,8 +206,8 @@ def tokens(st: Stored, names: list[str]) -> list[Section]:
 
 
 def _common(st: Stored, f: Tokens, split: str, read: list[np.ndarray]) -> tuple[str, str]:
-    """The TOP_TOKENS most common tokens of the ids `read` of `split` (the end-of-document token
-    left out), each with its text: a chart and a table."""
+    """The TOP_TOKENS commonest ids of `read` (the end-of-document token left out): a chart
+    and a table."""
     ids = np.concatenate(read)
     ids = ids[ids < f.vocab_size]  # ids past it are prep verify's to name
     if len(ids) and int(ids.max()) < DENSE:
@@ -130,8 +239,7 @@ def _common(st: Stored, f: Tokens, split: str, read: list[np.ndarray]) -> tuple[
 
 
 def columns(st: Stored, names: list[str]) -> list[Section]:
-    """A histogram of each numeric column and the value counts of each coded one, over up to
-    ROWS_READ rows at random, and the columns' table."""
+    """A chart of each column over up to ROWS_READ rows at random, and the columns' table."""
     n = len(st)
     idx = np.sort(np.random.default_rng(0).permutation(n)[:ROWS_READ])
     panels, cats, rows = [], [], []

@@ -1,7 +1,6 @@
-"""prep preview: a contact sheet of a dataset's first samples (to see a wrong rotation, a bad crop
-or a misaligned mask at a glance), or, without pictures, its first rows as text. A sample is its
-picture field's pictures as stored (a video's frames, a volume's slices: a row of tiles), shrunk
-only to fit its tile, the fields drawn on them (Field.draw, PALETTE) and captioned."""
+"""prep preview: a contact sheet of a dataset's first samples (a wrong rotation, crop or mask at a
+glance), or without pictures its first rows as text: a sample's pictures as stored (a video's
+frames: a row of tiles), shrunk only to fit, the fields drawn on them (Field.draw) and captioned."""
 
 from __future__ import annotations
 
@@ -168,8 +167,8 @@ def contact_sheet(
 
 
 def save_image(picture: Image.Image | Any, path: Path) -> None:
-    """Write a Pillow Image or a matplotlib Figure for the user in the format of `path`'s
-    extension, atomically (a link at `path` is replaced, never written through)."""
+    """Write a Pillow Image or a matplotlib Figure in the format of `path`'s extension,
+    atomically (a link at `path` is replaced, never written through)."""
     ext = path.suffix.lower()
     buf = io.BytesIO()
     try:
@@ -191,8 +190,8 @@ def save_image(picture: Image.Image | Any, path: Path) -> None:
 
 
 def captions(st: Stored, i: int, known: dict[str, Any]) -> tuple[str, list[str]]:
-    """Sample i's caption: its index and its fields' short captions (the class first), then its
-    text fields' captions, a line each (`known`: values read already, by field)."""
+    """Sample i's caption: its index and short captions (the class first), then a line a
+    text field (`known`: values read already)."""
     first, lines = str(i), []
     named = sorted(st.fields.items(), key=lambda nf: not isinstance(nf[1], Label | Labels))
     for name, f in named:
@@ -212,8 +211,7 @@ def preview(
     columns: int | None = None,
     masks: bool = True,
 ) -> PreviewResult:
-    """Write a contact sheet of the first `count` samples at `size` px (default: the smallest
-    stored size) to `output` (any format Pillow writes, by extension)."""
+    """Write a contact sheet of the first `count` samples at `size` px to `output`."""
     if count < 1 or (columns is not None and columns < 1):
         raise PrepError("--count and --columns must be at least 1")
     st = Stored(root, size)
@@ -247,8 +245,7 @@ def preview(
 
 
 def rows(root: Path, count: int = 10) -> str:
-    """The first `count` samples as text, a row each: the split, then each field's caption
-    (a column's cell as the table had it, a clip's length, a document's tokens)."""
+    """The first `count` samples as text, a row each: the split, then each field's caption."""
     st = Stored(root)
     count = min(count, len(st))
     heads = ["split", *(str(getattr(f, "name", "") or n) for n, f in st.fields.items())]

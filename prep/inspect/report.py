@@ -36,9 +36,8 @@ def header(where: object, m: Manifest) -> str:
 
 
 def info(root: Path, batch_size: int = 256) -> str:
-    """A summary for people: the header, each field's kind and what it says of itself
-    (Field.lines), then each array's dtype, shape, codec, bytes on disk, and the RAM of a
-    batch of `batch_size` in the dtype the loader returns (Field.read_dtype)."""
+    """A summary for people: the header, what each field says of itself (Field.lines), and
+    each array's dtype, shape, codec, bytes on disk and RAM a batch of `batch_size`."""
     remote = open_remote(root)  # an fsspec URL: loaders.remote
     m = remote[1] if remote else read_manifest(root)
     fields = declared(m)
@@ -58,7 +57,12 @@ def info(root: Path, batch_size: int = 256) -> str:
     for name, spec in sorted(m.arrays.items()):
         elems = int(np.prod(spec.shape, dtype=np.int64))
         per = elems * np.dtype(spec.dtype).itemsize  # raw, fixed shape: the largest (mode keep)
-        on_disk = _bytes_on_disk(m, name)
+        refs = [s.arrays[name] for s in m.shards if name in s.arrays]
+        on_disk = sum(  # a ragged array's data and its int64 offsets
+            r.length * (per if r.offsets is None else np.dtype(spec.dtype).itemsize)
+            + (0 if r.offsets is None else 8 * r.offsets.length)
+            for r in refs
+        )
         items = m.num_samples if spec.ragged else sum(s.arrays[name].length for s in m.shards)
         each = on_disk / items if items else 0.0
         # against one raw item: for pixels (a ragged array's items are runs of rows)
@@ -75,26 +79,9 @@ def info(root: Path, batch_size: int = 256) -> str:
     return "\n".join(lines)
 
 
-def _bytes_on_disk(m: Manifest, name: str) -> int:
-    """Bytes of array `name` in every shard: its data (and a ragged array's int64 offsets)."""
-    spec = m.arrays[name]
-    itemsize = np.dtype(spec.dtype).itemsize
-    total = 0
-    for shard in m.shards:
-        ref = shard.arrays.get(name)
-        if ref is None:
-            continue
-        if ref.offsets is None:
-            total += ref.length * itemsize * int(np.prod(spec.shape, dtype=np.int64))
-        else:
-            total += ref.length * itemsize + 8 * ref.offsets.length
-    return total
-
-
 def verify(root: Path, limit: int | None = None) -> tuple[Manifest, list[str]]:
-    """Recompute every checksum and check every shape and value bound, and the files the fields
-    keep beside the shards (Field.files: a tokenizer): the problems, one line each. `limit`:
-    only the shards holding the first `limit` samples (the manifest returned lists just those)."""
+    """Every checksum, shape and value bound, and the fields' files (Field.files): the
+    problems, a line each. `limit`: only the shards holding the first `limit` samples."""
     remote = open_remote(root)  # an fsspec URL: loaders.remote
     m = remote[1] if remote else read_manifest(root)
     if limit is not None:

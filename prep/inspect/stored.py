@@ -18,8 +18,8 @@ from prep.run.errors import PrepError
 
 
 class Stored:
-    """The samples of `root` (of its split `split` only, indexed as `SampleDataset(root,
-    split=split)` indexes them), at `size` px for its sized fields (default: the smallest)."""
+    """The samples of `root` (of split `split`, indexed as SampleDataset indexes them), at
+    `size` px for its sized fields (default: the smallest)."""
 
     def __init__(self, root: str | Path, size: int | None = None, split: str | None = None):
         self.root = Path(root)

@@ -9,7 +9,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from prep.run.errors import PrepError
-from prep.run.inputs import reject_record, walk
+from prep.run.inputs import walk
 from prep.sources import targets as tg
 from prep.sources.images import list_file, list_folder
 
@@ -45,22 +45,14 @@ def stem(rel: str) -> str:
     return str(p.with_suffix("")) if p.suffix else rel
 
 
-def _rows(
+def _attach(
     table: tg.Targets, clips: list[Clip], seen: list[str]
-) -> tuple[list[Any], list[dict[str, Any]]]:
-    """Each clip's row of `table` (by path or stem), and a `<what>_missing` reject without one.
-    A row must name one of `seen` (every file listed, used or rejected) or the run stops."""
+) -> tuple[list[Clip], list[dict[str, Any]]]:
+    """Each clip's row of `table` (by path or stem), and a reject without one; a row naming
+    none of `seen` (every file listed) stops the run."""
     keys = {k for rel in seen for k in (rel, stem(rel))}
     tg.check_rows(table, keys, "sound file", HINT)
-    rows, rejects = [], []
-    for c in clips:
-        row = table.rows.get(c.rel, table.rows.get(stem(c.rel)))
-        if row is None:
-            code = "label_missing" if _is_labels(table) else "target_missing"
-            why = f"no row in {table.path.name} names it (or its stem)"
-            rejects.append(reject_record(c.rel, code, why))
-        rows.append(row)
-    return rows, rejects
+    return tg.attach(table, clips, stem, "label" if _is_labels(table) else "target")
 
 
 def _is_labels(table: tg.Targets) -> bool:
@@ -77,11 +69,11 @@ def _labelled(src: Path, labels: Path) -> tuple[list[Clip], list[str] | None, li
         )
     files, rejects = walk(src, AUDIO_EXTS)
     clips = [Clip(rel, path) for rel, path in files]
-    rows, missing = _rows(table, clips, [c.rel for c in clips] + [r["path"] for r in rejects])
+    kept, missing = _attach(table, clips, [c.rel for c in clips] + [r["path"] for r in rejects])
     col = table.columns[0]
-    if col.classes is None and col.floats:
+    if col.classes is None and col.dtype.startswith("float"):
         raise PrepError(f"--labels {labels}: labels are class names or integer ids, not numbers")
-    kept = [Clip(c.rel, c.path, int(r[0])) for c, r in zip(clips, rows, strict=True) if r]
+    kept = [Clip(c.rel, c.path, int(c.target[0])) for c in kept]
     return kept, col.classes, rejects + missing
 
 
@@ -101,8 +93,7 @@ def list_audio(src: Path, labels: Path | None, targets: Path | None, limit: int 
     clips = clips[:limit]
     table = tg.read_targets(targets) if targets is not None else None
     if table is not None:
-        rows, missing = _rows(table, clips, seen)
+        clips, missing = _attach(table, clips, seen)
         rejects += missing
-        clips = [Clip(c.rel, c.path, c.label, r) for c, r in zip(clips, rows, strict=True) if r]
     rejects.sort(key=lambda r: r["path"])
     return Listing(clips, classes, rejects, table)

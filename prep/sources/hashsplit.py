@@ -1,8 +1,7 @@
-"""Which rows go to "val": a 64-bit hash of the row's --key cells (or all its cells) below
-`val_fraction * 2**64`. It depends on the cells' text alone, so reordering or re-splitting the
-inputs never moves a row. Each cell's UTF-8 bytes b_0..b_{n-1} give sum(b_i * P**i) mod 2**64,
-for a whole column from one running sum over its data buffer (no Python per row), mixed with
-the length by splitmix64; a row combines its columns in name order."""
+"""Which rows go to "val": a 64-bit hash of the row's --key cells (or all) below `val_fraction *
+2**64`, of the cells' text alone (reordering the inputs never moves a row). A cell's UTF-8 bytes
+b_i give sum(b_i * P**i) mod 2**64, a column's from one running sum over its data buffer, mixed
+with the length by splitmix64."""
 
 from __future__ import annotations
 
@@ -33,10 +32,8 @@ def _powers(base: np.uint64, n: int) -> np.ndarray:
 
 
 def cell_hash(arr: pa.Array) -> np.ndarray:
-    """uint64 per cell of a column, from its text (numbers and times as pyarrow writes them). A
-    column of repeated values (a dictionary; numbers holding each value twice on average) has
-    each distinct value hashed once, then looked up per row: the same hashes, at a fifth of the
-    cost on rounded numbers (a column of distinct numbers pays a fifth more)."""
+    """uint64 per cell of a column, from its text (numbers as pyarrow writes them). Repeated
+    values are hashed once each, then looked up per row (a fifth of the cost)."""
     if pa.types.is_dictionary(arr.type):
         return _by_value(arr)
     if not (pa.types.is_binary(arr.type) or pa.types.is_string(arr.type)):
@@ -70,18 +67,12 @@ def _by_value(enc: pa.DictionaryArray) -> np.ndarray:
     return values[np.asarray(indices)]
 
 
-def row_hash(table: pa.Table, columns: list[str]) -> np.ndarray:
-    """uint64 per row, combining the hashes of `columns` in sorted name order."""
+def val_mask(table: pa.Table, columns: list[str], val_fraction: float) -> np.ndarray:
+    """True for the rows in "val": the row's hash combines its `columns` in name order."""
     h = np.zeros(table.num_rows, dtype=np.uint64)
+    if val_fraction <= 0:
+        return h.astype(bool)
     with np.errstate(over="ignore"):
         for name in sorted(columns):
-            col = table.column(name).combine_chunks()
-            h = splitmix64(h * np.uint64(31) + cell_hash(col))
-    return h
-
-
-def val_mask(table: pa.Table, columns: list[str], val_fraction: float) -> np.ndarray:
-    """True for the rows in "val"."""
-    if val_fraction <= 0:
-        return np.zeros(table.num_rows, dtype=bool)
-    return row_hash(table, columns) < np.uint64(int(val_fraction * 2**64))
+            h = splitmix64(h * np.uint64(31) + cell_hash(table.column(name).combine_chunks()))
+    return h < np.uint64(int(val_fraction * 2**64))

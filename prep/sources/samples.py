@@ -1,6 +1,5 @@
-"""Listed inputs of the samples run: what `pack_samples` is given, as a sorted list (Python
-objects, the rows of a CSV/JSONL/Parquet file as dicts, the files of a folder or the lines of a
-.txt as paths), or what an importer that lists its source itself hands its run (Source)."""
+"""Listed inputs of the samples run, sorted: Python objects, the rows of a CSV/JSONL/Parquet file,
+the files of a folder or the lines of a .txt; or an importer's own listing (Source)."""
 
 from __future__ import annotations
 
@@ -69,9 +68,7 @@ def _file_items(src: Path, limit: int | None) -> list[Item]:
 
 
 def parquet_rows(src: Path, limit: int | None, batch: int = 1024) -> list[dict[str, Any]]:
-    """The first `limit` rows (None: all) of a Parquet file as dicts, read a batch of rows at a
-    time: a small file of many repeated rows (Parquet compresses them to nothing) is not
-    expanded whole to give a few."""
+    """The first `limit` rows (None: all) of a Parquet file as dicts, a batch at a time."""
     import pyarrow.parquet as pq
 
     rows: list[dict[str, Any]] = []
@@ -103,9 +100,7 @@ def _listing(
 
 @dataclass
 class Source:
-    """An importer's source (Hugging Face folders, WebDataset tars): `items` in order, each
-    split's together (Item.split) and written to shards of its own; `splits` counts them (one
-    None split when the source has no splits)."""
+    """An importer's source: `items` in order, each split's together; `splits` counts them."""
 
     items: list[Item]
     splits: dict[str | None, int]

@@ -1,8 +1,6 @@
-"""Table inputs: which files, and reading them as blocks of rows of bounded memory: a CSV, TSV
-or JSONL file cut at line ends outside quoted fields every BLOCK_BYTES or so, a Parquet file at
-its row groups. The scan (prep.media.table.scan) parses each block once, in parallel; the blocks
-never depend on --jobs. CSV and TSV cells are typed by pyarrow's parser per block (combined by
-prep.media.table.types); JSONL and Parquet keep their format's types."""
+"""Table inputs: which files, and their blocks of rows of bounded memory (text cut at line ends
+outside quotes every BLOCK_BYTES or so, Parquet at its row groups), whatever --jobs, which the
+scan (prep.media.table.scan) parses once each; CSV cells typed by pyarrow per block."""
 
 from __future__ import annotations
 
@@ -32,9 +30,8 @@ HINT_ENCODING = "HINT: convert the file to UTF-8 (iconv -f latin1 -t utf-8)"
 
 @dataclass(frozen=True)
 class Block:
-    """Rows of one file: bytes [start, end) (text formats) or row group `start` (Parquet);
-    `first_row`: the file's 1-based number of its first row; `index`: its place among all the
-    blocks of the run (its parsed copy's name)."""
+    """Rows of one file: bytes [start, end) or row group `start` (Parquet); `first_row`: its
+    1-based row number; `index`: its place among the run's blocks."""
 
     path: str
     rel: str
@@ -65,8 +62,7 @@ def _is_table(name: str) -> bool:
 
 
 def _listed(src: str, many: bool) -> tuple[list[tuple[str, Path]], list[dict[str, Any]]]:
-    """One SRC's table files as (rel, path), and rejects; `many`: one of several SRC paths (a
-    file is then named as given, else by its name)."""
+    """One SRC's table files as (rel, path), and rejects; `many`: a file named as given."""
     root = Path(src)
     if root.is_dir():
         return walk(root, _is_table)
@@ -93,8 +89,7 @@ def sources_of(src: str | list[str] | None) -> list[str]:
 
 
 def list_tables(src: str | list[str]) -> tuple[list[tuple[str, Path]], list[dict[str, Any]]]:
-    """The table files of `src` (files, folders, quoted globs) as (rel, path) in SRC order (each
-    folder or glob sorted), once each, and rejects for those that cannot be read or are empty."""
+    """The table files of `src` as (rel, path) in SRC order, once each, and rejects."""
     paths = sources_of(src)
     found: list[tuple[str, Path]] = []
     rejects: list[dict[str, Any]] = []
@@ -115,8 +110,7 @@ def list_tables(src: str | list[str]) -> tuple[list[tuple[str, Path]], list[dict
 
 
 def decompressed(rel: str, path: Path, folder: Path, index: int) -> Path:
-    """A compressed table decompressed into `folder` (the run folder), in bounded memory; a plain
-    one as it is."""
+    """A compressed table decompressed into `folder` in bounded memory; a plain one as is."""
     fmt, codec = table_format(path)
     if codec is None:
         return path
@@ -131,8 +125,7 @@ def decompressed(rel: str, path: Path, folder: Path, index: int) -> Path:
 
 
 def _cuts(path: Path, size: int, quoted: bool) -> Iterator[tuple[int, int]]:
-    """Byte ranges of about `size` ending at line ends outside quotes (an even count of `"`
-    before the cut: RFC 4180 escapes a quote as two)."""
+    """Byte ranges of about `size` ending at line ends outside quotes (an even count of `"`)."""
     total = path.stat().st_size
     start = 0
     with open(path, "rb") as f:
@@ -162,19 +155,13 @@ def blocks(rel: str, path: Path, block_bytes: int = BLOCK_BYTES) -> Iterator[Blo
             raise PrepError(f"{rel}: not a readable Parquet file ({e}). HINT: rewrite it") from e
         yield from (Block(str(path), rel, fmt, g, g + 1) for g in range(groups))
         return
-    header = _header_end(path) if fmt in ("csv", "tsv") else 0
+    header = 0  # where the header line ends (a header alone: the file has no rows)
+    if fmt in ("csv", "tsv"):
+        with open(path, "rb") as f:
+            header = len(f.readline(1 << 20).rstrip(b"\n")) + 1
     for a, b in _cuts(path, block_bytes, fmt != "jsonl"):
         if b > max(a, header):
             yield Block(str(path), rel, fmt, max(a, header), b)
-
-
-def _header_end(path: Path) -> int:
-    """Where the header line ends (a header alone: the file has no rows)."""
-    with open(path, "rb") as f:
-        line = f.readline(1 << 20)
-    if not line.endswith(b"\n"):
-        line += b"\n"
-    return len(line)
 
 
 def read_block(
@@ -184,9 +171,8 @@ def read_block(
     types: dict[str, pa.DataType] | None = None,
     delimiter: str | None = None,
 ) -> pa.Table:
-    """The block's rows; rows with too many or too few fields are skipped and recorded in
-    `rejects`, each with its `row` in the block (from 1). CSV columns get `types` where given,
-    else pyarrow's inference (text that is not UTF-8 comes back as binary)."""
+    """The block's rows; rows with the wrong field count go to `rejects` (`row`: from 1).
+    CSV columns get `types` where given, else pyarrow's inference."""
     path = Path(block.path)
     if block.fmt == "parquet":
         return pq.ParquetFile(path).read_row_group(block.start)

@@ -1,12 +1,12 @@
-"""Per-volume targets of `prep volumes --targets FILE.csv` (and per clip of `prep audio`): one
-CSV row per scan, its first column the scan's path under SRC or its stem (`ct/a.nii.gz` or `ct/a`;
-a DICOM series by its folder). Every other column is a target, a column field of its own in the
-smallest dtype that holds it: integers, numbers, or class names (as indices in their sorted set).
-A scan without a row is a `target_missing` reject; a bad row stops the run, naming its line."""
+"""Per-volume targets of `prep volumes --targets FILE.csv` (and per clip of `prep audio`): a CSV
+row per scan, named by its path under SRC or its stem, then target columns, each a column field
+in the smallest dtype that holds it (integers, numbers, class names as indices). A scan without
+a row is a `target_missing` reject; a bad row stops the run, naming its line."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,7 @@ from loaders.format.spec import smallest_uint
 from prep.media.table.types import NUMBER, int_dtype
 from prep.run.errors import PrepError
 from prep.run.inputs import INTEGER, read_rows, reject_record
-from prep.sources.volumes import Item, stem
+from prep.sources.volumes import stem
 
 FIELD = "volume_target"  # arrays volume_target_0, volume_target_1, ... in column order
 _NUMBER = re.compile(NUMBER)
@@ -30,10 +30,6 @@ class Column:
     name: str
     dtype: str
     classes: list[str] | None = None
-
-    @property
-    def floats(self) -> bool:
-        return np.dtype(self.dtype).kind == "f"
 
 
 @dataclass
@@ -119,8 +115,7 @@ SCAN_HINT = "a scan's path under SRC or its stem (ct/a.nii.gz or ct/a)"
 
 
 def check_rows(targets: Targets, keys: set[str], noun: str = "scan", hint: str = SCAN_HINT) -> None:
-    """Every row names one of `keys` (of every input listed, rejected or not), else PrepError
-    naming the first row that does not (`noun`: what it should name, `hint`: how)."""
+    """PrepError naming the first row that names none of `keys` (every input listed)."""
     stray = [key for key in targets.rows if key not in keys]
     if stray:
         raise PrepError(
@@ -129,14 +124,17 @@ def check_rows(targets: Targets, keys: set[str], noun: str = "scan", hint: str =
         )
 
 
-def attach(targets: Targets, items: list[Item]) -> tuple[list[Item], list[dict[str, Any]]]:
-    """`items` with their row's values; a `target_missing` reject for each scan without one."""
+def attach(
+    targets: Targets, items: list[Any], key: Callable[[str], str] = scan_key, code: str = "target"
+) -> tuple[list[Any], list[dict[str, Any]]]:
+    """`items` (volumes' or audio's, each with `rel` and `target`) with their row's values, by
+    path or `key` (its stem); a `<code>_missing` reject for each without one."""
     kept, rejects = [], []
     for it in items:
-        values = targets.rows.get(scan_key(it.rel))
+        values = targets.rows.get(it.rel, targets.rows.get(key(it.rel)))
         if values is None:
             why = f"no row in {targets.path.name} names it (or its stem)"
-            rejects.append(reject_record(it.rel, "target_missing", why))
+            rejects.append(reject_record(it.rel, f"{code}_missing", why))
         else:
             kept.append(replace(it, target=values))
     return kept, rejects

@@ -1,6 +1,5 @@
-"""`prep tokenize --glob`: text files of any extension chosen by name (or, for a pattern holding
-"/", by path relative to SRC), read as `.txt` files are: UTF-8, one document a file (a line with
---split-lines); a matched `.jsonl` file is still read as JSON lines."""
+"""`prep tokenize --glob`: text files chosen by name (by relative path for a pattern holding "/"),
+read as `.txt` files (one document a file, a line with --split-lines), `.jsonl` as JSON lines."""
 
 from __future__ import annotations
 
@@ -43,8 +42,7 @@ def _piece(path: Path, rel: str, line_mode: str) -> Piece | dict[str, Any]:
 def list_matching(
     src: Path, glob: str, split_lines: bool
 ) -> tuple[list[Piece], list[dict[str, Any]]]:
-    """The files of SRC (a folder, or one file) that --glob matches, sorted by relative path,
-    and rejects for those that cannot be read."""
+    """The files of SRC that --glob matches, sorted, and rejects for the unreadable."""
     pats = listed(glob, "--glob", str)  # '*.py, *.md' -> ['*.py', '*.md']
     if not pats:
         raise PrepError(f"--glob {glob!r} holds no pattern. HINT: e.g. --glob '*.py,*.md'")

@@ -39,15 +39,16 @@ def stem(rel: str) -> str | None:
 def list_volumes(
     src: Path, labels: Path | None
 ) -> tuple[list[Item], list[dict[str, Any]], list[tuple[str, int, int]]]:
-    """Sorted inputs under `src` (a folder or one NIfTI file): NIfTI files and folders of .dcm
-    slices; rejects; and (path, size, mtime) of every file read, for --resume's fingerprint."""
+    """Sorted NIfTI files and DICOM folders under `src`, rejects, and the (path, size,
+    mtime) of every file read (--resume's fingerprint)."""
     if src.is_file():
         problem = check_file(src, src.name)
         found, rejects = ([], [problem]) if problem else ([(src.name, src)], [])
     else:
         found, rejects = walk(src, frozenset({".nii", ".gz", ".dcm"}))
     items, seen = [], []
-    label_files = dict(_labels(labels)) if labels is not None else {}
+    found_labels = walk(labels, frozenset({".nii", ".gz"}))[0] if labels is not None else []
+    label_files = {s: p for rel, p in found_labels if (s := stem(rel)) is not None}
     for rel, path, files in _inputs(found):
         rel = src.name if rel == "." else rel  # SRC is itself one DICOM series
         key, lab = stem(rel) or rel, None
@@ -69,11 +70,6 @@ def _inputs(found: list[tuple[str, Path]]) -> list[tuple[str, Path, list[Path]]]
             inputs.append((rel, path, [path]))
     inputs += [(rel, files[0].parent, files) for rel, files in series.items()]
     return sorted(inputs, key=lambda x: x[0])
-
-
-def _labels(root: Path) -> list[tuple[str, Path]]:
-    found, _ = walk(root, frozenset({".nii", ".gz"}))
-    return [(s, p) for rel, p in found if (s := stem(rel)) is not None]
 
 
 @dataclass
@@ -160,8 +156,7 @@ def _class_ids(data: np.ndarray) -> np.ndarray:
 
 
 def read_pair(item: Item, volume_index: int | None) -> tuple[Scan, Scan | None]:
-    """The image and its label volume (same shape and affine), or Reject; a label's own
-    problems are `label_<code>`."""
+    """The image and its label volume (same shape and affine), or Reject (`label_<code>`)."""
     scan = read_scan(item.path, volume_index)
     if item.label is None:
         return scan, None

@@ -26,8 +26,7 @@ from prep.run.errors import PrepError
 from prep.run.inputs import Reject
 from prep.run.samples import array_specs
 from prep.run.shardwriter import shard_task, write_shard
-from prep.sources.images import Item, Listing
-from prep.sources.listing import list_images, split_counts
+from prep.sources.images import Item, Listing, list_images, split_counts
 
 PackSummary = RunSummary
 
