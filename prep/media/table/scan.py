@@ -13,8 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from prep.kinds.table.config import TableConfig
-from prep.media.table.stats import Stats, decide
-from prep.media.table.types import Column, as_text, kept_form
+from prep.media.table.types import Column, Stats, as_text, decide, kept_form
 from prep.run.errors import PrepError
 from prep.run.inputs import reject_record, warn
 from prep.sources.hashsplit import val_mask
