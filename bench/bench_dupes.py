@@ -122,7 +122,7 @@ def speeds(
     hashing adds to prep pack), the --drop-dupes pass (its own 1/8-scale decode), imagehash."""
     from prep.kinds.images.config import PackConfig
     from prep.kinds.images.dupes import hash_items
-    from prep.media.image.hashing import image_phash
+    from prep.media.image.groups import image_phash
     from prep.sources.images import Item
 
     items = [Item(f, f.name) for f in files]
@@ -141,7 +141,7 @@ def planted_rows(args: argparse.Namespace, work: Path) -> list[Row]:
     from prep.inspect.dupes import DEFAULT_DISTANCE as D
     from prep.inspect.dupes import dataset_hashes
     from prep.media.image.decode import decode_image
-    from prep.media.image.hashing import DHASH_SHAPE, dhash, thumbnail
+    from prep.media.image.groups import DHASH_SHAPE, dhash, thumbnail
 
     folder, out, truth = planted_set(args, work, combined=False)
     files, ref = sorted(folder.rglob("*.jpg")), {}

@@ -17,7 +17,7 @@ from bench_dupes import EDITS, edit
 from rows import HERE
 
 from prep.media.image.decode import decode_image
-from prep.media.image.hashing import DHASH_SHAPE, _dct_rows, dhash, pack_bits, phash, thumbnail
+from prep.media.image.groups import DHASH_SHAPE, _dct_rows, dhash, pack_bits, phash, thumbnail
 
 PLAIN = _dct_rows(32, slice(1, 9))
 

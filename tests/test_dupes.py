@@ -26,7 +26,7 @@ from prep.inspect.dupes import (
 )
 from prep.kinds.images.config import PackConfig
 from prep.media.image.decode import decode_image
-from prep.media.image.hashing import image_phash
+from prep.media.image.groups import image_phash
 from prep.media.image.near import brute_force, within
 from prep.run.errors import PrepError
 

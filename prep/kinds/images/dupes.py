@@ -14,8 +14,7 @@ import numpy as np
 
 from prep.kinds.images.config import PackConfig
 from prep.media.image.decode import decode_image
-from prep.media.image.groups import phash_groups
-from prep.media.image.hashing import image_phash
+from prep.media.image.groups import image_phash, phash_groups
 from prep.run.inputs import Reject, reject_record
 from prep.run.parallel import progress
 from prep.sources.images import Item

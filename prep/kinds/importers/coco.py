@@ -1,5 +1,5 @@
 """`prep import coco`: a COCO instances JSON and its images as samples: image, boxes (in the
-stored image's pixels: prep.fields.boxes), labels (contiguous ids, the category names their
+stored image's pixels: prep.fields.image), labels (contiguous ids, the category names their
 classes), iscrowd, area, image_id and source (the image's file_name). The JSON is read once,
 in the parent (prep.kinds.importers.coco_items): each image is an input carrying its
 annotations, so the workers open no JSON.

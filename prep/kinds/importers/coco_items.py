@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from prep.fields.boxes import kept, outside_rows
+from prep.fields.image import kept, outside_rows
 from prep.kinds.importers.config import CocoConfig
 from prep.kinds.importers.paths import Tree
 from prep.run.errors import PrepError
