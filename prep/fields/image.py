@@ -50,8 +50,7 @@ def place_boxes(boxes: np.ndarray, upright: tuple[int, int], size: int, mode: st
 def place_keypoints(
     points: np.ndarray, upright: tuple[int, int], size: int, mode: str
 ) -> np.ndarray:
-    """float32 (N, K, 3) keypoints (x, y, visibility) in the pixels of the sample; one outside
-    it or not labelled (v = 0) becomes (0, 0, 0)."""
+    """float32 (N, K, 3) keypoints (x, y, v) in the sample; outside or v = 0: (0, 0, 0)."""
     pts = np.asarray(points, np.float64).reshape(-1, 3).copy()
     pts[:, :2] = place_xy(pts[:, :2], upright, size, mode)
     h, w = geometry(*upright, size, mode).shape
@@ -74,8 +73,7 @@ def shown(upright: tuple[int, int], size: int, mode: str) -> tuple[float, float,
 def kept(
     boxes: np.ndarray, upright: tuple[int, int], sizes: Sequence[int], mode: str
 ) -> np.ndarray:
-    """bool (N,): the boxes left with an area at every one of `sizes` (the others are dropped
-    at all sizes: a sample's boxes and labels are the same at each)."""
+    """bool (N,): the boxes left with an area at every one of `sizes`."""
     keep = np.ones(len(boxes), dtype=bool)
     for size in sizes:
         b = place_boxes(boxes, upright, size, mode)
@@ -84,8 +82,8 @@ def kept(
 
 
 def outside_rows(boxes: np.ndarray, upright: tuple[int, int], slack: float = 1.0) -> np.ndarray:
-    """bool (N,): the boxes that are not x0 <= x1, y0 <= y1 within the (h, w) image (`slack`
-    px allowed beyond its edges: annotation tools round), NaN included."""
+    """bool (N,): the boxes not x0 <= x1, y0 <= y1 within the (h, w) image (`slack` px beyond
+    its edges: annotation tools round), NaN included."""
     b = np.asarray(boxes, np.float64).reshape(-1, 4)
     h, w = upright
     bad = ~np.isfinite(b).all(axis=1) | (b[:, 0] < -slack) | (b[:, 1] < -slack)
@@ -114,7 +112,6 @@ class Image(kinds.Image):
         return self.encode_counted(value)[0]
 
     def encode_counted(self, value: Any) -> tuple[dict[str, np.ndarray], dict[int, np.ndarray]]:
-        """encode()'s arrays, and the pixels stored at each size before any JPEG encoding."""
         img, upright = self.pixels(value)
         out: dict[str, np.ndarray] = {"upright": np.asarray(upright, np.int64)}
         specs = {s.size: s for s in self.arrays("") if s.role == "image"}
@@ -129,7 +126,6 @@ class Image(kinds.Image):
         return out, pixels
 
     def counter(self) -> PixelSums:
-        """A shard's count of the pixels stored (prep.run.samples.Counting)."""
         return PixelSums()
 
     def stats(self, records: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -139,7 +135,6 @@ class Image(kinds.Image):
 
 
 def _array_pixels(value: Any, gray: bool, max_pixels: int) -> tuple[np.ndarray, tuple[int, int]]:
-    """A PIL image or uint8 array as RGB, or one channel with `gray`."""
     from PIL import Image as PILImage
 
     if isinstance(value, PILImage.Image):
@@ -185,9 +180,8 @@ class Mask(kinds.Mask):
 
 
 class Boxes(kinds.Boxes):
-    """Boxes (N, 4) (x0, y0, x1, y1) in the pixels of field `image`'s upright full-size image,
-    or {"xyxy": boxes, "hw": [h, w]}: drawn on an image that must be of that size. A box the
-    crop leaves with no area is kept (`prep import coco` drops those: boxes.kept)."""
+    """Boxes (N, 4) (x0, y0, x1, y1) in field `image`'s upright full-size pixels, or {"xyxy":
+    boxes, "hw": [h, w]} (drawn on an image of that size). One the crop empties is kept."""
 
     def encode_for(self, value: Any, upright: tuple[int, int]) -> dict[str, np.ndarray]:
         if isinstance(value, dict):
@@ -232,8 +226,7 @@ class Instances(kinds.Instances):
 
 
 class Keypoints(kinds.Keypoints):
-    """Keypoints (N, joints, 3): x, y in the pixels of field `image`'s upright full-size image,
-    and a visibility (COCO's 0: not labelled, 1: hidden, 2: visible)."""
+    """Keypoints (N, joints, 3): x, y in field `image`'s upright full-size pixels, COCO's v."""
 
     def encode_for(self, value: Any, upright: tuple[int, int]) -> dict[str, np.ndarray]:
         points = as_array(value, np.dtype("float32"))
@@ -249,9 +242,8 @@ class Keypoints(kinds.Keypoints):
 
 
 class Polygons(polygons.Polygons):
-    """Polygons of field `image`, each (k, 2) points (x, y) or COCO's flat [x0, y0, x1, y1, ...],
-    k >= 3, in its upright full-size pixels; each is cut to what every size shows (fill's crop),
-    one left without area goes."""
+    """Polygons of field `image`, each k >= 3 (x, y) points or COCO's flat list, in its upright
+    full-size pixels; cut to what every size shows, dropped if left without area."""
 
     def encode_for(self, value: Any, upright: tuple[int, int]) -> dict[str, np.ndarray]:
         try:
@@ -273,8 +265,7 @@ class Polygons(polygons.Polygons):
 
 
 class Video(kinds.Video):
-    """Frames of one video ((h, w, 3) uint8 arrays of one shape), stored back to back, raw or
-    one JPEG a frame, with their (h, w) and where each frame's bytes end."""
+    """Frames of one video ((h, w, 3) uint8, one shape), back to back, raw or JPEG each."""
 
     def encode(self, value: Sequence[np.ndarray] | Any) -> dict[str, np.ndarray]:
         frames = list(value)
@@ -293,8 +284,7 @@ class Video(kinds.Video):
 
 
 class Tokens(kinds.Tokens):
-    """Token ids of a str by the tokenizer.json `tokenizer` (kept in the dataset as
-    NAME.tokenizer.json), or ids given as they are."""
+    """Token ids of a str by the tokenizer.json `tokenizer`, or ids given as they are."""
 
     def __init__(self, tokenizer: str | Path, vocab_size: int | None = None):
         path = Path(tokenizer)

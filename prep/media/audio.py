@@ -1,9 +1,7 @@
-"""A sound file decoded once (libsndfile, else FFmpeg through PyAV: AAC, M4A, WMA...), fitted to
-the stored channels, resampled with soxr and converted to the stored dtype. Bad input raises
-Reject with one of the README's codes. A file's length is never trusted to size a buffer: a
-header that claims more than the cap (`Limit`) is refused before decoding, and decoding reads
-blocks, so a FLAC whose STREAMINFO claims 2**36 samples costs what its real samples do.
-"""
+"""A sound file decoded once (libsndfile, else FFmpeg through PyAV), fitted to the stored
+channels, resampled with soxr, converted to the stored dtype; bad input raises Reject (README
+codes). A header's length never sizes a buffer: over the cap (`Limit`) it is refused, and
+decoding reads blocks, so a file costs what its real samples do."""
 
 from __future__ import annotations
 
@@ -28,11 +26,9 @@ UNKNOWN = 2**63 - 1  # libsndfile's frame count of a stream that does not say (a
 DEFAULT_MAX_FILE_SECONDS = 7200.0  # 2 hours: a long podcast or recorded session
 # The cap counts samples (frames x channels) as seconds of this: memory follows samples.
 CAP_RATE, CAP_CHANNELS = 48000, 2
-# libsndfile's error codes that mean "not mine": try FFmpeg instead (7: its MP3 reader on a file
-# without one MPEG frame, "File does not exist...": FFmpeg says better what the file is not).
+# libsndfile's error codes that mean "not mine": FFmpeg says better what the file is not.
 _NOT_RECOGNISED = (1, 4, 7)
-# "Internal psf_fseek() failed": soundfile seeks to where each read ended, which fails once a
-# read passes the real end of a FLAC whose STREAMINFO claims more samples.
+# "Internal psf_fseek() failed": a read passed the real end of a FLAC that claims more.
 _SEEK_FAILED = 39
 
 
@@ -44,8 +40,7 @@ class Decoded:
 
 @dataclass(frozen=True)
 class Limit:
-    """The most a file may hold: `seconds` long, and no more samples than `seconds` of 48 kHz
-    stereo (decoded to float32, 384 kB a second).
+    """The most a file may hold: `seconds` long, and no more samples than that of 48 kHz stereo.
 
     >>> Limit(60).over(8000 * 61, 8000, 1)
     '61.0 s, over --max-file-seconds 60'
@@ -56,7 +51,6 @@ class Limit:
     seconds: float = DEFAULT_MAX_FILE_SECONDS
 
     def over(self, frames: int, rate: int, channels: int) -> str | None:
-        """How `frames` at `rate` Hz exceed the cap, or None."""
         long, cap = f"{frames / rate:.1f} s", f"--max-file-seconds {self.seconds:g}"
         if frames / rate > self.seconds:
             return f"{long}, over {cap}"
@@ -66,7 +60,6 @@ class Limit:
         return None
 
     def check(self, frames: int, rate: int, channels: int, what: str) -> None:
-        """Reject `too_long` when `frames` (as `what` gives them) exceed the cap."""
         why = self.over(frames, rate, channels)
         if why is not None:
             raise Reject(
@@ -79,7 +72,7 @@ def _short(got: int, expected: int) -> bool:
 
 
 def _wav_rate(path: Path) -> int | None:
-    """The sample rate a RIFF/WAVE header states (None: not a WAV, or no fmt chunk)."""
+    """The sample rate a RIFF/WAVE header states (None: not a WAV)."""
     with open(path, "rb") as f:
         head = f.read(4096)
     at = head.find(b"fmt ")
@@ -130,8 +123,7 @@ def read_soundfile(path: Path, limit: Limit = Limit()) -> Decoded | None:
 
 
 def _blocks(f: Any, rate: int, frames: int, limit: Limit) -> np.ndarray:
-    """The rest of libsndfile file `f` as float32 (frames, channels), BLOCK frames a read:
-    memory follows the samples the file holds, not its header's `frames`."""
+    """The rest of libsndfile file `f` as float32 (frames, channels), BLOCK frames a read."""
     import soundfile as sf
 
     blocks, got = [], 0
@@ -206,8 +198,7 @@ def read_audio(path: Path, limit: Limit = Limit()) -> Decoded:
 
 
 def fit_channels(samples: np.ndarray, channels: int, mono: bool) -> np.ndarray:
-    """(frames, C) -> (frames,) averaged for `mono`, else (frames, channels), one channel
-    repeated.
+    """(frames, C) -> (frames,) averaged for `mono`, else (frames, channels), mono repeated.
 
     >>> fit_channels(np.array([[1.0, 3.0]], np.float32), 1, True).tolist()
     [2.0]
@@ -228,8 +219,7 @@ def fit_channels(samples: np.ndarray, channels: int, mono: bool) -> np.ndarray:
 
 
 def to_stored(x: np.ndarray, dtype: str) -> np.ndarray:
-    """Float samples (full scale 1.0) as stored: int16 rounds x * 32768 and clips, as any int16
-    writer does; float16 clips to its finite range.
+    """Float samples (full scale 1.0) as stored: int16 rounds x * 32768 and clips; float16 clips.
 
     >>> to_stored(np.array([-1.0, 0.5, 1.0]), "int16").tolist()
     [-32768, 16384, 32767]

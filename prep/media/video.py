@@ -1,13 +1,7 @@
-"""A video decoded once with PyAV at a fixed frame rate: frames picked by their timestamps,
-turned upright by the rotation the file carries, and resized by pack's geometry. Bad input
-raises Reject with one of the README's codes.
-
-Output frame k shows the source at time k / fps from its first frame: the last source frame
-that starts at or before then (what a player shows), so a variable-frame-rate file comes out
-right. Every frame is decoded (inter-frame codecs need them); only the picked ones are
-converted. A small file's cost is bounded: frames over `max_pixels` are refused (from the
-header, and as decoded), and the frames picked may not outrun the file (`_check_reach`).
-"""
+"""A video decoded once with PyAV at a fixed frame rate, turned upright, resized by pack's
+geometry; bad input raises Reject (README codes). Frame k is the last source frame starting at
+or before k / fps (what a player shows: variable frame rates come out right). A file's cost is
+bounded: frames over `max_pixels` are refused, the frames picked may not outrun the file."""
 
 from __future__ import annotations
 
@@ -120,8 +114,7 @@ def _check_pixels(w: int, h: int, max_pixels: int, what: str) -> None:
 def _timed(
     frames: Iterator[Any], rate: float, max_pixels: int = MAX_PIXELS
 ) -> Iterator[tuple[float, float, Any]]:
-    """(start, duration, frame) in seconds (index / rate without a timestamp); a frame over
-    `max_pixels` (the header understated it) refused as soon as it is decoded."""
+    """(start, duration, frame) in seconds; a frame over `max_pixels` refused when decoded."""
     for n, frame in enumerate(frames):
         _check_pixels(frame.width, frame.height, max_pixels, f"frame {n} is")
         t = frame.time if frame.pts is not None else n / rate
@@ -137,16 +130,14 @@ def _pick(
     mode: str,
     said: float | None = None,
 ) -> tuple[list[np.ndarray], float, int, int]:
-    """The frames shown at 0, 1 / fps, ... s from the first until the last ends; the duration,
-    rotation and frames decoded. `said`: the header's duration in seconds, if it gives one."""
+    """The frames shown at 0, 1 / fps, ... s until the last ends; duration, rotation, decoded."""
     out: list[np.ndarray] = []
     first, shown, end, k, n, rotation = None, None, 0.0, 0, 0, 0
     fitted: tuple[int, np.ndarray] | None = None  # the last frame converted: (its number, pixels)
     moved = False  # whether any frame starts after the first
 
     def show_until(reach: float) -> None:
-        """Store frame `shown` (number, frame), converted once, at each time before `reach`; a
-        resolution that changes part way keeps the first frame's shape."""
+        """Store `shown`, converted once, at each time before `reach`, in the first's shape."""
         nonlocal k, fitted
         if shown is None:
             return
@@ -175,8 +166,8 @@ def _pick(
 
 
 def _check_reach(reach: float, k: int, n: int, fps: float, said: float | None) -> None:
-    """Refuse picking on to `reach` s (`k` stored so far) when that stores over REPEAT frames
-    for each of the `n` decoded, or runs well past `said`."""
+    """Refuse reaching `reach` s when that stores over REPEAT frames a decoded one, or runs
+    well past `said` (the header's duration)."""
     if said is not None and reach - said > max(said, 1.0):
         raise Reject(
             "timestamps", f"its frames run to {reach:.1f} s, its header says {said:.1f} s long"
@@ -193,8 +184,7 @@ def _check_reach(reach: float, k: int, n: int, fps: float, said: float | None) -
 
 
 def _check_whole(stream: Any, decoded: int, end: float, rate: float, said: float | None) -> None:
-    """Refuse a file that ends early (a cut download): fewer frames than its header counts, or
-    an end well before its header's duration."""
+    """Refuse a file that ends early: fewer frames or seconds than its header says."""
     if stream.frames and decoded < stream.frames:
         raise Reject("truncated", f"{decoded} of the {stream.frames} frames its header counts")
     if said and said - end > max(SLACK * said, 2.0 / rate):

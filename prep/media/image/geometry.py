@@ -70,10 +70,8 @@ def geometry(h: int, w: int, size: int, mode: str) -> Geometry:
 
 
 def resize(img: np.ndarray, hw: tuple[int, int], nearest: bool = False) -> np.ndarray:
-    """Shrink without aliasing, cheaply: bilinear while the factor is under ~2 (it still reads
-    every source pixel; a DCT-reduced JPEG always is), area averaging beyond; bilinear to
-    enlarge; nearest for class-id masks. (Bench photos: 0.9 levels from full-size INTER_AREA,
-    at 1/5 of its cost.)"""
+    """Shrink without aliasing, cheaply: bilinear under ~2x (it still reads every pixel), area
+    beyond (0.9 levels from INTER_AREA, at 1/5 its cost); bilinear to enlarge; nearest: masks."""
     h, w = hw
     if img.shape[:2] == (h, w):
         return img

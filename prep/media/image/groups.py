@@ -40,9 +40,8 @@ def pack_bits(bits: np.ndarray) -> np.ndarray:
 
 
 def phash(gray: np.ndarray) -> np.ndarray:
-    """(N, 32, 32) uint8 grey thumbnails -> (N,) uint64: the thumbnail times a Hann window (the
-    border, where crops act, weighs little), its 8x8 lowest DCT-II frequencies, a bit 1 where a
-    coefficient is above their median (half the bits are ones: distances are even)."""
+    """(N, 32, 32) uint8 grey thumbnails -> (N,) uint64: Hann-windowed (crops act at the border),
+    the 8x8 lowest DCT-II frequencies, a bit 1 above their median (half the bits are ones)."""
     x = np.asarray(gray, dtype=np.float32) * WINDOW
     coef = _BASIS @ x @ _BASIS.T  # (N, 8, 8): one matmul pair for the whole batch
     flat = coef.reshape(len(x), 64)
@@ -51,17 +50,14 @@ def phash(gray: np.ndarray) -> np.ndarray:
 
 
 def dhash(gray: np.ndarray) -> np.ndarray:
-    """(N, 8, 9) uint8 grey thumbnails -> (N,) uint64: a bit 1 where a pixel is brighter than
-    its left neighbour (measured against the pHash, not stored)."""
+    """(N, 8, 9) uint8 -> (N,) uint64: a bit 1 where a pixel is brighter than its left (bench)."""
     x = np.asarray(gray, dtype=np.int16)
     return pack_bits(x[:, :, 1:] > x[:, :, :-1])
 
 
 def thumbnail(img: np.ndarray, shape: tuple[int, int] = (PHASH_SIDE, PHASH_SIDE)) -> np.ndarray:
-    """(H, W, 3) RGB or (H, W) grey uint8 -> its (h, w) grey thumbnail, area-averaged: made grey,
-    then brought to a whole multiple of the thumbnail by a bilinear step under 2x, so INTER_AREA
-    takes its fast integer path (a quarter cheaper, within a level; cutting the rest off
-    instead kept 91% of 5% crops within 6 bits, not 98%)."""
+    """(H, W, 3) RGB or (H, W) grey uint8 -> its (h, w) grey thumbnail, area-averaged after a
+    bilinear step to a whole multiple (INTER_AREA's fast integer path: a quarter cheaper)."""
     import cv2
 
     gray = cv2.cvtColor(img, cv2.COLOR_RGB2GRAY) if img.ndim == 3 else img
@@ -78,8 +74,7 @@ def image_phash(img: np.ndarray) -> int:
 
 
 def pixel_digest(pixels: np.ndarray) -> np.ndarray:
-    """sha256 of a stored sample's pixels and shape, (32,) uint8: equal for two sources that
-    decode to the same stored image."""
+    """sha256 of a stored sample's pixels and shape, (32,) uint8."""
     hwc = pixels.reshape(pixels.shape[0], pixels.shape[1], -1)  # grey: (H, W) as (H, W, 1)
     h = hashlib.sha256(np.asarray(hwc.shape, dtype=np.int64).tobytes())
     h.update(np.ascontiguousarray(hwc, dtype=np.uint8).data)
@@ -109,9 +104,8 @@ class Hashes:
 
 @dataclass
 class Group:
-    """Near-duplicates: `members` in dataset order, the first the one to keep; `distances[k]`
-    is member k's Hamming distance to members[0] (a chain of near pairs can make it larger than
-    the search's)."""
+    """Near-duplicates in dataset order, the first kept; `distances[k]`: member k's to the first
+    (a chain of near pairs can make it larger than the search's)."""
 
     members: list[int]
     paths: list[str]
@@ -135,8 +129,8 @@ def _components(n: int, pairs: np.ndarray) -> np.ndarray:
 
 
 def digest_pairs(a: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
-    """(K, 2) pairs of samples with the same stored pixels (equal digests): within `a` (each
-    item linked to the first of its digest), or between `a` and `b` (i in a, j in b)."""
+    """(K, 2) pairs with equal digests: within `a` (each to the first of its digest), or
+    between `a` and `b` (i in a, j in b)."""
     rows = np.ascontiguousarray(a if b is None else np.concatenate([a, b]), dtype=np.uint8)
     _, first, inverse = np.unique(rows, axis=0, return_index=True, return_inverse=True)
     head = first[inverse.reshape(-1)]
@@ -180,7 +174,7 @@ def phash_groups(
 
 def _distinct(phash: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(distinct hashes, the first index of each, each item's distinct hash): the search runs
-    on distinct hashes (a thousand copies of one blank image are not a million pairs)."""
+    on distinct hashes (copies of one blank image are not a million pairs)."""
     uniq, first, inverse = np.unique(
         np.asarray(phash, dtype=np.uint64), return_index=True, return_inverse=True
     )

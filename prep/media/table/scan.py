@@ -1,7 +1,6 @@
-"""The scan: every block of every table file parsed once, before any shard is written. It
-decides the columns' types, train vocabularies and statistics and each block's row count, and
-keeps each parsed block in the run folder (`.prep-run/blocks/NNNNN.arrow`, Arrow IPC: text as
-dictionaries, floats as float32 unless --float16, then the val mask) for the shard tasks."""
+"""The scan: every block of every table file parsed once, before any shard: the columns' types,
+vocabularies and statistics, each block's rows; each parsed block kept for the shard tasks
+(`.prep-run/blocks/NNNNN.arrow`, Arrow IPC: text as dictionaries, then the val mask)."""
 
 from __future__ import annotations
 
@@ -67,9 +66,8 @@ def _check_columns(
 
 
 def scan_block(block: Block, cfg: TableConfig, keep: int | None, folder: Path) -> _Block:
-    """One block's columns, row count and statistics (rows numbered from block.first_row),
-    its parsed cells kept in `folder`; `keep`: at most that many rows (--limit). Text cells are
-    checked as UTF-8; --categorical CSV columns read as text ("01" is not 1)."""
+    """One block's columns, rows and statistics, its cells kept in `folder`; `keep`: --limit.
+    --categorical CSV columns read as text ("01" is not 1)."""
     coded = set(cfg.names("categorical"))
     rejects: list[dict[str, Any]] = []
     types = {n: pa.dictionary(pa.int32(), pa.binary()) for n in cfg.names("categorical")}
@@ -119,8 +117,8 @@ def _without_missing_target(
 
 
 def _scan_all(todo: list[Block], cfg: TableConfig, folder: Path) -> list[_Block]:
-    """Every block at once, one task per block (no --limit). The row numbers in a block's
-    errors need the rows before it: on an error the scan runs again in order, to name them."""
+    """Every block at once (no --limit); on an error the scan runs again in order, to name the
+    rows."""
     from prep.run.parallel import run_tasks
 
     args = [(b, cfg, folder) for b in todo]

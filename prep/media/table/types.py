@@ -82,7 +82,7 @@ def as_text(arr: pa.Array, rel: str, column: str, first_row: int) -> pa.Array:
 
 
 def _casts(arr: pa.Array, to: pa.DataType) -> bool:
-    """Whether every cell converts (the first cells tried first: a failing cast costs a pass)."""
+    """Whether every cell converts (the first 64 tried first: a failing cast costs a pass)."""
     try:
         arr.drop_null().slice(0, 64).cast(to)
         arr.cast(to)
@@ -92,8 +92,7 @@ def _casts(arr: pa.Array, to: pa.DataType) -> bool:
 
 
 def classify(arr: pa.Array, values: pa.Array | None = None) -> str:
-    """The kind of one block of a column; `values`: a text block's distinct values (each
-    tried once as int, float, bool, time, not once a row)."""
+    """The kind of one block of a column; `values`: a text block's distinct values."""
     t = arr.type
     if arr.null_count == len(arr) or pa.types.is_null(t):
         return "null"
@@ -173,8 +172,7 @@ class Column:
 
 
 def kept_form(arr: pa.Array, float16: bool) -> pa.Array:
-    """Floats as float32, their stored dtype whatever the other blocks hold, unless --float16
-    (rounded once, from the parsed value); every other type as parsed."""
+    """Floats as float32 unless --float16 (rounded once, from the parsed value); others as is."""
     if pa.types.is_floating(arr.type) and arr.type != pa.float32() and not float16:
         return arr.cast(pa.float32(), safe=False)  # no range check: out of range is inf
     return arr
@@ -200,8 +198,7 @@ def encode(arr: pa.Array, col: Column, vocab: pa.Array | None = None) -> np.ndar
 
 
 def _codes(arr: pa.Array, vocab: pa.Array, dtype: np.dtype[Any], first: int) -> np.ndarray:
-    """Codes of a block, each distinct value looked up once; vocab[0] is code `first` (0 for a
-    target's class ids: its vocabulary holds every row's value)."""
+    """Codes of a block, each distinct value looked up once; vocab[0] is code `first`."""
     enc = as_dictionary(arr)
     pos = pc.index_in(enc.dictionary, value_set=vocab)  # null: not in the train vocabulary
     lut = np.asarray(pc.add(pos.cast(pa.int64()), first).fill_null(UNSEEN), dtype=np.int64)
@@ -230,8 +227,7 @@ class Stats:
     def update(
         self, arr: pa.Array, train: np.ndarray, at: tuple[str, int], coded: bool
     ) -> pa.Array:
-        """Add one block of the column; `at`: its file and the file's row number of its start.
-        Returns the cells as the shard tasks encode them: text as a dictionary."""
+        """Add one block; `at`: (file, row of its start). The cells as the tasks encode them."""
         t = arr.type
         text = pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_dictionary(t)
         enc = as_dictionary(arr) if text or coded else None
@@ -253,8 +249,7 @@ class Stats:
         return arr
 
     def merge(self, other: Stats, offset: int) -> None:
-        """Add the statistics of the next block; `offset`: rows before it in its file that its
-        own row numbers left out (0 when they are the file's)."""
+        """Add the next block's; `offset`: rows before it in its file its row numbers left out."""
         self.kind = combine(self.kind, other.kind)
         self.rows += other.rows
         self.missing += other.missing
@@ -336,8 +331,7 @@ def decide(name: str, role: str, coded: bool, st: Stats, float16: bool) -> Colum
 
 
 def _check_text(col: Column, st: Stats) -> None:
-    """A text column that is mostly numbers holds a bad value (the first is named); one mixing
-    number blocks with text blocks cannot be coded from text counts alone."""
+    """A text column mostly numbers holds a bad value; number and text blocks cannot mix."""
     texts = st.rows - st.missing
     if st.bad is not None and 2 * st.numeric > texts:
         rel, row, value = st.bad

@@ -95,8 +95,7 @@ def read_series(folder: Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 def write_series(folder: Path, data: np.ndarray, affine: np.ndarray, seed: int) -> None:
-    """Write `data` (columns, rows, slices; int16 HU) on the grid of RAS `affine` (axis-aligned)
-    as a CT series of uint16 slices with RescaleIntercept -1024 (the demo's; deterministic UIDs)."""
+    """`data` (columns, rows, slices; int16 HU) on RAS `affine` as the demo's CT series."""
     from pydicom.dataset import Dataset, FileMetaDataset
     from pydicom.uid import CTImageStorage, ExplicitVRLittleEndian, generate_uid
 
