@@ -25,6 +25,18 @@ import numpy as np
 from bench_pack import jpeg_list
 from rows import PREP, Row, info, prep, timed, versus
 
+DHASH_SHAPE = (8, 9)  # (h, w) of the dHash thumbnail: 8 rows of 8 left-right differences
+
+
+def dhash(gray: np.ndarray) -> np.ndarray:
+    """(N, 8, 9) uint8 -> (N,) uint64: a bit 1 where a pixel is brighter than its left (the
+    dHash the pHash is measured against)."""
+    from prep.media.image.groups import pack_bits
+
+    x = np.asarray(gray, dtype=np.int16)
+    return pack_bits(x[:, :, 1:] > x[:, :, :-1])
+
+
 EDITS = ("q60", "resize 0.8", "shift 4 px", "brightness +15", "crop 5%")
 
 
@@ -141,7 +153,7 @@ def planted_rows(args: argparse.Namespace, work: Path) -> list[Row]:
     from prep.inspect.dupes import DEFAULT_DISTANCE as D
     from prep.inspect.dupes import dataset_hashes
     from prep.media.image.decode import decode_image
-    from prep.media.image.groups import DHASH_SHAPE, dhash, thumbnail
+    from prep.media.image.groups import thumbnail
 
     folder, out, truth = planted_set(args, work, combined=False)
     files, ref = sorted(folder.rglob("*.jpg")), {}

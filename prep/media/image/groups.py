@@ -3,8 +3,8 @@ hash ^ hash, popcounted, is the Hamming distance) and the exact pixel digest; on
 groups of near twins, and the leakage between two (prep dupes, prep pack --drop-dupes).
 
 >>> flat = np.zeros((1, 32, 32), np.uint8)
->>> int(phash(flat)[0]), int(dhash(np.zeros((1, 8, 9), np.uint8))[0])
-(0, 0)
+>>> int(phash(flat)[0])
+0
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import numpy as np
 from prep.media.image.near import DEFAULT_DISTANCE, near_pairs
 
 PHASH_SIDE = 32  # the pHash thumbnail; its DCT keeps rows and columns 1..8
-DHASH_SHAPE = (8, 9)  # (h, w) of the dHash thumbnail: 8 rows of 8 left-right differences
 DIGEST_BYTES = 32  # sha256
 
 
@@ -47,12 +46,6 @@ def phash(gray: np.ndarray) -> np.ndarray:
     flat = coef.reshape(len(x), 64)
     mid = np.sort(flat, axis=1)[:, 31:33].mean(axis=1, keepdims=True)  # np.median, 3x cheaper
     return pack_bits(flat > mid)
-
-
-def dhash(gray: np.ndarray) -> np.ndarray:
-    """(N, 8, 9) uint8 -> (N,) uint64: a bit 1 where a pixel is brighter than its left (bench)."""
-    x = np.asarray(gray, dtype=np.int16)
-    return pack_bits(x[:, :, 1:] > x[:, :, :-1])
 
 
 def thumbnail(img: np.ndarray, shape: tuple[int, int] = (PHASH_SIDE, PHASH_SIDE)) -> np.ndarray:
@@ -146,19 +139,13 @@ def digest_pairs(a: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
 
 def dupe_groups(h: Hashes, max_distance: int = DEFAULT_DISTANCE) -> list[Group]:
     """The groups of samples linked by near pairs or equal digests, by their first member."""
-    return phash_groups(h.phash, h.paths, max_distance, h.digest)
-
-
-def phash_groups(
-    phash: np.ndarray, paths: list[str], max_distance: int, digest: np.ndarray | None = None
-) -> list[Group]:
-    """dupe_groups of bare pHashes (`digest` None: no links by equal stored pixels)."""
+    phash, paths, digest = h.phash, h.paths, h.digest
     uniq, first, inverse = _distinct(phash)
     links = first[near_pairs(uniq, max_distance=max_distance)[:, :2]].reshape(-1, 2)
     heads = first[inverse]  # an equal hash links to its first holder: n links, not n^2 pairs
     repeat = np.flatnonzero(heads != np.arange(len(phash)))
     links = np.concatenate([links, np.stack([heads[repeat], repeat], axis=1)])
-    if digest is not None and len(digest):
+    if len(digest):
         links = np.concatenate([links, digest_pairs(digest)])
     labels = _components(len(phash), links)
     members = np.flatnonzero(labels != np.arange(len(phash)))

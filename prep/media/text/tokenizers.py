@@ -145,7 +145,6 @@ class HFTokenizer:
         from tokenizers import Tokenizer as HF
         from tokenizers import decoders, models, pre_tokenizers, trainers
 
-        check_tokenizer("bpe", vocab_size)
         tok = HF(models.BPE())
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tok.decoder = decoders.ByteLevel()
@@ -201,8 +200,7 @@ JSON_NAME = "json"  # the manifest's name for a tokenizer.json the user brought
 
 
 def tokenizer_identity(spec: str) -> tuple[str, str | None]:
-    """(name in the manifest, file in the dataset folder) of the tokenizer `spec` names."""
-    check_tokenizer(spec)
+    """(name in the manifest, file in the dataset folder) of the checked tokenizer `spec`."""
     if spec in TOKENIZERS:
         return spec, TOKENIZERS[spec].file
     return JSON_NAME, HFTokenizer.file
@@ -231,7 +229,7 @@ def check_tokenizer(spec: str, vocab_size: int | None = None) -> None:
 
 def fit_tokenizer(spec: str, corpus: Callable[[], Iterable[str]], vocab_size: int) -> Tokenizer:
     """The tokenizer `spec` names: built from the corpus, or the user's tokenizer.json."""
-    check_tokenizer(spec)
+    check_tokenizer(spec, vocab_size)
     if spec in TOKENIZERS:
         return TOKENIZERS[spec].fit(corpus, vocab_size)
     return HFTokenizer.load(Path(spec), JSON_NAME)
