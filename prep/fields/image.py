@@ -82,8 +82,7 @@ def kept(
 
 
 def outside_rows(boxes: np.ndarray, upright: tuple[int, int], slack: float = 1.0) -> np.ndarray:
-    """bool (N,): the boxes not x0 <= x1, y0 <= y1 within the (h, w) image (`slack` px beyond
-    its edges: annotation tools round), NaN included."""
+    """bool (N,): the boxes not x0 <= x1, y0 <= y1 within the image, `slack` px, NaN included."""
     b = np.asarray(boxes, np.float64).reshape(-1, 4)
     h, w = upright
     bad = ~np.isfinite(b).all(axis=1) | (b[:, 0] < -slack) | (b[:, 1] < -slack)
@@ -180,8 +179,7 @@ class Mask(kinds.Mask):
 
 
 class Boxes(kinds.Boxes):
-    """Boxes (N, 4) (x0, y0, x1, y1) in field `image`'s upright full-size pixels, or {"xyxy":
-    boxes, "hw": [h, w]} (drawn on an image of that size). One the crop empties is kept."""
+    """Boxes (N, 4) (x0, y0, x1, y1) in field `image`'s upright pixels, or {"xyxy", "hw"}."""
 
     def encode_for(self, value: Any, upright: tuple[int, int]) -> dict[str, np.ndarray]:
         if isinstance(value, dict):
@@ -242,8 +240,7 @@ class Keypoints(kinds.Keypoints):
 
 
 class Polygons(polygons.Polygons):
-    """Polygons of field `image`, each k >= 3 (x, y) points or COCO's flat list, in its upright
-    full-size pixels; cut to what every size shows, dropped if left without area."""
+    """Polygons of field `image` in its upright pixels, cut to what every size shows."""
 
     def encode_for(self, value: Any, upright: tuple[int, int]) -> dict[str, np.ndarray]:
         try:

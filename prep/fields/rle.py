@@ -19,8 +19,7 @@ MAX_COORD = 2**24
 
 
 def rle_counts(text: str) -> list[int]:
-    """COCO's compressed RLE string: 5-bit groups from '0', low first, bit 6 "more", a sign bit
-    in the last; from the third on, the difference from the count two before."""
+    """COCO's compressed RLE string (5-bit groups, deltas from the third count on) as counts."""
     counts: list[int] = []
     p = 0
     while p < len(text):

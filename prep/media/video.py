@@ -166,8 +166,7 @@ def _pick(
 
 
 def _check_reach(reach: float, k: int, n: int, fps: float, said: float | None) -> None:
-    """Refuse reaching `reach` s when that stores over REPEAT frames a decoded one, or runs
-    well past `said` (the header's duration)."""
+    """Refuse storing over REPEAT frames a decoded one, or well past `said` (the header's)."""
     if said is not None and reach - said > max(said, 1.0):
         raise Reject(
             "timestamps", f"its frames run to {reach:.1f} s, its header says {said:.1f} s long"

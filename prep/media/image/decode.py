@@ -52,8 +52,7 @@ def _upright(a: np.ndarray, orientation: int) -> np.ndarray:
 
 
 def _to_mode(im: Image.Image, gray: bool, background: tuple[int, ...]) -> Image.Image:
-    """Any Pillow mode to RGB (or L): 16-bit keeps its top byte, floats clip to 0..255, alpha
-    is composited on `background`."""
+    """Any Pillow mode to RGB (or L), as README "Pixel policy" says."""
     if im.mode in _HIGH_BIT_DEPTH or im.mode.startswith("I;16"):
         a = np.asarray(im)
         if im.mode == "F":
@@ -141,8 +140,7 @@ def draft_scale(stored: tuple[int, int], need: tuple[int, int]) -> int:
 def decode_jpeg(
     im: Image.Image, need: tuple[int, int], orientation: int, gray: bool
 ) -> np.ndarray | None:
-    """decode_image's pixels of JPEG `im` at `draft_scale` of `need` (w, h, stored orientation);
-    None: Pillow decodes the file."""
+    """decode_image's pixels of JPEG `im` at `draft_scale`, or None: Pillow decodes it."""
     fp = getattr(im, "fp", None)  # the open file of an ImageFile, until it is loaded
     if im.mode not in ("RGB", "L") or fp is None:
         return None

@@ -120,8 +120,7 @@ def sizes_from(
 
 @timed("encode")
 def encode_jpeg(img: np.ndarray, quality: int) -> np.ndarray:
-    """(H, W, 3) or (H, W, 1) uint8 -> a baseline JFIF file's bytes, uint8 (n,): the same
-    bytes for the same pixels in any process (libjpeg-turbo)."""
+    """(H, W, 3) or (H, W, 1) uint8 -> JFIF bytes (n,) uint8, the same in any process."""
     import simplejpeg
 
     gray = img.shape[2] == 1

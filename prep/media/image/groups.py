@@ -49,8 +49,8 @@ def phash(gray: np.ndarray) -> np.ndarray:
 
 
 def thumbnail(img: np.ndarray, shape: tuple[int, int] = (PHASH_SIDE, PHASH_SIDE)) -> np.ndarray:
-    """(H, W, 3) RGB or (H, W) grey uint8 -> its (h, w) grey thumbnail, area-averaged after a
-    bilinear step to a whole multiple (INTER_AREA's fast integer path: a quarter cheaper)."""
+    """(H, W, 3) RGB or (H, W) grey uint8 -> its (h, w) grey thumbnail, area-averaged."""
+    # A bilinear step to a whole multiple first: INTER_AREA's integer path, a quarter cheaper.
     import cv2
 
     gray = cv2.cvtColor(img, cv2.COLOR_RGB2GRAY) if img.ndim == 3 else img
@@ -122,8 +122,7 @@ def _components(n: int, pairs: np.ndarray) -> np.ndarray:
 
 
 def digest_pairs(a: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
-    """(K, 2) pairs with equal digests: within `a` (each to the first of its digest), or
-    between `a` and `b` (i in a, j in b)."""
+    """(K, 2) pairs with equal digests: within `a`, or between `a` and `b` (i in a, j in b)."""
     rows = np.ascontiguousarray(a if b is None else np.concatenate([a, b]), dtype=np.uint8)
     _, first, inverse = np.unique(rows, axis=0, return_index=True, return_inverse=True)
     head = first[inverse.reshape(-1)]
@@ -160,8 +159,7 @@ def dupe_groups(h: Hashes, max_distance: int = DEFAULT_DISTANCE) -> list[Group]:
 
 
 def _distinct(phash: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(distinct hashes, the first index of each, each item's distinct hash): the search runs
-    on distinct hashes (copies of one blank image are not a million pairs)."""
+    """(distinct hashes, the first index of each, each item's distinct hash)."""
     uniq, first, inverse = np.unique(
         np.asarray(phash, dtype=np.uint64), return_index=True, return_inverse=True
     )

@@ -135,8 +135,7 @@ def near_pairs(
     max_distance: int = DEFAULT_DISTANCE,
     method: str = "auto",
 ) -> np.ndarray:
-    """(K, 3) int64 rows (i, j, distance) sorted by (i, j) within `max_distance`: pairs within
-    `a` (i < j), or between `a` and `b` (i in a, j in b)."""
+    """(K, 3) int64 rows (i, j, distance) sorted: pairs within `a` (i < j), or across a, b."""
     if b is None:
         return within(a, max_distance, method)
     a, b = np.asarray(a, dtype=np.uint64), np.asarray(b, dtype=np.uint64)

@@ -66,8 +66,7 @@ def _check_columns(
 
 
 def scan_block(block: Block, cfg: TableConfig, keep: int | None, folder: Path) -> _Block:
-    """One block's columns, rows and statistics, its cells kept in `folder`; `keep`: --limit.
-    --categorical CSV columns read as text ("01" is not 1)."""
+    """One block's columns, rows and statistics, its cells kept in `folder`; `keep`: --limit."""
     coded = set(cfg.names("categorical"))
     rejects: list[dict[str, Any]] = []
     types = {n: pa.dictionary(pa.int32(), pa.binary()) for n in cfg.names("categorical")}
@@ -117,8 +116,7 @@ def _without_missing_target(
 
 
 def _scan_all(todo: list[Block], cfg: TableConfig, folder: Path) -> list[_Block]:
-    """Every block at once (no --limit); on an error the scan runs again in order, to name the
-    rows."""
+    """Every block at once (no --limit); [] on an error: a scan in order names its rows."""
     from prep.run.parallel import run_tasks
 
     args = [(b, cfg, folder) for b in todo]

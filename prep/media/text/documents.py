@@ -22,8 +22,7 @@ _CHUNK = 1 << 20
 
 @dataclass(frozen=True)
 class Piece:
-    """A byte range [start, end) of one input: one document (mode "file"), or every line
-    (modes "lines", "jsonl") that starts inside it."""
+    """A byte range of one input: one document ("file"), or the lines starting in it."""
 
     path: str
     rel: str  # the name written in rejects (posix, relative to SRC)
@@ -81,8 +80,7 @@ def list_text(src: Path, split_lines: bool) -> tuple[list[Piece], list[dict[str,
 def iter_lines(
     f: BinaryIO, start: int, end: int, max_bytes: int
 ) -> Iterator[tuple[int, int, bytes | None]]:
-    """(offset, next offset, line) of each line starting in [start, end), without its LF/CRLF;
-    a line over max_bytes is None, skipped in 1 MB reads."""
+    """(offset, next offset, line) of each line starting in [start, end); too long: None."""
     f.seek(start)
     pos = start
     while pos < end:

@@ -125,8 +125,7 @@ class CharTokenizer:
 
 
 class HFTokenizer:
-    """A Hugging Face tokenizer: our byte-level BPE or the user's tokenizer.json. Special-token
-    strings in the text encode as plain text: only our eot marks a document's end."""
+    """A Hugging Face tokenizer: our byte-level BPE or the user's; special tokens as text."""
 
     file = "tokenizer.json"
 
@@ -207,8 +206,7 @@ def tokenizer_identity(spec: str) -> tuple[str, str | None]:
 
 
 def check_tokenizer(spec: str, vocab_size: int | None = None) -> None:
-    """Fail early on a tokenizer neither registered nor an existing .json file, and on a bpe
-    vocabulary outside 257..MAX_VOCAB."""
+    """Fail early on an unknown tokenizer or missing .json, or bpe's vocabulary out of range."""
     if spec == "bpe" and vocab_size is not None and not 257 <= vocab_size <= MAX_VOCAB:
         raise UsageError(
             f"--vocab-size {vocab_size} is outside 257..{MAX_VOCAB:,} for bpe: 256 bytes and "

@@ -56,8 +56,7 @@ def _resample_axis(x: np.ndarray, axis: int, step: float, linear: bool) -> np.nd
 def resample(
     data: np.ndarray, affine: np.ndarray, spacing: tuple[float, ...], linear: bool
 ) -> tuple[np.ndarray, np.ndarray]:
-    """`data` on a grid of `spacing` mm, same first voxel: trilinear (`linear`, float32, one
-    axis at a time) or nearest."""
+    """`data` on a grid of `spacing` mm, same first voxel: trilinear (float32) or nearest."""
     steps = np.asarray(spacing, np.float64) / spacing_of(affine)
     out = data.astype(np.float32) if linear else data
     for axis, step in enumerate(steps):
@@ -104,8 +103,7 @@ def translate(affine: np.ndarray, start: np.ndarray) -> np.ndarray:
 
 
 def foreground_box(image: np.ndarray, label: np.ndarray | None, margin: int) -> np.ndarray:
-    """(2, 3) (start, stop) per axis of the voxels above the lowest value or labelled, grown by
-    `margin` within the volume; the whole volume when it is uniform."""
+    """(2, 3) (start, stop) of the voxels above the lowest value or labelled, plus `margin`."""
     mask = image > image.min()
     if label is not None:
         mask |= label > 0
