@@ -85,14 +85,8 @@ def outside_rows(boxes: np.ndarray, upright: tuple[int, int], slack: float = 1.0
     """bool (N,): the boxes not x0 <= x1, y0 <= y1 within the image, `slack` px, NaN included."""
     b = np.asarray(boxes, np.float64).reshape(-1, 4)
     h, w = upright
-    bad = ~np.isfinite(b).all(axis=1) | (b[:, 0] < -slack) | (b[:, 1] < -slack)
-    return (
-        bad
-        | (b[:, 2] > w + slack)
-        | (b[:, 3] > h + slack)
-        | (b[:, 2] < b[:, 0])
-        | (b[:, 3] < b[:, 1])
-    )
+    inside = (b[:, :2] >= -slack).all(axis=1) & (b[:, 2] <= w + slack) & (b[:, 3] <= h + slack)
+    return ~(inside & (b[:, 2] >= b[:, 0]) & (b[:, 3] >= b[:, 1]))  # NaN compares False
 
 
 class Image(kinds.Image):

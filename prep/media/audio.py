@@ -32,12 +32,6 @@ _NOT_RECOGNISED = (1, 4, 7)
 _SEEK_FAILED = 39
 
 
-@dataclass
-class Decoded:
-    samples: np.ndarray  # float32 (frames, channels) at the source rate
-    rate: int  # the source's sample rate, Hz
-
-
 @dataclass(frozen=True)
 class Limit:
     """The most a file may hold: `seconds` long, and no more samples than that of 48 kHz stereo.
@@ -90,7 +84,7 @@ def _not_mpeg(path: Path) -> bool:
     return not (head == b"ID3" or (len(head) > 1 and head[0] == 0xFF and head[1] >= 0xE0))
 
 
-def read_soundfile(path: Path, limit: Limit = Limit()) -> Decoded | None:
+def read_soundfile(path: Path, limit: Limit = Limit()) -> tuple[np.ndarray, int] | None:
     """The file through libsndfile; None where it knows not its format or length (FFmpeg's)."""
     import soundfile as sf
 
@@ -119,7 +113,7 @@ def read_soundfile(path: Path, limit: Limit = Limit()) -> Decoded | None:
         data = _blocks(f, rate, frames, limit)
     if _short(len(data), frames):
         raise Reject("truncated", f"{len(data)} of the {frames} frames its header gives")
-    return Decoded(data, rate)
+    return data, rate
 
 
 def _blocks(f: Any, rate: int, frames: int, limit: Limit) -> np.ndarray:
@@ -143,7 +137,7 @@ def _blocks(f: Any, rate: int, frames: int, limit: Limit) -> np.ndarray:
             return blocks[0] if len(blocks) == 1 else np.concatenate(blocks)
 
 
-def read_pyav(path: Path, limit: Limit = Limit()) -> Decoded:
+def read_pyav(path: Path, limit: Limit = Limit()) -> tuple[np.ndarray, int]:
     """The first audio stream through FFmpeg, float32 at its own rate and channels."""
     import av
 
@@ -178,23 +172,24 @@ def read_pyav(path: Path, limit: Limit = Limit()) -> Decoded:
     data = np.concatenate(planes, axis=1).T if planes else np.zeros((0, 1), np.float32)
     if expected and _short(len(data), expected):
         raise Reject("truncated", f"{len(data)} of the {expected} samples its header gives")
-    return Decoded(np.ascontiguousarray(data, dtype=np.float32), rate)
+    return np.ascontiguousarray(data, dtype=np.float32), rate
 
 
-def read_audio(path: Path, limit: Limit = Limit()) -> Decoded:
-    """`path` decoded by libsndfile or else FFmpeg, checked: a rate, `limit`, finite samples."""
+def read_audio(path: Path, limit: Limit = Limit()) -> tuple[np.ndarray, int]:
+    """float32 (frames, channels) at the source rate, and the rate: `path` decoded by libsndfile
+    or else FFmpeg, checked: a rate, `limit`, finite samples."""
     if path.stat().st_size == 0:
         raise Reject("empty", "a zero-byte file")
     got = read_soundfile(path, limit)
-    decoded = got if got is not None else read_pyav(path, limit)
-    if decoded.rate <= 0:
-        raise Reject("zero_rate", f"a sample rate of {decoded.rate}")
-    if not len(decoded.samples):
+    samples, rate = got if got is not None else read_pyav(path, limit)
+    if rate <= 0:
+        raise Reject("zero_rate", f"a sample rate of {rate}")
+    if not len(samples):
         raise Reject("empty", "no audio samples")
-    if not np.isfinite(decoded.samples).all():
-        bad = int((~np.isfinite(decoded.samples)).sum())
+    if not np.isfinite(samples).all():
+        bad = int((~np.isfinite(samples)).sum())
         raise Reject("not_finite", f"{bad} NaN or infinite samples")
-    return decoded
+    return samples, rate
 
 
 def fit_channels(samples: np.ndarray, channels: int, mono: bool) -> np.ndarray:
@@ -236,9 +231,9 @@ def decode_clip(
     import soxr
 
     with stage("read"):
-        decoded = read_audio(path, limit)
+        samples, source_rate = read_audio(path, limit)
     with stage("resample"):
-        x = fit_channels(decoded.samples, channels, mono)
-        if decoded.rate != rate:
-            x = soxr.resample(np.ascontiguousarray(x), decoded.rate, rate, quality=QUALITY)
-        return to_stored(x, dtype), decoded.rate
+        x = fit_channels(samples, channels, mono)
+        if source_rate != rate:
+            x = soxr.resample(np.ascontiguousarray(x), source_rate, rate, quality=QUALITY)
+        return to_stored(x, dtype), source_rate

@@ -105,11 +105,11 @@ class _Volumes:
             w.extend(np.asarray([value], w.dtype))
         self.arrays["image_shape"].append(np.asarray(img.shape, np.uint32))
         if lab is not None and self.label is not None:
-            index = tf.foreground_index(lab)
+            voxels, bounds = tf.foreground_index(lab)
             fg = self.arrays["label_fg"]
             self.label.append(lab)
-            self.arrays["label_fg_offsets"].append(index.bounds + fg.length)
-            fg.extend(index.voxels)
+            self.arrays["label_fg_offsets"].append(bounds + fg.length)
+            fg.extend(voxels)
 
 
 @shard_task

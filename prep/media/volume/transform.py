@@ -4,8 +4,6 @@ array with its grid's affine, so a stored voxel maps to the same world point as 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from prep.run.inputs import Reject
@@ -125,17 +123,11 @@ def centred_start(shape: tuple[int, ...], size: tuple[int, ...]) -> np.ndarray:
     return (np.asarray(shape) - np.asarray(size)) // 2
 
 
-@dataclass
-class Index:
-    """Labelled voxels as flat C-order indices sorted by class: class c's are
-    voxels[bounds[c - 1]:bounds[c]] (bounds: FG_BOUNDS values from 0)."""
-
-    voxels: np.ndarray  # uint32
-    bounds: np.ndarray  # int64 (FG_BOUNDS,)
-
-
-def foreground_index(label: np.ndarray, per_class: int = FG_PER_CLASS) -> Index:
-    """At most `per_class` voxels of each class, evenly spread over its sorted voxel indices."""
+def foreground_index(
+    label: np.ndarray, per_class: int = FG_PER_CLASS
+) -> tuple[np.ndarray, np.ndarray]:
+    """(voxels uint32, bounds int64 (FG_BOUNDS,)): at most `per_class` flat C-order voxel indices
+    of each class, evenly spread; class c's are voxels[bounds[c - 1]:bounds[c]]."""
     flat = label.reshape(-1)
     where = np.flatnonzero(flat)
     order = np.argsort(flat[where], kind="stable")  # by class, then by voxel index
@@ -151,4 +143,4 @@ def foreground_index(label: np.ndarray, per_class: int = FG_PER_CLASS) -> Index:
             kept.append(run)
         bounds.append(bounds[-1] + min(n, per_class))
     voxels = np.concatenate(kept) if kept else np.zeros(0, np.int64)
-    return Index(voxels.astype(np.uint32), np.asarray(bounds, np.int64))
+    return voxels.astype(np.uint32), np.asarray(bounds, np.int64)
