@@ -55,20 +55,6 @@ def fit_frame(rgb: np.ndarray, rotation: int, size: int, mode: str) -> np.ndarra
     return place(resize(img, g.content), g, 0)
 
 
-def _open(path: Path) -> Any:
-    import av
-
-    try:
-        if path.stat().st_size == 0:
-            raise Reject("empty", "a zero-byte file")
-        return av.open(str(path), metadata_errors="replace")
-    except OSError as e:  # vanished, or not ours to read (PyAV's errors for these are OSErrors)
-        raise Reject(os_reject_code(e), f"cannot read: {e.strerror or e}") from None
-    except (av.error.FFmpegError, UnicodeDecodeError) as e:
-        why = getattr(e, "strerror", None) or e  # not the errno and the path again
-        raise Reject("corrupt", f"not a video FFmpeg can read ({why})") from None
-
-
 def decode_video(
     path: Path, fps: float, size: int, mode: str, max_pixels: int = MAX_PIXELS
 ) -> Decoded:
@@ -76,7 +62,15 @@ def decode_video(
     import av
 
     with stage("read"):
-        container = _open(path)
+        try:
+            if path.stat().st_size == 0:
+                raise Reject("empty", "a zero-byte file")
+            container = av.open(str(path), metadata_errors="replace")
+        except OSError as e:  # vanished, or not ours to read (PyAV raises OSErrors for these)
+            raise Reject(os_reject_code(e), f"cannot read: {e.strerror or e}") from None
+        except (av.error.FFmpegError, UnicodeDecodeError) as e:
+            why = getattr(e, "strerror", None) or e  # not the errno and the path again
+            raise Reject("corrupt", f"not a video FFmpeg can read ({why})") from None
     with container:
         if not container.streams.video:
             kinds = sorted({s.type for s in container.streams}) or ["no"]

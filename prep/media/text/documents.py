@@ -104,16 +104,8 @@ def line_starts(path: str, size: int, step: int) -> list[int]:
     with open(path, "rb") as f:
         target = step
         while target < size:
-            f.seek(target - 1)  # a line starts at target when the byte before it is LF
-            pos = target - 1
-            while True:
-                line = f.readline(_CHUNK)
-                if not line:
-                    pos = size
-                    break
-                pos += len(line)
-                if line.endswith(b"\n"):
-                    break
+            # A line starts at target when the byte before it is LF: where the line there ends.
+            _, pos, _ = next(iter_lines(f, target - 1, size, 0), (0, size, None))
             if pos >= size:
                 break
             cuts.append(pos)
