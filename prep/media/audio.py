@@ -36,29 +36,24 @@ _SEEK_FAILED = 39
 class Limit:
     """The most a file may hold: `seconds` long, and no more samples than that of 48 kHz stereo.
 
-    >>> Limit(60).over(8000 * 61, 8000, 1)
-    '61.0 s, over --max-file-seconds 60'
-    >>> Limit(60).over(192000 * 30, 192000, 2)
-    '30.0 s of 2 channels at 192000 Hz, more samples than --max-file-seconds 60 of 48 kHz stereo'
+    >>> Limit(60).check(192000 * 30, 192000, 2, "its header gives")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    prep.run.inputs.Reject: its header gives 30.0 s of 2 channels at 192000 Hz, more samples ...
     """
 
     seconds: float = DEFAULT_MAX_FILE_SECONDS
 
-    def over(self, frames: int, rate: int, channels: int) -> str | None:
+    def check(self, frames: int, rate: int, channels: int, what: str) -> None:
         long, cap = f"{frames / rate:.1f} s", f"--max-file-seconds {self.seconds:g}"
         if frames / rate > self.seconds:
-            return f"{long}, over {cap}"
-        if frames * channels > self.seconds * CAP_RATE * CAP_CHANNELS:
+            why = f"{long}, over {cap}"
+        elif frames * channels > self.seconds * CAP_RATE * CAP_CHANNELS:
             at = f"{channels} channels at {rate} Hz"
-            return f"{long} of {at}, more samples than {cap} of 48 kHz stereo"
-        return None
-
-    def check(self, frames: int, rate: int, channels: int, what: str) -> None:
-        why = self.over(frames, rate, channels)
-        if why is not None:
-            raise Reject(
-                "too_long", f"{what} {why}. HINT: raise --max-file-seconds if the file is trusted"
-            )
+            why = f"{long} of {at}, more samples than {cap} of 48 kHz stereo"
+        else:
+            return
+        hint = "HINT: raise --max-file-seconds if the file is trusted"
+        raise Reject("too_long", f"{what} {why}. {hint}")
 
 
 def _short(got: int, expected: int) -> bool:
