@@ -73,7 +73,7 @@ def decode_video(
             raise Reject("corrupt", f"not a video FFmpeg can read ({why})") from None
     with container:
         if not container.streams.video:
-            kinds = sorted({s.type for s in container.streams}) or ["no"]
+            kinds = sorted({str(s.type) for s in container.streams}) or ["no"]
             raise Reject("no_video", f"no video stream ({', '.join(kinds)} streams only)")
         stream = container.streams.video[0]
         rate = stream.average_rate or stream.guessed_rate

@@ -155,8 +155,7 @@ class PixelSums:
         for size, arr in pixels.items():
             flat = arr.reshape(-1, arr.shape[2] if arr.ndim == 3 else 1)
             got = np.stack([np.bincount(flat[:, c], minlength=256) for c in range(flat.shape[1])])
-            have = self.counts.get(size)
-            self.counts[size] = got if have is None else have + got
+            self.counts[size] = self.counts.get(size, 0) + got
 
     def record(self) -> dict[str, dict[str, Any]]:
         """Each size's pixel count and its channels' sums of values and of squares (ints)."""

@@ -166,10 +166,6 @@ class Column:
     counts: list[int] | None = None
     first_code: int | None = None  # a coded target's: 0 (class ids); others FIRST_CODE
 
-    @property
-    def coded(self) -> bool:
-        return self.vocab is not None
-
 
 def kept_form(arr: pa.Array, float16: bool) -> pa.Array:
     """Floats as float32 unless --float16 (rounded once, from the parsed value); others as is."""
@@ -180,7 +176,7 @@ def kept_form(arr: pa.Array, float16: bool) -> pa.Array:
 
 def encode(arr: pa.Array, col: Column, vocab: pa.Array | None = None) -> np.ndarray:
     """One block of a column in its stored dtype. `vocab`: the column's vocabulary (coded)."""
-    if col.coded:
+    if col.vocab is not None:  # coded
         assert vocab is not None
         first = FIRST_CODE if col.first_code is None else col.first_code
         return _codes(arr, vocab, np.dtype(col.dtype), first)
