@@ -30,6 +30,7 @@ class Scan:
 
 @dataclass
 class _Block:
+    index: int  # the Block's
     names: list[str]
     rows: int
     stats: dict[str, Stats]
@@ -95,7 +96,7 @@ def scan_block(block: Block, cfg: TableConfig, keep: int | None, folder: Path) -
         pa.ipc.new_file(f, spill.schema) as w,
     ):
         w.write_table(spill)
-    return _Block(names, table.num_rows, stats, rejects, seen)
+    return _Block(block.index, names, table.num_rows, stats, rejects, seen)
 
 
 def _without_missing_target(
@@ -119,16 +120,12 @@ def _scan_all(todo: list[Block], cfg: TableConfig, folder: Path) -> list[_Block]
     """Every block at once (no --limit); [] on an error: a scan in order names its rows."""
     from prep.run.parallel import run_tasks
 
-    args = [(b, cfg, folder) for b in todo]
+    args = [(b, cfg, None, folder) for b in todo]
     try:
-        found = dict(run_tasks(_indexed, args, cfg.n_jobs, cfg.backend))
+        found = {got.index: got for got in run_tasks(scan_block, args, cfg.n_jobs, cfg.backend)}
     except PrepError:
         return []
     return [found[i] for i in range(len(todo))]
-
-
-def _indexed(block: Block, cfg: TableConfig, folder: Path) -> tuple[int, _Block]:
-    return block.index, scan_block(block, cfg, None, folder)
 
 
 def scan(files: list[tuple[str, Path]], cfg: TableConfig, folder: Path) -> Scan:
