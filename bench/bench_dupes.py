@@ -241,7 +241,7 @@ def planted_hashes(
 
 def search_rows(args: argparse.Namespace) -> list[Row]:
     from prep.inspect.dupes import DEFAULT_DISTANCE, near_pairs
-    from prep.media.image.near import brute_force, within
+    from prep.media.image.near import brute_force
 
     d = DEFAULT_DISTANCE
     n, sub, planted = (2_000, 2_000, 100) if args.smoke else (1_000_000, 20_000, 1000)
@@ -258,7 +258,9 @@ def search_rows(args: argparse.Namespace) -> list[Row]:
     got = {(int(i), int(j)) for i, j, _ in found["r"].tolist()}
     ok = truth <= got and t["ours"] < 10
     small = planted_hashes(2_000 if args.smoke else 100_000, planted, d)[0]
-    m = best_of(1, {k: (lambda k=k: within(small, d, k)) for k in ("mih", "tables")})
+    m = best_of(
+        1, {k: (lambda k=k: near_pairs(small, max_distance=d, method=k)) for k in ("mih", "tables")}
+    )
     return [
         Row(
             f"28g near pairs, {n:,} hashes, {len(truth & got)}/{len(truth)} found",

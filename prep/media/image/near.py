@@ -100,25 +100,6 @@ def _unique_pairs(found: list[np.ndarray]) -> np.ndarray:
     return rows[first]
 
 
-def within(h: np.ndarray, d: int, method: str = "auto") -> np.ndarray:
-    """(K, 3) int64 rows (i, j, distance), i < j, of the pairs of `h` within `d` bits."""
-    h = np.ascontiguousarray(h, dtype=np.uint64)
-    if d < 0:
-        raise ValueError(f"max_distance {d} is negative")
-    if len(h) < 2:
-        return np.zeros((0, 3), dtype=np.int64)
-    m, t = plan(len(h), min(d, BITS), method)
-    tables = list(itertools.combinations(blocks(m), t))
-
-    def table(chosen: tuple[tuple[int, int], ...]) -> list[np.ndarray]:
-        return [rows for rows in _table_pairs(h, _keys(h, chosen), d) if len(rows)]
-
-    # Sorting and gathering release the GIL: the tables run on threads, one per core.
-    workers = min(len(tables), os.cpu_count() or 1) if len(h) >= THREADED else 1
-    with ThreadPoolExecutor(workers) as pool:
-        return _unique_pairs([rows for found in pool.map(table, tables) for rows in found])
-
-
 def brute_force(a: np.ndarray, b: np.ndarray, d: int, chunk: int = 2048) -> np.ndarray:
     """The reference: every pair of `a` x `b` compared (XOR, popcount), a chunk at a time."""
     out = []
@@ -136,10 +117,25 @@ def near_pairs(
     method: str = "auto",
 ) -> np.ndarray:
     """(K, 3) int64 rows (i, j, distance) sorted: pairs within `a` (i < j), or across a, b."""
+    a = np.asarray(a, dtype=np.uint64)
+    h = np.ascontiguousarray(a if b is None else np.concatenate([a, np.asarray(b, np.uint64)]))
+    d = max_distance
+    if d < 0:
+        raise ValueError(f"max_distance {d} is negative")
+    if len(h) < 2:
+        return np.zeros((0, 3), dtype=np.int64)
+    m, t = plan(len(h), min(d, BITS), method)
+    tables = list(itertools.combinations(blocks(m), t))
+
+    def table(chosen: tuple[tuple[int, int], ...]) -> list[np.ndarray]:
+        return [rows for rows in _table_pairs(h, _keys(h, chosen), d) if len(rows)]
+
+    # Sorting and gathering release the GIL: the tables run on threads, one per core.
+    workers = min(len(tables), os.cpu_count() or 1) if len(h) >= THREADED else 1
+    with ThreadPoolExecutor(workers) as pool:
+        rows = _unique_pairs([rows for found in pool.map(table, tables) for rows in found])
     if b is None:
-        return within(a, max_distance, method)
-    a, b = np.asarray(a, dtype=np.uint64), np.asarray(b, dtype=np.uint64)
-    rows = within(np.concatenate([a, b]), max_distance, method)
+        return rows
     rows = rows[(rows[:, 0] < len(a)) & (rows[:, 1] >= len(a))]
     rows[:, 1] -= len(a)
     return rows
