@@ -73,7 +73,7 @@ def encode_volume(
             size = tuple(int(n) for n in float_list(cfg.shape, 3, "--shape") or ())
             boxes.append((None, size))
         for start, size in boxes:
-            start = tf.centred_start(img.shape, size) if start is None else start
+            start = (np.asarray(img.shape) - size) // 2 if start is None else start  # centred
             img = tf.box(img, start, size, pad)
             lab = None if lab is None else tf.box(lab, start, size, 0)
             affine = tf.translate(affine, start)

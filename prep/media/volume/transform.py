@@ -118,11 +118,6 @@ def foreground_box(image: np.ndarray, label: np.ndarray | None, margin: int) -> 
     )
 
 
-def centred_start(shape: tuple[int, ...], size: tuple[int, ...]) -> np.ndarray:
-    """Where a box of `size` starts to be centred on a volume of `shape` (negative: padding)."""
-    return (np.asarray(shape) - np.asarray(size)) // 2
-
-
 def foreground_index(
     label: np.ndarray, per_class: int = FG_PER_CLASS
 ) -> tuple[np.ndarray, np.ndarray]:
