@@ -25,6 +25,18 @@ import numpy as np
 from bench_pack import jpeg_list
 from rows import PREP, Row, info, prep, timed, versus
 
+DHASH_SHAPE = (8, 9)  # (h, w) of the dHash thumbnail: 8 rows of 8 left-right differences
+
+
+def dhash(gray: np.ndarray) -> np.ndarray:
+    """(N, 8, 9) uint8 -> (N,) uint64: a bit 1 where a pixel is brighter than its left (the
+    dHash the pHash is measured against)."""
+    from prep.media.image.groups import pack_bits
+
+    x = np.asarray(gray, dtype=np.int16)
+    return pack_bits(x[:, :, 1:] > x[:, :, :-1])
+
+
 EDITS = ("q60", "resize 0.8", "shift 4 px", "brightness +15", "crop 5%")
 
 
@@ -122,7 +134,7 @@ def speeds(
     hashing adds to prep pack), the --drop-dupes pass (its own 1/8-scale decode), imagehash."""
     from prep.kinds.images.config import PackConfig
     from prep.kinds.images.dupes import hash_items
-    from prep.media.image.hashing import image_phash
+    from prep.media.image.groups import image_phash
     from prep.sources.images import Item
 
     items = [Item(f, f.name) for f in files]
@@ -141,7 +153,7 @@ def planted_rows(args: argparse.Namespace, work: Path) -> list[Row]:
     from prep.inspect.dupes import DEFAULT_DISTANCE as D
     from prep.inspect.dupes import dataset_hashes
     from prep.media.image.decode import decode_image
-    from prep.media.image.hashing import DHASH_SHAPE, dhash, thumbnail
+    from prep.media.image.groups import thumbnail
 
     folder, out, truth = planted_set(args, work, combined=False)
     files, ref = sorted(folder.rglob("*.jpg")), {}
@@ -229,7 +241,7 @@ def planted_hashes(
 
 def search_rows(args: argparse.Namespace) -> list[Row]:
     from prep.inspect.dupes import DEFAULT_DISTANCE, near_pairs
-    from prep.media.image.near import brute_force, within
+    from prep.media.image.near import brute_force
 
     d = DEFAULT_DISTANCE
     n, sub, planted = (2_000, 2_000, 100) if args.smoke else (1_000_000, 20_000, 1000)
@@ -246,7 +258,9 @@ def search_rows(args: argparse.Namespace) -> list[Row]:
     got = {(int(i), int(j)) for i, j, _ in found["r"].tolist()}
     ok = truth <= got and t["ours"] < 10
     small = planted_hashes(2_000 if args.smoke else 100_000, planted, d)[0]
-    m = best_of(1, {k: (lambda k=k: within(small, d, k)) for k in ("mih", "tables")})
+    m = best_of(
+        1, {k: (lambda k=k: near_pairs(small, max_distance=d, method=k)) for k in ("mih", "tables")}
+    )
     return [
         Row(
             f"28g near pairs, {n:,} hashes, {len(truth & got)}/{len(truth)} found",

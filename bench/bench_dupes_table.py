@@ -13,11 +13,11 @@ import io
 from collections.abc import Callable
 
 import numpy as np
-from bench_dupes import EDITS, edit
+from bench_dupes import DHASH_SHAPE, EDITS, dhash, edit
 from rows import HERE
 
 from prep.media.image.decode import decode_image
-from prep.media.image.hashing import DHASH_SHAPE, _dct_rows, dhash, pack_bits, phash, thumbnail
+from prep.media.image.groups import _dct_rows, pack_bits, phash, thumbnail
 
 PLAIN = _dct_rows(32, slice(1, 9))
 

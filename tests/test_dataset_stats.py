@@ -40,7 +40,7 @@ def test_gray_keep_mode_and_the_train_split(raw_demo: Path, pack_to: Any, tmp_pa
     flat = np.concatenate([np.load(f).ravel() for f in sorted(out.glob("image_32-0*.npy"))])
     assert at["pixels"] == flat.size and len(at["mean"]) == 1
     assert np.allclose([at["mean"][0], at["std"][0]], [flat.mean(), flat.std()], atol=1e-3)
-    from prep.media.image.stats import combine
+    from prep.media.image.geometry import combine
 
     def record(split: str | None, pixels: int, total: int, sumsq: int) -> dict[str, Any]:
         sums = {"32": {"pixels": pixels, "sum": [total], "sumsq": [sumsq]}}

@@ -26,8 +26,8 @@ from prep.inspect.dupes import (
 )
 from prep.kinds.images.config import PackConfig
 from prep.media.image.decode import decode_image
-from prep.media.image.hashing import image_phash
-from prep.media.image.near import brute_force, within
+from prep.media.image.groups import image_phash
+from prep.media.image.near import brute_force
 from prep.run.errors import PrepError
 
 
@@ -62,7 +62,7 @@ def test_near_pairs_equal_brute_force(method: str) -> None:
     h[7] = h[8]  # one exact pair
     truth = brute_force(h, h, 6)
     truth = truth[truth[:, 0] < truth[:, 1]]
-    found = within(h, 6, method)
+    found = near_pairs(h, max_distance=6, method=method)
     assert len(found) >= 41
     np.testing.assert_array_equal(found, truth[np.lexsort((truth[:, 1], truth[:, 0]))])
     left, right = h[:2500], h[2500:]

@@ -149,10 +149,10 @@ def test_foreground_index_per_class() -> None:
     label = np.zeros((6, 5, 4), np.uint8)
     label[1, 2, 3] = 2
     label[4, :, :] = 1
-    index = foreground_index(label, per_class=7)
-    assert index.bounds[:3].tolist() == [0, 7, 8] and index.bounds[-1] == 8
-    assert np.all(label.reshape(-1)[index.voxels[:7]] == 1)
-    assert label.reshape(-1)[index.voxels[7]] == 2
+    voxels, bounds = foreground_index(label, per_class=7)
+    assert bounds[:3].tolist() == [0, 7, 8] and bounds[-1] == 8
+    assert np.all(label.reshape(-1)[voxels[:7]] == 1)
+    assert label.reshape(-1)[voxels[7]] == 2
 
 
 def _bad_inputs(src: Path, labels: Path) -> dict[str, str]:

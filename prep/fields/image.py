@@ -1,5 +1,12 @@
 """The writer's side of the fields that need more than numpy to encode (the others are
-loaders.fields' own): images and what follows them, placed as `prep pack` places pixels."""
+loaders.fields' own): images, and the boxes, keypoints and polygons that follow their image's
+`geometry` (source x -> x * content_w / w + left; a box cut by fill's crop is clipped).
+
+>>> place_boxes(np.array([[0, 0, 400, 300]], np.float32), (300, 400), 150, "fill").tolist()
+[[0.0, 0.0, 150.0, 150.0]]
+>>> place_boxes(np.array([[0, 0, 400, 300]], np.float32), (300, 400), 200, "fit").tolist()
+[[0.0, 25.0, 200.0, 175.0]]
+"""
 
 from __future__ import annotations
 
@@ -15,12 +22,71 @@ import numpy as np
 from loaders import fields as kinds
 from loaders.fields import polygons
 from loaders.fields.base import FieldError, as_array
-from prep.fields.boxes import outside_rows, place_boxes, place_keypoints, place_xy, shown
-from prep.media.image.geometry import encode_jpeg, geometry, sizes_from, stored
-from prep.media.image.stats import PixelSums, combine
+from prep.media.image.geometry import PixelSums, combine, encode_jpeg, geometry, sizes_from, stored
 from prep.run.inputs import Reject
 
 CV_CHANNELS = 128  # cv2 resizes at most this many channels at a time
+
+
+def place_xy(xy: np.ndarray, upright: tuple[int, int], size: int, mode: str) -> np.ndarray:
+    """float64 (N, 2) points (x, y) of the upright image in the pixels of the sample, unclipped."""
+    g = geometry(upright[0], upright[1], size, mode)
+    (ch, cw), (top, left) = g.content, g.origin
+    out = np.asarray(xy, np.float64).reshape(-1, 2).copy()
+    out[:, 0] = out[:, 0] * (cw / upright[1]) + left
+    out[:, 1] = out[:, 1] * (ch / upright[0]) + top
+    return out
+
+
+def place_boxes(boxes: np.ndarray, upright: tuple[int, int], size: int, mode: str) -> np.ndarray:
+    """float32 (N, 4) boxes in the pixels of the sample, clipped to it."""
+    out = place_xy(np.asarray(boxes).reshape(-1, 2), upright, size, mode).reshape(-1, 4)
+    h, w = geometry(*upright, size, mode).shape
+    out[:, 0::2] = np.clip(out[:, 0::2], 0, w)
+    out[:, 1::2] = np.clip(out[:, 1::2], 0, h)
+    return out.astype(np.float32)
+
+
+def place_keypoints(
+    points: np.ndarray, upright: tuple[int, int], size: int, mode: str
+) -> np.ndarray:
+    """float32 (N, K, 3) keypoints (x, y, v) in the sample; outside or v = 0: (0, 0, 0)."""
+    pts = np.asarray(points, np.float64).reshape(-1, 3).copy()
+    pts[:, :2] = place_xy(pts[:, :2], upright, size, mode)
+    h, w = geometry(*upright, size, mode).shape
+    x, y = pts[:, 0], pts[:, 1]
+    gone = (pts[:, 2] <= 0) | (x < 0) | (y < 0) | (x > w) | (y > h)
+    pts[gone] = 0
+    return pts.reshape(np.shape(points)).astype(np.float32)
+
+
+def shown(upright: tuple[int, int], size: int, mode: str) -> tuple[float, float, float, float]:
+    """(x0, y0, x1, y1): the part of the upright image the sample shows, in its pixels."""
+    h, w = geometry(*upright, size, mode).shape
+    origin = place_xy(np.zeros((1, 2)), upright, size, mode)[0]
+    unit = place_xy(np.array([[upright[1], upright[0]]], np.float64), upright, size, mode)[0]
+    scale = (unit - origin) / [upright[1], upright[0]]
+    (x0, y0), (x1, y1) = ((np.array([[0, 0], [w, h]], np.float64) - origin) / scale).tolist()
+    return max(x0, 0.0), max(y0, 0.0), min(x1, float(upright[1])), min(y1, float(upright[0]))
+
+
+def kept(
+    boxes: np.ndarray, upright: tuple[int, int], sizes: Sequence[int], mode: str
+) -> np.ndarray:
+    """bool (N,): the boxes left with an area at every one of `sizes`."""
+    keep = np.ones(len(boxes), dtype=bool)
+    for size in sizes:
+        b = place_boxes(boxes, upright, size, mode)
+        keep &= (b[:, 2] > b[:, 0]) & (b[:, 3] > b[:, 1])
+    return keep
+
+
+def outside_rows(boxes: np.ndarray, upright: tuple[int, int], slack: float = 1.0) -> np.ndarray:
+    """bool (N,): the boxes not x0 <= x1, y0 <= y1 within the image, `slack` px, NaN included."""
+    b = np.asarray(boxes, np.float64).reshape(-1, 4)
+    h, w = upright
+    inside = (b[:, :2] >= -slack).all(axis=1) & (b[:, 2] <= w + slack) & (b[:, 3] <= h + slack)
+    return ~(inside & (b[:, 2] >= b[:, 0]) & (b[:, 3] >= b[:, 1]))  # NaN compares False
 
 
 class Image(kinds.Image):
@@ -39,7 +105,6 @@ class Image(kinds.Image):
         return self.encode_counted(value)[0]
 
     def encode_counted(self, value: Any) -> tuple[dict[str, np.ndarray], dict[int, np.ndarray]]:
-        """encode()'s arrays, and the pixels stored at each size before any JPEG encoding."""
         img, upright = self.pixels(value)
         out: dict[str, np.ndarray] = {"upright": np.asarray(upright, np.int64)}
         specs = {s.size: s for s in self.arrays("") if s.role == "image"}
@@ -54,17 +119,15 @@ class Image(kinds.Image):
         return out, pixels
 
     def counter(self) -> PixelSums:
-        """A shard's count of the pixels stored (prep.run.samples.Counting)."""
         return PixelSums()
 
     def stats(self, records: list[dict[str, Any]]) -> dict[str, Any] | None:
-        """`extra.stats[NAME]` (prep.media.image.stats); None without pixels."""
+        """`extra.stats[NAME]` (prep.media.image.geometry); None without pixels."""
         got = combine(records)
         return got if got is not None and got["sizes"] else None
 
 
 def _array_pixels(value: Any, gray: bool, max_pixels: int) -> tuple[np.ndarray, tuple[int, int]]:
-    """A PIL image or uint8 array as RGB, or one channel with `gray`."""
     from PIL import Image as PILImage
 
     if isinstance(value, PILImage.Image):
@@ -110,9 +173,7 @@ class Mask(kinds.Mask):
 
 
 class Boxes(kinds.Boxes):
-    """Boxes (N, 4) (x0, y0, x1, y1) in the pixels of field `image`'s upright full-size image,
-    or {"xyxy": boxes, "hw": [h, w]}: drawn on an image that must be of that size. A box the
-    crop leaves with no area is kept (`prep import coco` drops those: boxes.kept)."""
+    """Boxes (N, 4) (x0, y0, x1, y1) in field `image`'s upright pixels, or {"xyxy", "hw"}."""
 
     def encode_for(self, value: Any, upright: tuple[int, int]) -> dict[str, np.ndarray]:
         if isinstance(value, dict):
@@ -157,8 +218,7 @@ class Instances(kinds.Instances):
 
 
 class Keypoints(kinds.Keypoints):
-    """Keypoints (N, joints, 3): x, y in the pixels of field `image`'s upright full-size image,
-    and a visibility (COCO's 0: not labelled, 1: hidden, 2: visible)."""
+    """Keypoints (N, joints, 3): x, y in field `image`'s upright full-size pixels, COCO's v."""
 
     def encode_for(self, value: Any, upright: tuple[int, int]) -> dict[str, np.ndarray]:
         points = as_array(value, np.dtype("float32"))
@@ -174,9 +234,7 @@ class Keypoints(kinds.Keypoints):
 
 
 class Polygons(polygons.Polygons):
-    """Polygons of field `image`, each (k, 2) points (x, y) or COCO's flat [x0, y0, x1, y1, ...],
-    k >= 3, in its upright full-size pixels; each is cut to what every size shows (fill's crop),
-    one left without area goes."""
+    """Polygons of field `image` in its upright pixels, cut to what every size shows."""
 
     def encode_for(self, value: Any, upright: tuple[int, int]) -> dict[str, np.ndarray]:
         try:
@@ -198,8 +256,7 @@ class Polygons(polygons.Polygons):
 
 
 class Video(kinds.Video):
-    """Frames of one video ((h, w, 3) uint8 arrays of one shape), stored back to back, raw or
-    one JPEG a frame, with their (h, w) and where each frame's bytes end."""
+    """Frames of one video ((h, w, 3) uint8, one shape), back to back, raw or JPEG each."""
 
     def encode(self, value: Sequence[np.ndarray] | Any) -> dict[str, np.ndarray]:
         frames = list(value)
@@ -218,8 +275,7 @@ class Video(kinds.Video):
 
 
 class Tokens(kinds.Tokens):
-    """Token ids of a str by the tokenizer.json `tokenizer` (kept in the dataset as
-    NAME.tokenizer.json), or ids given as they are."""
+    """Token ids of a str by the tokenizer.json `tokenizer`, or ids given as they are."""
 
     def __init__(self, tokenizer: str | Path, vocab_size: int | None = None):
         path = Path(tokenizer)

@@ -19,9 +19,7 @@ MAX_COORD = 2**24
 
 
 def rle_counts(text: str) -> list[int]:
-    """COCO's compressed RLE string: each count in 5-bit groups (low first, characters from '0'),
-    bit 6 for "more", a sign bit in the last; from the third on, as the difference from the count
-    two before."""
+    """COCO's compressed RLE string (5-bit groups, deltas from the third count on) as counts."""
     counts: list[int] = []
     p = 0
     while p < len(text):
@@ -101,8 +99,7 @@ def rasterise(segmentation: Any, hw: tuple[int, int]) -> np.ndarray:
 
 
 def semantic(segmentations: list[Any], labels: np.ndarray, hw: tuple[int, int]) -> np.ndarray:
-    """The class-id mask (h, w) uint8 of a sample's instances: label + 1 where each lies, later
-    ones over earlier ones; 0 is background."""
+    """The class-id mask (h, w) uint8: label + 1 where each instance lies, later over earlier."""
     out = np.zeros(hw, np.uint8)
     for seg, label in zip(segmentations, labels, strict=True):
         out[rasterise(seg, hw) > 0] = int(label) + 1  # labels < 255: checked by the importer

@@ -19,8 +19,15 @@ from loaders.fields import Image
 from prep.inspect.html import Section, esc, grid, para, table
 from prep.inspect.pages import thumbs
 from prep.inspect.stored import Stored
-from prep.media.image.groups import Hashes, dupe_groups, leakage
-from prep.media.image.hashing import DIGEST_BYTES, phash, pixel_digest, thumbnail
+from prep.media.image.groups import (
+    DIGEST_BYTES,
+    Hashes,
+    dupe_groups,
+    leakage,
+    phash,
+    pixel_digest,
+    thumbnail,
+)
 from prep.media.image.near import DEFAULT_DISTANCE, near_pairs
 from prep.run.errors import PrepError
 from prep.run.parallel import progress

@@ -1,9 +1,7 @@
-"""A sound file decoded once (libsndfile, else FFmpeg through PyAV: AAC, M4A, WMA...), fitted to
-the stored channels, resampled with soxr and converted to the stored dtype. Bad input raises
-Reject with one of the README's codes. A file's length is never trusted to size a buffer: a
-header that claims more than the cap (`Limit`) is refused before decoding, and decoding reads
-blocks, so a FLAC whose STREAMINFO claims 2**36 samples costs what its real samples do.
-"""
+"""A sound file decoded once (libsndfile, else FFmpeg through PyAV), fitted to the stored
+channels, resampled with soxr, converted to the stored dtype; bad input raises Reject (README
+codes). A header's length never sizes a buffer: over the cap (`Limit`) it is refused, and
+decoding reads blocks, so a file costs what its real samples do."""
 
 from __future__ import annotations
 
@@ -28,50 +26,34 @@ UNKNOWN = 2**63 - 1  # libsndfile's frame count of a stream that does not say (a
 DEFAULT_MAX_FILE_SECONDS = 7200.0  # 2 hours: a long podcast or recorded session
 # The cap counts samples (frames x channels) as seconds of this: memory follows samples.
 CAP_RATE, CAP_CHANNELS = 48000, 2
-# libsndfile's error codes that mean "not mine": try FFmpeg instead (7: its MP3 reader on a file
-# without one MPEG frame, "File does not exist...": FFmpeg says better what the file is not).
+# libsndfile's error codes that mean "not mine": FFmpeg says better what the file is not.
 _NOT_RECOGNISED = (1, 4, 7)
-# "Internal psf_fseek() failed": soundfile seeks to where each read ended, which fails once a
-# read passes the real end of a FLAC whose STREAMINFO claims more samples.
+# "Internal psf_fseek() failed": a read passed the real end of a FLAC that claims more.
 _SEEK_FAILED = 39
-
-
-@dataclass
-class Decoded:
-    samples: np.ndarray  # float32 (frames, channels) at the source rate
-    rate: int  # the source's sample rate, Hz
 
 
 @dataclass(frozen=True)
 class Limit:
-    """The most a file may hold: `seconds` long, and no more samples than `seconds` of 48 kHz
-    stereo (decoded to float32, 384 kB a second).
+    """The most a file may hold: `seconds` long, and no more samples than that of 48 kHz stereo.
 
-    >>> Limit(60).over(8000 * 61, 8000, 1)
-    '61.0 s, over --max-file-seconds 60'
-    >>> Limit(60).over(192000 * 30, 192000, 2)
-    '30.0 s of 2 channels at 192000 Hz, more samples than --max-file-seconds 60 of 48 kHz stereo'
+    >>> Limit(60).check(192000 * 30, 192000, 2, "its header gives")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    prep.run.inputs.Reject: its header gives 30.0 s of 2 channels at 192000 Hz, more samples ...
     """
 
     seconds: float = DEFAULT_MAX_FILE_SECONDS
 
-    def over(self, frames: int, rate: int, channels: int) -> str | None:
-        """How `frames` at `rate` Hz exceed the cap, or None."""
+    def check(self, frames: int, rate: int, channels: int, what: str) -> None:
         long, cap = f"{frames / rate:.1f} s", f"--max-file-seconds {self.seconds:g}"
         if frames / rate > self.seconds:
-            return f"{long}, over {cap}"
-        if frames * channels > self.seconds * CAP_RATE * CAP_CHANNELS:
+            why = f"{long}, over {cap}"
+        elif frames * channels > self.seconds * CAP_RATE * CAP_CHANNELS:
             at = f"{channels} channels at {rate} Hz"
-            return f"{long} of {at}, more samples than {cap} of 48 kHz stereo"
-        return None
-
-    def check(self, frames: int, rate: int, channels: int, what: str) -> None:
-        """Reject `too_long` when `frames` (as `what` gives them) exceed the cap."""
-        why = self.over(frames, rate, channels)
-        if why is not None:
-            raise Reject(
-                "too_long", f"{what} {why}. HINT: raise --max-file-seconds if the file is trusted"
-            )
+            why = f"{long} of {at}, more samples than {cap} of 48 kHz stereo"
+        else:
+            return
+        hint = "HINT: raise --max-file-seconds if the file is trusted"
+        raise Reject("too_long", f"{what} {why}. {hint}")
 
 
 def _short(got: int, expected: int) -> bool:
@@ -79,7 +61,7 @@ def _short(got: int, expected: int) -> bool:
 
 
 def _wav_rate(path: Path) -> int | None:
-    """The sample rate a RIFF/WAVE header states (None: not a WAV, or no fmt chunk)."""
+    """The sample rate a RIFF/WAVE header states (None: not a WAV)."""
     with open(path, "rb") as f:
         head = f.read(4096)
     at = head.find(b"fmt ")
@@ -97,7 +79,7 @@ def _not_mpeg(path: Path) -> bool:
     return not (head == b"ID3" or (len(head) > 1 and head[0] == 0xFF and head[1] >= 0xE0))
 
 
-def read_soundfile(path: Path, limit: Limit = Limit()) -> Decoded | None:
+def read_soundfile(path: Path, limit: Limit = Limit()) -> tuple[np.ndarray, int] | None:
     """The file through libsndfile; None where it knows not its format or length (FFmpeg's)."""
     import soundfile as sf
 
@@ -126,12 +108,11 @@ def read_soundfile(path: Path, limit: Limit = Limit()) -> Decoded | None:
         data = _blocks(f, rate, frames, limit)
     if _short(len(data), frames):
         raise Reject("truncated", f"{len(data)} of the {frames} frames its header gives")
-    return Decoded(data, rate)
+    return data, rate
 
 
 def _blocks(f: Any, rate: int, frames: int, limit: Limit) -> np.ndarray:
-    """The rest of libsndfile file `f` as float32 (frames, channels), BLOCK frames a read:
-    memory follows the samples the file holds, not its header's `frames`."""
+    """The rest of libsndfile file `f` as float32 (frames, channels), BLOCK frames a read."""
     import soundfile as sf
 
     blocks, got = [], 0
@@ -151,7 +132,7 @@ def _blocks(f: Any, rate: int, frames: int, limit: Limit) -> np.ndarray:
             return blocks[0] if len(blocks) == 1 else np.concatenate(blocks)
 
 
-def read_pyav(path: Path, limit: Limit = Limit()) -> Decoded:
+def read_pyav(path: Path, limit: Limit = Limit()) -> tuple[np.ndarray, int]:
     """The first audio stream through FFmpeg, float32 at its own rate and channels."""
     import av
 
@@ -186,28 +167,28 @@ def read_pyav(path: Path, limit: Limit = Limit()) -> Decoded:
     data = np.concatenate(planes, axis=1).T if planes else np.zeros((0, 1), np.float32)
     if expected and _short(len(data), expected):
         raise Reject("truncated", f"{len(data)} of the {expected} samples its header gives")
-    return Decoded(np.ascontiguousarray(data, dtype=np.float32), rate)
+    return np.ascontiguousarray(data, dtype=np.float32), rate
 
 
-def read_audio(path: Path, limit: Limit = Limit()) -> Decoded:
-    """`path` decoded by libsndfile or else FFmpeg, checked: a rate, `limit`, finite samples."""
+def read_audio(path: Path, limit: Limit = Limit()) -> tuple[np.ndarray, int]:
+    """float32 (frames, channels) at the source rate, and the rate: `path` decoded by libsndfile
+    or else FFmpeg, checked: a rate, `limit`, finite samples."""
     if path.stat().st_size == 0:
         raise Reject("empty", "a zero-byte file")
     got = read_soundfile(path, limit)
-    decoded = got if got is not None else read_pyav(path, limit)
-    if decoded.rate <= 0:
-        raise Reject("zero_rate", f"a sample rate of {decoded.rate}")
-    if not len(decoded.samples):
+    samples, rate = got if got is not None else read_pyav(path, limit)
+    if rate <= 0:
+        raise Reject("zero_rate", f"a sample rate of {rate}")
+    if not len(samples):
         raise Reject("empty", "no audio samples")
-    if not np.isfinite(decoded.samples).all():
-        bad = int((~np.isfinite(decoded.samples)).sum())
+    if not np.isfinite(samples).all():
+        bad = int((~np.isfinite(samples)).sum())
         raise Reject("not_finite", f"{bad} NaN or infinite samples")
-    return decoded
+    return samples, rate
 
 
 def fit_channels(samples: np.ndarray, channels: int, mono: bool) -> np.ndarray:
-    """(frames, C) -> (frames,) averaged for `mono`, else (frames, channels), one channel
-    repeated.
+    """(frames, C) -> (frames,) averaged for `mono`, else (frames, channels), mono repeated.
 
     >>> fit_channels(np.array([[1.0, 3.0]], np.float32), 1, True).tolist()
     [2.0]
@@ -228,8 +209,7 @@ def fit_channels(samples: np.ndarray, channels: int, mono: bool) -> np.ndarray:
 
 
 def to_stored(x: np.ndarray, dtype: str) -> np.ndarray:
-    """Float samples (full scale 1.0) as stored: int16 rounds x * 32768 and clips, as any int16
-    writer does; float16 clips to its finite range.
+    """Float samples (full scale 1.0) as stored: int16 rounds x * 32768 and clips; float16 clips.
 
     >>> to_stored(np.array([-1.0, 0.5, 1.0]), "int16").tolist()
     [-32768, 16384, 32767]
@@ -246,9 +226,9 @@ def decode_clip(
     import soxr
 
     with stage("read"):
-        decoded = read_audio(path, limit)
+        samples, source_rate = read_audio(path, limit)
     with stage("resample"):
-        x = fit_channels(decoded.samples, channels, mono)
-        if decoded.rate != rate:
-            x = soxr.resample(np.ascontiguousarray(x), decoded.rate, rate, quality=QUALITY)
-        return to_stored(x, dtype), decoded.rate
+        x = fit_channels(samples, channels, mono)
+        if source_rate != rate:
+            x = soxr.resample(np.ascontiguousarray(x), source_rate, rate, quality=QUALITY)
+        return to_stored(x, dtype), source_rate

@@ -1,13 +1,7 @@
-"""A video decoded once with PyAV at a fixed frame rate: frames picked by their timestamps,
-turned upright by the rotation the file carries, and resized by pack's geometry. Bad input
-raises Reject with one of the README's codes.
-
-Output frame k shows the source at time k / fps from its first frame: the last source frame
-that starts at or before then (what a player shows), so a variable-frame-rate file comes out
-right. Every frame is decoded (inter-frame codecs need them); only the picked ones are
-converted. A small file's cost is bounded: frames over `max_pixels` are refused (from the
-header, and as decoded), and the frames picked may not outrun the file (`_check_reach`).
-"""
+"""A video decoded once with PyAV at a fixed frame rate, turned upright, resized by pack's
+geometry; bad input raises Reject (README codes). Frame k is the last source frame starting at
+or before k / fps (what a player shows: variable frame rates come out right). A file's cost is
+bounded: frames over `max_pixels` are refused, the frames picked may not outrun the file."""
 
 from __future__ import annotations
 
@@ -61,20 +55,6 @@ def fit_frame(rgb: np.ndarray, rotation: int, size: int, mode: str) -> np.ndarra
     return place(resize(img, g.content), g, 0)
 
 
-def _open(path: Path) -> Any:
-    import av
-
-    try:
-        if path.stat().st_size == 0:
-            raise Reject("empty", "a zero-byte file")
-        return av.open(str(path), metadata_errors="replace")
-    except OSError as e:  # vanished, or not ours to read (PyAV's errors for these are OSErrors)
-        raise Reject(os_reject_code(e), f"cannot read: {e.strerror or e}") from None
-    except (av.error.FFmpegError, UnicodeDecodeError) as e:
-        why = getattr(e, "strerror", None) or e  # not the errno and the path again
-        raise Reject("corrupt", f"not a video FFmpeg can read ({why})") from None
-
-
 def decode_video(
     path: Path, fps: float, size: int, mode: str, max_pixels: int = MAX_PIXELS
 ) -> Decoded:
@@ -82,10 +62,18 @@ def decode_video(
     import av
 
     with stage("read"):
-        container = _open(path)
+        try:
+            if path.stat().st_size == 0:
+                raise Reject("empty", "a zero-byte file")
+            container = av.open(str(path), metadata_errors="replace")
+        except OSError as e:  # vanished, or not ours to read (PyAV raises OSErrors for these)
+            raise Reject(os_reject_code(e), f"cannot read: {e.strerror or e}") from None
+        except (av.error.FFmpegError, UnicodeDecodeError) as e:
+            why = getattr(e, "strerror", None) or e  # not the errno and the path again
+            raise Reject("corrupt", f"not a video FFmpeg can read ({why})") from None
     with container:
         if not container.streams.video:
-            kinds = sorted({s.type for s in container.streams}) or ["no"]
+            kinds = sorted({str(s.type) for s in container.streams}) or ["no"]
             raise Reject("no_video", f"no video stream ({', '.join(kinds)} streams only)")
         stream = container.streams.video[0]
         rate = stream.average_rate or stream.guessed_rate
@@ -120,8 +108,7 @@ def _check_pixels(w: int, h: int, max_pixels: int, what: str) -> None:
 def _timed(
     frames: Iterator[Any], rate: float, max_pixels: int = MAX_PIXELS
 ) -> Iterator[tuple[float, float, Any]]:
-    """(start, duration, frame) in seconds (index / rate without a timestamp); a frame over
-    `max_pixels` (the header understated it) refused as soon as it is decoded."""
+    """(start, duration, frame) in seconds; a frame over `max_pixels` refused when decoded."""
     for n, frame in enumerate(frames):
         _check_pixels(frame.width, frame.height, max_pixels, f"frame {n} is")
         t = frame.time if frame.pts is not None else n / rate
@@ -137,16 +124,14 @@ def _pick(
     mode: str,
     said: float | None = None,
 ) -> tuple[list[np.ndarray], float, int, int]:
-    """The frames shown at 0, 1 / fps, ... s from the first until the last ends; the duration,
-    rotation and frames decoded. `said`: the header's duration in seconds, if it gives one."""
+    """The frames shown at 0, 1 / fps, ... s until the last ends; duration, rotation, decoded."""
     out: list[np.ndarray] = []
     first, shown, end, k, n, rotation = None, None, 0.0, 0, 0, 0
     fitted: tuple[int, np.ndarray] | None = None  # the last frame converted: (its number, pixels)
     moved = False  # whether any frame starts after the first
 
     def show_until(reach: float) -> None:
-        """Store frame `shown` (number, frame), converted once, at each time before `reach`; a
-        resolution that changes part way keeps the first frame's shape."""
+        """Store `shown`, converted once, at each time before `reach`, in the first's shape."""
         nonlocal k, fitted
         if shown is None:
             return
@@ -175,8 +160,7 @@ def _pick(
 
 
 def _check_reach(reach: float, k: int, n: int, fps: float, said: float | None) -> None:
-    """Refuse picking on to `reach` s (`k` stored so far) when that stores over REPEAT frames
-    for each of the `n` decoded, or runs well past `said`."""
+    """Refuse storing over REPEAT frames a decoded one, or well past `said` (the header's)."""
     if said is not None and reach - said > max(said, 1.0):
         raise Reject(
             "timestamps", f"its frames run to {reach:.1f} s, its header says {said:.1f} s long"
@@ -193,8 +177,7 @@ def _check_reach(reach: float, k: int, n: int, fps: float, said: float | None) -
 
 
 def _check_whole(stream: Any, decoded: int, end: float, rate: float, said: float | None) -> None:
-    """Refuse a file that ends early (a cut download): fewer frames than its header counts, or
-    an end well before its header's duration."""
+    """Refuse a file that ends early: fewer frames or seconds than its header says."""
     if stream.frames and decoded < stream.frames:
         raise Reject("truncated", f"{decoded} of the {stream.frames} frames its header counts")
     if said and said - end > max(SLACK * said, 2.0 / rate):

@@ -14,8 +14,7 @@ import numpy as np
 
 from prep.kinds.images.config import PackConfig
 from prep.media.image.decode import decode_image
-from prep.media.image.groups import phash_groups
-from prep.media.image.hashing import image_phash
+from prep.media.image.groups import DIGEST_BYTES, Hashes, dupe_groups, image_phash
 from prep.run.inputs import Reject, reject_record
 from prep.run.parallel import progress
 from prep.sources.images import Item
@@ -59,7 +58,8 @@ def drop_dupes(
     phash = np.array([got[k] for k in ok], dtype=np.uint64)
     dropped: set[int] = set()
     rejects = []
-    for g in phash_groups(phash, [items[k].rel for k in ok], cfg.max_distance):
+    no_digests = np.zeros((0, DIGEST_BYTES), np.uint8)  # pHashes alone link these inputs
+    for g in dupe_groups(Hashes(phash, no_digests, [items[k].rel for k in ok]), cfg.max_distance):
         for member, path, dist in zip(g.members[1:], g.paths[1:], g.distances[1:], strict=True):
             dropped.add(ok[member])
             why = (

@@ -18,9 +18,8 @@ from loaders.format import ArraySpec, Manifest, Shard, array_name
 from loaders.format.spec import smallest_uint
 from prep.kinds.images.config import PackConfig
 from prep.media.image.decode import decode_image, decode_mask
-from prep.media.image.geometry import sizes_from, stored
-from prep.media.image.hashing import image_phash, pixel_digest
-from prep.media.image.stats import PixelSums, combine
+from prep.media.image.geometry import PixelSums, combine, sizes_from, stored
+from prep.media.image.groups import image_phash, pixel_digest
 from prep.run.driver import Inputs, Kind, RunSummary, run, shard_size
 from prep.run.errors import PrepError
 from prep.run.inputs import Reject
@@ -210,7 +209,7 @@ class ImagesKind(Kind[PackConfig, list[Item]]):
 
     def manifest(self, records: list[dict[str, Any]]) -> Manifest:
         extra: dict[str, Any] = {"background": list(self.cfg.background_rgb())}
-        stats = combine(records)  # per-channel mean and std (prep.media.image.stats)
+        stats = combine(records)  # per-channel mean and std (prep.media.image.geometry)
         if stats is not None:
             extra["stats"] = {"image": stats}
         return Manifest(

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from prep.fields.boxes import kept, outside_rows
+from prep.fields.image import kept, outside_rows
 from prep.kinds.importers.config import CocoConfig, Tree
 from prep.run.errors import PrepError
 from prep.run.inputs import Reject, load_json, reject_record

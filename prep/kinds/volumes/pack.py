@@ -73,7 +73,7 @@ def encode_volume(
             size = tuple(int(n) for n in float_list(cfg.shape, 3, "--shape") or ())
             boxes.append((None, size))
         for start, size in boxes:
-            start = tf.centred_start(img.shape, size) if start is None else start
+            start = (np.asarray(img.shape) - size) // 2 if start is None else start  # centred
             img = tf.box(img, start, size, pad)
             lab = None if lab is None else tf.box(lab, start, size, 0)
             affine = tf.translate(affine, start)
@@ -105,11 +105,11 @@ class _Volumes:
             w.extend(np.asarray([value], w.dtype))
         self.arrays["image_shape"].append(np.asarray(img.shape, np.uint32))
         if lab is not None and self.label is not None:
-            index = tf.foreground_index(lab)
+            voxels, bounds = tf.foreground_index(lab)
             fg = self.arrays["label_fg"]
             self.label.append(lab)
-            self.arrays["label_fg_offsets"].append(index.bounds + fg.length)
-            fg.extend(index.voxels)
+            self.arrays["label_fg_offsets"].append(bounds + fg.length)
+            fg.extend(voxels)
 
 
 @shard_task

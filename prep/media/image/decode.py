@@ -1,10 +1,6 @@
-"""Decoding: one pixel policy whatever the source (README "Pixel policy"); an input that cannot
-be used raises `Reject` with one of the README's reject codes.
-
-RGB and gray JPEGs take a fast path (`decode_jpeg`): libjpeg-turbo through simplejpeg at the
-DCT scale of Pillow's `draft`, so Pillow's pixels bit for bit, at less cost. CMYK and YCCK JPEGs
-and every file libjpeg-turbo warns about (its strict mode raises) go to Pillow, which decides.
-"""
+"""Decoding: one pixel policy whatever the source (README "Pixel policy"); bad input raises
+`Reject` with a README reject code. RGB and gray JPEGs take libjpeg-turbo (simplejpeg) at the DCT
+scale of Pillow's `draft`: Pillow's pixels bit for bit, cheaper; the rest go to Pillow."""
 
 from __future__ import annotations
 
@@ -27,8 +23,7 @@ from prep.run.profile import stage, timed
 BACKGROUND = (255, 255, 255)  # alpha is composited on white, as a browser shows a PNG
 ImageFile.LOAD_TRUNCATED_IMAGES = False  # a truncated file must raise, not turn grey
 Image.MAX_IMAGE_PIXELS = None  # we check `max_pixels` ourselves, before decoding
-# What Pillow raises on malformed files: OSError (truncated, broken stream), SyntaxError and
-# struct.error (bad headers), ValueError, EOFError, IndexError, TypeError (its fuzzers' list).
+# What Pillow raises on malformed files (its fuzzers' list).
 _DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, IndexError, TypeError, struct.error)
 _HIGH_BIT_DEPTH = ("I", "F")  # and every "I;16*" mode
 # EXIF orientation -> what turns the stored (H, W, ...) pixels upright (Pillow's transposes).
@@ -57,8 +52,7 @@ def _upright(a: np.ndarray, orientation: int) -> np.ndarray:
 
 
 def _to_mode(im: Image.Image, gray: bool, background: tuple[int, ...]) -> Image.Image:
-    """Any Pillow mode to RGB (or L): 16-bit integers keep their top byte (v >> 8), floats
-    are clipped to 0..255, alpha is composited on `background` (R, G, B)."""
+    """Any Pillow mode to RGB (or L), as README "Pixel policy" says."""
     if im.mode in _HIGH_BIT_DEPTH or im.mode.startswith("I;16"):
         a = np.asarray(im)
         if im.mode == "F":
@@ -78,7 +72,6 @@ def _to_mode(im: Image.Image, gray: bool, background: tuple[int, ...]) -> Image.
 
 @contextmanager
 def _pillow_errors() -> Iterator[None]:
-    """What Pillow raises reading a file, as the Reject that names it."""
     try:
         yield
     except UnidentifiedImageError as e:
@@ -95,7 +88,6 @@ def _pillow_errors() -> Iterator[None]:
 
 @timed("read")  # opening and the header; Pillow reads the pixel data while decoding
 def _open(path: Path | io.BytesIO, max_pixels: int) -> Image.Image:
-    """The image (a file, or an encoded file's bytes), its header read and checked."""
     size = path.getbuffer().nbytes if isinstance(path, io.BytesIO) else _regular_size(path)
     if size == 0:
         raise Reject("empty", "zero-byte file")
@@ -136,8 +128,7 @@ def _load(im: Image.Image) -> None:
 
 
 def draft_scale(stored: tuple[int, int], need: tuple[int, int]) -> int:
-    """The DCT reduction Pillow's `draft` picks: the largest of 8, 4, 2, 1 that keeps both
-    sides at least `need` (stored and need are (w, h)).
+    """Pillow's `draft` DCT reduction: the largest of 8, 4, 2, 1 keeping both sides >= `need`.
 
     >>> draft_scale((4032, 3024), (341, 256)), draft_scale((64, 40), (19, 12))
     (8, 2)
@@ -149,8 +140,7 @@ def draft_scale(stored: tuple[int, int], need: tuple[int, int]) -> int:
 def decode_jpeg(
     im: Image.Image, need: tuple[int, int], orientation: int, gray: bool
 ) -> np.ndarray | None:
-    """Upright pixels of the JPEG `im` (header read) at `draft_scale`, as decode_image returns
-    them; `need` is the (w, h) to cover, stored orientation. None: Pillow decodes the file."""
+    """decode_image's pixels of JPEG `im` at `draft_scale`, or None: Pillow decodes it."""
     fp = getattr(im, "fp", None)  # the open file of an ImageFile, until it is loaded
     if im.mode not in ("RGB", "L") or fp is None:
         return None
@@ -187,12 +177,9 @@ def decode_image(
     mode: str = "fill",
     background: tuple[int, ...] = BACKGROUND,
 ) -> tuple[np.ndarray, tuple[int, int]]:
-    """Upright pixels, (H, W, 3) or, gray, (H, W) uint8, and the full-size upright (h, w).
-
-    `hint` = (size, ...) lets a JPEG be decoded at a DCT-reduced scale (1/2, 1/4, 1/8) that still
-    covers the largest `size` in `mode`: 4-8x less work on a phone photo."""
-    # Pillow's warnings about a file ("Corrupt EXIF data", "Truncated File Read") are noise
-    # here: the policy decides what they mean, and a worker would print each one.
+    """Upright pixels, (H, W, 3) or, gray, (H, W) uint8, and the full-size upright (h, w);
+    `hint` (sizes) lets a JPEG decode at a DCT scale still covering the largest in `mode`."""
+    # Pillow's warnings about a file are noise: the policy decides what they mean.
     with warnings.catch_warnings(action="ignore"), _open(path, max_pixels) as im:
         orientation = _orientation(im)
         w, h = im.size
@@ -223,8 +210,7 @@ def decode_image(
 
 @timed("decode")
 def decode_mask(path: Path, max_pixels: int = 100_000_000) -> np.ndarray:
-    """A mask of class ids (H, W) uint8: L or palette images (the palette index is the class
-    id), bilevel images (classes 0 and 1), or 16/32-bit images whose ids are at most 255."""
+    """Class ids (H, W) uint8 of an L, palette, bilevel or 16/32-bit (ids <= 255) image."""
     with warnings.catch_warnings(action="ignore"), _open(path, max_pixels) as im:
         orientation = _orientation(im)
         _load(im)

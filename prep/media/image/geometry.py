@@ -1,9 +1,18 @@
 """Where a decoded image goes (the geometry of each size and mode: resize to `content`, then crop
-or pad), every size made from one decode, and how a sample is stored. Arrays in, arrays out."""
+or pad), every size made from one decode, how a sample is stored, and the per-channel mean and
+std of the stored pixels (`extra.stats`: FORMAT.md). Arrays in, arrays out.
+
+>>> sums = PixelSums()
+>>> sums.add({2: np.array([[[0], [2]]], dtype=np.uint8)})
+>>> combine([{"stats": sums.record(), "shard": {}}])["sizes"]["2"]
+{'mean': [1.0], 'std': [1.0], 'pixels': 2}
+"""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Any
 
 import cv2
 import numpy as np
@@ -61,10 +70,8 @@ def geometry(h: int, w: int, size: int, mode: str) -> Geometry:
 
 
 def resize(img: np.ndarray, hw: tuple[int, int], nearest: bool = False) -> np.ndarray:
-    """Shrink without aliasing, cheaply: bilinear while the factor is under ~2 (it still reads
-    every source pixel; a DCT-reduced JPEG always is), area averaging beyond; bilinear to
-    enlarge; nearest for class-id masks. (Bench photos: 0.9 levels from full-size INTER_AREA,
-    at 1/5 of its cost.)"""
+    """Shrink without aliasing, cheaply: bilinear under ~2x (it still reads every pixel), area
+    beyond (0.9 levels from INTER_AREA, at 1/5 its cost); bilinear to enlarge; nearest: masks."""
     h, w = hw
     if img.shape[:2] == (h, w):
         return img
@@ -113,8 +120,7 @@ def sizes_from(
 
 @timed("encode")
 def encode_jpeg(img: np.ndarray, quality: int) -> np.ndarray:
-    """(H, W, 3) or (H, W, 1) uint8 -> a baseline JFIF file's bytes, uint8 (n,): the same
-    bytes for the same pixels in any process (libjpeg-turbo)."""
+    """(H, W, 3) or (H, W, 1) uint8 -> JFIF bytes (n,) uint8, the same in any process."""
     import simplejpeg
 
     gray = img.shape[2] == 1
@@ -133,3 +139,56 @@ def stored(arr: np.ndarray, spec: ArraySpec, quality: int) -> np.ndarray:
     if spec.codec == "jpeg":
         return encode_jpeg(arr, quality)
     return arr.reshape(-1) if spec.ragged else arr
+
+
+LEVELS = np.arange(256, dtype=np.int64)
+
+
+class PixelSums:
+    """One shard's count of each channel's values at each size: (C, 256) int64, exact."""
+
+    def __init__(self) -> None:
+        self.counts: dict[int, np.ndarray] = {}
+
+    def add(self, pixels: dict[int, np.ndarray]) -> None:
+        """One sample's uint8 pixels at each size: (H, W, C), or (H, W) gray."""
+        for size, arr in pixels.items():
+            flat = arr.reshape(-1, arr.shape[2] if arr.ndim == 3 else 1)
+            got = np.stack([np.bincount(flat[:, c], minlength=256) for c in range(flat.shape[1])])
+            self.counts[size] = self.counts.get(size, 0) + got
+
+    def record(self) -> dict[str, dict[str, Any]]:
+        """Each size's pixel count and its channels' sums of values and of squares (ints)."""
+        return {
+            str(size): {
+                "pixels": int(n.sum(axis=1)[0]),
+                "sum": [int(v) for v in n @ LEVELS],
+                "sumsq": [int(v) for v in n @ (LEVELS * LEVELS)],
+            }
+            for size, n in sorted(self.counts.items())
+        }
+
+
+def combine(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """`extra.stats` of the train split's shard records (all without one), or None: 0-255
+    units, ddof=0, {"split": "train" | null, "sizes": {"224": {"mean", "std", "pixels"}}}."""
+    train = [r for r in records if r["shard"].get("split") == "train"]
+    split = "train" if train else None
+    if not train:
+        train = records
+    if not train or any("stats" not in r for r in train):
+        return None
+    sizes: dict[str, dict[str, Any]] = {}
+    for size in sorted({s for r in train for s in r["stats"]}, key=int):
+        parts = [r["stats"][size] for r in train if size in r["stats"]]
+        n = sum(p["pixels"] for p in parts)
+        if n == 0:
+            continue
+        s = [sum(v) for v in zip(*(p["sum"] for p in parts), strict=True)]
+        q = [sum(v) for v in zip(*(p["sumsq"] for p in parts), strict=True)]
+        # Exact integers until the last division: n * q - s^2 is n^2 times the variance.
+        mean = [round(si / n, 4) for si in s]
+        var = [(n * qi - si * si) / (n * n) for si, qi in zip(s, q, strict=True)]
+        std = [round(math.sqrt(v), 4) for v in var]
+        sizes[size] = {"mean": mean, "std": std, "pixels": n}
+    return {"split": split, "sizes": sizes}

@@ -1,12 +1,7 @@
-"""All pairs of 64-bit hashes within a Hamming distance `d`, well under quadratic time.
-
-Pigeonhole: cut the 64 bits into `m` blocks; two hashes within d bits agree exactly on at least
-t = m - d blocks. For every choice of t blocks (a table), the hashes are sorted by those blocks'
-bits (the key) and only those with one key are compared (XOR, popcount). `method="mih"`
-(multi-index hashing) takes m = d + 1, t = 1: few tables, short keys, big buckets on large
-inputs; `method="tables"` (Manku, Jain and Das Sarma, WWW 2007) more blocks, t >= 2: C(m, t)
-tables of longer keys, far fewer candidates; `method="auto"` the (m, t) of least modelled cost
-(README "Near-duplicates and leakage" has the measurements).
+"""All pairs of 64-bit hashes within a Hamming distance `d`, well under quadratic time. Two such
+hashes cut in `m` blocks agree on t = m - d; per choice of t blocks (a table) only hashes with
+equal keys are compared. "mih": m = d + 1, t = 1; "tables" (Manku et al., WWW 2007): t >= 2;
+"auto": the least modelled cost (README "Near-duplicates and leakage").
 
 >>> h = np.array([0, 0b111, 3 << 62, 0b1], dtype=np.uint64)
 >>> near_pairs(h, max_distance=1).tolist()
@@ -77,9 +72,8 @@ def _sort(key: np.ndarray) -> np.ndarray:
 
 
 def _table_pairs(h: np.ndarray, key: np.ndarray, d: int) -> Iterator[np.ndarray]:
-    """(k, 3) rows (i, j, distance) of hashes with one key within `d`, i and j unordered. Equal
-    keys are runs once sorted; the runs of each length L are a (runs, L) block, whose hashes are
-    compared o places apart for o = 1 .. L - 1: the work is the candidate count."""
+    """(k, 3) rows (i, j, distance) of hashes with one key within `d`: the runs of each length L
+    of sorted keys are one (runs, L) block, compared o places apart for o = 1 .. L - 1."""
     order = _sort(key)
     ks, hs = key[order], h[order]
     starts = np.flatnonzero(np.r_[True, ks[1:] != ks[:-1]])
@@ -106,25 +100,6 @@ def _unique_pairs(found: list[np.ndarray]) -> np.ndarray:
     return rows[first]
 
 
-def within(h: np.ndarray, d: int, method: str = "auto") -> np.ndarray:
-    """(K, 3) int64 rows (i, j, distance), i < j, of the pairs of `h` within `d` bits."""
-    h = np.ascontiguousarray(h, dtype=np.uint64)
-    if d < 0:
-        raise ValueError(f"max_distance {d} is negative")
-    if len(h) < 2:
-        return np.zeros((0, 3), dtype=np.int64)
-    m, t = plan(len(h), min(d, BITS), method)
-    tables = list(itertools.combinations(blocks(m), t))
-
-    def table(chosen: tuple[tuple[int, int], ...]) -> list[np.ndarray]:
-        return [rows for rows in _table_pairs(h, _keys(h, chosen), d) if len(rows)]
-
-    # Sorting and gathering release the GIL: the tables run on threads, one per core.
-    workers = min(len(tables), os.cpu_count() or 1) if len(h) >= THREADED else 1
-    with ThreadPoolExecutor(workers) as pool:
-        return _unique_pairs([rows for found in pool.map(table, tables) for rows in found])
-
-
 def brute_force(a: np.ndarray, b: np.ndarray, d: int, chunk: int = 2048) -> np.ndarray:
     """The reference: every pair of `a` x `b` compared (XOR, popcount), a chunk at a time."""
     out = []
@@ -141,12 +116,26 @@ def near_pairs(
     max_distance: int = DEFAULT_DISTANCE,
     method: str = "auto",
 ) -> np.ndarray:
-    """(K, 3) int64 rows (i, j, distance) sorted by (i, j): pairs within `a` (i < j), or
-    between `a` and `b` (i in a, j in b), at most `max_distance` bits apart."""
+    """(K, 3) int64 rows (i, j, distance) sorted: pairs within `a` (i < j), or across a, b."""
+    a = np.asarray(a, dtype=np.uint64)
+    h = np.ascontiguousarray(a if b is None else np.concatenate([a, np.asarray(b, np.uint64)]))
+    d = max_distance
+    if d < 0:
+        raise ValueError(f"max_distance {d} is negative")
+    if len(h) < 2:
+        return np.zeros((0, 3), dtype=np.int64)
+    m, t = plan(len(h), min(d, BITS), method)
+    tables = list(itertools.combinations(blocks(m), t))
+
+    def table(chosen: tuple[tuple[int, int], ...]) -> list[np.ndarray]:
+        return [rows for rows in _table_pairs(h, _keys(h, chosen), d) if len(rows)]
+
+    # Sorting and gathering release the GIL: the tables run on threads, one per core.
+    workers = min(len(tables), os.cpu_count() or 1) if len(h) >= THREADED else 1
+    with ThreadPoolExecutor(workers) as pool:
+        rows = _unique_pairs([rows for found in pool.map(table, tables) for rows in found])
     if b is None:
-        return within(a, max_distance, method)
-    a, b = np.asarray(a, dtype=np.uint64), np.asarray(b, dtype=np.uint64)
-    rows = within(np.concatenate([a, b]), max_distance, method)
+        return rows
     rows = rows[(rows[:, 0] < len(a)) & (rows[:, 1] >= len(a))]
     rows[:, 1] -= len(a)
     return rows

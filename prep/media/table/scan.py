@@ -1,7 +1,6 @@
-"""The scan: every block of every table file parsed once, before any shard is written. It
-decides the columns' types, train vocabularies and statistics and each block's row count, and
-keeps each parsed block in the run folder (`.prep-run/blocks/NNNNN.arrow`, Arrow IPC: text as
-dictionaries, floats as float32 unless --float16, then the val mask) for the shard tasks."""
+"""The scan: every block of every table file parsed once, before any shard: the columns' types,
+vocabularies and statistics, each block's rows; each parsed block kept for the shard tasks
+(`.prep-run/blocks/NNNNN.arrow`, Arrow IPC: text as dictionaries, then the val mask)."""
 
 from __future__ import annotations
 
@@ -13,8 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from prep.kinds.table.config import TableConfig
-from prep.media.table.stats import Stats, decide
-from prep.media.table.types import Column, as_text, kept_form
+from prep.media.table.types import Column, Stats, as_text, decide, kept_form
 from prep.run.errors import PrepError
 from prep.run.inputs import reject_record, warn
 from prep.sources.hashsplit import val_mask
@@ -32,6 +30,7 @@ class Scan:
 
 @dataclass
 class _Block:
+    index: int  # the Block's
     names: list[str]
     rows: int
     stats: dict[str, Stats]
@@ -68,9 +67,7 @@ def _check_columns(
 
 
 def scan_block(block: Block, cfg: TableConfig, keep: int | None, folder: Path) -> _Block:
-    """One block's columns, row count and statistics (rows numbered from block.first_row),
-    its parsed cells kept in `folder`; `keep`: at most that many rows (--limit). Text cells are
-    checked as UTF-8; --categorical CSV columns read as text ("01" is not 1)."""
+    """One block's columns, rows and statistics, its cells kept in `folder`; `keep`: --limit."""
     coded = set(cfg.names("categorical"))
     rejects: list[dict[str, Any]] = []
     types = {n: pa.dictionary(pa.int32(), pa.binary()) for n in cfg.names("categorical")}
@@ -99,7 +96,7 @@ def scan_block(block: Block, cfg: TableConfig, keep: int | None, folder: Path) -
         pa.ipc.new_file(f, spill.schema) as w,
     ):
         w.write_table(spill)
-    return _Block(names, table.num_rows, stats, rejects, seen)
+    return _Block(block.index, names, table.num_rows, stats, rejects, seen)
 
 
 def _without_missing_target(
@@ -120,20 +117,15 @@ def _without_missing_target(
 
 
 def _scan_all(todo: list[Block], cfg: TableConfig, folder: Path) -> list[_Block]:
-    """Every block at once, one task per block (no --limit). The row numbers in a block's
-    errors need the rows before it: on an error the scan runs again in order, to name them."""
+    """Every block at once (no --limit); [] on an error: a scan in order names its rows."""
     from prep.run.parallel import run_tasks
 
-    args = [(b, cfg, folder) for b in todo]
+    args = [(b, cfg, None, folder) for b in todo]
     try:
-        found = dict(run_tasks(_indexed, args, cfg.n_jobs, cfg.backend))
+        found = {got.index: got for got in run_tasks(scan_block, args, cfg.n_jobs, cfg.backend)}
     except PrepError:
         return []
     return [found[i] for i in range(len(todo))]
-
-
-def _indexed(block: Block, cfg: TableConfig, folder: Path) -> tuple[int, _Block]:
-    return block.index, scan_block(block, cfg, None, folder)
 
 
 def scan(files: list[tuple[str, Path]], cfg: TableConfig, folder: Path) -> Scan:

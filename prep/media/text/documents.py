@@ -1,11 +1,6 @@
-"""Reading documents under one text policy; decoding a document's tokens gives back exactly:
-
-- a whole `.txt` file, one line of it (`--split-lines`), or one JSONL record's text field;
-- decoded as UTF-8: invalid bytes (and a JSON string's lone surrogates) reject the document
-  (errors="strict") or become U+FFFD (errors="replace");
-- one leading U+FEFF dropped, CRLF turned into LF (a lone CR kept), a line's own terminator not
-  part of it; nothing else changed (no normalisation, no stripping; an empty document is kept).
-"""
+"""Reading documents (a `.txt` file, one line of it, or a JSONL record's text field) under one
+text policy (FORMAT.md, README "Tokenizing text"): UTF-8, bad bytes rejected or U+FFFD, one
+leading U+FEFF dropped, CRLF as LF, a line's terminator not part of it; nothing else changed."""
 
 from __future__ import annotations
 
@@ -27,8 +22,7 @@ _CHUNK = 1 << 20
 
 @dataclass(frozen=True)
 class Piece:
-    """A byte range [start, end) of one input: one document (mode "file"), or every line
-    (modes "lines", "jsonl") that starts inside it; ranges of line files begin at line starts."""
+    """A byte range of one input: one document ("file"), or the lines starting in it."""
 
     path: str
     rel: str  # the name written in rejects (posix, relative to SRC)
@@ -53,8 +47,7 @@ def normalize(text: str) -> str:
 
 
 def list_text(src: Path, split_lines: bool) -> tuple[list[Piece], list[dict[str, Any]]]:
-    """The inputs of SRC (a folder's `.txt` files by relative path, a `.txt` or a `.jsonl`
-    file), and rejects for unreadable files."""
+    """The inputs of SRC (a folder of `.txt`, a `.txt` or `.jsonl` file), rejects of unreadable."""
     if not src.exists():
         raise PrepError(
             f"{src} does not exist. HINT: pass a folder of .txt files, a .txt or a .jsonl file"
@@ -87,8 +80,7 @@ def list_text(src: Path, split_lines: bool) -> tuple[list[Piece], list[dict[str,
 def iter_lines(
     f: BinaryIO, start: int, end: int, max_bytes: int
 ) -> Iterator[tuple[int, int, bytes | None]]:
-    """(offset, next offset, line) for each line starting in [start, end), without its LF/CRLF;
-    a line over max_bytes is None, skipped in 1 MB reads (memory stays bounded)."""
+    """(offset, next offset, line) of each line starting in [start, end); too long: None."""
     f.seek(start)
     pos = start
     while pos < end:
@@ -112,16 +104,8 @@ def line_starts(path: str, size: int, step: int) -> list[int]:
     with open(path, "rb") as f:
         target = step
         while target < size:
-            f.seek(target - 1)  # a line starts at target when the byte before it is LF
-            pos = target - 1
-            while True:
-                line = f.readline(_CHUNK)
-                if not line:
-                    pos = size
-                    break
-                pos += len(line)
-                if line.endswith(b"\n"):
-                    break
+            # A line starts at target when the byte before it is LF: where the line there ends.
+            _, pos, _ = next(iter_lines(f, target - 1, size, 0), (0, size, None))
             if pos >= size:
                 break
             cuts.append(pos)

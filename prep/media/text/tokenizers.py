@@ -1,9 +1,7 @@
-"""Tokenizers, found in one table (`TOKENIZERS`), all of one interface: classmethods `fit(corpus,
-vocab_size)` (the corpus a callable: a kind that needs none never reads it) and `load(path)` (its
-`file` in the dataset; None: it has none); `encode(texts)`: the ids of all texts back to back,
-each document followed by `eot_id` when there is one (None: offsets alone mark documents), and
-each document's length (its eot included); `decode(ids)`: the text, eot dropped; `save(folder)`:
-its file, atomically. `vocab_size` is the largest id + 1."""
+"""Tokenizers, in one table (`TOKENIZERS`), of one interface: classmethods `fit(corpus, vocab_size)`
+(corpus a callable) and `load(path)` (None: no file); `encode(texts)`: all ids back to back, each
+document ended by `eot_id` unless None, and each length; `decode(ids)`, eot dropped;
+`save(folder)`: its `file`, atomically. `vocab_size` is the largest id + 1."""
 
 from __future__ import annotations
 
@@ -127,9 +125,7 @@ class CharTokenizer:
 
 
 class HFTokenizer:
-    """A Hugging Face `tokenizers` tokenizer: our byte-level BPE, or a tokenizer.json brought by
-    the user. Special-token strings inside the text are encoded as plain text, so only the eot
-    id we add marks a document's end."""
+    """A Hugging Face tokenizer: our byte-level BPE or the user's; special tokens as text."""
 
     file = "tokenizer.json"
 
@@ -148,7 +144,6 @@ class HFTokenizer:
         from tokenizers import Tokenizer as HF
         from tokenizers import decoders, models, pre_tokenizers, trainers
 
-        check_tokenizer("bpe", vocab_size)
         tok = HF(models.BPE())
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tok.decoder = decoders.ByteLevel()
@@ -175,8 +170,7 @@ class HFTokenizer:
             ) from e
 
     def save(self, folder: Path) -> None:
-        # Serialized here, not by tokenizers' own save(): that neither fsyncs nor names the
-        # file, and a full disk raises a bare Exception from it.
+        # Not tokenizers' save(): it neither fsyncs nor names the file on a full disk.
         if self.source is not None:
             with open(self.source, encoding="utf-8", newline="") as f:  # byte for byte
                 text = f.read()
@@ -205,16 +199,14 @@ JSON_NAME = "json"  # the manifest's name for a tokenizer.json the user brought
 
 
 def tokenizer_identity(spec: str) -> tuple[str, str | None]:
-    """(name in the manifest, file in the dataset folder) of the tokenizer `spec` names."""
-    check_tokenizer(spec)
+    """(name in the manifest, file in the dataset folder) of the checked tokenizer `spec`."""
     if spec in TOKENIZERS:
         return spec, TOKENIZERS[spec].file
     return JSON_NAME, HFTokenizer.file
 
 
 def check_tokenizer(spec: str, vocab_size: int | None = None) -> None:
-    """Fail early on a tokenizer that is neither a registered name nor an existing .json file,
-    and on a bpe vocabulary outside 257 (the bytes and the eot token)..MAX_VOCAB."""
+    """Fail early on an unknown tokenizer or missing .json, or bpe's vocabulary out of range."""
     if spec == "bpe" and vocab_size is not None and not 257 <= vocab_size <= MAX_VOCAB:
         raise UsageError(
             f"--vocab-size {vocab_size} is outside 257..{MAX_VOCAB:,} for bpe: 256 bytes and "
@@ -235,7 +227,7 @@ def check_tokenizer(spec: str, vocab_size: int | None = None) -> None:
 
 def fit_tokenizer(spec: str, corpus: Callable[[], Iterable[str]], vocab_size: int) -> Tokenizer:
     """The tokenizer `spec` names: built from the corpus, or the user's tokenizer.json."""
-    check_tokenizer(spec)
+    check_tokenizer(spec, vocab_size)
     if spec in TOKENIZERS:
         return TOKENIZERS[spec].fit(corpus, vocab_size)
     return HFTokenizer.load(Path(spec), JSON_NAME)
@@ -252,8 +244,7 @@ def load_saved(name: str, folder: Path, file: str | None) -> Tokenizer:
 
 
 def load_tokenizer(root: str | os.PathLike[str]) -> Tokenizer:
-    """The tokenizer of a token dataset (a folder, or a URL: its file fetched into the cache
-    and checked against the manifest's sha256), to decode its ids.
+    """The tokenizer of a token dataset (a folder, or a URL: its file fetched and checked).
 
     >>> tok = load_tokenizer("data/demo-tokens")  # doctest: +SKIP
     >>> tok.decode(DocumentDataset("data/demo-tokens", split="val")[0])  # doctest: +SKIP

@@ -15,12 +15,6 @@ LPS_TO_RAS = np.diag([-1.0, -1.0, 1.0, 1.0])  # DICOM's patient axes are L, P, S
 GAP_TOLERANCE = 0.01  # of the slice spacing: scanners round positions to about a micron
 
 
-def series_files(folder: Path) -> list[Path]:
-    return sorted(
-        p for p in folder.iterdir() if p.suffix.lower() == ".dcm" and not p.name.startswith(".")
-    )
-
-
 def _read(path: Path) -> Any:
     import pydicom
 
@@ -66,7 +60,8 @@ def _order(slices: list[Any], normal: np.ndarray) -> tuple[np.ndarray, float]:
 
 def read_series(folder: Path) -> tuple[np.ndarray, np.ndarray]:
     """(data as (columns, rows, slices) float32 in rescaled units, its RAS affine)."""
-    slices = [_read(p) for p in series_files(folder)]
+    files = sorted(p for p in folder.iterdir() if p.suffix.lower() == ".dcm")
+    slices = [_read(p) for p in files if not p.name.startswith(".")]
     grids = {_grid(s) for s in slices}
     if len(grids) > 1:
         series = len({g[0] for g in grids})
@@ -95,8 +90,7 @@ def read_series(folder: Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 def write_series(folder: Path, data: np.ndarray, affine: np.ndarray, seed: int) -> None:
-    """Write `data` (columns, rows, slices; int16 HU) on the grid of RAS `affine` (axis-aligned)
-    as a CT series of uint16 slices with RescaleIntercept -1024 (the demo's; deterministic UIDs)."""
+    """`data` (columns, rows, slices; int16 HU) on RAS `affine` as the demo's CT series."""
     from pydicom.dataset import Dataset, FileMetaDataset
     from pydicom.uid import CTImageStorage, ExplicitVRLittleEndian, generate_uid
 

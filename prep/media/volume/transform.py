@@ -1,11 +1,8 @@
-"""The offline steps of `prep volumes`, pure functions: a volume is a C-order array whose axis k
-increases toward letter k of its orientation code (RAS: Right, Anterior, Superior) and a 4x4
-affine from voxel indices (i, j, k, 1) to world mm; every step returns the new array with the
-affine of its grid, so a stored voxel maps to the same world point as in the scan."""
+"""The offline steps of `prep volumes`, pure functions on a C-order array (axis k toward letter k
+of its orientation code, RAS...) and its 4x4 voxel-to-mm affine: every step returns the new
+array with its grid's affine, so a stored voxel maps to the same world point as in the scan."""
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -57,8 +54,7 @@ def _resample_axis(x: np.ndarray, axis: int, step: float, linear: bool) -> np.nd
 def resample(
     data: np.ndarray, affine: np.ndarray, spacing: tuple[float, ...], linear: bool
 ) -> tuple[np.ndarray, np.ndarray]:
-    """`data` on a grid of `spacing` mm with the same first voxel: trilinear (`linear`, as
-    float32; separable, so one axis at a time, in a fraction of the memory) or nearest."""
+    """`data` on a grid of `spacing` mm, same first voxel: trilinear (float32) or nearest."""
     steps = np.asarray(spacing, np.float64) / spacing_of(affine)
     out = data.astype(np.float32) if linear else data
     for axis, step in enumerate(steps):
@@ -68,8 +64,7 @@ def resample(
 
 
 def to_stored(data: np.ndarray, dtype: str, window: tuple[float, float] | None) -> np.ndarray:
-    """Intensities as stored: a window clips to [lo, hi] and scales to 0..255 (uint8); else
-    values are rounded (integer dtypes) and must fit `dtype` (never wrapped or clipped)."""
+    """Intensities as stored: a window scales [lo, hi] to uint8; else rounded, must fit `dtype`."""
     if window is not None:
         lo, hi = window
         scaled = (data.astype(np.float32) - lo) * np.float32(255 / (hi - lo))
@@ -106,9 +101,7 @@ def translate(affine: np.ndarray, start: np.ndarray) -> np.ndarray:
 
 
 def foreground_box(image: np.ndarray, label: np.ndarray | None, margin: int) -> np.ndarray:
-    """(start, stop) per axis, (2, 3): the box of the voxels above the volume's lowest value
-    (air, the scanner's padding) or labelled, grown by `margin` within the volume; the whole
-    volume when it is uniform."""
+    """(2, 3) (start, stop) of the voxels above the lowest value or labelled, plus `margin`."""
     mask = image > image.min()
     if label is not None:
         mask |= label > 0
@@ -125,22 +118,11 @@ def foreground_box(image: np.ndarray, label: np.ndarray | None, margin: int) -> 
     )
 
 
-def centred_start(shape: tuple[int, ...], size: tuple[int, ...]) -> np.ndarray:
-    """Where a box of `size` starts to be centred on a volume of `shape` (negative: padding)."""
-    return (np.asarray(shape) - np.asarray(size)) // 2
-
-
-@dataclass
-class Index:
-    """Labelled voxels as flat C-order indices sorted by class: class c's are
-    voxels[bounds[c - 1]:bounds[c]] (bounds: FG_BOUNDS values from 0)."""
-
-    voxels: np.ndarray  # uint32
-    bounds: np.ndarray  # int64 (FG_BOUNDS,)
-
-
-def foreground_index(label: np.ndarray, per_class: int = FG_PER_CLASS) -> Index:
-    """At most `per_class` voxels of each class, evenly spread over its sorted voxel indices."""
+def foreground_index(
+    label: np.ndarray, per_class: int = FG_PER_CLASS
+) -> tuple[np.ndarray, np.ndarray]:
+    """(voxels uint32, bounds int64 (FG_BOUNDS,)): at most `per_class` flat C-order voxel indices
+    of each class, evenly spread; class c's are voxels[bounds[c - 1]:bounds[c]]."""
     flat = label.reshape(-1)
     where = np.flatnonzero(flat)
     order = np.argsort(flat[where], kind="stable")  # by class, then by voxel index
@@ -156,4 +138,4 @@ def foreground_index(label: np.ndarray, per_class: int = FG_PER_CLASS) -> Index:
             kept.append(run)
         bounds.append(bounds[-1] + min(n, per_class))
     voxels = np.concatenate(kept) if kept else np.zeros(0, np.int64)
-    return Index(voxels.astype(np.uint32), np.asarray(bounds, np.int64))
+    return voxels.astype(np.uint32), np.asarray(bounds, np.int64)
