@@ -15,6 +15,7 @@ from loaders.datasets.base import DecodingDataset, Remote
 from loaders.datasets.samples import ArrayReading
 from loaders.fields.video import Video, frame_pieces
 from loaders.read.batches import Batch, check_indices
+from loaders.read.decode import Pixels
 from loaders.read.memory import Places
 
 
@@ -100,7 +101,7 @@ class ClipDataset(DecodingDataset):
         rows = [np.repeat(a, t, axis=0) for a in (hw, boxes, places.shard, places.local)]
         where = Places(places.files, rows[2], rows[3], places.source)
         jpeg, shape = self.video.codec == "jpeg", (b * t, *out_hw, 3)
-        frames = self.pixels(srcs, where, jpeg, rows[0], rows[1], None, shape, self.field)
+        frames = self.pixels(Pixels(srcs, where, jpeg, rows[0], rows[1]), shape, self.field)
         clips = self._flipped(frames.reshape(b, t, 3, *out_hw), index)  # (B, T, C, H, W)
         if not self.labelled:
             return Batch((clips,))

@@ -18,6 +18,7 @@ from loaders.fields.image import Image, hw_name
 from loaders.fields.mask import Mask
 from loaders.format import array_name
 from loaders.read.batches import Batch, new_batch
+from loaders.read.decode import Pixels
 from loaders.read.memory import by_shard
 from loaders.transforms import Compose
 
@@ -67,8 +68,10 @@ class SampleDataset(DecodingDataset):
         if bad:
             raise ValueError(f"ragged={bad}: each a field of {have} -> one of {RAGGED_POLICIES}")
         self.policies = policies
+        if transforms is not None and not isinstance(transforms, Compose):
+            raise TypeError(f"transforms= takes a loaders.transforms.Compose, not {transforms}")
         if transforms is not None and self.crop is None and self._keep_images():
-            found = roles.read_crop(transforms) if isinstance(transforms, Compose) else None
+            found = roles.read_crop(transforms)
             self.crop, transforms = found if found is not None else (None, transforms)
         read = {f: self.declared[f] for f in self.fields if f != "index"}
         if any(s.size is not None for f, d in read.items() for s in d.arrays(f)):  # images
@@ -77,8 +80,6 @@ class SampleDataset(DecodingDataset):
             self.set_size(self.sizes[0] if size is None else size)
         self.transforms, self._roles, self._cut = transforms, None, None
         if transforms is not None:
-            if not isinstance(transforms, Compose):
-                raise TypeError(f"transforms= takes a loaders.transforms.Compose, not {transforms}")
             self._roles = roles.roles_of(self.declared, self.fields, self.store.root)
         elif self.crop is not None:  # a pipeline drops the boxes it cuts away: so does crop=
             self._cut = roles.crop_roles(self.declared, self.fields, self.store.root)
@@ -121,7 +122,7 @@ class SampleDataset(DecodingDataset):
 
     def __getitems__(self, indices: Sequence[int]) -> SampleBatch:
         index = self._checked(indices)
-        reading = _Reading(self, index)
+        reading = ArrayReading(self, index)
         out: dict[str, Any] = {}
         for f in self.fields:
             if f == "index":
@@ -179,14 +180,16 @@ class ImageShardDataset(SampleDataset):
 
 
 class ArrayReading:
-    """One batch being read: the arrays a field's `read` asks for (loaders.fields.Reading)."""
-
-    size: int | None = None
+    """One batch being read: the arrays a field's `read` asks for (loaders.fields.Reading), and
+    a SampleDataset's images too, at the batch's size."""
 
     def __init__(self, ds: ShardedDataset, index: np.ndarray, at: np.ndarray | None = None):
         """`index`: the batch's checked indices; `at`: the samples read (default: `index`)."""
         shard, self.local = ds._find(index if at is None else at)
         self.ds, self.groups, self.index = ds, by_shard(shard), index
+        # Read once: set_size may run between batches, never within one
+        self.size = ds.size if isinstance(ds, SampleDataset) else None
+        self._boxes: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # image -> (hw, boxes)
 
     def values(self, name: str) -> np.ndarray:
         spec = self.ds.store.manifest.arrays[name]
@@ -219,31 +222,11 @@ class ArrayReading:
     def where(self, name: str) -> Sequence[str]:
         return self.ds.arrays.samples(name, self.groups, self.local)[1]
 
-    def crops(self, image: str) -> tuple[np.ndarray, tuple[int, int]] | None:
-        return None
-
-    def images(self, field: Field, name: str) -> torch.Tensor:
-        raise ValueError(
-            f"{self.ds.store.root}: field {name} holds images, which {type(self.ds).__name__} "
-            "does not decode. HINT: read it with SampleDataset"
-        )
-
-
-class _Reading(ArrayReading):
-    """One batch of a SampleDataset being read, its images too, at the batch's size."""
-
-    ds: SampleDataset
-
-    def __init__(self, ds: SampleDataset, index: np.ndarray):
-        super().__init__(ds, index)
-        self.size = ds.size  # read once: set_size may run between batches, never within one
-        self._boxes: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # image -> (hw, boxes)
-
-    def _hw_boxes(self, image: str) -> tuple[np.ndarray, np.ndarray]:
+    def _hw_boxes(self, ds: SampleDataset, image: str) -> tuple[np.ndarray, np.ndarray]:
         """Image field `image`'s stored (h, w) and crop boxes: once a batch, for its masks too."""
         found = self._boxes.get(image)
         if found is None:
-            size, ds = self.size or 0, self.ds
+            size = self.size or 0
             keep = hw_name(image, size) in ds.store.manifest.arrays
             hw = self.values(hw_name(image, size)).astype(np.int64) if keep else None
             hw = np.full((len(self.local), 2), size, dtype=np.int64) if hw is None else hw
@@ -252,11 +235,18 @@ class _Reading(ArrayReading):
         return found
 
     def crops(self, image: str) -> tuple[np.ndarray, tuple[int, int]] | None:
-        crop = self.ds.crop
-        return None if crop is None else (self._hw_boxes(image)[1], crop.size)
+        ds = self.ds
+        if not isinstance(ds, SampleDataset) or ds.crop is None:
+            return None
+        return self._hw_boxes(ds, image)[1], ds.crop.size
 
     def images(self, field: Field, name: str) -> torch.Tensor:
         ds, size, b = self.ds, self.size or 0, len(self.local)
+        if not isinstance(ds, SampleDataset):
+            raise ValueError(
+                f"{ds.store.root}: field {name} holds images, which {type(ds).__name__} "
+                "does not decode. HINT: read it with SampleDataset"
+            )
         mask = isinstance(field, Mask)
         arr = array_name(name, size)
         spec = ds.store.manifest.arrays[arr]
@@ -264,9 +254,9 @@ class _Reading(ArrayReading):
             out = new_batch((b, *spec.shape), torch.uint8, ds._buffers, arr)
             self.gather(out.numpy(), arr)
             return out if mask else out.permute(0, 3, 1, 2)
-        hw, boxes = self._hw_boxes(field.image if isinstance(field, Mask) else name)
+        hw, boxes = self._hw_boxes(ds, field.image if isinstance(field, Mask) else name)
         jpeg = spec.codec == "jpeg"
         crcs = self.values(array_name(f"{name}_crc", size)).astype(np.int64) if jpeg else None
         srcs, places = ds.arrays.samples(arr, self.groups, self.local)
         shape = spec.shape if ds.crop is None else (*ds.crop.size, *spec.shape[2:])
-        return ds.pixels(srcs, places, jpeg, hw, boxes, crcs, (b, *shape), spec.field, mask)
+        return ds.pixels(Pixels(srcs, places, jpeg, hw, boxes, crcs), (b, *shape), spec.field, mask)
