@@ -37,7 +37,7 @@ from loaders.format import (
 )
 from loaders.format.index import DIGESTS, SHARDS
 from loaders.read.decode import Pixels, run
-from loaders.read.memory import Places
+from loaders.read.store import Places
 
 # ---------------------------------------------------------------- .npy headers
 

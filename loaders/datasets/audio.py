@@ -16,6 +16,7 @@ from loaders.fields.audio import Audio
 from loaders.fields.base import ragged_batch
 
 AUDIO = "audio"  # the samples' field (prep.kinds.audio.pack)
+WIDE = (torch.uint16, torch.uint32, torch.uint64)  # as int64: torch barely computes with them
 
 
 class AudioDataset(ShardedDataset):
@@ -73,8 +74,8 @@ class AudioDataset(ShardedDataset):
             if f == "index":
                 out[f] = self._index(index)
             else:  # as its kind reads it (SampleDataset's: text as str, ragged padded)
-                got = self.declared[f].read(reading, f, "pad")
-                out |= {k: _widened(v) for k, v in got.items()}
+                for k, v in self.declared[f].read(reading, f, "pad").items():
+                    out[k] = v.to(torch.int64) if torch.is_tensor(v) and v.dtype in WIDE else v
         return SampleBatch(out, len(index))
 
     def _windows(self, index: np.ndarray, pieces: list[np.ndarray]) -> dict[str, Any]:
@@ -99,9 +100,3 @@ class AudioDataset(ShardedDataset):
 
     def _shown(self) -> dict[str, Any]:
         return {"clips": len(self), "rate": self.rate, "window": self.window, "fields": self.fields}
-
-
-def _widened(batch: Any) -> Any:
-    """Unsigned tensors wider than uint8 as int64, which torch barely computes with."""
-    wide = (torch.uint16, torch.uint32, torch.uint64)
-    return batch.to(torch.int64) if torch.is_tensor(batch) and batch.dtype in wide else batch

@@ -17,8 +17,7 @@ from loaders.fields import declared
 from loaders.fields.base import Field
 from loaders.read.batches import BufferPool, check_indices, new_batch
 from loaders.read.decode import Pixels, Pool, decode_cuda, run
-from loaders.read.memory import SharedArrays
-from loaders.read.store import ShardStore
+from loaders.read.store import ShardStore, SharedArrays
 
 
 class Remote(TypedDict, total=False):

@@ -19,7 +19,7 @@ from loaders.fields.mask import Mask
 from loaders.format import array_name
 from loaders.read.batches import Batch, new_batch
 from loaders.read.decode import Pixels
-from loaders.read.memory import by_shard
+from loaders.read.store import by_shard
 from loaders.transforms import Compose
 
 
