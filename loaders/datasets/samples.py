@@ -132,7 +132,7 @@ class SampleDataset(DecodingDataset):
         if self._roles is not None:
             out = roles.transform(self.transforms, out, self._roles, index, self.epoch)
         elif self._cut is not None and self.crop is not None:
-            out = roles.drop_cut_boxes(out, self._cut, len(index), self.crop.size, roles.MIN_SIZE)
+            out = roles.drop_cut_boxes(out, self._cut, len(index), self.crop.size)
         return SampleBatch(out, len(index))
 
     def _shown(self) -> dict[str, Any]:
