@@ -142,7 +142,8 @@ class Loader(DataLoader[Any]):
             return super().__iter__()
         self.passes += 1  # before the workers are reset: see SharedRing
         batches = super().__iter__()
-        return CopyOut(batches, self.ring, self.pins, self.seen)
+        alloc = pinned if self.pins else self.ring.get  # pinned for a GPU
+        return (copy_out(batch, alloc, self.seen) for batch in batches)
 
 
 def _read(fetcher: _MapDatasetFetcher, pin: bool, index: Any) -> Any:
@@ -182,22 +183,6 @@ def _read_ahead(loader: Loader) -> Iterator[Any]:
             future.cancel()
         if not sys.is_finalizing():  # at exit shutdown()'s modules are gone
             pool.shutdown(wait=True, cancel_futures=True)
-
-
-class CopyOut:
-    """Each batch of the workers copied out of their rings (pinned for a GPU, else to `pool`)."""
-
-    def __init__(self, batches: Any, pool: BufferPool, pin: bool, seen: deque[Any]):
-        self._batches, self._alloc, self._seen = batches, pinned if pin else pool.get, seen
-
-    def __iter__(self) -> CopyOut:
-        return self
-
-    def __next__(self) -> Any:
-        return copy_out(next(self._batches), self._alloc, self._seen)
-
-    def __len__(self) -> int:
-        return len(self._batches)
 
 
 def pinned(key: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
