@@ -7,12 +7,11 @@ import importlib
 from typing import Any
 
 _MODULES = {  # where each public name lives
-    "loaders.datasets.samples": ("ImageShardDataset", "SampleDataset"),
+    "loaders.datasets.samples": ("ImageShardDataset", "SampleDataset", "AudioDataset"),
     "loaders.datasets.tokens": ("TokenWindowDataset", "DocumentDataset"),
     "loaders.datasets.volumes": ("VolumeDataset", "PatchDataset"),
     "loaders.datasets.tables": ("TableDataset",),
     "loaders.datasets.clips": ("ClipDataset",),
-    "loaders.datasets.audio": ("AudioDataset",),
     "loaders.datasets.mixed": ("MixedDataset",),
     "loaders.augment.crops": ("CenterCrop", "RandomResizedCrop"),
     "loaders.augment.normalize": ("Normalize",),
