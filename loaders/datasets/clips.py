@@ -14,8 +14,8 @@ from loaders.augment.random import stream_key, uniform
 from loaders.datasets.base import DecodingDataset, Remote
 from loaders.datasets.samples import ArrayReading
 from loaders.fields.video import Video, frame_pieces
-from loaders.read.batches import Batch, check_indices
 from loaders.read.decode import Pixels
+from loaders.read.loader import Batch, check_indices
 from loaders.read.store import Places
 
 

@@ -13,7 +13,7 @@ import torch
 from loaders.datasets.base import Remote, ShardedDataset
 from loaders.fields.tokens import Tokens
 from loaders.format import OFFSETS
-from loaders.read.batches import Batch, new_batch
+from loaders.read.loader import Batch, new_batch
 
 OUT_DTYPE = "int64"  # what windows and documents come out as: what embeddings index with
 

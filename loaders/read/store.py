@@ -33,7 +33,7 @@ from loaders.format import (
 )
 from loaders.format.arrays import Layout
 from loaders.format.values import Arrays
-from loaders.read.batches import new_shared
+from loaders.read.loader import new_shared
 
 # A quarter of this process's open-file limit, 16 to 512: each map holds a descriptor, the rest
 # are for DataLoader pipes, sockets and the user's files.
