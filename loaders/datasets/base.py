@@ -15,7 +15,7 @@ from torch.utils.data import Dataset
 from loaders.augment.crops import Crop
 from loaders.fields import declared
 from loaders.fields.base import Field
-from loaders.read.decode import Pixels, Pool, decode_cuda, run
+from loaders.read.decode import CHECKED_BYTES, Pixels, Pool, decode_cuda, run, sides_problem
 from loaders.read.loader import BufferPool, check_indices, new_batch
 from loaders.read.store import ShardStore, SharedArrays
 
@@ -200,8 +200,11 @@ class DecodingDataset(ShardedDataset):
         self, p: Pixels, shape: tuple[int, ...], key: str, mask: bool = False
     ) -> torch.Tensor:
         """Samples `p`, boxes resized: uint8 (B, C, H, W) views, or masks (B, H, W)."""
-        if p.jpeg:  # the headers' sides, before a batch of the manifest's is allocated
-            p.check_sides(math.prod(shape))
+        big = p.jpeg and math.prod(shape) >= CHECKED_BYTES  # headers checked before it is made
+        found = sides_problem(p.srcs, p.hw) if big else None
+        if found is not None:
+            p.check_crc(found[0])
+            p.fail(*found)
         if self.decode == "cuda" and p.jpeg:
             return decode_cuda(p, (shape[1], shape[2]), shape[3])
         out = new_batch(shape, torch.uint8, self._buffers, key)

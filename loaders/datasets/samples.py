@@ -186,8 +186,7 @@ class ImageShardDataset(SampleDataset):
 
 
 class ArrayReading:
-    """One batch being read: the arrays a field's `read` asks for (loaders.fields.Reading), and
-    a SampleDataset's images too, at the batch's size."""
+    """One batch being read (loaders.fields.Reading): arrays, and a SampleDataset's images."""
 
     def __init__(self, ds: ShardedDataset, index: np.ndarray, at: np.ndarray | None = None):
         """`index`: the batch's checked indices; `at`: the samples read (default: `index`)."""

@@ -70,7 +70,7 @@ class Pool:
 class Pixels:
     """A batch's samples: `srcs` (JPEG bytes, or pixels (h, w[, C])), their stored (h, w) `hw`
     (B, 2), crop `boxes` (top, left, height, width) (B, 4), the stored CRC-32s of JPEG bytes
-    (None: not stored), and `places`, where each is (memory.Places), for errors."""
+    (None: not stored), and `places`, where each is (store.Places), for errors."""
 
     srcs: Sequence[np.ndarray]
     places: Sequence[str]
@@ -87,13 +87,6 @@ class Pixels:
         if self.crcs is not None and zlib.crc32(self.srcs[j].data) != int(self.crcs[j]):
             why = "bit rot, or a file changed after packing"
             self.fail(j, f"the JPEG bytes differ from their checksum ({why})")
-
-    def check_sides(self, nbytes: int) -> None:
-        """FormatError before a big batch is made: a JPEG header that is not its stored size."""
-        found = sides_problem(self.srcs, self.hw) if nbytes >= CHECKED_BYTES else None
-        if found is not None:
-            self.check_crc(found[0])
-            self.fail(*found)
 
 
 def jpeg_sides(data: np.ndarray) -> tuple[int, int]:
