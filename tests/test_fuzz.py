@@ -36,8 +36,8 @@ from loaders.format import (
     read_manifest,
 )
 from loaders.format.index import DIGESTS, SHARDS
-from loaders.read.decode import Job, _run
-from loaders.read.memory import Places
+from loaders.read.decode import Pixels, run
+from loaders.read.store import Places
 
 # ---------------------------------------------------------------- .npy headers
 
@@ -236,6 +236,7 @@ def test_fuzz_jpeg_samples(tmp_path: Path) -> None:
 
     def target(data: bytes) -> None:
         src = np.frombuffer(data, np.uint8)
-        _run(Job(job["dst"], src, True, job["hw"], job["box"], None, places, 0))
+        pixels = Pixels([src], places, True, np.array([job["hw"]]), np.array([job["box"]]))
+        run(job["dst"][None], pixels, False, False, [0])
 
     assert fuzz(target, make, tmp_path) > 50

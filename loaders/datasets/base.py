@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
-from functools import cached_property
+from functools import cached_property, partial
 from typing import Any, ClassVar, TypedDict, Unpack
 
 import numpy as np
@@ -15,10 +15,9 @@ from torch.utils.data import Dataset
 from loaders.augment.crops import Crop
 from loaders.fields import declared
 from loaders.fields.base import Field
-from loaders.read.batches import BufferPool, check_indices, new_batch
-from loaders.read.decode import Pool, check_sides, decode_cuda, fill
-from loaders.read.memory import Places, SharedArrays
-from loaders.read.store import ShardStore
+from loaders.read.decode import CHECKED_BYTES, Pixels, Pool, decode_cuda, run, sides_problem
+from loaders.read.loader import BufferPool, check_indices, new_batch
+from loaders.read.store import ShardStore, SharedArrays
 
 
 class Remote(TypedDict, total=False):
@@ -47,7 +46,7 @@ class ShardedDataset(Dataset[Any]):
 
     dicts: ClassVar[bool] = False
     itemized: ClassVar[bool] = False
-    unsplit: ClassVar[tuple[str, str] | None] = None  # no_split's words: what, the fix
+    unsplit: ClassVar[tuple[str, str] | None] = None  # a missing split: what it holds, the fix
 
     def __init__(
         self, root: str | os.PathLike[str], *, split: str | None = None, **store: Unpack[Remote]
@@ -55,19 +54,18 @@ class ShardedDataset(Dataset[Any]):
         self.store = ShardStore(root, **store)
         self.split = split
         if split is not None and not len(self._shards):
-            raise ValueError(self.no_split(split))
+            root, have = self.store.root, self.store.manifest.splits
+            if self.unsplit is None:
+                raise ValueError(
+                    f"{root} has no {split!r} split; it has {have or 'none'}. HINT: "
+                    "prep pack --splits train,val or --val-fraction 0.1, or another split"
+                )
+            what, fix = self.unsplit
+            raise ValueError(
+                f"{root} has no {split!r} {what}; it has splits {sorted(have)}. HINT: {fix}"
+            )
         self._now = torch.zeros(2, dtype=torch.int64).share_memory_()  # size, epoch
         self._memory: dict[str, torch.Tensor] = {}  # in_memory's copy: name -> its bytes
-
-    def no_split(self, split: str) -> str:
-        root, have = self.store.root, self.store.manifest.splits
-        if self.unsplit is not None:  # a kind's own words: what a split holds, and the fix
-            what, fix = self.unsplit
-            return f"{root} has no {split!r} {what}; it has splits {sorted(have)}. HINT: {fix}"
-        return (
-            f"{root} has no {split!r} split; it has {have or 'none'}. HINT: "
-            "prep pack --splits train,val or --val-fraction 0.1, or another split"
-        )
 
     def check_fields(self, fields: Sequence[str], have: list[str]) -> None:
         """Refuse fields the dataset lacks (`have`), or none at all."""
@@ -199,22 +197,16 @@ class DecodingDataset(ShardedDataset):
         return Pool(self._threads or min(4, len(os.sched_getaffinity(0))))
 
     def pixels(
-        self,
-        srcs: list[np.ndarray],
-        places: Places,
-        jpeg: bool,
-        hw: np.ndarray,
-        boxes: np.ndarray,
-        crcs: np.ndarray | None,
-        shape: tuple[int, ...],
-        key: str,
-        mask: bool = False,
+        self, p: Pixels, shape: tuple[int, ...], key: str, mask: bool = False
     ) -> torch.Tensor:
-        """Samples `srcs` (bytes or pixels), boxes resized: uint8 (B, C, H, W) views, or masks."""
-        if jpeg:  # the headers' sides, before a batch of the manifest's is allocated
-            check_sides(srcs, hw, crcs, places, math.prod(shape))
-        if self.decode == "cuda" and jpeg:
-            return decode_cuda(srcs, crcs, hw, boxes, (shape[1], shape[2]), shape[3], places)
+        """Samples `p`, boxes resized: uint8 (B, C, H, W) views, or masks (B, H, W)."""
+        big = p.jpeg and math.prod(shape) >= CHECKED_BYTES  # headers checked before it is made
+        found = sides_problem(p.srcs, p.hw) if big else None
+        if found is not None:
+            p.check_crc(found[0])
+            p.fail(*found)
+        if self.decode == "cuda" and p.jpeg:
+            return decode_cuda(p, (shape[1], shape[2]), shape[3])
         out = new_batch(shape, torch.uint8, self._buffers, key)
-        fill(out.numpy(), srcs, jpeg, hw, boxes, crcs, places, self._pool, mask, self.fast_dct)
+        self._pool.map(partial(run, out.numpy(), p, mask, self.fast_dct), range(len(p.srcs)))
         return out if mask else out.permute(0, 3, 1, 2)

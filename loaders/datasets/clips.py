@@ -14,8 +14,9 @@ from loaders.augment.random import stream_key, uniform
 from loaders.datasets.base import DecodingDataset, Remote
 from loaders.datasets.samples import ArrayReading
 from loaders.fields.video import Video, frame_pieces
-from loaders.read.batches import Batch, check_indices
-from loaders.read.memory import Places
+from loaders.read.decode import Pixels
+from loaders.read.loader import Batch, check_indices
+from loaders.read.store import Places
 
 
 class ClipDataset(DecodingDataset):
@@ -100,21 +101,16 @@ class ClipDataset(DecodingDataset):
         rows = [np.repeat(a, t, axis=0) for a in (hw, boxes, places.shard, places.local)]
         where = Places(places.files, rows[2], rows[3], places.source)
         jpeg, shape = self.video.codec == "jpeg", (b * t, *out_hw, 3)
-        frames = self.pixels(srcs, where, jpeg, rows[0], rows[1], None, shape, self.field)
-        clips = self._flipped(frames.reshape(b, t, 3, *out_hw), index)  # (B, T, C, H, W)
+        frames = self.pixels(Pixels(srcs, where, jpeg, rows[0], rows[1]), shape, self.field)
+        clips = frames.reshape(b, t, 3, *out_hw)  # (B, T, C, H, W)
+        if self.flip:  # each clip mirrored left-right with probability 1/2
+            key = stream_key(self.seed, self.epoch, "RandomHorizontalFlip")
+            chosen = (uniform(key, torch.from_numpy(index), 1)[:, 0] < 0.5).tolist()
+            for j in (j for j, yes in enumerate(chosen) if yes):
+                clips[j] = clips[j].flip((-1,))
         if not self.labelled:
             return Batch((clips,))
         return Batch((clips, torch.from_numpy(reading.values("label").astype(np.int64))))
-
-    def _flipped(self, clips: torch.Tensor, index: np.ndarray) -> torch.Tensor:
-        """`flip`: each clip mirrored left-right with probability 1/2."""
-        if not self.flip:
-            return clips
-        key = stream_key(self.seed, self.epoch, "RandomHorizontalFlip")
-        chosen = (uniform(key, torch.from_numpy(index), 1)[:, 0] < 0.5).tolist()
-        for j in (j for j, yes in enumerate(chosen) if yes):
-            clips[j] = clips[j].flip((-1,))
-        return clips
 
     def source(self, index: int) -> str | None:
         """The video clip `index` was read from, relative to SRC (None: packed without it)."""

@@ -19,7 +19,7 @@ import torch
 from torch.utils.data import Dataset
 
 from loaders.datasets.samples import SampleBatch
-from loaders.read.batches import Batch, check_indices, new_batch, read_into
+from loaders.read.loader import Batch, check_indices, new_batch, read_into
 
 MIXTURE = "mixture"  # the field that says each sample's source: its index in `datasets`
 EXHAUSTED = ("wrap", "stop")
@@ -261,7 +261,13 @@ def merge(name: str, pieces: list[tuple[np.ndarray, Any]], padded: bool = False)
             "HINT: open each at the same size (size=, crop=, block_size=) and dtype"
         )
     shape = tuple(max(dims) for dims in zip(*shapes, strict=True))
-    out_t = _empty_like(first, name, (b, *shape))
+    if first.device.type != "cpu":  # decode="cuda"
+        out_t = torch.empty((b, *shape), dtype=first.dtype, device=first.device)
+    elif _channels_last(first):  # images: a (B, C, H, W) view of the loader's (B, H, W, C)
+        c, h, w = shape
+        out_t = new_batch((b, h, w, c), first.dtype, key=name).permute(0, 3, 1, 2)
+    else:
+        out_t = new_batch((b, *shape), first.dtype, key=name)
     if len(shapes) > 1:
         out_t.zero_()
     for rows, v in pieces:
@@ -279,16 +285,6 @@ def merge(name: str, pieces: list[tuple[np.ndarray, Any]], padded: bool = False)
             where: tuple[Any, ...] = (at, *(slice(0, d) for d in v.shape[1:]))
             out_t[where] = v
     return out_t
-
-
-def _empty_like(like: torch.Tensor, name: str, shape: tuple[int, ...]) -> torch.Tensor:
-    """A batch tensor in the loader's buffers, channels-last when `like` is (images)."""
-    if like.device.type != "cpu":  # decode="cuda"
-        return torch.empty(shape, dtype=like.dtype, device=like.device)
-    if _channels_last(like):
-        b, c, h, w = shape
-        return new_batch((b, h, w, c), like.dtype, key=name).permute(0, 3, 1, 2)
-    return new_batch(shape, like.dtype, key=name)
 
 
 def _channels_last(t: torch.Tensor) -> bool:

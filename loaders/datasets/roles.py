@@ -108,12 +108,11 @@ def read_crop(aug: Any) -> tuple[Any, Any] | None:
 
 
 def transform(
-    aug: Any, out: dict[str, Any], roles: Roles, index: np.ndarray, epoch: int
+    aug: Any, out: dict[str, Any], r: Roles, index: np.ndarray, epoch: int
 ) -> dict[str, Any]:
-    """The batch `out` with the fields of `roles` through Compose `aug` at `epoch`."""
+    """The batch `out` with the fields of roles `r` through Compose `aug` at `epoch`."""
     if aug.epoch != epoch:  # the dataset's set_epoch reaches the workers' copies so
         aug.set_epoch(epoch)
-    r = roles
     kw, padded = _given(out, r)
     kw["index"] = torch.from_numpy(np.asarray(index, dtype=np.int64))
     if r.mask is not None:
@@ -129,21 +128,20 @@ def transform(
 
 
 def drop_cut_boxes(
-    out: dict[str, Any], roles: Roles, batch: int, hw: tuple[int, int], min_size: float
+    out: dict[str, Any], r: Roles, batch: int, hw: tuple[int, int]
 ) -> dict[str, Any]:
     """The batch `out` without the boxes a load-time crop to `hw` cut, as a pipeline's end."""
     from loaders.augment.boxes import Targets, outputs, per_box
 
     if batch == 0:  # nothing to drop (and a list of no keypoints has no row shape)
         return out
-    r = roles
     kw, padded = _given(out, r)
     lengths = kw.get("lengths")
     t = Targets.of(batch, kw["boxes"], kw.get("keypoints"), lengths)
     moved: dict[str, torch.Tensor | None] = {}
     if r.instances is not None:  # (B, H, W, N), as a pipeline moves them
         moved["instances"] = per_box(kw["instances"], lengths, t, r.instances).permute(0, 2, 3, 1)
-    return _returned(dict(out), outputs(t, hw, min_size, kw, lengths, moved), r, padded)
+    return _returned(dict(out), outputs(t, hw, MIN_SIZE, kw, lengths, moved), r, padded)
 
 
 def _given(out: dict[str, Any], r: Roles) -> tuple[dict[str, Any], list[str]]:

@@ -1,4 +1,5 @@
-"""SampleDataset (`prep.pack_samples`: a dict of fields a batch) and ImageShardDataset."""
+"""SampleDataset (`prep.pack_samples`: a dict of fields a batch), ImageShardDataset, and
+AudioDataset: windows of a `prep audio` dataset, slices of the map (nothing decoded)."""
 
 from __future__ import annotations
 
@@ -11,15 +12,21 @@ import numpy as np
 import torch
 
 from loaders.augment.crops import whole
+from loaders.augment.random import stream_key, uniform
 from loaders.datasets import roles
-from loaders.datasets.base import Decoding, DecodingDataset, ShardedDataset
-from loaders.fields.base import RAGGED_POLICIES, Field
+from loaders.datasets.base import Decoding, DecodingDataset, Remote, ShardedDataset
+from loaders.fields.audio import Audio
+from loaders.fields.base import RAGGED_POLICIES, Field, ragged_batch
 from loaders.fields.image import Image, hw_name
 from loaders.fields.mask import Mask
 from loaders.format import array_name
-from loaders.read.batches import Batch, new_batch
-from loaders.read.memory import by_shard
+from loaders.read.decode import Pixels
+from loaders.read.loader import Batch, new_batch
+from loaders.read.store import by_shard
 from loaders.transforms import Compose
+
+AUDIO = "audio"  # AudioDataset's samples' field (prep.kinds.audio.pack)
+WIDE = (torch.uint16, torch.uint32, torch.uint64)  # as int64: torch barely computes with them
 
 
 class SampleBatch(Batch):
@@ -67,8 +74,10 @@ class SampleDataset(DecodingDataset):
         if bad:
             raise ValueError(f"ragged={bad}: each a field of {have} -> one of {RAGGED_POLICIES}")
         self.policies = policies
+        if transforms is not None and not isinstance(transforms, Compose):
+            raise TypeError(f"transforms= takes a loaders.transforms.Compose, not {transforms}")
         if transforms is not None and self.crop is None and self._keep_images():
-            found = roles.read_crop(transforms) if isinstance(transforms, Compose) else None
+            found = roles.read_crop(transforms)
             self.crop, transforms = found if found is not None else (None, transforms)
         read = {f: self.declared[f] for f in self.fields if f != "index"}
         if any(s.size is not None for f, d in read.items() for s in d.arrays(f)):  # images
@@ -77,8 +86,6 @@ class SampleDataset(DecodingDataset):
             self.set_size(self.sizes[0] if size is None else size)
         self.transforms, self._roles, self._cut = transforms, None, None
         if transforms is not None:
-            if not isinstance(transforms, Compose):
-                raise TypeError(f"transforms= takes a loaders.transforms.Compose, not {transforms}")
             self._roles = roles.roles_of(self.declared, self.fields, self.store.root)
         elif self.crop is not None:  # a pipeline drops the boxes it cuts away: so does crop=
             self._cut = roles.crop_roles(self.declared, self.fields, self.store.root)
@@ -121,7 +128,7 @@ class SampleDataset(DecodingDataset):
 
     def __getitems__(self, indices: Sequence[int]) -> SampleBatch:
         index = self._checked(indices)
-        reading = _Reading(self, index)
+        reading = ArrayReading(self, index)
         out: dict[str, Any] = {}
         for f in self.fields:
             if f == "index":
@@ -131,7 +138,7 @@ class SampleDataset(DecodingDataset):
         if self._roles is not None:
             out = roles.transform(self.transforms, out, self._roles, index, self.epoch)
         elif self._cut is not None and self.crop is not None:
-            out = roles.drop_cut_boxes(out, self._cut, len(index), self.crop.size, roles.MIN_SIZE)
+            out = roles.drop_cut_boxes(out, self._cut, len(index), self.crop.size)
         return SampleBatch(out, len(index))
 
     def _shown(self) -> dict[str, Any]:
@@ -179,14 +186,15 @@ class ImageShardDataset(SampleDataset):
 
 
 class ArrayReading:
-    """One batch being read: the arrays a field's `read` asks for (loaders.fields.Reading)."""
-
-    size: int | None = None
+    """One batch being read (loaders.fields.Reading): arrays, and a SampleDataset's images."""
 
     def __init__(self, ds: ShardedDataset, index: np.ndarray, at: np.ndarray | None = None):
         """`index`: the batch's checked indices; `at`: the samples read (default: `index`)."""
         shard, self.local = ds._find(index if at is None else at)
         self.ds, self.groups, self.index = ds, by_shard(shard), index
+        # Read once: set_size may run between batches, never within one
+        self.size = ds.size if isinstance(ds, SampleDataset) else None
+        self._boxes: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # image -> (hw, boxes)
 
     def values(self, name: str) -> np.ndarray:
         spec = self.ds.store.manifest.arrays[name]
@@ -219,31 +227,11 @@ class ArrayReading:
     def where(self, name: str) -> Sequence[str]:
         return self.ds.arrays.samples(name, self.groups, self.local)[1]
 
-    def crops(self, image: str) -> tuple[np.ndarray, tuple[int, int]] | None:
-        return None
-
-    def images(self, field: Field, name: str) -> torch.Tensor:
-        raise ValueError(
-            f"{self.ds.store.root}: field {name} holds images, which {type(self.ds).__name__} "
-            "does not decode. HINT: read it with SampleDataset"
-        )
-
-
-class _Reading(ArrayReading):
-    """One batch of a SampleDataset being read, its images too, at the batch's size."""
-
-    ds: SampleDataset
-
-    def __init__(self, ds: SampleDataset, index: np.ndarray):
-        super().__init__(ds, index)
-        self.size = ds.size  # read once: set_size may run between batches, never within one
-        self._boxes: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # image -> (hw, boxes)
-
-    def _hw_boxes(self, image: str) -> tuple[np.ndarray, np.ndarray]:
+    def _hw_boxes(self, ds: SampleDataset, image: str) -> tuple[np.ndarray, np.ndarray]:
         """Image field `image`'s stored (h, w) and crop boxes: once a batch, for its masks too."""
         found = self._boxes.get(image)
         if found is None:
-            size, ds = self.size or 0, self.ds
+            size = self.size or 0
             keep = hw_name(image, size) in ds.store.manifest.arrays
             hw = self.values(hw_name(image, size)).astype(np.int64) if keep else None
             hw = np.full((len(self.local), 2), size, dtype=np.int64) if hw is None else hw
@@ -252,11 +240,18 @@ class _Reading(ArrayReading):
         return found
 
     def crops(self, image: str) -> tuple[np.ndarray, tuple[int, int]] | None:
-        crop = self.ds.crop
-        return None if crop is None else (self._hw_boxes(image)[1], crop.size)
+        ds = self.ds
+        if not isinstance(ds, SampleDataset) or ds.crop is None:
+            return None
+        return self._hw_boxes(ds, image)[1], ds.crop.size
 
     def images(self, field: Field, name: str) -> torch.Tensor:
         ds, size, b = self.ds, self.size or 0, len(self.local)
+        if not isinstance(ds, SampleDataset):
+            raise ValueError(
+                f"{ds.store.root}: field {name} holds images, which {type(ds).__name__} "
+                "does not decode. HINT: read it with SampleDataset"
+            )
         mask = isinstance(field, Mask)
         arr = array_name(name, size)
         spec = ds.store.manifest.arrays[arr]
@@ -264,9 +259,92 @@ class _Reading(ArrayReading):
             out = new_batch((b, *spec.shape), torch.uint8, ds._buffers, arr)
             self.gather(out.numpy(), arr)
             return out if mask else out.permute(0, 3, 1, 2)
-        hw, boxes = self._hw_boxes(field.image if isinstance(field, Mask) else name)
+        hw, boxes = self._hw_boxes(ds, field.image if isinstance(field, Mask) else name)
         jpeg = spec.codec == "jpeg"
         crcs = self.values(array_name(f"{name}_crc", size)).astype(np.int64) if jpeg else None
         srcs, places = ds.arrays.samples(arr, self.groups, self.local)
         shape = spec.shape if ds.crop is None else (*ds.crop.size, *spec.shape[2:])
-        return ds.pixels(srcs, places, jpeg, hw, boxes, crcs, (b, *shape), spec.field, mask)
+        return ds.pixels(Pixels(srcs, places, jpeg, hw, boxes, crcs), (b, *shape), spec.field, mask)
+
+
+class AudioDataset(ShardedDataset):
+    """Dict batches: `audio`, a window of round(seconds * rate) samples a clip (B, W), (B, C, W)
+    without --mono, from a start drawn from (seed, epoch, index) with `random`, else centred,
+    zero-padded, and `audio_len`; `seconds=None`: whole clips. `fields`: others (label)."""
+
+    dicts = True
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        seconds: float | None = 1.0,
+        seed: int = 0,
+        split: str | None = None,
+        *,
+        fields: Sequence[str] | None = None,
+        random: bool = True,
+        **store: Unpack[Remote],
+    ):
+        super().__init__(root, split=split, **store)
+        audio = self.declared.get(AUDIO)
+        if not isinstance(audio, Audio):
+            raise ValueError(f"{self.store.root} is not an audio dataset (packed by prep audio)")
+        self.rate, self.channels, self.mono = audio.rate, audio.channels, audio.mono
+        if seconds is not None and round(seconds * self.rate) < 1:
+            raise ValueError(f"seconds={seconds} is under one sample at {self.rate} Hz")
+        self.window = None if seconds is None else round(seconds * self.rate)
+        chosen = (["label"] if "label" in self.declared else []) if fields is None else fields
+        self.check_fields([AUDIO, *chosen], [*self.declared, "index"])
+        if seed < 0:
+            raise ValueError(f"seed {seed} must be non-negative")
+        self.fields = (AUDIO, *(f for f in chosen if f != AUDIO))  # the windows always, first
+        self.seed, self.random = seed, random
+
+    def lengths(self, indices: Sequence[int]) -> np.ndarray:
+        """Each clip's length in samples (frames), for bucketing by duration."""
+        pieces = ArrayReading(self, self._checked(indices)).pieces(AUDIO)  # views: nothing read
+        return np.array([len(p) // self.channels for p in pieces], np.int64)
+
+    def starts(self, index: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        """Each window's first sample: drawn uniformly over the clip (random), else centred."""
+        room = np.maximum(lengths - (self.window or 0), 0)
+        if not self.random:
+            return room // 2
+        key = stream_key(self.seed, self.epoch, "AudioDataset")
+        u = uniform(key, torch.from_numpy(index), 1)[:, 0].numpy()
+        return np.minimum((u * (room + 1)).astype(np.int64), room)
+
+    def __getitems__(self, indices: Sequence[int]) -> SampleBatch:
+        index = self._checked(indices)
+        reading = ArrayReading(self, index)
+        out: dict[str, Any] = self._windows(index, reading.pieces(AUDIO))
+        for f in self.fields[1:]:
+            if f == "index":
+                out[f] = self._index(index)
+            else:  # as its kind reads it (SampleDataset's: text as str, ragged padded)
+                for k, v in self.declared[f].read(reading, f, "pad").items():
+                    out[k] = v.to(torch.int64) if torch.is_tensor(v) and v.dtype in WIDE else v
+        return SampleBatch(out, len(index))
+
+    def _windows(self, index: np.ndarray, pieces: list[np.ndarray]) -> dict[str, Any]:
+        """`audio` (windows, or whole clips padded) and `audio_len` of the clips `pieces`."""
+        c = self.channels
+        lens = np.array([len(p) // c for p in pieces], np.int64)
+        if self.window is None:
+            got = ragged_batch(AUDIO, pieces, () if self.mono else (c,), "pad")
+            if not self.mono:  # (B, C, T), contiguous as a model's .view() expects
+                got[AUDIO] = got[AUDIO].permute(0, 2, 1).contiguous()
+            return got
+        w = self.window
+        first = self.starts(index, lens)
+        dtype = self.store.manifest.arrays[AUDIO].dtype
+        buf = np.zeros((len(pieces), c, w), dtype)  # (B, C, W): channels first, contiguous
+        n = np.minimum(lens - first, w)
+        for j, p in enumerate(pieces):
+            a = int(first[j]) * c
+            buf[j, :, : n[j]] = p[a : a + int(n[j]) * c].reshape(-1, c).T
+        audio = torch.from_numpy(buf)
+        return {AUDIO: audio[:, 0] if self.mono else audio, f"{AUDIO}_len": torch.from_numpy(n)}
+
+    def _shown(self) -> dict[str, Any]:
+        return {"clips": len(self), "rate": self.rate, "window": self.window, "fields": self.fields}

@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Unpack
 
@@ -15,19 +14,12 @@ import torch
 from loaders.datasets.base import Remote, ShardedDataset
 from loaders.fields.column import NAT, Column
 from loaders.format import FormatError
-from loaders.read.batches import Batch, new_batch
+from loaders.read.loader import Batch, new_batch
 
 MAX_RUNS = 16  # more contiguous runs than this in a batch: gather instead
-
-
-@dataclass
-class _Plan:
-    """`runs` (shard, batch rows, its rows), or `parts` (shard, a, b, its rows) into order[a:b]."""
-
-    size: int
-    runs: list[tuple[int, slice, slice]] = field(default_factory=list)
-    order: np.ndarray | None = None
-    parts: list[tuple[int, int, int, np.ndarray]] = field(default_factory=list)
+Run = tuple[int, slice, slice]  # a shard, rows of the batch, its rows
+Part = tuple[int, int, int, np.ndarray]  # a shard, a, b, its rows: into order[a:b]
+Plan = tuple[list[Run], list[Part], np.ndarray | None]  # runs, or parts and order (None: as is)
 
 
 class TableDataset(ShardedDataset):
@@ -127,10 +119,10 @@ class TableDataset(ShardedDataset):
     def _times(self) -> np.ndarray:
         return np.array([self._columns[n].type == "time" for n in self.numeric_columns])
 
-    def _plan(self, idx: np.ndarray) -> _Plan:
+    def _plan(self, idx: np.ndarray) -> Plan:
         """Where a batch's rows lie: one shard lookup for every array of the batch."""
         if not len(idx):
-            return _Plan(0)
+            return [], [], None
         k = np.searchsorted(self._starts, idx, side="right") - 1
         breaks = np.flatnonzero((np.diff(idx) != 1) | (np.diff(k) != 0)) + 1
         if len(breaks) < MAX_RUNS:
@@ -138,7 +130,7 @@ class TableDataset(ShardedDataset):
             for a, b in itertools.pairwise([0, *breaks.tolist(), len(idx)]):
                 local = int(idx[a] - self._starts[k[a]])
                 runs.append((int(k[a]), slice(a, b), slice(local, local + b - a)))
-            return _Plan(len(idx), runs=runs)
+            return runs, [], None
         # A gather in the batch's order: sorting costs more than it saves (bench row 8a)
         if (k == k[0]).all():
             order, parts = None, [(int(k[0]), 0, len(idx), idx - self._starts[k[0]])]
@@ -151,31 +143,29 @@ class TableDataset(ShardedDataset):
                 for s, (a, b) in enumerate(itertools.pairwise(bounds.tolist()))
                 if a < b
             ]
-        return _Plan(len(idx), order=order, parts=parts)
+        return [], parts, order
 
-    def _fill(self, out: np.ndarray, names: list[str], plan: _Plan) -> None:
+    def _fill(self, out: np.ndarray, names: list[str], plan: Plan) -> None:
         """out[:, j] (or out, 1-D) = array names[j] at the plan's rows, in the batch's order."""
-        cols = out.reshape(plan.size, -1)
-        for shard, dst, src in plan.runs:
+        runs, parts, order = plan
+        cols = out.reshape(len(out), -1)
+        for shard, dst, src in runs:
             for j, name in enumerate(names):
                 cols[dst, j] = self.arrays.array(self._shards[shard], name)[src]
-        if not plan.parts:
+        if not parts:
             return
         # A gather per array and shard into a column-major buffer (of the arrays' dtype when
         # they share one: np.take writes in place), then one copy into the rows that widens.
         kinds = {self.store.manifest.arrays[n].dtype for n in names}
-        buf = np.empty((len(names), plan.size), kinds.pop() if len(kinds) == 1 else out.dtype)
-        for shard, a, b, local in plan.parts:
+        buf = np.empty((len(names), len(out)), kinds.pop() if len(kinds) == 1 else out.dtype)
+        for shard, a, b, local in parts:
             for j, name in enumerate(names):
                 arr = self.arrays.array(self._shards[shard], name)
                 if arr.dtype == buf.dtype:
                     arr.take(local, out=buf[j, a:b], mode="clip")  # rows checked already
                 else:
                     buf[j, a:b] = arr.take(local, mode="clip")
-        if plan.order is None:
-            cols[:] = buf.T
-        else:
-            cols[plan.order] = buf.T
+        cols[slice(None) if order is None else order] = buf.T
 
     @cached_property
     def _rows(self) -> tuple[torch.Tensor, ...]:  # in_memory: every row, once per process

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from functools import cached_property
-from typing import Any, ClassVar, Unpack, cast
+from typing import Any, ClassVar, Unpack
 
 import numpy as np
 import torch
@@ -13,7 +13,7 @@ import torch
 from loaders.datasets.base import Remote, ShardedDataset
 from loaders.fields.tokens import Tokens
 from loaders.format import OFFSETS
-from loaders.read.batches import Batch, new_batch
+from loaders.read.loader import Batch, new_batch
 
 OUT_DTYPE = "int64"  # what windows and documents come out as: what embeddings index with
 
@@ -33,18 +33,12 @@ class _TokenSplit(ShardedDataset):
         **store: Unpack[Remote],
     ):
         super().__init__(root, split=split, **store)
-        if not isinstance(self.declared.get("tokens"), Tokens):
+        tokens = self.declared.get("tokens")
+        if not isinstance(tokens, Tokens):
             raise ValueError(f"{self.store.root} has no token stream (packed by prep tokenize)")
+        self.vocab_size, self.eot_id = tokens.vocab_size, tokens.eot_id
         self.with_index = index
         self.fields = (*self.holds, "index") if index else self.holds
-
-    @property
-    def vocab_size(self) -> int:
-        return cast(Tokens, self.declared["tokens"]).vocab_size  # a Tokens: checked at open
-
-    @property
-    def eot_id(self) -> int | None:
-        return cast(Tokens, self.declared["tokens"]).eot_id
 
     @cached_property
     def dtype(self) -> np.dtype[Any]:

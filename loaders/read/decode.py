@@ -1,4 +1,4 @@
-"""A batch's pixels, on the GPU (decode_cuda) or the CPU: each sample a `Job` run on a `Pool` of
+"""A batch's pixels, on the GPU (decode_cuda) or the CPU: rows of `Pixels` run on a `Pool` of
 threads (libjpeg-turbo and OpenCV release the GIL), a JPEG decoded at 1/2, 1/4 or 1/8 scale
 when its box allows, only the box where loaders._jpegroi is built, then resized (bilinear,
 area past 2x, nearest for masks). Bad bytes are a FormatError naming the sample."""
@@ -13,7 +13,7 @@ import zlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import NoReturn, TypeVar
 
 import numpy as np
 import torch
@@ -67,26 +67,26 @@ class Pool:
 
 
 @dataclass
-class Job:
-    """One sample of a batch: `src` (JPEG bytes, or pixels (h, w[, C])), `dst` its batch row."""
+class Pixels:
+    """A batch's samples: `srcs` (JPEG bytes, or pixels (h, w[, C])), their stored (h, w) `hw`
+    (B, 2), crop `boxes` (top, left, height, width) (B, 4), the stored CRC-32s of JPEG bytes
+    (None: not stored), and `places`, where each is (store.Places), for errors."""
 
-    dst: np.ndarray  # (oh, ow, C) or (oh, ow), uint8, C-contiguous
-    src: np.ndarray
+    srcs: Sequence[np.ndarray]
+    places: Sequence[str]
     jpeg: bool
-    hw: tuple[int, int]  # the stored image's (h, w)
-    box: tuple[int, ...]  # (top, left, height, width) in it
-    crc: int | None  # the stored CRC-32 of a JPEG sample's bytes
-    places: Sequence[str]  # where the batch's samples are, for errors (memory.Places)
-    row: int  # this sample's row in the batch
-    nearest: bool = False  # a mask: class ids are never blended
-    fast: bool = False  # JPEG: the fast integer IDCT and plain upsampling
+    hw: np.ndarray
+    boxes: np.ndarray
+    crcs: np.ndarray | None = None
 
+    def fail(self, j: int, why: str) -> NoReturn:
+        raise FormatError(f"{self.places[j]}: {why}. HINT: run `prep verify`, then repack")
 
-def check_crc(src: np.ndarray, crc: int | None, places: Sequence[str], row: int) -> None:
-    """Bit rot is a FormatError, never a smeared picture (CPU and GPU; crc None: not stored)."""
-    if crc is not None and zlib.crc32(src.data) != crc:
-        why = "the JPEG bytes differ from their checksum (bit rot, or a file changed after packing)"
-        raise FormatError(f"{places[row]}: {why}. HINT: run `prep verify`, then repack")
+    def check_crc(self, j: int) -> None:
+        """Bit rot is a FormatError, never a smeared picture (on the CPU and the GPU)."""
+        if self.crcs is not None and zlib.crc32(self.srcs[j].data) != int(self.crcs[j]):
+            why = "bit rot, or a file changed after packing"
+            self.fail(j, f"the JPEG bytes differ from their checksum ({why})")
 
 
 def jpeg_sides(data: np.ndarray) -> tuple[int, int]:
@@ -112,17 +112,6 @@ def sides_problem(srcs: Sequence[np.ndarray], hw: np.ndarray) -> tuple[int, str]
         if got != (h, w):
             return j, f"the JPEG sample is {got[1]}x{got[0]} px, the manifest says {w}x{h}"
     return None
-
-
-def check_sides(
-    srcs: Sequence[np.ndarray], hw: np.ndarray, crcs: Any, places: Sequence[str], nbytes: int
-) -> None:
-    """FormatError before a big batch is made: a JPEG header that is not its stored size."""
-    found = sides_problem(srcs, hw) if nbytes >= CHECKED_BYTES else None
-    if found is not None:
-        j, why = found
-        check_crc(srcs[j], None if crcs is None else int(crcs[j]), places, j)
-        raise FormatError(f"{places[j]}: {why}. HINT: run `prep verify`, then repack")
 
 
 def factor(box_hw: tuple[int, int], out_hw: tuple[int, int]) -> int:
@@ -159,30 +148,30 @@ def _resize(src: np.ndarray, dst: np.ndarray, nearest: bool) -> None:
         dst[...] = out
 
 
-def _run(job: Job) -> None:
-    oh, ow = job.dst.shape[:2]
-    channels = job.dst.shape[2] if job.dst.ndim == 3 else 1
-    top, left, bh, bw = job.box
-    if not job.jpeg:
-        img = job.src.reshape(*job.hw, *job.dst.shape[2:])
-        _resize(img[top : top + bh, left : left + bw], job.dst, job.nearest)
-        return
-    check_crc(job.src, job.crc, job.places, job.row)
-    f = factor((bh, bw), (oh, ow))
-    # The box at 1/f scale: whole decoded pixels covering it (at most one more on each side).
-    t, lft = top // f, left // f
-    region = (t, lft, -(-(top + bh) // f) - t, -(-(left + bw) // f) - lft)
-    try:
-        if f == 1 and job.box == (0, 0, *job.hw) and job.hw == (oh, ow):  # decoded in place
-            decode_jpeg(job.src, job.hw, f, channels, job.dst, job.fast)
-            return
-        img = decode_region(job.src, job.hw, f, region, channels, job.fast)
-    except (ValueError, OSError, SyntaxError) as e:
-        raise FormatError(
-            f"{job.places[job.row]}: the JPEG sample cannot be decoded ({e}). "
-            "HINT: run `prep verify`, then repack"
-        ) from e
-    _resize(img, job.dst, False)
+def run(dst: np.ndarray, p: Pixels, nearest: bool, fast: bool, rows: Sequence[int]) -> None:
+    """Rows `rows` of `dst` (B, oh, ow[, C]) from their samples' boxes, resized (`nearest`: a
+    mask, class ids never blended; `fast`: JPEG's fast integer IDCT and plain upsampling)."""
+    oh, ow = dst.shape[1:3]
+    channels = dst.shape[3] if dst.ndim == 4 else 1
+    for j in rows:
+        src, hw, (top, left, bh, bw) = p.srcs[j], tuple(p.hw[j].tolist()), p.boxes[j].tolist()
+        if not p.jpeg:
+            img = src.reshape(*hw, *dst.shape[3:])
+            _resize(img[top : top + bh, left : left + bw], dst[j], nearest)
+            continue
+        p.check_crc(j)
+        f = factor((bh, bw), (oh, ow))
+        # The box at 1/f scale: whole decoded pixels covering it (at most one more on each side).
+        t, lft = top // f, left // f
+        region = (t, lft, -(-(top + bh) // f) - t, -(-(left + bw) // f) - lft)
+        try:
+            if f == 1 and (top, left, bh, bw) == (0, 0, *hw) and hw == (oh, ow):  # in place
+                decode_jpeg(src, hw, f, channels, dst[j], fast)
+                continue
+            img = decode_region(src, hw, f, region, channels, fast)
+        except (ValueError, OSError, SyntaxError) as e:
+            p.fail(j, f"the JPEG sample cannot be decoded ({e})")
+        _resize(img, dst[j], False)
 
 
 def decode_region(
@@ -204,42 +193,7 @@ def decode_region(
     return out.reshape(h, w, channels)
 
 
-def fill(
-    dst: np.ndarray,
-    srcs: Sequence[np.ndarray],
-    jpeg: bool,
-    hw: np.ndarray,
-    boxes: np.ndarray,
-    crcs: np.ndarray | None,
-    places: Sequence[str],
-    pool: Pool,
-    nearest: bool = False,
-    fast: bool = False,
-) -> None:
-    """Each row of `dst` (B, oh, ow[, C]) from its sample, a Job, on `pool`'s threads."""
-    sides, box = hw.tolist(), boxes.tolist()
-    crc = [None] * len(srcs) if crcs is None else crcs.tolist()
-    jobs = [
-        Job(dst[j], src, jpeg, tuple(sides[j]), tuple(box[j]), crc[j], places, j, nearest, fast)
-        for j, src in enumerate(srcs)
-    ]
-    pool.map(_run_all, jobs)
-
-
-def _run_all(jobs: Sequence[Job]) -> None:
-    for job in jobs:
-        _run(job)
-
-
-def decode_cuda(
-    srcs: Sequence[np.ndarray],
-    crcs: np.ndarray | None,
-    hw: np.ndarray,
-    boxes: np.ndarray,
-    out_hw: tuple[int, int],
-    channels: int,
-    wheres: Sequence[str],
-) -> torch.Tensor:
+def decode_cuda(p: Pixels, out_hw: tuple[int, int], channels: int) -> torch.Tensor:
     """uint8 (B, C, oh, ow) on the GPU: the JPEG samples decoded at once by nvJPEG (torchvision)
     in the main process, each one's box resized to `out_hw` (bilinear, antialiased)."""
     if get_worker_info() is not None:
@@ -253,22 +207,22 @@ def decode_cuda(
         raise ImportError(
             "decode='cuda' needs torchvision. HINT: pip install '.[gpu]' (or decode='cpu')"
         ) from e
-    for j, src in enumerate(srcs):
-        check_crc(src, None if crcs is None else int(crcs[j]), wheres, j)
-    data = [torch.from_numpy(np.array(src)) for src in srcs]  # a copy: the maps are read-only
+    for j in range(len(p.srcs)):
+        p.check_crc(j)
+    data = [torch.from_numpy(np.array(src)) for src in p.srcs]  # a copy: the maps are read-only
     mode = ImageReadMode.GRAY if channels == 1 else ImageReadMode.RGB
     try:
         images = decode_jpeg(data, mode=mode, device="cuda")
     except RuntimeError as e:
         raise FormatError(
-            f"a JPEG sample of {wheres[0]} ... {wheres[-1]} cannot be decoded ({e}). "
+            f"a JPEG sample of {p.places[0]} ... {p.places[-1]} cannot be decoded ({e}). "
             "HINT: run `prep verify`, then repack"
         ) from e
-    out = torch.empty((len(srcs), channels, *out_hw), dtype=torch.uint8, device="cuda")
+    out = torch.empty((len(p.srcs), channels, *out_hw), dtype=torch.uint8, device="cuda")
     for j, img in enumerate(images):
-        if tuple(img.shape[1:]) != (int(hw[j, 0]), int(hw[j, 1])):
-            raise FormatError(f"{wheres[j]}: decoded {tuple(img.shape[1:])}, stored {hw[j]}")
-        top, left, h, w = (int(v) for v in boxes[j])
+        if tuple(img.shape[1:]) != (int(p.hw[j, 0]), int(p.hw[j, 1])):
+            raise FormatError(f"{p.places[j]}: decoded {tuple(img.shape[1:])}, stored {p.hw[j]}")
+        top, left, h, w = (int(v) for v in p.boxes[j])
         region = img[:, top : top + h, left : left + w]
         if (h, w) != out_hw:
             shrink = h > out_hw[0] or w > out_hw[1]

@@ -1,25 +1,232 @@
 """make_loader: a DataLoader that keeps the datasets' batched reads. Without worker processes,
-threads read ahead while the step runs (the copies release the GIL) into reused buffers, in
-the plain DataLoader's order; workers' batches are copied out of their shared-memory rings."""
+threads read ahead while the step runs (the copies release the GIL) into reused buffers
+(`new_batch`); workers read into SharedRings of segments (fresh shared memory a batch: page
+faults cost several times the copy, bench row 4c), each behind a header the main process clears."""
 
 from __future__ import annotations
 
 import itertools
 import os
 import sys
+import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, Generic, TypeVar
 
+import numpy as np
 import torch
-from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset
+from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset, get_worker_info
 from torch.utils.data._utils.collate import default_collate
 from torch.utils.data._utils.fetch import _MapDatasetFetcher
 from torch.utils.data._utils.pin_memory import pin_memory
 
-from loaders.read.batches import Alloc, Batch, BufferPool, StartWorker, copy_out, read_into
 from loaders.read.samplers import ShardSampler
+
+T = TypeVar("T")
+Alloc = Callable[[str, tuple[int, ...], torch.dtype], torch.Tensor]
+HEADER = 64  # bytes before a segment's data: a multiple of every dtype's size
+MAGIC = b"prepring"
+BUSY = len(MAGIC)  # offset of the busy byte
+# How many tensors share a storage (a private torch function; without it buffers are not reused).
+_storage_users = getattr(torch._C, "_storage_Use_Count", None)
+
+
+def check_indices(indices: Sequence[int] | np.ndarray, n: int) -> np.ndarray:
+    """Indices into `n` items as int64 (negatives from the end); IndexError, TypeError if bad."""
+    idx = np.asarray(indices).reshape(-1)
+    if idx.size and idx.dtype.kind not in "iu":
+        raise TypeError(f"dataset indices must be integers, got {idx.dtype}: {idx[:3].tolist()}")
+    if idx.size and idx.dtype.kind == "u" and idx.max() >= n:  # before the cast can wrap it
+        raise IndexError(f"index {idx.max()} out of range for a dataset of {n} items")
+    idx = idx.astype(np.int64, copy=False)
+    if idx.size and (idx.min() < -n or idx.max() >= n):
+        bad = idx[(idx < -n) | (idx >= n)][0]
+        raise IndexError(f"index {bad} out of range for a dataset of {n} items")
+    return np.where(idx < 0, idx + n, idx)
+
+
+class Batch(Sequence[tuple[torch.Tensor, ...]]):
+    """A batch, one tensor a field; a sequence of sample tuples to DataLoader's default collate."""
+
+    def __init__(self, tensors: tuple[torch.Tensor, ...]):
+        self.tensors = tensors
+
+    def __len__(self) -> int:
+        return len(self.tensors[0])
+
+    def __getitem__(self, j: int) -> tuple[torch.Tensor, ...]:  # type: ignore[override]
+        return tuple(t[j] for t in self.tensors)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
+        return (self[j] for j in range(len(self)))
+
+
+def _unheld(t: torch.Tensor) -> bool:
+    """No tensor, view or array but ours refers to `t`'s storage (2: ours and the one asking)."""
+    return _storage_users is not None and _storage_users(t.untyped_storage()._cdata) <= 2
+
+
+class Ring(Generic[T]):
+    """Up to `keep` reusable buffers a key (field, shape, dtype), at most `shapes` keys."""
+
+    def __init__(self, keep: int, shapes: int):
+        self.keep, self.shapes = keep, shapes
+        self._bufs: dict[Any, list[T]] = {}
+
+    def slots(self, key: Any) -> list[T]:  # a list the caller may prune
+        found = self._bufs.get(key)
+        if found is None:
+            if len(self._bufs) >= self.shapes:
+                del self._bufs[next(iter(self._bufs))]  # the oldest
+            found = self._bufs[key] = []
+        return found
+
+    def take(self, slots: list[T], free: Callable[[T], bool], make: Callable[[], T]) -> T:
+        for buf in slots:
+            if free(buf):
+                return buf
+        buf = make()
+        if len(slots) < self.keep:
+            slots.append(buf)
+        return buf
+
+
+class BufferPool(Ring[torch.Tensor]):
+    """The main process's batch buffers, reused once nothing but the pool refers to them (but a
+    storage object kept alone), never once in shared memory (50 MB faults in as 3 copies)."""
+
+    def __init__(self, keep: int = 2, shapes: int = 8):
+        super().__init__(keep, shapes)
+        self._lock = threading.Lock()  # loader threads: never one buffer to two of them
+
+    def get(self, field: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        with self._lock:
+            bufs = self.slots((field, shape, dtype))
+            bufs[:] = [b for b in bufs if not b.is_shared()]  # sent to another process: theirs
+            buf = self.take(bufs, _unheld, lambda: torch.empty(shape, dtype=dtype))
+            return buf.view(shape)  # a new view: the caller's hold is counted
+
+
+# Where this thread's `new_batch` takes its tensors (a thread outside the loader: its pool)
+_reading = threading.local()
+
+
+def read_into(alloc: Alloc | None) -> Alloc | None:
+    """Make `new_batch` in this thread take its tensors from `alloc`; the one it replaces."""
+    before = getattr(_reading, "alloc", None)
+    _reading.alloc = alloc
+    return before
+
+
+def new_batch(
+    shape: tuple[int, ...], dtype: torch.dtype, pool: BufferPool | None = None, key: str = ""
+) -> torch.Tensor:
+    """A batch's tensor: from `read_into`'s, in a worker's shared memory, or from `pool`."""
+    alloc = getattr(_reading, "alloc", None)
+    if alloc is not None:
+        return alloc(key, shape, dtype)
+    if get_worker_info() is None:
+        return pool.get(key, shape, dtype) if pool is not None else torch.empty(shape, dtype=dtype)
+    nbytes = int(torch.Size(shape).numel()) * dtype.itemsize
+    return torch.empty(0, dtype=dtype).set_(new_shared(nbytes), 0, shape)  # type: ignore[call-overload]
+
+
+def new_shared(nbytes: int) -> torch.UntypedStorage:
+    """Shared memory, as default_collate makes it (`share_memory_()` copies garbage: 6x slower)."""
+    return torch.UntypedStorage._new_shared(nbytes)
+
+
+def _header(storage: torch.UntypedStorage) -> torch.Tensor:
+    return torch.empty(0, dtype=torch.uint8).set_(storage, 0, (HEADER,))  # type: ignore[call-overload]
+
+
+class SharedRing(Ring[torch.Tensor]):
+    """A worker's ring of shared segments (headers), all freed at a new pass (`passes`)."""
+
+    def __init__(self, keep: int, passes: torch.Tensor | None = None, shapes: int = 8):
+        super().__init__(keep, shapes)
+        self.passes, self._pass = passes, -1
+
+    def get(self, field: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        now = int(self.passes) if self.passes is not None else 0
+        if now != self._pass:  # (a first pass: nothing to free)
+            self._pass = now
+            for head in (h for bufs in self._bufs.values() for h in bufs):
+                head[BUSY] = 0
+        nbytes = int(torch.Size(shape).numel()) * dtype.itemsize
+        head = self.take(self.slots((field, shape, dtype)), _free, lambda: _segment(nbytes))
+        head[BUSY] = 1
+        out = torch.empty(0, dtype=dtype)
+        return out.set_(head.untyped_storage(), HEADER // dtype.itemsize, shape)  # type: ignore[call-overload]
+
+
+def _free(head: torch.Tensor) -> bool:
+    """The main process copied the segment out, and this process holds no tensor of it."""
+    return int(head[BUSY]) == 0 and _unheld(head)
+
+
+def _segment(nbytes: int) -> torch.Tensor:
+    """A new segment of shared memory for `nbytes`, as its header."""
+    head = _header(new_shared(HEADER + nbytes))
+    head[:BUSY] = torch.frombuffer(bytearray(MAGIC), dtype=torch.uint8)
+    return head
+
+
+class StartWorker:
+    """A picklable `worker_init_fn`: the worker reads into a SharedRing, then the user's runs."""
+
+    def __init__(self, keep: int, passes: torch.Tensor, then: Any = None):
+        self.keep, self.passes, self.then = keep, passes, then
+
+    def __call__(self, worker_id: int) -> None:
+        read_into(SharedRing(self.keep, self.passes).get)
+        if self.then is not None:
+            self.then(worker_id)
+
+
+def _ring_header(t: torch.Tensor) -> torch.Tensor | None:
+    if t.device.type != "cpu" or not t.is_shared():
+        return None
+    storage = t.untyped_storage()
+    if storage.nbytes() <= HEADER or t.storage_offset() * t.element_size() < HEADER:
+        return None
+    head = _header(storage)
+    return head if head[:BUSY].numpy().tobytes() == MAGIC else None
+
+
+def copy_out(data: Any, alloc: Alloc, seen: deque[torch.UntypedStorage]) -> Any:
+    """`data` with every tensor of a worker's ring copied into memory from `alloc`, its segment
+    then marked free and kept in `seen` (received again, it maps to the same memory)."""
+    copies: dict[int, torch.Tensor] = {}  # segment address -> its copy (views share one)
+    heads: list[torch.Tensor] = []
+    result = _copy(data, alloc, copies, heads)
+    for head in heads:  # only now: two tensors of one segment are both copied first
+        head[BUSY] = 0
+        seen.append(head.untyped_storage())
+    return result
+
+
+def _copy(x: Any, alloc: Alloc, copies: dict[int, torch.Tensor], heads: list[torch.Tensor]) -> Any:
+    # A function of the module, not a closure: a recursive closure is a reference cycle, which
+    # would hold the copies (and so the pool's buffers) until the garbage collector runs.
+    if isinstance(x, tuple | list):
+        return type(x)(_copy(v, alloc, copies, heads) for v in x)
+    if isinstance(x, dict):
+        return {k: _copy(v, alloc, copies, heads) for k, v in x.items()}
+    head = _ring_header(x) if isinstance(x, torch.Tensor) else None
+    if head is None:
+        return x
+    src = x.untyped_storage()
+    flat = copies.get(src.data_ptr())
+    if flat is None:
+        whole = torch.empty(0, dtype=torch.uint8).set_(src)
+        flat = copies[src.data_ptr()] = alloc("worker", (src.nbytes() - HEADER,), torch.uint8)
+        np.copyto(flat.numpy(), whole.numpy()[HEADER:])  # a memcpy: twice torch's copy_ here
+        heads.append(head)
+    offset = x.storage_offset() - HEADER // x.element_size()
+    out = torch.empty(0, dtype=x.dtype)
+    return out.set_(flat.untyped_storage(), offset, x.shape, x.stride())
 
 
 def collate_batch(batch: Any) -> Any:
@@ -142,7 +349,8 @@ class Loader(DataLoader[Any]):
             return super().__iter__()
         self.passes += 1  # before the workers are reset: see SharedRing
         batches = super().__iter__()
-        return CopyOut(batches, self.ring, self.pins, self.seen)
+        alloc = pinned if self.pins else self.ring.get  # pinned for a GPU
+        return (copy_out(batch, alloc, self.seen) for batch in batches)
 
 
 def _read(fetcher: _MapDatasetFetcher, pin: bool, index: Any) -> Any:
@@ -182,22 +390,6 @@ def _read_ahead(loader: Loader) -> Iterator[Any]:
             future.cancel()
         if not sys.is_finalizing():  # at exit shutdown()'s modules are gone
             pool.shutdown(wait=True, cancel_futures=True)
-
-
-class CopyOut:
-    """Each batch of the workers copied out of their rings (pinned for a GPU, else to `pool`)."""
-
-    def __init__(self, batches: Any, pool: BufferPool, pin: bool, seen: deque[Any]):
-        self._batches, self._alloc, self._seen = batches, pinned if pin else pool.get, seen
-
-    def __iter__(self) -> CopyOut:
-        return self
-
-    def __next__(self) -> Any:
-        return copy_out(next(self._batches), self._alloc, self._seen)
-
-    def __len__(self) -> int:
-        return len(self._batches)
 
 
 def pinned(key: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
