@@ -12,19 +12,8 @@ import numpy as np
 ALPHA = 0.45  # a class colour's weight where the class id is not 0
 # Class id k > 0 (a mask's class, an instance's number) is drawn in PALETTE[(k - 1) % 8];
 # box k of a sample in PALETTE[k % 8]; id 0 (background) is left as it is.
-PALETTE = np.array(
-    [
-        (230, 25, 75),
-        (60, 180, 75),
-        (255, 225, 25),
-        (0, 130, 200),
-        (245, 130, 48),
-        (145, 30, 180),
-        (70, 240, 240),
-        (240, 50, 230),
-    ],
-    dtype=np.float32,
-)
+_HEX = "e6194b 3cb44b ffe119 0082c8 f58230 911eb4 46f0f0 f032e6"  # RGB, each colour a word
+PALETTE = np.frombuffer(bytes.fromhex(_HEX), np.uint8).reshape(-1, 3).astype(np.float32)
 
 
 def nearest(plane: np.ndarray, hw: tuple[int, ...]) -> np.ndarray:

@@ -22,8 +22,7 @@ Crop = Callable[[np.ndarray, np.ndarray, tuple[int, int]], np.ndarray]
 
 @dataclass(frozen=True)
 class Image(Field):
-    """An image at each of `sizes` px by `mode`, raw or JPEG (or a codec a size); read as uint8
-    (B, C, H, W), mode keep with `crop=`."""
+    """An image at each of `sizes` px by `mode`, raw or JPEG (or a codec a size), read as uint8."""
 
     sizes: tuple[int, ...] = (256,)
     mode: str = "fill"
@@ -128,8 +127,7 @@ class Image(Field):
 
 @dataclass(frozen=True)
 class Placed(Field):
-    """A field placed on image field `image`, of its `sizes` and `mode`: encoded after it (from
-    its upright size), it follows its crops and is drawn on it."""
+    """A field placed on image field `image`, of its `sizes` and `mode`: it follows its crops."""
 
     image: str = "image"
     sizes: tuple[int, ...] = ()

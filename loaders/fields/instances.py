@@ -21,8 +21,7 @@ from loaders.format.spec import ArraySpec, FormatError, array_name
 
 @dataclass(frozen=True)
 class Instances(Placed):
-    """Masks (N, H, W) uint8 at the image's stored size, N a sample (0 allowed); batches follow
-    `ragged=`, but mode keep without `crop=` gives a list."""
+    """Masks (N, H, W) uint8 at the image's stored size; mode keep without `crop=`: a list."""
 
     kind = "instances"
     ragged = True

@@ -132,8 +132,7 @@ _NPY = {
 
 
 def _npy_layout(path: Path) -> Layout:
-    """Byte offset, dtype and shape from the header (a literal, never unpickled): one read of
-    prep's fixed-size header, a second only for a longer one."""
+    """Byte offset, dtype and shape from the header (a literal, never unpickled)."""
     with open(path, "rb", buffering=0) as f:
         head = f.read(NPY_HEADER_BYTES)
         if len(head) < 8 or head[:6] != b"\x93NUMPY":
@@ -164,8 +163,7 @@ def _npy_header(version: tuple[int, int], raw: bytes) -> tuple[tuple[int, ...], 
 def check_array(
     path: Path, ref: ArrayRef, spec: ArraySpec, name: str = "", size: int | None = None
 ) -> Layout:
-    """Where the array lies in its file, checked against the manifest (a regular file, dtype,
-    shape, enough bytes); `size`: its byte size from a stat already made (None: stat here)."""
+    """Where the array lies in its file, checked against the manifest; `size`: None stats it."""
     label = f"array {name or spec.field}"
     try:
         if size is None:
