@@ -14,7 +14,7 @@ if TYPE_CHECKING:  # the names of _MODULES, typed; at run time __getattr__ impor
     from loaders.format.spec import problems_error  # noqa: F401
 
 _MODULES = {
-    "arrays": "check_array local_resolver map_array map_layout read_manifest read_manifest_file "
+    "arrays": "check_array local_resolver map_layout read_manifest read_manifest_file "
     "safe_path sha256_file",
     "rejects": "iter_rejects",
     "schema": "FORMAT_VERSION MANIFEST NPY_HEADER_BYTES OFFSETS REJECTS STORAGES ArrayRef "

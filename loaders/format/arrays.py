@@ -194,11 +194,6 @@ def check_array(
     return offset, dtype, tuple(shape)
 
 
-def map_array(path: Path, ref: ArrayRef, spec: ArraySpec, name: str = "") -> np.ndarray:
-    """A read-only memory map of one shard's array in `path`, checked as check_array does."""
-    return map_layout(path, check_array(path, ref, spec, name))
-
-
 def map_layout(path: Path, layout: Layout) -> np.ndarray:
     """A read-only ndarray over a map of `path` as check_array found it (holds a descriptor)."""
     offset, dtype, shape = layout
