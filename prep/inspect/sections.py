@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from loaders.format import Manifest
-from loaders.format.rejects import records
+from loaders.format.arrays import records
 from prep.inspect.html import Section, bars, categories, channels, esc, histograms, para, table
 from prep.inspect.report import header, mb
 
@@ -86,7 +86,7 @@ def sizes(orig: np.ndarray | None, stored: np.ndarray | None = None) -> Section:
 
 def rejects(root: Path, m: Manifest) -> Section:
     """Rejects by reason (bars), each reason with its first FIRST_REJECTS paths and messages,
-    from rejects.jsonl (read once, checked: loaders.format.rejects); what could not be read
+    from rejects.jsonl (read once, checked: loaders.format.arrays); what could not be read
     is one warning."""
     by = Counter[str]()
     first: dict[str, list[Mapping[str, str]]] = {}
