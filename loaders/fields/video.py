@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from loaders.fields.base import Field, Piece, Reading, spec, tensor
-from loaders.format.jpeg import decode_jpeg
+from loaders.fields.image import decode_jpeg
 from loaders.format.spec import MAX_SIDE, VIDEO_MODES, ArraySpec, FormatError, array_name, count
 
 SHOWN = 4  # frames of a video in a preview or report, a strip of tiles
