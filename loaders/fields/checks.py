@@ -233,7 +233,7 @@ def value_range(path: Path, layout: Layout) -> tuple[int, int] | None:
     offset, dtype, shape = layout
     left = math.prod(shape)
     step = max(1, CHUNK_BYTES // dtype.itemsize)
-    low, high = None, None
+    lows, highs = list[int](), list[int]()
     with open(path, "rb") as f:
         f.seek(offset)
         while left:
@@ -241,10 +241,10 @@ def value_range(path: Path, layout: Layout) -> tuple[int, int] | None:
             if len(chunk) == 0:  # shorter than checked: shrunk since
                 raise OSError(f"{path} ended early")
             left -= len(chunk)
-            lo, hi = int(chunk.min()), int(chunk.max())
+            lows.append(int(chunk.min()))
+            highs.append(int(chunk.max()))
             del chunk  # before the next one is read
-            low, high = lo if low is None else min(low, lo), hi if high is None else max(high, hi)
-    return None if low is None or high is None else (low, high)
+    return (min(lows), max(highs)) if lows else None
 
 
 def string_problem(
