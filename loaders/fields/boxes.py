@@ -43,12 +43,7 @@ class Boxes(Placed):
         return piece(self.at(name, size)).reshape(-1, 4)
 
     def draw(self, pictures: list[np.ndarray], value: Any, scale: float) -> list[np.ndarray]:
-        """Box k outlined in drawing.colour(k), 2 px wide."""
-        out = [p.copy() for p in pictures]
-        for k, box in enumerate(np.asarray(value, np.float64) * scale):
-            for p in out:
-                drawing.outline(p, box, drawing.colour(k))
-        return out
+        return drawing.marked(pictures, np.asarray(value, np.float64) * scale, drawing.outline)
 
     def caption(self, value: Any) -> str:
         return f"({len(value)} boxes)"

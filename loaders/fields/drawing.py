@@ -7,6 +7,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+
 import numpy as np
 
 ALPHA = 0.45  # a class colour's weight where the class id is not 0
@@ -55,6 +57,12 @@ def dots(picture: np.ndarray, points: np.ndarray, colour: np.ndarray, side: int 
             picture[max(0, y - r) : y + r + 1, max(0, x - r) : x + r + 1] = colour
 
 
-def colour(k: int) -> np.ndarray:
-    """Box (or instance) k's colour."""
-    return PALETTE[k % len(PALETTE)].astype(np.uint8)
+def marked(
+    pictures: list[np.ndarray], items: Iterable, mark: Callable[..., None]
+) -> list[np.ndarray]:
+    """Copies of `pictures`, `mark` drawing item k of `items` on each in PALETTE[k % 8]."""
+    out = [p.copy() for p in pictures]
+    for k, item in enumerate(items):
+        for p in out:
+            mark(p, item, PALETTE[k % len(PALETTE)].astype(np.uint8))
+    return out
