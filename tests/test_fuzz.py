@@ -32,7 +32,7 @@ from loaders.format import (
     Manifest,
     check_array,
     local_resolver,
-    map_array,
+    map_layout,
     read_manifest,
 )
 from loaders.format.index import DIGESTS, SHARDS
@@ -73,7 +73,7 @@ def test_fuzz_npy_header(tmp_path: Path) -> None:
 
     def target(data: bytes) -> None:
         path.write_bytes(data)
-        arr = map_array(path, current["ref"], current["spec"])
+        arr = map_layout(path, check_array(path, current["ref"], current["spec"]))
         arr.sum()  # every byte the header claims is there to read
 
     tried = fuzz(target, make, tmp_path)
@@ -115,7 +115,8 @@ def test_fuzz_h5_shard(tmp_path: Path) -> None:
         path.write_bytes(data)
         for name in ("image_8", "label"):
             ref, spec = manifest.ref(0, name)
-            map_array(path, ArrayRef(path.name, ref.length, ref.key), spec, name).sum()
+            layout = check_array(path, ArrayRef(path.name, ref.length, ref.key), spec, name)
+            map_layout(path, layout).sum()
 
     assert fuzz(target, lambda rng: mutate(seed, rng), tmp_path) > 50
 

@@ -121,8 +121,7 @@ class Field:
         return declared.dtype
 
     def value(self, name: str, piece: Piece, size: int | None) -> Any:
-        """One sample as numpy, as stored, at `size` (what `prep preview` and the report show);
-        FormatError for a stored sample that does not decode."""
+        """One sample as numpy, as stored, at `size`; FormatError where it does not decode."""
         return piece(name)
 
     def pictures(self, value: Any) -> list[tuple[np.ndarray, str]]:
@@ -164,8 +163,7 @@ def _tuples(v: Any) -> Any:
 
 
 def check_name(name: str, declared: bool = True) -> str | None:
-    """Why `name` cannot name a field (None: it can); only a manifest's (not `declared`) may end
-    like a sized array's name (a table's column num_3)."""
+    """Why `name` cannot name a field (None: it can); a manifest's (not `declared`) may be num_3."""
     if not isinstance(name, str) or not name.isidentifier():
         return f"field name {name!r} is not a Python identifier"
     if name in RESERVED or name.endswith(RESERVED_SUFFIXES):

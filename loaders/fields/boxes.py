@@ -16,8 +16,7 @@ from loaders.format.spec import ArraySpec, array_name
 
 @dataclass(frozen=True)
 class Boxes(Placed):
-    """Boxes (N, 4) float32, N a sample (0 allowed); `crop=` moves and clips them, the dataset
-    dropping those left under 1 px as transforms= does (loaders.datasets.roles)."""
+    """Boxes (N, 4) float32; `crop=` moves and clips them (loaders.datasets.roles drops some)."""
 
     kind = "boxes"
     ragged = True
@@ -44,12 +43,7 @@ class Boxes(Placed):
         return piece(self.at(name, size)).reshape(-1, 4)
 
     def draw(self, pictures: list[np.ndarray], value: Any, scale: float) -> list[np.ndarray]:
-        """Box k outlined in drawing.colour(k), 2 px wide."""
-        out = [p.copy() for p in pictures]
-        for k, box in enumerate(np.asarray(value, np.float64) * scale):
-            for p in out:
-                drawing.outline(p, box, drawing.colour(k))
-        return out
+        return drawing.marked(pictures, np.asarray(value, np.float64) * scale, drawing.outline)
 
     def caption(self, value: Any) -> str:
         return f"({len(value)} boxes)"

@@ -43,8 +43,7 @@ def check_files(
     values: bool | None = None,
     layouts: dict[int, Arrays] | None = None,
 ) -> list[str]:
-    """check_shard's problems of every shard in `root`; `values` defaults to `checksums` (a pass
-    reading every byte checks every value); `layouts` gets each shard's checked arrays."""
+    """check_shard's problems of every shard in `root`; `layouts` gets each one's arrays."""
     path_of = functools.partial(safe_path, Path(root))
     values = checksums if values is None else values
 
@@ -82,8 +81,7 @@ def check_shard(
     values: bool = False,
     out: Arrays | None = None,
 ) -> list[str]:
-    """Problems of shard `index`, its files found by `path_of` (a folder's, a cache's), one line
-    each starting "shard INDEX: "; `out` gets its arrays as check_array laid them out."""
+    """Problems of shard `index`, its files found by `path_of`; `out` gets its checked arrays."""
     shard = manifest.shards[index]
     files: dict[str, tuple[Path, int]] = {}  # file name -> its path and byte size, checked
     found = _file_problems(path_of, shard, checksums, files) + array_problems(manifest, shard)
@@ -148,8 +146,7 @@ def array_problems(manifest: Manifest, shard: Shard) -> list[str]:
 
 
 def array_counts(manifest: Manifest, shard: Shard, arrays: Arrays) -> list[str]:
-    """Each raw array's count, each ragged one's offsets (rising from 0 to its end), of those in
-    `arrays` (a URL's arrive one by one); a flat array is its field's to check."""
+    """Each raw array's count, each ragged one's offsets (rising from 0 to its end) in `arrays`."""
     found = []
     for name, ref in shard.arrays.items():
         spec = manifest.arrays.get(name)
@@ -174,8 +171,7 @@ def array_counts(manifest: Manifest, shard: Shard, arrays: Arrays) -> list[str]:
 
 
 def field_problems(manifest: Manifest, arrays: Arrays) -> list[str]:
-    """Each field's problems in one shard once all its arrays are in `arrays`, reading only the
-    arrays a check uses (never the pixels or text), each once."""
+    """Each field's problems in one shard, reading only the arrays its check uses, once."""
     values = _Read(arrays)
     found = []
     for name, f in declared(manifest).items():
@@ -207,8 +203,7 @@ class _Read(Mapping[str, np.ndarray]):
 
 
 def value_problems(manifest: Manifest, shard: Shard, arrays: Arrays) -> list[str]:
-    """Values of one shard out of its fields' `limits` (ids that would fail on the GPU) and
-    `strings` (UTF-8, JSON), one line each naming the file."""
+    """Values of one shard out of its fields' `limits` and `strings` (UTF-8, JSON)."""
     fields = declared(manifest).items()
     strings = {a: json for name, f in fields for a, json in f.strings(name).items()}
     limits = {a: bound for name, f in fields for a, bound in f.limits(name).items()}
@@ -238,7 +233,7 @@ def value_range(path: Path, layout: Layout) -> tuple[int, int] | None:
     offset, dtype, shape = layout
     left = math.prod(shape)
     step = max(1, CHUNK_BYTES // dtype.itemsize)
-    low, high = None, None
+    lows, highs = list[int](), list[int]()
     with open(path, "rb") as f:
         f.seek(offset)
         while left:
@@ -246,10 +241,10 @@ def value_range(path: Path, layout: Layout) -> tuple[int, int] | None:
             if len(chunk) == 0:  # shorter than checked: shrunk since
                 raise OSError(f"{path} ended early")
             left -= len(chunk)
-            lo, hi = int(chunk.min()), int(chunk.max())
+            lows.append(int(chunk.min()))
+            highs.append(int(chunk.max()))
             del chunk  # before the next one is read
-            low, high = lo if low is None else min(low, lo), hi if high is None else max(high, hi)
-    return None if low is None or high is None else (low, high)
+    return (min(lows), max(highs)) if lows else None
 
 
 def string_problem(

@@ -55,9 +55,7 @@ class Column(Field):
             v = getattr(self, key)  # a tuple: a manifest's list (a str is no list)
             if v is not None and not (isinstance(v, tuple) and all(ok(x) for x in v)):
                 raise ValueError(f"{key} {str(v)[:40]} is not a list of {what}")
-        if not isinstance(self.missing, int) or not (
-            self.first_code is None or self.first_code >= 0
-        ):
+        if not isinstance(self.missing, int) or (self.first_code or 0) < 0:
             raise ValueError(f"missing {self.missing!r:.20} / first_code {self.first_code!r:.20}")
 
     @property

@@ -7,24 +7,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+
 import numpy as np
 
 ALPHA = 0.45  # a class colour's weight where the class id is not 0
 # Class id k > 0 (a mask's class, an instance's number) is drawn in PALETTE[(k - 1) % 8];
 # box k of a sample in PALETTE[k % 8]; id 0 (background) is left as it is.
-PALETTE = np.array(
-    [
-        (230, 25, 75),
-        (60, 180, 75),
-        (255, 225, 25),
-        (0, 130, 200),
-        (245, 130, 48),
-        (145, 30, 180),
-        (70, 240, 240),
-        (240, 50, 230),
-    ],
-    dtype=np.float32,
-)
+_HEX = "e6194b 3cb44b ffe119 0082c8 f58230 911eb4 46f0f0 f032e6"  # RGB, each colour a word
+PALETTE = np.frombuffer(bytes.fromhex(_HEX), np.uint8).reshape(-1, 3).astype(np.float32)
 
 
 def nearest(plane: np.ndarray, hw: tuple[int, ...]) -> np.ndarray:
@@ -66,6 +57,12 @@ def dots(picture: np.ndarray, points: np.ndarray, colour: np.ndarray, side: int 
             picture[max(0, y - r) : y + r + 1, max(0, x - r) : x + r + 1] = colour
 
 
-def colour(k: int) -> np.ndarray:
-    """Box (or instance) k's colour."""
-    return PALETTE[k % len(PALETTE)].astype(np.uint8)
+def marked(
+    pictures: list[np.ndarray], items: Iterable, mark: Callable[..., None]
+) -> list[np.ndarray]:
+    """Copies of `pictures`, `mark` drawing item k of `items` on each in PALETTE[k % 8]."""
+    out = [p.copy() for p in pictures]
+    for k, item in enumerate(items):
+        for p in out:
+            mark(p, item, PALETTE[k % len(PALETTE)].astype(np.uint8))
+    return out

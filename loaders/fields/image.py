@@ -1,9 +1,12 @@
-"""The image field, and the base of the fields placed on one (mask, boxes, keypoints, instances,
-polygons). The writer's side (decoding any input, the pixel policy, resizing) is prep.fields'."""
+"""The image field, the base of the fields placed on one (mask, boxes, keypoints, instances,
+polygons), and the jpeg codec's decoding of one sample: libjpeg-turbo through simplejpeg (PIL
+where it is missing), strict. Batches: loaders.read.decode; the writer's side: prep.fields."""
 
 from __future__ import annotations
 
+import io
 import math
+import threading
 import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -12,7 +15,6 @@ from typing import Any
 import numpy as np
 
 from loaders.fields.base import Field, Piece, Reading, spec
-from loaders.format.jpeg import decode_jpeg
 from loaders.format.spec import MAX_SIDE, ArraySpec, FormatError, array_name, count
 
 MODES = ("fill", "fit", "stretch", "keep")
@@ -22,8 +24,7 @@ Crop = Callable[[np.ndarray, np.ndarray, tuple[int, int]], np.ndarray]
 
 @dataclass(frozen=True)
 class Image(Field):
-    """An image at each of `sizes` px by `mode`, raw or JPEG (or a codec a size); read as uint8
-    (B, C, H, W), mode keep with `crop=`."""
+    """An image at each of `sizes` px by `mode`, raw or JPEG (or a codec a size), read as uint8."""
 
     sizes: tuple[int, ...] = (256,)
     mode: str = "fill"
@@ -128,8 +129,7 @@ class Image(Field):
 
 @dataclass(frozen=True)
 class Placed(Field):
-    """A field placed on image field `image`, of its `sizes` and `mode`: encoded after it (from
-    its upright size), it follows its crops and is drawn on it."""
+    """A field placed on image field `image`, of its `sizes` and `mode`: it follows its crops."""
 
     image: str = "image"
     sizes: tuple[int, ...] = ()
@@ -195,3 +195,69 @@ def _mean_std(at: Any) -> bool:
         return False
     numbers = all(isinstance(x, int | float) and not isinstance(x, bool) for x in mean + std)
     return numbers and all(math.isfinite(x) for x in mean + std) and min(std) >= 0
+
+
+_local = threading.local()  # per thread: a scratch buffer for decoded images
+
+
+def scratch(nbytes: int) -> bytearray:
+    """This thread's scratch buffer of at least `nbytes` (a decoded image's, reused)."""
+    buf: bytearray | None = getattr(_local, "buf", None)
+    if buf is None or len(buf) < nbytes:
+        buf = _local.buf = bytearray(nbytes)
+    return buf
+
+
+def decode_jpeg(
+    data: np.ndarray,
+    hw: tuple[int, int],
+    f: int,
+    channels: int,
+    out: np.ndarray | None = None,
+    fast: bool = False,
+) -> np.ndarray:
+    """The JPEG in `data` decoded at 1/f scale: (ceil(h / f), ceil(w / f), channels) uint8, into
+    `out` when given; `fast`: the fast IDCT (simplejpeg only). ValueError or OSError: bad bytes."""
+    h, w = math.ceil(hw[0] / f), math.ceil(hw[1] / f)
+    try:
+        import simplejpeg
+    except ImportError:  # the fallback: PIL's draft() gives the same DCT scales
+        return _decode_pil(data, hw, f, channels, out)
+    buf = out if out is not None else scratch(h * w * channels)
+    img = simplejpeg.decode_jpeg(
+        data,
+        colorspace="GRAY" if channels == 1 else "RGB",
+        min_height=h,
+        min_width=w,
+        buffer=buf,
+        strict=True,  # "Premature end of JPEG file" and other warnings raise
+        fastdct=fast,
+        fastupsample=fast,
+    )
+    if img.shape != (h, w, channels):
+        raise ValueError(f"decoded {img.shape[1]}x{img.shape[0]}, stored {hw[1]}x{hw[0]}")
+    return img
+
+
+def _decode_pil(
+    data: np.ndarray, hw: tuple[int, int], f: int, channels: int, out: np.ndarray | None
+) -> np.ndarray:
+    from PIL import Image
+
+    want = (math.ceil(hw[0] / f), math.ceil(hw[1] / f))
+    with Image.open(io.BytesIO(data.tobytes())) as im:
+        if im.size != (hw[1], hw[0]):
+            raise ValueError(f"{im.width}x{im.height}, stored {hw[1]}x{hw[0]}")
+        mode = "L" if channels == 1 else "RGB"
+        # Pillow picks the DCT scale from whole multiples (w // req): ask for sides // f.
+        im.draft(mode, (max(1, hw[1] // f), max(1, hw[0] // f)))
+        im.load()  # LOAD_TRUNCATED_IMAGES is off by default: a truncated stream raises
+        img = np.asarray(im.convert(mode)).reshape(im.height, im.width, channels)
+    if img.shape[:2] != want:  # a scale Pillow would not take (sides of a few px): resize
+        import cv2  # only where simplejpeg is missing and Pillow cannot take the scale
+
+        img = cv2.resize(img, want[::-1], interpolation=cv2.INTER_AREA).reshape(*want, channels)
+    if out is not None:
+        out[...] = img
+        return out
+    return img

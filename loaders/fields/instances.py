@@ -21,8 +21,7 @@ from loaders.format.spec import ArraySpec, FormatError, array_name
 
 @dataclass(frozen=True)
 class Instances(Placed):
-    """Masks (N, H, W) uint8 at the image's stored size, N a sample (0 allowed); batches follow
-    `ragged=`, but mode keep without `crop=` gives a list."""
+    """Masks (N, H, W) uint8 at the image's stored size; mode keep without `crop=`: a list."""
 
     kind = "instances"
     ragged = True
@@ -91,6 +90,5 @@ class Instances(Placed):
 def crop_masks(masks: np.ndarray, crop: np.ndarray, out_hw: tuple[int, int]) -> np.ndarray:
     """Masks (N, h, w) cut to crop (top, left, height, width), resized to `out_hw` (nearest)."""
     top, left, h, w = (int(v) for v in crop)
-    rows = top + np.minimum(((np.arange(out_hw[0]) + 0.5) * h / out_hw[0]).astype(np.int64), h - 1)
-    cols = left + np.minimum(((np.arange(out_hw[1]) + 0.5) * w / out_hw[1]).astype(np.int64), w - 1)
-    return np.ascontiguousarray(masks[:, rows][:, :, cols])
+    cut = masks[:, top : top + h, left : left + w].transpose(1, 2, 0)
+    return np.ascontiguousarray(drawing.nearest(cut, out_hw).transpose(2, 0, 1))

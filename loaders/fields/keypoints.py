@@ -42,12 +42,8 @@ class Keypoints(Placed):
         return piece(self.at(name, size)).reshape(-1, self.joints, 3)
 
     def draw(self, pictures: list[np.ndarray], value: Any, scale: float) -> list[np.ndarray]:
-        """Each instance's labelled points (visibility > 0) in drawing.colour(instance)."""
-        out = [p.copy() for p in pictures]
-        for k, points in enumerate(np.asarray(value, np.float64)):
-            for p in out:
-                drawing.dots(p, points[points[:, 2] > 0, :2] * scale, drawing.colour(k))
-        return out
+        shown = [pts[pts[:, 2] > 0, :2] * scale for pts in np.asarray(value, np.float64)]
+        return drawing.marked(pictures, shown, drawing.dots)  # the labelled points (visible > 0)
 
 
 def crop_points(flat: np.ndarray, crop: np.ndarray, out_hw: tuple[int, int]) -> np.ndarray:

@@ -1,5 +1,4 @@
-"""Class labels: `Label`, an id per sample (or a name of its classes, mapped to its index), and
-`Labels`, an id per object of a sample (its boxes or instances: COCO's categories).
+"""Class labels: `Label`, an id (or class name) per sample, `Labels`, one per object of a sample.
 
 >>> Label(("cat", "dog")).encode("dog")[""]
 array(1, dtype=uint8)

@@ -62,12 +62,8 @@ class Polygons(Placed):
         return split(piece(self.at(name, size)), piece(f"{name}_lens"))
 
     def draw(self, pictures: list[np.ndarray], value: Any, scale: float) -> list[np.ndarray]:
-        """Polygon k outlined in drawing.colour(k)."""
-        out = [p.copy() for p in pictures]
-        for k, poly in enumerate(value):
-            for p in out:
-                drawing.dots(p, along(np.asarray(poly, np.float64) * scale), drawing.colour(k), 2)
-        return out
+        outlines = [along(np.asarray(poly, np.float64) * scale) for poly in value]
+        return drawing.marked(pictures, outlines, lambda p, xy, c: drawing.dots(p, xy, c, 2))
 
     def caption(self, value: Any) -> str:
         return f"({len(value)} polygons)"

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from loaders.fields.base import Field, Piece, Reading, spec, tensor
-from loaders.format.jpeg import decode_jpeg
+from loaders.fields.image import decode_jpeg
 from loaders.format.spec import MAX_SIDE, VIDEO_MODES, ArraySpec, FormatError, array_name, count
 
 SHOWN = 4  # frames of a video in a preview or report, a strip of tiles
@@ -132,8 +132,7 @@ def frame_pieces(src: np.ndarray, ends: np.ndarray) -> list[np.ndarray]:
 
 
 def decode_frames(pieces: list[np.ndarray], hw: tuple[int, ...], jpeg: bool) -> np.ndarray:
-    """A video's frames (T, h, w, 3) uint8, JPEG headers checked against `hw` before they are
-    allocated; FormatError naming the first that is not one."""
+    """A video's frames (T, h, w, 3) uint8, JPEG headers checked against `hw` before allocating."""
     from loaders.read.decode import CHECKED_BYTES, sides_problem
 
     if jpeg and len(pieces) * hw[0] * hw[1] * 3 >= CHECKED_BYTES:

@@ -9,14 +9,12 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the names of _MODULES, typed; at run time __getattr__ imports them
     from loaders.format.arrays import *  # noqa: F403
-    from loaders.format.rejects import iter_rejects  # noqa: F401
     from loaders.format.schema import *  # noqa: F403
     from loaders.format.spec import problems_error  # noqa: F401
 
 _MODULES = {
-    "arrays": "check_array local_resolver map_array map_layout read_manifest read_manifest_file "
-    "safe_path sha256_file",
-    "rejects": "iter_rejects",
+    "arrays": "check_array iter_rejects local_resolver map_layout read_manifest "
+    "read_manifest_file safe_path sha256_file",
     "schema": "FORMAT_VERSION MANIFEST NPY_HEADER_BYTES OFFSETS REJECTS STORAGES ArrayRef "
     "ArraySpec FileInfo FormatError Manifest Shard array_name",
     "spec": "problems_error",

@@ -2,7 +2,7 @@
 of two .npy files beside the manifest, mapped and read a shard at a time; its files' names are
 derived from the row, never stored.
 
->>> file_name("image_64", "00003", "npy"), file_name("tokens.offsets", "val-00001", "npy")
+>>> file_name("image_64", stem(None, 3), "npy"), file_name("tokens.offsets", stem("val", 1), "npy")
 ('image_64-00003.npy', 'tokens-offsets-val-00001.npy')
 """
 
@@ -34,11 +34,7 @@ H5_PART = "shard"  # an .h5 dataset's one file a shard
 
 
 def stem(split: str | None, task: int) -> str:
-    """The shard's part of its file names.
-
-    >>> stem(None, 3), stem("train", 12)
-    ('00003', 'train-00012')
-    """
+    """The shard's part of its file names."""
     return f"{task:05d}" if split is None else f"{split}-{task:05d}"
 
 
@@ -102,9 +98,8 @@ def index_arrays(
         again = shard_of(
             arrays, storage, s.split, task, s.count, lengths, [0] * len(ps), [""] * len(ps)
         )
-        if {n: (r.file, r.key) for n, r in again.arrays.items()} != {
-            n: (r.file, r.key) for n, r in s.arrays.items()
-        } or set(again.files) != set(s.files):
+        named = [{n: (r.file, r.key) for n, r in x.arrays.items()} for x in (again, s)]
+        if named[0] != named[1] or set(again.files) != set(s.files):
             raise ValueError(
                 f"shard {i}: its files are not named {stem(s.split, task)} by the rule"
             )
@@ -177,8 +172,8 @@ def open_index(
     splits: Sequence[str],
     resolve: Resolve | None,
 ) -> ShardIndex:
-    """The shard index the manifest's `index` entry names, mapped once the entry names the files
-    and columns derived here, each an .npy of the size, dtype and shape it implies."""
+    """The shard index of the manifest's `index` entry, each file an .npy of the size, dtype and
+    shape the entry implies."""
     if not isinstance(entry, dict) or not isinstance(entry.get("files"), dict):
         raise FormatError(f"index {str(entry)[:40]} is not an object naming its files")
     n = entry.get("shards")

@@ -91,12 +91,9 @@ class Shard:
 
     @classmethod
     def from_dict(cls, s: dict[str, Any]) -> Shard:
-        return cls(
-            count=s["count"],
-            arrays={k: ArrayRef.from_dict(a) for k, a in s["arrays"].items()},
-            files={k: FileInfo(**f) for k, f in s["files"].items()},
-            split=s.get("split"),
-        )
+        arrays = {k: ArrayRef.from_dict(a) for k, a in s["arrays"].items()}
+        files = {k: FileInfo(**f) for k, f in s["files"].items()}
+        return cls(s["count"], arrays, files, s.get("split"))
 
     def refs(self) -> dict[str, ArrayRef]:
         """Every array, a ragged one's offsets too (as `NAME + OFFSETS`, Manifest.ref's name)."""

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
-from loaders.format.jpeg import decode_jpeg, scratch
+from loaders.fields.image import decode_jpeg, scratch
 from loaders.format.spec import FormatError
 
 try:  # the C extension built by setup.py where libjpeg-turbo's headers are (loaders/_jpegroi.c)

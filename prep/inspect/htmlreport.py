@@ -14,7 +14,7 @@ import numpy as np
 from loaders.fields import Image, Label, Labels
 from loaders.fields.checks import load_manifest
 from loaders.format import Manifest
-from loaders.format.rejects import records
+from loaders.format.arrays import records
 from prep.inspect import dupes, pages
 from prep.inspect.html import Section, bars, categories, page, para, table
 from prep.inspect.report import header, mb

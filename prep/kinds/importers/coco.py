@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from loaders.format.rejects import iter_rejects
+from loaders.format.arrays import iter_rejects
 from prep.fields import Array, Boxes, Instances, Keypoints, Labels, Mask, Polygons, Scalar
 from prep.fields.rle import rasterise, semantic
 from prep.kinds.importers.coco_items import (
