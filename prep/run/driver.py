@@ -1,6 +1,6 @@
 """The run driver every writing command uses: list -> plan -> one task per shard -> records ->
-manifest last -> install. A data kind supplies `Kind`; OUT's guards and lock, the run folder,
-resuming verified shards, progress, backends, rejects and --max-rejects are here, once."""
+manifest last -> install. A data kind supplies `Kind`; guards, resuming, progress, backends and
+--max-rejects are here, once."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import os
 import time
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,14 +28,14 @@ from prep.version import __version__
 
 C = TypeVar("C", bound=RunConfig)
 S = TypeVar("S")  # what one shard task is given: its inputs
+T = TypeVar("T")
 # The default shard size: AUTO_SHARDS tasks keep 2-16 cores busy to the end (the costliest run
 # first); AUTO_MIN keeps a shard's fixed cost (a few files and fsyncs) small beside its work.
 AUTO_SHARDS, AUTO_MIN, AUTO_MAX = 32, 16, 1000
 
 
 def shard_size(count: int, chosen: int | None) -> int:
-    """Samples per shard: `chosen` (--shard-size), else one from the input count alone (never
-    --jobs or the machine: the bytes are the same for any --jobs, anywhere).
+    """Samples per shard: `chosen`, else from the input count alone (never --jobs: same bytes).
 
     >>> [shard_size(n, None) for n in (24, 180, 720, 2000, 10**6)], shard_size(180, 50)
     ([16, 16, 23, 63, 1000], 50)
@@ -43,6 +43,29 @@ def shard_size(count: int, chosen: int | None) -> int:
     if chosen is not None:
         return chosen
     return min(AUTO_MAX, max(AUTO_MIN, -(-count // AUTO_SHARDS)))
+
+
+def split_shards(items: list[T], splits: list[Any], chosen: int | None) -> list[list[T]]:
+    """Each split's items (`.split`, in `splits` order) cut into shards of shard_size."""
+    size = shard_size(len(items), chosen)
+    shards = []
+    for split in splits:  # a shard holds one split's inputs
+        part = [it for it in items if getattr(it, "split", None) == split]
+        shards += [part[i : i + size] for i in range(0, len(part), size)]
+    return shards
+
+
+def grouped(items: Iterable[T], size: Callable[[T], int], limit: int) -> list[list[T]]:
+    """Consecutive items grouped until a group's sizes sum to `limit` (the last may hold less)."""
+    groups: list[list[T]] = [[]]
+    total = 0
+    for it in items:
+        groups[-1].append(it)
+        total += size(it)
+        if total >= limit:
+            groups.append([])
+            total = 0
+    return [g for g in groups if g]
 
 
 @dataclass
@@ -108,13 +131,13 @@ class Kind(ABC, Generic[C, S]):
 
     @abstractmethod
     def plan(self) -> Sequence[S]:
-        """The shards' inputs in manifest order; depends on the inputs and config only."""
+        """The shards' inputs in manifest order, from the inputs and config only."""
 
     def prepare(self, staging: Path, resume: bool) -> None:
-        """Called once the run folder exists, before any task (e.g. fit and save a tokenizer)."""
+        """Once the run folder exists, before any task (e.g. fit and save a tokenizer)."""
 
     def weight(self, shard: S) -> int:
-        """The shard's share of the work, in `unit`s: what the progress bar counts."""
+        """The shard's work in `unit`s, for the progress bar."""
         return len(shard)  # type: ignore[arg-type]
 
     def cost(self, shard: S) -> int:
@@ -130,7 +153,7 @@ class Kind(ABC, Generic[C, S]):
         return True
 
     def seen(self, inputs: Inputs, records: list[dict[str, Any]]) -> int:
-        """How many inputs the run saw, used or rejected (what --max-rejects divides by)."""
+        """Inputs seen, used or rejected (what --max-rejects divides by)."""
         return inputs.count + len(inputs.rejects)
 
     @abstractmethod
@@ -138,8 +161,8 @@ class Kind(ABC, Generic[C, S]):
         """The manifest from the shard records in order; the driver adds config and counts."""
 
     def tasks(self, manifest: Manifest) -> int:
-        """How many shard tasks wrote `manifest`."""
-        return len(manifest.shards)
+        """How many shard tasks wrote `manifest` (a task may write a shard per split)."""
+        return len({f.rsplit("-", 1)[1] for s in manifest.shards for f in s.files})
 
     def bytes(self, out: Path, manifest: Manifest) -> int:
         return sum(f.bytes for s in manifest.shards for f in s.files.values())

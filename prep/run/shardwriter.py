@@ -182,6 +182,19 @@ def write_shard(
     return record
 
 
+def split_record(
+    staging: Path, index: int, shards: list[Shard], rejects: list[Any], **more: Any
+) -> dict[str, Any]:
+    """The written record of a task that writes a shard per split: `shard` lists all their
+    files (what the driver verifies), `splits` the shards."""
+    done = [asdict(s) for s in shards]
+    files = {k: v for s in done for k, v in s["files"].items()}
+    record = {"index": index, "shard": {"files": files}, "splits": done, "rejects": rejects}
+    with stage("write"):
+        write_record(staging, index, record | more)
+    return record | more
+
+
 _watching: list[int] = []  # the parent pid this worker process watches, once started
 
 

@@ -21,7 +21,7 @@ from prep.media.image.decode import decode_image, decode_mask
 from prep.media.image.geometry import sizes_from, stored
 from prep.media.image.hashing import image_phash, pixel_digest
 from prep.media.image.stats import PixelSums, combine
-from prep.run.driver import Inputs, Kind, RunSummary, run, shard_size
+from prep.run.driver import Inputs, Kind, RunSummary, run, split_shards
 from prep.run.errors import PrepError
 from prep.run.inputs import Reject
 from prep.run.samples import array_specs
@@ -187,14 +187,9 @@ class ImagesKind(Kind[PackConfig, list[Item]]):
             # Shards then hold every class, so shard-aware (quasi-random) loading mixes classes.
             order = np.random.default_rng(self.cfg.shuffle_seed).permutation(len(items))
             items = [items[i] for i in order]
-        size = shard_size(len(items), self.cfg.shard_size)
         self.input_bytes = {name: n for name, n, _ in self.listing.fingerprint}
-        plan = []
         splits: list[str | None] = [*self.listing.splits] if self.listing.splits else [None]
-        for split in splits:  # each shard holds one split's inputs
-            part = [it for it in items if it.split == split]
-            plan += [part[i : i + size] for i in range(0, len(part), size)]
-        return plan
+        return split_shards(items, splits, self.cfg.shard_size)
 
     def cost(self, shard: list[Item]) -> int:
         return sum(self.input_bytes.get(it.rel, 0) for it in shard)  # decode time follows bytes

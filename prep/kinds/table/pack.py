@@ -9,7 +9,7 @@ from __future__ import annotations
 import glob
 import hashlib
 import json
-from dataclasses import asdict
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +22,13 @@ from loaders.format.index import stem
 from prep.kinds.table.config import TableConfig
 from prep.media.table.scan import BLOCKS, Scan, read_spill, scan
 from prep.media.table.types import Column, encode
-from prep.run.driver import Inputs, Kind, RunSummary, run
+from prep.run.driver import Inputs, Kind, RunSummary, grouped, run
 from prep.run.errors import PrepError
 from prep.run.files import writing
 from prep.run.profile import stage
 from prep.run.samples import array_specs
-from prep.run.shardwriter import ShardFiles, shard_task
-from prep.run.staging import RUN_DIR, named_by_rule, write_record
+from prep.run.shardwriter import ShardFiles, shard_task, split_record
+from prep.run.staging import RUN_DIR, named_by_rule
 from prep.sources.table import Block, list_tables, sources_of
 
 SPLITS = ("train", "val")
@@ -116,29 +116,9 @@ def table_shard(
                 if not val.all():
                     splits["train"].extend({n: a[~val] for n, a in encoded.items()})
                 splits["val"].extend({n: a[val] for n, a in encoded.items()})
-    done = [asdict(files.publish(rows[s], s)) for s, files in splits.items()]
-    record = {
-        "index": index,
-        "shard": {"files": {k: v for d in done for k, v in d["files"].items()}},
-        "splits": done,
-        "rejects": rejects,
-        "rows": sum(b.rows for b in shard) + len(rejects),
-    }
-    with stage("write"):
-        write_record(staging, index, record)
-    return record
-
-
-def plan_shards(blocks: list[Block], shard_rows: int) -> list[list[Block]]:
-    """Consecutive blocks grouped until a group holds `shard_rows` rows."""
-    shards: list[list[Block]] = []
-    group: list[Block] = []
-    for b in blocks:
-        group.append(b)
-        if sum(x.rows for x in group) >= shard_rows:
-            shards.append(group)
-            group = []
-    return [*shards, group] if group else shards
+    done = [files.publish(rows[s], s) for s, files in splits.items()]
+    rows_seen = sum(b.rows for b in shard) + len(rejects)
+    return split_record(staging, index, done, rejects, rows=rows_seen)
 
 
 class TableKind(Kind[TableConfig, list[Block]]):
@@ -173,7 +153,7 @@ class TableKind(Kind[TableConfig, list[Block]]):
         self.scan: Scan = scan(self.files, self.cfg, staging / RUN_DIR / BLOCKS)
 
     def plan(self) -> list[list[Block]]:
-        return plan_shards(self.scan.blocks, self.cfg.shard_rows)
+        return grouped(self.scan.blocks, attrgetter("rows"), self.cfg.shard_rows)
 
     def weight(self, shard: list[Block]) -> int:
         return sum(b.rows for b in shard)
@@ -199,9 +179,6 @@ class TableKind(Kind[TableConfig, list[Block]]):
             command="table",
             extra={} if self.cfg.target is None else {"target": self.cfg.target},
         )
-
-    def tasks(self, manifest: Manifest) -> int:
-        return len({f.rsplit("-", 1)[1] for s in manifest.shards for f in s.files})
 
 
 def pack_table(cfg: TableConfig, show_progress: bool = True, profile: bool = False) -> RunSummary:

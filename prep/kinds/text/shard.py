@@ -8,7 +8,6 @@ import os
 import queue
 import threading
 from collections.abc import Generator, Iterator
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +22,7 @@ from prep.media.text.tokenizers import Tokenizer, load_saved
 from prep.run.errors import PrepError
 from prep.run.files import writing
 from prep.run.profile import stage, timed_iter
-from prep.run.shardwriter import ShardFiles, shard_task
-from prep.run.staging import write_record
+from prep.run.shardwriter import ShardFiles, shard_task, split_record
 
 SPLITS = ("train", "val")
 # One encode call per batch: big enough for tokenizers' own threads, small enough for memory.
@@ -51,8 +49,7 @@ def fit_ids(ids: np.ndarray, dtype: str, where: str) -> np.ndarray:
 
 
 def is_val(text: str, val_fraction: float) -> bool:
-    """Whether a document is in "val", by its text alone (its BLAKE2b digest as a fraction of
-    2**64): renaming, reordering or resharding never moves it; identical documents share one."""
+    """Whether a document is in "val", by its text alone (FORMAT.md: BLAKE2b-64)."""
     if val_fraction <= 0:
         return False
     digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
@@ -61,8 +58,7 @@ def is_val(text: str, val_fraction: float) -> bool:
 
 class SplitWriter:
     """One split's shard of one task: tokens, ragged by document, and each document's source
-    file (its path relative to SRC), held as runs (a file's documents are consecutive) and
-    written last, in close()."""
+    file, held as runs (a file's documents are consecutive) and written in close()."""
 
     def __init__(self, staging: Path, split: str, index: int):
         self.split = split
@@ -82,14 +78,6 @@ class SplitWriter:
                 self.runs.append((name, 1))
         self.docs += len(lengths)
 
-    def _write_sources(self) -> None:
-        source = self.files.ragged("source", "uint8")
-        for name, n in self.runs:
-            path = encode_source(name)
-            for start in range(0, n, 1 << 16):  # bounded memory for a file of many lines
-                k = min(n - start, 1 << 16)
-                source.extend(np.tile(path, k), np.full(k, len(path)))
-
     def abort(self) -> None:
         self.files.abort()
 
@@ -98,11 +86,15 @@ class SplitWriter:
         if self.docs == 0:
             self.abort()
             return
-        self._write_sources()
+        source = self.files.ragged("source", "uint8")
+        for name, n in self.runs:
+            path = encode_source(name)
+            for start in range(0, n, 1 << 16):  # bounded memory for a file of many lines
+                k = min(n - start, 1 << 16)
+                source.extend(np.tile(path, k), np.full(k, len(path)))
         self.files.close()
 
     def publish(self) -> Shard | None:
-        """After close(): the files under their final names; None for a split with none."""
         return self.files.publish(self.docs, self.split) if self.docs else None
 
 
@@ -127,8 +119,7 @@ def read_ahead(
     batches: Iterator[tuple[list[str], list[str]]],
 ) -> Generator[tuple[list[str], list[str]], None, None]:
     """`batches`, the next one read on a thread while the caller encodes this one (the tokenizer
-    releases the GIL). An error while reading is raised here, in order; a caller that stops
-    early stops the thread after at most one more batch."""
+    releases the GIL); a reading error is raised here, in order."""
     ready: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=1)
     stop = threading.Event()
 
@@ -170,8 +161,7 @@ def read_ahead(
 
 @functools.lru_cache(maxsize=2)
 def _load_tokenizer(name: str, folder: Path, file: str | None, sha: str) -> Tokenizer:
-    """Once per process and tokenizer file (`sha` tells a changed file apart): joblib reuses
-    its workers for many shards, and the tokenizer's word cache stays warm between them."""
+    """Once per process and file (`sha` tells a changed one apart): workers run many shards."""
     return load_saved(name, folder, file)
 
 
@@ -187,8 +177,7 @@ def tokenize_shard(
     staging: Path,
     threads: bool,
 ) -> dict[str, Any]:
-    """The joblib task: tokenize `pieces` into shard `index` of each split; its record. Memory
-    holds one batch of documents; a failed write leaves no temp file of the shard."""
+    """Tokenize `pieces` into shard `index` of each split; its record. Memory holds a batch."""
     if not threads:  # one task per core already; read by tokenizers at every call
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
     tok = _load_tokenizer(tok_name, staging, tok_file, tok_sha)
@@ -218,17 +207,6 @@ def tokenize_shard(
                     writers["train"].add(ids[~in_val], lengths[~val], list(sources[~val]))
                 else:
                     writers["train"].add(ids, lengths, names)
-    shards = [w.publish() for w in writers.values()]
-    done = [asdict(s) for s in shards if s is not None]
-    record = {
-        "index": index,
-        "tokenizer_sha256": tok_sha,
-        # prep.run checks the files of record["shard"]: here, those of every split's shard.
-        "shard": {"files": {k: v for s in done for k, v in s["files"].items()}},
-        "splits": done,
-        "rejects": reader.rejects,
-        "inputs": reader.inputs,
-    }
-    with stage("write"):
-        write_record(staging, index, record)
-    return record
+    done = [s for s in (w.publish() for w in writers.values()) if s is not None]
+    more = {"tokenizer_sha256": tok_sha, "inputs": reader.inputs}
+    return split_record(staging, index, done, reader.rejects, **more)

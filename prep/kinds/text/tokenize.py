@@ -11,6 +11,7 @@ import itertools
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from prep.kinds.text.config import TokenizeConfig
 from prep.kinds.text.shard import MB, tokenize_shard
 from prep.media.text.documents import DocumentReader, Piece, count_documents, line_starts, list_text
 from prep.media.text.tokenizers import fit_tokenizer, load_saved, tokenizer_identity
-from prep.run.driver import Inputs, Kind, RunSummary, run
+from prep.run.driver import Inputs, Kind, RunSummary, grouped, run
 from prep.run.errors import PrepError
 from prep.run.samples import array_specs
 from prep.run.staging import named_by_rule
@@ -50,9 +51,7 @@ def limit_documents(pieces: list[Piece], limit: int, max_bytes: int) -> list[Pie
 
 
 def plan_shards(pieces: list[Piece], shard_bytes: int) -> list[list[Piece]]:
-    """Consecutive pieces grouped until a group holds `shard_bytes` of text, line files first cut
-    at line starts into ranges of about `shard_bytes`: a document is never cut. The plan
-    depends on the inputs and config only, never on --jobs."""
+    """Pieces grouped by `shard_bytes` of text, line files first cut at line starts."""
     cut: list[Piece] = []
     for p in pieces:
         if p.mode == "file" or p.nbytes <= shard_bytes:
@@ -61,18 +60,7 @@ def plan_shards(pieces: list[Piece], shard_bytes: int) -> list[list[Piece]]:
         starts = [s for s in line_starts(p.path, p.end, shard_bytes) if p.start <= s < p.end]
         bounds = [*starts, p.end]
         cut += [Piece(p.path, p.rel, a, b, p.mode) for a, b in itertools.pairwise(bounds)]
-    shards: list[list[Piece]] = []
-    group: list[Piece] = []
-    size = 0
-    for p in cut:
-        group.append(p)
-        size += p.nbytes
-        if size >= shard_bytes:
-            shards.append(group)
-            group, size = [], 0
-    if group:
-        shards.append(group)
-    return shards
+    return grouped(cut, attrgetter("nbytes"), shard_bytes)
 
 
 def _fingerprint(pieces: list[Piece], spec: str) -> str:
@@ -221,9 +209,6 @@ class TextKind(Kind[TokenizeConfig, list[Piece]]):
             tokenizer_sha256=self.tok_sha or None,
         )
         return {"tokens": tokens, "source": Text()}
-
-    def tasks(self, manifest: Manifest) -> int:
-        return len({s.arrays["tokens"].file.rsplit("-", 1)[1] for s in manifest.shards})
 
     def bytes(self, out: Path, manifest: Manifest) -> int:
         file = manifest.fields["tokens"]["tokenizer"]
