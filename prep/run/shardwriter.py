@@ -1,6 +1,5 @@
-"""The one shard writer: `ShardFiles`, a shard's named arrays streamed to temp files and renamed
-once whole (every kind's file side); `write_shard`, the sample loop on top of it; and
-`shard_task`, which makes a shard writer the task a worker runs."""
+"""The shard writer: `ShardFiles` (a shard's arrays streamed to temp files, renamed once whole),
+`write_shard` (the sample loop on it) and `shard_task` (a writer as a worker's task)."""
 
 from __future__ import annotations
 
@@ -27,10 +26,8 @@ T = TypeVar("T")
 
 
 class ShardFiles:
-    """One shard's arrays under `staging`, in the files loaders.format.index names. An array is
-    fixed-shape (one sample a row) or ragged (flat data and count + 1 int64 offsets, its ref's
-    `offsets`). Temp names are per process and host: an orphaned worker cannot write into the
-    files of the --resume run redoing its shard. Use inside `writing([...])`."""
+    """One shard's arrays under `staging`, fixed-shape or ragged, in the files
+    loaders.format.index names; temp names per process and host. Use inside `writing([...])`."""
 
     def __init__(self, staging: Path, stem: str):
         self.staging, self.stem = staging, stem
@@ -150,11 +147,9 @@ def write_shard(
     finish: Callable[[dict[str, Any]], None] | None = None,
     split: str | None = None,
 ) -> dict[str, Any]:
-    """Encode `items` into shard `index` of `split`; its record (the shard, and a reject a
-    refused input, named by `rel`), which `finish` adds to (pixel sums) before it is written.
-    `encode` gives an input's sample (array name -> value: fixed-shape, or flat for a ragged
-    array), a list of them (a long video cut up), or None to skip it; memory holds one input's
-    samples at a time. A failed write leaves no file of the shard behind."""
+    """Encode `items` into shard `index` of `split`; its record (rejects named by `rel`), which
+    `finish` adds to before it is written. `encode` gives an input's sample (array name ->
+    value), a list of them, or None to skip it. A failed write leaves no file behind."""
     out = ShardFiles(staging, stem(split, index))
     rejects: list[dict[str, Any]] = []
     count = 0
@@ -199,9 +194,8 @@ _watching: list[int] = []  # the parent pid this worker process watches, once st
 
 
 def shard_task(write: Callable[..., T]) -> Callable[..., T]:
-    """The task that runs shard writer `write`: it takes the writer's arguments, then `parent`,
-    the pid of the command whose loky worker runs it (None elsewhere). A failed write is a
-    write_error."""
+    """The task running `write`: its arguments, then `parent` (the pid of the command whose loky
+    worker runs it, else None); a failed write is a write_error."""
 
     @functools.wraps(write)
     def task(*args: Any) -> T:
@@ -216,9 +210,8 @@ def shard_task(write: Callable[..., T]) -> Callable[..., T]:
 
 
 def exit_with_parent(parent: int | None) -> None:
-    """In a loky worker of `parent`: a thread ends this process once the parent has died
-    (SIGKILL), so that no orphan writes beside the --resume run that follows. Its temp files
-    stay behind for the next run to remove (cleanup_temps)."""
+    """In a loky worker of `parent`: a thread ends this process once the parent has died, so
+    that no orphan writes beside the --resume run that follows."""
     if _watching or parent is None or parent == os.getpid():
         return
     _watching.append(parent)

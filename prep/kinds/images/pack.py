@@ -1,5 +1,5 @@
-"""prep pack: the images kind of the run driver (prep.run.driver). Inputs are listed and sorted
-once (prep.sources.images); each shard task decodes each input once and writes every size."""
+"""prep pack: the images kind of the run driver; each shard task decodes an input once and writes
+every size."""
 
 from __future__ import annotations
 
@@ -35,9 +35,8 @@ PackSummary = RunSummary
 def image_fields(
     cfg: PackConfig, classes: list[str] | None, max_label: int | None, masks: bool
 ) -> dict[str, Field]:
-    """`image` at every size (its codec per size), its `mask`, the `label` (class names, or
-    integer labels in the smallest dtype), the source's size, the input's path relative to SRC,
-    and (prep.inspect.dupes) the perceptual hash and pixel digest."""
+    """`image` at every size, its `mask`, the `label` (class names, or integers in the smallest
+    dtype), `orig_size`, `source`, and (prep.inspect.dupes) the pHash and pixel digest."""
     sizes = tuple(sorted(cfg.sizes))
     codecs = tuple(cfg.codecs_by_size()[s] for s in sizes)
     codec = codecs[0] if len(set(codecs)) == 1 else codecs
@@ -64,8 +63,7 @@ def encode_item(
     sums: PixelSums | None = None,
     phash: int | None = None,
 ) -> dict[str, np.ndarray]:
-    """One input -> its arrays; Reject for an input that cannot be used. `sums` counts the
-    pixels of each size; `phash`: known already (--drop-dupes), else computed here."""
+    """One input -> its arrays, else Reject. `sums` counts the pixels; `phash`: if known."""
     mode = cfg.mode
     bg = cfg.background_rgb()
     img, upright = decode_image(item.path, tuple(cfg.sizes), cfg.gray, cfg.max_pixels, mode, bg)
@@ -120,8 +118,7 @@ def pack_shard(
     staging: Path,
     phashes: dict[str, int] | None = None,
 ) -> dict[str, Any]:
-    """The joblib task: encode `items` into shard `index` under `staging`; its record (no pixels
-    leave the process). `phashes`: the items' perceptual hashes, by --drop-dupes."""
+    """Encode `items` into shard `index`; its record. `phashes`: by --drop-dupes."""
     import cv2
 
     cv2.setNumThreads(1)  # one task per core already
@@ -139,8 +136,6 @@ def pack_shard(
 
 
 class ImagesKind(Kind[PackConfig, list[Item]]):
-    """Images (with labels, masks, source sizes) at one or more sizes, from one decode each."""
-
     name = "images"
     task = staticmethod(pack_shard)
     threads = True  # decoding, resizing, hashing and writing release the GIL
@@ -220,8 +215,7 @@ class ImagesKind(Kind[PackConfig, list[Item]]):
 
 
 def _fingerprint(listing: Listing) -> str:
-    """What the output depends on besides the config: the files (names, sizes, times) and what
-    a list says of them (labels, masks, class names), so --resume never reuses a stale shard."""
+    """The inputs (names, sizes, times, and a list's labels, masks, classes), for --resume."""
     said = [(it.rel, it.label, str(it.mask) if it.mask else None, it.split) for it in listing.items]
     return hashlib.sha256(
         json.dumps([listing.fingerprint, said, listing.classes]).encode()
@@ -229,8 +223,7 @@ def _fingerprint(listing: Listing) -> str:
 
 
 def pack(cfg: PackConfig, show_progress: bool = True, profile: bool = False) -> RunSummary:
-    """Pack cfg.src into cfg.out; with `profile`, the summary's `stages` has each stage's
-    seconds (prep.run.profile)."""
+    """Pack cfg.src into cfg.out; `profile`: the summary's `stages` (prep.run.profile)."""
     kind = ImagesKind(cfg)
     kind.show_progress = show_progress
     return run(kind, show_progress, profile)

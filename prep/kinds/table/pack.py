@@ -1,8 +1,6 @@
-"""prep table: the tabular kind of the run driver. `prepare` parses every row once, in parallel
-(prep.media.table.scan: the columns' stored types and statistics, each row's split), keeping each
-parsed block in the run folder; a shard is consecutive blocks of about --shard-rows rows, its
-task writing one .npy per column and split. A column field a column: num_J, cat_K, target.
-"""
+"""prep table: the tabular kind of the run driver. `prepare` parses every row once
+(prep.media.table.scan), keeping parsed blocks in the run folder; a shard is blocks of about
+--shard-rows rows, written as one .npy per column (num_J, cat_K, target) and split."""
 
 from __future__ import annotations
 
@@ -44,8 +42,7 @@ def column_names(columns: list[Column]) -> dict[str, Column]:
 
 
 def table_fields(columns: list[Column], missing_mask: bool) -> dict[str, ColumnField]:
-    """A column field a column, as the scan decided it; with `missing_mask`, a numeric column
-    with missing cells also stores its NAME_missing mask."""
+    """A column field a column, as scanned; `missing_mask`: NAME_missing where cells are."""
     return {
         name: ColumnField(
             name=c.name,
@@ -92,8 +89,7 @@ def table_shard(
     rejects: list[dict[str, Any]],
     staging: Path,
 ) -> dict[str, Any]:
-    """The joblib task: `shard`'s blocks, as the scan kept them, into shard `index` of each
-    split; its record. `rejects`: the blocks' rows with wrong field counts."""
+    """`shard`'s parsed blocks into shard `index` of each split; its record."""
     fields = table_fields(columns, cfg.missing_mask)
     specs = array_specs(fields)
     vocabs = {c.name: pa.array(c.vocab, pa.string()) for c in columns if c.vocab is not None}
@@ -122,8 +118,6 @@ def table_shard(
 
 
 class TableKind(Kind[TableConfig, list[Block]]):
-    """Tables (CSV, TSV, JSONL, Parquet) as one typed .npy per column, shard and split."""
-
     name = "table"
     unit = "row"
     noun = "rows"
@@ -182,9 +176,8 @@ class TableKind(Kind[TableConfig, list[Block]]):
 
 
 def pack_table(cfg: TableConfig, show_progress: bool = True, profile: bool = False) -> RunSummary:
-    """Pack cfg.src into cfg.out, Arrow allocating through the C library's malloc, not mimalloc:
-    a block's parse allocates and frees a few times its bytes, which mimalloc hands back to the
-    system and faults in again (the bench table: a fifth less kernel time, on 2 cores)."""
+    """Pack cfg.src into cfg.out, Arrow on the system malloc: mimalloc hands a parse's freed
+    bytes back and faults them in again (the bench table: a fifth less kernel time)."""
     previous = pa.default_memory_pool()
     pa.set_memory_pool(pa.system_memory_pool())
     try:

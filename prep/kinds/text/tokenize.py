@@ -1,8 +1,6 @@
-"""prep tokenize: the text kind of the run driver (prep.run.driver). The inputs are cut into
-shards of about --shard-mb of text (line files at line starts); the tokenizer is fitted once, in
-`prepare`, and saved in the run folder (--resume reuses it); each task (prep.kinds.text.shard)
-writes each split's tokens, ragged by document, and each document's `source`.
-"""
+"""prep tokenize: the text kind of the run driver. Shards of about --shard-mb of text; the
+tokenizer fitted once (`prepare`) and saved in the run folder; each task (prep.kinds.text.shard)
+writes each split's tokens, ragged by document, and each document's `source`."""
 
 from __future__ import annotations
 
@@ -38,7 +36,7 @@ def token_dtype(vocab_size: int) -> str:
 
 
 def limit_documents(pieces: list[Piece], limit: int, max_bytes: int) -> list[Piece]:
-    """The pieces holding the first `limit` documents, the last one cut after its last line."""
+    """The pieces holding the first `limit` documents, the last one cut."""
     kept: list[Piece] = []
     left = limit
     for p in pieces:
@@ -75,8 +73,6 @@ def _fingerprint(pieces: list[Piece], spec: str) -> str:
 
 @dataclass
 class TokenizeSummary(RunSummary):
-    """The driver's summary, in the words of text: documents, tokens, the tokenizer."""
-
     @property
     def docs(self) -> int:
         return self.packed
@@ -115,8 +111,6 @@ class TokenizeSummary(RunSummary):
 
 
 class TextKind(Kind[TokenizeConfig, list[Piece]]):
-    """Text documents as flat token shards with document offsets, split train/val."""
-
     name = "tokens"
     unit = "kB"
     noun = "documents"
@@ -150,7 +144,7 @@ class TextKind(Kind[TokenizeConfig, list[Piece]]):
         return self.shards
 
     def prepare(self, staging: Path, resume: bool) -> None:
-        """The run's tokenizer, saved in `staging`: reused from there on --resume, else fitted."""
+        """The run's tokenizer, saved in `staging` (reused on --resume)."""
         cfg = self.cfg
         name, file = tokenizer_identity(cfg.tokenizer)
         if not (resume and (file is None or (staging / file).is_file())):
@@ -199,8 +193,7 @@ class TextKind(Kind[TokenizeConfig, list[Piece]]):
         )
 
     def fields(self) -> dict[str, Field]:
-        """The token stream (ragged: a document a sample, its offsets the document offsets),
-        with the tokenizer that made it, and each document's file relative to SRC."""
+        """The tokens (ragged: a document a sample) with their tokenizer, and `source`."""
         tokens = Tokens(
             vocab_size=self.tok.vocab_size,
             tokenizer=self.tok_info["file"],
@@ -218,8 +211,7 @@ class TextKind(Kind[TokenizeConfig, list[Piece]]):
 def tokenize(
     cfg: TokenizeConfig, show_progress: bool = True, profile: bool = False
 ) -> TokenizeSummary:
-    """Tokenize cfg.src into cfg.out; with `profile`, the summary's `stages` has each stage's
-    seconds (prep.run.profile)."""
+    """Tokenize cfg.src into cfg.out; `profile`: the summary's `stages` (prep.run.profile)."""
     summary = run(TextKind(cfg), show_progress, profile)
     assert isinstance(summary, TokenizeSummary)
     return summary

@@ -1,8 +1,6 @@
-"""prep volumes: the 3-D kind of the run driver. Each shard task reads its scans one at a time
-and runs the offline steps in order (prep.media.volume.transform): reorient, resample, window or
-dtype, crop to the foreground, fit to one shape. A shard stores its volumes' voxels back to back,
-ragged (loaders.fields.volume), their labels on the same offsets.
-"""
+"""prep volumes: the 3-D kind of the run driver. A task reads its scans one at a time and runs
+the steps of prep.media.volume.transform; a shard stores its volumes' voxels ragged
+(loaders.fields.volume), their labels on the same offsets."""
 
 from __future__ import annotations
 
@@ -19,7 +17,7 @@ from loaders.format import ArraySpec, Manifest, Shard
 from loaders.format.index import stem
 from prep.kinds.volumes.config import VolumeConfig, float_list
 from prep.media.volume import transform as tf
-from prep.run.driver import Inputs, Kind, RunSummary, run
+from prep.run.driver import Inputs, Kind, RunSummary, run, split_shards
 from prep.run.errors import PrepError
 from prep.run.files import writing
 from prep.run.inputs import Reject, reject_record
@@ -34,8 +32,7 @@ MAX_VOXELS = 2**32 - 1  # label_fg holds flat voxel indices as uint32
 
 
 def geometry(affine: np.ndarray, shape: tuple[int, ...]) -> dict[str, Any]:
-    """A grid as the manifest keeps it: shape, spacing (mm), origin (world mm of voxel 0),
-    direction (unit columns) and the affine itself."""
+    """A grid as the manifest keeps it: shape, spacing, origin, direction and affine (mm)."""
     spacing = tf.spacing_of(affine)
     return {
         "shape": [int(n) for n in shape],
@@ -49,8 +46,7 @@ def geometry(affine: np.ndarray, shape: tuple[int, ...]) -> dict[str, Any]:
 def encode_volume(
     item: Item, cfg: VolumeConfig
 ) -> tuple[np.ndarray, np.ndarray | None, dict[str, Any]]:
-    """One scan -> (stored image, stored label or None, its manifest entry); Reject on bad
-    input."""
+    """One scan -> (image, label or None, its manifest entry); Reject on bad input."""
     with stage("read"):
         scan, label = read_pair(item, cfg.volume_index)
     with stage("transform"):
@@ -85,8 +81,7 @@ def encode_volume(
 
 
 class _Volumes:
-    """One shard's volumes: voxels (and label voxels) back to back, ragged, with the
-    per-volume arrays beside them (loaders.fields.volume)."""
+    """One shard's volumes: voxels (and labels) ragged, the per-volume arrays beside them."""
 
     def __init__(self, files: ShardFiles, specs: dict[str, ArraySpec]):
         self.image = files.ragged("image", specs["image"].dtype)
@@ -116,8 +111,7 @@ class _Volumes:
 def volumes_shard(
     index: int, items: list[Item], cfg: VolumeConfig, specs: dict[str, ArraySpec], staging: Path
 ) -> dict[str, Any]:
-    """The joblib task: volumes `items` into shard `index` under `staging`; its record. Memory
-    holds one volume (and its resampled copies) at a time."""
+    """Volumes `items` into shard `index`; its record. Memory holds one volume at a time."""
     files = ShardFiles(staging, stem(None, index))
     rejects: list[dict[str, Any]] = []
     volumes: list[dict[str, Any]] = []
@@ -141,8 +135,6 @@ def volumes_shard(
 
 
 class VolumesKind(Kind[VolumeConfig, list[Item]]):
-    """3-D scans (and label volumes) reoriented, resampled, windowed and cropped once."""
-
     name = "volumes"
     unit = "vol"
     noun = "volumes"
@@ -187,8 +179,7 @@ class VolumesKind(Kind[VolumeConfig, list[Item]]):
         return Inputs(len(items), rejects, fingerprint)
 
     def plan(self) -> list[list[Item]]:
-        n = self.cfg.shard_size
-        return [self.items[i : i + n] for i in range(0, len(self.items), n)]
+        return split_shards(self.items, [None], self.cfg.shard_size)
 
     def cost(self, shard: list[Item]) -> int:
         return sum(self.sizes.get(str(it.path), 0) for it in shard)
