@@ -9,13 +9,14 @@ import os
 import time
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
-from loaders.format import REJECTS, Manifest, read_manifest
+from loaders.fields import Field
+from loaders.format import REJECTS, ArraySpec, Manifest, Shard, array_name, read_manifest
 from loaders.remote import url_of
 from prep.run import staging as st
 from prep.run.config import RunConfig
@@ -68,6 +69,10 @@ def grouped(items: Iterable[T], size: Callable[[T], int], limit: int) -> list[li
     return [g for g in groups if g]
 
 
+def array_specs(fields: Mapping[str, Field]) -> dict[str, ArraySpec]:
+    return {array_name(s.field, s.size): s for n, f in fields.items() for s in f.arrays(n)}
+
+
 @dataclass
 class Inputs:
     """What a kind listed: usable inputs, refused ones, and a fingerprint of all but the config."""
@@ -118,6 +123,8 @@ class Kind(ABC, Generic[C, S]):
     # Reject reasons the user asked for (--drop-dupes: duplicate): never count for --max-rejects
     chosen_rejects: ClassVar[frozenset[str]] = frozenset()
     task: Callable[..., dict[str, Any]]  # the shard task: a module-level function (it pickles)
+    command: str  # the manifest's `command`
+    fields: dict[str, Field]  # set once the inputs are listed (or in `prepare`)
 
     def __init__(self, cfg: C):
         self.cfg = cfg
@@ -156,9 +163,23 @@ class Kind(ABC, Generic[C, S]):
         """Inputs seen, used or rejected (what --max-rejects divides by)."""
         return inputs.count + len(inputs.rejects)
 
-    @abstractmethod
     def manifest(self, records: list[dict[str, Any]]) -> Manifest:
         """The manifest from the shard records in order; the driver adds config and counts."""
+        return Manifest(
+            storage=getattr(self.cfg, "format", "npy"),  # only some kinds offer --format
+            arrays=array_specs(self.fields),
+            shards=[Shard.from_dict(s) for r in records for s in r.get("splits", [r["shard"]])],
+            fields=self.described(),
+            command=self.command,
+            extra=self.extra(records),
+        )
+
+    def described(self) -> dict[str, Any]:
+        return {name: f.describe() for name, f in self.fields.items()}
+
+    def extra(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+        """The manifest's `extra`."""
+        return {}
 
     def tasks(self, manifest: Manifest) -> int:
         """How many shard tasks wrote `manifest` (a task may write a shard per split)."""

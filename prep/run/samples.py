@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import operator
 import shutil
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
@@ -17,8 +17,8 @@ import numpy as np
 
 from loaders.fields import Field, Image, Mask, Text, Tokens
 from loaders.fields.base import FieldError, check_name, encode_source
-from loaders.format import ArraySpec, Manifest, Shard, array_name
-from prep.run.driver import Kind, split_shards
+from loaders.format import ArraySpec
+from prep.run.driver import Kind, array_specs, split_shards
 from prep.run.errors import Reject as UserReject
 from prep.run.errors import UsageError
 from prep.run.inputs import Reject
@@ -175,7 +175,6 @@ class SamplesRun(Kind[Any, list[Any]]):
     make: Make
     items: list[Any]
     base: Path | None = None
-    fields: dict[str, Field]
     specs: dict[str, ArraySpec]
 
     def __init__(self, cfg: Any):
@@ -206,7 +205,7 @@ class SamplesRun(Kind[Any, list[Any]]):
         return (index, shard, self.make, self.fields, self.specs, self.base, fmt, staging, sourced)
 
     def described(self) -> dict[str, Any]:
-        out = {name: f.describe() for name, f in self.fields.items()}
+        out = super().described()
         for name, d in out.items():
             if d["kind"] == "tokens" and d.get("tokenizer"):
                 d["tokenizer"] = f"{name}.tokenizer.json"  # the copy in the dataset
@@ -224,16 +223,6 @@ class SamplesRun(Kind[Any, list[Any]]):
                 if got is not None:
                     stats[name] = got
         return {"stats": stats} if stats else {}
-
-    def manifest(self, records: list[dict[str, Any]]) -> Manifest:
-        return Manifest(
-            storage=self.cfg.format,
-            arrays=self.specs,
-            shards=[Shard.from_dict(rec["shard"]) for rec in records],
-            fields=self.described(),
-            command=self.command,
-            extra=self.extra(records),
-        )
 
 
 def bind_fields(fields: Any) -> dict[str, Field]:
@@ -254,10 +243,6 @@ def bind_fields(fields: Any) -> dict[str, Field]:
                 raise UsageError(f"{f.kind} {name}: image={f.image!r} is not an Image field")
             out[name] = dataclasses.replace(f, sizes=image.sizes, mode=image.mode)
     return out
-
-
-def array_specs(fields: Mapping[str, Field]) -> dict[str, ArraySpec]:
-    return {array_name(s.field, s.size): s for n, f in fields.items() for s in f.arrays(n)}
 
 
 def check_shippable(make: Callable[..., Any], backend: str) -> None:

@@ -14,17 +14,16 @@ import numpy as np
 
 from loaders.fields import Array, Field, Image, Label, Mask, Text
 from loaders.fields.base import encode_source
-from loaders.format import ArraySpec, Manifest, Shard, array_name
+from loaders.format import ArraySpec, array_name
 from loaders.format.spec import smallest_uint
 from prep.kinds.images.config import PackConfig
 from prep.media.image.decode import decode_image, decode_mask
 from prep.media.image.geometry import sizes_from, stored
 from prep.media.image.hashing import image_phash, pixel_digest
 from prep.media.image.stats import PixelSums, combine
-from prep.run.driver import Inputs, Kind, RunSummary, run, split_shards
+from prep.run.driver import Inputs, Kind, RunSummary, array_specs, run, split_shards
 from prep.run.errors import PrepError
 from prep.run.inputs import Reject
-from prep.run.samples import array_specs
 from prep.run.shardwriter import shard_task, write_shard
 from prep.sources.images import Item, Listing
 from prep.sources.listing import list_images, split_counts
@@ -137,6 +136,7 @@ def pack_shard(
 
 class ImagesKind(Kind[PackConfig, list[Item]]):
     name = "images"
+    command = "pack"
     task = staticmethod(pack_shard)
     threads = True  # decoding, resizing, hashing and writing release the GIL
     chosen_rejects = frozenset({"duplicate"})  # --drop-dupes: not counted by --max-rejects
@@ -199,19 +199,12 @@ class ImagesKind(Kind[PackConfig, list[Item]]):
     def reusable(self, record: dict[str, Any]) -> bool:
         return record.get("stats") is not None  # a shard of a prep before pixel stats: redone
 
-    def manifest(self, records: list[dict[str, Any]]) -> Manifest:
+    def extra(self, records: list[dict[str, Any]]) -> dict[str, Any]:
         extra: dict[str, Any] = {"background": list(self.cfg.background_rgb())}
         stats = combine(records)  # per-channel mean and std (prep.media.image.stats)
         if stats is not None:
             extra["stats"] = {"image": stats}
-        return Manifest(
-            storage=self.cfg.format,
-            arrays=self.specs,
-            shards=[Shard.from_dict(rec["shard"]) for rec in records],
-            fields={name: f.describe() for name, f in self.fields.items()},
-            command="pack",
-            extra=extra | split_counts(self.listing, records),
-        )
+        return extra | split_counts(self.listing, records)
 
 
 def _fingerprint(listing: Listing) -> str:

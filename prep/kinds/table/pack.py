@@ -15,16 +15,14 @@ import numpy as np
 import pyarrow as pa
 
 from loaders.fields import Column as ColumnField
-from loaders.format import Manifest, Shard
 from loaders.format.index import stem
 from prep.kinds.table.config import TableConfig
 from prep.media.table.scan import BLOCKS, Scan, read_spill, scan
 from prep.media.table.types import Column, encode
-from prep.run.driver import Inputs, Kind, RunSummary, grouped, run
+from prep.run.driver import Inputs, Kind, RunSummary, array_specs, grouped, run
 from prep.run.errors import PrepError
 from prep.run.files import writing
 from prep.run.profile import stage
-from prep.run.samples import array_specs
 from prep.run.shardwriter import ShardFiles, shard_task, split_record
 from prep.run.staging import RUN_DIR, named_by_rule
 from prep.sources.table import Block, list_tables, sources_of
@@ -119,6 +117,7 @@ def table_shard(
 
 class TableKind(Kind[TableConfig, list[Block]]):
     name = "table"
+    command = "table"
     unit = "row"
     noun = "rows"
     prepare_stage = "scan"
@@ -145,6 +144,7 @@ class TableKind(Kind[TableConfig, list[Block]]):
 
     def prepare(self, staging: Path, resume: bool) -> None:
         self.scan: Scan = scan(self.files, self.cfg, staging / RUN_DIR / BLOCKS)
+        self.fields = dict(table_fields(self.scan.columns, self.cfg.missing_mask))
 
     def plan(self) -> list[list[Block]]:
         return grouped(self.scan.blocks, attrgetter("rows"), self.cfg.shard_rows)
@@ -157,22 +157,14 @@ class TableKind(Kind[TableConfig, list[Block]]):
         return (index, shard, self.cfg, self.scan.columns, rejects, staging)
 
     def reusable(self, record: dict[str, Any]) -> bool:
-        arrays = array_specs(table_fields(self.scan.columns, self.cfg.missing_mask))
+        arrays = array_specs(self.fields)
         return all(named_by_rule(s, arrays, "npy") for s in record["splits"])
 
     def seen(self, inputs: Inputs, records: list[dict[str, Any]]) -> int:
         return len(inputs.rejects) + sum(rec["rows"] for rec in records)
 
-    def manifest(self, records: list[dict[str, Any]]) -> Manifest:
-        fields = table_fields(self.scan.columns, self.cfg.missing_mask)
-        return Manifest(
-            storage="npy",
-            arrays=array_specs(fields),
-            shards=[Shard.from_dict(s) for rec in records for s in rec["splits"]],
-            fields={name: f.describe() for name, f in fields.items()},
-            command="table",
-            extra={} if self.cfg.target is None else {"target": self.cfg.target},
-        )
+    def extra(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+        return {} if self.cfg.target is None else {"target": self.cfg.target}
 
 
 def pack_table(cfg: TableConfig, show_progress: bool = True, profile: bool = False) -> RunSummary:

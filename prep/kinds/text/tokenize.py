@@ -13,15 +13,14 @@ from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
-from loaders.fields import Field, Text, Tokens
-from loaders.format import Manifest, Shard, sha256_file
+from loaders.fields import Text, Tokens
+from loaders.format import Manifest, sha256_file
 from prep.kinds.text.config import TokenizeConfig
 from prep.kinds.text.shard import MB, tokenize_shard
 from prep.media.text.documents import DocumentReader, Piece, count_documents, line_starts, list_text
 from prep.media.text.tokenizers import fit_tokenizer, load_saved, tokenizer_identity
-from prep.run.driver import Inputs, Kind, RunSummary, grouped, run
+from prep.run.driver import Inputs, Kind, RunSummary, array_specs, grouped, run
 from prep.run.errors import PrepError
-from prep.run.samples import array_specs
 from prep.run.staging import named_by_rule
 from prep.sources.text import list_matching
 
@@ -112,6 +111,7 @@ class TokenizeSummary(RunSummary):
 
 class TextKind(Kind[TokenizeConfig, list[Piece]]):
     name = "tokens"
+    command = "tokenize"
     unit = "kB"
     noun = "documents"
     summary = TokenizeSummary
@@ -153,6 +153,14 @@ class TextKind(Kind[TokenizeConfig, list[Piece]]):
         self.tok_info = {"name": name, "file": file}
         self.tok_sha = sha256_file(staging / file) if file else ""
         self.dtype = token_dtype(self.tok.vocab_size)
+        tokens = Tokens(
+            vocab_size=self.tok.vocab_size,
+            tokenizer=file,
+            eot_id=self.tok.eot_id,
+            tokenizer_name=name,
+            tokenizer_sha256=self.tok_sha or None,
+        )  # ragged: a document a sample
+        self.fields = {"tokens": tokens, "source": Text()}
 
     def _corpus(self) -> Iterator[str]:
         reader = DocumentReader(self.cfg.text_field, self.cfg.errors, int(self.cfg.max_doc_mb * MB))
@@ -169,7 +177,7 @@ class TextKind(Kind[TokenizeConfig, list[Piece]]):
         return (index, shard, cfg, name, file, self.tok_sha, self.dtype, staging, threads)
 
     def reusable(self, record: dict[str, Any]) -> bool:
-        arrays = array_specs(self.fields())
+        arrays = array_specs(self.fields)
         named = all(named_by_rule(s, arrays, "npy") for s in record["splits"])
         return bool(record.get("tokenizer_sha256") == self.tok_sha) and named
 
@@ -177,31 +185,12 @@ class TextKind(Kind[TokenizeConfig, list[Piece]]):
         return len(inputs.rejects) + sum(rec["inputs"] for rec in records)
 
     def manifest(self, records: list[dict[str, Any]]) -> Manifest:
-        parts = [Shard.from_dict(s) for rec in records for s in rec["splits"]]
-        if not parts:
+        if not any(rec["splits"] for rec in records):
             raise PrepError(
                 f"no usable documents in {self.cfg.src} (see the rejects in the run folder). "
                 "HINT: check the encoding, or --text-field for .jsonl"
             )
-        fields = self.fields()
-        return Manifest(
-            storage="npy",
-            arrays=array_specs(fields),
-            shards=parts,
-            fields={name: f.describe() for name, f in fields.items()},
-            command="tokenize",
-        )
-
-    def fields(self) -> dict[str, Field]:
-        """The tokens (ragged: a document a sample) with their tokenizer, and `source`."""
-        tokens = Tokens(
-            vocab_size=self.tok.vocab_size,
-            tokenizer=self.tok_info["file"],
-            eot_id=self.tok.eot_id,
-            tokenizer_name=self.tok_info["name"],
-            tokenizer_sha256=self.tok_sha or None,
-        )
-        return {"tokens": tokens, "source": Text()}
+        return super().manifest(records)
 
     def bytes(self, out: Path, manifest: Manifest) -> int:
         file = manifest.fields["tokens"]["tokenizer"]

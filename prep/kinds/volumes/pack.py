@@ -12,17 +12,16 @@ from typing import Any
 
 import numpy as np
 
-from loaders.fields import Field, Volume, VolumeLabel
-from loaders.format import ArraySpec, Manifest, Shard
+from loaders.fields import Volume, VolumeLabel
+from loaders.format import ArraySpec
 from loaders.format.index import stem
 from prep.kinds.volumes.config import VolumeConfig, float_list
 from prep.media.volume import transform as tf
-from prep.run.driver import Inputs, Kind, RunSummary, run, split_shards
+from prep.run.driver import Inputs, Kind, RunSummary, array_specs, run, split_shards
 from prep.run.errors import PrepError
 from prep.run.files import writing
 from prep.run.inputs import Reject, reject_record
 from prep.run.profile import stage
-from prep.run.samples import array_specs
 from prep.run.shardwriter import ShardFiles, shard_task
 from prep.run.staging import named_by_rule, write_record
 from prep.sources import targets as tg
@@ -136,6 +135,7 @@ def volumes_shard(
 
 class VolumesKind(Kind[VolumeConfig, list[Item]]):
     name = "volumes"
+    command = "volumes"
     unit = "vol"
     noun = "volumes"
     task = staticmethod(volumes_shard)
@@ -167,7 +167,7 @@ class VolumesKind(Kind[VolumeConfig, list[Item]]):
             )
         self.items = items
         # `image`, with labels its `label` (class ids and the foreground index), a target a column
-        self.fields: dict[str, Field] = {"image": Volume(cfg.stored_dtype, cfg.orient.upper())}
+        self.fields = {"image": Volume(cfg.stored_dtype, cfg.orient.upper())}
         if labels is not None:
             self.fields["label"] = VolumeLabel("image", foreground=True)
         if self.targets is not None:
@@ -190,15 +190,8 @@ class VolumesKind(Kind[VolumeConfig, list[Item]]):
     def reusable(self, record: dict[str, Any]) -> bool:
         return named_by_rule(record["shard"], self.specs, "npy")
 
-    def manifest(self, records: list[dict[str, Any]]) -> Manifest:
-        return Manifest(
-            storage="npy",
-            arrays=self.specs,
-            shards=[Shard.from_dict(rec["shard"]) for rec in records],
-            fields={name: f.describe() for name, f in self.fields.items()},
-            command="volumes",
-            extra={"volumes": [v for rec in records for v in rec["volumes"]]},
-        )
+    def extra(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"volumes": [v for rec in records for v in rec["volumes"]]}
 
 
 def volumes(cfg: VolumeConfig, show_progress: bool = True, profile: bool = False) -> RunSummary:
