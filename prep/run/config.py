@@ -143,14 +143,12 @@ def load_config(cls: type[C], section: str, path: Path | None, overrides: dict[s
     for key, value in values.items():
         try:
             TypeAdapter(hints[key]).validate_python(value, strict=True)
-        except ValidationError as e:
+        except ValidationError as e:  # the type as the config file's reader would write it
+            type_name = str(hints[key]).replace("typing.", "").replace("<class '", "")
+            type_name = type_name.replace("'>", "")
             raise UsageError(
-                f"[{section}] {key} = {value!r} is not {_type_name(hints[key])} "
+                f"[{section}] {key} = {value!r} is not {type_name} "
                 f"({e.errors()[0]['msg'].lower()}). HINT: e.g. "
                 "sizes = [128, 256], limit = 100, gray = true"
             ) from None
     return cls(**values)
-
-
-def _type_name(hint: Any) -> str:
-    return str(hint).replace("typing.", "").replace("<class '", "").replace("'>", "")

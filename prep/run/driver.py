@@ -222,7 +222,8 @@ def run(kind: Kind[Any, Any], show_progress: bool = True, profile: bool = False)
         except OSError as e:
             raise write_error(e, str(staging)) from e
         shards = kind.plan()
-        records = _reused(kind, staging, len(shards)) if cfg.resume else {}
+        found = {i: st.load_record(staging, i, verify=True) for i in range(len(shards))}
+        records = {i: r for i, r in found.items() if r and kind.reusable(r)} if cfg.resume else {}
         reused, prepared = len(records), time.perf_counter() - start
         records |= _run_shards(kind, shards, records, staging, timer, show_progress, profile)
         ordered = [records[i] for i in sorted(records)]
@@ -236,11 +237,6 @@ def run(kind: Kind[Any, Any], show_progress: bool = True, profile: bool = False)
     summary.prepare_seconds = prepared
     summary.stages = timer.seconds if profile else None
     return summary
-
-
-def _reused(kind: Kind[Any, Any], staging: Path, n: int) -> dict[int, dict[str, Any]]:
-    found = {i: st.load_record(staging, i, verify=True) for i in range(n)}
-    return {i: r for i, r in found.items() if r is not None and kind.reusable(r)}
 
 
 def _run_shards(

@@ -129,22 +129,18 @@ def prepare_staging(out: Path, plan: dict[str, Any], overwrite: bool, resume: bo
     return staging
 
 
-def _held(record_path: Path) -> int:
-    """Samples a shard record holds (1 when it cannot be read)."""
-    try:
-        record = json.loads(record_path.read_text())
-        if "splits" in record:  # tables and tokens: a shard per split
-            return sum(int(s["count"]) for s in record["splits"])
-        return int(record["shard"].get("count", 1))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return 1
-
-
 def _nothing_finished(staging: Path) -> bool:
     """Whether `staging` is a prep run folder whose finished shards hold no sample."""
     run = staging / RUN_DIR
-    records = [p for p in run.glob("*.json") if p.name[0].isdigit()] if run.is_dir() else []
-    return run.is_dir() and not any(_held(p) for p in records)
+    for path in run.glob("[0-9]*.json") if run.is_dir() else []:
+        try:
+            record = json.loads(path.read_text())
+            shards = record.get("splits", [record["shard"]])  # a shard per split, or one
+            if sum(int(s.get("count", 1)) for s in shards):
+                return False
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return False  # unreadable: it may hold samples
+    return run.is_dir()
 
 
 def cleanup_temps(staging: Path) -> None:

@@ -79,33 +79,6 @@ def encode_volume(
     return img, lab, meta
 
 
-class _Volumes:
-    """One shard's volumes: voxels (and labels) ragged, the per-volume arrays beside them."""
-
-    def __init__(self, files: ShardFiles, specs: dict[str, ArraySpec]):
-        self.image = files.ragged("image", specs["image"].dtype)
-        self.label = files.ragged("label", specs["label"].dtype) if "label" in specs else None
-        ragged = ("image", "label")
-        self.arrays = {
-            name: files.array(name, s.dtype, s.shape)
-            for name, s in specs.items()
-            if name not in ragged
-        }
-
-    def append(self, item: Item, img: np.ndarray, lab: np.ndarray | None) -> None:
-        self.image.append(img)
-        for j, value in enumerate(item.target or ()):
-            w = self.arrays[tg.array_of(j)]
-            w.extend(np.asarray([value], w.dtype))
-        self.arrays["image_shape"].append(np.asarray(img.shape, np.uint32))
-        if lab is not None and self.label is not None:
-            index = tf.foreground_index(lab)
-            fg = self.arrays["label_fg"]
-            self.label.append(lab)
-            self.arrays["label_fg_offsets"].append(index.bounds + fg.length)
-            fg.extend(index.voxels)
-
-
 @shard_task
 def volumes_shard(
     index: int, items: list[Item], cfg: VolumeConfig, specs: dict[str, ArraySpec], staging: Path
@@ -115,8 +88,9 @@ def volumes_shard(
     rejects: list[dict[str, Any]] = []
     volumes: list[dict[str, Any]] = []
     with writing([files]):
-        with stage("write"):
-            out = _Volumes(files, specs)
+        with stage("write"):  # voxels (and labels) ragged, the per-volume arrays beside them
+            ragged = {n: files.ragged(n, specs[n].dtype) for n in ("image", "label") if n in specs}
+            arrays = {n: files.array(n, s.dtype, s.shape) for n, s in specs.items() if not s.ragged}
         for item in items:
             try:
                 img, lab, meta = encode_volume(item, cfg)
@@ -124,7 +98,16 @@ def volumes_shard(
                 rejects.append(reject_record(item.rel, r.code, r.message))
                 continue
             with stage("write"):
-                out.append(item, img, lab)
+                ragged["image"].append(img)
+                for j, value in enumerate(item.target or ()):
+                    w = arrays[tg.array_of(j)]
+                    w.extend(np.asarray([value], w.dtype))
+                arrays["image_shape"].append(np.asarray(img.shape, np.uint32))
+                if lab is not None and "label" in ragged:
+                    fg = tf.foreground_index(lab)
+                    ragged["label"].append(lab)
+                    arrays["label_fg_offsets"].append(fg.bounds + arrays["label_fg"].length)
+                    arrays["label_fg"].extend(fg.voxels)
             volumes.append(meta)
     shard = files.publish(len(volumes))
     record = {"index": index, "shard": asdict(shard), "rejects": rejects, "volumes": volumes}
