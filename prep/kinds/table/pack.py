@@ -61,23 +61,6 @@ def table_fields(columns: list[Column], missing_mask: bool) -> dict[str, ColumnF
     }
 
 
-def encode_rows(
-    table: pa.Table,
-    columns: list[Column],
-    fields: dict[str, ColumnField],
-    vocabs: dict[str, pa.Array],
-) -> dict[str, np.ndarray]:
-    """One parsed block's arrays in their stored dtypes (its columns in `columns`' order)."""
-    position = {c.name: i for i, c in enumerate(columns)}
-    out: dict[str, np.ndarray] = {}
-    for name, col in column_names(columns).items():
-        cells = table.column(position[col.name]).combine_chunks()
-        out[name] = encode(cells, col, vocabs.get(col.name))
-        if fields[name].mask:
-            out[f"{name}_missing"] = np.asarray(cells.is_null(), dtype=np.uint8)
-    return out
-
-
 @shard_task
 def table_shard(
     index: int,
@@ -91,6 +74,7 @@ def table_shard(
     fields = table_fields(columns, cfg.missing_mask)
     specs = array_specs(fields)
     vocabs = {c.name: pa.array(c.vocab, pa.string()) for c in columns if c.vocab is not None}
+    named, position = column_names(columns), {c.name: i for i, c in enumerate(columns)}
     with stage("read"):  # memory maps: the rows are read as they are encoded
         tables = [read_spill(staging / RUN_DIR / BLOCKS, b) for b in shard]
         vals = [np.asarray(t.column(len(columns)), dtype=bool) for t in tables]  # the split
@@ -101,8 +85,13 @@ def table_shard(
             for files in splits.values():
                 files.open_all(specs)
         for table, val in zip(tables, vals, strict=True):
-            with stage("encode"):
-                encoded = encode_rows(table, columns, fields, vocabs)
+            with stage("encode"):  # the block's arrays in their stored dtypes
+                encoded = {}
+                for name, col in named.items():
+                    cells = table.column(position[col.name]).combine_chunks()
+                    encoded[name] = encode(cells, col, vocabs.get(col.name))
+                    if fields[name].mask:
+                        encoded[f"{name}_missing"] = np.asarray(cells.is_null(), dtype=np.uint8)
             with stage("write"):
                 if not val.any():
                     splits["train"].extend(encoded)
