@@ -114,7 +114,6 @@ class RunSummary:
 class Kind(ABC, Generic[C, S]):
     """One data kind: what the driver asks of it. A kind object lives for one run."""
 
-    name: ClassVar[str]  # the manifest's `kind`
     unit: ClassVar[str] = "img"  # of the progress bar: what `weight` counts
     noun: ClassVar[str] = "inputs"  # what --max-rejects counts
     summary: ClassVar[type[RunSummary]] = RunSummary

@@ -135,7 +135,6 @@ def pack_shard(
 
 
 class ImagesKind(Kind[PackConfig, list[Item]]):
-    name = "images"
     command = "pack"
     task = staticmethod(pack_shard)
     threads = True  # decoding, resizing, hashing and writing release the GIL

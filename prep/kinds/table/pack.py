@@ -105,7 +105,6 @@ def table_shard(
 
 
 class TableKind(Kind[TableConfig, list[Block]]):
-    name = "table"
     command = "table"
     unit = "row"
     noun = "rows"

@@ -307,7 +307,6 @@ class TokenizeSummary(RunSummary):
 
 
 class TextKind(Kind[TokenizeConfig, list[Piece]]):
-    name = "tokens"
     command = "tokenize"
     unit = "kB"
     noun = "documents"

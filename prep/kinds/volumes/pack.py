@@ -117,7 +117,6 @@ def volumes_shard(
 
 
 class VolumesKind(Kind[VolumeConfig, list[Item]]):
-    name = "volumes"
     command = "volumes"
     unit = "vol"
     noun = "volumes"
