@@ -33,6 +33,7 @@ class ShardFiles:
         self.staging, self.stem = staging, stem
         self.writers: dict[str, NpyWriter | RaggedWriter] = {}
         self.parts: dict[str, Path] = {}  # file part (array, offsets) -> its temp file
+        self.flat: set[str] = set()
 
     def _file(self, part: str) -> str:
         return file_name(part, self.stem, "npy")
@@ -56,6 +57,7 @@ class ShardFiles:
         return w
 
     def open_all(self, specs: dict[str, ArraySpec]) -> None:
+        self.flat = {name for name, s in specs.items() if s.codec == "flat"}
         for name, s in specs.items():
             if s.ragged:
                 self.ragged(name, s.dtype)
@@ -63,9 +65,12 @@ class ShardFiles:
                 self.array(name, s.dtype, s.shape)
 
     def append(self, sample: dict[str, np.ndarray]) -> None:
-        """One sample of every array: fixed-shape, or a ragged array's values (any shape)."""
+        """One sample of every array: fixed-shape, or a ragged or flat array's values."""
         for name, w in self.writers.items():
-            w.append(sample[name])
+            if name in self.flat and isinstance(w, NpyWriter):  # any count, indexed elsewhere
+                w.extend(sample[name])
+            else:
+                w.append(sample[name])
 
     def extend(self, block: dict[str, np.ndarray]) -> None:
         """Many samples of every array (their first axis): a block of table rows."""

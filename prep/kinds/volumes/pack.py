@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -14,16 +14,14 @@ import numpy as np
 
 from loaders.fields import Volume, VolumeLabel
 from loaders.format import ArraySpec
-from loaders.format.index import stem
 from prep.kinds.volumes.config import VolumeConfig, float_list
 from prep.media.volume import transform as tf
 from prep.run.driver import Inputs, Kind, RunSummary, array_specs, run, split_shards
 from prep.run.errors import PrepError
-from prep.run.files import writing
-from prep.run.inputs import Reject, reject_record
+from prep.run.inputs import Reject
 from prep.run.profile import stage
-from prep.run.shardwriter import ShardFiles, shard_task
-from prep.run.staging import named_by_rule, write_record
+from prep.run.shardwriter import shard_task, write_shard
+from prep.run.staging import named_by_rule
 from prep.sources import targets as tg
 from prep.sources.volumes import Item, list_volumes, read_pair
 
@@ -84,36 +82,29 @@ def volumes_shard(
     index: int, items: list[Item], cfg: VolumeConfig, specs: dict[str, ArraySpec], staging: Path
 ) -> dict[str, Any]:
     """Volumes `items` into shard `index`; its record. Memory holds one volume at a time."""
-    files = ShardFiles(staging, stem(None, index))
-    rejects: list[dict[str, Any]] = []
-    volumes: list[dict[str, Any]] = []
-    with writing([files]):
-        with stage("write"):  # voxels (and labels) ragged, the per-volume arrays beside them
-            ragged = {n: files.ragged(n, specs[n].dtype) for n in ("image", "label") if n in specs}
-            arrays = {n: files.array(n, s.dtype, s.shape) for n, s in specs.items() if not s.ragged}
-        for item in items:
-            try:
-                img, lab, meta = encode_volume(item, cfg)
-            except Reject as r:
-                rejects.append(reject_record(item.rel, r.code, r.message))
-                continue
+    volumes: list[dict[str, Any]] = []  # the manifest's extra.volumes
+    fg_length = 0  # the shard's foreground voxels so far: label_fg_offsets count from 0
+
+    def encode(item: Item) -> dict[str, np.ndarray]:
+        nonlocal fg_length
+        img, lab, meta = encode_volume(item, cfg)
+        sample = {"image": img, "image_shape": np.asarray(img.shape, np.uint32)}
+        for j, value in enumerate(item.target or ()):
+            sample[tg.array_of(j)] = np.asarray(value, specs[tg.array_of(j)].dtype)
+        if lab is not None and "label" in specs:
             with stage("write"):
-                ragged["image"].append(img)
-                for j, value in enumerate(item.target or ()):
-                    w = arrays[tg.array_of(j)]
-                    w.extend(np.asarray([value], w.dtype))
-                arrays["image_shape"].append(np.asarray(img.shape, np.uint32))
-                if lab is not None and "label" in ragged:
-                    fg = tf.foreground_index(lab)
-                    ragged["label"].append(lab)
-                    arrays["label_fg_offsets"].append(fg.bounds + arrays["label_fg"].length)
-                    arrays["label_fg"].extend(fg.voxels)
-            volumes.append(meta)
-    shard = files.publish(len(volumes))
-    record = {"index": index, "shard": asdict(shard), "rejects": rejects, "volumes": volumes}
-    with stage("write"):
-        write_record(staging, index, record)
-    return record
+                fg = tf.foreground_index(lab)
+            sample |= {"label": lab, "label_fg": fg.voxels}
+            sample["label_fg_offsets"] = fg.bounds + fg_length
+            fg_length += len(fg.voxels)
+        volumes.append(meta)
+        return sample
+
+    def finish(record: dict[str, Any]) -> None:
+        record["volumes"] = volumes
+
+    rel = attrgetter("rel")
+    return write_shard(index, items, encode, rel, specs, "npy", staging, finish)
 
 
 class VolumesKind(Kind[VolumeConfig, list[Item]]):
