@@ -25,7 +25,7 @@ from prep.run.driver import Inputs, Kind, RunSummary, array_specs, run, split_sh
 from prep.run.errors import PrepError
 from prep.run.inputs import Reject
 from prep.run.shardwriter import shard_task, write_shard
-from prep.sources.images import Item, Listing
+from prep.sources.images import Item
 from prep.sources.listing import list_images, split_counts
 
 PackSummary = RunSummary
@@ -165,7 +165,13 @@ class ImagesKind(Kind[PackConfig, list[Item]]):
         has_masks = any(it.mask is not None for it in listing.items)
         self.fields = image_fields(cfg, listing.classes, max_label, has_masks)
         self.specs = array_specs(self.fields)
-        fingerprint = _fingerprint(listing)  # of the inputs: the config holds --drop-dupes
+        # The inputs as --resume compares them (the config holds --drop-dupes): the files, and a
+        # list's labels, masks and classes.
+        said = [
+            (it.rel, it.label, str(it.mask) if it.mask else None, it.split) for it in listing.items
+        ]
+        seen = json.dumps([listing.fingerprint, said, listing.classes]).encode()
+        fingerprint = hashlib.sha256(seen).hexdigest()
         if cfg.drop_dupes:
             from prep.kinds.images.dupes import drop_dupes
 
@@ -204,14 +210,6 @@ class ImagesKind(Kind[PackConfig, list[Item]]):
         if stats is not None:
             extra["stats"] = {"image": stats}
         return extra | split_counts(self.listing, records)
-
-
-def _fingerprint(listing: Listing) -> str:
-    """The inputs (names, sizes, times, and a list's labels, masks, classes), for --resume."""
-    said = [(it.rel, it.label, str(it.mask) if it.mask else None, it.split) for it in listing.items]
-    return hashlib.sha256(
-        json.dumps([listing.fingerprint, said, listing.classes]).encode()
-    ).hexdigest()
 
 
 def pack(cfg: PackConfig, show_progress: bool = True, profile: bool = False) -> RunSummary:

@@ -231,19 +231,6 @@ def token_dtype(vocab_size: int) -> str:
     return Tokens(max(vocab_size, 1)).arrays("tokens")[0].dtype
 
 
-def limit_documents(pieces: list[Piece], limit: int, max_bytes: int) -> list[Piece]:
-    """The pieces holding the first `limit` documents, the last one cut."""
-    kept: list[Piece] = []
-    left = limit
-    for p in pieces:
-        n, cut = count_documents(p, left, max_bytes)
-        kept.append(Piece(p.path, p.rel, p.start, cut, p.mode) if n == left else p)
-        left -= n
-        if left == 0:
-            break
-    return kept
-
-
 def plan_shards(pieces: list[Piece], shard_bytes: int) -> list[list[Piece]]:
     """Pieces grouped by `shard_bytes` of text, line files first cut at line starts."""
     cut: list[Piece] = []
@@ -331,7 +318,14 @@ class TextKind(Kind[TokenizeConfig, list[Piece]]):
                 "folder of .txt files, a .txt or a .jsonl file; --glob '*.py,*.md' reads others"
             )
         if cfg.limit is not None:
-            pieces = limit_documents(pieces, cfg.limit, int(cfg.max_doc_mb * MB))
+            kept, left = [], cfg.limit  # the pieces of the first `limit` documents, the last cut
+            for p in pieces:
+                n, cut = count_documents(p, left, int(cfg.max_doc_mb * MB))
+                kept.append(Piece(p.path, p.rel, p.start, cut, p.mode) if n == left else p)
+                left -= n
+                if left == 0:
+                    break
+            pieces = kept
         self.pieces = pieces
         return Inputs(len(pieces), rejects, _fingerprint(pieces, cfg.tokenizer))
 
