@@ -30,8 +30,7 @@ from loaders.format import read_manifest
 from prep import PrepError
 from prep.cli.main import app
 from prep.kinds.text.config import TokenizeConfig
-from prep.kinds.text.shard import fit_ids
-from prep.kinds.text.tokenize import TokenizeSummary, plan_shards, token_dtype, tokenize
+from prep.kinds.text.tokenize import TokenizeSummary, fit_ids, plan_shards, token_dtype, tokenize
 from prep.media.text.documents import DocumentReader, Piece, list_text
 from prep.media.text.tokenizers import ByteTokenizer, load_tokenizer
 from prep.run.staging import RUN_DIR

@@ -1,6 +1,6 @@
 """The run driver every writing command uses: list -> plan -> one task per shard -> records ->
-manifest last -> install. A data kind supplies `Kind`; OUT's guards and lock, the run folder,
-resuming verified shards, progress, backends, rejects and --max-rejects are here, once."""
+manifest last -> install. A data kind supplies `Kind`; guards, resuming, progress, backends and
+--max-rejects are here, once."""
 
 from __future__ import annotations
 
@@ -9,13 +9,14 @@ import os
 import time
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
-from loaders.format import REJECTS, Manifest, read_manifest
+from loaders.fields import Field
+from loaders.format import REJECTS, ArraySpec, Manifest, Shard, array_name, read_manifest
 from loaders.remote import url_of
 from prep.run import staging as st
 from prep.run.config import RunConfig
@@ -28,14 +29,14 @@ from prep.version import __version__
 
 C = TypeVar("C", bound=RunConfig)
 S = TypeVar("S")  # what one shard task is given: its inputs
+T = TypeVar("T")
 # The default shard size: AUTO_SHARDS tasks keep 2-16 cores busy to the end (the costliest run
 # first); AUTO_MIN keeps a shard's fixed cost (a few files and fsyncs) small beside its work.
 AUTO_SHARDS, AUTO_MIN, AUTO_MAX = 32, 16, 1000
 
 
 def shard_size(count: int, chosen: int | None) -> int:
-    """Samples per shard: `chosen` (--shard-size), else one from the input count alone (never
-    --jobs or the machine: the bytes are the same for any --jobs, anywhere).
+    """Samples per shard: `chosen`, else from the input count alone (never --jobs: same bytes).
 
     >>> [shard_size(n, None) for n in (24, 180, 720, 2000, 10**6)], shard_size(180, 50)
     ([16, 16, 23, 63, 1000], 50)
@@ -43,6 +44,33 @@ def shard_size(count: int, chosen: int | None) -> int:
     if chosen is not None:
         return chosen
     return min(AUTO_MAX, max(AUTO_MIN, -(-count // AUTO_SHARDS)))
+
+
+def split_shards(items: list[T], splits: list[Any], chosen: int | None) -> list[list[T]]:
+    """Each split's items (`.split`, in `splits` order) cut into shards of shard_size."""
+    size = shard_size(len(items), chosen)
+    shards = []
+    for split in splits:  # a shard holds one split's inputs
+        part = [it for it in items if getattr(it, "split", None) == split]
+        shards += [part[i : i + size] for i in range(0, len(part), size)]
+    return shards
+
+
+def grouped(items: Iterable[T], size: Callable[[T], int], limit: int) -> list[list[T]]:
+    """Consecutive items grouped until a group's sizes sum to `limit` (the last may hold less)."""
+    groups: list[list[T]] = [[]]
+    total = 0
+    for it in items:
+        groups[-1].append(it)
+        total += size(it)
+        if total >= limit:
+            groups.append([])
+            total = 0
+    return [g for g in groups if g]
+
+
+def array_specs(fields: Mapping[str, Field]) -> dict[str, ArraySpec]:
+    return {array_name(s.field, s.size): s for n, f in fields.items() for s in f.arrays(n)}
 
 
 @dataclass
@@ -86,7 +114,6 @@ class RunSummary:
 class Kind(ABC, Generic[C, S]):
     """One data kind: what the driver asks of it. A kind object lives for one run."""
 
-    name: ClassVar[str]  # the manifest's `kind`
     unit: ClassVar[str] = "img"  # of the progress bar: what `weight` counts
     noun: ClassVar[str] = "inputs"  # what --max-rejects counts
     summary: ClassVar[type[RunSummary]] = RunSummary
@@ -95,6 +122,8 @@ class Kind(ABC, Generic[C, S]):
     # Reject reasons the user asked for (--drop-dupes: duplicate): never count for --max-rejects
     chosen_rejects: ClassVar[frozenset[str]] = frozenset()
     task: Callable[..., dict[str, Any]]  # the shard task: a module-level function (it pickles)
+    command: str  # the manifest's `command`
+    fields: dict[str, Field]  # set once the inputs are listed (or in `prepare`)
 
     def __init__(self, cfg: C):
         self.cfg = cfg
@@ -108,13 +137,13 @@ class Kind(ABC, Generic[C, S]):
 
     @abstractmethod
     def plan(self) -> Sequence[S]:
-        """The shards' inputs in manifest order; depends on the inputs and config only."""
+        """The shards' inputs in manifest order, from the inputs and config only."""
 
     def prepare(self, staging: Path, resume: bool) -> None:
-        """Called once the run folder exists, before any task (e.g. fit and save a tokenizer)."""
+        """Once the run folder exists, before any task (e.g. fit and save a tokenizer)."""
 
     def weight(self, shard: S) -> int:
-        """The shard's share of the work, in `unit`s: what the progress bar counts."""
+        """The shard's work in `unit`s, for the progress bar."""
         return len(shard)  # type: ignore[arg-type]
 
     def cost(self, shard: S) -> int:
@@ -130,16 +159,30 @@ class Kind(ABC, Generic[C, S]):
         return True
 
     def seen(self, inputs: Inputs, records: list[dict[str, Any]]) -> int:
-        """How many inputs the run saw, used or rejected (what --max-rejects divides by)."""
+        """Inputs seen, used or rejected (what --max-rejects divides by)."""
         return inputs.count + len(inputs.rejects)
 
-    @abstractmethod
     def manifest(self, records: list[dict[str, Any]]) -> Manifest:
         """The manifest from the shard records in order; the driver adds config and counts."""
+        return Manifest(
+            storage=getattr(self.cfg, "format", "npy"),  # only some kinds offer --format
+            arrays=array_specs(self.fields),
+            shards=[Shard.from_dict(s) for r in records for s in r.get("splits", [r["shard"]])],
+            fields=self.described(),
+            command=self.command,
+            extra=self.extra(records),
+        )
+
+    def described(self) -> dict[str, Any]:
+        return {name: f.describe() for name, f in self.fields.items()}
+
+    def extra(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+        """The manifest's `extra`."""
+        return {}
 
     def tasks(self, manifest: Manifest) -> int:
-        """How many shard tasks wrote `manifest`."""
-        return len(manifest.shards)
+        """How many shard tasks wrote `manifest` (a task may write a shard per split)."""
+        return len({f.rsplit("-", 1)[1] for s in manifest.shards for f in s.files})
 
     def bytes(self, out: Path, manifest: Manifest) -> int:
         return sum(f.bytes for s in manifest.shards for f in s.files.values())
@@ -178,7 +221,8 @@ def run(kind: Kind[Any, Any], show_progress: bool = True, profile: bool = False)
         except OSError as e:
             raise write_error(e, str(staging)) from e
         shards = kind.plan()
-        records = _reused(kind, staging, len(shards)) if cfg.resume else {}
+        found = {i: st.load_record(staging, i, verify=True) for i in range(len(shards))}
+        records = {i: r for i, r in found.items() if r and kind.reusable(r)} if cfg.resume else {}
         reused, prepared = len(records), time.perf_counter() - start
         records |= _run_shards(kind, shards, records, staging, timer, show_progress, profile)
         ordered = [records[i] for i in sorted(records)]
@@ -192,11 +236,6 @@ def run(kind: Kind[Any, Any], show_progress: bool = True, profile: bool = False)
     summary.prepare_seconds = prepared
     summary.stages = timer.seconds if profile else None
     return summary
-
-
-def _reused(kind: Kind[Any, Any], staging: Path, n: int) -> dict[int, dict[str, Any]]:
-    found = {i: st.load_record(staging, i, verify=True) for i in range(n)}
-    return {i: r for i, r in found.items() if r is not None and kind.reusable(r)}
 
 
 def _run_shards(

@@ -20,8 +20,7 @@ HOST = socket.gethostname()
 
 
 def temp_path(final: Path) -> Path:
-    """A temp name beside `final`, unique across processes and hosts (a dask cluster's machines
-    share pids): `.NAME.HOST-PID-RANDOM.tmp`, which a later run removes (cleanup_temps).
+    """A temp name beside `final`, unique across processes and hosts: `.NAME.HOST-PID-RAND.tmp`.
 
     >>> temp_path(Path("d/a.npy")).name.startswith(".a.npy.")
     True
@@ -48,15 +47,12 @@ def fsync_dir(path: Path) -> None:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    """atomic_write_bytes of `text` as UTF-8."""
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write to a temp file beside `path`, fsync, then rename: readers see all or nothing. The
-    temp file is new and never a link, and the rename replaces a link at `path` rather than
-    writing through it (a dataset that ships `report.html -> ~/.bashrc`). An OSError names the
-    file; no temp file is left behind."""
+    """Write to a new temp file beside `path`, fsync, rename: readers see all or nothing, and a
+    link at `path` is replaced, never written through. An OSError names the file."""
     tmp = temp_path(path)
     # os.open with 0o666 honours the umask, as the shard files do (mkstemp would make 0600,
     # and another account, a shared training user, could not read the manifest).
@@ -143,8 +139,7 @@ class NpyWriter:
 
 
 class RaggedWriter:
-    """Streams samples of any length into a flat .npy and their count + 1 int64 offsets into
-    another: sample i is data[off[i]:off[i + 1]]."""
+    """Samples of any length into a flat .npy, and count + 1 int64 offsets into another."""
 
     def __init__(self, data: Path, offsets: Path, dtype: str | np.dtype[Any]):
         self.data = NpyWriter(data, dtype, ())

@@ -1,11 +1,7 @@
-"""What keeps OUT safe: the checks before a run touches anything (OUT may not hold what the run
-reads, nor anything prep did not write), the lock `.OUT.prep-lock` beside it that keeps runs
-apart, and the swap of the finished run folder into place.
-
-The swap exchanges OUT.partial and OUT in one step where the system can (renameat2
-RENAME_EXCHANGE: readers see the old dataset or the new one, never none); elsewhere the old OUT
-moves to `OUT.partial/.prep-old`, then OUT.partial becomes OUT. Then the old dataset goes, and
-`OUT/.prep-run/` last: after a kill it is still there, and the next run finishes (`recover`)."""
+"""What keeps OUT safe (README "What packing promises"): the checks before a run touches
+anything, the lock `.OUT.prep-lock` beside OUT, and the swap of the finished run folder into
+place (renameat2 RENAME_EXCHANGE, else via `OUT.partial/.prep-old`), `OUT/.prep-run/` removed
+last so that the next run finishes a killed swap (`recover`)."""
 
 from __future__ import annotations
 
@@ -88,8 +84,8 @@ def lock_path(out: Path) -> Path:
 
 
 def _open_lock(path: Path) -> int:
-    """The lock file, opened without following a link (`ln -s victim .OUT.prep-lock` must not
-    make the run truncate `victim`): a regular file of one link, empty or written by prep."""
+    """The lock file, opened without following a link (a link must not make the run truncate
+    its target): a regular file of one link, empty or written by prep."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)  # OUT's folder may be new
         flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC

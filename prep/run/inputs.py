@@ -85,9 +85,8 @@ def check_file(path: Path, rel: str) -> dict[str, Any] | None:
 def walk(
     root: Path, exts: frozenset[str] | Callable[[str], bool]
 ) -> tuple[list[tuple[str, Path]], list[dict[str, Any]]]:
-    """Files under root with one of `exts` (or whose name the test `exts` keeps) as sorted (rel,
-    path), and rejects for what cannot be read. Folder links are followed (class folders often
-    are links), each folder once, in sorted order: a second way into one is a `link_loop`."""
+    """Files under root with one of `exts` (or that the test `exts` keeps) as sorted (rel,
+    path), and rejects; folder links are followed, each folder once (again: `link_loop`)."""
     found: list[tuple[str, Path]] = []
     rejects: list[dict[str, Any]] = []
     seen: dict[tuple[int, int], str] = {}
@@ -147,8 +146,7 @@ INTEGER = re.compile(r"-?[0-9]+")
 
 
 def load_json(data: str | bytes, where: str) -> Any:
-    """The JSON value of `data`, the text of `where`: a PrepError naming it for what is not
-    JSON, integers of over 4300 digits and nesting deeper than the parser takes."""
+    """The JSON value of `data`, else a PrepError naming `where` (huge integers, deep nests)."""
     try:
         return json.loads(data)
     except ValueError as e:  # JSONDecodeError, bad UTF-8, huge integers
@@ -180,9 +178,8 @@ def read_rows(src: Path) -> list[tuple[int, Any]]:
 def class_folders(
     files: list[tuple[str, Path]], what: str
 ) -> tuple[list[tuple[str, Path, int | None]], list[str] | None, list[dict[str, Any]]]:
-    """Labels from class sub-folders, as torchvision's ImageFolder gives them: `files` as (rel,
-    path, label), the sorted class names (None without sub-folders), and a `no_class` reject
-    for each `what` (a noun) beside the class folders."""
+    """Labels from class sub-folders, as ImageFolder: (rel, path, label), the sorted class
+    names (None without), and a `no_class` reject for each `what` beside the class folders."""
     classes = sorted({rel.split("/", 1)[0] for rel, _ in files if "/" in rel})
     if not classes:
         return [(rel, path, None) for rel, path in files], None, []

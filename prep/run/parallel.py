@@ -1,10 +1,6 @@
-"""Running shard tasks on a backend (`--backend`), with a progress bar.
-
-- `auto`: `threads` for kinds whose tasks spend their time in C code that releases the GIL,
-  else `loky`; `threads`: no worker starts, nothing is pickled; `loky`: joblib processes.
-- `dask`: a cluster at `--scheduler`, or a LocalCluster of `--jobs` processes. Tasks read and
-  write paths every worker sees; only their records travel back. Tasks go through
-  `Client.submit`: joblib's dask backend (1.6) waits forever on a task whose worker died."""
+"""Running shard tasks on a backend (`--backend`: threads, loky processes, dask; README), with a
+progress bar. dask tasks go through `Client.submit`: joblib's dask backend (1.6) waits forever
+on a task whose worker died."""
 
 from __future__ import annotations
 
@@ -46,8 +42,8 @@ def run_tasks(
     backend: str = "loky",
     scheduler: str | None = None,
 ) -> Iterator[T]:
-    """`fn(*a)` for each a on `backend`, yielded as they finish. With one job (or one task) it
-    runs in this process, except on dask, where the client only plans and gathers."""
+    """`fn(*a)` for each a on `backend`, yielded as they finish; one job or task: here (not
+    on dask)."""
     check_backend(backend, scheduler)
     if not args:
         return
@@ -73,10 +69,8 @@ class _Stop(BaseException):
 
 
 def _run_threads(fn: Callable[..., T], args: list[tuple[Any, ...]], n_jobs: int) -> Iterator[T]:
-    """`n_jobs` threads take the tasks in order. When the caller stops (an exception, or it
-    closes the generator), each running task gets `_Stop` raised at its next Python line, so
-    that its own cleanup runs (a shard writer removes its temp files); every thread has ended
-    before this returns."""
+    """`n_jobs` threads take the tasks in order. When the caller stops, each running task gets
+    `_Stop` raised at its next Python line, so that its cleanup runs; all end before return."""
     todo: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
     done: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
     for a in args:

@@ -1,8 +1,5 @@
-"""Where the time goes: a per-stage timer that each shard task fills and the parent sums.
-
-Stages are exclusive: time in a nested stage is charged to it, not to the stage around it, so a
-task's stages add up to its wall time. With no timer active (the default) `stage` and `timed`
-cost one ContextVar lookup.
+"""Where the time goes: a per-stage timer each shard task fills and the parent sums. Stages are
+exclusive (a nested stage's time is its own); with no timer active `stage` costs a lookup.
 
 >>> t = StageTimer()
 >>> with t.stage("decode"):
@@ -107,8 +104,7 @@ def timed_iter(name: str, items: Iterable[T]) -> Iterator[T]:
 
 
 def run_profiled(enabled: bool, task: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
-    """The record `task(*args)` returns, with "stages": {name: seconds} added when `enabled`
-    (whatever no stage claims: "other"). Module-level: a partial of it pickles to workers."""
+    """`task(*args)`'s record, with "stages" (seconds by name; unclaimed: "other") if `enabled`."""
     if not enabled:
         return task(*args)
     timer = StageTimer()

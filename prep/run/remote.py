@@ -1,19 +1,7 @@
-"""A remote OUT (any fsspec URL): the dataset is built in a local staging folder by the local
-driver, its files uploaded, then the manifest put last, in one PUT: a reader sees the old
-dataset or the new one.
-
-1. A URL holding files prep did not write is refused; one holding a dataset (or an unfinished
-   upload) needs --overwrite or --resume.
-2. The run builds `STAGING/NAME-HASH` (`--staging`, default the cache's `staging/`).
-3. `.prep-upload.json` is put first, naming what this upload writes (so that a later run knows
-   them as prep's); each file goes up unless the remote copy has its size (with --resume) or
-   is the old manifest's same file. A file the old manifest lists with other bytes goes to
-   `v-HASH/NAME`: readers of the old manifest keep reading the old bytes.
-4. manifest.json is put, then the old files it does not list are removed, the marker last.
-
-With `--backend dask` each worker uploads the shard files it wrote and removes its local copies
-(`upload_own`): the workers need not see the client's disk. Every request goes through
-loaders.remote.storage, as the readers' do."""
+"""A remote OUT (any fsspec URL): built in a local staging folder, uploaded, the manifest put
+last in one PUT (README "Datasets on object storage", FORMAT.md "A dataset at a URL"). With
+--backend dask each worker uploads its own shards (`upload_own`). Every request goes through
+loaders.remote.storage."""
 
 from __future__ import annotations
 
@@ -41,8 +29,8 @@ def staging_for(url: str, staging: str | None) -> Path:
 
 
 def _remote_state(storage: Storage) -> tuple[dict[str, str], dict[str, int]]:
-    """The old dataset's files (name -> sha256, from its manifest, or the names an unfinished
-    upload wrote) and the remote listing (name -> bytes). Refuses files prep did not write."""
+    """The old dataset's files (name -> sha256; an unfinished upload's names) and the remote
+    listing (name -> bytes). Refuses files prep did not write."""
     try:
         have = storage.listing()
     except (FormatError, OSError) as e:
@@ -70,8 +58,7 @@ def _listed(storage: Storage) -> dict[str, str]:
 
 
 def _renamed(m: Manifest, names: dict[str, str], url: str) -> Manifest:
-    """The manifest as uploaded: its files under their remote names, `out` the URL. Where a
-    name changed, the shards are listed inline: the shard index derives the names it holds."""
+    """The manifest as uploaded: files under their remote names (shards then listed inline)."""
     if all(n == r for n, r in names.items()):
         return dataclasses.replace(m, config=m.config | {"out": url})
 
@@ -106,7 +93,8 @@ def remote_name(name: str, sha256: str, old: dict[str, str]) -> str:
 
 
 def upload(storage: Storage, local: Path, resume: bool) -> int:
-    """Steps 3 and 4 of the module docstring; how many files were uploaded."""
+    """The marker, the files (unless there already), the manifest, then the stale files go;
+    how many files were uploaded."""
     old, have = _remote_state(storage)
     m = read_manifest(local)
     files = listed_files(m) | ({REJECTS: ""} if (local / REJECTS).is_file() else {})

@@ -1,15 +1,14 @@
-"""The samples run: the one engine of every command that writes samples with fields (`prep
-samples`, `prep audio`, `prep video`, `prep import ...`). A command lists its inputs as `Item`s,
-declares its fields and gives the function that makes an input's samples; the engine binds and
-encodes the fields onto the shard writer, a shard per split, adds `source` where the command
-stores it, keeps the counting fields' statistics, and writes the version 4 manifest."""
+"""The samples run: the engine of every command that writes samples with fields (`prep samples`,
+`prep audio`, `prep video`, `prep import ...`). A command lists `Item`s, declares its fields and
+gives the function that makes an input's samples; the engine writes a shard per split and the
+version 4 manifest (FORMAT.md)."""
 
 from __future__ import annotations
 
 import dataclasses
 import operator
 import shutil
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
@@ -18,8 +17,8 @@ import numpy as np
 
 from loaders.fields import Field, Image, Mask, Text, Tokens
 from loaders.fields.base import FieldError, check_name, encode_source
-from loaders.format import ArraySpec, Manifest, Shard, array_name
-from prep.run.driver import Kind, shard_size
+from loaders.format import ArraySpec
+from prep.run.driver import Kind, array_specs, split_shards
 from prep.run.errors import Reject as UserReject
 from prep.run.errors import UsageError
 from prep.run.inputs import Reject
@@ -52,10 +51,8 @@ class Source(Text):
 
 @runtime_checkable
 class Counting(Protocol):
-    """A writer field that counts what it stores (prep.fields.Image: its pixel values) for the
-    manifest's `extra.stats[NAME]`: encode()'s arrays and a sample's count; a shard's counter
-    (`add(counted)`, `record()`: its JSON in the shard's record); the manifest's entry from the
-    shards' records ({"shard", "stats"})."""
+    """A field that counts what it stores (Image: its pixels) for the manifest's
+    `extra.stats[NAME]`: per sample, per shard (`counter()`), then from the shards' records."""
 
     def encode_counted(self, value: Any) -> tuple[dict[str, np.ndarray], Any]: ...
 
@@ -66,8 +63,7 @@ class Counting(Protocol):
 
 @dataclass(frozen=True)
 class UserFunction:
-    """A function of the user's (or an importer's): an input's value -> a dict of the fields, or
-    None to skip it; whatever it raises is the input's reject (prep.Reject with its code)."""
+    """A user's function: value -> a dict of the fields, or None; what it raises is a reject."""
 
     fn: Callable[[Any], Any]
 
@@ -92,9 +88,8 @@ class UserFunction:
 def encode_sample(
     sample: Sample, fields: dict[str, Field], base: Path | None, counting: Collection[str] = ()
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """The arrays of one sample, and what each field named in `counting` counted of it. A value
-    that does not fit is a Reject naming its field; an image or mask path is relative to
-    `base`."""
+    """The arrays of one sample, and what each `counting` field counted; Reject naming the
+    field of a value that does not fit. An image or mask path is relative to `base`."""
     missing = [n for n in fields if n not in sample]
     extra = [str(n) for n in sample if n not in fields]
     if missing or extra:
@@ -140,8 +135,7 @@ def samples_shard(
     staging: Path,
     sourced: bool,
 ) -> dict[str, Any]:
-    """The shard task: shard `index` of `items` (one split's) through `make` and the fields;
-    its record keeps each counting field's counts (`stats`). `sourced`: add `source`."""
+    """Shard `index` of `items` (one split's); its record keeps the counting fields' `stats`."""
     counters = {n: f.counter() for n, f in fields.items() if isinstance(f, Counting)}
 
     def encode(item: Any) -> list[dict[str, np.ndarray]] | None:
@@ -169,10 +163,9 @@ def samples_shard(
 
 
 class SamplesRun(Kind[Any, list[Any]]):
-    """A command that writes samples with fields. A subclass sets `name` (the manifest's
-    `command`), declares its fields, sets `make`, and lists its inputs into `items` (`base`: the
-    folder of their relative paths). `sourced`: add a `source` field, each sample's input
-    (Item.source, else its `rel`)."""
+    """A command that writes samples with fields: a subclass sets `name` (the manifest's
+    `command`), `make` and `items` (`base`: their folder) and declares its fields. `sourced`:
+    add `source`, each sample's Item.source or rel."""
 
     name: ClassVar[str] = "samples"
     unit = "sample"
@@ -182,7 +175,6 @@ class SamplesRun(Kind[Any, list[Any]]):
     make: Make
     items: list[Any]
     base: Path | None = None
-    fields: dict[str, Field]
     specs: dict[str, ArraySpec]
 
     def __init__(self, cfg: Any):
@@ -190,7 +182,6 @@ class SamplesRun(Kind[Any, list[Any]]):
         self.command = self.name
 
     def declare(self, fields: Any) -> None:
-        """The command's fields, checked and bound, with `source`."""
         bound = bind_fields(fields)
         if self.sourced:
             if SOURCE in bound:
@@ -201,13 +192,8 @@ class SamplesRun(Kind[Any, list[Any]]):
         self.specs = array_specs(self.fields)
 
     def plan(self) -> list[list[Any]]:
-        """Each split's inputs cut into shards of the size the whole count gives."""
-        size = shard_size(len(self.items), self.cfg.shard_size)
-        shards = []
-        for split in dict.fromkeys(getattr(it, "split", None) for it in self.items):
-            part = [it for it in self.items if getattr(it, "split", None) == split]
-            shards += [part[i : i + size] for i in range(0, len(part), size)]
-        return shards
+        splits = dict.fromkeys(getattr(it, "split", None) for it in self.items)
+        return split_shards(self.items, list(splits), self.cfg.shard_size)
 
     def prepare(self, staging: Path, resume: bool) -> None:
         for name, f in self.fields.items():  # each tokenizer travels in the dataset
@@ -219,7 +205,7 @@ class SamplesRun(Kind[Any, list[Any]]):
         return (index, shard, self.make, self.fields, self.specs, self.base, fmt, staging, sourced)
 
     def described(self) -> dict[str, Any]:
-        out = {name: f.describe() for name, f in self.fields.items()}
+        out = super().described()
         for name, d in out.items():
             if d["kind"] == "tokens" and d.get("tokenizer"):
                 d["tokenizer"] = f"{name}.tokenizer.json"  # the copy in the dataset
@@ -229,7 +215,6 @@ class SamplesRun(Kind[Any, list[Any]]):
         return "stats" in record  # a shard of a prep before pixel stats: redone
 
     def extra(self, records: list[dict[str, Any]]) -> dict[str, Any]:
-        """The manifest's `extra`: each counting field's statistics."""
         stats = {}
         for name, f in self.fields.items():
             if isinstance(f, Counting):
@@ -239,19 +224,9 @@ class SamplesRun(Kind[Any, list[Any]]):
                     stats[name] = got
         return {"stats": stats} if stats else {}
 
-    def manifest(self, records: list[dict[str, Any]]) -> Manifest:
-        return Manifest(
-            storage=self.cfg.format,
-            arrays=self.specs,
-            shards=[Shard.from_dict(rec["shard"]) for rec in records],
-            fields=self.described(),
-            command=self.command,
-            extra=self.extra(records),
-        )
-
 
 def bind_fields(fields: Any) -> dict[str, Field]:
-    """The declared fields checked (exit 2); a placed field takes its image's sizes and mode."""
+    """The fields checked (exit 2); a placed field takes its image's sizes and mode."""
     if not isinstance(fields, dict) or not fields:
         raise UsageError("fields must be a dict of field name -> field (prep.fields)")
     for name, f in fields.items():
@@ -268,10 +243,6 @@ def bind_fields(fields: Any) -> dict[str, Field]:
                 raise UsageError(f"{f.kind} {name}: image={f.image!r} is not an Image field")
             out[name] = dataclasses.replace(f, sizes=image.sizes, mode=image.mode)
     return out
-
-
-def array_specs(fields: Mapping[str, Field]) -> dict[str, ArraySpec]:
-    return {array_name(s.field, s.size): s for n, f in fields.items() for s in f.arrays(n)}
 
 
 def check_shippable(make: Callable[..., Any], backend: str) -> None:

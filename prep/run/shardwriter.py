@@ -1,6 +1,5 @@
-"""The one shard writer: `ShardFiles`, a shard's named arrays streamed to temp files and renamed
-once whole (every kind's file side); `write_shard`, the sample loop on top of it; and
-`shard_task`, which makes a shard writer the task a worker runs."""
+"""The shard writer: `ShardFiles` (a shard's arrays streamed to temp files, renamed once whole),
+`write_shard` (the sample loop on it) and `shard_task` (a writer as a worker's task)."""
 
 from __future__ import annotations
 
@@ -27,15 +26,14 @@ T = TypeVar("T")
 
 
 class ShardFiles:
-    """One shard's arrays under `staging`, in the files loaders.format.index names. An array is
-    fixed-shape (one sample a row) or ragged (flat data and count + 1 int64 offsets, its ref's
-    `offsets`). Temp names are per process and host: an orphaned worker cannot write into the
-    files of the --resume run redoing its shard. Use inside `writing([...])`."""
+    """One shard's arrays under `staging`, fixed-shape or ragged, in the files
+    loaders.format.index names; temp names per process and host. Use inside `writing([...])`."""
 
     def __init__(self, staging: Path, stem: str):
         self.staging, self.stem = staging, stem
         self.writers: dict[str, NpyWriter | RaggedWriter] = {}
         self.parts: dict[str, Path] = {}  # file part (array, offsets) -> its temp file
+        self.flat: set[str] = set()
 
     def _file(self, part: str) -> str:
         return file_name(part, self.stem, "npy")
@@ -59,6 +57,7 @@ class ShardFiles:
         return w
 
     def open_all(self, specs: dict[str, ArraySpec]) -> None:
+        self.flat = {name for name, s in specs.items() if s.codec == "flat"}
         for name, s in specs.items():
             if s.ragged:
                 self.ragged(name, s.dtype)
@@ -66,9 +65,12 @@ class ShardFiles:
                 self.array(name, s.dtype, s.shape)
 
     def append(self, sample: dict[str, np.ndarray]) -> None:
-        """One sample of every array: fixed-shape, or a ragged array's values (any shape)."""
+        """One sample of every array: fixed-shape, or a ragged or flat array's values."""
         for name, w in self.writers.items():
-            w.append(sample[name])
+            if name in self.flat and isinstance(w, NpyWriter):  # any count, indexed elsewhere
+                w.extend(sample[name])
+            else:
+                w.append(sample[name])
 
     def extend(self, block: dict[str, np.ndarray]) -> None:
         """Many samples of every array (their first axis): a block of table rows."""
@@ -150,11 +152,9 @@ def write_shard(
     finish: Callable[[dict[str, Any]], None] | None = None,
     split: str | None = None,
 ) -> dict[str, Any]:
-    """Encode `items` into shard `index` of `split`; its record (the shard, and a reject a
-    refused input, named by `rel`), which `finish` adds to (pixel sums) before it is written.
-    `encode` gives an input's sample (array name -> value: fixed-shape, or flat for a ragged
-    array), a list of them (a long video cut up), or None to skip it; memory holds one input's
-    samples at a time. A failed write leaves no file of the shard behind."""
+    """Encode `items` into shard `index` of `split`; its record (rejects named by `rel`), which
+    `finish` adds to before it is written. `encode` gives an input's sample (array name ->
+    value), a list of them, or None to skip it. A failed write leaves no file behind."""
     out = ShardFiles(staging, stem(split, index))
     rejects: list[dict[str, Any]] = []
     count = 0
@@ -182,13 +182,25 @@ def write_shard(
     return record
 
 
+def split_record(
+    staging: Path, index: int, shards: list[Shard], rejects: list[Any], **more: Any
+) -> dict[str, Any]:
+    """The written record of a task that writes a shard per split: `shard` lists all their
+    files (what the driver verifies), `splits` the shards."""
+    done = [asdict(s) for s in shards]
+    files = {k: v for s in done for k, v in s["files"].items()}
+    record = {"index": index, "shard": {"files": files}, "splits": done, "rejects": rejects}
+    with stage("write"):
+        write_record(staging, index, record | more)
+    return record | more
+
+
 _watching: list[int] = []  # the parent pid this worker process watches, once started
 
 
 def shard_task(write: Callable[..., T]) -> Callable[..., T]:
-    """The task that runs shard writer `write`: it takes the writer's arguments, then `parent`,
-    the pid of the command whose loky worker runs it (None elsewhere). A failed write is a
-    write_error."""
+    """The task running `write`: its arguments, then `parent` (the pid of the command whose loky
+    worker runs it, else None); a failed write is a write_error."""
 
     @functools.wraps(write)
     def task(*args: Any) -> T:
@@ -203,9 +215,8 @@ def shard_task(write: Callable[..., T]) -> Callable[..., T]:
 
 
 def exit_with_parent(parent: int | None) -> None:
-    """In a loky worker of `parent`: a thread ends this process once the parent has died
-    (SIGKILL), so that no orphan writes beside the --resume run that follows. Its temp files
-    stay behind for the next run to remove (cleanup_temps)."""
+    """In a loky worker of `parent`: a thread ends this process once the parent has died, so
+    that no orphan writes beside the --resume run that follows."""
     if _watching or parent is None or parent == os.getpid():
         return
     _watching.append(parent)

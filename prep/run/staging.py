@@ -1,8 +1,7 @@
-"""The run folder every writing command builds beside OUT: OUT.partial/, with `.prep-run/plan.json`
-(what the output depends on: config and inputs) and `.prep-run/NNNNN.json`, a finished shard's
-record (files, sizes, sha256, rejects), written once its files have their final names. Whenever
-a run is killed, OUT.partial holds whole files under final names, temp files (`.*.tmp`, removed
-by the next run) and records only of whole shards: `--resume` reuses those."""
+"""The run folder beside OUT: OUT.partial/, with `.prep-run/plan.json` (config and inputs) and
+`.prep-run/NNNNN.json`, a finished shard's record, written once its files have their final names:
+a killed run leaves whole files, temp files (`.*.tmp`) and records of whole shards, which
+`--resume` reuses."""
 
 from __future__ import annotations
 
@@ -70,8 +69,8 @@ def load_record(staging: Path, index: int, verify: bool) -> dict[str, Any] | Non
 
 
 def named_by_rule(shard: dict[str, Any], arrays: dict[str, ArraySpec], storage: str) -> bool:
-    """Whether a shard record holds `arrays` in the files the shard index derives (one an older
-    prep left may not: --resume redoes its shard rather than fail at the manifest)."""
+    """Whether a shard record holds `arrays` in the files the shard index derives (else
+    --resume redoes it)."""
     try:
         record = Shard.from_dict(shard)
         index_arrays([record], arrays, storage, [record.split] if record.split else [])
@@ -94,8 +93,7 @@ def _changed(before: dict[str, Any], plan: dict[str, Any]) -> str:
 
 
 def prepare_staging(out: Path, plan: dict[str, Any], overwrite: bool, resume: bool) -> Path:
-    """Create OUT.partial, or reuse it for --resume when it was started with the same plan.
-    Called with OUT's lock held."""
+    """Create OUT.partial, or reuse it for --resume of the same plan (OUT's lock held)."""
     staging = staging_dir(out)
     try:
         if staging.exists():
@@ -131,22 +129,18 @@ def prepare_staging(out: Path, plan: dict[str, Any], overwrite: bool, resume: bo
     return staging
 
 
-def _held(record_path: Path) -> int:
-    """Samples a shard record holds (1 when it cannot be read)."""
-    try:
-        record = json.loads(record_path.read_text())
-        if "splits" in record:  # tables and tokens: a shard per split
-            return sum(int(s["count"]) for s in record["splits"])
-        return int(record["shard"].get("count", 1))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return 1
-
-
 def _nothing_finished(staging: Path) -> bool:
     """Whether `staging` is a prep run folder whose finished shards hold no sample."""
     run = staging / RUN_DIR
-    records = [p for p in run.glob("*.json") if p.name[0].isdigit()] if run.is_dir() else []
-    return run.is_dir() and not any(_held(p) for p in records)
+    for path in run.glob("[0-9]*.json") if run.is_dir() else []:
+        try:
+            record = json.loads(path.read_text())
+            shards = record.get("splits", [record["shard"]])  # a shard per split, or one
+            if sum(int(s.get("count", 1)) for s in shards):
+                return False
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return False  # unreadable: it may hold samples
+    return run.is_dir()
 
 
 def cleanup_temps(staging: Path) -> None:
@@ -182,8 +176,7 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 
 def listed_files(m: Manifest, index: bool = True) -> dict[str, str]:
-    """Name -> sha256 of each file `m` lists: its shards', its shard index's (with `index`), and
-    those its fields keep beside them (a tokenizer)."""
+    """Name -> sha256 of each file `m` lists: shards', the index's (with `index`), fields'."""
     files = {n: f.sha256 for s in m.shards for n, f in s.files.items()}
     if index:
         files |= {n: str(f["sha256"]) for n, f in (m.index or {}).get("files", {}).items()}

@@ -1,9 +1,6 @@
-"""`prep pack --drop-dupes`: a hashing pass over the listed images before the plan (shards are
-written in parallel, each alone), so that the plan still depends on the inputs and config alone.
-Each image is decoded cheaply (a JPEG at 1/8 scale: the hash needs 32 px); all but the first of
-each group (in input order) become `duplicate` rejects naming the kept path. The kept images'
-hashes are stored as they are, so `prep dupes` on the packed folder agrees with what was dropped.
-"""
+"""`prep pack --drop-dupes`: a hashing pass over the listed images before the plan (a JPEG decoded
+at 1/8 scale); all but the first of each group become `duplicate` rejects naming the kept one.
+The kept hashes are stored as they are: `prep dupes` on the dataset agrees."""
 
 from __future__ import annotations
 
@@ -34,8 +31,7 @@ def _hash_one(item: Item, cfg: PackConfig) -> int | None:
 
 
 def hash_items(items: list[Item], cfg: PackConfig, show_progress: bool) -> list[int | None]:
-    """The pHash (None: not decodable) of every item, on cfg.n_jobs threads (decoding and
-    resizing release the GIL)."""
+    """The pHash (None: not decodable) of every item, on cfg.n_jobs threads."""
     bar = progress(len(items), "img", "hash") if show_progress else None
     with ThreadPoolExecutor(max(1, cfg.n_jobs)) as pool:
         out = []
@@ -51,8 +47,8 @@ def hash_items(items: list[Item], cfg: PackConfig, show_progress: bool) -> list[
 def drop_dupes(
     items: list[Item], cfg: PackConfig, show_progress: bool
 ) -> tuple[list[Item], list[dict[str, Any]], dict[str, int]]:
-    """The items kept (the first of each near-duplicate group within cfg.max_distance bits, in
-    input order), the `duplicate` rejects of the others, and each kept item's pHash."""
+    """The items kept (the first of each near-duplicate group), the others' rejects, and each
+    kept item's pHash."""
     got = hash_items(items, cfg, show_progress)
     ok = [k for k, g in enumerate(got) if g is not None]
     phash = np.array([got[k] for k in ok], dtype=np.uint64)

@@ -1,5 +1,5 @@
-"""prep pack: the images kind of the run driver (prep.run.driver). Inputs are listed and sorted
-once (prep.sources.images); each shard task decodes each input once and writes every size."""
+"""prep pack: the images kind of the run driver; each shard task decodes an input once and writes
+every size."""
 
 from __future__ import annotations
 
@@ -14,18 +14,17 @@ import numpy as np
 
 from loaders.fields import Array, Field, Image, Label, Mask, Text
 from loaders.fields.base import encode_source
-from loaders.format import ArraySpec, Manifest, Shard, array_name
+from loaders.format import ArraySpec, array_name
 from loaders.format.spec import smallest_uint
 from prep.kinds.images.config import PackConfig
 from prep.media.image.decode import decode_image, decode_mask
 from prep.media.image.geometry import PixelSums, combine, sizes_from, stored
 from prep.media.image.groups import image_phash, pixel_digest
-from prep.run.driver import Inputs, Kind, RunSummary, run, shard_size
+from prep.run.driver import Inputs, Kind, RunSummary, array_specs, run, split_shards
 from prep.run.errors import PrepError
 from prep.run.inputs import Reject
-from prep.run.samples import array_specs
 from prep.run.shardwriter import shard_task, write_shard
-from prep.sources.images import Item, Listing, list_images, split_counts
+from prep.sources.images import Item, list_images, split_counts
 
 PackSummary = RunSummary
 
@@ -33,9 +32,8 @@ PackSummary = RunSummary
 def image_fields(
     cfg: PackConfig, classes: list[str] | None, max_label: int | None, masks: bool
 ) -> dict[str, Field]:
-    """`image` at every size (its codec per size), its `mask`, the `label` (class names, or
-    integer labels in the smallest dtype), the source's size, the input's path relative to SRC,
-    and (prep.inspect.dupes) the perceptual hash and pixel digest."""
+    """`image` at every size, its `mask`, the `label` (class names, or integers in the smallest
+    dtype), `orig_size`, `source`, and (prep.inspect.dupes) the pHash and pixel digest."""
     sizes = tuple(sorted(cfg.sizes))
     codecs = tuple(cfg.codecs_by_size()[s] for s in sizes)
     codec = codecs[0] if len(set(codecs)) == 1 else codecs
@@ -62,8 +60,7 @@ def encode_item(
     sums: PixelSums | None = None,
     phash: int | None = None,
 ) -> dict[str, np.ndarray]:
-    """One input -> its arrays; Reject for an input that cannot be used. `sums` counts the
-    pixels of each size; `phash`: known already (--drop-dupes), else computed here."""
+    """One input -> its arrays, else Reject. `sums` counts the pixels; `phash`: if known."""
     mode = cfg.mode
     bg = cfg.background_rgb()
     img, upright = decode_image(item.path, tuple(cfg.sizes), cfg.gray, cfg.max_pixels, mode, bg)
@@ -118,8 +115,7 @@ def pack_shard(
     staging: Path,
     phashes: dict[str, int] | None = None,
 ) -> dict[str, Any]:
-    """The joblib task: encode `items` into shard `index` under `staging`; its record (no pixels
-    leave the process). `phashes`: the items' perceptual hashes, by --drop-dupes."""
+    """Encode `items` into shard `index`; its record. `phashes`: by --drop-dupes."""
     import cv2
 
     cv2.setNumThreads(1)  # one task per core already
@@ -137,9 +133,7 @@ def pack_shard(
 
 
 class ImagesKind(Kind[PackConfig, list[Item]]):
-    """Images (with labels, masks, source sizes) at one or more sizes, from one decode each."""
-
-    name = "images"
+    command = "pack"
     task = staticmethod(pack_shard)
     threads = True  # decoding, resizing, hashing and writing release the GIL
     chosen_rejects = frozenset({"duplicate"})  # --drop-dupes: not counted by --max-rejects
@@ -169,7 +163,13 @@ class ImagesKind(Kind[PackConfig, list[Item]]):
         has_masks = any(it.mask is not None for it in listing.items)
         self.fields = image_fields(cfg, listing.classes, max_label, has_masks)
         self.specs = array_specs(self.fields)
-        fingerprint = _fingerprint(listing)  # of the inputs: the config holds --drop-dupes
+        # The inputs as --resume compares them (the config holds --drop-dupes): the files, and a
+        # list's labels, masks and classes.
+        said = [
+            (it.rel, it.label, str(it.mask) if it.mask else None, it.split) for it in listing.items
+        ]
+        seen = json.dumps([listing.fingerprint, said, listing.classes]).encode()
+        fingerprint = hashlib.sha256(seen).hexdigest()
         if cfg.drop_dupes:
             from prep.kinds.images.dupes import drop_dupes
 
@@ -185,14 +185,9 @@ class ImagesKind(Kind[PackConfig, list[Item]]):
             # Shards then hold every class, so shard-aware (quasi-random) loading mixes classes.
             order = np.random.default_rng(self.cfg.shuffle_seed).permutation(len(items))
             items = [items[i] for i in order]
-        size = shard_size(len(items), self.cfg.shard_size)
         self.input_bytes = {name: n for name, n, _ in self.listing.fingerprint}
-        plan = []
         splits: list[str | None] = [*self.listing.splits] if self.listing.splits else [None]
-        for split in splits:  # each shard holds one split's inputs
-            part = [it for it in items if it.split == split]
-            plan += [part[i : i + size] for i in range(0, len(part), size)]
-        return plan
+        return split_shards(items, splits, self.cfg.shard_size)
 
     def cost(self, shard: list[Item]) -> int:
         return sum(self.input_bytes.get(it.rel, 0) for it in shard)  # decode time follows bytes
@@ -207,33 +202,16 @@ class ImagesKind(Kind[PackConfig, list[Item]]):
     def reusable(self, record: dict[str, Any]) -> bool:
         return record.get("stats") is not None  # a shard of a prep before pixel stats: redone
 
-    def manifest(self, records: list[dict[str, Any]]) -> Manifest:
+    def extra(self, records: list[dict[str, Any]]) -> dict[str, Any]:
         extra: dict[str, Any] = {"background": list(self.cfg.background_rgb())}
         stats = combine(records)  # per-channel mean and std (prep.media.image.geometry)
         if stats is not None:
             extra["stats"] = {"image": stats}
-        return Manifest(
-            storage=self.cfg.format,
-            arrays=self.specs,
-            shards=[Shard.from_dict(rec["shard"]) for rec in records],
-            fields={name: f.describe() for name, f in self.fields.items()},
-            command="pack",
-            extra=extra | split_counts(self.listing, records),
-        )
-
-
-def _fingerprint(listing: Listing) -> str:
-    """What the output depends on besides the config: the files (names, sizes, times) and what
-    a list says of them (labels, masks, class names), so --resume never reuses a stale shard."""
-    said = [(it.rel, it.label, str(it.mask) if it.mask else None, it.split) for it in listing.items]
-    return hashlib.sha256(
-        json.dumps([listing.fingerprint, said, listing.classes]).encode()
-    ).hexdigest()
+        return extra | split_counts(self.listing, records)
 
 
 def pack(cfg: PackConfig, show_progress: bool = True, profile: bool = False) -> RunSummary:
-    """Pack cfg.src into cfg.out; with `profile`, the summary's `stages` has each stage's
-    seconds (prep.run.profile)."""
+    """Pack cfg.src into cfg.out; `profile`: the summary's `stages` (prep.run.profile)."""
     kind = ImagesKind(cfg)
     kind.show_progress = show_progress
     return run(kind, show_progress, profile)

@@ -1,15 +1,13 @@
-"""prep table: the tabular kind of the run driver. `prepare` parses every row once, in parallel
-(prep.media.table.scan: the columns' stored types and statistics, each row's split), keeping each
-parsed block in the run folder; a shard is consecutive blocks of about --shard-rows rows, its
-task writing one .npy per column and split. A column field a column: num_J, cat_K, target.
-"""
+"""prep table: the tabular kind of the run driver. `prepare` parses every row once
+(prep.media.table.scan), keeping parsed blocks in the run folder; a shard is blocks of about
+--shard-rows rows, written as one .npy per column (num_J, cat_K, target) and split."""
 
 from __future__ import annotations
 
 import glob
 import hashlib
 import json
-from dataclasses import asdict
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -17,18 +15,16 @@ import numpy as np
 import pyarrow as pa
 
 from loaders.fields import Column as ColumnField
-from loaders.format import Manifest, Shard
 from loaders.format.index import stem
 from prep.kinds.table.config import TableConfig
 from prep.media.table.scan import BLOCKS, Scan, read_spill, scan
 from prep.media.table.types import Column, encode
-from prep.run.driver import Inputs, Kind, RunSummary, run
+from prep.run.driver import Inputs, Kind, RunSummary, array_specs, grouped, run
 from prep.run.errors import PrepError
 from prep.run.files import writing
 from prep.run.profile import stage
-from prep.run.samples import array_specs
-from prep.run.shardwriter import ShardFiles, shard_task
-from prep.run.staging import RUN_DIR, named_by_rule, write_record
+from prep.run.shardwriter import ShardFiles, shard_task, split_record
+from prep.run.staging import RUN_DIR, named_by_rule
 from prep.sources.table import Block, list_tables, sources_of
 
 SPLITS = ("train", "val")
@@ -44,8 +40,7 @@ def column_names(columns: list[Column]) -> dict[str, Column]:
 
 
 def table_fields(columns: list[Column], missing_mask: bool) -> dict[str, ColumnField]:
-    """A column field a column, as the scan decided it; with `missing_mask`, a numeric column
-    with missing cells also stores its NAME_missing mask."""
+    """A column field a column, as scanned; `missing_mask`: NAME_missing where cells are."""
     return {
         name: ColumnField(
             name=c.name,
@@ -66,23 +61,6 @@ def table_fields(columns: list[Column], missing_mask: bool) -> dict[str, ColumnF
     }
 
 
-def encode_rows(
-    table: pa.Table,
-    columns: list[Column],
-    fields: dict[str, ColumnField],
-    vocabs: dict[str, pa.Array],
-) -> dict[str, np.ndarray]:
-    """One parsed block's arrays in their stored dtypes (its columns in `columns`' order)."""
-    position = {c.name: i for i, c in enumerate(columns)}
-    out: dict[str, np.ndarray] = {}
-    for name, col in column_names(columns).items():
-        cells = table.column(position[col.name]).combine_chunks()
-        out[name] = encode(cells, col, vocabs.get(col.name))
-        if fields[name].mask:
-            out[f"{name}_missing"] = np.asarray(cells.is_null(), dtype=np.uint8)
-    return out
-
-
 @shard_task
 def table_shard(
     index: int,
@@ -92,11 +70,11 @@ def table_shard(
     rejects: list[dict[str, Any]],
     staging: Path,
 ) -> dict[str, Any]:
-    """The joblib task: `shard`'s blocks, as the scan kept them, into shard `index` of each
-    split; its record. `rejects`: the blocks' rows with wrong field counts."""
+    """`shard`'s parsed blocks into shard `index` of each split; its record."""
     fields = table_fields(columns, cfg.missing_mask)
     specs = array_specs(fields)
     vocabs = {c.name: pa.array(c.vocab, pa.string()) for c in columns if c.vocab is not None}
+    named, position = column_names(columns), {c.name: i for i, c in enumerate(columns)}
     with stage("read"):  # memory maps: the rows are read as they are encoded
         tables = [read_spill(staging / RUN_DIR / BLOCKS, b) for b in shard]
         vals = [np.asarray(t.column(len(columns)), dtype=bool) for t in tables]  # the split
@@ -107,8 +85,13 @@ def table_shard(
             for files in splits.values():
                 files.open_all(specs)
         for table, val in zip(tables, vals, strict=True):
-            with stage("encode"):
-                encoded = encode_rows(table, columns, fields, vocabs)
+            with stage("encode"):  # the block's arrays in their stored dtypes
+                encoded = {}
+                for name, col in named.items():
+                    cells = table.column(position[col.name]).combine_chunks()
+                    encoded[name] = encode(cells, col, vocabs.get(col.name))
+                    if fields[name].mask:
+                        encoded[f"{name}_missing"] = np.asarray(cells.is_null(), dtype=np.uint8)
             with stage("write"):
                 if not val.any():
                     splits["train"].extend(encoded)
@@ -116,35 +99,13 @@ def table_shard(
                 if not val.all():
                     splits["train"].extend({n: a[~val] for n, a in encoded.items()})
                 splits["val"].extend({n: a[val] for n, a in encoded.items()})
-    done = [asdict(files.publish(rows[s], s)) for s, files in splits.items()]
-    record = {
-        "index": index,
-        "shard": {"files": {k: v for d in done for k, v in d["files"].items()}},
-        "splits": done,
-        "rejects": rejects,
-        "rows": sum(b.rows for b in shard) + len(rejects),
-    }
-    with stage("write"):
-        write_record(staging, index, record)
-    return record
-
-
-def plan_shards(blocks: list[Block], shard_rows: int) -> list[list[Block]]:
-    """Consecutive blocks grouped until a group holds `shard_rows` rows."""
-    shards: list[list[Block]] = []
-    group: list[Block] = []
-    for b in blocks:
-        group.append(b)
-        if sum(x.rows for x in group) >= shard_rows:
-            shards.append(group)
-            group = []
-    return [*shards, group] if group else shards
+    done = [files.publish(rows[s], s) for s, files in splits.items()]
+    rows_seen = sum(b.rows for b in shard) + len(rejects)
+    return split_record(staging, index, done, rejects, rows=rows_seen)
 
 
 class TableKind(Kind[TableConfig, list[Block]]):
-    """Tables (CSV, TSV, JSONL, Parquet) as one typed .npy per column, shard and split."""
-
-    name = "table"
+    command = "table"
     unit = "row"
     noun = "rows"
     prepare_stage = "scan"
@@ -171,9 +132,10 @@ class TableKind(Kind[TableConfig, list[Block]]):
 
     def prepare(self, staging: Path, resume: bool) -> None:
         self.scan: Scan = scan(self.files, self.cfg, staging / RUN_DIR / BLOCKS)
+        self.fields = dict(table_fields(self.scan.columns, self.cfg.missing_mask))
 
     def plan(self) -> list[list[Block]]:
-        return plan_shards(self.scan.blocks, self.cfg.shard_rows)
+        return grouped(self.scan.blocks, attrgetter("rows"), self.cfg.shard_rows)
 
     def weight(self, shard: list[Block]) -> int:
         return sum(b.rows for b in shard)
@@ -183,31 +145,19 @@ class TableKind(Kind[TableConfig, list[Block]]):
         return (index, shard, self.cfg, self.scan.columns, rejects, staging)
 
     def reusable(self, record: dict[str, Any]) -> bool:
-        arrays = array_specs(table_fields(self.scan.columns, self.cfg.missing_mask))
+        arrays = array_specs(self.fields)
         return all(named_by_rule(s, arrays, "npy") for s in record["splits"])
 
     def seen(self, inputs: Inputs, records: list[dict[str, Any]]) -> int:
         return len(inputs.rejects) + sum(rec["rows"] for rec in records)
 
-    def manifest(self, records: list[dict[str, Any]]) -> Manifest:
-        fields = table_fields(self.scan.columns, self.cfg.missing_mask)
-        return Manifest(
-            storage="npy",
-            arrays=array_specs(fields),
-            shards=[Shard.from_dict(s) for rec in records for s in rec["splits"]],
-            fields={name: f.describe() for name, f in fields.items()},
-            command="table",
-            extra={} if self.cfg.target is None else {"target": self.cfg.target},
-        )
-
-    def tasks(self, manifest: Manifest) -> int:
-        return len({f.rsplit("-", 1)[1] for s in manifest.shards for f in s.files})
+    def extra(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+        return {} if self.cfg.target is None else {"target": self.cfg.target}
 
 
 def pack_table(cfg: TableConfig, show_progress: bool = True, profile: bool = False) -> RunSummary:
-    """Pack cfg.src into cfg.out, Arrow allocating through the C library's malloc, not mimalloc:
-    a block's parse allocates and frees a few times its bytes, which mimalloc hands back to the
-    system and faults in again (the bench table: a fifth less kernel time, on 2 cores)."""
+    """Pack cfg.src into cfg.out, Arrow on the system malloc: mimalloc hands a parse's freed
+    bytes back and faults them in again (the bench table: a fifth less kernel time)."""
     previous = pa.default_memory_pool()
     pa.set_memory_pool(pa.system_memory_pool())
     try:

@@ -1,30 +1,225 @@
-"""prep tokenize: the text kind of the run driver (prep.run.driver). The inputs are cut into
-shards of about --shard-mb of text (line files at line starts); the tokenizer is fitted once, in
-`prepare`, and saved in the run folder (--resume reuses it); each task (prep.kinds.text.shard)
-writes each split's tokens, ragged by document, and each document's `source`.
-"""
+"""prep tokenize: the text kind of the run driver. Shards of about --shard-mb of text; the
+tokenizer fitted once (`prepare`) and saved in the run folder; each task writes each split's
+tokens, ragged by document, and each document's `source`."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
-from collections.abc import Iterator
+import os
+import queue
+import threading
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
-from loaders.fields import Field, Text, Tokens
+import numpy as np
+
+from loaders.fields import Text, Tokens
+from loaders.fields.base import encode_source
 from loaders.format import Manifest, Shard, sha256_file
+from loaders.format.index import stem
 from prep.kinds.text.config import TokenizeConfig
-from prep.kinds.text.shard import MB, tokenize_shard
 from prep.media.text.documents import DocumentReader, Piece, count_documents, line_starts, list_text
-from prep.media.text.tokenizers import fit_tokenizer, load_saved, tokenizer_identity
-from prep.run.driver import Inputs, Kind, RunSummary, run
+from prep.media.text.tokenizers import Tokenizer, fit_tokenizer, load_saved, tokenizer_identity
+from prep.run.driver import Inputs, Kind, RunSummary, array_specs, grouped, run
 from prep.run.errors import PrepError
-from prep.run.samples import array_specs
+from prep.run.files import writing
+from prep.run.profile import stage, timed_iter
+from prep.run.shardwriter import ShardFiles, shard_task, split_record
 from prep.run.staging import named_by_rule
 from prep.sources.text import list_matching
+
+SPLITS = ("train", "val")
+# One encode call per batch: big enough for tokenizers' own threads, small enough for memory.
+BATCH_BYTES = 4 << 20
+BATCH_DOCS = 4096
+MB = 1 << 20
+
+
+def fit_ids(ids: np.ndarray, dtype: str, where: str) -> np.ndarray:
+    """`ids` as `dtype`, checked: an id the dtype cannot hold is an error, never a wrap-around."""
+    target = np.dtype(dtype)
+    if np.can_cast(ids.dtype, target, "safe"):
+        return ids.astype(target, copy=False)
+    top = np.iinfo(target).max
+    if ids.size:
+        lo, hi = int(ids.min()), int(ids.max())
+        if lo < 0 or hi > top:
+            bad = hi if hi > top else lo
+            raise PrepError(
+                f"{where}: token id {bad} does not fit {dtype} (0..{top}). HINT: the tokenizer "
+                "returned an id outside its vocabulary; check its tokenizer.json"
+            )
+    return ids.astype(target)
+
+
+def is_val(text: str, val_fraction: float) -> bool:
+    """Whether a document is in "val", by its text alone (FORMAT.md: BLAKE2b-64)."""
+    if val_fraction <= 0:
+        return False
+    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "little") < int(val_fraction * 2**64)
+
+
+class SplitWriter:
+    """One split's shard of one task: tokens, ragged by document, and each document's source
+    file, held as runs (a file's documents are consecutive) and written in close()."""
+
+    def __init__(self, staging: Path, split: str, index: int):
+        self.split = split
+        self.files = ShardFiles(staging, stem(split, index))
+        self.runs: list[tuple[str, int]] = []  # (file, documents in a row)
+        self.docs = 0
+
+    def open(self, dtype: str) -> None:
+        self.tokens = self.files.ragged("tokens", dtype)
+
+    def add(self, ids: np.ndarray, lengths: np.ndarray, sources: list[str]) -> None:
+        self.tokens.extend(ids, lengths)
+        for name in sources:
+            if self.runs and self.runs[-1][0] == name:
+                self.runs[-1] = (name, self.runs[-1][1] + 1)
+            else:
+                self.runs.append((name, 1))
+        self.docs += len(lengths)
+
+    def abort(self) -> None:
+        self.files.abort()
+
+    def close(self) -> None:
+        """Finish the temp files (header, fsync); a split with no documents keeps none."""
+        if self.docs == 0:
+            self.abort()
+            return
+        source = self.files.ragged("source", "uint8")
+        for name, n in self.runs:
+            path = encode_source(name)
+            for start in range(0, n, 1 << 16):  # bounded memory for a file of many lines
+                k = min(n - start, 1 << 16)
+                source.extend(np.tile(path, k), np.full(k, len(path)))
+        self.files.close()
+
+    def publish(self) -> Shard | None:
+        return self.files.publish(self.docs, self.split) if self.docs else None
+
+
+def _batches(reader: DocumentReader, pieces: list[Piece]) -> Iterator[tuple[list[str], list[str]]]:
+    """(texts, the file each came from), about BATCH_BYTES of text at a time."""
+    texts: list[str] = []
+    names: list[str] = []
+    size = 0
+    for p in pieces:
+        for text in reader.read(p):
+            texts.append(text)
+            names.append(p.rel)
+            size += len(text)
+            if size >= BATCH_BYTES or len(texts) >= BATCH_DOCS:
+                yield texts, names
+                texts, names, size = [], [], 0
+    if texts:
+        yield texts, names
+
+
+def read_ahead(
+    batches: Iterator[tuple[list[str], list[str]]],
+) -> Generator[tuple[list[str], list[str]], None, None]:
+    """`batches`, the next one read on a thread while the caller encodes this one (the tokenizer
+    releases the GIL); a reading error is raised here, in order."""
+    ready: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    def offer(message: tuple[str, Any]) -> bool:
+        while not stop.is_set():
+            try:
+                ready.put(message, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for item in batches:
+                if not offer(("item", item)):
+                    return
+            offer(("end", None))
+        except BaseException as e:  # handed to the caller, raised in its thread
+            offer(("error", e))
+
+    thread = threading.Thread(target=produce, name="prep-read-ahead", daemon=True)
+    thread.start()
+    try:
+        while True:
+            try:  # a timeout: a task stopped by the run (Ctrl-C) is not left waiting here
+                kind, value = ready.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            if kind == "end":
+                return
+            if kind == "error":
+                raise value
+            yield value
+    finally:
+        stop.set()
+        thread.join()
+
+
+@functools.lru_cache(maxsize=2)
+def _load_tokenizer(name: str, folder: Path, file: str | None, sha: str) -> Tokenizer:
+    """Once per process and file (`sha` tells a changed one apart): workers run many shards."""
+    return load_saved(name, folder, file)
+
+
+@shard_task
+def tokenize_shard(
+    index: int,
+    pieces: list[Piece],
+    cfg: TokenizeConfig,
+    tok_name: str,
+    tok_file: str | None,
+    tok_sha: str,
+    dtype: str,
+    staging: Path,
+    threads: bool,
+) -> dict[str, Any]:
+    """Tokenize `pieces` into shard `index` of each split; its record. Memory holds a batch."""
+    if not threads:  # one task per core already; read by tokenizers at every call
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    tok = _load_tokenizer(tok_name, staging, tok_file, tok_sha)
+    reader = DocumentReader(cfg.text_field, cfg.errors, int(cfg.max_doc_mb * MB))
+    writers = {s: SplitWriter(staging, s, index) for s in SPLITS}
+    with writing(writers.values()):
+        with stage("write"):
+            for w in writers.values():
+                w.open(dtype)
+        for texts, names in timed_iter("read", read_ahead(_batches(reader, pieces))):
+            files = list(dict.fromkeys(names))  # each file once, in order
+            where = ", ".join(files[:3]) + (" ..." if len(files) > 3 else "")
+            try:
+                with stage("tokenize"):
+                    ids, lengths = tok.encode(texts)
+            except ValueError as e:
+                raise PrepError(
+                    f"{where}: {e}. HINT: the inputs changed during the run; rerun with --overwrite"
+                ) from e
+            ids = fit_ids(ids, dtype, where)
+            val = np.fromiter((is_val(t, cfg.val_fraction) for t in texts), bool, len(texts))
+            with stage("write"):
+                if val.any():
+                    in_val = np.repeat(val, lengths)
+                    sources = np.asarray(names, dtype=object)
+                    writers["val"].add(ids[in_val], lengths[val], list(sources[val]))
+                    writers["train"].add(ids[~in_val], lengths[~val], list(sources[~val]))
+                else:
+                    writers["train"].add(ids, lengths, names)
+    done = [s for s in (w.publish() for w in writers.values()) if s is not None]
+    more = {"tokenizer_sha256": tok_sha, "inputs": reader.inputs}
+    return split_record(staging, index, done, reader.rejects, **more)
 
 
 def token_dtype(vocab_size: int) -> str:
@@ -36,23 +231,8 @@ def token_dtype(vocab_size: int) -> str:
     return Tokens(max(vocab_size, 1)).arrays("tokens")[0].dtype
 
 
-def limit_documents(pieces: list[Piece], limit: int, max_bytes: int) -> list[Piece]:
-    """The pieces holding the first `limit` documents, the last one cut after its last line."""
-    kept: list[Piece] = []
-    left = limit
-    for p in pieces:
-        n, cut = count_documents(p, left, max_bytes)
-        kept.append(Piece(p.path, p.rel, p.start, cut, p.mode) if n == left else p)
-        left -= n
-        if left == 0:
-            break
-    return kept
-
-
 def plan_shards(pieces: list[Piece], shard_bytes: int) -> list[list[Piece]]:
-    """Consecutive pieces grouped until a group holds `shard_bytes` of text, line files first cut
-    at line starts into ranges of about `shard_bytes`: a document is never cut. The plan
-    depends on the inputs and config only, never on --jobs."""
+    """Pieces grouped by `shard_bytes` of text, line files first cut at line starts."""
     cut: list[Piece] = []
     for p in pieces:
         if p.mode == "file" or p.nbytes <= shard_bytes:
@@ -61,18 +241,7 @@ def plan_shards(pieces: list[Piece], shard_bytes: int) -> list[list[Piece]]:
         starts = [s for s in line_starts(p.path, p.end, shard_bytes) if p.start <= s < p.end]
         bounds = [*starts, p.end]
         cut += [Piece(p.path, p.rel, a, b, p.mode) for a, b in itertools.pairwise(bounds)]
-    shards: list[list[Piece]] = []
-    group: list[Piece] = []
-    size = 0
-    for p in cut:
-        group.append(p)
-        size += p.nbytes
-        if size >= shard_bytes:
-            shards.append(group)
-            group, size = [], 0
-    if group:
-        shards.append(group)
-    return shards
+    return grouped(cut, attrgetter("nbytes"), shard_bytes)
 
 
 def _fingerprint(pieces: list[Piece], spec: str) -> str:
@@ -87,8 +256,6 @@ def _fingerprint(pieces: list[Piece], spec: str) -> str:
 
 @dataclass
 class TokenizeSummary(RunSummary):
-    """The driver's summary, in the words of text: documents, tokens, the tokenizer."""
-
     @property
     def docs(self) -> int:
         return self.packed
@@ -127,9 +294,7 @@ class TokenizeSummary(RunSummary):
 
 
 class TextKind(Kind[TokenizeConfig, list[Piece]]):
-    """Text documents as flat token shards with document offsets, split train/val."""
-
-    name = "tokens"
+    command = "tokenize"
     unit = "kB"
     noun = "documents"
     summary = TokenizeSummary
@@ -153,7 +318,14 @@ class TextKind(Kind[TokenizeConfig, list[Piece]]):
                 "folder of .txt files, a .txt or a .jsonl file; --glob '*.py,*.md' reads others"
             )
         if cfg.limit is not None:
-            pieces = limit_documents(pieces, cfg.limit, int(cfg.max_doc_mb * MB))
+            kept, left = [], cfg.limit  # the pieces of the first `limit` documents, the last cut
+            for p in pieces:
+                n, cut = count_documents(p, left, int(cfg.max_doc_mb * MB))
+                kept.append(Piece(p.path, p.rel, p.start, cut, p.mode) if n == left else p)
+                left -= n
+                if left == 0:
+                    break
+            pieces = kept
         self.pieces = pieces
         return Inputs(len(pieces), rejects, _fingerprint(pieces, cfg.tokenizer))
 
@@ -162,7 +334,7 @@ class TextKind(Kind[TokenizeConfig, list[Piece]]):
         return self.shards
 
     def prepare(self, staging: Path, resume: bool) -> None:
-        """The run's tokenizer, saved in `staging`: reused from there on --resume, else fitted."""
+        """The run's tokenizer, saved in `staging` (reused on --resume)."""
         cfg = self.cfg
         name, file = tokenizer_identity(cfg.tokenizer)
         if not (resume and (file is None or (staging / file).is_file())):
@@ -171,6 +343,14 @@ class TextKind(Kind[TokenizeConfig, list[Piece]]):
         self.tok_info = {"name": name, "file": file}
         self.tok_sha = sha256_file(staging / file) if file else ""
         self.dtype = token_dtype(self.tok.vocab_size)
+        tokens = Tokens(
+            vocab_size=self.tok.vocab_size,
+            tokenizer=file,
+            eot_id=self.tok.eot_id,
+            tokenizer_name=name,
+            tokenizer_sha256=self.tok_sha or None,
+        )  # ragged: a document a sample
+        self.fields = {"tokens": tokens, "source": Text()}
 
     def _corpus(self) -> Iterator[str]:
         reader = DocumentReader(self.cfg.text_field, self.cfg.errors, int(self.cfg.max_doc_mb * MB))
@@ -187,7 +367,7 @@ class TextKind(Kind[TokenizeConfig, list[Piece]]):
         return (index, shard, cfg, name, file, self.tok_sha, self.dtype, staging, threads)
 
     def reusable(self, record: dict[str, Any]) -> bool:
-        arrays = array_specs(self.fields())
+        arrays = array_specs(self.fields)
         named = all(named_by_rule(s, arrays, "npy") for s in record["splits"])
         return bool(record.get("tokenizer_sha256") == self.tok_sha) and named
 
@@ -195,35 +375,12 @@ class TextKind(Kind[TokenizeConfig, list[Piece]]):
         return len(inputs.rejects) + sum(rec["inputs"] for rec in records)
 
     def manifest(self, records: list[dict[str, Any]]) -> Manifest:
-        parts = [Shard.from_dict(s) for rec in records for s in rec["splits"]]
-        if not parts:
+        if not any(rec["splits"] for rec in records):
             raise PrepError(
                 f"no usable documents in {self.cfg.src} (see the rejects in the run folder). "
                 "HINT: check the encoding, or --text-field for .jsonl"
             )
-        fields = self.fields()
-        return Manifest(
-            storage="npy",
-            arrays=array_specs(fields),
-            shards=parts,
-            fields={name: f.describe() for name, f in fields.items()},
-            command="tokenize",
-        )
-
-    def fields(self) -> dict[str, Field]:
-        """The token stream (ragged: a document a sample, its offsets the document offsets),
-        with the tokenizer that made it, and each document's file relative to SRC."""
-        tokens = Tokens(
-            vocab_size=self.tok.vocab_size,
-            tokenizer=self.tok_info["file"],
-            eot_id=self.tok.eot_id,
-            tokenizer_name=self.tok_info["name"],
-            tokenizer_sha256=self.tok_sha or None,
-        )
-        return {"tokens": tokens, "source": Text()}
-
-    def tasks(self, manifest: Manifest) -> int:
-        return len({s.arrays["tokens"].file.rsplit("-", 1)[1] for s in manifest.shards})
+        return super().manifest(records)
 
     def bytes(self, out: Path, manifest: Manifest) -> int:
         file = manifest.fields["tokens"]["tokenizer"]
@@ -233,8 +390,7 @@ class TextKind(Kind[TokenizeConfig, list[Piece]]):
 def tokenize(
     cfg: TokenizeConfig, show_progress: bool = True, profile: bool = False
 ) -> TokenizeSummary:
-    """Tokenize cfg.src into cfg.out; with `profile`, the summary's `stages` has each stage's
-    seconds (prep.run.profile)."""
+    """Tokenize cfg.src into cfg.out; `profile`: the summary's `stages` (prep.run.profile)."""
     summary = run(TextKind(cfg), show_progress, profile)
     assert isinstance(summary, TokenizeSummary)
     return summary

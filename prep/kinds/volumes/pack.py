@@ -1,32 +1,27 @@
-"""prep volumes: the 3-D kind of the run driver. Each shard task reads its scans one at a time
-and runs the offline steps in order (prep.media.volume.transform): reorient, resample, window or
-dtype, crop to the foreground, fit to one shape. A shard stores its volumes' voxels back to back,
-ragged (loaders.fields.volume), their labels on the same offsets.
-"""
+"""prep volumes: the 3-D kind of the run driver. A task reads its scans one at a time and runs
+the steps of prep.media.volume.transform; a shard stores its volumes' voxels ragged
+(loaders.fields.volume), their labels on the same offsets."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from loaders.fields import Field, Volume, VolumeLabel
-from loaders.format import ArraySpec, Manifest, Shard
-from loaders.format.index import stem
+from loaders.fields import Volume, VolumeLabel
+from loaders.format import ArraySpec
 from prep.kinds.volumes.config import VolumeConfig, float_list
 from prep.media.volume import transform as tf
-from prep.run.driver import Inputs, Kind, RunSummary, run
+from prep.run.driver import Inputs, Kind, RunSummary, array_specs, run, split_shards
 from prep.run.errors import PrepError
-from prep.run.files import writing
-from prep.run.inputs import Reject, reject_record
+from prep.run.inputs import Reject
 from prep.run.profile import stage
-from prep.run.samples import array_specs
-from prep.run.shardwriter import ShardFiles, shard_task
-from prep.run.staging import named_by_rule, write_record
+from prep.run.shardwriter import shard_task, write_shard
+from prep.run.staging import named_by_rule
 from prep.sources import targets as tg
 from prep.sources.volumes import Item, list_volumes, read_pair
 
@@ -34,8 +29,7 @@ MAX_VOXELS = 2**32 - 1  # label_fg holds flat voxel indices as uint32
 
 
 def geometry(affine: np.ndarray, shape: tuple[int, ...]) -> dict[str, Any]:
-    """A grid as the manifest keeps it: shape, spacing (mm), origin (world mm of voxel 0),
-    direction (unit columns) and the affine itself."""
+    """A grid as the manifest keeps it: shape, spacing, origin, direction and affine (mm)."""
     spacing = tf.spacing_of(affine)
     return {
         "shape": [int(n) for n in shape],
@@ -49,8 +43,7 @@ def geometry(affine: np.ndarray, shape: tuple[int, ...]) -> dict[str, Any]:
 def encode_volume(
     item: Item, cfg: VolumeConfig
 ) -> tuple[np.ndarray, np.ndarray | None, dict[str, Any]]:
-    """One scan -> (stored image, stored label or None, its manifest entry); Reject on bad
-    input."""
+    """One scan -> (image, label or None, its manifest entry); Reject on bad input."""
     with stage("read"):
         scan, label = read_pair(item, cfg.volume_index)
     with stage("transform"):
@@ -84,66 +77,38 @@ def encode_volume(
     return img, lab, meta
 
 
-class _Volumes:
-    """One shard's volumes: voxels (and label voxels) back to back, ragged, with the
-    per-volume arrays beside them (loaders.fields.volume)."""
-
-    def __init__(self, files: ShardFiles, specs: dict[str, ArraySpec]):
-        self.image = files.ragged("image", specs["image"].dtype)
-        self.label = files.ragged("label", specs["label"].dtype) if "label" in specs else None
-        ragged = ("image", "label")
-        self.arrays = {
-            name: files.array(name, s.dtype, s.shape)
-            for name, s in specs.items()
-            if name not in ragged
-        }
-
-    def append(self, item: Item, img: np.ndarray, lab: np.ndarray | None) -> None:
-        self.image.append(img)
-        for j, value in enumerate(item.target or ()):
-            w = self.arrays[tg.array_of(j)]
-            w.extend(np.asarray([value], w.dtype))
-        self.arrays["image_shape"].append(np.asarray(img.shape, np.uint32))
-        if lab is not None and self.label is not None:
-            voxels, bounds = tf.foreground_index(lab)
-            fg = self.arrays["label_fg"]
-            self.label.append(lab)
-            self.arrays["label_fg_offsets"].append(bounds + fg.length)
-            fg.extend(voxels)
-
-
 @shard_task
 def volumes_shard(
     index: int, items: list[Item], cfg: VolumeConfig, specs: dict[str, ArraySpec], staging: Path
 ) -> dict[str, Any]:
-    """The joblib task: volumes `items` into shard `index` under `staging`; its record. Memory
-    holds one volume (and its resampled copies) at a time."""
-    files = ShardFiles(staging, stem(None, index))
-    rejects: list[dict[str, Any]] = []
-    volumes: list[dict[str, Any]] = []
-    with writing([files]):
-        with stage("write"):
-            out = _Volumes(files, specs)
-        for item in items:
-            try:
-                img, lab, meta = encode_volume(item, cfg)
-            except Reject as r:
-                rejects.append(reject_record(item.rel, r.code, r.message))
-                continue
+    """Volumes `items` into shard `index`; its record. Memory holds one volume at a time."""
+    volumes: list[dict[str, Any]] = []  # the manifest's extra.volumes
+    fg_length = 0  # the shard's foreground voxels so far: label_fg_offsets count from 0
+
+    def encode(item: Item) -> dict[str, np.ndarray]:
+        nonlocal fg_length
+        img, lab, meta = encode_volume(item, cfg)
+        sample = {"image": img, "image_shape": np.asarray(img.shape, np.uint32)}
+        for j, value in enumerate(item.target or ()):
+            sample[tg.array_of(j)] = np.asarray(value, specs[tg.array_of(j)].dtype)
+        if lab is not None and "label" in specs:
             with stage("write"):
-                out.append(item, img, lab)
-            volumes.append(meta)
-    shard = files.publish(len(volumes))
-    record = {"index": index, "shard": asdict(shard), "rejects": rejects, "volumes": volumes}
-    with stage("write"):
-        write_record(staging, index, record)
-    return record
+                voxels, bounds = tf.foreground_index(lab)
+            sample |= {"label": lab, "label_fg": voxels}
+            sample["label_fg_offsets"] = bounds + fg_length
+            fg_length += len(voxels)
+        volumes.append(meta)
+        return sample
+
+    def finish(record: dict[str, Any]) -> None:
+        record["volumes"] = volumes
+
+    rel = attrgetter("rel")
+    return write_shard(index, items, encode, rel, specs, "npy", staging, finish)
 
 
 class VolumesKind(Kind[VolumeConfig, list[Item]]):
-    """3-D scans (and label volumes) reoriented, resampled, windowed and cropped once."""
-
-    name = "volumes"
+    command = "volumes"
     unit = "vol"
     noun = "volumes"
     task = staticmethod(volumes_shard)
@@ -175,7 +140,7 @@ class VolumesKind(Kind[VolumeConfig, list[Item]]):
             )
         self.items = items
         # `image`, with labels its `label` (class ids and the foreground index), a target a column
-        self.fields: dict[str, Field] = {"image": Volume(cfg.stored_dtype, cfg.orient.upper())}
+        self.fields = {"image": Volume(cfg.stored_dtype, cfg.orient.upper())}
         if labels is not None:
             self.fields["label"] = VolumeLabel("image", foreground=True)
         if self.targets is not None:
@@ -187,8 +152,7 @@ class VolumesKind(Kind[VolumeConfig, list[Item]]):
         return Inputs(len(items), rejects, fingerprint)
 
     def plan(self) -> list[list[Item]]:
-        n = self.cfg.shard_size
-        return [self.items[i : i + n] for i in range(0, len(self.items), n)]
+        return split_shards(self.items, [None], self.cfg.shard_size)
 
     def cost(self, shard: list[Item]) -> int:
         return sum(self.sizes.get(str(it.path), 0) for it in shard)
@@ -199,15 +163,8 @@ class VolumesKind(Kind[VolumeConfig, list[Item]]):
     def reusable(self, record: dict[str, Any]) -> bool:
         return named_by_rule(record["shard"], self.specs, "npy")
 
-    def manifest(self, records: list[dict[str, Any]]) -> Manifest:
-        return Manifest(
-            storage="npy",
-            arrays=self.specs,
-            shards=[Shard.from_dict(rec["shard"]) for rec in records],
-            fields={name: f.describe() for name, f in self.fields.items()},
-            command="volumes",
-            extra={"volumes": [v for rec in records for v in rec["volumes"]]},
-        )
+    def extra(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"volumes": [v for rec in records for v in rec["volumes"]]}
 
 
 def volumes(cfg: VolumeConfig, show_progress: bool = True, profile: bool = False) -> RunSummary:
