@@ -17,7 +17,7 @@ from loaders.format.spec import ArraySpec, array_name
 @dataclass(frozen=True)
 class Boxes(Placed):
     """Boxes (N, 4) float32, N a sample (0 allowed); `crop=` moves and clips them, the dataset
-    dropping those left under 1 px as transforms= does (loaders.datasets.roles)."""
+    dropping those left under 1 px as transforms= does (loaders.datasets.samples)."""
 
     kind = "boxes"
     ragged = True
