@@ -58,9 +58,6 @@ class Batch(Sequence[tuple[torch.Tensor, ...]]):
     def __getitem__(self, j: int) -> tuple[torch.Tensor, ...]:  # type: ignore[override]
         return tuple(t[j] for t in self.tensors)
 
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
-        return (self[j] for j in range(len(self)))
-
 
 def _unheld(t: torch.Tensor) -> bool:
     """No tensor, view or array but ours refers to `t`'s storage (2: ours and the one asking)."""
