@@ -1,8 +1,7 @@
-"""MixedDataset: datasets read as one, by a plan of (seed, epoch): in epoch e of `length` L,
-source k gives n_k = L * w_k samples (largest remainder), at the positions of its id in the
-n_k copies of each shuffled by rng([seed, 0, e]): positions [e * step_k, e * step_k + n_k) of
-its passes, each shuffled by rng([seed, 1, k, pass]). "wrap": step_k = n_k; "stop": step_k
-= len_k, L cut to the longest epoch no source runs out in.
+"""MixedDataset: datasets read as one. Epoch e of `length` L: source k gives n_k = L * w_k
+samples (largest remainder) at its positions in rng([seed, 0, e])'s shuffle, its passes'
+[e * step_k, e * step_k + n_k), each pass shuffled by rng([seed, 1, k, pass]); step_k = n_k
+("wrap"), or len_k with L cut to the longest epoch no source runs out in ("stop").
 
 >>> counts(10, np.array([0.6, 0.3, 0.1])).tolist()
 [6, 3, 1]

@@ -148,7 +148,7 @@ class TableDataset(ShardedDataset):
     def _fill(self, out: np.ndarray, names: list[str], plan: Plan) -> None:
         """out[:, j] (or out, 1-D) = array names[j] at the plan's rows, in the batch's order."""
         runs, parts, order = plan
-        cols = out.reshape(len(out), -1)
+        cols = out[:, None] if out.ndim == 1 else out  # a reshape fails on an empty batch
         for shard, dst, src in runs:
             for j, name in enumerate(names):
                 cols[dst, j] = self.arrays.array(self._shards[shard], name)[src]

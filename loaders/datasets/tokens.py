@@ -148,8 +148,7 @@ class DocumentDataset(_TokenSplit):
     def __getitem__(self, index: int) -> Any:
         start, end = self.span(index)
         out = np.empty(end - start, self.dtype)
-        if len(out):
-            self._read(start, out)
+        self._read(start, out)  # (an empty document: nothing read)
         # prep ends every document with eot_id (when the tokenizer has one): not an empty one
         if self.eot_id is not None and len(out) and out[-1] == self.eot_id:
             out = out[:-1]

@@ -197,8 +197,7 @@ class PatchDataset(VolumeDataset):
                 tensors.append(batch)
         return Batch(tuple(tensors))
 
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, ...]:
-        return self.__getitems__([index])[0]  # a patch is a batch of one, not a whole volume
+    __getitem__ = ShardedDataset.__getitem__  # a patch is a batch of one, not a whole volume
 
     def _shown(self) -> dict[str, Any]:
         said = dict(patch=self.patch, per_volume=self.per_volume, foreground=self.foreground)

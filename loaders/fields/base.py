@@ -66,7 +66,7 @@ class Field:
         return (declared.shape,)
 
     def follows(self) -> str | None:
-        """What transforms move this field as (loaders.datasets.roles): "image", "per_box"..."""
+        """What transforms move this field as (loaders.datasets.samples): "image", "per_box"..."""
         return None
 
     def dtypes(self, declared: ArraySpec) -> tuple[str, ...]:

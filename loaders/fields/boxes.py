@@ -16,7 +16,7 @@ from loaders.format.spec import ArraySpec, array_name
 
 @dataclass(frozen=True)
 class Boxes(Placed):
-    """Boxes (N, 4) float32; `crop=` moves and clips them (loaders.datasets.roles drops some)."""
+    """Boxes (N, 4) float32; `crop=` moves and clips them (loaders.datasets.samples drops some)."""
 
     kind = "boxes"
     ragged = True

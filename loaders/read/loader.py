@@ -58,9 +58,6 @@ class Batch(Sequence[tuple[torch.Tensor, ...]]):
     def __getitem__(self, j: int) -> tuple[torch.Tensor, ...]:  # type: ignore[override]
         return tuple(t[j] for t in self.tensors)
 
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
-        return (self[j] for j in range(len(self)))
-
 
 def _unheld(t: torch.Tensor) -> bool:
     """No tensor, view or array but ours refers to `t`'s storage (2: ours and the one asking)."""
@@ -295,28 +292,21 @@ def make_loader(
     if distributed or order != "sequential":
         if {"sampler", "batch_sampler"} & dataloader_kwargs.keys():
             raise ValueError("a sampler of your own replaces order=/distributed=: pass one")
-        kwargs["sampler"] = _sampler(dataset, order, seed, window, distributed, drop_last)
-        shuffle = False  # the sampler orders
-    kwargs.update(dataloader_kwargs)
-    threads = (getattr(dataset, "read_threads", None) or THREADS) if threads is None else threads
-    return Loader(dataset, batch_size=batch_size, shuffle=shuffle, threads=threads, **kwargs)
-
-
-def _sampler(
-    dataset: Dataset[Any], order: str, seed: int, window: int, distributed: bool, drop_last: bool
-) -> ShardSampler:
-    sizes = getattr(dataset, "shard_sizes", None)
-    if sizes is None:
-        if order == "quasi_random":
+        sizes = getattr(dataset, "shard_sizes", None)
+        if sizes is None and order == "quasi_random":
             raise ValueError(
                 f"{type(dataset).__name__} has no shard_sizes, which order='quasi_random' "
                 "needs; use order='random'"
             )
-        sizes = [len(dataset)]  # type: ignore[arg-type]
-    ranks = {} if distributed else {"num_replicas": 1, "rank": 0}
-    sampler = ShardSampler(sizes, order, seed, window, drop_last=drop_last, **ranks)
-    sampler.follow(dataset)  # a remote dataset prefetches the next quasi_random window
-    return sampler
+        ranks = {} if distributed else {"num_replicas": 1, "rank": 0}
+        sizes = [len(dataset)] if sizes is None else sizes  # type: ignore[arg-type]
+        sampler = ShardSampler(sizes, order, seed, window, drop_last=drop_last, **ranks)
+        sampler.follow(dataset)  # a remote dataset prefetches the next quasi_random window
+        kwargs["sampler"] = sampler
+        shuffle = False  # the sampler orders
+    kwargs.update(dataloader_kwargs)
+    threads = (getattr(dataset, "read_threads", None) or THREADS) if threads is None else threads
+    return Loader(dataset, batch_size=batch_size, shuffle=shuffle, threads=threads, **kwargs)
 
 
 class Loader(DataLoader[Any]):
