@@ -37,12 +37,16 @@ def _writer(
     name: str,
     config: type[RunConfig],
     runner: str,
-    stages: tuple[str, ...],
     doc: str,
+    stages: tuple[str, ...] = IMAGE_STAGES,
     one_size: bool = False,
+    group: typer.Typer = app,
+    arguments: tuple[str, ...] = ("src", "out"),
+    pattern: bool = False,
     **defaults: Any,
 ) -> None:
-    """Command `prep NAME` over `runner` (its module imported only when the command runs)."""
+    """Command `prep NAME` over `runner` (its module imported only when the command runs);
+    `pattern`: SRC is a brace pattern."""
 
     def check(cfg: Any) -> None:
         if one_size and len(cfg.sizes) != 1:
@@ -50,7 +54,10 @@ def _writer(
                 f"prep {name} makes one size, not {cfg.sizes}: use prep pack --sizes for several"
             )
 
-    app.command(name)(friendly(command(config, runner, stages, doc, defaults, check)))
+    cmd = command(config, runner, stages, doc, defaults, check, arguments)
+    if pattern:
+        cmd = _one_pattern(cmd)
+    group.command(name, context_settings={"allow_extra_args": pattern})(friendly(cmd))
 
 
 PACK_HELP = """Pack images into uint8 shards at one or more sizes, from ONE decode each.
@@ -119,15 +126,15 @@ Example: prep video data/demo-video data/packed-video --fps 8 --size 64 --codec 
 PACK = "prep.kinds.images.pack:pack"
 AUDIO_STAGES = ("list", "read", "resample", "write", "checksum")
 VIDEO_STAGES = ("read", "decode", "resize", "encode", "write")
-_writer("pack", PackConfig, PACK, IMAGE_STAGES, PACK_HELP)
-_writer("resize", PackConfig, PACK, IMAGE_STAGES, RESIZE_HELP, one_size=True)
-_writer("grayscale", PackConfig, PACK, IMAGE_STAGES, GRAYSCALE_HELP, one_size=True, gray=True)
-_writer("tokenize", TokenizeConfig, "prep.kinds.text.tokenize:tokenize", TEXT_STAGES, TOKENIZE_HELP)
-_writer("audio", AudioConfig, "prep.kinds.audio.pack:audio", AUDIO_STAGES, AUDIO_HELP)
-_writer("volumes", VolumeConfig, "prep.kinds.volumes.pack:volumes", (), VOLUMES_HELP)
-_writer("samples", SamplesConfig, "prep.kinds.samples.pack:pack_recipe", IMAGE_STAGES, SAMPLES_HELP)
-_writer("table", TableConfig, "prep.kinds.table.pack:pack_table", (), TABLE_HELP)
-_writer("video", VideoConfig, "prep.kinds.video.pack:pack_video", VIDEO_STAGES, VIDEO_HELP)
+_writer("pack", PackConfig, PACK, PACK_HELP)
+_writer("resize", PackConfig, PACK, RESIZE_HELP, one_size=True)
+_writer("grayscale", PackConfig, PACK, GRAYSCALE_HELP, one_size=True, gray=True)
+_writer("tokenize", TokenizeConfig, "prep.kinds.text.tokenize:tokenize", TOKENIZE_HELP, TEXT_STAGES)
+_writer("audio", AudioConfig, "prep.kinds.audio.pack:audio", AUDIO_HELP, AUDIO_STAGES)
+_writer("volumes", VolumeConfig, "prep.kinds.volumes.pack:volumes", VOLUMES_HELP, ())
+_writer("samples", SamplesConfig, "prep.kinds.samples.pack:pack_recipe", SAMPLES_HELP)
+_writer("table", TableConfig, "prep.kinds.table.pack:pack_table", TABLE_HELP, ())
+_writer("video", VideoConfig, "prep.kinds.video.pack:pack_video", VIDEO_HELP, VIDEO_STAGES)
 
 
 @app.command()
@@ -217,21 +224,6 @@ import_app = typer.Typer(
 )
 
 
-def _add(
-    name: str,
-    config: type[RunConfig],
-    runner: str,
-    doc: str,
-    arguments: tuple[str, ...] = ("src", "out"),
-    pattern: bool = False,
-) -> None:
-    """Command `prep import NAME` over `runner`; `pattern`: SRC is a brace pattern."""
-    cmd = command(config, runner, IMAGE_STAGES, doc, arguments=arguments)
-    if pattern:
-        cmd = _one_pattern(cmd)
-    import_app.command(name, context_settings={"allow_extra_args": pattern})(friendly(cmd))
-
-
 def _one_pattern(cmd: Any) -> Any:
     """More arguments than SRC OUT: an unquoted brace pattern the shell expanded; one line."""
 
@@ -282,8 +274,11 @@ other -> bytes, and __key__. A sample missing a field (--fields: which), with a 
 Example: prep import webdataset 'shards/train-{000000..000099}.tar' packed/wds --sizes 224
 """
 
+_add = functools.partial(_writer, group=import_app)
 COCO_ARGUMENTS = ("src", "images", "out")  # COCO's IMAGES_DIR between SRC and OUT
-_add("coco", CocoConfig, "prep.kinds.importers.coco:import_coco", COCO_HELP, COCO_ARGUMENTS)
+_add(
+    "coco", CocoConfig, "prep.kinds.importers.coco:import_coco", COCO_HELP, arguments=COCO_ARGUMENTS
+)
 _add("pairs", PairsConfig, "prep.kinds.importers.pairs:import_pairs", PAIRS_HELP)
 _add("hf", HFConfig, "prep.kinds.importers.hf:import_hf", HF_HELP)
 _add("webdataset", WdsConfig, "prep.kinds.importers.wds:import_webdataset", WDS_HELP, pattern=True)
