@@ -362,14 +362,25 @@ class CocoKind(SamplesRun):
     def list_inputs(self) -> Inputs:
         path = Path(str(self.cfg.src))
         data, self.data = self.data or read_coco(path), None  # not kept through the run
-        items, rejects, self.skipped = coco_images(data, self.categories, self.cfg)
-        items, missing, stats = _found(items[: self.cfg.limit], self.cfg.images)
-        rejects += missing
+        listed, rejects, self.skipped = coco_images(data, self.categories, self.cfg)
+        hint = f". HINT: file_name is relative to IMAGES ({self.cfg.images})"
+        self.items = items = []
+        for it in listed[: self.cfg.limit]:  # the images that are there
+            bad = check_file(Path(it.value["path"]), it.rel)
+            if bad is None:
+                items.append(it)
+                continue
+            told = bad["message"]
+            bad["message"] = f"image {it.value['path']}: {told}{'' if 'HINT' in told else hint}"
+            rejects.append(bad)
         self.counts = [(it.rel, len(it.value["labels"]), it.value["dropped"]) for it in items]
         # The JSON and every image file: a changed image is not resumed as the same.
-        said = [*file_stats([path]), self.described(), *stats]
+        said = [
+            *file_stats([path]),
+            self.described(),
+            *file_stats([Path(it.value["path"]) for it in items]),
+        ]
         digest = hashlib.sha256(json.dumps(said).encode()).hexdigest()
-        self.items = items
         if not items:
             first = f"; the first, {rejects[0]['path']}: {rejects[0]['message']}" if rejects else ""
             raise PrepError(f"no images to import in {path} ({len(rejects)} rejected{first})")
@@ -379,23 +390,6 @@ class CocoKind(SamplesRun):
         said: dict[str, Any] = {"annotations": Path(str(self.cfg.src)).name}
         said["categories"] = self.categories.described
         return super().extra(records) | {"coco": said}
-
-
-def _found(
-    items: list[Item], folder: Any
-) -> tuple[list[Item], list[dict[str, Any]], list[tuple[str, int, int]]]:
-    """The items whose image file is there, rejects for the others, and the files' stats."""
-    kept, rejects = [], []
-    for it in items:
-        bad = check_file(Path(it.value["path"]), it.rel)
-        if bad is None:
-            kept.append(it)
-            continue
-        said = bad["message"]
-        hint = f". HINT: file_name is relative to IMAGES ({folder})"
-        bad["message"] = f"image {it.value['path']}: {said}{'' if 'HINT' in said else hint}"
-        rejects.append(bad)
-    return kept, rejects, file_stats([Path(it.value["path"]) for it in kept])
 
 
 def import_coco(cfg: CocoConfig, show_progress: bool = True, profile: bool = False) -> RunSummary:

@@ -41,18 +41,14 @@ class SamplesKind(SamplesRun):
         if self.cfg.backend != "threads":
             check_shippable(make, self.cfg.backend)
         self.items, self.base = listing.items, listing.base
-        said = [listing.fingerprint, _identity(make), self.described()]
+        try:  # the function's name and, where known, its source
+            source = inspect.getsource(make)
+        except (OSError, TypeError):
+            source = ""
+        named = f"{getattr(make, '__module__', '')}.{getattr(make, '__qualname__', '')}:{source}"
+        said = [listing.fingerprint, named, self.described()]
         digest = hashlib.sha256(repr(said).encode()).hexdigest()
         return Inputs(len(listing.items), listing.rejects, digest)
-
-
-def _identity(make: Callable[..., Any]) -> str:
-    """The function's name and, where known, its source."""
-    try:
-        source = inspect.getsource(make)
-    except (OSError, TypeError):
-        source = ""
-    return f"{getattr(make, '__module__', '')}.{getattr(make, '__qualname__', '')}:{source}"
 
 
 def pack_samples(
