@@ -4,7 +4,7 @@ where the files a source names may be. Light to import: the CLI builds its comma
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any, ClassVar
@@ -188,6 +188,7 @@ class Tree:
 
     root: Path
     allow_outside: bool = False
+    _folders: dict[str, Path] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @cached_property
     def real(self) -> Path:
@@ -213,10 +214,6 @@ class Tree:
                 return None
             said = f"{name!r} is a link to {real}, outside {self.root}"
         return f"{said}. {HINT}"
-
-    @cached_property
-    def _folders(self) -> dict[str, Path]:
-        return {}
 
     def _resolved(self, path: Path) -> Path:
         """`path` with its links resolved: its folder once a tree (a COCO file's images share a
