@@ -32,7 +32,7 @@ def friendly(fn: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         # SIGTERM (a batch scheduler's stop) ends a run as Ctrl-C does, resumable.
         in_main = threading.current_thread() is threading.main_thread()
-        previous = signal.signal(signal.SIGTERM, _interrupt) if in_main else None
+        previous = signal.signal(signal.SIGTERM, signal.default_int_handler) if in_main else None
         try:
             return fn(*args, **kwargs)
         except (PrepError, FormatError) as e:
@@ -50,10 +50,6 @@ def friendly(fn: F) -> F:
                 signal.signal(signal.SIGTERM, previous)
 
     return wrapper  # type: ignore[return-value]
-
-
-def _interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
 
 
 @contextlib.contextmanager
