@@ -21,15 +21,6 @@ from prep.run.samples import Item, SamplesRun, UserFunction
 from prep.sources.samples import list_inputs
 
 
-def fields_of(cfg: PairsConfig) -> dict[str, Any]:
-    fields: dict[str, Any] = {"image": image_field(cfg), "caption": Text()}
-    if cfg.tokenizer:
-        if not Path(cfg.tokenizer).is_file():
-            raise UsageError(f"--tokenizer {cfg.tokenizer}: no such file (a tokenizer.json)")
-        fields["tokens"] = Tokens(cfg.tokenizer)
-    return fields
-
-
 def make_pair(
     row: dict[str, Any], image_column: str, text_column: str, tokens: bool, allow_empty: bool
 ) -> dict[str, Any]:
@@ -75,7 +66,12 @@ class PairsKind(SamplesRun):
             allow_empty=cfg.allow_empty,
         )
         self.make = UserFunction(make)
-        self.declare(fields_of(cfg))
+        fields: dict[str, Any] = {"image": image_field(cfg), "caption": Text()}
+        if cfg.tokenizer:
+            if not Path(cfg.tokenizer).is_file():
+                raise UsageError(f"--tokenizer {cfg.tokenizer}: no such file (a tokenizer.json)")
+            fields["tokens"] = Tokens(cfg.tokenizer)
+        self.declare(fields)
 
     def list_inputs(self) -> Inputs:
         cfg = self.cfg
