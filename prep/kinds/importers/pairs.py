@@ -108,7 +108,8 @@ class PairsKind(SamplesRun):
         a missing or outside image is a reject now, in `rejects`."""
         base = self.base or Path()
         tree = Tree(base, self.cfg.allow_outside)
-        kept, stats = [], []
+        kept: list[Item] = []
+        stats: list[tuple[int, int] | None] = []
         for it in items:
             path = image_of(it.value.get(self.cfg.image_column))
             if not isinstance(path, str) or not path:  # bytes, or no image: make_pair says
@@ -121,7 +122,11 @@ class PairsKind(SamplesRun):
             bad = check_file(base / path, it.rel)
             if bad is None:
                 kept.append(dataclasses.replace(it, source=path))
-                stats.append(_stat(base / path))
+                try:
+                    st = (base / path).stat()
+                    stats.append((st.st_size, st.st_mtime_ns))
+                except (OSError, ValueError):  # a missing image: its reject comes when decoded
+                    stats.append(None)
                 continue
             hint = (
                 f". HINT: a relative path in --image-column {self.cfg.image_column} is "
@@ -142,14 +147,6 @@ class PairsKind(SamplesRun):
             "text_column": self.cfg.text_column,
         }
         return super().extra(records) | {"pairs": pairs}
-
-
-def _stat(path: Path) -> tuple[int, int] | None:
-    try:
-        st = path.stat()
-    except (OSError, ValueError):  # a missing image: its reject comes when it is decoded
-        return None
-    return st.st_size, st.st_mtime_ns
 
 
 def import_pairs(cfg: PairsConfig, show_progress: bool = True, profile: bool = False) -> RunSummary:
