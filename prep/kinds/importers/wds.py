@@ -195,10 +195,6 @@ IMAGES = ("jpg", "jpeg", "png", "webp")
 KINDS = dict.fromkeys(IMAGES, "image") | dict(cls="label", txt="text", json="json", npy="array")
 
 
-def kind_of(ext: str) -> str:
-    return KINDS.get(ext.rsplit(".", 1)[-1].lower(), "bytes")
-
-
 @dataclass(frozen=True)
 class Declared:
     """A field of the import: the extension of its members (`jpg;png`: either) and its kind."""
@@ -314,7 +310,7 @@ def _declared(cfg: WdsConfig, scans: list[Scan], seen: dict[str, int]) -> tuple[
     pictures = [e for e in exts if all(a in IMAGES for a in e.split(";"))]
     declared = []
     for e in exts:
-        kinds = {kind_of(a) for a in e.split(";")}
+        kinds = {KINDS.get(a.rsplit(".", 1)[-1].lower(), "bytes") for a in e.split(";")}
         kind = kinds.pop() if len(kinds) == 1 else "bytes"
         name = "image" if pictures == [e] else field_name(e.split(";")[0])
         declared.append(Declared(name, e, kind))
