@@ -133,9 +133,9 @@ def command(
     runner: str,
     stages: tuple[str, ...],
     doc: str,
-    defaults: dict[str, Any] | None = None,
-    check: Callable[[Any], None] | None = None,
-    arguments: tuple[str, ...] = ("src", "out"),
+    defaults: dict[str, Any],
+    check: Callable[[Any], None],
+    arguments: tuple[str, ...],
 ) -> Callable[..., None]:
     """A writing command for config class `cls`: it loads the config (defaults < file <
     command line), `check`s it, runs `runner` ("module:function", imported only then) and
@@ -147,8 +147,7 @@ def command(
         if isinstance(given.get("sizes"), str):
             given["sizes"] = listed(given["sizes"], "--sizes", int)
         cfg = load_config(cls, cls.SECTION, config, given)
-        if check is not None:
-            check(cfg)
+        check(cfg)
         module, function = runner.split(":")
         summary = getattr(importlib.import_module(module), function)(cfg, not quiet, profile)
         typer.echo(summary.line())
@@ -156,7 +155,7 @@ def command(
             workers = min(cfg.n_jobs, max(1, summary.shards - summary.reused))
             typer.echo(profile_table(summary.stages, stages, workers))
 
-    hints, defaults = get_type_hints(cls), defaults or {}
+    hints = get_type_hints(cls)
     order = {name: i for i, name in enumerate(arguments)}
     fields = sorted(dataclasses.fields(cls), key=lambda f: order.get(f.name, len(order)))
     params = [_parameter(f, hints[f.name], defaults.get(f.name), arguments) for f in fields]
