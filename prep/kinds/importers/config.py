@@ -173,9 +173,6 @@ def image_field(cfg: ImportConfig) -> Any:
     )
 
 
-HINT = "HINT: a source names files inside its own folder; --allow-outside reads them anyway"
-
-
 @dataclass(frozen=True)
 class Tree:
     """The folder a source's paths are relative to, and whether they may leave it: they stay
@@ -213,7 +210,8 @@ class Tree:
             if real == self.real or real.is_relative_to(self.real):
                 return None
             said = f"{name!r} is a link to {real}, outside {self.root}"
-        return f"{said}. {HINT}"
+        hint = "a source names files inside its own folder; --allow-outside reads them anyway"
+        return f"{said}. HINT: {hint}"
 
     def _resolved(self, path: Path) -> Path:
         """`path` with its links resolved: its folder once a tree (a COCO file's images share a
