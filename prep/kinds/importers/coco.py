@@ -84,17 +84,6 @@ def categories_of(data: dict[str, Any], path: Path | str) -> Categories:
     return Categories(ids, [n for _, n, _ in found], described)
 
 
-def keypoints_of(anns: list[Any], joints: int) -> np.ndarray:
-    """float32 (N, joints, 3) of the annotations' flat `keypoints` (x, y, v), zeros where none."""
-    out = np.zeros((len(anns), joints, 3), np.float32)
-    for i, a in enumerate(anns):
-        flat = np.asarray(a.get("keypoints") or [], np.float32).reshape(-1, 3)
-        if len(flat) > joints:
-            raise ValueError(f"annotation {a.get('id')} has {len(flat)} keypoints, not {joints}")
-        out[i, : len(flat)] = flat
-    return out
-
-
 def upright_hw(path: Path) -> tuple[int, int] | None:
     """The (h, w) of the image at `path` upright (EXIF applied), None when unreadable."""
     try:
@@ -183,11 +172,18 @@ def _parse(
     boxes = np.concatenate([xywh[:, :2], xywh[:, :2] + xywh[:, 2:]], axis=1)
     labels = np.array([label[c] for c in cats], np.int64)
     points = None
-    if cfg.keypoints:
-        try:
-            points = keypoints_of(anns, categories.joints)
-        except (TypeError, ValueError) as e:
-            raise InputReject("bad_annotation", f"keypoints: {e}") from e
+    if cfg.keypoints:  # float32 (N, joints, 3) of each flat `keypoints` (x, y, v), zeros where none
+        joints = categories.joints
+        points = np.zeros((len(anns), joints, 3), np.float32)
+        for i, a in enumerate(anns):
+            try:
+                flat = np.asarray(a.get("keypoints") or [], np.float32).reshape(-1, 3)
+            except (TypeError, ValueError) as e:
+                raise InputReject("bad_annotation", f"keypoints: {e}") from e
+            if len(flat) > joints:
+                why = f"keypoints: annotation {a.get('id')} has {len(flat)} keypoints, not {joints}"
+                raise InputReject("bad_annotation", why)
+            points[i, : len(flat)] = flat
     path = str(tree.root / name)
     return _Parsed(path, hw, image_id, anns, boxes, labels, crowd, area, points)
 
