@@ -77,7 +77,7 @@ def test_fuzz_coco_json(tmp_path: Path) -> None:
     entry is its image's reject); rasterise refuses a segmentation with ValueError, TypeError
     or KeyError (the importer's bad_segmentation)."""
     from prep.fields.rle import rasterise
-    from prep.kinds.importers.coco_items import categories_of, coco_images, parse_coco
+    from prep.kinds.importers.coco import categories_of, coco_images, parse_coco
     from prep.kinds.importers.config import CocoConfig
 
     # Frames past 4096 px are refused first (too_large): masks stay small.
@@ -217,9 +217,9 @@ def test_fuzz_wds_tar(tmp_path: Path) -> None:
     is a reject); each member's bytes taken by its field: value_of raises Reject only, and
     npy_header one of NPY_ERRORS."""
     from prep.kinds.importers.wds import (
+        KINDS,
         NPY_ERRORS,
         Declared,
-        kind_of,
         npy_header,
         scan_tar,
         value_of,
@@ -244,7 +244,8 @@ def test_fuzz_wds_tar(tmp_path: Path) -> None:
                 f.seek(offset)
                 member = f.read(size)
                 with contextlib.suppress(Reject):
-                    value_of(Declared(key, ext, kind_of(ext)), member)
+                    kind = KINDS.get(ext.rsplit(".", 1)[-1].lower(), "bytes")
+                    value_of(Declared(key, ext, kind), member)
                 with contextlib.suppress(*NPY_ERRORS):
                     npy_header(io.BytesIO(member))
 

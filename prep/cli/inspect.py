@@ -228,7 +228,14 @@ def dupes(
 
     if not 0 <= max_distance <= 32:
         raise UsageError(f"--max-distance {max_distance} must be 0..32")
-    against = _other(root, against, split, against_split)
+    if against is None and against_split is not None:  # ROOT's other split
+        against = root
+    same = against is not None and against.resolve() == root.resolve()
+    if same and (split is None or against_split is None or split == against_split):
+        raise UsageError(
+            f"{root} against itself. HINT: name two splits of it (--split train "
+            "--against-split val), or run prep dupes ROOT alone for its groups"
+        )
     h = dataset_hashes(root, compute, split)
     doc: dict[str, Any] = {"root": _named(root, split)}
     if against is None:
@@ -246,19 +253,6 @@ def dupes(
     doc |= {"against": _named(against, against_split), "samples": len(h)}
     doc |= {"against_samples": len(other), "max_distance": max_distance, "pairs": pairs}
     typer.echo(json.dumps(doc, indent=1) if as_json else _pairs_text(doc))
-
-
-def _other(root: Path, against: Path | None, split: str | None, other: str | None) -> Path | None:
-    """The dataset to compare ROOT with (ROOT itself for --against-split alone), or None."""
-    if against is None and other is not None:
-        against = root
-    same = against is not None and against.resolve() == root.resolve()
-    if same and (split is None or other is None or split == other):
-        raise UsageError(
-            f"{root} against itself. HINT: name two splits of it (--split train "
-            "--against-split val), or run prep dupes ROOT alone for its groups"
-        )
-    return against
 
 
 def _named(root: Path, split: str | None) -> str:

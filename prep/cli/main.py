@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 
-from prep.cli.imports import app as import_app
 from prep.cli.inspect import dupes, info, preview, report, tune, verify
 from prep.cli.options import JobsOpt, QuietOpt, command, friendly
 from prep.kinds.audio.config import AudioConfig
 from prep.kinds.images.config import PackConfig
+from prep.kinds.importers.config import CocoConfig, HFConfig, PairsConfig, WdsConfig, unquoted
 from prep.kinds.samples.config import SamplesConfig
 from prep.kinds.table.config import TableConfig
 from prep.kinds.text.config import TokenizeConfig
@@ -35,12 +37,16 @@ def _writer(
     name: str,
     config: type[RunConfig],
     runner: str,
-    stages: tuple[str, ...],
     doc: str,
+    stages: tuple[str, ...] = IMAGE_STAGES,
     one_size: bool = False,
+    group: typer.Typer = app,
+    arguments: tuple[str, ...] = ("src", "out"),
+    pattern: bool = False,
     **defaults: Any,
 ) -> None:
-    """Command `prep NAME` over `runner` (its module imported only when the command runs)."""
+    """Command `prep NAME` over `runner` (its module imported only when the command runs);
+    `pattern`: SRC is a brace pattern."""
 
     def check(cfg: Any) -> None:
         if one_size and len(cfg.sizes) != 1:
@@ -48,7 +54,10 @@ def _writer(
                 f"prep {name} makes one size, not {cfg.sizes}: use prep pack --sizes for several"
             )
 
-    app.command(name)(friendly(command(config, runner, stages, doc, defaults, check)))
+    cmd = command(config, runner, stages, doc, defaults, check, arguments)
+    if pattern:
+        cmd = _one_pattern(cmd)
+    group.command(name, context_settings={"allow_extra_args": pattern})(friendly(cmd))
 
 
 PACK_HELP = """Pack images into uint8 shards at one or more sizes, from ONE decode each.
@@ -117,15 +126,15 @@ Example: prep video data/demo-video data/packed-video --fps 8 --size 64 --codec 
 PACK = "prep.kinds.images.pack:pack"
 AUDIO_STAGES = ("list", "read", "resample", "write", "checksum")
 VIDEO_STAGES = ("read", "decode", "resize", "encode", "write")
-_writer("pack", PackConfig, PACK, IMAGE_STAGES, PACK_HELP)
-_writer("resize", PackConfig, PACK, IMAGE_STAGES, RESIZE_HELP, one_size=True)
-_writer("grayscale", PackConfig, PACK, IMAGE_STAGES, GRAYSCALE_HELP, one_size=True, gray=True)
-_writer("tokenize", TokenizeConfig, "prep.kinds.text.tokenize:tokenize", TEXT_STAGES, TOKENIZE_HELP)
-_writer("audio", AudioConfig, "prep.kinds.audio.pack:audio", AUDIO_STAGES, AUDIO_HELP)
-_writer("volumes", VolumeConfig, "prep.kinds.volumes.pack:volumes", (), VOLUMES_HELP)
-_writer("samples", SamplesConfig, "prep.kinds.samples.pack:pack_recipe", IMAGE_STAGES, SAMPLES_HELP)
-_writer("table", TableConfig, "prep.kinds.table.pack:pack_table", (), TABLE_HELP)
-_writer("video", VideoConfig, "prep.kinds.video.pack:pack_video", VIDEO_STAGES, VIDEO_HELP)
+_writer("pack", PackConfig, PACK, PACK_HELP)
+_writer("resize", PackConfig, PACK, RESIZE_HELP, one_size=True)
+_writer("grayscale", PackConfig, PACK, GRAYSCALE_HELP, one_size=True, gray=True)
+_writer("tokenize", TokenizeConfig, "prep.kinds.text.tokenize:tokenize", TOKENIZE_HELP, TEXT_STAGES)
+_writer("audio", AudioConfig, "prep.kinds.audio.pack:audio", AUDIO_HELP, AUDIO_STAGES)
+_writer("volumes", VolumeConfig, "prep.kinds.volumes.pack:volumes", VOLUMES_HELP, ())
+_writer("samples", SamplesConfig, "prep.kinds.samples.pack:pack_recipe", SAMPLES_HELP)
+_writer("table", TableConfig, "prep.kinds.table.pack:pack_table", TABLE_HELP, ())
+_writer("video", VideoConfig, "prep.kinds.video.pack:pack_video", VIDEO_HELP, VIDEO_STAGES)
 
 
 @app.command()
@@ -205,6 +214,74 @@ def demo(
         f"{raw}: {count} images in {raw / 'images'}, masks in {raw / 'masks'}, "
         f"text in {raw / 'text'}; import sources: coco.json, captions.csv, hf/, wds/, tree/"
     )
+
+
+import_app = typer.Typer(
+    help="Import data that sits in another format (COCO, image-text pairs, ...) as samples.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _one_pattern(cmd: Any) -> Any:
+    """More arguments than SRC OUT: an unquoted brace pattern the shell expanded; one line."""
+
+    @functools.wraps(cmd)
+    def checked(ctx: typer.Context, **values: Any) -> None:
+        if ctx.args:
+            raise unquoted(f"{len(ctx.args) + 2} arguments where SRC OUT are 2")
+        cmd(**values)
+
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    ctx = inspect.Parameter("ctx", kind, annotation=typer.Context)
+    params = [ctx, *inspect.signature(cmd).parameters.values()]
+    checked.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    return checked
+
+
+COCO_HELP = """\
+Import a COCO instances JSON and its images: image, boxes, labels, iscrowd, area, image_id.
+
+Boxes are float32 (x0, y0, x1, y1) in the stored image's pixels: resized, cropped and padded
+with it (a box cut by the crop is clipped; one left with no area is dropped and counted).
+
+Example: prep import coco instances_train2017.json train2017/ packed/coco --sizes 512 --mode keep
+"""
+
+PAIRS_HELP = """\
+Import image-caption pairs from a .csv, .jsonl or .parquet: image, caption (and tokens).
+
+Example: prep import pairs captions.parquet packed/pairs --image-column path --text-column caption
+"""
+
+HF_HELP = """\
+Import a Hugging Face dataset from disk (save_to_disk, or Parquet files), read with pyarrow.
+
+Features become fields: Image -> image, ClassLabel -> label with its names, Value -> scalar,
+text or bytes, List/Sequence -> ragged array (JSON for strings), Array2D-5D -> array, a dict ->
+a field a key. Each split gets its own shards; the manifest records the splits and features.
+
+Example: prep import hf ~/hf/my_dataset packed/hf --sizes 224
+"""
+
+WDS_HELP = """Import WebDataset tar shards: samples grouped by key, a field an extension.
+
+.jpg/.png/.webp -> the field image, .cls -> label, .txt -> text, .json -> JSON, .npy -> array,
+other -> bytes, and __key__. A sample missing a field (--fields: which), with a member over
+--max-member-mb, or in a truncated tar is a reject. Quote the pattern (the shell expands it).
+
+Example: prep import webdataset 'shards/train-{000000..000099}.tar' packed/wds --sizes 224
+"""
+
+_add = functools.partial(_writer, group=import_app)
+COCO_ARGUMENTS = ("src", "images", "out")  # COCO's IMAGES_DIR between SRC and OUT
+_add(
+    "coco", CocoConfig, "prep.kinds.importers.coco:import_coco", COCO_HELP, arguments=COCO_ARGUMENTS
+)
+_add("pairs", PairsConfig, "prep.kinds.importers.pairs:import_pairs", PAIRS_HELP)
+_add("hf", HFConfig, "prep.kinds.importers.hf:import_hf", HF_HELP)
+_add("webdataset", WdsConfig, "prep.kinds.importers.wds:import_webdataset", WDS_HELP, pattern=True)
 
 
 for _command in (demo, info, verify, preview, tune, report, dupes):

@@ -32,7 +32,7 @@ def friendly(fn: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         # SIGTERM (a batch scheduler's stop) ends a run as Ctrl-C does, resumable.
         in_main = threading.current_thread() is threading.main_thread()
-        previous = signal.signal(signal.SIGTERM, _interrupt) if in_main else None
+        previous = signal.signal(signal.SIGTERM, signal.default_int_handler) if in_main else None
         try:
             return fn(*args, **kwargs)
         except (PrepError, FormatError) as e:
@@ -50,10 +50,6 @@ def friendly(fn: F) -> F:
                 signal.signal(signal.SIGTERM, previous)
 
     return wrapper  # type: ignore[return-value]
-
-
-def _interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
 
 
 @contextlib.contextmanager
@@ -137,9 +133,9 @@ def command(
     runner: str,
     stages: tuple[str, ...],
     doc: str,
-    defaults: dict[str, Any] | None = None,
-    check: Callable[[Any], None] | None = None,
-    arguments: tuple[str, ...] = ("src", "out"),
+    defaults: dict[str, Any],
+    check: Callable[[Any], None],
+    arguments: tuple[str, ...],
 ) -> Callable[..., None]:
     """A writing command for config class `cls`: it loads the config (defaults < file <
     command line), `check`s it, runs `runner` ("module:function", imported only then) and
@@ -151,8 +147,7 @@ def command(
         if isinstance(given.get("sizes"), str):
             given["sizes"] = listed(given["sizes"], "--sizes", int)
         cfg = load_config(cls, cls.SECTION, config, given)
-        if check is not None:
-            check(cfg)
+        check(cfg)
         module, function = runner.split(":")
         summary = getattr(importlib.import_module(module), function)(cfg, not quiet, profile)
         typer.echo(summary.line())
@@ -160,7 +155,7 @@ def command(
             workers = min(cfg.n_jobs, max(1, summary.shards - summary.reused))
             typer.echo(profile_table(summary.stages, stages, workers))
 
-    hints, defaults = get_type_hints(cls), defaults or {}
+    hints = get_type_hints(cls)
     order = {name: i for i, name in enumerate(arguments)}
     fields = sorted(dataclasses.fields(cls), key=lambda f: order.get(f.name, len(order)))
     params = [_parameter(f, hints[f.name], defaults.get(f.name), arguments) for f in fields]

@@ -4,7 +4,7 @@ where the files a source names may be. Light to import: the CLI builds its comma
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any, ClassVar
@@ -173,9 +173,6 @@ def image_field(cfg: ImportConfig) -> Any:
     )
 
 
-HINT = "HINT: a source names files inside its own folder; --allow-outside reads them anyway"
-
-
 @dataclass(frozen=True)
 class Tree:
     """The folder a source's paths are relative to, and whether they may leave it: they stay
@@ -188,6 +185,7 @@ class Tree:
 
     root: Path
     allow_outside: bool = False
+    _folders: dict[str, Path] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @cached_property
     def real(self) -> Path:
@@ -212,11 +210,8 @@ class Tree:
             if real == self.real or real.is_relative_to(self.real):
                 return None
             said = f"{name!r} is a link to {real}, outside {self.root}"
-        return f"{said}. {HINT}"
-
-    @cached_property
-    def _folders(self) -> dict[str, Path]:
-        return {}
+        hint = "a source names files inside its own folder; --allow-outside reads them anyway"
+        return f"{said}. HINT: {hint}"
 
     def _resolved(self, path: Path) -> Path:
         """`path` with its links resolved: its folder once a tree (a COCO file's images share a

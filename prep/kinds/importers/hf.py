@@ -125,7 +125,14 @@ def list_source(
     """The rows of `src`'s `splits` as inputs, and the make() of its columns `only` (None: all).
     A row's `source` is its split and index as `datasets` numbers it: `train/12` (or `3`)."""
     tree = Tree(src.absolute(), allow_outside)
-    layout, parts = _chosen(src, splits, tree)
+    layout, parts = find_parts(src, tree)
+    if not parts:
+        raise UsageError(f"{src}: its dataset_dict.json or state.json lists no data file")
+    have = list(dict.fromkeys(str(p.split) for p in parts))
+    unknown = [s for s in splits or () if s not in have]
+    if unknown:
+        raise UsageError(f"{src}: no split {unknown[0]!r}; it has {', '.join(have)}")
+    parts = [p for p in parts if splits is None or str(p.split) in splits]
     items: list[Item] = []
     counts: dict[str | None, int] = {}
     features: dict[str, Any] | None = None
@@ -160,17 +167,6 @@ def list_source(
     stats = file_stats([p.path for p in parts])
     rows = HFRows(tuple(str(p.path) for p in parts), tuple(columns), tree)
     return Source(items, counts, [], stats, extra), rows
-
-
-def _chosen(src: Path, splits: list[str] | None, tree: Tree) -> tuple[str, list[Part]]:
-    layout, parts = find_parts(src, tree)
-    if not parts:
-        raise UsageError(f"{src}: its dataset_dict.json or state.json lists no data file")
-    have = list(dict.fromkeys(str(p.split) for p in parts))
-    unknown = [s for s in splits or () if s not in have]
-    if unknown:
-        raise UsageError(f"{src}: no split {unknown[0]!r}; it has {', '.join(have)}")
-    return layout, [p for p in parts if splits is None or str(p.split) in splits]
 
 
 def _columns(src: Path, features: dict[str, Any], only: list[str] | None) -> list[Column]:

@@ -21,15 +21,6 @@ from prep.run.samples import Item, SamplesRun, UserFunction
 from prep.sources.samples import list_inputs
 
 
-def fields_of(cfg: PairsConfig) -> dict[str, Any]:
-    fields: dict[str, Any] = {"image": image_field(cfg), "caption": Text()}
-    if cfg.tokenizer:
-        if not Path(cfg.tokenizer).is_file():
-            raise UsageError(f"--tokenizer {cfg.tokenizer}: no such file (a tokenizer.json)")
-        fields["tokens"] = Tokens(cfg.tokenizer)
-    return fields
-
-
 def make_pair(
     row: dict[str, Any], image_column: str, text_column: str, tokens: bool, allow_empty: bool
 ) -> dict[str, Any]:
@@ -75,7 +66,12 @@ class PairsKind(SamplesRun):
             allow_empty=cfg.allow_empty,
         )
         self.make = UserFunction(make)
-        self.declare(fields_of(cfg))
+        fields: dict[str, Any] = {"image": image_field(cfg), "caption": Text()}
+        if cfg.tokenizer:
+            if not Path(cfg.tokenizer).is_file():
+                raise UsageError(f"--tokenizer {cfg.tokenizer}: no such file (a tokenizer.json)")
+            fields["tokens"] = Tokens(cfg.tokenizer)
+        self.declare(fields)
 
     def list_inputs(self) -> Inputs:
         cfg = self.cfg
@@ -112,7 +108,8 @@ class PairsKind(SamplesRun):
         a missing or outside image is a reject now, in `rejects`."""
         base = self.base or Path()
         tree = Tree(base, self.cfg.allow_outside)
-        kept, stats = [], []
+        kept: list[Item] = []
+        stats: list[tuple[int, int] | None] = []
         for it in items:
             path = image_of(it.value.get(self.cfg.image_column))
             if not isinstance(path, str) or not path:  # bytes, or no image: make_pair says
@@ -125,7 +122,11 @@ class PairsKind(SamplesRun):
             bad = check_file(base / path, it.rel)
             if bad is None:
                 kept.append(dataclasses.replace(it, source=path))
-                stats.append(_stat(base / path))
+                try:
+                    st = (base / path).stat()
+                    stats.append((st.st_size, st.st_mtime_ns))
+                except (OSError, ValueError):  # a missing image: its reject comes when decoded
+                    stats.append(None)
                 continue
             hint = (
                 f". HINT: a relative path in --image-column {self.cfg.image_column} is "
@@ -146,14 +147,6 @@ class PairsKind(SamplesRun):
             "text_column": self.cfg.text_column,
         }
         return super().extra(records) | {"pairs": pairs}
-
-
-def _stat(path: Path) -> tuple[int, int] | None:
-    try:
-        st = path.stat()
-    except (OSError, ValueError):  # a missing image: its reject comes when it is decoded
-        return None
-    return st.st_size, st.st_mtime_ns
 
 
 def import_pairs(cfg: PairsConfig, show_progress: bool = True, profile: bool = False) -> RunSummary:

@@ -115,6 +115,7 @@ def scan_tar(f: IO[bytes], path: str, max_member: int) -> Scan:
     `max_member` bytes is a reject: workers read members whole (a gzip bomb is 1 MB)."""
     errors = (tarfile.TarError, EOFError, OSError, zlib.error, lzma.LZMAError, ValueError)
     members: list[tuple[str, Member]] = []
+    npy: dict[tuple[str, str], tuple[str, tuple[int, ...]]] = {}
     try:
         with tarfile.open(fileobj=f, mode="r:") as tar:
             for m in tar:  # dir/s1.seg.png: key dir/s1, extension seg.png, as WebDataset has it
@@ -125,7 +126,14 @@ def scan_tar(f: IO[bytes], path: str, max_member: int) -> Scan:
                     members.append((key, (ext, m.offset_data, m.size)))
             f.seek(tar.offset)
             whole = f.read(1024) == bytes(1024)  # the end-of-archive blocks
-            npy = _npy_headers(f, members)
+            for key, (ext, offset, size) in members:
+                if ext.rsplit(".", 1)[-1] == "npy":
+                    f.seek(offset)
+                    try:
+                        dtype, shape = npy_header(io.BytesIO(f.read(min(size, 65536))))
+                    except NPY_ERRORS:
+                        continue  # not an .npy that numpy reads: its sample is a reject when read
+                    npy[key, ext] = (dtype.newbyteorder("=").name, shape)
     except errors as e:
         if not members:
             return Scan([], [reject_record(path, "bad_tar", f"not a readable tar ({e})")], {})
@@ -163,21 +171,6 @@ def npy_header(head: IO[bytes]) -> tuple[Any, tuple[int, ...]]:
     return dtype, tuple(shape)
 
 
-def _npy_headers(
-    f: IO[bytes], members: list[tuple[str, Member]]
-) -> dict[tuple[str, str], tuple[str, tuple[int, ...]]]:
-    out = {}
-    for key, (ext, offset, size) in members:
-        if ext.rsplit(".", 1)[-1] == "npy":
-            f.seek(offset)
-            try:
-                dtype, shape = npy_header(io.BytesIO(f.read(min(size, 65536))))
-            except NPY_ERRORS:
-                continue  # not an .npy that numpy reads: its sample is a reject when read
-            out[key, ext] = (dtype.newbyteorder("=").name, shape)
-    return out
-
-
 # Each run's open tar a thread: a shard's samples come from few tars, read in order.
 _held: dict[tuple[str, int], tuple[str, IO[bytes]]] = {}
 
@@ -197,19 +190,9 @@ def read_member(run: str, path: str, offset: int, size: int) -> bytes:
     return data
 
 
-def let_go(run: str) -> None:
-    """Close the tars run `run` holds open in this process."""
-    for key in [k for k in _held if k[0] == run]:
-        _held.pop(key)[1].close()
-
-
 IMAGES = ("jpg", "jpeg", "png", "webp")
 # The field kind of an extension (its last part: "seg.png" is a png); any other is Bytes.
 KINDS = dict.fromkeys(IMAGES, "image") | dict(cls="label", txt="text", json="json", npy="array")
-
-
-def kind_of(ext: str) -> str:
-    return KINDS.get(ext.rsplit(".", 1)[-1].lower(), "bytes")
 
 
 @dataclass(frozen=True)
@@ -327,7 +310,7 @@ def _declared(cfg: WdsConfig, scans: list[Scan], seen: dict[str, int]) -> tuple[
     pictures = [e for e in exts if all(a in IMAGES for a in e.split(";"))]
     declared = []
     for e in exts:
-        kinds = {kind_of(a) for a in e.split(";")}
+        kinds = {KINDS.get(a.rsplit(".", 1)[-1].lower(), "bytes") for a in e.split(";")}
         kind = kinds.pop() if len(kinds) == 1 else "bytes"
         name = "image" if pictures == [e] else field_name(e.split(";")[0])
         declared.append(Declared(name, e, kind))
@@ -387,5 +370,6 @@ def import_webdataset(
     kind = SourceKind(cfg, samples, fields, source)
     try:
         return run(kind, show_progress, profile)
-    finally:
-        let_go(samples.run)
+    finally:  # the tars this run holds open in this process
+        for key in [k for k in _held if k[0] == samples.run]:
+            _held.pop(key)[1].close()

@@ -41,18 +41,14 @@ class SamplesKind(SamplesRun):
         if self.cfg.backend != "threads":
             check_shippable(make, self.cfg.backend)
         self.items, self.base = listing.items, listing.base
-        said = [listing.fingerprint, _identity(make), self.described()]
+        try:  # the function's name and, where known, its source
+            source = inspect.getsource(make)
+        except (OSError, TypeError):
+            source = ""
+        named = f"{getattr(make, '__module__', '')}.{getattr(make, '__qualname__', '')}:{source}"
+        said = [listing.fingerprint, named, self.described()]
         digest = hashlib.sha256(repr(said).encode()).hexdigest()
         return Inputs(len(listing.items), listing.rejects, digest)
-
-
-def _identity(make: Callable[..., Any]) -> str:
-    """The function's name and, where known, its source."""
-    try:
-        source = inspect.getsource(make)
-    except (OSError, TypeError):
-        source = ""
-    return f"{getattr(make, '__module__', '')}.{getattr(make, '__qualname__', '')}:{source}"
 
 
 def pack_samples(
@@ -82,15 +78,11 @@ def pack_samples(
 def pack_recipe(
     cfg: SamplesConfig, show_progress: bool = True, profile: bool = False
 ) -> RunSummary:
-    """`prep samples SRC OUT --recipe FILE`: FILE's FIELDS and make()."""
+    """`prep samples SRC OUT --recipe FILE`: FILE's FIELDS and make(), its module pickled by
+    value (workers cannot import it)."""
     if not cfg.recipe:
         raise UsageError("prep samples needs --recipe FILE (a .py defining FIELDS and make)")
-    make, fields = load_recipe(Path(cfg.recipe))
-    return run(SamplesKind(cfg, make, fields, cfg.src), show_progress, profile)
-
-
-def load_recipe(path: Path) -> tuple[Callable[[Any], Any], dict[str, Any]]:
-    """A recipe file's make and FIELDS, its module pickled by value (workers cannot import it)."""
+    path = Path(cfg.recipe)
     if not path.is_file() or path.suffix != ".py":
         raise UsageError(f"--recipe {path}: not a .py file. HINT: a file defining FIELDS and make")
     name = f"prep_recipe_{path.stem}"
@@ -108,4 +100,4 @@ def load_recipe(path: Path) -> tuple[Callable[[Any], Any], dict[str, Any]]:
     import cloudpickle
 
     cloudpickle.register_pickle_by_value(module)
-    return make, fields
+    return run(SamplesKind(cfg, make, fields, cfg.src), show_progress, profile)

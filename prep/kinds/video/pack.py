@@ -24,16 +24,6 @@ MIN_VIDEOS = 4  # the fewest videos of an automatic shard
 NUMBERS = dict(start="float32", num_frames="uint32", source_fps="float32", duration="float32")
 
 
-def video_fields(cfg: VideoConfig, classes: list[str] | None, labelled: bool) -> dict[str, Field]:
-    fields: dict[str, Field] = {
-        "frames": Video(cfg.size, cfg.mode, cfg.codec, cfg.fps, cfg.quality, cfg.segment)
-    }
-    if labelled:
-        fields["label"] = Label(tuple(classes) if classes else None)
-    fields |= {name: Scalar(dtype) for name, dtype in NUMBERS.items()}
-    return fields
-
-
 def video_samples(item: Item, cfg: VideoConfig, labelled: bool) -> list[Sample]:
     """One video -> its samples (one, or its --max-frames pieces)."""
     d = decode_video(item.path, cfg.fps, cfg.size, cfg.mode, cfg.max_pixels)
@@ -71,7 +61,12 @@ class VideoKind(SamplesRun):
             )
         labelled = all(it.label is not None for it in items)
         self.items = items
-        self.declare(video_fields(cfg, classes, labelled))
+        fields: dict[str, Field] = {
+            "frames": Video(cfg.size, cfg.mode, cfg.codec, cfg.fps, cfg.quality, cfg.segment)
+        }
+        if labelled:
+            fields["label"] = Label(tuple(classes) if classes else None)
+        self.declare(fields | {name: Scalar(dtype) for name, dtype in NUMBERS.items()})
         self.make = functools.partial(video_samples, cfg=cfg, labelled=labelled)
         stats = [(it, it.path.stat()) for it in items]
         seen = [(it.rel, st.st_size, st.st_mtime_ns, it.label) for it, st in stats]
