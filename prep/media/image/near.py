@@ -100,16 +100,6 @@ def _unique_pairs(found: list[np.ndarray]) -> np.ndarray:
     return rows[first]
 
 
-def brute_force(a: np.ndarray, b: np.ndarray, d: int, chunk: int = 2048) -> np.ndarray:
-    """The reference: every pair of `a` x `b` compared (XOR, popcount), a chunk at a time."""
-    out = []
-    for s in range(0, len(a), chunk):
-        dist = np.bitwise_count(a[s : s + chunk, None] ^ b[None, :])
-        i, j = np.nonzero(dist <= d)
-        out.append(np.stack([i + s, j, dist[i, j].astype(np.int64)], axis=1))
-    return np.concatenate(out) if out else np.zeros((0, 3), dtype=np.int64)
-
-
 def near_pairs(
     a: np.ndarray,
     b: np.ndarray | None = None,
