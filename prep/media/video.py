@@ -82,7 +82,10 @@ def decode_video(
                 frames, duration, decoded = _pick(timed, fps, size, mode, said)
         except av.error.FFmpegError as e:
             raise Reject("corrupt", f"the video cannot be decoded ({e.strerror or e})") from None
-        _check_whole(stream, decoded, duration, float(rate), said)
+        if stream.frames and decoded < stream.frames:  # a file that ends early
+            raise Reject("truncated", f"{decoded} of the {stream.frames} frames its header counts")
+        if said and said - duration > max(SLACK * said, 2.0 / float(rate)):
+            raise Reject("truncated", f"it ends at {duration:.2f} s, its header says {said:.2f} s")
     if not frames:
         raise Reject("no_frames", "the video ends before its first frame")
     return frames, float(rate), duration
@@ -166,11 +169,3 @@ def _check_reach(reach: float, k: int, n: int, fps: float, said: float | None) -
             f"{fps:g}, over {REPEAT} a decoded frame. HINT: a real video this sparse packs at "
             "a lower --fps",
         )
-
-
-def _check_whole(stream: Any, decoded: int, end: float, rate: float, said: float | None) -> None:
-    """Refuse a file that ends early: fewer frames or seconds than its header says."""
-    if stream.frames and decoded < stream.frames:
-        raise Reject("truncated", f"{decoded} of the {stream.frames} frames its header counts")
-    if said and said - end > max(SLACK * said, 2.0 / rate):
-        raise Reject("truncated", f"it ends at {end:.2f} s, its header says {said:.2f} s")

@@ -15,15 +15,6 @@ LPS_TO_RAS = np.diag([-1.0, -1.0, 1.0, 1.0])  # DICOM's patient axes are L, P, S
 GAP_TOLERANCE = 0.01  # of the slice spacing: scanners round positions to about a micron
 
 
-def _read(path: Path) -> Any:
-    import pydicom
-
-    try:
-        return pydicom.dcmread(path)
-    except (pydicom.errors.InvalidDicomError, EOFError, OSError, ValueError) as e:
-        raise Reject("not_volume", f"{path.name} is not DICOM pydicom reads ({e})") from e
-
-
 def _grid(ds: Any) -> tuple[Any, ...]:
     """What every slice of one series shares: its series, orientation, size and pixel size."""
     try:
@@ -60,8 +51,16 @@ def _order(slices: list[Any], normal: np.ndarray) -> tuple[np.ndarray, float]:
 
 def read_series(folder: Path) -> tuple[np.ndarray, np.ndarray]:
     """(data as (columns, rows, slices) float32 in rescaled units, its RAS affine)."""
-    files = sorted(p for p in folder.iterdir() if p.suffix.lower() == ".dcm")
-    slices = [_read(p) for p in files if not p.name.startswith(".")]
+    import pydicom
+
+    slices = []
+    for path in sorted(folder.glob("[!.]*")):
+        if path.suffix.lower() != ".dcm":
+            continue
+        try:
+            slices.append(pydicom.dcmread(path))
+        except (pydicom.errors.InvalidDicomError, EOFError, OSError, ValueError) as e:
+            raise Reject("not_volume", f"{path.name} is not DICOM pydicom reads ({e})") from e
     grids = {_grid(s) for s in slices}
     if len(grids) > 1:
         series = len({g[0] for g in grids})
