@@ -101,7 +101,7 @@ def _check_pixels(w: int, h: int, max_pixels: int, what: str) -> None:
 
 
 def _timed(
-    frames: Iterator[Any], rate: float, max_pixels: int = MAX_PIXELS
+    frames: Iterator[Any], rate: float, max_pixels: int
 ) -> Iterator[tuple[float, float, Any]]:
     """(start, duration, frame) in seconds; a frame over `max_pixels` refused when decoded."""
     for n, frame in enumerate(frames):
@@ -113,11 +113,7 @@ def _timed(
 
 
 def _pick(
-    frames: Iterator[tuple[float, float, Any]],
-    fps: float,
-    size: int,
-    mode: str,
-    said: float | None = None,
+    frames: Iterator[tuple[float, float, Any]], fps: float, size: int, mode: str, said: float | None
 ) -> tuple[list[np.ndarray], float, int]:
     """The frames shown at 0, 1 / fps, ... s until the last ends; duration, frames decoded."""
     out: list[np.ndarray] = []
