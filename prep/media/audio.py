@@ -165,8 +165,7 @@ def read_pyav(path: Path, limit: float) -> tuple[np.ndarray, int]:
 
 
 def read_audio(path: Path, limit: float) -> tuple[np.ndarray, int]:
-    """float32 (frames, channels) at the source rate, and the rate: `path` decoded by libsndfile
-    or else FFmpeg, checked: a rate, `limit`, finite samples."""
+    """(float32 (frames, channels), source rate) by libsndfile, else FFmpeg; finite, in `limit`."""
     if path.stat().st_size == 0:
         raise Reject("empty", "a zero-byte file")
     got = read_soundfile(path, limit)

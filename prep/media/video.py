@@ -49,9 +49,8 @@ def fit_frame(rgb: np.ndarray, rotation: int, size: int, mode: str) -> np.ndarra
 def decode_video(
     path: Path, fps: float, size: int, mode: str, max_pixels: int = MAX_PIXELS
 ) -> tuple[list[np.ndarray], float, float]:
-    """`path`'s first video stream at `fps` frames a second, stored as `frame_size` says:
-    (frames (h, w, 3) uint8 upright, one shape; the stream's average rate; seconds from the
-    first frame's start to the last one's end)."""
+    """(frames (h, w, 3) uint8 upright at `fps`, sized by `frame_size`; the stream's average
+    rate; seconds from the first frame's start to the last one's end)."""
     import av
 
     with stage("read"):
