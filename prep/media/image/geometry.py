@@ -62,10 +62,8 @@ def geometry(h: int, w: int, size: int, mode: str) -> Geometry:
     if mode == "keep":
         scale = min(scale, 1.0)
     ch, cw = max(1, round(h * scale)), max(1, round(w * scale))
-    if mode == "fill":
-        ch, cw = max(ch, size), max(cw, size)
-    else:
-        ch, cw = min(ch, size), min(cw, size)
+    bound = max if mode == "fill" else min  # fill covers the square; fit and keep lie within it
+    ch, cw = bound(ch, size), bound(cw, size)
     return Geometry((ch, cw), size, mode)
 
 
