@@ -306,7 +306,6 @@ def decide(name: str, role: str, coded: bool, st: Stats, float16: bool) -> Colum
     if coded or st.kind == "string":
         col.role = "cat" if role == "num" else role
         texts = st.rows - st.missing
-        # A text column mostly numbers holds a bad value; number and text blocks cannot mix.
         if not coded and st.bad is not None and 2 * st.numeric > texts:
             rel, row, value = st.bad
             raise PrepError(

@@ -41,8 +41,7 @@ def normalize(text: str) -> str:
     >>> normalize("\\ufeffa\\r\\nb\\rc\\n")
     'a\\nb\\rc\\n'
     """
-    if text.startswith("\ufeff"):
-        text = text[1:]
+    text = text.removeprefix("\ufeff")
     return text.replace("\r\n", "\n") if "\r" in text else text
 
 
