@@ -17,6 +17,7 @@ import io
 import os
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -241,7 +242,9 @@ def planted_hashes(
 
 def search_rows(args: argparse.Namespace) -> list[Row]:
     from prep.inspect.dupes import DEFAULT_DISTANCE, near_pairs
-    from prep.media.image.near import brute_force
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from helpers import brute_force  # the tests' reference
 
     d = DEFAULT_DISTANCE
     n, sub, planted = (2_000, 2_000, 100) if args.smoke else (1_000_000, 20_000, 1000)

@@ -130,7 +130,7 @@ def test_opus_and_ffmpeg_from_a_list(tmp_path: Path) -> None:
         frame = av.AudioFrame.from_ndarray(pcm.reshape(1, -1), format="s16", layout="stereo")
         frame.sample_rate = 22050
         c.mux([*s.encode(frame), *s.encode()])
-    assert read_soundfile(tmp_path / "s.mka") is None  # not libsndfile's: FFmpeg decodes it
+    assert read_soundfile(tmp_path / "s.mka", 60) is None  # not libsndfile's: FFmpeg decodes it
     (tmp_path / "list.csv").write_text("path,label\nv.opus,voice\ns.mka,song\n")
     pack(tmp_path / "list.csv", tmp_path / "out")
     clips = whole_clips(tmp_path / "out")

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import PackFn
+from helpers import brute_force
 from PIL import Image, ImageOps
 from typer.testing import CliRunner
 
@@ -27,7 +28,6 @@ from prep.inspect.dupes import (
 from prep.kinds.images.config import PackConfig
 from prep.media.image.decode import decode_image
 from prep.media.image.groups import image_phash
-from prep.media.image.near import brute_force
 from prep.run.errors import PrepError
 
 

@@ -110,7 +110,7 @@ def test_a_resolution_change_keeps_the_first_shape():
         return SimpleNamespace(rotation=0, to_ndarray=lambda format: img)
 
     frames = [(k / 8, 1 / 8, frame(48, 64) if k < 3 else frame(90, 160)) for k in range(6)]
-    out, end, _, n = _pick(iter(frames), 8.0, 32, "short")
+    out, end, n = _pick(iter(frames), 8.0, 32, "short", None)
     assert n == 6 and end == pytest.approx(0.75) and len(out) == 6
     assert {f.shape for f in out} == {(32, 43, 3)}
 

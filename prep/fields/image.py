@@ -262,10 +262,8 @@ class Video(kinds.Video):
         frames = list(value)
         if not frames:
             raise FieldError("field_shape", "a video of no frames")
-        if self.codec == "jpeg":
-            parts = [encode_jpeg(f, self.quality) for f in frames]
-        else:
-            parts = [f.reshape(-1) for f in frames]
+        jpeg = self.codec == "jpeg"
+        parts = [encode_jpeg(f, self.quality) if jpeg else f.reshape(-1) for f in frames]
         s = self.size
         return {
             f"_{s}": np.concatenate(parts),

@@ -113,13 +113,12 @@ def groups_section(st: Stored, compute: bool) -> Section:
         f"bits): {extra:,} samples beyond the first of their group{across}",
         "bad" if groups else "good",
     )
+    at = [""] * len(h) if h.splits is None else [f" {s}" for s in h.splits]  # captions' split
     rows = []
     for g in groups[:GROUPS_SHOWN]:
         members = [int(i) for i in g.members[:MEMBERS_SHOWN]]
         shown = zip(members, g.distances[:MEMBERS_SHOWN], g.paths[:MEMBERS_SHOWN], strict=True)
-        captions = [
-            f"{i}{h.split_at(i)} d={int(x)} {str(p).rsplit('/', 1)[-1]}" for i, x, p in shown
-        ]
+        captions = [f"{i}{at[i]} d={int(x)} {str(p).rsplit('/', 1)[-1]}" for i, x, p in shown]
         more = len(g.members) - MEMBERS_SHOWN
         splits = h.splits_of(g.members)
         cross = f" <span class='bad'>across splits {esc(', '.join(splits))}</span>"

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 import struct
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ _SHORT_CHUNK = re.compile(r"^\s*(?:data|SSND)\s*:\s*(\d+)\s*\(should be (\d+)\)"
 SHORT_FRACTION, SHORT_FRAMES = 0.02, 2304  # two MP3 frames
 BLOCK = 1 << 20  # frames a libsndfile read holds at most: 4 MB a channel as float32
 UNKNOWN = 2**63 - 1  # libsndfile's frame count of a stream that does not say (a piped FLAC)
-DEFAULT_MAX_FILE_SECONDS = 7200.0  # 2 hours: a long podcast or recorded session
+MAX_FILE_SECONDS = 7200.0  # 2 hours: a long podcast or recorded session
 # The cap counts samples (frames x channels) as seconds of this: memory follows samples.
 CAP_RATE, CAP_CHANNELS = 48000, 2
 # libsndfile's error codes that mean "not mine": FFmpeg says better what the file is not.
@@ -32,28 +31,23 @@ _NOT_RECOGNISED = (1, 4, 7)
 _SEEK_FAILED = 39
 
 
-@dataclass(frozen=True)
-class Limit:
-    """The most a file may hold: `seconds` long, and no more samples than that of 48 kHz stereo.
+def check(limit: float, frames: int, rate: int, channels: int, what: str) -> None:
+    """Refuse over `limit` seconds, or more samples than `limit` seconds of 48 kHz stereo.
 
-    >>> Limit(60).check(192000 * 30, 192000, 2, "its header gives")  # doctest: +ELLIPSIS
+    >>> check(60, 192000 * 30, 192000, 2, "its header gives")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     prep.run.inputs.Reject: its header gives 30.0 s of 2 channels at 192000 Hz, more samples ...
     """
-
-    seconds: float = DEFAULT_MAX_FILE_SECONDS
-
-    def check(self, frames: int, rate: int, channels: int, what: str) -> None:
-        long, cap = f"{frames / rate:.1f} s", f"--max-file-seconds {self.seconds:g}"
-        if frames / rate > self.seconds:
-            why = f"{long}, over {cap}"
-        elif frames * channels > self.seconds * CAP_RATE * CAP_CHANNELS:
-            at = f"{channels} channels at {rate} Hz"
-            why = f"{long} of {at}, more samples than {cap} of 48 kHz stereo"
-        else:
-            return
-        hint = "HINT: raise --max-file-seconds if the file is trusted"
-        raise Reject("too_long", f"{what} {why}. {hint}")
+    long, cap = f"{frames / rate:.1f} s", f"--max-file-seconds {limit:g}"
+    if frames / rate > limit:
+        why = f"{long}, over {cap}"
+    elif frames * channels > limit * CAP_RATE * CAP_CHANNELS:
+        at = f"{channels} channels at {rate} Hz"
+        why = f"{long} of {at}, more samples than {cap} of 48 kHz stereo"
+    else:
+        return
+    hint = "HINT: raise --max-file-seconds if the file is trusted"
+    raise Reject("too_long", f"{what} {why}. {hint}")
 
 
 def _short(got: int, expected: int) -> bool:
@@ -79,7 +73,7 @@ def _not_mpeg(path: Path) -> bool:
     return not (head == b"ID3" or (len(head) > 1 and head[0] == 0xFF and head[1] >= 0xE0))
 
 
-def read_soundfile(path: Path, limit: Limit = Limit()) -> tuple[np.ndarray, int] | None:
+def read_soundfile(path: Path, limit: float) -> tuple[np.ndarray, int] | None:
     """The file through libsndfile; None where it knows not its format or length (FFmpeg's)."""
     import soundfile as sf
 
@@ -104,14 +98,14 @@ def read_soundfile(path: Path, limit: Limit = Limit()) -> tuple[np.ndarray, int]
                 f"its data chunk says {cut.group(1)} bytes, the file holds {cut.group(2)}",
             )
         if rate > 0:  # a rate of 0 is rejected by read_audio
-            limit.check(frames, rate, f.channels, "its header gives")
+            check(limit, frames, rate, f.channels, "its header gives")
         data = _blocks(f, rate, frames, limit)
     if _short(len(data), frames):
         raise Reject("truncated", f"{len(data)} of the {frames} frames its header gives")
     return data, rate
 
 
-def _blocks(f: Any, rate: int, frames: int, limit: Limit) -> np.ndarray:
+def _blocks(f: Any, rate: int, frames: int, limit: float) -> np.ndarray:
     """The rest of libsndfile file `f` as float32 (frames, channels), BLOCK frames a read."""
     import soundfile as sf
 
@@ -127,12 +121,12 @@ def _blocks(f: Any, rate: int, frames: int, limit: Limit) -> np.ndarray:
         blocks.append(block)
         got += len(block)
         if rate > 0:  # an MP3's header length is an estimate: the cap counts what decodes
-            limit.check(got, rate, f.channels, "decoding reaches")
+            check(limit, got, rate, f.channels, "decoding reaches")
         if len(block) < BLOCK:
             return blocks[0] if len(blocks) == 1 else np.concatenate(blocks)
 
 
-def read_pyav(path: Path, limit: Limit = Limit()) -> tuple[np.ndarray, int]:
+def read_pyav(path: Path, limit: float) -> tuple[np.ndarray, int]:
     """The first audio stream through FFmpeg, float32 at its own rate and channels."""
     import av
 
@@ -152,7 +146,7 @@ def read_pyav(path: Path, limit: Limit = Limit()) -> tuple[np.ndarray, int]:
         expected = 0
         if stream.duration is not None and stream.time_base is not None:
             expected = int(stream.duration * stream.time_base * rate)
-        limit.check(expected, rate, int(stream.codec_context.channels or 1), "its header gives")
+        check(limit, expected, rate, int(stream.codec_context.channels or 1), "its header gives")
         resampler = av.AudioResampler(format="fltp")
         planes, got = [], 0
         try:
@@ -160,7 +154,7 @@ def read_pyav(path: Path, limit: Limit = Limit()) -> tuple[np.ndarray, int]:
                 for out in resampler.resample(frame):
                     planes.append(out.to_ndarray())  # (channels, n)
                     got += planes[-1].shape[1]
-                    limit.check(got, rate, planes[-1].shape[0], "decoding reaches")
+                    check(limit, got, rate, planes[-1].shape[0], "decoding reaches")
         except av.error.FFmpegError as e:
             why = e.strerror or e
             raise Reject("corrupt", f"decoding fails after {len(planes)} frames ({why})") from None
@@ -170,9 +164,8 @@ def read_pyav(path: Path, limit: Limit = Limit()) -> tuple[np.ndarray, int]:
     return np.ascontiguousarray(data, dtype=np.float32), rate
 
 
-def read_audio(path: Path, limit: Limit = Limit()) -> tuple[np.ndarray, int]:
-    """float32 (frames, channels) at the source rate, and the rate: `path` decoded by libsndfile
-    or else FFmpeg, checked: a rate, `limit`, finite samples."""
+def read_audio(path: Path, limit: float) -> tuple[np.ndarray, int]:
+    """(float32 (frames, channels), source rate) by libsndfile, else FFmpeg; finite, in `limit`."""
     if path.stat().st_size == 0:
         raise Reject("empty", "a zero-byte file")
     got = read_soundfile(path, limit)
@@ -220,7 +213,7 @@ def to_stored(x: np.ndarray, dtype: str) -> np.ndarray:
 
 
 def decode_clip(
-    path: Path, rate: int, channels: int, mono: bool, dtype: str, limit: Limit = Limit()
+    path: Path, rate: int, channels: int, mono: bool, dtype: str, limit: float = MAX_FILE_SECONDS
 ) -> tuple[np.ndarray, int]:
     """The file at `rate` Hz in `dtype`, (frames,) or (frames, channels), and its source rate."""
     import soxr

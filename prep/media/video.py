@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,14 +22,6 @@ SLACK = 0.5  # of the header's duration missing at the end (in seconds, at least
 # past that, a gap in the timestamps would be repeats that cost bytes the file never paid for.
 REPEAT = 64
 MAX_PIXELS = 100_000_000  # a frame's default cap, as prep pack's --max-pixels
-
-
-@dataclass
-class Decoded:
-    frames: list[np.ndarray]  # (h, w, 3) uint8 each, upright, all of one shape
-    source_fps: float  # the stream's average frame rate
-    duration: float  # seconds from the first frame's start to the last one's end
-    rotation: int  # degrees counter-clockwise the stored frames were turned to stand upright
 
 
 def frame_size(h: int, w: int, size: int, mode: str) -> tuple[int, int]:
@@ -57,8 +48,9 @@ def fit_frame(rgb: np.ndarray, rotation: int, size: int, mode: str) -> np.ndarra
 
 def decode_video(
     path: Path, fps: float, size: int, mode: str, max_pixels: int = MAX_PIXELS
-) -> Decoded:
-    """`path`'s first video stream at `fps` frames a second, stored as `frame_size` says."""
+) -> tuple[list[np.ndarray], float, float]:
+    """(frames (h, w, 3) uint8 upright at `fps`, sized by `frame_size`; the stream's average
+    rate; seconds from the first frame's start to the last one's end)."""
     import av
 
     with stage("read"):
@@ -86,14 +78,16 @@ def decode_video(
         try:
             with stage("decode"):
                 timed = _timed(container.decode(stream), float(rate), max_pixels)
-                out = _pick(timed, fps, size, mode, said)
+                frames, duration, decoded = _pick(timed, fps, size, mode, said)
         except av.error.FFmpegError as e:
             raise Reject("corrupt", f"the video cannot be decoded ({e.strerror or e})") from None
-        frames, duration, rotation, decoded = out
-        _check_whole(stream, decoded, duration, float(rate), said)
+        if stream.frames and decoded < stream.frames:  # a file that ends early
+            raise Reject("truncated", f"{decoded} of the {stream.frames} frames its header counts")
+        if said and said - duration > max(SLACK * said, 2.0 / float(rate)):
+            raise Reject("truncated", f"it ends at {duration:.2f} s, its header says {said:.2f} s")
     if not frames:
         raise Reject("no_frames", "the video ends before its first frame")
-    return Decoded(frames, float(rate), duration, rotation)
+    return frames, float(rate), duration
 
 
 def _check_pixels(w: int, h: int, max_pixels: int, what: str) -> None:
@@ -106,7 +100,7 @@ def _check_pixels(w: int, h: int, max_pixels: int, what: str) -> None:
 
 
 def _timed(
-    frames: Iterator[Any], rate: float, max_pixels: int = MAX_PIXELS
+    frames: Iterator[Any], rate: float, max_pixels: int
 ) -> Iterator[tuple[float, float, Any]]:
     """(start, duration, frame) in seconds; a frame over `max_pixels` refused when decoded."""
     for n, frame in enumerate(frames):
@@ -118,13 +112,9 @@ def _timed(
 
 
 def _pick(
-    frames: Iterator[tuple[float, float, Any]],
-    fps: float,
-    size: int,
-    mode: str,
-    said: float | None = None,
-) -> tuple[list[np.ndarray], float, int, int]:
-    """The frames shown at 0, 1 / fps, ... s until the last ends; duration, rotation, decoded."""
+    frames: Iterator[tuple[float, float, Any]], fps: float, size: int, mode: str, said: float | None
+) -> tuple[list[np.ndarray], float, int]:
+    """The frames shown at 0, 1 / fps, ... s until the last ends; duration, frames decoded."""
     out: list[np.ndarray] = []
     first, shown, end, k, n, rotation = None, None, 0.0, 0, 0, 0
     fitted: tuple[int, np.ndarray] | None = None  # the last frame converted: (its number, pixels)
@@ -156,7 +146,7 @@ def _pick(
     if n > 1 and not moved:
         raise Reject("zero_fps", f"all {n} frames have one timestamp: a frame rate of 0")
     show_until(end)
-    return out, end, rotation, n
+    return out, end, n
 
 
 def _check_reach(reach: float, k: int, n: int, fps: float, said: float | None) -> None:
@@ -174,11 +164,3 @@ def _check_reach(reach: float, k: int, n: int, fps: float, said: float | None) -
             f"{fps:g}, over {REPEAT} a decoded frame. HINT: a real video this sparse packs at "
             "a lower --fps",
         )
-
-
-def _check_whole(stream: Any, decoded: int, end: float, rate: float, said: float | None) -> None:
-    """Refuse a file that ends early: fewer frames or seconds than its header says."""
-    if stream.frames and decoded < stream.frames:
-        raise Reject("truncated", f"{decoded} of the {stream.frames} frames its header counts")
-    if said and said - end > max(SLACK * said, 2.0 / rate):
-        raise Reject("truncated", f"it ends at {end:.2f} s, its header says {said:.2f} s")

@@ -14,7 +14,7 @@ from typing import Any
 from loaders.fields import Audio, Field, Label, Scalar
 from loaders.fields.base import check_name
 from prep.kinds.audio.config import AudioConfig
-from prep.media.audio import QUALITY, Limit, decode_clip
+from prep.media.audio import QUALITY, decode_clip
 from prep.run.driver import Inputs, RunSummary, run
 from prep.run.errors import PrepError
 from prep.run.samples import Sample, SamplesRun
@@ -52,7 +52,7 @@ def clip_samples(
 ) -> list[Sample]:
     """One file -> its clips' values, cut at --max-seconds."""
     samples, source_rate = decode_clip(
-        clip.path, cfg.rate, cfg.stored_channels, cfg.mono, cfg.dtype, Limit(cfg.max_file_seconds)
+        clip.path, cfg.rate, cfg.stored_channels, cfg.mono, cfg.dtype, cfg.max_file_seconds
     )
     step = cfg.segment or len(samples)
     values: dict[str, Any] = {"source_rate": source_rate}

@@ -26,12 +26,14 @@ NUMBERS = dict(start="float32", num_frames="uint32", source_fps="float32", durat
 
 def video_samples(item: Item, cfg: VideoConfig, labelled: bool) -> list[Sample]:
     """One video -> its samples (one, or its --max-frames pieces)."""
-    d = decode_video(item.path, cfg.fps, cfg.size, cfg.mode, cfg.max_pixels)
-    step = cfg.segment or len(d.frames)
+    decoded, source_fps, duration = decode_video(
+        item.path, cfg.fps, cfg.size, cfg.mode, cfg.max_pixels
+    )
+    step = cfg.segment or len(decoded)
     out = []
-    for first in range(0, len(d.frames), step):
-        frames = d.frames[first : first + step]
-        values = (first / cfg.fps, len(frames), d.source_fps, d.duration)
+    for first in range(0, len(decoded), step):
+        frames = decoded[first : first + step]
+        values = (first / cfg.fps, len(frames), source_fps, duration)
         sample = {"frames": frames, **dict(zip(NUMBERS, values, strict=True))}
         if labelled:
             sample["label"] = item.label

@@ -55,10 +55,8 @@ def _to_mode(im: Image.Image, gray: bool, background: tuple[int, ...]) -> Image.
     """Any Pillow mode to RGB (or L), as README "Pixel policy" says."""
     if im.mode in _HIGH_BIT_DEPTH or im.mode.startswith("I;16"):
         a = np.asarray(im)
-        if im.mode == "F":
-            im = Image.fromarray(np.clip(a, 0, 255).astype(np.uint8), "L")
-        else:
-            im = Image.fromarray((np.clip(a.astype(np.int64), 0, 65535) >> 8).astype(np.uint8), "L")
+        a = np.clip(a, 0, 255) if im.mode == "F" else np.clip(a.astype(np.int64), 0, 65535) >> 8
+        im = Image.fromarray(a.astype(np.uint8), "L")
     # Alpha, and a transparent colour or palette entry ("transparency": P, L, RGB, 1).
     if "A" in im.mode or "a" in im.mode or "transparency" in im.info:
         rgba = im.convert("RGBA")

@@ -62,10 +62,8 @@ def geometry(h: int, w: int, size: int, mode: str) -> Geometry:
     if mode == "keep":
         scale = min(scale, 1.0)
     ch, cw = max(1, round(h * scale)), max(1, round(w * scale))
-    if mode == "fill":
-        ch, cw = max(ch, size), max(cw, size)
-    else:
-        ch, cw = min(ch, size), min(cw, size)
+    bound = max if mode == "fill" else min  # fill covers the square; fit and keep lie within it
+    ch, cw = bound(ch, size), bound(cw, size)
     return Geometry((ch, cw), size, mode)
 
 
@@ -144,18 +142,15 @@ def stored(arr: np.ndarray, spec: ArraySpec, quality: int) -> np.ndarray:
 LEVELS = np.arange(256, dtype=np.int64)
 
 
-class PixelSums:
+class PixelSums(dict[int, np.ndarray]):
     """One shard's count of each channel's values at each size: (C, 256) int64, exact."""
-
-    def __init__(self) -> None:
-        self.counts: dict[int, np.ndarray] = {}
 
     def add(self, pixels: dict[int, np.ndarray]) -> None:
         """One sample's uint8 pixels at each size: (H, W, C), or (H, W) gray."""
         for size, arr in pixels.items():
             flat = arr.reshape(-1, arr.shape[2] if arr.ndim == 3 else 1)
             got = np.stack([np.bincount(flat[:, c], minlength=256) for c in range(flat.shape[1])])
-            self.counts[size] = self.counts.get(size, 0) + got
+            self[size] = self.get(size, 0) + got
 
     def record(self) -> dict[str, dict[str, Any]]:
         """Each size's pixel count and its channels' sums of values and of squares (ints)."""
@@ -165,7 +160,7 @@ class PixelSums:
                 "sum": [int(v) for v in n @ LEVELS],
                 "sumsq": [int(v) for v in n @ (LEVELS * LEVELS)],
             }
-            for size, n in sorted(self.counts.items())
+            for size, n in sorted(self.items())
         }
 
 

@@ -90,10 +90,6 @@ class Hashes:
         """The splits samples `members` lie in, in order of first appearance."""
         return [] if self.splits is None else list(dict.fromkeys(self.splits[i] for i in members))
 
-    def split_at(self, i: int) -> str:
-        """ " SPLIT" of sample i, for a caption ("" without splits)."""
-        return "" if self.splits is None else f" {self.splits[i]}"
-
 
 @dataclass
 class Group:

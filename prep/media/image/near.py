@@ -90,26 +90,6 @@ def _table_pairs(h: np.ndarray, key: np.ndarray, d: int) -> Iterator[np.ndarray]
                 )
 
 
-def _unique_pairs(found: list[np.ndarray]) -> np.ndarray:
-    """Rows (i, j, distance) with i < j, each pair once, sorted by (i, j)."""
-    if not found:
-        return np.zeros((0, 3), dtype=np.int64)
-    rows = np.concatenate(found).astype(np.int64)
-    rows[:, :2] = np.sort(rows[:, :2], axis=1)
-    _, first = np.unique(rows[:, 0] * (rows[:, 1].max() + 1) + rows[:, 1], return_index=True)
-    return rows[first]
-
-
-def brute_force(a: np.ndarray, b: np.ndarray, d: int, chunk: int = 2048) -> np.ndarray:
-    """The reference: every pair of `a` x `b` compared (XOR, popcount), a chunk at a time."""
-    out = []
-    for s in range(0, len(a), chunk):
-        dist = np.bitwise_count(a[s : s + chunk, None] ^ b[None, :])
-        i, j = np.nonzero(dist <= d)
-        out.append(np.stack([i + s, j, dist[i, j].astype(np.int64)], axis=1))
-    return np.concatenate(out) if out else np.zeros((0, 3), dtype=np.int64)
-
-
 def near_pairs(
     a: np.ndarray,
     b: np.ndarray | None = None,
@@ -133,7 +113,13 @@ def near_pairs(
     # Sorting and gathering release the GIL: the tables run on threads, one per core.
     workers = min(len(tables), os.cpu_count() or 1) if len(h) >= THREADED else 1
     with ThreadPoolExecutor(workers) as pool:
-        rows = _unique_pairs([rows for found in pool.map(table, tables) for rows in found])
+        found = [rows for got in pool.map(table, tables) for rows in got]
+    if not found:
+        return np.zeros((0, 3), dtype=np.int64)
+    rows = np.concatenate(found).astype(np.int64)
+    rows[:, :2] = np.sort(rows[:, :2], axis=1)  # i < j, each pair once, sorted by (i, j)
+    _, first = np.unique(rows[:, 0] * (rows[:, 1].max() + 1) + rows[:, 1], return_index=True)
+    rows = rows[first]
     if b is None:
         return rows
     rows = rows[(rows[:, 0] < len(a)) & (rows[:, 1] >= len(a))]

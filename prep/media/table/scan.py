@@ -4,6 +4,7 @@ vocabularies and statistics, each block's rows; each parsed block kept for the s
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from prep.kinds.table.config import TableConfig
 from prep.media.table.types import Column, Stats, as_text, decide, kept_form
 from prep.run.errors import PrepError
 from prep.run.inputs import reject_record, warn
+from prep.run.parallel import run_tasks
 from prep.sources.hashsplit import val_mask
 from prep.sources.table import Block, blocks, decompressed, read_block, sources_of
 
@@ -116,25 +118,17 @@ def _without_missing_target(
     return table.filter(pa.array(~missing))
 
 
-def _scan_all(todo: list[Block], cfg: TableConfig, folder: Path) -> list[_Block]:
-    """Every block at once (no --limit); [] on an error: a scan in order names its rows."""
-    from prep.run.parallel import run_tasks
-
-    args = [(b, cfg, None, folder) for b in todo]
-    try:
-        found = {got.index: got for got in run_tasks(scan_block, args, cfg.n_jobs, cfg.backend)}
-    except PrepError:
-        return []
-    return [found[i] for i in range(len(todo))]
-
-
 def scan(files: list[tuple[str, Path]], cfg: TableConfig, folder: Path) -> Scan:
     """Read everything once (a block per worker), compressed files decompressed beside `folder`."""
     folder.mkdir(parents=True, exist_ok=True)
     files = [(r, decompressed(r, p, folder.parent, i)) for i, (r, p) in enumerate(files)]
     todo = [replace(b, index=i) for i, b in enumerate(b for r, p in files for b in blocks(r, p))]
-    local = cfg.backend in ("threads", "loky")  # dask: the scan runs here, in order
-    results = _scan_all(todo, cfg, folder) if cfg.limit is None and local else []
+    results: list[_Block] = []
+    if cfg.limit is None and cfg.backend in ("threads", "loky"):  # dask: here, in order
+        args = [(b, cfg, None, folder) for b in todo]
+        with contextlib.suppress(PrepError):  # an error: the scan in order names its rows
+            done = {g.index: g for g in run_tasks(scan_block, args, cfg.n_jobs, cfg.backend)}
+            results = [done[i] for i in range(len(todo))]
     found: list[Block] = []
     rejects: dict[int, list[dict[str, Any]]] = {}
     stats: dict[str, Stats] = {}

@@ -305,8 +305,19 @@ def decide(name: str, role: str, coded: bool, st: Stats, float16: bool) -> Colum
     col = Column(name, role, st.kind, missing=st.missing)
     if coded or st.kind == "string":
         col.role = "cat" if role == "num" else role
-        if not coded:
-            _check_text(col, st)
+        texts = st.rows - st.missing
+        if not coded and st.bad is not None and 2 * st.numeric > texts:
+            rel, row, value = st.bad
+            raise PrepError(
+                f"{rel}: row {row}, column {name}: {value!r} is not a number ({st.numeric:,} "
+                f"of {texts:,} values are). HINT: --na-values {value} declares it missing, or "
+                f"--categorical {name} keeps the column as text"
+            )
+        if not coded and st.typed:
+            raise PrepError(
+                f"{st.where}: column {name} holds numbers in some rows and text in others. "
+                f"HINT: --categorical {name} packs it as text codes"
+            )
         col.vocab, col.counts = st.vocab()
         col.first_code = 0 if role == "target" else None
         col.dtype = code_dtype(len(col.vocab), name, FIRST_CODE if role != "target" else 0)
@@ -324,20 +335,3 @@ def decide(name: str, role: str, coded: bool, st: Stats, float16: bool) -> Colum
     else:
         col.dtype = float_dtype(float16, st.amax)
     return col
-
-
-def _check_text(col: Column, st: Stats) -> None:
-    """A text column mostly numbers holds a bad value; number and text blocks cannot mix."""
-    texts = st.rows - st.missing
-    if st.bad is not None and 2 * st.numeric > texts:
-        rel, row, value = st.bad
-        raise PrepError(
-            f"{rel}: row {row}, column {col.name}: {value!r} is not a number ({st.numeric:,} "
-            f"of {texts:,} values are). HINT: --na-values {value} declares it missing, or "
-            f"--categorical {col.name} keeps the column as text"
-        )
-    if st.typed:
-        raise PrepError(
-            f"{st.where}: column {col.name} holds numbers in some rows and text in others. "
-            f"HINT: --categorical {col.name} packs it as text codes"
-        )

@@ -41,8 +41,7 @@ def normalize(text: str) -> str:
     >>> normalize("\\ufeffa\\r\\nb\\rc\\n")
     'a\\nb\\rc\\n'
     """
-    if text.startswith("\ufeff"):
-        text = text[1:]
+    text = text.removeprefix("\ufeff")
     return text.replace("\r\n", "\n") if "\r" in text else text
 
 
@@ -55,11 +54,12 @@ def list_text(src: Path, split_lines: bool) -> tuple[list[Piece], list[dict[str,
     line_mode = "lines" if split_lines else "file"
     if src.is_file():
         ext = src.suffix.lower()
-        if ext in JSONL_EXTS:
-            return [Piece(str(src), src.name, 0, src.stat().st_size, "jsonl")], []
-        if ext in TEXT_EXTS:
-            return [Piece(str(src), src.name, 0, src.stat().st_size, line_mode)], []
-        raise PrepError(f"{src} is not a .txt or .jsonl file. HINT: pass a folder of .txt files")
+        if ext not in JSONL_EXTS | TEXT_EXTS:
+            raise PrepError(
+                f"{src} is not a .txt or .jsonl file. HINT: pass a folder of .txt files"
+            )
+        mode = "jsonl" if ext in JSONL_EXTS else line_mode
+        return [Piece(str(src), src.name, 0, src.stat().st_size, mode)], []
     found: list[Piece] = []
     files, rejects = walk(src, TEXT_EXTS)  # the same checks and reject codes as prep pack's
     for rel, path in files:

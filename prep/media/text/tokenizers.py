@@ -171,11 +171,8 @@ class HFTokenizer:
 
     def save(self, folder: Path) -> None:
         # Not tokenizers' save(): it neither fsyncs nor names the file on a full disk.
-        if self.source is not None:
-            with open(self.source, encoding="utf-8", newline="") as f:  # byte for byte
-                text = f.read()
-        else:
-            text = self._tok.to_str(pretty=True)
+        source = self.source  # the user's file, copied byte for byte
+        text = self._tok.to_str(pretty=True) if source is None else source.read_bytes().decode()
         atomic_write_text(folder / str(self.file), text)
 
     def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:

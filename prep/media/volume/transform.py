@@ -108,14 +108,9 @@ def foreground_box(image: np.ndarray, label: np.ndarray | None, margin: int) -> 
     shape = np.asarray(image.shape)
     if not mask.any():
         return np.stack([np.zeros(3, np.int64), shape])
-    lo, hi = [], []
-    for a in range(3):
-        hit = np.flatnonzero(mask.any(axis=tuple(b for b in range(3) if b != a)))
-        lo.append(int(hit[0]))
-        hi.append(int(hit[-1]) + 1)
-    return np.stack(
-        [np.maximum(np.asarray(lo) - margin, 0), np.minimum(np.asarray(hi) + margin, shape)]
-    )
+    hits = [np.flatnonzero(mask.any(axis=tuple(b for b in range(3) if b != a))) for a in range(3)]
+    lo, hi = np.array([h[0] for h in hits]), np.array([h[-1] + 1 for h in hits])
+    return np.stack([np.maximum(lo - margin, 0), np.minimum(hi + margin, shape)])
 
 
 def foreground_index(
