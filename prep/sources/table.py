@@ -1,6 +1,6 @@
 """Table inputs: which files, and their blocks of rows of bounded memory (text cut at line ends
 outside quotes every BLOCK_BYTES or so, Parquet at its row groups), whatever --jobs, which the
-scan (prep.media.table.scan) parses once each; CSV cells typed by pyarrow per block."""
+scan (prep.kinds.table.scan) parses once each; CSV cells typed by pyarrow per block."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from prep.run.errors import PrepError
 from prep.run.inputs import check_file, reject_record, walk
 
 FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".parquet": "parquet"}
-# Compressed text tables are decompressed into the run folder first (prep.media.table.scan):
+# Compressed text tables are decompressed into the run folder first (prep.kinds.table.scan):
 # a block is a byte range, and a compressed stream cannot be entered at one.
 COMPRESSED = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".lz4": "lz4"}
 BLOCK_BYTES = 16 << 20  # a block's bytes: its parse holds a few times this in memory

@@ -1,5 +1,5 @@
 """prep table: the tabular kind of the run driver. `prepare` parses every row once
-(prep.media.table.scan), keeping parsed blocks in the run folder; a shard is blocks of about
+(prep.kinds.table.scan), keeping parsed blocks in the run folder; a shard is blocks of about
 --shard-rows rows, written as one .npy per column (num_J, cat_K, target) and split."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pyarrow as pa
 from loaders.fields import Column as ColumnField
 from loaders.format.index import stem
 from prep.kinds.table.config import TableConfig
-from prep.media.table.scan import BLOCKS, Scan, read_spill, scan
+from prep.kinds.table.scan import BLOCKS, Scan, read_spill, scan
 from prep.media.table.types import Column, encode
 from prep.run.driver import Inputs, Kind, RunSummary, array_specs, grouped, run
 from prep.run.errors import PrepError
