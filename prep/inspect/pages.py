@@ -151,7 +151,8 @@ def stats(m: Manifest, image: str) -> Section:
     rows, chart = [], ""
     for size, at in got["sizes"].items():
         mean, std = at["mean"], at["std"]
-        rows.append((f"{size} px", _nums(mean), _nums(std), _count(at["pixels"])))
+        mean_std = [", ".join(f"{v:.2f}" for v in vs) for vs in (mean, std)]
+        rows.append((f"{size} px", *mean_std, _count(at["pixels"])))
         chart = chart or channels(mean, std, f"mean ± std at {size} px")
     text = f"over the {got['split']} split" if got.get("split") else "over every sample"
     code = "Normalize.from_dataset(ds" + (")" if image == "image" else f", field={image!r})")
@@ -170,10 +171,6 @@ def _count(n: int) -> str:
         return f"{float(n):,.0f}"
     except OverflowError:
         return "?"
-
-
-def _nums(values: Sequence[float]) -> str:
-    return ", ".join(f"{v:.2f}" for v in values)
 
 
 def volume(st: Stored, names: list[str]) -> list[Section]:
