@@ -210,7 +210,10 @@ def make_demo(
     small = small_images(min(max(count, 8), 24), seed)
     write_hf(raw, small, list(CLASSES))
     write_wds(raw, small)
-    write_tree(raw, small)
+    for r in small:  # RAW/tree/{train,val}/<class>/NNNNN.jpg
+        folder = raw / "tree" / r["split"] / r["class"]
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{r['id']:05d}.jpg").write_bytes(r["jpeg"])
 
 
 def small_images(count: int, seed: int, side: int = 256) -> list[dict[str, Any]]:
@@ -280,11 +283,3 @@ def write_wds(raw: Path, images: list[dict[str, Any]], shards: int = 2) -> None:
                     info = tarfile.TarInfo(f"{key}.{ext}")
                     info.size, info.mtime, info.mode = len(data), 0, 0o644
                     tar.addfile(info, io.BytesIO(data))
-
-
-def write_tree(raw: Path, images: list[dict[str, Any]]) -> None:
-    """RAW/tree/{train,val}/<class>/NNNNN.jpg."""
-    for r in images:
-        folder = raw / "tree" / r["split"] / r["class"]
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / f"{r['id']:05d}.jpg").write_bytes(r["jpeg"])

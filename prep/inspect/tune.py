@@ -128,21 +128,6 @@ class TuneResult:
         return "\n".join(lines)
 
 
-def image_dataset(root: Path, size: int | None) -> tuple[Manifest, int]:
-    """The manifest of a dataset with an image field `image`, and the size (default: smallest)."""
-    m = read_manifest(root)
-    if not isinstance(declared(m).get("image"), Image):
-        raise PrepError(
-            f"{root} has no image field 'image': prep tune times ImageShardDataset. "
-            "HINT: pass a dataset of prep pack"
-        )
-    sizes = m.sizes()
-    size = min(sizes) if size is None else size
-    if size not in sizes:
-        raise PrepError(f"{root} has no size {size}. HINT: --size one of {sizes}")
-    return m, size
-
-
 def worker_counts(cores: int) -> list[int]:
     """0..4, then 2^k and 1.5 x 2^k below `cores`, and `cores`: a dozen settings at most.
 
@@ -239,7 +224,16 @@ def tune(
     threads: Sequence[int] | None = None,
 ) -> TuneResult:
     """Time the loader at each thread count, then at each worker count (0: neither)."""
-    m, size = image_dataset(root, size)  # checked before torch loads (seconds)
+    m = read_manifest(root)  # checked before torch loads (seconds)
+    if not isinstance(declared(m).get("image"), Image):
+        raise PrepError(
+            f"{root} has no image field 'image': prep tune times ImageShardDataset. "
+            "HINT: pass a dataset of prep pack"
+        )
+    sizes = m.sizes()
+    size = min(sizes) if size is None else size
+    if size not in sizes:
+        raise PrepError(f"{root} has no size {size}. HINT: --size one of {sizes}")
     if batch_size < 1 or prefetch_factor < 1 or seconds <= 0:
         raise PrepError("--batch-size, --prefetch-factor and --seconds must be positive")
     if limit is not None and limit < 1:

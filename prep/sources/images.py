@@ -80,21 +80,6 @@ _HINT_KINDS = "labels are all integers (class ids, ASCII digits) or all class na
 Label = int | str | None  # an integer label, a class name, or none
 
 
-def _check_paths(src: Path, rows: list[tuple[int, Any]]) -> None:
-    for n, r in rows:
-        if not isinstance(r, dict) or r.get("path") in (None, ""):
-            raise PrepError(
-                f"{src}: line {n} has no 'path'. HINT: every row names its image "
-                "in a 'path' column (CSV with a header row) or key (JSON lines)"
-            )
-        for key in ("path", "mask"):
-            if r.get(key) is not None and not isinstance(r[key], str):
-                raise PrepError(
-                    f"{src}: line {n} has a {key!r} that is not a string ({r[key]!r}). "
-                    "HINT: write the file name as a JSON string"
-                )
-
-
 def _label(src: Path, n: int, value: Any) -> Label:
     """A label as read: an int when it is an ASCII decimal integer, else a class name."""
     if value is None or value == "":
@@ -138,22 +123,24 @@ def _labels(src: Path, rows: list[tuple[int, Any]]) -> tuple[list[int | None], l
     return [index[x] if isinstance(x, str) else None for x in labels], classes
 
 
-def _bad_label(label: int) -> str | None:
-    if label < 0:
-        return f"label {label} is negative"
-    if label > MAX_LABEL:
-        shown = str(label) if len(str(label)) <= 30 else f"{str(label)[:20]}..."
-        return f"label {shown} is over {MAX_LABEL}, the largest class id"
-    return None
-
-
 def list_file(
     src: Path, limit: int | None = None
 ) -> tuple[list[Item], list[str] | None, list[dict[str, Any]]]:
     """A CSV or JSONL list with `path` (relative to the list), optional `label` and `mask`, in
     order; class names map to their index in the sorted set of the list's names."""
     rows = read_rows(src)
-    _check_paths(src, rows)
+    for n, r in rows:
+        if not isinstance(r, dict) or r.get("path") in (None, ""):
+            raise PrepError(
+                f"{src}: line {n} has no 'path'. HINT: every row names its image "
+                "in a 'path' column (CSV with a header row) or key (JSON lines)"
+            )
+        for key in ("path", "mask"):
+            if r.get(key) is not None and not isinstance(r[key], str):
+                raise PrepError(
+                    f"{src}: line {n} has a {key!r} that is not a string ({r[key]!r}). "
+                    "HINT: write the file name as a JSON string"
+                )
     labels, classes = _labels(src, rows)
     items: list[Item] = []
     rejects: list[dict[str, Any]] = []
@@ -166,9 +153,10 @@ def list_file(
                 problem["message"] = f"listed in {src.name} but not found"
             rejects.append(problem)
             continue
-        bad = None if label is None or classes is not None else _bad_label(label)
-        if bad is not None:
-            rejects.append(reject_record(rel, "bad_label", bad))
+        if label is not None and classes is None and not 0 <= label <= MAX_LABEL:
+            shown = str(label) if len(str(label)) <= 30 or label < 0 else f"{str(label)[:20]}..."
+            why = "is negative" if label < 0 else f"is over {MAX_LABEL}, the largest class id"
+            rejects.append(reject_record(rel, "bad_label", f"label {shown} {why}"))
             continue
         mask = src.parent / r["mask"] if r.get("mask") else None
         items.append(Item(path, rel, label, mask))

@@ -49,19 +49,7 @@ def list_volumes(
     items, seen = [], []
     found_labels = walk(labels, frozenset({".nii", ".gz"}))[0] if labels is not None else []
     label_files = {s: p for rel, p in found_labels if (s := stem(rel)) is not None}
-    for rel, path, files in _inputs(found):
-        rel = src.name if rel == "." else rel  # SRC is itself one DICOM series
-        key, lab = stem(rel) or rel, None
-        if labels is not None:  # a label file that is not there is rejected when read
-            lab = label_files.get(key, labels / f"{key}.nii.gz")
-        items.append(Item(rel, path, lab))
-        seen += file_stats([p for p in (*files, lab) if p is not None and p.is_file()])
-    return items, rejects, seen
-
-
-def _inputs(found: list[tuple[str, Path]]) -> list[tuple[str, Path, list[Path]]]:
-    """(rel, path, files read) per input, a NIfTI file or a DICOM series' folder, sorted."""
-    series: dict[str, list[Path]] = {}
+    series: dict[str, list[Path]] = {}  # a DICOM series: the .dcm files of a folder
     inputs = []
     for rel, path in found:
         if rel.lower().endswith(".dcm"):
@@ -69,7 +57,14 @@ def _inputs(found: list[tuple[str, Path]]) -> list[tuple[str, Path, list[Path]]]
         elif stem(rel) is not None:  # not a .gz that is not .nii.gz
             inputs.append((rel, path, [path]))
     inputs += [(rel, files[0].parent, files) for rel, files in series.items()]
-    return sorted(inputs, key=lambda x: x[0])
+    for rel, path, files in sorted(inputs, key=lambda x: x[0]):
+        rel = src.name if rel == "." else rel  # SRC is itself one DICOM series
+        key, lab = stem(rel) or rel, None
+        if labels is not None:  # a label file that is not there is rejected when read
+            lab = label_files.get(key, labels / f"{key}.nii.gz")
+        items.append(Item(rel, path, lab))
+        seen += file_stats([p for p in (*files, lab) if p is not None and p.is_file()])
+    return items, rejects, seen
 
 
 @dataclass
@@ -87,8 +82,14 @@ def read_scan(path: Path, volume_index: int | None, is_label: bool = False) -> S
     if data.dtype.kind == "f" and not np.isfinite(data).all():
         bad = int((~np.isfinite(data)).sum())
         raise Reject("not_finite", f"{bad} NaN or infinite voxels")
-    if is_label:
-        data = _class_ids(data)
+    if is_label:  # uint8 class ids: non-integer, negative or > 255 values are refused
+        if data.size and (
+            (data.dtype.kind == "f" and not np.array_equal(data, np.rint(data)))
+            or data.min() < 0
+            or data.max() > MAX_CLASS
+        ):
+            raise Reject("values", f"class ids must be integers 0..{MAX_CLASS}")
+        data = data.astype(np.uint8)
     return Scan(np.ascontiguousarray(data), affine)
 
 
@@ -142,17 +143,6 @@ def _pick(img: Any, shape: tuple[int, ...], index: int | None) -> np.ndarray:
     if not 0 <= index < shape[3]:
         raise Reject("not_3d", f"--volume-index {index} is outside the {shape[3]} volumes")
     return np.asanyarray(img.dataobj[..., index])
-
-
-def _class_ids(data: np.ndarray) -> np.ndarray:
-    """A label volume as uint8 class ids; non-integer, negative or > 255 values are refused."""
-    if data.size and (
-        (data.dtype.kind == "f" and not np.array_equal(data, np.rint(data)))
-        or data.min() < 0
-        or data.max() > MAX_CLASS
-    ):
-        raise Reject("values", f"class ids must be integers 0..{MAX_CLASS}")
-    return data.astype(np.uint8)
 
 
 def read_pair(item: Item, volume_index: int | None) -> tuple[Scan, Scan | None]:
