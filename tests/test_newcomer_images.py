@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import run_pack
+from conftest import one_colour_share, run_pack
 from manifests import edit_manifest
 from PIL import Image
 from typer.testing import CliRunner
@@ -178,15 +178,6 @@ def test_a_bad_background_is_one_line(tmp_path: Path, value: str) -> None:
     res = _invoke("pack", str(src), str(tmp_path / "out"), "--background", value, "-q")
     assert res.exit_code == 2 and "Traceback" not in res.output, res.output
     assert "--background" in res.output
-
-
-def one_colour_share(image: np.ndarray) -> float:
-    """The share of an (H, W, C) uint8 image's pixels in its most common colour."""
-    flat = image.reshape(-1, image.shape[-1]).astype(np.uint32)
-    if not len(flat):
-        return 0.0
-    keys = flat[:, 0] if flat.shape[1] == 1 else (flat[:, 0] << 16) | (flat[:, 1] << 8) | flat[:, 2]
-    return float(np.unique(keys, return_counts=True)[1].max() / len(keys))
 
 
 def test_one_colour_share() -> None:
