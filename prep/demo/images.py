@@ -234,8 +234,7 @@ def _write_chunk(raw: Path, indices: list[int], seed: int, max_side: int) -> lis
 
 
 def write_hf(raw: Path, images: list[dict[str, Any]], classes: list[str]) -> None:
-    """RAW/hf/{train,validation}-00000-of-00001.parquet as the Hub stores them (Features in the
-    schema's metadata); `images`: dicts of id, label, class, text, jpeg (bytes) and split."""
+    """RAW/hf/{train,validation}-00000-of-00001.parquet as the Hub stores them (Features too)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 

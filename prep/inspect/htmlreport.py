@@ -131,8 +131,7 @@ def write_report(
     per_class: int = PER_CLASS,
     show_progress: bool = False,
 ) -> Path:
-    """Write the report to `out` (default ROOT/report.html) atomically; its path. `against`:
-    a val dataset looked up among `root`'s; `compute_hashes`: hash the stored pixels."""
+    """Write the report to `out` (default ROOT/report.html) atomically; its path."""
     if not 1 <= per_class <= MAX_PER_CLASS:
         raise UsageError(f"--max-samples must be 1..{MAX_PER_CLASS}, not {per_class}")
     try:

@@ -203,8 +203,7 @@ def tokens(st: Stored, names: list[str]) -> list[Section]:
 
 
 def _common(st: Stored, f: Tokens, split: str, read: list[np.ndarray]) -> tuple[str, str]:
-    """The TOP_TOKENS commonest ids of `read` (the end-of-document token left out): a chart
-    and a table."""
+    """A chart and a table of the TOP_TOKENS commonest ids of `read`, end-of-document left out."""
     ids = np.concatenate(read)
     ids = ids[ids < f.vocab_size]  # ids past it are prep verify's to name
     if len(ids) and int(ids.max()) < DENSE:

@@ -149,8 +149,7 @@ def contact_sheet(
 
 
 def save_image(picture: Image.Image | Any, path: Path) -> None:
-    """Write a Pillow Image or a matplotlib Figure in the format of `path`'s extension,
-    atomically (a link at `path` is replaced, never written through)."""
+    """Write a Pillow Image or matplotlib Figure as `path`'s extension says, atomically."""
     ext = path.suffix.lower()
     buf = io.BytesIO()
     try:
@@ -172,8 +171,7 @@ def save_image(picture: Image.Image | Any, path: Path) -> None:
 
 
 def captions(st: Stored, i: int, known: dict[str, Any]) -> tuple[str, list[str]]:
-    """Sample i's caption: its index and short captions (the class first), then a line a
-    text field (`known`: values read already)."""
+    """Sample i's index and short captions (the class first), then a line a text field."""
     first, lines = str(i), []
     named = sorted(st.fields.items(), key=lambda nf: not isinstance(nf[1], Label | Labels))
     for name, f in named:

@@ -48,8 +48,7 @@ def stem(rel: str) -> str:
 def _attach(
     table: tg.Targets, clips: list[Clip], seen: list[str]
 ) -> tuple[list[Clip], list[dict[str, Any]]]:
-    """Each clip's row of `table` (by path or stem), and a reject without one; a row naming
-    none of `seen` (every file listed) stops the run."""
+    """Each clip's row of `table` (by path or stem); a row naming none of `seen` stops the run."""
     keys = {k for rel in seen for k in (rel, stem(rel))}
     tg.check_rows(table, keys, "sound file", HINT)
     return tg.attach(table, clips, stem, "label" if _is_labels(table) else "target")

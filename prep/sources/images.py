@@ -40,8 +40,7 @@ class Listing:
 
 
 def mask_index(masks: Path) -> dict[str, Path]:
-    """Masks by relative stem ("cat/001" -> masks/cat/001.png); unreadable ones too (their
-    image is rejected for them)."""
+    """Masks by relative stem ("cat/001" -> masks/cat/001.png), unreadable ones too."""
     files, rejects = walk(masks, IMAGE_EXTS)
     index: dict[str, Path] = {}
     for rel, path in files:
@@ -126,8 +125,7 @@ def _labels(src: Path, rows: list[tuple[int, Any]]) -> tuple[list[int | None], l
 def list_file(
     src: Path, limit: int | None = None
 ) -> tuple[list[Item], list[str] | None, list[dict[str, Any]]]:
-    """A CSV or JSONL list with `path` (relative to the list), optional `label` and `mask`, in
-    order; class names map to their index in the sorted set of the list's names."""
+    """A CSV or JSONL list's rows of `path` (relative to the list), `label` and `mask`, in order."""
     rows = read_rows(src)
     for n, r in rows:
         if not isinstance(r, dict) or r.get("path") in (None, ""):

@@ -171,8 +171,7 @@ def read_block(
     types: dict[str, pa.DataType] | None = None,
     delimiter: str | None = None,
 ) -> pa.Table:
-    """The block's rows; rows with the wrong field count go to `rejects` (`row`: from 1).
-    CSV columns get `types` where given, else pyarrow's inference."""
+    """The block's rows (CSV typed by `types`); rows of a wrong field count go to `rejects`."""
     path = Path(block.path)
     if block.fmt == "parquet":
         return pq.ParquetFile(path).read_row_group(block.start)

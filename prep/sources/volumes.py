@@ -39,8 +39,7 @@ def stem(rel: str) -> str | None:
 def list_volumes(
     src: Path, labels: Path | None
 ) -> tuple[list[Item], list[dict[str, Any]], list[tuple[str, int, int]]]:
-    """Sorted NIfTI files and DICOM folders under `src`, rejects, and the (path, size,
-    mtime) of every file read (--resume's fingerprint)."""
+    """Sorted NIfTI files and DICOM folders, rejects, and every file's (path, size, mtime)."""
     if src.is_file():
         problem = check_file(src, src.name)
         found, rejects = ([], [problem]) if problem else ([(src.name, src)], [])
