@@ -152,7 +152,11 @@ def stats(m: Manifest, image: str) -> Section:
     for size, at in got["sizes"].items():
         mean, std = at["mean"], at["std"]
         mean_std = [", ".join(f"{v:.2f}" for v in vs) for vs in (mean, std)]
-        rows.append((f"{size} px", *mean_std, _count(at["pixels"])))
+        try:  # "?" past float's range (an int of hundreds of digits prep did not write)
+            pixels = f"{float(at['pixels']):,.0f}"
+        except OverflowError:
+            pixels = "?"
+        rows.append((f"{size} px", *mean_std, pixels))
         chart = chart or channels(mean, std, f"mean ± std at {size} px")
     text = f"over the {got['split']} split" if got.get("split") else "over every sample"
     code = "Normalize.from_dataset(ds" + (")" if image == "image" else f", field={image!r})")
@@ -163,14 +167,6 @@ def stats(m: Manifest, image: str) -> Section:
         + table(["size", "mean (0-255)", "std (0-255)", "pixels"], rows)
         + f"<p>{esc(text)}; <code>{esc(code)}</code> reads them.</p>",
     )
-
-
-def _count(n: int) -> str:
-    """A pixel count; "?" past float's range (an int of hundreds of digits prep did not write)."""
-    try:
-        return f"{float(n):,.0f}"
-    except OverflowError:
-        return "?"
 
 
 def volume(st: Stored, names: list[str]) -> list[Section]:
