@@ -35,7 +35,25 @@ def list_inputs(inputs: Any, limit: int | None) -> Listing:
             items = [Item(rel, str(path)) for rel, path in found]
             stats = [_stat(rel, path) for rel, path in found]
             return _listing(items[:limit], rejects, src, stats)
-        items = _file_items(src, limit)
+        suffix = src.suffix.lower()
+        if not src.is_file():
+            raise PrepError(f"{src} is not a file or folder. HINT: check the path")
+        if suffix in (".csv", ".jsonl"):
+            items = [Item(f"{src.name}:{n}", row) for n, row in read_rows(src)]
+        elif suffix == ".parquet":
+            items = [Item(f"{src.name}:{i}", r) for i, r in enumerate(parquet_rows(src, limit))]
+        elif suffix == ".txt":
+            try:
+                lines = src.read_text(encoding="utf-8").splitlines()
+            except (OSError, UnicodeDecodeError) as e:
+                raise PrepError(f"{src}: cannot read the list of paths ({e})") from e
+            said = [(n, line.strip()) for n, line in enumerate(lines, 1)]
+            items = [Item(f"{src.name}:{n}", line) for n, line in said if line]
+        else:
+            raise PrepError(
+                f"{src}: inputs are a folder or a {', '.join(ROWS)} or .txt file, not "
+                f"{suffix or 'this'}"
+            )
         return _listing(items[:limit], rejects, src.parent, [_stat(src.name, src)])
     if isinstance(inputs, Sequence) and not isinstance(inputs, (bytes, bytearray)):
         items = [Item(f"#{i}", v) for i, v in enumerate(inputs)]
@@ -43,27 +61,6 @@ def list_inputs(inputs: Any, limit: int | None) -> Listing:
     raise PrepError(
         f"inputs of type {type(inputs).__name__}: pass a list, a folder, or a .csv/.jsonl/"
         ".parquet/.txt file"
-    )
-
-
-def _file_items(src: Path, limit: int | None) -> list[Item]:
-    suffix = src.suffix.lower()
-    if not src.is_file():
-        raise PrepError(f"{src} is not a file or folder. HINT: check the path")
-    if suffix in (".csv", ".jsonl"):
-        return [Item(f"{src.name}:{n}", row) for n, row in read_rows(src)]
-    if suffix == ".parquet":
-        return [Item(f"{src.name}:{i}", row) for i, row in enumerate(parquet_rows(src, limit))]
-    if suffix == ".txt":
-        try:
-            lines = src.read_text(encoding="utf-8").splitlines()
-        except (OSError, UnicodeDecodeError) as e:
-            raise PrepError(f"{src}: cannot read the list of paths ({e})") from e
-        return [
-            Item(f"{src.name}:{n}", line.strip()) for n, line in enumerate(lines, 1) if line.strip()
-        ]
-    raise PrepError(
-        f"{src}: inputs are a folder or a {', '.join(ROWS)} or .txt file, not {suffix or 'this'}"
     )
 
 
