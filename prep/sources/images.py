@@ -222,8 +222,16 @@ def list_images(
             else:
                 paired.append(replace(it, mask=mask))
         items = paired
-    if val_fraction > 0:
-        items = hashed_splits(items, val_fraction)
+    if val_fraction > 0 and items:  # "val" or "train" by the hash of the path under SRC
+        import pyarrow as pa
+
+        from prep.sources.hashsplit import cell_hash
+
+        hashes = cell_hash(pa.array([it.rel for it in items], pa.string()))
+        val = hashes < np.uint64(int(val_fraction * 2**64))
+        items = [
+            replace(it, split="val" if v else "train") for it, v in zip(items, val, strict=True)
+        ]
     if splits is not None:
         check_classes(src, items, classes, splits)
     return Listing(items, classes, rejects, fingerprint(items), splits)
@@ -260,19 +268,6 @@ def list_split_folders(
             label = None if it.label is None else ids[it.label]
             out.append(replace(it, rel=f"{split}/{it.rel}", label=label, split=split))
     return out, classes, rejects
-
-
-def hashed_splits(items: list[Item], val_fraction: float) -> list[Item]:
-    """Each item in "val" or "train" by the hash of its path relative to SRC (`rel`)."""
-    import pyarrow as pa
-
-    from prep.sources.hashsplit import cell_hash
-
-    if not items:
-        return items
-    hashes = cell_hash(pa.array([it.rel for it in items], pa.string()))
-    val = hashes < np.uint64(int(val_fraction * 2**64))
-    return [replace(it, split="val" if v else "train") for it, v in zip(items, val, strict=True)]
 
 
 def check_classes(
