@@ -117,19 +117,16 @@ def samples(st: Stored, picture: str, per_class: int) -> Section:
 
 
 def image(st: Stored, names: list[str]) -> list[Section]:
-    """Each image field's pixel statistics; the sources' sizes (orig_size), or the stored."""
-    name = names[0]
+    """Each image field's pixel statistics; histograms of the sources' sizes (orig_size), else
+    of the stored."""
+    found = [stats(st.m, n) for n in names]
     orig = st.column("orig_size") if "orig_size" in st.m.arrays else None
-    hw = [a for a in st.fields[name].arrays(name) if a.role == "hw" and a.size == st.size]
-    stored = st.column(f"{hw[0].field}_{st.size}") if hw and orig is None else None
-    return [*(stats(st.m, n) for n in names), sizes(orig, stored)]
-
-
-def sizes(orig: np.ndarray | None, stored: np.ndarray | None = None) -> Section:
-    """Histograms of the sources' width, height and aspect (`orig_size`), else the stored."""
+    arrs = [a for a in st.fields[names[0]].arrays(names[0]) if a.role == "hw" and a.size == st.size]
+    stored = st.column(f"{arrs[0].field}_{st.size}") if arrs and orig is None else None
     hw, said = (orig, "source") if orig is not None else (stored, "stored")
     if hw is None or not len(hw):
-        return Section("sizes", "Source sizes", para("this dataset stores no orig_size", "note"))
+        note = para("this dataset stores no orig_size", "note")
+        return [*found, Section("sizes", "Source sizes", note)]
     h, w = hw[:, 0].astype(np.float64), hw[:, 1].astype(np.float64)
     aspect = w / np.maximum(h, 1)
     panels = [(f"{said} width (px)", w), (f"{said} height (px)", h), ("aspect (w / h)", aspect)]
@@ -138,7 +135,7 @@ def sizes(orig: np.ndarray | None, stored: np.ndarray | None = None) -> Section:
         f"height {h.min():.0f}-{h.max():.0f} px (median {np.median(h):.0f}); "
         f"{int((aspect > 2).sum() + (aspect < 0.5).sum()):,} with an aspect past 2:1"
     )
-    return Section("sizes", f"Sizes ({said})", histograms(panels) + para(text), True)
+    return [*found, Section("sizes", f"Sizes ({said})", histograms(panels) + para(text), True)]
 
 
 def stats(m: Manifest, image: str) -> Section:
