@@ -278,7 +278,7 @@ def check_plot() -> None:
         ) from None
 
 
-def plot(result: TuneResult, path: Path, width: int = 640, height: int = 400) -> None:
+def plot(result: TuneResult, path: Path) -> None:
     """Samples/s of each setting labelled with its CPU use, the recommended one in orange."""
     check_plot()
     import matplotlib
@@ -287,8 +287,7 @@ def plot(result: TuneResult, path: Path, width: int = 640, height: int = 400) ->
 
     # The title holds the folder's name: text, never a formula ("$x^{$" would not parse)
     with matplotlib.rc_context({"text.parse_math": False}):
-        dpi = 100
-        fig = Figure(figsize=(width / dpi, height / dpi), dpi=dpi, layout="constrained")
+        fig = Figure(figsize=(6.4, 4.0), dpi=100, layout="constrained")  # 640 x 400 px
         FigureCanvasAgg(fig)
         ax = fig.subplots()
         rows, rec = sorted(result.rows, key=lambda r: (r.workers, r.threads)), result.recommended
