@@ -110,9 +110,14 @@ def _read_nifti(path: Path, volume_index: int | None) -> tuple[np.ndarray, np.nd
         shape = shape[:-1]
     if len(shape) not in (3, 4):
         raise Reject("not_3d", f"{len(shape)}-D image {list(img.shape)}; a volume is 3-D")
+    if len(shape) == 4 and volume_index is None:
+        hint = "HINT: --volume-index N picks volume N of the 4th axis"
+        raise Reject("not_3d", f"4-D image {list(shape)}; {hint}")
+    if len(shape) == 4 and not 0 <= (volume_index or 0) < shape[3]:
+        raise Reject("not_3d", f"--volume-index {volume_index} is outside the {shape[3]} volumes")
     try:
         if len(shape) == 4:
-            data = _pick(img, shape, volume_index)
+            data = np.asanyarray(img.dataobj[..., volume_index])
         else:
             data = np.asanyarray(img.dataobj).reshape(shape)
     except BROKEN as e:
@@ -131,17 +136,6 @@ def _gzip_cut(path: Path) -> bool:
     except (OSError, zlib.error):
         pass
     return False
-
-
-def _pick(img: Any, shape: tuple[int, ...], index: int | None) -> np.ndarray:
-    if index is None:
-        raise Reject(
-            "not_3d",
-            f"4-D image {list(shape)}; HINT: --volume-index N picks volume N of the 4th axis",
-        )
-    if not 0 <= index < shape[3]:
-        raise Reject("not_3d", f"--volume-index {index} is outside the {shape[3]} volumes")
-    return np.asanyarray(img.dataobj[..., index])
 
 
 def read_pair(item: Item, volume_index: int | None) -> tuple[Scan, Scan | None]:
