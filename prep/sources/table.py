@@ -91,17 +91,13 @@ def sources_of(src: str | list[str] | None) -> list[str]:
 def list_tables(src: str | list[str]) -> tuple[list[tuple[str, Path]], list[dict[str, Any]]]:
     """The table files of `src` as (rel, path) in SRC order, once each, and rejects."""
     paths = sources_of(src)
-    found: list[tuple[str, Path]] = []
-    rejects: list[dict[str, Any]] = []
-    for one in paths:
-        listed, refused = _listed(one, len(paths) > 1)
-        found += listed
-        rejects += refused
-    kept, seen = [], set()
-    for rel, path in found:
-        if path.resolve() in seen:
-            continue
-        seen.add(path.resolve())
+    got = [_listed(one, len(paths) > 1) for one in paths]
+    rejects = [r for _, refused in got for r in refused]
+    unique: dict[Path, tuple[str, Path]] = {}  # a file named twice is read once
+    for rel, path in (f for listed, _ in got for f in listed):
+        unique.setdefault(path.resolve(), (rel, path))
+    kept = []
+    for rel, path in unique.values():
         if path.stat().st_size == 0:
             rejects.append(reject_record(rel, "empty", "the file is empty (0 bytes)"))
         else:
