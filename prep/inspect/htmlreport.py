@@ -52,9 +52,7 @@ def counts(
         ids, n = np.unique(labels[splits == split], return_counts=True)
         named = [classes[i] if 0 <= i < len(classes) else f"label {i}" for i in ids.tolist()]
         series[str(split)] = dict(zip(named, n.tolist(), strict=True))
-    total = Counter[str]()
-    for part in series.values():
-        total.update(part)
+    total = sum((Counter(part) for part in series.values()), Counter[str]())
     chart = bars(series, f"{what} per class" + (" and split" if len(series) > 1 else ""))
     body = f'<div class="charts">{chart}</div>'
     if total:
