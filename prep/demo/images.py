@@ -209,7 +209,23 @@ def make_demo(
     write_table(raw, seed)
     small = small_images(min(max(count, 8), 24), seed)
     write_hf(raw, small, list(CLASSES))
-    write_wds(raw, small)
+    (raw / "wds").mkdir(parents=True, exist_ok=True)
+    per = -(-len(small) // 2)  # RAW/wds/shard-NNNNNN.tar: 2 tars, KEY.jpg, .cls, .txt and .json
+    for s in range(2):
+        path = raw / "wds" / f"shard-{s:06d}.tar"
+        with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tar:
+            for r in small[s * per : (s + 1) * per]:
+                meta = {"id": r["id"], "split": r["split"], "class": r["class"]}
+                members = {
+                    "jpg": r["jpeg"],
+                    "cls": str(r["label"]).encode(),
+                    "txt": r["text"].encode(),
+                    "json": json.dumps(meta).encode(),
+                }
+                for ext, data in members.items():
+                    info = tarfile.TarInfo(f"{r['id']:05d}.{ext}")
+                    info.size, info.mtime, info.mode = len(data), 0, 0o644
+                    tar.addfile(info, io.BytesIO(data))
     for r in small:  # RAW/tree/{train,val}/<class>/NNNNN.jpg
         folder = raw / "tree" / r["split"] / r["class"]
         folder.mkdir(parents=True, exist_ok=True)
@@ -260,25 +276,3 @@ def write_hf(raw: Path, images: list[dict[str, Any]], classes: list[str]) -> Non
             schema=schema,
         )
         pq.write_table(table, raw / "hf" / f"{name}-00000-of-00001.parquet")
-
-
-def write_wds(raw: Path, images: list[dict[str, Any]], shards: int = 2) -> None:
-    """RAW/wds/shard-NNNNNN.tar: the images in `shards` tars, KEY.jpg, .cls, .txt and .json."""
-    (raw / "wds").mkdir(parents=True, exist_ok=True)
-    per = -(-len(images) // shards)
-    for s in range(shards):
-        path = raw / "wds" / f"shard-{s:06d}.tar"
-        with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tar:
-            for r in images[s * per : (s + 1) * per]:
-                key = f"{r['id']:05d}"
-                meta = {"id": r["id"], "split": r["split"], "class": r["class"]}
-                members = {
-                    "jpg": r["jpeg"],
-                    "cls": str(r["label"]).encode(),
-                    "txt": r["text"].encode(),
-                    "json": json.dumps(meta).encode(),
-                }
-                for ext, data in members.items():
-                    info = tarfile.TarInfo(f"{key}.{ext}")
-                    info.size, info.mtime, info.mode = len(data), 0, 0o644
-                    tar.addfile(info, io.BytesIO(data))
