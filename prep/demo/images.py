@@ -39,35 +39,6 @@ WORDS = (  # noqa: SIM905 (28 words read best as text)
 ).split()
 
 
-def _texture(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
-    """Smooth colour fields with fine grain: compresses and resizes like a photo."""
-    low = rng.integers(0, 256, (max(2, h // 128), max(2, w // 128), 3), dtype=np.uint8)
-    img = cv2.resize(low, (w, h), interpolation=cv2.INTER_CUBIC).astype(np.int16)
-    tile = rng.integers(-12, 13, (64, 64, 1), dtype=np.int16)
-    img += np.tile(tile, (h // 64 + 1, w // 64 + 1, 3))[:h, :w]
-    return np.clip(img, 0, 255).astype(np.uint8)
-
-
-def _draw(img: np.ndarray, mask: np.ndarray, cls: int, rng: np.random.Generator) -> None:
-    """One object of class `cls` on image and mask, at the same place."""
-    h, w = mask.shape
-    r = int(min(h, w) * rng.uniform(0.15, 0.35))
-    cx, cy = int(rng.uniform(r, w - r)), int(rng.uniform(r, h - r))
-    colour = tuple(int(c) for c in rng.integers(0, 256, 3))
-    for target, value in ((img, colour), (mask, cls + 1)):
-        if cls == 0:
-            cv2.circle(target, (cx, cy), r, value, -1)
-        elif cls == 1:
-            cv2.rectangle(target, (cx - r, cy - r), (cx + r, cy + r), value, -1)
-        elif cls == 2:
-            pts = np.array([(cx, cy - r), (cx - r, cy + r), (cx + r, cy + r)], np.int32)
-            cv2.fillPoly(target, [pts], value)
-        else:
-            t = max(2, r // 3)
-            cv2.rectangle(target, (cx - r, cy - t), (cx + r, cy + t), value, -1)
-            cv2.rectangle(target, (cx - t, cy - r), (cx + t, cy + r), value, -1)
-
-
 # Kinds of file, drawn per image independently of its class: mostly plain JPEGs, some PNGs
 # (web graphics: at most 1024 px), some grayscale JPEGs, some phone photos with EXIF rotation.
 KINDS = ("jpeg",) * 5 + ("png", "gray", "exif")
@@ -83,9 +54,27 @@ def make_image(
     w, h = SHAPES[int(rng.integers(len(SHAPES)))]
     scale = min(1.0, (1024 if kind == "png" else max_side) / max(w, h))
     w, h = max(16, int(w * scale)), max(16, int(h * scale))
-    img = _texture(rng, h, w)
-    mask = np.zeros((h, w), np.uint8)
-    _draw(img, mask, cls, rng)
+    # Smooth colour fields with fine grain: compresses and resizes like a photo
+    low = rng.integers(0, 256, (max(2, h // 128), max(2, w // 128), 3), dtype=np.uint8)
+    big = cv2.resize(low, (w, h), interpolation=cv2.INTER_CUBIC).astype(np.int16)
+    tile = rng.integers(-12, 13, (64, 64, 1), dtype=np.int16)
+    big += np.tile(tile, (h // 64 + 1, w // 64 + 1, 3))[:h, :w]
+    img, mask = np.clip(big, 0, 255).astype(np.uint8), np.zeros((h, w), np.uint8)
+    r = int(min(h, w) * rng.uniform(0.15, 0.35))  # one object, at one place on both
+    cx, cy = int(rng.uniform(r, w - r)), int(rng.uniform(r, h - r))
+    colour = tuple(int(c) for c in rng.integers(0, 256, 3))
+    for target, value in ((img, colour), (mask, cls + 1)):
+        if cls == 0:
+            cv2.circle(target, (cx, cy), r, value, -1)
+        elif cls == 1:
+            cv2.rectangle(target, (cx - r, cy - r), (cx + r, cy + r), value, -1)
+        elif cls == 2:
+            pts = np.array([(cx, cy - r), (cx - r, cy + r), (cx + r, cy + r)], np.int32)
+            cv2.fillPoly(target, [pts], value)
+        else:
+            t = max(2, r // 3)
+            cv2.rectangle(target, (cx - r, cy - t), (cx + r, cy + t), value, -1)
+            cv2.rectangle(target, (cx - t, cy - r), (cx + t, cy + r), value, -1)
     pil = Image.fromarray(img)
     return cls, kind, pil.convert("L") if kind == "gray" else pil, Image.fromarray(mask)
 
