@@ -181,13 +181,11 @@ def make_demo(
     show_progress: bool = True,
 ) -> None:
     bar = progress(count, "img", "demo", show_progress)
-    chunks = [
-        (raw, list(range(i, min(i + 32, count))), seed, max_side) for i in range(0, count, 32)
-    ]
+    tasks = [(raw, i, seed, max_side) for i in range(count)]
     rows: list[dict[str, Any]] = []
-    for chunk in run_tasks(_write_chunk, chunks, jobs):
-        rows += chunk
-        bar.update(len(chunk))
+    for row in run_tasks(write_sample, tasks, jobs):
+        rows.append(row)
+        bar.update(1)
     rows.sort(key=lambda r: int(r["id"]))
     said = [{k: v for k, v in r.items() if k != "segmentation"} for r in rows]  # coco.json's
     lines = [json.dumps(r, ensure_ascii=False) for r in said]
@@ -232,10 +230,6 @@ def small_images(count: int, seed: int, side: int = 256) -> list[dict[str, Any]]
         row = {"id": i, "label": cls, "class": CLASSES[cls], "jpeg": data.getvalue()}
         out.append(row | {"text": f"a {kind} photo of a {CLASSES[cls]}", "split": split})
     return out
-
-
-def _write_chunk(raw: Path, indices: list[int], seed: int, max_side: int) -> list[dict[str, Any]]:
-    return [write_sample(raw, i, seed, max_side) for i in indices]
 
 
 def write_hf(raw: Path, images: list[dict[str, Any]], classes: list[str]) -> None:
