@@ -82,10 +82,8 @@ def thumbs(
         first, lines = captions(st, i, known) if said is None else ("", [])
         texts = [t[:40] for t in lines if t != source][:1]  # a caption, cut
         for rgb, (_, what) in zip(pictures, shown, strict=True):
-            if said is None:
-                text = " ".join([first, what, *texts, source.rsplit("/", 1)[-1]])
-            else:
-                text = f"{said[j]} {what}"
+            named = [first, what, *texts, source.rsplit("/", 1)[-1]]
+            text = " ".join(named if said is None else [said[j], what])
             out[j].append(figure(rgb, " ".join(text.split()), source))
     return out
 
