@@ -102,8 +102,14 @@ def _read_nifti(path: Path, volume_index: int | None) -> tuple[np.ndarray, np.nd
     except EOFError as e:  # a .nii.gz cut inside its header
         raise Reject("truncated", f"the file ends inside its header ({e})") from e
     except (nib.filebasedimages.ImageFileError, *BROKEN) as e:
-        if _gzip_cut(path):  # nibabel's sniffing hides why the header could not be read
+        try:  # nibabel's sniffing hides why the header could not be read: a gzip stream cut?
+            with gzip.open(path, "rb") as f:
+                while f.read(1 << 20):
+                    pass
+        except EOFError:
             raise Reject("truncated", "the gzip stream ends early, inside the header") from e
+        except (OSError, zlib.error):
+            pass
         raise Reject("not_volume", f"not a NIfTI file nibabel reads ({e})") from e
     shape = tuple(img.shape)
     while len(shape) > 3 and shape[-1] == 1:
@@ -123,19 +129,6 @@ def _read_nifti(path: Path, volume_index: int | None) -> tuple[np.ndarray, np.nd
     except BROKEN as e:
         raise Reject("truncated", f"the voxel data ends early or is damaged ({e})") from e
     return data, np.asarray(img.affine, np.float64)
-
-
-def _gzip_cut(path: Path) -> bool:
-    """Whether `path` is a gzip stream that ends before its end marker (read through once)."""
-    try:
-        with gzip.open(path, "rb") as f:
-            while f.read(1 << 20):
-                pass
-    except EOFError:
-        return True
-    except (OSError, zlib.error):
-        pass
-    return False
 
 
 def read_pair(item: Item, volume_index: int | None) -> tuple[Scan, Scan | None]:
