@@ -40,8 +40,19 @@ def list_inputs(inputs: Any, limit: int | None) -> Listing:
             raise PrepError(f"{src} is not a file or folder. HINT: check the path")
         if suffix in (".csv", ".jsonl"):
             items = [Item(f"{src.name}:{n}", row) for n, row in read_rows(src)]
-        elif suffix == ".parquet":
-            items = [Item(f"{src.name}:{i}", r) for i, r in enumerate(parquet_rows(src, limit))]
+        elif suffix == ".parquet":  # the first `limit` rows, a batch at a time
+            import pyarrow.parquet as pq
+
+            rows: list[dict[str, Any]] = []
+            try:
+                with pq.ParquetFile(src) as f:
+                    for b in f.iter_batches(batch_size=min(1024, limit or 1024) or 1):
+                        rows += b.to_pylist()
+                        if limit is not None and len(rows) >= limit:
+                            break
+            except Exception as e:  # pyarrow's ArrowInvalid and OSError alike
+                raise PrepError(f"{src}: cannot read it as Parquet ({e})") from e
+            items = [Item(f"{src.name}:{i}", r) for i, r in enumerate(rows[:limit])]
         elif suffix == ".txt":
             try:
                 lines = src.read_text(encoding="utf-8").splitlines()
@@ -62,22 +73,6 @@ def list_inputs(inputs: Any, limit: int | None) -> Listing:
         f"inputs of type {type(inputs).__name__}: pass a list, a folder, or a .csv/.jsonl/"
         ".parquet/.txt file"
     )
-
-
-def parquet_rows(src: Path, limit: int | None, batch: int = 1024) -> list[dict[str, Any]]:
-    """The first `limit` rows (None: all) of a Parquet file as dicts, a batch at a time."""
-    import pyarrow.parquet as pq
-
-    rows: list[dict[str, Any]] = []
-    try:
-        with pq.ParquetFile(src) as f:
-            for b in f.iter_batches(batch_size=min(batch, limit or batch) or 1):
-                rows += b.to_pylist()
-                if limit is not None and len(rows) >= limit:
-                    break
-    except Exception as e:  # pyarrow's ArrowInvalid and OSError alike
-        raise PrepError(f"{src}: cannot read it as Parquet ({e})") from e
-    return rows[:limit]
 
 
 def _stat(name: str, path: Path) -> tuple[str, int, int]:
