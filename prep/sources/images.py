@@ -76,10 +76,8 @@ def list_folder(
 MAX_LABEL = 2**31 - 1  # the largest class id: it fits int32, and every label dtype we store
 _HINT_KINDS = "labels are all integers (class ids, ASCII digits) or all class names"
 
-Label = int | str | None  # an integer label, a class name, or none
 
-
-def _label(src: Path, n: int, value: Any) -> Label:
+def _label(src: Path, n: int, value: Any) -> int | str | None:
     """A label as read: an int when it is an ASCII decimal integer, else a class name."""
     if value is None or value == "":
         return None
