@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import run_pack
+from conftest import one_colour_share, run_pack
 from manifests import edit_manifest
 from PIL import Image
 from typer.testing import CliRunner
@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from loaders import DocumentDataset, ImageShardDataset
 from loaders.format import FormatError, read_manifest
 from prep.cli.main import app
-from prep.inspect.preview import SHEET_BG, one_colour_share, preview
+from prep.inspect.preview import SHEET_BG, preview
 
 
 def _gradient(h: int, w: int) -> np.ndarray:

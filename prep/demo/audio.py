@@ -19,13 +19,6 @@ OGG_SERIAL = 0x70726570  # b"prep": any fixed number does; one logical stream a 
 _BIT_REVERSED = bytes(int(f"{b:08b}"[::-1], 2) for b in range(256))
 
 
-def ogg_crc(page: bytes | bytearray) -> int:
-    """An Ogg page's CRC-32 (0x04C11DB7, MSB first, 0 in and out): zlib's crc32 is LSB first,
-    ~0 in and out, hence the reversed bits around it and the ~0s undone."""
-    reflected = zlib.crc32(bytes(page).translate(_BIT_REVERSED), 0xFFFFFFFF) ^ 0xFFFFFFFF
-    return int(f"{reflected:032b}"[::-1], 2)
-
-
 def set_ogg_serial(path: Path, serial: int = OGG_SERIAL) -> None:
     """Give every page of the Ogg file `path` stream serial `serial` (4 bytes at 14), its
     checksum (at 22) redone; byte 26 counts the segment sizes that follow, then the body."""
@@ -38,7 +31,11 @@ def set_ogg_serial(path: Path, serial: int = OGG_SERIAL) -> None:
         end = at + 27 + nseg + sum(data[at + 27 : at + 27 + nseg])
         data[at + 14 : at + 18] = serial.to_bytes(4, "little")
         data[at + 22 : at + 26] = bytes(4)
-        data[at + 22 : at + 26] = ogg_crc(data[at:end]).to_bytes(4, "little")
+        # Ogg's CRC-32 (0x04C11DB7, MSB first, 0 in and out) from zlib's (LSB first, ~0 in
+        # and out): the bits reversed around it and the ~0s undone
+        page = bytes(data[at:end]).translate(_BIT_REVERSED)
+        crc = int(f"{zlib.crc32(page, 0xFFFFFFFF) ^ 0xFFFFFFFF:032b}"[::-1], 2)
+        data[at + 22 : at + 26] = crc.to_bytes(4, "little")
         at = end
     path.write_bytes(bytes(data))
 

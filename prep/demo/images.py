@@ -39,35 +39,6 @@ WORDS = (  # noqa: SIM905 (28 words read best as text)
 ).split()
 
 
-def _texture(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
-    """Smooth colour fields with fine grain: compresses and resizes like a photo."""
-    low = rng.integers(0, 256, (max(2, h // 128), max(2, w // 128), 3), dtype=np.uint8)
-    img = cv2.resize(low, (w, h), interpolation=cv2.INTER_CUBIC).astype(np.int16)
-    tile = rng.integers(-12, 13, (64, 64, 1), dtype=np.int16)
-    img += np.tile(tile, (h // 64 + 1, w // 64 + 1, 3))[:h, :w]
-    return np.clip(img, 0, 255).astype(np.uint8)
-
-
-def _draw(img: np.ndarray, mask: np.ndarray, cls: int, rng: np.random.Generator) -> None:
-    """One object of class `cls` on image and mask, at the same place."""
-    h, w = mask.shape
-    r = int(min(h, w) * rng.uniform(0.15, 0.35))
-    cx, cy = int(rng.uniform(r, w - r)), int(rng.uniform(r, h - r))
-    colour = tuple(int(c) for c in rng.integers(0, 256, 3))
-    for target, value in ((img, colour), (mask, cls + 1)):
-        if cls == 0:
-            cv2.circle(target, (cx, cy), r, value, -1)
-        elif cls == 1:
-            cv2.rectangle(target, (cx - r, cy - r), (cx + r, cy + r), value, -1)
-        elif cls == 2:
-            pts = np.array([(cx, cy - r), (cx - r, cy + r), (cx + r, cy + r)], np.int32)
-            cv2.fillPoly(target, [pts], value)
-        else:
-            t = max(2, r // 3)
-            cv2.rectangle(target, (cx - r, cy - t), (cx + r, cy + t), value, -1)
-            cv2.rectangle(target, (cx - t, cy - r), (cx + t, cy + r), value, -1)
-
-
 # Kinds of file, drawn per image independently of its class: mostly plain JPEGs, some PNGs
 # (web graphics: at most 1024 px), some grayscale JPEGs, some phone photos with EXIF rotation.
 KINDS = ("jpeg",) * 5 + ("png", "gray", "exif")
@@ -83,9 +54,27 @@ def make_image(
     w, h = SHAPES[int(rng.integers(len(SHAPES)))]
     scale = min(1.0, (1024 if kind == "png" else max_side) / max(w, h))
     w, h = max(16, int(w * scale)), max(16, int(h * scale))
-    img = _texture(rng, h, w)
-    mask = np.zeros((h, w), np.uint8)
-    _draw(img, mask, cls, rng)
+    # Smooth colour fields with fine grain: compresses and resizes like a photo
+    low = rng.integers(0, 256, (max(2, h // 128), max(2, w // 128), 3), dtype=np.uint8)
+    big = cv2.resize(low, (w, h), interpolation=cv2.INTER_CUBIC).astype(np.int16)
+    tile = rng.integers(-12, 13, (64, 64, 1), dtype=np.int16)
+    big += np.tile(tile, (h // 64 + 1, w // 64 + 1, 3))[:h, :w]
+    img, mask = np.clip(big, 0, 255).astype(np.uint8), np.zeros((h, w), np.uint8)
+    r = int(min(h, w) * rng.uniform(0.15, 0.35))  # one object, at one place on both
+    cx, cy = int(rng.uniform(r, w - r)), int(rng.uniform(r, h - r))
+    colour = tuple(int(c) for c in rng.integers(0, 256, 3))
+    for target, value in ((img, colour), (mask, cls + 1)):
+        if cls == 0:
+            cv2.circle(target, (cx, cy), r, value, -1)
+        elif cls == 1:
+            cv2.rectangle(target, (cx - r, cy - r), (cx + r, cy + r), value, -1)
+        elif cls == 2:
+            pts = np.array([(cx, cy - r), (cx - r, cy + r), (cx + r, cy + r)], np.int32)
+            cv2.fillPoly(target, [pts], value)
+        else:
+            t = max(2, r // 3)
+            cv2.rectangle(target, (cx - r, cy - t), (cx + r, cy + t), value, -1)
+            cv2.rectangle(target, (cx - t, cy - r), (cx + t, cy + r), value, -1)
     pil = Image.fromarray(img)
     return cls, kind, pil.convert("L") if kind == "gray" else pil, Image.fromarray(mask)
 
@@ -192,13 +181,11 @@ def make_demo(
     show_progress: bool = True,
 ) -> None:
     bar = progress(count, "img", "demo", show_progress)
-    chunks = [
-        (raw, list(range(i, min(i + 32, count))), seed, max_side) for i in range(0, count, 32)
-    ]
+    tasks = [(raw, i, seed, max_side) for i in range(count)]
     rows: list[dict[str, Any]] = []
-    for chunk in run_tasks(_write_chunk, chunks, jobs):
-        rows += chunk
-        bar.update(len(chunk))
+    for row in run_tasks(write_sample, tasks, jobs):
+        rows.append(row)
+        bar.update(1)
     rows.sort(key=lambda r: int(r["id"]))
     said = [{k: v for k, v in r.items() if k != "segmentation"} for r in rows]  # coco.json's
     lines = [json.dumps(r, ensure_ascii=False) for r in said]
@@ -209,8 +196,27 @@ def make_demo(
     write_table(raw, seed)
     small = small_images(min(max(count, 8), 24), seed)
     write_hf(raw, small, list(CLASSES))
-    write_wds(raw, small)
-    write_tree(raw, small)
+    (raw / "wds").mkdir(parents=True, exist_ok=True)
+    per = -(-len(small) // 2)  # RAW/wds/shard-NNNNNN.tar: 2 tars, KEY.jpg, .cls, .txt and .json
+    for s in range(2):
+        path = raw / "wds" / f"shard-{s:06d}.tar"
+        with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tar:
+            for r in small[s * per : (s + 1) * per]:
+                meta = {"id": r["id"], "split": r["split"], "class": r["class"]}
+                members = {
+                    "jpg": r["jpeg"],
+                    "cls": str(r["label"]).encode(),
+                    "txt": r["text"].encode(),
+                    "json": json.dumps(meta).encode(),
+                }
+                for ext, data in members.items():
+                    info = tarfile.TarInfo(f"{r['id']:05d}.{ext}")
+                    info.size, info.mtime, info.mode = len(data), 0, 0o644
+                    tar.addfile(info, io.BytesIO(data))
+    for r in small:  # RAW/tree/{train,val}/<class>/NNNNN.jpg
+        folder = raw / "tree" / r["split"] / r["class"]
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{r['id']:05d}.jpg").write_bytes(r["jpeg"])
 
 
 def small_images(count: int, seed: int, side: int = 256) -> list[dict[str, Any]]:
@@ -226,13 +232,8 @@ def small_images(count: int, seed: int, side: int = 256) -> list[dict[str, Any]]
     return out
 
 
-def _write_chunk(raw: Path, indices: list[int], seed: int, max_side: int) -> list[dict[str, Any]]:
-    return [write_sample(raw, i, seed, max_side) for i in indices]
-
-
 def write_hf(raw: Path, images: list[dict[str, Any]], classes: list[str]) -> None:
-    """RAW/hf/{train,validation}-00000-of-00001.parquet as the Hub stores them (Features in the
-    schema's metadata); `images`: dicts of id, label, class, text, jpeg (bytes) and split."""
+    """RAW/hf/{train,validation}-00000-of-00001.parquet as the Hub stores them (Features too)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -258,33 +259,3 @@ def write_hf(raw: Path, images: list[dict[str, Any]], classes: list[str]) -> Non
             schema=schema,
         )
         pq.write_table(table, raw / "hf" / f"{name}-00000-of-00001.parquet")
-
-
-def write_wds(raw: Path, images: list[dict[str, Any]], shards: int = 2) -> None:
-    """RAW/wds/shard-NNNNNN.tar: the images in `shards` tars, KEY.jpg, .cls, .txt and .json."""
-    (raw / "wds").mkdir(parents=True, exist_ok=True)
-    per = -(-len(images) // shards)
-    for s in range(shards):
-        path = raw / "wds" / f"shard-{s:06d}.tar"
-        with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tar:
-            for r in images[s * per : (s + 1) * per]:
-                key = f"{r['id']:05d}"
-                meta = {"id": r["id"], "split": r["split"], "class": r["class"]}
-                members = {
-                    "jpg": r["jpeg"],
-                    "cls": str(r["label"]).encode(),
-                    "txt": r["text"].encode(),
-                    "json": json.dumps(meta).encode(),
-                }
-                for ext, data in members.items():
-                    info = tarfile.TarInfo(f"{key}.{ext}")
-                    info.size, info.mtime, info.mode = len(data), 0, 0o644
-                    tar.addfile(info, io.BytesIO(data))
-
-
-def write_tree(raw: Path, images: list[dict[str, Any]]) -> None:
-    """RAW/tree/{train,val}/<class>/NNNNN.jpg."""
-    for r in images:
-        folder = raw / "tree" / r["split"] / r["class"]
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / f"{r['id']:05d}.jpg").write_bytes(r["jpeg"])

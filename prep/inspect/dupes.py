@@ -42,9 +42,8 @@ LEAK_LIMIT = 0.001  # a val share with a train twin above this fails the check (
 
 
 def dataset_hashes(root: str | Path, compute: bool = False, split: str | None = None) -> Hashes:
-    """The hashes stored in the dataset at `root` (of split `split`, in SampleDataset's order);
-    without them computed from the stored pixels when `compute` (close to what pack stores), else
-    PrepError."""
+    """The hashes stored at `root` (in SampleDataset's order), else computed from the stored
+    pixels when `compute` (close to what pack stores), else PrepError."""
     root = Path(root)
     if not (root / "manifest.json").is_file():
         raise PrepError(f"{root} is not a packed dataset. HINT: pass the OUT of a prep command")

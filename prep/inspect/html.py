@@ -129,16 +129,13 @@ def page(title: str, lead: Sequence[str], sections: Sequence[Section]) -> str:
 
 
 @contextmanager
-def _figure(width: float, height: float, title: str = "") -> Iterator[Any]:
+def _figure(width: float, height: float) -> Iterator[Any]:
     """A figure of `width` x `height` inches, made and saved (svg) under RC."""
     import matplotlib
     from matplotlib.figure import Figure
 
     with matplotlib.rc_context(RC):
-        fig = Figure(figsize=(width, height), layout="constrained")
-        if title:
-            fig.suptitle(title)
-        yield fig
+        yield Figure(figsize=(width, height), layout="constrained")
 
 
 def svg(fig: Any) -> str:
@@ -179,11 +176,9 @@ def bars(counts: Mapping[str, Mapping[str, int]], title: str) -> str:
         return svg(fig)
 
 
-def histograms(
-    panels: Sequence[tuple[str, np.ndarray]], bins: int = 30, log: bool = False, title: str = ""
-) -> str:
+def histograms(panels: Sequence[tuple[str, np.ndarray]], bins: int = 30, log: bool = False) -> str:
     """Histograms side by side, a (label, values) panel each, NaN left out (counted)."""
-    with _figure(3.2 * len(panels), 2.6, title) as fig:
+    with _figure(3.2 * len(panels), 2.6) as fig:
         for k, (label, values) in enumerate(panels):
             ax = fig.add_subplot(1, len(panels), k + 1)
             v = np.asarray(values, dtype=np.float64)
@@ -194,10 +189,10 @@ def histograms(
         return svg(fig)
 
 
-def categories(panels: Sequence[tuple[str, Sequence[str], Sequence[int]]], title: str = "") -> str:
+def categories(panels: Sequence[tuple[str, Sequence[str], Sequence[int]]]) -> str:
     """Horizontal bars side by side, one a (label, names, counts) panel, largest on top."""
     tallest = max((len(names) for _, names, _ in panels), default=1)
-    with _figure(3.4 * len(panels), 1.0 + 0.22 * min(tallest, MAX_BARS), title) as fig:
+    with _figure(3.4 * len(panels), 1.0 + 0.22 * min(tallest, MAX_BARS)) as fig:
         for k, (label, names, counts) in enumerate(panels):
             ax = fig.add_subplot(1, len(panels), k + 1)
             order = np.argsort(counts, kind="stable")[::-1][:MAX_BARS][::-1]

@@ -29,13 +29,6 @@ MAX_PER_CLASS = 256
 FIRST_REJECTS = 5  # paths shown a reject reason
 
 
-def lead(root: Path, m: Manifest) -> list[str]:
-    """The header's lines: prep info's header, the size on disk, when the report was made."""
-    on_disk = sum(f.bytes for s in m.shards for f in s.files.values())
-    made = f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC"
-    return [header(root, m), f"{mb(on_disk)} on disk; report made {made}"]
-
-
 def _counts(st: Stored) -> Section:
     """Samples per split and class of its Label field, or objects per class of its Labels."""
     name, labels = st.labels()
@@ -59,9 +52,7 @@ def counts(
         ids, n = np.unique(labels[splits == split], return_counts=True)
         named = [classes[i] if 0 <= i < len(classes) else f"label {i}" for i in ids.tolist()]
         series[str(split)] = dict(zip(named, n.tolist(), strict=True))
-    total = Counter[str]()
-    for part in series.values():
-        total.update(part)
+    total = sum((Counter(part) for part in series.values()), Counter[str]())
     chart = bars(series, f"{what} per class" + (" and split" if len(series) > 1 else ""))
     body = f'<div class="charts">{chart}</div>'
     if total:
@@ -130,8 +121,15 @@ def _steps(
     return steps
 
 
-def _opened(root: Path, against: Path | None, per_class: int) -> Stored:
-    """The dataset, its options and matplotlib checked before any section is made."""
+def write_report(
+    root: Path,
+    out: Path | None = None,
+    against: Path | None = None,
+    compute_hashes: bool = False,
+    per_class: int = PER_CLASS,
+    show_progress: bool = False,
+) -> Path:
+    """Write the report to `out` (default ROOT/report.html) atomically; its path."""
     if not 1 <= per_class <= MAX_PER_CLASS:
         raise UsageError(f"--max-samples must be 1..{MAX_PER_CLASS}, not {per_class}")
     try:
@@ -151,20 +149,6 @@ def _opened(root: Path, against: Path | None, per_class: int) -> Stored:
                     f"--against compares the images of two datasets, and {where}'s samples have "
                     "no image field. HINT: prep report TRAIN --against VAL of two image datasets"
                 )
-    return st
-
-
-def write_report(
-    root: Path,
-    out: Path | None = None,
-    against: Path | None = None,
-    compute_hashes: bool = False,
-    per_class: int = PER_CLASS,
-    show_progress: bool = False,
-) -> Path:
-    """Write the report to `out` (default ROOT/report.html) atomically; its path. `against`:
-    a val dataset looked up among `root`'s; `compute_hashes`: hash the stored pixels."""
-    st = _opened(root, against, per_class)
     steps = _steps(st, against, compute_hashes, per_class)
     found: list[Section] = []
     bar = progress(len(steps), "part", "report", show_progress)
@@ -172,7 +156,10 @@ def write_report(
         found += step()
         bar.update(1)
     bar.close()
-    text = page(f"prep report: {root.resolve().name}", lead(root, st.m), found)
+    on_disk = sum(f.bytes for s in st.m.shards for f in s.files.values())
+    made = f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC"
+    lead = [header(root, st.m), f"{mb(on_disk)} on disk; report made {made}"]
+    text = page(f"prep report: {root.resolve().name}", lead, found)
     out = root / REPORT if out is None else out
     try:
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -82,10 +82,8 @@ def thumbs(
         first, lines = captions(st, i, known) if said is None else ("", [])
         texts = [t[:40] for t in lines if t != source][:1]  # a caption, cut
         for rgb, (_, what) in zip(pictures, shown, strict=True):
-            if said is None:
-                text = " ".join([first, what, *texts, source.rsplit("/", 1)[-1]])
-            else:
-                text = f"{said[j]} {what}"
+            named = [first, what, *texts, source.rsplit("/", 1)[-1]]
+            text = " ".join(named if said is None else [said[j], what])
             out[j].append(figure(rgb, " ".join(text.split()), source))
     return out
 
@@ -117,19 +115,16 @@ def samples(st: Stored, picture: str, per_class: int) -> Section:
 
 
 def image(st: Stored, names: list[str]) -> list[Section]:
-    """Each image field's pixel statistics; the sources' sizes (orig_size), or the stored."""
-    name = names[0]
+    """Each image field's pixel statistics; histograms of the sources' sizes (orig_size), else
+    of the stored."""
+    found = [stats(st.m, n) for n in names]
     orig = st.column("orig_size") if "orig_size" in st.m.arrays else None
-    hw = [a for a in st.fields[name].arrays(name) if a.role == "hw" and a.size == st.size]
-    stored = st.column(f"{hw[0].field}_{st.size}") if hw and orig is None else None
-    return [*(stats(st.m, n) for n in names), sizes(orig, stored)]
-
-
-def sizes(orig: np.ndarray | None, stored: np.ndarray | None = None) -> Section:
-    """Histograms of the sources' width, height and aspect (`orig_size`), else the stored."""
+    arrs = [a for a in st.fields[names[0]].arrays(names[0]) if a.role == "hw" and a.size == st.size]
+    stored = st.column(f"{arrs[0].field}_{st.size}") if arrs and orig is None else None
     hw, said = (orig, "source") if orig is not None else (stored, "stored")
     if hw is None or not len(hw):
-        return Section("sizes", "Source sizes", para("this dataset stores no orig_size", "note"))
+        note = para("this dataset stores no orig_size", "note")
+        return [*found, Section("sizes", "Source sizes", note)]
     h, w = hw[:, 0].astype(np.float64), hw[:, 1].astype(np.float64)
     aspect = w / np.maximum(h, 1)
     panels = [(f"{said} width (px)", w), (f"{said} height (px)", h), ("aspect (w / h)", aspect)]
@@ -138,7 +133,7 @@ def sizes(orig: np.ndarray | None, stored: np.ndarray | None = None) -> Section:
         f"height {h.min():.0f}-{h.max():.0f} px (median {np.median(h):.0f}); "
         f"{int((aspect > 2).sum() + (aspect < 0.5).sum()):,} with an aspect past 2:1"
     )
-    return Section("sizes", f"Sizes ({said})", histograms(panels) + para(text), True)
+    return [*found, Section("sizes", f"Sizes ({said})", histograms(panels) + para(text), True)]
 
 
 def stats(m: Manifest, image: str) -> Section:
@@ -151,7 +146,12 @@ def stats(m: Manifest, image: str) -> Section:
     rows, chart = [], ""
     for size, at in got["sizes"].items():
         mean, std = at["mean"], at["std"]
-        rows.append((f"{size} px", _nums(mean), _nums(std), _count(at["pixels"])))
+        mean_std = [", ".join(f"{v:.2f}" for v in vs) for vs in (mean, std)]
+        try:  # "?" past float's range (an int of hundreds of digits prep did not write)
+            pixels = f"{float(at['pixels']):,.0f}"
+        except OverflowError:
+            pixels = "?"
+        rows.append((f"{size} px", *mean_std, pixels))
         chart = chart or channels(mean, std, f"mean ± std at {size} px")
     text = f"over the {got['split']} split" if got.get("split") else "over every sample"
     code = "Normalize.from_dataset(ds" + (")" if image == "image" else f", field={image!r})")
@@ -162,18 +162,6 @@ def stats(m: Manifest, image: str) -> Section:
         + table(["size", "mean (0-255)", "std (0-255)", "pixels"], rows)
         + f"<p>{esc(text)}; <code>{esc(code)}</code> reads them.</p>",
     )
-
-
-def _count(n: int) -> str:
-    """A pixel count; "?" past float's range (an int of hundreds of digits prep did not write)."""
-    try:
-        return f"{float(n):,.0f}"
-    except OverflowError:
-        return "?"
-
-
-def _nums(values: Sequence[float]) -> str:
-    return ", ".join(f"{v:.2f}" for v in values)
 
 
 def volume(st: Stored, names: list[str]) -> list[Section]:
@@ -206,8 +194,7 @@ def tokens(st: Stored, names: list[str]) -> list[Section]:
 
 
 def _common(st: Stored, f: Tokens, split: str, read: list[np.ndarray]) -> tuple[str, str]:
-    """The TOP_TOKENS commonest ids of `read` (the end-of-document token left out): a chart
-    and a table."""
+    """A chart and a table of the TOP_TOKENS commonest ids of `read`, end-of-document left out."""
     ids = np.concatenate(read)
     ids = ids[ids < f.vocab_size]  # ids past it are prep verify's to name
     if len(ids) and int(ids.max()) < DENSE:

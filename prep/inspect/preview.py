@@ -80,19 +80,6 @@ class PreviewResult:
         )
 
 
-def one_colour_share(image: np.ndarray) -> float:
-    """The share of an (H, W, C) uint8 image's pixels in its most common colour.
-
-    >>> one_colour_share(np.zeros((4, 5, 3), np.uint8))
-    1.0
-    """
-    flat = image.reshape(-1, image.shape[-1]).astype(np.uint32)
-    if not len(flat):
-        return 0.0
-    keys = flat[:, 0] if flat.shape[1] == 1 else (flat[:, 0] << 16) | (flat[:, 1] << 8) | flat[:, 2]
-    return float(np.unique(keys, return_counts=True)[1].max() / len(keys))
-
-
 def near_one_colour_share(image: np.ndarray, levels: int = BLANK_LEVELS) -> float:
     """The share of an (H, W, C) uint8 image's pixels within `levels` of its median colour in
     every channel: a blank image's share in its colour, noise allowed.
@@ -129,15 +116,6 @@ def in_tile(rgb: np.ndarray, side: int) -> np.ndarray:
     return tile
 
 
-def _fit_text(text: str, font: ImageFont.ImageFont | ImageFont.FreeTypeFont, width: int) -> str:
-    """`text`, its start cut ("...tail") to at most `width` px: a path's end tells samples apart."""
-    if font.getlength(text) <= width:
-        return text
-    while len(text) > 1 and font.getlength("..." + text) > width:
-        text = text[1:]
-    return "..." + text
-
-
 def contact_sheet(
     tiles: Sequence[np.ndarray], captions: Sequence[str], title: str, columns: int | None = None
 ) -> tuple[Image.Image, SheetLayout]:
@@ -161,14 +139,17 @@ def contact_sheet(
         x, y = layout.origin(i)
         sheet.paste(Image.fromarray(tile, "RGB"), (x, y))
         for k, line in enumerate(caption.split("\n")):
-            text = _fit_text(line, font, layout.tile)
+            # cut at its start ("...tail") to the tile's width: a path's end tells samples apart
+            text, cut = line, font.getlength(line) > layout.tile
+            while cut and len(text) > 1 and font.getlength("..." + text) > layout.tile:
+                text = text[1:]
+            text = "..." + text if cut else text
             draw.text((x, y + layout.tile + 1 + k * (text_h + 1)), text, fill=TEXT, font=font)
     return sheet, layout
 
 
 def save_image(picture: Image.Image | Any, path: Path) -> None:
-    """Write a Pillow Image or a matplotlib Figure in the format of `path`'s extension,
-    atomically (a link at `path` is replaced, never written through)."""
+    """Write a Pillow Image or matplotlib Figure as `path`'s extension says, atomically."""
     ext = path.suffix.lower()
     buf = io.BytesIO()
     try:
@@ -190,8 +171,7 @@ def save_image(picture: Image.Image | Any, path: Path) -> None:
 
 
 def captions(st: Stored, i: int, known: dict[str, Any]) -> tuple[str, list[str]]:
-    """Sample i's caption: its index and short captions (the class first), then a line a
-    text field (`known`: values read already)."""
+    """Sample i's index and short captions (the class first), then a line a text field."""
     first, lines = str(i), []
     named = sorted(st.fields.items(), key=lambda nf: not isinstance(nf[1], Label | Labels))
     for name, f in named:

@@ -36,8 +36,7 @@ def header(where: object, m: Manifest) -> str:
 
 
 def info(root: Path, batch_size: int = 256) -> str:
-    """A summary for people: the header, what each field says of itself (Field.lines), and
-    each array's dtype, shape, codec, bytes on disk and RAM a batch of `batch_size`."""
+    """The header, each field's Field.lines, and each array's bytes on disk and in a batch."""
     remote = open_remote(root)  # an fsspec URL: loaders.remote
     m = remote[1] if remote else read_manifest(root)
     fields = declared(m)
@@ -80,8 +79,7 @@ def info(root: Path, batch_size: int = 256) -> str:
 
 
 def verify(root: Path, limit: int | None = None) -> tuple[Manifest, list[str]]:
-    """Every checksum, shape and value bound, and the fields' files (Field.files): the
-    problems, a line each. `limit`: only the shards holding the first `limit` samples."""
+    """The problems (a line each) of every checksum, shape, bound and Field.files, up to `limit`."""
     remote = open_remote(root)  # an fsspec URL: loaders.remote
     m = remote[1] if remote else read_manifest(root)
     if limit is not None:

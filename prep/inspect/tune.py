@@ -128,21 +128,6 @@ class TuneResult:
         return "\n".join(lines)
 
 
-def image_dataset(root: Path, size: int | None) -> tuple[Manifest, int]:
-    """The manifest of a dataset with an image field `image`, and the size (default: smallest)."""
-    m = read_manifest(root)
-    if not isinstance(declared(m).get("image"), Image):
-        raise PrepError(
-            f"{root} has no image field 'image': prep tune times ImageShardDataset. "
-            "HINT: pass a dataset of prep pack"
-        )
-    sizes = m.sizes()
-    size = min(sizes) if size is None else size
-    if size not in sizes:
-        raise PrepError(f"{root} has no size {size}. HINT: --size one of {sizes}")
-    return m, size
-
-
 def worker_counts(cores: int) -> list[int]:
     """0..4, then 2^k and 1.5 x 2^k below `cores`, and `cores`: a dozen settings at most.
 
@@ -239,7 +224,16 @@ def tune(
     threads: Sequence[int] | None = None,
 ) -> TuneResult:
     """Time the loader at each thread count, then at each worker count (0: neither)."""
-    m, size = image_dataset(root, size)  # checked before torch loads (seconds)
+    m = read_manifest(root)  # checked before torch loads (seconds)
+    if not isinstance(declared(m).get("image"), Image):
+        raise PrepError(
+            f"{root} has no image field 'image': prep tune times ImageShardDataset. "
+            "HINT: pass a dataset of prep pack"
+        )
+    sizes = m.sizes()
+    size = min(sizes) if size is None else size
+    if size not in sizes:
+        raise PrepError(f"{root} has no size {size}. HINT: --size one of {sizes}")
     if batch_size < 1 or prefetch_factor < 1 or seconds <= 0:
         raise PrepError("--batch-size, --prefetch-factor and --seconds must be positive")
     if limit is not None and limit < 1:
@@ -284,7 +278,7 @@ def check_plot() -> None:
         ) from None
 
 
-def plot(result: TuneResult, path: Path, width: int = 640, height: int = 400) -> None:
+def plot(result: TuneResult, path: Path) -> None:
     """Samples/s of each setting labelled with its CPU use, the recommended one in orange."""
     check_plot()
     import matplotlib
@@ -293,8 +287,7 @@ def plot(result: TuneResult, path: Path, width: int = 640, height: int = 400) ->
 
     # The title holds the folder's name: text, never a formula ("$x^{$" would not parse)
     with matplotlib.rc_context({"text.parse_math": False}):
-        dpi = 100
-        fig = Figure(figsize=(width / dpi, height / dpi), dpi=dpi, layout="constrained")
+        fig = Figure(figsize=(6.4, 4.0), dpi=100, layout="constrained")  # 640 x 400 px
         FigureCanvasAgg(fig)
         ax = fig.subplots()
         rows, rec = sorted(result.rows, key=lambda r: (r.workers, r.threads)), result.recommended

@@ -48,8 +48,7 @@ def stem(rel: str) -> str:
 def _attach(
     table: tg.Targets, clips: list[Clip], seen: list[str]
 ) -> tuple[list[Clip], list[dict[str, Any]]]:
-    """Each clip's row of `table` (by path or stem), and a reject without one; a row naming
-    none of `seen` (every file listed) stops the run."""
+    """Each clip's row of `table` (by path or stem); a row naming none of `seen` stops the run."""
     keys = {k for rel in seen for k in (rel, stem(rel))}
     tg.check_rows(table, keys, "sound file", HINT)
     return tg.attach(table, clips, stem, "label" if _is_labels(table) else "target")
@@ -59,24 +58,6 @@ def _is_labels(table: tg.Targets) -> bool:
     return [c.name for c in table.columns] == ["label"]
 
 
-def _labelled(src: Path, labels: Path) -> tuple[list[Clip], list[str] | None, list[dict[str, Any]]]:
-    """A folder's files, each labelled by its row of `labels` (a CSV of path, label)."""
-    table = tg.read_targets(labels)
-    if not _is_labels(table):
-        raise PrepError(
-            f"--labels {labels}: columns {[c.name for c in table.columns]} after the path. "
-            "HINT: two columns, `path` (under SRC, or its stem) and `label`"
-        )
-    files, rejects = walk(src, AUDIO_EXTS)
-    clips = [Clip(rel, path) for rel, path in files]
-    kept, missing = _attach(table, clips, [c.rel for c in clips] + [r["path"] for r in rejects])
-    col = table.columns[0]
-    if col.classes is None and col.dtype.startswith("float"):
-        raise PrepError(f"--labels {labels}: labels are class names or integer ids, not numbers")
-    kept = [Clip(c.rel, c.path, int(c.target[0])) for c in kept]
-    return kept, col.classes, rejects + missing
-
-
 def list_audio(src: Path, labels: Path | None, targets: Path | None, limit: int | None) -> Listing:
     """Every sound file of SRC in a fixed order, its label and targets, and the rejects."""
     if not src.exists():
@@ -84,7 +65,23 @@ def list_audio(src: Path, labels: Path | None, targets: Path | None, limit: int 
     if src.is_file() and src.suffix.lower() not in (".csv", ".jsonl"):
         raise PrepError(f"{src} is not a folder or a .csv/.jsonl list of sound files")
     if labels is not None and not src.is_file():
-        clips, classes, rejects = _labelled(src, labels)
+        # a folder's files, each labelled by its row of `labels` (a CSV of path, label)
+        given = tg.read_targets(labels)
+        if not _is_labels(given):
+            raise PrepError(
+                f"--labels {labels}: columns {[c.name for c in given.columns]} after the path. "
+                "HINT: two columns, `path` (under SRC, or its stem) and `label`"
+            )
+        files, rejects = walk(src, AUDIO_EXTS)
+        clips = [Clip(rel, path) for rel, path in files]
+        kept, missing = _attach(given, clips, [c.rel for c in clips] + [r["path"] for r in rejects])
+        col = given.columns[0]
+        if col.classes is None and col.dtype.startswith("float"):
+            raise PrepError(
+                f"--labels {labels}: labels are class names or integer ids, not numbers"
+            )
+        clips = [Clip(c.rel, c.path, int(c.target[0])) for c in kept]
+        classes, rejects = col.classes, rejects + missing
     else:  # every row of a list, not the first `limit`: --targets may name any
         listed = list_file(src) if src.is_file() else list_folder(src, AUDIO_EXTS, "sound file")
         items, classes, rejects = listed

@@ -40,8 +40,7 @@ class Listing:
 
 
 def mask_index(masks: Path) -> dict[str, Path]:
-    """Masks by relative stem ("cat/001" -> masks/cat/001.png); unreadable ones too (their
-    image is rejected for them)."""
+    """Masks by relative stem ("cat/001" -> masks/cat/001.png), unreadable ones too."""
     files, rejects = walk(masks, IMAGE_EXTS)
     index: dict[str, Path] = {}
     for rel, path in files:
@@ -77,25 +76,8 @@ def list_folder(
 MAX_LABEL = 2**31 - 1  # the largest class id: it fits int32, and every label dtype we store
 _HINT_KINDS = "labels are all integers (class ids, ASCII digits) or all class names"
 
-Label = int | str | None  # an integer label, a class name, or none
 
-
-def _check_paths(src: Path, rows: list[tuple[int, Any]]) -> None:
-    for n, r in rows:
-        if not isinstance(r, dict) or r.get("path") in (None, ""):
-            raise PrepError(
-                f"{src}: line {n} has no 'path'. HINT: every row names its image "
-                "in a 'path' column (CSV with a header row) or key (JSON lines)"
-            )
-        for key in ("path", "mask"):
-            if r.get(key) is not None and not isinstance(r[key], str):
-                raise PrepError(
-                    f"{src}: line {n} has a {key!r} that is not a string ({r[key]!r}). "
-                    "HINT: write the file name as a JSON string"
-                )
-
-
-def _label(src: Path, n: int, value: Any) -> Label:
+def _label(src: Path, n: int, value: Any) -> int | str | None:
     """A label as read: an int when it is an ASCII decimal integer, else a class name."""
     if value is None or value == "":
         return None
@@ -138,22 +120,23 @@ def _labels(src: Path, rows: list[tuple[int, Any]]) -> tuple[list[int | None], l
     return [index[x] if isinstance(x, str) else None for x in labels], classes
 
 
-def _bad_label(label: int) -> str | None:
-    if label < 0:
-        return f"label {label} is negative"
-    if label > MAX_LABEL:
-        shown = str(label) if len(str(label)) <= 30 else f"{str(label)[:20]}..."
-        return f"label {shown} is over {MAX_LABEL}, the largest class id"
-    return None
-
-
 def list_file(
     src: Path, limit: int | None = None
 ) -> tuple[list[Item], list[str] | None, list[dict[str, Any]]]:
-    """A CSV or JSONL list with `path` (relative to the list), optional `label` and `mask`, in
-    order; class names map to their index in the sorted set of the list's names."""
+    """A CSV or JSONL list's rows of `path` (relative to the list), `label` and `mask`, in order."""
     rows = read_rows(src)
-    _check_paths(src, rows)
+    for n, r in rows:
+        if not isinstance(r, dict) or r.get("path") in (None, ""):
+            raise PrepError(
+                f"{src}: line {n} has no 'path'. HINT: every row names its image "
+                "in a 'path' column (CSV with a header row) or key (JSON lines)"
+            )
+        for key in ("path", "mask"):
+            if r.get(key) is not None and not isinstance(r[key], str):
+                raise PrepError(
+                    f"{src}: line {n} has a {key!r} that is not a string ({r[key]!r}). "
+                    "HINT: write the file name as a JSON string"
+                )
     labels, classes = _labels(src, rows)
     items: list[Item] = []
     rejects: list[dict[str, Any]] = []
@@ -166,9 +149,10 @@ def list_file(
                 problem["message"] = f"listed in {src.name} but not found"
             rejects.append(problem)
             continue
-        bad = None if label is None or classes is not None else _bad_label(label)
-        if bad is not None:
-            rejects.append(reject_record(rel, "bad_label", bad))
+        if label is not None and classes is None and not 0 <= label <= MAX_LABEL:
+            shown = str(label) if len(str(label)) <= 30 or label < 0 else f"{str(label)[:20]}..."
+            why = "is negative" if label < 0 else f"is over {MAX_LABEL}, the largest class id"
+            rejects.append(reject_record(rel, "bad_label", f"label {shown} {why}"))
             continue
         mask = src.parent / r["mask"] if r.get("mask") else None
         items.append(Item(path, rel, label, mask))
@@ -236,8 +220,16 @@ def list_images(
             else:
                 paired.append(replace(it, mask=mask))
         items = paired
-    if val_fraction > 0:
-        items = hashed_splits(items, val_fraction)
+    if val_fraction > 0 and items:  # "val" or "train" by the hash of the path under SRC
+        import pyarrow as pa
+
+        from prep.sources.hashsplit import cell_hash
+
+        hashes = cell_hash(pa.array([it.rel for it in items], pa.string()))
+        val = hashes < np.uint64(int(val_fraction * 2**64))
+        items = [
+            replace(it, split="val" if v else "train") for it, v in zip(items, val, strict=True)
+        ]
     if splits is not None:
         check_classes(src, items, classes, splits)
     return Listing(items, classes, rejects, fingerprint(items), splits)
@@ -274,19 +266,6 @@ def list_split_folders(
             label = None if it.label is None else ids[it.label]
             out.append(replace(it, rel=f"{split}/{it.rel}", label=label, split=split))
     return out, classes, rejects
-
-
-def hashed_splits(items: list[Item], val_fraction: float) -> list[Item]:
-    """Each item in "val" or "train" by the hash of its path relative to SRC (`rel`)."""
-    import pyarrow as pa
-
-    from prep.sources.hashsplit import cell_hash
-
-    if not items:
-        return items
-    hashes = cell_hash(pa.array([it.rel for it in items], pa.string()))
-    val = hashes < np.uint64(int(val_fraction * 2**64))
-    return [replace(it, split="val" if v else "train") for it, v in zip(items, val, strict=True)]
 
 
 def check_classes(

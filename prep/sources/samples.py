@@ -35,7 +35,36 @@ def list_inputs(inputs: Any, limit: int | None) -> Listing:
             items = [Item(rel, str(path)) for rel, path in found]
             stats = [_stat(rel, path) for rel, path in found]
             return _listing(items[:limit], rejects, src, stats)
-        items = _file_items(src, limit)
+        suffix = src.suffix.lower()
+        if not src.is_file():
+            raise PrepError(f"{src} is not a file or folder. HINT: check the path")
+        if suffix in (".csv", ".jsonl"):
+            items = [Item(f"{src.name}:{n}", row) for n, row in read_rows(src)]
+        elif suffix == ".parquet":  # the first `limit` rows, a batch at a time
+            import pyarrow.parquet as pq
+
+            rows: list[dict[str, Any]] = []
+            try:
+                with pq.ParquetFile(src) as f:
+                    for b in f.iter_batches(batch_size=min(1024, limit or 1024) or 1):
+                        rows += b.to_pylist()
+                        if limit is not None and len(rows) >= limit:
+                            break
+            except Exception as e:  # pyarrow's ArrowInvalid and OSError alike
+                raise PrepError(f"{src}: cannot read it as Parquet ({e})") from e
+            items = [Item(f"{src.name}:{i}", r) for i, r in enumerate(rows[:limit])]
+        elif suffix == ".txt":
+            try:
+                lines = src.read_text(encoding="utf-8").splitlines()
+            except (OSError, UnicodeDecodeError) as e:
+                raise PrepError(f"{src}: cannot read the list of paths ({e})") from e
+            said = [(n, line.strip()) for n, line in enumerate(lines, 1)]
+            items = [Item(f"{src.name}:{n}", line) for n, line in said if line]
+        else:
+            raise PrepError(
+                f"{src}: inputs are a folder or a {', '.join(ROWS)} or .txt file, not "
+                f"{suffix or 'this'}"
+            )
         return _listing(items[:limit], rejects, src.parent, [_stat(src.name, src)])
     if isinstance(inputs, Sequence) and not isinstance(inputs, (bytes, bytearray)):
         items = [Item(f"#{i}", v) for i, v in enumerate(inputs)]
@@ -44,43 +73,6 @@ def list_inputs(inputs: Any, limit: int | None) -> Listing:
         f"inputs of type {type(inputs).__name__}: pass a list, a folder, or a .csv/.jsonl/"
         ".parquet/.txt file"
     )
-
-
-def _file_items(src: Path, limit: int | None) -> list[Item]:
-    suffix = src.suffix.lower()
-    if not src.is_file():
-        raise PrepError(f"{src} is not a file or folder. HINT: check the path")
-    if suffix in (".csv", ".jsonl"):
-        return [Item(f"{src.name}:{n}", row) for n, row in read_rows(src)]
-    if suffix == ".parquet":
-        return [Item(f"{src.name}:{i}", row) for i, row in enumerate(parquet_rows(src, limit))]
-    if suffix == ".txt":
-        try:
-            lines = src.read_text(encoding="utf-8").splitlines()
-        except (OSError, UnicodeDecodeError) as e:
-            raise PrepError(f"{src}: cannot read the list of paths ({e})") from e
-        return [
-            Item(f"{src.name}:{n}", line.strip()) for n, line in enumerate(lines, 1) if line.strip()
-        ]
-    raise PrepError(
-        f"{src}: inputs are a folder or a {', '.join(ROWS)} or .txt file, not {suffix or 'this'}"
-    )
-
-
-def parquet_rows(src: Path, limit: int | None, batch: int = 1024) -> list[dict[str, Any]]:
-    """The first `limit` rows (None: all) of a Parquet file as dicts, a batch at a time."""
-    import pyarrow.parquet as pq
-
-    rows: list[dict[str, Any]] = []
-    try:
-        with pq.ParquetFile(src) as f:
-            for b in f.iter_batches(batch_size=min(batch, limit or batch) or 1):
-                rows += b.to_pylist()
-                if limit is not None and len(rows) >= limit:
-                    break
-    except Exception as e:  # pyarrow's ArrowInvalid and OSError alike
-        raise PrepError(f"{src}: cannot read it as Parquet ({e})") from e
-    return rows[:limit]
 
 
 def _stat(name: str, path: Path) -> tuple[str, int, int]:

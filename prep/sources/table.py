@@ -91,17 +91,13 @@ def sources_of(src: str | list[str] | None) -> list[str]:
 def list_tables(src: str | list[str]) -> tuple[list[tuple[str, Path]], list[dict[str, Any]]]:
     """The table files of `src` as (rel, path) in SRC order, once each, and rejects."""
     paths = sources_of(src)
-    found: list[tuple[str, Path]] = []
-    rejects: list[dict[str, Any]] = []
-    for one in paths:
-        listed, refused = _listed(one, len(paths) > 1)
-        found += listed
-        rejects += refused
-    kept, seen = [], set()
-    for rel, path in found:
-        if path.resolve() in seen:
-            continue
-        seen.add(path.resolve())
+    got = [_listed(one, len(paths) > 1) for one in paths]
+    rejects = [r for _, refused in got for r in refused]
+    unique: dict[Path, tuple[str, Path]] = {}  # a file named twice is read once
+    for rel, path in (f for listed, _ in got for f in listed):
+        unique.setdefault(path.resolve(), (rel, path))
+    kept = []
+    for rel, path in unique.values():
         if path.stat().st_size == 0:
             rejects.append(reject_record(rel, "empty", "the file is empty (0 bytes)"))
         else:
@@ -171,8 +167,7 @@ def read_block(
     types: dict[str, pa.DataType] | None = None,
     delimiter: str | None = None,
 ) -> pa.Table:
-    """The block's rows; rows with the wrong field count go to `rejects` (`row`: from 1).
-    CSV columns get `types` where given, else pyarrow's inference."""
+    """The block's rows (CSV typed by `types`); rows of a wrong field count go to `rejects`."""
     path = Path(block.path)
     if block.fmt == "parquet":
         return pq.ParquetFile(path).read_row_group(block.start)

@@ -127,8 +127,7 @@ def check_rows(targets: Targets, keys: set[str], noun: str = "scan", hint: str =
 def attach(
     targets: Targets, items: list[Any], key: Callable[[str], str] = scan_key, code: str = "target"
 ) -> tuple[list[Any], list[dict[str, Any]]]:
-    """`items` (volumes' or audio's, each with `rel` and `target`) with their row's values, by
-    path or `key` (its stem); a `<code>_missing` reject for each without one."""
+    """`items` with their row's values, by path or `key`; a `<code>_missing` reject without."""
     kept, rejects = [], []
     for it in items:
         values = targets.rows.get(it.rel, targets.rows.get(key(it.rel)))

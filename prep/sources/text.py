@@ -24,21 +24,6 @@ def matches(rel: str, pats: list[str]) -> bool:
     return any(fnmatch.fnmatchcase(rel if "/" in p else name, p) for p in pats)
 
 
-def _piece(path: Path, rel: str, line_mode: str) -> Piece | dict[str, Any]:
-    """The file as one input, or its reject record."""
-    problem = check_file(path, rel)
-    if problem is not None:
-        return problem
-    if not os.access(path, os.R_OK):  # planning reads line files: fail here, by name
-        return reject_record(rel, "unreadable", "cannot read: no read permission")
-    try:
-        size = path.stat().st_size
-    except OSError as e:  # gone since it was listed
-        return reject_record(rel, os_reject_code(e), f"cannot stat: {e.strerror}")
-    mode = "jsonl" if path.suffix.lower() in JSONL_EXTS else line_mode
-    return Piece(str(path), rel, 0, size, mode)
-
-
 def list_matching(
     src: Path, glob: str, split_lines: bool
 ) -> tuple[list[Piece], list[dict[str, Any]]]:
@@ -58,9 +43,19 @@ def list_matching(
         files = [(rel, p) for rel, p in files if matches(rel, pats)]
         rejects = [r for r in rejects if r["reason"] == "link_loop" or matches(r["path"], pats)]
     found: list[Piece] = []
-    for rel, path in files:
-        got = _piece(path, rel, line_mode)
-        (found.append(got) if isinstance(got, Piece) else rejects.append(got))
+    for rel, path in files:  # each file one input, or its reject
+        problem = check_file(path, rel)
+        if problem is None and not os.access(path, os.R_OK):  # planning reads line files
+            problem = reject_record(rel, "unreadable", "cannot read: no read permission")
+        try:
+            size = path.stat().st_size if problem is None else 0
+        except OSError as e:  # gone since it was listed
+            problem = reject_record(rel, os_reject_code(e), f"cannot stat: {e.strerror}")
+        if problem is not None:
+            rejects.append(problem)
+            continue
+        mode = "jsonl" if path.suffix.lower() in JSONL_EXTS else line_mode
+        found.append(Piece(str(path), rel, 0, size, mode))
     found.sort(key=lambda p: p.rel)
     rejects.sort(key=lambda r: str(r["path"]))
     return found, rejects

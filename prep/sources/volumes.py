@@ -39,8 +39,7 @@ def stem(rel: str) -> str | None:
 def list_volumes(
     src: Path, labels: Path | None
 ) -> tuple[list[Item], list[dict[str, Any]], list[tuple[str, int, int]]]:
-    """Sorted NIfTI files and DICOM folders under `src`, rejects, and the (path, size,
-    mtime) of every file read (--resume's fingerprint)."""
+    """Sorted NIfTI files and DICOM folders, rejects, and every file's (path, size, mtime)."""
     if src.is_file():
         problem = check_file(src, src.name)
         found, rejects = ([], [problem]) if problem else ([(src.name, src)], [])
@@ -49,19 +48,7 @@ def list_volumes(
     items, seen = [], []
     found_labels = walk(labels, frozenset({".nii", ".gz"}))[0] if labels is not None else []
     label_files = {s: p for rel, p in found_labels if (s := stem(rel)) is not None}
-    for rel, path, files in _inputs(found):
-        rel = src.name if rel == "." else rel  # SRC is itself one DICOM series
-        key, lab = stem(rel) or rel, None
-        if labels is not None:  # a label file that is not there is rejected when read
-            lab = label_files.get(key, labels / f"{key}.nii.gz")
-        items.append(Item(rel, path, lab))
-        seen += file_stats([p for p in (*files, lab) if p is not None and p.is_file()])
-    return items, rejects, seen
-
-
-def _inputs(found: list[tuple[str, Path]]) -> list[tuple[str, Path, list[Path]]]:
-    """(rel, path, files read) per input, a NIfTI file or a DICOM series' folder, sorted."""
-    series: dict[str, list[Path]] = {}
+    series: dict[str, list[Path]] = {}  # a DICOM series: the .dcm files of a folder
     inputs = []
     for rel, path in found:
         if rel.lower().endswith(".dcm"):
@@ -69,7 +56,14 @@ def _inputs(found: list[tuple[str, Path]]) -> list[tuple[str, Path, list[Path]]]
         elif stem(rel) is not None:  # not a .gz that is not .nii.gz
             inputs.append((rel, path, [path]))
     inputs += [(rel, files[0].parent, files) for rel, files in series.items()]
-    return sorted(inputs, key=lambda x: x[0])
+    for rel, path, files in sorted(inputs, key=lambda x: x[0]):
+        rel = src.name if rel == "." else rel  # SRC is itself one DICOM series
+        key, lab = stem(rel) or rel, None
+        if labels is not None:  # a label file that is not there is rejected when read
+            lab = label_files.get(key, labels / f"{key}.nii.gz")
+        items.append(Item(rel, path, lab))
+        seen += file_stats([p for p in (*files, lab) if p is not None and p.is_file()])
+    return items, rejects, seen
 
 
 @dataclass
@@ -87,8 +81,14 @@ def read_scan(path: Path, volume_index: int | None, is_label: bool = False) -> S
     if data.dtype.kind == "f" and not np.isfinite(data).all():
         bad = int((~np.isfinite(data)).sum())
         raise Reject("not_finite", f"{bad} NaN or infinite voxels")
-    if is_label:
-        data = _class_ids(data)
+    if is_label:  # uint8 class ids: non-integer, negative or > 255 values are refused
+        if data.size and (
+            (data.dtype.kind == "f" and not np.array_equal(data, np.rint(data)))
+            or data.min() < 0
+            or data.max() > MAX_CLASS
+        ):
+            raise Reject("values", f"class ids must be integers 0..{MAX_CLASS}")
+        data = data.astype(np.uint8)
     return Scan(np.ascontiguousarray(data), affine)
 
 
@@ -102,57 +102,33 @@ def _read_nifti(path: Path, volume_index: int | None) -> tuple[np.ndarray, np.nd
     except EOFError as e:  # a .nii.gz cut inside its header
         raise Reject("truncated", f"the file ends inside its header ({e})") from e
     except (nib.filebasedimages.ImageFileError, *BROKEN) as e:
-        if _gzip_cut(path):  # nibabel's sniffing hides why the header could not be read
+        try:  # nibabel's sniffing hides why the header could not be read: a gzip stream cut?
+            with gzip.open(path, "rb") as f:
+                while f.read(1 << 20):
+                    pass
+        except EOFError:
             raise Reject("truncated", "the gzip stream ends early, inside the header") from e
+        except (OSError, zlib.error):
+            pass
         raise Reject("not_volume", f"not a NIfTI file nibabel reads ({e})") from e
     shape = tuple(img.shape)
     while len(shape) > 3 and shape[-1] == 1:
         shape = shape[:-1]
     if len(shape) not in (3, 4):
         raise Reject("not_3d", f"{len(shape)}-D image {list(img.shape)}; a volume is 3-D")
+    if len(shape) == 4 and volume_index is None:
+        hint = "HINT: --volume-index N picks volume N of the 4th axis"
+        raise Reject("not_3d", f"4-D image {list(shape)}; {hint}")
+    if len(shape) == 4 and not 0 <= (volume_index or 0) < shape[3]:
+        raise Reject("not_3d", f"--volume-index {volume_index} is outside the {shape[3]} volumes")
     try:
         if len(shape) == 4:
-            data = _pick(img, shape, volume_index)
+            data = np.asanyarray(img.dataobj[..., volume_index])
         else:
             data = np.asanyarray(img.dataobj).reshape(shape)
     except BROKEN as e:
         raise Reject("truncated", f"the voxel data ends early or is damaged ({e})") from e
     return data, np.asarray(img.affine, np.float64)
-
-
-def _gzip_cut(path: Path) -> bool:
-    """Whether `path` is a gzip stream that ends before its end marker (read through once)."""
-    try:
-        with gzip.open(path, "rb") as f:
-            while f.read(1 << 20):
-                pass
-    except EOFError:
-        return True
-    except (OSError, zlib.error):
-        pass
-    return False
-
-
-def _pick(img: Any, shape: tuple[int, ...], index: int | None) -> np.ndarray:
-    if index is None:
-        raise Reject(
-            "not_3d",
-            f"4-D image {list(shape)}; HINT: --volume-index N picks volume N of the 4th axis",
-        )
-    if not 0 <= index < shape[3]:
-        raise Reject("not_3d", f"--volume-index {index} is outside the {shape[3]} volumes")
-    return np.asanyarray(img.dataobj[..., index])
-
-
-def _class_ids(data: np.ndarray) -> np.ndarray:
-    """A label volume as uint8 class ids; non-integer, negative or > 255 values are refused."""
-    if data.size and (
-        (data.dtype.kind == "f" and not np.array_equal(data, np.rint(data)))
-        or data.min() < 0
-        or data.max() > MAX_CLASS
-    ):
-        raise Reject("values", f"class ids must be integers 0..{MAX_CLASS}")
-    return data.astype(np.uint8)
 
 
 def read_pair(item: Item, volume_index: int | None) -> tuple[Scan, Scan | None]:
