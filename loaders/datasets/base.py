@@ -15,7 +15,8 @@ from torch.utils.data import Dataset
 from loaders.augment.crops import Crop
 from loaders.fields import declared
 from loaders.fields.base import Field
-from loaders.read.decode import CHECKED_BYTES, Pixels, Pool, decode_cuda, run, sides_problem
+from loaders.fields.image import CHECKED_BYTES, sides_problem
+from loaders.read.decode import Pixels, Pool, decode_cuda, run
 from loaders.read.loader import BufferPool, check_indices, new_batch
 from loaders.read.store import ShardStore, SharedArrays
 

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from loaders.fields.base import Field, Piece, Reading, spec, tensor
-from loaders.fields.image import decode_jpeg
+from loaders.fields.image import CHECKED_BYTES, decode_jpeg, sides_problem
 from loaders.format.spec import MAX_SIDE, VIDEO_MODES, ArraySpec, FormatError, array_name, count
 
 SHOWN = 4  # frames of a video in a preview or report, a strip of tiles
@@ -133,8 +133,6 @@ def frame_pieces(src: np.ndarray, ends: np.ndarray) -> list[np.ndarray]:
 
 def decode_frames(pieces: list[np.ndarray], hw: tuple[int, ...], jpeg: bool) -> np.ndarray:
     """A video's frames (T, h, w, 3) uint8, JPEG headers checked against `hw` before allocating."""
-    from loaders.read.decode import CHECKED_BYTES, sides_problem
-
     if jpeg and len(pieces) * hw[0] * hw[1] * 3 >= CHECKED_BYTES:
         found = sides_problem(pieces, np.tile(hw, (len(pieces), 1)))
         if found is not None:

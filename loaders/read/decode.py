@@ -5,7 +5,6 @@ area past 2x, nearest for masks). Bad bytes are a FormatError naming the sample.
 
 from __future__ import annotations
 
-import io
 import math
 import os
 import threading
@@ -23,7 +22,7 @@ from loaders.fields.image import decode_jpeg, scratch
 from loaders.format.spec import FormatError
 
 try:  # the C extension built by setup.py where libjpeg-turbo's headers are (loaders/_jpegroi.c)
-    from loaders import _jpegroi as _roi
+    import loaders._jpegroi as _roi
 except ImportError:  # not built: crops decode the whole image, then take their box
     _roi = None
 
@@ -33,9 +32,6 @@ FACTORS = (8, 4, 2)  # libjpeg's power-of-two DCT scales, largest first
 # box 240 us alone, 330 whole; a 224 centre 310 against 285; with fast_dct 157 against 170).
 ROI_SHARE = 0.7
 ROI_SHARE_FAST = 0.9
-# JPEG batches this large or more are allocated once the headers agree with the manifest's sides
-# (a lie of 16000 px for 32 px files costs B x 768 MB first); below, each decode checks its own.
-CHECKED_BYTES = 64 << 20
 T = TypeVar("T")  # what a pool's threads are given: jobs, or ranges of a batch
 
 
@@ -87,31 +83,6 @@ class Pixels:
         if self.crcs is not None and zlib.crc32(self.srcs[j].data) != int(self.crcs[j]):
             why = "bit rot, or a file changed after packing"
             self.fail(j, f"the JPEG bytes differ from their checksum ({why})")
-
-
-def jpeg_sides(data: np.ndarray) -> tuple[int, int]:
-    """(h, w) of the JPEG in `data`, from its header; ValueError or OSError for no JPEG."""
-    try:
-        import simplejpeg
-    except ImportError:  # the fallback decoder's header parse
-        from PIL import Image
-
-        with Image.open(io.BytesIO(data.tobytes())) as im:
-            return im.height, im.width
-    h, w, _, _ = simplejpeg.decode_jpeg_header(data)
-    return int(h), int(w)
-
-
-def sides_problem(srcs: Sequence[np.ndarray], hw: np.ndarray) -> tuple[int, str] | None:
-    """The first JPEG of `srcs` whose header is not its (h, w) of `hw`, and how; or None."""
-    for j, (src, (h, w)) in enumerate(zip(srcs, hw.tolist(), strict=True)):
-        try:
-            got = jpeg_sides(src)
-        except (ValueError, OSError, SyntaxError) as e:
-            return j, f"the JPEG sample cannot be decoded ({e})"
-        if got != (h, w):
-            return j, f"the JPEG sample is {got[1]}x{got[0]} px, the manifest says {w}x{h}"
-    return None
 
 
 def factor(box_hw: tuple[int, int], out_hw: tuple[int, int]) -> int:

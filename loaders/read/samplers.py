@@ -16,30 +16,18 @@ import numpy as np
 import torch.distributed as dist
 from torch.utils.data import Sampler
 
+from loaders.remote.prefetch import window_groups, windows
+
 OrderFn = Callable[[np.ndarray, np.random.Generator, int], np.ndarray]
-
-
-def _windows(shards: np.ndarray, window: int) -> list[np.ndarray]:
-    return [shards[w : w + window] for w in range(0, len(shards), window)]
 
 
 def _quasi_random(sizes: np.ndarray, rng: np.random.Generator, window: int) -> np.ndarray:
     starts = np.concatenate([[0], np.cumsum(sizes)])
     parts = []
-    for group in _windows(rng.permutation(len(sizes)), window):  # the first draw: see windows()
+    for group in window_groups(rng.permutation(len(sizes)), window):  # first draw: windows()
         idx = np.concatenate([np.arange(starts[s], starts[s + 1]) for s in group])
         parts.append(rng.permutation(idx))
     return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
-
-
-def windows(num_shards: int, seed: int, epoch: int, window: int = 8) -> list[np.ndarray]:
-    """The shards of each window of `epoch` in order "quasi_random", in reading order.
-
-    >>> [w.tolist() for w in windows(3, seed=3, epoch=0, window=2)]
-    [[2, 1], [0]]
-    """
-    rng = np.random.default_rng([seed, epoch])  # as epoch_order: its first draw is the shards'
-    return _windows(rng.permutation(num_shards), window)
 
 
 BLOCK_ROWS = 4096  # "blocks": a batch of up to this many rows is one or two slices a column

@@ -17,10 +17,22 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
-from loaders.read.samplers import windows
-
 THREADS = 4  # downloads at once per process (a worker fetches only its share)
 Rank = Callable[[str, int], "tuple[int, int] | None"]
+
+
+def window_groups(shards: np.ndarray, window: int) -> list[np.ndarray]:
+    return [shards[w : w + window] for w in range(0, len(shards), window)]
+
+
+def windows(num_shards: int, seed: int, epoch: int, window: int = 8) -> list[np.ndarray]:
+    """The shards of each window of `epoch` in order "quasi_random", in reading order.
+
+    >>> [w.tolist() for w in windows(3, seed=3, epoch=0, window=2)]
+    [[2, 1], [0]]
+    """
+    rng = np.random.default_rng([seed, epoch])  # as epoch_order: its first draw is the shards'
+    return window_groups(rng.permutation(num_shards), window)
 
 
 class WindowPlan:

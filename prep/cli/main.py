@@ -23,7 +23,7 @@ from prep.kinds.volumes.config import VolumeConfig
 from prep.run.config import RunConfig
 from prep.run.errors import PrepError, UsageError
 from prep.run.profile import IMAGE_STAGES, TEXT_STAGES
-from prep.version import __version__
+from prep.run.version import __version__
 
 app = typer.Typer(
     help="Pack raw images and text once, offline, into uint8 shards that `loaders` memory-maps.",

@@ -25,7 +25,7 @@ from prep.run.guard import check_out, install, locked, recover
 from prep.run.inputs import named_rejects
 from prep.run.parallel import check_backend, progress, run_tasks
 from prep.run.profile import StageTimer, run_profiled
-from prep.version import __version__
+from prep.run.version import __version__
 
 C = TypeVar("C", bound=RunConfig)
 S = TypeVar("S")  # what one shard task is given: its inputs
