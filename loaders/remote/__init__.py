@@ -24,7 +24,7 @@ from loaders.remote.cache import FileCache, default_cache_dir, parse_bytes, warn
 from loaders.remote.checks import arrival_problems, url_problems
 
 # BACKOFF is read from this module when a RemoteBackend is made: tests set it here.
-from loaders.remote.storage import BACKOFF, RETRIES, Storage, url_of
+from loaders.remote.storage import BACKOFF, Storage, url_of
 
 if TYPE_CHECKING:  # torch only for a loader that follows windows, not for `prep` commands
     from loaders.remote.prefetch import Follower, WindowPlan
@@ -65,7 +65,7 @@ class RemoteBackend:
         storage_options: dict[str, Any] | None = None,
         hold: int = 128,
     ):
-        self.storage = Storage(url, storage_options, tries=RETRIES, backoff=BACKOFF)
+        self.storage = Storage(url, storage_options, BACKOFF)
         self.root = self.storage.root
         self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         self.cache_limit = parse_bytes(cache_limit)

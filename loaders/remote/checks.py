@@ -47,13 +47,8 @@ def copy_problems(
     specs = {a: manifest.arrays[a] for a in arrays if a in manifest.arrays}
     view = dataclasses.replace(manifest, arrays=specs, shards=shards)
     view._declared = declared(manifest)  # type: ignore[attr-defined]  # the same fields
-    found = check_shard(  # the view's shard lists only the files copied
-        view,
-        index,
-        copies.__getitem__,
-        checksums=checksums,
-        values=checksums,
-    )
+    # The view's shard lists only the files copied.
+    found = check_shard(view, index, copies.__getitem__, checksums=checksums, values=checksums)
     names = sorted(((str(p), str(url / n)) for n, p in copies.items()), reverse=True)
     for path, remote in names:  # the local copies' paths -> the URLs they came from
         found = [line.replace(path, remote) for line in found]
