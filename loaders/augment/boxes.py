@@ -211,19 +211,6 @@ def outputs(
     return out
 
 
-def instance_masks(
-    x: Ragged, lengths: torch.Tensor | None, t: Targets, images: torch.Tensor
-) -> torch.Tensor | None:
-    """Instance masks (Ragged (N, H, W)) as the pipeline moves them: (B, H, W, N), N padded."""
-    if x is None:
-        return None
-    hw = tuple(images.shape[-2:])
-    p = per_box(x, lengths, t, "instances")
-    if p.shape[2:] != hw:
-        raise ValueError(f"instances of {tuple(p.shape[2:])} px for images of {hw}")
-    return p.to(images.device).permute(0, 2, 3, 1)
-
-
 def per_box(x: Ragged, lengths: torch.Tensor | None, t: Targets, name: str) -> torch.Tensor:
     """A per-box field (labels, areas...) padded like the boxes (B, N, ...), in its dtype."""
     p, counts = padded(x, lengths, len(t.rows), name, None)
