@@ -30,9 +30,7 @@ if TYPE_CHECKING:  # torch only for a loader that follows windows, not for `prep
     from loaders.remote.prefetch import Follower, WindowPlan
 
 CHECK_EVERY = 10.0  # seconds between two looks at the remote manifest (a request each)
-
-Stamp = tuple[int, int, int, int]
-FileAt = Callable[[str, str], Path]  # (name, sha256) -> a local path of that file
+Stamp = tuple[int, int, int, int]  # as loaders.read.store's: manifest.json's size and ETag last
 
 
 def open_remote(root: object) -> tuple[RemoteBackend, Manifest] | None:
@@ -45,7 +43,7 @@ def open_remote(root: object) -> tuple[RemoteBackend, Manifest] | None:
     return backend, Manifest.from_json(data, backend.root / MANIFEST, backend.resolver())
 
 
-def dataset_file(root: str | os.PathLike[str]) -> tuple[Manifest, FileAt]:
+def dataset_file(root: str | os.PathLike[str]) -> tuple[Manifest, Callable[[str, str], Path]]:
     """The manifest of a dataset at a path or URL, and (name, sha256) -> a local path."""
     remote = open_remote(root)
     if remote is None:
