@@ -184,9 +184,8 @@ class Compose(nn.Module):
         pairs = ((sample.labels, labels), (sample.mask, mask))
         given: list[Any] = [t for t, asked in pairs if asked is not None and t is not None]
         if sample.targets is not None:
-            asked = {"boxes": boxes, "keypoints": keypoints, "instances": instances}
-            moved = {"instances": sample.instances}
-            args = (sample.canvas, self.min_size, asked | {"per_box": per_box}, lengths, moved)
+            asked = dict(boxes=boxes, keypoints=keypoints, instances=instances, per_box=per_box)
+            args = (sample.canvas, self.min_size, asked, lengths, sample.instances)
             given += outputs(sample.targets, *args)
         return (sample.images, *given) if given else sample.images
 

@@ -192,13 +192,12 @@ def outputs(
     min_size: float,
     given: dict[str, Ragged],
     lengths: torch.Tensor | None,
-    moved: dict[str, torch.Tensor | None],
+    instances: torch.Tensor | None,
 ) -> list[Any]:
-    """What a pipeline returns of its instances, sanitized, in Compose's order and forms."""
+    """What a pipeline returns of its instances (masks (B, H, W, N)), sanitized, as Compose."""
     t = sanitize(t, hw, min_size)
     valid, out = t.valid, []
-    stack = moved.get("instances")
-    stack = None if stack is None else stack.permute(0, 3, 1, 2)
+    stack = None if instances is None else instances.permute(0, 3, 1, 2)
     for name, x in (("boxes", t.boxes), ("keypoints", t.points), ("instances", stack)):
         if given.get(name) is not None:
             out.append(back(x, given[name], valid))  # type: ignore[arg-type]
