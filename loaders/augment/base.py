@@ -13,7 +13,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from loaders.augment import kernel
-from loaders.augment.boxes import Ragged, Targets, instance_masks, outputs
+from loaders.augment.boxes import Ragged, Targets, outputs
+from loaders.augment.boxes import per_box as padded_per_box  # Compose has a per_box= argument
 from loaders.augment.random import stream_key, uniform
 
 
@@ -166,7 +167,11 @@ class Compose(nn.Module):
         targets = stack = None
         if boxes is not None or keypoints is not None:
             targets = Targets.of(len(images), boxes, keypoints, lengths).to(images.device)
-            stack = instance_masks(instances, lengths, targets, images)
+        if targets is not None and instances is not None:  # moved as a mask: (B, H, W, N)
+            stack = padded_per_box(instances, lengths, targets, "instances").permute(0, 2, 3, 1)
+            if stack.shape[1:3] != images.shape[-2:]:
+                hw = tuple(images.shape[-2:])
+                raise ValueError(f"instances of {tuple(stack.shape[1:3])} px for images of {hw}")
         sample = Sample(images, index, labels, mask, targets=targets, instances=stack)
         for op, name in zip(self.ops, self._names, strict=True):
             key = stream_key(self.seed, self.epoch, name)
@@ -179,9 +184,8 @@ class Compose(nn.Module):
         pairs = ((sample.labels, labels), (sample.mask, mask))
         given: list[Any] = [t for t, asked in pairs if asked is not None and t is not None]
         if sample.targets is not None:
-            asked = {"boxes": boxes, "keypoints": keypoints, "instances": instances}
-            moved = {"instances": sample.instances}
-            args = (sample.canvas, self.min_size, asked | {"per_box": per_box}, lengths, moved)
+            asked = dict(boxes=boxes, keypoints=keypoints, instances=instances, per_box=per_box)
+            args = (sample.canvas, self.min_size, asked, lengths, sample.instances)
             given += outputs(sample.targets, *args)
         return (sample.images, *given) if given else sample.images
 

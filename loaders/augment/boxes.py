@@ -192,13 +192,12 @@ def outputs(
     min_size: float,
     given: dict[str, Ragged],
     lengths: torch.Tensor | None,
-    moved: dict[str, torch.Tensor | None],
+    instances: torch.Tensor | None,
 ) -> list[Any]:
-    """What a pipeline returns of its instances, sanitized, in Compose's order and forms."""
+    """What a pipeline returns of its instances (masks (B, H, W, N)), sanitized, as Compose."""
     t = sanitize(t, hw, min_size)
     valid, out = t.valid, []
-    stack = moved.get("instances")
-    stack = None if stack is None else stack.permute(0, 3, 1, 2)
+    stack = None if instances is None else instances.permute(0, 3, 1, 2)
     for name, x in (("boxes", t.boxes), ("keypoints", t.points), ("instances", stack)):
         if given.get(name) is not None:
             out.append(back(x, given[name], valid))  # type: ignore[arg-type]
@@ -209,19 +208,6 @@ def outputs(
         rows = {k: per_box(v, lengths, t, f"per_box[{k!r}]") for k, v in fields.items()}
         out.append({k: back(rows[k], v, valid) for k, v in fields.items()})
     return out
-
-
-def instance_masks(
-    x: Ragged, lengths: torch.Tensor | None, t: Targets, images: torch.Tensor
-) -> torch.Tensor | None:
-    """Instance masks (Ragged (N, H, W)) as the pipeline moves them: (B, H, W, N), N padded."""
-    if x is None:
-        return None
-    hw = tuple(images.shape[-2:])
-    p = per_box(x, lengths, t, "instances")
-    if p.shape[2:] != hw:
-        raise ValueError(f"instances of {tuple(p.shape[2:])} px for images of {hw}")
-    return p.to(images.device).permute(0, 2, 3, 1)
 
 
 def per_box(x: Ragged, lengths: torch.Tensor | None, t: Targets, name: str) -> torch.Tensor:

@@ -472,10 +472,10 @@ def drop_cut_boxes(
     kw, padded = _given(out, r)
     lengths = kw.get("lengths")
     t = Targets.of(batch, kw["boxes"], kw.get("keypoints"), lengths)
-    moved: dict[str, torch.Tensor | None] = {}
+    stack: torch.Tensor | None = None
     if r.instances is not None:  # (B, H, W, N), as a pipeline moves them
-        moved["instances"] = per_box(kw["instances"], lengths, t, r.instances).permute(0, 2, 3, 1)
-    return _returned(dict(out), outputs(t, hw, MIN_SIZE, kw, lengths, moved), r, padded)
+        stack = per_box(kw["instances"], lengths, t, r.instances).permute(0, 2, 3, 1)
+    return _returned(dict(out), outputs(t, hw, MIN_SIZE, kw, lengths, stack), r, padded)
 
 
 def _given(out: dict[str, Any], r: Roles) -> tuple[dict[str, Any], list[str]]:

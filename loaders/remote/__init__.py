@@ -1,38 +1,44 @@
 """Datasets at any fsspec URL: `RemoteBackend` fetches each file on first use into the node's
-cache (loaders.remote.cache), verified, for the store to map (README.md, "Datasets on object
+cache (loaders.remote.cache), checks it on arrival with the folder checks (loaders.fields.checks)
+that `prep verify URL` runs on the whole, for the store to map (README.md, "Datasets on object
 storage")."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
+import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from loaders.fields import declared, field_of
+from loaders.fields.checks import array_problems, check_shard
 from loaders.format import (
     MANIFEST,
     FileInfo,
     FormatError,
     Manifest,
+    Shard,
+    array_name,
     problems_error,
     read_manifest,
     safe_path,
 )
 from loaders.remote.cache import FileCache, default_cache_dir, parse_bytes, warn_small_cache
-from loaders.remote.checks import arrival_problems, url_problems
 
 # BACKOFF is read from this module when a RemoteBackend is made: tests set it here.
-from loaders.remote.storage import BACKOFF, RETRIES, Storage, url_of
+from loaders.remote.storage import BACKOFF, Storage, Url, name_problem, url_of
 
 if TYPE_CHECKING:  # torch only for a loader that follows windows, not for `prep` commands
     from loaders.remote.prefetch import Follower, WindowPlan
 
 CHECK_EVERY = 10.0  # seconds between two looks at the remote manifest (a request each)
-
-Stamp = tuple[int, int, int, int]
-FileAt = Callable[[str, str], Path]  # (name, sha256) -> a local path of that file
+THREADS = 4  # downloads at once while verifying
+Stamp = tuple[int, int, int, int]  # as loaders.read.store's: manifest.json's size and ETag last
 
 
 def open_remote(root: object) -> tuple[RemoteBackend, Manifest] | None:
@@ -45,7 +51,7 @@ def open_remote(root: object) -> tuple[RemoteBackend, Manifest] | None:
     return backend, Manifest.from_json(data, backend.root / MANIFEST, backend.resolver())
 
 
-def dataset_file(root: str | os.PathLike[str]) -> tuple[Manifest, FileAt]:
+def dataset_file(root: str | os.PathLike[str]) -> tuple[Manifest, Callable[[str, str], Path]]:
     """The manifest of a dataset at a path or URL, and (name, sha256) -> a local path."""
     remote = open_remote(root)
     if remote is None:
@@ -65,7 +71,7 @@ class RemoteBackend:
         storage_options: dict[str, Any] | None = None,
         hold: int = 128,
     ):
-        self.storage = Storage(url, storage_options, tries=RETRIES, backoff=BACKOFF)
+        self.storage = Storage(url, storage_options, BACKOFF)
         self.root = self.storage.root
         self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         self.cache_limit = parse_bytes(cache_limit)
@@ -195,3 +201,123 @@ class RemoteBackend:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._init_process()
+
+
+def structure_problems(manifest: Manifest, url: object) -> list[str]:
+    """What check_files finds without reading a file, checked when a URL is opened."""
+    return [
+        f"shard {i}: {p}"
+        for i, s in enumerate(manifest.shards)
+        for p in [name_problem(url, n) for n in s.files] + array_problems(manifest, s)
+        if p
+    ]
+
+
+def copy_problems(
+    manifest: Manifest,
+    index: int,
+    arrays: list[str],
+    copies: dict[str, Path],
+    url: Url,
+    checksums: bool = False,
+) -> list[str]:
+    """check_shard's lines for `arrays` of shard `index`, read from `copies` (name -> path)."""
+    shard = manifest.shards[index]
+    shards = list(manifest.shards)
+    shards[index] = Shard(
+        shard.count,
+        {a: shard.arrays[a] for a in arrays if a in shard.arrays},
+        {n: shard.files[n] for n in copies if n in shard.files},
+        shard.split,
+    )
+    specs = {a: manifest.arrays[a] for a in arrays if a in manifest.arrays}
+    view = dataclasses.replace(manifest, arrays=specs, shards=shards)
+    view._declared = declared(manifest)  # type: ignore[attr-defined]  # the same fields
+    # The view's shard lists only the files copied.
+    found = check_shard(view, index, copies.__getitem__, checksums=checksums, values=checksums)
+    names = sorted(((str(p), str(url / n)) for n, p in copies.items()), reverse=True)
+    for path, remote in names:  # the local copies' paths -> the URLs they came from
+        found = [line.replace(path, remote) for line in found]
+    return found
+
+
+def url_problems(
+    storage: Storage, manifest: Manifest, checksums: bool, tmp_parent: Path
+) -> list[str]:
+    """What check_files finds in a folder, at the storage's URL (downloads under `tmp_parent`)."""
+
+    def download(name: str, path: Path) -> None:
+        with open(path, "wb") as f:
+            storage.download(name, f)
+
+    root = storage.root
+    found: dict[int, list[str]] = {-1: structure_problems(manifest, root)}
+    if found[-1]:
+        return found[-1]
+    if not root.startswith(("http://", "https://")):  # HTTP cannot list: each file's size
+        have = storage.listing()
+    else:
+        have = {n: storage.size(n) for s in manifest.shards for n in s.files}
+    for i, shard in enumerate(manifest.shards):
+        for name, info in shard.files.items():
+            if name not in have:
+                found.setdefault(i, []).append(f"shard {i}: {root / name} is missing")
+            elif have[name] != info.bytes:
+                found.setdefault(i, []).append(
+                    f"shard {i}: {root / name} has {have[name]} bytes, the manifest says "
+                    f"{info.bytes}"
+                )
+    problems = [p for lines in found.values() for p in lines]
+    if not checksums:
+        return problems
+    tmp_parent.mkdir(parents=True, exist_ok=True)
+    for i, shard in enumerate(manifest.shards):
+        if i in found:  # found wanting already
+            continue
+        with tempfile.TemporaryDirectory(dir=tmp_parent, ignore_cleanup_errors=True) as tmp:
+            copies = {n: Path(tmp, f"{k:06d}") for k, n in enumerate(sorted(shard.files))}
+            try:
+                with ThreadPoolExecutor(THREADS) as pool:  # one request at a time waits mostly
+                    list(pool.map(download, copies, copies.values()))
+                arrays = sorted({*manifest.arrays, *shard.arrays})
+                problems += copy_problems(manifest, i, arrays, copies, root, True)
+            except FormatError as e:
+                problems.append(f"shard {i}: {e}")
+    return problems + _kept_problems(storage, manifest)
+
+
+def _kept_problems(storage: Storage, manifest: Manifest) -> list[str]:
+    """The files fields keep beside the shards (a tokenizer), against their sha256."""
+    found = []
+    for name, field in declared(manifest).items():
+        for file, sha256 in field.files(name).items():
+            url = storage.root / file
+            try:
+                same = storage.sha256(file) == sha256
+            except FormatError as e:
+                gone = "does not exist" in str(e)
+                found.append(f"{name}: {url} is missing" if gone else f"{name}: {e}")
+                continue
+            if not same:
+                found.append(f"{name}: {url} checksum differs from the manifest")
+    return found
+
+
+def arrival_problems(
+    manifest: Manifest, index: int, name: str, path: Path, fetch: Callable[[str], Path], url: Url
+) -> list[str]:
+    """The folder checks of the arrays read with file `name` of shard `index` (copied at `path`)."""
+    shard = manifest.shards[index]
+    held = [a for a, r in shard.arrays.items() if name in (r.file, r.offsets and r.offsets.file)]
+    names: set[str] = set()
+    for array in held:
+        if array in manifest.arrays:
+            key, field = field_of(manifest, array)
+            size = manifest.arrays[array].size  # another size's pixels are not checked with it
+            mine = [s for s in field.arrays(key) if size is None or s.size in (None, size)]
+            names |= {array_name(s.field, s.size) for s in mine} | set(field.needs(key))
+    arrays = sorted(n for n in names if n in manifest.arrays)
+    refs = [shard.arrays[a] for a in arrays if a in shard.arrays]
+    files = {r.file for r in refs} | {r.offsets.file for r in refs if r.offsets}
+    copies = {n: fetch(n) for n in sorted(files) if n in shard.files}
+    return copy_problems(manifest, index, arrays, copies | {name: path}, url)

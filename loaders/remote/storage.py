@@ -140,16 +140,11 @@ class Storage:
     async ones (s3, http) refuse to run in a forked child (a DataLoader worker)."""
 
     def __init__(
-        self,
-        url: str,
-        storage_options: dict[str, Any] | None = None,
-        *,
-        tries: int | None = None,
-        backoff: float | None = None,
+        self, url: str, storage_options: dict[str, Any] | None = None, backoff: float | None = None
     ):
         self.root = Url(url)
         self.storage_options = storage_options or {}
-        self.tries, self.backoff = tries, backoff  # None: this module's RETRIES and BACKOFF
+        self.backoff = backoff  # None: this module's BACKOFF
         self._fs: Any = None
         self._pid = 0
 
@@ -169,12 +164,12 @@ class Storage:
     def _request(self, name: str, fn: Callable[[Url], T], doing: str = "read") -> T:
         """fn(the URL of file `name`), retried."""
         url = self.url(name)
-        return retried(url, lambda: fn(url), self.tries, self.backoff, doing)
+        return retried(url, lambda: fn(url), RETRIES, self.backoff, doing)
 
     def listing(self) -> dict[str, int]:
         """File name -> byte size, for every file under the folder."""
         found = retried(
-            self.root, lambda: self.fs.find(self.root, detail=True), self.tries, self.backoff
+            self.root, lambda: self.fs.find(self.root, detail=True), RETRIES, self.backoff
         )
         base = self.fs._strip_protocol(self.root).rstrip("/") + "/"
         return {p[len(base) :]: int(i.get("size") or 0) for p, i in found.items()}

@@ -23,8 +23,7 @@ def info(
     Example: prep info data/demo-packed --batch-size 128
     """
     from loaders.format import problems_error, read_manifest
-    from loaders.remote import open_remote
-    from loaders.remote.checks import structure_problems
+    from loaders.remote import open_remote, structure_problems
     from prep.inspect.report import info as describe
 
     with reading(root):
