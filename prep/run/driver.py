@@ -198,7 +198,7 @@ def run(kind: Kind[Any, Any], show_progress: bool = True, profile: bool = False)
 
         return run_remote(kind, run, show_progress, profile)
     cfg.validate()
-    check_backend(cfg.backend, cfg.scheduler)
+    check_backend(cfg.backend)
     start = time.perf_counter()
     out = Path(os.path.abspath(str(cfg.out)))
     check_out(out, kind.sources(), cfg.overwrite, cfg.resume)  # before listing

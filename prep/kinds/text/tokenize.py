@@ -9,9 +9,8 @@ import hashlib
 import itertools
 import json
 import os
-import queue
-import threading
 from collections.abc import Generator, Iterator
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from operator import attrgetter
 from pathlib import Path
@@ -130,43 +129,17 @@ def read_ahead(
 ) -> Generator[tuple[list[str], list[str]], None, None]:
     """`batches`, the next one read on a thread while the caller encodes this one (the tokenizer
     releases the GIL); a reading error is raised here, in order."""
-    ready: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=1)
-    stop = threading.Event()
-
-    def offer(message: tuple[str, Any]) -> bool:
-        while not stop.is_set():
-            try:
-                ready.put(message, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def produce() -> None:
-        try:
-            for item in batches:
-                if not offer(("item", item)):
-                    return
-            offer(("end", None))
-        except BaseException as e:  # handed to the caller, raised in its thread
-            offer(("error", e))
-
-    thread = threading.Thread(target=produce, name="prep-read-ahead", daemon=True)
-    thread.start()
-    try:
+    with ThreadPoolExecutor(1, thread_name_prefix="prep-read-ahead") as pool:
+        ahead = pool.submit(next, batches, None)
         while True:
-            try:  # a timeout: a task stopped by the run (Ctrl-C) is not left waiting here
-                kind, value = ready.get(timeout=0.1)
-            except queue.Empty:
-                continue
-            if kind == "end":
+            # A timeout: a task stopped by the run (Ctrl-C) is not left waiting here.
+            while not wait([ahead], timeout=0.1).done:
+                pass
+            batch = ahead.result()
+            if batch is None:
                 return
-            if kind == "error":
-                raise value
-            yield value
-    finally:
-        stop.set()
-        thread.join()
+            ahead = pool.submit(next, batches, None)
+            yield batch
 
 
 @functools.lru_cache(maxsize=2)
