@@ -155,8 +155,13 @@ class Kind(ABC, Generic[C, S]):
         """The arguments of `task` for shard `index` (small and picklable)."""
 
     def reusable(self, record: dict[str, Any]) -> bool:
-        """Whether a verified record of an earlier run still fits this run."""
-        return True
+        """Whether a verified record of an earlier run still fits this run: its shards' files
+        are named by the rule."""
+        arrays = array_specs(self.fields)
+        storage = getattr(self.cfg, "format", "npy")
+        return all(
+            st.named_by_rule(s, arrays, storage) for s in record.get("splits", [record["shard"]])
+        )
 
     def seen(self, inputs: Inputs, records: list[dict[str, Any]]) -> int:
         """Inputs seen, used or rejected (what --max-rejects divides by)."""

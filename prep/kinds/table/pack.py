@@ -24,7 +24,7 @@ from prep.run.errors import PrepError
 from prep.run.files import writing
 from prep.run.profile import stage
 from prep.run.shardwriter import ShardFiles, shard_task, split_record
-from prep.run.staging import RUN_DIR, named_by_rule
+from prep.run.staging import RUN_DIR
 from prep.sources.table import Block, list_tables, sources_of
 
 SPLITS = ("train", "val")
@@ -143,10 +143,6 @@ class TableKind(Kind[TableConfig, list[Block]]):
     def task_args(self, index: int, shard: list[Block], staging: Path) -> tuple[Any, ...]:
         rejects = [r for b in shard for r in self.scan.rejects[b.index]]
         return (index, shard, self.cfg, self.scan.columns, rejects, staging)
-
-    def reusable(self, record: dict[str, Any]) -> bool:
-        arrays = array_specs(self.fields)
-        return all(named_by_rule(s, arrays, "npy") for s in record["splits"])
 
     def seen(self, inputs: Inputs, records: list[dict[str, Any]]) -> int:
         return len(inputs.rejects) + sum(rec["rows"] for rec in records)

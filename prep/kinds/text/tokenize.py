@@ -25,12 +25,11 @@ from loaders.format.index import stem
 from prep.kinds.text.config import TokenizeConfig
 from prep.media.text.documents import DocumentReader, Piece, count_documents, line_starts, list_text
 from prep.media.text.tokenizers import Tokenizer, fit_tokenizer, load_saved, tokenizer_identity
-from prep.run.driver import Inputs, Kind, RunSummary, array_specs, grouped, run
+from prep.run.driver import Inputs, Kind, RunSummary, grouped, run
 from prep.run.errors import PrepError
 from prep.run.files import writing
 from prep.run.profile import stage, timed_iter
 from prep.run.shardwriter import ShardFiles, shard_task, split_record
-from prep.run.staging import named_by_rule
 from prep.sources.text import list_matching
 
 SPLITS = ("train", "val")
@@ -340,9 +339,7 @@ class TextKind(Kind[TokenizeConfig, list[Piece]]):
         return (index, shard, cfg, name, file, self.tok_sha, self.dtype, staging, threads)
 
     def reusable(self, record: dict[str, Any]) -> bool:
-        arrays = array_specs(self.fields)
-        named = all(named_by_rule(s, arrays, "npy") for s in record["splits"])
-        return bool(record.get("tokenizer_sha256") == self.tok_sha) and named
+        return record.get("tokenizer_sha256") == self.tok_sha and super().reusable(record)
 
     def seen(self, inputs: Inputs, records: list[dict[str, Any]]) -> int:
         return len(inputs.rejects) + sum(rec["inputs"] for rec in records)

@@ -21,7 +21,6 @@ from prep.run.errors import PrepError
 from prep.run.inputs import Reject
 from prep.run.profile import stage
 from prep.run.shardwriter import shard_task, write_shard
-from prep.run.staging import named_by_rule
 from prep.sources import targets as tg
 from prep.sources.volumes import Item, list_volumes, read_pair
 
@@ -159,9 +158,6 @@ class VolumesKind(Kind[VolumeConfig, list[Item]]):
 
     def task_args(self, index: int, shard: list[Item], staging: Path) -> tuple[Any, ...]:
         return (index, shard, self.cfg, self.specs, staging)
-
-    def reusable(self, record: dict[str, Any]) -> bool:
-        return named_by_rule(record["shard"], self.specs, "npy")
 
     def extra(self, records: list[dict[str, Any]]) -> dict[str, Any]:
         return {"volumes": [v for rec in records for v in rec["volumes"]]}
