@@ -5,6 +5,8 @@ manifest last -> install. A data kind supplies `Kind`; guards, resuming, progres
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import os
 import time
 from abc import ABC, abstractmethod
@@ -71,6 +73,11 @@ def grouped(items: Iterable[T], size: Callable[[T], int], limit: int) -> list[li
 
 def array_specs(fields: Mapping[str, Field]) -> dict[str, ArraySpec]:
     return {array_name(s.field, s.size): s for n, f in fields.items() for s in f.arrays(n)}
+
+
+def fingerprint(seen: Any) -> str:
+    """The sha256 of `seen` as JSON: the inputs as --resume compares them."""
+    return hashlib.sha256(json.dumps(seen).encode()).hexdigest()
 
 
 @dataclass

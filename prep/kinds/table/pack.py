@@ -5,8 +5,6 @@
 from __future__ import annotations
 
 import glob
-import hashlib
-import json
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
@@ -19,7 +17,7 @@ from loaders.format.index import stem
 from prep.kinds.table.config import TableConfig
 from prep.media.table.scan import BLOCKS, Scan, read_spill, scan
 from prep.media.table.types import Column, encode
-from prep.run.driver import Inputs, Kind, RunSummary, array_specs, grouped, run
+from prep.run.driver import Inputs, Kind, RunSummary, array_specs, fingerprint, grouped, run
 from prep.run.errors import PrepError
 from prep.run.files import writing
 from prep.run.profile import stage
@@ -127,8 +125,7 @@ class TableKind(Kind[TableConfig, list[Block]]):
                 "folders of them or quoted globs"
             )
         seen = [(rel, p.stat().st_size, p.stat().st_mtime_ns) for rel, p in self.files]
-        digest = hashlib.sha256(json.dumps(seen).encode()).hexdigest()
-        return Inputs(len(self.files), rejects, digest)
+        return Inputs(len(self.files), rejects, fingerprint(seen))
 
     def prepare(self, staging: Path, resume: bool) -> None:
         self.scan: Scan = scan(self.files, self.cfg, staging / RUN_DIR / BLOCKS)

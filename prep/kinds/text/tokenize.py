@@ -7,7 +7,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import itertools
-import json
 import os
 from collections.abc import Generator, Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -25,7 +24,7 @@ from loaders.format.index import stem
 from prep.kinds.text.config import TokenizeConfig
 from prep.media.text.documents import DocumentReader, Piece, count_documents, line_starts, list_text
 from prep.media.text.tokenizers import Tokenizer, fit_tokenizer, load_saved, tokenizer_identity
-from prep.run.driver import Inputs, Kind, RunSummary, grouped, run
+from prep.run.driver import Inputs, Kind, RunSummary, fingerprint, grouped, run
 from prep.run.errors import PrepError
 from prep.run.files import writing
 from prep.run.profile import stage, timed_iter
@@ -223,7 +222,7 @@ def _fingerprint(pieces: list[Piece], spec: str) -> str:
         seen.append((p.rel, p.start, p.end, st.st_size, st.st_mtime_ns))
     if spec.endswith(".json"):  # a user's tokenizer file: its bytes are an input too
         seen.append(("tokenizer", sha256_file(Path(spec))))
-    return hashlib.sha256(json.dumps(seen).encode()).hexdigest()
+    return fingerprint(seen)
 
 
 @dataclass

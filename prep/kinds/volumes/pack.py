@@ -4,8 +4,6 @@ the steps of prep.media.volume.transform; a shard stores its volumes' voxels rag
 
 from __future__ import annotations
 
-import hashlib
-import json
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
@@ -16,7 +14,7 @@ from loaders.fields import Volume, VolumeLabel
 from loaders.format import ArraySpec
 from prep.kinds.volumes.config import VolumeConfig, float_list
 from prep.media.volume import transform as tf
-from prep.run.driver import Inputs, Kind, RunSummary, array_specs, run, split_shards
+from prep.run.driver import Inputs, Kind, RunSummary, array_specs, fingerprint, run, split_shards
 from prep.run.errors import PrepError
 from prep.run.inputs import Reject
 from prep.run.profile import stage
@@ -147,8 +145,7 @@ class VolumesKind(Kind[VolumeConfig, list[Item]]):
         self.specs = array_specs(self.fields)
         self.sizes = {path: size for path, size, _ in seen}
         said = [(it.rel, str(it.label)) for it in items]  # targets: the CSV is in `seen`
-        fingerprint = hashlib.sha256(json.dumps([seen, said]).encode()).hexdigest()
-        return Inputs(len(items), rejects, fingerprint)
+        return Inputs(len(items), rejects, fingerprint([seen, said]))
 
     def plan(self) -> list[list[Item]]:
         return split_shards(self.items, [None], self.cfg.shard_size)
