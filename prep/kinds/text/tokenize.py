@@ -40,11 +40,8 @@ MB = 1 << 20
 
 def fit_ids(ids: np.ndarray, dtype: str, where: str) -> np.ndarray:
     """`ids` as `dtype`, checked: an id the dtype cannot hold is an error, never a wrap-around."""
-    target = np.dtype(dtype)
-    if np.can_cast(ids.dtype, target, "safe"):
-        return ids.astype(target, copy=False)
-    top = np.iinfo(target).max
-    if ids.size:
+    top = np.iinfo(dtype).max
+    if ids.size and not np.can_cast(ids.dtype, dtype, "safe"):
         lo, hi = int(ids.min()), int(ids.max())
         if lo < 0 or hi > top:
             bad = hi if hi > top else lo
@@ -52,7 +49,7 @@ def fit_ids(ids: np.ndarray, dtype: str, where: str) -> np.ndarray:
                 f"{where}: token id {bad} does not fit {dtype} (0..{top}). HINT: the tokenizer "
                 "returned an id outside its vocabulary; check its tokenizer.json"
             )
-    return ids.astype(target)
+    return ids.astype(dtype, copy=False)
 
 
 def is_val(text: str, val_fraction: float) -> bool:
