@@ -19,7 +19,7 @@ import numpy as np
 
 from loaders.fields import Text, Tokens
 from loaders.fields.base import encode_source
-from loaders.format import Manifest, Shard, sha256_file
+from loaders.format import Manifest, sha256_file
 from loaders.format.index import stem
 from prep.kinds.text.config import TokenizeConfig
 from prep.media.text.documents import DocumentReader, Piece, count_documents, line_starts, list_text
@@ -60,18 +60,18 @@ def is_val(text: str, val_fraction: float) -> bool:
     return int.from_bytes(digest, "little") < int(val_fraction * 2**64)
 
 
-class SplitWriter:
+class SplitWriter(ShardFiles):
     """One split's shard of one task: tokens, ragged by document, and each document's source
     file, held as runs (a file's documents are consecutive) and written in close()."""
 
     def __init__(self, staging: Path, split: str, index: int):
+        super().__init__(staging, stem(split, index))
         self.split = split
-        self.files = ShardFiles(staging, stem(split, index))
         self.runs: list[tuple[str, int]] = []  # (file, documents in a row)
         self.docs = 0
 
     def open(self, dtype: str) -> None:
-        self.tokens = self.files.ragged("tokens", dtype)
+        self.tokens = self.ragged("tokens", dtype)
 
     def add(self, ids: np.ndarray, lengths: np.ndarray, sources: list[str]) -> None:
         self.tokens.extend(ids, lengths)
@@ -82,24 +82,18 @@ class SplitWriter:
                 self.runs.append((name, 1))
         self.docs += len(lengths)
 
-    def abort(self) -> None:
-        self.files.abort()
-
     def close(self) -> None:
         """Finish the temp files (header, fsync); a split with no documents keeps none."""
         if self.docs == 0:
             self.abort()
             return
-        source = self.files.ragged("source", "uint8")
+        source = self.ragged("source", "uint8")
         for name, n in self.runs:
             path = encode_source(name)
             for start in range(0, n, 1 << 16):  # bounded memory for a file of many lines
                 k = min(n - start, 1 << 16)
                 source.extend(np.tile(path, k), np.full(k, len(path)))
-        self.files.close()
-
-    def publish(self) -> Shard | None:
-        return self.files.publish(self.docs, self.split) if self.docs else None
+        super().close()
 
 
 def _batches(reader: DocumentReader, pieces: list[Piece]) -> Iterator[tuple[list[str], list[str]]]:
@@ -185,7 +179,7 @@ def tokenize_shard(
                     writers["train"].add(ids[~in_val], lengths[~val], list(sources[~val]))
                 else:
                     writers["train"].add(ids, lengths, names)
-    done = [s for s in (w.publish() for w in writers.values()) if s is not None]
+    done = [w.publish(w.docs, w.split) for w in writers.values() if w.docs]
     more = {"tokenizer_sha256": tok_sha, "inputs": reader.inputs}
     return split_record(staging, index, done, reader.rejects, **more)
 
