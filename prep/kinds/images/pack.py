@@ -4,7 +4,6 @@ every size."""
 from __future__ import annotations
 
 import zlib
-from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -125,9 +124,7 @@ def pack_shard(
     def finish(record: dict[str, Any]) -> None:
         record["stats"] = sums.record()
 
-    split = items[0].split if items else None  # a shard holds one split
-    rel = attrgetter("rel")
-    return write_shard(index, items, encode, rel, specs, cfg.format, staging, finish, split)
+    return write_shard(index, items, encode, specs, cfg.format, staging, finish)
 
 
 class ImagesKind(Kind[PackConfig, list[Item]]):

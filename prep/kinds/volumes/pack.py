@@ -4,7 +4,6 @@ the steps of prep.media.volume.transform; a shard stores its volumes' voxels rag
 
 from __future__ import annotations
 
-from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -100,8 +99,7 @@ def volumes_shard(
     def finish(record: dict[str, Any]) -> None:
         record["volumes"] = volumes
 
-    rel = attrgetter("rel")
-    return write_shard(index, items, encode, rel, specs, "npy", staging, finish)
+    return write_shard(index, items, encode, specs, "npy", staging, finish)
 
 
 class VolumesKind(Kind[VolumeConfig, list[Item]]):
