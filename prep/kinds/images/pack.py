@@ -23,8 +23,6 @@ from prep.run.inputs import Reject
 from prep.run.shardwriter import shard_task, write_shard
 from prep.sources.images import Item, list_images, split_counts
 
-PackSummary = RunSummary
-
 
 def image_fields(
     cfg: PackConfig, classes: list[str] | None, max_label: int | None, masks: bool
