@@ -162,8 +162,7 @@ class Kind(ABC, Generic[C, S]):
         """The arguments of `task` for shard `index` (small and picklable)."""
 
     def reusable(self, record: dict[str, Any]) -> bool:
-        """Whether a verified record of an earlier run still fits this run: its shards' files
-        are named by the rule."""
+        """Whether an earlier run's verified record fits this run: files named by the rule."""
         arrays = array_specs(self.fields)
         storage = getattr(self.cfg, "format", "npy")
         return all(

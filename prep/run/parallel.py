@@ -23,8 +23,7 @@ WAIT_FOR_WORKERS_S = 60  # a scheduler with no worker yet: wait this long, then 
 
 
 def check_backend(backend: str) -> None:
-    """Fail before any work starts on dask without its package (RunConfig.validate checks the
-    names)."""
+    """Fail before any work starts on --backend dask without dask[distributed]."""
     if backend == "dask":
         try:
             import distributed  # noqa: F401

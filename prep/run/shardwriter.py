@@ -150,10 +150,9 @@ def write_shard(
     staging: Path,
     finish: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
-    """Encode `items` (of one `.split`) into shard `index`; its record (rejects named by
-    `.rel`), which `finish` adds to before it is written. `encode` gives an input's sample
-    (array name -> value), a list of them, or None to skip it. A failed write leaves no file
-    behind."""
+    """Encode `items` (of one `.split`) into shard `index`; its record (rejects named by `.rel`),
+    which `finish` adds to before it is written. `encode` gives an input's sample (array name ->
+    value), a list of them, or None to skip it. A failed write leaves no file behind."""
     split = getattr(items[0], "split", None) if items else None
     out = ShardFiles(staging, stem(split, index))
     rejects: list[dict[str, Any]] = []
