@@ -15,12 +15,13 @@ from s3server import s3_server  # noqa: F401  (the fixture `s3`: one server a se
 
 from prep.demo.images import make_demo
 from prep.kinds.images.config import PackConfig
-from prep.kinds.images.pack import PackSummary, pack
+from prep.kinds.images.pack import pack
+from prep.run.driver import RunSummary
 
-PackFn = Callable[..., PackSummary]
+PackFn = Callable[..., RunSummary]
 
 
-def run_pack(src: Path, out: Path, **options: Any) -> PackSummary:
+def run_pack(src: Path, out: Path, **options: Any) -> RunSummary:
     """prep pack through the Python API, quietly, one job unless asked."""
     options.setdefault("jobs", 1)
     return pack(PackConfig(src=str(src), out=str(out), **options), show_progress=False)

@@ -5,6 +5,8 @@ manifest last -> install. A data kind supplies `Kind`; guards, resuming, progres
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import os
 import time
 from abc import ABC, abstractmethod
@@ -71,6 +73,11 @@ def grouped(items: Iterable[T], size: Callable[[T], int], limit: int) -> list[li
 
 def array_specs(fields: Mapping[str, Field]) -> dict[str, ArraySpec]:
     return {array_name(s.field, s.size): s for n, f in fields.items() for s in f.arrays(n)}
+
+
+def fingerprint(seen: Any) -> str:
+    """The sha256 of `seen` as JSON: the inputs as --resume compares them."""
+    return hashlib.sha256(json.dumps(seen).encode()).hexdigest()
 
 
 @dataclass
@@ -155,8 +162,12 @@ class Kind(ABC, Generic[C, S]):
         """The arguments of `task` for shard `index` (small and picklable)."""
 
     def reusable(self, record: dict[str, Any]) -> bool:
-        """Whether a verified record of an earlier run still fits this run."""
-        return True
+        """Whether an earlier run's verified record fits this run: files named by the rule."""
+        arrays = array_specs(self.fields)
+        storage = getattr(self.cfg, "format", "npy")
+        return all(
+            st.named_by_rule(s, arrays, storage) for s in record.get("splits", [record["shard"]])
+        )
 
     def seen(self, inputs: Inputs, records: list[dict[str, Any]]) -> int:
         """Inputs seen, used or rejected (what --max-rejects divides by)."""
@@ -198,7 +209,7 @@ def run(kind: Kind[Any, Any], show_progress: bool = True, profile: bool = False)
 
         return run_remote(kind, run, show_progress, profile)
     cfg.validate()
-    check_backend(cfg.backend, cfg.scheduler)
+    check_backend(cfg.backend)
     start = time.perf_counter()
     out = Path(os.path.abspath(str(cfg.out)))
     check_out(out, kind.sources(), cfg.overwrite, cfg.resume)  # before listing

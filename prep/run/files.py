@@ -107,18 +107,15 @@ class NpyWriter:
             raise named(e, self.path) from e
 
     def append(self, sample: np.ndarray) -> None:
-        if sample.shape != self.sample_shape or sample.dtype != self.dtype:
-            raise ValueError(
-                f"{self.path.name}: sample {sample.dtype}{sample.shape} is not "
-                f"{self.dtype}{self.sample_shape}"
-            )
-        self._write(np.ascontiguousarray(sample).data)
-        self.length += 1
+        self.extend(sample[None])
 
     def extend(self, samples: np.ndarray) -> None:
         """Append many samples (first axis) in one write, e.g. a run of tokens."""
         if samples.shape[1:] != self.sample_shape or samples.dtype != self.dtype:
-            raise ValueError(f"{self.path.name}: {samples.dtype}{samples.shape[1:]} mismatch")
+            raise ValueError(
+                f"{self.path.name}: samples {samples.dtype}{samples.shape[1:]} are not "
+                f"{self.dtype}{self.sample_shape}"
+            )
         self._write(np.ascontiguousarray(samples).data)
         self.length += len(samples)
 

@@ -22,12 +22,6 @@ from prep.run.staging import RUN_DIR, listed_files, staging_dir
 MARKER = ".prep-upload.json"
 
 
-def staging_for(url: str, staging: str | None) -> Path:
-    """The local folder the dataset for `url` is built in."""
-    base = Path(staging) if staging else default_cache_dir() / "staging"
-    return base.absolute() / f"{Url(url).name}-{hashlib.sha256(url.encode()).hexdigest()[:12]}"
-
-
 def _remote_state(storage: Storage) -> tuple[dict[str, str], dict[str, int]]:
     """The old dataset's files (name -> sha256; an unfinished upload's names) and the remote
     listing (name -> bytes). Refuses files prep did not write."""
@@ -138,7 +132,8 @@ def run_remote(kind: Any, run_local: Any, show_progress: bool, profile: bool) ->
             f"{url} already holds a dataset (or an unfinished upload). HINT: pass --overwrite "
             "to replace it (readers see the old one until the new manifest is put), or --resume"
         )
-    local = staging_for(url, cfg.staging)
+    base = Path(cfg.staging) if cfg.staging else default_cache_dir() / "staging"
+    local = base.absolute() / f"{Url(url).name}-{hashlib.sha256(url.encode()).hexdigest()[:12]}"
     if cfg.backend == "dask":  # the workers upload their own shards
         storage.write(MARKER, json.dumps({"workers": True}).encode())
         run = uuid.uuid4().hex  # the workers read the old manifest once a run

@@ -6,7 +6,6 @@ version 4 manifest (FORMAT.md)."""
 from __future__ import annotations
 
 import dataclasses
-import operator
 import shutil
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
@@ -157,9 +156,7 @@ def samples_shard(
     def finish(record: dict[str, Any]) -> None:
         record["stats"] = {name: c.record() for name, c in sorted(counters.items())}
 
-    split = getattr(items[0], "split", None) if items else None  # a shard holds one split
-    rel = operator.attrgetter("rel")
-    return write_shard(index, items, encode, rel, specs, storage, staging, finish, split)
+    return write_shard(index, items, encode, specs, storage, staging, finish)
 
 
 class SamplesRun(Kind[Any, list[Any]]):

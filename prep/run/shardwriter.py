@@ -143,18 +143,17 @@ def _write_h5(path: Path, parts: dict[str, Path]) -> None:
 
 def write_shard(
     index: int,
-    items: Sequence[T],
-    encode: Callable[[T], dict[str, np.ndarray] | list[dict[str, np.ndarray]] | None],
-    rel: Callable[[T], str],
+    items: Sequence[Any],
+    encode: Callable[[Any], dict[str, np.ndarray] | list[dict[str, np.ndarray]] | None],
     specs: dict[str, ArraySpec],
     storage: str,
     staging: Path,
     finish: Callable[[dict[str, Any]], None] | None = None,
-    split: str | None = None,
 ) -> dict[str, Any]:
-    """Encode `items` into shard `index` of `split`; its record (rejects named by `rel`), which
-    `finish` adds to before it is written. `encode` gives an input's sample (array name ->
+    """Encode `items` (of one `.split`) into shard `index`; its record (rejects named by `.rel`),
+    which `finish` adds to before it is written. `encode` gives an input's sample (array name ->
     value), a list of them, or None to skip it. A failed write leaves no file behind."""
+    split = getattr(items[0], "split", None) if items else None
     out = ShardFiles(staging, stem(split, index))
     rejects: list[dict[str, Any]] = []
     count = 0
@@ -165,7 +164,7 @@ def write_shard(
             try:
                 sample = encode(item)
             except Reject as r:
-                rejects.append(reject_record(rel(item), r.code, r.message))
+                rejects.append(reject_record(item.rel, r.code, r.message))
                 continue
             if sample is None:  # skipped by the user's function: neither a sample nor a reject
                 continue

@@ -32,15 +32,14 @@ def _hash_one(item: Item, cfg: PackConfig) -> int | None:
 
 def hash_items(items: list[Item], cfg: PackConfig, show_progress: bool) -> list[int | None]:
     """The pHash (None: not decodable) of every item, on cfg.n_jobs threads."""
-    bar = progress(len(items), "img", "hash") if show_progress else None
-    with ThreadPoolExecutor(max(1, cfg.n_jobs)) as pool:
-        out = []
+    out = []
+    with (
+        progress(len(items), "img", "hash", show_progress) as bar,
+        ThreadPoolExecutor(max(1, cfg.n_jobs)) as pool,
+    ):
         for got in pool.map(lambda it: _hash_one(it, cfg), items):
             out.append(got)
-            if bar is not None:
-                bar.update(1)
-    if bar is not None:
-        bar.close()
+            bar.update(1)
     return out
 
 

@@ -3,10 +3,7 @@ every size."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import zlib
-from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +17,11 @@ from prep.kinds.images.config import PackConfig
 from prep.media.image.decode import decode_image, decode_mask
 from prep.media.image.geometry import PixelSums, combine, sizes_from, stored
 from prep.media.image.groups import image_phash, pixel_digest
-from prep.run.driver import Inputs, Kind, RunSummary, array_specs, run, split_shards
+from prep.run.driver import Inputs, Kind, RunSummary, array_specs, fingerprint, run, split_shards
 from prep.run.errors import PrepError
 from prep.run.inputs import Reject
 from prep.run.shardwriter import shard_task, write_shard
 from prep.sources.images import Item, list_images, split_counts
-
-PackSummary = RunSummary
 
 
 def image_fields(
@@ -127,9 +122,7 @@ def pack_shard(
     def finish(record: dict[str, Any]) -> None:
         record["stats"] = sums.record()
 
-    split = items[0].split if items else None  # a shard holds one split
-    rel = attrgetter("rel")
-    return write_shard(index, items, encode, rel, specs, cfg.format, staging, finish, split)
+    return write_shard(index, items, encode, specs, cfg.format, staging, finish)
 
 
 class ImagesKind(Kind[PackConfig, list[Item]]):
@@ -168,8 +161,7 @@ class ImagesKind(Kind[PackConfig, list[Item]]):
         said = [
             (it.rel, it.label, str(it.mask) if it.mask else None, it.split) for it in listing.items
         ]
-        seen = json.dumps([listing.fingerprint, said, listing.classes]).encode()
-        fingerprint = hashlib.sha256(seen).hexdigest()
+        digest = fingerprint([listing.fingerprint, said, listing.classes])
         if cfg.drop_dupes:
             from prep.kinds.images.dupes import drop_dupes
 
@@ -177,7 +169,7 @@ class ImagesKind(Kind[PackConfig, list[Item]]):
                 listing.items, cfg, self.show_progress
             )
             listing.rejects += dropped
-        return Inputs(len(listing.items), listing.rejects, fingerprint)
+        return Inputs(len(listing.items), listing.rejects, digest)
 
     def plan(self) -> list[list[Item]]:
         items = self.listing.items

@@ -5,8 +5,6 @@
 from __future__ import annotations
 
 import glob
-import hashlib
-import json
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
@@ -19,12 +17,12 @@ from loaders.format.index import stem
 from prep.kinds.table.config import TableConfig
 from prep.kinds.table.scan import BLOCKS, Scan, read_spill, scan
 from prep.media.table.types import Column, encode
-from prep.run.driver import Inputs, Kind, RunSummary, array_specs, grouped, run
+from prep.run.driver import Inputs, Kind, RunSummary, array_specs, fingerprint, grouped, run
 from prep.run.errors import PrepError
 from prep.run.files import writing
 from prep.run.profile import stage
 from prep.run.shardwriter import ShardFiles, shard_task, split_record
-from prep.run.staging import RUN_DIR, named_by_rule
+from prep.run.staging import RUN_DIR
 from prep.sources.table import Block, list_tables, sources_of
 
 SPLITS = ("train", "val")
@@ -127,8 +125,7 @@ class TableKind(Kind[TableConfig, list[Block]]):
                 "folders of them or quoted globs"
             )
         seen = [(rel, p.stat().st_size, p.stat().st_mtime_ns) for rel, p in self.files]
-        digest = hashlib.sha256(json.dumps(seen).encode()).hexdigest()
-        return Inputs(len(self.files), rejects, digest)
+        return Inputs(len(self.files), rejects, fingerprint(seen))
 
     def prepare(self, staging: Path, resume: bool) -> None:
         self.scan: Scan = scan(self.files, self.cfg, staging / RUN_DIR / BLOCKS)
@@ -143,10 +140,6 @@ class TableKind(Kind[TableConfig, list[Block]]):
     def task_args(self, index: int, shard: list[Block], staging: Path) -> tuple[Any, ...]:
         rejects = [r for b in shard for r in self.scan.rejects[b.index]]
         return (index, shard, self.cfg, self.scan.columns, rejects, staging)
-
-    def reusable(self, record: dict[str, Any]) -> bool:
-        arrays = array_specs(self.fields)
-        return all(named_by_rule(s, arrays, "npy") for s in record["splits"])
 
     def seen(self, inputs: Inputs, records: list[dict[str, Any]]) -> int:
         return len(inputs.rejects) + sum(rec["rows"] for rec in records)

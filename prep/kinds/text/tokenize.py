@@ -7,11 +7,9 @@ from __future__ import annotations
 import functools
 import hashlib
 import itertools
-import json
 import os
-import queue
-import threading
 from collections.abc import Generator, Iterator
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from operator import attrgetter
 from pathlib import Path
@@ -21,17 +19,16 @@ import numpy as np
 
 from loaders.fields import Text, Tokens
 from loaders.fields.base import encode_source
-from loaders.format import Manifest, Shard, sha256_file
+from loaders.format import Manifest, sha256_file
 from loaders.format.index import stem
 from prep.kinds.text.config import TokenizeConfig
 from prep.media.text.documents import DocumentReader, Piece, count_documents, line_starts, list_text
 from prep.media.text.tokenizers import Tokenizer, fit_tokenizer, load_saved, tokenizer_identity
-from prep.run.driver import Inputs, Kind, RunSummary, array_specs, grouped, run
+from prep.run.driver import Inputs, Kind, RunSummary, fingerprint, grouped, run
 from prep.run.errors import PrepError
 from prep.run.files import writing
 from prep.run.profile import stage, timed_iter
 from prep.run.shardwriter import ShardFiles, shard_task, split_record
-from prep.run.staging import named_by_rule
 from prep.sources.text import list_matching
 
 SPLITS = ("train", "val")
@@ -43,11 +40,8 @@ MB = 1 << 20
 
 def fit_ids(ids: np.ndarray, dtype: str, where: str) -> np.ndarray:
     """`ids` as `dtype`, checked: an id the dtype cannot hold is an error, never a wrap-around."""
-    target = np.dtype(dtype)
-    if np.can_cast(ids.dtype, target, "safe"):
-        return ids.astype(target, copy=False)
-    top = np.iinfo(target).max
-    if ids.size:
+    top = np.iinfo(dtype).max
+    if ids.size and not np.can_cast(ids.dtype, dtype, "safe"):
         lo, hi = int(ids.min()), int(ids.max())
         if lo < 0 or hi > top:
             bad = hi if hi > top else lo
@@ -55,7 +49,7 @@ def fit_ids(ids: np.ndarray, dtype: str, where: str) -> np.ndarray:
                 f"{where}: token id {bad} does not fit {dtype} (0..{top}). HINT: the tokenizer "
                 "returned an id outside its vocabulary; check its tokenizer.json"
             )
-    return ids.astype(target)
+    return ids.astype(dtype, copy=False)
 
 
 def is_val(text: str, val_fraction: float) -> bool:
@@ -66,18 +60,18 @@ def is_val(text: str, val_fraction: float) -> bool:
     return int.from_bytes(digest, "little") < int(val_fraction * 2**64)
 
 
-class SplitWriter:
+class SplitWriter(ShardFiles):
     """One split's shard of one task: tokens, ragged by document, and each document's source
     file, held as runs (a file's documents are consecutive) and written in close()."""
 
     def __init__(self, staging: Path, split: str, index: int):
+        super().__init__(staging, stem(split, index))
         self.split = split
-        self.files = ShardFiles(staging, stem(split, index))
         self.runs: list[tuple[str, int]] = []  # (file, documents in a row)
         self.docs = 0
 
     def open(self, dtype: str) -> None:
-        self.tokens = self.files.ragged("tokens", dtype)
+        self.tokens = self.ragged("tokens", dtype)
 
     def add(self, ids: np.ndarray, lengths: np.ndarray, sources: list[str]) -> None:
         self.tokens.extend(ids, lengths)
@@ -88,24 +82,18 @@ class SplitWriter:
                 self.runs.append((name, 1))
         self.docs += len(lengths)
 
-    def abort(self) -> None:
-        self.files.abort()
-
     def close(self) -> None:
         """Finish the temp files (header, fsync); a split with no documents keeps none."""
         if self.docs == 0:
             self.abort()
             return
-        source = self.files.ragged("source", "uint8")
+        source = self.ragged("source", "uint8")
         for name, n in self.runs:
             path = encode_source(name)
             for start in range(0, n, 1 << 16):  # bounded memory for a file of many lines
                 k = min(n - start, 1 << 16)
                 source.extend(np.tile(path, k), np.full(k, len(path)))
-        self.files.close()
-
-    def publish(self) -> Shard | None:
-        return self.files.publish(self.docs, self.split) if self.docs else None
+        super().close()
 
 
 def _batches(reader: DocumentReader, pieces: list[Piece]) -> Iterator[tuple[list[str], list[str]]]:
@@ -130,43 +118,17 @@ def read_ahead(
 ) -> Generator[tuple[list[str], list[str]], None, None]:
     """`batches`, the next one read on a thread while the caller encodes this one (the tokenizer
     releases the GIL); a reading error is raised here, in order."""
-    ready: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=1)
-    stop = threading.Event()
-
-    def offer(message: tuple[str, Any]) -> bool:
-        while not stop.is_set():
-            try:
-                ready.put(message, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def produce() -> None:
-        try:
-            for item in batches:
-                if not offer(("item", item)):
-                    return
-            offer(("end", None))
-        except BaseException as e:  # handed to the caller, raised in its thread
-            offer(("error", e))
-
-    thread = threading.Thread(target=produce, name="prep-read-ahead", daemon=True)
-    thread.start()
-    try:
+    with ThreadPoolExecutor(1, thread_name_prefix="prep-read-ahead") as pool:
+        ahead = pool.submit(next, batches, None)
         while True:
-            try:  # a timeout: a task stopped by the run (Ctrl-C) is not left waiting here
-                kind, value = ready.get(timeout=0.1)
-            except queue.Empty:
-                continue
-            if kind == "end":
+            # A timeout: a task stopped by the run (Ctrl-C) is not left waiting here.
+            while not wait([ahead], timeout=0.1).done:
+                pass
+            batch = ahead.result()
+            if batch is None:
                 return
-            if kind == "error":
-                raise value
-            yield value
-    finally:
-        stop.set()
-        thread.join()
+            ahead = pool.submit(next, batches, None)
+            yield batch
 
 
 @functools.lru_cache(maxsize=2)
@@ -217,7 +179,7 @@ def tokenize_shard(
                     writers["train"].add(ids[~in_val], lengths[~val], list(sources[~val]))
                 else:
                     writers["train"].add(ids, lengths, names)
-    done = [s for s in (w.publish() for w in writers.values()) if s is not None]
+    done = [w.publish(w.docs, w.split) for w in writers.values() if w.docs]
     more = {"tokenizer_sha256": tok_sha, "inputs": reader.inputs}
     return split_record(staging, index, done, reader.rejects, **more)
 
@@ -251,7 +213,7 @@ def _fingerprint(pieces: list[Piece], spec: str) -> str:
         seen.append((p.rel, p.start, p.end, st.st_size, st.st_mtime_ns))
     if spec.endswith(".json"):  # a user's tokenizer file: its bytes are an input too
         seen.append(("tokenizer", sha256_file(Path(spec))))
-    return hashlib.sha256(json.dumps(seen).encode()).hexdigest()
+    return fingerprint(seen)
 
 
 @dataclass
@@ -367,9 +329,7 @@ class TextKind(Kind[TokenizeConfig, list[Piece]]):
         return (index, shard, cfg, name, file, self.tok_sha, self.dtype, staging, threads)
 
     def reusable(self, record: dict[str, Any]) -> bool:
-        arrays = array_specs(self.fields)
-        named = all(named_by_rule(s, arrays, "npy") for s in record["splits"])
-        return bool(record.get("tokenizer_sha256") == self.tok_sha) and named
+        return record.get("tokenizer_sha256") == self.tok_sha and super().reusable(record)
 
     def seen(self, inputs: Inputs, records: list[dict[str, Any]]) -> int:
         return len(inputs.rejects) + sum(rec["inputs"] for rec in records)

@@ -4,9 +4,6 @@ the steps of prep.media.volume.transform; a shard stores its volumes' voxels rag
 
 from __future__ import annotations
 
-import hashlib
-import json
-from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +13,11 @@ from loaders.fields import Volume, VolumeLabel
 from loaders.format import ArraySpec
 from prep.kinds.volumes.config import VolumeConfig, float_list
 from prep.media.volume import transform as tf
-from prep.run.driver import Inputs, Kind, RunSummary, array_specs, run, split_shards
+from prep.run.driver import Inputs, Kind, RunSummary, array_specs, fingerprint, run, split_shards
 from prep.run.errors import PrepError
 from prep.run.inputs import Reject
 from prep.run.profile import stage
 from prep.run.shardwriter import shard_task, write_shard
-from prep.run.staging import named_by_rule
 from prep.sources import targets as tg
 from prep.sources.volumes import Item, list_volumes, read_pair
 
@@ -103,8 +99,7 @@ def volumes_shard(
     def finish(record: dict[str, Any]) -> None:
         record["volumes"] = volumes
 
-    rel = attrgetter("rel")
-    return write_shard(index, items, encode, rel, specs, "npy", staging, finish)
+    return write_shard(index, items, encode, specs, "npy", staging, finish)
 
 
 class VolumesKind(Kind[VolumeConfig, list[Item]]):
@@ -148,8 +143,7 @@ class VolumesKind(Kind[VolumeConfig, list[Item]]):
         self.specs = array_specs(self.fields)
         self.sizes = {path: size for path, size, _ in seen}
         said = [(it.rel, str(it.label)) for it in items]  # targets: the CSV is in `seen`
-        fingerprint = hashlib.sha256(json.dumps([seen, said]).encode()).hexdigest()
-        return Inputs(len(items), rejects, fingerprint)
+        return Inputs(len(items), rejects, fingerprint([seen, said]))
 
     def plan(self) -> list[list[Item]]:
         return split_shards(self.items, [None], self.cfg.shard_size)
@@ -159,9 +153,6 @@ class VolumesKind(Kind[VolumeConfig, list[Item]]):
 
     def task_args(self, index: int, shard: list[Item], staging: Path) -> tuple[Any, ...]:
         return (index, shard, self.cfg, self.specs, staging)
-
-    def reusable(self, record: dict[str, Any]) -> bool:
-        return named_by_rule(record["shard"], self.specs, "npy")
 
     def extra(self, records: list[dict[str, Any]]) -> dict[str, Any]:
         return {"volumes": [v for rec in records for v in rec["volumes"]]}
