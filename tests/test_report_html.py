@@ -217,7 +217,7 @@ def test_pick_is_seeded_and_per_class(labels: np.ndarray | None) -> None:
 def test_tiles_draw_boxes_and_masks() -> None:
     """A box's outline in its colour at the tile's scale, its inside left as it was; a mask's
     pixels tinted, the rest not (each field draws itself: Field.draw)."""
-    from prep.inspect.preview import PALETTE
+    from loaders.fields.drawing import PALETTE
 
     img = np.zeros((256, 256, 3), np.uint8)
     rgb, scale = pages.shrink(img)

@@ -15,7 +15,6 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from loaders.fields import Json, Label, Labels, Text
-from loaders.fields.drawing import PALETTE as PALETTE
 from prep.inspect.stored import Stored
 from prep.run.errors import PrepError
 from prep.run.files import atomic_write_bytes
@@ -33,8 +32,6 @@ BLANK_LEVELS = 4
 
 @dataclass(frozen=True)
 class SheetLayout:
-    """Where tile i lies on the sheet."""
-
     tile: int
     columns: int
     rows: int

@@ -46,19 +46,19 @@ class Stored:
         k = int(np.searchsorted(self.starts, i, side="right")) - 1
         return int(self.shards[k]), i - int(self.starts[k])
 
-    def piece(self, shard: int, k: int, array: str) -> np.ndarray:
-        """Sample k of shard `shard` of `array`: a raw array's row, a ragged one's piece."""
-        data = self.store.array(shard, array)
-        if not self.m.arrays[array].ragged:
-            return data[k]
-        off = self.store.array(shard, array + OFFSETS)
-        return data[int(off[k]) : int(off[k + 1])]
-
     def value(self, name: str, i: int) -> Any:
         """Sample i of field `name` as numpy (Field.value); FormatError naming where it is."""
         s, k = self.locate(i)
+
+        def piece(array: str) -> np.ndarray:  # a raw array's row, a ragged one's piece
+            data = self.store.array(s, array)
+            if not self.m.arrays[array].ragged:
+                return data[k]
+            off = self.store.array(s, array + OFFSETS)
+            return data[int(off[k]) : int(off[k + 1])]
+
         try:
-            return self.fields[name].value(name, lambda a: self.piece(s, k, a), self.size)
+            return self.fields[name].value(name, piece, self.size)
         except FormatError as e:
             mine = [a for a in self.fields[name].arrays(name) if a.size in (None, self.size)]
             file = self.m.shards[s].arrays[array_name(mine[0].field, mine[0].size)].file
@@ -71,11 +71,6 @@ class Stored:
         """Array `array` of every shard read, concatenated (small per sample: labels, hashes)."""
         parts = [np.asarray(self.store.array(int(s), array)) for s in self.shards]
         return np.concatenate(parts) if parts else np.zeros(0, self.m.arrays[array].dtype)
-
-    def lengths(self, array: str) -> np.ndarray:
-        """Each sample's length (elements) of ragged `array`, from its offsets alone."""
-        parts = [np.diff(self.store.array(int(s), array + OFFSETS)) for s in self.shards]
-        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
     def source(self, i: int) -> str:
         """Sample i's input as the dataset stores it; "#i" without a source field."""
