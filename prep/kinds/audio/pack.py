@@ -19,32 +19,8 @@ from prep.run.driver import Inputs, RunSummary, run
 from prep.run.errors import PrepError
 from prep.run.samples import Sample, SamplesRun
 from prep.sources.audio import Clip, Listing, list_audio
-from prep.sources.targets import Targets
 
 FIXED = ("audio", "source", "source_rate", "start", "label")  # the field names targets may not take
-
-
-def audio_fields(
-    cfg: AudioConfig, classes: list[str] | None, labelled: bool, targets: Targets | None
-) -> dict[str, Field]:
-    fields: dict[str, Field] = {
-        "audio": Audio(
-            cfg.dtype, cfg.stored_channels, cfg.rate, cfg.mono, cfg.max_seconds, f"soxr {QUALITY}"
-        ),
-        "source_rate": Scalar("uint32"),
-        "start": Scalar("int64"),
-    }
-    if labelled:
-        fields["label"] = Label(tuple(classes) if classes else None)
-    for col in targets.columns if targets is not None else []:
-        problem = check_name(col.name) or (col.name in FIXED and f"{col.name!r} is taken")
-        if problem:
-            raise PrepError(
-                f"--targets {targets.path}: column {col.name!r} cannot name a field ({problem}). "  # type: ignore[union-attr]
-                "HINT: rename the column to a Python identifier"
-            )
-        fields[col.name] = Label(tuple(col.classes)) if col.classes else Scalar(col.dtype)
-    return fields
 
 
 def clip_samples(
@@ -81,9 +57,25 @@ class AudioKind(SamplesRun):
             raise PrepError(f"no sound files in {cfg.src} ({n} rejected)")
         labelled = any(c.label is not None for c in self.listing.clips)
         self.items = self.listing.clips
-        self.declare(audio_fields(cfg, self.listing.classes, labelled, self.listing.targets))
-        table = self.listing.targets
-        columns = tuple(c.name for c in table.columns) if table is not None else ()
+        table, classes = self.listing.targets, self.listing.classes
+        channels, soxr = cfg.stored_channels, f"soxr {QUALITY}"
+        fields: dict[str, Field] = {
+            "audio": Audio(cfg.dtype, channels, cfg.rate, cfg.mono, cfg.max_seconds, soxr),
+            "source_rate": Scalar("uint32"),
+            "start": Scalar("int64"),
+        }
+        if labelled:
+            fields["label"] = Label(tuple(classes) if classes else None)
+        for col in table.columns if table is not None else []:
+            problem = check_name(col.name) or (col.name in FIXED and f"{col.name!r} is taken")
+            if problem:
+                raise PrepError(
+                    f"--targets {table.path}: column {col.name!r} cannot name a field ({problem}). "  # type: ignore[union-attr]
+                    "HINT: rename the column to a Python identifier"
+                )
+            fields[col.name] = Label(tuple(col.classes)) if col.classes else Scalar(col.dtype)
+        self.declare(fields)
+        columns = tuple(n for n in fields if n not in FIXED)
         self.make = functools.partial(clip_samples, cfg=cfg, labelled=labelled, targets=columns)
         self.sizes = {c.rel: _size(c.path) for c in self.listing.clips}
         read = [(c.rel, *self.sizes[c.rel]) for c in self.listing.clips]

@@ -33,13 +33,11 @@ from prep.sources.samples import file_stats
 
 @dataclass
 class Categories:
-    ids: list[int]  # COCO's category ids, in label order (sorted)
-    names: list[str]
-    described: list[dict[str, Any]]  # for the manifest: id, name, label, keypoints, skeleton
+    described: list[dict[str, Any]]  # in label order (by id): id, name, label, keypoints...
 
     @cached_property
     def label(self) -> dict[int, int]:
-        return {c: i for i, c in enumerate(self.ids)}
+        return {d["id"]: d["label"] for d in self.described}
 
     @property
     def joints(self) -> int:
@@ -81,7 +79,7 @@ def categories_of(data: dict[str, Any], path: Path | str) -> Categories:
         d = {"id": i, "name": name, "label": label}
         d |= {k: c[k] for k in ("supercategory", "keypoints", "skeleton") if k in c}
         described.append(d)
-    return Categories(ids, [n for _, n, _ in found], described)
+    return Categories(described)
 
 
 def upright_hw(path: Path) -> tuple[int, int] | None:
@@ -206,8 +204,21 @@ def _check(parsed: list[_Parsed], cfg: CocoConfig) -> dict[int, tuple[np.ndarray
 
 def _value(p: _Parsed, bad: np.ndarray, keep: np.ndarray, cfg: CocoConfig) -> Any:
     """An image's input value, an InputReject, or None: skipped (empty, --skip-empty)."""
-    if bad.any():
-        return _outside(p, p.anns[int(np.flatnonzero(bad)[0])])
+    if bad.any():  # box_frame when the JSON's frame is not the image's upright size
+        a = p.anns[int(np.flatnonzero(bad)[0])]
+        upright = upright_hw(Path(p.path))
+        if upright is not None and upright != p.hw:
+            return InputReject(
+                "box_frame",
+                f"width x height {p.hw[1]}x{p.hw[0]} is not the image's upright size, "
+                f"{upright[1]}x{upright[0]} (EXIF orientation applied): annotation {a.get('id')}'s "
+                f"bbox {a['bbox']} falls outside it. HINT: fix width and height in the JSON",
+            )
+        return InputReject(
+            "box_outside",
+            f"annotation {a.get('id')}: bbox {a['bbox']} is not inside the "
+            f"{p.hw[1]}x{p.hw[0]} image",
+        )
     if cfg.skip_empty and not len(p.anns):
         return None
     value = {
@@ -228,22 +239,6 @@ def _value(p: _Parsed, bad: np.ndarray, keep: np.ndarray, cfg: CocoConfig) -> An
         value["segmentation"] = [p.anns[j].get("segmentation", []) for j in np.flatnonzero(keep)]
         value["drawn"] = drawn
     return value
-
-
-def _outside(p: _Parsed, a: dict[str, Any]) -> InputReject:
-    """`box_frame` when the JSON's frame is not the image's upright size, else `box_outside`."""
-    upright = upright_hw(Path(p.path))
-    if upright is not None and upright != p.hw:
-        return InputReject(
-            "box_frame",
-            f"width x height {p.hw[1]}x{p.hw[0]} is not the image's upright size, "
-            f"{upright[1]}x{upright[0]} (EXIF orientation applied): annotation {a.get('id')}'s "
-            f"bbox {a['bbox']} falls outside it. HINT: fix width and height in the JSON",
-        )
-    return InputReject(
-        "box_outside",
-        f"annotation {a.get('id')}: bbox {a['bbox']} is not inside the {p.hw[1]}x{p.hw[0]} image",
-    )
 
 
 @dataclass
@@ -279,14 +274,14 @@ def fields_of(cfg: CocoConfig, categories: Categories) -> dict[str, Any]:
     fields: dict[str, Any] = {
         "image": image_field(cfg),
         "boxes": Boxes(image="image"),
-        "labels": Labels(classes=tuple(categories.names)),
+        "labels": Labels(classes=tuple(d["name"] for d in categories.described)),
         "iscrowd": Array("uint8", (None,)),
         "area": Array("float32", (None,)),
         "image_id": Scalar("int64"),
     }
-    if cfg.masks and len(categories.ids) > 255:
+    if cfg.masks and len(categories.described) > 255:
         raise UsageError(
-            f"--masks: {cfg.src} has {len(categories.ids)} categories; a class-id mask "
+            f"--masks: {cfg.src} has {len(categories.described)} categories; a class-id mask "
             "holds 255 (label + 1, 0 for background). HINT: use --instances"
         )
     if cfg.keypoints and not categories.joints:

@@ -192,9 +192,8 @@ class Tree:
         return self.root.resolve()
 
     def why(self, name: str, within: Path | None = None) -> str | None:
-        """Why `name` (relative to `within`, a folder of the tree; default: its root) leaves the
-        tree, with the HINT; None when it may be read. A name that cannot be resolved (a NUL
-        byte, a link loop) is left to the file checks, which reject it."""
+        """Why `name` (relative to `within`, default the root) leaves the tree, with the HINT;
+        None when it may be read (or cannot be resolved: the file checks reject it)."""
         if self.allow_outside:
             return None
         rel = name if within is None else os.path.join(os.path.relpath(within, self.root), name)

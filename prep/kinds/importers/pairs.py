@@ -85,10 +85,8 @@ class PairsKind(SamplesRun):
                 "pairs are rows of a .csv, .jsonl or .parquet (JSON lines: objects)"
             )
         first = listing.items[0].value
-        for option, column in (
-            ("--image-column", cfg.image_column),
-            ("--text-column", cfg.text_column),
-        ):
+        named = {"--image-column": cfg.image_column, "--text-column": cfg.text_column}
+        for option, column in named.items():
             if column not in first:
                 raise UsageError(
                     f"{option} {column}: {Path(str(cfg.src)).name} has no such column. "

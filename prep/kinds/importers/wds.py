@@ -303,8 +303,18 @@ def _declared(cfg: WdsConfig, scans: list[Scan], seen: dict[str, int]) -> tuple[
     unknown = [a for e in exts for a in e.split(";") if a not in seen]
     if unknown or not exts:
         raise _usage(cfg.src, f"no member has extension {unknown[0]!r}" if unknown else "")
-    if not cfg.fields:
-        _check_rare(cfg, exts, seen, sum(len(s.samples) for s in scans))
+    total = sum(len(s.samples) for s in scans)
+    for e in [] if cfg.fields else exts:  # so many samples lack it, their rejects fail the run
+        have = min(total, sum(seen.get(a, 0) for a in e.split(";")))
+        if total - have > cfg.max_rejects * total:
+            rest = ",".join(x for x in exts if x != e) or "..."
+            raise UsageError(
+                f"{cfg.src}: extension {e!r} is in {have} of {total} samples, and a sample "
+                "without a field is a field_missing reject (more than --max-rejects "
+                f"{cfg.max_rejects:g}). HINT: --fields '{rest}' leaves it out; --fields "
+                f"'{','.join(exts)}' with a higher --max-rejects keeps only the samples that "
+                "have it"
+            )
     # The one field of image extensions is `image`, whichever the tars hold: the loader's code
     # does not change with the dataset. Two keep their extensions' names.
     pictures = [e for e in exts if all(a in IMAGES for a in e.split(";"))]
@@ -320,37 +330,18 @@ def _declared(cfg: WdsConfig, scans: list[Scan], seen: dict[str, int]) -> tuple[
     return tuple(declared)
 
 
-def _check_rare(cfg: WdsConfig, exts: list[str], seen: dict[str, int], total: int) -> None:
-    """An extension so many samples lack that their rejects pass --max-rejects fails now."""
-    for e in exts:
-        have = min(total, sum(seen.get(a, 0) for a in e.split(";")))
-        if total - have > cfg.max_rejects * total:
-            rest = ",".join(x for x in exts if x != e) or "..."
-            raise UsageError(
-                f"{cfg.src}: extension {e!r} is in {have} of {total} samples, and a sample "
-                "without a field is a field_missing reject (more than --max-rejects "
-                f"{cfg.max_rejects:g}). HINT: --fields '{rest}' leaves it out; --fields "
-                f"'{','.join(exts)}' with a higher --max-rejects keeps only the samples that "
-                "have it"
-            )
-
-
 def _usage(src: object, what: str) -> UsageError:
     return UsageError(f"{src}: {what}. HINT: check the shard pattern and --fields")
 
 
 def _field(d: Declared, scans: list[Scan], image: Field) -> Field:
-    """Declared field `d` as a field of prep.fields (an .npy's dtype and shape from the tars)."""
-    if d.kind == "array":
-        return _array(d, [h for s in scans for (_, ext), h in s.npy.items() if ext == d.ext])
+    """Declared field `d` as a field of prep.fields; an array: the first sample's .npy dtype
+    and shape, ragged first if the samples' shapes differ."""
     if d.kind == "image":
         return image
-    kinds = {"label": Label, "text": Text, "json": Json}
-    return kinds.get(d.kind, Bytes)()
-
-
-def _array(d: Declared, headers: list[tuple[str, tuple[int, ...]]]) -> Array:
-    """The first sample's dtype and shape, ragged first if the samples' shapes differ."""
+    if d.kind != "array":
+        return {"label": Label, "text": Text, "json": Json}.get(d.kind, Bytes)()
+    headers = [h for s in scans for (_, ext), h in s.npy.items() if ext == d.ext]
     if not headers:
         raise _usage(f"field {d.name}", "no .npy member that numpy reads")
     dtype, shape = headers[0]
