@@ -123,7 +123,7 @@ class ShardStore:
         if not isinstance(self.backend, LocalBackend):
             problems = self.backend.problems(manifest)
         elif self._checked:
-            problems = check_files(self.root, manifest, layouts=checked)
+            problems = check_files(self.backend.root, manifest, layouts=checked)
         else:
             problems = []
         if problems:
