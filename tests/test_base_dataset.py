@@ -112,7 +112,7 @@ def test_a_split_reads_its_own_shards(kind: str, packs: dict[str, Path]) -> None
     assert sorted(mine + theirs) == list(range(len(shards)))
     assert train.shard_sizes == [shards[i].count for i in mine]
     assert len(train) + len(val) == sum(s.count for s in shards)
-    last = val._locate([len(val) - 1])
+    last = val._find(val._checked([len(val) - 1]))
     assert (int(last[0][0]), int(last[1][0])) == (
         val._shards[-1],
         shards[val._shards[-1]].count - 1,

@@ -133,9 +133,6 @@ class ShardedDataset(Dataset[Any]):
         k = np.searchsorted(self._starts, idx, side="right") - 1
         return self._shards[k], idx - self._starts[k]
 
-    def _locate(self, indices: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return self._find(self._checked(indices, int(self._starts[-1])))
-
     def _index(self, idx: np.ndarray) -> torch.Tensor:
         """A batch's "index" field: int64 (B,), in a buffer of the loader's, as any field's."""
         out = new_batch((len(idx),), torch.int64, self._buffers, "index")
@@ -154,7 +151,7 @@ class ShardedDataset(Dataset[Any]):
 
     def source(self, index: int) -> str | None:
         """Sample `index`'s input, relative to the SRC it was packed from (None: not kept)."""
-        shard, local = self._locate([index])
+        shard, local = self._find(self._checked([index], int(self._starts[-1])))
         return self.store.source(int(shard[0]), int(local[0]))
 
     def __getitem__(self, index: int) -> Any:

@@ -108,9 +108,8 @@ class ClipDataset(DecodingDataset):
             chosen = (uniform(key, torch.from_numpy(index), 1)[:, 0] < 0.5).tolist()
             for j in (j for j, yes in enumerate(chosen) if yes):
                 clips[j] = clips[j].flip((-1,))
-        if not self.labelled:
-            return Batch((clips,))
-        return Batch((clips, torch.from_numpy(reading.values("label").astype(np.int64))))
+        y = (torch.from_numpy(reading.values("label").astype(np.int64)),) if self.labelled else ()
+        return Batch((clips, *y))
 
     def source(self, index: int) -> str | None:
         """The video clip `index` was read from, relative to SRC (None: packed without it)."""

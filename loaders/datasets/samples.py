@@ -88,9 +88,9 @@ class SampleDataset(DecodingDataset):
             self.set_size(self.sizes[0] if size is None else size)
         self.transforms, self._roles, self._cut = transforms, None, None
         if transforms is not None:
-            self._roles = roles_of(self.declared, self.fields, self.store.root)
+            self._roles = roles_of(read, self.fields, self.store.root)
         elif self.crop is not None:  # a pipeline drops the boxes it cuts away: so does crop=
-            self._cut = crop_roles(self.declared, self.fields, self.store.root)
+            self._cut = crop_roles(read, self.store.root)
         if in_memory:  # with what a field needs of others (a mask: its image's sides)
             names = {array_name(s.field, s.size) for f, d in read.items() for s in d.arrays(f)}
             self.arrays.load(names | {n for f, d in read.items() for n in d.needs(f)})
@@ -394,9 +394,8 @@ def _as(read: Mapping[str, Field], role: str, image: str | None = None) -> list[
     return [f for f in of if image is None or getattr(read[f], "image", None) == image]
 
 
-def roles_of(declared: Mapping[str, Field], fields: Sequence[str], root: object) -> Roles:
-    """Each field's role; a ValueError with the fix for a dataset a pipeline cannot serve."""
-    read = {f: declared[f] for f in fields if f in declared}
+def roles_of(read: Mapping[str, Field], fields: Sequence[str], root: object) -> Roles:
+    """The role of each field `read`; a ValueError with the fix where a pipeline cannot serve."""
     unmoved = [f for f, d in read.items() if d.placed and d.follows() not in ROLES]
     if unmoved:
         raise ValueError(
@@ -412,9 +411,8 @@ def roles_of(declared: Mapping[str, Field], fields: Sequence[str], root: object)
     return _instances(read, Roles(image, mask, boxes, label=label), root, "transforms=")
 
 
-def crop_roles(declared: Mapping[str, Field], fields: Sequence[str], root: object) -> Roles | None:
+def crop_roles(read: Mapping[str, Field], root: object) -> Roles | None:
     """What a load-time `crop=` drops with a box it cuts away; None when no boxes are read."""
-    read = {f: declared[f] for f in fields if f in declared}
     boxes = _one(read, "boxes", root, by="crop=")
     if boxes is None:
         return None

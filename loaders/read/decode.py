@@ -64,9 +64,8 @@ class Pool:
 
 @dataclass
 class Pixels:
-    """A batch's samples: `srcs` (JPEG bytes, or pixels (h, w[, C])), their stored (h, w) `hw`
-    (B, 2), crop `boxes` (top, left, height, width) (B, 4), the stored CRC-32s of JPEG bytes
-    (None: not stored), and `places`, where each is (store.Places), for errors."""
+    """A batch's samples: `srcs` (JPEG bytes, or pixels (h, w[, C])), stored (h, w) `hw`, crop
+    `boxes` (top, left, height, width), JPEG's stored CRC-32s, and `places` (store.Places)."""
 
     srcs: Sequence[np.ndarray]
     places: Sequence[str]
@@ -86,8 +85,7 @@ class Pixels:
 
 
 def factor(box_hw: tuple[int, int], out_hw: tuple[int, int]) -> int:
-    """The DCT scale divisor for a box shrunk to `out_hw`: 2, 4 or 8 when the output is at most
-    that fraction of the box on both sides, else 1.
+    """The DCT scale divisor, 2, 4 or 8 if the output is at most that part of the box, else 1.
 
     >>> factor((448, 500), (224, 224)), factor((300, 300), (224, 224)), factor((64, 64), (8, 8))
     (2, 1, 8)

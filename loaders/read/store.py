@@ -89,18 +89,6 @@ class LocalBackend:
         return check_files(self.root, manifest)
 
 
-def make_backend(root: str | os.PathLike[str], max_open: int, **remote: Any) -> Backend:
-    """The backend for `root`: a URL's is loaders.remote's (fsspec), with `remote`'s options."""
-    from loaders.remote import RemoteBackend, url_of  # fsspec itself only for a URL
-
-    url = url_of(root)
-    if url is not None:
-        return RemoteBackend(url, hold=max_open, **remote)
-    if any(v is not None for v in remote.values()):
-        raise ValueError(f"{root} is a local folder: {', '.join(remote)} are for a URL only")
-    return LocalBackend(root)
-
-
 class ShardStore:
     """A dataset folder: its manifest, checked against the files when made (past EAGER_SHARDS,
     each shard when first read), and its arrays, mapped lazily, at most `max_open` at a time.
@@ -116,7 +104,16 @@ class ShardStore:
     ):
         if max_open < 1:
             raise ValueError(f"max_open {max_open} must be at least 1 open map")
-        self.backend = backend or make_backend(root, max_open, **remote)
+        if backend is None:  # fsspec (loaders.remote) is imported only for a URL
+            from loaders.remote import RemoteBackend, url_of
+
+            url, options = url_of(root), any(v is not None for v in remote.values())
+            if url is None and options:
+                raise ValueError(
+                    f"{root} is a local folder: {', '.join(remote)} are for a URL only"
+                )
+            backend = RemoteBackend(url, hold=max_open, **remote) if url else LocalBackend(root)
+        self.backend: Backend = backend
         self.root, self.max_open = self.backend.root, max_open
         data, self._stamp = self.backend.read_manifest()
         manifest = Manifest.from_json(data, self.root / MANIFEST, self.backend.resolver())
@@ -126,7 +123,7 @@ class ShardStore:
         if not isinstance(self.backend, LocalBackend):
             problems = self.backend.problems(manifest)
         elif self._checked:
-            problems = check_files(self.root, manifest, layouts=checked)
+            problems = check_files(self.backend.root, manifest, layouts=checked)
         else:
             problems = []
         if problems:
@@ -222,11 +219,6 @@ class ShardStore:
         return self.__dict__ | {"_manifest": None, "_maps": {}, "_layouts": {}, "_windows": None}
 
 
-def _shared(nbytes: int) -> torch.Tensor:
-    """uint8 over new shared memory, not zeroed (no copy of garbage, as new_batch)."""
-    return torch.empty(0, dtype=torch.uint8).set_(new_shared(nbytes))
-
-
 @dataclass(eq=False)
 class Places(Sequence[str]):
     """Where each sample of a batch is, "FILE (shard S, sample K)": made when asked (errors)."""
@@ -264,13 +256,13 @@ class SharedArrays:
             spec = m.arrays[name]
             size = np.dtype(spec.dtype).itemsize
             if not spec.ragged:
-                self._memory[name] = _shared(int(starts[-1]) * size * math.prod(spec.shape))
+                self._memory[name] = new_shared(int(starts[-1]) * size * math.prod(spec.shape))
                 whole = self._view(name, writeable=True)
                 for s in range(len(starts) - 1):
                     whole[starts[s] : starts[s + 1]] = self.store.array(s, name)
                 continue
             refs = [shard.arrays[name] for shard in m.shards]
-            self._memory[name] = _shared(sum(r.length for r in refs) * size)
+            self._memory[name] = new_shared(sum(r.length for r in refs) * size)
             off = torch.zeros(int(starts[-1]) + 1, dtype=torch.int64).share_memory_()
             data, o, pos = self._view(name, writeable=True), off.numpy(), 0
             for s, ref in enumerate(refs):
