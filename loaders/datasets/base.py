@@ -18,7 +18,8 @@ from loaders.fields.base import Field
 from loaders.fields.image import CHECKED_BYTES, sides_problem
 from loaders.read.decode import Pixels, Pool, decode_cuda, run
 from loaders.read.loader import BufferPool, check_indices, new_batch
-from loaders.read.store import ShardStore, SharedArrays
+from loaders.read.memory import SharedArrays
+from loaders.read.store import ShardStore
 
 
 class Remote(TypedDict, total=False):
