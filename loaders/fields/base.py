@@ -104,10 +104,6 @@ class Field:
         """Integer arrays `prep verify` bounds: array -> (the largest value, the line past it)."""
         return {}
 
-    def strings(self, name: str) -> dict[str, bool]:
-        """Ragged uint8 arrays `prep verify` reads as UTF-8: array -> whether it holds JSON."""
-        return {}
-
     def files(self, name: str) -> dict[str, str | None]:
         """Files the field keeps in the dataset's folder beside the shards: name -> sha256."""
         return {}
