@@ -108,8 +108,14 @@ def index_arrays(
     ps = parts(arrays, storage)
     table = np.empty((len(columns(arrays, storage)), len(shards)), np.int64)
     sha = np.empty((len(shards), len(ps), 32), np.uint8)
+    first = min(arrays)  # the task number is in the first array's file name
+    prefix = f"{H5_PART}-" if storage == "h5" else f"{first}-"
     for i, s in enumerate(shards):
-        task = _task(s, min(arrays), storage)
+        file = s.arrays[first].file
+        digits = file.removeprefix(prefix).rsplit(".", 1)[0].rsplit("-", 1)[-1]
+        if not file.startswith(prefix) or not digits.isdigit():
+            raise ValueError(f"{file}: not a shard file named by the rule")
+        task = int(digits)
         lengths = [s.arrays[name].length for name in sorted(arrays)]
         again = shard_of(
             arrays, storage, s.split, task, s.count, lengths, [0] * len(ps), [""] * len(ps)
@@ -124,16 +130,6 @@ def index_arrays(
         table[:, i] = [s.count, code, task, *lengths, *(f.bytes for f in infos)]
         sha[i] = [np.frombuffer(bytes.fromhex(f.sha256), np.uint8) for f in infos]
     return table, sha
-
-
-def _task(shard: Shard, first: str, storage: str) -> int:
-    """The task number in a shard's file names (its first array's file)."""
-    name = shard.arrays[first].file
-    prefix = f"{H5_PART}-" if storage == "h5" else f"{first}-"
-    digits = name.removeprefix(prefix).rsplit(".", 1)[0].rsplit("-", 1)[-1]
-    if not name.startswith(prefix) or not digits.isdigit():
-        raise ValueError(f"{name}: not a shard file named by the rule")
-    return int(digits)
 
 
 class ShardIndex(Sequence[Shard]):
