@@ -1,4 +1,4 @@
-"""Hostile cases of the shard index of format version 4 (loaders/format/index.py): `shards.npy`
+"""Hostile cases of the shard index of format version 4 (loaders/format/schema.py): `shards.npy`
 (a column a shard: count, split, task, each array's length, each file's byte size) and
 `sha256.npy` (each file's digest) beside the manifest, whose `index` entry gives their byte
 sizes and digests. Each case rewrites an index file with that entry recomputed (only the
@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from hostile_base import ALL, READ, VERIFY, Case, Manifest, edit_as_written, reindex
 
-from loaders.format.index import DIGESTS, SHARDS, columns, parts
+from loaders.format.schema import DIGESTS, SHARDS, columns, parts
 from loaders.format.spec import array_spec
 
 Change = Callable[[Path, Path], None]

@@ -1,6 +1,6 @@
 """Editing a dataset's manifest the way a hostile or hand-made dataset could be: as one JSON
 object whose shards are listed inline (format version 4 keeps them in a binary shard index,
-loaders.format.index; a manifest may list them instead, which is what these edits write)."""
+loaders.format.schema; a manifest may list them instead, which is what these edits write)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from loaders.format import MANIFEST, read_manifest
-from loaders.format.index import DIGESTS, SHARDS
+from loaders.format.schema import DIGESTS, SHARDS
 
 
 def load(root: Path) -> dict[str, Any]:

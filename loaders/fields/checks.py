@@ -1,7 +1,7 @@
 """Checking a dataset folder against its manifest (FORMAT.md, "What readers refuse"): its files,
 every array's header, each array's counts and offsets, then each field's `problems`; `prep verify`
-also reads every value against the fields' `limits` and `strings`, CHUNK_BYTES at a time (memory
-stays bounded; a remote backend runs the same on its cached files)."""
+also reads every value against the fields' `limits` and text as UTF-8 (JSON), CHUNK_BYTES at a
+time (memory stays bounded; a remote backend runs the same on its cached files)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from loaders.fields import declared
-from loaders.fields.text import MAX_JSON_BYTES, parse_json
+from loaders.fields.text import MAX_JSON_BYTES, Json, Text, parse_json
 from loaders.format.arrays import (
     Arrays,
     Layout,
@@ -203,9 +203,10 @@ class _Read(Mapping[str, np.ndarray]):
 
 
 def value_problems(manifest: Manifest, shard: Shard, arrays: Arrays) -> list[str]:
-    """Values of one shard out of its fields' `limits` and `strings` (UTF-8, JSON)."""
+    """Values of one shard out of its fields' `limits`, its text not UTF-8 or its JSON not JSON."""
     fields = declared(manifest).items()
-    strings = {a: json for name, f in fields for a, json in f.strings(name).items()}
+    # text and JSON fields are read as UTF-8: field (its array) -> whether it holds JSON
+    strings = {name: isinstance(f, Json) for name, f in fields if isinstance(f, Text | Json)}
     limits = {a: bound for name, f in fields for a, bound in f.limits(name).items()}
     found = []
     for name, json in sorted(strings.items()):

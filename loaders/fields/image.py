@@ -58,11 +58,6 @@ class Image(Field):
     def channels(self) -> int:
         return 1 if self.gray else 3
 
-    def shapes(self, declared: ArraySpec) -> tuple[tuple[int, ...], ...]:
-        if declared.role != "image":
-            return (declared.shape,)
-        return tuple((*declared.shape[:2], c) for c in (1, 3))  # the headers judge C
-
     def codec_at(self, size: int) -> str:
         """The codec of the images at `size`: raw or jpeg."""
         if isinstance(self.codec, str):

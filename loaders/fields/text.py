@@ -88,9 +88,6 @@ class Text(Bytes):
     def from_bytes(self, data: bytes) -> Any:
         return data.decode("utf-8", errors="replace")  # checked at pack: replace is for bit rot
 
-    def strings(self, name: str) -> dict[str, bool]:
-        return {name: False}
-
 
 @dataclass(frozen=True)
 class Json(Bytes):
@@ -109,9 +106,6 @@ class Json(Bytes):
 
     def from_bytes(self, data: bytes) -> Any:
         return parse_json(data)
-
-    def strings(self, name: str) -> dict[str, bool]:
-        return {name: True}
 
 
 def _constant(word: str) -> Any:

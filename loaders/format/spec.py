@@ -116,11 +116,6 @@ def count(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def _names(file: object, key: object) -> bool:
-    """A file name, and a dataset name in it (.h5) or None (.npy)."""
-    return isinstance(file, str) and (key is None or (isinstance(key, str) and bool(key)))
-
-
 def array_spec(name: str, v: dict[str, Any], pixels: bool = True) -> ArraySpec:
     """An array's entry, checked (plain numbers: never unpickled); `pixels`: a size is in px."""
     spec = ArraySpec(v["field"], v["size"], v["dtype"], tuple(v["shape"]), v.get("codec", "raw"))
@@ -151,7 +146,8 @@ def check_shard(index: int, shard: Shard, arrays: dict[str, ArraySpec]) -> None:
         raise FormatError(f"shard {index}: split {str(shard.split)[:40]!r} is not a name")
     for name, ref in shard.arrays.items():
         refs = [ref] if ref.offsets is None else [ref, ref.offsets]
-        if not all(count(r.length) and _names(r.file, r.key) for r in refs):
+        keys = [r.key is None or (isinstance(r.key, str) and r.key) for r in refs]  # None: .npy
+        if not all(count(r.length) and isinstance(r.file, str) for r in refs) or not all(keys):
             raise FormatError(f"shard {index}: array {name} has a bad file or length")
         spec = arrays.get(name)
         if spec is not None and spec.ragged != (ref.offsets is not None):

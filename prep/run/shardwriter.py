@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from loaders.format import OFFSETS, ArrayRef, ArraySpec, Shard
-from loaders.format.index import file_name, stem
+from loaders.format.schema import file_name, stem
 from prep.run.errors import write_error
 from prep.run.files import NpyWriter, RaggedWriter, named, publish, temp_path, writing
 from prep.run.inputs import Reject, reject_record
@@ -27,7 +27,7 @@ T = TypeVar("T")
 
 class ShardFiles:
     """One shard's arrays under `staging`, fixed-shape or ragged, in the files
-    loaders.format.index names; temp names per process and host. Use inside `writing([...])`."""
+    loaders.format.schema names; temp names per process and host. Use inside `writing([...])`."""
 
     def __init__(self, staging: Path, stem: str):
         self.staging, self.stem = staging, stem

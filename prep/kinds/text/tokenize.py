@@ -20,7 +20,7 @@ import numpy as np
 from loaders.fields import Text, Tokens
 from loaders.fields.base import encode_source
 from loaders.format import Manifest, sha256_file
-from loaders.format.index import stem
+from loaders.format.schema import stem
 from prep.kinds.text.config import TokenizeConfig
 from prep.media.text.documents import DocumentReader, Piece, count_documents, line_starts, list_text
 from prep.media.text.tokenizers import Tokenizer, fit_tokenizer, load_saved, tokenizer_identity
