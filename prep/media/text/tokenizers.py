@@ -94,10 +94,7 @@ class CharTokenizer:
 
     @classmethod
     def fit(cls, corpus: Callable[[], Iterable[str]], vocab_size: int) -> CharTokenizer:
-        seen: set[str] = set()
-        for text in corpus():
-            seen.update(text)
-        return cls("".join(sorted(seen)))
+        return cls("".join(sorted(set(itertools.chain.from_iterable(corpus())))))
 
     @classmethod
     def load(cls, path: Path | None) -> CharTokenizer:
