@@ -168,9 +168,7 @@ def combine(records: list[dict[str, Any]]) -> dict[str, Any] | None:
     """`extra.stats` of the train split's shard records (all without one), or None: 0-255
     units, ddof=0, {"split": "train" | null, "sizes": {"224": {"mean", "std", "pixels"}}}."""
     train = [r for r in records if r["shard"].get("split") == "train"]
-    split = "train" if train else None
-    if not train:
-        train = records
+    split, train = ("train", train) if train else (None, records)
     if not train or any("stats" not in r for r in train):
         return None
     sizes: dict[str, dict[str, Any]] = {}
