@@ -107,12 +107,10 @@ def sizes_from(
 ) -> dict[int, np.ndarray]:
     """Every size from one decode, each from the next larger content (area averaging composes)."""
     out: dict[int, np.ndarray] = {}
-    src = img
     for size in sorted(sizes, reverse=True):
         g = geometry(upright[0], upright[1], size, mode)
-        content = resize(src, g.content, nearest)
-        out[size] = place(content, g, pad_value)
-        src = content
+        img = resize(img, g.content, nearest)  # the next smaller size resizes this content
+        out[size] = place(img, g, pad_value)
     return out
 
 
