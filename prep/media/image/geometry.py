@@ -107,12 +107,10 @@ def sizes_from(
 ) -> dict[int, np.ndarray]:
     """Every size from one decode, each from the next larger content (area averaging composes)."""
     out: dict[int, np.ndarray] = {}
-    src = img
     for size in sorted(sizes, reverse=True):
         g = geometry(upright[0], upright[1], size, mode)
-        content = resize(src, g.content, nearest)
-        out[size] = place(content, g, pad_value)
-        src = content
+        img = resize(img, g.content, nearest)  # the next smaller size resizes this content
+        out[size] = place(img, g, pad_value)
     return out
 
 
@@ -168,9 +166,7 @@ def combine(records: list[dict[str, Any]]) -> dict[str, Any] | None:
     """`extra.stats` of the train split's shard records (all without one), or None: 0-255
     units, ddof=0, {"split": "train" | null, "sizes": {"224": {"mean", "std", "pixels"}}}."""
     train = [r for r in records if r["shard"].get("split") == "train"]
-    split = "train" if train else None
-    if not train:
-        train = records
+    split, train = ("train", train) if train else (None, records)
     if not train or any("stats" not in r for r in train):
         return None
     sizes: dict[str, dict[str, Any]] = {}

@@ -20,14 +20,9 @@ PHASH_SIDE = 32  # the pHash thumbnail; its DCT keeps rows and columns 1..8
 DIGEST_BYTES = 32  # sha256
 
 
-def _dct_rows(n: int, rows: slice) -> np.ndarray:
-    """The DCT-II basis (unnormalised, every row on one scale), rows `rows`, as float32."""
-    k = np.arange(n, dtype=np.float64)[rows, None]
-    x = np.arange(n, dtype=np.float64)[None, :]
-    return np.cos(np.pi * k * (2 * x + 1) / (2 * n)).astype(np.float32)
-
-
-_BASIS = _dct_rows(PHASH_SIDE, slice(0, 8))  # (8, 32): frequencies 0..7
+# The DCT-II basis, unnormalised (every row on one scale), (8, 32): frequencies 0..7.
+_K, _X = np.arange(8, dtype=np.float64)[:, None], np.arange(PHASH_SIDE, dtype=np.float64)
+_BASIS = np.cos(np.pi * _K * (2 * _X + 1) / (2 * PHASH_SIDE)).astype(np.float32)
 _HANN = np.hanning(PHASH_SIDE + 2)[1:-1].astype(np.float32)  # no zero weights at the ends
 WINDOW = np.outer(_HANN, _HANN)  # (32, 32)
 

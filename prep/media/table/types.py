@@ -293,10 +293,9 @@ class Stats:
         """The train values in sorted order (by code point: UTF-8's byte order), their counts."""
         if not self.counts:
             return [], []
-        values = pa.concat_arrays([v for v, _ in self.counts])
-        n = np.concatenate([k for _, k in self.counts])
-        total = pa.table({"v": values, "n": n}).group_by("v").aggregate([("n", "sum")])
-        total = total.sort_by("v")
+        values, n = zip(*self.counts, strict=True)
+        table = pa.table({"v": pa.concat_arrays(values), "n": np.concatenate(n)})
+        total = table.group_by("v").aggregate([("n", "sum")]).sort_by("v")
         return total["v"].to_pylist(), total["n_sum"].to_pylist()
 
 

@@ -94,10 +94,7 @@ class CharTokenizer:
 
     @classmethod
     def fit(cls, corpus: Callable[[], Iterable[str]], vocab_size: int) -> CharTokenizer:
-        seen: set[str] = set()
-        for text in corpus():
-            seen.update(text)
-        return cls("".join(sorted(seen)))
+        return cls("".join(sorted(set(itertools.chain.from_iterable(corpus())))))
 
     @classmethod
     def load(cls, path: Path | None) -> CharTokenizer:
@@ -210,16 +207,13 @@ def check_tokenizer(spec: str, vocab_size: int | None = None) -> None:
             "the end-of-document token at least, 2**24 (far above any vocabulary in use) at "
             "most. HINT: --vocab-size 8192 (GPT-2 has 50257)"
         )
-    if spec in TOKENIZERS:
-        return
-    if spec.endswith(".json"):
-        if not Path(spec).is_file():
-            raise PrepError(f"tokenizer file {spec} does not exist. HINT: check the path")
-        return
-    raise UsageError(
-        f"unknown tokenizer {spec!r}. HINT: one of {', '.join(TOKENIZERS)}, or a path to a "
-        "tokenizer.json"
-    )
+    if spec.endswith(".json") and not Path(spec).is_file():
+        raise PrepError(f"tokenizer file {spec} does not exist. HINT: check the path")
+    if spec not in TOKENIZERS and not spec.endswith(".json"):
+        raise UsageError(
+            f"unknown tokenizer {spec!r}. HINT: one of {', '.join(TOKENIZERS)}, or a path to a "
+            "tokenizer.json"
+        )
 
 
 def fit_tokenizer(spec: str, corpus: Callable[[], Iterable[str]], vocab_size: int) -> Tokenizer:

@@ -54,9 +54,7 @@ def read_series(folder: Path) -> tuple[np.ndarray, np.ndarray]:
     import pydicom
 
     slices = []
-    for path in sorted(folder.glob("[!.]*")):
-        if path.suffix.lower() != ".dcm":
-            continue
+    for path in sorted(p for p in folder.glob("[!.]*") if p.suffix.lower() == ".dcm"):
         try:
             slices.append(pydicom.dcmread(path))
         except (pydicom.errors.InvalidDicomError, EOFError, OSError, ValueError) as e:

@@ -120,17 +120,13 @@ def foreground_index(
     of each class, evenly spread; class c's are voxels[bounds[c - 1]:bounds[c]]."""
     flat = label.reshape(-1)
     where = np.flatnonzero(flat)
-    order = np.argsort(flat[where], kind="stable")  # by class, then by voxel index
-    where = where[order]
+    where = where[np.argsort(flat[where], kind="stable")]  # by class, then by voxel index
     counts = np.bincount(flat[where], minlength=FG_BOUNDS)[1:]
-    ends = np.cumsum(counts)
-    kept, bounds = [], [0]
-    for c, n in enumerate(counts.tolist()):
-        if n:
-            run = where[ends[c] - n : ends[c]]
-            if n > per_class:
-                run = run[np.linspace(0, n - 1, per_class).round().astype(np.int64)]
-            kept.append(run)
-        bounds.append(bounds[-1] + min(n, per_class))
-    voxels = np.concatenate(kept) if kept else np.zeros(0, np.int64)
-    return voxels.astype(np.uint32), np.asarray(bounds, np.int64)
+    kept = [
+        run[np.linspace(0, len(run) - 1, per_class).round().astype(np.int64)]
+        if len(run) > per_class
+        else run
+        for run in np.split(where, np.cumsum(counts)[:-1])
+    ]
+    bounds = np.cumsum([0, *np.minimum(counts, per_class).tolist()], dtype=np.int64)
+    return np.concatenate(kept).astype(np.uint32), bounds
