@@ -22,15 +22,9 @@ def info(
 
     Example: prep info data/demo-packed --batch-size 128
     """
-    from loaders.format import problems_error, read_manifest
-    from loaders.remote import open_remote, structure_problems
     from prep.inspect.report import info as describe
 
     with reading(root):
-        remote = open_remote(root)  # a URL: its manifest read through loaders.remote
-        problems = structure_problems(remote[1] if remote else read_manifest(root), root)
-        if problems:  # a shard without an array: a KeyError in the table below
-            raise problems_error(problems)
         typer.echo(describe(root, batch_size))
 
 
@@ -268,9 +262,8 @@ def _groups_text(doc: dict[str, Any]) -> str:
     ]
     for k, g in enumerate(groups, 1):
         across = f" (across splits {', '.join(g['splits'])})" if len(g["splits"]) > 1 else ""
-        lines.append(f"group {k}:{across}")
-        for i, path, d in zip(g["members"], g["paths"], g["distances"], strict=True):
-            lines.append(f"  {i:>8}  {d:>2} bits  {path}")
+        members = zip(g["members"], g["paths"], g["distances"], strict=True)
+        lines += [f"group {k}:{across}", *(f"  {i:>8}  {d:>2} bits  {p}" for i, p, d in members)]
     return "\n".join(lines)
 
 

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from prep.cli.inspect import dupes, info, preview, report, tune, verify
-from prep.cli.options import JobsOpt, QuietOpt, command, friendly
+from prep.cli.options import KIND, JobsOpt, QuietOpt, command, friendly
 from prep.kinds.audio.config import AudioConfig
 from prep.kinds.images.config import PackConfig
 from prep.kinds.importers.config import CocoConfig, HFConfig, PairsConfig, WdsConfig, unquoted
@@ -25,11 +25,11 @@ from prep.run.errors import PrepError, UsageError
 from prep.run.profile import IMAGE_STAGES, TEXT_STAGES
 from prep.run.version import __version__
 
-app = typer.Typer(
-    help="Pack raw images and text once, offline, into uint8 shards that `loaders` memory-maps.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
+_typer = functools.partial(
+    typer.Typer, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False
+)
+app = _typer(
+    help="Pack raw images and text once, offline, into uint8 shards that `loaders` memory-maps."
 )
 
 
@@ -55,9 +55,19 @@ def _writer(
             )
 
     cmd = command(config, runner, stages, doc, defaults, check, arguments)
-    if pattern:
-        cmd = _one_pattern(cmd)
-    group.command(name, context_settings={"allow_extra_args": pattern})(friendly(cmd))
+    if pattern:  # more arguments than SRC OUT: an unquoted brace pattern the shell expanded
+
+        @functools.wraps(cmd)
+        def checked(ctx: typer.Context, **values: Any) -> None:
+            if ctx.args:
+                raise unquoted(f"{len(ctx.args) + 2} arguments where SRC OUT are 2")
+            cmd(**values)
+
+        ctx = inspect.Parameter("ctx", KIND, annotation=typer.Context)
+        params = [ctx, *inspect.signature(cmd).parameters.values()]
+        checked.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    made = checked if pattern else cmd
+    group.command(name, context_settings={"allow_extra_args": pattern})(friendly(made))
 
 
 PACK_HELP = """Pack images into uint8 shards at one or more sizes, from ONE decode each.
@@ -216,28 +226,9 @@ def demo(
     )
 
 
-import_app = typer.Typer(
-    help="Import data that sits in another format (COCO, image-text pairs, ...) as samples.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
+import_app = _typer(
+    help="Import data that sits in another format (COCO, image-text pairs, ...) as samples."
 )
-
-
-def _one_pattern(cmd: Any) -> Any:
-    """More arguments than SRC OUT: an unquoted brace pattern the shell expanded; one line."""
-
-    @functools.wraps(cmd)
-    def checked(ctx: typer.Context, **values: Any) -> None:
-        if ctx.args:
-            raise unquoted(f"{len(ctx.args) + 2} arguments where SRC OUT are 2")
-        cmd(**values)
-
-    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
-    ctx = inspect.Parameter("ctx", kind, annotation=typer.Context)
-    params = [ctx, *inspect.signature(cmd).parameters.values()]
-    checked.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
-    return checked
 
 
 COCO_HELP = """\

@@ -23,6 +23,7 @@ from prep.run.profile import profile_table
 
 F = TypeVar("F", bound=Callable[..., Any])
 EXIT_FAILED, EXIT_INTERRUPTED = 1, 130
+KIND = inspect.Parameter.POSITIONAL_OR_KEYWORD  # of every parameter of a command made here
 
 
 def friendly(fn: F) -> F:
@@ -99,9 +100,8 @@ def _parameter(
         # Not show_default= (Typer shows "[default: (x)]"); no brackets: Rich markup.
         help_text += f" (default: {shown})" if shown else ""
         info = typer.Option(*f.metadata.get("flags") or (), help=help_text, show_default=False)
-    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
     return inspect.Parameter(
-        f.name, kind, default=default, annotation=Annotated[Optional[base], info]
+        f.name, KIND, default=default, annotation=Annotated[Optional[base], info]
     )
 
 
@@ -159,8 +159,7 @@ def command(
     order = {name: i for i, name in enumerate(arguments)}
     fields = sorted(dataclasses.fields(cls), key=lambda f: order.get(f.name, len(order)))
     params = [_parameter(f, hints[f.name], defaults.get(f.name), arguments) for f in fields]
-    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
-    params += [inspect.Parameter(k, kind, default=d, annotation=a) for k, (a, d) in EXTRA.items()]
+    params += [inspect.Parameter(k, KIND, default=d, annotation=a) for k, (a, d) in EXTRA.items()]
     body.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     body.__doc__ = doc
     return body

@@ -63,23 +63,23 @@ def dataset_hashes(root: str | Path, compute: bool = False, split: str | None = 
         )
     paths = st.sources()
     splits = st.splits().tolist() if st.m.splits else None
-    if stored:
-        ph, dg = st.column("phash").astype(np.uint64), st.column("digest").astype(np.uint8)
-        return Hashes(ph, dg.reshape(-1, DIGEST_BYTES), paths, splits)
-    assert image is not None
-    sizes = st.fields[image].sizes  # type: ignore[attr-defined]
-    big, small = Stored(root, max(sizes), split), Stored(root, min(sizes), split)
-    bar = progress(len(st), "img", "hash")  # on a terminal
     got = [(np.zeros(0, np.uint64), np.zeros((0, DIGEST_BYTES), np.uint8))]
-    pixels = ((big.value(image, i), small.value(image, i)) for i in range(len(st)))
-    while chunk := list(itertools.islice(pixels, CHUNK)):
-        grey = [hi[..., 0] if hi.shape[-1] == 1 else hi for hi, _ in chunk]  # the largest size
-        digests = np.stack([pixel_digest(lo) for _, lo in chunk])  # the smallest, as pack does
-        got.append((phash(np.stack([thumbnail(g) for g in grey])), digests))
-        bar.update(len(chunk))
-    bar.close()
+    if stored:
+        got.append((st.column("phash"), st.column("digest").reshape(-1, DIGEST_BYTES)))
+    else:
+        assert image is not None
+        sizes = st.fields[image].sizes  # type: ignore[attr-defined]
+        big, small = Stored(root, max(sizes), split), Stored(root, min(sizes), split)
+        bar = progress(len(st), "img", "hash")  # on a terminal
+        pixels = ((big.value(image, i), small.value(image, i)) for i in range(len(st)))
+        while chunk := list(itertools.islice(pixels, CHUNK)):
+            grey = [hi[..., 0] if hi.shape[-1] == 1 else hi for hi, _ in chunk]  # the largest
+            digests = np.stack([pixel_digest(lo) for _, lo in chunk])  # the smallest, as pack
+            got.append((phash(np.stack([thumbnail(g) for g in grey])), digests))
+            bar.update(len(chunk))
+        bar.close()
     ph, dg = np.concatenate([p for p, _ in got]), np.concatenate([d for _, d in got])
-    return Hashes(ph, dg.reshape(-1, DIGEST_BYTES), paths, splits)
+    return Hashes(ph.astype(np.uint64), dg.astype(np.uint8), paths, splits)
 
 
 def _hashes(root: Path, compute: bool) -> tuple[Hashes | None, str]:

@@ -19,6 +19,7 @@ from prep.inspect import dupes, pages
 from prep.inspect.html import Section, bars, categories, page, para, table
 from prep.inspect.report import header, mb
 from prep.inspect.stored import Stored
+from prep.inspect.tune import check_plot
 from prep.run.errors import PrepError, UsageError
 from prep.run.files import atomic_write_text
 from prep.run.guard import REPORT
@@ -132,13 +133,7 @@ def write_report(
     """Write the report to `out` (default ROOT/report.html) atomically; its path."""
     if not 1 <= per_class <= MAX_PER_CLASS:
         raise UsageError(f"--max-samples must be 1..{MAX_PER_CLASS}, not {per_class}")
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise PrepError(
-            "prep report draws its charts with matplotlib, which is not installed. "
-            "HINT: pip install 'prep[report]'"
-        ) from None
+    check_plot("prep report draws its charts with", "report")
     load_manifest(root)
     st = Stored(root)
     if against is not None:

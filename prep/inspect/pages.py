@@ -55,11 +55,9 @@ def pick(labels: np.ndarray | None, n: int, per_class: int, seed: int = 0) -> di
     order = np.argsort(shuffled, kind="stable")
     values, starts = np.unique(shuffled[order], return_index=True)
     take = max(1, min(per_class, GRID_BUDGET // max(1, len(values))))
-    out = {}
-    for v, start in zip(values[:GRID_BUDGET].tolist(), starts[:GRID_BUDGET].tolist(), strict=False):
-        group = shuffled[order[start : start + take]]
-        out[int(v)] = np.sort(perm[order[start : start + take]][group == v])
-    return out
+    firsts = [order[start : start + take] for start in starts[:GRID_BUDGET].tolist()]
+    kept = zip(values[:GRID_BUDGET].tolist(), firsts, strict=True)
+    return {int(v): np.sort(perm[at][shuffled[at] == v]) for v, at in kept}
 
 
 def thumbs(
@@ -294,7 +292,6 @@ def of_fields(st: Stored) -> list[Section]:
     """The sections of the dataset's field kinds (SECTIONS), each once for its fields."""
     by: dict[Sections, list[str]] = {}
     for name, f in st.fields.items():
-        make = SECTIONS.get(type(f))
-        if make is not None:
-            by.setdefault(make, []).append(name)
+        if type(f) in SECTIONS:
+            by.setdefault(SECTIONS[type(f)], []).append(name)
     return [s for make, names in by.items() for s in make(st, names)]

@@ -12,7 +12,8 @@ import numpy as np
 from loaders.fields import declared
 from loaders.fields.checks import check_files
 from loaders.format import FormatError, Manifest, read_manifest, safe_path, sha256_file
-from loaders.remote import open_remote
+from loaders.format.spec import problems_error
+from loaders.remote import open_remote, structure_problems
 from prep.run.errors import PrepError
 
 
@@ -39,6 +40,9 @@ def info(root: Path, batch_size: int = 256) -> str:
     """The header, each field's Field.lines, and each array's bytes on disk and in a batch."""
     remote = open_remote(root)  # an fsspec URL: loaders.remote
     m = remote[1] if remote else read_manifest(root)
+    problems = structure_problems(m, root)
+    if problems:  # a shard without an array: a KeyError in the table below
+        raise problems_error(problems)
     fields = declared(m)
     lines = [header(remote[0].root if remote else root, m)]
     headed: set[str] = set()

@@ -4,6 +4,7 @@ and with worker processes, each for `seconds` after its first batch, and recomme
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import time
@@ -43,11 +44,8 @@ class TuneRow:
 
     @property
     def setting(self) -> str:
-        if self.workers:
-            return f"{self.workers} worker{'s' if self.workers > 1 else ''}"
-        if self.threads:
-            return f"{self.threads} thread{'s' if self.threads > 1 else ''}"
-        return "in the step"
+        n, what = (self.workers, "worker") if self.workers else (self.threads, "thread")
+        return f"{n} {what}{'s' if n > 1 else ''}" if n else "in the step"
 
 
 @dataclass
@@ -87,12 +85,12 @@ class TuneResult:
             f"prefetch_factor {self.prefetch_factor}",
             f"{'setting':>11}{'samples/s':>12}{'cpu':>8}{'batches':>9}{'RAM in flight':>15}",
         ]
-        for r in self.rows:
-            mark = "  <- recommended" if r is self.recommended else ""
-            lines.append(
-                f"{r.setting:>11}{r.samples_per_s:>12,.0f}{r.cpu_percent:>7.0f}%"
-                f"{r.batches_in_flight:>9}{mb(r.ram_bytes):>15}{mark}"
-            )
+        lines += [
+            f"{r.setting:>11}{r.samples_per_s:>12,.0f}{r.cpu_percent:>7.0f}%"
+            f"{r.batches_in_flight:>9}{mb(r.ram_bytes):>15}"
+            + ("  <- recommended" if r is self.recommended else "")
+            for r in self.rows
+        ]
         return "\n".join(lines)
 
     def advice(self) -> str:
@@ -144,12 +142,11 @@ def worker_counts(cores: int) -> list[int]:
 
 def batch_bytes(m: Manifest, size: int, fields: Sequence[str], batch_size: int) -> int:
     """Bytes of one batch as the loader returns it (read_dtype: labels widen to int64)."""
-    per_sample = 0
-    for f in fields:
-        spec = m.arrays[m.array_for(f, size)]
-        itemsize = np.dtype(declared(m)[f].read_dtype(spec)).itemsize
-        per_sample += int(np.prod(spec.shape, dtype=np.int64)) * itemsize
-    return per_sample * batch_size
+    kinds, specs = declared(m), {f: m.arrays[m.array_for(f, size)] for f in fields}
+    return batch_size * sum(
+        int(np.prod(s.shape, dtype=np.int64)) * np.dtype(kinds[f].read_dtype(s)).itemsize
+        for f, s in specs.items()
+    )
 
 
 def thread_counts(cores: int) -> list[int]:
@@ -166,11 +163,8 @@ def cpu_seconds() -> float:
     me = psutil.Process()
     total = 0.0
     for p in [me, *me.children(recursive=True)]:
-        try:
-            t = p.cpu_times()
-        except psutil.NoSuchProcess:  # exited meanwhile
-            continue
-        total += t.user + t.system
+        with contextlib.suppress(psutil.NoSuchProcess):  # exited meanwhile
+            total += sum(p.cpu_times()[:2])  # user + system
     return total
 
 
@@ -268,13 +262,13 @@ def tune(
     return result
 
 
-def check_plot() -> None:
-    """Fail before a timed run whose plot cannot be drawn (matplotlib: the [plot] extra)."""
+def check_plot(who: str = "--plot needs", extra: str = "plot") -> None:
+    """Fail before a run whose charts cannot be drawn (matplotlib: the [plot], [report] extras)."""
     try:
         import matplotlib  # noqa: F401
     except ImportError:
         raise PrepError(
-            "--plot needs matplotlib, which is not installed. HINT: pip install 'prep[plot]'"
+            f"{who} matplotlib, which is not installed. HINT: pip install 'prep[{extra}]'"
         ) from None
 
 
