@@ -294,16 +294,9 @@ def fields_of(cfg: CocoConfig, categories: Categories) -> dict[str, Any]:
 
 def make_sample(value: dict[str, Any]) -> dict[str, Any]:
     """One listed image -> its sample: the boxes with the (h, w) they were drawn on."""
-    sample = {
-        "image": value["path"],
-        "boxes": {"xyxy": value["boxes"], "hw": value["hw"]},
-        "labels": value["labels"],
-        "iscrowd": value["iscrowd"],
-        "area": value["area"],
-        "image_id": value["image_id"],
-    }
-    if "keypoints" in value:
-        sample["keypoints"] = value["keypoints"]
+    sample = {"image": value["path"], "boxes": {"xyxy": value["boxes"], "hw": value["hw"]}}
+    copied = ("labels", "iscrowd", "area", "image_id", "keypoints")
+    sample |= {k: value[k] for k in copied if k in value}  # keypoints: with --keypoints
     if "segmentation" in value:
         segs, hw = value["segmentation"], value["hw"]
         upright = upright_hw(Path(value["path"]))
