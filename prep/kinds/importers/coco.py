@@ -357,11 +357,8 @@ class CocoKind(SamplesRun):
             rejects.append(bad)
         self.counts = [(it.rel, len(it.value["labels"]), it.value["dropped"]) for it in items]
         # The JSON and every image file: a changed image is not resumed as the same.
-        said = [
-            *file_stats([path]),
-            self.described(),
-            *file_stats([Path(it.value["path"]) for it in items]),
-        ]
+        images = [Path(it.value["path"]) for it in items]
+        said = [*file_stats([path]), self.described(), *file_stats(images)]
         if not items:
             first = f"; the first, {rejects[0]['path']}: {rejects[0]['message']}" if rejects else ""
             raise PrepError(f"no images to import in {path} ({len(rejects)} rejected{first})")

@@ -27,8 +27,7 @@ def make_pair(
     if image is None or (isinstance(image, (str, bytes)) and not image):
         raise Reject(f"no image in column {image_column!r}", code="missing_image")
     caption = row.get(text_column)
-    if caption is None:
-        caption = ""
+    caption = "" if caption is None else caption
     if not isinstance(caption, str):
         raise Reject(f"column {text_column!r} holds a {type(caption).__name__}", code="bad_caption")
     if not caption.strip() and not allow_empty:
