@@ -28,14 +28,12 @@ def video_samples(item: Item, cfg: VideoConfig, labelled: bool) -> list[Sample]:
         item.path, cfg.fps, cfg.size, cfg.mode, cfg.max_pixels
     )
     step = cfg.segment or len(decoded)
+    label = {"label": item.label} if labelled else {}
     out = []
     for first in range(0, len(decoded), step):
         frames = decoded[first : first + step]
         values = (first / cfg.fps, len(frames), source_fps, duration)
-        sample = {"frames": frames, **dict(zip(NUMBERS, values, strict=True))}
-        if labelled:
-            sample["label"] = item.label
-        out.append(sample)
+        out.append({"frames": frames, **dict(zip(NUMBERS, values, strict=True)), **label})
     return out
 
 
