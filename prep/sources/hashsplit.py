@@ -44,11 +44,8 @@ def cell_hash(arr: pa.Array) -> np.ndarray:
         arr = arr.cast(pa.string()).cast(pa.binary())
     n = len(arr)
     offsets = np.frombuffer(arr.buffers()[1], np.int32, n + 1, 4 * arr.offset).astype(np.int64)
-    data_buf = arr.buffers()[2]
-    data = (
-        np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
-    )
-    data = data[offsets[0] : offsets[-1]]
+    data_buf = arr.buffers()[2] or b""  # None (or empty) when no cell has a byte
+    data = np.frombuffer(data_buf, dtype=np.uint8)[offsets[0] : offsets[-1]]
     offsets -= offsets[0]
     with np.errstate(over="ignore"):
         run = np.zeros(len(data) + 1, dtype=np.uint64)

@@ -3,13 +3,12 @@ the files of a folder or the lines of a .txt; or an importer's own listing (Sour
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prep.run.driver import fingerprint
 from prep.run.errors import PrepError
 from prep.run.inputs import read_rows, walk
 from prep.run.samples import Item
@@ -86,8 +85,7 @@ def _listing(
 ) -> Listing:
     """The fingerprint: the files read (names, sizes, times), or the objects themselves."""
     said = stats if stats else [repr(it.value) for it in items]
-    digest = hashlib.sha256(json.dumps([said, len(items)], default=str).encode()).hexdigest()
-    return Listing(items, rejects, base, digest)
+    return Listing(items, rejects, base, fingerprint([said, len(items)]))
 
 
 @dataclass

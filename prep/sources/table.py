@@ -96,13 +96,9 @@ def list_tables(src: str | list[str]) -> tuple[list[tuple[str, Path]], list[dict
     unique: dict[Path, tuple[str, Path]] = {}  # a file named twice is read once
     for rel, path in (f for listed, _ in got for f in listed):
         unique.setdefault(path.resolve(), (rel, path))
-    kept = []
-    for rel, path in unique.values():
-        if path.stat().st_size == 0:
-            rejects.append(reject_record(rel, "empty", "the file is empty (0 bytes)"))
-        else:
-            kept.append((rel, path))
-    return kept, rejects
+    empty = [(rel, path) for rel, path in unique.values() if path.stat().st_size == 0]
+    rejects += [reject_record(rel, "empty", "the file is empty (0 bytes)") for rel, _ in empty]
+    return [f for f in unique.values() if f not in empty], rejects
 
 
 def decompressed(rel: str, path: Path, folder: Path, index: int) -> Path:

@@ -6,8 +6,6 @@ cuts a file into clips), `label` with labels, and a field per --targets column.
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +13,7 @@ from loaders.fields import Audio, Field, Label, Scalar
 from loaders.fields.base import check_name
 from prep.kinds.audio.config import AudioConfig
 from prep.media.audio import QUALITY, decode_clip
-from prep.run.driver import Inputs, RunSummary, run
+from prep.run.driver import Inputs, RunSummary, fingerprint, run
 from prep.run.errors import PrepError
 from prep.run.samples import Sample, SamplesRun
 from prep.sources.audio import Clip, Listing, list_audio
@@ -80,8 +78,7 @@ class AudioKind(SamplesRun):
         self.sizes = {c.rel: _size(c.path) for c in self.listing.clips}
         read = [(c.rel, *self.sizes[c.rel]) for c in self.listing.clips]
         read += [(str(p), *_size(p)) for p in (labels, targets) if p is not None]
-        said = json.dumps([read, self.described()], default=str)
-        digest = hashlib.sha256(said.encode()).hexdigest()
+        digest = fingerprint([read, self.described()])
         return Inputs(len(self.listing.clips), self.listing.rejects, digest)
 
     def sources(self) -> list[Path]:

@@ -6,8 +6,6 @@ workers open no JSON. No image is opened but those whose boxes lie outside the J
 
 from __future__ import annotations
 
-import hashlib
-import json
 import struct
 from collections import defaultdict
 from dataclasses import dataclass
@@ -23,7 +21,7 @@ from prep.fields import Array, Boxes, Instances, Keypoints, Labels, Mask, Polygo
 from prep.fields.image import kept, outside_rows
 from prep.fields.rle import rasterise, semantic
 from prep.kinds.importers.config import CocoConfig, Tree, image_field
-from prep.run.driver import Inputs, RunSummary, run
+from prep.run.driver import Inputs, RunSummary, fingerprint, run
 from prep.run.errors import PrepError, Reject, UsageError
 from prep.run.inputs import Reject as InputReject  # (code, message): a listed input
 from prep.run.inputs import check_file, load_json, reject_record
@@ -296,16 +294,9 @@ def fields_of(cfg: CocoConfig, categories: Categories) -> dict[str, Any]:
 
 def make_sample(value: dict[str, Any]) -> dict[str, Any]:
     """One listed image -> its sample: the boxes with the (h, w) they were drawn on."""
-    sample = {
-        "image": value["path"],
-        "boxes": {"xyxy": value["boxes"], "hw": value["hw"]},
-        "labels": value["labels"],
-        "iscrowd": value["iscrowd"],
-        "area": value["area"],
-        "image_id": value["image_id"],
-    }
-    if "keypoints" in value:
-        sample["keypoints"] = value["keypoints"]
+    sample = {"image": value["path"], "boxes": {"xyxy": value["boxes"], "hw": value["hw"]}}
+    copied = ("labels", "iscrowd", "area", "image_id", "keypoints")
+    sample |= {k: value[k] for k in copied if k in value}  # keypoints: with --keypoints
     if "segmentation" in value:
         segs, hw = value["segmentation"], value["hw"]
         upright = upright_hw(Path(value["path"]))
@@ -366,16 +357,12 @@ class CocoKind(SamplesRun):
             rejects.append(bad)
         self.counts = [(it.rel, len(it.value["labels"]), it.value["dropped"]) for it in items]
         # The JSON and every image file: a changed image is not resumed as the same.
-        said = [
-            *file_stats([path]),
-            self.described(),
-            *file_stats([Path(it.value["path"]) for it in items]),
-        ]
-        digest = hashlib.sha256(json.dumps(said).encode()).hexdigest()
+        images = [Path(it.value["path"]) for it in items]
+        said = [*file_stats([path]), self.described(), *file_stats(images)]
         if not items:
             first = f"; the first, {rejects[0]['path']}: {rejects[0]['message']}" if rejects else ""
             raise PrepError(f"no images to import in {path} ({len(rejects)} rejected{first})")
-        return Inputs(len(items), rejects, digest)
+        return Inputs(len(items), rejects, fingerprint(said))
 
     def extra(self, records: list[dict[str, Any]]) -> dict[str, Any]:
         said: dict[str, Any] = {"annotations": Path(str(self.cfg.src)).name}

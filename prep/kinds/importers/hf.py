@@ -95,10 +95,9 @@ def _inside(tree: Tree, name: str, where: Path) -> None:
 
 def _cached_split(name: str, known: list[str]) -> str | None:
     """The split of a cache file (json-train.arrow, glue-test-00000-of-00002.arrow)."""
-    for split in known:
-        if re.search(rf"-{re.escape(split)}(-\d+-of-\d+)?\.arrow$", name):
-            return split
-    return None
+    return next(
+        (s for s in known if re.search(rf"-{re.escape(s)}(-\d+-of-\d+)?\.arrow$", name)), None
+    )
 
 
 def _split_of(src: Path, f: Path) -> str | None:
@@ -157,16 +156,10 @@ def list_source(
         counts[part.split] = at + row
     assert features is not None
     columns = unlabeled(_columns(src, features, only), [p.path for p in parts])
-    extra = {
-        "hf": {
-            "layout": layout,
-            "features": features,
-            "columns": {c.name: c.source() for c in columns},
-        }
-    }
-    stats = file_stats([p.path for p in parts])
+    held = {c.name: c.source() for c in columns}
+    extra = {"hf": {"layout": layout, "features": features, "columns": held}}
     rows = HFRows(tuple(str(p.path) for p in parts), tuple(columns), tree)
-    return Source(items, counts, [], stats, extra), rows
+    return Source(items, counts, [], file_stats([p.path for p in parts]), extra), rows
 
 
 def _columns(src: Path, features: dict[str, Any], only: list[str] | None) -> list[Column]:
@@ -246,7 +239,6 @@ def read_chunk(path: str, chunk: int, names: list[str] | None = None) -> Any:
 
 
 def import_hf(cfg: HFConfig, show_progress: bool = True, profile: bool = False) -> RunSummary:
-    """Pack `cfg.src` into `cfg.out`."""
     cfg.validate()
     src = Path(str(cfg.src))
     if not src.is_dir():

@@ -154,7 +154,6 @@ def _shape(f: Any) -> tuple[str, list[int | None]] | None:
 
 
 def _value(dtype: str, name: str) -> Field:
-    dtype = ALIASES.get(dtype, dtype)
     if dtype in ("string", "large_string"):
         return Text()
     if dtype in ("binary", "large_binary"):

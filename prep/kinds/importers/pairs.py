@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
-import json
 from pathlib import Path
 from typing import Any
 
 from prep.fields import Text, Tokens
 from prep.kinds.importers.config import PairsConfig, Tree, image_field
-from prep.run.driver import Inputs, RunSummary, run
+from prep.run.driver import Inputs, RunSummary, fingerprint, run
 from prep.run.errors import PrepError, Reject, UsageError
 from prep.run.inputs import check_file, reject_record
 from prep.run.samples import Item, SamplesRun, UserFunction
@@ -29,8 +27,7 @@ def make_pair(
     if image is None or (isinstance(image, (str, bytes)) and not image):
         raise Reject(f"no image in column {image_column!r}", code="missing_image")
     caption = row.get(text_column)
-    if caption is None:
-        caption = ""
+    caption = "" if caption is None else caption
     if not isinstance(caption, str):
         raise Reject(f"column {text_column!r} holds a {type(caption).__name__}", code="bad_caption")
     if not caption.strip() and not allow_empty:
@@ -96,8 +93,7 @@ class PairsKind(SamplesRun):
         self.items, stats = self._check_images(listing.items, listing.rejects)
         # The image files too: a changed image is not resumed as the same.
         said = [listing.fingerprint, self.described(), stats]
-        digest = hashlib.sha256(json.dumps(said).encode()).hexdigest()
-        return Inputs(len(self.items), listing.rejects, digest)
+        return Inputs(len(self.items), listing.rejects, fingerprint(said))
 
     def _check_images(
         self, items: list[Item], rejects: list[dict[str, Any]]

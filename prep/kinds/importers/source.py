@@ -3,14 +3,12 @@ tars): each split in its own shards, each sample's `source` its place in the sou
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from loaders.remote.storage import url_of
-from prep.run.driver import Inputs
+from prep.run.driver import Inputs, fingerprint
 from prep.run.errors import PrepError
 from prep.run.samples import SamplesRun, UserFunction
 from prep.sources.samples import Source
@@ -38,8 +36,7 @@ class SourceKind(SamplesRun):
             n = len(self.source.rejects)
             raise PrepError(f"no inputs in {self.cfg.src} ({n} rejected). HINT: check SRC")
         said = [self.source.stats, len(self.items), self.described(), repr(self.make.fn)]
-        digest = hashlib.sha256(json.dumps(said, default=str).encode()).hexdigest()
-        return Inputs(len(self.items), self.source.rejects, digest)
+        return Inputs(len(self.items), self.source.rejects, fingerprint(said))
 
     def extra(self, records: list[dict[str, Any]]) -> dict[str, Any]:
         counts: dict[str, int] = {}

@@ -273,13 +273,9 @@ def list_shards(cfg: WdsConfig) -> tuple[Source, WdsSamples, dict[str, Field]]:
         for key, members in s.samples
     ]
     local = [Path(p) for p, s in zip(paths, scans, strict=True) if "://" not in p and s.samples]
-    extra = {
-        "webdataset": {
-            "shards": paths,
-            "fields": {d.name: d.ext for d in declared},
-            "ignored": {e: n for e, n in seen.items() if e not in used},
-        }
-    }
+    ignored = {e: n for e, n in seen.items() if e not in used}
+    said = {"shards": paths, "fields": {d.name: d.ext for d in declared}, "ignored": ignored}
+    extra = {"webdataset": said}
     rejects = [r for s in scans for r in s.rejects]
     source = Source(items, {None: len(items)}, rejects, [*file_stats(local), *paths], extra)
     return source, WdsSamples(tuple(paths), declared), fields
@@ -355,7 +351,6 @@ def _field(d: Declared, scans: list[Scan], image: Field) -> Field:
 def import_webdataset(
     cfg: WdsConfig, show_progress: bool = True, profile: bool = False
 ) -> RunSummary:
-    """Pack the tars of `cfg.src` into `cfg.out`."""
     cfg.validate()
     source, samples, fields = list_shards(cfg)
     kind = SourceKind(cfg, samples, fields, source)

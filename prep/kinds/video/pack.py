@@ -5,8 +5,6 @@ video (or a --max-frames / --clip-seconds piece): `frames`, `label`, `source`, `
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +12,7 @@ from loaders.fields import Field, Label, Scalar
 from prep.fields.image import Video
 from prep.kinds.video.config import VideoConfig
 from prep.media.video import decode_video
-from prep.run.driver import AUTO_MAX, AUTO_SHARDS, Inputs, RunSummary, run
+from prep.run.driver import AUTO_MAX, AUTO_SHARDS, Inputs, RunSummary, fingerprint, run
 from prep.run.errors import PrepError
 from prep.run.samples import Sample, SamplesRun
 from prep.sources.images import Item, list_videos
@@ -30,14 +28,12 @@ def video_samples(item: Item, cfg: VideoConfig, labelled: bool) -> list[Sample]:
         item.path, cfg.fps, cfg.size, cfg.mode, cfg.max_pixels
     )
     step = cfg.segment or len(decoded)
+    label = {"label": item.label} if labelled else {}
     out = []
     for first in range(0, len(decoded), step):
         frames = decoded[first : first + step]
         values = (first / cfg.fps, len(frames), source_fps, duration)
-        sample = {"frames": frames, **dict(zip(NUMBERS, values, strict=True))}
-        if labelled:
-            sample["label"] = item.label
-        out.append(sample)
+        out.append({"frames": frames, **dict(zip(NUMBERS, values, strict=True)), **label})
     return out
 
 
@@ -73,8 +69,7 @@ class VideoKind(SamplesRun):
         stats = [(it, it.path.stat()) for it in items]
         seen = [(it.rel, st.st_size, st.st_mtime_ns, it.label) for it, st in stats]
         self.sizes = {rel: size for rel, size, _, _ in seen}
-        fingerprint = hashlib.sha256(json.dumps([seen, classes]).encode()).hexdigest()
-        return Inputs(len(items), rejects, fingerprint)
+        return Inputs(len(items), rejects, fingerprint([seen, classes]))
 
     def plan(self) -> list[list[Any]]:
         # A video is many images' work: the driver's AUTO_MIN of 16 inputs would leave cores
