@@ -205,16 +205,6 @@ def plan_shards(pieces: list[Piece], shard_bytes: int) -> list[list[Piece]]:
     return grouped(cut, attrgetter("nbytes"), shard_bytes)
 
 
-def _fingerprint(pieces: list[Piece], spec: str) -> str:
-    seen: list[Any] = []
-    for p in pieces:
-        st = Path(p.path).stat()
-        seen.append((p.rel, p.start, p.end, st.st_size, st.st_mtime_ns))
-    if spec.endswith(".json"):  # a user's tokenizer file: its bytes are an input too
-        seen.append(("tokenizer", sha256_file(Path(spec))))
-    return fingerprint(seen)
-
-
 @dataclass
 class TokenizeSummary(RunSummary):
     @property
@@ -288,7 +278,13 @@ class TextKind(Kind[TokenizeConfig, list[Piece]]):
                     break
             pieces = kept
         self.pieces = pieces
-        return Inputs(len(pieces), rejects, _fingerprint(pieces, cfg.tokenizer))
+        seen: list[Any] = []
+        for p in pieces:
+            st = Path(p.path).stat()
+            seen.append((p.rel, p.start, p.end, st.st_size, st.st_mtime_ns))
+        if cfg.tokenizer.endswith(".json"):  # a user's tokenizer file: its bytes are an input too
+            seen.append(("tokenizer", sha256_file(Path(cfg.tokenizer))))
+        return Inputs(len(pieces), rejects, fingerprint(seen))
 
     def plan(self) -> list[list[Piece]]:
         self.shards = plan_shards(self.pieces, max(1, int(self.cfg.shard_mb * MB)))
