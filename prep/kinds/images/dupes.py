@@ -30,25 +30,19 @@ def _hash_one(item: Item, cfg: PackConfig) -> int | None:
     return image_phash(img)
 
 
-def hash_items(items: list[Item], cfg: PackConfig, show_progress: bool) -> list[int | None]:
-    """The pHash (None: not decodable) of every item, on cfg.n_jobs threads."""
-    out = []
-    with (
-        progress(len(items), "img", "hash", show_progress) as bar,
-        ThreadPoolExecutor(max(1, cfg.n_jobs)) as pool,
-    ):
-        for got in pool.map(lambda it: _hash_one(it, cfg), items):
-            out.append(got)
-            bar.update(1)
-    return out
-
-
 def drop_dupes(
     items: list[Item], cfg: PackConfig, show_progress: bool
 ) -> tuple[list[Item], list[dict[str, Any]], dict[str, int]]:
     """The items kept (the first of each near-duplicate group), the others' rejects, and each
     kept item's pHash."""
-    got = hash_items(items, cfg, show_progress)
+    got = []  # each item's pHash, None: not decodable; on cfg.n_jobs threads
+    with (
+        progress(len(items), "img", "hash", show_progress) as bar,
+        ThreadPoolExecutor(max(1, cfg.n_jobs)) as pool,
+    ):
+        for h in pool.map(lambda it: _hash_one(it, cfg), items):
+            got.append(h)
+            bar.update(1)
     ok = [k for k, g in enumerate(got) if g is not None]
     phash = np.array([got[k] for k in ok], dtype=np.uint64)
     dropped: set[int] = set()

@@ -141,18 +141,14 @@ class ImagesKind(Kind[PackConfig, list[Item]]):
         # Absolute: the tasks may run on other machines (--backend dask), in other folders.
         masks = Path(cfg.masks).absolute() if cfg.masks else None
         src = Path(str(cfg.src)).absolute()
-        self.listing = listing = list_images(
-            src, masks, cfg.limit, cfg.split_names(), cfg.val_fraction
-        )
+        listing = list_images(src, masks, cfg.limit, cfg.split_names(), cfg.val_fraction)
+        self.listing = listing
         if not listing.items:
             raise PrepError(
                 f"no usable images in {cfg.src} ({len(listing.rejects)} rejected). "
                 "HINT: SRC holds class folders of .jpg/.png files, or is a .csv/.jsonl list"
             )
-        labels = [it.label for it in listing.items if it.label is not None]
-        max_label = max(labels, default=None)
-        if listing.classes is not None:
-            max_label = len(listing.classes) - 1
+        max_label = max((it.label for it in listing.items if it.label is not None), default=None)
         has_masks = any(it.mask is not None for it in listing.items)
         self.fields = image_fields(cfg, listing.classes, max_label, has_masks)
         self.specs = array_specs(self.fields)

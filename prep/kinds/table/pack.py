@@ -111,10 +111,8 @@ class TableKind(Kind[TableConfig, list[Block]]):
     task = staticmethod(table_shard)
 
     def sources(self) -> list[Path]:
-        found = []
-        for src in sources_of(self.cfg.src):
-            found += [Path(p) for p in glob.glob(src)] if glob.has_magic(src) else [Path(src)]
-        return found
+        srcs = sources_of(self.cfg.src)
+        return [Path(p) for s in srcs for p in (glob.glob(s) if glob.has_magic(s) else [s])]
 
     def list_inputs(self) -> Inputs:
         self.files, rejects = list_tables(sources_of(self.cfg.src))

@@ -105,10 +105,8 @@ def _without_missing_target(
     table: pa.Table, target: str | None, rel: str, rejects: list[dict[str, Any]]
 ) -> pa.Table:
     """The rows whose target is given, the others added to `rejects` (the rows skipped already)."""
-    if target is None or target not in table.column_names:
-        return table  # no target, or a missing column (the scan names it)
-    if not table.column(target).null_count:
-        return table
+    if target is None or target not in table.column_names or not table.column(target).null_count:
+        return table  # no target, a missing column (the scan names it), or no empty cell
     missing = np.asarray(table.column(target).is_null())
     skipped = np.array(sorted(r["row"] for r in rejects), np.int64)
     kept_rows = np.setdiff1d(np.arange(1, table.num_rows + len(skipped) + 1), skipped)

@@ -8,7 +8,7 @@ import functools
 import hashlib
 import itertools
 import os
-from collections.abc import Generator, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from operator import attrgetter
@@ -36,6 +36,7 @@ SPLITS = ("train", "val")
 BATCH_BYTES = 4 << 20
 BATCH_DOCS = 4096
 MB = 1 << 20
+Batch = tuple[list[str], list[str]]  # (texts, the file each came from)
 
 
 def fit_ids(ids: np.ndarray, dtype: str, where: str) -> np.ndarray:
@@ -96,8 +97,8 @@ class SplitWriter(ShardFiles):
         super().close()
 
 
-def _batches(reader: DocumentReader, pieces: list[Piece]) -> Iterator[tuple[list[str], list[str]]]:
-    """(texts, the file each came from), about BATCH_BYTES of text at a time."""
+def _batches(reader: DocumentReader, pieces: list[Piece]) -> Iterator[Batch]:
+    """Batches of about BATCH_BYTES of text."""
     texts: list[str] = []
     names: list[str] = []
     size = 0
@@ -113,9 +114,7 @@ def _batches(reader: DocumentReader, pieces: list[Piece]) -> Iterator[tuple[list
         yield texts, names
 
 
-def read_ahead(
-    batches: Iterator[tuple[list[str], list[str]]],
-) -> Generator[tuple[list[str], list[str]], None, None]:
+def read_ahead(batches: Iterator[Batch]) -> Iterator[Batch]:
     """`batches`, the next one read on a thread while the caller encodes this one (the tokenizer
     releases the GIL); a reading error is raised here, in order."""
     with ThreadPoolExecutor(1, thread_name_prefix="prep-read-ahead") as pool:
@@ -206,16 +205,6 @@ def plan_shards(pieces: list[Piece], shard_bytes: int) -> list[list[Piece]]:
     return grouped(cut, attrgetter("nbytes"), shard_bytes)
 
 
-def _fingerprint(pieces: list[Piece], spec: str) -> str:
-    seen: list[Any] = []
-    for p in pieces:
-        st = Path(p.path).stat()
-        seen.append((p.rel, p.start, p.end, st.st_size, st.st_mtime_ns))
-    if spec.endswith(".json"):  # a user's tokenizer file: its bytes are an input too
-        seen.append(("tokenizer", sha256_file(Path(spec))))
-    return fingerprint(seen)
-
-
 @dataclass
 class TokenizeSummary(RunSummary):
     @property
@@ -289,7 +278,13 @@ class TextKind(Kind[TokenizeConfig, list[Piece]]):
                     break
             pieces = kept
         self.pieces = pieces
-        return Inputs(len(pieces), rejects, _fingerprint(pieces, cfg.tokenizer))
+        seen: list[Any] = []
+        for p in pieces:
+            st = Path(p.path).stat()
+            seen.append((p.rel, p.start, p.end, st.st_size, st.st_mtime_ns))
+        if cfg.tokenizer.endswith(".json"):  # a user's tokenizer file: its bytes are an input too
+            seen.append(("tokenizer", sha256_file(Path(cfg.tokenizer))))
+        return Inputs(len(pieces), rejects, fingerprint(seen))
 
     def plan(self) -> list[list[Piece]]:
         self.shards = plan_shards(self.pieces, max(1, int(self.cfg.shard_mb * MB)))
@@ -302,7 +297,7 @@ class TextKind(Kind[TokenizeConfig, list[Piece]]):
         if not (resume and (file is None or (staging / file).is_file())):
             fit_tokenizer(cfg.tokenizer, self._corpus, cfg.vocab_size).save(staging)
         self.tok = load_saved(name, staging, file)
-        self.tok_info = {"name": name, "file": file}
+        self.tok_info = (name, file)
         self.tok_sha = sha256_file(staging / file) if file else ""
         self.dtype = token_dtype(self.tok.vocab_size)
         tokens = Tokens(
@@ -325,8 +320,7 @@ class TextKind(Kind[TokenizeConfig, list[Piece]]):
     def task_args(self, index: int, shard: list[Piece], staging: Path) -> tuple[Any, ...]:
         cfg = self.cfg
         threads = cfg.n_jobs == 1 or len(self.shards) <= 1  # else one task per core already
-        name, file = self.tok_info["name"], self.tok_info["file"]
-        return (index, shard, cfg, name, file, self.tok_sha, self.dtype, staging, threads)
+        return (index, shard, cfg, *self.tok_info, self.tok_sha, self.dtype, staging, threads)
 
     def reusable(self, record: dict[str, Any]) -> bool:
         return record.get("tokenizer_sha256") == self.tok_sha and super().reusable(record)
