@@ -45,19 +45,17 @@ def run_tasks(
         return
     if backend == "dask":
         yield from _run_dask(fn, args, n_jobs, scheduler)
-        return
-    if n_jobs == 1 or len(args) <= 1:
+    elif n_jobs == 1 or len(args) <= 1:
         yield from (fn(*a) for a in args)
-        return
-    if backend == "threads":
+    elif backend == "threads":
         yield from _run_threads(fn, args, n_jobs)
-        return
-    from joblib import Parallel, delayed
+    else:
+        from joblib import Parallel, delayed
 
-    parallel = Parallel(
-        n_jobs=min(n_jobs, len(args)), backend=backend, return_as="generator_unordered"
-    )
-    yield from parallel(delayed(fn)(*a) for a in args)
+        jobs = min(n_jobs, len(args))
+        yield from Parallel(n_jobs=jobs, backend=backend, return_as="generator_unordered")(
+            delayed(fn)(*a) for a in args
+        )
 
 
 class _Stop(BaseException):
