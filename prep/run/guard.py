@@ -83,41 +83,36 @@ def lock_path(out: Path) -> Path:
     return out.with_name(f".{out.name}.prep-lock")
 
 
-def _open_lock(path: Path) -> int:
-    """The lock file, opened without following a link (a link must not make the run truncate
-    its target): a regular file of one link, empty or written by prep."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)  # OUT's folder may be new
-        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-        fd = os.open(path, flags, 0o666)
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise PrepError(
-                f"the lock {path} is a symbolic link; refused (packing would write through it). "
-                "HINT: remove it, then rerun"
-            ) from None
-        raise PrepError(
-            f"cannot create the lock {path}: {e.strerror}. HINT: OUT's folder must be writable"
-        ) from e
-    st = os.fstat(fd)
-    ours = stat.S_ISREG(st.st_mode) and st.st_nlink == 1
-    if ours and st.st_size:  # a lock a run left behind says "pid N on HOST"
-        ours = st.st_size < 300 and LOCK_TEXT.fullmatch(os.pread(fd, 300, 0)) is not None
-    if not ours:
-        os.close(fd)
-        raise PrepError(
-            f"{path} is not a lock file prep wrote (a special file, a hard link, or a file with "
-            "other content); refused. HINT: move it away, then rerun"
-        )
-    return fd
-
-
 @contextlib.contextmanager
 def locked(out: Path) -> Iterator[None]:
     """Hold OUT's lock for the block, or fail at once naming the run that holds it."""
     path = lock_path(out)
     while True:
-        fd = _open_lock(path)
+        # opened without following a link (a link must not make the run truncate its target):
+        # a regular file of one link, empty or written by prep
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)  # OUT's folder may be new
+            flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+            fd = os.open(path, flags, 0o666)
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise PrepError(
+                    f"the lock {path} is a symbolic link; refused (packing would write through "
+                    "it). HINT: remove it, then rerun"
+                ) from None
+            raise PrepError(
+                f"cannot create the lock {path}: {e.strerror}. HINT: OUT's folder must be writable"
+            ) from e
+        st = os.fstat(fd)
+        ours = stat.S_ISREG(st.st_mode) and st.st_nlink == 1
+        if ours and st.st_size:  # a lock a run left behind says "pid N on HOST"
+            ours = st.st_size < 300 and LOCK_TEXT.fullmatch(os.pread(fd, 300, 0)) is not None
+        if not ours:
+            os.close(fd)
+            raise PrepError(
+                f"{path} is not a lock file prep wrote (a special file, a hard link, or a file "
+                "with other content); refused. HINT: move it away, then rerun"
+            )
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:

@@ -197,10 +197,10 @@ def split_record(
     files (what the driver verifies), `splits` the shards."""
     done = [asdict(s) for s in shards]
     files = {k: v for s in done for k, v in s["files"].items()}
-    record = {"index": index, "shard": {"files": files}, "splits": done, "rejects": rejects}
+    record = {"index": index, "shard": {"files": files}, "splits": done, "rejects": rejects} | more
     with stage("write"):
-        write_record(staging, index, record | more)
-    return record | more
+        write_record(staging, index, record)
+    return record
 
 
 _watching: list[int] = []  # the parent pid this worker process watches, once started
