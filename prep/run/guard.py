@@ -43,7 +43,15 @@ def check_out(out: Path, sources: list[Path], overwrite: bool, resume: bool) -> 
         )
     if not out.is_dir() or not any(out.iterdir()):
         return
-    foreign = foreign_files(out)
+    ours: set[str] = set()  # the names of the prep dataset OUT holds (none: not one prep wrote)
+    with contextlib.suppress(OSError, FormatError):
+        if (out / MANIFEST).is_file():  # a FIFO there would block the read
+            files = listed_files(read_manifest(out))
+            ours = {MANIFEST, REJECTS, RUN_DIR, OLD} | {Path(f).parts[0] for f in files if f}
+    page = out / REPORT
+    if ours and page.is_file() and not page.is_symlink():  # prep report's; a folder is the user's
+        ours.add(REPORT)
+    foreign = [n for n in sorted(os.listdir(out)) if n not in ours]
     if foreign:
         shown = ", ".join(foreign[:3]) + (
             f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
@@ -58,22 +66,6 @@ def check_out(out: Path, sources: list[Path], overwrite: bool, resume: bool) -> 
             f"{out} already exists and is not an empty folder. HINT: pass --overwrite to replace "
             "it (the old dataset stays readable until the new one is complete)"
         )
-
-
-def foreign_files(out: Path) -> list[str]:
-    """The names in `out` that are not part of the prep dataset it holds (all, where none)."""
-    names = sorted(os.listdir(out))
-    try:
-        if not (out / MANIFEST).is_file():  # a FIFO there would block the read
-            return names
-        files = listed_files(read_manifest(out))
-    except (OSError, FormatError):
-        return names  # not a manifest prep wrote
-    ours = {MANIFEST, REJECTS, RUN_DIR, OLD} | {Path(f).parts[0] for f in files if f}
-    page = out / REPORT
-    if page.is_file() and not page.is_symlink():  # prep report's page; a folder is the user's
-        ours.add(REPORT)
-    return [n for n in names if n not in ours]
 
 
 LOCK_TEXT = re.compile(rb"pid [0-9]+ on [^\n]*\n?")  # what `locked` writes in the lock
