@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 from loaders.format import sha256_file
-from prep.run.files import writing
-from prep.run.shardwriter import ShardFiles
+from prep.run.shardwriter import ShardFiles, writing
 
 
 def _write(staging: Path, fail: bool = False) -> ShardFiles:

@@ -188,12 +188,7 @@ class Kind(ABC, Generic[C, S]):
         return {name: f.describe() for name, f in self.fields.items()}
 
     def extra(self, records: list[dict[str, Any]]) -> dict[str, Any]:
-        """The manifest's `extra`."""
         return {}
-
-    def tasks(self, manifest: Manifest) -> int:
-        """How many shard tasks wrote `manifest` (a task may write a shard per split)."""
-        return len({f.rsplit("-", 1)[1] for s in manifest.shards for f in s.files})
 
     def bytes(self, out: Path, manifest: Manifest) -> int:
         return sum(f.bytes for s in manifest.shards for f in s.files.values())
@@ -221,7 +216,8 @@ def run(kind: Kind[Any, Any], show_progress: bool = True, profile: bool = False)
         plan = {"config": cfg.output_config(), "inputs": inputs.fingerprint, "count": inputs.count}
         if cfg.resume and not cfg.overwrite and st.finished(out, plan):
             manifest = read_manifest(out)  # killed after the swap: nothing left to do
-            n = kind.tasks(manifest)
+            # the shard tasks: the files' task numbers (a task may write a shard per split)
+            n = len({f.rsplit("-", 1)[1] for s in manifest.shards for f in s.files})
             return _summary(
                 kind, out, manifest, manifest.num_samples + manifest.rejects, n, n, start
             )

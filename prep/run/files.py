@@ -7,9 +7,8 @@ import contextlib
 import os
 import secrets
 import socket
-from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -171,25 +170,6 @@ class RaggedWriter:
     def abort(self) -> None:
         self.data.abort()
         self.offsets.abort()
-
-
-class Writer(Protocol):
-    def close(self) -> None: ...
-    def abort(self) -> None: ...
-
-
-@contextlib.contextmanager
-def writing(writers: Iterable[Writer]) -> Iterator[None]:
-    """Close every writer after the block; abort them all (their temp files go) if it fails."""
-    try:
-        yield
-        with stage("write"):
-            for w in writers:
-                w.close()
-    except BaseException:
-        for w in writers:
-            w.abort()
-        raise
 
 
 def publish(tmp: Path, final: Path) -> FileInfo:

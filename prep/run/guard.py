@@ -43,7 +43,15 @@ def check_out(out: Path, sources: list[Path], overwrite: bool, resume: bool) -> 
         )
     if not out.is_dir() or not any(out.iterdir()):
         return
-    foreign = foreign_files(out)
+    ours: set[str] = set()  # the names of the prep dataset OUT holds (none: not one prep wrote)
+    with contextlib.suppress(OSError, FormatError):
+        if (out / MANIFEST).is_file():  # a FIFO there would block the read
+            files = listed_files(read_manifest(out))
+            ours = {MANIFEST, REJECTS, RUN_DIR, OLD} | {Path(f).parts[0] for f in files if f}
+    page = out / REPORT
+    if ours and page.is_file() and not page.is_symlink():  # prep report's; a folder is the user's
+        ours.add(REPORT)
+    foreign = [n for n in sorted(os.listdir(out)) if n not in ours]
     if foreign:
         shown = ", ".join(foreign[:3]) + (
             f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
@@ -60,22 +68,6 @@ def check_out(out: Path, sources: list[Path], overwrite: bool, resume: bool) -> 
         )
 
 
-def foreign_files(out: Path) -> list[str]:
-    """The names in `out` that are not part of the prep dataset it holds (all, where none)."""
-    names = sorted(os.listdir(out))
-    try:
-        if not (out / MANIFEST).is_file():  # a FIFO there would block the read
-            return names
-        files = listed_files(read_manifest(out))
-    except (OSError, FormatError):
-        return names  # not a manifest prep wrote
-    ours = {MANIFEST, REJECTS, RUN_DIR, OLD} | {Path(f).parts[0] for f in files if f}
-    page = out / REPORT
-    if page.is_file() and not page.is_symlink():  # prep report's page; a folder is the user's
-        ours.add(REPORT)
-    return [n for n in names if n not in ours]
-
-
 LOCK_TEXT = re.compile(rb"pid [0-9]+ on [^\n]*\n?")  # what `locked` writes in the lock
 
 
@@ -83,41 +75,36 @@ def lock_path(out: Path) -> Path:
     return out.with_name(f".{out.name}.prep-lock")
 
 
-def _open_lock(path: Path) -> int:
-    """The lock file, opened without following a link (a link must not make the run truncate
-    its target): a regular file of one link, empty or written by prep."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)  # OUT's folder may be new
-        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-        fd = os.open(path, flags, 0o666)
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise PrepError(
-                f"the lock {path} is a symbolic link; refused (packing would write through it). "
-                "HINT: remove it, then rerun"
-            ) from None
-        raise PrepError(
-            f"cannot create the lock {path}: {e.strerror}. HINT: OUT's folder must be writable"
-        ) from e
-    st = os.fstat(fd)
-    ours = stat.S_ISREG(st.st_mode) and st.st_nlink == 1
-    if ours and st.st_size:  # a lock a run left behind says "pid N on HOST"
-        ours = st.st_size < 300 and LOCK_TEXT.fullmatch(os.pread(fd, 300, 0)) is not None
-    if not ours:
-        os.close(fd)
-        raise PrepError(
-            f"{path} is not a lock file prep wrote (a special file, a hard link, or a file with "
-            "other content); refused. HINT: move it away, then rerun"
-        )
-    return fd
-
-
 @contextlib.contextmanager
 def locked(out: Path) -> Iterator[None]:
     """Hold OUT's lock for the block, or fail at once naming the run that holds it."""
     path = lock_path(out)
     while True:
-        fd = _open_lock(path)
+        # opened without following a link (a link must not make the run truncate its target):
+        # a regular file of one link, empty or written by prep
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)  # OUT's folder may be new
+            flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+            fd = os.open(path, flags, 0o666)
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise PrepError(
+                    f"the lock {path} is a symbolic link; refused (packing would write through "
+                    "it). HINT: remove it, then rerun"
+                ) from None
+            raise PrepError(
+                f"cannot create the lock {path}: {e.strerror}. HINT: OUT's folder must be writable"
+            ) from e
+        st = os.fstat(fd)
+        ours = stat.S_ISREG(st.st_mode) and st.st_nlink == 1
+        if ours and st.st_size:  # a lock a run left behind says "pid N on HOST"
+            ours = st.st_size < 300 and LOCK_TEXT.fullmatch(os.pread(fd, 300, 0)) is not None
+        if not ours:
+            os.close(fd)
+            raise PrepError(
+                f"{path} is not a lock file prep wrote (a special file, a hard link, or a file "
+                "with other content); refused. HINT: move it away, then rerun"
+            )
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:

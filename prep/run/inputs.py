@@ -34,13 +34,10 @@ def named_rejects(rejects: list[dict[str, Any]], reason: bool = True) -> str:
     """
     if not 0 < len(rejects) <= 2:
         return ""
-    said = []
-    for r in rejects:
-        message = r["message"].split(" HINT:")[0].rstrip(". ")
-        said.append(
-            f"{r['path']}: {r['reason']}, {message}" if reason else f"{r['path']}, {message}"
-        )
-    return "; ".join(said)
+    head = "{path}: {reason}, " if reason else "{path}, "
+    return "; ".join(
+        head.format_map(r) + r["message"].split(" HINT:")[0].rstrip(". ") for r in rejects
+    )
 
 
 def os_reject_code(e: OSError) -> str:

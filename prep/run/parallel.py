@@ -4,6 +4,7 @@ on a task whose worker died."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import ctypes
 import queue
@@ -45,19 +46,17 @@ def run_tasks(
         return
     if backend == "dask":
         yield from _run_dask(fn, args, n_jobs, scheduler)
-        return
-    if n_jobs == 1 or len(args) <= 1:
+    elif n_jobs == 1 or len(args) <= 1:
         yield from (fn(*a) for a in args)
-        return
-    if backend == "threads":
+    elif backend == "threads":
         yield from _run_threads(fn, args, n_jobs)
-        return
-    from joblib import Parallel, delayed
+    else:
+        from joblib import Parallel, delayed
 
-    parallel = Parallel(
-        n_jobs=min(n_jobs, len(args)), backend=backend, return_as="generator_unordered"
-    )
-    yield from parallel(delayed(fn)(*a) for a in args)
+        jobs = min(n_jobs, len(args))
+        yield from Parallel(n_jobs=jobs, backend=backend, return_as="generator_unordered")(
+            delayed(fn)(*a) for a in args
+        )
 
 
 class _Stop(BaseException):
@@ -67,10 +66,8 @@ class _Stop(BaseException):
 def _run_threads(fn: Callable[..., T], args: list[tuple[Any, ...]], n_jobs: int) -> Iterator[T]:
     """`n_jobs` threads take the tasks in order. When the caller stops, each running task gets
     `_Stop` raised at its next Python line, so that its cleanup runs; all end before return."""
-    todo: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+    todo = collections.deque(args)  # popleft() is atomic: each task is taken once
     done: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
-    for a in args:
-        todo.put(a)
     stopping = threading.Event()
     busy: dict[int, bool] = {}  # thread id -> running a task (a dict item set is atomic)
 
@@ -80,8 +77,8 @@ def _run_threads(fn: Callable[..., T], args: list[tuple[Any, ...]], n_jobs: int)
         try:
             while not stopping.is_set():
                 try:
-                    a = todo.get_nowait()
-                except queue.Empty:
+                    a = todo.popleft()
+                except IndexError:
                     return
                 busy[me] = True
                 try:

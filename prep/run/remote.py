@@ -92,10 +92,9 @@ def upload(storage: Storage, local: Path, resume: bool) -> int:
     old, have = _remote_state(storage)
     m = read_manifest(local)
     files = listed_files(m) | ({REJECTS: ""} if (local / REJECTS).is_file() else {})
-    names = {n: remote_name(n, sha, old) for n, sha in files.items()}
-    if any(n != r for n, r in names.items()):  # listed inline: the index is not uploaded
+    if any(remote_name(n, sha, old) != n for n, sha in files.items()):  # listed inline: no index
         files = listed_files(m, index=False) | ({REJECTS: ""} if REJECTS in files else {})
-        names = {n: remote_name(n, sha, old) for n, sha in files.items()}
+    names = {n: remote_name(n, sha, old) for n, sha in files.items()}
     sizes = {n: f.bytes for s in m.shards for n, f in s.files.items()}
     storage.write(MARKER, json.dumps({"files": sorted(names.values())}).encode())
     sent = 0

@@ -141,17 +141,14 @@ def samples_shard(
         made = make(item)
         if made is None:
             return None
-        out, counts = [], []
-        for sample in made if isinstance(made, list) else [made]:
-            if sourced:
-                sample = {**sample, SOURCE: getattr(item, "source", None) or item.rel}
-            arrays, counted = encode_sample(sample, fields, base, counters)
-            out.append(arrays)
-            counts.append(counted)
-        for counted in counts:  # the input is whole: its samples count
+        samples = made if isinstance(made, list) else [made]
+        if sourced:
+            samples = [{**s, SOURCE: getattr(item, "source", None) or item.rel} for s in samples]
+        encoded = [encode_sample(s, fields, base, counters) for s in samples]
+        for _, counted in encoded:  # the input is whole: its samples count
             for name, what in counted.items():
                 counters[name].add(what)
-        return out
+        return [arrays for arrays, _ in encoded]
 
     def finish(record: dict[str, Any]) -> None:
         record["stats"] = {name: c.record() for name, c in sorted(counters.items())}

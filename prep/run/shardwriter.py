@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TypeVar
@@ -17,7 +18,7 @@ import numpy as np
 from loaders.format import OFFSETS, ArrayRef, ArraySpec, Shard
 from loaders.format.schema import file_name, stem
 from prep.run.errors import write_error
-from prep.run.files import NpyWriter, RaggedWriter, named, publish, temp_path, writing
+from prep.run.files import NpyWriter, RaggedWriter, named, publish, temp_path
 from prep.run.inputs import Reject, reject_record
 from prep.run.profile import stage
 from prep.run.staging import write_record
@@ -95,25 +96,35 @@ class ShardFiles:
         else:
             renames = {path: self._file(part) for part, path in self.parts.items()}
         files = {name: publish(tmp, self.staging / name) for tmp, name in renames.items()}
-        return Shard(count, self._refs(h5_file), files, split)
 
-    def _refs(self, h5: str | None) -> dict[str, ArrayRef]:
         def ref(part: str, length: int) -> ArrayRef:
-            return ArrayRef(h5, length, part) if h5 else ArrayRef(self._file(part), length)
+            return (
+                ArrayRef(h5_file, length, part) if h5_file else ArrayRef(self._file(part), length)
+            )
 
         refs: dict[str, ArrayRef] = {}
         for name, w in self.writers.items():
             refs[name] = ref(name, w.length)
             if isinstance(w, RaggedWriter):
                 refs[name].offsets = ref(name + OFFSETS, w.offsets.length)
-        return refs
+        return Shard(count, refs, files, split)
 
     def _as_h5(self, final: str) -> Path:
         """The temp .npy parts moved into one temp .h5 file."""
+        import h5py
+
         h5tmp = temp_path(self.staging / final)
         try:
-            with stage("write"):
-                _write_h5(h5tmp, self.parts)
+            with stage("write"), h5py.File(h5tmp, "w") as f:
+                for name, npy in self.parts.items():  # contiguous, uncompressed
+                    src = np.load(npy, mmap_mode="r", allow_pickle=False)
+                    ds = f.create_dataset(name, shape=src.shape, dtype=src.dtype, track_times=False)
+                    step = max(1, (64 << 20) // max(1, src[:1].nbytes))  # 64 MB at a time
+                    for start in range(0, len(src), step):
+                        ds[start : start + step] = src[start : start + step]
+                f.flush()
+            with stage("write"), open(h5tmp, "rb+") as fh:
+                os.fsync(fh.fileno())
         except BaseException as e:
             for p in (h5tmp, *self.parts.values()):
                 p.unlink(missing_ok=True)
@@ -125,20 +136,18 @@ class ShardFiles:
         return h5tmp
 
 
-def _write_h5(path: Path, parts: dict[str, Path]) -> None:
-    """The .npy arrays copied into one contiguous, uncompressed HDF5 file."""
-    import h5py
-
-    with h5py.File(path, "w") as f:
-        for name, npy in parts.items():
-            src = np.load(npy, mmap_mode="r", allow_pickle=False)
-            ds = f.create_dataset(name, shape=src.shape, dtype=src.dtype, track_times=False)
-            step = max(1, (64 << 20) // max(1, src[:1].nbytes))  # 64 MB at a time
-            for start in range(0, len(src), step):
-                ds[start : start + step] = src[start : start + step]
-        f.flush()
-    with open(path, "rb+") as fh:
-        os.fsync(fh.fileno())
+@contextlib.contextmanager
+def writing(writers: Iterable[ShardFiles]) -> Iterator[None]:
+    """Close every writer after the block; abort them all (their temp files go) if it fails."""
+    try:
+        yield
+        with stage("write"):
+            for w in writers:
+                w.close()
+    except BaseException:
+        for w in writers:
+            w.abort()
+        raise
 
 
 def write_shard(
@@ -188,10 +197,10 @@ def split_record(
     files (what the driver verifies), `splits` the shards."""
     done = [asdict(s) for s in shards]
     files = {k: v for s in done for k, v in s["files"].items()}
-    record = {"index": index, "shard": {"files": files}, "splits": done, "rejects": rejects}
+    record = {"index": index, "shard": {"files": files}, "splits": done, "rejects": rejects} | more
     with stage("write"):
-        write_record(staging, index, record | more)
-    return record | more
+        write_record(staging, index, record)
+    return record
 
 
 _watching: list[int] = []  # the parent pid this worker process watches, once started

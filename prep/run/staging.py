@@ -56,8 +56,7 @@ def load_record(staging: Path, index: int, verify: bool) -> dict[str, Any] | Non
     path = staging / RUN_DIR / f"{index:05d}.json"
     try:
         record = json.loads(path.read_text())
-        files = record["shard"]["files"]
-        for rel, info in files.items():
+        for rel, info in record["shard"]["files"].items():
             f = staging / rel
             if not f.is_file() or f.stat().st_size != info["bytes"]:
                 return None
@@ -192,9 +191,8 @@ def remove(path: Path) -> None:
         path.unlink()
 
 
-def write_manifest(staging: Path, manifest: Manifest) -> None:
+def write_manifest(staging: Path, m: Manifest) -> None:
     """The dataset's shard index, then its manifest (holding the index's sizes and digests)."""
-    m = manifest
     table, digests = index_arrays(m.shards, m.arrays, m.storage, m.splits)
     files = {}
     for name, arr in ((SHARDS, table), (DIGESTS, digests)):
@@ -203,5 +201,5 @@ def write_manifest(staging: Path, manifest: Manifest) -> None:
         data = buf.getvalue()
         atomic_write_bytes(staging / name, data)
         files[name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-    manifest.index = index_entry(table, manifest.arrays, manifest.storage, files)
-    atomic_write_text(staging / MANIFEST, manifest.to_json())
+    m.index = index_entry(table, m.arrays, m.storage, files)
+    atomic_write_text(staging / MANIFEST, m.to_json())

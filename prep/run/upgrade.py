@@ -24,8 +24,7 @@ def upgrade(root: Path) -> str:
         was = m.format_version
         if was == FORMAT_VERSION:
             return f"{root}: already format version {FORMAT_VERSION}, nothing to do"
-        new = dataclasses.replace(m, format_version=FORMAT_VERSION, index=None)
-        new.shards = list(m.shards)
+        new = dataclasses.replace(m, format_version=FORMAT_VERSION, index=None, shards=[*m.shards])
         atomic_write_text(root / MANIFEST, new.to_json())
     return (
         f"{root}: format version {was} -> {FORMAT_VERSION}, {len(m.shards)} shards, files unchanged"

@@ -19,9 +19,8 @@ from prep.kinds.table.scan import BLOCKS, Scan, read_spill, scan
 from prep.media.table.types import Column, encode
 from prep.run.driver import Inputs, Kind, RunSummary, array_specs, fingerprint, grouped, run
 from prep.run.errors import PrepError
-from prep.run.files import writing
 from prep.run.profile import stage
-from prep.run.shardwriter import ShardFiles, shard_task, split_record
+from prep.run.shardwriter import ShardFiles, shard_task, split_record, writing
 from prep.run.staging import RUN_DIR
 from prep.sources.table import Block, list_tables, sources_of
 

@@ -26,9 +26,8 @@ from prep.media.text.documents import DocumentReader, Piece, count_documents, li
 from prep.media.text.tokenizers import Tokenizer, fit_tokenizer, load_saved, tokenizer_identity
 from prep.run.driver import Inputs, Kind, RunSummary, fingerprint, grouped, run
 from prep.run.errors import PrepError
-from prep.run.files import writing
 from prep.run.profile import stage, timed_iter
-from prep.run.shardwriter import ShardFiles, shard_task, split_record
+from prep.run.shardwriter import ShardFiles, shard_task, split_record, writing
 from prep.sources.text import list_matching
 
 SPLITS = ("train", "val")
