@@ -134,7 +134,7 @@ def speeds(
     """Seconds, one thread each, for all `files`: the pHash of the pixels pack decoded (what
     hashing adds to prep pack), the --drop-dupes pass (its own 1/8-scale decode), imagehash."""
     from prep.kinds.images.config import PackConfig
-    from prep.kinds.images.dupes import hash_items
+    from prep.kinds.images.dupes import _hash_one
     from prep.media.image.groups import image_phash
     from prep.sources.images import Item
 
@@ -144,7 +144,7 @@ def speeds(
         args.reps,
         {
             "pack": lambda: [image_phash(img) for img in decoded],
-            "pass": lambda: hash_items(items, cfg, False),
+            "pass": lambda: [_hash_one(it, cfg) for it in items],
             "ref": lambda: ref.update(h=imagehash_all(files)),
         },
     )
