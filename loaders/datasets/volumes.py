@@ -161,13 +161,10 @@ class PatchDataset(VolumeDataset):
         flat = self.arrays.array(shard, "label_fg")[rng.integers(bounds[c], bounds[c + 1])]
         return np.asarray(np.unravel_index(int(flat), tuple(shape.tolist())))
 
-    def read(
-        self, index: int, field: str, out: np.ndarray, start: np.ndarray | None = None
-    ) -> None:
-        """Fill `out` with item `index`'s patch of `field`, from `start` (or `self.start`)."""
+    def read(self, index: int, field: str, out: np.ndarray, start: np.ndarray) -> None:
+        """Fill `out` with item `index`'s patch of `field`, from `start` (`self.start`'s)."""
         v = index // self.per_volume
         vol = self.volume(v, field)
-        start = self.start(index) if start is None else start
         src, dst = [], []
         for s, p, n in zip(start.tolist(), self.patch, vol.shape, strict=True):
             lo, hi = max(s, 0), min(s + p, n)

@@ -65,16 +65,16 @@ def _unheld(t: torch.Tensor) -> bool:
 
 
 class Ring(Generic[T]):
-    """Up to `keep` reusable buffers a key (field, shape, dtype), at most `shapes` keys."""
+    """Up to `keep` reusable buffers a key (field, shape, dtype), at most 8 keys."""
 
-    def __init__(self, keep: int, shapes: int):
-        self.keep, self.shapes = keep, shapes
+    def __init__(self, keep: int):
+        self.keep = keep
         self._bufs: dict[Any, list[T]] = {}
 
     def slots(self, key: Any) -> list[T]:  # a list the caller may prune
         found = self._bufs.get(key)
         if found is None:
-            if len(self._bufs) >= self.shapes:
+            if len(self._bufs) >= 8:
                 del self._bufs[next(iter(self._bufs))]  # the oldest
             found = self._bufs[key] = []
         return found
@@ -93,8 +93,8 @@ class BufferPool(Ring[torch.Tensor]):
     """The main process's batch buffers, reused once nothing but the pool refers to them (but a
     storage object kept alone), never once in shared memory (50 MB faults in as 3 copies)."""
 
-    def __init__(self, keep: int = 2, shapes: int = 8):
-        super().__init__(keep, shapes)
+    def __init__(self, keep: int = 2):
+        super().__init__(keep)
         self._lock = threading.Lock()  # loader threads: never one buffer to two of them
 
     def get(self, field: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
@@ -141,8 +141,8 @@ def _header(storage: torch.UntypedStorage) -> torch.Tensor:
 class SharedRing(Ring[torch.Tensor]):
     """A worker's ring of shared segments (headers), all freed at a new pass (`passes`)."""
 
-    def __init__(self, keep: int, passes: torch.Tensor | None = None, shapes: int = 8):
-        super().__init__(keep, shapes)
+    def __init__(self, keep: int, passes: torch.Tensor | None = None):
+        super().__init__(keep)
         self.passes, self._pass = passes, -1
 
     def get(self, field: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
