@@ -454,10 +454,7 @@ def transform(
     args = (out[r.image],) if r.label is None else (out[r.image], out[r.label])
     got = aug(*args, **kw)
     got = list(got) if isinstance(got, tuple) else [got]
-    new = dict(out)
-    for f in (r.image, r.label, r.mask):
-        if f is not None:
-            new[f] = got.pop(0)
+    new = dict(out) | {f: got.pop(0) for f in (r.image, r.label, r.mask) if f is not None}
     return _returned(new, got, r, padded)
 
 
@@ -491,9 +488,7 @@ def _given(out: dict[str, Any], r: Roles) -> tuple[dict[str, Any], list[str]]:
 
 def _returned(new: dict[str, Any], got: list[Any], r: Roles, padded: list[str]) -> dict[str, Any]:
     """`new` with what a pipeline returned of the instances (`got`, in outputs' order)."""
-    for f in (r.boxes, r.keypoints, r.instances):
-        if f is not None:
-            new[f] = got.pop(0)
+    new |= {f: got.pop(0) for f in (r.boxes, r.keypoints, r.instances) if f is not None}
     if padded:
         lengths = got.pop(0)
         new |= {f"{f}_len": lengths for f in padded}

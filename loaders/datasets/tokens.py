@@ -72,9 +72,8 @@ class _TokenSplit(ShardedDataset):
         for shard in np.unique(k[inside]).tolist():
             rows = np.flatnonzero(inside & (k == shard))
             local = starts[rows] - self._token_starts[shard]
-            out[rows] = self.arrays.array(self._shards[shard], "tokens")[
-                local[:, None] + np.arange(width)
-            ]
+            tokens = self.arrays.array(self._shards[shard], "tokens")
+            out[rows] = tokens[local[:, None] + np.arange(width)]
         for row in np.flatnonzero(~inside).tolist():
             self._read(int(starts[row]), out[row])
 
