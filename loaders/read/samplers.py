@@ -153,22 +153,19 @@ class ShardSampler(Sampler[int]):
             return (share[i : i + size] for i in range(0, stop, size))
         return self._announced(share, epoch, size, stop)
 
-    def _cuts(self, share: np.ndarray, epoch: int) -> list[int]:
-        """Where in `share` each window of `epoch` starts."""
-        sizes = np.asarray(self.shard_sizes, dtype=np.int64)
-        groups = windows(len(sizes), self.seed, epoch, self.window)
-        starts = np.cumsum([0] + [int(sizes[g].sum()) for g in groups[:-1]])
-        # Global position p is this rank's index (p - rank) / num_replicas: the first of a
-        # window starting at p is ceil((p - rank) / num_replicas); a skipped start shifts them.
-        firsts = -((self.rank - starts) // self.num_replicas) - (self._full() - len(share))
-        return np.clip(firsts, 0, len(share)).tolist()
-
     def _announced(
         self, share: np.ndarray, epoch: int, size: int, stop: int
     ) -> Iterator[np.ndarray]:
         """The batches of `share[:stop]`, on_window(epoch, k) called before window k's first."""
         assert self.on_window is not None
-        cuts, k = self._cuts(share, epoch), 0
+        sizes = np.asarray(self.shard_sizes, dtype=np.int64)
+        groups = windows(len(sizes), self.seed, epoch, self.window)
+        starts = np.cumsum([0] + [int(sizes[g].sum()) for g in groups[:-1]])
+        # `cuts`: where in `share` each window starts. Global position p is this rank's index
+        # (p - rank) / num_replicas: the first of a window starting at p is
+        # ceil((p - rank) / num_replicas); a skipped start shifts them.
+        firsts = -((self.rank - starts) // self.num_replicas) - (self._full() - len(share))
+        cuts, k = np.clip(firsts, 0, len(share)).tolist(), 0
         for i in range(0, stop, size):  # (windows wholly skipped: announced at the first batch)
             while k < len(cuts) and cuts[k] < i + size:
                 self.on_window(epoch, k)
