@@ -64,19 +64,6 @@ class _TokenSplit(ShardedDataset):
             out[filled : filled + n] = tokens[local : local + n]
             filled, pos, k = filled + n, pos + n, k + 1
 
-    def _read_windows(self, starts: np.ndarray, out: np.ndarray) -> None:
-        """Row r of `out` (n, width): the tokens from starts[r] on, a gather a shard at a time."""
-        width = out.shape[1]
-        k = np.searchsorted(self._token_starts, starts, side="right") - 1
-        inside = starts + width <= self._token_starts[k + 1]
-        for shard in np.unique(k[inside]).tolist():
-            rows = np.flatnonzero(inside & (k == shard))
-            local = starts[rows] - self._token_starts[shard]
-            tokens = self.arrays.array(self._shards[shard], "tokens")
-            out[rows] = tokens[local[:, None] + np.arange(width)]
-        for row in np.flatnonzero(~inside).tolist():
-            self._read(int(starts[row]), out[row])
-
 
 class TokenWindowDataset(_TokenSplit):
     """Item i: (x, y), int64 (block_size,), the tokens from i * stride, y shifted by one."""
@@ -117,8 +104,17 @@ class TokenWindowDataset(_TokenSplit):
 
     def __getitems__(self, indices: Sequence[int]) -> Batch:
         idx = self._checked(indices)
-        buf = np.empty((len(idx), self.block_size + 1), self.dtype)
-        self._read_windows(idx * self.stride, buf)
+        starts, width = idx * self.stride, self.block_size + 1
+        buf = np.empty((len(idx), width), self.dtype)  # row r: the tokens from starts[r] on
+        k = np.searchsorted(self._token_starts, starts, side="right") - 1
+        inside = starts + width <= self._token_starts[k + 1]
+        for shard in np.unique(k[inside]).tolist():  # a gather a shard at a time
+            rows = np.flatnonzero(inside & (k == shard))
+            local = starts[rows] - self._token_starts[shard]
+            tokens = self.arrays.array(self._shards[shard], "tokens")
+            buf[rows] = tokens[local[:, None] + np.arange(width)]
+        for row in np.flatnonzero(~inside).tolist():  # across a shard boundary
+            self._read(int(starts[row]), buf[row])
         x, y = (new_batch((len(idx), self.block_size), getattr(torch, OUT_DTYPE)) for _ in range(2))
         x.numpy()[:], y.numpy()[:] = buf[:, :-1], buf[:, 1:]
         return Batch((x, y, self._index(idx)) if self.with_index else (x, y))
