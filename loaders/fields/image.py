@@ -145,6 +145,9 @@ class Placed(Field):
         """The field's array at `size` (None: at its first)."""
         return array_name(name, size or self.sizes[0])
 
+    def needs(self, name: str) -> list[str]:
+        return [hw_name(self.image, s) for s in self.sizes] if self.mode == "keep" else []
+
     def cropped(self, batch: Reading, name: str, crop: Crop) -> list[np.ndarray]:
         """The batch's samples at its size, each moved by `crop` into its load-time crop."""
         pieces = batch.pieces(array_name(name, batch.size or 0))
