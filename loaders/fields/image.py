@@ -60,9 +60,7 @@ class Image(Field):
 
     def codec_at(self, size: int) -> str:
         """The codec of the images at `size`: raw or jpeg."""
-        if isinstance(self.codec, str):
-            return self.codec
-        return self.codec[self.sizes.index(size)]
+        return self.codec if isinstance(self.codec, str) else self.codec[self.sizes.index(size)]
 
     def arrays(self, name: str) -> list[ArraySpec]:
         out = []
