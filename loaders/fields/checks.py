@@ -84,31 +84,7 @@ def check_shard(
     """Problems of shard `index`, its files found by `path_of`; `out` gets its checked arrays."""
     shard = manifest.shards[index]
     files: dict[str, tuple[Path, int]] = {}  # file name -> its path and byte size, checked
-    found = _file_problems(path_of, shard, checksums, files) + array_problems(manifest, shard)
-    layouts: Arrays = {} if out is None else out
-    if not found:  # the files are there and whole: read their headers
-        names = [(n, n + OFFSETS) if r.offsets else (n,) for n, r in shard.arrays.items()]
-        for name in (n for group in names for n in group):
-            ref, spec = manifest.ref(index, name)
-            path, size = files[ref.file]
-            try:
-                layouts[name] = path, check_array(path, ref, spec, name, size)
-            except FormatError as e:
-                found.append(str(e))
-    if not found:
-        found = array_counts(manifest, shard, layouts)
-    if not found:
-        found = field_problems(manifest, layouts)
-    if not found and values:
-        found = value_problems(manifest, shard, layouts)
-    return [f"shard {index}: {p}" for p in found]
-
-
-def _file_problems(
-    path_of: PathOf, shard: Shard, checksums: bool, files: dict[str, tuple[Path, int]]
-) -> list[str]:
-    """Each file a regular file of its size (and sha256); `files` gets each good one's."""
-    found = []
+    found = []  # each file a regular file of its size (and sha256)
     for rel, info in shard.files.items():
         try:
             path = path_of(rel)
@@ -126,7 +102,24 @@ def _file_problems(
                 found.append(f"{path} checksum differs from the manifest")
             else:
                 files[rel] = path, st.st_size
-    return found
+    found += array_problems(manifest, shard)
+    layouts: Arrays = {} if out is None else out
+    if not found:  # the files are there and whole: read their headers
+        names = [(n, n + OFFSETS) if r.offsets else (n,) for n, r in shard.arrays.items()]
+        for name in (n for group in names for n in group):
+            ref, spec = manifest.ref(index, name)
+            path, size = files[ref.file]
+            try:
+                layouts[name] = path, check_array(path, ref, spec, name, size)
+            except FormatError as e:
+                found.append(str(e))
+    if not found:
+        found = array_counts(manifest, shard, layouts)
+    if not found:
+        found = field_problems(manifest, layouts)
+    if not found and values:
+        found = value_problems(manifest, shard, layouts)
+    return [f"shard {index}: {p}" for p in found]
 
 
 def array_problems(manifest: Manifest, shard: Shard) -> list[str]:

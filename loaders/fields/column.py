@@ -64,10 +64,8 @@ class Column(Field):
         return FIRST_CODE if self.first_code is None else self.first_code
 
     def arrays(self, name: str) -> list[ArraySpec]:
-        out = [spec(name, "column", self.dtype, ())]
-        if self.mask:
-            out.append(spec(f"{name}_missing", "missing", "uint8", ()))
-        return out
+        missing = [spec(f"{name}_missing", "missing", "uint8", ())] if self.mask else []
+        return [spec(name, "column", self.dtype, ()), *missing]
 
     def read(self, batch: Reading, name: str, policy: str) -> dict[str, Any]:
         values = batch.values(name)

@@ -60,9 +60,7 @@ class Image(Field):
 
     def codec_at(self, size: int) -> str:
         """The codec of the images at `size`: raw or jpeg."""
-        if isinstance(self.codec, str):
-            return self.codec
-        return self.codec[self.sizes.index(size)]
+        return self.codec if isinstance(self.codec, str) else self.codec[self.sizes.index(size)]
 
     def arrays(self, name: str) -> list[ArraySpec]:
         out = []
@@ -144,6 +142,9 @@ class Placed(Field):
     def at(self, name: str, size: int | None) -> str:
         """The field's array at `size` (None: at its first)."""
         return array_name(name, size or self.sizes[0])
+
+    def needs(self, name: str) -> list[str]:
+        return [hw_name(self.image, s) for s in self.sizes] if self.mode == "keep" else []
 
     def cropped(self, batch: Reading, name: str, crop: Crop) -> list[np.ndarray]:
         """The batch's samples at its size, each moved by `crop` into its load-time crop."""

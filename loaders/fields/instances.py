@@ -54,9 +54,6 @@ class Instances(Placed):
             row = (size, size)
         return ragged_batch(name, [m.reshape(-1) for m in stacks], tuple(row), policy)
 
-    def needs(self, name: str) -> list[str]:
-        return [hw_name(self.image, s) for s in self.sizes] if self.mode == "keep" else []
-
     def problems(self, name: str, arrays: Mapping[str, np.ndarray]) -> list[str]:
         """Each sample whole masks of its image's stored (h, w) (mode keep: its hw)."""
         for s in self.sizes:

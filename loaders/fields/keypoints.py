@@ -31,10 +31,9 @@ class Keypoints(Placed):
         return ragged_batch(name, self.cropped(batch, name, crop_points), (self.joints, 3), policy)
 
     def problems(self, name: str, arrays: Mapping[str, np.ndarray]) -> list[str]:
-        step = 3 * self.joints
         for s in self.sizes:
             off = arrays.get(array_name(name, s) + ".offsets")
-            if off is not None and np.any(np.diff(off) % step):
+            if off is not None and np.any(np.diff(off) % (3 * self.joints)):  # x, y, v a joint
                 return [f"a sample of {name} at {s} is not whole instances of {self.joints} points"]
         return []
 

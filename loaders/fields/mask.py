@@ -29,9 +29,6 @@ class Mask(Placed):
     def problems(self, name: str, arrays: Mapping[str, np.ndarray]) -> list[str]:
         return keep_problems(name, self.image, self.sizes, 1, arrays)
 
-    def needs(self, name: str) -> list[str]:
-        return [hw_name(self.image, s) for s in self.sizes] if self.mode == "keep" else []
-
     def value(self, name: str, piece: Piece, size: int | None) -> np.ndarray:
         data = piece(self.at(name, size))
         if self.mode != "keep":
