@@ -157,11 +157,11 @@ def write_shard(
     specs: dict[str, ArraySpec],
     storage: str,
     staging: Path,
-    finish: Callable[[dict[str, Any]], None] | None = None,
+    extra: Callable[[], dict[str, Any]] = dict,
 ) -> dict[str, Any]:
-    """Encode `items` (of one `.split`) into shard `index`; its record (rejects named by `.rel`),
-    which `finish` adds to before it is written. `encode` gives an input's sample (array name ->
-    value), a list of them, or None to skip it. A failed write leaves no file behind."""
+    """Encode `items` (of one `.split`) into shard `index`; its record (rejects named by `.rel`)
+    with the keys `extra` gives once all are encoded. `encode` gives an input's sample (array
+    name -> value), a list of them, or None to skip it. A failed write leaves no file behind."""
     split = getattr(items[0], "split", None) if items else None
     out = ShardFiles(staging, stem(split, index))
     rejects: list[dict[str, Any]] = []
@@ -182,9 +182,7 @@ def write_shard(
                 with stage("write"):
                     out.append(one)
     shard = out.publish(count, split, h5=storage == "h5")
-    record = {"index": index, "shard": asdict(shard), "rejects": rejects}
-    if finish is not None:
-        finish(record)
+    record = {"index": index, "shard": asdict(shard), "rejects": rejects} | extra()
     with stage("write"):
         write_record(staging, index, record)
     return record

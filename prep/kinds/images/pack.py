@@ -119,10 +119,9 @@ def pack_shard(
     def encode(item: Item) -> dict[str, np.ndarray]:
         return encode_item(item, cfg, specs, sums, (phashes or {}).get(item.rel))
 
-    def finish(record: dict[str, Any]) -> None:
-        record["stats"] = sums.record()
-
-    return write_shard(index, items, encode, specs, cfg.format, staging, finish)
+    return write_shard(
+        index, items, encode, specs, cfg.format, staging, lambda: {"stats": sums.record()}
+    )
 
 
 class ImagesKind(Kind[PackConfig, list[Item]]):

@@ -96,10 +96,7 @@ def volumes_shard(
         volumes.append(meta)
         return sample
 
-    def finish(record: dict[str, Any]) -> None:
-        record["volumes"] = volumes
-
-    return write_shard(index, items, encode, specs, "npy", staging, finish)
+    return write_shard(index, items, encode, specs, "npy", staging, lambda: {"volumes": volumes})
 
 
 class VolumesKind(Kind[VolumeConfig, list[Item]]):
