@@ -123,6 +123,7 @@ class Kind(ABC, Generic[C, S]):
 
     unit: ClassVar[str] = "img"  # of the progress bar: what `weight` counts
     noun: ClassVar[str] = "inputs"  # what --max-rejects counts
+    counted: ClassVar[str | None] = None  # the record key that counts them (None: inputs.count)
     summary: ClassVar[type[RunSummary]] = RunSummary
     prepare_stage: ClassVar[str | None] = None  # the profile's stage for `prepare` (None: untimed)
     threads: ClassVar[bool] = False  # the task releases the GIL: --backend auto runs threads
@@ -171,7 +172,8 @@ class Kind(ABC, Generic[C, S]):
 
     def seen(self, inputs: Inputs, records: list[dict[str, Any]]) -> int:
         """Inputs seen, used or rejected (what --max-rejects divides by)."""
-        return inputs.count + len(inputs.rejects)
+        used = sum(rec[self.counted] for rec in records) if self.counted else inputs.count
+        return used + len(inputs.rejects)
 
     def manifest(self, records: list[dict[str, Any]]) -> Manifest:
         """The manifest from the shard records in order; the driver adds config and counts."""

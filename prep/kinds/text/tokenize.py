@@ -247,6 +247,7 @@ class TextKind(Kind[TokenizeConfig, list[Piece]]):
     command = "tokenize"
     unit = "kB"
     noun = "documents"
+    counted = "inputs"
     summary = TokenizeSummary
     prepare_stage = "fit"
     task = staticmethod(tokenize_shard)
@@ -323,9 +324,6 @@ class TextKind(Kind[TokenizeConfig, list[Piece]]):
 
     def reusable(self, record: dict[str, Any]) -> bool:
         return record.get("tokenizer_sha256") == self.tok_sha and super().reusable(record)
-
-    def seen(self, inputs: Inputs, records: list[dict[str, Any]]) -> int:
-        return len(inputs.rejects) + sum(rec["inputs"] for rec in records)
 
     def manifest(self, records: list[dict[str, Any]]) -> Manifest:
         if not any(rec["splits"] for rec in records):
