@@ -97,10 +97,8 @@ class ShardFiles:
             renames = {path: self._file(part) for part, path in self.parts.items()}
         files = {name: publish(tmp, self.staging / name) for tmp, name in renames.items()}
 
-        def ref(part: str, length: int) -> ArrayRef:
-            return (
-                ArrayRef(h5_file, length, part) if h5_file else ArrayRef(self._file(part), length)
-            )
+        def ref(part: str, length: int) -> ArrayRef:  # an .h5 file's dataset is named by part
+            return ArrayRef(h5_file or self._file(part), length, part if h5_file else None)
 
         refs: dict[str, ArrayRef] = {}
         for name, w in self.writers.items():
