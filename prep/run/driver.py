@@ -236,10 +236,9 @@ def run(kind: Kind[Any, Any], show_progress: bool = True, profile: bool = False)
         records |= _run_shards(kind, shards, records, staging, timer, show_progress, profile)
         ordered = [records[i] for i in sorted(records)]
         try:
-            manifest = _finish(kind, inputs, ordered, staging, out)
+            manifest, seen = _finish(kind, inputs, ordered, staging, out)
         except OSError as e:
             raise write_error(e, str(staging)) from e
-    seen = kind.seen(inputs, ordered)
     summary = _summary(kind, out, manifest, seen, len(ordered), reused, start)
     summary.rejects = inputs.rejects + [r for rec in ordered for r in rec["rejects"]]
     summary.prepare_seconds = prepared
@@ -288,8 +287,8 @@ def _finish(
     records: list[dict[str, Any]],
     staging: Path,
     out: Path,
-) -> Manifest:
-    """rejects.jsonl, the --max-rejects check, the manifest (last), then the swap into place."""
+) -> tuple[Manifest, int]:
+    """rejects.jsonl, the --max-rejects check, the manifest (last), the swap; (manifest, seen)."""
     cfg = kind.cfg
     rejects = st.write_rejects(
         staging, inputs.rejects + [r for rec in records for r in rec["rejects"]]
@@ -315,7 +314,7 @@ def _finish(
     manifest.extra["inputs"] = inputs.fingerprint  # as the plan's: see staging.finished
     st.write_manifest(staging, manifest)
     install(staging, out)
-    return manifest
+    return manifest, seen
 
 
 def _summary(
