@@ -83,8 +83,7 @@ def encode_item(
                 f"mask {item.mask.name} is {mask.shape[1]}x{mask.shape[0]}, "
                 f"image is {upright[1]}x{upright[0]}",
             )
-        masks = sizes_from(mask, upright, cfg.sizes, mode, cfg.mask_pad_value, True)
-        for s, m in masks.items():
+        for s, m in sizes_from(mask, upright, cfg.sizes, mode, cfg.mask_pad_value, True).items():
             name = array_name("mask", s)
             out[name] = stored(m, specs[name], cfg.quality)
     if "label" in specs:
