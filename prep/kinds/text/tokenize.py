@@ -199,8 +199,7 @@ def plan_shards(pieces: list[Piece], shard_bytes: int) -> list[list[Piece]]:
             cut.append(p)
             continue
         starts = [s for s in line_starts(p.path, p.end, shard_bytes) if p.start <= s < p.end]
-        bounds = [*starts, p.end]
-        cut += [Piece(p.path, p.rel, a, b, p.mode) for a, b in itertools.pairwise(bounds)]
+        cut += [Piece(p.path, p.rel, a, b, p.mode) for a, b in itertools.pairwise([*starts, p.end])]
     return grouped(cut, attrgetter("nbytes"), shard_bytes)
 
 
