@@ -53,8 +53,7 @@ class ShardFiles:
 
     def ragged(self, name: str, dtype: str | np.dtype[Any]) -> RaggedWriter:
         """A ragged array: its data, and its offsets (`NAME.offsets`)."""
-        data, off = self._temp(name), self._temp(name + OFFSETS)
-        w = self.writers[name] = RaggedWriter(data, off, dtype)
+        w = self.writers[name] = RaggedWriter(self._temp(name), self._temp(name + OFFSETS), dtype)
         return w
 
     def open_all(self, specs: dict[str, ArraySpec]) -> None:
