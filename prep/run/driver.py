@@ -123,6 +123,7 @@ class Kind(ABC, Generic[C, S]):
 
     unit: ClassVar[str] = "img"  # of the progress bar: what `weight` counts
     noun: ClassVar[str] = "inputs"  # what --max-rejects counts
+    counted: ClassVar[str | None] = None  # the record key that counts them (None: inputs.count)
     summary: ClassVar[type[RunSummary]] = RunSummary
     prepare_stage: ClassVar[str | None] = None  # the profile's stage for `prepare` (None: untimed)
     threads: ClassVar[bool] = False  # the task releases the GIL: --backend auto runs threads
@@ -171,7 +172,8 @@ class Kind(ABC, Generic[C, S]):
 
     def seen(self, inputs: Inputs, records: list[dict[str, Any]]) -> int:
         """Inputs seen, used or rejected (what --max-rejects divides by)."""
-        return inputs.count + len(inputs.rejects)
+        used = sum(rec[self.counted] for rec in records) if self.counted else inputs.count
+        return used + len(inputs.rejects)
 
     def manifest(self, records: list[dict[str, Any]]) -> Manifest:
         """The manifest from the shard records in order; the driver adds config and counts."""
@@ -234,10 +236,9 @@ def run(kind: Kind[Any, Any], show_progress: bool = True, profile: bool = False)
         records |= _run_shards(kind, shards, records, staging, timer, show_progress, profile)
         ordered = [records[i] for i in sorted(records)]
         try:
-            manifest = _finish(kind, inputs, ordered, staging, out)
+            manifest, seen = _finish(kind, inputs, ordered, staging, out)
         except OSError as e:
             raise write_error(e, str(staging)) from e
-    seen = kind.seen(inputs, ordered)
     summary = _summary(kind, out, manifest, seen, len(ordered), reused, start)
     summary.rejects = inputs.rejects + [r for rec in ordered for r in rec["rejects"]]
     summary.prepare_seconds = prepared
@@ -286,8 +287,8 @@ def _finish(
     records: list[dict[str, Any]],
     staging: Path,
     out: Path,
-) -> Manifest:
-    """rejects.jsonl, the --max-rejects check, the manifest (last), then the swap into place."""
+) -> tuple[Manifest, int]:
+    """rejects.jsonl, the --max-rejects check, the manifest (last), the swap; (manifest, seen)."""
     cfg = kind.cfg
     rejects = st.write_rejects(
         staging, inputs.rejects + [r for rec in records for r in rec["rejects"]]
@@ -313,7 +314,7 @@ def _finish(
     manifest.extra["inputs"] = inputs.fingerprint  # as the plan's: see staging.finished
     st.write_manifest(staging, manifest)
     install(staging, out)
-    return manifest
+    return manifest, seen
 
 
 def _summary(

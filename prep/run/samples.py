@@ -150,10 +150,10 @@ def samples_shard(
                 counters[name].add(what)
         return [arrays for arrays, _ in encoded]
 
-    def finish(record: dict[str, Any]) -> None:
-        record["stats"] = {name: c.record() for name, c in sorted(counters.items())}
+    def stats() -> dict[str, Any]:
+        return {"stats": {name: c.record() for name, c in sorted(counters.items())}}
 
-    return write_shard(index, items, encode, specs, storage, staging, finish)
+    return write_shard(index, items, encode, specs, storage, staging, stats)
 
 
 class SamplesRun(Kind[Any, list[Any]]):

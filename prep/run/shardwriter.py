@@ -53,8 +53,7 @@ class ShardFiles:
 
     def ragged(self, name: str, dtype: str | np.dtype[Any]) -> RaggedWriter:
         """A ragged array: its data, and its offsets (`NAME.offsets`)."""
-        data, off = self._temp(name), self._temp(name + OFFSETS)
-        w = self.writers[name] = RaggedWriter(data, off, dtype)
+        w = self.writers[name] = RaggedWriter(self._temp(name), self._temp(name + OFFSETS), dtype)
         return w
 
     def open_all(self, specs: dict[str, ArraySpec]) -> None:
@@ -97,10 +96,8 @@ class ShardFiles:
             renames = {path: self._file(part) for part, path in self.parts.items()}
         files = {name: publish(tmp, self.staging / name) for tmp, name in renames.items()}
 
-        def ref(part: str, length: int) -> ArrayRef:
-            return (
-                ArrayRef(h5_file, length, part) if h5_file else ArrayRef(self._file(part), length)
-            )
+        def ref(part: str, length: int) -> ArrayRef:  # an .h5 file's dataset is named by part
+            return ArrayRef(h5_file or self._file(part), length, part if h5_file else None)
 
         refs: dict[str, ArrayRef] = {}
         for name, w in self.writers.items():
@@ -157,11 +154,11 @@ def write_shard(
     specs: dict[str, ArraySpec],
     storage: str,
     staging: Path,
-    finish: Callable[[dict[str, Any]], None] | None = None,
+    extra: Callable[[], dict[str, Any]] = dict,
 ) -> dict[str, Any]:
-    """Encode `items` (of one `.split`) into shard `index`; its record (rejects named by `.rel`),
-    which `finish` adds to before it is written. `encode` gives an input's sample (array name ->
-    value), a list of them, or None to skip it. A failed write leaves no file behind."""
+    """Encode `items` (of one `.split`) into shard `index`; its record (rejects named by `.rel`)
+    with the keys `extra` gives once all are encoded. `encode` gives an input's sample (array
+    name -> value), a list of them, or None to skip it. A failed write leaves no file behind."""
     split = getattr(items[0], "split", None) if items else None
     out = ShardFiles(staging, stem(split, index))
     rejects: list[dict[str, Any]] = []
@@ -182,9 +179,7 @@ def write_shard(
                 with stage("write"):
                     out.append(one)
     shard = out.publish(count, split, h5=storage == "h5")
-    record = {"index": index, "shard": asdict(shard), "rejects": rejects}
-    if finish is not None:
-        finish(record)
+    record = {"index": index, "shard": asdict(shard), "rejects": rejects} | extra()
     with stage("write"):
         write_record(staging, index, record)
     return record

@@ -83,8 +83,7 @@ def encode_item(
                 f"mask {item.mask.name} is {mask.shape[1]}x{mask.shape[0]}, "
                 f"image is {upright[1]}x{upright[0]}",
             )
-        masks = sizes_from(mask, upright, cfg.sizes, mode, cfg.mask_pad_value, True)
-        for s, m in masks.items():
+        for s, m in sizes_from(mask, upright, cfg.sizes, mode, cfg.mask_pad_value, True).items():
             name = array_name("mask", s)
             out[name] = stored(m, specs[name], cfg.quality)
     if "label" in specs:
@@ -119,10 +118,9 @@ def pack_shard(
     def encode(item: Item) -> dict[str, np.ndarray]:
         return encode_item(item, cfg, specs, sums, (phashes or {}).get(item.rel))
 
-    def finish(record: dict[str, Any]) -> None:
-        record["stats"] = sums.record()
-
-    return write_shard(index, items, encode, specs, cfg.format, staging, finish)
+    return write_shard(
+        index, items, encode, specs, cfg.format, staging, lambda: {"stats": sums.record()}
+    )
 
 
 class ImagesKind(Kind[PackConfig, list[Item]]):

@@ -105,6 +105,7 @@ class TableKind(Kind[TableConfig, list[Block]]):
     command = "table"
     unit = "row"
     noun = "rows"
+    counted = "rows"
     prepare_stage = "scan"
     threads = True  # parsing (pyarrow), encoding, hashing and writing release the GIL
     task = staticmethod(table_shard)
@@ -137,9 +138,6 @@ class TableKind(Kind[TableConfig, list[Block]]):
     def task_args(self, index: int, shard: list[Block], staging: Path) -> tuple[Any, ...]:
         rejects = [r for b in shard for r in self.scan.rejects[b.index]]
         return (index, shard, self.cfg, self.scan.columns, rejects, staging)
-
-    def seen(self, inputs: Inputs, records: list[dict[str, Any]]) -> int:
-        return len(inputs.rejects) + sum(rec["rows"] for rec in records)
 
     def extra(self, records: list[dict[str, Any]]) -> dict[str, Any]:
         return {} if self.cfg.target is None else {"target": self.cfg.target}

@@ -199,8 +199,7 @@ def plan_shards(pieces: list[Piece], shard_bytes: int) -> list[list[Piece]]:
             cut.append(p)
             continue
         starts = [s for s in line_starts(p.path, p.end, shard_bytes) if p.start <= s < p.end]
-        bounds = [*starts, p.end]
-        cut += [Piece(p.path, p.rel, a, b, p.mode) for a, b in itertools.pairwise(bounds)]
+        cut += [Piece(p.path, p.rel, a, b, p.mode) for a, b in itertools.pairwise([*starts, p.end])]
     return grouped(cut, attrgetter("nbytes"), shard_bytes)
 
 
@@ -247,6 +246,7 @@ class TextKind(Kind[TokenizeConfig, list[Piece]]):
     command = "tokenize"
     unit = "kB"
     noun = "documents"
+    counted = "inputs"
     summary = TokenizeSummary
     prepare_stage = "fit"
     task = staticmethod(tokenize_shard)
@@ -323,9 +323,6 @@ class TextKind(Kind[TokenizeConfig, list[Piece]]):
 
     def reusable(self, record: dict[str, Any]) -> bool:
         return record.get("tokenizer_sha256") == self.tok_sha and super().reusable(record)
-
-    def seen(self, inputs: Inputs, records: list[dict[str, Any]]) -> int:
-        return len(inputs.rejects) + sum(rec["inputs"] for rec in records)
 
     def manifest(self, records: list[dict[str, Any]]) -> Manifest:
         if not any(rec["splits"] for rec in records):

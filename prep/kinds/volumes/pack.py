@@ -59,8 +59,7 @@ def encode_volume(
             lo, hi = tf.foreground_box(img, lab, cfg.margin)
             boxes.append((lo, tuple(int(n) for n in hi - lo)))
         if cfg.shape is not None:
-            size = tuple(int(n) for n in float_list(cfg.shape, 3, "--shape") or ())
-            boxes.append((None, size))
+            boxes.append((None, tuple(int(n) for n in float_list(cfg.shape, 3, "--shape") or ())))
         for start, size in boxes:
             start = (np.asarray(img.shape) - size) // 2 if start is None else start  # centred
             img = tf.box(img, start, size, pad)
@@ -96,10 +95,7 @@ def volumes_shard(
         volumes.append(meta)
         return sample
 
-    def finish(record: dict[str, Any]) -> None:
-        record["volumes"] = volumes
-
-    return write_shard(index, items, encode, specs, "npy", staging, finish)
+    return write_shard(index, items, encode, specs, "npy", staging, lambda: {"volumes": volumes})
 
 
 class VolumesKind(Kind[VolumeConfig, list[Item]]):
