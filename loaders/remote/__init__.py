@@ -47,8 +47,9 @@ def open_remote(root: object) -> tuple[RemoteBackend, Manifest] | None:
     if url is None:
         return None
     backend = RemoteBackend(url)
-    data, _ = backend.read_manifest()
-    return backend, Manifest.from_json(data, backend.root / MANIFEST, backend.resolver())
+    backend.read_manifest()
+    assert backend._manifest is not None  # set by read_manifest: parsed once
+    return backend, backend._manifest
 
 
 def dataset_file(root: str | os.PathLike[str]) -> tuple[Manifest, Callable[[str, str], Path]]:
