@@ -47,8 +47,9 @@ def open_remote(root: object) -> tuple[RemoteBackend, Manifest] | None:
     if url is None:
         return None
     backend = RemoteBackend(url)
-    data, _ = backend.read_manifest()
-    return backend, Manifest.from_json(data, backend.root / MANIFEST, backend.resolver())
+    backend.read_manifest()
+    assert backend._manifest is not None  # set by read_manifest: parsed once
+    return backend, backend._manifest
 
 
 def dataset_file(root: str | os.PathLike[str]) -> tuple[Manifest, Callable[[str, str], Path]]:
@@ -192,7 +193,46 @@ class RemoteBackend:
 
     def problems(self, manifest: Manifest, checksums: bool = False) -> list[str]:
         """check_files' lines for the URL (`prep verify` downloads into the cache's folder)."""
-        return url_problems(self.storage, manifest, checksums, self.cache_dir)
+        storage = self.storage
+
+        def download(name: str, path: Path) -> None:
+            with open(path, "wb") as f:
+                storage.download(name, f)
+
+        root = storage.root
+        found: dict[int, list[str]] = {-1: structure_problems(manifest, root)}
+        if found[-1]:
+            return found[-1]
+        if not root.startswith(("http://", "https://")):  # HTTP cannot list: each file's size
+            have = storage.listing()
+        else:
+            have = {n: storage.size(n) for s in manifest.shards for n in s.files}
+        for i, shard in enumerate(manifest.shards):
+            for name, info in shard.files.items():
+                if name not in have:
+                    found.setdefault(i, []).append(f"shard {i}: {root / name} is missing")
+                elif have[name] != info.bytes:
+                    found.setdefault(i, []).append(
+                        f"shard {i}: {root / name} has {have[name]} bytes, the manifest says "
+                        f"{info.bytes}"
+                    )
+        problems = [p for lines in found.values() for p in lines]
+        if not checksums:
+            return problems
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        for i, shard in enumerate(manifest.shards):
+            if i in found:  # found wanting already
+                continue
+            with tempfile.TemporaryDirectory(dir=self.cache_dir, ignore_cleanup_errors=True) as tmp:
+                copies = {n: Path(tmp, f"{k:06d}") for k, n in enumerate(sorted(shard.files))}
+                try:
+                    with ThreadPoolExecutor(THREADS) as pool:  # one request at a time waits mostly
+                        list(pool.map(download, copies, copies.values()))
+                    arrays = sorted({*manifest.arrays, *shard.arrays})
+                    problems += copy_problems(manifest, i, arrays, copies, root, True)
+                except FormatError as e:
+                    problems.append(f"shard {i}: {e}")
+        return problems + _kept_problems(storage, manifest)
 
     def __getstate__(self) -> dict[str, Any]:
         keep = ("storage", "root", "cache_dir", "cache_limit", "hold", "plan")
@@ -239,51 +279,6 @@ def copy_problems(
     for path, remote in names:  # the local copies' paths -> the URLs they came from
         found = [line.replace(path, remote) for line in found]
     return found
-
-
-def url_problems(
-    storage: Storage, manifest: Manifest, checksums: bool, tmp_parent: Path
-) -> list[str]:
-    """What check_files finds in a folder, at the storage's URL (downloads under `tmp_parent`)."""
-
-    def download(name: str, path: Path) -> None:
-        with open(path, "wb") as f:
-            storage.download(name, f)
-
-    root = storage.root
-    found: dict[int, list[str]] = {-1: structure_problems(manifest, root)}
-    if found[-1]:
-        return found[-1]
-    if not root.startswith(("http://", "https://")):  # HTTP cannot list: each file's size
-        have = storage.listing()
-    else:
-        have = {n: storage.size(n) for s in manifest.shards for n in s.files}
-    for i, shard in enumerate(manifest.shards):
-        for name, info in shard.files.items():
-            if name not in have:
-                found.setdefault(i, []).append(f"shard {i}: {root / name} is missing")
-            elif have[name] != info.bytes:
-                found.setdefault(i, []).append(
-                    f"shard {i}: {root / name} has {have[name]} bytes, the manifest says "
-                    f"{info.bytes}"
-                )
-    problems = [p for lines in found.values() for p in lines]
-    if not checksums:
-        return problems
-    tmp_parent.mkdir(parents=True, exist_ok=True)
-    for i, shard in enumerate(manifest.shards):
-        if i in found:  # found wanting already
-            continue
-        with tempfile.TemporaryDirectory(dir=tmp_parent, ignore_cleanup_errors=True) as tmp:
-            copies = {n: Path(tmp, f"{k:06d}") for k, n in enumerate(sorted(shard.files))}
-            try:
-                with ThreadPoolExecutor(THREADS) as pool:  # one request at a time waits mostly
-                    list(pool.map(download, copies, copies.values()))
-                arrays = sorted({*manifest.arrays, *shard.arrays})
-                problems += copy_problems(manifest, i, arrays, copies, root, True)
-            except FormatError as e:
-                problems.append(f"shard {i}: {e}")
-    return problems + _kept_problems(storage, manifest)
 
 
 def _kept_problems(storage: Storage, manifest: Manifest) -> list[str]:
