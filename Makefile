@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml setup.py loaders/_jpegroi.c
 	$(BIN)/python -m pip install -q -e '.[dev,media]'
 	touch $(STAMP)
 
-data/demo-raw/.done: $(STAMP) prep/demo/images.py prep/demo/sources.py
+data/demo-raw/.done: $(STAMP) prep/demo/images.py
 	rm -rf data/demo-raw
 	$(BIN)/prep demo data/demo-raw
 	touch $@
@@ -132,11 +132,11 @@ browser:
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver >/dev/null 2>&1) || \
 		echo "chromium not installed: tests/test_report_browser.py will skip"
 
-# The fuzz targets of tests/test_fuzz.py (.npy headers, .h5 shards, manifests, JPEG samples)
-# and tests/test_fuzz_importers.py (COCO JSON and segmentations, caption rows, Hugging Face
-# JSON and features, WebDataset tars and patterns), each for FUZZ_SECONDS instead of make
-# test's 1.5 s; FUZZ_SEED=N starts elsewhere. A failure saves its input and prints how to
-# rerun it.
+# The fuzz targets of tests/test_fuzz.py (.npy headers, .h5 shards, manifests, the shard index,
+# JPEG samples) and tests/test_fuzz_importers.py (COCO JSON and segmentations, caption rows,
+# Hugging Face JSON and features, WebDataset tars and patterns), each for FUZZ_SECONDS instead
+# of make test's 1.5 s; FUZZ_SEED=N starts elsewhere. A failure saves its input and prints how
+# to rerun it.
 FUZZ_SECONDS ?= 300
 FUZZ_SEED ?= 0
 fuzz: $(STAMP)

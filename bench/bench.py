@@ -112,6 +112,7 @@ GROUPS["media"] = "bench_media"  # bench/bench_media.py: audio windows and packi
 GROUPS["report"] = "bench_report"  # bench/bench_report.py: prep report against pack (28)
 GROUPS["boxes"] = "bench_boxes"  # bench/bench_boxes.py: box-aware transforms (26)
 GROUPS["startup"] = "bench_startup"  # bench/bench_startup.py: --help and a one-image pack (30)
+GROUPS["index"] = "bench_index"  # bench/bench_index.py: a million shards opened (35)
 
 
 def measure(args: argparse.Namespace, raw: Path, work: Path) -> list[Row]:

@@ -17,6 +17,7 @@ import io
 import os
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +25,18 @@ from pathlib import Path
 import numpy as np
 from bench_pack import jpeg_list
 from rows import PREP, Row, info, prep, timed, versus
+
+DHASH_SHAPE = (8, 9)  # (h, w) of the dHash thumbnail: 8 rows of 8 left-right differences
+
+
+def dhash(gray: np.ndarray) -> np.ndarray:
+    """(N, 8, 9) uint8 -> (N,) uint64: a bit 1 where a pixel is brighter than its left (the
+    dHash the pHash is measured against)."""
+    from prep.media.image.groups import pack_bits
+
+    x = np.asarray(gray, dtype=np.int16)
+    return pack_bits(x[:, :, 1:] > x[:, :, :-1])
+
 
 EDITS = ("q60", "resize 0.8", "shift 4 px", "brightness +15", "crop 5%")
 
@@ -120,9 +133,9 @@ def speeds(
 ) -> dict:
     """Seconds, one thread each, for all `files`: the pHash of the pixels pack decoded (what
     hashing adds to prep pack), the --drop-dupes pass (its own 1/8-scale decode), imagehash."""
-    from prep.inspect.dupes.drop import hash_items
     from prep.kinds.images.config import PackConfig
-    from prep.media.image.hashing import image_phash
+    from prep.kinds.images.dupes import _hash_one
+    from prep.media.image.groups import image_phash
     from prep.sources.images import Item
 
     items = [Item(f, f.name) for f in files]
@@ -131,7 +144,7 @@ def speeds(
         args.reps,
         {
             "pack": lambda: [image_phash(img) for img in decoded],
-            "pass": lambda: hash_items(items, cfg, False),
+            "pass": lambda: [_hash_one(it, cfg) for it in items],
             "ref": lambda: ref.update(h=imagehash_all(files)),
         },
     )
@@ -141,7 +154,7 @@ def planted_rows(args: argparse.Namespace, work: Path) -> list[Row]:
     from prep.inspect.dupes import DEFAULT_DISTANCE as D
     from prep.inspect.dupes import dataset_hashes
     from prep.media.image.decode import decode_image
-    from prep.media.image.hashing import DHASH_SHAPE, dhash, thumbnail
+    from prep.media.image.groups import thumbnail
 
     folder, out, truth = planted_set(args, work, combined=False)
     files, ref = sorted(folder.rglob("*.jpg")), {}
@@ -229,7 +242,9 @@ def planted_hashes(
 
 def search_rows(args: argparse.Namespace) -> list[Row]:
     from prep.inspect.dupes import DEFAULT_DISTANCE, near_pairs
-    from prep.inspect.dupes.search import brute_force, within
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from helpers import brute_force  # the tests' reference
 
     d = DEFAULT_DISTANCE
     n, sub, planted = (2_000, 2_000, 100) if args.smoke else (1_000_000, 20_000, 1000)
@@ -246,7 +261,9 @@ def search_rows(args: argparse.Namespace) -> list[Row]:
     got = {(int(i), int(j)) for i, j, _ in found["r"].tolist()}
     ok = truth <= got and t["ours"] < 10
     small = planted_hashes(2_000 if args.smoke else 100_000, planted, d)[0]
-    m = best_of(1, {k: (lambda k=k: within(small, d, k)) for k in ("mih", "tables")})
+    m = best_of(
+        1, {k: (lambda k=k: near_pairs(small, max_distance=d, method=k)) for k in ("mih", "tables")}
+    )
     return [
         Row(
             f"28g near pairs, {n:,} hashes, {len(truth & got)}/{len(truth)} found",

@@ -13,13 +13,14 @@ import io
 from collections.abc import Callable
 
 import numpy as np
-from bench_dupes import EDITS, edit
+from bench_dupes import DHASH_SHAPE, EDITS, dhash, edit
 from rows import HERE
 
 from prep.media.image.decode import decode_image
-from prep.media.image.hashing import DHASH_SHAPE, _dct_rows, dhash, pack_bits, phash, thumbnail
+from prep.media.image.groups import pack_bits, phash, thumbnail
 
-PLAIN = _dct_rows(32, slice(1, 9))
+# the DCT-II rows of frequencies 1..8 over 32 samples, unnormalised (as prep.media.image.groups)
+PLAIN = np.cos(np.pi * np.arange(1, 9)[:, None] * (2 * np.arange(32) + 1) / 64).astype(np.float32)
 
 
 def plain(gray: np.ndarray) -> np.ndarray:

@@ -71,9 +71,9 @@ def collate(batch: list[Any]) -> Any:
 
 def jpegs(ds: Any) -> list[np.ndarray]:
     """Every sample's stored JPEG bytes of a samples dataset, copied out."""
-    from loaders.read.memory import by_shard
+    from loaders.read.store import by_shard
 
-    shard, local = ds._locate(np.arange(len(ds)))
+    shard, local = ds._find(ds._checked(np.arange(len(ds))))
     return [np.array(b) for b in ds.arrays.samples(f"image_{SIZE}", by_shard(shard), local)[0]]
 
 

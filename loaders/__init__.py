@@ -1,36 +1,27 @@
-"""Training-side readers for datasets packed by `prep`: memory-mapped torch Datasets.
-
-Public names are imported lazily so that `loaders.format` (numpy only) can be used without torch.
-"""
+"""Memory-mapped torch Datasets over what `prep` packs; public names are imported lazily, so
+that `loaders.format` (numpy only) is usable without torch."""
 
 from __future__ import annotations
 
 import importlib
 from typing import Any
 
-_EXPORTS = {
-    "ImageShardDataset": "loaders.datasets.images",
-    "CenterCrop": "loaders.augment.crops",
-    "RandomResizedCrop": "loaders.augment.crops",
-    "TokenWindowDataset": "loaders.datasets.tokens",
-    "DocumentDataset": "loaders.datasets.tokens",
-    "VolumeDataset": "loaders.datasets.volumes",
-    "PatchDataset": "loaders.datasets.volumes",
-    "TableDataset": "loaders.datasets.tables",
-    "SampleDataset": "loaders.datasets.samples",
-    "ClipDataset": "loaders.datasets.clips",
-    "AudioDataset": "loaders.datasets.audio",
-    "MixedDataset": "loaders.datasets.mixed",
-    "Normalize": "loaders.augment.normalize",
-    "make_loader": "loaders.read.loader",
-    "ShardSampler": "loaders.read.samplers",
-    "collate_batch": "loaders.read.loader",
-    "Batch": "loaders.read.loader",
-    "ShardStore": "loaders.read.store",
-    "LocalBackend": "loaders.read.store",
-    "FormatError": "loaders.format",
-    "load_manifest": "loaders.format",
+_MODULES = {  # where each public name lives
+    "loaders.datasets.samples": ("ImageShardDataset", "SampleDataset", "AudioDataset"),
+    "loaders.datasets.tokens": ("TokenWindowDataset", "DocumentDataset"),
+    "loaders.datasets.volumes": ("VolumeDataset", "PatchDataset"),
+    "loaders.datasets.tables": ("TableDataset",),
+    "loaders.datasets.clips": ("ClipDataset",),
+    "loaders.datasets.mixed": ("MixedDataset",),
+    "loaders.augment.crops": ("CenterCrop", "RandomResizedCrop"),
+    "loaders.augment.normalize": ("Normalize",),
+    "loaders.read.loader": ("make_loader", "collate_batch", "Batch"),
+    "loaders.read.samplers": ("ShardSampler",),
+    "loaders.read.store": ("ShardStore", "LocalBackend"),
+    "loaders.format": ("FormatError",),
+    "loaders.fields.checks": ("load_manifest",),
 }
+_EXPORTS = {name: module for module, names in _MODULES.items() for name in names}
 
 __all__ = sorted(_EXPORTS)
 

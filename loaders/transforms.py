@@ -1,48 +1,21 @@
-"""Training-time augmentation of uint8 batches, per sample, reproducible, on any device.
-
-    from loaders import Normalize, transforms as T
-    aug = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), Normalize(mean, std),
-                     T.MixUp(alpha=0.2, num_classes=1000)], seed=0)
-    aug.set_epoch(epoch)
-    x, y = aug(images, labels, index=index)      # index: the dataset's "index" field
-
-Boxes and keypoints move with the pixels (float32 x0, y0, x1, y1 and x, y, visibility, in
-pixels; ragged: a list of (Ni, 4) tensors, a jagged nested tensor, or padded (B, N, 4) with
-`lengths=`), and the boxes a pipeline leaves narrower or lower than `min_size` px once clipped
-to the image are dropped, with their keypoints and the `per_box` fields (torchvision's
-SanitizeBoundingBoxes):
-
-    x, boxes, extra = aug(images, index=index, boxes=boxes, per_box={"labels": labels})
-
-Every op draws its random parameters per sample from (seed, epoch, op, dataset index): a sample
-gets the same crop at any batch size, worker count or device, and a run resumed in the middle of
-an epoch draws what the uninterrupted run drew. Each op is a fixed number of tensor operations
-whatever the batch size (no loop over samples). Images are (B, C, H, W) uint8, or float after
-`Normalize`; a mask (B, H, W) follows the geometric ops with nearest sampling and is never mixed.
-"""
+"""Per-sample, reproducible augmentation of a batch on any device: `aug = T.Compose([...],
+seed=0)`, `x, y = aug(images, labels, index=index)` (README.md, "Augmentation on the batch")."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any
-
-import torch
-from torch import nn
-
-from loaders.augment.base import Op, run
-from loaders.augment.batch import Sample
-from loaders.augment.boxes import Ragged
+from loaders.augment.base import Compose, Op, Sample
 from loaders.augment.color import ColorJitter
 from loaders.augment.geometry import (
+    CenterCrop,
     RandomCrop,
     RandomHorizontalFlip,
     RandomResizedCrop,
     RandomVerticalFlip,
+    Resize,
 )
 from loaders.augment.mix import CutMix, MixUp
 from loaders.augment.normalize import Normalize
 from loaders.augment.random import stream_key, uniform
-from loaders.augment.resize import CenterCrop, Resize
 
 __all__ = [
     "CenterCrop",
@@ -61,78 +34,3 @@ __all__ = [
     "stream_key",
     "uniform",
 ]
-
-
-def stream_names(ops: Iterable[nn.Module]) -> list[str]:
-    """Each op's stream name: its class name, with "#k" for the k-th repeat of a class, so the
-    first RandomResizedCrop of any pipeline draws what a decode-time RandomResizedCrop draws.
-
-    >>> stream_names([RandomHorizontalFlip(), RandomCrop(8), RandomHorizontalFlip()])
-    ['RandomHorizontalFlip', 'RandomCrop', 'RandomHorizontalFlip#1']
-    """
-    seen: dict[str, int] = {}
-    names = []
-    for op in ops:
-        cls = type(op).__name__
-        k = seen[cls] = seen.get(cls, -1) + 1
-        names.append(cls if k == 0 else f"{cls}#{k}")
-    return names
-
-
-class Compose(nn.Module):
-    """Ops applied in order to a batch: `aug(images, labels=None, *, index, mask=None,
-    boxes=None, keypoints=None, lengths=None, per_box=None)`.
-
-    Returns the images alone, or a tuple of the images and those of labels, mask, boxes,
-    keypoints, instances, lengths and per_box that were given, in that order: boxes, keypoints
-    (N, K, 3) and instance masks (N, H, W, moved as the mask) with the pixels, in the form
-    given, on the images' device; lengths (padded forms: each sample's rows, given and
-    returned) and per_box (a dict of per-box fields, each in its form) for the boxes kept (see
-    loaders.augment.boxes). `Op`s see the whole batch; any other module
-    (Normalize) gets the images only. `set_epoch(e)` before each epoch changes every draw;
-    `.to(device)` moves the modules' buffers, and the draws are made on the batch's device."""
-
-    def __init__(
-        self, ops: Iterable[nn.Module], seed: int = 0, epoch: int = 0, min_size: float = 1.0
-    ):
-        super().__init__()
-        self.ops = nn.ModuleList(ops)
-        self.seed, self.epoch, self.min_size = seed, epoch, min_size
-        stream_key(seed, epoch, "")  # refuse a negative seed or epoch now
-        self._names = stream_names(self.ops)
-
-    def set_epoch(self, epoch: int) -> None:
-        stream_key(self.seed, epoch, "")
-        self.epoch = epoch
-
-    def forward(
-        self,
-        images: torch.Tensor,
-        labels: torch.Tensor | None = None,
-        *,
-        index: torch.Tensor,
-        mask: torch.Tensor | None = None,
-        boxes: Ragged = None,
-        keypoints: Ragged = None,
-        instances: Ragged = None,
-        lengths: torch.Tensor | None = None,
-        per_box: Mapping[str, Ragged] | None = None,
-    ) -> torch.Tensor | tuple[Any, ...]:
-        ops = [(op, self.key(name)) for name, op in zip(self._names, self.ops, strict=True)]
-        kw = {"boxes": boxes, "keypoints": keypoints, "instances": instances, "lengths": lengths}
-        return run(
-            ops,
-            images,
-            labels,
-            index=index,
-            mask=mask,
-            per_box=per_box,
-            min_size=self.min_size,
-            **kw,
-        )
-
-    def key(self, name: str) -> int:
-        return stream_key(self.seed, self.epoch, name)
-
-    def extra_repr(self) -> str:
-        return f"seed={self.seed}, epoch={self.epoch}"

@@ -2,7 +2,7 @@
 uint8 shards that `loaders` memory-maps."""
 
 from prep.run.errors import PrepError, Reject, UsageError
-from prep.version import __version__
+from prep.run.version import __version__
 
 __all__ = ["PrepError", "Reject", "UsageError", "__version__", "pack_samples"]
 

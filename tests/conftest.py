@@ -9,20 +9,31 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from s3server import s3_server  # noqa: F401  (the fixture `s3`: one server a session)
 
 from prep.demo.images import make_demo
 from prep.kinds.images.config import PackConfig
-from prep.kinds.images.pack import PackSummary, pack
+from prep.kinds.images.pack import pack
+from prep.run.driver import RunSummary
 
-PackFn = Callable[..., PackSummary]
+PackFn = Callable[..., RunSummary]
 
 
-def run_pack(src: Path, out: Path, **options: Any) -> PackSummary:
+def run_pack(src: Path, out: Path, **options: Any) -> RunSummary:
     """prep pack through the Python API, quietly, one job unless asked."""
     options.setdefault("jobs", 1)
     return pack(PackConfig(src=str(src), out=str(out), **options), show_progress=False)
+
+
+def one_colour_share(image: np.ndarray) -> float:
+    """The share of an (H, W, C) uint8 image's pixels in its most common colour."""
+    flat = image.reshape(-1, image.shape[-1]).astype(np.uint32)
+    if not len(flat):
+        return 0.0
+    keys = flat[:, 0] if flat.shape[1] == 1 else (flat[:, 0] << 16) | (flat[:, 1] << 8) | flat[:, 2]
+    return float(np.unique(keys, return_counts=True)[1].max() / len(keys))
 
 
 @pytest.fixture(scope="session")

@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import numpy as np
+
 
 @contextmanager
 def no_hang(seconds: int = 60) -> Iterator[None]:
@@ -36,3 +38,13 @@ def group_gone(pgid: int, limit_s: float = 60) -> bool:
             return True
         time.sleep(0.02)
     return False
+
+
+def brute_force(a: np.ndarray, b: np.ndarray, d: int, chunk: int = 2048) -> np.ndarray:
+    """The reference: every pair of `a` x `b` compared (XOR, popcount), a chunk at a time."""
+    out = []
+    for s in range(0, len(a), chunk):
+        dist = np.bitwise_count(a[s : s + chunk, None] ^ b[None, :])
+        i, j = np.nonzero(dist <= d)
+        out.append(np.stack([i + s, j, dist[i, j].astype(np.int64)], axis=1))
+    return np.concatenate(out) if out else np.zeros((0, 3), dtype=np.int64)

@@ -3,7 +3,8 @@ the way someone else's dataset could be (a manifest that lies, a file swapped, a
 claims more than the file holds), each with its checksums recomputed so that only the content
 lies. The families: the seven defects of issue 23 and what held then (here), every field kind
 of a samples dataset, audio and video (tests/hostile_fields.py), every `extra` entry prep
-writes (tests/hostile_extras.py); and the source files `prep import` reads
+writes and every field declaration (tests/hostile_extras.py), the shard index of format
+version 4 (tests/hostile_index.py); and the source files `prep import` reads
 (tests/hostile_sources.py).
 
 `make_bases(folder, raw)` (tests/hostile_base.py) packs one dataset of each base;
@@ -39,6 +40,7 @@ from hostile_base import (
 )
 from hostile_extras import EXTRA_CASES
 from hostile_fields import FIELD_CASES
+from hostile_index import INDEX_CASES
 
 __all__ = ["AT_URL", "CASES", "KIND", "ONE_OF_EACH", "Case", "build", "build_corpus", "make_bases"]
 
@@ -61,9 +63,9 @@ def _backwards(root: Path, outside: Path) -> None:
 
 
 def _hw_zero(root: Path, outside: Path) -> None:
-    hw = npy(root, "hw_32-00000.npy")
+    hw = npy(root, "image_hw_32-00000.npy")
     hw[0] = 0
-    rewrite(root, "hw_32-00000.npy", hw)
+    rewrite(root, "image_hw_32-00000.npy", hw)
 
 
 def _external_link(root: Path, outside: Path) -> None:
@@ -78,18 +80,14 @@ def _external_link(root: Path, outside: Path) -> None:
 
 
 def _volume_wrap(root: Path, outside: Path) -> None:
-    shape = npy(root, "volume_shape-00000.npy")
+    shape = npy(root, "image_shape-00000.npy")
     shape[0] = (2**21, 2**21, 2**22)  # 2**64 voxels: 0 in int64
-    rewrite(root, "volume_shape-00000.npy", shape)
+    rewrite(root, "image_shape-00000.npy", shape)
 
 
 def _npy_wrap(root: Path, outside: Path) -> None:
-    """A header claiming (4, 2**32, 2**32, 3), the manifest agreeing: 2**66 bytes wrap to 0."""
-
-    def claim(m: Manifest) -> None:
-        m["arrays"]["image_32"]["shape"] = [2**32, 2**32, 3]
-
-    edit_manifest(root, claim)
+    """A header claiming (4, 2**32, 2**32, 3): 2**66 bytes, which wrap to 0 in int64. (Version 3
+    let the manifest agree; version 4 derives the shape from the image field, sizes 1..16384.)"""
     path = root / "image_32-00000.npy"
     data = path.read_bytes()
     shape = (4, 2**32, 2**32, 3)
@@ -104,12 +102,13 @@ def _npy_wrap(root: Path, outside: Path) -> None:
 def _huge_size(m: Manifest) -> None:
     """A JPEG array at 1,000,000 px: a batch of it would be a 48 TB allocation."""
     big = 1_000_000
-    for old, new in (("image_32", f"image_{big}"), ("crc_32", f"crc_{big}")):
+    for old, new in (("image_32", f"image_{big}"), ("image_crc_32", f"image_crc_{big}")):
         spec = m["arrays"].pop(old)
         m["arrays"][new] = spec | {"size": big}
         for shard in m["shards"]:
             shard["arrays"][new] = shard["arrays"].pop(old)
     m["arrays"][f"image_{big}"]["shape"] = [big, big, 3]
+    m["fields"]["image"]["sizes"] = [big]
 
 
 # --- manifests a JSON parser takes --------------------------------------------------------
@@ -124,16 +123,16 @@ def _extra_list(m: Manifest) -> None:
     m["extra"] = []
 
 
-def _no_columns(m: Manifest) -> None:
-    del m["extra"]["columns"]
+def _no_column(m: Manifest) -> None:
+    del m["fields"]["cat_0"]
 
 
-def _no_eot(m: Manifest) -> None:
-    del m["extra"]["eot_id"]
+def _no_vocab_size(m: Manifest) -> None:
+    del m["fields"]["tokens"]["vocab_size"]
 
 
 def _eot_string(m: Manifest) -> None:
-    m["extra"]["eot_id"] = "0"
+    m["fields"]["tokens"]["eot_id"] = "0"
 
 
 def _no_label(m: Manifest) -> None:
@@ -157,9 +156,9 @@ def _codes(root: Path, outside: Path) -> None:
 
 
 def _empty_document(root: Path, outside: Path) -> None:
-    off = npy(root, "doc_offsets-train-00000.npy")
+    off = npy(root, "tokens-offsets-train-00000.npy")
     off[1] = 0  # document 0 holds no tokens now; document 1 holds both
-    rewrite(root, "doc_offsets-train-00000.npy", off)
+    rewrite(root, "tokens-offsets-train-00000.npy", off)
 
 
 # --- what holds today ---------------------------------------------------------------------
@@ -225,15 +224,15 @@ ISSUE_23 = [
     Case("sha256 is a path", "images", edit(_sha_path), READ, "sha256", note="defect 1"),
     Case("labels outside classes", "images", _labels, READ, "label-00001.npy", note="defect 2"),
     Case("ragged offsets backwards", "jpeg", _backwards, READ, "offsets", note="defect 2"),
-    Case("a side of 0 px", "keep", _hw_zero, READ, "hw_32-00000.npy", note="defect 2"),
+    Case("a side of 0 px", "keep", _hw_zero, READ, "image_hw_32", note="defect 2"),
     Case("HDF5 external link", "h5", _external_link, READ, "shard-00000.h5", note="defect 3"),
     Case("volume size wraps int64", "volumes", _volume_wrap, READ, "volume", note="defect 4"),
     Case("npy byte count wraps int64", "images", _npy_wrap, READ, "image_32", note="defect 5"),
-    Case("image size unbounded", "jpeg", edit(_huge_size), READ, "image_1000000", note="defect 6"),
+    Case("image size unbounded", "jpeg", edit(_huge_size), READ, "1000000", note="defect 6"),
     Case("manifest nested 100,000 deep", "images", edit(_deep), ALL, "manifest.json"),
     Case("extra is a list", "images", edit(_extra_list), ALL, "extra"),
-    Case("table without columns", "table", edit(_no_columns), ALL, "columns"),
-    Case("tokens without eot_id", "tokens", edit(_no_eot), ALL, "eot_id"),
+    Case("a table column without its field", "table", edit(_no_column), ALL, "cat_0"),
+    Case("tokens without vocab_size", "tokens", edit(_no_vocab_size), ALL, "vocab_size"),
     Case("eot_id a string", "tokens", edit(_eot_string), ALL, "eot_id"),
     Case("a shard without labels", "images", edit(_no_label), ALL, "label"),
     Case("token ids beyond vocab_size", "tokens", _token_ids, frozenset((VERIFY,)), "tokens"),
@@ -247,10 +246,11 @@ ISSUE_23 = [
     Case("a header claiming more", "images", _lying_header, READ, "image_32-00000.npy"),
     Case("tampered JPEG bytes", "jpeg", _tampered_jpeg, frozenset((OPEN,)), "JPEG|image_32"),
 ]
-CASES = ISSUE_23 + FIELD_CASES + EXTRA_CASES
+CASES = ISSUE_23 + FIELD_CASES + EXTRA_CASES + INDEX_CASES
 # The cases also opened at a file:// URL (tests/hostile_run.py): those whose files lie, which a
-# URL's reader checks as they arrive. A lie in `extra` is the manifest's, read alike for both.
-AT_URL = frozenset(c.name for c in ISSUE_23 + FIELD_CASES if c.url)
+# URL's reader checks as they arrive. A lie in `extra` or `fields` is the manifest's, read alike
+# for both.
+AT_URL = frozenset(c.name for c in ISSUE_23 + FIELD_CASES + INDEX_CASES if c.url)
 # One case of each family of defect: the slow passes of tests/test_hostile.py (s3, two
 # workers) take these.
 ONE_OF_EACH = (
@@ -264,6 +264,7 @@ ONE_OF_EACH = (
     "a .. path",  # names that leave the dataset
     "a header claiming more",  # files whose content lies
     "instances a byte short",  # a samples field's values (issue 34)
+    "shards.npy transposed",  # the shard index (format version 4), fetched by its digest
 )
 KIND = {"images": "images", "jpeg": "images", "keep": "images", "h5": "images"}
 KIND |= {"tokens": "tokens", "table": "table", "volumes": "volumes", "audio": "audio"}

@@ -1,6 +1,7 @@
 """The small packs the hostile corpus (tests/hostile.py) starts from, and the helpers that change
 a packed dataset: its manifest edited (`edit_manifest`, the ONE place the corpus and the fuzz
-tests touch manifest.json: a change of the on-disk format changes it alone), an array
+tests touch manifest.json: a change of the on-disk format changes it alone; `edit_as_written`
+for the cases of the shard index, which edit_manifest lists inline), an array or an index file
 rewritten, every checksum recomputed."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import manifests
 import numpy as np
 
 Manifest = dict[str, Any]
@@ -55,8 +57,9 @@ class Source:
 
 
 def manifest_of(root: Path) -> Manifest:
-    """The manifest of `root` as a dict in manifest.json's form (FORMAT.md)."""
-    return json.loads((root / MANIFEST).read_text())
+    """The manifest of `root` as a dict in manifest.json's form, its shards listed inline
+    (tests/manifests.py: format version 4 keeps them in a shard index)."""
+    return manifests.load(root)
 
 
 def edit_manifest(root: Path, change: Callable[[Manifest], str | None]) -> None:
@@ -65,7 +68,33 @@ def edit_manifest(root: Path, change: Callable[[Manifest], str | None]) -> None:
     parser takes)."""
     m = manifest_of(root) if (root / MANIFEST).is_file() else {}
     text = change(m)
-    (root / MANIFEST).write_text(text if text is not None else json.dumps(m))
+    if text is None:
+        manifests.save(root, m)
+    else:
+        (root / MANIFEST).write_text(text)
+
+
+def edit_as_written(root: Path, change: Callable[[Manifest], None]) -> None:
+    """`change` edits manifest.json as it is written: a version 4 manifest keeps its `index`
+    entry (and the shard index files it names), where edit_manifest lists the shards inline."""
+    path = root / MANIFEST
+    m = json.loads(path.read_text())
+    change(m)
+    path.write_text(json.dumps(m, indent=1))
+
+
+def reindex(root: Path, name: str, data: np.ndarray | bytes, **save_kw: Any) -> None:
+    """Shard index file `name` (shards.npy, sha256.npy) holds `data` now (an array, or the
+    file's bytes), its byte size and sha256 in the manifest's `index` entry recomputed: the lie
+    is in the content only."""
+    if isinstance(data, bytes):
+        (root / name).write_bytes(data)
+    else:
+        with open(root / name, "wb") as f:
+            np.save(f, data, **save_kw)
+    blob = (root / name).read_bytes()
+    info = {"bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest()}
+    edit_as_written(root, lambda m: m["index"]["files"].update({name: info}))
 
 
 def digest(root: Path) -> None:

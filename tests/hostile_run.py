@@ -287,7 +287,7 @@ def main(top: Path, part: int, parts: int) -> None:
         os.environ["PREP_CACHE"] = str(cache)
         for mode, root in (("folder", str(ds)), ("file", f"file://{ds}")):
             if mode == "file" and case.name not in AT_URL:
-                continue  # a FIFO or a link cannot be put at a URL; extra is read alike
+                continue  # a FIFO or a link cannot be put at a URL; a manifest is read alike
             audit.case([ds], [scratch, cache])
             got = run_case(case, KIND[case.base], root, scratch)
             report(case.name, mode, got, judge(case, got, mode))

@@ -91,7 +91,7 @@ def test_clips_match_soundfile_and_soxr(sounds: Path, packed: Path) -> None:
         assert got.dtype == np.int16 and got.shape == want.shape, rel
         assert np.abs(got.astype(np.int32) - want).max() <= 1, rel
     m = json.loads((packed / "manifest.json").read_text())
-    assert m["extra"]["audio"]["rate"] == RATE and m["extra"]["audio"]["channels"] == 1
+    assert m["fields"]["audio"]["rate"] == RATE and m["fields"]["audio"]["channels"] == 1
     rates = AudioDataset(packed, fields=["source_rate"]).__getitems__(range(5))["source_rate"]
     assert sorted(rates.tolist()) == [16000, 22050, 22050, 44100, 48000]
 
@@ -130,7 +130,7 @@ def test_opus_and_ffmpeg_from_a_list(tmp_path: Path) -> None:
         frame = av.AudioFrame.from_ndarray(pcm.reshape(1, -1), format="s16", layout="stereo")
         frame.sample_rate = 22050
         c.mux([*s.encode(frame), *s.encode()])
-    assert read_soundfile(tmp_path / "s.mka") is None  # not libsndfile's: FFmpeg decodes it
+    assert read_soundfile(tmp_path / "s.mka", 60) is None  # not libsndfile's: FFmpeg decodes it
     (tmp_path / "list.csv").write_text("path,label\nv.opus,voice\ns.mka,song\n")
     pack(tmp_path / "list.csv", tmp_path / "out")
     clips = whole_clips(tmp_path / "out")

@@ -28,7 +28,7 @@ from prep import PrepError
 from prep.cli.main import app
 from prep.media.image.decode import BACKGROUND, decode_image, decode_mask
 from prep.run.inputs import Reject
-from prep.sources.listing import list_images
+from prep.sources.images import list_images
 
 # ---------------------------------------------------------------- helpers
 

@@ -107,11 +107,12 @@ def test_a_split_reads_its_own_shards(kind: str, packs: dict[str, Path]) -> None
     open_: Opener = TableDataset if kind == "table" else DocumentDataset
     train, val = open_(packs[kind], "train"), open_(packs[kind], "val")
     shards = train.store.manifest.shards
-    assert train._shards and val._shards and set(train._shards).isdisjoint(val._shards)
-    assert sorted(train._shards + val._shards) == list(range(len(shards)))
-    assert train.shard_sizes == [shards[i].count for i in train._shards]
+    mine, theirs = train._shards.tolist(), val._shards.tolist()  # manifest indices, an array
+    assert mine and theirs and set(mine).isdisjoint(theirs)
+    assert sorted(mine + theirs) == list(range(len(shards)))
+    assert train.shard_sizes == [shards[i].count for i in mine]
     assert len(train) + len(val) == sum(s.count for s in shards)
-    last = val._locate([len(val) - 1])
+    last = val._find(val._checked([len(val) - 1]))
     assert (int(last[0][0]), int(last[1][0])) == (
         val._shards[-1],
         shards[val._shards[-1]].count - 1,

@@ -95,7 +95,8 @@ def test_split_reads_one_splits_shards(tmp_path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from prep.kinds.importers.hf import HFConfig, import_hf
+    from prep.kinds.importers.config import HFConfig
+    from prep.kinds.importers.hf import import_hf
 
     src = tmp_path / "src"
     src.mkdir()

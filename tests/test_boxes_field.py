@@ -9,10 +9,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from manifests import edit_manifest
 from typer.testing import CliRunner
 
 import prep
 from loaders import SampleDataset
+from loaders.format import FormatError
 from prep import UsageError
 from prep.cli.main import app
 from prep.fields import Array, Boxes, Image, Instances
@@ -45,6 +47,14 @@ def test_boxes_and_instances_of_your_own(tmp_path: Path) -> None:
             found = [xs.min(), ys.min(), xs.max() + 1, ys.max() + 1]
             np.testing.assert_allclose(found, box, atol=1.0)
     assert CliRunner().invoke(app, ["verify", str(tmp_path / "ds")]).exit_code == 0
+
+
+@pytest.mark.parametrize("image", [None, "boxes"])
+def test_a_manifest_that_places_boxes_on_no_image_is_refused(tmp_path: Path, image: Any) -> None:
+    prep.pack_samples(sample, [0, 1], tmp_path / "ds", FIELDS, show_progress=False, jobs=1)
+    edit_manifest(tmp_path / "ds", lambda d: d["fields"]["boxes"].update(image=image))
+    with pytest.raises(FormatError, match=f"field boxes is placed on {image!r}"):
+        SampleDataset(tmp_path / "ds")
 
 
 def test_a_box_outside_or_on_another_frame_is_a_reject(tmp_path: Path) -> None:

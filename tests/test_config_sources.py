@@ -13,7 +13,7 @@ from prep import PrepError
 from prep.kinds.images.config import PackConfig
 from prep.kinds.text.config import TokenizeConfig
 from prep.run.config import load_config
-from prep.sources.listing import list_images
+from prep.sources.images import list_images
 
 
 @pytest.mark.parametrize(

@@ -28,7 +28,8 @@ from typer.testing import CliRunner
 
 import prep.kinds.images.pack
 from loaders import ImageShardDataset
-from loaders.format import check_files, read_manifest
+from loaders.fields.checks import check_files
+from loaders.format import read_manifest
 from prep import PrepError
 from prep.cli.main import app
 from prep.run.staging import RUN_DIR, load_record

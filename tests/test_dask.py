@@ -18,11 +18,11 @@ import distributed
 import pytest
 from typer.testing import CliRunner
 
-from prep import PrepError
+from prep import PrepError, UsageError
 from prep.cli.main import app
 from prep.kinds.images.config import PackConfig
 from prep.kinds.images.pack import pack
-from prep.run.parallel import check_backend, run_tasks
+from prep.run.parallel import run_tasks
 
 PACK = {"sizes": [32], "shard_size": 4}  # the 24 demo images: 6 shards
 
@@ -172,13 +172,14 @@ def test_local_cluster_without_address(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("backend", "scheduler", "message"),
     [
-        ("spark", None, "backend 'spark' is not one of auto, threads, loky, dask"),
+        ("spark", None, "--backend spark must be auto | threads | loky | dask"),
         ("loky", "tcp://127.0.0.1:8786", "needs the dask backend. HINT: add --backend dask"),
     ],
 )
 def test_backend_errors(backend: str, scheduler: str | None, message: str) -> None:
-    with pytest.raises(PrepError, match=re.escape(message)):
-        check_backend(backend, scheduler)
+    cfg = PackConfig("src", "out", backend=backend, scheduler=scheduler)
+    with pytest.raises(UsageError, match=re.escape(message)):
+        cfg.validate()
 
 
 def test_unreachable_scheduler(monkeypatch: pytest.MonkeyPatch) -> None:

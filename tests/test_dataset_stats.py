@@ -22,7 +22,7 @@ def stored_pixels(root: Path, size: int) -> np.ndarray:
 
 
 def test_stats_equal_numpy_over_the_stored_pixels(packed: Path) -> None:
-    stats = read_manifest(packed).extra["stats"]
+    stats = read_manifest(packed).extra["stats"]["image"]  # the image field's
     assert stats["split"] is None and set(stats["sizes"]) == {"64", "96"}  # no splits: all
     for size in (64, 96):
         pixels = stored_pixels(packed, size)
@@ -35,12 +35,12 @@ def test_stats_equal_numpy_over_the_stored_pixels(packed: Path) -> None:
 def test_gray_keep_mode_and_the_train_split(raw_demo: Path, pack_to: Any, tmp_path: Path) -> None:
     out = tmp_path / "gray"
     pack_to(raw_demo / "images", out, sizes=[32], gray=True, mode="keep", shard_size=10)
-    at = read_manifest(out).extra["stats"]["sizes"]["32"]
+    at = read_manifest(out).extra["stats"]["image"]["sizes"]["32"]
     # mode keep stores each shard's pixels ragged: one flat array of every sample's, gray here
     flat = np.concatenate([np.load(f).ravel() for f in sorted(out.glob("image_32-0*.npy"))])
     assert at["pixels"] == flat.size and len(at["mean"]) == 1
     assert np.allclose([at["mean"][0], at["std"][0]], [flat.mean(), flat.std()], atol=1e-3)
-    from prep.media.image.stats import combine
+    from prep.media.image.geometry import combine
 
     def record(split: str | None, pixels: int, total: int, sumsq: int) -> dict[str, Any]:
         sums = {"32": {"pixels": pixels, "sum": [total], "sumsq": [sumsq]}}
@@ -73,7 +73,7 @@ def test_normalize_from_dataset(packed: Path) -> None:
 
 
 def _mean(root: Path, size: int) -> torch.Tensor:
-    mean = read_manifest(root).extra["stats"]["sizes"][str(size)]["mean"]
+    mean = read_manifest(root).extra["stats"]["image"]["sizes"][str(size)]["mean"]
     return torch.tensor(mean).view(-1, 1, 1)
 
 
@@ -87,7 +87,7 @@ def test_older_datasets_say_to_repack(packed: Path, copy_dataset: Any) -> None:
         Normalize.from_dataset(ds)
     with pytest.raises(ValueError, match="not 48"):
         Normalize.from_dataset(ImageShardDataset(packed, size=64), size=48)
-    manifest["extra"]["stats"] = {"sizes": {"64": {"mean": [1, 2, 3], "std": "x"}}}
+    manifest["extra"]["stats"] = {"image": {"sizes": {"64": {"mean": [1, 2, 3], "std": "x"}}}}
     (old / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(FormatError, match=r"extra\.stats at '64' is not a mean and std"):
+    with pytest.raises(FormatError, match=r"extra\.stats\.image at '64' is not a mean and std"):
         Normalize.from_dataset(ImageShardDataset(old, size=64))  # refused at open (issue 34)

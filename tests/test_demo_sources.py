@@ -1,4 +1,4 @@
-"""`prep demo`'s sources for the importers (prep.demo.sources): a Hugging Face Parquet folder,
+"""`prep demo`'s sources for the importers (prep.demo.images): a Hugging Face Parquet folder,
 WebDataset tars and a train/val tree, each imported as `make dataset` does, with the same bytes
 for the same seed."""
 

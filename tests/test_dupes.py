@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import PackFn
+from helpers import brute_force
 from PIL import Image, ImageOps
 from typer.testing import CliRunner
 
@@ -24,10 +25,9 @@ from prep.inspect.dupes import (
     leakage,
     near_pairs,
 )
-from prep.inspect.dupes.search import brute_force, within
 from prep.kinds.images.config import PackConfig
 from prep.media.image.decode import decode_image
-from prep.media.image.hashing import image_phash
+from prep.media.image.groups import image_phash
 from prep.run.errors import PrepError
 
 
@@ -62,7 +62,7 @@ def test_near_pairs_equal_brute_force(method: str) -> None:
     h[7] = h[8]  # one exact pair
     truth = brute_force(h, h, 6)
     truth = truth[truth[:, 0] < truth[:, 1]]
-    found = within(h, 6, method)
+    found = near_pairs(h, max_distance=6, method=method)
     assert len(found) >= 41
     np.testing.assert_array_equal(found, truth[np.lexsort((truth[:, 1], truth[:, 0]))])
     left, right = h[:2500], h[2500:]
@@ -181,17 +181,16 @@ def test_dataset_without_hashes(raw_demo: Path, tmp_path: Path, pack_to: PackFn)
     assert res.exit_code == 1 and "--hash" in res.output
     gray = tmp_path / "gray"  # one-channel JPEG samples decode as one channel
     pack_to(raw_demo / "images", gray, sizes=[32], hashes=False, limit=6, gray=True, codec="jpeg")
-    from loaders.read.store import ShardStore
-    from prep.inspect.dupes.stored import _pixels
+    from prep.inspect.stored import Stored
 
-    assert next(_pixels(ShardStore(gray, "images"), 0, 32)).shape == (32, 32, 1)
+    assert Stored(gray, 32).value("image", 0).shape == (32, 32, 1)
     assert len(set(dataset_hashes(gray, compute=True).phash.tolist())) == 6
 
 
 def test_copies_of_one_hash_are_searched_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """2,000 copies of one blank image: groups and leakage as a brute force has them, and the
     search sees each distinct hash once (not the 2 million pairs of the copies)."""
-    import prep.inspect.dupes.groups as groups
+    import prep.media.image.groups as groups
 
     rng = np.random.default_rng(3)
     h = rng.integers(0, 2**63, 3000, dtype=np.uint64)

@@ -1,4 +1,4 @@
-"""The libjpeg-turbo fast path (prep.media.image.turbo): Pillow's pixels, Pillow's policy.
+"""The libjpeg-turbo fast path (prep.media.image.decode): Pillow's pixels, Pillow's policy.
 
 The reference is Pillow itself, as the decoder did before the fast path: `draft` at the same
 DCT scale, EXIF orientation by `exif_transpose`, the mode conversion. The bad-input corpus
@@ -15,9 +15,8 @@ import numpy as np
 import pytest
 from PIL import Image, ImageOps
 
-from prep.media.image.decode import decode_image
+from prep.media.image.decode import decode_image, decode_jpeg, draft_scale
 from prep.media.image.geometry import geometry, sizes_from
-from prep.media.image.turbo import decode_jpeg, draft_scale
 from prep.run.inputs import Reject
 
 

@@ -2,29 +2,23 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+from manifests import edit_manifest
 
-from loaders.format import FormatError, load_manifest
+from loaders.fields.checks import load_manifest
+from loaders.format import FormatError
 from prep.kinds.text.config import TokenizeConfig
 from prep.kinds.text.tokenize import tokenize
-
-
-def edit_manifest(root: Path, change) -> None:
-    path = root / "manifest.json"
-    m = json.loads(path.read_text())
-    change(m)
-    path.write_text(json.dumps(m))
 
 
 @pytest.mark.parametrize(
     ("change", "message"),
     [
         (lambda m: m["arrays"]["image_64"].update(size=96), "is not named 'image_64'"),
-        (lambda m: m.update(kind="audio"), "kind 'audio'"),
+        (lambda m: m["fields"]["label"].update(kind="sound"), "field 'label' has no kind of"),
         (lambda m: m.update(storage="zarr"), "storage 'zarr'"),
     ],
 )
@@ -45,11 +39,11 @@ def test_token_offsets_are_checked(tmp_path: Path) -> None:
         TokenizeConfig(src=str(src), out=str(out), jobs=1, val_fraction=0), show_progress=False
     )
     load_manifest(out)
-    path = next(out.glob("doc_offsets-*.npy"))
+    path = next(out.glob("tokens-offsets-*.npy"))
     off = np.load(path)
     off[1], off[2] = off[2], off[1]  # same size on disk, out of order
     with open(path, "r+b") as f:
         f.seek(128)  # prep's fixed .npy header
         f.write(off.tobytes())
-    with pytest.raises(FormatError, match="doc_offsets do not run from 0"):
+    with pytest.raises(FormatError, match="the offsets of tokens are not 4 from 0 to its end"):
         load_manifest(out)

@@ -1,5 +1,6 @@
 """Fuzzing the parsers a dataset someone else made reaches (issue 23): `.npy` headers, `.h5`
-shards, manifests and JPEG samples (through loaders._jpegroi where it is built). Seeded random
+shards, manifests, the shard index of format version 4 and JPEG samples (through
+loaders._jpegroi where it is built). Seeded random
 mutations of valid inputs, stdlib only; any exception but FormatError is a failure, and the
 input that raised it is written to the test's tmp_path (and its repr shown).
 
@@ -8,9 +9,11 @@ FUZZ_SEED to start elsewhere."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import random
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -20,18 +23,21 @@ from fuzzing import SEED, fuzz, mutate, mutate_tree
 from hostile_base import manifest_of
 from untrusted import images, tokens, volumes
 
+from loaders.fields import Image, Volume
+from loaders.fields.checks import check_files
 from loaders.format import (
     MANIFEST,
     ArrayRef,
     ArraySpec,
     Manifest,
     check_array,
-    check_files,
-    map_array,
+    local_resolver,
+    map_layout,
     read_manifest,
 )
-from loaders.format.kinds import FIELDS
-from loaders.read.decode import Job, Places, _run
+from loaders.format.schema import DIGESTS, SHARDS
+from loaders.read.decode import Pixels, run
+from loaders.read.store import Places
 
 # ---------------------------------------------------------------- .npy headers
 
@@ -40,10 +46,10 @@ def _npy_seeds(folder: Path) -> list[tuple[bytes, ArrayRef, ArraySpec]]:
     """Valid .npy files as prep and numpy write them, with the ref and spec they satisfy."""
     seeds = []
     cases: list[tuple[np.ndarray, ArraySpec]] = [
-        (np.zeros((3, 4, 4, 3), np.uint8), FIELDS["image"].spec(4)),
+        (np.zeros((3, 4, 4, 3), np.uint8), Image(sizes=(4,)).arrays("image")[0]),
         (np.arange(5, dtype=np.uint16), ArraySpec("tokens", None, "uint16", ())),
-        (np.arange(4, dtype=np.int64), FIELDS["doc_offsets"].spec(None)),
-        (np.ones((2, 3), np.uint32), FIELDS["volume_shape"].spec(None)),
+        (np.arange(4, dtype=np.int64), ArraySpec("tokens", None, "int64", ())),  # its offsets
+        (np.ones((2, 3), np.uint32), Volume().arrays("image")[1]),  # image_shape
     ]
     for i, (arr, spec) in enumerate(cases):
         for version in ((1, 0), (2, 0)):
@@ -67,7 +73,7 @@ def test_fuzz_npy_header(tmp_path: Path) -> None:
 
     def target(data: bytes) -> None:
         path.write_bytes(data)
-        arr = map_array(path, current["ref"], current["spec"])
+        arr = map_layout(path, check_array(path, current["ref"], current["spec"]))
         arr.sum()  # every byte the header claims is there to read
 
     tried = fuzz(target, make, tmp_path)
@@ -78,7 +84,7 @@ def test_fuzz_npy_header(tmp_path: Path) -> None:
 def test_fuzz_check_array_headers(tmp_path: Path) -> None:
     """Headers made up whole: random dtypes, shapes and orders against one spec."""
     path = tmp_path / "made.npy"
-    spec = FIELDS["image"].spec(2)
+    spec = Image(sizes=(2,)).arrays("image")[0]
     descrs = ["'|u1'", "'<u2'", "'|O'", "'<U3'", "[('a', '|u1')]", "'>u1'", "'|b1'", "1", "None"]
     dims = [0, 1, 2, 3, -1, 2**31, 2**32, 2**63, 2**64, "'x'", "1.5", "None", "()"]
 
@@ -109,7 +115,8 @@ def test_fuzz_h5_shard(tmp_path: Path) -> None:
         path.write_bytes(data)
         for name in ("image_8", "label"):
             ref, spec = manifest.ref(0, name)
-            map_array(path, ArrayRef(path.name, ref.length, ref.key), spec, name).sum()
+            layout = check_array(path, ArrayRef(path.name, ref.length, ref.key), spec, name)
+            map_layout(path, layout).sum()
 
     assert fuzz(target, lambda rng: mutate(seed, rng), tmp_path) > 50
 
@@ -148,6 +155,46 @@ def test_fuzz_manifest(datasets: list[Path]) -> None:
         check_files(root, manifest, checksums=True)
 
     assert fuzz(target, make, datasets[0].parent) > 50
+
+
+def test_fuzz_shard_index(tmp_path: Path) -> None:
+    """Format version 4's shard index: shards.npy or sha256.npy mutated (the manifest's `index`
+    entry giving their new byte size and sha256, so the mutation reaches the reader), or the
+    manifest as written (its `index` entry) mutated, then read and checked as `prep verify`."""
+    import prep
+    from prep.fields import Array, Label, Text
+
+    def sample(i: int) -> dict[str, Any]:
+        return {"y": "ab"[i % 2], "t": "x" * i, "v": [i, -i]}
+
+    fields = {"y": Label(("a", "b")), "t": Text(), "v": Array("float32", (2,))}
+    src = tmp_path / "packed"
+    prep.pack_samples(sample, list(range(5)), src, fields, jobs=1, shard_size=2)
+    root = shutil.copytree(src, tmp_path / "work")
+    written = json.loads((src / MANIFEST).read_text())
+    seeds = {name: (src / name).read_bytes() for name in (SHARDS, DIGESTS, MANIFEST)}
+    current: dict[str, str] = {}
+
+    def make(rng: random.Random) -> bytes:
+        name = current["name"] = rng.choice(sorted(seeds))
+        if name == MANIFEST and rng.random() < 0.7:
+            return json.dumps(mutate_tree(written, rng)).encode()
+        return mutate(seeds[name], rng, focus=None if name == MANIFEST else 160)
+
+    def target(data: bytes) -> None:
+        files = dict(seeds) | {current["name"]: data}
+        if current["name"] != MANIFEST:
+            info = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+            m = json.loads(seeds[MANIFEST])
+            m["index"]["files"][current["name"]] = info
+            files[MANIFEST] = json.dumps(m).encode()
+        for name, content in files.items():
+            (root / name).write_bytes(content)
+        manifest = Manifest.from_json(files[MANIFEST], root / MANIFEST, local_resolver(root))
+        check_files(root, manifest, checksums=True)
+        manifest.split_of(), [s.files for s in manifest.shards]
+
+    assert fuzz(target, make, tmp_path) > 50
 
 
 # ---------------------------------------------------------------- JPEG samples
@@ -190,6 +237,7 @@ def test_fuzz_jpeg_samples(tmp_path: Path) -> None:
 
     def target(data: bytes) -> None:
         src = np.frombuffer(data, np.uint8)
-        _run(Job(job["dst"], src, True, job["hw"], job["box"], None, places, 0))
+        pixels = Pixels([src], places, True, np.array([job["hw"]]), np.array([job["box"]]))
+        run(job["dst"][None], pixels, False, False, [0])
 
     assert fuzz(target, make, tmp_path) > 50

@@ -77,8 +77,7 @@ def test_fuzz_coco_json(tmp_path: Path) -> None:
     entry is its image's reject); rasterise refuses a segmentation with ValueError, TypeError
     or KeyError (the importer's bad_segmentation)."""
     from prep.fields.rle import rasterise
-    from prep.kinds.importers.coco_items import coco_images
-    from prep.kinds.importers.coco_json import categories_of, parse_coco
+    from prep.kinds.importers.coco import categories_of, coco_images, parse_coco
     from prep.kinds.importers.config import CocoConfig
 
     # Frames past 4096 px are refused first (too_large): masks stay small.
@@ -87,8 +86,8 @@ def test_fuzz_coco_json(tmp_path: Path) -> None:
 
     def target(data: bytes) -> None:
         parsed = parse_coco(data, "coco.json")
-        found = coco_images(parsed, categories_of(parsed, "coco.json"), cfg)
-        for item in found.items:
+        items, _, _ = coco_images(parsed, categories_of(parsed, "coco.json"), cfg)
+        for item in items:
             for seg in item.value.get("segmentation", []):
                 with contextlib.suppress(ValueError, TypeError, KeyError):
                     rasterise(seg, item.value["hw"])
@@ -158,9 +157,10 @@ def test_fuzz_hf_json(tmp_path: Path) -> None:
     """dataset_dict.json, state.json and a schema's `huggingface` metadata: dict_splits,
     state_files, meta_features and checked_features refuse with PrepError or UsageError;
     columns_of refuses a feature with Unsupported, naming its column."""
-    from prep.kinds.importers.hffeatures import Unsupported, columns_of
-    from prep.kinds.importers.hfjson import (
+    from prep.kinds.importers.hffeatures import (
+        Unsupported,
         checked_features,
+        columns_of,
         dict_splits,
         meta_features,
         state_files,
@@ -216,10 +216,10 @@ def test_fuzz_wds_tar(tmp_path: Path) -> None:
     """A mutated tar (headers most often) scanned: scan_tar never raises (a bad tar or member
     is a reject); each member's bytes taken by its field: value_of raises Reject only, and
     npy_header one of NPY_ERRORS."""
-    from prep.kinds.importers.wdssource import (
+    from prep.kinds.importers.wds import (
+        KINDS,
         NPY_ERRORS,
         Declared,
-        kind_of,
         npy_header,
         scan_tar,
         value_of,
@@ -244,7 +244,8 @@ def test_fuzz_wds_tar(tmp_path: Path) -> None:
                 f.seek(offset)
                 member = f.read(size)
                 with contextlib.suppress(Reject):
-                    value_of(Declared(key, ext, kind_of(ext)), member)
+                    kind = KINDS.get(ext.rsplit(".", 1)[-1].lower(), "bytes")
+                    value_of(Declared(key, ext, kind), member)
                 with contextlib.suppress(*NPY_ERRORS):
                     npy_header(io.BytesIO(member))
 
@@ -253,7 +254,7 @@ def test_fuzz_wds_tar(tmp_path: Path) -> None:
 
 def test_fuzz_wds_patterns(tmp_path: Path) -> None:
     """Shard patterns: expand gives the shard names, or refuses with UsageError."""
-    from prep.kinds.importers.wdssource import expand
+    from prep.kinds.importers.wds import expand
 
     seeds = [b"s/train-{000000..000009}.tar", b"{a,b}-{1..2}/x.tar", b"plain.tar", b"{0..3}{}"]
 

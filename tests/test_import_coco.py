@@ -110,6 +110,8 @@ def test_labels_categories_and_the_other_fields(tmp_path: Path) -> None:
     b = ds.__getitems__([0, 1, 2])
     assert [int(t[0]) for t in b["labels"]] == [0, 1, 2]  # categories 3, 7, 90
     assert b["image_id"].tolist() == [100, 101, 102]
+    assert b["source"] == ["000.png", "001.png", "002.png"]  # each image's file_name
+    assert manifest.fields["labels"]["classes"] == ["car", "dog", "zebra"]
     assert [int(t[0]) for t in b["iscrowd"]] == [0, 1, 0]
     areas = [float(t[0]) for t in b["area"]]
     assert areas == [bw * bh - 1.5 for _, (_, _, bw, bh) in IMAGES]

@@ -22,7 +22,8 @@ from loaders import SampleDataset
 from loaders.format import read_manifest
 from prep import UsageError
 from prep.cli.main import app
-from prep.kinds.importers.hf import HFConfig, import_hf
+from prep.kinds.importers.config import HFConfig
+from prep.kinds.importers.hf import import_hf
 
 datasets = pytest.importorskip("datasets")
 
@@ -135,18 +136,19 @@ def imported(src: Path, out: Path, **kw: Any) -> SampleDataset:
 def test_every_feature_round_trips(saved: Path, tmp_path: Path, layout: str) -> None:
     ds = imported(saved / layout, tmp_path / "ds", shard_size=2)
     source = datasets.load_from_disk(str(saved / "disk"))
-    rows = [r for split in ("train", "test") for r in source[split]]
+    rows = [(f"{s}/{k}", r) for s in ("train", "test") for k, r in enumerate(source[s])]
     assert len(ds) == len(rows) == 5
     batch = ds.__getitems__(list(range(5)))
-    for j, r in enumerate(rows):
-        check_equal(expected(r), batch[j])
+    for j, (where, r) in enumerate(rows):  # each sample's source: its split and row there
+        check_equal(expected(r) | {"source": where}, batch[j])
+        assert ds.source(j) == where
     m = read_manifest(tmp_path / "ds")
     assert m.extra["splits"] == {"train": 3, "test": 2}
     assert [s.split for s in m.shards] == ["train", "train", "test"]  # no shard mixes splits
     assert m.extra["hf"]["features"] == json.loads(json.dumps(features().to_dict()))
     assert m.extra["hf"]["columns"]["obj_bbox"] == "obj.bbox"
-    assert m.extra["fields"]["y"]["classes"] == ["cat", "dog", "emu"]
-    assert m.extra["fields"]["a3"]["shape"] == [None, 2, 2]
+    assert m.fields["y"]["classes"] == ["cat", "dog", "emu"] and m.classes == ["cat", "dog", "emu"]
+    assert m.fields["a3"]["shape"] == [None, 2, 2] and m.fields["source"] == {"kind": "text"}
 
 
 def test_parquet_without_metadata_and_image_paths_via_cli(tmp_path: Path) -> None:
@@ -160,6 +162,7 @@ def test_parquet_without_metadata_and_image_paths_via_cli(tmp_path: Path) -> Non
                 [{"bytes": None, "path": "imgs/a.png"}, {"bytes": png(1), "path": None}], image
             ),
             "index": [7, 8],  # a name SampleDataset gives meaning to: imported as index_
+            "source": ["x", "y"],  # the import's own field (each row's place): source_
             "vec": pa.array([[1.5], [2.5, 3.5]], pa.list_(pa.float32())),
         }
     )
@@ -172,6 +175,7 @@ def test_parquet_without_metadata_and_image_paths_via_cli(tmp_path: Path) -> Non
     assert np.array_equal(b["image"][0].permute(1, 2, 0).numpy(), IMAGES[0])
     assert np.array_equal(b["image"][1].permute(1, 2, 0).numpy(), IMAGES[1])
     assert b["index_"].tolist() == [7, 8] and [v.tolist() for v in b["vec"]] == [[1.5], [2.5, 3.5]]
+    assert b["source_"] == ["x", "y"] and b["source"] == ["0", "1"]  # no split: the row
     assert "splits" not in read_manifest(tmp_path / "ds").extra  # one unnamed split
 
 
@@ -191,7 +195,8 @@ def test_unsupported_feature_is_one_line(tmp_path: Path) -> None:
 
 def test_splits_and_columns_chosen(saved: Path, tmp_path: Path) -> None:
     ds = imported(saved / "disk", tmp_path / "ds", splits="test", columns="y,obj")
-    assert sorted(ds.declared) == ["obj_bbox", "obj_cat", "y"] and len(ds) == 2
+    assert sorted(ds.declared) == ["obj_bbox", "obj_cat", "source", "y"] and len(ds) == 2
+    assert [ds.source(i) for i in range(2)] == ["test/0", "test/1"]
     assert read_manifest(tmp_path / "ds").extra["splits"] == {"test": 2}
     with pytest.raises(UsageError, match="no split 'val'; it has train, test"):
         imported(saved / "disk", tmp_path / "ds2", splits="val")

@@ -59,6 +59,7 @@ def test_csv_captions_come_back_byte_equal(tmp_path: Path) -> None:
     assert [g.encode() for g in got] == [c.encode() for c in want]
     ds = SampleDataset(tmp_path / "ds", fields=("image",))
     assert ds.__getitems__([3])["image"].shape == (1, 3, 16, 16)
+    assert [ds.source(i) for i in range(len(ds))] == [f"imgs/{n}" for n in names]  # the paths
 
 
 def test_parquet_bytes_and_tokens(tmp_path: Path) -> None:
@@ -87,6 +88,7 @@ def test_parquet_bytes_and_tokens(tmp_path: Path) -> None:
     assert captions(tmp_path / "ds") == want
     ds = SampleDataset(tmp_path / "ds", fields=("tokens",), ragged="list")
     assert ds.__getitems__([3])["tokens"][0].tolist() == [1, 2, 1, 3]
+    assert ds.source(3) == "pairs.parquet:3"  # an image given as bytes: the row
     assert (tmp_path / "ds" / "tokens.tokenizer.json").is_file()
 
 

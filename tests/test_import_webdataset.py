@@ -18,8 +18,7 @@ from typer.testing import CliRunner
 from loaders import SampleDataset
 from loaders.format import read_manifest
 from prep.cli.main import app
-from prep.kinds.importers.wds import WdsConfig, import_webdataset
-from prep.kinds.importers.wdssource import expand
+from prep.kinds.importers.wds import WdsConfig, expand, import_webdataset
 
 wds = pytest.importorskip("webdataset")
 
@@ -70,6 +69,7 @@ def test_every_key_round_trips(tars: list[Path], tmp_path: Path) -> None:
     b = ds.__getitems__(list(range(len(ds))))
     for j, s in enumerate(source):
         assert b["__key__"][j] == s["__key__"]
+        assert b["source"][j] == f"train-{j // PER_TAR:06d}.tar:{s['__key__']}"  # tar and key
         png = np.asarray(PILImage.open(io.BytesIO(s["png"])).convert("RGB"))
         assert np.array_equal(b["image"][j].permute(1, 2, 0).numpy(), png)
         assert b["cls"][j] == int(s["cls"]) and b["txt"][j] == s["txt"].decode()
@@ -77,7 +77,7 @@ def test_every_key_round_trips(tars: list[Path], tmp_path: Path) -> None:
         assert np.array_equal(b["npy"][j].numpy(), np.load(io.BytesIO(s["npy"])))
         assert np.array_equal(b["emb_npy"][j].numpy(), np.load(io.BytesIO(s["emb.npy"])))
     m = read_manifest(tmp_path / "ds")
-    fields = m.extra["fields"]
+    fields = m.fields
     assert fields["npy"]["shape"] == [None, 3] and fields["emb_npy"]["shape"] == [4]
     assert {fields[f]["kind"] for f in ("image", "cls", "txt", "json", "bin")} == {
         "image",
@@ -191,7 +191,7 @@ def test_mixed_jpg_and_png_samples_are_one_image_field(tmp_path: Path) -> None:
             w.write({"__key__": f"m{i}", "jpg" if i % 2 else "png": px, "cls": i})
     imported(str(tmp_path / "mixed.tar"), tmp_path / "ds")
     ds = SampleDataset(tmp_path / "ds")
-    assert sorted(ds.declared) == ["__key__", "cls", "image"]
+    assert sorted(ds.declared) == ["__key__", "cls", "image", "source"]
     assert read_manifest(tmp_path / "ds").extra["webdataset"]["fields"]["image"] == "jpg;png"
     b = ds.__getitems__([0, 1, 2, 3])
     for i, s in enumerate(wds.WebDataset(str(tmp_path / "mixed.tar"), shardshuffle=False)):
@@ -199,7 +199,7 @@ def test_mixed_jpg_and_png_samples_are_one_image_field(tmp_path: Path) -> None:
         want = np.asarray(PILImage.open(io.BytesIO(member)).convert("RGB"))
         assert np.array_equal(b["image"][i].permute(1, 2, 0).numpy(), want)
     imported(str(tmp_path / "mixed.tar"), tmp_path / "ds2", fields="png;jpg,cls")
-    assert sorted(SampleDataset(tmp_path / "ds2").declared) == ["__key__", "cls", "image"]
+    assert sorted(SampleDataset(tmp_path / "ds2").declared) == ["__key__", "cls", "image", "source"]
 
 
 def test_the_image_field_is_image_whatever_the_extension(tmp_path: Path) -> None:
@@ -212,11 +212,11 @@ def test_the_image_field_is_image_whatever_the_extension(tmp_path: Path) -> None
                 w.write({"__key__": f"k{i}", ext: px, "cls": i})
         imported(str(tmp_path / f"{ext}.tar"), tmp_path / ext)
         ds = SampleDataset(tmp_path / ext)
-        assert sorted(ds.declared) == ["__key__", "cls", "image"]
+        assert sorted(ds.declared) == ["__key__", "cls", "image", "source"]
         assert read_manifest(tmp_path / ext).extra["webdataset"]["fields"]["image"] == ext
         assert ds.__getitems__([0, 1])["image"].shape == (2, 3, 16, 16)
     imported(str(tmp_path / "jpg.tar"), tmp_path / "only", fields="jpg")
-    assert sorted(SampleDataset(tmp_path / "only").declared) == ["__key__", "image"]
+    assert sorted(SampleDataset(tmp_path / "only").declared) == ["__key__", "image", "source"]
 
 
 def test_an_unquoted_brace_pattern_says_to_quote_it(tars: list[Path], tmp_path: Path) -> None:

@@ -29,8 +29,8 @@ def test_prep_cli_imports_no_command_work() -> None:
     # store load when a command runs, not when `prep --help` lists it
     mods = modules_after("from prep.cli.main import app", whole=True)
     heavy = {
-        "prep.inspect.dupes.stored",
-        "prep.inspect.dupes.groups",
+        "prep.inspect.dupes",
+        "prep.media.image.groups",
         "loaders.fields",
         "loaders.read.store",
     }
@@ -121,13 +121,34 @@ def test_no_module_imports_itself_through_others() -> None:
     assert circles(import_graph()) == []
 
 
-if __name__ == "__main__":  # `python tests/test_imports.py`: the graph by folder, and circles
-    graph = import_graph()
+def folder_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The graph by folder (a package: its modules and its __init__), bench left out."""
 
     def folder(m: str) -> str:
         return m if any(k.startswith(m + ".") for k in graph) else m.rpartition(".")[0]
 
-    edges = {(folder(a), folder(b)) for a, deps in graph.items() for b in deps}
-    for a, b in sorted(e for e in edges if e[0] != e[1]):
+    out: dict[str, set[str]] = {}
+    for a, deps in graph.items():
+        if not a.startswith("bench"):
+            out.setdefault(folder(a), set()).update(folder(b) for b in deps)
+    return {a: {b for b in deps if b != a and b in out} for a, deps in out.items()}
+
+
+def test_no_folder_imports_itself_through_others() -> None:
+    # every arrow points down (README, "The code"): kinds -> fields, media, sources -> run ->
+    # loaders; datasets -> augment, read -> remote, fields -> format
+    assert circles(folder_graph(import_graph())) == []
+
+
+def test_no_kind_imports_another_kind() -> None:
+    graph = folder_graph(import_graph())
+    kinds = [f for f in graph if f.startswith("prep.kinds.")]
+    assert {(a, b) for a in kinds for b in graph[a] if b.startswith("prep.kinds.")} == set()
+
+
+if __name__ == "__main__":  # `python tests/test_imports.py`: the graph by folder, and circles
+    graph = import_graph()
+    folders = folder_graph(graph)
+    for a, b in sorted((a, b) for a, deps in folders.items() for b in deps):
         print(f"{a}/ -> {b}/")
-    print("circles:", circles(graph) or "none")
+    print("circles:", circles(graph) or "none", "| folder circles:", circles(folders) or "none")

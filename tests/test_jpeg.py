@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import io
-import json
 import sys
 import zlib
 from pathlib import Path
 
 import cv2
+import manifests
 import numpy as np
 import pytest
 import torch
@@ -16,8 +16,9 @@ from PIL import Image
 
 import loaders.read.decode as decode
 from loaders import CenterCrop, FormatError, ImageShardDataset, RandomResizedCrop, make_loader
-from loaders.format import check_files, read_manifest
-from prep.media.image.encode import keep_side
+from loaders.fields.checks import check_files
+from loaders.format import read_manifest
+from prep.media.image.geometry import geometry
 from tests.conftest import run_pack
 
 
@@ -62,7 +63,7 @@ def test_round_trip_within_two_levels_of_the_raw_pack(photos: Path, tmp_path: Pa
     assert (_images(tmp_path / "q90", 48) - raw).abs().mean() <= 2
     assert (_images(tmp_path / "q100", 48) - raw).abs().quantile(0.99) <= 2
     q90 = read_manifest(tmp_path / "q90")
-    assert q90.format_version == 2 and q90.extra["jpeg"] == {"quality": 90, "subsampling": "420"}
+    assert q90.format_version == 4 and q90.fields["image"]["quality"] == 90
     disk = {p.name: p.stat().st_size for p in (tmp_path / "q90").iterdir()}
     assert sum(v for k, v in disk.items() if k.startswith("image_48")) < 48 * 48 * 3 * 12 / 4
 
@@ -73,8 +74,8 @@ def test_per_size_codecs_and_keep_shapes(keep: Path, photos: Path) -> None:
     assert codecs["image_48"] == "jpeg" and codecs["image_32"] == "ragged"
     assert codecs["label"] == "raw" and m.config["codec"] == "raw,jpeg"
     sources = sorted(photos.glob("*/*.png"))
-    hw = np.concatenate([np.load(keep / f"hw_32-{i:05d}.npy") for i in range(len(m.shards))])
-    want = [keep_side(*cv2.imread(str(p)).shape[:2], 32) for p in sources]
+    hw = np.concatenate([np.load(keep / f"image_hw_32-{i:05d}.npy") for i in range(len(m.shards))])
+    want = [geometry(*cv2.imread(str(p)).shape[:2], 32, "keep").content for p in sources]
     assert hw.tolist() == [list(s) for s in want]
     # FORMAT.md: numpy and PIL alone read a sample of each codec.
     data, off = np.load(keep / "image_32-00000.npy"), np.load(keep / "image_32-offsets-00000.npy")
@@ -123,7 +124,7 @@ def test_dct_reduced_decode_and_in_memory_compressed(keep: Path) -> None:
         assert torch.equal(a, b)
     m = read_manifest(keep)  # RAM holds the JPEG bytes, not their pixels
     jpeg_bytes = sum(s.arrays["image_48"].length for s in m.shards)
-    hw = np.concatenate([np.load(keep / f"hw_48-{i:05d}.npy") for i in range(len(m.shards))])
+    hw = np.concatenate([np.load(keep / f"image_hw_48-{i:05d}.npy") for i in range(len(m.shards))])
     assert ram._memory["image_48"].numel() == jpeg_bytes < hw.prod(axis=1).sum() * 3 / 2
     full = ImageShardDataset(keep, size=48, fields=("image",), crop=CenterCrop(48, 1.0))
     side = full.__getitems__([0]).tensors[0][0].permute(1, 2, 0).numpy()
@@ -134,8 +135,11 @@ def test_dct_reduced_decode_and_in_memory_compressed(keep: Path) -> None:
 
 def test_a_version_1_dataset_still_loads(packed: Path, copy_dataset) -> None:  # type: ignore[no-untyped-def]
     v1 = copy_dataset(packed)
-    d = json.loads((v1 / "manifest.json").read_text())
-    d["format_version"] = 1
+    d = manifests.load(v1)  # version 4, its shards inline: made version 1's below
+    d |= {"format_version": 1, "kind": "images", "classes": d["fields"]["label"]["classes"]}
+    for key in ("fields", "command", "splits"):
+        d.pop(key)
+    d["extra"]["stats"] = d["extra"]["stats"]["image"]  # one image field's, as version 2 had
     d["arrays"].pop("source")  # ragged: version 2 (a version-1 dataset has no sources)
     for spec in d["arrays"].values():
         spec.pop("codec")
@@ -143,7 +147,7 @@ def test_a_version_1_dataset_still_loads(packed: Path, copy_dataset) -> None:  #
         shard["arrays"].pop("source")
         for ref in shard["arrays"].values():
             ref.pop("offsets")
-    (v1 / "manifest.json").write_text(json.dumps(d))
+    manifests.save(v1, d)
     assert read_manifest(v1).format_version == 1 and not check_files(v1, read_manifest(v1))
     a = ImageShardDataset(v1, size=64, fields=("image", "mask", "label"))
     b = ImageShardDataset(packed, size=64, fields=("image", "mask", "label"))
@@ -166,7 +170,7 @@ def test_corrupted_jpeg_sample_is_a_format_error(keep: Path, copy_dataset) -> No
     with pytest.raises(FormatError, match=r"image_48-00001.npy \(shard 1, sample 2\).*checksum"):
         ds.__getitems__([0, 7])
     # A stream the decoder refuses, its checksum made to match: still an error, never grey.
-    crc = np.load(bad / "crc_48-00001.npy", mmap_mode="r+")
+    crc = np.load(bad / "image_crc_48-00001.npy", mmap_mode="r+")
     with open(data_file, "r+b") as f:
         f.seek(header + int(off[2]) + 200)
         f.write(b"\xff\xd9" * ((int(off[3] - off[2]) - 200) // 2))  # ends the stream early

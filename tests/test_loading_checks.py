@@ -6,7 +6,6 @@ masks, 3 shards of 8)."""
 
 from __future__ import annotations
 
-import json
 import os
 import pickle
 from collections.abc import Callable
@@ -18,18 +17,13 @@ import numpy as np
 import pytest
 import torch
 from helpers import no_hang
+from manifests import edit_manifest
 
 from loaders import ImageShardDataset, make_loader
-from loaders.format import FormatError, check_files, load_manifest, read_manifest
+from loaders.fields.checks import check_files, load_manifest
+from loaders.format import FormatError, read_manifest
 
 Edit = Callable[[dict[str, Any]], None]
-
-
-def edit_manifest(root: Path, change: Edit) -> None:
-    path = root / "manifest.json"
-    d = json.loads(path.read_text())
-    change(d)
-    path.write_text(json.dumps(d))
 
 
 def set_bytes(root: Path, shard: int, name: str) -> None:
@@ -89,7 +83,10 @@ def test_missing_manifest_says_how_to_finish(ds: Path) -> None:
         (lambda d: d["shards"][1].update(count=-8), "shard 1: count -8"),
         (lambda d: d["shards"][2]["arrays"]["label"].update(length="8"), "shard 2: array label"),
         (lambda d: d.update(num_samples=25), "says 25 samples but its shards hold 24"),
-        (lambda d: d.update(classes="abcd"), "classes abcd is not a list of names"),
+        (
+            lambda d: d["fields"]["label"].update(classes="abcd"),
+            "classes abcd is not a list of names",
+        ),
     ],
     ids=[
         "object-dtype",
@@ -144,7 +141,7 @@ def test_labels_are_checked_against_classes(ds: Path) -> None:
     with open(path, "r+b") as f:  # the size on disk stays the same
         f.seek(128 + 3)  # prep's fixed .npy header, then sample 3
         f.write(bytes([4]))
-    refused(ds, "shard 1:", "label-00001.npy", "label 4", "4 classes")
+    refused(ds, "shard 1:", "label-00001.npy", "label 4 of label is not one of its classes")
 
 
 def test_counts(ds: Path) -> None:

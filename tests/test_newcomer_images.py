@@ -3,21 +3,20 @@ stored, source paths per sample, transparent PNGs, and preview on damaged folder
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from conftest import run_pack
+from conftest import one_colour_share, run_pack
+from manifests import edit_manifest
 from PIL import Image
 from typer.testing import CliRunner
 
 from loaders import DocumentDataset, ImageShardDataset
 from loaders.format import FormatError, read_manifest
 from prep.cli.main import app
-from prep.inspect.preview import preview
-from prep.inspect.sheet import SHEET_BG, one_colour_share
+from prep.inspect.preview import SHEET_BG, preview
 
 
 def _gradient(h: int, w: int) -> np.ndarray:
@@ -107,14 +106,17 @@ def test_a_changed_jpeg_sample_error_names_its_source(tmp_path: Path) -> None:
 
 def _drop_sources(out: Path) -> None:
     """Make `out` what prep wrote before it stored sources."""
-    d = json.loads((out / "manifest.json").read_text())
-    d["arrays"].pop("source")
-    for shard in d["shards"]:
-        ref = shard["arrays"].pop("source")
-        for file in (ref["file"], ref["offsets"]["file"]):
-            shard["files"].pop(file)
-            (out / file).unlink()
-    (out / "manifest.json").write_text(json.dumps(d))
+
+    def drop(d: dict[str, Any]) -> None:
+        d["arrays"].pop("source")
+        d["fields"].pop("source")
+        for shard in d["shards"]:
+            ref = shard["arrays"].pop("source")
+            for file in (ref["file"], ref["offsets"]["file"]):
+                shard["files"].pop(file)
+                (out / file).unlink()
+
+    edit_manifest(out, drop)
 
 
 def test_datasets_without_sources_keep_loading(tmp_path: Path) -> None:
@@ -197,16 +199,14 @@ def test_preview_of_labels_beyond_the_classes_is_one_line(tmp_path: Path) -> Non
         f.write(bytes([250]))
     res = _invoke("preview", str(out), "-o", str(tmp_path / "s.png"))
     assert res.exit_code == 1 and "Traceback" not in res.output, res.output
-    assert "label 250 is not one of the 2 classes" in res.output
+    assert "label 250 of label is not one of its classes" in res.output
     assert len(res.output.strip().splitlines()) == 1
 
 
 def test_preview_of_a_missing_label_array_is_one_line(tmp_path: Path) -> None:
     out = tmp_path / "ds"
     run_pack(_classes(tmp_path / "src"), out, sizes=[32])
-    d = json.loads((out / "manifest.json").read_text())
-    d["shards"][0]["arrays"].pop("label")
-    (out / "manifest.json").write_text(json.dumps(d))
+    edit_manifest(out, lambda d: d["shards"][0]["arrays"].pop("label"))
     res = _invoke("preview", str(out), "-o", str(tmp_path / "s.png"))
     assert res.exit_code == 1 and "Traceback" not in res.output, res.output
     assert "label is declared in the manifest but has no file" in res.output

@@ -147,7 +147,7 @@ def test_delimiter_option_and_the_single_column_warning(tmp_path: Path) -> None:
 def test_reject_rows_are_the_files_across_blocks(tmp_path: Path, monkeypatch: Any) -> None:
     import functools
 
-    import prep.media.table.scan as scan
+    import prep.kinds.table.scan as scan
     from prep.sources.table import blocks
 
     monkeypatch.setattr(scan, "blocks", functools.partial(blocks, block_bytes=64))

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from manifests import edit_manifest
 from PIL import Image, ImageOps
 from typer.testing import CliRunner
 
@@ -256,8 +257,6 @@ def test_workers_refuse_a_repacked_folder(packed: Path, copy_dataset) -> None:
     root = copy_dataset(packed)
     ds = ImageShardDataset(root, size=64, fields=("label",))
     clone = pickle.loads(pickle.dumps(ds))  # what a spawned worker gets
-    manifest = json.loads((root / "manifest.json").read_text())
-    manifest["shards"].reverse()  # a repack with another order, same files
-    (root / "manifest.json").write_text(json.dumps(manifest))
+    edit_manifest(root, lambda m: m["shards"].reverse())  # a repack: another order, same files
     with pytest.raises(FormatError, match="changed since the dataset was opened"):
         clone[0]

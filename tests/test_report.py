@@ -15,12 +15,12 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from loaders import ImageShardDataset
+from loaders.fields.drawing import PALETTE
 from loaders.format import read_manifest
 from prep import PrepError
 from prep.cli.main import app
-from prep.inspect.preview import preview
+from prep.inspect.preview import GAP, preview
 from prep.inspect.report import verify
-from prep.inspect.sheet import GAP, PALETTE
 from prep.inspect.tune import (
     TuneResult,
     TuneRow,

@@ -16,10 +16,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import one_colour_share
 from PIL import Image
 
 from prep.inspect.htmlreport import write_report
-from prep.inspect.sheet import BLANK_SHARE, one_colour_share
+from prep.inspect.preview import BLANK_SHARE
 
 CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 pytestmark = [

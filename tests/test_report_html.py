@@ -12,14 +12,12 @@ from typing import Any
 import numpy as np
 import pytest
 from typer.testing import CliRunner
-from untrusted import packed_table, volumes, write_dataset
+from untrusted import packed_table, volumes
 
 import prep
-from loaders.format import ArraySpec
-from loaders.format.kinds import FIELDS
 from prep.cli.main import app
 from prep.fields import Array, Boxes, Image, Label, Mask
-from prep.inspect import gallery
+from prep.inspect import pages
 from prep.inspect.html import jpeg_uri
 from prep.inspect.htmlreport import write_report
 from prep.kinds.text.config import TokenizeConfig
@@ -44,7 +42,7 @@ def test_images_with_masks_report(packed: Path, copy_dataset: Any) -> None:
     assert result.output.strip() == str(out)
     text = out.read_text()
     assert {"counts", "sizes", "samples", "stats", "rejects", "fields"} <= set(ids(text))
-    assert "masks overlaid" in text
+    assert "drawn on them: mask" in text
     assert len(images_in(text)) == 4 * 2  # 4 classes, 2 a class
     assert text.count("<svg") >= 3  # counts, sizes, channels
     assert re.search(r'(src|href)="(?!data:|#)', text) is None  # nothing to fetch
@@ -55,7 +53,7 @@ def test_images_with_masks_report(packed: Path, copy_dataset: Any) -> None:
 def prep_stats(root: Path) -> list[float]:
     from loaders.format import read_manifest
 
-    sizes = read_manifest(root).extra["stats"]["sizes"]
+    sizes = read_manifest(root).extra["stats"]["image"]["sizes"]
     return list(sizes[min(sizes, key=int)]["mean"])
 
 
@@ -82,7 +80,7 @@ def test_samples_with_boxes_and_masks_report(tmp_path: Path) -> None:
     prep.pack_samples(sample, range(5), root, fields, show_progress=False, jobs=1, max_rejects=1)
     text = write_report(root, tmp_path / "r.html").read_text()
     assert {"counts", "sizes", "samples", "fields", "rejects"} <= set(ids(text))
-    assert "masks overlaid, boxes drawn" in text and "(1 boxes)" in text
+    assert "drawn on them: boxes, mask" in text and "(1 boxes)" in text
     assert len(images_in(text)) == 4
     assert "cat" in text and "dog" in text
     assert "1 rejected inputs, 1 reasons" in text and "<td>box_outside</td><td>#4</td>" in text
@@ -105,7 +103,7 @@ def test_tokens_report(tmp_path: Path) -> None:
 def test_volumes_report(tmp_path: Path) -> None:
     root = volumes(tmp_path / "v", [(4, 5, 6), (3, 4, 5)], [0, 120, 180], 180)
     text = write_report(root).read_text()
-    assert {"counts", "sizes", "volumes"} <= set(ids(text))
+    assert {"counts", "sizes", "samples"} <= set(ids(text))
     assert len(images_in(text)) == 2 * 3  # three middle slices a volume
 
 
@@ -166,26 +164,28 @@ def test_bad_input_is_one_line(tmp_path: Path, packed: Path) -> None:
 def million(root: Path, n: int = 1_000_000, classes: int = 1000) -> Path:
     """An image dataset of n 8 px samples: its labels real, its pixels a sparse file of zeros
     (nothing but the header is written), so that a million samples cost a few MB of disk."""
-    specs = {"label": FIELDS["label"].spec(None, max_value=classes - 1)}
-    labels = (np.random.default_rng(0).integers(0, classes, n)).astype(specs["label"].dtype)
-    root = write_dataset(
-        root,
-        "images",
-        specs,
-        [(n, {"label": labels})],
-        classes=[f"class {c}" for c in range(classes)],
-    )
-    from loaders.format import MANIFEST, ArrayRef, FileInfo, Manifest
+    from loaders.format import MANIFEST, ArrayRef, FileInfo, Manifest, Shard
 
+    root.mkdir(parents=True)
+    fields = {
+        "image": Image(sizes=(8,)),
+        "label": Label(tuple(f"class {c}" for c in range(classes))),
+    }
+    arrays = {
+        f"{s.field}_{s.size}" if s.size else s.field: s
+        for n_, f in fields.items()
+        for s in f.arrays(n_)
+    }
+    labels = np.random.default_rng(0).integers(0, classes, n).astype(arrays["label"].dtype)
+    np.save(root / "label-00000.npy", labels)
     pixels = np.lib.format.open_memmap(root / "image_8-00000.npy", "w+", np.uint8, (n, 8, 8, 3))
     del pixels  # a sparse file: the header and one byte written
-    m = Manifest.from_json((root / MANIFEST).read_bytes(), root)
-    m.arrays["image_8"] = ArraySpec("image", 8, "uint8", (8, 8, 3))
-    shard = m.shards[0]
-    shard.arrays["image_8"] = ArrayRef("image_8-00000.npy", n)
-    size = (root / "image_8-00000.npy").stat().st_size
-    shard.files["image_8-00000.npy"] = FileInfo(size, "0" * 64)  # verify would say so; report
-    (root / MANIFEST).write_text(m.to_json())  # reads no checksum
+    refs = {a: ArrayRef(f"{a}-00000.npy", n) for a in arrays}
+    # the checksums are not the files': verify would say so; report reads none
+    files = {r.file: FileInfo((root / r.file).stat().st_size, "0" * 64) for r in refs.values()}
+    described = {k: f.describe() for k, f in fields.items()}
+    m = Manifest("npy", arrays, [Shard(n, refs, files)], fields=described, command="pack")
+    (root / MANIFEST).write_text(m.to_json())
     return root
 
 
@@ -193,19 +193,19 @@ def test_a_million_samples_report_is_sampled_and_bounded(tmp_path: Path) -> None
     out = write_report(million(tmp_path / "m"), tmp_path / "r.html")
     text = out.read_text()
     shown = images_in(text)
-    assert len(shown) == gallery.GRID_BUDGET  # 1000 classes: one each for the first 256
+    assert len(shown) == pages.GRID_BUDGET  # 1000 classes: one each for the first 256
     assert out.stat().st_size < LIMIT_BYTES
     # The worst case, whatever the pixels: every tile a TILE_MAX square of noise (JPEG's
     # largest), plus the page without its tiles.
-    noise = np.random.default_rng(0).integers(0, 256, (gallery.TILE_MAX,) * 2 + (3,), np.uint8)
+    noise = np.random.default_rng(0).integers(0, 256, (pages.TILE_MAX,) * 2 + (3,), np.uint8)
     rest = len(text) - sum(len(s) for s in shown)
-    tiles = gallery.GRID_BUDGET + 16 * 8 + 32 * 2  # grid, near-duplicate rows, leakage pairs
+    tiles = pages.GRID_BUDGET + 16 * 8 + 32 * 2  # grid, near-duplicate rows, leakage pairs
     assert rest + tiles * len(jpeg_uri(noise)) < LIMIT_BYTES
 
 
 @pytest.mark.parametrize("labels", [None, np.array([3, 1, 3, 3, 1, 0])])
 def test_pick_is_seeded_and_per_class(labels: np.ndarray | None) -> None:
-    a, b = gallery.pick(labels, 6, 2), gallery.pick(labels, 6, 2)
+    a, b = pages.pick(labels, 6, 2), pages.pick(labels, 6, 2)
     assert {k: v.tolist() for k, v in a.items()} == {k: v.tolist() for k, v in b.items()}
     if labels is None:
         assert list(a) == [-1] and len(a[-1]) == 2
@@ -215,30 +215,33 @@ def test_pick_is_seeded_and_per_class(labels: np.ndarray | None) -> None:
 
 
 def test_tiles_draw_boxes_and_masks() -> None:
-    """A box's outline in its label's colour at the tile's scale, its inside left as it was; a
-    mask's pixels tinted, the rest not."""
-    from prep.inspect.sheet import PALETTE
+    """A box's outline in its colour at the tile's scale, its inside left as it was; a mask's
+    pixels tinted, the rest not (each field draws itself: Field.draw)."""
+    from loaders.fields.drawing import PALETTE
 
     img = np.zeros((256, 256, 3), np.uint8)
-    rgb, scale = gallery.tile(img)
+    rgb, scale = pages.shrink(img)
     assert rgb.shape == (128, 128, 3) and scale == 0.5
-    drawn = gallery.boxed(rgb, np.array([[40, 40, 200, 200]]), np.array([1]), scale)
-    assert (drawn[20, 30:100] == PALETTE[1]).all() and not drawn[30:90, 30:90].any()
+    box = np.array([[40, 40, 200, 200]], np.float32)
+    drawn = Boxes().draw([rgb], box, scale)[0]
+    assert (drawn[20, 30:100] == PALETTE[0]).all() and not drawn[30:90, 30:90].any()
     mask = np.zeros((256, 256), np.uint8)
     mask[:64] = 2
-    tinted = gallery.tile(img, mask)[0]
+    tinted = Mask().draw([rgb], mask, scale)[0]
     assert tinted[:32].any(axis=2).all() and not tinted[32:].any()
 
 
 def test_counts_per_split_and_class(packed: Path) -> None:
     """One bar a split in each class's group, a class no sample has named in red."""
-    from loaders.format import load_manifest
-    from prep.inspect import sections
+    import dataclasses
+
+    from loaders.fields.checks import load_manifest
+    from prep.inspect import htmlreport
 
     m = load_manifest(packed)
+    m = dataclasses.replace(m, shards=list(m.shards), index=None)  # records to edit
     m.shards[-1].split = "val"
-    m.classes = [*(m.classes or []), "empty"]
     labels = np.arange(m.num_samples) % 4
-    body = sections.counts(m, labels).body
+    body = htmlreport.counts(m, labels, names=[*(m.classes or []), "empty"]).body
     assert "samples per class and split" in body and ">val<" in body and ">all<" in body
     assert "1 classes with no samples: empty" in body

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-import prep.run.install as install_mod
+import prep.run.guard as install_mod
 from loaders import ImageShardDataset
 from prep.cli.main import app
 from prep.run.files import temp_path

@@ -26,6 +26,7 @@ from loaders.format import FormatError, read_manifest
 from prep import PrepError, UsageError
 from prep.cli.main import app
 from prep.fields import Array, Bytes, Image, Json, Label, Mask, Scalar, Text, Tokens
+from tests.manifests import edit_manifest
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # loky and Dask workers get make()
 
@@ -122,7 +123,7 @@ def test_every_field_kind_round_trips(tmp_path: Path) -> None:
     assert b["img"].shape == (3, 3, 24, 24) and b["m"].shape == (3, 24, 24)
     assert set(b["m"][1].unique().tolist()) <= {0, 1}  # fit pads with 0
     assert (tmp_path / "ds" / "tok.tokenizer.json").is_file()
-    assert read_manifest(tmp_path / "ds").format_version == 3
+    assert read_manifest(tmp_path / "ds").format_version == 4
     # The pixels are prep pack's: the same image from a path packs to the same bytes.
     PILImage.fromarray(IMAGES[0]).save(tmp_path / "0.png")
     pack(
@@ -297,10 +298,7 @@ def test_prep_samples_with_a_recipe(tmp_path: Path) -> None:
 
 
 def test_a_tampered_field_description_is_refused(det: Path, copy_dataset: Any) -> None:
-    ds = copy_dataset(det)
-    m = json.loads((ds / "manifest.json").read_text())
-    m["extra"]["fields"]["boxes"]["shape"] = [None, 5]
-    (ds / "manifest.json").write_text(json.dumps(m))
+    ds = edit_manifest(copy_dataset(det), lambda m: m["fields"]["boxes"].update(shape=[None, 5]))
     with pytest.raises(FormatError, match="boxes"):
         SampleDataset(ds)
 
@@ -390,9 +388,7 @@ def test_lying_values_are_refused_at_open(tmp_path: Path) -> None:
     SampleDataset(out)  # as packed: fine
     y = np.load(out / "y-00000.npy")
     np.save(out / "y-00000.npy", np.full_like(y, 7))  # a class beyond the two
-    m = json.loads((out / "manifest.json").read_text())
-    m["shards"][0]["files"]["y-00000.npy"]["sha256"] = "0" * 64
-    (out / "manifest.json").write_text(json.dumps(m))
+    edit_manifest(out, lambda m: m["shards"][0]["files"]["y-00000.npy"].update(sha256="0" * 64))
     with pytest.raises(FormatError, match="label 7 of y is not one of its classes"):
         SampleDataset(out)
     result = CliRunner().invoke(app, ["verify", str(out)])
@@ -407,9 +403,8 @@ def test_token_ids_beyond_the_vocabulary_are_a_verify_problem(tmp_path: Path) ->
     data = out / "t-00000.npy"
     ids = np.load(data)
     np.save(data, np.full_like(ids, 9))
-    m = json.loads((out / "manifest.json").read_text())
-    m["shards"][0]["files"]["t-00000.npy"]["sha256"] = hashlib.sha256(data.read_bytes()).hexdigest()
-    (out / "manifest.json").write_text(json.dumps(m))
+    sha = hashlib.sha256(data.read_bytes()).hexdigest()
+    edit_manifest(out, lambda m: m["shards"][0]["files"]["t-00000.npy"].update(sha256=sha))
     SampleDataset(out)  # opening reads offsets, never every id
     result = CliRunner().invoke(app, ["verify", str(out)])
     assert result.exit_code == 1 and "token id 9 is not below vocab_size 3" in result.output

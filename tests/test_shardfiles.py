@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 from loaders.format import sha256_file
-from prep.run.files import writing
-from prep.run.shardwriter import ShardFiles
+from prep.run.shardwriter import ShardFiles, writing
 
 
 def _write(staging: Path, fail: bool = False) -> ShardFiles:
@@ -18,7 +17,7 @@ def _write(staging: Path, fail: bool = False) -> ShardFiles:
     with writing([files]):
         image = files.array("image", "uint8", (2, 2))
         boxes = files.ragged("boxes", "float32")
-        tokens = files.ragged("tokens", "uint16", offsets="doc_offsets")
+        tokens = files.ragged("tokens", "uint16")
         for n in range(3):  # an empty ragged sample (n = 0) is one too
             image.append(np.full((2, 2), n, np.uint8))
             boxes.append(np.ones((n, 4), np.float32))
@@ -40,7 +39,7 @@ def _read(path: Path, key: str | None) -> np.ndarray:
 @pytest.mark.parametrize("h5", [False, True])
 def test_round_trip(tmp_path: Path, h5: bool) -> None:
     shard = _write(tmp_path).publish(3, "train", h5=h5)
-    expected = {"tokens-train-00002.npy", "doc_offsets-train-00002.npy"}
+    expected = {"tokens-train-00002.npy", "tokens-offsets-train-00002.npy"}
     assert expected <= set(shard.files) or set(shard.files) == {"shard-train-00002.h5"}
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(shard.files)  # no temp left
     for name, info in shard.files.items():
@@ -54,7 +53,7 @@ def test_round_trip(tmp_path: Path, h5: bool) -> None:
     assert arrays["image"][2].tolist() == [[2, 2], [2, 2]]
     off = arrays["boxes.offsets"]
     assert off.tolist() == [0, 0, 4, 12] and arrays["boxes"][off[2] : off[3]].shape == (8,)
-    assert arrays["doc_offsets"].tolist() == [0, 2, 2, 5] and refs["tokens"].offsets is None
+    assert arrays["tokens.offsets"].tolist() == [0, 2, 2, 5]
     assert shard.count == 3 and shard.split == "train"
 
 

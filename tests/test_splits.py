@@ -83,5 +83,5 @@ def test_val_fraction_is_a_hash_of_the_path(tmp_path: Path, pack_to) -> None:
     assert {s for s in second if int(s[2:4]) < 10} == first
     train = ImageShardDataset(tmp_path / "two", size=8, split="train", fields=("label",))
     assert len(train) + len(second) == 30
-    stats = train.store.manifest.extra["stats"]
+    stats = train.store.manifest.extra["stats"]["image"]
     assert stats["split"] == "train"  # the pixel statistics: of the train split alone

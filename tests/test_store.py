@@ -19,10 +19,11 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from manifests import edit_manifest
 
 from loaders import ImageShardDataset, TokenWindowDataset, make_loader
+from loaders.fields import Image, Label, Tokens
 from loaders.format import MANIFEST, ArrayRef, FileInfo, FormatError, Manifest, Shard
-from loaders.format.kinds import FIELDS
 from loaders.format.schema import array_name
 
 SIZE = 8  # px: tiny images, the shard count is what matters here
@@ -38,10 +39,9 @@ def write_images(root: Path, shards: int, classes: int, per_shard: int = 2) -> P
     """An image dataset of `shards` shards: sample i is an image filled with i % 256, label
     i % classes."""
     root.mkdir(parents=True)
-    specs = {
-        array_name("image", SIZE): FIELDS["image"].spec(SIZE),
-        "label": FIELDS["label"].spec(None, max_value=classes - 1),
-    }
+    names = [f"class{c:04d}" for c in range(classes)]
+    fields = {"image": Image((SIZE,)), "label": Label(tuple(names))}
+    specs = {array_name(s.field, s.size): s for n, f in fields.items() for s in f.arrays(n)}
     records = []
     for s in range(shards):
         index = np.arange(s * per_shard, (s + 1) * per_shard)
@@ -59,8 +59,8 @@ def write_images(root: Path, shards: int, classes: int, per_shard: int = 2) -> P
                 {ref.file: info for ref, info in saved.values()},
             )
         )
-    names = [f"class{c:04d}" for c in range(classes)]
-    manifest = Manifest("images", "npy", specs, records, classes=names)
+    described = {n: f.describe() for n, f in fields.items()}
+    manifest = Manifest("npy", specs, records, fields=described)
     (root / MANIFEST).write_text(manifest.to_json())
     return root
 
@@ -68,25 +68,19 @@ def write_images(root: Path, shards: int, classes: int, per_shard: int = 2) -> P
 def write_tokens(root: Path, shards: int, docs: int = 3, length: int = 40) -> Path:
     """A token dataset of `shards` train shards of `docs` documents of `length` tokens."""
     root.mkdir(parents=True)
-    specs = {"tokens": FIELDS["tokens"].spec(None), "doc_offsets": FIELDS["doc_offsets"].spec(None)}
+    field = Tokens(256)
+    specs = {"tokens": field.arrays("tokens")[0]}
     records = []
     for s in range(shards):
         tokens = (np.arange(docs * length) + s) % 256
         offsets = np.arange(0, docs * length + 1, length, dtype=np.int64)
-        saved = {
-            "tokens": _save(root, f"tokens-train-{s:05d}.npy", tokens.astype(np.uint8)),
-            "doc_offsets": _save(root, f"doc_offsets-train-{s:05d}.npy", offsets),
-        }
-        records.append(
-            Shard(
-                docs,
-                {name: ref for name, (ref, _) in saved.items()},
-                {ref.file: info for ref, info in saved.values()},
-                split="train",
-            )
-        )
-    extra = {"vocab_size": 256, "eot_id": None}
-    (root / MANIFEST).write_text(Manifest("tokens", "npy", specs, records, extra=extra).to_json())
+        data, data_info = _save(root, f"tokens-train-{s:05d}.npy", tokens.astype(np.uint8))
+        off, off_info = _save(root, f"tokens-offsets-train-{s:05d}.npy", offsets)
+        data.offsets = off
+        files = {data.file: data_info, off.file: off_info}
+        records.append(Shard(docs, {"tokens": data}, files, split="train"))
+    described = {"tokens": field.describe()}
+    (root / MANIFEST).write_text(Manifest("npy", specs, records, fields=described).to_json())
     return root
 
 
@@ -231,12 +225,10 @@ def test_the_manifest_hashed_is_the_one_parsed(
     root = copy_dataset(packed)
     parse = Manifest.from_dict.__func__  # type: ignore[attr-defined]
 
-    def parse_then_repack(cls: type[Manifest], d: dict[str, Any]) -> Manifest:
-        manifest = parse(cls, d)
+    def parse_then_repack(cls: type[Manifest], d: dict[str, Any], *rest: Any) -> Manifest:
+        manifest = parse(cls, d, *rest)
         monkeypatch.undo()
-        new = json.loads((root / MANIFEST).read_text())
-        new["shards"].reverse()  # same files, another order
-        (root / MANIFEST).write_text(json.dumps(new))
+        edit_manifest(root, lambda m: m["shards"].reverse())  # same files, another order
         return manifest
 
     monkeypatch.setattr(Manifest, "from_dict", classmethod(parse_then_repack))

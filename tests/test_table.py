@@ -85,8 +85,8 @@ def test_stored_dtypes(tmp_path: Path) -> None:
     t = t.append_column("big", pa.array(np.arange(t.num_rows) * 300))
     out = _pack(_write(t, tmp_path / "t.csv"), tmp_path / "out", target="label", float16=True)
     m = read_manifest(out)
-    cols = {c["name"]: c for c in m.extra["columns"]}
-    names = {v: k for k, v in m.extra["arrays"].items()}
+    cols = {f["name"]: f for f in m.fields.values()}  # a column field a column
+    names = {f["name"]: k for k, f in m.fields.items()}
     dtype = {c: m.arrays[names[c]].dtype for c in cols}
     assert dtype["small"] == "uint8" and dtype["neg"] == "int8" and dtype["big"] == "uint32"
     assert dtype["price"] == "float16"  # missing values: a float, NaN for missing
@@ -321,3 +321,15 @@ def test_info_and_preview(tmp_path: Path) -> None:
     assert "2024-03-04T05:06:07" in shown[3]
     x_num = TableDataset(out).__getitems__([0, 1, 2]).tensors[0]
     assert x_num[:, 0].isnan().tolist() == [False, True, False]  # NaT as NaN
+
+
+@pytest.mark.parametrize("in_memory", [False, True])
+def test_empty_batch(tmp_path: Path, in_memory: bool) -> None:
+    src = _write(_table(50), tmp_path / "t.csv")
+    out = _pack(src, tmp_path / "o", target="label", missing_mask=True)
+    ds = TableDataset(out, missing_mask=True, in_memory=in_memory, index=True)
+    full = ds.__getitems__([0, 1]).tensors
+    empty = ds.__getitems__([]).tensors
+    assert len(empty) == len(full) == 5
+    for e, f in zip(empty, full, strict=True):
+        assert e.shape == (0, *f.shape[1:]) and e.dtype == f.dtype

@@ -105,15 +105,16 @@ def test_round_trip_every_tokenizer(name: str, tmp_path: Path, user_tokenizer: P
     summary = run(src, tmp_path / "out", tokenizer=spec, vocab_size=300)
     assert decoded(tmp_path / "out") == [text for _, text in DOCS.values()]
     m = read_manifest(tmp_path / "out")
-    assert m.extra["tokenizer"]["name"] == name and summary.docs == len(DOCS)
+    assert m.fields["tokens"]["tokenizer_name"] == name and summary.docs == len(DOCS)
     docs = DocumentDataset(tmp_path / "out", split="train")
     ids = stream(tmp_path / "out")
-    eot = m.extra["eot_id"]
+    eot = m.fields["tokens"]["eot_id"]
     assert (eot is None) == (name == "bytes")
     if eot is not None:  # one eot after every document, the empty one too; none inside
         ends = [docs.span(i)[1] - 1 for i in range(len(docs))]
         assert np.flatnonzero(ids == eot).tolist() == ends
-    assert m.extra["splits"]["train"]["tokens"] == len(ids) == summary.tokens
+    train = [s.arrays["tokens"].length for s in m.shards if s.split == "train"]
+    assert sum(train) == len(ids) == summary.tokens
     if name == "json":  # used as it is: the user's file, byte for byte
         assert (tmp_path / "out" / "tokenizer.json").read_bytes() == user_tokenizer.read_bytes()
 
@@ -132,6 +133,27 @@ def test_split_lines_and_jsonl_documents(tmp_path: Path) -> None:
     rejects = [json.loads(x) for x in (tmp_path / "j" / "rejects.jsonl").read_text().splitlines()]
     assert [r["reason"] for r in rejects] == ["json", "no_text"] and summary.rejected == 2
     assert all(r["path"] == "docs.jsonl" for r in rejects)
+
+
+def test_resume_redoes_a_shard_an_older_prep_left(tmp_path: Path) -> None:
+    """A run started by a prep of format version 2 (the document offsets an array of their
+    own, doc_offsets), resumed by this one: its shard is tokenized again (a ValueError at the
+    manifest once)."""
+    src = write_docs(tmp_path / "src", {"good.txt": b"fine", "bad.txt": b"caf\xc3(e"})
+    with pytest.raises(PrepError, match="rejected"):
+        run(src, tmp_path / "out")
+    staging, path = tmp_path / "out.partial", tmp_path / "out.partial/.prep-run/00000.json"
+    record = json.loads(path.read_text())
+    (shard,) = record["splits"]
+    off = shard["arrays"]["tokens"].pop("offsets")
+    old = off["file"].replace("tokens-offsets", "doc_offsets")
+    (staging / off["file"]).rename(staging / old)
+    shard["arrays"]["doc_offsets"] = off | {"file": old}
+    shard["files"][old] = shard["files"].pop(off["file"])
+    record["shard"]["files"] = shard["files"]
+    path.write_text(json.dumps(record))
+    summary = run(src, tmp_path / "out", max_rejects=0.5, resume=True)
+    assert summary.reused == 0 and decoded(tmp_path / "out") == ["fine"]
 
 
 def test_invalid_utf8_rejected_with_byte_offset_or_replaced(tmp_path: Path) -> None:
@@ -553,7 +575,7 @@ def test_workers_end_with_a_killed_parent(tmp_path: Path) -> None:
             time.sleep(0.02)
         names = shard_temps(staging)  # the workers are in their shards, waiting before reading
         assert names and p.poll() is None, (tmp_path / "log.txt").read_text()
-        pattern = r"\.(tokens|doc_offsets)-(train|val)-\d{5}\.npy\.[\w.-]+-(\d+)-[0-9a-f]{8}\.tmp"
+        pattern = r"\.(tokens(?:-offsets)?)-(train|val)-\d{5}\.npy\.[\w.-]+-(\d+)-[0-9a-f]{8}\.tmp"
         pids = {int(re.fullmatch(pattern, n)[3]) for n in names}  # type: ignore[index]
         assert p.pid not in pids  # written by the workers, under their own pid
         os.kill(p.pid, signal.SIGKILL)  # the parent only: its workers are orphaned

@@ -208,12 +208,11 @@ def test_color_jitter_is_torchvisions_formulas_in_one_matrix() -> None:
 
 
 def test_a_resized_crop_is_a_bilinear_resize_of_its_box() -> None:
-    from loaders.augment.base import Sample
-    from loaders.augment.geometry import resized_crop
+    from loaders.augment.base import Resize, Sample, settle
 
     x = torch.rand(2, 3, 10, 20)
     boxes = torch.tensor([[0, 0, 10, 20], [2, 4, 5, 10]])
-    out = resized_crop(Sample(x, torch.arange(2)), boxes, (10, 20)).images
+    out = settle(Sample(x, torch.arange(2), pending=Resize(boxes, (10, 20)))).images
     assert torch.allclose(out[0], x[0], atol=1e-6)  # the whole image at its size: itself
     ref = F.interpolate(x[1:, :, 2:7, 4:14], size=(10, 20), mode="bilinear", align_corners=False)
     # Inside, the same samples; on the edge we read the pixels beyond the box, not its border.
@@ -221,14 +220,13 @@ def test_a_resized_crop_is_a_bilinear_resize_of_its_box() -> None:
 
 
 def test_boxes_alone_are_the_boxes_a_pipeline_crops() -> None:
-    from loaders.augment.base import Sample
-    from loaders.augment.geometry import resized_crop
+    from loaders.augment.base import Resize, Sample, settle
 
     images, index = batch(8), torch.arange(40, 48)
     crop = T.RandomResizedCrop(24, scale=CROP)
     piped = T.Compose([T.RandomHorizontalFlip(0.0), crop], seed=5, epoch=2)(images, index=index)
     boxes = crop.boxes(index, 48, 48, seed=5, epoch=2)  # as a decode-time crop would draw
-    assert torch.equal(piped, resized_crop(Sample(images, index), boxes, (24, 24)).images)
+    assert torch.equal(piped, settle(Sample(images, index, pending=Resize(boxes, (24, 24)))).images)
 
 
 def test_uint8_and_float_batches_crop_alike() -> None:
@@ -268,15 +266,15 @@ def test_cpu_and_gpu_agree() -> None:
 
 
 def test_a_flip_after_a_crop_is_folded_into_it_exactly() -> None:
-    from loaders.augment.base import Sample
-    from loaders.augment.geometry import resized_crop
+    from loaders.augment.base import Resize, Sample, settle
 
     images, mask = square_batch(32)
     images = images | batch(32).bitwise_and(127)
     index = torch.arange(200, 232)
     crop = T.RandomResizedCrop(40, scale=CROP)
     x, m = T.Compose([crop, T.RandomHorizontalFlip(0.5)])(images, index=index, mask=mask)
-    ref = resized_crop(Sample(images, index, mask=mask), crop.boxes(index, 48, 48), (40, 40))
+    pending = Resize(crop.boxes(index, 48, 48), (40, 40))
+    ref = settle(Sample(images, index, mask=mask, pending=pending))
     flips = uniform(T.stream_key(0, 0, "RandomHorizontalFlip"), index, 1)[:, 0] < 0.5
     assert 0 < int(flips.sum()) < 32
     assert torch.equal(x, torch.where(flips.view(-1, 1, 1, 1), ref.images.flip(-1), ref.images))

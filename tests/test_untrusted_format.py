@@ -16,16 +16,8 @@ import pytest
 from untrusted import digest, edit_manifest, images, npy_header, rewrite, tokens, volumes
 
 from loaders import DocumentDataset, ImageShardDataset, TokenWindowDataset
-from loaders.format import (
-    ArrayRef,
-    ArraySpec,
-    FormatError,
-    check_array,
-    check_files,
-    load_manifest,
-    read_manifest,
-)
-from loaders.format.kinds import FIELDS
+from loaders.fields.checks import check_files, load_manifest
+from loaders.format import ArrayRef, ArraySpec, FormatError, check_array, read_manifest
 
 # ---------------------------------------------------------------- 1. sha256 is a digest
 
@@ -44,10 +36,10 @@ def test_sha256_is_64_lowercase_hex(tmp_path: Path, sha: str) -> None:
 
 def test_tokenizer_sha256_is_adigest(tmp_path: Path) -> None:
     root = tokens(tmp_path / "tok", [[1, 2, 3]])
-    tok = {"name": "x", "file": "tokenizer.json", "sha256": "../../escape"}
-    edit_manifest(root, lambda d: d["extra"].update(tokenizer=tok))
-    with pytest.raises(FormatError, match="tokenizer"):
-        read_manifest(root)
+    tok = {"tokenizer": "tokenizer.json", "tokenizer_sha256": "../../escape"}
+    edit_manifest(root, lambda d: d["fields"]["tokens"].update(tok))
+    with pytest.raises(FormatError, match=r"tokenizer_sha256 '\.\./\.\./escape' is not a digest"):
+        load_manifest(root)
 
 
 # ---------------------------------------------------------------- 2. HDF5 links
@@ -94,14 +86,14 @@ def test_volume_sizes_that_wrap_int64_are_refused(tmp_path: Path) -> None:
     wrap = (2**31 - 1, 2**31, 4)
     rest = (16, 2**29 + 1, 1)  # 2^33 + 16 voxels: back to the 16 voxels stored
     root = volumes(tmp_path / "vol", [wrap, rest], [0, -(2**33), 16], 16)
-    with pytest.raises(FormatError, match="voxel_offsets"):
+    with pytest.raises(FormatError, match="offsets of image"):
         load_manifest(root)
 
 
 def test_negative_voxel_offsets_are_refused(tmp_path: Path) -> None:
     root = volumes(tmp_path / "vol", [(1, 1, 4), (1, 1, 4)], [0, 4, 8], 8)
-    rewrite(root, "voxel_offsets-00000.npy", np.array([0, -4, 8], np.int64))
-    with pytest.raises(FormatError, match="voxel_offsets"):
+    rewrite(root, "image-offsets-00000.npy", np.array([0, -4, 8], np.int64))
+    with pytest.raises(FormatError, match="offsets of image"):
         load_manifest(root)
 
 
@@ -113,8 +105,8 @@ def test_offsets_whose_differences_wrap_int64_are_refused(tmp_path: Path) -> Non
     """np.diff wraps: [0, 2^63 - 1, -2, 5] once passed as never decreasing, and document 2
     read tokens[-2:5]."""
     root = tokens(tmp_path / "tok", [[1, 2], [3], [4, 5]])
-    rewrite(root, "doc_offsets-00000.npy", np.array([0, 2**63 - 1, -2, 5], np.int64))
-    with pytest.raises(FormatError, match="doc_offsets do not run from 0"):
+    rewrite(root, "tokens-offsets-00000.npy", np.array([0, 2**63 - 1, -2, 5], np.int64))
+    with pytest.raises(FormatError, match="the offsets of tokens are not 4 from 0"):
         DocumentDataset(root, split="train")
 
 
@@ -133,7 +125,7 @@ def test_byte_count_that_wraps_int64_is_too_short(tmp_path: Path) -> None:
 def test_every_truncated_header_is_refused(tmp_path: Path) -> None:
     """A .npy file cut anywhere in its header (a struct.error once, 10 bytes in)."""
     whole = npy_header((4,), "<i8") + bytes(32)
-    path, spec = tmp_path / "cut.npy", FIELDS["doc_offsets"].spec(None)
+    path, spec = tmp_path / "cut.npy", ArraySpec("tokens", None, "int64", ())  # offsets
     for end in range(len(whole)):
         path.write_bytes(whole[:end])
         with pytest.raises(FormatError, match=r"cut\.npy"):

@@ -13,8 +13,9 @@ import pytest
 from untrusted import copy, digest, edit_manifest, images, packed_table, rewrite, tokens, volumes
 
 from loaders import DocumentDataset, ImageShardDataset, TableDataset
-from loaders.format import MANIFEST, ArrayRef, FormatError, check_files, read_manifest
-from loaders.format.kinds import FIELDS
+from loaders.fields import Column
+from loaders.fields.checks import check_files, load_manifest
+from loaders.format import MANIFEST, ArrayRef, FormatError, read_manifest
 
 # ---------------------------------------------------------------- 6. manifests JSON accepts
 
@@ -43,18 +44,18 @@ def test_deeply_nested_extra(tmp_path: Path) -> None:
     [
         (lambda d: d.update(extra=[1, 2]), "extra"),
         (lambda d: d.update(config="x"), "config"),
-        (lambda d: d["extra"].pop("eot_id"), "eot_id"),
-        (lambda d: d["extra"].update(eot_id="5"), "eot_id"),
-        (lambda d: d["extra"].update(eot_id=True), "eot_id"),
-        (lambda d: d["extra"].update(eot_id=300), "eot_id"),
-        (lambda d: d["extra"].pop("vocab_size"), "vocab_size"),
-        (lambda d: d["extra"].update(vocab_size=2.5), "vocab_size"),
-        (lambda d: d["extra"].update(vocab_size=0), "vocab_size"),
+        (lambda d: d["fields"]["tokens"].update(eot_id=-1), "eot_id"),
+        (lambda d: d["fields"]["tokens"].update(eot_id="5"), "eot_id"),
+        (lambda d: d["fields"]["tokens"].update(eot_id=True), "eot_id"),
+        (lambda d: d["fields"]["tokens"].update(eot_id=300), "eot_id"),
+        (lambda d: d["fields"]["tokens"].pop("vocab_size"), "vocab_size"),
+        (lambda d: d["fields"]["tokens"].update(vocab_size=2.5), "vocab_size"),
+        (lambda d: d["fields"]["tokens"].update(vocab_size=0), "vocab_size"),
     ],
     ids=[
         "extra-list",
         "config-str",
-        "no-eot",
+        "eot-negative",
         "eot-str",
         "eot-bool",
         "eot-too-big",
@@ -63,10 +64,10 @@ def test_deeply_nested_extra(tmp_path: Path) -> None:
         "vocab-0",
     ],
 )
-def test_token_manifest_extra(tmp_path: Path, change: Any, message: str) -> None:
+def test_token_manifest_fields(tmp_path: Path, change: Any, message: str) -> None:
     root = edit_manifest(tokens(tmp_path / "tok", [[1, 2, 3]], eot_id=3), change)
     with pytest.raises(FormatError, match=message):
-        read_manifest(root)
+        load_manifest(root)
     with pytest.raises(FormatError, match=message):
         DocumentDataset(root, split="train")
 
@@ -79,50 +80,64 @@ def table(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        (lambda d: d["extra"].pop("columns"), "columns"),
-        (lambda d: d["extra"].update(columns={"a": 1}), "columns"),
-        (lambda d: d["extra"]["columns"].append(5), "columns"),
-        (lambda d: d["extra"].pop("arrays"), "arrays"),
-        (lambda d: d["extra"]["arrays"].update(cat_0="nowhere"), "nowhere"),
-        (lambda d: d["extra"]["arrays"].pop("cat_0"), "cat_0"),
-        (lambda d: d["extra"]["columns"][1].update(vocab="abc"), "vocab"),
-        (lambda d: d["extra"]["columns"][0].pop("kind"), "kind"),
-        (lambda d: d["extra"]["columns"][0].update(mean="x"), "mean"),
+        (lambda d: d.update(fields={}), "fields"),
+        (lambda d: d.update(fields=[{"kind": "column"}]), "fields"),
+        (lambda d: d["fields"].update(num_0=5), "num_0"),
+        (lambda d: d["fields"].pop("cat_0"), "array cat_0 is not what fields declares"),
+        (lambda d: d["fields"]["cat_0"].update(nowhere=1), "nowhere"),
+        (lambda d: d["fields"]["cat_0"].update(vocab="abc"), "vocab"),
+        (lambda d: d["fields"]["cat_0"].update(role="key"), "role"),
+        (lambda d: d["fields"]["num_0"].pop("kind"), "kind"),
+        (lambda d: d["fields"]["num_0"].update(mean="x"), "mean"),
+        (lambda d: d["fields"]["num_0"].update(type=["int"]), "type"),
     ],
     ids=[
-        "no-columns",
-        "columns-dict",
+        "no-fields",
+        "fields-list",
         "column-int",
-        "no-arrays",
-        "unknown-column",
-        "array-unnamed",
+        "array-unclaimed",
+        "unknown-key",
         "vocab-str",
+        "role-unknown",
         "no-kind",
         "mean-str",
+        "type-list",
     ],
 )
-def test_table_manifest_extra(table: Path, tmp_path: Path, change: Any, message: str) -> None:
+def test_table_manifest_fields(table: Path, tmp_path: Path, change: Any, message: str) -> None:
     root = edit_manifest(copy(table, tmp_path / "t"), change)
     with pytest.raises(FormatError, match=message):
-        read_manifest(root)
+        load_manifest(root)
     with pytest.raises(FormatError, match=message):
         TableDataset(root)
 
 
+@pytest.mark.parametrize("sizes", [[float("inf")], [float("nan")], [1e300]])
+def test_image_sizes_that_are_no_int(tmp_path: Path, sizes: list[float]) -> None:
+    root = edit_manifest(
+        images(tmp_path / "ds"), lambda d: d["fields"]["image"].update(sizes=sizes)
+    )
+    with pytest.raises(FormatError, match="field 'image' is not a image field"):
+        load_manifest(root)
+
+
 @pytest.mark.parametrize(
-    "change",
+    ("change", "message"),
     [
-        lambda d: d["extra"].pop("volumes"),
-        lambda d: d["extra"]["volumes"].pop(),
-        lambda d: d["extra"]["volumes"][0].update(pad="0"),
-        lambda d: d["extra"].update(targets=[{"array": "nowhere", "classes": None}]),
+        (lambda d: d["extra"].pop("volumes"), r"extra\.volumes"),
+        (lambda d: d["extra"]["volumes"].pop(), r"extra\.volumes"),
+        (lambda d: d["extra"]["volumes"][0].update(pad="0"), r"extra\.volumes"),
+        (
+            lambda d: d["fields"].update(volume_target_0={"kind": "column", "role": "target"}),
+            "array volume_target_0 of field volume_target_0 is not among the manifest's arrays",
+        ),
     ],
     ids=["no-volumes", "too-few", "pad-str", "target-array"],
 )
-def test_volume_manifest_extra(tmp_path: Path, change: Any) -> None:
+def test_volume_manifest_extra(tmp_path: Path, change: Any, message: str) -> None:
     root = edit_manifest(volumes(tmp_path / "vol", [(1, 1, 4)], [0, 4], 4), change)
-    with pytest.raises(FormatError, match=r"extra\.(volumes|targets)"):
-        read_manifest(root)
+    with pytest.raises(FormatError, match=message):
+        load_manifest(root)
 
 
 # ---------------------------------------------------------------- 7. values against the manifest
@@ -131,7 +146,7 @@ def test_volume_manifest_extra(tmp_path: Path, change: Any) -> None:
 def test_token_ids_beyond_vocab(tmp_path: Path) -> None:
     root = tokens(tmp_path / "tok", [[1, 2, 299, 3], [4]], vocab_size=300)
     assert check_files(root, read_manifest(root), checksums=True) == []
-    edit_manifest(root, lambda d: d["extra"].update(vocab_size=299))
+    edit_manifest(root, lambda d: d["fields"]["tokens"].update(vocab_size=299))
     problems = check_files(root, read_manifest(root), checksums=True)
     assert (
         len(problems) == 1
@@ -147,7 +162,7 @@ def test_prep_verify_checks_values(tmp_path: Path) -> None:
 
     root = tokens(tmp_path / "tok", [[1, 2, 299, 3]], vocab_size=300)
     assert CliRunner().invoke(app, ["verify", str(root)]).exit_code == 0
-    edit_manifest(root, lambda d: d["extra"].update(vocab_size=200))
+    edit_manifest(root, lambda d: d["fields"]["tokens"].update(vocab_size=200))
     result = CliRunner().invoke(app, ["verify", str(root)])
     assert result.exit_code == 1 and "token id 299 is not below vocab_size 200" in result.output
 
@@ -173,10 +188,11 @@ def test_volume_target_codes_beyond_classes(tmp_path: Path) -> None:
     m = read_manifest(root)
     rel = "volume_target_0-00000.npy"
     np.save(root / rel, np.array([2, 3], np.uint8))
-    m.arrays["volume_target_0"] = FIELDS["volume_target"].spec(0, max_value=3)
+    grade = Column(name="grade", role="target", dtype="uint8", vocab=tuple("abc"), first_code=0)
+    m.arrays["volume_target_0"] = grade.arrays("volume_target_0")[0]
+    m.fields["volume_target_0"] = grade.describe()
     m.shards[0].arrays["volume_target_0"] = ArrayRef(rel, 2)
     m.shards[0].files[rel] = digest(root / rel)
-    m.extra["targets"] = [{"column": "grade", "array": "volume_target_0", "classes": list("abc")}]
     (root / MANIFEST).write_text(m.to_json())
     assert check_files(root, read_manifest(root)) == []  # opening reads no target
     problems = check_files(root, read_manifest(root), values=True)
@@ -189,10 +205,10 @@ def test_value_checks_run_in_bounded_memory(
     """A chunked pass: 8 MB of tokens read 1 MB at a time, the bad id in the last chunk."""
     n = 4_000_000
     root = tokens(tmp_path / "tok", [[1] * (n - 1) + [299]], vocab_size=300)
-    from loaders.format import values
+    from loaders.fields import checks
 
-    monkeypatch.setattr(values, "CHUNK_BYTES", 1 << 20)
-    edit_manifest(root, lambda d: d["extra"].update(vocab_size=299))
+    monkeypatch.setattr(checks, "CHUNK_BYTES", 1 << 20)
+    edit_manifest(root, lambda d: d["fields"]["tokens"].update(vocab_size=299))
     m = read_manifest(root)
     tracemalloc.start()
     try:

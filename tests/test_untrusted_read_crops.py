@@ -33,7 +33,7 @@ def corner_sample(i: int) -> dict[str, Any]:
 
 
 def test_a_load_crop_drops_the_corner_boxes_it_cuts_away(tmp_path: Path) -> None:
-    """The issue's case: keep mode at 96 px, CenterCrop(64) (224/256 of the shorter side)."""
+    """The issue's case: keep mode at 96 px, CenterCrop(64, ratio=0.875)."""
     fields = {
         "image": Image(sizes=(96,), mode="keep"),
         "boxes": Boxes("image"),
@@ -41,7 +41,10 @@ def test_a_load_crop_drops_the_corner_boxes_it_cuts_away(tmp_path: Path) -> None
     }
     prep.pack_samples(corner_sample, range(4), tmp_path / "ds", fields, show_progress=False)
     ds = SampleDataset(
-        tmp_path / "ds", fields=("image", "boxes", "labels"), size=96, crop=CenterCrop(64)
+        tmp_path / "ds",
+        fields=("image", "boxes", "labels"),
+        size=96,
+        crop=CenterCrop(64, ratio=0.875),
     )
     b = ds.__getitems__([0, 1, 2, 3])
     assert b["boxes_len"].tolist() == [1, 1, 1, 1] and b["labels_len"].tolist() == [1, 1, 1, 1]
@@ -54,7 +57,7 @@ def test_a_load_crop_drops_the_corner_boxes_it_cuts_away(tmp_path: Path) -> None
         want = [(x0 - left) * scale, (y0 - top) * scale, (x1 - left) * scale, (y1 - top) * scale]
         np.testing.assert_allclose(b["boxes"][i, 0].numpy(), want, atol=1e-4)
     listed = SampleDataset(
-        tmp_path / "ds", ("boxes", "labels"), crop=CenterCrop(64), ragged="list"
+        tmp_path / "ds", ("boxes", "labels"), crop=CenterCrop(64, ratio=0.875), ragged="list"
     ).__getitems__([0, 1])
     assert [t.tolist() for t in listed["labels"]] == [[MIDDLE], [MIDDLE]]
 

@@ -1,6 +1,7 @@
-"""`extra.audio`, `extra.video` and an image pack's `extra.stats` checked when the manifest is
-read (issue 34 items 16 and the stats traceback): one FormatError line at open for every reader,
-`prep info` and `prep verify`, never TiBs allocated, a division by zero or a traceback."""
+"""The audio and video fields' declarations (extra.audio and extra.video before format version
+4) and an image pack's `extra.stats` checked when the manifest is read (issue 34 items 16 and the
+stats traceback): one FormatError line at open for every reader, `prep info` and `prep verify`,
+never TiBs allocated, a division by zero or a traceback."""
 
 from __future__ import annotations
 
@@ -47,16 +48,16 @@ def video(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root / "ds"
 
 
-def lie(src: Path, tmp_path: Path, where: str, key: str, value: Any) -> Path:
-    """A copy of `src` whose manifest says `extra[where][key] = value` (a key of None: the
-    whole of extra[where])."""
+def lie(src: Path, tmp_path: Path, where: str, key: str, value: Any, part: str = "extra") -> Path:
+    """A copy of `src` whose manifest says `m[part][where][key] = value` (a key of None: the
+    whole of m[part][where]): a field's declaration (part "fields"), or what `extra` holds."""
     root = shutil.copytree(src, tmp_path / "lie")
 
     def change(m: dict[str, Any]) -> None:
         if key is None:
-            m["extra"][where] = value
+            m[part][where] = value
         else:
-            m["extra"][where][key] = value
+            m[part][where][key] = value
 
     return untrusted.edit_manifest(root, change)
 
@@ -73,63 +74,77 @@ def refused_everywhere(root: Path, match: str, *readers: Any) -> None:
 
 
 AUDIO = [
-    ("rate", 1e12, "extra.audio.rate 1000000000000.0 is not 1..384000 Hz"),
-    ("rate", "fast", "extra.audio.rate 'fast' is not 1..384000 Hz"),
-    ("rate", 0, "extra.audio.rate 0 is not"),
-    ("channels", 0, "extra.audio.channels 0 is not the 1 of the audio array"),
-    ("channels", 1_000_000_000, "extra.audio.channels 1000000000 is not the 1"),
-    ("channels", 2, "extra.audio.channels 2 is not the 1 of the audio array"),
-    ("dtype", "float16", "extra.audio.dtype 'float16' is not the array's"),
-    ("seconds", "long", "extra.audio.seconds 'long' is no duration"),
-    ("max_seconds", -1, "extra.audio.max_seconds -1"),
-    (None, [16000], r"extra.audio \[16000\] is not an object"),
+    ("rate", 1e12, "rate 1000000000000.0 is not 1..384000 Hz"),
+    ("rate", "fast", "rate 'fast' is not 1..384000 Hz"),
+    ("rate", 0, "rate 0 is not"),
+    ("channels", 0, "channels 0 is not 1..64"),
+    ("channels", 1_000_000_000, "channels 1000000000 is not 1..64"),
+    ("channels", 2, "a mono field has one channel, not 2"),
+    ("dtype", "float16", r"array audio: dtype int16 is not one of \('float16',\)"),
+    ("mono", False, r"array audio: shape \[\] is not audio's"),
+    ("seconds", "long", r"audio field has unknown keys \['seconds'\]"),
+    ("max_seconds", -1, "max_seconds -1 is not null or a duration"),
+    (None, [16000], "field 'audio' has no kind of"),
 ]
 
 
 @pytest.mark.parametrize("key, value, match", AUDIO)
-def test_a_lying_extra_audio_is_refused_at_open(
+def test_a_lying_audio_field_is_refused_at_open(
     sound: Path, tmp_path: Path, key: str, value: Any, match: str
 ) -> None:
     AudioDataset(sound, seconds=0.1).__getitems__([0, 1])  # as packed: fine
-    root = lie(sound, tmp_path, "audio", key, value)
+    root = lie(sound, tmp_path, "audio", key, value, "fields")
     refused_everywhere(root, match, AudioDataset, SampleDataset)
 
 
 VIDEO = [
-    ("fps", "fast", "extra.video.fps 'fast' is not in (0, 1000]"),
-    ("fps", 0, "extra.video.fps 0 is not in"),
-    ("size", 1e9, "extra.video.size 1000000000.0 is not 1..16384 px"),
-    ("mode", "wide", "extra.video.mode 'wide' is not"),
-    ("codec", 7, "extra.video.codec 7"),
-    ("frames", "many", "extra.video.frames 'many' is not a count"),
-    ("seconds", None, "extra.video.seconds None is no duration"),
-    ("max_frames", 0, "extra.video.max_frames 0 is not null or a count"),
+    ("fps", "fast", "could not convert string to float: 'fast'"),
+    ("fps", 0, r"fps 0 must be in \(0, 1000\]"),
+    ("size", 1e9, "size 1000000000.0 / mode 'fill': 1..16384"),
+    ("mode", "wide", "mode 'wide': 1..16384"),
+    ("codec", 7, "codec 7 / quality 90: raw, jpeg"),
+    ("frames", "many", r"video field has unknown keys \['frames'\]"),
+    ("max_frames", 0, "max_frames 0 is not null or a count"),
 ]
 
 
 @pytest.mark.parametrize("key, value, match", VIDEO)
-def test_a_lying_extra_video_is_refused_at_open(
+def test_a_lying_video_field_is_refused_at_open(
     video: Path, tmp_path: Path, key: str, value: Any, match: str
 ) -> None:
-    root = lie(video, tmp_path, "video", key, value)
+    root = lie(video, tmp_path, "frames", key, value, "fields")
     clips = lambda r: ClipDataset(r, frames=2)  # noqa: E731
-    refused_everywhere(root, match.replace("(", r"\(").replace("]", r"\]"), SampleDataset, clips)
+    refused_everywhere(root, match, SampleDataset, clips)
 
 
 STATS = [
-    ([1, 2], "extra.stats is not a split and sizes"),
-    ({"split": 3, "sizes": {}}, "extra.stats is not a split and sizes"),
+    ([1, 2], "extra.stats.image is not a split and sizes"),
+    ({"split": 3, "sizes": {}}, "extra.stats.image is not a split and sizes"),
     ({"sizes": {"48": {"mean": [1, 2, 3], "std": [1, 1, 1], "pixels": 9}}}, "at '48' is not"),
     ({"sizes": {"64": {"mean": [1, 2], "std": [1, 1], "pixels": 9}}}, "at '64' is not a mean"),
     ({"sizes": {"64": {"mean": "x", "std": [1, 1, 1], "pixels": 9}}}, "at '64' is not a mean"),
     ({"sizes": {"64": {"mean": [1, 2, 3], "std": [1, -1, 1], "pixels": 9}}}, "at '64' is not"),
     ({"sizes": {"64": {"mean": [1, 2, 3], "std": [1, 1, 1], "pixels": "9"}}}, "at '64' is not"),
-    ({"sizes": {"64": [1, 2, 3]}}, "extra.stats at '64' is not a mean and std"),
+    ({"sizes": {"64": [1, 2, 3]}}, "extra.stats.image at '64' is not a mean and std"),
 ]
 
 
 @pytest.mark.parametrize("stats, match", STATS)
 def test_malformed_image_stats_are_refused_at_open(
+    packed: Path, tmp_path: Path, stats: Any, match: str
+) -> None:
+    root = lie(packed, tmp_path, "stats", "image", stats)  # the image field's statistics
+    refused_everywhere(root, match, lambda r: ImageShardDataset(r, size=64))
+
+
+@pytest.mark.parametrize(
+    "stats, match",
+    [
+        (12, "extra.stats 12 is not an object"),
+        ({"nope": {}}, "'nope' is not an image field"),
+    ],
+)
+def test_statistics_of_no_image_field_are_refused_at_open(
     packed: Path, tmp_path: Path, stats: Any, match: str
 ) -> None:
     root = lie(packed, tmp_path, "stats", None, stats)  # type: ignore[arg-type]

@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 
 import prep
 from loaders import CenterCrop, SampleDataset
+from loaders.fields import checks
 from loaders.format import FormatError, read_manifest
-from loaders.format import values as format_values
 from loaders.format.arrays import Layout
 from prep.cli.main import app
 from prep.fields import Boxes, Image, Instances, Json, Text
@@ -90,16 +90,16 @@ def test_a_text_sample_that_is_no_utf8_is_a_verify_problem(texts: Path) -> None:
 def test_text_is_checked_in_bounded_blocks(tmp_path: Path, monkeypatch: Any) -> None:
     """Samples longer than a block are read in parts, a character split between two parts
     included; a bad byte is found in any part, and samples of 0 bytes pass."""
-    monkeypatch.setattr(format_values, "CHUNK_BYTES", 5)
+    monkeypatch.setattr(checks, "CHUNK_BYTES", 5)
     samples = ["", "ééééé", "a", "bcd€€", ""]
     data = "".join(samples).encode()
     path = tmp_path / "t.npy"
     np.save(path, np.frombuffer(data, np.uint8))
     layout: Layout = (128, np.dtype(np.uint8), (len(data),))
     off = np.cumsum([0, *(len(s.encode()) for s in samples)])
-    assert format_values.string_problem("t", path, layout, off, json=False) is None
+    assert checks.string_problem("t", path, layout, off, json=False) is None
     np.save(path, np.frombuffer(data[:-1] + b"\xff", np.uint8))  # the last € broken
-    said = format_values.string_problem("t", path, layout, off, json=False)
+    said = checks.string_problem("t", path, layout, off, json=False)
     assert said is not None and "sample 3 of t is not UTF-8" in said
 
 

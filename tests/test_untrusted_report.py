@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,7 @@ import numpy as np
 import pytest
 from PIL import Image
 from typer.testing import CliRunner, Result
-from untrusted import edit_manifest, tokens
+from untrusted import edit_manifest
 
 from loaders.format import REJECTS
 from prep.cli.main import app
@@ -216,16 +218,12 @@ ODD_AUDIO = [
 ]
 
 
-@pytest.fixture(scope="module")
-def audio_ds(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    pytest.importorskip("soundfile", reason="prep audio (the media extra)")
-    from prep.demo.audio import make_audio_demo
+LEGACY = Path(__file__).parent / "legacy" / "packed"  # format version 3 keeps extra.audio
 
-    tmp = tmp_path_factory.mktemp("audio")
-    make_audio_demo(tmp / "src", per_class=1)
-    res = invoke("audio", tmp / "src", tmp / "out", "--jobs", "1", "-q")
-    assert res.exit_code == 0, res.output
-    return tmp / "out"
+
+@pytest.fixture(scope="module")
+def audio_ds() -> Path:
+    return LEGACY / "audio"
 
 
 @pytest.mark.parametrize("odd", ODD_AUDIO, ids=lambda d: ",".join(f"{k}={v}" for k, v in d.items()))
@@ -242,7 +240,7 @@ def test_info_and_report_of_audio_with_odd_extra(
             assert res.output.startswith("error:") and "audio" in res.output
     if (root / "report.html").exists():
         text = (root / "report.html").read_text()
-        assert "3 clips" in text  # the clips are counted from the offsets whatever extra says
+        assert "9 clips" in text  # the clips are counted from the offsets whatever extra says
 
 
 ODD_VIDEO = [
@@ -255,17 +253,8 @@ ODD_VIDEO = [
 
 
 @pytest.fixture(scope="module")
-def video_ds(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    pytest.importorskip("av", reason="prep video (the media extra)")
-    from prep.demo.video import make_video_demo
-
-    tmp = tmp_path_factory.mktemp("video")
-    make_video_demo(tmp / "src", per_class=1)
-    res = invoke(
-        "video", tmp / "src", tmp / "out", "--fps", "4", "--size", "16", "--jobs", "1", "-q"
-    )
-    assert res.exit_code == 0, res.output
-    return tmp / "out"
+def video_ds() -> Path:
+    return LEGACY / "video-jpeg"
 
 
 @pytest.mark.parametrize("odd", ODD_VIDEO, ids=lambda d: ",".join(f"{k}={v}" for k, v in d.items()))
@@ -282,7 +271,7 @@ def test_info_and_report_of_video_with_odd_extra(
             assert res.output.startswith("error:") and "video" in res.output
     res = invoke("info", root)
     if res.exit_code == 0:
-        assert "video: 4 samples" in res.output
+        assert "frames: 4 videos" in res.output
 
 
 @pytest.mark.parametrize(
@@ -292,14 +281,69 @@ def test_info_and_report_of_video_with_odd_extra(
 def test_report_of_tokens_with_a_broken_char_tokenizer(tmp_path: Path, content: str) -> None:
     import hashlib
 
-    root = tokens(tmp_path / "tok", [[1, 2, 3, 0], [2, 2, 0]], vocab_size=4, eot_id=0)
+    root = shutil.copytree(LEGACY / "tokens-char", tmp_path / "tok")  # version 2: extra.tokenizer
     (root / "chars.json").write_text(content)
     digest = hashlib.sha256(content.encode()).hexdigest()
     tok = {"name": "char", "file": "chars.json", "sha256": digest}
     edit_manifest(root, lambda d: d["extra"].update(tokenizer=tok))
     _, text = _report_text(root)
-    assert "most common tokens" in text and "<td>2</td><td>id 2</td>" in text
+    assert "most common tokens" in text and re.search(r"<td>(\d+)</td><td>id \1</td>", text)
     assert text.count("tokenizer") >= 1 and "cannot be read" in text
+
+
+def _char_tokens(tmp_path: Path) -> Path:
+    """Three documents tokenized by characters, one split."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(3):
+        (src / f"{i}.txt").write_text("abcab " * (i + 1) + "z")
+    out = tmp_path / "tok"
+    res = invoke("tokenize", src, out, "-t", "char", "--val-fraction", "0", "-j", "1", "-q")
+    assert res.exit_code == 0, res.output
+    return out
+
+
+def _common(text: str) -> list[tuple[int, str, int]]:
+    """The report's most common tokens: (id, text, count)."""
+    rows = re.findall(r"<tr><td>(\d+)</td><td>([^<]*)</td><td>([\d,]+)</td><td>[\d.]+%", text)
+    return [(int(i), t, int(n.replace(",", ""))) for i, t, n in rows]
+
+
+def test_report_of_tokens_counts_ids_not_the_declared_vocabulary(tmp_path: Path) -> None:
+    """A vocab_size of 2**32 (which uint32 ids allow) made the report allocate a count for each
+    id: 32 GiB, a MemoryError. Its table is the one an exact count of the ids gives."""
+    root = _char_tokens(tmp_path)
+    ids = np.concatenate([np.load(p) for p in sorted(root.glob("tokens-train-*.npy"))])
+    eot = json.loads((root / "manifest.json").read_text())["fields"]["tokens"]["eot_id"]
+    counted = Counter(ids.tolist())
+    del counted[eot]
+    _, text = _report_text(root)
+    assert {(i, n) for i, _, n in _common(text)} == set(counted.items())
+    assert {t for _, t, _ in _common(text)} == {"&#x27;" + c + "&#x27;" for c in "abc z"}
+    edit_manifest(root, lambda d: d["fields"]["tokens"].update(vocab_size=2**32))
+    res, again = _report_text(root)
+    assert res.exit_code == 0 and _common(again) == _common(text)
+
+
+@pytest.mark.parametrize("where", ["../outside/chars.json", "OUTSIDE", "a link"])
+def test_report_of_tokens_reads_no_tokenizer_outside_the_dataset(
+    tmp_path: Path, where: str
+) -> None:
+    """A tokenizer file named outside the dataset (a .. path, an absolute one, a link out) was
+    opened to decode the commonest tokens: ids are shown instead."""
+    root = _char_tokens(tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    shutil.copy(root / "chars.json", outside / "chars.json")  # a tokenizer that would decode
+    if where == "a link":
+        (root / "chars.json").unlink()
+        (root / "chars.json").symlink_to(outside / "chars.json")
+    else:
+        said = str(outside / "chars.json") if where == "OUTSIDE" else where
+        edit_manifest(root, lambda d: d["fields"]["tokens"].update(tokenizer=said))
+    _, text = _report_text(root)
+    assert _common(text) and all(t == f"id {i}" for i, t, _ in _common(text))
+    assert "cannot be read" in text
 
 
 # -- papercut: a visually blank image is blank ---------------------------------------------------

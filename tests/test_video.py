@@ -23,6 +23,7 @@ from prep.kinds.video.config import VideoConfig  # noqa: E402
 from prep.kinds.video.pack import pack_video  # noqa: E402
 from prep.media.video import fit_frame, frame_size  # noqa: E402
 from prep.run.errors import PrepError  # noqa: E402
+from tests.manifests import load  # noqa: E402
 
 FPS, SIZE = 8.0, 32
 
@@ -109,7 +110,7 @@ def test_a_resolution_change_keeps_the_first_shape():
         return SimpleNamespace(rotation=0, to_ndarray=lambda format: img)
 
     frames = [(k / 8, 1 / 8, frame(48, 64) if k < 3 else frame(90, 160)) for k in range(6)]
-    out, end, _, n = _pick(iter(frames), 8.0, 32, "short")
+    out, end, n = _pick(iter(frames), 8.0, 32, "short", None)
     assert n == 6 and end == pytest.approx(0.75) and len(out) == 6
     assert {f.shape for f in out} == {(32, 43, 3)}
 
@@ -253,7 +254,7 @@ def test_every_reject(tmp_path: Path):
 def test_same_bytes_for_any_jobs(clips: Path, tmp_path: Path):
     pack(clips, tmp_path / "one", codec="jpeg", shard_size=1)
     pack(clips, tmp_path / "two", codec="jpeg", shard_size=1, jobs=2, backend="loky")
-    a, b = (json.loads((tmp_path / n / "manifest.json").read_text()) for n in ("one", "two"))
+    a, b = (load(tmp_path / n) for n in ("one", "two"))
     assert len(a["shards"]) == 4 and a["shards"] == b["shards"]
 
 

@@ -13,8 +13,7 @@ import pytest
 from test_volume_pack import pack_volumes, write_nii
 
 from loaders import VolumeDataset
-from prep.demo.volumes import lps_affine, phantom
-from prep.media.volume.dicom import write_series
+from prep.demo.volumes import lps_affine, phantom, write_series
 
 
 @pytest.fixture(scope="module")

@@ -76,14 +76,14 @@ def test_reads_only_the_patch(packed_ct: Path, monkeypatch: pytest.MonkeyPatch) 
 
     def array(self: ShardStore, shard: int, name: str) -> np.ndarray:
         arr = real(self, shard, name)
-        return arr.view(Recording) if name in ("voxels", "label_voxels") else arr
+        return arr.view(Recording) if name in ("image", "label") else arr
 
     monkeypatch.setattr(ShardStore, "array", array)
     ds = PatchDataset(packed_ct, patch=(8, 8, 4), per_volume=4, fields=("image",))
     ds.__getitems__(list(range(len(ds))))
     assert Recording.reads == [8 * 8 * 4] * len(ds)
     vol = ds.volume(0)
-    assert np.shares_memory(vol, real(ds.store, 0, "voxels"))  # a view of the map
+    assert np.shares_memory(vol, real(ds.store, 0, "image"))  # a view of the map
 
 
 def test_same_patches_any_workers_and_epochs(packed_ct: Path) -> None:

@@ -11,9 +11,10 @@ from PIL import Image
 from test_volume_pack import cli, pack_volumes, write_nii
 
 from loaders import PatchDataset, VolumeDataset, make_loader
+from loaders.fields.volume import SLICE_MIN, middle_slices
 from loaders.read.loader import collate_batch
+from prep.inspect.preview import preview
 from prep.inspect.report import info
-from prep.inspect.volumes import middle_slices, preview_volumes, scaled
 
 
 @pytest.fixture(scope="module")
@@ -56,15 +57,13 @@ def test_info_summarises_many_volumes(tmp_path: Path) -> None:
 
 def test_a_tiny_volume_fills_its_preview_tile(two_shapes: Path, tmp_path: Path) -> None:
     out = tmp_path / "sheet.png"
-    result = preview_volumes(two_shapes, 2, out, None, True)
-    assert result.size >= 128
+    result = preview(two_shapes, count=2, output=out)
+    assert result.size >= SLICE_MIN == 128
     vol = np.asarray(VolumeDataset(two_shapes).volume(0))  # 4x5x7
-    for plane in middle_slices(vol):
-        big = scaled(plane, 128)  # each voxel a block of pixels, the aspect kept
-        f = 128 / max(plane.shape)
-        assert big.shape == (round(plane.shape[0] * f), round(plane.shape[1] * f))
-        centres = ((np.arange(plane.shape[1]) + 0.5) * f).astype(int)
-        assert np.array_equal(big[0, centres], plane[0])
+    planes = [np.take(vol, vol.shape[a] // 2, axis=a).T[::-1] for a in range(3)]
+    k = -(-128 // 7)  # whole voxels: the longest side, 7, to at least 128 px
+    for big, plane in zip(middle_slices(vol), planes, strict=True):
+        assert np.array_equal(big, plane.repeat(k, 0).repeat(k, 1))  # each voxel a k x k block
     assert Image.open(out).size[0] >= 3 * 128
 
 

@@ -123,7 +123,8 @@ def test_same_bytes_any_jobs_and_verify(phantoms: Path, tmp_path: Path, jobs: in
     assert [s.files for s in one.shards] == [s.files for s in many.shards]
     assert len(one.shards) == 3 and one.num_samples == 3
     assert CliRunner().invoke(app, ["verify", str(tmp_path / "one")]).exit_code == 0
-    assert "volumes, 3 volumes" in CliRunner().invoke(app, ["info", str(tmp_path / "one")]).output
+    info = CliRunner().invoke(app, ["info", str(tmp_path / "one")]).output
+    assert "image (volume)" in info and "; 3 samples in 3 npy shards" in info
 
 
 @pytest.mark.parametrize(
@@ -148,10 +149,10 @@ def test_foreground_index_per_class() -> None:
     label = np.zeros((6, 5, 4), np.uint8)
     label[1, 2, 3] = 2
     label[4, :, :] = 1
-    index = foreground_index(label, per_class=7)
-    assert index.bounds[:3].tolist() == [0, 7, 8] and index.bounds[-1] == 8
-    assert np.all(label.reshape(-1)[index.voxels[:7]] == 1)
-    assert label.reshape(-1)[index.voxels[7]] == 2
+    voxels, bounds = foreground_index(label, per_class=7)
+    assert bounds[:3].tolist() == [0, 7, 8] and bounds[-1] == 8
+    assert np.all(label.reshape(-1)[voxels[:7]] == 1)
+    assert label.reshape(-1)[voxels[7]] == 2
 
 
 def _bad_inputs(src: Path, labels: Path) -> dict[str, str]:
@@ -211,10 +212,10 @@ def test_tampered_offsets_are_refused(phantoms: Path, tmp_path: Path) -> None:
     """A shard whose voxel offsets do not step by its volumes' shapes is refused on open."""
     out = tmp_path / "out"
     pack_volumes(phantoms / "images", out, labels=str(phantoms / "labels"))
-    offsets = np.load(out / "voxel_offsets-00000.npy")
+    offsets = np.load(out / "image-offsets-00000.npy")
     offsets[1] += 1
-    np.save(out / "voxel_offsets-00000.npy", offsets)  # same size: only the check sees it
-    with pytest.raises(FormatError, match="voxel_offsets do not step"):
+    np.save(out / "image-offsets-00000.npy", offsets)  # same size: only the check sees it
+    with pytest.raises(FormatError, match="the offsets of image do not step"):
         VolumeDataset(out)
 
 

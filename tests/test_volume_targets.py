@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
+from manifests import edit_manifest
 from test_volume_pack import cli, pack_volumes
 
 from loaders import PatchDataset, VolumeDataset, load_manifest
@@ -48,9 +50,9 @@ def test_targets_round_trip(packed: Path) -> None:
     arrays = ds.store.manifest.arrays
     dtypes = [arrays[f"volume_target_{j}"].dtype for j in range(4)]
     assert dtypes == ["uint8", "uint8", "int16", "float32"]  # 2.1 is not exact in float16
-    entry = ds.store.manifest.extra["targets"]
-    assert [c["column"] for c in entry] == ["grade", "count", "offset", "dose"]
-    assert entry[0]["classes"] == ["high", "low"] and entry[1]["classes"] is None
+    entry = [ds.store.manifest.fields[f"volume_target_{j}"] for j in range(4)]
+    assert [c["name"] for c in entry] == ["grade", "count", "offset", "dose"]
+    assert entry[0]["vocab"] == ["high", "low"] and entry[1]["vocab"] is None
     for v in range(len(ds)):
         image, target = ds[v]
         assert image.shape[0] == 1 and target.dtype == torch.float32
@@ -74,7 +76,7 @@ def test_one_class_column(scans: Path, tmp_path: Path) -> None:
     (tmp_path / "t.csv").write_text("path,site\nct_000,b\nct_001,a\nct_002,c\n")
     pack_volumes(scans / "images", tmp_path / "out", targets=str(tmp_path / "t.csv"))
     ds = VolumeDataset(tmp_path / "out", fields=("target",))
-    assert ds.store.manifest.classes == ["a", "b", "c"]
+    assert ds.store.manifest.fields["volume_target_0"]["vocab"] == ["a", "b", "c"]
     assert [ds[v][0].item() for v in range(3)] == [1, 0, 2]
     assert ds[0][0].shape == () and ds[0][0].dtype == torch.int64
 
@@ -140,13 +142,15 @@ def test_a_target_array_of_another_length_is_refused(packed: Path, tmp_path: Pat
 
     copy = tmp_path / "copy"
     shutil.copytree(packed, copy)
-    manifest = json.loads((copy / "manifest.json").read_text())
-    shard = manifest["shards"][0]
-    name = shard["arrays"]["volume_target_1"]["file"]
-    values = np.load(copy / name)
-    np.save(copy / name, values[:-1])  # one volume's target lost
-    shard["arrays"]["volume_target_1"]["length"] -= 1
-    shard["files"][name]["bytes"] = (copy / name).stat().st_size
-    (copy / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(FormatError, match="volume_target array does not hold"):
+
+    def lose_one(manifest: dict[str, Any]) -> None:
+        shard = manifest["shards"][0]
+        name = shard["arrays"]["volume_target_1"]["file"]
+        values = np.load(copy / name)
+        np.save(copy / name, values[:-1])  # one volume's target lost
+        shard["arrays"]["volume_target_1"]["length"] -= 1
+        shard["files"][name]["bytes"] = (copy / name).stat().st_size
+
+    edit_manifest(copy, lose_one)
+    with pytest.raises(FormatError, match="array volume_target_1 has 2 samples, the shard 3"):
         VolumeDataset(copy)

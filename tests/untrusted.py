@@ -1,11 +1,10 @@
 """Datasets that lie, for the tests of issue 23 (test_untrusted_*, test_fuzz): written directly
-with numpy, h5py and the `loaders.format` types, so that each test holds exactly the lie it is
-about (imported as `untrusted`: tests/ is on sys.path)."""
+with numpy, h5py, the `loaders.format` types and the fields, so that each test holds exactly the
+lie it is about (imported as `untrusted`: tests/ is on sys.path)."""
 
 from __future__ import annotations
 
 import hashlib
-import json
 import shutil
 import struct
 from pathlib import Path
@@ -13,9 +12,10 @@ from typing import Any
 
 import h5py
 import numpy as np
+from manifests import edit_manifest
 
-from loaders.format import MANIFEST, ArrayRef, ArraySpec, FileInfo, Manifest, Shard
-from loaders.format.kinds import FIELDS
+from loaders.fields import Field, Image, Label, Tokens, Volume
+from loaders.format import MANIFEST, ArrayRef, FileInfo, Manifest, Shard, array_name
 
 Arrays = dict[str, np.ndarray]
 
@@ -26,20 +26,22 @@ def digest(path: Path) -> FileInfo:
 
 def write_dataset(
     root: Path,
-    kind: str,
-    specs: dict[str, ArraySpec],
+    fields: dict[str, Field],
     shards: list[tuple[int, Arrays]],
     *,
     h5: bool = False,
     split: str | None = None,
-    **fields: Any,
+    extra: dict[str, Any] | None = None,
 ) -> Path:
-    """A dataset of `kind` whose shard s holds shards[s] = (count, {array name: data}), one
-    .npy file an array, or one .h5 file a shard; `fields`: the Manifest's classes= or extra=."""
+    """A dataset of `fields` whose shard s holds shards[s] = (count, {array name: data}; a
+    ragged array's offsets as NAME.offsets), one .npy file an array, or one .h5 file a shard;
+    its shards listed in the manifest (no shard index)."""
     root.mkdir(parents=True, exist_ok=True)
+    specs = {array_name(s.field, s.size): s for n, f in fields.items() for s in f.arrays(n)}
     records = []
     for s, (count, arrays) in enumerate(shards):
-        refs, files = {}, {}
+        refs: dict[str, ArrayRef] = {}
+        files = {}
         if h5:
             rel = f"shard-{s:05d}.h5"
             with h5py.File(root / rel, "w") as f:
@@ -49,48 +51,40 @@ def write_dataset(
             files[rel] = digest(root / rel)
         else:
             for name, data in arrays.items():
-                rel = f"{name}-{s:05d}.npy"
+                rel = f"{name.replace('.', '-')}-{s:05d}.npy"
                 np.save(root / rel, data, allow_pickle=False)
                 refs[name], files[rel] = ArrayRef(rel, len(data)), digest(root / rel)
+        for name in [n for n in refs if n.endswith(".offsets")]:
+            refs[name.removesuffix(".offsets")].offsets = refs.pop(name)
         records.append(Shard(count, refs, files, split=split))
-    manifest = Manifest(kind, "h5" if h5 else "npy", specs, records, **fields)
+    described = {name: f.describe() for name, f in fields.items()}
+    storage = "h5" if h5 else "npy"
+    manifest = Manifest(storage, specs, records, fields=described, extra=extra or {})
     (root / MANIFEST).write_text(manifest.to_json())
     return root
 
 
 def images(root: Path, n: int = 6, classes: int = 3, h5: bool = False) -> Path:
     """n 8 px images in one shard, labels i % classes."""
-    specs = {"image_8": FIELDS["image"].spec(8), "label": FIELDS["label"].spec(None)}
+    names = tuple(f"c{i}" for i in range(classes))
+    fields: dict[str, Field] = {"image": Image(sizes=(8,)), "label": Label(names)}
     data = {
         "image_8": np.full((n, 8, 8, 3), 7, np.uint8),
-        "label": (np.arange(n) % classes).astype(specs["label"].dtype),
+        "label": (np.arange(n) % classes).astype(np.uint8),
     }
-    names = [f"c{i}" for i in range(classes)]
-    return write_dataset(root, "images", specs, [(n, data)], h5=h5, classes=names)
+    return write_dataset(root, fields, [(n, data)], h5=h5)
 
 
 def tokens(
     root: Path, docs: list[list[int]], vocab_size: int = 256, eot_id: int | None = None
 ) -> Path:
     """One train shard holding `docs` (each already ending with eot_id when it has one)."""
-    dtype = "uint8" if vocab_size <= 256 else "uint16"
-    specs = {
-        "tokens": ArraySpec("tokens", None, dtype, ()),
-        "doc_offsets": FIELDS["doc_offsets"].spec(None),
-    }
+    field = Tokens(vocab_size, eot_id=eot_id)
+    dtype = field.arrays("tokens")[0].dtype  # uint8 for 256 ids, then uint16
     flat = np.array([t for d in docs for t in d], dtype=dtype)
     off = np.cumsum([0] + [len(d) for d in docs]).astype(np.int64)
-    extra = {"vocab_size": vocab_size, "eot_id": eot_id}
-    arrays = {"tokens": flat, "doc_offsets": off}
-    return write_dataset(root, "tokens", specs, [(len(docs), arrays)], split="train", extra=extra)
-
-
-def edit_manifest(root: Path, change: Any) -> Path:
-    path = root / MANIFEST
-    d = json.loads(path.read_text())
-    change(d)
-    path.write_text(json.dumps(d))
-    return root
+    arrays = {"tokens": flat, "tokens.offsets": off}
+    return write_dataset(root, {"tokens": field}, [(len(docs), arrays)], split="train")
 
 
 def rewrite(root: Path, rel: str, data: np.ndarray) -> None:
@@ -109,18 +103,13 @@ def rewrite(root: Path, rel: str, data: np.ndarray) -> None:
 
 def volumes(root: Path, shapes: list[tuple[int, int, int]], offsets: list[int], n: int) -> Path:
     """One shard of volumes whose manifest says `shapes` and `offsets` over n voxels."""
-    specs = {
-        "voxels": FIELDS["voxels"].spec(None),
-        "volume_shape": FIELDS["volume_shape"].spec(None),
-        "voxel_offsets": FIELDS["voxel_offsets"].spec(None),
-    }
     arrays = {
-        "voxels": np.arange(n, dtype=np.int16),
-        "volume_shape": np.array(shapes, dtype=np.uint32),
-        "voxel_offsets": np.array(offsets, dtype=np.int64),
+        "image": np.arange(n, dtype=np.int16),
+        "image.offsets": np.array(offsets, dtype=np.int64),
+        "image_shape": np.array(shapes, dtype=np.uint32),
     }
     extra = {"volumes": [{"pad": 0} for _ in shapes]}
-    return write_dataset(root, "volumes", specs, [(len(shapes), arrays)], extra=extra)
+    return write_dataset(root, {"image": Volume()}, [(len(shapes), arrays)], extra=extra)
 
 
 def npy_header(shape: tuple[int, ...], descr: str = "|u1") -> bytes:

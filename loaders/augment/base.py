@@ -1,28 +1,108 @@
-"""What every batch augmentation shares: the Op, and the one loop a pipeline runs."""
+"""What every batch op shares: the batch (Sample), tensor helpers, Op, Compose and `settle`."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from loaders.augment.batch import Sample
-from loaders.augment.boxes import Ragged, Targets, instance_masks, outputs
+from loaders.augment import kernel
+from loaders.augment.boxes import Ragged, Targets, outputs
+from loaders.augment.boxes import per_box as padded_per_box  # Compose has a per_box= argument
 from loaders.augment.random import stream_key, uniform
-from loaders.augment.resample import settle
+
+
+@dataclass
+class Sample:
+    """A batch in a pipeline: images (B, C, H, W); labels (B,), or (B, classes) once mixed; mask
+    (B, H, W); index (B,), the draws' dataset indices; pending, a crop not made yet (the ops
+    after it fold into it); targets in `canvas` pixels; instances (B, H, W, N), as a mask."""
+
+    images: torch.Tensor
+    index: torch.Tensor
+    labels: torch.Tensor | None = None
+    mask: torch.Tensor | None = None
+    pending: Resize | None = None
+    targets: Targets | None = None
+    instances: torch.Tensor | None = None
+
+    @property
+    def canvas(self) -> tuple[int, int]:
+        """(H, W) of the images once the pending crop is made."""
+        if self.pending is not None:
+            return self.pending.size
+        H, W = self.images.shape[-2:]
+        return int(H), int(W)
+
+    def masks(
+        self, move: Callable[[torch.Tensor, int], torch.Tensor], fill: int = 0
+    ) -> dict[str, torch.Tensor | None]:
+        """The mask and the instances (fill 0) through move(x, fill), for `but`."""
+        m, i = self.mask, self.instances
+        return {
+            "mask": None if m is None else move(m, fill),
+            "instances": None if i is None else move(i, 0),
+        }
+
+    def but(self, **changes: Any) -> Sample:
+        """A copy with some tensors replaced: ops never change the batch they were given."""
+        return replace(self, **changes)
+
+
+@dataclass
+class Resize:
+    """Each sample's box (top, left, height, width) (B, 4) to resample to `size`, and flip (B,)."""
+
+    boxes: torch.Tensor
+    size: tuple[int, int]
+    flip: torch.Tensor | None = None
+
+
+NUMPY = {torch.uint8: np.uint8, torch.float32: np.float32, torch.float64: np.float64}
+HUGE = 1 << 22  # numpy madvises huge pages for buffers of 4 MiB and more
+
+
+def empty(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """torch.empty, but large CPU buffers come from numpy, which asks Linux for huge pages:
+    torch's page faults per 4 KiB cost more than the op that fills them (154 MB: 100 ms, not 30)."""
+    size = math.prod(shape) * dtype.itemsize
+    if device.type == "cpu" and dtype in NUMPY and size >= HUGE:
+        return torch.from_numpy(np.empty(shape, dtype=NUMPY[dtype]))
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
+def empty_like(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """An uninitialised tensor of x's shape, device and layout (channels-last or contiguous)."""
+    if x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last):
+        B, C, H, W = x.shape
+        return empty((B, H, W, C), dtype, x.device).permute(0, 3, 1, 2)
+    return empty(tuple(x.shape), dtype, x.device)
+
+
+def to_images(x: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """An op's float result `x` (rounded in place) in the dtype of `like`. For uint8, x must lie
+    in 0..255 (blends and bilinear samples of pixels do), so +0.5 and truncation round it."""
+    if like.dtype == torch.uint8:
+        return empty_like(x, torch.uint8).copy_(x.add_(0.5))
+    return x.to(like.dtype)
+
+
+def working(x: torch.Tensor) -> torch.Tensor:
+    """The float form an op computes in: float32 for uint8, the float dtype itself otherwise."""
+    return x if x.is_floating_point() else empty_like(x, torch.float32).copy_(x)
 
 
 class Op(nn.Module):
-    """One batch augmentation: `augment(sample, key)` with the key of its stream of draws.
-
-    Called alone, `op(images, labels, index=index, mask=mask)` runs it as a one-op pipeline
-    (see loaders.transforms.Compose, which gives each op its key from (seed, epoch)).
-    `lazy` ops take a sample whose `pending` crop is not made yet; for the others Compose makes
-    it first (loaders.augment.geometry.settle), as a caller of `augment` must."""
+    """One batch op: `augment(sample, key)`; only a `lazy` one is given a crop `pending`."""
 
     lazy = False
+    shown: tuple[str, ...] = ()  # the attributes repr() shows
 
     def augment(self, sample: Sample, key: int) -> Sample:
         raise NotImplementedError
@@ -34,57 +114,132 @@ class Op(nn.Module):
     def forward(
         self, images: torch.Tensor, labels: torch.Tensor | None = None, **kw: Any
     ) -> torch.Tensor | tuple[Any, ...]:
-        """`kw`: index=, mask=, boxes=... as for Compose, and seed=, epoch= (default 0)."""
-        seed, epoch = kw.pop("seed", 0), kw.pop("epoch", 0)
-        key = stream_key(seed, epoch, type(self).__name__)  # as Compose's first op of its class
-        return run([(self, key)], images, labels, **kw)
+        """`kw`: index=, mask=, boxes=... as for Compose, and its seed=, epoch=, min_size=."""
+        pipe = Compose([self], kw.pop("seed", 0), kw.pop("epoch", 0), kw.pop("min_size", 1.0))
+        return pipe(images, labels, **kw)
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{name}={getattr(self, name)}" for name in self.shown)
 
 
-def run(
-    ops: list[tuple[nn.Module, int]],
-    images: torch.Tensor,
-    labels: torch.Tensor | None = None,
-    *,
-    index: torch.Tensor,
-    mask: torch.Tensor | None = None,
-    boxes: Ragged = None,
-    keypoints: Ragged = None,
-    instances: Ragged = None,
-    lengths: torch.Tensor | None = None,
-    per_box: Mapping[str, Ragged] | None = None,
-    min_size: float = 1.0,
-) -> torch.Tensor | tuple[Any, ...]:
-    """A batch through `ops`, each with the key of its stream of draws (Compose gives them from
-    (seed, epoch)); any other module (Normalize) gets the images only. Returns the images alone,
-    or a tuple of the images and those of labels, mask, boxes, keypoints, instances, lengths
-    and per_box that were given, in that order (loaders.augment.boxes: sanitized)."""
-    if images.dim() != 4 or index.shape != images.shape[:1]:
-        raise ValueError(
-            f"expected images (B, C, H, W) and index (B,), got {tuple(images.shape)} and "
-            f"{tuple(index.shape)}. HINT: ask the dataset for fields=(..., 'index')"
-        )
-    if mask is not None and mask.shape != images.shape[:1] + images.shape[2:]:
-        raise ValueError(f"mask {tuple(mask.shape)} is not (B, H, W) of {tuple(images.shape)}")
-    if (per_box is not None or instances is not None) and boxes is None:
-        raise ValueError("per_box= and instances= are per box: pass boxes= too")
-    targets = None
-    if boxes is not None or keypoints is not None:
-        targets = Targets.of(len(images), boxes, keypoints, lengths).to(images.device)
-    stack = None if targets is None else instance_masks(instances, lengths, targets, images)
-    sample = Sample(images, index, labels, mask, targets=targets, instances=stack)
-    for op, key in ops:
-        if isinstance(op, Op):
-            sample = op.augment(settle(sample) if not op.lazy else sample, key)
-        else:
-            sample = settle(sample)
-            sample = sample.but(images=op(sample.images))
-    sample = settle(sample)
-    pairs = ((sample.labels, labels), (sample.mask, mask))
-    given: list[Any] = [t for t, asked in pairs if asked is not None and t is not None]
-    if sample.targets is not None:
-        asked = {"boxes": boxes, "keypoints": keypoints, "instances": instances}
-        moved = {"instances": sample.instances}
-        given += outputs(
-            sample.targets, sample.canvas, min_size, asked | {"per_box": per_box}, lengths, moved
-        )
-    return (sample.images, *given) if given else sample.images
+class Compose(nn.Module):
+    """Ops applied in order to a batch (a module not an Op gets the images). Returns the images,
+    or them and the labels, mask, boxes, keypoints, instances, lengths, per_box given, in order."""
+
+    def __init__(
+        self, ops: Iterable[nn.Module], seed: int = 0, epoch: int = 0, min_size: float = 1.0
+    ):
+        super().__init__()
+        self.ops = nn.ModuleList(ops)
+        self.seed, self.min_size = seed, min_size
+        self.set_epoch(epoch)  # refuses a negative seed or epoch now
+        # Each op's stream: its class name, "#k" for its k-th repeat (a pipeline's first
+        # RandomResizedCrop draws what a decode-time one draws).
+        names = [type(op).__name__ for op in self.ops]
+        self._names = [f"{n}#{k}" if (k := names[:i].count(n)) else n for i, n in enumerate(names)]
+
+    def set_epoch(self, epoch: int) -> None:
+        stream_key(self.seed, epoch, "")
+        self.epoch = epoch
+
+    def forward(
+        self,
+        images: torch.Tensor,
+        labels: torch.Tensor | None = None,
+        *,
+        index: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        boxes: Ragged = None,
+        keypoints: Ragged = None,
+        instances: Ragged = None,
+        lengths: torch.Tensor | None = None,
+        per_box: Mapping[str, Ragged] | None = None,
+    ) -> torch.Tensor | tuple[Any, ...]:
+        if images.dim() != 4 or index.shape != images.shape[:1]:
+            raise ValueError(
+                f"expected images (B, C, H, W) and index (B,), got {tuple(images.shape)} and "
+                f"{tuple(index.shape)}. HINT: ask the dataset for fields=(..., 'index')"
+            )
+        if mask is not None and mask.shape != images.shape[:1] + images.shape[2:]:
+            raise ValueError(f"mask {tuple(mask.shape)} is not (B, H, W) of {tuple(images.shape)}")
+        if (per_box is not None or instances is not None) and boxes is None:
+            raise ValueError("per_box= and instances= are per box: pass boxes= too")
+        targets = stack = None
+        if boxes is not None or keypoints is not None:
+            targets = Targets.of(len(images), boxes, keypoints, lengths).to(images.device)
+        if targets is not None and instances is not None:  # moved as a mask: (B, H, W, N)
+            stack = padded_per_box(instances, lengths, targets, "instances").permute(0, 2, 3, 1)
+            if stack.shape[1:3] != images.shape[-2:]:
+                hw = tuple(images.shape[-2:])
+                raise ValueError(f"instances of {tuple(stack.shape[1:3])} px for images of {hw}")
+        sample = Sample(images, index, labels, mask, targets=targets, instances=stack)
+        for op, name in zip(self.ops, self._names, strict=True):
+            key = stream_key(self.seed, self.epoch, name)
+            if isinstance(op, Op):
+                sample = op.augment(settle(sample) if not op.lazy else sample, key)
+            else:
+                sample = settle(sample)
+                sample = sample.but(images=op(sample.images))
+        sample = settle(sample)
+        pairs = ((sample.labels, labels), (sample.mask, mask))
+        given: list[Any] = [t for t, asked in pairs if asked is not None and t is not None]
+        if sample.targets is not None:
+            asked = dict(boxes=boxes, keypoints=keypoints, instances=instances, per_box=per_box)
+            args = (sample.canvas, self.min_size, asked, lengths, sample.instances)
+            given += outputs(sample.targets, *args)
+        return (sample.images, *given) if given else sample.images
+
+    def extra_repr(self) -> str:
+        return f"seed={self.seed}, epoch={self.epoch}"
+
+
+def take(x: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+    """x[b, rows[b, i], cols[b, j]] for x (B, H, W, ...): (B, len(rows), len(cols), ...)."""
+    b = torch.arange(x.shape[0], device=x.device).view(-1, 1, 1)
+    return x[b, rows[:, :, None], cols[:, None, :]]
+
+
+def _centres(start: torch.Tensor, length: torch.Tensor, out: int) -> torch.Tensor:
+    """Source coordinates (B, out) of the centres of `out` pixels over [start, start + length)."""
+    j = torch.arange(out, device=start.device, dtype=torch.float64) + 0.5
+    return start[:, None] + j[None, :] * (length[:, None] / out)
+
+
+def settle(sample: Sample, rounded: bool = True, color: kernel.Color | None = None) -> Sample:
+    """The sample with its pending crop made (bilinear; masks nearest) and jittered by `color`
+    (kernel's pass only). rounded=False: a uint8 batch stays float32 on the torch path."""
+    p, x = sample.pending, sample.images
+    if p is None and color is None:
+        return sample
+    H, W = x.shape[-2:]
+    if p is None:
+        whole = torch.tensor([[0, 0, H, W]], device=x.device)
+        p = Resize(whole.expand(len(sample.index), 4), (H, W))
+    boxes, size, flip = p.boxes, p.size, p.flip
+    top, left, h, w = boxes.to(torch.float64).unbind(1)
+    rows, cols = _centres(top, h, size[0]), _centres(left, w, size[1])
+    cols = cols if flip is None else torch.where(flip[:, None], cols.flip(1), cols)
+    r, c = (t.floor().to(torch.int64).clamp(0, n - 1) for t, n in ((rows, H), (cols, W)))
+    masks = sample.masks(lambda m, _: take(m, r, c))
+    if kernel.fits(x) and (rounded or color is not None):
+        images = kernel.resample(x, rows - 0.5, cols - 0.5, color)
+        return sample.but(images=images, pending=None, **masks)
+    if color is not None:
+        raise ValueError("a colour folded into the crop needs a uint8 CPU batch (kernel.fits)")
+    f = working(x)
+    # grid_sample's coordinates (align_corners=False: -1 and 1 are the image's outer edges) of
+    # output pixel centres over [0, 1): each sample's box scales and shifts them, and a flip
+    # reads them backwards (the very values a flip of the result would put there).
+    ys, xs = ((torch.arange(n, device=x.device, dtype=f.dtype) + 0.5) / n for n in size)
+    gcols = (
+        xs.expand(len(boxes), -1) if flip is None else torch.where(flip[:, None], xs.flip(0), xs)
+    )
+    gx = torch.addcmul(
+        (2 * left / W - 1)[:, None].to(f.dtype), (2 * w / W)[:, None].to(f.dtype), gcols
+    )
+    gy = torch.addcmul((2 * top / H - 1)[:, None].to(f.dtype), (2 * h / H)[:, None].to(f.dtype), ys)
+    grid = empty((len(boxes), *size, 2), f.dtype, x.device)
+    grid[..., 0], grid[..., 1] = gx[:, None, :], gy[:, :, None]  # (B, h, w, 2): x, y
+    out = F.grid_sample(f, grid, mode="bilinear", padding_mode="border", align_corners=False)
+    images = to_images(out, x) if rounded else out
+    return sample.but(images=images, pending=None, **masks)

@@ -1,18 +1,10 @@
-"""Boxes and keypoints moved with their pixels by the geometric ops, and the degenerate boxes
-dropped at the end of a pipeline, with torchvision.transforms.v2's rules.
-
-A batch's instances travel padded: boxes (B, N, 4) float64 x0, y0, x1, y1 in the pixels of
-the image (edges at integers: a box of the whole W x H image is (0, 0, W, H)), keypoints
-(B, N, K, 3) x, y, visibility, and `valid` (B, N), which rows are instances. A crop clips the
-boxes to itself (torchvision's crop and pad clamp); a keypoint it cuts away, or one not
-labelled (visibility <= 0), is (0, 0, 0), as loaders.fields' Keypoints has it. `sanitize` is
-SanitizeBoundingBoxes(min_size): after clipping to the image, a box narrower or lower than
-min_size is dropped, with its keypoints and every per-box field. The caller's forms come back:
-a list of (Ni, ...) tensors, a jagged nested tensor, or padded (B, N, ...) with `lengths`.
+"""Boxes and keypoints moved with their pixels by the geometric ops, with torchvision.transforms
+v2's rules (README.md, "Augmentation on the batch"). They travel padded, (B, N, ...) with
+`valid` (B, N), and go back in the caller's form, less the boxes `sanitize` drops.
 
 >>> boxes = torch.tensor([[[10.0, 0, 30, 8]], [[0, 0, 5, 5]]])
 >>> t = Targets.of(2, boxes, None, torch.tensor([1, 1]))
->>> t = t.flipped_x(torch.tensor([True, False]), 40).moved(0, 0, 1.0, 0.5, (8, 20))
+>>> t = t.flipped(torch.tensor([True, False]), 40, 0).moved(0, 0, 1.0, 0.5, (8, 20))
 >>> sanitize(t, (8, 20), 1.0).boxes.tolist()
 [[[5.0, 0.0, 15.0, 8.0]], [[0.0, 0.0, 2.5, 5.0]]]
 """
@@ -26,11 +18,6 @@ import torch
 
 Ragged = Any  # list[Tensor] | a jagged nested tensor | a padded (B, N, ...) tensor
 Number = float | torch.Tensor  # one value for the batch, or (B,)
-
-
-def _b(v: Number, like: torch.Tensor) -> torch.Tensor:
-    """v as (B, 1) float64 on like's device, to broadcast over N."""
-    return torch.as_tensor(v, dtype=torch.float64, device=like.device).reshape(-1, 1)
 
 
 @dataclass
@@ -68,10 +55,11 @@ class Targets:
     def moved(
         self, top: Number, left: Number, sy: Number, sx: Number, out_hw: tuple[int, int]
     ) -> Targets:
-        """Into the crop at (top, left) (px, per sample or one), scaled by (sy, sx), of an
-        output image of out_hw: boxes clipped to it, keypoints outside it cut."""
-        like = self.valid
-        t, le, y, x = (_b(v, like) for v in (top, left, sy, sx))
+        """Into the crop at (top, left), scaled by (sy, sx), of an output image of out_hw."""
+        t, le, y, x = (  # (B, 1) or (1, 1): to broadcast over N
+            torch.as_tensor(v, dtype=torch.float64, device=self.valid.device).reshape(-1, 1)
+            for v in (top, left, sy, sx)
+        )
         H, W = out_hw
         boxes = points = None
         if self.boxes is not None:
@@ -87,14 +75,8 @@ class Targets:
             points = _cut(torch.stack([px, py, p[..., 2]], -1), inside)
         return replace(self, boxes=boxes, points=points)
 
-    def flipped_x(self, flip: torch.Tensor, width: int) -> Targets:
-        """Mirrored left-right in an image `width` px wide where flip (bool (B,))."""
-        return self._flipped(flip, width, 0)
-
-    def flipped_y(self, flip: torch.Tensor, height: int) -> Targets:
-        return self._flipped(flip, height, 1)
-
-    def _flipped(self, flip: torch.Tensor, side: int, axis: int) -> Targets:
+    def flipped(self, flip: torch.Tensor, side: int, axis: int) -> Targets:
+        """Mirrored along `axis` (0: x, 1: y) of an image `side` px long where flip (bool (B,))."""
         f = flip.to(self.valid.device).reshape(-1, 1)
         boxes = points = None
         if self.boxes is not None:
@@ -119,8 +101,7 @@ def _cut(points: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
 
 
 def sanitize(t: Targets, hw: tuple[int, int], min_size: float) -> Targets:
-    """SanitizeBoundingBoxes(min_size) after clipping the boxes to an image of hw: `valid`
-    loses each box narrower or lower than min_size (NaN included); without boxes, all stay."""
+    """SanitizeBoundingBoxes(min_size) on boxes clipped to hw, NaN included: `valid` loses them."""
     if t.boxes is None:
         return t
     H, W = hw
@@ -188,8 +169,7 @@ def scatter(values: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
 
 
 def back(x: torch.Tensor, like: Ragged, valid: torch.Tensor) -> Ragged:
-    """x (B, N, ...) padded, its rows `valid` (B, N) kept, in the form (list, nested, padded)
-    and dtype of `like`, the caller's. Padded: to the longest sample left."""
+    """x (B, N, ...)'s rows `valid` (B, N), in the form and dtype of the caller's `like`."""
     dtype = like.dtype if isinstance(like, torch.Tensor) else like[0].dtype if like else x.dtype
     x, counts = x[:, : valid.shape[1]].to(dtype), valid.sum(1)
     if isinstance(like, (list, tuple)):
@@ -212,15 +192,12 @@ def outputs(
     min_size: float,
     given: dict[str, Ragged],
     lengths: torch.Tensor | None,
-    moved: dict[str, torch.Tensor | None],
+    instances: torch.Tensor | None,
 ) -> list[Any]:
-    """What a pipeline returns of its instances, sanitized: those of boxes, keypoints,
-    instances (`moved`'s, (B, H, W, N)), lengths (the rows kept a sample) and per_box (a dict)
-    that were `given`, in that order, each in its given form, on the images' device."""
+    """What a pipeline returns of its instances (masks (B, H, W, N)), sanitized, as Compose."""
     t = sanitize(t, hw, min_size)
     valid, out = t.valid, []
-    stack = moved.get("instances")
-    stack = None if stack is None else stack.permute(0, 3, 1, 2)
+    stack = None if instances is None else instances.permute(0, 3, 1, 2)
     for name, x in (("boxes", t.boxes), ("keypoints", t.points), ("instances", stack)):
         if given.get(name) is not None:
             out.append(back(x, given[name], valid))  # type: ignore[arg-type]
@@ -231,20 +208,6 @@ def outputs(
         rows = {k: per_box(v, lengths, t, f"per_box[{k!r}]") for k, v in fields.items()}
         out.append({k: back(rows[k], v, valid) for k, v in fields.items()})
     return out
-
-
-def instance_masks(
-    x: Ragged, lengths: torch.Tensor | None, t: Targets, images: torch.Tensor
-) -> torch.Tensor | None:
-    """Instance masks (a list of (Ni, H, W), nested, or padded (B, N, H, W)) as the pipeline
-    moves them: uint8 (B, H, W, N) on the images' device, N the boxes' padded count."""
-    if x is None:
-        return None
-    hw = tuple(images.shape[-2:])
-    p = per_box(x, lengths, t, "instances")
-    if p.shape[2:] != hw:
-        raise ValueError(f"instances of {tuple(p.shape[2:])} px for images of {hw}")
-    return p.to(images.device).permute(0, 2, 3, 1)
 
 
 def per_box(x: Ragged, lengths: torch.Tensor | None, t: Targets, name: str) -> torch.Tensor:

@@ -7,10 +7,8 @@ import math
 import torch
 
 from loaders.augment import kernel
-from loaders.augment.base import Op
-from loaders.augment.batch import Sample, empty_like, working
+from loaders.augment.base import Op, Sample, empty_like, settle, working
 from loaders.augment.kernel import Color
-from loaders.augment.resample import settle
 
 # ITU-R 601-2 luma, as torchvision's rgb_to_grayscale and prep's --gray.
 LUMA = (0.299, 0.587, 0.114)
@@ -19,8 +17,7 @@ YIQ = (LUMA, (0.596, -0.274, -0.322), (0.211, -0.523, 0.312))
 
 
 def hue_rotations(turns: torch.Tensor) -> torch.Tensor:
-    """(B, 3, 3) RGB matrices that turn each pixel's chroma by `turns` (B,) of a circle about
-    the grey axis in YIQ space: luma and chroma magnitude kept, grey left grey."""
+    """(B, 3, 3) RGB matrices that turn each pixel's chroma by `turns` (B,) in YIQ space."""
     yiq = torch.tensor(YIQ, dtype=turns.dtype, device=turns.device)
     cos, sin = torch.cos(2 * math.pi * turns), torch.sin(2 * math.pi * turns)
     one, zero = torch.ones_like(cos), torch.zeros_like(cos)
@@ -30,25 +27,11 @@ def hue_rotations(turns: torch.Tensor) -> torch.Tensor:
 
 
 class ColorJitter(Op):
-    """Each sample's brightness, contrast and saturation scaled by its own factors b, c, s,
-    drawn uniformly in [1 - amount, 1 + amount] (never below 0), then its hue turned by h,
-    drawn uniformly in [-hue, hue] turns (hue <= 0.5), applied in that order:
-
-    - brightness x -> b x;  contrast: a blend with the image's mean luma m;  saturation: a blend
-      with the pixel's luma (a no-op on one channel): torchvision's adjust_* formulas.
-    - hue: a rotation of the chroma plane in YIQ space by 2 pi h (a no-op on one channel). It
-      keeps each pixel's luma, where torchvision's HSV shift keeps its max channel: the same
-      turn of the colour wheel, not the same pixels (an HSV round trip is not a matrix).
-    - The four are linear, so a sample's jitter is one 3x3 matrix and an offset,
-      y = c b H S x + (1 - c) b m with S = s I + (1 - s) 1 luma^T: one batched matmul for the
-      whole batch (NVIDIA DALI's color_twist does the same). Unlike torchvision, which clips to
-      0..255 after each step, uint8 images are clipped once, at the end, and return as uint8;
-      float images are not clipped (put ColorJitter before Normalize, in pixel units).
-    - Right after a RandomResizedCrop, it takes the crop's float result before rounding: one
-      rounding to uint8 for both.
-    """
+    """Brightness, contrast, saturation and hue in one matrix a sample: y = c b H S x + (1 - c)
+    b m (m the mean luma, S = s I + (1 - s) 1 luma^T), as DALI's color_twist."""
 
     lazy = True
+    shown = ("brightness", "contrast", "saturation", "hue")
 
     def __init__(
         self,
@@ -61,12 +44,11 @@ class ColorJitter(Op):
         if min(brightness, contrast, saturation) < 0 or not 0 <= hue <= 0.5:
             raise ValueError("brightness, contrast and saturation must be >= 0, hue in [0, 0.5]")
         self.amounts = (brightness, contrast, saturation)
+        self.brightness, self.contrast, self.saturation = self.amounts  # for repr()
         self.hue = hue
 
     def matrices(self, u: torch.Tensor, channels: int) -> Color:
-        """Each sample's matrix (B, C, C), the weight (B,) of its offset and the grey weights
-        (C,), from its draws u (B, 4): a pixel p of a sample whose mean pixel is m becomes
-        matrix @ p + shift * (grey . m) on every channel."""
+        """The jitter (kernel.Color) of each sample from its draws u (B, 4)."""
         amounts = torch.tensor(self.amounts, dtype=u.dtype, device=u.device)
         b, c, s = (1 + amounts * (2 * u[:, :3] - 1)).clamp_min(0).unbind(1)
         eye = torch.eye(channels, dtype=u.dtype, device=u.device)
@@ -100,7 +82,3 @@ class ColorJitter(Op):
         if uint8:
             out = empty_like(out, torch.uint8).copy_(out.clamp_(0.5, 255.5))
         return sample.but(images=out.to(dtype).view(B, C, H, W))
-
-    def extra_repr(self) -> str:
-        b, c, s = self.amounts
-        return f"brightness={b}, contrast={c}, saturation={s}, hue={self.hue}"

@@ -1,15 +1,10 @@
-"""Crops at load time, for `ImageShardDataset(..., crop=)`: each sample's box in its stored image,
-resized to one output shape, so that samples of their own shapes (`prep pack --mode keep`) make
-one batch, and a JPEG sample is decoded at a DCT-reduced scale when the box shrinks by 2 or more.
+"""Crops at load time (`ImageShardDataset(..., crop=)`): each sample's box in its stored image,
+resized to one shape; a box depends only on (seed, epoch, dataset index) and the image's (h, w).
 
-A box depends only on (seed, epoch, dataset index) and the stored image's (h, w): never on the
-batch, the worker or the thread that reads it. `RandomResizedCrop` draws what the first
-`loaders.transforms.RandomResizedCrop` of a pipeline draws for images of the same size (it is
-that op's generator).
-
->>> crop = CenterCrop(224)
->>> crop.boxes(np.array([0]), np.array([[256, 320]]), epoch=0).tolist()
+>>> CenterCrop(224).boxes(np.array([0]), np.array([[256, 320]]), epoch=0).tolist()
 [[16, 48, 224, 224]]
+>>> CenterCrop(224, ratio=0.5).boxes(np.array([0]), np.array([[256, 320]]), epoch=0).tolist()
+[[64, 96, 128, 128]]
 """
 
 from __future__ import annotations
@@ -19,52 +14,47 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
 
-DEFAULT_CROP_RATIO = 224 / 256  # the centred square's side over the shorter side (as FFCV's)
-
-
-def _pair(size: int | Sequence[int]) -> tuple[int, int]:
-    h, w = (size, size) if isinstance(size, int) else tuple(size)
-    if h < 1 or w < 1:
-        raise ValueError(f"crop size {size} must be positive")
-    return int(h), int(w)
+from loaders.augment import geometry
 
 
 @dataclass(frozen=True)
 class CenterCrop:
-    """A centred square of side `ratio` x the shorter side, resized to `size` (h, w or one int).
-
-    The default ratio takes 224 px of a 256 px image as it is (no resize): torchvision's
-    `Resize(256)` + `CenterCrop(224)` on data packed at 256 px."""
+    """The centred `size` crop of each stored image, or with `ratio` a centred square of `ratio`
+    x the shorter side: `Resize(256)` + `CenterCrop(224)` is `CenterCrop(224, ratio=0.875)`."""
 
     size: tuple[int, int]
-    ratio: float = DEFAULT_CROP_RATIO
+    ratio: float | None = None
 
-    def __init__(self, size: int | Sequence[int], ratio: float = DEFAULT_CROP_RATIO):
-        if not 0 < ratio <= 1:
+    def __init__(self, size: int | Sequence[int], ratio: float | None = None):
+        if ratio is not None and not 0 < ratio <= 1:
             raise ValueError(f"ratio {ratio} must be in (0, 1]")
-        object.__setattr__(self, "size", _pair(size))
-        object.__setattr__(self, "ratio", float(ratio))
+        object.__setattr__(self, "size", geometry.pair(size, "crop size"))
+        object.__setattr__(self, "ratio", None if ratio is None else float(ratio))
 
     def boxes(self, index: np.ndarray, hw: np.ndarray, epoch: int) -> np.ndarray:
         """int64 (N, 4): (top, left, height, width) of each sample's box in its (h, w)."""
         hw = np.asarray(hw, dtype=np.int64).reshape(-1, 2)
-        side = np.maximum(1, np.round(hw.min(axis=1) * self.ratio)).astype(np.int64)
-        top, left = (hw[:, 0] - side) // 2, (hw[:, 1] - side) // 2
-        return np.stack([top, left, side, side], axis=1)
+        if self.ratio is None:  # torchvision's rounding: half to even, as round()
+            side = np.minimum(hw, np.asarray(self.size, dtype=np.int64))
+            top_left = np.round((hw - side) / 2.0).astype(np.int64)
+        else:  # FFCV's: the odd pixel after
+            square = np.maximum(1, np.round(hw.min(axis=1) * self.ratio)).astype(np.int64)
+            side = np.stack([square, square], axis=1)
+            top_left = (hw - side) // 2
+        return np.concatenate([top_left, side], axis=1)
 
 
 @dataclass(frozen=True)
 class RandomResizedCrop:
-    """A box of `scale` of the image's area with aspect ratio (w / h) in `ratio`, resized to
-    `size`: torchvision's algorithm, drawn per sample from (seed, epoch, index) by
-    `loaders.transforms.RandomResizedCrop.boxes`. Set the epoch with `dataset.set_epoch(e)`."""
+    """The boxes `loaders.transforms.RandomResizedCrop` draws as a pipeline's first op."""
 
     size: tuple[int, int]
     scale: tuple[float, float] = (0.08, 1.0)
     ratio: tuple[float, float] = (3 / 4, 4 / 3)
     seed: int = 0
-    _op: object = field(default=None, repr=False, compare=False)
+    _op: Any = field(default=None, repr=False, compare=False)
 
     def __init__(
         self,
@@ -73,23 +63,18 @@ class RandomResizedCrop:
         ratio: tuple[float, float] = (3 / 4, 4 / 3),
         seed: int = 0,
     ):
-        from loaders.augment.geometry import RandomResizedCrop as Op  # checks scale and ratio
-
-        object.__setattr__(self, "size", _pair(size))
+        object.__setattr__(self, "size", geometry.pair(size, "crop size"))
         object.__setattr__(self, "scale", tuple(scale))
         object.__setattr__(self, "ratio", tuple(ratio))
         object.__setattr__(self, "seed", int(seed))
-        object.__setattr__(self, "_op", Op(self.size, self.scale, self.ratio))
+        op = geometry.RandomResizedCrop(self.size, self.scale, self.ratio)  # checks them
+        object.__setattr__(self, "_op", op)
 
     def boxes(self, index: np.ndarray, hw: np.ndarray, epoch: int) -> np.ndarray:
         """int64 (N, 4): (top, left, height, width) of each sample's box in its (h, w)."""
-        import torch
-
         sides = torch.from_numpy(np.asarray(hw, dtype=np.int64).reshape(-1, 2))
         idx = torch.from_numpy(np.asarray(index, dtype=np.int64).reshape(-1))
-        op: Any = self._op
-        out = op.boxes(idx, sides[:, 0], sides[:, 1], seed=self.seed, epoch=epoch)
-        return out.numpy()
+        return self._op.boxes(idx, sides[:, 0], sides[:, 1], seed=self.seed, epoch=epoch).numpy()
 
 
 Crop = CenterCrop | RandomResizedCrop

@@ -1,11 +1,4 @@
-"""Geometric batch ops: crops, resizes and flips, per sample, the mask, boxes and keypoints
-moving with the image (loaders.augment.boxes: the boxes with torchvision's box math).
-
-Every output pixel's source position is computed for all samples at once: a crop is one
-`grid_sample` of the batch (one gather for masks and padded crops), so an op is a fixed number
-of tensor operations at any batch size. RandomResizedCrop only draws its boxes (Sample.pending);
-the next op makes the crop, unless it is a flip, which folds itself into the crop's grid.
-"""
+"""Geometric batch ops; RandomResizedCrop and Resize only draw their boxes (Sample.pending)."""
 
 from __future__ import annotations
 
@@ -14,29 +7,24 @@ from collections.abc import Sequence
 
 import torch
 
-from loaders.augment.base import Op
-from loaders.augment.batch import Resize as Pending
-from loaders.augment.batch import Sample
+from loaders.augment.base import Op, Sample, take
+from loaders.augment.base import Resize as Pending
 from loaders.augment.random import stream_key, uniform
-from loaders.augment.resample import resized_crop, settle, take  # noqa: F401  (resized_crop: tests)
 
 TRIES = 10  # as torchvision's RandomResizedCrop: boxes drawn until one fits, then the centre
 
 
-def _pair(size: int | Sequence[int]) -> tuple[int, int]:
+def pair(size: int | Sequence[int], what: str = "size") -> tuple[int, int]:
     h, w = (size, size) if isinstance(size, int) else tuple(size)
     if h < 1 or w < 1:
-        raise ValueError(f"size {size} must be positive")
+        raise ValueError(f"{what} {size} must be positive")
     return int(h), int(w)
 
 
 class RandomResizedCrop(Op):
-    """A box of `scale` of the image's area and aspect ratio (w / h) in `ratio` (drawn uniformly
-    in log ratio), resized to `size`: torchvision's algorithm, drawn per sample from (seed,
-    epoch, index). Bilinear without antialiasing (the boxes shrink by little at training sizes).
+    """torchvision's RandomResizedCrop drawn per sample; `boxes()` is the generator alone."""
 
-    `boxes()` is the generator alone, for decode-time crops: the same (seed, epoch, index) gives
-    the same box there as here, for images of the same size."""
+    shown = ("size", "scale", "ratio")
 
     def __init__(
         self,
@@ -47,7 +35,7 @@ class RandomResizedCrop(Op):
         super().__init__()
         if not (0 < scale[0] <= scale[1] and 0 < ratio[0] <= ratio[1]):
             raise ValueError(f"scale {scale} and ratio {ratio} must be increasing and positive")
-        self.size, self.scale, self.ratio = _pair(size), scale, ratio
+        self.size, self.scale, self.ratio = pair(size), scale, ratio
 
     def boxes(
         self,
@@ -59,8 +47,7 @@ class RandomResizedCrop(Op):
         epoch: int = 0,
         name: str = "RandomResizedCrop",
     ) -> torch.Tensor:
-        """int64 (N, 4) boxes (top, left, height, width) in images of `height` x `width` px
-        (ints, or (N,) tensors of each image's size), for the samples `index`."""
+        """int64 (N, 4) boxes (top, left, height, width) in images of `height` x `width` px."""
         u = uniform(stream_key(seed, epoch, name), index, 2 * TRIES + 2)
         return self._boxes(u, height, width)
 
@@ -97,16 +84,44 @@ class RandomResizedCrop(Op):
         if t is not None:
             top, left, h, w = boxes.to(torch.float64).unbind(1)
             t = t.moved(top, left, self.size[0] / h, self.size[1] / w, self.size)
-        # made by the next op but a lazy one
         return sample.but(pending=Pending(boxes, self.size), targets=t)
 
-    def extra_repr(self) -> str:
-        return f"size={self.size}, scale={self.scale}, ratio={self.ratio}"
+
+class Resize(Op):
+    """Every image resized to `size`: (h, w), or an int for the shorter side (as torchvision)."""
+
+    shown = ("size",)
+
+    def __init__(self, size: int | Sequence[int]):
+        super().__init__()
+        checked = pair(size)  # refuses a size below 1
+        self.size: int | tuple[int, int] = size if isinstance(size, int) else checked
+
+    def output(self, height: int, width: int) -> tuple[int, int]:
+        """(h, w) of an image of height x width once resized.
+
+        >>> Resize(100).output(300, 450), Resize((32, 48)).output(300, 450)
+        ((100, 150), (32, 48))
+        """
+        if not isinstance(self.size, int):
+            return self.size
+        short, long = sorted((height, width))
+        side = int(self.size * long / short)
+        return (self.size, side) if height <= width else (side, self.size)
+
+    def augment(self, sample: Sample, key: int) -> Sample:
+        B, _, H, W = sample.images.shape
+        out = self.output(int(H), int(W))
+        whole = torch.tensor([[0, 0, H, W]], device=sample.images.device).expand(B, 4)
+        t = sample.targets
+        t = None if t is None else t.moved(0.0, 0.0, out[0] / H, out[1] / W, out)
+        return sample.but(pending=Pending(whole, out), targets=t)
 
 
 class RandomCrop(Op):
-    """A `size` crop at a random place of the image padded by `padding` px on every side
-    (`fill` for images, `mask_fill` for masks: 255 is a common "ignore" class)."""
+    """A `size` crop at a random place of the image padded by `padding` px (`fill`)."""
+
+    shown = ("size", "padding")
 
     def __init__(
         self, size: int | Sequence[int], padding: int = 0, fill: float = 0, mask_fill: int = 0
@@ -114,7 +129,7 @@ class RandomCrop(Op):
         super().__init__()
         if padding < 0:
             raise ValueError(f"padding {padding} must be non-negative")
-        self.size, self.padding, self.fill, self.mask_fill = _pair(size), padding, fill, mask_fill
+        self.size, self.padding, self.fill, self.mask_fill = pair(size), padding, fill, mask_fill
 
     def augment(self, sample: Sample, key: int) -> Sample:
         H, W = sample.images.shape[-2:]
@@ -126,45 +141,32 @@ class RandomCrop(Op):
         left = (u[:, 1] * (W + 2 * p - sw + 1)).floor().to(torch.int64) - p
         return crop(sample, top, left, self.size, self.fill, self.mask_fill)
 
-    def extra_repr(self) -> str:
-        return f"size={self.size}, padding={self.padding}"
 
+class CenterCrop(Op):
+    """The centred `size` crop of every image, as torchvision's (padded with `fill`)."""
 
-class RandomHorizontalFlip(Op):
-    """Each sample mirrored left-right with probability p, its mask with it. Right after a
-    RandomResizedCrop, the flip is folded into the crop's sampling (no pass of its own)."""
+    shown = ("size",)
 
-    lazy = True
-
-    def __init__(self, p: float = 0.5):
+    def __init__(self, size: int | Sequence[int], fill: float = 0, mask_fill: int = 0):
         super().__init__()
-        if not 0 <= p <= 1:
-            raise ValueError(f"p {p} must be a probability")
-        self.p = p
+        self.size, self.fill, self.mask_fill = pair(size), fill, mask_fill
 
     def augment(self, sample: Sample, key: int) -> Sample:
-        flip = self.draws(key, sample, 1)[:, :1] < self.p
-        t = sample.targets
-        t = None if t is None else t.flipped_x(flip[:, 0], sample.canvas[1])
-        p = sample.pending
-        if p is not None:
-            turned = flip[:, 0] if p.flip is None else flip[:, 0] ^ p.flip
-            return sample.but(pending=Pending(p.boxes, p.size, turned), targets=t)
-        W = sample.images.shape[-1]
-        j = torch.arange(W, device=sample.images.device)
-        cols = torch.where(flip, W - 1 - j, j)  # (B, W): each sample's source columns
-        # One gather (where(flip, x.flip(-1), x) reads and writes the batch three times).
-        images = _along(sample.images, cols, 3)
-        masks = sample.masks(lambda m, _: _along(m, cols, 2))
-        return sample.but(images=images, targets=t, **masks)
-
-    def extra_repr(self) -> str:
-        return f"p={self.p}"
+        B, _, H, W = sample.images.shape
+        top, left = (
+            -((n - side) // 2) if n > side else round((side - n) / 2.0)
+            for n, side in zip(self.size, (int(H), int(W)), strict=True)
+        )
+        device = sample.images.device
+        tops, lefts = (torch.full((B,), v, dtype=torch.int64, device=device) for v in (top, left))
+        return crop(sample, tops, lefts, self.size, self.fill, self.mask_fill)
 
 
-class RandomVerticalFlip(Op):
-    """Each sample mirrored top-bottom with probability p, its mask, boxes and keypoints with
-    it: one gather of the rows (after any pending crop is made)."""
+class _Flip(Op):
+    """Each sample mirrored along `axis` (0: left-right) with probability p: one gather."""
+
+    axis = 0
+    shown = ("p",)
 
     def __init__(self, p: float = 0.5):
         super().__init__()
@@ -174,16 +176,31 @@ class RandomVerticalFlip(Op):
 
     def augment(self, sample: Sample, key: int) -> Sample:
         flip = self.draws(key, sample, 1)[:, 0] < self.p
-        H = sample.images.shape[-2]
-        i = torch.arange(H, device=sample.images.device)
-        rows = torch.where(flip[:, None], H - 1 - i, i)  # (B, H): each sample's source rows
-        images = _along(sample.images, rows, 2)
-        masks = sample.masks(lambda m, _: _along(m, rows, 1))
-        t = None if sample.targets is None else sample.targets.flipped_y(flip, H)
+        t = sample.targets
+        t = None if t is None else t.flipped(flip, sample.canvas[1 - self.axis], self.axis)
+        p = sample.pending  # only a lazy op is given one: the flip folds into its sampling
+        if p is not None:
+            turned = flip if p.flip is None else flip ^ p.flip
+            return sample.but(pending=Pending(p.boxes, p.size, turned), targets=t)
+        dim = 3 - self.axis  # of the images (B, C, H, W); the masks' is one less
+        n = sample.images.shape[dim]
+        i = torch.arange(n, device=sample.images.device)
+        order = torch.where(flip[:, None], n - 1 - i, i)  # (B, n): each sample's source
+        images = _along(sample.images, order, dim)
+        masks = sample.masks(lambda m, _: _along(m, order, dim - 1))
         return sample.but(images=images, targets=t, **masks)
 
-    def extra_repr(self) -> str:
-        return f"p={self.p}"
+
+class RandomHorizontalFlip(_Flip):
+    """Each sample mirrored left-right with probability p (folded into a pending crop)."""
+
+    lazy = True
+
+
+class RandomVerticalFlip(_Flip):
+    """Each sample mirrored top-bottom with probability p, after any pending crop is made."""
+
+    axis = 1
 
 
 def crop(
@@ -194,22 +211,19 @@ def crop(
     fill: float = 0,
     mask_fill: int = 0,
 ) -> Sample:
-    """Each sample's `size` crop at (top, left) (int64 (B,), negative or past the edge in the
-    padding): `fill` outside the image, `mask_fill` outside its mask; one gather."""
+    """Each sample's `size` crop at (top, left) (B,), `fill` outside the image: one gather."""
     H, W = sample.images.shape[-2:]
     (sh, sw), device = size, top.device
     rows = top[:, None] + torch.arange(sh, device=device)
     cols = left[:, None] + torch.arange(sw, device=device)
     inside = ((rows >= 0) & (rows < H))[:, :, None] & ((cols >= 0) & (cols < W))[:, None, :]
     r, c = rows.clamp(0, H - 1), cols.clamp(0, W - 1)
-    x = sample.images.permute(0, 2, 3, 1)
-    value = torch.tensor(fill, dtype=x.dtype, device=x.device)
-    images = torch.where(inside[..., None], take(x, r, c), value).permute(0, 3, 1, 2)
 
-    def cut(m: torch.Tensor, fill: int) -> torch.Tensor:  # (B, H, W, ...) masks
+    def cut(m: torch.Tensor, fill: float) -> torch.Tensor:  # (B, H, W, ...): channels last
         where = inside.view(*inside.shape, *([1] * (m.dim() - 3)))
         return torch.where(where, take(m, r, c), torch.tensor(fill, dtype=m.dtype, device=m.device))
 
+    images = cut(sample.images.permute(0, 2, 3, 1), fill).permute(0, 3, 1, 2)
     t = sample.targets
     t = None if t is None else t.moved(top, left, 1.0, 1.0, size)
     return sample.but(images=images, targets=t, **sample.masks(cut, mask_fill))

@@ -1,15 +1,6 @@
-"""The CPU pass of a uint8 batch's resized crop, its flip and its colour jitter: one compiled
-loop (numba) over the samples of the batch, split between a few threads.
-
-On the CPU, torch's batched ops stream the whole batch through memory once per step (uint8 to
-float, grid_sample, the jitter's matmul, the rounding: about 150 MB each at 256 x 224 px), and
-that traffic costs more than the arithmetic. Here each sample is resampled into a small float
-scratch that stays in cache, the jitter's mean and matrix are applied to it there, and only the
-uint8 result is written: a fixed number of calls per batch (one per thread), never one per
-sample. The sampling is grid_sample's (bilinear, align_corners=False, border padding) on
-source coordinates that loaders.augment.geometry computes, so the CUDA path (grid_sample
-itself) agrees within one level. Without numba, or for float batches, geometry uses torch.
-"""
+"""The CPU pass of a uint8 batch's resized crop, flip and colour jitter: a numba loop over the
+samples, split between threads (README.md, "Augmentation on the batch"), sampling as
+grid_sample does (bilinear, align_corners=False, border padding)."""
 
 from __future__ import annotations
 
@@ -20,7 +11,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from loaders.augment.batch import empty
 from loaders.read.decode import Pool
 
 # A colour jitter folded into the pass: each sample's matrix (B, C, C), its offset's weight
@@ -32,8 +22,8 @@ _pool = Pool(max(1, torch.get_num_threads()))
 
 def _resample(src, out, y0, y1, wy, span, ia0, ia1, fx, mat, shift, grey, jitter, lo, hi):
     """Samples lo..hi of `src` (B, H, W, C) uint8 into `out` (B, oh, ow, C) uint8: rows y0, y1
-    blended by wy (B, oh); within a row, the flat (W * C) positions ia0, ia1 (B, ow * C),
-    counted from column span[b, 0], blended by fx; then, if `jitter`, each sample's colour."""
+    blended by wy (B, oh); within a row, the flat (W * C) positions ia0, ia1 (B, ow * C) from
+    column span[b, 0], blended by fx; then, if `jitter`, each sample's colour."""
     _, oh, ow, C = out.shape
     n, width = ow * C, src.shape[2] * C
     flat = src.reshape(src.shape[0], src.shape[1], width)
@@ -88,8 +78,7 @@ def _compiled() -> Callable[..., None] | None:
 
 
 def fits(x: torch.Tensor, color: bool = False) -> bool:
-    """Whether this pass serves the batch x: uint8 on the CPU, with numba installed; for a
-    colour jitter, RGB (one channel takes torch's ops)."""
+    """Whether this pass serves the batch x: uint8 on the CPU, numba installed; RGB for `color`."""
     ok = x.device.type == "cpu" and x.dtype == torch.uint8 and _compiled() is not None
     return ok and (not color or x.shape[1] == 3)
 
@@ -104,14 +93,13 @@ def _taps(coords: torch.Tensor, n: int) -> tuple[np.ndarray, np.ndarray, np.ndar
 def resample(
     x: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, color: Color | None = None
 ) -> torch.Tensor:
-    """x (B, C, H, W) uint8 sampled at source pixel coordinates rows (B, oh) and cols (B, ow)
-    (float64; pixel k's centre is at k), then colour-jittered by `color`: (B, C, oh, ow) uint8,
-    channels-last."""
+    """x (B, C, H, W) sampled at source coordinates rows (B, oh), cols (B, ow): channels-last."""
     B, C, H, W = x.shape
     src = x.permute(0, 2, 3, 1).contiguous().numpy()  # a view for channels-last batches
-    out = empty((B, rows.shape[1], cols.shape[1], C), torch.uint8, x.device)
+    dst = np.empty((B, rows.shape[1], cols.shape[1], C), np.uint8)  # numpy's: huge pages
+    out = torch.from_numpy(dst).permute(0, 3, 1, 2)
     if B == 0:
-        return out.permute(0, 3, 1, 2)
+        return out
     y0, y1, wy = _taps(rows, H)
     x0, x1, wx = _taps(cols, W)
     span = np.stack([np.minimum(x0, x1).min(1), np.maximum(x0, x1).max(1) + 1], 1)
@@ -123,7 +111,6 @@ def resample(
     if color is None:  # unused by the pass: arrays of the types it was compiled for
         color = (torch.zeros(B, C, C), torch.zeros(B), torch.zeros(C))
     mat, shift, grey = (t.to(torch.float32).numpy() for t in color)
-    dst = out.numpy()
     args = (src, dst, y0, y1, wy, span, ia0, ia1, fx, mat, shift, grey, jitter)
     _pool.map(lambda part: kernel(*args, part[0], part[-1] + 1), range(B))
-    return out.permute(0, 3, 1, 2)
+    return out

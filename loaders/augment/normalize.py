@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
-from loaders.format import FormatError
-
 
 class Normalize(nn.Module):
-    """(x - mean) / std for a uint8 batch (B, C, H, W) or image (C, H, W), as float.
-
-    `mean` and `std` are in the units of the stored pixels (0-255), one value per channel or one
-    for all, as in `Normalize([0.221 * 255], [0.242 * 255])`. Move the module to the GPU with the
-    batch (`.to(device)`) so the conversion runs there; channels-last input stays channels-last.
-    """
+    """(x - mean) / std of a batch or an image as float; `mean`, `std` in pixel units (0-255)."""
 
     mean: torch.Tensor
     std: torch.Tensor
@@ -43,15 +35,32 @@ class Normalize(nn.Module):
         dtype: torch.dtype = torch.float32,
         field: str | None = None,
     ) -> Normalize:
-        """The mean and std per channel of `ds`'s train split (every sample, for a dataset
-        without splits) at `size` (default: the dataset's current size), as prep stored them in
-        the manifest (`extra.stats`, prep.media.image.stats): an image pack's, or a
-        SampleDataset's image field `field` (default: the first image field it reads, else
-        its first). A MixedDataset's: its sources' combined in its weights' proportions."""
+        """The per-channel mean and std prep stored for `ds`'s train split at `size`."""
         if isinstance(getattr(ds, "datasets", None), list) and hasattr(ds, "weights"):
+            # A mixture's E[x] and E[x^2] are the weighted sums of its parts'.
             parts = [cls.from_dataset(d, size, field=field) for d in ds.datasets]
-            return cls._mixed(parts, ds.weights, dtype)
-        root, stats = _stats_of(ds, field)
+            w = torch.as_tensor(ds.weights, dtype=torch.float64).view(-1, 1, 1, 1)
+            means = torch.stack([p.mean.double() for p in parts])
+            mean = (w * means).sum(0)
+            second = (w * (torch.stack([p.std.double() for p in parts]) ** 2 + means**2)).sum(0)
+            sd = (second - mean**2).clamp(min=0).sqrt().flatten()
+            return cls(mean.flatten().tolist(), (sd + (sd == 0)).tolist(), dtype)
+        from loaders.fields import Image
+
+        declared = getattr(ds, "declared", None)
+        images = [n for n, f in (declared or {}).items() if isinstance(f, Image)]
+        if not images:
+            raise ValueError(
+                f"prep stores pixel statistics with a dataset's image fields, and {ds!r:.80} has "
+                "none. HINT: pass Normalize(mean=..., std=...)"
+            )
+        read = [n for n in getattr(ds, "fields", ()) if n in images]
+        name = field if field is not None else (read or images)[0]
+        if name not in images:
+            said = f"{ds.store.root} has no image field {field!r}"
+            raise ValueError(f"{said}; its image fields: {images}")
+        root, stats = ds.store.root, ds.store.manifest.extra.get("stats")
+        stats = stats.get(name) if isinstance(stats, dict) else None
         size = size if size is not None else getattr(ds, "size", None)
         sizes = stats.get("sizes") if isinstance(stats, dict) else None
         if not isinstance(sizes, dict) or not sizes:
@@ -62,21 +71,8 @@ class Normalize(nn.Module):
         at = sizes.get(str(size))
         if at is None:
             raise ValueError(f"{root} has pixel statistics at {list(sizes)} px, not {size}")
-        got: tuple[Any, Any] = (at.get("mean"), at.get("std")) if isinstance(at, dict) else ([], [])
-        mean, std = got
-        if not (_numbers(mean) and _numbers(std) and len(mean) == len(std) and min(std) >= 0):
-            raise FormatError(f"{root}: extra.stats at {size} px is not a mean and std")
-        return cls(mean, [s or 1.0 for s in std], dtype)  # a constant channel: only centred
-
-    @classmethod
-    def _mixed(cls, parts: list[Normalize], weights: Any, dtype: torch.dtype) -> Normalize:
-        """The statistics of a mixture: E[x] and E[x^2] are the weighted sums of the parts'."""
-        w = torch.as_tensor(weights, dtype=torch.float64).view(-1, 1, 1, 1)
-        means = torch.stack([p.mean.double() for p in parts])
-        mean = (w * means).sum(0)
-        second = (w * (torch.stack([p.std.double() for p in parts]) ** 2 + means**2)).sum(0)
-        std = (second - mean**2).clamp(min=0).sqrt()
-        return cls(mean.flatten().tolist(), (std.flatten() + (std.flatten() == 0)).tolist(), dtype)
+        std = [s or 1.0 for s in at["std"]]  # a constant channel: only centred
+        return cls(at["mean"], std, dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         channels = self.mean.shape[0]
@@ -87,32 +83,3 @@ class Normalize(nn.Module):
 
     def extra_repr(self) -> str:
         return f"mean={self.mean.flatten().tolist()}, std={self.std.flatten().tolist()}"
-
-
-def _numbers(values: Any) -> bool:
-    """A non-empty list of finite numbers (what prep writes in extra.stats)."""
-    ok = isinstance(values, list) and bool(values)
-    return ok and all(isinstance(v, int | float) and math.isfinite(v) for v in values)
-
-
-def _stats_of(ds: Any, field: str | None) -> tuple[Any, Any]:
-    """The dataset's root and its `extra.stats` entry: an image pack's, or a samples
-    dataset's image field's (`field`, else the first image field it reads, else its first)."""
-    store: Any = getattr(ds, "store", None)
-    kind = store.manifest.kind if store is not None else None
-    if kind == "images":  # one image an item: `field` names nothing else
-        return store.root, store.manifest.extra.get("stats")
-    declared = getattr(ds, "declared", None) if kind == "samples" else None
-    if not isinstance(declared, dict):
-        raise ValueError(
-            f"prep stores pixel statistics in image packs and samples datasets' image fields, "
-            f"and {ds!r:.80} is none of them. HINT: pass Normalize(mean=..., std=...)"
-        )
-    images = [n for n, f in declared.items() if getattr(f, "kind", None) == "image"]
-    read = [n for n in getattr(ds, "fields", ()) if n in images]
-    name = field if field is not None else (read or images or [None])[0]
-    if name not in images:
-        what = f"has no image field {field!r}" if field is not None else "has no image field"
-        raise ValueError(f"{store.root} {what}; its image fields: {images}")
-    stats = store.manifest.extra.get("stats")
-    return store.root, stats.get(name) if isinstance(stats, dict) else None

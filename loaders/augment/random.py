@@ -1,9 +1,6 @@
-"""Per-sample randomness as a pure function of (seed, epoch, op, sample index): counter-based.
-
-A sample's draws never depend on the batch it is in, the worker that read it, or the device:
-each is a hash of its key and its dataset index, computed with integer tensor operations that
-give the same bits on every device (no torch.Generator, whose streams differ between CPU and
-CUDA and advance with the batch size).
+"""Per-sample randomness as a pure function of (seed, epoch, op, sample index): a hash in integer
+tensor operations, the same bits on every device, batch and worker (a torch.Generator's stream
+differs between CPU and CUDA and advances with the batch size).
 
 >>> key = stream_key(0, 0, "RandomHorizontalFlip")
 >>> a = uniform(key, torch.tensor([5, 7]), 3)
@@ -40,8 +37,7 @@ def mix32(x: N) -> N:
 
 
 def stream_key(seed: int, epoch: int, name: str) -> int:
-    """The key of one op's draws in one epoch: `name` tells ops apart ("RandomResizedCrop",
-    or "RandomResizedCrop#1" for the second one in a pipeline)."""
+    """The key of one op's draws in one epoch; `name` tells ops apart ("RandomResizedCrop#1")."""
     if seed < 0 or epoch < 0:
         raise ValueError(f"seed {seed} and epoch {epoch} must be non-negative integers")
     key = mix32(zlib.crc32(name.encode()))
@@ -52,8 +48,7 @@ def stream_key(seed: int, epoch: int, name: str) -> int:
 
 
 def uniform(key: int, index: torch.Tensor, k: int) -> torch.Tensor:
-    """k uniform draws in [0, 1) per sample, float64 (N, k), for the dataset indices `index`
-    (N,) on their device. Exact: the hash is integer, and 32 bits fit a float64 exactly."""
+    """k uniform draws in [0, 1) (32 bits: exact) per dataset index (N,): float64 (N, k)."""
     idx = index.reshape(-1).to(torch.int64)
     if idx.numel() and int(idx.min()) < 0:
         raise ValueError("sample indices must be non-negative dataset indices")
@@ -63,23 +58,17 @@ def uniform(key: int, index: torch.Tensor, k: int) -> torch.Tensor:
     return h.to(torch.float64) * 2.0**-32
 
 
-def normal(u1: torch.Tensor, u2: torch.Tensor) -> torch.Tensor:
-    """Standard normal draws from two uniforms (Box-Muller)."""
-    return torch.sqrt(-2.0 * torch.log1p(-u1)) * torch.cos(2.0 * math.pi * u2)
-
-
 GAMMA_TRIES = 6  # Marsaglia-Tsang accepts >= 95% of tries: 6 miss one draw in ~1e8
 
 
 def gamma(shape: float, u: torch.Tensor) -> torch.Tensor:
     """Gamma(shape, 1) draws (N,) from uniforms u (N, 3 * GAMMA_TRIES + 1): Marsaglia and
-    Tsang's method with all tries made at once (a fixed number of tensor ops), the first
-    accepted one kept; shape < 1 is boosted from shape + 1 by U ** (1 / shape)."""
+    Tsang's, all tries at once, the first accepted kept; shape < 1 boosted by U ** (1 / shape)."""
     a = shape + 1.0 if shape < 1 else shape
     d = a - 1.0 / 3.0
     c = 1.0 / math.sqrt(9.0 * d)
     t = GAMMA_TRIES
-    z = normal(u[:, :t], u[:, t : 2 * t])
+    z = torch.sqrt(-2.0 * torch.log1p(-u[:, :t])) * torch.cos(2.0 * math.pi * u[:, t : 2 * t])
     v = (1.0 + c * z) ** 3
     log_v = torch.log(v.clamp_min(1e-300))
     accept = (v > 0) & (torch.log(u[:, 2 * t : 3 * t]) < 0.5 * z * z + d - d * v + d * log_v)

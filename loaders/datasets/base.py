@@ -1,14 +1,11 @@
-"""ShardedDataset: what every dataset over a packed folder shares: its shard store (a folder or a
-URL), the shards it reads (all, or one split's), the shard lookup of an index, the epoch (and
-size) that reach DataLoader workers, and pickling without what the manifest gives.
-"""
+"""ShardedDataset, what every dataset over a packed folder shares, and DecodingDataset."""
 
 from __future__ import annotations
 
 import math
 import os
 from collections.abc import Sequence
-from functools import cached_property
+from functools import cached_property, partial
 from typing import Any, ClassVar, TypedDict, Unpack
 
 import numpy as np
@@ -16,72 +13,99 @@ import torch
 from torch.utils.data import Dataset
 
 from loaders.augment.crops import Crop
-from loaders.read.batches import BufferPool, check_indices, new_batch
-from loaders.read.decode import check_sides, fill, jobs_for
+from loaders.fields import declared
+from loaders.fields.base import Field
+from loaders.fields.image import CHECKED_BYTES, sides_problem
+from loaders.read.decode import Pixels, Pool, decode_cuda, run
+from loaders.read.loader import BufferPool, check_indices, new_batch
 from loaders.read.memory import SharedArrays
-from loaders.read.pool import Pool
-from loaders.read.store import DEFAULT_MAX_OPEN, ShardStore, pickled_state
+from loaders.read.store import ShardStore
 
 
 class Remote(TypedDict, total=False):
-    """What a dataset at a URL takes besides it (loaders.remote): shard files are fetched once
-    per node into `cache_dir` (default ~/.cache/prep), verified and mapped; `cache_limit`
-    (bytes, or "200GB") bounds the cache; `storage_options` pass through to fsspec."""
+    """`max_open` maps at a time (ShardStore); for a URL (loaders.remote) the node's `cache_dir`
+    (default ~/.cache/prep), its `cache_limit` (bytes, or "200GB"), fsspec's `storage_options`."""
 
+    max_open: int
     cache_dir: str | os.PathLike[str] | None
     cache_limit: int | str | None
     storage_options: dict[str, Any] | None
 
 
+class Decoding(Remote, total=False):
+    """A DecodingDataset's options besides Remote's (see it)."""
+
+    split: str | None
+    crop: Crop | None
+    decode: str
+    threads: int | None
+
+
 class ShardedDataset(Dataset[Any]):
-    """A packed dataset of kind `kind` at `root` (a folder or an fsspec URL: see Remote), read
-    from its shards of split `split` (None: every shard). Subclasses read a batch in
-    `__getitems__` (`__getitem__` is then a batch of one), or, for samples of shapes of their
-    own (whole volumes, documents), an item in `__getitem__` and a list of them in
-    `__getitems__`, as torch's default does.
+    """A packed dataset at `root` (a folder or a URL), the shards of `split` (None: all), read a
+    batch in `__getitems__`, or an item in `__getitem__` (`itemized`). Pickles small; size and
+    epoch in shared memory. `outputs`: what a batch holds; `dicts`: a dict, else a tuple."""
 
-    Shard files are mapped lazily by `self.store`, never pickled: the object pickles to a few
-    hundred bytes for spawn workers. The size and epoch live in shared memory so that
-    `set_epoch` (and a subclass's size) reach persistent DataLoader workers."""
-
-    kind: ClassVar[str]
+    dicts: ClassVar[bool] = False
+    itemized: ClassVar[bool] = False
+    unsplit: ClassVar[tuple[str, str] | None] = None  # a missing split: what it holds, the fix
 
     def __init__(
-        self,
-        root: str | os.PathLike[str],
-        *,
-        split: str | None = None,
-        max_open: int = DEFAULT_MAX_OPEN,
-        **remote: Unpack[Remote],
+        self, root: str | os.PathLike[str], *, split: str | None = None, **store: Unpack[Remote]
     ):
-        self.store = ShardStore(root, self.kind, max_open=max_open, **remote)
+        self.store = ShardStore(root, **store)
         self.split = split
+        if split is not None and not len(self._shards):
+            root, have = self.store.root, self.store.manifest.splits
+            if self.unsplit is None:
+                raise ValueError(
+                    f"{root} has no {split!r} split; it has {have or 'none'}. HINT: "
+                    "prep pack --splits train,val or --val-fraction 0.1, or another split"
+                )
+            what, fix = self.unsplit
+            raise ValueError(
+                f"{root} has no {split!r} {what}; it has splits {sorted(have)}. HINT: {fix}"
+            )
         self._now = torch.zeros(2, dtype=torch.int64).share_memory_()  # size, epoch
         self._memory: dict[str, torch.Tensor] = {}  # in_memory's copy: name -> its bytes
+
+    def check_fields(self, fields: Sequence[str], have: list[str]) -> None:
+        """Refuse fields the dataset lacks (`have`), or none at all."""
+        missing = [f for f in fields if f not in have]
+        if missing or not fields:
+            raise ValueError(f"{self.store.root} has no field {missing}; it has {have}")
+
+    @cached_property
+    def declared(self) -> dict[str, Field]:
+        return declared(self.store.manifest)
 
     @cached_property
     def arrays(self) -> SharedArrays:  # the store's maps, or in_memory's copy of them
         return SharedArrays(self.store, self._memory)
 
     @cached_property
-    def _shards(self) -> list[int]:
-        """The manifest indices of the shards the dataset reads, in order: its split's, or all."""
-        shards = self.store.manifest.shards
-        return [i for i, s in enumerate(shards) if self.split in (None, s.split)]
+    def _shards(self) -> np.ndarray:
+        """The manifest indices of the shards read, in order: the split's, or all."""
+        m = self.store.manifest
+        if self.split is None:
+            return np.arange(len(m.shards))
+        return np.flatnonzero(m.split_of() == self.split)
 
     @cached_property
     def _starts(self) -> np.ndarray:
-        """Cumulative sample counts: the k-th shard read (`_shards[k]`) holds samples
-        [_starts[k], _starts[k + 1])."""
-        shards = self.store.manifest.shards
-        return np.cumsum([0, *(shards[i].count for i in self._shards)], dtype=np.int64)
+        """Shard `_shards[k]` holds samples [_starts[k], _starts[k + 1])."""
+        counts = self.store.manifest.counts()[self._shards]
+        return np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
 
     @cached_property
     def _buffers(self) -> BufferPool:
         return BufferPool()
 
     def __getstate__(self) -> dict[str, Any]:
-        return pickled_state(self)
+        """Without the cached properties: what the manifest gives is derived again."""
+        cls = type(self)
+        cached = [k for k in self.__dict__ if isinstance(getattr(cls, k, None), cached_property)]
+        return {k: v for k, v in self.__dict__.items() if k not in cached}
 
     @property
     def epoch(self) -> int:
@@ -95,88 +119,93 @@ class ShardedDataset(Dataset[Any]):
 
     @property
     def shard_sizes(self) -> list[int]:
-        """Samples per shard, in order (for shard-aware samplers)."""
         return np.diff(self._starts).tolist()
 
     def __len__(self) -> int:
         return int(self._starts[-1])
 
-    def _locate(self, indices: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-        """Each sample's shard (its manifest index, as the store and `gather` take it), and its
-        index in that shard."""
-        idx = check_indices(indices, int(self._starts[-1]))
-        k = np.searchsorted(self._starts, idx, side="right") - 1
-        shard = k if self.split is None else np.asarray(self._shards)[k]
-        return shard, idx - self._starts[k]
+    def _checked(self, indices: Sequence[int] | np.ndarray, n: int | None = None) -> np.ndarray:
+        """A batch's indices (into `n` items; default: len) checked, and the store (repacked?)."""
+        self.store.check()
+        return check_indices(indices, len(self) if n is None else n)
 
-    def gather(
-        self, dst: np.ndarray, name: str, groups: list[tuple[int, np.ndarray]], local: np.ndarray
-    ) -> None:
-        """Samples `local` of array `name` into `dst`, one shard's map at a time."""
-        if len(groups) == 1:
-            arr = self.arrays.array(groups[0][0], name)
-            if dst.dtype == arr.dtype:
-                # The whole batch in one shard: one vectorised read, straight into the output.
-                # mode="clip": the indices are checked already, and the default ("raise")
-                # buffers the whole output before copying it into `dst`.
-                np.take(arr, local, axis=0, out=dst, mode="clip")
-                return
-        for s, pos in groups:
-            arr = self.arrays.array(s, name)
-            if dst[:1].nbytes > 4096:
-                # Big samples: copy each once into place (a gather per shard followed by a
-                # scatter would copy every pixel twice).
-                for j, k in zip(pos.tolist(), local[pos].tolist(), strict=True):
-                    dst[j] = arr[k]
-            else:
-                dst[pos] = arr[local[pos]]
+    def _find(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each sample's (of checked indices) shard, its manifest index, and index there."""
+        k = np.searchsorted(self._starts, idx, side="right") - 1
+        return self._shards[k], idx - self._starts[k]
+
+    def _index(self, idx: np.ndarray) -> torch.Tensor:
+        """A batch's "index" field: int64 (B,), in a buffer of the loader's, as any field's."""
+        out = new_batch((len(idx),), torch.int64, self._buffers, "index")
+        out.numpy()[:] = idx
+        return out
+
+    def _target_dtype(self, names: Sequence[str]) -> torch.dtype:
+        """A target's batch dtype: float32 when one of arrays `names` holds floats, else int64."""
+        arrays = self.store.manifest.arrays
+        floats = any(np.dtype(arrays[n].dtype).kind == "f" for n in names if n in arrays)
+        return torch.float32 if floats else torch.int64
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        return tuple(getattr(self, "fields", ()))
+
+    def source(self, index: int) -> str | None:
+        """Sample `index`'s input, relative to the SRC it was packed from (None: not kept)."""
+        shard, local = self._find(self._checked([index], int(self._starts[-1])))
+        return self.store.source(int(shard[0]), int(local[0]))
 
     def __getitem__(self, index: int) -> Any:
         return self.__getitems__([index])[0]
 
     def __getitems__(self, indices: Sequence[int]) -> Any:
-        raise NotImplementedError
+        return [self[i] for i in indices]  # `itemized`: shapes of their own, one at a time
+
+    def _shown(self) -> dict[str, Any]:
+        return {}
+
+    def __repr__(self) -> str:
+        shown = "".join(f", {k}={v!r}" for k, v in self._shown().items())
+        return f"{type(self).__name__}({str(self.store.root)!r}{shown})"
 
 
 class DecodingDataset(ShardedDataset):
-    """A ShardedDataset with image fields: a batch of them is decoded (JPEG), cropped and resized
-    on a pool of threads, or decoded on the GPU (ImageShardDataset, SampleDataset)."""
+    """A ShardedDataset with image fields: a batch of them is decoded (JPEG), cropped to each
+    sample's box of `crop` and resized on a pool of `threads` threads (None: up to 4 cores), or
+    decoded on the GPU (`decode="cuda"`, JPEG only: decode_cuda)."""
 
-    crop: Crop | None = None  # each sample's box, resized to one shape (loaders.augment.crops)
-    decode: str = "cpu"  # JPEG: "cuda" decodes a batch with nvJPEG (loaders.read.gpu_decode)
-    _threads: int | None = None  # JPEG decoding threads (None: up to 4 cores)
     fast_dct: bool = False  # JPEG on the CPU: the fast integer IDCT (loaders.read.decode)
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        split: str | None = None,
+        crop: Crop | None = None,
+        decode: str = "cpu",
+        threads: int | None = None,
+        **store: Unpack[Remote],
+    ):
+        super().__init__(root, split=split, **store)
+        if decode not in ("cpu", "cuda"):
+            raise ValueError(f"decode={decode!r} is not 'cpu' or 'cuda'")
+        self.crop, self.decode, self._threads = crop, decode, threads
 
     @cached_property
     def _pool(self) -> Pool:
         return Pool(self._threads or min(4, len(os.sched_getaffinity(0))))
 
-    def decoded(
-        self,
-        name: str,
-        groups: list[tuple[int, np.ndarray]],
-        local: np.ndarray,
-        hw: np.ndarray,
-        boxes: np.ndarray,
-        crcs: np.ndarray | None,
-        mask: bool = False,
+    def pixels(
+        self, p: Pixels, shape: tuple[int, ...], key: str, mask: bool = False
     ) -> torch.Tensor:
-        """Array `name`'s samples (images HWC, or masks) through loaders.read.decode: each sample's
-        bytes or pixels decoded (JPEG, its `crcs` checked first), cropped to its box and resized
-        to the crop's size (or the stored size): uint8 (B, C, H, W) images, channels-last
-        views of their HWC batch (on the GPU for decode="cuda"), or (B, H, W) masks."""
-        spec = self.store.manifest.arrays[name]
-        srcs, places = self.arrays.samples(name, groups, local)
-        jpeg = spec.codec == "jpeg"
-        shape = spec.shape if self.crop is None else (*self.crop.size, *spec.shape[2:])
-        if jpeg:  # the headers' sides, before a batch of the manifest's is allocated
-            check_sides(srcs, hw, crcs, places, len(local) * math.prod(shape))
-        if self.decode == "cuda" and jpeg:
-            from loaders.read.gpu_decode import decode_cuda  # torchvision, imported only here
-
-            out_hw = (shape[0], shape[1])
-            return decode_cuda(srcs, crcs, hw, boxes, out_hw, spec.shape[-1], places)
-        out = new_batch((len(local), *shape), torch.uint8, self._buffers, spec.field)
-        jobs = jobs_for(out.numpy(), srcs, jpeg, hw, boxes, crcs, places, mask, self.fast_dct)
-        fill(jobs, self._pool)
+        """Samples `p`, boxes resized: uint8 (B, C, H, W) views, or masks (B, H, W)."""
+        big = p.jpeg and math.prod(shape) >= CHECKED_BYTES  # headers checked before it is made
+        found = sides_problem(p.srcs, p.hw) if big else None
+        if found is not None:
+            p.check_crc(found[0])
+            p.fail(*found)
+        if self.decode == "cuda" and p.jpeg:
+            return decode_cuda(p, (shape[1], shape[2]), shape[3])
+        out = new_batch(shape, torch.uint8, self._buffers, key)
+        self._pool.map(partial(run, out.numpy(), p, mask, self.fast_dct), range(len(p.srcs)))
         return out if mask else out.permute(0, 3, 1, 2)

@@ -1,18 +1,10 @@
-"""Table datasets written by `prep table`: one memory-mapped array per column, shard and split.
-
-A batch is read whole (`__getitems__`): indices that form a few contiguous runs inside shards
-(order "sequential" or "blocks") are read as one slice per column and run; any other order as
-one vectorised gather per column and shard. The narrow stored types are widened once a batch:
-numeric columns to float32 (B, n_num) with NaN for missing (times: ns since the epoch), codes
-to int64 (B, n_cat), the target to float32 (float targets) or int64 (integer and coded ones).
-"""
+"""TableDataset: a `prep table` dataset, a batch read a column and contiguous run at a time."""
 
 from __future__ import annotations
 
 import itertools
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Unpack
 
@@ -20,42 +12,24 @@ import numpy as np
 import torch
 
 from loaders.datasets.base import Remote, ShardedDataset
+from loaders.fields.column import NAT, Column
 from loaders.format import FormatError
-from loaders.read.batches import Batch, check_indices, new_batch
-from loaders.read.store import DEFAULT_MAX_OPEN
+from loaders.read.loader import Batch, new_batch
 
-NAT = np.iinfo(np.int64).min
 MAX_RUNS = 16  # more contiguous runs than this in a batch: gather instead
-
-
-@dataclass
-class _Plan:
-    """A batch of `size` rows: contiguous `runs` (shard, batch rows, shard rows), or `parts`
-    (shard, a, b, local rows) gathered into batch rows order[a:b] (a:b when order is None)."""
-
-    size: int
-    runs: list[tuple[int, slice, slice]] = field(default_factory=list)
-    order: np.ndarray | None = None
-    parts: list[tuple[int, int, int, np.ndarray]] = field(default_factory=list)
+Run = tuple[int, slice, slice]  # a shard, rows of the batch, its rows
+Part = tuple[int, int, int, np.ndarray]  # a shard, a, b, its rows: into order[a:b]
+Plan = tuple[list[Run], list[Part], np.ndarray | None]  # runs, or parts and order (None: as is)
 
 
 class TableDataset(ShardedDataset):
-    """The rows of one split: item i is (x_num, x_cat, y), or (x_num, x_cat) for a table packed
-    without --target, plus the missing mask (bool, (n_num,)) with `missing_mask=True` (the
-    dataset must have been packed with --missing-mask), plus, last, the row's index in the split,
-    int64 (), with `index=True` (never stored: for per-sample augmentation, and to know where a
-    run stopped in an epoch). `in_memory=True` reads the split into RAM once per process
-    (n x (4 n_num + 8 n_cat + 8) bytes; the index is made per batch, never kept): a shuffled
-    batch is then one row gather per tensor; without it, batches come from the memory maps, a
-    column at a time.
+    """The rows of one split: item i is (x_num, x_cat, y) (y with --target): numeric columns
+    float32, NaN for missing (times: ns since the epoch), codes int64; then the missing mask,
+    bool (n_num,), with `missing_mask=True`, and the row's index with `index=True`.
+    `in_memory=True` reads the split into RAM once per process. `vocab[name]`: the values of
+    codes 2, 3, ...; `mean`, `std`: over the train rows; `classes`: a coded target's names."""
 
-    `numeric_columns`, `categorical_columns`: the column names in x's order; `vocab[name]`: the
-    values of codes 2, 3, ... (0 is missing, 1 a value unseen in train); `mean`, `std`: float32
-    (n_num,) over the train rows, for (x_num - mean) / std on the GPU. A text or --categorical
-    target is a class id 0..K-1 (what F.cross_entropy takes): `classes` are their names and
-    `num_classes` is K (an integer target's max + 1). `root` may be a URL (see ShardedDataset)."""
-
-    kind = "table"
+    unsplit = ("rows", "repack with --val-fraction, or use split='train'")
 
     def __init__(
         self,
@@ -65,78 +39,76 @@ class TableDataset(ShardedDataset):
         missing_mask: bool = False,
         in_memory: bool = False,
         index: bool = False,
-        max_open: int = DEFAULT_MAX_OPEN,
-        **remote: Unpack[Remote],
+        **store: Unpack[Remote],
     ):
-        super().__init__(root, split=split, max_open=max_open, **remote)
+        super().__init__(root, split=split, **store)
         self.missing_mask, self.in_memory, self.with_index = missing_mask, in_memory, index
-        if not self._shards:
-            raise ValueError(
-                f"{self.store.root} has no {split!r} rows (rows per split: "
-                f"{self.store.manifest.extra['splits']}). HINT: repack with --val-fraction, "
-                "or use split='train'"
-            )
+        if not any(isinstance(f, Column) for f in self.declared.values()):
+            raise ValueError(f"{self.store.root} has no table columns (packed by prep table)")
+        on = {"y": self.target is not None, "missing": missing_mask, "index": index}
+        self.fields = ("x_num", "x_cat", *(k for k, v in on.items() if v))  # what a batch holds
 
     @cached_property
-    def _columns(self) -> dict[str, dict[str, Any]]:
-        return {c["name"]: c for c in self.store.manifest.extra["columns"]}
+    def _fields(self) -> dict[str, Column]:  # array name -> its column
+        return {n: f for n, f in self.declared.items() if isinstance(f, Column)}
 
     @cached_property
-    def _arrays(self) -> dict[str, str]:
-        """Array name -> column name."""
-        return dict(self.store.manifest.extra["arrays"])
+    def _columns(self) -> dict[str, Column]:  # column name -> its field
+        return {f.name: f for f in self._fields.values()}
 
-    def _names(self, field: str) -> list[str]:
-        names = [a for a in self._arrays if a.startswith(field + "_")]
-        return sorted(names, key=lambda a: int(a.rsplit("_", 1)[1]))
+    def _names(self, role: str) -> list[str]:
+        """The arrays of the columns of `role`, in the table's order (num_0, num_1...)."""
+        names = [n for n, f in self._fields.items() if f.role == role]
+        return sorted(names, key=lambda a: int(a.rsplit("_", 1)[1]) if a[-1].isdigit() else 0)
 
     @cached_property
     def numeric_columns(self) -> list[str]:
-        return [self._arrays[a] for a in self._names("num")]
+        return [self._fields[a].name for a in self._names("num")]
 
     @cached_property
     def categorical_columns(self) -> list[str]:
-        return [self._arrays[a] for a in self._names("cat")]
+        return [self._fields[a].name for a in self._names("cat")]
 
     @cached_property
     def target(self) -> str | None:
-        return self._arrays.get("target")
+        targets = self._names("target")
+        return self._fields[targets[0]].name if targets else None
 
     @cached_property
     def vocab(self) -> dict[str, list[str]]:
-        return {n: list(c["vocab"]) for n, c in self._columns.items() if "vocab" in c}
+        return {n: list(c.vocab) for n, c in self._columns.items() if c.vocab is not None}
 
     @cached_property
     def mean(self) -> torch.Tensor:
-        return torch.tensor([self._columns[n].get("mean", 0.0) for n in self.numeric_columns])
+        means = [self._columns[n].mean for n in self.numeric_columns]
+        return torch.tensor([0.0 if m is None else m for m in means])
 
     @cached_property
     def std(self) -> torch.Tensor:
-        stds = [self._columns[n].get("std") or 1.0 for n in self.numeric_columns]
+        stds = [self._columns[n].std or 1.0 for n in self.numeric_columns]
         return torch.tensor(stds, dtype=torch.float32)
 
     @cached_property
     def _target_first(self) -> int:
-        """The code of a coded target's first class: 0 (class ids), or 2 in datasets packed
-        before targets were class ids."""
-        col = self._columns.get(self.target or "", {})
-        return int(col.get("first_code", 2))
+        """A coded target's first code: 0 (class ids), or 2 (packed before class ids)."""
+        return self._columns[self.target].first if self.target is not None else 2
 
     @cached_property
     def classes(self) -> list[str] | None:
         """The class names of a text or --categorical target (class id i is classes[i])."""
-        col = self._columns.get(self.target or "", {})
-        return list(col["vocab"]) if "vocab" in col and self._target_first == 0 else None
+        vocab = self.vocab.get(self.target or "")
+        return list(vocab) if vocab is not None and self._target_first == 0 else None
 
     @cached_property
     def num_classes(self) -> int | None:
-        """K for a classification target: its class count, or an integer target's max + 1
-        (ids 0..max); None without a target or for a float one."""
-        col = self._columns.get(self.target or "", {})
-        if "vocab" in col:
-            return len(col["vocab"]) + self._target_first
-        if col.get("kind") in ("int", "bool") and col.get("lo", -1) >= 0:
-            return int(col.get("hi", 0)) + 1
+        """A classification target's class count, or an integer target's max + 1; else None."""
+        col = self._columns.get(self.target or "")
+        if col is None:
+            return None
+        if col.vocab is not None:
+            return len(col.vocab) + self._target_first
+        if col.type in ("int", "bool") and col.lo is not None and col.lo >= 0:
+            return int(col.hi or 0) + 1
         return None
 
     def embedding_sizes(self) -> dict[str, int]:
@@ -145,18 +117,12 @@ class TableDataset(ShardedDataset):
 
     @cached_property
     def _times(self) -> np.ndarray:
-        return np.array([self._columns[n]["kind"] == "time" for n in self.numeric_columns])
+        return np.array([self._columns[n].type == "time" for n in self.numeric_columns])
 
-    @cached_property
-    def _y_dtype(self) -> torch.dtype:
-        spec = self.store.manifest.arrays.get("target")
-        floats = spec is not None and np.dtype(spec.dtype).kind == "f"
-        return torch.float32 if floats else torch.int64
-
-    def _plan(self, idx: np.ndarray) -> _Plan:
+    def _plan(self, idx: np.ndarray) -> Plan:
         """Where a batch's rows lie: one shard lookup for every array of the batch."""
         if not len(idx):
-            return _Plan(0)
+            return [], [], None
         k = np.searchsorted(self._starts, idx, side="right") - 1
         breaks = np.flatnonzero((np.diff(idx) != 1) | (np.diff(k) != 0)) + 1
         if len(breaks) < MAX_RUNS:
@@ -164,9 +130,8 @@ class TableDataset(ShardedDataset):
             for a, b in itertools.pairwise([0, *breaks.tolist(), len(idx)]):
                 local = int(idx[a] - self._starts[k[a]])
                 runs.append((int(k[a]), slice(a, b), slice(local, local + b - a)))
-            return _Plan(len(idx), runs=runs)
-        # A gather in the batch's order within each shard: sorting the rows would read each
-        # column front to back, but costs more than it saves (bench row 8a).
+            return runs, [], None
+        # A gather in the batch's order: sorting costs more than it saves (bench row 8a)
         if (k == k[0]).all():
             order, parts = None, [(int(k[0]), 0, len(idx), idx - self._starts[k[0]])]
         else:
@@ -178,41 +143,36 @@ class TableDataset(ShardedDataset):
                 for s, (a, b) in enumerate(itertools.pairwise(bounds.tolist()))
                 if a < b
             ]
-        return _Plan(len(idx), order=order, parts=parts)
+        return [], parts, order
 
-    def _fill(self, out: np.ndarray, names: list[str], plan: _Plan) -> None:
+    def _fill(self, out: np.ndarray, names: list[str], plan: Plan) -> None:
         """out[:, j] (or out, 1-D) = array names[j] at the plan's rows, in the batch's order."""
-        cols = out.reshape(plan.size, -1)
-        for shard, dst, src in plan.runs:
+        runs, parts, order = plan
+        cols = out[:, None] if out.ndim == 1 else out  # a reshape fails on an empty batch
+        for shard, dst, src in runs:
             for j, name in enumerate(names):
                 cols[dst, j] = self.arrays.array(self._shards[shard], name)[src]
-        if not plan.parts:
+        if not parts:
             return
-        # One gather per array and shard into a column-major buffer of the stored dtype (the
-        # arrays' own when they share one: np.take writes in place, no temporary), then one
-        # copy into the batch's rows that also widens.
+        # A gather per array and shard into a column-major buffer (of the arrays' dtype when
+        # they share one: np.take writes in place), then one copy into the rows that widens.
         kinds = {self.store.manifest.arrays[n].dtype for n in names}
-        buf = np.empty((len(names), plan.size), kinds.pop() if len(kinds) == 1 else out.dtype)
-        for shard, a, b, local in plan.parts:
+        buf = np.empty((len(names), len(out)), kinds.pop() if len(kinds) == 1 else out.dtype)
+        for shard, a, b, local in parts:
             for j, name in enumerate(names):
                 arr = self.arrays.array(self._shards[shard], name)
                 if arr.dtype == buf.dtype:
                     arr.take(local, out=buf[j, a:b], mode="clip")  # rows checked already
                 else:
                     buf[j, a:b] = arr.take(local, mode="clip")
-        if plan.order is None:
-            cols[:] = buf.T
-        else:
-            cols[plan.order] = buf.T
+        cols[slice(None) if order is None else order] = buf.T
 
     @cached_property
-    def _rows(self) -> tuple[torch.Tensor, ...]:
-        """The split's batch tensors for every row, read once per process (in_memory)."""
+    def _rows(self) -> tuple[torch.Tensor, ...]:  # in_memory: every row, once per process
         return self._read(np.arange(len(self))).tensors
 
     def __getitems__(self, indices: Sequence[int]) -> Batch:
-        self.store.check()  # a repacked folder: refuse it rather than mix two datasets
-        idx = check_indices(indices, len(self))
+        idx = self._checked(indices)
         if not self.in_memory:
             out = list(self._read(idx).tensors)
         else:
@@ -222,48 +182,38 @@ class TableDataset(ShardedDataset):
                 buf = new_batch((len(idx), *t.shape[1:]), t.dtype)
                 out.append(torch.index_select(t, 0, rows, out=buf))
         if self.with_index:  # made here, never read: the in-memory copy holds no index
-            index = new_batch((len(idx),), torch.int64, key="index")
-            index.numpy()[:] = idx
-            out.append(index)
+            out.append(self._index(idx))
         return Batch(tuple(out))
 
-    def _read(self, idx: np.ndarray) -> Batch:
-        """The batch of rows idx from the memory maps."""
+    def _read(self, idx: np.ndarray) -> Batch:  # from the maps
         b, nums, cats = len(idx), self._names("num"), self._names("cat")
         plan = self._plan(idx)
         x_num = new_batch((b, len(nums)), torch.float32)
         x_cat = new_batch((b, len(cats)), torch.int64)
         self._fill(x_num.numpy(), nums, plan)
         self._fill(x_cat.numpy(), cats, plan)
-        if self._times.any():
-            self._fix_times(x_num.numpy(), nums, plan)
+        for j in np.flatnonzero(self._times).tolist():  # NaT's float32 becomes NaN
+            raw = np.zeros(b, np.int64)
+            self._fill(raw, [nums[j]], plan)
+            x_num.numpy()[raw == NAT, j] = np.nan
         out = [x_num, x_cat]
         if self.target is not None:
-            y = new_batch((b,), self._y_dtype)
+            y = new_batch((b,), self._target_dtype(["target"]))
             self._fill(y.numpy(), ["target"], plan)
             out.append(y)
         if self.missing_mask:
             mask = new_batch((b, len(nums)), torch.bool)
             mask.numpy()[:] = False
-            present = [a for a in self._names("missing")]
-            cols = [nums.index("num_" + a.rsplit("_", 1)[1]) for a in present]
-            if present:
-                got = np.zeros((b, len(present)), np.uint8)
-                self._fill(got, present, plan)
-                mask.numpy()[:, cols] = got.astype(bool)
+            masked = [j for j, a in enumerate(nums) if self._fields[a].mask]
+            if masked:
+                got = np.zeros((b, len(masked)), np.uint8)
+                self._fill(got, [f"{nums[j]}_missing" for j in masked], plan)
+                mask.numpy()[:, masked] = got.astype(bool)
             out.append(mask)
         return Batch(tuple(out))
 
-    def _fix_times(self, x: np.ndarray, nums: list[str], plan: _Plan) -> None:
-        """Time columns: the float32 of NaT (INT64_MIN) becomes NaN."""
-        for j in np.flatnonzero(self._times).tolist():
-            raw = np.zeros(plan.size, np.int64)
-            self._fill(raw, [nums[j]], plan)
-            x[raw == NAT, j] = np.nan
-
     def decode(self, column: str, codes: Any) -> list[str | None]:
-        """Codes of a categorical column back to its values (None: missing, '<unseen>'), or
-        a coded target's class ids back to their names."""
+        """A column's codes (a coded target's class ids) as its values (None: missing)."""
         names: list[str | None] = [None, "<unseen>", *self.vocab[column]]
         if column == self.target and self._target_first == 0:
             names = list(self.vocab[column])
@@ -276,9 +226,6 @@ class TableDataset(ShardedDataset):
             )
         return [names[c] for c in flat.tolist()]
 
-    def __repr__(self) -> str:
-        return (
-            f"TableDataset({str(self.store.root)!r}, split={self.split!r}, rows={len(self)}, "
-            f"numeric={len(self.numeric_columns)}, categorical={len(self.categorical_columns)}, "
-            f"target={self.target!r})"
-        )
+    def _shown(self) -> dict[str, Any]:
+        n, c = len(self.numeric_columns), len(self.categorical_columns)
+        return dict(split=self.split, rows=len(self), numeric=n, categorical=c, target=self.target)

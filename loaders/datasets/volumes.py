@@ -1,117 +1,84 @@
-"""Volume datasets written by `prep volumes`: whole volumes, and random patches read in place.
-
-Volume v of a shard is a C-order view `voxels[off[v]:off[v + 1]].reshape(shape[v])` of the
-shard's memory map (FORMAT.md), axis k increasing toward letter k of the manifest's `orient`. A
-patch is one slice of that view: only the pages of its rows are read, and DataLoader workers
-and ranks share them through the page cache (no per-process copy of any volume).
-"""
+"""Volume datasets (`prep volumes`): whole volumes, and patches sliced out of the map."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from functools import cached_property
 from typing import Any, Unpack
 
 import numpy as np
 import torch
 
 from loaders.datasets.base import Remote, ShardedDataset
-from loaders.read.batches import Batch, check_indices, new_batch
-from loaders.read.store import DEFAULT_MAX_OPEN
+from loaders.fields.column import Column
+from loaders.fields.volume import Volume, VolumeLabel
+from loaders.format import OFFSETS
+from loaders.read.loader import Batch, new_batch
 
-# What a dataset's fields read: "image" the voxels, "label" the class ids (uint8); "target"
-# reads the volume's values of `prep volumes --targets` (arrays volume_target_0, ...).
-ARRAYS = {"image": "voxels", "label": "label_voxels"}
-TARGET = "volume_target"
+VOLUMES = ("image", "label")  # the voxels (a Volume field) and their class ids (VolumeLabel)
 
 
 class VolumeDataset(ShardedDataset):
-    """Whole volumes of a packed volume dataset: item v is a tuple in `fields` order
-    (default: "image", and "label" when the dataset has labels) of (1, D, H, W) tensors, the
-    image in its stored dtype (int16, uint8 or float16), the label uint8. Volumes differ in
-    shape: batch them with batch_size=1, or use PatchDataset.
+    """Whole volumes: item v is a tuple in `fields` order (default: "image", "label") of
+    (1, D, H, W) tensors; "target" the volume's --targets (float32 or int64), "index" v.
+    `meta(v)`: the volume's geometry, stored and as in its source scan."""
 
-    "target" (packed with --targets, asked for in `fields`) is the volume's row: a 0-d tensor
-    for one target column, else (n_columns,); float32 when a column is float, else int64
-    (class names are indices into `extra["targets"][j]["classes"]`). "index" (asked for in
-    `fields`, never stored) is the item's dataset index, int64 () (int64 (B,) in a batch): what
-    per-sample augmentation draws from, and where a run stopped in an epoch.
-
-    `meta(v)` gives the volume's geometry (shape, spacing, origin, direction, affine) as stored
-    and as in its source scan, to map a prediction back to the scan. `root` may be a URL (see
-    ShardedDataset)."""
-
-    kind = "volumes"
+    itemized = True
 
     def __init__(
         self,
         root: str | os.PathLike[str],
         fields: Sequence[str] | None = None,
-        *,
-        max_open: int = DEFAULT_MAX_OPEN,
-        **remote: Unpack[Remote],
+        **store: Unpack[Remote],
     ):
-        super().__init__(root, max_open=max_open, **remote)
-        arrays = self.store.manifest.arrays
-        have = [f for f, name in ARRAYS.items() if name in arrays]
+        super().__init__(root, **store)
+        found = self.declared
+        if not isinstance(found.get("image"), Volume):
+            raise ValueError(f"{self.store.root} has no volumes (packed by prep volumes)")
+        have = [f for f in VOLUMES if isinstance(found.get(f), Volume | VolumeLabel)]
         self.fields = tuple(have if fields is None else fields)
-        self._targets = [n for n in arrays if arrays[n].field == TARGET]
-        self._targets.sort(key=lambda n: arrays[n].size or 0)
-        have += [*(["target"] if self._targets else []), "index"]
-        missing = [f for f in self.fields if f not in have]
-        if missing or not self.fields:
-            raise ValueError(f"{self.store.root} has no field {missing}; it has {have}")
+        # In the order of their columns: volume_target_2 before volume_target_10
+        self._targets = [n for n, f in found.items() if isinstance(f, Column)]
+        self._targets.sort(key=lambda n: int(n.rsplit("_", 1)[1]) if n[-1].isdigit() else -1)
+        self.check_fields(self.fields, [*have, *(["target"] if self._targets else []), "index"])
 
     def meta(self, index: int) -> dict[str, Any]:
-        v = int(check_indices([index], len(self))[0])
+        v = int(self._checked([index])[0])
         return dict(self.store.manifest.extra["volumes"][v])
 
-    def _where(self, v: int) -> tuple[int, int]:
-        """Volume v's shard, and its index in that shard (`_locate` for one checked index)."""
-        k = int(np.searchsorted(self._starts, v, side="right")) - 1
-        return self._shards[k], v - int(self._starts[k])
+    def _where(self, v: int) -> tuple[int, int]:  # volume v's shard, and its index there
+        shard, local = self._find(np.array([v]))
+        return int(shard[0]), int(local[0])
 
     def shape(self, v: int) -> tuple[int, int, int]:
         shard, local = self._where(v)
-        d, h, w = self.arrays.array(shard, "volume_shape")[local].tolist()
+        d, h, w = self.arrays.array(shard, "image_shape")[local].tolist()
         return d, h, w
-
-    @cached_property
-    def _target_dtype(self) -> torch.dtype:
-        arrays = self.store.manifest.arrays
-        floats = any(np.dtype(arrays[n].dtype).kind == "f" for n in self._targets)
-        return torch.float32 if floats else torch.int64
 
     def target(self, v: int) -> torch.Tensor:
         """Volume v's targets: a 0-d tensor for one column, else one value per column."""
         shard, local = self._where(v)
         values = [self.arrays.array(shard, name)[local].item() for name in self._targets]
-        out = torch.tensor(values, dtype=self._target_dtype)
+        out = torch.tensor(values, dtype=self._target_dtype(self._targets))
         return out[0] if len(values) == 1 else out
 
     def volume(self, v: int, field: str = "image") -> np.ndarray:
         """Volume v of `field` as a read-only view of the memory map (no voxel read yet)."""
         shard, local = self._where(v)
-        start, stop = self.arrays.array(shard, "voxel_offsets")[local : local + 2].tolist()
-        flat = self.arrays.array(shard, ARRAYS[field])[start:stop]
-        return flat.reshape(self.arrays.array(shard, "volume_shape")[local].tolist())
+        start, stop = self.arrays.array(shard, field + OFFSETS)[local : local + 2].tolist()
+        flat = self.arrays.array(shard, field)[start:stop]
+        return flat.reshape(self.arrays.array(shard, "image_shape")[local].tolist())
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, ...]:
-        self.store.check()
-        v = int(check_indices([index], len(self))[0])
+        v = int(self._checked([index])[0])
         return tuple(self._item(v, f) for f in self.fields)
 
-    def __getitems__(self, indices: Sequence[int]) -> Sequence[tuple[torch.Tensor, ...]]:
-        return [self[i] for i in indices]  # whole volumes: one at a time, shapes of their own
-
     def batch_problem(self, batch_size: int) -> str | None:
-        """Why batches of `batch_size` whole volumes cannot be stacked (make_loader asks before
-        torch's bare "stack expects each tensor to be equal size"), or None."""
-        if batch_size <= 1 or set(self.fields) <= {"index", "target"}:
+        """Why batches of whole volumes (not patches) cannot be stacked, or None."""
+        if not self.itemized or batch_size <= 1 or set(self.fields) <= {"index", "target"}:
             return None
         n = len(self.store.manifest.shards)
-        every = np.concatenate([self.arrays.array(s, "volume_shape") for s in range(n)])
+        every = np.concatenate([self.arrays.array(s, "image_shape") for s in range(n)])
         shapes = {tuple(row) for row in every.tolist()}
         if len(shapes) <= 1:
             return None
@@ -131,25 +98,15 @@ class VolumeDataset(ShardedDataset):
             return self.target(v)
         return torch.from_numpy(np.array(self.volume(v, field))[None])
 
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({str(self.store.root)!r}, volumes={len(self)})"
+    def _shown(self) -> dict[str, Any]:
+        return {"volumes": len(self)}
 
 
 class PatchDataset(VolumeDataset):
-    """Random patches: item i is a patch of volume i // per_volume, a tuple in `fields` order
-    of (1, *patch) tensors (as VolumeDataset's; "index" is i, the patch's index, not its
-    volume's). Read with `make_loader` for whole batches.
+    """Item i: a patch of volume i // per_volume, centred on a voxel drawn from (seed, epoch, i):
+    with probability `foreground` a labelled one of a class drawn uniformly, else any."""
 
-    The patch centre depends only on (seed, epoch, i): the same for any number of workers or
-    ranks. With probability `foreground` (and a labelled volume) it is a labelled voxel, of a
-    class drawn uniformly among the volume's classes (so small structures are seen as often as
-    large ones); otherwise the patch lies anywhere inside the volume. Patches are kept inside
-    the volume; along an axis shorter than the patch the volume is centred and padded (images
-    with the value the volume was padded with when packed, labels with 0).
-    Call `set_epoch(e)` before each epoch for new patches; it reaches persistent workers."""
-
-    def batch_problem(self, batch_size: int) -> str | None:
-        return None  # patches share one shape
+    itemized = False  # patches share one shape
 
     def __init__(
         self,
@@ -159,18 +116,16 @@ class PatchDataset(VolumeDataset):
         foreground: float = 0.33,
         seed: int = 0,
         fields: Sequence[str] | None = None,
-        *,
-        max_open: int = DEFAULT_MAX_OPEN,
-        **remote: Unpack[Remote],
+        **store: Unpack[Remote],
     ):
-        super().__init__(root, fields, max_open=max_open, **remote)
+        super().__init__(root, fields, **store)
         self.patch = tuple(int(p) for p in patch)
         if len(self.patch) != 3 or min(self.patch) < 1 or per_volume < 1:
             raise ValueError(f"patch {patch} must be 3 positive sizes, per_volume at least 1")
         if not 0 <= foreground <= 1:
             raise ValueError(f"foreground {foreground} must be a fraction 0..1")
         self.per_volume, self.foreground, self.seed = per_volume, foreground, seed
-        self._labelled = "fg_offsets" in self.store.manifest.arrays
+        self._labelled = "label_fg_offsets" in self.store.manifest.arrays
 
     def __len__(self) -> int:
         return super().__len__() * self.per_volume
@@ -194,28 +149,22 @@ class PatchDataset(VolumeDataset):
     def _foreground_voxel(
         self, v: int, shape: np.ndarray, rng: np.random.Generator
     ) -> np.ndarray | None:
-        """A labelled voxel of volume v (None when it has none): a class uniformly, then one of
-        its indexed voxels uniformly."""
+        """A labelled voxel of volume v (None: none): a class uniformly, then one of its voxels."""
         if not self._labelled:
             return None
         shard, local = self._where(v)
-        bounds = self.arrays.array(shard, "fg_offsets")[local]
+        bounds = self.arrays.array(shard, "label_fg_offsets")[local]
         classes = np.flatnonzero(np.diff(bounds))
         if not classes.size:
             return None
         c = int(rng.choice(classes))
-        flat = self.arrays.array(shard, "fg_voxels")[rng.integers(bounds[c], bounds[c + 1])]
+        flat = self.arrays.array(shard, "label_fg")[rng.integers(bounds[c], bounds[c + 1])]
         return np.asarray(np.unravel_index(int(flat), tuple(shape.tolist())))
 
-    def read(
-        self, index: int, field: str, out: np.ndarray, start: np.ndarray | None = None
-    ) -> None:
-        """Fill `out` (the patch shape) with item `index`'s patch of `field` (from `start`, by
-        default `self.start(index)`): one slice of the volume's map, so only the pages of the
-        patch's rows are read."""
+    def read(self, index: int, field: str, out: np.ndarray, start: np.ndarray) -> None:
+        """Fill `out` with item `index`'s patch of `field`, from `start` (`self.start`'s)."""
         v = index // self.per_volume
         vol = self.volume(v, field)
-        start = self.start(index) if start is None else start
         src, dst = [], []
         for s, p, n in zip(start.tolist(), self.patch, vol.shape, strict=True):
             lo, hi = max(s, 0), min(s + p, n)
@@ -227,33 +176,26 @@ class PatchDataset(VolumeDataset):
         out[tuple(dst)] = vol[tuple(src)]
 
     def __getitems__(self, indices: Sequence[int]) -> Batch:
-        self.store.check()  # a repacked folder: refuse it rather than mix two datasets
-        idx = check_indices(indices, len(self)).tolist()
+        checked = self._checked(indices)
+        idx = checked.tolist()
         starts = [self.start(i) for i in idx]
         tensors = []
         for field in self.fields:
             if field == "index":  # the patch's own index: its crop depends on it, not v
-                index = new_batch((len(idx),), torch.int64, key=field)
-                index.numpy()[:] = idx
-                tensors.append(index)
-                continue
-            if field == "target":  # each patch carries its volume's targets
+                tensors.append(self._index(checked))
+            elif field == "target":  # each patch carries its volume's targets
                 tensors.append(torch.stack([self.target(i // self.per_volume) for i in idx]))
-                continue
-            dtype = self.store.manifest.arrays[ARRAYS[field]].dtype
-            batch = new_batch((len(idx), 1, *self.patch), getattr(torch, dtype))
-            view = batch.numpy()
-            for row, i in enumerate(idx):
-                self.read(i, field, view[row, 0], starts[row])
-            tensors.append(batch)
+            else:
+                dtype = self.store.manifest.arrays[field].dtype
+                batch = new_batch((len(idx), 1, *self.patch), getattr(torch, dtype))
+                view = batch.numpy()
+                for row, i in enumerate(idx):
+                    self.read(i, field, view[row, 0], starts[row])
+                tensors.append(batch)
         return Batch(tuple(tensors))
 
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, ...]:
-        return self.__getitems__([index])[0]  # a patch is a batch of one, not a whole volume
+    __getitem__ = ShardedDataset.__getitem__  # a patch is a batch of one, not a whole volume
 
-    def __repr__(self) -> str:
-        return (
-            f"PatchDataset({str(self.store.root)!r}, patch={self.patch}, "
-            f"per_volume={self.per_volume}, foreground={self.foreground}, seed={self.seed}, "
-            f"volumes={super().__len__()}, patches={len(self)})"
-        )
+    def _shown(self) -> dict[str, Any]:
+        said = dict(patch=self.patch, per_volume=self.per_volume, foreground=self.foreground)
+        return said | dict(seed=self.seed, volumes=super().__len__(), patches=len(self))

@@ -1,10 +1,7 @@
-"""Numeric sample fields: `Array` (fixed shape, or one ragged leading dimension), `Scalar`,
-`Label` (class ids, names mapped to ids) and `Tokens` (token ids of a text, ragged).
+"""Numbers: `Array` (fixed shape, or one ragged leading dimension) and `Scalar`.
 
 >>> Array("float32", (None, 4)).encode(np.zeros((2, 4), np.float32))[""].shape
 (8,)
->>> Label(("cat", "dog")).encode("dog")[""]
-array(1, dtype=uint8)
 """
 
 from __future__ import annotations
@@ -16,20 +13,19 @@ from typing import Any
 
 import numpy as np
 
-from loaders.fields.base import FieldError, Reading, SampleField, as_array, spec
-from loaders.fields.batching import ragged_batch
-from loaders.format.kinds import NUMBERS, smallest_uint
-from loaders.format.spec import ArraySpec
+from loaders.fields.base import Field, FieldError, Piece, Reading, as_array, ragged_batch, spec
+from loaders.format.spec import NUMBERS, ArraySpec
 
 
 @dataclass(frozen=True)
-class Array(SampleField):
-    """Numbers of `dtype` and `shape`; a leading None makes that dimension ragged (0 allowed).
-    `finite`: NaN and infinities are a reject."""
+class Array(Field):
+    """Numbers of `dtype` and `shape`, a leading None ragged; `finite`: NaN is a reject; `wide`:
+    read as widened() does (torch computes with int64)."""
 
     dtype: str
     shape: tuple[int | None, ...] = ()
     finite: bool = False
+    wide: bool = False
     kind = "array"
 
     def __post_init__(self) -> None:
@@ -40,12 +36,15 @@ class Array(SampleField):
         if not all(isinstance(n, int) and n >= 0 for n in rest):
             raise ValueError(f"shape {self.shape}: sizes, with None first for a ragged one")
 
+    def follows(self) -> str | None:
+        return "per_box" if self.is_ragged() else None  # COCO's labels, iscrowd, area
+
     def is_ragged(self) -> bool:
         return self.shape[:1] == (None,)
 
     @property
     def row(self) -> tuple[int, ...]:
-        """The shape of one row of a ragged field; the whole shape of a fixed one."""
+        """One row's shape (a fixed field: the whole shape)."""
         return tuple(n for n in self.shape if n is not None)
 
     def arrays(self, name: str) -> list[ArraySpec]:
@@ -65,8 +64,16 @@ class Array(SampleField):
         import torch
 
         if not self.is_ragged():
-            return {name: torch.from_numpy(batch.values(name))}
-        return ragged_batch(name, batch.pieces(name), self.row, policy)
+            return {name: torch.from_numpy(widened(batch.values(name), self.wide))}
+        pieces = [widened(p, self.wide) for p in batch.pieces(name)]
+        return ragged_batch(name, pieces, self.row, policy)
+
+    def read_dtype(self, declared: ArraySpec) -> str:
+        return widened(np.zeros(0, declared.dtype), self.wide).dtype.name
+
+    def value(self, name: str, piece: Piece, size: int | None) -> np.ndarray:
+        got = piece(name)
+        return got.reshape(-1, *self.row) if self.is_ragged() else got
 
     def problems(self, name: str, arrays: Mapping[str, np.ndarray]) -> list[str]:
         step = math.prod(self.row)
@@ -84,78 +91,8 @@ class Scalar(Array):
     kind = "scalar"
 
 
-@dataclass(frozen=True)
-class Label(SampleField):
-    """A class id: an int 0..len(classes) - 1, or a name in `classes` (its index). Without
-    `classes`, any int 0..2**32 - 1. Stored in the smallest unsigned dtype; read as int64."""
-
-    classes: tuple[str, ...] | None = None
-    kind = "label"
-
-    def __post_init__(self) -> None:
-        if self.classes is not None:
-            object.__setattr__(self, "classes", tuple(self.classes))
-            if len(set(self.classes)) != len(self.classes) or not self.classes:
-                raise ValueError(f"classes {self.classes[:5]} are empty or repeat a name")
-
-    @property
-    def dtype(self) -> str:
-        return "uint32" if self.classes is None else smallest_uint(max(0, len(self.classes) - 1))
-
-    def arrays(self, name: str) -> list[ArraySpec]:
-        return [spec(name, "label", self.dtype, ())]
-
-    def encode(self, value: Any) -> dict[str, np.ndarray]:
-        n = 2**32 if self.classes is None else len(self.classes)
-        if isinstance(value, str):
-            if self.classes is None or value not in self.classes:
-                raise FieldError("bad_label", f"class {value[:40]!r} is not one of the classes")
-            value = self.classes.index(value)
-        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-            raise FieldError("bad_label", f"a {type(value).__name__}, not a class id or name")
-        if not 0 <= int(value) < n:
-            raise FieldError("bad_label", f"class id {value} is not 0..{n - 1}")
-        return {"": np.asarray(value, dtype=self.dtype)}
-
-    def read(self, batch: Reading, name: str, policy: str) -> dict[str, Any]:
-        import torch
-
-        return {name: torch.from_numpy(batch.values(name).astype(np.int64))}
-
-    def problems(self, name: str, arrays: Mapping[str, np.ndarray]) -> list[str]:
-        values = arrays[name]
-        if self.classes is not None and len(values) and int(values.max()) >= len(self.classes):
-            return [f"label {int(values.max())} of {name} is not one of its classes"]
-        return []
-
-
-@dataclass(frozen=True)
-class Tokens(SampleField):
-    """Token ids below `vocab_size` (ragged: a text's ids), stored in the smallest unsigned
-    dtype, read as int64 like any ragged field. `tokenizer`: the tokenizer.json that made them,
-    kept in the dataset folder under this name (prep.fields.Tokens tokenizes str values). The
-    ids are checked against vocab_size by `prep verify` (loaders.format.values), not at open."""
-
-    vocab_size: int = 0
-    tokenizer: str | None = None
-    kind = "tokens"
-
-    def is_ragged(self) -> bool:
-        return True
-
-    def arrays(self, name: str) -> list[ArraySpec]:
-        return [spec(name, "tokens", smallest_uint(max(255, self.vocab_size - 1)), (), "ragged")]
-
-    def encode(self, value: Any) -> dict[str, np.ndarray]:
-        if isinstance(value, np.ndarray) and value.dtype.kind in "iu":
-            value = value.astype(np.int64)  # any integer ids: their range is checked below
-        ids = as_array(value, np.dtype("int64"))
-        if ids.ndim != 1:
-            raise FieldError("field_shape", f"token ids of shape {list(ids.shape)}, not (n,)")
-        if len(ids) and (ids.min() < 0 or ids.max() >= self.vocab_size):
-            raise FieldError("bad_token", f"a token id is not 0..{self.vocab_size - 1}")
-        return {"": ids.astype(self.arrays("")[0].dtype)}
-
-    def read(self, batch: Reading, name: str, policy: str) -> dict[str, Any]:
-        pieces = [p.astype(np.int64) for p in batch.pieces(name)]
-        return ragged_batch(name, pieces, (), policy)
+def widened(values: np.ndarray, wide: bool) -> np.ndarray:
+    """`values` as read: with `wide`, unsigned 16-64 bit ints as int64 (uint64: a view)."""
+    if not wide or values.dtype.kind != "u" or values.dtype.itemsize == 1:
+        return values
+    return values.view(np.int64) if values.dtype.itemsize == 8 else values.astype(np.int64)

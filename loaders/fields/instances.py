@@ -1,6 +1,4 @@
-"""Instance masks: one (H, W) mask of 0 and 1 an instance, N a sample (ragged in N), of an image
-field, resized with nearest neighbour and placed exactly like it at each of its sizes. The
-writer's side (resizing) is prep.fields.Instances'.
+"""Instance masks: an (H, W) mask of 0 and 1 an instance, placed on an image field (nearest).
 
 >>> crop_masks(np.arange(16, dtype=np.uint8).reshape(1, 4, 4), np.array([0, 2, 4, 2]), (2, 1))
 array([[[ 7],
@@ -15,27 +13,21 @@ from typing import Any
 
 import numpy as np
 
-from loaders.fields.base import Reading, SampleField, sized
-from loaders.fields.batching import ragged_batch
-from loaders.fields.image import hw_name
+import loaders.fields.drawing as drawing
+from loaders.fields.base import Piece, Reading, ragged_batch, spec, tensor
+from loaders.fields.image import Placed, hw_name
 from loaders.format.spec import ArraySpec, FormatError, array_name
 
 
 @dataclass(frozen=True)
-class Instances(SampleField):
-    """Masks (N, H, W) uint8 of image field `image`, H x W its stored size (its `sizes` and
-    `mode` are the image's); N a sample, 0 allowed. Batches follow `ragged=` with (H, W) rows;
-    with `crop=` each mask is cropped and resized (nearest) as its image is; mode keep without
-    a crop gives a list (each sample its own shape). Stored raw: N x H x W bytes a sample."""
+class Instances(Placed):
+    """Masks (N, H, W) uint8 at the image's stored size; mode keep without `crop=`: a list."""
 
-    image: str = "image"
-    sizes: tuple[int, ...] = ()
-    mode: str = "fill"
     kind = "instances"
     ragged = True
 
     def arrays(self, name: str) -> list[ArraySpec]:
-        return [sized(name, s, "instances", "uint8", (s, s), "ragged") for s in self.sizes]
+        return [spec(name, "instances", "uint8", (s, s), "ragged", s) for s in self.sizes]
 
     def read(self, batch: Reading, name: str, policy: str) -> dict[str, Any]:
         size = batch.size or 0
@@ -57,16 +49,13 @@ class Instances(SampleField):
             boxes, row = crops
             stacks = [crop_masks(m, box, row) for m, box in zip(stacks, boxes, strict=True)]
         elif self.mode == "keep":
-            import torch
-
-            return {name: [torch.from_numpy(np.array(m)) for m in stacks]}
+            return {name: [tensor(np.array(m)) for m in stacks]}
         else:
             row = (size, size)
         return ragged_batch(name, [m.reshape(-1) for m in stacks], tuple(row), policy)
 
     def problems(self, name: str, arrays: Mapping[str, np.ndarray]) -> list[str]:
-        """Each sample whole masks of its image's stored (h, w): S x S, or (mode keep) the
-        image's hw at S (its sides are the image's checks)."""
+        """Each sample whole masks of its image's stored (h, w) (mode keep: its hw)."""
         for s in self.sizes:
             off = arrays.get(array_name(name, s) + ".offsets")
             hw = hw_name(self.image, s)
@@ -78,14 +67,25 @@ class Instances(SampleField):
                 return [f"a sample of {name} at {s} is not whole masks of its image's size"]
         return []
 
+    def value(self, name: str, piece: Piece, size: int | None) -> np.ndarray:
+        size = size or self.sizes[0]
+        keep = self.mode == "keep"
+        h, w = (int(v) for v in piece(hw_name(self.image, size))) if keep else (size, size)
+        return piece(array_name(name, size)).reshape(-1, h, w)
+
+    def draw(self, pictures: list[np.ndarray], value: Any, scale: float) -> list[np.ndarray]:
+        """Instance k's pixels blended in drawing.PALETTE[k] (a later instance over an earlier)."""
+        masks = np.asarray(value)
+        ids = (masks > 0) * np.arange(1, len(masks) + 1)[:, None, None]
+        flat = ids.max(axis=0) if len(masks) else np.zeros(masks.shape[1:], np.int64)
+        return [drawing.blend(p, flat) for p in pictures]
+
+    def caption(self, value: Any) -> str:
+        return f"({len(value)} instances)"
+
 
 def crop_masks(masks: np.ndarray, crop: np.ndarray, out_hw: tuple[int, int]) -> np.ndarray:
-    """Masks (N, h, w) cut to crop (top, left, height, width) and resized to `out_hw` by
-    nearest neighbour (each output pixel takes the source pixel under its centre)."""
+    """Masks (N, h, w) cut to crop (top, left, height, width), resized to `out_hw` (nearest)."""
     top, left, h, w = (int(v) for v in crop)
-    rows = top + np.minimum(((np.arange(out_hw[0]) + 0.5) * h / out_hw[0]).astype(np.int64), h - 1)
-    cols = left + np.minimum(((np.arange(out_hw[1]) + 0.5) * w / out_hw[1]).astype(np.int64), w - 1)
-    return np.ascontiguousarray(masks[:, rows][:, :, cols])
-
-
-__all__ = ["Instances", "crop_masks"]
+    cut = masks[:, top : top + h, left : left + w].transpose(1, 2, 0)
+    return np.ascontiguousarray(drawing.nearest(cut, out_hw).transpose(2, 0, 1))

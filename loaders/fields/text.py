@@ -1,5 +1,5 @@
-"""Byte-string sample fields, stored ragged as uint8: `Text` (UTF-8, read as str), `Bytes`
-(opaque, read as bytes) and `Json` (small JSON values, read as Python objects).
+"""Byte-string fields, ragged uint8: `Text` (UTF-8, read as str), `Bytes` (read as bytes) and
+`Json` (small JSON values, read as Python objects).
 
 >>> Json().encode({"id": 7})[""].tobytes()
 b'{"id":7}'
@@ -13,14 +13,14 @@ from typing import Any
 
 import numpy as np
 
-from loaders.fields.base import FieldError, Reading, SampleField, spec
+from loaders.fields.base import Field, FieldError, Piece, Reading, spec
 from loaders.format.spec import ArraySpec, FormatError
 
 MAX_JSON_BYTES = 1 << 20  # "small JSON": per-sample metadata, not a payload
 
 
 @dataclass(frozen=True)
-class Bytes(SampleField):
+class Bytes(Field):
     """Opaque bytes a sample (a file's content, a serialised object of the user's)."""
 
     kind = "bytes"
@@ -40,7 +40,29 @@ class Bytes(SampleField):
         return data
 
     def read(self, batch: Reading, name: str, policy: str) -> dict[str, Any]:
-        return {name: [self.from_bytes(p.tobytes()) for p in batch.pieces(name)]}
+        out = []
+        for j, piece in enumerate(batch.pieces(name)):
+            try:
+                out.append(self.from_bytes(piece.tobytes()))
+            except ValueError as e:  # JSON that is not (Json's): `prep verify` checks, not the open
+                raise FormatError(
+                    f"{batch.where(name)[j]}: field {name} is not JSON ({e}). "
+                    "HINT: run `prep verify`, then repack"
+                ) from None
+        return {name: out}
+
+    def value(self, name: str, piece: Piece, size: int | None) -> Any:
+        try:
+            return self.from_bytes(np.asarray(piece(name)).tobytes())
+        except ValueError as e:  # as in read
+            raise FormatError(f"field {name} is not {self.kind} ({e})") from None
+
+    def caption(self, value: Any) -> str:
+        """The value in one line (a long one is cut where the caption is drawn)."""
+        if isinstance(value, bytes):
+            return f"{len(value):,} bytes"
+        text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+        return " ".join(text.split())
 
 
 @dataclass(frozen=True)
@@ -69,8 +91,7 @@ class Text(Bytes):
 
 @dataclass(frozen=True)
 class Json(Bytes):
-    """A JSON value (dicts, lists, str, numbers, bool, None): compact, keys sorted, at most
-    1 MiB a sample."""
+    """A JSON value: compact, keys sorted, at most 1 MiB a sample."""
 
     kind = "json"
 
@@ -86,27 +107,13 @@ class Json(Bytes):
     def from_bytes(self, data: bytes) -> Any:
         return parse_json(data)
 
-    def read(self, batch: Reading, name: str, policy: str) -> dict[str, Any]:
-        out = []
-        for j, piece in enumerate(batch.pieces(name)):
-            try:
-                out.append(parse_json(piece.tobytes()))
-            except ValueError as e:
-                raise FormatError(
-                    f"{batch.where(name)[j]}: field {name} is not JSON ({e}). "
-                    "HINT: run `prep verify`, then repack"
-                ) from None
-        return {name: out}
-
 
 def _constant(word: str) -> Any:
     raise ValueError(f"{word} is not JSON")
 
 
 def parse_json(data: bytes | str) -> Any:
-    """The JSON value of a stored sample: ValueError (with the reason) for anything else, NaN
-    and Infinity included (prep writes none), nesting past the interpreter's recursion limit
-    and integers of more digits than Python converts (4300 by default).
+    """The JSON value of a stored sample; ValueError for anything else (NaN, too deep...).
 
     >>> parse_json(b'{"id": 7}')
     {'id': 7}

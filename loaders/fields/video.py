@@ -1,12 +1,5 @@
-"""The video sample field: a video's frames at a fixed frame rate (`prep video`), all of one
-(h, w) within a video, stored back to back, raw or one JPEG file a frame.
-
-Three arrays a field `NAME` at size S: `NAME_S` (the frames' bytes, ragged or jpeg),
-`NAME_hw_S` (each video's frame (h, w), uint16) and `NAME_ends_S` (per video, where each
-frame's bytes end in the video's data, int64, ragged: its length is the frame count). Frame k
-of a video is `data[ends[k - 1]:ends[k]]` (0 for k = 0) of the video's bytes: a slice of the
-map, whatever the codec. `loaders.ClipDataset` reads clips of it; SampleDataset whole videos.
-"""
+"""The video field (`prep video`): a video's frames, all of one (h, w), raw or one JPEG a frame;
+arrays: FORMAT.md, "Field kinds". loaders.ClipDataset reads clips of it, SampleDataset videos."""
 
 from __future__ import annotations
 
@@ -17,22 +10,24 @@ from typing import Any
 
 import numpy as np
 
-from loaders.fields.base import Reading, SampleField, sized
-from loaders.format.kinds import MAX_SIDE, VIDEO_MODES
-from loaders.format.spec import ArraySpec, FormatError, array_name
+from loaders.fields.base import Field, Piece, Reading, spec, tensor
+from loaders.fields.image import CHECKED_BYTES, decode_jpeg, sides_problem
+from loaders.format.spec import MAX_SIDE, VIDEO_MODES, ArraySpec, FormatError, array_name, count
+
+SHOWN = 4  # frames of a video in a preview or report, a strip of tiles
 
 
 @dataclass(frozen=True)
-class Video(SampleField):
-    """Frames at `fps` a second, each resized to `size` px by `mode` (short: the shorter side
-    to size, aspect kept; fill, fit, keep: `prep pack`'s), stored raw or as JPEG (`quality`).
-    Read by SampleDataset as a list of uint8 (T, C, H, W) tensors, one a video."""
+class Video(Field):
+    """Frames at `fps` a second, resized to `size` px by `mode` (short: the shorter side),
+    raw or JPEG; read as a list of uint8 (T, C, H, W) tensors. `max_frames`: --max-frames."""
 
     size: int = 128
     mode: str = "short"
     codec: str = "raw"
     fps: float = 8.0
     quality: int = 90
+    max_frames: int | None = None
     kind = "video"
     ragged = True
 
@@ -43,6 +38,8 @@ class Video(SampleField):
             raise ValueError(f"codec {self.codec!r} / quality {self.quality}: raw, jpeg / 1..100")
         if not 0 < float(self.fps) <= 1000:
             raise ValueError(f"fps {self.fps} must be in (0, 1000]")
+        if not (self.max_frames is None or (count(self.max_frames) and self.max_frames > 0)):
+            raise ValueError(f"max_frames {self.max_frames!r:.40} is not null or a count")
 
     def names(self, name: str) -> tuple[str, str, str]:
         """The arrays of the frames' bytes, their (h, w) and their ends."""
@@ -52,29 +49,26 @@ class Video(SampleField):
     def arrays(self, name: str) -> list[ArraySpec]:
         s, codec = self.size, "jpeg" if self.codec == "jpeg" else "ragged"
         return [
-            sized(name, s, "video", "uint8", (s, s, 3), codec),
-            sized(f"{name}_hw", s, "hw", "uint16", (2,), "raw"),
-            sized(f"{name}_ends", s, "frame_ends", "int64", (), "ragged"),
+            spec(name, "video", "uint8", (s, s, 3), codec, s),
+            spec(f"{name}_hw", "hw", "uint16", (2,), "raw", s),
+            spec(f"{name}_ends", "frame_ends", "int64", (), "ragged", s),
         ]
 
     def read(self, batch: Reading, name: str, policy: str) -> dict[str, Any]:
-        import torch
-
         data, hw, ends = self.names(name)
         sides = batch.values(hw).astype(np.int64).tolist()
         out = []
         for j, (src, e) in enumerate(zip(batch.pieces(data), batch.pieces(ends), strict=True)):
-            frames = decode_frames(frame_pieces(src, e), tuple(sides[j]), self.codec == "jpeg")
-            if isinstance(frames, tuple):
-                k, why = frames
-                at = f"{batch.where(data)[j]}, frame {k}"
-                raise FormatError(f"{at}: {why}. HINT: run `prep verify`, then repack")
-            out.append(torch.from_numpy(frames).permute(0, 3, 1, 2))
+            try:
+                frames = decode_frames(frame_pieces(src, e), tuple(sides[j]), self.codec == "jpeg")
+            except FormatError as why:
+                at = batch.where(data)[j]
+                raise FormatError(f"{at}, {why}. HINT: run `prep verify`, then repack") from None
+            out.append(tensor(frames).permute(0, 3, 1, 2))
         return {name: out}
 
     def problems(self, name: str, arrays: Mapping[str, np.ndarray]) -> list[str]:
-        """Every video has frames; each frame's end is past the one before it; the last is
-        its video's byte length; raw frames are h * w * 3 bytes each."""
+        """Each video has frames whose ends rise to its byte length (raw: h * w * 3 each)."""
         data, hw, ends = self.names(name)
         eo, do = arrays[ends + ".offsets"], arrays[data + ".offsets"]
         e, counts = arrays[ends], np.diff(eo)
@@ -95,10 +89,30 @@ class Video(SampleField):
             return [f"a raw frame of {name} is not h * w * 3 bytes"]
         return []
 
+    def value(self, name: str, piece: Piece, size: int | None) -> np.ndarray:
+        """The video's frames (T, h, w, 3) uint8."""
+        data, hw, ends = self.names(name)
+        sides = tuple(int(v) for v in piece(hw))
+        return decode_frames(frame_pieces(piece(data), piece(ends)), sides, self.codec == "jpeg")
+
+    def pictures(self, value: Any) -> list[tuple[np.ndarray, str]]:
+        """Up to SHOWN frames, evenly spaced from the first to the last, with their times."""
+        picked = np.unique(np.linspace(0, len(value) - 1, min(SHOWN, len(value))).round())
+        return [(value[int(t)], f"{t / self.fps:.1f} s") for t in picked.tolist()]
+
+    def caption(self, value: Any) -> str:
+        return f"({len(value)} frames)"
+
+    def lines(self, name: str, m: Any) -> list[str]:
+        frames = sum(s.arrays[self.names(name)[2]].length for s in m.shards)
+        cut = f", cut at {self.max_frames} frames" if self.max_frames else ""
+        return [
+            f"{name}: {m.num_samples:,} videos, {frames:,} frames ({frames / self.fps:,.1f} s) at "
+            f"{self.fps:g} fps, {self.size} px ({self.mode}), {self.codec}{cut}"
+        ]
+
     def fits(self, sides: np.ndarray) -> bool:
-        """Whether frame sizes (h, w) (N, 2) are ones `prep video` stores at this size and mode:
-        fill and fit size x size, keep 1..size, short the shorter side size (the longer at
-        most MAX_SIDE)."""
+        """Whether frame sizes (h, w) (N, 2) are ones `prep video` stores at this size and mode."""
         short, long = sides.min(axis=1), sides.max(axis=1)
         if self.mode in ("fill", "fit"):
             return bool(np.all(sides == self.size))
@@ -117,31 +131,18 @@ def frame_pieces(src: np.ndarray, ends: np.ndarray) -> list[np.ndarray]:
     return [src[a:b] for a, b in itertools.pairwise(bounds)]
 
 
-def decode_frames(
-    pieces: list[np.ndarray], hw: tuple[int, ...], jpeg: bool
-) -> np.ndarray | tuple[int, str]:
-    """A video's frames (T, h, w, 3) uint8, or the first frame that is not one and why. JPEG
-    frames' headers are checked against `hw` before T x h x w x 3 bytes are allocated for them
-    (raw frames are h * w * 3 bytes each: checked when the dataset was opened)."""
-    from loaders.read.decode import CHECKED_BYTES, sides_problem
-
+def decode_frames(pieces: list[np.ndarray], hw: tuple[int, ...], jpeg: bool) -> np.ndarray:
+    """A video's frames (T, h, w, 3) uint8, JPEG headers checked against `hw` before allocating."""
     if jpeg and len(pieces) * hw[0] * hw[1] * 3 >= CHECKED_BYTES:
         found = sides_problem(pieces, np.tile(hw, (len(pieces), 1)))
         if found is not None:
-            return found
+            raise FormatError(f"frame {found[0]}: {found[1]}")
     frames = np.empty((len(pieces), hw[0], hw[1], 3), np.uint8)
     for k, piece in enumerate(pieces):
-        try:
-            frames[k] = decode_frame(piece, (hw[0], hw[1]), jpeg)
+        try:  # a decoded JPEG is this thread's scratch buffer: copied into frames at once
+            frames[k] = (
+                decode_jpeg(piece, (hw[0], hw[1]), 1, 3) if jpeg else piece.reshape(hw[0], hw[1], 3)
+            )
         except (ValueError, OSError, SyntaxError) as e:
-            return k, f"the frame cannot be decoded ({e})"
+            raise FormatError(f"frame {k}: the frame cannot be decoded ({e})") from None
     return frames
-
-
-def decode_frame(piece: np.ndarray, hw: tuple[int, int], jpeg: bool) -> np.ndarray:
-    """One stored frame as (h, w, 3) uint8: its JPEG decoded, or its raw bytes reshaped."""
-    if not jpeg:
-        return piece.reshape(hw[0], hw[1], 3)
-    from loaders.read.decode import decode_jpeg
-
-    return decode_jpeg(piece, (int(hw[0]), int(hw[1])), 1, 3).copy()

@@ -1,14 +1,5 @@
-"""The on-disk contract between `prep` (writer) and `loaders` (reader). See FORMAT.md.
-
-A packed dataset is a folder. `manifest.json` is written last, atomically; a folder without it is
-an unfinished run. The manifest lists every array (its field, size, dtype and per-sample shape)
-and every shard (its sample count, the file and first-axis length of each array, and the byte
-size and sha256 of each file). Arrays are `.npy` files (one per array and shard) or datasets in
-one contiguous, uncompressed `.h5` file per shard; either way they are read as memory maps.
-
-`spec` is the leaf (FormatError, ArraySpec), `schema` holds the manifest's types and their
-checks, `arrays` the reading of the files, `checks` the folder's checks. The names below load
-when first asked for, so that `loaders.format.spec` alone imports nothing else.
+"""The on-disk contract between `prep` (writer) and `loaders` (reader): see FORMAT.md, and each
+module's docstring. The names below load when first asked for: the CLI starts without the readers.
 """
 
 from __future__ import annotations
@@ -16,106 +7,20 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from loaders.format.arrays import (
-        check_array,
-        iter_rejects,
-        map_array,
-        map_layout,
-        open_array,
-        read_manifest,
-        read_manifest_file,
-        safe_path,
-        sha256_file,
-    )
-    from loaders.format.checks import (
-        check_files,
-        load_manifest,
-        problems_error,
-    )
-    from loaders.format.schema import (
-        CODECS,
-        FORMAT_NAME,
-        FORMAT_VERSION,
-        KINDS,
-        MANIFEST,
-        NPY_HEADER_BYTES,
-        OFFSETS,
-        READ_VERSIONS,
-        REJECTS,
-        STORAGES,
-        ArrayRef,
-        ArraySpec,
-        FileInfo,
-        FormatError,
-        Manifest,
-        Shard,
-        array_name,
-    )
+if TYPE_CHECKING:  # the names of _MODULES, typed; at run time __getattr__ imports them
+    from loaders.format.arrays import *  # noqa: F403
+    from loaders.format.schema import *  # noqa: F403
+    from loaders.format.spec import problems_error  # noqa: F401
 
-_EXPORTS = {
-    "check_array": "loaders.format.arrays",
-    "iter_rejects": "loaders.format.arrays",
-    "map_array": "loaders.format.arrays",
-    "map_layout": "loaders.format.arrays",
-    "open_array": "loaders.format.arrays",
-    "read_manifest": "loaders.format.arrays",
-    "read_manifest_file": "loaders.format.arrays",
-    "safe_path": "loaders.format.arrays",
-    "sha256_file": "loaders.format.arrays",
-    "check_files": "loaders.format.checks",
-    "load_manifest": "loaders.format.checks",
-    "problems_error": "loaders.format.checks",
-    "CODECS": "loaders.format.schema",
-    "FORMAT_NAME": "loaders.format.schema",
-    "FORMAT_VERSION": "loaders.format.schema",
-    "KINDS": "loaders.format.schema",
-    "MANIFEST": "loaders.format.schema",
-    "NPY_HEADER_BYTES": "loaders.format.schema",
-    "OFFSETS": "loaders.format.schema",
-    "READ_VERSIONS": "loaders.format.schema",
-    "REJECTS": "loaders.format.schema",
-    "STORAGES": "loaders.format.schema",
-    "ArrayRef": "loaders.format.schema",
-    "ArraySpec": "loaders.format.schema",
-    "FileInfo": "loaders.format.schema",
-    "FormatError": "loaders.format.schema",
-    "Manifest": "loaders.format.schema",
-    "Shard": "loaders.format.schema",
-    "array_name": "loaders.format.schema",
+_MODULES = {
+    "arrays": "check_array iter_rejects local_resolver map_layout read_manifest "
+    "read_manifest_file safe_path sha256_file",
+    "schema": "FORMAT_VERSION MANIFEST NPY_HEADER_BYTES OFFSETS REJECTS STORAGES ArrayRef "
+    "ArraySpec FileInfo FormatError Manifest Shard array_name",
+    "spec": "problems_error",
 }
-
-__all__ = [
-    "CODECS",
-    "FORMAT_NAME",
-    "FORMAT_VERSION",
-    "KINDS",
-    "MANIFEST",
-    "NPY_HEADER_BYTES",
-    "OFFSETS",
-    "READ_VERSIONS",
-    "REJECTS",
-    "STORAGES",
-    "ArrayRef",
-    "ArraySpec",
-    "FileInfo",
-    "FormatError",
-    "Manifest",
-    "Shard",
-    "array_name",
-    "check_array",
-    "check_files",
-    "iter_rejects",
-    "load_manifest",
-    "map_array",
-    "map_layout",
-    "open_array",
-    "problems_error",
-    "read_manifest",
-    "read_manifest_file",
-    "safe_path",
-    "sha256_file",
-]
+_EXPORTS = {name: f"loaders.format.{m}" for m, names in _MODULES.items() for name in names.split()}
+__all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:

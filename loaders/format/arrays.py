@@ -1,10 +1,12 @@
-"""Reading a dataset folder: safe paths, the manifest, memory maps checked against it."""
+"""Reading a dataset folder: safe paths, the manifest, memory maps checked against it, and
+rejects.jsonl read back (the report, tests)."""
 
 from __future__ import annotations
 
 import functools
 import hashlib
 import io
+import itertools
 import json
 import math
 import mmap
@@ -26,14 +28,15 @@ from loaders.format.schema import (
     ArraySpec,
     FormatError,
     Manifest,
+    Resolve,
 )
 
 Layout = tuple[int, np.dtype[Any], tuple[int, ...]]  # byte offset, dtype, shape
+Arrays = dict[str, tuple[Path, Layout]]  # a shard's arrays: name -> file, checked layout
 
 
 def safe_path(root: Path, rel: str) -> Path:
-    """`root/rel`, refusing manifest paths that escape the dataset folder: absolute paths, `..`,
-    and links that resolve outside it."""
+    """`root/rel`, refusing paths that leave the folder: absolute, `..`, links out of it."""
     if not isinstance(rel, str) or not rel or "\0" in rel:
         raise FormatError(f"manifest path {rel!r} is not a file name")
     if "/" not in rel and rel not in (".", ".."):  # an entry of root itself (one lstat)
@@ -44,8 +47,6 @@ def safe_path(root: Path, rel: str) -> Path:
     if p.is_absolute() or ".." in p.parts:
         raise FormatError(f"manifest path {rel!r} escapes the dataset folder {root}")
     full = root / p
-    if len(p.parts) == 1 and not full.is_symlink():  # an entry of root itself: inside it
-        return full
     try:
         inside = full.resolve().is_relative_to(root.resolve())
     except (OSError, RuntimeError) as e:  # a link loop
@@ -56,8 +57,7 @@ def safe_path(root: Path, rel: str) -> Path:
 
 
 def read_manifest_file(root: Path) -> tuple[bytes, os.stat_result]:
-    """The bytes of `root`'s manifest and the stat of the file they were read from: one open,
-    so that a rename in between cannot pair one file's bytes with another's stat."""
+    """The bytes of `root`'s manifest and their file's stat (one open: a rename cannot mix two)."""
     path = root / MANIFEST
     try:  # O_NONBLOCK: a FIFO in place of the manifest cannot block the open
         with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:
@@ -78,7 +78,12 @@ def read_manifest_file(root: Path) -> tuple[bytes, os.stat_result]:
 def read_manifest(root: str | os.PathLike[str]) -> Manifest:
     """The manifest of a dataset folder (not checked against the files: see load_manifest)."""
     root = Path(root)
-    return Manifest.from_json(read_manifest_file(root)[0], root / MANIFEST)
+    return Manifest.from_json(read_manifest_file(root)[0], root / MANIFEST, local_resolver(root))
+
+
+def local_resolver(root: Path) -> Resolve:
+    """A folder's shard index files, refused where they leave it (safe_path)."""
+    return lambda name, info: safe_path(root, name)
 
 
 def _h5_layout(path: Path, key: str) -> Layout:
@@ -87,32 +92,25 @@ def _h5_layout(path: Path, key: str) -> Layout:
 
     try:
         with h5py.File(path, "r") as f:
-            return _h5_array(f, path, key)
+            ds = _h5_dataset(f, path, key)
+            if ds.external or ds.is_virtual:  # its bytes live in other files
+                raise FormatError(f"{path}:{key} keeps its data in other files. HINT: repack")
+            if ds.shape is None:  # an empty dataspace (h5py.Empty): no array at all
+                raise FormatError(f"{path}:{key} holds no array")
+            if ds.dtype.hasobject:
+                raise FormatError(f"{path}:{key} holds Python objects or strings, not numbers")
+            offset = ds.id.get_offset()
+            if offset is not None and ds.chunks is None and ds.compression is None:
+                return int(offset), ds.dtype, ds.shape
+            if ds.size == 0:
+                return 0, ds.dtype, ds.shape
     except RuntimeError as e:  # h5py's error for a structure that points nowhere
         raise FormatError(f"{path}:{key} cannot be read ({e}). HINT: repack") from e
-
-
-def _h5_array(f: Any, path: Path, key: str) -> Layout:
-    """_h5_layout's work in the open h5py.File `f`."""
-    ds = _h5_dataset(f, path, key)
-    if ds.external or ds.is_virtual:  # its bytes live in other files
-        raise FormatError(f"{path}:{key} keeps its data in other files. HINT: repack")
-    if ds.shape is None:  # an empty dataspace (h5py.Empty): no array at all
-        raise FormatError(f"{path}:{key} holds no array")
-    if ds.dtype.hasobject:
-        raise FormatError(f"{path}:{key} holds Python objects or strings, not numbers")
-    offset = ds.id.get_offset()
-    if offset is None or ds.chunks is not None or ds.compression is not None:
-        if ds.size == 0:
-            return 0, ds.dtype, ds.shape
-        raise FormatError(f"{path}:{key} is chunked or compressed; it cannot be memory-mapped")
-    return int(offset), ds.dtype, ds.shape
+    raise FormatError(f"{path}:{key} is chunked or compressed; it cannot be memory-mapped")
 
 
 def _h5_dataset(f: Any, path: Path, key: str) -> Any:
-    """Dataset `key` of the open h5py.File `f`, reached through hard links only: a soft link
-    or an external link (to another file, anywhere) would map this file at another one's
-    offsets."""
+    """Dataset `key` of h5py.File `f` through hard links only (others map other offsets)."""
     import h5py
 
     node = f
@@ -139,9 +137,7 @@ _NPY = {
 
 
 def _npy_layout(path: Path) -> Layout:
-    """Byte offset, dtype and shape from the header: the header is parsed as a literal, never
-    unpickled (numpy's allow_pickle=False reading). One unbuffered read of prep's fixed-size
-    header, a second only for a longer one."""
+    """Byte offset, dtype and shape from the header (a literal, never unpickled)."""
     with open(path, "rb", buffering=0) as f:
         head = f.read(NPY_HEADER_BYTES)
         if len(head) < 8 or head[:6] != b"\x93NUMPY":
@@ -164,8 +160,7 @@ def _npy_layout(path: Path) -> Layout:
 
 @functools.lru_cache(maxsize=1024)
 def _npy_header(version: tuple[int, int], raw: bytes) -> tuple[tuple[int, ...], bool, np.dtype]:
-    """(shape, Fortran order, dtype) of a .npy header (its length field and text). Cached:
-    the shards of a dataset mostly share one header, and parsing it costs 0.1 ms."""
+    """(shape, Fortran order, dtype) of a .npy header; cached: shards mostly share one."""
     shape, fortran, dtype = _NPY[version][1](io.BytesIO(raw))
     return tuple(shape), bool(fortran), dtype
 
@@ -173,10 +168,7 @@ def _npy_header(version: tuple[int, int], raw: bytes) -> tuple[tuple[int, ...], 
 def check_array(
     path: Path, ref: ArrayRef, spec: ArraySpec, name: str = "", size: int | None = None
 ) -> Layout:
-    """Where the array lies in its file, checked against the manifest: a regular file, its
-    header's dtype and shape, and enough bytes for them (a ragged array: flat, `length` long).
-    Opens the file only to read the header. `size`: the file's byte size, from a stat that
-    found it a regular file (check_shard's), else stat here."""
+    """Where the array lies in its file, checked against the manifest; `size`: None stats it."""
     label = f"array {name or spec.field}"
     try:
         if size is None:
@@ -207,15 +199,8 @@ def check_array(
     return offset, dtype, tuple(shape)
 
 
-def map_array(path: Path, ref: ArrayRef, spec: ArraySpec, name: str = "") -> np.ndarray:
-    """A read-only memory map of one shard's array in `path`, checked as check_array does."""
-    return map_layout(path, check_array(path, ref, spec, name))
-
-
 def map_layout(path: Path, layout: Layout) -> np.ndarray:
-    """A read-only ndarray over a memory map of `path`, laid out as check_array found it. The
-    map keeps a file descriptor (a dup) until it is garbage-collected: loaders.read.store bounds
-    them."""
+    """A read-only ndarray over a map of `path` as check_array found it (holds a descriptor)."""
     offset, dtype, shape = layout
     if 0 in shape:
         return np.empty(shape, dtype)
@@ -238,18 +223,82 @@ def read_layout(path: Path, layout: Layout) -> np.ndarray:
     return np.frombuffer(data, dtype, count).reshape(shape)
 
 
-def open_array(root: Path, ref: ArrayRef, spec: ArraySpec, name: str = "") -> np.ndarray:
-    """map_array of the array's file in the folder `root`, refusing paths out of it."""
-    return map_array(safe_path(root, ref.file), ref, spec, name)
-
-
-def iter_rejects(root: Path) -> Iterator[dict[str, Any]]:
-    if (root / REJECTS).is_file():
-        with open(root / REJECTS, encoding="utf-8") as f:
-            yield from (json.loads(line) for line in f if line.strip())
-
-
 def sha256_file(path: Path) -> str:
     """The hex sha256 of a file's bytes (the manifest's `sha256`)."""
     with open(path, "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+MAX_LINE = 1 << 16  # bytes: a record is a path, a reason and a one-line message
+MAX_BYTES = 256_000_000  # bytes read at most: about a million records
+SHOWN = 5  # bad line numbers named
+
+
+def record(line: bytes) -> dict[str, str] | None:
+    """One line's reject record, or None where it is not one.
+
+    >>> record(b'{"path": "a.png", "reason": "corrupt"}')
+    {'path': 'a.png', 'reason': 'corrupt', 'message': ''}
+    >>> record(b'[1, 2]') is None
+    True
+    """
+    try:
+        r = json.loads(line)
+    except (ValueError, RecursionError):  # not JSON (UnicodeDecodeError too), nested too deep
+        return None
+    if not isinstance(r, dict):
+        return None
+    got = {k: r.get(k, "" if k == "message" else None) for k in ("path", "reason", "message")}
+    text = {k: v for k, v in got.items() if isinstance(v, str)}
+    return text if len(text) == len(got) else None
+
+
+def records(root: Path, problems: list[str]) -> Iterator[dict[str, str]]:
+    """The reject records of `root` (untrusted: a regular file in the folder, a bounded read, each
+    line checked); then `problems` holds a line on what was not read."""
+    try:
+        path = safe_path(root, REJECTS)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return
+    except (FormatError, OSError) as e:
+        problems.append(f"{REJECTS} not read: {e}")
+        return
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            problems.append(f"{REJECTS} not read: {path} is not a regular file")
+            return
+        bad: list[int] = []  # the first SHOWN bad line numbers
+        done = count = 0
+        for n in itertools.count(1):
+            if done >= MAX_BYTES and f.peek(1):
+                problems.append(f"{REJECTS}: only its first {MAX_BYTES / 1e6:,.0f} MB read")
+                break
+            line = f.readline(MAX_LINE + 1)
+            if not line:
+                break
+            done += len(line)
+            long = len(line) > MAX_LINE
+            while long and line and not line.endswith(b"\n") and done < MAX_BYTES:
+                # the rest of a line past MAX_LINE: skipped, never held
+                line = f.readline(MAX_LINE)
+                done += len(line)
+            got = None if long else record(line)
+            if got is not None:
+                yield got
+            elif long or line.strip():
+                count += 1
+                bad += [n] if len(bad) < SHOWN else []
+    if count:
+        shown = ", ".join(map(str, bad)) + (" ..." if count > SHOWN else "")
+        lines = f"{count} lines of {REJECTS} are" if count > 1 else f"line {shown} of {REJECTS} is"
+        problems.append(
+            f"{lines} not reject records"
+            + (f" (lines {shown})" if count > 1 else "")
+            + "; the counts leave them out. HINT: prep writes one JSON object a line there"
+        )
+
+
+def iter_rejects(root: Path) -> Iterator[dict[str, str]]:
+    """The reject records of a dataset (or run) folder; lines that are none are passed over."""
+    yield from records(Path(root), [])

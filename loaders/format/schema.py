@@ -1,194 +1,362 @@
-"""The on-disk contract between `prep` (writer) and `loaders` (reader). See FORMAT.md.
+"""The manifest (FORMAT.md, "manifest.json"), written last, and the version 4 shard index
+(FORMAT.md, "The shard index": each shard a row of two .npy files, its file names derived from
+the row); or inline shards (versions 1-3 through loaders.format.legacy, a hand-written manifest).
 
-A packed dataset is a folder. `manifest.json` is written last, atomically; a folder without it is
-an unfinished run. The manifest lists every array (its field, size, dtype and per-sample shape)
-and every shard (its sample count, the file and first-axis length of each array, and the byte
-size and sha256 of each file). Arrays are `.npy` files (one per array and shard) or datasets in
-one contiguous, uncompressed `.h5` file per shard; either way they are read as memory maps.
-
-Version 2 adds a codec per array: `raw` (fixed-shape samples), `ragged` (samples of their own
-shapes back to back) and `jpeg` (one JPEG file's bytes a sample, back to back). A ragged or jpeg
-array is a flat uint8 data array plus int64 offsets: sample i is data[off[i]:off[i + 1]].
+>>> file_name("image_64", stem(None, 3), "npy"), file_name("tokens.offsets", stem("val", 1), "npy")
+('image_64-00003.npy', 'tokens-offsets-val-00001.npy')
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+import os
+import stat
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from tokenize import TokenError
+from typing import Any, overload
 
 import numpy as np
 
-import loaders.format.kinds as registry  # a module: it builds on loaders.format.spec alone
-from loaders.format.extras import check_extra
-from loaders.format.spec import (  # noqa: F401  (re-exported: the contract's names, in one place)
-    CODECS,
+from loaders.format.legacy import upgrade
+from loaders.format.spec import (  # re-exported: the contract's names, in one place
     OFFSETS,
-    SHA256,
+    ArrayRef,
     ArraySpec,
+    FileInfo,
     FormatError,
+    Shard,
     array_name,
+    array_spec,
+    check_shard,
+    count,
     is_sha256,
 )
 
 FORMAT_NAME = "prep"
-FORMAT_VERSION = 2  # what prep writes for images, tokens, volumes and tables
-# Version 3 adds the samples kind: arrays of any field name, each naming its field kind (`kind`,
-# an entry of loaders.format.kinds.FIELDS), described in `extra.fields` (loaders.fields).
-SAMPLES_VERSION = 3
-READ_VERSIONS = (1, 2)  # what loaders read of the four kinds: version 1 is 2 with raw arrays only
+FORMAT_VERSION = 4  # what prep writes
+READ_VERSIONS = (1, 2, 3, 4)  # 1-3 through loaders.format.legacy
 MANIFEST = "manifest.json"
 REJECTS = "rejects.jsonl"
 # A fixed-size .npy header lets a writer stream samples first and fill in the count last,
 # and puts the data of every .npy file at the same offset. 128 bytes holds any 4-D shape.
 NPY_HEADER_BYTES = 128
 STORAGES = ("npy", "h5")
-KINDS = ("images", "tokens", "volumes", "table", "samples")
+Resolve = Callable[[str, FileInfo], Path]  # an index file's name and record -> a local path
+SHARDS, DIGESTS = "shards.npy", "sha256.npy"
+FIXED = ("count", "split", "task")
+H5_PART = "shard"  # an .h5 dataset's one file a shard
 
 
-@dataclass
-class ArrayRef:
-    file: str
-    length: int  # first-axis length: samples, or (ragged) the data's elements
-    key: str | None = None  # dataset name inside an .h5 file; None for .npy
-    offsets: ArrayRef | None = None  # ragged: count + 1 int64 offsets into the data
-
-    @classmethod
-    def from_dict(cls, a: dict[str, Any]) -> ArrayRef:
-        off = a.get("offsets")
-        return cls(a["file"], a["length"], a.get("key"), None if off is None else cls(**off))
+def stem(split: str | None, task: int) -> str:
+    """The shard's part of its file names."""
+    return f"{task:05d}" if split is None else f"{split}-{task:05d}"
 
 
-@dataclass
-class FileInfo:
-    bytes: int
-    sha256: str
+def file_name(part: str, shard_stem: str, storage: str) -> str:
+    """The file holding `part` (an array, or `ARRAY.offsets`) of the shard named `shard_stem`."""
+    if storage == "h5":
+        return f"{H5_PART}-{shard_stem}.h5"
+    if part.endswith(OFFSETS):
+        return f"{part.removesuffix(OFFSETS)}-offsets-{shard_stem}.npy"
+    return f"{part}-{shard_stem}.npy"
 
 
-@dataclass
-class Shard:
-    count: int
-    arrays: dict[str, ArrayRef]
-    files: dict[str, FileInfo]
-    split: str | None = None
+def parts(arrays: Mapping[str, ArraySpec], storage: str) -> list[str]:
+    """A shard's files, in index order: each array and a ragged one's offsets, or the .h5 file."""
+    if storage == "h5":
+        return [H5_PART]
+    return [p for name in sorted(arrays) for p in (name, name + OFFSETS)[: 1 + arrays[name].ragged]]
 
-    @classmethod
-    def from_dict(cls, s: dict[str, Any]) -> Shard:
-        return cls(
-            count=s["count"],
-            arrays={k: ArrayRef.from_dict(a) for k, a in s["arrays"].items()},
-            files={k: FileInfo(**f) for k, f in s["files"].items()},
-            split=s.get("split"),
+
+def columns(arrays: Mapping[str, ArraySpec], storage: str) -> list[str]:
+    lengths = [f"length:{name}" for name in sorted(arrays)]
+    return [*FIXED, *lengths, *(f"bytes:{p}" for p in parts(arrays, storage))]
+
+
+def shard_of(
+    arrays: Mapping[str, ArraySpec],
+    storage: str,
+    split: str | None,
+    task: int,
+    count: int,
+    lengths: Sequence[int],
+    sizes: Sequence[int],
+    digests: Sequence[str],
+) -> Shard:
+    """A shard's record from its index row (`lengths` by name, `sizes`, `digests` by `parts`)."""
+    st = stem(split, task)
+    refs = {}
+    for name, length in zip(sorted(arrays), lengths, strict=True):
+        spec = arrays[name]
+        key = name if storage == "h5" else None
+        ref = ArrayRef(file_name(name, st, storage), length, key)
+        if spec.ragged:
+            off = name + OFFSETS
+            ref.offsets = ArrayRef(file_name(off, st, storage), count + 1, off if key else None)
+        refs[name] = ref
+    names = [file_name(p, st, storage) for p in parts(arrays, storage)]
+    files = {n: FileInfo(b, d) for n, b, d in zip(names, sizes, digests, strict=True)}
+    return Shard(count, refs, files, split)
+
+
+def index_arrays(
+    shards: Sequence[Shard], arrays: Mapping[str, ArraySpec], storage: str, splits: Sequence[str]
+) -> tuple[np.ndarray, np.ndarray]:
+    """`shards.npy`'s and `sha256.npy`'s arrays of a run's records (ValueError: misnamed files)."""
+    ps = parts(arrays, storage)
+    table = np.empty((len(columns(arrays, storage)), len(shards)), np.int64)
+    sha = np.empty((len(shards), len(ps), 32), np.uint8)
+    first = min(arrays)  # the task number is in the first array's file name
+    prefix = f"{H5_PART}-" if storage == "h5" else f"{first}-"
+    for i, s in enumerate(shards):
+        file = s.arrays[first].file
+        digits = file.removeprefix(prefix).rsplit(".", 1)[0].rsplit("-", 1)[-1]
+        if not file.startswith(prefix) or not digits.isdigit():
+            raise ValueError(f"{file}: not a shard file named by the rule")
+        task = int(digits)
+        lengths = [s.arrays[name].length for name in sorted(arrays)]
+        again = shard_of(
+            arrays, storage, s.split, task, s.count, lengths, [0] * len(ps), [""] * len(ps)
         )
+        named = [{n: (r.file, r.key) for n, r in x.arrays.items()} for x in (again, s)]
+        if named[0] != named[1] or set(again.files) != set(s.files):
+            raise ValueError(
+                f"shard {i}: its files are not named {stem(s.split, task)} by the rule"
+            )
+        infos = [s.files[n] for n in again.files]
+        code = splits.index(s.split) if s.split is not None else -1
+        table[:, i] = [s.count, code, task, *lengths, *(f.bytes for f in infos)]
+        sha[i] = [np.frombuffer(bytes.fromhex(f.sha256), np.uint8) for f in infos]
+    return table, sha
 
-    def refs(self) -> dict[str, ArrayRef]:
-        """Every array, a ragged one's offsets too (as `NAME + OFFSETS`, Manifest.ref's name)."""
-        offsets = {a + OFFSETS: r.offsets for a, r in self.arrays.items() if r.offsets}
-        return {**self.arrays, **offsets}
+
+class ShardIndex(Sequence[Shard]):
+    """A dataset's shards, each made from its index row when asked for (`counts`: a column)."""
+
+    def __init__(
+        self,
+        table: np.ndarray,
+        sha: np.ndarray,
+        arrays: Mapping[str, ArraySpec],
+        storage: str,
+        splits: Sequence[str],
+    ):
+        self.table, self.sha, self.arrays = table, sha, dict(arrays)
+        self.storage, self.splits = storage, list(splits)
+        self.counts, self.split_codes = table[0], table[1]
+        self._lengths = slice(len(FIXED), len(FIXED) + len(arrays))
+        self._sizes = slice(self._lengths.stop, None)
+
+    def __len__(self) -> int:
+        return self.table.shape[1]
+
+    @overload
+    def __getitem__(self, i: int) -> Shard: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[Shard]: ...
+
+    def __getitem__(self, i: int | slice) -> Shard | list[Shard]:
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"shard {i} of {len(self)}")
+        i %= len(self)
+        row = self.table[:, i].tolist()
+        count, code, task = row[: len(FIXED)]
+        lengths, sizes = row[self._lengths], row[self._sizes]
+        if min(count, task, *lengths, *sizes) < 0 or not -1 <= code < len(self.splits):
+            raise FormatError(f"shard {i}: its index row {row[:8]} holds a negative number")
+        digests = [bytes(d).hex() for d in self.sha[i]]
+        split = self.splits[code] if code >= 0 else None
+        return shard_of(self.arrays, self.storage, split, task, count, lengths, sizes, digests)
+
+
+def open_index(
+    entry: Any,
+    arrays: Mapping[str, ArraySpec],
+    storage: str,
+    splits: Sequence[str],
+    resolve: Resolve | None,
+) -> ShardIndex:
+    """The shard index of the manifest's `index` entry, each file an .npy of the size, dtype and
+    shape the entry implies."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("files"), dict):
+        raise FormatError(f"index {str(entry)[:40]} is not an object naming its files")
+    n = entry.get("shards")
+    if not count(n):
+        raise FormatError(f"index: shards {n!r:.20} is not a number of shards")
+    if entry.get("columns") != columns(arrays, storage):
+        raise FormatError("index: its columns are not the arrays' (a manifest edited by hand?)")
+    if set(entry["files"]) != {SHARDS, DIGESTS}:
+        raise FormatError(f"index: files {sorted(entry['files'])[:3]} are not {SHARDS}, {DIGESTS}")
+    if resolve is None:
+        raise FormatError("its shard index is beside it: open the dataset's folder")
+    ncols = len(entry["columns"])
+    want = {SHARDS: ("int64", (ncols, n)), DIGESTS: ("uint8", (n, len(parts(arrays, storage)), 32))}
+    got = {}
+    for name, (dtype, shape) in want.items():
+        info = entry["files"][name]
+        ok = isinstance(info, dict) and count(info.get("bytes")) and is_sha256(info.get("sha256"))
+        if not ok:
+            raise FormatError(f"index: file {name} has a bad byte size or sha256")
+        path = resolve(name, FileInfo(info["bytes"], info["sha256"]))
+        got[name] = _map(path, name, info["bytes"], dtype, shape)
+    table, codes = got[SHARDS], got[SHARDS][1]  # codes: each shard's split, -1 for none
+    if n and (table[[0, 2]].min() < 0 or not -1 <= codes.min() <= codes.max() < len(splits)):
+        raise FormatError(f"index: a shard's count, task or split in {SHARDS} is out of range")
+    if n > 1 and np.unique(table[1:3], axis=1).shape[1] < n:  # one stem: its files read twice
+        raise FormatError(f"index: two shards in {SHARDS} have one split and task")
+    return ShardIndex(table, got[DIGESTS], arrays, storage, splits)
+
+
+def _map(path: Path, name: str, size: int, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
+    """A read-only map of index file `name` at `path`, refused unless exactly what it should be."""
+    said = str(path) if path.name == name else f"{name} ({path})"
+    try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_size != size:
+            raise FormatError(f"{said} is not a regular file of {size} bytes. HINT: repack")
+        arr = np.lib.format.open_memmap(path, mode="r")  # an .npy only (np.load takes zips)
+    except FormatError:
+        raise
+    # numpy parses a header as a Python literal: tokenize and ast errors for a mangled one
+    except (OSError, ValueError, OverflowError, SyntaxError, TokenError, RecursionError) as e:
+        raise FormatError(f"{said} cannot be read as the shard index ({e}). HINT: repack") from e
+    if arr.dtype != np.dtype(dtype) or arr.shape != shape or not arr.flags.c_contiguous:
+        raise FormatError(f"{said} is {arr.dtype}{arr.shape}, the manifest says {dtype}{shape}")
+    return arr
+
+
+def index_entry(
+    table: np.ndarray, arrays: Mapping[str, ArraySpec], storage: str, files: dict[str, Any]
+) -> dict[str, Any]:
+    """The manifest's `index` entry for an index written as `files` (name -> bytes, sha256)."""
+    return {"shards": table.shape[1], "columns": columns(arrays, storage), "files": files}
 
 
 @dataclass
 class Manifest:
-    kind: str  # "images" or "tokens"
     storage: str  # "npy" or "h5"
     arrays: dict[str, ArraySpec]
-    shards: list[Shard]
+    shards: Sequence[Shard]  # a list, or the lazy rows of a shard index
+    fields: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> declaration
     config: dict[str, Any] = field(default_factory=dict)
-    classes: list[str] | None = None
     rejects: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
     tool_version: str = ""
     format_version: int = FORMAT_VERSION
+    command: str = ""  # what wrote it: "pack", "tokenize", "import coco"...
+    index: dict[str, Any] | None = None  # the shard index's entry, once its files are written
 
     @property
     def num_samples(self) -> int:
-        return sum(s.count for s in self.shards)
+        return int(self.counts().sum())
+
+    def counts(self) -> np.ndarray:
+        """Samples per shard, int64 (one column of the index: never a record a shard)."""
+        if isinstance(self.shards, ShardIndex):
+            return np.asarray(self.shards.counts)
+        return np.array([s.count for s in self.shards], dtype=np.int64)
+
+    @property
+    def splits(self) -> list[str]:
+        """The splits' names, in the order their shards first appear."""
+        if isinstance(self.shards, ShardIndex):
+            return self.shards.splits
+        return list(dict.fromkeys(s.split for s in self.shards if s.split is not None))
+
+    def split_of(self) -> np.ndarray:
+        """Each shard's split, as an object array of names (None: no split)."""
+        if isinstance(self.shards, ShardIndex):
+            names = np.array([*self.shards.splits, None], dtype=object)
+            return names[np.asarray(self.shards.split_codes)]
+        return np.array([s.split for s in self.shards] + [None], dtype=object)[:-1]
+
+    @property
+    def classes(self) -> list[str] | None:
+        """The class names of field `label`, else of the first label field, else of any field."""
+        named = [d for d in self.fields.values() if isinstance(d.get("classes"), list)]
+        named.sort(key=lambda d: (d is not self.fields.get("label"), d.get("kind") != "label"))
+        return list(named[0]["classes"]) if named else None
 
     def to_json(self) -> str:
-        # `extra` as it is: asdict deep-copies (0.4 s for the vocabularies of a 1M-row table).
-        d = {**asdict(replace(self, extra={})), "extra": self.extra}
-        for a in d["arrays"].values():
-            if a["kind"] is None:  # versions 1 and 2 have no array kinds
-                del a["kind"]
-        d = {"format": FORMAT_NAME, "num_samples": self.num_samples, **d}
+        # extra as it is, not through asdict (a deep copy: 0.4 s for a 1M-row table's)
+        kept = ("format_version", "command", "storage", "fields", "config", "rejects", "extra")
+        d: dict[str, Any] = {k: getattr(self, k) for k in kept}
+        d |= {"format": FORMAT_NAME, "tool_version": self.tool_version, "splits": self.splits}
+        d["num_samples"] = self.num_samples
+        d["arrays"] = {n: s.stored() for n, s in self.arrays.items()}
+        if self.index is not None:
+            d["index"] = self.index
+        else:
+            d["shards"] = [asdict(s) for s in self.shards]
         return json.dumps(d, indent=1, sort_keys=True) + "\n"
 
     @classmethod
-    def from_json(cls, data: bytes, source: object) -> Manifest:
-        """The manifest in `data` (the bytes of `source`, named in errors); not checked against
-        the files (see loaders.format.check_files)."""
+    def from_json(cls, data: bytes, source: object, resolve: Resolve | None = None) -> Manifest:
+        """The manifest in `data` (`source`'s bytes), not checked against its files."""
         try:
             d = json.loads(data.decode("utf-8"))
             if not isinstance(d, dict):
                 raise TypeError(f"a JSON {type(d).__name__}, not an object")
-            return cls.from_dict(d)
+            return cls.from_dict(d, resolve)
         except FormatError as e:
             raise FormatError(f"{source}: {e}") from e
-        except (KeyError, TypeError, ValueError, AttributeError) as e:  # JSON and schema errors
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
             raise FormatError(f"{source} is malformed ({e!r}). HINT: repack the dataset") from e
         except RecursionError as e:  # JSON nested thousands deep: no manifest of prep's
             raise FormatError(f"{source} is nested too deep. HINT: repack the dataset") from e
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Manifest:
+    def from_dict(cls, d: dict[str, Any], resolve: Resolve | None = None) -> Manifest:
         if d.get("format") != FORMAT_NAME:
             raise FormatError("not a prep manifest (no 'format': 'prep')")
-        version: int = d.get("format_version")  # type: ignore[assignment]  # checked next
-        reads = (SAMPLES_VERSION,) if d.get("kind") == "samples" else READ_VERSIONS
-        if version not in reads or isinstance(version, bool):
+        version = d.get("format_version")
+        if version not in READ_VERSIONS or isinstance(version, bool):
             raise FormatError(
-                f"format version {version} is not one of {list(reads)}. "
+                f"format version {version} is not one of {list(READ_VERSIONS)}. "
                 "HINT: repack with this version of prep, or install the prep that wrote it."
             )
-        arrays = {
-            k: ArraySpec(
-                v["field"],
-                v["size"],
-                v["dtype"],
-                tuple(v["shape"]),
-                v.get("codec", "raw"),
-                v.get("kind") if version >= SAMPLES_VERSION else None,
-            )
-            for k, v in d["arrays"].items()
-        }
-        for name, spec in arrays.items():
-            _check_spec(name, spec)
-            if spec.ragged and version < 2:
-                raise FormatError(f"array {name}: codec {spec.codec} needs format version 2")
-        shards = [Shard.from_dict(s) for s in d["shards"]]
-        for i, shard in enumerate(shards):
-            _check_shard(i, shard, arrays)
-        if d["kind"] not in KINDS or d["storage"] not in STORAGES:
-            raise FormatError(
-                f"kind {d['kind']!r} / storage {d['storage']!r} is not one of {KINDS} / {STORAGES}"
-            )
-        classes = d.get("classes")
-        if classes is not None and not (
-            isinstance(classes, list) and all(isinstance(c, str) for c in classes)
-        ):
-            raise FormatError(f"classes {str(classes)[:40]} is not a list of names or null")
-        total = sum(s.count for s in shards)
+        extra, config = d.get("extra", {}), d.get("config", {})
+        if not isinstance(extra, dict) or not isinstance(config, dict):
+            raise FormatError(f"extra {str(extra)[:40]} or config {str(config)[:40]} is no object")
+        if version < FORMAT_VERSION:
+            d = upgrade(d)
+        if d["storage"] not in STORAGES:
+            raise FormatError(f"storage {d['storage']!r} is not one of {STORAGES}")
+        arrays = {k: array_spec(k, v) for k, v in d["arrays"].items()}
+        if not isinstance(d.get("fields"), dict):
+            raise FormatError(f"fields {str(d.get('fields'))[:40]} is not an object")
+        splits = d.get("splits", [])
+        if not isinstance(splits, list) or not all(isinstance(s, str) and s for s in splits):
+            raise FormatError(f"splits {str(splits)[:40]} is not a list of names")
+        shards: Sequence[Shard]
+        if "index" in d:
+            shards = open_index(d["index"], arrays, d["storage"], splits, resolve)
+        else:
+            shards = [Shard.from_dict(s) for s in d["shards"]]
+            for i, shard in enumerate(shards):
+                check_shard(i, shard, arrays)
+        kept = ("config", "rejects", "extra", "tool_version", "index")
+        said: dict[str, Any] = {k: d[k] for k in kept if k in d}
+        said |= {"format_version": version, "command": str(d.get("command", ""))}
+        m = cls(d["storage"], arrays, shards, d["fields"], **said)
+        counts = m.counts()  # their int64 sum is num_samples: it must not wrap
+        big = len(counts) and int(counts.max()) > (2**63 - 1) // len(counts)
+        if big and sum(counts.tolist()) >= 2**63:
+            raise FormatError("its shards' counts add up to 2**63 samples or more")
+        total = m.num_samples
         if d.get("num_samples", total) != total:
             raise FormatError(
                 f"the manifest says {d['num_samples']} samples but its shards hold {total}"
             )
-        check_extra(d, arrays, total)
-        return cls(
-            kind=d["kind"],
-            storage=d["storage"],
-            arrays=arrays,
-            shards=shards,
-            config=d.get("config", {}),
-            classes=classes,
-            rejects=d.get("rejects", 0),
-            extra=d.get("extra", {}),
-            tool_version=d.get("tool_version", ""),
-            format_version=version,
-        )
+        return m
 
     def ref(self, shard: int, name: str) -> tuple[ArrayRef, ArraySpec]:
-        """Where array `name` of shard `shard` is and what it holds; `name + OFFSETS` is a
-        ragged array's offsets (int64, count + 1)."""
+        """Where array `name` of shard `shard` is and what it holds (`NAME.offsets` too)."""
         if name.endswith(OFFSETS):
             name = name.removesuffix(OFFSETS)
             spec = self.arrays[name]
@@ -197,9 +365,6 @@ class Manifest:
             return off, ArraySpec(spec.field, spec.size, "int64", ())
         return self.shards[shard].arrays[name], self.arrays[name]
 
-    def fields(self) -> list[str]:
-        return sorted({a.field for a in self.arrays.values()})
-
     def array_for(self, field_name: str, size: int) -> str:
         """The array holding `field_name` at `size`: its sized one, or the size-free one."""
         sized = array_name(field_name, size)
@@ -207,57 +372,3 @@ class Manifest:
 
     def sizes(self) -> list[int]:
         return sorted({a.size for a in self.arrays.values() if a.size is not None})
-
-
-def _count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _names(file: object, key: object) -> bool:
-    """A file name, and a dataset name in it (.h5) or None (.npy)."""
-    return isinstance(file, str) and (key is None or (isinstance(key, str) and bool(key)))
-
-
-def _check_spec(name: str, spec: ArraySpec) -> None:
-    """Plain numbers only: a dtype holding Python objects would make numpy unpickle."""
-    try:
-        dtype = np.dtype(spec.dtype)
-    except (TypeError, ValueError, SyntaxError) as e:  # "a,b" is parsed as a record's fields
-        raise FormatError(f"array {name}: dtype {spec.dtype!r} is not a numpy dtype") from e
-    if dtype.kind not in "biuf" or dtype.hasobject:
-        raise FormatError(f"array {name}: dtype {spec.dtype!r} is not a plain numeric dtype")
-    if not all(_count(n) for n in spec.shape):
-        raise FormatError(f"array {name}: shape {list(spec.shape)} is not a list of sizes")
-    if not (spec.size is None or _count(spec.size)) or name != array_name(spec.field, spec.size):
-        raise FormatError(
-            f"array {name}: field {spec.field!r} at size {spec.size!r} is not named {name!r}"
-        )
-    FIELDS = registry.FIELDS
-    kind = FIELDS.get(spec.kind or spec.field)
-    if kind is None:
-        raise FormatError(
-            f"array {name}: field {spec.kind or spec.field!r} is not one of {sorted(FIELDS)}"
-        )
-    if spec.codec not in CODECS:
-        raise FormatError(f"array {name}: codec {spec.codec!r} is not one of {CODECS}")
-    problem = kind.problem(spec)
-    if problem is not None:
-        raise FormatError(f"array {name}: {problem}")
-
-
-def _check_shard(index: int, shard: Shard, arrays: dict[str, ArraySpec]) -> None:
-    if not _count(shard.count):
-        raise FormatError(f"shard {index}: count {shard.count!r} is not a number of samples")
-    for name, ref in shard.arrays.items():
-        refs = [ref] if ref.offsets is None else [ref, ref.offsets]
-        if not all(_count(r.length) and _names(r.file, r.key) for r in refs):
-            raise FormatError(f"shard {index}: array {name} has a bad file or length")
-        spec = arrays.get(name)
-        if spec is not None and spec.ragged != (ref.offsets is not None):
-            raise FormatError(
-                f"shard {index}: array {name} is {spec.codec} but "
-                f"{'has no' if spec.ragged else 'has'} offsets"
-            )
-    for rel, info in shard.files.items():
-        if not _count(info.bytes) or not is_sha256(info.sha256):
-            raise FormatError(f"shard {index}: file {rel} has a bad byte size or sha256")

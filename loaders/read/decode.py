@@ -1,147 +1,91 @@
-"""Turning stored samples into a batch's pixels on the CPU: JPEG decoding, crops, resizing.
-
-Each sample is a `Job`: its stored bytes or pixels, its (h, w), its crop box (or none), and the
-batch row it fills. `fill(jobs, threads)` runs them on a few threads: libjpeg-turbo (simplejpeg)
-and OpenCV release the GIL, so two threads decode on two cores. PIL is the fallback decoder.
-
-A JPEG sample is decoded at 1/2, 1/4 or 1/8 scale (DCT reduction, in the decoder) when its crop's
-output is at most that fraction of the box, and only its box where loaders._jpegroi is built
-(libjpeg-turbo's crop and skip; else the whole image), then the box is resized: bilinear,
-or area averaging when it still shrinks by more than 2 (as prep resizes); nearest for masks.
-`fast`: libjpeg-turbo's fast integer inverse DCT and plain chroma upsampling (FFCV's choice):
-about 10% less CPU a 256 px photo, pixels within a few levels (README, "Fast DCT").
-Bad bytes (a checksum that differs, a stream the decoder refuses, a size that is not the stored
-one) raise FormatError naming the shard file and sample; no grey or partial image is returned.
-"""
+"""A batch's pixels, on the GPU (decode_cuda) or the CPU: rows of `Pixels` run on a `Pool` of
+threads (libjpeg-turbo and OpenCV release the GIL), a JPEG decoded at 1/2, 1/4 or 1/8 scale
+when its box allows, only the box where loaders._jpegroi is built, then resized (bilinear,
+area past 2x, nearest for masks). Bad bytes are a FormatError naming the sample."""
 
 from __future__ import annotations
 
-import functools
-import io
 import math
+import os
 import threading
 import zlib
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import NoReturn, TypeVar
 
 import numpy as np
+import torch
+from torch.utils.data import get_worker_info
 
+from loaders.fields.image import decode_jpeg, scratch
 from loaders.format.spec import FormatError
-from loaders.read.pool import Pool
 
 try:  # the C extension built by setup.py where libjpeg-turbo's headers are (loaders/_jpegroi.c)
-    from loaders import _jpegroi as _roi
+    import loaders._jpegroi as _roi
 except ImportError:  # not built: crops decode the whole image, then take their box
     _roi = None
 
 FACTORS = (8, 4, 2)  # libjpeg's power-of-two DCT scales, largest first
 # A box is decoded alone when the rows down to its bottom times its width are at most this share
-# of the image: simplejpeg's whole decode is faster per pixel (CPU per 256 px photo: a
-# RandomResizedCrop's box 240 us alone against 330 whole; a 224-of-256 centre 310 against 285).
+# of the image: the whole decode is faster per pixel (per 256 px photo: a RandomResizedCrop's
+# box 240 us alone, 330 whole; a 224 centre 310 against 285; with fast_dct 157 against 170).
 ROI_SHARE = 0.7
-# With fast_dct the box alone wins further: a 224-of-256 centre 157 us against 170 whole.
 ROI_SHARE_FAST = 0.9
-_local = threading.local()  # per thread: a scratch buffer for decoded images
-# A buffer for JPEG samples this large or more is allocated once their headers say they are the
-# sides the manifest claims (a lie of 16000 px for 32 px files costs B x 768 MB first). Below it
-# the allocation costs less than reading the headers, and each decode checks its own sides.
-CHECKED_BYTES = 64 << 20
+T = TypeVar("T")  # what a pool's threads are given: jobs, or ranges of a batch
 
 
-class Places(Sequence[str]):
-    """Where each sample of a batch is, for errors: "FILE (shard S, sample K)", made only when
-    one is asked for (a string a sample would cost more than checking its checksum)."""
+class Pool:
+    """A few threads, made on first use and after a fork; in a DataLoader worker, none."""
 
-    def __init__(
-        self,
-        files: dict[int, object],
-        shard: np.ndarray,
-        local: np.ndarray,
-        source: Callable[[int, int], str | None] | None = None,  # ShardStore.source
-    ):
-        self.files, self.shard, self.local, self.source = files, shard, local, source
+    def __init__(self, threads: int):
+        self.threads = threads
+        self._pool: ThreadPoolExecutor | None = None
+        self._pid = 0
+        self._lock = threading.Lock()  # loader threads may share one dataset
 
-    def __len__(self) -> int:
-        return len(self.local)
+    def map(self, fn: Callable[[Sequence[T]], None], jobs: Sequence[T]) -> None:
+        n = min(self.threads, len(jobs))
+        if n <= 1 or get_worker_info() is not None:
+            fn(jobs)
+            return
+        with self._lock:
+            if self._pool is None or self._pid != os.getpid():
+                self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="prep-decode")
+                self._pid = os.getpid()
+        step = -(-len(jobs) // n)  # one contiguous chunk a thread: few futures a batch
+        futures = [self._pool.submit(fn, jobs[i : i + step]) for i in range(0, len(jobs), step)]
+        for fut in futures:
+            fut.result()  # re-raises a FormatError of any sample
 
-    def __getitem__(self, j: int) -> str:  # type: ignore[override]
-        s, k = int(self.shard[j]), int(self.local[j])
-        src = self.source(s, k) if self.source is not None else None
-        return f"{self.files[s]} (shard {s}, sample {k}){f', packed from {src}' if src else ''}"
+    def __reduce__(self) -> tuple[type[Pool], tuple[int]]:  # a new pool, threads made on use
+        return Pool, (self.threads,)
 
 
 @dataclass
-class Job:
-    """One sample of a batch: `src` (JPEG bytes, or pixels (h, w[, C])), `dst` its batch row."""
+class Pixels:
+    """A batch's samples: `srcs` (JPEG bytes, or pixels (h, w[, C])), stored (h, w) `hw`, crop
+    `boxes` (top, left, height, width), JPEG's stored CRC-32s, and `places` (store.Places)."""
 
-    dst: np.ndarray  # (oh, ow, C) or (oh, ow), uint8, C-contiguous
-    src: np.ndarray
+    srcs: Sequence[np.ndarray]
+    places: Sequence[str]
     jpeg: bool
-    hw: tuple[int, int]  # the stored image's (h, w)
-    box: tuple[int, ...]  # (top, left, height, width) in it
-    crc: int | None  # the stored CRC-32 of a JPEG sample's bytes
-    places: Places  # where the batch's samples are, for errors
-    row: int  # this sample's row in the batch
-    nearest: bool = False  # a mask: class ids are never blended
-    fast: bool = False  # JPEG: the fast integer IDCT and plain upsampling
+    hw: np.ndarray
+    boxes: np.ndarray
+    crcs: np.ndarray | None = None
 
+    def fail(self, j: int, why: str) -> NoReturn:
+        raise FormatError(f"{self.places[j]}: {why}. HINT: run `prep verify`, then repack")
 
-def check_crc(src: np.ndarray, crc: int | None, places: Sequence[str], row: int) -> None:
-    """Bit rot is a FormatError, never a smeared picture (CPU and GPU; crc None: not stored)."""
-    if crc is not None and zlib.crc32(src.data) != crc:
-        why = "the JPEG bytes differ from their checksum (bit rot, or a file changed after packing)"
-        raise FormatError(f"{places[row]}: {why}. HINT: run `prep verify`, then repack")
-
-
-def jpeg_sides(data: np.ndarray) -> tuple[int, int]:
-    """(h, w) of the JPEG in `data`, from its header alone (a few us). Raises ValueError or
-    OSError for bytes that are no JPEG."""
-    try:
-        import simplejpeg
-    except ImportError:  # the fallback decoder's header parse
-        from PIL import Image
-
-        with Image.open(io.BytesIO(data.tobytes())) as im:
-            return im.height, im.width
-    h, w, _, _ = simplejpeg.decode_jpeg_header(data)
-    return int(h), int(w)
-
-
-def sides_problem(srcs: Sequence[np.ndarray], hw: np.ndarray) -> tuple[int, str] | None:
-    """The first JPEG of `srcs` whose header is not its stored (h, w) of `hw` (B, 2), and how;
-    None when all are. Run before a batch of those sides is allocated: a manifest that claims
-    16000 px for 32 px JPEGs would otherwise cost B x 16000 x 16000 x C bytes first."""
-    for j, (src, (h, w)) in enumerate(zip(srcs, hw.tolist(), strict=True)):
-        try:
-            got = jpeg_sides(src)
-        except (ValueError, OSError, SyntaxError) as e:
-            return j, f"the JPEG sample cannot be decoded ({e})"
-        if got != (h, w):
-            return j, f"the JPEG sample is {got[1]}x{got[0]} px, the manifest says {w}x{h}"
-    return None
-
-
-def check_sides(
-    srcs: Sequence[np.ndarray],
-    hw: np.ndarray,
-    crcs: np.ndarray | None,
-    places: Sequence[str],
-    nbytes: int,
-) -> None:
-    """Before a buffer of `nbytes` for the batch is allocated (CHECKED_BYTES or more):
-    FormatError naming the first JPEG sample whose header is not its stored size (bit rot,
-    when its checksum differs)."""
-    found = sides_problem(srcs, hw) if nbytes >= CHECKED_BYTES else None
-    if found is not None:
-        j, why = found
-        check_crc(srcs[j], None if crcs is None else int(crcs[j]), places, j)
-        raise FormatError(f"{places[j]}: {why}. HINT: run `prep verify`, then repack")
+    def check_crc(self, j: int) -> None:
+        """Bit rot is a FormatError, never a smeared picture (on the CPU and the GPU)."""
+        if self.crcs is not None and zlib.crc32(self.srcs[j].data) != int(self.crcs[j]):
+            why = "bit rot, or a file changed after packing"
+            self.fail(j, f"the JPEG bytes differ from their checksum ({why})")
 
 
 def factor(box_hw: tuple[int, int], out_hw: tuple[int, int]) -> int:
-    """The DCT scale divisor for a box shrunk to `out_hw`: 2, 4 or 8 when the output is at most
-    that fraction of the box on both sides, else 1.
+    """The DCT scale divisor, 2, 4 or 8 if the output is at most that part of the box, else 1.
 
     >>> factor((448, 500), (224, 224)), factor((300, 300), (224, 224)), factor((64, 64), (8, 8))
     (2, 1, 8)
@@ -152,86 +96,14 @@ def factor(box_hw: tuple[int, int], out_hw: tuple[int, int]) -> int:
     return 1
 
 
-def _scratch(nbytes: int) -> bytearray:
-    buf: bytearray | None = getattr(_local, "buf", None)
-    if buf is None or len(buf) < nbytes:
-        buf = _local.buf = bytearray(nbytes)
-    return buf
-
-
-def decode_jpeg(
-    data: np.ndarray,
-    hw: tuple[int, int],
-    f: int,
-    channels: int,
-    out: np.ndarray | None = None,
-    fast: bool = False,
-) -> np.ndarray:
-    """The JPEG in `data` decoded at 1/f scale: (ceil(h / f), ceil(w / f), channels) uint8,
-    into `out` when given (its shape must be that); `fast`: the fast IDCT (simplejpeg only).
-    Raises ValueError or OSError for bad bytes."""
-    h, w = math.ceil(hw[0] / f), math.ceil(hw[1] / f)
-    try:
-        import simplejpeg
-    except ImportError:  # the fallback: PIL's draft() gives the same DCT scales
-        return _decode_pil(data, hw, f, channels, out)
-    buf = out if out is not None else _scratch(h * w * channels)
-    img = simplejpeg.decode_jpeg(
-        data,
-        colorspace="GRAY" if channels == 1 else "RGB",
-        min_height=h,
-        min_width=w,
-        buffer=buf,
-        strict=True,  # "Premature end of JPEG file" and other warnings raise
-        fastdct=fast,
-        fastupsample=fast,
-    )
-    if img.shape != (h, w, channels):
-        raise ValueError(f"decoded {img.shape[1]}x{img.shape[0]}, stored {hw[1]}x{hw[0]}")
-    return img
-
-
-def _decode_pil(
-    data: np.ndarray, hw: tuple[int, int], f: int, channels: int, out: np.ndarray | None
-) -> np.ndarray:
-    from PIL import Image
-
-    want = (math.ceil(hw[0] / f), math.ceil(hw[1] / f))
-    with Image.open(io.BytesIO(data.tobytes())) as im:
-        if im.size != (hw[1], hw[0]):
-            raise ValueError(f"{im.width}x{im.height}, stored {hw[1]}x{hw[0]}")
-        mode = "L" if channels == 1 else "RGB"
-        # Pillow picks the DCT scale from whole multiples (w // req): ask for sides // f.
-        im.draft(mode, (max(1, hw[1] // f), max(1, hw[0] // f)))
-        im.load()  # LOAD_TRUNCATED_IMAGES is off by default: a truncated stream raises
-        img = np.asarray(im.convert(mode)).reshape(im.height, im.width, channels)
-    if img.shape[:2] != want:  # a scale Pillow would not take (sides of a few px): resize
-        cv2 = _cv2()
-        img = cv2.resize(img, want[::-1], interpolation=cv2.INTER_AREA).reshape(*want, channels)
-    if out is not None:
-        out[...] = img
-        return out
-    return img
-
-
-@functools.cache
-def _cv2() -> Any:
-    """OpenCV, imported only when a crop resizes (`import loaders` stays without it), and set
-    to one thread: the decode pool's threads are the parallelism, and OpenCV's own pool on top
-    of them made each 224 px resize 1.9x slower on 2 cores (75 against 145 us). The setting is
-    OpenCV's, for the whole process."""
-    import cv2
-
-    cv2.setNumThreads(1)
-    return cv2
-
-
 def _resize(src: np.ndarray, dst: np.ndarray, nearest: bool) -> None:
     """`src` (h, w[, C]) resized into `dst` (oh, ow[, C]), in place."""
     if src.shape[:2] == dst.shape[:2]:
         dst[...] = src
         return
-    cv2 = _cv2()
+    import cv2  # here: `import loaders` stays without OpenCV
+
+    cv2.setNumThreads(1)  # (the whole process's) OpenCV's pool on ours: 1.9x slower on 2 cores
     if nearest:
         interp = cv2.INTER_NEAREST_EXACT
     elif src.shape[0] > 2 * dst.shape[0] or src.shape[1] > 2 * dst.shape[1]:
@@ -245,33 +117,30 @@ def _resize(src: np.ndarray, dst: np.ndarray, nearest: bool) -> None:
         dst[...] = out
 
 
-def _run(job: Job) -> None:
-    oh, ow = job.dst.shape[:2]
-    channels = job.dst.shape[2] if job.dst.ndim == 3 else 1
-    box = job.box
-    if not job.jpeg:
-        img = job.src.reshape(*job.hw, *job.dst.shape[2:])
-        top, left, bh, bw = box
-        _resize(img[top : top + bh, left : left + bw], job.dst, job.nearest)
-        return
-    check_crc(job.src, job.crc, job.places, job.row)
-    f = factor((box[2], box[3]), (oh, ow))
-    top, left, bh, bw = box
-    # The box at 1/f scale: whole decoded pixels covering it (at most one more on each side).
-    t, lft = top // f, left // f
-    region = (t, lft, -(-(top + bh) // f) - t, -(-(left + bw) // f) - lft)
-    direct = f == 1 and box == (0, 0, *job.hw) and job.hw == (oh, ow)
-    try:
-        if direct:
-            decode_jpeg(job.src, job.hw, f, channels, job.dst, job.fast)
-            return
-        img = decode_region(job.src, job.hw, f, region, channels, job.fast)
-    except (ValueError, OSError, SyntaxError) as e:
-        raise FormatError(
-            f"{job.places[job.row]}: the JPEG sample cannot be decoded ({e}). "
-            "HINT: run `prep verify`, then repack"
-        ) from e
-    _resize(img, job.dst, False)
+def run(dst: np.ndarray, p: Pixels, nearest: bool, fast: bool, rows: Sequence[int]) -> None:
+    """Rows `rows` of `dst` (B, oh, ow[, C]) from their samples' boxes, resized (`nearest`: a
+    mask, class ids never blended; `fast`: JPEG's fast integer IDCT and plain upsampling)."""
+    oh, ow = dst.shape[1:3]
+    channels = dst.shape[3] if dst.ndim == 4 else 1
+    for j in rows:
+        src, hw, (top, left, bh, bw) = p.srcs[j], tuple(p.hw[j].tolist()), p.boxes[j].tolist()
+        if not p.jpeg:
+            img = src.reshape(*hw, *dst.shape[3:])
+            _resize(img[top : top + bh, left : left + bw], dst[j], nearest)
+            continue
+        p.check_crc(j)
+        f = factor((bh, bw), (oh, ow))
+        # The box at 1/f scale: whole decoded pixels covering it (at most one more on each side).
+        t, lft = top // f, left // f
+        region = (t, lft, -(-(top + bh) // f) - t, -(-(left + bw) // f) - lft)
+        try:
+            if f == 1 and (top, left, bh, bw) == (0, 0, *hw) and hw == (oh, ow):  # in place
+                decode_jpeg(src, hw, f, channels, dst[j], fast)
+                continue
+            img = decode_region(src, hw, f, region, channels, fast)
+        except (ValueError, OSError, SyntaxError) as e:
+            p.fail(j, f"the JPEG sample cannot be decoded ({e})")
+        _resize(img, dst[j], False)
 
 
 def decode_region(
@@ -282,49 +151,53 @@ def decode_region(
     channels: int,
     fast: bool = False,
 ) -> np.ndarray:
-    """The pixels (h, w, channels) of `box` (top, left, h, w at 1/f scale) of the JPEG in `data`
-    of stored size `hw`: only the box decoded where loaders._jpegroi is built (the same pixels),
-    else a view of the whole image decoded. Raises ValueError or OSError for bad bytes."""
+    """The pixels (h, w, C) of `box` (at 1/f scale) of the JPEG `data`; ValueError, OSError."""
     top, left, h, w = box
     sides = (math.ceil(hw[0] / f), math.ceil(hw[1] / f))
     share = ROI_SHARE_FAST if fast else ROI_SHARE
     if _roi is None or (top + h) * w > share * sides[0] * sides[1]:
         return decode_jpeg(data, hw, f, channels, None, fast)[top : top + h, left : left + w]
-    out = np.frombuffer(_scratch(h * w * channels), np.uint8, h * w * channels)
+    out = np.frombuffer(scratch(h * w * channels), np.uint8, h * w * channels)
     _roi.decode_box(data, out, *sides, top, left, h, w, f, channels, fast)
     return out.reshape(h, w, channels)
 
 
-def jobs_for(
-    dst: np.ndarray,
-    srcs: Sequence[np.ndarray],
-    jpeg: bool,
-    hw: np.ndarray,
-    boxes: np.ndarray,
-    crcs: np.ndarray | None,
-    places: Places,
-    nearest: bool = False,
-    fast: bool = False,
-) -> list[Job]:
-    """One Job a batch row: `dst` (B, oh, ow[, C]), each sample's source, stored (h, w) and
-    box (B, 4), the stored CRC-32s (B,) of JPEG samples, and where each one is (for errors);
-    `nearest`: class ids (masks), never blended; `fast`: the fast JPEG IDCT."""
-    sides, box, crc = (
-        hw.tolist(),
-        boxes.tolist(),
-        [None] * len(srcs) if crcs is None else crcs.tolist(),
-    )
-    return [
-        Job(dst[j], src, jpeg, tuple(sides[j]), tuple(box[j]), crc[j], places, j, nearest, fast)
-        for j, src in enumerate(srcs)
-    ]
-
-
-def fill(jobs: Sequence[Job], pool: Pool) -> None:
-    """Run every job on `pool`'s threads."""
-    pool.map(_run_all, jobs)
-
-
-def _run_all(jobs: Sequence[Job]) -> None:
-    for job in jobs:
-        _run(job)
+def decode_cuda(p: Pixels, out_hw: tuple[int, int], channels: int) -> torch.Tensor:
+    """uint8 (B, C, oh, ow) on the GPU: the JPEG samples decoded at once by nvJPEG (torchvision)
+    in the main process, each one's box resized to `out_hw` (bilinear, antialiased)."""
+    if get_worker_info() is not None:
+        raise RuntimeError(
+            'decode="cuda" decodes in the main process (CUDA cannot start in forked workers). '
+            "HINT: make_loader(..., num_workers=0), or decode='cpu' in workers"
+        )
+    try:
+        from torchvision.io import ImageReadMode, decode_jpeg
+    except ImportError as e:
+        raise ImportError(
+            "decode='cuda' needs torchvision. HINT: pip install '.[gpu]' (or decode='cpu')"
+        ) from e
+    for j in range(len(p.srcs)):
+        p.check_crc(j)
+    data = [torch.from_numpy(np.array(src)) for src in p.srcs]  # a copy: the maps are read-only
+    mode = ImageReadMode.GRAY if channels == 1 else ImageReadMode.RGB
+    try:
+        images = decode_jpeg(data, mode=mode, device="cuda")
+    except RuntimeError as e:
+        raise FormatError(
+            f"a JPEG sample of {p.places[0]} ... {p.places[-1]} cannot be decoded ({e}). "
+            "HINT: run `prep verify`, then repack"
+        ) from e
+    out = torch.empty((len(p.srcs), channels, *out_hw), dtype=torch.uint8, device="cuda")
+    for j, img in enumerate(images):
+        if tuple(img.shape[1:]) != (int(p.hw[j, 0]), int(p.hw[j, 1])):
+            raise FormatError(f"{p.places[j]}: decoded {tuple(img.shape[1:])}, stored {p.hw[j]}")
+        top, left, h, w = (int(v) for v in p.boxes[j])
+        region = img[:, top : top + h, left : left + w]
+        if (h, w) != out_hw:
+            shrink = h > out_hw[0] or w > out_hw[1]
+            resized = torch.nn.functional.interpolate(
+                region[None].float(), size=out_hw, mode="bilinear", antialias=shrink
+            )
+            region = resized[0].round_().clamp_(0, 255)
+        out[j] = region
+    return out.contiguous(memory_format=torch.channels_last)

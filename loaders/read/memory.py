@@ -1,10 +1,6 @@
-"""A dataset's arrays read from its shard store, or from one copy of them in shared memory.
-
-`SharedArrays.load(names)` copies arrays of every shard into shared memory once (in_memory=True:
-for slow or network disks); DataLoader workers, forked or spawned, map that one copy. Raw arrays
-become one (samples, *shape) array; ragged and jpeg ones their data back to back with count + 1
-offsets in all, so that JPEG sizes stay compressed in RAM.
-"""
+"""`in_memory=True`: a store's arrays copied once into shared memory, which every worker of the
+loader maps instead of the files (SharedArrays); the store's own maps where an array was not
+copied."""
 
 from __future__ import annotations
 
@@ -15,90 +11,66 @@ import numpy as np
 import torch
 
 from loaders.format import OFFSETS
-from loaders.read.batches import new_shared
-from loaders.read.decode import Places
-from loaders.read.store import ShardStore
-
-
-def _shared(nbytes: int) -> torch.Tensor:
-    """uint8 over new shared memory, not zeroed (no copy of garbage, as new_batch)."""
-    return torch.empty(0, dtype=torch.uint8).set_(new_shared(nbytes))
+from loaders.read.loader import new_shared
+from loaders.read.store import Places, ShardStore
 
 
 class SharedArrays:
-    """Array `name` of shard `s`: `array(s, name)`, `ragged(s, name)` (data, offsets). Made per
-    process (a dataset's cached property, never pickled); `memory` is the dataset's, pickled."""
+    """A process's view of a store's arrays and of `memory` (array name -> its shared bytes)."""
 
     def __init__(self, store: ShardStore, memory: dict[str, torch.Tensor]):
         self.store = store
-        self._memory = memory  # array name -> its bytes, all shards (the dataset's: pickled)
+        self._memory = memory
         self._views: dict[str, np.ndarray] = {}  # numpy views of memory
 
     @cached_property
     def _starts(self) -> np.ndarray:  # cumulative sample counts
         return np.cumsum([0] + [s.count for s in self.store.manifest.shards])
 
-    def __contains__(self, name: str) -> bool:
-        return name in self._memory
-
     def load(self, names: set[str]) -> None:
-        arrays = self.store.manifest.arrays
-        starts, n = self._starts, int(self._starts[-1])
-        for name in sorted(names & set(arrays)):
-            spec = arrays[name]
-            if spec.ragged:
-                self._load_ragged(name)
+        """Copy arrays `names` into shared memory: raw ones whole, ragged ones with offsets."""
+        starts, m = self._starts, self.store.manifest
+        for name in sorted(names & set(m.arrays)):
+            spec = m.arrays[name]
+            size = np.dtype(spec.dtype).itemsize
+            if not spec.ragged:
+                self._memory[name] = new_shared(int(starts[-1]) * size * math.prod(spec.shape))
+                whole = self._view(name, writeable=True)
+                for s in range(len(starts) - 1):
+                    whole[starts[s] : starts[s + 1]] = self.store.array(s, name)
                 continue
-            self._memory[name] = _shared(n * np.dtype(spec.dtype).itemsize * math.prod(spec.shape))
-            whole = self._whole(name, writeable=True)
-            for shard in range(len(starts) - 1):
-                whole[starts[shard] : starts[shard + 1]] = self.store.array(shard, name)
+            refs = [shard.arrays[name] for shard in m.shards]
+            self._memory[name] = new_shared(sum(r.length for r in refs) * size)
+            off = torch.zeros(int(starts[-1]) + 1, dtype=torch.int64).share_memory_()
+            data, o, pos = self._view(name, writeable=True), off.numpy(), 0
+            for s, ref in enumerate(refs):
+                data[pos : pos + ref.length] = self.store.array(s, name)
+                o[starts[s] : starts[s + 1] + 1] = self.store.array(s, name + OFFSETS) + pos
+                pos += ref.length
+            self._memory[name + OFFSETS] = off
 
-    def _load_ragged(self, name: str) -> None:
-        """The data of every shard back to back, and count + 1 offsets in all into it. Offsets
-        and lengths count elements of the array's dtype (a float32 box row is 4 of them, 16
-        bytes): the copy is typed like the maps, never read as bytes."""
-        refs = [s.arrays[name] for s in self.store.manifest.shards]
-        starts = self._starts
-        data = _shared(sum(r.length for r in refs) * self._dtype(name).itemsize)
-        off = torch.zeros(int(starts[-1]) + 1, dtype=torch.int64).share_memory_()
-        d, o, pos = self._flat(data, name), off.numpy(), 0
-        for s, ref in enumerate(refs):
-            d[pos : pos + ref.length] = self.store.array(s, name)
-            o[starts[s] : starts[s + 1] + 1] = self.store.array(s, name + OFFSETS) + pos
-            pos += ref.length
-        self._memory[name], self._memory[name + OFFSETS] = data, off
-
-    def _dtype(self, name: str) -> np.dtype:
-        return np.dtype(self.store.manifest.arrays[name].dtype)
-
-    def _flat(self, data: torch.Tensor, name: str) -> np.ndarray:
-        """A ragged array's shared bytes as its elements (a view: no copy)."""
-        return data.numpy().view(self._dtype(name))
-
-    def _whole(self, name: str, writeable: bool = False) -> np.ndarray:
-        """Array `name` of every shard, as a view of its shared-memory bytes."""
-        whole = self._views.get(name)
-        if whole is None or writeable:
+    def _view(self, name: str, writeable: bool = False) -> np.ndarray:
+        """Array `name` of every shard as a view of its shared bytes (raw: (samples, *shape))."""
+        found = self._views.get(name)
+        if found is None or writeable:
             spec = self.store.manifest.arrays[name]
-            n = int(self._starts[-1])
-            whole = self._memory[name].numpy().view(spec.dtype).reshape(n, *spec.shape)
-            whole.flags.writeable = writeable  # the readers' copy is shared: never write to it
+            found = self._memory[name].numpy().view(spec.dtype)
+            if not spec.ragged:
+                found = found.reshape(int(self._starts[-1]), *spec.shape)
+            found.flags.writeable = writeable  # the readers' copy is shared: never write to it
             if not writeable:
-                self._views[name] = whole
-        return whole
+                self._views[name] = found
+        return found
 
     def array(self, shard: int, name: str) -> np.ndarray:
         if name not in self._memory:
             return self.store.array(shard, name)
-        return self._whole(name)[self._starts[shard] : self._starts[shard + 1]]
+        return self._view(name)[self._starts[shard] : self._starts[shard + 1]]
 
     def samples(
         self, name: str, groups: list[tuple[int, np.ndarray]], local: np.ndarray
     ) -> tuple[list[np.ndarray], Places]:
-        """Each sample of a batch (`groups`: (shard, batch positions), `local`: index in its
-        shard) of array `name`, as a view (a raw one's pixels, a ragged one's byte range), and
-        where it is ("FILE (shard S, sample K)", for errors)."""
+        """A batch's samples (by_shard `groups`, `local` index) of array `name`, and Places."""
         m = self.store.manifest
         spec = m.arrays[name]
         srcs: list[np.ndarray] = [np.empty(0)] * len(local)
@@ -123,21 +95,4 @@ class SharedArrays:
         if name not in self._memory:
             return self.store.array(shard, name), self.store.array(shard, name + OFFSETS)
         start, end = self._starts[shard], self._starts[shard + 1]
-        data = self._views.get(name)
-        if data is None:
-            data = self._views[name] = self._flat(self._memory[name], name)
-            data.flags.writeable = False  # the readers' copy is shared: never write to it
-        return data, self._memory[name + OFFSETS].numpy()[start : end + 1]
-
-
-def by_shard(shard: np.ndarray) -> list[tuple[int, np.ndarray]]:
-    """(shard, positions in the batch of its samples) for each shard of a batch, in shard order.
-
-    >>> [(s, p.tolist()) for s, p in by_shard(np.array([2, 0, 2]))]
-    [(0, [1]), (2, [0, 2])]
-    """
-    if len(shard) == 0:
-        return []
-    order = np.argsort(shard, kind="stable")
-    cuts = np.flatnonzero(np.diff(shard[order])) + 1
-    return [(int(shard[g[0]]), g) for g in np.split(order, cuts)]
+        return self._view(name), self._memory[name + OFFSETS].numpy()[start : end + 1]

@@ -1,20 +1,7 @@
-"""Which samples each rank reads in an epoch, and in what order.
-
-An epoch's order is a permutation of the whole dataset that depends only on (seed, epoch) and the
-shard sizes: never on the rank count, the DataLoader worker count or the process. Each rank then
-takes every `num_replicas`-th index of it, as torch's DistributedSampler does, so the ranks'
-shares are disjoint, cover the epoch, and have the same length (the last batches line up in DDP).
-
-Orders:
-
-- "sequential": the dataset's order.
-- "random": a full shuffle.
-- "blocks": shuffled blocks of BLOCK_ROWS consecutive rows (tables larger than RAM: a batch
-  is one or two contiguous slices per column).
-- "quasi_random": shuffle the shards, then the samples within each window of `window` shards.
-  A dataset larger than RAM is then read `window` shards at a time instead of randomly across
-  the whole disk. A batch mixes only the classes of those shards: when the inputs were packed
-  sorted by class (one class per shard), a batch holds about `window` classes.
+"""Which samples each rank reads in an epoch: a permutation that depends only on (seed, epoch)
+and the shard sizes, of which each rank takes every `num_replicas`-th index. Orders:
+"sequential", "random", "blocks" (shuffled blocks of BLOCK_ROWS rows: tables larger than RAM),
+"quasi_random" (the shards shuffled, then the samples within each window of `window` shards).
 
 >>> epoch_order([3, 3], "quasi_random", seed=3, epoch=0, window=1).tolist()  # shard 1, then 0
 [3, 5, 4, 0, 1, 2]
@@ -29,46 +16,24 @@ import numpy as np
 import torch.distributed as dist
 from torch.utils.data import Sampler
 
+from loaders.remote.prefetch import window_groups, windows
+
 OrderFn = Callable[[np.ndarray, np.random.Generator, int], np.ndarray]
-
-
-def _sequential(sizes: np.ndarray, rng: np.random.Generator, window: int) -> np.ndarray:
-    return np.arange(int(sizes.sum()), dtype=np.int64)
-
-
-def _random(sizes: np.ndarray, rng: np.random.Generator, window: int) -> np.ndarray:
-    return rng.permutation(int(sizes.sum())).astype(np.int64)
-
-
-def _windows(shards: np.ndarray, window: int) -> list[np.ndarray]:
-    return [shards[w : w + window] for w in range(0, len(shards), window)]
 
 
 def _quasi_random(sizes: np.ndarray, rng: np.random.Generator, window: int) -> np.ndarray:
     starts = np.concatenate([[0], np.cumsum(sizes)])
     parts = []
-    for group in _windows(rng.permutation(len(sizes)), window):  # the first draw: see windows()
+    for group in window_groups(rng.permutation(len(sizes)), window):  # first draw: windows()
         idx = np.concatenate([np.arange(starts[s], starts[s + 1]) for s in group])
         parts.append(rng.permutation(idx))
     return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
-
-
-def windows(num_shards: int, seed: int, epoch: int, window: int = 8) -> list[np.ndarray]:
-    """The shards of each window of epoch `epoch` in order "quasi_random", in reading order:
-    what a remote dataset prefetches (loaders.remote.prefetch).
-
-    >>> [w.tolist() for w in windows(3, seed=3, epoch=0, window=2)]
-    [[2, 1], [0]]
-    """
-    rng = np.random.default_rng([seed, epoch])  # as epoch_order: its first draw is the shards'
-    return _windows(rng.permutation(num_shards), window)
 
 
 BLOCK_ROWS = 4096  # "blocks": a batch of up to this many rows is one or two slices a column
 
 
 def _blocks(sizes: np.ndarray, rng: np.random.Generator, window: int) -> np.ndarray:
-    """Each shard cut into blocks of BLOCK_ROWS consecutive indices; the blocks shuffled."""
     starts = np.concatenate([[0], np.cumsum(sizes)])
     bounds = [
         (a, min(a + BLOCK_ROWS, int(starts[s + 1])))
@@ -80,32 +45,32 @@ def _blocks(sizes: np.ndarray, rng: np.random.Generator, window: int) -> np.ndar
 
 
 ORDERS: dict[str, OrderFn] = {
-    "sequential": _sequential,
-    "random": _random,
+    "sequential": lambda sizes, rng, window: np.arange(int(sizes.sum()), dtype=np.int64),
+    "random": lambda sizes, rng, window: rng.permutation(int(sizes.sum())).astype(np.int64),
     "quasi_random": _quasi_random,
     "blocks": _blocks,
 }
+
+
+def _check(order: str, window: int) -> None:
+    if order not in ORDERS:
+        raise ValueError(f"order {order!r} is not one of {', '.join(ORDERS)}")
+    if window < 1:
+        raise ValueError(f"window {window} must be at least 1 shard")
 
 
 def epoch_order(
     shard_sizes: Sequence[int], order: str, seed: int, epoch: int, window: int = 8
 ) -> np.ndarray:
     """Every index of the dataset once, in `order` for (seed, epoch): int64 (sum(shard_sizes),)."""
-    if order not in ORDERS:
-        raise ValueError(f"order {order!r} is not one of {', '.join(ORDERS)}")
-    if window < 1:
-        raise ValueError(f"window {window} must be at least 1 shard")
+    _check(order, window)
     rng = np.random.default_rng([seed, epoch])  # same (seed, epoch): same order, any platform
     return ORDERS[order](np.asarray(shard_sizes, dtype=np.int64), rng, window)
 
 
 def rank_share(order: np.ndarray, rank: int, num_replicas: int, drop_last: bool) -> np.ndarray:
-    """Rank `rank`'s indices of an epoch `order`, every `num_replicas`-th from `rank` on.
-
-    All ranks get the same count: with `drop_last` the tail that does not divide evenly is left
-    out of this epoch (len(order) // num_replicas each); without, the order is padded by repeating
-    its start (ceil(len(order) / num_replicas) each, a few samples seen twice), as torch's
-    DistributedSampler does.
+    """Rank `rank`'s indices of an epoch `order`, every `num_replicas`-th from `rank` on; the
+    tail that does not divide evenly left out (`drop_last`), else its start repeated.
 
     >>> rank_share(np.arange(5), 1, 2, drop_last=False).tolist()
     [1, 3, 0]
@@ -119,17 +84,9 @@ def rank_share(order: np.ndarray, rank: int, num_replicas: int, drop_last: bool)
 
 
 class ShardSampler(Sampler[int]):
-    """This rank's share of each epoch's order (see the module docstring); yields indices.
-
-    In one process every pass over the sampler advances the epoch by one, so each epoch has its
-    own order without a call. With more than one rank the epoch changes only by `set_epoch(e)`,
-    as with DistributedSampler: call it every epoch on every rank. A rank that iterated once more
-    than the others (a peek at a batch) would otherwise read another epoch's order than they do,
-    and the shares would overlap. The order is computed here, in the
-    main process, so DataLoader workers never change it.
-
-    `num_replicas` and `rank` default to torch.distributed's when it is initialised, else 1 and 0.
-    """
+    """This rank's share of each epoch's order. In one process each pass advances the epoch;
+    with more ranks only `set_epoch(e)` does (a rank that peeked would read another epoch).
+    `num_replicas` and `rank`: torch.distributed's when it is initialised, else 1 and 0."""
 
     def __init__(
         self,
@@ -141,10 +98,7 @@ class ShardSampler(Sampler[int]):
         rank: int | None = None,
         drop_last: bool = False,
     ):
-        if order not in ORDERS:
-            raise ValueError(f"order {order!r} is not one of {', '.join(ORDERS)}")
-        if window < 1:
-            raise ValueError(f"window {window} must be at least 1 shard")
+        _check(order, window)
         ddp = dist.is_available() and dist.is_initialized()
         self.num_replicas = num_replicas or (dist.get_world_size() if ddp else 1)
         self.rank = rank if rank is not None else (dist.get_rank() if ddp else 0)
@@ -157,10 +111,7 @@ class ShardSampler(Sampler[int]):
         self.on_window: Callable[[int, int], None] | None = None
 
     def follow(self, dataset: object) -> None:
-        """Tell a remote dataset the order: for "quasi_random" it fetches each window's shards
-        ahead of the reading and keeps the windows being read out of its cache's eviction
-        (loaders.remote.prefetch); for any order it warns if its cache_limit is too small for
-        it. make_loader calls it; a local dataset ignores it."""
+        """Tell a remote dataset the order (it fetches each window ahead: loaders.remote)."""
         store = getattr(dataset, "store", None)
         follow = getattr(getattr(store, "backend", None), "follow", None)
         ours = store is not None and len(store.manifest.shards) == len(self.shard_sizes)
@@ -171,17 +122,13 @@ class ShardSampler(Sampler[int]):
         self.epoch = epoch
 
     def skip(self, samples: int) -> None:
-        """Start the next pass after the first `samples` indices of this rank's share: to resume
-        an epoch where a run stopped (`set_epoch(e)` first; `samples` is what this rank read of
-        it, batches done x batch size). The pass then yields what the whole one would have after
-        them: the same order and batches, and with loaders.transforms the same augmentations
-        (drawn from each sample's index). Later passes are whole."""
+        """Start the next pass after the first `samples` of this rank's share, to resume an epoch
+        (`set_epoch(e)` first) with the whole pass's order and batches. Later passes are whole."""
         if samples < 0:
             raise ValueError(f"skip({samples}): a count of samples already read, 0 or more")
         self._skip = samples
 
-    def indices(self, epoch: int) -> np.ndarray:
-        """This rank's indices of `epoch`, in order."""
+    def indices(self, epoch: int) -> np.ndarray:  # this rank's, in order
         order = epoch_order(self.shard_sizes, self.order, self.seed, epoch, self.window)
         return rank_share(order, self.rank, self.num_replicas, self.drop_last)
 
@@ -196,42 +143,29 @@ class ShardSampler(Sampler[int]):
         epoch, share = self._take()
         if self.on_window is None or self.order != "quasi_random":
             return iter(share.tolist())
-        return self._by_window(share, epoch)
+        return (int(b[0]) for b in self._announced(share, epoch, 1, len(share)))
 
     def batches(self, size: int, drop_last: bool) -> Iterator[np.ndarray]:
-        """One pass, `size` indices at a time, as numpy arrays: what iterating the sampler and
-        batching gives (the epoch and the windows' announcements alike), without a Python int
-        per index."""
+        """One pass, `size` indices at a time as numpy arrays (iterating, batched)."""
         epoch, share = self._take()
         stop = len(share) - len(share) % size if drop_last else len(share)
         if self.on_window is None or self.order != "quasi_random":
             return (share[i : i + size] for i in range(0, stop, size))
         return self._announced(share, epoch, size, stop)
 
-    def _cuts(self, share: np.ndarray, epoch: int) -> list[int]:
-        """Where in `share` each window of `epoch` starts."""
-        sizes = np.asarray(self.shard_sizes, dtype=np.int64)
-        groups = windows(len(sizes), self.seed, epoch, self.window)
-        starts = np.cumsum([0] + [int(sizes[g].sum()) for g in groups[:-1]])
-        # Global position p is this rank's index (p - rank) / num_replicas: the first of a
-        # window starting at p is ceil((p - rank) / num_replicas); a skipped start shifts them.
-        firsts = -((self.rank - starts) // self.num_replicas) - (self._full() - len(share))
-        return np.clip(firsts, 0, len(share)).tolist()
-
-    def _by_window(self, share: np.ndarray, epoch: int) -> Iterator[int]:
-        """`share`, calling on_window(epoch, k) before the first index of window k."""
-        assert self.on_window is not None
-        cuts = self._cuts(share, epoch)
-        for k, (a, b) in enumerate(zip(cuts, [*cuts[1:], len(share)], strict=True)):
-            self.on_window(epoch, k)
-            yield from share[a:b].tolist()
-
     def _announced(
         self, share: np.ndarray, epoch: int, size: int, stop: int
     ) -> Iterator[np.ndarray]:
-        """The batches of `share[:stop]`, each window announced before its first batch."""
+        """The batches of `share[:stop]`, on_window(epoch, k) called before window k's first."""
         assert self.on_window is not None
-        cuts, k = self._cuts(share, epoch), 0
+        sizes = np.asarray(self.shard_sizes, dtype=np.int64)
+        groups = windows(len(sizes), self.seed, epoch, self.window)
+        starts = np.cumsum([0] + [int(sizes[g].sum()) for g in groups[:-1]])
+        # `cuts`: where in `share` each window starts. Global position p is this rank's index
+        # (p - rank) / num_replicas: the first of a window starting at p is
+        # ceil((p - rank) / num_replicas); a skipped start shifts them.
+        firsts = -((self.rank - starts) // self.num_replicas) - (self._full() - len(share))
+        cuts, k = np.clip(firsts, 0, len(share)).tolist(), 0
         for i in range(0, stop, size):  # (windows wholly skipped: announced at the first batch)
             while k < len(cuts) and cuts[k] < i + size:
                 self.on_window(epoch, k)

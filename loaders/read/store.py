@@ -1,53 +1,39 @@
-"""The shard store: what a dataset holds of its folder, the manifest and the open memory maps.
-
-A dataset holds one `ShardStore` (`ds.store`). The store reads the manifest once, hashes exactly
-the bytes it parsed, and maps shard arrays lazily, keeping at most `max_open` maps (each holds a
-file descriptor: Python's mmap keeps a duplicate of it). Reading goes through a backend that
-turns a manifest-relative file name into a local path to map: `LocalBackend` for a folder on a
-local or mounted file system.
-
-A repack (`prep pack --overwrite` swaps in a new folder) is found at the next batch: `check()`
-costs one `os.stat` of manifest.json and re-reads it only when its stat changed.
-"""
+"""The shard store (`ds.store`): a dataset's manifest, read once, and its arrays, mapped;
+SharedArrays: those arrays, or one copy of them in shared memory, and where samples are."""
 
 from __future__ import annotations
 
 import hashlib
 import os
 import resource
-from functools import cached_property
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
+from loaders.fields import declared
+from loaders.fields.base import decode_source
+from loaders.fields.checks import check_files, check_shard
 from loaders.format import (
     MANIFEST,
     OFFSETS,
     FormatError,
     Manifest,
     check_array,
-    check_files,
+    local_resolver,
     map_layout,
     problems_error,
     read_manifest_file,
     safe_path,
 )
-from loaders.format.arrays import Layout
-from loaders.format.kinds import decode_source
-from loaders.format.values import Arrays
+from loaders.format.arrays import Arrays, Layout
 
-
-def _default_max_open() -> int:
-    """A quarter of this process's open-file limit, 16 to 512: each map holds a descriptor, and
-    the rest stay for DataLoader pipes, sockets and the user's files (1,024, a common limit,
-    gives 256; `ulimit -n 256` gives 64). Random order over more arrays than this re-maps files:
-    raise `ulimit -n`, or read in quasi-random order."""
-    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    return 512 if soft == resource.RLIM_INFINITY else min(512, max(16, soft // 4))
-
-
-DEFAULT_MAX_OPEN = _default_max_open()
+# A quarter of this process's open-file limit, 16 to 512: each map holds a descriptor, the rest
+# are for DataLoader pipes, sockets and the user's files.
+_SOFT = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+DEFAULT_MAX_OPEN = 512 if _SOFT == resource.RLIM_INFINITY else min(512, max(16, _SOFT // 4))
 
 Stamp = tuple[int, int, int, int]  # st_dev, st_ino, st_size, st_mtime_ns of manifest.json
 
@@ -56,25 +42,25 @@ def _stamp(st: os.stat_result) -> Stamp:
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
+# Up to this many shards, a store checks every file when it opens a dataset; past it, each
+# shard's when it is first read (a million shards open in the time it takes to map the index).
+EAGER_SHARDS = 4096
+
+
 class Backend(Protocol):
-    """Where a dataset's files are: the manifest's bytes, and a local path to map per file."""
+    """Where a dataset's files are: the manifest, its resolver, a local path to map a file."""
 
     root: Any  # a Path; for a remote backend a loaders.remote.Url (a str joined like a Path)
 
     def read_manifest(self) -> tuple[bytes, Stamp]: ...
-
-    def manifest_stamp(self) -> Stamp | None:
-        """A cheap identity of the manifest now (None: it is gone)."""
-
-    def local_path(self, name: str) -> Path:
-        """A local file holding `name` (a manifest-relative file name), ready to map."""
-
-    def problems(self, manifest: Manifest) -> list[str]:
-        """What is wrong with the files against the manifest (check_files' lines)."""
+    def resolver(self) -> Any: ...
+    def manifest_stamp(self) -> Stamp | None: ...
+    def local_path(self, name: str) -> Path: ...
+    def problems(self, manifest: Manifest) -> list[str]: ...
 
 
 class LocalBackend:
-    """A dataset folder on a local or mounted file system: files are mapped where they are."""
+    """A folder on a local or mounted file system: files are mapped where they are."""
 
     def __init__(self, root: str | os.PathLike[str]):
         self.root = Path(root)
@@ -92,35 +78,21 @@ class LocalBackend:
     def local_path(self, name: str) -> Path:
         return safe_path(self.root, name)
 
+    def resolver(self) -> Any:
+        return local_resolver(self.root)
+
     def problems(self, manifest: Manifest) -> list[str]:
         return check_files(self.root, manifest)
 
 
-def make_backend(root: str | os.PathLike[str], max_open: int, **remote: Any) -> Backend:
-    """The backend for `root`: a URL is read through loaders.remote (fsspec, imported only
-    then) with `remote`'s cache_dir, cache_limit and storage_options; a path is local."""
-    from loaders.remote import RemoteBackend, url_of  # fsspec itself only for a URL
-
-    url = url_of(root)
-    if url is not None:
-        return RemoteBackend(url, hold=max_open, **remote)
-    if any(v is not None for v in remote.values()):
-        raise ValueError(f"{root} is a local folder: {', '.join(remote)} are for a URL only")
-    return LocalBackend(root)
-
-
 class ShardStore:
-    """A dataset folder of kind `kind`: its manifest, validated against the files once when the
-    store is made, and its shard arrays, mapped lazily, at most `max_open` at a time (least
-    recently used first out).
-
-    Pickles without the manifest and the maps: a worker process reads the manifest again,
-    refusing it unless it has the bytes first read, and maps what it reads itself."""
+    """A dataset folder: its manifest, checked against the files when made (past EAGER_SHARDS,
+    each shard when first read), and its arrays, mapped lazily, at most `max_open` at a time.
+    Pickles without manifest and maps: a worker reads the manifest again (the same bytes)."""
 
     def __init__(
         self,
         root: str | os.PathLike[str],
-        kind: str,
         *,
         max_open: int = DEFAULT_MAX_OPEN,
         backend: Backend | None = None,
@@ -128,28 +100,35 @@ class ShardStore:
     ):
         if max_open < 1:
             raise ValueError(f"max_open {max_open} must be at least 1 open map")
-        self.backend = backend or make_backend(root, max_open, **remote)
-        self.root, self.kind, self.max_open = self.backend.root, kind, max_open
+        if backend is None:  # fsspec (loaders.remote) is imported only for a URL
+            from loaders.remote import RemoteBackend, url_of
+
+            url, options = url_of(root), any(v is not None for v in remote.values())
+            if url is None and options:
+                raise ValueError(
+                    f"{root} is a local folder: {', '.join(remote)} are for a URL only"
+                )
+            backend = RemoteBackend(url, hold=max_open, **remote) if url else LocalBackend(root)
+        self.backend: Backend = backend
+        self.root, self.max_open = self.backend.root, max_open
         data, self._stamp = self.backend.read_manifest()
-        manifest = Manifest.from_json(data, self.root / MANIFEST)
-        if manifest.kind != kind:
-            raise FormatError(
-                f"{self.root / MANIFEST} holds {manifest.kind}, not {kind}. "
-                f"HINT: open it with the dataset class for {manifest.kind}"
-            )
+        manifest = Manifest.from_json(data, self.root / MANIFEST, self.backend.resolver())
+        declared(manifest)  # the fields against the arrays: one FormatError line if not
         checked: dict[int, Arrays] = {}  # each shard's arrays, laid out by the check
-        if isinstance(self.backend, LocalBackend):
-            problems = check_files(self.root, manifest, layouts=checked)
-        else:
+        self._checked = len(manifest.shards) <= EAGER_SHARDS
+        if not isinstance(self.backend, LocalBackend):
             problems = self.backend.problems(manifest)
+        elif self._checked:
+            problems = check_files(self.backend.root, manifest, layouts=checked)
+        else:
+            problems = []
         if problems:
             raise problems_error(problems)
         self._sha256 = hashlib.sha256(data).digest()
         self._manifest: Manifest | None = manifest
         self._maps: dict[tuple[int, str], np.ndarray] = {}  # in use order: oldest first
         self._windows: frozenset[int] | None = None  # the backend's, when last looked at
-        # Where each array mapped once lies in its file: a map evicted and needed again is
-        # mapped without reading its header again (a few small tuples a shard).
+        # Where each array checked lies in its file (an evicted map is mapped without a read)
         self._layouts: dict[tuple[int, str], tuple[Path, Layout]] = {
             (i, name): found for i, arrays in checked.items() for name, found in arrays.items()
         }
@@ -172,11 +151,10 @@ class ShardStore:
             )
         self._stamp = stamp  # the same bytes (touched, or an identical repack)
         if self._manifest is None:
-            self._manifest = Manifest.from_json(data, self.root / MANIFEST)
+            self._manifest = Manifest.from_json(data, self.root / MANIFEST, self.backend.resolver())
 
     def check(self) -> None:
-        """Raise FormatError if the folder was repacked since the store was made: one stat, and
-        a re-read only when the stat changed. Datasets call it once a batch."""
+        """FormatError if the folder was repacked since (one stat; once a batch)."""
         if self._manifest is None or self.backend.manifest_stamp() != self._stamp:
             self._reload()
         windows = getattr(self.backend, "windows", None)  # a remote dataset read quasi_random
@@ -186,10 +164,7 @@ class ShardStore:
                 self._maps.pop(key, None)
 
     def array(self, shard: int, name: str) -> np.ndarray:
-        """Array `name` of shard `shard` (its index in the manifest), read-only.
-
-        The store drops its reference to the least recently used map past `max_open`; the map
-        (and its descriptor) goes once nothing else refers to it."""
+        """Array `name` of shard `shard`, read-only; past `max_open`, the oldest map dropped."""
         key = (shard, name)
         arr = self._maps.pop(key, None)
         if arr is None:
@@ -211,17 +186,22 @@ class ShardStore:
         return arr
 
     def source(self, shard: int, k: int) -> str | None:
-        """The input file of sample `k` of shard `shard` as the dataset stores it (field
-        "source": a path relative to the packed SRC); None for a dataset packed without."""
+        """Sample `k` of shard `shard`'s field "source" (its input, relative to SRC), or None."""
         if "source" not in self.manifest.arrays:
             return None
         data, off = self.array(shard, "source"), self.array(shard, "source" + OFFSETS)
         return decode_source(data[off[k] : off[k + 1]])
 
     def _layout(self, shard: int, name: str) -> tuple[Path, Layout]:
-        """The array's local file and where it lies in it, checked against the manifest the
-        first time in this process."""
+        """The array's local file and layout, checked the first time in this process."""
         found = self._layouts.get((shard, name))
+        if found is None and not self._checked and isinstance(self.backend, LocalBackend):
+            checked: Arrays = {}  # a shard of a large dataset, checked as a small one's at open
+            problems = check_shard(self.manifest, shard, self.backend.local_path, out=checked)
+            if problems:
+                raise problems_error(problems)
+            self._layouts |= {(shard, n): where for n, where in checked.items()}
+            found = self._layouts.get((shard, name))
         if found is None:
             ref, spec = self.manifest.ref(shard, name)  # name + OFFSETS: a ragged one's offsets
             path = self.backend.local_path(ref.file)
@@ -235,13 +215,32 @@ class ShardStore:
         return self.__dict__ | {"_manifest": None, "_maps": {}, "_layouts": {}, "_windows": None}
 
 
-def pickled_state(obj: object) -> dict[str, Any]:
-    """`obj.__dict__` without the values of its cached properties, which hold what is derived
-    from the manifest (per-shard offsets, class names): a worker computes them again, so that
-    a dataset pickles to the same few hundred bytes whatever its shard and class count."""
-    cls = type(obj)
-    return {
-        k: v
-        for k, v in obj.__dict__.items()
-        if not isinstance(getattr(cls, k, None), cached_property)
-    }
+@dataclass(eq=False)
+class Places(Sequence[str]):
+    """Where each sample of a batch is, "FILE (shard S, sample K)": made when asked (errors)."""
+
+    files: dict[int, object]
+    shard: np.ndarray
+    local: np.ndarray
+    source: Callable[[int, int], str | None] | None = None  # ShardStore.source
+
+    def __len__(self) -> int:
+        return len(self.local)
+
+    def __getitem__(self, j: int) -> str:  # type: ignore[override]
+        s, k = int(self.shard[j]), int(self.local[j])
+        src = self.source(s, k) if self.source is not None else None
+        return f"{self.files[s]} (shard {s}, sample {k}){f', packed from {src}' if src else ''}"
+
+
+def by_shard(shard: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """(shard, positions in the batch of its samples) for each shard of a batch, in order.
+
+    >>> [(s, p.tolist()) for s, p in by_shard(np.array([2, 0, 2]))]
+    [(0, [1]), (2, [0, 2])]
+    """
+    if len(shard) == 0:
+        return []
+    order = np.argsort(shard, kind="stable")
+    cuts = np.flatnonzero(np.diff(shard[order])) + 1
+    return [(int(shard[g[0]]), g) for g in np.split(order, cuts)]

@@ -1,47 +1,44 @@
-"""Datasets on object storage: any fsspec URL (s3://, gs://, http(s)://, file://).
-
-`RemoteBackend` is the shard store's backend for a URL: it reads the manifest, then fetches each
-shard file on first use into a local cache shared by every process of the node
-(loaders.remote.cache), verified against the manifest's size and sha256, and hands the store
-the cached file to map. Credentials come from fsspec's own configuration (environment,
-profiles); `storage_options` passes through to the file system. Every request to the URL goes
-through loaders.remote.storage, which prep's uploads use too; fsspec is imported only there.
-"""
+"""Datasets at any fsspec URL: `RemoteBackend` fetches each file on first use into the node's
+cache (loaders.remote.cache), checks it on arrival with the folder checks (loaders.fields.checks)
+that `prep verify URL` runs on the whole, for the store to map (README.md, "Datasets on object
+storage")."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
+import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from loaders.format import MANIFEST, FormatError, Manifest, problems_error, read_manifest, safe_path
+from loaders.fields import declared, field_of
+from loaders.fields.checks import array_problems, check_shard
+from loaders.format import (
+    MANIFEST,
+    FileInfo,
+    FormatError,
+    Manifest,
+    Shard,
+    array_name,
+    problems_error,
+    read_manifest,
+    safe_path,
+)
 from loaders.remote.cache import FileCache, default_cache_dir, parse_bytes, warn_small_cache
-from loaders.remote.checks import arrival_problems, url_problems
-from loaders.remote.storage import BACKOFF, RETRIES, Storage, Url, filesystem, retried, url_of
+
+# BACKOFF is read from this module when a RemoteBackend is made: tests set it here.
+from loaders.remote.storage import BACKOFF, Storage, Url, name_problem, url_of
 
 if TYPE_CHECKING:  # torch only for a loader that follows windows, not for `prep` commands
     from loaders.remote.prefetch import Follower, WindowPlan
 
-__all__ = [
-    "RemoteBackend",
-    "Storage",
-    "Url",
-    "dataset_file",
-    "filesystem",
-    "open_remote",
-    "retried",
-    "url_of",
-]
-# A reader's requests are tried RETRIES times, BACKOFF seconds apart (doubling): storage's
-# defaults, read from this module when a RemoteBackend is made, so that
-# `loaders.remote.BACKOFF = 0.01` tunes the readers made after it.
 CHECK_EVERY = 10.0  # seconds between two looks at the remote manifest (a request each)
-
-Stamp = tuple[int, int, int, int]
-FileAt = Callable[[str, str], Path]  # (name, sha256) -> a local path of that file
+THREADS = 4  # downloads at once while verifying
+Stamp = tuple[int, int, int, int]  # as loaders.read.store's: manifest.json's size and ETag last
 
 
 def open_remote(root: object) -> tuple[RemoteBackend, Manifest] | None:
@@ -50,25 +47,21 @@ def open_remote(root: object) -> tuple[RemoteBackend, Manifest] | None:
     if url is None:
         return None
     backend = RemoteBackend(url)
-    data, _ = backend.read_manifest()
-    return backend, Manifest.from_json(data, backend.root / MANIFEST)
+    backend.read_manifest()
+    assert backend._manifest is not None  # set by read_manifest: parsed once
+    return backend, backend._manifest
 
 
-def dataset_file(root: str | os.PathLike[str], kind: str) -> tuple[Manifest, FileAt]:
-    """The manifest of a dataset of `kind` at a path or URL, and a function giving a local
-    path of one of its files by name and sha256 (at a URL: fetched into the cache, checked)."""
+def dataset_file(root: str | os.PathLike[str]) -> tuple[Manifest, Callable[[str, str], Path]]:
+    """The manifest of a dataset at a path or URL, and (name, sha256) -> a local path."""
     remote = open_remote(root)
-    m = remote[1] if remote else read_manifest(Path(root))
-    if m.kind != kind:
-        raise FormatError(f"{root} holds {m.kind}, not {kind}")
     if remote is None:
-        return m, lambda name, sha256: safe_path(Path(root), name)
-    return m, remote[0].named_file
+        return read_manifest(Path(root)), lambda name, sha256: safe_path(Path(root), name)
+    return remote[1], remote[0].named_file
 
 
 class RemoteBackend:
-    """A dataset at a URL, read through a verified local cache (see the module docstring); its
-    requests go through `storage` (loaders.remote.storage)."""
+    """A dataset at a URL, read through a verified local cache (see the module docstring)."""
 
     def __init__(
         self,
@@ -79,7 +72,7 @@ class RemoteBackend:
         storage_options: dict[str, Any] | None = None,
         hold: int = 128,
     ):
-        self.storage = Storage(url, storage_options, tries=RETRIES, backoff=BACKOFF)
+        self.storage = Storage(url, storage_options, BACKOFF)
         self.root = self.storage.root
         self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         self.cache_limit = parse_bytes(cache_limit)
@@ -105,9 +98,7 @@ class RemoteBackend:
             self._follower = Follower(self.plan, self.cache_limit)
 
     def follow(self, order: str, seed: int, window: int) -> Callable[[int, int], None] | None:
-        """The sampler's order, told by it (make_loader): for "quasi_random", share its position
-        with every process reading this dataset (loaders.remote.prefetch) and return what the
-        sampler calls at each window. Warns if cache_limit is below what the order keeps in use."""
+        """For "quasi_random", what the sampler calls at each window (loaders.remote.prefetch)."""
         if not self._shards:
             self.read_manifest()
         quasi = order == "quasi_random"
@@ -128,7 +119,7 @@ class RemoteBackend:
                 "folder), and that the dataset was uploaded (its manifest.json is put last)"
             )
         data = self.storage.read(MANIFEST)
-        m = self._manifest = Manifest.from_json(data, self.root / MANIFEST)
+        m = self._manifest = Manifest.from_json(data, self.root / MANIFEST, self.resolver())
         self._files = {n: (f.bytes, f.sha256) for s in m.shards for n, f in s.files.items()}
         self._shard_of = {n: i for i, s in reversed(list(enumerate(m.shards))) for n in s.files}
         self._shards = [  # an array in a file its shard does not list: refused at open
@@ -149,8 +140,7 @@ class RemoteBackend:
         return 0, 0, int(info.get("size") or 0), digest
 
     def manifest_stamp(self) -> Stamp | None:
-        """The remote manifest's size and ETag, looked at most every CHECK_EVERY seconds. When
-        the look fails (the network), the last one stands: cached files keep reading."""
+        """The remote manifest's size and ETag, at most every CHECK_EVERY s (else the last)."""
         now = time.monotonic()
         if self._checked is None or now - self._checked[0] >= CHECK_EVERY:
             last = self._checked[1] if self._checked else None
@@ -161,8 +151,8 @@ class RemoteBackend:
         if self._follower is not None:  # looked at once a batch: follow the sampler too
             moved = self._follower.follow(self._shards, self.local_path)
             if moved is not None:
-                self._cache.rank, self.windows = moved.rank, moved.shards
-                self._cache.hold_only(moved.files)
+                self._cache.rank, held, self.windows = moved
+                self._cache.hold_only(held)
         return self._checked[1]
 
     def local_path(self, name: str) -> Path:
@@ -173,38 +163,76 @@ class RemoteBackend:
             raise FormatError(f"{self.root}: manifest path {name!r} is not a listed file")
         if self._follower is not None:  # learn which arrays the dataset reads
             self._follower.read.add(self._array_of[name])
-        path = self._fetch(name)
-        if name not in self._checked_files:
-            self._check_arrival(name, path)
+        path = self._cached(name, *self._files[name])
+        if name not in self._checked_files:  # the arrays read with it: checked before first use
+            assert self._manifest is not None  # read with _files
+            i, fetch = self._shard_of[name], lambda n: self._cached(n, *self._files[n])
+            problems = arrival_problems(self._manifest, i, name, path, fetch, self.root)
+            if problems:
+                raise problems_error(problems)
+            self._checked_files.add(name)
         return path
-
-    def _fetch(self, name: str) -> Path:
-        size, sha256 = self._files[name]
-        return self._cached(name, size, sha256)
 
     def _cached(self, name: str, size: int, sha256: str) -> Path:
         url = self.storage.url(name)  # refuses a name that leaves the dataset
         return self._cache.get(sha256, size, url, lambda f: self.storage.download(name, f))
 
-    def _check_arrival(self, name: str, path: Path) -> None:
-        """The folder checks of the arrays read with `name`, on their cached copies, before
-        its first use in this process (loaders.remote.checks); FormatError naming the file."""
-        assert self._manifest is not None  # read with _files
-        i = self._shard_of[name]
-        problems = arrival_problems(self._manifest, i, name, path, self._fetch, self.root)
-        if problems:
-            raise problems_error(problems)
-        self._checked_files.add(name)
+    def resolver(self) -> Callable[[str, FileInfo], Path]:
+        """The shard index's files, fetched into the cache and checked like a shard's."""
+
+        def resolve(name: str, info: FileInfo) -> Path:
+            path = self._cached(name, info.bytes, info.sha256)
+            self._cache.pin(info.sha256)  # mapped for the whole run: never evicted under it
+            return path
+
+        return resolve
 
     def named_file(self, name: str, sha256: str) -> Path:
-        """A file the manifest names beside its shards (a tokenizer), fetched into the cache
-        and checked against `sha256` as a shard file is."""
+        """A file the manifest names beside its shards (a tokenizer), cached and checked."""
         return self._cached(name, self.storage.size(name), sha256)
 
     def problems(self, manifest: Manifest, checksums: bool = False) -> list[str]:
-        """check_files' lines for the URL (loaders.remote.checks.url_problems); `prep verify`
-        downloads into a temporary folder in the cache's folder."""
-        return url_problems(self.storage, manifest, checksums, self.cache_dir)
+        """check_files' lines for the URL (`prep verify` downloads into the cache's folder)."""
+        storage = self.storage
+
+        def download(name: str, path: Path) -> None:
+            with open(path, "wb") as f:
+                storage.download(name, f)
+
+        root = storage.root
+        found: dict[int, list[str]] = {-1: structure_problems(manifest, root)}
+        if found[-1]:
+            return found[-1]
+        if not root.startswith(("http://", "https://")):  # HTTP cannot list: each file's size
+            have = storage.listing()
+        else:
+            have = {n: storage.size(n) for s in manifest.shards for n in s.files}
+        for i, shard in enumerate(manifest.shards):
+            for name, info in shard.files.items():
+                if name not in have:
+                    found.setdefault(i, []).append(f"shard {i}: {root / name} is missing")
+                elif have[name] != info.bytes:
+                    found.setdefault(i, []).append(
+                        f"shard {i}: {root / name} has {have[name]} bytes, the manifest says "
+                        f"{info.bytes}"
+                    )
+        problems = [p for lines in found.values() for p in lines]
+        if not checksums:
+            return problems
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        for i, shard in enumerate(manifest.shards):
+            if i in found:  # found wanting already
+                continue
+            with tempfile.TemporaryDirectory(dir=self.cache_dir, ignore_cleanup_errors=True) as tmp:
+                copies = {n: Path(tmp, f"{k:06d}") for k, n in enumerate(sorted(shard.files))}
+                try:
+                    with ThreadPoolExecutor(THREADS) as pool:  # one request at a time waits mostly
+                        list(pool.map(download, copies, copies.values()))
+                    arrays = sorted({*manifest.arrays, *shard.arrays})
+                    problems += copy_problems(manifest, i, arrays, copies, root, True)
+                except FormatError as e:
+                    problems.append(f"shard {i}: {e}")
+        return problems + _kept_problems(storage, manifest)
 
     def __getstate__(self) -> dict[str, Any]:
         keep = ("storage", "root", "cache_dir", "cache_limit", "hold", "plan")
@@ -213,3 +241,78 @@ class RemoteBackend:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._init_process()
+
+
+def structure_problems(manifest: Manifest, url: object) -> list[str]:
+    """What check_files finds without reading a file, checked when a URL is opened."""
+    return [
+        f"shard {i}: {p}"
+        for i, s in enumerate(manifest.shards)
+        for p in [name_problem(url, n) for n in s.files] + array_problems(manifest, s)
+        if p
+    ]
+
+
+def copy_problems(
+    manifest: Manifest,
+    index: int,
+    arrays: list[str],
+    copies: dict[str, Path],
+    url: Url,
+    checksums: bool = False,
+) -> list[str]:
+    """check_shard's lines for `arrays` of shard `index`, read from `copies` (name -> path)."""
+    shard = manifest.shards[index]
+    shards = list(manifest.shards)
+    shards[index] = Shard(
+        shard.count,
+        {a: shard.arrays[a] for a in arrays if a in shard.arrays},
+        {n: shard.files[n] for n in copies if n in shard.files},
+        shard.split,
+    )
+    specs = {a: manifest.arrays[a] for a in arrays if a in manifest.arrays}
+    view = dataclasses.replace(manifest, arrays=specs, shards=shards)
+    view._declared = declared(manifest)  # type: ignore[attr-defined]  # the same fields
+    # The view's shard lists only the files copied.
+    found = check_shard(view, index, copies.__getitem__, checksums=checksums, values=checksums)
+    names = sorted(((str(p), str(url / n)) for n, p in copies.items()), reverse=True)
+    for path, remote in names:  # the local copies' paths -> the URLs they came from
+        found = [line.replace(path, remote) for line in found]
+    return found
+
+
+def _kept_problems(storage: Storage, manifest: Manifest) -> list[str]:
+    """The files fields keep beside the shards (a tokenizer), against their sha256."""
+    found = []
+    for name, field in declared(manifest).items():
+        for file, sha256 in field.files(name).items():
+            url = storage.root / file
+            try:
+                same = storage.sha256(file) == sha256
+            except FormatError as e:
+                gone = "does not exist" in str(e)
+                found.append(f"{name}: {url} is missing" if gone else f"{name}: {e}")
+                continue
+            if not same:
+                found.append(f"{name}: {url} checksum differs from the manifest")
+    return found
+
+
+def arrival_problems(
+    manifest: Manifest, index: int, name: str, path: Path, fetch: Callable[[str], Path], url: Url
+) -> list[str]:
+    """The folder checks of the arrays read with file `name` of shard `index` (copied at `path`)."""
+    shard = manifest.shards[index]
+    held = [a for a, r in shard.arrays.items() if name in (r.file, r.offsets and r.offsets.file)]
+    names: set[str] = set()
+    for array in held:
+        if array in manifest.arrays:
+            key, field = field_of(manifest, array)
+            size = manifest.arrays[array].size  # another size's pixels are not checked with it
+            mine = [s for s in field.arrays(key) if size is None or s.size in (None, size)]
+            names |= {array_name(s.field, s.size) for s in mine} | set(field.needs(key))
+    arrays = sorted(n for n in names if n in manifest.arrays)
+    refs = [shard.arrays[a] for a in arrays if a in shard.arrays]
+    files = {r.file for r in refs} | {r.offsets.file for r in refs if r.offsets}
+    copies = {n: fetch(n) for n in sorted(files) if n in shard.files}
+    return copy_problems(manifest, index, arrays, copies | {name: path}, url)

@@ -1,15 +1,7 @@
-"""The local cache of remote shard files, shared by every process of a node.
-
-Layout under `cache_dir` (default `$PREP_CACHE`, else `~/.cache/prep`): `files/XX/SHA256`, the
-file whose sha256 is SHA256 (XX: its first two hex digits), so that two datasets or two
-versions of one never collide, with two empty lock files beside it: `SHA256.fetch` (held
-exclusively by the one process that downloads it) and `SHA256.use` (held shared by each process
-that reads it; eviction takes it exclusively, without waiting, and skips a file it cannot get).
-
-A download goes to `SHA256.HOST-PID-RANDOM.tmp`, is checked against the manifest's byte size and
-sha256 as it streams, and is renamed: a reader sees a whole, verified file or none. The
-modification time of an entry is its last use (LRU across processes).
-"""
+"""The node's cache of remote files: `cache_dir/files/XX/SHA256`, verified in a `.tmp` file then
+renamed, its mtime its last use (LRU). Lock files: `SHA256.fetch` (held by the one process that
+downloads it) and `SHA256.use` (held shared by each reader; eviction skips a file whose lock it
+cannot take exclusively)."""
 
 from __future__ import annotations
 
@@ -22,7 +14,7 @@ import socket
 import threading
 import warnings
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
@@ -54,9 +46,7 @@ _warned: set[tuple[str, int]] = set()  # (url, window): once each
 
 
 def warn_small_cache(url: str, limit: int | None, shard_bytes: list[int], window: int) -> None:
-    """Warn once per dataset when `limit` is below what its reading order keeps in use: one
-    window of its largest shards for "quasi_random" (`window` shards), else the whole dataset
-    (window 0): every epoch then downloads every shard again."""
+    """Warn once when `limit` is below `window` of the largest shards (0: the whole dataset)."""
     need = sum(sorted(shard_bytes)[-window:]) if window else sum(shard_bytes)
     if limit is None or limit >= need or (url, window) in _warned:
         return
@@ -72,34 +62,38 @@ def warn_small_cache(url: str, limit: int | None, shard_bytes: list[int], window
     )
 
 
-@contextlib.contextmanager
-def _flocked(path: Path, how: int) -> Iterator[int]:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+def _locked(path: str | Path, how: int) -> int:
+    """The fd of lock file `path` (made, with its folder, if need be), flock'ed `how`."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except FileNotFoundError:  # the first file of its folder
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     try:
         fcntl.flock(fd, how)
-        yield fd
-    finally:
+    except OSError:
         os.close(fd)
+        raise
+    return fd
 
 
 class FileCache:
-    """The files of one cache folder that this process uses: it keeps a shared `.use` lock on
-    the last `hold` files it handed out (a file it maps, or the window it reads), so that no
-    other process evicts them."""
+    """One cache folder as this process uses it: a shared `.use` lock on the last `hold` files
+    it handed out keeps other processes from evicting them."""
 
     def __init__(self, cache_dir: Path, limit: int | None, hold: int):
         self.dir, self.limit, self.hold = cache_dir / "files", limit, max(1, hold)
         self._held: OrderedDict[str, int] = OrderedDict()  # sha256 -> fd of its .use lock
         self._whole: set[str] = set()  # of those, the ones found whole: handed out at once
+        self._pinned: dict[str, int] = {}  # held for the process's life (pin)
         self._lock = threading.Lock()  # prefetch threads share `_held`
         # Eviction order: a key per entry, (sha256, mtime_ns) -> smaller first, None: keep it
         # (loaders.remote.prefetch sets it from the sampler's windows); default LRU.
         self.rank: Callable[[str, int], tuple[int, int] | None] = lambda sha, mtime: (0, mtime)
 
     def entry(self, sha256: str, source: str = "") -> Path:
-        """The cached file `sha256` (of `source`, named in errors). Refuses a sha256 that is not
-        64 lowercase hex digits: a manifest's "../../x" would name a file outside the cache."""
-        if not is_sha256(sha256):  # an entry's name: never a path, whatever a manifest says
+        """The cached file `sha256` (of `source`, named in errors)."""
+        if not is_sha256(sha256):  # a manifest's "../../x" would name a file outside the cache
             raise FormatError(
                 f"{source or self.dir}: the manifest's sha256 {str(sha256)[:80]!r} is not 64 "
                 "lowercase hex digits; refused. HINT: the manifest was edited or damaged: repack"
@@ -109,8 +103,7 @@ class FileCache:
     def get(
         self, sha256: str, size: int, source: str, download: Callable[[BinaryIO], None]
     ) -> Path:
-        """The cached file `sha256` of `size` bytes, downloading it from `source` (through
-        `download(file)`) first unless a whole copy is there. Only one process downloads it."""
+        """The cached file `sha256`, `download(file)`ed by one process unless it is there whole."""
         path = self.entry(sha256, source)
         with self._lock:
             if sha256 in self._whole:  # whole when handed out, and held since: still there
@@ -118,10 +111,13 @@ class FileCache:
                 return path
         self._use(sha256)  # before looking: eviction now skips it
         if not _whole(path, size):
-            with _flocked(path.with_name(sha256 + ".fetch"), fcntl.LOCK_EX):
+            fd = _locked(path.with_name(sha256 + ".fetch"), fcntl.LOCK_EX)
+            try:
                 if not _whole(path, size):  # not fetched by another process meanwhile
                     self._fetch(path, sha256, size, source, download)
                     self.evict()
+            finally:
+                os.close(fd)
         with contextlib.suppress(OSError):
             os.utime(path)  # its last use, for LRU eviction
         with self._lock:
@@ -154,28 +150,22 @@ class FileCache:
         """Hold `sha256`'s .use lock (shared), dropping the oldest past `hold`."""
         with self._lock:
             fd = self._held.pop(sha256, None)
-            if fd is None:
-                path = f"{self.entry(sha256)}.use"
-                try:
-                    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-                except FileNotFoundError:  # the first file of its folder
-                    os.makedirs(os.path.dirname(path), exist_ok=True)
-                    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-                fcntl.flock(fd, fcntl.LOCK_SH)  # waits only while an evictor checks it
+            if fd is None:  # the shared lock waits only while an evictor checks the file
+                fd = _locked(f"{self.entry(sha256)}.use", fcntl.LOCK_SH)
             self._held[sha256] = fd
             while len(self._held) > self.hold:
                 self._drop(next(iter(self._held)))
 
+    def pin(self, sha256: str) -> None:
+        """Hold `sha256` as long as this process runs (a shard index, mapped for the whole run)."""
+        with self._lock:
+            if sha256 not in self._pinned:  # its own open file: held past _drop's close
+                self._pinned[sha256] = _locked(f"{self.entry(sha256)}.use", fcntl.LOCK_SH)
+
     def hold_only(self, keep: set[str]) -> None:
-        """Let go of the files not in `keep` (the windows around the sampler): others may evict
-        them, and a map of one this process still has keeps its bytes until it is dropped."""
+        """Let go of the files not in `keep`: others may evict them (a map keeps the bytes)."""
         with self._lock:
             for sha256 in [s for s in self._held if s not in keep]:
-                self._drop(sha256)
-
-    def release(self) -> None:
-        with self._lock:
-            for sha256 in list(self._held):
                 self._drop(sha256)
 
     def _drop(self, sha256: str) -> None:
@@ -186,9 +176,8 @@ class FileCache:
             with contextlib.suppress(OSError):
                 os.utime(self.entry(sha256))
 
-    def evict(self) -> int:
-        """Remove least recently used files that no process holds until the cache is under
-        its limit; the bytes left."""
+    def evict(self) -> None:
+        """Remove the files first in `rank` that no process holds until under the limit."""
         entries = []
         for p in self.dir.glob("??/*"):
             if len(p.name) == 64 and "." not in p.name:
@@ -197,30 +186,27 @@ class FileCache:
                     entries.append((st.st_mtime_ns, st.st_size, p))
         total = sum(e[1] for e in entries)
         if self.limit is None:
-            return total
+            return
         ranked = [(key, size, p) for t, size, p in entries if (key := self.rank(p.name, t))]
         for _, size, p in sorted(ranked):
             if total <= self.limit:
                 break
             if p.name in self._held:
                 continue
-            fd = os.open(p.with_name(p.name + ".use"), os.O_RDWR | os.O_CREAT, 0o666)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fd = _locked(p.with_name(p.name + ".use"), fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 continue  # another process reads it
-            else:
+            try:
                 with contextlib.suppress(FileNotFoundError):
                     p.unlink()
                     total -= size
             finally:
                 os.close(fd)
-        return total
 
 
 def _whole(path: Path, size: int) -> bool:
-    """A complete cache entry: renamed into place only once verified, so its size suffices (a
-    file truncated or damaged later, with another size, is fetched again)."""
+    """A complete cache entry: renamed into place only once verified, so its size suffices."""
     try:
         return path.stat().st_size == size
     except FileNotFoundError:

@@ -1,54 +1,43 @@
-"""Following the sampler through its "quasi_random" windows: prefetch and window-aware eviction.
-
-The sampler, in the main process, writes where it is (`WindowPlan.set`: epoch and window) as it
-starts yielding a window; each process that reads (a DataLoader worker, or the main process
-with 0 workers) looks once a batch (`Follower.follow`). When the sampler moved on:
-
-- the shard files of the window it yields now and of the next one are fetched into the cache by
-  background threads (each worker fetches its share; the per-file lock makes one download of
-  each per node), only the arrays this process reads, and only when the windows around the
-  sampler fit in `cache_limit`;
-- eviction, in every process of the loader, never removes a file of the previous, current or
-  next window (the workers may still read the previous one: they run a few batches behind the
-  sampler), and removes first the files already read this epoch, then those of other datasets
-  (least recently used first), then the files needed latest in the epoch. This is Belady's
-  order for a known epoch: plain LRU removes the file needed soonest (Mosaic Streaming #658).
-"""
+"""Following the sampler through its "quasi_random" windows: the sampler writes where it is
+(`WindowPlan.set`), each reading process looks once a batch (`Follower.follow`), prefetches the
+windows ahead and ranks the cache for eviction (README.md, "Datasets on object storage")."""
 
 from __future__ import annotations
 
 import bisect
+import contextlib
 import math
 import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
-from loaders.read.samplers import windows
-
 THREADS = 4  # downloads at once per process (a worker fetches only its share)
 Rank = Callable[[str, int], "tuple[int, int] | None"]
 
 
-class Moved(NamedTuple):
-    """What a process keeps once the sampler moved: the eviction order of the cache (`rank`),
-    the sha256 of the files of the windows around the sampler (`files`, held) and their shards
-    (`shards`, kept mapped)."""
+def window_groups(shards: np.ndarray, window: int) -> list[np.ndarray]:
+    return [shards[w : w + window] for w in range(0, len(shards), window)]
 
-    rank: Rank
-    files: set[str]
-    shards: frozenset[int]
+
+def windows(num_shards: int, seed: int, epoch: int, window: int = 8) -> list[np.ndarray]:
+    """The shards of each window of `epoch` in order "quasi_random", in reading order.
+
+    >>> [w.tolist() for w in windows(3, seed=3, epoch=0, window=2)]
+    [[2, 1], [0]]
+    """
+    rng = np.random.default_rng([seed, epoch])  # as epoch_order: its first draw is the shards'
+    return window_groups(rng.permutation(num_shards), window)
 
 
 class WindowPlan:
     """Which window the sampler yields now, shared by every process of a loader: one int64 in
-    shared memory (epoch * windows + window, -1 before the first), so that persistent workers,
-    forked or spawned, see it move. Pickles to a few numbers and that tensor."""
+    shared memory (epoch * windows + window, -1 before the first) that workers see move."""
 
     def __init__(self, num_shards: int, seed: int, window: int):
         self.num_shards, self.seed, self.window = num_shards, seed, window
@@ -78,9 +67,7 @@ class WindowPlan:
 
 
 class Follower:
-    """One process's side of a remote dataset's plan (see the module docstring). `files[s]`
-    maps shard s's array names to (file name, bytes, sha256); `fetch(name)` puts file `name`
-    into the cache."""
+    """One process's side of a plan; `files[s]`: shard s's array -> (file, bytes, sha256)."""
 
     def __init__(self, plan: WindowPlan, limit: int | None):
         self.plan, self.limit = plan, limit
@@ -94,29 +81,23 @@ class Follower:
 
     def follow(
         self, files: list[dict[str, tuple[str, int, str]]], fetch: Callable[[str], object]
-    ) -> Moved | None:
-        """When the sampler moved (or this process learnt another array it reads): start the
-        prefetch, and say what stays (None: nothing new)."""
+    ) -> tuple[Rank, set[str], frozenset[int]] | None:
+        """Once the sampler moved, the prefetch started: (eviction order, held sha256, shards)."""
         at = self.plan.position()
         with self._lock:  # the loader's reading threads all look
             if at is None or (at, len(self.read)) == self._done:
                 return None
             self._done = at, len(self.read)
         shards = frozenset(s for d in (-1, 0, 1) for s in self.plan.shards(at + d).tolist())
-        near = {at + d: self._files(files, at + d) for d in (-1, 0, 1)}
+        near: dict[int, list[tuple[str, int, str]]] = {}  # each window's files this process reads
+        for w in (at - 1, at, at + 1):
+            ids = self.plan.shards(w).tolist()
+            near[w] = [files[s][a] for s in ids for a in self.read & files[s].keys()]
         guarded = {sha for group in near.values() for _, _, sha in group}
         wanted = [f for group in (near[at], near[at + 1]) for f in group]
         if self.limit is None or sum({sha: b for _, b, sha in wanted}.values()) <= self.limit:
             self._prefetch(sorted({name for name, _, _ in wanted}), fetch)
-        return Moved(self._rank(files, at, guarded), guarded, shards)
-
-    def _files(
-        self, files: list[dict[str, tuple[str, int, str]]], at: int
-    ) -> list[tuple[str, int, str]]:
-        """(name, bytes, sha256) of the arrays this process reads, in window `at`'s shards."""
-        return [
-            files[s][a] for s in self.plan.shards(at).tolist() for a in self.read if a in files[s]
-        ]
+        return self._rank(files, at, guarded), guarded, shards
 
     def _prefetch(self, names: list[str], fetch: Callable[[str], object]) -> None:
         worker = get_worker_info()
@@ -131,18 +112,14 @@ class Follower:
 
     def _quietly(self, fetch: Callable[[str], object], name: str) -> None:
         """A prefetch that fails is let be: the read that needs the file raises the error."""
-        try:
+        with contextlib.suppress(Exception):  # fetched again, and reported, when read
             fetch(name)
-        except Exception:  # fetched again, and reported, when read
-            pass
-        finally:
-            self._pending.discard(name)
+        self._pending.discard(name)
 
     def _rank(
         self, files: list[dict[str, tuple[str, int, str]]], at: int, guarded: set[str]
     ) -> Rank:
-        """Eviction order for position `at`: a key per cache entry (smaller goes first), None
-        for a file that must stay."""
+        """Eviction order at `at`: a key per cache entry (smaller goes first), None: stays."""
         first = at - at % self.plan.per_epoch
         if self._uses[0] != first:  # once an epoch: where each file is read in it
             uses: dict[str, list[int]] = {}

@@ -1,14 +1,13 @@
 """Object storage: the one place that talks to a URL, for reading a dataset (loaders.remote) and
-for writing one (prep.run.remote). `Storage` is a folder at any fsspec URL; every request it
-makes (list, get, put, delete, exists) is retried on a network error, and fails in one
-OSError or FormatError that names the URL and the fix. fsspec is imported on first use.
-"""
+for writing one (prep.run.remote). Every request is retried on a network error, then fails in
+one OSError or FormatError that names the URL and the fix."""
 
 from __future__ import annotations
 
 import hashlib
 import os
 import re
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -26,8 +25,7 @@ _PART = re.compile(r"[^/\\\0?#%]+")  # no separators, queries, fragments or %-es
 
 
 def url_of(root: object) -> str | None:
-    """The URL `root` names, or None for a local path. A URL that went through `Path` (which
-    folds `s3://b` into `s3:/b`) is mended."""
+    """The URL `root` names (one folded by `Path` into `s3:/b` mended), or None for a path."""
     m = _URL.match(os.fspath(root) if isinstance(root, os.PathLike) else str(root))
     if not m or len(m.group(1)) < 2:  # one letter: a Windows drive, not a scheme
         return None
@@ -47,9 +45,7 @@ class Url(str):
 
 
 def name_problem(url: object, name: object) -> str | None:
-    """Why a file name may not be joined to the dataset's URL (None: it may): an absolute or
-    `..` path, or a query, would reach another object (a folder's reader refuses them too:
-    loaders.format.safe_path)."""
+    """Why a file name may not be joined to the dataset's URL (`..`, a query...), or None."""
     parts = name.split("/") if isinstance(name, str) else [""]
     if all(_PART.fullmatch(p) and p not in (".", "..") for p in parts):
         return None
@@ -86,9 +82,8 @@ def retried(
     backoff: float | None = None,
     doing: str = "read",
 ) -> T:
-    """`fn()`, tried again with backoff on a network error; then one OSError naming `what` (it
-    could not be `doing`). A missing file or refused credentials fail at once (FormatError):
-    trying again cannot help."""
+    """`fn()`, tried again with backoff on a network error, then one OSError naming `what`; a
+    missing file or refused credentials fail at once (FormatError): trying again cannot help."""
     tries, backoff = tries or RETRIES, BACKOFF if backoff is None else backoff
     for attempt in range(tries):
         try:
@@ -121,28 +116,35 @@ def retried(
 
 
 def _network(e: FileNotFoundError) -> bool:
-    """fsspec's HTTP file system reports a refused connection as FileNotFoundError, caused by
-    the network error: that one is worth trying again."""
+    """fsspec's HTTP reports a refused connection as FileNotFoundError caused by a network error."""
     cause = e.__cause__
     return isinstance(cause, (OSError, TimeoutError)) and not isinstance(cause, FileNotFoundError)
 
 
+def _or_none(fn: Callable[[Url], T]) -> Callable[[Url], T | None]:
+    """fn, giving None where the file does not exist (not for a network error: see _network)."""
+
+    def call(url: Url) -> T | None:
+        try:
+            return fn(url)
+        except FileNotFoundError as e:
+            if _network(e):
+                raise
+            return None
+
+    return call
+
+
 class Storage:
-    """A folder at a URL: its files by name (relative to `root`), each request retried (see the
-    module docstring). Each process makes its own file system: fsspec's async ones (s3, http)
-    refuse to run in a forked child, such as a DataLoader worker. Pickles without it."""
+    """A folder at a URL, its files by name. Each process makes its own file system: fsspec's
+    async ones (s3, http) refuse to run in a forked child (a DataLoader worker)."""
 
     def __init__(
-        self,
-        url: str,
-        storage_options: dict[str, Any] | None = None,
-        *,
-        tries: int | None = None,
-        backoff: float | None = None,
+        self, url: str, storage_options: dict[str, Any] | None = None, backoff: float | None = None
     ):
         self.root = Url(url)
         self.storage_options = storage_options or {}
-        self.tries, self.backoff = tries, backoff  # None: this module's RETRIES and BACKOFF
+        self.backoff = backoff  # None: this module's BACKOFF
         self._fs: Any = None
         self._pid = 0
 
@@ -153,103 +155,67 @@ class Storage:
         return self._fs
 
     def url(self, name: str) -> Url:
-        """The URL of file `name`; a name that would leave the folder (`..`, a query) is
-        refused."""
+        """The URL of file `name`; one that would leave the folder (`..`, a query) is refused."""
         problem = name_problem(self.root, name)
         if problem:
             raise FormatError(f"{problem}. HINT: the manifest was edited or damaged: repack")
         return self.root / name
 
-    def _retried(self, url: str, fn: Callable[[], T], doing: str = "read") -> T:
-        return retried(url, fn, self.tries, self.backoff, doing)
-
-    @property
-    def lists(self) -> bool:
-        """Whether the URL can be listed (HTTP cannot: ask each file's size)."""
-        return not self.root.startswith(("http://", "https://"))
+    def _request(self, name: str, fn: Callable[[Url], T], doing: str = "read") -> T:
+        """fn(the URL of file `name`), retried."""
+        url = self.url(name)
+        return retried(url, lambda: fn(url), RETRIES, self.backoff, doing)
 
     def listing(self) -> dict[str, int]:
         """File name -> byte size, for every file under the folder."""
-        found = self._retried(self.root, lambda: self.fs.find(self.root, detail=True))
+        found = retried(
+            self.root, lambda: self.fs.find(self.root, detail=True), RETRIES, self.backoff
+        )
         base = self.fs._strip_protocol(self.root).rstrip("/") + "/"
         return {p[len(base) :]: int(i.get("size") or 0) for p, i in found.items()}
 
     def info(self, name: str) -> dict[str, Any] | None:
         """fsspec's info of file `name` (its size, ETag...); None when there is no such file."""
-        url = self.url(name)
-
-        def once() -> dict[str, Any] | None:
-            try:
-                return dict(self.fs.info(url))
-            except FileNotFoundError as e:
-                if _network(e):
-                    raise
-                return None
-
-        return self._retried(url, once)
-
-    def exists(self, name: str) -> bool:
-        return self.info(name) is not None
+        return self._request(name, _or_none(lambda url: dict(self.fs.info(url))))
 
     def size(self, name: str) -> int:
-        url = self.url(name)
-        return int(self._retried(url, lambda: self.fs.size(url)))
+        return int(self._request(name, lambda url: self.fs.size(url)))
 
     def read(self, name: str) -> bytes:
         """The whole of file `name` (a manifest: small)."""
-        url = self.url(name)
-        data: bytes = self._retried(url, lambda: self.fs.cat_file(url))
-        return data
+        return bytes(self._request(name, lambda url: self.fs.cat_file(url)))
 
     def download(self, name: str, dst: BinaryIO) -> None:
         """File `name` streamed into `dst` (from its start again on each try)."""
-        url = self.url(name)
 
-        def once() -> None:
+        def once(url: Url) -> None:
             dst.seek(0)
             dst.truncate()
             with self.fs.open(url, "rb", block_size=CHUNK) as src:
-                while chunk := src.read(CHUNK):
-                    dst.write(chunk)
+                shutil.copyfileobj(src, dst, CHUNK)
 
-        self._retried(url, once)
+        self._request(name, once)
 
     def sha256(self, name: str) -> str:
         """The sha256 of file `name`, streamed (nothing kept)."""
-        url = self.url(name)
 
-        def once() -> str:
-            h = hashlib.sha256()
+        def once(url: Url) -> str:
             with self.fs.open(url, "rb", block_size=CHUNK) as src:
-                while chunk := src.read(CHUNK):
-                    h.update(chunk)
-            return h.hexdigest()
+                return hashlib.file_digest(src, "sha256").hexdigest()
 
-        return self._retried(url, once)
+        return self._request(name, once)
 
     def put(self, local: Path, name: str) -> None:
-        """The local file up as `name`: one PUT, or a multipart upload that shows only once
-        complete."""
-        url = self.url(name)
-        self._retried(url, lambda: self.fs.put_file(str(local), url), "write")
+        """The local file up as `name`: one PUT, or a multipart upload shown once complete."""
+        self._request(name, lambda url: self.fs.put_file(str(local), url), "write")
 
     def write(self, name: str, data: bytes) -> None:
         """`data` as file `name`, in one PUT: a reader sees the old file or the new one."""
-        url = self.url(name)
-        self._retried(url, lambda: self.fs.pipe_file(url, data), "write")
+        self._request(name, lambda url: self.fs.pipe_file(url, data), "write")
 
     def remove(self, name: str) -> None:
         """File `name` removed (already gone: nothing to do)."""
-        url = self.url(name)
-
-        def once() -> None:
-            try:
-                self.fs.rm_file(url)
-            except FileNotFoundError as e:
-                if _network(e):
-                    raise
-
-        self._retried(url, once, "remove")
+        self._request(name, _or_none(lambda url: self.fs.rm_file(url)), "remove")
 
     def __getstate__(self) -> dict[str, Any]:
         return self.__dict__ | {"_fs": None, "_pid": 0}

@@ -1,5 +1,3 @@
 """The `prep` command line (prep.cli.main): every command and its options."""
 
-from prep.cli.main import app
-
-__all__ = ["app"]
+from prep.cli.main import app as app

@@ -3,23 +3,18 @@
 from __future__ import annotations
 
 import functools
-import importlib
-import signal
-import threading
-from collections.abc import Callable
-from typing import Annotated, Any, TypeVar
+import inspect
+import os
+from pathlib import Path
+from typing import Annotated, Any, Optional
 
 import typer
 
-import prep.cli.inspect as inspect
-import prep.cli.options as options
-from loaders.format import FormatError
-from prep.cli.demo import demo
-from prep.cli.dupes import dupes
-from prep.cli.imports import app as import_app
-from prep.cli.report import report as html_report
+from prep.cli.inspect import dupes, info, preview, report, tune, verify
+from prep.cli.options import KIND, JobsOpt, QuietOpt, command, friendly
 from prep.kinds.audio.config import AudioConfig
 from prep.kinds.images.config import PackConfig
+from prep.kinds.importers.config import CocoConfig, HFConfig, PairsConfig, WdsConfig, unquoted
 from prep.kinds.samples.config import SamplesConfig
 from prep.kinds.table.config import TableConfig
 from prep.kinds.text.config import TokenizeConfig
@@ -28,205 +23,260 @@ from prep.kinds.volumes.config import VolumeConfig
 from prep.run.config import RunConfig
 from prep.run.errors import PrepError, UsageError
 from prep.run.profile import IMAGE_STAGES, TEXT_STAGES
-from prep.version import __version__
+from prep.run.version import __version__
 
-app = typer.Typer(
-    help="Pack raw images and text once, offline, into uint8 shards that `loaders` memory-maps.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
+_typer = functools.partial(
+    typer.Typer, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False
 )
-F = TypeVar("F", bound=Callable[..., Any])
-EXIT_FAILED, EXIT_INTERRUPTED = 1, 130
+app = _typer(
+    help="Pack raw images and text once, offline, into uint8 shards that `loaders` memory-maps."
+)
 
 
-def friendly(fn: F) -> F:
-    """A user-fixable problem becomes one line on stderr and a non-zero exit, not a traceback."""
+def _writer(
+    name: str,
+    config: type[RunConfig],
+    runner: str,
+    doc: str,
+    stages: tuple[str, ...] = IMAGE_STAGES,
+    one_size: bool = False,
+    group: typer.Typer = app,
+    arguments: tuple[str, ...] = ("src", "out"),
+    pattern: bool = False,
+    **defaults: Any,
+) -> None:
+    """Command `prep NAME` over `runner` (its module imported only when the command runs);
+    `pattern`: SRC is a brace pattern."""
 
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        # SIGTERM (a batch scheduler's stop, `kill`) ends a run as Ctrl-C does: workers stopped,
-        # temp files removed, finished shards kept for --resume.
-        in_main = threading.current_thread() is threading.main_thread()
-        previous = signal.signal(signal.SIGTERM, _interrupt) if in_main else None
-        try:
-            return fn(*args, **kwargs)
-        except (PrepError, FormatError) as e:
-            typer.echo(f"error: {e}", err=True)
-            raise typer.Exit(getattr(e, "exit_code", EXIT_FAILED)) from None
-        except KeyboardInterrupt:
-            typer.echo(
-                "interrupted: temp files removed, finished shards kept; "
-                "rerun with --resume to finish",
-                err=True,
-            )
-            raise typer.Exit(EXIT_INTERRUPTED) from None
-        finally:
-            if in_main:
-                signal.signal(signal.SIGTERM, previous)
-
-    return wrapper  # type: ignore[return-value]
-
-
-def _interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
-
-
-def _pack(name: str, doc: str, gray: bool | None = None, one_size: bool = False) -> None:
-    def run(cfg: Any, quiet: bool, profile: bool) -> None:
-        from prep.kinds.images.pack import pack
-
+    def check(cfg: Any) -> None:
         if one_size and len(cfg.sizes) != 1:
             raise UsageError(
                 f"prep {name} makes one size, not {cfg.sizes}: use prep pack --sizes for several"
             )
-        _report(cfg, pack(cfg, show_progress=not quiet, profile=profile), IMAGE_STAGES)
 
-    command = friendly(options.command(PackConfig, run, {"gray": gray}))
-    command.__doc__ = doc
-    app.command(name)(command)
+    cmd = command(config, runner, stages, doc, defaults, check, arguments)
+    if pattern:  # more arguments than SRC OUT: an unquoted brace pattern the shell expanded
+
+        @functools.wraps(cmd)
+        def checked(ctx: typer.Context, **values: Any) -> None:
+            if ctx.args:
+                raise unquoted(f"{len(ctx.args) + 2} arguments where SRC OUT are 2")
+            cmd(**values)
+
+        ctx = inspect.Parameter("ctx", KIND, annotation=typer.Context)
+        params = [ctx, *inspect.signature(cmd).parameters.values()]
+        checked.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    made = checked if pattern else cmd
+    group.command(name, context_settings={"allow_extra_args": pattern})(friendly(made))
 
 
-def _report(cfg: Any, summary: Any, stages: tuple[str, ...]) -> None:
-    """The summary line, then the --profile table (known `stages` first, in their order)."""
-    from prep.run.profile import profile_table
-
-    typer.echo(summary.line())
-    if summary.stages is not None:
-        workers = min(cfg.n_jobs, max(1, summary.shards - summary.reused))
-        typer.echo(profile_table(summary.stages, stages, workers))
-
-
-_pack(
-    "pack",
-    """Pack images into uint8 shards at one or more sizes, from ONE decode each.
+PACK_HELP = """Pack images into uint8 shards at one or more sizes, from ONE decode each.
 
 Example: prep pack data/raw/images data/packed --sizes 128,256 --masks data/raw/masks
-""",
-)
-_pack(
-    "resize",
-    """Pack at one size (pack with a single --size).
+"""
+
+RESIZE_HELP = """Pack at one size (pack with a single --size).
 
 Example: prep resize data/raw/images data/resized --size 512 --mode fit
-""",
-    one_size=True,
-)
-_pack(
-    "grayscale",
-    """Pack one-channel images, converted at decode time (pack --gray).
+"""
+
+GRAYSCALE_HELP = """Pack one-channel images, converted at decode time (pack --gray).
 
 Example: prep grayscale data/raw/images data/gray --size 256
-""",
-    gray=True,
-    one_size=True,
-)
+"""
 
-
-def _kind(
-    name: str, config: type[RunConfig], runner: str, stages: tuple[str, ...], doc: str
-) -> None:
-    """A writing command: load its config, run `runner` ("module:function"), report."""
-
-    def run(cfg: Any, quiet: bool, profile: bool) -> None:
-        module, function = runner.split(":")
-        write = getattr(importlib.import_module(module), function)
-        _report(cfg, write(cfg, show_progress=not quiet, profile=profile), stages)
-
-    command = friendly(options.command(config, run))
-    command.__doc__ = doc
-    app.command(name)(command)
-
-
-# The run driver's data kinds beside pack: adding a kind is one entry here (its module is
-# imported only when its command runs).
-KINDS: dict[str, tuple[type[RunConfig], str, tuple[str, ...], str]] = {
-    "tokenize": (
-        TokenizeConfig,
-        "prep.kinds.text.tokenize:tokenize",
-        TEXT_STAGES,
-        """Tokenize text into flat token shards with document offsets, split train/val.
+TOKENIZE_HELP = """Tokenize text into flat token shards with document offsets, split train/val.
 
 Tokens are uint8/16/32, the narrowest that holds the vocabulary; the tokenizer file travels in OUT.
 
 Example: prep tokenize data/demo-raw/text data/demo-tokens --tokenizer bpe --vocab-size 512
-""",
-    ),
-    "audio": (
-        AudioConfig,
-        "prep.kinds.audio.pack:audio",
-        ("list", "read", "resample", "write", "checksum"),
-        """Decode sound files once, resample with soxr, store int16 (or float16) clips, ragged.
+"""
+
+AUDIO_HELP = """Decode sound files once, resample with soxr, store int16 (or float16) clips, ragged.
 
 WAV, FLAC, OGG/Vorbis, Opus and MP3 through libsndfile, other formats through FFmpeg (PyAV).
 Class sub-folders (or a CSV/JSONL list, or --labels) give labels; AudioDataset reads windows.
 
 Example: prep audio speech/ packed/speech --rate 16000 --mono --max-seconds 30
-""",
-    ),
-    "volumes": (
-        VolumeConfig,
-        "prep.kinds.volumes.pack:volumes",
-        (),
-        """Pack 3-D scans (NIfTI, DICOM) once: reorient, resample, window, crop.
+"""
+
+VOLUMES_HELP = """Pack 3-D scans (NIfTI, DICOM) once: reorient, resample, window, crop.
 
 PatchDataset then reads random patches through memory maps.
 
 Example: prep volumes scans/ packed-ct/ --labels segs/ --spacing 1.5,1.5,1.5 --window -1000,400
-""",
-    ),
-    "samples": (
-        SamplesConfig,
-        "prep.kinds.samples.pack:pack_recipe",
-        IMAGE_STAGES,
-        """Pack samples of any shape: a recipe's make(input) returns a dict of its FIELDS.
+"""
+
+SAMPLES_HELP = """Pack samples of any shape: a recipe's make(input) returns a dict of its FIELDS.
 
 Inputs: a .csv/.jsonl/.parquet file (each row a dict), a .txt of paths, or a folder (paths).
 make() returns None to skip an input, or raises prep.Reject("why") to record it as a reject.
 
 Example: prep samples annotations.jsonl packed --recipe recipes/detection.py --jobs 2
-""",
-    ),
-    "table": (
-        TableConfig,
-        "prep.kinds.table.pack:pack_table",
-        (),
-        """Pack CSV/TSV/JSONL/Parquet tables (.csv.gz too) into typed column arrays.
+"""
+
+TABLE_HELP = """Pack CSV/TSV/JSONL/Parquet tables (.csv.gz too) into typed column arrays.
 
 Integers narrowed, floats float32, text and --categorical columns as codes with their
 vocabulary, a text target as class ids 0..K-1, rows split train/val by a hash.
 
 Example: prep table data/*.csv packed-tab/ --target label --categorical city,device
-""",
-    ),
-    "video": (
-        VideoConfig,
-        "prep.kinds.video.pack:pack_video",
-        ("read", "decode", "resize", "encode", "write"),
-        """Decode videos once at a fixed --fps and --size: frames raw or JPEG, one video a sample.
+"""
+
+VIDEO_HELP = """\
+Decode videos once at a fixed --fps and --size: frames raw or JPEG, one video a sample.
 
 Frames are picked by timestamp (variable frame rates come out right) and turned upright by the
 file's rotation; class sub-folders give labels; --max-frames / --clip-seconds cut long videos.
 ClipDataset then reads clips of --frames frames straight from the maps.
 
 Example: prep video data/demo-video data/packed-video --fps 8 --size 64 --codec jpeg
-""",
-    ),
-}
-for _name, _entry in KINDS.items():
-    _kind(_name, *_entry)
+"""
+
+PACK = "prep.kinds.images.pack:pack"
+AUDIO_STAGES = ("list", "read", "resample", "write", "checksum")
+VIDEO_STAGES = ("read", "decode", "resize", "encode", "write")
+_writer("pack", PackConfig, PACK, PACK_HELP)
+_writer("resize", PackConfig, PACK, RESIZE_HELP, one_size=True)
+_writer("grayscale", PackConfig, PACK, GRAYSCALE_HELP, one_size=True, gray=True)
+_writer("tokenize", TokenizeConfig, "prep.kinds.text.tokenize:tokenize", TOKENIZE_HELP, TEXT_STAGES)
+_writer("audio", AudioConfig, "prep.kinds.audio.pack:audio", AUDIO_HELP, AUDIO_STAGES)
+_writer("volumes", VolumeConfig, "prep.kinds.volumes.pack:volumes", VOLUMES_HELP, ())
+_writer("samples", SamplesConfig, "prep.kinds.samples.pack:pack_recipe", SAMPLES_HELP)
+_writer("table", TableConfig, "prep.kinds.table.pack:pack_table", TABLE_HELP, ())
+_writer("video", VideoConfig, "prep.kinds.video.pack:pack_video", VIDEO_HELP, VIDEO_STAGES)
 
 
-app.command()(friendly(demo))  # the demo data (prep.cli.demo)
+@app.command()
+@friendly
+def upgrade(
+    root: Annotated[Path, typer.Argument(help="A dataset packed by an older prep.")],
+) -> None:
+    """Rewrite a dataset of format version 1-3 as version 4, in place (its manifest only).
 
-# info, verify, preview, tune: the commands that look at a packed dataset (prep.inspect).
-for _look in (inspect.info, inspect.verify, inspect.preview, inspect.tune, html_report):
-    app.command()(friendly(_look))
-app.command()(friendly(dupes))  # near-duplicates and leakage (prep.inspect.dupes)
+    Older datasets open as they are; upgraded, their manifest declares fields as a new pack's.
 
-# prep import SOURCE: a sub-app of its own (prep.cli.imports), each command made friendly here.
-for _imported in import_app.registered_commands:
-    _imported.callback = friendly(_imported.callback)  # type: ignore[type-var]
+    Example: prep upgrade data/old-packed
+    """
+    from prep.run.upgrade import upgrade as rewrite
+
+    typer.echo(rewrite(root))
+
+
+def _folder(path: Path) -> Path:
+    """`path`, where it is a folder or nothing yet."""
+    if path.exists() and not path.is_dir():
+        raise PrepError(f"{path} is a file, not a folder. HINT: name a new folder for the demo")
+    return path
+
+
+def demo(
+    raw: Annotated[
+        Optional[Path], typer.Argument(help="Folder to write the raw demo data into.")
+    ] = None,
+    count: Annotated[int, typer.Option(help="Number of images.")] = 64,
+    seed: Annotated[int, typer.Option(help="Same seed, same bytes.")] = 0,
+    max_side: Annotated[int, typer.Option(help="Largest image side in px.")] = 4032,
+    jobs: JobsOpt = None,
+    quiet: QuietOpt = False,
+    volumes: Annotated[
+        Optional[Path], typer.Option(help="Also write CT-like NIfTI phantoms with labels here.")
+    ] = None,
+    video: Annotated[
+        Optional[Path], typer.Option(help="Also write short clips of moving shapes here (PyAV).")
+    ] = None,
+    audio: Annotated[
+        Optional[Path], typer.Option(help="Also write tones, chirps and noise in class folders.")
+    ] = None,
+) -> None:
+    """Write a deterministic demo raw dataset: class folders of photo-like images, masks, text.
+
+    Example: prep demo data/demo-raw --count 64 --seed 0; prep demo --volumes data/demo-ct
+    """
+    from prep.demo.images import make_demo
+
+    if volumes is not None:
+        from prep.demo.volumes import make_phantoms
+
+        n = len(make_phantoms(_folder(volumes), seed=seed)) // 2
+        typer.echo(
+            f"{volumes}: {n} CT phantoms (one a DICOM series) in {volumes / 'images'}, "
+            f"labels in {volumes / 'labels'}"
+        )
+    if video is not None:
+        from prep.demo.video import make_video_demo
+
+        n = len(make_video_demo(_folder(video), seed=seed))
+        typer.echo(f"{video}: {n} clips of moving shapes in class folders (one VFR, one rotated)")
+    if audio is not None:
+        from prep.demo.audio import make_audio_demo
+
+        n = len(make_audio_demo(_folder(audio), seed=seed))
+        typer.echo(f"{audio}: {n} sound files (wav, flac, ogg, mp3) in class folders")
+    if raw is None:
+        if volumes is None and video is None and audio is None:
+            raise UsageError(
+                "prep demo needs RAW, --volumes DIR, --video DIR, --audio DIR, or some of them"
+            )
+        return
+    make_demo(_folder(raw), count, seed, jobs or os.cpu_count() or 1, max_side, not quiet)
+    typer.echo(
+        f"{raw}: {count} images in {raw / 'images'}, masks in {raw / 'masks'}, "
+        f"text in {raw / 'text'}; import sources: coco.json, captions.csv, hf/, wds/, tree/"
+    )
+
+
+import_app = _typer(
+    help="Import data that sits in another format (COCO, image-text pairs, ...) as samples."
+)
+
+
+COCO_HELP = """\
+Import a COCO instances JSON and its images: image, boxes, labels, iscrowd, area, image_id.
+
+Boxes are float32 (x0, y0, x1, y1) in the stored image's pixels: resized, cropped and padded
+with it (a box cut by the crop is clipped; one left with no area is dropped and counted).
+
+Example: prep import coco instances_train2017.json train2017/ packed/coco --sizes 512 --mode keep
+"""
+
+PAIRS_HELP = """\
+Import image-caption pairs from a .csv, .jsonl or .parquet: image, caption (and tokens).
+
+Example: prep import pairs captions.parquet packed/pairs --image-column path --text-column caption
+"""
+
+HF_HELP = """\
+Import a Hugging Face dataset from disk (save_to_disk, or Parquet files), read with pyarrow.
+
+Features become fields: Image -> image, ClassLabel -> label with its names, Value -> scalar,
+text or bytes, List/Sequence -> ragged array (JSON for strings), Array2D-5D -> array, a dict ->
+a field a key. Each split gets its own shards; the manifest records the splits and features.
+
+Example: prep import hf ~/hf/my_dataset packed/hf --sizes 224
+"""
+
+WDS_HELP = """Import WebDataset tar shards: samples grouped by key, a field an extension.
+
+.jpg/.png/.webp -> the field image, .cls -> label, .txt -> text, .json -> JSON, .npy -> array,
+other -> bytes, and __key__. A sample missing a field (--fields: which), with a member over
+--max-member-mb, or in a truncated tar is a reject. Quote the pattern (the shell expands it).
+
+Example: prep import webdataset 'shards/train-{000000..000099}.tar' packed/wds --sizes 224
+"""
+
+_add = functools.partial(_writer, group=import_app)
+COCO_ARGUMENTS = ("src", "images", "out")  # COCO's IMAGES_DIR between SRC and OUT
+_add(
+    "coco", CocoConfig, "prep.kinds.importers.coco:import_coco", COCO_HELP, arguments=COCO_ARGUMENTS
+)
+_add("pairs", PairsConfig, "prep.kinds.importers.pairs:import_pairs", PAIRS_HELP)
+_add("hf", HFConfig, "prep.kinds.importers.hf:import_hf", HF_HELP)
+_add("webdataset", WdsConfig, "prep.kinds.importers.wds:import_webdataset", WDS_HELP, pattern=True)
+
+
+for _command in (demo, info, verify, preview, tune, report, dupes):
+    app.command()(friendly(_command))
 app.add_typer(import_app, name="import")
 
 

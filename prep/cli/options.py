@@ -1,28 +1,71 @@
-"""Typer parameters made from a config dataclass: each option is declared once, in prep.run.config.
-
-`config_parameters(PackConfig)` gives SRC and OUT as arguments and every other field as an
-option whose default is None ("not given": the config file or the dataclass default applies),
-with the field's help and flags. `command(...)` wraps a function taking the loaded config."""
+"""What every command shares: Typer commands made from a config dataclass (each option declared
+once, with `opt`), and errors as one line and a non-zero exit (`friendly`, `reading`)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
+import importlib
 import inspect
-from collections.abc import Callable
+import signal
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Annotated, Any, Optional, get_args, get_origin, get_type_hints
+from typing import Annotated, Any, Optional, TypeVar, get_args, get_origin, get_type_hints
 
 import typer
 
+from loaders.format import FormatError
 from prep.run.config import RunConfig, listed, load_config
+from prep.run.errors import PrepError
+from prep.run.profile import profile_table
 
-ARGUMENTS = ("src", "out")
+F = TypeVar("F", bound=Callable[..., Any])
+EXIT_FAILED, EXIT_INTERRUPTED = 1, 130
+KIND = inspect.Parameter.POSITIONAL_OR_KEYWORD  # of every parameter of a command made here
+
+
+def friendly(fn: F) -> F:
+    """A user-fixable problem becomes one line on stderr and a non-zero exit, not a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        # SIGTERM (a batch scheduler's stop) ends a run as Ctrl-C does, resumable.
+        in_main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGTERM, signal.default_int_handler) if in_main else None
+        try:
+            return fn(*args, **kwargs)
+        except (PrepError, FormatError) as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(getattr(e, "exit_code", EXIT_FAILED)) from None
+        except KeyboardInterrupt:
+            typer.echo(
+                "interrupted: temp files removed, finished shards kept; "
+                "rerun with --resume to finish",
+                err=True,
+            )
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        finally:
+            if in_main:
+                signal.signal(signal.SIGTERM, previous)
+
+    return wrapper  # type: ignore[return-value]
+
+
+@contextlib.contextmanager
+def reading(root: Path) -> Iterator[None]:
+    """A dataset that cannot be read (a server down, a folder refused) is one line."""
+    try:
+        yield
+    except OSError as e:
+        name = f"{e.filename}: " if e.filename and str(e.filename) not in str(e) else ""
+        raise PrepError(f"{name}{e.strerror or e}. HINT: check that {root} can be read") from None
 
 
 def shown_default(f: dataclasses.Field[Any], given: Any) -> str:
-    """The default --help shows for a field: the command's own (`given`), else the dataclass
-    default, as it is typed (256,512; a flag's side, e.g. rgb of --gray/--rgb); "": none."""
+    """The default --help shows for a field (`given`, else the dataclass's), as it is typed
+    (256,512; rgb of --gray/--rgb); "": none."""
     value = given if given is not None else f.default
     if value is dataclasses.MISSING and f.default_factory is not dataclasses.MISSING:
         value = f.default_factory()
@@ -38,35 +81,28 @@ def shown_default(f: dataclasses.Field[Any], given: Any) -> str:
     return str(value)
 
 
-def _parameter(f: dataclasses.Field[Any], hint: Any, default: Any) -> inspect.Parameter:
-    """One dataclass field as a Typer parameter (None default: not given, the config file's
-    or the dataclass default applies; --help shows the latter)."""
+def _parameter(
+    f: dataclasses.Field[Any], hint: Any, default: Any, arguments: tuple[str, ...]
+) -> inspect.Parameter:
+    """One dataclass field as a Typer parameter. Its default None means "not given": the
+    config file's value or the dataclass default applies (--help shows the latter)."""
     args = get_args(hint)
     base = next(a for a in args if a is not type(None)) if type(None) in args else hint  # X | None
     help_text = f.metadata.get("help", "")
-    if f.name in ARGUMENTS:
+    if f.name in arguments:
         info: Any = typer.Argument(help=help_text, show_default=False)
         # str | list[str]: SRC takes several paths (a shell's expansion of data/*.csv)
         base = list[Path] if any(get_origin(a) is list for a in args) else Path
     else:
-        flags = f.metadata.get("flags") or ()
         if get_origin(base) is list:  # list[int]: "128,256"
             base = str
         shown = shown_default(f, default)
-        # In the help text, not show_default= (Typer shows a given text as "[default: (x)]");
-        # no brackets: Rich would read them as markup.
+        # Not show_default= (Typer shows "[default: (x)]"); no brackets: Rich markup.
         help_text += f" (default: {shown})" if shown else ""
-        info = typer.Option(*flags, help=help_text, show_default=False)
-    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+        info = typer.Option(*f.metadata.get("flags") or (), help=help_text, show_default=False)
     return inspect.Parameter(
-        f.name, kind, default=default, annotation=Annotated[Optional[base], info]
+        f.name, KIND, default=default, annotation=Annotated[Optional[base], info]
     )
-
-
-def config_parameters(cls: type[RunConfig], defaults: dict[str, Any]) -> list[inspect.Parameter]:
-    hints = get_type_hints(cls)
-    fields = sorted(dataclasses.fields(cls), key=lambda f: f.name not in ARGUMENTS)
-    return [_parameter(f, hints[f.name], defaults.get(f.name)) for f in fields]
 
 
 ConfigOpt = Annotated[
@@ -94,22 +130,36 @@ def _text(value: Any) -> Any:
 
 def command(
     cls: type[RunConfig],
-    run: Callable[[Any, bool, bool], None],
-    defaults: dict[str, Any] | None = None,
+    runner: str,
+    stages: tuple[str, ...],
+    doc: str,
+    defaults: dict[str, Any],
+    check: Callable[[Any], None],
+    arguments: tuple[str, ...],
 ) -> Callable[..., None]:
-    """A Typer command function for config class `cls`: it loads the config (defaults < file
-    < command line) and calls `run(cfg, quiet, profile)`."""
+    """A writing command for config class `cls`: it loads the config (defaults < file <
+    command line), `check`s it, runs `runner` ("module:function", imported only then) and
+    prints its summary (with --profile the stage table). The fields `arguments` are positional."""
 
     def body(**values: Any) -> None:
         config, quiet, profile = (values.pop(k) for k in EXTRA)
         given = {k: _text(v) for k, v in values.items()}
         if isinstance(given.get("sizes"), str):
             given["sizes"] = listed(given["sizes"], "--sizes", int)
-        run(load_config(cls, cls.SECTION, config, given), quiet, profile)
+        cfg = load_config(cls, cls.SECTION, config, given)
+        check(cfg)
+        module, function = runner.split(":")
+        summary = getattr(importlib.import_module(module), function)(cfg, not quiet, profile)
+        typer.echo(summary.line())
+        if summary.stages is not None:
+            workers = min(cfg.n_jobs, max(1, summary.shards - summary.reused))
+            typer.echo(profile_table(summary.stages, stages, workers))
 
-    params = config_parameters(cls, defaults or {})
-    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
-    params += [inspect.Parameter(k, kind, default=d, annotation=a) for k, (a, d) in EXTRA.items()]
-    wrapper = functools.wraps(body)(lambda **kw: body(**kw))
-    wrapper.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
-    return wrapper
+    hints = get_type_hints(cls)
+    order = {name: i for i, name in enumerate(arguments)}
+    fields = sorted(dataclasses.fields(cls), key=lambda f: order.get(f.name, len(order)))
+    params = [_parameter(f, hints[f.name], defaults.get(f.name), arguments) for f in fields]
+    params += [inspect.Parameter(k, KIND, default=d, annotation=a) for k, (a, d) in EXTRA.items()]
+    body.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    body.__doc__ = doc
+    return body

@@ -1,10 +1,10 @@
-"""`prep demo --audio DIR`: a small labelled sound dataset, synthesised: class folders of
-tones, chirps and noise at several source rates and channel counts, in WAV, FLAC, OGG/Vorbis
-and MP3 (each written by libsndfile). The same seed gives the same bytes: libsndfile numbers
-each Ogg stream at random, so the .ogg files get a serial number of their own afterwards."""
+"""`prep demo --audio DIR`: class folders of synthesised tones, chirps and noise at several rates
+and channel counts, in WAV, FLAC, OGG/Vorbis and MP3 (libsndfile). The same seed gives the same
+bytes: libsndfile numbers each Ogg stream at random, so the .ogg files get a fixed serial after."""
 
 from __future__ import annotations
 
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -16,41 +16,12 @@ MP3 = ("mp3", "MP3", "MPEG_LAYER_III")
 OGG_SERIAL = 0x70726570  # b"prep": any fixed number does; one logical stream a file
 
 
-def formats() -> tuple[tuple[str, str, str], ...]:
-    import soundfile as sf
-
-    can = MP3[2] in sf.available_subtypes(MP3[1])
-    return (*FORMATS, MP3) if can else FORMATS
-
-
-def _ogg_crc_table() -> list[int]:
-    """CRC-32 of each byte value, polynomial 0x04C11DB7, most significant bit first (Ogg's)."""
-    table = []
-    for byte in range(256):
-        crc = byte << 24
-        for _ in range(8):
-            crc = ((crc << 1) ^ 0x04C11DB7 if crc & 0x80000000 else crc << 1) & 0xFFFFFFFF
-        table.append(crc)
-    return table
-
-
-_CRC = _ogg_crc_table()
-
-
-def ogg_crc(page: bytes | bytearray) -> int:
-    """An Ogg page's checksum: CRC-32 (0x04C11DB7, no reflection, 0 in, 0 out) of the page
-    with its checksum field zeroed. zlib's crc32 is the reflected variant, so not this one."""
-    crc = 0
-    for b in page:
-        crc = ((crc << 8) & 0xFFFFFFFF) ^ _CRC[(crc >> 24) ^ b]
-    return crc
+_BIT_REVERSED = bytes(int(f"{b:08b}"[::-1], 2) for b in range(256))
 
 
 def set_ogg_serial(path: Path, serial: int = OGG_SERIAL) -> None:
-    """Give every page of the Ogg file `path` stream serial `serial`, with its checksum redone.
-
-    A page is "OggS", version, flags, granule (8 bytes), serial (4, at 14), sequence number,
-    checksum (4, at 22), the segment count (at 26), the segment sizes, then the body."""
+    """Give every page of the Ogg file `path` stream serial `serial` (4 bytes at 14), its
+    checksum (at 22) redone; byte 26 counts the segment sizes that follow, then the body."""
     data = bytearray(path.read_bytes())
     at = 0
     while at < len(data):
@@ -60,7 +31,11 @@ def set_ogg_serial(path: Path, serial: int = OGG_SERIAL) -> None:
         end = at + 27 + nseg + sum(data[at + 27 : at + 27 + nseg])
         data[at + 14 : at + 18] = serial.to_bytes(4, "little")
         data[at + 22 : at + 26] = bytes(4)
-        data[at + 22 : at + 26] = ogg_crc(data[at:end]).to_bytes(4, "little")
+        # Ogg's CRC-32 (0x04C11DB7, MSB first, 0 in and out) from zlib's (LSB first, ~0 in
+        # and out): the bits reversed around it and the ~0s undone
+        page = bytes(data[at:end]).translate(_BIT_REVERSED)
+        crc = int(f"{zlib.crc32(page, 0xFFFFFFFF) ^ 0xFFFFFFFF:032b}"[::-1], 2)
+        data[at + 22 : at + 26] = crc.to_bytes(4, "little")
         at = end
     path.write_bytes(bytes(data))
 
@@ -85,7 +60,7 @@ def make_audio_demo(out: Path, per_class: int = 12, seed: int = 0) -> list[Path]
 
     rng = np.random.default_rng(seed)
     kinds, written = ("tone", "chirp", "noise"), []
-    fmts = formats()
+    fmts = (*FORMATS, MP3) if MP3[2] in sf.available_subtypes(MP3[1]) else FORMATS
     for c, kind in enumerate(kinds):
         (out / kind).mkdir(parents=True, exist_ok=True)
         for i in range(per_class):

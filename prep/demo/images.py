@@ -1,27 +1,14 @@
-"""`prep demo`: a deterministic raw dataset that looks like real data (same seed, same bytes).
-
-RAW/images/<class>/NNNN.jpg  photo-like JPEGs of varied sizes (some 2048 px and larger, some
-                             portrait, some EXIF-rotated), some PNG, some grayscale
-RAW/masks/<class>/NNNN.png   a segmentation mask per image: 0 background, k+1 for class k's shape
-RAW/text/NNN.txt             a small text corpus (non-ASCII included) for `prep tokenize`
-RAW/table/houses.csv         500 rows of mixed types (text, int, float, bool, date; some
-                             missing) for `prep table`
-RAW/detection.jsonl          a row per image: its path, each shape's box (x0, y0, x1, y1 as
-                             fractions of the upright image's width and height), class name and
-                             a caption, for `prep samples` (recipes/detection.py)
-RAW/coco.json                the same boxes as a COCO instances file (file names relative to
-                             RAW/images, boxes in upright pixels, each shape's mask as RLE),
-                             for `prep import coco`
-RAW/captions.csv             path,caption rows, for `prep import pairs`
-RAW/hf, RAW/wds, RAW/tree    a Hugging Face Parquet folder, WebDataset tars and a train/val
-                             tree of small copies of the images (prep.demo.sources)
-"""
+"""`prep demo`: a deterministic raw dataset like real data (same seed, same bytes): RAW/images/
+<class>/NNNNN.jpg (varied sizes, portrait, EXIF-rotated, some PNG or gray), masks/ (k+1 for class
+k's shape), text/, table/houses.csv, detection.jsonl (boxes as fractions of the upright image),
+coco.json (masks as RLE), captions.csv, and the importers' hf/, wds/ and tree/."""
 
 from __future__ import annotations
 
 import csv
 import io
 import json
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +16,8 @@ import cv2
 import numpy as np
 from PIL import Image
 
-from prep.demo.sources import write_sources
 from prep.fields.rle import rle_encode
+from prep.run.parallel import progress, run_tasks
 
 CLASSES = ("circle", "square", "triangle", "cross")
 # (width, height): phone photos, DSLR-ish, portrait, small web images.
@@ -46,65 +33,10 @@ SHAPES = (
     (4032, 3024),
     (300, 400),
 )
-WORDS = [
-    "the",
-    "data",
-    "loader",
-    "reads",
-    "packed",
-    "shards",
-    "from",
-    "the",
-    "page",
-    "cache",
-    "while",
-    "the",
-    "model",
-    "trains",
-    "on",
-    "uint8",
-    "pixels",
-    "normalised",
-    "on",
-    "the",
-    "GPU",
-    "café",
-    "naïve",
-    "Zürich",
-    "東京",
-    "データ",
-    "🙂",
-    "résumé",
-]
-
-
-def _texture(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
-    """Smooth colour fields with fine grain: compresses and resizes like a photo."""
-    low = rng.integers(0, 256, (max(2, h // 128), max(2, w // 128), 3), dtype=np.uint8)
-    img = cv2.resize(low, (w, h), interpolation=cv2.INTER_CUBIC).astype(np.int16)
-    tile = rng.integers(-12, 13, (64, 64, 1), dtype=np.int16)
-    img += np.tile(tile, (h // 64 + 1, w // 64 + 1, 3))[:h, :w]
-    return np.clip(img, 0, 255).astype(np.uint8)
-
-
-def _draw(img: np.ndarray, mask: np.ndarray, cls: int, rng: np.random.Generator) -> None:
-    """One object of class `cls` on image and mask, at the same place."""
-    h, w = mask.shape
-    r = int(min(h, w) * rng.uniform(0.15, 0.35))
-    cx, cy = int(rng.uniform(r, w - r)), int(rng.uniform(r, h - r))
-    colour = tuple(int(c) for c in rng.integers(0, 256, 3))
-    for target, value in ((img, colour), (mask, cls + 1)):
-        if cls == 0:
-            cv2.circle(target, (cx, cy), r, value, -1)
-        elif cls == 1:
-            cv2.rectangle(target, (cx - r, cy - r), (cx + r, cy + r), value, -1)
-        elif cls == 2:
-            pts = np.array([(cx, cy - r), (cx - r, cy + r), (cx + r, cy + r)], np.int32)
-            cv2.fillPoly(target, [pts], value)
-        else:
-            t = max(2, r // 3)
-            cv2.rectangle(target, (cx - r, cy - t), (cx + r, cy + t), value, -1)
-            cv2.rectangle(target, (cx - t, cy - r), (cx + t, cy + r), value, -1)
+WORDS = (  # noqa: SIM905 (28 words read best as text)
+    "the data loader reads packed shards from the page cache while the model trains on uint8 "
+    "pixels normalised on the GPU café naïve Zürich 東京 データ 🙂 résumé"
+).split()
 
 
 # Kinds of file, drawn per image independently of its class: mostly plain JPEGs, some PNGs
@@ -122,9 +54,27 @@ def make_image(
     w, h = SHAPES[int(rng.integers(len(SHAPES)))]
     scale = min(1.0, (1024 if kind == "png" else max_side) / max(w, h))
     w, h = max(16, int(w * scale)), max(16, int(h * scale))
-    img = _texture(rng, h, w)
-    mask = np.zeros((h, w), np.uint8)
-    _draw(img, mask, cls, rng)
+    # Smooth colour fields with fine grain: compresses and resizes like a photo
+    low = rng.integers(0, 256, (max(2, h // 128), max(2, w // 128), 3), dtype=np.uint8)
+    big = cv2.resize(low, (w, h), interpolation=cv2.INTER_CUBIC).astype(np.int16)
+    tile = rng.integers(-12, 13, (64, 64, 1), dtype=np.int16)
+    big += np.tile(tile, (h // 64 + 1, w // 64 + 1, 3))[:h, :w]
+    img, mask = np.clip(big, 0, 255).astype(np.uint8), np.zeros((h, w), np.uint8)
+    r = int(min(h, w) * rng.uniform(0.15, 0.35))  # one object, at one place on both
+    cx, cy = int(rng.uniform(r, w - r)), int(rng.uniform(r, h - r))
+    colour = tuple(int(c) for c in rng.integers(0, 256, 3))
+    for target, value in ((img, colour), (mask, cls + 1)):
+        if cls == 0:
+            cv2.circle(target, (cx, cy), r, value, -1)
+        elif cls == 1:
+            cv2.rectangle(target, (cx - r, cy - r), (cx + r, cy + r), value, -1)
+        elif cls == 2:
+            pts = np.array([(cx, cy - r), (cx - r, cy + r), (cx + r, cy + r)], np.int32)
+            cv2.fillPoly(target, [pts], value)
+        else:
+            t = max(2, r // 3)
+            cv2.rectangle(target, (cx - r, cy - t), (cx + r, cy + t), value, -1)
+            cv2.rectangle(target, (cx - t, cy - r), (cx + t, cy + r), value, -1)
     pil = Image.fromarray(img)
     return cls, kind, pil.convert("L") if kind == "gray" else pil, Image.fromarray(mask)
 
@@ -205,8 +155,7 @@ def write_text(raw: Path, seed: int, docs: int = 40) -> None:
 
 
 def write_table(raw: Path, seed: int, rows: int = 500) -> None:
-    """Houses: id, city (text, 5% missing), rooms, area (m², 8% missing), garden, built (a
-    date) and price (the target, in k€)."""
+    """Houses: id, city, rooms, area (m²), garden, built (a date), price (the target, k€)."""
     rng = np.random.default_rng([seed, 1 << 21])
     cities = ("Oslo", "Lima", "Rome", "Kyoto", "Porto", "São Paulo")
     lines = ["id,city,rooms,area,garden,built,price"]
@@ -231,31 +180,47 @@ def make_demo(
     max_side: int = 4032,
     show_progress: bool = True,
 ) -> None:
-    from prep.run.parallel import progress, run_tasks
-
-    bar = progress(count, "img", "demo") if show_progress else None
-    chunks = [
-        (raw, list(range(i, min(i + 32, count))), seed, max_side) for i in range(0, count, 32)
-    ]
+    bar = progress(count, "img", "demo", show_progress)
+    tasks = [(raw, i, seed, max_side) for i in range(count)]
     rows: list[dict[str, Any]] = []
-    for chunk in run_tasks(_write_chunk, chunks, jobs):
-        rows += chunk
-        if bar is not None:
-            bar.update(len(chunk))
+    for row in run_tasks(write_sample, tasks, jobs):
+        rows.append(row)
+        bar.update(1)
     rows.sort(key=lambda r: int(r["id"]))
-    lines = [json.dumps(r, ensure_ascii=False) for r in _without(rows, "segmentation")]
+    said = [{k: v for k, v in r.items() if k != "segmentation"} for r in rows]  # coco.json's
+    lines = [json.dumps(r, ensure_ascii=False) for r in said]
     (raw / "detection.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     write_coco(raw, rows)
-    if bar is not None:
-        bar.close()
+    bar.close()
     write_text(raw, seed)
     write_table(raw, seed)
-    write_sources(raw, small_images(min(max(count, 8), 24), seed), list(CLASSES))
+    small = small_images(min(max(count, 8), 24), seed)
+    write_hf(raw, small, list(CLASSES))
+    (raw / "wds").mkdir(parents=True, exist_ok=True)
+    per = -(-len(small) // 2)  # RAW/wds/shard-NNNNNN.tar: 2 tars, KEY.jpg, .cls, .txt and .json
+    for s in range(2):
+        path = raw / "wds" / f"shard-{s:06d}.tar"
+        with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tar:
+            for r in small[s * per : (s + 1) * per]:
+                meta = {"id": r["id"], "split": r["split"], "class": r["class"]}
+                members = {
+                    "jpg": r["jpeg"],
+                    "cls": str(r["label"]).encode(),
+                    "txt": r["text"].encode(),
+                    "json": json.dumps(meta).encode(),
+                }
+                for ext, data in members.items():
+                    info = tarfile.TarInfo(f"{r['id']:05d}.{ext}")
+                    info.size, info.mtime, info.mode = len(data), 0, 0o644
+                    tar.addfile(info, io.BytesIO(data))
+    for r in small:  # RAW/tree/{train,val}/<class>/NNNNN.jpg
+        folder = raw / "tree" / r["split"] / r["class"]
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{r['id']:05d}.jpg").write_bytes(r["jpeg"])
 
 
 def small_images(count: int, seed: int, side: int = 256) -> list[dict[str, Any]]:
-    """The first `count` images as small JPEGs (longer side at most `side`) for the importers'
-    sources (prep.demo.sources), the last quarter of them the validation split."""
+    """The first `count` images as JPEGs of at most `side` px, the last quarter split "val"."""
     out = []
     for i in range(count):
         cls, kind, img, _ = make_image(i, seed, side)
@@ -267,9 +232,30 @@ def small_images(count: int, seed: int, side: int = 256) -> list[dict[str, Any]]
     return out
 
 
-def _without(rows: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
-    return [{k: v for k, v in r.items() if k != key} for r in rows]
+def write_hf(raw: Path, images: list[dict[str, Any]], classes: list[str]) -> None:
+    """RAW/hf/{train,validation}-00000-of-00001.parquet as the Hub stores them (Features too)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
-
-def _write_chunk(raw: Path, indices: list[int], seed: int, max_side: int) -> list[dict[str, Any]]:
-    return [write_sample(raw, i, seed, max_side) for i in indices]
+    features = {
+        "image": {"_type": "Image"},
+        "label": {"_type": "ClassLabel", "names": classes},
+        "text": {"_type": "Value", "dtype": "string"},
+    }
+    meta = {b"huggingface": json.dumps({"info": {"features": features}}).encode()}
+    image_type = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    schema = pa.schema(
+        [("image", image_type), ("label", pa.int64()), ("text", pa.string())], metadata=meta
+    )
+    (raw / "hf").mkdir(parents=True, exist_ok=True)
+    for split, name in (("train", "train"), ("val", "validation")):
+        rows = [r for r in images if r["split"] == split]
+        table = pa.table(
+            {
+                "image": [{"bytes": r["jpeg"], "path": f"{r['id']:05d}.jpg"} for r in rows],
+                "label": [r["label"] for r in rows],
+                "text": [r["text"] for r in rows],
+            },
+            schema=schema,
+        )
+        pq.write_table(table, raw / "hf" / f"{name}-00000-of-00001.parquet")

@@ -33,16 +33,15 @@ def shape_frames(rng: np.random.Generator, direction: str, n: int) -> list[np.nd
             if disc
             else (abs(yy - cy) <= r) & (abs(xx - cx) <= r)
         )
-        frame = np.where(inside[..., None], colour, background)
-        frames.append(frame.astype(np.uint8))
+        frames.append(np.where(inside[..., None], colour, background).astype(np.uint8))
     return frames
 
 
 def write_clip(
     path: Path, frames: list[np.ndarray], times_ms: list[int] | None = None, rotation: int = 0
 ) -> None:
-    """Encode `frames` at RATE fps, or at `times_ms` (a variable frame rate); `rotation`:
-    stored turned clockwise by it, with a display matrix that turns them back."""
+    """Encode `frames` at RATE fps or at `times_ms`, stored turned clockwise by `rotation`
+    with a display matrix that turns them back."""
     import av
 
     k = (rotation // 90) % 4
@@ -75,12 +74,10 @@ def make_video_demo(out: Path, per_class: int = 3, seed: int = 0) -> list[Path]:
         for j in range(per_class):
             n = int(rng.integers(18, 30))
             frames = shape_frames(rng, direction, n)
-            times = rotation = None
+            times = None
             if (c, j) == (0, 0):  # variable frame rate: gaps of 40..160 ms
                 times = np.cumsum([0, *rng.integers(40, 160, n - 1)]).tolist()
-            if (c, j) == (1, 0):
-                rotation = 90
             path = out / direction / f"{direction}_{j:02d}.mp4"
-            write_clip(path, frames, times, rotation or 0)
+            write_clip(path, frames, times, 90 if (c, j) == (1, 0) else 0)
             paths.append(path)
     return paths

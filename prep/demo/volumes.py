@@ -1,18 +1,14 @@
-"""`prep demo --volumes DIR`: CT-like phantoms with labels, as NIfTI (same seed, same bytes).
-
-DIR/images/ct_NNN.nii.gz  int16 HU: air -1000, a body of soft tissue (~40 HU) with noise, two
-                          lungs (-800), a bone ring (700); anisotropic voxels (0.8 x 0.8 x 2.5 mm)
-                          stored LPS, so `--orient RAS` flips two axes
-DIR/images/ct_dicom/      one more phantom as a DICOM series (slice_NNN.dcm, uint16 + intercept)
-DIR/labels/ct_NNN.nii.gz  uint8: 1 a liver-like ellipsoid (60 HU), 2 a small lesion (110 HU)
-DIR/labels/ct_dicom.nii.gz
-"""
+"""`prep demo --volumes DIR`: CT-like phantoms (int16 HU, voxels of 0.8 x 0.8 x 2.5 mm stored LPS:
+`--orient RAS` flips two axes) as DIR/images/ct_NNN.nii.gz, one more as a DICOM series
+(DIR/images/ct_dicom/), their labels (1 a liver-like organ, 2 a lesion) in DIR/labels/."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import numpy as np
+
+from prep.media.volume.dicom import LPS_TO_RAS
 
 SPACING = (0.8, 0.8, 2.5)
 
@@ -51,15 +47,44 @@ def lps_affine(shape: tuple[int, int, int]) -> np.ndarray:
     return affine
 
 
+def write_series(folder: Path, data: np.ndarray, affine: np.ndarray, seed: int) -> None:
+    """`data` (columns, rows, slices; int16 HU) on RAS `affine` as the demo's CT series."""
+    from pydicom.dataset import Dataset, FileMetaDataset
+    from pydicom.uid import CTImageStorage, ExplicitVRLittleEndian, generate_uid
+
+    folder.mkdir(parents=True, exist_ok=True)
+    lps = np.linalg.inv(LPS_TO_RAS) @ affine
+    spacing = np.linalg.norm(lps[:3, :3], axis=0)
+    cosines = (lps[:3, :2] / spacing[:2]).T.reshape(-1)
+    series = generate_uid(entropy_srcs=[f"prep-demo-series-{seed}"])
+    for k in range(data.shape[2]):
+        meta = FileMetaDataset()
+        meta.MediaStorageSOPClassUID = CTImageStorage
+        meta.MediaStorageSOPInstanceUID = generate_uid(entropy_srcs=[series, str(k)])
+        meta.TransferSyntaxUID = ExplicitVRLittleEndian
+        ds = Dataset()
+        ds.file_meta = meta
+        ds.SOPClassUID, ds.SOPInstanceUID = CTImageStorage, meta.MediaStorageSOPInstanceUID
+        ds.StudyInstanceUID = generate_uid(entropy_srcs=[series, "study"])
+        ds.SeriesInstanceUID, ds.Modality, ds.InstanceNumber = series, "CT", k + 1
+        ds.ImageOrientationPatient = [round(float(v), 6) for v in cosines]
+        ds.ImagePositionPatient = [round(float(v), 4) for v in lps[:3, 3] + k * lps[:3, 2]]
+        ds.PixelSpacing = [round(float(spacing[1]), 4), round(float(spacing[0]), 4)]
+        ds.SliceThickness = round(float(spacing[2]), 4)
+        ds.Rows, ds.Columns = data.shape[1], data.shape[0]
+        ds.SamplesPerPixel, ds.PhotometricInterpretation = 1, "MONOCHROME2"
+        ds.BitsAllocated, ds.BitsStored, ds.HighBit, ds.PixelRepresentation = 16, 16, 15, 0
+        ds.RescaleSlope, ds.RescaleIntercept = 1, -1024
+        ds.PixelData = (data[:, :, k].T.astype(np.int32) + 1024).astype("<u2").tobytes()
+        ds.save_as(folder / f"slice_{k:03d}.dcm", enforce_file_format=True)
+
+
 def make_phantoms(
     folder: Path, count: int = 4, seed: int = 0, side: int = 64, dicom: bool = True
 ) -> list[Path]:
-    """`count` phantoms of about `side` voxels a side (fewer along z: 2.5 mm slices) as
-    NIfTI, and with `dicom` one more as the DICOM series images/ct_dicom/ (label
-    labels/ct_dicom.nii.gz). The written inputs, labels included."""
+    """`count` NIfTI phantoms of about `side` voxels a side (fewer along z: 2.5 mm slices), and
+    with `dicom` one more as a DICOM series; the written inputs, labels included."""
     import nibabel as nib
-
-    from prep.media.volume.dicom import write_series
 
     (folder / "images").mkdir(parents=True, exist_ok=True)
     (folder / "labels").mkdir(parents=True, exist_ok=True)

@@ -1,11 +1,7 @@
-"""The fields a sample may have, for `prep.pack_samples` (and a recipe's FIELDS).
+"""The fields a sample may have, for `prep.pack_samples` and a recipe's FIELDS (see README)."""
 
->>> from prep.fields import Image, Array, Label
->>> fields = {"image": Image(sizes=(256,)), "boxes": Array("float32", (None, 4)), "y": Label()}
-"""
-
-from loaders.fields import Array, Bytes, Json, Label, Scalar, Text
-from prep.fields.image import Boxes, Image, Instances, Keypoints, Mask, Tokens
+from loaders.fields import Array, Bytes, Json, Label, Labels, Scalar, Text
+from prep.fields.image import Boxes, Image, Instances, Keypoints, Mask, Polygons, Tokens
 
 __all__ = [
     "Array",
@@ -16,7 +12,9 @@ __all__ = [
     "Json",
     "Keypoints",
     "Label",
+    "Labels",
     "Mask",
+    "Polygons",
     "Scalar",
     "Text",
     "Tokens",

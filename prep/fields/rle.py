@@ -1,7 +1,5 @@
-"""COCO segmentations to pixels: polygons (lists of x0 y0 x1 y1 ... in source pixels) and RLE
-(run lengths over the column-major mask, as a list, or as COCO's compressed string), each
-rasterised at the image's full (h, w). `semantic` paints the instances of a sample into one mask
-of class ids (label + 1; 0 is background), later annotations over earlier ones.
+"""COCO segmentations to pixels at the image's full (h, w): polygons (x0 y0 x1 y1 ... in source
+pixels) and RLE (run lengths over the column-major mask, a list or COCO's compressed string).
 
 >>> rle_decode({"counts": [2, 3, 1], "size": [3, 2]}).T.tolist()
 [[0, 0, 1], [1, 1, 0]]
@@ -16,15 +14,12 @@ from typing import Any
 import numpy as np
 
 SHIFT = 4  # polygon vertices to 1/16 px (cv2.fillPoly's fixed point)
-# A vertex farther than this is no annotation: 2**24 px at 1/16 px still fits cv2's int32
-# (NaN, Infinity or 1e308 were cast to garbage and a wrong mask drawn, unsaid)
+# A vertex farther is no annotation (NaN, Infinity, 1e308); 2**24 px at 1/16 px fits cv2's int32
 MAX_COORD = 2**24
 
 
 def rle_counts(text: str) -> list[int]:
-    """COCO's compressed RLE string: each count in 5-bit groups (low first, as characters from
-    '0'), bit 6 of a group for "more", a sign bit in the last; from the third count on, each is
-    stored as its difference from the count two before."""
+    """COCO's compressed RLE string (5-bit groups, deltas from the third count on) as counts."""
     counts: list[int] = []
     p = 0
     while p < len(text):
@@ -81,34 +76,30 @@ def rle_decode(rle: dict[str, Any]) -> np.ndarray:
 
 def rasterise(segmentation: Any, hw: tuple[int, int]) -> np.ndarray:
     """One annotation's segmentation as a uint8 (h, w) mask of 0 and 1; ValueError if odd."""
+    import cv2
+
     try:
-        return _rasterise(segmentation, hw)
+        if isinstance(segmentation, dict):
+            if isinstance(segmentation.get("counts"), bytes):
+                segmentation = {**segmentation, "counts": segmentation["counts"].decode()}
+            size = tuple(int(v) for v in segmentation["size"])
+            if size != tuple(hw):  # before decoding: its counts may claim any size
+                raise ValueError(f"RLE of size {list(size)} on a {hw[1]}x{hw[0]} image")
+            return np.ascontiguousarray(rle_decode(segmentation))
+        mask = np.zeros(hw, np.uint8)
+        polygons = [np.asarray(p, np.float64).reshape(-1, 2) for p in segmentation]
+        if not all(np.all(np.abs(p) <= MAX_COORD) for p in polygons):  # NaN fails it too
+            raise ValueError(f"a polygon vertex is not a number within {MAX_COORD:,} px")
+        points = [np.round(p * (1 << SHIFT)).astype(np.int32) for p in polygons if len(p) >= 3]
+        if points:
+            cv2.fillPoly(mask, points, 1, lineType=cv2.LINE_8, shift=SHIFT)
+        return mask
     except OverflowError as e:  # JSON's Infinity, or an integer no float holds
         raise ValueError(f"a segmentation holding a number out of range ({e})") from None
 
 
-def _rasterise(segmentation: Any, hw: tuple[int, int]) -> np.ndarray:
-    import cv2
-
-    if isinstance(segmentation, dict):
-        if isinstance(segmentation.get("counts"), bytes):
-            segmentation = {**segmentation, "counts": segmentation["counts"].decode()}
-        size = tuple(int(v) for v in segmentation["size"])
-        if size != tuple(hw):  # before decoding: its counts may claim any size
-            raise ValueError(f"RLE of size {list(size)} on a {hw[1]}x{hw[0]} image")
-        return np.ascontiguousarray(rle_decode(segmentation))
-    mask = np.zeros(hw, np.uint8)
-    polygons = [np.asarray(p, np.float64).reshape(-1, 2) for p in segmentation]
-    if not all(np.all(np.abs(p) <= MAX_COORD) for p in polygons):  # NaN fails it too
-        raise ValueError(f"a polygon vertex is not a number within {MAX_COORD:,} px")
-    points = [np.round(p * (1 << SHIFT)).astype(np.int32) for p in polygons if len(p) >= 3]
-    if points:
-        cv2.fillPoly(mask, points, 1, lineType=cv2.LINE_8, shift=SHIFT)
-    return mask
-
-
 def semantic(segmentations: list[Any], labels: np.ndarray, hw: tuple[int, int]) -> np.ndarray:
-    """The class-id mask (h, w) uint8 of a sample's instances: label + 1 where each lies."""
+    """The class-id mask (h, w) uint8: label + 1 where each instance lies, later over earlier."""
     out = np.zeros(hw, np.uint8)
     for seg, label in zip(segmentations, labels, strict=True):
         out[rasterise(seg, hw) > 0] = int(label) + 1  # labels < 255: checked by the importer

@@ -1,109 +1,125 @@
-"""prep report: one self-contained HTML page about a packed dataset (prep.inspect.html), its
-sections chosen by the dataset's kind (PAGES), then the rejects, and for pictures the
-near-duplicates and, with `against`, the train/val leakage.
-
-The folder is opened through the loaders' checks first (load_manifest: a damaged dataset is
-one FormatError line); the page is written to a new temp file and renamed, so a report is
-never half written.
-"""
+"""prep report: one self-contained HTML page about a packed dataset: counts by label, the field
+kinds' sections (pages), near-duplicates and leakage (dupes), rejects and arrays; the folder is
+opened through the loaders' checks first (load_manifest: a damaged dataset is one FormatError)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import datetime
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from loaders.format import Manifest, load_manifest
-from prep.inspect import dupepage, imagepage, kindpages, sections
-from prep.inspect.html import Section, page
+import numpy as np
+
+from loaders.fields import Image, Label, Labels
+from loaders.fields.checks import load_manifest
+from loaders.format import Manifest
+from loaders.format.arrays import records
+from prep.inspect import dupes, pages
+from prep.inspect.html import Section, bars, categories, page, para, table
+from prep.inspect.report import header, mb
+from prep.inspect.stored import Stored
+from prep.inspect.tune import check_plot
 from prep.run.errors import PrepError, UsageError
 from prep.run.files import atomic_write_text
 from prep.run.guard import REPORT
+from prep.run.parallel import progress
 
 PER_CLASS = 8  # grid samples a class, by default
 MAX_PER_CLASS = 256
+FIRST_REJECTS = 5  # paths shown a reject reason
 
-Page = Callable[[Path, Manifest, int], list[Section]]
-PAGES: dict[str, Page] = {
-    "images": imagepage.image_kind,
-    "samples": imagepage.samples_kind,
-    "volumes": kindpages.volume_kind,
-    "table": kindpages.table_kind,
-    "tokens": kindpages.token_kind,
-}
-PICTURES = ("images", "samples")  # kinds with perceptual hashes: near-duplicates and leakage
+
+def _counts(st: Stored) -> Section:
+    """Samples per split and class of its Label field, or objects per class of its Labels."""
+    name, labels = st.labels()
+    f = st.fields.get(name or "")
+    names = list(f.classes or []) if isinstance(f, Label | Labels) else []
+    return counts(st.m, labels, "objects" if isinstance(f, Labels) else "samples", names)
+
+
+def counts(
+    m: Manifest, labels: np.ndarray | None, what: str = "samples", names: Sequence[str] = ()
+) -> Section:
+    """Bars of the samples (or `what`) per split and class, the imbalance, the empty classes."""
+    classes = list(names or m.classes or [])
+    split_of = np.repeat(np.array([s or "all" for s in m.split_of()], dtype=object), m.counts())
+    if labels is None:
+        per = Counter(split_of.tolist())
+        return Section("counts", "Counts", table(["split", what], sorted(per.items())))
+    splits = split_of if what == "samples" else np.full(len(labels), "all", dtype=object)
+    series: dict[str, dict[str, int]] = {}
+    for split in dict.fromkeys(splits.tolist()):
+        ids, n = np.unique(labels[splits == split], return_counts=True)
+        named = [classes[i] if 0 <= i < len(classes) else f"label {i}" for i in ids.tolist()]
+        series[str(split)] = dict(zip(named, n.tolist(), strict=True))
+    total = sum((Counter(part) for part in series.values()), Counter[str]())
+    chart = bars(series, f"{what} per class" + (" and split" if len(series) > 1 else ""))
+    body = f'<div class="charts">{chart}</div>'
+    if total:
+        big, small = max(total.values()), min(total.values())
+        body += para(
+            f"{len(total)} classes; largest {big:,} {what}, smallest {small:,}: "
+            f"imbalance {big / small:.1f}x"
+        )
+    missing = [c for c in classes if c not in total]
+    if missing:
+        shown = ", ".join(missing[:20]) + (" ..." if len(missing) > 20 else "")
+        body += para(f"{len(missing)} classes with no {what}: {shown}", "bad")
+    rows = [(c, *(part.get(c, 0) for part in series.values())) for c in total]
+    body += f"<details><summary>table</summary>{table(['class', *series], rows)}</details>"
+    return Section("counts", "Counts", body)
+
+
+def rejects(root: Path, m: Manifest) -> Section:
+    """Rejects by reason, their first FIRST_REJECTS paths, from rejects.jsonl."""
+    by = Counter[str]()
+    first: dict[str, list[Mapping[str, str]]] = {}
+    problems: list[str] = []
+    for r in records(root, problems):
+        reason = r["reason"]
+        by[reason] += 1
+        if by[reason] <= FIRST_REJECTS:
+            first.setdefault(reason, []).append(r)
+    warning = "".join(para(p, "bad") for p in problems)
+    if not by:
+        said = para(f"no rejects ({m.rejects} in the manifest)")
+        return Section("rejects", "Rejects", warning + said)
+    order = [r for r, _ in by.most_common()]
+    chart = categories([("rejected inputs", order, [by[r] for r in order])])
+    rows = [(why, r["path"], r["message"]) for why in order for r in first[why]]
+    body = (
+        warning
+        + para(f"{by.total():,} rejected inputs, {len(by)} reasons (rejects.jsonl)", "bad")
+        + chart
+        + table(["reason", "path", "message"], rows)
+    )
+    return Section("rejects", "Rejects", body, wide=True)
+
+
+def fields(m: Manifest) -> Section:
+    """The arrays: field, dtype, per-item shape and codec (`prep info` has their bytes)."""
+    arrays = sorted(m.arrays.items())
+    rows = [(name, s.field, s.dtype, str(list(s.shape)), s.codec) for name, s in arrays]
+    return Section("fields", "Fields", table(["array", "field", "dtype", "shape", "codec"], rows))
 
 
 def _steps(
-    root: Path, m: Manifest, against: Path | None, compute: bool, per_class: int
+    st: Stored, against: Path | None, compute: bool, per_class: int
 ) -> list[Callable[[], list[Section]]]:
     """The report's parts, each a call that makes its sections (one progress step each)."""
-    from loaders.read.store import ShardStore
-
-    steps: list[Callable[[], list[Section]]] = [lambda: PAGES[m.kind](root, m, per_class)]
-    if m.kind in PICTURES and imagepage.pictures(ShardStore(root, m.kind)) is not None:
-        store = ShardStore(root, m.kind)
-        steps.append(lambda: [dupepage.dupes(root, store, compute)])
+    picture = st.picture()
+    steps: list[Callable[[], list[Section]]] = [lambda: [_counts(st)]]
+    if picture is not None:
+        steps.append(lambda: [pages.samples(st, picture, per_class)])
+    steps.append(lambda: pages.of_fields(st))
+    if isinstance(st.fields.get(picture or ""), Image):
+        steps.append(lambda: [dupes.groups_section(st, compute)])
         if against is not None:
-            steps.append(lambda: [dupepage.leakage(root, store, against, compute)])
-    steps.append(lambda: [sections.rejects(root, m)])
-    if m.kind != "samples":  # samples pages list their fields already
-        steps.append(lambda: [sections.fields(m)])
+            steps.append(lambda: [dupes.leakage_section(st, against, compute)])
+    steps.append(lambda: [rejects(st.root, st.m)])
+    steps.append(lambda: [fields(st.m)])
     return steps
-
-
-def build(
-    root: Path,
-    against: Path | None = None,
-    compute_hashes: bool = False,
-    per_class: int = PER_CLASS,
-    show_progress: bool = False,
-) -> str:
-    """The report's HTML. `against`: a second dataset of the same kind (val) whose samples
-    are looked up among `root`'s (train); `compute_hashes`: hash a dataset packed before prep
-    stored perceptual hashes, from its stored pixels; `per_class`: grid samples a class."""
-    if not 1 <= per_class <= MAX_PER_CLASS:
-        raise UsageError(f"--max-samples must be 1..{MAX_PER_CLASS}, not {per_class}")
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise PrepError(
-            "prep report draws its charts with matplotlib, which is not installed. "
-            "HINT: pip install 'prep[report]'"
-        ) from None
-    m = load_manifest(root)
-    if against is not None:
-        other = load_manifest(against)
-        if m.kind not in PICTURES or other.kind != m.kind:
-            raise PrepError(
-                f"--against compares two image or samples datasets; {root} holds {m.kind} and "
-                f"{against} {other.kind}. HINT: prep report TRAIN --against VAL of one kind"
-            )
-        _check_pictures(root, m)
-    from prep.run.parallel import progress
-
-    steps = _steps(root, m, against, compute_hashes, per_class)
-    found: list[Section] = []
-    bar = progress(len(steps), "part", "report") if show_progress else None
-    for step in steps:
-        found += step()
-        if bar is not None:
-            bar.update(1)
-    if bar is not None:
-        bar.close()
-    title = f"prep report: {root.resolve().name}"
-    return page(title, sections.lead(root, m), found)
-
-
-def _check_pictures(root: Path, m: Manifest) -> None:
-    """--against looks for near twins of pictures: a samples dataset without an image field
-    (audio, arrays) has none to compare."""
-    from loaders.read.store import ShardStore
-
-    if imagepage.pictures(ShardStore(root, m.kind)) is None:
-        raise PrepError(
-            f"--against compares images, and {root}'s samples have no image field. "
-            "HINT: leave out --against for this dataset"
-        )
 
 
 def write_report(
@@ -114,11 +130,31 @@ def write_report(
     per_class: int = PER_CLASS,
     show_progress: bool = False,
 ) -> Path:
-    """Write the report to `out` (default ROOT/report.html, a file of the dataset's that
-    `prep pack --overwrite` replaces with it) and return its path. The page goes to a new temp
-    file and is renamed over `out`: a link the dataset ships, at either name, is replaced,
-    never written through."""
-    text = build(root, against, compute_hashes, per_class, show_progress)
+    """Write the report to `out` (default ROOT/report.html) atomically; its path."""
+    if not 1 <= per_class <= MAX_PER_CLASS:
+        raise UsageError(f"--max-samples must be 1..{MAX_PER_CLASS}, not {per_class}")
+    check_plot("prep report draws its charts with", "report")
+    load_manifest(root)
+    st = Stored(root)
+    if against is not None:
+        load_manifest(against)
+        for where, one in ((root, st), (against, Stored(against))):
+            if not isinstance(one.fields.get(one.picture() or ""), Image):
+                raise PrepError(
+                    f"--against compares the images of two datasets, and {where}'s samples have "
+                    "no image field. HINT: prep report TRAIN --against VAL of two image datasets"
+                )
+    steps = _steps(st, against, compute_hashes, per_class)
+    found: list[Section] = []
+    bar = progress(len(steps), "part", "report", show_progress)
+    for step in steps:
+        found += step()
+        bar.update(1)
+    bar.close()
+    on_disk = sum(f.bytes for s in st.m.shards for f in s.files.values())
+    made = f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC"
+    lead = [header(root, st.m), f"{mb(on_disk)} on disk; report made {made}"]
+    text = page(f"prep report: {root.resolve().name}", lead, found)
     out = root / REPORT if out is None else out
     try:
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,50 +1,133 @@
-"""prep tune: time the real loader with reading threads and with worker processes, and
-recommend a setting ("Efficient PyTorch", advice 4).
-
-Each setting runs `loaders.make_loader` over `loaders.ImageShardDataset` (shuffled, as in
-training) for `seconds` after its first batch, so worker start-up is left out: persistent
-workers pay it once per training run. torch is imported here, never by `prep --help`.
-
-Threads (num_workers=0, threads=T > 0) and workers (num_workers=W > 0) both read the next
-batches while the training step runs, so both are candidates, compared on the same samples/s;
-at a tie threads win (no process, no pickling, no shared memory), then the fewest of either.
-0 workers and 0 threads builds each batch in the step's own time: shown, never recommended
-when a setting that overlaps was tried.
-
-The RAM column is the article's arithmetic: batches in flight x bytes per batch, where a
-DataLoader with W > 0 workers keeps W x prefetch_factor batches in flight, T threads keep T + 1
-(loaders.read.prefetch) and neither builds one batch at a time. Bytes per batch count the tensors
-the loader returns, in each field's `out_dtype` (loaders.format.kinds): uint8 images and masks,
-int64 labels. `--plot` draws with matplotlib (prep.inspect.tuneplot, re-exported here).
-"""
+"""prep tune: time the real loader (`make_loader` over `ImageShardDataset`, shuffled) with threads
+and with worker processes, each for `seconds` after its first batch, and recommend a setting;
+`--plot` draws them (the `[plot]` extra). torch is imported here, not by `prep --help`."""
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
 import time
-from collections.abc import Generator, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import psutil
 
-from loaders.format import Manifest
-from loaders.format.kinds import FIELDS
-from prep.inspect.stored import image_dataset
-from prep.inspect.tuned import TuneResult, TuneRow
-from prep.inspect.tuneplot import check_plot, plot
+from loaders.fields import Image, declared
+from loaders.format import Manifest, read_manifest
+from prep.inspect.preview import save_image
+from prep.inspect.report import mb
 from prep.run.errors import PrepError
-
-__all__ = ["TuneResult", "TuneRow", "check_plot", "plot", "tune"]
+from prep.run.parallel import progress
 
 PREFETCH = 2  # make_loader's default prefetch_factor
+GOOD_ENOUGH = 0.9  # recommend the fewest workers within 10% of the best throughput
 TRAIN_FIELDS = ("image", "label", "mask")  # what a training loop reads; orig_size is for eval
 
 
+@dataclass
+class TuneRow:
+    workers: int
+    samples_per_s: float
+    cpu_percent: float  # of one core, as top shows it: the main process and its workers
+    batches_in_flight: int
+    ram_bytes: int
+    threads: int = 0  # reading threads of the main process (with workers == 0)
+
+    @property
+    def overlaps(self) -> bool:
+        """Whether the batches are read while the training step runs."""
+        return self.workers > 0 or self.threads > 0
+
+    @property
+    def setting(self) -> str:
+        n, what = (self.workers, "worker") if self.workers else (self.threads, "thread")
+        return f"{n} {what}{'s' if n > 1 else ''}" if n else "in the step"
+
+
+@dataclass
+class TuneResult:
+    root: Path
+    size: int
+    batch_size: int
+    prefetch_factor: int
+    fields: tuple[str, ...]
+    samples: int
+    batch_bytes: int
+    rows: list[TuneRow] = field(default_factory=list)
+    keep: bool = False  # --mode keep: timed with crop=CenterCrop(size, ratio=1.0)
+
+    @property
+    def candidates(self) -> list[TuneRow]:
+        """Settings that overlap the step (threads or workers), when any was tried."""
+        return [r for r in self.rows if r.overlaps] or self.rows
+
+    @property
+    def best(self) -> TuneRow:
+        return max(self.candidates, key=lambda r: r.samples_per_s)
+
+    @property
+    def recommended(self) -> TuneRow:
+        """The cheapest setting within 10% of the best: threads, then the fewest workers."""
+        floor = GOOD_ENOUGH * self.best.samples_per_s
+        return min(
+            (r for r in self.candidates if r.samples_per_s >= floor),
+            key=lambda r: (r.workers, r.threads),
+        )
+
+    def table(self) -> str:
+        lines = [
+            f"{self.root}: {self.samples} samples at {self.size} px, fields "
+            f"{', '.join(self.fields)}, batch {self.batch_size} = {mb(self.batch_bytes)}, "
+            f"prefetch_factor {self.prefetch_factor}",
+            f"{'setting':>11}{'samples/s':>12}{'cpu':>8}{'batches':>9}{'RAM in flight':>15}",
+        ]
+        lines += [
+            f"{r.setting:>11}{r.samples_per_s:>12,.0f}{r.cpu_percent:>7.0f}%"
+            f"{r.batches_in_flight:>9}{mb(r.ram_bytes):>15}"
+            + ("  <- recommended" if r is self.recommended else "")
+            for r in self.rows
+        ]
+        return "\n".join(lines)
+
+    def advice(self) -> str:
+        r, tried = self.recommended, max(x.workers for x in self.rows)
+        how = f"prefetch_factor={self.prefetch_factor}" if r.workers else f"threads={r.threads}"
+        lines = [
+            f"recommended: num_workers={r.workers}, {how}, batch_size={self.batch_size}: "
+            f"{r.samples_per_s:,.0f} samples/s "
+            f"({r.samples_per_s / self.batch_size:,.1f} batches/s), "
+            f"{r.batches_in_flight} x {mb(self.batch_bytes)} = {mb(r.ram_bytes)} in flight",
+            f"  loader = make_loader(ds, batch_size={self.batch_size}, shuffle=True, "
+            + (f"num_workers={r.workers})" if r.workers else f"threads={r.threads})"),
+        ]
+        if self.keep:  # mode keep: samples differ in shape, a batch needs the crop timed here
+            crop = f"crop=CenterCrop({self.size}, ratio=1.0)"
+            lines.insert(
+                1, f"  ds = ImageShardDataset({str(self.root)!r}, size={self.size}, {crop})"
+            )
+        # Every fewer count fell over 10% short: more workers may still pay off.
+        if r.workers and r.workers == tried and len(self.candidates) > 1:
+            lines.append(
+                "  throughput still grows at the most workers tried: the loader is CPU-bound "
+                "here; try more workers (--workers) on a machine with more cores"
+            )
+        zero = next((x for x in self.rows if not x.overlaps), None)
+        if zero is not None and r.overlaps:
+            ms = 1000 * self.batch_size / zero.samples_per_s
+            lines.append(
+                f"  without threads or workers: {zero.samples_per_s:,.0f} samples/s, but it "
+                f"adds {ms:.1f} ms to every training step; threads and workers load the next "
+                "batches during the step"
+            )
+        return "\n".join(lines)
+
+
 def worker_counts(cores: int) -> list[int]:
-    """0, 1, 2, 3, 4, then 6, 8, 12, 16, 24, ... (2^k and 1.5 x 2^k) below `cores`, and `cores`:
-    every count on a small machine, a dozen settings on a big one.
+    """0..4, then 2^k and 1.5 x 2^k below `cores`, and `cores`: a dozen settings at most.
 
     >>> worker_counts(2), worker_counts(20)
     ([0, 1, 2], [0, 1, 2, 3, 4, 6, 8, 12, 16, 20])
@@ -58,18 +141,16 @@ def worker_counts(cores: int) -> list[int]:
 
 
 def batch_bytes(m: Manifest, size: int, fields: Sequence[str], batch_size: int) -> int:
-    """Bytes of one batch as the loader returns it (see the module docstring)."""
-    per_sample = 0
-    for f in fields:
-        spec = m.arrays[m.array_for(f, size)]
-        itemsize = np.dtype(FIELDS[f].out_dtype).itemsize  # labels widen to int64
-        per_sample += int(np.prod(spec.shape, dtype=np.int64)) * itemsize
-    return per_sample * batch_size
+    """Bytes of one batch as the loader returns it (read_dtype: labels widen to int64)."""
+    kinds, specs = declared(m), {f: m.arrays[m.array_for(f, size)] for f in fields}
+    return batch_size * sum(
+        int(np.prod(s.shape, dtype=np.int64)) * np.dtype(kinds[f].read_dtype(s)).itemsize
+        for f, s in specs.items()
+    )
 
 
 def thread_counts(cores: int) -> list[int]:
-    """Reading threads to try: 1, 2, 4, ... up to the cores, at most 8 (a copy per batch
-    saturates memory bandwidth long before).
+    """1, 2, 4, 8 up to the cores (a copy per batch saturates memory bandwidth before 8).
 
     >>> thread_counts(1), thread_counts(2), thread_counts(64)
     ([1], [1, 2], [1, 2, 4, 8])
@@ -77,29 +158,14 @@ def thread_counts(cores: int) -> list[int]:
     return [t for t in (1, 2, 4, 8) if t <= max(1, cores)]
 
 
-def in_flight(workers: int, prefetch_factor: int, threads: int = 0) -> int:
-    if workers > 0:
-        return workers * prefetch_factor
-    return threads + 1 if threads else 1
-
-
 def cpu_seconds() -> float:
-    """CPU seconds (user + system) of this process and its live children, the DataLoader
-    workers: psutil reads them while they run, where os.times counts only waited-for children."""
+    """CPU seconds of this process and its live workers (os.times: only waited-for children)."""
     me = psutil.Process()
     total = 0.0
     for p in [me, *me.children(recursive=True)]:
-        try:
-            t = p.cpu_times()
-        except psutil.NoSuchProcess:  # exited meanwhile
-            continue
-        total += t.user + t.system
+        with contextlib.suppress(psutil.NoSuchProcess):  # exited meanwhile
+            total += sum(p.cpu_times()[:2])  # user + system
     return total
-
-
-def _forever(loader: Any) -> Generator[Any, None, None]:
-    while True:
-        yield from loader  # a new epoch each time; persistent workers stay up
 
 
 def measure(
@@ -111,8 +177,7 @@ def measure(
     nbytes: int,
     threads: int = 0,
 ) -> TuneRow:
-    """One setting: samples/s and CPU use over `seconds` after the first batch; `nbytes` is
-    the size of one batch, for the RAM column."""
+    """One setting's samples/s, CPU use and RAM in flight over `seconds` after its first batch."""
     from torch.utils.data import RandomSampler
 
     from loaders import make_loader
@@ -124,7 +189,7 @@ def measure(
     epoch = max(len(dataset), batch_size) * 1000
     extra["sampler"] = RandomSampler(dataset, num_samples=epoch)
     loader = make_loader(dataset, batch_size, num_workers=workers, threads=threads, **extra)
-    batches = _forever(loader)
+    batches = (b for _ in itertools.count() for b in loader)  # persistent workers stay up
     try:
         next(batches)  # workers started, first batch out
         cpu0, t0 = cpu_seconds(), time.perf_counter()
@@ -137,7 +202,7 @@ def measure(
         batches.close()
         del loader  # shuts persistent workers down
     cpu = 100.0 * (cpu1 - cpu0) / elapsed
-    n = in_flight(workers, prefetch, threads)
+    n = workers * prefetch if workers > 0 else threads + 1  # batches in flight
     return TuneRow(workers, samples / elapsed, cpu, n, n * nbytes, threads)
 
 
@@ -152,9 +217,17 @@ def tune(
     show_progress: bool = True,
     threads: Sequence[int] | None = None,
 ) -> TuneResult:
-    """Time the loader at each thread count (default: thread_counts(cpu cores)), then at each
-    worker count (default: worker_counts(cpu cores); 0: no thread, no worker)."""
-    m, size = image_dataset(root, size, "tune times")  # checked before torch loads (seconds)
+    """Time the loader at each thread count, then at each worker count (0: neither)."""
+    m = read_manifest(root)  # checked before torch loads (seconds)
+    if not isinstance(declared(m).get("image"), Image):
+        raise PrepError(
+            f"{root} has no image field 'image': prep tune times ImageShardDataset. "
+            "HINT: pass a dataset of prep pack"
+        )
+    sizes = m.sizes()
+    size = min(sizes) if size is None else size
+    if size not in sizes:
+        raise PrepError(f"{root} has no size {size}. HINT: --size one of {sizes}")
     if batch_size < 1 or prefetch_factor < 1 or seconds <= 0:
         raise PrepError("--batch-size, --prefetch-factor and --seconds must be positive")
     if limit is not None and limit < 1:
@@ -162,7 +235,6 @@ def tune(
     from torch.utils.data import Subset
 
     from loaders import CenterCrop, ImageShardDataset
-    from prep.run.parallel import progress
 
     cores = os.cpu_count() or 1
     counts = sorted(set(workers)) if workers else worker_counts(cores)
@@ -170,8 +242,8 @@ def tune(
     if counts[0] < 0 or (tcounts and tcounts[0] < 0):
         raise PrepError(f"worker counts {counts} and thread counts {tcounts} must be 0 or more")
     settings = [(0, t) for t in tcounts if t > 0] + [(w, 0) for w in counts]
-    fields = tuple(f for f in TRAIN_FIELDS if f in m.fields())
-    keep = f"hw_{size}" in m.arrays  # --mode keep: one shape a batch needs a crop
+    fields = tuple(f for f in TRAIN_FIELDS if f in m.fields)
+    keep = declared(m)["image"].mode == "keep"  # type: ignore[attr-defined]  # one shape a batch
     crop = CenterCrop(size, ratio=1.0) if keep else None
     ds: Any = ImageShardDataset(root, size=size, fields=fields, crop=crop)
     if limit is not None:
@@ -180,13 +252,62 @@ def tune(
         raise PrepError(f"{root} holds no samples to load")
     nbytes = batch_bytes(m, size, fields, batch_size)
     result = TuneResult(root, size, batch_size, prefetch_factor, fields, len(ds), nbytes, keep=keep)
-    bar = progress(len(settings), "setting", f"tune {root.name}") if show_progress else None
+    bar = progress(len(settings), "setting", f"tune {root.name}", show_progress)
     try:
         for w, t in settings:
             result.rows.append(measure(ds, batch_size, w, prefetch_factor, seconds, nbytes, t))
-            if bar is not None:
-                bar.update(1)
+            bar.update(1)
     finally:
-        if bar is not None:
-            bar.close()
+        bar.close()
     return result
+
+
+def check_plot(who: str = "--plot needs", extra: str = "plot") -> None:
+    """Fail before a run whose charts cannot be drawn (matplotlib: the [plot], [report] extras)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise PrepError(
+            f"{who} matplotlib, which is not installed. HINT: pip install 'prep[{extra}]'"
+        ) from None
+
+
+def plot(result: TuneResult, path: Path) -> None:
+    """Samples/s of each setting labelled with its CPU use, the recommended one in orange."""
+    check_plot()
+    import matplotlib
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    # The title holds the folder's name: text, never a formula ("$x^{$" would not parse)
+    with matplotlib.rc_context({"text.parse_math": False}):
+        fig = Figure(figsize=(6.4, 4.0), dpi=100, layout="constrained")  # 640 x 400 px
+        FigureCanvasAgg(fig)
+        ax = fig.subplots()
+        rows, rec = sorted(result.rows, key=lambda r: (r.workers, r.threads)), result.recommended
+        x = list(range(len(rows)))
+        ax.plot(x, [r.samples_per_s for r in rows], "o-", color="tab:blue")
+        at = (rows.index(rec), rec.samples_per_s)
+        ax.plot(*at, "o", color="tab:orange", markersize=10)
+        point: dict[str, Any] = {"textcoords": "offset points", "fontsize": "small"}
+        ax.annotate("recommended", at, (8, -14), **point, color="tab:orange")
+        for i, r in zip(x, rows, strict=True):
+            xy = (i, r.samples_per_s)
+            ax.annotate(f"cpu {r.cpu_percent:.0f}%", xy, (8, 4), **point, color="0.35")
+        ax.set_xticks(x, [r.setting for r in rows])
+        ax.margins(x=0.12)  # room for the last point's label
+        ax.set_ylim(0, 1.15 * max(r.samples_per_s for r in rows))
+        ax.yaxis.set_major_formatter("{x:,.0f}")
+        ax.grid(axis="y", color="0.9")
+        ax.set(xlabel="threads (num_workers=0) or worker processes", ylabel="samples/s")
+        ax.set_title(
+            f"{result.root.name}: loader throughput, {result.size} px, batch {result.batch_size}",
+            fontsize="medium",
+        )
+        if any(not r.overlaps for r in rows):
+            fig.supxlabel(
+                "in the step: the training loop loads each batch itself, in its own time",
+                fontsize="small",
+                color="0.45",
+            )
+        save_image(fig, path)

@@ -1,21 +1,12 @@
-"""A sound file decoded once, down-mixed or fitted to the stored channels, resampled with soxr
-and converted to the stored dtype. Arrays in, arrays out, but for the file read at the top.
-
-soundfile (libsndfile) reads WAV, FLAC, OGG/Vorbis, Opus, MP3 and the other formats it knows;
-a file it does not recognise goes to PyAV (FFmpeg: AAC, M4A, WMA...). Bad input raises Reject
-with one of the README's codes: `empty`, `corrupt`, `truncated`, `too_long`, `no_audio`,
-`zero_rate`, `not_finite`, `channels`.
-
-A file's length is never trusted to size a buffer: a header that claims more than the cap
-(`Limit`) is refused before decoding, and decoding reads blocks, so a FLAC whose STREAMINFO
-claims 2**36 samples costs what its real samples do.
-"""
+"""A sound file decoded once (libsndfile, else FFmpeg through PyAV), fitted to the stored
+channels, resampled with soxr, converted to the stored dtype; bad input raises Reject (README
+codes). A header's length never sizes a buffer: over the cap (`Limit`) it is refused, and
+decoding reads blocks, so a file costs what its real samples do."""
 
 from __future__ import annotations
 
 import re
 import struct
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,61 +16,38 @@ from prep.run.inputs import Reject
 from prep.run.profile import stage
 
 QUALITY = "HQ"  # soxr's high quality: 20-bit precision, flat to 0.9 of the lower Nyquist
-# libsndfile's log of a WAV/AIFF whose data chunk says more bytes than the file holds.
+# libsndfile's log of a WAV/AIFF whose data chunk says more bytes than the file holds
 _SHORT_CHUNK = re.compile(r"^\s*(?:data|SSND)\s*:\s*(\d+)\s*\(should be (\d+)\)", re.M)
 # A decode that ends this much before the header's length is a cut file, not rounding.
 SHORT_FRACTION, SHORT_FRAMES = 0.02, 2304  # two MP3 frames
 BLOCK = 1 << 20  # frames a libsndfile read holds at most: 4 MB a channel as float32
 UNKNOWN = 2**63 - 1  # libsndfile's frame count of a stream that does not say (a piped FLAC)
-DEFAULT_MAX_FILE_SECONDS = 7200.0  # 2 hours: a long podcast or recorded session
-# The cap's samples (frames x channels) are counted as seconds of this: a file at 384 kHz or
-# with 64 channels holds many samples a second, and memory follows samples, not seconds.
+MAX_FILE_SECONDS = 7200.0  # 2 hours: a long podcast or recorded session
+# The cap counts samples (frames x channels) as seconds of this: memory follows samples.
 CAP_RATE, CAP_CHANNELS = 48000, 2
-# libsndfile's error codes that mean "not mine": try FFmpeg instead. 7 is what its MP3 reader
-# gives a file without one MPEG frame ("File does not exist or is not a regular file"): FFmpeg
-# then says what the file is not, rather than a misleading reason.
+# libsndfile's error codes that mean "not mine": FFmpeg says better what the file is not.
 _NOT_RECOGNISED = (1, 4, 7)
-# libsndfile's "Internal psf_fseek() failed": soundfile seeks to where each read ended, which
-# fails once a read passes the real end of a FLAC whose STREAMINFO claims more samples.
+# "Internal psf_fseek() failed": a read passed the real end of a FLAC that claims more.
 _SEEK_FAILED = 39
 
 
-@dataclass
-class Decoded:
-    samples: np.ndarray  # float32 (frames, channels) at the source rate
-    rate: int  # the source's sample rate, Hz
+def check(limit: float, frames: int, rate: int, channels: int, what: str) -> None:
+    """Refuse over `limit` seconds, or more samples than `limit` seconds of 48 kHz stereo.
 
-
-@dataclass(frozen=True)
-class Limit:
-    """The most a file may hold: `seconds` long, and no more samples (frames x channels) than
-    `seconds` of 48 kHz stereo: decoded to float32, 384 kB a second of the cap.
-
-    >>> Limit(60).over(8000 * 61, 8000, 1)
-    '61.0 s, over --max-file-seconds 60'
-    >>> Limit(60).over(192000 * 30, 192000, 2)
-    '30.0 s of 2 channels at 192000 Hz, more samples than --max-file-seconds 60 of 48 kHz stereo'
+    >>> check(60, 192000 * 30, 192000, 2, "its header gives")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    prep.run.inputs.Reject: its header gives 30.0 s of 2 channels at 192000 Hz, more samples ...
     """
-
-    seconds: float = DEFAULT_MAX_FILE_SECONDS
-
-    def over(self, frames: int, rate: int, channels: int) -> str | None:
-        """How `frames` at `rate` Hz exceed the cap, or None where they do not."""
-        long, cap = f"{frames / rate:.1f} s", f"--max-file-seconds {self.seconds:g}"
-        if frames / rate > self.seconds:
-            return f"{long}, over {cap}"
-        if frames * channels > self.seconds * CAP_RATE * CAP_CHANNELS:
-            at = f"{channels} channels at {rate} Hz"
-            return f"{long} of {at}, more samples than {cap} of 48 kHz stereo"
-        return None
-
-    def check(self, frames: int, rate: int, channels: int, what: str) -> None:
-        """Reject `too_long` when `frames` (as `what` gives them) exceed the cap."""
-        why = self.over(frames, rate, channels)
-        if why is not None:
-            raise Reject(
-                "too_long", f"{what} {why}. HINT: raise --max-file-seconds if the file is trusted"
-            )
+    long, cap = f"{frames / rate:.1f} s", f"--max-file-seconds {limit:g}"
+    if frames / rate > limit:
+        why = f"{long}, over {cap}"
+    elif frames * channels > limit * CAP_RATE * CAP_CHANNELS:
+        at = f"{channels} channels at {rate} Hz"
+        why = f"{long} of {at}, more samples than {cap} of 48 kHz stereo"
+    else:
+        return
+    hint = "HINT: raise --max-file-seconds if the file is trusted"
+    raise Reject("too_long", f"{what} {why}. {hint}")
 
 
 def _short(got: int, expected: int) -> bool:
@@ -87,7 +55,7 @@ def _short(got: int, expected: int) -> bool:
 
 
 def _wav_rate(path: Path) -> int | None:
-    """The sample rate a RIFF/WAVE header states (None: not a WAV, or no fmt chunk)."""
+    """The sample rate a RIFF/WAVE header states (None: not a WAV)."""
     with open(path, "rb") as f:
         head = f.read(4096)
     at = head.find(b"fmt ")
@@ -97,8 +65,7 @@ def _wav_rate(path: Path) -> int | None:
 
 
 def _not_mpeg(path: Path) -> bool:
-    """An .mp3 that starts with neither an ID3 tag nor an MPEG frame sync: libsndfile's MP3
-    reader (mpg123) would print its resync notes on stderr before failing, so FFmpeg reads it."""
+    # No ID3 tag nor MPEG frame sync: libsndfile's mpg123 would print resync notes, then fail.
     if path.suffix.lower() != ".mp3":
         return False
     with open(path, "rb") as f:
@@ -106,9 +73,8 @@ def _not_mpeg(path: Path) -> bool:
     return not (head == b"ID3" or (len(head) > 1 and head[0] == 0xFF and head[1] >= 0xE0))
 
 
-def read_soundfile(path: Path, limit: Limit = Limit()) -> Decoded | None:
-    """The file through libsndfile, or None when libsndfile does not know its format or the
-    stream's length (FFmpeg reads a FLAC without one; libsndfile cannot read it in blocks)."""
+def read_soundfile(path: Path, limit: float) -> tuple[np.ndarray, int] | None:
+    """The file through libsndfile; None where it knows not its format or length (FFmpeg's)."""
     import soundfile as sf
 
     if _not_mpeg(path):
@@ -132,16 +98,15 @@ def read_soundfile(path: Path, limit: Limit = Limit()) -> Decoded | None:
                 f"its data chunk says {cut.group(1)} bytes, the file holds {cut.group(2)}",
             )
         if rate > 0:  # a rate of 0 is rejected by read_audio
-            limit.check(frames, rate, f.channels, "its header gives")
+            check(limit, frames, rate, f.channels, "its header gives")
         data = _blocks(f, rate, frames, limit)
     if _short(len(data), frames):
         raise Reject("truncated", f"{len(data)} of the {frames} frames its header gives")
-    return Decoded(data, rate)
+    return data, rate
 
 
-def _blocks(f: Any, rate: int, frames: int, limit: Limit) -> np.ndarray:
-    """The rest of libsndfile file `f` (its header: `frames`) as float32 (frames, channels),
-    read BLOCK frames at a time: memory follows the samples the file holds, not the header."""
+def _blocks(f: Any, rate: int, frames: int, limit: float) -> np.ndarray:
+    """The rest of libsndfile file `f` as float32 (frames, channels), BLOCK frames a read."""
     import soundfile as sf
 
     blocks, got = [], 0
@@ -156,13 +121,13 @@ def _blocks(f: Any, rate: int, frames: int, limit: Limit) -> np.ndarray:
         blocks.append(block)
         got += len(block)
         if rate > 0:  # an MP3's header length is an estimate: the cap counts what decodes
-            limit.check(got, rate, f.channels, "decoding reaches")
+            check(limit, got, rate, f.channels, "decoding reaches")
         if len(block) < BLOCK:
             return blocks[0] if len(blocks) == 1 else np.concatenate(blocks)
 
 
-def read_pyav(path: Path, limit: Limit = Limit()) -> Decoded:
-    """The first audio stream through FFmpeg, as float32 at its own rate and channels."""
+def read_pyav(path: Path, limit: float) -> tuple[np.ndarray, int]:
+    """The first audio stream through FFmpeg, float32 at its own rate and channels."""
     import av
 
     try:
@@ -181,54 +146,42 @@ def read_pyav(path: Path, limit: Limit = Limit()) -> Decoded:
         expected = 0
         if stream.duration is not None and stream.time_base is not None:
             expected = int(stream.duration * stream.time_base * rate)
-        channels = int(stream.codec_context.channels or 1)
-        limit.check(expected, rate, channels, "its header gives")
-        planes = _frames(container, stream, rate, limit)
+        check(limit, expected, rate, int(stream.codec_context.channels or 1), "its header gives")
+        resampler = av.AudioResampler(format="fltp")
+        planes, got = [], 0
+        try:
+            for frame in container.decode(stream):
+                for out in resampler.resample(frame):
+                    planes.append(out.to_ndarray())  # (channels, n)
+                    got += planes[-1].shape[1]
+                    check(limit, got, rate, planes[-1].shape[0], "decoding reaches")
+        except av.error.FFmpegError as e:
+            why = e.strerror or e
+            raise Reject("corrupt", f"decoding fails after {len(planes)} frames ({why})") from None
     data = np.concatenate(planes, axis=1).T if planes else np.zeros((0, 1), np.float32)
     if expected and _short(len(data), expected):
         raise Reject("truncated", f"{len(data)} of the {expected} samples its header gives")
-    return Decoded(np.ascontiguousarray(data, dtype=np.float32), rate)
+    return np.ascontiguousarray(data, dtype=np.float32), rate
 
 
-def _frames(container: Any, stream: Any, rate: int, limit: Limit) -> list[np.ndarray]:
-    """Every frame of `stream` as float32 (channels, n): FFmpeg's planar float, rate kept;
-    stopped with a Reject once they pass the cap."""
-    import av
-
-    resampler = av.AudioResampler(format="fltp")
-    planes, got = [], 0
-    try:
-        for frame in container.decode(stream):
-            for out in resampler.resample(frame):
-                planes.append(out.to_ndarray())
-                got += planes[-1].shape[1]
-                limit.check(got, rate, planes[-1].shape[0], "decoding reaches")
-    except av.error.FFmpegError as e:
-        why = e.strerror or e  # not the errno and the path again
-        raise Reject("corrupt", f"decoding fails after {len(planes)} frames ({why})") from None
-    return planes
-
-
-def read_audio(path: Path, limit: Limit = Limit()) -> Decoded:
-    """`path` decoded, by libsndfile or else FFmpeg; checked for a rate, its length against
-    `limit` and finite samples."""
+def read_audio(path: Path, limit: float) -> tuple[np.ndarray, int]:
+    """(float32 (frames, channels), source rate) by libsndfile, else FFmpeg; finite, in `limit`."""
     if path.stat().st_size == 0:
         raise Reject("empty", "a zero-byte file")
     got = read_soundfile(path, limit)
-    decoded = got if got is not None else read_pyav(path, limit)
-    if decoded.rate <= 0:
-        raise Reject("zero_rate", f"a sample rate of {decoded.rate}")
-    if not len(decoded.samples):
+    samples, rate = got if got is not None else read_pyav(path, limit)
+    if rate <= 0:
+        raise Reject("zero_rate", f"a sample rate of {rate}")
+    if not len(samples):
         raise Reject("empty", "no audio samples")
-    if not np.isfinite(decoded.samples).all():
-        bad = int((~np.isfinite(decoded.samples)).sum())
+    if not np.isfinite(samples).all():
+        bad = int((~np.isfinite(samples)).sum())
         raise Reject("not_finite", f"{bad} NaN or infinite samples")
-    return decoded
+    return samples, rate
 
 
 def fit_channels(samples: np.ndarray, channels: int, mono: bool) -> np.ndarray:
-    """(frames, C) -> (frames,) averaged for `mono`, else (frames, channels): a one-channel
-    source repeated, any other count than `channels` a Reject.
+    """(frames, C) -> (frames,) averaged for `mono`, else (frames, channels), mono repeated.
 
     >>> fit_channels(np.array([[1.0, 3.0]], np.float32), 1, True).tolist()
     [2.0]
@@ -249,8 +202,7 @@ def fit_channels(samples: np.ndarray, channels: int, mono: bool) -> np.ndarray:
 
 
 def to_stored(x: np.ndarray, dtype: str) -> np.ndarray:
-    """Float samples (full scale 1.0) as stored: int16 rounds x * 32768 and clips at full
-    scale, as any int16 writer does; float16 keeps the value (clipped to its finite range).
+    """Float samples (full scale 1.0) as stored: int16 rounds x * 32768 and clips; float16 clips.
 
     >>> to_stored(np.array([-1.0, 0.5, 1.0]), "int16").tolist()
     [-32768, 16384, 32767]
@@ -261,15 +213,15 @@ def to_stored(x: np.ndarray, dtype: str) -> np.ndarray:
 
 
 def decode_clip(
-    path: Path, rate: int, channels: int, mono: bool, dtype: str, limit: Limit = Limit()
+    path: Path, rate: int, channels: int, mono: bool, dtype: str, limit: float = MAX_FILE_SECONDS
 ) -> tuple[np.ndarray, int]:
     """The file at `rate` Hz in `dtype`, (frames,) or (frames, channels), and its source rate."""
     import soxr
 
     with stage("read"):
-        decoded = read_audio(path, limit)
+        samples, source_rate = read_audio(path, limit)
     with stage("resample"):
-        x = fit_channels(decoded.samples, channels, mono)
-        if decoded.rate != rate:
-            x = soxr.resample(np.ascontiguousarray(x), decoded.rate, rate, quality=QUALITY)
-        return to_stored(x, dtype), decoded.rate
+        x = fit_channels(samples, channels, mono)
+        if source_rate != rate:
+            x = soxr.resample(np.ascontiguousarray(x), source_rate, rate, quality=QUALITY)
+        return to_stored(x, dtype), source_rate

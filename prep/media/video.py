@@ -1,24 +1,12 @@
-"""A video decoded once with PyAV at a fixed frame rate: frames picked by their timestamps,
-turned upright by the rotation the file carries, and resized by pack's geometry.
-
-Output frame k shows the source at time k / fps from its first frame: the last source frame
-that starts at or before then (what a player shows). So a variable-frame-rate file comes out
-right, and a source slower than `fps` repeats frames where a player would hold them. Only the
-picked frames are converted to RGB and resized; every frame is decoded (inter-frame codecs
-need them). Bad input raises Reject with one of the README's codes.
-
-What a small file can cost is bounded: a stream whose header gives more than `max_pixels` a
-frame is refused before a frame is decoded, and so is any decoded frame over it; and the
-frames picked may not outrun the file (`_check_reach`): at most REPEAT stored frames a decoded
-one, and not far past the duration the container's header gives. So a two-frame file whose
-second frame is stamped 20,000 s on is a reject, not 160,000 copies of its first frame.
-"""
+"""A video decoded once with PyAV at a fixed frame rate, turned upright, resized by pack's
+geometry; bad input raises Reject (README codes). Frame k is the last source frame starting at
+or before k / fps (what a player shows: variable frame rates come out right). A file's cost is
+bounded: frames over `max_pixels` are refused, the frames picked may not outrun the file."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,19 +18,10 @@ from prep.run.profile import stage
 
 EPS = 1e-6  # seconds: a frame starting this close after a target time still counts as shown
 SLACK = 0.5  # of the header's duration missing at the end (in seconds, at least 2 frames)
-# Stored frames a decoded frame may fill, on average: a source may be 64 times slower than
-# --fps (a slideshow holding each picture 8 s at --fps 8); past that, a gap in the timestamps
-# would be filled with repeats that cost output bytes and time the file never paid for.
+# Stored frames a decoded frame may fill, on average (a slideshow of 8 s a picture at --fps 8);
+# past that, a gap in the timestamps would be repeats that cost bytes the file never paid for.
 REPEAT = 64
 MAX_PIXELS = 100_000_000  # a frame's default cap, as prep pack's --max-pixels
-
-
-@dataclass
-class Decoded:
-    frames: list[np.ndarray]  # (h, w, 3) uint8 each, upright, all of one shape
-    source_fps: float  # the stream's average frame rate
-    duration: float  # seconds from the first frame's start to the last one's end
-    rotation: int  # degrees counter-clockwise the stored frames were turned to stand upright
 
 
 def frame_size(h: int, w: int, size: int, mode: str) -> tuple[int, int]:
@@ -54,46 +33,39 @@ def frame_size(h: int, w: int, size: int, mode: str) -> tuple[int, int]:
     if mode == "short":
         scale = size / min(h, w)
         return max(1, round(h * scale)), max(1, round(w * scale))
-    g = geometry(h, w, size, mode)
-    return g.content if mode == "keep" else (size, size)
+    return geometry(h, w, size, mode).shape
 
 
 def fit_frame(rgb: np.ndarray, rotation: int, size: int, mode: str) -> np.ndarray:
     """A decoded (h, w, 3) frame turned upright and resized to how it is stored."""
-    img = np.rot90(rgb, k=(rotation // 90) % 4) if rotation % 360 else rgb
+    img = np.ascontiguousarray(np.rot90(rgb, k=(rotation // 90) % 4) if rotation % 360 else rgb)
     h, w = img.shape[:2]
     if mode == "short":
-        return np.ascontiguousarray(resize(np.ascontiguousarray(img), frame_size(h, w, size, mode)))
+        return np.ascontiguousarray(resize(img, frame_size(h, w, size, mode)))
     g = geometry(h, w, size, mode)
-    return place(resize(np.ascontiguousarray(img), g.content), g, 0)
-
-
-def _open(path: Path) -> Any:
-    import av
-
-    try:
-        if path.stat().st_size == 0:
-            raise Reject("empty", "a zero-byte file")
-        return av.open(str(path), metadata_errors="replace")
-    except OSError as e:  # vanished, or not ours to read (PyAV's errors for these are OSErrors)
-        raise Reject(os_reject_code(e), f"cannot read: {e.strerror or e}") from None
-    except (av.error.FFmpegError, UnicodeDecodeError) as e:
-        why = getattr(e, "strerror", None) or e  # not the errno and the path again
-        raise Reject("corrupt", f"not a video FFmpeg can read ({why})") from None
+    return place(resize(img, g.content), g, 0)
 
 
 def decode_video(
     path: Path, fps: float, size: int, mode: str, max_pixels: int = MAX_PIXELS
-) -> Decoded:
-    """`path`'s first video stream at `fps` frames a second, each frame stored by `mode` at
-    `size` px (prep.media.video.frame_size); frames over `max_pixels` refused."""
+) -> tuple[list[np.ndarray], float, float]:
+    """(frames (h, w, 3) uint8 upright at `fps`, sized by `frame_size`; the stream's average
+    rate; seconds from the first frame's start to the last one's end)."""
     import av
 
     with stage("read"):
-        container = _open(path)
+        try:
+            if path.stat().st_size == 0:
+                raise Reject("empty", "a zero-byte file")
+            container = av.open(str(path), metadata_errors="replace")
+        except OSError as e:  # vanished, or not ours to read (PyAV raises OSErrors for these)
+            raise Reject(os_reject_code(e), f"cannot read: {e.strerror or e}") from None
+        except (av.error.FFmpegError, UnicodeDecodeError) as e:
+            why = getattr(e, "strerror", None) or e  # not the errno and the path again
+            raise Reject("corrupt", f"not a video FFmpeg can read ({why})") from None
     with container:
         if not container.streams.video:
-            kinds = sorted({s.type for s in container.streams}) or ["no"]
+            kinds = sorted({str(s.type) for s in container.streams}) or ["no"]
             raise Reject("no_video", f"no video stream ({', '.join(kinds)} streams only)")
         stream = container.streams.video[0]
         rate = stream.average_rate or stream.guessed_rate
@@ -106,14 +78,16 @@ def decode_video(
         try:
             with stage("decode"):
                 timed = _timed(container.decode(stream), float(rate), max_pixels)
-                out = _pick(timed, fps, size, mode, said)
+                frames, duration, decoded = _pick(timed, fps, size, mode, said)
         except av.error.FFmpegError as e:
             raise Reject("corrupt", f"the video cannot be decoded ({e.strerror or e})") from None
-        frames, duration, rotation, decoded = out
-        _check_whole(stream, decoded, duration, float(rate), said)
+        if stream.frames and decoded < stream.frames:  # a file that ends early
+            raise Reject("truncated", f"{decoded} of the {stream.frames} frames its header counts")
+        if said and said - duration > max(SLACK * said, 2.0 / float(rate)):
+            raise Reject("truncated", f"it ends at {duration:.2f} s, its header says {said:.2f} s")
     if not frames:
         raise Reject("no_frames", "the video ends before its first frame")
-    return Decoded(frames, float(rate), duration, rotation)
+    return frames, float(rate), duration
 
 
 def _check_pixels(w: int, h: int, max_pixels: int, what: str) -> None:
@@ -126,11 +100,9 @@ def _check_pixels(w: int, h: int, max_pixels: int, what: str) -> None:
 
 
 def _timed(
-    frames: Iterator[Any], rate: float, max_pixels: int = MAX_PIXELS
+    frames: Iterator[Any], rate: float, max_pixels: int
 ) -> Iterator[tuple[float, float, Any]]:
-    """(start, duration, frame) in seconds, from each frame's timestamp (its index / rate where
-    the file has none); a frame over `max_pixels` (a stream whose header understates its
-    size) refused as soon as it is decoded."""
+    """(start, duration, frame) in seconds; a frame over `max_pixels` refused when decoded."""
     for n, frame in enumerate(frames):
         _check_pixels(frame.width, frame.height, max_pixels, f"frame {n} is")
         t = frame.time if frame.pts is not None else n / rate
@@ -140,43 +112,45 @@ def _timed(
 
 
 def _pick(
-    frames: Iterator[tuple[float, float, Any]],
-    fps: float,
-    size: int,
-    mode: str,
-    said: float | None = None,
-) -> tuple[list[np.ndarray], float, int, int]:
-    """The frames shown at 0, 1 / fps, ... seconds from the first, until the last one ends;
-    with the duration, the rotation, and how many frames were decoded. `said`: the duration
-    the container's header gives, in seconds (None: it gives none)."""
+    frames: Iterator[tuple[float, float, Any]], fps: float, size: int, mode: str, said: float | None
+) -> tuple[list[np.ndarray], float, int]:
+    """The frames shown at 0, 1 / fps, ... s until the last ends; duration, frames decoded."""
     out: list[np.ndarray] = []
     first, shown, end, k, n, rotation = None, None, 0.0, 0, 0, 0
     fitted: tuple[int, np.ndarray] | None = None  # the last frame converted: (its number, pixels)
     moved = False  # whether any frame starts after the first
+
+    def show_until(reach: float) -> None:
+        """Store `shown`, converted once, at each time before `reach`, in the first's shape."""
+        nonlocal k, fitted
+        if shown is None:
+            return
+        _check_reach(reach, k, n, fps, said)
+        while k / fps < reach - EPS:
+            if fitted is None or fitted[0] != shown[0]:
+                with stage("resize"):
+                    img = fit_frame(shown[1].to_ndarray(format="rgb24"), rotation, size, mode)
+                    if out and img.shape != out[0].shape:
+                        img = np.ascontiguousarray(resize(img, out[0].shape[:2]))
+                    fitted = shown[0], img
+            out.append(fitted[1])
+            k += 1
+
     for t, d, frame in frames:
         if first is None:
             first, rotation = t, int(getattr(frame, "rotation", 0) or 0)
         rel = t - first
-        if shown is not None:
-            _check_reach(rel, k, n, fps, said)
-        while shown is not None and k / fps < rel - EPS:  # targets before this frame starts
-            fitted = _emit(out, shown, fitted, rotation, size, mode)
-            k += 1
+        show_until(rel)
         shown, end, n = (n, frame), max(end, rel + d), n + 1
         moved = moved or rel > EPS
     if n > 1 and not moved:
         raise Reject("zero_fps", f"all {n} frames have one timestamp: a frame rate of 0")
-    if shown is not None:
-        _check_reach(end, k, n, fps, said)
-    while shown is not None and k / fps < end - EPS:
-        fitted = _emit(out, shown, fitted, rotation, size, mode)
-        k += 1
-    return out, end, rotation, n
+    show_until(end)
+    return out, end, n
 
 
 def _check_reach(reach: float, k: int, n: int, fps: float, said: float | None) -> None:
-    """Refuse picking on to `reach` seconds (from the first frame; `k` stored so far) when that
-    would store more than REPEAT frames for each of the `n` decoded, or run well past `said`."""
+    """Refuse storing over REPEAT frames a decoded one, or well past `said` (the header's)."""
     if said is not None and reach - said > max(said, 1.0):
         raise Reject(
             "timestamps", f"its frames run to {reach:.1f} s, its header says {said:.1f} s long"
@@ -190,33 +164,3 @@ def _check_reach(reach: float, k: int, n: int, fps: float, said: float | None) -
             f"{fps:g}, over {REPEAT} a decoded frame. HINT: a real video this sparse packs at "
             "a lower --fps",
         )
-
-
-def _emit(
-    out: list[np.ndarray],
-    shown: tuple[int, Any],
-    fitted: tuple[int, np.ndarray] | None,
-    rotation: int,
-    size: int,
-    mode: str,
-) -> tuple[int, np.ndarray]:
-    """Append frame `shown` (number, frame) to `out`, converted once however often it shows.
-    A stream whose resolution changes part way keeps its first frame's stored shape."""
-    if fitted is None or fitted[0] != shown[0]:
-        with stage("resize"):
-            rgb = shown[1].to_ndarray(format="rgb24")
-            img = fit_frame(rgb, rotation, size, mode)
-            if out and img.shape != out[0].shape:
-                img = np.ascontiguousarray(resize(img, out[0].shape[:2]))
-            fitted = shown[0], img
-    out.append(fitted[1])
-    return fitted
-
-
-def _check_whole(stream: Any, decoded: int, end: float, rate: float, said: float | None) -> None:
-    """A file that ends early (a cut download) is a reject: fewer frames than its header
-    counts, or (no count) an end well before the header's duration `said`."""
-    if stream.frames and decoded < stream.frames:
-        raise Reject("truncated", f"{decoded} of the {stream.frames} frames its header counts")
-    if said and said - end > max(SLACK * said, 2.0 / rate):
-        raise Reject("truncated", f"it ends at {end:.2f} s, its header says {said:.2f} s")

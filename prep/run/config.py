@@ -1,9 +1,5 @@
-"""Config as plain data: dataclass defaults < TOML file section < command-line overrides.
-
-Each option is declared once, in its kind's config.py (prep/kinds/*/config.py): its type,
-default and help (`opt`); the Typer commands are made from these dataclasses (prep.cli.options).
-Here: what every writing command shares (RunConfig), and reading a TOML section. The effective
-config is saved in the manifest."""
+"""Config as plain data: dataclass defaults < TOML file section < command-line overrides; each
+option declared once (`opt`), the effective config saved in the manifest."""
 
 from __future__ import annotations
 
@@ -59,15 +55,7 @@ class RunConfig:
 
     SECTION: ClassVar[str] = ""
     # Keys that do not change the output bytes: a resumed run may differ in these.
-    RUNTIME: ClassVar[tuple[str, ...]] = (
-        "jobs",
-        "backend",
-        "scheduler",
-        "overwrite",
-        "resume",
-        "max_rejects",
-        "staging",
-    )
+    RUNTIME = ("jobs", "backend", "scheduler", "overwrite", "resume", "max_rejects", "staging")
 
     def output_config(self) -> dict[str, Any]:
         """What the output bytes depend on (saved in the manifest, compared on --resume)."""
@@ -105,9 +93,7 @@ def check(ok: bool, what: str, should: str) -> None:
 
 
 def listed(text: str, what: str, convert: Callable[[str], T], n: int | None = None) -> list[T]:
-    """A comma-separated option as a list of `convert`ed values, blanks dropped: the one parser
-    of every list option (--sizes, --spacing, --codec, --drop...). A value `convert` refuses,
-    or a list that is not `n` long, is a UsageError naming `what`.
+    """A comma-separated option as `convert`ed values (`n` of them), else a UsageError.
 
     >>> listed("128, 256", "--sizes", int), listed("a,,b", "--drop", str)
     ([128, 256], ['a', 'b'])
@@ -131,11 +117,8 @@ C = TypeVar("C", bound=RunConfig)
 
 
 def load_config(cls: type[C], section: str, path: Path | None, overrides: dict[str, Any]) -> C:
-    """`cls` defaults, then `[section]` of the TOML file, then overrides that are not None.
-
-    With no path and no SRC on the command line the default config is read when it exists (so
-    `make dataset` needs no flags, and `prep pack SRC OUT` takes nothing from the demo config).
-    Values are type-checked (pydantic, strict: no "1" for 1, no true for 1)."""
+    """`cls` defaults, then `[section]` of the TOML file (with no SRC: the default one, where it
+    exists), then overrides that are not None; values type-checked strictly (pydantic)."""
     from pydantic import TypeAdapter, ValidationError
 
     values: dict[str, Any] = {}
@@ -160,15 +143,12 @@ def load_config(cls: type[C], section: str, path: Path | None, overrides: dict[s
     for key, value in values.items():
         try:
             TypeAdapter(hints[key]).validate_python(value, strict=True)
-        except ValidationError as e:
+        except ValidationError as e:  # the type as the config file's reader would write it
+            type_name = str(hints[key]).replace("typing.", "").replace("<class '", "")
+            type_name = type_name.replace("'>", "")
             raise UsageError(
-                f"[{section}] {key} = {value!r} is not {_type_name(hints[key])} "
+                f"[{section}] {key} = {value!r} is not {type_name} "
                 f"({e.errors()[0]['msg'].lower()}). HINT: e.g. "
                 "sizes = [128, 256], limit = 100, gray = true"
             ) from None
     return cls(**values)
-
-
-def _type_name(hint: Any) -> str:
-    """`int | None`, `list[int]`, `bool`: a type as the config file's reader would write it."""
-    return str(hint).replace("typing.", "").replace("<class '", "").replace("'>", "")

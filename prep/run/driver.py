@@ -1,51 +1,44 @@
 """The run driver every writing command uses: list -> plan -> one task per shard -> records ->
-manifest last -> install.
-
-A data kind (prep.kinds) supplies a small protocol, `Kind`: list its inputs (with a fingerprint
-for --resume), plan its shards, say what each task is, build the manifest from the tasks'
-records, and word its summary line. Everything else is here, once: OUT's guards and lock, the
-run folder, resuming verified shards, the progress bar, the backends, rejects and the
---max-rejects check, and the swap into place (prep.run.staging).
-"""
+manifest last -> install. A data kind supplies `Kind`; guards, resuming, progress, backends and
+--max-rejects are here, once."""
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import os
 import time
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
-from loaders.format import MANIFEST, REJECTS, Manifest, read_manifest
+from loaders.fields import Field
+from loaders.format import REJECTS, ArraySpec, Manifest, Shard, array_name, read_manifest
 from loaders.remote import url_of
 from prep.run import staging as st
 from prep.run.config import RunConfig
-from prep.run.errors import PrepError
-from prep.run.files import atomic_write_text
-from prep.run.guard import check_out, locked
+from prep.run.errors import PrepError, write_error
+from prep.run.guard import check_out, install, locked, recover
 from prep.run.inputs import named_rejects
-from prep.run.install import install, recover
-from prep.run.parallel import ShardProgress, check_backend, run_tasks
+from prep.run.parallel import check_backend, progress, run_tasks
 from prep.run.profile import StageTimer, run_profiled
-from prep.run.tasks import write_error
-from prep.version import __version__
+from prep.run.version import __version__
 
 C = TypeVar("C", bound=RunConfig)
 S = TypeVar("S")  # what one shard task is given: its inputs
-# The default shard size: AUTO_SHARDS tasks, enough to keep 2-16 cores busy to the end (the
-# costliest run first) at any input count, of at least AUTO_MIN samples (a shard's fixed cost,
-# a few files and fsyncs, stays small beside its decoding) and at most AUTO_MAX.
+T = TypeVar("T")
+# The default shard size: AUTO_SHARDS tasks keep 2-16 cores busy to the end (the costliest run
+# first); AUTO_MIN keeps a shard's fixed cost (a few files and fsyncs) small beside its work.
 AUTO_SHARDS, AUTO_MIN, AUTO_MAX = 32, 16, 1000
 
 
 def shard_size(count: int, chosen: int | None) -> int:
-    """Samples per shard: `chosen` (--shard-size), else one from the input count alone, never
-    from --jobs or the machine, so that the bytes are the same for any --jobs, anywhere.
+    """Samples per shard: `chosen`, else from the input count alone (never --jobs: same bytes).
 
     >>> [shard_size(n, None) for n in (24, 180, 720, 2000, 10**6)], shard_size(180, 50)
     ([16, 16, 23, 63, 1000], 50)
@@ -55,10 +48,41 @@ def shard_size(count: int, chosen: int | None) -> int:
     return min(AUTO_MAX, max(AUTO_MIN, -(-count // AUTO_SHARDS)))
 
 
+def split_shards(items: list[T], splits: list[Any], chosen: int | None) -> list[list[T]]:
+    """Each split's items (`.split`, in `splits` order) cut into shards of shard_size."""
+    size = shard_size(len(items), chosen)
+    shards = []
+    for split in splits:  # a shard holds one split's inputs
+        part = [it for it in items if getattr(it, "split", None) == split]
+        shards += [part[i : i + size] for i in range(0, len(part), size)]
+    return shards
+
+
+def grouped(items: Iterable[T], size: Callable[[T], int], limit: int) -> list[list[T]]:
+    """Consecutive items grouped until a group's sizes sum to `limit` (the last may hold less)."""
+    groups: list[list[T]] = [[]]
+    total = 0
+    for it in items:
+        groups[-1].append(it)
+        total += size(it)
+        if total >= limit:
+            groups.append([])
+            total = 0
+    return [g for g in groups if g]
+
+
+def array_specs(fields: Mapping[str, Field]) -> dict[str, ArraySpec]:
+    return {array_name(s.field, s.size): s for n, f in fields.items() for s in f.arrays(n)}
+
+
+def fingerprint(seen: Any) -> str:
+    """The sha256 of `seen` as JSON: the inputs as --resume compares them."""
+    return hashlib.sha256(json.dumps(seen).encode()).hexdigest()
+
+
 @dataclass
 class Inputs:
-    """What a kind listed: how many usable inputs, those refused while listing, and a
-    fingerprint of everything the output depends on besides the config."""
+    """What a kind listed: usable inputs, refused ones, and a fingerprint of all but the config."""
 
     count: int
     rejects: list[dict[str, Any]]
@@ -76,7 +100,7 @@ class RunSummary:
     bytes: int
     seconds: float
     manifest: Manifest
-    prepare_seconds: float = 0.0  # listing, planning and preparing (a tokenizer) before the tasks
+    prepare_seconds: float = 0.0  # before the tasks: listing, planning, fitting a tokenizer
     stages: dict[str, float] | None = field(default=None)  # with profile: seconds per stage
     rejects: list[dict[str, Any]] = field(default_factory=list)  # this run's, when it listed
 
@@ -89,7 +113,7 @@ class RunSummary:
         )
 
     def said_rejected(self) -> str:
-        """ "N rejected", naming them when there are one or two (rejects.jsonl has the rest)."""
+        """ "N rejected", naming them when there are one or two."""
         named = named_rejects(self.rejects)
         return f"{self.rejected} rejected{f' ({named})' if named else ''}"
 
@@ -97,24 +121,23 @@ class RunSummary:
 class Kind(ABC, Generic[C, S]):
     """One data kind: what the driver asks of it. A kind object lives for one run."""
 
-    name: ClassVar[str]  # the manifest's `kind`
     unit: ClassVar[str] = "img"  # of the progress bar: what `weight` counts
     noun: ClassVar[str] = "inputs"  # what --max-rejects counts
+    counted: ClassVar[str | None] = None  # the record key that counts them (None: inputs.count)
     summary: ClassVar[type[RunSummary]] = RunSummary
     prepare_stage: ClassVar[str | None] = None  # the profile's stage for `prepare` (None: untimed)
-    # Whether the shard task spends its time in C code that releases the GIL: --backend auto
-    # then runs it in threads (prep.run.parallel), else in loky processes.
-    threads: ClassVar[bool] = False
-    # Reject reasons the user asked for (prep pack --drop-dupes: duplicate): in rejects.jsonl,
-    # never counted by --max-rejects.
+    threads: ClassVar[bool] = False  # the task releases the GIL: --backend auto runs threads
+    # Reject reasons the user asked for (--drop-dupes: duplicate): never count for --max-rejects
     chosen_rejects: ClassVar[frozenset[str]] = frozenset()
     task: Callable[..., dict[str, Any]]  # the shard task: a module-level function (it pickles)
+    command: str  # the manifest's `command`
+    fields: dict[str, Field]  # set once the inputs are listed (or in `prepare`)
 
     def __init__(self, cfg: C):
         self.cfg = cfg
 
     def sources(self) -> list[Path]:
-        """Paths the run reads: OUT may not hold any of them (--overwrite would delete them)."""
+        """Paths the run reads: OUT may not hold any of them."""
         return [Path(str(self.cfg.src))]
 
     @abstractmethod
@@ -122,18 +145,17 @@ class Kind(ABC, Generic[C, S]):
 
     @abstractmethod
     def plan(self) -> Sequence[S]:
-        """The shards' inputs in manifest order; depends on the inputs and config only."""
+        """The shards' inputs in manifest order, from the inputs and config only."""
 
     def prepare(self, staging: Path, resume: bool) -> None:
-        """Called once the run folder exists, before any task (e.g. fit and save a tokenizer)."""
+        """Once the run folder exists, before any task (e.g. fit and save a tokenizer)."""
 
     def weight(self, shard: S) -> int:
-        """The shard's share of the work, in `unit`s: what the progress bar counts."""
+        """The shard's work in `unit`s, for the progress bar."""
         return len(shard)  # type: ignore[arg-type]
 
     def cost(self, shard: S) -> int:
-        """The shard's expected time, in any unit: the costliest shards run first, so that no
-        core waits long for the last one. The output does not depend on it."""
+        """The shard's expected time, in any unit: the costliest shards run first."""
         return self.weight(shard)
 
     @abstractmethod
@@ -141,28 +163,41 @@ class Kind(ABC, Generic[C, S]):
         """The arguments of `task` for shard `index` (small and picklable)."""
 
     def reusable(self, record: dict[str, Any]) -> bool:
-        """Whether a verified record of an earlier run still fits this run."""
-        return True
+        """Whether an earlier run's verified record fits this run: files named by the rule."""
+        arrays = array_specs(self.fields)
+        storage = getattr(self.cfg, "format", "npy")
+        return all(
+            st.named_by_rule(s, arrays, storage) for s in record.get("splits", [record["shard"]])
+        )
 
     def seen(self, inputs: Inputs, records: list[dict[str, Any]]) -> int:
-        """How many inputs the run saw, used or rejected (what --max-rejects divides by)."""
-        return inputs.count + len(inputs.rejects)
+        """Inputs seen, used or rejected (what --max-rejects divides by)."""
+        used = sum(rec[self.counted] for rec in records) if self.counted else inputs.count
+        return used + len(inputs.rejects)
 
-    @abstractmethod
     def manifest(self, records: list[dict[str, Any]]) -> Manifest:
-        """The dataset's manifest from the task records in shard order; the driver adds the
-        config, the reject count, the tool version and the inputs' fingerprint."""
+        """The manifest from the shard records in order; the driver adds config and counts."""
+        return Manifest(
+            storage=getattr(self.cfg, "format", "npy"),  # only some kinds offer --format
+            arrays=array_specs(self.fields),
+            shards=[Shard.from_dict(s) for r in records for s in r.get("splits", [r["shard"]])],
+            fields=self.described(),
+            command=self.command,
+            extra=self.extra(records),
+        )
 
-    def tasks(self, manifest: Manifest) -> int:
-        """How many shard tasks wrote `manifest` (for the summary of a finished dataset)."""
-        return len(manifest.shards)
+    def described(self) -> dict[str, Any]:
+        return {name: f.describe() for name, f in self.fields.items()}
+
+    def extra(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+        return {}
 
     def bytes(self, out: Path, manifest: Manifest) -> int:
         return sum(f.bytes for s in manifest.shards for f in s.files.values())
 
 
 def run(kind: Kind[Any, Any], show_progress: bool = True, profile: bool = False) -> RunSummary:
-    """Write `kind.cfg.out` from `kind.cfg.src`. See prep.run.staging for the guarantees."""
+    """Write `kind.cfg.out` from `kind.cfg.src` (prep.run.staging has the guarantees)."""
     cfg = kind.cfg
     if cfg.backend == "auto":
         cfg.backend = "threads" if kind.threads else "loky"
@@ -171,7 +206,7 @@ def run(kind: Kind[Any, Any], show_progress: bool = True, profile: bool = False)
 
         return run_remote(kind, run, show_progress, profile)
     cfg.validate()
-    check_backend(cfg.backend, cfg.scheduler)
+    check_backend(cfg.backend)
     start = time.perf_counter()
     out = Path(os.path.abspath(str(cfg.out)))
     check_out(out, kind.sources(), cfg.overwrite, cfg.resume)  # before listing
@@ -183,7 +218,8 @@ def run(kind: Kind[Any, Any], show_progress: bool = True, profile: bool = False)
         plan = {"config": cfg.output_config(), "inputs": inputs.fingerprint, "count": inputs.count}
         if cfg.resume and not cfg.overwrite and st.finished(out, plan):
             manifest = read_manifest(out)  # killed after the swap: nothing left to do
-            n = kind.tasks(manifest)
+            # the shard tasks: the files' task numbers (a task may write a shard per split)
+            n = len({f.rsplit("-", 1)[1] for s in manifest.shards for f in s.files})
             return _summary(
                 kind, out, manifest, manifest.num_samples + manifest.rejects, n, n, start
             )
@@ -194,25 +230,20 @@ def run(kind: Kind[Any, Any], show_progress: bool = True, profile: bool = False)
         except OSError as e:
             raise write_error(e, str(staging)) from e
         shards = kind.plan()
-        records = _reused(kind, staging, len(shards)) if cfg.resume else {}
+        found = {i: st.load_record(staging, i, verify=True) for i in range(len(shards))}
+        records = {i: r for i, r in found.items() if r and kind.reusable(r)} if cfg.resume else {}
         reused, prepared = len(records), time.perf_counter() - start
         records |= _run_shards(kind, shards, records, staging, timer, show_progress, profile)
         ordered = [records[i] for i in sorted(records)]
         try:
-            manifest = _finish(kind, inputs, ordered, staging, out)
+            manifest, seen = _finish(kind, inputs, ordered, staging, out)
         except OSError as e:
             raise write_error(e, str(staging)) from e
-    seen = kind.seen(inputs, ordered)
     summary = _summary(kind, out, manifest, seen, len(ordered), reused, start)
     summary.rejects = inputs.rejects + [r for rec in ordered for r in rec["rejects"]]
     summary.prepare_seconds = prepared
     summary.stages = timer.seconds if profile else None
     return summary
-
-
-def _reused(kind: Kind[Any, Any], staging: Path, n: int) -> dict[int, dict[str, Any]]:
-    found = {i: st.load_record(staging, i, verify=True) for i in range(n)}
-    return {i: r for i, r in found.items() if r is not None and kind.reusable(r)}
 
 
 def _run_shards(
@@ -229,26 +260,24 @@ def _run_shards(
     todo = sorted(
         (i for i in range(len(shards)) if i not in done), key=lambda i: -kind.cost(shards[i])
     )
-    parent = os.getpid() if cfg.backend == "loky" else None  # see staging.exit_with_parent
+    parent = os.getpid() if cfg.backend == "loky" else None  # see shardwriter.exit_with_parent
     args = [(*kind.task_args(i, shards[i], staging.absolute()), parent) for i in todo]
-    bar = None
-    if show_progress:
-        total = sum(kind.weight(shards[i]) for i in todo)
-        bar = ShardProgress(total, len(todo), kind.unit, f"{cfg.SECTION} {staging.name}")
+    total = sum(kind.weight(shards[i]) for i in todo)
+    bar = progress(total, kind.unit, f"{cfg.SECTION} {staging.name}", show_progress)
+    bar.set_postfix_str(f"0/{len(todo)} shards")  # items with rate and ETA, shards done
     task = functools.partial(run_profiled, profile, kind.task)
     records: dict[int, dict[str, Any]] = {}
     try:
         for rec in run_tasks(task, args, cfg.n_jobs, cfg.backend, cfg.scheduler):
             timer.add(rec.pop("stages", {}))
             records[rec["index"]] = rec
-            if bar is not None:
-                bar.shard_done(kind.weight(shards[rec["index"]]))
+            bar.set_postfix_str(f"{len(records)}/{len(todo)} shards", refresh=False)
+            bar.update(kind.weight(shards[rec["index"]]))
     except BaseException:
         st.cleanup_temps(staging)
         raise
     finally:
-        if bar is not None:
-            bar.close()
+        bar.close()
     return records
 
 
@@ -258,8 +287,8 @@ def _finish(
     records: list[dict[str, Any]],
     staging: Path,
     out: Path,
-) -> Manifest:
-    """rejects.jsonl, the --max-rejects check, the manifest (last), then the swap into place."""
+) -> tuple[Manifest, int]:
+    """rejects.jsonl, the --max-rejects check, the manifest (last), the swap; (manifest, seen)."""
     cfg = kind.cfg
     rejects = st.write_rejects(
         staging, inputs.rejects + [r for rec in records for r in rec["rejects"]]
@@ -283,9 +312,9 @@ def _finish(
     manifest.rejects = len(rejects)
     manifest.tool_version = __version__
     manifest.extra["inputs"] = inputs.fingerprint  # as the plan's: see staging.finished
-    atomic_write_text(staging / MANIFEST, manifest.to_json())
+    st.write_manifest(staging, manifest)
     install(staging, out)
-    return manifest
+    return manifest, seen
 
 
 def _summary(

@@ -4,24 +4,30 @@ from __future__ import annotations
 
 
 class PrepError(Exception):
-    """A problem the user can fix: the CLI prints it as one line and exits non-zero.
-
-    Messages name the file at fault and end with a HINT on how to fix it."""
+    """Its message names the file at fault and ends with a HINT on how to fix it."""
 
     exit_code = 1
 
 
 class UsageError(PrepError):
-    """A bad option or config value: the CLI prints it as one line and exits 2, as for an
-    unknown option."""
+    """A bad option or config value: exit 2, as for an unknown option."""
 
     exit_code = 2
 
 
 class Reject(Exception):
-    """Raise it in a `pack_samples` function: the input becomes a reject with this message
-    (and `code`, the reject's reason), recorded in rejects.jsonl."""
+    """Raise it in a `pack_samples` function: the input becomes a line of rejects.jsonl with
+    this message and `code` as its reason."""
 
     def __init__(self, message: str, code: str = "rejected"):
         super().__init__(message)
         self.code = code
+
+
+def write_error(e: OSError, what: str = "the output") -> PrepError:
+    """A failed write (disk full, quota, permissions...) as one line naming the file."""
+    return PrepError(
+        f"cannot write {e.filename or what}: {e.strerror or e}. HINT: free space or fix "
+        "permissions on that disk, then rerun the same command with --resume (finished shards "
+        "are kept)"
+    )

@@ -7,9 +7,8 @@ import contextlib
 import os
 import secrets
 import socket
-from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -20,9 +19,7 @@ HOST = socket.gethostname()
 
 
 def temp_path(final: Path) -> Path:
-    """A temp name beside `final`, unique across processes and hosts (a dask cluster on a
-    shared file system has equal pids on different machines): `.NAME.HOST-PID-RANDOM.tmp`.
-    Every temp name of prep matches `.*.tmp`, which a later run removes (staging.cleanup_temps).
+    """A temp name beside `final`, unique across processes and hosts: `.NAME.HOST-PID-RAND.tmp`.
 
     >>> temp_path(Path("d/a.npy")).name.startswith(".a.npy.")
     True
@@ -49,17 +46,12 @@ def fsync_dir(path: Path) -> None:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    """atomic_write_bytes of `text` as UTF-8."""
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write to a temp file beside `path`, fsync, then rename: readers see all or nothing.
-
-    The temp file is new (O_EXCL) and never a link (O_NOFOLLOW), and the rename replaces a
-    link at `path` rather than writing through it: a folder prep did not make (a dataset that
-    ships `report.html -> ~/.bashrc`) cannot point the write at another file. An OSError (disk
-    full...) names the file; no temp file is left behind."""
+    """Write to a new temp file beside `path`, fsync, rename: readers see all or nothing, and a
+    link at `path` is replaced, never written through. An OSError names the file."""
     tmp = temp_path(path)
     # os.open with 0o666 honours the umask, as the shard files do (mkstemp would make 0600,
     # and another account, a shared training user, could not read the manifest).
@@ -74,11 +66,10 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except OSError as e:
+    except BaseException as e:
         tmp.unlink(missing_ok=True)
-        raise named(e, tmp) from e
-    except BaseException:
-        tmp.unlink(missing_ok=True)
+        if isinstance(e, OSError):
+            raise named(e, tmp) from e
         raise
     fsync_dir(path.parent)
 
@@ -87,8 +78,7 @@ def npy_header(dtype: np.dtype[Any], shape: tuple[int, ...]) -> bytes:
     """A version 1.0 .npy header padded to exactly NPY_HEADER_BYTES."""
     d = np.lib.format.header_data_from_array_1_0(np.empty((0,), dtype))
     text = repr({"descr": d["descr"], "fortran_order": False, "shape": tuple(shape)})
-    body = len(text) + 1
-    pad = NPY_HEADER_BYTES - 10 - body
+    pad = NPY_HEADER_BYTES - 11 - len(text)  # 10 bytes of magic and length, a newline
     if pad < 0:
         raise ValueError(f"shape {shape} does not fit a {NPY_HEADER_BYTES}-byte .npy header")
     magic = b"\x93NUMPY\x01\x00" + (NPY_HEADER_BYTES - 10).to_bytes(2, "little")
@@ -96,10 +86,7 @@ def npy_header(dtype: np.dtype[Any], shape: tuple[int, ...]) -> bytes:
 
 
 class NpyWriter:
-    """Streams samples of one shape into a .npy file; the sample count is written on close.
-
-    Memory stays at one sample whatever the number of samples. An OSError (disk full...) names
-    the file; call abort() to remove it."""
+    """Streams samples of one shape into a .npy file (its header on close); abort() removes it."""
 
     def __init__(self, path: Path, dtype: str | np.dtype[Any], sample_shape: tuple[int, ...]):
         self.path = path
@@ -119,18 +106,15 @@ class NpyWriter:
             raise named(e, self.path) from e
 
     def append(self, sample: np.ndarray) -> None:
-        if sample.shape != self.sample_shape or sample.dtype != self.dtype:
-            raise ValueError(
-                f"{self.path.name}: sample {sample.dtype}{sample.shape} is not "
-                f"{self.dtype}{self.sample_shape}"
-            )
-        self._write(np.ascontiguousarray(sample).data)
-        self.length += 1
+        self.extend(sample[None])
 
     def extend(self, samples: np.ndarray) -> None:
         """Append many samples (first axis) in one write, e.g. a run of tokens."""
         if samples.shape[1:] != self.sample_shape or samples.dtype != self.dtype:
-            raise ValueError(f"{self.path.name}: {samples.dtype}{samples.shape[1:]} mismatch")
+            raise ValueError(
+                f"{self.path.name}: samples {samples.dtype}{samples.shape[1:]} are not "
+                f"{self.dtype}{self.sample_shape}"
+            )
         self._write(np.ascontiguousarray(samples).data)
         self.length += len(samples)
 
@@ -151,8 +135,7 @@ class NpyWriter:
 
 
 class RaggedWriter:
-    """Streams samples of any length into a flat .npy and their count + 1 int64 offsets into
-    another: sample i is data[off[i]:off[i + 1]]."""
+    """Samples of any length into a flat .npy, and count + 1 int64 offsets into another."""
 
     def __init__(self, data: Path, offsets: Path, dtype: str | np.dtype[Any]):
         self.data = NpyWriter(data, dtype, ())
@@ -172,8 +155,7 @@ class RaggedWriter:
         self.offsets.append(np.asarray(self.data.length, np.int64))
 
     def extend(self, values: np.ndarray, lengths: np.ndarray) -> None:
-        """Append len(lengths) samples in one write each: `values` is their elements back to
-        back (lengths.sum() of them)."""
+        """len(lengths) samples in one write each: `values` holds their elements back to back."""
         self.offsets.extend(self.data.length + np.cumsum(lengths, dtype=np.int64))
         self.data.extend(values)
 
@@ -188,26 +170,6 @@ class RaggedWriter:
     def abort(self) -> None:
         self.data.abort()
         self.offsets.abort()
-
-
-class Writer(Protocol):
-    def close(self) -> None: ...
-    def abort(self) -> None: ...
-
-
-@contextlib.contextmanager
-def writing(writers: Iterable[Writer]) -> Iterator[None]:
-    """Close every writer once the block is done; when it fails (or is interrupted), abort them
-    all instead, which removes their temp files."""
-    try:
-        yield
-        with stage("write"):
-            for w in writers:
-                w.close()
-    except BaseException:
-        for w in writers:
-            w.abort()
-        raise
 
 
 def publish(tmp: Path, final: Path) -> FileInfo:

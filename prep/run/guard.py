@@ -1,36 +1,31 @@
-"""What a run checks of OUT before it touches anything, and the lock that keeps runs apart.
-
-- OUT may not hold what the run reads (SRC, a mask folder, a tokenizer file): replacing OUT
-  would delete it.
-- A non-empty OUT must be a prep dataset holding only what prep wrote: --overwrite replaces
-  it whole, so a file of the user's in it would be lost. `prep report OUT` writes
-  OUT/report.html: a file of the dataset's, replaced with it.
-- One run at a time per OUT: a lock file `.OUT.prep-lock` beside OUT (flock), held from listing
-  to the swap and removed at the end. A second run exits 1 naming the pid and host of the first.
-"""
+"""What keeps OUT safe (README "What packing promises"): the checks before a run touches
+anything, the lock `.OUT.prep-lock` beside OUT, and the swap of the finished run folder into
+place (renameat2 RENAME_EXCHANGE, else via `OUT.partial/.prep-old`), `OUT/.prep-run/` removed
+last so that the next run finishes a killed swap (`recover`)."""
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import fcntl
-import json
 import os
 import re
+import shutil
 import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from loaders.format import MANIFEST, REJECTS
-from prep.run.errors import PrepError, UsageError
-from prep.run.files import HOST
-from prep.run.staging import OLD, RUN_DIR, staging_dir
+from loaders.format import MANIFEST, REJECTS, FormatError, read_manifest
+from prep.run.errors import PrepError, UsageError, write_error
+from prep.run.files import HOST, fsync_dir
+from prep.run.staging import OLD, RUN_DIR, cleanup_temps, listed_files, remove, staging_dir
 
 REPORT = "report.html"  # prep report's page, by default inside the dataset it describes
 
 
 def check_out(out: Path, sources: list[Path], overwrite: bool, resume: bool) -> None:
-    """Refuse an OUT that would lose a user's file (see the module docstring)."""
+    """Refuse an OUT that would lose a user's file."""
     if not out.name:
         raise UsageError(f"OUT {out} is not a folder prep can write. HINT: name a new folder")
     for src in sources:
@@ -48,7 +43,15 @@ def check_out(out: Path, sources: list[Path], overwrite: bool, resume: bool) -> 
         )
     if not out.is_dir() or not any(out.iterdir()):
         return
-    foreign = foreign_files(out)
+    ours: set[str] = set()  # the names of the prep dataset OUT holds (none: not one prep wrote)
+    with contextlib.suppress(OSError, FormatError):
+        if (out / MANIFEST).is_file():  # a FIFO there would block the read
+            files = listed_files(read_manifest(out))
+            ours = {MANIFEST, REJECTS, RUN_DIR, OLD} | {Path(f).parts[0] for f in files if f}
+    page = out / REPORT
+    if ours and page.is_file() and not page.is_symlink():  # prep report's; a folder is the user's
+        ours.add(REPORT)
+    foreign = [n for n in sorted(os.listdir(out)) if n not in ours]
     if foreign:
         shown = ", ".join(foreign[:3]) + (
             f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
@@ -65,28 +68,6 @@ def check_out(out: Path, sources: list[Path], overwrite: bool, resume: bool) -> 
         )
 
 
-def foreign_files(out: Path) -> list[str]:
-    """The names in folder `out` that are not part of the prep dataset it holds (all of them
-    when it holds none): what replacing it would delete."""
-    names = sorted(os.listdir(out))
-    try:
-        if not (out / MANIFEST).is_file():  # a FIFO there would block the read
-            return names
-        manifest = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
-        files = [f for s in manifest["shards"] for f in s["files"]]
-        extra = manifest.get("extra") or {}
-        files.append((extra.get("tokenizer") or {}).get("file") or MANIFEST)
-        if manifest.get("format") != "prep":
-            return names
-    except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
-        return names  # not a manifest prep wrote (RecursionError: JSON nested too deep)
-    ours = {MANIFEST, REJECTS, RUN_DIR, OLD} | {Path(f).parts[0] for f in files if f}
-    page = out / REPORT
-    if page.is_file() and not page.is_symlink():  # prep report's page; a folder is the user's
-        ours.add(REPORT)
-    return [n for n in names if n not in ours]
-
-
 LOCK_TEXT = re.compile(rb"pid [0-9]+ on [^\n]*\n?")  # what `locked` writes in the lock
 
 
@@ -94,41 +75,36 @@ def lock_path(out: Path) -> Path:
     return out.with_name(f".{out.name}.prep-lock")
 
 
-def _open_lock(path: Path) -> int:
-    """The lock file, opened without following a link (`ln -s victim .OUT.prep-lock` must not
-    make the run truncate `victim`): a regular file of one link, empty or written by prep."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)  # OUT's folder may be new
-        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-        fd = os.open(path, flags, 0o666)
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise PrepError(
-                f"the lock {path} is a symbolic link; refused (packing would write through it). "
-                "HINT: remove it, then rerun"
-            ) from None
-        raise PrepError(
-            f"cannot create the lock {path}: {e.strerror}. HINT: OUT's folder must be writable"
-        ) from e
-    st = os.fstat(fd)
-    ours = stat.S_ISREG(st.st_mode) and st.st_nlink == 1
-    if ours and st.st_size:  # a lock a run left behind says "pid N on HOST"
-        ours = st.st_size < 300 and LOCK_TEXT.fullmatch(os.pread(fd, 300, 0)) is not None
-    if not ours:
-        os.close(fd)
-        raise PrepError(
-            f"{path} is not a lock file prep wrote (a special file, a hard link, or a file with "
-            "other content); refused. HINT: move it away, then rerun"
-        )
-    return fd
-
-
 @contextlib.contextmanager
 def locked(out: Path) -> Iterator[None]:
     """Hold OUT's lock for the block, or fail at once naming the run that holds it."""
     path = lock_path(out)
     while True:
-        fd = _open_lock(path)
+        # opened without following a link (a link must not make the run truncate its target):
+        # a regular file of one link, empty or written by prep
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)  # OUT's folder may be new
+            flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+            fd = os.open(path, flags, 0o666)
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise PrepError(
+                    f"the lock {path} is a symbolic link; refused (packing would write through "
+                    "it). HINT: remove it, then rerun"
+                ) from None
+            raise PrepError(
+                f"cannot create the lock {path}: {e.strerror}. HINT: OUT's folder must be writable"
+            ) from e
+        st = os.fstat(fd)
+        ours = stat.S_ISREG(st.st_mode) and st.st_nlink == 1
+        if ours and st.st_size:  # a lock a run left behind says "pid N on HOST"
+            ours = st.st_size < 300 and LOCK_TEXT.fullmatch(os.pread(fd, 300, 0)) is not None
+        if not ours:
+            os.close(fd)
+            raise PrepError(
+                f"{path} is not a lock file prep wrote (a special file, a hard link, or a file "
+                "with other content); refused. HINT: move it away, then rerun"
+            )
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
@@ -155,3 +131,47 @@ def locked(out: Path) -> Iterator[None]:
         with contextlib.suppress(OSError):
             path.unlink()  # while still holding it: a waiting opener sees another inode
         os.close(fd)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one atomic step; False where the system cannot."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):  # not glibc >= 2.28
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EXDEV, errno.EPERM):
+        return False  # e.g. a file system without exchange: fall back to two renames
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def install(staging: Path, out: Path) -> None:
+    """Swap the finished run folder `staging` into place, then remove the old dataset."""
+    try:
+        cleanup_temps(staging)  # e.g. left by a dask worker that died mid-shard
+        if not out.exists():
+            os.replace(staging, out)
+        elif not _exchange(staging, out):
+            os.replace(out, staging / OLD)  # the old dataset rides inside the new folder
+            os.replace(staging, out)
+        fsync_dir(out.parent)
+        recover(out)
+    except OSError as e:
+        raise write_error(e, str(out)) from e
+
+
+def recover(out: Path) -> None:
+    """Finish the removals of a swap that happened (OUT holds `.prep-run/` beside a manifest)."""
+    if not ((out / RUN_DIR).is_dir() and (out / MANIFEST).is_file()):
+        return
+    old = staging_dir(out)  # after an exchange: the old dataset (a manifest, no run folder)
+    if old.is_dir() and (old / MANIFEST).is_file() and not (old / RUN_DIR).exists():
+        remove(old)
+    elif old.is_dir() and not any(old.iterdir()):  # OUT was an empty folder
+        old.rmdir()
+    if (out / OLD).exists():
+        remove(out / OLD)
+    shutil.rmtree(out / RUN_DIR)  # last: while it is there, the next run finishes this

@@ -1,5 +1,5 @@
-"""Listing input files the same way for every kind: sorted walks, and a reject record for
-what cannot be read (the README's reject codes)."""
+"""Listing inputs the same way for every kind: sorted walks, lists, class folders, and a reject
+record (the README's reject codes) for what cannot be read."""
 
 from __future__ import annotations
 
@@ -26,41 +26,32 @@ def reject_record(rel: str, code: str, message: str) -> dict[str, Any]:
     return {"path": rel, "reason": code, "message": message}
 
 
-NAMED = 2  # rejects named on the summary line or in the --max-rejects error; more: counted
-
-
 def named_rejects(rejects: list[dict[str, Any]], reason: bool = True) -> str:
-    """One or two rejects as "path: reason, message" (the message up to its HINT; without the
-    reason: "path, message"); "" for none or more than two.
+    """One or two rejects as "path: reason, message" (up to the HINT); "" for none or more.
 
     >>> named_rejects([{"path": "a.png", "reason": "missing", "message": "gone. HINT: ..."}])
     'a.png: missing, gone'
     """
-    if not 0 < len(rejects) <= NAMED:
+    if not 0 < len(rejects) <= 2:
         return ""
-    said = []
-    for r in rejects:
-        message = r["message"].split(" HINT:")[0].rstrip(". ")
-        said.append(
-            f"{r['path']}: {r['reason']}, {message}" if reason else f"{r['path']}, {message}"
-        )
-    return "; ".join(said)
+    head = "{path}: {reason}, " if reason else "{path}, "
+    return "; ".join(
+        head.format_map(r) + r["message"].split(" HINT:")[0].rstrip(". ") for r in rejects
+    )
 
 
 def os_reject_code(e: OSError) -> str:
-    """The reject code of a file the OS cannot give us (the README's table)."""
+    """The reject code of a file the OS cannot give us."""
     if e.errno == errno.ELOOP:
         return "link_loop"
     if e.errno in (errno.ENOENT, errno.ENOTDIR):
-        return "missing"  # vanished, or a link to nothing (see _check_file)
+        return "missing"  # vanished, or a link to nothing
     return "unreadable"
 
 
 def bad_path(path: Path | str) -> str | None:
-    """Why no file can have this name (a list can hold any string), or None.
-
-    A NUL byte ends a C string; a lone surrogate other than U+DC80..U+DCFF (which Python uses
-    for the undecodable bytes 0x80..0xFF of a real name) has no bytes to encode it."""
+    """Why no file can have this name (a list can hold any string), or None. A lone surrogate
+    other than U+DC80..U+DCFF (Python's undecodable bytes of a real name) has no bytes."""
     name = str(path)
     if "\0" in name:
         return "the path holds a NUL byte, which no file name can"
@@ -72,8 +63,7 @@ def bad_path(path: Path | str) -> str | None:
 
 
 def check_file(path: Path, rel: str) -> dict[str, Any] | None:
-    """None for a regular file (links followed), else its reject record with its reason code.
-    stat never opens the file, so a FIFO or device cannot block here."""
+    """None for a regular file (links followed), else its reject; stat never opens (blocks) it."""
     why = bad_path(path)
     if why is not None:
         return reject_record(rel, "bad_path", f"{why}. HINT: fix the name in the list")
@@ -92,13 +82,8 @@ def check_file(path: Path, rel: str) -> dict[str, Any] | None:
 def walk(
     root: Path, exts: frozenset[str] | Callable[[str], bool]
 ) -> tuple[list[tuple[str, Path]], list[dict[str, Any]]]:
-    """Files under root with one of `exts` (or whose name `exts` keeps, a test of the name), as
-    sorted (rel, path), and rejects for what cannot be read: broken links, link loops, special
-    files, folders we may not list.
-
-    Folder links are followed (class folders are often links), each folder once: a second way
-    into a folder (a loop, or two links to one folder) is a `link_loop` reject. Folders are
-    visited in sorted order, so which path wins never depends on the file system's order."""
+    """Files under root with one of `exts` (or that the test `exts` keeps) as sorted (rel,
+    path), and rejects; folder links are followed, each folder once (again: `link_loop`)."""
     found: list[tuple[str, Path]] = []
     rejects: list[dict[str, Any]] = []
     seen: dict[tuple[int, int], str] = {}
@@ -158,9 +143,7 @@ INTEGER = re.compile(r"-?[0-9]+")
 
 
 def load_json(data: str | bytes, where: str) -> Any:
-    """The JSON value of `data` (the text of `where`, named in the error): a PrepError for what
-    is not JSON, for integers of more than 4300 digits (ValueError) and for nesting deeper than
-    the parser takes (RecursionError), never a traceback."""
+    """The JSON value of `data`, else a PrepError naming `where` (huge integers, deep nests)."""
     try:
         return json.loads(data)
     except ValueError as e:  # JSONDecodeError, bad UTF-8, huge integers
@@ -170,9 +153,7 @@ def load_json(data: str | bytes, where: str) -> Any:
 
 
 def read_rows(src: Path) -> list[tuple[int, Any]]:
-    """(line number, row) of every row of a CSV (header first) or JSONL list (blank lines
-    skipped); the line number is where the row ends. A line that is not JSON is an error
-    naming it."""
+    """(line number where it ends, row) of every row of a CSV (header first) or JSONL list."""
     hint = ". HINT: a CSV with a header row or JSON lines with a 'path' key"
     try:
         with open(src, newline="", encoding="utf-8-sig") as f:
@@ -194,10 +175,8 @@ def read_rows(src: Path) -> list[tuple[int, Any]]:
 def class_folders(
     files: list[tuple[str, Path]], what: str
 ) -> tuple[list[tuple[str, Path, int | None]], list[str] | None, list[dict[str, Any]]]:
-    """Labels from class sub-folders, as torchvision's ImageFolder gives them: each of `files`
-    (from `walk`) as (rel, path, label), its label the index of its first folder among the
-    sorted folder names; those names (None without sub-folders, and no labels); and a `no_class`
-    reject for each `what` (a noun) beside the class folders."""
+    """Labels from class sub-folders, as ImageFolder: (rel, path, label), the sorted class
+    names (None without), and a `no_class` reject for each `what` beside the class folders."""
     classes = sorted({rel.split("/", 1)[0] for rel, _ in files if "/" in rel})
     if not classes:
         return [(rel, path, None) for rel, path in files], None, []

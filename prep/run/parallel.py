@@ -1,27 +1,10 @@
-"""Running tasks in parallel and showing progress: shared by every long command.
-
-Backends (`--backend`):
-
-- `auto` (default): `threads` for kinds whose tasks spend their time in C code that releases
-  the GIL (images: decoding, resizing, hashing, writing), else `loky`. The driver resolves it.
-- `threads`: threads of this process. No worker starts (half a second a process: an
-  interpreter, numpy, OpenCV...) and nothing is pickled, which is what small runs pay for.
-  A run stopped by Ctrl-C or an error stops the running tasks (see `_run_threads`).
-- `loky`: joblib worker processes on this machine.
-- `dask`: a `distributed` cluster, at `--scheduler ADDRESS` or, with no address, a `LocalCluster`
-  of `--jobs` worker processes started here for the run. Every task runs on a worker; tasks read
-  and write paths that every worker must see (a shared file system) and only their small return
-  values travel back. A task whose worker dies is rerun on another worker (dask's
-  `distributed.scheduler.allowed-failures`, 3 by default); past that the run stops with a
-  PrepError, and the caller's --resume finishes it.
-
-The dask tasks are submitted with `Client.submit`, not through joblib's dask backend, which
-(joblib 1.6) waits forever for a task whose worker died when results are returned as a
-generator, and runs every task in the client when the cluster has a single worker thread.
-"""
+"""Running shard tasks on a backend (`--backend`: threads, loky processes, dask; README), with a
+progress bar. dask tasks go through `Client.submit`: joblib's dask backend (1.6) waits forever
+on a task whose worker died."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import ctypes
 import queue
@@ -40,12 +23,8 @@ CONNECT_TIMEOUT_S = 30  # an unreachable scheduler: retry connecting this long, 
 WAIT_FOR_WORKERS_S = 60  # a scheduler with no worker yet: wait this long, then fail
 
 
-def check_backend(backend: str, scheduler: str | None) -> None:
-    """Fail before any work starts on a backend that cannot run; imports dask only for dask."""
-    if backend not in BACKENDS:
-        raise PrepError(f"backend {backend!r} is not one of {', '.join(BACKENDS)}")
-    if scheduler and backend != "dask":
-        raise PrepError(f"--scheduler {scheduler} needs the dask backend. HINT: add --backend dask")
+def check_backend(backend: str) -> None:
+    """Fail before any work starts on --backend dask without dask[distributed]."""
     if backend == "dask":
         try:
             import distributed  # noqa: F401
@@ -60,29 +39,24 @@ def run_tasks(
     backend: str = "loky",
     scheduler: str | None = None,
 ) -> Iterator[T]:
-    """Run `fn(*a)` for each a on `backend`, yielding results as they finish (in any order).
-
-    With loky and one job (or one task) everything runs in this process: no pickling, easy to
-    debug. With dask every task runs on the cluster, even one: the client only plans and gathers.
-    """
-    check_backend(backend, scheduler)
+    """`fn(*a)` for each a on `backend`, yielded as they finish; one job or task: here (not
+    on dask)."""
+    check_backend(backend)
     if not args:
         return
     if backend == "dask":
         yield from _run_dask(fn, args, n_jobs, scheduler)
-        return
-    if n_jobs == 1 or len(args) <= 1:
+    elif n_jobs == 1 or len(args) <= 1:
         yield from (fn(*a) for a in args)
-        return
-    if backend == "threads":
+    elif backend == "threads":
         yield from _run_threads(fn, args, n_jobs)
-        return
-    from joblib import Parallel, delayed
+    else:
+        from joblib import Parallel, delayed
 
-    parallel = Parallel(
-        n_jobs=min(n_jobs, len(args)), backend=backend, return_as="generator_unordered"
-    )
-    yield from parallel(delayed(fn)(*a) for a in args)
+        jobs = min(n_jobs, len(args))
+        yield from Parallel(n_jobs=jobs, backend=backend, return_as="generator_unordered")(
+            delayed(fn)(*a) for a in args
+        )
 
 
 class _Stop(BaseException):
@@ -90,14 +64,10 @@ class _Stop(BaseException):
 
 
 def _run_threads(fn: Callable[..., T], args: list[tuple[Any, ...]], n_jobs: int) -> Iterator[T]:
-    """`n_jobs` threads take the tasks in order. When the caller stops (an exception, or it
-    closes the generator), each running task gets `_Stop` raised in its thread at its next
-    Python line (a decode in C finishes first), once, so that its own cleanup runs (a shard
-    writer removes its temp files); every thread has ended before this returns."""
-    todo: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+    """`n_jobs` threads take the tasks in order. When the caller stops, each running task gets
+    `_Stop` raised at its next Python line, so that its cleanup runs; all end before return."""
+    todo = collections.deque(args)  # popleft() is atomic: each task is taken once
     done: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
-    for a in args:
-        todo.put(a)
     stopping = threading.Event()
     busy: dict[int, bool] = {}  # thread id -> running a task (a dict item set is atomic)
 
@@ -107,8 +77,8 @@ def _run_threads(fn: Callable[..., T], args: list[tuple[Any, ...]], n_jobs: int)
         try:
             while not stopping.is_set():
                 try:
-                    a = todo.get_nowait()
-                except queue.Empty:
+                    a = todo.popleft()
+                except IndexError:
                     return
                 busy[me] = True
                 try:
@@ -196,27 +166,8 @@ def _run_dask(
             client.cancel(futures)  # when stopped early: drop what has not started
 
 
-def progress(total: int, unit: str, desc: str) -> Any:
+def progress(total: int, unit: str, desc: str, show: bool = True) -> Any:
     from tqdm import tqdm
 
-    return tqdm(
-        total=total, unit=unit, desc=desc, dynamic_ncols=True, leave=False, disable=None
-    )  # None: off when stderr is not a terminal
-
-
-class ShardProgress:
-    """One bar for a run of shard tasks: items with rate and ETA, and shards done as a postfix."""
-
-    def __init__(self, items: int, shards: int, unit: str, desc: str) -> None:
-        self.bar = progress(items, unit, desc)
-        self.shards, self.done = shards, 0
-        self.bar.set_postfix_str(f"0/{shards} shards")
-
-    def shard_done(self, items: int) -> None:
-        """One more shard finished, holding `items` inputs (packed or rejected)."""
-        self.done += 1
-        self.bar.set_postfix_str(f"{self.done}/{self.shards} shards", refresh=False)
-        self.bar.update(items)
-
-    def close(self) -> None:
-        self.bar.close()
+    off = None if show else True  # None: off when stderr is not a terminal
+    return tqdm(total=total, unit=unit, desc=desc, dynamic_ncols=True, leave=False, disable=off)

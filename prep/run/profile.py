@@ -1,9 +1,5 @@
-"""Where the time goes: a per-stage timer that each shard task fills and the parent sums.
-
-Code marks its stages with `with stage("decode"):` or `@timed("decode")`; both cost one
-ContextVar lookup when no timer is active (the default). Stages are exclusive: time spent in a
-nested stage is charged to it, not to the stage around it, so a task's stages add up to its wall
-time. A task run through `run_profiled` charges whatever no stage claims to "other".
+"""Where the time goes: a per-stage timer each shard task fills and the parent sums. Stages are
+exclusive (a nested stage's time is its own); with no timer active `stage` costs a lookup.
 
 >>> t = StageTimer()
 >>> with t.stage("decode"):
@@ -62,7 +58,7 @@ class StageTimer:
 
     @contextmanager
     def active(self) -> Iterator[StageTimer]:
-        """Make this the timer that `stage` and `timed` report to, in this context."""
+        """Make this the timer that `stage` and `timed` report to."""
         token = _ACTIVE.set(self)
         try:
             yield self
@@ -87,10 +83,7 @@ def timed(name: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
     def decorate(fn: Callable[P, R]) -> Callable[P, R]:
         @functools.wraps(fn)
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-            timer = _ACTIVE.get()
-            if timer is None:
-                return fn(*args, **kwargs)
-            with timer.stage(name):
+            with stage(name):
                 return fn(*args, **kwargs)
 
         return wrapper
@@ -99,8 +92,7 @@ def timed(name: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
 
 
 def timed_iter(name: str, items: Iterable[T]) -> Iterator[T]:
-    """Iterate `items`, timing each step (the work a generator does to make its next item) as
-    stage `name`."""
+    """`items`, the work of making each (a generator's) timed as stage `name`."""
     it = iter(items)
     while True:
         with stage(name):
@@ -112,10 +104,7 @@ def timed_iter(name: str, items: Iterable[T]) -> Iterator[T]:
 
 
 def run_profiled(enabled: bool, task: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
-    """Run a shard task `task(*args)` that returns its record (a small dict); when `enabled`,
-    time its stages and return the record with "stages": {name: seconds} added.
-
-    Module-level so that `functools.partial(run_profiled, True, pack_shard)` pickles to workers."""
+    """`task(*args)`'s record, with "stages" (seconds by name; unclaimed: "other") if `enabled`."""
     if not enabled:
         return task(*args)
     timer = StageTimer()
@@ -133,8 +122,7 @@ def shares(seconds: Mapping[str, float]) -> dict[str, float]:
 def profile_table(
     seconds: Mapping[str, float], order: tuple[str, ...] = IMAGE_STAGES, workers: int = 1
 ) -> str:
-    """Seconds and share per stage: known stages in pipeline order, then the others, "other"
-    (time no stage claimed) last, and the total."""
+    """Seconds and share per stage: `order`'s first, then the others, "other" last; the total."""
     names = [n for n in order if n in seconds]
     names += sorted(n for n in seconds if n not in order and n != OTHER)
     names += [OTHER] if OTHER in seconds else []

@@ -1,29 +1,7 @@
-"""A remote OUT (any fsspec URL): build the dataset in a local staging folder, upload its files,
-then put the manifest last, in one PUT, so that a reader sees the old dataset or the new one.
-
-1. OUT is checked: a URL holding files prep did not write is refused; one holding a dataset (or
-   an unfinished upload) needs --overwrite or --resume.
-2. The run builds `STAGING/NAME-HASH` (`--staging`, default `~/.cache/prep/staging`, or
-   `$PREP_CACHE/staging`) with the local driver: guards, lock, --resume of verified shards.
-3. `.prep-upload.json` is put first: the remote names this upload writes, so that a later run
-   knows them as prep's. Each file is uploaded unless the remote copy has its size (with
-   --resume) or is the same file of the old manifest.
-4. manifest.json is put, in one PUT. Then (--overwrite) the old dataset's files the new manifest
-   does not list are removed, and `.prep-upload.json` last.
-
-With --overwrite, a new file whose name the old manifest lists with other bytes is uploaded as
-`v-HASH/NAME` (HASH: the start of its sha256) and the manifest names it so: a reader of the old
-manifest keeps reading the old bytes until the new manifest is in place.
-
-With `--backend dask`, `.prep-upload.json` is put before the tasks (marking every file under OUT
-as this upload's), and each worker uploads the shard files it wrote as soon as they are
-written, then removes its local copies (`upload_own`): only the small records travel back, so
-the workers need not see the client's disk (they still read the inputs at their paths). Step 3
-then uploads only rejects.jsonl, and checks that every shard file is there.
-
-Every request to the URL (listing, reads, puts with their retries, removals) is a call to
-loaders.remote.storage, the module the readers use too: this module holds the run's order only.
-"""
+"""A remote OUT (any fsspec URL): built in a local staging folder, uploaded, the manifest put
+last in one PUT (README "Datasets on object storage", FORMAT.md "A dataset at a URL"). With
+--backend dask each worker uploads its own shards (`upload_own`). Every request goes through
+loaders.remote.storage."""
 
 from __future__ import annotations
 
@@ -35,24 +13,18 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from loaders.format import MANIFEST, REJECTS, FormatError, Manifest, read_manifest
+from loaders.format import MANIFEST, REJECTS, ArrayRef, FormatError, Manifest, read_manifest
 from loaders.remote.cache import default_cache_dir
 from loaders.remote.storage import Storage, Url, url_of
 from prep.run.errors import PrepError, UsageError
-from prep.run.staging import RUN_DIR, staging_dir
+from prep.run.staging import RUN_DIR, listed_files, staging_dir
 
 MARKER = ".prep-upload.json"
 
 
-def staging_for(url: str, staging: str | None) -> Path:
-    """The local folder the dataset for `url` is built in."""
-    base = Path(staging) if staging else default_cache_dir() / "staging"
-    return base.absolute() / f"{Url(url).name}-{hashlib.sha256(url.encode()).hexdigest()[:12]}"
-
-
 def _remote_state(storage: Storage) -> tuple[dict[str, str], dict[str, int]]:
-    """The old dataset's files (name -> sha256, from its manifest, or the names an unfinished
-    upload wrote) and the remote listing (name -> bytes). Refuses files prep did not write."""
+    """The old dataset's files (name -> sha256; an unfinished upload's names) and the remote
+    listing (name -> bytes). Refuses files prep did not write."""
     try:
         have = storage.listing()
     except (FormatError, OSError) as e:
@@ -72,63 +44,56 @@ def _remote_state(storage: Storage) -> tuple[dict[str, str], dict[str, int]]:
 
 def _listed(storage: Storage) -> dict[str, str]:
     """Name -> sha256 of the files the manifest at the URL lists."""
-    return _files_of(Manifest.from_json(storage.read(MANIFEST), storage.root / MANIFEST))
+    from loaders.remote import open_remote
 
-
-def check_remote_out(url: str, overwrite: bool, resume: bool) -> Storage:
-    """Step 1 of the module docstring, before any work."""
-    storage = Storage(url)
-    _, have = _remote_state(storage)
-    if have and not (overwrite or resume):
-        raise PrepError(
-            f"{url} already holds a dataset (or an unfinished upload). HINT: pass --overwrite "
-            "to replace it (readers see the old one until the new manifest is put), or --resume"
-        )
-    return storage
-
-
-def _files_of(m: Manifest) -> dict[str, str]:
-    """Name -> sha256 of each file `m` lists: its shards' and its tokenizer's."""
-    files = {n: f.sha256 for s in m.shards for n, f in s.files.items()}
-    tok = m.extra.get("tokenizer") or {}
-    if tok.get("file"):
-        files[str(tok["file"])] = str(tok.get("sha256"))
-    return files
+    found = open_remote(str(storage.root))
+    assert found is not None  # a URL
+    return listed_files(found[1])
 
 
 def _renamed(m: Manifest, names: dict[str, str], url: str) -> Manifest:
-    """The manifest as uploaded: its files under their remote names, `out` the URL."""
+    """The manifest as uploaded: files under their remote names (shards then listed inline)."""
+    if all(n == r for n, r in names.items()):
+        return dataclasses.replace(m, config=m.config | {"out": url})
+
+    def moved(ref: ArrayRef) -> ArrayRef:
+        off = ref.offsets and moved(ref.offsets)
+        return dataclasses.replace(ref, file=names[ref.file], offsets=off)
+
     shards = [
         dataclasses.replace(
             s,
-            arrays={k: dataclasses.replace(a, file=names[a.file]) for k, a in s.arrays.items()},
+            arrays={k: moved(a) for k, a in s.arrays.items()},
             files={names[n]: f for n, f in s.files.items()},
         )
         for s in m.shards
     ]
-    extra = dict(m.extra)
-    if isinstance(extra.get("tokenizer"), dict) and extra["tokenizer"].get("file"):
-        extra["tokenizer"] = extra["tokenizer"] | {"file": names[extra["tokenizer"]["file"]]}
-    return dataclasses.replace(m, shards=shards, extra=extra, config=m.config | {"out": url})
+    fields = dict(m.fields)
+    for name, d in fields.items():  # a tokenizer moved with the others
+        if isinstance(d.get("tokenizer"), str) and d["tokenizer"] in names:
+            fields[name] = d | {"tokenizer": names[d["tokenizer"]]}
+    config = m.config | {"out": url}
+    return dataclasses.replace(m, shards=shards, fields=fields, index=None, config=config)
 
 
 def put(storage: Storage, local: Path, name: str) -> None:
-    """One data file up, as `name` (every upload of a run goes through here, the workers'
-    too: the one place a run can stop between two PUTs)."""
+    """One data file up, as `name`: every upload of a run, the workers' too."""
     storage.put(local, name)
 
 
 def remote_name(name: str, sha256: str, old: dict[str, str]) -> str:
-    """Where file `name` goes: under its own name, unless the old dataset's manifest lists that
-    name with other bytes (a reader of the old manifest may still read them)."""
+    """Where file `name` goes: its own name, unless the old manifest lists it with other bytes."""
     return name if old.get(name, sha256) in (sha256, "") else f"v-{sha256[:12]}/{name}"
 
 
 def upload(storage: Storage, local: Path, resume: bool) -> int:
-    """Steps 3 and 4 of the module docstring; how many files were uploaded."""
+    """The marker, the files (unless there already), the manifest, then the stale files go;
+    how many files were uploaded."""
     old, have = _remote_state(storage)
     m = read_manifest(local)
-    files = _files_of(m) | ({REJECTS: ""} if (local / REJECTS).is_file() else {})
+    files = listed_files(m) | ({REJECTS: ""} if (local / REJECTS).is_file() else {})
+    if any(remote_name(n, sha, old) != n for n, sha in files.items()):  # listed inline: no index
+        files = listed_files(m, index=False) | ({REJECTS: ""} if REJECTS in files else {})
     names = {n: remote_name(n, sha, old) for n, sha in files.items()}
     sizes = {n: f.bytes for s in m.shards for n, f in s.files.items()}
     storage.write(MARKER, json.dumps({"files": sorted(names.values())}).encode())
@@ -152,7 +117,7 @@ def upload(storage: Storage, local: Path, resume: bool) -> int:
 
 
 def run_remote(kind: Any, run_local: Any, show_progress: bool, profile: bool) -> Any:
-    """prep.run.driver.run for a remote OUT (the module docstring); its RunSummary."""
+    """prep.run.driver.run for a remote OUT; its RunSummary."""
     cfg = kind.cfg
     url = url_of(cfg.out)
     if url is None:
@@ -160,8 +125,14 @@ def run_remote(kind: Any, run_local: Any, show_progress: bool, profile: bool) ->
             f"--staging {cfg.staging}: only for a remote OUT (s3://, gs://, ...). HINT: drop it"
         )
     cfg.validate()
-    storage = check_remote_out(url, cfg.overwrite, cfg.resume)
-    local = staging_for(url, cfg.staging)
+    storage = Storage(url)  # step 1, before any work
+    if _remote_state(storage)[1] and not (cfg.overwrite or cfg.resume):
+        raise PrepError(
+            f"{url} already holds a dataset (or an unfinished upload). HINT: pass --overwrite "
+            "to replace it (readers see the old one until the new manifest is put), or --resume"
+        )
+    base = Path(cfg.staging) if cfg.staging else default_cache_dir() / "staging"
+    local = base.absolute() / f"{Url(url).name}-{hashlib.sha256(url.encode()).hexdigest()[:12]}"
     if cfg.backend == "dask":  # the workers upload their own shards
         storage.write(MARKER, json.dumps({"workers": True}).encode())
         run = uuid.uuid4().hex  # the workers read the old manifest once a run
@@ -189,15 +160,14 @@ _old_of_run: dict[str, dict[str, str]] = {}  # in a worker process: run -> its o
 
 
 def upload_own(task: Any, url: str, folder: str, run: str, *args: Any) -> dict[str, Any]:
-    """A dask worker's shard task for a remote OUT (the module docstring): the run folder made
-    here, the shard written, its files uploaded and removed; its record returned."""
+    """A dask worker's shard task for a remote OUT: its files uploaded, then removed here."""
     Path(folder, RUN_DIR).mkdir(parents=True, exist_ok=True)  # a worker with a disk of its own
     record: dict[str, Any] = task(*args)
     storage = Storage(url)
     try:
         if run not in _old_of_run:
             _old_of_run.clear()
-            _old_of_run[run] = _listed(storage) if storage.exists(MANIFEST) else {}
+            _old_of_run[run] = _listed(storage) if storage.info(MANIFEST) is not None else {}
         for name, info in record["shard"]["files"].items():
             remote = remote_name(name, info["sha256"], _old_of_run[run])
             put(storage, Path(folder, name), remote)

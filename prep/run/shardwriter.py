@@ -1,21 +1,14 @@
-"""The one shard writer: a shard's named arrays streamed into one file each (or one .h5 file a
-shard), under temp names, renamed once whole, with the shard's record.
-
-`ShardFiles` is the file side every kind shares: arrays opened to temp names, written, then
-closed and published together as the shard's `{files, arrays}`, or aborted leaving no file.
-A kind keeps its own batching (a batch of documents, a block of table rows, one volume).
-
-`write_shard` is the sample loop on top of it: a kind's task gives it its inputs and a
-function that turns one input into one sample (array name -> its value: fixed-shape, or flat
-for a ragged array) or a list of them (a long video or recording cut into several), returns
-None to skip it, or raises Reject. Memory holds one input's samples at a time whatever the
-shard size.
-"""
+"""The shard writer: `ShardFiles` (a shard's arrays streamed to temp files, renamed once whole),
+`write_shard` (the sample loop on it) and `shard_task` (a writer as a worker's task)."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
-from collections.abc import Callable, Sequence
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TypeVar
@@ -23,7 +16,9 @@ from typing import Any, TypeVar
 import numpy as np
 
 from loaders.format import OFFSETS, ArrayRef, ArraySpec, Shard
-from prep.run.files import NpyWriter, RaggedWriter, named, publish, temp_path, writing
+from loaders.format.schema import file_name, stem
+from prep.run.errors import write_error
+from prep.run.files import NpyWriter, RaggedWriter, named, publish, temp_path
 from prep.run.inputs import Reject, reject_record
 from prep.run.profile import stage
 from prep.run.staging import write_record
@@ -31,37 +26,23 @@ from prep.run.staging import write_record
 T = TypeVar("T")
 
 
-def part_file(part: str, stem: str) -> str:
-    """image_256-00000.npy; a ragged array's offsets: image_256-offsets-00000.npy.
-
-    >>> part_file("tokens", "train-00003"), part_file("source" + OFFSETS, "train-00003")
-    ('tokens-train-00003.npy', 'source-offsets-train-00003.npy')
-    """
-    if part.endswith(OFFSETS):
-        return f"{part.removesuffix(OFFSETS)}-offsets-{stem}.npy"
-    return f"{part}-{stem}.npy"
-
-
 class ShardFiles:
-    """One shard's arrays under `staging`, each in `part_file(name, stem)` once published.
-
-    An array is fixed-shape (one sample a row; shape () and extend() for a flat one) or ragged
-    (flat data and count + 1 int64 offsets). A ragged array's offsets are part of its ref
-    (`NAME.offsets`), or, for the formats that store them so (tokens' doc_offsets, volumes'
-    voxel_offsets), an array of their own. Temp names are per process and host: a worker that
-    a dead parent left running cannot write into the files of the --resume run redoing the
-    same shard. Use inside `writing([...])`, which closes it, or aborts it on failure."""
+    """One shard's arrays under `staging`, fixed-shape or ragged, in the files
+    loaders.format.schema names; temp names per process and host. Use inside `writing([...])`."""
 
     def __init__(self, staging: Path, stem: str):
         self.staging, self.stem = staging, stem
         self.writers: dict[str, NpyWriter | RaggedWriter] = {}
         self.parts: dict[str, Path] = {}  # file part (array, offsets) -> its temp file
-        self.offsets: dict[str, str] = {}  # ragged array -> its offsets' part
+        self.flat: set[str] = set()
+
+    def _file(self, part: str) -> str:
+        return file_name(part, self.stem, "npy")
 
     def _temp(self, part: str) -> Path:
         if part in self.parts:
             raise ValueError(f"{part}: opened twice in shard {self.stem}")
-        self.parts[part] = temp_path(self.staging / part_file(part, self.stem))
+        self.parts[part] = temp_path(self.staging / self._file(part))
         return self.parts[part]
 
     def array(
@@ -70,14 +51,13 @@ class ShardFiles:
         w = self.writers[name] = NpyWriter(self._temp(name), dtype, shape)
         return w
 
-    def ragged(self, name: str, dtype: str | np.dtype[Any], offsets: str = "") -> RaggedWriter:
-        """A ragged array; `offsets` names its offsets' own array (else `NAME.offsets`)."""
-        self.offsets[name] = offsets or name + OFFSETS
-        data, off = self._temp(name), self._temp(self.offsets[name])
-        w = self.writers[name] = RaggedWriter(data, off, dtype)
+    def ragged(self, name: str, dtype: str | np.dtype[Any]) -> RaggedWriter:
+        """A ragged array: its data, and its offsets (`NAME.offsets`)."""
+        w = self.writers[name] = RaggedWriter(self._temp(name), self._temp(name + OFFSETS), dtype)
         return w
 
     def open_all(self, specs: dict[str, ArraySpec]) -> None:
+        self.flat = {name for name, s in specs.items() if s.codec == "flat"}
         for name, s in specs.items():
             if s.ragged:
                 self.ragged(name, s.dtype)
@@ -85,9 +65,12 @@ class ShardFiles:
                 self.array(name, s.dtype, s.shape)
 
     def append(self, sample: dict[str, np.ndarray]) -> None:
-        """One sample of every array: fixed-shape, or a ragged array's values (any shape)."""
+        """One sample of every array: fixed-shape, or a ragged or flat array's values."""
         for name, w in self.writers.items():
-            w.append(sample[name])
+            if name in self.flat and isinstance(w, NpyWriter):  # any count, indexed elsewhere
+                w.extend(sample[name])
+            else:
+                w.append(sample[name])
 
     def extend(self, block: dict[str, np.ndarray]) -> None:
         """Many samples of every array (their first axis): a block of table rows."""
@@ -105,42 +88,40 @@ class ShardFiles:
             w.abort()
 
     def publish(self, count: int, split: str | None = None, h5: bool = False) -> Shard:
-        """After close(): the files under their final names, a shard of `count` samples.
-        h5: the arrays copied into one `shard-STEM.h5` first, keyed by part name."""
+        """After close(): the files under final names (h5: one `shard-STEM.h5`); the Shard."""
         h5_file = f"shard-{self.stem}.h5" if h5 else None
         if h5_file is not None:
             renames = {self._as_h5(h5_file): h5_file}
         else:
-            renames = {path: part_file(part, self.stem) for part, path in self.parts.items()}
+            renames = {path: self._file(part) for part, path in self.parts.items()}
         files = {name: publish(tmp, self.staging / name) for tmp, name in renames.items()}
-        return Shard(count, self._refs(h5_file), files, split)
 
-    def _refs(self, h5: str | None) -> dict[str, ArrayRef]:
-        """Each array's ref: its file (the .h5's dataset) and length; a ragged one's offsets
-        nested in it, or as an array of their own."""
-
-        def ref(part: str, length: int) -> ArrayRef:
-            return (
-                ArrayRef(h5, length, part) if h5 else ArrayRef(part_file(part, self.stem), length)
-            )
+        def ref(part: str, length: int) -> ArrayRef:  # an .h5 file's dataset is named by part
+            return ArrayRef(h5_file or self._file(part), length, part if h5_file else None)
 
         refs: dict[str, ArrayRef] = {}
         for name, w in self.writers.items():
             refs[name] = ref(name, w.length)
             if isinstance(w, RaggedWriter):
-                off = ref(self.offsets[name], w.offsets.length)
-                if self.offsets[name] == name + OFFSETS:
-                    refs[name].offsets = off
-                else:
-                    refs[self.offsets[name]] = off
-        return refs
+                refs[name].offsets = ref(name + OFFSETS, w.offsets.length)
+        return Shard(count, refs, files, split)
 
     def _as_h5(self, final: str) -> Path:
-        """The temp .npy parts copied into one temp .h5 file (the parts removed once copied)."""
+        """The temp .npy parts moved into one temp .h5 file."""
+        import h5py
+
         h5tmp = temp_path(self.staging / final)
         try:
-            with stage("write"):
-                _write_h5(h5tmp, self.parts)
+            with stage("write"), h5py.File(h5tmp, "w") as f:
+                for name, npy in self.parts.items():  # contiguous, uncompressed
+                    src = np.load(npy, mmap_mode="r", allow_pickle=False)
+                    ds = f.create_dataset(name, shape=src.shape, dtype=src.dtype, track_times=False)
+                    step = max(1, (64 << 20) // max(1, src[:1].nbytes))  # 64 MB at a time
+                    for start in range(0, len(src), step):
+                        ds[start : start + step] = src[start : start + step]
+                f.flush()
+            with stage("write"), open(h5tmp, "rb+") as fh:
+                os.fsync(fh.fileno())
         except BaseException as e:
             for p in (h5tmp, *self.parts.values()):
                 p.unlink(missing_ok=True)
@@ -152,37 +133,34 @@ class ShardFiles:
         return h5tmp
 
 
-def _write_h5(path: Path, parts: dict[str, Path]) -> None:
-    """Copy the shard's temp .npy arrays into one contiguous, uncompressed HDF5 file."""
-    import h5py
-
-    with h5py.File(path, "w") as f:
-        for name, npy in parts.items():
-            src = np.load(npy, mmap_mode="r", allow_pickle=False)
-            ds = f.create_dataset(name, shape=src.shape, dtype=src.dtype, track_times=False)
-            step = max(1, (64 << 20) // max(1, src[:1].nbytes))  # 64 MB at a time
-            for start in range(0, len(src), step):
-                ds[start : start + step] = src[start : start + step]
-        f.flush()
-    with open(path, "rb+") as fh:
-        os.fsync(fh.fileno())
+@contextlib.contextmanager
+def writing(writers: Iterable[ShardFiles]) -> Iterator[None]:
+    """Close every writer after the block; abort them all (their temp files go) if it fails."""
+    try:
+        yield
+        with stage("write"):
+            for w in writers:
+                w.close()
+    except BaseException:
+        for w in writers:
+            w.abort()
+        raise
 
 
 def write_shard(
     index: int,
-    items: Sequence[T],
-    encode: Callable[[T], dict[str, np.ndarray] | list[dict[str, np.ndarray]] | None],
-    rel: Callable[[T], str],
+    items: Sequence[Any],
+    encode: Callable[[Any], dict[str, np.ndarray] | list[dict[str, np.ndarray]] | None],
     specs: dict[str, ArraySpec],
     storage: str,
     staging: Path,
-    finish: Callable[[dict[str, Any]], None] | None = None,
+    extra: Callable[[], dict[str, Any]] = dict,
 ) -> dict[str, Any]:
-    """Encode `items` into shard `index` of `specs`' arrays under `staging` (`storage` npy or
-    h5); return its record (the shard, and a reject record a refused input, named by `rel`).
-    `finish` adds what a kind keeps beside (pixel sums, the split) before the record is
-    written: what --resume reads back. A failed write leaves no file of the shard behind."""
-    out = ShardFiles(staging, f"{index:05d}")
+    """Encode `items` (of one `.split`) into shard `index`; its record (rejects named by `.rel`)
+    with the keys `extra` gives once all are encoded. `encode` gives an input's sample (array
+    name -> value), a list of them, or None to skip it. A failed write leaves no file behind."""
+    split = getattr(items[0], "split", None) if items else None
+    out = ShardFiles(staging, stem(split, index))
     rejects: list[dict[str, Any]] = []
     count = 0
     with writing([out]):
@@ -192,7 +170,7 @@ def write_shard(
             try:
                 sample = encode(item)
             except Reject as r:
-                rejects.append(reject_record(rel(item), r.code, r.message))
+                rejects.append(reject_record(item.rel, r.code, r.message))
                 continue
             if sample is None:  # skipped by the user's function: neither a sample nor a reject
                 continue
@@ -200,10 +178,55 @@ def write_shard(
                 count += 1
                 with stage("write"):
                     out.append(one)
-    shard = out.publish(count, h5=storage == "h5")
-    record = {"index": index, "shard": asdict(shard), "rejects": rejects}
-    if finish is not None:
-        finish(record)
+    shard = out.publish(count, split, h5=storage == "h5")
+    record = {"index": index, "shard": asdict(shard), "rejects": rejects} | extra()
     with stage("write"):
         write_record(staging, index, record)
     return record
+
+
+def split_record(
+    staging: Path, index: int, shards: list[Shard], rejects: list[Any], **more: Any
+) -> dict[str, Any]:
+    """The written record of a task that writes a shard per split: `shard` lists all their
+    files (what the driver verifies), `splits` the shards."""
+    done = [asdict(s) for s in shards]
+    files = {k: v for s in done for k, v in s["files"].items()}
+    record = {"index": index, "shard": {"files": files}, "splits": done, "rejects": rejects} | more
+    with stage("write"):
+        write_record(staging, index, record)
+    return record
+
+
+_watching: list[int] = []  # the parent pid this worker process watches, once started
+
+
+def shard_task(write: Callable[..., T]) -> Callable[..., T]:
+    """The task running `write`: its arguments, then `parent` (the pid of the command whose loky
+    worker runs it, else None); a failed write is a write_error."""
+
+    @functools.wraps(write)
+    def task(*args: Any) -> T:
+        *write_args, parent = args
+        try:
+            exit_with_parent(parent)
+            return write(*write_args)
+        except OSError as e:
+            raise write_error(e) from e
+
+    return task
+
+
+def exit_with_parent(parent: int | None) -> None:
+    """In a loky worker of `parent`: a thread ends this process once the parent has died, so
+    that no orphan writes beside the --resume run that follows."""
+    if _watching or parent is None or parent == os.getpid():
+        return
+    _watching.append(parent)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.2)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="prep-exit-with-parent", daemon=True).start()

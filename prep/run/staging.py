@@ -1,26 +1,25 @@
-"""The run folder every writing command shares: OUT.partial/, its plan and shard records.
-
-A command builds OUT.partial/ beside OUT. `.prep-run/plan.json` holds what the output depends on
-(config and inputs); each finished shard leaves `.prep-run/NNNNN.json` (its files, sizes, sha256,
-rejects), written after its files were renamed to their final names. `--resume` reuses every shard
-whose record and files check out; prep.run.install swaps the finished folder into place, last.
-
-Whatever moment a run is killed at, OUT.partial holds complete files under final names, temp
-files (`.*.tmp`, removed by the next run) and records only for shards whose files are complete.
-"""
+"""The run folder beside OUT: OUT.partial/, with `.prep-run/plan.json` (config and inputs) and
+`.prep-run/NNNNN.json`, a finished shard's record, written once its files have their final names:
+a killed run leaves whole files, temp files (`.*.tmp`) and records of whole shards, which
+`--resume` reuses."""
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
-from loaders.format import MANIFEST, REJECTS, sha256_file
-from prep.run.errors import PrepError
-from prep.run.files import atomic_write_text
-from prep.run.tasks import write_error
+import numpy as np
+
+from loaders.fields import declared
+from loaders.format import MANIFEST, REJECTS, ArraySpec, Manifest, Shard, sha256_file
+from loaders.format.schema import DIGESTS, SHARDS, index_arrays, index_entry
+from prep.run.errors import PrepError, write_error
+from prep.run.files import atomic_write_bytes, atomic_write_text
 
 RUN_DIR = ".prep-run"  # inside OUT.partial: the plan and one record per finished shard
 PLAN = "plan.json"
@@ -32,8 +31,7 @@ def staging_dir(out: Path) -> Path:
 
 
 def _jsonl(record: dict[str, Any]) -> str:
-    """One line of rejects.jsonl. Names stay readable (UTF-8); a name that is not valid UTF-8
-    (undecodable bytes, kept by Python as lone surrogates) is written \\u-escaped instead."""
+    """One line of rejects.jsonl: UTF-8, or \\u-escaped where a name is not valid UTF-8."""
     line = json.dumps(record, ensure_ascii=False)
     try:
         line.encode("utf-8")
@@ -43,8 +41,7 @@ def _jsonl(record: dict[str, Any]) -> str:
 
 
 def write_rejects(staging: Path, rejects: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Write `staging`/rejects.jsonl, sorted by path as the inputs are listed (the same file
-    whatever the order shards finished in); return the sorted records."""
+    """Write rejects.jsonl sorted by path (whatever order shards finished in); the records."""
     ordered = sorted(rejects, key=lambda r: str(r["path"]))
     atomic_write_text(staging / REJECTS, "".join(_jsonl(r) for r in ordered))
     return ordered
@@ -59,8 +56,7 @@ def load_record(staging: Path, index: int, verify: bool) -> dict[str, Any] | Non
     path = staging / RUN_DIR / f"{index:05d}.json"
     try:
         record = json.loads(path.read_text())
-        files = record["shard"]["files"]
-        for rel, info in files.items():
+        for rel, info in record["shard"]["files"].items():
             f = staging / rel
             if not f.is_file() or f.stat().st_size != info["bytes"]:
                 return None
@@ -71,12 +67,15 @@ def load_record(staging: Path, index: int, verify: bool) -> dict[str, Any] | Non
     return record
 
 
-def _read_plan(staging: Path) -> dict[str, Any] | None:
+def named_by_rule(shard: dict[str, Any], arrays: dict[str, ArraySpec], storage: str) -> bool:
+    """Whether a shard record holds `arrays` in the files the shard index derives (else
+    --resume redoes it)."""
     try:
-        plan = json.loads((staging / RUN_DIR / PLAN).read_text())
-    except (OSError, ValueError):
-        return None
-    return plan if isinstance(plan, dict) else None
+        record = Shard.from_dict(shard)
+        index_arrays([record], arrays, storage, [record.split] if record.split else [])
+    except (ValueError, KeyError, TypeError):
+        return False
+    return True
 
 
 def _changed(before: dict[str, Any], plan: dict[str, Any]) -> str:
@@ -93,12 +92,11 @@ def _changed(before: dict[str, Any], plan: dict[str, Any]) -> str:
 
 
 def prepare_staging(out: Path, plan: dict[str, Any], overwrite: bool, resume: bool) -> Path:
-    """Create OUT.partial, or reuse it for --resume when it was started with the same plan.
-    Called with OUT's lock held (prep.run.guard), so no other run is writing it."""
+    """Create OUT.partial, or reuse it for --resume of the same plan (OUT's lock held)."""
     staging = staging_dir(out)
     try:
         if staging.exists():
-            before = _read_plan(staging)
+            before = _read_json(staging / RUN_DIR / PLAN)
             if resume and before is not None:
                 if before != plan:
                     raise PrepError(
@@ -130,23 +128,18 @@ def prepare_staging(out: Path, plan: dict[str, Any], overwrite: bool, resume: bo
     return staging
 
 
-def _held(record_path: Path) -> int:
-    """Samples a shard record holds (1 when it cannot be read: assume there is something)."""
-    try:
-        record = json.loads(record_path.read_text())
-        if "splits" in record:  # tables and tokens: a shard per split
-            return sum(int(s["count"]) for s in record["splits"])
-        return int(record["shard"].get("count", 1))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return 1
-
-
 def _nothing_finished(staging: Path) -> bool:
-    """Whether `staging` is a prep run folder whose finished shards hold no sample (none ran,
-    or every input was rejected): nothing a --resume would keep."""
+    """Whether `staging` is a prep run folder whose finished shards hold no sample."""
     run = staging / RUN_DIR
-    records = [p for p in run.glob("*.json") if p.name[0].isdigit()] if run.is_dir() else []
-    return run.is_dir() and not any(_held(p) for p in records)
+    for path in run.glob("[0-9]*.json") if run.is_dir() else []:
+        try:
+            record = json.loads(path.read_text())
+            shards = record.get("splits", [record["shard"]])  # a shard per split, or one
+            if sum(int(s.get("count", 1)) for s in shards):
+                return False
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return False  # unreadable: it may hold samples
+    return run.is_dir()
 
 
 def cleanup_temps(staging: Path) -> None:
@@ -157,15 +150,9 @@ def cleanup_temps(staging: Path) -> None:
 
 
 def finished(out: Path, plan: dict[str, Any]) -> bool:
-    """True when OUT is a complete dataset written with `plan`'s config and no run is pending:
-    --resume after a kill that came once the swap was done has nothing left to do."""
-    if staging_dir(out).exists():
-        return False
-    try:
-        manifest = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    if not isinstance(manifest, dict):
+    """Whether OUT is complete with `plan` and no run is pending (killed after the swap)."""
+    manifest = None if staging_dir(out).exists() else _read_json(out / MANIFEST)
+    if manifest is None:
         return False
     extra = manifest.get("extra")
     recorded = extra.get("inputs") if isinstance(extra, dict) else None
@@ -178,8 +165,41 @@ def finished(out: Path, plan: dict[str, Any]) -> bool:
     return True
 
 
+def _read_json(path: Path) -> dict[str, Any] | None:
+    """The JSON object in `path`; None where there is none."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def listed_files(m: Manifest, index: bool = True) -> dict[str, str]:
+    """Name -> sha256 of each file `m` lists: shards', the index's (with `index`), fields'."""
+    files = {n: f.sha256 for s in m.shards for n, f in s.files.items()}
+    if index:
+        files |= {n: str(f["sha256"]) for n, f in (m.index or {}).get("files", {}).items()}
+    for name, field in declared(m).items():
+        files |= {f: str(sha) for f, sha in field.files(name).items()}
+    return files
+
+
 def remove(path: Path) -> None:
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path)
     else:
         path.unlink()
+
+
+def write_manifest(staging: Path, m: Manifest) -> None:
+    """The dataset's shard index, then its manifest (holding the index's sizes and digests)."""
+    table, digests = index_arrays(m.shards, m.arrays, m.storage, m.splits)
+    files = {}
+    for name, arr in ((SHARDS, table), (DIGESTS, digests)):
+        buf = io.BytesIO()
+        np.save(buf, arr, allow_pickle=False)
+        data = buf.getvalue()
+        atomic_write_bytes(staging / name, data)
+        files[name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    m.index = index_entry(table, m.arrays, m.storage, files)
+    atomic_write_text(staging / MANIFEST, m.to_json())

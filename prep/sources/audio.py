@@ -9,35 +9,16 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from prep.run.errors import PrepError
-from prep.run.inputs import class_folders, reject_record, walk
+from prep.run.inputs import walk
 from prep.sources import targets as tg
-from prep.sources.images import list_file
+from prep.sources.images import list_file, list_folder
 
 # libsndfile's formats first, then what FFmpeg decodes (AAC, WMA, AMR, AC-3, Matroska audio).
 AUDIO_EXTS = frozenset(
-    [
-        ".wav",
-        ".flac",
-        ".ogg",
-        ".oga",
-        ".opus",
-        ".mp3",
-        ".aiff",
-        ".aif",
-        ".aifc",
-        ".au",
-        ".caf",
-        ".w64",
-        ".m4a",
-        ".aac",
-        ".wma",
-        ".mka",
-        ".webm",
-        ".amr",
-        ".ac3",
-    ]
+    ".wav .flac .ogg .oga .opus .mp3 .aiff .aif .aifc .au .caf .w64".split()  # noqa: SIM905
+    + ".m4a .aac .wma .mka .webm .amr .ac3".split()  # noqa: SIM905
 )
-LISTS = (".csv", ".jsonl")
+HINT = "a file's path under SRC or its stem (speech/a.wav or speech/a)"  # of a --targets row
 
 
 @dataclass(frozen=True)
@@ -64,77 +45,52 @@ def stem(rel: str) -> str:
     return str(p.with_suffix("")) if p.suffix else rel
 
 
-def _folder(src: Path) -> tuple[list[Clip], list[str] | None, list[dict[str, Any]]]:
-    files, rejects = walk(src, AUDIO_EXTS)
-    labelled, classes, strays = class_folders(files, "sound file")
-    return [Clip(rel, path, label) for rel, path, label in labelled], classes, rejects + strays
-
-
-def _rows(
+def _attach(
     table: tg.Targets, clips: list[Clip], seen: list[str]
-) -> tuple[list[Any], list[dict[str, Any]]]:
-    """Each clip's row of `table` (by path or stem), and a `<what>_missing` reject without one.
-    A row must name one of `seen` (every file listed, used or rejected) or the run stops."""
+) -> tuple[list[Clip], list[dict[str, Any]]]:
+    """Each clip's row of `table` (by path or stem); a row naming none of `seen` stops the run."""
     keys = {k for rel in seen for k in (rel, stem(rel))}
-    stray = [key for key in table.rows if key not in keys]
-    if stray:
-        raise PrepError(
-            f"{table.path}: line {table.lines[stray[0]]} names {stray[0]!r}, no sound file in "
-            f"SRC ({len(stray)} such rows). HINT: the first column is a file's path under SRC "
-            "or its stem (speech/a.wav or speech/a)"
-        )
-    rows, rejects = [], []
-    for c in clips:
-        row = table.rows.get(c.rel, table.rows.get(stem(c.rel)))
-        if row is None:
-            code = "label_missing" if _is_labels(table) else "target_missing"
-            why = f"no row in {table.path.name} names it (or its stem)"
-            rejects.append(reject_record(c.rel, code, why))
-        rows.append(row)
-    return rows, rejects
+    tg.check_rows(table, keys, "sound file", HINT)
+    return tg.attach(table, clips, stem, "label" if _is_labels(table) else "target")
 
 
 def _is_labels(table: tg.Targets) -> bool:
     return [c.name for c in table.columns] == ["label"]
 
 
-def _labelled(src: Path, labels: Path) -> tuple[list[Clip], list[str] | None, list[dict[str, Any]]]:
-    """A folder's files, each labelled by its row of `labels` (a CSV of path, label)."""
-    table = tg.read_targets(labels)
-    if not _is_labels(table):
-        raise PrepError(
-            f"--labels {labels}: columns {[c.name for c in table.columns]} after the path. "
-            "HINT: two columns, `path` (under SRC, or its stem) and `label`"
-        )
-    files, rejects = walk(src, AUDIO_EXTS)
-    clips = [Clip(rel, path) for rel, path in files]
-    rows, missing = _rows(table, clips, [c.rel for c in clips] + [r["path"] for r in rejects])
-    col = table.columns[0]
-    if col.classes is None and col.floats:
-        raise PrepError(f"--labels {labels}: labels are class names or integer ids, not numbers")
-    kept = [Clip(c.rel, c.path, int(r[0])) for c, r in zip(clips, rows, strict=True) if r]
-    return kept, col.classes, rejects + missing
-
-
 def list_audio(src: Path, labels: Path | None, targets: Path | None, limit: int | None) -> Listing:
     """Every sound file of SRC in a fixed order, its label and targets, and the rejects."""
     if not src.exists():
         raise PrepError(f"{src} does not exist. HINT: pass a folder of sound files or a .csv list")
-    if src.is_file():
-        if src.suffix.lower() not in LISTS:
-            raise PrepError(f"{src} is not a folder or a .csv/.jsonl list of sound files")
-        items, classes, rejects = list_file(src)  # all rows: --targets may name any
+    if src.is_file() and src.suffix.lower() not in (".csv", ".jsonl"):
+        raise PrepError(f"{src} is not a folder or a .csv/.jsonl list of sound files")
+    if labels is not None and not src.is_file():
+        # a folder's files, each labelled by its row of `labels` (a CSV of path, label)
+        given = tg.read_targets(labels)
+        if not _is_labels(given):
+            raise PrepError(
+                f"--labels {labels}: columns {[c.name for c in given.columns]} after the path. "
+                "HINT: two columns, `path` (under SRC, or its stem) and `label`"
+            )
+        files, rejects = walk(src, AUDIO_EXTS)
+        clips = [Clip(rel, path) for rel, path in files]
+        kept, missing = _attach(given, clips, [c.rel for c in clips] + [r["path"] for r in rejects])
+        col = given.columns[0]
+        if col.classes is None and col.dtype.startswith("float"):
+            raise PrepError(
+                f"--labels {labels}: labels are class names or integer ids, not numbers"
+            )
+        clips = [Clip(c.rel, c.path, int(c.target[0])) for c in kept]
+        classes, rejects = col.classes, rejects + missing
+    else:  # every row of a list, not the first `limit`: --targets may name any
+        listed = list_file(src) if src.is_file() else list_folder(src, AUDIO_EXTS, "sound file")
+        items, classes, rejects = listed
         clips = [Clip(it.rel, it.path, it.label) for it in items]
-    elif labels is not None:
-        clips, classes, rejects = _labelled(src, labels)
-    else:
-        clips, classes, rejects = _folder(src)
     seen = [c.rel for c in clips] + [r["path"] for r in rejects]
     clips = clips[:limit]
     table = tg.read_targets(targets) if targets is not None else None
     if table is not None:
-        rows, missing = _rows(table, clips, seen)
+        clips, missing = _attach(table, clips, seen)
         rejects += missing
-        clips = [Clip(c.rel, c.path, c.label, r) for c, r in zip(clips, rows, strict=True) if r]
     rejects.sort(key=lambda r: r["path"])
     return Listing(clips, classes, rejects, table)

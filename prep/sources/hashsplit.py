@@ -1,11 +1,7 @@
-"""Which rows go to "val": a 64-bit hash of the row's --key cell (or of all its cells) below
-`val_fraction * 2**64`. The hash depends on the cells' text alone, never on the file, the row's
-position or the other rows, so reordering or re-splitting the inputs never moves a row.
-
-The hash is vectorised (no Python per row): each cell's UTF-8 bytes b_0..b_{n-1} give
-sum(b_i * P**i) mod 2**64, computed for a whole column from one running sum over its data
-buffer, then mixed with the length by splitmix64; a row combines its columns in name order.
-"""
+"""Which rows go to "val": a 64-bit hash of the row's --key cells (or all) below `val_fraction *
+2**64`, of the cells' text alone (reordering the inputs never moves a row). A cell's UTF-8 bytes
+b_i give sum(b_i * P**i) mod 2**64, a column's from one running sum over its data buffer, mixed
+with the length by splitmix64."""
 
 from __future__ import annotations
 
@@ -36,13 +32,8 @@ def _powers(base: np.uint64, n: int) -> np.ndarray:
 
 
 def cell_hash(arr: pa.Array) -> np.ndarray:
-    """uint64 per cell of a column, from its text (numbers and times as pyarrow writes them).
-
-    A column of repeated values (text read as a dictionary; numbers holding each value at
-    least twice on average) has each distinct value written and hashed once, then looked up per
-    row: the same hashes (a value's text is a function of its bits), at a fifth of the cost on
-    a column of rounded numbers; a column of distinct numbers pays a fifth more (the lookup
-    table built, then left)."""
+    """uint64 per cell of a column, from its text (numbers as pyarrow writes them). Repeated
+    values are hashed once each, then looked up per row (a fifth of the cost)."""
     if pa.types.is_dictionary(arr.type):
         return _by_value(arr)
     if not (pa.types.is_binary(arr.type) or pa.types.is_string(arr.type)):
@@ -53,11 +44,8 @@ def cell_hash(arr: pa.Array) -> np.ndarray:
         arr = arr.cast(pa.string()).cast(pa.binary())
     n = len(arr)
     offsets = np.frombuffer(arr.buffers()[1], np.int32, n + 1, 4 * arr.offset).astype(np.int64)
-    data_buf = arr.buffers()[2]
-    data = (
-        np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
-    )
-    data = data[offsets[0] : offsets[-1]]
+    data_buf = arr.buffers()[2] or b""  # None (or empty) when no cell has a byte
+    data = np.frombuffer(data_buf, dtype=np.uint8)[offsets[0] : offsets[-1]]
     offsets -= offsets[0]
     with np.errstate(over="ignore"):
         run = np.zeros(len(data) + 1, dtype=np.uint64)
@@ -76,18 +64,12 @@ def _by_value(enc: pa.DictionaryArray) -> np.ndarray:
     return values[np.asarray(indices)]
 
 
-def row_hash(table: pa.Table, columns: list[str]) -> np.ndarray:
-    """uint64 per row, combining the hashes of `columns` in sorted name order."""
+def val_mask(table: pa.Table, columns: list[str], val_fraction: float) -> np.ndarray:
+    """True for the rows in "val": the row's hash combines its `columns` in name order."""
     h = np.zeros(table.num_rows, dtype=np.uint64)
+    if val_fraction <= 0:
+        return h.astype(bool)
     with np.errstate(over="ignore"):
         for name in sorted(columns):
-            col = table.column(name).combine_chunks()
-            h = splitmix64(h * np.uint64(31) + cell_hash(col))
-    return h
-
-
-def val_mask(table: pa.Table, columns: list[str], val_fraction: float) -> np.ndarray:
-    """True for the rows in "val"."""
-    if val_fraction <= 0:
-        return np.zeros(table.num_rows, dtype=bool)
-    return row_hash(table, columns) < np.uint64(int(val_fraction * 2**64))
+            h = splitmix64(h * np.uint64(31) + cell_hash(table.column(name).combine_chunks()))
+    return h < np.uint64(int(val_fraction * 2**64))

@@ -1,27 +1,19 @@
-"""What `pack_samples` is given, as a sorted list of inputs: Python objects, the rows of a
-CSV/JSONL/Parquet file (as dicts), the files of a folder (as paths), or the paths of a .txt."""
+"""Listed inputs of the samples run, sorted: Python objects, the rows of a CSV/JSONL/Parquet file,
+the files of a folder or the lines of a .txt; or an importer's own listing (Source)."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prep.run.driver import fingerprint
 from prep.run.errors import PrepError
 from prep.run.inputs import read_rows, walk
+from prep.run.samples import Item
 
 ROWS = (".csv", ".jsonl", ".parquet")
-
-
-@dataclass(frozen=True)
-class Item:
-    """One input: how a reject names it, and the value the user's function is given."""
-
-    rel: str
-    value: Any
 
 
 @dataclass
@@ -40,10 +32,39 @@ def list_inputs(inputs: Any, limit: int | None) -> Listing:
         if src.is_dir():
             found, rejects = walk(src, lambda name: True)
             items = [Item(rel, str(path)) for rel, path in found]
-            stats = [(rel, path.stat().st_size, path.stat().st_mtime_ns) for rel, path in found]
+            stats = [_stat(rel, path) for rel, path in found]
             return _listing(items[:limit], rejects, src, stats)
-        items = _file_items(src, limit)
-        return _listing(items[:limit], rejects, src.parent, [_stat(src)])
+        suffix = src.suffix.lower()
+        if not src.is_file():
+            raise PrepError(f"{src} is not a file or folder. HINT: check the path")
+        if suffix in (".csv", ".jsonl"):
+            items = [Item(f"{src.name}:{n}", row) for n, row in read_rows(src)]
+        elif suffix == ".parquet":  # the first `limit` rows, a batch at a time
+            import pyarrow.parquet as pq
+
+            rows: list[dict[str, Any]] = []
+            try:
+                with pq.ParquetFile(src) as f:
+                    for b in f.iter_batches(batch_size=min(1024, limit or 1024) or 1):
+                        rows += b.to_pylist()
+                        if limit is not None and len(rows) >= limit:
+                            break
+            except Exception as e:  # pyarrow's ArrowInvalid and OSError alike
+                raise PrepError(f"{src}: cannot read it as Parquet ({e})") from e
+            items = [Item(f"{src.name}:{i}", r) for i, r in enumerate(rows[:limit])]
+        elif suffix == ".txt":
+            try:
+                lines = src.read_text(encoding="utf-8").splitlines()
+            except (OSError, UnicodeDecodeError) as e:
+                raise PrepError(f"{src}: cannot read the list of paths ({e})") from e
+            said = [(n, line.strip()) for n, line in enumerate(lines, 1)]
+            items = [Item(f"{src.name}:{n}", line) for n, line in said if line]
+        else:
+            raise PrepError(
+                f"{src}: inputs are a folder or a {', '.join(ROWS)} or .txt file, not "
+                f"{suffix or 'this'}"
+            )
+        return _listing(items[:limit], rejects, src.parent, [_stat(src.name, src)])
     if isinstance(inputs, Sequence) and not isinstance(inputs, (bytes, bytearray)):
         items = [Item(f"#{i}", v) for i, v in enumerate(inputs)]
         return _listing(items[:limit], rejects, None, [])
@@ -53,48 +74,10 @@ def list_inputs(inputs: Any, limit: int | None) -> Listing:
     )
 
 
-def _file_items(src: Path, limit: int | None) -> list[Item]:
-    suffix = src.suffix.lower()
-    if not src.is_file():
-        raise PrepError(f"{src} is not a file or folder. HINT: check the path")
-    if suffix in (".csv", ".jsonl"):
-        return [Item(f"{src.name}:{n}", row) for n, row in read_rows(src)]
-    if suffix == ".parquet":
-        return [Item(f"{src.name}:{i}", row) for i, row in enumerate(parquet_rows(src, limit))]
-    if suffix == ".txt":
-        try:
-            lines = src.read_text(encoding="utf-8").splitlines()
-        except (OSError, UnicodeDecodeError) as e:
-            raise PrepError(f"{src}: cannot read the list of paths ({e})") from e
-        return [
-            Item(f"{src.name}:{n}", line.strip()) for n, line in enumerate(lines, 1) if line.strip()
-        ]
-    raise PrepError(
-        f"{src}: inputs are a folder or a {', '.join(ROWS)} or .txt file, not {suffix or 'this'}"
-    )
-
-
-def parquet_rows(src: Path, limit: int | None, batch: int = 1024) -> list[dict[str, Any]]:
-    """The first `limit` rows (None: all) of a Parquet file as dicts, read a batch of rows at a
-    time: a small file of many repeated rows (Parquet compresses them to nothing) is not
-    expanded whole to give a few."""
-    import pyarrow.parquet as pq
-
-    rows: list[dict[str, Any]] = []
-    try:
-        with pq.ParquetFile(src) as f:
-            for b in f.iter_batches(batch_size=min(batch, limit or batch) or 1):
-                rows += b.to_pylist()
-                if limit is not None and len(rows) >= limit:
-                    break
-    except Exception as e:  # pyarrow's ArrowInvalid and OSError alike
-        raise PrepError(f"{src}: cannot read it as Parquet ({e})") from e
-    return rows[:limit]
-
-
-def _stat(path: Path) -> tuple[str, int, int]:
+def _stat(name: str, path: Path) -> tuple[str, int, int]:
+    """Name, size and time of a file: a changed source is not resumed as the same."""
     st = path.stat()
-    return path.name, st.st_size, st.st_mtime_ns
+    return name, st.st_size, st.st_mtime_ns
 
 
 def _listing(
@@ -102,5 +85,19 @@ def _listing(
 ) -> Listing:
     """The fingerprint: the files read (names, sizes, times), or the objects themselves."""
     said = stats if stats else [repr(it.value) for it in items]
-    digest = hashlib.sha256(json.dumps([said, len(items)], default=str).encode()).hexdigest()
-    return Listing(items, rejects, base, digest)
+    return Listing(items, rejects, base, fingerprint([said, len(items)]))
+
+
+@dataclass
+class Source:
+    """An importer's source: `items` in order, each split's together; `splits` counts them."""
+
+    items: list[Item]
+    splits: dict[str | None, int]
+    rejects: list[dict[str, Any]] = field(default_factory=list)
+    stats: list[Any] = field(default_factory=list)  # what the output depends on in the files
+    extra: dict[str, Any] = field(default_factory=dict)  # the manifest's, besides the fields
+
+
+def file_stats(paths: list[Path]) -> list[tuple[str, int, int]]:
+    return [_stat(str(p), p) for p in paths]

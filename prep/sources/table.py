@@ -1,13 +1,6 @@
-"""Table inputs: which files, and reading them as blocks of rows of bounded memory.
-
-A CSV, TSV or JSONL file is cut into blocks of about BLOCK_BYTES at line ends that lie outside
-quoted fields; a Parquet file into its row groups. The scan (prep.media.table.scan) parses every
-block once, in parallel, and keeps it parsed for the shard tasks: no row is parsed twice, and
-the blocks never depend on --jobs.
-
-CSV and TSV cells are typed by pyarrow's parser per block (the blocks' kinds are combined by
-prep.media.table.types); JSONL and Parquet keep the types their format has.
-"""
+"""Table inputs: which files, and their blocks of rows of bounded memory (text cut at line ends
+outside quotes every BLOCK_BYTES or so, Parquet at its row groups), whatever --jobs, which the
+scan (prep.kinds.table.scan) parses once each; CSV cells typed by pyarrow per block."""
 
 from __future__ import annotations
 
@@ -20,24 +13,25 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.csv as pcsv
+import pyarrow.json as pj
+import pyarrow.parquet as pq
 
 from prep.run.errors import PrepError
 from prep.run.inputs import check_file, reject_record, walk
 
 FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".parquet": "parquet"}
-# Compressed text tables are decompressed into the run folder first (prep.media.table.scan):
+# Compressed text tables are decompressed into the run folder first (prep.kinds.table.scan):
 # a block is a byte range, and a compressed stream cannot be entered at one.
 COMPRESSED = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".lz4": "lz4"}
-SUFFIXES = frozenset([*FORMATS, *(f + c for f in (".csv", ".tsv", ".jsonl") for c in COMPRESSED)])
 BLOCK_BYTES = 16 << 20  # a block's bytes: its parse holds a few times this in memory
 HINT_ENCODING = "HINT: convert the file to UTF-8 (iconv -f latin1 -t utf-8)"
 
 
 @dataclass(frozen=True)
 class Block:
-    """Rows of one file: bytes [start, end) (text formats) or row group `start` (Parquet);
-    `first_row` is the file's 1-based number of its first row, `rows` how many it holds,
-    `index` its place among all the blocks of the run (its parsed copy's name)."""
+    """Rows of one file: bytes [start, end) or row group `start` (Parquet); `first_row`: its
+    1-based row number; `index`: its place among the run's blocks."""
 
     path: str
     rel: str
@@ -68,8 +62,7 @@ def _is_table(name: str) -> bool:
 
 
 def _listed(src: str, many: bool) -> tuple[list[tuple[str, Path]], list[dict[str, Any]]]:
-    """One SRC's table files as (rel, path), and rejects; `many`: one of several SRC paths
-    (a file is then named as given, else by its name)."""
+    """One SRC's table files as (rel, path), and rejects; `many`: a file named as given."""
     root = Path(src)
     if root.is_dir():
         return walk(root, _is_table)
@@ -95,34 +88,21 @@ def sources_of(src: str | list[str] | None) -> list[str]:
     return [src] if isinstance(src, str) else list(src or [])
 
 
-def list_tables(
-    src: str | list[str],
-) -> tuple[list[tuple[str, Path]], list[dict[str, Any]]]:
-    """The table files of `src` (files, folders, or quoted globs such as 'data/*.csv'), as
-    (rel, path) in SRC order (each folder or glob sorted), and rejects for those that cannot
-    be read or are empty. A file named twice is read once."""
+def list_tables(src: str | list[str]) -> tuple[list[tuple[str, Path]], list[dict[str, Any]]]:
+    """The table files of `src` as (rel, path) in SRC order, once each, and rejects."""
     paths = sources_of(src)
-    found: list[tuple[str, Path]] = []
-    rejects: list[dict[str, Any]] = []
-    for one in paths:
-        listed, refused = _listed(one, len(paths) > 1)
-        found += listed
-        rejects += refused
-    kept, seen = [], set()
-    for rel, path in found:
-        if path.resolve() in seen:
-            continue
-        seen.add(path.resolve())
-        if path.stat().st_size == 0:
-            rejects.append(reject_record(rel, "empty", "the file is empty (0 bytes)"))
-        else:
-            kept.append((rel, path))
-    return kept, rejects
+    got = [_listed(one, len(paths) > 1) for one in paths]
+    rejects = [r for _, refused in got for r in refused]
+    unique: dict[Path, tuple[str, Path]] = {}  # a file named twice is read once
+    for rel, path in (f for listed, _ in got for f in listed):
+        unique.setdefault(path.resolve(), (rel, path))
+    empty = [(rel, path) for rel, path in unique.values() if path.stat().st_size == 0]
+    rejects += [reject_record(rel, "empty", "the file is empty (0 bytes)") for rel, _ in empty]
+    return [f for f in unique.values() if f not in empty], rejects
 
 
 def decompressed(rel: str, path: Path, folder: Path, index: int) -> Path:
-    """A compressed table as a plain file in `folder` (the run folder), streamed in bounded
-    memory; a plain one as it is."""
+    """A compressed table decompressed into `folder` in bounded memory; a plain one as is."""
     fmt, codec = table_format(path)
     if codec is None:
         return path
@@ -137,8 +117,7 @@ def decompressed(rel: str, path: Path, folder: Path, index: int) -> Path:
 
 
 def _cuts(path: Path, size: int, quoted: bool) -> Iterator[tuple[int, int]]:
-    """Byte ranges of about `size` ending at line ends outside quotes (an even count of `"`
-    before the cut: RFC 4180 escapes a quote as two)."""
+    """Byte ranges of about `size` ending at line ends outside quotes (an even count of `"`)."""
     total = path.stat().st_size
     start = 0
     with open(path, "rb") as f:
@@ -162,27 +141,19 @@ def blocks(rel: str, path: Path, block_bytes: int = BLOCK_BYTES) -> Iterator[Blo
     """The file's blocks in order, without their row counts (the scan fills them in)."""
     fmt = table_format(path)[0]
     if fmt == "parquet":
-        import pyarrow.parquet as pq
-
         try:
             groups = pq.ParquetFile(path).num_row_groups
         except (pa.ArrowException, OSError) as e:
             raise PrepError(f"{rel}: not a readable Parquet file ({e}). HINT: rewrite it") from e
         yield from (Block(str(path), rel, fmt, g, g + 1) for g in range(groups))
         return
-    header = _header_end(path, rel) if fmt in ("csv", "tsv") else 0
+    header = 0  # where the header line ends (a header alone: the file has no rows)
+    if fmt in ("csv", "tsv"):
+        with open(path, "rb") as f:
+            header = len(f.readline(1 << 20).rstrip(b"\n")) + 1
     for a, b in _cuts(path, block_bytes, fmt != "jsonl"):
         if b > max(a, header):
             yield Block(str(path), rel, fmt, max(a, header), b)
-
-
-def _header_end(path: Path, rel: str) -> int:
-    """Where the header line ends (a header alone: the file has no rows)."""
-    with open(path, "rb") as f:
-        line = f.readline(1 << 20)
-    if not line.endswith(b"\n"):
-        line += b"\n"
-    return len(line)
 
 
 def read_block(
@@ -192,14 +163,9 @@ def read_block(
     types: dict[str, pa.DataType] | None = None,
     delimiter: str | None = None,
 ) -> pa.Table:
-    """The block's rows; rows with too many or too few fields are skipped and recorded in
-    `rejects`, each with its `row` in the block (from 1: the caller makes it the file's).
-    CSV columns get `types` where given, else pyarrow's inference (text that is not UTF-8
-    comes back as binary: the caller names its row). `delimiter`: default , (CSV) or tab."""
+    """The block's rows (CSV typed by `types`); rows of a wrong field count go to `rejects`."""
     path = Path(block.path)
     if block.fmt == "parquet":
-        import pyarrow.parquet as pq
-
         return pq.ParquetFile(path).read_row_group(block.start)
     with open(path, "rb") as f:
         head = f.readline(1 << 20) if block.fmt != "jsonl" else b""
@@ -207,8 +173,6 @@ def read_block(
         data = f.read(block.end - block.start)
     try:
         if block.fmt == "jsonl":
-            import pyarrow.json as pj
-
             return pj.read_json(io.BytesIO(data))
         sep = delimiter or ("\t" if block.fmt == "tsv" else ",")
         return _read_csv(head, data, block, (na_values, sep), rejects, types or {})
@@ -228,10 +192,7 @@ def _read_csv(
     types: dict[str, pa.DataType],
 ) -> pa.Table:
     """`how`: the --na-values and the delimiter."""
-    import pyarrow.csv as pcsv
-
     na_values, sep = how
-
     try:
         line = head.decode("utf-8").rstrip("\r\n")
     except UnicodeDecodeError as e:

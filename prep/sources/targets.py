@@ -1,28 +1,24 @@
-"""Per-volume targets of `prep volumes --targets FILE.csv`: one CSV row per scan.
-
-The first column names the scan: its path under SRC or that path's stem (`ct/a.nii.gz` or
-`ct/a`; a DICOM series by its folder). Every other column is one target: integers, numbers, or
-class names (mapped to their index in the sorted set of the column's names, which the manifest
-keeps). Each column is stored in the smallest dtype that holds it, one array per column
-(FORMAT.md). A scan without a row is a `target_missing` reject; a row naming no scan, a
-duplicate row, an empty cell or a name among numbers stops the run with one line naming the
-file and row.
-"""
+"""Per-volume targets of `prep volumes --targets FILE.csv` (and per clip of `prep audio`): a CSV
+row per scan, named by its path under SRC or its stem, then target columns, each a column field
+in the smallest dtype that holds it (integers, numbers, class names as indices). A scan without
+a row is a `target_missing` reject; a bad row stops the run, naming its line."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from loaders.format.kinds import FIELDS
+from loaders.fields import Column as ColumnField
+from loaders.format.spec import smallest_uint
 from prep.media.table.types import NUMBER, int_dtype
 from prep.run.errors import PrepError
 from prep.run.inputs import INTEGER, read_rows, reject_record
-from prep.sources.volumes import Item, stem
+from prep.sources.volumes import stem
 
 FIELD = "volume_target"  # arrays volume_target_0, volume_target_1, ... in column order
 _NUMBER = re.compile(NUMBER)
@@ -34,10 +30,6 @@ class Column:
     name: str
     dtype: str
     classes: list[str] | None = None
-
-    @property
-    def floats(self) -> bool:
-        return np.dtype(self.dtype).kind == "f"
 
 
 @dataclass
@@ -102,7 +94,7 @@ def _column(path: Path, name: str, cells: list[tuple[int, str]]) -> tuple[Column
     if names:
         classes = sorted({v for _, v in names})
         index = {c: i for i, c in enumerate(classes)}
-        dtype = FIELDS[FIELD].spec(0, max_value=len(classes) - 1).dtype
+        dtype = smallest_uint(len(classes) - 1)
         return Column(name, dtype, classes), [index[v] for _, v in names]
     if all(INTEGER.fullmatch(v) for _, v in numbers):
         ints: list[Value] = [int(v) for _, v in numbers]
@@ -119,34 +111,48 @@ def _column(path: Path, name: str, cells: list[tuple[int, str]]) -> tuple[Column
     return Column(name, "float16" if exact else "float32"), floats.tolist()
 
 
-def check_rows(targets: Targets, scans: set[str]) -> None:
-    """Every row names one of `scans` (keys of every input listed, rejected or not)."""
-    stray = [key for key in targets.rows if key not in scans]
+SCAN_HINT = "a scan's path under SRC or its stem (ct/a.nii.gz or ct/a)"
+
+
+def check_rows(targets: Targets, keys: set[str], noun: str = "scan", hint: str = SCAN_HINT) -> None:
+    """PrepError naming the first row that names none of `keys` (every input listed)."""
+    stray = [key for key in targets.rows if key not in keys]
     if stray:
-        n = targets.lines[stray[0]]
         raise PrepError(
-            f"{targets.path}: line {n} names {stray[0]!r}, no scan in SRC "
-            f"({len(stray)} such rows). HINT: the first column is a scan's path under SRC or "
-            "its stem (ct/a.nii.gz or ct/a)"
+            f"{targets.path}: line {targets.lines[stray[0]]} names {stray[0]!r}, no {noun} in "
+            f"SRC ({len(stray)} such rows). HINT: the first column is {hint}"
         )
 
 
-def attach(targets: Targets, items: list[Item]) -> tuple[list[Item], list[dict[str, Any]]]:
-    """`items` with their row's values; a `target_missing` reject for each scan without one."""
+def attach(
+    targets: Targets, items: list[Any], key: Callable[[str], str] = scan_key, code: str = "target"
+) -> tuple[list[Any], list[dict[str, Any]]]:
+    """`items` with their row's values, by path or `key`; a `<code>_missing` reject without."""
     kept, rejects = [], []
     for it in items:
-        values = targets.rows.get(scan_key(it.rel))
+        values = targets.rows.get(it.rel, targets.rows.get(key(it.rel)))
         if values is None:
             why = f"no row in {targets.path.name} names it (or its stem)"
-            rejects.append(reject_record(it.rel, "target_missing", why))
+            rejects.append(reject_record(it.rel, f"{code}_missing", why))
         else:
             kept.append(replace(it, target=values))
     return kept, rejects
 
 
-def manifest_entry(targets: Targets) -> list[dict[str, Any]]:
-    """extra["targets"]: per column its name, array, dtype and class names (or null)."""
-    return [
-        {"column": c.name, "array": f"{FIELD}_{j}", "dtype": c.dtype, "classes": c.classes}
+def array_of(j: int) -> str:
+    """The field (and array) of target column j: volume_target_0, volume_target_1, ..."""
+    return f"{FIELD}_{j}"
+
+
+def target_fields(targets: Targets) -> dict[str, ColumnField]:
+    """A column field per target column, in the file's order (class id i is vocab[i])."""
+    return {
+        array_of(j): ColumnField(
+            name=c.name,
+            role="target",
+            dtype=c.dtype,
+            vocab=None if c.classes is None else tuple(c.classes),
+            first_code=None if c.classes is None else 0,
+        )
         for j, c in enumerate(targets.columns)
-    ]
+    }

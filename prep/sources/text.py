@@ -1,10 +1,5 @@
-"""`prep tokenize --glob`: text files of any extension (source code, Markdown), chosen by name.
-
-Without --glob, SRC's inputs are its `.txt` files (prep.media.text.documents.list_text). With
-it, they are the files whose name (or, for a pattern holding "/", whose path relative to SRC)
-matches one of the comma-separated patterns, read under the same text policy: UTF-8, one
-document a file (a line with --split-lines); a matched `.jsonl` file is still read as JSON lines.
-"""
+"""`prep tokenize --glob`: text files chosen by name (by relative path for a pattern holding "/"),
+read as `.txt` files (one document a file, a line with --split-lines), `.jsonl` as JSON lines."""
 
 from __future__ import annotations
 
@@ -19,14 +14,8 @@ from prep.run.errors import PrepError
 from prep.run.inputs import check_file, os_reject_code, reject_record, walk
 
 
-def patterns(text: str) -> list[str]:
-    """--glob '*.py, *.md' as ['*.py', '*.md']."""
-    return listed(text, "--glob", str)
-
-
 def matches(rel: str, pats: list[str]) -> bool:
-    """Whether a file's path relative to SRC matches: by its name, or by its whole path for a
-    pattern that holds "/".
+    """Whether a file's path relative to SRC matches a pattern (by its name, or its path).
 
     >>> matches("lib/a.py", ["*.py"]), matches("lib/a.py", ["lib/*.md"]), matches("a.md", ["*.MD"])
     (True, False, False)
@@ -35,27 +24,11 @@ def matches(rel: str, pats: list[str]) -> bool:
     return any(fnmatch.fnmatchcase(rel if "/" in p else name, p) for p in pats)
 
 
-def _piece(path: Path, rel: str, line_mode: str) -> Piece | dict[str, Any]:
-    """The file as one input, or its reject record."""
-    problem = check_file(path, rel)
-    if problem is not None:
-        return problem
-    if not os.access(path, os.R_OK):  # planning reads line files: fail here, by name
-        return reject_record(rel, "unreadable", "cannot read: no read permission")
-    try:
-        size = path.stat().st_size
-    except OSError as e:  # gone since it was listed
-        return reject_record(rel, os_reject_code(e), f"cannot stat: {e.strerror}")
-    mode = "jsonl" if path.suffix.lower() in JSONL_EXTS else line_mode
-    return Piece(str(path), rel, 0, size, mode)
-
-
 def list_matching(
     src: Path, glob: str, split_lines: bool
 ) -> tuple[list[Piece], list[dict[str, Any]]]:
-    """The files of SRC (a folder, or one file) that --glob matches, sorted by relative path,
-    and rejects for those that cannot be read."""
-    pats = patterns(glob)
+    """The files of SRC that --glob matches, sorted, and rejects for the unreadable."""
+    pats = listed(glob, "--glob", str)  # '*.py, *.md' -> ['*.py', '*.md']
     if not pats:
         raise PrepError(f"--glob {glob!r} holds no pattern. HINT: e.g. --glob '*.py,*.md'")
     if not src.exists():
@@ -64,15 +37,25 @@ def list_matching(
     if src.is_file():
         if not matches(src.name, pats):
             raise PrepError(f"{src} does not match --glob {glob!r}. HINT: fix the pattern")
-        listed, rejects = [(src.name, src)], list[dict[str, Any]]()
+        files, rejects = [(src.name, src)], list[dict[str, Any]]()
     else:
-        listed, rejects = walk(src, lambda name: True)
-        listed = [(rel, p) for rel, p in listed if matches(rel, pats)]
+        files, rejects = walk(src, lambda name: True)
+        files = [(rel, p) for rel, p in files if matches(rel, pats)]
         rejects = [r for r in rejects if r["reason"] == "link_loop" or matches(r["path"], pats)]
     found: list[Piece] = []
-    for rel, path in listed:
-        got = _piece(path, rel, line_mode)
-        (found.append(got) if isinstance(got, Piece) else rejects.append(got))
+    for rel, path in files:  # each file one input, or its reject
+        problem = check_file(path, rel)
+        if problem is None and not os.access(path, os.R_OK):  # planning reads line files
+            problem = reject_record(rel, "unreadable", "cannot read: no read permission")
+        try:
+            size = path.stat().st_size if problem is None else 0
+        except OSError as e:  # gone since it was listed
+            problem = reject_record(rel, os_reject_code(e), f"cannot stat: {e.strerror}")
+        if problem is not None:
+            rejects.append(problem)
+            continue
+        mode = "jsonl" if path.suffix.lower() in JSONL_EXTS else line_mode
+        found.append(Piece(str(path), rel, 0, size, mode))
     found.sort(key=lambda p: p.rel)
     rejects.sort(key=lambda r: str(r["path"]))
     return found, rejects

@@ -1,7 +1,5 @@
-"""Listing and reading the scans of `prep volumes`: NIfTI files (nibabel) and their labels.
-
-Every problem with one input is a `Reject` with a code of README's table; the run goes on.
-"""
+"""Listing and reading the scans of `prep volumes`: NIfTI files (nibabel), DICOM series and their
+labels. Every problem with one input is a `Reject` with a code of README's table."""
 
 from __future__ import annotations
 
@@ -16,6 +14,7 @@ import numpy as np
 from prep.media.volume.dicom import read_series
 from prep.media.volume.transform import MAX_CLASS
 from prep.run.inputs import Reject, check_file, walk
+from prep.sources.samples import file_stats
 
 NIFTI = (".nii.gz", ".nii")
 # What nibabel raises for a cut or damaged file: gzip streams that end early (EOFError), bad
@@ -40,35 +39,16 @@ def stem(rel: str) -> str | None:
 def list_volumes(
     src: Path, labels: Path | None
 ) -> tuple[list[Item], list[dict[str, Any]], list[tuple[str, int, int]]]:
-    """Sorted inputs under `src` (a folder or one NIfTI file): NIfTI files and folders of
-    .dcm slices; their rejects; and (path, size, mtime) of every file read, labels included,
-    for --resume's fingerprint."""
+    """Sorted NIfTI files and DICOM folders, rejects, and every file's (path, size, mtime)."""
     if src.is_file():
-        found, rejects = [(src.name, src)], []
         problem = check_file(src, src.name)
-        if problem is not None:
-            found, rejects = [], [problem]
+        found, rejects = ([], [problem]) if problem else ([(src.name, src)], [])
     else:
         found, rejects = walk(src, frozenset({".nii", ".gz", ".dcm"}))
     items, seen = [], []
-    label_files = dict(_labels(labels)) if labels is not None else {}
-    for rel, path, files in _inputs(found):
-        rel = src.name if rel == "." else rel  # SRC is itself one DICOM series
-        key, lab = stem(rel) or rel, None
-        if labels is not None:  # a label file that is not there is rejected when read
-            lab = label_files.get(key, labels / f"{key}.nii.gz")
-        items.append(Item(rel, path, lab))
-        for p in (*files, lab):
-            if p is not None and p.is_file():
-                st = p.stat()
-                seen.append((str(p), st.st_size, st.st_mtime_ns))
-    return items, rejects, seen
-
-
-def _inputs(found: list[tuple[str, Path]]) -> list[tuple[str, Path, list[Path]]]:
-    """(rel, path, files read) per input: a NIfTI file, or a folder of .dcm slices (one
-    DICOM series), in sorted order."""
-    series: dict[str, list[Path]] = {}
+    found_labels = walk(labels, frozenset({".nii", ".gz"}))[0] if labels is not None else []
+    label_files = {s: p for rel, p in found_labels if (s := stem(rel)) is not None}
+    series: dict[str, list[Path]] = {}  # a DICOM series: the .dcm files of a folder
     inputs = []
     for rel, path in found:
         if rel.lower().endswith(".dcm"):
@@ -76,12 +56,14 @@ def _inputs(found: list[tuple[str, Path]]) -> list[tuple[str, Path, list[Path]]]
         elif stem(rel) is not None:  # not a .gz that is not .nii.gz
             inputs.append((rel, path, [path]))
     inputs += [(rel, files[0].parent, files) for rel, files in series.items()]
-    return sorted(inputs, key=lambda x: x[0])
-
-
-def _labels(root: Path) -> list[tuple[str, Path]]:
-    found, _ = walk(root, frozenset({".nii", ".gz"}))
-    return [(s, p) for rel, p in found if (s := stem(rel)) is not None]
+    for rel, path, files in sorted(inputs, key=lambda x: x[0]):
+        rel = src.name if rel == "." else rel  # SRC is itself one DICOM series
+        key, lab = stem(rel) or rel, None
+        if labels is not None:  # a label file that is not there is rejected when read
+            lab = label_files.get(key, labels / f"{key}.nii.gz")
+        items.append(Item(rel, path, lab))
+        seen += file_stats([p for p in (*files, lab) if p is not None and p.is_file()])
+    return items, rejects, seen
 
 
 @dataclass
@@ -91,9 +73,7 @@ class Scan:
 
 
 def read_scan(path: Path, volume_index: int | None, is_label: bool = False) -> Scan:
-    """One volume: a NIfTI file, or a folder holding one DICOM series; raises Reject
-    (`empty`, `not_volume`, `truncated`, `not_3d`, `not_finite`, `dicom_*`, and for labels
-    `values`)."""
+    """One volume: a NIfTI file, or a folder holding one DICOM series; or Reject."""
     if path.is_dir():
         data, affine = read_series(path)
     else:
@@ -101,8 +81,14 @@ def read_scan(path: Path, volume_index: int | None, is_label: bool = False) -> S
     if data.dtype.kind == "f" and not np.isfinite(data).all():
         bad = int((~np.isfinite(data)).sum())
         raise Reject("not_finite", f"{bad} NaN or infinite voxels")
-    if is_label:
-        data = _class_ids(data)
+    if is_label:  # uint8 class ids: non-integer, negative or > 255 values are refused
+        if data.size and (
+            (data.dtype.kind == "f" and not np.array_equal(data, np.rint(data)))
+            or data.min() < 0
+            or data.max() > MAX_CLASS
+        ):
+            raise Reject("values", f"class ids must be integers 0..{MAX_CLASS}")
+        data = data.astype(np.uint8)
     return Scan(np.ascontiguousarray(data), affine)
 
 
@@ -116,17 +102,28 @@ def _read_nifti(path: Path, volume_index: int | None) -> tuple[np.ndarray, np.nd
     except EOFError as e:  # a .nii.gz cut inside its header
         raise Reject("truncated", f"the file ends inside its header ({e})") from e
     except (nib.filebasedimages.ImageFileError, *BROKEN) as e:
-        if _gzip_cut(path):  # nibabel's sniffing hides why the header could not be read
+        try:  # nibabel's sniffing hides why the header could not be read: a gzip stream cut?
+            with gzip.open(path, "rb") as f:
+                while f.read(1 << 20):
+                    pass
+        except EOFError:
             raise Reject("truncated", "the gzip stream ends early, inside the header") from e
+        except (OSError, zlib.error):
+            pass
         raise Reject("not_volume", f"not a NIfTI file nibabel reads ({e})") from e
     shape = tuple(img.shape)
     while len(shape) > 3 and shape[-1] == 1:
         shape = shape[:-1]
     if len(shape) not in (3, 4):
         raise Reject("not_3d", f"{len(shape)}-D image {list(img.shape)}; a volume is 3-D")
+    if len(shape) == 4 and volume_index is None:
+        hint = "HINT: --volume-index N picks volume N of the 4th axis"
+        raise Reject("not_3d", f"4-D image {list(shape)}; {hint}")
+    if len(shape) == 4 and not 0 <= (volume_index or 0) < shape[3]:
+        raise Reject("not_3d", f"--volume-index {volume_index} is outside the {shape[3]} volumes")
     try:
         if len(shape) == 4:
-            data = _pick(img, shape, volume_index)
+            data = np.asanyarray(img.dataobj[..., volume_index])
         else:
             data = np.asanyarray(img.dataobj).reshape(shape)
     except BROKEN as e:
@@ -134,44 +131,8 @@ def _read_nifti(path: Path, volume_index: int | None) -> tuple[np.ndarray, np.nd
     return data, np.asarray(img.affine, np.float64)
 
 
-def _gzip_cut(path: Path) -> bool:
-    """Whether `path` is a gzip stream that ends before its end marker (read through once)."""
-    try:
-        with gzip.open(path, "rb") as f:
-            while f.read(1 << 20):
-                pass
-    except EOFError:
-        return True
-    except (OSError, zlib.error):
-        return False
-    return False
-
-
-def _pick(img: Any, shape: tuple[int, ...], index: int | None) -> np.ndarray:
-    if index is None:
-        raise Reject(
-            "not_3d",
-            f"4-D image {list(shape)}; HINT: --volume-index N picks volume N of the 4th axis",
-        )
-    if not 0 <= index < shape[3]:
-        raise Reject("not_3d", f"--volume-index {index} is outside the {shape[3]} volumes")
-    return np.asanyarray(img.dataobj[..., index])
-
-
-def _class_ids(data: np.ndarray) -> np.ndarray:
-    """A label volume as uint8 class ids; non-integer, negative or > 255 values are refused."""
-    if data.size and (
-        (data.dtype.kind == "f" and not np.array_equal(data, np.rint(data)))
-        or data.min() < 0
-        or data.max() > MAX_CLASS
-    ):
-        raise Reject("values", f"class ids must be integers 0..{MAX_CLASS}")
-    return data.astype(np.uint8)
-
-
 def read_pair(item: Item, volume_index: int | None) -> tuple[Scan, Scan | None]:
-    """The image and its label volume (same shape and affine), or Reject; a label's own
-    problems are `label_<code>`."""
+    """The image and its label volume (same shape and affine), or Reject (`label_<code>`)."""
     scan = read_scan(item.path, volume_index)
     if item.label is None:
         return scan, None

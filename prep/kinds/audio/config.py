@@ -28,7 +28,7 @@ class AudioConfig(RunConfig):
     dtype: str = opt("int16", "Stored samples: int16 (full scale clips) | float16.")
     max_seconds: float | None = opt(None, "Cut longer files into clips of at most S seconds.")
     max_file_seconds: float = opt(
-        7200.0,  # prep.media.audio.DEFAULT_MAX_FILE_SECONDS
+        7200.0,  # prep.media.audio.MAX_FILE_SECONDS
         "Refuse (too_long) a file longer than S seconds, or with more samples than S seconds of "
         "48 kHz stereo: by its header before decoding, else as it decodes.",
     )

@@ -1,70 +1,51 @@
-"""prep pack: the images kind of the run driver (prep.run.driver).
-
-Inputs are listed and sorted once (prep.sources.images); each shard task decodes its inputs
-once, writes every requested size to temp files, renames them, then records the shard as done.
-The driver gathers those small records, writes rejects.jsonl and the manifest last, and swaps the
-folder into place.
-"""
+"""prep pack: the images kind of the run driver; each shard task decodes an input once and writes
+every size."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import zlib
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from loaders.format import ArraySpec, Manifest, Shard, array_name
-from loaders.format.kinds import FIELDS, encode_source
+from loaders.fields import Array, Field, Image, Label, Mask, Text
+from loaders.fields.base import encode_source
+from loaders.format import ArraySpec, array_name
+from loaders.format.spec import smallest_uint
 from prep.kinds.images.config import PackConfig
 from prep.media.image.decode import decode_image, decode_mask
-from prep.media.image.encode import stored, subsampling
-from prep.media.image.geometry import sizes_from
-from prep.media.image.hashing import image_phash, pixel_digest
-from prep.media.image.stats import PixelSums, combine
-from prep.run.driver import Inputs, Kind, RunSummary, run, shard_size
+from prep.media.image.geometry import PixelSums, combine, sizes_from, stored
+from prep.media.image.groups import image_phash, pixel_digest
+from prep.run.driver import Inputs, Kind, RunSummary, array_specs, fingerprint, run, split_shards
 from prep.run.errors import PrepError
 from prep.run.inputs import Reject
-from prep.run.shardwriter import write_shard
-from prep.run.tasks import shard_task
-from prep.sources.images import Item, Listing
-from prep.sources.listing import list_images
-from prep.sources.splits import split_counts
-
-PackSummary = RunSummary
+from prep.run.shardwriter import shard_task, write_shard
+from prep.sources.images import Item, list_images, split_counts
 
 
-def array_specs(cfg: PackConfig, max_label: int | None, masks: bool) -> dict[str, ArraySpec]:
-    """Every array of the dataset, as the field registry stores it: images and masks per size
-    (and mode keep's sample shapes, hw), then the size-free fields."""
-    channels, keep = 1 if cfg.gray else 3, cfg.mode == "keep"
-    codecs = cfg.codecs_by_size()
-    specs = [
-        FIELDS["image"].spec(s, channels=channels, codec=_codec(codecs[s], keep)) for s in cfg.sizes
-    ]
-    specs += [FIELDS["mask"].spec(s, codec=_codec("raw", keep)) for s in cfg.sizes if masks]
-    specs += [FIELDS["hw"].spec(s) for s in cfg.sizes if keep]
-    specs += [FIELDS["crc"].spec(s) for s in cfg.sizes if codecs[s] == "jpeg"]
-    if max_label is not None:
-        specs.append(FIELDS["label"].spec(None, max_value=max_label))
-    specs.append(FIELDS["orig_size"].spec(None))
-    specs.append(FIELDS["source"].spec(None, codec="ragged"))  # the input's path, relative to SRC
-    if cfg.hashes:  # prep.inspect.dupes: near-duplicates and leakage
-        specs += [FIELDS["phash"].spec(None), FIELDS["digest"].spec(None)]
-    return {array_name(s.field, s.size): s for s in sorted(specs, key=_array_order)}
-
-
-def _codec(codec: str, keep: bool) -> str:
-    """What a raw sample of mode keep is stored as: ragged (its own shape)."""
-    if keep and codec == "raw":
-        codec = "ragged"
-    return codec
-
-
-def _array_order(spec: ArraySpec) -> tuple[int, int]:
-    return (0 if spec.size is not None else 1, spec.size or 0)
+def image_fields(
+    cfg: PackConfig, classes: list[str] | None, max_label: int | None, masks: bool
+) -> dict[str, Field]:
+    """`image` at every size, its `mask`, the `label` (class names, or integers in the smallest
+    dtype), `orig_size`, `source`, and (prep.inspect.dupes) the pHash and pixel digest."""
+    sizes = tuple(sorted(cfg.sizes))
+    codecs = tuple(cfg.codecs_by_size()[s] for s in sizes)
+    codec = codecs[0] if len(set(codecs)) == 1 else codecs
+    image = Image(sizes, cfg.mode, codec, cfg.gray, cfg.quality, cfg.pad_value, cfg.max_pixels)
+    fields: dict[str, Field] = {"image": image}
+    if masks:
+        fields["mask"] = Mask("image", sizes, cfg.mode, cfg.mask_pad_value)
+    if classes is not None:
+        fields["label"] = Label(tuple(classes))
+    elif max_label is not None:
+        fields["label"] = Label(dtype=smallest_uint(max_label))
+    fields["orig_size"] = Array("uint32", (2,), wide=True)
+    fields["source"] = Text()  # the input's path, relative to SRC
+    if cfg.hashes:
+        fields["phash"] = Array("uint64", (), wide=True)
+        fields["digest"] = Array("uint8", (32,))
+    return fields
 
 
 def encode_item(
@@ -74,9 +55,7 @@ def encode_item(
     sums: PixelSums | None = None,
     phash: int | None = None,
 ) -> dict[str, np.ndarray]:
-    """One input -> one sample per array. Raises Reject for an input that cannot be used.
-    `sums` counts the pixels of each size of a sample that is not rejected; `phash`: its
-    perceptual hash, known already (--drop-dupes), else computed from the decoded pixels."""
+    """One input -> its arrays, else Reject. `sums` counts the pixels; `phash`: if known."""
     mode = cfg.mode
     bg = cfg.background_rgb()
     img, upright = decode_image(item.path, tuple(cfg.sizes), cfg.gray, cfg.max_pixels, mode, bg)
@@ -86,9 +65,10 @@ def encode_item(
         name = array_name("image", s)
         out[name] = stored(arr[..., None] if cfg.gray else arr, specs[name], cfg.quality)
         if mode == "keep":
-            out[array_name("hw", s)] = np.asarray(arr.shape[:2], dtype=np.uint16)
+            out[array_name("image_hw", s)] = np.asarray(arr.shape[:2], dtype=np.uint16)
         if specs[name].codec == "jpeg":
-            out[array_name("crc", s)] = np.asarray(zlib.crc32(out[name].data), dtype=np.uint32)
+            crc = zlib.crc32(out[name].data)
+            out[array_name("image_crc", s)] = np.asarray(crc, dtype=np.uint32)
     if item.mask is not None:
         try:
             mask = decode_mask(item.mask, cfg.max_pixels)
@@ -103,8 +83,7 @@ def encode_item(
                 f"mask {item.mask.name} is {mask.shape[1]}x{mask.shape[0]}, "
                 f"image is {upright[1]}x{upright[0]}",
             )
-        masks = sizes_from(mask, upright, cfg.sizes, mode, cfg.mask_pad_value, True)
-        for s, m in masks.items():
+        for s, m in sizes_from(mask, upright, cfg.sizes, mode, cfg.mask_pad_value, True).items():
             name = array_name("mask", s)
             out[name] = stored(m, specs[name], cfg.quality)
     if "label" in specs:
@@ -130,33 +109,22 @@ def pack_shard(
     staging: Path,
     phashes: dict[str, int] | None = None,
 ) -> dict[str, Any]:
-    """The joblib task: encode `items` into shard `index` under `staging` (prep.run.shardwriter);
-    return its record. No pixels leave the process. `phashes`: the items' perceptual hashes
-    by relative path, when --drop-dupes computed them already."""
+    """Encode `items` into shard `index`; its record. `phashes`: by --drop-dupes."""
     import cv2
 
     cv2.setNumThreads(1)  # one task per core already
-
     sums = PixelSums()  # the pixel statistics of the manifest's extra.stats
 
     def encode(item: Item) -> dict[str, np.ndarray]:
         return encode_item(item, cfg, specs, sums, (phashes or {}).get(item.rel))
 
-    def finish(record: dict[str, Any]) -> None:
-        record["shard"]["split"] = items[0].split if items else None  # a shard holds one split
-        record["stats"] = sums.record()
-
-    return write_shard(index, items, encode, _rel, specs, cfg.format, staging, finish)
-
-
-def _rel(item: Item) -> str:
-    return item.rel
+    return write_shard(
+        index, items, encode, specs, cfg.format, staging, lambda: {"stats": sums.record()}
+    )
 
 
 class ImagesKind(Kind[PackConfig, list[Item]]):
-    """Images (with labels, masks, source sizes) at one or more sizes, from one decode each."""
-
-    name = "images"
+    command = "pack"
     task = staticmethod(pack_shard)
     threads = True  # decoding, resizing, hashing and writing release the GIL
     chosen_rejects = frozenset({"duplicate"})  # --drop-dupes: not counted by --max-rejects
@@ -171,28 +139,31 @@ class ImagesKind(Kind[PackConfig, list[Item]]):
         # Absolute: the tasks may run on other machines (--backend dask), in other folders.
         masks = Path(cfg.masks).absolute() if cfg.masks else None
         src = Path(str(cfg.src)).absolute()
-        self.listing = listing = list_images(
-            src, masks, cfg.limit, cfg.split_names(), cfg.val_fraction
-        )
+        listing = list_images(src, masks, cfg.limit, cfg.split_names(), cfg.val_fraction)
+        self.listing = listing
         if not listing.items:
             raise PrepError(
                 f"no usable images in {cfg.src} ({len(listing.rejects)} rejected). "
                 "HINT: SRC holds class folders of .jpg/.png files, or is a .csv/.jsonl list"
             )
-        labels = [it.label for it in listing.items if it.label is not None]
-        max_label = max(labels, default=None)
-        if listing.classes is not None:
-            max_label = len(listing.classes) - 1
+        max_label = max((it.label for it in listing.items if it.label is not None), default=None)
         has_masks = any(it.mask is not None for it in listing.items)
-        self.specs = array_specs(cfg, max_label, has_masks)
-        fingerprint = _fingerprint(listing)  # of the inputs: the config holds --drop-dupes
+        self.fields = image_fields(cfg, listing.classes, max_label, has_masks)
+        self.specs = array_specs(self.fields)
+        # The inputs as --resume compares them (the config holds --drop-dupes): the files, and a
+        # list's labels, masks and classes.
+        said = [
+            (it.rel, it.label, str(it.mask) if it.mask else None, it.split) for it in listing.items
+        ]
+        digest = fingerprint([listing.fingerprint, said, listing.classes])
         if cfg.drop_dupes:
-            from prep.inspect.dupes.drop import drop_dupes
+            from prep.kinds.images.dupes import drop_dupes
 
-            dropped = drop_dupes(listing.items, cfg, self.show_progress)
-            listing.items, self.phashes = dropped.kept, dropped.phash
-            listing.rejects += dropped.rejects
-        return Inputs(len(listing.items), listing.rejects, fingerprint)
+            listing.items, dropped, self.phashes = drop_dupes(
+                listing.items, cfg, self.show_progress
+            )
+            listing.rejects += dropped
+        return Inputs(len(listing.items), listing.rejects, digest)
 
     def plan(self) -> list[list[Item]]:
         items = self.listing.items
@@ -200,15 +171,9 @@ class ImagesKind(Kind[PackConfig, list[Item]]):
             # Shards then hold every class, so shard-aware (quasi-random) loading mixes classes.
             order = np.random.default_rng(self.cfg.shuffle_seed).permutation(len(items))
             items = [items[i] for i in order]
-        size = shard_size(len(items), self.cfg.shard_size)
         self.input_bytes = {name: n for name, n, _ in self.listing.fingerprint}
-        plan = []
-        splits: list[str | None] = [None]
-        splits = [*self.listing.splits] if self.listing.splits else splits
-        for split in splits:  # each shard holds one split's inputs
-            part = [it for it in items if it.split == split]
-            plan += [part[i : i + size] for i in range(0, len(part), size)]
-        return plan
+        splits: list[str | None] = [*self.listing.splits] if self.listing.splits else [None]
+        return split_shards(items, splits, self.cfg.shard_size)
 
     def cost(self, shard: list[Item]) -> int:
         return sum(self.input_bytes.get(it.rel, 0) for it in shard)  # decode time follows bytes
@@ -223,39 +188,16 @@ class ImagesKind(Kind[PackConfig, list[Item]]):
     def reusable(self, record: dict[str, Any]) -> bool:
         return record.get("stats") is not None  # a shard of a prep before pixel stats: redone
 
-    def manifest(self, records: list[dict[str, Any]]) -> Manifest:
-        return Manifest(
-            kind="images",
-            storage=self.cfg.format,
-            arrays=self.specs,
-            shards=[Shard.from_dict(rec["shard"]) for rec in records],
-            classes=self.listing.classes,
-            extra=_extra(self.cfg, combine(records)) | split_counts(self.listing, records),
-        )
-
-
-def _extra(cfg: PackConfig, stats: dict[str, Any] | None) -> dict[str, Any]:
-    extra: dict[str, Any] = {"background": list(cfg.background_rgb())}
-    if stats is not None:
-        extra["stats"] = stats  # per-channel mean and std (prep.media.image.stats)
-    if "jpeg" in cfg.codecs_by_size().values():
-        extra["jpeg"] = {"quality": cfg.quality, "subsampling": subsampling(cfg.quality)}
-    return extra
-
-
-def _fingerprint(listing: Listing) -> str:
-    """What the output depends on besides the config: the files (names, sizes, times) and what
-    a list says of them (labels, masks, class names), so --resume never reuses a stale shard."""
-    said = [(it.rel, it.label, str(it.mask) if it.mask else None, it.split) for it in listing.items]
-    return hashlib.sha256(
-        json.dumps([listing.fingerprint, said, listing.classes]).encode()
-    ).hexdigest()
+    def extra(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+        extra: dict[str, Any] = {"background": list(self.cfg.background_rgb())}
+        stats = combine(records)  # per-channel mean and std (prep.media.image.geometry)
+        if stats is not None:
+            extra["stats"] = {"image": stats}
+        return extra | split_counts(self.listing, records)
 
 
 def pack(cfg: PackConfig, show_progress: bool = True, profile: bool = False) -> RunSummary:
-    """Pack cfg.src into cfg.out (prep.run.driver has the guarantees).
-
-    `profile`: the summary's `stages` holds the seconds per stage of this run (prep.run.profile)."""
+    """Pack cfg.src into cfg.out; `profile`: the summary's `stages` (prep.run.profile)."""
     kind = ImagesKind(cfg)
     kind.show_progress = show_progress
     return run(kind, show_progress, profile)

@@ -1,17 +1,6 @@
-"""Hugging Face `Features` (their JSON, as `datasets` writes it in a file's schema metadata or
-in dataset_info.json) as sample fields, and a row's values as those fields take them.
-
-- `Image` (a struct of bytes and path) -> `Image` (the command's sizes, mode and codec), from
-  the bytes, else the path;
-- `ClassLabel(names)` -> `Label(names)`;
-- `Value`: numbers and bool -> `Scalar`, string -> `Text`, binary -> `Bytes`;
-- `List`/`Sequence` of numbers (or ClassLabel ids; nested lists of fixed lengths) -> a ragged
-  `Array(dtype, (None, ...))`, or a fixed one with `length`;
-- `List`/`Sequence` of strings, or of numbers in ragged inner lists -> `Json`;
-- `Array2D`..`Array5D(shape, dtype)` -> `Array(dtype, shape)` (a leading None: ragged);
-- a dict, or a `Sequence`/`List` of dicts -> a field a key, `NAME_KEY`, as its feature says.
-
-Anything else (`Audio`, `Video`, timestamps...) is an `Unsupported` feature, named.
+"""Hugging Face JSON, checked (one error line naming the file): `dataset_dict.json`, `state.json`,
+and `Features` as fields (a dict's keys as fields `NAME_KEY`); a feature no field holds is
+`Unsupported`, named.
 
 >>> [c.name for c in columns_of({"obj": {"bbox": {"_type": "Array2D", "shape": [None, 4],
 ...     "dtype": "float32"}, "n": {"_type": "Value", "dtype": "int64"}}}, None)]
@@ -27,11 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from loaders.fields import Array, Bytes, Json, Label, SampleField, Scalar, Text
+from loaders.fields import Array, Bytes, Field, Json, Label, Scalar, Text
 from loaders.fields.base import check_name
-from loaders.format.kinds import NUMBERS
-from prep.kinds.importers.paths import Tree
-from prep.run.errors import Reject
+from loaders.format.spec import NUMBERS
+from prep.kinds.importers.config import Tree
+from prep.run.errors import PrepError, Reject, UsageError
+from prep.run.inputs import load_json
+from prep.run.samples import SOURCE
 
 NUMERIC = (*NUMBERS, "float64", "bool")
 ALIASES = {"float": "float32", "double": "float64", "half": "float16"}
@@ -50,7 +41,7 @@ class Column:
 
     name: str
     path: tuple[Step, ...]
-    field: SampleField | None  # None: the command's Image field
+    field: Field | None  # None: the command's Image field
     convert: str  # "value", "image" or "array"
 
     def source(self) -> str:
@@ -58,8 +49,7 @@ class Column:
 
 
 def columns_of(features: dict[str, Any], root: Path | None) -> list[Column]:
-    """The import's fields, in the features' order; Unsupported for a feature none holds, or
-    one that is malformed (a Value without its dtype...), naming its column."""
+    """The import's fields, in the features' order; Unsupported for a feature none holds."""
     if not isinstance(features, dict):
         raise Unsupported(f"features are a {type(features).__name__}, not column -> feature")
     out: list[Column] = []
@@ -82,11 +72,10 @@ def columns_of(features: dict[str, Any], root: Path | None) -> list[Column]:
 
 
 def field_name(column: str) -> str:
-    """A column's name as a field's: an identifier, never one that datasets give meaning to
-    (`index`, `NAME_len`, `NAME_256`), which take a trailing `_`."""
+    """A column's name as an identifier; a reserved one (`index`, `NAME_len`, `source`) gets `_`."""
     name = re.sub(r"\W", "_", column) or "_"
     name = "c_" + name if name[0].isdigit() else name
-    return name if check_name(name) is None else name + "_"
+    return name if check_name(name) is None and name != SOURCE else name + "_"
 
 
 def _columns(name: str, path: tuple[Step, ...], f: Any) -> list[Column]:
@@ -113,7 +102,7 @@ def _columns(name: str, path: tuple[Step, ...], f: Any) -> list[Column]:
 
 
 def _key(f: dict[str, Any], key: str, kind: type, name: str) -> Any:
-    """`f[key]`, which must be a `kind`; Unsupported naming the column when it is not."""
+    """`f[key]`, which must be a `kind`."""
     v = f.get(key)
     if not isinstance(v, kind) or (isinstance(v, list) and not all(isinstance(x, str) for x in v)):
         what = "a list of names" if kind is list else f"a {kind.__name__}"
@@ -145,9 +134,8 @@ def _list(name: str, path: tuple[Step, ...], f: dict[str, Any]) -> list[Column]:
 
 
 def _shape(f: Any) -> tuple[str, list[int | None]] | None:
-    """dtype and dims of a list of numbers (of fixed-length lists...), None at most first;
-    None when it is not one (strings, ragged inner lists): Json holds it. Unsupported leaves
-    (images, audio in a list) raise."""
+    """dtype and dims of a list of numbers (None: a ragged dim, first only); None for strings
+    or ragged inner lists (Json holds them)."""
     dims: list[int | None] = []
     while isinstance(f, dict) and f.get("_type") in LISTS:
         length = f.get("length", -1)
@@ -165,8 +153,7 @@ def _shape(f: Any) -> tuple[str, list[int | None]] | None:
     return (dtype, dims) if None not in dims[1:] else None
 
 
-def _value(dtype: str, name: str) -> SampleField:
-    dtype = ALIASES.get(dtype, dtype)
+def _value(dtype: str, name: str) -> Field:
     if dtype in ("string", "large_string"):
         return Text()
     if dtype in ("binary", "large_binary"):
@@ -181,13 +168,9 @@ def _numeric(dtype: str, name: str) -> str:
     return dtype
 
 
-def features_of_schema(schema: Any) -> dict[str, Any]:
-    """The features a Parquet file without Hugging Face metadata implies (pyarrow schema)."""
-    return {f.name: _feature_of_type(f.type) for f in schema}
-
-
 def _feature_of_type(t: Any) -> Any:
-    import pyarrow as pa
+    """The feature a pyarrow type implies (a Parquet file without Hugging Face metadata)."""
+    import pyarrow as pa  # only here: wds imports this module without pyarrow
 
     if pa.types.is_struct(t):
         names = sorted(t.field(i).name for i in range(t.num_fields))
@@ -199,15 +182,11 @@ def _feature_of_type(t: Any) -> Any:
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         return {"_type": "List", "feature": _feature_of_type(t.value_type)}
     name = {"float": "float32", "double": "float64", "halffloat": "float16"}.get(str(t), str(t))
-    return {
-        "_type": "Value",
-        "dtype": {"string": "string", "large_string": "string"}.get(name, name),
-    }
+    return {"_type": "Value", "dtype": "string" if name == "large_string" else name}
 
 
 def value_of(row: dict[str, Any], column: Column, tree: Tree) -> Any:
-    """Column `column`'s value in `row` (a dict of the file's columns), as its field takes it;
-    an Image's path is relative to `tree`, and a Reject (`outside`) when it leaves it."""
+    """`column`'s value in `row` as its field takes it; an Image's path is relative to `tree`."""
     v: Any = row
     for op, key in column.path:
         if v is None:
@@ -228,3 +207,73 @@ def value_of(row: dict[str, Any], column: Column, tree: Tree) -> Any:
         arr = np.asarray(v, dtype=column.field.dtype)
         return arr.reshape(0, *column.field.row) if arr.size == 0 else arr
     return v
+
+
+def read_object(path: Path) -> dict[str, Any]:
+    """The JSON object in `path`."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise PrepError(f"{path}: cannot read it ({e.strerror})") from e
+    found = load_json(data, str(path))
+    if not isinstance(found, dict):
+        raise PrepError(f"{path}: a JSON {type(found).__name__}, not an object")
+    return found
+
+
+def dict_splits(data: dict[str, Any], where: str) -> list[str]:
+    """The split names of a dataset_dict.json (`data`, read from `where`)."""
+    splits = data.get("splits", [])
+    if not isinstance(splits, list) or not all(isinstance(s, str) and s for s in splits):
+        raise PrepError(
+            f"{where}: 'splits' is not a list of split names. HINT: is it the file "
+            "DatasetDict.save_to_disk wrote?"
+        )
+    return splits
+
+
+def state_files(data: dict[str, Any], where: str) -> tuple[list[str], str | None]:
+    """The data files a state.json (`data`, read from `where`) lists, and its split."""
+    files, split = data.get("_data_files", []), data.get("_split")
+    files = files if isinstance(files, list) else [None]
+    names = [d.get("filename") if isinstance(d, dict) else None for d in files]
+    kept = [n for n in names if isinstance(n, str) and n]
+    if len(kept) != len(names) or not isinstance(split, (str, type(None))):
+        raise PrepError(
+            f"{where}: '_data_files' is not a list of {{\"filename\": ...}} (or '_split' not a "
+            "name). HINT: is it the file Dataset.save_to_disk wrote?"
+        )
+    return kept, split
+
+
+def meta_features(meta: bytes, where: str) -> dict[str, Any] | None:
+    """The features in a file's `huggingface` schema metadata (None when it has none)."""
+    found = load_json(meta, where)
+    info = found.get("info") if isinstance(found, dict) else None
+    features = info.get("features") if isinstance(info, dict) else None
+    return checked_features(features, where) if features else None
+
+
+def checked_features(features: Any, where: str) -> dict[str, Any]:
+    """`features` as the dict of column -> feature it must be."""
+    if not isinstance(features, dict):
+        raise UsageError(
+            f"{where}: features are a JSON {type(features).__name__}, not an object of column "
+            "-> feature. HINT: is it the file `datasets` wrote?"
+        )
+    return features
+
+
+def features_of(part: Path, schema: Any) -> dict[str, Any]:
+    """The `Features` JSON of a file: its schema's, dataset_info.json's, else the schema's types."""
+    meta = (schema.metadata or {}).get(b"huggingface")
+    if meta:
+        features = meta_features(meta, f"{part} (its schema's huggingface metadata)")
+        if features:
+            return features
+    info = part.parent / "dataset_info.json"
+    if info.is_file():
+        features = read_object(info).get("features")
+        if features:
+            return checked_features(features, str(info))
+    return {f.name: _feature_of_type(f.type) for f in schema}

@@ -1,52 +1,33 @@
 """`prep import pairs`: image-caption pairs from a .csv, .jsonl or .parquet (a row each) as
-samples: the image (a path relative to the file's folder, or encoded bytes: a Parquet binary
-column, or a struct with "bytes" as Hugging Face writes images), the caption as UTF-8 text, and
-with --tokenizer its token ids too.
-
-A pair whose image fails is a reject (the image's own reject code); so is an empty caption
-(`empty_caption`), unless --allow-empty.
+samples: the image (a path relative to the file's folder, or encoded bytes), the caption, with
+--tokenizer its token ids, and the source (the image's path, else the row).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-import hashlib
-import json
 from pathlib import Path
 from typing import Any
 
-from loaders.format import Manifest
-from prep.kinds.importers.config import PairsConfig, image_field
-from prep.kinds.importers.paths import Tree
-from prep.kinds.samples.pack import SamplesKind
-from prep.run.driver import Inputs, RunSummary, run
+from prep.fields import Text, Tokens
+from prep.kinds.importers.config import PairsConfig, Tree, image_field
+from prep.run.driver import Inputs, RunSummary, fingerprint, run
 from prep.run.errors import PrepError, Reject, UsageError
 from prep.run.inputs import check_file, reject_record
-
-
-def fields_of(cfg: PairsConfig) -> dict[str, Any]:
-    from prep.fields import Text, Tokens
-
-    image = image_field(cfg)
-    fields: dict[str, Any] = {"image": image, "caption": Text()}
-    if cfg.tokenizer:
-        if not Path(cfg.tokenizer).is_file():
-            raise UsageError(f"--tokenizer {cfg.tokenizer}: no such file (a tokenizer.json)")
-        fields["tokens"] = Tokens(cfg.tokenizer)
-    return fields
+from prep.run.samples import Item, SamplesRun, UserFunction
+from prep.sources.samples import list_inputs
 
 
 def make_pair(
     row: dict[str, Any], image_column: str, text_column: str, tokens: bool, allow_empty: bool
 ) -> dict[str, Any]:
-    """One row -> its sample; a missing image or an empty caption raises Reject. The row's
-    image path was checked by PairsKind (inside the file's folder, there)."""
+    """One row -> its sample; Reject for a missing image or (unless `allow_empty`) caption."""
     image = image_of(row.get(image_column))
     if image is None or (isinstance(image, (str, bytes)) and not image):
         raise Reject(f"no image in column {image_column!r}", code="missing_image")
     caption = row.get(text_column)
-    if caption is None:
-        caption = ""
+    caption = "" if caption is None else caption
     if not isinstance(caption, str):
         raise Reject(f"column {text_column!r} holds a {type(caption).__name__}", code="bad_caption")
     if not caption.strip() and not allow_empty:
@@ -65,10 +46,15 @@ def image_of(value: Any) -> Any:
     return value
 
 
-class PairsKind(SamplesKind):
-    """The samples kind over a file of pairs, with its columns checked before any work."""
+class PairsKind(SamplesRun):
+    """The samples run over a file of pairs, its columns checked before any work."""
+
+    name = "import pairs"
+    sourced = True
+    cfg: PairsConfig
 
     def __init__(self, cfg: PairsConfig):
+        super().__init__(cfg)
         make = functools.partial(
             make_pair,
             image_column=cfg.image_column,
@@ -76,85 +62,85 @@ class PairsKind(SamplesKind):
             tokens=bool(cfg.tokenizer),
             allow_empty=cfg.allow_empty,
         )
-        super().__init__(cfg, make, fields_of(cfg), cfg.src)  # type: ignore[arg-type]
-        self.pairs = cfg
+        self.make = UserFunction(make)
+        fields: dict[str, Any] = {"image": image_field(cfg), "caption": Text()}
+        if cfg.tokenizer:
+            if not Path(cfg.tokenizer).is_file():
+                raise UsageError(f"--tokenizer {cfg.tokenizer}: no such file (a tokenizer.json)")
+            fields["tokens"] = Tokens(cfg.tokenizer)
+        self.declare(fields)
 
     def list_inputs(self) -> Inputs:
-        inputs = super().list_inputs()
-        first = self.listing.items[0].value
-        odd = next((it for it in self.listing.items if not isinstance(it.value, dict)), None)
+        cfg = self.cfg
+        listing = list_inputs(cfg.src, cfg.limit)
+        if not listing.items:
+            raise PrepError(f"no inputs in {cfg.src} ({len(listing.rejects)} rejected)")
+        odd = next((it for it in listing.items if not isinstance(it.value, dict)), None)
         if odd is not None:  # a JSON line that is a list or a number: no columns to read
             raise UsageError(
-                f"{self.pairs.src}: {odd.rel} is a {type(odd.value).__name__}, not a row. HINT: "
+                f"{cfg.src}: {odd.rel} is a {type(odd.value).__name__}, not a row. HINT: "
                 "pairs are rows of a .csv, .jsonl or .parquet (JSON lines: objects)"
             )
-        for option, column in (
-            ("--image-column", self.pairs.image_column),
-            ("--text-column", self.pairs.text_column),
-        ):
+        first = listing.items[0].value
+        named = {"--image-column": cfg.image_column, "--text-column": cfg.text_column}
+        for option, column in named.items():
             if column not in first:
                 raise UsageError(
-                    f"{option} {column}: {Path(str(self.pairs.src)).name} has no such column. "
+                    f"{option} {column}: {Path(str(cfg.src)).name} has no such column. "
                     f"HINT: its columns are {', '.join(map(str, first))}"
                 )
-        stats = self._check_images()
-        # The image files too (as prep pack's listing has them): a changed image is not
-        # resumed as the same.
-        said = [inputs.fingerprint, stats]
-        inputs.fingerprint = hashlib.sha256(json.dumps(said).encode()).hexdigest()
-        inputs.count, inputs.rejects = len(self.listing.items), self.listing.rejects
-        return inputs
+        self.base = listing.base
+        self.items, stats = self._check_images(listing.items, listing.rejects)
+        # The image files too: a changed image is not resumed as the same.
+        said = [listing.fingerprint, self.described(), stats]
+        return Inputs(len(self.items), listing.rejects, fingerprint(said))
 
-    def _check_images(self) -> list[tuple[int, int] | None]:
-        """Each image path's (size, time); a row whose image file is missing (or no file), or
-        outside the file's folder, is a reject now, its message naming the path, where it was
-        looked for, and the fix."""
-        base = self.listing.base or Path()
-        tree = Tree(base, self.pairs.allow_outside)
-        kept, stats = [], []
-        for it in self.listing.items:
-            path = image_of(it.value.get(self.pairs.image_column))
+    def _check_images(
+        self, items: list[Item], rejects: list[dict[str, Any]]
+    ) -> tuple[list[Item], list[tuple[int, int] | None]]:
+        """The rows whose image is there (its path their source), and each image's (size, time);
+        a missing or outside image is a reject now, in `rejects`."""
+        base = self.base or Path()
+        tree = Tree(base, self.cfg.allow_outside)
+        kept: list[Item] = []
+        stats: list[tuple[int, int] | None] = []
+        for it in items:
+            path = image_of(it.value.get(self.cfg.image_column))
             if not isinstance(path, str) or not path:  # bytes, or no image: make_pair says
                 kept.append(it)
                 continue
             why = tree.why(path)
             if why is not None:
-                self.listing.rejects.append(reject_record(it.rel, "outside", f"image {why}"))
+                rejects.append(reject_record(it.rel, "outside", f"image {why}"))
                 continue
             bad = check_file(base / path, it.rel)
             if bad is None:
-                kept.append(it)
-                stats.append(_stat(base / path))
+                kept.append(dataclasses.replace(it, source=path))
+                try:
+                    st = (base / path).stat()
+                    stats.append((st.st_size, st.st_mtime_ns))
+                except (OSError, ValueError):  # a missing image: its reject comes when decoded
+                    stats.append(None)
                 continue
             hint = (
-                f". HINT: a relative path in --image-column {self.pairs.image_column} is "
-                f"relative to the folder of {Path(str(self.pairs.src)).name}"
+                f". HINT: a relative path in --image-column {self.cfg.image_column} is "
+                f"relative to the folder of {Path(str(self.cfg.src)).name}"
             )
             said = bad["message"]
             bad["message"] = f"image {path} ({base / path}): {said}{'' if 'HINT' in said else hint}"
-            self.listing.rejects.append(bad)
-        self.listing.items = kept
+            rejects.append(bad)
         if not kept:
-            first = self.listing.rejects[-1]["message"]
-            raise PrepError(f"no pairs to import in {self.pairs.src}: no image is there ({first})")
-        return stats
+            first = rejects[-1]["message"]
+            raise PrepError(f"no pairs to import in {self.cfg.src}: no image is there ({first})")
+        return kept, stats
 
-    def manifest(self, records: list[dict[str, Any]]) -> Manifest:
-        out = super().manifest(records)
-        out.extra["pairs"] = {
-            "source": Path(str(self.pairs.src)).name,
-            "image_column": self.pairs.image_column,
-            "text_column": self.pairs.text_column,
+    def extra(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+        pairs = {
+            "source": Path(str(self.cfg.src)).name,
+            "image_column": self.cfg.image_column,
+            "text_column": self.cfg.text_column,
         }
-        return out
-
-
-def _stat(path: Path) -> tuple[int, int] | None:
-    try:
-        st = path.stat()
-    except (OSError, ValueError):  # a missing image: its reject comes when it is decoded
-        return None
-    return st.st_size, st.st_mtime_ns
+        return super().extra(records) | {"pairs": pairs}
 
 
 def import_pairs(cfg: PairsConfig, show_progress: bool = True, profile: bool = False) -> RunSummary:

@@ -1,79 +1,61 @@
-"""prep table: the tabular kind of the run driver (prep.run.driver).
-
-1. The table files are listed in sorted order (prep.sources.table).
-2. `prepare` parses every row once, in parallel (prep.media.table.scan): the columns' stored
-   types, the train vocabularies, mean and std, each row's split (its hash,
-   prep.sources.hashsplit) and the row count of each block of bounded bytes; each parsed block
-   is kept in the run folder.
-3. Shards are consecutive blocks of about --shard-rows rows; each task encodes its parsed
-   blocks in the decided dtypes and writes one .npy per column and split. The plan depends on
-   the files and config only, never on --jobs.
-4. The manifest records the columns (role, kind, dtype, vocabulary, statistics) in `extra`.
-"""
+"""prep table: the tabular kind of the run driver. `prepare` parses every row once
+(prep.kinds.table.scan), keeping parsed blocks in the run folder; a shard is blocks of about
+--shard-rows rows, written as one .npy per column (num_J, cat_K, target) and split."""
 
 from __future__ import annotations
 
 import glob
-import hashlib
-import json
-from dataclasses import asdict
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from loaders.format import ArraySpec, Manifest, Shard
-from loaders.format.kinds import FIELDS
+from loaders.fields import Column as ColumnField
+from loaders.format.schema import stem
 from prep.kinds.table.config import TableConfig
-from prep.media.table.encode import encode
-from prep.media.table.scan import BLOCKS, Scan, read_spill, scan
-from prep.media.table.types import Column
-from prep.run.driver import Inputs, Kind, RunSummary, run
+from prep.kinds.table.scan import BLOCKS, Scan, read_spill, scan
+from prep.media.table.types import Column, encode
+from prep.run.driver import Inputs, Kind, RunSummary, array_specs, fingerprint, grouped, run
 from prep.run.errors import PrepError
-from prep.run.files import writing
 from prep.run.profile import stage
-from prep.run.shardwriter import ShardFiles
-from prep.run.staging import RUN_DIR, write_record
-from prep.run.tasks import shard_task
+from prep.run.shardwriter import ShardFiles, shard_task, split_record, writing
+from prep.run.staging import RUN_DIR
 from prep.sources.table import Block, list_tables, sources_of
 
 SPLITS = ("train", "val")
 
 
-def array_names(columns: list[Column], missing_mask: bool) -> dict[str, Column]:
-    """Array name -> column: num_{j} and cat_{k} in header order, target, and missing_{j} for
-    each numeric column with missing values when asked."""
+def column_names(columns: list[Column]) -> dict[str, Column]:
+    """Field (and array) name -> column: num_{j} and cat_{k} in header order, then target."""
     names: dict[str, Column] = {}
-    nums = [c for c in columns if c.role == "num"]
-    names |= {f"num_{j}": c for j, c in enumerate(nums)}
+    names |= {f"num_{j}": c for j, c in enumerate(c for c in columns if c.role == "num")}
     names |= {f"cat_{k}": c for k, c in enumerate(c for c in columns if c.role == "cat")}
     names |= {"target": c for c in columns if c.role == "target"}  # noqa: B035 - one at most
-    if missing_mask:
-        names |= {f"missing_{j}": c for j, c in enumerate(nums) if c.missing}
     return names
 
 
-def array_spec(name: str, col: Column) -> ArraySpec:
-    field, _, index = name.partition("_")
-    dtype = "uint8" if field == "missing" else col.dtype
-    shape = FIELDS[field].shape  # scalar fields: ()
-    return ArraySpec(field, int(index) if index else None, dtype, shape(None, 0) if shape else ())
-
-
-def encode_rows(
-    table: pa.Table, columns: list[Column], arrays: dict[str, Column], vocabs: dict[str, pa.Array]
-) -> dict[str, np.ndarray]:
-    """One parsed block's arrays in their stored dtypes (its columns in `columns`' order)."""
-    position = {c.name: i for i, c in enumerate(columns)}
-    out: dict[str, np.ndarray] = {}
-    for name, col in arrays.items():
-        cells = table.column(position[col.name]).combine_chunks()
-        if name.startswith("missing_"):
-            out[name] = np.asarray(cells.is_null(), dtype=np.uint8)
-        else:
-            out[name] = encode(cells, col, vocabs.get(col.name))
-    return out
+def table_fields(columns: list[Column], missing_mask: bool) -> dict[str, ColumnField]:
+    """A column field a column, as scanned; `missing_mask`: NAME_missing where cells are."""
+    return {
+        name: ColumnField(
+            name=c.name,
+            role=c.role,
+            dtype=c.dtype,
+            type=c.kind,
+            missing=c.missing,
+            lo=c.lo,
+            hi=c.hi,
+            mean=c.mean,
+            std=c.std,
+            vocab=None if c.vocab is None else tuple(c.vocab),
+            counts=None if c.counts is None else tuple(c.counts),
+            first_code=c.first_code,
+            mask=missing_mask and c.role == "num" and c.missing > 0,
+        )
+        for name, c in column_names(columns).items()
+    }
 
 
 @shard_task
@@ -85,23 +67,28 @@ def table_shard(
     rejects: list[dict[str, Any]],
     staging: Path,
 ) -> dict[str, Any]:
-    """The joblib task: encode `shard`'s blocks as the scan kept them, write shard `index` of
-    each split; its record. `rejects`: the blocks' rows with wrong field counts."""
-    arrays = array_names(columns, cfg.missing_mask)
-    specs = {n: array_spec(n, c) for n, c in arrays.items()}
+    """`shard`'s parsed blocks into shard `index` of each split; its record."""
+    fields = table_fields(columns, cfg.missing_mask)
+    specs = array_specs(fields)
     vocabs = {c.name: pa.array(c.vocab, pa.string()) for c in columns if c.vocab is not None}
+    named, position = column_names(columns), {c.name: i for i, c in enumerate(columns)}
     with stage("read"):  # memory maps: the rows are read as they are encoded
         tables = [read_spill(staging / RUN_DIR / BLOCKS, b) for b in shard]
         vals = [np.asarray(t.column(len(columns)), dtype=bool) for t in tables]  # the split
     rows = {"train": sum(int((~v).sum()) for v in vals), "val": sum(int(v.sum()) for v in vals)}
-    splits = {s: ShardFiles(staging, f"{s}-{index:05d}") for s in SPLITS if rows[s]}
+    splits = {s: ShardFiles(staging, stem(s, index)) for s in SPLITS if rows[s]}
     with writing(splits.values()):
         with stage("write"):  # a split's files only where it has rows
             for files in splits.values():
                 files.open_all(specs)
         for table, val in zip(tables, vals, strict=True):
-            with stage("encode"):
-                encoded = encode_rows(table, columns, arrays, vocabs)
+            with stage("encode"):  # the block's arrays in their stored dtypes
+                encoded = {}
+                for name, col in named.items():
+                    cells = table.column(position[col.name]).combine_chunks()
+                    encoded[name] = encode(cells, col, vocabs.get(col.name))
+                    if fields[name].mask:
+                        encoded[f"{name}_missing"] = np.asarray(cells.is_null(), dtype=np.uint8)
             with stage("write"):
                 if not val.any():
                     splits["train"].extend(encoded)
@@ -109,46 +96,23 @@ def table_shard(
                 if not val.all():
                     splits["train"].extend({n: a[~val] for n, a in encoded.items()})
                 splits["val"].extend({n: a[val] for n, a in encoded.items()})
-    done = [asdict(files.publish(rows[s], s)) for s, files in splits.items()]
-    record = {
-        "index": index,
-        "shard": {"files": {k: v for d in done for k, v in d["files"].items()}},
-        "splits": done,
-        "rejects": rejects,
-        "rows": sum(b.rows for b in shard) + len(rejects),
-    }
-    with stage("write"):
-        write_record(staging, index, record)
-    return record
-
-
-def plan_shards(blocks: list[Block], shard_rows: int) -> list[list[Block]]:
-    """Consecutive blocks grouped until a group holds `shard_rows` rows."""
-    shards: list[list[Block]] = []
-    group: list[Block] = []
-    for b in blocks:
-        group.append(b)
-        if sum(x.rows for x in group) >= shard_rows:
-            shards.append(group)
-            group = []
-    return [*shards, group] if group else shards
+    done = [files.publish(rows[s], s) for s, files in splits.items()]
+    rows_seen = sum(b.rows for b in shard) + len(rejects)
+    return split_record(staging, index, done, rejects, rows=rows_seen)
 
 
 class TableKind(Kind[TableConfig, list[Block]]):
-    """Tables (CSV, TSV, JSONL, Parquet) as one typed .npy per column, shard and split."""
-
-    name = "table"
+    command = "table"
     unit = "row"
     noun = "rows"
+    counted = "rows"
     prepare_stage = "scan"
     threads = True  # parsing (pyarrow), encoding, hashing and writing release the GIL
     task = staticmethod(table_shard)
 
     def sources(self) -> list[Path]:
-        found = []
-        for src in sources_of(self.cfg.src):
-            found += [Path(p) for p in glob.glob(src)] if glob.has_magic(src) else [Path(src)]
-        return found
+        srcs = sources_of(self.cfg.src)
+        return [Path(p) for s in srcs for p in (glob.glob(s) if glob.has_magic(s) else [s])]
 
     def list_inputs(self) -> Inputs:
         self.files, rejects = list_tables(sources_of(self.cfg.src))
@@ -159,14 +123,14 @@ class TableKind(Kind[TableConfig, list[Block]]):
                 "folders of them or quoted globs"
             )
         seen = [(rel, p.stat().st_size, p.stat().st_mtime_ns) for rel, p in self.files]
-        digest = hashlib.sha256(json.dumps(seen).encode()).hexdigest()
-        return Inputs(len(self.files), rejects, digest)
+        return Inputs(len(self.files), rejects, fingerprint(seen))
 
     def prepare(self, staging: Path, resume: bool) -> None:
         self.scan: Scan = scan(self.files, self.cfg, staging / RUN_DIR / BLOCKS)
+        self.fields = dict(table_fields(self.scan.columns, self.cfg.missing_mask))
 
     def plan(self) -> list[list[Block]]:
-        return plan_shards(self.scan.blocks, self.cfg.shard_rows)
+        return grouped(self.scan.blocks, attrgetter("rows"), self.cfg.shard_rows)
 
     def weight(self, shard: list[Block]) -> int:
         return sum(b.rows for b in shard)
@@ -175,32 +139,13 @@ class TableKind(Kind[TableConfig, list[Block]]):
         rejects = [r for b in shard for r in self.scan.rejects[b.index]]
         return (index, shard, self.cfg, self.scan.columns, rejects, staging)
 
-    def seen(self, inputs: Inputs, records: list[dict[str, Any]]) -> int:
-        return len(inputs.rejects) + sum(rec["rows"] for rec in records)
-
-    def manifest(self, records: list[dict[str, Any]]) -> Manifest:
-        parts = [Shard.from_dict(s) for rec in records for s in rec["splits"]]
-        arrays = array_names(self.scan.columns, self.cfg.missing_mask)
-        extra = {
-            "columns": [c.to_dict() for c in self.scan.columns],
-            "arrays": {name: c.name for name, c in arrays.items()},
-            "target": self.cfg.target,
-            "splits": {s: sum(p.count for p in parts if p.split == s) for s in SPLITS},
-        }
-        specs = {n: array_spec(n, c) for n, c in arrays.items()}
-        return Manifest(kind="table", storage="npy", arrays=specs, shards=parts, extra=extra)
-
-    def tasks(self, manifest: Manifest) -> int:
-        return len({f.rsplit("-", 1)[1] for s in manifest.shards for f in s.files})
+    def extra(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+        return {} if self.cfg.target is None else {"target": self.cfg.target}
 
 
 def pack_table(cfg: TableConfig, show_progress: bool = True, profile: bool = False) -> RunSummary:
-    """Pack cfg.src into cfg.out (prep.run.driver has the guarantees).
-
-    During the run Arrow allocates through the C library's malloc, not its default mimalloc:
-    a block's parse allocates and frees a few times its bytes, which mimalloc hands back to
-    the system and faults in again (the bench table: a fifth less kernel time, on 2 cores).
-    A buffer is freed by the pool that made it, whichever is the default then."""
+    """Pack cfg.src into cfg.out, Arrow on the system malloc: mimalloc hands a parse's freed
+    bytes back and faults them in again (the bench table: a fifth less kernel time)."""
     previous = pa.default_memory_pool()
     pa.set_memory_pool(pa.system_memory_pool())
     try:

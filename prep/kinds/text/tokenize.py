@@ -1,37 +1,185 @@
-"""prep tokenize: the text kind of the run driver (prep.run.driver).
-
-1. The inputs are listed in a fixed order and cut into shards of about --shard-mb of text (line
-   files at line starts); `--limit N` keeps the first N documents. The plan depends only on the
-   inputs and the config, never on --jobs.
-2. The tokenizer is fitted once, in `prepare` (char: the corpus's characters; bpe: trained on
-   it), and saved into the run folder before any shard is written; --resume reuses the saved one.
-3. Each task (prep.kinds.text.shard) reads its documents in batches, puts each in "train" or
-   "val" by a hash of its text, encodes the batch, checks that every id fits the dtype and
-   appends it to that split's files.
-4. The manifest records per-split token and document counts, the tokenizer file and checksums.
-"""
+"""prep tokenize: the text kind of the run driver. Shards of about --shard-mb of text; the
+tokenizer fitted once (`prepare`) and saved in the run folder; each task writes each split's
+tokens, ragged by document, and each document's `source`."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
-import json
+import os
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
-from loaders.format import Manifest, Shard, sha256_file
-from loaders.format.kinds import FIELDS
+import numpy as np
+
+from loaders.fields import Text, Tokens
+from loaders.fields.base import encode_source
+from loaders.format import Manifest, sha256_file
+from loaders.format.schema import stem
 from prep.kinds.text.config import TokenizeConfig
-from prep.kinds.text.shard import MB, SPLITS, fit_ids, is_val, tokenize_shard
 from prep.media.text.documents import DocumentReader, Piece, count_documents, line_starts, list_text
-from prep.media.text.tokenizers import fit_tokenizer, load_saved, tokenizer_identity
-from prep.run.driver import Inputs, Kind, RunSummary, run
+from prep.media.text.tokenizers import Tokenizer, fit_tokenizer, load_saved, tokenizer_identity
+from prep.run.driver import Inputs, Kind, RunSummary, fingerprint, grouped, run
 from prep.run.errors import PrepError
+from prep.run.profile import stage, timed_iter
+from prep.run.shardwriter import ShardFiles, shard_task, split_record, writing
 from prep.sources.text import list_matching
 
-__all__ = ["TokenizeSummary", "fit_ids", "is_val", "plan_shards", "token_dtype", "tokenize"]
+SPLITS = ("train", "val")
+# One encode call per batch: big enough for tokenizers' own threads, small enough for memory.
+BATCH_BYTES = 4 << 20
+BATCH_DOCS = 4096
+MB = 1 << 20
+Batch = tuple[list[str], list[str]]  # (texts, the file each came from)
+
+
+def fit_ids(ids: np.ndarray, dtype: str, where: str) -> np.ndarray:
+    """`ids` as `dtype`, checked: an id the dtype cannot hold is an error, never a wrap-around."""
+    top = np.iinfo(dtype).max
+    if ids.size and not np.can_cast(ids.dtype, dtype, "safe"):
+        lo, hi = int(ids.min()), int(ids.max())
+        if lo < 0 or hi > top:
+            bad = hi if hi > top else lo
+            raise PrepError(
+                f"{where}: token id {bad} does not fit {dtype} (0..{top}). HINT: the tokenizer "
+                "returned an id outside its vocabulary; check its tokenizer.json"
+            )
+    return ids.astype(dtype, copy=False)
+
+
+def is_val(text: str, val_fraction: float) -> bool:
+    """Whether a document is in "val", by its text alone (FORMAT.md: BLAKE2b-64)."""
+    if val_fraction <= 0:
+        return False
+    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "little") < int(val_fraction * 2**64)
+
+
+class SplitWriter(ShardFiles):
+    """One split's shard of one task: tokens, ragged by document, and each document's source
+    file, held as runs (a file's documents are consecutive) and written in close()."""
+
+    def __init__(self, staging: Path, split: str, index: int):
+        super().__init__(staging, stem(split, index))
+        self.split = split
+        self.runs: list[tuple[str, int]] = []  # (file, documents in a row)
+        self.docs = 0
+
+    def open(self, dtype: str) -> None:
+        self.tokens = self.ragged("tokens", dtype)
+
+    def add(self, ids: np.ndarray, lengths: np.ndarray, sources: list[str]) -> None:
+        self.tokens.extend(ids, lengths)
+        for name in sources:
+            if self.runs and self.runs[-1][0] == name:
+                self.runs[-1] = (name, self.runs[-1][1] + 1)
+            else:
+                self.runs.append((name, 1))
+        self.docs += len(lengths)
+
+    def close(self) -> None:
+        """Finish the temp files (header, fsync); a split with no documents keeps none."""
+        if self.docs == 0:
+            self.abort()
+            return
+        source = self.ragged("source", "uint8")
+        for name, n in self.runs:
+            path = encode_source(name)
+            for start in range(0, n, 1 << 16):  # bounded memory for a file of many lines
+                k = min(n - start, 1 << 16)
+                source.extend(np.tile(path, k), np.full(k, len(path)))
+        super().close()
+
+
+def _batches(reader: DocumentReader, pieces: list[Piece]) -> Iterator[Batch]:
+    """Batches of about BATCH_BYTES of text."""
+    texts: list[str] = []
+    names: list[str] = []
+    size = 0
+    for p in pieces:
+        for text in reader.read(p):
+            texts.append(text)
+            names.append(p.rel)
+            size += len(text)
+            if size >= BATCH_BYTES or len(texts) >= BATCH_DOCS:
+                yield texts, names
+                texts, names, size = [], [], 0
+    if texts:
+        yield texts, names
+
+
+def read_ahead(batches: Iterator[Batch]) -> Iterator[Batch]:
+    """`batches`, the next one read on a thread while the caller encodes this one (the tokenizer
+    releases the GIL); a reading error is raised here, in order."""
+    with ThreadPoolExecutor(1, thread_name_prefix="prep-read-ahead") as pool:
+        ahead = pool.submit(next, batches, None)
+        while True:
+            # A timeout: a task stopped by the run (Ctrl-C) is not left waiting here.
+            while not wait([ahead], timeout=0.1).done:
+                pass
+            batch = ahead.result()
+            if batch is None:
+                return
+            ahead = pool.submit(next, batches, None)
+            yield batch
+
+
+@functools.lru_cache(maxsize=2)
+def _load_tokenizer(name: str, folder: Path, file: str | None, sha: str) -> Tokenizer:
+    """Once per process and file (`sha` tells a changed one apart): workers run many shards."""
+    return load_saved(name, folder, file)
+
+
+@shard_task
+def tokenize_shard(
+    index: int,
+    pieces: list[Piece],
+    cfg: TokenizeConfig,
+    tok_name: str,
+    tok_file: str | None,
+    tok_sha: str,
+    dtype: str,
+    staging: Path,
+    threads: bool,
+) -> dict[str, Any]:
+    """Tokenize `pieces` into shard `index` of each split; its record. Memory holds a batch."""
+    if not threads:  # one task per core already; read by tokenizers at every call
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    tok = _load_tokenizer(tok_name, staging, tok_file, tok_sha)
+    reader = DocumentReader(cfg.text_field, cfg.errors, int(cfg.max_doc_mb * MB))
+    writers = {s: SplitWriter(staging, s, index) for s in SPLITS}
+    with writing(writers.values()):
+        with stage("write"):
+            for w in writers.values():
+                w.open(dtype)
+        for texts, names in timed_iter("read", read_ahead(_batches(reader, pieces))):
+            files = list(dict.fromkeys(names))  # each file once, in order
+            where = ", ".join(files[:3]) + (" ..." if len(files) > 3 else "")
+            try:
+                with stage("tokenize"):
+                    ids, lengths = tok.encode(texts)
+            except ValueError as e:
+                raise PrepError(
+                    f"{where}: {e}. HINT: the inputs changed during the run; rerun with --overwrite"
+                ) from e
+            ids = fit_ids(ids, dtype, where)
+            val = np.fromiter((is_val(t, cfg.val_fraction) for t in texts), bool, len(texts))
+            with stage("write"):
+                if val.any():
+                    in_val = np.repeat(val, lengths)
+                    sources = np.asarray(names, dtype=object)
+                    writers["val"].add(ids[in_val], lengths[val], list(sources[val]))
+                    writers["train"].add(ids[~in_val], lengths[~val], list(sources[~val]))
+                else:
+                    writers["train"].add(ids, lengths, names)
+    done = [w.publish(w.docs, w.split) for w in writers.values() if w.docs]
+    more = {"tokenizer_sha256": tok_sha, "inputs": reader.inputs}
+    return split_record(staging, index, done, reader.rejects, **more)
 
 
 def token_dtype(vocab_size: int) -> str:
@@ -40,111 +188,65 @@ def token_dtype(vocab_size: int) -> str:
     >>> token_dtype(256), token_dtype(257), token_dtype(65536), token_dtype(65537)
     ('uint8', 'uint16', 'uint16', 'uint32')
     """
-    return FIELDS["tokens"].spec(None, max_value=max(vocab_size - 1, 0)).dtype
-
-
-def limit_documents(pieces: list[Piece], limit: int, max_bytes: int) -> list[Piece]:
-    """The pieces holding the first `limit` documents, the last one cut after its last line."""
-    kept: list[Piece] = []
-    left = limit
-    for p in pieces:
-        n, cut = count_documents(p, left, max_bytes)
-        kept.append(Piece(p.path, p.rel, p.start, cut, p.mode) if n == left else p)
-        left -= n
-        if left == 0:
-            break
-    return kept
+    return Tokens(max(vocab_size, 1)).arrays("tokens")[0].dtype
 
 
 def plan_shards(pieces: list[Piece], shard_bytes: int) -> list[list[Piece]]:
-    """Consecutive pieces grouped until a group holds `shard_bytes` of text; line files are first
-    cut at line starts into ranges of about `shard_bytes`. A document is never cut."""
+    """Pieces grouped by `shard_bytes` of text, line files first cut at line starts."""
     cut: list[Piece] = []
     for p in pieces:
         if p.mode == "file" or p.nbytes <= shard_bytes:
             cut.append(p)
             continue
         starts = [s for s in line_starts(p.path, p.end, shard_bytes) if p.start <= s < p.end]
-        bounds = [*starts, p.end]
-        cut += [Piece(p.path, p.rel, a, b, p.mode) for a, b in itertools.pairwise(bounds)]
-    shards: list[list[Piece]] = []
-    group: list[Piece] = []
-    size = 0
-    for p in cut:
-        group.append(p)
-        size += p.nbytes
-        if size >= shard_bytes:
-            shards.append(group)
-            group, size = [], 0
-    if group:
-        shards.append(group)
-    return shards
-
-
-def _fingerprint(pieces: list[Piece], spec: str) -> str:
-    seen: list[Any] = []
-    for p in pieces:
-        st = Path(p.path).stat()
-        seen.append((p.rel, p.start, p.end, st.st_size, st.st_mtime_ns))
-    if spec.endswith(".json"):  # a user's tokenizer file: its bytes are an input too
-        seen.append(("tokenizer", sha256_file(Path(spec))))
-    return hashlib.sha256(json.dumps(seen).encode()).hexdigest()
+        cut += [Piece(p.path, p.rel, a, b, p.mode) for a, b in itertools.pairwise([*starts, p.end])]
+    return grouped(cut, attrgetter("nbytes"), shard_bytes)
 
 
 @dataclass
 class TokenizeSummary(RunSummary):
-    """The driver's summary, in the words of text: documents, tokens, the tokenizer."""
-
     @property
     def docs(self) -> int:
         return self.packed
 
     @property
     def val_docs(self) -> int:
-        return int(self.manifest.extra["splits"]["val"]["docs"])
+        m = self.manifest
+        return int(m.counts()[m.split_of() == "val"].sum())
 
     @property
     def tokens(self) -> int:
-        return sum(int(s["tokens"]) for s in self.manifest.extra["splits"].values())
+        return sum(s.arrays["tokens"].length for s in self.manifest.shards)
 
     @property
     def tokenizer(self) -> str:
-        return str(self.manifest.extra["tokenizer"]["name"])
+        return str(self.manifest.fields["tokens"]["tokenizer_name"])
 
     @property
     def vocab_size(self) -> int:
-        return int(self.manifest.extra["vocab_size"])
+        return int(self.manifest.fields["tokens"]["vocab_size"])
 
     @property
     def dtype(self) -> str:
         return self.manifest.arrays["tokens"].dtype
 
-    @property
-    def fit_seconds(self) -> float:
-        return self.prepare_seconds
-
-    @property
-    def tokens_per_s(self) -> float:
-        """Tokens per second of the shard tasks alone (after the tokenizer was fitted)."""
-        busy = self.seconds - self.fit_seconds
-        return self.tokens / busy if busy > 0 else 0.0
-
     def line(self) -> str:
+        busy = self.seconds - self.prepare_seconds  # the shard tasks' (after the fitting)
+        rate = self.tokens / busy if busy > 0 else 0.0
         return (
             f"{self.out}: {self.docs} documents ({self.val_docs} val), {self.tokens:,} tokens, "
             f"{self.said_rejected()}; {self.tokenizer} vocabulary {self.vocab_size} as "
             f"{self.dtype}; {self.shards} shards ({self.reused} reused), "
-            f"{self.bytes / 1e6:.1f} MB written; {self.seconds:.1f} s ({self.fit_seconds:.1f} s "
-            f"fitting), {self.tokens_per_s:,.0f} tokens/s"
+            f"{self.bytes / 1e6:.1f} MB written; {self.seconds:.1f} s "
+            f"({self.prepare_seconds:.1f} s fitting), {rate:,.0f} tokens/s"
         )
 
 
 class TextKind(Kind[TokenizeConfig, list[Piece]]):
-    """Text documents as flat token shards with document offsets, split train/val."""
-
-    name = "tokens"
+    command = "tokenize"
     unit = "kB"
     noun = "documents"
+    counted = "inputs"
     summary = TokenizeSummary
     prepare_stage = "fit"
     task = staticmethod(tokenize_shard)
@@ -166,24 +268,45 @@ class TextKind(Kind[TokenizeConfig, list[Piece]]):
                 "folder of .txt files, a .txt or a .jsonl file; --glob '*.py,*.md' reads others"
             )
         if cfg.limit is not None:
-            pieces = limit_documents(pieces, cfg.limit, int(cfg.max_doc_mb * MB))
+            kept, left = [], cfg.limit  # the pieces of the first `limit` documents, the last cut
+            for p in pieces:
+                n, cut = count_documents(p, left, int(cfg.max_doc_mb * MB))
+                kept.append(Piece(p.path, p.rel, p.start, cut, p.mode) if n == left else p)
+                left -= n
+                if left == 0:
+                    break
+            pieces = kept
         self.pieces = pieces
-        return Inputs(len(pieces), rejects, _fingerprint(pieces, cfg.tokenizer))
+        seen: list[Any] = []
+        for p in pieces:
+            st = Path(p.path).stat()
+            seen.append((p.rel, p.start, p.end, st.st_size, st.st_mtime_ns))
+        if cfg.tokenizer.endswith(".json"):  # a user's tokenizer file: its bytes are an input too
+            seen.append(("tokenizer", sha256_file(Path(cfg.tokenizer))))
+        return Inputs(len(pieces), rejects, fingerprint(seen))
 
     def plan(self) -> list[list[Piece]]:
         self.shards = plan_shards(self.pieces, max(1, int(self.cfg.shard_mb * MB)))
         return self.shards
 
     def prepare(self, staging: Path, resume: bool) -> None:
-        """The run's tokenizer, saved in `staging`: reused from there on --resume, else fitted."""
+        """The run's tokenizer, saved in `staging` (reused on --resume)."""
         cfg = self.cfg
         name, file = tokenizer_identity(cfg.tokenizer)
         if not (resume and (file is None or (staging / file).is_file())):
             fit_tokenizer(cfg.tokenizer, self._corpus, cfg.vocab_size).save(staging)
         self.tok = load_saved(name, staging, file)
-        self.tok_info = {"name": name, "file": file}
+        self.tok_info = (name, file)
         self.tok_sha = sha256_file(staging / file) if file else ""
         self.dtype = token_dtype(self.tok.vocab_size)
+        tokens = Tokens(
+            vocab_size=self.tok.vocab_size,
+            tokenizer=file,
+            eot_id=self.tok.eot_id,
+            tokenizer_name=name,
+            tokenizer_sha256=self.tok_sha or None,
+        )  # ragged: a document a sample
+        self.fields = {"tokens": tokens, "source": Text()}
 
     def _corpus(self) -> Iterator[str]:
         reader = DocumentReader(self.cfg.text_field, self.cfg.errors, int(self.cfg.max_doc_mb * MB))
@@ -196,55 +319,28 @@ class TextKind(Kind[TokenizeConfig, list[Piece]]):
     def task_args(self, index: int, shard: list[Piece], staging: Path) -> tuple[Any, ...]:
         cfg = self.cfg
         threads = cfg.n_jobs == 1 or len(self.shards) <= 1  # else one task per core already
-        name, file = self.tok_info["name"], self.tok_info["file"]
-        return (index, shard, cfg, name, file, self.tok_sha, self.dtype, staging, threads)
+        return (index, shard, cfg, *self.tok_info, self.tok_sha, self.dtype, staging, threads)
 
     def reusable(self, record: dict[str, Any]) -> bool:
-        return bool(record.get("tokenizer_sha256") == self.tok_sha)
-
-    def seen(self, inputs: Inputs, records: list[dict[str, Any]]) -> int:
-        return len(inputs.rejects) + sum(rec["inputs"] for rec in records)
+        return record.get("tokenizer_sha256") == self.tok_sha and super().reusable(record)
 
     def manifest(self, records: list[dict[str, Any]]) -> Manifest:
-        parts = [Shard.from_dict(s) for rec in records for s in rec["splits"]]
-        if not parts:
+        if not any(rec["splits"] for rec in records):
             raise PrepError(
                 f"no usable documents in {self.cfg.src} (see the rejects in the run folder). "
                 "HINT: check the encoding, or --text-field for .jsonl"
             )
-        splits = {
-            s: {
-                "docs": sum(p.count for p in parts if p.split == s),
-                "tokens": sum(p.arrays["tokens"].length for p in parts if p.split == s),
-                "shards": sum(1 for p in parts if p.split == s),
-            }
-            for s in SPLITS
-        }
-        extra = {
-            "vocab_size": self.tok.vocab_size,
-            "eot_id": self.tok.eot_id,
-            "tokenizer": {**self.tok_info, "sha256": self.tok_sha or None},
-            "splits": splits,
-        }
-        arrays = {"tokens": FIELDS["tokens"].spec(None, max_value=max(self.tok.vocab_size - 1, 0))}
-        arrays["doc_offsets"] = FIELDS["doc_offsets"].spec(None)
-        arrays["source"] = FIELDS["source"].spec(None, codec="ragged")  # each document's file
-        return Manifest(kind="tokens", storage="npy", arrays=arrays, shards=parts, extra=extra)
-
-    def tasks(self, manifest: Manifest) -> int:
-        return len({s.arrays["tokens"].file.rsplit("-", 1)[1] for s in manifest.shards})
+        return super().manifest(records)
 
     def bytes(self, out: Path, manifest: Manifest) -> int:
-        file = manifest.extra["tokenizer"]["file"]
+        file = manifest.fields["tokens"]["tokenizer"]
         return super().bytes(out, manifest) + ((out / file).stat().st_size if file else 0)
 
 
 def tokenize(
     cfg: TokenizeConfig, show_progress: bool = True, profile: bool = False
 ) -> TokenizeSummary:
-    """Tokenize cfg.src into cfg.out (prep.run.driver has the guarantees).
-
-    `profile`: the summary's `stages` holds the seconds per stage of this run (prep.run.profile)."""
+    """Tokenize cfg.src into cfg.out; `profile`: the summary's `stages` (prep.run.profile)."""
     summary = run(TextKind(cfg), show_progress, profile)
     assert isinstance(summary, TokenizeSummary)
     return summary

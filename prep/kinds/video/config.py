@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from loaders.format import STORAGES
-from loaders.format.kinds import VIDEO_MODES
+from loaders.format.spec import VIDEO_MODES
 from prep.run.config import RunConfig, check, choice, opt
 
 

@@ -1,62 +1,31 @@
-"""prep volumes: the 3-D kind of the run driver (prep.run.driver).
-
-Each shard task reads its scans one at a time (prep.sources.volumes) and runs the offline
-steps in order (prep.media.volume.transform): reorient, resample, window or dtype, crop to the
-foreground, fit to one shape. Volumes differ in shape, so a shard stores its volumes' voxels
-back to back in one flat array per field, with each volume's shape and voxel offset: volume v
-of a shard is `voxels[off[v]:off[v + 1]].reshape(shape[v])`, a C-order view of the map.
-"""
+"""prep volumes: the 3-D kind of the run driver. A task reads its scans one at a time and runs
+the steps of prep.media.volume.transform; a shard stores its volumes' voxels ragged
+(loaders.fields.volume), their labels on the same offsets."""
 
 from __future__ import annotations
 
-import hashlib
-import json
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from loaders.format import ArraySpec, Manifest, Shard
-from loaders.format.kinds import FIELDS
+from loaders.fields import Volume, VolumeLabel
+from loaders.format import ArraySpec
 from prep.kinds.volumes.config import VolumeConfig, float_list
 from prep.media.volume import transform as tf
-from prep.run.driver import Inputs, Kind, RunSummary, run
+from prep.run.driver import Inputs, Kind, RunSummary, array_specs, fingerprint, run, split_shards
 from prep.run.errors import PrepError
-from prep.run.files import writing
-from prep.run.inputs import Reject, reject_record
+from prep.run.inputs import Reject
 from prep.run.profile import stage
-from prep.run.shardwriter import ShardFiles
-from prep.run.staging import write_record
-from prep.run.tasks import shard_task
+from prep.run.shardwriter import shard_task, write_shard
 from prep.sources import targets as tg
 from prep.sources.volumes import Item, list_volumes, read_pair
 
-MAX_VOXELS = 2**32 - 1  # fg_voxels holds flat voxel indices as uint32
-LABELLED = ("label_voxels", "fg_voxels", "fg_offsets")
-
-
-def array_specs(
-    dtype: str, labels: bool, targets: tg.Targets | None = None
-) -> dict[str, ArraySpec]:
-    """The arrays of a volume dataset (FORMAT.md): voxels in `dtype`, shapes and offsets, with
-    labels their class ids and foreground index, with targets one array per target column."""
-    specs = {"voxels": ArraySpec("voxels", None, dtype, ())}
-    names = ["volume_shape", "voxel_offsets", *(LABELLED if labels else ())]
-    specs |= {name: FIELDS[name].spec(None) for name in names}
-    for j, col in enumerate(targets.columns if targets is not None else []):
-        shape = FIELDS[tg.FIELD].shape  # a scalar per volume: ()
-        specs[f"{tg.FIELD}_{j}"] = ArraySpec(tg.FIELD, j, col.dtype, shape(j, 0) if shape else ())
-    for name, spec in specs.items():
-        problem = FIELDS[spec.field].problem(spec)
-        if problem is not None:
-            raise ValueError(f"{name}: {problem}")
-    return specs
+MAX_VOXELS = 2**32 - 1  # label_fg holds flat voxel indices as uint32
 
 
 def geometry(affine: np.ndarray, shape: tuple[int, ...]) -> dict[str, Any]:
-    """A grid as the manifest keeps it: shape, spacing (mm), origin (world mm of voxel 0),
-    direction (unit columns) and the affine itself."""
+    """A grid as the manifest keeps it: shape, spacing, origin, direction and affine (mm)."""
     spacing = tf.spacing_of(affine)
     return {
         "shape": [int(n) for n in shape],
@@ -70,8 +39,7 @@ def geometry(affine: np.ndarray, shape: tuple[int, ...]) -> dict[str, Any]:
 def encode_volume(
     item: Item, cfg: VolumeConfig
 ) -> tuple[np.ndarray, np.ndarray | None, dict[str, Any]]:
-    """One scan -> (stored image, stored label or None, its manifest entry); Reject on bad
-    input. The steps run in the order README gives."""
+    """One scan -> (image, label or None, its manifest entry); Reject on bad input."""
     with stage("read"):
         scan, label = read_pair(item, cfg.volume_index)
     with stage("transform"):
@@ -91,10 +59,9 @@ def encode_volume(
             lo, hi = tf.foreground_box(img, lab, cfg.margin)
             boxes.append((lo, tuple(int(n) for n in hi - lo)))
         if cfg.shape is not None:
-            size = tuple(int(n) for n in float_list(cfg.shape, 3, "--shape") or ())
-            boxes.append((None, size))
+            boxes.append((None, tuple(int(n) for n in float_list(cfg.shape, 3, "--shape") or ())))
         for start, size in boxes:
-            start = tf.centred_start(img.shape, size) if start is None else start
+            start = (np.asarray(img.shape) - size) // 2 if start is None else start  # centred
             img = tf.box(img, start, size, pad)
             lab = None if lab is None else tf.box(lab, start, size, 0)
             affine = tf.translate(affine, start)
@@ -105,66 +72,34 @@ def encode_volume(
     return img, lab, meta
 
 
-class _Volumes:
-    """One shard's volumes: voxels (and label voxels) back to back, with the per-volume
-    arrays beside them (FORMAT.md)."""
-
-    def __init__(self, files: ShardFiles, specs: dict[str, ArraySpec]):
-        self.voxels = files.ragged("voxels", specs["voxels"].dtype, offsets="voxel_offsets")
-        ragged = ("voxels", "voxel_offsets")
-        self.arrays = {
-            name: files.array(name, s.dtype, s.shape)
-            for name, s in specs.items()
-            if name not in ragged
-        }
-
-    def append(self, item: Item, img: np.ndarray, lab: np.ndarray | None) -> None:
-        self.voxels.append(img)
-        for j, value in enumerate(item.target or ()):
-            w = self.arrays[f"{tg.FIELD}_{j}"]
-            w.extend(np.asarray([value], w.dtype))
-        self.arrays["volume_shape"].append(np.asarray(img.shape, np.uint32))
-        if lab is not None and "label_voxels" in self.arrays:
-            index = tf.foreground_index(lab)
-            fg = self.arrays["fg_voxels"]
-            self.arrays["label_voxels"].extend(lab.reshape(-1))
-            self.arrays["fg_offsets"].append(index.bounds + fg.length)
-            fg.extend(index.voxels)
-
-
 @shard_task
 def volumes_shard(
     index: int, items: list[Item], cfg: VolumeConfig, specs: dict[str, ArraySpec], staging: Path
 ) -> dict[str, Any]:
-    """The joblib task: volumes `items` into shard `index` under `staging`; return its record.
+    """Volumes `items` into shard `index`; its record. Memory holds one volume at a time."""
+    volumes: list[dict[str, Any]] = []  # the manifest's extra.volumes
+    fg_length = 0  # the shard's foreground voxels so far: label_fg_offsets count from 0
 
-    Memory holds one volume (and its resampled copies) at a time; no voxel leaves the process."""
-    files = ShardFiles(staging, f"{index:05d}")
-    rejects: list[dict[str, Any]] = []
-    volumes: list[dict[str, Any]] = []
-    with writing([files]):
-        with stage("write"):
-            out = _Volumes(files, specs)
-        for item in items:
-            try:
-                img, lab, meta = encode_volume(item, cfg)
-            except Reject as r:
-                rejects.append(reject_record(item.rel, r.code, r.message))
-                continue
+    def encode(item: Item) -> dict[str, np.ndarray]:
+        nonlocal fg_length
+        img, lab, meta = encode_volume(item, cfg)
+        sample = {"image": img, "image_shape": np.asarray(img.shape, np.uint32)}
+        for j, value in enumerate(item.target or ()):
+            sample[tg.array_of(j)] = np.asarray(value, specs[tg.array_of(j)].dtype)
+        if lab is not None and "label" in specs:
             with stage("write"):
-                out.append(item, img, lab)
-            volumes.append(meta)
-    shard = files.publish(len(volumes))
-    record = {"index": index, "shard": asdict(shard), "rejects": rejects, "volumes": volumes}
-    with stage("write"):
-        write_record(staging, index, record)
-    return record
+                voxels, bounds = tf.foreground_index(lab)
+            sample |= {"label": lab, "label_fg": voxels}
+            sample["label_fg_offsets"] = bounds + fg_length
+            fg_length += len(voxels)
+        volumes.append(meta)
+        return sample
+
+    return write_shard(index, items, encode, specs, "npy", staging, lambda: {"volumes": volumes})
 
 
 class VolumesKind(Kind[VolumeConfig, list[Item]]):
-    """3-D scans (and label volumes) reoriented, resampled, windowed and cropped once."""
-
-    name = "volumes"
+    command = "volumes"
     unit = "vol"
     noun = "volumes"
     task = staticmethod(volumes_shard)
@@ -195,15 +130,19 @@ class VolumesKind(Kind[VolumeConfig, list[Item]]):
                 "are packed by prep pack"
             )
         self.items = items
-        self.specs = array_specs(cfg.stored_dtype, labels is not None, self.targets)
+        # `image`, with labels its `label` (class ids and the foreground index), a target a column
+        self.fields = {"image": Volume(cfg.stored_dtype, cfg.orient.upper())}
+        if labels is not None:
+            self.fields["label"] = VolumeLabel("image", foreground=True)
+        if self.targets is not None:
+            self.fields |= tg.target_fields(self.targets)
+        self.specs = array_specs(self.fields)
         self.sizes = {path: size for path, size, _ in seen}
         said = [(it.rel, str(it.label)) for it in items]  # targets: the CSV is in `seen`
-        fingerprint = hashlib.sha256(json.dumps([seen, said]).encode()).hexdigest()
-        return Inputs(len(items), rejects, fingerprint)
+        return Inputs(len(items), rejects, fingerprint([seen, said]))
 
     def plan(self) -> list[list[Item]]:
-        n = self.cfg.shard_size
-        return [self.items[i : i + n] for i in range(0, len(self.items), n)]
+        return split_shards(self.items, [None], self.cfg.shard_size)
 
     def cost(self, shard: list[Item]) -> int:
         return sum(self.sizes.get(str(it.path), 0) for it in shard)
@@ -211,22 +150,9 @@ class VolumesKind(Kind[VolumeConfig, list[Item]]):
     def task_args(self, index: int, shard: list[Item], staging: Path) -> tuple[Any, ...]:
         return (index, shard, self.cfg, self.specs, staging)
 
-    def manifest(self, records: list[dict[str, Any]]) -> Manifest:
-        volumes = [v for rec in records for v in rec["volumes"]]
-        extra: dict[str, Any] = {"orient": self.cfg.orient.upper(), "volumes": volumes}
-        columns = self.targets.columns if self.targets is not None else []
-        if self.targets is not None:
-            extra["targets"] = tg.manifest_entry(self.targets)
-        return Manifest(
-            kind="volumes",
-            storage="npy",
-            arrays=self.specs,
-            shards=[Shard.from_dict(rec["shard"]) for rec in records],
-            classes=columns[0].classes if len(columns) == 1 else None,
-            extra=extra,
-        )
+    def extra(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"volumes": [v for rec in records for v in rec["volumes"]]}
 
 
 def volumes(cfg: VolumeConfig, show_progress: bool = True, profile: bool = False) -> RunSummary:
-    """Pack cfg.src's scans into cfg.out (prep.run.driver has the guarantees)."""
     return run(VolumesKind(cfg), show_progress, profile)

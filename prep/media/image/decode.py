@@ -1,12 +1,6 @@
-"""Decoding and resizing: arrays in, arrays out, one pixel policy whatever the source.
-
-Pixel policy (see README "Pixel policy"): decode by content, not by extension; EXIF orientation
-applied (malformed EXIF is ignored); first frame of animations; palette, CMYK and other modes to
-RGB (or L); 16-bit scaled to 8-bit (v >> 8); alpha composited on BACKGROUND (or --background);
-decompression bombs refused from the header, before decoding; truncated files rejected, never
-padded with grey.
-Every input that cannot be used raises `Reject` with one of the README's reject codes.
-"""
+"""Decoding: one pixel policy whatever the source (README "Pixel policy"); bad input raises
+`Reject` with a README reject code. RGB and gray JPEGs take libjpeg-turbo (simplejpeg) at the DCT
+scale of Pillow's `draft`: Pillow's pixels bit for bit, cheaper; the rest go to Pillow."""
 
 from __future__ import annotations
 
@@ -15,32 +9,32 @@ import os
 import stat
 import struct
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageFile, UnidentifiedImageError
 
 from prep.media.image.geometry import geometry
-from prep.media.image.turbo import decode_jpeg
 from prep.run.inputs import Reject, check_file, os_reject_code
-from prep.run.profile import timed
+from prep.run.profile import stage, timed
 
 BACKGROUND = (255, 255, 255)  # alpha is composited on white, as a browser shows a PNG
 ImageFile.LOAD_TRUNCATED_IMAGES = False  # a truncated file must raise, not turn grey
 Image.MAX_IMAGE_PIXELS = None  # we check `max_pixels` ourselves, before decoding
-# What Pillow raises on malformed files: OSError (truncated, broken stream), SyntaxError and
-# struct.error (bad headers), ValueError, EOFError, IndexError, TypeError (its fuzzers' list).
+# What Pillow raises on malformed files (its fuzzers' list).
 _DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, IndexError, TypeError, struct.error)
 _HIGH_BIT_DEPTH = ("I", "F")  # and every "I;16*" mode
-# EXIF orientation -> the transpose that displays the stored pixels upright.
+# EXIF orientation -> what turns the stored (H, W, ...) pixels upright (Pillow's transposes).
 _ORIENT = {
-    2: (Image.Transpose.FLIP_LEFT_RIGHT,),
-    3: (Image.Transpose.ROTATE_180,),
-    4: (Image.Transpose.FLIP_TOP_BOTTOM,),
-    5: (Image.Transpose.TRANSPOSE,),
-    6: (Image.Transpose.ROTATE_270,),
-    7: (Image.Transpose.TRANSVERSE,),
-    8: (Image.Transpose.ROTATE_90,),
+    2: lambda a: a[:, ::-1],  # FLIP_LEFT_RIGHT
+    3: lambda a: a[::-1, ::-1],  # ROTATE_180
+    4: lambda a: a[::-1],  # FLIP_TOP_BOTTOM
+    5: lambda a: a.swapaxes(0, 1),  # TRANSPOSE
+    6: lambda a: a[::-1].swapaxes(0, 1),  # ROTATE_270: a quarter turn clockwise
+    7: lambda a: a[::-1, ::-1].swapaxes(0, 1),  # TRANSVERSE
+    8: lambda a: a[:, ::-1].swapaxes(0, 1),  # ROTATE_90: a quarter turn anticlockwise
 }
 
 
@@ -52,22 +46,17 @@ def _orientation(im: Image.Image) -> int:
         return 1
 
 
-def _to_8bit(im: Image.Image) -> Image.Image:
-    """16/32-bit integer and float modes to L: integers keep their top byte (v >> 8)."""
-    a = np.asarray(im)
-    if im.mode == "F":
-        a8 = np.clip(a, 0, 255).astype(np.uint8)
-    else:
-        a8 = (np.clip(a.astype(np.int64), 0, 65535) >> 8).astype(np.uint8)
-    return Image.fromarray(a8, "L")
+def _upright(a: np.ndarray, orientation: int) -> np.ndarray:
+    turn = _ORIENT.get(orientation)
+    return np.ascontiguousarray(turn(a)) if turn else a
 
 
-def _to_mode(im: Image.Image, gray: bool, background: tuple[int, ...] = BACKGROUND) -> Image.Image:
-    """Any Pillow mode to RGB (or L): see the module docstring for the policy; alpha is
-    composited on `background` (R, G, B)."""
-    target = "L" if gray else "RGB"
+def _to_mode(im: Image.Image, gray: bool, background: tuple[int, ...]) -> Image.Image:
+    """Any Pillow mode to RGB (or L), as README "Pixel policy" says."""
     if im.mode in _HIGH_BIT_DEPTH or im.mode.startswith("I;16"):
-        im = _to_8bit(im)
+        a = np.asarray(im)
+        a = np.clip(a, 0, 255) if im.mode == "F" else np.clip(a.astype(np.int64), 0, 65535) >> 8
+        im = Image.fromarray(a.astype(np.uint8), "L")
     # Alpha, and a transparent colour or palette entry ("transparency": P, L, RGB, 1).
     if "A" in im.mode or "a" in im.mode or "transparency" in im.info:
         rgba = im.convert("RGBA")
@@ -75,26 +64,33 @@ def _to_mode(im: Image.Image, gray: bool, background: tuple[int, ...] = BACKGROU
         im = Image.alpha_composite(bg, rgba).convert("RGB")
     if im.mode not in ("L", "RGB"):  # P, 1, CMYK, YCbCr, LAB, HSV...: Pillow's RGB conversion
         im = im.convert("L" if im.mode == "1" else "RGB")
+    target = "L" if gray else "RGB"
     return im if im.mode == target else im.convert(target)
+
+
+@contextmanager
+def _pillow_errors() -> Iterator[None]:
+    try:
+        yield
+    except UnidentifiedImageError as e:
+        raise Reject("not_image", "not an image format Pillow reads (decoded by content)") from e
+    except _DECODE_ERRORS as e:
+        if isinstance(e, OSError) and e.errno is not None:  # the file system failed, not the format
+            raise Reject(os_reject_code(e), f"cannot read: {e.strerror}") from e
+        text = str(e) or type(e).__name__
+        truncated = isinstance(e, EOFError) or any(
+            word in text.lower() for word in ("truncated", "premature", "end of file")
+        )
+        raise Reject("truncated" if truncated else "corrupt", f"cannot decode: {text}") from e
 
 
 @timed("read")  # opening and the header; Pillow reads the pixel data while decoding
 def _open(path: Path | io.BytesIO, max_pixels: int) -> Image.Image:
-    """The image (a file, or an encoded file's bytes) with only its header read; refuses what
-    must not be decoded."""
     size = path.getbuffer().nbytes if isinstance(path, io.BytesIO) else _regular_size(path)
     if size == 0:
         raise Reject("empty", "zero-byte file")
-    try:
+    with _pillow_errors():
         im = Image.open(path)
-    except UnidentifiedImageError as e:
-        raise Reject("not_image", "not an image format Pillow reads (decoded by content)") from e
-    except OSError as e:
-        if e.errno is not None:  # the file system failed, not the format
-            raise Reject(os_reject_code(e), f"cannot read: {e.strerror}") from e
-        raise _decode_reject(e) from e
-    except _DECODE_ERRORS as e:
-        raise _decode_reject(e) from e
     w, h = im.size
     if w * h > max_pixels:
         im.close()
@@ -110,7 +106,6 @@ def _open(path: Path | io.BytesIO, max_pixels: int) -> Image.Image:
 
 
 def _regular_size(path: Path) -> int:
-    """The size of a regular file; Reject for anything else."""
     # stat never blocks: a FIFO or device is refused here, before open() could wait on it.
     try:
         st = os.stat(path)
@@ -124,30 +119,51 @@ def _regular_size(path: Path) -> int:
     return st.st_size
 
 
-def _decode_reject(e: BaseException) -> Reject:
-    text = str(e) or type(e).__name__
-    truncated = isinstance(e, EOFError) or any(
-        word in text.lower() for word in ("truncated", "premature", "end of file")
-    )
-    return Reject("truncated" if truncated else "corrupt", f"cannot decode: {text}")
-
-
 def _load(im: Image.Image) -> None:
-    try:
+    with _pillow_errors():
         im.seek(0)  # first frame of an animation
         im.load()
+
+
+def draft_scale(stored: tuple[int, int], need: tuple[int, int]) -> int:
+    """Pillow's `draft` DCT reduction: the largest of 8, 4, 2, 1 keeping both sides >= `need`.
+
+    >>> draft_scale((4032, 3024), (341, 256)), draft_scale((64, 40), (19, 12))
+    (8, 2)
+    """
+    most = min(stored[0] // max(1, need[0]), stored[1] // max(1, need[1]))
+    return next(f for f in (8, 4, 2, 1) if f <= max(1, most))
+
+
+def decode_jpeg(
+    im: Image.Image, need: tuple[int, int], orientation: int, gray: bool
+) -> np.ndarray | None:
+    """decode_image's pixels of JPEG `im` at `draft_scale`, or None: Pillow decodes it."""
+    fp = getattr(im, "fp", None)  # the open file of an ImageFile, until it is loaded
+    if im.mode not in ("RGB", "L") or fp is None:
+        return None
+    import simplejpeg
+
+    try:
+        with stage("read"):
+            fp.seek(0)
+            data = fp.read()
     except OSError as e:
-        if e.errno is not None:  # e.g. EIO while reading the pixel data
-            raise Reject(os_reject_code(e), f"cannot read: {e.strerror}") from e
-        raise _decode_reject(e) from e
-    except _DECODE_ERRORS as e:
-        raise _decode_reject(e) from e
-
-
-def _transpose(im: Image.Image, orientation: int) -> Image.Image:
-    for op in _ORIENT.get(orientation, ()):
-        im = im.transpose(op)
-    return im
+        raise Reject(os_reject_code(e), f"cannot read: {e.strerror or e}") from e
+    w, h = im.size
+    f = draft_scale((w, h), need)
+    out_h, out_w = -(-h // f), -(-w // f)  # libjpeg rounds the scaled size up, as draft does
+    try:
+        # min_factor=f and these minimums leave libjpeg-turbo one choice: exactly 1/f (it also
+        # has 3/8, 5/8...; Pillow's draft only 1/2, 1/4, 1/8). strict: a warning raises.
+        a = simplejpeg.decode_jpeg(
+            data, "GRAY" if gray else "RGB", min_height=out_h, min_width=out_w, min_factor=f
+        )
+    except ValueError:
+        return None  # truncated, corrupt or unsupported: Pillow's verdict, as before
+    if a.shape[:2] != (out_h, out_w):
+        return None
+    return _upright(a[..., 0] if gray else a, orientation)
 
 
 @timed("decode")
@@ -159,14 +175,9 @@ def decode_image(
     mode: str = "fill",
     background: tuple[int, ...] = BACKGROUND,
 ) -> tuple[np.ndarray, tuple[int, int]]:
-    """Decode upright pixels: (H, W, 3) or, gray, (H, W) uint8, and the full-size upright (h, w).
-
-    `hint` = (size, ...) lets a JPEG be decoded at a DCT-reduced scale (1/2, 1/4, 1/8) that still
-    covers the largest requested `size` in `mode`: 4-8x less work on a phone photo.
-    Transparent pixels are composited on `background` (R, G, B).
-    Raises Reject for an input that cannot be used."""
-    # Pillow's warnings about a file ("Corrupt EXIF data", "Truncated File Read") are noise
-    # here: the policy decides what they mean, and a worker would print each one.
+    """Upright pixels, (H, W, 3) or, gray, (H, W) uint8, and the full-size upright (h, w);
+    `hint` (sizes) lets a JPEG decode at a DCT scale still covering the largest in `mode`."""
+    # Pillow's warnings about a file are noise: the policy decides what they mean.
     with warnings.catch_warnings(action="ignore"), _open(path, max_pixels) as im:
         orientation = _orientation(im)
         w, h = im.size
@@ -183,36 +194,33 @@ def decode_image(
             need_h, need_w = g.content
             # draft() takes the stored (w, h): swap back for rotated photos.
             req = (need_h, need_w) if orientation in (5, 6, 7, 8) else (need_w, need_h)
-            fast = decode_jpeg(im, req, orientation, gray)  # the same pixels, faster
+            fast = decode_jpeg(im, req, orientation, gray)
             if fast is not None:
                 return fast, upright
             im.draft("L" if gray else "RGB", req)
         _load(im)
-        out = _transpose(im, orientation)
         try:
-            out = _to_mode(out, gray, background)
+            out = _to_mode(im, gray, background)
         except (ValueError, OSError) as e:  # a colour mode Pillow cannot convert
-            raise Reject("unsupported", f"colour mode {out.mode}: {e}") from e
-        return np.asarray(out), upright
+            raise Reject("unsupported", f"colour mode {im.mode}: {e}") from e
+        return _upright(np.asarray(out), orientation), upright
 
 
 @timed("decode")
 def decode_mask(path: Path, max_pixels: int = 100_000_000) -> np.ndarray:
-    """A mask of class ids (H, W) uint8: L or palette images (the palette index is the class
-    id), bilevel images (classes 0 and 1), or 16/32-bit images whose ids are at most 255."""
+    """Class ids (H, W) uint8 of an L, palette, bilevel or 16/32-bit (ids <= 255) image."""
     with warnings.catch_warnings(action="ignore"), _open(path, max_pixels) as im:
         orientation = _orientation(im)
         _load(im)
-        out = _transpose(im, orientation)
-        if out.mode in ("L", "P", "1"):
+        if im.mode in ("L", "P", "1"):
             # Bilevel reads as bool, so its ids are 0/1; convert("L") would make them 0/255.
-            return np.asarray(out, dtype=np.uint8)
-        if out.mode.startswith("I"):
-            a = np.asarray(out)
+            return _upright(np.asarray(im, dtype=np.uint8), orientation)
+        if im.mode.startswith("I"):
+            a = np.asarray(im)
             if a.max(initial=0) > 255 or a.min(initial=0) < 0:
                 raise Reject("mask_values", f"mask holds class ids up to {a.max()}; at most 255")
-            return a.astype(np.uint8)
+            return _upright(a.astype(np.uint8), orientation)
         raise Reject(
             "mask_mode",
-            f"mask is {out.mode}; masks must be single-channel class ids (L or palette PNG)",
+            f"mask is {im.mode}; masks must be single-channel class ids (L or palette PNG)",
         )

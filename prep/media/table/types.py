@@ -1,30 +1,18 @@
-"""The type rules of a table column: decided once over every row, recorded in the manifest.
-
-Per block, a column's values get a kind (null < bool, int < float, time, string); the kinds of
-its blocks combine (int and float give float, any other mix gives string). Then:
-
-- int: the narrowest type holding [min, max] (unsigned when min >= 0): 255 fits uint8;
-- float: float32 (float16 with --float16 when every finite value is within +-65504);
-- bool: uint8 0/1;
-- a numeric column with missing values: float32 (or float16), missing as NaN;
-- time (dates, timestamps): int64 ns since the epoch, missing as INT64_MIN (NaT);
-- string or --categorical: codes in the narrowest unsigned type, 0 missing, 1 unseen (in train),
-  2.. the sorted train vocabulary;
-- a text or --categorical target: class ids 0..K-1 of the sorted values of every row (train and
-  val: a class only val holds is still a class), `first_code` 0 in the manifest; a row with a
-  missing target is a reject (prep.media.table.scan).
-"""
+"""The type rules of a table column (FORMAT.md, table datasets): what the scan gathers of each
+block (Stats), the stored type decided once over every row (decide), a block encoded in it. A
+block's kind is null < bool, int < float, time, string; the blocks' kinds combine (int and float
+give float, any other mix gives string)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from loaders.format.kinds import smallest_uint
+from loaders.format.spec import smallest_uint
 from prep.run.errors import PrepError
 
 MISSING, UNSEEN, FIRST_CODE = 0, 1, 2
@@ -50,8 +38,7 @@ def int_dtype(lo: int, hi: int) -> str:
 
 
 def code_dtype(vocab_size: int, column: str = "", first: int = FIRST_CODE) -> str:
-    """Codes 0 (missing), 1 (unseen) and 2..vocab_size+1 (class ids 0..vocab_size-1 when
-    `first` is 0): the narrowest unsigned dtype.
+    """The narrowest unsigned dtype of codes `first`..vocab_size + first - 1.
 
     >>> code_dtype(254), code_dtype(255), code_dtype(256, first=0)
     ('uint8', 'uint16', 'uint8')
@@ -65,20 +52,13 @@ def code_dtype(vocab_size: int, column: str = "", first: int = FIRST_CODE) -> st
     return smallest_uint(top)
 
 
-def first_of(col: dict[str, Any]) -> int:
-    """The code of a coded column's first value: 0 for a target's class ids, else FIRST_CODE
-    (datasets packed before class ids have no first_code: their targets start at 2 too)."""
-    return int(col.get("first_code", FIRST_CODE))
-
-
 def float_dtype(float16: bool, amax: float) -> str:
     """float16 when asked and every finite value fits it (|x| <= 65504), else float32."""
     return "float16" if float16 and amax <= FLOAT16_MAX else "float32"
 
 
 def as_text(arr: pa.Array, rel: str, column: str, first_row: int) -> pa.Array:
-    """Binary cells (CSV) as UTF-8 strings; the first invalid one is an error naming its row.
-    A dictionary is checked once a distinct value."""
+    """Binary cells (CSV) as UTF-8 strings; the first invalid one is an error naming its row."""
     t = arr.type
     if pa.types.is_dictionary(t) and pa.types.is_binary(t.value_type):
         try:
@@ -102,8 +82,7 @@ def as_text(arr: pa.Array, rel: str, column: str, first_row: int) -> pa.Array:
 
 
 def _casts(arr: pa.Array, to: pa.DataType) -> bool:
-    """Whether every cell converts; a failing cast costs a whole pass (0.2 s for 131,072 cells),
-    so a sample of the first cells is tried first."""
+    """Whether every cell converts (the first 64 tried first: a failing cast costs a pass)."""
     try:
         arr.drop_null().slice(0, 64).cast(to)
         arr.cast(to)
@@ -113,8 +92,7 @@ def _casts(arr: pa.Array, to: pa.DataType) -> bool:
 
 
 def classify(arr: pa.Array, values: pa.Array | None = None) -> str:
-    """The kind of one block of a column (text cells tried as int, float, bool, time);
-    `values`: the distinct values of a text block (each is tried once, not once a row)."""
+    """The kind of one block of a column; `values`: a text block's distinct values."""
     t = arr.type
     if arr.null_count == len(arr) or pa.types.is_null(t):
         return "null"
@@ -143,10 +121,8 @@ def classify(arr: pa.Array, values: pa.Array | None = None) -> str:
 
 def as_dictionary(arr: pa.Array) -> pa.Array:
     """Text cells as a dictionary array of strings (numbers as their text)."""
-    if pa.types.is_dictionary(arr.type):
-        return (
-            arr if pa.types.is_string(arr.type.value_type) else as_dictionary(arr.cast(pa.string()))
-        )
+    if pa.types.is_dictionary(arr.type) and pa.types.is_string(arr.type.value_type):
+        return arr
     return pc.dictionary_encode(arr if pa.types.is_string(arr.type) else arr.cast(pa.string()))
 
 
@@ -175,8 +151,7 @@ def filled(arr: pa.Array, value: Any) -> np.ndarray:
 
 @dataclass
 class Column:
-    """One column as stored: `role` num | cat | target, the combined `kind`, the dtype, and
-    what the loader and the user need (missing count, range, train mean/std, vocabulary)."""
+    """One column as stored (its manifest entry: FORMAT.md); `role`: num, cat or target."""
 
     name: str
     role: str
@@ -191,11 +166,171 @@ class Column:
     counts: list[int] | None = None
     first_code: int | None = None  # a coded target's: 0 (class ids); others FIRST_CODE
 
-    @property
-    def coded(self) -> bool:
-        return self.vocab is not None
 
-    def to_dict(self) -> dict[str, Any]:
-        """The manifest's entry (shallow: asdict would deep-copy every vocabulary value)."""
-        values = {f.name: getattr(self, f.name) for f in fields(self)}
-        return {k: v for k, v in values.items() if v is not None}
+def kept_form(arr: pa.Array, float16: bool) -> pa.Array:
+    """Floats as float32 unless --float16 (rounded once, from the parsed value); others as is."""
+    if pa.types.is_floating(arr.type) and arr.type != pa.float32() and not float16:
+        return arr.cast(pa.float32(), safe=False)  # no range check: out of range is inf
+    return arr
+
+
+def encode(arr: pa.Array, col: Column, vocab: pa.Array | None = None) -> np.ndarray:
+    """One block of a column in its stored dtype. `vocab`: the column's vocabulary (coded)."""
+    if col.vocab is not None:  # coded
+        assert vocab is not None
+        first = FIRST_CODE if col.first_code is None else col.first_code
+        return _codes(arr, vocab, np.dtype(col.dtype), first)
+    if col.kind == "time":
+        return filled(arr.cast(pa.timestamp("ns")).cast(pa.int64()), NAT)
+    if arr.type == pa.float32() and col.dtype == "float32":
+        return filled(arr, np.nan)
+    x = as_float(arr, col.kind) if col.kind != "null" else np.full(len(arr), np.nan)
+    if np.dtype(col.dtype).kind in "iu":
+        if col.kind in ("int", "bool") and pa.types.is_integer(arr.type):
+            return np.asarray(arr, dtype=np.int64).astype(col.dtype)
+        if col.kind == "int":
+            return np.asarray(arr.cast(pa.int64()), dtype=np.int64).astype(col.dtype)
+    return x.astype(col.dtype)
+
+
+def _codes(arr: pa.Array, vocab: pa.Array, dtype: np.dtype[Any], first: int) -> np.ndarray:
+    """Codes of a block, each distinct value looked up once; vocab[0] is code `first`."""
+    enc = as_dictionary(arr)
+    pos = pc.index_in(enc.dictionary, value_set=vocab)  # null: not in the train vocabulary
+    lut = np.asarray(pc.add(pos.cast(pa.int64()), first).fill_null(UNSEEN), dtype=np.int64)
+    idx = filled(enc.indices, len(lut))
+    return np.append(lut, MISSING).astype(dtype)[idx]
+
+
+@dataclass
+class Stats:
+    """What the scan gathers of one column, block by block."""
+
+    kind: str = "null"
+    rows: int = 0
+    missing: int = 0
+    numeric: int = 0  # values that look like numbers (the 'N/A' rule)
+    bad: tuple[str, int, str] | None = None  # the first text that is not a number: where
+    where: str = ""  # the first file with a block of text
+    lo: float = np.inf
+    hi: float = -np.inf
+    amax: float = 0.0
+    sums: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])  # train n, sum, sum sq
+    counts: list[tuple[pa.Array, np.ndarray]] = field(default_factory=list)  # a text block's
+    # train values and how often each occurs, per block
+    typed: bool = False  # a block had numbers, times or booleans (not counted as text)
+
+    def update(
+        self, arr: pa.Array, train: np.ndarray, at: tuple[str, int], coded: bool
+    ) -> pa.Array:
+        """Add one block; `at`: (file, row of its start). The cells as the tasks encode them."""
+        t = arr.type
+        text = pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_dictionary(t)
+        enc = as_dictionary(arr) if text or coded else None
+        kind = classify(arr, enc.dictionary if text and enc is not None else None)
+        if pa.types.is_dictionary(t) and kind in NUMERIC:
+            arr = arr.dictionary_decode()  # text holding numbers (not from CSV: typed by pyarrow)
+        self.kind = combine(self.kind, kind)
+        self.rows += len(arr)
+        self.missing += arr.null_count
+        if kind in NUMERIC:
+            self._numbers(arr, kind, train)
+        if (kind == "string" or coded) and enc is not None:
+            counts = self._count(enc, train)
+            if kind == "string" and text and not coded:
+                self._looks(enc, counts, at)
+            arr = enc
+        if kind == "string" and not self.where:
+            self.where = at[0]
+        return arr
+
+    def merge(self, other: Stats, offset: int) -> None:
+        """Add the next block's; `offset`: rows before it in its file its row numbers left out."""
+        self.kind = combine(self.kind, other.kind)
+        self.rows += other.rows
+        self.missing += other.missing
+        self.numeric += other.numeric
+        if self.bad is None and other.bad is not None:
+            self.bad = other.bad[0], other.bad[1] + offset, other.bad[2]
+        self.where = self.where or other.where
+        self.lo, self.hi = min(self.lo, other.lo), max(self.hi, other.hi)
+        self.amax = max(self.amax, other.amax)
+        self.sums = [a + b for a, b in zip(self.sums, other.sums, strict=True)]
+        self.counts += other.counts
+        self.typed |= other.typed
+
+    def _looks(self, enc: pa.Array, counts: np.ndarray, at: tuple[str, int]) -> None:
+        """Count the cells that look like numbers; keep the first that does not."""
+        looks = np.asarray(pc.match_substring_regex(enc.dictionary, NUMBER))
+        self.numeric += int(counts[looks].sum())
+        if self.bad is None and not looks.all():
+            codes = filled(enc.indices, len(looks))
+            i = int(np.flatnonzero(~np.append(looks, True)[codes])[0])
+            self.bad = at[0], at[1] + i, str(enc.dictionary[codes[i]].as_py())
+
+    def _numbers(self, arr: pa.Array, kind: str, train: np.ndarray) -> None:
+        x = as_float(arr, kind)
+        self.typed = True
+        if kind != "time":
+            self.numeric += len(arr) - arr.null_count
+        finite = x[np.isfinite(x)]
+        if finite.size:
+            self.lo, self.hi = min(self.lo, finite.min()), max(self.hi, finite.max())
+            self.amax = max(self.amax, float(np.abs(finite).max()))
+        t = x[train & np.isfinite(x)]
+        self.sums = [self.sums[0] + t.size, self.sums[1] + t.sum(), self.sums[2] + (t * t).sum()]
+
+    def _count(self, enc: pa.Array, train: np.ndarray) -> np.ndarray:
+        """Add the train rows' values; return every row's count per distinct value."""
+        n = len(enc.dictionary)
+        codes = filled(enc.indices, n)
+        mine = np.bincount(codes[train], minlength=n + 1)[:n]
+        seen = mine > 0
+        self.counts.append((enc.dictionary.filter(pa.array(seen)), mine[seen]))
+        return np.bincount(codes, minlength=n + 1)[:n]
+
+    def vocab(self) -> tuple[list[str], list[int]]:
+        """The train values in sorted order (by code point: UTF-8's byte order), their counts."""
+        if not self.counts:
+            return [], []
+        values, n = zip(*self.counts, strict=True)
+        table = pa.table({"v": pa.concat_arrays(values), "n": np.concatenate(n)})
+        total = table.group_by("v").aggregate([("n", "sum")]).sort_by("v")
+        return total["v"].to_pylist(), total["n_sum"].to_pylist()
+
+
+def decide(name: str, role: str, coded: bool, st: Stats, float16: bool) -> Column:
+    """The stored column from its statistics; `role`: num or target, `coded`: --categorical."""
+    col = Column(name, role, st.kind, missing=st.missing)
+    if coded or st.kind == "string":
+        col.role = "cat" if role == "num" else role
+        texts = st.rows - st.missing
+        if not coded and st.bad is not None and 2 * st.numeric > texts:
+            rel, row, value = st.bad
+            raise PrepError(
+                f"{rel}: row {row}, column {name}: {value!r} is not a number ({st.numeric:,} "
+                f"of {texts:,} values are). HINT: --na-values {value} declares it missing, or "
+                f"--categorical {name} keeps the column as text"
+            )
+        if not coded and st.typed:
+            raise PrepError(
+                f"{st.where}: column {name} holds numbers in some rows and text in others. "
+                f"HINT: --categorical {name} packs it as text codes"
+            )
+        col.vocab, col.counts = st.vocab()
+        col.first_code = 0 if role == "target" else None
+        col.dtype = code_dtype(len(col.vocab), name, FIRST_CODE if role != "target" else 0)
+        return col
+    if np.isfinite(st.lo):
+        col.lo, col.hi = float(st.lo), float(st.hi)
+    n, s, sq = st.sums
+    if n:
+        col.mean = s / n
+        col.std = float(np.sqrt(max(sq / n - col.mean**2, 0.0)))
+    if st.kind == "time":
+        col.dtype = "int64"
+    elif st.kind in ("int", "bool") and st.missing == 0:
+        col.dtype = int_dtype(int(st.lo), int(st.hi)) if col.lo is not None else "uint8"
+    else:
+        col.dtype = float_dtype(float16, st.amax)
+    return col

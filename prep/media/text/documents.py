@@ -1,14 +1,6 @@
-"""Text in: reading documents under one text policy (the tokenizers: tokenizers.py).
-
-What a document's text is (decoding its tokens gives back exactly this string):
-
-- a whole `.txt` file, one line of it (`--split-lines`), or one JSONL record's text field;
-- decoded as UTF-8: invalid bytes reject the document (errors="strict", the default) or become
-  U+FFFD (errors="replace"); lone surrogates in a JSON string are treated the same way;
-- one leading U+FEFF (a byte order mark) dropped;
-- CRLF turned into LF (a lone CR is kept); a line's own terminator is not part of the line;
-- nothing else changed: no Unicode normalisation, no stripping; an empty document is kept.
-"""
+"""Reading documents (a `.txt` file, one line of it, or a JSONL record's text field) under one
+text policy (FORMAT.md, README "Tokenizing text"): UTF-8, bad bytes rejected or U+FFFD, one
+leading U+FEFF dropped, CRLF as LF, a line's terminator not part of it; nothing else changed."""
 
 from __future__ import annotations
 
@@ -23,7 +15,6 @@ from prep.run.errors import PrepError
 from prep.run.inputs import os_reject_code, reject_record, walk
 
 ERRORS = ("strict", "replace")
-MODES = ("file", "lines", "jsonl")  # one document per file, per line, per JSON line
 TEXT_EXTS = frozenset([".txt"])
 JSONL_EXTS = frozenset([".jsonl", ".ndjson"])
 _CHUNK = 1 << 20
@@ -31,8 +22,7 @@ _CHUNK = 1 << 20
 
 @dataclass(frozen=True)
 class Piece:
-    """A byte range [start, end) of one input: one document (mode "file"), or every line (or
-    JSON line) that starts inside it. Ranges of line files begin at line starts."""
+    """A byte range of one input: one document ("file"), or the lines starting in it."""
 
     path: str
     rel: str  # the name written in rejects (posix, relative to SRC)
@@ -46,19 +36,17 @@ class Piece:
 
 
 def normalize(text: str) -> str:
-    """The document text policy after decoding: drop one leading BOM, CRLF -> LF.
+    """The text policy after decoding.
 
     >>> normalize("\\ufeffa\\r\\nb\\rc\\n")
     'a\\nb\\rc\\n'
     """
-    if text.startswith("\ufeff"):
-        text = text[1:]
+    text = text.removeprefix("\ufeff")
     return text.replace("\r\n", "\n") if "\r" in text else text
 
 
 def list_text(src: Path, split_lines: bool) -> tuple[list[Piece], list[dict[str, Any]]]:
-    """The inputs of SRC in a fixed order: a folder (its `.txt` files, sorted by relative path,
-    hidden names skipped), one `.txt` file, or one `.jsonl` file. Rejects for unreadable files."""
+    """The inputs of SRC (a folder of `.txt`, a `.txt` or `.jsonl` file), rejects of unreadable."""
     if not src.exists():
         raise PrepError(
             f"{src} does not exist. HINT: pass a folder of .txt files, a .txt or a .jsonl file"
@@ -66,11 +54,12 @@ def list_text(src: Path, split_lines: bool) -> tuple[list[Piece], list[dict[str,
     line_mode = "lines" if split_lines else "file"
     if src.is_file():
         ext = src.suffix.lower()
-        if ext in JSONL_EXTS:
-            return [Piece(str(src), src.name, 0, src.stat().st_size, "jsonl")], []
-        if ext in TEXT_EXTS:
-            return [Piece(str(src), src.name, 0, src.stat().st_size, line_mode)], []
-        raise PrepError(f"{src} is not a .txt or .jsonl file. HINT: pass a folder of .txt files")
+        if ext not in JSONL_EXTS | TEXT_EXTS:
+            raise PrepError(
+                f"{src} is not a .txt or .jsonl file. HINT: pass a folder of .txt files"
+            )
+        mode = "jsonl" if ext in JSONL_EXTS else line_mode
+        return [Piece(str(src), src.name, 0, src.stat().st_size, mode)], []
     found: list[Piece] = []
     files, rejects = walk(src, TEXT_EXTS)  # the same checks and reject codes as prep pack's
     for rel, path in files:
@@ -91,50 +80,32 @@ def list_text(src: Path, split_lines: bool) -> tuple[list[Piece], list[dict[str,
 def iter_lines(
     f: BinaryIO, start: int, end: int, max_bytes: int
 ) -> Iterator[tuple[int, int, bytes | None]]:
-    """(offset, next offset, line) for each line starting in [start, end), without its LF/CRLF.
-
-    A line longer than max_bytes comes back as None after being skipped in 1 MB reads, so memory
-    stays bounded by max_bytes whatever the file holds."""
+    """(offset, next offset, line) of each line starting in [start, end); too long: None."""
     f.seek(start)
     pos = start
     while pos < end:
         chunk = f.readline(max_bytes + 1)
         if not chunk:
             return
+        nxt = pos + len(chunk)
         if chunk.endswith(b"\n") or len(chunk) <= max_bytes:
-            nxt = pos + len(chunk)
-            line = chunk[:-1] if chunk.endswith(b"\n") else chunk
-            yield pos, nxt, line[:-1] if line.endswith(b"\r") else line
+            yield pos, nxt, chunk.removesuffix(b"\n").removesuffix(b"\r")
         else:
-            nxt = pos + len(chunk)
-            while not chunk.endswith(b"\n"):
+            while chunk and not chunk.endswith(b"\n"):
                 chunk = f.readline(_CHUNK)
-                if not chunk:
-                    break
                 nxt += len(chunk)
             yield pos, nxt, None
         pos = nxt
 
 
 def line_starts(path: str, size: int, step: int) -> list[int]:
-    """Offsets near every multiple of `step` moved forward to the next line start: where a line
-    file is cut for parallel work. Depends only on the bytes and `step`."""
+    """Where a line file is cut for parallel work: each multiple of `step`, at a line start."""
     cuts = [0]
     with open(path, "rb") as f:
         target = step
         while target < size:
-            f.seek(target - 1)  # a line starts at target when the byte before it is LF
-            pos = target - 1
-            while True:
-                block = f.read(_CHUNK)
-                if not block:
-                    pos = size
-                    break
-                hit = block.find(b"\n")
-                if hit >= 0:
-                    pos += hit + 1
-                    break
-                pos += len(block)
+            # A line starts at target when the byte before it is LF: where the line there ends.
+            _, pos, _ = next(iter_lines(f, target - 1, size, 0), (0, size, None))
             if pos >= size:
                 break
             cuts.append(pos)
@@ -176,11 +147,9 @@ class DocumentReader:
         try:
             return normalize(data.decode("utf-8", self.errors))
         except UnicodeDecodeError as e:
+            hint = "HINT: re-encode the file as UTF-8, or pass --errors replace"
             self._reject(
-                rel,
-                "utf8",
-                f"invalid UTF-8 at byte {offset + e.start} ({e.reason}). HINT: re-encode the "
-                "file as UTF-8, or pass --errors replace",
+                rel, "utf8", f"invalid UTF-8 at byte {offset + e.start} ({e.reason}). {hint}"
             )
             return None
 
@@ -191,58 +160,48 @@ class DocumentReader:
             self._reject(rel, "json", f"line at byte {offset} is not JSON ({e.msg})")
             return None
         text = record.get(self.text_field) if isinstance(record, dict) else None
+        where = f"line at byte {offset}"
         if not isinstance(text, str):
-            self._reject(
-                rel,
-                "no_text",
-                f"line at byte {offset} has no string field {self.text_field!r}. "
-                "HINT: --text-field NAME",
-            )
+            why = f"{where} has no string field {self.text_field!r}"
+            self._reject(rel, "no_text", f"{why}. HINT: --text-field NAME")
             return None
         try:
             text.encode("utf-8")
         except UnicodeEncodeError as e:  # a lone surrogate escape such as "\ud800"
             if self.errors == "strict":
-                self._reject(
-                    rel,
-                    "utf8",
-                    f"line at byte {offset}: lone surrogate {text[e.start]!r} in "
-                    f"{self.text_field!r}. HINT: pass --errors replace",
-                )
+                why = f"{where}: lone surrogate {text[e.start]!r} in {self.text_field!r}"
+                self._reject(rel, "utf8", f"{why}. HINT: pass --errors replace")
                 return None
             text = "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in text)
         return normalize(text)
 
     def read(self, piece: Piece) -> Iterator[str]:
         """The documents of `piece`, in order; unusable ones are recorded and skipped."""
-        if piece.mode == "file":
-            self.inputs += 1
-            if piece.nbytes > self.max_bytes:
-                self._reject(
-                    piece.rel,
-                    "too_long",
-                    f"{piece.nbytes} bytes is over --max-doc-mb. HINT: --split-lines, or raise "
-                    "--max-doc-mb",
-                )
-                return
-            try:
-                data = Path(piece.path).read_bytes()
-            except OSError as e:  # vanished since it was listed, or an I/O error
-                self._reject(piece.rel, os_reject_code(e), f"cannot read: {e.strerror}")
-                return
-            text = self._decode(data, piece.rel, 0)
-            if text is not None:
-                yield text
-            return
         self._pos = piece.start
-        try:
-            with open(piece.path, "rb") as f:
-                yield from self._lines(f, piece)
-        except OSError as e:  # at open or mid-file: a read error, the rest of the range goes
-            self.inputs += 1
+        if piece.mode != "file":
+            try:
+                with open(piece.path, "rb") as f:
+                    yield from self._lines(f, piece)
+            except OSError as e:  # at open or mid-file: a read error, the rest of the range goes
+                self.inputs += 1
+                why = f"cannot read from byte {self._pos}: {e.strerror}"
+                self._reject(piece.rel, os_reject_code(e), why)
+            return
+        self.inputs += 1
+        if piece.nbytes > self.max_bytes:
+            hint = "HINT: --split-lines, or raise --max-doc-mb"
             self._reject(
-                piece.rel, os_reject_code(e), f"cannot read from byte {self._pos}: {e.strerror}"
+                piece.rel, "too_long", f"{piece.nbytes} bytes is over --max-doc-mb. {hint}"
             )
+            return
+        try:
+            data = Path(piece.path).read_bytes()
+        except OSError as e:  # vanished since it was listed, or an I/O error
+            self._reject(piece.rel, os_reject_code(e), f"cannot read: {e.strerror}")
+            return
+        text = self._decode(data, piece.rel, 0)
+        if text is not None:
+            yield text
 
     def _lines(self, f: BinaryIO, piece: Piece) -> Iterator[str]:
         for offset, nxt, line in iter_lines(f, piece.start, piece.end, self.max_bytes):
@@ -251,10 +210,9 @@ class DocumentReader:
                 continue
             self.inputs += 1
             if line is None:
+                hint = "HINT: raise --max-doc-mb"
                 self._reject(
-                    piece.rel,
-                    "too_long",
-                    f"line at byte {offset} is over --max-doc-mb. HINT: raise --max-doc-mb",
+                    piece.rel, "too_long", f"line at byte {offset} is over --max-doc-mb. {hint}"
                 )
                 continue
             text = self._decode(line, piece.rel, offset)

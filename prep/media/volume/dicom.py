@@ -1,10 +1,6 @@
-"""DICOM series (one series per folder of `.dcm` files, read with pydicom) as volumes.
-
-Slices are sorted by ImagePositionPatient along the slice normal (the cross product of the
-ImageOrientationPatient cosines); RescaleSlope/Intercept are applied. A folder holding more
-than one series, slices of different grids, a missing slice or uneven spacing is a reject.
-The affine maps (column, row, slice) indices to RAS world mm, as a NIfTI affine does.
-"""
+"""DICOM series (a folder of `.dcm` files, read with pydicom) as volumes: slices sorted along
+the normal of ImageOrientationPatient, rescaled; more than one series, mixed grids, a missing
+slice or uneven spacing is a reject. The affine maps (column, row, slice) to RAS mm, as NIfTI's."""
 
 from __future__ import annotations
 
@@ -17,21 +13,6 @@ from prep.run.inputs import Reject
 
 LPS_TO_RAS = np.diag([-1.0, -1.0, 1.0, 1.0])  # DICOM's patient axes are L, P, S
 GAP_TOLERANCE = 0.01  # of the slice spacing: scanners round positions to about a micron
-
-
-def series_files(folder: Path) -> list[Path]:
-    return sorted(
-        p for p in folder.iterdir() if p.suffix.lower() == ".dcm" and not p.name.startswith(".")
-    )
-
-
-def _read(path: Path) -> Any:
-    import pydicom
-
-    try:
-        return pydicom.dcmread(path)
-    except (pydicom.errors.InvalidDicomError, EOFError, OSError, ValueError) as e:
-        raise Reject("not_volume", f"{path.name} is not DICOM pydicom reads ({e})") from e
 
 
 def _grid(ds: Any) -> tuple[Any, ...]:
@@ -70,7 +51,14 @@ def _order(slices: list[Any], normal: np.ndarray) -> tuple[np.ndarray, float]:
 
 def read_series(folder: Path) -> tuple[np.ndarray, np.ndarray]:
     """(data as (columns, rows, slices) float32 in rescaled units, its RAS affine)."""
-    slices = [_read(p) for p in series_files(folder)]
+    import pydicom
+
+    slices = []
+    for path in sorted(p for p in folder.glob("[!.]*") if p.suffix.lower() == ".dcm"):
+        try:
+            slices.append(pydicom.dcmread(path))
+        except (pydicom.errors.InvalidDicomError, EOFError, OSError, ValueError) as e:
+            raise Reject("not_volume", f"{path.name} is not DICOM pydicom reads ({e})") from e
     grids = {_grid(s) for s in slices}
     if len(grids) > 1:
         series = len({g[0] for g in grids})
@@ -96,36 +84,3 @@ def read_series(folder: Path) -> tuple[np.ndarray, np.ndarray]:
     lps[:3, 0], lps[:3, 1], lps[:3, 2] = row * col_mm, col * row_mm, normal * step
     lps[:3, 3] = [float(v) for v in slices[int(order[0])].ImagePositionPatient]
     return data, LPS_TO_RAS @ lps
-
-
-def write_series(folder: Path, data: np.ndarray, affine: np.ndarray, seed: int) -> None:
-    """Write `data` (columns, rows, slices; int16 HU) on the grid of RAS `affine` (axis-aligned)
-    as a CT series of uint16 slices with RescaleIntercept -1024 (the demo's; deterministic UIDs)."""
-    from pydicom.dataset import Dataset, FileMetaDataset
-    from pydicom.uid import CTImageStorage, ExplicitVRLittleEndian, generate_uid
-
-    folder.mkdir(parents=True, exist_ok=True)
-    lps = np.linalg.inv(LPS_TO_RAS) @ affine
-    spacing = np.linalg.norm(lps[:3, :3], axis=0)
-    cosines = (lps[:3, :2] / spacing[:2]).T.reshape(-1)
-    series = generate_uid(entropy_srcs=[f"prep-demo-series-{seed}"])
-    for k in range(data.shape[2]):
-        meta = FileMetaDataset()
-        meta.MediaStorageSOPClassUID = CTImageStorage
-        meta.MediaStorageSOPInstanceUID = generate_uid(entropy_srcs=[series, str(k)])
-        meta.TransferSyntaxUID = ExplicitVRLittleEndian
-        ds = Dataset()
-        ds.file_meta = meta
-        ds.SOPClassUID, ds.SOPInstanceUID = CTImageStorage, meta.MediaStorageSOPInstanceUID
-        ds.StudyInstanceUID = generate_uid(entropy_srcs=[series, "study"])
-        ds.SeriesInstanceUID, ds.Modality, ds.InstanceNumber = series, "CT", k + 1
-        ds.ImageOrientationPatient = [round(float(v), 6) for v in cosines]
-        ds.ImagePositionPatient = [round(float(v), 4) for v in lps[:3, 3] + k * lps[:3, 2]]
-        ds.PixelSpacing = [round(float(spacing[1]), 4), round(float(spacing[0]), 4)]
-        ds.SliceThickness = round(float(spacing[2]), 4)
-        ds.Rows, ds.Columns = data.shape[1], data.shape[0]
-        ds.SamplesPerPixel, ds.PhotometricInterpretation = 1, "MONOCHROME2"
-        ds.BitsAllocated, ds.BitsStored, ds.HighBit, ds.PixelRepresentation = 16, 16, 15, 0
-        ds.RescaleSlope, ds.RescaleIntercept = 1, -1024
-        ds.PixelData = (data[:, :, k].T.astype(np.int32) + 1024).astype("<u2").tobytes()
-        ds.save_as(folder / f"slice_{k:03d}.dcm", enforce_file_format=True)

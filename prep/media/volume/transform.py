@@ -1,21 +1,14 @@
-"""The offline steps of `prep volumes`, as pure functions: arrays and affines in, arrays out.
-
-A volume is a C-order array whose axis k increases toward letter k of its orientation code
-(RAS: axis 0 toward Right, 1 toward Anterior, 2 toward Superior) and a 4x4 affine mapping voxel
-indices (i, j, k, 1) to world millimetres. Every step returns the new array with the affine of
-its grid, so that a voxel of the stored volume maps to the same world point as in the scan.
-"""
+"""The offline steps of `prep volumes`, pure functions on a C-order array (axis k toward letter k
+of its orientation code, RAS...) and its 4x4 voxel-to-mm affine: every step returns the new
+array with its grid's affine, so a stored voxel maps to the same world point as in the scan."""
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 
 from prep.run.inputs import Reject
 
-# Foreground sampling needs a few thousand voxels per class, not all of them (nnU-Net keeps
-# 10,000): the index then stays small whatever the organ's size.
+# Foreground sampling needs a few thousand voxels a class (nnU-Net keeps 10,000), not all.
 FG_PER_CLASS = 10_000
 MAX_CLASS = 255  # labels are stored as uint8 class ids
 FG_BOUNDS = MAX_CLASS + 1  # fg_offsets per volume: class c lies in [row[c - 1], row[c])
@@ -35,8 +28,7 @@ def spacing_of(affine: np.ndarray) -> np.ndarray:
 
 
 def reorient(data: np.ndarray, affine: np.ndarray, code: str) -> tuple[np.ndarray, np.ndarray]:
-    """Flip and transpose `data` so axis k increases toward letter k of `code` (nibabel's
-    closest-axis orientation: an oblique scan keeps its tilt in the affine)."""
+    """`data` flipped and transposed so axis k increases toward letter k of `code`."""
     import nibabel.orientations as nio
 
     now = nio.io_orientation(affine)
@@ -62,9 +54,7 @@ def _resample_axis(x: np.ndarray, axis: int, step: float, linear: bool) -> np.nd
 def resample(
     data: np.ndarray, affine: np.ndarray, spacing: tuple[float, ...], linear: bool
 ) -> tuple[np.ndarray, np.ndarray]:
-    """`data` on a grid of `spacing` mm with the same first voxel: trilinear (`linear`, as
-    float32) or nearest neighbour. Trilinear interpolation is separable, so one axis at a time
-    gives the same values as interpolating all three at once, with a fraction of the memory."""
+    """`data` on a grid of `spacing` mm, same first voxel: trilinear (float32) or nearest."""
     steps = np.asarray(spacing, np.float64) / spacing_of(affine)
     out = data.astype(np.float32) if linear else data
     for axis, step in enumerate(steps):
@@ -74,9 +64,7 @@ def resample(
 
 
 def to_stored(data: np.ndarray, dtype: str, window: tuple[float, float] | None) -> np.ndarray:
-    """Intensities as stored: a window clips to [lo, hi] and scales to 0..255 (uint8);
-    otherwise values are rounded (integer dtypes) and must fit `dtype`, or the volume is a
-    `out_of_range` reject: a value is never wrapped or clipped silently."""
+    """Intensities as stored: a window scales [lo, hi] to uint8; else rounded, must fit `dtype`."""
     if window is not None:
         lo, hi = window
         scaled = (data.astype(np.float32) - lo) * np.float32(255 / (hi - lo))
@@ -94,8 +82,7 @@ def to_stored(data: np.ndarray, dtype: str, window: tuple[float, float] | None) 
 
 
 def box(data: np.ndarray, start: np.ndarray, size: tuple[int, ...], pad: float) -> np.ndarray:
-    """The box of `size` voxels from `start` (may be negative or run past the end): the part
-    inside the volume copied, the rest `pad`."""
+    """The box of `size` voxels from `start` (may lie partly outside): the rest is `pad`."""
     out = np.full(size, pad, data.dtype)
     src, dst = [], []
     for a, (s, n) in enumerate(zip(start.tolist(), size, strict=True)):
@@ -114,55 +101,32 @@ def translate(affine: np.ndarray, start: np.ndarray) -> np.ndarray:
 
 
 def foreground_box(image: np.ndarray, label: np.ndarray | None, margin: int) -> np.ndarray:
-    """(start, stop) per axis, shape (2, 3): the bounding box of the voxels above the volume's
-    lowest stored value (air, the scanner's padding) or labelled, grown by `margin` voxels and
-    kept inside the volume. The whole volume when it is uniform."""
+    """(2, 3) (start, stop) of the voxels above the lowest value or labelled, plus `margin`."""
     mask = image > image.min()
     if label is not None:
         mask |= label > 0
     shape = np.asarray(image.shape)
     if not mask.any():
         return np.stack([np.zeros(3, np.int64), shape])
-    lo, hi = [], []
-    for a in range(3):
-        hit = np.flatnonzero(mask.any(axis=tuple(b for b in range(3) if b != a)))
-        lo.append(int(hit[0]))
-        hi.append(int(hit[-1]) + 1)
-    return np.stack(
-        [np.maximum(np.asarray(lo) - margin, 0), np.minimum(np.asarray(hi) + margin, shape)]
-    )
+    hits = [np.flatnonzero(mask.any(axis=tuple(b for b in range(3) if b != a))) for a in range(3)]
+    lo, hi = np.array([h[0] for h in hits]), np.array([h[-1] + 1 for h in hits])
+    return np.stack([np.maximum(lo - margin, 0), np.minimum(hi + margin, shape)])
 
 
-def centred_start(shape: tuple[int, ...], size: tuple[int, ...]) -> np.ndarray:
-    """Where a box of `size` starts to be centred on a volume of `shape` (negative: padding)."""
-    return (np.asarray(shape) - np.asarray(size)) // 2
-
-
-@dataclass
-class Index:
-    """A volume's foreground index: labelled voxels as flat C-order indices, sorted by class;
-    class c's are voxels[bounds[c - 1]:bounds[c]] (bounds: FG_BOUNDS values from 0)."""
-
-    voxels: np.ndarray  # uint32
-    bounds: np.ndarray  # int64 (FG_BOUNDS,)
-
-
-def foreground_index(label: np.ndarray, per_class: int = FG_PER_CLASS) -> Index:
-    """At most `per_class` voxels of each class, evenly spread over its sorted voxel indices
-    (deterministic: the same label, the same index)."""
+def foreground_index(
+    label: np.ndarray, per_class: int = FG_PER_CLASS
+) -> tuple[np.ndarray, np.ndarray]:
+    """(voxels uint32, bounds int64 (FG_BOUNDS,)): at most `per_class` flat C-order voxel indices
+    of each class, evenly spread; class c's are voxels[bounds[c - 1]:bounds[c]]."""
     flat = label.reshape(-1)
     where = np.flatnonzero(flat)
-    order = np.argsort(flat[where], kind="stable")  # by class, then by voxel index
-    where = where[order]
+    where = where[np.argsort(flat[where], kind="stable")]  # by class, then by voxel index
     counts = np.bincount(flat[where], minlength=FG_BOUNDS)[1:]
-    ends = np.cumsum(counts)
-    kept, bounds = [], [0]
-    for c, n in enumerate(counts.tolist()):
-        if n:
-            run = where[ends[c] - n : ends[c]]
-            if n > per_class:
-                run = run[np.linspace(0, n - 1, per_class).round().astype(np.int64)]
-            kept.append(run)
-        bounds.append(bounds[-1] + min(n, per_class))
-    voxels = np.concatenate(kept) if kept else np.zeros(0, np.int64)
-    return Index(voxels.astype(np.uint32), np.asarray(bounds, np.int64))
+    kept = [
+        run[np.linspace(0, len(run) - 1, per_class).round().astype(np.int64)]
+        if len(run) > per_class
+        else run
+        for run in np.split(where, np.cumsum(counts)[:-1])
+    ]
+    bounds = np.cumsum([0, *np.minimum(counts, per_class).tolist()], dtype=np.int64)
+    return np.concatenate(kept).astype(np.uint32), bounds
