@@ -133,6 +133,7 @@ def _shared_cache_rows(local: Path, work: Path, readers: int = READERS) -> list[
     # The cache is keyed by content: files with equal bytes (labels of a one-class shard) are
     # one download
     files = {s.files[s.arrays[a].file].sha256 for s in m.shards for a in ("image_128", "label")}
+    files |= {n for n in ("shards.npy", "sha256.npy") if n in starts}  # the shard index: files too
     gets = sum(starts.values()) - starts["manifest.json"]
     corrupt = sum(s != expected for s in sums)
     return [

@@ -80,9 +80,11 @@ def check_shard(
     checksums: bool = False,
     values: bool = False,
     out: Arrays | None = None,
+    shard: Shard | None = None,
 ) -> list[str]:
-    """Problems of shard `index`, its files found by `path_of`; `out` gets its checked arrays."""
-    shard = manifest.shards[index]
+    """Problems of shard `index` (or `shard`, a view of it), its files found by `path_of`; `out`
+    gets its checked arrays."""
+    shard = manifest.shards[index] if shard is None else shard
     files: dict[str, tuple[Path, int]] = {}  # file name -> its path and byte size, checked
     found = []  # each file a regular file of its size (and sha256)
     for rel, info in shard.files.items():

@@ -132,6 +132,9 @@ def index_arrays(
     return table, sha
 
 
+MADE = 4096  # shards a ShardIndex keeps once made
+
+
 class ShardIndex(Sequence[Shard]):
     """A dataset's shards, each made from its index row when asked for (`counts`: a column)."""
 
@@ -148,6 +151,10 @@ class ShardIndex(Sequence[Shard]):
         self.counts, self.split_codes = table[0], table[1]
         self._lengths = slice(len(FIXED), len(FIXED) + len(arrays))
         self._sizes = slice(self._lengths.stop, None)
+        self._made: dict[int, Shard] = {}  # the shards asked for, up to MADE: read per file
+
+    def __getstate__(self) -> dict[str, Any]:
+        return self.__dict__ | {"_made": {}}
 
     def __len__(self) -> int:
         return self.table.shape[1]
@@ -164,6 +171,8 @@ class ShardIndex(Sequence[Shard]):
         if not -len(self) <= i < len(self):
             raise IndexError(f"shard {i} of {len(self)}")
         i %= len(self)
+        if i in self._made:
+            return self._made[i]
         row = self.table[:, i].tolist()
         count, code, task = row[: len(FIXED)]
         lengths, sizes = row[self._lengths], row[self._sizes]
@@ -171,7 +180,10 @@ class ShardIndex(Sequence[Shard]):
             raise FormatError(f"shard {i}: its index row {row[:8]} holds a negative number")
         digests = [bytes(d).hex() for d in self.sha[i]]
         split = self.splits[code] if code >= 0 else None
-        return shard_of(self.arrays, self.storage, split, task, count, lengths, sizes, digests)
+        shard = shard_of(self.arrays, self.storage, split, task, count, lengths, sizes, digests)
+        if len(self._made) < MADE:
+            self._made[i] = shard
+        return shard
 
 
 def open_index(

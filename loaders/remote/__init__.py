@@ -262,19 +262,20 @@ def copy_problems(
     checksums: bool = False,
 ) -> list[str]:
     """check_shard's lines for `arrays` of shard `index`, read from `copies` (name -> path)."""
-    shard = manifest.shards[index]
-    shards = list(manifest.shards)
-    shards[index] = Shard(
+    shard = manifest.shards[index]  # viewed: its arrays `arrays`, its files those copied
+    viewed = Shard(
         shard.count,
         {a: shard.arrays[a] for a in arrays if a in shard.arrays},
         {n: shard.files[n] for n in copies if n in shard.files},
         shard.split,
     )
     specs = {a: manifest.arrays[a] for a in arrays if a in manifest.arrays}
-    view = dataclasses.replace(manifest, arrays=specs, shards=shards)
+    view = dataclasses.replace(manifest, arrays=specs)
     view._declared = declared(manifest)  # type: ignore[attr-defined]  # the same fields
-    # The view's shard lists only the files copied.
-    found = check_shard(view, index, copies.__getitem__, checksums=checksums, values=checksums)
+    # One shard, not the list: an index holds a million shards, and files arrive one by one.
+    found = check_shard(
+        view, index, copies.__getitem__, checksums=checksums, values=checksums, shard=viewed
+    )
     names = sorted(((str(p), str(url / n)) for n, p in copies.items()), reverse=True)
     for path, remote in names:  # the local copies' paths -> the URLs they came from
         found = [line.replace(path, remote) for line in found]
