@@ -171,5 +171,5 @@ gpu-wheels:
 	python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
 		--platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d wheels \
 		torchvision==$(TORCHVISION) simplejpeg opencv-python-headless pillow typer click rich \
-		shellingham markdown-it-py mdurl pygments typing-extensions pytest iniconfig pluggy \
-		packaging
+		shellingham markdown-it-py mdurl pygments typing-extensions tqdm joblib psutil pytest \
+		iniconfig pluggy packaging

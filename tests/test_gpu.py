@@ -34,9 +34,7 @@ def test_nvjpeg_and_its_fallbacks_match_simplejpeg() -> None:
     streams = [jpeg(imgs[0]), jpeg(imgs[1], progressive=True), jpeg(imgs[2], "CMYK")]
     streams.append(jpeg(imgs[3], "L"))
     p = pixels(streams, [[0, 0, *im.shape[:2]] for im in imgs])
-    device = DeviceDecode("cuda")
-    with device.stream():
-        x, hw = device.decode(p, 3)
+    x, hw = DeviceDecode("cuda").decode(p, 3)
     assert x.is_cuda
     for j, s in enumerate(streams):
         h, w = hw[j].tolist()

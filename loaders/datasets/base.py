@@ -199,6 +199,14 @@ class DecodingDataset(ShardedDataset):
     def _pool(self) -> Pool:
         return Pool(self._threads or min(4, len(os.sched_getaffinity(0))))
 
+    @staticmethod
+    def _on_device(device: DeviceDecode, p: Pixels, shape: tuple[int, ...]) -> torch.Tensor:
+        """The JPEGs decoded on the device, then their boxes cropped by one whole-batch op."""
+        x, hw = device.decode(p, shape[3])
+        boxes, size = torch.from_numpy(p.boxes).to(x.device), (shape[1], shape[2])
+        out = crop_batch(x, boxes, size, hw=hw, samples=samples_for(boxes, size))
+        return out.contiguous(memory_format=torch.channels_last)
+
     def pixels(
         self, p: Pixels, shape: tuple[int, ...], key: str, mask: bool = False
     ) -> torch.Tensor:
@@ -209,11 +217,7 @@ class DecodingDataset(ShardedDataset):
             p.check_crc(found[0])
             p.fail(*found)
         if isinstance(self._device, DeviceDecode) and p.jpeg:
-            with self._device.stream():
-                x, hw = self._device.decode(p, shape[3])
-                boxes, size = torch.from_numpy(p.boxes).to(x.device), (shape[1], shape[2])
-                out = crop_batch(x, boxes, size, hw=hw, samples=samples_for(boxes, size))
-            return out.contiguous(memory_format=torch.channels_last)
+            return self._device.run(partial(self._on_device, self._device, p, shape))
         out = new_batch(shape, torch.uint8, self._buffers, key)
         self._pool.map(partial(run, out.numpy(), p, mask, self.fast_dct), range(len(p.srcs)))
         return out if mask else out.permute(0, 3, 1, 2)

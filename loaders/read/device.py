@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import io
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,7 +23,7 @@ from loaders.read.decode import Pixels
 Decoder = Callable[[list[torch.Tensor]], list[torch.Tensor]]
 
 # Start-of-frame markers: baseline and extended Huffman nvJPEG decodes; the rest it refuses.
-TAKEN = {0xC0: "", 0xC1: ""}
+TAKEN = (0xC0, 0xC1)
 REFUSED = {0xC2: "progressive", 0xC3: "lossless", 0xC5: "hierarchical", 0xC6: "hierarchical"}
 REFUSED |= {m: "arithmetic-coded" for m in (0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF)}
 REFUSED |= {0xC7: "lossless", 0xC8: "reserved"}
@@ -87,31 +87,31 @@ class DeviceDecode:
     """A dataset's decode= on a device: `decoder` (None: nvJPEG) gives each JPEG's pixels there.
     `DeviceDecode("cpu", decoder)` runs the whole dispatch on CPU tensors."""
 
-    device: str | torch.device = "cuda"
+    device: str = "cuda"
     decoder: Decoder | None = None
-    _stream: torch.cuda.Stream | None = field(default=None, repr=False)
+    on: torch.device = field(init=False, repr=False)  # torch.device(device)
+    _stream: torch.cuda.Stream | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.device = torch.device(self.device)
-        if self.device.type == "cuda" and not torch.cuda.is_available():
+        self.on = torch.device(self.device)
+        if self.on.type == "cuda" and not torch.cuda.is_available():
             raise ValueError(
                 "decode='cuda' but torch sees no CUDA device. HINT: decode='cpu' on this machine"
             )
 
-    @contextlib.contextmanager
-    def stream(self) -> Iterator[None]:
-        """The work inside queued on one side stream (CUDA), which the caller's stream then
-        waits for: the next batch decodes while this one trains. A no-op on the CPU."""
-        if self.device.type != "cuda":
-            yield
-            return
+    def run(self, work: Callable[[], torch.Tensor]) -> torch.Tensor:
+        """work()'s tensor, its ops queued on one side stream (CUDA) that the caller's stream
+        then waits for: the next batch decodes while the model trains on this one."""
+        if self.on.type != "cuda":
+            return work()
         if self._stream is None:
-            self._stream = torch.cuda.Stream(self.device)
-        caller = torch.cuda.current_stream(self.device)
-        self._stream.wait_stream(caller)  # buffers the caller freed may be reused here
+            self._stream = torch.cuda.Stream(self.on)
+        caller = torch.cuda.current_stream(self.on)
         with torch.cuda.stream(self._stream):
-            yield
+            out = work()
         caller.wait_stream(self._stream)
+        out.record_stream(caller)  # its memory is not reused before the caller is done with it
+        return out
 
     def gather(self, p: Pixels) -> list[torch.Tensor]:
         """The JPEGs' bytes, CRCs checked, copied into one host buffer (pinned for a GPU, so the
@@ -119,7 +119,7 @@ class DeviceDecode:
         sizes = [len(s) for s in p.srcs]
         for j in range(len(p.srcs)):
             p.check_crc(j)
-        staged = torch.empty(sum(sizes), dtype=torch.uint8, pin_memory=self.device.type == "cuda")
+        staged = torch.empty(sum(sizes), dtype=torch.uint8, pin_memory=self.on.type == "cuda")
         flat, at, views = staged.numpy(), 0, []
         for src, n in zip(p.srcs, sizes, strict=True):
             flat[at : at + n] = np.asarray(src).reshape(-1)
@@ -129,8 +129,8 @@ class DeviceDecode:
 
     def decode(self, p: Pixels, channels: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The batch's images, uint8 (B, C, H, W) on the device, each in the top-left corner
-        (zeros beyond), and their sizes hw (B, 2). Call it inside stream()."""
-        if get_worker_info() is not None and self.device.type == "cuda":
+        (zeros beyond), and their sizes hw (B, 2). Call it inside run()."""
+        if get_worker_info() is not None and self.on.type == "cuda":
             raise RuntimeError(
                 'decode="cuda" decodes in the main process (CUDA cannot start in forked workers). '
                 "HINT: make_loader(..., num_workers=0), or decode='cpu' in workers"
@@ -155,7 +155,7 @@ class DeviceDecode:
     ) -> dict[int, torch.Tensor]:
         """The decoder's pixels of samples `taken`: all at once; where that fails, one by one,
         and the ones it fails on are left to the CPU."""
-        decoder = self.decoder or nvjpeg(self.device)
+        decoder = self.decoder or nvjpeg(self.on)
         try:
             return dict(zip(taken, decoder([data[j] for j in taken]), strict=True))
         except RuntimeError:
@@ -172,8 +172,8 @@ class DeviceDecode:
         except (ValueError, OSError, SyntaxError) as e:
             p.fail(j, f"the JPEG sample cannot be decoded ({e})")
         pixels = torch.from_numpy(img).permute(2, 0, 1)
-        pinned = pixels.pin_memory() if self.device.type == "cuda" else pixels
-        return pinned.to(self.device, non_blocking=True)
+        pinned = pixels.pin_memory() if self.on.type == "cuda" else pixels
+        return pinned.to(self.on, non_blocking=True)
 
     def _padded(
         self, p: Pixels, images: list[torch.Tensor], channels: int
@@ -183,7 +183,7 @@ class DeviceDecode:
             if tuple(img.shape[1:]) != tuple(hw[j].tolist()):
                 p.fail(j, f"decoded {tuple(img.shape[1:])} px, stored {tuple(hw[j].tolist())}")
         top = hw.max(0).values.tolist() if len(images) else [1, 1]
-        out = torch.zeros((len(images), channels, *top), dtype=torch.uint8, device=self.device)
+        out = torch.zeros((len(images), channels, *top), dtype=torch.uint8, device=self.on)
         for j, img in enumerate(images):
             out[j, :, : img.shape[1], : img.shape[2]] = img
-        return out, hw.to(self.device)
+        return out, hw.to(self.on)
