@@ -5,8 +5,6 @@ and its refusals, checked against simplejpeg."""
 from __future__ import annotations
 
 import io
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +22,7 @@ from tests.conftest import run_pack
 class StandIn:
     """nvJPEG's contract: 1-D uint8 byte tensors in, (C, H, W) uint8 out, each JPEG's own
     channels. Like it, it fails a whole call (RuntimeError) on a progressive, CMYK or (here)
-    any JPEG with the comment REFUSE, and it decodes with libjpeg-turbo (simplejpeg)."""
+    any JPEG with the comment REFUSE; it decodes with libjpeg-turbo (simplejpeg, accurate)."""
 
     def __init__(self) -> None:
         self.calls: list[int] = []  # how many JPEGs each call was given
@@ -34,11 +32,15 @@ class StandIn:
         out = []
         for d in data:
             b = d.numpy().tobytes()
-            with Image.open(io.BytesIO(b)) as im:
-                if im.mode == "CMYK" or im.info.get("progressive") or b"REFUSE" in b:
-                    raise RuntimeError("nvjpegDecode: unsupported JPEG")
-                mode = "GRAY" if im.mode == "L" else "RGB"
-            img = simplejpeg.decode_jpeg(b, colorspace=mode)
+            try:
+                with Image.open(io.BytesIO(b)) as im:
+                    refuses = im.mode == "CMYK" or im.info.get("progressive") or b"REFUSE" in b
+                    mode = "GRAY" if im.mode == "L" else "RGB"
+                img = simplejpeg.decode_jpeg(b, mode, fastdct=False, fastupsample=False)
+            except (OSError, ValueError) as e:
+                raise RuntimeError(f"nvjpegDecode: {e}") from e
+            if refuses:
+                raise RuntimeError("nvjpegDecode: unsupported JPEG")
             out.append(torch.from_numpy(img.reshape(*img.shape[:2], -1)).permute(2, 0, 1))
         return out
 
@@ -57,17 +59,19 @@ def jpeg(img: np.ndarray, mode: str = "RGB", **save: object) -> bytes:
 
 
 def pixels(streams: list[bytes], boxes: list[list[int]]) -> Pixels:
-    hw = [Image.open(io.BytesIO(s)).size[::-1] for s in streams]
+    """A batch of these JPEGs (each box as its stored size: a cut-off stream's its own)."""
+    hw = [box[2:] for box in boxes]
     srcs = [np.frombuffer(s, np.uint8) for s in streams]
     places = [f"sample {j}" for j in range(len(streams))]
     return Pixels(srcs, places, True, np.array(hw), np.array(boxes))
 
 
 def reference(stream: bytes) -> np.ndarray:
-    """(h, w, 3): simplejpeg's RGB; Pillow's conversion for CMYK, which libjpeg-turbo lacks."""
+    """(h, w, 3): simplejpeg's RGB (the accurate IDCT and upsampling, as the CPU path's); Pillow's
+    conversion for CMYK, as prep's."""
     if Image.open(io.BytesIO(stream)).mode == "CMYK":
         return np.asarray(Image.open(io.BytesIO(stream)).convert("RGB"))
-    return simplejpeg.decode_jpeg(stream, colorspace="RGB")
+    return simplejpeg.decode_jpeg(stream, "RGB", fastdct=False, fastupsample=False)
 
 
 def test_refused_jpegs_go_to_the_cpu_and_all_match_simplejpeg() -> None:
@@ -131,8 +135,11 @@ def test_the_device_path_of_a_dataset_agrees_with_the_cpu_path(keep: Path, crop:
     cpu, stand_in = images("cpu"), StandIn()
     device = images(DeviceDecode("cpu", stand_in))
     assert device.shape == cpu.shape and device.dtype == torch.uint8 and stand_in.calls == [8]
-    if isinstance(crop, CenterCrop):  # the box at its own size: the decoded pixels themselves
-        assert torch.equal(device, cpu)
+    if isinstance(crop, CenterCrop):
+        # Boxes of images narrower than 32 px are resized: OpenCV's fixed-point bilinear on the
+        # CPU, grid_sample's float one here; a level apart at most, and rarely.
+        assert (device.int() - cpu.int()).abs().max() <= 1
+        assert (device != cpu).float().mean() < 0.06
     else:  # bilinear over roi_align's sub-samples, against OpenCV's area and linear resizes
         assert (device.float() - cpu.float()).abs().mean() < 2
 
@@ -144,9 +151,15 @@ def test_decode_cuda_without_a_gpu_says_so(keep: Path) -> None:
         ImageShardDataset(keep, size=48, fields=("image",), decode="cuda")
 
 
-def prep_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-c", "from prep.cli.main import app; app()", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+def prep_cli(*args: str) -> tuple[int, str]:
+    """`prep ARGS`: its exit code and all it printed."""
+    from typer.testing import CliRunner
+
+    from prep.cli.main import app
+
+    res = CliRunner().invoke(app, list(args))
+    assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
+    return res.exit_code, res.output
 
 
 def test_pack_decode_cuda_without_a_gpu_is_one_clear_line(tmp_path: Path) -> None:
@@ -154,10 +167,10 @@ def test_pack_decode_cuda_without_a_gpu_is_one_clear_line(tmp_path: Path) -> Non
         pytest.skip("a CUDA device is here: tests/test_gpu.py packs with it")
     (tmp_path / "src" / "a").mkdir(parents=True)
     Image.fromarray(picture(20, 30, 0)).save(tmp_path / "src" / "a" / "0.jpg")
-    run = prep_cli("pack", str(tmp_path / "src"), str(tmp_path / "out"), "--decode", "cuda")
-    assert run.returncode != 0 and "Traceback" not in run.stderr + run.stdout
-    said = [line for line in (run.stderr + run.stdout).splitlines() if "--decode cuda" in line]
-    assert len(said) == 1 and "no CUDA device" in said[0] and "HINT: --decode cpu" in said[0]
+    code, said = prep_cli("pack", str(tmp_path / "src"), str(tmp_path / "out"), "--decode", "cuda")
+    assert code != 0 and "Traceback" not in said
+    lines = [line for line in said.splitlines() if "--decode cuda" in line]
+    assert len(lines) == 1 and "no CUDA device" in lines[0] and "HINT: --decode cpu" in lines[0]
     assert not (tmp_path / "out" / "manifest.json").exists()
-    wrong = prep_cli("pack", str(tmp_path / "src"), str(tmp_path / "out"), "--decode", "gpu")
-    assert wrong.returncode != 0 and "--decode 'gpu' must be one of cpu, cuda" in wrong.stderr
+    code, said = prep_cli("pack", str(tmp_path / "src"), str(tmp_path / "out"), "--decode", "gpu")
+    assert code != 0 and "--decode 'gpu' must be one of cpu, cuda" in said

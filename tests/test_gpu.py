@@ -13,7 +13,7 @@ from PIL import Image
 from loaders import CenterCrop, ImageShardDataset
 from loaders.read.device import DeviceDecode
 from tests.test_device_decode import StandIn, jpeg, picture, pixels, reference
-from tests.test_device_parity import noisy, ops, run
+from tests.test_device_parity import LEVEL, noisy, ops, run
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -24,7 +24,7 @@ def test_each_transform_on_cuda_is_the_cpu_within_one_level(name: str) -> None:
     cpu = run(op, x, index)
     gpu = run(op.cuda(), x.cuda(), index.cuda())
     assert gpu.is_cuda and gpu.dtype == cpu.dtype and gpu.shape == cpu.shape
-    tolerance = 1 if cpu.dtype == torch.uint8 else 0.02
+    tolerance = LEVEL[cpu.dtype]
     assert (gpu.cpu().double() - cpu.double()).abs().max() <= tolerance
 
 

@@ -70,16 +70,15 @@ def nvjpeg(device: torch.device) -> Decoder:
 
 
 def cpu_decode(data: np.ndarray, hw: tuple[int, int], channels: int) -> np.ndarray:
-    """(h, w, C) pixels by libjpeg-turbo (simplejpeg); Pillow for what it cannot convert (CMYK).
-    ValueError or OSError: bad bytes."""
-    try:
+    """(h, w, C) pixels by libjpeg-turbo (simplejpeg); a CMYK JPEG by Pillow, whose conversion
+    prep packs with (libjpeg-turbo's differs by a level). ValueError or OSError: bad bytes."""
+    if refused(data[:65536].tobytes()) != "CMYK":
         return decode_jpeg(data, hw, 1, channels).copy()  # a copy: decode_jpeg's scratch buffer
-    except (ValueError, OSError):
-        from PIL import Image
+    from PIL import Image
 
-        with Image.open(io.BytesIO(data.tobytes())) as im:
-            img = np.asarray(im.convert("L" if channels == 1 else "RGB"))
-        return img.reshape(img.shape[0], img.shape[1], channels)
+    with Image.open(io.BytesIO(data.tobytes())) as im:
+        img = np.array(im.convert("L" if channels == 1 else "RGB"))  # writable: torch's
+    return img.reshape(img.shape[0], img.shape[1], channels)
 
 
 @dataclass
