@@ -59,8 +59,8 @@ def encode_item(
     """One input -> its arrays, else Reject. `sums` counts the pixels; `phash`: if known;
     `diffs`: --decode cuda's differences from the CPU's pixels (decode_nvjpeg)."""
     mode, bg, sizes = cfg.mode, cfg.background_rgb(), tuple(cfg.sizes)
-    on = {"device": cfg.decode, "diffs": diffs}
-    img, upright = decode_image(item.path, sizes, cfg.gray, cfg.max_pixels, mode, bg, **on)
+    args = (cfg.gray, cfg.max_pixels, mode, bg, cfg.decode, diffs)
+    img, upright = decode_image(item.path, sizes, *args)
     out: dict[str, np.ndarray] = {}
     pixels = sizes_from(img, upright, cfg.sizes, mode, cfg.pad_value)
     for s, arr in pixels.items():
