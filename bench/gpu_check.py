@@ -44,12 +44,13 @@ NOT_CUDA_TESTS = ("test_gpu_check.py", "test_readme.py")
 SITE = ROOT / "bench" / "out" / "site"  # where wheels/ is installed: no system site touched
 
 
-def install_missing(wheels: Path) -> None:
-    """pip install into SITE, from wheels/ only, the modules this python lacks (no network)."""
+def install_missing(wheels: Path, cuda: bool) -> None:
+    """pip install into SITE, from wheels/ only, the modules this python lacks (no network);
+    torchvision (nvJPEG) where CUDA runs."""
     sys.path.insert(0, str(SITE))
     importlib.invalidate_caches()
     names = [pkg for mod, pkg in NEEDED.items() if importlib.util.find_spec(mod) is None]
-    if importlib.util.find_spec("torch") and importlib.util.find_spec("torchvision") is None:
+    if cuda and importlib.util.find_spec("torchvision") is None:
         names.append("torchvision")
     if not names:
         return
@@ -119,7 +120,8 @@ def best(fn: Callable[[], Any], reps: int, sync: Callable[[], None]) -> float:
 def decode_rows(
     packed: Path, size: int, device: str, reps: int, sync: Callable[[], None]
 ) -> list[list[str]]:
-    """img/s of a 64-image batch, a RandomResizedCrop of 7/8 the side: on `device` and the CPU."""
+    """img/s of a batch (64 images at most), a RandomResizedCrop of 7/8 the side: on `device`
+    and the CPU."""
     from loaders import ImageShardDataset, RandomResizedCrop
     from loaders.read.device import DeviceDecode
 
@@ -137,18 +139,21 @@ def decode_rows(
     return rows
 
 
-def transform_rows(device: str, reps: int, sync: Callable[[], None]) -> list[list[str]]:
-    """ms per 64-image 256 px uint8 batch of each op of loaders.transforms, and Normalize."""
+def transform_rows(
+    device: str, reps: int, sync: Callable[[], None], n: int, side: int
+) -> list[list[str]]:
+    """ms per batch (n x 3 x side x side uint8) of each op of loaders.transforms, Normalize."""
     import torch
 
     from loaders import Normalize
     from loaders import transforms as T
 
+    out = side * 7 // 8
     ops: dict[str, torch.nn.Module] = {
-        "RandomResizedCrop(224)": T.RandomResizedCrop(224),
-        "Resize(224)": T.Resize(224),
-        "RandomCrop(224, padding=8)": T.RandomCrop(224, padding=8),
-        "CenterCrop(224)": T.CenterCrop(224),
+        f"RandomResizedCrop({out})": T.RandomResizedCrop(out),
+        f"Resize({out})": T.Resize(out),
+        f"RandomCrop({out}, padding=8)": T.RandomCrop(out, padding=8),
+        f"CenterCrop({out})": T.CenterCrop(out),
         "RandomHorizontalFlip": T.RandomHorizontalFlip(),
         "RandomVerticalFlip": T.RandomVerticalFlip(),
         "ColorJitter(.4, .4, .4, .1)": T.ColorJitter(0.4, 0.4, 0.4, 0.1),
@@ -157,23 +162,25 @@ def transform_rows(device: str, reps: int, sync: Callable[[], None]) -> list[lis
         "Normalize": Normalize([124.0, 116.0, 104.0], [58.0, 57.0, 57.0]),
     }
     ops["crop + flip + jitter, folded"] = T.Compose(
-        [T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ColorJitter(0.4, 0.4, 0.4, 0.1)]
+        [T.RandomResizedCrop(out), T.RandomHorizontalFlip(), T.ColorJitter(0.4, 0.4, 0.4, 0.1)]
     )
     g = torch.Generator().manual_seed(0)
-    x = torch.randint(0, 256, (64, 3, 256, 256), dtype=torch.uint8, generator=g).to(device)
-    labels, index = (torch.arange(64) % 10).to(device), torch.arange(64).to(device)
+    x = torch.randint(0, 256, (n, side, side, 3), dtype=torch.uint8, generator=g)
+    x = x.permute(0, 3, 1, 2).to(device)  # channels-last, as the datasets return it
+    labels, index = (torch.arange(n) % 10).to(device), torch.arange(n).to(device)
     rows = []
     for name, op in ops.items():
         pipe = op if isinstance(op, T.Compose) else T.Compose([op])
         ms = 1000 * best(lambda p=pipe: p(x, labels, index=index), reps, sync)
-        rows.append([f"transform {name} (ms/batch)", f"{ms:.2f}", "64 x 3 x 256 x 256 uint8"])
+        rows.append([f"transform {name} (ms/batch)", f"{ms:.2f}", f"{n} x 3 x {side}^2 uint8"])
     return rows
 
 
-def train_rows(packed: Path, device: str, steps: int) -> list[list[str]]:
+def train_rows(packed: Path, device: str, steps: int, workers: int) -> list[list[str]]:
     """examples/train_classifier.py for `steps` steps: samples/s and the data wait it prints."""
     cmd = [sys.executable, str(ROOT / "examples" / "train_classifier.py"), "--data", str(packed)]
     cmd += ["--limit", str(steps), "--device", device, "--batch-size", "32", "--epochs", "1"]
+    cmd += ["--workers", str(workers)]
     out = subprocess.run(cmd, env=env(), capture_output=True, text=True, check=True, timeout=300)
     found = re.findall(r"([\d,]+) samples/s, data wait ([\d.]+)%", out.stdout)
     if not found:
@@ -197,11 +204,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="a tiny run: 48 images, 3 steps, 1 rep")
     p.add_argument("--wheels", type=Path, default=ROOT / "wheels")
     args = p.parse_args(argv)
-    install_missing(args.wheels)
-    sys.path.insert(0, str(ROOT))
-    import torch
+    import torch  # the machine's own (a CUDA build there), never from wheels/
 
     seen = torch.cuda.is_available()
+    install_missing(args.wheels, seen and args.device != "cpu")
+    sys.path.insert(0, str(ROOT))
     device = args.device or ("cuda" if seen else "cpu")
     if device == "cuda" and not seen:
         print("gpu-check: --device cuda, but torch sees no CUDA device: the CPU numbers follow")
@@ -211,13 +218,14 @@ def main(argv: list[str] | None = None) -> int:
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     # Enough images for a step of 32 an epoch (every 8th is held out), else --limit never ends.
     reps, count, size, steps = (1, 48, 64, 3) if args.quick else (10, 256, 256, 200)
+    batch, workers = (8, 0) if args.quick else (64, 2)
     status, verdict = cuda_tests(device)
     rows = [["CUDA tests", verdict, status]]
     with tempfile.TemporaryDirectory() as tmp:
         packed = demo(Path(tmp), count, size)
         rows += decode_rows(packed, size, device, reps, sync)
-        rows += transform_rows(device, reps, sync)
-        rows += train_rows(packed, device, steps)
+        rows += transform_rows(device, reps, sync, batch, size)
+        rows += train_rows(packed, device, steps, workers)
     text = table(rows, label)
     print(text)
     args.out.parent.mkdir(parents=True, exist_ok=True)
