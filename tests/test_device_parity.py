@@ -67,6 +67,10 @@ def test_the_batch_crop_is_bilinear_per_box_also_in_a_padded_batch() -> None:
     out = crop_batch(padded, two, (16, 32), hw=hw)
     assert np.allclose(out[1].numpy(), bilinear(small.numpy(), [5, 0, 15, 25], (16, 32)))
     assert np.allclose(out[0].numpy(), bilinear(x[0].numpy(), [0, 0, 37, 53], (16, 32)))
+    # A box at its own size is its pixels, exactly (uint8 in, uint8 out).
+    pixels = noisy(4)
+    same = crop_batch(pixels, torch.tensor([[3, 5, 20, 30]] * 4), (20, 30))
+    assert same.dtype == torch.uint8 and torch.equal(same, pixels[:, :, 3:23, 5:35])
 
 
 @pytest.mark.parametrize("size", [(24, 40), (61, 17)])
