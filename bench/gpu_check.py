@@ -54,8 +54,12 @@ def install_missing(wheels: Path, cuda: bool) -> None:
         names.append("torchvision")
     if not names:
         return
-    if not wheels.is_dir():
-        sys.exit(f"gpu-check: missing {', '.join(names)}. HINT: make gpu-wheels, or pip install")
+    have = {f.name.split("-")[0].lower() for f in wheels.glob("*.whl")}  # none: no folder
+    lacking = [n for n in names if n.replace("-", "_").lower() not in have]
+    if lacking:
+        extra = " GPU_WHEELS_EXTRA=opencv-python-headless" if NEEDED["cv2"] in lacking else ""
+        hint = f"make gpu-wheels{extra}"
+        sys.exit(f"gpu-check: this python lacks {', '.join(lacking)}. HINT: {hint}, or pip install")
     pip = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--find-links", str(wheels)]
     subprocess.run([*pip, "--target", str(SITE), *names], check=True)
     importlib.invalidate_caches()
