@@ -154,3 +154,26 @@ bench-scale: $(STAMP)
 
 clean:
 	rm -rf $(VENV) data .pytest_cache .mypy_cache .ruff_cache *.egg-info
+
+# Everything the GPU runs, measured on the first CUDA machine (bench/gpu_check.py): the CUDA
+# tests, decode="cuda" against the CPU, each transform's ms per batch and 200 training steps,
+# in one table (printed, and written to bench/out/gpu-check.md). Without CUDA: the CPU's numbers,
+# labelled so (DEVICE=cpu asks for them). The system's python3 runs it where .venv is absent.
+.PHONY: gpu-check gpu-wheels
+GPU_PY = $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
+gpu-check:
+	$(GPU_PY) bench/gpu_check.py $(if $(DEVICE),--device $(DEVICE))
+
+# What gpu-check installs on a bare CUDA machine's Python 3.12 (torch and numpy assumed there),
+# as wheels in wheels/ (17 MB): torchvision of the torch it runs with (TORCHVISION), without
+# dependencies. OpenCV's wheel alone is 62 MB, past a 64 MiB tree: GPU_WHEELS_EXTRA=
+# opencv-python-headless adds it for a machine that lacks cv2.
+TORCHVISION ?= 0.28.0
+GPU_WHEELS_EXTRA ?=
+gpu-wheels:
+	python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+		--platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d wheels \
+		torchvision==$(TORCHVISION) simplejpeg pillow typer click rich shellingham \
+		markdown-it-py mdurl pygments typing-extensions tqdm joblib psutil pytest iniconfig \
+		pluggy packaging $(GPU_WHEELS_EXTRA)
+	du -sh wheels

@@ -9,10 +9,9 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from loaders.augment import kernel
+from loaders.augment import batchcrop, kernel
 from loaders.augment.boxes import Ragged, Targets, outputs
 from loaders.augment.boxes import per_box as padded_per_box  # Compose has a per_box= argument
 from loaders.augment.random import stream_key, uniform
@@ -31,6 +30,7 @@ class Sample:
     pending: Resize | None = None
     targets: Targets | None = None
     instances: torch.Tensor | None = None
+    kernel: bool = True  # False: the whole-batch ops CUDA runs, also on CPU tensors
 
     @property
     def canvas(self) -> tuple[int, int]:
@@ -114,8 +114,10 @@ class Op(nn.Module):
     def forward(
         self, images: torch.Tensor, labels: torch.Tensor | None = None, **kw: Any
     ) -> torch.Tensor | tuple[Any, ...]:
-        """`kw`: index=, mask=, boxes=... as for Compose, and its seed=, epoch=, min_size=."""
-        pipe = Compose([self], kw.pop("seed", 0), kw.pop("epoch", 0), kw.pop("min_size", 1.0))
+        """`kw`: index=, mask=, boxes=... as for Compose, and its seed=, epoch=, min_size=,
+        cpu_kernel=."""
+        given = {k: kw.pop(k) for k in ("seed", "epoch", "min_size", "cpu_kernel") if k in kw}
+        pipe = Compose([self], **given)
         return pipe(images, labels, **kw)
 
     def extra_repr(self) -> str:
@@ -124,14 +126,21 @@ class Op(nn.Module):
 
 class Compose(nn.Module):
     """Ops applied in order to a batch (a module not an Op gets the images). Returns the images,
-    or them and the labels, mask, boxes, keypoints, instances, lengths, per_box given, in order."""
+    or them and the labels, mask, boxes, keypoints, instances, lengths, per_box given, in order.
+    cpu_kernel=False: a uint8 CPU batch takes the whole-batch torch ops CUDA runs (one level
+    apart from the per-sample kernel at most), not loaders.augment.kernel's pass."""
 
     def __init__(
-        self, ops: Iterable[nn.Module], seed: int = 0, epoch: int = 0, min_size: float = 1.0
+        self,
+        ops: Iterable[nn.Module],
+        seed: int = 0,
+        epoch: int = 0,
+        min_size: float = 1.0,
+        cpu_kernel: bool = True,
     ):
         super().__init__()
         self.ops = nn.ModuleList(ops)
-        self.seed, self.min_size = seed, min_size
+        self.seed, self.min_size, self.cpu_kernel = seed, min_size, cpu_kernel
         self.set_epoch(epoch)  # refuses a negative seed or epoch now
         # Each op's stream: its class name, "#k" for its k-th repeat (a pipeline's first
         # RandomResizedCrop draws what a decode-time one draws).
@@ -173,6 +182,7 @@ class Compose(nn.Module):
                 hw = tuple(images.shape[-2:])
                 raise ValueError(f"instances of {tuple(stack.shape[1:3])} px for images of {hw}")
         sample = Sample(images, index, labels, mask, targets=targets, instances=stack)
+        sample = sample.but(kernel=self.cpu_kernel)
         for op, name in zip(self.ops, self._names, strict=True):
             key = stream_key(self.seed, self.epoch, name)
             if isinstance(op, Op):
@@ -199,47 +209,32 @@ def take(x: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tenso
     return x[b, rows[:, :, None], cols[:, None, :]]
 
 
-def _centres(start: torch.Tensor, length: torch.Tensor, out: int) -> torch.Tensor:
-    """Source coordinates (B, out) of the centres of `out` pixels over [start, start + length)."""
-    j = torch.arange(out, device=start.device, dtype=torch.float64) + 0.5
-    return start[:, None] + j[None, :] * (length[:, None] / out)
-
-
-def settle(sample: Sample, rounded: bool = True, color: kernel.Color | None = None) -> Sample:
-    """The sample with its pending crop made (bilinear; masks nearest) and jittered by `color`
-    (kernel's pass only). rounded=False: a uint8 batch stays float32 on the torch path."""
+def settle(sample: Sample, color: kernel.Color | None = None) -> Sample:
+    """The sample with its pending crop made (bilinear; masks nearest) and jittered by `color`:
+    kernel's per-sample pass for a uint8 CPU batch, else the whole-batch crop CUDA runs."""
     p, x = sample.pending, sample.images
     if p is None and color is None:
         return sample
     H, W = x.shape[-2:]
-    if p is None:
+    fits = sample.kernel and kernel.fits(x, color=color is not None)
+    if p is None:  # colour alone: the kernel resamples at the pixels' own centres (itself)
+        if not fits:
+            return sample.but(images=batchcrop.crop_batch(x, None, (H, W), color=color))
         whole = torch.tensor([[0, 0, H, W]], device=x.device)
         p = Resize(whole.expand(len(sample.index), 4), (H, W))
-    boxes, size, flip = p.boxes, p.size, p.flip
-    top, left, h, w = boxes.to(torch.float64).unbind(1)
-    rows, cols = _centres(top, h, size[0]), _centres(left, w, size[1])
-    cols = cols if flip is None else torch.where(flip[:, None], cols.flip(1), cols)
+    top, left, h, w = p.boxes.to(torch.float64).unbind(1)
+    rows, cols = _centres(top, h, p.size[0]), _centres(left, w, p.size[1])
+    cols = cols if p.flip is None else torch.where(p.flip[:, None], cols.flip(1), cols)
     r, c = (t.floor().to(torch.int64).clamp(0, n - 1) for t, n in ((rows, H), (cols, W)))
     masks = sample.masks(lambda m, _: take(m, r, c))
-    if kernel.fits(x) and (rounded or color is not None):
+    if fits:
         images = kernel.resample(x, rows - 0.5, cols - 0.5, color)
-        return sample.but(images=images, pending=None, **masks)
-    if color is not None:
-        raise ValueError("a colour folded into the crop needs a uint8 CPU batch (kernel.fits)")
-    f = working(x)
-    # grid_sample's coordinates (align_corners=False: -1 and 1 are the image's outer edges) of
-    # output pixel centres over [0, 1): each sample's box scales and shifts them, and a flip
-    # reads them backwards (the very values a flip of the result would put there).
-    ys, xs = ((torch.arange(n, device=x.device, dtype=f.dtype) + 0.5) / n for n in size)
-    gcols = (
-        xs.expand(len(boxes), -1) if flip is None else torch.where(flip[:, None], xs.flip(0), xs)
-    )
-    gx = torch.addcmul(
-        (2 * left / W - 1)[:, None].to(f.dtype), (2 * w / W)[:, None].to(f.dtype), gcols
-    )
-    gy = torch.addcmul((2 * top / H - 1)[:, None].to(f.dtype), (2 * h / H)[:, None].to(f.dtype), ys)
-    grid = empty((len(boxes), *size, 2), f.dtype, x.device)
-    grid[..., 0], grid[..., 1] = gx[:, None, :], gy[:, :, None]  # (B, h, w, 2): x, y
-    out = F.grid_sample(f, grid, mode="bilinear", padding_mode="border", align_corners=False)
-    images = to_images(out, x) if rounded else out
+    else:
+        images = batchcrop.crop_batch(x, p.boxes, p.size, flip=p.flip, color=color)
     return sample.but(images=images, pending=None, **masks)
+
+
+def _centres(start: torch.Tensor, length: torch.Tensor, out: int) -> torch.Tensor:
+    """Source coordinates (B, out) of the centres of `out` pixels over [start, start + length)."""
+    j = torch.arange(out, device=start.device, dtype=torch.float64) + 0.5
+    return start[:, None] + j[None, :] * (length[:, None] / out)

@@ -6,9 +6,8 @@ import math
 
 import torch
 
-from loaders.augment import kernel
-from loaders.augment.base import Op, Sample, empty_like, settle, working
-from loaders.augment.kernel import Color
+from loaders.augment.base import Op, Sample, settle
+from loaders.augment.batchcrop import Color
 
 # ITU-R 601-2 luma, as torchvision's rgb_to_grayscale and prep's --gray.
 LUMA = (0.299, 0.587, 0.114)
@@ -64,21 +63,5 @@ class ColorJitter(Op):
     def augment(self, sample: Sample, key: int) -> Sample:
         if not (any(self.amounts) or self.hue):
             return sample
-        dtype = sample.images.dtype  # of the batch given, before a pending crop
         color = self.matrices(self.draws(key, sample, 4), sample.images.shape[1])
-        if kernel.fits(sample.images, color=True):  # uint8 RGB on the CPU: all in one pass
-            return settle(sample, color=color)
-        sample = settle(sample, rounded=False)
-        x = sample.images
-        B, C, H, W = x.shape
-        # (B, C, H * W) is a view for contiguous and channels-last batches alike.
-        pixels = working(x.reshape(B, C, H * W))
-        matrix, shift, grey = color
-        means = pixels.mean(2) if self.amounts[1] else pixels.new_zeros(B, C)
-        dt, uint8 = pixels.dtype, dtype == torch.uint8
-        # uint8: +0.5 in the offset and a clip to [0.5, 255.5], so truncation rounds (one pass).
-        offset = (shift * (means.to(grey.dtype) @ grey))[:, None, None] + (0.5 if uint8 else 0.0)
-        out = torch.baddbmm(offset.to(dt), matrix.to(dt), pixels, out=empty_like(pixels, dt))
-        if uint8:
-            out = empty_like(out, torch.uint8).copy_(out.clamp_(0.5, 255.5))
-        return sample.but(images=out.to(dtype).view(B, C, H, W))
+        return settle(sample, color=color)  # folded into a pending crop: one pass

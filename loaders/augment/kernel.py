@@ -11,11 +11,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from loaders.augment.batchcrop import Color  # a colour jitter folded into the pass
 from loaders.read.decode import Pool
-
-# A colour jitter folded into the pass: each sample's matrix (B, C, C), its offset's weight
-# shift (B,) and the grey weights (C,): pixel -> matrix @ pixel + shift * (grey . mean pixel).
-Color = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 _pool = Pool(max(1, torch.get_num_threads()))
 

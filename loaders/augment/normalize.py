@@ -79,7 +79,8 @@ class Normalize(nn.Module):
         if x.dim() not in (3, 4) or (channels != 1 and x.shape[-3] != channels):
             raise ValueError(f"expected (B, C, H, W) or (C, H, W) images, got {tuple(x.shape)}")
         mean, std = self.mean.to(x.device), self.std.to(x.device)
-        return (x.to(self.dtype) - mean) / std
+        # One new tensor, worked in place (copy=True: a float input is never changed).
+        return x.to(self.dtype, copy=True).sub_(mean).div_(std)
 
     def extra_repr(self) -> str:
         return f"mean={self.mean.flatten().tolist()}, std={self.std.flatten().tolist()}"

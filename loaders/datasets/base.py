@@ -12,11 +12,13 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from loaders.augment.batchcrop import crop_batch, samples_for
 from loaders.augment.crops import Crop
 from loaders.fields import declared
 from loaders.fields.base import Field
 from loaders.fields.image import CHECKED_BYTES, sides_problem
-from loaders.read.decode import Pixels, Pool, decode_cuda, run
+from loaders.read.decode import Pixels, Pool, run
+from loaders.read.device import DeviceDecode
 from loaders.read.loader import BufferPool, check_indices, new_batch
 from loaders.read.memory import SharedArrays
 from loaders.read.store import ShardStore
@@ -172,7 +174,8 @@ class ShardedDataset(Dataset[Any]):
 class DecodingDataset(ShardedDataset):
     """A ShardedDataset with image fields: a batch of them is decoded (JPEG), cropped to each
     sample's box of `crop` and resized on a pool of `threads` threads (None: up to 4 cores), or
-    decoded on the GPU (`decode="cuda"`, JPEG only: decode_cuda)."""
+    decoded on the GPU (`decode="cuda"`, JPEG only: loaders.read.device), its boxes resized by
+    one whole-batch crop (roi_align's sub-samples when shrinking) there."""
 
     fast_dct: bool = False  # JPEG on the CPU: the fast integer IDCT (loaders.read.decode)
 
@@ -182,18 +185,27 @@ class DecodingDataset(ShardedDataset):
         *,
         split: str | None = None,
         crop: Crop | None = None,
-        decode: str = "cpu",
+        decode: str | DeviceDecode = "cpu",
         threads: int | None = None,
         **store: Unpack[Remote],
     ):
         super().__init__(root, split=split, **store)
-        if decode not in ("cpu", "cuda"):
-            raise ValueError(f"decode={decode!r} is not 'cpu' or 'cuda'")
+        if not isinstance(decode, DeviceDecode) and decode not in ("cpu", "cuda"):
+            raise ValueError(f"decode={decode!r} is not 'cpu', 'cuda' or a DeviceDecode")
         self.crop, self.decode, self._threads = crop, decode, threads
+        self._device = DeviceDecode() if decode == "cuda" else decode
 
     @cached_property
     def _pool(self) -> Pool:
         return Pool(self._threads or min(4, len(os.sched_getaffinity(0))))
+
+    @staticmethod
+    def _on_device(device: DeviceDecode, p: Pixels, shape: tuple[int, ...]) -> torch.Tensor:
+        """The JPEGs decoded on the device, then their boxes cropped by one whole-batch op."""
+        x, hw = device.decode(p, shape[3])
+        boxes, size = torch.from_numpy(p.boxes).to(x.device), (shape[1], shape[2])
+        out = crop_batch(x, boxes, size, hw=hw, samples=samples_for(boxes, size))
+        return out.contiguous(memory_format=torch.channels_last)
 
     def pixels(
         self, p: Pixels, shape: tuple[int, ...], key: str, mask: bool = False
@@ -204,8 +216,8 @@ class DecodingDataset(ShardedDataset):
         if found is not None:
             p.check_crc(found[0])
             p.fail(*found)
-        if self.decode == "cuda" and p.jpeg:
-            return decode_cuda(p, (shape[1], shape[2]), shape[3])
+        if isinstance(self._device, DeviceDecode) and p.jpeg:
+            return self._device.run(partial(self._on_device, self._device, p, shape))
         out = new_batch(shape, torch.uint8, self._buffers, key)
         self._pool.map(partial(run, out.numpy(), p, mask, self.fast_dct), range(len(p.srcs)))
         return out if mask else out.permute(0, 3, 1, 2)

@@ -438,7 +438,8 @@ def read_crop(aug: Any) -> tuple[Any, Any] | None:
         return None
     first = crops[0]
     crop = ReadCrop(first.size, first.scale, first.ratio, seed=aug.seed)
-    return crop, Compose(ops[1:], seed=aug.seed, epoch=aug.epoch, min_size=aug.min_size)
+    rest = Compose(ops[1:], aug.seed, aug.epoch, aug.min_size, cpu_kernel=aug.cpu_kernel)
+    return crop, rest
 
 
 def transform(

@@ -1,4 +1,4 @@
-"""A batch's pixels, on the GPU (decode_cuda) or the CPU: rows of `Pixels` run on a `Pool` of
+"""A batch's pixels on the CPU (on a GPU: loaders.read.device): rows of `Pixels` run on a Pool of
 threads (libjpeg-turbo and OpenCV release the GIL), a JPEG decoded at 1/2, 1/4 or 1/8 scale
 when its box allows, only the box where loaders._jpegroi is built, then resized (bilinear,
 area past 2x, nearest for masks). Bad bytes are a FormatError naming the sample."""
@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import NoReturn, TypeVar
 
 import numpy as np
-import torch
 from torch.utils.data import get_worker_info
 
 from loaders.fields.image import decode_jpeg, scratch
@@ -160,44 +159,3 @@ def decode_region(
     out = np.frombuffer(scratch(h * w * channels), np.uint8, h * w * channels)
     _roi.decode_box(data, out, *sides, top, left, h, w, f, channels, fast)
     return out.reshape(h, w, channels)
-
-
-def decode_cuda(p: Pixels, out_hw: tuple[int, int], channels: int) -> torch.Tensor:
-    """uint8 (B, C, oh, ow) on the GPU: the JPEG samples decoded at once by nvJPEG (torchvision)
-    in the main process, each one's box resized to `out_hw` (bilinear, antialiased)."""
-    if get_worker_info() is not None:
-        raise RuntimeError(
-            'decode="cuda" decodes in the main process (CUDA cannot start in forked workers). '
-            "HINT: make_loader(..., num_workers=0), or decode='cpu' in workers"
-        )
-    try:
-        from torchvision.io import ImageReadMode, decode_jpeg
-    except ImportError as e:
-        raise ImportError(
-            "decode='cuda' needs torchvision. HINT: pip install '.[gpu]' (or decode='cpu')"
-        ) from e
-    for j in range(len(p.srcs)):
-        p.check_crc(j)
-    data = [torch.from_numpy(np.array(src)) for src in p.srcs]  # a copy: the maps are read-only
-    mode = ImageReadMode.GRAY if channels == 1 else ImageReadMode.RGB
-    try:
-        images = decode_jpeg(data, mode=mode, device="cuda")
-    except RuntimeError as e:
-        raise FormatError(
-            f"a JPEG sample of {p.places[0]} ... {p.places[-1]} cannot be decoded ({e}). "
-            "HINT: run `prep verify`, then repack"
-        ) from e
-    out = torch.empty((len(p.srcs), channels, *out_hw), dtype=torch.uint8, device="cuda")
-    for j, img in enumerate(images):
-        if tuple(img.shape[1:]) != (int(p.hw[j, 0]), int(p.hw[j, 1])):
-            raise FormatError(f"{p.places[j]}: decoded {tuple(img.shape[1:])}, stored {p.hw[j]}")
-        top, left, h, w = (int(v) for v in p.boxes[j])
-        region = img[:, top : top + h, left : left + w]
-        if (h, w) != out_hw:
-            shrink = h > out_hw[0] or w > out_hw[1]
-            resized = torch.nn.functional.interpolate(
-                region[None].float(), size=out_hw, mode="bilinear", antialias=shrink
-            )
-            region = resized[0].round_().clamp_(0, 255)
-        out[j] = region
-    return out.contiguous(memory_format=torch.channels_last)

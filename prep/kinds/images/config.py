@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from prep.run.config import RunConfig, check, choice, listed, opt
+from prep.run.errors import UsageError
 
 CODECS = ("raw", "jpeg")  # --codec; mode keep stores raw samples ragged
 
@@ -75,6 +76,11 @@ class PackConfig(RunConfig):
         4,  # prep.inspect.dupes.DEFAULT_DISTANCE (tests/test_dupes.py holds them equal)
         "--drop-dupes: the most bits of 64 two perceptual hashes may differ in (0-32).",
     )
+    decode: str = opt(
+        "cpu",
+        "cpu | cuda: JPEG inputs decoded by nvJPEG on the GPU (torchvision), whole (no DCT "
+        "scaling); the manifest records how far its pixels are from the CPU's.",
+    )
 
     SECTION: ClassVar[str] = "pack"
 
@@ -100,6 +106,9 @@ class PackConfig(RunConfig):
         check(self.max_pixels >= 1, f"--max-pixels {self.max_pixels}", "at least 1")
         check(0 <= self.max_distance <= 32, f"--max-distance {self.max_distance}", "0..32")
         self.background_rgb()  # checked here, once
+        choice(self.decode, ("cpu", "cuda"), "--decode")
+        if self.decode == "cuda":
+            check_cuda()
         check(0 <= self.val_fraction < 1, f"--val-fraction {self.val_fraction}", "in [0, 1)")
         if self.splits is not None:
             names = listed(self.splits, "--splits", str)
@@ -142,3 +151,15 @@ class PackConfig(RunConfig):
         found = dict(pairs)
         check(len(found) == len(set(pairs)), what, "one codec per size")
         return found
+
+
+def check_cuda() -> None:
+    """--decode cuda needs torch to see a GPU and torchvision (nvJPEG): else one line."""
+    import importlib.util
+
+    import torch  # here: prep's start-up stays without torch
+
+    if not torch.cuda.is_available():
+        raise UsageError("--decode cuda: torch sees no CUDA device here. HINT: --decode cpu")
+    if importlib.util.find_spec("torchvision") is None:
+        raise UsageError("--decode cuda needs torchvision. HINT: pip install '.[gpu]'")

@@ -54,11 +54,13 @@ def encode_item(
     specs: dict[str, ArraySpec],
     sums: PixelSums | None = None,
     phash: int | None = None,
+    diffs: list[int] | None = None,
 ) -> dict[str, np.ndarray]:
-    """One input -> its arrays, else Reject. `sums` counts the pixels; `phash`: if known."""
-    mode = cfg.mode
-    bg = cfg.background_rgb()
-    img, upright = decode_image(item.path, tuple(cfg.sizes), cfg.gray, cfg.max_pixels, mode, bg)
+    """One input -> its arrays, else Reject. `sums` counts the pixels; `phash`: if known;
+    `diffs`: --decode cuda's differences from the CPU's pixels (decode_nvjpeg)."""
+    mode, bg, sizes = cfg.mode, cfg.background_rgb(), tuple(cfg.sizes)
+    args = (cfg.gray, cfg.max_pixels, mode, bg, cfg.decode, diffs)
+    img, upright = decode_image(item.path, sizes, *args)
     out: dict[str, np.ndarray] = {}
     pixels = sizes_from(img, upright, cfg.sizes, mode, cfg.pad_value)
     for s, arr in pixels.items():
@@ -114,13 +116,18 @@ def pack_shard(
 
     cv2.setNumThreads(1)  # one task per core already
     sums = PixelSums()  # the pixel statistics of the manifest's extra.stats
+    diffs: list[int] = []  # --decode cuda: each JPEG's largest difference from the CPU's
 
     def encode(item: Item) -> dict[str, np.ndarray]:
-        return encode_item(item, cfg, specs, sums, (phashes or {}).get(item.rel))
+        return encode_item(item, cfg, specs, sums, (phashes or {}).get(item.rel), diffs)
 
-    return write_shard(
-        index, items, encode, specs, cfg.format, staging, lambda: {"stats": sums.record()}
-    )
+    def extra() -> dict[str, Any]:
+        out: dict[str, Any] = {"stats": sums.record()}
+        if cfg.decode == "cuda":
+            out["decode_diffs"] = [len(diffs), sum(diffs), max(diffs, default=0)]
+        return out
+
+    return write_shard(index, items, encode, specs, cfg.format, staging, extra)
 
 
 class ImagesKind(Kind[PackConfig, list[Item]]):
@@ -193,6 +200,12 @@ class ImagesKind(Kind[PackConfig, list[Item]]):
         stats = combine(records)  # per-channel mean and std (prep.media.image.geometry)
         if stats is not None:
             extra["stats"] = {"image": stats}
+        if self.cfg.decode == "cuda":  # nvJPEG's pixels against libjpeg-turbo's, in levels
+            found = [r["decode_diffs"] for r in records if r.get("decode_diffs")]
+            n, total = sum(f[0] for f in found), sum(f[1] for f in found)
+            worst = max((f[2] for f in found), default=0)
+            extra["decode"] = {"device": "cuda", "jpegs": n, "max_diff": worst}
+            extra["decode"]["mean_max_diff"] = total / n if n else 0.0
         return extra | split_counts(self.listing, records)
 
 

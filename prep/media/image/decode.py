@@ -166,6 +166,35 @@ def decode_jpeg(
     return _upright(a[..., 0] if gray else a, orientation)
 
 
+def decode_nvjpeg(
+    im: Image.Image, orientation: int, gray: bool, diffs: list[int] | None
+) -> np.ndarray | None:
+    """JPEG `im` decoded whole by nvJPEG on the GPU (torchvision), or None: the CPU decodes it
+    (CMYK, progressive, or what nvJPEG refuses). `diffs` gets the largest difference of its
+    pixels from libjpeg-turbo's (nvJPEG's IDCT is its own): the manifest's extra.decode."""
+    fp = getattr(im, "fp", None)
+    if im.mode not in ("RGB", "L") or fp is None or im.info.get("progressive"):
+        return None
+    import simplejpeg
+    import torch
+    from torchvision.io import ImageReadMode
+    from torchvision.io import decode_jpeg as nvjpeg
+
+    with stage("read"):
+        fp.seek(0)
+        data = fp.read()
+    read_mode = ImageReadMode.GRAY if gray else ImageReadMode.RGB
+    try:
+        pixels = nvjpeg(torch.frombuffer(bytearray(data), dtype=torch.uint8), read_mode, "cuda")
+    except RuntimeError:
+        return None
+    a = pixels.permute(1, 2, 0).cpu().numpy()
+    if diffs is not None:
+        ref = simplejpeg.decode_jpeg(data, "GRAY" if gray else "RGB").reshape(a.shape)
+        diffs.append(int(np.abs(a.astype(np.int16) - ref).max()))
+    return _upright(a[..., 0] if gray else a, orientation)
+
+
 @timed("decode")
 def decode_image(
     path: Path | io.BytesIO,
@@ -174,9 +203,12 @@ def decode_image(
     max_pixels: int = 100_000_000,
     mode: str = "fill",
     background: tuple[int, ...] = BACKGROUND,
+    device: str = "cpu",
+    diffs: list[int] | None = None,
 ) -> tuple[np.ndarray, tuple[int, int]]:
     """Upright pixels, (H, W, 3) or, gray, (H, W) uint8, and the full-size upright (h, w);
-    `hint` (sizes) lets a JPEG decode at a DCT scale still covering the largest in `mode`."""
+    `hint` (sizes) lets a JPEG decode at a DCT scale still covering the largest in `mode`;
+    device "cuda": whole, by nvJPEG (decode_nvjpeg), where it takes the JPEG."""
     # Pillow's warnings about a file are noise: the policy decides what they mean.
     with warnings.catch_warnings(action="ignore"), _open(path, max_pixels) as im:
         orientation = _orientation(im)
@@ -194,7 +226,8 @@ def decode_image(
             need_h, need_w = g.content
             # draft() takes the stored (w, h): swap back for rotated photos.
             req = (need_h, need_w) if orientation in (5, 6, 7, 8) else (need_w, need_h)
-            fast = decode_jpeg(im, req, orientation, gray)
+            on_gpu = decode_nvjpeg(im, orientation, gray, diffs) if device == "cuda" else None
+            fast = on_gpu if on_gpu is not None else decode_jpeg(im, req, orientation, gray)
             if fast is not None:
                 return fast, upright
             im.draft("L" if gray else "RGB", req)
