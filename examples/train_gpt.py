@@ -35,11 +35,11 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(embd, 3 * embd)
         self.proj = nn.Linear(embd, embd)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         b, t, c = x.shape
         q, k, v = self.qkv(x).view(b, t, 3, self.heads, c // self.heads).unbind(2)
-        y = F.scaled_dot_product_attention(
-            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
+        y = F.scaled_dot_product_attention(  # a mask (packed documents) carries the causality
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), mask, is_causal=mask is None
         )
         return self.proj(y.transpose(1, 2).reshape(b, t, c))
 
@@ -53,8 +53,8 @@ class Layer(nn.Module):
         self.attn = Attention(embd, heads)
         self.mlp = nn.Sequential(nn.Linear(embd, 4 * embd), nn.GELU(), nn.Linear(4 * embd, embd))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln1(x))
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x), mask)
         return x + self.mlp(self.ln2(x))
 
 
@@ -66,7 +66,7 @@ class GPT(nn.Module):
         self.block = block
         self.tok = nn.Embedding(vocab, embd)
         self.pos = nn.Embedding(block, embd)
-        self.layers = nn.Sequential(*(Layer(embd, heads) for _ in range(layers)))
+        self.layers = nn.ModuleList(Layer(embd, heads) for _ in range(layers))
         self.ln = nn.LayerNorm(embd)
         self.head = nn.Linear(embd, vocab, bias=False)
         self.head.weight = self.tok.weight
@@ -74,9 +74,16 @@ class GPT(nn.Module):
             if isinstance(m, nn.Linear | nn.Embedding):
                 nn.init.normal_(m.weight, std=0.02)
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        pos = torch.arange(idx.shape[1], device=idx.device)
-        return self.head(self.ln(self.layers(self.tok(idx) + self.pos(pos))))
+    def forward(
+        self, idx: torch.Tensor, pos: torch.Tensor | None = None, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Logits; packed documents: `pos` their position_ids, `mask` packing.block_mask's."""
+        if pos is None:
+            pos = torch.arange(idx.shape[1], device=idx.device)
+        x = self.tok(idx) + self.pos(pos)
+        for layer in self.layers:
+            x = layer(x, mask)
+        return self.head(self.ln(x))
 
 
 def loss_of(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
