@@ -10,11 +10,14 @@ import numpy as np
 import pytest
 import torch
 from torch.nn import functional as F
+from typer.testing import CliRunner
 
+from examples import train_gpt
 from examples.train_gpt import GPT
-from loaders import DocumentDataset, PackedDataset, make_loader
-from loaders.packing import block_mask, collate, flex_block_mask, plan
+from loaders import DocumentDataset, FormatError, PackedDataset, make_loader
+from loaders.packing import block_mask, collate, flex_block_mask, packing_name, plan, save_plan
 from loaders.read.samplers import ShardSampler
+from prep.cli.main import app
 from prep.kinds.text.config import TokenizeConfig
 from prep.kinds.text.tokenize import tokenize
 
@@ -211,3 +214,67 @@ def test_packed_loss_equals_each_document_alone(tmp_path: Path) -> None:
     assert mean == pytest.approx(want, abs=1e-5)
     plain = per_document(b, causal)  # attention across documents: not each alone
     assert max(abs(plain[d] - alone[d]) for d in plain) > 1e-3
+
+
+def test_stored_packing_is_used_and_another_seq_len_plans(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lengths = np.random.default_rng(1).integers(1, 90, 60).tolist()
+    root = tokenized(tmp_path, lengths)  # the run stores nothing without --pack
+    assert not (root / "packing").exists()
+    res = CliRunner().invoke(
+        app,
+        [
+            "tokenize",
+            str(root.parent / "docs.txt"),
+            str(root),
+            "--split-lines",
+            "--pack",
+            str(SEQ),
+            "--val-fraction",
+            "0",
+            "--overwrite",
+            "-q",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    whole = plan(PackedDataset(root, SEQ, stored=False).lengths, SEQ, window=None)
+    assert f"train packed into {len(whole)} sequences" in res.output
+    ds = PackedDataset(root, SEQ, seed=9)
+    assert ds.stored == root / "packing" / f"train-{SEQ}.npz"
+    for epoch in (0, 3):  # every epoch the stored one: the whole split's best fit
+        ds.set_epoch(epoch)
+        got = ds.plan()
+        assert all(np.array_equal(getattr(got, k), getattr(whole, k)) for k in vars(whole))
+    assert pieces_seen(ds[i] for i in range(len(ds))) == every_token_plain(root)
+    assert capsys.readouterr().err == ""
+    other = PackedDataset(root, SEQ * 2)  # another length: planned, and said once
+    assert other.stored is None and len(other) > 0
+    err = capsys.readouterr().err
+    assert err.count(f"stored packings are for seq_len {SEQ}") == 1, err
+
+
+def every_token_plain(root: Path) -> dict[tuple[int, int], int]:
+    """(document, position in its piece) of every token: positions restart in each piece."""
+    seen: dict[tuple[int, int], int] = {}
+    for d, doc in enumerate(documents(root)):
+        for p in range(len(doc)):
+            seen[(d, p % SEQ)] = seen.get((d, p % SEQ), 0) + 1
+    return seen
+
+
+def test_stored_packing_of_other_documents_is_refused(tmp_path: Path) -> None:
+    root = tokenized(tmp_path, [10, 20, 30])
+    save_plan(root / packing_name("train", SEQ), plan(np.array([10, 20, 29]), SEQ))
+    with pytest.raises(FormatError, match=r"exactly once.*HINT"):
+        len(PackedDataset(root, SEQ))
+
+
+def test_train_gpt_packed_learns(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = tokenized(tmp_path, np.random.default_rng(2).integers(5, 60, 300).tolist())
+    model = ["--layers", "1", "--heads", "2", "--embd", "32", "--block", str(SEQ)]
+    argv = ["--data", str(root), "--packed", "--batch-size", "8", "--epochs", "3", *model]
+    losses = train_gpt.main([*argv, "--limit", "20", "--workers", "0", "--lr", "3e-3"])
+    assert len(losses) == 20 and all(np.isfinite(losses))
+    assert sum(losses[-5:]) < sum(losses[:5]), losses
+    assert "sequences of 32 tokens" in capsys.readouterr().out

@@ -289,6 +289,12 @@ class TextKind(Kind[TokenizeConfig, list[Piece]]):
                 f"no readable {what} in {cfg.src} ({len(rejects)} rejected). HINT: SRC is a "
                 "folder of .txt files, a .txt or a .jsonl file; --glob '*.py,*.md' reads others"
             )
+        plain = [p.rel for p in pieces if p.mode != "jsonl"]
+        if cfg.chat and plain:
+            raise PrepError(
+                f"--chat reads chats from .jsonl files; {plain[0]} is not one. HINT: one JSON "
+                'object a line: {"messages": [{"role": "user", "content": ...}, ...]}'
+            )
         if cfg.limit is not None:
             kept, left = [], cfg.limit  # the pieces of the first `limit` documents, the last cut
             for p in pieces:
