@@ -175,7 +175,7 @@ class PackedDataset(_TokenSplit):
         k = np.arange(int(length.sum())) - np.repeat(before, length)  # token k of its span
         at = np.repeat(row * width + col0, length) + k  # flat place in the batch
         stream = np.repeat(self._doc_starts[doc] + p.offset[span], length) + k
-        out = {f: new_batch((b, width), torch.int64) for f in GRID}
+        out = {f: new_batch((b, width), torch.int64, key=f) for f in GRID}
         ids, labels, pos, docs = (out[f].numpy().reshape(-1) for f in GRID)
         ids[:], labels[:], docs[:] = self.pad_id, IGNORE, -1
         ids[at] = self._gather("tokens", stream)
