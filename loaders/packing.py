@@ -69,12 +69,13 @@ def _from_bins(
     return Plan(starts, doc, offset, length)
 
 
-def _best_fit(sizes: list[int], bounds: list[int], seq_len: int) -> tuple[list[int], int]:
-    """Best-fit over runs `bounds` of `sizes` (each run in decreasing order): each item's bin.
+def _best_fit(items: np.ndarray, bounds: list[int], seq_len: int) -> tuple[np.ndarray, int]:
+    """Best fit over runs `bounds` of `items` (each run in decreasing order): each one's bin.
 
     Open bins are kept by their room: a stack of bins per room, and a bit set of the rooms that
     have one, so the tightest bin with room >= L is the lowest set bit at or above L (a shift
     and an and of a seq_len-bit int, not a search over the bins)."""
+    sizes: list[int] = items.tolist()  # Python ints: a numpy scalar a step costs 3x the loop
     out = [0] * len(sizes)
     count = 0
     for a, b in itertools.pairwise(bounds):
@@ -97,7 +98,7 @@ def _best_fit(sizes: list[int], bounds: list[int], seq_len: int) -> tuple[list[i
             if left:  # a full bin takes nothing more
                 stacks[left].append(box)
                 rooms |= 1 << left
-    return out, count
+    return np.asarray(out, dtype=np.int64), count
 
 
 def _first_fit(sizes: np.ndarray, bounds: list[int], seq_len: int) -> tuple[np.ndarray, int]:
@@ -144,17 +145,19 @@ def plan(
     n = len(pieces[0])
     order = np.random.default_rng([seed, epoch]).permutation(n)  # any process: the same
     size = pieces[2][order]
-    w = n if window is None else window
-    bounds = [*range(0, n, max(1, w)), n]
+    win = np.arange(n) // max(1, n if window is None else window)  # each piece's window
     if strategy == "best_fit":  # decreasing within each window; ties keep the shuffled order
-        key = (np.arange(n) // max(1, w)) * (seq_len + 1) + (seq_len - size)
-        by = np.argsort(key, kind="stable")
-        order, size = order[by], size[by]
-        boxes, count = _best_fit(size.tolist(), bounds, seq_len)
-        bins = np.asarray(boxes, dtype=np.int64)
-    else:
-        bins, count = _first_fit(size, bounds, seq_len)
-    return _from_bins(bins, pieces, order, count)
+        by = np.argsort(win * (seq_len + 1) + (seq_len - size), kind="stable")
+        order, size = order[by], size[by]  # (each piece stays in its window)
+    full = size == seq_len  # a whole sequence alone: no search for it
+    part = np.flatnonzero(~full)
+    bounds = np.searchsorted(win[part], np.arange(int(win[-1]) + 2 if n else 1)).tolist()
+    pack = _best_fit if strategy == "best_fit" else _first_fit
+    boxes, count = pack(size[part], bounds, seq_len)
+    bins = np.empty(n, dtype=np.int64)
+    bins[part] = boxes
+    bins[full] = count + np.arange(int(full.sum()))
+    return _from_bins(bins, pieces, order, count + int(full.sum()))
 
 
 def _concat(lengths: np.ndarray, seq_len: int) -> Plan:
