@@ -173,10 +173,12 @@ def test_block_mask_values() -> None:
 
 
 def test_flex_block_mask_matches() -> None:
-    pytest.importorskip("torch.nn.attention.flex_attention")
-    cu = torch.tensor([0, 2, 4, 5, 8], dtype=torch.int32)
-    dense = flex_block_mask(cu, 4).to_dense()  # (B, H, q blocks, kv blocks): one block of 4
-    assert dense.shape[0] == 2 and dense.bool().all()
+    flex = pytest.importorskip("torch.nn.attention.flex_attention")
+    cu = torch.tensor([0, 3, 8, 16, 20, 29, 32], dtype=torch.int32)  # two rows of 16
+    q, k, v = torch.randn(3, 2, 2, 16, 8).unbind(0)
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=block_mask(cu, 16))
+    got = flex.flex_attention(q, k, v, block_mask=flex_block_mask(cu, 16))
+    assert torch.allclose(got, want, atol=1e-5)
 
 
 def losses(model: GPT, batch: dict[str, torch.Tensor], mask: torch.Tensor | None) -> torch.Tensor:
