@@ -6,8 +6,8 @@ A plan is pure data: sequence s holds spans `starts[s]:starts[s + 1]`, span j th
 first cut into pieces of `seq_len` (the last one shorter); every piece is in exactly one span.
 
 >>> p = plan(np.array([3, 5, 2, 9]), seq_len=8, strategy="best_fit", window=None)
->>> [p.spans(s) for s in range(len(p))]  # the 9 cut to 8 + 1; 5 + 3, then 2 + 1
-[[(3, 0, 8)], [(1, 0, 5), (0, 0, 3)], [(2, 0, 2), (3, 8, 1)]]
+>>> [p.spans(s) for s in range(len(p))]  # the 9 cut to 8 + 1: 5 + 3, 2 + 1, then the 8
+[[(1, 0, 5), (0, 0, 3)], [(2, 0, 2), (3, 8, 1)], [(3, 0, 8)]]
 """
 
 from __future__ import annotations

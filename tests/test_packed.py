@@ -24,14 +24,14 @@ from prep.kinds.text.tokenize import tokenize
 SEQ = 32
 
 
-def tokenized(tmp: Path, lengths: Iterable[int], seed: int = 0) -> Path:
+def tokenized(tmp: Path, lengths: Iterable[int], seed: int = 0, val: float = 0.0) -> Path:
     """A bytes-tokenized dataset, a document a line of `lengths` random letters."""
     rng = np.random.default_rng(seed)
     lines = ["".join(rng.choice(list("abcdefgh"), n)) for n in lengths]
     src = tmp / "docs.txt"
     src.write_text("\n".join(lines) + "\n")
     out = tmp / "tokens"
-    cfg = TokenizeConfig(src=str(src), out=str(out), split_lines=True, val_fraction=0.0, jobs=1)
+    cfg = TokenizeConfig(src=str(src), out=str(out), split_lines=True, val_fraction=val, jobs=1)
     tokenize(cfg, show_progress=False)
     return out
 
@@ -154,10 +154,10 @@ def test_plan_is_a_function_of_seed_and_epoch() -> None:
 
 def test_best_fit_known_packing() -> None:
     p = plan(np.array([3, 5, 2, 9]), seq_len=8, strategy="best_fit", window=None)
-    assert [p.spans(s) for s in range(len(p))] == [
-        [(3, 0, 8)],
+    assert [p.spans(s) for s in range(len(p))] == [  # whole sequences numbered last
         [(1, 0, 5), (0, 0, 3)],
         [(2, 0, 2), (3, 8, 1)],
+        [(3, 0, 8)],
     ]
 
 
@@ -172,6 +172,8 @@ def test_block_mask_values() -> None:
         block_mask(torch.tensor([0, 3], dtype=torch.int32), 4)
 
 
+@pytest.mark.slow  # 5 s: flex_attention unfused on a CPU
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 def test_flex_block_mask_matches() -> None:
     flex = pytest.importorskip("torch.nn.attention.flex_attention")
     cu = torch.tensor([0, 3, 8, 16, 20, 29, 32], dtype=torch.int32)  # two rows of 16
@@ -272,8 +274,9 @@ def test_stored_packing_of_other_documents_is_refused(tmp_path: Path) -> None:
         len(PackedDataset(root, SEQ))
 
 
+@pytest.mark.slow  # 20 steps and an eval, as tests/test_examples.py's
 def test_train_gpt_packed_learns(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    root = tokenized(tmp_path, np.random.default_rng(2).integers(5, 60, 300).tolist())
+    root = tokenized(tmp_path, np.random.default_rng(2).integers(5, 60, 300).tolist(), val=0.1)
     model = ["--layers", "1", "--heads", "2", "--embd", "32", "--block", str(SEQ)]
     argv = ["--data", str(root), "--packed", "--batch-size", "8", "--epochs", "3", *model]
     losses = train_gpt.main([*argv, "--limit", "20", "--workers", "0", "--lr", "3e-3"])
