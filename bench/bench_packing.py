@@ -50,16 +50,16 @@ def bench_efficiency(docs: int) -> list[Row]:
     ]
 
 
-def bench_planning(docs: int) -> Row:
+def bench_planning(docs: int, reps: int) -> Row:
     from loaders.packing import plan
 
     lengths = lognormal_lengths(docs, SEQ_LEN, seed=1)
-    start = time.perf_counter()
-    plan(lengths, SEQ_LEN, "best_fit", seed=0, epoch=1)
-    seconds = time.perf_counter() - start
-    return versus(
-        f"38c best_fit plan of an epoch, {docs:,} docs (vs 2 s)", seconds, 2.0, "s", "<= 1x"
-    )
+    best = math.inf
+    for epoch in range(reps):  # the best of reps: the machine is shared
+        start = time.perf_counter()
+        plan(lengths, SEQ_LEN, "best_fit", seed=0, epoch=epoch)
+        best = min(best, time.perf_counter() - start)
+    return versus(f"38c best_fit plan of an epoch, {docs:,} docs (vs 2 s)", best, 2.0, "s", "<= 1x")
 
 
 def corpus(path: Path, docs: int) -> None:
@@ -105,6 +105,6 @@ def bench_loading(work: Path, docs: int, reps: int) -> Row:
 def rows(args: argparse.Namespace, work: Path) -> list[Row]:
     smoke = args.smoke
     out = bench_efficiency(2_000 if smoke else 100_000)
-    out.append(bench_planning(20_000 if smoke else 1_000_000))
+    out.append(bench_planning(20_000 if smoke else 1_000_000, args.reps))
     out.append(bench_loading(work, 2_000 if smoke else 100_000, args.reps))
     return out

@@ -48,25 +48,24 @@ class Plan:
         return int(self.length.sum())
 
 
-def cut(lengths: np.ndarray, seq_len: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Each document's pieces of at most `seq_len` tokens, in order: (doc, offset, length)."""
-    lengths = np.asarray(lengths, dtype=np.int64)
-    n = -(-lengths // seq_len)  # pieces a document: 0 for an empty one
-    doc = np.repeat(np.arange(len(lengths), dtype=np.int64), n)
-    first = np.cumsum(n) - n
-    k = np.arange(len(doc), dtype=np.int64) - np.repeat(first, n)  # piece k of its document
-    offset = k * seq_len
-    return doc, offset, np.minimum(lengths[doc] - offset, seq_len)
-
-
-def _from_bins(
-    bins: np.ndarray, pieces: tuple[np.ndarray, ...], order: np.ndarray, count: int
+def _spans(
+    lengths: np.ndarray, seq_len: int, docs: np.ndarray, bins: np.ndarray, count: int
 ) -> Plan:
-    """A Plan from each piece's bin (pieces taken in `order`, bins numbered 0..count-1)."""
-    by_bin = order[np.argsort(bins, kind="stable")]
-    starts = np.searchsorted(np.sort(bins), np.arange(count + 1)).astype(np.int64)
-    doc, offset, length = (a[by_bin] for a in pieces)
-    return Plan(starts, doc, offset, length)
+    """The plan: bins 0..count-1 of last pieces (document docs[j] in bin bins[j], in placement
+    order), then each document's whole sequences, one a sequence."""
+    by_bin = np.argsort(bins, kind="stable")
+    packed = docs[by_bin]
+    whole = lengths // seq_len
+    full = np.repeat(np.arange(len(lengths), dtype=np.int64), whole)
+    k = np.arange(len(full), dtype=np.int64) - np.repeat(np.cumsum(whole) - whole, whole)
+    ends = np.cumsum(np.bincount(bins, minlength=count))
+    starts = np.concatenate([[0], ends, len(packed) + np.arange(1, len(full) + 1)])
+    return Plan(
+        starts.astype(np.int64),
+        np.concatenate([packed, full]),
+        np.concatenate([whole[packed] * seq_len, k * seq_len]),
+        np.concatenate([lengths[packed] % seq_len, np.full(len(full), seq_len, np.int64)]),
+    )
 
 
 def _best_fit(items: np.ndarray, bounds: list[int], seq_len: int) -> tuple[np.ndarray, int]:
@@ -141,23 +140,21 @@ def plan(
     lengths = np.asarray(lengths, dtype=np.int64)
     if strategy == "concat":
         return _concat(lengths, seq_len)
-    pieces = cut(lengths, seq_len)
-    n = len(pieces[0])
+    # A document's whole sequences need no search: only its last piece (what is left after
+    # them) is packed with others.
+    docs = np.flatnonzero(lengths % seq_len)
+    n = len(docs)
     order = np.random.default_rng([seed, epoch]).permutation(n)  # any process: the same
-    size = pieces[2][order]
+    docs = docs[order]
+    size = lengths[docs] % seq_len
     win = np.arange(n) // max(1, n if window is None else window)  # each piece's window
     if strategy == "best_fit":  # decreasing within each window; ties keep the shuffled order
-        by = np.argsort(win * (seq_len + 1) + (seq_len - size), kind="stable")
-        order, size = order[by], size[by]  # (each piece stays in its window)
-    full = size == seq_len  # a whole sequence alone: no search for it
-    part = np.flatnonzero(~full)
-    bounds = np.searchsorted(win[part], np.arange(int(win[-1]) + 2 if n else 1)).tolist()
+        by = np.argsort(win * seq_len + (seq_len - size), kind="stable")
+        docs, size = docs[by], size[by]  # (each piece stays in its window)
+    bounds = np.searchsorted(win, np.arange(int(win[-1]) + 2 if n else 1)).tolist()
     pack = _best_fit if strategy == "best_fit" else _first_fit
-    boxes, count = pack(size[part], bounds, seq_len)
-    bins = np.empty(n, dtype=np.int64)
-    bins[part] = boxes
-    bins[full] = count + np.arange(int(full.sum()))
-    return _from_bins(bins, pieces, order, count + int(full.sum()))
+    bins, count = pack(size, bounds, seq_len)
+    return _spans(lengths, seq_len, docs, bins, count)
 
 
 def _concat(lengths: np.ndarray, seq_len: int) -> Plan:
