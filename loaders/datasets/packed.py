@@ -152,14 +152,19 @@ class PackedDataset(_TokenSplit):
     def __len__(self) -> int:
         return len(self.plan())
 
-    def _gather(self, name: str, positions: np.ndarray) -> np.ndarray:
-        """Array `name` (ragged like the tokens) at `positions` of the split's stream."""
-        out = np.empty(len(positions), self.store.manifest.arrays[name].dtype)
-        k = np.searchsorted(self._token_starts, positions, side="right") - 1
+    def _gather(self, name: str, starts: np.ndarray, length: np.ndarray) -> np.ndarray:
+        """Array `name` (ragged like the tokens) at spans (stream start, length), end to end;
+        a span is in one shard (a document is)."""
+        k = np.searchsorted(self._token_starts, starts, side="right") - 1
+        before = np.cumsum(length) - length
+        src = np.repeat(starts - self._token_starts[k] - before, length)
+        src += np.arange(len(src))  # token t of the spans: shard position src[t]
+        if len(k) and k[0] == k[-1] and (k == k[0]).all():  # one shard: one gather
+            return self.arrays.array(self._shards[int(k[0])], name)[src]
+        out = np.empty(len(src), self.store.manifest.arrays[name].dtype)
         for shard in np.unique(k).tolist():
-            at = np.flatnonzero(k == shard)
-            local = positions[at] - self._token_starts[shard]
-            out[at] = self.arrays.array(self._shards[shard], name)[local]
+            rows = np.flatnonzero(np.repeat(k == shard, length))
+            out[rows] = self.arrays.array(self._shards[shard], name)[src[rows]]
         return out
 
     def __getitems__(self, indices: Sequence[int]) -> PackedBatch:
@@ -168,33 +173,50 @@ class PackedDataset(_TokenSplit):
         b, width = len(idx), self.seq_len
         first, n = p.starts[idx], p.starts[idx + 1] - p.starts[idx]
         span = np.repeat(first - np.cumsum(n) + n, n) + np.arange(int(n.sum()))
-        row = np.repeat(np.arange(b), n)
-        doc, length = p.doc[span], p.length[span]
-        before = np.cumsum(length) - length  # tokens of the batch's spans before each
-        col0 = before - np.repeat(before[np.cumsum(n) - n], n)  # its first column in its row
-        k = np.arange(int(length.sum())) - np.repeat(before, length)  # token k of its span
-        at = np.repeat(row * width + col0, length) + k  # flat place in the batch
-        stream = np.repeat(self._doc_starts[doc] + p.offset[span], length) + k
+        doc, length, offset = p.doc[span], p.length[span], p.offset[span]
+        used = np.add.reduceat(length, np.cumsum(n) - n) if len(span) else np.zeros(b, np.int64)
         out = {f: new_batch((b, width), torch.int64, key=f) for f in GRID}
-        ids, labels, pos, docs = (out[f].numpy().reshape(-1) for f in GRID)
-        ids[:], labels[:], docs[:] = self.pad_id, IGNORE, -1
-        ids[at] = self._gather("tokens", stream)
-        last = k == np.repeat(length - 1, length)
-        trained = ~last
+        grid = [out[f].numpy().reshape(-1) for f in GRID]
+        full = bool((used == width).all())  # no padding (best_fit's usual batch)
+        # The batch's tokens in order: written into the rows as they are when no row is padded
+        ids = self._gather("tokens", self._doc_starts[doc] + offset, length)
+        ends = np.cumsum(length) - 1  # each span's last token
+        if full:
+            grid[0][:] = ids
+            labels = grid[1]
+        else:
+            labels = np.empty(len(ids), np.int64)
+        labels[:-1] = (grid[0] if full else ids)[1:]
+        labels[ends] = IGNORE  # no token predicts across a boundary
         if self._masked:  # position t predicts token t + 1: trained where that one is
-            mask = self._gather(LOSS_MASK, stream).astype(bool)
-            trained[:-1] &= mask[1:]
-        labels[at[trained]] = ids[at[trained] + 1]
-        used = np.bincount(row, weights=length, minlength=b).astype(np.int64)
-        pos.reshape(b, width)[:] = np.arange(width) - used[:, None]  # padding: from 0 on
-        shift = np.repeat(p.offset[span], length) if self.continue_positions else 0
-        pos[at] = k + shift
-        docs[at] = np.repeat(doc, length)
-        ends = np.concatenate(
-            [[0], row * width + col0 + length, (np.flatnonzero(used < width) + 1) * width]
-        )
-        out["cu_seqlens"] = torch.from_numpy(np.sort(ends).astype(np.int32))
+            mask = self._gather(LOSS_MASK, self._doc_starts[doc] + offset, length)
+            labels[:-1][mask[1:] == 0] = IGNORE
+        pos = np.arange(len(ids)) - np.repeat(ends + 1 - length, length)  # from 0 in each span
+        if self.continue_positions:
+            pos += np.repeat(offset, length)
+        if full:
+            grid[2][:], grid[3][:] = pos, np.repeat(doc, length)
+        else:
+            self._place(grid, used, (ids, labels, pos, np.repeat(doc, length)))
+        row_of = np.repeat(np.arange(b), n)
+        span_end = ends + 1 - np.repeat(np.cumsum(used) - used, n) + row_of * width
+        pads = (np.flatnonzero(used < width) + 1) * width
+        cu = np.concatenate([[0], span_end, pads])
+        out["cu_seqlens"] = torch.from_numpy(np.sort(cu).astype(np.int32))
         return PackedBatch(out, width)
+
+    def _place(
+        self, grid: list[np.ndarray], used: np.ndarray, values: tuple[np.ndarray, ...]
+    ) -> None:
+        """Rows of `used` tokens each, then padding: pad_id, IGNORE, 0.., -1."""
+        width = self.seq_len
+        cut = np.concatenate([[0], np.cumsum(used)])
+        rows = [g.reshape(-1, width) for g in grid]
+        for r, u in enumerate(used.tolist()):
+            for g, v in zip(rows, values, strict=True):
+                g[r, :u] = v[cut[r] : cut[r + 1]]
+            rows[0][r, u:], rows[1][r, u:], rows[3][r, u:] = self.pad_id, IGNORE, -1
+            rows[2][r, u:] = np.arange(width - u)
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         return self.__getitems__([index])[0]
