@@ -106,5 +106,5 @@ def rows(args: argparse.Namespace, work: Path) -> list[Row]:
     smoke = args.smoke
     out = bench_efficiency(2_000 if smoke else 100_000)
     out.append(bench_planning(20_000 if smoke else 1_000_000, args.reps))
-    out.append(bench_loading(work, 2_000 if smoke else 100_000, args.reps))
+    out.append(bench_loading(work, 2_000 if smoke else 30_000, args.reps))
     return out

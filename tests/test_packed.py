@@ -283,3 +283,28 @@ def test_train_gpt_packed_learns(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert len(losses) == 20 and all(np.isfinite(losses))
     assert sum(losses[-5:]) < sum(losses[:5]), losses
     assert "sequences of 32 tokens" in capsys.readouterr().out
+
+
+def test_a_batch_of_many_spans_across_shards_equals_its_items(tmp_path: Path) -> None:
+    # 600 short documents in several shards: a batch of every sequence has more spans than are
+    # copied one by one (one gather a shard), an item few (copied span by span)
+    rng = np.random.default_rng(3)
+    lines = ["".join(rng.choice(list("xyz"), n)) for n in rng.integers(1, 6, 600)]
+    src = tmp_path / "short.txt"
+    src.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "short"
+    cfg = TokenizeConfig(src=str(src), out=str(out), split_lines=True, val_fraction=0.0, jobs=1)
+    tokenize(cfg.__class__(**{**vars(cfg), "shard_mb": 0.0005}), show_progress=False)
+    ds = PackedDataset(out, SEQ, strategy="greedy", seed=1)
+    assert len(ds.store.manifest.shards) > 2
+    p = ds.plan()
+    assert len(p.doc) > 256  # spans
+    batch = ds.__getitems__(list(range(len(ds))))
+    items = [ds[i] for i in range(len(ds))]
+    assert torch.equal(collate(items)["cu_seqlens"], batch["cu_seqlens"])
+    for key in ("input_ids", "labels", "position_ids", "document_ids"):
+        assert torch.equal(torch.stack([it[key] for it in items]), batch[key]), key
+    docs = documents(out)
+    assert [expected(ds, s, docs) for s in range(3)] == [
+        {k: v.tolist() for k, v in items[s].items()} for s in range(3)
+    ]

@@ -23,6 +23,7 @@ from loaders.read.store import LocalBackend
 
 FIELDS = ("input_ids", "labels", "position_ids", "document_ids", "cu_seqlens")
 GRID = FIELDS[:4]  # (B, seq_len) each; cu_seqlens is ragged
+SLICED = 256  # up to this many spans a batch are copied one by one; more, in one gather a shard
 
 
 class PackedBatch(Batch):
@@ -156,6 +157,14 @@ class PackedDataset(_TokenSplit):
         """Array `name` (ragged like the tokens) at spans (stream start, length), end to end;
         a span is in one shard (a document is)."""
         k = np.searchsorted(self._token_starts, starts, side="right") - 1
+        if len(k) <= SLICED:  # few spans (long documents): a slice copy each
+            local = (starts - self._token_starts[k]).tolist()
+            out = np.empty(int(length.sum()), self.store.manifest.arrays[name].dtype)
+            at = 0
+            for shard, a, n in zip(k.tolist(), local, length.tolist(), strict=True):
+                out[at : at + n] = self.arrays.array(self._shards[shard], name)[a : a + n]
+                at += n
+            return out
         before = np.cumsum(length) - length
         src = np.repeat(starts - self._token_starts[k] - before, length)
         src += np.arange(len(src))  # token t of the spans: shard position src[t]
