@@ -54,7 +54,9 @@ class PackedDataset(_TokenSplit):
     batch). Every document's tokens (its end-of-document token in) are read once an epoch.
 
     best_fit and greedy plan again each epoch (`set_epoch`, or make_loader's sampler, which
-    sets it as a pass starts): the number of sequences may change by a few. concat does not."""
+    sets it as a pass starts): the number of sequences may change by a few. concat does not.
+    A packing `prep tokenize --pack seq_len` stored (best_fit, a local folder) is used for every
+    epoch instead (`seed` then plays no part: the sampler orders); `stored=False` plans."""
 
     dicts = True
     holds = FIELDS
