@@ -18,6 +18,7 @@ from prep import PrepError
 from prep.cli.main import app
 from prep.kinds.text.config import TokenizeConfig
 from prep.kinds.text.tokenize import tokenize
+from prep.media.text.chat import template_text
 
 CHATML = (
     "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
@@ -143,3 +144,45 @@ def test_chat_bad_lines_rejected_and_text_refused(tmp_path: Path) -> None:
     args = ["tokenize", str(txt), str(tmp_path / "o2"), "--chat", "--chat-template"]
     res = CliRunner().invoke(app, [*args, str(tmp_path / "t.jinja")])
     assert res.exit_code != 0 and ".jsonl" in res.output and "Traceback" not in res.output
+
+
+def test_template_from_the_tokenizer_config_beside_the_tokenizer(tmp_path: Path) -> None:
+    (tmp_path / "tokenizer.json").write_text("{}")
+    named = [{"name": "tool_use", "template": TOOLS}, {"name": "default", "template": CHATML}]
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": named}))
+    assert template_text(None, str(tmp_path / "tokenizer.json")) == CHATML
+    with pytest.raises(PrepError, match="--chat-template"):
+        template_text(None, "bytes")  # no tokenizer file: no template beside it
+
+
+def test_special_tokens_of_a_tokenizer_json_and_one_eot_a_chat(tmp_path: Path) -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    words = {w: i for i, w in enumerate(["user", "assistant", "hi", "yo", "ok", "<unk>"])}
+    tok = Tokenizer(models.WordLevel(words, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.add_special_tokens(["<|im_start|>", "<|im_end|>", "<|endoftext|>"])  # ids 6, 7, 8
+    tok.save(str(tmp_path / "tokenizer.json"))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": CHATML}))
+    chat = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}
+    src = tmp_path / "chats.jsonl"
+    src.write_text(
+        json.dumps(chat) + "\n" + json.dumps({"prompt": "ok", "completion": "hi"}) + "\n"
+    )
+    cfg = TokenizeConfig(
+        src=str(src),
+        out=str(tmp_path / "out"),
+        chat=True,
+        val_fraction=0.0,
+        jobs=1,
+        tokenizer=str(tmp_path / "tokenizer.json"),
+    )
+    tokenize(cfg, show_progress=False)  # the template: tokenizer_config.json beside it
+    ds = PackedDataset(tmp_path / "out", 64, strategy="concat")
+    item = ds[0]
+    ids = item["input_ids"][item["document_ids"] >= 0].tolist()
+    # <|im_start|> user hi <|im_end|> <|im_start|> assistant | yo <|im_end|> | <|endoftext|>
+    assert ids == [6, 0, 2, 7, 6, 1, 3, 7, 8, 6, 0, 4, 7, 6, 1, 2, 7, 8]
+    trained = item["labels"][item["labels"] != -100].tolist()
+    # the assistant's words and end markers, and the eot after a chat that ends with its turn
+    assert trained == [3, 7, 8, 2, 7, 8]
