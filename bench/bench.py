@@ -114,6 +114,7 @@ GROUPS["boxes"] = "bench_boxes"  # bench/bench_boxes.py: box-aware transforms (2
 GROUPS["startup"] = "bench_startup"  # bench/bench_startup.py: --help and a one-image pack (30)
 GROUPS["index"] = "bench_index"  # bench/bench_index.py: a million shards opened (35)
 GROUPS["gpu"] = "bench_gpu"  # bench/bench_gpu.py: the whole-batch ops CUDA runs (41)
+GROUPS["packing"] = "bench_packing"  # bench/bench_packing.py: packed sequences (38)
 
 
 def measure(args: argparse.Namespace, raw: Path, work: Path) -> list[Row]:

@@ -13,6 +13,7 @@ _MODULES = {  # where each public name lives
     "loaders.datasets.tables": ("TableDataset",),
     "loaders.datasets.clips": ("ClipDataset",),
     "loaders.datasets.mixed": ("MixedDataset",),
+    "loaders.datasets.packed": ("PackedDataset",),
     "loaders.augment.crops": ("CenterCrop", "RandomResizedCrop"),
     "loaders.augment.normalize": ("Normalize",),
     "loaders.read.loader": ("make_loader", "collate_batch", "Batch"),

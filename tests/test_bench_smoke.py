@@ -29,5 +29,6 @@ def test_bench_smoke_prints_every_row(tmp_path: Path) -> None:
     measures += [f"11{c}" for c in "abcde"] + ["13a", "13b", "13c", "13d"]  # augment, jpeg
     measures += ["27aa", "27ab", "27ac", "28r", "28s"]  # audio, report
     measures += [f"28{c}" for c in "abcdefghijk"]  # near-duplicates (bench_dupes.py)
+    measures += ["38a", "38b", "38c", "38d"]  # packed sequences (bench_packing.py)
     for measure in measures:
         assert measure in names, out.stdout

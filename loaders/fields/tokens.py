@@ -10,6 +10,10 @@ import numpy as np
 from loaders.fields.base import Field, FieldError, Piece, Reading, as_array, ragged_batch, spec
 from loaders.format.spec import UNSIGNED, ArraySpec, count, is_sha256, smallest_uint
 
+# prep tokenize --chat: an `Array("uint8", (None,))` field beside the tokens, ragged as they are,
+# 1 on the tokens trained on (the assistant's); PackedDataset puts IGNORE in labels elsewhere
+LOSS_MASK = "loss_mask"
+
 
 @dataclass(frozen=True)
 class Tokens(Field):

@@ -109,6 +109,8 @@ class ShardSampler(Sampler[int]):
         self.epoch, self._skip = 0, 0
         # Called as the sampler starts yielding window k of `epoch` ("quasi_random" only).
         self.on_window: Callable[[int, int], None] | None = None
+        # A dataset planned anew each epoch (PackedDataset): its sizes as a pass starts.
+        self.start_epoch: Callable[[int], list[int]] | None = None
 
     def follow(self, dataset: object) -> None:
         """Tell a remote dataset the order (it fetches each window ahead: loaders.remote)."""
@@ -117,6 +119,7 @@ class ShardSampler(Sampler[int]):
         ours = store is not None and len(store.manifest.shards) == len(self.shard_sizes)
         if follow is not None and ours:
             self.on_window = follow(self.order, self.seed, self.window)
+        self.start_epoch = getattr(dataset, "start_epoch", None)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -137,6 +140,8 @@ class ShardSampler(Sampler[int]):
         epoch, skip, self._skip = self.epoch, self._skip, 0
         if self.num_replicas == 1:
             self.epoch += 1
+        if self.start_epoch is not None:
+            self.shard_sizes = self.start_epoch(epoch)
         return epoch, self.indices(epoch)[skip:]
 
     def __iter__(self) -> Iterator[int]:

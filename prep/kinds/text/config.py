@@ -26,6 +26,22 @@ class TokenizeConfig(RunConfig):
     errors: str = opt("strict", "Invalid UTF-8: strict (reject the document) | replace (U+FFFD).")
     shard_mb: float = opt(64.0, "MB of text per shard (one task each).")
     max_doc_mb: float = opt(64.0, "Reject longer documents (memory stays bounded).")
+    chat: bool = opt(
+        False,
+        ".jsonl of chats (messages with role/content, or prompt/completion): rendered by the "
+        "chat template, with a loss mask on the assistant's tokens.",
+        "--chat",
+    )
+    chat_template: str | None = opt(
+        None,
+        "--chat: a Jinja template file, or a tokenizer_config.json holding one (default: the one "
+        "beside a --tokenizer tokenizer.json). Rendered in a sandbox.",
+    )
+    pack: int | None = opt(
+        None,
+        "Also store each split's best-fit packing into sequences of this many tokens: "
+        "PackedDataset at that seq_len reads it and plans nothing.",
+    )
 
     SECTION: ClassVar[str] = "tokenize"
 
@@ -39,3 +55,6 @@ class TokenizeConfig(RunConfig):
         choice(self.errors, ERRORS, "--errors")
         check(self.shard_mb > 0, f"--shard-mb {self.shard_mb}", "positive")
         check(self.max_doc_mb > 0, f"--max-doc-mb {self.max_doc_mb}", "positive")
+        check(self.pack is None or self.pack >= 2, f"--pack {self.pack}", "2 tokens or more")
+        remote = self.pack is not None and "://" in str(self.out)
+        check(not remote, "--pack", "for a local OUT (a packing is written beside the tokens)")

@@ -7,21 +7,24 @@ from __future__ import annotations
 import functools
 import hashlib
 import itertools
+import json
 import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from loaders.fields import Text, Tokens
+from loaders.fields import Array, Text, Tokens
 from loaders.fields.base import encode_source
+from loaders.fields.tokens import LOSS_MASK
 from loaders.format import Manifest, sha256_file
 from loaders.format.schema import stem
 from prep.kinds.text.config import TokenizeConfig
+from prep.media.text.chat import ChatReader, encode_chats, template_text
 from prep.media.text.documents import DocumentReader, Piece, count_documents, line_starts, list_text
 from prep.media.text.tokenizers import Tokenizer, fit_tokenizer, load_saved, tokenizer_identity
 from prep.run.driver import Inputs, Kind, RunSummary, fingerprint, grouped, run
@@ -70,11 +73,16 @@ class SplitWriter(ShardFiles):
         self.runs: list[tuple[str, int]] = []  # (file, documents in a row)
         self.docs = 0
 
-    def open(self, dtype: str) -> None:
+    def open(self, dtype: str, chat: bool) -> None:
         self.tokens = self.ragged("tokens", dtype)
+        self.mask = self.ragged(LOSS_MASK, "uint8") if chat else None
 
-    def add(self, ids: np.ndarray, lengths: np.ndarray, sources: list[str]) -> None:
+    def add(
+        self, ids: np.ndarray, lengths: np.ndarray, sources: list[str], mask: np.ndarray | None
+    ) -> None:
         self.tokens.extend(ids, lengths)
+        if self.mask is not None and mask is not None:
+            self.mask.extend(mask, lengths)
         for name in sources:
             if self.runs and self.runs[-1][0] == name:
                 self.runs[-1] = (name, self.runs[-1][1] + 1)
@@ -151,18 +159,20 @@ def tokenize_shard(
     if not threads:  # one task per core already; read by tokenizers at every call
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
     tok = _load_tokenizer(tok_name, staging, tok_file, tok_sha)
-    reader = DocumentReader(cfg.text_field, cfg.errors, int(cfg.max_doc_mb * MB))
+    reader = _reader(cfg)
     writers = {s: SplitWriter(staging, s, index) for s in SPLITS}
     with writing(writers.values()):
         with stage("write"):
             for w in writers.values():
-                w.open(dtype)
+                w.open(dtype, cfg.chat)
         for texts, names in timed_iter("read", read_ahead(_batches(reader, pieces))):
             files = list(dict.fromkeys(names))  # each file once, in order
             where = ", ".join(files[:3]) + (" ..." if len(files) > 3 else "")
             try:
                 with stage("tokenize"):
-                    ids, lengths = tok.encode(texts)
+                    ids, lengths, mask = (
+                        encode_chats(tok, texts) if cfg.chat else (*tok.encode(texts), None)
+                    )
             except ValueError as e:
                 raise PrepError(
                     f"{where}: {e}. HINT: the inputs changed during the run; rerun with --overwrite"
@@ -173,13 +183,23 @@ def tokenize_shard(
                 if val.any():
                     in_val = np.repeat(val, lengths)
                     sources = np.asarray(names, dtype=object)
-                    writers["val"].add(ids[in_val], lengths[val], list(sources[val]))
-                    writers["train"].add(ids[~in_val], lengths[~val], list(sources[~val]))
+                    masks = (None, None) if mask is None else (mask[in_val], mask[~in_val])
+                    writers["val"].add(ids[in_val], lengths[val], list(sources[val]), masks[0])
+                    writers["train"].add(ids[~in_val], lengths[~val], list(sources[~val]), masks[1])
                 else:
-                    writers["train"].add(ids, lengths, names)
+                    writers["train"].add(ids, lengths, names, mask)
     done = [w.publish(w.docs, w.split) for w in writers.values() if w.docs]
     more = {"tokenizer_sha256": tok_sha, "inputs": reader.inputs}
     return split_record(staging, index, done, reader.rejects, **more)
+
+
+def _reader(cfg: TokenizeConfig) -> DocumentReader:
+    """The documents of the inputs: texts, or with --chat chats as their segments (chat.py)."""
+    if cfg.chat:
+        return ChatReader(
+            template_text(cfg.chat_template, cfg.tokenizer), cfg.errors, int(cfg.max_doc_mb * MB)
+        )
+    return DocumentReader(cfg.text_field, cfg.errors, int(cfg.max_doc_mb * MB))
 
 
 def token_dtype(vocab_size: int) -> str:
@@ -205,6 +225,8 @@ def plan_shards(pieces: list[Piece], shard_bytes: int) -> list[list[Piece]]:
 
 @dataclass
 class TokenizeSummary(RunSummary):
+    packings: dict[str, int] = field(default_factory=dict)  # --pack: split -> its sequences
+
     @property
     def docs(self) -> int:
         return self.packed
@@ -239,7 +261,7 @@ class TokenizeSummary(RunSummary):
             f"{self.dtype}; {self.shards} shards ({self.reused} reused), "
             f"{self.bytes / 1e6:.1f} MB written; {self.seconds:.1f} s "
             f"({self.prepare_seconds:.1f} s fitting), {rate:,.0f} tokens/s"
-        )
+        ) + "".join(f"; {split} packed into {n:,} sequences" for split, n in self.packings.items())
 
 
 class TextKind(Kind[TokenizeConfig, list[Piece]]):
@@ -267,6 +289,12 @@ class TextKind(Kind[TokenizeConfig, list[Piece]]):
                 f"no readable {what} in {cfg.src} ({len(rejects)} rejected). HINT: SRC is a "
                 "folder of .txt files, a .txt or a .jsonl file; --glob '*.py,*.md' reads others"
             )
+        plain = [p.rel for p in pieces if p.mode != "jsonl"]
+        if cfg.chat and plain:
+            raise PrepError(
+                f"--chat reads chats from .jsonl files; {plain[0]} is not one. HINT: one JSON "
+                'object a line: {"messages": [{"role": "user", "content": ...}, ...]}'
+            )
         if cfg.limit is not None:
             kept, left = [], cfg.limit  # the pieces of the first `limit` documents, the last cut
             for p in pieces:
@@ -283,6 +311,8 @@ class TextKind(Kind[TokenizeConfig, list[Piece]]):
             seen.append((p.rel, p.start, p.end, st.st_size, st.st_mtime_ns))
         if cfg.tokenizer.endswith(".json"):  # a user's tokenizer file: its bytes are an input too
             seen.append(("tokenizer", sha256_file(Path(cfg.tokenizer))))
+        if cfg.chat:  # so is the chat template
+            seen.append(("chat", template_text(cfg.chat_template, cfg.tokenizer)))
         return Inputs(len(pieces), rejects, fingerprint(seen))
 
     def plan(self) -> list[list[Piece]]:
@@ -307,11 +337,14 @@ class TextKind(Kind[TokenizeConfig, list[Piece]]):
             tokenizer_sha256=self.tok_sha or None,
         )  # ragged: a document a sample
         self.fields = {"tokens": tokens, "source": Text()}
+        if cfg.chat:  # 1 on the tokens trained on, ragged as the tokens
+            self.fields[LOSS_MASK] = Array("uint8", (None,))
 
     def _corpus(self) -> Iterator[str]:
-        reader = DocumentReader(self.cfg.text_field, self.cfg.errors, int(self.cfg.max_doc_mb * MB))
+        reader = _reader(self.cfg)
         for p in self.pieces:
-            yield from reader.read(p)
+            for doc in reader.read(p):  # a chat: its rendered text
+                yield "".join(t for t, _ in json.loads(doc)) if self.cfg.chat else doc
 
     def weight(self, shard: list[Piece]) -> int:
         return max(1, sum(p.nbytes for p in shard) >> 10)
@@ -343,4 +376,21 @@ def tokenize(
     """Tokenize cfg.src into cfg.out; `profile`: the summary's `stages` (prep.run.profile)."""
     summary = run(TextKind(cfg), show_progress, profile)
     assert isinstance(summary, TokenizeSummary)
+    if cfg.pack is not None:
+        summary.packings = store_packings(Path(str(cfg.out)), cfg.pack, summary.manifest.splits)
     return summary
+
+
+def store_packings(out: Path, seq_len: int, splits: list[str]) -> dict[str, int]:
+    """Each split's best-fit packing over the whole split, beside its tokens (FORMAT.md): the
+    sequences of each."""
+    from loaders.datasets.packed import PackedDataset
+    from loaders.packing import packing_name, save_plan
+
+    done = {}
+    for split in splits:
+        ds = PackedDataset(out, seq_len, split, window=None, stored=False)
+        plan = ds.plan(0)
+        save_plan(out / packing_name(split, seq_len), plan)
+        done[split] = len(plan)
+    return done

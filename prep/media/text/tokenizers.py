@@ -178,6 +178,15 @@ class HFTokenizer:
         ids = np.fromiter(itertools.chain.from_iterable(runs), np.int64, int(lengths.sum()))
         return with_eot(ids, lengths, self.eot_id)
 
+    def encode_marked(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """As encode, but a special token written in the text is its id: a chat template's
+        markers (<|im_start|>) are the tokens the model knows them as, not their characters."""
+        self._tok.encode_special_tokens = False
+        try:
+            return self.encode(texts)
+        finally:
+            self._tok.encode_special_tokens = True
+
     def decode(self, ids: Iterable[int] | np.ndarray) -> str:
         arr = ids.tolist() if isinstance(ids, np.ndarray) else [int(i) for i in ids]
         return str(self._tok.decode(arr, skip_special_tokens=True))
