@@ -154,12 +154,16 @@ class Chunked:
         index = np.where(index < 0, index + n, index)
         if self._whole is not None:
             return self._whole[index]
-        out = np.empty((*index.shape, *self.shape[1:]), self.dtype)
-        which = index // self.chunk
-        for j in np.unique(which).tolist():
-            at = which == j
-            out[at] = self.chunk_rows(j)[index[at] - j * self.chunk]
-        return out
+        flat = index.reshape(-1)
+        out = np.empty((len(flat), *self.shape[1:]), self.dtype)
+        # grouped by chunk with one sort: a mask per chunk costs chunks x indices
+        order = np.argsort(flat, kind="stable")
+        which = flat[order] // self.chunk
+        cuts = np.flatnonzero(np.diff(which)) + 1
+        for group in np.split(order, cuts) if len(order) else []:
+            j = int(flat[group[0]] // self.chunk)
+            out[group] = self.chunk_rows(j)[flat[group] - j * self.chunk]
+        return out.reshape(*index.shape, *self.shape[1:])
 
     def __getitem__(self, key: Any) -> Any:
         if isinstance(key, int | np.integer):
