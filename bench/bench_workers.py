@@ -61,11 +61,11 @@ def rows(args: argparse.Namespace, work: Path) -> list[Row]:
             best[f"reused {w}"] = max(best.get(f"reused {w}", 0.0), _rate(loader))
     return [
         versus(
-            f"40g detection, 2 workers vs 0, {kind}",
+            f"{row} detection, 2 workers vs 0, {kind}",
             best[f"{kind} 2"],
             best[f"{kind} 0"],
             "img/s",
             ">= 1.0x",
         )
-        for kind in ("reused", "fresh")
+        for row, kind in (("40g", "reused"), ("40h", "fresh"))
     ]
