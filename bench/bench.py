@@ -115,6 +115,8 @@ GROUPS["startup"] = "bench_startup"  # bench/bench_startup.py: --help and a one-
 GROUPS["index"] = "bench_index"  # bench/bench_index.py: a million shards opened (35)
 GROUPS["gpu"] = "bench_gpu"  # bench/bench_gpu.py: the whole-batch ops CUDA runs (41)
 GROUPS["packing"] = "bench_packing"  # bench/bench_packing.py: packed sequences (38)
+GROUPS["zstd"] = "bench_zstd"  # bench/bench_zstd.py: --compress zstd, size and reads (40)
+GROUPS["workers"] = "bench_workers"  # bench/bench_workers.py: detection with workers (40)
 
 
 def measure(args: argparse.Namespace, raw: Path, work: Path) -> list[Row]:

@@ -29,6 +29,7 @@ from loaders.format.arrays import (
     safe_path,
     sha256_file,
 )
+from loaders.format.chunks import ZstdLayout
 from loaders.format.schema import OFFSETS, FormatError, Manifest, Shard, array_name
 from loaders.format.spec import problems_error
 
@@ -226,6 +227,9 @@ def value_problems(manifest: Manifest, shard: Shard, arrays: Arrays) -> list[str
 
 def value_range(path: Path, layout: Layout) -> tuple[int, int] | None:
     """(smallest, largest) value of an integer array, read CHUNK_BYTES at a time (None: empty)."""
+    if isinstance(layout, ZstdLayout):  # decompressed whole: a shard's array
+        values = read_layout(path, layout)
+        return (int(values.min()), int(values.max())) if values.size else None
     offset, dtype, shape = layout
     left = math.prod(shape)
     step = max(1, CHUNK_BYTES // dtype.itemsize)
@@ -274,6 +278,10 @@ def _parts(path: Path, layout: Layout, off: np.ndarray) -> Iterator[tuple[int, b
     """Each sample k as (k, bytes, whether its last), CHUNK_BYTES at a time (a long in parts)."""
     bounds, start = off.tolist(), layout[0]
     k, n = 0, len(bounds) - 1
+    if isinstance(layout, ZstdLayout):  # decompressed whole: a shard's array
+        data = read_layout(path, layout).tobytes()
+        yield from ((i, data[bounds[i] : bounds[i + 1]], True) for i in range(n))
+        return
     with open(path, "rb") as f:
         while k < n:
             a = bounds[k]

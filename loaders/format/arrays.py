@@ -16,10 +16,11 @@ import struct
 from collections.abc import Iterator
 from pathlib import Path
 from tokenize import TokenError
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
+from loaders.format.chunks import Chunked, ZstdLayout, zstd_layout
 from loaders.format.schema import (
     MANIFEST,
     NPY_HEADER_BYTES,
@@ -183,6 +184,8 @@ def check_array(
     except (OSError, ValueError, KeyError, TypeError, SyntaxError, TokenError, RecursionError) as e:
         raise FormatError(f"{path}: cannot read {label} ({e})") from e
     expected = (ref.length,) if spec.ragged else (ref.length, *spec.shape)
+    if spec.compress and not ref.key:  # a uint8 payload holding the frames (chunks.py)
+        return _compressed(path, offset, dtype, shape, size, spec, expected, label)
     if dtype.hasobject:
         raise FormatError(f"{path}: {label} holds Python objects; refusing to unpickle it")
     if np.dtype(dtype) != np.dtype(spec.dtype) or tuple(shape) != expected:
@@ -199,8 +202,29 @@ def check_array(
     return offset, dtype, tuple(shape)
 
 
+def _compressed(
+    path: Path,
+    offset: int,
+    dtype: np.dtype[Any],
+    shape: tuple[int, ...],
+    size: int,
+    spec: ArraySpec,
+    expected: tuple[int, ...],
+    label: str,
+) -> Layout:
+    if dtype != np.uint8 or len(shape) != 1 or offset + shape[0] > size:
+        raise FormatError(
+            f"{path}: {label} is zstd-compressed, so a uint8 array within its file; it is "
+            f"{dtype}{tuple(shape)} at {offset} of {size} bytes. HINT: repack"
+        )
+    return zstd_layout(path, offset, shape[0], np.dtype(spec.dtype), expected, spec.chunk)
+
+
 def map_layout(path: Path, layout: Layout) -> np.ndarray:
-    """A read-only ndarray over a map of `path` as check_array found it (holds a descriptor)."""
+    """A read-only ndarray over a map of `path` as check_array found it (holds a descriptor);
+    for a compressed array a Chunked, which numpy reads as one (indexing, np.take, asarray)."""
+    if isinstance(layout, ZstdLayout):
+        return cast(np.ndarray, Chunked(path, layout))
     offset, dtype, shape = layout
     if 0 in shape:
         return np.empty(shape, dtype)
@@ -211,6 +235,8 @@ def map_layout(path: Path, layout: Layout) -> np.ndarray:
 
 def read_layout(path: Path, layout: Layout) -> np.ndarray:
     """The array read into memory (no map, no descriptor kept)."""
+    if isinstance(layout, ZstdLayout):
+        return np.asarray(Chunked(path, layout))
     offset, dtype, shape = layout
     count = math.prod(shape)
     if count * dtype.itemsize > 1 << 20:  # big: numpy reads it straight into the array

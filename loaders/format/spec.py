@@ -4,7 +4,7 @@ every check raises, an array's declaration, a shard's record, and the names both
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeGuard
 
 import numpy as np
@@ -51,6 +51,10 @@ class ArraySpec:
     shape: tuple[int, ...]  # mode keep: the largest; each sample's (h, w) is in NAME_hw_SIZE
     codec: str = "raw"
     role: str | None = None  # what it is to its field (an image's "hw"): never stored
+    # FORMAT.md, "Compressed arrays": "zstd" frames of `chunk` rows (ragged: elements) each
+    compress: str | None = None
+    chunk: int = 0
+    level: int = 0  # the writer's zstd level: a record, readers do not need it
 
     @property
     def ragged(self) -> bool:
@@ -60,7 +64,8 @@ class ArraySpec:
     def stored(self) -> dict[str, Any]:
         """The manifest's entry: what a reader with numpy alone needs (not the role)."""
         kept = {k: getattr(self, k) for k in ("field", "size", "dtype", "codec")}
-        return kept | {"shape": list(self.shape)}
+        packed = {k: getattr(self, k) for k in ("compress", "chunk", "level")}
+        return kept | {"shape": list(self.shape)} | (packed if self.compress else {})
 
 
 @dataclass
@@ -119,6 +124,10 @@ def count(value: Any) -> TypeGuard[int]:
 def array_spec(name: str, v: dict[str, Any], pixels: bool = True) -> ArraySpec:
     """An array's entry, checked (plain numbers: never unpickled); `pixels`: a size is in px."""
     spec = ArraySpec(v["field"], v["size"], v["dtype"], tuple(v["shape"]), v.get("codec", "raw"))
+    if "compress" in v:
+        spec = replace(
+            spec, compress=v["compress"], chunk=v.get("chunk", 0), level=v.get("level", 0)
+        )
     try:
         dtype = np.dtype(spec.dtype)
     except (TypeError, ValueError, SyntaxError) as e:  # "a,b" is parsed as a record's fields
@@ -136,6 +145,17 @@ def array_spec(name: str, v: dict[str, Any], pixels: bool = True) -> ArraySpec:
         )
     if spec.codec not in CODECS:
         raise FormatError(f"array {name}: codec {spec.codec!r} is not one of {CODECS}")
+    if spec.compress is not None and not (
+        spec.compress == "zstd"
+        and spec.codec in ("raw", "ragged")
+        and count(spec.chunk)
+        and spec.chunk >= 1
+        and isinstance(spec.level, int)
+    ):
+        raise FormatError(
+            f"array {name}: compress {spec.compress!r} (chunk {spec.chunk!r}) is not zstd of "
+            "at least 1 row a chunk on a raw or ragged array. HINT: repack"
+        )
     return spec
 
 

@@ -22,6 +22,7 @@ from torch.utils.data._utils.fetch import _MapDatasetFetcher
 from torch.utils.data._utils.pin_memory import pin_memory
 
 from loaders.read.samplers import ShardSampler
+from loaders.read.workers import Packed, PackInWorker
 
 T = TypeVar("T")
 Alloc = Callable[[str, tuple[int, ...], torch.dtype], torch.Tensor]
@@ -107,6 +108,16 @@ class BufferPool(Ring[torch.Tensor]):
 
 # Where this thread's `new_batch` takes its tensors (a thread outside the loader: its pool)
 _reading = threading.local()
+
+
+def current_alloc() -> Alloc | None:
+    """What `new_batch` in this thread takes its tensors from (a worker: its SharedRing)."""
+    return getattr(_reading, "alloc", None)
+
+
+def in_ring(t: torch.Tensor) -> bool:
+    """Whether `t` lies in a worker's ring segment already (copy_out copies it)."""
+    return _ring_header(t) is not None
 
 
 def read_into(alloc: Alloc | None) -> Alloc | None:
@@ -211,6 +222,8 @@ def _copy(x: Any, alloc: Alloc, copies: dict[int, torch.Tensor], heads: list[tor
         return type(x)(_copy(v, alloc, copies, heads) for v in x)
     if isinstance(x, dict):
         return {k: _copy(v, alloc, copies, heads) for k, v in x.items()}
+    if isinstance(x, Packed):  # a batch's small tensors: one segment, copied with the rest
+        return x.unpack(_copy(x.buf, alloc, copies, heads))
     head = _ring_header(x) if isinstance(x, torch.Tensor) else None
     if head is None:
         return x
@@ -322,6 +335,8 @@ class Loader(DataLoader[Any]):
             keep = (kw.get("prefetch_factor") or 2) + 2  # in flight, being made, being copied
             self.passes = torch.zeros((), dtype=torch.int64).share_memory_()
             kw["worker_init_fn"] = StartWorker(keep, self.passes, kw.get("worker_init_fn"))
+            if kw.get("collate_fn") is not None:  # (None: DataLoader's choice, kept)
+                kw["collate_fn"] = PackInWorker(kw["collate_fn"], current_alloc, in_ring)
             self.seen: deque[Any] = deque(maxlen=4 * workers * keep)
             kw["pin_memory"] = False
         super().__init__(dataset, **kw)

@@ -3,6 +3,7 @@ option declared once (`opt`), the effective config saved in the manifest."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import tomllib
 import typing
@@ -13,6 +14,8 @@ from typing import Any, ClassVar, TypeVar
 
 from prep.run.errors import PrepError, UsageError
 from prep.run.parallel import BACKENDS
+
+COMPRESS = ("none", "zstd")
 
 DEFAULT_CONFIG = Path("configs/default.toml")
 T = TypeVar("T")
@@ -53,6 +56,13 @@ class RunConfig:
         "the upload (default: ~/.cache/prep/staging, or $PREP_CACHE/staging).",
     )
 
+    compress: str = opt(
+        "none",
+        "none | zstd: masks, tokens, text and raw pixels in zstd chunks (random access kept; "
+        'FORMAT.md, "Compressed arrays").',
+    )
+    compress_level: int = opt(3, "The zstd level of --compress zstd, 1 (fast) to 19 (small).")
+
     SECTION: ClassVar[str] = ""
     # Keys that do not change the output bytes: a resumed run may differ in these.
     RUNTIME = ("jobs", "backend", "scheduler", "overwrite", "resume", "max_rejects", "staging")
@@ -77,6 +87,12 @@ class RunConfig:
         check(self.limit is None or self.limit >= 1, f"--limit {self.limit}", "at least 1")
         check(self.jobs >= 0, f"--jobs {self.jobs}", "0 (all cores) or more")
         check(self.backend in BACKENDS, f"--backend {self.backend}", " | ".join(BACKENDS))
+        choice(self.compress, COMPRESS, "--compress")
+        check(1 <= self.compress_level <= 19, f"--compress-level {self.compress_level}", "1..19")
+        if self.compress != "none" and getattr(self, "format", "npy") != "npy":
+            raise UsageError("--compress zstd is for npy shards. HINT: drop --format h5")
+        if self.compress == "zstd" and importlib.util.find_spec("zstandard") is None:
+            raise UsageError("--compress zstd needs zstandard. HINT: pip install 'prep[zstd]'")
         if self.scheduler and self.backend != "dask":
             raise UsageError(
                 f"--scheduler {self.scheduler} needs the dask backend. HINT: add --backend dask"

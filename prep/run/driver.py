@@ -27,6 +27,7 @@ from prep.run.guard import check_out, install, locked, recover
 from prep.run.inputs import named_rejects
 from prep.run.parallel import check_backend, progress, run_tasks
 from prep.run.profile import StageTimer, run_profiled
+from prep.run.shardwriter import compressed
 from prep.run.version import __version__
 
 C = TypeVar("C", bound=RunConfig)
@@ -71,8 +72,12 @@ def grouped(items: Iterable[T], size: Callable[[T], int], limit: int) -> list[li
     return [g for g in groups if g]
 
 
-def array_specs(fields: Mapping[str, Field]) -> dict[str, ArraySpec]:
-    return {array_name(s.field, s.size): s for n, f in fields.items() for s in f.arrays(n)}
+def array_specs(fields: Mapping[str, Field], cfg: Any = None) -> dict[str, ArraySpec]:
+    """The fields' arrays by name; with `cfg`, marked as its --compress compresses them."""
+    specs = {array_name(s.field, s.size): s for n, f in fields.items() for s in f.arrays(n)}
+    if cfg is None:
+        return specs
+    return compressed(specs, getattr(cfg, "compress", "none"), getattr(cfg, "compress_level", 3))
 
 
 def fingerprint(seen: Any) -> str:
@@ -164,7 +169,7 @@ class Kind(ABC, Generic[C, S]):
 
     def reusable(self, record: dict[str, Any]) -> bool:
         """Whether an earlier run's verified record fits this run: files named by the rule."""
-        arrays = array_specs(self.fields)
+        arrays = array_specs(self.fields, self.cfg)
         storage = getattr(self.cfg, "format", "npy")
         return all(
             st.named_by_rule(s, arrays, storage) for s in record.get("splits", [record["shard"]])
@@ -179,7 +184,7 @@ class Kind(ABC, Generic[C, S]):
         """The manifest from the shard records in order; the driver adds config and counts."""
         return Manifest(
             storage=getattr(self.cfg, "format", "npy"),  # only some kinds offer --format
-            arrays=array_specs(self.fields),
+            arrays=array_specs(self.fields, self.cfg),
             shards=[Shard.from_dict(s) for r in records for s in r.get("splits", [r["shard"]])],
             fields=self.described(),
             command=self.command,

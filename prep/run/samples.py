@@ -183,7 +183,7 @@ class SamplesRun(Kind[Any, list[Any]]):
             bound[SOURCE] = Source()
         # images first: each placed field's image is encoded before it
         self.fields = dict(sorted(bound.items(), key=lambda kv: kv[1].placed))
-        self.specs = array_specs(self.fields)
+        self.specs = array_specs(self.fields, self.cfg)
 
     def plan(self) -> list[list[Any]]:
         splits = dict.fromkeys(getattr(it, "split", None) for it in self.items)

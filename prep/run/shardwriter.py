@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -25,6 +26,52 @@ from prep.run.staging import write_record
 
 T = TypeVar("T")
 
+# FORMAT.md, "Compressed arrays": what --compress zstd compresses (the roles JPEG does not
+# hold), and about how many bytes a chunk decompresses to (a random read's cost).
+COMPRESSED_ROLES = ("mask", "tokens", "text", "bytes", "json", "instances", "image", "voxels")
+CHUNK_BYTES = 1 << 18
+
+
+def compressed(specs: dict[str, ArraySpec], compress: str, level: int) -> dict[str, ArraySpec]:
+    """`specs` with each array --compress covers marked zstd, its chunk a whole number of rows.
+
+    >>> s = ArraySpec("mask", 64, "uint8", (64, 64), "raw", "mask")
+    >>> compressed({"mask_64": s}, "zstd", 3)["mask_64"].chunk
+    64
+    """
+    if compress == "none":
+        return specs
+    out = dict(specs)
+    for name, s in specs.items():
+        if s.role in COMPRESSED_ROLES and s.codec in ("raw", "ragged"):
+            row = np.dtype(s.dtype).itemsize * (1 if s.ragged else math.prod(s.shape))
+            rows = max(1, CHUNK_BYTES // max(1, row))
+            out[name] = replace(s, compress=compress, chunk=rows, level=level)
+    return out
+
+
+def write_zstd(src: Path, dst: Path, spec: ArraySpec) -> None:
+    """The .npy at `src` as a compressed one at `dst`: uint8 of zstd frames of `spec.chunk`
+    rows each, then count + 1 int64 frame starts (a frame is the same bytes for any --jobs)."""
+    import zstandard
+
+    data = np.load(src, mmap_mode="r", allow_pickle=False)
+    zstd = zstandard.ZstdCompressor(level=spec.level, write_content_size=True, write_checksum=True)
+    w = NpyWriter(dst, "uint8", ())
+    try:
+        starts = [0]
+        for at in range(0, len(data), spec.chunk):
+            frame = zstd.compress(np.ascontiguousarray(data[at : at + spec.chunk]).data)
+            w.extend(np.frombuffer(frame, np.uint8))
+            starts.append(starts[-1] + len(frame))
+        w.extend(np.asarray(starts, "<i8").view(np.uint8))
+        w.close()
+    except BaseException:
+        w.abort()
+        raise
+    del data  # the map, before the file goes
+    src.unlink()
+
 
 class ShardFiles:
     """One shard's arrays under `staging`, fixed-shape or ragged, in the files
@@ -35,6 +82,7 @@ class ShardFiles:
         self.writers: dict[str, NpyWriter | RaggedWriter] = {}
         self.parts: dict[str, Path] = {}  # file part (array, offsets) -> its temp file
         self.flat: set[str] = set()
+        self.specs: dict[str, ArraySpec] = {}  # those with `compress` are compressed on publish
 
     def _file(self, part: str) -> str:
         return file_name(part, self.stem, "npy")
@@ -57,6 +105,7 @@ class ShardFiles:
         return w
 
     def open_all(self, specs: dict[str, ArraySpec]) -> None:
+        self.specs = specs
         self.flat = {name for name, s in specs.items() if s.codec == "flat"}
         for name, s in specs.items():
             if s.ragged:
@@ -90,6 +139,12 @@ class ShardFiles:
     def publish(self, count: int, split: str | None = None, h5: bool = False) -> Shard:
         """After close(): the files under final names (h5: one `shard-STEM.h5`); the Shard."""
         h5_file = f"shard-{self.stem}.h5" if h5 else None
+        for name, spec in self.specs.items():
+            if spec.compress and name in self.parts:
+                tmp = temp_path(self.staging / f"{self._file(name)}.zst")
+                with stage("compress"):
+                    write_zstd(self.parts[name], tmp, spec)
+                self.parts[name] = tmp
         if h5_file is not None:
             renames = {self._as_h5(h5_file): h5_file}
         else:

@@ -156,7 +156,7 @@ class ImagesKind(Kind[PackConfig, list[Item]]):
         max_label = max((it.label for it in listing.items if it.label is not None), default=None)
         has_masks = any(it.mask is not None for it in listing.items)
         self.fields = image_fields(cfg, listing.classes, max_label, has_masks)
-        self.specs = array_specs(self.fields)
+        self.specs = array_specs(self.fields, self.cfg)
         # The inputs as --resume compares them (the config holds --drop-dupes): the files, and a
         # list's labels, masks and classes.
         said = [

@@ -21,13 +21,13 @@ import numpy as np
 from loaders.fields import Array, Text, Tokens
 from loaders.fields.base import encode_source
 from loaders.fields.tokens import LOSS_MASK
-from loaders.format import Manifest, sha256_file
+from loaders.format import ArraySpec, Manifest, sha256_file
 from loaders.format.schema import stem
 from prep.kinds.text.config import TokenizeConfig
 from prep.media.text.chat import ChatReader, encode_chats, template_text
 from prep.media.text.documents import DocumentReader, Piece, count_documents, line_starts, list_text
 from prep.media.text.tokenizers import Tokenizer, fit_tokenizer, load_saved, tokenizer_identity
-from prep.run.driver import Inputs, Kind, RunSummary, fingerprint, grouped, run
+from prep.run.driver import Inputs, Kind, RunSummary, array_specs, fingerprint, grouped, run
 from prep.run.errors import PrepError
 from prep.run.profile import stage, timed_iter
 from prep.run.shardwriter import ShardFiles, shard_task, split_record, writing
@@ -154,13 +154,17 @@ def tokenize_shard(
     dtype: str,
     staging: Path,
     threads: bool,
+    specs: dict[str, ArraySpec],
 ) -> dict[str, Any]:
-    """Tokenize `pieces` into shard `index` of each split; its record. Memory holds a batch."""
+    """Tokenize `pieces` into shard `index` of each split; its record. Memory holds a batch.
+    `specs`: the arrays, as --compress marks them."""
     if not threads:  # one task per core already; read by tokenizers at every call
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
     tok = _load_tokenizer(tok_name, staging, tok_file, tok_sha)
     reader = _reader(cfg)
     writers = {s: SplitWriter(staging, s, index) for s in SPLITS}
+    for w in writers.values():
+        w.specs = specs
     with writing(writers.values()):
         with stage("write"):
             for w in writers.values():
@@ -352,7 +356,18 @@ class TextKind(Kind[TokenizeConfig, list[Piece]]):
     def task_args(self, index: int, shard: list[Piece], staging: Path) -> tuple[Any, ...]:
         cfg = self.cfg
         threads = cfg.n_jobs == 1 or len(self.shards) <= 1  # else one task per core already
-        return (index, shard, cfg, *self.tok_info, self.tok_sha, self.dtype, staging, threads)
+        specs = array_specs(self.fields, cfg)
+        return (
+            index,
+            shard,
+            cfg,
+            *self.tok_info,
+            self.tok_sha,
+            self.dtype,
+            staging,
+            threads,
+            specs,
+        )
 
     def reusable(self, record: dict[str, Any]) -> bool:
         return record.get("tokenizer_sha256") == self.tok_sha and super().reusable(record)

@@ -136,7 +136,7 @@ class VolumesKind(Kind[VolumeConfig, list[Item]]):
             self.fields["label"] = VolumeLabel("image", foreground=True)
         if self.targets is not None:
             self.fields |= tg.target_fields(self.targets)
-        self.specs = array_specs(self.fields)
+        self.specs = array_specs(self.fields, self.cfg)
         self.sizes = {path: size for path, size, _ in seen}
         said = [(it.rel, str(it.label)) for it in items]  # targets: the CSV is in `seen`
         return Inputs(len(items), rejects, fingerprint([seen, said]))

@@ -1,0 +1,105 @@
+"""A worker's batch as one buffer: every tensor the dataset made outside the worker's ring
+(a ragged field's tensor a sample, padded boxes, lengths, labels) copied into one segment of it,
+with where each lies. Each tensor sent alone is a new shared-memory file a batch (256 boxes
+tensors: 256 files, four fifths of a 2-worker epoch of detection samples, issue 40); one
+segment of the ring is reused, and the main process copies it out with the pixels."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+ALIGN = 64  # bytes: each tensor's start in the buffer, a multiple of every dtype's size
+
+
+@dataclass
+class Packed:
+    """A batch whose stray tensors lie in `buf`; `shape` holds Slot(i) where tensor i was."""
+
+    buf: torch.Tensor  # uint8, a prefix of a ring segment
+    shape: Any
+    where: list[tuple[int, torch.dtype, tuple[int, ...]]]  # byte offset, dtype, shape
+
+    def unpack(self, buf: torch.Tensor) -> Any:
+        """The batch, each tensor a view of `buf` (the main process's copy of `self.buf`)."""
+        views = [
+            buf[at : at + _nbytes(dtype, shape)].view(dtype).view(shape)
+            for at, dtype, shape in self.where
+        ]
+        return _fill(self.shape, views)
+
+
+@dataclass(frozen=True)
+class Slot:
+    i: int
+
+
+def _nbytes(dtype: torch.dtype, shape: tuple[int, ...]) -> int:
+    return int(torch.Size(shape).numel()) * dtype.itemsize
+
+
+def _stray(x: Any, held: Callable[[torch.Tensor], bool]) -> bool:
+    return (
+        isinstance(x, torch.Tensor)
+        and type(x) is torch.Tensor  # not a subclass (its type would be lost)
+        and x.device.type == "cpu"
+        and not (x.is_nested or x.is_sparse or x.requires_grad or held(x))
+    )
+
+
+def _strip(x: Any, found: list[torch.Tensor], held: Callable[[torch.Tensor], bool]) -> Any:
+    """`x` with each stray tensor replaced by its Slot (in `found`); plain containers only."""
+    if type(x) in (tuple, list):
+        return type(x)(_strip(v, found, held) for v in x)
+    if type(x) is dict:
+        return {k: _strip(v, found, held) for k, v in x.items()}
+    if _stray(x, held):
+        found.append(x)
+        return Slot(len(found) - 1)
+    return x
+
+
+def _fill(x: Any, views: list[torch.Tensor]) -> Any:
+    if type(x) in (tuple, list):
+        return type(x)(_fill(v, views) for v in x)
+    if type(x) is dict:
+        return {k: _fill(v, views) for k, v in x.items()}
+    return views[x.i] if isinstance(x, Slot) else x
+
+
+def pack(
+    data: Any,
+    alloc: Callable[[str, tuple[int, ...], torch.dtype], torch.Tensor],
+    held: Callable[[torch.Tensor], bool],
+) -> Any:
+    """`data` as a Packed whose buffer `alloc` gives (sized to a power of two, so that a ring
+    reuses it); as it is when no tensor is stray (`held`: one already in the ring)."""
+    found: list[torch.Tensor] = []
+    shape = _strip(data, found, held)
+    if not found:
+        return data
+    where, at = [], 0
+    for t in found:
+        where.append((at, t.dtype, tuple(t.shape)))
+        at += -(-t.nbytes // ALIGN) * ALIGN
+    buf = alloc("packed", (1 << max(at - 1, 1).bit_length(),), torch.uint8)[:at]
+    for t, (start, dtype, dims) in zip(found, where, strict=True):
+        if t.numel():
+            buf[start : start + t.nbytes].view(dtype).view(dims).copy_(t)
+    return Packed(buf, shape, where)
+
+
+class PackInWorker:
+    """A picklable collate_fn: the batch collated, then packed into the worker's ring."""
+
+    def __init__(self, collate: Callable[[Any], Any], alloc: Any, held: Any):
+        self.collate = collate
+        self.alloc, self.held = alloc, held
+
+    def __call__(self, batch: Any) -> Any:
+        alloc = self.alloc()  # this worker's ring (set when the worker started)
+        out = self.collate(batch)
+        return out if alloc is None else pack(out, alloc, self.held)

@@ -1,0 +1,96 @@
+"""Workers send a batch's small tensors (a ragged field's tensor a sample, padded boxes, lengths,
+labels) in one reused shared buffer: batches equal those of 0 workers, epoch after epoch."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image as PILImage
+
+from loaders import SampleDataset, make_loader
+from loaders.read.workers import pack
+from prep.kinds.importers.coco import import_coco
+from prep.kinds.importers.config import CocoConfig
+
+FIELDS = ("image", "boxes", "labels", "index")
+
+
+@pytest.fixture(scope="module")
+def coco(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Twelve 32 x 32 images with 0 to 5 boxes each (image i: i % 6 boxes)."""
+    root = tmp_path_factory.mktemp("workers")
+    images, anns = [], []
+    for i in range(12):
+        pixels = np.full((32, 32, 3), 20 * i, np.uint8)
+        for k in range(i % 6):
+            x, y, w, h = 2 + 4 * k, 3 + k, 5, 6 + (i % 3)
+            pixels[y : y + h, x : x + w] = 255
+            ann = {"id": 100 * i + k, "image_id": i, "category_id": 1 + k % 2, "bbox": [x, y, w, h]}
+            anns.append(ann | {"area": w * h, "iscrowd": 0})
+        PILImage.fromarray(pixels).save(root / f"{i}.png")
+        images.append({"id": i, "file_name": f"{i}.png", "width": 32, "height": 32})
+    cats = [{"id": 1, "name": "a"}, {"id": 2, "name": "b"}]
+    src = root / "coco.json"
+    src.write_text(json.dumps({"images": images, "annotations": anns, "categories": cats}))
+    out = root / "packed"
+    cfg = CocoConfig(src=str(src), images=str(root), out=str(out), sizes=[32], jobs=1)
+    import_coco(cfg, show_progress=False)
+    return out
+
+
+def equal(a: Any, b: Any) -> None:
+    if isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for k in a:
+            equal(a[k], b[k])
+    elif isinstance(a, list | tuple):
+        assert len(a) == len(b)
+        for x, y in zip(a, b, strict=True):
+            equal(x, y)
+    elif torch.is_tensor(a):
+        assert a.dtype == b.dtype and torch.equal(a, b)
+    else:
+        assert a == b
+
+
+@pytest.mark.parametrize("ragged", ["list", "pad"])
+def test_worker_batches_equal_those_of_no_workers(coco: Path, ragged: str) -> None:
+    ds = SampleDataset(coco, fields=FIELDS, size=32, ragged=ragged)
+    plain = make_loader(ds, batch_size=5, shuffle=True, seed=3)
+    loader = make_loader(ds, batch_size=5, shuffle=True, seed=3, num_workers=2)
+    for _epoch in range(3):  # the rings' segments reused: still the same values (a new order)
+        want, got = list(plain), list(loader)
+        equal(want, got)
+    if ragged == "list":  # 0 to 5 boxes a sample, each sample's tensor (n, 4)
+        sizes = [len(b) for batch in got for b in batch["boxes"]]
+        assert sorted(sizes) == sorted(i % 6 for i in range(12))
+        # one buffer a batch: the samples' tensors are views of one storage, not 5 files
+        batch = got[0]["boxes"]
+        assert len({t.untyped_storage().data_ptr() for t in batch}) == 1
+
+
+def test_pack_keeps_what_it_cannot_move() -> None:
+    """Values in plain containers are moved (views of one buffer); others kept as they are."""
+    got: list[torch.Tensor] = []
+
+    def alloc(key: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        got.append(torch.zeros(shape, dtype=dtype))
+        return got[-1]
+
+    data = {
+        "boxes": [torch.arange(8.0).view(2, 4), torch.zeros(0, 4), torch.ones(1, 4)],
+        "lens": torch.tensor([2, 0, 1]),
+        "flags": torch.tensor([True, False]),
+        "text": ["a", "b"],
+        "t": torch.arange(6).view(2, 3).t(),  # not contiguous
+    }
+    packed = pack(data, alloc, lambda t: False)
+    assert len(got) == 1 and got[0].numel() >= 5 * 64  # one buffer, a power of two
+    out = packed.unpack(packed.buf)
+    equal(data, out)
+    assert pack({"text": ["a"]}, alloc, lambda t: False) == {"text": ["a"]}
