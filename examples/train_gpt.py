@@ -106,6 +106,7 @@ def options(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--layers", type=int, default=6)
     p.add_argument("--heads", type=int, default=6)
     p.add_argument("--embd", type=int, default=384)
+    ex.checkpoint_options(p)
     return p.parse_args(argv)
 
 
@@ -113,7 +114,8 @@ def main(argv: Sequence[str] | None = None) -> list[float]:
     """Trains; returns every step's loss."""
     args = options(argv)
     env = ex.setup(args)
-    ds = TokenWindowDataset(args.data, block_size=args.block, split="train")
+    logged = args.sample_log is not None  # batches then end with the windows' indices
+    ds = TokenWindowDataset(args.data, block_size=args.block, split="train", index=logged)
     docs = DocumentDataset(args.data, split="val")
     loader = make_loader(ds, args.batch_size, shuffle=True, num_workers=args.workers)
     net = GPT(ds.vocab_size, args.block, args.layers, args.heads, args.embd)
@@ -122,7 +124,7 @@ def main(argv: Sequence[str] | None = None) -> list[float]:
     trainer = ex.Trainer(opt, args.limit, env.main)
 
     def step(batch: Sequence[torch.Tensor]) -> tuple[torch.Tensor, int]:
-        x, y = (t.to(env.device, torch.int64, non_blocking=True) for t in batch)
+        x, y = (t.to(env.device, torch.int64, non_blocking=True) for t in batch[:2])
         with ex.autocast(env.device):
             return loss_of(model, x, y), len(x)
 
@@ -131,8 +133,10 @@ def main(argv: Sequence[str] | None = None) -> list[float]:
             f"{len(ds)} windows of {args.block} tokens, vocab {ds.vocab_size}; "
             f"uniform loss {math.log(ds.vocab_size):.3f}"
         )
-    for epoch in trainer.epochs(args.epochs):
-        loader.sampler.set_epoch(epoch)
+    saved = {"model": net, "optimizer": opt, "loader": loader}
+    start = ex.Checkpoint(args, env, saved, trainer, ids=lambda batch: batch[2]).resume()
+    for epoch in trainer.epochs(args.epochs, start):
+        loader.sampler.set_epoch(epoch)  # the resumed epoch's: its rest
         stats = trainer.epoch(loader, step)
         ex.report(env, epoch, stats, f", val loss {evaluate(model, docs, args.block, env):.3f}")
     ex.teardown()
