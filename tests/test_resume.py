@@ -51,14 +51,14 @@ def identities(batch: Any, ids: int = 1) -> list[Sample]:
 # -- the datasets: tiny, each with an index field ------------------------------------------------
 
 
-def _images(packed: Path) -> Any:  # random crops: the pixels depend on (seed, epoch, index)
-    crop = RandomResizedCrop(32, seed=3)
+def _images(packed: Path, seed: int = 3) -> Any:  # pixels that depend on (seed, epoch, index)
+    crop = RandomResizedCrop(32, seed=seed)
     return ImageShardDataset(packed, size=64, fields=("image", "label", "index"), crop=crop)
 
 
 def _mixed(packed: Path) -> Any:
-    plain = ImageShardDataset(packed, size=64, fields=("image", "label", "index"))
-    return MixedDataset([_images(packed), plain], weights=[0.6, 0.4], seed=4, length=20)
+    parts = [_images(packed), _images(packed, seed=5)]
+    return MixedDataset(parts, weights=[0.6, 0.4], seed=4, length=20)
 
 
 @pytest.fixture(scope="module")
@@ -277,3 +277,31 @@ def test_states_for_another_dataset_or_order_are_refused(packed: Path, roots: An
             loader.load_state_dict(bad)
     with pytest.raises(ValueError, match="sampler of its own"):
         make_loader(ds, 4, sampler=list(range(24))).state_dict()
+
+
+@pytest.mark.parametrize("ranks", [1, 3])
+def test_a_resumed_quasi_random_pass_announces_every_window(ranks: int) -> None:
+    """A remote dataset fetches each window as the sampler announces it: a resumed pass still
+    announces each, those begun before the resume point at its first batch."""
+
+    def sampler(rank: int) -> tuple[ShardSampler, list[tuple[int, int]]]:
+        s = ShardSampler(
+            [8, 8, 8, 5], "quasi_random", seed=5, window=2, num_replicas=ranks, rank=rank
+        )
+        said: list[tuple[int, int]] = []
+        s.on_window = lambda epoch, k: said.append((epoch, k))
+        s.set_epoch(3)
+        return s, said
+
+    for rank in range(ranks):
+        whole, said_whole = sampler(rank)
+        full = [i for b in whole.batches(2, False) for i in b.tolist()]
+        resumed, said = sampler(rank)
+        resumed.resume(3, 6 * ranks)  # three batches of 2 on each rank delivered
+        rest = [i for b in resumed.batches(2, False) for i in b.tolist()]
+        assert said == said_whole
+        order = ShardSampler([8, 8, 8, 5], "quasi_random", seed=5, window=2).indices(3)
+        if ranks == 1:  # the rest of the unbroken pass
+            assert rest == full[6:] == order[6:].tolist()
+        else:  # every third of the rest from position 18, padded with the rest's first
+            assert rest == np.resize(order[18:], 12)[rank::3].tolist()

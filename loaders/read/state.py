@@ -79,7 +79,8 @@ def counted(batches: Iterator[Any], now: Pass) -> Iterator[Any]:
 
 def fingerprint(dataset: Any) -> str:
     """What index i of `dataset` reads: its manifest's sha256, split, length and view."""
-    return hashlib.sha256(json.dumps(_described(dataset)).encode()).hexdigest()[:16]
+    said = json.dumps(_described(dataset), default=str)  # (numpy ints: their text)
+    return hashlib.sha256(said.encode()).hexdigest()[:16]
 
 
 def _described(ds: Any) -> list[Any]:
