@@ -302,7 +302,13 @@ def make_loader(
                 "needs; use order='random'"
             )
         ranks = {} if distributed else {"num_replicas": 1, "rank": 0}
-        sizes = [len(dataset)] if sizes is None else sizes  # type: ignore[arg-type]
+        n = len(dataset)  # type: ignore[arg-type]
+        sizes = [n] if sizes is None else sizes
+        if sum(sizes) != n:
+            raise ValueError(
+                f"{type(dataset).__name__}'s shard_sizes sum to {sum(sizes)}, not its length "
+                f"{n}: an order of them would leave samples out"
+            )
         sampler = ShardSampler(sizes, order, seed, window, drop_last=drop_last, **ranks)
         sampler.follow(dataset)  # a remote dataset prefetches the next quasi_random window
         kwargs["sampler"] = sampler
