@@ -305,3 +305,20 @@ def test_a_resumed_quasi_random_pass_announces_every_window(ranks: int) -> None:
             assert rest == full[6:] == order[6:].tolist()
         else:  # every third of the rest from position 18, padded with the rest's first
             assert rest == np.resize(order[18:], 12)[rank::3].tolist()
+
+
+def test_every_clip_of_every_video_is_ordered(tmp_path: Path) -> None:
+    """ClipDataset with clips_per_video k: an epoch of make_loader's orders is k clips a video
+    (the sampler used to order the videos' count of clips only)."""
+    pytest.importorskip("av", reason="prep video needs PyAV (pip install '.[media]')")
+    from test_video import pack
+
+    from loaders import ClipDataset
+    from prep.demo.video import make_video_demo
+
+    make_video_demo(tmp_path / "raw", per_class=1, seed=0)
+    pack(tmp_path / "raw", tmp_path / "clips", mode="fill")
+    ds = ClipDataset(tmp_path / "clips", frames=2, clips_per_video=3)
+    loader = make_loader(ds, 4, shuffle=True)
+    assert sorted(loader.sampler) == list(range(len(ds)))  # clip i: video i // 3
+    assert sum(len(clips) for clips, _ in loader) == len(ds)
