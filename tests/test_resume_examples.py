@@ -37,7 +37,7 @@ def test_killed_classifier_resumes_its_epoch(raw_demo: Path, tmp_path: Path) -> 
     script = str(ROOT / "examples" / "train_classifier.py")
     options = [
         "--epochs",
-        "3",
+        "2",
         "--batch-size",
         "4",
         "--width",
@@ -57,8 +57,8 @@ def test_killed_classifier_resumes_its_epoch(raw_demo: Path, tmp_path: Path) -> 
     while time.monotonic() < deadline and (not log.exists() or max(_log(log), default=0) < 9):
         time.sleep(0.05)
     os.killpg(first.pid, signal.SIGKILL)  # mid-epoch 1 (epochs of 6 steps)
-    assert group_gone(first.pid)
-    killed_out = first.communicate()[0]
+    killed_out = first.communicate()[0]  # (reaped: a zombie would count as alive)
+    assert first.returncode == -signal.SIGKILL and group_gone(first.pid)
     killed = _log(log)
     log.unlink()
     again = [*argv, "--resume", str(ckpt)]
@@ -66,13 +66,13 @@ def test_killed_classifier_resumes_its_epoch(raw_demo: Path, tmp_path: Path) -> 
     at = int(re.search(r"resumed at step (\d+)", resumed.stdout).group(1))  # type: ignore[union-attr]
     assert at % 2 == 0 and 8 <= at <= max(killed)
     rest = _log(log)
-    assert min(rest) == at + 1 and max(rest) == 18
+    assert min(rest) == at + 1 and max(rest) == 12
     for step in range(at + 1, max(killed) + 1):  # lost with the kill: read again, the same
         assert rest[step] == killed[step]
     steps = {**{s: v for s, v in killed.items() if s <= at}, **rest}
-    assert sorted(steps) == list(range(1, 19))
+    assert sorted(steps) == list(range(1, 13))
     train = sorted(set(range(24)) - {7, 15, 23})  # examples.common.holdout: every 8th held out
-    for epoch in range(3):  # each epoch: every sample once, none repeated, none missed
+    for epoch in range(2):  # each epoch: every sample once, none repeated, none missed
         seen = [i for s in range(6 * epoch + 1, 6 * epoch + 7) for i in steps[s]]
         assert sorted(seen) == train, epoch
     before, after = _losses(killed_out), _losses(resumed.stdout)
