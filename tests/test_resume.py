@@ -15,6 +15,7 @@ import pytest
 
 import prep
 from loaders import (
+    DocumentDataset,
     ImageShardDataset,
     MixedDataset,
     PatchDataset,
@@ -34,7 +35,10 @@ Sample = tuple[int, ...]  # a sample's identity: its index (and source), and a d
 def identities(batch: Any, ids: int = 1) -> list[Sample]:
     """Each sample of a batch as (index[, source], digest of its other fields' rows); a tuple
     ends with the index (`ids` 1), or a mixture's index and source (2)."""
-    if isinstance(batch, dict):
+    if isinstance(batch, list):  # documents, collated as a list of (tokens, index)
+        batch = ([t for t, _ in batch], [int(i) for _, i in batch])
+        index, data = [batch[1]], [batch[0]]
+    elif isinstance(batch, dict):
         keys = [k for k in ("index", "mixture") if k in batch]
         index, data = [batch[k] for k in keys], [v for k, v in batch.items() if k not in keys]
     else:
@@ -43,7 +47,7 @@ def identities(batch: Any, ids: int = 1) -> list[Sample]:
     for j in range(len(index[0])):
         h = hashlib.sha1()
         for v in data:
-            h.update(np.ascontiguousarray(v[j].numpy()).tobytes())
+            h.update(np.ascontiguousarray(np.asarray(v[j])).tobytes())
         out.append((*(int(i[j]) for i in index), int.from_bytes(h.digest()[:6], "big")))
     return out
 
@@ -108,13 +112,14 @@ def roots(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 Make = Callable[[], Any]
 
 
-@pytest.fixture(params=["images", "samples", "tokens", "table", "patches", "mixed"])
+@pytest.fixture(params=["images", "samples", "tokens", "documents", "table", "patches", "mixed"])
 def make(request: pytest.FixtureRequest, packed: Path, roots: dict[str, Path]) -> Make:
     """A function that opens the dataset afresh (a resumed run is a new process)."""
     return {
         "images": lambda: _images(packed),
         "samples": lambda: SampleDataset(roots["samples"], fields=("x", "y", "index")),
         "tokens": lambda: TokenWindowDataset(roots["tokens"], block_size=4, index=True),
+        "documents": lambda: DocumentDataset(roots["tokens"], split="train", index=True),
         "table": lambda: TableDataset(roots["table"], index=True),
         "patches": lambda: PatchDataset(
             roots["volumes"], patch=(8, 8, 4), per_volume=6, seed=2, fields=("image", "index")
@@ -129,7 +134,8 @@ def loaders(ds: Any, ranks: int, workers: int, batch: int) -> list[Any]:
     out = []
     for r in range(ranks):
         sampler = ShardSampler(sizes, "random", seed=11, num_replicas=ranks, rank=r)
-        out.append(make_loader(ds, batch, num_workers=workers, sampler=sampler))
+        items = {"collate_fn": list} if getattr(ds, "itemized", False) else {}  # documents
+        out.append(make_loader(ds, batch, num_workers=workers, sampler=sampler, **items))
     return out
 
 
