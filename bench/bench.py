@@ -117,6 +117,7 @@ GROUPS["gpu"] = "bench_gpu"  # bench/bench_gpu.py: the whole-batch ops CUDA runs
 GROUPS["packing"] = "bench_packing"  # bench/bench_packing.py: packed sequences (38)
 GROUPS["zstd"] = "bench_zstd"  # bench/bench_zstd.py: --compress zstd, size and reads (40)
 GROUPS["workers"] = "bench_workers"  # bench/bench_workers.py: detection with workers (40)
+GROUPS["resume"] = "bench_resume"  # bench/bench_resume.py: a loader's state (36)
 
 
 def measure(args: argparse.Namespace, raw: Path, work: Path) -> list[Row]:

@@ -157,14 +157,15 @@ class Trainer:
         self.optimizer, self.limit, self.log = optimizer, limit, log
         self.steps = 0
         self.losses: list[float] = []
+        self.on_step: Callable[[Any], None] | None = None  # after each step, with its batch
 
     @property
     def done(self) -> bool:
         return bool(self.limit) and self.steps >= self.limit
 
-    def epochs(self, count: int) -> Iterator[int]:
-        """Epoch numbers: `count` of them, or with a limit as many as its steps take."""
-        epoch = 0
+    def epochs(self, count: int, start: int = 0) -> Iterator[int]:
+        """Epoch numbers from `start` (resumed) to `count`, or with a limit as its steps take."""
+        epoch = start
         while (epoch < count or self.limit) and not self.done:
             yield epoch
             epoch += 1
@@ -184,6 +185,8 @@ class Trainer:
             self.losses.append(value)
             if self.log:
                 print(f"step {self.steps} loss {value:.3f}", flush=True)
+            if self.on_step is not None:
+                self.on_step(batch)
             if self.done:
                 break
         stats.total = time.perf_counter() - start
@@ -261,3 +264,55 @@ def segmentation_eval(
     present = union > 0
     miou = float((inter[present] / union[present]).mean()) if present.any() else 0.0
     return right / max(1, total), miou
+
+
+def checkpoint_options(p: argparse.ArgumentParser) -> None:
+    """The options of `Checkpoint`."""
+    p.add_argument("--checkpoint", metavar="CKPT", help="write the run's state here (rank 0)")
+    p.add_argument("--checkpoint-every", type=int, default=100, metavar="N", help="in steps")
+    p.add_argument("--resume", metavar="CKPT", help="go on from a --checkpoint file")
+    p.add_argument(
+        "--sample-log", metavar="FILE", help="append each step's sample indices (FILE.RANK)"
+    )
+
+
+class Checkpoint:
+    """A run's state in one file: the model's, the optimiser's, the loader's (where it is in
+    its epoch: a run resumed on other GPU or worker counts reads the rest of that epoch) and
+    the step count. Rank 0 writes it (every rank's loader state is the same) to a temp name,
+    then renames it: a kill mid-write leaves the last one whole."""
+
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        env: Env,
+        parts: dict[str, Any],
+        trainer: Trainer,
+        ids: Callable[[Any], torch.Tensor] | None = None,
+    ):
+        self.args, self.env, self.parts, self.trainer, self.ids = args, env, parts, trainer, ids
+        trainer.on_step = self.step
+
+    def resume(self) -> int:
+        """Load --resume's file (none: start afresh); the epoch to start at."""
+        if not self.args.resume:
+            return 0
+        saved = torch.load(self.args.resume, map_location="cpu", weights_only=True)
+        for name, part in self.parts.items():
+            part.load_state_dict(saved[name])
+        self.trainer.steps = saved["steps"]
+        if self.env.main:
+            print(f"resumed at step {saved['steps']} from {self.args.resume}", flush=True)
+        return int(saved["loader"]["epoch"])
+
+    def step(self, batch: Any) -> None:
+        if self.args.sample_log and self.ids is not None:
+            log = f"{self.args.sample_log}{'' if self.env.world == 1 else f'.{self.env.rank}'}"
+            with open(log, "a") as f:
+                f.write(f"{self.trainer.steps} {' '.join(map(str, self.ids(batch).tolist()))}\n")
+        every = self.args.checkpoint_every
+        if self.args.checkpoint and self.env.main and self.trainer.steps % every == 0:
+            state = {name: part.state_dict() for name, part in self.parts.items()}
+            tmp = f"{self.args.checkpoint}.tmp"
+            torch.save({**state, "steps": self.trainer.steps}, tmp)
+            os.replace(tmp, self.args.checkpoint)

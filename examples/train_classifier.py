@@ -121,6 +121,7 @@ def options(argv: Sequence[str] | None) -> argparse.Namespace:
     p = ex.parser(__doc__.split("\n")[0], batch_size=64)
     p.add_argument("--width", type=int, default=32, help="the first stage's channels")
     p.add_argument("--mix", choices=["none", "mixup", "cutmix"], default="none")
+    ex.checkpoint_options(p)
     return p.parse_args(argv)
 
 
@@ -146,7 +147,9 @@ def main(argv: Sequence[str] | None = None) -> list[float]:
             loss = loss_fn(model(x.contiguous(memory_format=torch.channels_last)), y)
         return loss, len(images)
 
-    for epoch in trainer.epochs(args.epochs):
+    saved = {"model": net, "optimizer": opt, "loader": loader}
+    start = ex.Checkpoint(args, env, saved, trainer, ids=lambda batch: batch[2]).resume()
+    for epoch in trainer.epochs(args.epochs, start):
         size = size_at(ds.sizes, epoch, args.epochs)
         ds.set_size(size)
         aug = augment(size, classes, args.mix, args.seed).to(env.device)

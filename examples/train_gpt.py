@@ -122,6 +122,7 @@ def options(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--heads", type=int, default=6)
     p.add_argument("--embd", type=int, default=384)
     p.add_argument("--packed", action="store_true", help="PackedDataset: documents kept apart")
+    ex.checkpoint_options(p)
     return p.parse_args(argv)
 
 
@@ -129,10 +130,11 @@ def main(argv: Sequence[str] | None = None) -> list[float]:
     """Trains; returns every step's loss."""
     args = options(argv)
     env = ex.setup(args)
+    logged = args.sample_log is not None  # batches then end with the windows' indices
     if args.packed:
         ds: Any = PackedDataset(args.data, args.block, split="train", seed=args.seed)
     else:
-        ds = TokenWindowDataset(args.data, block_size=args.block, split="train")
+        ds = TokenWindowDataset(args.data, block_size=args.block, split="train", index=logged)
     docs = DocumentDataset(args.data, split="val")
     loader = make_loader(ds, args.batch_size, shuffle=True, num_workers=args.workers)
     net = GPT(ds.vocab_size, args.block, args.layers, args.heads, args.embd)
@@ -149,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> list[float]:
             )
             with ex.autocast(env.device):
                 return loss_of(model, x, y, pos, mask), len(x)
-        x, y = (t.to(env.device, torch.int64, non_blocking=True) for t in batch)
+        x, y = (t.to(env.device, torch.int64, non_blocking=True) for t in batch[:2])
         with ex.autocast(env.device):
             return loss_of(model, x, y), len(x)
 
@@ -159,8 +161,10 @@ def main(argv: Sequence[str] | None = None) -> list[float]:
             f"vocab {ds.vocab_size}; "
             f"uniform loss {math.log(ds.vocab_size):.3f}"
         )
-    for epoch in trainer.epochs(args.epochs):
-        loader.sampler.set_epoch(epoch)
+    saved = {"model": net, "optimizer": opt, "loader": loader}
+    start = ex.Checkpoint(args, env, saved, trainer, ids=lambda batch: batch[2]).resume()
+    for epoch in trainer.epochs(args.epochs, start):
+        loader.sampler.set_epoch(epoch)  # the resumed epoch's: its rest
         stats = trainer.epoch(loader, step)
         ex.report(env, epoch, stats, f", val loss {evaluate(model, docs, args.block, env):.3f}")
     ex.teardown()

@@ -65,6 +65,10 @@ class ClipDataset(DecodingDataset):
         return super().__len__() * (self.clips_per_video or 1)
 
     @property
+    def shard_sizes(self) -> list[int]:  # clips, not videos: make_loader's orders cover them all
+        return [n * (self.clips_per_video or 1) for n in super().shard_sizes]
+
+    @property
     def read_threads(self) -> int | None:
         """make_loader's reading threads: 2 (one batch's bookkeeping beside another's copy)."""
         return 2 if self.decode == "cpu" else None

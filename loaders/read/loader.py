@@ -5,12 +5,13 @@ faults cost several times the copy, bench row 4c), each behind a header the main
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import sys
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Generic, TypeVar
 
@@ -21,6 +22,7 @@ from torch.utils.data._utils.collate import default_collate
 from torch.utils.data._utils.fetch import _MapDatasetFetcher
 from torch.utils.data._utils.pin_memory import pin_memory
 
+from loaders.read import state
 from loaders.read.samplers import ShardSampler
 from loaders.read.workers import Packed, PackInWorker
 
@@ -302,9 +304,10 @@ def make_loader(
         "drop_last": drop_last,
         "num_workers": num_workers,
     }
-    if distributed or order != "sequential":
-        if {"sampler", "batch_sampler"} & dataloader_kwargs.keys():
-            raise ValueError("a sampler of your own replaces order=/distributed=: pass one")
+    own = {"sampler", "batch_sampler"} & dataloader_kwargs.keys()
+    if own and (distributed or order != "sequential"):
+        raise ValueError("a sampler of your own replaces order=/distributed=: pass one")
+    if not own and not isinstance(dataset, IterableDataset):  # (its state: loaders.read.state)
         sizes = getattr(dataset, "shard_sizes", None)
         if sizes is None and order == "quasi_random":
             raise ValueError(
@@ -312,7 +315,13 @@ def make_loader(
                 "needs; use order='random'"
             )
         ranks = {} if distributed else {"num_replicas": 1, "rank": 0}
-        sizes = [len(dataset)] if sizes is None else sizes  # type: ignore[arg-type]
+        n = len(dataset)  # type: ignore[arg-type]
+        sizes = [n] if sizes is None else sizes
+        if sum(sizes) != n:
+            raise ValueError(
+                f"{type(dataset).__name__}'s shard_sizes sum to {sum(sizes)}, not its length "
+                f"{n}: an order of them would leave samples out"
+            )
         sampler = ShardSampler(sizes, order, seed, window, drop_last=drop_last, **ranks)
         sampler.follow(dataset)  # a remote dataset prefetches the next quasi_random window
         kwargs["sampler"] = sampler
@@ -346,16 +355,32 @@ class Loader(DataLoader[Any]):
         # before it (still bound to the loop variable while the next is asked for).
         self.depth = self.threads + 1
         self.ring = BufferPool(keep=self.depth + 2)
+        self.progress: state.Pass | None = None  # the last pass: its batches handed out
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        self.progress = now = state.begin(self)  # before the sampler is asked for indices
         if self.threads:
-            return _read_ahead(self)
-        if not self.shares:
-            return super().__iter__()
-        self.passes += 1  # before the workers are reset: see SharedRing
-        batches = super().__iter__()
-        alloc = pinned if self.pins else self.ring.get  # pinned for a GPU
-        return (copy_out(batch, alloc, self.seen) for batch in batches)
+            batches = _read_ahead(self)
+        elif not self.shares:
+            batches = super().__iter__()
+        else:
+            self.passes += 1  # before the workers are reset: see SharedRing
+            alloc = pinned if self.pins else self.ring.get  # pinned for a GPU
+            batches = (copy_out(b, alloc, self.seen) for b in super().__iter__())
+        return batches if now is None else state.counted(batches, now)
+
+    @functools.cached_property
+    def fingerprint(self) -> str:  # of the dataset, for a state (loaders.read.state)
+        return state.fingerprint(self.dataset)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the loader is, JSON-able: the next sample it would hand out (any rank's, any
+        worker count's); batches read ahead but not handed out are not counted."""
+        return state.save(self)
+
+    def load_state_dict(self, saved: Mapping[str, Any]) -> None:
+        """Resume at `saved` (a `state_dict()`, of any rank): the next pass reads the rest."""
+        state.load(self, saved)
 
 
 def _read(fetcher: _MapDatasetFetcher, pin: bool, index: Any) -> Any:

@@ -69,18 +69,23 @@ def epoch_order(
 
 
 def rank_share(order: np.ndarray, rank: int, num_replicas: int, drop_last: bool) -> np.ndarray:
-    """Rank `rank`'s indices of an epoch `order`, every `num_replicas`-th from `rank` on; the
-    tail that does not divide evenly left out (`drop_last`), else its start repeated.
+    """Rank `rank`'s indices of an epoch `order` (or of its rest, resuming), every
+    `num_replicas`-th from `rank` on; the tail that does not divide evenly left out
+    (`drop_last`), else its start repeated (so a resumed rest repeats none read before).
 
     >>> rank_share(np.arange(5), 1, 2, drop_last=False).tolist()
     [1, 3, 0]
     """
     n = len(order)
-    per_rank = n // num_replicas if drop_last else math.ceil(n / num_replicas)
-    total = per_rank * num_replicas
+    total = share_length(n, num_replicas, drop_last) * num_replicas
     if n:  # np.resize repeats the order from its start to fill the padding
         order = order[:total] if drop_last else np.resize(order, total)
     return order[rank:total:num_replicas]
+
+
+def share_length(n: int, num_replicas: int, drop_last: bool) -> int:
+    """Each rank's count of `n` samples: cut (`drop_last`), else padded to one length."""
+    return n // num_replicas if drop_last else math.ceil(n / num_replicas)
 
 
 class ShardSampler(Sampler[int]):
@@ -107,6 +112,9 @@ class ShardSampler(Sampler[int]):
         self.shard_sizes = [int(s) for s in shard_sizes]
         self.order, self.seed, self.window, self.drop_last = order, seed, window, drop_last
         self.epoch, self._skip = 0, 0
+        # A resumed epoch's first global position (loaders.read.state), and how often the
+        # epoch was set: a loader tells a pass it counts from a later set_epoch.
+        self._cursor, self.sets = 0, 0
         # Called as the sampler starts yielding window k of `epoch` ("quasi_random" only).
         self.on_window: Callable[[int, int], None] | None = None
         # A dataset planned anew each epoch (PackedDataset): its sizes as a pass starts.
@@ -122,7 +130,23 @@ class ShardSampler(Sampler[int]):
         self.start_epoch = getattr(dataset, "start_epoch", None)
 
     def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
+        """Read `epoch` next: from a resumed position when it is the epoch resumed, else whole."""
+        if epoch != self.epoch:
+            self._cursor = 0
+        self.epoch, self.sets = epoch, self.sets + 1
+
+    def resume(self, epoch: int, position: int) -> None:
+        """Start the next pass at global `position` of `epoch`'s order: the rest of the epoch,
+        shared among this sampler's ranks (any count) as a whole epoch is. With as many ranks
+        as before, each reads the rest of its share, but for the padding."""
+        if not 0 <= position <= sum(self.shard_sizes):
+            raise ValueError(f"position {position} is not in [0, {sum(self.shard_sizes)}]")
+        self.set_epoch(epoch)
+        self._cursor, self._skip = position, 0
+
+    def upcoming(self) -> tuple[int, int, int, int]:
+        """The next pass's epoch, global start, this rank's skip, and its count of samples."""
+        return self.epoch, self._cursor, self._skip, len(self)
 
     def skip(self, samples: int) -> None:
         """Start the next pass after the first `samples` of this rank's share, to resume an epoch
@@ -131,46 +155,51 @@ class ShardSampler(Sampler[int]):
             raise ValueError(f"skip({samples}): a count of samples already read, 0 or more")
         self._skip = samples
 
-    def indices(self, epoch: int) -> np.ndarray:  # this rank's, in order
+    def indices(self, epoch: int, start: int = 0) -> np.ndarray:  # this rank's, in order
         order = epoch_order(self.shard_sizes, self.order, self.seed, epoch, self.window)
-        return rank_share(order, self.rank, self.num_replicas, self.drop_last)
+        return rank_share(order[start:], self.rank, self.num_replicas, self.drop_last)
 
-    def _take(self) -> tuple[int, np.ndarray]:
-        """This pass's epoch and share; in one process each pass advances the epoch."""
-        epoch, skip, self._skip = self.epoch, self._skip, 0
+    def _take(self) -> tuple[int, np.ndarray, int]:
+        """This pass's epoch, share, and the global position its ranks' shares start at (for
+        `_cuts`: a resumed start, then `skip` each); in one process a pass advances the epoch."""
+        epoch, skip, start = self.epoch, self._skip, self._cursor
+        self._skip = self._cursor = 0
         if self.num_replicas == 1:
             self.epoch += 1
         if self.start_epoch is not None:
             self.shard_sizes = self.start_epoch(epoch)
-        return epoch, self.indices(epoch)[skip:]
+        return epoch, self.indices(epoch, start)[skip:], start + skip * self.num_replicas
 
     def __iter__(self) -> Iterator[int]:
-        epoch, share = self._take()
+        epoch, share, at = self._take()
         if self.on_window is None or self.order != "quasi_random":
             return iter(share.tolist())
-        return (int(b[0]) for b in self._announced(share, epoch, 1, len(share)))
+        return (int(b[0]) for b in self._announced(share, epoch, at, 1, len(share)))
 
     def batches(self, size: int, drop_last: bool) -> Iterator[np.ndarray]:
         """One pass, `size` indices at a time as numpy arrays (iterating, batched)."""
-        epoch, share = self._take()
+        epoch, share, at = self._take()
         stop = len(share) - len(share) % size if drop_last else len(share)
         if self.on_window is None or self.order != "quasi_random":
             return (share[i : i + size] for i in range(0, stop, size))
-        return self._announced(share, epoch, size, stop)
+        return self._announced(share, epoch, at, size, stop)
 
-    def _announced(
-        self, share: np.ndarray, epoch: int, size: int, stop: int
-    ) -> Iterator[np.ndarray]:
-        """The batches of `share[:stop]`, on_window(epoch, k) called before window k's first."""
-        assert self.on_window is not None
+    def _cuts(self, share: np.ndarray, epoch: int, at: int) -> list[int]:
+        """Where in `share` (from global position `at` on) each window of `epoch` starts."""
         sizes = np.asarray(self.shard_sizes, dtype=np.int64)
         groups = windows(len(sizes), self.seed, epoch, self.window)
         starts = np.cumsum([0] + [int(sizes[g].sum()) for g in groups[:-1]])
-        # `cuts`: where in `share` each window starts. Global position p is this rank's index
-        # (p - rank) / num_replicas: the first of a window starting at p is
-        # ceil((p - rank) / num_replicas); a skipped start shifts them.
-        firsts = -((self.rank - starts) // self.num_replicas) - (self._full() - len(share))
-        cuts, k = np.clip(firsts, 0, len(share)).tolist(), 0
+        # Global position p is this rank's index (p - at - rank) / num_replicas: the first of
+        # a window starting at p is the ceil of that (windows begun before `at`: 0).
+        firsts = -((self.rank + at - starts) // self.num_replicas)
+        return np.clip(firsts, 0, len(share)).tolist()
+
+    def _announced(
+        self, share: np.ndarray, epoch: int, at: int, size: int, stop: int
+    ) -> Iterator[np.ndarray]:
+        """The batches of `share[:stop]`, on_window(epoch, k) called before window k's first."""
+        assert self.on_window is not None
+        cuts, k = self._cuts(share, epoch, at), 0
         for i in range(0, stop, size):  # (windows wholly skipped: announced at the first batch)
             while k < len(cuts) and cuts[k] < i + size:
                 self.on_window(epoch, k)
@@ -179,9 +208,6 @@ class ShardSampler(Sampler[int]):
         for rest in range(k, len(cuts)):  # as iterating reaches them (the batches left out too)
             self.on_window(epoch, rest)
 
-    def _full(self) -> int:  # the length of a share before a skip (every epoch's)
-        n = sum(self.shard_sizes)
-        return n // self.num_replicas if self.drop_last else math.ceil(n / self.num_replicas)
-
     def __len__(self) -> int:  # of the next pass
-        return max(0, self._full() - self._skip)
+        n = sum(self.shard_sizes) - self._cursor
+        return max(0, share_length(n, self.num_replicas, self.drop_last) - self._skip)
