@@ -24,9 +24,13 @@ from loaders.read.store import ShardStore
 
 class Remote(TypedDict, total=False):
     """`max_open` maps at a time (ShardStore); for a URL (loaders.remote) the node's `cache_dir`
-    (default ~/.cache/prep), its `cache_limit` (bytes, or "200GB"), fsspec's `storage_options`."""
+    (default ~/.cache/prep), its `cache_limit` (bytes, or "200GB"), fsspec's `storage_options`.
+    `version`: read the dataset as it was at that version (`prep log`), while its files are
+    kept; `refresh`: `set_epoch` moves on to the newest version (else the one opened, always)."""
 
     max_open: int
+    version: str | None
+    refresh: bool
     cache_dir: str | os.PathLike[str] | None
     cache_limit: int | str | None
     storage_options: dict[str, Any] | None
@@ -53,6 +57,8 @@ class ShardedDataset(Dataset[Any]):
     def __init__(
         self, root: str | os.PathLike[str], *, split: str | None = None, **store: Unpack[Remote]
     ):
+        self.refresh = bool(store.pop("refresh", False))
+        self._opened = (root, dict(store))  # to open the newest version (refresh)
         self.store = ShardStore(root, **store)
         self.split = split
         if split is not None and not len(self._shards):
@@ -67,6 +73,9 @@ class ShardedDataset(Dataset[Any]):
                 f"{root} has no {split!r} {what}; it has splits {sorted(have)}. HINT: {fix}"
             )
         self._now = torch.zeros(2, dtype=torch.int64).share_memory_()  # size, epoch
+        if self.refresh:  # the version set_epoch chose, for the workers (a sha256's bytes)
+            self._version = torch.zeros(32, dtype=torch.uint8).share_memory_()
+            self._version.numpy()[:] = np.frombuffer(bytes.fromhex(self.store.version), np.uint8)
         self._memory: dict[str, torch.Tensor] = {}  # in_memory's copy: name -> its bytes
 
     def check_fields(self, fields: Sequence[str], have: list[str]) -> None:
@@ -115,7 +124,19 @@ class ShardedDataset(Dataset[Any]):
         """The epoch random crops and transforms draw from (with their seed and the index)."""
         if epoch < 0:
             raise ValueError(f"epoch {epoch} must be non-negative")
+        if self.refresh and not self.store.current():
+            self._open(None)
+            self._version.numpy()[:] = np.frombuffer(bytes.fromhex(self.store.version), np.uint8)
         self._now[1] = epoch
+
+    def _open(self, version: str | None) -> None:
+        """Read `version` (None: the newest) from now on: what the manifest gives is derived
+        again (a worker: the version its main process chose at set_epoch)."""
+        root, store = self._opened
+        self.store = ShardStore(root, **(store | {"version": version}))
+        cls = type(self)
+        for k in [k for k in self.__dict__ if isinstance(getattr(cls, k, None), cached_property)]:
+            del self.__dict__[k]
 
     @property
     def shard_sizes(self) -> list[int]:
@@ -126,6 +147,10 @@ class ShardedDataset(Dataset[Any]):
 
     def _checked(self, indices: Sequence[int] | np.ndarray, n: int | None = None) -> np.ndarray:
         """A batch's indices (into `n` items; default: len) checked, and the store (repacked?)."""
+        if self.refresh:  # a worker follows its main process's set_epoch
+            chosen = bytes(self._version.numpy()).hex()
+            if chosen != self.store.version:
+                self._open(chosen)
         self.store.check()
         return check_indices(indices, len(self) if n is None else n)
 

@@ -45,6 +45,9 @@ NPY_HEADER_BYTES = 128
 STORAGES = ("npy", "h5")
 Resolve = Callable[[str, FileInfo], Path]  # an index file's name and record -> a local path
 SHARDS, DIGESTS = "shards.npy", "sha256.npy"
+# Earlier versions of a dataset that grew (prep --append): VERSIONS/SHA/ holds the manifest whose
+# bytes have that sha256, and its shard index; their shards are the dataset's own files.
+VERSIONS = "versions"
 FIXED = ("count", "split", "task")
 H5_PART = "shard"  # an .h5 dataset's one file a shard
 
@@ -250,6 +253,7 @@ class Manifest:
     format_version: int = FORMAT_VERSION
     command: str = ""  # what wrote it: "pack", "tokenize", "import coco"...
     index: dict[str, Any] | None = None  # the shard index's entry, once its files are written
+    parent: str | None = None  # the sha256 of the manifest.json this one grew from (--append)
 
     @property
     def num_samples(self) -> int:
@@ -289,6 +293,8 @@ class Manifest:
         d |= {"format": FORMAT_NAME, "tool_version": self.tool_version, "splits": self.splits}
         d["num_samples"] = self.num_samples
         d["arrays"] = {n: s.stored() for n, s in self.arrays.items()}
+        if self.parent is not None:  # only a dataset that grew: others keep their bytes
+            d["parent"] = self.parent
         if self.index is not None:
             d["index"] = self.index
         else:
@@ -340,7 +346,10 @@ class Manifest:
             shards = [Shard.from_dict(s) for s in d["shards"]]
             for i, shard in enumerate(shards):
                 check_shard(i, shard, arrays)
-        kept = ("config", "rejects", "extra", "tool_version", "index")
+        parent = d.get("parent")
+        if parent is not None and not is_sha256(parent):
+            raise FormatError(f"parent {str(parent)[:40]!r} is not a sha256 of a manifest")
+        kept = ("config", "rejects", "extra", "tool_version", "index", "parent")
         said: dict[str, Any] = {k: d[k] for k in kept if k in d}
         said |= {"format_version": version, "command": str(d.get("command", ""))}
         m = cls(d["storage"], arrays, shards, d["fields"], **said)

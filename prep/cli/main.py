@@ -277,6 +277,20 @@ _add("webdataset", WdsConfig, "prep.kinds.importers.wds:import_webdataset", WDS_
 
 for _command in (demo, info, verify, preview, tune, report, dupes):
     app.command()(friendly(_command))
+
+
+@app.command("log")
+@friendly
+def log_(root: Annotated[Path, typer.Argument(help="A packed dataset folder.")]) -> None:
+    """The dataset's versions, newest first: what each `version=` of the loaders reads.
+
+    Example: prep log data/demo-packed
+    """
+    from prep.kinds.grow.log import log
+
+    typer.echo(log(root))
+
+
 app.add_typer(import_app, name="import")
 
 
