@@ -274,6 +274,7 @@ def run(kind: Kind[Any, Any], show_progress: bool = True, profile: bool = False)
     summary = _summary(kind, out, manifest, seen, len(ordered), reused, start)
     if parent is not None:  # this run's work, not the dataset's
         summary.skipped = len(ids) - inputs.count
+        summary.inputs += summary.skipped
         summary.packed -= parent.manifest.num_samples
         summary.bytes -= kind.bytes(out, parent.manifest)
     summary.rejects = inputs.rejects + [r for rec in ordered for r in rec["rejects"]]

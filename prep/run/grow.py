@@ -120,8 +120,9 @@ def grown_classes(old: list[str], new: list[str]) -> list[str]:
 def check_fields(old: Manifest, fields: Mapping[str, Any], arrays: Mapping[str, Any]) -> None:
     """Refuse new fields unlike the dataset's, naming the first difference; a label's class
     list may only grow at its end."""
-    for name in sorted(set(old.fields) | set(fields)):
-        a, b = dict(old.fields.get(name) or {}), dict(fields.get(name) or {})
+    said = json.loads(json.dumps(dict(fields)))  # as the manifest holds it: lists, not tuples
+    for name in sorted(set(old.fields) | set(said)):
+        a, b = dict(old.fields.get(name) or {}), dict(said.get(name) or {})
         if not a or not b:
             what = "is new" if not a else "is missing"
             raise PrepError(f"cannot append: field {name} {what}. HINT: write a new dataset")
