@@ -291,6 +291,24 @@ def log_(root: Annotated[Path, typer.Argument(help="A packed dataset folder.")])
     typer.echo(log(root))
 
 
+@app.command()
+@friendly
+def merge(
+    paths: Annotated[list[Path], typer.Argument(help="Datasets to merge, then OUT.")],
+    overwrite: Annotated[bool, typer.Option(help="Replace an OUT that prep wrote.")] = False,
+) -> None:
+    """Datasets with the same fields into one, without decoding: shards hard-linked, class maps
+    unified (labels remapped), each `source` prefixed with its dataset's folder name.
+
+    Example: prep merge data/pets-a data/pets-b data/pets
+    """
+    from prep.kinds.grow.merge import merge as merge_datasets
+
+    if len(paths) < 3:
+        raise UsageError("prep merge A B ... OUT: two datasets or more, then OUT")
+    typer.echo(merge_datasets(paths[:-1], paths[-1], overwrite).line())
+
+
 app.add_typer(import_app, name="import")
 
 
