@@ -309,6 +309,26 @@ def merge(
     typer.echo(merge_datasets(paths[:-1], paths[-1], overwrite).line())
 
 
+@app.command()
+@friendly
+def compact(
+    root: Annotated[Path, typer.Argument(help="A packed dataset folder.")],
+    shard_size: Annotated[
+        Optional[int], typer.Option(help="Samples per shard (default: from the count).")
+    ] = None,
+    prune: Annotated[
+        bool, typer.Option(help="Keep only the new version's files (older versions go).")
+    ] = False,
+) -> None:
+    """Rewrite many small shards (after appends) into shards of the target size, no decode.
+
+    Example: prep compact data/pets --prune
+    """
+    from prep.kinds.grow.compact import compact as compact_dataset
+
+    typer.echo(compact_dataset(root, shard_size, prune).line())
+
+
 app.add_typer(import_app, name="import")
 
 

@@ -26,12 +26,13 @@ class Version:
     tool_version: str = ""
     inputs: str = ""  # the fingerprint of the inputs that made it (extra.inputs)
     written: float = 0.0  # its manifest file's modification time (not stored: same bytes)
+    made_by: str = ""  # extra.made_by: "compact" (else its command, or an --append of it)
 
     def line(self) -> str:
         if not self.kept:
             return f"{self.sha[:12]}  (its manifest is no longer kept)"
         when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.written))
-        how = f"{self.command} --append" if self.parent else self.command
+        how = self.made_by or (f"{self.command} --append" if self.parent else self.command)
         return (
             f"{self.sha[:12]}  {when}  prep {how}: {self.samples} samples in {self.shards} shards"
             f"  (inputs {self.inputs[:12] or '?'}, prep {self.tool_version or '?'})"
@@ -60,6 +61,7 @@ def history(root: Path) -> list[Version]:
                 str(d.get("tool_version", "")),
                 str(extra.get("inputs", "")),
                 st.st_mtime,
+                str(extra.get("made_by", "")),
             )
         except (ValueError, KeyError, TypeError) as e:
             raise FormatError(f"{root}: manifest {sha[:12]} is malformed ({e})") from e
