@@ -146,7 +146,7 @@ def test_overwrite_keeps_the_old_dataset_readable_until_the_new_manifest(
     new = ImageShardDataset(url, size=64, fields=("image",), cache_dir=tmp_path / "c")
     files = {p.split(f"{BUCKET}/over/", 1)[1] for p in s3.find(url)}
     listed = {f for s in new.store.manifest.shards for f in s.files}
-    assert files == listed | {MANIFEST, "rejects.jsonl"}  # the old shards are gone
+    assert files == listed | {MANIFEST, "rejects.jsonl", "inputs.json"}  # old shards gone
     # new images under the old names would change the old dataset: they go under v-HASH/;
     # the labels are the same bytes and stay
     assert {f.startswith("v-") for f in listed if "image" in f} == {True}
