@@ -311,6 +311,21 @@ def merge(
 
 @app.command()
 @friendly
+def card(root: Annotated[Path, typer.Argument(help="A packed dataset folder.")]) -> None:
+    """Write the dataset card README.md beside the manifest (Hugging Face layout); what you
+    wrote outside prep's block, and the license you set, are kept.
+
+    Example: prep card data/demo-packed
+    """
+    from prep.run.card import write_card
+    from prep.run.guard import locked
+
+    with locked(root.absolute()):
+        typer.echo(f"wrote {write_card(root)}")
+
+
+@app.command()
+@friendly
 def compact(
     root: Annotated[Path, typer.Argument(help="A packed dataset folder.")],
     shard_size: Annotated[

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from loaders.format import MANIFEST, REJECTS, FormatError, read_manifest
 from loaders.format.schema import VERSIONS
+from prep.run.card import CARD, is_ours
 from prep.run.errors import PrepError, UsageError, write_error
 from prep.run.files import HOST, fsync_dir
 from prep.run.grow import STATE
@@ -51,6 +52,8 @@ def check_out(out: Path, sources: list[Path], overwrite: bool, resume: bool) -> 
             files = listed_files(read_manifest(out))
             ours = {MANIFEST, REJECTS, RUN_DIR, OLD, VERSIONS, STATE}  # prep.run.grow's too
             ours |= {Path(f).parts[0] for f in files if f}
+    if ours and is_ours(out / CARD):  # the dataset card prep wrote (user edits are kept)
+        ours.add(CARD)
     page = out / REPORT
     if ours and page.is_file() and not page.is_symlink():  # prep report's; a folder is the user's
         ours.add(REPORT)

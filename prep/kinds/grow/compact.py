@@ -25,6 +25,7 @@ from loaders.format import (
 from loaders.format.arrays import read_manifest_file
 from loaders.format.schema import ShardIndex, file_name, parts, shard_of, stem
 from prep.run import staging as st
+from prep.run.card import write_card
 from prep.run.driver import shard_size
 from prep.run.errors import PrepError, write_error
 from prep.run.files import NpyWriter, RaggedWriter, temp_path
@@ -154,6 +155,7 @@ def compact(root: Path, size: int | None = None, prune: bool = False) -> Compact
                 parent=None if prune else sha,
             )
             st.write_manifest(staging, new)
+            write_card(root, staging)
         except OSError as e:
             raise write_error(e, str(staging)) from e
         install(staging, root)

@@ -32,6 +32,7 @@ from loaders.format.arrays import read_manifest_file
 from loaders.format.schema import file_name, parts, shard_of, stem
 from loaders.format.spec import smallest_uint
 from prep.run import staging as st
+from prep.run.card import write_card
 from prep.run.errors import PrepError, UsageError, write_error
 from prep.run.files import NpyWriter, RaggedWriter, temp_path
 from prep.run.grow import STATE, link, write_state
@@ -165,6 +166,7 @@ def merge(sources: list[Path], out: Path, overwrite: bool = False) -> MergeSumma
         staging = st.prepare_staging(out, plan, overwrite, resume=False)
         try:
             m, rewritten = _write(got, staging, out)
+            write_card(out, staging)
         except OSError as e:
             raise write_error(e, str(staging)) from e
         install(staging, out)
