@@ -1,0 +1,43 @@
+"""The dataset card: README.md in the Hugging Face layout, the same for the same dataset (no
+time, no machine path), refreshed by an append with the user's license and text kept."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+from typer.testing import CliRunner
+
+from prep.cli.main import app
+from tests.test_append import run_pack, week1, week2
+
+
+def test_card_layout_counts_and_user_edits(tmp_path: Path) -> None:
+    src, out = tmp_path / "photos", tmp_path / "pets"
+    week1(src)
+    other = tmp_path / "copy" / "pets"  # the same inputs, another --jobs: the same card
+    for root, jobs in ((out, 1), (other, 2)):
+        run_pack(src, root, sizes=[16], shard_size=4, jobs=jobs)
+        result = CliRunner().invoke(app, ["card", str(root)])
+        assert result.exit_code == 0, result.output
+    text = (out / "README.md").read_text()
+    assert text == (other / "README.md").read_text()
+    head = yaml.safe_load(text.split("---\n")[1])
+    assert head["task_categories"] == ["image-classification"]
+    assert head["size_categories"] == ["n<1K"]
+    assert "| cat | 0 | 5 |" in text and "| dog | 1 | 4 |" in text  # counted from the labels
+    assert str(tmp_path) not in text and not re.search(r"\d\d:\d\d:\d\d", text)
+    assert 'SampleDataset("pets")' in text
+    edited = text.replace("license: other  # set the dataset's license", "license: cc-by-4.0")
+    (out / "README.md").write_text(edited + "\nOur notes: photos from the shelter.\n")
+    week2(src)
+    run_pack(src, out, append=True)  # the card is refreshed: counts new, the user's parts kept
+    text = (out / "README.md").read_text()
+    assert yaml.safe_load(text.split("---\n")[1])["license"] == "cc-by-4.0"
+    assert text.rstrip().endswith("Our notes: photos from the shelter.")
+    assert "| ant | 2 | 2 |" in text and "| dog | 1 | 5 |" in text
+    assert text.count("`prep pack") == 2  # the history: the append and the first pack
+    # --overwrite replaces a dataset whose card prep wrote (it is prep's own)
+    run_pack(src, out, sizes=[16], overwrite=True)
+    assert (out / "README.md").read_text().rstrip().endswith("photos from the shelter.")
