@@ -107,6 +107,23 @@ class ShardedDataset(Dataset[Any]):
         return np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
 
     @cached_property
+    def _alive(self) -> np.ndarray | None:
+        """The samples read, as positions in the shards read, where `prep remove` hid some
+        (the manifest's `removed`, indices over all shards); None: every sample."""
+        m = self.store.manifest
+        if not m.removed:
+            return None
+        counts = m.counts()
+        starts = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
+        removed = np.asarray(m.removed, np.int64)
+        shard = np.searchsorted(starts, removed, side="right") - 1
+        k = np.full(len(counts), -1, np.int64)  # a shard's place among those read, -1: not read
+        k[self._shards] = np.arange(len(self._shards))
+        inside = k[shard] >= 0
+        at = self._starts[k[shard[inside]]] + removed[inside] - starts[shard[inside]]
+        return np.setdiff1d(np.arange(self._starts[-1], dtype=np.int64), at)
+
+    @cached_property
     def _buffers(self) -> BufferPool:
         return BufferPool()
 
@@ -140,10 +157,13 @@ class ShardedDataset(Dataset[Any]):
 
     @property
     def shard_sizes(self) -> list[int]:
+        if self._alive is not None:  # each shard's samples not removed
+            k = np.searchsorted(self._starts, self._alive, side="right") - 1
+            return np.bincount(k, minlength=len(self._shards)).tolist()
         return np.diff(self._starts).tolist()
 
     def __len__(self) -> int:
-        return int(self._starts[-1])
+        return int(self._starts[-1]) if self._alive is None else len(self._alive)
 
     def _checked(self, indices: Sequence[int] | np.ndarray, n: int | None = None) -> np.ndarray:
         """A batch's indices (into `n` items; default: len) checked, and the store (repacked?)."""
@@ -156,6 +176,8 @@ class ShardedDataset(Dataset[Any]):
 
     def _find(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Each sample's (of checked indices) shard, its manifest index, and index there."""
+        if self._alive is not None:
+            idx = self._alive[idx]
         k = np.searchsorted(self._starts, idx, side="right") - 1
         return self._shards[k], idx - self._starts[k]
 
@@ -177,7 +199,8 @@ class ShardedDataset(Dataset[Any]):
 
     def source(self, index: int) -> str | None:
         """Sample `index`'s input, relative to the SRC it was packed from (None: not kept)."""
-        shard, local = self._find(self._checked([index], int(self._starts[-1])))
+        n = int(self._starts[-1]) if self._alive is None else len(self._alive)
+        shard, local = self._find(self._checked([index], n))
         return self.store.source(int(shard[0]), int(local[0]))
 
     def __getitem__(self, index: int) -> Any:

@@ -254,6 +254,7 @@ class Manifest:
     command: str = ""  # what wrote it: "pack", "tokenize", "import coco"...
     index: dict[str, Any] | None = None  # the shard index's entry, once its files are written
     parent: str | None = None  # the sha256 of the manifest.json this one grew from (--append)
+    removed: list[int] = field(default_factory=list)  # tombstones: samples `prep remove` hid
 
     @property
     def num_samples(self) -> int:
@@ -295,6 +296,8 @@ class Manifest:
         d["arrays"] = {n: s.stored() for n, s in self.arrays.items()}
         if self.parent is not None:  # only a dataset that grew: others keep their bytes
             d["parent"] = self.parent
+        if self.removed:
+            d["removed"] = self.removed
         if self.index is not None:
             d["index"] = self.index
         else:
@@ -349,7 +352,10 @@ class Manifest:
         parent = d.get("parent")
         if parent is not None and not is_sha256(parent):
             raise FormatError(f"parent {str(parent)[:40]!r} is not a sha256 of a manifest")
-        kept = ("config", "rejects", "extra", "tool_version", "index", "parent")
+        removed = d.get("removed", [])
+        if not isinstance(removed, list) or not all(count(r) for r in removed):
+            raise FormatError(f"removed {str(removed)[:40]} is not a list of sample indices")
+        kept = ("config", "rejects", "extra", "tool_version", "index", "parent", "removed")
         said: dict[str, Any] = {k: d[k] for k in kept if k in d}
         said |= {"format_version": version, "command": str(d.get("command", ""))}
         m = cls(d["storage"], arrays, shards, d["fields"], **said)
@@ -358,6 +364,8 @@ class Manifest:
         if big and sum(counts.tolist()) >= 2**63:
             raise FormatError("its shards' counts add up to 2**63 samples or more")
         total = m.num_samples
+        if m.removed and (m.removed != sorted(set(m.removed)) or m.removed[-1] >= total):
+            raise FormatError(f"removed: its indices are not sorted, unique, below {total}")
         if d.get("num_samples", total) != total:
             raise FormatError(
                 f"the manifest says {d['num_samples']} samples but its shards hold {total}"

@@ -326,6 +326,21 @@ def card(root: Annotated[Path, typer.Argument(help="A packed dataset folder.")])
 
 @app.command()
 @friendly
+def remove(
+    root: Annotated[Path, typer.Argument(help="A packed dataset folder.")],
+    ids: Annotated[Path, typer.Option(help="A file: a sample index or a source path a line.")],
+) -> None:
+    """Hide samples (a tombstone list in the manifest) until `prep compact` drops them.
+
+    Example: prep remove data/pets --ids mislabelled.txt
+    """
+    from prep.kinds.grow.remove import remove as remove_samples
+
+    typer.echo(remove_samples(root, ids).line())
+
+
+@app.command()
+@friendly
 def compact(
     root: Annotated[Path, typer.Argument(help="A packed dataset folder.")],
     shard_size: Annotated[

@@ -354,6 +354,7 @@ def _finish(
     if parent is not None:  # the parent's shards first, as they were
         manifest.shards = [*parent.manifest.shards, *manifest.shards]
         manifest.parent = parent.sha
+        manifest.removed = list(parent.manifest.removed)  # still hidden: indices unchanged
     if kind.appendable:  # what a later append needs
         before = (parent.inputs if parent else {}) | ids
         grow.write_state(staging, before, kind.before(grow.trimmed(records)))

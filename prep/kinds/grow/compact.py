@@ -10,6 +10,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -66,8 +67,40 @@ def groups(m: Manifest, size: int) -> list[list[int]]:
     return out
 
 
-def join(root: Path, m: Manifest, group: list[int], task: int, staging: Path) -> Shard:
-    """Shards `group` of `m` as one shard numbered `task`, each array's samples in order."""
+def kept(m: Manifest) -> list[np.ndarray | None]:
+    """Each shard's samples not removed (a bool mask), None where none is removed."""
+    starts = np.concatenate([[0], np.cumsum(m.counts(), dtype=np.int64)])
+    removed = np.asarray(m.removed, np.int64)
+    out: list[np.ndarray | None] = []
+    for i in range(len(starts) - 1):
+        gone = removed[(removed >= starts[i]) & (removed < starts[i + 1])] - starts[i]
+        mask = None
+        if len(gone):
+            mask = np.ones(int(starts[i + 1] - starts[i]), bool)
+            mask[gone] = False
+        out.append(mask)
+    return out
+
+
+def read(root: Path, ref: Any, ragged: bool, keep: np.ndarray | None) -> tuple[Any, Any]:
+    """An array of a shard as (values, lengths of ragged samples), its removed samples out."""
+    values = np.load(root / ref.file, mmap_mode="r")
+    if not ragged:
+        return (values if keep is None else values[keep]), None
+    offsets = np.load(root / ref.offsets.file, mmap_mode="r")
+    lengths = np.diff(offsets)
+    if keep is None:
+        return values, lengths
+    pieces = [values[offsets[k] : offsets[k + 1]] for k in np.flatnonzero(keep)]
+    empty = values[:0]
+    return np.concatenate(pieces) if pieces else empty, lengths[keep]
+
+
+def join(
+    root: Path, m: Manifest, group: list[int], task: int, staging: Path, masks: list[Any]
+) -> Shard:
+    """Shards `group` of `m` as one shard numbered `task`, each array's samples in order (those
+    `masks` keep)."""
     split = m.shards[group[0]].split
     new_stem = stem(split, task)
     infos: dict[str, FileInfo] = {}
@@ -83,12 +116,9 @@ def join(root: Path, m: Manifest, group: list[int], task: int, staging: Path) ->
         else:
             w = NpyWriter(temp_path(data), spec.dtype, tuple(spec.shape))
         for i in group:
-            ref = m.shards[i].arrays[name]
-            values = np.load(root / ref.file, mmap_mode="r")
+            values, lengths = read(root, m.shards[i].arrays[name], spec.ragged, masks[i])
             if isinstance(w, RaggedWriter):
-                assert ref.offsets is not None
-                offsets = np.load(root / ref.offsets.file, mmap_mode="r")
-                w.extend(np.asarray(values), np.diff(offsets))
+                w.extend(np.asarray(values), lengths)
             else:
                 w.extend(np.asarray(values))
         lengths.append(w.length)
@@ -103,7 +133,7 @@ def join(root: Path, m: Manifest, group: list[int], task: int, staging: Path) ->
             infos[final.name] = FileInfo(final.stat().st_size, sha256_file(final))
     names = [file_name(p, new_stem, "npy") for p in parts(m.arrays, "npy")]
     sizes, digests = [infos[n].bytes for n in names], [infos[n].sha256 for n in names]
-    count = int(m.counts()[group].sum())
+    count = sum(m.shards[i].count if masks[i] is None else int(masks[i].sum()) for i in group)
     return shard_of(m.arrays, "npy", split, task, count, lengths, sizes, digests)
 
 
@@ -135,7 +165,9 @@ def compact(root: Path, size: int | None = None, prune: bool = False) -> Compact
             # new file names after the kept version's (pruned: nothing kept, from 0)
             used = m.shards.table[2]
             first = 0 if prune or not len(m.shards) else int(used.max()) + 1
-            shards = [join(root, m, g, first + k, staging) for k, g in enumerate(groups(m, target))]
+            masks = kept(m)  # removed samples are dropped here
+            made = enumerate(groups(m, target))
+            shards = [join(root, m, g, first + k, staging, masks) for k, g in made]
             for name in (STATE, REJECTS):
                 if (root / name).is_file():
                     link(root / name, staging / name)
@@ -154,6 +186,7 @@ def compact(root: Path, size: int | None = None, prune: bool = False) -> Compact
                 command=m.command,
                 parent=None if prune else sha,
             )
+            new.removed = []
             st.write_manifest(staging, new)
             write_card(root, staging)
         except OSError as e:

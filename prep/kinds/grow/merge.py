@@ -206,6 +206,10 @@ def _write(got: list[Part], staging: Path, out: Path) -> tuple[Manifest, int]:
             fields[name]["dtype"] = arrays[name].dtype
     m = Manifest("npy", arrays, shards, fields, command="merge", tool_version=__version__)
     m.config = {"sources": [p.name for p in got]}
+    start = 0
+    for p in got:  # samples a dataset hid stay hidden, at their merged indices
+        m.removed += [start + r for r in p.manifest.removed]
+        start += p.manifest.num_samples
     kept = {k: v for k, v in first.extra.items() if k == "background"}
     merged = [{"dataset": p.name, "version": p.sha, "samples": p.manifest.num_samples} for p in got]
     m.extra = kept | {"merged": merged}
