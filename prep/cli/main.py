@@ -341,6 +341,22 @@ def remove(
 
 @app.command()
 @friendly
+def export(
+    root: Annotated[Path, typer.Argument(help="A packed dataset folder.")],
+    out: Annotated[Path, typer.Argument(help="A new folder for the exported files.")],
+    to: Annotated[str, typer.Option(help="parquet (Hugging Face Features) | webdataset")],
+) -> None:
+    """The samples as Parquet files with Hugging Face Features, or WebDataset tars.
+
+    Example: prep export data/demo-packed data/demo-parquet --to parquet
+    """
+    from prep.kinds.grow.export import export as export_dataset
+
+    typer.echo(export_dataset(root, out, to).line())
+
+
+@app.command()
+@friendly
 def compact(
     root: Annotated[Path, typer.Argument(help="A packed dataset folder.")],
     shard_size: Annotated[
