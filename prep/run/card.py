@@ -48,6 +48,8 @@ def task_category(m: Manifest) -> str:
 
 def is_ours(path: Path) -> bool:
     """Whether `path` is a card prep wrote (its block is there): --overwrite may replace it."""
+    if path.is_symlink() or not path.is_file():  # a FIFO would block the read
+        return False
     try:
         return BEGIN in path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
