@@ -25,6 +25,7 @@ from prep.run import staging as st
 from prep.run.card import CARD, write_card
 from prep.run.config import RunConfig
 from prep.run.errors import PrepError, write_error
+from prep.run.grow import Parent
 from prep.run.guard import check_out, install, locked, recover
 from prep.run.inputs import named_rejects
 from prep.run.parallel import check_backend, progress, run_tasks
@@ -134,7 +135,7 @@ class Kind(ABC, Generic[C, S]):
     # Reject reasons the user asked for (--drop-dupes: duplicate): never count for --max-rejects
     chosen_rejects: ClassVar[frozenset[str]] = frozenset()
     appendable: ClassVar[bool] = False  # --append: identities() and grow() are implemented
-    parent: grow.Parent | None = None  # the dataset an --append grows (set by grow())
+    parent: Parent | None = None  # the dataset an --append grows (set by grow())
     task: Callable[..., dict[str, Any]]  # the shard task: a module-level function (it pickles)
     command: str  # the manifest's `command`
     fields: dict[str, Field]  # set once the inputs are listed (or in `prepare`)
@@ -161,7 +162,7 @@ class Kind(ABC, Generic[C, S]):
         whose name and identity the dataset holds."""
         raise NotImplementedError
 
-    def grow(self, parent: grow.Parent, fresh: set[str]) -> int:
+    def grow(self, parent: Parent, fresh: set[str]) -> int:
         """Keep only the inputs named in `fresh`, grow class maps from `parent`'s (old ids
         kept), set `self.parent`; the number of inputs kept."""
         raise NotImplementedError
@@ -370,7 +371,7 @@ def _finish(
 
 
 def _unchanged(
-    kind: Kind[Any, Any], out: Path, parent: grow.Parent, listed: int, start: float
+    kind: Kind[Any, Any], out: Path, parent: Parent, listed: int, start: float
 ) -> RunSummary:
     """An append whose inputs the dataset holds: nothing written."""
     summary = _summary(kind, out, parent.manifest, listed, 0, 0, start)
