@@ -120,8 +120,9 @@ def test_a_killed_append_is_finished_by_resume(tmp_path: Path) -> None:
 
 
 def files(root: Path) -> dict[str, bytes]:
-    """The dataset's files, its manifest without its OUT path and parent (they name OUT)."""
-    out = {p.name: p.read_bytes() for p in root.iterdir() if p.is_file()}
+    """The dataset's files, its manifest without its OUT path and parent (they name OUT), but
+    the card (it names the folder)."""
+    out = {p.name: p.read_bytes() for p in root.iterdir() if p.is_file() and p.name != "README.md"}
     m = json.loads(out.pop("manifest.json"))
     m["config"].pop("out"), m.pop("parent")
     return out | {"manifest": json.dumps(m, sort_keys=True).encode()}

@@ -53,6 +53,7 @@ def test_compact_prune_keeps_only_the_new_files(tmp_path: Path) -> None:
         "shards.npy",
         "sha256.npy",
         "rejects.jsonl",
+        "README.md",
         "inputs.json",
     }
     assert CliRunner().invoke(app, ["verify", str(out)]).exit_code == 0

@@ -202,7 +202,7 @@ def _write(got: list[Part], staging: Path, out: Path) -> tuple[Manifest, int]:
     fields = {n: dict(d) for n, d in first.fields.items()}
     for name, names in classes.items():
         fields[name] |= {"classes": names}
-        if "dtype" in fields[name]:
+        if fields[name].get("dtype") is not None:  # ids without names: the dtype is declared
             fields[name]["dtype"] = arrays[name].dtype
     m = Manifest("npy", arrays, shards, fields, command="merge", tool_version=__version__)
     m.config = {"sources": [p.name for p in got]}
