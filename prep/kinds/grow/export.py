@@ -105,12 +105,30 @@ def export(root: Path, out: Path, to: str) -> ExportSummary:
     return ExportSummary(out, sum(len(r) for r in by_split.values()), files)
 
 
+def arrow_type(d: dict[str, Any]) -> Any:
+    """The Arrow type of a field's column, as `datasets` stores its feature."""
+    import pyarrow as pa
+
+    kind = d["kind"]
+    if kind == "image":
+        return pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    if kind == "text":
+        return pa.string()
+    if kind == "label" and d.get("classes"):
+        return pa.int64()
+    t = pa.from_numpy_dtype(np.dtype(d.get("dtype") or "int64"))
+    for n in reversed(d.get("shape") or []):
+        t = pa.list_(t) if n is None else pa.list_(t, int(n))
+    return t
+
+
 def _parquet(out: Path, split: str, got: list[dict[str, Any]], decl: dict[str, Any]) -> int:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     features = {n: feature(d, n) for n, d in decl.items()}
-    table = pa.Table.from_pylist(got)
+    schema = pa.schema([(n, arrow_type(d)) for n, d in decl.items()])
+    table = pa.Table.from_pylist(got, schema=schema)
     meta = {b"huggingface": json.dumps({"info": {"features": features}}).encode()}
     table = table.replace_schema_metadata(meta)
     path = out / f"{split}-00000-of-00001.parquet"
