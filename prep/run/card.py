@@ -14,6 +14,7 @@ import numpy as np
 
 from loaders.format import MANIFEST, Manifest, read_manifest
 from loaders.format.schema import VERSIONS
+from loaders.format.spec import is_sha256
 from prep.run.files import atomic_write_text
 
 CARD = "README.md"
@@ -79,7 +80,7 @@ def history(root: Path) -> list[str]:
         made = (extra or {}).get("made_by") or (f"{command} --append" if parent else command)
         lines.append(f"- `{sha[:12]}`: `prep {made}`, {d.get('num_samples')} samples")
         kept = root / VERSIONS / str(parent) / MANIFEST
-        if not isinstance(parent, str) or not kept.is_file():
+        if not is_sha256(parent) or not kept.is_file():
             break
         data = kept.read_bytes()
     return lines

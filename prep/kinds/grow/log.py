@@ -13,6 +13,7 @@ from pathlib import Path
 from loaders.format import MANIFEST, FormatError
 from loaders.format.arrays import read_manifest_file
 from loaders.format.schema import VERSIONS
+from loaders.format.spec import is_sha256
 
 
 @dataclass
@@ -48,7 +49,7 @@ def history(root: Path) -> list[Version]:
         sha = hashlib.sha256(data).hexdigest()
         try:
             d = json.loads(data)
-            parent = d.get("parent")
+            parent = d.get("parent") if is_sha256(d.get("parent")) else None
             shards = d["index"]["shards"] if "index" in d else len(d.get("shards", []))
             extra = d.get("extra") if isinstance(d.get("extra"), dict) else {}
             v = Version(
