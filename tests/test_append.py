@@ -198,3 +198,16 @@ def test_a_copied_dataset_appends_too(
     photo(src / "dog/d20.png", 20)
     assert run_pack(src, copy, append=True).packed == 1  # type: ignore[attr-defined]
     assert read_manifest(copy).num_samples == 13 and read_manifest(out).num_samples == 12
+
+
+def test_append_onto_a_running_pack_is_refused(
+    grown: tuple[Path, Path, bytes, object],
+) -> None:
+    from prep.run.guard import locked
+
+    src, out, _, _ = grown
+    photo(src / "dog/d30.png", 30)
+    before = (out / "manifest.json").read_bytes()
+    with locked(out), pytest.raises(PrepError, match="is being written by pid"):
+        run_pack(src, out, append=True)  # this process holds the lock as a running pack does
+    assert (out / "manifest.json").read_bytes() == before
