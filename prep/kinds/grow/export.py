@@ -78,8 +78,9 @@ def rows(root: Path, fields: list[str]) -> Iterator[tuple[str | None, dict[str, 
                 row[name] = {"bytes": image_bytes(np.ascontiguousarray(pixels)), "path": None}
             elif d["kind"] == "text":
                 row[name] = v if isinstance(v, str) else decode_source(np.asarray(v))
-            else:
-                row[name] = np.asarray(v).tolist()
+            else:  # as declared: a phash reads back as int64, its bits are a uint64's
+                dtype = d.get("dtype")
+                row[name] = np.asarray(v).astype(dtype or np.int64).tolist()
         yield splits[int(shard[0])], row
 
 
