@@ -65,7 +65,8 @@ def rows(root: Path, fields: list[str]) -> Iterator[tuple[str | None, dict[str, 
 
     m = read_manifest(root)
     sizes = [s for n in fields for s in m.fields[n].get("sizes", [])]
-    ds = SampleDataset(root, fields=[*fields, "index"], size=max(sizes) if sizes else None)
+    size = max(sizes) if sizes else None
+    ds = SampleDataset(root, fields=[*fields, "index"], size=size, ragged="list")
     splits = m.split_of()
     for i in range(len(ds)):
         sample = ds[i]
