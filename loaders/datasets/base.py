@@ -149,6 +149,11 @@ class ShardedDataset(Dataset[Any]):
     def _open(self, version: str | None) -> None:
         """Read `version` (None: the newest) from now on: what the manifest gives is derived
         again (a worker: the version its main process chose at set_epoch)."""
+        if self._memory:  # its copy is of the version it opened
+            raise ValueError(
+                f"{self.store.root} has a new version, and in_memory=True holds the old one's "
+                "arrays. HINT: make the dataset again, or pass refresh=False"
+            )
         root, store = self._opened
         self.store = ShardStore(root, **(store | {"version": version}))
         cls = type(self)
