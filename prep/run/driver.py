@@ -315,7 +315,7 @@ def _run_shards(
             timer.add(rec.pop("stages", {}))
             records[rec["index"] - first] = rec
             bar.set_postfix_str(f"{len(records)}/{len(todo)} shards", refresh=False)
-            bar.update(kind.weight(shards[rec["index"]]))
+            bar.update(kind.weight(shards[rec["index"] - first]))
     except BaseException:
         st.cleanup_temps(staging)
         raise
@@ -335,7 +335,7 @@ def _finish(
     """rejects.jsonl, the --max-rejects check, the manifest (last), the swap; (manifest, seen)."""
     cfg, parent = kind.cfg, kind.parent
     rejects = inputs.rejects + [r for rec in records for r in rec["rejects"]]
-    kept = st.write_rejects(staging, grow.unique_rejects(parent.rejects + rejects, parent))
+    kept = st.write_rejects(staging, grow.unique_rejects(rejects, parent))
     seen = kind.seen(inputs, records)
     by_path = sorted(rejects, key=lambda r: str(r["path"]))  # this run's: as rejects.jsonl
     counted = [r for r in by_path if r["reason"] not in kind.chosen_rejects]
