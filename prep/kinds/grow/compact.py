@@ -116,9 +116,9 @@ def join(
         else:
             w = NpyWriter(temp_path(data), spec.dtype, tuple(spec.shape))
         for i in group:
-            values, lengths = read(root, m.shards[i].arrays[name], spec.ragged, masks[i])
+            values, widths = read(root, m.shards[i].arrays[name], spec.ragged, masks[i])
             if isinstance(w, RaggedWriter):
-                w.extend(np.asarray(values), lengths)
+                w.extend(np.asarray(values), widths)
             else:
                 w.extend(np.asarray(values))
         lengths.append(w.length)
