@@ -120,7 +120,8 @@ def test_a_kill_during_upload_then_resume_uploads_only_the_rest(
     )
     assert summary.reused == summary.shards == 6  # the local build is reused
     index = len(summary.manifest.index["files"])  # shards.npy, sha256.npy
-    total = sum(len(s.files) for s in summary.manifest.shards) + 1 + index  # and rejects.jsonl
+    # and rejects.jsonl and inputs.json (what --append needs, issue 37)
+    total = sum(len(s.files) for s in summary.manifest.shards) + 2 + index
     assert len(sent) == total - 3 and not set(sent) & set(first)
     ds = ImageShardDataset(url, size=64, fields=("image", "label"), cache_dir=tmp_path / "c")
     assert len(ds) == 24 and ds[23][1] == ImageShardDataset(url, size=64)[23][1]
@@ -424,7 +425,7 @@ def test_dask_workers_upload_their_own_shards(
     opts = {"sizes": [64], "shard_size": 8, "staging": str(staging), "backend": "dask"}
     run_pack(raw_demo / "images", url, jobs=1, **opts)  # a LocalCluster of one worker
     client = sorted(name.rsplit("/", 1)[-1] for name in sent)  # the client's: rejects and index
-    assert client == ["rejects.jsonl", "sha256.npy", "shards.npy"]
+    assert client == ["inputs.json", "rejects.jsonl", "sha256.npy", "shards.npy"]
     left = {p.name for p in staging.glob("*/*.npy")}  # the workers removed what they uploaded
     assert left == {"shards.npy", "sha256.npy"}  # the client's shard index: uploaded by it
     ds = ImageShardDataset(url, size=64, fields=("image", "label"), cache_dir=tmp_path / "c")
