@@ -58,7 +58,7 @@ class ShardedDataset(Dataset[Any]):
         self, root: str | os.PathLike[str], *, split: str | None = None, **store: Unpack[Remote]
     ):
         self.refresh = bool(store.pop("refresh", False))
-        self._opened = (root, dict(store))  # to open the newest version (refresh)
+        self._opened: tuple[Any, dict[str, Any]] = (root, dict(store))  # for refresh
         self.store = ShardStore(root, **store)
         self.split = split
         if split is not None and not len(self._shards):
@@ -155,7 +155,7 @@ class ShardedDataset(Dataset[Any]):
                 "arrays. HINT: make the dataset again, or pass refresh=False"
             )
         root, store = self._opened
-        self.store = ShardStore(root, **(store | {"version": version}))
+        self.store = ShardStore(root, **{**store, "version": version})
         cls = type(self)
         for k in [k for k in self.__dict__ if isinstance(getattr(cls, k, None), cached_property)]:
             del self.__dict__[k]

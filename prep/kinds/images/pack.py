@@ -201,8 +201,9 @@ class ImagesKind(Kind[PackConfig, list[Item]]):
         masks = "mask" in parent.manifest.fields
         self.fields = image_fields(self.cfg, listing.classes, max_label, masks)
         was = parent.manifest.fields.get("label", {})
-        ids = listing.classes is None and max_label is not None and "dtype" in was
-        if ids and max_label <= np.iinfo(was["dtype"]).max:  # ids that fit keep the dtype
+        ids = listing.classes is None and bool(was.get("dtype"))
+        if ids and max_label is not None and max_label <= np.iinfo(was["dtype"]).max:
+            # integer ids that fit keep the dataset's dtype
             self.fields["label"] = Label(dtype=was["dtype"])
         self.specs = array_specs(self.fields)
         return len(listing.items)
