@@ -103,6 +103,7 @@ prep.pack_samples(t.make, list(range(14)), {out!r}, t.fields(t.KINDS), jobs=1, s
 """
 
 
+@pytest.mark.slow  # a fresh interpreter: 5-8 s
 def test_a_killed_append_is_finished_by_resume(tmp_path: Path) -> None:
     out, straight = tmp_path / "ds", tmp_path / "straight"
     for root in (out, straight):
