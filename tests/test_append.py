@@ -211,3 +211,15 @@ def test_append_onto_a_running_pack_is_refused(
     with locked(out), pytest.raises(PrepError, match="is being written by pid"):
         run_pack(src, out, append=True)  # this process holds the lock as a running pack does
     assert (out / "manifest.json").read_bytes() == before
+
+
+def test_rejects_are_kept_once(tmp_path: Path) -> None:
+    src, out = tmp_path / "photos", tmp_path / "ds"
+    week1(src)
+    (src / "cat" / "broken.png").write_bytes(b"not a png")
+    run_pack(src, out, sizes=[16], max_rejects=0.5)
+    week2(src)
+    run_pack(src, out, append=True, max_rejects=0.5)  # broken.png is held: not listed again
+    lines = (out / "rejects.jsonl").read_text().splitlines()
+    assert [json.loads(line)["path"] for line in lines] == ["cat/broken.png"]
+    assert read_manifest(out).rejects == 1

@@ -194,11 +194,12 @@ def write_state(staging: Path, inputs: Mapping[str, str], records: list[dict[str
 
 
 def unique_rejects(rejects: list[dict[str, Any]], parent: Parent | None) -> list[dict[str, Any]]:
-    """The parent's rejects and `rejects`, without repeats (an unreadable input listed again)."""
-    seen: dict[tuple[str, str], dict[str, Any]] = {}
-    for r in (parent.rejects if parent else []) + rejects:
-        seen.setdefault((str(r["path"]), str(r["reason"])), r)
-    return list(seen.values())
+    """The parent's rejects and this run's, less those the parent already lists (an unreadable
+    input listed again by the append)."""
+    if parent is None:
+        return rejects
+    seen = {(str(r["path"]), str(r["reason"])) for r in parent.rejects}
+    return parent.rejects + [r for r in rejects if (str(r["path"]), str(r["reason"])) not in seen]
 
 
 def counts_added(old: Any, new: Any) -> Any:
