@@ -241,13 +241,9 @@ def run(kind: Kind[Any, Any], show_progress: bool = True, profile: bool = False)
             inputs = kind.list_inputs()
         ids = kind.identities() if kind.appendable else {}
         plan = {"config": cfg.output_config(), "inputs": inputs.fingerprint, "count": inputs.count}
-        if parent is not None:
-            inputs.count = kind.grow(parent, grow.fresh(parent, ids))
-            grow.check_fields(parent.manifest, kind.described(), array_specs(kind.fields))
-            if not inputs.count:  # nothing new (or a finished append run again): no change
-                return _unchanged(kind, out, parent, len(ids), start)
-            plan |= {"count": inputs.count, "parent": parent.sha}
-        elif cfg.resume and not cfg.overwrite and st.finished(out, plan):
+        if parent is not None and not _new_inputs(kind, parent, ids, inputs, plan):
+            return _unchanged(kind, out, parent, len(ids), start)  # (a finished append again)
+        if parent is None and cfg.resume and not cfg.overwrite and st.finished(out, plan):
             manifest = read_manifest(out)  # killed after the swap: nothing left to do
             # the shard tasks: the files' task numbers (a task may write a shard per split)
             n = len({f.rsplit("-", 1)[1] for s in manifest.shards for f in s.files})
@@ -274,14 +270,12 @@ def run(kind: Kind[Any, Any], show_progress: bool = True, profile: bool = False)
         except OSError as e:
             raise write_error(e, str(staging)) from e
     summary = _summary(kind, out, manifest, seen, len(ordered), reused, start)
+    summary.rejects = inputs.rejects + [r for rec in ordered for r in rec["rejects"]]
     if parent is not None:  # this run's work, not the dataset's
-        summary.skipped = len(ids) - inputs.count
+        summary.skipped, summary.rejected = len(ids) - inputs.count, len(summary.rejects)
         summary.inputs += summary.skipped
         summary.packed -= parent.manifest.num_samples
         summary.bytes -= kind.bytes(out, parent.manifest)
-    summary.rejects = inputs.rejects + [r for rec in ordered for r in rec["rejects"]]
-    if parent is not None:
-        summary.rejected = len(summary.rejects)
     summary.prepare_seconds = prepared
     summary.stages = timer.seconds if profile else None
     return summary
@@ -368,6 +362,16 @@ def _finish(
         write_card(out, staging)
     install(staging, out)
     return manifest, seen
+
+
+def _new_inputs(
+    kind: Kind[Any, Any], parent: Parent, ids: dict[str, str], inputs: Inputs, plan: dict[str, Any]
+) -> bool:
+    """--append: keep the inputs `parent` lacks (refusing other fields); whether there is any."""
+    inputs.count = kind.grow(parent, grow.fresh(parent, ids))
+    grow.check_fields(parent.manifest, kind.described(), array_specs(kind.fields))
+    plan |= {"count": inputs.count, "parent": parent.sha}  # a resume of another parent: refused
+    return inputs.count > 0
 
 
 def _unchanged(
