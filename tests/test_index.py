@@ -28,6 +28,7 @@ def test_the_manifest_holds_no_shard_records(packed: Path) -> None:
         DIGESTS,
         MANIFEST,
         "rejects.jsonl",
+        "inputs.json",  # what a later --append needs (issue 37)
     }
     assert m.counts().tolist() == [8, 8, 8] and m.num_samples == 24
 

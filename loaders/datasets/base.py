@@ -26,9 +26,13 @@ from loaders.read.store import ShardStore
 
 class Remote(TypedDict, total=False):
     """`max_open` maps at a time (ShardStore); for a URL (loaders.remote) the node's `cache_dir`
-    (default ~/.cache/prep), its `cache_limit` (bytes, or "200GB"), fsspec's `storage_options`."""
+    (default ~/.cache/prep), its `cache_limit` (bytes, or "200GB"), fsspec's `storage_options`.
+    `version`: read the dataset as it was at that version (`prep log`), while its files are
+    kept; `refresh`: `set_epoch` moves on to the newest version (else the one opened, always)."""
 
     max_open: int
+    version: str | None
+    refresh: bool
     cache_dir: str | os.PathLike[str] | None
     cache_limit: int | str | None
     storage_options: dict[str, Any] | None
@@ -55,6 +59,8 @@ class ShardedDataset(Dataset[Any]):
     def __init__(
         self, root: str | os.PathLike[str], *, split: str | None = None, **store: Unpack[Remote]
     ):
+        self.refresh = bool(store.pop("refresh", False))
+        self._opened: tuple[Any, dict[str, Any]] = (root, dict(store))  # for refresh
         self.store = ShardStore(root, **store)
         self.split = split
         if split is not None and not len(self._shards):
@@ -69,6 +75,9 @@ class ShardedDataset(Dataset[Any]):
                 f"{root} has no {split!r} {what}; it has splits {sorted(have)}. HINT: {fix}"
             )
         self._now = torch.zeros(2, dtype=torch.int64).share_memory_()  # size, epoch
+        if self.refresh:  # the version set_epoch chose, for the workers (a sha256's bytes)
+            self._version = torch.zeros(32, dtype=torch.uint8).share_memory_()
+            self._version.numpy()[:] = np.frombuffer(bytes.fromhex(self.store.version), np.uint8)
         self._memory: dict[str, torch.Tensor] = {}  # in_memory's copy: name -> its bytes
 
     def check_fields(self, fields: Sequence[str], have: list[str]) -> None:
@@ -100,6 +109,23 @@ class ShardedDataset(Dataset[Any]):
         return np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
 
     @cached_property
+    def _alive(self) -> np.ndarray | None:
+        """The samples read, as positions in the shards read, where `prep remove` hid some
+        (the manifest's `removed`, indices over all shards); None: every sample."""
+        m = self.store.manifest
+        if not m.removed:
+            return None
+        counts = m.counts()
+        starts = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
+        removed = np.asarray(m.removed, np.int64)
+        shard = np.searchsorted(starts, removed, side="right") - 1
+        k = np.full(len(counts), -1, np.int64)  # a shard's place among those read, -1: not read
+        k[self._shards] = np.arange(len(self._shards))
+        inside = k[shard] >= 0
+        at = self._starts[k[shard[inside]]] + removed[inside] - starts[shard[inside]]
+        return np.setdiff1d(np.arange(self._starts[-1], dtype=np.int64), at)
+
+    @cached_property
     def _buffers(self) -> BufferPool:
         return BufferPool()
 
@@ -117,22 +143,48 @@ class ShardedDataset(Dataset[Any]):
         """The epoch random crops and transforms draw from (with their seed and the index)."""
         if epoch < 0:
             raise ValueError(f"epoch {epoch} must be non-negative")
+        if self.refresh and not self.store.current():
+            self._open(None)
+            self._version.numpy()[:] = np.frombuffer(bytes.fromhex(self.store.version), np.uint8)
         self._now[1] = epoch
+
+    def _open(self, version: str | None) -> None:
+        """Read `version` (None: the newest) from now on: what the manifest gives is derived
+        again (a worker: the version its main process chose at set_epoch)."""
+        if self._memory:  # its copy is of the version it opened
+            raise ValueError(
+                f"{self.store.root} has a new version, and in_memory=True holds the old one's "
+                "arrays. HINT: make the dataset again, or pass refresh=False"
+            )
+        root, store = self._opened
+        self.store = ShardStore(root, **{**store, "version": version})
+        cls = type(self)
+        for k in [k for k in self.__dict__ if isinstance(getattr(cls, k, None), cached_property)]:
+            del self.__dict__[k]
 
     @property
     def shard_sizes(self) -> list[int]:
+        if self._alive is not None:  # each shard's samples not removed
+            k = np.searchsorted(self._starts, self._alive, side="right") - 1
+            return np.bincount(k, minlength=len(self._shards)).tolist()
         return np.diff(self._starts).tolist()
 
     def __len__(self) -> int:
-        return int(self._starts[-1])
+        return int(self._starts[-1]) if self._alive is None else len(self._alive)
 
     def _checked(self, indices: Sequence[int] | np.ndarray, n: int | None = None) -> np.ndarray:
         """A batch's indices (into `n` items; default: len) checked, and the store (repacked?)."""
+        if self.refresh:  # a worker follows its main process's set_epoch
+            chosen = bytes(self._version.numpy()).hex()
+            if chosen != self.store.version:
+                self._open(chosen)
         self.store.check()
         return check_indices(indices, len(self) if n is None else n)
 
     def _find(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Each sample's (of checked indices) shard, its manifest index, and index there."""
+        if self._alive is not None:
+            idx = self._alive[idx]
         k = np.searchsorted(self._starts, idx, side="right") - 1
         return self._shards[k], idx - self._starts[k]
 
@@ -154,7 +206,8 @@ class ShardedDataset(Dataset[Any]):
 
     def source(self, index: int) -> str | None:
         """Sample `index`'s input, relative to the SRC it was packed from (None: not kept)."""
-        shard, local = self._find(self._checked([index], int(self._starts[-1])))
+        n = int(self._starts[-1]) if self._alive is None else len(self._alive)
+        shard, local = self._find(self._checked([index], n))
         return self.store.source(int(shard[0]), int(local[0]))
 
     def __getitem__(self, index: int) -> Any:

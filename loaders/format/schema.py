@@ -45,6 +45,9 @@ NPY_HEADER_BYTES = 128
 STORAGES = ("npy", "h5")
 Resolve = Callable[[str, FileInfo], Path]  # an index file's name and record -> a local path
 SHARDS, DIGESTS = "shards.npy", "sha256.npy"
+# Earlier versions of a dataset that grew (prep --append): VERSIONS/SHA/ holds the manifest whose
+# bytes have that sha256, and its shard index; their shards are the dataset's own files.
+VERSIONS = "versions"
 FIXED = ("count", "split", "task")
 H5_PART = "shard"  # an .h5 dataset's one file a shard
 
@@ -262,6 +265,8 @@ class Manifest:
     format_version: int = FORMAT_VERSION
     command: str = ""  # what wrote it: "pack", "tokenize", "import coco"...
     index: dict[str, Any] | None = None  # the shard index's entry, once its files are written
+    parent: str | None = None  # the sha256 of the manifest.json this one grew from (--append)
+    removed: list[int] = field(default_factory=list)  # tombstones: samples `prep remove` hid
 
     @property
     def num_samples(self) -> int:
@@ -301,6 +306,10 @@ class Manifest:
         d |= {"format": FORMAT_NAME, "tool_version": self.tool_version, "splits": self.splits}
         d["num_samples"] = self.num_samples
         d["arrays"] = {n: s.stored() for n, s in self.arrays.items()}
+        if self.parent is not None:  # only a dataset that grew: others keep their bytes
+            d["parent"] = self.parent
+        if self.removed:
+            d["removed"] = self.removed
         if self.index is not None:
             d["index"] = self.index
         else:
@@ -352,7 +361,13 @@ class Manifest:
             shards = [Shard.from_dict(s) for s in d["shards"]]
             for i, shard in enumerate(shards):
                 check_shard(i, shard, arrays)
-        kept = ("config", "rejects", "extra", "tool_version", "index")
+        parent = d.get("parent")
+        if parent is not None and not is_sha256(parent):
+            raise FormatError(f"parent {str(parent)[:40]!r} is not a sha256 of a manifest")
+        removed = d.get("removed", [])
+        if not isinstance(removed, list) or not all(count(r) for r in removed):
+            raise FormatError(f"removed {str(removed)[:40]} is not a list of sample indices")
+        kept = ("config", "rejects", "extra", "tool_version", "index", "parent", "removed")
         said: dict[str, Any] = {k: d[k] for k in kept if k in d}
         said |= {"format_version": version, "command": str(d.get("command", ""))}
         m = cls(d["storage"], arrays, shards, d["fields"], **said)
@@ -361,6 +376,8 @@ class Manifest:
         if big and sum(counts.tolist()) >= 2**63:
             raise FormatError("its shards' counts add up to 2**63 samples or more")
         total = m.num_samples
+        if m.removed and (m.removed != sorted(set(m.removed)) or m.removed[-1] >= total):
+            raise FormatError(f"removed: its indices are not sorted, unique, below {total}")
         if d.get("num_samples", total) != total:
             raise FormatError(
                 f"the manifest says {d['num_samples']} samples but its shards hold {total}"

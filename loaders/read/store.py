@@ -29,6 +29,7 @@ from loaders.format import (
     safe_path,
 )
 from loaders.format.arrays import Arrays, Layout
+from loaders.format.schema import VERSIONS
 
 # A quarter of this process's open-file limit, 16 to 512: each map holds a descriptor, the rest
 # are for DataLoader pipes, sockets and the user's files.
@@ -36,6 +37,11 @@ _SOFT = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 DEFAULT_MAX_OPEN = 512 if _SOFT == resource.RLIM_INFINITY else min(512, max(16, _SOFT // 4))
 
 Stamp = tuple[int, int, int, int]  # st_dev, st_ino, st_size, st_mtime_ns of manifest.json
+
+
+def is_hex(text: str) -> bool:
+    """Whether `text` can name a version: 4 to 64 lowercase hex digits (never a path)."""
+    return 4 <= len(text) <= 64 and all(c in "0123456789abcdef" for c in text)
 
 
 def _stamp(st: os.stat_result) -> Stamp:
@@ -81,6 +87,16 @@ class LocalBackend:
     def resolver(self) -> Any:
         return local_resolver(self.root)
 
+    def read_version(self, sha: str) -> tuple[bytes, Any] | None:
+        """The kept manifest whose sha256 starts with `sha` (VERSIONS/SHA/, left by an append)
+        and the resolver of its shard index; None where none is kept."""
+        folder = self.root / VERSIONS
+        found = sorted(p for p in folder.glob(f"{sha}*") if p.is_dir()) if is_hex(sha) else []
+        if len(found) != 1:
+            return None
+        data, _ = read_manifest_file(found[0])
+        return data, local_resolver(found[0])
+
     def problems(self, manifest: Manifest) -> list[str]:
         return check_files(self.root, manifest)
 
@@ -96,6 +112,7 @@ class ShardStore:
         *,
         max_open: int = DEFAULT_MAX_OPEN,
         backend: Backend | None = None,
+        version: str | None = None,
         **remote: Any,
     ):
         if max_open < 1:
@@ -112,7 +129,12 @@ class ShardStore:
         self.backend: Backend = backend
         self.root, self.max_open = self.backend.root, max_open
         data, self._stamp = self.backend.read_manifest()
-        manifest = Manifest.from_json(data, self.root / MANIFEST, self.backend.resolver())
+        resolver = self.backend.resolver()
+        if version is not None and not is_hex(version):
+            raise ValueError(f"version={version!r} is not a sha256 (or 4+ hex digits of one)")
+        if version is not None and not hashlib.sha256(data).hexdigest().startswith(version):
+            data, resolver = self._version(version)
+        manifest = Manifest.from_json(data, self.root / MANIFEST, resolver)
         declared(manifest)  # the fields against the arrays: one FormatError line if not
         checked: dict[int, Arrays] = {}  # each shard's arrays, laid out by the check
         self._checked = len(manifest.shards) <= EAGER_SHARDS
@@ -140,18 +162,48 @@ class ShardStore:
         assert self._manifest is not None
         return self._manifest
 
-    def _reload(self) -> None:
-        """Read the manifest again: refuse it unless it is the file first read."""
-        data, stamp = self.backend.read_manifest()
-        if hashlib.sha256(data).digest() != self._sha256:
-            raise FormatError(
-                f"{self.root / MANIFEST} changed since the dataset was opened (repacked with "
-                "--overwrite?). HINT: make the dataset object again, and restart the "
-                "DataLoader's workers"
+    def _version(self, sha: str) -> tuple[bytes, Any]:
+        """A kept version's manifest bytes and index resolver (ValueError: none kept)."""
+        read = getattr(self.backend, "read_version", None)
+        found = read(sha) if read is not None else None
+        if found is None:
+            raise ValueError(
+                f"{self.root} keeps no version {sha!r}. HINT: `prep log {self.root}` lists the "
+                "versions kept (a full sha256 or a unique prefix of one)"
             )
-        self._stamp = stamp  # the same bytes (touched, or an identical repack)
+        return found
+
+    def _reload(self) -> None:
+        """Read the manifest again: the file first read, or the same bytes kept as a version
+        (an append or merge since: this store still reads the dataset as it opened it)."""
+        data, stamp = self.backend.read_manifest()
+        resolver = self.backend.resolver()
+        if hashlib.sha256(data).digest() != self._sha256:
+            read = getattr(self.backend, "read_version", None)
+            found = read(self._sha256.hex()) if read is not None else None
+            if found is None or hashlib.sha256(found[0]).digest() != self._sha256:
+                raise FormatError(
+                    f"{self.root / MANIFEST} changed since the dataset was opened (repacked "
+                    "with --overwrite?). HINT: make the dataset object again, and restart the "
+                    "DataLoader's workers"
+                )
+            data, resolver = found
+        self._stamp = stamp  # the same bytes (touched, an identical repack, or a kept version)
         if self._manifest is None:
-            self._manifest = Manifest.from_json(data, self.root / MANIFEST, self.backend.resolver())
+            self._manifest = Manifest.from_json(data, self.root / MANIFEST, resolver)
+
+    @property
+    def version(self) -> str:
+        """The sha256 of the manifest this store reads (`prep log` names versions by it)."""
+        return self._sha256.hex()
+
+    def current(self) -> bool:
+        """Whether the folder's manifest is still the one this store reads."""
+        try:
+            data, _ = self.backend.read_manifest()
+        except FormatError:
+            return True  # nothing newer to read
+        return hashlib.sha256(data).digest() == self._sha256
 
     def check(self) -> None:
         """FormatError if the folder was repacked since (one stat; once a batch)."""

@@ -50,6 +50,11 @@ class RunConfig:
     )
     overwrite: bool = opt(False, "Replace an OUT that prep wrote (kept readable until done).")
     resume: bool = opt(False, "Finish an interrupted run, reusing its verified shards.")
+    append: bool = opt(
+        False,
+        "Add the inputs OUT does not hold yet to the dataset at OUT, as new shards (options left "
+        "out take the dataset's).",
+    )
     staging: str | None = opt(
         None,
         "For a remote OUT (s3://, gs://, ...): the local folder the dataset is built in before "
@@ -65,7 +70,16 @@ class RunConfig:
 
     SECTION: ClassVar[str] = ""
     # Keys that do not change the output bytes: a resumed run may differ in these.
-    RUNTIME = ("jobs", "backend", "scheduler", "overwrite", "resume", "max_rejects", "staging")
+    RUNTIME = (
+        "jobs",
+        "backend",
+        "scheduler",
+        "overwrite",
+        "resume",
+        "max_rejects",
+        "staging",
+        "append",
+    )
 
     def output_config(self) -> dict[str, Any]:
         """What the output bytes depend on (saved in the manifest, compared on --resume)."""

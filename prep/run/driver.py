@@ -20,9 +20,12 @@ from typing import Any, ClassVar, Generic, TypeVar
 from loaders.fields import Field
 from loaders.format import REJECTS, ArraySpec, Manifest, Shard, array_name, read_manifest
 from loaders.remote import url_of
+from prep.run import grow
 from prep.run import staging as st
+from prep.run.card import CARD, write_card
 from prep.run.config import RunConfig
 from prep.run.errors import PrepError, write_error
+from prep.run.grow import Parent
 from prep.run.guard import check_out, install, locked, recover
 from prep.run.inputs import named_rejects
 from prep.run.parallel import check_backend, progress, run_tasks
@@ -108,13 +111,15 @@ class RunSummary:
     prepare_seconds: float = 0.0  # before the tasks: listing, planning, fitting a tokenizer
     stages: dict[str, float] | None = field(default=None)  # with profile: seconds per stage
     rejects: list[dict[str, Any]] = field(default_factory=list)  # this run's, when it listed
+    skipped: int | None = None  # --append: inputs the dataset already held (None: no append)
 
     def line(self) -> str:
         rate = self.packed / self.seconds if self.seconds else 0.0
+        held = "" if self.skipped is None else f" ({self.skipped} already in the dataset)"
         return (
-            f"{self.out}: {self.inputs} inputs, {self.packed} packed, {self.said_rejected()}, "
-            f"{self.shards} shards ({self.reused} reused), {self.bytes / 1e6:.1f} MB written, "
-            f"{self.seconds:.1f} s, {rate:.0f} items/s"
+            f"{self.out}: {self.inputs} inputs{held}, {self.packed} packed, "
+            f"{self.said_rejected()}, {self.shards} shards ({self.reused} reused), "
+            f"{self.bytes / 1e6:.1f} MB written, {self.seconds:.1f} s, {rate:.0f} items/s"
         )
 
     def said_rejected(self) -> str:
@@ -134,6 +139,8 @@ class Kind(ABC, Generic[C, S]):
     threads: ClassVar[bool] = False  # the task releases the GIL: --backend auto runs threads
     # Reject reasons the user asked for (--drop-dupes: duplicate): never count for --max-rejects
     chosen_rejects: ClassVar[frozenset[str]] = frozenset()
+    appendable: ClassVar[bool] = False  # --append: identities() and grow() are implemented
+    parent: Parent | None = None  # the dataset an --append grows (set by grow())
     task: Callable[..., dict[str, Any]]  # the shard task: a module-level function (it pickles)
     command: str  # the manifest's `command`
     fields: dict[str, Field]  # set once the inputs are listed (or in `prepare`)
@@ -154,6 +161,20 @@ class Kind(ABC, Generic[C, S]):
 
     def prepare(self, staging: Path, resume: bool) -> None:
         """Once the run folder exists, before any task (e.g. fit and save a tokenizer)."""
+
+    def identities(self) -> dict[str, str]:
+        """Each listed input's name -> what makes it the same input: --append skips an input
+        whose name and identity the dataset holds."""
+        raise NotImplementedError
+
+    def grow(self, parent: Parent, fresh: set[str]) -> int:
+        """Keep only the inputs named in `fresh`, grow class maps from `parent`'s (old ids
+        kept), set `self.parent`; the number of inputs kept."""
+        raise NotImplementedError
+
+    def before(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The parent's shard records (split, count, stats) and `records`: stats of the whole."""
+        return (self.parent.records if self.parent else []) + records
 
     def weight(self, shard: S) -> int:
         """The shard's work in `unit`s, for the progress bar."""
@@ -206,6 +227,8 @@ def run(kind: Kind[Any, Any], show_progress: bool = True, profile: bool = False)
     cfg = kind.cfg
     if cfg.backend == "auto":
         cfg.backend = "threads" if kind.threads else "loky"
+    if cfg.append:
+        grow.check_append(cfg, kind.appendable, kind.command)
     if cfg.staging is not None or url_of(cfg.out) is not None:  # a remote OUT: prep.run.remote
         from prep.run.remote import run_remote
 
@@ -214,14 +237,18 @@ def run(kind: Kind[Any, Any], show_progress: bool = True, profile: bool = False)
     check_backend(cfg.backend)
     start = time.perf_counter()
     out = Path(os.path.abspath(str(cfg.out)))
-    check_out(out, kind.sources(), cfg.overwrite, cfg.resume)  # before listing
+    check_out(out, kind.sources(), cfg.overwrite, cfg.resume or cfg.append)  # before listing
     with locked(out):
         recover(out)
         timer = StageTimer()
+        parent = grow.open_parent(out, kind.command, cfg) if cfg.append else None
         with timer.stage("list"):
             inputs = kind.list_inputs()
+        ids = kind.identities() if kind.appendable else {}
         plan = {"config": cfg.output_config(), "inputs": inputs.fingerprint, "count": inputs.count}
-        if cfg.resume and not cfg.overwrite and st.finished(out, plan):
+        if parent is not None and not _new_inputs(kind, parent, ids, inputs, plan):
+            return _unchanged(kind, out, parent, len(ids), start)  # (a finished append again)
+        if parent is None and cfg.resume and not cfg.overwrite and st.finished(out, plan):
             manifest = read_manifest(out)  # killed after the swap: nothing left to do
             # the shard tasks: the files' task numbers (a task may write a shard per split)
             n = len({f.rsplit("-", 1)[1] for s in manifest.shards for f in s.files})
@@ -232,20 +259,28 @@ def run(kind: Kind[Any, Any], show_progress: bool = True, profile: bool = False)
         try:
             with timer.stage(kind.prepare_stage) if kind.prepare_stage else nullcontext():
                 kind.prepare(staging, cfg.resume)
+            if parent is not None:
+                grow.link_parent(out, staging, parent)
         except OSError as e:
             raise write_error(e, str(staging)) from e
         shards = kind.plan()
-        found = {i: st.load_record(staging, i, verify=True) for i in range(len(shards))}
+        first = parent.first_task if parent else 0  # new shards' file numbers follow the old
+        found = {i: st.load_record(staging, first + i, verify=True) for i in range(len(shards))}
         records = {i: r for i, r in found.items() if r and kind.reusable(r)} if cfg.resume else {}
         reused, prepared = len(records), time.perf_counter() - start
-        records |= _run_shards(kind, shards, records, staging, timer, show_progress, profile)
+        records |= _run_shards(kind, shards, records, staging, timer, show_progress, profile, first)
         ordered = [records[i] for i in sorted(records)]
         try:
-            manifest, seen = _finish(kind, inputs, ordered, staging, out)
+            manifest, seen = _finish(kind, inputs, ordered, staging, out, ids)
         except OSError as e:
             raise write_error(e, str(staging)) from e
     summary = _summary(kind, out, manifest, seen, len(ordered), reused, start)
     summary.rejects = inputs.rejects + [r for rec in ordered for r in rec["rejects"]]
+    if parent is not None:  # this run's work, not the dataset's
+        summary.skipped, summary.rejected = len(ids) - inputs.count, len(summary.rejects)
+        summary.inputs += summary.skipped
+        summary.packed -= parent.manifest.num_samples
+        summary.bytes -= kind.bytes(out, parent.manifest)
     summary.prepare_seconds = prepared
     summary.stages = timer.seconds if profile else None
     return summary
@@ -259,14 +294,16 @@ def _run_shards(
     timer: StageTimer,
     show_progress: bool,
     profile: bool,
+    first: int = 0,
 ) -> dict[int, dict[str, Any]]:
-    """Run the shard tasks not `done`, costliest first; their records by shard index."""
+    """Run the shard tasks not `done`, costliest first; their records by shard index (shard i
+    is task `first + i`: an append's new shards are numbered after the old)."""
     cfg = kind.cfg
     todo = sorted(
         (i for i in range(len(shards)) if i not in done), key=lambda i: -kind.cost(shards[i])
     )
     parent = os.getpid() if cfg.backend == "loky" else None  # see shardwriter.exit_with_parent
-    args = [(*kind.task_args(i, shards[i], staging.absolute()), parent) for i in todo]
+    args = [(*kind.task_args(first + i, shards[i], staging.absolute()), parent) for i in todo]
     total = sum(kind.weight(shards[i]) for i in todo)
     bar = progress(total, kind.unit, f"{cfg.SECTION} {staging.name}", show_progress)
     bar.set_postfix_str(f"0/{len(todo)} shards")  # items with rate and ETA, shards done
@@ -275,9 +312,9 @@ def _run_shards(
     try:
         for rec in run_tasks(task, args, cfg.n_jobs, cfg.backend, cfg.scheduler):
             timer.add(rec.pop("stages", {}))
-            records[rec["index"]] = rec
+            records[rec["index"] - first] = rec
             bar.set_postfix_str(f"{len(records)}/{len(todo)} shards", refresh=False)
-            bar.update(kind.weight(shards[rec["index"]]))
+            bar.update(kind.weight(shards[rec["index"] - first]))
     except BaseException:
         st.cleanup_temps(staging)
         raise
@@ -292,14 +329,15 @@ def _finish(
     records: list[dict[str, Any]],
     staging: Path,
     out: Path,
+    ids: dict[str, str],
 ) -> tuple[Manifest, int]:
     """rejects.jsonl, the --max-rejects check, the manifest (last), the swap; (manifest, seen)."""
-    cfg = kind.cfg
-    rejects = st.write_rejects(
-        staging, inputs.rejects + [r for rec in records for r in rec["rejects"]]
-    )
+    cfg, parent = kind.cfg, kind.parent
+    rejects = inputs.rejects + [r for rec in records for r in rec["rejects"]]
+    kept = st.write_rejects(staging, grow.unique_rejects(rejects, parent))
     seen = kind.seen(inputs, records)
-    counted = [r for r in rejects if r["reason"] not in kind.chosen_rejects]
+    by_path = sorted(rejects, key=lambda r: str(r["path"]))  # this run's: as rejects.jsonl
+    counted = [r for r in by_path if r["reason"] not in kind.chosen_rejects]
     if seen and len(counted) / seen > cfg.max_rejects:
         reasons = Counter(r["reason"] for r in counted).most_common()
         named = named_rejects(counted, reason=False)
@@ -313,13 +351,41 @@ def _finish(
             "inputs and rerun with --overwrite"
         )
     manifest = kind.manifest(records)
+    if parent is not None:  # the parent's shards first, as they were
+        manifest.shards = [*parent.manifest.shards, *manifest.shards]
+        manifest.parent = parent.sha
+        manifest.removed = list(parent.manifest.removed)  # still hidden: indices unchanged
+    if kind.appendable:  # what a later append needs
+        before = (parent.inputs if parent else {}) | ids
+        grow.write_state(staging, before, kind.before(grow.trimmed(records)))
     manifest.config = cfg.output_config()
-    manifest.rejects = len(rejects)
+    manifest.rejects = len(kept)
     manifest.tool_version = __version__
     manifest.extra["inputs"] = inputs.fingerprint  # as the plan's: see staging.finished
     st.write_manifest(staging, manifest)
+    if parent is not None or (out / CARD).is_file():  # a card is refreshed, the user's parts kept
+        write_card(out, staging)
     install(staging, out)
     return manifest, seen
+
+
+def _new_inputs(
+    kind: Kind[Any, Any], parent: Parent, ids: dict[str, str], inputs: Inputs, plan: dict[str, Any]
+) -> bool:
+    """--append: keep the inputs `parent` lacks (refusing other fields); whether there is any."""
+    inputs.count = kind.grow(parent, grow.fresh(parent, ids))
+    grow.check_fields(parent.manifest, kind.described(), array_specs(kind.fields))
+    plan |= {"count": inputs.count, "parent": parent.sha}  # a resume of another parent: refused
+    return inputs.count > 0
+
+
+def _unchanged(
+    kind: Kind[Any, Any], out: Path, parent: Parent, listed: int, start: float
+) -> RunSummary:
+    """An append whose inputs the dataset holds: nothing written."""
+    summary = _summary(kind, out, parent.manifest, listed, 0, 0, start)
+    summary.packed, summary.rejected, summary.bytes, summary.skipped = 0, 0, 0, listed
+    return summary
 
 
 def _summary(

@@ -17,8 +17,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from loaders.format import MANIFEST, REJECTS, FormatError, read_manifest
+from loaders.format.schema import VERSIONS
+from prep.run.card import CARD, is_ours
 from prep.run.errors import PrepError, UsageError, write_error
 from prep.run.files import HOST, fsync_dir
+from prep.run.grow import STATE
 from prep.run.staging import OLD, RUN_DIR, cleanup_temps, listed_files, remove, staging_dir
 
 REPORT = "report.html"  # prep report's page, by default inside the dataset it describes
@@ -47,7 +50,10 @@ def check_out(out: Path, sources: list[Path], overwrite: bool, resume: bool) -> 
     with contextlib.suppress(OSError, FormatError):
         if (out / MANIFEST).is_file():  # a FIFO there would block the read
             files = listed_files(read_manifest(out))
-            ours = {MANIFEST, REJECTS, RUN_DIR, OLD} | {Path(f).parts[0] for f in files if f}
+            ours = {MANIFEST, REJECTS, RUN_DIR, OLD, VERSIONS, STATE}  # prep.run.grow's too
+            ours |= {Path(f).parts[0] for f in files if f}
+    if ours and is_ours(out / CARD):  # the dataset card prep wrote (user edits are kept)
+        ours.add(CARD)
     page = out / REPORT
     if ours and page.is_file() and not page.is_symlink():  # prep report's; a folder is the user's
         ours.add(REPORT)

@@ -6,7 +6,9 @@ version 4 manifest (FORMAT.md)."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import shutil
+import stat
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +22,7 @@ from loaders.format import ArraySpec
 from prep.run.driver import Kind, array_specs, split_shards
 from prep.run.errors import Reject as UserReject
 from prep.run.errors import UsageError
+from prep.run.grow import Parent
 from prep.run.inputs import Reject
 from prep.run.shardwriter import shard_task, write_shard
 
@@ -208,15 +211,40 @@ class SamplesRun(Kind[Any, list[Any]]):
     def reusable(self, record: dict[str, Any]) -> bool:
         return "stats" in record  # a shard of a prep before pixel stats: redone
 
+    def identities(self) -> dict[str, str]:
+        return {it.rel: identity(it.value, self.base) for it in self.items}
+
+    def grow(self, parent: Parent, fresh: set[str]) -> int:
+        self.parent = parent
+        self.items = [it for it in self.items if it.rel in fresh]
+        return len(self.items)
+
     def extra(self, records: list[dict[str, Any]]) -> dict[str, Any]:
         stats = {}
         for name, f in self.fields.items():
             if isinstance(f, Counting):
-                parts = [{"shard": r["shard"], "stats": r["stats"].get(name, {})} for r in records]
+                parts = [
+                    {"shard": r["shard"], "stats": r.get("stats", {}).get(name, {})}
+                    for r in self.before(records)
+                ]
                 got = f.stats(parts)
                 if got is not None:
                     stats[name] = got
         return {"stats": stats} if stats else {}
+
+
+def identity(value: Any, base: Path | None) -> str:
+    """What makes an input the same one for --append: a file's size and time where `value`
+    names a file, else the sha256 of its repr (a row, an object)."""
+    if isinstance(value, (str, Path)):
+        path = Path(value) if base is None else base / value
+        try:
+            st = path.stat()
+            if stat.S_ISREG(st.st_mode):
+                return f"{st.st_size}:{st.st_mtime_ns}"
+        except (OSError, ValueError):  # not a path: a value like any other
+            pass
+    return hashlib.sha256(repr(value).encode()).hexdigest()
 
 
 def bind_fields(fields: Any) -> dict[str, Field]:

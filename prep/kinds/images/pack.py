@@ -3,6 +3,8 @@ every size."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import zlib
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,7 @@ from prep.media.image.geometry import PixelSums, combine, sizes_from, stored
 from prep.media.image.groups import image_phash, pixel_digest
 from prep.run.driver import Inputs, Kind, RunSummary, array_specs, fingerprint, run, split_shards
 from prep.run.errors import PrepError
+from prep.run.grow import Parent, counts_added, grown_classes
 from prep.run.inputs import Reject
 from prep.run.shardwriter import shard_task, write_shard
 from prep.sources.images import Item, list_images, split_counts
@@ -133,6 +136,7 @@ def pack_shard(
 class ImagesKind(Kind[PackConfig, list[Item]]):
     command = "pack"
     task = staticmethod(pack_shard)
+    appendable = True
     threads = True  # decoding, resizing, hashing and writing release the GIL
     chosen_rejects = frozenset({"duplicate"})  # --drop-dupes: not counted by --max-rejects
     show_progress = True  # the --drop-dupes hashing pass's bar (the driver has the shards')
@@ -172,6 +176,45 @@ class ImagesKind(Kind[PackConfig, list[Item]]):
             listing.rejects += dropped
         return Inputs(len(listing.items), listing.rejects, digest)
 
+    def identities(self) -> dict[str, str]:
+        """An input's file (and mask) size and time, its label's name and split."""
+        stats = {name: f"{size}:{mtime}" for name, size, mtime in self.listing.fingerprint}
+        classes = self.listing.classes
+        return {
+            it.rel: json.dumps(
+                [
+                    stats.get(it.rel),
+                    stats.get(f"{it.rel} mask"),
+                    classes[it.label] if classes and it.label is not None else it.label,
+                    it.split,
+                ]
+            )
+            for it in self.listing.items
+        }
+
+    def grow(self, parent: Parent, fresh: set[str]) -> int:
+        listing, self.parent = self.listing, parent
+        old = parent.manifest.fields.get("label", {}).get("classes")
+        if listing.classes is not None and isinstance(old, list):  # old ids never change
+            classes = grown_classes(old, listing.classes)
+            new_id = [classes.index(c) for c in listing.classes]
+            listing.items = [
+                it if it.label is None else dataclasses.replace(it, label=new_id[it.label])
+                for it in listing.items
+            ]
+            listing.classes = classes
+        listing.items = [it for it in listing.items if it.rel in fresh]
+        max_label = max((it.label for it in listing.items if it.label is not None), default=None)
+        masks = "mask" in parent.manifest.fields
+        self.fields = image_fields(self.cfg, listing.classes, max_label, masks)
+        was = parent.manifest.fields.get("label", {})
+        ids = listing.classes is None and bool(was.get("dtype"))
+        if ids and max_label is not None and max_label <= np.iinfo(was["dtype"]).max:
+            # integer ids that fit keep the dataset's dtype
+            self.fields["label"] = Label(dtype=was["dtype"])
+        self.specs = array_specs(self.fields)
+        return len(listing.items)
+
     def plan(self) -> list[list[Item]]:
         items = self.listing.items
         if self.cfg.shuffle_seed is not None:
@@ -197,7 +240,7 @@ class ImagesKind(Kind[PackConfig, list[Item]]):
 
     def extra(self, records: list[dict[str, Any]]) -> dict[str, Any]:
         extra: dict[str, Any] = {"background": list(self.cfg.background_rgb())}
-        stats = combine(records)  # per-channel mean and std (prep.media.image.geometry)
+        stats = combine(self.before(records))  # per-channel mean and std (of exact sums)
         if stats is not None:
             extra["stats"] = {"image": stats}
         if self.cfg.decode == "cuda":  # nvJPEG's pixels against libjpeg-turbo's, in levels
@@ -206,7 +249,11 @@ class ImagesKind(Kind[PackConfig, list[Item]]):
             worst = max((f[2] for f in found), default=0)
             extra["decode"] = {"device": "cuda", "jpegs": n, "max_diff": worst}
             extra["decode"]["mean_max_diff"] = total / n if n else 0.0
-        return extra | split_counts(self.listing, records)
+        splits = split_counts(self.listing, records)
+        if self.parent is not None and splits:  # the new samples' counts added to the old
+            before = self.parent.manifest.extra.get("splits")
+            splits = {"splits": counts_added(before, splits["splits"])}
+        return extra | splits
 
 
 def pack(cfg: PackConfig, show_progress: bool = True, profile: bool = False) -> RunSummary:

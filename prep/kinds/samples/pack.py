@@ -23,6 +23,7 @@ class SamplesKind(SamplesRun):
     """The user's samples: one function call a sample, then each field's encoder."""
 
     name = "samples"
+    appendable = True  # identities() and grow() of SamplesRun: the user's fields do not grow
     cfg: SamplesConfig
     make: UserFunction
 
