@@ -113,6 +113,7 @@ GROUPS["report"] = "bench_report"  # bench/bench_report.py: prep report against 
 GROUPS["boxes"] = "bench_boxes"  # bench/bench_boxes.py: box-aware transforms (26)
 GROUPS["startup"] = "bench_startup"  # bench/bench_startup.py: --help and a one-image pack (30)
 GROUPS["index"] = "bench_index"  # bench/bench_index.py: a million shards opened (35)
+GROUPS["quality"] = "bench_quality"  # bench/bench_quality.py: quality scores, labels (39)
 
 
 def measure(args: argparse.Namespace, raw: Path, work: Path) -> list[Row]:
