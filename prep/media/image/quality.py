@@ -13,8 +13,6 @@ import math
 
 import numpy as np
 
-from prep.media.image.groups import thumbnail
-
 # The issues scored from one image's pixels, in the stored order; `prep issues` adds the shape
 # issues (odd_size, odd_aspect), which need the whole dataset (loaders.fields.scores).
 PIXEL_ISSUES = ("blur", "dark", "bright", "low_info", "grayscale")
@@ -32,21 +30,28 @@ FLAT_STD = 2.0  # grey levels: a flatter copy has no edges to judge (low_info's 
 # photos score higher) measure r 0.014-0.11, 0.007 squeezed to 5:1; blurred by sigma 1 px (at
 # SIDE px) 0.002-0.009, by sigma 2-4 px at most 0.003 (tests/test_quality.py plants 2-4 px).
 BLUR_SCALE = 0.005 / -math.log(1 - 0.29)
+STATS_SIDE = 64  # the brightness percentiles' and colour's sample: a 64 px bilinear subsample
 STRETCH = 8  # information(): the most a thumbnail's levels are stretched (a 32-level range)
 CHROMA_SCALE = 10.0  # grey levels of mean max-min channel spread where grayscale scores 1
 
 
-def small_copy(img: np.ndarray, side: int = SIDE) -> np.ndarray:
-    """`img` area-averaged to shorter side `side` (as is when smaller: never enlarged)."""
+def small_copy(img: np.ndarray, side: int = SIDE, area: bool = True) -> np.ndarray:
+    """`img` resized to shorter side `side` (as is when smaller: never enlarged): area-averaged
+    (a bilinear step to a whole multiple first: INTER_AREA's integer path, as thumbnail()), or
+    bilinear alone (`area` False: a sample of the pixels, for statistics)."""
     import cv2
 
     h, w = img.shape[:2]
     f = side / min(h, w)
     if f >= 1:
         return img
-    return cv2.resize(
-        img, (max(1, round(w * f)), max(1, round(h * f))), interpolation=cv2.INTER_AREA
-    )
+    th, tw = max(1, round(h * f)), max(1, round(w * f))
+    if not area:
+        return cv2.resize(img, (tw, th), interpolation=cv2.INTER_LINEAR)
+    k = max(1, min(h // th, w // tw))
+    if (h, w) != (th * k, tw * k):
+        img = cv2.resize(img, (tw * k, th * k), interpolation=cv2.INTER_LINEAR)
+    return cv2.resize(img, (tw, th), interpolation=cv2.INTER_AREA)
 
 
 def blur_score(gray: np.ndarray) -> float:
@@ -54,12 +59,11 @@ def blur_score(gray: np.ndarray) -> float:
     dark, bright or faint image as sharp as its edges are; a flat one scores 1."""
     import cv2
 
-    g = gray.astype(np.float32)
-    var = float(g.var())
-    if var < FLAT_STD**2 or min(g.shape) < 3:
+    std = float(cv2.meanStdDev(gray)[1][0, 0])
+    if std < FLAT_STD or min(gray.shape) < 3:
         return 1.0
-    r = float(cv2.Laplacian(g, cv2.CV_32F, ksize=1).var()) / var
-    return 1.0 - math.exp(-r / BLUR_SCALE)
+    lap = float(cv2.meanStdDev(cv2.Laplacian(gray, cv2.CV_16S, ksize=1))[1][0, 0])
+    return 1.0 - math.exp(-((lap / std) ** 2) / BLUR_SCALE)
 
 
 def brightness(rgb: np.ndarray) -> np.ndarray:
@@ -78,51 +82,55 @@ def entropy(gray: np.ndarray) -> float:
     return max(0.0, float(-(p * np.log2(p)).sum()))  # not -0.0: one level
 
 
+def information(gray: np.ndarray) -> float:
+    """The entropy (bits) of the 32 px thumbnail of `gray`, its levels stretched so that its
+    1st-99th percentiles span 0-255 (at most STRETCH times) before they are rounded: a bright or
+    dark image holds as much information as its structure (unstretched, one CleanVision calls
+    light has at most 14 levels in 95% of its pixels: under 4 bits); a flat one stays flat."""
+    import cv2
+
+    thumb = cv2.resize(gray.astype(np.float32), (32, 32), interpolation=cv2.INTER_AREA)
+    flat = thumb.reshape(-1)
+    part = np.partition(flat, (10, 1013))  # the 1st and 99th percentiles of 1024
+    lo, hi = float(part[10]), float(part[1013])
+    gain = 255 / max(hi - lo, 255 / STRETCH)
+    return entropy(np.clip((thumb - lo) * gain + 0.5, 0, 255).astype(np.uint8))
+
+
 def colour_stats(small: np.ndarray) -> np.ndarray:
     """uint8 (6,): the R, G, B means and standard deviations (grey: its own, thrice), the
     colour half of the outlier search's embedding (loaders.fields.scores.embedding)."""
-    c = small.reshape(-1, small.shape[2] if small.ndim == 3 else 1).astype(np.float32)
-    stats = np.concatenate([c.mean(axis=0), c.std(axis=0)])
-    return np.repeat(stats, 3 // c.shape[1]).round().clip(0, 255).astype(np.uint8)
+    import cv2
 
-
-def information(gray: np.ndarray) -> float:
-    """The entropy (bits) of the 32 px thumbnail of `gray` with its levels stretched so that its
-    1st-99th percentiles span 0-255 (at most STRETCH times): a bright or dark image holds as
-    much information as its structure (unstretched, one CleanVision calls light has at most 14
-    levels in 95% of its pixels: under 4 bits), while a flat one stays flat."""
-    flat = gray.reshape(-1)
-    k1, k99 = int(0.01 * (len(flat) - 1)), int(0.99 * (len(flat) - 1))
-    part = np.partition(flat, (k1, k99))
-    lo, hi = float(part[k1]), float(part[k99])
-    gain = 255 / max(hi - lo, 255 / STRETCH)
-    stretched = np.clip((gray.astype(np.float32) - lo) * gain, 0, 255).astype(np.uint8)
-    return entropy(thumbnail(stretched))
+    mean, std = cv2.meanStdDev(small)
+    stats = np.concatenate([mean.reshape(-1), std.reshape(-1)])
+    return np.repeat(stats, 3 // len(mean)).round().clip(0, 255).astype(np.uint8)
 
 
 def pixel_scores(img: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """float32 (5,) scores in PIXEL_ISSUES order of an (H, W, 3) RGB or (H, W) grey image (grey:
-    grayscale 0), and its colour_stats."""
+    grayscale 0), and its colour_stats. Blur and information from the SIDE px grey copy; the
+    brightness percentiles, colour and chroma from a STATS_SIDE px sample of the pixels."""
     import cv2
 
-    small = small_copy(img)
-    gray = cv2.cvtColor(small, cv2.COLOR_RGB2GRAY) if small.ndim == 3 else small
-    b = brightness(small)
+    gray = small_copy(cv2.cvtColor(img, cv2.COLOR_RGB2GRAY) if img.ndim == 3 else img)
+    sample = small_copy(img, STATS_SIDE, area=False)
+    b = brightness(sample)
     k5, k99 = int(0.05 * (len(b) - 1)), int(0.99 * (len(b) - 1))  # np.percentile's "lower"
     part = np.partition(b, (k5, k99))
-    lo, hi = part[k5], part[k99]
     chroma = 0.0
-    if small.ndim == 3:
-        spread = small.max(axis=2).astype(np.int16) - small.min(axis=2)
-        chroma = float(spread.mean())
+    if sample.ndim == 3:
+        r, g, bl = cv2.split(sample)
+        spread = cv2.subtract(cv2.max(cv2.max(r, g), bl), cv2.min(cv2.min(r, g), bl))
+        chroma = float(cv2.mean(spread)[0])
     scores = [
         blur_score(gray),
-        float(hi),
-        1.0 - float(lo),
+        float(part[k99]),
+        1.0 - float(part[k5]),
         min(1.0, 0.1 * information(gray)),
         min(1.0, chroma / CHROMA_SCALE),
     ]
-    return np.clip(np.asarray(scores, np.float32), 0, 1), colour_stats(small)
+    return np.clip(np.asarray(scores, np.float32), 0, 1), colour_stats(sample)
 
 
 def stored_issues(gray: bool) -> tuple[str, ...]:
