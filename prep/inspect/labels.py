@@ -88,11 +88,13 @@ def label_issues(labels: np.ndarray, probs: np.ndarray) -> np.ndarray:
     counts = np.bincount(labels, minlength=k)
     prune = prune_counts(confident_joint(labels, probs, k))
     flagged = np.zeros(n, bool)
-    for given in np.flatnonzero(counts > 1):  # cleanlab leaves a class of one sample alone
-        cells = [t for t in np.flatnonzero(prune[given]) if t != given]
-        if not cells:
-            continue
-        idx = np.flatnonzero(labels == given)
+    by_label = np.argsort(labels, kind="stable")  # each class's samples: one sort, not K scans
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    off = prune.copy()
+    np.fill_diagonal(off, 0)
+    for given in np.flatnonzero((counts > 1) & (off.sum(axis=1) > 0)):  # a class of one: kept
+        cells = np.flatnonzero(off[given])
+        idx = by_label[starts[given] : starts[given + 1]]
         p = np.asarray(probs[idx])
         for true in cells:
             # The prune[given, true] samples of this label most likely `true` instead
