@@ -109,3 +109,18 @@ def test_report_shows_the_label_errors(packed: Path, tmp_path: Path) -> None:
     names = json.loads((packed / "manifest.json").read_text())["fields"]["label"]["classes"]
     for i, c in wrong.items():
         assert f"{i} {names[labels[i]]} -&gt; {names[c]}" in page
+
+
+def test_cross_val_writes_out_of_sample_predictions(packed: Path, tmp_path: Path) -> None:
+    from examples import train_classifier
+
+    preds = tmp_path / "preds.npy"
+    argv = ["--data", str(packed), "--batch-size", "8", "--width", "8", "--workers", "0"]
+    losses = train_classifier.main(
+        [*argv, "--cross-val", "3", "--limit", "2", "--predictions", str(preds)]
+    )
+    assert len(losses) == 3 * 2  # each fold's model trained its own steps
+    probs = np.load(preds)
+    assert probs.shape == (24, 4) and np.allclose(probs.sum(axis=1), 1, atol=1e-4)
+    res = CliRunner().invoke(app, ["labels", str(packed), "--predictions", str(preds)])
+    assert res.exit_code == 0 and "likely label errors" in res.output, res.output
