@@ -119,6 +119,7 @@ GROUPS["zstd"] = "bench_zstd"  # bench/bench_zstd.py: --compress zstd, size and 
 GROUPS["workers"] = "bench_workers"  # bench/bench_workers.py: detection with workers (40)
 GROUPS["resume"] = "bench_resume"  # bench/bench_resume.py: a loader's state (36)
 GROUPS["grow"] = "bench_grow"  # bench/bench_grow.py: --append against a repack (37)
+GROUPS["quality"] = "bench_quality"  # bench/bench_quality.py: quality scores, labels (39)
 
 
 def measure(args: argparse.Namespace, raw: Path, work: Path) -> list[Row]:

@@ -122,6 +122,15 @@ def options(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--width", type=int, default=32, help="the first stage's channels")
     p.add_argument("--mix", choices=["none", "mixup", "cutmix"], default="none")
     ex.checkpoint_options(p)
+    p.add_argument(
+        "--cross-val",
+        type=int,
+        default=0,
+        metavar="K",
+        help="train K models, each without one of K folds, and save every sample's class "
+        "probabilities from the model that did not see it to --predictions (prep labels)",
+    )
+    p.add_argument("--predictions", default="preds.npy", help="--cross-val's output (.npy)")
     return p.parse_args(argv)
 
 
@@ -131,6 +140,8 @@ def main(argv: Sequence[str] | None = None) -> list[float]:
     env = ex.setup(args)
     ds = ex.image_dataset(args.data, ("image", "label", "index"))
     classes = len(ds.classes or [])
+    if args.cross_val:
+        return cross_validate(args, env, ds, classes)
     train, val = ex.holdout(ds)
     loader = make_loader(train, args.batch_size, shuffle=True, num_workers=args.workers)
     val_loader = make_loader(val, args.batch_size)
@@ -160,6 +171,72 @@ def main(argv: Sequence[str] | None = None) -> list[float]:
         ex.report(env, epoch, stats, f", {size} px, val acc {accuracy(model, val_loader, env):.3f}")
     ex.teardown()
     return trainer.losses
+
+
+def cross_validate(args: argparse.Namespace, env: ex.Env, ds: Any, classes: int) -> list[float]:
+    """--cross-val K: fold k holds the samples i with i % K == k; each fold's probabilities come
+    from a model trained on the others (out-of-sample, as confident learning needs them), at
+    the largest size. Saves (N, classes) float32 to --predictions; returns every step's loss."""
+    import numpy as np
+    from torch.utils.data import Subset
+
+    if env.world > 1 or args.cross_val < 2:
+        raise SystemExit("--cross-val K: K >= 2, in one process (not under torchrun)")
+    n, k = len(ds), args.cross_val
+    probs = np.zeros((n, classes), np.float32)
+    losses: list[float] = []
+    norm = Normalize(MEAN, STD).to(env.device)
+    for fold in range(k):
+        seen = Subset(ds, [i for i in range(n) if i % k != fold])
+        net, trainer = fit(args, env, ds, seen, classes, args.seed + fold)
+        held = Subset(ds, list(range(fold, n, k)))
+        with torch.no_grad():
+            for images, _, index in make_loader(held, args.batch_size):
+                x = norm(images.to(env.device)).contiguous(memory_format=torch.channels_last)
+                probs[index.numpy()] = torch.softmax(net(x).float(), 1).cpu().numpy()
+        losses += trainer.losses
+        print(f"fold {fold + 1}/{k}: trained on {len(seen)}, predicted {len(held)}", flush=True)
+    np.save(args.predictions, probs)
+    right = float((probs.argmax(1) == ds_labels(ds)).mean())
+    print(f"saved {args.predictions}: {n} x {classes}, accuracy on the given labels {right:.3f}")
+    return losses
+
+
+def fit(
+    args: argparse.Namespace, env: ex.Env, ds: Any, seen: Any, classes: int, seed: int
+) -> tuple[nn.Module, ex.Trainer]:
+    """A fresh model trained on `seen` as main() trains (no MixUp), left in eval mode at the
+    dataset's largest size."""
+    net = ex.prepare(ResNet(classes, [args.width * 2**i for i in range(3)]), env, False, True)
+    trainer = ex.Trainer(torch.optim.AdamW(net.parameters(), lr=args.lr, weight_decay=5e-4))
+    trainer.limit, trainer.log = args.limit, False
+    loader = make_loader(seen, args.batch_size, shuffle=True, num_workers=args.workers)
+    loss_fn = nn.CrossEntropyLoss()
+    for epoch in trainer.epochs(args.epochs):
+        size = size_at(ds.sizes, epoch, args.epochs)
+        ds.set_size(size)
+        aug = augment(size, classes, "none", seed).to(env.device)
+        aug.set_epoch(epoch)
+        loader.sampler.set_epoch(epoch)
+
+        def step(batch: Sequence[torch.Tensor], aug: T.Compose = aug) -> tuple[torch.Tensor, int]:
+            images, labels, index = ex.to_device(batch, env.device)
+            x, y = aug(images, labels, index=index)
+            with ex.autocast(env.device):
+                loss = loss_fn(net(x.contiguous(memory_format=torch.channels_last)), y)
+            return loss, len(images)
+
+        trainer.epoch(loader, step)
+    ds.set_size(max(ds.sizes))
+    return net.eval(), trainer
+
+
+def ds_labels(ds: Any) -> Any:
+    """Every sample's stored label, int64 (N,)."""
+    from loaders import SampleDataset
+
+    whole = SampleDataset(ds.store.root, fields=["label"])
+    return whole.__getitems__(list(range(len(whole))))["label"].numpy()
 
 
 if __name__ == "__main__":

@@ -144,6 +144,10 @@ def _no_field(m: Manifest) -> None:
     del m["fields"]["vec"]
 
 
+def _quality_shape(m: Manifest) -> None:
+    m["extra"]["quality"]["shape"]["size_q1"] = "small"
+
+
 DEEP = b"[" * 100_000 + b"]" * 100_000
 SIDES = "frame size|frames_hw"  # a video's frame sides: checked with its frames
 FIELD_CASES = [
@@ -217,6 +221,17 @@ FIELD_CASES = [
         NONE,
         "",
     ),
+    # prep pack's quality scores (issue 39): read as they are, judged by verify and prep issues
+    Case("quality scores NaN", "images", values("quality", np.nan), VERIFY_ONLY, "quality"),
+    Case("quality scores past 1", "images", values("quality", 7.0), VERIFY_ONLY, "quality"),
+    Case(
+        "quality scores of another length",
+        "images",
+        replaced("quality", np.zeros((4, 3), np.float32)),
+        READ,
+        "quality",
+    ),
+    Case("quality summary not numbers", "images", edit(_quality_shape), ALL, "quality"),
     # audio and video
     Case("audio rate 1e12", "audio", _audio("rate", 10**12), ALL, r"audio.*\brate"),
     Case("audio of 0 channels", "audio", _audio("channels", 0), ALL, r"audio.*\bchannels"),

@@ -239,9 +239,9 @@ def test_keyboard_interrupt_in_process(src: Path, tmp_path: Path, monkeypatch: A
     assert result.exit_code == 130
     staging = tmp_path / "out.partial"
     assert temps(staging) == [] and not out.exists() and not (staging / "manifest.json").exists()
-    # the first shard's four arrays, its source paths (data and offsets: issue 24) and its
-    # perceptual hashes and pixel digests (issue 28)
-    assert len(finished_shards(staging)) == 8
+    # the first shard's four arrays, its source paths (data and offsets: issue 24), its
+    # perceptual hashes and pixel digests (issue 28), its quality scores and colour (issue 39)
+    assert len(finished_shards(staging)) == 10
 
 
 def _rlimit(max_bytes: int) -> Callable[[], None]:

@@ -115,7 +115,7 @@ def test_the_corpus_holds_every_case() -> None:
     assert len(set(names)) == len(names)
     # issue 23's; fields, audio and video; every extra and field declaration (version 3's
     # counted totals gone from version 4); the shard index
-    assert len(CASES) == 24 + 37 + 76 + 21
+    assert len(CASES) == 24 + 41 + 76 + 21  # fields: 4 of the quality scores (issue 39)
     assert Counter(s.importer for s in SOURCES) == {
         "coco": 17,
         "hf": 14,

@@ -52,9 +52,12 @@ class SampleDataset(DecodingDataset):
     policy): "pad" (with `NAME_len`), "list" or "jagged". Images are uint8 (B, C, H, W) at
     `size` (`set_size` switches), cropped by `crop=` (required for mode keep). `in_memory`:
     the fields read into shared memory once. `transforms=`: a Compose run on each batch read
-    (roles: below); on a mode keep image, its leading RandomResizedCrop is the crop."""
+    (roles: below); on a mode keep image, its leading RandomResizedCrop is the crop.
+    `exclude=`: skip samples, "issues:blur,dark" (prep issues' flags) or a file of indices
+    (.npy, or one a line); the others keep their order, "index" still the dataset's."""
 
     dicts = True
+    _kept: np.ndarray | None = None  # exclude=: the dataset indices read, ascending
 
     def __init__(
         self,
@@ -65,9 +68,12 @@ class SampleDataset(DecodingDataset):
         ragged: str | Mapping[str, str] = "pad",
         in_memory: bool = False,
         transforms: Compose | None = None,
+        exclude: str | os.PathLike[str] | None = None,
         **opts: Unpack[Decoding],
     ):
         super().__init__(root, **opts)
+        if exclude is not None:
+            self._kept = np.flatnonzero(~self._excluded(os.fspath(exclude)))
         have = [*self.declared, "index"]
         self.fields = tuple(self.declared if fields is None else fields)
         self.check_fields(self.fields, have)
@@ -94,6 +100,34 @@ class SampleDataset(DecodingDataset):
         if in_memory:  # with what a field needs of others (a mask: its image's sides)
             names = {array_name(s.field, s.size) for f, d in read.items() for s in d.arrays(f)}
             self.arrays.load(names | {n for f, d in read.items() for n in d.needs(f)})
+
+    def _excluded(self, exclude: str) -> np.ndarray:
+        """bool (N,): the samples `exclude` names."""
+        from loaders.fields.scores import excluded_by, read_indices
+
+        n = int(self._starts[-1])
+        if not exclude.startswith("issues:"):
+            idx, out = read_indices(exclude), np.zeros(n, bool)
+            if len(idx) and not (idx.min() >= 0 and idx.max() < n):
+                raise ValueError(f"exclude={exclude!r} names indices beyond 0..{n - 1}")
+            out[idx] = True
+            return out
+        reading = ArrayReading(self, np.arange(n))
+        return excluded_by(self.declared, self.store.manifest.extra, reading.values, exclude)
+
+    def __len__(self) -> int:
+        return int(self._starts[-1]) if self._kept is None else len(self._kept)
+
+    @property
+    def shard_sizes(self) -> list[int]:
+        if self._kept is None:
+            return super().shard_sizes
+        return np.diff(np.searchsorted(self._kept, self._starts)).tolist()
+
+    def _checked(self, indices: Sequence[int] | np.ndarray, n: int | None = None) -> np.ndarray:
+        """exclude=: positions among the kept samples -> their dataset indices."""
+        idx = super()._checked(indices, n)
+        return idx if self._kept is None or n is not None else self._kept[idx]
 
     def _keep_images(self) -> list[str]:
         """The image fields read that were packed with mode keep (their own shapes)."""
@@ -165,6 +199,7 @@ class ImageShardDataset(SampleDataset):
         in_memory: bool = False,
         *,
         fast_dct: bool = False,
+        exclude: str | os.PathLike[str] | None = None,
         **opts: Unpack[Decoding],
     ):
         if "source" in fields:
@@ -173,7 +208,7 @@ class ImageShardDataset(SampleDataset):
                 "HINT: ds.source(i) gives sample i's"
             )
         self.fast_dct = fast_dct
-        super().__init__(root, fields, size, in_memory=in_memory, **opts)
+        super().__init__(root, fields, size, in_memory=in_memory, exclude=exclude, **opts)
 
     @property
     def classes(self) -> list[str] | None:

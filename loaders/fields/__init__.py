@@ -16,6 +16,7 @@ from loaders.fields.keypoints import Keypoints
 from loaders.fields.label import Label, Labels
 from loaders.fields.mask import Mask
 from loaders.fields.polygons import Polygons
+from loaders.fields.scores import Scores
 from loaders.fields.text import Bytes, Json, Text
 from loaders.fields.tokens import Tokens
 from loaders.fields.video import Video
@@ -25,7 +26,7 @@ from loaders.format.spec import FormatError, array_name
 KINDS: dict[str, type[Field]] = {
     kind.kind: kind
     for group in (
-        (Array, Scalar, Label, Labels, Column, Tokens),  # numbers
+        (Array, Scalar, Label, Labels, Column, Tokens, Scores),  # numbers
         (Text, Bytes, Json),
         (Image, Mask, Boxes, Instances, Keypoints, Polygons),  # an image, what is placed on it
         (Video, Audio, Volume, VolumeLabel),

@@ -162,6 +162,10 @@ def report(
         int, typer.Option("--max-samples", "-n", help="Grid samples a class, picked at random.")
     ] = 8,
     quiet: QuietOpt = False,
+    predictions: Annotated[
+        Optional[Path],
+        typer.Option(help="Class probabilities (.npy, prep labels): show the likely label errors."),
+    ] = None,
 ) -> None:
     """One self-contained HTML page about a packed dataset; prints its path.
 
@@ -177,7 +181,7 @@ def report(
     from prep.inspect.htmlreport import write_report
 
     with reading(root):
-        path = write_report(root, out, against, hash, max_samples, not quiet)
+        path = write_report(root, out, against, hash, max_samples, not quiet, predictions)
     typer.echo(str(path))
 
 

@@ -12,6 +12,7 @@ import typer
 
 from prep.cli.inspect import dupes, info, preview, report, tune, verify
 from prep.cli.options import KIND, JobsOpt, QuietOpt, command, friendly
+from prep.cli.quality import issues, labels
 from prep.kinds.audio.config import AudioConfig
 from prep.kinds.images.config import PackConfig
 from prep.kinds.importers.config import CocoConfig, HFConfig, PairsConfig, WdsConfig, unquoted
@@ -375,6 +376,8 @@ def compact(
     typer.echo(compact_dataset(root, shard_size, prune).line())
 
 
+for _looks in (issues, labels):  # prep.cli.quality: issue 39
+    app.command()(friendly(_looks))
 app.add_typer(import_app, name="import")
 
 

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import numpy as np
 
-from loaders.fields import Image, Label, Labels
+from loaders.fields import Image, Label, Labels, Scores
 from loaders.fields.checks import load_manifest
 from loaders.format import Manifest
 from loaders.format.arrays import records
-from prep.inspect import dupes, pages
+from prep.inspect import dupes, issues, pages
 from prep.inspect.html import Section, bars, categories, page, para, table
 from prep.inspect.report import header, mb
 from prep.inspect.stored import Stored
@@ -105,7 +105,7 @@ def fields(m: Manifest) -> Section:
 
 
 def _steps(
-    st: Stored, against: Path | None, compute: bool, per_class: int
+    st: Stored, against: Path | None, compute: bool, per_class: int, predictions: Path | None
 ) -> list[Callable[[], list[Section]]]:
     """The report's parts, each a call that makes its sections (one progress step each)."""
     picture = st.picture()
@@ -115,6 +115,10 @@ def _steps(
     steps.append(lambda: pages.of_fields(st))
     if isinstance(st.fields.get(picture or ""), Image):
         steps.append(lambda: [dupes.groups_section(st, compute)])
+        if any(isinstance(f, Scores) for f in st.fields.values()):  # issue 39: quality scores
+            steps.append(lambda: [issues.issues_section(st)])
+        if predictions is not None:
+            steps.append(lambda: [issues.labels_section(st, predictions)])
         if against is not None:
             steps.append(lambda: [dupes.leakage_section(st, against, compute)])
     steps.append(lambda: [rejects(st.root, st.m)])
@@ -129,6 +133,7 @@ def write_report(
     compute_hashes: bool = False,
     per_class: int = PER_CLASS,
     show_progress: bool = False,
+    predictions: Path | None = None,
 ) -> Path:
     """Write the report to `out` (default ROOT/report.html) atomically; its path."""
     if not 1 <= per_class <= MAX_PER_CLASS:
@@ -144,7 +149,7 @@ def write_report(
                     f"--against compares the images of two datasets, and {where}'s samples have "
                     "no image field. HINT: prep report TRAIN --against VAL of two image datasets"
                 )
-    steps = _steps(st, against, compute_hashes, per_class)
+    steps = _steps(st, against, compute_hashes, per_class, predictions)
     found: list[Section] = []
     bar = progress(len(steps), "part", "report", show_progress)
     for step in steps:

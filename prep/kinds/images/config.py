@@ -81,6 +81,17 @@ class PackConfig(RunConfig):
         "cpu | cuda: JPEG inputs decoded by nvJPEG on the GPU (torchvision), whole (no DCT "
         "scaling); the manifest records how far its pixels are from the CPU's.",
     )
+    quality_scores: bool = opt(
+        True,
+        "Score each image's blur, darkness, brightness, information and colour (the quality "
+        "field; prep issues lists what is flagged; docs/quality.md).",
+        "--quality-scores/--no-quality",
+    )
+    drop_issues: str | None = opt(
+        None,
+        "Reject the images flagged with these issues, comma-separated: blur,dark,bright,"
+        "low_info,grayscale (reason quality_ISSUE; not counted by --max-rejects).",
+    )
 
     SECTION: ClassVar[str] = "pack"
 
@@ -117,6 +128,14 @@ class PackConfig(RunConfig):
             check(ok, f"--splits {self.splits}", "distinct sub-folder names: train,val")
             what = f"--val-fraction {self.val_fraction} with --splits"
             check(self.val_fraction == 0, what, "left out: --splits names the split folders")
+        if self.drop_issues is not None:
+            from prep.media.image.quality import stored_issues
+
+            have = stored_issues(self.gray)
+            ok = self.quality_scores and all(n in have for n in self.drop_list())
+            check(
+                ok, f"--drop-issues {self.drop_issues}", f"some of {','.join(have)}, with scores on"
+            )
         self.sizes = sorted(set(self.sizes))
         # Saved in size order, so that the manifest's config reads like its arrays.
         ordered = [codecs[s] for s in self.sizes]
@@ -137,6 +156,10 @@ class PackConfig(RunConfig):
         if self.splits is None:
             return ["train", "val"] if self.val_fraction > 0 else None
         return listed(self.splits, "--splits", str)
+
+    def drop_list(self) -> list[str]:
+        """--drop-issues as names ("blur,dark" -> ["blur", "dark"]); none: []."""
+        return [] if self.drop_issues is None else listed(self.drop_issues, "--drop-issues", str)
 
     def codecs_by_size(self) -> dict[int, str]:
         """The codec of each size: --codec's one value, or one value per --sizes entry."""

@@ -13,12 +13,28 @@ import numpy as np
 
 from loaders.fields import Array, Field, Image, Label, Mask, Text
 from loaders.fields.base import encode_source
+from loaders.fields.scores import (
+    SHAPE_ISSUES,
+    SHAPE_THRESHOLDS,
+    Scores,
+    shape_reference,
+    shape_scores,
+)
 from loaders.format import ArraySpec, array_name
 from loaders.format.spec import smallest_uint
 from prep.kinds.images.config import PackConfig
 from prep.media.image.decode import decode_image, decode_mask
 from prep.media.image.geometry import PixelSums, combine, sizes_from, stored
 from prep.media.image.groups import image_phash, pixel_digest
+from prep.media.image.quality import (
+    PIXEL_ISSUES,
+    SIDE,
+    THRESHOLDS,
+    Tally,
+    flagged,
+    pixel_scores,
+    stored_issues,
+)
 from prep.run.driver import Inputs, Kind, RunSummary, array_specs, fingerprint, run, split_shards
 from prep.run.errors import PrepError
 from prep.run.grow import Parent, counts_added, grown_classes
@@ -48,7 +64,34 @@ def image_fields(
     if cfg.hashes:
         fields["phash"] = Array("uint64", (), wide=True)
         fields["digest"] = Array("uint8", (32,))
+    if cfg.quality_scores:
+        names = stored_issues(cfg.gray)
+        fields["quality"] = Scores(names, tuple(THRESHOLDS[n] for n in names))
+        fields["colour"] = Array("uint8", (6,))  # RGB means and stds: prep issues' outliers
     return fields
+
+
+def quality_of(
+    item: Item, img: np.ndarray, upright: tuple[int, int], cfg: PackConfig
+) -> tuple[np.ndarray, np.ndarray]:
+    """The stored pixel issues' scores and the colour statistics; Reject for an issue
+    --drop-issues names."""
+    if min(img.shape[:2]) < min(SIDE, *upright):  # a JPEG drafted below SIDE for small --sizes
+        img, _ = decode_image(
+            item.path, (SIDE,), cfg.gray, cfg.max_pixels, "fill", cfg.background_rgb()
+        )
+    names = stored_issues(cfg.gray)
+    every, colour = pixel_scores(img)
+    scores = every[[PIXEL_ISSUES.index(n) for n in names]]
+    drop = [n for n in flagged(scores, names) if n in cfg.drop_list()]
+    if drop:
+        k = names.index(drop[0])
+        raise Reject(
+            f"quality_{drop[0]}",
+            f"{drop[0]}: score {scores[k]:.3f} is under {THRESHOLDS[drop[0]]} "
+            f"(--drop-issues {cfg.drop_issues})",
+        )
+    return scores, colour
 
 
 def encode_item(
@@ -58,13 +101,17 @@ def encode_item(
     sums: PixelSums | None = None,
     phash: int | None = None,
     diffs: list[int] | None = None,
+    tally: Tally | None = None,
 ) -> dict[str, np.ndarray]:
     """One input -> its arrays, else Reject. `sums` counts the pixels; `phash`: if known;
-    `diffs`: --decode cuda's differences from the CPU's pixels (decode_nvjpeg)."""
+    `diffs`: --decode cuda's differences from the CPU's pixels (decode_nvjpeg); `tally` counts
+    the quality issues."""
     mode, bg, sizes = cfg.mode, cfg.background_rgb(), tuple(cfg.sizes)
     args = (cfg.gray, cfg.max_pixels, mode, bg, cfg.decode, diffs)
     img, upright = decode_image(item.path, sizes, *args)
     out: dict[str, np.ndarray] = {}
+    if "quality" in specs:  # first: an image --drop-issues rejects is not resized
+        out["quality"], out["colour"] = quality_of(item, img, upright, cfg)
     pixels = sizes_from(img, upright, cfg.sizes, mode, cfg.pad_value)
     for s, arr in pixels.items():
         name = array_name("image", s)
@@ -102,6 +149,8 @@ def encode_item(
         out["digest"] = pixel_digest(pixels[min(pixels)])
     if sums is not None:
         sums.add(pixels)
+    if tally is not None and "quality" in out:
+        tally.add(out["quality"], upright)
     return out
 
 
@@ -120,14 +169,17 @@ def pack_shard(
     cv2.setNumThreads(1)  # one task per core already
     sums = PixelSums()  # the pixel statistics of the manifest's extra.stats
     diffs: list[int] = []  # --decode cuda: each JPEG's largest difference from the CPU's
+    tally = Tally(stored_issues(cfg.gray))  # extra.quality's counts
 
     def encode(item: Item) -> dict[str, np.ndarray]:
-        return encode_item(item, cfg, specs, sums, (phashes or {}).get(item.rel), diffs)
+        return encode_item(item, cfg, specs, sums, (phashes or {}).get(item.rel), diffs, tally)
 
     def extra() -> dict[str, Any]:
         out: dict[str, Any] = {"stats": sums.record()}
         if cfg.decode == "cuda":
             out["decode_diffs"] = [len(diffs), sum(diffs), max(diffs, default=0)]
+        if cfg.quality_scores:
+            out["quality"] = tally.record()
         return out
 
     return write_shard(index, items, encode, specs, cfg.format, staging, extra)
@@ -138,7 +190,8 @@ class ImagesKind(Kind[PackConfig, list[Item]]):
     task = staticmethod(pack_shard)
     appendable = True
     threads = True  # decoding, resizing, hashing and writing release the GIL
-    chosen_rejects = frozenset({"duplicate"})  # --drop-dupes: not counted by --max-rejects
+    # --drop-dupes and --drop-issues: not counted by --max-rejects
+    chosen_rejects = frozenset({"duplicate", *(f"quality_{n}" for n in PIXEL_ISSUES)})
     show_progress = True  # the --drop-dupes hashing pass's bar (the driver has the shards')
     phashes: dict[str, int] | None = None  # --drop-dupes: the kept inputs' hashes
 
@@ -236,6 +289,8 @@ class ImagesKind(Kind[PackConfig, list[Item]]):
         return (index, shard, self.cfg, self.specs, staging, phashes)
 
     def reusable(self, record: dict[str, Any]) -> bool:
+        if self.cfg.quality_scores and record.get("quality") is None:
+            return False  # packed with --no-quality, or before it: redone
         return record.get("stats") is not None  # a shard of a prep before pixel stats: redone
 
     def extra(self, records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -249,11 +304,27 @@ class ImagesKind(Kind[PackConfig, list[Item]]):
             worst = max((f[2] for f in found), default=0)
             extra["decode"] = {"device": "cuda", "jpegs": n, "max_diff": worst}
             extra["decode"]["mean_max_diff"] = total / n if n else 0.0
+        if self.cfg.quality_scores:
+            extra["quality"] = quality_summary(records)
         splits = split_counts(self.listing, records)
         if self.parent is not None and splits:  # the new samples' counts added to the old
             before = self.parent.manifest.extra.get("splits")
             splits = {"splits": counts_added(before, splits["splits"])}
         return extra | splits
+
+
+def quality_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """`extra.quality`: each issue's count of flagged samples, and the shape reference (of the
+    whole dataset's upright sizes) that odd_size and odd_aspect are scored against."""
+    counts: dict[str, int] = {}
+    for r in records:
+        for name, n in r["quality"]["flagged"].items():
+            counts[name] = counts.get(name, 0) + n
+    hw = np.array([p for r in records for p in r["quality"]["hw"]], np.float64).reshape(-1, 2)
+    ref = shape_reference(hw)
+    odd = (shape_scores(hw, ref) < np.asarray(SHAPE_THRESHOLDS, np.float32)).sum(axis=0)
+    counts |= {n: int(c) for n, c in zip(SHAPE_ISSUES, odd.tolist(), strict=True)}
+    return {"field": "quality", "issues": counts, "shape": ref}
 
 
 def pack(cfg: PackConfig, show_progress: bool = True, profile: bool = False) -> RunSummary:

@@ -1,0 +1,160 @@
+"""Image quality scores at pack time (issue 39), from the pixels `prep pack` decodes anyway: each
+a score in [0, 1], low is bad, an issue where it is under its threshold (CleanVision's
+convention and, where it has one, its default threshold; docs/quality.md has the table).
+
+>>> flat = np.full((200, 300, 3), 128, np.uint8)
+>>> dict(zip(PIXEL_ISSUES, pixel_scores(flat)[0].round(2).tolist()))
+{'blur': 1.0, 'dark': 0.5, 'bright': 0.5, 'low_info': 0.0, 'grayscale': 0.0}
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+# The issues scored from one image's pixels, in the stored order; `prep issues` adds the shape
+# issues (odd_size, odd_aspect), which need the whole dataset (loaders.fields.scores).
+PIXEL_ISSUES = ("blur", "dark", "bright", "low_info", "grayscale")
+THRESHOLDS = {
+    "blur": 0.29,  # CleanVision's; our measure is another (BLUR_SCALE): calibrated to meet it
+    "dark": 0.32,  # CleanVision's: the 99th percentile of brightness under 0.32
+    "bright": 0.05,  # CleanVision's "light": the 5th percentile over 0.95
+    "low_info": 0.3,  # CleanVision's, with its factor 0.1: entropy under 3 bits (information())
+    "grayscale": 0.1,  # ours (CleanVision reads the file's mode): mean chroma under 1 level
+}
+SIDE = 128  # the blur copy's shorter side: the 32 px pHash thumbnail is too small to see blur
+FLAT_STD = 2.0  # grey levels: a flatter copy has no edges to judge (low_info's case, not blur)
+# r = var(Laplacian) / var(grey) on the SIDE px copy: the blur score is 1 - exp(-r / BLUR_SCALE),
+# under 0.29 where r < 0.005. The demo photos (smooth colour fields, one sharp shape: sharper
+# photos score higher) measure r 0.014-0.11, 0.007 squeezed to 5:1; blurred by sigma 1 px (at
+# SIDE px) 0.002-0.009, by sigma 2-4 px at most 0.003 (tests/test_quality.py plants 2-4 px).
+BLUR_SCALE = 0.005 / -math.log(1 - 0.29)
+STATS_SIDE = 64  # the brightness percentiles' and colour's sample: a 64 px bilinear subsample
+STRETCH = 8  # information(): the most a thumbnail's levels are stretched (a 32-level range)
+CHROMA_SCALE = 10.0  # grey levels of mean max-min channel spread where grayscale scores 1
+
+
+def small_copy(img: np.ndarray, side: int = SIDE, area: bool = True) -> np.ndarray:
+    """`img` resized to shorter side `side` (as is when smaller: never enlarged): area-averaged
+    (a bilinear step to a whole multiple first: INTER_AREA's integer path, as thumbnail()), or
+    bilinear alone (`area` False: a sample of the pixels, for statistics)."""
+    import cv2
+
+    h, w = img.shape[:2]
+    f = side / min(h, w)
+    if f >= 1:
+        return img
+    th, tw = max(1, round(h * f)), max(1, round(w * f))
+    if not area:
+        return cv2.resize(img, (tw, th), interpolation=cv2.INTER_LINEAR)
+    k = max(1, min(h // th, w // tw))
+    if (h, w) != (th * k, tw * k):
+        img = cv2.resize(img, (tw * k, th * k), interpolation=cv2.INTER_LINEAR)
+    return cv2.resize(img, (tw, th), interpolation=cv2.INTER_AREA)
+
+
+def blur_score(gray: np.ndarray) -> float:
+    """1 - exp(-r / BLUR_SCALE), r = var(Laplacian) / var(grey): dividing by the contrast makes a
+    dark, bright or faint image as sharp as its edges are; a flat one scores 1."""
+    import cv2
+
+    std = float(cv2.meanStdDev(gray)[1][0, 0])
+    if std < FLAT_STD or min(gray.shape) < 3:
+        return 1.0
+    lap = float(cv2.meanStdDev(cv2.Laplacian(gray, cv2.CV_16S, ksize=1))[1][0, 0])
+    return 1.0 - math.exp(-((lap / std) ** 2) / BLUR_SCALE)
+
+
+def brightness(rgb: np.ndarray) -> np.ndarray:
+    """CleanVision's perceived brightness of each pixel, 0..1: sqrt(.241 R^2 + .691 G^2 + .068
+    B^2) / 255 ((H, W) grey: the level / 255)."""
+    if rgb.ndim == 2:
+        return rgb.reshape(-1).astype(np.float32) / 255
+    c = rgb.reshape(-1, 3).astype(np.float32)
+    return np.sqrt(c * c @ np.array([0.241, 0.691, 0.068], np.float32)) / 255
+
+
+def entropy(gray: np.ndarray) -> float:
+    """Shannon entropy (bits) of a grey image's 256-bin histogram (PIL's Image.entropy)."""
+    p = np.bincount(gray.reshape(-1), minlength=256).astype(np.float64)
+    p = p[p > 0] / p.sum()
+    return max(0.0, float(-(p * np.log2(p)).sum()))  # not -0.0: one level
+
+
+def information(gray: np.ndarray) -> float:
+    """The entropy (bits) of the 32 px thumbnail of `gray`, its levels stretched so that its
+    1st-99th percentiles span 0-255 (at most STRETCH times) before they are rounded: a bright or
+    dark image holds as much information as its structure (unstretched, one CleanVision calls
+    light has at most 14 levels in 95% of its pixels: under 4 bits); a flat one stays flat."""
+    import cv2
+
+    thumb = cv2.resize(gray.astype(np.float32), (32, 32), interpolation=cv2.INTER_AREA)
+    flat = thumb.reshape(-1)
+    part = np.partition(flat, (10, 1013))  # the 1st and 99th percentiles of 1024
+    lo, hi = float(part[10]), float(part[1013])
+    gain = 255 / max(hi - lo, 255 / STRETCH)
+    return entropy(np.clip((thumb - lo) * gain + 0.5, 0, 255).astype(np.uint8))
+
+
+def colour_stats(small: np.ndarray) -> np.ndarray:
+    """uint8 (6,): the R, G, B means and standard deviations (grey: its own, thrice), the
+    colour half of the outlier search's embedding (loaders.fields.scores.embedding)."""
+    import cv2
+
+    mean, std = cv2.meanStdDev(small)
+    stats = np.concatenate([mean.reshape(-1), std.reshape(-1)])
+    return np.repeat(stats, 3 // len(mean)).round().clip(0, 255).astype(np.uint8)
+
+
+def pixel_scores(img: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """float32 (5,) scores in PIXEL_ISSUES order of an (H, W, 3) RGB or (H, W) grey image (grey:
+    grayscale 0), and its colour_stats. Blur and information from the SIDE px grey copy; the
+    brightness percentiles, colour and chroma from a STATS_SIDE px sample of the pixels."""
+    import cv2
+
+    gray = small_copy(cv2.cvtColor(img, cv2.COLOR_RGB2GRAY) if img.ndim == 3 else img)
+    sample = small_copy(img, STATS_SIDE, area=False)
+    b = brightness(sample)
+    k5, k99 = int(0.05 * (len(b) - 1)), int(0.99 * (len(b) - 1))  # np.percentile's "lower"
+    part = np.partition(b, (k5, k99))
+    chroma = 0.0
+    if sample.ndim == 3:
+        r, g, bl = cv2.split(sample)
+        spread = cv2.subtract(cv2.max(cv2.max(r, g), bl), cv2.min(cv2.min(r, g), bl))
+        chroma = float(cv2.mean(spread)[0])
+    scores = [
+        blur_score(gray),
+        float(part[k99]),
+        1.0 - float(part[k5]),
+        min(1.0, 0.1 * information(gray)),
+        min(1.0, chroma / CHROMA_SCALE),
+    ]
+    return np.clip(np.asarray(scores, np.float32), 0, 1), colour_stats(sample)
+
+
+def stored_issues(gray: bool) -> tuple[str, ...]:
+    """The pixel issues a pack scores: a grey pack has no colour to miss."""
+    return tuple(n for n in PIXEL_ISSUES if not (gray and n == "grayscale"))
+
+
+def flagged(scores: np.ndarray, names: tuple[str, ...]) -> list[str]:
+    """The issues (of `names`, the scores' order) a sample's scores are under the threshold of."""
+    return [n for n, s in zip(names, scores.tolist(), strict=True) if s < THRESHOLDS[n]]
+
+
+class Tally:
+    """One shard's count of each issue flagged, and its samples' upright sizes (the manifest's
+    shape reference is of the whole dataset's: loaders.fields.scores.shape_reference)."""
+
+    def __init__(self, names: tuple[str, ...]):
+        self.names, self.counts = names, [0] * len(names)
+        self.hw: list[list[int]] = []
+
+    def add(self, scores: np.ndarray, upright: tuple[int, int]) -> None:
+        for k, name in enumerate(self.names):
+            self.counts[k] += bool(scores[k] < THRESHOLDS[name])
+        self.hw.append([int(upright[0]), int(upright[1])])
+
+    def record(self) -> dict[str, object]:
+        return {"flagged": dict(zip(self.names, self.counts, strict=True)), "hw": self.hw}
