@@ -23,7 +23,15 @@ class ClipDataset(DecodingDataset):
     """Batches (clips uint8 (B, T, C, H, W), labels (B,) when labelled) of `frames` frames
     `stride` apart of Video field `field`: index i is video i from a start drawn from (seed,
     epoch, i), or with `clips_per_video` k clip i % k of video i // k, evenly spaced. `crop`
-    (needed for mode short, keep) and `flip` are drawn once a clip; short videos repeat."""
+    (needed for mode short, keep) and `flip` are drawn once a clip; short videos repeat.
+
+    Example:
+        >>> from loaders import ClipDataset
+        >>> ds = ClipDataset("data/demo-clips", frames=8, seed=0)
+        >>> clip, label = ds[0]
+        >>> clip.shape  # (T, C, H, W) of `prep video --size 64`
+        torch.Size([8, 3, 64, 64])
+    """
 
     def __init__(
         self,

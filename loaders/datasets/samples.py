@@ -52,7 +52,16 @@ class SampleDataset(DecodingDataset):
     policy): "pad" (with `NAME_len`), "list" or "jagged". Images are uint8 (B, C, H, W) at
     `size` (`set_size` switches), cropped by `crop=` (required for mode keep). `in_memory`:
     the fields read into shared memory once. `transforms=`: a Compose run on each batch read
-    (roles: below); on a mode keep image, its leading RandomResizedCrop is the crop."""
+    (roles: below); on a mode keep image, its leading RandomResizedCrop is the crop.
+
+    Example:
+        >>> from loaders import CenterCrop, SampleDataset, make_loader
+        >>> ds = SampleDataset("data/demo-samples", fields=("image", "boxes", "labels", "caption"),
+        ...                    crop=CenterCrop(224))
+        >>> batch = next(iter(make_loader(ds, batch_size=4)))
+        >>> batch["image"].shape, type(batch["caption"][0]).__name__
+        (torch.Size([4, 3, 224, 224]), 'str')
+    """
 
     dicts = True
 
@@ -153,7 +162,15 @@ class ImageShardDataset(SampleDataset):
     uint8 (C, H, W), a channels-last view of the HWC storage; "mask" uint8 (H, W) class ids;
     "label" int64 (); "orig_size" int64 (2,), the source's (h, w); "index" int64 ().
     `fast_dct`: JPEG through libjpeg-turbo's fast integer IDCT (README: Fast DCT).
-    Use `make_loader` (or `collate_fn=collate_batch`) to keep the batched read."""
+    Use `make_loader` (or `collate_fn=collate_batch`) to keep the batched read.
+
+    Example:
+        >>> from loaders import ImageShardDataset
+        >>> ds = ImageShardDataset("data/demo-packed", size=128, fields=("image", "label"))
+        >>> image, label = ds[0]
+        >>> image.shape, image.dtype
+        (torch.Size([3, 128, 128]), torch.uint8)
+    """
 
     dicts = False
 
@@ -272,7 +289,15 @@ class ArrayReading:
 class AudioDataset(ShardedDataset):
     """Dict batches: `audio`, a window of round(seconds * rate) samples a clip (B, W), (B, C, W)
     without --mono, from a start drawn from (seed, epoch, index) with `random`, else centred,
-    zero-padded, and `audio_len`; `seconds=None`: whole clips. `fields`: others (label)."""
+    zero-padded, and `audio_len`; `seconds=None`: whole clips. `fields`: others (label).
+
+    Example:
+        >>> from loaders import AudioDataset, make_loader
+        >>> ds = AudioDataset("data/demo-audio-packed", seconds=1.0, seed=0)
+        >>> batch = next(iter(make_loader(ds, batch_size=4)))
+        >>> batch["audio"].shape  # --mono, --rate 16000: one second a window
+        torch.Size([4, 16000])
+    """
 
     dicts = True
 
