@@ -57,8 +57,10 @@ def command_markdown(cmd: Any, path: str, ctx: Any) -> list[str]:
         lines += _help_blocks(cmd.help or "")
         for name in cmd.list_commands(ctx):
             sub = cmd.get_command(ctx, name)
-            lines += [line.replace("## ", "### ", 1) if line.startswith("## ") else line
-                      for line in command_markdown(sub, f"{path} {name}", ctx)]
+            lines += [
+                line.replace("## ", "### ", 1) if line.startswith("## ") else line
+                for line in command_markdown(sub, f"{path} {name}", ctx)
+            ]
         return lines
     pieces = " ".join(cmd.collect_usage_pieces(ctx))
     lines += ["```", f"{path} {pieces}", "```", ""]

@@ -24,7 +24,7 @@ class Sample:
     (B, H, W); index (B,), the draws' dataset indices; pending, a crop not made yet (the ops
     after it fold into it); targets in `canvas` pixels; instances (B, H, W, N), as a mask.
 
-    Example:
+    Examples:
         >>> # what an Op's augment(sample, key) receives and returns: see Op's example
         >>> from loaders.transforms import Sample
     """
@@ -106,7 +106,7 @@ def working(x: torch.Tensor) -> torch.Tensor:
 class Op(nn.Module):
     """One batch op: `augment(sample, key)`; only a `lazy` one is given a crop `pending`.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from loaders import transforms as T
         >>> images = torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8)
@@ -146,7 +146,7 @@ class Compose(nn.Module):
     """Ops applied in order to a batch (a module not an Op gets the images). Returns the images,
     or them and the labels, mask, boxes, keypoints, instances, lengths, per_box given, in order.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from loaders import transforms as T
         >>> images = torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8)

@@ -30,7 +30,7 @@ class ColorJitter(Op):
     """Brightness, contrast, saturation and hue in one matrix a sample: y = c b H S x + (1 - c)
     b m (m the mean luma, S = s I + (1 - s) 1 luma^T), as DALI's color_twist.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from loaders import transforms as T
         >>> images = torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8)

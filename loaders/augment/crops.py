@@ -24,7 +24,7 @@ class CenterCrop:
     """The centred `size` crop of each stored image, or with `ratio` a centred square of `ratio`
     x the shorter side: `Resize(256)` + `CenterCrop(224)` is `CenterCrop(224, ratio=0.875)`.
 
-    Example:
+    Examples:
         >>> from loaders import CenterCrop, SampleDataset
         >>> ds = SampleDataset("data/demo-samples", fields=("image", "boxes"), crop=CenterCrop(224))
         >>> ds[0]["image"].shape  # stored with the longer side 256 (--mode keep)
@@ -57,7 +57,7 @@ class CenterCrop:
 class RandomResizedCrop:
     """The boxes `loaders.transforms.RandomResizedCrop` draws as a pipeline's first op.
 
-    Example:
+    Examples:
         >>> from loaders import RandomResizedCrop, SampleDataset
         >>> ds = SampleDataset("data/demo-samples", fields=("image", "boxes"),
         ...                    crop=RandomResizedCrop(128, seed=0))

@@ -24,7 +24,7 @@ def pair(size: int | Sequence[int], what: str = "size") -> tuple[int, int]:
 class RandomResizedCrop(Op):
     """torchvision's RandomResizedCrop drawn per sample; `boxes()` is the generator alone.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from loaders import transforms as T
         >>> images = torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8)
@@ -99,7 +99,7 @@ class RandomResizedCrop(Op):
 class Resize(Op):
     """Every image resized to `size`: (h, w), or an int for the shorter side (as torchvision).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from loaders import transforms as T
         >>> images = torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8)
@@ -139,7 +139,7 @@ class Resize(Op):
 class RandomCrop(Op):
     """A `size` crop at a random place of the image padded by `padding` px (`fill`).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from loaders import transforms as T
         >>> images = torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8)
@@ -172,7 +172,7 @@ class RandomCrop(Op):
 class CenterCrop(Op):
     """The centred `size` crop of every image, as torchvision's (padded with `fill`).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from loaders import transforms as T
         >>> images = torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8)
@@ -230,7 +230,7 @@ class _Flip(Op):
 class RandomHorizontalFlip(_Flip):
     """Each sample mirrored left-right with probability p (folded into a pending crop).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from loaders import transforms as T
         >>> images = torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8)
@@ -246,7 +246,7 @@ class RandomHorizontalFlip(_Flip):
 class RandomVerticalFlip(_Flip):
     """Each sample mirrored top-bottom with probability p, after any pending crop is made.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from loaders import transforms as T
         >>> images = torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8)

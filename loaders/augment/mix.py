@@ -43,7 +43,7 @@ class _Mix(Op):
 class MixUp(_Mix):
     """images λ x_i + (1 - λ) x_(i-1), labels the same, λ ~ Beta(alpha, alpha) per sample.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from loaders import transforms as T
         >>> images = torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8)
@@ -64,7 +64,7 @@ class MixUp(_Mix):
 class CutMix(_Mix):
     """A box of area (1 - λ) of the partner's image pasted in; the labels weigh the pixels kept.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from loaders import transforms as T
         >>> images = torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8)

@@ -12,7 +12,7 @@ from torch import nn
 class Normalize(nn.Module):
     """(x - mean) / std of a batch or an image as float; `mean`, `std` in pixel units (0-255).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from loaders import ImageShardDataset, Normalize
         >>> norm = Normalize(mean=[0.485 * 255, 0.456 * 255, 0.406 * 255],

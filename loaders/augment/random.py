@@ -39,7 +39,7 @@ def mix32(x: N) -> N:
 def stream_key(seed: int, epoch: int, name: str) -> int:
     """The key of one op's draws in one epoch; `name` tells ops apart ("RandomResizedCrop#1").
 
-    Example:
+    Examples:
         >>> from loaders.transforms import stream_key
         >>> stream_key(0, 1, "RandomResizedCrop#1") == stream_key(0, 1, "RandomResizedCrop#1")
         True
@@ -58,7 +58,7 @@ def stream_key(seed: int, epoch: int, name: str) -> int:
 def uniform(key: int, index: torch.Tensor, k: int) -> torch.Tensor:
     """k uniform draws in [0, 1) (32 bits: exact) per dataset index (N,): float64 (N, k).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from loaders.transforms import stream_key, uniform
         >>> u = uniform(stream_key(0, 0, "MyOp#1"), torch.arange(4), 2)

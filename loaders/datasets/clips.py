@@ -25,7 +25,7 @@ class ClipDataset(DecodingDataset):
     epoch, i), or with `clips_per_video` k clip i % k of video i // k, evenly spaced. `crop`
     (needed for mode short, keep) and `flip` are drawn once a clip; short videos repeat.
 
-    Example:
+    Examples:
         >>> from loaders import ClipDataset
         >>> ds = ClipDataset("data/demo-clips", frames=8, seed=0)
         >>> clip, label = ds[0]

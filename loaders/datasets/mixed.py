@@ -56,7 +56,7 @@ class MixedDataset(Dataset[Any]):
     (default: theirs, the same for all), then MIXTURE, int64 (B,): each sample's source.
     `set_epoch(e)` sets the plan's (and the sources') epoch: call it every epoch.
 
-    Example:
+    Examples:
         >>> from loaders import ImageShardDataset, MixedDataset
         >>> a = ImageShardDataset("data/demo-packed", size=128)
         >>> b = ImageShardDataset("data/demo-splits", size=128, split="train")

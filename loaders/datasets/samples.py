@@ -54,7 +54,7 @@ class SampleDataset(DecodingDataset):
     the fields read into shared memory once. `transforms=`: a Compose run on each batch read
     (roles: below); on a mode keep image, its leading RandomResizedCrop is the crop.
 
-    Example:
+    Examples:
         >>> from loaders import CenterCrop, SampleDataset, make_loader
         >>> ds = SampleDataset("data/demo-samples", fields=("image", "boxes", "labels", "caption"),
         ...                    crop=CenterCrop(224))
@@ -164,7 +164,7 @@ class ImageShardDataset(SampleDataset):
     `fast_dct`: JPEG through libjpeg-turbo's fast integer IDCT (README: Fast DCT).
     Use `make_loader` (or `collate_fn=collate_batch`) to keep the batched read.
 
-    Example:
+    Examples:
         >>> from loaders import ImageShardDataset
         >>> ds = ImageShardDataset("data/demo-packed", size=128, fields=("image", "label"))
         >>> image, label = ds[0]
@@ -291,7 +291,7 @@ class AudioDataset(ShardedDataset):
     without --mono, from a start drawn from (seed, epoch, index) with `random`, else centred,
     zero-padded, and `audio_len`; `seconds=None`: whole clips. `fields`: others (label).
 
-    Example:
+    Examples:
         >>> from loaders import AudioDataset, make_loader
         >>> ds = AudioDataset("data/demo-audio-packed", seconds=1.0, seed=0)
         >>> batch = next(iter(make_loader(ds, batch_size=4)))

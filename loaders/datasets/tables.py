@@ -29,7 +29,7 @@ class TableDataset(ShardedDataset):
     `in_memory=True` reads the split into RAM once per process. `vocab[name]`: the values of
     codes 2, 3, ...; `mean`, `std`: over the train rows; `classes`: a coded target's names.
 
-    Example:
+    Examples:
         >>> from loaders import TableDataset
         >>> ds = TableDataset("data/demo-table", split="train")
         >>> x_num, x_cat, y = ds[0]

@@ -82,7 +82,7 @@ class _TokenSplit(ShardedDataset):
 class TokenWindowDataset(_TokenSplit):
     """Item i: (x, y), int64 (block_size,), the tokens from i * stride, y shifted by one.
 
-    Example:
+    Examples:
         >>> from loaders import TokenWindowDataset
         >>> ds = TokenWindowDataset("data/demo-tokens", block_size=64, split="train")
         >>> x, y = ds[0]
@@ -142,7 +142,7 @@ class DocumentDataset(_TokenSplit):
     end-of-document token (the tokenizer decodes it to the text exactly); with `index=True`,
     (tokens, i). Documents differ in length: batch them with `collate_fn=list`, or by one.
 
-    Example:
+    Examples:
         >>> from loaders import DocumentDataset
         >>> from prep.media.text.tokenizers import load_tokenizer
         >>> docs = DocumentDataset("data/demo-tokens", split="val")

@@ -23,7 +23,7 @@ class VolumeDataset(ShardedDataset):
     (1, D, H, W) tensors; "target" the volume's --targets (float32 or int64), "index" v.
     `meta(v)`: the volume's geometry, stored and as in its source scan.
 
-    Example:
+    Examples:
         >>> from loaders import VolumeDataset
         >>> image, label = VolumeDataset("data/demo-volumes")[0]
         >>> image.dim(), image.shape == label.shape
@@ -113,7 +113,7 @@ class PatchDataset(VolumeDataset):
     """Item i: a patch of volume i // per_volume, centred on a voxel drawn from (seed, epoch, i):
     with probability `foreground` a labelled one of a class drawn uniformly, else any.
 
-    Example:
+    Examples:
         >>> from loaders import PatchDataset
         >>> ds = PatchDataset("data/demo-volumes", patch=(32, 32, 32), per_volume=2, seed=0)
         >>> image, label = ds[0]

@@ -22,7 +22,7 @@ class Array(Field):
     """Numbers of `dtype` and `shape`, a leading None ragged; `finite`: NaN is a reject; `wide`:
     read as widened() does (torch computes with int64).
 
-    Example:
+    Examples:
         >>> from prep.fields import Array
         >>> fields = {"embedding": Array("float32", (512,), finite=True),
         ...           "points": Array("float32", (None, 3))}  # None: a ragged first dimension
@@ -93,7 +93,7 @@ class Array(Field):
 class Scalar(Array):
     """One number a sample: `Array(dtype, ())`.
 
-    Example:
+    Examples:
         >>> from prep.fields import Image, Scalar
         >>> fields = {"image": Image(), "age": Scalar("float32", finite=True)}
     """

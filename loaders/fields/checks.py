@@ -65,7 +65,7 @@ def check_files(
 def load_manifest(root: Any) -> Manifest:
     """A dataset folder's manifest, fields and files checked (FormatError: its first problems).
 
-    Example:
+    Examples:
         >>> from loaders import load_manifest
         >>> manifest = load_manifest("data/demo-packed")
         >>> manifest.command, sorted(manifest.fields)[:3]

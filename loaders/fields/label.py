@@ -23,7 +23,7 @@ from loaders.format.spec import UNSIGNED, ArraySpec, smallest_uint
 class Label(Field):
     """A class id or a name of `classes`, in the smallest unsigned dtype (none: `dtype`).
 
-    Example:
+    Examples:
         >>> from prep.fields import Image, Label
         >>> fields = {"image": Image(), "label": Label(classes=("cat", "dog"))}  # "dog" or 1
     """
@@ -115,7 +115,7 @@ class Label(Field):
 class Labels(Array):
     """The class ids (or names) of a sample's objects: an `Array("int64", (None,))` per box.
 
-    Example:
+    Examples:
         >>> from prep.fields import Boxes, Image, Labels
         >>> fields = {"image": Image(), "boxes": Boxes("image"),
         ...           "labels": Labels(classes=("cat", "dog"))}

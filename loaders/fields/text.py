@@ -23,7 +23,7 @@ MAX_JSON_BYTES = 1 << 20  # "small JSON": per-sample metadata, not a payload
 class Bytes(Field):
     """Opaque bytes a sample (a file's content, a serialised object of the user's).
 
-    Example:
+    Examples:
         >>> from prep.fields import Bytes, Image
         >>> fields = {"image": Image(), "raw_exif": Bytes()}
     """
@@ -74,7 +74,7 @@ class Bytes(Field):
 class Text(Bytes):
     """A str, stored as UTF-8.
 
-    Example:
+    Examples:
         >>> from prep.fields import Image, Text
         >>> fields = {"image": Image(), "caption": Text()}
     """
@@ -103,7 +103,7 @@ class Text(Bytes):
 class Json(Bytes):
     """A JSON value: compact, keys sorted, at most 1 MiB a sample.
 
-    Example:
+    Examples:
         >>> from prep.fields import Image, Json
         >>> fields = {"image": Image(), "meta": Json()}  # e.g. {"id": 7, "tags": ["a"]}
     """

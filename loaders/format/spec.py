@@ -34,7 +34,7 @@ def smallest_uint(max_value: int) -> str:
 class FormatError(ValueError):
     """The dataset folder does not match its manifest, or the manifest is not one we read.
 
-    Example:
+    Examples:
         >>> from loaders import FormatError, ImageShardDataset
         >>> try:
         ...     ImageShardDataset("data/demo-raw")  # raw images: no manifest.json

@@ -49,7 +49,7 @@ def check_indices(indices: Sequence[int] | np.ndarray, n: int) -> np.ndarray:
 class Batch(Sequence[tuple[torch.Tensor, ...]]):
     """A batch, one tensor a field; a sequence of sample tuples to DataLoader's default collate.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from loaders import Batch
         >>> batch = Batch((torch.zeros(2, 3, 8, 8), torch.tensor([4, 7])))
@@ -237,7 +237,7 @@ def _copy(x: Any, alloc: Alloc, copies: dict[int, torch.Tensor], heads: list[tor
 def collate_batch(batch: Any) -> Any:
     """A Batch as it is; samples of different shapes said to be so, not by torch's bare error.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from loaders import ImageShardDataset, collate_batch
         >>> ds = ImageShardDataset("data/demo-packed", size=128)
@@ -286,7 +286,7 @@ def make_loader(
     depends only on (`seed`, epoch); `distributed` (default: when torch.distributed is
     initialised): each rank a disjoint share, padded (or cut, `drop_last`) to one length.
 
-    Example:
+    Examples:
         >>> from loaders import ImageShardDataset, make_loader
         >>> ds = ImageShardDataset("data/demo-packed", size=128)
         >>> loader = make_loader(ds, batch_size=16, shuffle=True, seed=0)

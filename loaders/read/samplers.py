@@ -88,7 +88,7 @@ class ShardSampler(Sampler[int]):
     with more ranks only `set_epoch(e)` does (a rank that peeked would read another epoch).
     `num_replicas` and `rank`: torch.distributed's when it is initialised, else 1 and 0.
 
-    Example:
+    Examples:
         >>> from loaders import ShardSampler
         >>> list(ShardSampler([3, 2], order="sequential"))
         [0, 1, 2, 3, 4]

@@ -62,7 +62,7 @@ class Backend(Protocol):
 class LocalBackend:
     """A folder on a local or mounted file system: files are mapped where they are.
 
-    Example:
+    Examples:
         >>> from loaders import LocalBackend, ShardStore
         >>> store = ShardStore("data/demo-packed", backend=LocalBackend("data/demo-packed"))
     """
@@ -95,7 +95,7 @@ class ShardStore:
     each shard when first read), and its arrays, mapped lazily, at most `max_open` at a time.
     Pickles without manifest and maps: a worker reads the manifest again (the same bytes).
 
-    Example:
+    Examples:
         >>> from loaders import ShardStore
         >>> store = ShardStore("data/demo-packed")
     """

@@ -92,7 +92,7 @@ def outside_rows(boxes: np.ndarray, upright: tuple[int, int], slack: float = 1.0
 class Image(kinds.Image):
     """An image from a path, bytes (an encoded file), a PIL image or an (H, W[, C]) uint8 array.
 
-    Example:
+    Examples:
         >>> from prep.fields import Image
         >>> fields = {"image": Image(sizes=(128, 256), codec=("raw", "jpeg"), quality=90)}
     """
@@ -158,7 +158,7 @@ def _array_pixels(value: Any, gray: bool, max_pixels: int) -> tuple[np.ndarray, 
 class Mask(kinds.Mask):
     """Class ids of image field `image`, its full size: an L or palette file, or (H, W) uint8.
 
-    Example:
+    Examples:
         >>> from prep.fields import Image, Mask
         >>> fields = {"image": Image(sizes=(256,)), "mask": Mask("image")}  # placed like its image
     """
@@ -185,7 +185,7 @@ class Mask(kinds.Mask):
 class Boxes(kinds.Boxes):
     """Boxes (N, 4) (x0, y0, x1, y1) in field `image`'s upright pixels, or {"xyxy", "hw"}.
 
-    Example:
+    Examples:
         >>> from prep.fields import Boxes, Image, Labels
         >>> fields = {"image": Image(sizes=(256,), mode="keep"), "boxes": Boxes("image"),
         ...           "labels": Labels()}  # boxes move with every size and crop of their image
@@ -217,7 +217,7 @@ class Boxes(kinds.Boxes):
 class Instances(kinds.Instances):
     """Instance masks (N, H, W) uint8, 0 and 1, at the upright full size of field `image`.
 
-    Example:
+    Examples:
         >>> from prep.fields import Image, Instances, Labels
         >>> fields = {"image": Image(sizes=(256,)), "instances": Instances("image"),
         ...           "labels": Labels()}
@@ -242,7 +242,7 @@ class Instances(kinds.Instances):
 class Keypoints(kinds.Keypoints):
     """Keypoints (N, joints, 3): x, y in field `image`'s upright full-size pixels, COCO's v.
 
-    Example:
+    Examples:
         >>> from prep.fields import Boxes, Image, Keypoints
         >>> fields = {"image": Image(), "boxes": Boxes("image"),
         ...           "points": Keypoints("image", joints=17)}
@@ -264,7 +264,7 @@ class Keypoints(kinds.Keypoints):
 class Polygons(polygons.Polygons):
     """Polygons of field `image` in its upright pixels, cut to what every size shows.
 
-    Example:
+    Examples:
         >>> from prep.fields import Image, Labels, Polygons
         >>> fields = {"image": Image(), "polygons": Polygons("image"), "labels": Labels()}
     """
@@ -308,7 +308,7 @@ class Video(kinds.Video):
 class Tokens(kinds.Tokens):
     """Token ids of a str by the tokenizer.json `tokenizer`, or ids given as they are.
 
-    Example:
+    Examples:
         >>> from prep.fields import Tokens
         >>> fields = {"text": Tokens("data/demo-tokens/tokenizer.json")}  # tokenized at pack time
     """

@@ -6,7 +6,7 @@ from __future__ import annotations
 class PrepError(Exception):
     """Its message names the file at fault and ends with a HINT on how to fix it.
 
-    Example:
+    Examples:
         >>> import prep
         >>> e = prep.PrepError("data/x.csv: no 'path' column. HINT: name the image column 'path'")
         >>> e.exit_code  # the CLI prints the message as one line and exits 1
@@ -19,7 +19,7 @@ class PrepError(Exception):
 class UsageError(PrepError):
     """A bad option or config value: exit 2, as for an unknown option.
 
-    Example:
+    Examples:
         >>> import prep
         >>> prep.UsageError("--sizes 0: sizes are at least 1").exit_code
         2
@@ -32,7 +32,7 @@ class Reject(Exception):
     """Raise it in a `pack_samples` function: the input becomes a line of rejects.jsonl with
     this message and `code` as its reason.
 
-    Example:
+    Examples:
         >>> import prep
         >>> def make(row):  # a pack_samples function
         ...     if not row["labels"]:
