@@ -62,7 +62,9 @@ def command_markdown(cmd: Any, path: str, ctx: Any) -> list[str]:
                 for line in command_markdown(sub, f"{path} {name}", ctx)
             ]
         return lines
-    pieces = " ".join(cmd.collect_usage_pieces(ctx))
+    pieces = " ".join(
+        p if p == "[OPTIONS]" else p.upper().strip("{}") for p in cmd.collect_usage_pieces(ctx)
+    )
     lines += ["```", f"{path} {pieces}", "```", ""]
     lines += _help_blocks(cmd.help or "")
     params = [p for p in cmd.params if not getattr(p, "hidden", False) and p.name != "help"]
