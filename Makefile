@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml setup.py loaders/_jpegroi.c
 	$(BIN)/python -m pip install -q -e '.[dev,media]'
 	touch $(STAMP)
 
-data/demo-raw/.done: $(STAMP) prep/demo/images.py prep/demo/sources.py
+data/demo-raw/.done: $(STAMP) prep/demo/images.py
 	rm -rf data/demo-raw
 	$(BIN)/prep demo data/demo-raw
 	touch $@
