@@ -26,11 +26,11 @@ class ClipDataset(DecodingDataset):
     (needed for mode short, keep) and `flip` are drawn once a clip; short videos repeat.
 
     Examples:
-        >>> from loaders import ClipDataset
-        >>> ds = ClipDataset("data/demo-clips", frames=8, seed=0)
+        >>> from loaders import CenterCrop, ClipDataset
+        >>> ds = ClipDataset("data/demo-clips", frames=8, crop=CenterCrop(48), seed=0)
         >>> clip, label = ds[0]
-        >>> clip.shape  # (T, C, H, W) of `prep video --size 64`
-        torch.Size([8, 3, 64, 64])
+        >>> clip.shape  # (T, C, H, W)
+        torch.Size([8, 3, 48, 48])
     """
 
     def __init__(
