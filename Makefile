@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install dataset test lint fuzz bench bench-scale clean browser docs docs-serve
+.PHONY: install dataset test lint fuzz bench bench-scale clean browser docs docs-serve docs-test
 
 install: $(STAMP)
 
@@ -120,7 +120,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 test: $(STAMP) lint browser
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -m "not docs"
 
 # tests/test_report_browser.py opens prep report in Debian's headless chromium: installed here
 # where it is missing and apt-get can (root, a package mirror); else that test skips, saying why.
@@ -163,3 +163,9 @@ docs: $(STAMP)
 
 docs-serve: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
+
+# Every python and bash block of README.md and docs/*.md, run in a copy of the repository after
+# the demo data is made (as make dataset makes it), the docstring examples, and the strict build:
+# about 5 minutes on 2 cores, so not in make test; CI runs it.
+docs-test: $(STAMP)
+	$(BIN)/python -m pytest -m docs tests/test_docs.py

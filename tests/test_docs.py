@@ -13,7 +13,9 @@ may start with comment lines the test reads:
 - `# after: prep ...`: a command the block needs first, run when its OUT does not exist yet.
 
 Python blocks run with the venv's python, bash blocks with `bash -e -o pipefail`, both with the
-venv's bin first on PATH and the copy on PYTHONPATH.
+venv's bin first on PATH and the copy on PYTHONPATH. The tests that run blocks, examples or the
+build are marked `docs` (about 5 minutes on 2 cores, the demo data made first): `make docs-test`
+runs them, and CI; `make test` runs the quick ones.
 """
 
 from __future__ import annotations
@@ -173,6 +175,7 @@ def test_the_readme_is_short_and_starts_with_the_two_set_up_commands() -> None:
 @pytest.mark.parametrize(
     "page, line, lang, code", BLOCKS, ids=[f"{p}:{n}" for p, n, _, _ in BLOCKS]
 )
+@pytest.mark.docs
 def test_block_runs(page: str, line: int, lang: str, code: str, workspace: Path) -> None:
     heads = re.findall(r"^# (needs|after): (.+)$", code, flags=re.M)
     for key, value in heads:
@@ -206,6 +209,7 @@ def test_block_runs(page: str, line: int, lang: str, code: str, workspace: Path)
     )
 
 
+@pytest.mark.docs
 def test_the_site_builds_strict(tmp_path: Path) -> None:
     """`make docs`: a broken link or anchor, or a page the hooks cannot make, fails it."""
     mkdocs = BIN / "mkdocs"
@@ -268,6 +272,7 @@ sys.exit(1 if failed else 0)
 """
 
 
+@pytest.mark.docs
 def test_docstring_examples_run(demo_data: None, tmp_path: Path) -> None:
     """Each example of the public names runs, in a fresh copy of the repository (the demo data
     as `make dataset` made it, whatever the blocks did to theirs)."""
