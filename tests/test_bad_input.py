@@ -744,14 +744,14 @@ def test_list_paths_no_file_can_have(tmp_path: Path) -> None:
 
 def test_every_pack_reject_code_is_in_the_readme() -> None:
     root = Path(__file__).resolve().parents[1]
-    table = set(re.findall(r"^\| `(\w+)` \|", (root / "README.md").read_text(), re.M))
+    table = set(re.findall(r"^\| `(\w+)` \|", (root / "docs" / "rejects.md").read_text(), re.M))
     sources = ["media/image/decode.py", "sources/images.py", "kinds/images/pack.py"]
     text = "".join((root / "prep" / f).read_text() for f in [*sources, "run/inputs.py"])
     emitted = set(re.findall(r"(?:Reject\(|reject_record\(\s*[\w.]+,)\s*\"(\w+)\"", text))
     emitted |= set(re.findall(r"return \"(\w+)\"", text))  # os_reject_code's
     assert {"empty", "too_large", "no_class", "bad_label", "bad_path", "link_loop"} <= emitted
     table |= {f"mask_{code}" for code in table}  # the table's `mask_<reason>` row
-    assert emitted <= table, f"not in the README's reject codes: {sorted(emitted - table)}"
+    assert emitted <= table, f"not in docs/rejects.md's reject codes: {sorted(emitted - table)}"
 
 
 def test_mask_folder_with_special_files(tmp_path: Path, pack_to: Any) -> None:

@@ -135,7 +135,7 @@ def folder_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
 
 
 def test_no_folder_imports_itself_through_others() -> None:
-    # every arrow points down (README, "The code"): kinds -> fields, media, sources -> run ->
+    # every arrow points down (docs/code.md): kinds -> fields, media, sources -> run ->
     # loaders; datasets -> augment, read -> remote, fields -> format
     assert circles(folder_graph(import_graph())) == []
 

@@ -626,13 +626,13 @@ def test_listing_rejects_like_pack(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
 def test_every_tokenize_reject_code_is_in_the_readme() -> None:
     root = Path(__file__).resolve().parents[1]
-    table = set(re.findall(r"^\| `(\w+)` \|", (root / "README.md").read_text(), re.M))
+    table = set(re.findall(r"^\| `(\w+)` \|", (root / "docs" / "rejects.md").read_text(), re.M))
     source = (root / "prep" / "media" / "text" / "documents.py").read_text()
     emitted = set(re.findall(r"(?:_reject|reject_record)\(\s*[\w.]+,\s*\"(\w+)\"", source))
     assert {"utf8", "json", "no_text", "too_long", "unreadable"} <= emitted  # the regex works
     # os_reject_code and check_file (prep.run.inputs) give the listing's codes, as for pack.
     emitted |= {"missing", "broken_link", "link_loop", "not_file"}
-    assert emitted <= table, f"not in the README's reject codes: {sorted(emitted - table)}"
+    assert emitted <= table, f"not in docs/rejects.md's reject codes: {sorted(emitted - table)}"
 
 
 # ---------------------------------------------------------------- the encoders

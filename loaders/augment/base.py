@@ -21,7 +21,12 @@ from loaders.augment.random import stream_key, uniform
 class Sample:
     """A batch in a pipeline: images (B, C, H, W); labels (B,), or (B, classes) once mixed; mask
     (B, H, W); index (B,), the draws' dataset indices; pending, a crop not made yet (the ops
-    after it fold into it); targets in `canvas` pixels; instances (B, H, W, N), as a mask."""
+    after it fold into it); targets in `canvas` pixels; instances (B, H, W, N), as a mask.
+
+    Examples:
+        >>> # what an Op's augment(sample, key) receives and returns: see Op's example
+        >>> from loaders.transforms import Sample
+    """
 
     images: torch.Tensor
     index: torch.Tensor
@@ -99,7 +104,22 @@ def working(x: torch.Tensor) -> torch.Tensor:
 
 
 class Op(nn.Module):
-    """One batch op: `augment(sample, key)`; only a `lazy` one is given a crop `pending`."""
+    """One batch op: `augment(sample, key)`; only a `lazy` one is given a crop `pending`.
+
+    Examples:
+        >>> import torch
+        >>> from loaders import transforms as T
+        >>> images = torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8)
+        >>> index = torch.arange(4)  # the samples' dataset indices: each draws its own parameters
+        >>> class Invert(T.Op):  # an op of yours: its draws from self.draws, so they are per sample
+        ...     def augment(self, sample, key):
+        ...         flip = self.draws(key, sample, 1)[:, 0] < 0.5
+        ...         sample.images = torch.where(flip[:, None, None, None], 255 - sample.images,
+        ...                                     sample.images)
+        ...         return sample
+        >>> T.Compose([Invert(), T.CenterCrop(16)], seed=0)(images, index=index).shape
+        torch.Size([4, 3, 16, 16])
+    """
 
     lazy = False
     shown: tuple[str, ...] = ()  # the attributes repr() shows
@@ -128,7 +148,19 @@ class Compose(nn.Module):
     """Ops applied in order to a batch (a module not an Op gets the images). Returns the images,
     or them and the labels, mask, boxes, keypoints, instances, lengths, per_box given, in order.
     cpu_kernel=False: a uint8 CPU batch takes the whole-batch torch ops CUDA runs (one level
-    apart from the per-sample kernel at most), not loaders.augment.kernel's pass."""
+    apart from the per-sample kernel at most), not loaders.augment.kernel's pass.
+
+    Examples:
+        >>> import torch
+        >>> from loaders import transforms as T
+        >>> images = torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8)
+        >>> index = torch.arange(4)  # the samples' dataset indices: each draws its own parameters
+        >>> aug = T.Compose([T.RandomResizedCrop(24), T.RandomHorizontalFlip(0.5)], seed=0)
+        >>> aug.set_epoch(1)
+        >>> x = aug(images, index=index)
+        >>> x.shape, torch.equal(x, aug(images, index=index))  # the same draws for the same indices
+        (torch.Size([4, 3, 24, 24]), True)
+    """
 
     def __init__(
         self,

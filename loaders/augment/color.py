@@ -27,7 +27,17 @@ def hue_rotations(turns: torch.Tensor) -> torch.Tensor:
 
 class ColorJitter(Op):
     """Brightness, contrast, saturation and hue in one matrix a sample: y = c b H S x + (1 - c)
-    b m (m the mean luma, S = s I + (1 - s) 1 luma^T), as DALI's color_twist."""
+    b m (m the mean luma, S = s I + (1 - s) 1 luma^T), as DALI's color_twist.
+
+    Examples:
+        >>> import torch
+        >>> from loaders import transforms as T
+        >>> images = torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8)
+        >>> index = torch.arange(4)  # the samples' dataset indices: each draws its own parameters
+        >>> aug = T.Compose([T.ColorJitter(brightness=0.2, contrast=0.2, saturation=0.2, hue=0.05)])
+        >>> aug(images, index=index).dtype  # uint8 in, uint8 out
+        torch.uint8
+    """
 
     lazy = True
     shown = ("brightness", "contrast", "saturation", "hue")

@@ -22,7 +22,14 @@ from loaders.augment import geometry
 @dataclass(frozen=True)
 class CenterCrop:
     """The centred `size` crop of each stored image, or with `ratio` a centred square of `ratio`
-    x the shorter side: `Resize(256)` + `CenterCrop(224)` is `CenterCrop(224, ratio=0.875)`."""
+    x the shorter side: `Resize(256)` + `CenterCrop(224)` is `CenterCrop(224, ratio=0.875)`.
+
+    Examples:
+        >>> from loaders import CenterCrop, SampleDataset
+        >>> ds = SampleDataset("data/demo-samples", fields=("image", "boxes"), crop=CenterCrop(224))
+        >>> ds[0]["image"].shape  # stored with the longer side 256 (--mode keep)
+        torch.Size([3, 224, 224])
+    """
 
     size: tuple[int, int]
     ratio: float | None = None
@@ -48,7 +55,16 @@ class CenterCrop:
 
 @dataclass(frozen=True)
 class RandomResizedCrop:
-    """The boxes `loaders.transforms.RandomResizedCrop` draws as a pipeline's first op."""
+    """The boxes `loaders.transforms.RandomResizedCrop` draws as a pipeline's first op.
+
+    Examples:
+        >>> from loaders import RandomResizedCrop, SampleDataset
+        >>> ds = SampleDataset("data/demo-samples", fields=("image", "boxes"),
+        ...                    crop=RandomResizedCrop(128, seed=0))
+        >>> ds.set_epoch(1)  # new boxes each epoch, the same for any worker count
+        >>> ds[0]["image"].shape
+        torch.Size([3, 128, 128])
+    """
 
     size: tuple[int, int]
     scale: tuple[float, float] = (0.08, 1.0)

@@ -22,7 +22,16 @@ def pair(size: int | Sequence[int], what: str = "size") -> tuple[int, int]:
 
 
 class RandomResizedCrop(Op):
-    """torchvision's RandomResizedCrop drawn per sample; `boxes()` is the generator alone."""
+    """torchvision's RandomResizedCrop drawn per sample; `boxes()` is the generator alone.
+
+    Examples:
+        >>> import torch
+        >>> from loaders import transforms as T
+        >>> images = torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8)
+        >>> index = torch.arange(4)  # the samples' dataset indices: each draws its own parameters
+        >>> T.RandomResizedCrop(24, scale=(0.35, 1.0))(images, index=index).shape
+        torch.Size([4, 3, 24, 24])
+    """
 
     shown = ("size", "scale", "ratio")
 
@@ -88,7 +97,16 @@ class RandomResizedCrop(Op):
 
 
 class Resize(Op):
-    """Every image resized to `size`: (h, w), or an int for the shorter side (as torchvision)."""
+    """Every image resized to `size`: (h, w), or an int for the shorter side (as torchvision).
+
+    Examples:
+        >>> import torch
+        >>> from loaders import transforms as T
+        >>> images = torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8)
+        >>> index = torch.arange(4)  # the samples' dataset indices: each draws its own parameters
+        >>> T.Resize((16, 24))(images, index=index).shape
+        torch.Size([4, 3, 16, 24])
+    """
 
     shown = ("size",)
 
@@ -119,7 +137,16 @@ class Resize(Op):
 
 
 class RandomCrop(Op):
-    """A `size` crop at a random place of the image padded by `padding` px (`fill`)."""
+    """A `size` crop at a random place of the image padded by `padding` px (`fill`).
+
+    Examples:
+        >>> import torch
+        >>> from loaders import transforms as T
+        >>> images = torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8)
+        >>> index = torch.arange(4)  # the samples' dataset indices: each draws its own parameters
+        >>> T.RandomCrop(32, padding=4)(images, index=index).shape
+        torch.Size([4, 3, 32, 32])
+    """
 
     shown = ("size", "padding")
 
@@ -143,7 +170,16 @@ class RandomCrop(Op):
 
 
 class CenterCrop(Op):
-    """The centred `size` crop of every image, as torchvision's (padded with `fill`)."""
+    """The centred `size` crop of every image, as torchvision's (padded with `fill`).
+
+    Examples:
+        >>> import torch
+        >>> from loaders import transforms as T
+        >>> images = torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8)
+        >>> index = torch.arange(4)  # the samples' dataset indices: each draws its own parameters
+        >>> T.CenterCrop(24)(images, index=index).shape
+        torch.Size([4, 3, 24, 24])
+    """
 
     shown = ("size",)
 
@@ -192,13 +228,33 @@ class _Flip(Op):
 
 
 class RandomHorizontalFlip(_Flip):
-    """Each sample mirrored left-right with probability p (folded into a pending crop)."""
+    """Each sample mirrored left-right with probability p (folded into a pending crop).
+
+    Examples:
+        >>> import torch
+        >>> from loaders import transforms as T
+        >>> images = torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8)
+        >>> index = torch.arange(4)  # the samples' dataset indices: each draws its own parameters
+        >>> flipped = T.RandomHorizontalFlip(1.0)(images, index=index)
+        >>> torch.equal(flipped, images.flip(-1))
+        True
+    """
 
     lazy = True
 
 
 class RandomVerticalFlip(_Flip):
-    """Each sample mirrored top-bottom with probability p, after any pending crop is made."""
+    """Each sample mirrored top-bottom with probability p, after any pending crop is made.
+
+    Examples:
+        >>> import torch
+        >>> from loaders import transforms as T
+        >>> images = torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8)
+        >>> index = torch.arange(4)  # the samples' dataset indices: each draws its own parameters
+        >>> flipped = T.RandomVerticalFlip(1.0)(images, index=index)
+        >>> torch.equal(flipped, images.flip(-2))
+        True
+    """
 
     axis = 1
 

@@ -41,7 +41,19 @@ class _Mix(Op):
 
 
 class MixUp(_Mix):
-    """images λ x_i + (1 - λ) x_(i-1), labels the same, λ ~ Beta(alpha, alpha) per sample."""
+    """images λ x_i + (1 - λ) x_(i-1), labels the same, λ ~ Beta(alpha, alpha) per sample.
+
+    Examples:
+        >>> import torch
+        >>> from loaders import transforms as T
+        >>> images = torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8)
+        >>> index = torch.arange(4)  # the samples' dataset indices: each draws its own parameters
+        >>> labels = torch.tensor([0, 1, 2, 3])
+        >>> aug = T.Compose([T.MixUp(alpha=0.2, num_classes=4)], seed=0)
+        >>> x, y = aug(images, labels, index=index)
+        >>> y.shape, bool(torch.allclose(y.sum(1), torch.ones(4)))  # soft labels summing to 1
+        (torch.Size([4, 4]), True)
+    """
 
     def mix(self, sample: Sample, key: int) -> tuple[torch.Tensor, torch.Tensor]:
         x, f = sample.images, working(sample.images)
@@ -50,7 +62,19 @@ class MixUp(_Mix):
 
 
 class CutMix(_Mix):
-    """A box of area (1 - λ) of the partner's image pasted in; the labels weigh the pixels kept."""
+    """A box of area (1 - λ) of the partner's image pasted in; the labels weigh the pixels kept.
+
+    Examples:
+        >>> import torch
+        >>> from loaders import transforms as T
+        >>> images = torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8)
+        >>> index = torch.arange(4)  # the samples' dataset indices: each draws its own parameters
+        >>> labels = torch.tensor([0, 1, 2, 3])
+        >>> aug = T.Compose([T.CutMix(alpha=1.0, num_classes=4)], seed=0)
+        >>> x, y = aug(images, labels, index=index)
+        >>> y.shape, bool(torch.allclose(y.sum(1), torch.ones(4)))  # soft labels summing to 1
+        (torch.Size([4, 4]), True)
+    """
 
     def mix(self, sample: Sample, key: int) -> tuple[torch.Tensor, torch.Tensor]:
         x = sample.images

@@ -10,7 +10,17 @@ from torch import nn
 
 
 class Normalize(nn.Module):
-    """(x - mean) / std of a batch or an image as float; `mean`, `std` in pixel units (0-255)."""
+    """(x - mean) / std of a batch or an image as float; `mean`, `std` in pixel units (0-255).
+
+    Examples:
+        >>> import torch
+        >>> from loaders import ImageShardDataset, Normalize
+        >>> norm = Normalize(mean=[0.485 * 255, 0.456 * 255, 0.406 * 255],
+        ...                  std=[0.229 * 255, 0.224 * 255, 0.225 * 255])
+        >>> norm(torch.zeros(2, 3, 8, 8, dtype=torch.uint8)).dtype
+        torch.float32
+        >>> norm = Normalize.from_dataset(ImageShardDataset("data/demo-packed", size=128))
+    """
 
     mean: torch.Tensor
     std: torch.Tensor

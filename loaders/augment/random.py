@@ -37,7 +37,15 @@ def mix32(x: N) -> N:
 
 
 def stream_key(seed: int, epoch: int, name: str) -> int:
-    """The key of one op's draws in one epoch; `name` tells ops apart ("RandomResizedCrop#1")."""
+    """The key of one op's draws in one epoch; `name` tells ops apart ("RandomResizedCrop#1").
+
+    Examples:
+        >>> from loaders.transforms import stream_key
+        >>> stream_key(0, 1, "RandomResizedCrop#1") == stream_key(0, 1, "RandomResizedCrop#1")
+        True
+        >>> stream_key(0, 1, "RandomResizedCrop#1") == stream_key(0, 2, "RandomResizedCrop#1")
+        False
+    """
     if seed < 0 or epoch < 0:
         raise ValueError(f"seed {seed} and epoch {epoch} must be non-negative integers")
     key = mix32(zlib.crc32(name.encode()))
@@ -48,7 +56,15 @@ def stream_key(seed: int, epoch: int, name: str) -> int:
 
 
 def uniform(key: int, index: torch.Tensor, k: int) -> torch.Tensor:
-    """k uniform draws in [0, 1) (32 bits: exact) per dataset index (N,): float64 (N, k)."""
+    """k uniform draws in [0, 1) (32 bits: exact) per dataset index (N,): float64 (N, k).
+
+    Examples:
+        >>> import torch
+        >>> from loaders.transforms import stream_key, uniform
+        >>> u = uniform(stream_key(0, 0, "MyOp#1"), torch.arange(4), 2)
+        >>> u.shape, u.dtype, bool(((u >= 0) & (u < 1)).all())
+        (torch.Size([4, 2]), torch.float64, True)
+    """
     idx = index.reshape(-1).to(torch.int64)
     if idx.numel() and int(idx.min()) < 0:
         raise ValueError("sample indices must be non-negative dataset indices")

@@ -23,7 +23,15 @@ class ClipDataset(DecodingDataset):
     """Batches (clips uint8 (B, T, C, H, W), labels (B,) when labelled) of `frames` frames
     `stride` apart of Video field `field`: index i is video i from a start drawn from (seed,
     epoch, i), or with `clips_per_video` k clip i % k of video i // k, evenly spaced. `crop`
-    (needed for mode short, keep) and `flip` are drawn once a clip; short videos repeat."""
+    (needed for mode short, keep) and `flip` are drawn once a clip; short videos repeat.
+
+    Examples:
+        >>> from loaders import CenterCrop, ClipDataset
+        >>> ds = ClipDataset("data/demo-clips", frames=8, crop=CenterCrop(48), seed=0)
+        >>> clip, label = ds[0]
+        >>> clip.shape  # (T, C, H, W)
+        torch.Size([8, 3, 48, 48])
+    """
 
     def __init__(
         self,

@@ -54,7 +54,16 @@ class MixedDataset(Dataset[Any]):
     """`datasets` read as one of `length` samples an epoch, source k's share `weights[k]`
     (default: by size), each source read once a batch. A batch has the sources' `fields`
     (default: theirs, the same for all), then MIXTURE, int64 (B,): each sample's source.
-    `set_epoch(e)` sets the plan's (and the sources') epoch: call it every epoch."""
+    `set_epoch(e)` sets the plan's (and the sources') epoch: call it every epoch.
+
+    Examples:
+        >>> from loaders import ImageShardDataset, MixedDataset
+        >>> a = ImageShardDataset("data/demo-packed", size=128)
+        >>> b = ImageShardDataset("data/demo-splits", size=128, split="train")
+        >>> mixed = MixedDataset([a, b], weights=[0.7, 0.3], seed=0, length=100)
+        >>> len(mixed)
+        100
+    """
 
     def __init__(
         self,

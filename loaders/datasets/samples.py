@@ -54,7 +54,16 @@ class SampleDataset(DecodingDataset):
     the fields read into shared memory once. `transforms=`: a Compose run on each batch read
     (roles: below); on a mode keep image, its leading RandomResizedCrop is the crop.
     `exclude=`: skip samples, "issues:blur,dark" (prep issues' flags) or a file of indices
-    (.npy, or one a line); the others keep their order, "index" still the dataset's."""
+    (.npy, or one a line); the others keep their order, "index" still the dataset's.
+
+    Examples:
+        >>> from loaders import CenterCrop, SampleDataset, make_loader
+        >>> ds = SampleDataset("data/demo-samples", fields=("image", "boxes", "labels", "caption"),
+        ...                    crop=CenterCrop(224))
+        >>> batch = next(iter(make_loader(ds, batch_size=4)))
+        >>> batch["image"].shape, type(batch["caption"][0]).__name__
+        (torch.Size([4, 3, 224, 224]), 'str')
+    """
 
     dicts = True
     _kept: np.ndarray | None = None  # exclude=: the dataset indices read, ascending
@@ -187,7 +196,15 @@ class ImageShardDataset(SampleDataset):
     uint8 (C, H, W), a channels-last view of the HWC storage; "mask" uint8 (H, W) class ids;
     "label" int64 (); "orig_size" int64 (2,), the source's (h, w); "index" int64 ().
     `fast_dct`: JPEG through libjpeg-turbo's fast integer IDCT (README: Fast DCT).
-    Use `make_loader` (or `collate_fn=collate_batch`) to keep the batched read."""
+    Use `make_loader` (or `collate_fn=collate_batch`) to keep the batched read.
+
+    Examples:
+        >>> from loaders import ImageShardDataset
+        >>> ds = ImageShardDataset("data/demo-packed", size=128, fields=("image", "label"))
+        >>> image, label = ds[0]
+        >>> image.shape, image.dtype
+        (torch.Size([3, 128, 128]), torch.uint8)
+    """
 
     dicts = False
 
@@ -307,7 +324,15 @@ class ArrayReading:
 class AudioDataset(ShardedDataset):
     """Dict batches: `audio`, a window of round(seconds * rate) samples a clip (B, W), (B, C, W)
     without --mono, from a start drawn from (seed, epoch, index) with `random`, else centred,
-    zero-padded, and `audio_len`; `seconds=None`: whole clips. `fields`: others (label)."""
+    zero-padded, and `audio_len`; `seconds=None`: whole clips. `fields`: others (label).
+
+    Examples:
+        >>> from loaders import AudioDataset, make_loader
+        >>> ds = AudioDataset("data/demo-audio-packed", seconds=1.0, seed=0)
+        >>> batch = next(iter(make_loader(ds, batch_size=4)))
+        >>> batch["audio"].shape  # --mono, --rate 16000: one second a window
+        torch.Size([4, 16000])
+    """
 
     dicts = True
 

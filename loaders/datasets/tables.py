@@ -27,7 +27,15 @@ class TableDataset(ShardedDataset):
     float32, NaN for missing (times: ns since the epoch), codes int64; then the missing mask,
     bool (n_num,), with `missing_mask=True`, and the row's index with `index=True`.
     `in_memory=True` reads the split into RAM once per process. `vocab[name]`: the values of
-    codes 2, 3, ...; `mean`, `std`: over the train rows; `classes`: a coded target's names."""
+    codes 2, 3, ...; `mean`, `std`: over the train rows; `classes`: a coded target's names.
+
+    Examples:
+        >>> from loaders import TableDataset
+        >>> ds = TableDataset("data/demo-table", split="train")
+        >>> x_num, x_cat, y = ds[0]
+        >>> x_num.dtype, x_cat.dtype
+        (torch.float32, torch.int64)
+    """
 
     unsplit = ("rows", "repack with --val-fraction, or use split='train'")
 

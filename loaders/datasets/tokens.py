@@ -66,7 +66,15 @@ class _TokenSplit(ShardedDataset):
 
 
 class TokenWindowDataset(_TokenSplit):
-    """Item i: (x, y), int64 (block_size,), the tokens from i * stride, y shifted by one."""
+    """Item i: (x, y), int64 (block_size,), the tokens from i * stride, y shifted by one.
+
+    Examples:
+        >>> from loaders import TokenWindowDataset
+        >>> ds = TokenWindowDataset("data/demo-tokens", block_size=64, split="train")
+        >>> x, y = ds[0]
+        >>> bool((x[1:] == y[:-1]).all())  # y is x shifted by one token
+        True
+    """
 
     holds = ("x", "y")
 
@@ -127,7 +135,16 @@ class TokenWindowDataset(_TokenSplit):
 class DocumentDataset(_TokenSplit):
     """The documents of one split, in order: item i is its tokens, int64 (length,), without the
     end-of-document token (the tokenizer decodes it to the text exactly); with `index=True`,
-    (tokens, i). Documents differ in length: batch them with `collate_fn=list`, or by one."""
+    (tokens, i). Documents differ in length: batch them with `collate_fn=list`, or by one.
+
+    Examples:
+        >>> from loaders import DocumentDataset
+        >>> from prep.media.text.tokenizers import load_tokenizer
+        >>> docs = DocumentDataset("data/demo-tokens", split="val")
+        >>> text = load_tokenizer("data/demo-tokens").decode(docs[0])
+        >>> docs[0].dtype
+        torch.int64
+    """
 
     itemized = True
 

@@ -21,7 +21,14 @@ VOLUMES = ("image", "label")  # the voxels (a Volume field) and their class ids 
 class VolumeDataset(ShardedDataset):
     """Whole volumes: item v is a tuple in `fields` order (default: "image", "label") of
     (1, D, H, W) tensors; "target" the volume's --targets (float32 or int64), "index" v.
-    `meta(v)`: the volume's geometry, stored and as in its source scan."""
+    `meta(v)`: the volume's geometry, stored and as in its source scan.
+
+    Examples:
+        >>> from loaders import VolumeDataset
+        >>> image, label = VolumeDataset("data/demo-volumes")[0]
+        >>> image.dim(), image.shape == label.shape
+        (4, True)
+    """
 
     itemized = True
 
@@ -104,7 +111,15 @@ class VolumeDataset(ShardedDataset):
 
 class PatchDataset(VolumeDataset):
     """Item i: a patch of volume i // per_volume, centred on a voxel drawn from (seed, epoch, i):
-    with probability `foreground` a labelled one of a class drawn uniformly, else any."""
+    with probability `foreground` a labelled one of a class drawn uniformly, else any.
+
+    Examples:
+        >>> from loaders import PatchDataset
+        >>> ds = PatchDataset("data/demo-volumes", patch=(32, 32, 32), per_volume=2, seed=0)
+        >>> image, label = ds[0]
+        >>> image.shape
+        torch.Size([1, 32, 32, 32])
+    """
 
     itemized = False  # patches share one shape
 

@@ -20,7 +20,13 @@ from loaders.format.spec import NUMBERS, ArraySpec
 @dataclass(frozen=True)
 class Array(Field):
     """Numbers of `dtype` and `shape`, a leading None ragged; `finite`: NaN is a reject; `wide`:
-    read as widened() does (torch computes with int64)."""
+    read as widened() does (torch computes with int64).
+
+    Examples:
+        >>> from prep.fields import Array
+        >>> fields = {"embedding": Array("float32", (512,), finite=True),
+        ...           "points": Array("float32", (None, 3))}  # None: a ragged first dimension
+    """
 
     dtype: str
     shape: tuple[int | None, ...] = ()
@@ -85,7 +91,12 @@ class Array(Field):
 
 @dataclass(frozen=True)
 class Scalar(Array):
-    """One number a sample: `Array(dtype, ())`."""
+    """One number a sample: `Array(dtype, ())`.
+
+    Examples:
+        >>> from prep.fields import Image, Scalar
+        >>> fields = {"image": Image(), "age": Scalar("float32", finite=True)}
+    """
 
     dtype: str = "float32"
     kind = "scalar"

@@ -64,7 +64,14 @@ def check_files(
 
 
 def load_manifest(root: Any) -> Manifest:
-    """A dataset folder's manifest, fields and files checked (FormatError: its first problems)."""
+    """A dataset folder's manifest, fields and files checked (FormatError: its first problems).
+
+    Examples:
+        >>> from loaders import load_manifest
+        >>> manifest = load_manifest("data/demo-packed")
+        >>> manifest.command, sorted(manifest.fields)[:3]
+        ('pack', ['digest', 'image', 'label'])
+    """
     manifest = read_manifest(root)
     declared(manifest)
     problems = check_files(Path(root), manifest)

@@ -21,7 +21,12 @@ from loaders.format.spec import UNSIGNED, ArraySpec, smallest_uint
 
 @dataclass(frozen=True)
 class Label(Field):
-    """A class id or a name of `classes`, in the smallest unsigned dtype (none: `dtype`)."""
+    """A class id or a name of `classes`, in the smallest unsigned dtype (none: `dtype`).
+
+    Examples:
+        >>> from prep.fields import Image, Label
+        >>> fields = {"image": Image(), "label": Label(classes=("cat", "dog"))}  # "dog" or 1
+    """
 
     classes: tuple[str, ...] | None = None
     dtype: str | None = None
@@ -108,7 +113,13 @@ class Label(Field):
 
 @dataclass(frozen=True)
 class Labels(Array):
-    """The class ids (or names) of a sample's objects: an `Array("int64", (None,))` per box."""
+    """The class ids (or names) of a sample's objects: an `Array("int64", (None,))` per box.
+
+    Examples:
+        >>> from prep.fields import Boxes, Image, Labels
+        >>> fields = {"image": Image(), "boxes": Boxes("image"),
+        ...           "labels": Labels(classes=("cat", "dog"))}
+    """
 
     dtype: str = "int64"
     shape: tuple[int | None, ...] = (None,)

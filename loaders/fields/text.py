@@ -21,7 +21,12 @@ MAX_JSON_BYTES = 1 << 20  # "small JSON": per-sample metadata, not a payload
 
 @dataclass(frozen=True)
 class Bytes(Field):
-    """Opaque bytes a sample (a file's content, a serialised object of the user's)."""
+    """Opaque bytes a sample (a file's content, a serialised object of the user's).
+
+    Examples:
+        >>> from prep.fields import Bytes, Image
+        >>> fields = {"image": Image(), "raw_exif": Bytes()}
+    """
 
     kind = "bytes"
 
@@ -67,7 +72,12 @@ class Bytes(Field):
 
 @dataclass(frozen=True)
 class Text(Bytes):
-    """A str, stored as UTF-8."""
+    """A str, stored as UTF-8.
+
+    Examples:
+        >>> from prep.fields import Image, Text
+        >>> fields = {"image": Image(), "caption": Text()}
+    """
 
     kind = "text"
 
@@ -91,7 +101,12 @@ class Text(Bytes):
 
 @dataclass(frozen=True)
 class Json(Bytes):
-    """A JSON value: compact, keys sorted, at most 1 MiB a sample."""
+    """A JSON value: compact, keys sorted, at most 1 MiB a sample.
+
+    Examples:
+        >>> from prep.fields import Image, Json
+        >>> fields = {"image": Image(), "meta": Json()}  # e.g. {"id": 7, "tags": ["a"]}
+    """
 
     kind = "json"
 

@@ -32,7 +32,16 @@ def smallest_uint(max_value: int) -> str:
 
 
 class FormatError(ValueError):
-    """The dataset folder does not match its manifest, or the manifest is not one we read."""
+    """The dataset folder does not match its manifest, or the manifest is not one we read.
+
+    Examples:
+        >>> from loaders import FormatError, ImageShardDataset
+        >>> try:
+        ...     ImageShardDataset("data/demo-raw")  # raw images: no manifest.json
+        ... except FormatError as e:
+        ...     print("refused")
+        refused
+    """
 
 
 def problems_error(problems: list[str]) -> FormatError:

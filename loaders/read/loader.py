@@ -50,7 +50,15 @@ def check_indices(indices: Sequence[int] | np.ndarray, n: int) -> np.ndarray:
 
 
 class Batch(Sequence[tuple[torch.Tensor, ...]]):
-    """A batch, one tensor a field; a sequence of sample tuples to DataLoader's default collate."""
+    """A batch, one tensor a field; a sequence of sample tuples to DataLoader's default collate.
+
+    Examples:
+        >>> import torch
+        >>> from loaders import Batch
+        >>> batch = Batch((torch.zeros(2, 3, 8, 8), torch.tensor([4, 7])))
+        >>> len(batch), batch[1][1].item()
+        (2, 7)
+    """
 
     def __init__(self, tensors: tuple[torch.Tensor, ...]):
         self.tensors = tensors
@@ -242,7 +250,17 @@ def _copy(x: Any, alloc: Alloc, copies: dict[int, torch.Tensor], heads: list[tor
 
 
 def collate_batch(batch: Any) -> Any:
-    """A Batch as it is; samples of different shapes said to be so, not by torch's bare error."""
+    """A Batch as it is; samples of different shapes said to be so, not by torch's bare error.
+
+    Examples:
+        >>> import torch
+        >>> from loaders import ImageShardDataset, collate_batch
+        >>> ds = ImageShardDataset("data/demo-packed", size=128)
+        >>> loader = torch.utils.data.DataLoader(ds, batch_size=8, collate_fn=collate_batch)
+        >>> images, labels = next(iter(loader))
+        >>> images.shape
+        torch.Size([8, 3, 128, 128])
+    """
     if isinstance(batch, Batch):
         return batch.tensors
     try:
@@ -281,7 +299,16 @@ def make_loader(
     workers (DataLoader's arguments pass through and win); with `num_workers=0`, `threads`
     threads read ahead. `order` (loaders.read.samplers; default "random" with `shuffle`)
     depends only on (`seed`, epoch); `distributed` (default: when torch.distributed is
-    initialised): each rank a disjoint share, padded (or cut, `drop_last`) to one length."""
+    initialised): each rank a disjoint share, padded (or cut, `drop_last`) to one length.
+
+    Examples:
+        >>> from loaders import ImageShardDataset, make_loader
+        >>> ds = ImageShardDataset("data/demo-packed", size=128)
+        >>> loader = make_loader(ds, batch_size=16, shuffle=True, seed=0)
+        >>> images, labels = next(iter(loader))
+        >>> images.shape, labels.dtype
+        (torch.Size([16, 3, 128, 128]), torch.int64)
+    """
     problem = getattr(dataset, "batch_problem", None)  # whole volumes of several shapes
     said = problem(batch_size) if problem is not None else None
     if said is not None:

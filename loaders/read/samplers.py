@@ -91,7 +91,15 @@ def share_length(n: int, num_replicas: int, drop_last: bool) -> int:
 class ShardSampler(Sampler[int]):
     """This rank's share of each epoch's order. In one process each pass advances the epoch;
     with more ranks only `set_epoch(e)` does (a rank that peeked would read another epoch).
-    `num_replicas` and `rank`: torch.distributed's when it is initialised, else 1 and 0."""
+    `num_replicas` and `rank`: torch.distributed's when it is initialised, else 1 and 0.
+
+    Examples:
+        >>> from loaders import ShardSampler
+        >>> list(ShardSampler([3, 2], order="sequential"))
+        [0, 1, 2, 3, 4]
+        >>> sorted(ShardSampler([3, 2], order="random", seed=0))
+        [0, 1, 2, 3, 4]
+    """
 
     def __init__(
         self,

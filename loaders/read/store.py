@@ -66,7 +66,12 @@ class Backend(Protocol):
 
 
 class LocalBackend:
-    """A folder on a local or mounted file system: files are mapped where they are."""
+    """A folder on a local or mounted file system: files are mapped where they are.
+
+    Examples:
+        >>> from loaders import LocalBackend, ShardStore
+        >>> store = ShardStore("data/demo-packed", backend=LocalBackend("data/demo-packed"))
+    """
 
     def __init__(self, root: str | os.PathLike[str]):
         self.root = Path(root)
@@ -104,7 +109,12 @@ class LocalBackend:
 class ShardStore:
     """A dataset folder: its manifest, checked against the files when made (past EAGER_SHARDS,
     each shard when first read), and its arrays, mapped lazily, at most `max_open` at a time.
-    Pickles without manifest and maps: a worker reads the manifest again (the same bytes)."""
+    Pickles without manifest and maps: a worker reads the manifest again (the same bytes).
+
+    Examples:
+        >>> from loaders import ShardStore
+        >>> store = ShardStore("data/demo-packed")
+    """
 
     def __init__(
         self,

@@ -90,7 +90,12 @@ def outside_rows(boxes: np.ndarray, upright: tuple[int, int], slack: float = 1.0
 
 
 class Image(kinds.Image):
-    """An image from a path, bytes (an encoded file), a PIL image or an (H, W[, C]) uint8 array."""
+    """An image from a path, bytes (an encoded file), a PIL image or an (H, W[, C]) uint8 array.
+
+    Examples:
+        >>> from prep.fields import Image
+        >>> fields = {"image": Image(sizes=(128, 256), codec=("raw", "jpeg"), quality=90)}
+    """
 
     def pixels(self, value: Any) -> tuple[np.ndarray, tuple[int, int]]:
         """Upright pixels (H, W, 3), or (H, W) gray, and the full-size (h, w)."""
@@ -151,7 +156,12 @@ def _array_pixels(value: Any, gray: bool, max_pixels: int) -> tuple[np.ndarray, 
 
 
 class Mask(kinds.Mask):
-    """Class ids of image field `image`, its full size: an L or palette file, or (H, W) uint8."""
+    """Class ids of image field `image`, its full size: an L or palette file, or (H, W) uint8.
+
+    Examples:
+        >>> from prep.fields import Image, Mask
+        >>> fields = {"image": Image(sizes=(256,)), "mask": Mask("image")}  # placed like its image
+    """
 
     def encode_for(self, value: Any, upright: tuple[int, int]) -> dict[str, np.ndarray]:
         from prep.media.image.decode import decode_mask
@@ -173,7 +183,13 @@ class Mask(kinds.Mask):
 
 
 class Boxes(kinds.Boxes):
-    """Boxes (N, 4) (x0, y0, x1, y1) in field `image`'s upright pixels, or {"xyxy", "hw"}."""
+    """Boxes (N, 4) (x0, y0, x1, y1) in field `image`'s upright pixels, or {"xyxy", "hw"}.
+
+    Examples:
+        >>> from prep.fields import Boxes, Image, Labels
+        >>> fields = {"image": Image(sizes=(256,), mode="keep"), "boxes": Boxes("image"),
+        ...           "labels": Labels()}  # boxes move with every size and crop of their image
+    """
 
     def encode_for(self, value: Any, upright: tuple[int, int]) -> dict[str, np.ndarray]:
         if isinstance(value, dict):
@@ -199,7 +215,13 @@ class Boxes(kinds.Boxes):
 
 
 class Instances(kinds.Instances):
-    """Instance masks (N, H, W) uint8, 0 and 1, at the upright full size of field `image`."""
+    """Instance masks (N, H, W) uint8, 0 and 1, at the upright full size of field `image`.
+
+    Examples:
+        >>> from prep.fields import Image, Instances, Labels
+        >>> fields = {"image": Image(sizes=(256,)), "instances": Instances("image"),
+        ...           "labels": Labels()}
+    """
 
     def encode_for(self, value: Any, upright: tuple[int, int]) -> dict[str, np.ndarray]:
         stack = as_array(value, np.dtype("uint8"))
@@ -218,7 +240,13 @@ class Instances(kinds.Instances):
 
 
 class Keypoints(kinds.Keypoints):
-    """Keypoints (N, joints, 3): x, y in field `image`'s upright full-size pixels, COCO's v."""
+    """Keypoints (N, joints, 3): x, y in field `image`'s upright full-size pixels, COCO's v.
+
+    Examples:
+        >>> from prep.fields import Boxes, Image, Keypoints
+        >>> fields = {"image": Image(), "boxes": Boxes("image"),
+        ...           "points": Keypoints("image", joints=17)}
+    """
 
     def encode_for(self, value: Any, upright: tuple[int, int]) -> dict[str, np.ndarray]:
         points = as_array(value, np.dtype("float32"))
@@ -234,7 +262,12 @@ class Keypoints(kinds.Keypoints):
 
 
 class Polygons(polygons.Polygons):
-    """Polygons of field `image` in its upright pixels, cut to what every size shows."""
+    """Polygons of field `image` in its upright pixels, cut to what every size shows.
+
+    Examples:
+        >>> from prep.fields import Image, Labels, Polygons
+        >>> fields = {"image": Image(), "polygons": Polygons("image"), "labels": Labels()}
+    """
 
     def encode_for(self, value: Any, upright: tuple[int, int]) -> dict[str, np.ndarray]:
         try:
@@ -273,7 +306,12 @@ class Video(kinds.Video):
 
 
 class Tokens(kinds.Tokens):
-    """Token ids of a str by the tokenizer.json `tokenizer`, or ids given as they are."""
+    """Token ids of a str by the tokenizer.json `tokenizer`, or ids given as they are.
+
+    Examples:
+        >>> from prep.fields import Tokens
+        >>> fields = {"text": Tokens("data/demo-tokens/tokenizer.json")}  # tokenized at pack time
+    """
 
     def __init__(self, tokenizer: str | Path, vocab_size: int | None = None):
         path = Path(tokenizer)
