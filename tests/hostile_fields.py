@@ -230,6 +230,7 @@ FIELD_CASES = [
         replaced("quality", np.zeros((4, 3), np.float32)),
         READ,
         "quality",
+        url=False,  # at a URL a file is checked as it arrives: an image reader never fetches it
     ),
     Case("quality summary not numbers", "images", edit(_quality_shape), ALL, "quality"),
     # audio and video

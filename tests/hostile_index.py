@@ -62,7 +62,7 @@ def _wrapping(t: np.ndarray, columns: list[str]) -> np.ndarray:
 
 def _digest(root: Path, outside: Path) -> None:
     sha = np.load(root / DIGESTS).copy()
-    sha[0, 0, :4] ^= 0x5A  # shard 0's first file (digest-00000.npy)
+    sha[0, 0, :4] ^= 0x5A  # shard 0's first file (the first array by name: colour-00000.npy)
     reindex(root, DIGESTS, sha)
 
 
@@ -79,7 +79,9 @@ def _header(old: bytes, new: bytes) -> Change:
 
     def apply(root: Path, outside: Path) -> None:
         data = (root / SHARDS).read_bytes()
-        head = data[:127].replace(old, new)[:127].ljust(127)  # the padding's spaces cut or added
+        rows = f"({np.load(root / SHARDS).shape[0]}, ".encode()  # the table's first dimension
+        head = data[:127].replace(old.replace(b"(ROWS, ", rows), new)[:127].ljust(127)
+        assert head != data[:127], f"{old!r} is not in shards.npy's header"
         reindex(root, SHARDS, head + data[127:])
 
     return apply
@@ -152,7 +154,7 @@ INDEX_CASES = [
     Case(
         "shards.npy header of 10**20 rows",
         "images",
-        _header(b"(16, ", b"(10" + b"0" * 20 + b", "),
+        _header(b"(ROWS, ", b"(10" + b"0" * 20 + b", "),
         ALL,
         SHARDS,
     ),
@@ -165,7 +167,7 @@ INDEX_CASES = [
         SHARDS,
     ),
     Case("sha256.npy a shard short", "images", _saved(DIGESTS, lambda s: s[:2]), ALL, DIGESTS),
-    Case("a digest in sha256.npy lies", "images", _digest, frozenset((VERIFY,)), "digest-00000"),
+    Case("a digest in sha256.npy lies", "images", _digest, frozenset((VERIFY,)), "colour-00000"),
     Case(
         "a count in shards.npy lies",
         "images",

@@ -122,7 +122,7 @@ def test_the_corpus_holds_every_case() -> None:
         "webdataset": 12,
         "pairs": 9,
     }
-    assert len(AT_URL) == 74  # the cases whose files lie, also opened at a file:// URL
+    assert len(AT_URL) == 77  # the cases whose files lie, also opened at a file:// URL (3 quality)
     assert {c.note for c in CASES if c.note} == {f"defect {i}" for i in range(1, 7)}
     assert set(ONE_OF_EACH) <= {c.name for c in CASES if c.url}  # cases a bucket can hold
     kinds = {KIND[c.base] for c in CASES}

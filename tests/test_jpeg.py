@@ -140,11 +140,14 @@ def test_a_version_1_dataset_still_loads(packed: Path, copy_dataset) -> None:  #
     for key in ("fields", "command", "splits"):
         d.pop(key)
     d["extra"]["stats"] = d["extra"]["stats"]["image"]  # one image field's, as version 2 had
-    d["arrays"].pop("source")  # ragged: version 2 (a version-1 dataset has no sources)
+    new = ("source", "quality", "colour")  # a version-1 dataset has no sources, no quality
+    for name in new:
+        d["arrays"].pop(name, None)
     for spec in d["arrays"].values():
         spec.pop("codec")
     for shard in d["shards"]:
-        shard["arrays"].pop("source")
+        for name in new:
+            shard["arrays"].pop(name, None)
         for ref in shard["arrays"].values():
             ref.pop("offsets")
     manifests.save(v1, d)

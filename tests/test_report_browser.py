@@ -110,7 +110,10 @@ def test_report_in_chromium(browser: Any, packed: Path, tmp_path: Path) -> None:
     page = write_report(packed, tmp_path / "report.html", per_class=2)
     state, errors, shot = opened(browser, page)
     assert errors == []
-    assert state["images"] == 8 and state["broken"] == []
+    text = Path(page).read_text()
+    samples = text.split('<section id="samples"')[1].split("</section>")[0]
+    assert samples.count('<img src="data:image/jpeg') == 8  # 4 classes, 2 a class
+    assert state["images"] == text.count('<img src="data:image/') and state["broken"] == []
     assert {"counts", "sizes", "samples", "stats", "rejects", "fields"} <= set(state["sections"])
     assert state["svgs"] >= 3  # the charts drew
     assert state["fetched"] == []  # nothing from outside the file

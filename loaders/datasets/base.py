@@ -60,7 +60,10 @@ class ShardedDataset(Dataset[Any]):
         self, root: str | os.PathLike[str], *, split: str | None = None, **store: Unpack[Remote]
     ):
         self.refresh = bool(store.pop("refresh", False))
-        self._opened: tuple[Any, dict[str, Any]] = (root, dict(store))  # for refresh
+        # what a refresh opens again (kept only then: a pickled dataset stays under 1 KB)
+        self._opened: tuple[Any, dict[str, Any]] | None = (
+            (root, dict(store)) if self.refresh else None
+        )
         self.store = ShardStore(root, **store)
         self.split = split
         if split is not None and not len(self._shards):
@@ -76,6 +79,7 @@ class ShardedDataset(Dataset[Any]):
             )
         self._now = torch.zeros(2, dtype=torch.int64).share_memory_()  # size, epoch
         if self.refresh:  # the version set_epoch chose, for the workers (a sha256's bytes)
+            self.start_epoch = self._sizes_now  # a loader's sampler asks it as each pass starts
             self._version = torch.zeros(32, dtype=torch.uint8).share_memory_()
             self._version.numpy()[:] = np.frombuffer(bytes.fromhex(self.store.version), np.uint8)
         self._memory: dict[str, torch.Tensor] = {}  # in_memory's copy: name -> its bytes
@@ -156,6 +160,7 @@ class ShardedDataset(Dataset[Any]):
                 f"{self.store.root} has a new version, and in_memory=True holds the old one's "
                 "arrays. HINT: make the dataset again, or pass refresh=False"
             )
+        assert self._opened is not None  # refresh=True
         root, store = self._opened
         self.store = ShardStore(root, **{**store, "version": version})
         cls = type(self)
@@ -171,6 +176,10 @@ class ShardedDataset(Dataset[Any]):
 
     def __len__(self) -> int:
         return int(self._starts[-1]) if self._alive is None else len(self._alive)
+
+    def _sizes_now(self, epoch: int) -> list[int]:
+        """refresh=True: the shard sizes a loader's pass reads (set_epoch may have moved on)."""
+        return self.shard_sizes
 
     def _checked(self, indices: Sequence[int] | np.ndarray, n: int | None = None) -> np.ndarray:
         """A batch's indices (into `n` items; default: len) checked, and the store (repacked?)."""

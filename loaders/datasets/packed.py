@@ -56,7 +56,15 @@ class PackedDataset(_TokenSplit):
     best_fit and greedy plan again each epoch (`set_epoch`, or make_loader's sampler, which
     sets it as a pass starts): the number of sequences may change by a few. concat does not.
     A packing `prep tokenize --pack seq_len` stored (best_fit, a local folder) is used for every
-    epoch instead (`seed` then plays no part: the sampler orders); `stored=False` plans."""
+    epoch instead (`seed` then plays no part: the sampler orders); `stored=False` plans.
+
+    Examples:
+        >>> from loaders import PackedDataset, make_loader
+        >>> ds = PackedDataset("data/demo-tokens", seq_len=128, split="train", seed=0)
+        >>> batch = next(iter(make_loader(ds, batch_size=4)))
+        >>> batch["input_ids"].shape, batch["cu_seqlens"].dtype, int(batch["cu_seqlens"][0])
+        (torch.Size([4, 128]), torch.int32, 0)
+    """
 
     dicts = True
     holds = FIELDS

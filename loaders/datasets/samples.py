@@ -125,7 +125,7 @@ class SampleDataset(DecodingDataset):
         return excluded_by(self.declared, self.store.manifest.extra, reading.values, exclude)
 
     def __len__(self) -> int:
-        return int(self._starts[-1]) if self._kept is None else len(self._kept)
+        return super().__len__() if self._kept is None else len(self._kept)
 
     @property
     def shard_sizes(self) -> list[int]:
