@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install dataset test lint fuzz bench bench-scale clean browser docs docs-serve docs-test
+.PHONY: install dataset test test-slow lint fuzz bench bench-scale clean browser docs docs-serve docs-test
 
 install: $(STAMP)
 
@@ -120,7 +120,12 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 test: $(STAMP) lint browser
-	$(BIN)/python -m pytest -m "not docs"
+	$(BIN)/python -m pytest -m "not docs and not slow"
+
+# The slow end-to-end tests (killed runs, real gloo ranks, 50 appends from another process, the
+# hostile corpus, the examples): CI runs them after make test.
+test-slow: $(STAMP) browser
+	$(BIN)/python -m pytest -m "slow and not docs"
 
 # tests/test_report_browser.py opens prep report in Debian's headless chromium: installed here
 # where it is missing and apt-get can (root, a package mirror); else that test skips, saying why.
