@@ -38,6 +38,9 @@ FORMAT_NAME = "prep"
 FORMAT_VERSION = 4  # what prep writes
 READ_VERSIONS = (1, 2, 3, 4)  # 1-3 through loaders.format.legacy
 MANIFEST = "manifest.json"
+# Which manifest.json a reader holds: (device, inode, size, mtime_ns) of a file; a URL's backend
+# gives its size and ETag last. A changed stamp is a new version.
+Stamp = tuple[int, int, int, int]
 REJECTS = "rejects.jsonl"
 # A fixed-size .npy header lets a writer stream samples first and fill in the count last,
 # and puts the data of every .npy file at the same offset. 128 bytes holds any 4-D shape.

@@ -29,14 +29,12 @@ from loaders.format import (
     safe_path,
 )
 from loaders.format.arrays import Arrays, Layout
-from loaders.format.schema import VERSIONS
+from loaders.format.schema import VERSIONS, Stamp
 
 # A quarter of this process's open-file limit, 16 to 512: each map holds a descriptor, the rest
 # are for DataLoader pipes, sockets and the user's files.
 _SOFT = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 DEFAULT_MAX_OPEN = 512 if _SOFT == resource.RLIM_INFINITY else min(512, max(16, _SOFT // 4))
-
-Stamp = tuple[int, int, int, int]  # st_dev, st_ino, st_size, st_mtime_ns of manifest.json
 
 
 def is_hex(text: str) -> bool:

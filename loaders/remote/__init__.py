@@ -28,6 +28,7 @@ from loaders.format import (
     read_manifest,
     safe_path,
 )
+from loaders.format.schema import Stamp
 from loaders.remote.cache import FileCache, default_cache_dir, parse_bytes, warn_small_cache
 
 # BACKOFF is read from this module when a RemoteBackend is made: tests set it here.
@@ -38,7 +39,6 @@ if TYPE_CHECKING:  # torch only for a loader that follows windows, not for `prep
 
 CHECK_EVERY = 10.0  # seconds between two looks at the remote manifest (a request each)
 THREADS = 4  # downloads at once while verifying
-Stamp = tuple[int, int, int, int]  # as loaders.read.store's: manifest.json's size and ETag last
 
 
 def open_remote(root: object) -> tuple[RemoteBackend, Manifest] | None:
