@@ -165,8 +165,11 @@ class FileCache:
     def hold_only(self, keep: set[str]) -> None:
         """Let go of the files not in `keep`: others may evict them (a map keeps the bytes)."""
         with self._lock:
-            for sha256 in [s for s in self._held if s not in keep]:
+            dropped = [s for s in self._held if s not in keep]
+            for sha256 in dropped:
                 self._drop(sha256)
+        if dropped and self.limit is not None:  # what another process's fetch could not evict
+            self.evict()  # while this one held it goes now, not at the next fetch
 
     def _drop(self, sha256: str) -> None:
         """Let go of a held file (the lock taken): its last use is now, for LRU eviction."""
