@@ -7,7 +7,8 @@ import importlib
 from typing import Any
 
 _MODULES = {  # where each public name lives
-    "loaders.datasets.samples": ("ImageShardDataset", "SampleDataset", "AudioDataset"),
+    "loaders.datasets.samples": ("ImageShardDataset", "SampleDataset"),
+    "loaders.datasets.audio": ("AudioDataset",),
     "loaders.datasets.tokens": ("TokenWindowDataset", "DocumentDataset"),
     "loaders.datasets.volumes": ("VolumeDataset", "PatchDataset"),
     "loaders.datasets.tables": ("TableDataset",),
