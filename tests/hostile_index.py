@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from hostile_base import ALL, READ, VERIFY, Case, Manifest, edit_as_written, reindex
 
-from loaders.format.schema import DIGESTS, SHARDS, columns, parts
+from loaders.format.index import DIGESTS, SHARDS, columns, parts
 from loaders.format.spec import array_spec
 
 Change = Callable[[Path, Path], None]

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from loaders.format import MANIFEST, read_manifest
-from loaders.format.schema import DIGESTS, SHARDS
+from loaders.format.index import DIGESTS, SHARDS
 
 
 def load(root: Path) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from loaders.format import (
     map_layout,
     read_manifest,
 )
-from loaders.format.schema import DIGESTS, SHARDS
+from loaders.format.index import DIGESTS, SHARDS
 from loaders.read.decode import Pixels, run
 from loaders.read.store import Places
 

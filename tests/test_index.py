@@ -14,7 +14,7 @@ import pytest
 
 from loaders import FormatError, ImageShardDataset
 from loaders.format import MANIFEST, read_manifest
-from loaders.format.schema import DIGESTS, SHARDS, file_name, stem
+from loaders.format.index import DIGESTS, SHARDS, file_name, stem
 
 
 def test_the_manifest_holds_no_shard_records(packed: Path) -> None:
@@ -98,7 +98,7 @@ def synthetic(root: Path, shards: int, count: int) -> Path:
     """A dataset of `shards` shards of `count` 8 px images (shard i's labels i % 4) whose files
     exist for shard 1 alone: the records of the others lie, as a bench's would."""
     from loaders.fields import Image, Label
-    from loaders.format.schema import columns, parts
+    from loaders.format.index import columns, parts
     from prep.run.shardwriter import ShardFiles, writing
 
     root.mkdir(parents=True)
@@ -151,7 +151,7 @@ def _rewrite(root: Path, table: np.ndarray, digests: np.ndarray, d: dict | None 
         np.save(root / name, arr, allow_pickle=False)
         data = (root / name).read_bytes()
         files[name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-    from loaders.format.schema import columns
+    from loaders.format.index import columns
     from loaders.format.spec import array_spec
 
     arrays = {n: array_spec(n, v) for n, v in d["arrays"].items()}

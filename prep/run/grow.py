@@ -19,7 +19,8 @@ import numpy as np
 
 from loaders.format import MANIFEST, REJECTS, FormatError, Manifest, local_resolver
 from loaders.format.arrays import read_manifest_file
-from loaders.format.schema import DIGESTS, SHARDS, VERSIONS, ShardIndex
+from loaders.format.index import DIGESTS, SHARDS, ShardIndex
+from loaders.format.schema import VERSIONS
 from loaders.remote import url_of
 from prep.run.errors import PrepError, UsageError
 from prep.run.files import atomic_write_text

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from loaders.format import OFFSETS, ArrayRef, ArraySpec, Shard
-from loaders.format.schema import file_name, stem
+from loaders.format.index import file_name, stem
 from prep.run.errors import write_error
 from prep.run.files import NpyWriter, RaggedWriter, named, publish, temp_path
 from prep.run.inputs import Reject, reject_record

@@ -17,7 +17,7 @@ import numpy as np
 
 from loaders.fields import declared
 from loaders.format import MANIFEST, REJECTS, ArraySpec, Manifest, Shard, sha256_file
-from loaders.format.schema import DIGESTS, SHARDS, index_arrays, index_entry
+from loaders.format.index import DIGESTS, SHARDS, index_arrays, index_entry
 from prep.run.errors import PrepError, write_error
 from prep.run.files import atomic_write_bytes, atomic_write_text
 

@@ -24,7 +24,7 @@ from loaders.format import (
     sha256_file,
 )
 from loaders.format.arrays import read_manifest_file
-from loaders.format.schema import ShardIndex, file_name, parts, shard_of, stem
+from loaders.format.index import ShardIndex, file_name, parts, shard_of, stem
 from prep.run import staging as st
 from prep.run.card import write_card
 from prep.run.driver import shard_size

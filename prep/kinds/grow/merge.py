@@ -29,7 +29,7 @@ from loaders.format import (
     sha256_file,
 )
 from loaders.format.arrays import read_manifest_file
-from loaders.format.schema import file_name, parts, shard_of, stem
+from loaders.format.index import file_name, parts, shard_of, stem
 from loaders.format.spec import smallest_uint
 from prep.run import staging as st
 from prep.run.card import write_card

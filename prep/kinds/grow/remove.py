@@ -14,7 +14,7 @@ import numpy as np
 from loaders.fields.base import decode_source
 from loaders.format import MANIFEST, FormatError, Manifest, local_resolver
 from loaders.format.arrays import read_manifest_file
-from loaders.format.schema import ShardIndex
+from loaders.format.index import ShardIndex
 from prep.run import staging as st
 from prep.run.card import CARD, write_card
 from prep.run.errors import PrepError, write_error

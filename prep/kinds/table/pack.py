@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from loaders.fields import Column as ColumnField
-from loaders.format.schema import stem
+from loaders.format.index import stem
 from prep.kinds.table.config import TableConfig
 from prep.kinds.table.scan import BLOCKS, Scan, read_spill, scan
 from prep.media.table.types import Column, encode

@@ -22,7 +22,7 @@ from loaders.fields import Array, Text, Tokens
 from loaders.fields.base import encode_source
 from loaders.fields.tokens import LOSS_MASK
 from loaders.format import ArraySpec, Manifest, sha256_file
-from loaders.format.schema import stem
+from loaders.format.index import stem
 from prep.kinds.text.config import TokenizeConfig
 from prep.media.text.chat import ChatReader, encode_chats, template_text
 from prep.media.text.documents import DocumentReader, Piece, count_documents, line_starts, list_text
