@@ -111,7 +111,7 @@ class ClipDataset(DecodingDataset):
         boxes = whole(hw) if self.crop is None else self.crop.boxes(index, hw, self.epoch)
         out_hw = self.crop.size if self.crop is not None else (self.video.size,) * 2
         rows = [np.repeat(a, t, axis=0) for a in (hw, boxes, places.shard, places.local)]
-        where = Places(places.files, rows[2], rows[3], places.source)
+        where = Places(places.files, rows[2], rows[3], places.source, places.root)
         jpeg, shape = self.video.codec == "jpeg", (b * t, *out_hw, 3)
         frames = self.pixels(Pixels(srcs, where, jpeg, rows[0], rows[1]), shape, self.field)
         clips = frames.reshape(b, t, 3, *out_hw)  # (B, T, C, H, W)

@@ -87,8 +87,8 @@ class SharedArrays:
                 for j in pos.tolist():
                     k = ks[j]
                     srcs[j] = data[o[k] : o[k + 1]] if o else data[off[k] : off[k + 1]]
-        files = {s: self.store.root / m.shards[s].arrays[name].file for s, _ in groups}
-        return srcs, Places(files, shard, local, self.store.source)
+        files = {s: m.shards[s].arrays[name].file for s, _ in groups}
+        return srcs, Places(files, shard, local, self.store.source, self.store.root)
 
     def ragged(self, shard: int, name: str) -> tuple[np.ndarray, np.ndarray]:
         """A ragged array of one shard: its data, and count + 1 offsets into it."""

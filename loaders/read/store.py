@@ -279,10 +279,11 @@ class ShardStore:
 class Places(Sequence[str]):
     """Where each sample of a batch is, "FILE (shard S, sample K)": made when asked (errors)."""
 
-    files: dict[int, object]
+    files: dict[int, str]  # shard -> its file's name, in folder `root`
     shard: np.ndarray
     local: np.ndarray
     source: Callable[[int, int], str | None] | None = None  # ShardStore.source
+    root: object = ""  # a Path or a URL, joined only when a place is asked for
 
     def __len__(self) -> int:
         return len(self.local)
@@ -290,7 +291,8 @@ class Places(Sequence[str]):
     def __getitem__(self, j: int) -> str:  # type: ignore[override]
         s, k = int(self.shard[j]), int(self.local[j])
         src = self.source(s, k) if self.source is not None else None
-        return f"{self.files[s]} (shard {s}, sample {k}){f', packed from {src}' if src else ''}"
+        file = f"{self.root}/{self.files[s]}" if self.root else self.files[s]
+        return f"{file} (shard {s}, sample {k}){f', packed from {src}' if src else ''}"
 
 
 def by_shard(shard: np.ndarray) -> list[tuple[int, np.ndarray]]:
