@@ -1,7 +1,8 @@
-"""The hash comparison of README "Near-duplicates and leakage": pHash (as stored), a plain pHash
-(frequencies 1..8, no window) and dHash of the same decoded pixels, on the bench photos, each
-given each edit of bench_dupes.EDITS in turn (and all five at once): the share of copies within
-4, 6 and 8 bits of their photo, and how many pairs of different photos come within 4-10 bits.
+"""The hash comparison of docs/looking.md, "Near-duplicates and leakage": pHash (as stored), a
+plain pHash (frequencies 1..8, no window) and dHash of the same decoded pixels, on the bench
+photos, each given each edit of bench_dupes.EDITS in turn (and all five at once): the share of
+copies within 4, 6 and 8 bits of their photo, and how many pairs of different photos come within
+4-10 bits.
 
     python bench/bench_dupes_table.py [--count 400]      # after bench.py made bench/out/nCOUNT
 """

@@ -1,5 +1,6 @@
 """Per-sample, reproducible augmentation of a batch on any device: `aug = T.Compose([...],
-seed=0)`, `x, y = aug(images, labels, index=index)` (README.md, "Augmentation on the batch")."""
+seed=0)`, `x, y = aug(images, labels, index=index)` (docs/loading.md, "Augmentation on the
+batch")."""
 
 from __future__ import annotations
 

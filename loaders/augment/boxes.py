@@ -1,5 +1,5 @@
 """Boxes and keypoints moved with their pixels by the geometric ops, with torchvision.transforms
-v2's rules (README.md, "Augmentation on the batch"). They travel padded, (B, N, ...) with
+v2's rules (docs/loading.md, "Augmentation on the batch"). They travel padded, (B, N, ...) with
 `valid` (B, N), and go back in the caller's form, less the boxes `sanitize` drops.
 
 >>> boxes = torch.tensor([[[10.0, 0, 30, 8]], [[0, 0, 5, 5]]])

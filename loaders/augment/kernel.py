@@ -1,5 +1,5 @@
 """The CPU pass of a uint8 batch's resized crop, flip and colour jitter: a numba loop over the
-samples, split between threads (README.md, "Augmentation on the batch"), sampling as
+samples, split between threads (docs/loading.md, "Augmentation on the batch"), sampling as
 grid_sample does (bilinear, align_corners=False, border padding)."""
 
 from __future__ import annotations

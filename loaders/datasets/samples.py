@@ -190,7 +190,7 @@ class ImageShardDataset(SampleDataset):
     """A SampleDataset of an image pack whose batches are tuples in `fields` order: "image"
     uint8 (C, H, W), a channels-last view of the HWC storage; "mask" uint8 (H, W) class ids;
     "label" int64 (); "orig_size" int64 (2,), the source's (h, w); "index" int64 ().
-    `fast_dct`: JPEG through libjpeg-turbo's fast integer IDCT (README: Fast DCT).
+    `fast_dct`: JPEG through libjpeg-turbo's fast integer IDCT (docs/images.md, "Fast DCT").
     Use `make_loader` (or `collate_fn=collate_batch`) to keep the batched read.
 
     Examples:

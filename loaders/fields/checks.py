@@ -1,7 +1,7 @@
-"""Checking a dataset folder against its manifest (FORMAT.md, "What readers refuse"): its files,
-every array's header, each array's counts and offsets, then each field's `problems`; `prep verify`
-also reads every value against the fields' `limits` and text as UTF-8 (JSON), CHUNK_BYTES at a
-time (memory stays bounded; a remote backend runs the same on its cached files)."""
+"""Checking a dataset folder against its manifest (docs/format.md, "What readers refuse"): its
+files, every array's header, each array's counts and offsets, then each field's `problems`; `prep
+verify` also reads every value against the fields' `limits` and text as UTF-8 (JSON), CHUNK_BYTES
+at a time (memory stays bounded; a remote backend runs the same on its cached files)."""
 
 from __future__ import annotations
 

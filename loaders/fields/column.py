@@ -1,5 +1,5 @@
 """A table's column (`prep table`), or a per-volume target (`prep volumes --targets`): one value a
-sample in a narrow stored dtype. Its roles, codes and summary: FORMAT.md, "Tables".
+sample in a narrow stored dtype. Its roles, codes and summary: docs/format.md, "Tables".
 
 >>> Column(name="price", role="num", dtype="float32").arrays("num_0")[0].dtype
 'float32'

@@ -1,6 +1,6 @@
 """The polygons field: outlines (COCO's segmentation polygons) placed on an image field; arrays:
-FORMAT.md, "Field kinds". A load-time `crop=` clips each polygon, dropping one left without area.
-Read as a list (a sample) of lists of float32 (k, 2) tensors.
+docs/format.md, "Field kinds". A load-time `crop=` clips each polygon, dropping one left without
+area. Read as a list (a sample) of lists of float32 (k, 2) tensors.
 
 >>> clip(np.array([[-5, 0], [5, 0], [5, 10], [-5, 10]], np.float64), 8, 8).tolist()
 [[0.0, 0.0], [5.0, 0.0], [5.0, 8.0], [0.0, 8.0]]

@@ -1,5 +1,6 @@
 """The video field (`prep video`): a video's frames, all of one (h, w), raw or one JPEG a frame;
-arrays: FORMAT.md, "Field kinds". loaders.ClipDataset reads clips of it, SampleDataset videos."""
+arrays: docs/format.md, "Field kinds". loaders.ClipDataset reads clips of it, SampleDataset
+videos."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Volume fields (`prep volumes`): `Volume`, a 3-D scan a sample, and `VolumeLabel`, its label
-voxels and foreground index (FORMAT.md, "Volumes"); read as lists of (1, D, H, W) tensors."""
+voxels and foreground index (docs/format.md, "Volumes"); read as lists of (1, D, H, W) tensors."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The on-disk contract between `prep` (writer) and `loaders` (reader): see FORMAT.md, and each
+"""The on-disk contract between `prep` (writer) and `loaders` (reader): see docs/format.md, and each
 module's docstring. The names below load when first asked for: the CLI starts without the readers.
 """
 

@@ -1,4 +1,4 @@
-"""Compressed arrays (FORMAT.md, "Compressed arrays"): a .npy of uint8 holding zstd frames of
+"""Compressed arrays (docs/format.md, "Compressed arrays"): a .npy of uint8 holding zstd frames of
 `chunk` rows each, then the chunk index, count + 1 int64 frame starts. `Chunked` reads one the
 way a map is read: a sample or a slice decompresses only the chunks it lies in."""
 

@@ -1,4 +1,4 @@
-"""Format versions 1-3, read as version 4 (FORMAT.md, "Older versions"): a manifest's JSON
+"""Format versions 1-3, read as version 4 (docs/format.md, "Older versions"): a manifest's JSON
 translated by its kind's translator (KINDS) into fields and its arrays' new names."""
 
 from __future__ import annotations

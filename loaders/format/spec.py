@@ -9,7 +9,7 @@ from typing import Any, TypeGuard
 
 import numpy as np
 
-CODECS = ("raw", "ragged", "jpeg", "flat")  # FORMAT.md, "manifest.json": how samples lie
+CODECS = ("raw", "ragged", "jpeg", "flat")  # docs/format.md, "manifest.json": how samples lie
 OFFSETS = ".offsets"  # Manifest.ref(shard, "image_256.offsets"): a ragged array's offsets
 SHA256 = re.compile(r"[0-9a-f]{64}")  # a file's digest, lowercase hex (a cache's file name)
 UNSIGNED = ("uint8", "uint16", "uint32", "uint64")
@@ -60,7 +60,7 @@ class ArraySpec:
     shape: tuple[int, ...]  # mode keep: the largest; each sample's (h, w) is in NAME_hw_SIZE
     codec: str = "raw"
     role: str | None = None  # what it is to its field (an image's "hw"): never stored
-    # FORMAT.md, "Compressed arrays": "zstd" frames of `chunk` rows (ragged: elements) each
+    # docs/format.md, "Compressed arrays": "zstd" frames of `chunk` rows (ragged: elements) each
     compress: str | None = None
     chunk: int = 0
     level: int = 0  # the writer's zstd level: a record, readers do not need it

@@ -1,7 +1,7 @@
 """Datasets at any fsspec URL: `RemoteBackend` fetches each file on first use into the node's
 cache (loaders.remote.cache), checks it on arrival with the folder checks (loaders.fields.checks)
-that `prep verify URL` runs on the whole, for the store to map (README.md, "Datasets on object
-storage")."""
+that `prep verify URL` runs on the whole, for the store to map (docs/machines.md, "Datasets on
+object storage")."""
 
 from __future__ import annotations
 

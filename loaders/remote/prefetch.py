@@ -1,6 +1,6 @@
 """Following the sampler through its "quasi_random" windows: the sampler writes where it is
 (`WindowPlan.set`), each reading process looks once a batch (`Follower.follow`), prefetches the
-windows ahead and ranks the cache for eviction (README.md, "Datasets on object storage")."""
+windows ahead and ranks the cache for eviction (docs/machines.md, "Datasets on object storage")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The fields a sample may have, for `prep.pack_samples` and a recipe's FIELDS (see README)."""
+"""The fields a sample may have, for `prep.pack_samples` and a recipe's FIELDS (docs/samples.md)."""
 
 from loaders.fields import Array, Bytes, Json, Label, Labels, Scalar, Text
 from prep.fields.image import Boxes, Image, Instances, Keypoints, Mask, Polygons, Tokens

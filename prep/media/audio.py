@@ -1,6 +1,6 @@
 """A sound file decoded once (libsndfile, else FFmpeg through PyAV), fitted to the stored
-channels, resampled with soxr, converted to the stored dtype; bad input raises Reject (README
-codes). A header's length never sizes a buffer: over the cap (`Limit`) it is refused, and
+channels, resampled with soxr, converted to the stored dtype; bad input raises Reject
+(docs/rejects.md). A header's length never sizes a buffer: over the cap (`Limit`) it is refused, and
 decoding reads blocks, so a file costs what its real samples do."""
 
 from __future__ import annotations

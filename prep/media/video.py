@@ -1,5 +1,5 @@
 """A video decoded once with PyAV at a fixed frame rate, turned upright, resized by pack's
-geometry; bad input raises Reject (README codes). Frame k is the last source frame starting at
+geometry; bad input raises Reject (docs/rejects.md). Frame k is the last source frame starting at
 or before k / fps (what a player shows: variable frame rates come out right). A file's cost is
 bounded: frames over `max_pixels` are refused, the frames picked may not outrun the file."""
 

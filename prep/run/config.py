@@ -64,7 +64,7 @@ class RunConfig:
     compress: str = opt(
         "none",
         "none | zstd: masks, tokens, text and raw pixels in zstd chunks (random access kept; "
-        'FORMAT.md, "Compressed arrays").',
+        'docs/format.md, "Compressed arrays").',
     )
     compress_level: int = opt(3, "The zstd level of --compress zstd, 1 (fast) to 19 (small).")
 

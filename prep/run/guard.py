@@ -1,4 +1,4 @@
-"""What keeps OUT safe (README "What packing promises"): the checks before a run touches
+"""What keeps OUT safe (docs/untrusted.md, "What packing promises"): the checks before a run touches
 anything, the lock `.OUT.prep-lock` beside OUT, and the swap of the finished run folder into
 place (renameat2 RENAME_EXCHANGE, else via `OUT.partial/.prep-old`), `OUT/.prep-run/` removed
 last so that the next run finishes a killed swap (`recover`)."""

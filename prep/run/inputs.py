@@ -1,5 +1,5 @@
 """Listing inputs the same way for every kind: sorted walks, lists, class folders, and a reject
-record (the README's reject codes) for what cannot be read."""
+record (docs/rejects.md) for what cannot be read."""
 
 from __future__ import annotations
 
@@ -130,7 +130,7 @@ def walk(
 
 
 class Reject(Exception):
-    """An input that cannot be used; `code` is one of the README's reject codes."""
+    """An input that cannot be used; `code` is one of docs/rejects.md's reject codes."""
 
     def __init__(self, code: str, message: str):
         super().__init__(message)

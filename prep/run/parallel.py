@@ -1,6 +1,6 @@
-"""Running shard tasks on a backend (`--backend`: threads, loky processes, dask; README), with a
-progress bar. dask tasks go through `Client.submit`: joblib's dask backend (1.6) waits forever
-on a task whose worker died."""
+"""Running shard tasks on a backend (`--backend`: threads, loky processes, dask; docs/machines.md),
+with a progress bar. dask tasks go through `Client.submit`: joblib's dask backend (1.6) waits
+forever on a task whose worker died."""
 
 from __future__ import annotations
 

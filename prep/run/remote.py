@@ -1,7 +1,7 @@
 """A remote OUT (any fsspec URL): built in a local staging folder, uploaded, the manifest put
-last in one PUT (README "Datasets on object storage", FORMAT.md "A dataset at a URL"). With
---backend dask each worker uploads its own shards (`upload_own`). Every request goes through
-loaders.remote.storage."""
+last in one PUT (docs/machines.md, "Datasets on object storage"; docs/format.md, "A dataset at a
+URL"). With --backend dask each worker uploads its own shards (`upload_own`). Every request goes
+through loaders.remote.storage."""
 
 from __future__ import annotations
 

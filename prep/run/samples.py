@@ -1,7 +1,7 @@
 """The samples run: the engine of every command that writes samples with fields (`prep samples`,
 `prep audio`, `prep video`, `prep import ...`). A command lists `Item`s, declares its fields and
 gives the function that makes an input's samples; the engine writes a shard per split and the
-version 4 manifest (FORMAT.md)."""
+version 4 manifest (docs/format.md)."""
 
 from __future__ import annotations
 

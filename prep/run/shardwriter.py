@@ -26,7 +26,7 @@ from prep.run.staging import write_record
 
 T = TypeVar("T")
 
-# FORMAT.md, "Compressed arrays": what --compress zstd compresses (the roles JPEG does not
+# docs/format.md, "Compressed arrays": what --compress zstd compresses (the roles JPEG does not
 # hold), and about how many bytes a chunk decompresses to (a random read's cost).
 COMPRESSED_ROLES = ("mask", "tokens", "text", "bytes", "json", "instances", "image", "voxels")
 CHUNK_BYTES = 1 << 18

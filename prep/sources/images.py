@@ -1,6 +1,6 @@
 """Listing image (and video) inputs: folders (class sub-folders give labels), CSV/JSONL lists,
-masks and splits (README: `--splits`, `--val-fraction`), in an order that depends only on the
-inputs; the classes are the sorted names over every split (one meaning in all of them)."""
+masks and splits (docs/images.md: `--splits`, `--val-fraction`), in an order that depends only on
+the inputs; the classes are the sorted names over every split (one meaning in all of them)."""
 
 from __future__ import annotations
 

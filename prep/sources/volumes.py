@@ -1,5 +1,5 @@
 """Listing and reading the scans of `prep volumes`: NIfTI files (nibabel), DICOM series and their
-labels. Every problem with one input is a `Reject` with a code of README's table."""
+labels. Every problem with one input is a `Reject` with a code of docs/rejects.md."""
 
 from __future__ import annotations
 

@@ -145,7 +145,8 @@ def encode_item(
     if "phash" in specs:  # from the decoded upright pixels: whatever the stored sizes
         out["phash"] = np.asarray(image_phash(img) if phash is None else phash, dtype=np.uint64)
         # The smallest size's pixels, not the file's bytes: a sha256 of a photo's 3 MB cost
-        # 7% of the pack on the bench photos, of 64-256 px 0-2% (README "Near-duplicates").
+        # 7% of the pack on the bench photos, of 64-256 px 0-2% (docs/looking.md, "Near-duplicates
+        # and leakage").
         out["digest"] = pixel_digest(pixels[min(pixels)])
     if sums is not None:
         sums.add(pixels)

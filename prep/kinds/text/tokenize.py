@@ -56,7 +56,7 @@ def fit_ids(ids: np.ndarray, dtype: str, where: str) -> np.ndarray:
 
 
 def is_val(text: str, val_fraction: float) -> bool:
-    """Whether a document is in "val", by its text alone (FORMAT.md: BLAKE2b-64)."""
+    """Whether a document is in "val", by its text alone (docs/format.md: BLAKE2b-64)."""
     if val_fraction <= 0:
         return False
     digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
@@ -397,7 +397,7 @@ def tokenize(
 
 
 def store_packings(out: Path, seq_len: int, splits: list[str]) -> dict[str, int]:
-    """Each split's best-fit packing over the whole split, beside its tokens (FORMAT.md): the
+    """Each split's best-fit packing over the whole split, beside its tokens (docs/format.md): the
     sequences of each."""
     from loaders.datasets.packed import PackedDataset
     from loaders.packing import packing_name, save_plan

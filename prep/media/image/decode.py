@@ -1,6 +1,7 @@
-"""Decoding: one pixel policy whatever the source (README "Pixel policy"); bad input raises
-`Reject` with a README reject code. RGB and gray JPEGs take libjpeg-turbo (simplejpeg) at the DCT
-scale of Pillow's `draft`: Pillow's pixels bit for bit, cheaper; the rest go to Pillow."""
+"""Decoding: one pixel policy whatever the source (docs/images.md, "Pixel policy"); bad input raises
+`Reject` with a reject code (docs/rejects.md). RGB and gray JPEGs take libjpeg-turbo (simplejpeg)
+at the DCT scale of Pillow's `draft`: Pillow's pixels bit for bit, cheaper; the rest go to
+Pillow."""
 
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ def _upright(a: np.ndarray, orientation: int) -> np.ndarray:
 
 
 def _to_mode(im: Image.Image, gray: bool, background: tuple[int, ...]) -> Image.Image:
-    """Any Pillow mode to RGB (or L), as README "Pixel policy" says."""
+    """Any Pillow mode to RGB (or L), as docs/images.md, "Pixel policy" says."""
     if im.mode in _HIGH_BIT_DEPTH or im.mode.startswith("I;16"):
         a = np.asarray(im)
         a = np.clip(a, 0, 255) if im.mode == "F" else np.clip(a.astype(np.int64), 0, 65535) >> 8

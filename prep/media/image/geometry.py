@@ -1,6 +1,6 @@
 """Where a decoded image goes (the geometry of each size and mode: resize to `content`, then crop
 or pad), every size made from one decode, how a sample is stored, and the per-channel mean and
-std of the stored pixels (`extra.stats`: FORMAT.md). Arrays in, arrays out.
+std of the stored pixels (`extra.stats`: docs/format.md). Arrays in, arrays out.
 
 >>> sums = PixelSums()
 >>> sums.add({2: np.array([[[0], [2]]], dtype=np.uint8)})

@@ -1,7 +1,7 @@
 """All pairs of 64-bit hashes within a Hamming distance `d`, well under quadratic time. Two such
 hashes cut in `m` blocks agree on t = m - d; per choice of t blocks (a table) only hashes with
 equal keys are compared. "mih": m = d + 1, t = 1; "tables" (Manku et al., WWW 2007): t >= 2;
-"auto": the least modelled cost (README "Near-duplicates and leakage").
+"auto": the least modelled cost (docs/looking.md, "Near-duplicates and leakage").
 
 >>> h = np.array([0, 0b111, 3 << 62, 0b1], dtype=np.uint64)
 >>> near_pairs(h, max_distance=1).tolist()

@@ -1,4 +1,4 @@
-"""The type rules of a table column (FORMAT.md, table datasets): what the scan gathers of each
+"""The type rules of a table column (docs/format.md, table datasets): what the scan gathers of each
 block (Stats), the stored type decided once over every row (decide), a block encoded in it. A
 block's kind is null < bool, int < float, time, string; the blocks' kinds combine (int and float
 give float, any other mix gives string)."""
@@ -151,7 +151,7 @@ def filled(arr: pa.Array, value: Any) -> np.ndarray:
 
 @dataclass
 class Column:
-    """One column as stored (its manifest entry: FORMAT.md); `role`: num, cat or target."""
+    """One column as stored (its manifest entry: docs/format.md); `role`: num, cat or target."""
 
     name: str
     role: str

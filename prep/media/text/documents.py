@@ -1,5 +1,5 @@
 """Reading documents (a `.txt` file, one line of it, or a JSONL record's text field) under one
-text policy (FORMAT.md, README "Tokenizing text"): UTF-8, bad bytes rejected or U+FFFD, one
+text policy (docs/format.md, docs/text.md): UTF-8, bad bytes rejected or U+FFFD, one
 leading U+FEFF dropped, CRLF as LF, a line's terminator not part of it; nothing else changed."""
 
 from __future__ import annotations
