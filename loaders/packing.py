@@ -59,19 +59,28 @@ def _spans(
 ) -> Plan:
     """The plan: bins 0..count-1 of last pieces (document docs[j]'s, of size[j] tokens, in bin
     bins[j], in placement order), then each document's whole sequences, one a sequence."""
-    by_bin = stable_order(bins)
-    packed, last = docs[by_bin], size[by_bin]
-    whole = lengths // seq_len
-    full = np.repeat(np.arange(len(lengths), dtype=np.int64), whole)
-    k = np.arange(len(full), dtype=np.int64) - np.repeat(np.cumsum(whole) - whole, whole)
-    ends = np.cumsum(np.bincount(bins, minlength=count))
-    starts = np.concatenate([[0], ends, len(packed) + np.arange(1, len(full) + 1)])
-    return Plan(
-        starts.astype(np.int64),
-        np.concatenate([packed, full]),
-        np.concatenate([lengths[packed] - last, k * seq_len]),
-        np.concatenate([last, np.full(len(full), seq_len, np.int64)]),
-    )
+    by_bin, m = stable_order(bins), len(bins)
+    long = np.flatnonzero(lengths >= seq_len)  # the documents with whole sequences
+    whole = lengths[long] // seq_len
+    doc, offset, length = (np.empty(m + int(whole.sum()), np.int64) for _ in range(3))
+    doc[:m], length[:m] = docs[by_bin], size[by_bin]
+    offset[:m] = lengths[doc[:m]] - length[:m]
+    # Whole sequences, each document's in a run (millions of them: written in place, as
+    # running sums of steps that are 0 and seq_len inside a run)
+    first = np.cumsum(whole) - whole
+    run, off = doc[m:], offset[m:]
+    run[:] = 0
+    run[first] = np.diff(long, prepend=0)
+    off[:] = seq_len
+    off[first] = (1 - np.r_[1, whole[:-1]]) * seq_len  # back to 0 after the previous run
+    np.cumsum(run, out=run)
+    np.cumsum(off, out=off)
+    length[m:] = seq_len
+    starts = np.empty(count + 1 + len(run), np.int64)
+    starts[0] = 0
+    np.cumsum(np.bincount(bins, minlength=count), out=starts[1 : count + 1])
+    starts[count + 1 :] = np.arange(m + 1, len(doc) + 1)
+    return Plan(starts, doc, offset, length)
 
 
 def plan(
