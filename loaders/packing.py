@@ -12,6 +12,7 @@ first cut into pieces of `seq_len` (the last one shorter); every piece is in exa
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -236,13 +237,16 @@ def plan_problem(p: Plan, lengths: np.ndarray, seq_len: int) -> str | None:
     return None
 
 
-def load_plan(path: Path, lengths: np.ndarray, seq_len: int) -> Plan:
-    """A stored packing, checked against the documents' `lengths` (FormatError if it does
-    not fit them: the dataset was written again without --pack)."""
+def load_plan(
+    path: Path | str, lengths: np.ndarray, seq_len: int, data: bytes | None = None
+) -> Plan:
+    """A stored packing (the file at `path`, or its bytes `data` read from there), checked
+    against the documents' `lengths` (FormatError if it does not fit them: the dataset was
+    written again without --pack)."""
     from loaders.format import FormatError
 
     try:
-        with np.load(path, allow_pickle=False) as z:
+        with np.load(path if data is None else io.BytesIO(data), allow_pickle=False) as z:
             p = Plan(
                 *(np.asarray(z[k], dtype=np.int64) for k in ("starts", "doc", "offset", "length"))
             )

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from s3server import http_server
 from torch.nn import functional as F
 from typer.testing import CliRunner
 
@@ -295,6 +296,33 @@ def test_stored_packing_is_used_and_another_seq_len_plans(
     assert other.stored is None and len(other) > 0
     err = capsys.readouterr().err
     assert err.count(f"stored packings are for seq_len {SEQ}") == 1, err
+
+
+def test_stored_packing_is_used_at_a_url(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lengths = np.random.default_rng(4).integers(1, 90, 80)
+    root = tokenized(tmp_path, lengths.tolist())
+    have = PackedDataset(root, SEQ, stored=False).lengths  # with the end-of-document token
+    # a packing no planning makes (first fit, seed 5): only reading the file gives it
+    stored = plan(have, SEQ, "greedy", seed=5)
+    assert not np.array_equal(stored.doc, PackedDataset(root, SEQ, stored=False).plan().doc)
+    save_plan(root / packing_name("train", SEQ), stored)
+    save_plan(root / packing_name("train", SEQ * 4), plan(have, SEQ * 4))
+    with http_server(root) as (url, starts):
+        ds = PackedDataset(url, SEQ, seed=9, cache_dir=tmp_path / "cache")
+        assert ds.stored == f"{url}/packing/train-{SEQ}.npz"
+        for epoch in (0, 3):  # every epoch the stored one
+            ds.set_epoch(epoch)
+            got = ds.plan()
+            assert all(np.array_equal(getattr(got, k), getattr(stored, k)) for k in vars(stored))
+        assert pieces_seen(ds[i] for i in range(len(ds))) == every_token_plain(root)
+        assert starts[f"packing/train-{SEQ}.npz"] == 1  # read once
+        assert capsys.readouterr().err == ""
+        other = PackedDataset(url, SEQ * 2, cache_dir=tmp_path / "cache")  # planned, said once
+        assert other.stored is None and len(other) == len(plan(have, SEQ * 2))
+        err = capsys.readouterr().err
+        assert err.count(f"stored packings are for seq_len {SEQ}, {SEQ * 4}, not") == 1, err
 
 
 def every_token_plain(root: Path) -> dict[tuple[int, int], int]:
