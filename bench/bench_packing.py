@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import statistics
 import time
 from pathlib import Path
 
@@ -19,47 +20,67 @@ SEQ_LEN = 2048
 
 
 def lognormal_lengths(n: int, seq_len: int, seed: int = 0) -> np.ndarray:
-    """Document lengths: median seq_len / 10, 20% longer than seq_len (z(0.8) = 0.8416), cut at
-    32 * seq_len so that a few giants do not dominate."""
-    sigma = math.log(10) / 0.8416
+    """Document lengths as issue 38 says: lognormal, median seq_len / 10, 20% longer than
+    seq_len (sigma = ln 10 / z(0.8)), uncut (a few are 10^5 seq_len long). Rounded up:
+    ceil(x) > seq_len exactly when x > seq_len, and every document has a token."""
+    sigma = math.log(10) / statistics.NormalDist().inv_cdf(0.8)
     lengths = np.random.default_rng(seed).lognormal(math.log(seq_len / 10), sigma, n)
-    return np.clip(lengths, 1, 32 * seq_len).astype(np.int64)
+    return np.ceil(lengths).astype(np.int64)
 
 
-def efficiency(p: object, seq_len: int) -> float:
-    """Non-pad tokens over all tokens of the packed sequences."""
+def efficiency(p: object, seq_len: int, pieces: bool = False) -> float:
+    """Non-pad tokens over all tokens of the packed sequences (`pieces`: of those that hold
+    documents' last pieces, not one whole seq_len of a document)."""
     from loaders.packing import Plan
 
     assert isinstance(p, Plan)
-    return p.tokens() / (len(p) * seq_len)
+    fill = np.add.reduceat(p.length, p.starts[:-1])
+    if pieces:
+        fill = fill[(np.diff(p.starts) > 1) | (p.length[p.starts[:-1]] < seq_len)]
+    return int(fill.sum()) / (len(fill) * seq_len)
 
 
 def bench_efficiency(docs: int) -> list[Row]:
     from loaders.packing import plan
 
     lengths = lognormal_lengths(docs, SEQ_LEN)
-    best = efficiency(plan(lengths, SEQ_LEN, "best_fit"), SEQ_LEN)
-    whole = efficiency(plan(lengths, SEQ_LEN, "best_fit", window=None), SEQ_LEN)
-    greedy = efficiency(plan(lengths, SEQ_LEN, "greedy"), SEQ_LEN)
+    plans = {
+        "best_fit": plan(lengths, SEQ_LEN, "best_fit"),
+        "whole": plan(lengths, SEQ_LEN, "best_fit", window=None),
+        "greedy": plan(lengths, SEQ_LEN, "greedy"),
+    }
+    full = {k: efficiency(p, SEQ_LEN) for k, p in plans.items()}
+    # Whole sequences (most tokens here) are full under any strategy: the sequences of last
+    # pieces are where the strategies differ
+    part = {k: efficiency(p, SEQ_LEN, pieces=True) for k, p in plans.items()}
     name = f"38a packing efficiency, best_fit vs whole split ({docs:,} docs, seq {SEQ_LEN})"
+    piece = "38b the pieces' sequences only: best_fit vs"
     return [
-        versus(name, best, whole, "", ">= 0.99x"),
+        versus(name, full["best_fit"], full["whole"], "", ">= 0.99x"),
         info(
-            f"38b packing efficiency, best_fit vs greedy ({docs:,} docs)", best, greedy, "", "info"
+            f"38b best_fit vs greedy ({docs:,} docs)", full["best_fit"], full["greedy"], "", "info"
         ),
+        info(f"{piece} greedy", part["best_fit"], part["greedy"], "", "info"),
+        info(f"{piece} whole split", part["best_fit"], part["whole"], "", "info"),
     ]
 
 
-def bench_planning(docs: int, reps: int) -> Row:
+def bench_planning(docs: int, reps: int) -> list[Row]:
+    """An epoch's plan as a loader makes it, reps (at least 5) epochs: the median and the
+    slowest, each against 2 s (the slowest too: a worker plans each epoch)."""
     from loaders.packing import plan
 
     lengths = lognormal_lengths(docs, SEQ_LEN, seed=1)
-    best = math.inf
-    for epoch in range(reps):  # the best of reps: the machine is shared
+    times = []
+    for epoch in range(max(reps, 5)):
         start = time.perf_counter()
         plan(lengths, SEQ_LEN, "best_fit", seed=0, epoch=epoch)
-        best = min(best, time.perf_counter() - start)
-    return versus(f"38c best_fit plan of an epoch, {docs:,} docs (vs 2 s)", best, 2.0, "s", "<= 1x")
+        times.append(time.perf_counter() - start)
+    name = f"38c best_fit plan of an epoch, {docs:,} docs, {{}} of {len(times)} (vs 2 s)"
+    return [
+        versus(name.format("median"), statistics.median(times), 2.0, "s", "<= 1x"),
+        versus(name.format("slowest"), max(times), 2.0, "s", "<= 1x"),
+    ]
 
 
 def corpus(path: Path, docs: int) -> None:
@@ -105,6 +126,6 @@ def bench_loading(work: Path, docs: int, reps: int) -> Row:
 def rows(args: argparse.Namespace, work: Path) -> list[Row]:
     smoke = args.smoke
     out = bench_efficiency(2_000 if smoke else 100_000)
-    out.append(bench_planning(20_000 if smoke else 1_000_000, args.reps))
+    out += bench_planning(20_000 if smoke else 1_000_000, args.reps)
     out.append(bench_loading(work, 2_000 if smoke else 30_000, args.reps))
     return out

@@ -12,7 +12,7 @@ first cut into pieces of `seq_len` (the last one shorter); every piece is in exa
 
 from __future__ import annotations
 
-import itertools
+import io
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from loaders.bins import best_fit, first_fit, stable_order
 
 STRATEGIES = ("best_fit", "greedy", "concat")
 WINDOW = 1 << 16  # best_fit's pieces per window: within 0.1% of the whole split (bench row)
@@ -49,74 +51,37 @@ class Plan:
 
 
 def _spans(
-    lengths: np.ndarray, seq_len: int, docs: np.ndarray, bins: np.ndarray, count: int
+    lengths: np.ndarray,
+    seq_len: int,
+    docs: np.ndarray,
+    size: np.ndarray,
+    bins: np.ndarray,
+    count: int,
 ) -> Plan:
-    """The plan: bins 0..count-1 of last pieces (document docs[j] in bin bins[j], in placement
-    order), then each document's whole sequences, one a sequence."""
-    by_bin = np.argsort(bins, kind="stable")
-    packed = docs[by_bin]
-    whole = lengths // seq_len
-    full = np.repeat(np.arange(len(lengths), dtype=np.int64), whole)
-    k = np.arange(len(full), dtype=np.int64) - np.repeat(np.cumsum(whole) - whole, whole)
-    ends = np.cumsum(np.bincount(bins, minlength=count))
-    starts = np.concatenate([[0], ends, len(packed) + np.arange(1, len(full) + 1)])
-    return Plan(
-        starts.astype(np.int64),
-        np.concatenate([packed, full]),
-        np.concatenate([whole[packed] * seq_len, k * seq_len]),
-        np.concatenate([lengths[packed] % seq_len, np.full(len(full), seq_len, np.int64)]),
-    )
-
-
-def _best_fit(items: np.ndarray, bounds: list[int], seq_len: int) -> tuple[np.ndarray, int]:
-    """Best fit over runs `bounds` of `items` (each run in decreasing order): each one's bin.
-
-    Open bins are kept by their room: a stack of bins per room, and a bit set of the rooms that
-    have one, so the tightest bin with room >= L is the lowest set bit at or above L (a shift
-    and an and of a seq_len-bit int, not a search over the bins)."""
-    sizes: list[int] = items.tolist()  # Python ints: a numpy scalar a step costs 3x the loop
-    out = [0] * len(sizes)
-    count = 0
-    for a, b in itertools.pairwise(bounds):
-        stacks: list[list[int]] = [[] for _ in range(seq_len + 1)]
-        rooms = 0  # bit r: some open bin has room r
-        for i in range(a, b):
-            size = sizes[i]
-            above = rooms >> size
-            if above:
-                room = size + (above & -above).bit_length() - 1
-                stack = stacks[room]
-                box = stack.pop()
-                if not stack:
-                    rooms ^= 1 << room
-            else:
-                box, room = count, seq_len
-                count += 1
-            out[i] = box
-            left = room - size
-            if left:  # a full bin takes nothing more
-                stacks[left].append(box)
-                rooms |= 1 << left
-    return np.asarray(out, dtype=np.int64), count
-
-
-def _first_fit(sizes: np.ndarray, bounds: list[int], seq_len: int) -> tuple[np.ndarray, int]:
-    """First fit over runs `bounds` of `sizes`: each item into the oldest open bin it fits."""
-    out = np.empty(len(sizes), dtype=np.int64)
-    count = 0
-    room = np.empty(int(np.diff(bounds).max(initial=0)), dtype=np.int64)  # a bin an item at most
-    for a, b in itertools.pairwise(bounds):
-        open_ = 0  # bins open in this run: room[:open_]
-        for i in range(a, b):
-            size = int(sizes[i])
-            box = int(np.argmax(room[:open_] >= size)) if open_ else 0
-            if open_ == 0 or room[box] < size:  # argmax's 0 when none fits
-                box, open_ = open_, open_ + 1
-                room[box] = seq_len
-            room[box] -= size
-            out[i] = count + box
-        count += open_
-    return out, count
+    """The plan: bins 0..count-1 of last pieces (document docs[j]'s, of size[j] tokens, in bin
+    bins[j], in placement order), then each document's whole sequences, one a sequence."""
+    by_bin, m = stable_order(bins), len(bins)
+    long = np.flatnonzero(lengths >= seq_len)  # the documents with whole sequences
+    whole = lengths[long] // seq_len
+    doc, offset, length = (np.empty(m + int(whole.sum()), np.int64) for _ in range(3))
+    doc[:m], length[:m] = docs[by_bin], size[by_bin]
+    offset[:m] = lengths[doc[:m]] - length[:m]
+    # Whole sequences, each document's in a run (millions of them: written in place, as
+    # running sums of steps that are 0 and seq_len inside a run)
+    first = np.cumsum(whole) - whole
+    run, off = doc[m:], offset[m:]
+    run[:] = 0
+    run[first] = np.diff(long, prepend=0)
+    off[:] = seq_len
+    off[first] = (1 - np.r_[1, whole[:-1]]) * seq_len  # back to 0 after the previous run
+    np.cumsum(run, out=run)
+    np.cumsum(off, out=off)
+    length[m:] = seq_len
+    starts = np.empty(count + 1 + len(run), np.int64)
+    starts[0] = 0
+    np.cumsum(np.bincount(bins, minlength=count), out=starts[1 : count + 1])
+    starts[count + 1 :] = np.arange(m + 1, len(doc) + 1)
+    return Plan(starts, doc, offset, length)
 
 
 def plan(
@@ -149,12 +114,12 @@ def plan(
     size = lengths[docs] % seq_len
     win = np.arange(n) // max(1, n if window is None else window)  # each piece's window
     if strategy == "best_fit":  # decreasing within each window; ties keep the shuffled order
-        by = np.argsort(win * seq_len + (seq_len - size), kind="stable")
+        by = stable_order(win * seq_len + (seq_len - size))
         docs, size = docs[by], size[by]  # (each piece stays in its window)
     bounds = np.searchsorted(win, np.arange(int(win[-1]) + 2 if n else 1)).tolist()
-    pack = _best_fit if strategy == "best_fit" else _first_fit
+    pack = best_fit if strategy == "best_fit" else first_fit
     bins, count = pack(size, bounds, seq_len)
-    return _spans(lengths, seq_len, docs, bins, count)
+    return _spans(lengths, seq_len, docs, size, bins, count)
 
 
 def _concat(lengths: np.ndarray, seq_len: int) -> Plan:
@@ -272,13 +237,16 @@ def plan_problem(p: Plan, lengths: np.ndarray, seq_len: int) -> str | None:
     return None
 
 
-def load_plan(path: Path, lengths: np.ndarray, seq_len: int) -> Plan:
-    """A stored packing, checked against the documents' `lengths` (FormatError if it does
-    not fit them: the dataset was written again without --pack)."""
+def load_plan(
+    path: Path | str, lengths: np.ndarray, seq_len: int, data: bytes | None = None
+) -> Plan:
+    """A stored packing (the file at `path`, or its bytes `data` read from there), checked
+    against the documents' `lengths` (FormatError if it does not fit them: the dataset was
+    written again without --pack)."""
     from loaders.format import FormatError
 
     try:
-        with np.load(path, allow_pickle=False) as z:
+        with np.load(path if data is None else io.BytesIO(data), allow_pickle=False) as z:
             p = Plan(
                 *(np.asarray(z[k], dtype=np.int64) for k in ("starts", "doc", "offset", "length"))
             )

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from s3server import http_server
 from torch.nn import functional as F
 from typer.testing import CliRunner
 
@@ -161,6 +162,45 @@ def test_best_fit_known_packing() -> None:
     ]
 
 
+def best_fit_fills(pieces: Iterable[int], seq_len: int) -> list[int]:
+    """Best fit decreasing one piece at a time, over how many sequences have each room left:
+    the sequences' fills, sorted (which of two equal rooms takes a piece changes no fill)."""
+    rooms = [0] * (seq_len + 1)  # rooms[r]: sequences with r tokens of room
+    for size in sorted(pieces, reverse=True):
+        room = next((r for r in range(size, seq_len) if rooms[r]), seq_len)
+        rooms[room] -= room < seq_len
+        rooms[room - size] += 1
+    return sorted(seq_len - r for r, n in enumerate(rooms) for _ in range(n))
+
+
+@pytest.mark.parametrize(
+    ("seq_len", "low", "high", "docs"),
+    [(64, 1, 300, 3000), (256, 1, 40, 3000), (200, 1, 2000, 2000), (3, 1, 3, 150_000)],
+)
+def test_best_fit_plan_against_a_plain_best_fit(
+    seq_len: int, low: int, high: int, docs: int
+) -> None:
+    # many equal pieces (placed a room at a time, not one by one); the last case has over
+    # 65536 sequences of pieces (their order is sorted 16 bits at a time)
+    lengths = np.random.default_rng(seq_len).integers(low, high, docs)
+    for window in (None, 500):
+        p = plan(lengths, seq_len, "best_fit", seed=4, window=window)
+        fills = np.add.reduceat(p.length, p.starts[:-1])
+        assert fills.max() <= seq_len
+        by = np.lexsort((p.offset, p.doc))  # each document's spans, in order
+        doc, offset, length = p.doc[by], p.offset[by], p.length[by]
+        first = np.r_[True, doc[1:] != doc[:-1]]
+        assert np.array_equal(doc[first], np.arange(docs)) and not offset[first].any()
+        at = np.cumsum(lengths)[doc] - lengths[doc] + offset  # where each span starts
+        assert np.array_equal(at, np.cumsum(length) - length)  # end to end: every token once
+        assert length.sum() == lengths.sum()
+    whole = plan(lengths, seq_len, "best_fit", seed=4, window=None)
+    fills = np.add.reduceat(whole.length, whole.starts[:-1])
+    pieces = (lengths % seq_len)[lengths % seq_len > 0].tolist()
+    want = best_fit_fills(pieces, seq_len) + [seq_len] * int((lengths // seq_len).sum())
+    assert sorted(fills.tolist()) == sorted(want)
+
+
 def test_block_mask_values() -> None:
     cu = torch.tensor([0, 2, 4, 5, 8], dtype=torch.int32)  # two rows of 4: [2, 2], [1, 3]
     m = block_mask(cu, 4)
@@ -256,6 +296,33 @@ def test_stored_packing_is_used_and_another_seq_len_plans(
     assert other.stored is None and len(other) > 0
     err = capsys.readouterr().err
     assert err.count(f"stored packings are for seq_len {SEQ}") == 1, err
+
+
+def test_stored_packing_is_used_at_a_url(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lengths = np.random.default_rng(4).integers(1, 90, 80)
+    root = tokenized(tmp_path, lengths.tolist())
+    have = PackedDataset(root, SEQ, stored=False).lengths  # with the end-of-document token
+    # a packing no planning makes (first fit, seed 5): only reading the file gives it
+    stored = plan(have, SEQ, "greedy", seed=5)
+    assert not np.array_equal(stored.doc, PackedDataset(root, SEQ, stored=False).plan().doc)
+    save_plan(root / packing_name("train", SEQ), stored)
+    save_plan(root / packing_name("train", SEQ * 4), plan(have, SEQ * 4))
+    with http_server(root) as (url, starts):
+        ds = PackedDataset(url, SEQ, seed=9, cache_dir=tmp_path / "cache")
+        assert ds.stored == f"{url}/packing/train-{SEQ}.npz"
+        for epoch in (0, 3):  # every epoch the stored one
+            ds.set_epoch(epoch)
+            got = ds.plan()
+            assert all(np.array_equal(getattr(got, k), getattr(stored, k)) for k in vars(stored))
+        assert pieces_seen(ds[i] for i in range(len(ds))) == every_token_plain(root)
+        assert starts[f"packing/train-{SEQ}.npz"] == 1  # read once
+        assert capsys.readouterr().err == ""
+        other = PackedDataset(url, SEQ * 2, cache_dir=tmp_path / "cache")  # planned, said once
+        assert other.stored is None and len(other) == len(plan(have, SEQ * 2))
+        err = capsys.readouterr().err
+        assert err.count(f"stored packings are for seq_len {SEQ}, {SEQ * 4}, not") == 1, err
 
 
 def every_token_plain(root: Path) -> dict[tuple[int, int], int]:

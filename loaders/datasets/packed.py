@@ -26,6 +26,22 @@ GRID = FIELDS[:4]  # (B, seq_len) each; cu_seqlens is ragged
 SLICED = 256  # up to this many spans a batch are copied one by one; more, in one gather a shard
 
 
+def _packings(split: str | None) -> str:
+    """The glob of a split's stored packings, at any seq_len."""
+    return packing_name(split or "", 0).replace("-0.", "-*.")
+
+
+def _listed(storage: Any, pattern: str) -> list[str]:
+    """The names under a URL's folder that match `pattern`: none where it cannot list (an
+    HTTP server that shows no folder pages)."""
+    folder, names = pattern.split("/")
+    try:
+        found = storage.fs.glob(f"{storage.url(folder)}/{names}")
+    except (OSError, ValueError):
+        return []
+    return [str(f).rsplit("/", 1)[1] for f in found]
+
+
 class PackedBatch(Batch):
     """A batch as a dict of FIELDS (cu_seqlens flattened); item j: row j's own dict."""
 
@@ -55,8 +71,9 @@ class PackedDataset(_TokenSplit):
 
     best_fit and greedy plan again each epoch (`set_epoch`, or make_loader's sampler, which
     sets it as a pass starts): the number of sequences may change by a few. concat does not.
-    A packing `prep tokenize --pack seq_len` stored (best_fit, a local folder) is used for every
-    epoch instead (`seed` then plays no part: the sampler orders); `stored=False` plans.
+    A packing `prep tokenize --pack seq_len` stored (best_fit; in the folder or at the URL) is
+    used for every epoch instead (`seed` then plays no part: the sampler orders); `stored=False`
+    plans.
 
     Examples:
         >>> from loaders import PackedDataset, make_loader
@@ -124,18 +141,25 @@ class PackedDataset(_TokenSplit):
             self._plans = {e: found}  # one epoch kept: workers plan each anew
         return found
 
-    def _stored(self) -> Path | None:
-        """The packing `prep tokenize --pack` stored at this seq_len (on a local folder), if
-        any; stored ones at other lengths only: that this one plans, said once."""
-        root = getattr(self.store.backend, "root", None)
-        if not isinstance(self.store.backend, LocalBackend) or root is None:
-            return None
-        path = Path(root) / packing_name(self.split or "", self.seq_len)
-        if path.is_file():
-            return path
-        others = sorted(Path(root).glob(packing_name(self.split or "", 0).replace("-0.", "-*.")))
-        if others:
-            have = ", ".join(p.stem.rsplit("-", 1)[1] for p in others)
+    def _stored(self) -> Path | str | None:
+        """Where `prep tokenize --pack` stored this split's packing at this seq_len (the folder's
+        file, or its URL), if it did; stored ones at other lengths only: that this one plans,
+        said once."""
+        name = packing_name(self.split or "", self.seq_len)
+        backend = self.store.backend
+        if isinstance(backend, LocalBackend):
+            root = Path(backend.root)
+            if (root / name).is_file():
+                return root / name
+            others = [p.name for p in root.glob(_packings(self.split))]
+        else:  # a URL: one request, and one more to list the others where it can list
+            storage = backend.storage  # type: ignore[attr-defined]
+            if storage.info(name) is not None:
+                return str(storage.url(name))
+            others = _listed(storage, _packings(self.split))
+        tails = (n.rsplit("-", 1)[1].removesuffix(".npz") for n in others)
+        have = ", ".join(map(str, sorted(int(t) for t in tails if t.isdigit())))
+        if have:
             print(
                 f"{self.store.root}: stored packings are for seq_len {have}, not "
                 f"{self.seq_len}: planning best_fit each epoch (prep tokenize --pack "
@@ -148,7 +172,13 @@ class PackedDataset(_TokenSplit):
         found = self._plans.get(-1)
         if found is None:  # a process reads and checks it once; every epoch uses it
             assert self.stored is not None
-            found = self._plans[-1] = load_plan(self.stored, self.lengths, self.seq_len)
+            backend, where = self.store.backend, self.stored
+            data = None  # a URL's is read whole: it is not in the manifest, nor in the cache
+            if not isinstance(backend, LocalBackend):
+                name = packing_name(self.split or "", self.seq_len)
+                data = backend.storage.read(name)  # type: ignore[attr-defined]
+            found = load_plan(where, self.lengths, self.seq_len, data)
+            self._plans[-1] = found
         return found
 
     def start_epoch(self, epoch: int) -> list[int]:
