@@ -221,7 +221,7 @@ def dupes(
 
     Example: prep dupes data/packed --split train --against-split val
     """
-    from prep.inspect.dupes import dataset_hashes, dupe_groups, leakage
+    from prep.inspect.dupes import dataset_hashes, dupe_groups
 
     if not 0 <= max_distance <= 32:
         raise UsageError(f"--max-distance {max_distance} must be 0..32")
@@ -241,15 +241,22 @@ def dupes(
         doc["groups"] = [vars(g) | {"splits": h.splits_of(g.members)} for g in groups]
         typer.echo(json.dumps(doc, indent=1) if as_json else _groups_text(doc))
         return
-    other = dataset_hashes(against, compute, against_split)
+    doc["against"] = _named(against, against_split)
+    doc |= _leaks(h, dataset_hashes(against, compute, against_split), max_distance)
+    typer.echo(json.dumps(doc, indent=1) if as_json else _pairs_text(doc))
+
+
+def _leaks(h: Any, other: Any, max_distance: int) -> dict[str, Any]:
+    """The pairs of `h` and `other` (dataset_hashes) within `max_distance` bits, as printed."""
+    from prep.inspect.dupes import leakage
+
     pairs = [
         {"index": i, "path": h.paths[i], "against_index": j, "against_path": other.paths[j]}
         | {"distance": d}
         for i, j, d in leakage(h, other, max_distance)
     ]
-    doc |= {"against": _named(against, against_split), "samples": len(h)}
-    doc |= {"against_samples": len(other), "max_distance": max_distance, "pairs": pairs}
-    typer.echo(json.dumps(doc, indent=1) if as_json else _pairs_text(doc))
+    n = {"samples": len(h), "against_samples": len(other), "max_distance": max_distance}
+    return n | {"pairs": pairs}
 
 
 def _named(root: Path, split: str | None) -> str:
