@@ -10,7 +10,7 @@ import hashlib
 import json
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -117,6 +117,71 @@ def grown_classes(old: list[str], new: list[str]) -> list[str]:
     return old + [c for c in new if c not in old]
 
 
+def grown_labels(
+    fields: Mapping[str, Any], old: Manifest
+) -> tuple[dict[str, Any], dict[str, tuple[str, ...]]]:
+    """Each class-named field (Label, Labels) with the dataset's classes first and the listed
+    ones' new names after (old ids never change); and, for the fields whose ids move, the
+    class names the listed ids stand for (Renamed turns them into names)."""
+    out, moved = dict(fields), {}
+    for name, f in fields.items():
+        was = (old.fields.get(name) or {}).get("classes")
+        now = getattr(f, "classes", None)
+        if f.kind in ("label", "labels") and isinstance(was, list) and now:
+            classes = tuple(grown_classes(was, list(now)))
+            if classes != tuple(now):
+                out[name], moved[name] = dataclasses.replace(f, classes=classes), tuple(now)
+    return out, moved
+
+
+@dataclass(frozen=True)
+class Renamed:
+    """A command's sample maker whose class ids (of the classes it listed) are given as names,
+    which the grown class map (grown_labels) encodes as the dataset's ids."""
+
+    make: Callable[[Any], Any]
+    classes: Mapping[str, tuple[str, ...]]
+
+    def __call__(self, item: Any) -> Any:
+        made = self.make(item)
+        if made is None:
+            return None
+        samples = [self.named(s) for s in (made if isinstance(made, list) else [made])]
+        return samples if isinstance(made, list) else samples[0]
+
+    def named(self, sample: dict[str, Any]) -> dict[str, Any]:
+        out = dict(sample)
+        for name, classes in self.classes.items():
+            v = out.get(name)
+            if isinstance(v, (int, np.integer)) and 0 <= v < len(classes):  # else: as it was
+                out[name] = classes[int(v)]
+            elif isinstance(v, (list, tuple, np.ndarray)) and not any(
+                isinstance(x, str) for x in v
+            ):
+                ids = np.asarray(v, np.int64).reshape(-1)  # Labels: a sample's objects' ids
+                if ids.size and ids.min() >= 0 and ids.max() < len(classes):
+                    out[name] = [classes[i] for i in ids.tolist()]
+        return out
+
+
+def file_identity(
+    path: Path | str, label: int | None = None, classes: Any = None, *said: Any
+) -> str:
+    """What makes a file input the same one: its size and time, its label's name (ids move when
+    a class is added) and what else is `said`.
+
+    >>> file_identity("/no/such/file", 1, ["cat", "dog"])
+    '[null, "dog"]'
+    """
+    try:
+        st = Path(path).stat()
+        stamp: str | None = f"{st.st_size}:{st.st_mtime_ns}"
+    except (OSError, ValueError):  # gone: decoding rejects it
+        stamp = None
+    name = classes[label] if classes and label is not None else label
+    return json.dumps([stamp, name, *said])
+
+
 def check_fields(old: Manifest, fields: Mapping[str, Any], arrays: Mapping[str, Any]) -> None:
     """Refuse new fields unlike the dataset's, naming the first difference; a label's class
     list may only grow at its end."""
@@ -182,8 +247,9 @@ def trimmed(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for r in records:
         for s in r.get("splits", [r["shard"]]):
             kept: dict[str, Any] = {"shard": {"split": s.get("split"), "count": s["count"]}}
-            if r.get("stats") is not None:
-                kept["stats"] = r["stats"]
+            for key in ("stats", "quality"):  # what the manifest's extra sums over all shards
+                if r.get(key) is not None:
+                    kept[key] = r[key]
             out.append(kept)
     return out
 
@@ -216,6 +282,21 @@ def counts_added(old: Any, new: Any) -> Any:
         n = max(len(a), len(b))
         return (np.pad(a, (0, n - len(a))) + np.pad(b, (0, n - len(b)))).tolist()
     return (old or 0) + (new or 0)
+
+
+def adopt_early(cfg: Any) -> None:
+    """--append: a command that builds its fields from the options before the run (an
+    importer) takes the dataset's for those left at their defaults now; open_parent refuses
+    what does not fit later."""
+    if not cfg.append or cfg.overwrite or url_of(str(cfg.out)) is not None:
+        return
+    try:
+        data, _ = read_manifest_file(Path(str(cfg.out)))
+        old = json.loads(data)["config"]
+    except (OSError, FormatError, ValueError, KeyError, TypeError):
+        return  # no dataset there: open_parent says so
+    if isinstance(old, dict):
+        adopt_config(cfg, old)
 
 
 def check_append(cfg: Any, appendable: bool, command: str) -> None:

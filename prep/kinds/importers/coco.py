@@ -23,6 +23,7 @@ from prep.fields.rle import rasterise, semantic
 from prep.kinds.importers.config import CocoConfig, Tree, image_field
 from prep.run.driver import Inputs, RunSummary, fingerprint, run
 from prep.run.errors import PrepError, Reject, UsageError
+from prep.run.grow import adopt_early
 from prep.run.inputs import Reject as InputReject  # (code, message): a listed input
 from prep.run.inputs import check_file, load_json, reject_record
 from prep.run.samples import Item, SamplesRun, UserFunction
@@ -324,11 +325,14 @@ class CocoKind(SamplesRun):
 
     name = "import coco"
     sourced = True
+    appendable = True
+    grows_classes = True
     summary = CocoSummary
     cfg: CocoConfig
 
     def __init__(self, cfg: CocoConfig):
         cfg.validate()  # before reading SRC: a missing SRC is a usage error
+        adopt_early(cfg)  # the fields below follow the options
         super().__init__(cfg)
         path = Path(str(cfg.src))
         self.data: dict[str, Any] | None = read_coco(path)  # once: the fields need its keypoints

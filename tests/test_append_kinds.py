@@ -1,0 +1,236 @@
+"""--append through the CLI for every writing command that has it: half the inputs packed, the
+other half appended (a class that sorts before the old ones among them), read back through the
+dataset class and compared, sample by sample, with one pack of all the inputs; a second append
+of the same inputs skips all; a differing option is one line and changes nothing."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import tarfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from PIL import Image as PILImage
+from typer.testing import CliRunner
+
+from loaders import SampleDataset
+from prep.cli.main import app
+
+Row = dict[str, Any]
+
+
+def by_source(root: Path) -> dict[str, list[Row]]:
+    """Each sample's arrays by its `source`, class ids as their names (ids may differ)."""
+    ds = SampleDataset(root)
+    fields = ds.store.manifest.fields
+    out: dict[str, list[Row]] = {}
+    for i in range(len(ds)):
+        row: Row = {}
+        for name, v in ds[i].items():
+            a = v.numpy() if hasattr(v, "numpy") else v
+            classes = (fields.get(name) or {}).get("classes")
+            if classes:
+                a = [classes[j] for j in np.asarray(a).reshape(-1).tolist()]
+            row[name] = a
+        out.setdefault(str(row["source"]), []).append(row)
+    return out
+
+
+def same(a: dict[str, list[Row]], b: dict[str, list[Row]]) -> None:
+    assert sorted(a) == sorted(b)
+    for key in a:
+        assert len(a[key]) == len(b[key]), key
+        for x, y in zip(a[key], b[key], strict=True):
+            assert sorted(x) == sorted(y)
+            for name in x:
+                if isinstance(x[name], np.ndarray):
+                    assert np.array_equal(x[name], y[name]), (key, name)
+                else:
+                    assert x[name] == y[name], (key, name)
+
+
+@dataclass
+class Case:
+    """A command: `write(src, part)` adds input part 1 or 2 under `src`; `args(src, out)` its
+    command line; `refused`: options that differ from the first pack's, and the line's words."""
+
+    write: Callable[[Path, int], None]
+    args: Callable[[Path, Path], list[str]]
+    refused: tuple[list[str], str]
+    inputs: tuple[int, int]  # inputs of part 1, of both parts
+
+
+def invoke(args: list[str]) -> Any:
+    got = CliRunner().invoke(app, [*args, "-q"])
+    return got
+
+
+def check_case(case: Case, tmp_path: Path) -> None:
+    src, out, whole = tmp_path / "src", tmp_path / "ds", tmp_path / "whole"
+    case.write(src, 1)
+    assert invoke(case.args(src, out)).exit_code == 0
+    case.write(src, 2)
+    got = invoke([*case.args(src, out), "--append"])
+    assert got.exit_code == 0, got.output
+    assert f"({case.inputs[0]} already in the dataset)" in got.output, got.output
+    assert invoke(case.args(src, whole)).exit_code == 0
+    same(by_source(out), by_source(whole))
+    assert len(SampleDataset(out)) == len(SampleDataset(whole))
+
+    before = (out / "manifest.json").read_bytes()
+    again = invoke([*case.args(src, out), "--append"])  # nothing new
+    assert again.exit_code == 0 and f"({case.inputs[1]} already in" in again.output, again.output
+    assert (out / "manifest.json").read_bytes() == before
+
+    options, words = case.refused
+    bad = invoke([*case.args(src, out), *options, "--append"])
+    assert bad.exit_code == 1 and words in bad.output, bad.output
+    assert "Traceback" not in bad.output and bad.output.count("cannot append") == 1
+    assert (out / "manifest.json").read_bytes() == before
+
+
+# ---- prep audio: class folders; "a" sorts before the first pack's "b" and "c"
+
+
+def write_audio(src: Path, part: int) -> None:
+    sf = pytest.importorskip("soundfile")
+    names = ["b/0.wav", "c/1.wav", "b/2.wav"] if part == 1 else ["a/3.wav", "c/4.wav"]
+    for name in names:
+        i = int(name[-5])
+        t = np.arange(800 + 160 * i) / 8000
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        sf.write(src / name, (0.3 * np.sin(2 * np.pi * (200 + 50 * i) * t)), 8000)
+
+
+AUDIO = Case(
+    write_audio,
+    lambda src, out: ["audio", str(src), str(out), "--mono", "--rate", "8000", "-j", "1"],
+    (["--rate", "22050"], "rate 22050 differs from the dataset's 8000"),
+    (3, 5),
+)
+
+
+# ---- prep video: the demo's direction folders, part 2 a new direction and another clip
+
+
+def write_video(src: Path, part: int) -> None:
+    pytest.importorskip("av")
+    from prep.demo.video import shape_frames, write_clip
+
+    names = ["left/0.mp4", "up/1.mp4"] if part == 1 else ["down/2.mp4", "up/3.mp4"]
+    for name in names:
+        rng = np.random.default_rng(int(name[-5]))
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        write_clip(src / name, shape_frames(rng, name.split("/")[0], 6), None, 0)
+
+
+VIDEO = Case(
+    write_video,
+    lambda src, out: ["video", str(src), str(out), "--fps", "4", "--size", "16", "-j", "1"],
+    (["--size", "24"], "size 24 differs from the dataset's 16"),
+    (2, 4),
+)
+
+
+# ---- prep import pairs: a CSV of image paths and captions that gains rows
+
+
+def png(i: int) -> bytes:
+    rng = np.random.default_rng(i)
+    buf = io.BytesIO()
+    PILImage.fromarray(rng.integers(0, 256, (12, 10 + i, 3), dtype=np.uint8)).save(buf, "PNG")
+    return buf.getvalue()
+
+
+def write_pairs(src: Path, part: int) -> None:
+    src.mkdir(parents=True, exist_ok=True)
+    rows = range(4) if part == 1 else range(7)
+    for i in rows:
+        (src / f"{i}.png").write_bytes(png(i))
+    with open(src / "pairs.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["image", "caption"])
+        w.writerows([f"{i}.png", f"caption {i}"] for i in rows)
+
+
+PAIRS = Case(
+    write_pairs,
+    lambda src, out: ["import", "pairs", str(src / "pairs.csv"), str(out), "-j", "1"],
+    (["--text-column", "image"], "text_column 'image' differs from the dataset's 'caption'"),
+    (4, 7),
+)
+
+
+# ---- prep import webdataset: a folder of tars that gains a tar
+
+
+def write_wds(src: Path, part: int) -> None:
+    src.mkdir(parents=True, exist_ok=True)
+    keys = range(3) if part == 1 else range(3, 5)
+    with tarfile.open(src / f"part-{part}.tar", "w") as t:
+        for i in keys:
+            for ext, data in (("png", png(i)), ("cls", str(i % 2).encode()), ("txt", b"t%d" % i)):
+                info = tarfile.TarInfo(f"k{i}.{ext}")
+                info.size = len(data)
+                t.addfile(info, io.BytesIO(data))
+
+
+WDS = Case(
+    write_wds,
+    lambda src, out: ["import", "webdataset", str(src), str(out), "-j", "1"],
+    (["--max-member-mb", "7"], "max_member_mb 7.0 differs from the dataset's"),
+    (3, 5),
+)
+
+
+# ---- prep import hf: a Parquet folder whose split gains a file
+
+
+def write_hf(src: Path, part: int) -> None:
+    datasets = pytest.importorskip("datasets")
+    features = datasets.Features(
+        {
+            "img": datasets.Image(),
+            "y": datasets.ClassLabel(names=["cat", "dog", "emu"]),
+            "f": datasets.Value("float32"),
+        }
+    )
+    rows = range(3) if part == 1 else range(3, 6)
+    data = {
+        "img": [{"bytes": png(i), "path": None} for i in rows],
+        "y": [i % 3 for i in rows],
+        "f": [i / 4 for i in rows],
+    }
+    (src / "data").mkdir(parents=True, exist_ok=True)
+    ds = datasets.Dataset.from_dict(data, features=features)
+    ds.to_parquet(str(src / "data" / f"train-{part - 1:05d}-of-00002.parquet"))
+
+
+HF = Case(
+    write_hf,
+    lambda src, out: ["import", "hf", str(src), str(out), "-j", "1"],
+    (["--size", "8"], "sizes [8] differs from the dataset's [256]"),
+    (3, 6),
+)
+
+
+@pytest.mark.parametrize(
+    "case", [AUDIO, VIDEO, PAIRS, WDS, HF], ids=["audio", "video", "pairs", "webdataset", "hf"]
+)
+def test_append_equals_one_pack_of_all(case: Case, tmp_path: Path) -> None:
+    check_case(case, tmp_path)
+
+
+def test_audio_classes_grow_at_the_end(tmp_path: Path) -> None:
+    """The new class "a" sorts first but gets the next id; old ids never change."""
+    check_case(AUDIO, tmp_path)
+    m = json.loads((tmp_path / "ds" / "manifest.json").read_text())
+    assert m["fields"]["label"]["classes"] == ["b", "c", "a"]
+    whole = json.loads((tmp_path / "whole" / "manifest.json").read_text())
+    assert whole["fields"]["label"]["classes"] == ["a", "b", "c"]
