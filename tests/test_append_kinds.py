@@ -151,7 +151,7 @@ def png(i: int) -> bytes:
 def write_pairs(src: Path, part: int) -> None:
     src.mkdir(parents=True, exist_ok=True)
     rows = range(4) if part == 1 else range(7)
-    for i in rows:
+    for i in rows[4:] if part == 2 else rows:
         (src / f"{i}.png").write_bytes(png(i))
     with open(src / "pairs.csv", "w", newline="") as f:
         w = csv.writer(f)
@@ -220,8 +220,38 @@ HF = Case(
 )
 
 
+# ---- prep import coco: the file gains images and a category whose id sorts first
+
+
+def write_coco(src: Path, part: int) -> None:
+    src.mkdir(parents=True, exist_ok=True)
+    ids = range(1, 4) if part == 1 else range(1, 6)
+    for i in ids[-2:] if part == 2 else ids:  # the old images stay as they were
+        (src / f"{i}.png").write_bytes(png(i))
+    cats = [{"id": 5, "name": "cat"}, {"id": 7, "name": "dog"}]
+    cats += [{"id": 2, "name": "ant"}] if part == 2 else []  # "ant" is label 0 of the file
+    anns = [
+        {"id": 10 * i + k, "image_id": i, "category_id": c, "bbox": [1, 1, 4 + k, 5], "area": 9}
+        for i in ids
+        for k, c in enumerate([5, 7] if i < 4 else [2, 7])
+    ]
+    images = [{"id": i, "file_name": f"{i}.png", "height": 12, "width": 10 + i} for i in ids]
+    data = {"images": images, "annotations": anns, "categories": cats}
+    (src / "instances.json").write_text(json.dumps(data))
+
+
+COCO = Case(
+    write_coco,
+    lambda src, out: ["import", "coco", str(src / "instances.json"), str(src), str(out), "-j", "1"],
+    (["--size", "8"], "sizes [8] differs from the dataset's"),
+    (3, 5),
+)
+
+
 @pytest.mark.parametrize(
-    "case", [AUDIO, VIDEO, PAIRS, WDS, HF], ids=["audio", "video", "pairs", "webdataset", "hf"]
+    "case",
+    [AUDIO, VIDEO, PAIRS, WDS, HF, COCO],
+    ids=["audio", "video", "pairs", "webdataset", "hf", "coco"],
 )
 def test_append_equals_one_pack_of_all(case: Case, tmp_path: Path) -> None:
     check_case(case, tmp_path)
@@ -234,3 +264,9 @@ def test_audio_classes_grow_at_the_end(tmp_path: Path) -> None:
     assert m["fields"]["label"]["classes"] == ["b", "c", "a"]
     whole = json.loads((tmp_path / "whole" / "manifest.json").read_text())
     assert whole["fields"]["label"]["classes"] == ["a", "b", "c"]
+
+
+def test_coco_categories_grow_at_the_end(tmp_path: Path) -> None:
+    check_case(COCO, tmp_path)
+    m = json.loads((tmp_path / "ds" / "manifest.json").read_text())
+    assert m["fields"]["labels"]["classes"] == ["cat", "dog", "ant"]
