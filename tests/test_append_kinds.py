@@ -270,3 +270,31 @@ def test_coco_categories_grow_at_the_end(tmp_path: Path) -> None:
     check_case(COCO, tmp_path)
     m = json.loads((tmp_path / "ds" / "manifest.json").read_text())
     assert m["fields"]["labels"]["classes"] == ["cat", "dog", "ant"]
+
+
+def write_photos(src: Path, part: int) -> int:
+    """Noise photos and all-black ones (quality's `dark`); the black ones written."""
+    names = ["a/0.png", "a/1.png", "b/2.png", "b/3.png"] if part == 1 else ["a/4.png", "b/5.png"]
+    dark = {"b/3.png", "a/4.png", "b/5.png"}
+    for name in names:
+        rng = np.random.default_rng(int(name[-5]))
+        hw = (24, 24 + 8 * int(name[-5]))
+        pixels = rng.integers(0, 256, (*hw, 3), dtype=np.uint8) * (name not in dark)
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        PILImage.fromarray(pixels.astype(np.uint8)).save(src / name)
+    return len(dark & set(names))
+
+
+def test_quality_counts_old_and_new_shards(tmp_path: Path) -> None:
+    """extra.quality after an append counts every shard's flagged samples, as one pack does."""
+    src, out, whole = tmp_path / "src", tmp_path / "ds", tmp_path / "whole"
+    args = ["pack", str(src), "--sizes", "16", "--shard-size", "2", "-j", "1"]
+    dark = write_photos(src, 1)
+    assert invoke([*args, str(out)]).exit_code == 0
+    dark += write_photos(src, 2)
+    got = invoke([*args, str(out), "--append"])
+    assert got.exit_code == 0 and "(4 already in the dataset)" in got.output, got.output
+    assert invoke([*args, str(whole)]).exit_code == 0
+    grown, one = (json.loads((p / "manifest.json").read_text()) for p in (out, whole))
+    assert grown["extra"]["quality"]["issues"]["dark"] == dark == 3
+    assert grown["extra"]["quality"] == one["extra"]["quality"]
