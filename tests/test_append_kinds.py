@@ -248,10 +248,28 @@ COCO = Case(
 )
 
 
+# ---- prep tokenize: text files, a document a line, some in val
+
+
+def write_text(src: Path, part: int) -> None:
+    src.mkdir(parents=True, exist_ok=True)
+    for i in range(3) if part == 1 else range(3, 5):
+        lines = [f"file {i} line {j}: " + "abcde fghij " * (i + j) for j in range(4)]
+        (src / f"{i}.txt").write_text("\n".join(lines) + "\n")
+
+
+TEXT = Case(
+    write_text,
+    lambda src, out: ["tokenize", str(src), str(out), "--split-lines", "--val-fraction", "0.3"],
+    (["--val-fraction", "0.5"], "val_fraction 0.5 differs from the dataset's 0.3"),
+    (3, 5),
+)
+
+
 @pytest.mark.parametrize(
     "case",
-    [AUDIO, VIDEO, PAIRS, WDS, HF, COCO],
-    ids=["audio", "video", "pairs", "webdataset", "hf", "coco"],
+    [TEXT, AUDIO, VIDEO, PAIRS, WDS, HF, COCO],
+    ids=["tokenize", "audio", "video", "pairs", "webdataset", "hf", "coco"],
 )
 def test_append_equals_one_pack_of_all(case: Case, tmp_path: Path) -> None:
     check_case(case, tmp_path)
@@ -298,3 +316,26 @@ def test_quality_counts_old_and_new_shards(tmp_path: Path) -> None:
     grown, one = (json.loads((p / "manifest.json").read_text()) for p in (out, whole))
     assert grown["extra"]["quality"]["issues"]["dark"] == dark == 3
     assert grown["extra"]["quality"] == one["extra"]["quality"]
+
+
+def test_tokenize_append_keeps_the_fitted_tokenizer(tmp_path: Path) -> None:
+    """A bpe dataset grows with its own tokenizer (not one fitted on the new documents): the
+    same tokens as one pack of all the documents with that tokenizer's file."""
+    src, out, whole = tmp_path / "src", tmp_path / "ds", tmp_path / "whole"
+    write_text(src, 1)
+    args = ["--split-lines", "--val-fraction", "0"]
+    assert (
+        invoke(
+            ["tokenize", str(src), str(out), "-t", "bpe", "--vocab-size", "300", *args]
+        ).exit_code
+        == 0
+    )
+    fitted = (out / "tokenizer.json").read_bytes()
+    write_text(src, 2)
+    got = invoke(["tokenize", str(src), str(out), "--append"])
+    assert got.exit_code == 0 and "(3 already in the dataset)" in got.output, got.output
+    assert (out / "tokenizer.json").read_bytes() == fitted
+    (tmp_path / "tok.json").write_bytes(fitted)
+    got = invoke(["tokenize", str(src), str(whole), "-t", str(tmp_path / "tok.json"), *args])
+    assert got.exit_code == 0, got.output
+    same(by_source(out), by_source(whole))
