@@ -50,7 +50,8 @@ def same(a: dict[str, list[Row]], b: dict[str, list[Row]]) -> None:
             assert sorted(x) == sorted(y)
             for name in x:
                 if isinstance(x[name], np.ndarray):
-                    assert np.array_equal(x[name], y[name]), (key, name)
+                    nan = x[name].dtype.kind == "f"  # a missing number: NaN in both
+                    assert np.array_equal(x[name], y[name], equal_nan=nan), (key, name)
                 else:
                     assert x[name] == y[name], (key, name)
 
@@ -64,6 +65,7 @@ class Case:
     args: Callable[[Path, Path], list[str]]
     refused: tuple[list[str], str]
     inputs: tuple[int, int]  # inputs of part 1, of both parts
+    read: Callable[[Path], dict[str, list[Row]]] = by_source  # the samples, comparable
 
 
 def invoke(args: list[str]) -> Any:
@@ -80,8 +82,7 @@ def check_case(case: Case, tmp_path: Path) -> None:
     assert got.exit_code == 0, got.output
     assert f"({case.inputs[0]} already in the dataset)" in got.output, got.output
     assert invoke(case.args(src, whole)).exit_code == 0
-    same(by_source(out), by_source(whole))
-    assert len(SampleDataset(out)) == len(SampleDataset(whole))
+    same(case.read(out), case.read(whole))
 
     before = (out / "manifest.json").read_bytes()
     again = invoke([*case.args(src, out), "--append"])  # nothing new
@@ -266,10 +267,57 @@ TEXT = Case(
 )
 
 
+# ---- prep table: CSV files; a category value and a target class that sort first come later
+
+
+def write_table(src: Path, part: int) -> None:
+    src.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(part)
+    cities = ["Bonn", "Essen", "Kiel"] + (["Aachen"] if part == 2 else [])
+    classes = ["mid", "top"] + (["low"] if part == 2 else [])
+    with open(src / ("ab"[part - 1] + ".csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["n", "x", "city", "y"])
+        for i in range(40):
+            x = "" if i % 9 == 4 else f"{rng.normal(3, 2):.4f}"  # some missing
+            w.writerow([int(rng.integers(0, 50)), x, rng.choice(cities), rng.choice(classes)])
+
+
+def table_rows(root: Path) -> dict[str, list[Row]]:
+    """Each split's rows as values: numbers, category and class names (codes may differ)."""
+    from loaders import TableDataset
+
+    out: dict[str, list[Row]] = {}
+    for split in ("train", "val"):
+        ds = TableDataset(root, split)
+        cities, classes = ds.vocab["city"], ds.classes or []
+        rows = []
+        for i in range(len(ds)):
+            x_num, x_cat, y = ds[i]
+            rows.append(
+                {
+                    "num": x_num.numpy(),
+                    "city": cities[int(x_cat[0]) - 2],  # codes 0, 1: missing, unseen
+                    "y": classes[int(y)],
+                }
+            )
+        out[split] = rows
+    return out
+
+
+TABLE = Case(
+    write_table,
+    lambda src, out: ["table", str(src), str(out), "--target", "y", "--val-fraction", "0.25"],
+    (["--val-fraction", "0.5"], "val_fraction 0.5 differs from the dataset's 0.25"),
+    (1, 2),
+    table_rows,
+)
+
+
 @pytest.mark.parametrize(
     "case",
-    [TEXT, AUDIO, VIDEO, PAIRS, WDS, HF, COCO],
-    ids=["tokenize", "audio", "video", "pairs", "webdataset", "hf", "coco"],
+    [TEXT, TABLE, AUDIO, VIDEO, PAIRS, WDS, HF, COCO],
+    ids=["tokenize", "table", "audio", "video", "pairs", "webdataset", "hf", "coco"],
 )
 def test_append_equals_one_pack_of_all(case: Case, tmp_path: Path) -> None:
     check_case(case, tmp_path)
@@ -339,3 +387,36 @@ def test_tokenize_append_keeps_the_fitted_tokenizer(tmp_path: Path) -> None:
     got = invoke(["tokenize", str(src), str(whole), "-t", str(tmp_path / "tok.json"), *args])
     assert got.exit_code == 0, got.output
     same(by_source(out), by_source(whole))
+
+
+def test_table_statistics_and_vocabularies_grow(tmp_path: Path) -> None:
+    """Mean and std over all train rows (as one pack of all computes them, and as numpy does
+    from the stored values); old codes kept, new values after them."""
+    check_case(TABLE, tmp_path)
+    grown, whole = (
+        json.loads((tmp_path / p / "manifest.json").read_text()) for p in ("ds", "whole")
+    )
+    for name in ("num_0", "num_1"):
+        a, b = grown["fields"][name], whole["fields"][name]
+        assert (a["lo"], a["hi"], a["missing"], a["dtype"]) == (
+            b["lo"],
+            b["hi"],
+            b["missing"],
+            b["dtype"],
+        )
+        assert np.isclose(a["mean"], b["mean"], rtol=1e-12) and np.isclose(
+            a["std"], b["std"], rtol=1e-12
+        )
+    x = np.stack([r["num"] for r in table_rows(tmp_path / "ds")["train"]])
+    assert np.allclose(
+        [grown["fields"]["num_1"]["mean"], grown["fields"]["num_1"]["std"]],
+        [np.nanmean(x[:, 1].astype(np.float64)), np.nanstd(x[:, 1].astype(np.float64))],
+        rtol=1e-6,
+    )
+    city = grown["fields"]["cat_0"]
+    assert city["vocab"] == ["Bonn", "Essen", "Kiel", "Aachen"]
+    assert whole["fields"]["cat_0"]["vocab"] == ["Aachen", "Bonn", "Essen", "Kiel"]
+    one = whole["fields"]["cat_0"]
+    counts = dict(zip(one["vocab"], one["counts"], strict=True))
+    assert dict(zip(city["vocab"], city["counts"], strict=True)) == counts
+    assert grown["fields"]["target"]["vocab"] == ["mid", "top", "low"]

@@ -27,6 +27,8 @@ from prep.run.staging import listed_files
 
 STATE = "inputs.json"  # what later appends need: each input's identity, each shard's stats
 KEPT = ("src", "out", "limit")  # config keys an append may change: where the new inputs are
+# A field's keys an append recomputes from all the rows (a table column's statistics)
+RECOUNTED = ("missing", "lo", "hi", "mean", "std", "counts")
 
 
 @dataclass
@@ -191,12 +193,15 @@ def check_fields(old: Manifest, fields: Mapping[str, Any], arrays: Mapping[str, 
         if not a or not b:
             what = "is new" if not a else "is missing"
             raise PrepError(f"cannot append: field {name} {what}. HINT: write a new dataset")
-        ca, cb = a.pop("classes", None), b.pop("classes", None)
-        if isinstance(ca, list) and (not isinstance(cb, list) or cb[: len(ca)] != ca):
-            raise PrepError(
-                f"cannot append: field {name}'s classes {cb} do not start with the dataset's "
-                f"{ca} (old ids would change). HINT: list new classes after the old ones"
-            )
+        for key in RECOUNTED:
+            a.pop(key, None), b.pop(key, None)
+        for key in ("classes", "vocab"):  # old ids never change
+            ca, cb = a.pop(key, None), b.pop(key, None)
+            if isinstance(ca, list) and (not isinstance(cb, list) or cb[: len(ca)] != ca):
+                raise PrepError(
+                    f"cannot append: field {name}'s {key} {cb} do not start with the dataset's "
+                    f"{ca} (old ids would change). HINT: list new classes after the old ones"
+                )
         keys = [k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
         if keys:
             k = keys[0]

@@ -13,12 +13,15 @@ import numpy as np
 import pyarrow as pa
 
 from loaders.fields import Column as ColumnField
+from loaders.fields import declared
 from loaders.format.schema import stem
+from prep.kinds.table.append import COLUMNS, merged_columns, state_record
 from prep.kinds.table.config import TableConfig
 from prep.kinds.table.scan import BLOCKS, Scan, read_spill, scan
 from prep.media.table.types import Column, encode
 from prep.run.driver import Inputs, Kind, RunSummary, array_specs, fingerprint, grouped, run
 from prep.run.errors import PrepError
+from prep.run.grow import Parent, check_fields, file_identity
 from prep.run.profile import stage
 from prep.run.shardwriter import ShardFiles, shard_task, split_record, writing
 from prep.run.staging import RUN_DIR
@@ -109,6 +112,7 @@ class TableKind(Kind[TableConfig, list[Block]]):
     prepare_stage = "scan"
     threads = True  # parsing (pyarrow), encoding, hashing and writing release the GIL
     task = staticmethod(table_shard)
+    appendable = True  # new files: new shards; vocabularies and statistics grow (table.append)
 
     def sources(self) -> list[Path]:
         srcs = sources_of(self.cfg.src)
@@ -125,9 +129,29 @@ class TableKind(Kind[TableConfig, list[Block]]):
         seen = [(rel, p.stat().st_size, p.stat().st_mtime_ns) for rel, p in self.files]
         return Inputs(len(self.files), rejects, fingerprint(seen))
 
+    def identities(self) -> dict[str, str]:
+        return {rel: file_identity(path) for rel, path in self.files}
+
+    def grow(self, parent: Parent, fresh: set[str]) -> int:
+        self.parent = parent
+        self.files = [(rel, path) for rel, path in self.files if rel in fresh]
+        self.fields = dict(declared(parent.manifest))  # until `prepare` scans the new rows
+        return len(self.files)
+
     def prepare(self, staging: Path, resume: bool) -> None:
         self.scan: Scan = scan(self.files, self.cfg, staging / RUN_DIR / BLOCKS)
+        if self.parent is not None:
+            self.scan.columns, self.scan.stats = merged_columns(
+                self.parent, self.scan.stats, self.cfg
+            )
         self.fields = dict(table_fields(self.scan.columns, self.cfg.missing_mask))
+        if self.parent is not None:
+            check_fields(self.parent.manifest, self.described(), array_specs(self.fields))
+
+    def before(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The shards' records, and the columns' statistics a later append adds to."""
+        kept = [r for r in super().before(records) if COLUMNS not in r]
+        return [*kept, state_record(self.scan.stats)]
 
     def plan(self) -> list[list[Block]]:
         return grouped(self.scan.blocks, attrgetter("rows"), self.cfg.shard_rows)
