@@ -314,10 +314,60 @@ TABLE = Case(
 )
 
 
+# ---- prep volumes: NIfTI scans with a targets CSV whose class column gains a class
+
+
+def write_volumes(src: Path, part: int) -> None:
+    nib = pytest.importorskip("nibabel")
+    grades = ["mid", "top", "mid", "bad", "top"]  # "bad" comes with part 2
+    (src / "scans").mkdir(parents=True, exist_ok=True)
+    for i in range(3) if part == 1 else range(3, 5):
+        data = np.random.default_rng(i).integers(-50, 200, (6, 7, 4 + i)).astype(np.int16)
+        nib.save(
+            nib.Nifti1Image(data, np.diag([1.0, 1.5, 2.0, 1.0])), src / "scans" / f"s{i}.nii.gz"
+        )
+    rows = [f"s{i},{grades[i]},{i * 3}" for i in range(3 if part == 1 else 5)]
+    (src / "targets.csv").write_text("scan,grade,count\n" + "\n".join(rows) + "\n")
+
+
+def volume_rows(root: Path) -> dict[str, list[Row]]:
+    """Each scan's voxels, geometry and targets (a class by its name), by its path."""
+    ds = SampleDataset(root)
+    m = ds.store.manifest
+    grades = m.fields["volume_target_0"]["vocab"]
+    out: dict[str, list[Row]] = {}
+    for i, meta in enumerate(m.extra["volumes"]):
+        s = ds[i]
+        row = {k: np.asarray(v) for k, v in s.items() if k != "volume_target_0"}
+        row["grade"] = grades[int(s["volume_target_0"])]
+        row["affine"] = np.asarray(meta["affine"])
+        out[meta["path"]] = [row]
+    return out
+
+
+VOLUMES = Case(
+    write_volumes,
+    lambda src, out: [
+        "volumes",
+        str(src / "scans"),
+        str(out),
+        "--targets",
+        str(src / "targets.csv"),
+        "--shard-size",
+        "2",
+        "-j",
+        "1",
+    ],
+    (["--orient", "LPS"], "orient 'LPS' differs from the dataset's 'RAS'"),
+    (3, 5),
+    volume_rows,
+)
+
+
 @pytest.mark.parametrize(
     "case",
-    [TEXT, TABLE, AUDIO, VIDEO, PAIRS, WDS, HF, COCO],
-    ids=["tokenize", "table", "audio", "video", "pairs", "webdataset", "hf", "coco"],
+    [TEXT, TABLE, VOLUMES, AUDIO, VIDEO, PAIRS, WDS, HF, COCO],
+    ids=["tokenize", "table", "volumes", "audio", "video", "pairs", "webdataset", "hf", "coco"],
 )
 def test_append_equals_one_pack_of_all(case: Case, tmp_path: Path) -> None:
     check_case(case, tmp_path)
@@ -420,3 +470,10 @@ def test_table_statistics_and_vocabularies_grow(tmp_path: Path) -> None:
     counts = dict(zip(one["vocab"], one["counts"], strict=True))
     assert dict(zip(city["vocab"], city["counts"], strict=True)) == counts
     assert grown["fields"]["target"]["vocab"] == ["mid", "top", "low"]
+
+
+def test_volume_target_classes_grow_at_the_end(tmp_path: Path) -> None:
+    check_case(VOLUMES, tmp_path)
+    m = json.loads((tmp_path / "ds" / "manifest.json").read_text())
+    assert m["fields"]["volume_target_0"]["vocab"] == ["mid", "top", "bad"]
+    assert [v["path"] for v in m["extra"]["volumes"]] == [f"s{i}.nii.gz" for i in range(5)]
