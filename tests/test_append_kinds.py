@@ -84,6 +84,9 @@ def check_case(case: Case, tmp_path: Path) -> None:
     assert f"({case.inputs[0]} already in the dataset)" in got.output, got.output
     assert invoke(case.args(src, whole)).exit_code == 0
     same(case.read(out), case.read(whole))
+    grown, one = (json.loads((p / "manifest.json").read_text())["extra"] for p in (out, whole))
+    for key in ("splits", "stats"):  # from the old shards' records and the new ones'
+        assert grown.get(key) == one.get(key), key
 
     before = (out / "manifest.json").read_bytes()
     again = invoke([*case.args(src, out), "--append"])  # nothing new
@@ -502,3 +505,17 @@ def test_a_failed_table_append_is_finished_by_resume(tmp_path: Path) -> None:
     assert got.exit_code == 0, got.output
     same(table_rows(out), table_rows(straight))
     assert len(read_manifest(out).shards) == len(read_manifest(straight).shards) > 3
+
+
+def test_an_importer_append_takes_the_dataset_options(tmp_path: Path) -> None:
+    """Options left out take the dataset's, also where an importer builds its fields from
+    them before the run (the image's size)."""
+    src, out = tmp_path / "src", tmp_path / "ds"
+    write_pairs(src, 1)
+    assert invoke([*PAIRS.args(src, out), "--size", "32"]).exit_code == 0
+    write_pairs(src, 2)
+    got = invoke(["import", "pairs", str(src / "pairs.csv"), str(out), "--append"])
+    assert got.exit_code == 0 and "3 packed" in got.output, got.output
+    m = read_manifest(out)
+    assert m.num_samples == 7 and m.config["sizes"] == [32]
+    assert {tuple(SampleDataset(out)[i]["image"].shape) for i in range(7)} == {(3, 32, 32)}

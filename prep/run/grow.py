@@ -27,7 +27,7 @@ from prep.run.staging import listed_files
 
 STATE = "inputs.json"  # what later appends need: each input's identity, each shard's stats
 KEPT = ("src", "out", "limit")  # config keys an append may change: where the new inputs are
-# A field's keys an append recomputes from all the rows (a table column's statistics)
+# A table column's keys an append recomputes from all the rows: its statistics
 RECOUNTED = ("missing", "lo", "hi", "mean", "std", "counts")
 
 
@@ -193,7 +193,7 @@ def check_fields(old: Manifest, fields: Mapping[str, Any], arrays: Mapping[str, 
         if not a or not b:
             what = "is new" if not a else "is missing"
             raise PrepError(f"cannot append: field {name} {what}. HINT: write a new dataset")
-        for key in RECOUNTED:
+        for key in RECOUNTED if a.get("kind") == "column" else ():
             a.pop(key, None), b.pop(key, None)
         for key in ("classes", "vocab"):  # old ids never change
             ca, cb = a.pop(key, None), b.pop(key, None)
