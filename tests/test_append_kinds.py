@@ -519,3 +519,19 @@ def test_an_importer_append_takes_the_dataset_options(tmp_path: Path) -> None:
     m = read_manifest(out)
     assert m.num_samples == 7 and m.config["sizes"] == [32]
     assert {tuple(SampleDataset(out)[i]["image"].shape) for i in range(7)} == {(3, 32, 32)}
+
+
+def test_tokenize_append_repacks_the_sequences(tmp_path: Path) -> None:
+    """A dataset with --pack plans (its packing/ folder) takes an append, and its plans are
+    those of one pack of all the documents."""
+    src, out, whole = tmp_path / "src", tmp_path / "ds", tmp_path / "whole"
+    args = ["--split-lines", "--val-fraction", "0", "--pack", "32"]
+    write_text(src, 1)
+    assert invoke(["tokenize", str(src), str(out), *args]).exit_code == 0
+    write_text(src, 2)
+    got = invoke(["tokenize", str(src), str(out), "--append"])
+    assert got.exit_code == 0 and "train packed into" in got.output, got.output
+    assert invoke(["tokenize", str(src), str(whole), *args]).exit_code == 0
+    plans = [np.load(root / "packing" / "train-32.npz") for root in (out, whole)]
+    for key in ("starts", "doc", "offset", "length"):
+        assert np.array_equal(plans[0][key], plans[1][key]), key

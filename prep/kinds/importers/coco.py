@@ -383,6 +383,7 @@ class CocoKind(SamplesRun):
 
     def grow(self, parent: Parent, fresh: set[str]) -> int:
         kept = super().grow(parent, fresh)
+        self.counts = [c for c in self.counts if c[0] in fresh]  # the summary's: this run's
         if self.cfg.masks and isinstance(self.make, Renamed):
             raise PrepError(
                 f"cannot append: {self.cfg.src}'s categories are not the dataset's followed by "
