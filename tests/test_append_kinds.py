@@ -104,18 +104,33 @@ def check_case(case: Case, tmp_path: Path) -> None:
 
 
 def write_audio(src: Path, part: int) -> None:
+    """Class folders (part 2 adds "a"), and --targets rows (part 2 adds the mood "calm")."""
     sf = pytest.importorskip("soundfile")
-    names = ["b/0.wav", "c/1.wav", "b/2.wav"] if part == 1 else ["a/3.wav", "c/4.wav"]
-    for name in names:
-        i = int(name[-5])
+    names = ["b/0.wav", "c/1.wav", "b/2.wav", "a/3.wav", "c/4.wav"]
+    moods = ["sad", "sad", "wry", "calm", "wry"]
+    for i, name in enumerate(names[:3] if part == 1 else names[3:]):
+        i += 3 * (part - 1)
         t = np.arange(800 + 160 * i) / 8000
         (src / name).parent.mkdir(parents=True, exist_ok=True)
         sf.write(src / name, (0.3 * np.sin(2 * np.pi * (200 + 50 * i) * t)), 8000)
+    rows = [f"{n},{moods[i]},{i * 2}" for i, n in enumerate(names[: 3 if part == 1 else 5])]
+    (src.parent / "targets.csv").write_text("path,mood,size\n" + "\n".join(rows) + "\n")
 
 
 AUDIO = Case(
     write_audio,
-    lambda src, out: ["audio", str(src), str(out), "--mono", "--rate", "8000", "-j", "1"],
+    lambda src, out: [
+        "audio",
+        str(src),
+        str(out),
+        "--mono",
+        "--rate",
+        "8000",
+        "-j",
+        "1",
+        "--targets",
+        str(src.parent / "targets.csv"),
+    ],
     (["--rate", "22050"], "rate 22050 differs from the dataset's 8000"),
     (3, 5),
 )
@@ -385,6 +400,7 @@ def test_audio_classes_grow_at_the_end(tmp_path: Path) -> None:
     assert m["fields"]["label"]["classes"] == ["b", "c", "a"]
     whole = json.loads((tmp_path / "whole" / "manifest.json").read_text())
     assert whole["fields"]["label"]["classes"] == ["a", "b", "c"]
+    assert m["fields"]["mood"]["classes"] == ["sad", "wry", "calm"]
 
 
 def test_coco_categories_grow_at_the_end(tmp_path: Path) -> None:

@@ -184,6 +184,12 @@ def file_identity(
     return json.dumps([stamp, name, *said])
 
 
+def named_targets(columns: list[Any], values: Any) -> list[Any]:
+    """An input's --targets values, a class column's id as its name (ids move as classes grow)."""
+    pairs = zip(columns, values or (), strict=False)
+    return [c.classes[int(v)] if getattr(c, "classes", None) else v for c, v in pairs]
+
+
 def check_fields(old: Manifest, fields: Mapping[str, Any], arrays: Mapping[str, Any]) -> None:
     """Refuse new fields unlike the dataset's, naming the first difference; a label's class
     list may only grow at its end."""

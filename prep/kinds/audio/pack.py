@@ -15,7 +15,7 @@ from prep.kinds.audio.config import AudioConfig
 from prep.media.audio import QUALITY, decode_clip
 from prep.run.driver import Inputs, RunSummary, fingerprint, run
 from prep.run.errors import PrepError
-from prep.run.grow import file_identity
+from prep.run.grow import file_identity, named_targets
 from prep.run.samples import Sample, SamplesRun
 from prep.sources.audio import Clip, Listing, list_audio
 
@@ -89,8 +89,12 @@ class AudioKind(SamplesRun):
 
     def identities(self) -> dict[str, str]:
         """A file's size and time, its class's name and its targets."""
-        names = self.listing.classes
-        return {c.rel: file_identity(c.path, c.label, names, list(c.target)) for c in self.items}
+        names, table = self.listing.classes, self.listing.targets
+        columns = table.columns if table is not None else []
+        return {
+            c.rel: file_identity(c.path, c.label, names, named_targets(columns, c.target))
+            for c in self.items
+        }
 
     def cost(self, shard: list[Clip]) -> int:
         return sum(self.sizes[c.rel][0] for c in shard)

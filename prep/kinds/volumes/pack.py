@@ -16,7 +16,7 @@ from prep.kinds.volumes.config import VolumeConfig, float_list
 from prep.media.volume import transform as tf
 from prep.run.driver import Inputs, Kind, RunSummary, array_specs, fingerprint, run, split_shards
 from prep.run.errors import PrepError
-from prep.run.grow import Parent, file_identity, grown_classes
+from prep.run.grow import Parent, file_identity, grown_classes, named_targets
 from prep.run.inputs import Reject
 from prep.run.profile import stage
 from prep.run.shardwriter import shard_task, write_shard
@@ -150,12 +150,10 @@ class VolumesKind(Kind[VolumeConfig, list[Item]]):
         columns = self.targets.columns if self.targets is not None else []
         out = {}
         for it in self.items:
-            named = [
-                c.classes[int(v)] if c.classes else v
-                for c, v in zip(columns, it.target or (), strict=False)
-            ]
             label = file_identity(it.label) if it.label is not None else None
-            out[it.rel] = file_identity(it.path, None, None, label, named)
+            out[it.rel] = file_identity(
+                it.path, None, None, label, named_targets(columns, it.target)
+            )
         return out
 
     def grow(self, parent: Parent, fresh: set[str]) -> int:
