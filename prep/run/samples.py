@@ -19,7 +19,7 @@ import numpy as np
 from loaders.fields import Field, Image, Mask, Text, Tokens
 from loaders.fields.base import FieldError, check_name, encode_source
 from loaders.format import ArraySpec
-from prep.run import grow
+from prep.run import classmaps
 from prep.run.driver import Kind, array_specs, split_shards
 from prep.run.errors import Reject as UserReject
 from prep.run.errors import UsageError
@@ -222,9 +222,9 @@ class SamplesRun(Kind[Any, list[Any]]):
         self.parent = parent
         self.items = [it for it in self.items if it.rel in fresh]
         if self.grows_classes:
-            self.fields, moved = grow.grown_labels(self.fields, parent.manifest)
+            self.fields, moved = classmaps.grown_labels(self.fields, parent.manifest)
             if moved:
-                self.make = grow.Renamed(self.make, moved)
+                self.make = classmaps.Renamed(self.make, moved)
             self.specs = array_specs(self.fields, self.cfg)
         return len(self.items)
 

@@ -13,9 +13,10 @@ from loaders.fields import Audio, Field, Label, Scalar
 from loaders.fields.base import check_name
 from prep.kinds.audio.config import AudioConfig
 from prep.media.audio import QUALITY, decode_clip
+from prep.run.classmaps import named_targets
 from prep.run.driver import Inputs, RunSummary, fingerprint, run
 from prep.run.errors import PrepError
-from prep.run.grow import file_identity, named_targets
+from prep.run.grow import file_identity
 from prep.run.samples import Sample, SamplesRun
 from prep.sources.audio import Clip, Listing, list_audio
 

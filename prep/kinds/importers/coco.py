@@ -23,9 +23,10 @@ from prep.fields import Array, Boxes, Instances, Keypoints, Labels, Mask, Polygo
 from prep.fields.image import kept, outside_rows
 from prep.fields.rle import rasterise, semantic
 from prep.kinds.importers.config import CocoConfig, Tree, image_field
+from prep.run.classmaps import Renamed
 from prep.run.driver import Inputs, RunSummary, fingerprint, run
 from prep.run.errors import PrepError, Reject, UsageError
-from prep.run.grow import Parent, Renamed, adopt_early, file_identity
+from prep.run.grow import Parent, adopt_early, file_identity
 from prep.run.inputs import Reject as InputReject  # (code, message): a listed input
 from prep.run.inputs import check_file, load_json, reject_record
 from prep.run.samples import Item, SamplesRun, UserFunction

@@ -14,9 +14,10 @@ from loaders.fields import Volume, VolumeLabel
 from loaders.format import ArraySpec
 from prep.kinds.volumes.config import VolumeConfig, float_list
 from prep.media.volume import transform as tf
+from prep.run.classmaps import named_targets
 from prep.run.driver import Inputs, Kind, RunSummary, array_specs, fingerprint, run, split_shards
 from prep.run.errors import PrepError
-from prep.run.grow import Parent, file_identity, grown_classes, named_targets
+from prep.run.grow import Parent, file_identity, grown_classes
 from prep.run.inputs import Reject
 from prep.run.profile import stage
 from prep.run.shardwriter import shard_task, write_shard
