@@ -551,3 +551,17 @@ def test_tokenize_append_repacks_the_sequences(tmp_path: Path) -> None:
     plans = [np.load(root / "packing" / "train-32.npz") for root in (out, whole)]
     for key in ("starts", "doc", "offset", "length"):
         assert np.array_equal(plans[0][key], plans[1][key]), key
+
+
+def test_a_table_append_whose_rows_need_a_wider_dtype_is_refused(tmp_path: Path) -> None:
+    src, out = tmp_path / "src", tmp_path / "ds"
+    write_table(src, 1)
+    assert invoke(TABLE.args(src, out)).exit_code == 0
+    before = (out / "manifest.json").read_bytes()
+    (src / "b.csv").write_text("n,x,city,y\n100000,1.5,Bonn,top\n")  # n was uint8
+    got = invoke([*TABLE.args(src, out), "--append"])
+    assert got.exit_code == 1 and got.output.count("\n") == 1, got.output
+    assert "column n of all the rows is int stored as uint32, the dataset stores int as uint8" in (
+        got.output
+    )
+    assert (out / "manifest.json").read_bytes() == before

@@ -66,18 +66,24 @@ def merged_columns(
             f"cannot append: the new files' columns {list(new)[:8]} differ from the dataset's "
             f"{list(old)[:8]}. HINT: append files of the same table (the same header)"
         )
-    vocabs = {
-        f["name"]: f["vocab"] for f in parent.manifest.fields.values() if f.get("vocab") is not None
-    }
+    was = {f["name"]: f for f in parent.manifest.fields.values() if f.get("kind") == "column"}
     coded = set(cfg.names("categorical"))
     columns = []
     for name, st in new.items():
         old[name].merge(st, 0)
         role = "target" if name == cfg.target else "num"
         col = decide(name, role, name in coded, old[name], cfg.float16)
-        if col.vocab is not None and name in vocabs:  # old codes kept, new values after
+        old_col = was.get(name, {})
+        if old_col and (col.kind, col.dtype) != (old_col.get("type"), old_col.get("dtype")):
+            raise PrepError(
+                f"cannot append: column {name} of all the rows is {col.kind} stored as "
+                f"{col.dtype}, the dataset stores {old_col.get('type')} as "
+                f"{old_col.get('dtype')} (the new rows hold other values). HINT: repack all "
+                "the files with --overwrite"
+            )
+        if col.vocab is not None and old_col.get("vocab") is not None:  # old codes kept
             counts = dict(zip(col.vocab, col.counts or [], strict=True))
-            col.vocab = grown_classes(vocabs[name], col.vocab)
+            col.vocab = grown_classes(old_col["vocab"], col.vocab)
             col.counts = [counts.get(v, 0) for v in col.vocab]  # the same values: same dtype
         columns.append(col)
     return columns, old
