@@ -565,3 +565,50 @@ def test_a_table_append_whose_rows_need_a_wider_dtype_is_refused(tmp_path: Path)
         got.output
     )
     assert (out / "manifest.json").read_bytes() == before
+
+
+KILLER = """
+import os, signal
+from prep.kinds.text import tokenize as t
+real = t.TextKind.task
+def dying(*args):
+    record = real(*args)
+    os.kill(os.getpid(), signal.SIGKILL)  # after the first new shard is written
+    return record
+t.TextKind.task = staticmethod(dying)
+from prep.cli.main import app
+app({args!r})
+"""
+
+
+@pytest.mark.slow  # a fresh interpreter: 3-6 s
+def test_a_killed_tokenize_append_is_finished_by_resume(tmp_path: Path) -> None:
+    """kill -9 in the middle of an append, then the same command with --resume: the new shard
+    written before the kill is reused, and the files are those of an unbroken append."""
+    import subprocess
+    import sys
+
+    src, out, straight = tmp_path / "src", tmp_path / "ds", tmp_path / "straight"
+    write_text(src, 1)
+    first = ["--split-lines", "--val-fraction", "0.3", "--shard-mb", "0.0001"]
+    for root in (out, straight):
+        assert invoke(["tokenize", str(src), str(root), *first]).exit_code == 0
+    write_text(src, 2)
+    assert invoke(["tokenize", str(src), str(straight), "--append"]).exit_code == 0
+    args = ["tokenize", str(src), str(out), "--append", "--backend", "threads", "-q"]
+    code, repo = KILLER.format(args=args), Path(__file__).parents[1]  # this checkout's prep
+    proc = subprocess.run([sys.executable, "-c", code], cwd=repo, timeout=120)
+    assert proc.returncode == -9 and (tmp_path / "ds.partial").is_dir()
+    assert read_manifest(out).num_samples == 12  # the dataset as it was: 3 files of 4 lines
+    done = invoke(["tokenize", str(src), str(out), "--append", "--resume"])
+    assert done.exit_code == 0 and "(1 reused)" in done.output, done.output
+    same(by_source(out), by_source(straight))
+    assert files(out) == files(straight)
+
+
+def files(root: Path) -> dict[str, bytes]:
+    """A dataset's files, its manifest without what names its folder (OUT, the parent)."""
+    got = {p.name: p.read_bytes() for p in root.iterdir() if p.is_file() and p.name != "README.md"}
+    m = json.loads(got.pop("manifest.json"))
+    m["config"].pop("out"), m.pop("parent")
+    return got | {"manifest": json.dumps(m, sort_keys=True).encode()}
