@@ -115,12 +115,15 @@ class RunSummary:
 
     def line(self) -> str:
         rate = self.packed / self.seconds if self.seconds else 0.0
-        held = "" if self.skipped is None else f" ({self.skipped} already in the dataset)"
         return (
-            f"{self.out}: {self.inputs} inputs{held}, {self.packed} packed, "
+            f"{self.out}: {self.inputs} inputs{self.held()}, {self.packed} packed, "
             f"{self.said_rejected()}, {self.shards} shards ({self.reused} reused), "
             f"{self.bytes / 1e6:.1f} MB written, {self.seconds:.1f} s, {rate:.0f} items/s"
         )
+
+    def held(self) -> str:
+        """--append: " (N already in the dataset)"."""
+        return "" if self.skipped is None else f" ({self.skipped} already in the dataset)"
 
     def said_rejected(self) -> str:
         """ "N rejected", naming them when there are one or two."""

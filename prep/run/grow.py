@@ -28,6 +28,8 @@ from prep.run.staging import listed_files
 
 STATE = "inputs.json"  # what later appends need: each input's identity, each shard's stats
 KEPT = ("src", "out", "limit")  # config keys an append may change: where the new inputs are
+# A table column's keys an append recomputes from all the rows: its statistics
+RECOUNTED = ("missing", "lo", "hi", "mean", "std", "counts")
 
 
 @dataclass
@@ -118,6 +120,24 @@ def grown_classes(old: list[str], new: list[str]) -> list[str]:
     return old + [c for c in new if c not in old]
 
 
+def file_identity(
+    path: Path | str, label: int | None = None, classes: Any = None, *said: Any
+) -> str:
+    """What makes a file input the same one: its size and time, its label's name (ids move when
+    a class is added) and what else is `said`.
+
+    >>> file_identity("/no/such/file", 1, ["cat", "dog"])
+    '[null, "dog"]'
+    """
+    try:
+        st = Path(path).stat()
+        stamp: str | None = f"{st.st_size}:{st.st_mtime_ns}"
+    except (OSError, ValueError):  # gone: decoding rejects it
+        stamp = None
+    name = classes[label] if classes and label is not None else label
+    return json.dumps([stamp, name, *said])
+
+
 def check_fields(old: Manifest, fields: Mapping[str, Any], arrays: Mapping[str, Any]) -> None:
     """Refuse new fields unlike the dataset's, naming the first difference; a label's class
     list may only grow at its end."""
@@ -127,12 +147,15 @@ def check_fields(old: Manifest, fields: Mapping[str, Any], arrays: Mapping[str, 
         if not a or not b:
             what = "is new" if not a else "is missing"
             raise PrepError(f"cannot append: field {name} {what}. HINT: write a new dataset")
-        ca, cb = a.pop("classes", None), b.pop("classes", None)
-        if isinstance(ca, list) and (not isinstance(cb, list) or cb[: len(ca)] != ca):
-            raise PrepError(
-                f"cannot append: field {name}'s classes {cb} do not start with the dataset's "
-                f"{ca} (old ids would change). HINT: list new classes after the old ones"
-            )
+        for key in RECOUNTED if a.get("kind") == "column" else ():
+            a.pop(key, None), b.pop(key, None)
+        for key in ("classes", "vocab"):  # old ids never change
+            ca, cb = a.pop(key, None), b.pop(key, None)
+            if isinstance(ca, list) and (not isinstance(cb, list) or cb[: len(ca)] != ca):
+                raise PrepError(
+                    f"cannot append: field {name}'s {key} {cb} do not start with the dataset's "
+                    f"{ca} (old ids would change). HINT: list new classes after the old ones"
+                )
         keys = [k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
         if keys:
             k = keys[0]
@@ -183,8 +206,9 @@ def trimmed(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for r in records:
         for s in r.get("splits", [r["shard"]]):
             kept: dict[str, Any] = {"shard": {"split": s.get("split"), "count": s["count"]}}
-            if r.get("stats") is not None:
-                kept["stats"] = r["stats"]
+            for key in ("stats", "quality"):  # what the manifest's extra sums over all shards
+                if r.get(key) is not None:
+                    kept[key] = r[key]
             out.append(kept)
     return out
 
@@ -217,6 +241,21 @@ def counts_added(old: Any, new: Any) -> Any:
         n = max(len(a), len(b))
         return (np.pad(a, (0, n - len(a))) + np.pad(b, (0, n - len(b)))).tolist()
     return (old or 0) + (new or 0)
+
+
+def adopt_early(cfg: Any) -> None:
+    """--append: a command that builds its fields from the options before the run (an
+    importer) takes the dataset's for those left at their defaults now; open_parent refuses
+    what does not fit later."""
+    if not cfg.append or cfg.overwrite or url_of(str(cfg.out)) is not None:
+        return
+    try:
+        data, _ = read_manifest_file(Path(str(cfg.out)))
+        old = json.loads(data)["config"]
+    except (OSError, FormatError, ValueError, KeyError, TypeError):
+        return  # no dataset there: open_parent says so
+    if isinstance(old, dict):
+        adopt_config(cfg, old)
 
 
 def check_append(cfg: Any, appendable: bool, command: str) -> None:

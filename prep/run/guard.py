@@ -49,9 +49,12 @@ def check_out(out: Path, sources: list[Path], overwrite: bool, resume: bool) -> 
     ours: set[str] = set()  # the names of the prep dataset OUT holds (none: not one prep wrote)
     with contextlib.suppress(OSError, FormatError):
         if (out / MANIFEST).is_file():  # a FIFO there would block the read
-            files = listed_files(read_manifest(out))
+            m = read_manifest(out)
+            files = listed_files(m)
             ours = {MANIFEST, REJECTS, RUN_DIR, OLD, VERSIONS, STATE}  # prep.run.grow's too
             ours |= {Path(f).parts[0] for f in files if f}
+            if m.command == "tokenize":  # --pack's plans (loaders.packing.packing_name: not
+                ours.add("packing")  # imported, it imports torch)
     if ours and is_ours(out / CARD):  # the dataset card prep wrote (user edits are kept)
         ours.add(CARD)
     page = out / REPORT

@@ -19,6 +19,7 @@ import numpy as np
 from loaders.fields import Field, Image, Mask, Text, Tokens
 from loaders.fields.base import FieldError, check_name, encode_source
 from loaders.format import ArraySpec
+from prep.run import classmaps
 from prep.run.driver import Kind, array_specs, split_shards
 from prep.run.errors import Reject as UserReject
 from prep.run.errors import UsageError
@@ -169,6 +170,9 @@ class SamplesRun(Kind[Any, list[Any]]):
     task = staticmethod(samples_shard)
     threads = True  # images decode in C without the GIL; --backend loky for Python-heavy make()
     sourced: ClassVar[bool] = False
+    # --append: class lists come from the inputs (folders, a source's categories), so a new
+    # class may sort anywhere; it is put last (old ids kept) and the listed ids renamed.
+    grows_classes: ClassVar[bool] = False
     make: Make
     items: list[Any]
     base: Path | None = None
@@ -217,6 +221,11 @@ class SamplesRun(Kind[Any, list[Any]]):
     def grow(self, parent: Parent, fresh: set[str]) -> int:
         self.parent = parent
         self.items = [it for it in self.items if it.rel in fresh]
+        if self.grows_classes:
+            self.fields, moved = classmaps.grown_labels(self.fields, parent.manifest)
+            if moved:
+                self.make = classmaps.Renamed(self.make, moved)
+            self.specs = array_specs(self.fields, self.cfg)
         return len(self.items)
 
     def extra(self, records: list[dict[str, Any]]) -> dict[str, Any]:

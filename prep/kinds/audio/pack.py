@@ -13,8 +13,10 @@ from loaders.fields import Audio, Field, Label, Scalar
 from loaders.fields.base import check_name
 from prep.kinds.audio.config import AudioConfig
 from prep.media.audio import QUALITY, decode_clip
+from prep.run.classmaps import named_targets
 from prep.run.driver import Inputs, RunSummary, fingerprint, run
 from prep.run.errors import PrepError
+from prep.run.grow import file_identity
 from prep.run.samples import Sample, SamplesRun
 from prep.sources.audio import Clip, Listing, list_audio
 
@@ -44,6 +46,8 @@ class AudioKind(SamplesRun):
     noun = "files"
     sourced = True
     threads = True  # libsndfile, FFmpeg and soxr run in C without the GIL
+    appendable = True
+    grows_classes = True
     cfg: AudioConfig
 
     def list_inputs(self) -> Inputs:
@@ -83,6 +87,15 @@ class AudioKind(SamplesRun):
 
     def sources(self) -> list[Path]:
         return [Path(p) for p in (self.cfg.src, self.cfg.labels, self.cfg.targets) if p]
+
+    def identities(self) -> dict[str, str]:
+        """A file's size and time, its class's name and its targets."""
+        names, table = self.listing.classes, self.listing.targets
+        columns = table.columns if table is not None else []
+        return {
+            c.rel: file_identity(c.path, c.label, names, named_targets(columns, c.target))
+            for c in self.items
+        }
 
     def cost(self, shard: list[Clip]) -> int:
         return sum(self.sizes[c.rel][0] for c in shard)

@@ -305,8 +305,8 @@ class ImagesKind(Kind[PackConfig, list[Item]]):
             worst = max((f[2] for f in found), default=0)
             extra["decode"] = {"device": "cuda", "jpegs": n, "max_diff": worst}
             extra["decode"]["mean_max_diff"] = total / n if n else 0.0
-        if self.cfg.quality_scores:
-            extra["quality"] = quality_summary(records)
+        if self.cfg.quality_scores:  # an append's: of the old shards too (grow.trimmed)
+            extra["quality"] = quality_summary(self.before(records))
         splits = split_counts(self.listing, records)
         if self.parent is not None and splits:  # the new samples' counts added to the old
             before = self.parent.manifest.extra.get("splits")
@@ -318,6 +318,7 @@ def quality_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
     """`extra.quality`: each issue's count of flagged samples, and the shape reference (of the
     whole dataset's upright sizes) that odd_size and odd_aspect are scored against."""
     counts: dict[str, int] = {}
+    records = [r for r in records if r.get("quality")]  # a shard packed before issue 39: none
     for r in records:
         for name, n in r["quality"]["flagged"].items():
             counts[name] = counts.get(name, 0) + n

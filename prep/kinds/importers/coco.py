@@ -6,6 +6,8 @@ workers open no JSON. No image is opened but those whose boxes lie outside the J
 
 from __future__ import annotations
 
+import hashlib
+import json
 import struct
 from collections import defaultdict
 from dataclasses import dataclass
@@ -21,8 +23,10 @@ from prep.fields import Array, Boxes, Instances, Keypoints, Labels, Mask, Polygo
 from prep.fields.image import kept, outside_rows
 from prep.fields.rle import rasterise, semantic
 from prep.kinds.importers.config import CocoConfig, Tree, image_field
+from prep.run.classmaps import Renamed
 from prep.run.driver import Inputs, RunSummary, fingerprint, run
 from prep.run.errors import PrepError, Reject, UsageError
+from prep.run.grow import Parent, adopt_early, file_identity
 from prep.run.inputs import Reject as InputReject  # (code, message): a listed input
 from prep.run.inputs import check_file, load_json, reject_record
 from prep.run.samples import Item, SamplesRun, UserFunction
@@ -258,10 +262,10 @@ class _Parsed:
 class CocoSummary(RunSummary):
     boxes: int = 0  # boxes stored
     dropped: int = 0  # boxes left with no area by the crop (or with none to start with)
-    skipped: int = 0  # images without annotations, left out by --skip-empty
+    empty: int = 0  # images without annotations, left out by --skip-empty
 
     def line(self) -> str:
-        more = f", {self.skipped} empty images skipped" if self.skipped else ""
+        more = f", {self.empty} empty images skipped" if self.empty else ""
         return (
             f"{super().line()}; {self.boxes} boxes, {self.dropped} dropped (no area in the "
             f"stored image){more}"
@@ -324,11 +328,14 @@ class CocoKind(SamplesRun):
 
     name = "import coco"
     sourced = True
+    appendable = True
+    grows_classes = True
     summary = CocoSummary
     cfg: CocoConfig
 
     def __init__(self, cfg: CocoConfig):
         cfg.validate()  # before reading SRC: a missing SRC is a usage error
+        adopt_early(cfg)  # the fields below follow the options
         super().__init__(cfg)
         path = Path(str(cfg.src))
         self.data: dict[str, Any] | None = read_coco(path)  # once: the fields need its keypoints
@@ -364,10 +371,36 @@ class CocoKind(SamplesRun):
             raise PrepError(f"no images to import in {path} ({len(rejects)} rejected{first})")
         return Inputs(len(items), rejects, fingerprint(said))
 
+    def identities(self) -> dict[str, str]:
+        """An image's file (size, time) and its annotations, their classes by name: a
+        category added to the file moves the ids, not the images' identity."""
+        names = [d["name"] for d in self.categories.described]
+        out = {}
+        for it in self.items:
+            said = dict(it.value) | {"labels": [names[i] for i in it.value["labels"]]}
+            digest = hashlib.sha256(json.dumps(said, default=_listed, sort_keys=True).encode())
+            out[it.rel] = file_identity(it.value["path"], None, None, digest.hexdigest())
+        return out
+
+    def grow(self, parent: Parent, fresh: set[str]) -> int:
+        kept = super().grow(parent, fresh)
+        self.counts = [c for c in self.counts if c[0] in fresh]  # the summary's: this run's
+        if self.cfg.masks and isinstance(self.make, Renamed):
+            raise PrepError(
+                f"cannot append: {self.cfg.src}'s categories are not the dataset's followed by "
+                "new ones, and --masks stores class ids in pixels. HINT: list new categories "
+                "with higher ids than the old, or write a new dataset"
+            )
+        return kept
+
     def extra(self, records: list[dict[str, Any]]) -> dict[str, Any]:
         said: dict[str, Any] = {"annotations": Path(str(self.cfg.src)).name}
         said["categories"] = self.categories.described
         return super().extra(records) | {"coco": said}
+
+
+def _listed(value: Any) -> Any:
+    return np.asarray(value).tolist()  # an annotation's arrays, as JSON
 
 
 def import_coco(cfg: CocoConfig, show_progress: bool = True, profile: bool = False) -> RunSummary:
@@ -377,5 +410,5 @@ def import_coco(cfg: CocoConfig, show_progress: bool = True, profile: bool = Fal
         rejected = {r["path"] for r in iter_rejects(summary.out)}
         kept = [(b, d) for rel, b, d in kind.counts if rel not in rejected]
         summary.boxes, summary.dropped = sum(b for b, _ in kept), sum(d for _, d in kept)
-        summary.skipped = kind.skipped
+        summary.empty = kind.skipped
     return summary

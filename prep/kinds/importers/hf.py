@@ -33,6 +33,7 @@ from prep.kinds.importers.source import SourceKind
 from prep.run.config import listed
 from prep.run.driver import RunSummary, run
 from prep.run.errors import PrepError, Reject, UsageError
+from prep.run.grow import adopt_early
 from prep.run.samples import Item
 from prep.sources.samples import Source, file_stats
 
@@ -240,6 +241,7 @@ def read_chunk(path: str, chunk: int, names: list[str] | None = None) -> Any:
 
 def import_hf(cfg: HFConfig, show_progress: bool = True, profile: bool = False) -> RunSummary:
     cfg.validate()
+    adopt_early(cfg)  # the fields below follow the options
     src = Path(str(cfg.src))
     if not src.is_dir():
         raise UsageError(f"{src}: not a folder. HINT: give a save_to_disk or Parquet folder")

@@ -14,6 +14,7 @@ from prep.fields import Text, Tokens
 from prep.kinds.importers.config import PairsConfig, Tree, image_field
 from prep.run.driver import Inputs, RunSummary, fingerprint, run
 from prep.run.errors import PrepError, Reject, UsageError
+from prep.run.grow import adopt_early
 from prep.run.inputs import check_file, reject_record
 from prep.run.samples import Item, SamplesRun, UserFunction
 from prep.sources.samples import list_inputs
@@ -53,7 +54,10 @@ class PairsKind(SamplesRun):
     sourced = True
     cfg: PairsConfig
 
+    appendable = True
+
     def __init__(self, cfg: PairsConfig):
+        adopt_early(cfg)  # the fields below follow the options
         super().__init__(cfg)
         make = functools.partial(
             make_pair,

@@ -38,6 +38,7 @@ from prep.kinds.importers.source import SourceKind
 from prep.run.config import listed
 from prep.run.driver import RunSummary, run
 from prep.run.errors import PrepError, Reject, UsageError
+from prep.run.grow import adopt_early
 from prep.run.inputs import reject_record
 from prep.run.samples import Item
 from prep.sources.samples import Source, file_stats
@@ -352,6 +353,7 @@ def import_webdataset(
     cfg: WdsConfig, show_progress: bool = True, profile: bool = False
 ) -> RunSummary:
     cfg.validate()
+    adopt_early(cfg)  # the fields follow the options
     source, samples, fields = list_shards(cfg)
     kind = SourceKind(cfg, samples, fields, source)
     try:

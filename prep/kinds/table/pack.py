@@ -13,12 +13,16 @@ import numpy as np
 import pyarrow as pa
 
 from loaders.fields import Column as ColumnField
+from loaders.fields import declared
 from loaders.format.index import stem
+from prep.kinds.table.append import COLUMNS, merged_columns, state_record
 from prep.kinds.table.config import TableConfig
 from prep.kinds.table.scan import BLOCKS, Scan, read_spill, scan
 from prep.media.table.types import Column, encode
 from prep.run.driver import Inputs, Kind, RunSummary, array_specs, fingerprint, grouped, run
 from prep.run.errors import PrepError
+from prep.run.grow import Parent, check_fields, file_identity
+from prep.run.inputs import warn
 from prep.run.profile import stage
 from prep.run.shardwriter import ShardFiles, shard_task, split_record, writing
 from prep.run.staging import RUN_DIR
@@ -101,14 +105,23 @@ def table_shard(
     return split_record(staging, index, done, rejects, rows=rows_seen)
 
 
+class TableSummary(RunSummary):
+    def held(self) -> str:
+        """--append: the files the dataset holds (the summary's inputs are rows)."""
+        n = self.skipped
+        return "" if n is None else f" ({n} file{'s' if n != 1 else ''} already in the dataset)"
+
+
 class TableKind(Kind[TableConfig, list[Block]]):
     command = "table"
     unit = "row"
     noun = "rows"
     counted = "rows"
+    summary = TableSummary
     prepare_stage = "scan"
     threads = True  # parsing (pyarrow), encoding, hashing and writing release the GIL
     task = staticmethod(table_shard)
+    appendable = True  # new files: new shards; vocabularies and statistics grow (table.append)
 
     def sources(self) -> list[Path]:
         srcs = sources_of(self.cfg.src)
@@ -125,9 +138,36 @@ class TableKind(Kind[TableConfig, list[Block]]):
         seen = [(rel, p.stat().st_size, p.stat().st_mtime_ns) for rel, p in self.files]
         return Inputs(len(self.files), rejects, fingerprint(seen))
 
+    def identities(self) -> dict[str, str]:
+        return {rel: file_identity(path) for rel, path in self.files}
+
+    def grow(self, parent: Parent, fresh: set[str]) -> int:
+        self.parent = parent
+        self.files = [(rel, path) for rel, path in self.files if rel in fresh]
+        changed = [rel for rel, _ in self.files if rel in parent.inputs]
+        if changed:  # rows added to a packed file: the old rows would be there twice
+            warn(
+                f"{changed[0]}{f' and {len(changed) - 1} more' if len(changed) > 1 else ''} "
+                "changed since the dataset packed it: all its rows are packed again, beside the "
+                "old ones. HINT: put new rows in new files, or repack with --overwrite"
+            )
+        self.fields = dict(declared(parent.manifest))  # until `prepare` scans the new rows
+        return len(self.files)
+
     def prepare(self, staging: Path, resume: bool) -> None:
         self.scan: Scan = scan(self.files, self.cfg, staging / RUN_DIR / BLOCKS)
+        if self.parent is not None:
+            self.scan.columns, self.scan.stats = merged_columns(
+                self.parent, self.scan.stats, self.cfg
+            )
         self.fields = dict(table_fields(self.scan.columns, self.cfg.missing_mask))
+        if self.parent is not None:
+            check_fields(self.parent.manifest, self.described(), array_specs(self.fields))
+
+    def before(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The shards' records, and the columns' statistics a later append adds to."""
+        kept = [r for r in super().before(records) if COLUMNS not in r]
+        return [*kept, state_record(self.scan.stats)]
 
     def plan(self) -> list[list[Block]]:
         return grouped(self.scan.blocks, attrgetter("rows"), self.cfg.shard_rows)
@@ -149,6 +189,8 @@ def pack_table(cfg: TableConfig, show_progress: bool = True, profile: bool = Fal
     previous = pa.default_memory_pool()
     pa.set_memory_pool(pa.system_memory_pool())
     try:
-        return run(TableKind(cfg), show_progress, profile)
+        summary = run(TableKind(cfg), show_progress, profile)
+        summary.inputs -= summary.skipped or 0  # the driver added the files to the rows
+        return summary
     finally:
         pa.set_memory_pool(previous)

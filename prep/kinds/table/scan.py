@@ -5,7 +5,7 @@ vocabularies and statistics, each block's rows; each parsed block kept for the s
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ class Scan:
     blocks: list[Block]
     columns: list[Column]  # header order, dropped ones left out
     rejects: dict[int, list[dict[str, Any]]]  # block index -> its rows with wrong field counts
+    stats: dict[str, Stats] = field(default_factory=dict)  # what --append adds the new rows to
 
 
 @dataclass
@@ -159,7 +160,7 @@ def scan(files: list[tuple[str, Path]], cfg: TableConfig, folder: Path) -> Scan:
         for n in names
     ]
     # A block without rows keeps its rejects: they travel with the shard of the next block.
-    return Scan(found, columns, _carried(found, rejects))
+    return Scan(found, columns, _carried(found, rejects), stats)
 
 
 def _numbered(reject: dict[str, Any], before: int) -> dict[str, Any]:

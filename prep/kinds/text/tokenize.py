@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from loaders.fields import Array, Text, Tokens
+from loaders.fields import Array, Text, Tokens, declared
 from loaders.fields.base import encode_source
 from loaders.fields.tokens import LOSS_MASK
 from loaders.format import ArraySpec, Manifest, sha256_file
@@ -29,6 +29,7 @@ from prep.media.text.documents import DocumentReader, Piece, count_documents, li
 from prep.media.text.tokenizers import Tokenizer, fit_tokenizer, load_saved, tokenizer_identity
 from prep.run.driver import Inputs, Kind, RunSummary, array_specs, fingerprint, grouped, run
 from prep.run.errors import PrepError
+from prep.run.grow import Parent, check_fields, file_identity, link
 from prep.run.profile import stage, timed_iter
 from prep.run.shardwriter import ShardFiles, shard_task, split_record, writing
 from prep.sources.text import list_matching
@@ -230,6 +231,7 @@ def plan_shards(pieces: list[Piece], shard_bytes: int) -> list[list[Piece]]:
 @dataclass
 class TokenizeSummary(RunSummary):
     packings: dict[str, int] = field(default_factory=dict)  # --pack: split -> its sequences
+    first: int = 0  # the first shard this run wrote (an append's: after the dataset's)
 
     @property
     def docs(self) -> int:
@@ -238,11 +240,11 @@ class TokenizeSummary(RunSummary):
     @property
     def val_docs(self) -> int:
         m = self.manifest
-        return int(m.counts()[m.split_of() == "val"].sum())
+        return int(m.counts()[self.first :][m.split_of()[self.first :] == "val"].sum())
 
     @property
     def tokens(self) -> int:
-        return sum(s.arrays["tokens"].length for s in self.manifest.shards)
+        return sum(s.arrays["tokens"].length for s in list(self.manifest.shards)[self.first :])
 
     @property
     def tokenizer(self) -> str:
@@ -260,7 +262,8 @@ class TokenizeSummary(RunSummary):
         busy = self.seconds - self.prepare_seconds  # the shard tasks' (after the fitting)
         rate = self.tokens / busy if busy > 0 else 0.0
         return (
-            f"{self.out}: {self.docs} documents ({self.val_docs} val), {self.tokens:,} tokens, "
+            f"{self.out}: {self.docs} documents ({self.val_docs} val){self.held()}, "
+            f"{self.tokens:,} tokens, "
             f"{self.said_rejected()}; {self.tokenizer} vocabulary {self.vocab_size} as "
             f"{self.dtype}; {self.shards} shards ({self.reused} reused), "
             f"{self.bytes / 1e6:.1f} MB written; {self.seconds:.1f} s "
@@ -276,6 +279,7 @@ class TextKind(Kind[TokenizeConfig, list[Piece]]):
     summary = TokenizeSummary
     prepare_stage = "fit"
     task = staticmethod(tokenize_shard)
+    appendable = True  # new documents: new shards of their split's token stream
 
     def sources(self) -> list[Path]:
         spec = self.cfg.tokenizer
@@ -319,6 +323,16 @@ class TextKind(Kind[TokenizeConfig, list[Piece]]):
             seen.append(("chat", template_text(cfg.chat_template, cfg.tokenizer)))
         return Inputs(len(pieces), rejects, fingerprint(seen))
 
+    def identities(self) -> dict[str, str]:
+        """A piece of a file (its name and first byte) and the file's size and time."""
+        return {piece_name(p): file_identity(p.path, None, None, p.end) for p in self.pieces}
+
+    def grow(self, parent: Parent, fresh: set[str]) -> int:
+        self.parent = parent
+        self.pieces = [p for p in self.pieces if piece_name(p) in fresh]
+        self.fields = dict(declared(parent.manifest))  # until `prepare` loads its tokenizer
+        return len(self.pieces)
+
     def plan(self) -> list[list[Piece]]:
         self.shards = plan_shards(self.pieces, max(1, int(self.cfg.shard_mb * MB)))
         return self.shards
@@ -327,7 +341,9 @@ class TextKind(Kind[TokenizeConfig, list[Piece]]):
         """The run's tokenizer, saved in `staging` (reused on --resume)."""
         cfg = self.cfg
         name, file = tokenizer_identity(cfg.tokenizer)
-        if not (resume and (file is None or (staging / file).is_file())):
+        if self.parent is not None and file:  # the dataset's: its ids keep their meaning
+            link(Path(os.path.abspath(str(cfg.out))) / file, staging / file)
+        elif not (resume and (file is None or (staging / file).is_file())):
             fit_tokenizer(cfg.tokenizer, self._corpus, cfg.vocab_size).save(staging)
         self.tok = load_saved(name, staging, file)
         self.tok_info = (name, file)
@@ -343,6 +359,8 @@ class TextKind(Kind[TokenizeConfig, list[Piece]]):
         self.fields = {"tokens": tokens, "source": Text()}
         if cfg.chat:  # 1 on the tokens trained on, ragged as the tokens
             self.fields[LOSS_MASK] = Array("uint8", (None,))
+        if self.parent is not None:
+            check_fields(self.parent.manifest, self.described(), array_specs(self.fields))
 
     def _corpus(self) -> Iterator[str]:
         reader = _reader(self.cfg)
@@ -385,12 +403,19 @@ class TextKind(Kind[TokenizeConfig, list[Piece]]):
         return super().bytes(out, manifest) + ((out / file).stat().st_size if file else 0)
 
 
+def piece_name(p: Piece) -> str:
+    return f"{p.rel}:{p.start}"
+
+
 def tokenize(
     cfg: TokenizeConfig, show_progress: bool = True, profile: bool = False
 ) -> TokenizeSummary:
     """Tokenize cfg.src into cfg.out; `profile`: the summary's `stages` (prep.run.profile)."""
-    summary = run(TextKind(cfg), show_progress, profile)
+    kind = TextKind(cfg)
+    summary = run(kind, show_progress, profile)
     assert isinstance(summary, TokenizeSummary)
+    if kind.parent is not None:  # the counts of the line: this run's documents
+        summary.first = len(kind.parent.manifest.shards)
     if cfg.pack is not None:
         summary.packings = store_packings(Path(str(cfg.out)), cfg.pack, summary.manifest.splits)
     return summary

@@ -14,6 +14,7 @@ from prep.kinds.video.config import VideoConfig
 from prep.media.video import decode_video
 from prep.run.driver import AUTO_MAX, AUTO_SHARDS, Inputs, RunSummary, fingerprint, run
 from prep.run.errors import PrepError
+from prep.run.grow import file_identity
 from prep.run.samples import Sample, SamplesRun
 from prep.sources.images import Item, list_videos
 
@@ -43,6 +44,8 @@ class VideoKind(SamplesRun):
     noun = "videos"
     sourced = True
     threads = True  # PyAV decodes, OpenCV resizes and libjpeg-turbo encodes without the GIL
+    appendable = True
+    grows_classes = True
     cfg: VideoConfig
 
     def list_inputs(self) -> Inputs:
@@ -58,7 +61,7 @@ class VideoKind(SamplesRun):
                 "video files (.mp4, .mkv, .webm, .mov, .avi...), in class sub-folders for labels"
             )
         labelled = all(it.label is not None for it in items)
-        self.items = items
+        self.items, self.classes = items, classes
         fields: dict[str, Field] = {
             "frames": Video(cfg.size, cfg.mode, cfg.codec, cfg.fps, cfg.quality, cfg.segment)
         }
@@ -70,6 +73,11 @@ class VideoKind(SamplesRun):
         seen = [(it.rel, st.st_size, st.st_mtime_ns, it.label) for it, st in stats]
         self.sizes = {rel: size for rel, size, _, _ in seen}
         return Inputs(len(items), rejects, fingerprint([seen, classes]))
+
+    def identities(self) -> dict[str, str]:
+        """A video's size and time, and its class's name."""
+        names = self.classes
+        return {it.rel: file_identity(it.path, it.label, names) for it in self.items}
 
     def plan(self) -> list[list[Any]]:
         # A video is many images' work: the driver's AUTO_MIN of 16 inputs would leave cores

@@ -4,6 +4,7 @@ the steps of prep.media.volume.transform; a shard stores its volumes' voxels rag
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +14,10 @@ from loaders.fields import Volume, VolumeLabel
 from loaders.format import ArraySpec
 from prep.kinds.volumes.config import VolumeConfig, float_list
 from prep.media.volume import transform as tf
+from prep.run.classmaps import named_targets
 from prep.run.driver import Inputs, Kind, RunSummary, array_specs, fingerprint, run, split_shards
 from prep.run.errors import PrepError
+from prep.run.grow import Parent, file_identity, grown_classes
 from prep.run.inputs import Reject
 from prep.run.profile import stage
 from prep.run.shardwriter import shard_task, write_shard
@@ -103,6 +106,7 @@ class VolumesKind(Kind[VolumeConfig, list[Item]]):
     unit = "vol"
     noun = "volumes"
     task = staticmethod(volumes_shard)
+    appendable = True
 
     def sources(self) -> list[Path]:
         return [Path(p) for p in (self.cfg.src, self.cfg.labels, self.cfg.targets) if p]
@@ -141,6 +145,37 @@ class VolumesKind(Kind[VolumeConfig, list[Item]]):
         said = [(it.rel, str(it.label)) for it in items]  # targets: the CSV is in `seen`
         return Inputs(len(items), rejects, fingerprint([seen, said]))
 
+    def identities(self) -> dict[str, str]:
+        """A scan's file (or series folder) and its label's: size and time; its targets, a
+        class by its name (ids move when a class is added)."""
+        columns = self.targets.columns if self.targets is not None else []
+        out = {}
+        for it in self.items:
+            label = file_identity(it.label) if it.label is not None else None
+            out[it.rel] = file_identity(
+                it.path, None, None, label, named_targets(columns, it.target)
+            )
+        return out
+
+    def grow(self, parent: Parent, fresh: set[str]) -> int:
+        """The new scans; a target's classes grown at the end, its ids renamed."""
+        self.parent = parent
+        self.items = [it for it in self.items if it.rel in fresh]
+        moved: dict[int, list[int]] = {}
+        for j, c in enumerate(self.targets.columns if self.targets is not None else []):
+            was = (parent.manifest.fields.get(tg.array_of(j)) or {}).get("vocab")
+            if c.classes and isinstance(was, list):
+                classes = grown_classes(was, list(c.classes))
+                moved[j] = [classes.index(name) for name in c.classes]
+                f: Any = self.fields[tg.array_of(j)]  # a ColumnField
+                self.fields[tg.array_of(j)] = dataclasses.replace(f, vocab=tuple(classes))
+        if moved:
+            self.items = [
+                dataclasses.replace(it, target=renamed(it.target, moved)) for it in self.items
+            ]
+        self.specs = array_specs(self.fields, self.cfg)
+        return len(self.items)
+
     def plan(self) -> list[list[Item]]:
         return split_shards(self.items, [None], self.cfg.shard_size)
 
@@ -151,7 +186,17 @@ class VolumesKind(Kind[VolumeConfig, list[Item]]):
         return (index, shard, self.cfg, self.specs, staging)
 
     def extra(self, records: list[dict[str, Any]]) -> dict[str, Any]:
-        return {"volumes": [v for rec in records for v in rec["volumes"]]}
+        old = self.parent.manifest.extra.get("volumes", []) if self.parent else []
+        return {"volumes": old + [v for rec in records for v in rec["volumes"]]}
+
+
+def renamed(
+    target: tuple[int | float, ...] | None, moved: dict[int, list[int]]
+) -> tuple[int | float, ...] | None:
+    """A scan's target values, the class ids of the columns in `moved` as the grown ids."""
+    if target is None:
+        return None
+    return tuple(moved[j][int(v)] if j in moved else v for j, v in enumerate(target))
 
 
 def volumes(cfg: VolumeConfig, show_progress: bool = True, profile: bool = False) -> RunSummary:
