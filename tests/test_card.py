@@ -1,15 +1,127 @@
 """The dataset card: README.md in the Hugging Face layout, the same for the same dataset (no
-time, no machine path), refreshed by an append with the user's license and text kept."""
+time, no machine path), refreshed by an append with the user's license and text kept. Every
+writing command leaves it beside its manifest at install: its counts are the loaders' own, its
+code runs in the dataset's folder; `prep remove` and `prep compact` refresh it."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
+import numpy as np
+import pytest
 from typer.testing import CliRunner
 
+from loaders import CenterCrop, SampleDataset
+from loaders.format import read_manifest
 from prep.cli.main import app
+from prep.demo.audio import make_audio_demo
+from prep.demo.images import make_demo
+from prep.demo.video import make_video_demo
+from prep.demo.volumes import make_phantoms
 from tests.test_append import run_pack, week1, week2
+
+RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "detection.py"
+
+
+@pytest.fixture(scope="module")
+def raw(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The image demo (and its import sources), two phantoms, sounds and clips: tiny."""
+    root = tmp_path_factory.mktemp("card-raw")
+    make_demo(root / "raw", count=8, seed=0, jobs=1, max_side=64, show_progress=False)
+    make_phantoms(root / "vol", count=2, seed=0, side=24, dicom=False)
+    make_audio_demo(root / "aud", per_class=2, seed=0)
+    make_video_demo(root / "vid", per_class=1, seed=0)
+    return root
+
+
+# command -> (its arguments but OUT, from the raw folder; the card's task category)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "pack": ("pack raw/images OUT --sizes 16", "image-classification"),
+    "samples": (f"samples raw/detection.jsonl OUT --recipe {RECIPE}", "image-to-text"),
+    "tokenize": ("tokenize raw/text OUT --tokenizer bytes", "text-generation"),
+    "table": ("table raw/table/houses.csv OUT --target price", "tabular-regression"),
+    "volumes": ("volumes vol/images OUT --labels vol/labels", "image-segmentation"),
+    "audio": ("audio aud OUT", "audio-classification"),
+    "video": ("video vid OUT --fps 4 --size 16", "video-classification"),
+    "import coco": ("import coco raw/coco.json raw/images OUT", "object-detection"),
+    "import hf": ("import hf raw/hf OUT", "image-classification"),
+}
+
+
+def write(raw: Path, args: str, out: Path) -> None:
+    """`prep ARGS -q`, OUT the folder `out`, the other paths in `raw`."""
+    words = [str(raw / a) if (raw / a).exists() else a for a in args.split()]
+    words = [str(out) if a == "OUT" else a for a in words]
+    result = CliRunner().invoke(app, [*words, "-q"])
+    assert result.exit_code == 0, result.output
+
+
+def blocks(card: str) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", card, re.S)
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_every_command_writes_its_card(
+    raw: Path, tmp_path: Path, command: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    args, task = COMMANDS[command]
+    out = tmp_path / "qzx"
+    write(raw, args, out)
+    card = (out / "README.md").read_text()
+    head, body = card.split("---\n")[1], card.split("---\n", 2)[2]
+    assert head.startswith("license: other") and f"task_categories:\n- {task}\n" in head
+    assert "size_categories:\n- n<1K\n" in head
+    assert str(tmp_path) not in card and "qzx" not in card  # no path, no name
+    ds = SampleDataset(out, crop=CenterCrop(8))  # the counts: the loaders' own
+    total = int(re.search(r"(\d+) samples in", body).group(1))  # type: ignore[union-attr]
+    assert total == len(ds) > 0
+    rows = dict(re.findall(r"^\| (\w+) \| (\d+) \|$", body, re.M))
+    splits = read_manifest(out).splits or ["all"]
+    assert list(rows) == splits
+    for split, n in rows.items():
+        part = SampleDataset(out, crop=CenterCrop(8), split=None if split == "all" else split)
+        assert int(n) == len(part)
+    monkeypatch.chdir(out)  # its code runs where it lies: "." is the dataset
+    loading, numpy_only = blocks(card)
+    names: dict[str, Any] = {}
+    exec(loading, names)
+    assert len(names["ds"]) > 0
+    exec(numpy_only, names)
+    first = next(v for v in names.values() if isinstance(v, np.ndarray))
+    assert len(first) > 0
+
+
+def test_class_counts_are_the_folders_and_same_for_any_jobs(raw: Path, tmp_path: Path) -> None:
+    for jobs in ("1", "2"):
+        write(raw, f"audio aud OUT --jobs {jobs} --shard-size 2", tmp_path / f"j{jobs}")
+    card = (tmp_path / "j1" / "README.md").read_bytes()
+    assert card == (tmp_path / "j2" / "README.md").read_bytes()
+    found = dict(re.findall(r"^\| (\w+) \| \d+ \| (\d+) \|$", card.decode(), re.M))
+    want = {c.name: str(len(list(c.iterdir()))) for c in sorted((raw / "aud").iterdir())}
+    assert found == want
+
+
+def test_remove_and_compact_refresh_the_card(raw: Path, tmp_path: Path) -> None:
+    out = tmp_path / "pets"
+    write(raw, "pack raw/images OUT --sizes 16 --shard-size 3", out)
+    labels = np.asarray([int(s["label"]) for s in SampleDataset(out, fields=["label"])])
+    classes = read_manifest(out).classes or []
+    (tmp_path / "ids.txt").write_text("0\n4\n5\n")
+    assert CliRunner().invoke(app, ["remove", str(out), "--ids", str(tmp_path / "ids.txt")])
+    card = (out / "README.md").read_text()
+    kept = np.delete(labels, [0, 4, 5])
+    want = {c: str(int((kept == i).sum())) for i, c in enumerate(classes)}
+    assert dict(re.findall(r"^\| (\w+) \| \d+ \| (\d+) \|$", card, re.M)) == want
+    assert "5 samples in 3 shards" in card and "3 samples are removed" in card
+    assert "`prep pack` with:" in card and "| all | 5 |" in card
+    result = CliRunner().invoke(app, ["compact", str(out), "--shard-size", "8"])
+    assert result.exit_code == 0, result.output
+    card = (out / "README.md").read_text()
+    assert "5 samples in 1 shards" in card and "removed" not in card.split("## Fields")[0]
+    assert dict(re.findall(r"^\| (\w+) \| \d+ \| (\d+) \|$", card, re.M)) == want
+    assert re.search(r"`prep compact`, 5 samples\n- `prep remove`, 5 samples", card)
 
 
 def test_card_layout_counts_and_user_edits(tmp_path: Path) -> None:
@@ -27,7 +139,7 @@ def test_card_layout_counts_and_user_edits(tmp_path: Path) -> None:
     assert "size_categories:\n- n<1K\n" in head and text.startswith("---\nlicense: ")
     assert "| cat | 0 | 5 |" in text and "| dog | 1 | 4 |" in text  # counted from the labels
     assert str(tmp_path) not in text and not re.search(r"\d\d:\d\d:\d\d", text)
-    assert 'SampleDataset("pets")' in text
+    assert 'root = "."' in text and "pets" not in text  # nor the folder's name: it may move
     edited = text.replace("license: other  # set the dataset's license", "license: cc-by-4.0")
     (out / "README.md").write_text(edited + "\nOur notes: photos from the shelter.\n")
     week2(src)

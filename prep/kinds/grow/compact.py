@@ -26,7 +26,7 @@ from loaders.format import (
 from loaders.format.arrays import read_manifest_file
 from loaders.format.schema import ShardIndex, file_name, parts, shard_of, stem
 from prep.run import staging as st
-from prep.run.card import write_card
+from prep.run.card import kept, write_card
 from prep.run.driver import shard_size
 from prep.run.errors import PrepError, write_error
 from prep.run.files import NpyWriter, RaggedWriter, temp_path
@@ -64,21 +64,6 @@ def groups(m: Manifest, size: int) -> list[list[int]]:
             held = 0
         out[-1].append(i)
         held += int(counts[i])
-    return out
-
-
-def kept(m: Manifest) -> list[np.ndarray | None]:
-    """Each shard's samples not removed (a bool mask), None where none is removed."""
-    starts = np.concatenate([[0], np.cumsum(m.counts(), dtype=np.int64)])
-    removed = np.asarray(m.removed, np.int64)
-    out: list[np.ndarray | None] = []
-    for i in range(len(starts) - 1):
-        gone = removed[(removed >= starts[i]) & (removed < starts[i + 1])] - starts[i]
-        mask = None
-        if len(gone):
-            mask = np.ones(int(starts[i + 1] - starts[i]), bool)
-            mask[gone] = False
-        out.append(mask)
     return out
 
 
