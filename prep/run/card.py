@@ -76,8 +76,9 @@ def kept(m: Manifest) -> list[np.ndarray | None]:
     at = np.searchsorted(starts, removed, side="right") - 1  # each removed sample's shard
     out: list[np.ndarray | None] = [None] * (len(starts) - 1)
     for i in np.unique(at).tolist():
-        out[i] = np.ones(int(starts[i + 1] - starts[i]), bool)
-        out[i][removed[at == i] - starts[i]] = False  # type: ignore[index]
+        mask = np.ones(int(starts[i + 1] - starts[i]), bool)
+        mask[removed[at == i] - starts[i]] = False
+        out[i] = mask
     return out
 
 
@@ -162,7 +163,7 @@ def load_code(m: Manifest) -> list[str]:
     if m.storage != "npy" or not len(m.shards):
         return [*out, 'index = np.load("shards.npy")  # a column a shard: count, split, ...', "```"]
     shard = m.shards[0]
-    picked = sorted(m.fields, key=lambda f: MAIN.get(m.fields[f].get("kind"), 9))
+    picked = sorted(m.fields, key=lambda f: MAIN.get(str(m.fields[f].get("kind")), 9))
     for field in picked[:2]:
         name = min((a for a, spec in m.arrays.items() if spec.field == field), default=None)
         if name is None:
