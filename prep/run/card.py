@@ -90,7 +90,10 @@ def class_counts(root: Path, m: Manifest, masks: list[np.ndarray | None]) -> lis
         return []
     total = np.zeros(len(classes), np.int64)
     for i, keep in enumerate(masks):
-        ids = np.load(root / m.shards[i].arrays["label"].file, mmap_mode="r")
+        try:
+            ids = np.load(root / m.shards[i].arrays["label"].file, mmap_mode="r")
+        except OSError:  # uploaded and removed by a dask worker (prep.run.remote): not counted
+            return []
         ids = np.asarray(ids if keep is None else ids[keep], np.int64)
         total += np.bincount(ids, minlength=len(classes))[: len(classes)]
     return list(zip(classes, total.tolist(), strict=True))

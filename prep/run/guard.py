@@ -51,7 +51,7 @@ def check_out(out: Path, sources: list[Path], overwrite: bool, resume: bool) -> 
         if (out / MANIFEST).is_file():  # a FIFO there would block the read
             files = listed_files(read_manifest(out))
             ours = {MANIFEST, REJECTS, RUN_DIR, OLD, VERSIONS, STATE}  # prep.run.grow's too
-            ours |= {Path(f).parts[0] for f in files if f}
+            ours |= {Path(f).parts[0] for f in files if f} | kept_files(out)
     if ours and is_ours(out / CARD):  # the dataset card prep wrote (user edits are kept)
         ours.add(CARD)
     page = out / REPORT
@@ -72,6 +72,17 @@ def check_out(out: Path, sources: list[Path], overwrite: bool, resume: bool) -> 
             f"{out} already exists and is not an empty folder. HINT: pass --overwrite to replace "
             "it (the old dataset stays readable until the new one is complete)"
         )
+
+
+def kept_files(out: Path) -> set[str]:
+    """The names (first path parts) of the files the kept versions (`versions/SHA/`) list: an
+    older version's shards, left for its readers by `prep compact` without --prune."""
+    names: set[str] = set()
+    versions = out / VERSIONS
+    for kept in sorted(versions.iterdir()) if versions.is_dir() else []:
+        with contextlib.suppress(OSError, FormatError):
+            names |= {Path(f).parts[0] for f in listed_files(read_manifest(kept)) if f}
+    return names
 
 
 LOCK_TEXT = re.compile(rb"pid [0-9]+ on [^\n]*\n?")  # what `locked` writes in the lock
