@@ -51,13 +51,15 @@ def check_out(out: Path, sources: list[Path], overwrite: bool, resume: bool) -> 
         if (out / MANIFEST).is_file():  # a FIFO there would block the read
             files = listed_files(read_manifest(out))
             ours = {MANIFEST, REJECTS, RUN_DIR, OLD, VERSIONS, STATE}  # prep.run.grow's too
-            ours |= {Path(f).parts[0] for f in files if f} | kept_files(out)
+            ours |= {Path(f).parts[0] for f in files if f}
     if ours and is_ours(out / CARD):  # the dataset card prep wrote (user edits are kept)
         ours.add(CARD)
     page = out / REPORT
     if ours and page.is_file() and not page.is_symlink():  # prep report's; a folder is the user's
         ours.add(REPORT)
     foreign = [n for n in sorted(os.listdir(out)) if n not in ours]
+    if foreign and ours:  # files only an older version lists (kept by compact) are prep's too
+        foreign = [n for n in foreign if n not in kept_files(out)]
     if foreign:
         shown = ", ".join(foreign[:3]) + (
             f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
