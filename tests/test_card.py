@@ -6,6 +6,7 @@ code runs in the dataset's folder; `prep remove` and `prep compact` refresh it."
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "detection.py"
 def raw(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The image demo (and its import sources), two phantoms, sounds and clips: tiny."""
     root = tmp_path_factory.mktemp("card-raw")
-    make_demo(root / "raw", count=8, seed=0, jobs=1, max_side=64, show_progress=False)
+    make_demo(root / "raw", count=16, seed=0, jobs=1, max_side=64, show_progress=False)
     make_phantoms(root / "vol", count=2, seed=0, side=24, dicom=False)
     make_audio_demo(root / "aud", per_class=2, seed=0)
     make_video_demo(root / "vid", per_class=1, seed=0)
@@ -103,25 +104,48 @@ def test_class_counts_are_the_folders_and_same_for_any_jobs(raw: Path, tmp_path:
     assert found == want
 
 
+def per_split(out: Path, gone: Collection[int] = ()) -> dict[str, list[int]]:
+    """Samples a class in each split, read by the loaders; without the dataset indices `gone`
+    (of a dataset nothing is removed from yet: each split's shards follow the manifest's)."""
+    m = read_manifest(out)
+    found = {}
+    for split in m.splits:
+        ds = SampleDataset(out, fields=["label"], split=split)
+        held = np.flatnonzero(np.repeat(m.split_of(), m.counts()) == split)  # dataset indices
+        labels = [int(x["label"]) for i, x in zip(held, ds, strict=False) if i not in gone]
+        found[split] = np.bincount(labels, minlength=len(m.classes or [])).tolist()
+    return found
+
+
+def card_table(card: str) -> dict[str, list[int]]:
+    """The card's class table, a column a split: split -> samples a class."""
+    rows = re.findall(r"^\| (\w+) \| \d+ \| (\d+) \| (\d+) \|$", card, re.M)
+    heads = re.search(r"^\| class \| id \| (\w+) \| (\w+) \|$", card, re.M).groups()  # type: ignore[union-attr]
+    return {h: [int(r[1 + j]) for r in rows] for j, h in enumerate(heads)}
+
+
 def test_remove_and_compact_refresh_the_card(raw: Path, tmp_path: Path) -> None:
     out = tmp_path / "pets"
-    write(raw, "pack raw/images OUT --sizes 16 --shard-size 3", out)
-    labels = np.asarray([int(s["label"]) for s in SampleDataset(out, fields=["label"])])
-    classes = read_manifest(out).classes or []
+    write(raw, "pack raw/images OUT --sizes 16 --shard-size 3 --val-fraction 0.25", out)
+    want = per_split(out, {0, 4, 5})  # the dataset's indices, before the remove
+    assert sorted(want) == ["train", "val"]  # two splits: a column each
     (tmp_path / "ids.txt").write_text("0\n4\n5\n")
-    assert CliRunner().invoke(app, ["remove", str(out), "--ids", str(tmp_path / "ids.txt")])
+    result = CliRunner().invoke(app, ["remove", str(out), "--ids", str(tmp_path / "ids.txt")])
+    assert result.exit_code == 0, result.output
     card = (out / "README.md").read_text()
-    kept = np.delete(labels, [0, 4, 5])
-    want = {c: str(int((kept == i).sum())) for i, c in enumerate(classes)}
-    assert dict(re.findall(r"^\| (\w+) \| \d+ \| (\d+) \|$", card, re.M)) == want
-    assert "5 samples in 3 shards" in card and "3 samples are removed" in card
-    assert "`prep pack` with:" in card and "| all | 5 |" in card
+    assert per_split(out) == want  # the loaders skip the removed samples
+    assert card_table(card) == want
+    assert "3 samples are removed" in card and "`prep pack` with:" in card
+    assert f"| val | {sum(want['val'])} |" in card and f"| train | {sum(want['train'])} |" in card
     result = CliRunner().invoke(app, ["compact", str(out), "--shard-size", "8"])
     assert result.exit_code == 0, result.output
     card = (out / "README.md").read_text()
-    assert "5 samples in 1 shards" in card and "removed" not in card.split("## Fields")[0]
-    assert dict(re.findall(r"^\| (\w+) \| \d+ \| (\d+) \|$", card, re.M)) == want
-    assert re.search(r"`prep compact`, 5 samples\n- `prep remove`, 5 samples", card)
+    assert re.search(r"^13 samples in 3 shards", card, re.M) and "removed" not in card
+    assert card_table(card) == want == per_split(out)
+    said = read_manifest(out).extra["splits"]  # what `prep info` says a split lacks: recounted
+    assert {s: said[s]["per_class"] for s in said} == want
+    assert {s: said[s]["samples"] for s in said} == {s: sum(n) for s, n in want.items()}
+    assert re.search(r"`prep compact`, 13 samples\n- `prep remove`, 13 samples", card)
 
 
 def test_card_layout_counts_and_user_edits(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -82,21 +83,23 @@ def kept(m: Manifest) -> list[np.ndarray | None]:
     return out
 
 
-def class_counts(root: Path, m: Manifest, masks: list[np.ndarray | None]) -> list[tuple[str, int]]:
-    """(class, samples) of field `label` (a raw array a shard), read from its arrays."""
+def class_counts(root: Path, m: Manifest, masks: list[np.ndarray | None]) -> dict[Any, list[int]]:
+    """Samples of each class of field `label` (a raw array a shard) by split (None: no split),
+    read from its arrays, those `masks` keep; {} where there is no such field."""
     d = m.fields.get("label", {})
     classes = d.get("classes") if d.get("kind") == "label" else None
     if not classes or m.storage != "npy" or "label" not in m.arrays:
-        return []
-    total = np.zeros(len(classes), np.int64)
+        return {}
+    splits = m.split_of()
+    totals = {s: np.zeros(len(classes), np.int64) for s in dict.fromkeys(splits.tolist())}
     for i, keep in enumerate(masks):
         try:
             ids = np.load(root / m.shards[i].arrays["label"].file, mmap_mode="r")
         except OSError:  # uploaded and removed by a dask worker (prep.run.remote): not counted
-            return []
+            return {}
         ids = np.asarray(ids if keep is None else ids[keep], np.int64)
-        total += np.bincount(ids, minlength=len(classes))[: len(classes)]
-    return list(zip(classes, total.tolist(), strict=True))
+        totals[splits[i]] += np.bincount(ids, minlength=len(classes))[: len(classes)]
+    return {s: t.tolist() for s, t in totals.items()}
 
 
 def history(root: Path) -> list[str]:
@@ -192,10 +195,12 @@ def block(root: Path, m: Manifest) -> str:
     splits = m.split_of()
     for split in dict.fromkeys(splits.tolist()) or [None]:
         out.append(f"| {split or 'all'} | {int(counts[splits == split].sum())} |")
-    per_class = class_counts(root, m, kept_)
-    if per_class:
-        out += ["", "| class | id | samples |", "| --- | --- | --- |"]
-        out += [f"| {c} | {i} | {n} |" for i, (c, n) in enumerate(per_class)]
+    per_split = class_counts(root, m, kept_)
+    if per_split:  # a column a split where there are several
+        heads = [str(s) for s in per_split] if len(per_split) > 1 else ["samples"]
+        out += ["", f"| class | id | {' | '.join(heads)} |", "| --- " * (2 + len(heads)) + "|"]
+        for i, c in enumerate(m.fields["label"]["classes"]):
+            out.append(f"| {c} | {i} | {' | '.join(str(n[i]) for n in per_split.values())} |")
     out += ["", "## Fields", "", "| field | kind | declared |", "| --- | --- | --- |"]
     for field, d in m.fields.items():
         said = ", ".join(f"{k}={shown(v)}" for k, v in d.items() if k not in ("kind", "classes"))

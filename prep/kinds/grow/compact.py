@@ -26,7 +26,7 @@ from loaders.format import (
 from loaders.format.arrays import read_manifest_file
 from loaders.format.schema import ShardIndex, file_name, parts, shard_of, stem
 from prep.run import staging as st
-from prep.run.card import kept, write_card
+from prep.run.card import class_counts, kept, write_card
 from prep.run.driver import shard_size
 from prep.run.errors import PrepError, write_error
 from prep.run.files import NpyWriter, RaggedWriter, temp_path
@@ -124,6 +124,21 @@ def join(
     return shard_of(m.arrays, "npy", split, task, count, lengths, sizes, digests)
 
 
+def recounted(root: Path, m: Manifest) -> dict[str, Any]:
+    """`extra.splits` (each split's samples and per-class counts) without the removed samples
+    a compact drops; {} where nothing changes."""
+    said = m.extra.get("splits")
+    if not m.removed or not isinstance(said, dict):
+        return {}
+    per_split = class_counts(root, m, kept(m))
+    if not per_split or not all(isinstance(said.get(s), dict) for s in per_split):
+        return {}
+    return {
+        "splits": said
+        | {s: said[s] | {"samples": sum(n), "per_class": n} for s, n in per_split.items()}
+    }
+
+
 def compact(
     root: Path, size: int | None = None, prune: bool = False, resume: bool = False
 ) -> CompactSummary:
@@ -161,7 +176,7 @@ def compact(
                 m.fields,
                 m.config,
                 m.rejects,
-                m.extra | {"made_by": "compact"},
+                m.extra | recounted(root, m) | {"made_by": "compact"},
                 __version__,
                 command=m.command,
                 parent=None if prune else sha,
