@@ -83,6 +83,23 @@ def kept(m: Manifest) -> list[np.ndarray | None]:
     return out
 
 
+def recorded(m: Manifest, classes: list[str], splits: np.ndarray) -> dict[Any, list[int]] | None:
+    """`extra.splits`' per-class counts (prep pack's, summed by each append), where they agree
+    with the shards' counts; else None."""
+    said, counts = m.extra.get("splits"), m.counts()
+    if not isinstance(said, dict) or not m.splits:
+        return None
+    out = {}
+    for split in dict.fromkeys(splits.tolist()):
+        one = said.get(split)
+        per = one.get("per_class") if isinstance(one, dict) else None
+        n = int(counts[splits == split].sum())
+        if not isinstance(per, list) or len(per) != len(classes) or sum(per) != n:
+            return None
+        out[split] = [int(k) for k in per]
+    return out
+
+
 def class_counts(root: Path, m: Manifest, masks: list[np.ndarray | None]) -> dict[Any, list[int]]:
     """Samples of each class of field `label` (a raw array a shard) by split (None: no split),
     read from its arrays, those `masks` keep; {} where there is no such field."""
@@ -91,6 +108,9 @@ def class_counts(root: Path, m: Manifest, masks: list[np.ndarray | None]) -> dic
     if not classes or m.storage != "npy" or "label" not in m.arrays:
         return {}
     splits = m.split_of()
+    said = recorded(m, classes, splits) if not any(k is not None for k in masks) else None
+    if said is not None:  # pack and append keep them exact: no label array read
+        return said
     totals = {s: np.zeros(len(classes), np.int64) for s in dict.fromkeys(splits.tolist())}
     for i, keep in enumerate(masks):
         try:
