@@ -5,7 +5,7 @@ of them (goal: at most 0.15x its time). Both are timed in-process (`prep.kinds.i
 so that neither pays the ~0.5 s start-up of a `prep` process (row 30 measures that): the row
 compares the work of an append with the work of a repack. The photos are the bench's demo
 images (OUT/raw), linked into a folder of the dataset's inputs; each append runs on a
-hard-linked copy of the same 90% dataset, interleaved with the repacks; medians.
+hard-linked copy of the same 90% dataset, interleaved with the repacks (5 of each); medians.
 
 37b: `prep merge` of two 1 GiB datasets (raw uint8 arrays, 1 MiB a sample, written once per
 bench folder by `pack_samples`) on one disk: no decode, the shards hard-linked, only the label
@@ -60,7 +60,7 @@ def append_rows(args: argparse.Namespace, work: Path) -> list[Row]:
     packed(src, base, args.jobs, overwrite=True, **OPTIONS)  # the 90%, once (and warm-up)
     place(files, raw, src)
     times: dict[str, list[float]] = {"append": [], "full": []}
-    for _ in range(max(3, args.reps)):  # interleaved
+    for _ in range(max(5, args.reps)):  # interleaved: the machine's load hits both alike
         out = work / "p-grow"
         shutil.rmtree(out, ignore_errors=True)
         shutil.copytree(base, out, copy_function=os.link)  # the same 90% dataset each time
