@@ -48,6 +48,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "video": ("video vid OUT --fps 4 --size 16", "video-classification"),
     "import coco": ("import coco raw/coco.json raw/images OUT", "object-detection"),
     "import hf": ("import hf raw/hf OUT", "image-classification"),
+    "import pairs": (
+        "import pairs raw/captions.csv OUT --image-column path --text-column caption",
+        "image-to-text",
+    ),
+    "import webdataset": ("import webdataset WDS OUT", "image-classification"),
 }
 
 
@@ -55,6 +60,7 @@ def write(raw: Path, args: str, out: Path) -> None:
     """`prep ARGS -q`, OUT the folder `out`, the other paths in `raw`."""
     words = [str(raw / a) if (raw / a).exists() else a for a in args.split()]
     words = [str(out) if a == "OUT" else a for a in words]
+    words = [f"{raw}/raw/wds/shard-{{000000..000001}}.tar" if a == "WDS" else a for a in words]
     result = CliRunner().invoke(app, [*words, "-q"])
     assert result.exit_code == 0, result.output
 
