@@ -182,3 +182,22 @@ def test_card_layout_counts_and_user_edits(tmp_path: Path) -> None:
     # --overwrite replaces a dataset whose card prep wrote (it is prep's own)
     run_pack(src, out, sizes=[16], overwrite=True)
     assert (out / "README.md").read_text().rstrip().endswith("photos from the shelter.")
+
+
+def test_merge_writes_the_card_of_the_whole(raw: Path, tmp_path: Path) -> None:
+    for team in ("a", "b"):
+        write(raw, "pack raw/images OUT --sizes 16", tmp_path / team)
+    result = CliRunner().invoke(
+        app, ["merge", str(tmp_path / "a"), str(tmp_path / "b"), str(tmp_path / "ab")]
+    )
+    assert result.exit_code == 0, result.output
+    card = (tmp_path / "ab" / "README.md").read_text()
+    one = dict(
+        re.findall(
+            r"^\| (\w+) \| \d+ \| (\d+) \|$", (tmp_path / "a" / "README.md").read_text(), re.M
+        )
+    )
+    assert dict(re.findall(r"^\| (\w+) \| \d+ \| (\d+) \|$", card, re.M)) == {
+        c: str(2 * int(n)) for c, n in one.items()
+    }
+    assert "32 samples in" in card and "`prep merge` with:" in card and str(tmp_path) not in card
