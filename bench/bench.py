@@ -118,7 +118,7 @@ GROUPS["packing"] = "bench_packing"  # bench/bench_packing.py: packed sequences 
 GROUPS["zstd"] = "bench_zstd"  # bench/bench_zstd.py: --compress zstd, size and reads (40)
 GROUPS["workers"] = "bench_workers"  # bench/bench_workers.py: detection with workers (40)
 GROUPS["resume"] = "bench_resume"  # bench/bench_resume.py: a loader's state (36)
-GROUPS["grow"] = "bench_grow"  # bench/bench_grow.py: --append against a repack (37)
+GROUPS["grow"] = "bench_grow"  # bench/bench_grow.py: --append vs a repack, merge of 2 GiB (37)
 GROUPS["quality"] = "bench_quality"  # bench/bench_quality.py: quality scores, labels (39)
 
 

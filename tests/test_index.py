@@ -29,6 +29,7 @@ def test_the_manifest_holds_no_shard_records(packed: Path) -> None:
         MANIFEST,
         "rejects.jsonl",
         "inputs.json",  # what a later --append needs (issue 37)
+        "README.md",  # the dataset card (issue 37)
     }
     assert m.counts().tolist() == [8, 8, 8] and m.num_samples == 24
 

@@ -121,8 +121,8 @@ def test_a_kill_during_upload_then_resume_uploads_only_the_rest(
     )
     assert summary.reused == summary.shards == 6  # the local build is reused
     index = len(summary.manifest.index["files"])  # shards.npy, sha256.npy
-    # and rejects.jsonl and inputs.json (what --append needs, issue 37)
-    total = sum(len(s.files) for s in summary.manifest.shards) + 2 + index
+    # and rejects.jsonl and inputs.json (what --append needs, issue 37), and the card
+    total = sum(len(s.files) for s in summary.manifest.shards) + 3 + index
     assert len(sent) == total - 3 and not set(sent) & set(first)
     ds = ImageShardDataset(url, size=64, fields=("image", "label"), cache_dir=tmp_path / "c")
     assert len(ds) == 24 and ds[23][1] == ImageShardDataset(url, size=64)[23][1]
@@ -148,7 +148,7 @@ def test_overwrite_keeps_the_old_dataset_readable_until_the_new_manifest(
     new = ImageShardDataset(url, size=64, fields=("image",), cache_dir=tmp_path / "c")
     files = {p.split(f"{BUCKET}/over/", 1)[1] for p in s3.find(url)}
     listed = {f for s in new.store.manifest.shards for f in s.files}
-    assert files == listed | {MANIFEST, "rejects.jsonl", "inputs.json"}  # old shards gone
+    assert files == listed | {MANIFEST, "rejects.jsonl", "inputs.json", "README.md"}  # old gone
     # new images under the old names would change the old dataset: they go under v-HASH/;
     # the labels are the same bytes and stay
     assert {f.startswith("v-") for f in listed if "image" in f} == {True}
@@ -442,7 +442,7 @@ def test_dask_workers_upload_their_own_shards(
     opts = {"sizes": [64], "shard_size": 8, "staging": str(staging), "backend": "dask"}
     run_pack(raw_demo / "images", url, jobs=1, **opts)  # a LocalCluster of one worker
     client = sorted(name.rsplit("/", 1)[-1] for name in sent)  # the client's: rejects and index
-    assert client == ["inputs.json", "rejects.jsonl", "sha256.npy", "shards.npy"]
+    assert client == ["README.md", "inputs.json", "rejects.jsonl", "sha256.npy", "shards.npy"]
     left = {p.name for p in staging.glob("*/*.npy")}  # the workers removed what they uploaded
     assert left == {"shards.npy", "sha256.npy"}  # the client's shard index: uploaded by it
     ds = ImageShardDataset(url, size=64, fields=("image", "label"), cache_dir=tmp_path / "c")

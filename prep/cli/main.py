@@ -366,6 +366,9 @@ def compact(
     prune: Annotated[
         bool, typer.Option(help="Keep only the new version's files (older versions go).")
     ] = False,
+    resume: Annotated[
+        bool, typer.Option(help="Finish a killed compact (same options): its shards reused.")
+    ] = False,
 ) -> None:
     """Rewrite many small shards (after appends) into shards of the target size, no decode.
 
@@ -373,7 +376,7 @@ def compact(
     """
     from prep.kinds.grow.compact import compact as compact_dataset
 
-    typer.echo(compact_dataset(root, shard_size, prune).line())
+    typer.echo(compact_dataset(root, shard_size, prune, resume).line())
 
 
 for _looks in (issues, labels):  # prep.cli.quality: issue 39

@@ -5,10 +5,10 @@ names no time and no machine path: the same dataset gives the same card."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -32,19 +32,31 @@ def size_category(n: int) -> str:
     return next((name for limit, name in SIZES if n < limit), "n>100M")
 
 
+# The Hub's task category of a dataset: the first row whose field kinds it all has ("text":
+# a text field other than `source`, the input's name; "target"/"value": a table's target with
+# classes or a number)
+TASKS = [
+    ({"image", "mask"}, "image-segmentation"),
+    ({"image", "instances"}, "image-segmentation"),
+    ({"image", "boxes"}, "object-detection"),
+    ({"image", "keypoints"}, "keypoint-detection"),
+    ({"image", "label"}, "image-classification"),
+    ({"image", "text"}, "image-to-text"),
+    ({"volume", "volume_label"}, "image-segmentation"),
+    ({"video", "label"}, "video-classification"),
+    ({"audio", "label"}, "audio-classification"),
+    ({"tokens"}, "text-generation"),
+    ({"column", "target"}, "tabular-classification"),
+    ({"column", "value"}, "tabular-regression"),
+]
+
+
 def task_category(m: Manifest) -> str:
-    kinds = {d.get("kind") for d in m.fields.values()}
-    if "image" in kinds:
-        if "mask" in kinds:
-            return "image-segmentation"
-        if "boxes" in kinds:
-            return "object-detection"
-        return "image-classification" if "label" in kinds else "image-to-text"
-    if "tokens" in kinds:
-        return "text-generation"
-    if "audio" in kinds:
-        return "audio-classification"
-    return "tabular-classification" if "column" in kinds else "other"
+    kinds = {str(d.get("kind")) for name, d in m.fields.items() if name != "source"}
+    target = m.fields.get("target", {})
+    if target.get("role") == "target":
+        kinds.add("target" if target.get("vocab") else "value")
+    return next((task for need, task in TASKS if need <= kinds), "other")
 
 
 def is_ours(path: Path) -> bool:
@@ -57,28 +69,70 @@ def is_ours(path: Path) -> bool:
         return False
 
 
-def class_counts(root: Path, m: Manifest) -> list[tuple[str, int]]:
-    """(class, samples) of field `label` (a raw array a shard), read from its arrays."""
+def kept(m: Manifest) -> list[np.ndarray | None]:
+    """Each shard's samples not removed (`prep remove`'s tombstones: a bool mask), None where
+    none is removed."""
+    starts = np.concatenate([[0], np.cumsum(m.counts(), dtype=np.int64)])
+    removed = np.asarray(m.removed, np.int64)
+    at = np.searchsorted(starts, removed, side="right") - 1  # each removed sample's shard
+    out: list[np.ndarray | None] = [None] * (len(starts) - 1)
+    for i in np.unique(at).tolist():
+        mask = np.ones(int(starts[i + 1] - starts[i]), bool)
+        mask[removed[at == i] - starts[i]] = False
+        out[i] = mask
+    return out
+
+
+def recorded(m: Manifest, classes: list[str], splits: np.ndarray) -> dict[Any, list[int]] | None:
+    """`extra.splits`' per-class counts (prep pack's, summed by each append), where they agree
+    with the shards' counts; else None."""
+    said, counts = m.extra.get("splits"), m.counts()
+    if not isinstance(said, dict) or not m.splits:
+        return None
+    out = {}
+    for split in dict.fromkeys(splits.tolist()):
+        one = said.get(split)
+        per = one.get("per_class") if isinstance(one, dict) else None
+        n = int(counts[splits == split].sum())
+        if not isinstance(per, list) or len(per) != len(classes) or sum(per) != n:
+            return None
+        out[split] = [int(k) for k in per]
+    return out
+
+
+def class_counts(root: Path, m: Manifest, masks: list[np.ndarray | None]) -> dict[Any, list[int]]:
+    """Samples of each class of field `label` (a raw array a shard) by split (None: no split),
+    read from its arrays, those `masks` keep; {} where there is no such field."""
     d = m.fields.get("label", {})
     classes = d.get("classes") if d.get("kind") == "label" else None
     if not classes or m.storage != "npy" or "label" not in m.arrays:
-        return []
-    total = np.zeros(len(classes), np.int64)
-    for i in range(len(m.shards)):
-        ids = np.load(root / m.shards[i].arrays["label"].file, mmap_mode="r")
-        total += np.bincount(np.asarray(ids, np.int64), minlength=len(classes))[: len(classes)]
-    return list(zip(classes, total.tolist(), strict=True))
+        return {}
+    splits = m.split_of()
+    said = recorded(m, classes, splits) if not any(k is not None for k in masks) else None
+    if said is not None:  # pack and append keep them exact: no label array read
+        return said
+    totals = {s: np.zeros(len(classes), np.int64) for s in dict.fromkeys(splits.tolist())}
+    for i, keep in enumerate(masks):
+        try:
+            ids = np.load(root / m.shards[i].arrays["label"].file, mmap_mode="r")
+        except OSError:  # uploaded and removed by a dask worker (prep.run.remote): not counted
+            return {}
+        ids = np.asarray(ids if keep is None else ids[keep], np.int64)
+        totals[splits[i]] += np.bincount(ids, minlength=len(classes))[: len(classes)]
+    return {s: t.tolist() for s, t in totals.items()}
 
 
 def history(root: Path) -> list[str]:
-    """The versions, newest first: sha256 prefix and what made each."""
+    """The versions, newest first: what made each. Not their sha256: a manifest records its OUT
+    path, and the card is the same wherever the dataset is (`prep log` prints the hashes)."""
     data, lines = (root / MANIFEST).read_bytes(), []
     for _ in range(1000):  # a chain longer than this is cut (no loop can hang)
         d = json.loads(data)
-        sha, parent, extra = hashlib.sha256(data).hexdigest(), d.get("parent"), d.get("extra")
+        parent, extra = d.get("parent"), d.get("extra")
         command = d.get("command", "")
         made = (extra or {}).get("made_by") or (f"{command} --append" if parent else command)
-        lines.append(f"- `{sha[:12]}`: `prep {made}`, {d.get('num_samples')} samples")
+        shown = int(d.get("num_samples") or 0) - len(d.get("removed") or [])  # tombstones out
+        lines.append(f"- `prep {made}`, {shown} samples")
         kept = root / VERSIONS / str(parent) / MANIFEST
         if not is_sha256(parent) or not kept.is_file():
             break
@@ -86,36 +140,97 @@ def history(root: Path) -> list[str]:
     return lines
 
 
-def block(root: Path, m: Manifest, name: str) -> str:
+def shown(value: object, limit: int = 60) -> str:
+    """A declared value for the fields table, cut at `limit` characters (a 50k-word vocab)."""
+    text = str(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# The class made for each command's datasets, beside SampleDataset (which reads them all)
+LOADER = {
+    "pack": "ImageShardDataset(root, size={size})",
+    "tokenize": 'TokenWindowDataset(root, block_size=256, split="{split}")',
+    "table": 'TableDataset(root, split="{split}")',
+    "volumes": "VolumeDataset(root)",
+    "audio": "AudioDataset(root)",
+    "video": "ClipDataset(root, frames=8)",
+}
+
+
+# The fields the numpy example reads first: a sample's data, then its label
+MAIN = {"image": 0, "tokens": 0, "audio": 0, "video": 0, "volume": 0, "column": 1, "label": 2}
+
+
+def crop_size(m: Manifest) -> int | None:
+    """The crop a reader must pass: images of mode keep and videos of mode short or keep have
+    their own shapes (None: every sample has the stored shape)."""
+    for d in m.fields.values():
+        if d.get("kind") == "image" and d.get("mode") == "keep":
+            return int(min(d["sizes"]))
+        if d.get("kind") == "video" and d.get("mode") in ("short", "keep"):
+            return int(d["size"])
+    return None
+
+
+def load_code(m: Manifest) -> list[str]:
+    """The card's "Load" section: with loaders, then with numpy alone (a shard's arrays)."""
+    special = LOADER.get(m.command.split()[0] if m.command else "")
+    sizes = m.fields.get("image", {}).get("sizes") or [None]
+    made = special and special.format(size=sizes[0], split=(m.splits or ["train"])[0])
+    cut = crop_size(m)
+    crop = f", crop=CenterCrop({cut})" if cut else ""
+    made = made[:-1] + crop + ")" if made else ""
+    names = {"SampleDataset", "CenterCrop" if cut else "", made.split("(")[0]} - {""}
+    out = ["```python", f"from loaders import {', '.join(sorted(names))}", "", 'root = "."']
+    out += [f"ds = SampleDataset(root{crop})  # any dataset of prep's: a dict of fields a sample"]
+    out += [f"ds = {made}"] * bool(made)
+    out += ["```", "", "With numpy alone (the prep format's docs say how each kind is stored):"]
+    out += ["", "```python", "import numpy as np", ""]
+    if m.storage != "npy" or not len(m.shards):
+        return [*out, 'index = np.load("shards.npy")  # a column a shard: count, split, ...', "```"]
+    shard = m.shards[0]
+    picked = sorted(m.fields, key=lambda f: MAIN.get(str(m.fields[f].get("kind")), 9))
+    for field in picked[:2]:
+        name = min((a for a, spec in m.arrays.items() if spec.field == field), default=None)
+        if name is None:
+            continue
+        ref = shard.arrays[name]
+        said = "class ids: names in the manifest's fields" if name == "label" else "shard 0"
+        out += [f'{name} = np.load("{ref.file}", mmap_mode="r")  # {said}']
+        if ref.offsets is not None:  # ragged: sample k is data[off[k]:off[k + 1]]
+            out += [f'{name}_off = np.load("{ref.offsets.file}")']
+            out += [f"{name}_0 = {name}[{name}_off[0] : {name}_off[1]]  # sample 0"]
+    return [*out, "```"]
+
+
+def block(root: Path, m: Manifest) -> str:
     """prep's part of the card: counts, fields, how it was made, history, how to load it."""
-    out = [BEGIN, f"# {name}", ""]
-    out += [f"{m.num_samples} samples in {len(m.shards)} shards, written by `prep {m.command}`"]
-    out += ["(prep format version 4: `manifest.json` describes every file).", "", "## Counts", ""]
-    counts = m.counts()
+    kept_ = kept(m)
+    counts = m.counts() - np.array([0 if k is None else int((~k).sum()) for k in kept_], np.int64)
+    total = int(counts.sum())
+    out = [BEGIN, f"{total} samples in {len(m.shards)} shards, written by `prep {m.command}`"]
+    out += ["(prep format version 4: `manifest.json` describes every file)."]
+    out += [f"{len(m.removed)} samples are removed (`prep compact` drops them)."] * bool(m.removed)
+    out += ["", "## Counts", "", "| split | samples |", "| --- | --- |"]
     splits = m.split_of()
-    out += ["| split | samples |", "| --- | --- |"]
     for split in dict.fromkeys(splits.tolist()) or [None]:
         out.append(f"| {split or 'all'} | {int(counts[splits == split].sum())} |")
-    per_class = class_counts(root, m)
-    if per_class:
-        out += ["", "| class | id | samples |", "| --- | --- | --- |"]
-        out += [f"| {c} | {i} | {n} |" for i, (c, n) in enumerate(per_class)]
+    per_split = class_counts(root, m, kept_)
+    if per_split:  # a column a split where there are several
+        heads = [str(s) for s in per_split] if len(per_split) > 1 else ["samples"]
+        out += ["", f"| class | id | {' | '.join(heads)} |", "| --- " * (2 + len(heads)) + "|"]
+        for i, c in enumerate(m.fields["label"]["classes"]):
+            out.append(f"| {c} | {i} | {' | '.join(str(n[i]) for n in per_split.values())} |")
     out += ["", "## Fields", "", "| field | kind | declared |", "| --- | --- | --- |"]
     for field, d in m.fields.items():
-        said = ", ".join(f"{k}={v}" for k, v in d.items() if k != "kind" and k != "classes")
+        said = ", ".join(f"{k}={shown(v)}" for k, v in d.items() if k not in ("kind", "classes"))
         out.append(f"| `{field}` | {d.get('kind')} | {said} |")
-    shown = {k: v for k, v in sorted(m.config.items()) if k not in HIDDEN and v is not None}
+    config = {k: v for k, v in sorted(m.config.items()) if k not in HIDDEN and v is not None}
     out += ["", "## How it was made", "", f"`prep {m.command}` with:", ""]
-    out += [f"- `{k}`: `{v}`" for k, v in shown.items()] or ["- its defaults"]
-    out += ["", "## History", "", *history(root), "", "## Load", "", "```python"]
-    out += ["from loaders import SampleDataset", "", f'ds = SampleDataset("{name}")', "```"]
-    first = next(iter(m.fields))
-    out += ["", "With numpy alone (FORMAT.md of prep says how each field kind is stored):", ""]
-    out += ["```python", "import json", "", "import numpy as np", ""]
-    out += [f'manifest = json.load(open("{name}/manifest.json"))']
-    out += [f'shards = np.load("{name}/shards.npy")  # a column a shard: count, split, task, ...']
-    out += [f"# field {first!r}: arrays {sorted(a for a in m.arrays if a.startswith(first))}"]
-    out += ["```", END]
+    out += [f"- `{k}`: `{shown(v)}`" for k, v in config.items()] or ["- its defaults"]
+    out += ["", "## History", "", "Newest first; `prep log .` prints each version's hash, and"]
+    out += ["`SampleDataset(root, version=HASH)` reads that version while its files are kept.", ""]
+    out += [*history(root), "", "## Load", "", *load_code(m), END]
     return "\n".join(out) + "\n"
 
 
@@ -126,9 +241,11 @@ def front(m: Manifest, license_: str) -> str:
     )
 
 
-def card_text(root: Path, m: Manifest, old: str | None, name: str) -> str:
-    """The card of the dataset at `root`: prep's parts new, the user's parts of `old` kept."""
-    license_, before, after = "other  # set the dataset's license", "", ""
+def card_text(root: Path, m: Manifest, old: str | None) -> str:
+    """The card of the dataset at `root`: prep's parts new, the user's parts of `old` kept (a new
+    card's title is the user's to change: it is outside prep's block). No name of the folder:
+    the same dataset has the same card wherever it is."""
+    license_, before, after = "other  # set the dataset's license", "# Dataset card\n\n", ""
     if old is not None:
         head = re.match(r"---\n(.*?)\n---\n", old, re.S)
         found = re.search(r"^license:[ \t]*(.+)$", head.group(1), re.M) if head else None
@@ -137,8 +254,8 @@ def card_text(root: Path, m: Manifest, old: str | None, name: str) -> str:
         if BEGIN in body and END in body:
             before, after = body.split(BEGIN, 1)[0], body.split(END, 1)[1].lstrip("\n")
         else:
-            after = body  # a card of the user's own: kept below prep's block
-    return front(m, license_) + before + block(root, m, name) + ("\n" + after if after else "")
+            before, after = "", body  # a card of the user's own: kept below prep's block
+    return front(m, license_) + before + block(root, m) + ("\n" + after if after else "")
 
 
 def write_card(root: Path, staging: Path | None = None) -> Path:
@@ -150,5 +267,5 @@ def write_card(root: Path, staging: Path | None = None) -> Path:
         old: str | None = (root / CARD).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         old = None
-    atomic_write_text(where / CARD, card_text(where, m, old, root.name))
+    atomic_write_text(where / CARD, card_text(where, m, old))
     return where / CARD

@@ -22,7 +22,7 @@ from loaders.format import REJECTS, ArraySpec, Manifest, Shard, array_name, read
 from loaders.remote import url_of
 from prep.run import grow
 from prep.run import staging as st
-from prep.run.card import CARD, write_card
+from prep.run.card import write_card
 from prep.run.config import RunConfig
 from prep.run.errors import PrepError, write_error
 from prep.run.grow import Parent
@@ -366,8 +366,7 @@ def _finish(
     manifest.tool_version = __version__
     manifest.extra["inputs"] = inputs.fingerprint  # as the plan's: see staging.finished
     st.write_manifest(staging, manifest)
-    if parent is not None or (out / CARD).is_file():  # a card is refreshed, the user's parts kept
-        write_card(out, staging)
+    write_card(out, staging)  # metadata like the manifest: the user's parts of OUT's card kept
     install(staging, out)
     return manifest, seen
 

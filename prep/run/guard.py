@@ -61,6 +61,8 @@ def check_out(out: Path, sources: list[Path], overwrite: bool, resume: bool) -> 
     if ours and page.is_file() and not page.is_symlink():  # prep report's; a folder is the user's
         ours.add(REPORT)
     foreign = [n for n in sorted(os.listdir(out)) if n not in ours]
+    if foreign and ours:  # files only an older version lists (kept by compact) are prep's too
+        foreign = [n for n in foreign if n not in kept_files(out)]
     if foreign:
         shown = ", ".join(foreign[:3]) + (
             f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
@@ -75,6 +77,17 @@ def check_out(out: Path, sources: list[Path], overwrite: bool, resume: bool) -> 
             f"{out} already exists and is not an empty folder. HINT: pass --overwrite to replace "
             "it (the old dataset stays readable until the new one is complete)"
         )
+
+
+def kept_files(out: Path) -> set[str]:
+    """The names (first path parts) of the files the kept versions (`versions/SHA/`) list: an
+    older version's shards, left for its readers by `prep compact` without --prune."""
+    names: set[str] = set()
+    versions = out / VERSIONS
+    for kept in sorted(versions.iterdir()) if versions.is_dir() else []:
+        with contextlib.suppress(OSError, FormatError):
+            names |= {Path(f).parts[0] for f in listed_files(read_manifest(kept)) if f}
+    return names
 
 
 LOCK_TEXT = re.compile(rb"pid [0-9]+ on [^\n]*\n?")  # what `locked` writes in the lock

@@ -16,6 +16,7 @@ from typing import Any
 from loaders.format import MANIFEST, REJECTS, ArrayRef, FormatError, Manifest, read_manifest
 from loaders.remote.cache import default_cache_dir
 from loaders.remote.storage import Storage, Url, url_of
+from prep.run.card import CARD
 from prep.run.errors import PrepError, UsageError
 from prep.run.grow import STATE
 from prep.run.staging import RUN_DIR, listed_files, staging_dir
@@ -34,7 +35,7 @@ def _remote_state(storage: Storage) -> tuple[dict[str, str], dict[str, int]]:
     if MARKER in have:
         marker = json.loads(storage.read(MARKER))
         old |= {n: old.get(n, "") for n in (have if marker.get("workers") else marker["files"])}
-    foreign = sorted(set(have) - set(old) - {MANIFEST, REJECTS, STATE, MARKER})
+    foreign = sorted(set(have) - set(old) - {MANIFEST, REJECTS, STATE, CARD, MARKER})
     if foreign:
         raise PrepError(
             f"{storage.root} holds files prep did not write ({', '.join(foreign[:3])}"
@@ -92,7 +93,7 @@ def upload(storage: Storage, local: Path, resume: bool) -> int:
     how many files were uploaded."""
     old, have = _remote_state(storage)
     m = read_manifest(local)
-    beside = {n: "" for n in (REJECTS, STATE) if (local / n).is_file()}  # not in the manifest
+    beside = {n: "" for n in (REJECTS, STATE, CARD) if (local / n).is_file()}  # not in the manifest
     files = listed_files(m) | beside
     if any(remote_name(n, sha, old) != n for n, sha in files.items()):  # listed inline: no index
         files = listed_files(m, index=False) | beside

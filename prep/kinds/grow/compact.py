@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ from loaders.format import (
 from loaders.format.arrays import read_manifest_file
 from loaders.format.index import ShardIndex, file_name, parts, shard_of, stem
 from prep.run import staging as st
-from prep.run.card import write_card
+from prep.run.card import class_counts, kept, write_card
 from prep.run.driver import shard_size
 from prep.run.errors import PrepError, write_error
 from prep.run.files import NpyWriter, RaggedWriter, temp_path
@@ -43,10 +43,12 @@ class CompactSummary:
     after: int
     samples: int
     seconds: float
+    reused: int | None = None  # --resume: new shards a killed compact had finished
 
     def line(self) -> str:
+        held = "" if self.reused is None else f", {self.reused} reused"
         return (
-            f"{self.out}: {self.before} shards -> {self.after}, {self.samples} samples, "
+            f"{self.out}: {self.before} shards -> {self.after}{held}, {self.samples} samples, "
             f"{self.seconds:.1f} s"
         )
 
@@ -64,21 +66,6 @@ def groups(m: Manifest, size: int) -> list[list[int]]:
             held = 0
         out[-1].append(i)
         held += int(counts[i])
-    return out
-
-
-def kept(m: Manifest) -> list[np.ndarray | None]:
-    """Each shard's samples not removed (a bool mask), None where none is removed."""
-    starts = np.concatenate([[0], np.cumsum(m.counts(), dtype=np.int64)])
-    removed = np.asarray(m.removed, np.int64)
-    out: list[np.ndarray | None] = []
-    for i in range(len(starts) - 1):
-        gone = removed[(removed >= starts[i]) & (removed < starts[i + 1])] - starts[i]
-        mask = None
-        if len(gone):
-            mask = np.ones(int(starts[i + 1] - starts[i]), bool)
-            mask[gone] = False
-        out.append(mask)
     return out
 
 
@@ -137,13 +124,32 @@ def join(
     return shard_of(m.arrays, "npy", split, task, count, lengths, sizes, digests)
 
 
-def compact(root: Path, size: int | None = None, prune: bool = False) -> CompactSummary:
-    """Rewrite `root` with shards of `size` samples (default: prep's size for its count)."""
+def recounted(root: Path, m: Manifest) -> dict[str, Any]:
+    """`extra.splits` (each split's samples and per-class counts) without the removed samples
+    a compact drops; {} where nothing changes."""
+    said = m.extra.get("splits")
+    if not m.removed or not isinstance(said, dict):
+        return {}
+    per_split = class_counts(root, m, kept(m))
+    if not per_split or not all(isinstance(said.get(s), dict) for s in per_split):
+        return {}
+    return {
+        "splits": said
+        | {s: said[s] | {"samples": sum(n), "per_class": n} for s, n in per_split.items()}
+    }
+
+
+def compact(
+    root: Path, size: int | None = None, prune: bool = False, resume: bool = False
+) -> CompactSummary:
+    """Rewrite `root` with shards of `size` samples (default: prep's size for its count).
+    `resume`: finish a killed compact of the same dataset and options, its joined shards reused
+    (each new shard's record is written once its files have their final names, as a pack's)."""
     start = time.perf_counter()
     root = Path(os.path.abspath(root))
     check_out(root, [], overwrite=True, resume=False)
     with locked(root):
-        recover(root)
+        recover(root)  # a compact killed after its swap: finished here
         try:
             data, _ = read_manifest_file(root)
             m = Manifest.from_json(data, root / MANIFEST, local_resolver(root))
@@ -155,25 +161,14 @@ def compact(root: Path, size: int | None = None, prune: bool = False) -> Compact
                 f"cannot compact {root}: it is not an npy dataset of per-sample arrays with a "
                 "shard index. HINT: repack it"
             )
+        if resume and not st.staging_dir(root).exists() and m.extra.get("made_by") == "compact":
+            n = len(m.shards)  # killed after the swap, or compact already: nothing to do
+            return CompactSummary(root, n, n, m.num_samples, time.perf_counter() - start, n)
         sha = hashlib.sha256(data).hexdigest()
-        plan = {"compact": sha, "size": size, "prune": prune}
-        staging = st.prepare_staging(root, plan, overwrite=True, resume=False)
-        target = shard_size(m.num_samples, size)
+        plan = {"config": {"shard_size": size, "prune": prune}, "inputs": sha}
+        staging = st.prepare_staging(root, plan, overwrite=not resume, resume=resume)
         try:
-            if not prune:  # the parent version stays readable: its files, linked
-                link_parent(root, staging, Parent(m, sha, {}, []))
-            # new file names after the kept version's (pruned: nothing kept, from 0)
-            used = m.shards.table[2]
-            first = 0 if prune or not len(m.shards) else int(used.max()) + 1
-            masks = kept(m)  # removed samples are dropped here
-            made = enumerate(groups(m, target))
-            shards = [join(root, m, g, first + k, staging, masks) for k, g in made]
-            for name in (STATE, REJECTS):
-                if (root / name).is_file():
-                    link(root / name, staging / name)
-            for name in st.listed_files(m, index=False):  # a tokenizer: a field's own file
-                if not any(name in s.files for s in m.shards) and not (staging / name).exists():
-                    link(root / name, staging / name)
+            shards, reused = _joined(root, m, sha, staging, shard_size(m.num_samples, size), prune)
             new = Manifest(
                 m.storage,
                 m.arrays,
@@ -181,17 +176,47 @@ def compact(root: Path, size: int | None = None, prune: bool = False) -> Compact
                 m.fields,
                 m.config,
                 m.rejects,
-                m.extra | {"made_by": "compact"},
+                m.extra | recounted(root, m) | {"made_by": "compact"},
                 __version__,
                 command=m.command,
                 parent=None if prune else sha,
             )
-            new.removed = []
             st.write_manifest(staging, new)
             write_card(root, staging)
         except OSError as e:
             raise write_error(e, str(staging)) from e
         install(staging, root)
-    return CompactSummary(
-        root, len(m.shards), len(shards), new.num_samples, time.perf_counter() - start
-    )
+    took = time.perf_counter() - start
+    summary = CompactSummary(root, len(m.shards), len(shards), new.num_samples, took)
+    summary.reused = reused if resume else None
+    return summary
+
+
+def _joined(
+    root: Path, m: Manifest, sha: str, staging: Path, target: int, prune: bool
+) -> tuple[list[Shard], int]:
+    """The new shards in the run folder (those a killed run finished reused), the files the
+    new version keeps beside them linked; (shards, how many were reused)."""
+    if not prune:  # the parent version stays readable: its files, linked
+        link_parent(root, staging, Parent(m, sha, {}, []))
+    # new file names after the kept version's (pruned: nothing kept, from 0)
+    assert isinstance(m.shards, ShardIndex)  # compact refuses a manifest of inline shards
+    first = 0 if prune or not len(m.shards) else int(m.shards.table[2].max()) + 1
+    masks = kept(m)  # removed samples are dropped here
+    shards, reused = [], 0
+    for k, group in enumerate(groups(m, target)):
+        record = st.load_record(staging, first + k, verify=True)
+        if record is not None:
+            shards.append(Shard.from_dict(record["shard"]))
+            reused += 1
+            continue
+        shard = join(root, m, group, first + k, staging, masks)
+        st.write_record(staging, first + k, {"index": first + k, "shard": asdict(shard)})
+        shards.append(shard)
+    for name in (STATE, REJECTS):
+        if (root / name).is_file():
+            link(root / name, staging / name)
+    for name in st.listed_files(m, index=False):  # a tokenizer: a field's own file
+        if not any(name in s.files for s in m.shards) and not (staging / name).exists():
+            link(root / name, staging / name)
+    return shards, reused

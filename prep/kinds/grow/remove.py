@@ -16,7 +16,7 @@ from loaders.format import MANIFEST, FormatError, Manifest, local_resolver
 from loaders.format.arrays import read_manifest_file
 from loaders.format.index import ShardIndex
 from prep.run import staging as st
-from prep.run.card import CARD, write_card
+from prep.run.card import write_card
 from prep.run.errors import PrepError, write_error
 from prep.run.grow import STATE, Parent, link, link_parent
 from prep.run.guard import check_out, install, locked, recover
@@ -106,15 +106,14 @@ def remove(root: Path, ids: Path) -> RemoveSummary:
         staging = st.prepare_staging(root, {"remove": sha, "ids": removed}, True, False)
         try:
             link_parent(root, staging, Parent(m, sha, {}, []))
-            for name in (STATE, st.REJECTS, CARD):
+            for name in (STATE, st.REJECTS):
                 if (root / name).is_file():
                     link(root / name, staging / name)
             grown = replace(m, shards=list(m.shards), parent=sha, removed=removed)
             grown.extra = m.extra | {"made_by": "remove"}
             grown.tool_version = __version__
             st.write_manifest(staging, grown)
-            if (root / CARD).is_file():  # replaced by a new file, never written through
-                write_card(root, staging)
+            write_card(root, staging)  # counts without the removed samples
         except OSError as e:
             raise write_error(e, str(staging)) from e
         install(staging, root)
