@@ -12,6 +12,7 @@ import typer
 
 from prep.cli.inspect import dupes, info, preview, report, tune, verify
 from prep.cli.options import KIND, JobsOpt, QuietOpt, command, friendly
+from prep.cli.plain import Group
 from prep.cli.quality import issues, labels
 from prep.kinds.audio.config import AudioConfig
 from prep.kinds.images.config import PackConfig
@@ -27,7 +28,11 @@ from prep.run.profile import IMAGE_STAGES, TEXT_STAGES
 from prep.run.version import __version__
 
 _typer = functools.partial(
-    typer.Typer, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False
+    typer.Typer,
+    cls=Group,
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
 )
 app = _typer(
     help="Pack raw images and text once, offline, into uint8 shards that `loaders` memory-maps."
