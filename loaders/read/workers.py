@@ -6,6 +6,8 @@ segment of the ring is reused, and the main process copies it out with the pixel
 
 from __future__ import annotations
 
+import os
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -103,3 +105,26 @@ class PackInWorker:
         alloc = self.alloc()  # this worker's ring (set when the worker started)
         out = self.collate(batch)
         return out if alloc is None else pack(out, alloc, self.held)
+
+
+def available_cores() -> int:
+    """The cores this process may run on: its affinity (a container's or taskset's share)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # no affinity on macOS and Windows
+        return os.cpu_count() or 1
+
+
+def capped(num_workers: int) -> int:
+    """`num_workers`, at most one a core this process may use, said in one line when cut: more
+    workers than cores take turns, each holding a batch and its ring segments while it waits
+    (issue 40)."""
+    cores = available_cores()
+    if num_workers <= cores:
+        return num_workers
+    warnings.warn(
+        f"make_loader: num_workers={num_workers} on the {cores} cores this process may use: "
+        f"{cores} workers. HINT: pass num_workers={cores} or fewer",
+        stacklevel=3,
+    )
+    return cores
