@@ -18,17 +18,19 @@ from typer.core import TyperGroup
 from typer.testing import CliRunner
 
 from loaders.format import read_manifest
-from prep.cli.plain import Group
+from prep.cli.group import Group
 
 ROOT = Path(__file__).resolve().parents[1]
 # Modules a one-image pack does without: torch (the loaders' side), pydantic (Typer's coercion
 # and the config check, ~100 ms), tqdm and multiprocessing (a bar nobody sees), rich (help only),
 # pandas and pyarrow (tables).
 NOT_IMPORTED = ("torch", "pydantic", "tqdm", "multiprocessing", "rich", "pandas", "pyarrow")
+# Nor the other commands' config dataclasses (prep.cli.group makes a command when asked for).
+OTHER_CONFIGS = ("prep.kinds.audio.config", "prep.kinds.importers.config", "prep.kinds.text.config")
 
 
 def _modules_after(argv: list[str], tmp_path: Path) -> set[str]:
-    """The top-level modules a fresh `prep ARGV` process has imported when it exits."""
+    """The modules a fresh `prep ARGV` process has imported when it exits."""
     seen = tmp_path / "modules.json"
     code = (
         "import atexit, json, sys\n"
@@ -40,7 +42,7 @@ def _modules_after(argv: list[str], tmp_path: Path) -> set[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-c", code, *argv], env=env, capture_output=True)
     assert done.returncode == 0, done.stderr.decode()
-    return {m.split(".")[0] for m in json.loads(seen.read_text())}
+    return set(json.loads(seen.read_text()))
 
 
 def test_pack_one_image_imports_no_torch_pydantic_or_tqdm(tmp_path: Path) -> None:
@@ -51,8 +53,10 @@ def test_pack_one_image_imports_no_torch_pydantic_or_tqdm(tmp_path: Path) -> Non
     argv = ["pack", str(tmp_path / "one.csv"), str(out), "--sizes", "32", "-q", "-j", "1"]
     modules = _modules_after(argv, tmp_path)
     assert read_manifest(out).num_samples == 1  # the pack ran, and imported what it needs
-    assert {"numpy", "typer", "cv2"} <= modules
-    assert sorted(modules & set(NOT_IMPORTED)) == []
+    top = {m.split(".")[0] for m in modules}
+    assert {"numpy", "typer", "cv2"} <= top and "prep.kinds.images.config" in modules
+    assert sorted(top & set(NOT_IMPORTED)) == []
+    assert sorted(modules & set(OTHER_CONFIGS)) == []
 
 
 def _app(cls: type[TyperGroup]) -> typer.Typer:
@@ -96,3 +100,19 @@ def test_plain_coercion_equals_typers(argv: list[str]) -> None:
     runner = CliRunner()
     ours, typers = runner.invoke(_app(Group), argv), runner.invoke(_app(TyperGroup), argv)
     assert (ours.exit_code, ours.output) == (typers.exit_code, typers.output)
+
+
+def test_commands_listed_in_their_order_and_made_when_asked_for() -> None:
+    from prep.cli.main import app
+
+    group = typer.main.get_command(app)
+    ctx = typer.Context(group, info_name="prep")
+    writers = ["pack", "resize", "grayscale", "tokenize", "audio", "volumes", "samples", "table"]
+    assert group.list_commands(ctx)[:10] == [*writers, "video", "upgrade"]
+    assert group.list_commands(ctx)[-3:] == ["issues", "labels", "import"]
+    assert "pack" not in group.commands  # not made until asked for
+    pack = group.get_command(ctx, "pack")
+    assert group.get_command(ctx, "pack") is pack and pack.name == "pack"
+    assert {"--sizes", "--jobs", "--quiet"} <= {o for p in pack.params for o in p.opts}
+    imports = group.get_command(ctx, "import")
+    assert imports.list_commands(ctx) == ["coco", "pairs", "hf", "webdataset"]

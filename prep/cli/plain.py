@@ -3,10 +3,11 @@
 Typer (0.2x) coerces every value through a pydantic TypeAdapter: importing pydantic and
 building one adapter an option costs about 100 ms at each start, a third of a one-image
 `prep pack` (issue 40). prep's options are plain str, int, float, bool and Path (and lists of
-Path), with no constraints: `Group` gives such a parameter a `Plain` coercion that does what
-Typer's does for the values these patterns match (`coerce_cli_path` keeps Typer's path
-checks), and hands any other value to Typer's coercion, so that its results and messages stay
-Typer's. A Typer without these internals keeps its own coercion (nothing here is required).
+Path), with no constraints: `install` (prep.cli.group calls it) gives such a parameter a
+`Plain` coercion that does what Typer's does for the values these patterns match
+(`coerce_cli_path` keeps Typer's path checks), and hands any other value to Typer's coercion,
+so that its results and messages stay Typer's. A Typer without these internals keeps its own
+coercion (nothing here is required).
 """
 
 from __future__ import annotations
@@ -15,8 +16,6 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_args, get_origin
-
-from typer.core import TyperGroup
 
 try:  # Typer's internals of 0.2x; elsewhere Group is a plain TyperGroup
     from typer._coercion import RuntimeParam, build_runtime_param
@@ -98,17 +97,3 @@ def install(params: Any) -> None:
             continue
         if _plain(desc.annotation, desc.parameter_info):
             p._runtime_param = Plain(annotation=desc.annotation, parameter_info=desc.parameter_info)
-
-
-class Group(TyperGroup):
-    """A TyperGroup whose commands coerce plain values without pydantic (`install`)."""
-
-    def get_command(self, ctx: Any, cmd_name: str) -> Any:
-        command = super().get_command(ctx, cmd_name)
-        if command is not None:
-            install(command.get_params(ctx))
-        return command
-
-    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        install(self.get_params(ctx))
-        return super().parse_args(ctx, args)
