@@ -23,10 +23,13 @@ from prep.cli.group import Group
 ROOT = Path(__file__).resolve().parents[1]
 # Modules a one-image pack does without: torch (the loaders' side), pydantic (Typer's coercion
 # and the config check, ~100 ms), tqdm and multiprocessing (a bar nobody sees), rich (help only),
-# pandas and pyarrow (tables).
+# pandas and pyarrow (tables), socket (remote datasets), tomllib (no config file given).
 NOT_IMPORTED = ("torch", "pydantic", "tqdm", "multiprocessing", "rich", "pandas", "pyarrow")
-# Nor the other commands' config dataclasses (prep.cli.group makes a command when asked for).
-OTHER_CONFIGS = ("prep.kinds.audio.config", "prep.kinds.importers.config", "prep.kinds.text.config")
+NOT_IMPORTED += ("socket", "tomllib")
+# Nor the other commands' config dataclasses (prep.cli.group makes a command when asked for),
+# nor remote datasets' package.
+NOT_MODULES = ("prep.kinds.audio.config", "prep.kinds.importers.config", "prep.kinds.text.config")
+NOT_MODULES += ("loaders.remote",)
 
 
 def _modules_after(argv: list[str], tmp_path: Path) -> set[str]:
@@ -56,7 +59,7 @@ def test_pack_one_image_imports_no_torch_pydantic_or_tqdm(tmp_path: Path) -> Non
     top = {m.split(".")[0] for m in modules}
     assert {"numpy", "typer", "cv2"} <= top and "prep.kinds.images.config" in modules
     assert sorted(top & set(NOT_IMPORTED)) == []
-    assert sorted(modules & set(OTHER_CONFIGS)) == []
+    assert sorted(modules & set(NOT_MODULES)) == []
 
 
 def _app(cls: type[TyperGroup]) -> typer.Typer:

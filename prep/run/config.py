@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import tomllib
 import types
 import typing
 from collections.abc import Callable
@@ -168,6 +167,8 @@ def load_config(cls: type[C], section: str, path: Path | None, overrides: dict[s
     if path is None and overrides.get("src") is None and DEFAULT_CONFIG.is_file():
         path = DEFAULT_CONFIG
     if path is not None:
+        import tomllib  # only where a config file is read
+
         try:
             with open(path, "rb") as f:
                 data = tomllib.load(f)

@@ -20,10 +20,20 @@ import numpy as np
 from loaders.format import MANIFEST, REJECTS, FormatError, Manifest, local_resolver
 from loaders.format.arrays import read_manifest_file
 from loaders.format.schema import DIGESTS, SHARDS, VERSIONS, ShardIndex
-from loaders.remote import url_of
 from prep.run.errors import PrepError, UsageError
 from prep.run.files import atomic_write_text
 from prep.run.staging import listed_files
+
+
+def remote_out(out: object) -> bool:
+    """OUT names a URL (s3://b/ds): loaders.remote, which imports the network modules, is
+    imported only where OUT has the ":" of a scheme (a local run does without: issue 40)."""
+    if ":" not in str(out):
+        return False
+    from loaders.remote import url_of
+
+    return url_of(str(out)) is not None
+
 
 STATE = "inputs.json"  # what later appends need: each input's identity, each shard's stats
 KEPT = ("src", "out", "limit")  # config keys an append may change: where the new inputs are
@@ -227,7 +237,7 @@ def check_append(cfg: Any, appendable: bool, command: str) -> None:
             f"prep {command} cannot --append yet. HINT: pack the new inputs as a dataset of "
             "their own, or repack everything with --overwrite"
         )
-    if cfg.staging is not None or url_of(str(cfg.out)) is not None:
+    if cfg.staging is not None or remote_out(cfg.out):
         raise UsageError(
             f"--append writes a local dataset, not {cfg.out}. HINT: append to a local copy, "
             "then upload it"
