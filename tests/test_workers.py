@@ -90,11 +90,16 @@ def test_pack_keeps_what_it_cannot_move() -> None:
         "flags": torch.tensor([True, False]),
         "text": ["a", "b"],
         "t": torch.arange(6).view(2, 3).t(),  # not contiguous
+        "mixed": [torch.zeros(2, 3), torch.ones(1, 4)],  # not one field's: a tensor each
     }
     packed = pack(data, alloc, lambda t: False)
-    assert len(got) == 1 and got[0].numel() >= 5 * 64  # one buffer, a power of two
+    # One buffer (a power of two) of 6 tensors: the boxes end to end as one (3, 4) tensor
+    # (issue 40: a ragged field one flat tensor and its lengths), then lens, flags, t, mixed.
+    assert len(got) == 1 and got[0].numel() >= 6 * 64
+    assert [dims for _, _, dims in packed.where] == [(3, 4), (3,), (2,), (3, 2), (2, 3), (1, 4)]
     out = packed.unpack(packed.buf)
     equal(data, out)
+    assert out["boxes"][2].data_ptr() - out["boxes"][0].data_ptr() == 2 * 4 * 4  # end to end
     assert pack({"text": ["a"]}, alloc, lambda t: False) == {"text": ["a"]}
 
 
