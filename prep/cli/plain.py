@@ -90,10 +90,14 @@ def install(params: Any) -> None:
     if RuntimeParam is None:
         return
     for p in params:
-        if not isinstance(p, _TyperParameter) or p._runtime_param is not None:
+        if not isinstance(p, _TyperParameter) or getattr(p, "_runtime_param", 0) is not None:
             continue
         desc = getattr(p, "type_descriptor", None)
-        if desc is None or desc.file_annotation is not None:
+        if desc is None or getattr(desc, "file_annotation", 0) is not None:
             continue
-        if _plain(desc.annotation, desc.parameter_info):
+        if not _plain(desc.annotation, desc.parameter_info):
+            continue
+        try:
             p._runtime_param = Plain(annotation=desc.annotation, parameter_info=desc.parameter_info)
+        except TypeError:  # a Typer whose RuntimeParam asks more: its own coercion stays
+            return
