@@ -9,6 +9,9 @@ interleaved, the best of --reps each; printed as img/s and prep's ratio to each 
 
     pip install litdata webdataset   # the peers (a peer not installed is left out)
     python bench/peers.py --count 2000 --reps 3
+
+litdata requires torchvision, and pip may replace torch to satisfy it: keep yours with
+`pip install litdata webdataset "torch==$(python -c 'import torch; print(torch.__version__)')"`.
 """
 
 from __future__ import annotations
