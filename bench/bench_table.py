@@ -1,4 +1,5 @@
-"""Rows 8a-8e: `prep table` and TableDataset against in-memory tensors and pandas.
+"""Rows 8a-8f: `prep table` and TableDataset against in-memory tensors and pandas, and the CSV
+parsers that exist (polars, DuckDB where installed) against pyarrow's on one block.
 
 One epoch over 1M rows x 32 columns (24 numeric, 8 categorical) and an integer target, batch
 4096 (the smoke run: 20,000 rows). The CSV is made once and cached under bench/out/.
@@ -7,11 +8,15 @@ One epoch over 1M rows x 32 columns (24 numeric, 8 categorical) and an integer t
 from __future__ import annotations
 
 import argparse
+import io
+import resource
+import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-from rows import PREP, Row, run, timed, versus
+from rows import PREP, Row, info, run, timed, versus
 
 BATCH = 4096
 NUM, CAT = 24, 8
@@ -94,6 +99,65 @@ def pandas_rows_rate(path: Path, rows: int) -> float:
     return epoch_rate(DataLoader(Rows(), batch_size=BATCH, shuffle=True), rows)
 
 
+def _block(path: Path, size: int = 16 << 20) -> tuple[list[str], bytes]:
+    """The header's names and the first block of rows, as `prep table` cuts one (16 MB)."""
+    with open(path, "rb") as f:
+        head, data = f.readline(), f.read(size)
+    return [n.strip('"') for n in head.decode().strip().split(",")], data[: data.rfind(b"\n") + 1]
+
+
+def block_parsers(names: list[str], data: bytes, scratch: Path) -> dict[str, Callable[[], object]]:
+    """One block to an Arrow table on one thread, each column typed from all its rows (what
+    `prep table` guarantees): pyarrow as prep.sources.table calls it, and polars and DuckDB
+    where installed, each with full-column inference and with their default sampled one."""
+    import pyarrow.csv as pcsv
+
+    read = pcsv.ReadOptions(column_names=names, use_threads=False)
+    parse = pcsv.ParseOptions(newlines_in_values=b'"' in data, invalid_row_handler=lambda r: "skip")
+    convert = pcsv.ConvertOptions(auto_dict_encode=True, auto_dict_max_cardinality=2**31 - 1)
+    found = {"pyarrow": lambda: pcsv.read_csv(io.BytesIO(data), read, parse, convert)}
+    try:
+        import polars as pl
+    except ImportError:
+        pl = None
+    if pl is not None:
+        opts = {"has_header": False, "new_columns": names}
+        found["polars"] = lambda: pl.read_csv(data, infer_schema_length=None, **opts).to_arrow()
+        found["polars sampled"] = lambda: pl.read_csv(data, **opts).to_arrow()
+    try:
+        import duckdb
+    except ImportError:
+        duckdb = None
+    if duckdb is not None:
+        con = duckdb.connect(config={"threads": 1})
+        scratch.write_bytes(data)  # DuckDB's read_csv reads a path
+        sql = f"select * from read_csv('{scratch}', header=false, names={names!r}"
+        found["duckdb"] = lambda: con.sql(sql + ", sample_size=-1)").to_arrow_table()
+        found["duckdb sampled"] = lambda: con.sql(sql + ")").to_arrow_table()
+    return found
+
+
+def parser_rows(csv: Path, reps: int) -> list[Row]:
+    """Rows 8f: CSV parsers on one 16 MB block of the bench CSV, CPU seconds on one thread
+    (what a --jobs worker spends; the shared machine's wall time is noise), vs pyarrow."""
+    names, data = _block(csv)
+    parsers = block_parsers(names, data, csv.with_suffix(".block.csv"))
+    cpu: dict[str, list[float]] = {k: [] for k in parsers}
+    for _ in range(max(3, reps)):  # interleaved
+        for name, parse in parsers.items():
+            r0 = resource.getrusage(resource.RUSAGE_SELF)
+            parse()
+            r1 = resource.getrusage(resource.RUSAGE_SELF)
+            cpu[name].append(r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime)
+    mb = len(data) / 1e6
+    rate = {k: mb / statistics.median(v) for k, v in cpu.items()}
+    return [
+        info(f"8f CSV block parse {k} vs pyarrow", r, rate["pyarrow"], "MB/s", "CPU, 1 thread")
+        for k, r in rate.items()
+        if k != "pyarrow"
+    ]
+
+
 def rows(args: argparse.Namespace, work: Path) -> list[Row]:
     import torch
 
@@ -133,4 +197,5 @@ def rows(args: argparse.Namespace, work: Path) -> list[Row]:
             "8d prep table vs read_csv + encoding", n / pack_s, n / pandas_s, "row/s", ">= 1.5x"
         ),
         versus("8e table shuffled in_memory vs gather", in_ram, limit, "row/s", ">= 0.5x"),
+        *parser_rows(csv, args.reps),
     ]

@@ -4,6 +4,8 @@ labels) in one reused shared buffer: batches equal those of 0 workers, epoch aft
 from __future__ import annotations
 
 import json
+import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -88,9 +90,34 @@ def test_pack_keeps_what_it_cannot_move() -> None:
         "flags": torch.tensor([True, False]),
         "text": ["a", "b"],
         "t": torch.arange(6).view(2, 3).t(),  # not contiguous
+        "mixed": [torch.zeros(2, 3), torch.ones(1, 4)],  # not one field's: a tensor each
     }
     packed = pack(data, alloc, lambda t: False)
-    assert len(got) == 1 and got[0].numel() >= 5 * 64  # one buffer, a power of two
+    # One buffer (a power of two) of 6 tensors: the boxes end to end as one (3, 4) tensor
+    # (issue 40: a ragged field one flat tensor and its lengths), then lens, flags, t, mixed.
+    assert len(got) == 1 and got[0].numel() >= 6 * 64
+    assert [dims for _, _, dims in packed.where] == [(3, 4), (3,), (2,), (3, 2), (2, 3), (1, 4)]
     out = packed.unpack(packed.buf)
     equal(data, out)
+    assert out["boxes"][2].data_ptr() - out["boxes"][0].data_ptr() == 2 * 4 * 4  # end to end
     assert pack({"text": ["a"]}, alloc, lambda t: False) == {"text": ["a"]}
+
+
+def test_workers_capped_by_the_cores_this_process_may_use(coco: Path) -> None:
+    ds = SampleDataset(coco, fields=FIELDS, size=32, ragged="list")
+    cores = len(os.sched_getaffinity(0))
+    with pytest.warns(UserWarning, match=rf"num_workers={cores + 3} on the {cores} cores") as said:
+        loader = make_loader(ds, batch_size=5, num_workers=cores + 3)
+    assert loader.num_workers == cores
+    assert len(said) == 1 and said[0].filename == __file__  # the line names the caller's call
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # as many workers as cores: nothing said
+        assert make_loader(ds, batch_size=5, num_workers=cores).num_workers == cores
+
+
+def test_workers_persistent_unless_said(coco: Path) -> None:
+    ds = SampleDataset(coco, fields=FIELDS, size=32)
+    assert make_loader(ds, batch_size=5, num_workers=1).persistent_workers
+    said = make_loader(ds, batch_size=5, num_workers=1, persistent_workers=False)
+    assert not said.persistent_workers
+    assert not make_loader(ds, batch_size=5).persistent_workers  # no workers to keep

@@ -24,7 +24,7 @@ from torch.utils.data._utils.pin_memory import pin_memory
 
 from loaders.read import state
 from loaders.read.samplers import ShardSampler
-from loaders.read.workers import Packed, PackInWorker
+from loaders.read.workers import Packed, PackInWorker, capped
 
 T = TypeVar("T")
 Alloc = Callable[[str, tuple[int, ...], torch.dtype], torch.Tensor]
@@ -296,10 +296,11 @@ def make_loader(
     **dataloader_kwargs: Any,
 ) -> DataLoader[Any]:
     """A DataLoader reading whole batches per call, pinned when a GPU is present, with persistent
-    workers (DataLoader's arguments pass through and win); with `num_workers=0`, `threads`
-    threads read ahead. `order` (loaders.read.samplers; default "random" with `shuffle`)
-    depends only on (`seed`, epoch); `distributed` (default: when torch.distributed is
-    initialised): each rank a disjoint share, padded (or cut, `drop_last`) to one length.
+    workers, at most one a core the process may use (DataLoader's arguments pass through and
+    win); with `num_workers=0`, `threads` threads read ahead. `order` (loaders.read.samplers;
+    default "random" with `shuffle`) depends only on (`seed`, epoch); `distributed` (default:
+    when torch.distributed is initialised): each rank a disjoint share, padded (or cut,
+    `drop_last`) to one length.
 
     Examples:
         >>> from loaders import ImageShardDataset, make_loader
@@ -320,6 +321,7 @@ def make_loader(
             "torch.distributed.init_process_group() (torchrun sets its environment)"
         )
     distributed = ddp if distributed is None else distributed
+    num_workers = capped(num_workers)
     if order is None:
         order = "random" if shuffle else "sequential"
     elif shuffle and order == "sequential":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
 import os
 from pathlib import Path
@@ -10,44 +11,63 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from prep.cli.group import Group, Maker, lazy_group
 from prep.cli.inspect import dupes, info, preview, report, tune, verify
 from prep.cli.options import KIND, JobsOpt, QuietOpt, command, friendly
 from prep.cli.quality import issues, labels
-from prep.kinds.audio.config import AudioConfig
-from prep.kinds.images.config import PackConfig
-from prep.kinds.importers.config import CocoConfig, HFConfig, PairsConfig, WdsConfig, unquoted
-from prep.kinds.samples.config import SamplesConfig
-from prep.kinds.table.config import TableConfig
-from prep.kinds.text.config import TokenizeConfig
-from prep.kinds.video.config import VideoConfig
-from prep.kinds.volumes.config import VolumeConfig
-from prep.run.config import RunConfig
 from prep.run.errors import PrepError, UsageError
 from prep.run.profile import IMAGE_STAGES, TEXT_STAGES
 from prep.run.version import __version__
 
 _typer = functools.partial(
-    typer.Typer, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False
+    typer.Typer,
+    cls=Group,
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
 )
+# The writing commands, made when first asked for (prep.cli.group): in the order of --help.
+WRITERS: dict[str, Maker] = {}
+IMPORTERS: dict[str, Maker] = {}
 app = _typer(
-    help="Pack raw images and text once, offline, into uint8 shards that `loaders` memory-maps."
+    cls=lazy_group(WRITERS),
+    help="Pack raw images and text once, offline, into uint8 shards that `loaders` memory-maps.",
 )
 
 
 def _writer(
     name: str,
-    config: type[RunConfig],
+    config: str,
     runner: str,
     doc: str,
     stages: tuple[str, ...] = IMAGE_STAGES,
     one_size: bool = False,
-    group: typer.Typer = app,
+    group: dict[str, Maker] = WRITERS,
     arguments: tuple[str, ...] = ("src", "out"),
     pattern: bool = False,
     **defaults: Any,
 ) -> None:
-    """Command `prep NAME` over `runner` (its module imported only when the command runs);
-    `pattern`: SRC is a brace pattern."""
+    """Command `prep NAME` over `runner`, its options from the dataclass `config`
+    ("module:Class"), each imported only when the command is made or runs; `pattern`: SRC is a
+    brace pattern."""
+    how = (config, runner, doc, stages, one_size, arguments, pattern, defaults)
+    group[name] = functools.partial(_made, name, *how)
+
+
+def _made(
+    name: str,
+    config: str,
+    runner: str,
+    doc: str,
+    stages: tuple[str, ...],
+    one_size: bool,
+    arguments: tuple[str, ...],
+    pattern: bool,
+    defaults: dict[str, Any],
+) -> Any:
+    """The click command of `_writer`'s arguments."""
+    module, cls = config.split(":")
+    config_class = getattr(importlib.import_module(module), cls)
 
     def check(cfg: Any) -> None:
         if one_size and len(cfg.sizes) != 1:
@@ -55,12 +75,14 @@ def _writer(
                 f"prep {name} makes one size, not {cfg.sizes}: use prep pack --sizes for several"
             )
 
-    cmd = command(config, runner, stages, doc, defaults, check, arguments)
+    cmd = command(config_class, runner, stages, doc, defaults, check, arguments)
     if pattern:  # more arguments than SRC OUT: an unquoted brace pattern the shell expanded
 
         @functools.wraps(cmd)
         def checked(ctx: typer.Context, **values: Any) -> None:
             if ctx.args:
+                from prep.kinds.importers.config import unquoted
+
                 raise unquoted(f"{len(ctx.args) + 2} arguments where SRC OUT are 2")
             cmd(**values)
 
@@ -68,7 +90,9 @@ def _writer(
         params = [ctx, *inspect.signature(cmd).parameters.values()]
         checked.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     made = checked if pattern else cmd
-    group.command(name, context_settings={"allow_extra_args": pattern})(friendly(made))
+    one = _typer()  # a Typer of one command gives that command, made as a group's would be
+    one.command(name, context_settings={"allow_extra_args": pattern})(friendly(made))
+    return typer.main.get_command(one)
 
 
 PACK_HELP = """Pack images into uint8 shards at one or more sizes, from ONE decode each.
@@ -137,15 +161,22 @@ Example: prep video data/demo-video data/packed-video --fps 8 --size 64 --codec 
 PACK = "prep.kinds.images.pack:pack"
 AUDIO_STAGES = ("list", "read", "resample", "write", "checksum")
 VIDEO_STAGES = ("read", "decode", "resize", "encode", "write")
-_writer("pack", PackConfig, PACK, PACK_HELP)
-_writer("resize", PackConfig, PACK, RESIZE_HELP, one_size=True)
-_writer("grayscale", PackConfig, PACK, GRAYSCALE_HELP, one_size=True, gray=True)
-_writer("tokenize", TokenizeConfig, "prep.kinds.text.tokenize:tokenize", TOKENIZE_HELP, TEXT_STAGES)
-_writer("audio", AudioConfig, "prep.kinds.audio.pack:audio", AUDIO_HELP, AUDIO_STAGES)
-_writer("volumes", VolumeConfig, "prep.kinds.volumes.pack:volumes", VOLUMES_HELP, ())
-_writer("samples", SamplesConfig, "prep.kinds.samples.pack:pack_recipe", SAMPLES_HELP)
-_writer("table", TableConfig, "prep.kinds.table.pack:pack_table", TABLE_HELP, ())
-_writer("video", VideoConfig, "prep.kinds.video.pack:pack_video", VIDEO_HELP, VIDEO_STAGES)
+IMAGES = "prep.kinds.images.config:PackConfig"
+_writer("pack", IMAGES, PACK, PACK_HELP)
+_writer("resize", IMAGES, PACK, RESIZE_HELP, one_size=True)
+_writer("grayscale", IMAGES, PACK, GRAYSCALE_HELP, one_size=True, gray=True)
+TOKENIZE = ("prep.kinds.text.config:TokenizeConfig", "prep.kinds.text.tokenize:tokenize")
+_writer("tokenize", *TOKENIZE, TOKENIZE_HELP, TEXT_STAGES)
+AUDIO = ("prep.kinds.audio.config:AudioConfig", "prep.kinds.audio.pack:audio")
+_writer("audio", *AUDIO, AUDIO_HELP, AUDIO_STAGES)
+VOLUMES = ("prep.kinds.volumes.config:VolumeConfig", "prep.kinds.volumes.pack:volumes")
+_writer("volumes", *VOLUMES, VOLUMES_HELP, ())
+SAMPLES = ("prep.kinds.samples.config:SamplesConfig", "prep.kinds.samples.pack:pack_recipe")
+_writer("samples", *SAMPLES, SAMPLES_HELP)
+TABLE = ("prep.kinds.table.config:TableConfig", "prep.kinds.table.pack:pack_table")
+_writer("table", *TABLE, TABLE_HELP, ())
+VIDEO = ("prep.kinds.video.config:VideoConfig", "prep.kinds.video.pack:pack_video")
+_writer("video", *VIDEO, VIDEO_HELP, VIDEO_STAGES)
 
 
 @app.command()
@@ -228,7 +259,8 @@ def demo(
 
 
 import_app = _typer(
-    help="Import data that sits in another format (COCO, image-text pairs, ...) as samples."
+    cls=lazy_group(IMPORTERS),
+    help="Import data that sits in another format (COCO, image-text pairs, ...) as samples.",
 )
 
 
@@ -266,14 +298,15 @@ other -> bytes, and __key__. A sample missing a field (--fields: which), with a 
 Example: prep import webdataset 'shards/train-{000000..000099}.tar' packed/wds --sizes 224
 """
 
-_add = functools.partial(_writer, group=import_app)
+_add = functools.partial(_writer, group=IMPORTERS)
 COCO_ARGUMENTS = ("src", "images", "out")  # COCO's IMAGES_DIR between SRC and OUT
-_add(
-    "coco", CocoConfig, "prep.kinds.importers.coco:import_coco", COCO_HELP, arguments=COCO_ARGUMENTS
-)
-_add("pairs", PairsConfig, "prep.kinds.importers.pairs:import_pairs", PAIRS_HELP)
-_add("hf", HFConfig, "prep.kinds.importers.hf:import_hf", HF_HELP)
-_add("webdataset", WdsConfig, "prep.kinds.importers.wds:import_webdataset", WDS_HELP, pattern=True)
+IMPORTER = "prep.kinds.importers.config:{}Config"
+COCO = (IMPORTER.format("Coco"), "prep.kinds.importers.coco:import_coco")
+_add("coco", *COCO, COCO_HELP, arguments=COCO_ARGUMENTS)
+_add("pairs", IMPORTER.format("Pairs"), "prep.kinds.importers.pairs:import_pairs", PAIRS_HELP)
+_add("hf", IMPORTER.format("HF"), "prep.kinds.importers.hf:import_hf", HF_HELP)
+WDS = (IMPORTER.format("Wds"), "prep.kinds.importers.wds:import_webdataset")
+_add("webdataset", *WDS, WDS_HELP, pattern=True)
 
 
 for _command in (demo, info, verify, preview, tune, report, dupes):

@@ -19,7 +19,6 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from loaders.fields import Field
 from loaders.format import REJECTS, ArraySpec, Manifest, Shard, array_name, read_manifest
-from loaders.remote import url_of
 from prep.run import grow
 from prep.run import staging as st
 from prep.run.card import write_card
@@ -232,7 +231,7 @@ def run(kind: Kind[Any, Any], show_progress: bool = True, profile: bool = False)
         cfg.backend = "threads" if kind.threads else "loky"
     if cfg.append:
         grow.check_append(cfg, kind.appendable, kind.command)
-    if cfg.staging is not None or url_of(cfg.out) is not None:  # a remote OUT: prep.run.remote
+    if cfg.staging is not None or grow.remote_out(cfg.out):  # a remote OUT: prep.run.remote
         from prep.run.remote import run_remote
 
         return run_remote(kind, run, show_progress, profile)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import platform
 import secrets
-import socket
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -15,7 +15,7 @@ import numpy as np
 from loaders.format import NPY_HEADER_BYTES, FileInfo, sha256_file
 from prep.run.profile import stage
 
-HOST = socket.gethostname()
+HOST = platform.node()  # socket.gethostname()'s name, without importing socket (issue 40)
 
 
 def temp_path(final: Path) -> Path:

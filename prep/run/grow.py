@@ -21,10 +21,20 @@ from loaders.format import MANIFEST, REJECTS, FormatError, Manifest, local_resol
 from loaders.format.arrays import read_manifest_file
 from loaders.format.index import DIGESTS, SHARDS, ShardIndex
 from loaders.format.schema import VERSIONS
-from loaders.remote import url_of
 from prep.run.errors import PrepError, UsageError
 from prep.run.files import atomic_write_text
 from prep.run.staging import listed_files
+
+
+def remote_out(out: object) -> bool:
+    """OUT names a URL (s3://b/ds): loaders.remote, which imports the network modules, is
+    imported only where OUT has the ":" of a scheme (a local run does without: issue 40)."""
+    if ":" not in str(out):
+        return False
+    from loaders.remote import url_of
+
+    return url_of(str(out)) is not None
+
 
 STATE = "inputs.json"  # what later appends need: each input's identity, each shard's stats
 KEPT = ("src", "out", "limit")  # config keys an append may change: where the new inputs are
@@ -247,7 +257,7 @@ def adopt_early(cfg: Any) -> None:
     """--append: a command that builds its fields from the options before the run (an
     importer) takes the dataset's for those left at their defaults now; open_parent refuses
     what does not fit later."""
-    if not cfg.append or cfg.overwrite or url_of(str(cfg.out)) is not None:
+    if not cfg.append or cfg.overwrite or remote_out(cfg.out):
         return
     try:
         data, _ = read_manifest_file(Path(str(cfg.out)))
@@ -267,7 +277,7 @@ def check_append(cfg: Any, appendable: bool, command: str) -> None:
             f"prep {command} cannot --append yet. HINT: pack the new inputs as a dataset of "
             "their own, or repack everything with --overwrite"
         )
-    if cfg.staging is not None or url_of(str(cfg.out)) is not None:
+    if cfg.staging is not None or remote_out(cfg.out):
         raise UsageError(
             f"--append writes a local dataset, not {cfg.out}. HINT: append to a local copy, "
             "then upload it"
