@@ -1,21 +1,24 @@
-"""The `prep` command line: thin Typer commands over plain functions (no torch imported here)."""
+"""The `prep` command line: the Typer app, its writing and import commands (made from their config
+dataclasses when first asked for), and `upgrade`; the other commands are in prep.cli.demo,
+prep.cli.inspect, prep.cli.grow and prep.cli.quality. No torch imported here."""
 
 from __future__ import annotations
 
 import functools
 import importlib
 import inspect
-import os
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
+from prep.cli.demo import demo
 from prep.cli.group import Group, Maker, lazy_group
+from prep.cli.grow import card, compact, export, log_, merge, remove
 from prep.cli.inspect import dupes, info, preview, report, tune, verify
-from prep.cli.options import KIND, JobsOpt, QuietOpt, command, friendly
+from prep.cli.options import KIND, command, friendly
 from prep.cli.quality import issues, labels
-from prep.run.errors import PrepError, UsageError
+from prep.run.errors import UsageError
 from prep.run.profile import IMAGE_STAGES, TEXT_STAGES
 from prep.run.version import __version__
 
@@ -195,69 +198,6 @@ def upgrade(
     typer.echo(rewrite(root))
 
 
-def _folder(path: Path) -> Path:
-    """`path`, where it is a folder or nothing yet."""
-    if path.exists() and not path.is_dir():
-        raise PrepError(f"{path} is a file, not a folder. HINT: name a new folder for the demo")
-    return path
-
-
-def demo(
-    raw: Annotated[
-        Optional[Path], typer.Argument(help="Folder to write the raw demo data into.")
-    ] = None,
-    count: Annotated[int, typer.Option(help="Number of images.")] = 64,
-    seed: Annotated[int, typer.Option(help="Same seed, same bytes.")] = 0,
-    max_side: Annotated[int, typer.Option(help="Largest image side in px.")] = 4032,
-    jobs: JobsOpt = None,
-    quiet: QuietOpt = False,
-    volumes: Annotated[
-        Optional[Path], typer.Option(help="Also write CT-like NIfTI phantoms with labels here.")
-    ] = None,
-    video: Annotated[
-        Optional[Path], typer.Option(help="Also write short clips of moving shapes here (PyAV).")
-    ] = None,
-    audio: Annotated[
-        Optional[Path], typer.Option(help="Also write tones, chirps and noise in class folders.")
-    ] = None,
-) -> None:
-    """Write a deterministic demo raw dataset: class folders of photo-like images, masks, text.
-
-    Example: prep demo data/demo-raw --count 64 --seed 0; prep demo --volumes data/demo-ct
-    """
-    from prep.demo.images import make_demo
-
-    if volumes is not None:
-        from prep.demo.volumes import make_phantoms
-
-        n = len(make_phantoms(_folder(volumes), seed=seed)) // 2
-        typer.echo(
-            f"{volumes}: {n} CT phantoms (one a DICOM series) in {volumes / 'images'}, "
-            f"labels in {volumes / 'labels'}"
-        )
-    if video is not None:
-        from prep.demo.video import make_video_demo
-
-        n = len(make_video_demo(_folder(video), seed=seed))
-        typer.echo(f"{video}: {n} clips of moving shapes in class folders (one VFR, one rotated)")
-    if audio is not None:
-        from prep.demo.audio import make_audio_demo
-
-        n = len(make_audio_demo(_folder(audio), seed=seed))
-        typer.echo(f"{audio}: {n} sound files (wav, flac, ogg, mp3) in class folders")
-    if raw is None:
-        if volumes is None and video is None and audio is None:
-            raise UsageError(
-                "prep demo needs RAW, --volumes DIR, --video DIR, --audio DIR, or some of them"
-            )
-        return
-    make_demo(_folder(raw), count, seed, jobs or os.cpu_count() or 1, max_side, not quiet)
-    typer.echo(
-        f"{raw}: {count} images in {raw / 'images'}, masks in {raw / 'masks'}, "
-        f"text in {raw / 'text'}; import sources: coco.json, captions.csv, hf/, wds/, tree/"
-    )
-
-
 import_app = _typer(
     cls=lazy_group(IMPORTERS),
     help="Import data that sits in another format (COCO, image-text pairs, ...) as samples.",
@@ -311,107 +251,9 @@ _add("webdataset", *WDS, WDS_HELP, pattern=True)
 
 for _command in (demo, info, verify, preview, tune, report, dupes):
     app.command()(friendly(_command))
-
-
-@app.command("log")
-@friendly
-def log_(root: Annotated[Path, typer.Argument(help="A packed dataset folder.")]) -> None:
-    """The dataset's versions, newest first: what each `version=` of the loaders reads.
-
-    Example: prep log data/demo-packed
-    """
-    from prep.kinds.grow.log import log
-
-    typer.echo(log(root))
-
-
-@app.command()
-@friendly
-def merge(
-    paths: Annotated[list[Path], typer.Argument(help="Datasets to merge, then OUT.")],
-    overwrite: Annotated[bool, typer.Option(help="Replace an OUT that prep wrote.")] = False,
-) -> None:
-    """Datasets with the same fields into one, without decoding: shards hard-linked, class maps
-    unified (labels remapped), each `source` prefixed with its dataset's folder name.
-
-    Example: prep merge data/pets-a data/pets-b data/pets
-    """
-    from prep.kinds.grow.merge import merge as merge_datasets
-
-    if len(paths) < 3:
-        raise UsageError("prep merge A B ... OUT: two datasets or more, then OUT")
-    typer.echo(merge_datasets(paths[:-1], paths[-1], overwrite).line())
-
-
-@app.command()
-@friendly
-def card(root: Annotated[Path, typer.Argument(help="A packed dataset folder.")]) -> None:
-    """Write the dataset card README.md beside the manifest (Hugging Face layout); what you
-    wrote outside prep's block, and the license you set, are kept.
-
-    Example: prep card data/demo-packed
-    """
-    from prep.run.card import write_card
-    from prep.run.guard import locked
-
-    with locked(root.absolute()):
-        typer.echo(f"wrote {write_card(root)}")
-
-
-@app.command()
-@friendly
-def remove(
-    root: Annotated[Path, typer.Argument(help="A packed dataset folder.")],
-    ids: Annotated[Path, typer.Option(help="A file: a sample index or a source path a line.")],
-) -> None:
-    """Hide samples (a tombstone list in the manifest) until `prep compact` drops them.
-
-    Example: prep remove data/pets --ids mislabelled.txt
-    """
-    from prep.kinds.grow.remove import remove as remove_samples
-
-    typer.echo(remove_samples(root, ids).line())
-
-
-@app.command()
-@friendly
-def export(
-    root: Annotated[Path, typer.Argument(help="A packed dataset folder.")],
-    out: Annotated[Path, typer.Argument(help="A new folder for the exported files.")],
-    to: Annotated[str, typer.Option(help="parquet (Hugging Face Features) | webdataset")],
-) -> None:
-    """The samples as Parquet files with Hugging Face Features, or WebDataset tars.
-
-    Example: prep export data/demo-packed data/demo-parquet --to parquet
-    """
-    from prep.kinds.grow.export import export as export_dataset
-
-    typer.echo(export_dataset(root, out, to).line())
-
-
-@app.command()
-@friendly
-def compact(
-    root: Annotated[Path, typer.Argument(help="A packed dataset folder.")],
-    shard_size: Annotated[
-        Optional[int], typer.Option(help="Samples per shard (default: from the count).")
-    ] = None,
-    prune: Annotated[
-        bool, typer.Option(help="Keep only the new version's files (older versions go).")
-    ] = False,
-    resume: Annotated[
-        bool, typer.Option(help="Finish a killed compact (same options): its shards reused.")
-    ] = False,
-) -> None:
-    """Rewrite many small shards (after appends) into shards of the target size, no decode.
-
-    Example: prep compact data/pets --prune
-    """
-    from prep.kinds.grow.compact import compact as compact_dataset
-
-    typer.echo(compact_dataset(root, shard_size, prune, resume).line())
-
-
+app.command("log")(friendly(log_))
+for _grows in (merge, card, remove, export, compact):  # prep.cli.grow
+    app.command()(friendly(_grows))
 for _looks in (issues, labels):  # prep.cli.quality: issue 39
     app.command()(friendly(_looks))
 app.add_typer(import_app, name="import")
