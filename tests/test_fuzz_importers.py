@@ -77,7 +77,7 @@ def test_fuzz_coco_json(tmp_path: Path) -> None:
     entry is its image's reject); rasterise refuses a segmentation with ValueError, TypeError
     or KeyError (the importer's bad_segmentation)."""
     from prep.fields.rle import rasterise
-    from prep.kinds.importers.coco import categories_of, coco_images, parse_coco
+    from prep.kinds.importers.cocojson import categories_of, coco_images, parse_coco
     from prep.kinds.importers.config import CocoConfig
 
     # Frames past 4096 px are refused first (too_large): masks stay small.
