@@ -1,4 +1,4 @@
-"""prep tokenize reads the next batch on a thread (prep.kinds.text.tokenize.read_ahead): the
+"""prep tokenize reads the next batch on a thread (prep.kinds.text.shard.read_ahead): the
 batches in order, a reading error raised in the caller after the batches before it, and a
 caller that stops early leaving no thread behind."""
 
@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from prep.kinds.text.tokenize import read_ahead
+from prep.kinds.text.shard import read_ahead
 
 
 def numbered(n: int, fail_at: int | None = None) -> Iterator[tuple[list[str], list[str]]]:

@@ -30,7 +30,8 @@ from loaders.format import read_manifest
 from prep import PrepError
 from prep.cli.main import app
 from prep.kinds.text.config import TokenizeConfig
-from prep.kinds.text.tokenize import TokenizeSummary, fit_ids, plan_shards, token_dtype, tokenize
+from prep.kinds.text.shard import fit_ids, tokenize_shard
+from prep.kinds.text.tokenize import TokenizeSummary, plan_shards, token_dtype, tokenize
 from prep.media.text.documents import DocumentReader, Piece, list_text
 from prep.media.text.tokenizers import ByteTokenizer, load_tokenizer
 from prep.run.staging import RUN_DIR
@@ -306,7 +307,7 @@ def test_limit_overwrite_and_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
     import prep.kinds.text.tokenize as tk
 
-    real = tk.tokenize_shard
+    real = tokenize_shard
 
     def dies_on_shard_2(index: int, *args: Any) -> dict[str, Any]:
         if index == 2:
