@@ -95,7 +95,7 @@ def tar_jpegs(pattern: str) -> list[bytes]:
     """Every .jpg member of the tars, in order."""
     import tarfile
 
-    from prep.kinds.importers.wds import expand
+    from prep.kinds.importers.tars import expand
 
     out = []
     for path in expand(pattern):

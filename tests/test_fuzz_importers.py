@@ -216,14 +216,8 @@ def test_fuzz_wds_tar(tmp_path: Path) -> None:
     """A mutated tar (headers most often) scanned: scan_tar never raises (a bad tar or member
     is a reject); each member's bytes taken by its field: value_of raises Reject only, and
     npy_header one of NPY_ERRORS."""
-    from prep.kinds.importers.wds import (
-        KINDS,
-        NPY_ERRORS,
-        Declared,
-        npy_header,
-        scan_tar,
-        value_of,
-    )
+    from prep.kinds.importers.tars import NPY_ERRORS, npy_header, scan_tar
+    from prep.kinds.importers.wds import KINDS, Declared, value_of
 
     seed = _tar()
 
@@ -254,7 +248,7 @@ def test_fuzz_wds_tar(tmp_path: Path) -> None:
 
 def test_fuzz_wds_patterns(tmp_path: Path) -> None:
     """Shard patterns: expand gives the shard names, or refuses with UsageError."""
-    from prep.kinds.importers.wds import expand
+    from prep.kinds.importers.tars import expand
 
     seeds = [b"s/train-{000000..000009}.tar", b"{a,b}-{1..2}/x.tar", b"plain.tar", b"{0..3}{}"]
 

@@ -18,7 +18,8 @@ from typer.testing import CliRunner
 from loaders import SampleDataset
 from loaders.format import read_manifest
 from prep.cli.main import app
-from prep.kinds.importers.wds import WdsConfig, expand, import_webdataset
+from prep.kinds.importers.tars import expand
+from prep.kinds.importers.wds import WdsConfig, import_webdataset
 
 wds = pytest.importorskip("webdataset")
 
