@@ -24,12 +24,14 @@ from prep.fields.image import kept, outside_rows
 from prep.fields.rle import rasterise, semantic
 from prep.kinds.importers.config import CocoConfig, Tree, image_field
 from prep.run.classmaps import Renamed
-from prep.run.driver import Inputs, RunSummary, fingerprint, run
+from prep.run.driver import run
 from prep.run.errors import PrepError, Reject, UsageError
 from prep.run.grow import Parent, adopt_early, file_identity
 from prep.run.inputs import Reject as InputReject  # (code, message): a listed input
 from prep.run.inputs import check_file, load_json, reject_record
+from prep.run.kind import Inputs, fingerprint
 from prep.run.samples import Item, SamplesRun, UserFunction
+from prep.run.summary import RunSummary
 from prep.sources.samples import file_stats
 
 

@@ -36,11 +36,12 @@ from prep.kinds.importers.config import WdsConfig, image_field
 from prep.kinds.importers.hffeatures import NUMERIC, field_name
 from prep.kinds.importers.source import SourceKind
 from prep.run.config import listed
-from prep.run.driver import RunSummary, run
+from prep.run.driver import run
 from prep.run.errors import PrepError, Reject, UsageError
 from prep.run.grow import adopt_early
 from prep.run.inputs import reject_record
 from prep.run.samples import Item
+from prep.run.summary import RunSummary
 from prep.sources.samples import Source, file_stats
 
 BRACES = re.compile(r"\{([^{}]*)\}")

@@ -27,11 +27,14 @@ from prep.kinds.text.config import TokenizeConfig
 from prep.media.text.chat import ChatReader, encode_chats, template_text
 from prep.media.text.documents import DocumentReader, Piece, count_documents, line_starts, list_text
 from prep.media.text.tokenizers import Tokenizer, fit_tokenizer, load_saved, tokenizer_identity
-from prep.run.driver import Inputs, Kind, RunSummary, array_specs, fingerprint, grouped, run
+from prep.run.driver import run
 from prep.run.errors import PrepError
 from prep.run.grow import Parent, check_fields, file_identity, link
+from prep.run.kind import Inputs, Kind, array_specs, fingerprint
 from prep.run.profile import stage, timed_iter
+from prep.run.sharding import grouped
 from prep.run.shardwriter import ShardFiles, shard_task, split_record, writing
+from prep.run.summary import RunSummary
 from prep.sources.text import list_matching
 
 SPLITS = ("train", "val")
