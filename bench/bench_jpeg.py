@@ -108,13 +108,24 @@ def _disk(root: Path, prefix: str) -> int:
 
 
 def rows(args: argparse.Namespace, work: Path) -> list[Row]:
+    raw_pack, jpeg_pack = _packs(work, args)
+    blobs = _all(jpeg_pack)
+    best, cpu = _epochs(args, raw_pack, jpeg_pack, blobs)
+    held = _held(jpeg_pack, len(blobs))
+    return [
+        *_goal_rows(raw_pack, jpeg_pack, best, cpu),
+        *_info_rows(best, cpu, len(blobs), held),
+    ]
+
+
+def _epochs(
+    args: argparse.Namespace, raw_pack: Path, jpeg_pack: Path, blobs: list[np.ndarray]
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Each way's best img/s over interleaved repeats, and the CPU seconds of an epoch of some."""
     import torch
 
     from loaders import CenterCrop, ImageShardDataset, RandomResizedCrop, make_loader
 
-    raw_pack, jpeg_pack = _packs(work, args)
-    disk_raw, disk_jpeg = _disk(raw_pack, f"image_{SIZE}"), _disk(jpeg_pack, f"image_{SIZE}")
-    blobs = _all(jpeg_pack)
     n = len(blobs)
 
     def fresh() -> float:  # a new dataset and loader, timed from their making
@@ -150,13 +161,28 @@ def rows(args: argparse.Namespace, work: Path) -> list[Row]:
             start = cpu_seconds()  # neighbours on shared cores disturb less than wall time
             epoch_rate(pil if k == "pil" else loaders[k])
             cpu[k] = min(cpu[k], cpu_seconds() - start)
+    return best, cpu
+
+
+def _held(jpeg_pack: Path, n: int) -> int:
+    """Bytes the JPEG pack holds in RAM with in_memory=True (said on stderr with the run's size)."""
+    from loaders import ImageShardDataset
+
     ram = ImageShardDataset(jpeg_pack, size=SIZE, fields=("image", "label"), in_memory=True)
     held = ram._memory[f"image_{SIZE}"].numel() + ram._memory[f"image_{SIZE}.offsets"].numel() * 8
     print(
         f"   (jpeg: {n} samples of {SIZE}px, batch {BATCH}, {held / 1e6:.1f} MB in RAM)",
         file=sys.stderr,
     )
-    out = [
+    return int(held)
+
+
+def _goal_rows(
+    raw_pack: Path, jpeg_pack: Path, best: dict[str, float], cpu: dict[str, float]
+) -> list[Row]:
+    """13a-13d: disk, load against the bare decode and PIL, and the crops' CPU cost."""
+    disk_raw, disk_jpeg = _disk(raw_pack, f"image_{SIZE}"), _disk(jpeg_pack, f"image_{SIZE}")
+    return [
         versus(
             "13a disk q90 jpeg vs raw pack, 256px",
             disk_jpeg / 1e6,
@@ -188,6 +214,12 @@ def rows(args: argparse.Namespace, work: Path) -> list[Row]:
             "s",
             "<= 1.2x",
         ),
+    ]
+
+
+def _info_rows(best: dict[str, float], cpu: dict[str, float], n: int, held: int) -> list[Row]:
+    """13e-13i: raw against jpeg, PIL's CPU per image, RAM, and FFCV's figures."""
+    out = [
         info("13e load raw vs jpeg (img/s)", best["raw"], best["jpeg"], "img/s", "info"),
         info(
             "13i CPU us/img, PIL in 2 workers vs ours",

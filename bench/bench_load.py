@@ -68,8 +68,6 @@ STEP = 0.02  # the overlap row's training step per batch of 256: slower than rea
 
 
 def bench_load(raw: Path, work: Path, sample: int, reps: int = 5) -> list[Row]:
-    import torch
-
     from loaders import ImageShardDataset, make_loader
     from loaders.read.loader import THREADS
 
@@ -78,13 +76,32 @@ def bench_load(raw: Path, work: Path, sample: int, reps: int = 5) -> list[Row]:
     src = np.concatenate(
         [np.load(p, mmap_mode="r") for p in sorted((work / "p256").glob("image_256-*.npy"))]
     )
-    labels = np.zeros(len(src), np.int64)
     default = f"default ({THREADS} thread{'s' if THREADS > 1 else ''})"
     loaders = {
         default: make_loader(ds, batch_size=256, shuffle=True),
         "0 threads": make_loader(ds, batch_size=256, shuffle=True, threads=0),
         "2 workers": make_loader(ds, batch_size=256, shuffle=True, num_workers=2),
     }
+    best, ref, overlap, alone = _epochs(loaders, default, src, len(ds), reps)
+    rows = [*_fresh_rows(best, ref, default), _overlap_row(overlap, alone)]
+    rows += _pil_rows(raw, sample, best, default)
+    busy = os.getloadavg()[0]  # 4d needs a free core: reading hides behind the step only then
+    print(
+        f"   (load: {len(ds)} samples, {data_bytes / 1e6:.0f} MB per epoch; load average "
+        f"{busy:.1f} on {os.cpu_count()} cores)",
+        file=sys.stderr,
+    )
+    rows.append(worker_batch_cost(src[:256]))
+    rows.append(fresh_by_shards(raw, work, len(ds)))
+    return rows
+
+
+def _epochs(
+    loaders: dict[str, Any], default: str, src: np.ndarray, n: int, reps: int
+) -> tuple[dict[str, float], float, float, float]:
+    """Interleaved repeats, best of each: every loader's img/s, the fresh copy's, and the
+    seconds of an epoch with STEP steps and of the steps alone."""
+    labels = np.zeros(len(src), np.int64)
     best = dict.fromkeys(loaders, 0.0)
     ref, overlap, alone = 0.0, float("inf"), float("inf")
     batches = len(loaders[default])
@@ -94,8 +111,13 @@ def bench_load(raw: Path, work: Path, sample: int, reps: int = 5) -> list[Row]:
         ref = max(ref, fresh_copy_rate(src, labels, 256, rep))
         for name, loader in loaders.items():
             best[name] = max(best[name], epoch_rate(loader))
-        overlap = min(overlap, len(ds) / epoch_rate(loaders[default], STEP))
+        overlap = min(overlap, n / epoch_rate(loaders[default], STEP))
         alone = min(alone, sleeps(batches, STEP))
+    return best, ref, overlap, alone
+
+
+def _fresh_rows(best: dict[str, float], ref: float, default: str) -> list[Row]:
+    """4b: each loader against a copy of the same bytes into fresh batches."""
     rows = []
     goals = {default: ">= 0.9x", "2 workers": ">= 0.6x"}
     for name, rate in best.items():
@@ -105,18 +127,28 @@ def bench_load(raw: Path, work: Path, sample: int, reps: int = 5) -> list[Row]:
         rows.append(
             versus(row, rate, ref, "img/s", goal) if goal else info(row, rate, ref, "img/s", note)
         )
+    return rows
+
+
+def _overlap_row(overlap: float, alone: float) -> Row:
+    """4d: an epoch with a training step a batch against the steps alone."""
     step_ms = f"{STEP * 1000:.0f} ms"
-    rows.append(
-        versus(
-            f"4d epoch with {step_ms} steps vs the steps alone",
-            1e3 * overlap,
-            1e3 * alone,
-            "ms",
-            "<= 1.1x",
-        )
+    return versus(
+        f"4d epoch with {step_ms} steps vs the steps alone",
+        1e3 * overlap,
+        1e3 * alone,
+        "ms",
+        "<= 1.1x",
     )
+
+
+def _pil_rows(raw: Path, sample: int, best: dict[str, float], default: str) -> list[Row]:
+    """4a: the loader (threads, workers) against an ImageFolder-style PIL Dataset."""
+    import torch
+
     paths = sorted(str(p) for p in (raw / "images").rglob("*.*"))[:sample]
     folder = FolderDataset(paths, 256)
+    rows = []
     for name in (default, "2 workers"):
         workers = 2 if "workers" in name else 0
         ref_loader = torch.utils.data.DataLoader(
@@ -126,14 +158,6 @@ def bench_load(raw: Path, work: Path, sample: int, reps: int = 5) -> list[Row]:
         rows.append(
             versus(f"4a load, {name}, vs ImageFolder+PIL", best[name], pil, "img/s", ">= 20x")
         )
-    busy = os.getloadavg()[0]  # 4d needs a free core: reading hides behind the step only then
-    print(
-        f"   (load: {len(ds)} samples, {data_bytes / 1e6:.0f} MB per epoch; load average "
-        f"{busy:.1f} on {os.cpu_count()} cores)",
-        file=sys.stderr,
-    )
-    rows.append(worker_batch_cost(src[:256]))
-    rows.append(fresh_by_shards(raw, work, len(ds)))
     return rows
 
 

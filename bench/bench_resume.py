@@ -17,7 +17,7 @@ import torch
 from rows import PREP, Row, run, timed, versus
 
 from loaders import ImageShardDataset, make_loader
-from loaders.read.loader import _read_ahead
+from loaders.read.readahead import read_ahead
 
 
 class Indices(torch.utils.data.Dataset[Any]):
@@ -54,7 +54,7 @@ def first_batch(root: Path, state: dict[str, Any] | None) -> float:
 
 
 def epoch(loader: Any, tracked: bool) -> float:
-    return timed(lambda: [None for _ in (loader if tracked else _read_ahead(loader))])
+    return timed(lambda: [None for _ in (loader if tracked else read_ahead(loader))])
 
 
 def rows(args: argparse.Namespace, work: Path) -> list[Row]:

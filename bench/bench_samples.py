@@ -116,20 +116,19 @@ def _packs(work: Path, args: argparse.Namespace) -> tuple[dict[str, float], list
 
 
 def rows(args: argparse.Namespace, work: Path) -> list[Row]:
-    import torch
-
-    import prep as prep_api
-    from loaders import ImageShardDataset, SampleDataset, make_loader
-    from prep.fields import Array, Image, Text
-
     took, paths = _packs(work, args)
     n = len(paths)
-    loaders: dict[str, Any] = {}
-    for codec in ("raw", "jpeg"):
-        ds = SampleDataset(work / f"s-samples-{codec}", fields=("image", "label"))
-        loaders[f"samples {codec}"] = make_loader(ds, batch_size=BATCH, shuffle=True)
-        ref = ImageShardDataset(work / f"s-pack-{codec}", fields=("image", "label"))
-        loaders[f"images {codec}"] = make_loader(ref, batch_size=BATCH, shuffle=True)
+    det_out = _detection_pack(args, work, paths)
+    best = _epochs(args, work, det_out)
+    print(f"   (samples: {n} photos at {SIZE}px, batch {BATCH})", file=sys.stderr)
+    return [*_samples_rows(best, took, n), *_detection_rows(best)]
+
+
+def _detection_pack(args: argparse.Namespace, work: Path, paths: list[str]) -> Path:
+    """The photos as detection-shaped samples (`detection`), packed by prep.pack_samples."""
+    import prep as prep_api
+    from prep.fields import Array, Image, Text
+
     fields = {
         "image": Image(sizes=(SIZE,), codec="jpeg"),
         "boxes": Array("float32", (None, 4)),
@@ -147,6 +146,21 @@ def rows(args: argparse.Namespace, work: Path) -> list[Row]:
         overwrite=True,
         show_progress=False,
     )
+    return det_out
+
+
+def _epochs(args: argparse.Namespace, work: Path, det_out: Path) -> dict[str, float]:
+    """Each way's best samples/s over interleaved repeats."""
+    import torch
+
+    from loaders import ImageShardDataset, SampleDataset, make_loader
+
+    loaders: dict[str, Any] = {}
+    for codec in ("raw", "jpeg"):
+        ds = SampleDataset(work / f"s-samples-{codec}", fields=("image", "label"))
+        loaders[f"samples {codec}"] = make_loader(ds, batch_size=BATCH, shuffle=True)
+        ref = ImageShardDataset(work / f"s-pack-{codec}", fields=("image", "label"))
+        loaders[f"images {codec}"] = make_loader(ref, batch_size=BATCH, shuffle=True)
     det = SampleDataset(det_out)
     loaders["detection"] = make_loader(det, batch_size=BATCH, shuffle=True)
     pickles = torch.utils.data.DataLoader(
@@ -165,7 +179,11 @@ def rows(args: argparse.Namespace, work: Path) -> list[Row]:
         rates = {k: _rate(v) for k, v in loaders.items()}
         rates |= {"pickle": _rate(pickles), "bare": bare_rate(blobs, rep)}
         best = {k: max(best.get(k, 0.0), r) for k, r in rates.items()}
-    print(f"   (samples: {n} photos at {SIZE}px, batch {BATCH})", file=sys.stderr)
+    return best
+
+
+def _samples_rows(best: dict[str, float], took: dict[str, float], n: int) -> list[Row]:
+    """25a, 25b: prep samples and SampleDataset against prep pack and ImageShardDataset."""
     return [
         *(
             versus(
@@ -187,6 +205,12 @@ def rows(args: argparse.Namespace, work: Path) -> list[Row]:
             )
             for c in ("raw", "jpeg")
         ),
+    ]
+
+
+def _detection_rows(best: dict[str, float]) -> list[Row]:
+    """25c, 25d: detection samples against a pickle file and against a bare decode."""
+    return [
         versus(
             "25c detection dicts vs pickle file, 2 workers",
             best["detection"],

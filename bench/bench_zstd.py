@@ -12,6 +12,8 @@ from pathlib import Path
 
 from rows import Row, info, prep, timed, versus
 
+MB = 1e6
+
 
 def size(root: Path, array: str) -> int:
     return sum(p.stat().st_size for p in root.glob(f"{array}-*.npy"))
@@ -28,27 +30,46 @@ def epoch(make: Callable[[], object], batch: int, shuffle: bool) -> Callable[[],
 
 
 def rows(args: argparse.Namespace, work: Path) -> list[Row]:
+    packs = _packs(args, work)
+    return [*_size_rows(packs), *_read_rows(args, packs), _whole_row(packs)]
+
+
+Packs = dict[str, tuple[Path, Path]]  # "raw" or "zstd" -> its image pack (masks), its tokens
+
+
+def _packs(args: argparse.Namespace, work: Path) -> Packs:
+    """The demo's images with masks, and a bytes-tokenized corpus, packed raw and with zstd."""
     from bench import make_corpus  # bench/bench.py: the tokenize rows' corpus
-    from loaders import ImageShardDataset, TokenWindowDataset
 
     raw, jobs = work / "raw", str(args.jobs)
     corpus = work / "corpus"
     make_corpus(raw, corpus, 200 if args.smoke else 8000)
-    packs = {}
+    packs: Packs = {}
     for name, more in (("raw", []), ("zstd", ["--compress", "zstd"])):
         masks, tokens = work / f"z-masks-{name}", work / f"z-tokens-{name}"
         common = ["--overwrite", "-j", jobs, *more]
         prep("pack", str(raw / "images"), str(masks), "--masks", str(raw / "masks"), *common)
         prep("tokenize", str(corpus), str(tokens), "--tokenizer", "bytes", *common)
         packs[name] = masks, tokens
+    return packs
+
+
+def _size_rows(packs: Packs) -> list[Row]:
+    """40a-40c: each array's files on disk, zstd against raw."""
     (m_raw, t_raw), (m_zst, t_zst) = packs["raw"], packs["zstd"]
-    mb = 1e6
     sizes = [
         ("40a masks on disk, zstd vs raw", size(m_zst, "mask_256"), size(m_raw, "mask_256")),
         ("40b tokens on disk, zstd vs raw", size(t_zst, "tokens"), size(t_raw, "tokens")),
         ("40c source text on disk, zstd vs raw", size(m_zst, "source"), size(m_raw, "source")),
     ]
-    out = [versus(n, z / mb, r / mb, "MB", "<= 0.5x") for n, z, r in sizes]
+    return [versus(n, z / MB, r / MB, "MB", "<= 0.5x") for n, z, r in sizes]
+
+
+def _read_rows(args: argparse.Namespace, packs: Packs) -> list[Row]:
+    """40d, 40e: an epoch of masks and of shuffled token windows from the page cache."""
+    from loaders import ImageShardDataset, TokenWindowDataset
+
+    (m_raw, t_raw), (m_zst, t_zst) = packs["raw"], packs["zstd"]
 
     def masks(root: Path) -> Callable[[], None]:
         return epoch(lambda: ImageShardDataset(root, size=256, fields=("mask",)), 64, False)
@@ -66,29 +87,29 @@ def rows(args: argparse.Namespace, work: Path) -> list[Row]:
             best[key] = min(best[key], timed(fn))
     n_masks = len(ImageShardDataset(m_raw, size=256, fields=("mask",)))
     n_tokens = TokenWindowDataset(t_raw, block_size=512).num_tokens
-    out.append(
+    return [
         versus(
             "40d masks epoch, page cache, zstd vs raw",
             n_masks / best["m-zst"],
             n_masks / best["m-raw"],
             "masks/s",
             ">= 0.8x",
-        )
-    )
-    out.append(
+        ),
         versus(
             "40e token windows shuffled, page cache, zstd vs raw",
-            n_tokens / best["t-zst"] / mb,
-            n_tokens / best["t-raw"] / mb,
+            n_tokens / best["t-zst"] / MB,
+            n_tokens / best["t-raw"] / MB,
             "Mtok/s",
             ">= 0.8x",
-        )
-    )
+        ),
+    ]
+
+
+def _whole_row(packs: Packs) -> Row:
+    """40f: the whole image pack (pixels, masks, metadata) on disk."""
+    (m_raw, _), (m_zst, _) = packs["raw"], packs["zstd"]
     whole = (
         sum(p.stat().st_size for p in m_zst.iterdir()),
         sum(p.stat().st_size for p in m_raw.iterdir()),
     )
-    out.append(
-        info("40f image pack with masks on disk", whole[0] / mb, whole[1] / mb, "MB", "info")
-    )
-    return out
+    return info("40f image pack with masks on disk", whole[0] / MB, whole[1] / MB, "MB", "info")

@@ -16,7 +16,7 @@ from s3server import s3_server  # noqa: F401  (the fixture `s3`: one server a se
 from prep.demo.images import make_demo
 from prep.kinds.images.config import PackConfig
 from prep.kinds.images.pack import pack
-from prep.run.driver import RunSummary
+from prep.run.summary import RunSummary
 
 PackFn = Callable[..., RunSummary]
 

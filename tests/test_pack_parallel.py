@@ -15,8 +15,8 @@ from PIL import Image
 
 from loaders.format import read_manifest
 from prep import PrepError
-from prep.run.driver import shard_size
 from prep.run.parallel import run_tasks
+from prep.run.sharding import shard_size
 from prep.run.staging import RUN_DIR
 
 

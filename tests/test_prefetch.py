@@ -173,7 +173,7 @@ def test_worker_rings_are_reused_and_never_reach_the_caller(packed: Path) -> Non
 def test_a_ring_segment_is_written_again_only_once_copied_out_and_let_go() -> None:
     from collections import deque
 
-    from loaders.read.loader import SharedRing, copy_out
+    from loaders.read.ring import SharedRing, copy_out
 
     ring, seen = SharedRing(keep=2), deque()
     a = ring.get("image", (2, 3), torch.uint8)

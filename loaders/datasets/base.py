@@ -17,9 +17,10 @@ from loaders.augment.crops import Crop
 from loaders.fields import declared
 from loaders.fields.base import Field
 from loaders.fields.image import CHECKED_BYTES, sides_problem
+from loaders.read.buffers import BufferPool, new_batch
 from loaders.read.decode import Pixels, Pool, run
 from loaders.read.device import DeviceDecode
-from loaders.read.loader import BufferPool, check_indices, new_batch
+from loaders.read.loader import check_indices
 from loaders.read.memory import SharedArrays
 from loaders.read.store import ShardStore
 

@@ -18,7 +18,8 @@ import torch
 from torch.utils.data import Dataset
 
 from loaders.datasets.samples import SampleBatch
-from loaders.read.loader import Batch, check_indices, new_batch, read_into
+from loaders.read.buffers import new_batch, read_into
+from loaders.read.loader import Batch, check_indices
 
 MIXTURE = "mixture"  # the field that says each sample's source: its index in `datasets`
 EXHAUSTED = ("wrap", "stop")

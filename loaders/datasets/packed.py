@@ -18,7 +18,8 @@ from loaders.datasets.tokens import _TokenSplit
 from loaders.fields.tokens import LOSS_MASK
 from loaders.format import OFFSETS
 from loaders.packing import IGNORE, STRATEGIES, WINDOW, Plan, load_plan, packing_name, plan
-from loaders.read.loader import Batch, new_batch
+from loaders.read.buffers import new_batch
+from loaders.read.loader import Batch
 from loaders.read.store import LocalBackend
 
 FIELDS = ("input_ids", "labels", "position_ids", "document_ids", "cu_seqlens")

@@ -18,8 +18,9 @@ from loaders.fields.base import RAGGED_POLICIES, Field
 from loaders.fields.image import Image, hw_name
 from loaders.fields.mask import Mask
 from loaders.format import array_name
+from loaders.read.buffers import new_batch
 from loaders.read.decode import Pixels
-from loaders.read.loader import Batch, new_batch
+from loaders.read.loader import Batch
 from loaders.read.store import by_shard
 from loaders.transforms import Compose
 

@@ -14,7 +14,8 @@ import torch
 from loaders.datasets.base import Remote, ShardedDataset
 from loaders.fields.column import NAT, Column
 from loaders.format import FormatError
-from loaders.read.loader import Batch, new_batch
+from loaders.read.buffers import new_batch
+from loaders.read.loader import Batch
 
 MAX_RUNS = 16  # more contiguous runs than this in a batch: gather instead
 Run = tuple[int, slice, slice]  # a shard, rows of the batch, its rows

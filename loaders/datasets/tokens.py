@@ -13,7 +13,8 @@ import torch
 from loaders.datasets.base import Remote, ShardedDataset
 from loaders.fields.tokens import Tokens
 from loaders.format import OFFSETS
-from loaders.read.loader import Batch, new_batch
+from loaders.read.buffers import new_batch
+from loaders.read.loader import Batch
 
 OUT_DTYPE = "int64"  # what windows and documents come out as: what embeddings index with
 

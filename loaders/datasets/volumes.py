@@ -13,7 +13,8 @@ from loaders.datasets.base import Remote, ShardedDataset
 from loaders.fields.column import Column
 from loaders.fields.volume import Volume, VolumeLabel
 from loaders.format import OFFSETS
-from loaders.read.loader import Batch, new_batch
+from loaders.read.buffers import new_batch
+from loaders.read.loader import Batch
 
 VOLUMES = ("image", "label")  # the voxels (a Volume field) and their class ids (VolumeLabel)
 

@@ -1,38 +1,27 @@
 """make_loader: a DataLoader that keeps the datasets' batched reads. Without worker processes,
-threads read ahead while the step runs (the copies release the GIL) into reused buffers
-(`new_batch`); workers read into SharedRings of segments (fresh shared memory a batch: page
-faults cost several times the copy, bench row 4c), each behind a header the main process clears."""
+threads read ahead while the step runs (loaders.read.readahead) into reused buffers (`new_batch`,
+loaders.read.buffers); workers read into SharedRings of segments (loaders.read.ring). Also the
+pieces datasets share: `check_indices`, `Batch` and `collate_batch`."""
 
 from __future__ import annotations
 
 import functools
-import itertools
 import os
-import sys
-import threading
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Generic, TypeVar
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset, get_worker_info
+from torch.utils.data import DataLoader, Dataset, IterableDataset
 from torch.utils.data._utils.collate import default_collate
-from torch.utils.data._utils.fetch import _MapDatasetFetcher
-from torch.utils.data._utils.pin_memory import pin_memory
 
 from loaders.read import state
+from loaders.read.buffers import BufferPool, current_alloc, pinned
+from loaders.read.readahead import read_ahead
+from loaders.read.ring import StartWorker, copy_out, in_ring
 from loaders.read.samplers import ShardSampler
-from loaders.read.workers import Packed, PackInWorker, capped
-
-T = TypeVar("T")
-Alloc = Callable[[str, tuple[int, ...], torch.dtype], torch.Tensor]
-HEADER = 64  # bytes before a segment's data: a multiple of every dtype's size
-MAGIC = b"prepring"
-BUSY = len(MAGIC)  # offset of the busy byte
-# How many tensors share a storage (a private torch function; without it buffers are not reused).
-_storage_users = getattr(torch._C, "_storage_Use_Count", None)
+from loaders.read.workers import PackInWorker, capped
 
 
 def check_indices(indices: Sequence[int] | np.ndarray, n: int) -> np.ndarray:
@@ -68,185 +57,6 @@ class Batch(Sequence[tuple[torch.Tensor, ...]]):
 
     def __getitem__(self, j: int) -> tuple[torch.Tensor, ...]:  # type: ignore[override]
         return tuple(t[j] for t in self.tensors)
-
-
-def _unheld(t: torch.Tensor) -> bool:
-    """No tensor, view or array but ours refers to `t`'s storage (2: ours and the one asking)."""
-    return _storage_users is not None and _storage_users(t.untyped_storage()._cdata) <= 2
-
-
-class Ring(Generic[T]):
-    """Up to `keep` reusable buffers a key (field, shape, dtype), at most 8 keys."""
-
-    def __init__(self, keep: int):
-        self.keep = keep
-        self._bufs: dict[Any, list[T]] = {}
-
-    def slots(self, key: Any) -> list[T]:  # a list the caller may prune
-        found = self._bufs.get(key)
-        if found is None:
-            if len(self._bufs) >= 8:
-                del self._bufs[next(iter(self._bufs))]  # the oldest
-            found = self._bufs[key] = []
-        return found
-
-    def take(self, slots: list[T], free: Callable[[T], bool], make: Callable[[], T]) -> T:
-        for buf in slots:
-            if free(buf):
-                return buf
-        buf = make()
-        if len(slots) < self.keep:
-            slots.append(buf)
-        return buf
-
-
-class BufferPool(Ring[torch.Tensor]):
-    """The main process's batch buffers, reused once nothing but the pool refers to them (but a
-    storage object kept alone), never once in shared memory (50 MB faults in as 3 copies)."""
-
-    def __init__(self, keep: int = 2):
-        super().__init__(keep)
-        self._lock = threading.Lock()  # loader threads: never one buffer to two of them
-
-    def get(self, field: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-        with self._lock:
-            bufs = self.slots((field, shape, dtype))
-            bufs[:] = [b for b in bufs if not b.is_shared()]  # sent to another process: theirs
-            buf = self.take(bufs, _unheld, lambda: torch.empty(shape, dtype=dtype))
-            return buf.view(shape)  # a new view: the caller's hold is counted
-
-
-# Where this thread's `new_batch` takes its tensors (a thread outside the loader: its pool)
-_reading = threading.local()
-
-
-def current_alloc() -> Alloc | None:
-    """What `new_batch` in this thread takes its tensors from (a worker: its SharedRing)."""
-    return getattr(_reading, "alloc", None)
-
-
-def in_ring(t: torch.Tensor) -> bool:
-    """Whether `t` lies in a worker's ring segment already (copy_out copies it)."""
-    return _ring_header(t) is not None
-
-
-def read_into(alloc: Alloc | None) -> Alloc | None:
-    """Make `new_batch` in this thread take its tensors from `alloc`; the one it replaces."""
-    before = getattr(_reading, "alloc", None)
-    _reading.alloc = alloc
-    return before
-
-
-def new_batch(
-    shape: tuple[int, ...], dtype: torch.dtype, pool: BufferPool | None = None, key: str = ""
-) -> torch.Tensor:
-    """A batch's tensor: from `read_into`'s, in a worker's shared memory, or from `pool`."""
-    alloc = getattr(_reading, "alloc", None)
-    if alloc is not None:
-        return alloc(key, shape, dtype)
-    if get_worker_info() is None:
-        return pool.get(key, shape, dtype) if pool is not None else torch.empty(shape, dtype=dtype)
-    nbytes = int(torch.Size(shape).numel()) * dtype.itemsize
-    return torch.empty(0, dtype=dtype).set_(new_shared(nbytes).untyped_storage(), 0, shape)  # type: ignore[call-overload]
-
-
-def new_shared(nbytes: int) -> torch.Tensor:
-    """uint8 over new shared memory, as default_collate's (`share_memory_()`: 6x slower)."""
-    return torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(nbytes))
-
-
-def _header(storage: torch.UntypedStorage) -> torch.Tensor:
-    return torch.empty(0, dtype=torch.uint8).set_(storage, 0, (HEADER,))  # type: ignore[call-overload]
-
-
-class SharedRing(Ring[torch.Tensor]):
-    """A worker's ring of shared segments (headers), all freed at a new pass (`passes`)."""
-
-    def __init__(self, keep: int, passes: torch.Tensor | None = None):
-        super().__init__(keep)
-        self.passes, self._pass = passes, -1
-
-    def get(self, field: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-        now = int(self.passes) if self.passes is not None else 0
-        if now != self._pass:  # (a first pass: nothing to free)
-            self._pass = now
-            for head in (h for bufs in self._bufs.values() for h in bufs):
-                head[BUSY] = 0
-        nbytes = int(torch.Size(shape).numel()) * dtype.itemsize
-        head = self.take(self.slots((field, shape, dtype)), _free, lambda: _segment(nbytes))
-        head[BUSY] = 1
-        out = torch.empty(0, dtype=dtype)
-        return out.set_(head.untyped_storage(), HEADER // dtype.itemsize, shape)  # type: ignore[call-overload]
-
-
-def _free(head: torch.Tensor) -> bool:
-    """The main process copied the segment out, and this process holds no tensor of it."""
-    return int(head[BUSY]) == 0 and _unheld(head)
-
-
-def _segment(nbytes: int) -> torch.Tensor:
-    """A new segment of shared memory for `nbytes`, as its header."""
-    head = _header(new_shared(HEADER + nbytes).untyped_storage())
-    head[:BUSY] = torch.frombuffer(bytearray(MAGIC), dtype=torch.uint8)
-    return head
-
-
-class StartWorker:
-    """A picklable `worker_init_fn`: the worker reads into a SharedRing, then the user's runs."""
-
-    def __init__(self, keep: int, passes: torch.Tensor, then: Any = None):
-        self.keep, self.passes, self.then = keep, passes, then
-
-    def __call__(self, worker_id: int) -> None:
-        read_into(SharedRing(self.keep, self.passes).get)
-        if self.then is not None:
-            self.then(worker_id)
-
-
-def _ring_header(t: torch.Tensor) -> torch.Tensor | None:
-    if t.device.type != "cpu" or not t.is_shared():
-        return None
-    storage = t.untyped_storage()
-    if storage.nbytes() <= HEADER or t.storage_offset() * t.element_size() < HEADER:
-        return None
-    head = _header(storage)
-    return head if head[:BUSY].numpy().tobytes() == MAGIC else None
-
-
-def copy_out(data: Any, alloc: Alloc, seen: deque[torch.UntypedStorage]) -> Any:
-    """`data` with every tensor of a worker's ring copied into memory from `alloc`, its segment
-    then marked free and kept in `seen` (received again, it maps to the same memory)."""
-    copies: dict[int, torch.Tensor] = {}  # segment address -> its copy (views share one)
-    heads: list[torch.Tensor] = []
-    result = _copy(data, alloc, copies, heads)
-    for head in heads:  # only now: two tensors of one segment are both copied first
-        head[BUSY] = 0
-        seen.append(head.untyped_storage())
-    return result
-
-
-def _copy(x: Any, alloc: Alloc, copies: dict[int, torch.Tensor], heads: list[torch.Tensor]) -> Any:
-    # A function of the module, not a closure: a recursive closure is a reference cycle, which
-    # would hold the copies (and so the pool's buffers) until the garbage collector runs.
-    if isinstance(x, tuple | list):
-        return type(x)(_copy(v, alloc, copies, heads) for v in x)
-    if isinstance(x, dict):
-        return {k: _copy(v, alloc, copies, heads) for k, v in x.items()}
-    if isinstance(x, Packed):  # a batch's small tensors: one segment, copied with the rest
-        return x.unpack(_copy(x.buf, alloc, copies, heads))
-    head = _ring_header(x) if isinstance(x, torch.Tensor) else None
-    if head is None:
-        return x
-    src = x.untyped_storage()
-    flat = copies.get(src.data_ptr())
-    if flat is None:
-        whole = torch.empty(0, dtype=torch.uint8).set_(src)
-        flat = copies[src.data_ptr()] = alloc("worker", (src.nbytes() - HEADER,), torch.uint8)
-        np.copyto(flat.numpy(), whole.numpy()[HEADER:])  # a memcpy: twice torch's copy_ here
-        heads.append(head)
-    offset = x.storage_offset() - HEADER // x.element_size()
-    out = torch.empty(0, dtype=x.dtype)
-    return out.set_(flat.untyped_storage(), offset, x.shape, x.stride())
 
 
 def collate_batch(batch: Any) -> Any:
@@ -310,18 +120,8 @@ def make_loader(
         >>> images.shape, labels.dtype
         (torch.Size([16, 3, 128, 128]), torch.int64)
     """
-    problem = getattr(dataset, "batch_problem", None)  # whole volumes of several shapes
-    said = problem(batch_size) if problem is not None else None
-    if said is not None:
-        raise ValueError(said)
-    ddp = torch.distributed.is_available() and torch.distributed.is_initialized()
-    if distributed and not ddp:
-        raise ValueError(
-            "distributed=True needs torch.distributed initialised first: call "
-            "torch.distributed.init_process_group() (torchrun sets its environment)"
-        )
-    distributed = ddp if distributed is None else distributed
-    num_workers = capped(num_workers)
+    distributed = _check_args(dataset, batch_size, distributed)
+    num_workers = capped(num_workers)  # called here: its warning names make_loader's caller
     if order is None:
         order = "random" if shuffle else "sequential"
     elif shuffle and order == "sequential":
@@ -333,31 +133,64 @@ def make_loader(
         "drop_last": drop_last,
         "num_workers": num_workers,
     }
-    own = {"sampler", "batch_sampler"} & dataloader_kwargs.keys()
-    if own and (distributed or order != "sequential"):
-        raise ValueError("a sampler of your own replaces order=/distributed=: pass one")
-    if not own and not isinstance(dataset, IterableDataset):  # (its state: loaders.read.state)
-        sizes = getattr(dataset, "shard_sizes", None)
-        if sizes is None and order == "quasi_random":
-            raise ValueError(
-                f"{type(dataset).__name__} has no shard_sizes, which order='quasi_random' "
-                "needs; use order='random'"
-            )
-        ranks = {} if distributed else {"num_replicas": 1, "rank": 0}
-        n = len(dataset)  # type: ignore[arg-type]
-        sizes = [n] if sizes is None else sizes
-        if sum(sizes) != n:
-            raise ValueError(
-                f"{type(dataset).__name__}'s shard_sizes sum to {sum(sizes)}, not its length "
-                f"{n}: an order of them would leave samples out"
-            )
-        sampler = ShardSampler(sizes, order, seed, window, drop_last=drop_last, **ranks)
-        sampler.follow(dataset)  # a remote dataset prefetches the next quasi_random window
+    sampler = _sampler(dataset, order, seed, window, distributed, drop_last, dataloader_kwargs)
+    if sampler is not None:
         kwargs["sampler"] = sampler
         shuffle = False  # the sampler orders
     kwargs.update(dataloader_kwargs)
     threads = (getattr(dataset, "read_threads", None) or THREADS) if threads is None else threads
     return Loader(dataset, batch_size=batch_size, shuffle=shuffle, threads=threads, **kwargs)
+
+
+def _check_args(dataset: Dataset[Any], batch_size: int, distributed: bool | None) -> bool:
+    """Whether the loader is distributed; ValueError where the dataset cannot make batches of
+    `batch_size`, or `distributed` is asked for without torch.distributed."""
+    problem = getattr(dataset, "batch_problem", None)  # whole volumes of several shapes
+    said = problem(batch_size) if problem is not None else None
+    if said is not None:
+        raise ValueError(said)
+    ddp = torch.distributed.is_available() and torch.distributed.is_initialized()
+    if distributed and not ddp:
+        raise ValueError(
+            "distributed=True needs torch.distributed initialised first: call "
+            "torch.distributed.init_process_group() (torchrun sets its environment)"
+        )
+    return ddp if distributed is None else distributed
+
+
+def _sampler(
+    dataset: Dataset[Any],
+    order: str,
+    seed: int,
+    window: int,
+    distributed: bool,
+    drop_last: bool,
+    dataloader_kwargs: Mapping[str, Any],
+) -> ShardSampler | None:
+    """The ShardSampler of `order` over the dataset's shards; None for a sampler of the user's
+    own (ValueError if it contradicts `order` or `distributed`) or an IterableDataset."""
+    own = {"sampler", "batch_sampler"} & dataloader_kwargs.keys()
+    if own and (distributed or order != "sequential"):
+        raise ValueError("a sampler of your own replaces order=/distributed=: pass one")
+    if own or isinstance(dataset, IterableDataset):  # (its state: loaders.read.state)
+        return None
+    sizes = getattr(dataset, "shard_sizes", None)
+    if sizes is None and order == "quasi_random":
+        raise ValueError(
+            f"{type(dataset).__name__} has no shard_sizes, which order='quasi_random' "
+            "needs; use order='random'"
+        )
+    ranks = {} if distributed else {"num_replicas": 1, "rank": 0}
+    n = len(dataset)  # type: ignore[arg-type]
+    sizes = [n] if sizes is None else sizes
+    if sum(sizes) != n:
+        raise ValueError(
+            f"{type(dataset).__name__}'s shard_sizes sum to {sum(sizes)}, not its length "
+            f"{n}: an order of them would leave samples out"
+        )
+    sampler = ShardSampler(sizes, order, seed, window, drop_last=drop_last, **ranks)
+    sampler.follow(dataset)  # a remote dataset prefetches the next quasi_random window
+    return sampler
 
 
 class Loader(DataLoader[Any]):
@@ -389,7 +222,7 @@ class Loader(DataLoader[Any]):
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         self.progress = now = state.begin(self)  # before the sampler is asked for indices
         if self.threads:
-            batches = _read_ahead(self)
+            batches = read_ahead(self)
         elif not self.shares:
             batches = super().__iter__()
         else:
@@ -410,46 +243,3 @@ class Loader(DataLoader[Any]):
     def load_state_dict(self, saved: Mapping[str, Any]) -> None:
         """Resume at `saved` (a `state_dict()`, of any rank): the next pass reads the rest."""
         state.load(self, saved)
-
-
-def _read(fetcher: _MapDatasetFetcher, pin: bool, index: Any) -> Any:
-    data = fetcher.fetch(index)
-    return pin_memory(data) if pin else data  # a no-op for tensors pinned already
-
-
-def _read_ahead(loader: Loader) -> Iterator[Any]:
-    """One pass: `loader.depth` batches read ahead (the first alone), a read's exception raised
-    with its batch; the threads end with the pass, or when the iterator is dropped."""
-    pin = loader.pins
-    alloc: Alloc = pinned if pin else loader.ring.get
-    fetcher = _MapDatasetFetcher(
-        loader.dataset, loader._auto_collation, loader.collate_fn, loader.drop_last
-    )
-    bs = loader.batch_sampler  # the epoch advances here, as without threads
-    batches = getattr(getattr(bs, "sampler", None), "batches", None)
-    # A ShardSampler's batches as numpy slices: a Python int per index cost a quarter of an epoch
-    if type(bs) is BatchSampler and batches is not None:
-        indices = iter(batches(bs.batch_size, bs.drop_last))
-    else:
-        indices = iter(loader._index_sampler)
-    pool = ThreadPoolExecutor(
-        loader.threads, "prep-loader", initializer=read_into, initargs=(alloc,)
-    )
-    pending: deque[Future[Any]] = deque()
-    try:
-        for index in itertools.islice(indices, 1):
-            pending.append(pool.submit(_read, fetcher, pin, index))
-        while pending:
-            batch = pending.popleft().result()
-            for index in itertools.islice(indices, loader.depth - len(pending)):
-                pending.append(pool.submit(_read, fetcher, pin, index))
-            yield batch  # `depth` batches in flight while the caller uses this one
-    finally:  # reads not started are cancelled, running ones finish
-        for future in pending:
-            future.cancel()
-        if not sys.is_finalizing():  # at exit shutdown()'s modules are gone
-            pool.shutdown(wait=True, cancel_futures=True)
-
-
-def pinned(key: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-    return torch.empty(shape, dtype=dtype, pin_memory=True)

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from loaders.format import OFFSETS
-from loaders.read.loader import new_shared
+from loaders.read.buffers import new_shared
 from loaders.read.store import Places, ShardStore
 
 

@@ -20,11 +20,12 @@ from loaders.fields import Field, Image, Mask, Text, Tokens
 from loaders.fields.base import FieldError, check_name, encode_source
 from loaders.format import ArraySpec
 from prep.run import classmaps
-from prep.run.driver import Kind, array_specs, split_shards
 from prep.run.errors import Reject as UserReject
 from prep.run.errors import UsageError
 from prep.run.grow import Parent
 from prep.run.inputs import Reject
+from prep.run.kind import Kind, array_specs
+from prep.run.sharding import split_shards
 from prep.run.shardwriter import shard_task, write_shard
 
 SOURCE = "source"  # the field of each sample's input, where a command stores it

@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prep.run.driver import fingerprint
 from prep.run.errors import PrepError
 from prep.run.inputs import read_rows, walk
+from prep.run.kind import fingerprint
 from prep.run.samples import Item
 
 ROWS = (".csv", ".jsonl", ".parquet")

@@ -14,10 +14,12 @@ from loaders.fields.base import check_name
 from prep.kinds.audio.config import AudioConfig
 from prep.media.audio import QUALITY, decode_clip
 from prep.run.classmaps import named_targets
-from prep.run.driver import Inputs, RunSummary, fingerprint, run
+from prep.run.driver import run
 from prep.run.errors import PrepError
 from prep.run.grow import file_identity
+from prep.run.kind import Inputs, fingerprint
 from prep.run.samples import Sample, SamplesRun
+from prep.run.summary import RunSummary
 from prep.sources.audio import Clip, Listing, list_audio
 
 FIXED = ("audio", "source", "source_rate", "start", "label")  # the field names targets may not take

@@ -27,11 +27,11 @@ from loaders.format.arrays import read_manifest_file
 from loaders.format.index import ShardIndex, file_name, parts, shard_of, stem
 from prep.run import staging as st
 from prep.run.card import class_counts, kept, write_card
-from prep.run.driver import shard_size
 from prep.run.errors import PrepError, write_error
 from prep.run.files import NpyWriter, RaggedWriter, temp_path
 from prep.run.grow import STATE, Parent, link, link_parent
 from prep.run.guard import check_out, install, locked, recover
+from prep.run.sharding import shard_size
 from prep.run.staging import REJECTS
 from prep.run.version import __version__
 

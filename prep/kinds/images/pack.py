@@ -35,11 +35,14 @@ from prep.media.image.quality import (
     pixel_scores,
     stored_issues,
 )
-from prep.run.driver import Inputs, Kind, RunSummary, array_specs, fingerprint, run, split_shards
+from prep.run.driver import run
 from prep.run.errors import PrepError
 from prep.run.grow import Parent, counts_added, grown_classes
 from prep.run.inputs import Reject
+from prep.run.kind import Inputs, Kind, array_specs, fingerprint
+from prep.run.sharding import split_shards
 from prep.run.shardwriter import shard_task, write_shard
+from prep.run.summary import RunSummary
 from prep.sources.images import Item, list_images, split_counts
 
 

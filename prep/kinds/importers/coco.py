@@ -26,11 +26,13 @@ from prep.kinds.importers.cocojson import (
 )
 from prep.kinds.importers.config import CocoConfig, image_field
 from prep.run.classmaps import Renamed
-from prep.run.driver import Inputs, RunSummary, fingerprint, run
+from prep.run.driver import run
 from prep.run.errors import PrepError, Reject, UsageError
 from prep.run.grow import Parent, adopt_early, file_identity
 from prep.run.inputs import check_file
+from prep.run.kind import Inputs, fingerprint
 from prep.run.samples import SamplesRun, UserFunction
+from prep.run.summary import RunSummary
 from prep.sources.samples import file_stats
 
 

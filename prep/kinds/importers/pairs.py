@@ -12,11 +12,13 @@ from typing import Any
 
 from prep.fields import Text, Tokens
 from prep.kinds.importers.config import PairsConfig, Tree, image_field
-from prep.run.driver import Inputs, RunSummary, fingerprint, run
+from prep.run.driver import run
 from prep.run.errors import PrepError, Reject, UsageError
 from prep.run.grow import adopt_early
 from prep.run.inputs import check_file, reject_record
+from prep.run.kind import Inputs, fingerprint
 from prep.run.samples import Item, SamplesRun, UserFunction
+from prep.run.summary import RunSummary
 from prep.sources.samples import list_inputs
 
 

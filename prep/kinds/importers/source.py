@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from loaders.remote.storage import url_of
-from prep.run.driver import Inputs, fingerprint
 from prep.run.errors import PrepError
 from prep.run.grow import file_identity
+from prep.run.kind import Inputs, fingerprint
 from prep.run.samples import SamplesRun, UserFunction
 from prep.sources.samples import Source
 

@@ -35,10 +35,11 @@ from prep.kinds.importers.tars import (
     scan,
 )
 from prep.run.config import listed
-from prep.run.driver import RunSummary, run
+from prep.run.driver import run
 from prep.run.errors import PrepError, Reject, UsageError
 from prep.run.grow import adopt_early
 from prep.run.samples import Item
+from prep.run.summary import RunSummary
 from prep.sources.samples import Source, file_stats
 
 IMAGES = ("jpg", "jpeg", "png", "webp")

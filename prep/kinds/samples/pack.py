@@ -13,9 +13,11 @@ from typing import Any
 
 from loaders.fields import Field
 from prep.kinds.samples.config import SamplesConfig
-from prep.run.driver import Inputs, RunSummary, run
+from prep.run.driver import run
 from prep.run.errors import PrepError, UsageError
+from prep.run.kind import Inputs
 from prep.run.samples import SamplesRun, UserFunction, check_shippable
+from prep.run.summary import RunSummary
 from prep.sources.samples import list_inputs
 
 

@@ -19,13 +19,16 @@ from prep.kinds.table.append import COLUMNS, merged_columns, state_record
 from prep.kinds.table.config import TableConfig
 from prep.kinds.table.scan import BLOCKS, Scan, read_spill, scan
 from prep.media.table.types import Column, encode
-from prep.run.driver import Inputs, Kind, RunSummary, array_specs, fingerprint, grouped, run
+from prep.run.driver import run
 from prep.run.errors import PrepError
 from prep.run.grow import Parent, check_fields, file_identity
 from prep.run.inputs import warn
+from prep.run.kind import Inputs, Kind, array_specs, fingerprint
 from prep.run.profile import stage
+from prep.run.sharding import grouped
 from prep.run.shardwriter import ShardFiles, shard_task, split_record, writing
 from prep.run.staging import RUN_DIR
+from prep.run.summary import RunSummary
 from prep.sources.table import Block, list_tables, sources_of
 
 SPLITS = ("train", "val")

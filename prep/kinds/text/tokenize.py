@@ -22,9 +22,12 @@ from prep.kinds.text.shard import MB, document_reader, tokenize_shard
 from prep.media.text.chat import template_text
 from prep.media.text.documents import Piece, count_documents, line_starts, list_text
 from prep.media.text.tokenizers import fit_tokenizer, load_saved, tokenizer_identity
-from prep.run.driver import Inputs, Kind, RunSummary, array_specs, fingerprint, grouped, run
+from prep.run.driver import run
 from prep.run.errors import PrepError
 from prep.run.grow import Parent, check_fields, file_identity, link
+from prep.run.kind import Inputs, Kind, array_specs, fingerprint
+from prep.run.sharding import grouped
+from prep.run.summary import RunSummary
 from prep.sources.text import list_matching
 
 

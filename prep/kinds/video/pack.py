@@ -12,10 +12,13 @@ from loaders.fields import Field, Label, Scalar
 from prep.fields.image import Video
 from prep.kinds.video.config import VideoConfig
 from prep.media.video import decode_video
-from prep.run.driver import AUTO_MAX, AUTO_SHARDS, Inputs, RunSummary, fingerprint, run
+from prep.run.driver import run
 from prep.run.errors import PrepError
 from prep.run.grow import file_identity
+from prep.run.kind import Inputs, fingerprint
 from prep.run.samples import Sample, SamplesRun
+from prep.run.sharding import AUTO_MAX, AUTO_SHARDS
+from prep.run.summary import RunSummary
 from prep.sources.images import Item, list_videos
 
 MIN_VIDEOS = 4  # the fewest videos of an automatic shard

@@ -15,12 +15,15 @@ from loaders.format import ArraySpec
 from prep.kinds.volumes.config import VolumeConfig, float_list
 from prep.media.volume import transform as tf
 from prep.run.classmaps import named_targets
-from prep.run.driver import Inputs, Kind, RunSummary, array_specs, fingerprint, run, split_shards
+from prep.run.driver import run
 from prep.run.errors import PrepError
 from prep.run.grow import Parent, file_identity, grown_classes
 from prep.run.inputs import Reject
+from prep.run.kind import Inputs, Kind, array_specs, fingerprint
 from prep.run.profile import stage
+from prep.run.sharding import split_shards
 from prep.run.shardwriter import shard_task, write_shard
+from prep.run.summary import RunSummary
 from prep.sources import targets as tg
 from prep.sources.volumes import Item, list_volumes, read_pair
 
