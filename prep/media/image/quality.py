@@ -49,9 +49,26 @@ def small_copy(img: np.ndarray, side: int = SIDE, area: bool = True) -> np.ndarr
     if not area:
         return cv2.resize(img, (tw, th), interpolation=cv2.INTER_LINEAR)
     k = max(1, min(h // th, w // tw))
-    if (h, w) != (th * k, tw * k):
+    if h - th * k < k and w - tw * k < k:  # under an output pixel over: cut, not resampled
+        img = img[: th * k, : tw * k]
+    else:
         img = cv2.resize(img, (tw * k, th * k), interpolation=cv2.INTER_LINEAR)
     return cv2.resize(img, (tw, th), interpolation=cv2.INTER_AREA)
+
+
+def scored_copy(img: np.ndarray, contents: list[np.ndarray]) -> np.ndarray:
+    """The image the scores read: the smallest of the decoded `img` and the pack's resized copies
+    of it (`contents`: each size's whole picture, before its crop or pad) with a shorter side of
+    at least SIDE px and `img`'s aspect (not stretched). Scoring the pack's 256 px copy rather
+    than a 400-600 px decode halves the scores' cost (bench row 39a); never an enlarged copy."""
+    h, w = img.shape[:2]
+    best = img
+    for c in contents:
+        ch, cw = c.shape[:2]
+        same_aspect = abs(ch * w - cw * h) <= max(h, w)  # geometry() rounds each side: <= 1 px
+        if min(ch, cw) >= SIDE and ch <= best.shape[0] and cw <= best.shape[1] and same_aspect:
+            best = c
+    return best
 
 
 def blur_score(gray: np.ndarray) -> float:
@@ -83,16 +100,22 @@ def entropy(gray: np.ndarray) -> float:
 
 
 def information(gray: np.ndarray) -> float:
-    """The entropy (bits) of the 32 px thumbnail of `gray`, its levels stretched so that its
-    1st-99th percentiles span 0-255 (at most STRETCH times) before they are rounded: a bright or
-    dark image holds as much information as its structure (unstretched, one CleanVision calls
-    light has at most 14 levels in 95% of its pixels: under 4 bits); a flat one stays flat."""
+    """The entropy (bits) of a thumbnail of `gray` (its shorter side 32 px, by whole-block means:
+    a histogram has no layout to squash), its levels stretched so that its 1st-99th percentiles
+    span 0-255 (at most STRETCH times) before they are rounded: a bright or dark image holds as
+    much information as its structure (unstretched, one CleanVision calls light has at most 14
+    levels in 95% of its pixels: under 4 bits); a flat one stays flat."""
     import cv2
 
-    thumb = cv2.resize(gray.astype(np.float32), (32, 32), interpolation=cv2.INTER_AREA)
+    h, w = gray.shape[:2]
+    k = max(1, min(h, w) // 32)
+    th, tw = h // k, w // k  # the last few rows and columns cut: INTER_AREA's integer path
+    block = np.ascontiguousarray(gray[: th * k, : tw * k], dtype=np.float32)
+    thumb = cv2.resize(block, (tw, th), interpolation=cv2.INTER_AREA)
     flat = thumb.reshape(-1)
-    part = np.partition(flat, (10, 1013))  # the 1st and 99th percentiles of 1024
-    lo, hi = float(part[10]), float(part[1013])
+    k1, k99 = int(0.01 * (len(flat) - 1)), int(0.99 * (len(flat) - 1))
+    part = np.partition(flat, (k1, k99))
+    lo, hi = float(part[k1]), float(part[k99])
     gain = 255 / max(hi - lo, 255 / STRETCH)
     return entropy(np.clip((thumb - lo) * gain + 0.5, 0, 255).astype(np.uint8))
 
