@@ -30,7 +30,9 @@ FLAT_STD = 2.0  # grey levels: a flatter copy has no edges to judge (low_info's 
 # photos score higher) measure r 0.014-0.11, 0.007 squeezed to 5:1; blurred by sigma 1 px (at
 # SIDE px) 0.002-0.009, by sigma 2-4 px at most 0.003 (tests/test_quality.py plants 2-4 px).
 BLUR_SCALE = 0.005 / -math.log(1 - 0.29)
-STATS_SIDE = 64  # the brightness percentiles' and colour's sample: a 64 px bilinear subsample
+STATS_SIDE = (
+    64  # the brightness percentiles' and colour's sample: every few pixels of the SIDE copy
+)
 STRETCH = 8  # information(): the most a thumbnail's levels are stretched (a 32-level range)
 CHROMA_SCALE = 10.0  # grey levels of mean max-min channel spread where grayscale scores 1
 
@@ -86,10 +88,17 @@ def blur_score(gray: np.ndarray) -> float:
 def brightness(rgb: np.ndarray) -> np.ndarray:
     """CleanVision's perceived brightness of each pixel, 0..1: sqrt(.241 R^2 + .691 G^2 + .068
     B^2) / 255 ((H, W) grey: the level / 255)."""
+    return np.sqrt(squared_brightness(rgb)) / 255
+
+
+def squared_brightness(rgb: np.ndarray) -> np.ndarray:
+    """float32 (H * W,): .241 R^2 + .691 G^2 + .068 B^2 of each pixel ((H, W) grey: level^2)."""
+    import cv2
+
+    sq = cv2.multiply(rgb, rgb, dtype=cv2.CV_32F)
     if rgb.ndim == 2:
-        return rgb.reshape(-1).astype(np.float32) / 255
-    c = rgb.reshape(-1, 3).astype(np.float32)
-    return np.sqrt(c * c @ np.array([0.241, 0.691, 0.068], np.float32)) / 255
+        return sq.reshape(-1)
+    return cv2.transform(sq, np.array([[0.241, 0.691, 0.068]], np.float32)).reshape(-1)
 
 
 def entropy(gray: np.ndarray) -> float:
@@ -117,7 +126,9 @@ def information(gray: np.ndarray) -> float:
     part = np.partition(flat, (k1, k99))
     lo, hi = float(part[k1]), float(part[k99])
     gain = 255 / max(hi - lo, 255 / STRETCH)
-    return entropy(np.clip((thumb - lo) * gain + 0.5, 0, 255).astype(np.uint8))
+    # (level - lo) * gain rounded, within 0..255: clipped below lo first (convertScaleAbs takes
+    # the absolute value), above 255 by its saturation
+    return entropy(cv2.convertScaleAbs(cv2.max(thumb, lo), alpha=gain, beta=-lo * gain))
 
 
 def colour_stats(small: np.ndarray) -> np.ndarray:
@@ -132,15 +143,19 @@ def colour_stats(small: np.ndarray) -> np.ndarray:
 
 def pixel_scores(img: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """float32 (5,) scores in PIXEL_ISSUES order of an (H, W, 3) RGB or (H, W) grey image (grey:
-    grayscale 0), and its colour_stats. Blur and information from the SIDE px grey copy; the
-    brightness percentiles, colour and chroma from a STATS_SIDE px sample of the pixels."""
+    grayscale 0), and its colour_stats. One pass over `img`: its SIDE px copy, whose grey gives
+    blur and information, and every few pixels of it (STATS_SIDE px) the brightness
+    percentiles, colour and chroma."""
     import cv2
 
-    gray = small_copy(cv2.cvtColor(img, cv2.COLOR_RGB2GRAY) if img.ndim == 3 else img)
-    sample = small_copy(img, STATS_SIDE, area=False)
-    b = brightness(sample)
-    k5, k99 = int(0.05 * (len(b) - 1)), int(0.99 * (len(b) - 1))  # np.percentile's "lower"
-    part = np.partition(b, (k5, k99))
+    small = small_copy(img)
+    gray = cv2.cvtColor(small, cv2.COLOR_RGB2GRAY) if small.ndim == 3 else small
+    step = max(1, min(small.shape[:2]) // STATS_SIDE)
+    h, w = small.shape[:2]  # every step-th pixel (nearest: numpy's strided copy is 3x slower)
+    sample = cv2.resize(small, (w // step, h // step), interpolation=cv2.INTER_NEAREST)
+    b2 = squared_brightness(sample)  # the percentiles of its square root: the same pixels
+    k5, k99 = int(0.05 * (len(b2) - 1)), int(0.99 * (len(b2) - 1))  # np.percentile's "lower"
+    part = np.sqrt(np.partition(b2, (k5, k99))[[k5, k99]]) / 255
     chroma = 0.0
     if sample.ndim == 3:
         r, g, bl = cv2.split(sample)
@@ -148,8 +163,8 @@ def pixel_scores(img: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         chroma = float(cv2.mean(spread)[0])
     scores = [
         blur_score(gray),
-        float(part[k99]),
-        1.0 - float(part[k5]),
+        float(part[1]),
+        1.0 - float(part[0]),
         min(1.0, 0.1 * information(gray)),
         min(1.0, chroma / CHROMA_SCALE),
     ]
