@@ -9,6 +9,7 @@ convention and, where it has one, its default threshold; docs/quality.md has the
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -101,11 +102,20 @@ def squared_brightness(rgb: np.ndarray) -> np.ndarray:
     return cv2.transform(sq, np.array([[0.241, 0.691, 0.068]], np.float32)).reshape(-1)
 
 
+@functools.lru_cache(maxsize=8)
+def _count_log_count(most: int) -> np.ndarray:
+    """c * log2(c) for c = 0..most (0 for 0): entropy()'s sum as one table lookup."""
+    c = np.arange(most + 1, dtype=np.float64)
+    return c * np.log2(np.maximum(c, 1))
+
+
 def entropy(gray: np.ndarray) -> float:
-    """Shannon entropy (bits) of a grey image's 256-bin histogram (PIL's Image.entropy)."""
-    p = np.bincount(gray.reshape(-1), minlength=256).astype(np.float64)
-    p = p[p > 0] / p.sum()
-    return max(0.0, float(-(p * np.log2(p)).sum()))  # not -0.0: one level
+    """Shannon entropy (bits) of a grey image's 256-bin histogram (PIL's Image.entropy):
+    log2(n) - sum(c log2 c) / n over the bins' counts c."""
+    n = gray.size
+    counts = np.bincount(gray.reshape(-1), minlength=256)
+    table = _count_log_count(1 << n.bit_length())  # a few tables of powers of two, cached
+    return max(0.0, math.log2(max(n, 1)) - float(table[counts].sum()) / max(n, 1))
 
 
 def information(gray: np.ndarray) -> float:
@@ -136,9 +146,9 @@ def colour_stats(small: np.ndarray) -> np.ndarray:
     colour half of the outlier search's embedding (loaders.fields.scores.embedding)."""
     import cv2
 
-    mean, std = cv2.meanStdDev(small)
-    stats = np.concatenate([mean.reshape(-1), std.reshape(-1)])
-    return np.repeat(stats, 3 // len(mean)).round().clip(0, 255).astype(np.uint8)
+    mean, std = cv2.meanStdDev(small)  # (C, 1) each: as (2C,), rounded to levels
+    stats = np.rint(np.concatenate([mean, std]).reshape(-1)).astype(np.uint8)
+    return stats if len(stats) == 6 else np.repeat(stats, 3)
 
 
 def pixel_scores(img: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
