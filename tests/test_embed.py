@@ -106,6 +106,7 @@ def test_bad_models_are_one_line_with_a_hint(odd_set: Path, tmp_path: Path, case
     assert res.exit_code != 0 and "Traceback" not in res.output, res.output
     said = [x for x in res.output.splitlines() if "--embed" in x]
     assert said and "HINT" in said[-1], res.output
+    assert "warning" not in res.output  # none of them is a pickled module
 
 
 def test_library_checkpoint_without_the_library_says_what_to_install(

@@ -50,7 +50,7 @@ def _architecture(spec: str) -> Any:
         lib = __import__(library)
     except ImportError:
         raise PrepError(
-            f"--embed {spec}: {library} is not installed. HINT: pip install 'prep[vision]' "
+            f"--embed {spec}: {library} is not installed. HINT: pip install 'prep[embed]' "
             f"(or {library}), or pass a TorchScript file (torch.jit.save)"
         ) from None
     try:
@@ -60,7 +60,10 @@ def _architecture(spec: str) -> Any:
             model = _head_dropped(lib.models.get_model(name, weights=None))
     except (KeyError, ValueError, RuntimeError) as e:
         raise PrepError(f"--embed {spec}: no {library} model {name!r} ({e})") from None
-    state = _load(file, spec, weights_only=True)
+    try:
+        state = _load(file, spec, weights_only=True)
+    except _Pickled:
+        state = None  # a whole module, not weights: said below
     if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
         state = state["state_dict"]  # a training checkpoint's weights
     if not isinstance(state, dict):
@@ -75,8 +78,13 @@ def _architecture(spec: str) -> Any:
     return model
 
 
+class _Pickled(Exception):
+    """torch.load(weights_only=True) refused the file: it pickles classes (a whole module)."""
+
+
 def _load(file: str, spec: str, weights_only: bool) -> Any:
-    """torch.load of `file` to the CPU; PrepError naming the fix where it is not a torch file."""
+    """torch.load of `file` to the CPU; _Pickled where only weights_only=False could load it,
+    PrepError naming the fix where it is not a torch file."""
     import pickle
 
     import torch
@@ -86,18 +94,17 @@ def _load(file: str, spec: str, weights_only: bool) -> Any:
     try:
         return torch.load(file, map_location="cpu", weights_only=weights_only)
     except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, AttributeError) as e:
-        if weights_only:
-            raise
+        said = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if weights_only and "Weights only load failed" in str(e) and "GLOBAL" in str(e):
+            raise _Pickled(said) from None
         raise PrepError(
-            f"--embed {spec}: {file} is not a model torch can load ({str(e).splitlines()[0]}). "
-            "HINT: save it with torch.jit.save or torch.save(model)"
+            f"--embed {spec}: {file} is not a model torch can load ({said}). HINT: save it with "
+            "torch.jit.save or torch.save(model)"
         ) from None
 
 
 def load_model(spec: str) -> Any:
     """The `nn.Module` (or ScriptModule) --embed names, in eval mode on the CPU."""
-    import pickle
-
     import torch
 
     if spec.partition(".")[0] in LIBRARIES and ":" in spec:
@@ -111,7 +118,7 @@ def load_model(spec: str) -> Any:
     else:
         try:
             state = _load(spec, spec, weights_only=True)
-        except (pickle.UnpicklingError, RuntimeError, AttributeError):
+        except _Pickled:
             print(
                 f"warning: --embed {spec} is a pickled module: loading it runs code from the file "
                 "(trust it, or save the model with torch.jit.save)",
