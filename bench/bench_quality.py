@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
 from pathlib import Path
@@ -78,7 +79,7 @@ def labels_rows(args: argparse.Namespace, work: Path) -> list[Row]:
 
 def flipped_demo(raw: Path, out: Path, share: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
     """A CSV of every demo image with `share` of the labels moved to another class (seeded), and
-    its pack at 64 px: (the given labels, the true ones), as class ids in the pack's order."""
+    its pack at 32 px: (the given labels, the true ones), as the pack's class ids."""
     paths = sorted(p for p in (raw / "images").rglob("*") if p.suffix in (".jpg", ".png"))
     classes = sorted({p.parent.name for p in paths})
     true = np.array([classes.index(p.parent.name) for p in paths])
@@ -90,19 +91,22 @@ def flipped_demo(raw: Path, out: Path, share: float = 0.05) -> tuple[np.ndarray,
         f"{p.relative_to(raw).as_posix()},{classes[c]}\n" for p, c in zip(paths, given, strict=True)
     ]
     (raw / "flipped.csv").write_text("path,label\n" + "".join(lines))
-    run = [*PREP, "pack", str(raw / "flipped.csv"), str(out), "--sizes", "64", "--overwrite"]
+    run = [*PREP, "pack", str(raw / "flipped.csv"), str(out), "--sizes", "32", "--overwrite"]
     wall_and_cpu([*run, "-q", "--no-quality"])
-    return given, true  # the pack keeps the list's order: sample i is line i
+    names = json.loads((out / "manifest.json").read_text())["fields"]["label"]["classes"]
+    ids = np.array([names.index(c) for c in classes])  # the pack's class ids: its own order
+    return ids[given], ids[true]  # the pack keeps the list's order: sample i is line i
 
 
 def demo_label_rows(args: argparse.Namespace, work: Path) -> list[Row]:
     from examples import train_classifier
     from prep.inspect.labels import label_issues
 
-    ds, preds = work / "flipped-64", work / "flipped-preds.npy"
+    ds, preds = work / "flipped-32", work / "flipped-preds.npy"
     given, true = flipped_demo(work / "raw", ds)
-    epochs = "1" if args.smoke else "6"
+    epochs = "1" if args.smoke else "12"
     argv = ["--data", str(ds), "--cross-val", "5", "--epochs", epochs, "--width", "16"]
+    argv += ["--batch-size", "16"]  # more steps an epoch: the 5 folds learn in minutes
     train_classifier.main([*argv, "--workers", "0", "--predictions", str(preds)])
     probs = np.load(preds)
     found, flipped = label_issues(given, probs), given != true
