@@ -64,6 +64,18 @@ def test_agrees_with_cleanlab() -> None:
         )
 
 
+def test_float32_memmap_agrees_with_cleanlab(tmp_path: Path) -> None:
+    """float32 predictions read from a memory map (as prep labels reads them: thresholds
+    compared in float32, only the needed columns gathered) flag as cleanlab does on them."""
+    filt = pytest.importorskip("cleanlab.filter")
+    given, probs, _, _ = noisy_task(3000, 20, 3.0, seed=5)
+    np.save(tmp_path / "p.npy", probs.astype(np.float32))
+    mapped = np.load(tmp_path / "p.npy", mmap_mode="r")
+    ours = label_issues(given, mapped)
+    theirs = filt.find_label_issues(given, np.asarray(mapped), n_jobs=1)
+    assert ours.sum() > 50 and np.array_equal(ours, theirs), (ours.sum(), (ours != theirs).sum())
+
+
 def _planted_predictions(packed: Path, to: Path) -> tuple[np.ndarray, dict[int, int]]:
     """Predictions (saved to `to`) that agree with the stored labels but on two samples, where
     they are sure of another class; (the labels, {sample: the class predicted})."""

@@ -104,6 +104,24 @@ def test_each_planted_issue_is_found(planted: tuple[Path, dict[str, str]]) -> No
     assert not clean & {r["source"] for r in records}  # no clean photo flagged at all
 
 
+@pytest.mark.parametrize(("size", "mode"), [(256, "fill"), (192, "fit")])
+def test_scores_of_the_packs_own_copy_flag_the_same(
+    planted: tuple[Path, dict[str, str]], tmp_path: Path, pack_to: PackFn, size: int, mode: str
+) -> None:
+    """At 256 px fill (or 192 fit) the scores read the pack's resized copy (scored_copy), at
+    64 px a SIDE px decode (the fixture): the same samples flagged for each pixel issue."""
+    root, truth = planted
+    pack_to(root.parent / "src", tmp_path / "ds", sizes=[size], mode=mode, shard_size=50)
+    pixel = "blur,dark,bright,low_info,grayscale"
+    want = {(r["source"], r["kind"]) for r in _issues(root, "--kind", pixel)}
+    got = {(r["source"], r["kind"]) for r in _issues(tmp_path / "ds", "--kind", pixel)}
+    assert got == want
+    a = SampleDataset(root, fields=["quality"]).__getitems__(list(range(len(truth))))
+    b = SampleDataset(tmp_path / "ds", fields=["quality"]).__getitems__(list(range(len(truth))))
+    diff = np.abs(np.asarray(a["quality"]) - np.asarray(b["quality"]))
+    assert float(diff.mean()) < 0.02  # the same measures
+
+
 def test_manifest_counts_and_text(planted: tuple[Path, dict[str, str]]) -> None:
     root, _ = planted
     m = json.loads((root / "manifest.json").read_text())

@@ -36,6 +36,15 @@ def issues(
             "by pHash bits and colour statistics (0: none)."
         ),
     ] = 0.01,
+    embed: Annotated[
+        Optional[str],
+        typer.Option(
+            metavar="MODEL",
+            help="Outliers by this local model's pooled features instead: a TorchScript file "
+            "(torch.jit.save), a pickled nn.Module (torch.save(model); runs code from the "
+            "file), or torchvision.NAME:FILE / timm.NAME:FILE weights.",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
     split: SplitOpt = None,
     limit: LimitOpt = 10,
@@ -46,12 +55,14 @@ def issues(
     Example: prep issues data/demo-packed --kind blur,dark
 
     Example: prep issues data/demo-packed --json > issues.jsonl
+
+    Example: prep issues data/demo-packed --kind outlier --embed features.pt
     """
     from prep.inspect.issues import dataset_issues, issues_text
 
     if not 0 <= outliers < 1:
         raise UsageError(f"--outliers {outliers} must be in [0, 1): a share of the samples")
-    found = dataset_issues(root, split, outliers)
+    found = dataset_issues(root, split, outliers, embed)
     kinds = found.kinds(kind)
     if as_json:
         for record in found.records(kinds):

@@ -66,10 +66,14 @@ class Issues:
 
 
 def dataset_issues(
-    root: str | Path, split: str | None = None, outliers: float = OUTLIER_FRACTION
+    root: str | Path,
+    split: str | None = None,
+    outliers: float = OUTLIER_FRACTION,
+    embed: str | None = None,
 ) -> Issues:
     """The issues of the dataset at `root`, the top `outliers` of its samples (0: none) by their
-    embedding's kNN distance among them; PrepError where it has no (sound) scores."""
+    embedding's kNN distance among them (the pHash bits and colour statistics, or `embed`'s
+    pooled features: prep.inspect.embed); PrepError where it has no (sound) scores."""
     root = Path(root)
     if not (root / "manifest.json").is_file():
         raise PrepError(f"{root} is not a packed dataset. HINT: pass the OUT of a prep command")
@@ -90,7 +94,11 @@ def dataset_issues(
     ref = quality.get("shape") if isinstance(quality, dict) else None
     hw = st.column("orig_size") if ref is not None and "orig_size" in st.m.arrays else None
     far = None
-    if outliers > 0 and "phash" in st.m.arrays and "colour" in st.m.arrays:
+    if outliers > 0 and embed is not None:
+        from prep.inspect.embed import features
+
+        far = outlier_scores(features(root, embed, split))
+    elif outliers > 0 and "phash" in st.m.arrays and "colour" in st.m.arrays:
         far = outlier_scores(embedding(st.column("phash"), st.column("colour")))
     names, scores, flags = issue_table(field, values, hw, ref, far, outliers)
     thresholds = field.thresholds + (SHAPE_THRESHOLDS if hw is not None else ())

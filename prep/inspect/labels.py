@@ -38,11 +38,13 @@ def confident_joint(labels: np.ndarray, probs: np.ndarray, k: int) -> np.ndarray
     thresholds = np.bincount(labels, weights=own, minlength=k) / np.maximum(counts, 1)
     # cleanlab's: a class no sample is labelled with is never confident; the floor is 2e-6
     thresholds = np.where(counts > 0, np.maximum(thresholds, 2e-6), 2.0)
+    thresholds = at_least(thresholds - 1e-6, probs.dtype)
+    count = np.uint16 if k < 1 << 16 else np.uint32  # per-row counts of confident classes
     flat = np.zeros(k * k, np.int64)
     for a in _blocks(n):
         p = np.asarray(probs[a : a + BLOCK])
-        confident = p >= thresholds - 1e-6
-        many = confident.sum(axis=1)
+        confident = p >= thresholds
+        many = confident.view(np.uint8).sum(axis=1, dtype=count)  # 3x count_nonzero's speed
         guess = np.where(many > 1, p.argmax(axis=1), confident.argmax(axis=1))
         some = many > 0
         flat += np.bincount(labels[a : a + BLOCK][some] * k + guess[some], minlength=k * k)
@@ -51,6 +53,15 @@ def confident_joint(labels: np.ndarray, probs: np.ndarray, k: int) -> np.ndarray
     calibrated = cj / np.maximum(cj.sum(axis=1, keepdims=True), 1) * counts[:, None]
     calibrated = calibrated / max(calibrated.sum(), 1e-6) * counts.sum()
     return round_rows(calibrated)
+
+
+def at_least(t: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
+    """The least values of `dtype` >= `t` (float64): `p >= at_least(t)` in p's own dtype is
+    `p >= t` compared in float64 (cleanlab's), without a float64 copy of each block."""
+    if not np.issubdtype(dtype, np.floating) or np.dtype(dtype).itemsize >= 8:
+        return t
+    low = t.astype(dtype)
+    return np.where(low < t, np.nextafter(low, np.asarray(np.inf, dtype)), low)
 
 
 def round_rows(m: np.ndarray) -> np.ndarray:
@@ -95,13 +106,14 @@ def label_issues(labels: np.ndarray, probs: np.ndarray) -> np.ndarray:
     for given in np.flatnonzero((counts > 1) & (off.sum(axis=1) > 0)):  # a class of one: kept
         cells = np.flatnonzero(off[given])
         idx = by_label[starts[given] : starts[given + 1]]
-        p = np.asarray(probs[idx])
-        for true in cells:
-            # The prune[given, true] samples of this label most likely `true` instead
-            margin = p[:, true] - p[:, given]
-            c = min(int(prune[given, true]), len(idx))
-            cut = -np.partition(-margin, c - 1)[c - 1]
-            flagged[idx[margin >= cut]] = True
+        # Only the columns read: the given class's and the cells' (not whole rows of a memmap)
+        p = np.asarray(probs[idx[:, None], np.append(cells, given)[None, :]])
+        # The prune[given, true] samples of this label most likely `true` instead: those whose
+        # margin reaches the prune-th largest of its column
+        margin = p[:, :-1] - p[:, -1:]
+        c = np.minimum(prune[given, cells], len(idx))
+        cut = -np.sort(-margin, axis=0)[c - 1, np.arange(len(cells))]
+        flagged[idx[(margin >= cut).any(axis=1)]] = True
     idx = np.flatnonzero(flagged)  # none whose prediction is its given label (ties: given)
     p = np.array(probs[idx])
     p[np.arange(len(idx)), labels[idx]] += 1e-6  # cleanlab's FLOATING_POINT_COMPARISON
@@ -122,7 +134,9 @@ def read_predictions(path: str, n: int, classes: int) -> np.ndarray:
         )
     for a in _blocks(n):
         p = np.asarray(probs[a : a + BLOCK])
-        bad = np.flatnonzero(~((p >= 0) & (p <= 1)).all(axis=1))  # NaN compares False
+        if p.min(initial=0) >= 0 and p.max(initial=1) <= 1:  # NaN compares False: looked at
+            continue
+        bad = np.flatnonzero(~((p >= 0) & (p <= 1)).all(axis=1))
         if len(bad):
             raise ValueError(f"{path}: row {a + bad[0]} holds {p[bad[0]][:4]}..., not in [0, 1]")
     return probs

@@ -33,6 +33,7 @@ from prep.media.image.quality import (
     Tally,
     flagged,
     pixel_scores,
+    scored_copy,
     stored_issues,
 )
 from prep.run.driver import run
@@ -75,16 +76,21 @@ def image_fields(
 
 
 def quality_of(
-    item: Item, img: np.ndarray, upright: tuple[int, int], cfg: PackConfig
+    item: Item,
+    img: np.ndarray,
+    contents: list[np.ndarray],
+    upright: tuple[int, int],
+    cfg: PackConfig,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The stored pixel issues' scores and the colour statistics; Reject for an issue
-    --drop-issues names."""
+    """The stored pixel issues' scores (of scored_copy) and the colour statistics; Reject for an
+    issue --drop-issues names."""
     if min(img.shape[:2]) < min(SIDE, *upright):  # a JPEG drafted below SIDE for small --sizes
         img, _ = decode_image(
             item.path, (SIDE,), cfg.gray, cfg.max_pixels, "fill", cfg.background_rgb()
         )
+        contents = []
     names = stored_issues(cfg.gray)
-    every, colour = pixel_scores(img)
+    every, colour = pixel_scores(scored_copy(img, contents))
     scores = every[[PIXEL_ISSUES.index(n) for n in names]]
     drop = [n for n in flagged(scores, names) if n in cfg.drop_list()]
     if drop:
@@ -113,9 +119,10 @@ def encode_item(
     args = (cfg.gray, cfg.max_pixels, mode, bg, cfg.decode, diffs)
     img, upright = decode_image(item.path, sizes, *args)
     out: dict[str, np.ndarray] = {}
-    if "quality" in specs:  # first: an image --drop-issues rejects is not resized
-        out["quality"], out["colour"] = quality_of(item, img, upright, cfg)
-    pixels = sizes_from(img, upright, cfg.sizes, mode, cfg.pad_value)
+    contents: list[np.ndarray] = []
+    pixels = sizes_from(img, upright, cfg.sizes, mode, cfg.pad_value, contents=contents)
+    if "quality" in specs:  # scored on the smallest copy that is large enough
+        out["quality"], out["colour"] = quality_of(item, img, contents, upright, cfg)
     for s, arr in pixels.items():
         name = array_name("image", s)
         out[name] = stored(arr[..., None] if cfg.gray else arr, specs[name], cfg.quality)

@@ -104,13 +104,17 @@ def sizes_from(
     mode: str,
     pad_value: int,
     nearest: bool = False,
+    contents: list[np.ndarray] | None = None,
 ) -> dict[int, np.ndarray]:
-    """Every size from one decode, each from the next larger content (area averaging composes)."""
+    """Every size from one decode, each from the next larger content (area averaging composes);
+    `contents` gets each content, whole (the quality scores read the smallest: scored_copy)."""
     out: dict[int, np.ndarray] = {}
     for size in sorted(sizes, reverse=True):
         g = geometry(upright[0], upright[1], size, mode)
         img = resize(img, g.content, nearest)  # the next smaller size resizes this content
         out[size] = place(img, g, pad_value)
+        if contents is not None:
+            contents.append(img)
     return out
 
 

@@ -9,6 +9,7 @@ convention and, where it has one, its default threshold; docs/quality.md has the
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -30,7 +31,9 @@ FLAT_STD = 2.0  # grey levels: a flatter copy has no edges to judge (low_info's 
 # photos score higher) measure r 0.014-0.11, 0.007 squeezed to 5:1; blurred by sigma 1 px (at
 # SIDE px) 0.002-0.009, by sigma 2-4 px at most 0.003 (tests/test_quality.py plants 2-4 px).
 BLUR_SCALE = 0.005 / -math.log(1 - 0.29)
-STATS_SIDE = 64  # the brightness percentiles' and colour's sample: a 64 px bilinear subsample
+STATS_SIDE = (
+    64  # the brightness percentiles' and colour's sample: every few pixels of the SIDE copy
+)
 STRETCH = 8  # information(): the most a thumbnail's levels are stretched (a 32-level range)
 CHROMA_SCALE = 10.0  # grey levels of mean max-min channel spread where grayscale scores 1
 
@@ -49,9 +52,26 @@ def small_copy(img: np.ndarray, side: int = SIDE, area: bool = True) -> np.ndarr
     if not area:
         return cv2.resize(img, (tw, th), interpolation=cv2.INTER_LINEAR)
     k = max(1, min(h // th, w // tw))
-    if (h, w) != (th * k, tw * k):
+    if h - th * k < k and w - tw * k < k:  # under an output pixel over: cut, not resampled
+        img = img[: th * k, : tw * k]
+    else:
         img = cv2.resize(img, (tw * k, th * k), interpolation=cv2.INTER_LINEAR)
     return cv2.resize(img, (tw, th), interpolation=cv2.INTER_AREA)
+
+
+def scored_copy(img: np.ndarray, contents: list[np.ndarray]) -> np.ndarray:
+    """The image the scores read: the smallest of the decoded `img` and the pack's resized copies
+    of it (`contents`: each size's whole picture, before its crop or pad) with a shorter side of
+    at least SIDE px and `img`'s aspect (not stretched). Scoring the pack's 256 px copy rather
+    than a 400-600 px decode halves the scores' cost (bench row 39a); never an enlarged copy."""
+    h, w = img.shape[:2]
+    best = img
+    for c in contents:
+        ch, cw = c.shape[:2]
+        same_aspect = abs(ch * w - cw * h) <= max(h, w)  # geometry() rounds each side: <= 1 px
+        if min(ch, cw) >= SIDE and ch <= best.shape[0] and cw <= best.shape[1] and same_aspect:
+            best = c
+    return best
 
 
 def blur_score(gray: np.ndarray) -> float:
@@ -69,32 +89,56 @@ def blur_score(gray: np.ndarray) -> float:
 def brightness(rgb: np.ndarray) -> np.ndarray:
     """CleanVision's perceived brightness of each pixel, 0..1: sqrt(.241 R^2 + .691 G^2 + .068
     B^2) / 255 ((H, W) grey: the level / 255)."""
+    return np.sqrt(squared_brightness(rgb)) / 255
+
+
+def squared_brightness(rgb: np.ndarray) -> np.ndarray:
+    """float32 (H * W,): .241 R^2 + .691 G^2 + .068 B^2 of each pixel ((H, W) grey: level^2)."""
+    import cv2
+
+    sq = cv2.multiply(rgb, rgb, dtype=cv2.CV_32F)
     if rgb.ndim == 2:
-        return rgb.reshape(-1).astype(np.float32) / 255
-    c = rgb.reshape(-1, 3).astype(np.float32)
-    return np.sqrt(c * c @ np.array([0.241, 0.691, 0.068], np.float32)) / 255
+        return sq.reshape(-1)
+    return cv2.transform(sq, np.array([[0.241, 0.691, 0.068]], np.float32)).reshape(-1)
+
+
+@functools.lru_cache(maxsize=8)
+def _count_log_count(most: int) -> np.ndarray:
+    """c * log2(c) for c = 0..most (0 for 0): entropy()'s sum as one table lookup."""
+    c = np.arange(most + 1, dtype=np.float64)
+    return c * np.log2(np.maximum(c, 1))
 
 
 def entropy(gray: np.ndarray) -> float:
-    """Shannon entropy (bits) of a grey image's 256-bin histogram (PIL's Image.entropy)."""
-    p = np.bincount(gray.reshape(-1), minlength=256).astype(np.float64)
-    p = p[p > 0] / p.sum()
-    return max(0.0, float(-(p * np.log2(p)).sum()))  # not -0.0: one level
+    """Shannon entropy (bits) of a grey image's 256-bin histogram (PIL's Image.entropy):
+    log2(n) - sum(c log2 c) / n over the bins' counts c."""
+    n = gray.size
+    counts = np.bincount(gray.reshape(-1), minlength=256)
+    table = _count_log_count(1 << n.bit_length())  # a few tables of powers of two, cached
+    return max(0.0, math.log2(max(n, 1)) - float(table[counts].sum()) / max(n, 1))
 
 
 def information(gray: np.ndarray) -> float:
-    """The entropy (bits) of the 32 px thumbnail of `gray`, its levels stretched so that its
-    1st-99th percentiles span 0-255 (at most STRETCH times) before they are rounded: a bright or
-    dark image holds as much information as its structure (unstretched, one CleanVision calls
-    light has at most 14 levels in 95% of its pixels: under 4 bits); a flat one stays flat."""
+    """The entropy (bits) of a thumbnail of `gray` (its shorter side 32 px, by whole-block means:
+    a histogram has no layout to squash), its levels stretched so that its 1st-99th percentiles
+    span 0-255 (at most STRETCH times) before they are rounded: a bright or dark image holds as
+    much information as its structure (unstretched, one CleanVision calls light has at most 14
+    levels in 95% of its pixels: under 4 bits); a flat one stays flat."""
     import cv2
 
-    thumb = cv2.resize(gray.astype(np.float32), (32, 32), interpolation=cv2.INTER_AREA)
+    h, w = gray.shape[:2]
+    k = max(1, min(h, w) // 32)
+    th, tw = h // k, w // k  # the last few rows and columns cut: INTER_AREA's integer path
+    block = np.ascontiguousarray(gray[: th * k, : tw * k], dtype=np.float32)
+    thumb = cv2.resize(block, (tw, th), interpolation=cv2.INTER_AREA)
     flat = thumb.reshape(-1)
-    part = np.partition(flat, (10, 1013))  # the 1st and 99th percentiles of 1024
-    lo, hi = float(part[10]), float(part[1013])
+    k1, k99 = int(0.01 * (len(flat) - 1)), int(0.99 * (len(flat) - 1))
+    part = np.partition(flat, (k1, k99))
+    lo, hi = float(part[k1]), float(part[k99])
     gain = 255 / max(hi - lo, 255 / STRETCH)
-    return entropy(np.clip((thumb - lo) * gain + 0.5, 0, 255).astype(np.uint8))
+    # (level - lo) * gain rounded, within 0..255: clipped below lo first (convertScaleAbs takes
+    # the absolute value), above 255 by its saturation
+    return entropy(cv2.convertScaleAbs(cv2.max(thumb, lo), alpha=gain, beta=-lo * gain))
 
 
 def colour_stats(small: np.ndarray) -> np.ndarray:
@@ -102,22 +146,26 @@ def colour_stats(small: np.ndarray) -> np.ndarray:
     colour half of the outlier search's embedding (loaders.fields.scores.embedding)."""
     import cv2
 
-    mean, std = cv2.meanStdDev(small)
-    stats = np.concatenate([mean.reshape(-1), std.reshape(-1)])
-    return np.repeat(stats, 3 // len(mean)).round().clip(0, 255).astype(np.uint8)
+    mean, std = cv2.meanStdDev(small)  # (C, 1) each: as (2C,), rounded to levels
+    stats = np.rint(np.concatenate([mean, std]).reshape(-1)).astype(np.uint8)
+    return stats if len(stats) == 6 else np.repeat(stats, 3)
 
 
 def pixel_scores(img: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """float32 (5,) scores in PIXEL_ISSUES order of an (H, W, 3) RGB or (H, W) grey image (grey:
-    grayscale 0), and its colour_stats. Blur and information from the SIDE px grey copy; the
-    brightness percentiles, colour and chroma from a STATS_SIDE px sample of the pixels."""
+    grayscale 0), and its colour_stats. One pass over `img`: its SIDE px copy, whose grey gives
+    blur and information, and every few pixels of it (STATS_SIDE px) the brightness
+    percentiles, colour and chroma."""
     import cv2
 
-    gray = small_copy(cv2.cvtColor(img, cv2.COLOR_RGB2GRAY) if img.ndim == 3 else img)
-    sample = small_copy(img, STATS_SIDE, area=False)
-    b = brightness(sample)
-    k5, k99 = int(0.05 * (len(b) - 1)), int(0.99 * (len(b) - 1))  # np.percentile's "lower"
-    part = np.partition(b, (k5, k99))
+    small = small_copy(img)
+    gray = cv2.cvtColor(small, cv2.COLOR_RGB2GRAY) if small.ndim == 3 else small
+    step = max(1, min(small.shape[:2]) // STATS_SIDE)
+    h, w = small.shape[:2]  # every step-th pixel (nearest: numpy's strided copy is 3x slower)
+    sample = cv2.resize(small, (w // step, h // step), interpolation=cv2.INTER_NEAREST)
+    b2 = squared_brightness(sample)  # the percentiles of its square root: the same pixels
+    k5, k99 = int(0.05 * (len(b2) - 1)), int(0.99 * (len(b2) - 1))  # np.percentile's "lower"
+    part = np.sqrt(np.partition(b2, (k5, k99))[[k5, k99]]) / 255
     chroma = 0.0
     if sample.ndim == 3:
         r, g, bl = cv2.split(sample)
@@ -125,8 +173,8 @@ def pixel_scores(img: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         chroma = float(cv2.mean(spread)[0])
     scores = [
         blur_score(gray),
-        float(part[k99]),
-        1.0 - float(part[k5]),
+        float(part[1]),
+        1.0 - float(part[0]),
         min(1.0, 0.1 * information(gray)),
         min(1.0, chroma / CHROMA_SCALE),
     ]
