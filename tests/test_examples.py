@@ -63,6 +63,7 @@ def learns(main: Main, argv: list[str], capsys: pytest.CaptureFixture[str]) -> s
     return out
 
 
+@pytest.mark.slow  # 20 training steps each: `make test-slow` (CI runs it)
 def test_classifier_learns_shapes(small_images: Path, capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["--data", str(small_images), "--epochs", "4", "--batch-size", "8", "--width", "8"]
     out = learns(train_classifier.main, argv, capsys)
@@ -75,16 +76,19 @@ def test_classifier_with_mixup_runs(small_images: Path) -> None:
     assert len(losses) == 3 and all(math.isfinite(v) for v in losses)
 
 
+@pytest.mark.slow  # 20 training steps each: `make test-slow` (CI runs it)
 def test_segmentation_learns_masks(small_images: Path, capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["--data", str(small_images), "--size", "32", "--batch-size", "8", "--width", "8"]
     learns(train_segmentation.main, argv, capsys)
 
 
+@pytest.mark.slow  # 20 training steps each: `make test-slow` (CI runs it)
 def test_gpt_learns_text(tokens: Path, capsys: pytest.CaptureFixture[str]) -> None:
     model = ["--layers", "2", "--heads", "2", "--embd", "32", "--block", "32"]
     learns(train_gpt.main, ["--data", str(tokens), "--batch-size", "8", *model], capsys)
 
 
+@pytest.mark.slow  # 20 training steps each: `make test-slow` (CI runs it)
 def test_volumes_learns_labels(ct: Path, capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["--data", str(ct), "--patch", "16", "--batch-size", "2", "--width", "4"]
     learns(train_volumes.main, argv, capsys)
