@@ -140,7 +140,7 @@ browser:
 # The fuzz targets of tests/test_fuzz.py (.npy headers, .h5 shards, manifests, the shard index,
 # JPEG samples) and tests/test_fuzz_importers.py (COCO JSON and segmentations, caption rows,
 # Hugging Face JSON and features, WebDataset tars and patterns), each for FUZZ_SECONDS instead
-# of make test's 1.5 s; FUZZ_SEED=N starts elsewhere. A failure saves its input and prints how
+# of make test's 0.5 s; FUZZ_SEED=N starts elsewhere. A failure saves its input and prints how
 # to rerun it.
 FUZZ_SECONDS ?= 300
 FUZZ_SEED ?= 0

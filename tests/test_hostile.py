@@ -129,6 +129,7 @@ def test_the_corpus_holds_every_case() -> None:
     assert kinds == {"images", "tokens", "table", "volumes", "samples", "audio", "clips"}
 
 
+@pytest.mark.slow  # ~25 s on 2 cores: `make test-slow`, which CI runs after `make test`
 def test_every_hostile_case_is_one_clear_error_and_reads_nothing_outside(top: Path) -> None:
     """Every case: a dataset as a folder and (AT_URL) a file:// URL, a source through `prep
     import`; in two processes (half the cases each) whose audit hook records each file touched
