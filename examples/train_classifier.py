@@ -87,9 +87,11 @@ def size_at(sizes: Sequence[int], epoch: int, epochs: int) -> int:
     return ordered[min(len(ordered) - 1, epoch * len(ordered) // max(1, epochs))]
 
 
-def augment(size: int, classes: int, mix: str, seed: int) -> T.Compose:
-    ops: list[nn.Module] = [
-        T.RandomResizedCrop(size, scale=(0.35, 1.0)),
+def augment(size: int, classes: int, mix: str, seed: int, crop: float = 0.35) -> T.Compose:
+    """The training pipeline; `crop` is RandomResizedCrop's smallest share of the area (1: no
+    crop, the packed image as it is)."""
+    ops: list[nn.Module] = [T.RandomResizedCrop(size, scale=(crop, 1.0))] if crop < 1 else []
+    ops += [
         T.RandomHorizontalFlip(0.5),
         T.ColorJitter(brightness=0.2, contrast=0.2, saturation=0.2),
         Normalize(MEAN, STD),
@@ -121,6 +123,12 @@ def options(argv: Sequence[str] | None) -> argparse.Namespace:
     p = ex.parser(__doc__.split("\n")[0], batch_size=64)
     p.add_argument("--width", type=int, default=32, help="the first stage's channels")
     p.add_argument("--mix", choices=["none", "mixup", "cutmix"], default="none")
+    p.add_argument(
+        "--crop-scale",
+        type=float,
+        default=0.35,
+        help="random crops of at least this share of the image (1: none; small datasets)",
+    )
     ex.checkpoint_options(p)
     p.add_argument(
         "--cross-val",
@@ -163,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> list[float]:
     for epoch in trainer.epochs(args.epochs, start):
         size = size_at(ds.sizes, epoch, args.epochs)
         ds.set_size(size)
-        aug = augment(size, classes, args.mix, args.seed).to(env.device)
+        aug = augment(size, classes, args.mix, args.seed, args.crop_scale).to(env.device)
         aug.set_epoch(epoch)
         loader.sampler.set_epoch(epoch)
         stats = trainer.epoch(loader, step)
@@ -215,7 +223,7 @@ def fit(
     for epoch in trainer.epochs(args.epochs):
         size = size_at(ds.sizes, epoch, args.epochs)
         ds.set_size(size)
-        aug = augment(size, classes, "none", seed).to(env.device)
+        aug = augment(size, classes, "none", seed, args.crop_scale).to(env.device)
         aug.set_epoch(epoch)
         loader.sampler.set_epoch(epoch)
 

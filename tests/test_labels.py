@@ -128,6 +128,7 @@ def test_cross_val_writes_out_of_sample_predictions(packed: Path, tmp_path: Path
 
     preds = tmp_path / "preds.npy"
     argv = ["--data", str(packed), "--batch-size", "8", "--width", "8", "--workers", "0"]
+    argv += ["--crop-scale", "1"]  # the packed images as they are (bench row 39c)
     losses = train_classifier.main(
         [*argv, "--cross-val", "3", "--limit", "2", "--predictions", str(preds)]
     )
@@ -136,3 +137,16 @@ def test_cross_val_writes_out_of_sample_predictions(packed: Path, tmp_path: Path
     assert probs.shape == (24, 4) and np.allclose(probs.sum(axis=1), 1, atol=1e-4)
     res = CliRunner().invoke(app, ["labels", str(packed), "--predictions", str(preds)])
     assert res.exit_code == 0 and "likely label errors" in res.output, res.output
+
+
+def test_crop_scale_sets_the_examples_random_crop() -> None:
+    from examples.train_classifier import augment
+
+    from loaders import transforms as T
+
+    def crops(pipeline: T.Compose) -> list[tuple[float, float]]:
+        return [op.scale for op in pipeline.ops if isinstance(op, T.RandomResizedCrop)]
+
+    assert crops(augment(32, 4, "none", 0)) == [(0.35, 1.0)]  # the default
+    assert crops(augment(32, 4, "none", 0, crop=0.6)) == [(0.6, 1.0)]
+    assert crops(augment(32, 4, "none", 0, crop=1.0)) == []  # none: the images as packed
