@@ -141,7 +141,6 @@ def test_cross_val_writes_out_of_sample_predictions(packed: Path, tmp_path: Path
 
 def test_crop_scale_sets_the_examples_random_crop() -> None:
     from examples.train_classifier import augment
-
     from loaders import transforms as T
 
     def crops(pipeline: T.Compose) -> list[tuple[float, float]]:
