@@ -22,8 +22,8 @@ sys.path.insert(0, str(HERE.parent / "tests"))  # the loopback servers the tests
 MB = 1e6
 # The throttled link, bytes a second (160 Mbit/s: a shared office line, a bucket in another
 # region). Well under what the loader reads raw masks and tokens at from the page cache (40d,
-# 40e: 200 MB/s and more) and what moto serves on loopback unthrottled (100-120 MB/s, one 20 MB
-# GET on 2 cores): the link, not the server or the reader, sets the raw side's pace.
+# 40e: about 1 GB/s and 140 MB/s on 2 cores) and what moto serves on loopback unthrottled
+# (100-120 MB/s, one 20 MB GET): the link, not the server or the reader, sets the raw side's pace.
 LINK = 20e6
 
 
