@@ -14,9 +14,7 @@ corrupt reads.
 from __future__ import annotations
 
 import argparse
-import logging
 import multiprocessing as mp
-import os
 import shutil
 import sys
 import tempfile
@@ -48,21 +46,10 @@ def _checksum(root: str, cache: str) -> int:
 
 
 def _s3_rows(local: Path, raw: Path, work: Path, samples: int) -> list[Row]:
-    from moto.server import ThreadedMotoServer
     from s3fs import S3FileSystem
-    from s3server import free_port
+    from s3server import moto_s3
 
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's request log
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    os.environ.update(
-        AWS_ACCESS_KEY_ID="testing",
-        AWS_SECRET_ACCESS_KEY="testing",
-        AWS_DEFAULT_REGION="us-east-1",
-        AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}",
-    )
-    try:
+    with moto_s3():
         S3FileSystem(skip_instance_cache=True).mkdir("bench")
         url = "s3://bench/p128"
         cmd = [*PREP, "pack", str(raw / "images"), url, "--sizes", "128", "--shard-size", "64"]
@@ -75,8 +62,6 @@ def _s3_rows(local: Path, raw: Path, work: Path, samples: int) -> list[Row]:
         for _ in range(1 if samples == 1 else 2):  # interleaved, the best of each
             ahead = max(ahead, _first_epoch(url, work, follow=True))
             on_use = max(on_use, _first_epoch(url, work, follow=False))
-    finally:
-        server.stop()
     print(f"   (remote: prep pack to S3 on loopback took {upload_s:.1f} s)", file=sys.stderr)
     return [
         info("9a epoch 1 from loopback S3 vs local copy", first, ref, "img/s", "info"),

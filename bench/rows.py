@@ -31,7 +31,7 @@ class Row:
         return self.ours / self.ref if self.ref else float("nan")
 
 
-GOALS = {">=": operator.ge, "<=": operator.le, "<": operator.lt}
+GOALS = {">=": operator.ge, "<=": operator.le, "<": operator.lt, ">": operator.gt}
 
 
 def versus(name: str, ours: float, ref: float, unit: str, goal: str) -> Row:
