@@ -4,10 +4,13 @@ way a map is read: a sample or a slice decompresses only the chunks it lies in."
 
 from __future__ import annotations
 
+import itertools
 import math
 import mmap
 import threading
+import weakref
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +18,60 @@ import numpy as np
 
 from loaders.format.spec import FormatError
 
-KEPT_CHUNKS = 4  # decompressed chunks a Chunked keeps: a batch's samples are mostly neighbours
+# Decompressed chunks a process keeps, all its Chunked arrays together, least recently used out:
+# room for two windows of order="chunk_random" (loaders.read.samplers), so that order
+# decompresses each chunk about once an epoch; a sequential read needs one or two an array
+KEPT_BYTES = 64 << 20
+PAGE = mmap.PAGESIZE
+# (Windows: no fork, no flags; a map of -1 is the process's own)
+PRIVATE = {"flags": mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS} if hasattr(mmap, "MAP_ANONYMOUS") else {}
+
+
+class _Kept:
+    """Which chunks of which Chunked arrays are decompressed, least recently used first."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()  # loader threads share it
+        self.chunks: OrderedDict[tuple[int, int], tuple[weakref.ref[Chunked], int]] = OrderedDict()
+        self.nbytes = 0
+
+    def add(self, array: Chunked, js: np.ndarray, fresh: list[int]) -> None:
+        """Chunks `js` of `array` used now, `fresh` among them just decompressed; the least
+        recently used others let go past KEPT_BYTES (never `js`: a read needs them together)."""
+        with self.lock:
+            for j in np.unique(js).tolist():
+                if (array.serial, j) in self.chunks:
+                    self.chunks.move_to_end((array.serial, j))
+            for j in fresh if not array.whole else []:  # (pinned meanwhile: kept whole)
+                if (array.serial, j) not in self.chunks:  # (two threads decompressed it)
+                    self.chunks[(array.serial, j)] = (weakref.ref(array), array.chunk_bytes(j))
+                    self.nbytes += array.chunk_bytes(j)
+            while self.nbytes > KEPT_BYTES and len(self.chunks) > len(np.unique(js)):
+                (_, k), (ref, size) = self.chunks.popitem(last=False)
+                self.nbytes -= size
+                owner = ref()
+                if owner is not None:
+                    owner.let_go(k)
+
+    def forget(self, serial: int) -> None:
+        """An array's chunks, once it is closed (its buffer unmapped with it)."""
+        with self.lock:
+            self._drop(serial)
+
+    def _drop(self, serial: int) -> None:
+        for key in [key for key in self.chunks if key[0] == serial]:
+            self.nbytes -= self.chunks.pop(key)[1]
+
+    def pin(self, array: Chunked) -> None:
+        """Keep the whole array (np.asarray) if every chunk is in: its chunks leave the count."""
+        with self.lock:
+            if bool(array.have.all()):
+                array.whole = True
+                self._drop(array.serial)
+
+
+_KEPT = _Kept()
+_SERIAL = itertools.count()  # a Chunked's key in _KEPT
 
 
 class ZstdLayout(tuple[int, np.dtype[Any], tuple[int, ...]]):
@@ -58,8 +114,10 @@ def zstd_layout(
 
 class Chunked:
     """A read-only compressed array that numpy reads like an ndarray: an index, a slice or an
-    integer array decompresses the chunks it needs (the last KEPT_CHUNKS kept); anything else
-    (np.asarray) the whole array once."""
+    integer array decompresses the chunks it needs into a buffer of the array's shape (its
+    pages taken as written; the process keeps KEPT_BYTES of chunks, the rest given back to the
+    system), then reads the buffer as raw; np.asarray keeps the whole array. Reads return
+    copies. `frames_read` counts the chunks decompressed into the buffer."""
 
     def __init__(self, path: Path, layout: ZstdLayout):
         try:
@@ -78,9 +136,15 @@ class Chunked:
         start = self.offset + layout.frames
         self._table = np.frombuffer(self._map, "<i8", n + 1, start).astype(np.int64) + self.offset
         self._local = threading.local()  # a ZstdDecompressor serves one thread at a time
-        self._lock = threading.Lock()
-        self._kept: OrderedDict[int, np.ndarray] = OrderedDict()
-        self._whole: np.ndarray | None = None
+        self.serial, self.lets_go = next(_SERIAL), 0
+        self.frames_read = self.tails_read = 0  # chunks decompressed into the buffer, apart
+        self.have, self.whole = np.zeros(n, bool), n == 0
+        # private: a forked worker's chunks are its own (a shared map would let one process
+        # give back the pages another reads); anonymous: untouched pages cost no memory
+        self._buf = mmap.mmap(-1, max(1, self.nbytes), **PRIVATE)
+        self._bytes = np.frombuffer(self._buf, np.uint8, self.nbytes)
+        self._array = self._bytes.view(self.dtype).reshape(self.shape)
+        weakref.finalize(self, _KEPT.forget, self.serial)
 
     def __len__(self) -> int:
         return self.shape[0]
@@ -93,16 +157,22 @@ class Chunked:
     def nbytes(self) -> int:
         return self.size * self.dtype.itemsize
 
-    def chunk_rows(self, j: int) -> np.ndarray:
-        """Chunk `j`'s rows, decompressed and checked (FormatError: a bad frame). Loader threads
-        share the array: the kept chunks under a lock, a decompressor a thread."""
-        with self._lock:
-            found = self._kept.get(j)
-            if found is not None:
-                self._kept.move_to_end(j)
-                return found
-        rows = min(self.chunk, self.shape[0] - j * self.chunk)
-        want = rows * self.row * self.dtype.itemsize
+    def chunk_bytes(self, j: int) -> int:
+        return min(self.chunk, self.shape[0] - j * self.chunk) * self.row * self.dtype.itemsize
+
+    def let_go(self, j: int) -> None:
+        """Give chunk j's pages back (those wholly its own); a read under way sees `lets_go`
+        change and reads again."""
+        self.have[j] = False
+        self.lets_go += 1
+        start = j * self.chunk * self.row * self.dtype.itemsize
+        first, stop = -(-start // PAGE) * PAGE, (start + self.chunk_bytes(j)) // PAGE * PAGE
+        if stop > first and hasattr(self._buf, "madvise"):  # (without: the memory stays taken)
+            self._buf.madvise(mmap.MADV_DONTNEED, first, stop - first)
+
+    def _frame(self, j: int) -> bytes:
+        """Chunk j decompressed and checked (FormatError: a bad frame)."""
+        want = self.chunk_bytes(j)
         import zstandard
 
         frame = self._map[self._table[j] : self._table[j + 1]]
@@ -117,12 +187,12 @@ class Chunked:
             ) from None
         if len(raw) != want:
             raise FormatError(f"{self.path}: chunk {j} holds {len(raw)} bytes, not {want}")
-        found = np.frombuffer(raw, self.dtype).reshape(rows, *self.shape[1:])
-        with self._lock:
-            self._kept[j] = found
-            while len(self._kept) > KEPT_CHUNKS:
-                self._kept.popitem(last=False)
-        return found
+        return raw
+
+    def _apart(self, j: int) -> np.ndarray:
+        """Chunk j's rows, decompressed apart from the buffer (not kept)."""
+        self.tails_read += 1
+        return np.frombuffer(self._frame(j), self.dtype).reshape(-1, *self.shape[1:])
 
     def _decompressor(self) -> Any:
         found = getattr(self._local, "zstd", None)
@@ -132,38 +202,63 @@ class Chunked:
             found = self._local.zstd = zstandard.ZstdDecompressor()
         return found
 
+    def _read(self, js: np.ndarray, read: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+        """read(buffer) once chunks `js` are in it, again if another thread let one go."""
+        while True:
+            if self.whole:
+                return read(self._array)
+            seen = self.lets_go  # before the check: a chunk let go after it changes it
+            if bool(self.have[js].all()):
+                got = read(self._array)
+                if self.lets_go == seen:
+                    return got
+                continue
+            fresh = np.unique(js[~self.have[js]]).tolist()
+            for j in fresh:
+                start = j * self.chunk * self.row * self.dtype.itemsize
+                raw = self._frame(j)
+                self._bytes[start : start + len(raw)] = np.frombuffer(raw, np.uint8)
+                self.have[j], self.frames_read = True, self.frames_read + 1
+            _KEPT.add(self, js, fresh)
+
     def _span(self, start: int, stop: int) -> np.ndarray:
         """Rows start..stop-1 (0 <= start <= stop <= len)."""
-        if self._whole is not None:
-            return self._whole[start:stop]
-        first, last = start // self.chunk, (stop - 1) // self.chunk
-        if stop <= start:
-            return np.empty((0, *self.shape[1:]), self.dtype)
-        if first == last:
-            base = first * self.chunk
-            return self.chunk_rows(first)[start - base : stop - base]
-        parts = [self.chunk_rows(j) for j in range(first, last + 1)]
-        base = first * self.chunk
-        return np.concatenate(parts)[start - base : stop - base]
+        js = np.arange(start // self.chunk, -(-stop // self.chunk))
+        return self._read(js, lambda a: a[start:stop].copy())
 
     def _rows(self, index: np.ndarray) -> np.ndarray:
         """Rows at an integer array of any shape (numpy's bounds rule: IndexError)."""
         n = self.shape[0]
         if index.size and (index.min() < -n or index.max() >= n):
             raise IndexError(f"index out of bounds for {n} rows of {self.path}")
-        index = np.where(index < 0, index + n, index)
-        if self._whole is not None:
-            return self._whole[index]
-        flat = index.reshape(-1)
-        out = np.empty((len(flat), *self.shape[1:]), self.dtype)
-        # grouped by chunk with one sort: a mask per chunk costs chunks x indices
-        order = np.argsort(flat, kind="stable")
-        which = flat[order] // self.chunk
-        cuts = np.flatnonzero(np.diff(which)) + 1
-        for group in np.split(order, cuts) if len(order) else []:
-            j = int(flat[group[0]] // self.chunk)
-            out[group] = self.chunk_rows(j)[flat[group] - j * self.chunk]
-        return out.reshape(*index.shape, *self.shape[1:])
+        if index.size and index.min() < 0:
+            index = np.where(index < 0, index + n, index)
+        used = np.zeros(len(self.have), bool)  # no sort: a mark a chunk
+        used[index.reshape(-1) // self.chunk] = True
+        return self._read(np.flatnonzero(used), lambda a: a[index])
+
+    def windows(self, starts: np.ndarray, width: int) -> np.ndarray:
+        """Rows starts[i] .. starts[i] + width - 1 as row i (each within the array): the
+        chunks the starts lie in, then one gather. A window's tail in the next chunk, when that
+        is not kept, is decompressed apart ("chunk_random" reads that chunk with its own
+        window: keeping it now would let go of one this window's group needs)."""
+        if width > self.chunk:
+            return self._rows(starts[:, None] + np.arange(width))
+        first, last = starts // self.chunk, (starts + (width - 1)) // self.chunk
+        straddle = np.flatnonzero(last != first).tolist()
+
+        def read(a: np.ndarray) -> np.ndarray:
+            loose = [r for r in straddle if not self.have[last[r]]]  # before the gather reads
+            out = a[starts[:, None] + np.arange(width)]
+            tails: dict[int, np.ndarray] = {}
+            for r in loose:
+                j, cut = int(last[r]), int(last[r] * self.chunk - starts[r])
+                if j not in tails:
+                    tails[j] = self._apart(j)
+                out[r, cut:] = tails[j][: width - cut]
+            return out
+
+        return self._read(first, read)
 
     def __getitem__(self, key: Any) -> Any:
         if isinstance(key, int | np.integer):
@@ -195,10 +290,10 @@ class Chunked:
         return out
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        if self._whole is None:  # kept: what asks for the whole array asks again
-            whole = (
-                self._span(0, self.shape[0]) if self.shape[0] else np.empty(self.shape, self.dtype)
-            )
-            self._whole = whole.reshape(self.shape)
-            self._whole.flags.writeable = False
-        return self._whole if dtype is None else self._whole.astype(dtype)
+        every = np.arange(len(self.have))
+        while not self.whole:  # kept: what asks for the whole array asks again
+            self._read(every, lambda a: a[:0])
+            _KEPT.pin(self)
+        whole = self._array.view()
+        whole.flags.writeable = False
+        return whole if dtype is None else whole.astype(dtype)
