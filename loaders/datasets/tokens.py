@@ -12,7 +12,7 @@ import torch
 
 from loaders.datasets.base import Remote, ShardedDataset
 from loaders.fields.tokens import Tokens
-from loaders.format import OFFSETS, chunks
+from loaders.format import OFFSETS, chunks, kept
 from loaders.read.buffers import new_batch
 from loaders.read.loader import Batch
 
@@ -125,7 +125,8 @@ class TokenWindowDataset(_TokenSplit):
         """Windows per chunk of each shard, in index order: the blocks of order="chunk_random".
         A window is counted in the chunk it starts in (the last few reach into the next). E.g.
         shards of 10 and 7 tokens, chunks of 4, block_size 2, stride 2: 8 windows, starting at
-        0, 2, .. 14; chunks start at 0, 4, 8 | 10, 14; sizes [2, 2, 1, 2, 1]."""
+        0, 2, .. 14; chunks start at 0, 4, 8 | 10, 14; sizes [2, 2, 1, 2, 1]. Chunks no window
+        starts in are left out."""
         ends = self._token_starts[1:].tolist()
         cuts = [
             cut
@@ -133,13 +134,14 @@ class TokenWindowDataset(_TokenSplit):
             for cut in range(start, end, self._chunk_tokens)
         ]
         first = -(-np.asarray([*cuts, ends[-1]], dtype=np.int64) // self.stride)  # a ceil
-        return np.diff(np.minimum(first, len(self))).tolist()
+        sizes = np.diff(np.minimum(first, len(self)))
+        return sizes[sizes > 0].tolist()  # (a chunk no window starts in: none in a window)
 
     @property
     def chunk_window(self) -> int:
-        """Chunks a window of order="chunk_random" holds by default: two windows' chunks fit in
-        the chunks a process keeps decompressed (loaders.format.chunks.KEPT_BYTES)."""
-        return max(1, chunks.KEPT_BYTES // (2 * self._chunk_tokens * self.dtype.itemsize))
+        """Chunks a window of order="chunk_random" holds by default: two windows fit in the
+        chunks a process keeps decompressed (loaders.format.kept: a chunk a slot)."""
+        return max(1, kept.slots() // 2)
 
     def __getitems__(self, indices: Sequence[int]) -> Batch:
         idx = self._checked(indices)

@@ -4,74 +4,17 @@ way a map is read: a sample or a slice decompresses only the chunks it lies in."
 
 from __future__ import annotations
 
-import itertools
 import math
 import mmap
 import threading
-import weakref
-from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from loaders.format.kept import KEPT, SLOT_BYTES
 from loaders.format.spec import FormatError
-
-# Decompressed chunks a process keeps, all its Chunked arrays together, least recently used out:
-# room for two windows of order="chunk_random" (loaders.read.samplers), so that order
-# decompresses each chunk about once an epoch; a sequential read needs one or two an array
-KEPT_BYTES = 64 << 20
-PAGE = mmap.PAGESIZE
-# (Windows: no fork, no flags; a map of -1 is the process's own)
-PRIVATE = {"flags": mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS} if hasattr(mmap, "MAP_ANONYMOUS") else {}
-
-
-class _Kept:
-    """Which chunks of which Chunked arrays are decompressed, least recently used first."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()  # loader threads share it
-        self.chunks: OrderedDict[tuple[int, int], tuple[weakref.ref[Chunked], int]] = OrderedDict()
-        self.nbytes = 0
-
-    def add(self, array: Chunked, js: np.ndarray, fresh: list[int]) -> None:
-        """Chunks `js` of `array` used now, `fresh` among them just decompressed; the least
-        recently used others let go past KEPT_BYTES (never `js`: a read needs them together)."""
-        with self.lock:
-            for j in np.unique(js).tolist():
-                if (array.serial, j) in self.chunks:
-                    self.chunks.move_to_end((array.serial, j))
-            for j in fresh if not array.whole else []:  # (pinned meanwhile: kept whole)
-                if (array.serial, j) not in self.chunks:  # (two threads decompressed it)
-                    self.chunks[(array.serial, j)] = (weakref.ref(array), array.chunk_bytes(j))
-                    self.nbytes += array.chunk_bytes(j)
-            while self.nbytes > KEPT_BYTES and len(self.chunks) > len(np.unique(js)):
-                (_, k), (ref, size) = self.chunks.popitem(last=False)
-                self.nbytes -= size
-                owner = ref()
-                if owner is not None:
-                    owner.let_go(k)
-
-    def forget(self, serial: int) -> None:
-        """An array's chunks, once it is closed (its buffer unmapped with it)."""
-        with self.lock:
-            self._drop(serial)
-
-    def _drop(self, serial: int) -> None:
-        for key in [key for key in self.chunks if key[0] == serial]:
-            self.nbytes -= self.chunks.pop(key)[1]
-
-    def pin(self, array: Chunked) -> None:
-        """Keep the whole array (np.asarray) if every chunk is in: its chunks leave the count."""
-        with self.lock:
-            if bool(array.have.all()):
-                array.whole = True
-                self._drop(array.serial)
-
-
-_KEPT = _Kept()
-_SERIAL = itertools.count()  # a Chunked's key in _KEPT
 
 
 class ZstdLayout(tuple[int, np.dtype[Any], tuple[int, ...]]):
@@ -114,10 +57,10 @@ def zstd_layout(
 
 class Chunked:
     """A read-only compressed array that numpy reads like an ndarray: an index, a slice or an
-    integer array decompresses the chunks it needs into a buffer of the array's shape (its
-    pages taken as written; the process keeps KEPT_BYTES of chunks, the rest given back to the
-    system), then reads the buffer as raw; np.asarray keeps the whole array. Reads return
-    copies. `frames_read` counts the chunks decompressed into the buffer."""
+    integer array decompresses the chunks it needs into the process's kept chunks
+    (loaders.format.kept: KEPT_BYTES of them, all arrays together), then gathers from them at
+    once; np.asarray decompresses the whole array and keeps it. Reads return copies.
+    `frames_read` counts the chunks decompressed into the kept ones."""
 
     def __init__(self, path: Path, layout: ZstdLayout):
         try:
@@ -136,15 +79,11 @@ class Chunked:
         start = self.offset + layout.frames
         self._table = np.frombuffer(self._map, "<i8", n + 1, start).astype(np.int64) + self.offset
         self._local = threading.local()  # a ZstdDecompressor serves one thread at a time
-        self.serial, self.lets_go = next(_SERIAL), 0
-        self.frames_read = self.tails_read = 0  # chunks decompressed into the buffer, apart
-        self.have, self.whole = np.zeros(n, bool), n == 0
-        # private: a forked worker's chunks are its own (a shared map would let one process
-        # give back the pages another reads); anonymous: untouched pages cost no memory
-        self._buf = mmap.mmap(-1, max(1, self.nbytes), **PRIVATE)
-        self._bytes = np.frombuffer(self._buf, np.uint8, self.nbytes)
-        self._array = self._bytes.view(self.dtype).reshape(self.shape)
-        weakref.finalize(self, _KEPT.forget, self.serial)
+        self.slot_of, self.lets_go = np.full(n, -1, np.int64), 0  # (loaders.format.kept)
+        self.frames_read = self.tails_read = 0  # chunks decompressed into slots, apart
+        self._whole: np.ndarray | None = None  # np.asarray's: (chunks, chunk, *row), padded
+        # a chunk larger than a slot (rows over SLOT_BYTES) is decompressed apart each read
+        self._slotted = self.chunk * self.row * self.dtype.itemsize <= SLOT_BYTES
 
     def __len__(self) -> int:
         return self.shape[0]
@@ -159,16 +98,6 @@ class Chunked:
 
     def chunk_bytes(self, j: int) -> int:
         return min(self.chunk, self.shape[0] - j * self.chunk) * self.row * self.dtype.itemsize
-
-    def let_go(self, j: int) -> None:
-        """Give chunk j's pages back (those wholly its own); a read under way sees `lets_go`
-        change and reads again."""
-        self.have[j] = False
-        self.lets_go += 1
-        start = j * self.chunk * self.row * self.dtype.itemsize
-        first, stop = -(-start // PAGE) * PAGE, (start + self.chunk_bytes(j)) // PAGE * PAGE
-        if stop > first and hasattr(self._buf, "madvise"):  # (without: the memory stays taken)
-            self._buf.madvise(mmap.MADV_DONTNEED, first, stop - first)
 
     def _frame(self, j: int) -> bytes:
         """Chunk j decompressed and checked (FormatError: a bad frame)."""
@@ -191,7 +120,6 @@ class Chunked:
 
     def _apart(self, j: int) -> np.ndarray:
         """Chunk j's rows, decompressed apart from the buffer (not kept)."""
-        self.tails_read += 1
         return np.frombuffer(self._frame(j), self.dtype).reshape(-1, *self.shape[1:])
 
     def _decompressor(self) -> Any:
@@ -202,29 +130,51 @@ class Chunked:
             found = self._local.zstd = zstandard.ZstdDecompressor()
         return found
 
-    def _read(self, js: np.ndarray, read: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
-        """read(buffer) once chunks `js` are in it, again if another thread let one go."""
+    def _slots(self, slab: np.ndarray) -> np.ndarray:
+        """`slab` (slots, bytes) as (slots, rows a slot, *row) of the array's dtype."""
+        per = slab.shape[1] // (self.row * self.dtype.itemsize)
+        rows = slab.view(self.dtype)[:, : per * self.row]
+        return rows.reshape(len(slab), per, *self.shape[1:])
+
+    def _read(self, js: np.ndarray, read: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Any:
+        """read(slots, slot_of): chunk j's rows are slots[slot_of[j]], for the chunks `js`;
+        read again if another thread let one go meanwhile."""
         while True:
-            if self.whole:
-                return read(self._array)
+            if self._whole is not None:
+                return read(self._whole, np.arange(len(self.slot_of)))
             seen = self.lets_go  # before the check: a chunk let go after it changes it
-            if bool(self.have[js].all()):
-                got = read(self._array)
+            if bool((self.slot_of[js] >= 0).all()):
+                got = read(self._slots(KEPT.slab), self.slot_of)
                 if self.lets_go == seen:
                     return got
                 continue
-            fresh = np.unique(js[~self.have[js]]).tolist()
-            for j in fresh:
-                start = j * self.chunk * self.row * self.dtype.itemsize
-                raw = self._frame(j)
-                self._bytes[start : start + len(raw)] = np.frombuffer(raw, np.uint8)
-                self.have[j], self.frames_read = True, self.frames_read + 1
-            _KEPT.add(self, js, fresh)
+            fresh = np.unique(js[self.slot_of[js] < 0]).tolist()
+            slab, slots = KEPT.reserve(self, fresh, js) if self._slotted else (KEPT.slab, [])
+            for j, slot in slots:
+                filled = False
+                try:
+                    raw = self._frame(j)
+                    slab[slot, : len(raw)] = np.frombuffer(raw, np.uint8)
+                    filled, self.frames_read = True, self.frames_read + 1
+                finally:
+                    KEPT.publish(self, j, slot, filled)
+            if len(slots) < len(fresh):  # more chunks than slots: these ones apart, not kept
+                return self._read_apart(np.unique(js), read)
+
+    def _read_apart(
+        self, js: np.ndarray, read: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    ) -> Any:
+        slab = np.empty((len(js), self.chunk * self.row * self.dtype.itemsize), np.uint8)
+        slot_of = np.full(len(self.slot_of), -1, np.int64)
+        for slot, j in enumerate(js.tolist()):
+            raw = self._frame(j)
+            slab[slot, : len(raw)] = np.frombuffer(raw, np.uint8)
+            slot_of[j] = slot
+        return read(self._slots(slab), slot_of)
 
     def _span(self, start: int, stop: int) -> np.ndarray:
         """Rows start..stop-1 (0 <= start <= stop <= len)."""
-        js = np.arange(start // self.chunk, -(-stop // self.chunk))
-        return self._read(js, lambda a: a[start:stop].copy())
+        return self._rows(np.arange(start, stop))
 
     def _rows(self, index: np.ndarray) -> np.ndarray:
         """Rows at an integer array of any shape (numpy's bounds rule: IndexError)."""
@@ -233,29 +183,31 @@ class Chunked:
             raise IndexError(f"index out of bounds for {n} rows of {self.path}")
         if index.size and index.min() < 0:
             index = np.where(index < 0, index + n, index)
-        used = np.zeros(len(self.have), bool)  # no sort: a mark a chunk
-        used[index.reshape(-1) // self.chunk] = True
-        return self._read(np.flatnonzero(used), lambda a: a[index])
+        which, local = np.divmod(index, self.chunk)
+        used = np.zeros(len(self.slot_of), bool)  # no sort: a mark a chunk
+        used[which.reshape(-1)] = True
+        return self._read(np.flatnonzero(used), lambda v, slot_of: v[slot_of[which], local])
 
     def windows(self, starts: np.ndarray, width: int) -> np.ndarray:
-        """Rows starts[i] .. starts[i] + width - 1 as row i (each within the array): the
-        chunks the starts lie in, then one gather. A window's tail in the next chunk, when that
-        is not kept, is decompressed apart ("chunk_random" reads that chunk with its own
-        window: keeping it now would let go of one this window's group needs)."""
-        if width > self.chunk:
+        """Of a 1-d array, rows starts[i] .. starts[i] + width - 1 as row i (each within the
+        array): the chunks the starts lie in, then one gather. A window's tail in the next
+        chunk, when that is not kept, is decompressed apart ("chunk_random" reads that chunk
+        with its own window: keeping it now would let go of one this window's group needs)."""
+        if width > self.chunk or self.ndim != 1:
             return self._rows(starts[:, None] + np.arange(width))
-        first, last = starts // self.chunk, (starts + (width - 1)) // self.chunk
-        straddle = np.flatnonzero(last != first).tolist()
+        first, local = np.divmod(starts, self.chunk)
+        straddle = np.flatnonzero(local + width > self.chunk).tolist()
 
-        def read(a: np.ndarray) -> np.ndarray:
-            loose = [r for r in straddle if not self.have[last[r]]]  # before the gather reads
-            out = a[starts[:, None] + np.arange(width)]
-            tails: dict[int, np.ndarray] = {}
-            for r in loose:
-                j, cut = int(last[r]), int(last[r] * self.chunk - starts[r])
-                if j not in tails:
-                    tails[j] = self._apart(j)
-                out[r, cut:] = tails[j][: width - cut]
+        def read(v: np.ndarray, slot_of: np.ndarray) -> np.ndarray:
+            at = (slot_of[first] * v.shape[1] + local)[:, None] + np.arange(width)
+            out = v.reshape(-1).take(at, mode="clip")  # (a straddler's tail: set below)
+            for r in straddle:
+                j, cut = int(first[r]) + 1, int(self.chunk - local[r])
+                if slot_of[j] >= 0:  # kept
+                    out[r, cut:] = v[slot_of[j], : width - cut]
+                else:
+                    out[r, cut:] = self._apart(j)[: width - cut]
+                    self.tails_read += 1
             return out
 
         return self._read(first, read)
@@ -290,10 +242,13 @@ class Chunked:
         return out
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        every = np.arange(len(self.have))
-        while not self.whole:  # kept: what asks for the whole array asks again
-            self._read(every, lambda a: a[:0])
-            _KEPT.pin(self)
-        whole = self._array.view()
-        whole.flags.writeable = False
-        return whole if dtype is None else whole.astype(dtype)
+        if self._whole is None:  # kept: what asks for the whole array asks again
+            n = len(self.slot_of)
+            whole = np.empty((n, self.chunk, *self.shape[1:]), self.dtype)
+            for j in range(n):
+                rows = self._apart(j)
+                whole[j, : len(rows)] = rows
+            whole.flags.writeable = False
+            self._whole = whole
+        array = self._whole.reshape(-1, *self.shape[1:])[: self.shape[0]]
+        return array if dtype is None else array.astype(dtype)
