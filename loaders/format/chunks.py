@@ -81,6 +81,7 @@ class Chunked:
         self._local = threading.local()  # a ZstdDecompressor serves one thread at a time
         self.slot_of, self.lets_go = np.full(n, -1, np.int64), 0  # (loaders.format.kept)
         self.frames_read = self.tails_read = 0  # chunks decompressed into slots, apart
+        self._view: tuple[np.ndarray | None, np.ndarray] = (None, np.empty(0))  # _slots'
         self._whole: np.ndarray | None = None  # np.asarray's: (chunks, chunk, *row), padded
         # a chunk larger than a slot (rows over SLOT_BYTES) is decompressed apart each read
         self._slotted = self.chunk * self.row * self.dtype.itemsize <= SLOT_BYTES
@@ -99,28 +100,33 @@ class Chunked:
     def chunk_bytes(self, j: int) -> int:
         return min(self.chunk, self.shape[0] - j * self.chunk) * self.row * self.dtype.itemsize
 
-    def _frame(self, j: int) -> bytes:
-        """Chunk j decompressed and checked (FormatError: a bad frame)."""
-        want = self.chunk_bytes(j)
+    def _frame(self, j: int, into: np.ndarray) -> None:
+        """Chunk j decompressed straight into `into` (uint8, at least its bytes), checked
+        (FormatError: a bad frame)."""
+        want, got = self.chunk_bytes(j), 0
         import zstandard
 
         frame = self._map[self._table[j] : self._table[j + 1]]
         try:
-            # the size its header claims, before any allocation of it
+            # the size its header claims, before any write of it
             if zstandard.frame_content_size(frame) != want:
                 raise zstandard.ZstdError(f"its header says not {want} bytes")
-            raw = self._decompressor().decompress(frame, max_output_size=want)
+            reader = self._decompressor().stream_reader(frame)
+            while got < want and (n := reader.readinto(into[got:want])):
+                got += n
+            got += len(reader.read(1))  # the frame's end: checked, nothing after it
         except zstandard.ZstdError as e:
             raise FormatError(
                 f"{self.path}: chunk {j} cannot be decompressed ({e}). HINT: repack"
             ) from None
-        if len(raw) != want:
-            raise FormatError(f"{self.path}: chunk {j} holds {len(raw)} bytes, not {want}")
-        return raw
+        if got != want:
+            raise FormatError(f"{self.path}: chunk {j} holds not {want} bytes. HINT: repack")
 
     def _apart(self, j: int) -> np.ndarray:
-        """Chunk j's rows, decompressed apart from the buffer (not kept)."""
-        return np.frombuffer(self._frame(j), self.dtype).reshape(-1, *self.shape[1:])
+        """Chunk j's rows, decompressed apart from the kept ones."""
+        raw = np.empty(self.chunk_bytes(j), np.uint8)
+        self._frame(j, raw)
+        return raw.view(self.dtype).reshape(-1, *self.shape[1:])
 
     def _decompressor(self) -> Any:
         found = getattr(self._local, "zstd", None)
@@ -132,9 +138,14 @@ class Chunked:
 
     def _slots(self, slab: np.ndarray) -> np.ndarray:
         """`slab` (slots, bytes) as (slots, rows a slot, *row) of the array's dtype."""
+        if self._view[0] is slab:  # (the process's buffer: made once, not a read)
+            return self._view[1]
         per = slab.shape[1] // (self.row * self.dtype.itemsize)
         rows = slab.view(self.dtype)[:, : per * self.row]
-        return rows.reshape(len(slab), per, *self.shape[1:])
+        view = rows.reshape(len(slab), per, *self.shape[1:])
+        if slab is KEPT.slab:
+            self._view = (slab, view)
+        return view
 
     def _read(self, js: np.ndarray, read: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Any:
         """read(slots, slot_of): chunk j's rows are slots[slot_of[j]], for the chunks `js`;
@@ -153,8 +164,7 @@ class Chunked:
             for j, slot in slots:
                 filled = False
                 try:
-                    raw = self._frame(j)
-                    slab[slot, : len(raw)] = np.frombuffer(raw, np.uint8)
+                    self._frame(j, slab[slot])
                     filled, self.frames_read = True, self.frames_read + 1
                 finally:
                     KEPT.publish(self, j, slot, filled)
@@ -167,14 +177,29 @@ class Chunked:
         slab = np.empty((len(js), self.chunk * self.row * self.dtype.itemsize), np.uint8)
         slot_of = np.full(len(self.slot_of), -1, np.int64)
         for slot, j in enumerate(js.tolist()):
-            raw = self._frame(j)
-            slab[slot, : len(raw)] = np.frombuffer(raw, np.uint8)
+            self._frame(j, slab[slot])
             slot_of[j] = slot
         return read(self._slots(slab), slot_of)
 
     def _span(self, start: int, stop: int) -> np.ndarray:
         """Rows start..stop-1 (0 <= start <= stop <= len)."""
-        return self._rows(np.arange(start, stop))
+        if stop <= start:
+            return np.empty((0, *self.shape[1:]), self.dtype)
+        c = self.chunk
+        first, last = start // c, (stop - 1) // c
+        seen, slot = self.lets_go, int(self.slot_of[first])
+        if first == last and slot >= 0 and self._whole is None:  # (a sample kept: no arrays)
+            got = self._slots(KEPT.slab)[slot, start - first * c : stop - first * c].copy()
+            if self.lets_go == seen:
+                return got
+
+        def read(v: np.ndarray, slot_of: np.ndarray) -> np.ndarray:
+            if first == last:  # (a sample, mostly: one slice)
+                return v[slot_of[first], start - first * c : stop - first * c].copy()
+            at = [(j, max(start - j * c, 0), min(stop - j * c, c)) for j in range(first, last + 1)]
+            return np.concatenate([v[slot_of[j], a:b] for j, a, b in at])  # (a slot: >= c rows)
+
+        return self._read(np.arange(first, last + 1), read)
 
     def _rows(self, index: np.ndarray) -> np.ndarray:
         """Rows at an integer array of any shape (numpy's bounds rule: IndexError)."""

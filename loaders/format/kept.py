@@ -40,6 +40,7 @@ class Kept:
         self.slab = np.empty((0, SLOT_BYTES), np.uint8)
         self.owners: OrderedDict[int, tuple[weakref.ref[Owner], int]] = OrderedDict()
         self.free: list[int] = []
+        self.n = 0  # slots in use (of the buffer's rows)
         self.filling: set[int] = set()  # reserved, being written: never let go meanwhile
 
     def reserve(
@@ -79,12 +80,15 @@ class Kept:
                 self.free.append(slot)
 
     def _sized(self) -> None:
-        """A buffer of KEPT_BYTES (changed: every chunk let go, a new buffer)."""
+        """KEPT_BYTES of slots (changed: every chunk let go; the buffer replaced only to grow,
+        so that a budget set back and forth touches no new pages)."""
         n = slots()
-        if len(self.slab) != n and not self.filling:
+        if n != self.n and not self.filling:
             for slot in list(self.owners):
                 self._let_go(slot)
-            self.slab, self.free = np.empty((n, SLOT_BYTES), np.uint8), list(range(n))[::-1]
+            if n > len(self.slab):
+                self.slab = np.empty((n, SLOT_BYTES), np.uint8)
+            self.free, self.n = list(range(n))[::-1], n
 
     def _let_go(self, slot: int) -> None:
         ref, j = self.owners.pop(slot)
