@@ -6,7 +6,9 @@ the values of the raw pack."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -55,8 +57,8 @@ def chunk_of_each_window(raw: Path, n: int) -> list[tuple[int, int]]:
     return out
 
 
-def epoch(ds: TokenWindowDataset, **kw: object) -> list[list[int]]:
-    loader = make_loader(ds, batch_size=7, order="chunk_random", **kw)  # type: ignore[arg-type]
+def epoch(ds: TokenWindowDataset, **kw: Any) -> list[list[int]]:
+    loader = make_loader(ds, batch_size=7, order="chunk_random", **kw)
     return [batch[-1].tolist() for batch in loader]
 
 
@@ -138,6 +140,23 @@ def test_a_budget_smaller_than_a_batch_reads_the_same(
         tokens[[5, -1, 70, 6]], np.load(packs[0] / "tokens-train-00002.npy")[[5, -1, 70, 6]]
     )
     assert np.array_equal(np.asarray(tokens), np.load(packs[0] / "tokens-train-00002.npy"))
+
+
+def test_threads_sharing_few_kept_chunks_read_the_same(
+    packs: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Threads letting go of each other's chunks: a read of one refilled meanwhile reads again."""
+    monkeypatch.setattr(kept, "KEPT_BYTES", 3 * kept.SLOT_BYTES)
+    raw, packed = windows(packs[0]), windows(packs[1])
+    rng = np.random.default_rng(1)
+    batches = [rng.integers(0, len(raw), 3).tolist() for _ in range(400)]
+
+    def read(idx: list[int]) -> bool:
+        a, b = raw.__getitems__(idx).tensors, packed.__getitems__(idx).tensors
+        return all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(read, batches))
 
 
 def test_a_resumed_epoch_reads_the_rest(packs: tuple[Path, Path]) -> None:
