@@ -1,7 +1,7 @@
 """The decompressed chunks a process keeps for its compressed arrays (loaders.format.chunks): one
 buffer of KEPT_BYTES in slots of SLOT_BYTES, a chunk a slot, the least recently used refilled
 first. The buffer is reused for every array: writing a chunk into pages never touched costs
-about three times decompressing it (a page fault a 4 KiB page)."""
+two to three times decompressing it (a page fault a 4 KiB page)."""
 
 from __future__ import annotations
 
