@@ -12,11 +12,14 @@ import torch
 
 from loaders.datasets.base import Remote, ShardedDataset
 from loaders.fields.tokens import Tokens
-from loaders.format import OFFSETS
+from loaders.format import OFFSETS, chunks, kept
 from loaders.read.buffers import new_batch
 from loaders.read.loader import Batch
 
 OUT_DTYPE = "int64"  # what windows and documents come out as: what embeddings index with
+# A raw pack's blocks for order="chunk_random": the chunk prep's --compress zstd would cut
+# (prep.run.shardwriter.CHUNK_BYTES), so raw and compressed packs read in one order
+RAW_CHUNK_BYTES = 1 << 18
 
 
 class _TokenSplit(ShardedDataset):
@@ -111,6 +114,35 @@ class TokenWindowDataset(_TokenSplit):
         first = -(-self._token_starts // self.stride)  # each shard's first window: a ceil
         return np.diff(np.minimum(first, len(self))).tolist()
 
+    @cached_property
+    def _chunk_tokens(self) -> int:
+        """Tokens a chunk of the token arrays holds (raw: as --compress zstd would cut them)."""
+        spec = self.store.manifest.arrays["tokens"]
+        return spec.chunk or max(1, RAW_CHUNK_BYTES // self.dtype.itemsize)
+
+    @property
+    def chunk_sizes(self) -> list[int]:
+        """Windows per chunk of each shard, in index order: the blocks of order="chunk_random".
+        A window is counted in the chunk it starts in (the last few reach into the next). E.g.
+        shards of 10 and 7 tokens, chunks of 4, block_size 2, stride 2: 8 windows, starting at
+        0, 2, .. 14; chunks start at 0, 4, 8 | 10, 14; sizes [2, 2, 1, 2, 1]. Chunks no window
+        starts in are left out."""
+        ends = self._token_starts[1:].tolist()
+        cuts = [
+            cut
+            for start, end in zip(self._token_starts[:-1].tolist(), ends, strict=True)
+            for cut in range(start, end, self._chunk_tokens)
+        ]
+        first = -(-np.asarray([*cuts, ends[-1]], dtype=np.int64) // self.stride)  # a ceil
+        sizes = np.diff(np.minimum(first, len(self)))
+        return sizes[sizes > 0].tolist()  # (a chunk no window starts in: none in a window)
+
+    @property
+    def chunk_window(self) -> int:
+        """Chunks a window of order="chunk_random" holds by default: two windows fit in the
+        chunks a process keeps decompressed (loaders.format.kept: a chunk a slot)."""
+        return max(1, kept.slots() // 2)
+
     def __getitems__(self, indices: Sequence[int]) -> Batch:
         idx = self._checked(indices)
         starts, width = idx * self.stride, self.block_size + 1
@@ -121,7 +153,10 @@ class TokenWindowDataset(_TokenSplit):
             rows = np.flatnonzero(inside & (k == shard))
             local = starts[rows] - self._token_starts[shard]
             tokens = self.arrays.array(self._shards[shard], "tokens")
-            buf[rows] = tokens[local[:, None] + np.arange(width)]
+            if isinstance(tokens, chunks.Chunked):  # finds its chunks from the starts alone
+                buf[rows] = tokens.windows(local, width)
+            else:
+                buf[rows] = tokens[local[:, None] + np.arange(width)]
         for row in np.flatnonzero(~inside).tolist():  # across a shard boundary
             self._read(int(starts[row]), buf[row])
         x, y = (new_batch((len(idx), self.block_size), getattr(torch, OUT_DTYPE)) for _ in range(2))

@@ -7,15 +7,14 @@ from __future__ import annotations
 import math
 import mmap
 import threading
-from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from loaders.format.kept import KEPT, SLOT_BYTES
 from loaders.format.spec import FormatError
-
-KEPT_CHUNKS = 4  # decompressed chunks a Chunked keeps: a batch's samples are mostly neighbours
 
 
 class ZstdLayout(tuple[int, np.dtype[Any], tuple[int, ...]]):
@@ -58,8 +57,10 @@ def zstd_layout(
 
 class Chunked:
     """A read-only compressed array that numpy reads like an ndarray: an index, a slice or an
-    integer array decompresses the chunks it needs (the last KEPT_CHUNKS kept); anything else
-    (np.asarray) the whole array once."""
+    integer array decompresses the chunks it needs into the process's kept chunks
+    (loaders.format.kept: KEPT_BYTES of them, all arrays together), then gathers from them at
+    once; np.asarray decompresses the whole array and keeps it. Reads return copies.
+    `frames_read` counts the chunks decompressed into the kept ones."""
 
     def __init__(self, path: Path, layout: ZstdLayout):
         try:
@@ -78,9 +79,12 @@ class Chunked:
         start = self.offset + layout.frames
         self._table = np.frombuffer(self._map, "<i8", n + 1, start).astype(np.int64) + self.offset
         self._local = threading.local()  # a ZstdDecompressor serves one thread at a time
-        self._lock = threading.Lock()
-        self._kept: OrderedDict[int, np.ndarray] = OrderedDict()
-        self._whole: np.ndarray | None = None
+        self.slot_of, self.lets_go = np.full(n, -1, np.int64), 0  # (loaders.format.kept)
+        self.frames_read = self.tails_read = 0  # chunks decompressed into slots, apart
+        self._view: tuple[np.ndarray | None, np.ndarray] = (None, np.empty(0))  # _slots'
+        self._whole: np.ndarray | None = None  # np.asarray's: (chunks, chunk, *row), padded
+        # a chunk larger than a slot (rows over SLOT_BYTES) is decompressed apart each read
+        self._slotted = self.chunk * self.row * self.dtype.itemsize <= SLOT_BYTES
 
     def __len__(self) -> int:
         return self.shape[0]
@@ -93,36 +97,36 @@ class Chunked:
     def nbytes(self) -> int:
         return self.size * self.dtype.itemsize
 
-    def chunk_rows(self, j: int) -> np.ndarray:
-        """Chunk `j`'s rows, decompressed and checked (FormatError: a bad frame). Loader threads
-        share the array: the kept chunks under a lock, a decompressor a thread."""
-        with self._lock:
-            found = self._kept.get(j)
-            if found is not None:
-                self._kept.move_to_end(j)
-                return found
-        rows = min(self.chunk, self.shape[0] - j * self.chunk)
-        want = rows * self.row * self.dtype.itemsize
+    def chunk_bytes(self, j: int) -> int:
+        return min(self.chunk, self.shape[0] - j * self.chunk) * self.row * self.dtype.itemsize
+
+    def _frame(self, j: int, into: np.ndarray) -> None:
+        """Chunk j decompressed straight into `into` (uint8, at least its bytes), checked
+        (FormatError: a bad frame)."""
+        want, got = self.chunk_bytes(j), 0
         import zstandard
 
         frame = self._map[self._table[j] : self._table[j + 1]]
         try:
-            # the size its header claims, before any allocation of it
+            # the size its header claims, before any write of it
             if zstandard.frame_content_size(frame) != want:
                 raise zstandard.ZstdError(f"its header says not {want} bytes")
-            raw = self._decompressor().decompress(frame, max_output_size=want)
+            reader = self._decompressor().stream_reader(frame)
+            while got < want and (n := reader.readinto(into[got:want])):
+                got += n
+            got += len(reader.read(1))  # the frame's end: checked, nothing after it
         except zstandard.ZstdError as e:
             raise FormatError(
                 f"{self.path}: chunk {j} cannot be decompressed ({e}). HINT: repack"
             ) from None
-        if len(raw) != want:
-            raise FormatError(f"{self.path}: chunk {j} holds {len(raw)} bytes, not {want}")
-        found = np.frombuffer(raw, self.dtype).reshape(rows, *self.shape[1:])
-        with self._lock:
-            self._kept[j] = found
-            while len(self._kept) > KEPT_CHUNKS:
-                self._kept.popitem(last=False)
-        return found
+        if got != want:
+            raise FormatError(f"{self.path}: chunk {j} holds not {want} bytes. HINT: repack")
+
+    def _apart(self, j: int) -> np.ndarray:
+        """Chunk j's rows, decompressed apart from the kept ones."""
+        raw = np.empty(self.chunk_bytes(j), np.uint8)
+        self._frame(j, raw)
+        return raw.view(self.dtype).reshape(-1, *self.shape[1:])
 
     def _decompressor(self) -> Any:
         found = getattr(self._local, "zstd", None)
@@ -132,38 +136,106 @@ class Chunked:
             found = self._local.zstd = zstandard.ZstdDecompressor()
         return found
 
+    def _slots(self, slab: np.ndarray) -> np.ndarray:
+        """`slab` (slots, bytes) as (slots, rows a slot, *row) of the array's dtype."""
+        if self._view[0] is slab:  # (the process's buffer: made once, not a read)
+            return self._view[1]
+        per = slab.shape[1] // (self.row * self.dtype.itemsize)
+        rows = slab.view(self.dtype)[:, : per * self.row]
+        view = rows.reshape(len(slab), per, *self.shape[1:])
+        if slab is KEPT.slab:
+            self._view = (slab, view)
+        return view
+
+    def _read(self, js: np.ndarray, read: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Any:
+        """read(slots, slot_of): chunk j's rows are slots[slot_of[j]], for the chunks `js`;
+        read again if another thread let one go meanwhile."""
+        while True:
+            if self._whole is not None:
+                return read(self._whole, np.arange(len(self.slot_of)))
+            seen = self.lets_go  # before the check: a chunk let go after it changes it
+            if bool((self.slot_of[js] >= 0).all()):
+                got = read(self._slots(KEPT.slab), self.slot_of)
+                if self.lets_go == seen:
+                    return got
+                continue
+            fresh = np.unique(js[self.slot_of[js] < 0]).tolist()
+            slab, slots = KEPT.reserve(self, fresh, js) if self._slotted else (KEPT.slab, [])
+            for j, slot in slots:
+                filled = False
+                try:
+                    self._frame(j, slab[slot])
+                    filled, self.frames_read = True, self.frames_read + 1
+                finally:
+                    KEPT.publish(self, j, slot, filled)
+            if len(slots) < len(fresh):  # more chunks than slots: these ones apart, not kept
+                return self._read_apart(np.unique(js), read)
+
+    def _read_apart(
+        self, js: np.ndarray, read: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    ) -> Any:
+        slab = np.empty((len(js), self.chunk * self.row * self.dtype.itemsize), np.uint8)
+        slot_of = np.full(len(self.slot_of), -1, np.int64)
+        for slot, j in enumerate(js.tolist()):
+            self._frame(j, slab[slot])
+            slot_of[j] = slot
+        return read(self._slots(slab), slot_of)
+
     def _span(self, start: int, stop: int) -> np.ndarray:
         """Rows start..stop-1 (0 <= start <= stop <= len)."""
-        if self._whole is not None:
-            return self._whole[start:stop]
-        first, last = start // self.chunk, (stop - 1) // self.chunk
         if stop <= start:
             return np.empty((0, *self.shape[1:]), self.dtype)
-        if first == last:
-            base = first * self.chunk
-            return self.chunk_rows(first)[start - base : stop - base]
-        parts = [self.chunk_rows(j) for j in range(first, last + 1)]
-        base = first * self.chunk
-        return np.concatenate(parts)[start - base : stop - base]
+        c = self.chunk
+        first, last = start // c, (stop - 1) // c
+        seen, slot = self.lets_go, int(self.slot_of[first])
+        if first == last and slot >= 0 and self._whole is None:  # (a sample kept: no arrays)
+            got = self._slots(KEPT.slab)[slot, start - first * c : stop - first * c].copy()
+            if self.lets_go == seen:
+                return got
+
+        def read(v: np.ndarray, slot_of: np.ndarray) -> np.ndarray:
+            if first == last:  # (a sample, mostly: one slice)
+                return v[slot_of[first], start - first * c : stop - first * c].copy()
+            at = [(j, max(start - j * c, 0), min(stop - j * c, c)) for j in range(first, last + 1)]
+            return np.concatenate([v[slot_of[j], a:b] for j, a, b in at])  # (a slot: >= c rows)
+
+        return self._read(np.arange(first, last + 1), read)
 
     def _rows(self, index: np.ndarray) -> np.ndarray:
         """Rows at an integer array of any shape (numpy's bounds rule: IndexError)."""
         n = self.shape[0]
         if index.size and (index.min() < -n or index.max() >= n):
             raise IndexError(f"index out of bounds for {n} rows of {self.path}")
-        index = np.where(index < 0, index + n, index)
-        if self._whole is not None:
-            return self._whole[index]
-        flat = index.reshape(-1)
-        out = np.empty((len(flat), *self.shape[1:]), self.dtype)
-        # grouped by chunk with one sort: a mask per chunk costs chunks x indices
-        order = np.argsort(flat, kind="stable")
-        which = flat[order] // self.chunk
-        cuts = np.flatnonzero(np.diff(which)) + 1
-        for group in np.split(order, cuts) if len(order) else []:
-            j = int(flat[group[0]] // self.chunk)
-            out[group] = self.chunk_rows(j)[flat[group] - j * self.chunk]
-        return out.reshape(*index.shape, *self.shape[1:])
+        if index.size and index.min() < 0:
+            index = np.where(index < 0, index + n, index)
+        which, local = np.divmod(index, self.chunk)
+        used = np.zeros(len(self.slot_of), bool)  # no sort: a mark a chunk
+        used[which.reshape(-1)] = True
+        return self._read(np.flatnonzero(used), lambda v, slot_of: v[slot_of[which], local])
+
+    def windows(self, starts: np.ndarray, width: int) -> np.ndarray:
+        """Of a 1-d array, rows starts[i] .. starts[i] + width - 1 as row i (each within the
+        array): the chunks the starts lie in, then one gather. A window's tail in the next
+        chunk, when that is not kept, is decompressed apart ("chunk_random" reads that chunk
+        with its own window: keeping it now would let go of one this window's group needs)."""
+        if width > self.chunk or self.ndim != 1:
+            return self._rows(starts[:, None] + np.arange(width))
+        first, local = np.divmod(starts, self.chunk)
+        straddle = np.flatnonzero(local + width > self.chunk).tolist()
+
+        def read(v: np.ndarray, slot_of: np.ndarray) -> np.ndarray:
+            at = (slot_of[first] * v.shape[1] + local)[:, None] + np.arange(width)
+            out = v.reshape(-1).take(at, mode="clip")  # (a straddler's tail: set below)
+            for r in straddle:
+                j, cut = int(first[r]) + 1, int(self.chunk - local[r])
+                if slot_of[j] >= 0:  # kept
+                    out[r, cut:] = v[slot_of[j], : width - cut]
+                else:
+                    out[r, cut:] = self._apart(j)[: width - cut]
+                    self.tails_read += 1
+            return out
+
+        return self._read(first, read)
 
     def __getitem__(self, key: Any) -> Any:
         if isinstance(key, int | np.integer):
@@ -196,9 +268,12 @@ class Chunked:
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         if self._whole is None:  # kept: what asks for the whole array asks again
-            whole = (
-                self._span(0, self.shape[0]) if self.shape[0] else np.empty(self.shape, self.dtype)
-            )
-            self._whole = whole.reshape(self.shape)
-            self._whole.flags.writeable = False
-        return self._whole if dtype is None else self._whole.astype(dtype)
+            n = len(self.slot_of)
+            whole = np.empty((n, self.chunk, *self.shape[1:]), self.dtype)
+            for j in range(n):
+                rows = self._apart(j)
+                whole[j, : len(rows)] = rows
+            whole.flags.writeable = False
+            self._whole = whole
+        array = self._whole.reshape(-1, *self.shape[1:])[: self.shape[0]]
+        return array if dtype is None else array.astype(dtype)

@@ -20,7 +20,7 @@ from loaders.read import state
 from loaders.read.buffers import BufferPool, current_alloc, pinned
 from loaders.read.readahead import read_ahead
 from loaders.read.ring import StartWorker, copy_out, in_ring
-from loaders.read.samplers import ShardSampler
+from loaders.read.samplers import WINDOWED, ShardSampler
 from loaders.read.workers import PackInWorker, capped
 
 
@@ -99,7 +99,7 @@ def make_loader(
     *,
     order: str | None = None,
     seed: int = 0,
-    window: int = 8,
+    window: int | None = None,
     distributed: bool | None = None,
     drop_last: bool = False,
     threads: int | None = None,
@@ -110,7 +110,8 @@ def make_loader(
     win); with `num_workers=0`, `threads` threads read ahead. `order` (loaders.read.samplers;
     default "random" with `shuffle`) depends only on (`seed`, epoch); `distributed` (default:
     when torch.distributed is initialised): each rank a disjoint share, padded (or cut,
-    `drop_last`) to one length.
+    `drop_last`) to one length. `window`: shards a window of "quasi_random" (default 8), chunks
+    one of "chunk_random" (default: the dataset's `chunk_window`).
 
     Examples:
         >>> from loaders import ImageShardDataset, make_loader
@@ -162,7 +163,7 @@ def _sampler(
     dataset: Dataset[Any],
     order: str,
     seed: int,
-    window: int,
+    window: int | None,
     distributed: bool,
     drop_last: bool,
     dataloader_kwargs: Mapping[str, Any],
@@ -174,12 +175,15 @@ def _sampler(
         raise ValueError("a sampler of your own replaces order=/distributed=: pass one")
     if own or isinstance(dataset, IterableDataset):  # (its state: loaders.read.state)
         return None
-    sizes = getattr(dataset, "shard_sizes", None)
-    if sizes is None and order == "quasi_random":
+    blocks = order == "chunk_random"  # its units are a compressed dataset's chunks, not shards
+    sizes = getattr(dataset, "chunk_sizes" if blocks else "shard_sizes", None)
+    if sizes is None and order in WINDOWED:
         raise ValueError(
-            f"{type(dataset).__name__} has no shard_sizes, which order='quasi_random' "
-            "needs; use order='random'"
+            f"{type(dataset).__name__} has no {'chunk' if blocks else 'shard'}_sizes, which "
+            f"order={order!r} needs; use order='random'"
         )
+    if window is None:
+        window = getattr(dataset, "chunk_window", 8) if blocks else 8
     ranks = {} if distributed else {"num_replicas": 1, "rank": 0}
     n = len(dataset)  # type: ignore[arg-type]
     sizes = [n] if sizes is None else sizes

@@ -1,7 +1,9 @@
 """Which samples each rank reads in an epoch: a permutation that depends only on (seed, epoch)
 and the shard sizes, of which each rank takes every `num_replicas`-th index. Orders:
 "sequential", "random", "blocks" (shuffled blocks of BLOCK_ROWS rows: tables larger than RAM),
-"quasi_random" (the shards shuffled, then the samples within each window of `window` shards).
+"quasi_random" (the shards shuffled, then the samples within each window of `window` shards),
+"chunk_random" (quasi_random over blocks rather than shards: a compressed dataset's `chunk_sizes`,
+the samples each chunk holds, so a window of `window` chunks is decompressed once an epoch).
 
 >>> epoch_order([3, 3], "quasi_random", seed=3, epoch=0, window=1).tolist()  # shard 1, then 0
 [3, 5, 4, 0, 1, 2]
@@ -49,14 +51,16 @@ ORDERS: dict[str, OrderFn] = {
     "random": lambda sizes, rng, window: rng.permutation(int(sizes.sum())).astype(np.int64),
     "quasi_random": _quasi_random,
     "blocks": _blocks,
+    "chunk_random": _quasi_random,  # its sizes are blocks (loaders.read.loader: chunk_sizes)
 }
+WINDOWED = ("quasi_random", "chunk_random")  # the orders that `window` changes
 
 
 def _check(order: str, window: int) -> None:
     if order not in ORDERS:
         raise ValueError(f"order {order!r} is not one of {', '.join(ORDERS)}")
     if window < 1:
-        raise ValueError(f"window {window} must be at least 1 shard")
+        raise ValueError(f"window {window} must be at least 1 shard or block")
 
 
 def epoch_order(

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch.distributed as dist
 
-from loaders.read.samplers import ShardSampler
+from loaders.read.samplers import WINDOWED, ShardSampler
 
 VERSION = 1
 KEYS = ("version", "dataset", "samples", "order", "seed", "window", "epoch", "delivered")
@@ -138,7 +138,7 @@ def load(loader: Any, state: Mapping[str, Any]) -> None:
             f"{state['samples']} samples; this one: {ours['dataset']}, {ours['samples']}). "
             "HINT: load it into a loader of the dataset, split and view it was saved from"
         )
-    said = ("order", "seed") + (("window",) if ours["order"] == "quasi_random" else ())
+    said = ("order", "seed") + (("window",) if ours["order"] in WINDOWED else ())
     if any(state[k] != ours[k] for k in said):
         was = ", ".join(f"{k}={state[k]!r}" for k in said)
         now = ", ".join(f"{k}={ours[k]!r}" for k in said)
