@@ -25,7 +25,7 @@ from loaders import (
     TokenWindowDataset,
     make_loader,
 )
-from loaders.format import FormatError
+from loaders.format import FormatError, kept
 from prep.cli.main import app
 
 zstandard = pytest.importorskip("zstandard")
@@ -192,6 +192,7 @@ def test_a_damaged_chunk_index_or_frame_is_one_line(
     ds = TokenWindowDataset(packed, block_size=16)
     with pytest.raises(FormatError, match=r"tokens-train-00000.npy: chunk \d+ "):
         ds.__getitems__(list(range(len(ds))))
+    assert not kept.KEPT.filling  # the slots reserved for the chunks after it are free again
 
 
 @pytest.mark.parametrize(

@@ -161,13 +161,15 @@ class Chunked:
                 continue
             fresh = np.unique(js[self.slot_of[js] < 0]).tolist()
             slab, slots = KEPT.reserve(self, fresh, js) if self._slotted else (KEPT.slab, [])
-            for j, slot in slots:
-                filled = False
-                try:
+            done = 0
+            try:
+                for j, slot in slots:
                     self._frame(j, slab[slot])
-                    filled, self.frames_read = True, self.frames_read + 1
-                finally:
-                    KEPT.publish(self, j, slot, filled)
+                    KEPT.publish(self, j, slot, True)
+                    done, self.frames_read = done + 1, self.frames_read + 1
+            finally:  # a bad frame: every slot reserved and not filled is free again
+                for j, slot in slots[done:]:
+                    KEPT.publish(self, j, slot, False)
             if len(slots) < len(fresh):  # more chunks than slots: these ones apart, not kept
                 return self._read_apart(np.unique(js), read)
 
