@@ -176,3 +176,23 @@ def test_a_resumed_epoch_reads_the_rest(packs: tuple[Path, Path]) -> None:
     plain = torch.utils.data.TensorDataset(torch.arange(10))
     with pytest.raises(ValueError, match=r"no chunk_sizes.*order='random'"):
         make_loader(plain, batch_size=4, order="chunk_random")
+
+
+def test_a_chunk_two_threads_kept_at_once_holds_one_slot(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two threads that both found chunk 0 missing fill a slot each: the first one published
+    stays, the second is free again, and letting go of the chunk tells a reader under way."""
+    monkeypatch.setattr(kept, "KEPT_BYTES", 2 * kept.SLOT_BYTES)
+    pool = kept.Kept()
+
+    class Array:
+        slot_of, lets_go = np.full(4, -1, np.int64), 0
+
+    a = Array()
+    _, [(_, first)] = pool.reserve(a, [0], np.array([0]))
+    _, [(_, second)] = pool.reserve(a, [0], np.array([0]))  # before the first is published
+    pool.publish(a, 0, first, True)
+    pool.publish(a, 0, second, True)
+    assert a.slot_of[0] == first and list(pool.owners) == [first] and pool.free == [second]
+    before = a.lets_go
+    pool.reserve(a, [1, 2], np.array([1, 2]))  # two more chunks: chunk 0 is let go
+    assert a.slot_of[0] == -1 and a.lets_go == before + 1

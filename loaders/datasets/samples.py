@@ -264,7 +264,11 @@ class ArrayReading:
                 return
         for s, pos in groups:
             arr = arrays.array(s, name)
-            if dst[:1].nbytes > 4096:
+            p0, n = int(pos[0]), len(pos)
+            if dst.dtype == arr.dtype and int(pos[-1]) - p0 + 1 == n:
+                # A run of the batch (a read in order): one read into place, as above
+                np.take(arr, local[pos], axis=0, out=dst[p0 : p0 + n], mode="clip")
+            elif dst[:1].nbytes > 4096:
                 # Big samples copied once each into place (a gather, then a scatter, twice)
                 for j, k in zip(pos.tolist(), local[pos].tolist(), strict=True):
                     dst[j] = arr[k]

@@ -262,11 +262,38 @@ class Chunked:
         if axis != 0:
             return np.take(self.__array__(), indices, axis, out, mode)  # type: ignore[call-overload]
         index = np.asarray(indices, np.int64)
-        got = self._rows(np.clip(index, 0, self.shape[0] - 1) if mode == "clip" else index)
+        if mode == "clip":
+            index = np.clip(index, 0, self.shape[0] - 1)
+        if out is not None and self._into(index, out):
+            return out
+        got = self._rows(index)
         if out is None:
             return got
         out[...] = got
         return out
+
+    def _into(self, index: np.ndarray, out: np.ndarray) -> bool:
+        """Rows a, a+1, .. a+n-1 into `out` (C-contiguous, the array's dtype): the chunks they
+        cover whole decompressed straight into it (one pass over the memory, as a raw read;
+        not kept: a read in order needs them once), the rows at either end as any read. False:
+        not such a read."""
+        n, c = len(index), self.chunk
+        if index.ndim != 1 or n < c or self._whole is not None or out.dtype != self.dtype:
+            return False
+        a = int(index[0])
+        if not (out.flags.c_contiguous and out.shape == (n, *self.shape[1:])):
+            return False
+        if not np.array_equal(index, np.arange(a, a + n)):
+            return False
+        first, stop = -(-a // c), (a + n) // c  # the chunks inside rows a .. a+n-1
+        flat, row = out.reshape(-1).view(np.uint8), self.row * self.dtype.itemsize
+        for j in range(first, stop):
+            at = (j * c - a) * row
+            self._frame(j, flat[at : at + self.chunk_bytes(j)])
+        head, tail = min(first * c, a + n), max(stop * c, first * c)
+        out[: head - a] = self._span(a, head)
+        out[tail - a :] = self._span(tail, a + n)
+        return True
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         if self._whole is None:  # kept: what asks for the whole array asks again

@@ -70,12 +70,13 @@ class Kept:
             return self.slab, got
 
     def publish(self, owner: Owner, j: int, slot: int, filled: bool) -> None:
-        """Slot `slot` holds `owner`'s chunk j now (not `filled`: it failed, the slot is free)."""
+        """Slot `slot` holds `owner`'s chunk j now; free again if not `filled` (it failed) or
+        if two threads filled chunk j at once (the first one's slot stays: one slot a chunk)."""
         with self.lock:
             self.filling.discard(slot)
-            if filled:
+            if filled and owner.slot_of[j] < 0:
                 owner.slot_of[j] = slot
-            else:
+            else:  # failed, or another thread kept chunk j meanwhile: readers may hold its slot
                 self.owners.pop(slot)
                 self.free.append(slot)
 
@@ -93,8 +94,9 @@ class Kept:
     def _let_go(self, slot: int) -> None:
         ref, j = self.owners.pop(slot)
         owner = ref()
-        if owner is not None and owner.slot_of[j] == slot:
-            owner.slot_of[j] = -1
+        if owner is not None:
+            if owner.slot_of[j] == slot:
+                owner.slot_of[j] = -1
             owner.lets_go += 1  # before the slot is refilled: a read of it reads again
         self.free.append(slot)
 
