@@ -27,8 +27,13 @@ MB = 1e6
 LINK = 20e6
 
 
-def size(root: Path, array: str) -> int:
-    return sum(p.stat().st_size for p in root.glob(f"{array}-*.npy"))
+def size(root: Path, array: str, offsets: bool = False) -> int:
+    """Bytes of an array's shard files; `offsets`: with its offsets (raw in both packs)."""
+    names = [f"{array}-[0-9]*.npy", f"{array}-[a-z]*-[0-9]*.npy"]  # (a split's name between)
+    if offsets:
+        names += [f"{array}-offsets-*.npy"]
+    found = {p for name in names for p in root.glob(name) if "-offsets-" not in p.name or offsets}
+    return sum(p.stat().st_size for p in found)
 
 
 def epoch(make: Callable[[], object], batch: int, shuffle: bool) -> Callable[[], None]:
@@ -75,7 +80,16 @@ def _size_rows(packs: Packs) -> list[Row]:
         ("40b tokens on disk, zstd vs raw", size(t_zst, "tokens"), size(t_raw, "tokens")),
         ("40c source text on disk, zstd vs raw", size(m_zst, "source"), size(m_raw, "source")),
     ]
-    return [versus(n, z / MB, r / MB, "MB", "<= 0.5x") for n, z, r in sizes]
+    field = size(m_zst, "source", offsets=True), size(m_raw, "source", offsets=True)
+    return [
+        *(versus(n, z / MB, r / MB, "MB", "<= 0.5x") for n, z, r in sizes),
+        info(
+            "40c' source field with its offsets (raw in both)",
+            *(b / MB for b in field),
+            "MB",
+            "info",
+        ),
+    ]
 
 
 def _read_rows(args: argparse.Namespace, packs: Packs) -> list[Row]:
