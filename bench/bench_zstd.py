@@ -29,10 +29,7 @@ LINK = 20e6
 
 def size(root: Path, array: str, offsets: bool = False) -> int:
     """Bytes of an array's shard files; `offsets`: with its offsets (raw in both packs)."""
-    names = [f"{array}-[0-9]*.npy", f"{array}-[a-z]*-[0-9]*.npy"]  # (a split's name between)
-    if offsets:
-        names += [f"{array}-offsets-*.npy"]
-    found = {p for name in names for p in root.glob(name) if "-offsets-" not in p.name or offsets}
+    found = [p for p in root.glob(f"{array}-*.npy") if offsets or "-offsets-" not in p.name]
     return sum(p.stat().st_size for p in found)
 
 

@@ -255,18 +255,13 @@ class ArrayReading:
     def gather(self, dst: np.ndarray, name: str) -> None:
         """The batch's samples of array `name` into `dst`, one shard's map at a time."""
         groups, local, arrays = self.groups, self.local, self.ds.arrays
-        if len(groups) == 1:
-            arr = arrays.array(groups[0][0], name)
-            if dst.dtype == arr.dtype:
-                # One shard: one vectorised read into `dst`. mode="clip": the indices are
-                # checked, and "raise" buffers the whole output before copying it.
-                np.take(arr, local, axis=0, out=dst, mode="clip")
-                return
         for s, pos in groups:
             arr = arrays.array(s, name)
             p0, n = int(pos[0]), len(pos)
             if dst.dtype == arr.dtype and int(pos[-1]) - p0 + 1 == n:
-                # A run of the batch (a read in order): one read into place, as above
+                # A run of the batch (one shard's whole batch, or a read in order): one
+                # vectorised read into place. mode="clip": the indices are checked, and "raise"
+                # buffers the whole output before copying it.
                 np.take(arr, local[pos], axis=0, out=dst[p0 : p0 + n], mode="clip")
             elif dst[:1].nbytes > 4096:
                 # Big samples copied once each into place (a gather, then a scatter, twice)
