@@ -15,15 +15,17 @@ Interleaved rounds, the median of each.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
+import psutil
 import simplejpeg
 import torch
 
@@ -144,21 +146,41 @@ def check(stored: list[dict[str, Any]], made: dict[str, Make]) -> Iterator[str]:
         )
 
 
-def epoch(loader: Any) -> tuple[float, float]:
-    """img/s of one epoch, and seconds to its first batch."""
-    n, start, first = 0, time.perf_counter(), 0.0
+class Epoch(NamedTuple):
+    rate: float  # img/s
+    first: float  # seconds to the first batch
+    cpu: float  # CPU seconds an image, the process's threads and its workers
+
+
+def cpu_seconds() -> float:
+    """User and system CPU of this process, its live workers and those it waited for."""
+    me = psutil.Process()
+    t = me.cpu_times()
+    live = 0.0
+    for child in me.children(recursive=True):
+        with contextlib.suppress(psutil.Error):  # a worker gone meanwhile
+            live += sum(child.cpu_times()[:2])
+    return t.user + t.system + t.children_user + t.children_system + live
+
+
+def epoch(loader: Any) -> Epoch:
+    n, cpu, start, first = 0, cpu_seconds(), time.perf_counter(), 0.0
     for images, _ in loader:
         first = first or time.perf_counter() - start
         n += len(images)
-    return n / (time.perf_counter() - start), first
+    wall = time.perf_counter() - start
+    return Epoch(n / wall, first, (cpu_seconds() - cpu) / n)
 
 
-def measure(made: dict[str, Make], reps: int) -> dict[tuple[str, str], list[tuple[float, float]]]:
-    """Each system's (img/s, first batch s) per epoch, fresh and reused, interleaved rounds."""
+Runs = dict[tuple[str, str], list[Epoch]]
+
+
+def measure(made: dict[str, Make], reps: int) -> Runs:
+    """Each system's epochs, fresh and reused, in interleaved rounds."""
     reused = {name: make() for name, make in made.items()}
     for loader in reused.values():
         epoch(loader)  # workers started, pipelines compiled, files in the page cache
-    got: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    got: Runs = {}
     for _ in range(reps):
         for name, loader in reused.items():
             got.setdefault((name, "fresh"), []).append(epoch(made[name]()))
@@ -166,28 +188,34 @@ def measure(made: dict[str, Make], reps: int) -> dict[tuple[str, str], list[tupl
     return got
 
 
-def table(got: dict[tuple[str, str], list[tuple[float, float]]]) -> Iterator[str]:
-    def rate(name: str, kind: str) -> float:
-        return statistics.median(r for r, _ in got[name, kind])
+def median(got: Runs, name: str, kind: str, what: str) -> float:
+    return statistics.median(getattr(e, what) for e in got[name, kind])
 
+
+def table(got: Runs) -> Iterator[str]:
     yield "| prep vs FFCV | fresh loader | reused loader |"
     yield "|---|---|---|"
     for row, _, threads in SETTINGS:
         for fast in (False, True):
             mine, theirs = ours(fast, row), f"ffcv {threads}"
-            cells = [
-                f"{rate(mine, k) / rate(theirs, k):.2f}x "
-                f"({rate(mine, k):,.0f} vs {rate(theirs, k):,.0f} img/s)"
-                for k in ("fresh", "reused")
-            ]
+            cells = []
+            for k in ("fresh", "reused"):
+                a, b = median(got, mine, k, "rate"), median(got, theirs, k, "rate")
+                cells.append(f"{a / b:.2f}x ({a:,.0f} vs {b:,.0f} img/s)")
             yield f"| {row}{', fast_dct' * fast} | {' | '.join(cells)} |"
 
 
-def firsts(got: dict[tuple[str, str], list[tuple[float, float]]]) -> Iterator[str]:
-    """Each system's median seconds to its first batch, fresh and reused."""
+def costs(got: Runs) -> Iterator[str]:
+    """Each system's median time to its first batch and CPU time an image."""
     for name in dict.fromkeys(name for name, _ in got):
-        fresh, reused = (statistics.median(f for _, f in got[name, k]) for k in ("fresh", "reused"))
-        yield f"{name}: the first batch after {fresh:.2f} s fresh, {reused:.2f} s reused"
+        first, cpu = (
+            [f"{median(got, name, k, what) * scale:.{digits}f}" for k in ("fresh", "reused")]
+            for what, scale, digits in (("first", 1, 2), ("cpu", 1e6, 0))
+        )
+        yield (
+            f"{name}: first batch {first[0]} s fresh, {first[1]} s reused;"
+            f" CPU {cpu[0]} us/img fresh, {cpu[1]} reused"
+        )
 
 
 def rows(stored: list[dict[str, Any]], work: Path, reps: int) -> Iterator[str]:
@@ -202,6 +230,6 @@ def rows(stored: list[dict[str, Any]], work: Path, reps: int) -> Iterator[str]:
     for line in check(stored, made):
         print(f"   {line}", file=sys.stderr)
     got = measure(made, reps)
-    for line in firsts(got):
+    for line in costs(got):
         print(f"   {line}", file=sys.stderr)
     yield from table(got)
