@@ -8,9 +8,11 @@ JPEGs its pixels differ from FFCV's at sharp colour edges. Both of prep's are ti
 
 Rows: prep's defaults (0 workers, decode threads up to 4 cores) against FFCV's 2 threads; prep's
 one decode thread against FFCV's 1; prep's 2 workers against FFCV's 2 threads. Fresh: a new
-loader each epoch (a new FFCV Loader compiles its pipeline; its first ever in a process also
-compiles FFCV's own code, done before timing); reused: one loader, its second epoch on.
-Interleaved rounds, the median of each.
+loader each epoch, timed from its first batch asked for as in peers.py (a new FFCV Loader
+compiles its pipeline on its first batch; the first in a process also compiles FFCV's own code,
+done before timing); reused: one loader, its second epoch on. Interleaved rounds, the median of
+each; beside them, each system's seconds to make a loader and to its first batch, and its CPU
+time an image (all its threads and workers), which a loaded machine disturbs less than img/s.
 """
 
 from __future__ import annotations
@@ -150,6 +152,7 @@ class Epoch(NamedTuple):
     rate: float  # img/s
     first: float  # seconds to the first batch
     cpu: float  # CPU seconds an image, the process's threads and its workers
+    made: float = 0.0  # seconds to make the loader (fresh), not in `rate`
 
 
 def cpu_seconds() -> float:
@@ -183,7 +186,10 @@ def measure(made: dict[str, Make], reps: int) -> Runs:
     got: Runs = {}
     for _ in range(reps):
         for name, loader in reused.items():
-            got.setdefault((name, "fresh"), []).append(epoch(made[name]()))
+            start = time.perf_counter()
+            fresh = made[name]()
+            took = time.perf_counter() - start
+            got.setdefault((name, "fresh"), []).append(epoch(fresh)._replace(made=took))
             got.setdefault((name, "reused"), []).append(epoch(loader))
     return got
 
@@ -212,8 +218,9 @@ def costs(got: Runs) -> Iterator[str]:
             [f"{median(got, name, k, what) * scale:.{digits}f}" for k in ("fresh", "reused")]
             for what, scale, digits in (("first", 1, 2), ("cpu", 1e6, 0))
         )
+        made = median(got, name, "fresh", "made")
         yield (
-            f"{name}: first batch {first[0]} s fresh, {first[1]} s reused;"
+            f"{name}: made in {made:.2f} s; first batch {first[0]} s fresh, {first[1]} s reused;"
             f" CPU {cpu[0]} us/img fresh, {cpu[1]} reused"
         )
 
