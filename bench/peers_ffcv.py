@@ -225,6 +225,48 @@ def costs(got: Runs) -> Iterator[str]:
         )
 
 
+def decodes(stored: list[dict[str, Any]], root: Path, reps: int) -> Iterator[str]:
+    """CPU time an image on this thread: each decoder over the stored JPEGs, then prep's dataset
+    batches (one decode thread, no loader), interleaved rounds, the median of each."""
+    from ffcv.libffcv import imdecode
+
+    from loaders import ImageShardDataset
+
+    srcs = [np.frombuffer(s["image"], np.uint8) for s in stored]
+    out = np.empty((SIDE, SIDE, 3), np.uint8)
+
+    def ffcv() -> None:
+        for src in srcs:
+            imdecode(src, out, SIDE, SIDE, SIDE, SIDE, 0, 0, 1, 1, False, False)
+
+    def simple(dct: bool, upsample: bool) -> None:
+        for src in srcs:
+            simplejpeg.decode_jpeg(src, fastdct=dct, fastupsample=upsample, buffer=out)
+
+    def batches(ds: Any) -> None:
+        order = np.random.default_rng(0).permutation(len(ds)).tolist()
+        for i in range(0, len(order), BATCH):
+            ds.__getitems__(order[i : i + BATCH])
+
+    runs: dict[str, Callable[[], None]] = {
+        "FFCV's imdecode (fast IDCT)": ffcv,
+        "simplejpeg, accurate": partial(simple, False, False),
+        "simplejpeg, fastdct": partial(simple, True, False),
+        "simplejpeg, fastdct and fastupsample": partial(simple, True, True),
+    }
+    for fast in (False, True):
+        ds = ImageShardDataset(root, size=SIDE, fields=("image", "index"), fast_dct=fast, threads=1)
+        runs[f"prep's dataset batches{', fast_dct' * fast}, no loader"] = partial(batches, ds)
+    took: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(reps):
+        for name, run in runs.items():
+            start = time.thread_time()
+            run()
+            took[name].append((time.thread_time() - start) / len(srcs))
+    for name, seconds in took.items():
+        yield f"{name}: {statistics.median(seconds) * 1e6:.0f} us/img CPU, one thread"
+
+
 def rows(stored: list[dict[str, Any]], work: Path, reps: int) -> Iterator[str]:
     """The FFCV table (its dataset written once), after the pixel checks; a line why not."""
     why = missing()
@@ -237,6 +279,6 @@ def rows(stored: list[dict[str, Any]], work: Path, reps: int) -> Iterator[str]:
     for line in check(stored, made):
         print(f"   {line}", file=sys.stderr)
     got = measure(made, reps)
-    for line in costs(got):
+    for line in [*decodes(stored, work / "prep", reps), *costs(got)]:
         print(f"   {line}", file=sys.stderr)
     yield from table(got)
