@@ -20,10 +20,10 @@ torch pinned in a constraints file (pip's -c) on every call:
 
     echo "torch==$(python -c 'import torch; print(torch.__version__)')" > torch.txt
     apt-get install libturbojpeg0-dev libopencv-dev pkg-config   # Debian's names
-    pip install -c torch.txt numba opencv-python-headless terminaltables pytorch_pfn_extras \
-        fastargs assertpy tqdm psutil
-    pip install -c torch.txt --no-deps --no-build-isolation ffcv   # 1.0.2 on Python 3.11
-    python bench/peers.py --peers ffcv --reps 5
+    pip install -c torch.txt numba opencv-python-headless psutil tqdm
+    pip install -c torch.txt terminaltables pytorch_pfn_extras fastargs assertpy
+    pip install -c torch.txt --no-deps --no-build-isolation ffcv   # 1.0.2, built on Python 3.11
+    python bench/peers.py --peers ffcv --reps 7
 
 Without ffcv importable its rows are left out, with the reason.
 """
@@ -248,7 +248,12 @@ def table(best: dict[tuple[str, int, str], float], peers: list[str]) -> Iterator
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--count", type=int, default=2000, help="detection samples")
-    ap.add_argument("--reps", type=int, default=3, help="interleaved repeats; the best counts")
+    ap.add_argument(
+        "--reps",
+        type=int,
+        default=3,
+        help="interleaved repeats; the best counts (FFCV's: the median)",
+    )
     ap.add_argument("--out", type=Path, default=HERE / "out" / "peers")
     ap.add_argument("--peers", default=",".join(PEERS), help="which peers, comma-separated")
     args = ap.parse_args()
