@@ -31,7 +31,7 @@ import psutil
 import simplejpeg
 import torch
 
-BATCH, SIDE = 256, 256
+BATCH, SIDE = 256, 256  # as peers.py, which imports this module
 # (row, prep's make_loader / ImageShardDataset options, FFCV's threads)
 SETTINGS: tuple[tuple[str, dict[str, int], int], ...] = (
     ("prep defaults (0 workers) vs FFCV 2 threads", {}, 2),
@@ -45,7 +45,7 @@ def missing() -> str | None:
     """Why FFCV's rows cannot run here, or None."""
     try:
         import ffcv.loader  # noqa: F401
-    except ImportError as e:
+    except (ImportError, OSError) as e:  # OSError: its extension's libraries not found
         return f"ffcv is not importable ({e}): see `python bench/peers.py --help` to install it"
     return None
 
