@@ -12,6 +12,20 @@ interleaved, the best of --reps each; printed as img/s and prep's ratio to each 
 
 litdata requires torchvision, and pip may replace torch to satisfy it: keep yours with
 `pip install litdata webdataset "torch==$(python -c 'import torch; print(torch.__version__)')"`.
+
+FFCV (bench/peers_ffcv.py: image rows, prep's ImageShardDataset against FFCV's JPEG field, prep
+both accurate and fast_dct=True) builds a C extension against libjpeg-turbo and OpenCV, and its
+own requirements pull opencv-python (beside prep's headless OpenCV) and may replace torch; with
+torch pinned in a constraints file (pip's -c) on every call:
+
+    echo "torch==$(python -c 'import torch; print(torch.__version__)')" > torch.txt
+    apt-get install libturbojpeg0-dev libopencv-dev pkg-config   # Debian's names
+    pip install -c torch.txt numba opencv-python-headless psutil tqdm
+    pip install -c torch.txt terminaltables pytorch_pfn_extras fastargs assertpy
+    pip install -c torch.txt --no-deps --no-build-isolation ffcv   # 1.0.2, built on Python 3.11
+    python bench/peers.py --peers ffcv --reps 7
+
+Without ffcv importable its rows are left out, with the reason.
 """
 
 from __future__ import annotations
@@ -26,11 +40,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import peers_ffcv
 import simplejpeg
 import torch
 
 BATCH, SIDE = 256, 256
 HERE = Path(__file__).resolve().parent
+PEERS = ("litdata", "webdataset", "ffcv")
 
 
 def sample(i: int) -> dict[str, Any]:
@@ -232,25 +248,42 @@ def table(best: dict[tuple[str, int, str], float], peers: list[str]) -> Iterator
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--count", type=int, default=2000, help="detection samples")
-    ap.add_argument("--reps", type=int, default=3, help="interleaved repeats; the best counts")
+    ap.add_argument(
+        "--reps",
+        type=int,
+        default=3,
+        help="interleaved repeats; the best counts (FFCV's: the median)",
+    )
     ap.add_argument("--out", type=Path, default=HERE / "out" / "peers")
+    ap.add_argument("--peers", default=",".join(PEERS), help="which peers, comma-separated")
     args = ap.parse_args()
+    wanted = args.peers.split(",")
     work = args.out / f"n{args.count}"
     start = time.perf_counter()
     stored = write_prep(args.count, work / "prep")
     systems = {"prep": prep_system(work / "prep")}
     for name, make in (("litdata", litdata_system), ("webdataset", webdataset_system)):
+        if name not in wanted:
+            continue
         found = make(stored, work / name)
         if found is None:
             print(f"   {name} is not installed: left out (pip install {name})", file=sys.stderr)
         else:
             systems[name] = found
     print(f"   data ready in {time.perf_counter() - start:.0f} s", file=sys.stderr)
-    check_equal(systems, args.count)
-    best = measure(systems, args.reps)
     cores = len(__import__("os").sched_getaffinity(0))
-    print(f"\n{args.count} detection samples, batch {BATCH}, {cores} cores, best of {args.reps}\n")
-    print("\n".join(table(best, [p for p in systems if p != "prep"])))
+    if len(systems) > 1:
+        check_equal(systems, args.count)
+        best = measure(systems, args.reps)
+        print(
+            f"\n{args.count} detection samples, batch {BATCH}, {cores} cores, best of {args.reps}\n"
+        )
+        print("\n".join(table(best, [p for p in systems if p != "prep"])))
+    if "ffcv" in wanted:
+        ffcv = list(peers_ffcv.rows(stored, work, args.reps))
+        if ffcv:
+            print(f"\n{args.count} images, batch {BATCH}, {cores} cores, median of {args.reps}\n")
+            print("\n".join(ffcv))
     return 0
 
 
