@@ -67,9 +67,12 @@ def check_file(path: Path, rel: str) -> dict[str, Any] | None:
     return stat_file(path, rel)[0]
 
 
-def stat_file(path: Path, rel: str) -> tuple[dict[str, Any] | None, os.stat_result | None]:
-    """check_file's reject, or None and the file's stat (links followed)."""
-    why = bad_path(path)
+def stat_file(
+    path: Path, rel: str, listed: bool = False
+) -> tuple[dict[str, Any] | None, os.stat_result | None]:
+    """check_file's reject, or None and the file's stat (links followed); `listed`: a name the
+    OS listed (it has bytes: no bad_path)."""
+    why = None if listed else bad_path(path)
     if why is not None:
         return reject_record(rel, "bad_path", f"{why}. HINT: fix the name in the list"), None
     try:
@@ -128,7 +131,7 @@ def walk(
             if name.startswith(".") or not keep(name):
                 continue
             path, rel = folder / name, prefix + name  # (rel_of's, without a Path a file)
-            problem, found_st = stat_file(path, rel)
+            problem, found_st = stat_file(path, rel, listed=True)
             if problem is not None:
                 rejects.append(problem)
             elif found_st is not None:
