@@ -136,6 +136,22 @@ def test_split_lines_and_jsonl_documents(tmp_path: Path) -> None:
     assert all(r["path"] == "docs.jsonl" for r in rejects)
 
 
+def test_sources_of_many_line_documents(tmp_path: Path) -> None:
+    """Each document's source, for runs of documents of one file across the 65,536 a shard's
+    sources are written by."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.txt").write_bytes(b"x\ny\nz\n")
+    (src / "b.txt").write_bytes(b"w\n" * 65_540)
+    (src / "c.txt").write_bytes(b"last\n")
+    run(src, tmp_path / "out", tokenizer="bytes", split_lines=True)
+    ds = DocumentDataset(tmp_path / "out", split="train")
+    assert len(ds) == 3 + 65_540 + 1
+    want = {0: "a.txt", 2: "a.txt", 3: "b.txt", 65_535: "b.txt", 65_538: "b.txt"}
+    want |= {65_542: "b.txt", 65_543: "c.txt"}
+    assert {i: ds.source(i) for i in want} == want
+
+
 def test_resume_redoes_a_shard_an_older_prep_left(tmp_path: Path) -> None:
     """A run started by a prep of format version 2 (the document offsets an array of their
     own, doc_offsets), resumed by this one: its shard is tokenized again (a ValueError at the

@@ -131,16 +131,20 @@ def grown_classes(old: list[str], new: list[str]) -> list[str]:
 
 
 def file_identity(
-    path: Path | str, label: int | None = None, classes: Any = None, *said: Any
+    path: Path | str,
+    label: int | None = None,
+    classes: Any = None,
+    *said: Any,
+    st: os.stat_result | None = None,
 ) -> str:
-    """What makes a file input the same one: its size and time, its label's name (ids move when
-    a class is added) and what else is `said`.
+    """What makes a file input the same one: its size and time (`st`: its stat, taken already),
+    its label's name (ids move when a class is added) and what else is `said`.
 
     >>> file_identity("/no/such/file", 1, ["cat", "dog"])
     '[null, "dog"]'
     """
     try:
-        st = Path(path).stat()
+        st = Path(path).stat() if st is None else st
         stamp: str | None = f"{st.st_size}:{st.st_mtime_ns}"
     except (OSError, ValueError):  # gone: decoding rejects it
         stamp = None

@@ -64,30 +64,42 @@ def bad_path(path: Path | str) -> str | None:
 
 def check_file(path: Path, rel: str) -> dict[str, Any] | None:
     """None for a regular file (links followed), else its reject; stat never opens (blocks) it."""
-    why = bad_path(path)
+    return stat_file(path, rel)[0]
+
+
+def stat_file(
+    path: Path, rel: str, listed: bool = False
+) -> tuple[dict[str, Any] | None, os.stat_result | None]:
+    """check_file's reject, or None and the file's stat (links followed); `listed`: a name the
+    OS listed (it has bytes: no bad_path)."""
+    why = None if listed else bad_path(path)
     if why is not None:
-        return reject_record(rel, "bad_path", f"{why}. HINT: fix the name in the list")
+        return reject_record(rel, "bad_path", f"{why}. HINT: fix the name in the list"), None
     try:
-        st = path.stat()
+        st = os.stat(path)
     except OSError as e:
         code = os_reject_code(e)
         if code == "missing" and path.is_symlink():
-            return reject_record(rel, "broken_link", f"link to nothing ({os.readlink(path)})")
-        return reject_record(rel, code, f"cannot stat: {e.strerror}")
+            return reject_record(rel, "broken_link", f"link to nothing ({os.readlink(path)})"), None
+        return reject_record(rel, code, f"cannot stat: {e.strerror}"), None
     if not stat.S_ISREG(st.st_mode):
-        return reject_record(rel, "not_file", "not a regular file (FIFO, device or folder)")
-    return None
+        return reject_record(rel, "not_file", "not a regular file (FIFO, device or folder)"), None
+    return None, st
 
 
 def walk(
-    root: Path, exts: frozenset[str] | Callable[[str], bool]
+    root: Path,
+    exts: frozenset[str] | Callable[[str], bool],
+    stats: dict[str, os.stat_result] | None = None,
 ) -> tuple[list[tuple[str, Path]], list[dict[str, Any]]]:
     """Files under root with one of `exts` (or that the test `exts` keeps) as sorted (rel,
-    path), and rejects; folder links are followed, each folder once (again: `link_loop`)."""
+    path), and rejects; folder links are followed, each folder once (again: `link_loop`).
+    `stats`: filled with each file's stat by its rel (the one stat a file of the walk)."""
     found: list[tuple[str, Path]] = []
     rejects: list[dict[str, Any]] = []
     seen: dict[tuple[int, int], str] = {}
-    keep = exts if callable(exts) else lambda name: Path(name).suffix.lower() in exts
+    # Path(name).suffix, without a Path a file ("a." has none: no suffix is ".")
+    keep = exts if callable(exts) else lambda name: os.path.splitext(name)[1].lower() in exts
 
     def rel_of(path: str | Path) -> str:
         return Path(path).relative_to(root).as_posix()
@@ -114,16 +126,18 @@ def walk(
             continue
         seen[key] = here
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        folder, prefix = Path(dirpath), "" if here == "." else here + "/"
         for name in filenames:
             if name.startswith(".") or not keep(name):
                 continue
-            path = Path(dirpath) / name
-            rel = rel_of(path)
-            problem = check_file(path, rel)
-            if problem is None:
-                found.append((rel, path))
-            else:
+            path, rel = folder / name, prefix + name  # (rel_of's, without a Path a file)
+            problem, found_st = stat_file(path, rel, listed=True)
+            if problem is not None:
                 rejects.append(problem)
+            elif found_st is not None:
+                found.append((rel, path))
+                if stats is not None:
+                    stats[rel] = found_st
     found.sort()
     rejects.sort(key=lambda r: r["path"])
     return found, rejects

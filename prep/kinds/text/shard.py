@@ -23,6 +23,7 @@ from prep.media.text.chat import ChatReader, encode_chats, template_text
 from prep.media.text.documents import DocumentReader, Piece
 from prep.media.text.tokenizers import Tokenizer, load_saved
 from prep.run.errors import PrepError
+from prep.run.files import RaggedWriter
 from prep.run.profile import stage, timed_iter
 from prep.run.shardwriter import ShardFiles, shard_task, split_record, writing
 
@@ -89,12 +90,25 @@ class SplitWriter(ShardFiles):
             self.abort()
             return
         source = self.ragged("source", "uint8")
+        paths: list[bytes] = []  # a document's path each, written 1 << 16 at a time
         for name, n in self.runs:
-            path = encode_source(name)
-            for start in range(0, n, 1 << 16):  # bounded memory for a file of many lines
-                k = min(n - start, 1 << 16)
-                source.extend(np.tile(path, k), np.full(k, len(path)))
+            path = encode_source(name).tobytes()
+            while n:  # bounded memory for a file of many lines
+                k = min(n, (1 << 16) - len(paths))
+                paths.extend([path] * k)
+                n -= k
+                if len(paths) == 1 << 16:
+                    _sources(source, paths)
+        _sources(source, paths)
         super().close()
+
+
+def _sources(source: RaggedWriter, paths: list[bytes]) -> None:
+    """`paths` as samples of `source` in one write each (then none held)."""
+    if paths:
+        lengths = np.fromiter(map(len, paths), np.int64, len(paths))
+        source.extend(np.frombuffer(b"".join(paths), np.uint8), lengths)
+        paths.clear()
 
 
 def _batches(reader: DocumentReader, pieces: list[Piece]) -> Iterator[Batch]:

@@ -111,10 +111,11 @@ class TextKind(Kind[TokenizeConfig, list[Piece]]):
 
     def list_inputs(self) -> Inputs:
         cfg = self.cfg
+        self.stats: dict[str, os.stat_result] = {}  # a listed file's one stat, by its rel
         if cfg.glob is not None:
             pieces, rejects = list_matching(Path(str(cfg.src)), cfg.glob, cfg.split_lines)
         else:
-            pieces, rejects = list_text(Path(str(cfg.src)), cfg.split_lines)
+            pieces, rejects = list_text(Path(str(cfg.src)), cfg.split_lines, self.stats)
         if not pieces:
             what = f"file matching --glob {cfg.glob!r}" if cfg.glob else ".txt or .jsonl input"
             raise PrepError(
@@ -139,7 +140,7 @@ class TextKind(Kind[TokenizeConfig, list[Piece]]):
         self.pieces = pieces
         seen: list[Any] = []
         for p in pieces:
-            st = Path(p.path).stat()
+            st = self.stats.get(p.rel) or self.stats.setdefault(p.rel, Path(p.path).stat())
             seen.append((p.rel, p.start, p.end, st.st_size, st.st_mtime_ns))
         if cfg.tokenizer.endswith(".json"):  # a user's tokenizer file: its bytes are an input too
             seen.append(("tokenizer", sha256_file(Path(cfg.tokenizer))))
@@ -148,8 +149,11 @@ class TextKind(Kind[TokenizeConfig, list[Piece]]):
         return Inputs(len(pieces), rejects, fingerprint(seen))
 
     def identities(self) -> dict[str, str]:
-        """A piece of a file (its name and first byte) and the file's size and time."""
-        return {piece_name(p): file_identity(p.path, None, None, p.end) for p in self.pieces}
+        """A piece of a file (its name and first byte) and the file's size and time (listed)."""
+        return {
+            piece_name(p): file_identity(p.path, None, None, p.end, st=self.stats.get(p.rel))
+            for p in self.pieces
+        }
 
     def grow(self, parent: Parent, fresh: set[str]) -> int:
         self.parent = parent

@@ -45,13 +45,17 @@ def normalize(text: str) -> str:
     return text.replace("\r\n", "\n") if "\r" in text else text
 
 
-def list_text(src: Path, split_lines: bool) -> tuple[list[Piece], list[dict[str, Any]]]:
-    """The inputs of SRC (a folder of `.txt`, a `.txt` or `.jsonl` file), rejects of unreadable."""
+def list_text(
+    src: Path, split_lines: bool, stats: dict[str, os.stat_result] | None = None
+) -> tuple[list[Piece], list[dict[str, Any]]]:
+    """The inputs of SRC (a folder of `.txt`, a `.txt` or `.jsonl` file), rejects of unreadable;
+    `stats`: filled with each input's stat by its rel (one stat a file)."""
     if not src.exists():
         raise PrepError(
             f"{src} does not exist. HINT: pass a folder of .txt files, a .txt or a .jsonl file"
         )
     line_mode = "lines" if split_lines else "file"
+    stats = {} if stats is None else stats
     if src.is_file():
         ext = src.suffix.lower()
         if ext not in JSONL_EXTS | TEXT_EXTS:
@@ -59,19 +63,16 @@ def list_text(src: Path, split_lines: bool) -> tuple[list[Piece], list[dict[str,
                 f"{src} is not a .txt or .jsonl file. HINT: pass a folder of .txt files"
             )
         mode = "jsonl" if ext in JSONL_EXTS else line_mode
-        return [Piece(str(src), src.name, 0, src.stat().st_size, mode)], []
+        st = stats[src.name] = src.stat()
+        return [Piece(str(src), src.name, 0, st.st_size, mode)], []
     found: list[Piece] = []
-    files, rejects = walk(src, TEXT_EXTS)  # the same checks and reject codes as prep pack's
+    # the same checks and reject codes as prep pack's; the walk's stat is the file's size
+    files, rejects = walk(src, TEXT_EXTS, stats)
     for rel, path in files:
         if not os.access(path, os.R_OK):  # planning reads line files: fail here, by name
             rejects.append(reject_record(rel, "unreadable", "cannot read: no read permission"))
             continue
-        try:
-            size = path.stat().st_size
-        except OSError as e:  # gone since it was listed
-            rejects.append(reject_record(rel, os_reject_code(e), f"cannot stat: {e.strerror}"))
-            continue
-        found.append(Piece(str(path), rel, 0, size, line_mode))
+        found.append(Piece(str(path), rel, 0, stats[rel].st_size, line_mode))
     found.sort(key=lambda p: p.rel)
     rejects.sort(key=lambda r: str(r["path"]))
     return found, rejects

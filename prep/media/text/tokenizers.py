@@ -173,9 +173,10 @@ class HFTokenizer:
         atomic_write_text(folder / str(self.file), text)
 
     def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        runs = [e.ids for e in self._tok.encode_batch_fast(texts, add_special_tokens=False)]
+        encoded = self._tok.encode_batch_fast(texts, add_special_tokens=False)
+        runs = [np.array(e.ids, np.int64) for e in encoded]  # (a third faster than one fromiter)
         lengths = np.fromiter(map(len, runs), np.int64, len(runs))
-        ids = np.fromiter(itertools.chain.from_iterable(runs), np.int64, int(lengths.sum()))
+        ids = np.concatenate(runs) if runs else np.empty(0, np.int64)
         return with_eot(ids, lengths, self.eot_id)
 
     def encode_marked(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
