@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 
 from prep.cli.demo import demo
-from prep.cli.group import Group, Maker, lazy_group
+from prep.cli.group import HELP_WIDTH, Command, Group, Maker, lazy_group
 from prep.cli.grow import card, compact, export, log_, merge, remove
 from prep.cli.inspect import dupes, info, preview, report, tune, verify
 from prep.cli.options import KIND, command, friendly
@@ -28,6 +28,8 @@ _typer = functools.partial(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help: prep.cli.group
+    context_settings={"max_content_width": HELP_WIDTH},
 )
 # The writing commands, made when first asked for (prep.cli.group): in the order of --help.
 WRITERS: dict[str, Maker] = {}
@@ -94,7 +96,7 @@ def _made(
         checked.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     made = checked if pattern else cmd
     one = _typer()  # a Typer of one command gives that command, made as a group's would be
-    one.command(name, context_settings={"allow_extra_args": pattern})(friendly(made))
+    one.command(name, cls=Command, context_settings={"allow_extra_args": pattern})(friendly(made))
     return typer.main.get_command(one)
 
 
@@ -182,7 +184,7 @@ VIDEO = ("prep.kinds.video.config:VideoConfig", "prep.kinds.video.pack:pack_vide
 _writer("video", *VIDEO, VIDEO_HELP, VIDEO_STAGES)
 
 
-@app.command()
+@app.command(cls=Command)
 @friendly
 def upgrade(
     root: Annotated[Path, typer.Argument(help="A dataset packed by an older prep.")],
@@ -250,12 +252,12 @@ _add("webdataset", *WDS, WDS_HELP, pattern=True)
 
 
 for _command in (demo, info, verify, preview, tune, report, dupes):
-    app.command()(friendly(_command))
-app.command("log")(friendly(log_))
+    app.command(cls=Command)(friendly(_command))
+app.command("log", cls=Command)(friendly(log_))
 for _grows in (merge, card, remove, export, compact):  # prep.cli.grow
-    app.command()(friendly(_grows))
+    app.command(cls=Command)(friendly(_grows))
 for _looks in (issues, labels):  # prep.cli.quality: issue 39
-    app.command()(friendly(_looks))
+    app.command(cls=Command)(friendly(_looks))
 app.add_typer(import_app, name="import")
 
 
