@@ -11,7 +11,6 @@ import errno
 import fcntl
 import os
 import re
-import shutil
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -196,4 +195,4 @@ def recover(out: Path) -> None:
         old.rmdir()
     if (out / OLD).exists():
         remove(out / OLD)
-    shutil.rmtree(out / RUN_DIR)  # last: while it is there, the next run finishes this
+    remove(out / RUN_DIR)  # last: while it is there, the next run finishes this

