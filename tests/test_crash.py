@@ -387,3 +387,33 @@ def test_stale_temps_of_a_killed_run_are_removed(
     pack_to(src, out, resume=True, **PACK)
     assert_same(out, ref)
     assert json.loads((out / "manifest.json").read_text())["num_samples"] == 24
+
+
+def test_a_plan_cut_short_by_a_power_loss_starts_the_run_again(
+    src: Path, tmp_path: Path, pack_to: Any, reference: Any
+) -> None:
+    out = tmp_path / "out"
+    ref = reference(out)
+    with pytest.raises(PrepError):
+        pack_to(src, out, sizes=[32, 48], shard_size=3, max_rejects=0.0)
+    (tmp_path / "out.partial" / RUN_DIR / "plan.json").write_text("")  # written without fsync
+    pack_to(src, out, resume=True, **PACK)
+    assert_same(out, ref)
+
+
+def test_the_run_folder_is_synced_whole_before_the_swap(
+    src: Path, tmp_path: Path, pack_to: Any, monkeypatch: Any
+) -> None:
+    import prep.run.guard as guard
+
+    out, synced, fsync_dir = tmp_path / "out", [], guard.fsync_dir
+
+    def sync(folder: Path) -> None:  # what the folder holds then, and whether OUT is there yet
+        synced.append((Path(folder).name, sorted(os.listdir(folder)), out.exists()))
+        fsync_dir(folder)
+
+    monkeypatch.setattr(guard, "fsync_dir", sync)
+    pack_to(src, out, **PACK)
+    (name, held, swapped), *_ = synced
+    assert name == "out.partial" and not swapped
+    assert sorted(os.listdir(out)) == sorted(n for n in held if n != RUN_DIR)

@@ -267,5 +267,6 @@ def write_card(root: Path, staging: Path | None = None) -> Path:
         old: str | None = (root / CARD).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         old = None
-    atomic_write_text(where / CARD, card_text(where, m, old))
+    # a run folder is fsynced before its swap (guard.install)
+    atomic_write_text(where / CARD, card_text(where, m, old), fsync_folder=staging is None)
     return where / CARD

@@ -45,13 +45,19 @@ def fsync_dir(path: Path) -> None:
         raise named(e, path) from e
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
+def atomic_write_text(path: Path, text: str, fsync: bool = True, fsync_folder: bool = True) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"), fsync, fsync_folder)
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
+def atomic_write_bytes(
+    path: Path, data: bytes, fsync: bool = True, fsync_folder: bool = True
+) -> None:
     """Write to a new temp file beside `path`, fsync, rename: readers see all or nothing, and a
-    link at `path` is replaced, never written through. An OSError names the file."""
+    link at `path` is replaced, never written through. An OSError names the file.
+
+    Without `fsync_folder` the rename is durable once the folder is fsynced (a run's folder is,
+    before its swap: prep.run.guard.install); without `fsync` a power loss may leave the file
+    empty or gone (a run's own bookkeeping, checked where it is read), never half written."""
     tmp = temp_path(path)
     # os.open with 0o666 honours the umask, as the shard files do (mkstemp would make 0600,
     # and another account, a shared training user, could not read the manifest).
@@ -64,14 +70,16 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
-            os.fsync(f.fileno())
+            if fsync:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException as e:
         tmp.unlink(missing_ok=True)
         if isinstance(e, OSError):
             raise named(e, tmp) from e
         raise
-    fsync_dir(path.parent)
+    if fsync_folder:
+        fsync_dir(path.parent)
 
 
 def npy_header(dtype: np.dtype[Any], shape: tuple[int, ...]) -> bytes:

@@ -173,6 +173,7 @@ def install(staging: Path, out: Path) -> None:
     """Swap the finished run folder `staging` into place, then remove the old dataset."""
     try:
         cleanup_temps(staging)  # e.g. left by a dask worker that died mid-shard
+        fsync_dir(staging)  # every name the run gave its files (written without: files.py)
         if not out.exists():
             os.replace(staging, out)
         elif not _exchange(staging, out):

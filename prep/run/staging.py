@@ -46,12 +46,15 @@ def _jsonl(record: dict[str, Any]) -> str:
 def write_rejects(staging: Path, rejects: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Write rejects.jsonl sorted by path (whatever order shards finished in); the records."""
     ordered = sorted(rejects, key=lambda r: str(r["path"]))
-    atomic_write_text(staging / REJECTS, "".join(_jsonl(r) for r in ordered))
+    atomic_write_text(staging / REJECTS, "".join(_jsonl(r) for r in ordered), fsync_folder=False)
     return ordered
 
 
 def write_record(staging: Path, index: int, record: dict[str, Any]) -> None:
-    atomic_write_text(staging / RUN_DIR / f"{index:05d}.json", json.dumps(record))
+    """Not fsynced, nor the plan: after a power loss a record lost or cut short is a shard
+    redone (load_record checks its files' sizes and sha256), a plan one a run started again."""
+    path = staging / RUN_DIR / f"{index:05d}.json"
+    atomic_write_text(path, json.dumps(record), fsync=False, fsync_folder=False)
 
 
 def load_record(staging: Path, index: int, verify: bool) -> dict[str, Any] | None:
@@ -125,7 +128,8 @@ def prepare_staging(out: Path, plan: dict[str, Any], overwrite: bool, resume: bo
                 )
             remove(staging)
         (staging / RUN_DIR).mkdir(parents=True)
-        atomic_write_text(staging / RUN_DIR / PLAN, json.dumps(plan, sort_keys=True))
+        text = json.dumps(plan, sort_keys=True)
+        atomic_write_text(staging / RUN_DIR / PLAN, text, fsync=False, fsync_folder=False)
     except OSError as e:
         raise write_error(e, str(staging)) from e
     return staging
@@ -234,7 +238,7 @@ def write_manifest(staging: Path, m: Manifest) -> None:
         buf = io.BytesIO()
         np.save(buf, arr, allow_pickle=False)
         data = buf.getvalue()
-        atomic_write_bytes(staging / name, data)
+        atomic_write_bytes(staging / name, data, fsync_folder=False)
         files[name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
     m.index = index_entry(table, m.arrays, m.storage, files)
-    atomic_write_text(staging / MANIFEST, m.to_json())
+    atomic_write_text(staging / MANIFEST, m.to_json(), fsync_folder=False)  # see guard.install
