@@ -406,14 +406,15 @@ def test_the_run_folder_is_synced_whole_before_the_swap(
 ) -> None:
     import prep.run.guard as guard
 
-    out, synced, fsync_dir = tmp_path / "out", [], guard.fsync_dir
+    out, synced, sync_all = tmp_path / "out", [], guard.sync_all
 
-    def sync(folder: Path) -> None:  # what the folder holds then, and whether OUT is there yet
-        synced.append((Path(folder).name, sorted(os.listdir(folder)), out.exists()))
-        fsync_dir(folder)
+    def sync(files: list[Path]) -> None:  # what is fsynced, and whether OUT is there yet
+        synced.append(([Path(f) for f in files], out.exists()))
+        sync_all(files)
 
-    monkeypatch.setattr(guard, "fsync_dir", sync)
+    monkeypatch.setattr(guard, "sync_all", sync)
     pack_to(src, out, **PACK)
-    (name, held, swapped), *_ = synced
-    assert name == "out.partial" and not swapped
-    assert sorted(os.listdir(out)) == sorted(n for n in held if n != RUN_DIR)
+    [(files, swapped)] = synced
+    staging = tmp_path / "out.partial"
+    assert not swapped and staging in files  # the folder: every name in it
+    assert sorted(f.name for f in files if f != staging) == sorted(os.listdir(out))

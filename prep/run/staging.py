@@ -46,7 +46,8 @@ def _jsonl(record: dict[str, Any]) -> str:
 def write_rejects(staging: Path, rejects: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Write rejects.jsonl sorted by path (whatever order shards finished in); the records."""
     ordered = sorted(rejects, key=lambda r: str(r["path"]))
-    atomic_write_text(staging / REJECTS, "".join(_jsonl(r) for r in ordered), fsync_folder=False)
+    text = "".join(_jsonl(r) for r in ordered)
+    atomic_write_text(staging / REJECTS, text, fsync_folder=False)  # guard.synced
     return ordered
 
 
@@ -238,7 +239,7 @@ def write_manifest(staging: Path, m: Manifest) -> None:
         buf = io.BytesIO()
         np.save(buf, arr, allow_pickle=False)
         data = buf.getvalue()
-        atomic_write_bytes(staging / name, data, fsync_folder=False)
+        atomic_write_bytes(staging / name, data, fsync=False, fsync_folder=False)
         files[name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
     m.index = index_entry(table, m.arrays, m.storage, files)
-    atomic_write_text(staging / MANIFEST, m.to_json(), fsync_folder=False)  # see guard.install
+    atomic_write_text(staging / MANIFEST, m.to_json(), fsync_folder=False)  # guard.synced
