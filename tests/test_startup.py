@@ -125,6 +125,8 @@ def test_help_prints_without_rich_and_keeps_each_example_whole(tmp_path: Path) -
     from prep.cli.main import app
 
     assert "rich" not in {m.split(".")[0] for m in _modules_after(["--help"], tmp_path)}
+    top = {m.split(".")[0] for m in _modules_after(["pack", "--help"], tmp_path)}
+    assert not top & {"rich", "numpy"}  # one command's help: its options, no data library
     pack = CliRunner().invoke(app, ["pack", "--help"], terminal_width=80)
     example = (
         "Example: prep pack data/raw/images data/packed --sizes 128,256 --masks data/raw/masks"
