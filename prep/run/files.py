@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
-import secrets
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,7 +25,8 @@ def temp_path(final: Path) -> Path:
     >>> temp_path(Path("d/a.npy")).name.startswith(".a.npy.")
     True
     """
-    return final.with_name(f".{final.name}.{HOST}-{os.getpid()}-{secrets.token_hex(4)}.tmp")
+    # os.urandom, as secrets.token_hex does (importing secrets: random, hmac, base64)
+    return final.with_name(f".{final.name}.{HOST}-{os.getpid()}-{os.urandom(4).hex()}.tmp")
 
 
 def named(e: OSError, path: Path | str) -> OSError:
