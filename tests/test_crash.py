@@ -387,3 +387,34 @@ def test_stale_temps_of_a_killed_run_are_removed(
     pack_to(src, out, resume=True, **PACK)
     assert_same(out, ref)
     assert json.loads((out / "manifest.json").read_text())["num_samples"] == 24
+
+
+def test_a_plan_cut_short_by_a_power_loss_starts_the_run_again(
+    src: Path, tmp_path: Path, pack_to: Any, reference: Any
+) -> None:
+    out = tmp_path / "out"
+    ref = reference(out)
+    with pytest.raises(PrepError):
+        pack_to(src, out, sizes=[32, 48], shard_size=3, max_rejects=0.0)
+    (tmp_path / "out.partial" / RUN_DIR / "plan.json").write_text("")  # written without fsync
+    pack_to(src, out, resume=True, **PACK)
+    assert_same(out, ref)
+
+
+def test_the_run_folder_is_synced_whole_before_the_swap(
+    src: Path, tmp_path: Path, pack_to: Any, monkeypatch: Any
+) -> None:
+    import prep.run.guard as guard
+
+    out, synced, sync_all = tmp_path / "out", [], guard.sync_all
+
+    def sync(files: list[Path]) -> None:  # what is fsynced, and whether OUT is there yet
+        synced.append(([Path(f) for f in files], out.exists()))
+        sync_all(files)
+
+    monkeypatch.setattr(guard, "sync_all", sync)
+    pack_to(src, out, **PACK)
+    [(files, swapped)] = synced
+    staging = tmp_path / "out.partial"
+    assert not swapped and staging in files  # the folder: every name in it
+    assert sorted(f.name for f in files if f != staging) == sorted(os.listdir(out))

@@ -21,7 +21,7 @@ from loaders import ImageShardDataset
 from prep.cli.main import app
 from prep.run.files import temp_path
 from prep.run.guard import lock_path, locked
-from prep.run.staging import OLD, RUN_DIR
+from prep.run.staging import OLD, RUN_DIR, remove
 
 PACK = {"sizes": [32], "shard_size": 8}
 
@@ -167,12 +167,8 @@ def kill_at(step: int, monkeypatch: pytest.MonkeyPatch, exchange: bool) -> list[
         def __getattr__(self, name: str) -> Any:
             return getattr(os, name)
 
-    class Shutil:
-        rmtree = staticmethod(wrap("rmtree", shutil.rmtree))
-
     real_exchange = install_mod._exchange
     monkeypatch.setattr(install_mod, "os", Os())
-    monkeypatch.setattr(install_mod, "shutil", Shutil())
     monkeypatch.setattr(install_mod, "remove", wrap("remove", install_mod.remove))
     monkeypatch.setattr(
         install_mod,
@@ -213,6 +209,20 @@ def test_a_kill_at_any_step_of_the_swap_is_finished_by_resume(
     assert summary.reused == summary.shards  # nothing packed again
     assert ImageShardDataset(out).sizes == [48] and len(ImageShardDataset(out)) == 24
     assert leftovers(out) == [], (calls, killed)
+
+
+def test_remove_takes_a_folder_whole_and_no_file_a_link_in_it_names(tmp_path: Path) -> None:
+    old, kept = tmp_path / "old", tmp_path / "kept.txt"
+    (old / "sub").mkdir(parents=True)
+    for i in range(70):  # enough files for the unlinking threads
+        (old / f"shard-{i:05d}.npy").write_bytes(b"x" * 5000)
+    (old / "sub" / "a.json").write_text("{}")
+    kept.write_text("a user's file")
+    (old / "link").symlink_to(kept)
+    (old / "folder-link").symlink_to(tmp_path, target_is_directory=True)
+    remove(old)
+    assert not old.exists() and kept.read_text() == "a user's file"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.txt"]
 
 
 # ---------------------------------------------------------------- 9, 15: bad values, names

@@ -119,3 +119,21 @@ def test_commands_listed_in_their_order_and_made_when_asked_for() -> None:
     assert {"--sizes", "--jobs", "--quiet"} <= {o for p in pack.params for o in p.opts}
     imports = group.get_command(ctx, "import")
     assert imports.list_commands(ctx) == ["coco", "pairs", "hf", "webdataset"]
+
+
+def test_help_prints_without_rich_and_keeps_each_example_whole(tmp_path: Path) -> None:
+    from prep.cli.main import app
+
+    assert "rich" not in {m.split(".")[0] for m in _modules_after(["--help"], tmp_path)}
+    top = {m.split(".")[0] for m in _modules_after(["pack", "--help"], tmp_path)}
+    assert not top & {"rich", "numpy"}  # one command's help: its options, no data library
+    pack = CliRunner().invoke(app, ["pack", "--help"], terminal_width=80)
+    example = (
+        "Example: prep pack data/raw/images data/packed --sizes 128,256 --masks data/raw/masks"
+    )
+    assert pack.exit_code == 0 and f"\n  {example}\n" in pack.output  # one line, wider than 80
+    assert "(default: 256)" in " ".join(pack.output.split())  # the options, rewrapped
+    listing = CliRunner().invoke(app, ["--help"], terminal_width=80).output
+    flat = " ".join(listing.split())  # each command by its help's first paragraph, whole
+    assert "dupes Near-duplicate groups of a dataset's images (perceptual hash" in flat
+    assert "--against-split, as SampleDataset(root, split=...) does. log The" in flat

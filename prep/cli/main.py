@@ -1,6 +1,7 @@
 """The `prep` command line: the Typer app, its writing and import commands (made from their config
-dataclasses when first asked for), and `upgrade`; the other commands are in prep.cli.demo,
-prep.cli.inspect, prep.cli.grow and prep.cli.quality. No torch imported here."""
+dataclasses), and `upgrade`; the other commands are in prep.cli.demo, prep.cli.inspect,
+prep.cli.grow and prep.cli.quality. Each command is made, and its module imported, when first
+asked for (a command line, --help, the docs): `prep pack` makes one. No torch imported here."""
 
 from __future__ import annotations
 
@@ -12,12 +13,8 @@ from typing import Annotated, Any
 
 import typer
 
-from prep.cli.demo import demo
-from prep.cli.group import Group, Maker, lazy_group
-from prep.cli.grow import card, compact, export, log_, merge, remove
-from prep.cli.inspect import dupes, info, preview, report, tune, verify
+from prep.cli.group import HELP_WIDTH, Command, Group, Maker, lazy_group
 from prep.cli.options import KIND, command, friendly
-from prep.cli.quality import issues, labels
 from prep.run.errors import UsageError
 from prep.run.profile import IMAGE_STAGES, TEXT_STAGES
 from prep.run.version import __version__
@@ -28,12 +25,14 @@ _typer = functools.partial(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help: prep.cli.group
+    context_settings={"max_content_width": HELP_WIDTH},
 )
-# The writing commands, made when first asked for (prep.cli.group): in the order of --help.
-WRITERS: dict[str, Maker] = {}
+# The commands, made when first asked for (prep.cli.group): in the order of --help.
+COMMANDS: dict[str, Maker] = {}
 IMPORTERS: dict[str, Maker] = {}
 app = _typer(
-    cls=lazy_group(WRITERS),
+    cls=lazy_group(COMMANDS),
     help="Pack raw images and text once, offline, into uint8 shards that `loaders` memory-maps.",
 )
 
@@ -45,7 +44,7 @@ def _writer(
     doc: str,
     stages: tuple[str, ...] = IMAGE_STAGES,
     one_size: bool = False,
-    group: dict[str, Maker] = WRITERS,
+    group: dict[str, Maker] = COMMANDS,
     arguments: tuple[str, ...] = ("src", "out"),
     pattern: bool = False,
     **defaults: Any,
@@ -93,9 +92,24 @@ def _made(
         params = [ctx, *inspect.signature(cmd).parameters.values()]
         checked.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     made = checked if pattern else cmd
-    one = _typer()  # a Typer of one command gives that command, made as a group's would be
-    one.command(name, context_settings={"allow_extra_args": pattern})(friendly(made))
+    return _one(name, made, {"allow_extra_args": pattern})
+
+
+def _one(name: str, fn: Any, settings: dict[str, Any] | None = None) -> Any:
+    """The click command of `fn`, made as a group's would be (a Typer of one command)."""
+    one = _typer()
+    one.command(name, cls=Command, context_settings=settings)(friendly(fn))
     return typer.main.get_command(one)
+
+
+def _plain(name: str, function: str) -> None:
+    """Command `prep NAME` of `function` ("module:function"), imported when it is made."""
+
+    def make() -> Any:
+        module, attr = function.split(":")
+        return _one(name, getattr(importlib.import_module(module), attr))
+
+    COMMANDS[name] = make
 
 
 PACK_HELP = """Pack images into uint8 shards at one or more sizes, from ONE decode each.
@@ -182,8 +196,6 @@ VIDEO = ("prep.kinds.video.config:VideoConfig", "prep.kinds.video.pack:pack_vide
 _writer("video", *VIDEO, VIDEO_HELP, VIDEO_STAGES)
 
 
-@app.command()
-@friendly
 def upgrade(
     root: Annotated[Path, typer.Argument(help="A dataset packed by an older prep.")],
 ) -> None:
@@ -196,6 +208,9 @@ def upgrade(
     from prep.run.upgrade import upgrade as rewrite
 
     typer.echo(rewrite(root))
+
+
+_plain("upgrade", "prep.cli.main:upgrade")
 
 
 import_app = _typer(
@@ -249,13 +264,14 @@ WDS = (IMPORTER.format("Wds"), "prep.kinds.importers.wds:import_webdataset")
 _add("webdataset", *WDS, WDS_HELP, pattern=True)
 
 
-for _command in (demo, info, verify, preview, tune, report, dupes):
-    app.command()(friendly(_command))
-app.command("log")(friendly(log_))
-for _grows in (merge, card, remove, export, compact):  # prep.cli.grow
-    app.command()(friendly(_grows))
-for _looks in (issues, labels):  # prep.cli.quality: issue 39
-    app.command()(friendly(_looks))
+_plain("demo", "prep.cli.demo:demo")
+for _name in ("info", "verify", "preview", "tune", "report", "dupes"):
+    _plain(_name, f"prep.cli.inspect:{_name}")
+_plain("log", "prep.cli.grow:log_")
+for _name in ("merge", "card", "remove", "export", "compact"):
+    _plain(_name, f"prep.cli.grow:{_name}")
+for _name in ("issues", "labels"):  # issue 39
+    _plain(_name, f"prep.cli.quality:{_name}")
 app.add_typer(import_app, name="import")
 
 

@@ -9,6 +9,7 @@ import functools
 import importlib
 import inspect
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,7 +17,6 @@ from typing import Annotated, Any, Optional, TypeVar, get_args, get_origin, get_
 
 import typer
 
-from loaders.format import FormatError
 from prep.run.config import RunConfig, listed, load_config
 from prep.run.errors import PrepError
 from prep.run.profile import profile_table
@@ -36,7 +36,7 @@ def friendly(fn: F) -> F:
         previous = signal.signal(signal.SIGTERM, signal.default_int_handler) if in_main else None
         try:
             return fn(*args, **kwargs)
-        except (PrepError, FormatError) as e:
+        except (PrepError, _format_error()) as e:
             typer.echo(f"error: {e}", err=True)
             raise typer.Exit(getattr(e, "exit_code", EXIT_FAILED)) from None
         except KeyboardInterrupt:
@@ -51,6 +51,13 @@ def friendly(fn: F) -> F:
                 signal.signal(signal.SIGTERM, previous)
 
     return wrapper  # type: ignore[return-value]
+
+
+def _format_error() -> type[Exception]:
+    """loaders' FormatError where loaders.format is loaded (else none can have been raised):
+    `--help` need not import it, nor numpy with it."""
+    spec = sys.modules.get("loaders.format.spec")
+    return spec.FormatError if spec is not None else PrepError
 
 
 @contextlib.contextmanager

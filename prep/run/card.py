@@ -267,5 +267,6 @@ def write_card(root: Path, staging: Path | None = None) -> Path:
         old: str | None = (root / CARD).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         old = None
-    atomic_write_text(where / CARD, card_text(where, m, old))
+    alone = staging is None  # a run folder's files are fsynced before its swap (guard.synced)
+    atomic_write_text(where / CARD, card_text(where, m, old), alone, alone)
     return where / CARD

@@ -6,7 +6,8 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
-import secrets
+import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -24,7 +25,8 @@ def temp_path(final: Path) -> Path:
     >>> temp_path(Path("d/a.npy")).name.startswith(".a.npy.")
     True
     """
-    return final.with_name(f".{final.name}.{HOST}-{os.getpid()}-{secrets.token_hex(4)}.tmp")
+    # os.urandom, as secrets.token_hex does (importing secrets: random, hmac, base64)
+    return final.with_name(f".{final.name}.{HOST}-{os.getpid()}-{os.urandom(4).hex()}.tmp")
 
 
 def named(e: OSError, path: Path | str) -> OSError:
@@ -45,13 +47,60 @@ def fsync_dir(path: Path) -> None:
         raise named(e, path) from e
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
+SYNCERS = 16  # fsyncs issued at once: they share the file system's journal commits
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
+def sync_all(files: Sequence[Path | int]) -> None:
+    """fsync these files (paths, or open descriptors) or folders, SYNCERS at a time: one after
+    another each waits for a journal commit and a disk flush of its own (9 files 41 ms on this
+    disk), at once they share them (5 ms). The first OSError, naming its file, is raised."""
+    errors: list[OSError] = []
+
+    def sync(some: Sequence[Path | int]) -> None:
+        for f in some:
+            try:
+                if isinstance(f, int):
+                    os.fsync(f)
+                    continue
+                fd = os.open(f, os.O_RDONLY | os.O_CLOEXEC)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            except OSError as e:
+                errors.append(named(e, f if isinstance(f, Path) else _fd_name(f)))
+
+    n = min(SYNCERS, len(files))
+    threads = [threading.Thread(target=sync, args=(files[i::n],)) for i in range(1, n)]
+    for t in threads:
+        t.start()
+    sync(files[::n] if n else [])
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
+def _fd_name(fd: int) -> str:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return f"file descriptor {fd}"
+
+
+def atomic_write_text(path: Path, text: str, fsync: bool = True, fsync_folder: bool = True) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"), fsync, fsync_folder)
+
+
+def atomic_write_bytes(
+    path: Path, data: bytes, fsync: bool = True, fsync_folder: bool = True
+) -> None:
     """Write to a new temp file beside `path`, fsync, rename: readers see all or nothing, and a
-    link at `path` is replaced, never written through. An OSError names the file."""
+    link at `path` is replaced, never written through. An OSError names the file.
+
+    Without `fsync_folder` the rename is durable once the folder is fsynced (a run's folder is,
+    before its swap: prep.run.guard.install); without `fsync` a power loss may leave the file
+    empty or gone (a run's own bookkeeping, checked where it is read), never half written."""
     tmp = temp_path(path)
     # os.open with 0o666 honours the umask, as the shard files do (mkstemp would make 0600,
     # and another account, a shared training user, could not read the manifest).
@@ -64,14 +113,16 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
-            os.fsync(f.fileno())
+            if fsync:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException as e:
         tmp.unlink(missing_ok=True)
         if isinstance(e, OSError):
             raise named(e, tmp) from e
         raise
-    fsync_dir(path.parent)
+    if fsync_folder:
+        fsync_dir(path.parent)
 
 
 def npy_header(dtype: np.dtype[Any], shape: tuple[int, ...]) -> bytes:
@@ -119,11 +170,28 @@ class NpyWriter:
         self.length += len(samples)
 
     def close(self) -> None:
+        self.finish()
+        try:
+            os.fsync(self._f.fileno())
+        except OSError as e:
+            raise named(e, self.path) from e
+        self.release()
+
+    def finish(self) -> None:
+        """The header written and flushed: the file whole, for its fsync (`filenos`), then
+        `release`, where a caller fsyncs many files at once (sync_all)."""
         try:
             self._f.seek(0)
             self._f.write(npy_header(self.dtype, (self.length, *self.sample_shape)))
             self._f.flush()
-            os.fsync(self._f.fileno())
+        except OSError as e:
+            raise named(e, self.path) from e
+
+    def filenos(self) -> list[int]:
+        return [self._f.fileno()]
+
+    def release(self) -> None:
+        try:
             self._f.close()
         except OSError as e:
             raise named(e, self.path) from e
@@ -166,6 +234,17 @@ class RaggedWriter:
         except BaseException:
             self.abort()
             raise
+
+    def finish(self) -> None:
+        self.data.finish()
+        self.offsets.finish()
+
+    def filenos(self) -> list[int]:
+        return self.data.filenos() + self.offsets.filenos()
+
+    def release(self) -> None:
+        self.data.release()
+        self.offsets.release()
 
     def abort(self) -> None:
         self.data.abort()

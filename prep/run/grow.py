@@ -229,7 +229,8 @@ def trimmed(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def write_state(staging: Path, inputs: Mapping[str, str], records: list[dict[str, Any]]) -> None:
     state = {"inputs": dict(sorted(inputs.items())), "records": records}
-    atomic_write_text(staging / STATE, json.dumps(state, sort_keys=True) + "\n")
+    text = json.dumps(state, sort_keys=True) + "\n"
+    atomic_write_text(staging / STATE, text, fsync=False, fsync_folder=False)  # guard.synced
 
 
 def unique_rejects(rejects: list[dict[str, Any]], parent: Parent | None) -> list[dict[str, Any]]:

@@ -11,7 +11,6 @@ import errno
 import fcntl
 import os
 import re
-import shutil
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +19,7 @@ from loaders.format import MANIFEST, REJECTS, FormatError, read_manifest
 from loaders.format.schema import VERSIONS
 from prep.run.card import CARD, is_ours
 from prep.run.errors import PrepError, UsageError, write_error
-from prep.run.files import HOST, fsync_dir
+from prep.run.files import HOST, fsync_dir, sync_all
 from prep.run.grow import STATE
 from prep.run.staging import OLD, RUN_DIR, cleanup_temps, listed_files, remove, staging_dir
 
@@ -174,6 +173,7 @@ def install(staging: Path, out: Path) -> None:
     """Swap the finished run folder `staging` into place, then remove the old dataset."""
     try:
         cleanup_temps(staging)  # e.g. left by a dask worker that died mid-shard
+        synced(staging)
         if not out.exists():
             os.replace(staging, out)
         elif not _exchange(staging, out):
@@ -183,6 +183,14 @@ def install(staging: Path, out: Path) -> None:
         recover(out)
     except OSError as e:
         raise write_error(e, str(out)) from e
+
+
+def synced(staging: Path) -> None:
+    """The run folder durable before the swap: its files (those written without an fsync: the
+    rejects, the index, the card) and their names, all fsynced at once (files.sync_all)."""
+    with os.scandir(staging) as entries:
+        files = [Path(e.path) for e in entries if e.is_file(follow_symlinks=False)]
+    sync_all([*files, staging])
 
 
 def recover(out: Path) -> None:
@@ -196,4 +204,4 @@ def recover(out: Path) -> None:
         old.rmdir()
     if (out / OLD).exists():
         remove(out / OLD)
-    shutil.rmtree(out / RUN_DIR)  # last: while it is there, the next run finishes this
+    remove(out / RUN_DIR)  # last: while it is there, the next run finishes this

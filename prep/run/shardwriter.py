@@ -19,7 +19,7 @@ import numpy as np
 from loaders.format import OFFSETS, ArrayRef, ArraySpec, Shard
 from loaders.format.index import file_name, stem
 from prep.run.errors import write_error
-from prep.run.files import NpyWriter, RaggedWriter, named, publish, temp_path
+from prep.run.files import NpyWriter, RaggedWriter, named, publish, sync_all, temp_path
 from prep.run.inputs import Reject, reject_record
 from prep.run.profile import stage
 from prep.run.staging import write_record
@@ -129,8 +129,14 @@ class ShardFiles:
             w.extend(block[name])
 
     def close(self) -> None:
-        for w in self.writers.values():
-            w.close()
+        """Every file finished, then fsynced at once (sync_all: a shard's ~10 files cost about
+        one fsync's wait, not ten), then closed."""
+        writers = list(self.writers.values())
+        for w in writers:
+            w.finish()
+        sync_all([fd for w in writers for fd in w.filenos()])
+        for w in writers:
+            w.release()
 
     def abort(self) -> None:
         for w in self.writers.values():

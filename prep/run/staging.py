@@ -5,11 +5,14 @@ a killed run leaves whole files, temp files (`.*.tmp`) and records of whole shar
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
+import os
 import shutil
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -43,12 +46,16 @@ def _jsonl(record: dict[str, Any]) -> str:
 def write_rejects(staging: Path, rejects: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Write rejects.jsonl sorted by path (whatever order shards finished in); the records."""
     ordered = sorted(rejects, key=lambda r: str(r["path"]))
-    atomic_write_text(staging / REJECTS, "".join(_jsonl(r) for r in ordered))
+    text = "".join(_jsonl(r) for r in ordered)
+    atomic_write_text(staging / REJECTS, text, fsync_folder=False)  # guard.synced
     return ordered
 
 
 def write_record(staging: Path, index: int, record: dict[str, Any]) -> None:
-    atomic_write_text(staging / RUN_DIR / f"{index:05d}.json", json.dumps(record))
+    """Not fsynced, nor the plan: after a power loss a record lost or cut short is a shard
+    redone (load_record checks its files' sizes and sha256), a plan one a run started again."""
+    path = staging / RUN_DIR / f"{index:05d}.json"
+    atomic_write_text(path, json.dumps(record), fsync=False, fsync_folder=False)
 
 
 def load_record(staging: Path, index: int, verify: bool) -> dict[str, Any] | None:
@@ -122,7 +129,8 @@ def prepare_staging(out: Path, plan: dict[str, Any], overwrite: bool, resume: bo
                 )
             remove(staging)
         (staging / RUN_DIR).mkdir(parents=True)
-        atomic_write_text(staging / RUN_DIR / PLAN, json.dumps(plan, sort_keys=True))
+        text = json.dumps(plan, sort_keys=True)
+        atomic_write_text(staging / RUN_DIR / PLAN, text, fsync=False, fsync_folder=False)
     except OSError as e:
         raise write_error(e, str(staging)) from e
     return staging
@@ -185,10 +193,42 @@ def listed_files(m: Manifest, index: bool = True) -> dict[str, str]:
 
 
 def remove(path: Path) -> None:
+    """A file, or a folder and all it holds: a folder's files unlinked many at a time first."""
     if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
+        unlink_files(path)
+        shutil.rmtree(path)  # what is left: sub-folders, and a file that would not go
     else:
         path.unlink()
+
+
+UNLINKERS = 16  # threads: an unlink that frees a file's blocks waits on the disk, and they overlap
+
+
+def unlink_files(folder: Path) -> None:
+    """Unlink the files (and links) `folder` holds, UNLINKERS at a time; an error leaves the
+    file for shutil.rmtree to name. By name in the folder opened once, never through a link:
+    a folder swapped for a link meanwhile is not followed (as shutil.rmtree does). On ext4
+    mounted with discard one unlink of a shard takes ~3 ms: 130 shard files one by one ~450 ms,
+    at 16 a time ~35 ms."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        with os.scandir(fd) as entries:
+            names = [e.name for e in entries if not e.is_dir(follow_symlinks=False)]
+
+        def unlink(some: list[str]) -> None:
+            for name in some:
+                with contextlib.suppress(OSError):
+                    os.unlink(name, dir_fd=fd)
+
+        n = min(UNLINKERS, len(names) // 4)  # a few files: no thread is worth it
+        threads = [threading.Thread(target=unlink, args=(names[i::n],)) for i in range(n)]
+        for t in threads:
+            t.start()
+        unlink(names if n == 0 else [])
+        for t in threads:
+            t.join()
+    finally:
+        os.close(fd)
 
 
 def write_manifest(staging: Path, m: Manifest) -> None:
@@ -199,7 +239,7 @@ def write_manifest(staging: Path, m: Manifest) -> None:
         buf = io.BytesIO()
         np.save(buf, arr, allow_pickle=False)
         data = buf.getvalue()
-        atomic_write_bytes(staging / name, data)
+        atomic_write_bytes(staging / name, data, fsync=False, fsync_folder=False)
         files[name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
     m.index = index_entry(table, m.arrays, m.storage, files)
-    atomic_write_text(staging / MANIFEST, m.to_json())
+    atomic_write_text(staging / MANIFEST, m.to_json(), fsync_folder=False)  # guard.synced

@@ -14,7 +14,6 @@ import itertools
 import math
 import os
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -109,6 +108,8 @@ def near_pairs(
 
     def table(chosen: tuple[tuple[int, int], ...]) -> list[np.ndarray]:
         return [rows for rows in _table_pairs(h, _keys(h, chosen), d) if len(rows)]
+
+    from concurrent.futures import ThreadPoolExecutor  # here: a pack imports this module
 
     # Sorting and gathering release the GIL: the tables run on threads, one per core.
     workers = min(len(tables), os.cpu_count() or 1) if len(h) >= THREADED else 1
