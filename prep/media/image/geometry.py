@@ -150,9 +150,13 @@ class PixelSums(dict[int, np.ndarray]):
     def add(self, pixels: dict[int, np.ndarray]) -> None:
         """One sample's uint8 pixels at each size: (H, W, C), or (H, W) gray."""
         for size, arr in pixels.items():
-            flat = arr.reshape(-1, arr.shape[2] if arr.ndim == 3 else 1)
-            got = np.stack([np.bincount(flat[:, c], minlength=256) for c in range(flat.shape[1])])
-            self[size] = self.get(size, 0) + got
+            channels = range(arr.shape[2] if arr.ndim == 3 else 1)
+            if arr.shape[0] * arr.shape[1] < 1 << 24:  # float32 counts: exact below 2^24
+                got = np.stack([cv2.calcHist([arr], [c], None, [256], [0, 256]) for c in channels])
+            else:  # (a channel's np.bincount copies it to int64 first: 5x calcHist's time)
+                flat = arr.reshape(-1, len(channels))
+                got = np.stack([np.bincount(flat[:, c], minlength=256) for c in channels])
+            self[size] = self.get(size, 0) + got.reshape(len(channels), 256).astype(np.int64)
 
     def record(self) -> dict[str, dict[str, Any]]:
         """Each size's pixel count and its channels' sums of values and of squares (ints)."""
