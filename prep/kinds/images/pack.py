@@ -121,8 +121,6 @@ def encode_item(
     out: dict[str, np.ndarray] = {}
     contents: list[np.ndarray] = []
     pixels = sizes_from(img, upright, cfg.sizes, mode, cfg.pad_value, contents=contents)
-    if "quality" in specs:  # scored on the smallest copy that is large enough
-        out["quality"], out["colour"] = quality_of(item, img, contents, upright, cfg)
     for s, arr in pixels.items():
         name = array_name("image", s)
         out[name] = stored(arr[..., None] if cfg.gray else arr, specs[name], cfg.quality)
@@ -158,6 +156,9 @@ def encode_item(
         # 7% of the pack on the bench photos, of 64-256 px 0-2% (docs/looking.md, "Near-duplicates
         # and leakage").
         out["digest"] = pixel_digest(pixels[min(pixels)])
+    if "quality" in specs:  # on the smallest copy that is large enough; after the hash, whose
+        # grey copy and resizes leave the same OpenCV and numpy code warm (cheaper in a pack)
+        out["quality"], out["colour"] = quality_of(item, img, contents, upright, cfg)
     if sums is not None:
         sums.add(pixels)
     if tally is not None and "quality" in out:
