@@ -369,13 +369,20 @@ def test_resume_refuses_another_config(src: Path, tmp_path: Path, pack_to: Any) 
         pack_to(src, out, resume=True, mode="fit", **PACK)
 
 
-def test_stale_temps_of_a_killed_run_are_removed(
-    src: Path, tmp_path: Path, pack_to: Any, reference: Any
-) -> None:
+def _killed_run(src: Path, tmp_path: Path, pack_to: Any, reference: Any) -> tuple[Path, Any]:
+    """A pack into tmp_path/out stopped by its rejects (its staging left), and the reference
+    dataset a whole run of it makes."""
     out = tmp_path / "out"
     ref = reference(out)
     with pytest.raises(PrepError):
         pack_to(src, out, sizes=[32, 48], shard_size=3, max_rejects=0.0)
+    return out, ref
+
+
+def test_stale_temps_of_a_killed_run_are_removed(
+    src: Path, tmp_path: Path, pack_to: Any, reference: Any
+) -> None:
+    out, ref = _killed_run(src, tmp_path, pack_to, reference)
     staging = tmp_path / "out.partial"
     for name in (
         ".image_32-00004.999.npy.tmp",
@@ -392,10 +399,7 @@ def test_stale_temps_of_a_killed_run_are_removed(
 def test_a_plan_cut_short_by_a_power_loss_starts_the_run_again(
     src: Path, tmp_path: Path, pack_to: Any, reference: Any
 ) -> None:
-    out = tmp_path / "out"
-    ref = reference(out)
-    with pytest.raises(PrepError):
-        pack_to(src, out, sizes=[32, 48], shard_size=3, max_rejects=0.0)
+    out, ref = _killed_run(src, tmp_path, pack_to, reference)
     (tmp_path / "out.partial" / RUN_DIR / "plan.json").write_text("")  # written without fsync
     pack_to(src, out, resume=True, **PACK)
     assert_same(out, ref)
