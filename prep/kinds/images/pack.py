@@ -156,8 +156,7 @@ def encode_item(
         # 7% of the pack on the bench photos, of 64-256 px 0-2% (docs/looking.md, "Near-duplicates
         # and leakage").
         out["digest"] = pixel_digest(pixels[min(pixels)])
-    if "quality" in specs:  # on the smallest copy that is large enough; after the hash, whose
-        # grey copy and resizes leave the same OpenCV and numpy code warm (cheaper in a pack)
+    if "quality" in specs:  # after the hash: its grey copy and resizes warm the same code
         out["quality"], out["colour"] = quality_of(item, img, contents, upright, cfg)
     if sums is not None:
         sums.add(pixels)
