@@ -15,6 +15,7 @@ import torch
 from PIL import Image as PILImage
 
 from loaders import SampleDataset, make_loader
+from loaders.read.ring import HEADER
 from loaders.read.workers import pack
 from prep.kinds.importers.coco import import_coco
 from prep.kinds.importers.config import CocoConfig
@@ -121,3 +122,29 @@ def test_workers_persistent_unless_said(coco: Path) -> None:
     said = make_loader(ds, batch_size=5, num_workers=1, persistent_workers=False)
     assert not said.persistent_workers
     assert not make_loader(ds, batch_size=5).persistent_workers  # no workers to keep
+
+
+def shared(batch: Any) -> list[torch.Tensor]:
+    """The tensors of `batch` in shared memory (a worker's segment, not copied out)."""
+    if isinstance(batch, dict):
+        return [t for v in batch.values() for t in shared(v)]
+    if isinstance(batch, list | tuple):
+        return [t for v in batch for t in shared(v)]
+    return [batch] if torch.is_tensor(batch) and batch.is_shared() else []
+
+
+def segments(loader: Any) -> set[int]:
+    return {s.data_ptr() for s in loader.seen}
+
+
+def test_ragged_batches_are_copied_out_of_the_rings(coco: Path) -> None:
+    """A batch with a ragged field's list (its small tensors packed): the images copied out too,
+    so each worker reuses its few segments epoch after epoch."""
+    ds = SampleDataset(coco, fields=FIELDS, size=32, ragged="list")
+    loader = make_loader(ds, batch_size=2, shuffle=True, num_workers=2)
+    for _epoch in range(3):
+        got = list(loader)
+        assert not [t for batch in got for t in shared(batch)]
+    # 18 batches' pixels: from rings of 4 (in flight, being made, being copied) in 2 workers
+    pixels = {s.data_ptr() for s in loader.seen if s.nbytes() == HEADER + 2 * 32 * 32 * 3}
+    assert 0 < len(pixels) <= 2 * 4

@@ -100,8 +100,8 @@ def _copy(x: Any, alloc: Alloc, copies: dict[int, torch.Tensor], heads: list[tor
         return type(x)(_copy(v, alloc, copies, heads) for v in x)
     if isinstance(x, dict):
         return {k: _copy(v, alloc, copies, heads) for k, v in x.items()}
-    if isinstance(x, Packed):  # a batch's small tensors: one segment, copied with the rest
-        return x.unpack(_copy(x.buf, alloc, copies, heads))
+    if isinstance(x, Packed):  # a batch's small tensors: one segment; then the ring's tensors
+        return _copy(x.unpack(_copy(x.buf, alloc, copies, heads)), alloc, copies, heads)
     head = _ring_header(x) if isinstance(x, torch.Tensor) else None
     if head is None:
         return x
