@@ -3,6 +3,7 @@ labels) in one reused shared buffer: batches equal those of 0 workers, epoch aft
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import warnings
@@ -148,3 +149,29 @@ def test_ragged_batches_are_copied_out_of_the_rings(coco: Path) -> None:
     # 18 batches' pixels: from rings of 4 (in flight, being made, being copied) in 2 workers
     pixels = {s.data_ptr() for s in loader.seen if s.nbytes() == HEADER + 2 * 32 * 32 * 3}
     assert 0 < len(pixels) <= 2 * 4
+
+
+def test_fresh_loaders_reuse_the_segments_of_workers_gone(coco: Path) -> None:
+    """Workers shut down leave their segments to the next loader's workers: the same memory,
+    the same batches; never the segments of workers still running."""
+    ds = SampleDataset(coco, fields=FIELDS, size=32, ragged="list")
+    plain = make_loader(ds, batch_size=5, shuffle=True, seed=3)
+    want, then = list(plain), list(plain)  # epochs 0 and 1
+    running = make_loader(ds, batch_size=5, shuffle=True, seed=3, num_workers=2)
+    equal(want, list(running))
+    before: set[int] = set()
+    for _loader in range(3):
+        fresh = make_loader(ds, batch_size=5, shuffle=True, seed=3, num_workers=2)
+        equal(want, list(fresh))
+        now = segments(fresh)
+        assert not now & segments(running)  # a running worker's: never lent
+        assert not before or now <= before  # the loader before's, and no new one
+        before = now
+        del fresh
+        gc.collect()  # its workers shut down: their segments spare
+    equal(then, list(running))
+    early = make_loader(ds, batch_size=5, shuffle=True, seed=3, num_workers=2)
+    next(iter(early))  # left with batches in flight: their segments let go
+    del early
+    gc.collect()
+    equal(want, list(make_loader(ds, batch_size=5, shuffle=True, seed=3, num_workers=2)))
