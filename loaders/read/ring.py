@@ -147,7 +147,7 @@ class StartWorker:
 
 
 def _ring_header(t: torch.Tensor) -> torch.Tensor | None:
-    if t.device.type != "cpu" or not t.is_shared():
+    if not t.is_cpu or not t.untyped_storage().is_shared():  # (t.is_shared(): 14 times slower)
         return None
     storage = t.untyped_storage()
     if storage.nbytes() <= HEADER or t.storage_offset() * t.element_size() < HEADER:
@@ -175,8 +175,8 @@ def _copy(x: Any, alloc: Alloc, copies: dict[int, torch.Tensor], heads: list[tor
         return type(x)(_copy(v, alloc, copies, heads) for v in x)
     if isinstance(x, dict):
         return {k: _copy(v, alloc, copies, heads) for k, v in x.items()}
-    if isinstance(x, Packed):  # a batch's small tensors: one segment; then the ring's tensors
-        return _copy(x.unpack(_copy(x.buf, alloc, copies, heads)), alloc, copies, heads)
+    if isinstance(x, Packed):  # a batch's small tensors: one segment; the ring's in its shape
+        return x.unpack(_copy(x.buf, alloc, copies, heads), _copy(x.shape, alloc, copies, heads))
     head = _ring_header(x) if isinstance(x, torch.Tensor) else None
     if head is None:
         return x
