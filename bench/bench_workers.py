@@ -8,7 +8,7 @@ repeats.
 
 prints where an epoch's time goes (start, first batch, the other batches; the main process's
 and the workers' CPU time and page faults), 0 against 2 workers, fresh and reused: medians of
-interleaved repeats.
+interleaved repeats (a running worker's CPU time from /proc, to 10 ms).
 """
 
 from __future__ import annotations
@@ -91,17 +91,25 @@ PHASES = ("make_loader", "start (iter)", "first batch", "other batches", "epoch"
 COSTS = ("main CPU", "workers CPU", "main faults", "worker faults")
 
 
-def _usage() -> tuple[float, float, int, int]:
-    """CPU seconds and minor faults of this process, then of its waited-for children."""
+def _usage(pids: list[int]) -> tuple[float, float, int, int]:
+    """CPU seconds and minor faults of this process, then of its waited-for children and of
+    the running processes `pids` (from /proc: CPU time in clock ticks)."""
     own, kids = (resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
-    return own.ru_utime + own.ru_stime, kids.ru_utime + kids.ru_stime, own.ru_minflt, kids.ru_minflt
+    cpu, faults = kids.ru_utime + kids.ru_stime, kids.ru_minflt
+    for pid in pids:
+        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        cpu += (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+        faults += int(stat[7])
+    return own.ru_utime + own.ru_stime, cpu, own.ru_minflt, faults
 
 
 def _phases(make: Any, loader: Any) -> dict[str, float]:
-    """One epoch's phases in ms (a new loader from `make` where `loader` is None) and, for a
-    new loader, its CPU ms and page faults: its workers' once they are joined."""
-    before, clock = _usage(), [time.perf_counter()]
+    """One epoch's phases in ms (a new loader from `make` where `loader` is None), its CPU ms
+    and page faults: a new loader's workers' once they are joined, running ones' from /proc."""
     fresh = loader is None
+    running = getattr(getattr(loader, "_iterator", None), "_workers", [])
+    pids = [w.pid for w in running]
+    before, clock = _usage(pids), [time.perf_counter()]
     loader = make() if fresh else loader
     clock.append(time.perf_counter())
     batches = iter(loader)
@@ -116,9 +124,9 @@ def _phases(make: Any, loader: Any) -> dict[str, float]:
     if fresh:
         del batches, loader
         gc.collect()  # the workers joined: their usage counted
-        after = _usage()
-        for k, (a, b) in enumerate(zip(before, after, strict=True)):
-            got[COSTS[k]] = (b - a) * (1e3 if k < 2 else 1)
+    after = _usage(pids)
+    for k, (a, b) in enumerate(zip(before, after, strict=True)):
+        got[COSTS[k]] = (b - a) * (1e3 if k < 2 else 1)
     return got
 
 
