@@ -140,12 +140,15 @@ def segments(loader: Any) -> set[int]:
 
 def test_ragged_batches_are_copied_out_of_the_rings(coco: Path) -> None:
     """A batch with a ragged field's list (its small tensors packed): the images copied out too,
-    so each worker reuses its few segments epoch after epoch."""
+    so each worker reuses its few segments epoch after epoch, never under a batch held."""
     ds = SampleDataset(coco, fields=FIELDS, size=32, ragged="list")
     loader = make_loader(ds, batch_size=2, shuffle=True, num_workers=2)
-    for _epoch in range(3):
+    held = list(loader)  # epoch 0, held while epochs 1 and 2 are read
+    values = [b["image"].clone() for b in held]
+    for _epoch in range(2):
         got = list(loader)
-        assert not [t for batch in got for t in shared(batch)]
+        assert not [t for batch in got + held for t in shared(batch)]
+    assert all(torch.equal(b["image"], v) for b, v in zip(held, values, strict=True))
     # 18 batches' pixels: from rings of 4 (in flight, being made, being copied) in 2 workers
     pixels = {s.data_ptr() for s in loader.seen if s.nbytes() == HEADER + 2 * 32 * 32 * 3}
     assert 0 < len(pixels) <= 2 * 4
