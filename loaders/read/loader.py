@@ -145,11 +145,13 @@ def make_loader(
     return Loader(dataset, batch_size=batch_size, shuffle=shuffle, threads=threads, **kwargs)
 
 
-def _forks(context: Any) -> bool:
-    """Whether workers of `context` (a DataLoader's multiprocessing_context) are forked."""
+def _lends(context: Any) -> bool:
+    """Whether workers of `context` (a DataLoader's multiprocessing_context) are forked and
+    share memory by file descriptor: a spare segment's descriptor is theirs too (ring.SPARE)."""
     method = context.get_start_method() if context is not None else None
     method = method or multiprocessing.get_start_method(allow_none=True)
-    return (method or multiprocessing.get_all_start_methods()[0]) == "fork"
+    fds = torch.multiprocessing.get_sharing_strategy() == "file_descriptor"
+    return fds and (method or multiprocessing.get_all_start_methods()[0]) == "fork"
 
 
 def _check_args(dataset: Dataset[Any], batch_size: int, distributed: bool | None) -> bool:
@@ -251,7 +253,7 @@ class Loader(DataLoader[Any]):
         if not self.shares:
             return super()._get_iterator()
         self.seen = deque(maxlen=self.seen.maxlen)  # these workers' segments
-        lent = SPARE.lend(self.num_workers) if _forks(self.multiprocessing_context) else []
+        lent = SPARE.lend(self.num_workers) if _lends(self.multiprocessing_context) else []
         self.start.lent = [[(s._share_fd_cpu_()[0], s.nbytes()) for s in own] for own in lent]
         try:
             it = super()._get_iterator()
