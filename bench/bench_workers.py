@@ -2,7 +2,8 @@
 JPEG q90 with 0-50 boxes, their labels and a caption (bench_samples' recipe), batch 256: an
 epoch with 2 workers against the same loader with 0 workers, reused (persistent workers, the
 second pass on) and fresh (a new loader each epoch, its workers started). Best of interleaved
-repeats.
+repeats. Row 40g' (info): batch 64, reused, where each worker makes more batches an epoch than
+its ring holds.
 
     python bench/bench_workers.py --profile     # after bench.py --only workers made the data
 
@@ -22,9 +23,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rows import HERE, Row, versus
+from rows import HERE, Row, info, versus
 
 BATCH = 256
+SMALL = 64  # row 40g': 32 batches an epoch, 16 a worker (its ring: 4 a field)
 
 
 def _rate(loader: Any) -> float:
@@ -75,15 +77,31 @@ def rows(args: argparse.Namespace, work: Path) -> list[Row]:
             fresh = _rate(make_loader(ds, BATCH, shuffle=True, num_workers=w))
             best[f"fresh {w}"] = max(best.get(f"fresh {w}", 0.0), fresh)
             best[f"reused {w}"] = max(best.get(f"reused {w}", 0.0), _rate(loader))
+    small = {w: make_loader(ds, SMALL, shuffle=True, num_workers=w) for w in (0, 2)}
+    for loader in small.values():
+        _rate(loader)
+    for _ in range(max(2, args.reps)):
+        for w, loader in small.items():
+            best[f"small {w}"] = max(best.get(f"small {w}", 0.0), _rate(loader))
+    note = "info (more batches a worker than its ring holds)"
     return [
-        versus(
-            f"{row} detection, 2 workers vs 0, {kind}",
-            best[f"{kind} 2"],
-            best[f"{kind} 0"],
+        *(
+            versus(
+                f"{row} detection, 2 workers vs 0, {kind}",
+                best[f"{kind} 2"],
+                best[f"{kind} 0"],
+                "img/s",
+                ">= 1.0x",
+            )
+            for row, kind in (("40g", "reused"), ("40h", "fresh"))
+        ),
+        info(
+            f"40g' detection, batch {SMALL}, 2 workers vs 0, reused",
+            best["small 2"],
+            best["small 0"],
             "img/s",
-            ">= 1.0x",
-        )
-        for row, kind in (("40g", "reused"), ("40h", "fresh"))
+            note,
+        ),
     ]
 
 
@@ -121,10 +139,12 @@ def _phases(make: Any, loader: Any) -> dict[str, float]:
     clock.append(time.perf_counter())
     got = {p: 1e3 * (b - a) for p, a, b in zip(PHASES, clock, clock[1:], strict=False)}
     got["epoch"] = 1e3 * (clock[-1] - clock[0])
+    after = _usage(pids)  # this process's: the epoch's, not the shutdown of its workers
     if fresh:
         del batches, loader
         gc.collect()  # the workers joined: their usage counted
-    after = _usage(pids)
+        joined = _usage(pids)
+        after = (after[0], joined[1], after[2], joined[3])
     for k, (a, b) in enumerate(zip(before, after, strict=True)):
         got[COSTS[k]] = (b - a) * (1e3 if k < 2 else 1)
     return got
