@@ -3,6 +3,7 @@ labels) in one reused shared buffer: batches equal those of 0 workers, epoch aft
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import warnings
@@ -15,6 +16,7 @@ import torch
 from PIL import Image as PILImage
 
 from loaders import SampleDataset, make_loader
+from loaders.read.ring import HEADER
 from loaders.read.workers import pack
 from prep.kinds.importers.coco import import_coco
 from prep.kinds.importers.config import CocoConfig
@@ -121,3 +123,63 @@ def test_workers_persistent_unless_said(coco: Path) -> None:
     said = make_loader(ds, batch_size=5, num_workers=1, persistent_workers=False)
     assert not said.persistent_workers
     assert not make_loader(ds, batch_size=5).persistent_workers  # no workers to keep
+
+
+def shared(batch: Any) -> list[torch.Tensor]:
+    """The tensors of `batch` in shared memory (a worker's segment, not copied out)."""
+    if isinstance(batch, dict):
+        return [t for v in batch.values() for t in shared(v)]
+    if isinstance(batch, list | tuple):
+        return [t for v in batch for t in shared(v)]
+    return [batch] if torch.is_tensor(batch) and batch.is_shared() else []
+
+
+def segments(loader: Any) -> set[int]:
+    return {s.data_ptr() for s in loader.seen}
+
+
+def test_ragged_batches_are_copied_out_of_the_rings(coco: Path) -> None:
+    """A batch with a ragged field's list (its small tensors packed): the images copied out too,
+    so each worker reuses its few segments epoch after epoch, never under a batch held."""
+    ds = SampleDataset(coco, fields=FIELDS, size=32, ragged="list")
+    loader = make_loader(ds, batch_size=2, shuffle=True, num_workers=2)
+    held = list(loader)  # epoch 0, held while epochs 1 and 2 are read
+    values = [b["image"].clone() for b in held]
+    for _epoch in range(2):
+        got = list(loader)
+        assert not [t for batch in got + held for t in shared(batch)]
+    assert all(torch.equal(b["image"], v) for b, v in zip(held, values, strict=True))
+    # 18 batches' pixels: from rings of 4 (in flight, being made, being copied) in 2 workers
+    pixels = {s.data_ptr() for s in loader.seen if s.nbytes() == HEADER + 2 * 32 * 32 * 3}
+    assert 0 < len(pixels) <= 2 * 4
+
+
+PIXELS = (HEADER + 5 * 32 * 32 * 3, HEADER + 2 * 32 * 32 * 3)
+
+
+def test_fresh_loaders_reuse_the_segments_of_workers_gone(coco: Path) -> None:
+    """Workers shut down leave their segments to the next loader's workers: the same memory,
+    the same batches; never the segments of workers still running."""
+    ds = SampleDataset(coco, fields=FIELDS, size=32, ragged="list")
+    plain = make_loader(ds, batch_size=5, shuffle=True, seed=3)
+    want, then = list(plain), list(plain)  # epochs 0 and 1
+    running = make_loader(ds, batch_size=5, shuffle=True, seed=3, num_workers=2)
+    equal(want, list(running))
+    before: set[int] = set()
+    for _loader in range(3):
+        fresh = make_loader(ds, batch_size=5, shuffle=True, seed=3, num_workers=2)
+        equal(want, list(fresh))
+        assert not segments(fresh) & segments(running)  # a running worker's: never lent
+        # Each worker's pixels (batches of 5, 5, 2: worker 0 makes 0 and 2) in the segments of
+        # the worker of its id before (how many of the packed rest: as the copies kept pace).
+        now = {s.data_ptr() for s in fresh.seen if s.nbytes() in PIXELS}
+        assert len(now) == 3 and (not before or now == before)
+        before = now
+        del fresh
+        gc.collect()  # its workers shut down: their segments spare
+    equal(then, list(running))
+    early = make_loader(ds, batch_size=5, shuffle=True, seed=3, num_workers=2)
+    next(iter(early))  # left with batches in flight: their segments let go
+    del early
+    gc.collect()
+    equal(want, list(make_loader(ds, batch_size=5, shuffle=True, seed=3, num_workers=2)))

@@ -6,7 +6,9 @@ pieces datasets share: `check_indices`, `Batch` and `collate_batch`."""
 from __future__ import annotations
 
 import functools
+import multiprocessing
 import os
+import weakref
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -19,7 +21,7 @@ from torch.utils.data._utils.collate import default_collate
 from loaders.read import state
 from loaders.read.buffers import BufferPool, current_alloc, pinned
 from loaders.read.readahead import read_ahead
-from loaders.read.ring import StartWorker, copy_out, in_ring
+from loaders.read.ring import SPARE, StartWorker, copy_out, in_ring
 from loaders.read.samplers import WINDOWED, ShardSampler
 from loaders.read.workers import PackInWorker, capped
 
@@ -143,6 +145,15 @@ def make_loader(
     return Loader(dataset, batch_size=batch_size, shuffle=shuffle, threads=threads, **kwargs)
 
 
+def _lends(context: Any) -> bool:
+    """Whether workers of `context` (a DataLoader's multiprocessing_context) are forked and
+    share memory by file descriptor: a spare segment's descriptor is theirs too (ring.SPARE)."""
+    method = context.get_start_method() if context is not None else None
+    method = method or multiprocessing.get_start_method(allow_none=True)
+    fds = torch.multiprocessing.get_sharing_strategy() == "file_descriptor"
+    return fds and (method or multiprocessing.get_all_start_methods()[0]) == "fork"
+
+
 def _check_args(dataset: Dataset[Any], batch_size: int, distributed: bool | None) -> bool:
     """Whether the loader is distributed; ValueError where the dataset cannot make batches of
     `batch_size`, or `distributed` is asked for without torch.distributed."""
@@ -209,7 +220,8 @@ class Loader(DataLoader[Any]):
         if self.shares:  # the main process pins as it copies out of the ring
             keep = (kw.get("prefetch_factor") or 2) + 2  # in flight, being made, being copied
             self.passes = torch.zeros((), dtype=torch.int64).share_memory_()
-            kw["worker_init_fn"] = StartWorker(keep, self.passes, kw.get("worker_init_fn"))
+            self.start = StartWorker(keep, self.passes, kw.get("worker_init_fn"))
+            kw["worker_init_fn"] = self.start
             if kw.get("collate_fn") is not None:  # (None: DataLoader's choice, kept)
                 kw["collate_fn"] = PackInWorker(kw["collate_fn"], current_alloc, in_ring)
             self.seen: deque[Any] = deque(maxlen=4 * workers * keep)
@@ -234,6 +246,22 @@ class Loader(DataLoader[Any]):
             alloc = pinned if self.pins else self.ring.get  # pinned for a GPU
             batches = (copy_out(b, alloc, self.seen) for b in super().__iter__())
         return batches if now is None else state.counted(batches, now)
+
+    def _get_iterator(self) -> Any:
+        """The pass's iterator; with workers, new ones started, lent the spare segments where
+        they are forked (`ring.SPARE`), which take back theirs once they are shut down."""
+        if not self.shares:
+            return super()._get_iterator()
+        self.seen = deque(maxlen=self.seen.maxlen)  # these workers' segments
+        lent = SPARE.lend(self.num_workers) if _lends(self.multiprocessing_context) else []
+        self.start.lent = [[(s._share_fd_cpu_()[0], s.nbytes()) for s in own] for own in lent]
+        try:
+            it = super()._get_iterator()
+        finally:
+            self.start.lent = []
+        given, workers = [s for own in lent for s in own], it._workers  # type: ignore[attr-defined]
+        weakref.finalize(it, SPARE.keep, os.getpid(), workers, given, self.seen).atexit = False
+        return it
 
     @functools.cached_property
     def fingerprint(self) -> str:  # of the dataset, for a state (loaders.read.state)

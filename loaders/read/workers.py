@@ -27,13 +27,14 @@ class Packed:
     shape: Any
     where: list[tuple[int, torch.dtype, tuple[int, ...]]]  # byte offset, dtype, shape
 
-    def unpack(self, buf: torch.Tensor) -> Any:
-        """The batch, each tensor a view of `buf` (the main process's copy of `self.buf`)."""
+    def unpack(self, buf: torch.Tensor, skeleton: Any = None) -> Any:
+        """The batch, each tensor a view of `buf` (the main process's copy of `self.buf`), in
+        `skeleton` (default: `self.shape`; one with its other tensors copied out of the ring)."""
         views = [
             buf[at : at + _nbytes(dtype, shape)].view(dtype).view(shape)
             for at, dtype, shape in self.where
         ]
-        return _fill(self.shape, views)
+        return _fill(self.shape if skeleton is None else skeleton, views)
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ def _stray(x: Any, held: Callable[[torch.Tensor], bool]) -> bool:
     return (
         isinstance(x, torch.Tensor)
         and type(x) is torch.Tensor  # not a subclass (its type would be lost)
-        and x.device.type == "cpu"
+        and x.is_cpu
         and not (x.is_nested or x.is_sparse or x.requires_grad or held(x))
     )
 
