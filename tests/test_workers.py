@@ -16,7 +16,7 @@ import torch
 from PIL import Image as PILImage
 
 from loaders import SampleDataset, make_loader
-from loaders.read.ring import HEADER
+from loaders.read.ring import HEADER, spare_limit
 from loaders.read.workers import pack
 from prep.kinds.importers.coco import import_coco
 from prep.kinds.importers.config import CocoConfig
@@ -183,3 +183,13 @@ def test_fresh_loaders_reuse_the_segments_of_workers_gone(coco: Path) -> None:
     del early
     gc.collect()
     equal(want, list(make_loader(ds, batch_size=5, shuffle=True, seed=3, num_workers=2)))
+
+
+def test_spare_segments_keep_at_most_a_quarter_of_shared_memory(tmp_path: Path) -> None:
+    """SPARE's limit: its `most`, or a quarter of the filesystem it lives in where that is less
+    (a container's 64 MB /dev/shm keeps no 48 MB batch), none where there is no such folder."""
+    st = os.statvfs(tmp_path)
+    quarter = st.f_blocks * st.f_frsize // 4
+    assert spare_limit(most=10, path=str(tmp_path)) == 10
+    assert spare_limit(most=quarter * 8, path=str(tmp_path)) == quarter
+    assert spare_limit(path=str(tmp_path / "no-such-folder")) == 0

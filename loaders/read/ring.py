@@ -127,7 +127,17 @@ class Spare:
                     break
 
 
-SPARE = Spare(limit=1 << 30)
+def spare_limit(most: int = 1 << 30, path: str = "/dev/shm") -> int:
+    """What SPARE may keep: `most` bytes, or a quarter of the shared-memory filesystem where it
+    is smaller (a container's is often 64 MB: it keeps none of a detection batch's 48 MB)."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return 0
+    return min(most, st.f_blocks * st.f_frsize // 4)
+
+
+SPARE = Spare(limit=spare_limit())
 
 
 class StartWorker:
