@@ -1,7 +1,8 @@
-"""The optional C extension loaders._jpegroi (libjpeg-turbo's crop and skip: a crop at load time
-decodes only its box; see loaders/_jpegroi.c). Everything else is in pyproject.toml. Without a C
-compiler or libjpeg-turbo's headers (Debian/Ubuntu: libjpeg-dev) the build skips it, and the
-loaders decode whole images with simplejpeg instead."""
+"""The optional C extensions: loaders._jpegroi (libjpeg-turbo's crop and skip: a crop at load time
+decodes only its box; see loaders/_jpegroi.c) and prep._quality (the quality scores' statistics
+in one call; see prep/_quality.c). Everything else is in pyproject.toml. Without a C compiler or
+libjpeg-turbo's headers (Debian/Ubuntu: libjpeg-dev) the build skips them, and the loaders decode
+whole images with simplejpeg instead, `prep pack` scores with numpy and OpenCV."""
 
 from setuptools import Extension, setup
 
@@ -13,6 +14,12 @@ setup(
             libraries=["jpeg"],
             extra_compile_args=["-O2", "-Werror=implicit-function-declaration"],
             optional=True,
-        )
+        ),
+        Extension(
+            "prep._quality",
+            ["prep/_quality.c"],
+            extra_compile_args=["-O3", "-Werror=implicit-function-declaration"],
+            optional=True,
+        ),
     ]
 )

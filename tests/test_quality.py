@@ -289,3 +289,32 @@ def test_report_has_an_issues_page(planted: tuple[Path, dict[str, str]], tmp_pat
     for issue in ("blur", "dark", "grayscale"):  # its row of the table, then its worst ones
         assert f"<td>{issue}</td><td>{counts[issue]}</td>" in page, issue
         assert f"<h3>{issue}</h3>" in page
+
+
+def test_the_extension_computes_what_numpy_does() -> None:
+    """prep._quality.stats (one call a photo, built where a C compiler is) against its
+    reference, quality.statistics: the demo photos at several sizes, grey, flat, odd shapes and
+    noise; the same values but for float32's last digits (the brightness percentiles) and
+    information's entropy (within 0.01 bit: a level rounded half up or down where float32 and
+    float64 disagree)."""
+    ext = pytest.importorskip("prep._quality", reason="the C extension was not built")
+    from prep.media.image.quality import STATS_SIDE, small_copy, statistics
+
+    rng = np.random.default_rng(0)
+    images = [_photo(i) for i in range(12)]
+    images += [cv2.resize(images[0], (900, 130)), cv2.cvtColor(images[1], cv2.COLOR_RGB2GRAY)]
+    images += [np.full((150, 200, 3), 77, np.uint8), rng.integers(0, 256, (131, 517, 3), np.uint8)]
+    images += [rng.integers(0, 256, (2, 7, 3), np.uint8), rng.integers(0, 256, (97, 61), np.uint8)]
+    for img in images:
+        small = np.ascontiguousarray(small_copy(img))
+        gray = cv2.cvtColor(small, cv2.COLOR_RGB2GRAY) if small.ndim == 3 else small
+        want = np.array(statistics(small, gray, STATS_SIDE))
+        got = np.array(ext.stats(small, gray, STATS_SIDE))
+        np.testing.assert_allclose(got[:2], want[:2], rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(got[2:4], want[2:4], atol=1e-6)  # float64 against float32
+        assert abs(got[4] - want[4]) < 0.01, (img.shape, got[4], want[4])
+        np.testing.assert_allclose(got[5:], want[5:], rtol=1e-9, atol=1e-9)
+    with pytest.raises(ValueError, match="uint8"):
+        ext.stats(np.zeros((8, 8, 3), np.float32), np.zeros((8, 8), np.uint8), STATS_SIDE)
+    with pytest.raises(ValueError, match="grey of their size"):
+        ext.stats(np.zeros((8, 8, 3), np.uint8), np.zeros((8, 9), np.uint8), STATS_SIDE)

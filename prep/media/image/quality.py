@@ -74,18 +74,6 @@ def scored_copy(img: np.ndarray, contents: list[np.ndarray]) -> np.ndarray:
     return best
 
 
-def blur_score(gray: np.ndarray) -> float:
-    """1 - exp(-r / BLUR_SCALE), r = var(Laplacian) / var(grey): dividing by the contrast makes a
-    dark, bright or faint image as sharp as its edges are; a flat one scores 1."""
-    import cv2
-
-    std = float(cv2.meanStdDev(gray)[1][0, 0])
-    if std < FLAT_STD or min(gray.shape) < 3:
-        return 1.0
-    lap = float(cv2.meanStdDev(cv2.Laplacian(gray, cv2.CV_16S, ksize=1))[1][0, 0])
-    return 1.0 - math.exp(-((lap / std) ** 2) / BLUR_SCALE)
-
-
 def brightness(rgb: np.ndarray) -> np.ndarray:
     """CleanVision's perceived brightness of each pixel, 0..1: sqrt(.241 R^2 + .691 G^2 + .068
     B^2) / 255 ((H, W) grey: the level / 255)."""
@@ -129,11 +117,8 @@ def information(gray: np.ndarray) -> float:
     h, w = gray.shape[:2]
     k = max(1, min(h, w) // 32)
     th, tw = h // k, w // k  # the last few rows and columns cut: INTER_AREA's integer path
-    block = gray[: th * k, : tw * k]
-    if k % 2 == 0:  # halved in 8 bits first (within half a level: OpenCV's fast 2x path, less
-        k //= 2  # than 4x's cost), then its pixels' means in float (levels' fractions kept)
-        block = cv2.resize(block, (tw * k, th * k), interpolation=cv2.INTER_AREA)
-    thumb = cv2.resize(block.astype(np.float32), (tw, th), interpolation=cv2.INTER_AREA)
+    block = np.ascontiguousarray(gray[: th * k, : tw * k], dtype=np.float32)
+    thumb = cv2.resize(block, (tw, th), interpolation=cv2.INTER_AREA)  # k x k blocks' means
     flat = thumb.reshape(-1)
     k1, k99 = int(0.01 * (len(flat) - 1)), int(0.99 * (len(flat) - 1))
     part = np.sort(flat)  # numpy's vectorised sort: faster than np.partition at this size
@@ -144,38 +129,59 @@ def information(gray: np.ndarray) -> float:
     return entropy(cv2.convertScaleAbs(cv2.max(thumb, lo), alpha=gain, beta=-lo * gain))
 
 
-def colour_stats(small: np.ndarray) -> np.ndarray:
-    """uint8 (6,): the R, G, B means and standard deviations (grey: its own, thrice), the
-    colour half of the outlier search's embedding (loaders.fields.scores.embedding)."""
+def statistics(small: np.ndarray, gray: np.ndarray, side: int = STATS_SIDE) -> tuple[float, ...]:
+    """What the scores are made of, as prep._quality.stats computes them in one call (the
+    extension, where built; this is its reference), from `small`, the SIDE px copy (RGB or
+    grey), and `gray`, its grey: the grey's std and its Laplacian's (3x3, OpenCV's ksize=1),
+    information(gray),
+    and of a sample of its pixels (every few: shorter side `side`) the brightness at its 99th and
+    5th percentiles (np.percentile's "lower"), the mean max - min channel (chroma) and the R, G,
+    B means and standard deviations (grey: its own, thrice)."""
     import cv2
 
-    mean, std = cv2.meanStdDev(small)  # (C, 1) each: rounded to levels (half to even)
-    stats = [round(v) for v in (*mean.reshape(-1), *std.reshape(-1))]
-    return np.array(stats if len(stats) == 6 else stats[:1] * 3 + stats[1:] * 3, np.uint8)
-
-
-def pixel_scores(img: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """float32 (5,) scores in PIXEL_ISSUES order of an (H, W, 3) RGB or (H, W) grey image (grey:
-    grayscale 0), and its colour_stats. One pass over `img`: its SIDE px copy, whose grey gives
-    blur and information, and every few pixels of it (STATS_SIDE px) the brightness
-    percentiles, colour and chroma."""
-    import cv2
-
-    small = small_copy(img)  # (3 channels area-averaged cost less, in a pack, than grey first)
-    gray = cv2.cvtColor(small, cv2.COLOR_RGB2GRAY) if small.ndim == 3 else small
-    step = max(1, min(small.shape[:2]) // STATS_SIDE)
+    step = max(1, min(small.shape[:2]) // side)
     h, w = small.shape[:2]  # every step-th pixel (nearest: numpy's strided copy is 3x slower)
     sample = cv2.resize(small, (w // step, h // step), interpolation=cv2.INTER_NEAREST)
+    gray_std = cv2.meanStdDev(gray)[1][0, 0]
+    lap_std = cv2.meanStdDev(cv2.Laplacian(gray, cv2.CV_16S, ksize=1))[1][0, 0]
     b2 = np.sort(squared_brightness(sample))  # the percentiles of its square root: the same
-    n = len(b2) - 1  # pixels; np.percentile's "lower" ranks; a sort: faster than np.partition
-    dark, bright = math.sqrt(b2[int(0.99 * n)]) / 255, math.sqrt(b2[int(0.05 * n)]) / 255
+    n = len(b2) - 1  # pixels; sorted: faster than np.partition at this size
     chroma = 0.0  # the mean of each pixel's max - min channel: (|r-g| + |g-b| + |r-b|) / 2
     if sample.ndim == 3:
         r, g, bl = cv2.split(sample)
         l1 = sum(cv2.norm(a, b, cv2.NORM_L1) for a, b in ((r, g), (g, bl), (r, bl)))
         chroma = l1 / (2 * r.size)
-    scores = (blur_score(gray), dark, 1 - bright, 0.1 * information(gray), chroma / CHROMA_SCALE)
-    return np.array([min(1.0, max(0.0, s)) for s in scores], np.float32), colour_stats(sample)
+    mean, std = (np.resize(v.reshape(-1), 3).tolist() for v in cv2.meanStdDev(sample))
+    p99, p5 = (math.sqrt(b2[int(q * n)]) / 255 for q in (0.99, 0.05))
+    return (gray_std, lap_std, p99, p5, information(gray), chroma, *mean, *std)
+
+
+def pixel_scores(img: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """float32 (5,) scores in PIXEL_ISSUES order of an (H, W, 3) RGB or (H, W) grey image (grey:
+    grayscale 0), and uint8 (6,) colour statistics (R, G, B means and standard deviations, the
+    colour half of the outlier search's embedding: loaders.fields.scores.embedding). Its SIDE px
+    copy's grey gives blur and information, every few pixels of it (STATS_SIDE px) the
+    brightness percentiles, colour and chroma. Blur is 1 - exp(-r / BLUR_SCALE), r =
+    var(Laplacian) / var(grey): dividing by the contrast makes a dark, bright or faint image as
+    sharp as its edges are; a flat one scores 1 (it is low_info's case)."""
+    import cv2
+
+    small = np.ascontiguousarray(small_copy(img))
+    gray = cv2.cvtColor(small, cv2.COLOR_RGB2GRAY) if small.ndim == 3 else small
+    gray_std, lap_std, p99, p5, bits, chroma, *colour = STATS(small, gray, STATS_SIDE)
+    flat = gray_std < FLAT_STD or min(small.shape[:2]) < 3  # no edges to judge: low_info's
+    blur = 1.0 if flat else 1.0 - math.exp(-((lap_std / gray_std) ** 2) / BLUR_SCALE)
+    scores = (blur, p99, 1 - p5, 0.1 * bits, chroma / CHROMA_SCALE)
+    return (
+        np.array([min(1.0, max(0.0, s)) for s in scores], np.float32),
+        np.array([round(v) for v in colour], np.uint8),  # levels, half to even as np.rint
+    )
+
+
+try:  # one call a photo where the extension was built: in a pack several times cheaper
+    from prep._quality import stats as STATS
+except ImportError:  # (no C compiler at install): the same values, ~20 calls
+    STATS = statistics
 
 
 def stored_issues(gray: bool) -> tuple[str, ...]:
