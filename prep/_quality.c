@@ -33,42 +33,36 @@ static double std_of(double s, double sq, double n) {
 
 static int reflect(int i, int n) { return i < 0 ? (n > 1 ? -i : 0) : (i >= n ? (n > 1 ? 2 * n - 2 - i : 0) : i); }
 
-/* The grey's and its Laplacian's standard deviations: integer sums, exact. The first and last
-   columns apart (reflected), so the loop between them has no branch. */
+/* A pixel's grey level c and Laplacian lap into the 32-bit sums. */
+#define SUMS(c, lap) (cs += (c), csq += (c) * (c), cls += (lap), clsq += (lap) * (lap))
+
+/* The grey's and its Laplacian's standard deviations: integer sums, exact. A row's two edge
+   columns (reflected) first, then its runs of at most 1,024 pixels in 32 bits (a row of 2,100
+   would overflow the squared Laplacian's), with no branch in their loop. */
 static void grey_stds(const uint8_t *g, int h, int w, double *gstd, double *lstd) {
     int64_t s = 0, sq = 0, ls = 0, lsq = 0;
     for (int y = 0; y < h; y++) {
         const uint8_t *row = g + (size_t)y * w;
         const uint8_t *up = g + (size_t)reflect(y - 1, h) * w;
         const uint8_t *down = g + (size_t)reflect(y + 1, h) * w;
-        int64_t rs = 0, rsq = 0, rls = 0, rlsq = 0;
-        for (int x0 = 1; x0 < w - 1; x0 += 1024) {  /* 32-bit sums of 1,024 px: vectorised */
-            int x1 = x0 + 1024 < w - 1 ? x0 + 1024 : w - 1;
-            int32_t cs = 0, csq = 0, cls = 0, clsq = 0;
-            for (int x = x0; x < x1; x++) {
-                int32_t c = row[x], lap = up[x] + down[x] + row[x - 1] + row[x + 1] - 4 * c;
-                cs += c;
-                csq += c * c;
-                cls += lap;
-                clsq += lap * lap;
-            }
-            rs += cs;
-            rsq += csq;
-            rls += cls;
-            rlsq += clsq;
-        }
-        for (int x = 0; x < w; x += (w > 1 ? w - 1 : 1)) {  /* the two edge columns */
+        int32_t cs = 0, csq = 0, cls = 0, clsq = 0;
+        for (int x = 0; x < w; x += (w > 1 ? w - 1 : 1)) {
             int32_t c = row[x];
             int32_t lap = up[x] + down[x] + row[reflect(x - 1, w)] + row[reflect(x + 1, w)] - 4 * c;
-            rs += c;
-            rsq += c * c;
-            rls += lap;
-            rlsq += lap * lap;
+            SUMS(c, lap);
         }
-        s += rs;
-        sq += rsq;
-        ls += rls;
-        lsq += rlsq;
+        for (int x0 = 1; x0 < w - 1 || x0 == 1; x0 += 1024) {  /* (once, to add the edges) */
+            int x1 = x0 + 1024 < w - 1 ? x0 + 1024 : w - 1;
+            for (int x = x0; x < x1; x++) {
+                int32_t c = row[x], lap = up[x] + down[x] + row[x - 1] + row[x + 1] - 4 * c;
+                SUMS(c, lap);
+            }
+            s += cs;
+            sq += csq;
+            ls += cls;
+            lsq += clsq;
+            cs = csq = cls = clsq = 0;
+        }
     }
     double n = (double)h * w;
     *gstd = std_of((double)s, (double)sq, n);

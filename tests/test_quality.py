@@ -293,10 +293,10 @@ def test_report_has_an_issues_page(planted: tuple[Path, dict[str, str]], tmp_pat
 
 def test_the_extension_computes_what_numpy_does() -> None:
     """prep._quality.stats (one call a photo, built where a C compiler is) against its
-    reference, quality.statistics: the demo photos at several sizes, grey, flat, odd shapes and
-    noise; the same values but for float32's last digits (the brightness percentiles) and
-    information's entropy (within 0.01 bit: a level rounded half up or down where float32 and
-    float64 disagree)."""
+    reference, quality.statistics: the demo photos at several sizes, grey, flat, odd shapes (a
+    row past 2,100 px: the C sums run in 32 bits) and noise; the same values but for float32's
+    last digits (the brightness percentiles) and information's entropy (within 0.01 bit: a level
+    rounded half up or down where float32 and float64 disagree)."""
     ext = pytest.importorskip("prep._quality", reason="the C extension was not built")
     from prep.media.image.quality import STATS_SIDE, small_copy, statistics
 
@@ -305,6 +305,7 @@ def test_the_extension_computes_what_numpy_does() -> None:
     images += [cv2.resize(images[0], (900, 130)), cv2.cvtColor(images[1], cv2.COLOR_RGB2GRAY)]
     images += [np.full((150, 200, 3), 77, np.uint8), rng.integers(0, 256, (131, 517, 3), np.uint8)]
     images += [rng.integers(0, 256, (2, 7, 3), np.uint8), rng.integers(0, 256, (97, 61), np.uint8)]
+    images += [rng.integers(0, 256, (128, 4000), np.uint8), rng.integers(0, 256, (1, 5), np.uint8)]
     for img in images:
         small = np.ascontiguousarray(small_copy(img))
         gray = cv2.cvtColor(small, cv2.COLOR_RGB2GRAY) if small.ndim == 3 else small
