@@ -133,10 +133,9 @@ def statistics(small: np.ndarray, gray: np.ndarray, side: int = STATS_SIDE) -> t
     """What the scores are made of, as prep._quality.stats computes them in one call (the
     extension, where built; this is its reference), from `small`, the SIDE px copy (RGB or
     grey), and `gray`, its grey: the grey's std and its Laplacian's (3x3, OpenCV's ksize=1),
-    information(gray),
-    and of a sample of its pixels (every few: shorter side `side`) the brightness at its 99th and
-    5th percentiles (np.percentile's "lower"), the mean max - min channel (chroma) and the R, G,
-    B means and standard deviations (grey: its own, thrice)."""
+    information(gray), and of a sample of its pixels (every few: shorter side `side`) the
+    brightness at its 99th and 5th percentiles (np.percentile's "lower"), the mean max - min
+    channel (chroma) and the R, G, B means and standard deviations (grey: its own, thrice)."""
     import cv2
 
     step = max(1, min(small.shape[:2]) // side)
