@@ -161,6 +161,32 @@ static void nearest(const uint8_t *img, int h, int w, int ch, int dh, int dw, ui
     }
 }
 
+/* The sample's n pixels of ch channels: each channel's sum and sum of squares, the mean max - min
+   channel (chroma), the brightness at the 99th and 5th percentiles (b2: n values of room). */
+static void sample_stats(const uint8_t *sample, int n, int ch, double *b2, double *sum, double *sq,
+                         double *chroma, double *p99, double *p5) {
+    int64_t spread = 0;
+    for (int i = 0; i < n; i++) {
+        const uint8_t *p = sample + (size_t)i * ch;
+        if (ch == 3) {
+            int r = p[0], gg = p[1], bl = p[2];
+            int mx = r > gg ? (r > bl ? r : bl) : (gg > bl ? gg : bl);
+            int mn = r < gg ? (r < bl ? r : bl) : (gg < bl ? gg : bl);
+            spread += mx - mn;
+            b2[i] = 0.241 * r * r + 0.691 * gg * gg + 0.068 * bl * bl;
+        } else {
+            b2[i] = (double)p[0] * p[0];
+        }
+        for (int c = 0; c < ch; c++) {
+            sum[c] += p[c];
+            sq[c] += (double)p[c] * p[c];
+        }
+    }
+    *chroma = (double)spread / n;
+    *p99 = sqrt(kth(b2, n, (int)(0.99 * (n - 1)))) / 255.0;
+    *p5 = sqrt(kth(b2, n, (int)(0.05 * (n - 1)))) / 255.0;
+}
+
 static PyObject *stats(PyObject *self, PyObject *args) {
     PyObject *so, *go;
     Py_buffer sb, gb;
@@ -192,26 +218,7 @@ static PyObject *stats(PyObject *self, PyObject *args) {
     grey_stds(g, h, w, &gstd, &lstd);
     bits = thumb_entropy(g, h, w);
     nearest(sb.buf, h, w, ch, dh, dw, sample);
-    int64_t spread = 0;
-    for (int i = 0; i < n; i++) {
-        const uint8_t *p = sample + (size_t)i * ch;
-        if (ch == 3) {
-            int r = p[0], gg = p[1], bl = p[2];
-            int mx = r > gg ? (r > bl ? r : bl) : (gg > bl ? gg : bl);
-            int mn = r < gg ? (r < bl ? r : bl) : (gg < bl ? gg : bl);
-            spread += mx - mn;
-            b2[i] = 0.241 * r * r + 0.691 * gg * gg + 0.068 * bl * bl;
-        } else {
-            b2[i] = (double)p[0] * p[0];
-        }
-        for (int c = 0; c < ch; c++) {
-            sum[c] += p[c];
-            sq[c] += (double)p[c] * p[c];
-        }
-    }
-    chroma = (double)spread / n;
-    p99 = sqrt(kth(b2, n, (int)(0.99 * (n - 1)))) / 255.0;
-    p5 = sqrt(kth(b2, n, (int)(0.05 * (n - 1)))) / 255.0;
+    sample_stats(sample, n, ch, b2, sum, sq, &chroma, &p99, &p5);
     Py_END_ALLOW_THREADS
     free(sample); free(b2);
     PyBuffer_Release(&sb);

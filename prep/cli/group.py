@@ -42,8 +42,10 @@ def short_help(cmd: Any) -> str:
     return cmd.short_help or " ".join(_paragraphs(cmd.help)[0].split())
 
 
-class Command(TyperCommand):
-    """A TyperCommand whose help keeps its examples whole (`write_help`)."""
+class PlainHelp:
+    """Help that keeps its examples whole (`write_help`), listed by its first paragraph."""
+
+    help: str | None
 
     def format_help_text(self, ctx: Any, formatter: Any) -> None:
         write_help(self.help, formatter)
@@ -52,17 +54,15 @@ class Command(TyperCommand):
         return short_help(self)
 
 
-class Group(TyperGroup):
+class Command(PlainHelp, TyperCommand):
+    """A TyperCommand with PlainHelp."""
+
+
+class Group(PlainHelp, TyperGroup):
     """A TyperGroup whose commands coerce plain values without pydantic (prep.cli.plain), whose
     `lazy` commands are made on first use, and whose help keeps its examples whole."""
 
     lazy: ClassVar[dict[str, Maker]] = {}
-
-    def format_help_text(self, ctx: Any, formatter: Any) -> None:
-        write_help(self.help, formatter)
-
-    def get_short_help_str(self, limit: int = 45) -> str:
-        return short_help(self)
 
     def get_command(self, ctx: Any, cmd_name: str) -> Any:
         command = super().get_command(ctx, cmd_name)

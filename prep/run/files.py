@@ -7,9 +7,9 @@ import contextlib
 import os
 import platform
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 import numpy as np
 
@@ -17,6 +17,8 @@ from loaders.format import NPY_HEADER_BYTES, FileInfo, sha256_file
 from prep.run.profile import stage
 
 HOST = platform.node()  # socket.gethostname()'s name, without importing socket (issue 40)
+
+T = TypeVar("T")
 
 
 def temp_path(final: Path) -> Path:
@@ -50,6 +52,18 @@ def fsync_dir(path: Path) -> None:
 SYNCERS = 16  # fsyncs issued at once: they share the file system's journal commits
 
 
+def in_threads(work: Callable[[Sequence[T]], None], items: Sequence[T], n: int) -> None:
+    """`work` on `n` strided slices of `items`, each in a thread (the first in this one): for
+    system calls that wait on the disk and overlap (fsync, unlink). n < 2: all here."""
+    n = max(1, min(n, len(items)))
+    threads = [threading.Thread(target=work, args=(items[i::n],)) for i in range(1, n)]
+    for t in threads:
+        t.start()
+    work(items[::n])
+    for t in threads:
+        t.join()
+
+
 def sync_all(files: Sequence[Path | int]) -> None:
     """fsync these files (paths, or open descriptors) or folders, SYNCERS at a time: one after
     another each waits for a journal commit and a disk flush of its own (9 files 41 ms on this
@@ -70,13 +84,7 @@ def sync_all(files: Sequence[Path | int]) -> None:
             except OSError as e:
                 errors.append(named(e, f if isinstance(f, Path) else _fd_name(f)))
 
-    n = min(SYNCERS, len(files))
-    threads = [threading.Thread(target=sync, args=(files[i::n],)) for i in range(1, n)]
-    for t in threads:
-        t.start()
-    sync(files[::n] if n else [])
-    for t in threads:
-        t.join()
+    in_threads(sync, files, SYNCERS)
     if errors:
         raise errors[0]
 

@@ -12,7 +12,7 @@ import json
 import os
 import shutil
 import sys
-import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ from loaders.fields import declared
 from loaders.format import MANIFEST, REJECTS, ArraySpec, Manifest, Shard, sha256_file
 from loaders.format.index import DIGESTS, SHARDS, index_arrays, index_entry
 from prep.run.errors import PrepError, write_error
-from prep.run.files import atomic_write_bytes, atomic_write_text
+from prep.run.files import atomic_write_bytes, atomic_write_text, in_threads
 
 RUN_DIR = ".prep-run"  # inside OUT.partial: the plan and one record per finished shard
 PLAN = "plan.json"
@@ -215,18 +215,12 @@ def unlink_files(folder: Path) -> None:
         with os.scandir(fd) as entries:
             names = [e.name for e in entries if not e.is_dir(follow_symlinks=False)]
 
-        def unlink(some: list[str]) -> None:
+        def unlink(some: Sequence[str]) -> None:
             for name in some:
                 with contextlib.suppress(OSError):
                     os.unlink(name, dir_fd=fd)
 
-        n = min(UNLINKERS, len(names) // 4)  # a few files: no thread is worth it
-        threads = [threading.Thread(target=unlink, args=(names[i::n],)) for i in range(n)]
-        for t in threads:
-            t.start()
-        unlink(names if n == 0 else [])
-        for t in threads:
-            t.join()
+        in_threads(unlink, names, min(UNLINKERS, len(names) // 4))  # a few: no thread is worth it
     finally:
         os.close(fd)
 
