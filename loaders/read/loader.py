@@ -207,6 +207,9 @@ def _sampler(
     return sampler
 
 
+_END = object()
+
+
 class Loader(DataLoader[Any]):
     """A DataLoader reading ahead in `threads` threads, or in workers reusing shared memory."""
 
@@ -242,10 +245,20 @@ class Loader(DataLoader[Any]):
             batches = super().__iter__()
         else:
             self.passes += 1  # before the workers are reset: see SharedRing
-            self.seen.let_go()  # the batches of the pass before that are let go: theirs
-            alloc = pinned if self.pins else None  # copied to pinned memory for a GPU
-            batches = (self.seen.hand_out(b, alloc) for b in super().__iter__())
+            self.seen.let_go()  # before the workers start: the last pass's batches let go
+            batches = self._handed_out(super().__iter__())
         return batches if now is None else state.counted(batches, now)
+
+    def _handed_out(self, batches: Iterator[Any]) -> Iterator[Any]:
+        """The workers' batches as they made them (copied to pinned memory for a GPU), the
+        segments of those before freed as soon as the caller lets go (before each wait)."""
+        alloc = pinned if self.pins else None
+        while True:
+            self.seen.let_go()
+            batch = next(batches, _END)
+            if batch is _END:
+                return
+            yield self.seen.hand_out(batch, alloc)
 
     def _get_iterator(self) -> Any:
         """The pass's iterator; with workers, new ones started, lent the spare segments where

@@ -188,7 +188,6 @@ class Segments:
     def hand_out(self, data: Any, alloc: Alloc | None = None) -> Any:
         """`data` for the caller: its ring tensors as they are, their segments HELD; or with
         `alloc` (pinned memory for a GPU) copied out, their segments free at once."""
-        self.let_go()
         copies: dict[int, torch.Tensor] = {}  # segment address -> its copy (views share one)
         heads: dict[int, torch.Tensor] = {}
         result = _out(data, alloc, copies, heads)
