@@ -180,7 +180,8 @@ class Segments:
         self.most = most
         self._heads: dict[int, torch.Tensor] = {}  # segment address -> its header
         self._held: list[torch.Tensor] = []
-        _LIVE.add(self)
+        with _LOCK:
+            _LIVE.add(self)
 
     def __iter__(self) -> Iterator[torch.UntypedStorage]:
         return iter([h.untyped_storage() for h in self._heads.values()])
@@ -191,12 +192,13 @@ class Segments:
         copies: dict[int, torch.Tensor] = {}  # segment address -> its copy (views share one)
         heads: dict[int, torch.Tensor] = {}
         result = _out(data, alloc, copies, heads)
-        for ptr, head in heads.items():  # only now: two tensors of one segment both copied
-            head = self._heads.setdefault(ptr, head)
-            head[BUSY] = HELD if alloc is None else 0
-            if alloc is None:
-                self._held.append(head)
-        self._forget()
+        with _LOCK:
+            for ptr, head in heads.items():  # only now: two tensors of one segment both copied
+                head = self._heads.setdefault(ptr, head)
+                head[BUSY] = HELD if alloc is None else 0
+                if alloc is None:
+                    self._held.append(head)
+            self._forget()
         return result
 
     def adopt(self, storages: Iterable[torch.UntypedStorage]) -> None:
@@ -213,14 +215,16 @@ class Segments:
 
     def let_go(self) -> None:
         """Free the segments handed out that nothing refers to any more (the caller's batch,
-        its views, a numpy array of it: each holds the storage)."""
-        held = []
-        for head in self._held:
-            if int(head[BUSY]) == HELD and not unheld(head):
-                held.append(head)
-            elif int(head[BUSY]) == HELD:
-                head[BUSY] = 0
-        self._held = held
+        its views, a numpy array of it: each holds the storage); under the lock that `give`,
+        in a queue's feeder thread, is called under."""
+        with _LOCK:
+            held = []
+            for head in self._held:
+                if int(head[BUSY]) == HELD and not unheld(head):
+                    held.append(head)
+                elif int(head[BUSY]) == HELD:
+                    head[BUSY] = 0
+            self._held = held
 
     def _forget(self) -> None:
         """The oldest segments past `most` unmapped, but those handed out."""
@@ -231,14 +235,24 @@ class Segments:
 
 
 _LIVE: weakref.WeakSet[Segments] = weakref.WeakSet()  # this process's, for _sent_on
-os.register_at_fork(after_in_child=_LIVE.clear)  # a worker's parent's loaders are not its own
+_LOCK = threading.Lock()
+
+
+def _forget_parent() -> None:
+    """In a forked child: its parent's loaders are not its own."""
+    global _LIVE, _LOCK
+    _LIVE, _LOCK = weakref.WeakSet(), threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_parent)
 
 
 def _sent_on(storage: torch.UntypedStorage) -> Any:
     """torch's reduction of a storage sent to another process, which first tells the loaders
     of this process (a segment handed out is then theirs for good)."""
-    for segments in list(_LIVE):
-        segments.give(storage)
+    with _LOCK:
+        for segments in list(_LIVE):
+            segments.give(storage)
     return reduce_storage(storage)
 
 
