@@ -17,6 +17,7 @@ from loaders.format import FormatError
 
 SECONDS = float(os.environ.get("FUZZ_SECONDS", "0.5"))  # per target in make test; make fuzz: 300
 SEED = int(os.environ.get("FUZZ_SEED", "0"))
+LEAST = 60  # inputs a target gets however busy the machine: a run is inputs, not seconds
 
 # Bytes and words that parsers trip on: numbers at the edges of their types, quotes, brackets.
 TOKENS = [
@@ -86,11 +87,12 @@ def fuzz(
     where: Path,
     refusals: tuple[type[BaseException], ...] = (FormatError,),
 ) -> int:
-    """Run `target` on inputs from `make` for SECONDS; `refusals` are the only ways to refuse
-    (FormatError for a reader; an importer's own). Returns the number of inputs tried."""
+    """Run `target` on inputs from `make` for SECONDS, and on LEAST at least; `refusals` are the
+    only ways to refuse (FormatError for a reader; an importer's own). Returns the number of
+    inputs tried."""
     rng = random.Random(SEED)
     deadline, tried = time.monotonic() + SECONDS, 0
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline or tried < LEAST:
         data = make(rng)
         try:
             target(data)

@@ -134,24 +134,60 @@ def shared(batch: Any) -> list[torch.Tensor]:
     return [batch] if torch.is_tensor(batch) and batch.is_shared() else []
 
 
+def segment(t: torch.Tensor) -> int:
+    """Which shared-memory file `t` lies in (the main process may map one file twice)."""
+    return os.fstat(t.untyped_storage()._share_fd_cpu_()[0]).st_ino
+
+
 def segments(loader: Any) -> set[int]:
     return {s.data_ptr() for s in loader.seen}
 
 
-def test_ragged_batches_are_copied_out_of_the_rings(coco: Path) -> None:
-    """A batch with a ragged field's list (its small tensors packed): the images copied out too,
-    so each worker reuses its few segments epoch after epoch, never under a batch held."""
+def test_ragged_batches_held_keep_their_values(coco: Path) -> None:
+    """A batch with a ragged field's list (its small tensors packed): handed out in the
+    workers' segments, never written again while held; let go, each worker reuses its few."""
     ds = SampleDataset(coco, fields=FIELDS, size=32, ragged="list")
+    plain = make_loader(ds, batch_size=2, shuffle=True)
+    want = [list(plain) for _ in range(6)]
     loader = make_loader(ds, batch_size=2, shuffle=True, num_workers=2)
     held = list(loader)  # epoch 0, held while epochs 1 and 2 are read
-    values = [b["image"].clone() for b in held]
-    for _epoch in range(2):
-        got = list(loader)
-        assert not [t for batch in got + held for t in shared(batch)]
-    assert all(torch.equal(b["image"], v) for b, v in zip(held, values, strict=True))
-    # 18 batches' pixels: from rings of 4 (in flight, being made, being copied) in 2 workers
-    pixels = {s.data_ptr() for s in loader.seen if s.nbytes() == HEADER + 2 * 32 * 32 * 3}
-    assert 0 < len(pixels) <= 2 * 4
+    for epoch in (1, 2):
+        equal(want[epoch], list(loader))
+    equal(want[0], held)
+    del held
+    pixels = set()
+    for epoch in (3, 4, 5):
+        for k, batch in enumerate(loader):
+            equal(want[epoch][k], batch)
+            pixels.add(segment(batch["image"]))
+    assert shared(batch)  # handed out as the workers made them
+    assert len(pixels) <= 2 * 4  # 18 batches from rings of 4 in 2 workers
+
+
+def test_a_batch_sent_to_another_process_is_never_written_again(coco: Path) -> None:
+    """The receiving process's hold cannot be counted here: a segment sent on is theirs."""
+    ds = SampleDataset(coco, fields=FIELDS, size=32, ragged="pad")
+    loader = make_loader(ds, batch_size=2, shuffle=True, num_workers=2)
+    context = torch.multiprocessing.get_context("fork")
+    queue, done, back = context.SimpleQueue(), context.Event(), context.SimpleQueue()
+    child = context.Process(target=_hold, args=(queue, done, back))
+    child.start()
+    batch = next(iter(loader))
+    sent, want = batch["image"], batch["image"].clone()
+    queue.put(sent)
+    del batch, sent
+    for _epoch in range(2):  # its worker makes other batches meanwhile
+        for _batch in loader:
+            pass
+    done.set()
+    assert np.array_equal(back.get(), want.numpy())
+    child.join(timeout=30)
+
+
+def _hold(queue: Any, done: Any, back: Any) -> None:
+    image = queue.get()
+    done.wait(timeout=60)
+    back.put(image.numpy().copy())  # an array: a tensor would be sent by its shared memory
 
 
 PIXELS = (HEADER + 5 * 32 * 32 * 3, HEADER + 2 * 32 * 32 * 3)

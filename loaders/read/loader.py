@@ -6,10 +6,10 @@ pieces datasets share: `check_indices`, `Batch` and `collate_batch`."""
 from __future__ import annotations
 
 import functools
+import gc
 import multiprocessing
 import os
 import weakref
-from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -21,7 +21,7 @@ from torch.utils.data._utils.collate import default_collate
 from loaders.read import state
 from loaders.read.buffers import BufferPool, current_alloc, pinned
 from loaders.read.readahead import read_ahead
-from loaders.read.ring import SPARE, StartWorker, copy_out, in_ring
+from loaders.read.ring import SPARE, Segments, StartWorker, in_ring
 from loaders.read.samplers import WINDOWED, ShardSampler
 from loaders.read.workers import PackInWorker, capped
 
@@ -208,6 +208,9 @@ def _sampler(
     return sampler
 
 
+_END = object()
+
+
 class Loader(DataLoader[Any]):
     """A DataLoader reading ahead in `threads` threads, or in workers reusing shared memory."""
 
@@ -224,7 +227,7 @@ class Loader(DataLoader[Any]):
             kw["worker_init_fn"] = self.start
             if kw.get("collate_fn") is not None:  # (None: DataLoader's choice, kept)
                 kw["collate_fn"] = PackInWorker(kw["collate_fn"], current_alloc, in_ring)
-            self.seen: deque[Any] = deque(maxlen=4 * workers * keep)
+            self.seen = Segments(most=4 * workers * keep)
             kw["pin_memory"] = False
         super().__init__(dataset, **kw)
         iterable = isinstance(dataset, IterableDataset)
@@ -243,24 +246,45 @@ class Loader(DataLoader[Any]):
             batches = super().__iter__()
         else:
             self.passes += 1  # before the workers are reset: see SharedRing
-            alloc = pinned if self.pins else self.ring.get  # pinned for a GPU
-            batches = (copy_out(b, alloc, self.seen) for b in super().__iter__())
+            self.seen.let_go()  # before the workers start: the last pass's batches let go
+            batches = self._handed_out(super().__iter__())
         return batches if now is None else state.counted(batches, now)
+
+    def _handed_out(self, batches: Iterator[Any]) -> Iterator[Any]:
+        """The workers' batches as they made them (copied to pinned memory for a GPU), the
+        segments of those before freed as soon as the caller lets go (before each wait)."""
+        alloc = pinned if self.pins else None
+        while True:
+            self.seen.let_go()
+            batch = next(batches, _END)
+            if batch is _END:
+                return
+            yield self.seen.hand_out(batch, alloc)
 
     def _get_iterator(self) -> Any:
         """The pass's iterator; with workers, new ones started, lent the spare segments where
         they are forked (`ring.SPARE`), which take back theirs once they are shut down."""
         if not self.shares:
             return super()._get_iterator()
-        self.seen = deque(maxlen=self.seen.maxlen)  # these workers' segments
+        self.seen = Segments(self.seen.most)  # these workers' segments
         lent = SPARE.lend(self.num_workers) if _lends(self.multiprocessing_context) else []
         self.start.lent = [[(s._share_fd_cpu_()[0], s.nbytes()) for s in own] for own in lent]
+        self.seen.adopt(s for own in lent for s in own)
+        # Frozen, this process's objects are left alone by forked workers' collections, whose
+        # writes would copy their pages (a fresh 2-worker epoch: 12k faults, ~40 ms); unless
+        # the caller froze some: theirs to thaw.
+        freeze = gc.get_freeze_count() == 0
+        if freeze:
+            gc.freeze()
         try:
             it = super()._get_iterator()
         finally:
+            if freeze:
+                gc.unfreeze()
             self.start.lent = []
-        given, workers = [s for own in lent for s in own], it._workers  # type: ignore[attr-defined]
-        weakref.finalize(it, SPARE.keep, os.getpid(), workers, given, self.seen).atexit = False
+        del lent  # the segments are the loader's: one header each, in self.seen
+        workers = it._workers  # type: ignore[attr-defined]
+        weakref.finalize(it, SPARE.keep, os.getpid(), workers, self.seen).atexit = False
         return it
 
     @functools.cached_property

@@ -1,25 +1,30 @@
 """A worker's batches in shared memory it reuses: a SharedRing of segments (fresh shared memory a
 batch: page faults cost several times the copy, bench row 4c), each behind a header whose busy
-byte the main process clears once `copy_out` has copied the segment out. The segments of workers
-shut down stay in the main process (`SPARE`), lent to the next workers it forks."""
+byte says who has it: the worker (in flight), the caller (the main process hands the batch out
+without a copy, `Segments`, and frees the segment once nothing refers to it), or another process
+(sent on: never written again). The segments of workers shut down stay in the main process
+(`SPARE`), lent to the next workers it forks."""
 
 from __future__ import annotations
 
 import os
 import threading
-from collections import deque
-from collections.abc import Iterable, Sequence
+import weakref
+from collections.abc import Iterable, Iterator, Sequence
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 import numpy as np
 import torch
+from torch.multiprocessing.reductions import reduce_storage
 
 from loaders.read.buffers import Alloc, Ring, new_shared, read_into, unheld
 from loaders.read.workers import Packed
 
 HEADER = 64  # bytes before a segment's data: a multiple of every dtype's size
 MAGIC = b"prepring"
-BUSY = len(MAGIC)  # offset of the busy byte
+BUSY = len(MAGIC)  # offset of the busy byte: 0 free, then one of these
+SENT, HELD, GIVEN = 1, 2, 3  # made by the worker; handed out; sent on to another process
 OWNER = BUSY + 1  # the id of the worker that wrote it last (its batches: every nth of a pass)
 
 
@@ -52,10 +57,11 @@ class SharedRing(Ring[torch.Tensor]):
         if now != self._pass:  # (a first pass: nothing to free)
             self._pass = now
             for head in (h for bufs in self._bufs.values() for h in bufs):
-                head[BUSY] = 0
+                if int(head[BUSY]) == SENT:  # a batch of the pass before, dropped unread
+                    head[BUSY] = 0
         nbytes = int(torch.Size(shape).numel()) * dtype.itemsize
         head = self.take(self.slots((field, shape, dtype)), _free, lambda: self._made(nbytes))
-        head[BUSY], head[OWNER] = 1, self.owner
+        head[BUSY], head[OWNER] = SENT, self.owner
         out = torch.empty(0, dtype=dtype)
         return out.set_(head.untyped_storage(), HEADER // dtype.itemsize, shape)  # type: ignore[call-overload]
 
@@ -72,7 +78,7 @@ class SharedRing(Ring[torch.Tensor]):
 
 
 def _free(head: torch.Tensor) -> bool:
-    """The main process copied the segment out, and this process holds no tensor of it."""
+    """The main process let the segment go, and this process holds no tensor of it."""
     return int(head[BUSY]) == 0 and unheld(head)
 
 
@@ -108,14 +114,13 @@ class Spare:
             out[int(head[OWNER]) % workers].append(head.untyped_storage())
         return out
 
-    def keep(
-        self, pid: int, workers: Iterable[Any], *storages: Iterable[torch.UntypedStorage]
-    ) -> None:
-        """Take back `storages` of process `pid`, segments of `workers` (processes), once these
-        have ended; those not copied out (in flight, or a batch's not found) are let go."""
+    def keep(self, pid: int, workers: Iterable[Any], segments: Segments) -> None:
+        """Take back the `segments` of a loader of process `pid` once its `workers` (processes)
+        have ended; those in flight or still held by the caller are let go."""
         if pid != os.getpid() or any(w.is_alive() for w in workers):
             return  # a fork's copy, or not joined yet (a loader in a reference cycle)
-        found = {s.data_ptr(): s for group in storages for s in group}  # received again: one
+        segments.let_go()
+        found = {s.data_ptr(): s for s in segments}
         heads = [h for h in map(_header, found.values()) if int(h[BUSY]) == 0]
         with self._lock:
             self._heads = heads + [h for h in self._heads if h.data_ptr() not in found]
@@ -166,37 +171,115 @@ def _ring_header(t: torch.Tensor) -> torch.Tensor | None:
     return head if head[:BUSY].numpy().tobytes() == MAGIC else None
 
 
-def copy_out(data: Any, alloc: Alloc, seen: deque[torch.UntypedStorage]) -> Any:
-    """`data` with every tensor of a worker's ring copied into memory from `alloc`, its segment
-    then marked free and kept in `seen` (received again, it maps to the same memory)."""
-    copies: dict[int, torch.Tensor] = {}  # segment address -> its copy (views share one)
-    heads: list[torch.Tensor] = []
-    result = _copy(data, alloc, copies, heads)
-    for head in heads:  # only now: two tensors of one segment are both copied first
-        head[BUSY] = 0
-        seen.append(head.untyped_storage())
-    return result
+class Segments:
+    """The worker segments a loader's batches lie in, as the main process maps them (a header
+    each, which keeps the mapping: a segment received again maps to the same memory), oldest
+    first, at most `most`; those handed out HELD until nothing but this refers to them."""
+
+    def __init__(self, most: int):
+        self.most = most
+        self._heads: dict[int, torch.Tensor] = {}  # segment address -> its header
+        self._held: list[torch.Tensor] = []
+        with _LOCK:
+            _LIVE.add(self)
+
+    def __iter__(self) -> Iterator[torch.UntypedStorage]:
+        return iter([h.untyped_storage() for h in self._heads.values()])
+
+    def hand_out(self, data: Any, alloc: Alloc | None = None) -> Any:
+        """`data` for the caller: its ring tensors as they are, their segments HELD; or with
+        `alloc` (pinned memory for a GPU) copied out, their segments free at once."""
+        copies: dict[int, torch.Tensor] = {}  # segment address -> its copy (views share one)
+        heads: dict[int, torch.Tensor] = {}
+        result = _out(data, alloc, copies, heads)
+        with _LOCK:
+            for ptr, head in heads.items():  # only now: two tensors of one segment both copied
+                head = self._heads.setdefault(ptr, head)
+                head[BUSY] = HELD if alloc is None else 0
+                if alloc is None:
+                    self._held.append(head)
+            self._forget()
+        return result
+
+    def adopt(self, storages: Iterable[torch.UntypedStorage]) -> None:
+        """Know `storages` (the spare segments lent to this loader's workers) as these."""
+        for storage in storages:
+            self._heads.setdefault(storage.data_ptr(), _header(storage))
+
+    def give(self, storage: torch.UntypedStorage) -> None:
+        """`storage` is sent to another process, whose hold this cannot see: if it is a segment
+        handed out, it is never freed (its worker makes another)."""
+        head = self._heads.get(storage.data_ptr())
+        if head is not None and int(head[BUSY]) == HELD:
+            head[BUSY] = GIVEN
+
+    def let_go(self) -> None:
+        """Free the segments handed out that nothing refers to any more (the caller's batch,
+        its views, a numpy array of it: each holds the storage); under the lock that `give`,
+        in a queue's feeder thread, is called under."""
+        with _LOCK:
+            held = []
+            for head in self._held:
+                if int(head[BUSY]) == HELD and not unheld(head):
+                    held.append(head)
+                elif int(head[BUSY]) == HELD:
+                    head[BUSY] = 0
+            self._held = held
+
+    def _forget(self) -> None:
+        """The oldest segments past `most` unmapped, but those handed out."""
+        for ptr in [p for p, h in self._heads.items() if int(h[BUSY]) != HELD]:
+            if len(self._heads) <= self.most:
+                break
+            del self._heads[ptr]
 
 
-def _copy(x: Any, alloc: Alloc, copies: dict[int, torch.Tensor], heads: list[torch.Tensor]) -> Any:
+_LIVE: weakref.WeakSet[Segments] = weakref.WeakSet()  # this process's, for _sent_on
+_LOCK = threading.Lock()
+
+
+def _forget_parent() -> None:
+    """In a forked child: its parent's loaders are not its own."""
+    global _LIVE, _LOCK
+    _LIVE, _LOCK = weakref.WeakSet(), threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_parent)
+
+
+def _sent_on(storage: torch.UntypedStorage) -> Any:
+    """torch's reduction of a storage sent to another process, which first tells the loaders
+    of this process (a segment handed out is then theirs for good)."""
+    with _LOCK:
+        for segments in list(_LIVE):
+            segments.give(storage)
+    return reduce_storage(storage)
+
+
+ForkingPickler.register(torch.UntypedStorage, _sent_on)
+
+
+def _out(x: Any, alloc: Alloc | None, copies: dict[int, Any], heads: dict[int, Any]) -> Any:
     # A function of the module, not a closure: a recursive closure is a reference cycle, which
     # would hold the copies (and so the pool's buffers) until the garbage collector runs.
     if isinstance(x, tuple | list):
-        return type(x)(_copy(v, alloc, copies, heads) for v in x)
+        return type(x)(_out(v, alloc, copies, heads) for v in x)
     if isinstance(x, dict):
-        return {k: _copy(v, alloc, copies, heads) for k, v in x.items()}
+        return {k: _out(v, alloc, copies, heads) for k, v in x.items()}
     if isinstance(x, Packed):  # a batch's small tensors: one segment; the ring's in its shape
-        return x.unpack(_copy(x.buf, alloc, copies, heads), _copy(x.shape, alloc, copies, heads))
+        return x.unpack(_out(x.buf, alloc, copies, heads), _out(x.shape, alloc, copies, heads))
     head = _ring_header(x) if isinstance(x, torch.Tensor) else None
     if head is None:
         return x
     src = x.untyped_storage()
+    heads.setdefault(src.data_ptr(), head)
+    if alloc is None:
+        return x
     flat = copies.get(src.data_ptr())
     if flat is None:
         whole = torch.empty(0, dtype=torch.uint8).set_(src)
         flat = copies[src.data_ptr()] = alloc("worker", (src.nbytes() - HEADER,), torch.uint8)
         np.copyto(flat.numpy(), whole.numpy()[HEADER:])  # a memcpy: twice torch's copy_ here
-        heads.append(head)
     offset = x.storage_offset() - HEADER // x.element_size()
     out = torch.empty(0, dtype=x.dtype)
     return out.set_(flat.untyped_storage(), offset, x.shape, x.stride())
