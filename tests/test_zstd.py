@@ -125,13 +125,15 @@ def test_a_read_in_order_decompresses_its_whole_chunks_at_once(
     packs: tuple[Path, Path], tmp_path: Path
 ) -> None:
     """Batches in order cover runs of whole chunks (one call of the decompressor a run): the
-    raw pack's masks, on the 2 threads such a dataset asks for; a bad frame in a run is named."""
+    raw pack's masks, on the 2 threads such a dataset asks for (shuffled too, through the kept
+    chunks); a bad frame in a run is named."""
     raw, packed = packs
-    for batch in (8, 11):  # a shard's 2 chunks; runs across shards with rows at either end
-        want = make_loader(ImageShardDataset(raw, size=32, fields=("mask",)), batch_size=batch)
+    for batch, shuffle in ((8, False), (11, False), (5, True)):  # 8: a shard's 2 chunks
+        opts: dict[str, Any] = dict(batch_size=batch, shuffle=shuffle, seed=3)
+        want = make_loader(ImageShardDataset(raw, size=32, fields=("mask",)), **opts)
         ds = ImageShardDataset(packed, size=32, fields=("mask",))
         assert ds.read_threads == 2 and ImageShardDataset(raw, size=32).read_threads is None
-        same(list(want), list(make_loader(ds, batch_size=batch)))
+        same(list(want), list(make_loader(ds, **opts)))  # shuffled: kept chunks, 2 threads
     copy = tmp_path / "copy"
     shutil.copytree(packed, copy)
     path = copy / "mask_32-00000.npy"
