@@ -133,6 +133,8 @@ def test_a_read_in_order_decompresses_its_whole_chunks_at_once(
         want = make_loader(ImageShardDataset(raw, size=32, fields=("mask",)), **opts)
         ds = ImageShardDataset(packed, size=32, fields=("mask",))
         assert ds.read_threads == 2 and ImageShardDataset(raw, size=32).read_threads is None
+        held = ImageShardDataset(packed, size=32, fields=("mask",), in_memory=True)
+        assert held.read_threads is None  # held decompressed: copies, as from a raw pack
         same(list(want), list(make_loader(ds, **opts)))  # shuffled: kept chunks, 2 threads
     copy = tmp_path / "copy"
     shutil.copytree(packed, copy)

@@ -166,8 +166,10 @@ class SampleDataset(DecodingDataset):
         batch's bookkeeping beside another's decoding, which lets go of the GIL)."""
         images = [d for f in self.fields if isinstance(d := self.declared.get(f), Image)]
         decodes = any("jpeg" in str(d.codec) for d in images) or bool(images and self.crop)
-        arrays = self.store.manifest.arrays.values()
-        unzips = any(a.compress for a in arrays if a.field in self.fields)
+        arrays = self.store.manifest.arrays.items()  # (in_memory: held decompressed)
+        unzips = any(
+            a.compress and n not in self._memory for n, a in arrays if a.field in self.fields
+        )
         return 2 if unzips or (decodes and self.decode == "cpu") else None
 
     def __getitems__(self, indices: Sequence[int]) -> SampleBatch:
