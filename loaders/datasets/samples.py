@@ -162,15 +162,10 @@ class SampleDataset(DecodingDataset):
 
     @property
     def read_threads(self) -> int | None:
-        """make_loader's threads: 2 for images decoded on the CPU and for zstd arrays (one
-        batch's bookkeeping beside another's decoding, which lets go of the GIL)."""
+        """make_loader's threads: 2 for images decoded on the CPU (bookkeeping beside decoding)."""
         images = [d for f in self.fields if isinstance(d := self.declared.get(f), Image)]
         decodes = any("jpeg" in str(d.codec) for d in images) or bool(images and self.crop)
-        arrays = self.store.manifest.arrays.items()  # (in_memory: held decompressed)
-        unzips = any(
-            a.compress and n not in self._memory for n, a in arrays if a.field in self.fields
-        )
-        return 2 if unzips or (decodes and self.decode == "cpu") else None
+        return 2 if decodes and self.decode == "cpu" else None
 
     def __getitems__(self, indices: Sequence[int]) -> SampleBatch:
         index = self._checked(indices)
