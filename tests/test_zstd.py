@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -118,6 +119,30 @@ def test_workers_read_the_compressed_pack_as_the_raw_one(packs: tuple[Path, Path
     for _epoch in range(2):
         for x, y in zip(want, loader, strict=True):
             same(x, y)
+
+
+def test_a_read_in_order_decompresses_its_whole_chunks_at_once(
+    packs: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """Batches in order cover runs of whole chunks (one call of the decompressor a run): the
+    raw pack's masks, on 1 or 2 reading threads (shuffled too, through the kept chunks); a bad
+    frame in a run is named."""
+    raw, packed = packs
+    runs = itertools.product((8, 11, 5), (1, 2))  # 8: a shard's 2 chunks; 5: shuffled
+    for batch, threads in runs:  # 2 threads shuffled: the kept chunks filled by both
+        opts: dict[str, Any] = dict(batch_size=batch, shuffle=batch == 5, seed=3)
+        want = make_loader(ImageShardDataset(raw, size=32, fields=("mask",)), **opts)
+        ds = ImageShardDataset(packed, size=32, fields=("mask",))
+        same(list(want), list(make_loader(ds, threads=threads, **opts)))
+    copy = tmp_path / "copy"
+    shutil.copytree(packed, copy)
+    path = copy / "mask_32-00000.npy"
+    payload, data = np.load(path), bytearray(path.read_bytes())
+    starts = payload[len(payload) - 24 :].view("<i8")  # 2 chunks: 3 frame starts
+    data[len(data) - len(payload) + int(starts[2]) - 1] ^= 0xFF  # chunk 1's checksum
+    path.write_bytes(bytes(data))
+    with pytest.raises(FormatError, match=r"mask_32-00000.npy: chunk 1 cannot be decompressed"):
+        ImageShardDataset(copy, size=32, fields=("mask",)).__getitems__(list(range(8)))
 
 
 def test_a_compressed_pack_reads_from_a_url(packs: tuple[Path, Path], tmp_path: Path) -> None:

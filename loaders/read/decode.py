@@ -121,22 +121,26 @@ def run(dst: np.ndarray, p: Pixels, nearest: bool, fast: bool, rows: Sequence[in
     mask, class ids never blended; `fast`: JPEG's fast integer IDCT and plain upsampling)."""
     oh, ow = dst.shape[1:3]
     channels = dst.shape[3] if dst.ndim == 4 else 1
-    for j in rows:
-        src, hw, (top, left, bh, bw) = p.srcs[j], tuple(p.hw[j].tolist()), p.boxes[j].tolist()
+    at = list(rows)  # the rows' sizes, boxes and CRCs as lists at once: per sample, numpy's
+    hws, boxes = p.hw[at].tolist(), p.boxes[at].tolist()  # indexing cost a JPEG's checksum
+    crcs = p.crcs[at].tolist() if p.jpeg and p.crcs is not None else None
+    for j, hw, (top, left, bh, bw), crc in zip(at, hws, boxes, crcs or at, strict=True):
+        src = p.srcs[j]
         if not p.jpeg:
             img = src.reshape(*hw, *dst.shape[3:])
             _resize(img[top : top + bh, left : left + bw], dst[j], nearest)
             continue
-        p.check_crc(j)
-        f = factor((bh, bw), (oh, ow))
-        # The box at 1/f scale: whole decoded pixels covering it (at most one more on each side).
-        t, lft = top // f, left // f
-        region = (t, lft, -(-(top + bh) // f) - t, -(-(left + bw) // f) - lft)
+        if crcs is not None and zlib.crc32(src.data) != crc:
+            p.check_crc(j)  # its FormatError
         try:
-            if f == 1 and (top, left, bh, bw) == (0, 0, *hw) and hw == (oh, ow):  # in place
-                decode_jpeg(src, hw, f, channels, dst[j], fast)
+            if top == left == 0 and [bh, bw] == hw == [oh, ow]:  # whole, at its size: in place
+                decode_jpeg(src, (oh, ow), 1, channels, dst[j], fast)
                 continue
-            img = decode_region(src, hw, f, region, channels, fast)
+            f = factor((bh, bw), (oh, ow))
+            # The box at 1/f scale: whole decoded pixels covering it (at most one more a side).
+            t, lft = top // f, left // f
+            region = (t, lft, -(-(top + bh) // f) - t, -(-(left + bw) // f) - lft)
+            img = decode_region(src, (hw[0], hw[1]), f, region, channels, fast)
         except (ValueError, OSError, SyntaxError) as e:
             p.fail(j, f"the JPEG sample cannot be decoded ({e})")
         _resize(img, dst[j], False)
