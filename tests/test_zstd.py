@@ -175,6 +175,30 @@ def token_packs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tup
     yield tmp_path / "raw", tmp_path / "zstd"
 
 
+def test_masks_default_to_their_own_level(
+    raw_demo: Path, packs: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """No --compress-level: masks at 13 (their runs decode faster), the pixels at 3; a level
+    given is every array's (the `packs` fixture's 5)."""
+    from conftest import run_pack
+
+    opts: dict[str, Any] = dict(sizes=[32], masks=str(raw_demo / "masks"), shard_size=8)
+    run_pack(raw_demo / "images", tmp_path / "z", compress="zstd", **opts)
+    levels = {
+        root.name: {n: a["level"] for n, a in manifest(root)["arrays"].items() if "level" in a}
+        for root in (tmp_path / "z", packs[1])
+    }
+    assert levels["z"] == {"mask_32": 13, "image_32": 3, "source": 3}
+    assert set(levels["zstd"].values()) == {5}
+    raw = packs[0]
+    masks = numpy_read(tmp_path / "z", "mask_32", 0, "00000")
+    assert np.array_equal(masks, np.load(raw / "mask_32-00000.npy"))
+
+
+def manifest(root: Path) -> dict[str, Any]:
+    return json.loads((root / "manifest.json").read_text())
+
+
 def test_tokens_read_the_same_compressed(token_packs: tuple[Path, Path]) -> None:
     raw, packed = token_packs
     m = json.loads((packed / "manifest.json").read_text())

@@ -66,7 +66,11 @@ class RunConfig:
         "none | zstd: masks, tokens, text and raw pixels in zstd chunks (random access kept; "
         'docs/format.md, "Compressed arrays").',
     )
-    compress_level: int = opt(3, "The zstd level of --compress zstd, 1 (fast) to 19 (small).")
+    compress_level: int | None = opt(
+        None,
+        "The zstd level of --compress zstd, 1 (fast) to 19 (small); default 3, and 13 for masks "
+        "(their runs decode 1.8x faster at 13, for little time: masks compress fast).",
+    )
 
     SECTION: ClassVar[str] = ""
     # Keys that do not change the output bytes: a resumed run may differ in these.
@@ -102,7 +106,8 @@ class RunConfig:
         check(self.jobs >= 0, f"--jobs {self.jobs}", "0 (all cores) or more")
         check(self.backend in BACKENDS, f"--backend {self.backend}", " | ".join(BACKENDS))
         choice(self.compress, COMPRESS, "--compress")
-        check(1 <= self.compress_level <= 19, f"--compress-level {self.compress_level}", "1..19")
+        level = self.compress_level
+        check(level is None or 1 <= level <= 19, f"--compress-level {level}", "1..19")
         if self.compress != "none" and getattr(self, "format", "npy") != "npy":
             raise UsageError("--compress zstd is for npy shards. HINT: drop --format h5")
         if self.compress == "zstd" and importlib.util.find_spec("zstandard") is None:

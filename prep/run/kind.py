@@ -29,7 +29,7 @@ def array_specs(fields: Mapping[str, Field], cfg: Any = None) -> dict[str, Array
     specs = {array_name(s.field, s.size): s for n, f in fields.items() for s in f.arrays(n)}
     if cfg is None:
         return specs
-    return compressed(specs, getattr(cfg, "compress", "none"), getattr(cfg, "compress_level", 3))
+    return compressed(specs, getattr(cfg, "compress", "none"), getattr(cfg, "compress_level", None))
 
 
 def fingerprint(seen: Any) -> str:
