@@ -20,6 +20,11 @@ import pyarrow.parquet as pq
 from prep.run.errors import PrepError
 from prep.run.inputs import check_file, reject_record, walk
 
+try:  # the common block in one C pass (prep/_csv.c); without it, or for others, pyarrow's
+    from prep._csv import parse as fast_parse
+except ImportError:  # no C compiler at install
+    fast_parse = None
+
 FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".parquet": "parquet"}
 # Compressed text tables are decompressed into the run folder first (prep.kinds.table.scan):
 # a block is a byte range, and a compressed stream cannot be entered at one.
@@ -198,6 +203,9 @@ def _read_csv(
     except UnicodeDecodeError as e:
         raise PrepError(f"{block.rel}: row 0 (the header) is not UTF-8. {HINT_ENCODING}") from e
     names = next(csv.reader([line], delimiter=sep), [])
+    fast = _fast_csv(data, names, sep, na_values, types)
+    if fast is not None:
+        return fast
 
     def bad_row(row: Any) -> str:
         found = reject_record(
@@ -229,3 +237,37 @@ def _read_csv(
     )
     read = pcsv.ReadOptions(column_names=names, use_threads=False)
     return pcsv.read_csv(io.BytesIO(data), read, parse, convert)
+
+
+CODED = pa.dictionary(pa.int32(), pa.binary())  # a --categorical column as the scan reads it
+
+
+def _fast_csv(
+    data: bytes, names: list[str], sep: str, na_values: list[str], types: dict[str, pa.DataType]
+) -> pa.Table | None:
+    """The block as pyarrow would read it, from prep._csv, or None where it leaves it to
+    pyarrow (quotes inside cells, rows of other field counts, cells of other types...)."""
+    coded = tuple(n in types for n in names)
+    if fast_parse is None or len(sep.encode()) != 1 or any(types[n] != CODED for n in types):
+        return None
+    got = fast_parse(data, len(names), sep.encode(), tuple(v.encode() for v in na_values), coded)
+    if got is None:
+        return None
+    rows, cols = got
+    return pa.table([_arrow(rows, c, b) for c, b in zip(cols, coded, strict=True)], names=names)
+
+
+def _arrow(rows: int, column: tuple[Any, ...], coded: bool) -> pa.Array:
+    """One column of prep._csv.parse's as an Arrow array (its buffers, not copied)."""
+    kind, *buffers = column
+    if kind == "null":
+        return pa.nulls(rows)
+    valid = None if buffers[0] is None else pa.py_buffer(buffers[0])
+    if kind != "text":
+        dtype = pa.int64() if kind == "int" else pa.float64()
+        return pa.Array.from_buffers(dtype, rows, [valid, pa.py_buffer(buffers[1])])
+    indices = pa.Array.from_buffers(pa.int32(), rows, [valid, pa.py_buffer(buffers[1])])
+    offsets, values = (pa.py_buffer(b) for b in buffers[2:])
+    dtype = pa.binary() if coded else pa.string()
+    words = pa.Array.from_buffers(dtype, len(buffers[2]) // 4 - 1, [None, offsets, values])
+    return pa.DictionaryArray.from_arrays(indices, words, safe=False)
