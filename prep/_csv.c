@@ -134,10 +134,62 @@ static int utf8_ok(const uint8_t *p, size_t len) {
     return 1;
 }
 
-static uint64_t hash_of(const char *p, size_t len) {
-    uint64_t h = 0x9E3779B97F4A7C15ull ^ len;
-    for (size_t k = 0; k < len; k++) h = (h ^ (uint8_t)p[k]) * 0x100000001B3ull;
-    return h ^ (h >> 29);
+static const uint64_t POW10I[8] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000};
+
+static uint64_t load8(const char *p) {
+    uint64_t w;
+    memcpy(&w, p, 8);
+    return w;
+}
+
+/* `room`: bytes readable from p. */
+static uint64_t hash_of(const char *p, size_t len, size_t room) {
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ len, w = 0;
+    if (len <= 8) { /* a short value as one word (little-endian, zero above) */
+        if (room >= 8) w = len ? load8(p) & (~0ull >> (64 - 8 * len)) : 0;
+        else memcpy(&w, p, len);
+        h = (h ^ w) * 0xBF58476D1CE4E5B9ull;
+    } else {
+        for (size_t k = 0; k < len; k++) h = (h ^ (uint8_t)p[k]) * 0x100000001B3ull;
+    }
+    return h ^ (h >> 31);
+}
+
+/* How many of the 8 bytes of w (little-endian) lead with digits: those with b - '0' < 10
+   (a borrow or a carry only reaches the bytes above the first other one). */
+static int digit_run(uint64_t w) {
+    uint64_t t = w - 0x3030303030303030ull;
+    uint64_t bad = (t | (t + 0x7676767676767676ull)) & 0x8080808080808080ull;
+    return bad ? __builtin_ctzll(bad) >> 3 : 8;
+}
+
+/* The value of w's first k digits, 1 <= k <= 8 (three multiplies: simdjson's). */
+static uint64_t digits_value(uint64_t w, int k) {
+    w = (w << (8 * (8 - k))) & 0x0F0F0F0F0F0F0F0Full;
+    w = (w * 2561) >> 8 & 0x00FF00FF00FF00FFull;
+    w = (w * 6553601) >> 16 & 0x0000FFFF0000FFFFull;
+    return (w * 42949672960001ull) >> 32;
+}
+
+/* The common number -?D{1,7}(.D{1,7})?, without a loop: C_INT or C_DEC, *b: where it ends;
+   C_ODD: number() decides. 18 bytes at least are readable from p. */
+static int quick(const char *p, size_t *b, int64_t *iv, double *dv) {
+    int neg = p[0] == '-', k, f;
+    uint64_t w = load8(p + neg), m;
+    if ((k = digit_run(w)) == 0 || k == 8) return C_ODD;
+    m = digits_value(w, k);
+    if (p[neg + k] != '.') {
+        *iv = (int64_t)((m ^ -(uint64_t)neg) + (uint64_t)neg), *b = (size_t)(neg + k); /* no branch */
+        return C_INT;
+    }
+    w = load8(p + neg + k + 1);
+    if ((f = digit_run(w)) == 0 || f == 8) return C_ODD;
+    double d = (double)(m * POW10I[f] + digits_value(w, f)) / POW10[f];
+    uint64_t bits;
+    memcpy(&bits, &d, 8);
+    bits |= (uint64_t)neg << 63; /* the sign without a branch (it is random) */
+    memcpy(dv, &bits, 8), *b = (size_t)(neg + k + 1 + f);
+    return C_DEC;
 }
 
 typedef struct {
@@ -147,7 +199,7 @@ typedef struct {
     PyObject *valid, *vals; /* a bitmap; int64s, doubles or (text) int32 indices */
     uint8_t *v;
     char *out;
-    uint64_t *slot;         /* text: hash table of (hash << 32 | value + 1), `cap` slots */
+    uint32_t *slot;         /* text: hash table of value + 1 (0: empty), `cap` slots */
     int32_t *off;           /* text: the values' offsets into `data`, nv + 1 */
     char *data;
     size_t cap, nv, room, bytes, space;
@@ -163,31 +215,35 @@ static void reset(Column *col) {
 
 /* Room for twice the values; -1: no memory. */
 static int grow(Column *col) {
-    size_t room = col->room ? 2 * col->room : 256, cap = 4 * room;
+    size_t room = col->room ? 2 * col->room : 256, cap = 2 * room; /* half full at most */
     int32_t *off = realloc(col->off, (room + 1) * sizeof *off);
     if (off != NULL) col->off = off;
-    uint64_t *slot = calloc(cap, sizeof *slot);
+    uint32_t *slot = calloc(cap, sizeof *slot);
     if (off == NULL || slot == NULL) return free(slot), -1;
     if (col->nv == 0) off[0] = 0;
-    for (size_t k = 0; k < col->cap; k++) {
-        uint64_t e = col->slot[k];
-        size_t h = (e >> 32) & (cap - 1);
-        while (e && slot[h]) h = (h + 1) & (cap - 1);
-        if (e) slot[h] = e;
+    for (size_t v = 0; v < col->nv; v++) {
+        const char *p = col->data + off[v];
+        size_t len = off[v + 1] - off[v], h = hash_of(p, len, col->bytes - off[v]) & (cap - 1);
+        while (slot[h]) h = (h + 1) & (cap - 1);
+        slot[h] = (uint32_t)v + 1;
     }
     free(col->slot);
     col->slot = slot, col->cap = cap, col->room = room;
     return 0;
 }
 
+static int same(const char *a, const char *b, size_t len) {
+    for (size_t k = 0; k < len; k++)
+        if (a[k] != b[k]) return 0;
+    return 1;
+}
+
 /* A text cell's value index; -1: not UTF-8 or no memory (pyarrow's then). */
-static int32_t intern(Column *col, const char *p, size_t len) {
-    uint64_t hv = hash_of(p, len) >> 32;
-    size_t h = hv & (col->cap - 1);
-    for (uint64_t e; (e = col->slot[h]) != 0; h = (h + 1) & (col->cap - 1)) {
-        size_t v = (uint32_t)e - 1;
-        if (e >> 32 == hv && (size_t)(col->off[v + 1] - col->off[v]) == len &&
-            memcmp(col->data + col->off[v], p, len) == 0)
+static int32_t intern(Column *col, const char *p, size_t len, size_t room) {
+    size_t h = hash_of(p, len, room) & (col->cap - 1);
+    for (uint32_t e; (e = col->slot[h]) != 0; h = (h + 1) & (col->cap - 1)) {
+        size_t v = e - 1;
+        if ((size_t)(col->off[v + 1] - col->off[v]) == len && same(col->data + col->off[v], p, len))
             return (int32_t)v;
     }
     if (!col->forced && !utf8_ok((const uint8_t *)p, len)) return -1;
@@ -200,7 +256,7 @@ static int32_t intern(Column *col, const char *p, size_t len) {
     }
     memcpy(col->data + col->bytes, p, len);
     col->bytes += len;
-    col->slot[h] = hv << 32 | (col->nv + 1);
+    col->slot[h] = (uint32_t)(col->nv + 1);
     col->off[++col->nv] = (int32_t)col->bytes;
     if (col->nv == col->room && grow(col) < 0) return -1;
     return (int32_t)(col->nv - 1);
@@ -208,27 +264,10 @@ static int32_t intern(Column *col, const char *p, size_t len) {
 
 enum { OK, PYARROW, AGAIN }; /* AGAIN: a column turned out text below its first row */
 
-/* Row r's cell [a, b) of a column. */
-static int add(Column *col, const char *s, size_t a, size_t b, int quoted, Py_ssize_t r,
-               PyObject *na) {
-    const char *p = s + a;
-    size_t len = b - a;
+/* The column's kind with row r's number (its value written as `got` says). */
+static void typed(Column *col, int got, Py_ssize_t r) {
     int64_t *iv = (int64_t *)col->out;
     double *dv = (double *)col->out;
-    if (!quoted && is_na(p, len, na)) {
-        col->v[r >> 3] &= (uint8_t) ~(1u << (r & 7));
-        col->nulls++, iv[r] = 0;
-        return OK;
-    }
-    if (col->kind == K_TEXT) {
-        int32_t i = intern(col, p, len);
-        return i < 0 ? PYARROW : (((int32_t *)col->out)[r] = i, OK);
-    }
-    if (plain_text(p, len)) {
-        col->text = 1;
-        return AGAIN;
-    }
-    int got = quoted && is_na(p, len, na) ? C_ODD : number(p, len, &iv[r], &dv[r]);
     if (got == C_ODD) {
         col->odd = 1;
     } else if (got == C_DEC && col->kind != K_FLOAT) {
@@ -239,6 +278,29 @@ static int add(Column *col, const char *s, size_t a, size_t b, int quoted, Py_ss
     } else if (col->kind == K_NULL) {
         col->kind = K_INT;
     }
+}
+
+/* Row r's cell [a, b) of a column, of data n bytes long. */
+static int add(Column *col, const char *s, size_t a, size_t b, int quoted, Py_ssize_t r,
+               PyObject *na, size_t n) {
+    const char *p = s + a;
+    size_t len = b - a;
+    int64_t *iv = (int64_t *)col->out;
+    double *dv = (double *)col->out;
+    if (!quoted && is_na(p, len, na)) {
+        col->v[r >> 3] &= (uint8_t) ~(1u << (r & 7));
+        col->nulls++, iv[r] = 0;
+        return OK;
+    }
+    if (col->kind == K_TEXT) {
+        int32_t i = intern(col, p, len, n - a);
+        return i < 0 ? PYARROW : (((int32_t *)col->out)[r] = i, OK);
+    }
+    if (plain_text(p, len)) {
+        col->text = 1;
+        return AGAIN;
+    }
+    typed(col, quoted && is_na(p, len, na) ? C_ODD : number(p, len, &iv[r], &dv[r]), r);
     return OK;
 }
 
@@ -246,26 +308,32 @@ static int add(Column *col, const char *s, size_t a, size_t b, int quoted, Py_ss
    over all); the row count, or -PYARROW or -AGAIN. */
 static Py_ssize_t tokenize(const char *s, Py_ssize_t n, char sep, Py_ssize_t cap, Column *cols,
                            int ncols, PyObject *na) {
-    uint8_t stop[256] = {0};
+    uint8_t stop[256] = {0}, ends[256] = {0};
     stop[(uint8_t)sep] = stop['\n'] = stop['\r'] = stop['"'] = 1;
+    ends[(uint8_t)sep] = ends['\n'] = ends['\r'] = 1; /* a cell's ends */
+    int has_na = PyTuple_GET_SIZE(na) > 0;
     Py_ssize_t i = 0, row = 0;
     while (i < n) {
         if (row >= cap || s[i] == '\n' || s[i] == '\r') return -PYARROW; /* an empty line */
         for (int col = 0; col < ncols; col++) {
-            Py_ssize_t a = i, b;
+            Py_ssize_t a = i;
             int quoted = i < n && s[i] == '"', got;
-            if (quoted) {
-                const char *close = memchr(s + i + 1, '"', n - i - 1);
-                if (close == NULL) return -PYARROW;
-                b = close - s;
-                for (Py_ssize_t k = a + 1; k < b; k++)
-                    if (s[k] == '\n' || s[k] == '\r') return -PYARROW;
-                a += 1, i = b + 1;
+            Column *c = &cols[col];
+            size_t len;
+            if (!quoted && c->kind != K_TEXT && n - i > 17 &&
+                (got = quick(s + i, &len, (int64_t *)c->out + row, (double *)c->out + row)) != C_ODD &&
+                ends[(uint8_t)s[i + len]] && !(has_na && is_na(s + i, len, na))) {
+                typed(c, got, row); /* the common number: no second look at its bytes */
+                i += len;
+            } else if (quoted) {
+                for (++i; i < n && s[i] != '"'; i++)
+                    if (s[i] == '\n' || s[i] == '\r') return -PYARROW;
+                if (i++ >= n) return -PYARROW;
+                if ((got = add(c, s, a + 1, i - 1, 1, row, na, n)) != OK) return -got;
             } else {
                 while (i < n && !stop[(uint8_t)s[i]]) i++;
-                b = i;
+                if ((got = add(c, s, a, i, 0, row, na, n)) != OK) return -got;
             }
-            if ((got = add(&cols[col], s, a, b, quoted, row, na)) != OK) return -got;
             if (col < ncols - 1) {
                 if (i >= n || s[i] != sep) return -PYARROW; /* too few fields, a stray quote */
                 i++;
