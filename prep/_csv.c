@@ -5,6 +5,7 @@
    built by setup.py where a C compiler is; without it, or for a block it does not take,
    pyarrow parses (tests/test_table_csv.py holds the two together on generated blocks).
 
+   quotes(data) -> how many '"' it holds (a block is cut where the count before is even)
    parse(data, ncols, sep, na, forced) -> None (pyarrow parses the block) or (rows, columns)
    data:   the block's rows (no header), each ending in \n or \r\n (the last may not)
    na:     tuple of bytes: cell texts that are missing besides "" (quoted cells never are)
@@ -431,8 +432,23 @@ done:
     return out;
 }
 
+/* quotes(data) -> how many '"' it holds (where a block may be cut: an even count before). */
+static PyObject *quotes(PyObject *self, PyObject *arg) {
+    Py_buffer buf;
+    size_t count = 0;
+    (void)self;
+    if (PyObject_GetBuffer(arg, &buf, PyBUF_SIMPLE) < 0) return NULL;
+    const unsigned char *s = buf.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < buf.len; i++) count += s[i] == '"'; /* vectorised */
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&buf);
+    return PyLong_FromSize_t(count);
+}
+
 static PyMethodDef methods[] = {
     {"parse", parse, METH_VARARGS, "parse(data, ncols, sep, na, forced): a CSV block's columns"},
+    {"quotes", quotes, METH_O, "quotes(data): how many '\"' bytes it holds"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_csv", NULL, -1, methods,

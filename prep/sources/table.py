@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import glob
 import io
+import mmap
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,8 +23,9 @@ from prep.run.inputs import check_file, reject_record, walk
 
 try:  # the common block in one C pass (prep/_csv.c); without it, or for others, pyarrow's
     from prep._csv import parse as fast_parse
+    from prep._csv import quotes as count_quotes
 except ImportError:  # no C compiler at install
-    fast_parse = None
+    fast_parse = count_quotes = None
 
 FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".parquet": "parquet"}
 # Compressed text tables are decompressed into the run folder first (prep.kinds.table.scan):
@@ -121,25 +123,33 @@ def decompressed(rel: str, path: Path, folder: Path, index: int) -> Path:
     return plain
 
 
+def _quotes(view: memoryview) -> int:
+    return count_quotes(view) if count_quotes is not None else bytes(view).count(b'"')
+
+
 def _cuts(path: Path, size: int, quoted: bool) -> Iterator[tuple[int, int]]:
-    """Byte ranges of about `size` ending at line ends outside quotes (an even count of `"`)."""
+    """Byte ranges of about `size` ending at line ends outside quotes (an even count of `"`),
+    found in a memory map: no byte is copied, and only the quotes are counted."""
     total = path.stat().st_size
-    start = 0
-    with open(path, "rb") as f:
-        while start < total:
-            f.seek(start)
-            data = f.read(size)
-            end = start + len(data)
-            if end < total:
-                cut = data.rfind(b"\n") + 1
-                while quoted and cut > 0 and data.count(b'"', 0, cut) % 2:
-                    cut = data.rfind(b"\n", 0, cut - 1) + 1
-                if cut <= 0:  # one row longer than a block: read on to its end
-                    yield start, total
-                    return
-                end = start + cut
-            yield start, end
-            start = end
+    if not total:
+        return
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        view, start = memoryview(mm), 0
+        try:
+            while start < total:
+                end = min(start + size, total)
+                if end < total:
+                    cut = mm.rfind(b"\n", start, end) + 1
+                    while quoted and cut > start and _quotes(view[start:cut]) % 2:
+                        cut = mm.rfind(b"\n", start, cut - 1) + 1
+                    if cut <= start:  # one row longer than a block: read on to its end
+                        yield start, total
+                        return
+                    end = cut
+                yield start, end
+                start = end
+        finally:
+            view.release()
 
 
 def blocks(rel: str, path: Path, block_bytes: int = BLOCK_BYTES) -> Iterator[Block]:
@@ -172,15 +182,28 @@ def read_block(
     path = Path(block.path)
     if block.fmt == "parquet":
         return pq.ParquetFile(path).read_row_group(block.start)
-    with open(path, "rb") as f:
+    # A memory map: the C path reads the rows where they are (pyarrow's, a copy).
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
         head = f.readline(1 << 20) if block.fmt != "jsonl" else b""
-        f.seek(block.start)
-        data = f.read(block.end - block.start)
+        with memoryview(mm)[block.start : block.end] as data:
+            return _parsed(head, data, block, (na_values, delimiter), rejects, types or {})
+
+
+def _parsed(
+    head: bytes,
+    data: memoryview,
+    block: Block,
+    how: tuple[list[str], str | None],
+    rejects: list[dict[str, Any]],
+    types: dict[str, pa.DataType],
+) -> pa.Table:
+    """`how`: the --na-values and --delimiter."""
+    na_values, delimiter = how
     try:
         if block.fmt == "jsonl":
             return pj.read_json(io.BytesIO(data))
         sep = delimiter or ("\t" if block.fmt == "tsv" else ",")
-        return _read_csv(head, data, block, (na_values, sep), rejects, types or {})
+        return _read_csv(head, data, block, (na_values, sep), rejects, types)
     except pa.ArrowInvalid as e:
         raise PrepError(
             f"{block.rel}: cannot parse the rows from row {block.first_row} on ({e}). "
@@ -190,7 +213,7 @@ def read_block(
 
 def _read_csv(
     head: bytes,
-    data: bytes,
+    view: memoryview,
     block: Block,
     how: tuple[list[str], str],
     rejects: list[dict[str, Any]],
@@ -203,9 +226,10 @@ def _read_csv(
     except UnicodeDecodeError as e:
         raise PrepError(f"{block.rel}: row 0 (the header) is not UTF-8. {HINT_ENCODING}") from e
     names = next(csv.reader([line], delimiter=sep), [])
-    fast = _fast_csv(data, names, sep, na_values, types)
+    fast = _fast_csv(view, names, sep, na_values, types)
     if fast is not None:
         return fast
+    data = bytes(view)
 
     def bad_row(row: Any) -> str:
         found = reject_record(
@@ -243,7 +267,11 @@ CODED = pa.dictionary(pa.int32(), pa.binary())  # a --categorical column as the 
 
 
 def _fast_csv(
-    data: bytes, names: list[str], sep: str, na_values: list[str], types: dict[str, pa.DataType]
+    data: bytes | memoryview,
+    names: list[str],
+    sep: str,
+    na_values: list[str],
+    types: dict[str, pa.DataType],
 ) -> pa.Table | None:
     """The block as pyarrow would read it, from prep._csv, or None where it leaves it to
     pyarrow (quotes inside cells, rows of other field counts, cells of other types...)."""
