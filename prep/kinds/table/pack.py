@@ -18,7 +18,7 @@ from loaders.format.index import stem
 from prep.kinds.table.append import COLUMNS, merged_columns, state_record
 from prep.kinds.table.config import TableConfig
 from prep.kinds.table.scan import BLOCKS, Scan, read_spill, scan
-from prep.media.table.types import Column, encode
+from prep.media.table.types import Column, encode, numpy_of, whole
 from prep.run.driver import run
 from prep.run.errors import PrepError
 from prep.run.grow import Parent, check_fields, file_identity
@@ -81,7 +81,7 @@ def table_shard(
     named, position = column_names(columns), {c.name: i for i, c in enumerate(columns)}
     with stage("read"):  # memory maps: the rows are read as they are encoded
         tables = [read_spill(staging / RUN_DIR / BLOCKS, b) for b in shard]
-        vals = [np.asarray(t.column(len(columns)), dtype=bool) for t in tables]  # the split
+        vals = [numpy_of(whole(t.column(len(columns)))) for t in tables]  # the split
     rows = {"train": sum(int((~v).sum()) for v in vals), "val": sum(int(v.sum()) for v in vals)}
     splits = {s: ShardFiles(staging, stem(s, index)) for s in SPLITS if rows[s]}
     with writing(splits.values()):
@@ -92,10 +92,10 @@ def table_shard(
             with stage("encode"):  # the block's arrays in their stored dtypes
                 encoded = {}
                 for name, col in named.items():
-                    cells = table.column(position[col.name]).combine_chunks()
+                    cells = whole(table.column(position[col.name]))
                     encoded[name] = encode(cells, col, vocabs.get(col.name))
                     if fields[name].mask:
-                        encoded[f"{name}_missing"] = np.asarray(cells.is_null(), dtype=np.uint8)
+                        encoded[f"{name}_missing"] = numpy_of(cells.is_null()).view(np.uint8)
             with stage("write"):
                 if not val.any():
                     splits["train"].extend(encoded)

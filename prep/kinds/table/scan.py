@@ -13,7 +13,15 @@ import numpy as np
 import pyarrow as pa
 
 from prep.kinds.table.config import TableConfig
-from prep.media.table.types import Column, Stats, as_text, decide, kept_form
+from prep.media.table.types import (
+    Column,
+    Stats,
+    as_text,
+    decide,
+    kept_form,
+    numpy_of,
+    whole,
+)
 from prep.run.errors import PrepError
 from prep.run.inputs import reject_record, warn
 from prep.run.parallel import run_tasks
@@ -76,7 +84,7 @@ def scan_block(block: Block, cfg: TableConfig, keep: int | None, folder: Path) -
     types = {n: pa.dictionary(pa.int32(), pa.binary()) for n in cfg.names("categorical")}
     table = read_block(block, cfg.names("na_values"), rejects, types, cfg.delimiter)
     names = [n for n in table.column_names if n not in set(cfg.names("drop"))]
-    text = [as_text(table.column(n).combine_chunks(), block.rel, n, block.first_row) for n in names]
+    text = [as_text(whole(table.column(n)), block.rel, n, block.first_row) for n in names]
     table = pa.table(text, names=names)
     if keep is not None:
         table = table.slice(0, keep)
@@ -87,7 +95,7 @@ def scan_block(block: Block, cfg: TableConfig, keep: int | None, folder: Path) -
     stats = {n: Stats() for n in names}
     kept = []
     for n, st in stats.items():
-        cells = table.column(n).combine_chunks()
+        cells = whole(table.column(n))
         at = (block.rel, block.first_row)
         # A target's classes are every row's values: a class only val holds is still one.
         train = ~val if n != cfg.target else np.ones(len(val), bool)
@@ -108,7 +116,7 @@ def _without_missing_target(
     """The rows whose target is given, the others added to `rejects` (the rows skipped already)."""
     if target is None or target not in table.column_names or not table.column(target).null_count:
         return table  # no target, a missing column (the scan names it), or no empty cell
-    missing = np.asarray(table.column(target).is_null())
+    missing = numpy_of(whole(table.column(target).is_null()))
     skipped = np.array(sorted(r["row"] for r in rejects), np.int64)
     kept_rows = np.setdiff1d(np.arange(1, table.num_rows + len(skipped) + 1), skipped)
     for row in kept_rows[np.flatnonzero(missing)].tolist():
