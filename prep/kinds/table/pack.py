@@ -69,13 +69,13 @@ def table_fields(columns: list[Column], missing_mask: bool) -> dict[str, ColumnF
 def table_shard(
     index: int,
     shard: list[Block],
-    cfg: TableConfig,
+    fields: dict[str, ColumnField],
     columns: list[Column],
     rejects: list[dict[str, Any]],
     staging: Path,
 ) -> dict[str, Any]:
-    """`shard`'s parsed blocks into shard `index` of each split; its record."""
-    fields = table_fields(columns, cfg.missing_mask)
+    """`shard`'s parsed blocks into shard `index` of each split; its record. `fields`: the
+    kind's (made once: a field checks each of its vocabulary's values)."""
     specs = array_specs(fields)
     vocabs = {c.name: pa.array(c.vocab, pa.string()) for c in columns if c.vocab is not None}
     named, position = column_names(columns), {c.name: i for i, c in enumerate(columns)}
@@ -180,7 +180,7 @@ class TableKind(Kind[TableConfig, list[Block]]):
 
     def task_args(self, index: int, shard: list[Block], staging: Path) -> tuple[Any, ...]:
         rejects = [r for b in shard for r in self.scan.rejects[b.index]]
-        return (index, shard, self.cfg, self.scan.columns, rejects, staging)
+        return (index, shard, self.fields, self.scan.columns, rejects, staging)
 
     def extra(self, records: list[dict[str, Any]]) -> dict[str, Any]:
         return {} if self.cfg.target is None else {"target": self.cfg.target}
