@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from prep.media.table.types import numpy_of, whole
+from prep.media.table.arrow import numpy_of, whole
 
 P = np.uint64(0x100000001B3)  # odd, so that it has an inverse mod 2**64
 P_INV = np.uint64(pow(int(P), -1, 2**64))

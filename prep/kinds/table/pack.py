@@ -18,7 +18,8 @@ from loaders.format.index import stem
 from prep.kinds.table.append import COLUMNS, merged_columns, state_record
 from prep.kinds.table.config import TableConfig
 from prep.kinds.table.scan import BLOCKS, Scan, read_spill, scan
-from prep.media.table.types import Column, encode, numpy_of, whole
+from prep.media.table.arrow import arrow_texts, numpy_of, whole
+from prep.media.table.types import Column, encode
 from prep.run.driver import run
 from prep.run.errors import PrepError
 from prep.run.grow import Parent, check_fields, file_identity
@@ -77,7 +78,7 @@ def table_shard(
     """`shard`'s parsed blocks into shard `index` of each split; its record. `fields`: the
     kind's (made once: a field checks each of its vocabulary's values)."""
     specs = array_specs(fields)
-    vocabs = {c.name: pa.array(c.vocab, pa.string()) for c in columns if c.vocab is not None}
+    vocabs = {c.name: arrow_texts(c.vocab) for c in columns if c.vocab is not None}
     named, position = column_names(columns), {c.name: i for i, c in enumerate(columns)}
     with stage("read"):  # memory maps: the rows are read as they are encoded
         tables = [read_spill(staging / RUN_DIR / BLOCKS, b) for b in shard]

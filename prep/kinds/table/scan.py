@@ -13,15 +13,8 @@ import numpy as np
 import pyarrow as pa
 
 from prep.kinds.table.config import TableConfig
-from prep.media.table.types import (
-    Column,
-    Stats,
-    as_text,
-    decide,
-    kept_form,
-    numpy_of,
-    whole,
-)
+from prep.media.table.arrow import arrow_bools, numpy_of, whole
+from prep.media.table.types import Column, Stats, as_text, decide, kept_form
 from prep.run.errors import PrepError
 from prep.run.inputs import reject_record, warn
 from prep.run.parallel import run_tasks
@@ -101,7 +94,7 @@ def scan_block(block: Block, cfg: TableConfig, keep: int | None, folder: Path) -
         train = ~val if n != cfg.target else np.ones(len(val), bool)
         kept.append(kept_form(st.update(cells, train, at, n in coded), cfg.float16))
     # The tasks read the columns by position: the last is the split, whatever the names.
-    spill = pa.table([*kept, pa.array(val)], names=[*names, "val"])
+    spill = pa.table([*kept, arrow_bools(val)], names=[*names, "val"])
     with (
         pa.OSFile(str(spill_path(folder, block)), "wb") as f,
         pa.ipc.new_file(f, spill.schema) as w,
@@ -122,7 +115,7 @@ def _without_missing_target(
     for row in kept_rows[np.flatnonzero(missing)].tolist():
         found = reject_record(rel, "target", f"the --target column {target!r} is empty")
         rejects.append(found | {"row": row})
-    return table.filter(pa.array(~missing))
+    return table.filter(arrow_bools(~missing))
 
 
 def scan(files: list[tuple[str, Path]], cfg: TableConfig, folder: Path) -> Scan:

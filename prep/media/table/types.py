@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from loaders.format.spec import smallest_uint
+from prep.media.table.arrow import arrow_bools, arrow_texts, numpy_of, values_of
 from prep.run.errors import PrepError
 
 MISSING, UNSEEN, FIRST_CODE = 0, 1, 2
@@ -114,7 +115,7 @@ def classify(arr: pa.Array, values: pa.Array | None = None) -> str:
     for kind, to in (("int", pa.int64()), ("float", pa.float64())):
         if _casts(cells, to):
             return kind
-    if pc.all(pc.is_in(pc.utf8_lower(cells), pa.array(["true", "false"]))).as_py():
+    if pc.all(pc.is_in(pc.utf8_lower(cells), arrow_texts(["true", "false"]))).as_py():
         return "bool"
     return "time" if _casts(cells, pa.timestamp("ns")) else "string"
 
@@ -144,36 +145,9 @@ def as_float(arr: pa.Array, kind: str) -> np.ndarray:
     return filled(arr.cast(pa.float64(), safe=False), np.nan)
 
 
-def whole(col: pa.ChunkedArray) -> pa.Array:
-    """A table's column as one array: its chunk where it has one (combine_chunks copies it)."""
-    return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
-
-
 def filled(arr: pa.Array, value: Any) -> np.ndarray:
     """The cells as numpy, `value` for missing (no copy when none is missing)."""
     return numpy_of(arr.fill_null(value) if arr.null_count else arr)
-
-
-def numpy_of(arr: pa.Array) -> np.ndarray:
-    """A fixed-width array without nulls as numpy, read from its data buffer (no copy but a
-    boolean's): pyarrow's to_numpy imports pandas, a fifth of a second of a run's CPU."""
-    t = arr.type
-    if arr.null_count or not (
-        pa.types.is_boolean(t) or pa.types.is_integer(t) or pa.types.is_floating(t)
-    ):
-        return np.asarray(arr)
-    if pa.types.is_boolean(t):
-        if not len(arr):
-            return np.zeros(0, bool)
-        bits = np.frombuffer(arr.buffers()[1], np.uint8)
-        return np.unpackbits(bits, count=arr.offset + len(arr), bitorder="little")[
-            arr.offset :
-        ].view(bool)
-    kind = "f" if pa.types.is_floating(t) else "i" if pa.types.is_signed_integer(t) else "u"
-    dtype = np.dtype(f"{kind}{t.bit_width // 8}")
-    if not len(arr):
-        return np.zeros(0, dtype)
-    return np.frombuffer(arr.buffers()[1], dtype, len(arr), arr.offset * dtype.itemsize)
 
 
 @dataclass
@@ -224,7 +198,7 @@ def _codes(arr: pa.Array, vocab: pa.Array, dtype: np.dtype[Any], first: int) -> 
     """Codes of a block, each distinct value looked up once; vocab[0] is code `first`."""
     enc = as_dictionary(arr)
     pos = pc.index_in(enc.dictionary, value_set=vocab)  # null: not in the train vocabulary
-    lut = numpy_of(pc.add(pos.cast(pa.int64()), first).fill_null(UNSEEN))
+    lut = np.where(values_of(pos.is_valid()), values_of(pos).astype(np.int64) + first, UNSEEN)
     idx = filled(enc.indices, len(lut))
     return np.append(lut, MISSING).astype(dtype)[idx]
 
@@ -316,7 +290,7 @@ class Stats:
         codes = filled(enc.indices, n)
         mine = np.bincount(codes[train], minlength=n + 1)[:n]
         seen = mine > 0
-        self.counts.append((enc.dictionary.filter(pa.array(seen)), mine[seen]))
+        self.counts.append((enc.dictionary.filter(arrow_bools(seen)), mine[seen]))
         return np.bincount(codes, minlength=n + 1)[:n]
 
     def vocab(self) -> tuple[list[str], list[int]]:
@@ -324,9 +298,11 @@ class Stats:
         if not self.counts:
             return [], []
         values, n = zip(*self.counts, strict=True)
-        table = pa.table({"v": pa.concat_arrays(values), "n": np.concatenate(n)})
-        total = table.group_by("v").aggregate([("n", "sum")]).sort_by("v")
-        return total["v"].to_pylist(), total["n_sum"].to_pylist()
+        enc = pc.dictionary_encode(pa.concat_arrays(values))  # each value once
+        total = np.zeros(len(enc.dictionary), np.int64)
+        np.add.at(total, values_of(enc.indices), np.concatenate(n))
+        order = pc.sort_indices(enc.dictionary)
+        return enc.dictionary.take(order).to_pylist(), total[values_of(order)].tolist()
 
 
 def decide(name: str, role: str, coded: bool, st: Stats, float16: bool) -> Column:
