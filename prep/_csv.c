@@ -185,7 +185,7 @@ static int quick(const char *p, size_t *b, int64_t *iv, double *dv) {
     }
     w = load8(p + neg + k + 1);
     if ((f = digit_run(w)) == 0 || f == 8) return C_ODD;
-    double d = (double)(m * POW10I[f] + digits_value(w, f)) / POW10[f];
+    double d = (double)(int64_t)(m * POW10I[f] + digits_value(w, f)) / POW10[f]; /* < 2^53 */
     uint64_t bits;
     memcpy(&bits, &d, 8);
     bits |= (uint64_t)neg << 63; /* the sign without a branch (it is random) */
