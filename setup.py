@@ -20,6 +20,7 @@ setup(
         Extension(
             "prep._csv",
             ["prep/_csv.c"],
+            depends=["prep/_csv_cells.h"],
             extra_compile_args=["-O3", "-Werror=implicit-function-declaration"],
             optional=True,
         ),
