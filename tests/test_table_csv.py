@@ -164,3 +164,24 @@ def test_packed_bytes_are_the_same_without_the_c_path(tmp_path: Path, monkeypatc
     for name in names:
         a, b = ((o / name).read_bytes() for o in outs)
         assert a.replace(b"/fast", b"/o") == b.replace(b"/slow", b"/o"), name
+
+
+def test_blocks_end_at_line_ends_outside_quotes(tmp_path: Path, monkeypatch: Any) -> None:
+    """The cuts, with the C quote count and without: each block ends at a line end outside
+    quotes, and the blocks tile the rows."""
+    rng = np.random.default_rng(2)
+    rows = [b"a,b"]
+    for i in range(400):
+        text = b'"line\nbreak, ""q"""' if rng.random() < 0.2 else b"plain"
+        rows.append(b"%d,%s" % (i, text))
+    path = tmp_path / "q.csv"
+    path.write_bytes(b"\n".join(rows) + b"\n")
+    got = []
+    for count in (table.count_quotes, None):
+        monkeypatch.setattr(table, "count_quotes", count)
+        got.append([(b.start, b.end) for b in table.blocks("q.csv", path, block_bytes=300)])
+    data = path.read_bytes()
+    assert got[0] == got[1] and len(got[0]) > 10
+    assert got[0][0][0] == len(rows[0]) + 1 and got[0][-1][1] == len(data)
+    for (_, end), (start, _) in zip(got[0], got[0][1:], strict=False):
+        assert end == start and data[end - 1 : end] == b"\n" and data.count(b'"', 0, end) % 2 == 0
