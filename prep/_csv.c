@@ -88,7 +88,7 @@ static int32_t intern(Column *col, const char *p, size_t len, size_t room) {
     }
     if (!col->forced && !utf8_ok((const uint8_t *)p, len)) return -1;
     if (col->bytes + len > INT32_MAX || col->nv >= INT32_MAX - 1) return -1;
-    if (col->bytes + len > col->space) {
+    if (col->data == NULL || col->bytes + len > col->space) {
         size_t space = 2 * (col->bytes + len) + 4096;
         char *data = realloc(col->data, space);
         if (data == NULL) return -1;
