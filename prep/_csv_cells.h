@@ -149,16 +149,20 @@ static uint64_t digits_value(uint64_t w, int k) {
    C_ODD: number() decides. 18 bytes at least are readable from p. */
 static int quick(const char *p, size_t *b, int64_t *iv, double *dv) {
     int neg = p[0] == '-', k, f;
-    uint64_t w = load8(p + neg), m;
+    uint64_t w = load8(p + neg), m, w2;
     if ((k = digit_run(w)) == 0 || k == 8) return C_ODD;
-    m = digits_value(w, k);
     if (p[neg + k] != '.') {
+        m = digits_value(w, k);
         *iv = (int64_t)((m ^ -(uint64_t)neg) + (uint64_t)neg), *b = (size_t)(neg + k); /* no branch */
         return C_INT;
     }
-    w = load8(p + neg + k + 1);
-    if ((f = digit_run(w)) == 0 || f == 8) return C_ODD;
-    double d = (double)(int64_t)(m * POW10I[f] + digits_value(w, f)) / POW10[f]; /* < 2^53 */
+    w2 = load8(p + neg + k + 1);
+    if ((f = digit_run(w2)) == 0 || f == 8) return C_ODD;
+    if (k + f <= 8) /* the digits without the dot in one word: one conversion */
+        m = digits_value((w & (~0ull >> (64 - 8 * k))) | w2 << (8 * k), k + f);
+    else
+        m = digits_value(w, k) * POW10I[f] + digits_value(w2, f);
+    double d = (double)(int64_t)m / POW10[f]; /* m < 10^14 < 2^53: exact */
     uint64_t bits;
     memcpy(&bits, &d, 8);
     bits |= (uint64_t)neg << 63; /* the sign without a branch (it is random) */
