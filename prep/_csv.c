@@ -72,10 +72,11 @@ static int grow(Column *col) {
     return 0;
 }
 
-static int same(const char *a, const char *b, size_t len) {
-    for (size_t k = 0; k < len; k++)
-        if (a[k] != b[k]) return 0;
-    return 1;
+/* Whether the arena's value at a (8 bytes readable past it) is p's len bytes (`room`:
+   readable from p): a short one compared as one word. */
+static int same(const char *a, const char *p, size_t len, size_t room) {
+    if (len <= 8 && room >= 8) return len == 0 || ((load8(a) ^ load8(p)) << (64 - 8 * len)) == 0;
+    return memcmp(a, p, len) == 0;
 }
 
 /* A text cell's value index; -1: not UTF-8 or no memory (pyarrow's then). */
@@ -83,12 +84,12 @@ static int32_t intern(Column *col, const char *p, size_t len, size_t room) {
     size_t h = hash_of(p, len, room) & (col->cap - 1);
     for (uint32_t e; (e = col->slot[h]) != 0; h = (h + 1) & (col->cap - 1)) {
         size_t v = e - 1;
-        if ((size_t)(col->off[v + 1] - col->off[v]) == len && same(col->data + col->off[v], p, len))
+        if ((size_t)(col->off[v + 1] - col->off[v]) == len && same(col->data + col->off[v], p, len, room))
             return (int32_t)v;
     }
     if (!col->forced && !utf8_ok((const uint8_t *)p, len)) return -1;
     if (col->bytes + len > INT32_MAX || col->nv >= INT32_MAX - 1) return -1;
-    if (col->data == NULL || col->bytes + len > col->space) {
+    if (col->data == NULL || col->bytes + len + 8 > col->space) { /* 8 readable past the end */
         size_t space = 2 * (col->bytes + len) + 4096;
         char *data = realloc(col->data, space);
         if (data == NULL) return -1;
