@@ -32,6 +32,13 @@
 enum { K_NULL, K_INT, K_FLOAT, K_TEXT, K_FAIL };
 #include "_csv_cells.h"
 
+/* A value in a hash table: its first 8 bytes (all of a short one: found without reading
+   further), its length, its index + 1 (0: an empty slot). */
+typedef struct {
+    uint64_t word;
+    uint32_t len, id;
+} Slot;
+
 typedef struct {
     int kind, odd, forced;  /* kind: K_NULL, K_INT, K_FLOAT or K_TEXT; odd: a C_ODD cell */
     int text;               /* text from the first row (a plain text cell below: read again) */
@@ -39,7 +46,7 @@ typedef struct {
     PyObject *valid, *vals; /* a bitmap; int64s, doubles or (text) int32 indices */
     uint8_t *v;
     char *out;
-    uint32_t *slot;         /* text: hash table of value + 1 (0: empty), `cap` slots */
+    Slot *slot;             /* text: a hash table of `cap` slots */
     int32_t *off;           /* text: the values' offsets into `data`, nv + 1 */
     char *data;
     size_t cap, nv, room, bytes, space;
@@ -58,38 +65,32 @@ static int grow(Column *col) {
     size_t room = col->room ? 2 * col->room : 256, cap = 2 * room; /* half full at most */
     int32_t *off = realloc(col->off, (room + 1) * sizeof *off);
     if (off != NULL) col->off = off;
-    uint32_t *slot = calloc(cap, sizeof *slot);
+    Slot *slot = calloc(cap, sizeof *slot);
     if (off == NULL || slot == NULL) return free(slot), -1;
     if (col->nv == 0) off[0] = 0;
-    for (size_t v = 0; v < col->nv; v++) {
-        const char *p = col->data + off[v];
-        size_t len = off[v + 1] - off[v], h = hash_of(p, len, col->bytes - off[v]) & (cap - 1);
-        while (slot[h]) h = (h + 1) & (cap - 1);
-        slot[h] = (uint32_t)v + 1;
+    for (size_t k = 0; k < col->cap; k++) {
+        Slot e = col->slot[k];
+        if (e.id == 0) continue;
+        size_t h = hash_of(col->data + off[e.id - 1], e.len, e.word) & (cap - 1);
+        while (slot[h].id) h = (h + 1) & (cap - 1);
+        slot[h] = e;
     }
     free(col->slot);
     col->slot = slot, col->cap = cap, col->room = room;
     return 0;
 }
 
-/* Whether the arena's value at a (8 bytes readable past it) is p's len bytes (`room`:
-   readable from p): a short one compared as one word. */
-static int same(const char *a, const char *p, size_t len, size_t room) {
-    if (len <= 8 && room >= 8) return len == 0 || ((load8(a) ^ load8(p)) << (64 - 8 * len)) == 0;
-    return memcmp(a, p, len) == 0;
-}
-
 /* A text cell's value index; -1: not UTF-8 or no memory (pyarrow's then). */
 static int32_t intern(Column *col, const char *p, size_t len, size_t room) {
-    size_t h = hash_of(p, len, room) & (col->cap - 1);
-    for (uint32_t e; (e = col->slot[h]) != 0; h = (h + 1) & (col->cap - 1)) {
-        size_t v = e - 1;
-        if ((size_t)(col->off[v + 1] - col->off[v]) == len && same(col->data + col->off[v], p, len, room))
-            return (int32_t)v;
-    }
+    uint64_t w = word_of(p, len, room);
+    size_t h = hash_of(p, len, w) & (col->cap - 1);
+    for (Slot *e; (e = &col->slot[h])->id != 0; h = (h + 1) & (col->cap - 1))
+        if (e->word == w && e->len == len &&
+            (len <= 8 || memcmp(col->data + col->off[e->id - 1], p, len) == 0))
+            return (int32_t)e->id - 1;
     if (!col->forced && !utf8_ok((const uint8_t *)p, len)) return -1;
     if (col->bytes + len > INT32_MAX || col->nv >= INT32_MAX - 1) return -1;
-    if (col->data == NULL || col->bytes + len + 8 > col->space) { /* 8 readable past the end */
+    if (col->data == NULL || col->bytes + len > col->space) {
         size_t space = 2 * (col->bytes + len) + 4096;
         char *data = realloc(col->data, space);
         if (data == NULL) return -1;
@@ -97,7 +98,7 @@ static int32_t intern(Column *col, const char *p, size_t len, size_t room) {
     }
     memcpy(col->data + col->bytes, p, len);
     col->bytes += len;
-    col->slot[h] = (uint32_t)(col->nv + 1);
+    col->slot[h] = (Slot){w, (uint32_t)len, (uint32_t)(col->nv + 1)};
     col->off[++col->nv] = (int32_t)col->bytes;
     if (col->nv == col->room && grow(col) < 0) return -1;
     return (int32_t)(col->nv - 1);

@@ -116,12 +116,19 @@ static uint64_t load8(const char *p) {
     return w;
 }
 
-/* `room`: bytes readable from p. */
-static uint64_t hash_of(const char *p, size_t len, size_t room) {
-    uint64_t h = 0x9E3779B97F4A7C15ull ^ len, w = 0;
-    if (len <= 8) { /* a short value as one word (little-endian, zero above) */
-        if (room >= 8) w = len ? load8(p) & (~0ull >> (64 - 8 * len)) : 0;
-        else memcpy(&w, p, len);
+/* A value's first 8 bytes as one word (little-endian, zero above a shorter one); `room`: bytes
+   readable from p. */
+static uint64_t word_of(const char *p, size_t len, size_t room) {
+    uint64_t w = 0;
+    if (room >= 8) return len >= 8 ? load8(p) : len ? load8(p) & (~0ull >> (64 - 8 * len)) : 0;
+    memcpy(&w, p, len < 8 ? len : 8);
+    return w;
+}
+
+/* A value's hash: a short one's from its word alone. */
+static uint64_t hash_of(const char *p, size_t len, uint64_t w) {
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ len;
+    if (len <= 8) {
         h = (h ^ w) * 0xBF58476D1CE4E5B9ull;
     } else {
         for (size_t k = 0; k < len; k++) h = (h ^ (uint8_t)p[k]) * 0x100000001B3ull;

@@ -46,7 +46,9 @@ def _cell(kind: str, rng: np.random.Generator, na: list[bytes]) -> bytes:
     if kind == "float":
         return _number(rng)
     if kind == "text":
-        word = rng.choice(["v", "naïve", "日本", "x y", "a,b", "é😀", "N/A", "Z"])
+        word = rng.choice(
+            ["v", "naïve", "日本", "x y", "a,b", "é😀", "N/A", "Z", "same first 8 ", "long"]
+        )
         text = f"{word}{rng.integers(0, 30)}".encode()
         return b'"' + text + b'"' if rng.random() < 0.5 or b"," in text else text
     if kind == "na":
