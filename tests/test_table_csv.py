@@ -187,3 +187,11 @@ def test_blocks_end_at_line_ends_outside_quotes(tmp_path: Path, monkeypatch: Any
     assert got[0][0][0] == len(rows[0]) + 1 and got[0][-1][1] == len(data)
     for (_, end), (start, _) in zip(got[0], got[0][1:], strict=False):
         assert end == start and data[end - 1 : end] == b"\n" and data.count(b'"', 0, end) % 2 == 0
+
+
+def test_values_alike_in_their_first_8_bytes_stay_apart() -> None:
+    values = [b"prefix__%06d" % i for i in np.random.default_rng(3).permutation(3000)]
+    data = b"".join(b"%s,%d\n" % (v, i) for i, v in enumerate(values * 2))
+    got = table._fast_csv(data, ["t", "i"], ",", [], {})
+    assert got is not None and got.column("t").to_pylist() == [v.decode() for v in values * 2]
+    assert len(got.column("t").chunk(0).dictionary) == 3000
