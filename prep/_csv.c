@@ -3,7 +3,7 @@
    converting it as it goes (a column's kind, decided over all its cells, only widens: int to
    float; a column found to be text reads the block again), dictionary-encodes text, and
    returns what pyarrow would: the same types, nulls, values and dictionaries (in
-   first-appearance order). Bench block: 55 ms. Optional: built by setup.py where a C compiler
+   first-appearance order). Bench block: 47 ms. Optional: built by setup.py where a C compiler
    is; without it, or for a block it does not take, pyarrow parses (tests/test_table_csv.py
    holds the two together on generated blocks).
 
