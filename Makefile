@@ -11,8 +11,8 @@ install: $(STAMP)
 # torch first and pinned: 2.13.0 is the CPU wheel these machines carry on disk; an unpinned
 # torch would pull a multi-GB CUDA build. setup.py builds the optional C extensions
 # loaders._jpegroi (needs a C compiler and libjpeg-turbo's headers; skipped without them) and
-# prep._quality (a C compiler).
-$(STAMP): pyproject.toml setup.py loaders/_jpegroi.c prep/_quality.c
+# prep._quality and prep._csv (a C compiler).
+$(STAMP): pyproject.toml setup.py loaders/_jpegroi.c prep/_quality.c prep/_csv.c prep/_csv_cells.h
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0

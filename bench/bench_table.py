@@ -1,5 +1,5 @@
 """Rows 8a-8f: `prep table` and TableDataset against in-memory tensors and pandas, and the CSV
-parsers that exist (polars, DuckDB where installed) against pyarrow's on one block.
+parsers that exist (prep's C path, polars, DuckDB where installed) against pyarrow's on one block.
 
 One epoch over 1M rows x 32 columns (24 numeric, 8 categorical) and an integer target, batch
 4096 (the smoke run: 20,000 rows). The CSV is made once and cached under bench/out/.
@@ -108,14 +108,19 @@ def _block(path: Path, size: int = 16 << 20) -> tuple[list[str], bytes]:
 
 def block_parsers(names: list[str], data: bytes, scratch: Path) -> dict[str, Callable[[], object]]:
     """One block to an Arrow table on one thread, each column typed from all its rows (what
-    `prep table` guarantees): pyarrow as prep.sources.table calls it, and polars and DuckDB
-    where installed, each with full-column inference and with their default sampled one."""
+    `prep table` guarantees): pyarrow as prep.sources.table calls it, prep's C path (prep._csv,
+    where built), and polars and DuckDB where installed, each with full-column inference and
+    with their default sampled one."""
     import pyarrow.csv as pcsv
+
+    from prep.sources import table
 
     read = pcsv.ReadOptions(column_names=names, use_threads=False)
     parse = pcsv.ParseOptions(newlines_in_values=b'"' in data, invalid_row_handler=lambda r: "skip")
     convert = pcsv.ConvertOptions(auto_dict_encode=True, auto_dict_max_cardinality=2**31 - 1)
     found = {"pyarrow": lambda: pcsv.read_csv(io.BytesIO(data), read, parse, convert)}
+    if table.fast_parse is not None:
+        found["prep C path"] = lambda: table._fast_csv(data, names, ",", [], {})
     try:
         import polars as pl
     except ImportError:

@@ -9,6 +9,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from prep.media.table.arrow import numpy_of, whole
+
 P = np.uint64(0x100000001B3)  # odd, so that it has an inverse mod 2**64
 P_INV = np.uint64(pow(int(P), -1, 2**64))
 NULL_HASH = np.uint64(0x9E3779B97F4A7C15)
@@ -53,7 +55,7 @@ def cell_hash(arr: pa.Array) -> np.ndarray:
         inv = _powers(P_INV, len(data) + 1)
         h = (run[offsets[1:]] - run[offsets[:-1]]) * inv[offsets[:-1]]
         h = splitmix64(h ^ splitmix64(np.diff(offsets).astype(np.uint64)))
-    valid = np.asarray(arr.is_valid())
+    valid = numpy_of(arr.is_valid())
     return np.where(valid, h, NULL_HASH)
 
 
@@ -61,7 +63,7 @@ def _by_value(enc: pa.DictionaryArray) -> np.ndarray:
     """cell_hash of a dictionary array: its values' hashes, looked up by each cell's index."""
     values = np.append(cell_hash(enc.dictionary), NULL_HASH)  # the last: a missing cell
     indices = enc.indices.fill_null(len(values) - 1) if enc.null_count else enc.indices
-    return values[np.asarray(indices)]
+    return values[numpy_of(indices)]
 
 
 def val_mask(table: pa.Table, columns: list[str], val_fraction: float) -> np.ndarray:
@@ -71,5 +73,5 @@ def val_mask(table: pa.Table, columns: list[str], val_fraction: float) -> np.nda
         return h.astype(bool)
     with np.errstate(over="ignore"):
         for name in sorted(columns):
-            h = splitmix64(h * np.uint64(31) + cell_hash(table.column(name).combine_chunks()))
+            h = splitmix64(h * np.uint64(31) + cell_hash(whole(table.column(name))))
     return h < np.uint64(int(val_fraction * 2**64))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import glob
 import io
+import mmap
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,10 +16,15 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.csv as pcsv
 import pyarrow.json as pj
-import pyarrow.parquet as pq
 
 from prep.run.errors import PrepError
 from prep.run.inputs import check_file, reject_record, walk
+
+try:  # the common block in one C pass (prep/_csv.c); without it, or for others, pyarrow's
+    from prep._csv import parse as fast_parse
+    from prep._csv import quotes as count_quotes
+except ImportError:  # no C compiler at install
+    fast_parse = count_quotes = None
 
 FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".parquet": "parquet"}
 # Compressed text tables are decompressed into the run folder first (prep.kinds.table.scan):
@@ -116,25 +122,33 @@ def decompressed(rel: str, path: Path, folder: Path, index: int) -> Path:
     return plain
 
 
+def _quotes(view: memoryview) -> int:
+    return count_quotes(view) if count_quotes is not None else bytes(view).count(b'"')
+
+
 def _cuts(path: Path, size: int, quoted: bool) -> Iterator[tuple[int, int]]:
-    """Byte ranges of about `size` ending at line ends outside quotes (an even count of `"`)."""
+    """Byte ranges of about `size` ending at line ends outside quotes (an even count of `"`),
+    found in a memory map: no byte is copied, and only the quotes are counted."""
     total = path.stat().st_size
-    start = 0
-    with open(path, "rb") as f:
-        while start < total:
-            f.seek(start)
-            data = f.read(size)
-            end = start + len(data)
-            if end < total:
-                cut = data.rfind(b"\n") + 1
-                while quoted and cut > 0 and data.count(b'"', 0, cut) % 2:
-                    cut = data.rfind(b"\n", 0, cut - 1) + 1
-                if cut <= 0:  # one row longer than a block: read on to its end
-                    yield start, total
-                    return
-                end = start + cut
-            yield start, end
-            start = end
+    if not total:
+        return
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        view, start = memoryview(mm), 0
+        try:
+            while start < total:
+                end = min(start + size, total)
+                if end < total:
+                    cut = mm.rfind(b"\n", start, end) + 1
+                    while quoted and cut > start and _quotes(view[start:cut]) % 2:
+                        cut = mm.rfind(b"\n", start, cut - 1) + 1
+                    if cut <= start:  # one row longer than a block: read on to its end
+                        yield start, total
+                        return
+                    end = cut
+                yield start, end
+                start = end
+        finally:
+            view.release()
 
 
 def blocks(rel: str, path: Path, block_bytes: int = BLOCK_BYTES) -> Iterator[Block]:
@@ -142,6 +156,8 @@ def blocks(rel: str, path: Path, block_bytes: int = BLOCK_BYTES) -> Iterator[Blo
     fmt = table_format(path)[0]
     if fmt == "parquet":
         try:
+            import pyarrow.parquet as pq  # here: 10 ms of every run's start, for Parquet alone
+
             groups = pq.ParquetFile(path).num_row_groups
         except (pa.ArrowException, OSError) as e:
             raise PrepError(f"{rel}: not a readable Parquet file ({e}). HINT: rewrite it") from e
@@ -166,16 +182,31 @@ def read_block(
     """The block's rows (CSV typed by `types`); rows of a wrong field count go to `rejects`."""
     path = Path(block.path)
     if block.fmt == "parquet":
+        import pyarrow.parquet as pq
+
         return pq.ParquetFile(path).read_row_group(block.start)
-    with open(path, "rb") as f:
+    # A memory map: the C path reads the rows where they are (pyarrow's, a copy).
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
         head = f.readline(1 << 20) if block.fmt != "jsonl" else b""
-        f.seek(block.start)
-        data = f.read(block.end - block.start)
+        with memoryview(mm)[block.start : block.end] as data:
+            return _parsed(head, data, block, (na_values, delimiter), rejects, types or {})
+
+
+def _parsed(
+    head: bytes,
+    data: memoryview,
+    block: Block,
+    how: tuple[list[str], str | None],
+    rejects: list[dict[str, Any]],
+    types: dict[str, pa.DataType],
+) -> pa.Table:
+    """`how`: the --na-values and --delimiter."""
+    na_values, delimiter = how
     try:
         if block.fmt == "jsonl":
             return pj.read_json(io.BytesIO(data))
         sep = delimiter or ("\t" if block.fmt == "tsv" else ",")
-        return _read_csv(head, data, block, (na_values, sep), rejects, types or {})
+        return _read_csv(head, data, block, (na_values, sep), rejects, types)
     except pa.ArrowInvalid as e:
         raise PrepError(
             f"{block.rel}: cannot parse the rows from row {block.first_row} on ({e}). "
@@ -185,7 +216,7 @@ def read_block(
 
 def _read_csv(
     head: bytes,
-    data: bytes,
+    view: memoryview,
     block: Block,
     how: tuple[list[str], str],
     rejects: list[dict[str, Any]],
@@ -198,6 +229,10 @@ def _read_csv(
     except UnicodeDecodeError as e:
         raise PrepError(f"{block.rel}: row 0 (the header) is not UTF-8. {HINT_ENCODING}") from e
     names = next(csv.reader([line], delimiter=sep), [])
+    fast = _fast_csv(view, names, sep, na_values, types)
+    if fast is not None:
+        return fast
+    data = bytes(view)
 
     def bad_row(row: Any) -> str:
         found = reject_record(
@@ -229,3 +264,41 @@ def _read_csv(
     )
     read = pcsv.ReadOptions(column_names=names, use_threads=False)
     return pcsv.read_csv(io.BytesIO(data), read, parse, convert)
+
+
+CODED = pa.dictionary(pa.int32(), pa.binary())  # a --categorical column as the scan reads it
+
+
+def _fast_csv(
+    data: bytes | memoryview,
+    names: list[str],
+    sep: str,
+    na_values: list[str],
+    types: dict[str, pa.DataType],
+) -> pa.Table | None:
+    """The block as pyarrow would read it, from prep._csv, or None where it leaves it to
+    pyarrow (quotes inside cells, rows of other field counts, cells of other types...)."""
+    coded = tuple(n in types for n in names)
+    if fast_parse is None or len(sep.encode()) != 1 or any(types[n] != CODED for n in types):
+        return None
+    got = fast_parse(data, len(names), sep.encode(), tuple(v.encode() for v in na_values), coded)
+    if got is None:
+        return None
+    rows, cols = got
+    return pa.table([_arrow(rows, c, b) for c, b in zip(cols, coded, strict=True)], names=names)
+
+
+def _arrow(rows: int, column: tuple[Any, ...], coded: bool) -> pa.Array:
+    """One column of prep._csv.parse's as an Arrow array (its buffers, not copied)."""
+    kind, *buffers = column
+    if kind == "null":
+        return pa.nulls(rows)
+    valid = None if buffers[0] is None else pa.py_buffer(buffers[0])
+    if kind != "text":
+        dtype = pa.int64() if kind == "int" else pa.float64()
+        return pa.Array.from_buffers(dtype, rows, [valid, pa.py_buffer(buffers[1])])
+    indices = pa.Array.from_buffers(pa.int32(), rows, [valid, pa.py_buffer(buffers[1])])
+    offsets, values = (pa.py_buffer(b) for b in buffers[2:])
+    dtype = pa.binary() if coded else pa.string()
+    words = pa.Array.from_buffers(dtype, len(buffers[2]) // 4 - 1, [None, offsets, values])
+    return pa.DictionaryArray.from_arrays(indices, words, safe=False)

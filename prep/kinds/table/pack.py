@@ -18,6 +18,7 @@ from loaders.format.index import stem
 from prep.kinds.table.append import COLUMNS, merged_columns, state_record
 from prep.kinds.table.config import TableConfig
 from prep.kinds.table.scan import BLOCKS, Scan, read_spill, scan
+from prep.media.table.arrow import arrow_texts, numpy_of, whole
 from prep.media.table.types import Column, encode
 from prep.run.driver import run
 from prep.run.errors import PrepError
@@ -69,19 +70,19 @@ def table_fields(columns: list[Column], missing_mask: bool) -> dict[str, ColumnF
 def table_shard(
     index: int,
     shard: list[Block],
-    cfg: TableConfig,
+    fields: dict[str, ColumnField],
     columns: list[Column],
     rejects: list[dict[str, Any]],
     staging: Path,
 ) -> dict[str, Any]:
-    """`shard`'s parsed blocks into shard `index` of each split; its record."""
-    fields = table_fields(columns, cfg.missing_mask)
+    """`shard`'s parsed blocks into shard `index` of each split; its record. `fields`: the
+    kind's (made once: a field checks each of its vocabulary's values)."""
     specs = array_specs(fields)
-    vocabs = {c.name: pa.array(c.vocab, pa.string()) for c in columns if c.vocab is not None}
+    vocabs = {c.name: arrow_texts(c.vocab) for c in columns if c.vocab is not None}
     named, position = column_names(columns), {c.name: i for i, c in enumerate(columns)}
     with stage("read"):  # memory maps: the rows are read as they are encoded
         tables = [read_spill(staging / RUN_DIR / BLOCKS, b) for b in shard]
-        vals = [np.asarray(t.column(len(columns)), dtype=bool) for t in tables]  # the split
+        vals = [numpy_of(whole(t.column(len(columns)))) for t in tables]  # the split
     rows = {"train": sum(int((~v).sum()) for v in vals), "val": sum(int(v.sum()) for v in vals)}
     splits = {s: ShardFiles(staging, stem(s, index)) for s in SPLITS if rows[s]}
     with writing(splits.values()):
@@ -92,10 +93,10 @@ def table_shard(
             with stage("encode"):  # the block's arrays in their stored dtypes
                 encoded = {}
                 for name, col in named.items():
-                    cells = table.column(position[col.name]).combine_chunks()
+                    cells = whole(table.column(position[col.name]))
                     encoded[name] = encode(cells, col, vocabs.get(col.name))
                     if fields[name].mask:
-                        encoded[f"{name}_missing"] = np.asarray(cells.is_null(), dtype=np.uint8)
+                        encoded[f"{name}_missing"] = numpy_of(cells.is_null()).view(np.uint8)
             with stage("write"):
                 if not val.any():
                     splits["train"].extend(encoded)
@@ -180,7 +181,7 @@ class TableKind(Kind[TableConfig, list[Block]]):
 
     def task_args(self, index: int, shard: list[Block], staging: Path) -> tuple[Any, ...]:
         rejects = [r for b in shard for r in self.scan.rejects[b.index]]
-        return (index, shard, self.cfg, self.scan.columns, rejects, staging)
+        return (index, shard, self.fields, self.scan.columns, rejects, staging)
 
     def extra(self, records: list[dict[str, Any]]) -> dict[str, Any]:
         return {} if self.cfg.target is None else {"target": self.cfg.target}

@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from prep.kinds.table.config import TableConfig
+from prep.media.table.arrow import arrow_bools, numpy_of, whole
 from prep.media.table.types import Column, Stats, as_text, decide, kept_form
 from prep.run.errors import PrepError
 from prep.run.inputs import reject_record, warn
@@ -76,7 +77,7 @@ def scan_block(block: Block, cfg: TableConfig, keep: int | None, folder: Path) -
     types = {n: pa.dictionary(pa.int32(), pa.binary()) for n in cfg.names("categorical")}
     table = read_block(block, cfg.names("na_values"), rejects, types, cfg.delimiter)
     names = [n for n in table.column_names if n not in set(cfg.names("drop"))]
-    text = [as_text(table.column(n).combine_chunks(), block.rel, n, block.first_row) for n in names]
+    text = [as_text(whole(table.column(n)), block.rel, n, block.first_row) for n in names]
     table = pa.table(text, names=names)
     if keep is not None:
         table = table.slice(0, keep)
@@ -87,13 +88,13 @@ def scan_block(block: Block, cfg: TableConfig, keep: int | None, folder: Path) -
     stats = {n: Stats() for n in names}
     kept = []
     for n, st in stats.items():
-        cells = table.column(n).combine_chunks()
+        cells = whole(table.column(n))
         at = (block.rel, block.first_row)
         # A target's classes are every row's values: a class only val holds is still one.
         train = ~val if n != cfg.target else np.ones(len(val), bool)
         kept.append(kept_form(st.update(cells, train, at, n in coded), cfg.float16))
     # The tasks read the columns by position: the last is the split, whatever the names.
-    spill = pa.table([*kept, pa.array(val)], names=[*names, "val"])
+    spill = pa.table([*kept, arrow_bools(val)], names=[*names, "val"])
     with (
         pa.OSFile(str(spill_path(folder, block)), "wb") as f,
         pa.ipc.new_file(f, spill.schema) as w,
@@ -108,13 +109,13 @@ def _without_missing_target(
     """The rows whose target is given, the others added to `rejects` (the rows skipped already)."""
     if target is None or target not in table.column_names or not table.column(target).null_count:
         return table  # no target, a missing column (the scan names it), or no empty cell
-    missing = np.asarray(table.column(target).is_null())
+    missing = numpy_of(whole(table.column(target).is_null()))
     skipped = np.array(sorted(r["row"] for r in rejects), np.int64)
     kept_rows = np.setdiff1d(np.arange(1, table.num_rows + len(skipped) + 1), skipped)
     for row in kept_rows[np.flatnonzero(missing)].tolist():
         found = reject_record(rel, "target", f"the --target column {target!r} is empty")
         rejects.append(found | {"row": row})
-    return table.filter(pa.array(~missing))
+    return table.filter(arrow_bools(~missing))
 
 
 def scan(files: list[tuple[str, Path]], cfg: TableConfig, folder: Path) -> Scan:

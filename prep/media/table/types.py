@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from loaders.format.spec import smallest_uint
+from prep.media.table.arrow import arrow_bools, arrow_texts, numpy_of, values_of
 from prep.run.errors import PrepError
 
 MISSING, UNSEEN, FIRST_CODE = 0, 1, 2
@@ -114,7 +115,7 @@ def classify(arr: pa.Array, values: pa.Array | None = None) -> str:
     for kind, to in (("int", pa.int64()), ("float", pa.float64())):
         if _casts(cells, to):
             return kind
-    if pc.all(pc.is_in(pc.utf8_lower(cells), pa.array(["true", "false"]))).as_py():
+    if pc.all(pc.is_in(pc.utf8_lower(cells), arrow_texts(["true", "false"]))).as_py():
         return "bool"
     return "time" if _casts(cells, pa.timestamp("ns")) else "string"
 
@@ -146,7 +147,7 @@ def as_float(arr: pa.Array, kind: str) -> np.ndarray:
 
 def filled(arr: pa.Array, value: Any) -> np.ndarray:
     """The cells as numpy, `value` for missing (no copy when none is missing)."""
-    return np.asarray(arr.fill_null(value) if arr.null_count else arr)
+    return numpy_of(arr.fill_null(value) if arr.null_count else arr)
 
 
 @dataclass
@@ -187,9 +188,9 @@ def encode(arr: pa.Array, col: Column, vocab: pa.Array | None = None) -> np.ndar
     x = as_float(arr, col.kind) if col.kind != "null" else np.full(len(arr), np.nan)
     if np.dtype(col.dtype).kind in "iu":
         if col.kind in ("int", "bool") and pa.types.is_integer(arr.type):
-            return np.asarray(arr, dtype=np.int64).astype(col.dtype)
+            return numpy_of(arr).astype(col.dtype)
         if col.kind == "int":
-            return np.asarray(arr.cast(pa.int64()), dtype=np.int64).astype(col.dtype)
+            return numpy_of(arr.cast(pa.int64())).astype(col.dtype)
     return x.astype(col.dtype)
 
 
@@ -197,7 +198,7 @@ def _codes(arr: pa.Array, vocab: pa.Array, dtype: np.dtype[Any], first: int) -> 
     """Codes of a block, each distinct value looked up once; vocab[0] is code `first`."""
     enc = as_dictionary(arr)
     pos = pc.index_in(enc.dictionary, value_set=vocab)  # null: not in the train vocabulary
-    lut = np.asarray(pc.add(pos.cast(pa.int64()), first).fill_null(UNSEEN), dtype=np.int64)
+    lut = np.where(values_of(pos.is_valid()), values_of(pos).astype(np.int64) + first, UNSEEN)
     idx = filled(enc.indices, len(lut))
     return np.append(lut, MISSING).astype(dtype)[idx]
 
@@ -261,7 +262,7 @@ class Stats:
 
     def _looks(self, enc: pa.Array, counts: np.ndarray, at: tuple[str, int]) -> None:
         """Count the cells that look like numbers; keep the first that does not."""
-        looks = np.asarray(pc.match_substring_regex(enc.dictionary, NUMBER))
+        looks = numpy_of(pc.match_substring_regex(enc.dictionary, NUMBER))
         self.numeric += int(counts[looks].sum())
         if self.bad is None and not looks.all():
             codes = filled(enc.indices, len(looks))
@@ -273,11 +274,14 @@ class Stats:
         self.typed = True
         if kind != "time":
             self.numeric += len(arr) - arr.null_count
-        finite = x[np.isfinite(x)]
+        ok = np.isfinite(x)
+        every = bool(ok.all())  # the common block: no copy of its cells
+        finite = x if every else x[ok]
         if finite.size:
-            self.lo, self.hi = min(self.lo, finite.min()), max(self.hi, finite.max())
-            self.amax = max(self.amax, float(np.abs(finite).max()))
-        t = x[train & np.isfinite(x)]
+            lo, hi = finite.min(), finite.max()
+            self.lo, self.hi = min(self.lo, lo), max(self.hi, hi)
+            self.amax = max(self.amax, float(max(-lo, hi)))  # the largest |x|
+        t = finite if every and train.all() else x[train & ok]
         self.sums = [self.sums[0] + t.size, self.sums[1] + t.sum(), self.sums[2] + (t * t).sum()]
 
     def _count(self, enc: pa.Array, train: np.ndarray) -> np.ndarray:
@@ -286,7 +290,7 @@ class Stats:
         codes = filled(enc.indices, n)
         mine = np.bincount(codes[train], minlength=n + 1)[:n]
         seen = mine > 0
-        self.counts.append((enc.dictionary.filter(pa.array(seen)), mine[seen]))
+        self.counts.append((enc.dictionary.filter(arrow_bools(seen)), mine[seen]))
         return np.bincount(codes, minlength=n + 1)[:n]
 
     def vocab(self) -> tuple[list[str], list[int]]:
@@ -294,9 +298,11 @@ class Stats:
         if not self.counts:
             return [], []
         values, n = zip(*self.counts, strict=True)
-        table = pa.table({"v": pa.concat_arrays(values), "n": np.concatenate(n)})
-        total = table.group_by("v").aggregate([("n", "sum")]).sort_by("v")
-        return total["v"].to_pylist(), total["n_sum"].to_pylist()
+        enc = pc.dictionary_encode(pa.concat_arrays(values))  # each value once
+        total = np.zeros(len(enc.dictionary), np.int64)
+        np.add.at(total, values_of(enc.indices), np.concatenate(n))
+        order = pc.sort_indices(enc.dictionary)
+        return enc.dictionary.take(order).to_pylist(), total[values_of(order)].tolist()
 
 
 def decide(name: str, role: str, coded: bool, st: Stats, float16: bool) -> Column:
