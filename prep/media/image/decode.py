@@ -13,6 +13,7 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 import cv2
 import numpy as np
@@ -20,7 +21,7 @@ from PIL import Image, ImageFile, UnidentifiedImageError
 
 from prep.media.image.geometry import geometry
 from prep.run.inputs import Reject, check_file, os_reject_code
-from prep.run.profile import stage, timed
+from prep.run.profile import timed
 
 BACKGROUND = (255, 255, 255)  # alpha is composited on white, as a browser shows a PNG
 ImageFile.LOAD_TRUNCATED_IMAGES = False  # a truncated file must raise, not turn grey
@@ -139,6 +140,18 @@ def draft_scale(stored: tuple[int, int], need: tuple[int, int]) -> int:
     return next(f for f in (8, 4, 2, 1) if f <= max(1, most))
 
 
+@timed("read")
+def _whole(fp: BinaryIO) -> bytes:
+    """The bytes of the file `im.fp`: read(size), one copy (a buffered file's read() copies them
+    twice: 0.2 of 0.3 ms for a 700 KB photo)."""
+    fp.seek(0)
+    try:
+        size = os.fstat(fp.fileno()).st_size
+    except (AttributeError, io.UnsupportedOperation):  # a BytesIO
+        return fp.read()
+    return fp.read(size)
+
+
 def decode_jpeg(
     im: Image.Image, need: tuple[int, int], orientation: int, gray: bool
 ) -> np.ndarray | None:
@@ -149,9 +162,7 @@ def decode_jpeg(
     import simplejpeg
 
     try:
-        with stage("read"):
-            fp.seek(0)
-            data = fp.read()
+        data = _whole(fp)
     except OSError as e:
         raise Reject(os_reject_code(e), f"cannot read: {e.strerror or e}") from e
     w, h = im.size
@@ -184,9 +195,7 @@ def decode_nvjpeg(
     from torchvision.io import ImageReadMode
     from torchvision.io import decode_jpeg as nvjpeg
 
-    with stage("read"):
-        fp.seek(0)
-        data = fp.read()
+    data = _whole(fp)
     read_mode = ImageReadMode.GRAY if gray else ImageReadMode.RGB
     try:
         pixels = nvjpeg(torch.frombuffer(bytearray(data), dtype=torch.uint8), read_mode, "cuda")
