@@ -71,7 +71,7 @@ _core = threading.local()  # in a task thread of _run_threads: `slots`, the core
 def core_lent() -> Iterator[None]:
     """Around a task's wait on the disk (a shard's fsyncs): on the threads backend another task
     runs on its core meanwhile, and it takes one back after; elsewhere nothing. At 180 photos
-    and -j 2 the waits of a pack's 12 shards were 10-15% of the run."""
+    and -j 2 a pack's 12 shards waited 0.16-0.43 s in all, of runs of 1.9-2.8 s."""
     slots = getattr(_core, "slots", None)
     if slots is None:
         yield
