@@ -15,7 +15,7 @@ from PIL import Image
 
 from loaders.format import read_manifest
 from prep import PrepError
-from prep.run.parallel import run_tasks
+from prep.run.parallel import core_lent, run_tasks
 from prep.run.sharding import shard_size
 from prep.run.staging import RUN_DIR
 
@@ -116,3 +116,30 @@ def test_threads_stop_every_task_when_one_fails() -> None:
         list(run_tasks(task, [(i,) for i in range(4)], 2, "threads"))
     assert threading.active_count() == before
     assert cleaned == [1]  # the task running beside 0 was stopped; 2 and 3 never started
+
+
+def test_threads_a_task_waiting_on_the_disk_lends_its_core() -> None:
+    """-j 2 on threads: the two first tasks wait in core_lent (as on their fsyncs) for the third,
+    which runs meanwhile; tasks outside core_lent never run more than 2 at once."""
+    import threading
+    import time
+
+    third = threading.Event()
+    lock, running, most = threading.Lock(), [0], [0]
+
+    def task(i: int) -> bool:
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.01)  # work, as far as the cores are counted
+        with lock:
+            running[0] -= 1
+        if i == 2:
+            third.set()
+        if i >= 2:
+            return True
+        with core_lent():
+            return third.wait(timeout=10)  # without the core lent: no thread left for task 2
+
+    assert list(run_tasks(task, [(i,) for i in range(8)], 2, "threads")) == [True] * 8
+    assert most[0] <= 2

@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import numpy as np
 import pytest
@@ -137,3 +137,32 @@ def test_help_prints_without_rich_and_keeps_each_example_whole(tmp_path: Path) -
     flat = " ".join(listing.split())  # each command by its help's first paragraph, whole
     assert "dupes Near-duplicate groups of a dataset's images (perceptual hash" in flat
     assert "--against-split, as SampleDataset(root, split=...) does. log The" in flat
+
+
+def test_the_cyclic_gc_is_off_for_start_up_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Off while the command line starts (Group.main), on for a writing command's run, and as it
+    was after: on, nothing left frozen (a process that runs commands in turn collects its
+    garbage)."""
+    import gc
+
+    import prep.kinds.images.pack
+
+    seen: list[tuple[bool, int]] = []
+    real = prep.kinds.images.pack.pack
+
+    def pack(*args: Any, **kwargs: Any) -> Any:
+        seen.append((gc.isenabled(), gc.get_freeze_count()))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(prep.kinds.images.pack, "pack", pack)
+    Image.new("RGB", (40, 30), (200, 10, 10)).save(tmp_path / "a.jpg")
+    (tmp_path / "one.csv").write_text(f"path,label\n{tmp_path / 'a.jpg'},cat\n")
+    from prep.cli import app
+
+    argv = ["pack", str(tmp_path / "one.csv"), str(tmp_path / "o"), "--sizes", "16", "-j", "1"]
+    done = CliRunner().invoke(app, argv)
+    assert done.exit_code == 0, done.output
+    assert seen and seen[0][0] and seen[0][1] > 0  # on, the start-up's objects frozen
+    assert gc.isenabled() and gc.get_freeze_count() == 0

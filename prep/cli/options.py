@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import gc
 import importlib
 import inspect
 import signal
@@ -156,7 +157,11 @@ def command(
         cfg = load_config(cls, cls.SECTION, config, given)
         check(cfg)
         module, function = runner.split(":")
-        summary = getattr(importlib.import_module(module), function)(cfg, not quiet, profile)
+        run = getattr(importlib.import_module(module), function)
+        if not gc.isenabled():  # the start-up's (Group.main): its objects kept out of the run's
+            gc.freeze()  # collections
+            gc.enable()
+        summary = run(cfg, not quiet, profile)
         typer.echo(summary.line())
         if summary.stages is not None:
             workers = min(cfg.n_jobs, max(1, summary.shards - summary.reused))

@@ -64,34 +64,59 @@ class _Stop(BaseException):
     """Raised inside a task thread to end it: the run stopped (Ctrl-C, another task failed)."""
 
 
+_core = threading.local()  # in a task thread of _run_threads: `slots`, the cores it may run on
+
+
+@contextlib.contextmanager
+def core_lent() -> Iterator[None]:
+    """Around a task's wait on the disk (a shard's fsyncs): on the threads backend another task
+    runs on its core meanwhile, and it takes one back after; elsewhere nothing. At 180 photos
+    and -j 2 a pack's 12 shards waited 0.16-0.43 s in all, of runs of 1.9-2.8 s."""
+    slots = getattr(_core, "slots", None)
+    if slots is None:
+        yield
+        return
+    slots.release()
+    try:
+        yield
+    finally:
+        slots.acquire()
+
+
 def _run_threads(fn: Callable[..., T], args: list[tuple[Any, ...]], n_jobs: int) -> Iterator[T]:
-    """`n_jobs` threads take the tasks in order. When the caller stops, each running task gets
-    `_Stop` raised at its next Python line, so that its cleanup runs; all end before return."""
+    """Tasks in order on threads, `n_jobs` of them running at once and as many waiting on the
+    disk (core_lent). When the caller stops, each running task gets `_Stop` raised at its next
+    Python line, so that its cleanup runs; all end before return."""
     todo = collections.deque(args)  # popleft() is atomic: each task is taken once
     done: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
     stopping = threading.Event()
     busy: dict[int, bool] = {}  # thread id -> running a task (a dict item set is atomic)
+    slots = threading.Semaphore(n_jobs)
 
     def work() -> None:
         me = threading.get_ident()
-        busy[me] = False
+        busy[me], _core.slots = False, slots
         try:
             while not stopping.is_set():
-                try:
-                    a = todo.popleft()
-                except IndexError:
-                    return
-                busy[me] = True
-                try:
-                    done.put((True, fn(*a)))
-                except BaseException as e:  # handed to the caller, raised there
-                    done.put((False, e))
-                    return  # the run stops: take no other task
-                busy[me] = False
+                with slots:
+                    if stopping.is_set():
+                        return
+                    try:
+                        a = todo.popleft()
+                    except IndexError:
+                        return
+                    busy[me] = True
+                    try:
+                        done.put((True, fn(*a)))
+                    except BaseException as e:  # handed to the caller, raised there
+                        stopping.set()  # before the core is free: no thread takes a task
+                        done.put((False, e))
+                        return
+                    busy[me] = False
         except _Stop:  # between two tasks
             return
 
-    n = min(n_jobs, len(args))
+    n = min(2 * n_jobs, len(args))
     threads = [threading.Thread(target=work, name=f"prep-task-{i}", daemon=True) for i in range(n)]
     for t in threads:
         t.start()
@@ -103,6 +128,7 @@ def _run_threads(fn: Callable[..., T], args: list[tuple[Any, ...]], n_jobs: int)
             yield value
     finally:
         stopping.set()
+        slots.release(n)  # the threads waiting for a core see the stop
         for ident, running in list(busy.items()):
             if running:
                 stop = ctypes.py_object(_Stop)

@@ -21,6 +21,7 @@ from loaders.format.index import file_name, stem
 from prep.run.errors import write_error
 from prep.run.files import NpyWriter, RaggedWriter, named, publish, sync_all, temp_path
 from prep.run.inputs import Reject, reject_record
+from prep.run.parallel import core_lent
 from prep.run.profile import stage
 from prep.run.staging import write_record
 
@@ -143,7 +144,8 @@ class ShardFiles:
         writers = list(self.writers.values())
         for w in writers:
             w.finish()
-        sync_all([fd for w in writers for fd in w.filenos()])
+        with core_lent():
+            sync_all([fd for w in writers for fd in w.filenos()])
         for w in writers:
             w.release()
 
