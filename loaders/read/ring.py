@@ -250,9 +250,10 @@ os.register_at_fork(after_in_child=_forget_parent)
 def _sent_on(storage: torch.UntypedStorage) -> Any:
     """torch's reduction of a storage sent to another process, which first tells the loaders
     of this process (a segment handed out is then theirs for good)."""
-    with _LOCK:
-        for segments in list(_LIVE):
-            segments.give(storage)
+    if storage.device.type == "cpu":
+        with _LOCK:
+            for segments in list(_LIVE):
+                segments.give(storage)
     return reduce_storage(storage)
 
 
