@@ -85,7 +85,7 @@ class PyAVClips(Dataset[Any]):
         import av
         import torch
 
-        from prep.media.video import fit_frame
+        from prep.media.video import fit_frame, rgb
 
         path, start = self.items[i]
         picked: list[Any] = []
@@ -103,9 +103,7 @@ class PyAVClips(Dataset[Any]):
                 prev = f
             while prev is not None and len(picked) < FRAMES:
                 picked.append(prev)
-        out = np.stack(
-            [_crop(fit_frame(f.to_ndarray(format="rgb24"), 0, SIZE, "short")) for f in picked]
-        )
+        out = np.stack([_crop(fit_frame(rgb(f), 0, SIZE, "short")) for f in picked])
         return torch.from_numpy(out).permute(0, 3, 1, 2)
 
 

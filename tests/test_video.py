@@ -4,7 +4,9 @@ frame rate, rotation, clips for any worker count, every reject, the same bytes f
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 from fractions import Fraction
 from pathlib import Path
 from types import SimpleNamespace
@@ -21,7 +23,7 @@ from loaders import ClipDataset, RandomResizedCrop, SampleDataset, collate_batch
 from prep.demo.video import make_video_demo, shape_frames, write_clip  # noqa: E402
 from prep.kinds.video.config import VideoConfig  # noqa: E402
 from prep.kinds.video.pack import pack_video  # noqa: E402
-from prep.media.video import fit_frame, frame_size  # noqa: E402
+from prep.media.video import fit_frame, frame_size, rgb  # noqa: E402
 from prep.run.errors import PrepError  # noqa: E402
 from tests.manifests import load  # noqa: E402
 
@@ -86,6 +88,24 @@ def test_frames_are_pyav_frames_at_the_same_timestamps(clips: Path, packed: Path
     assert (shown != by_index) == (name == "left/left_00.mp4")
 
 
+def test_frames_convert_in_a_forked_process(clips: Path) -> None:
+    """A forked process (a DataLoader worker) converts frames after this one did: PyAV 18.1.1's
+    default converts on a pool of threads made once, which a fork lacks: it waited forever."""
+    path = sorted(clips.rglob("*.mp4"))[0]
+
+    def first() -> np.ndarray:
+        with av.open(str(path)) as c:
+            return rgb(next(c.decode(video=0)))
+
+    want = first()
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(20)  # a wait forever: killed, the test fails
+        os._exit(0 if np.array_equal(first(), want) else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
 @pytest.mark.parametrize("mode", ["short", "fill", "fit", "keep"])
 def test_modes_give_pack_shapes(mode: str):
     """Each --mode stores the shape frame_size says, upright after a rotation; fit pads with 0
@@ -107,7 +127,7 @@ def test_a_resolution_change_keeps_the_first_shape():
 
     def frame(h: int, w: int) -> Any:
         img = np.full((h, w, 3), 100, np.uint8)
-        return SimpleNamespace(rotation=0, to_ndarray=lambda format: img)
+        return SimpleNamespace(rotation=0, to_ndarray=lambda format, threads: img)
 
     frames = [(k / 8, 1 / 8, frame(48, 64) if k < 3 else frame(90, 160)) for k in range(6)]
     out, end, n = _pick(iter(frames), 8.0, 32, "short", None)

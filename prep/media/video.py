@@ -24,6 +24,13 @@ REPEAT = 64
 MAX_PIXELS = 100_000_000  # a frame's default cap, as prep pack's --max-pixels
 
 
+def rgb(frame: Any) -> np.ndarray:
+    """A decoded frame as RGB (h, w, 3) uint8, converted on this thread: PyAV 18.1.1's default
+    converts on a pool of threads made once, which a forked process (a DataLoader worker) lacks
+    and waits for forever."""
+    return frame.to_ndarray(format="rgb24", threads=1)
+
+
 def frame_size(h: int, w: int, size: int, mode: str) -> tuple[int, int]:
     """The (h, w) an upright (h, w) frame is stored at.
 
@@ -129,7 +136,7 @@ def _pick(
         while k / fps < reach - EPS:
             if fitted is None or fitted[0] != shown[0]:
                 with stage("resize"):
-                    img = fit_frame(shown[1].to_ndarray(format="rgb24"), rotation, size, mode)
+                    img = fit_frame(rgb(shown[1]), rotation, size, mode)
                     if out and img.shape != out[0].shape:
                         img = np.ascontiguousarray(resize(img, out[0].shape[:2]))
                     fitted = shown[0], img
