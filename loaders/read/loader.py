@@ -208,9 +208,6 @@ def _sampler(
     return sampler
 
 
-_END = object()
-
-
 class Loader(DataLoader[Any]):
     """A DataLoader reading ahead in `threads` threads, or in workers reusing shared memory."""
 
@@ -220,8 +217,8 @@ class Loader(DataLoader[Any]):
         workers = kw.get("num_workers", 0)
         self.pins = bool(kw.get("pin_memory")) and torch.cuda.is_available()
         self.shares = workers > 0
-        if self.shares:  # the main process pins as it copies out of the ring
-            keep = (kw.get("prefetch_factor") or 2) + 2  # in flight, being made, being copied
+        if self.shares:  # the main process hands batches out of the rings (pinned: copied)
+            keep = (kw.get("prefetch_factor") or 2) + 2  # in flight, being made, the caller's
             self.passes = torch.zeros((), dtype=torch.int64).share_memory_()
             self.start = StartWorker(keep, self.passes, kw.get("worker_init_fn"))
             kw["worker_init_fn"] = self.start
@@ -254,12 +251,9 @@ class Loader(DataLoader[Any]):
         """The workers' batches as they made them (copied to pinned memory for a GPU), the
         segments of those before freed as soon as the caller lets go (before each wait)."""
         alloc = pinned if self.pins else None
-        while True:
-            self.seen.let_go()
-            batch = next(batches, _END)
-            if batch is _END:
-                return
+        for batch in batches:
             yield self.seen.hand_out(batch, alloc)
+            self.seen.let_go()  # the caller asks for the next: before waiting for it
 
     def _get_iterator(self) -> Any:
         """The pass's iterator; with workers, new ones started, lent the spare segments where

@@ -29,7 +29,7 @@ OWNER = BUSY + 1  # the id of the worker that wrote it last (its batches: every 
 
 
 def in_ring(t: torch.Tensor) -> bool:
-    """Whether `t` lies in a worker's ring segment already (copy_out copies it)."""
+    """Whether `t` lies in a worker's ring segment already (`pack` leaves it where it is)."""
     return _ring_header(t) is not None
 
 
@@ -90,7 +90,7 @@ def _segment(nbytes: int) -> torch.Tensor:
 
 
 class Spare:
-    """The main process's segments of workers that were shut down, copied out: lent to the
+    """The main process's segments of workers that were shut down, let go: lent to the
     workers it forks next (a fresh loader's: mapping a segment again costs its first page
     faults; a new one costs as much again to make, issue 40). At most `limit` bytes, the newest
     kept; none in a forked process (its parent may lend them)."""

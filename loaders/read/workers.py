@@ -2,7 +2,7 @@
 (a ragged field's tensor a sample, padded boxes, lengths, labels) copied into one segment of it,
 with where each lies. Each tensor sent alone is a new shared-memory file a batch (256 boxes
 tensors: 256 files, four fifths of a 2-worker epoch of detection samples, issue 40); one
-segment of the ring is reused, and the main process copies it out with the pixels. A ragged
+segment of the ring is reused, and the main process hands it out with the pixels. A ragged
 field's list of tensors goes as one flat tensor and its lengths: one copy in the worker and one
 split in the main process, not one a sample (a batch of 256: 6 ms and 4 ms before)."""
 
@@ -28,8 +28,9 @@ class Packed:
     where: list[tuple[int, torch.dtype, tuple[int, ...]]]  # byte offset, dtype, shape
 
     def unpack(self, buf: torch.Tensor, skeleton: Any = None) -> Any:
-        """The batch, each tensor a view of `buf` (the main process's copy of `self.buf`), in
-        `skeleton` (default: `self.shape`; one with its other tensors copied out of the ring)."""
+        """The batch, each tensor a view of `buf` (`self.buf` as the main process maps it, or its
+        copy in pinned memory), in `skeleton` (default: `self.shape`; one whose other tensors the
+        main process has handed out already)."""
         views = [
             buf[at : at + _nbytes(dtype, shape)].view(dtype).view(shape)
             for at, dtype, shape in self.where
