@@ -166,3 +166,22 @@ def test_the_cyclic_gc_is_off_for_start_up_only(
     assert done.exit_code == 0, done.output
     assert seen and seen[0][0] and seen[0][1] > 0  # on, the start-up's objects frozen
     assert gc.isenabled() and gc.get_freeze_count() == 0
+
+
+def test_commands_run_one_blas_thread() -> None:
+    """numpy's OpenBLAS pool spins a thread a core between the pack tasks' small DCTs: the
+    command line keeps it to one thread, unless the user says otherwise."""
+    pytest.importorskip("threadpoolctl")
+    code = (
+        "import prep.cli, numpy, threadpoolctl\n"
+        "print(max(p['num_threads'] for p in threadpoolctl.threadpool_info()"
+        " if p['internal_api'] == 'openblas'))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    env["PYTHONPATH"] = str(ROOT)
+    threads = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert threads.returncode == 0, threads.stderr
+    assert threads.stdout.strip() == "1"
+    env["OPENBLAS_NUM_THREADS"] = "2"
+    theirs = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert theirs.stdout.strip() == "2", theirs.stderr
