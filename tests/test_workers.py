@@ -3,6 +3,7 @@ labels) in one reused shared buffer: batches equal those of 0 workers, epoch aft
 
 from __future__ import annotations
 
+import collections
 import gc
 import json
 import os
@@ -16,7 +17,7 @@ import torch
 from PIL import Image as PILImage
 
 from loaders import SampleDataset, make_loader
-from loaders.read.ring import HEADER, spare_limit
+from loaders.read.ring import HEADER, SPARE, spare_limit
 from loaders.read.workers import pack
 from prep.kinds.importers.coco import import_coco
 from prep.kinds.importers.config import CocoConfig
@@ -219,6 +220,56 @@ def test_fresh_loaders_reuse_the_segments_of_workers_gone(coco: Path) -> None:
     del early
     gc.collect()
     equal(want, list(make_loader(ds, batch_size=5, shuffle=True, seed=3, num_workers=2)))
+
+
+def test_a_last_batch_held_past_its_loader_is_lent_once_let_go(coco: Path) -> None:
+    """A loader's workers shut down while the caller holds its last batch: the next loader's
+    workers never write that batch's segments; once it is let go, the loader after reuses
+    them (a new segment costs its pages made and zeroed, issue 40)."""
+    ds = SampleDataset(coco, fields=FIELDS, size=32, ragged="list")
+    gc.collect()
+    SPARE.lend(1)  # the spare segments of the tests before, of the same sizes: dropped
+
+    def fresh() -> Any:
+        return make_loader(ds, batch_size=5, shuffle=True, seed=3, num_workers=2)
+
+    want = list(make_loader(ds, batch_size=5, shuffle=True, seed=3))
+    first = fresh()
+    batch = collections.deque(first, maxlen=1).pop()  # the last, held
+    kept = batch["image"].clone()
+    held = batch["image"].untyped_storage().data_ptr()
+    del first
+    gc.collect()  # its workers shut down: the caller holds their last batch
+    second = fresh()
+    equal(want, list(second))
+    assert held not in segments(second)
+    equal(kept, batch["image"])  # never written while held
+    del second, batch
+    gc.collect()  # let go
+    third = fresh()
+    equal(want, list(third))
+    assert held in segments(third)
+
+
+def test_a_last_batch_held_past_its_loader_then_sent_on_is_never_lent(coco: Path) -> None:
+    ds = SampleDataset(coco, fields=FIELDS, size=32, ragged="list")
+    context = torch.multiprocessing.get_context("fork")
+    queue, done, back = context.SimpleQueue(), context.Event(), context.SimpleQueue()
+    child = context.Process(target=_hold, args=(queue, done, back))
+    child.start()
+    first = make_loader(ds, batch_size=5, shuffle=True, seed=3, num_workers=2)
+    batch = collections.deque(first, maxlen=1).pop()
+    del first
+    gc.collect()  # kept spare, held by the caller
+    sent, want = batch["image"], batch["image"].clone()
+    queue.put(sent)
+    del batch, sent
+    for seed in (4, 5):  # other batches, in what is free meanwhile
+        list(make_loader(ds, batch_size=5, shuffle=True, seed=seed, num_workers=2))
+        gc.collect()
+    done.set()
+    assert np.array_equal(back.get(), want.numpy())
+    child.join(timeout=30)
 
 
 def test_spare_segments_keep_at_most_a_quarter_of_shared_memory(tmp_path: Path) -> None:
