@@ -218,3 +218,24 @@ def test_value_checks_run_in_bounded_memory(
         tracemalloc.stop()
     assert len(problems) == 1 and "299" in problems[0]
     assert peak < 4 << 20, peak
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("vocab", ["a", 1]),
+        ("vocab", ["a", ["b"]]),
+        ("vocab", "abc"),
+        ("counts", [3, -1]),
+        ("counts", [3, True]),
+        ("counts", [3, 1.0]),
+        ("counts", [[3]]),
+    ],
+)
+def test_a_column_vocabulary_or_counts_of_other_items_is_refused(key: str, value: Any) -> None:
+    """A manifest's column: its vocabulary only text, its counts only counts (not bools)."""
+    good = {"kind": "column", "name": "city", "role": "cat", "dtype": "int64"}
+    good |= {"vocab": ["a", "b"], "counts": [3, 0]}
+    assert Column.from_description(good).vocab == ("a", "b")
+    with pytest.raises(ValueError, match=key):
+        Column.from_description(good | {key: value})

@@ -252,6 +252,7 @@ def test_a_last_batch_held_past_its_loader_is_lent_once_let_go(coco: Path) -> No
 
 
 def test_a_last_batch_held_past_its_loader_then_sent_on_is_never_lent(coco: Path) -> None:
+    """Its segment kept spare, then sent to another process: theirs, never lent again."""
     ds = SampleDataset(coco, fields=FIELDS, size=32, ragged="list")
     context = torch.multiprocessing.get_context("fork")
     queue, done, back = context.SimpleQueue(), context.Event(), context.SimpleQueue()

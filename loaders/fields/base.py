@@ -153,7 +153,12 @@ class Field:
 
 
 def _tuples(v: Any) -> Any:
-    return tuple(_tuples(x) for x in v) if isinstance(v, list) else v
+    """A manifest's lists as tuples, nested ones too (a table's vocabularies: 22k values a field
+    set, where one call a value took 40 ms)."""
+    if not isinstance(v, list):
+        return v
+    t = tuple(v)
+    return tuple(map(_tuples, t)) if list in set(map(type, t)) else t
 
 
 def check_name(name: str, declared: bool = True) -> str | None:

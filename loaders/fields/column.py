@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from loaders.fields.base import Field, Piece, Reading, spec, tensor
-from loaders.format.spec import NUMBERS, ArraySpec, count
+from loaders.format.spec import NUMBERS, ArraySpec
 
 ROLES = ("num", "cat", "target")
 FIRST_CODE = 2  # a categorical column's first value's code: 0 is missing, 1 unseen in train
@@ -50,10 +50,14 @@ class Column(Field):
             v = getattr(self, key)
             if not (v is None or (isinstance(v, int | float) and not isinstance(v, bool))):
                 raise ValueError(f"{key} {v!r:.40} is no number")
-        lists = {"vocab": (lambda v: isinstance(v, str), "values"), "counts": (count, "counts")}
-        for key, (ok, what) in lists.items():
-            v = getattr(self, key)  # a tuple: a manifest's list (a str is no list)
-            if v is not None and not (isinstance(v, tuple) and all(ok(x) for x in v)):
+        # Each a tuple (a manifest's list; a str is no list), its items' types compared as a set.
+        for key, ok, what in (("vocab", {str}, "values"), ("counts", {int}, "counts")):
+            v = getattr(self, key)
+            if v is not None and not (
+                isinstance(v, tuple)
+                and set(map(type, v)) <= ok
+                and (key == "vocab" or min(v, default=0) >= 0)
+            ):
                 raise ValueError(f"{key} {str(v)[:40]} is not a list of {what}")
         if not isinstance(self.missing, int) or (self.first_code or 0) < 0:
             raise ValueError(f"missing {self.missing!r:.20} / first_code {self.first_code!r:.20}")
