@@ -171,7 +171,6 @@ def test_the_cyclic_gc_is_off_for_start_up_only(
 def test_commands_run_one_blas_thread() -> None:
     """numpy's OpenBLAS pool spins a thread a core between the pack tasks' small DCTs: the
     command line keeps it to one thread, unless the user says otherwise."""
-    pytest.importorskip("threadpoolctl")
     code = (
         "import prep.cli, numpy, threadpoolctl\n"
         "print(max(p['num_threads'] for p in threadpoolctl.threadpool_info()"
