@@ -8,27 +8,17 @@ block with pyarrow."""
 
 from setuptools import Extension, setup
 
+
+def optional_c(name: str, source: str, level: str = "-O3", **kw: list[str]) -> Extension:
+    """An extension the build leaves out where it cannot compile it."""
+    args = [level, "-Werror=implicit-function-declaration"]
+    return Extension(name, [source], extra_compile_args=args, optional=True, **kw)
+
+
 setup(
     ext_modules=[
-        Extension(
-            "loaders._jpegroi",
-            ["loaders/_jpegroi.c"],
-            libraries=["jpeg"],
-            extra_compile_args=["-O2", "-Werror=implicit-function-declaration"],
-            optional=True,
-        ),
-        Extension(
-            "prep._csv",
-            ["prep/_csv.c"],
-            depends=["prep/_csv_cells.h"],
-            extra_compile_args=["-O3", "-Werror=implicit-function-declaration"],
-            optional=True,
-        ),
-        Extension(
-            "prep._quality",
-            ["prep/_quality.c"],
-            extra_compile_args=["-O3", "-Werror=implicit-function-declaration"],
-            optional=True,
-        ),
+        optional_c("loaders._jpegroi", "loaders/_jpegroi.c", "-O2", libraries=["jpeg"]),
+        optional_c("prep._csv", "prep/_csv.c", depends=["prep/_csv_cells.h"]),
+        optional_c("prep._quality", "prep/_quality.c"),
     ]
 )

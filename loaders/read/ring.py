@@ -155,7 +155,7 @@ class Spare:
 
 
 def _let_go(head: torch.Tensor) -> bool:
-    """Whether a spare segment is free: one the caller held is, once nothing else refers to it."""
+    """Whether a segment is free: one the caller held is, once nothing else refers to it."""
     if int(head[BUSY]) == HELD and unheld(head):
         head[BUSY] = 0
     return int(head[BUSY]) == 0
@@ -246,14 +246,8 @@ class Segments:
         """Free the segments handed out that nothing refers to any more (the caller's batch,
         its views, a numpy array of it: each holds the storage); under the lock that `give`,
         in a queue's feeder thread, is called under."""
-        with _LOCK:
-            held = []
-            for head in self._held:
-                if int(head[BUSY]) == HELD and not unheld(head):
-                    held.append(head)
-                elif int(head[BUSY]) == HELD:
-                    head[BUSY] = 0
-            self._held = held
+        with _LOCK:  # those sent on (GIVEN) drop out too
+            self._held = [h for h in self._held if int(h[BUSY]) == HELD and not _let_go(h)]
 
     def drop(self) -> None:
         """Refer to no segment any more (their workers are gone: SPARE took them)."""
