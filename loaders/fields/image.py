@@ -7,7 +7,6 @@ from __future__ import annotations
 import io
 import math
 import threading
-import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -15,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from loaders.fields.base import Field, Piece, Reading, spec
-from loaders.format.spec import MAX_SIDE, ArraySpec, FormatError, array_name, count
+from loaders.format.spec import MAX_SIDE, ArraySpec, FormatError, array_name, count, crc32
 
 MODES = ("fill", "fit", "stretch", "keep")
 # Moves one sample's flat values into a crop (top, left, height, width) resized to (h, w)
@@ -105,7 +104,7 @@ class Image(Field):
         h, w = (int(v) for v in piece(hw_name(name, size))) if self.mode == "keep" else (size,) * 2
         if self.codec_at(size) == "raw":
             return data.reshape(h, w, self.channels)
-        if zlib.crc32(data.data) != int(piece(array_name(f"{name}_crc", size))):
+        if crc32(data.data) != int(piece(array_name(f"{name}_crc", size))):
             raise FormatError("the JPEG bytes differ from their checksum (bit rot, or a change)")
         try:
             return decode_jpeg(data, (h, w), 1, self.channels).copy()

@@ -8,7 +8,6 @@ from __future__ import annotations
 import math
 import os
 import threading
-import zlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ import numpy as np
 from torch.utils.data import get_worker_info
 
 from loaders.fields.image import decode_jpeg, scratch
-from loaders.format.spec import FormatError
+from loaders.format.spec import FormatError, crc32
 
 try:  # the C extension built by setup.py where libjpeg-turbo's headers are (loaders/_jpegroi.c)
     import loaders._jpegroi as _roi
@@ -78,7 +77,7 @@ class Pixels:
 
     def check_crc(self, j: int) -> None:
         """Bit rot is a FormatError, never a smeared picture (on the CPU and the GPU)."""
-        if self.crcs is not None and zlib.crc32(self.srcs[j].data) != int(self.crcs[j]):
+        if self.crcs is not None and crc32(self.srcs[j].data) != int(self.crcs[j]):
             why = "bit rot, or a file changed after packing"
             self.fail(j, f"the JPEG bytes differ from their checksum ({why})")
 
@@ -130,7 +129,7 @@ def run(dst: np.ndarray, p: Pixels, nearest: bool, fast: bool, rows: Sequence[in
             img = src.reshape(*hw, *dst.shape[3:])
             _resize(img[top : top + bh, left : left + bw], dst[j], nearest)
             continue
-        if crcs is not None and zlib.crc32(src.data) != crc:
+        if crcs is not None and crc32(src.data) != crc:
             p.check_crc(j)  # its FormatError
         try:
             if top == left == 0 and [bh, bw] == hw == [oh, ow]:  # whole, at its size: in place

@@ -11,7 +11,6 @@ loaders.fields' own): images, and the boxes, keypoints and polygons that follow 
 from __future__ import annotations
 
 import io
-import zlib
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -22,6 +21,7 @@ import numpy as np
 from loaders import fields as kinds
 from loaders.fields import polygons
 from loaders.fields.base import FieldError, as_array
+from loaders.format.spec import crc32
 from prep.media.image.geometry import PixelSums, combine, encode_jpeg, geometry, sizes_from, stored
 from prep.run.inputs import Reject
 
@@ -120,7 +120,7 @@ class Image(kinds.Image):
             if self.mode == "keep":
                 out[f"_hw_{size}"] = np.asarray(arr.shape[:2], dtype=np.uint16)
             if self.codec_at(size) == "jpeg":
-                out[f"_crc_{size}"] = np.asarray(zlib.crc32(data.data), dtype=np.uint32)
+                out[f"_crc_{size}"] = np.asarray(crc32(data.data), dtype=np.uint32)
         return out, pixels
 
     def counter(self) -> PixelSums:

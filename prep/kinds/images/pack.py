@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import zlib
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ from loaders.fields.scores import (
     shape_scores,
 )
 from loaders.format import ArraySpec, array_name
-from loaders.format.spec import smallest_uint
+from loaders.format.spec import crc32, smallest_uint
 from prep.kinds.images.config import PackConfig
 from prep.media.image.decode import decode_image, decode_mask
 from prep.media.image.geometry import PixelSums, combine, sizes_from, stored
@@ -127,7 +126,7 @@ def encode_item(
         if mode == "keep":
             out[array_name("image_hw", s)] = np.asarray(arr.shape[:2], dtype=np.uint16)
         if specs[name].codec == "jpeg":
-            crc = zlib.crc32(out[name].data)
+            crc = crc32(out[name].data)
             out[array_name("image_crc", s)] = np.asarray(crc, dtype=np.uint32)
     if item.mask is not None:
         try:
