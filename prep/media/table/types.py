@@ -274,24 +274,29 @@ class Stats:
         self.typed = True
         if kind != "time":
             self.numeric += len(arr) - arr.null_count
-        ok = np.isfinite(x)
-        every = bool(ok.all())  # the common block: no copy of its cells
-        finite = x if every else x[ok]
+        total = x.sum()  # finite: every cell is (the common block: no mask, no copy)
+        ok = None if np.isfinite(total) else np.isfinite(x)
+        finite = x if ok is None else x[ok]
         if finite.size:
             lo, hi = finite.min(), finite.max()
             self.lo, self.hi = min(self.lo, lo), max(self.hi, hi)
             self.amax = max(self.amax, float(max(-lo, hi)))  # the largest |x|
-        t = finite if every and train.all() else x[train & ok]
-        self.sums = [self.sums[0] + t.size, self.sums[1] + t.sum(), self.sums[2] + (t * t).sum()]
+        if ok is not None or not train.all():
+            t = x[train if ok is None else train & ok]
+            total = t.sum()
+        else:
+            t = x
+        self.sums = [self.sums[0] + t.size, self.sums[1] + total, self.sums[2] + np.dot(t, t)]
 
     def _count(self, enc: pa.Array, train: np.ndarray) -> np.ndarray:
         """Add the train rows' values; return every row's count per distinct value."""
         n = len(enc.dictionary)
         codes = filled(enc.indices, n)
-        mine = np.bincount(codes[train], minlength=n + 1)[:n]
+        every = np.bincount(codes, minlength=n + 1)[:n]
+        mine = every if train.all() else np.bincount(codes[train], minlength=n + 1)[:n]
         seen = mine > 0
         self.counts.append((enc.dictionary.filter(arrow_bools(seen)), mine[seen]))
-        return np.bincount(codes, minlength=n + 1)[:n]
+        return every
 
     def vocab(self) -> tuple[list[str], list[int]]:
         """The train values in sorted order (by code point: UTF-8's byte order), their counts."""
