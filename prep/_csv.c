@@ -280,8 +280,17 @@ static PyObject *quotes(PyObject *self, PyObject *arg) {
     (void)self;
     if (PyObject_GetBuffer(arg, &buf, PyBUF_SIMPLE) < 0) return NULL;
     const unsigned char *s = buf.buf;
+    Py_ssize_t i = 0;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < buf.len; i++) count += s[i] == '"'; /* vectorised */
+    /* In runs of 255 x 64 bytes, 64 byte-wide counters (none passes 255): the compiler makes
+       them a few SIMD registers, 64 bytes a step; a size_t counter widens every byte (4x). */
+    for (; i + 255 * 64 <= buf.len; i += 255 * 64) {
+        uint8_t lane[64] = {0};
+        for (int k = 0; k < 255 * 64; k += 64)
+            for (int j = 0; j < 64; j++) lane[j] += s[i + k + j] == '"';
+        for (int j = 0; j < 64; j++) count += lane[j];
+    }
+    for (; i < buf.len; i++) count += s[i] == '"';
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&buf);
     return PyLong_FromSize_t(count);

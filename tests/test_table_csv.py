@@ -189,6 +189,18 @@ def test_blocks_end_at_line_ends_outside_quotes(tmp_path: Path, monkeypatch: Any
         assert end == start and data[end - 1 : end] == b"\n" and data.count(b'"', 0, end) % 2 == 0
 
 
+def test_quote_count_across_its_runs_of_bytes() -> None:
+    """The C count of '"' (runs of 255 x 64 bytes on byte-wide counters, then the tail) equals
+    bytes.count at lengths around a run, from unaligned starts, and where every byte is one."""
+    rng = np.random.default_rng(5)
+    run = 255 * 64
+    for n in (0, 1, 63, 64, run - 1, run, run + 1, 2 * run + 17, 100_003):
+        data = rng.choice(np.frombuffer(b'ab,"\n', np.uint8), n).tobytes()
+        for at in (0, 1, 7):
+            assert table.count_quotes(memoryview(data)[at:]) == data[at:].count(b'"'), (n, at)
+    assert table.count_quotes(b'"' * (3 * run + 5)) == 3 * run + 5  # no counter wraps
+
+
 def test_values_alike_in_their_first_8_bytes_stay_apart() -> None:
     values = [b"prefix__%06d" % i for i in np.random.default_rng(3).permutation(3000)]
     data = b"".join(b"%s,%d\n" % (v, i) for i, v in enumerate(values * 2))
