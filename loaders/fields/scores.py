@@ -111,8 +111,14 @@ def shape_reference(hw: np.ndarray) -> dict[str, float]:
         return dict.fromkeys(SHAPE_KEYS, 0.0)
     size = 0.5 * np.log(np.maximum(hw[:, 0] * hw[:, 1], 1))
     aspect = np.log(np.maximum(hw[:, 1], 1) / np.maximum(hw[:, 0], 1))
-    q1, q3 = np.quantile(size, [0.25, 0.75]).tolist()
-    return {"size_q1": q1, "size_q3": q3, "aspect_median": float(np.median(aspect))}
+    q1, q3 = quantiles(size, [0.25, 0.75])
+    return {"size_q1": q1, "size_q3": q3, "aspect_median": quantiles(aspect, [0.5])[0]}
+
+
+def quantiles(x: np.ndarray, qs: list[float]) -> list[float]:
+    """np.quantile's (linear) of 1-D `x`, without np.quantile's and np.median's import of
+    numpy.ma (12 ms of every pack)."""
+    return np.interp(np.asarray(qs) * (len(x) - 1), np.arange(len(x)), np.sort(x)).tolist()
 
 
 def shape_scores(hw: np.ndarray, ref: Mapping[str, float]) -> np.ndarray:
