@@ -274,18 +274,16 @@ class Stats:
         self.typed = True
         if kind != "time":
             self.numeric += len(arr) - arr.null_count
-        total = x.sum()  # finite: every cell is (the common block: no mask, no copy)
+        with np.errstate(all="ignore"):  # inf - inf, or an overflow: then a check per cell
+            total = x.sum()  # finite: every cell is (the common block: no mask, no copy)
         ok = None if np.isfinite(total) else np.isfinite(x)
         finite = x if ok is None else x[ok]
         if finite.size:
             lo, hi = finite.min(), finite.max()
             self.lo, self.hi = min(self.lo, lo), max(self.hi, hi)
             self.amax = max(self.amax, float(max(-lo, hi)))  # the largest |x|
-        if ok is not None or not train.all():
-            t = x[train if ok is None else train & ok]
-            total = t.sum()
-        else:
-            t = x
+        t = x if ok is None and train.all() else x[train if ok is None else train & ok]
+        total = total if t is x else t.sum()
         self.sums = [self.sums[0] + t.size, self.sums[1] + total, self.sums[2] + np.dot(t, t)]
 
     def _count(self, enc: pa.Array, train: np.ndarray) -> np.ndarray:
