@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -333,3 +334,15 @@ def test_empty_batch(tmp_path: Path, in_memory: bool) -> None:
     assert len(empty) == len(full) == 5
     for e, f in zip(empty, full, strict=True):
         assert e.shape == (0, *f.shape[1:]) and e.dtype == f.dtype
+
+
+def test_infinite_cells_warn_nothing_and_stay_out_of_the_statistics(tmp_path: Path) -> None:
+    """A column with inf and -inf (their sum is NaN): no numpy warning, and the range and mean
+    of its finite cells alone."""
+    src = tmp_path / "inf.csv"
+    src.write_text("x,y\n1.5,0\ninf,1\n-inf,0\n2.5,1\n4.0,0\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = _pack(src, tmp_path / "out", target="y")
+    col = read_manifest(out).fields["num_0"]
+    assert (col["lo"], col["hi"], col["mean"]) == (1.5, 4.0, pytest.approx(8.0 / 3, rel=1e-12))
