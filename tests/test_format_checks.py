@@ -47,3 +47,25 @@ def test_token_offsets_are_checked(tmp_path: Path) -> None:
         f.write(off.tobytes())
     with pytest.raises(FormatError, match="the offsets of tokens are not 4 from 0 to its end"):
         load_manifest(out)
+
+
+def test_manifest_text_is_json_dumps_with_flat_lists_on_one_line(packed: Path) -> None:
+    """manifest.json is json.dumps(indent=1, sort_keys=True) of the manifest but for the
+    whitespace (keys in its order, numbers named as it names them), with a list of no list or
+    object on one line."""
+    import json
+
+    from loaders.format import read_manifest
+    from loaders.format.schema import indented
+
+    def bare(text: str) -> str:
+        return "".join(text.split())
+
+    d = json.loads(read_manifest(packed).to_json())
+    odd = {"b": {10: [1, 2.5], 9: None, True: "x"}, "a": [[], {}, [{"c": [1]}]], "é": -0.0}
+    for value in (d, odd):
+        text = indented(value)
+        assert bare(text) == bare(json.dumps(value, indent=1, sort_keys=True))
+        for line in text.splitlines():  # no item of a flat list on a line of its own
+            assert line.strip().rstrip(",") not in ("1", "2.5", "256", "3", "null"), line
+    assert '"b": [1, 2.5]' in indented({"b": [1, 2.5]})

@@ -66,7 +66,8 @@ def indented(value: Any, depth: int = 0) -> str:
     """
     pad = " " * (depth + 1)
     if isinstance(value, dict) and value:
-        items = (f"{pad}{json.dumps(k)}: {indented(value[k], depth + 1)}" for k in sorted(value))
+        keys = {k: k if isinstance(k, str) else json.dumps(k) for k in sorted(value)}  # json's
+        items = (f"{pad}{json.dumps(n)}: {indented(value[k], depth + 1)}" for k, n in keys.items())
     elif isinstance(value, list | tuple) and not set(map(type, value)) <= FLAT:
         items = (pad + indented(v, depth + 1) for v in value)
     else:  # a number, text, null, an empty object or a flat list
