@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -9,7 +10,8 @@ import pytest
 from manifests import edit_manifest
 
 from loaders.fields.checks import load_manifest
-from loaders.format import FormatError
+from loaders.format import FormatError, read_manifest
+from loaders.format.schema import indented
 from prep.kinds.text.config import TokenizeConfig
 from prep.kinds.text.tokenize import tokenize
 
@@ -53,10 +55,6 @@ def test_manifest_text_is_json_dumps_with_flat_lists_on_one_line(packed: Path) -
     """manifest.json is json.dumps(indent=1, sort_keys=True) of the manifest but for the
     whitespace (keys in its order, numbers named as it names them), with a list of no list or
     object on one line."""
-    import json
-
-    from loaders.format import read_manifest
-    from loaders.format.schema import indented
 
     def bare(text: str) -> str:
         return "".join(text.split())
