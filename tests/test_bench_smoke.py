@@ -25,7 +25,7 @@ def test_bench_smoke_prints_every_row(tmp_path: Path) -> None:
     ]
     names = [r.split("|")[1].split()[0] for r in rows]
     measures = ["1a", "1b", "1c", "1d", "2", "3", "4a", "4b", "4c", "4d", "5a", "5b", "6a", "6b"]
-    measures += [f"8{c}" for c in "abcde"] + [f"9{c}" for c in "abcde"]  # table, remote
+    measures += [f"8{c}" for c in "abcdeg"] + [f"9{c}" for c in "abcde"]  # table, remote
     measures += [f"11{c}" for c in "abcde"] + ["13a", "13b", "13c", "13d"]  # augment, jpeg
     measures += ["27aa", "27ab", "27ac", "28r", "28s"]  # audio, report
     measures += [f"28{c}" for c in "abcdefghijk"]  # near-duplicates (bench_dupes.py)

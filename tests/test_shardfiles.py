@@ -12,8 +12,8 @@ from loaders.format import sha256_file
 from prep.run.shardwriter import ShardFiles, writing
 
 
-def _write(staging: Path, fail: bool = False) -> ShardFiles:
-    files = ShardFiles(staging, "train-00002")
+def _write(staging: Path, fail: bool = False, h5: bool = False) -> ShardFiles:
+    files = ShardFiles(staging, "train-00002", h5=h5)
     with writing([files]):
         image = files.array("image", "uint8", (2, 2))
         boxes = files.ragged("boxes", "float32")
@@ -38,7 +38,7 @@ def _read(path: Path, key: str | None) -> np.ndarray:
 
 @pytest.mark.parametrize("h5", [False, True])
 def test_round_trip(tmp_path: Path, h5: bool) -> None:
-    shard = _write(tmp_path).publish(3, "train", h5=h5)
+    shard = _write(tmp_path, h5=h5).publish(3, "train")
     expected = {"tokens-train-00002.npy", "tokens-offsets-train-00002.npy"}
     assert expected <= set(shard.files) or set(shard.files) == {"shard-train-00002.h5"}
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(shard.files)  # no temp left

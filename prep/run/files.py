@@ -259,9 +259,11 @@ class RaggedWriter:
         self.offsets.abort()
 
 
-def publish(tmp: Path, final: Path) -> FileInfo:
-    """Rename a finished temp file to its final name; its size and sha256 for the manifest."""
+def publish(tmp: Path, final: Path, digest: str | None = None) -> FileInfo:
+    """Rename a finished temp file to its final name; its size and sha256 (`digest` where the
+    caller hashed it already) for the manifest."""
     os.replace(tmp, final)
-    with stage("checksum"):
-        digest = sha256_file(final)
+    if digest is None:
+        with stage("checksum"):
+            digest = sha256_file(final)
     return FileInfo(final.stat().st_size, digest)
