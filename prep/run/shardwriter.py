@@ -147,7 +147,7 @@ class ShardFiles:
         writers = list(self.writers.values())
         for w in writers:
             w.finish()
-        compressed = {name for name, spec in self.specs.items() if spec.compress}
+        compressed = self._compressed()
         as_is = [] if self.h5 else [p for n, p in self.parts.items() if n not in compressed]
         with ThreadPoolExecutor(1) as pool:
             synced = pool.submit(sync_all, [fd for w in writers for fd in w.filenos()])
@@ -162,15 +162,18 @@ class ShardFiles:
         for w in self.writers.values():
             w.abort()
 
+    def _compressed(self) -> list[str]:
+        """The parts compressed on publish (`--compress`), hashed then; the others as written."""
+        return [name for name, spec in self.specs.items() if spec.compress and name in self.parts]
+
     def publish(self, count: int, split: str | None = None) -> Shard:
         """After close(): the files under final names (h5: one `shard-STEM.h5`); the Shard."""
         h5_file = f"shard-{self.stem}.h5" if self.h5 else None
-        for name, spec in self.specs.items():
-            if spec.compress and name in self.parts:
-                tmp = temp_path(self.staging / f"{self._file(name)}.zst")
-                with stage("compress"):
-                    write_zstd(self.parts[name], tmp, spec)
-                self.parts[name] = tmp
+        for name in self._compressed():
+            tmp = temp_path(self.staging / f"{self._file(name)}.zst")
+            with stage("compress"):
+                write_zstd(self.parts[name], tmp, self.specs[name])
+            self.parts[name] = tmp
         if h5_file is not None:
             renames = {self._as_h5(h5_file): h5_file}
         else:
